@@ -1,0 +1,37 @@
+"""gpudedup: near-duplicate detection for large text collections.
+
+MinHash signatures and LSH banding on the GPU (CuPy) or the CPU (numpy), bit for bit the same,
+then exact Jaccard verification of the candidate pairs and one kept document per cluster.
+
+    >>> import gpudedup
+    >>> result = gpudedup.dedup(["the cat sat on the mat", "the cat sat on the mat!"], shingle="char")
+    >>> result.keep
+    array([ True, False])
+
+The stages are public too (each takes and returns host numpy arrays on the numpy backend):
+``shingle_hashes`` / ``shingle_sets`` (texts -> per-document 64-bit shingle hashes),
+``minhash_signatures`` (-> uint32 (n, K)), ``band_keys`` and ``candidate_pairs`` (LSH),
+``pair_jaccard`` (exact verification) and ``find_clusters``. Importing gpudedup never imports
+cupy or cudf.
+"""
+
+__version__ = "0.1.0"
+
+from .api import DedupResult, dedup
+from .cluster import find_clusters
+from .errors import GpudedupError, InputError, OutputError, ParameterError, BackendUnavailableError
+from .hashing import Permutations, draw_permutations
+from .lsh import Banding, band_keys, candidate_pairs, choose_bands, collision_probability
+from .minhash import minhash_signatures
+from .normalize import normalize_text
+from .params import DedupParams
+from .shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_sets
+from .verify import pair_jaccard
+
+__all__ = [
+    "dedup", "DedupResult", "DedupParams", "ShingleSpec", "ShingleBatch", "Permutations", "Banding",
+    "normalize_text", "shingle_hashes", "shingle_sets", "draw_permutations", "minhash_signatures",
+    "choose_bands", "collision_probability", "band_keys", "candidate_pairs", "pair_jaccard",
+    "find_clusters", "GpudedupError", "InputError", "OutputError", "ParameterError",
+    "BackendUnavailableError", "__version__",
+]

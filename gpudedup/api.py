@@ -1,0 +1,214 @@
+"""The notebook API: ``gpudedup.dedup(data, ...)`` on strings, tables, data frames or paths."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .backends import get_backend
+from .errors import InputError, ParameterError
+from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
+from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
+from .params import DedupParams
+from .pipeline import DedupOutcome, run_dedup
+from .stages import Progress, RichProgress
+
+
+@dataclass
+class DedupResult:
+    """What ``dedup`` found.
+
+    pairs: pyarrow Table (id_a, id_b, jaccard): every verified pair, id_a < id_b.
+    clusters: pyarrow Table (id, cluster, keep): every document in a cluster of two or more.
+    keep: numpy bool (n,), aligned with the input: False for the removed duplicates.
+    deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
+        cuDF, Hugging Face Dataset; a pyarrow Table for paths).
+    report: counts, parameters used, time and memory per stage (as written to report.json).
+    table: all input rows as a pyarrow Table (what ``write`` filters).
+    """
+
+    pairs: pa.Table
+    clusters: pa.Table
+    keep: np.ndarray
+    deduplicated: Any
+    report: dict
+    table: pa.Table = field(repr=False)
+
+    def __repr__(self) -> str:
+        r = self.report["results"]
+        return (f"DedupResult({self.report['input']['documents']} documents, {r['clusters']} clusters, "
+                f"{r['removed_documents']} removed, {r['verified_pairs']} verified pairs)")
+
+    def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:
+        """Write deduplicated.{parquet,jsonl}, clusters.parquet, pairs.parquet and report.json
+        into ``output_dir``, atomically (see README, "Output formats")."""
+        return write_outputs(output_dir, self, format, overwrite)
+
+
+def dedup(
+    data,
+    *,
+    text_field: str = "text",
+    id_field: Optional[str] = None,
+    threshold: float = DedupParams.threshold,
+    shingle: str = DedupParams.shingle,
+    ngram: int = DedupParams.ngram,
+    num_perm: int = DedupParams.num_perm,
+    bands: Optional[int] = None,
+    rows: Optional[int] = None,
+    seed: int = DedupParams.seed,
+    keep: str = DedupParams.keep,
+    bucket_window: int = DedupParams.bucket_window,
+    backend: str = "auto",
+    progress: bool = False,
+    batch_bytes: int = DedupParams.batch_bytes,
+    batch_rows: int = DedupParams.batch_rows,
+) -> DedupResult:
+    """Find near-duplicate documents and keep one per cluster.
+
+    data: a list of strings (ids are the positions 0..n-1); one path (str or pathlib.Path) or a
+        list of pathlib.Path, to JSONL / Parquet / .txt files or directories; a pyarrow Table; a cuDF,
+        pandas or polars DataFrame, a DuckDB result or anything else that exports the Arrow
+        PyCapsule stream interface; a Hugging Face ``datasets.Dataset``.
+    text_field / id_field: the columns holding the text and the ids (tables and files); without
+        id_field, ids are row positions (in-memory data) or ``<path>:<row>`` (files).
+    The other parameters are described in README ("Parameters") and params.DedupParams.
+    """
+    params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, num_perm=num_perm,
+                         bands=bands, rows=rows, seed=seed, keep=keep, bucket_window=bucket_window,
+                         batch_bytes=batch_bytes, batch_rows=batch_rows)
+    chosen_backend = get_backend(backend)
+    started = time.perf_counter()
+    corpus, restore = to_corpus(data, text_field, id_field)
+    read_seconds = time.perf_counter() - started
+    outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress())
+    outcome.report["stages"] = {"read": {"seconds": round(read_seconds, 4)}, **outcome.report["stages"]}
+    return to_result(corpus, outcome, restore)
+
+
+def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
+    return DedupResult(
+        pairs=pairs_table(corpus.ids, outcome),
+        clusters=clusters_table(corpus.ids, outcome),
+        keep=outcome.keep,
+        deduplicated=restore(outcome.keep),
+        report=outcome.report,
+        table=corpus.table,
+    )
+
+
+def pairs_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
+    """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b)."""
+    a = ids.take(pa.array(outcome.pair_a))
+    b = ids.take(pa.array(outcome.pair_b))
+    swap = pc.greater(a, b)
+    table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
+                      "jaccard": pa.array(outcome.jaccard, pa.float64())})
+    return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
+
+
+def clusters_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
+    """(id, cluster, keep) for every document in a cluster, in input order."""
+    c = outcome.clusters
+    return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
+                     "keep": pa.array(c.keep, pa.bool_())})
+
+
+def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:
+    if format not in OUTPUT_FORMATS:
+        raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+    started = time.perf_counter()
+    with atomic_output_dir(output_dir, overwrite) as staging:
+        kept = result.table.filter(pa.array(result.keep))
+        if format == "parquet":
+            write_parquet(kept, staging / "deduplicated.parquet")
+        else:
+            write_jsonl(kept, staging / "deduplicated.jsonl")
+        write_parquet(result.clusters, staging / "clusters.parquet")
+        write_parquet(result.pairs, staging / "pairs.parquet")
+        result.report["stages"]["write"] = {"seconds": round(time.perf_counter() - started, 4)}
+        result.report["output"] = {"directory": str(Path(output_dir)), "format": format}
+        # report.json last: a directory with a report is a finished one (and the rename makes
+        # the whole directory appear at once anyway).
+        write_json(result.report, staging / "report.json")
+    return Path(output_dir)
+
+
+# --- input adaptation ---------------------------------------------------------------------------
+
+
+def to_corpus(data, text_field: str, id_field: Optional[str]):
+    """(Corpus, restore): restore(keep mask) gives the kept rows in the input's own type."""
+    # One str is a path (a single text has nothing to deduplicate against); a list of str is
+    # texts; paths in a list must be pathlib.Path (or os.PathLike) objects.
+    if isinstance(data, (str, os.PathLike)):
+        data = [Path(data)]
+    if isinstance(data, (list, tuple)):
+        if data and all(isinstance(item, os.PathLike) for item in data):
+            corpus = read_corpus(data, text_field, id_field)
+            return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+        return strings_corpus(data), lambda keep: [t for t, k in zip(data, keep) if k]
+    module = type(data).__module__.split(".")[0]
+    if module == "cudf":
+        table = data.to_arrow()
+        return table_corpus(table, text_field, id_field), lambda keep: data[keep]
+    if module == "datasets" and hasattr(data, "select"):
+        table = data.data.table if hasattr(data.data, "table") else pa.table(data.data)
+        return table_corpus(table, text_field, id_field), lambda keep: data.select(np.flatnonzero(keep))
+    if module == "pandas":
+        return table_corpus(pa.Table.from_pandas(data, preserve_index=False), text_field, id_field), \
+            lambda keep: data[keep]
+    if module == "polars":
+        import polars
+
+        return table_corpus(data.to_arrow(), text_field, id_field), lambda keep: data.filter(polars.Series(keep))
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table) or hasattr(data, "__arrow_c_stream__"):
+        table = data if isinstance(data, pa.Table) else pa.table(data)
+        return table_corpus(table, text_field, id_field), lambda keep: table.filter(pa.array(keep))
+    raise InputError(
+        f"cannot deduplicate a {type(data).__name__}: pass a list of strings, paths, a pyarrow "
+        "Table, a DataFrame (pandas, polars, cuDF) or an object with __arrow_c_stream__"
+    )
+
+
+def strings_corpus(texts: Sequence) -> Corpus:
+    for position, text in enumerate(texts):
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"item {position} is a {type(text).__name__}, expected a string or None")
+    table = pa.table({"text": pa.array(list(texts), pa.string())})
+    ids = pa.array(np.arange(len(texts), dtype=np.int64))
+    return Corpus(table, "text", ids, [SourceFile("<list>", "list", len(texts))])
+
+
+def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str]) -> Corpus:
+    if text_field not in table.column_names:
+        raise InputError(f"no column {text_field!r} (columns: {', '.join(table.column_names)}); "
+                         "choose it with text_field=")
+    text_type = table.schema.field(text_field).type
+    if pa.types.is_large_string(text_type) or pa.types.is_string(text_type) or pa.types.is_null(text_type):
+        pass
+    elif pa.types.is_string_view(text_type) if hasattr(pa.types, "is_string_view") else False:
+        table = table.set_column(table.schema.get_field_index(text_field), text_field,
+                                 table[text_field].cast(pa.large_string()))
+    else:
+        raise InputError(f"column {text_field!r} has type {text_type}, expected strings")
+    if id_field is None:
+        ids = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    elif id_field not in table.column_names:
+        raise InputError(f"no column {id_field!r} for ids (columns: {', '.join(table.column_names)})")
+    else:
+        ids = table[id_field].combine_chunks()
+        if ids.null_count:
+            raise InputError(f"id column {id_field!r} has {ids.null_count} null values; ids must be unique")
+    corpus = Corpus(table, text_field, ids, [SourceFile("<table>", "table", table.num_rows)])
+    check_unique_ids(corpus)
+    return corpus

@@ -1,0 +1,88 @@
+"""Backends: where the stages from texts to signatures run.
+
+A backend turns a batch of texts into shingle hashes and signatures, on its own side (host
+memory for numpy, device memory for cupy). Banding and candidate generation are written once
+against the backend's array module ``xp`` (lsh.py). Everything after candidates (verification,
+clusters, output) runs on the host.
+
+    texts (pyarrow string array, host)
+      -> shingle_hashes  -> ShingleBatch (offsets int64, hashes uint64), backend side
+      -> signatures      -> uint32 (n_docs, K), backend side
+      -> lsh.band_keys / lsh.candidate_pairs with xp=backend.xp
+      -> to_host          (candidate pairs, and the hashes verification asks for)
+
+``get_backend("auto")`` picks cupy when it imports and a device is present, numpy otherwise.
+Nothing here imports cupy until a GPU backend is asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import BackendUnavailableError, ParameterError
+from ..hashing import Permutations
+from ..shingling import ShingleBatch, ShingleSpec
+
+BACKEND_NAMES = ("auto", "cpu", "gpu")
+
+
+class Backend(Protocol):
+    name: str  # "cpu" or "gpu"
+    xp: object  # the array module: numpy or cupy
+    description: str  # for the report, e.g. "numpy 2.4.6"
+
+    def shingle_hashes(self, texts: pa.Array, spec: ShingleSpec) -> ShingleBatch:
+        """Shingle hashes of a batch; texts: string or large_string array, nulls are empty."""
+
+    def signatures(self, shingles: ShingleBatch, permutations: Permutations):
+        """MinHash signatures: uint32 (n_docs, K) on the backend's side."""
+
+    def to_host(self, array) -> np.ndarray:
+        """The array as a host numpy array (no copy when it already is one)."""
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """The backend called ``name``: "cpu" (numpy), "gpu" (cupy) or "auto"."""
+    if name not in BACKEND_NAMES:
+        raise ParameterError(f"backend must be one of {', '.join(BACKEND_NAMES)}; got {name!r}")
+    if name == "cpu":
+        from .numpy_backend import NumpyBackend
+
+        return NumpyBackend()
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        from .cupy_backend import CupyBackend  # pragma: no cover - needs a GPU
+
+        return CupyBackend()
+    if name == "gpu":
+        raise BackendUnavailableError(
+            f"--backend gpu needs a CUDA GPU with CuPy, but {reason}. Install CuPy for your CUDA "
+            "version: pip install 'gpudedup[gpu]' (cupy-cuda12x, CUDA 12) or "
+            "pip install 'gpudedup[gpu-cuda13]' (cupy-cuda13x, CUDA 13); or use --backend cpu."
+        )
+    from .numpy_backend import NumpyBackend
+
+    return NumpyBackend(auto_reason=reason)
+
+
+def gpu_unavailable_reason() -> str | None:
+    """None when a GPU backend can run here, else why not (for messages and the report)."""
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed"
+    except Exception as error:  # a broken CUDA install raises all sorts of errors on import
+        return f"CuPy failed to import ({error})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device is visible"
+    except Exception as error:
+        return f"no usable CUDA device ({error})"
+    try:
+        from . import cupy_backend  # noqa: F401
+    except ImportError:
+        return "this version of gpudedup has no GPU backend yet"
+    return None

@@ -1,0 +1,29 @@
+"""The numpy backend: the reference implementation, host memory, always available."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..hashing import Permutations
+from ..minhash import minhash_signatures
+from ..shingling import ShingleBatch, ShingleSpec, shingle_hashes
+
+
+class NumpyBackend:
+    name = "cpu"
+    xp = np
+
+    def __init__(self, auto_reason: str | None = None):
+        self.description = f"numpy {np.__version__}"
+        if auto_reason:
+            self.description += f" (auto: no GPU backend, {auto_reason})"
+
+    def shingle_hashes(self, texts: pa.Array, spec: ShingleSpec) -> ShingleBatch:
+        return shingle_hashes(texts.to_pylist(), spec)
+
+    def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
+        return minhash_signatures(shingles, permutations)
+
+    def to_host(self, array) -> np.ndarray:
+        return np.asarray(array)

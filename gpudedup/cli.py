@@ -1,0 +1,193 @@
+"""The command line: ``gpudedup dedup``, ``gpudedup demo``.
+
+User errors (bad input, bad parameters, an occupied output directory) print one line on stderr
+and exit with code 2, without a traceback; Ctrl-C exits with code 130.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.markup import escape
+
+from . import __version__
+from .api import dedup as run_api_dedup
+from .errors import GpudedupError
+from .io.writer import check_output_dir
+from .params import (DEFAULT_BATCH_BYTES, DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
+                     DEFAULT_SEED, DEFAULT_THRESHOLD)
+
+app = typer.Typer(
+    name="gpudedup",
+    help="Find and remove near-duplicate documents in large text collections "
+    "(MinHash LSH on the GPU or CPU, exact Jaccard verification).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+class Shingle(str, Enum):
+    word = "word"
+    char = "char"
+
+
+class Keep(str, Enum):
+    first = "first"
+    longest = "longest"
+
+
+class OutputFormat(str, Enum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
+class BackendChoice(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+def version_callback(value: bool):
+    if value:
+        out.print(f"gpudedup {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=version_callback,
+                                                    is_eager=True, help="Show the version and exit.")] = None,
+):
+    """Find and remove near-duplicate documents in large text collections."""
+
+
+@app.command("dedup")
+def dedup_command(
+    inputs: Annotated[List[Path], typer.Argument(
+        help="JSONL (.jsonl, .jsonl.gz), Parquet or .txt files, or directories of them (read recursively, in sorted order).",
+        show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the results into.",
+                                         show_default=False)],
+    text_field: Annotated[str, typer.Option(help="Field (column) holding the text.")] = "text",
+    id_field: Annotated[Optional[str], typer.Option(
+        help="Field holding unique document ids. Default: '<file path>:<row>' (row counts from 1; the line number for JSONL).",
+        show_default=False)] = None,
+    threshold: Annotated[float, typer.Option(help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].")] = DEFAULT_THRESHOLD,
+    shingle: Annotated[Shingle, typer.Option(help="Shingle on word n-grams or character n-grams.")] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units (words or characters) per shingle.")] = DEFAULT_NGRAM,
+    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K; bands * rows of them are computed.")] = DEFAULT_NUM_PERM,
+    bands: Annotated[Optional[int], typer.Option(help="LSH bands b (with --rows). Default: chosen from the threshold so at most 1% of pairs at the threshold are missed.", show_default=False)] = None,
+    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
+    keep: Annotated[Keep, typer.Option(help="Which document of a cluster to keep: the first in input order, or the longest.")] = Keep.first,
+    bucket_window: Annotated[int, typer.Option(help="In an LSH bucket, pair each document with at most this many following ones (bounds huge buckets).")] = DEFAULT_BUCKET_WINDOW,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Format of deduplicated.*.")] = OutputFormat.parquet,
+    backend: Annotated[BackendChoice, typer.Option(help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).")] = BackendChoice.auto,
+    batch_bytes: Annotated[int, typer.Option(help="Text bytes per batch (memory, not results).")] = DEFAULT_BATCH_BYTES,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
+):
+    """Deduplicate documents and write the results into OUTPUT.
+
+    Writes deduplicated.parquet (or .jsonl), clusters.parquet, pairs.parquet and report.json.
+    Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
+    """
+    with user_errors():
+        check_output_dir(output, overwrite)
+        started = time.perf_counter()
+        result = run_api_dedup(
+            list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,
+            shingle=shingle.value, ngram=ngram, num_perm=num_perm, bands=bands, rows=rows, seed=seed,
+            keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
+            batch_bytes=batch_bytes,
+        )
+        result.write(output, format=format.value, overwrite=overwrite)
+        if not quiet:
+            print_summary(result.report, output, time.perf_counter() - started)
+
+
+@app.command("demo")
+def demo_command(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the demo's results (replaced if it exists).")] = Path("gpudedup-demo"),
+    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
+):
+    """Deduplicate the bundled sample corpus and show what was found.
+
+    The sample is Bible chapters from several public-domain English translations, some of which
+    are near-identical revisions of one another.
+    """
+    with user_errors():
+        started = time.perf_counter()
+        sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
+        with resources.as_file(sample) as path:
+            result = run_api_dedup([Path(path)], id_field="id", backend=backend.value, progress=True)
+        result.write(output, overwrite=True)
+        print_summary(result.report, output, time.perf_counter() - started)
+        print_largest_clusters(result)
+
+
+def print_summary(report: dict, output: Path, seconds: float) -> None:
+    r, p, i = report["results"], report["parameters"], report["input"]
+    err.print(
+        f"\n[bold]{i['documents']:,}[/] documents in ({i['empty_documents']:,} empty), "
+        f"[bold]{r['clusters']:,}[/] clusters of near-duplicates, "
+        f"[bold]{r['removed_documents']:,}[/] removed, {r['kept_documents']:,} kept "
+        f"in {seconds:.1f} s on {report['backend'].split(' (')[0]}.\n"
+        f"Jaccard >= {p['threshold']} over {p['shingle']} {p['ngram']}-grams; "
+        f"{p['bands']} bands x {p['rows']} rows; {r['candidate_pairs']:,} candidate pairs, "
+        f"{r['verified_pairs']:,} verified.\nResults in {output}/"
+    )
+
+
+def print_largest_clusters(result, count: int = 5) -> None:
+    clusters = result.clusters.to_pydict()
+    members: dict[int, list] = {}
+    for doc_id, cluster, kept in zip(clusters["id"], clusters["cluster"], clusters["keep"]):
+        members.setdefault(cluster, []).append((doc_id, kept))
+    table = Table(title="Largest clusters", show_lines=False)
+    table.add_column("cluster", justify="right")
+    table.add_column("size", justify="right")
+    table.add_column("kept")
+    table.add_column("removed")
+    for cluster, docs in sorted(members.items(), key=lambda item: (-len(item[1]), item[0]))[:count]:
+        kept = [str(d) for d, k in docs if k]
+        removed = [str(d) for d, k in docs if not k]
+        table.add_row(str(cluster), str(len(docs)), ", ".join(kept),
+                      ", ".join(removed[:4]) + (" ..." if len(removed) > 4 else ""))
+    err.print(table)
+
+
+class user_errors:
+    """Turn GpudedupError into one line on stderr and exit code 2; Ctrl-C into exit code 130."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if isinstance(error, GpudedupError):
+            err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+            raise typer.Exit(code=2)
+        if isinstance(error, KeyboardInterrupt):
+            err.print("[bold red]interrupted[/]: nothing was written")
+            raise typer.Exit(code=130)
+        return False
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

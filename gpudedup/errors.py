@@ -1,0 +1,26 @@
+"""Errors that are the user's to fix: the CLI prints them as one line and exits with code 2.
+
+Anything else that escapes is a bug in gpudedup and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class GpudedupError(Exception):
+    """A problem with the input, the parameters or the environment, explained in its message."""
+
+
+class ParameterError(GpudedupError, ValueError):
+    """A parameter is out of range: the message names it, its value and what is allowed."""
+
+
+class InputError(GpudedupError):
+    """An input file or record cannot be used: the message names the file, line or field."""
+
+
+class OutputError(GpudedupError):
+    """The output location cannot be written as asked (exists, not a directory, ...)."""
+
+
+class BackendUnavailableError(GpudedupError):
+    """The requested backend cannot run here (for example --backend gpu without a GPU)."""

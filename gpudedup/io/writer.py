@@ -1,0 +1,88 @@
+"""Writing a run's results into an output directory, atomically.
+
+Everything is written into a fresh temporary directory beside the target and renamed into
+place at the end, so an interrupted or failed run leaves either the previous complete output
+or none, never a half-written directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import OutputError
+
+OUTPUT_FORMATS = ("parquet", "jsonl")
+
+
+def check_output_dir(path: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse an output location that exists as a file, or as a non-empty directory unless
+    ``overwrite``. Called before any work, so a refused run costs nothing."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise OutputError(f"{out}: output directory exists and is not empty; use --overwrite to replace it")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise OutputError(f"{out}: parent directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{out}: cannot write in {parent} (permission denied)")
+    return out
+
+
+@contextmanager
+def atomic_output_dir(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary directory to fill; on success it replaces ``path`` in one rename."""
+    out = check_output_dir(path, overwrite)
+    parent = out.absolute().parent
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    try:
+        # mkdtemp makes 0700 directories; outputs should follow the user's umask like any file.
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)
+        yield staging
+        replace_dir(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def replace_dir(staging: Path, out: Path) -> None:
+    """Put ``staging`` where ``out`` is. An existing ``out`` is moved aside first and removed
+    after, so at every moment ``out`` is either the old complete output, absent, or the new."""
+    if not out.exists():
+        staging.rename(out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+    old.rmdir()
+    out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path)
+
+
+def write_jsonl(table: pa.Table, path: Path) -> None:
+    """One JSON object per row, columns in table order, UTF-8; values JSON cannot hold (dates,
+    bytes) are written as strings."""
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        for batch in table.to_batches(max_chunksize=8192):
+            handle.writelines(
+                json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in batch.to_pylist()
+            )
+
+
+def write_json(data: dict, path: Path) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

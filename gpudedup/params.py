@@ -1,0 +1,91 @@
+"""The parameters of a deduplication run, validated once in the public layer."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from .errors import ParameterError
+from .lsh import Banding, choose_bands
+
+DEFAULT_THRESHOLD = 0.8
+DEFAULT_NUM_PERM = 128
+DEFAULT_NGRAM = 5
+DEFAULT_SEED = 42
+DEFAULT_BUCKET_WINDOW = 64
+# Batches bound the memory of the signature pass: about 50 bytes per code point of a batch are
+# alive at once on the numpy backend.
+DEFAULT_BATCH_BYTES = 8 << 20
+DEFAULT_BATCH_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class DedupParams:
+    """Everything that decides the result of a run (and a few knobs that only decide speed).
+
+    threshold: verified pairs have exact Jaccard >= threshold; in (0, 1].
+    shingle, ngram: word or char n-grams of ngram units (DESIGN.md).
+    num_perm: the permutation budget K; only bands * rows of them are computed.
+    bands, rows: LSH banding; both None means "choose from the threshold" (lsh.choose_bands).
+    seed: draws the permutations.
+    keep: which document of a cluster is kept: "first" (input order) or "longest".
+    bucket_window: each document of an LSH bucket is paired with at most this many of the
+        documents that follow it in the bucket (bounds large buckets; see lsh.bucket_pairs).
+    batch_bytes, batch_rows: batch size limits (memory, not results).
+    """
+
+    threshold: float = DEFAULT_THRESHOLD
+    shingle: str = "word"
+    ngram: int = DEFAULT_NGRAM
+    num_perm: int = DEFAULT_NUM_PERM
+    bands: Optional[int] = None
+    rows: Optional[int] = None
+    seed: int = DEFAULT_SEED
+    keep: str = "first"
+    bucket_window: int = DEFAULT_BUCKET_WINDOW
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    batch_rows: int = DEFAULT_BATCH_ROWS
+
+    def __post_init__(self):
+        check = _check
+        check(isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1,
+              "threshold", self.threshold, "a number in (0, 1]")
+        check(self.shingle in ("word", "char"), "shingle", self.shingle, "'word' or 'char'")
+        check(_is_int(self.ngram) and self.ngram >= 1, "ngram", self.ngram, "an integer >= 1")
+        check(_is_int(self.num_perm) and 1 <= self.num_perm <= 4096, "num_perm", self.num_perm,
+              "an integer from 1 to 4096")
+        check((self.bands is None) == (self.rows is None), "bands/rows",
+              (self.bands, self.rows), "both given or both left out")
+        if self.bands is not None:
+            check(_is_int(self.bands) and self.bands >= 1, "bands", self.bands, "an integer >= 1")
+            check(_is_int(self.rows) and self.rows >= 1, "rows", self.rows, "an integer >= 1")
+            check(self.bands * self.rows <= self.num_perm, "bands * rows",
+                  f"{self.bands} * {self.rows} = {self.bands * self.rows}",
+                  f"at most num_perm = {self.num_perm}")
+        check(_is_int(self.seed) and 0 <= self.seed < 2**64, "seed", self.seed,
+              "an integer in [0, 2**64)")
+        check(self.keep in ("first", "longest"), "keep", self.keep, "'first' or 'longest'")
+        check(_is_int(self.bucket_window) and self.bucket_window >= 1, "bucket_window",
+              self.bucket_window, "an integer >= 1")
+        check(_is_int(self.batch_bytes) and self.batch_bytes >= 1, "batch_bytes",
+              self.batch_bytes, "an integer >= 1")
+        check(_is_int(self.batch_rows) and self.batch_rows >= 1, "batch_rows", self.batch_rows,
+              "an integer >= 1")
+
+    def banding(self) -> Banding:
+        """The (bands, rows) to use, and why."""
+        if self.bands is not None:
+            return Banding(self.bands, self.rows, "given")
+        return choose_bands(self.threshold, self.num_perm)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check(ok: bool, name: str, value, allowed: str) -> None:
+    if not ok:
+        raise ParameterError(f"{name} must be {allowed}; got {value!r}")

@@ -1,0 +1,42 @@
+"""Helpers for ragged (CSR) arrays, written once against the array module ``xp``.
+
+A ragged array is a flat ``values`` array plus ``offsets`` (int64, shape (n + 1,)): row i is
+``values[offsets[i]:offsets[i+1]]``. ``xp`` is numpy or cupy; the functions run wherever their
+inputs live and never move data between host and device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def offsets_from_counts(counts, xp=np):
+    """int64 (n + 1,) offsets for rows of the given lengths (counts: integer (n,))."""
+    offsets = xp.zeros(counts.shape[0] + 1, dtype=xp.int64)
+    xp.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
+def ragged_arange(counts, xp=np):
+    """Row index and position within the row for every element of rows of length ``counts``.
+
+    counts: integer (n,). Returns (row int64 (total,), within int64 (total,)); for counts
+    [2, 0, 3] that is row [0, 0, 2, 2, 2] and within [0, 1, 0, 1, 2].
+    """
+    counts = counts.astype(xp.int64)
+    row = xp.repeat(xp.arange(counts.shape[0], dtype=xp.int64), counts)
+    starts = offsets_from_counts(counts, xp)[:-1]
+    within = xp.arange(row.shape[0], dtype=xp.int64) - starts[row]
+    return row, within
+
+
+def gather_rows(offsets, rows, xp=np):
+    """Flat indices of the elements of the chosen rows, concatenated in the order given.
+
+    offsets: int64 (n + 1,); rows: integer (m,). Returns (indices int64 (total,), the new
+    offsets int64 (m + 1,)).
+    """
+    starts = offsets[rows]
+    counts = offsets[rows + 1] - starts
+    row, within = ragged_arange(counts, xp)
+    return starts[row] + within, offsets_from_counts(counts, xp)

@@ -1,0 +1,211 @@
+"""Shingles and their 64-bit hashes, vectorised over a batch (numpy reference, host).
+
+Definitions (DESIGN.md): on the normalised text, ``word`` n-grams are n consecutive tokens
+(split on single spaces) joined by one space; ``char`` n-grams are n consecutive code points. A
+non-empty normalised text shorter than n units has exactly one shingle, the whole text; an
+empty one has none.
+
+Every shingle is a substring of its document's normalised text, so its hash is
+``poly_hash64`` (see hashing.py) of that substring's code points. Hashing a substring
+``[s, e)`` costs O(1) after one prefix sum over the batch::
+
+    G[k] = sum_{j<k} c_j * Q**j                      with Q = POLY_BASE**-1 (mod 2**64)
+    sum_{j=s}^{e-1} c_j * P**(e-1-j) = (G[e] - G[s]) * P**(e-1)
+    poly_hash64(c_s..c_{e-1}) = fmix64(POLY_OFFSET * P**(e-s) + (G[e] - G[s]) * P**(e-1))
+
+all modulo 2**64, which is exactly Horner's rule from the definition, reordered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Sequence
+
+import numpy as np
+
+from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
+from .normalize import SPACE, encode_codepoints, normalize_codepoints
+from .ragged import offsets_from_counts, ragged_arange
+
+ShingleKind = Literal["word", "char"]
+
+
+@dataclass(frozen=True)
+class ShingleSpec:
+    """How documents are cut into shingles: ``kind`` word|char n-grams of ``n`` units."""
+
+    kind: ShingleKind = "word"
+    n: int = 5
+
+    def __post_init__(self):
+        if self.kind not in ("word", "char"):
+            raise ValueError(f"shingle kind must be 'word' or 'char', got {self.kind!r}")
+        if not isinstance(self.n, (int, np.integer)) or self.n < 1:
+            raise ValueError(f"ngram must be an integer >= 1, got {self.n!r}")
+
+
+class ShingleBatch(NamedTuple):
+    """Shingle hashes of a batch of documents, as a ragged array (host or device).
+
+    offsets: int64, shape (n_docs + 1,).
+    hashes: uint64, shape (offsets[-1],); document d's shingle hashes are
+        ``hashes[offsets[d]:offsets[d+1]]``, in text order with repeats, unless the batch was
+        made by ``shingle_sets`` (then sorted ascending without repeats).
+    """
+
+    offsets: np.ndarray
+    hashes: np.ndarray
+
+    @property
+    def n_docs(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    def counts(self) -> np.ndarray:
+        """int64 (n_docs,): shingles per document."""
+        return np.diff(self.offsets)
+
+
+def shingle_spans(
+    codepoints: np.ndarray, offsets: np.ndarray, spec: ShingleSpec
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where the shingles of a normalised batch are.
+
+    codepoints: uint32 (M,) normalised; offsets: int64 (n_docs + 1,).
+    Returns (starts int64 (S,), ends int64 (S,), shingle_offsets int64 (n_docs + 1,)): shingle
+    i is ``codepoints[starts[i]:ends[i]]``, grouped by document in text order.
+    """
+    if spec.kind == "char":
+        return ngram_unit_ranges(offsets, spec.n)
+    token_starts, token_ends, token_offsets = word_spans(codepoints, offsets)
+    first, stop, shingle_offsets = ngram_unit_ranges(token_offsets, spec.n)
+    return token_starts[first], token_ends[stop - 1], shingle_offsets
+
+
+def ngram_unit_ranges(
+    unit_offsets: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The n-grams of ragged rows of units (code points or tokens), as unit index ranges.
+
+    unit_offsets: int64 (n_docs + 1,). A row of L >= n units has L - n + 1 n-grams
+    ``[i, i + n)``; a row of 0 < L < n units has one, the whole row; an empty row none.
+    Returns (first int64 (S,), stop int64 (S,), ngram_offsets int64 (n_docs + 1,)).
+    """
+    lengths = np.diff(unit_offsets)
+    counts = np.where(lengths > 0, np.maximum(lengths - n + 1, 1), 0)
+    # Every unit starts an n-gram except the last min(n, L) - 1 of each row: clear those few
+    # instead of building per-unit row indices.
+    starts_ngram = np.ones(int(unit_offsets[-1]), dtype=bool)
+    row, within = ragged_arange(lengths - counts)
+    starts_ngram[unit_offsets[:-1][row] + counts[row] + within] = False
+    first = np.flatnonzero(starts_ngram)
+    stop = first + n
+    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    ngram_offsets = offsets_from_counts(counts)
+    stop[ngram_offsets[short]] = unit_offsets[short + 1]
+    return first, stop, ngram_offsets
+
+
+def word_spans(
+    codepoints: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token spans of a normalised batch (tokens are separated by exactly one space).
+
+    Returns (starts int64 (T,), ends int64 (T,), token_offsets int64 (n_docs + 1,)).
+    """
+    nonempty = np.diff(offsets) > 0
+    spaces = np.flatnonzero(codepoints == SPACE)
+    # A token starts at a non-empty document's start or after a space, and ends at a space or
+    # at its document's end; normalisation guarantees no leading, trailing or double spaces.
+    starts = np.sort(np.concatenate([offsets[:-1][nonempty], spaces + 1]))
+    ends = np.sort(np.concatenate([spaces, offsets[1:][nonempty]]))
+    token_offsets = np.searchsorted(starts, offsets).astype(np.int64)
+    return starts, ends, token_offsets
+
+
+_POWER_TABLES: list[np.ndarray] = []
+
+
+def base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(POLY_BASE_INV**j, POLY_BASE**j) for j < size, uint64 (size,) views of cached tables.
+
+    Every batch needs the same tables, so they are computed once and grown when a larger
+    batch comes (the tables cost 16 bytes per code point of the largest batch).
+    """
+    if not _POWER_TABLES or _POWER_TABLES[0].shape[0] < size:
+        grown = max(size, 2 * _POWER_TABLES[0].shape[0] if _POWER_TABLES else 0)
+        _POWER_TABLES[:] = [powers_mod64(POLY_BASE_INV, grown), powers_mod64(POLY_BASE, grown)]
+    return _POWER_TABLES[0][:size], _POWER_TABLES[1][:size]
+
+
+def span_hashes(codepoints: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """poly_hash64 of the code points of every span ``[starts[i], ends[i])``.
+
+    codepoints: uint32 (M,); starts, ends: int64 (S,), 0 <= start < end <= M. Returns uint64 (S,).
+    """
+    size = codepoints.shape[0] + 1
+    inverse_powers, powers = base_powers(size)
+    prefix = np.zeros(size, dtype=np.uint64)
+    np.cumsum(codepoints * inverse_powers[:-1], out=prefix[1:])  # wraps modulo 2**64
+    hashes = prefix[ends] - prefix[starts]
+    hashes *= powers[ends - 1]
+    hashes += np.uint64(POLY_OFFSET) * powers[ends - starts]
+    return fmix64(hashes)
+
+
+def shingle_hashes(texts: Sequence[str | None], spec: ShingleSpec) -> ShingleBatch:
+    """Hash every shingle of every text (numpy reference implementation, host).
+
+    texts: a batch of documents; ``None`` is the empty document. Returns a ShingleBatch in
+    text order with repeats (MinHash does not need sets; exact verification builds them).
+    """
+    codepoints, offsets = normalize_codepoints(*encode_codepoints(texts))
+    starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec)
+    return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends))
+
+
+def dense_ranks(values: np.ndarray) -> np.ndarray:
+    """Rank of each value among the distinct values (0 = smallest); int64, shape of values.
+
+    values: any sortable 1-D array (host). Equal values get equal ranks, so ranks can stand in
+    for 64-bit hashes wherever they must be packed next to another index in one integer.
+    """
+    order = np.argsort(values)
+    ordered = values[order]
+    is_new = np.empty(ordered.shape[0], dtype=bool)
+    is_new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=is_new[1:])
+    ranks = np.empty(values.shape[0], dtype=np.int64)
+    ranks[order] = np.cumsum(is_new) - 1
+    return ranks
+
+
+def unique_ranks_per_row(batch: ShingleBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each document's set of shingles, as dense ranks of the batch's hashes (host).
+
+    Returns (offsets int64 (n_docs + 1,), ranks int64 (U,), hash_of_rank uint64 (R,)): row d
+    holds the distinct ranks of document d ascending, and ``hash_of_rank[rank]`` is the hash.
+    Ranks fit in 32 bits, so they pack next to another index in one int64 sort key.
+    """
+    ranks = dense_ranks(batch.hashes)
+    doc = np.repeat(np.arange(batch.n_docs, dtype=np.int64), batch.counts())
+    # (document, rank) packed in one int64 key: a value sort (fast) orders by document, then
+    # by hash, because ranks preserve the order of the hashes.
+    keys = np.sort((doc << 32) | ranks)
+    first = np.ones(keys.shape[0], dtype=bool)
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    keys = keys[first]
+    hash_of_rank = np.empty(int(ranks.max()) + 1 if ranks.size else 0, dtype=np.uint64)
+    hash_of_rank[ranks] = batch.hashes
+    counts = np.bincount(keys >> 32, minlength=batch.n_docs)
+    return offsets_from_counts(counts), keys & 0xFFFFFFFF, hash_of_rank
+
+
+def unique_per_row(batch: ShingleBatch) -> ShingleBatch:
+    """The set of each document: hashes sorted ascending without repeats (host)."""
+    offsets, ranks, hash_of_rank = unique_ranks_per_row(batch)
+    return ShingleBatch(offsets, hash_of_rank[ranks])
+
+
+def shingle_sets(texts: Sequence[str | None], spec: ShingleSpec) -> ShingleBatch:
+    """Per-document shingle-hash sets (sorted, no repeats): the input of exact Jaccard."""
+    return unique_per_row(shingle_hashes(texts, spec))

@@ -1,0 +1,107 @@
+"""Time and peak memory per stage, and progress reporting, for the report and the CLI."""
+
+from __future__ import annotations
+
+import resource
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _read_peak_rss_bytes() -> int:
+    """The process's resident-set high-water mark (Linux VmHWM; ru_maxrss elsewhere)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reset_peak_rss() -> bool:
+    """Start a new high-water mark (Linux >= 4.0); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class StageLog:
+    """Seconds and peak resident memory of each named stage, accumulated over its runs.
+
+    Peak memory is the process's high-water mark while the stage ran (everything alive then,
+    not only what the stage allocated); where the mark cannot be reset it is the high-water
+    mark of the run so far.
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.peak_bytes: dict[str, int] = {}
+
+    @contextmanager
+    def stage(self, name: str):
+        _reset_peak_rss()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.peak_bytes[name] = max(self.peak_bytes.get(name, 0), _read_peak_rss_bytes())
+
+    def as_dict(self) -> dict:
+        return {
+            name: {"seconds": round(self.seconds[name], 4),
+                   "peak_rss_mb": round(self.peak_bytes[name] / 2**20, 1)}
+            for name in self.seconds
+        }
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def peak_rss_mb(self) -> float:
+        return round(max(self.peak_bytes.values(), default=0) / 2**20, 1)
+
+
+class Progress:
+    """Progress of the long stages; this base class shows nothing (library use, --quiet)."""
+
+    def start(self, description: str, total: int) -> None:
+        pass
+
+    def advance(self, amount: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class RichProgress(Progress):
+    """A progress bar per stage on stderr (rich), for the CLI and for notebooks."""
+
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bars,
+                                   TextColumn, TimeElapsedColumn)
+
+        self._bars = Bars(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self._task = None
+
+    def start(self, description: str, total: int) -> None:
+        if self._task is None:
+            self._bars.start()
+        elif not self._bars.tasks[self._task].finished:
+            self._bars.update(self._task, completed=self._bars.tasks[self._task].total)
+        self._task = self._bars.add_task(description, total=max(total, 1))
+
+    def advance(self, amount: int) -> None:
+        self._bars.advance(self._task, amount)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._bars.update(self._task, completed=self._bars.tasks[self._task].total)
+            self._bars.stop()
