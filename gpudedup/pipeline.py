@@ -19,11 +19,7 @@ from .lsh import Banding, band_keys, candidate_pairs
 from .params import DedupParams
 from .shingling import ShingleBatch, ShingleSpec
 from .stages import Progress, StageLog
-from .verify import pair_jaccard
-
-# Verification shingles the documents of a chunk of pairs again; a chunk holds at most this
-# many code points summed over its pairs' two texts (about 50 bytes of work memory each).
-VERIFY_CHUNK_CODEPOINTS = 16 << 20
+from .verify import document_sets, pair_jaccard, plausible
 
 
 @dataclass
@@ -68,7 +64,8 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     texts = corpus.texts
     n_docs = corpus.num_rows
 
-    keys, active = signature_pass(texts, spec, banding, permutations, params, backend, log, progress)
+    keys, active, signatures = signature_pass(texts, spec, banding, permutations, params,
+                                              backend, log, progress)
 
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):
@@ -78,14 +75,20 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     progress.advance(banding.bands)
 
     lengths = pc.fill_null(pc.utf8_length(texts), 0).to_numpy().astype(np.int64)
-    progress.start("Verifying pairs (exact)", first.shape[0])
     with log.stage("verify"):
-        def sets_of(docs: np.ndarray) -> ShingleBatch:
-            batch = backend.shingle_hashes(texts.take(pa.array(docs)), spec)
+        rows_a, rows_b = np.searchsorted(active, first), np.searchsorted(active, second)
+        likely = plausible(signatures, rows_a, rows_b, params.threshold)
+        first, second = first[likely], second[likely]
+        docs = np.unique(np.concatenate([first, second]))
+        progress.start("Verifying pairs (exact)", docs.shape[0])
+
+        def shingles_of(subset: np.ndarray) -> ShingleBatch:
+            batch = backend.shingle_hashes(texts.take(pa.array(subset)), spec)
+            progress.advance(subset.shape[0])
             return ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
 
-        jaccard = pair_jaccard(sets_of, first, second, lengths[first] + lengths[second],
-                               VERIFY_CHUNK_CODEPOINTS, on_chunk=progress.advance)
+        sets = document_sets(shingles_of, docs, lengths[docs], params.batch_bytes)
+        jaccard = pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
         verified = jaccard >= params.threshold
         pair_a, pair_b, jaccard = first[verified], second[verified], jaccard[verified]
 
@@ -98,19 +101,22 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     progress.stop()
 
     report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
-                          candidates=first.shape[0], verified=pair_a.shape[0], clusters=clusters)
+                          candidates=likely.shape[0], checked=first.shape[0],
+                          verified=pair_a.shape[0], clusters=clusters)
     return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report)
 
 
 def signature_pass(texts, spec, banding, permutations, params, backend, log, progress):
-    """Band keys of every non-empty document, batch by batch.
+    """Band keys and signatures of every non-empty document, batch by batch.
 
-    Returns (keys uint64 (m, bands), active int64 (m,)): band keys and the row indices of the m
-    documents that have at least one shingle (empty documents are never candidates), host.
+    Returns (keys uint64 (m, bands), active int64 (m,), signatures uint32 (m, bands * rows)),
+    host: the m documents that have at least one shingle (empty documents are never
+    candidates), their row indices, band keys and signatures (kept for the signature filter of
+    verification, 4 bytes per permutation per document).
     """
     batches = list(text_batches(texts, params.batch_bytes, params.batch_rows))
     progress.start("Shingling + MinHash", len(texts))
-    all_keys, all_active = [], []
+    all_keys, all_active, all_signatures = [], [], []
     for start, stop in batches:
         with log.stage("shingle"):
             shingles = backend.shingle_hashes(texts.slice(start, stop - start).combine_chunks(), spec)
@@ -118,17 +124,21 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
             signatures = backend.signatures(shingles, permutations)
         with log.stage("band_keys"):
             nonempty = backend.xp.flatnonzero(backend.xp.diff(shingles.offsets) > 0)
-            keys = band_keys(signatures[nonempty], banding, backend.xp)
+            signatures = signatures[nonempty]
+            keys = band_keys(signatures, banding, backend.xp)
             all_keys.append(backend.to_host(keys))
+            all_signatures.append(backend.to_host(signatures))
             all_active.append(backend.to_host(nonempty) + start)
         progress.advance(stop - start)
     if not batches:
-        return np.zeros((0, banding.bands), np.uint64), np.zeros(0, np.int64)
-    return np.concatenate(all_keys), np.concatenate(all_active)
+        width = banding.bands * banding.rows
+        return (np.zeros((0, banding.bands), np.uint64), np.zeros(0, np.int64),
+                np.zeros((0, width), np.uint32))
+    return np.concatenate(all_keys), np.concatenate(all_active), np.concatenate(all_signatures)
 
 
 def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty: int,
-                 candidates: int, verified: int, clusters: Clusters) -> dict:
+                 candidates: int, checked: int, verified: int, clusters: Clusters) -> dict:
     texts = corpus.texts
     removed = int((~clusters.keep).sum())
     return {
@@ -151,6 +161,7 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
         },
         "results": {
             "candidate_pairs": int(candidates),
+            "exactly_checked_pairs": int(checked),
             "verified_pairs": int(verified),
             "clusters": clusters.count,
             "documents_in_clusters": int(clusters.docs.shape[0]),

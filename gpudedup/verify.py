@@ -1,66 +1,117 @@
 """Exact verification of candidate pairs on the host: Jaccard of the two shingle-hash sets.
 
-Shingle sets are not kept from the signature pass: they would cost 8 bytes per shingle of the
-whole corpus (8x the text for char n-grams). The documents of each chunk of candidate pairs
-are shingled again instead, by the backend, and only their hashes cross to the host.
+Two steps:
+1. ``plausible`` drops candidates whose signatures agree in so few columns that a Jaccard at
+   or above the threshold is implausible: for a pair of true Jaccard J, the number of agreeing
+   columns of K is Binomial(K, J), so a pair with J >= t shows x or fewer agreements with
+   probability at most BinomCDF(x; K, t). Only pairs below a cut-off whose tail is under
+   SIGNATURE_TAIL (1e-9) are dropped; this costs K comparisons per pair and removes most of
+   the false candidates before the expensive step.
+2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. Shingle sets are not kept from the
+   signature pass (8 bytes per shingle of the whole corpus, 8x the text for char n-grams): the
+   documents that appear in candidate pairs are shingled once more, by the backend, and only
+   their hashes cross to the host.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
+import scipy.sparse
 
-from .ragged import gather_rows
-from .shingling import ShingleBatch, unique_ranks_per_row
+from .ragged import offsets_from_counts
+from .shingling import ShingleBatch, unique_per_row
+
+SIGNATURE_TAIL = 1e-9
 
 
-def intersection_sizes(offsets, ranks, first, second) -> np.ndarray:
-    """|A ∩ B| for pairs of rows of a ragged array of per-row distinct ranks.
+def agreement_cutoff(num_columns: int, threshold: float, tail: float = SIGNATURE_TAIL) -> int:
+    """The largest x with BinomCDF(x; K, threshold) <= tail, or -1 if there is none.
 
-    offsets: int64 (n + 1,); ranks: int64 (U,) distinct within each row, < 2**32;
-    first, second: int64 (p,) row indices. Returns int64 (p,).
+    A pair whose signatures agree in at most x of K columns has Jaccard >= threshold with
+    probability at most ``tail``.
     """
-    pair = np.arange(first.shape[0], dtype=np.int64)
-    a_index, a_offsets = gather_rows(offsets, first)
-    b_index, b_offsets = gather_rows(offsets, second)
-    # (pair, rank) keys of both sides in one sorted array: an element of A ∩ B shows up as two
-    # equal neighbours, because each side holds a rank at most once.
-    keys = np.concatenate(
-        [
-            (np.repeat(pair, np.diff(a_offsets)) << 32) | ranks[a_index],
-            (np.repeat(pair, np.diff(b_offsets)) << 32) | ranks[b_index],
-        ]
-    )
-    keys.sort()
-    repeated = keys[1:][keys[1:] == keys[:-1]]
-    return np.bincount(repeated >> 32, minlength=first.shape[0]).astype(np.int64)
+    if threshold >= 1.0:
+        return num_columns - 1  # J = 1 means identical sets, so identical signatures
+    log_p, log_q = math.log(threshold), math.log1p(-threshold)
+    cdf, cutoff = 0.0, -1
+    for x in range(num_columns + 1):
+        log_pmf = (math.lgamma(num_columns + 1) - math.lgamma(x + 1) - math.lgamma(num_columns - x + 1)
+                   + x * log_p + (num_columns - x) * log_q)
+        cdf += math.exp(log_pmf)
+        if cdf > tail:
+            break
+        cutoff = x
+    return cutoff
 
 
-def pair_jaccard(sets_of: Callable[[np.ndarray], ShingleBatch], first, second, cost,
-                 chunk_cost: int, on_chunk: Callable[[int], None] = lambda pairs: None) -> np.ndarray:
-    """Exact Jaccard |A ∩ B| / |A ∪ B| of every pair; float64 (p,), host.
+def signature_agreements(signatures: np.ndarray, first, second, chunk: int = 1 << 16) -> np.ndarray:
+    """Agreeing columns of each pair's signatures; signatures: uint32 (n, K) host, rows indexed
+    by first/second (int64 (p,)). Returns int64 (p,)."""
+    agree = np.empty(first.shape[0], dtype=np.int64)
+    for start in range(0, first.shape[0], chunk):
+        stop = start + chunk
+        agree[start:stop] = (signatures[first[start:stop]] == signatures[second[start:stop]]).sum(axis=1)
+    return agree
 
-    sets_of(docs): the shingle hashes (ShingleBatch on the host, repeats allowed) of the
-    documents ``docs`` (int64 (m,), ascending, distinct), row i for docs[i].
-    first, second: int64 (p,) document indices; no document in a pair may be empty.
-    cost: int64 (p,), the size of each pair's two texts; pairs are verified in chunks whose
-    cost adds up to about ``chunk_cost``, so memory follows the chunk, not the corpus.
-    on_chunk(pairs) is called after each chunk (progress).
+
+def plausible(signatures: np.ndarray, first, second, threshold: float) -> np.ndarray:
+    """bool (p,): pairs that may reach the threshold (see the module docstring)."""
+    cutoff = agreement_cutoff(signatures.shape[1], threshold)
+    return signature_agreements(signatures, first, second) > cutoff
+
+
+def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.ndarray,
+                  doc_cost: np.ndarray, batch_cost: int) -> scipy.sparse.csr_matrix:
+    """The shingle sets of ``docs`` as a binary sparse matrix (host).
+
+    shingles_of(docs): host ShingleBatch of the given documents (repeats allowed).
+    docs: int64 (m,) ascending; doc_cost: int64 (m,) text sizes, to shingle ``batch_cost`` at a
+    time. Row i is docs[i]'s set, with sorted, distinct column indices (canonical CSR).
+
+    The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64: an
+    order-preserving map, so equal hashes share a column and sorted hashes are sorted columns,
+    without a global ranking of all hashes. Some columns are negative; scipy's CSR arithmetic
+    only compares column indices, which tests/test_verify.py checks.
     """
+    parts, counts = [], []
+    for start, stop in cost_chunks(doc_cost, batch_cost):
+        sets = unique_per_row(shingles_of(docs[start:stop]))
+        parts.append((sets.hashes ^ np.uint64(1 << 63)).view(np.int64))
+        counts.append(sets.counts())
+    columns = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    offsets = offsets_from_counts(np.concatenate(counts) if counts else np.zeros(0, np.int64))
+    matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets),
+                                     shape=(docs.shape[0], np.iinfo(np.int64).max))
+    matrix.has_sorted_indices = True
+    return matrix
+
+
+def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 25) -> np.ndarray:
+    """Exact Jaccard |A ∩ B| / |A ∪ B| of rows ``first[i]``, ``second[i]`` of ``sets``.
+
+    sets: binary CSR (document_sets); first, second: int64 (p,) row indices of non-empty rows.
+    Returns float64 (p,). Pairs go ``chunk_elements`` set elements at a time (memory).
+    """
+    sizes = np.diff(sets.indptr)
     jaccard = np.empty(first.shape[0], dtype=np.float64)
+    for start, stop in cost_chunks(sizes[first] + sizes[second], chunk_elements):
+        a, b = first[start:stop], second[start:stop]
+        # Row-wise product of two canonical CSR matrices: a sorted merge per pair, in C++.
+        inter = np.asarray(sets[a].multiply(sets[b]).sum(axis=1, dtype=np.int64)).ravel()
+        jaccard[start:stop] = inter / (sizes[a] + sizes[b] - inter)
+    return jaccard
+
+
+def cost_chunks(cost: np.ndarray, budget: int):
+    """(start, stop) ranges of consecutive items whose costs add up to about ``budget`` (at
+    least one item each)."""
     total = np.cumsum(cost)
     start = 0
-    while start < first.shape[0]:
+    while start < cost.shape[0]:
         spent = total[start - 1] if start else 0
-        stop = max(int(np.searchsorted(total, spent + chunk_cost, side="right")), start + 1)
-        a, b = first[start:stop], second[start:stop]
-        docs = np.unique(np.concatenate([a, b]))
-        offsets, ranks, _ = unique_ranks_per_row(sets_of(docs))
-        a_row, b_row = np.searchsorted(docs, a), np.searchsorted(docs, b)
-        inter = intersection_sizes(offsets, ranks, a_row, b_row)
-        sizes = np.diff(offsets)
-        jaccard[start:stop] = inter / (sizes[a_row] + sizes[b_row] - inter)
-        on_chunk(stop - start)
+        stop = max(int(np.searchsorted(total, spent + budget, side="right")), start + 1)
+        yield start, stop
         start = stop
-    return jaccard

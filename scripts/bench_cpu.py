@@ -1,0 +1,223 @@
+"""CPU benchmark: gpudedup (numpy backend) against datasketch and rensa on one corpus.
+
+Each pipeline runs in its own subprocess (so peak memory is its own) on the same JSONL file:
+- gpudedup: the whole job, ``gpudedup.dedup`` plus writing the outputs (reading, shingling,
+  signatures, banding, exact verification, clustering, Parquet output).
+- datasketch: canonical shingling in plain Python, ``MinHash.update_batch`` per document, then
+  ``MinHashLSH`` (its default band choice for the threshold), query then insert.
+- rensa: the same shingling, ``RMinHash.update`` and ``RMinHashLSH`` with the bands and rows
+  gpudedup chose, query then insert.
+The references stop at LSH candidates (no verification or output), so they do less work.
+
+Recall is measured against the exact set of pairs with Jaccard >= threshold, computed by
+gpudedup.allpairs (prefix filtering, exact) from the shingle-hash sets and cached under
+bench_data/. Pair recall counts true pairs that a pipeline reports (gpudedup: verified pairs;
+references: candidate pairs); gpudedup's cluster recall counts true pairs whose documents
+share a cluster.
+
+    pip install -e '.[bench]'
+    python scripts/build_bench_corpus.py --install bench_data/bench.jsonl
+    python scripts/bench_cpu.py bench_data/bench.jsonl --shingle word --ngram 5 --threshold 0.8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.json as pajson
+
+WHITE_SPACE = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+PIPELINES = ("gpudedup", "datasketch", "rensa")
+
+
+def python_shingles(text: str, kind: str, n: int) -> list[str]:
+    """DESIGN.md's canonical shingling, written the plain way a user of a MinHash library would."""
+    text = WHITE_SPACE.sub(" ", (text or "").lower()).strip(" ")
+    if not text:
+        return []
+    units = text.split(" ") if kind == "word" else text
+    if len(units) < n:
+        return [text]
+    joiner = " " if kind == "word" else ""
+    return list({joiner.join(units[i : i + n]) for i in range(len(units) - n + 1)})
+
+
+def load_texts(path: Path) -> list[str]:
+    return pajson.read_json(path).column("text").to_pylist()
+
+
+# --- pipelines (each returns (first, second) row-index arrays of the pairs it reports) ---------
+
+
+def run_gpudedup(path: Path, args) -> dict:
+    import gpudedup
+
+    with tempfile.TemporaryDirectory() as out:
+        result = gpudedup.dedup(path, id_field="id", threshold=args.threshold, shingle=args.shingle,
+                                ngram=args.ngram, num_perm=args.num_perm, backend="cpu")
+        result.write(Path(out) / "result")
+    table = pajson.read_json(path).column("id").to_pylist()
+    row = {doc_id: i for i, doc_id in enumerate(table)}
+    pairs = result.pairs.to_pydict()
+    first = np.array([row[i] for i in pairs["id_a"]], dtype=np.int64)
+    second = np.array([row[i] for i in pairs["id_b"]], dtype=np.int64)
+    clusters = result.clusters.to_pydict()
+    cluster_of = np.full(len(table), -1, dtype=np.int64)
+    cluster_of[[row[i] for i in clusters["id"]]] = clusters["cluster"]
+    params = result.report["parameters"]
+    return {"first": first, "second": second, "cluster_of": cluster_of,
+            "bands": params["bands"], "rows": params["rows"],
+            "stages": result.report["stages"], "results": result.report["results"]}
+
+
+def run_datasketch(path: Path, args) -> dict:
+    from datasketch import MinHash, MinHashLSH
+
+    texts = load_texts(path)
+    lsh = MinHashLSH(threshold=args.threshold, num_perm=args.num_perm)
+    first, second = [], []
+    for i, text in enumerate(texts):
+        shingles = python_shingles(text, args.shingle, args.ngram)
+        if not shingles:
+            continue
+        minhash = MinHash(num_perm=args.num_perm)
+        minhash.update_batch([s.encode("utf-8") for s in shingles])
+        for j in lsh.query(minhash):
+            first.append(j)
+            second.append(i)
+        lsh.insert(i, minhash)
+    return {"first": np.array(first, np.int64), "second": np.array(second, np.int64),
+            "bands": lsh.b, "rows": lsh.r}
+
+
+def run_rensa(path: Path, args) -> dict:
+    from rensa import RMinHash, RMinHashLSH
+
+    texts = load_texts(path)
+    perms = args.bands * args.rows
+    lsh = RMinHashLSH(threshold=args.threshold, num_perm=perms, num_bands=args.bands)
+    first, second = [], []
+    for i, text in enumerate(texts):
+        shingles = python_shingles(text, args.shingle, args.ngram)
+        if not shingles:
+            continue
+        minhash = RMinHash(num_perm=perms, seed=args.seed)
+        minhash.update(shingles)
+        for j in lsh.query(minhash):
+            first.append(j)
+            second.append(i)
+        lsh.insert(i, minhash)
+    return {"first": np.array(first, np.int64), "second": np.array(second, np.int64),
+            "bands": args.bands, "rows": args.rows}
+
+
+def exact_truth(path: Path, args) -> tuple[np.ndarray, np.ndarray]:
+    """Row pairs with exact Jaccard >= threshold (cached next to the corpus)."""
+    cache = path.with_name(f"{path.stem}.truth-{args.shingle}{args.ngram}-{args.threshold}.npz")
+    if cache.exists():
+        data = np.load(cache)
+        return data["first"], data["second"]
+    from gpudedup.allpairs import exact_similar_pairs
+    from gpudedup.shingling import ShingleSpec, shingle_sets
+
+    sets = shingle_sets(load_texts(path), ShingleSpec(args.shingle, args.ngram))
+    truth = exact_similar_pairs(sets.offsets, sets.hashes, args.threshold)
+    np.savez(cache, first=truth.doc_a, second=truth.doc_b)
+    return truth.doc_a, truth.doc_b
+
+
+def pair_codes(first, second, n: int) -> np.ndarray:
+    a, b = np.minimum(first, second), np.maximum(first, second)
+    return np.unique(a.astype(np.int64) * n + b)
+
+
+# --- driver ------------------------------------------------------------------------------------
+
+
+def run_one(name: str, path: Path, args) -> None:
+    """Child process: run one pipeline, write its pairs and measurements to args.result."""
+    started = time.perf_counter()
+    outcome = {"gpudedup": run_gpudedup, "datasketch": run_datasketch, "rensa": run_rensa}[name](path, args)
+    outcome["seconds"] = time.perf_counter() - started
+    outcome["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    arrays = {k: v for k, v in outcome.items() if isinstance(v, np.ndarray)}
+    meta = {k: v for k, v in outcome.items() if not isinstance(v, np.ndarray)}
+    np.savez(args.result, **arrays, meta=json.dumps(meta))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpus", type=Path, help="JSONL with 'id' and 'text' fields")
+    parser.add_argument("--shingle", choices=("word", "char"), default="word")
+    parser.add_argument("--ngram", type=int, default=5)
+    parser.add_argument("--threshold", type=float, default=0.8)
+    parser.add_argument("--num-perm", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--only", choices=PIPELINES, help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--bands", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rows", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--skip", nargs="*", default=[], choices=PIPELINES, help="pipelines to leave out")
+    args = parser.parse_args()
+    if args.only:
+        run_one(args.only, args.corpus, args)
+        return
+
+    texts = load_texts(args.corpus)
+    n = len(texts)
+    text_mb = sum(len(t.encode("utf-8")) for t in texts if t) / 1e6
+    truth_first, truth_second = exact_truth(args.corpus, args)
+    truth = pair_codes(truth_first, truth_second, n)
+    print(f"corpus {args.corpus}: {n} documents, {text_mb:.0f} MB of text; {truth.size} pairs with "
+          f"exact Jaccard >= {args.threshold} ({args.shingle} {args.ngram}-grams)")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+
+    from gpudedup.params import DedupParams
+
+    banding = DedupParams(threshold=args.threshold, num_perm=args.num_perm).banding()
+    rows = []
+    for name in PIPELINES:
+        if name in args.skip:
+            continue
+        with tempfile.NamedTemporaryFile(suffix=".npz") as result:
+            command = [sys.executable, __file__, str(args.corpus), "--only", name, "--result", result.name,
+                       "--shingle", args.shingle, "--ngram", str(args.ngram), "--threshold", str(args.threshold),
+                       "--num-perm", str(args.num_perm), "--seed", str(args.seed),
+                       "--bands", str(banding.bands), "--rows", str(banding.rows)]
+            subprocess.run(command, check=True)
+            data = np.load(result.name)
+            meta = json.loads(str(data["meta"]))
+        found = pair_codes(data["first"], data["second"], n)
+        row = {"pipeline": name, "seconds": meta["seconds"], "peak_rss_mb": meta["peak_rss_mb"],
+               "bands x rows": f"{meta['bands']}x{meta['rows']}",
+               "reported pairs": int(found.size),
+               "pair recall": float(np.isin(truth, found).mean()) if truth.size else 1.0}
+        if "cluster_of" in data:
+            cluster_of = data["cluster_of"]
+            same = (cluster_of[truth_first] >= 0) & (cluster_of[truth_first] == cluster_of[truth_second])
+            row["cluster recall"] = float(same.mean()) if same.size else 1.0
+            row["stages"] = meta["stages"]
+        rows.append(row)
+        print(json.dumps(row))
+
+    print(f"\n| pipeline | wall s | peak RSS MB | x text size | b x r | reported pairs | pair recall | cluster recall |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['pipeline']} | {row['seconds']:.1f} | {row['peak_rss_mb']:.0f} | "
+              f"{row['peak_rss_mb'] / text_mb:.1f} | {row['bands x rows']} | {row['reported pairs']} | "
+              f"{row['pair recall']:.4f} | {row.get('cluster recall', float('nan')):.4f} |")
+
+
+if __name__ == "__main__":
+    main()
