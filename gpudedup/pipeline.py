@@ -3,6 +3,7 @@ exact verification -> clusters. Writes nothing; api.py and cli.py decide where r
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -87,7 +88,8 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
             progress.advance(subset.shape[0])
             return ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
 
-        sets = document_sets(shingles_of, docs, lengths[docs], params.batch_bytes)
+        sets = document_sets(shingles_of, docs, lengths[docs], params.batch_bytes,
+                             lambda function, items: map_parallel(function, items, backend.parallel_batches))
         jaccard = pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
         verified = jaccard >= params.threshold
         pair_a, pair_b, jaccard = first[verified], second[verified], jaccard[verified]
@@ -114,27 +116,46 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
     candidates), their row indices, band keys and signatures (kept for the signature filter of
     verification, 4 bytes per permutation per document).
     """
-    batches = list(text_batches(texts, params.batch_bytes, params.batch_rows))
     progress.start("Shingling + MinHash", len(texts))
-    all_keys, all_active, all_signatures = [], [], []
-    for start, stop in batches:
-        with log.stage("shingle"):
+
+    def one_batch(rows: tuple[int, int]):
+        start, stop = rows
+        with log.timed("shingle"):
             shingles = backend.shingle_hashes(texts.slice(start, stop - start).combine_chunks(), spec)
-        with log.stage("signatures"):
+        with log.timed("signatures"):
             signatures = backend.signatures(shingles, permutations)
-        with log.stage("band_keys"):
+        with log.timed("band_keys"):
             nonempty = backend.xp.flatnonzero(backend.xp.diff(shingles.offsets) > 0)
             signatures = signatures[nonempty]
             keys = band_keys(signatures, banding, backend.xp)
-            all_keys.append(backend.to_host(keys))
-            all_signatures.append(backend.to_host(signatures))
-            all_active.append(backend.to_host(nonempty) + start)
+            result = (backend.to_host(keys), backend.to_host(nonempty) + start, backend.to_host(signatures))
         progress.advance(stop - start)
-    if not batches:
+        return result
+
+    with log.stage("signature_pass"):
+        batches = list(text_batches(texts, params.batch_bytes, params.batch_rows))
+        results = list(map_parallel(one_batch, batches, backend.parallel_batches))
+    if not results:
         width = banding.bands * banding.rows
         return (np.zeros((0, banding.bands), np.uint64), np.zeros(0, np.int64),
                 np.zeros((0, width), np.uint32))
-    return np.concatenate(all_keys), np.concatenate(all_active), np.concatenate(all_signatures)
+    keys, active, signatures = zip(*results)
+    return np.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+
+
+def map_parallel(function, items, workers: int):
+    """``map(function, items)`` in order, on ``workers`` threads when there is more than one.
+
+    The numpy stages spend their time in numpy calls that release the GIL, so threads use
+    all cores without copying batches between processes.
+    """
+    if workers <= 1 or len(items) <= 1:
+        return map(function, items)
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        return list(pool.map(function, items))
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty: int,

@@ -129,11 +129,10 @@ def base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
     """(POLY_BASE_INV**j, POLY_BASE**j) for j < size, uint64 (size,) views of cached tables.
 
     Every batch needs the same tables, so they are computed once and grown when a larger
-    batch comes (the tables cost 16 bytes per code point of the largest batch).
+    batch comes (they cost 16 bytes per code point of the largest batch so far).
     """
     if not _POWER_TABLES or _POWER_TABLES[0].shape[0] < size:
-        grown = max(size, 2 * _POWER_TABLES[0].shape[0] if _POWER_TABLES else 0)
-        _POWER_TABLES[:] = [powers_mod64(POLY_BASE_INV, grown), powers_mod64(POLY_BASE, grown)]
+        _POWER_TABLES[:] = [powers_mod64(POLY_BASE_INV, size), powers_mod64(POLY_BASE, size)]
     return _POWER_TABLES[0][:size], _POWER_TABLES[1][:size]
 
 
@@ -152,11 +151,12 @@ def span_hashes(codepoints: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     return fmix64(hashes)
 
 
-def shingle_hashes(texts: Sequence[str | None], spec: ShingleSpec) -> ShingleBatch:
+def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
     """Hash every shingle of every text (numpy reference implementation, host).
 
-    texts: a batch of documents; ``None`` is the empty document. Returns a ShingleBatch in
-    text order with repeats (MinHash does not need sets; exact verification builds them).
+    texts: a batch of documents, a pyarrow string array or a sequence of str (``None`` / null
+    is the empty document). Returns a ShingleBatch in text order with repeats (MinHash does not
+    need sets; exact verification builds them).
     """
     codepoints, offsets = normalize_codepoints(*encode_codepoints(texts))
     starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec)
@@ -206,6 +206,6 @@ def unique_per_row(batch: ShingleBatch) -> ShingleBatch:
     return ShingleBatch(offsets, hash_of_rank[ranks])
 
 
-def shingle_sets(texts: Sequence[str | None], spec: ShingleSpec) -> ShingleBatch:
+def shingle_sets(texts, spec: ShingleSpec) -> ShingleBatch:
     """Per-document shingle-hash sets (sorted, no repeats): the input of exact Jaccard."""
     return unique_per_row(shingle_hashes(texts, spec))

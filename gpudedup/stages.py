@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,12 +34,15 @@ class StageLog:
 
     Peak memory is the process's high-water mark while the stage ran (everything alive then,
     not only what the stage allocated); where the mark cannot be reset it is the high-water
-    mark of the run so far.
+    mark of the run so far. Parts of a parallel stage are ``timed``: their busy seconds add up
+    over the threads and have no memory figure of their own.
     """
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self.peak_bytes: dict[str, int] = {}
+        self.busy_seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     @contextmanager
     def stage(self, name: str):
@@ -50,12 +54,26 @@ class StageLog:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
             self.peak_bytes[name] = max(self.peak_bytes.get(name, 0), _read_peak_rss_bytes())
 
+    @contextmanager
+    def timed(self, name: str):
+        """Add the time of a block to stage ``name`` (thread-safe; no memory reading). Used for
+        the parts of a parallel stage, whose seconds then add up over the worker threads."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.busy_seconds[name] = self.busy_seconds.get(name, 0.0) + time.perf_counter() - start
+
     def as_dict(self) -> dict:
-        return {
+        stages = {
             name: {"seconds": round(self.seconds[name], 4),
                    "peak_rss_mb": round(self.peak_bytes[name] / 2**20, 1)}
             for name in self.seconds
         }
+        for name, seconds in self.busy_seconds.items():
+            stages[name] = {"busy_seconds": round(seconds, 4)}
+        return stages
 
     @property
     def total_seconds(self) -> float:

@@ -64,23 +64,27 @@ def plausible(signatures: np.ndarray, first, second, threshold: float) -> np.nda
 
 
 def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.ndarray,
-                  doc_cost: np.ndarray, batch_cost: int) -> scipy.sparse.csr_matrix:
+                  doc_cost: np.ndarray, batch_cost: int, map_batches=map) -> scipy.sparse.csr_matrix:
     """The shingle sets of ``docs`` as a binary sparse matrix (host).
 
     shingles_of(docs): host ShingleBatch of the given documents (repeats allowed).
     docs: int64 (m,) ascending; doc_cost: int64 (m,) text sizes, to shingle ``batch_cost`` at a
-    time. Row i is docs[i]'s set, with sorted, distinct column indices (canonical CSR).
+    time; map_batches: an order-keeping map over the batches (the pipeline's runs threads).
+    Row i is docs[i]'s set, with sorted, distinct column indices (canonical CSR).
 
     The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64: an
     order-preserving map, so equal hashes share a column and sorted hashes are sorted columns,
     without a global ranking of all hashes. Some columns are negative; scipy's CSR arithmetic
     only compares column indices, which tests/test_verify.py checks.
     """
-    parts, counts = [], []
-    for start, stop in cost_chunks(doc_cost, batch_cost):
-        sets = unique_per_row(shingles_of(docs[start:stop]))
-        parts.append((sets.hashes ^ np.uint64(1 << 63)).view(np.int64))
-        counts.append(sets.counts())
+
+    def batch_sets(rows: tuple[int, int]):
+        sets = unique_per_row(shingles_of(docs[rows[0] : rows[1]]))
+        return (sets.hashes ^ np.uint64(1 << 63)).view(np.int64), sets.counts()
+
+    results = list(map_batches(batch_sets, list(cost_chunks(doc_cost, batch_cost))))
+    parts = [columns for columns, _ in results]
+    counts = [count for _, count in results]
     columns = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     offsets = offsets_from_counts(np.concatenate(counts) if counts else np.zeros(0, np.int64))
     matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets),

@@ -33,6 +33,7 @@ class Backend(Protocol):
     name: str  # "cpu" or "gpu"
     xp: object  # the array module: numpy or cupy
     description: str  # for the report, e.g. "numpy 2.4.6"
+    parallel_batches: int  # batches processed at once (threads)
 
     def shingle_hashes(self, texts: pa.Array, spec: ShingleSpec) -> ShingleBatch:
         """Shingle hashes of a batch; texts: string or large_string array, nulls are empty."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 
@@ -13,6 +15,8 @@ from ..shingling import ShingleBatch, ShingleSpec, shingle_hashes
 class NumpyBackend:
     name = "cpu"
     xp = np
+    # Batches run on this many threads at once (numpy releases the GIL in its loops).
+    parallel_batches = os.cpu_count() or 1
 
     def __init__(self, auto_reason: str | None = None):
         self.description = f"numpy {np.__version__}"
@@ -20,7 +24,7 @@ class NumpyBackend:
             self.description += f" (auto: no GPU backend, {auto_reason})"
 
     def shingle_hashes(self, texts: pa.Array, spec: ShingleSpec) -> ShingleBatch:
-        return shingle_hashes(texts.to_pylist(), spec)
+        return shingle_hashes(texts, spec)
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
         return minhash_signatures(shingles, permutations)
