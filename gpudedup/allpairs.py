@@ -2,9 +2,10 @@
 
 Given per-document shingle sets, ``exact_similar_pairs`` returns every pair of documents whose
 Jaccard similarity ``|A & B| / |A | B|`` is at least a threshold ``t`` -- no misses, no extras.
-It is the prefix-filtering join of AllPairs / PPJoin (Bayardo et al. 2007, Xiao et al. 2008),
-vectorised with numpy so that it runs in a handful of array passes per chunk instead of a
-Python loop per document.
+It is the prefix-filtering join of AllPairs / PPJoin (Bayardo et al. 2007; Xiao et al. 2008)
+with an extended-prefix filter in the spirit of Wang et al. 2012 ("Can we beat the prefix
+filtering?"), vectorised with numpy and scipy: a few array passes per chunk of candidates, no
+Python loop per document or per token.
 
 Input is a CSR batch of host arrays: ``offsets`` int64 (n_docs + 1,) and ``hashes`` uint64
 (offsets[-1],); document d's set is ``hashes[offsets[d]:offsets[d+1]]``, sorted ascending
@@ -17,38 +18,46 @@ in). Every membership decision is integer arithmetic on that fraction; only the 
 
 The algorithm, and why it finds every pair
 ------------------------------------------
-1. Tokens. Every distinct hash becomes a dense uint32 token id, ordered by document frequency
-   (rarest first, ties by hash value). Each set is rewritten as its token ids in ascending
-   order, i.e. rarest token first.
+1. Tokens. Every distinct hash becomes a dense token id, ordered by document frequency (rarest
+   first, ties by hash value), and each set is rewritten as its token ids in ascending order,
+   rarest first. Documents are relabelled into *slots* by ascending size (ties by document
+   id), so in a pair "x" is the set in the lower slot and ``|x| <= |y|``.
 
-2. Overlap needed. With sizes ``|x| <= |y|``, J(x, y) >= t  <=>  ``|x & y| >= a`` where
-   ``a = ceil(t / (1 + t) * (|x| + |y|))``. Because |x & y| <= |x|, that also needs the length
-   filter ``|x| >= t * |y|``, which in turn gives ``a >= ceil(t * |y|)``; and ``|y| >= |x|``
-   gives ``a >= ceil(2t / (1 + t) * |x|)``.
+2. Overlap needed. J(x, y) >= t  <=>  ``|x & y| >= a`` with ``a = ceil(t / (1 + t) *
+   (|x| + |y|))``. As |x & y| <= |x|, this needs the length filter ``|x| >= t |y|``, which in
+   turn gives ``a >= ceil(t |y|)``; and ``|y| >= |x|`` gives ``a >= ceil(2t / (1 + t) |x|)``.
 
-3. Prefix lemma. If |x & y| >= a, the rarest shared token lies among the first ``|x| - a + 1``
-   tokens of x: otherwise all >= a shared tokens would sit among the last ``a - 1``. Likewise
-   for y. By (2) it therefore lies in x's *index prefix* (first ``|x| - ceil(2t/(1+t)|x|) + 1``
-   tokens) and in y's *probe prefix* (first ``|y| - ceil(t|y|) + 1`` tokens), both of which
-   depend on one set's size alone. So every similar pair shares a token between the smaller
-   set's index prefix and the larger set's probe prefix; prefixes are short (about
-   ``(1 - t)|x|``) and hold the rarest tokens, so few dissimilar pairs share one.
+3. Prefix lemma. If |x & y| >= a, the rarest shared token is among the first ``|x| - a + 1``
+   tokens of x -- otherwise all a or more shared tokens would sit among the last ``a - 1`` --
+   and likewise for y. By (2) it is therefore in x's *index prefix*, its first
+   ``|x| - ceil(2t/(1+t) |x|) + 1`` tokens, and in y's *probe prefix*, its first
+   ``|y| - ceil(t |y|) + 1`` tokens. Each length depends on one set's size only; prefixes hold
+   the rarest tokens and are short (about (1 - t) of the set), so few dissimilar pairs share
+   one.
 
-4. Candidates. Documents are relabelled into *slots* by ascending size (ties by document id),
-   so "x is smaller" means "x has the lower slot". The probe-prefix tokens of all sets form an
-   inverted index sorted by (token, slot). An index-prefix entry of slot x pairs with the
-   entries after it in the same token's list, up to the last slot whose size passes the length
-   filter -- a contiguous run, found for all entries at once with one ``searchsorted``.
+4. Candidates. Extend both prefixes by g = ``HEAD_EXTENSION`` tokens (capped at the set) into
+   the *left head* hx (index prefix + g) and the *right head* hy (probe prefix + g). The right
+   heads of all sets form an inverted index sorted by (token, slot). Each left-head entry of
+   slot x pairs with the entries after it in its token's list, up to the last slot whose size
+   passes the length filter: a contiguous run, located for all entries at once by one
+   ``searchsorted``. Generating these pairs for a range of x slots at a time, sorting them and
+   counting repeats yields every pair that shares a head token, each once, with
+   ``|hx & hy|``. By (3) every similar pair is among them.
 
-5. Verification. Candidates are generated for a range of left slots at a time, so a pair found
-   through several shared tokens is always de-duplicated within one chunk. Each distinct
-   candidate's exact intersection size comes from sorting ``(pair << 32) | token`` keys of both
-   sets and counting equal neighbours (each set has no duplicates, so an equal neighbour is
-   exactly one shared token), and the pair is kept iff ``|x & y| * (den + num) >= num * (|x| +
-   |y|)``, which is J >= num / den rearranged without division.
+5. Extended-prefix filter (after Wang et al. 2012). Say x's last head token comes no later in
+   the token order than y's. Every shared token up to it lies in both heads, and every later
+   one lies in x's tail, so ``|x & y| <= |hx & hy| + |x| - |hx|``; symmetrically when y's last
+   head token is the earlier one. Pairs whose bound is below ``a`` are dropped. When no head is
+   capped the tail is at most ``a - 1 - g`` long, so a similar pair must share g + 1 head
+   tokens, which a dissimilar pair that met through one rare token seldom does: this removes
+   most candidates for the price of a slightly longer index.
 
-Steps 3-4 never drop a similar pair and step 5 is exact, so the result is exact. Memory beyond
-the O(input) token arrays is bounded by ``max_chunk_elements`` (about 60 bytes each).
+6. Verification. The exact |x & y| of the survivors is the row-wise product of two canonical
+   CSR matrices (scipy merges each pair of sorted rows in C++); the pair is kept iff
+   ``|x & y| * (den + num) >= num * (|x| + |y|)``, which is J >= num / den without division.
+
+Steps 3-5 never drop a similar pair and step 6 is exact, so the result is exact. Working memory
+beyond the O(input) token arrays is bounded by ``max_chunk_elements`` (about 50 bytes each).
 
 ``brute_force_similar_pairs`` is the O(n_docs^2) oracle for tests.
 """
@@ -64,8 +73,12 @@ import scipy.sparse
 from gpudedup.ragged import offsets_from_counts
 
 MAX_THRESHOLD_DENOMINATOR = 1_000_000
-# Candidate pairs per generation chunk and set elements per verification batch. The peak of a
-# chunk is about 60 bytes per element, so the default keeps it near 250 MB.
+# Tokens added to both prefixes to make the heads (module docstring, steps 4-5). A dissimilar
+# candidate must share g + 1 head tokens to reach verification; a few extra tokens per set
+# already stop nearly all of them, while each one lengthens the inverted index.
+HEAD_EXTENSION = 4
+# Candidate pairs per generation chunk, and set elements per comparison batch. A chunk needs
+# about 50 bytes per element at its peak, so the default keeps it near 200 MB.
 DEFAULT_MAX_CHUNK_ELEMENTS = 1 << 22
 
 _LOW32 = np.uint64(0xFFFF_FFFF)
@@ -99,30 +112,30 @@ def exact_similar_pairs(
     offsets: int64, shape (n_docs + 1,), CSR offsets into ``hashes``.
     hashes: uint64, shape (offsets[-1],); each document's slice sorted ascending, no duplicates.
     threshold: in (0, 1], read as the fraction described in the module docstring.
-    max_chunk_elements: candidate pairs generated, and set elements verified, per batch; it
-        bounds the working memory (about 60 bytes each), not the result.
+    max_chunk_elements: candidate pairs generated, and set elements compared, per batch; it
+        bounds the working memory, not the size of the result.
     """
     offsets, hashes = _validated_sets(offsets, hashes)
     num, den = threshold_fraction(threshold)
     sizes = np.diff(offsets)
     doc_of_slot = np.argsort(sizes, kind="stable")
+    sets = _token_sets_by_slot(offsets, hashes, doc_of_slot)
     slot_sizes = sizes[doc_of_slot]
-    set_offsets, set_tokens = _token_sets_by_slot(offsets, hashes, doc_of_slot)
-    index = _PrefixIndex.build(set_offsets, set_tokens, slot_sizes, num, den)
+    left_heads = _Heads.of(sets, _prefix_lengths(slot_sizes, 2 * num, den + num) + HEAD_EXTENSION)
+    right_heads = _Heads.of(sets, _prefix_lengths(slot_sizes, num, den) + HEAD_EXTENSION)
+    index = _HeadIndex.build(sets, left_heads, right_heads, _last_partner_slots(slot_sizes, num, den))
 
-    empty = np.empty(0, dtype=np.int64)
-    left_parts, right_parts, intersection_parts = [empty], [empty], [empty]
-    for first_slot, end_slot in _chunk_ranges(index.pairs_before_slot, max_chunk_elements):
-        left, right = index.candidates(first_slot, end_slot)
-        intersection = _intersection_sizes(set_offsets, set_tokens, left, right, max_chunk_elements)
-        similar = _meets_threshold(intersection, slot_sizes[left], slot_sizes[right], num, den)
-        left_parts.append(left[similar])
-        right_parts.append(right[similar])
-        intersection_parts.append(intersection[similar])
-    left, right = np.concatenate(left_parts), np.concatenate(right_parts)
-    return _sorted_pairs(
-        doc_of_slot[left], doc_of_slot[right], np.concatenate(intersection_parts), sizes
-    )
+    found = [(np.empty(0, dtype=np.int64),) * 3]
+    for first_slot, end_slot in _chunk_ranges(np.diff(index.pairs_before_slot), max_chunk_elements):
+        left, right, shared_in_heads = index.candidates(first_slot, end_slot)
+        bound = shared_in_heads + _tail_bound(left_heads, right_heads, left, right)
+        plausible = _meets_overlap(bound, slot_sizes[left], slot_sizes[right], num, den)
+        left, right = left[plausible], right[plausible]
+        intersection = _row_overlaps(sets, left, right, max_chunk_elements)
+        similar = _meets_overlap(intersection, slot_sizes[left], slot_sizes[right], num, den)
+        found.append((left[similar], right[similar], intersection[similar]))
+    left, right, intersection = (np.concatenate(part) for part in zip(*found))
+    return _sorted_pairs(doc_of_slot[left], doc_of_slot[right], intersection, sizes)
 
 
 def brute_force_similar_pairs(
@@ -148,7 +161,7 @@ def brute_force_similar_pairs(
     shared = scipy.sparse.triu(incidence @ incidence.T, k=1).tocoo()
     doc_a, doc_b = shared.row.astype(np.int64), shared.col.astype(np.int64)
     intersection = shared.data.astype(np.int64)
-    similar = _meets_threshold(intersection, sizes[doc_a], sizes[doc_b], num, den)
+    similar = _meets_overlap(intersection, sizes[doc_a], sizes[doc_b], num, den)
     return _sorted_pairs(doc_a[similar], doc_b[similar], intersection[similar], sizes)
 
 
@@ -176,11 +189,11 @@ def _validated_sets(offsets, hashes) -> tuple[np.ndarray, np.ndarray]:
     offsets = offsets.astype(np.int64, copy=False)
     if offsets[0] != 0 or offsets[-1] != hashes.shape[0] or np.any(np.diff(offsets) < 0):
         raise ValueError("offsets must start at 0, never decrease and end at len(hashes)")
-    # Token ids, slots and pair keys are packed into 32-bit halves of uint64 keys.
-    if hashes.shape[0] >= 1 << 32:
-        raise ValueError("at most 2**32 - 1 hashes in total are supported")
-    # A set's elements must strictly increase: an equal neighbour would count twice in the
-    # intersection, so reject it rather than return wrong sizes.
+    # Token ids are int32 column indices, and slots and pair numbers fill 32-bit key halves.
+    if hashes.shape[0] >= 1 << 31:
+        raise ValueError("at most 2**31 - 1 hashes in total are supported")
+    # A set's elements must strictly increase: a repeated element would be counted twice in
+    # intersections, so reject it rather than return wrong pairs.
     ascending = hashes[1:] > hashes[:-1]
     boundaries = offsets[(offsets > 0) & (offsets < hashes.shape[0])]
     ascending[boundaries - 1] = True  # from one document to the next, values may go down
@@ -189,13 +202,14 @@ def _validated_sets(offsets, hashes) -> tuple[np.ndarray, np.ndarray]:
     return offsets, hashes
 
 
-def _meets_threshold(intersection, size_a, size_b, num: int, den: int) -> np.ndarray:
-    """bool (m,): J >= num / den, i.e. inter * (den + num) >= num * (|A| + |B|), exactly.
+def _meets_overlap(overlap, size_x, size_y, num: int, den: int) -> np.ndarray:
+    """bool (m,): whether an overlap this large gives J >= num / den, decided exactly.
 
-    intersection, size_a, size_b: int64, shape (m,). Values stay far below 2**63 because
-    num, den <= MAX_THRESHOLD_DENOMINATOR and sizes < 2**32.
+    overlap, size_x, size_y: int64, shape (m,). J = o / (|x| + |y| - o) >= num / den is
+    o * (den + num) >= num * (|x| + |y|); values stay far below 2**63 because sizes < 2**31
+    and num, den <= MAX_THRESHOLD_DENOMINATOR.
     """
-    return intersection * (den + num) >= num * (size_a + size_b)
+    return overlap * (den + num) >= num * (size_x + size_y)
 
 
 def _sorted_pairs(doc_x, doc_y, intersection, sizes) -> SimilarPairs:
@@ -211,30 +225,33 @@ def _sorted_pairs(doc_x, doc_y, intersection, sizes) -> SimilarPairs:
     return SimilarPairs(doc_a=doc_a, doc_b=doc_b, jaccard=intersection / union)
 
 
-# --- tokens ------------------------------------------------------------------------------------
+# --- token sets --------------------------------------------------------------------------------
 
 
-def _token_sets_by_slot(offsets, hashes, doc_of_slot) -> tuple[np.ndarray, np.ndarray]:
-    """Every set as ascending frequency-ordered token ids, documents laid out in slot order.
+def _token_sets_by_slot(offsets, hashes, doc_of_slot) -> scipy.sparse.csr_matrix:
+    """Every set as its frequency-ordered token ids, documents laid out in slot order.
 
     offsets: int64 (n_docs + 1,); hashes: uint64 (N,); doc_of_slot: int64 (n_docs,), the
-    document in each slot. Returns (set_offsets int64 (n_docs + 1,), set_tokens uint32 (N,)):
-    slot s's tokens are ``set_tokens[set_offsets[s]:set_offsets[s+1]]``, rarest first.
+    document in each slot. Returns a canonical CSR matrix (n_slots, n_tokens) of int8 ones: row
+    s holds slot s's token ids in ascending order (rarest first) as int32 column indices.
     """
     sizes = np.diff(offsets)
     slot_of_doc = np.empty_like(doc_of_slot)
     slot_of_doc[doc_of_slot] = np.arange(doc_of_slot.shape[0])
+    tokens, n_tokens = _frequency_ordered_tokens(hashes)
     # One value sort of (slot << 32 | token) both moves each set to its slot and orders it.
     keys = np.repeat(slot_of_doc.astype(np.uint64), sizes)
     keys <<= _SHIFT32
-    keys |= _frequency_ordered_tokens(hashes)
+    keys |= tokens
+    del tokens
     keys.sort()
-    set_tokens = (keys & _LOW32).astype(np.uint32)
-    return offsets_from_counts(sizes[doc_of_slot]), set_tokens
+    set_tokens = (keys & _LOW32).astype(np.int32)
+    del keys
+    return _binary_rows(offsets_from_counts(sizes[doc_of_slot]), set_tokens, n_tokens)
 
 
-def _frequency_ordered_tokens(hashes) -> np.ndarray:
-    """Dense token id of every element, uint32 (N,), for hashes uint64 (N,).
+def _frequency_ordered_tokens(hashes) -> tuple[np.ndarray, int]:
+    """(token id of every element uint32 (N,), number of tokens) for hashes uint64 (N,).
 
     Token ids order the distinct hash values by how many sets contain them (each set holds a
     value at most once, so that is the value's count), rarest first, ties by value.
@@ -246,20 +263,32 @@ def _frequency_ordered_tokens(hashes) -> np.ndarray:
     np.not_equal(sorted_hashes[1:], sorted_hashes[:-1], out=starts_value[1:])
     del sorted_hashes
     value_starts = np.flatnonzero(starts_value)
+    n_values = value_starts.shape[0]
     frequency = np.diff(value_starts, append=hashes.shape[0])
+    del value_starts
     value_of_element = np.cumsum(starts_value, dtype=np.uint32)
     value_of_element -= 1
+    del starts_value
     # Values are already in ascending order, so a stable sort by frequency breaks ties by value.
-    token_of_value = np.empty(value_starts.shape[0], dtype=np.uint32)
-    token_of_value[np.argsort(frequency, kind="stable")] = np.arange(
-        value_starts.shape[0], dtype=np.uint32
-    )
+    token_of_value = np.empty(n_values, dtype=np.uint32)
+    token_of_value[np.argsort(frequency, kind="stable")] = np.arange(n_values, dtype=np.uint32)
     tokens = np.empty(hashes.shape[0], dtype=np.uint32)
     tokens[order] = token_of_value[value_of_element]
-    return tokens
+    return tokens, n_values
 
 
-# --- candidates --------------------------------------------------------------------------------
+def _binary_rows(row_offsets, columns, n_columns: int) -> scipy.sparse.csr_matrix:
+    """A 0/1 int8 CSR matrix from row offsets int64 (n + 1,) and columns int32 (nnz,).
+
+    Columns must be ascending and distinct within each row (canonical CSR), which is what lets
+    scipy intersect two rows by a linear merge.
+    """
+    matrix = scipy.sparse.csr_matrix(
+        (np.ones(columns.shape[0], dtype=np.int8), columns, row_offsets),
+        shape=(row_offsets.shape[0] - 1, n_columns),
+    )
+    matrix.has_sorted_indices = True
+    return matrix
 
 
 def _prefix_lengths(sizes, num: int, den: int) -> np.ndarray:
@@ -272,13 +301,38 @@ def _prefix_lengths(sizes, num: int, den: int) -> np.ndarray:
     return np.where(sizes > 0, sizes - min_overlap + 1, 0)
 
 
-class _PrefixIndex(NamedTuple):
-    """The inverted index of probe prefixes and, per index-prefix entry, its run of partners.
+# --- candidates --------------------------------------------------------------------------------
 
-    posting_slots: int64 (P,), the slot of each probe-prefix entry, in (token, slot) order.
-    partner_starts, partner_ends: int64 (L,), for each index-prefix entry (in slot order) the
+
+class _Heads(NamedTuple):
+    """Per slot, the first ``lengths[s]`` tokens of its set (module docstring, step 4).
+
+    lengths: int64 (n_slots,), capped at the set sizes. tails: int64 (n_slots,), the tokens
+    after the head. last_tokens: int64 (n_slots,), the head's last token id (-1 if empty).
+    """
+
+    lengths: np.ndarray
+    tails: np.ndarray
+    last_tokens: np.ndarray
+
+    @classmethod
+    def of(cls, sets, wanted_lengths) -> _Heads:
+        """Heads of the rows of ``sets`` (``_token_sets_by_slot``), int64 wanted_lengths (n_slots,)."""
+        sizes = np.diff(sets.indptr).astype(np.int64)
+        lengths = np.minimum(wanted_lengths, sizes)
+        last_tokens = np.full(lengths.shape[0], -1, dtype=np.int64)
+        non_empty = lengths > 0
+        last_tokens[non_empty] = sets.indices[sets.indptr[:-1][non_empty] + lengths[non_empty] - 1]
+        return cls(lengths=lengths, tails=sizes - lengths, last_tokens=last_tokens)
+
+
+class _HeadIndex(NamedTuple):
+    """The inverted index of right heads and, per left-head entry, its run of partners.
+
+    posting_slots: int64 (P,), the slot of each right-head entry, in (token, slot) order.
+    partner_starts, partner_ends: int64 (L,), for each left-head entry (in slot order) the
         half-open range of ``posting_slots`` positions it pairs with.
-    entries_before_slot: int64 (n_slots + 1,), CSR offsets of each slot's index-prefix entries.
+    entries_before_slot: int64 (n_slots + 1,), CSR offsets of each slot's left-head entries.
     pairs_before_slot: int64 (n_slots + 1,), cumulative candidate pairs (with repeats) of the
         slots before each slot.
     """
@@ -290,18 +344,18 @@ class _PrefixIndex(NamedTuple):
     pairs_before_slot: np.ndarray
 
     @classmethod
-    def build(cls, set_offsets, set_tokens, slot_sizes, num: int, den: int) -> _PrefixIndex:
-        """Index the prefixes of the sets (``_token_sets_by_slot`` layout) for threshold num/den.
+    def build(cls, sets, left_heads, right_heads, last_partner_slot) -> _HeadIndex:
+        """Index the heads of ``sets`` (``_token_sets_by_slot``).
 
-        set_offsets: int64 (n_slots + 1,); set_tokens: uint32 (N,); slot_sizes: int64 (n_slots,).
+        left_heads, right_heads: ``_Heads``, every left head no longer than the right head.
+        last_partner_slot: int64 (n_slots,), the last slot each slot may pair with
+        (``_last_partner_slots``).
         """
-        n_slots = slot_sizes.shape[0]
-        probe_lengths = _prefix_lengths(slot_sizes, num, den)
-        index_lengths = _prefix_lengths(slot_sizes, 2 * num, den + num)
-        entry_slots = np.repeat(np.arange(n_slots, dtype=np.int64), probe_lengths)
-        within_set = _concatenated_ranges(np.zeros(n_slots, dtype=np.int64), probe_lengths)
-        entry_tokens = set_tokens[set_offsets[entry_slots] + within_set]
-        is_index_entry = within_set < index_lengths[entry_slots]
+        n_slots = right_heads.lengths.shape[0]
+        entry_slots = np.repeat(np.arange(n_slots, dtype=np.int64), right_heads.lengths)
+        within_set = _concatenated_ranges(np.zeros(n_slots, dtype=np.int64), right_heads.lengths)
+        entry_tokens = sets.indices[sets.indptr[entry_slots] + within_set]
+        is_left_entry = within_set < left_heads.lengths[entry_slots]
         del within_set
 
         posting_keys = entry_tokens.astype(np.uint64) << _SHIFT32
@@ -311,25 +365,24 @@ class _PrefixIndex(NamedTuple):
         posting_keys = posting_keys[entry_of_posting]
         posting_slots = (posting_keys & _LOW32).astype(np.int64)
 
-        # Left sides: index-prefix entries, taken in posting order so that the run-end queries
-        # below come sorted (searchsorted is fast on sorted queries, very slow on random ones).
-        left_postings = np.flatnonzero(is_index_entry[entry_of_posting])
-        last_partner_slot = _last_partner_slots(slot_sizes, num, den)
+        # Left-head entries, taken in posting order so that the run-end queries below come
+        # sorted (searchsorted is fast on sorted queries, very slow on random ones).
+        left_postings = np.flatnonzero(is_left_entry[entry_of_posting])
         run_end_keys = posting_keys[left_postings] & ~_LOW32
         run_end_keys |= last_partner_slot[posting_slots[left_postings]].astype(np.uint64)
         run_ends = np.searchsorted(posting_keys, run_end_keys, side="right")
         del posting_keys, run_end_keys
 
         # Same runs, re-ordered from posting order to slot order by scattering them to their
-        # entries (entry numbers increase with slot) and dropping the probe-only entries.
-        by_entry = np.zeros(is_index_entry.shape[0], dtype=np.int64)
+        # entries (entry numbers increase with slot) and dropping the right-only entries.
+        by_entry = np.zeros(is_left_entry.shape[0], dtype=np.int64)
         left_entries = entry_of_posting[left_postings]
         by_entry[left_entries] = left_postings + 1
-        partner_starts = by_entry[is_index_entry]
+        partner_starts = by_entry[is_left_entry]
         by_entry[left_entries] = run_ends
-        partner_ends = by_entry[is_index_entry]
+        partner_ends = by_entry[is_left_entry]
 
-        entries_before_slot = offsets_from_counts(index_lengths)
+        entries_before_slot = offsets_from_counts(left_heads.lengths)
         pairs_before_entry = offsets_from_counts(partner_ends - partner_starts)
         return cls(
             posting_slots=posting_slots,
@@ -339,32 +392,34 @@ class _PrefixIndex(NamedTuple):
             pairs_before_slot=pairs_before_entry[entries_before_slot],
         )
 
-    def candidates(self, first_slot: int, end_slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """Distinct candidate pairs whose smaller side is a slot in [first_slot, end_slot).
+    def candidates(self, first_slot: int, end_slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pairs sharing a head token whose left side is a slot in [first_slot, end_slot).
 
-        Returns (left, right): int64 (m,) slots, left < right, sorted by (left, right).
+        Returns (left, right, shared): int64 (m,) each; left < right are slots, sorted by
+        (left, right); shared is the number of tokens the pair's left and right heads share.
         """
         first = self.entries_before_slot[first_slot]
         end = self.entries_before_slot[end_slot]
         starts = self.partner_starts[first:end]
         run_lengths = self.partner_ends[first:end] - starts
         right = self.posting_slots[_concatenated_ranges(starts, run_lengths)]
-        left = np.repeat(_slot_of_entries(self.entries_before_slot, first_slot, end_slot), run_lengths)
+        entry_slots = np.repeat(
+            np.arange(first_slot, end_slot, dtype=np.int64),
+            np.diff(self.entries_before_slot[first_slot : end_slot + 1]),
+        )
+        left = np.repeat(entry_slots, run_lengths)
         pair_keys = (left.astype(np.uint64) << _SHIFT32) | right.astype(np.uint64)
         del left, right
         pair_keys.sort()
-        # A pair sharing several prefix tokens was generated once per token.
+        # A pair appears once per head token its two sides share.
         is_first = np.empty(pair_keys.shape[0], dtype=bool)
         is_first[:1] = True
         np.not_equal(pair_keys[1:], pair_keys[:-1], out=is_first[1:])
-        pair_keys = pair_keys[is_first]
-        return (pair_keys >> _SHIFT32).astype(np.int64), (pair_keys & _LOW32).astype(np.int64)
-
-
-def _slot_of_entries(entries_before_slot, first_slot: int, end_slot: int) -> np.ndarray:
-    """int64: the slot of each index-prefix entry of slots [first_slot, end_slot), in order."""
-    counts = np.diff(entries_before_slot[first_slot : end_slot + 1])
-    return np.repeat(np.arange(first_slot, end_slot, dtype=np.int64), counts)
+        first_positions = np.flatnonzero(is_first)
+        shared = np.diff(first_positions, append=pair_keys.shape[0])
+        pair_keys = pair_keys[first_positions]
+        left = (pair_keys >> _SHIFT32).astype(np.int64)
+        return left, (pair_keys & _LOW32).astype(np.int64), shared
 
 
 def _last_partner_slots(slot_sizes, num: int, den: int) -> np.ndarray:
@@ -377,59 +432,51 @@ def _last_partner_slots(slot_sizes, num: int, den: int) -> np.ndarray:
     return np.searchsorted(slot_sizes, largest_size, side="right") - 1
 
 
-def _chunk_ranges(cumulative, budget: int) -> list[tuple[int, int]]:
+# --- filtering and verification ----------------------------------------------------------------
+
+
+def _tail_bound(left_heads, right_heads, left, right) -> np.ndarray:
+    """int64 (m,): how many shared tokens a pair can have beyond those its heads share.
+
+    left_heads, right_heads: ``_Heads``; left, right: int64 (m,) slots of non-empty sets. The
+    bound is the tail of the side whose head ends earlier in the token order (docstring, step 5).
+    """
+    left_ends_first = left_heads.last_tokens[left] <= right_heads.last_tokens[right]
+    return np.where(left_ends_first, left_heads.tails[left], right_heads.tails[right])
+
+
+def _row_overlaps(sets, rows_a, rows_b, budget: int) -> np.ndarray:
+    """int64 (m,): |sets[rows_a[i]] & sets[rows_b[i]]| for a 0/1 canonical CSR matrix.
+
+    rows_a, rows_b: int64 (m,). Pairs go about ``budget`` row elements at a time.
+    """
+    overlap = np.empty(rows_a.shape[0], dtype=np.int64)
+    sizes = np.diff(sets.indptr)
+    for first, end in _chunk_ranges(sizes[rows_a] + sizes[rows_b], budget):
+        # Row-wise product of canonical CSR matrices: a sorted merge per pair, in C++; the
+        # product keeps only non-zeros, so each row's entry count is the overlap.
+        product = sets[rows_a[first:end]].multiply(sets[rows_b[first:end]])
+        overlap[first:end] = np.diff(product.indptr)
+    return overlap
+
+
+# --- array helpers -----------------------------------------------------------------------------
+
+
+def _chunk_ranges(weights, budget: int) -> list[tuple[int, int]]:
     """Split items [0, n) into consecutive ranges of total weight <= budget where possible.
 
-    cumulative: int64 (n + 1,), weight of the items before each item (cumulative[0] == 0).
-    A single item heavier than the budget gets a range of its own.
+    weights: int64 (n,), >= 0. An item heavier than the budget gets a range of its own.
     """
-    n_items = cumulative.shape[0] - 1
+    cumulative = offsets_from_counts(weights)
     ranges = []
     start = 0
-    while start < n_items:
+    while start < weights.shape[0]:
         end = int(np.searchsorted(cumulative, cumulative[start] + budget, side="right")) - 1
-        end = min(max(end, start + 1), n_items)
+        end = min(max(end, start + 1), weights.shape[0])
         ranges.append((start, end))
         start = end
     return ranges
-
-
-# --- verification ------------------------------------------------------------------------------
-
-
-def _intersection_sizes(set_offsets, set_tokens, left, right, budget: int) -> np.ndarray:
-    """int64 (m,): |set(left[i]) & set(right[i])| for every pair, in batches of ``budget`` elements.
-
-    set_offsets: int64 (n_slots + 1,); set_tokens: uint32 (N,), ascending within each set.
-    left, right: int64 (m,), slots.
-    """
-    pair_elements = np.diff(set_offsets)[left] + np.diff(set_offsets)[right]
-    intersection = np.empty(left.shape[0], dtype=np.int64)
-    for first, end in _chunk_ranges(offsets_from_counts(pair_elements), budget):
-        intersection[first:end] = _batch_intersection_sizes(
-            set_offsets, set_tokens, left[first:end], right[first:end]
-        )
-    return intersection
-
-
-def _batch_intersection_sizes(set_offsets, set_tokens, left, right) -> np.ndarray:
-    """``_intersection_sizes`` for one batch: int64 (m,), m < 2**32."""
-    n_pairs = left.shape[0]
-    # Per pair, left's tokens then right's: with the pair number in the high half, the keys
-    # form two ascending runs per pair, which the stable sort (timsort) merges in near-linear
-    # time -- several times faster here than the default sort on the same keys.
-    starts = np.column_stack((set_offsets[left], set_offsets[right])).ravel()
-    lengths = np.column_stack(
-        (set_offsets[left + 1] - set_offsets[left], set_offsets[right + 1] - set_offsets[right])
-    ).ravel()
-    keys = np.repeat(np.arange(n_pairs, dtype=np.uint64), lengths[0::2] + lengths[1::2])
-    keys <<= _SHIFT32
-    keys |= set_tokens[_concatenated_ranges(starts, lengths)]
-    keys.sort(kind="stable")
-    # Neither set repeats a token, so each equal neighbour is one shared token.
-    shared = keys[1:] == keys[:-1]
-    pair_of_shared = (keys[1:][shared] >> _SHIFT32).astype(np.int64)
-    return np.bincount(pair_of_shared, minlength=n_pairs)
 
 
 def _concatenated_ranges(starts, lengths) -> np.ndarray:

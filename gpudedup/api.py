@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from .backends import get_backend
 from .errors import InputError, ParameterError
 from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
+from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
 from .params import DedupParams
 from .pipeline import DedupOutcome, run_dedup
@@ -40,6 +41,7 @@ class DedupResult:
     deduplicated: Any
     report: dict
     table: pa.Table = field(repr=False)
+    inputs: list = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:
         r = self.report["results"]
@@ -101,6 +103,7 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
         deduplicated=restore(outcome.keep),
         report=outcome.report,
         table=corpus.table,
+        inputs=corpus.inputs,
     )
 
 
@@ -125,7 +128,7 @@ def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool)
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     started = time.perf_counter()
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
         kept = result.table.filter(pa.array(result.keep))
         if format == "parquet":
             write_parquet(kept, staging / "deduplicated.parquet")
@@ -163,8 +166,11 @@ def to_corpus(data, text_field: str, id_field: Optional[str]):
         table = data.data.table if hasattr(data.data, "table") else pa.table(data.data)
         return table_corpus(table, text_field, id_field), lambda keep: data.select(np.flatnonzero(keep))
     if module == "pandas":
-        return table_corpus(pa.Table.from_pandas(data, preserve_index=False), text_field, id_field), \
-            lambda keep: data[keep]
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+            raise InputError(f"cannot read the DataFrame: {error}") from None
+        return table_corpus(table, text_field, id_field), lambda keep: data[keep]
     if module == "polars":
         import polars
 
@@ -172,8 +178,9 @@ def to_corpus(data, text_field: str, id_field: Optional[str]):
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table) or hasattr(data, "__arrow_c_stream__"):
-        table = data if isinstance(data, pa.Table) else pa.table(data)
-        return table_corpus(table, text_field, id_field), lambda keep: table.filter(pa.array(keep))
+        corpus = table_corpus(data if isinstance(data, pa.Table) else pa.table(data), text_field, id_field)
+        # The corpus table, whose text column may have been cast (string_view -> large_string).
+        return corpus, lambda keep: corpus.table.filter(pa.array(keep))
     raise InputError(
         f"cannot deduplicate a {type(data).__name__}: pass a list of strings, paths, a pyarrow "
         "Table, a DataFrame (pandas, polars, cuDF) or an object with __arrow_c_stream__"
@@ -181,10 +188,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str]):
 
 
 def strings_corpus(texts: Sequence) -> Corpus:
-    for position, text in enumerate(texts):
-        if text is not None and not isinstance(text, str):
-            raise InputError(f"item {position} is a {type(text).__name__}, expected a string or None")
-    table = pa.table({"text": pa.array(list(texts), pa.string())})
+    table = pa.table({"text": strings_to_arrow(texts)})
     ids = pa.array(np.arange(len(texts), dtype=np.int64))
     return Corpus(table, "text", ids, [SourceFile("<list>", "list", len(texts))])
 
@@ -194,12 +198,8 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str]) -> C
         raise InputError(f"no column {text_field!r} (columns: {', '.join(table.column_names)}); "
                          "choose it with text_field=")
     text_type = table.schema.field(text_field).type
-    if pa.types.is_large_string(text_type) or pa.types.is_string(text_type) or pa.types.is_null(text_type):
-        pass
-    elif pa.types.is_string_view(text_type) if hasattr(pa.types, "is_string_view") else False:
-        table = table.set_column(table.schema.get_field_index(text_field), text_field,
-                                 table[text_field].cast(pa.large_string()))
-    else:
+    if not (pa.types.is_large_string(text_type) or pa.types.is_string(text_type)
+            or pa.types.is_null(text_type) or getattr(pa.types, "is_string_view", bool)(text_type)):
         raise InputError(f"column {text_field!r} has type {text_type}, expected strings")
     if id_field is None:
         ids = pa.array(np.arange(table.num_rows, dtype=np.int64))

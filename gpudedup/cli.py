@@ -105,7 +105,7 @@ def dedup_command(
     Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
     """
     with user_errors():
-        check_output_dir(output, overwrite)
+        check_output_dir(output, overwrite, inputs)
         started = time.perf_counter()
         result = run_api_dedup(
             list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,

@@ -44,8 +44,15 @@ def choose_bands(threshold: float, num_perm: int, max_false_negative: float = 0.
         elif hit <= 0.0:
             continue
         else:
-            # (1 - hit)**b <= max_fn  <=>  b >= log(max_fn) / log(1 - hit)
-            bands = max(1, math.ceil(math.log(max_false_negative) / math.log1p(-hit) - 1e-12))
+            # (1 - hit)**b <= max_fn  <=>  b >= log(max_fn) / log(1 - hit); the estimate is then
+            # settled against the same formula the report uses, so rounding cannot miss by one.
+            bands = max(1, math.ceil(math.log(max_false_negative) / math.log1p(-hit)))
+            if (bands - 1) * rows > num_perm:
+                continue  # too many bands even after the correction below
+            while 1.0 - collision_probability(threshold, bands, rows) > max_false_negative:
+                bands += 1
+            while bands > 1 and 1.0 - collision_probability(threshold, bands - 1, rows) <= max_false_negative:
+                bands -= 1
         if bands * rows <= num_perm:
             miss = 1.0 - float(collision_probability(threshold, bands, rows))
             rule = (

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .errors import InputError
+
 SPACE = 0x20
 WHITE_SPACE = (
     list(range(0x09, 0x0E))
@@ -100,13 +102,39 @@ def decode_utf8(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.n
     return codepoints, offsets - np.searchsorted(continuation, offsets)
 
 
+def strings_to_arrow(texts) -> pa.Array:
+    """A sequence of str / None as a large_string array.
+
+    Raises InputError for an item that is not a string, or that holds a lone surrogate
+    (possible in a Python str, e.g. from json.loads('"\\ud800"'), but not Unicode text: it has no
+    UTF-8 form, so no backend could shingle it).
+    """
+    texts = list(texts)
+    try:
+        return pa.array(texts, pa.large_string())
+    except (pa.ArrowException, UnicodeEncodeError):
+        pass
+    for position, text in enumerate(texts):
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"text {position} is a {type(text).__name__}, expected a string or None")
+        if text is not None:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise InputError(
+                    f"text {position} holds a lone surrogate U+{ord(text[error.start]):04X} at "
+                    f"character {error.start}, which is not valid Unicode text"
+                ) from None
+    raise InputError("the texts cannot be converted to Arrow strings")
+
+
 def encode_codepoints(texts) -> tuple[np.ndarray, np.ndarray]:
     """Code points of a batch of texts (pyarrow string array, or a sequence of str / None).
 
     Returns (codepoints uint32 (N,), offsets int64 (n_docs + 1,)), host arrays.
     """
     if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
-        texts = pa.array(list(texts), pa.large_string())
+        texts = strings_to_arrow(texts)
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
     return decode_utf8(*utf8_buffers(texts))

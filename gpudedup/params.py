@@ -12,7 +12,7 @@ DEFAULT_THRESHOLD = 0.8
 DEFAULT_NUM_PERM = 128
 DEFAULT_NGRAM = 5
 DEFAULT_SEED = 42
-DEFAULT_BUCKET_WINDOW = 64
+DEFAULT_BUCKET_WINDOW = 256
 # Batches bound the memory of the signature pass: about 50 bytes per code point of a batch are
 # alive at once on the numpy backend.
 DEFAULT_BATCH_BYTES = 8 << 20

@@ -18,6 +18,7 @@ all modulo 2**64, which is exactly Horner's rule from the definition, reordered.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Sequence
 
@@ -123,6 +124,7 @@ def word_spans(
 
 
 _POWER_TABLES: list[np.ndarray] = []
+_POWER_TABLES_LOCK = threading.Lock()
 
 
 def base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,9 +133,11 @@ def base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
     Every batch needs the same tables, so they are computed once and grown when a larger
     batch comes (they cost 16 bytes per code point of the largest batch so far).
     """
-    if not _POWER_TABLES or _POWER_TABLES[0].shape[0] < size:
-        _POWER_TABLES[:] = [powers_mod64(POLY_BASE_INV, size), powers_mod64(POLY_BASE, size)]
-    return _POWER_TABLES[0][:size], _POWER_TABLES[1][:size]
+    with _POWER_TABLES_LOCK:  # batches run on several threads; tables only ever grow
+        if not _POWER_TABLES or _POWER_TABLES[0].shape[0] < size:
+            _POWER_TABLES[:] = [powers_mod64(POLY_BASE_INV, size), powers_mod64(POLY_BASE, size)]
+        inverse_powers, powers = _POWER_TABLES
+    return inverse_powers[:size], powers[:size]
 
 
 def span_hashes(codepoints: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -93,7 +93,7 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     return matrix
 
 
-def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 25) -> np.ndarray:
+def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 22) -> np.ndarray:
     """Exact Jaccard |A ∩ B| / |A ∪ B| of rows ``first[i]``, ``second[i]`` of ``sets``.
 
     sets: binary CSR (document_sets); first, second: int64 (p,) row indices of non-empty rows.

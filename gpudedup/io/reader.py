@@ -11,13 +11,11 @@ JSONL it is the line number).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +51,7 @@ class Corpus:
     text_field: the name of the text column in ``table`` (string or large_string; null = empty).
     ids: pyarrow Array of unique document ids (string or int64), one per row.
     files: where the rows came from, in order; skipped: files passed over in directories.
+    inputs: the paths the corpus was read from, as given (outputs must stay clear of them).
     """
 
     table: pa.Table
@@ -60,6 +59,16 @@ class Corpus:
     ids: pa.Array
     files: list[SourceFile] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        # An all-null text column has Arrow's null type, and newer producers may send
+        # string_view; the stages take string or large_string.
+        text_type = self.table.schema.field(self.text_field).type
+        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+            index = self.table.schema.get_field_index(self.text_field)
+            self.table = self.table.set_column(index, self.text_field,
+                                               self.table[self.text_field].cast(pa.large_string()))
 
     @property
     def texts(self) -> pa.ChunkedArray:
@@ -128,7 +137,8 @@ def read_corpus(
     paths: Iterable[str | os.PathLike], text_field: str = "text", id_field: Optional[str] = None
 ) -> Corpus:
     """Read every document under ``paths`` into one Corpus."""
-    files, skipped = find_input_files(list(paths))
+    paths = [str(p) for p in paths]
+    files, skipped = find_input_files(paths)
     tables, sources, ids = [], [], []
     for path in files:
         source = SourceFile(display_path(path), file_format(path))
@@ -143,7 +153,7 @@ def read_corpus(
         else:
             ids.append(table[id_field].combine_chunks())
     table = concat_tables(tables, sources)
-    corpus = Corpus(table, text_field, concat_ids(ids, sources, id_field), sources, skipped)
+    corpus = Corpus(table, text_field, concat_ids(ids, sources, id_field), sources, skipped, paths)
     check_unique_ids(corpus)
     return corpus
 
@@ -167,62 +177,134 @@ def read_file(path: Path, source: SourceFile, text_field: str, id_field: Optiona
 # --- JSONL --------------------------------------------------------------------------------------
 
 
-def read_raw(path: Path, source: SourceFile) -> bytes:
+def open_binary(path: Path):
+    """The file's bytes as a stream, gunzipped for .gz names (pyarrow, no full copy in memory)."""
+    compression = "gzip" if path.name.lower().endswith(".gz") else None
+    return pa.input_stream(str(path), compression=compression)
+
+
+def lines_of(path: Path, source: SourceFile) -> Iterator[bytes]:
+    """The lines of a (possibly gzipped) file, for the slow paths: diagnosis and line numbers."""
     try:
-        raw = path.read_bytes()
-        if path.name.lower().endswith(".gz"):
-            raw = gzip.decompress(raw)
-    except PermissionError:
-        raise InputError(f"{source.path}: permission denied") from None
-    except (OSError, EOFError, zlib.error) as error:
-        raise InputError(f"{source.path}: cannot decompress gzip data ({error})") from None
-    return raw
+        with open_binary(path) as stream:
+            pending = b""
+            while chunk := stream.read(1 << 24):
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                yield from lines
+            if pending:
+                yield pending
+    except (OSError, pa.ArrowInvalid) as error:
+        raise InputError(f"{source.path}: cannot read ({error})") from None
 
 
 def read_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]):
-    raw = read_raw(path, source)
-    if not raw.strip():
-        return pa.table({text_field: pa.array([], pa.string())}), np.zeros(0, np.int64)
     try:
-        table = parse_jsonl(raw)
+        table = parse_jsonl(path)
         table.validate(full=True)  # pyarrow's JSON reader does not check UTF-8 itself
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        raise InputError(diagnose_jsonl(raw, source, text_field, id_field)) from None
-    row_numbers = jsonl_line_numbers(raw, table.num_rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
+        if isinstance(error, PermissionError):
+            raise
+        problem = diagnose_jsonl(path, source, text_field, id_field)
+        if problem:
+            raise InputError(problem) from None
+        if "Empty JSON" in str(error) or not any(line.strip() for line in lines_of(path, source)):
+            return pa.table({text_field: pa.array([], pa.string())}), np.zeros(0, np.int64)
+        raise InputError(f"{source.path}: cannot read as JSON Lines ({error})") from None
+    if table.num_rows == 0:  # only blank lines: no records, and no columns to check
+        return pa.table({text_field: pa.array([], pa.string())}), np.zeros(0, np.int64)
     problem = check_columns(table, source, text_field, id_field)
     if problem:
-        raise InputError(diagnose_jsonl(raw, source, text_field, id_field) or problem)
+        raise InputError(diagnose_jsonl(path, source, text_field, id_field) or problem)
+    row_numbers = jsonl_line_numbers(path, source, table.num_rows)
+    problem = non_object_lines(path, source, table, row_numbers)
+    if problem:
+        raise InputError(problem)
     return table, row_numbers
 
 
-def parse_jsonl(raw: bytes) -> pa.Table:
-    # Every line must fit in one block; retry with one block for the whole file when a very
-    # long record straddles the default block boundary.
+def parse_jsonl(path: Path) -> pa.Table:
+    """The records of a JSONL file as they are: strings stay strings."""
+    read_options = None
     try:
-        return pajson.read_json(pa.BufferReader(raw))
+        table = read_json(path, read_options)
     except pa.ArrowInvalid as error:
         if "straddl" not in str(error):
             raise
-    options = pajson.ReadOptions(block_size=len(raw) + 1)
-    return pajson.read_json(pa.BufferReader(raw), read_options=options)
+        # Every line must fit in one block: read again with blocks as large as the longest line.
+        longest = max(len(line) for line in lines_of(path, SourceFile(str(path), "jsonl")))
+        read_options = pajson.ReadOptions(block_size=min(2 * longest + 2, 2**31 - 1))
+        table = read_json(path, read_options)
+    # Arrow's JSON reader turns ISO-8601-looking strings into timestamps; a deduplicator must
+    # neither reject a text that looks like a date nor rewrite a column. Read again with
+    # those fields declared as strings.
+    as_strings = strings_for_timestamps(table.schema)
+    if as_strings != table.schema:
+        table = read_json(path, read_options, pajson.ParseOptions(explicit_schema=as_strings))
+    return table
 
 
-def jsonl_line_numbers(raw: bytes, rows: int) -> np.ndarray:
-    """The line number (from 1) of every record: lines that hold only white space are not
-    records."""
-    data = np.frombuffer(raw, dtype=np.uint8)
-    line_starts = np.concatenate([[0], np.flatnonzero(data == ord("\n")) + 1])
-    line_starts = line_starts[line_starts < data.shape[0]]
-    if line_starts.shape[0] == rows:
-        return np.arange(1, rows + 1)
-    blank = np.array([not raw[s : raw.find(b"\n", s) if raw.find(b"\n", s) >= 0 else None].strip()
-                      for s in line_starts])
-    return np.flatnonzero(~blank) + 1
+def read_json(path: Path, read_options=None, parse_options=None) -> pa.Table:
+    with open_binary(path) as stream:
+        return pajson.read_json(stream, read_options=read_options, parse_options=parse_options)
 
 
-def diagnose_jsonl(raw: bytes, source: SourceFile, text_field: str, id_field: Optional[str]) -> str:
-    """The first bad line of a JSONL file, described (slow path, only after a failure)."""
-    for number, line in enumerate(raw.split(b"\n"), start=1):
+def strings_for_timestamps(schema: pa.Schema) -> pa.Schema:
+    """The schema with every timestamp type, also inside structs and lists, made a string."""
+
+    def fix(data_type: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(data_type):
+            return pa.string()
+        if pa.types.is_struct(data_type):
+            return pa.struct([field.with_type(fix(field.type)) for field in data_type])
+        if pa.types.is_list(data_type):
+            return pa.list_(data_type.value_field.with_type(fix(data_type.value_type)))
+        return data_type
+
+    return pa.schema([field.with_type(fix(field.type)) for field in schema])
+
+
+def non_object_lines(path: Path, source: SourceFile, table: pa.Table, row_numbers) -> str:
+    """Arrow reads a line holding ``null`` as a record of nulls; find such lines among the
+    (rare) all-null records and describe the first, or return ''."""
+    all_null = np.ones(table.num_rows, dtype=bool)
+    for column in table.columns:
+        all_null &= column.is_null().to_numpy(zero_copy_only=False)
+    suspects = set(row_numbers[all_null].tolist())
+    if not suspects:
+        return ""
+    for number, line in enumerate(lines_of(path, source), start=1):
+        if number in suspects and not line.strip().startswith(b"{"):
+            return f"{source.path}:{number}: expected a JSON object, got {line.strip()[:20].decode(errors='replace')}"
+    return ""
+
+
+def count_lines(path: Path) -> int:
+    """Lines in a file (a last line without a newline counts), read in large chunks."""
+    count, last = 0, b"\n"
+    with open_binary(path) as stream:
+        while chunk := stream.read(1 << 24):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def jsonl_line_numbers(path: Path, source: SourceFile, rows: int) -> np.ndarray:
+    """The line number (from 1) of every record. Lines holding only white space are not
+    records, so the numbers are simply 1..rows unless the file has such lines."""
+    numbers = np.arange(1, rows + 1)
+    if rows == 0 or count_lines(path) == rows:
+        return numbers
+    blank = [i for i, line in enumerate(lines_of(path, source), start=1) if not line.strip()]
+    if not blank:
+        return numbers
+    lines = np.arange(1, rows + len(blank) + 1)
+    return np.setdiff1d(lines, blank)[:rows]
+
+
+def diagnose_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]) -> str:
+    """The first bad line of a JSONL file, described, or '' (slow path, only after a failure)."""
+    for number, line in enumerate(lines_of(path, source), start=1):
         if not line.strip():
             continue
         where = f"{source.path}:{number}"

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,10 +23,19 @@ from ..errors import OutputError
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
 
-def check_output_dir(path: str | os.PathLike, overwrite: bool) -> Path:
+def check_output_dir(path: str | os.PathLike, overwrite: bool,
+                     inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """Refuse an output location that exists as a file, or as a non-empty directory unless
-    ``overwrite``. Called before any work, so a refused run costs nothing."""
+    ``overwrite``, or that is, holds or lies inside one of the ``inputs`` (replacing it would
+    delete input, and outputs inside an input directory would be read as input next time).
+    Called before any work, so a refused run costs nothing."""
     out = Path(path)
+    resolved = out.resolve()
+    for given in inputs:
+        source = Path(given).resolve()
+        if source == resolved or resolved in source.parents or (source.is_dir() and source in resolved.parents):
+            raise OutputError(f"{out}: the output directory must not be, hold or lie inside the input "
+                              f"{given}; choose another --output")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
@@ -40,9 +49,10 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool) -> Path:
 
 
 @contextmanager
-def atomic_output_dir(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
+def atomic_output_dir(path: str | os.PathLike, overwrite: bool,
+                      inputs: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
     """Yield a temporary directory to fill; on success it replaces ``path`` in one rename."""
-    out = check_output_dir(path, overwrite)
+    out = check_output_dir(path, overwrite, inputs)
     parent = out.absolute().parent
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     try:

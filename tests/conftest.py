@@ -1,0 +1,48 @@
+"""Shared fixtures: ShingleBatches built directly, and synthetic set pairs of known Jaccard."""
+
+import numpy as np
+import pytest
+
+from gpudedup.shingling import ShingleBatch
+
+
+def _batch_from_rows(rows):
+    """A ShingleBatch whose document d holds the uint64 hashes rows[d] (in that order)."""
+    counts = np.array([len(row) for row in rows], dtype=np.int64)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    parts = [np.asarray(row, dtype=np.uint64) for row in rows]
+    hashes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    return ShingleBatch(offsets, hashes.astype(np.uint64))
+
+
+def _jaccard_pairs(n_pairs, jaccard, union=100, seed=0):
+    """``n_pairs`` pairs of sets of random uint64 hashes with |A ∩ B| / |A ∪ B| == exactly
+    round(jaccard * union) / union, as one ShingleBatch: documents 2i and 2i+1 are pair i.
+
+    Within a pair, all hashes differ in their low 32 bits (the bits MinHash reads), so a
+    pair's signature columns agree exactly when the minimum falls in the intersection.
+    Returns (batch, the exact Jaccard).
+    """
+    rng = np.random.default_rng(seed)
+    common = int(round(jaccard * union))
+    only = union - common
+    only_a = only // 2
+    values = rng.integers(0, 2**64, size=(n_pairs, union), dtype=np.uint64)
+    low = np.sort(values & np.uint64(0xFFFFFFFF), axis=1)
+    assert np.all(low[:, 1:] != low[:, :-1]), "change the seed: a low-32-bit collision"
+    rows = []
+    for row in values:
+        rows.append(row[:common].tolist() + row[common:common + only_a].tolist())
+        rows.append(row[:common].tolist() + row[common + only_a:].tolist())
+    return _batch_from_rows(rows), common / union
+
+
+@pytest.fixture
+def batch_from_rows():
+    return _batch_from_rows
+
+
+@pytest.fixture
+def jaccard_pairs():
+    return _jaccard_pairs

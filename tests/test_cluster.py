@@ -1,0 +1,136 @@
+"""cluster.find_clusters against a union-find oracle written here."""
+
+import numpy as np
+import pytest
+
+from gpudedup.cluster import find_clusters
+
+
+def oracle_clusters(n_docs, edges, lengths, policy):
+    parent = list(range(n_docs))
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    members = {}
+    for d in range(n_docs):
+        members.setdefault(root(d), []).append(d)
+    groups = sorted((m for m in members.values() if len(m) > 1), key=lambda m: m[0])
+    docs, cluster, keep = [], {}, {}
+    for number, group in enumerate(groups):
+        if policy == "first":
+            kept = group[0]
+        else:
+            kept = max(group, key=lambda d: (lengths[d], -d))  # longest, then the first
+        for d in group:
+            cluster[d] = number
+            keep[d] = d == kept
+        docs += group
+    docs.sort()
+    return docs, [cluster[d] for d in docs], [keep[d] for d in docs]
+
+
+def as_lists(clusters):
+    assert clusters.docs.dtype == np.int64 and clusters.cluster.dtype == np.int64
+    assert clusters.keep.dtype == bool
+    assert clusters.docs.shape == clusters.cluster.shape == clusters.keep.shape
+    return clusters.docs.tolist(), clusters.cluster.tolist(), clusters.keep.tolist()
+
+
+def random_graph(rng, n_docs, n_edges):
+    a = rng.integers(0, n_docs, size=n_edges)
+    b = rng.integers(0, n_docs, size=n_edges)
+    keep = a != b
+    first, second = np.minimum(a, b)[keep], np.maximum(a, b)[keep]
+    return first.astype(np.int64), second.astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("policy", ["first", "longest"])
+def test_random_graphs_match_union_find(seed, policy):
+    rng = np.random.default_rng(seed)
+    n_docs = int(rng.integers(2, 300))
+    n_edges = int(rng.integers(1, n_docs))  # sparse: many components, many singletons
+    first, second = random_graph(rng, n_docs, n_edges)
+    if first.size == 0:
+        first, second = np.array([0]), np.array([1])
+    lengths = rng.integers(0, 6, size=n_docs).astype(np.int64)  # many ties
+    got = as_lists(find_clusters(n_docs, first, second, lengths, policy))
+    assert got == oracle_clusters(n_docs, zip(first.tolist(), second.tolist()), lengths.tolist(), policy)
+
+
+def test_cluster_numbering_follows_first_document():
+    # Components {7, 2}, {0, 9}, {3, 5, 4}: first documents 0, 2, 3 -> numbers 0, 1, 2.
+    first = np.array([2, 4, 0, 3], dtype=np.int64)
+    second = np.array([7, 5, 9, 4], dtype=np.int64)
+    clusters = find_clusters(10, first, second, np.zeros(10, dtype=np.int64))
+    assert clusters.docs.tolist() == [0, 2, 3, 4, 5, 7, 9]
+    assert clusters.cluster.tolist() == [0, 1, 2, 2, 2, 1, 0]
+    assert clusters.count == 3
+    assert clusters.docs[clusters.keep].tolist() == [0, 2, 3]
+
+
+def test_keep_first_keeps_the_lowest_index():
+    first = np.array([5, 1, 3], dtype=np.int64)
+    second = np.array([6, 5, 6], dtype=np.int64)
+    lengths = np.array([0, 1, 0, 100, 0, 50, 7], dtype=np.int64)
+    clusters = find_clusters(7, first, second, lengths, "first")
+    assert clusters.docs.tolist() == [1, 3, 5, 6]
+    assert clusters.keep.tolist() == [True, False, False, False]
+
+
+def test_keep_longest_keeps_the_longest_and_the_first_of_equals():
+    first = np.array([0, 1, 4, 5, 8], dtype=np.int64)
+    second = np.array([1, 2, 5, 6, 9], dtype=np.int64)
+    lengths = np.array([3, 9, 4, 0, 7, 2, 7, 0, 5, 5], dtype=np.int64)
+    clusters = find_clusters(10, first, second, lengths, "longest")
+    kept = clusters.docs[clusters.keep].tolist()
+    assert kept == [1, 4, 8]  # 9 is longest; 7 == 7 -> doc 4 first; 5 == 5 -> doc 8 first
+    assert int(clusters.keep.sum()) == clusters.count == 3
+
+
+def test_no_pairs_gives_no_clusters():
+    for policy in ["first", "longest"]:
+        clusters = find_clusters(5, np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                 np.ones(5, np.int64), policy)
+        assert clusters.docs.shape == (0,) and clusters.cluster.shape == (0,)
+        assert clusters.keep.shape == (0,) and clusters.count == 0
+
+
+def test_duplicate_and_reversed_edges():
+    # The same edge many times (beyond an int8 count) and given as (b, a) still joins.
+    first = np.array([0] * 256 + [4], dtype=np.int64)
+    second = np.array([1] * 256 + [2], dtype=np.int64)
+    clusters = find_clusters(5, first, second, np.ones(5, np.int64))
+    assert as_lists(clusters) == ([0, 1, 2, 4], [0, 0, 1, 1], [True, False, True, False])
+
+
+def test_chain_joins_into_one_cluster():
+    n = 2000
+    first = np.arange(n - 1, dtype=np.int64)
+    clusters = find_clusters(n, first, first + 1, np.arange(n, dtype=np.int64), "longest")
+    assert clusters.count == 1 and clusters.docs.tolist() == list(range(n))
+    assert clusters.docs[clusters.keep].tolist() == [n - 1]
+
+
+def test_deterministic_and_independent_of_edge_order():
+    rng = np.random.default_rng(99)
+    first, second = random_graph(rng, 500, 400)
+    lengths = rng.integers(0, 4, size=500).astype(np.int64)
+    for policy in ["first", "longest"]:
+        reference = as_lists(find_clusters(500, first, second, lengths, policy))
+        assert as_lists(find_clusters(500, first, second, lengths, policy)) == reference
+        order = rng.permutation(first.shape[0])
+        assert as_lists(find_clusters(500, first[order], second[order], lengths, policy)) == reference
+
+
+def test_unknown_policy_raises():
+    with pytest.raises(ValueError):
+        find_clusters(3, np.array([0]), np.array([1]), np.ones(3, np.int64), "shortest")

@@ -1,0 +1,328 @@
+"""normalize.py and shingling.py against a plain-Python oracle of the canonical definition.
+
+The oracle is written from DESIGN.md ("Canonical shingling") and normalize.py's docstring:
+- lower-case per code point with str.lower, except U+0130 (capital I with dot above), whose
+  simple lowercase mapping is 'i' (str.lower gives the two code points 'i' + U+0307); being
+  per code point, Greek capital sigma always becomes U+03C3, never the final form U+03C2;
+- white space is the Unicode White_Space property (NOT str.isspace, which also accepts the
+  information separators U+001C..U+001F); runs become one space, both ends are stripped;
+- word n-grams: tokens split on single spaces, n consecutive ones joined by one space;
+  char n-grams: n consecutive code points; a non-empty text shorter than n units has exactly
+  one shingle (the whole text); an empty text has none;
+- a shingle's hash is poly_hash64 of its code points.
+"""
+
+import re
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gpudedup.errors import InputError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudedup import normalize, shingling
+from gpudedup.hashing import poly_hash64_scalar
+from gpudedup.normalize import encode_codepoints, normalize_codepoints, normalize_text
+from gpudedup.shingling import ShingleSpec, shingle_hashes, shingle_sets
+
+# --- the oracle ---------------------------------------------------------------------------
+
+# Unicode 14 PropList.txt, White_Space (25 code points), written out here on purpose.
+WHITE_SPACE = (
+    "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+WHITE_RUN = re.compile("[" + re.escape(WHITE_SPACE) + "]+")
+
+
+def oracle_lower(ch):
+    if ch == "\u0130":
+        return "i"
+    lowered = ch.lower()
+    assert len(lowered) == 1, f"U+{ord(ch):04X} has a multi-code-point lowercase"
+    return lowered
+
+
+def oracle_normalize(text):
+    if text is None:
+        return ""
+    lowered = "".join(oracle_lower(ch) for ch in text)
+    return " ".join(token for token in WHITE_RUN.split(lowered) if token)
+
+
+def oracle_shingles(text, kind, n):
+    norm = oracle_normalize(text)
+    if not norm:
+        return []
+    units = norm.split(" ") if kind == "word" else list(norm)
+    joiner = " " if kind == "word" else ""
+    if len(units) < n:
+        return [norm]
+    return [joiner.join(units[i:i + n]) for i in range(len(units) - n + 1)]
+
+
+def oracle_hashes(text, kind, n):
+    return [poly_hash64_scalar(map(ord, s)) for s in oracle_shingles(text, kind, n)]
+
+
+def rows_of(batch):
+    offsets = [int(o) for o in batch.offsets]
+    return [[int(h) for h in batch.hashes[offsets[d]:offsets[d + 1]]] for d in range(len(offsets) - 1)]
+
+
+def check_batch(texts, kind, n):
+    spec = ShingleSpec(kind, n)
+    batch = shingle_hashes(texts, spec)
+    assert batch.offsets.dtype == np.int64 and batch.hashes.dtype == np.uint64
+    assert batch.offsets.shape == (len(texts) + 1,) and int(batch.offsets[0]) == 0
+    assert batch.n_docs == len(texts)
+    expected = [oracle_hashes(t, kind, n) for t in texts]
+    assert rows_of(batch) == expected
+    sets = shingle_sets(texts, spec)
+    assert sets.offsets.dtype == np.int64 and sets.hashes.dtype == np.uint64
+    set_rows = rows_of(sets)
+    assert set_rows == [sorted(set(row)) for row in expected]
+    for row in set_rows:
+        assert all(x < y for x, y in zip(row, row[1:]))  # ascending, no repeats
+    return batch
+
+
+# --- the texts ----------------------------------------------------------------------------
+
+SAMPLES = {
+    "ascii": "The quick  brown Fox\tjumps over the LAZY dog. The quick brown fox!",
+    "latin1": "Ça VA très BIEN, Ærø ÿ Ÿ ß ẞ \u00a0naïve ÉCOLE",
+    "greek": "ΟΔΟΣ ΣΟΦΟΣ Σ σ ς ΐ ϴ",
+    "cyrillic": "Съешь же ещё ЭТИХ мягких французских булок Ѐ Ӂ",
+    "cjk": "中文文本的重复检测 日本語のテキスト 한국어",
+    "emoji": "😀 😀😃 👍🏽 🇫🇷 \U0001F9D1\u200d\U0001F4BB end",
+    "astral_case": "\U00010400\U00010401 \U0001E900\U0001E921 \U00016E40",  # Deseret, Adlam, Medefaidrin
+    "dotted_i": "İSTANBUL İi Iı",
+    "special_case": "ǅ ǈ ǋ ǲ \u212a \u2126 \u212b",  # titlecase digraphs, Kelvin, Ohm, Angstrom
+    "combining": "e\u0301 E\u0301 \u0041\u030a",
+    "all_white": "a" + "b".join(WHITE_SPACE) + "c",
+    "separators": "a\x1cb \x1d c\x1e\x1fd",
+    "not_white": "a\u200bb \ufeffc \u180ed \u2060e",
+    "lead_trail": " \t\u3000 lead and trail \u2029\u0085 ",
+    "only_white": WHITE_SPACE * 3,
+    "empty": "",
+    "none": None,
+    "one_char": "X",
+    "one_word": "Word",
+    "two_words": "two  WORDS",
+    "digits_punct": "1,2;3 -- 4... (5) [6] {7} <8> 'nine' \"ten\"",
+}
+
+
+# --- normalisation ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_normalize_text_matches_oracle(name):
+    text = SAMPLES[name]
+    if text is None:
+        return
+    assert normalize_text(text) == oracle_normalize(text)
+
+
+def test_normalize_explicit_cases():
+    assert normalize_text("  Hello\t\tWORLD \n") == "hello world"
+    assert normalize_text("ΟΔΟΣ") == "οδοσ"  # per code point: no final sigma
+    assert "ΟΔΟΣ".lower() == "οδος"  # ... although Python's str.lower has one
+    assert normalize_text("İ") == "i"  # simple mapping, one code point
+    assert len("İ".lower()) == 2
+    assert normalize_text("A\u3000\u00a0\u0085B\u1680C") == "a b c"
+    assert normalize_text(WHITE_SPACE) == ""
+    assert normalize_text("") == ""
+    assert normalize_text("\U00010400") == "\U00010428"
+    assert normalize_text("ẞ") == "ß"
+
+
+@pytest.mark.parametrize("separator", ["\x1c", "\x1d", "\x1e", "\x1f"])
+def test_information_separators_are_not_white_space(separator):
+    assert separator.isspace()  # Python says yes, the canonical definition says no
+    assert normalize_text(f"a{separator}b") == f"a{separator}b"
+    assert normalize_text(f" {separator} ") == separator
+    batch = shingle_hashes([f"x{separator}y z"], ShingleSpec("word", 1))
+    assert rows_of(batch) == [[poly_hash64_scalar(map(ord, f"x{separator}y")),
+                               poly_hash64_scalar(map(ord, "z"))]]
+
+
+@pytest.mark.parametrize("white", list(WHITE_SPACE))
+def test_every_white_space_kind_separates_tokens(white):
+    text = f"{white}Alpha{white}{white}beta{white}"
+    assert normalize_text(text) == "alpha beta"
+    check_batch([text, f"gamma{white}delta"], "word", 1)
+
+
+def test_normalize_batch_keeps_documents_apart():
+    # White runs that straddle document boundaries must vanish, not become a space.
+    texts = ["a ", " b", "", "  ", "c", " d e ", None, "f\u3000", "\u3000g", "H  I"]
+    codepoints, offsets = encode_codepoints(texts)
+    assert codepoints.dtype == np.uint32 and offsets.dtype == np.int64
+    normalised, new_offsets = normalize_codepoints(codepoints, offsets)
+    assert normalised.dtype == np.uint32 and new_offsets.dtype == np.int64
+    got = [normalised[new_offsets[d]:new_offsets[d + 1]].tobytes().decode("utf-32-le")
+           for d in range(len(texts))]
+    assert got == [oracle_normalize(t) for t in texts]
+
+
+def test_normalize_ascii_and_unicode_paths_agree():
+    ascii_docs = ["  Mixed CASE\ttext \n", "x\x1cy", "A  B"]
+    alone = normalize_codepoints(*encode_codepoints(ascii_docs))
+    with_unicode = normalize_codepoints(*encode_codepoints(ascii_docs + ["Ω\u3000Σ"]))
+    assert np.array_equal(alone[1], with_unicode[1][:-1])
+    assert np.array_equal(alone[0], with_unicode[0][: int(alone[1][-1])])
+
+
+def test_lowercase_table_is_the_simple_mapping():
+    # The shipped table agrees with Python's per-code-point lowercase (same Unicode version)
+    # everywhere except U+0130.
+    pairs = normalize.simple_lowercase_pairs()
+    table = {int(cp): int(lower) for cp, lower in pairs}
+    assert table[0x130] == ord("i")
+    for cp, lower in table.items():
+        if cp != 0x130:
+            assert chr(cp).lower() == chr(lower)
+
+
+# --- shingles -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["word", "char"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 9])
+def test_samples_one_by_one_and_as_one_batch(kind, n):
+    texts = [SAMPLES[name] for name in sorted(SAMPLES)]
+    for text in texts:
+        check_batch([text], kind, n)
+    check_batch(texts, kind, n)
+    check_batch(texts[::-1], kind, n)
+
+
+def test_short_documents_have_exactly_one_shingle():
+    for kind, text, n in [("word", "one two", 3), ("char", "ab", 5), ("char", "  a  ", 2),
+                          ("word", "İ", 4), ("char", "😀", 2)]:
+        batch = check_batch([text], kind, n)
+        assert rows_of(batch) == [[poly_hash64_scalar(map(ord, oracle_normalize(text)))]]
+
+
+def test_empty_documents_have_no_shingles():
+    for kind in ["word", "char"]:
+        batch = check_batch([None, "", " ", WHITE_SPACE, "x", None], kind, 3)
+        assert batch.counts().tolist() == [0, 0, 0, 0, 1, 0]
+
+
+def test_empty_batch():
+    for kind in ["word", "char"]:
+        batch = shingle_hashes([], ShingleSpec(kind, 2))
+        assert batch.offsets.tolist() == [0] and batch.hashes.shape == (0,)
+        sets = shingle_sets([], ShingleSpec(kind, 2))
+        assert sets.offsets.tolist() == [0] and sets.hashes.shape == (0,)
+
+
+def test_n_equal_to_length_gives_one_shingle_and_n_one_gives_units():
+    assert rows_of(check_batch(["abc"], "char", 3)) == [[poly_hash64_scalar([97, 98, 99])]]
+    assert rows_of(check_batch(["a b c"], "word", 3)) == [[poly_hash64_scalar(map(ord, "a b c"))]]
+    assert rows_of(check_batch(["abca"], "char", 1)) == [[poly_hash64_scalar([c]) for c in b"abca"]]
+
+
+def test_repeats_are_kept_in_text_order_and_removed_in_sets():
+    texts = ["a b a b a b", "aaaa aaaa"]
+    batch = check_batch(texts, "word", 2)
+    assert batch.counts().tolist() == [5, 1]
+    assert shingle_sets(texts, ShingleSpec("word", 2)).counts().tolist() == [2, 1]
+
+
+def test_very_long_single_tokens():
+    long_ascii = "Z" * 100_000
+    long_mixed = ("Ωλ😀中" * 2_000) + " tail"
+    for text in [long_ascii, long_mixed]:
+        check_batch([text, "short doc", text], "word", 5)
+    check_batch(["Ab" * 4_000, "x", "ΣΣ😀" * 1_000], "char", 7)
+
+
+def test_large_then_small_batches_reuse_power_tables():
+    big = check_batch(["word " * 20_000], "char", 4)
+    small = check_batch(["word word"], "char", 4)
+    assert rows_of(small)[0] == rows_of(big)[0][:6]
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError):
+        ShingleSpec("line", 3)
+    with pytest.raises(ValueError):
+        ShingleSpec("word", 0)
+    with pytest.raises(ValueError):
+        ShingleSpec("char", 2.0)
+
+
+ALPHABET = list(
+    "aAbBzZ09.,'-" + "ÀàÉéßẞÿŸ" + "ΣσςΟοΔ" + "ДдЁё" + "中文日" + "İıIi" + "ǅ\u212a\u0301"
+    + WHITE_SPACE + "\x1c\x1d\x1e\x1f\u200b\ufeff\u180e"
+) + ["😀", "👍", "\U00010400", "\U00010428", "\U0001E900", "\U0010FFFF", "\x00"]
+
+texts_strategy = st.one_of(
+    st.none(),
+    st.text(alphabet=st.sampled_from(ALPHABET), max_size=40),
+    # Word-like texts: a few words from a small vocabulary, so that shingles repeat.
+    st.lists(st.sampled_from(["the", "CAT", "sat", "ΣΟΦΟΣ", "中文", "😀", "İ", "\x1c", ""]),
+             max_size=12).map(lambda words: " \u3000"[len(words) % 2].join(words)),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(texts_strategy, max_size=8), kind=st.sampled_from(["word", "char"]),
+       n=st.integers(1, 6))
+def test_hypothesis_batches_match_oracle(texts, kind, n):
+    check_batch(texts, kind, n)
+    for text in texts:
+        if text is not None:
+            assert normalize_text(text) == oracle_normalize(text)
+
+
+def test_spans_are_substrings_of_the_normalised_text():
+    texts = ["Hello  big World", "", "a", "ΣΣ ΣΣ ΣΣ"]
+    codepoints, offsets = normalize_codepoints(*encode_codepoints(texts))
+    for kind, n in [("word", 2), ("char", 3)]:
+        starts, ends, shingle_offsets = shingling.shingle_spans(codepoints, offsets,
+                                                                ShingleSpec(kind, n))
+        got = [codepoints[s:e].tobytes().decode("utf-32-le") for s, e in zip(starts, ends)]
+        assert got == [s for t in texts for s in oracle_shingles(t, kind, n)]
+        assert np.diff(shingle_offsets).tolist() == [len(oracle_shingles(t, kind, n)) for t in texts]
+
+
+def test_lone_surrogates_are_refused_with_an_input_error():
+    # Python strings may hold lone surrogates (json.loads('"\\ud800"') makes one). They are not
+    # Unicode text and have no UTF-8 form, so no backend can shingle them: gpudedup refuses
+    # them with its own error naming the text and the character, not an encoder traceback.
+    for texts in (["fine", "lone \ud800 surrogate"], ["x\udc00y"]):
+        with pytest.raises(InputError, match=r"text \d+ holds a lone surrogate U\+D[89A-F][0-9A-F]{2}"):
+            shingle_hashes(texts, ShingleSpec("word", 1))
+    with pytest.raises(InputError):
+        normalize_text("A\ud800 B")
+
+
+# --- Arrow input --------------------------------------------------------------------------
+
+ARROW_TEXTS = [SAMPLES[name] for name in sorted(SAMPLES)]
+
+
+@pytest.mark.parametrize("arrow_type", [pa.string(), pa.large_string()])
+@pytest.mark.parametrize("kind, n", [("word", 2), ("char", 4)])
+def test_arrow_arrays_give_the_same_shingles(arrow_type, kind, n):
+    spec = ShingleSpec(kind, n)
+    array = pa.array(ARROW_TEXTS, arrow_type)
+    assert array.null_count == 1
+    expected = [oracle_hashes(t, kind, n) for t in ARROW_TEXTS]
+    assert rows_of(shingle_hashes(array, spec)) == expected
+    # Slices (a non-zero array offset) and chunked arrays, with and without nulls.
+    for start, stop in [(0, 5), (3, 11), (7, len(ARROW_TEXTS)), (4, 4)]:
+        assert rows_of(shingle_hashes(array.slice(start, stop - start), spec)) == expected[start:stop]
+    chunked = pa.chunked_array([array.slice(0, 6), array.slice(6, 0), array.slice(6)], arrow_type)
+    assert rows_of(shingle_hashes(chunked, spec)) == expected
+    assert rows_of(shingle_hashes(pa.chunked_array([], arrow_type), spec)) == []
+    sets = shingle_sets(array.slice(2), spec)
+    assert rows_of(sets) == [sorted(set(row)) for row in expected[2:]]

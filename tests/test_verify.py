@@ -1,0 +1,272 @@
+"""verify.py: exact Jaccard against Python sets, the column trick with the top bit, the
+signature pre-filter's cut-off against an exact binomial CDF, and the chunking."""
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gpudedup.hashing import draw_permutations
+from gpudedup.minhash import minhash_signatures
+from gpudedup.shingling import ShingleSpec, shingle_hashes
+from gpudedup.verify import (
+    SIGNATURE_TAIL,
+    agreement_cutoff,
+    cost_chunks,
+    document_sets,
+    pair_jaccard,
+    plausible,
+)
+
+TOP = 1 << 63
+
+
+def text_provider(texts, spec):
+    """The shingles_of adapter document_sets expects: doc indices -> ShingleBatch."""
+    calls = []
+
+    def shingles_of(docs):
+        calls.append(np.asarray(docs).tolist())
+        return shingle_hashes([texts[int(d)] for d in docs], spec)
+
+    shingles_of.calls = calls
+    return shingles_of
+
+
+def row_provider(rows, batch_from_rows):
+    def shingles_of(docs):
+        return batch_from_rows([rows[int(d)] for d in docs])
+
+    return shingles_of
+
+
+def hash_sets(texts, spec):
+    batch = shingle_hashes(texts, spec)
+    return [set(batch.hashes[batch.offsets[d]:batch.offsets[d + 1]].tolist()) for d in range(len(texts))]
+
+
+def string_shingles(text, n):
+    # Word n-grams of ASCII text with single-space separators (the texts below are such).
+    words = text.lower().split()
+    if len(words) < n:
+        return {" ".join(words)} if words else set()
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def set_jaccard(a, b):
+    return len(a & b) / len(a | b)
+
+
+def random_corpus(seed, n_base=12):
+    """Texts with partial overlaps: bases, edited variants, exact copies, repeats, tiny docs."""
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"w{i}" for i in range(40)] + ["The", "CAT", "sat"]
+    texts = []
+    for _ in range(n_base):
+        base = list(rng.choice(vocabulary, size=int(rng.integers(3, 60))))
+        texts.append(" ".join(base))
+        for edits in [1, 3, 10]:
+            variant = list(base)
+            for _ in range(edits):
+                i = int(rng.integers(0, len(variant)))
+                op = rng.integers(0, 3)
+                if op == 0:
+                    variant[i] = str(rng.choice(vocabulary))
+                elif op == 1 and len(variant) > 1:
+                    del variant[i]
+                else:
+                    variant.insert(i, str(rng.choice(vocabulary)))
+            texts.append(" ".join(variant))
+        texts.append(" ".join(base))  # identical copy
+    texts += ["a b a b a b", "b a b a", "x", "X", "lonely"]
+    return texts
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("kind, n", [("word", 1), ("word", 3), ("char", 5)])
+def test_pair_jaccard_matches_python_sets(seed, kind, n):
+    texts = random_corpus(seed)
+    spec = ShingleSpec(kind, n)
+    docs = np.arange(len(texts), dtype=np.int64)
+    cost = np.array([len(t) for t in texts], dtype=np.int64)
+    sets = document_sets(text_provider(texts, spec), docs, cost, batch_cost=500)
+    pairs = np.array(list(itertools.combinations(range(len(texts)), 2)), dtype=np.int64)
+    first, second = pairs[:, 0], pairs[:, 1]
+    got = pair_jaccard(sets, first, second)
+    assert got.dtype == np.float64 and got.shape == (len(pairs),)
+
+    oracle = hash_sets(texts, spec)
+    expected = [set_jaccard(oracle[a], oracle[b]) for a, b in pairs.tolist()]
+    assert got.tolist() == expected
+    if kind == "word":  # and independently of hashing, on the shingle strings themselves
+        strings = [string_shingles(t, n) for t in texts]
+        assert got.tolist() == [set_jaccard(strings[a], strings[b]) for a, b in pairs.tolist()]
+    # The corpus holds identical, partial and disjoint pairs.
+    assert (got == 1.0).any() and (got == 0.0).any() and ((got > 0.3) & (got < 1.0)).any()
+
+
+def test_tiny_chunk_budgets_give_the_same_result():
+    texts = random_corpus(5, n_base=6)
+    spec = ShingleSpec("word", 2)
+    docs = np.arange(len(texts), dtype=np.int64)
+    cost = np.array([len(t) for t in texts], dtype=np.int64)
+    pairs = np.array(list(itertools.combinations(range(len(texts)), 2)), dtype=np.int64)
+    first, second = pairs[:, 0], pairs[:, 1]
+
+    reference = pair_jaccard(document_sets(text_provider(texts, spec), docs, cost, 1 << 30), first, second)
+    provider = text_provider(texts, spec)
+    one_at_a_time = document_sets(provider, docs, cost, batch_cost=1)
+    assert provider.calls == [[d] for d in range(len(texts))]  # one document per chunk
+    for chunk_elements in [1, 2, 7, 100]:
+        assert np.array_equal(pair_jaccard(one_at_a_time, first, second, chunk_elements), reference)
+    oracle = hash_sets(texts, spec)
+    assert reference.tolist() == [set_jaccard(oracle[a], oracle[b]) for a, b in pairs.tolist()]
+
+
+def test_rows_follow_docs_subset_and_pair_order():
+    texts = ["one two three four", "zzz", "one two three five", "", "one two three four", "q"]
+    spec = ShingleSpec("word", 2)
+    docs = np.array([0, 2, 3, 4], dtype=np.int64)  # an empty document among them
+    sets = document_sets(text_provider(texts, spec), docs, np.array([4, 4, 4, 4]), 8)
+    assert sets.shape[0] == 4
+    assert np.diff(sets.indptr).tolist() == [3, 3, 0, 3]
+    oracle = hash_sets(texts, spec)
+    first = np.array([3, 0, 1, 0], dtype=np.int64)  # rows, in any order, repeated
+    second = np.array([0, 3, 3, 1], dtype=np.int64)
+    expected = [set_jaccard(oracle[docs[a]], oracle[docs[b]]) for a, b in zip(first, second)]
+    assert pair_jaccard(sets, first, second).tolist() == expected
+    assert expected == [1.0, 1.0, 0.5, 0.5]
+
+
+def test_document_sets_columns_flip_the_top_bit(batch_from_rows):
+    rows = [
+        [0, 1, TOP - 1, TOP, 2**64 - 1, 0, TOP],  # both halves, with repeats, unsorted
+        [TOP + 7, TOP, 2**64 - 1],  # top bit set only: non-negative columns
+        [3, 1, 0],  # top bit clear only: negative columns
+        [2**64 - 1, 3, TOP - 1],
+        [5],
+    ]
+    sets = document_sets(row_provider(rows, batch_from_rows), np.arange(5, dtype=np.int64),
+                         np.ones(5, dtype=np.int64), batch_cost=2)
+    assert sets.indices.dtype == np.int64
+    for d, row in enumerate(rows):
+        columns = sets.indices[sets.indptr[d]:sets.indptr[d + 1]]
+        assert np.all(columns[1:] > columns[:-1])  # canonical: sorted, distinct (no np.diff: it wraps)
+        back = (columns.view(np.uint64) ^ np.uint64(TOP)).tolist()
+        assert back == sorted(set(row))
+        assert np.all((columns < 0) == (np.array(back, dtype=np.uint64) < np.uint64(TOP)))
+    assert (sets.indices < 0).any() and (sets.indices >= 0).any()
+
+    pairs = list(itertools.combinations(range(5), 2)) + [(d, d) for d in range(5)]
+    first = np.array([a for a, _ in pairs], dtype=np.int64)
+    second = np.array([b for _, b in pairs], dtype=np.int64)
+    # scipy's row-wise multiply on negative column indices counts the intersections right.
+    intersections = np.asarray(sets[first].multiply(sets[second]).sum(axis=1)).ravel()
+    assert intersections.tolist() == [len(set(rows[a]) & set(rows[b])) for a, b in pairs]
+    assert pair_jaccard(sets, first, second).tolist() == [
+        set_jaccard(set(rows[a]), set(rows[b])) for a, b in pairs]
+
+
+@pytest.mark.parametrize("target", [0.3, 0.9, 1.0])
+def test_random_64_bit_sets_with_large_intersections(jaccard_pairs, batch_from_rows, target):
+    # Intersections of hundreds of elements (beyond int8 and uint8 counts), both column signs.
+    batch, jaccard = jaccard_pairs(40, target, union=600, seed=9)
+    rows = [batch.hashes[batch.offsets[d]:batch.offsets[d + 1]] for d in range(batch.n_docs)]
+    docs = np.arange(batch.n_docs, dtype=np.int64)
+    sets = document_sets(row_provider(rows, batch_from_rows), docs,
+                         np.full(batch.n_docs, 100, dtype=np.int64), batch_cost=1000)
+    first, second = docs[0::2], docs[1::2]
+    got = pair_jaccard(sets, first, second, chunk_elements=2000)
+    assert np.all(got == jaccard)
+    assert round(jaccard * 600) > 255 or target == 0.3
+
+
+def test_empty_inputs():
+    sets = document_sets(lambda docs: shingle_hashes([], ShingleSpec()), np.zeros(0, np.int64),
+                         np.zeros(0, np.int64), 10)
+    assert sets.shape[0] == 0
+    assert pair_jaccard(sets, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
+    assert list(cost_chunks(np.zeros(0, np.int64), 5)) == []
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 10, 1000])
+def test_cost_chunks_partition(budget):
+    rng = np.random.default_rng(budget)
+    cost = rng.integers(0, 6, size=60)
+    chunks = list(cost_chunks(cost, budget))
+    assert chunks[0][0] == 0 and chunks[-1][1] == cost.shape[0]
+    for (start, stop), (next_start, _) in zip(chunks, chunks[1:]):
+        assert stop == next_start
+    for start, stop in chunks:
+        assert stop > start
+        assert stop - start == 1 or cost[start:stop].sum() <= budget
+    if budget == 1:
+        positive = np.flatnonzero(cost > 0)
+        # No chunk holds two items of positive cost.
+        assert all(np.count_nonzero(cost[start:stop]) <= 1 for start, stop in chunks)
+        assert len(chunks) >= positive.size
+    if budget == 1000:
+        assert chunks == [(0, 60)]
+
+
+# --- the signature pre-filter -------------------------------------------------------------
+
+
+def exact_cutoff(num_columns, threshold, tail):
+    """Largest x with BinomCDF(x; K, t) <= tail, exactly (integer arithmetic on the exact
+    rational values of the floats t and tail), or -1."""
+    p, tail = Fraction(threshold), Fraction(tail)
+    # pmf(x) = comb(K, x) * P**x * (D - P)**(K - x) / D**K with p = P / D.
+    P, D = p.numerator, p.denominator
+    limit = tail.numerator * D**num_columns  # cdf <= tail  <=>  cdf * D**K * tail_den <= limit
+    cdf, cutoff = 0, -1
+    for x in range(num_columns + 1):
+        cdf += math.comb(num_columns, x) * P**x * (D - P) ** (num_columns - x)
+        if cdf * tail.denominator > limit:
+            break
+        cutoff = x
+    return cutoff
+
+
+@pytest.mark.parametrize("num_columns", [8, 16, 32, 64, 128, 256])
+def test_agreement_cutoff_matches_exact_binomial(num_columns):
+    for threshold in [0.05, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99]:
+        expected = exact_cutoff(num_columns, threshold, SIGNATURE_TAIL)
+        assert agreement_cutoff(num_columns, threshold) == expected, threshold
+    for tail in [1e-3, 0.05, 0.5]:
+        assert agreement_cutoff(num_columns, 0.8, tail) == exact_cutoff(num_columns, 0.8, tail)
+
+
+def test_agreement_cutoff_edges():
+    assert agreement_cutoff(128, 1.0) == 127
+    assert agreement_cutoff(1, 1.0) == 0
+    assert agreement_cutoff(32, 0.01) == -1  # P(0 agreements) = 0.99**32 is far above the tail
+    assert agreement_cutoff(128, 0.8) == exact_cutoff(128, 0.8, 1e-9) > 50
+
+
+def test_plausible_never_rejects_identical_sets():
+    texts = ["a b a b a b", "b a b a b", "the cat sat", "the cat sat", "Σ σ", "σ Σ σ",
+             "one", "ONE  "]
+    pairs = [(0, 1), (2, 3), (4, 5), (6, 7)]
+    batch = shingle_hashes(texts, ShingleSpec("word", 1))
+    first = np.array([a for a, _ in pairs], dtype=np.int64)
+    second = np.array([b for _, b in pairs], dtype=np.int64)
+    for num_perm in [1, 2, 16, 128, 256]:
+        signatures = minhash_signatures(batch, draw_permutations(num_perm, seed=num_perm))
+        for threshold in [0.01, 0.5, 0.8, 0.95, 0.999, 1.0]:
+            keep = plausible(signatures, first, second, threshold)
+            assert keep.dtype == bool and keep.tolist() == [True] * len(pairs)
+
+
+def test_plausible_keeps_pairs_at_the_threshold_and_drops_far_ones(jaccard_pairs):
+    perms = draw_permutations(128, seed=5)
+    at, jaccard = jaccard_pairs(2000, 0.8, union=100, seed=12)
+    assert jaccard == 0.8
+    signatures = minhash_signatures(at, perms)
+    first = np.arange(0, at.n_docs, 2, dtype=np.int64)
+    assert plausible(signatures, first, first + 1, 0.8).all()
+    far, _ = jaccard_pairs(2000, 0.2, union=100, seed=13)
+    signatures = minhash_signatures(far, perms)
+    assert not plausible(signatures, first, first + 1, 0.8).any()
