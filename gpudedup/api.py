@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .backends import get_backend
-from .errors import InputError, ParameterError
+from .errors import InputError, OutputError, ParameterError
 from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
 from .params import DedupParams
-from .pipeline import DedupOutcome, run_dedup
-from .stages import Progress, RichProgress
+from .pipeline import DedupOutcome, release_unused_memory, run_dedup
+from .stages import Progress, RichProgress, StageLog
 
 
 @dataclass
@@ -87,11 +87,11 @@ def dedup(
                          bands=bands, rows=rows, seed=seed, keep=keep, bucket_window=bucket_window,
                          batch_bytes=batch_bytes, batch_rows=batch_rows)
     chosen_backend = get_backend(backend)
-    started = time.perf_counter()
-    corpus, restore = to_corpus(data, text_field, id_field)
-    read_seconds = time.perf_counter() - started
-    outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress())
-    outcome.report["stages"] = {"read": {"seconds": round(read_seconds, 4)}, **outcome.report["stages"]}
+    log = StageLog()
+    with log.stage("read"):
+        corpus, restore = to_corpus(data, text_field, id_field)
+        release_unused_memory()
+    outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return to_result(corpus, outcome, restore)
 
 
@@ -128,6 +128,14 @@ def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool)
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     started = time.perf_counter()
+    try:
+        return _write_files(output_dir, result, format, overwrite, started)
+    except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
+        raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
+                          "nothing was written") from None
+
+
+def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, started: float) -> Path:
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
         kept = result.table.filter(pa.array(result.keep))
         if format == "parquet":

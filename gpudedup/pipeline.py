@@ -56,9 +56,10 @@ def text_batches(texts: pa.ChunkedArray, max_bytes: int, max_rows: int) -> Itera
 
 
 def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
-              progress: Progress | None = None) -> DedupOutcome:
+              progress: Progress | None = None, log: StageLog | None = None) -> DedupOutcome:
+    """Deduplicate ``corpus``; ``log`` may already hold stages (reading) to report with these."""
     progress = progress or Progress()
-    log = StageLog()
+    log = log or StageLog()
     spec = ShingleSpec(params.shingle, params.ngram)
     banding = params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
@@ -67,6 +68,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
 
     keys, active, signatures = signature_pass(texts, spec, banding, permutations, params,
                                               backend, log, progress)
+    release_unused_memory()
 
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):
@@ -141,6 +143,12 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
                 np.zeros((0, width), np.uint32))
     keys, active, signatures = zip(*results)
     return np.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+
+
+def release_unused_memory() -> None:
+    """Hand memory that Arrow's allocator keeps for reuse back to the system, so the peak of
+    one stage does not stay resident through the next."""
+    pa.default_memory_pool().release_unused()
 
 
 def map_parallel(function, items, workers: int):

@@ -82,11 +82,16 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
         sets = unique_per_row(shingles_of(docs[rows[0] : rows[1]]))
         return (sets.hashes ^ np.uint64(1 << 63)).view(np.int64), sets.counts()
 
-    results = list(map_batches(batch_sets, list(cost_chunks(doc_cost, batch_cost))))
-    parts = [columns for columns, _ in results]
-    counts = [count for _, count in results]
-    columns = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    offsets = offsets_from_counts(np.concatenate(counts) if counts else np.zeros(0, np.int64))
+    parts = list(map_batches(batch_sets, list(cost_chunks(doc_cost, batch_cost))))
+    offsets = offsets_from_counts(np.concatenate([c for _, c in parts]) if parts else np.zeros(0, np.int64))
+    # Copy the parts into one array, releasing each as it goes: the peak is the total plus one
+    # part, not twice the total (these sets are the largest thing verification holds).
+    columns = np.empty(int(offsets[-1]), dtype=np.int64)
+    position = 0
+    for index, (part, _) in enumerate(parts):
+        columns[position : position + part.shape[0]] = part
+        position += part.shape[0]
+        parts[index] = None
     matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets),
                                      shape=(docs.shape[0], np.iinfo(np.int64).max))
     matrix.has_sorted_indices = True

@@ -245,6 +245,14 @@ def parse_jsonl(path: Path) -> pa.Table:
 
 
 def read_json(path: Path, read_options=None, parse_options=None) -> pa.Table:
+    # The streaming reader holds about half the memory of read_json, but it fixes the schema
+    # from the first block; when a later block adds a field or changes a type, read it whole.
+    try:
+        with open_binary(path) as stream:
+            reader = pajson.open_json(stream, read_options=read_options, parse_options=parse_options)
+            return pa.Table.from_batches(list(reader), schema=reader.schema)
+    except pa.ArrowInvalid:
+        pass
     with open_binary(path) as stream:
         return pajson.read_json(stream, read_options=read_options, parse_options=parse_options)
 
@@ -304,6 +312,7 @@ def jsonl_line_numbers(path: Path, source: SourceFile, rows: int) -> np.ndarray:
 
 def diagnose_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]) -> str:
     """The first bad line of a JSONL file, described, or '' (slow path, only after a failure)."""
+    first_seen: dict[str, tuple[str, int]] = {}  # field -> (JSON type, line) where first seen
     for number, line in enumerate(lines_of(path, source), start=1):
         if not line.strip():
             continue
@@ -321,6 +330,14 @@ def diagnose_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Op
         value = record.get(text_field)
         if value is not None and not isinstance(value, str):
             return f"{where}: field {text_field!r} is {json_type(value)}, expected a string"
+        for name, value in record.items():
+            kind = json_type(value)
+            if kind == "null":
+                continue
+            seen_kind, seen_line = first_seen.setdefault(name, (kind, number))
+            if kind != seen_kind:
+                return (f"{where}: field {name!r} is {kind}, but {seen_kind} on line {seen_line}; "
+                        "a field must hold values of one type")
         if id_field is not None:
             if record.get(id_field) is None:
                 return f"{where}: id field {id_field!r} is missing or null"

@@ -1,0 +1,515 @@
+"""The notebook API: gpudedup.dedup on strings, tables, data frames, Arrow streams and paths."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import string
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import gpudedup
+from gpudedup import DedupResult, InputError, ParameterError
+from gpudedup.cli import app
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """Fail a test that runs over 30 s (they take well under one) instead of hanging the suite."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeoutError("test ran over 30 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def paragraph(seed: int, words: int = 60) -> str:
+    rng = random.Random(seed)
+    return " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(7)) for _ in range(words))
+
+
+def variant(text: str, last: str) -> str:
+    """Last word replaced: J = 55/57 = 0.965 with word 5-grams over 60 words."""
+    words = text.split()
+    words[-1] = last
+    return " ".join(words)
+
+
+def planted_texts() -> list[str]:
+    """Positions 2, 4, 6 are near-duplicates of 0, 3, 3."""
+    a, c = paragraph(1), paragraph(3)
+    return [a, paragraph(2), variant(a, "xxxxxxx"), c, variant(c, "yyyyyyy"), paragraph(4),
+            variant(c, "zzzzzzz"), paragraph(5)]
+
+
+EXPECTED_KEEP = [True, True, False, True, False, True, False, True]
+EXPECTED_PAIRS = [(0, 2), (3, 4), (3, 6), (4, 6)]
+
+
+def planted_table() -> pa.Table:
+    texts = planted_texts()
+    return pa.table({"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts,
+                     "n": list(range(len(texts))), "score": [i / 2 for i in range(len(texts))]})
+
+
+def pair_list(result: DedupResult) -> list[tuple]:
+    return list(zip(result.pairs["id_a"].to_pylist(), result.pairs["id_b"].to_pylist()))
+
+
+def check_planted(result: DedupResult, ids=None) -> None:
+    ids = ids or list(range(8))
+    assert result.keep.dtype == np.bool_
+    assert result.keep.shape == (8,)
+    assert result.keep.tolist() == EXPECTED_KEEP
+    assert pair_list(result) == sorted((ids[a], ids[b]) for a, b in EXPECTED_PAIRS)
+    assert result.pairs.column_names == ["id_a", "id_b", "jaccard"]
+    assert all(j == pytest.approx(55 / 57) for j in result.pairs["jaccard"].to_pylist())
+    assert result.clusters.column_names == ["id", "cluster", "keep"]
+    assert result.report["results"]["clusters"] == 2
+    assert result.report["results"]["removed_documents"] == 3
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+# --- input types --------------------------------------------------------------------------------
+
+
+def test_list_of_strings():
+    texts = planted_texts()
+    result = gpudedup.dedup(texts)
+    assert isinstance(result, DedupResult)
+    check_planted(result)
+    assert isinstance(result.deduplicated, list)
+    assert result.deduplicated == [t for t, k in zip(texts, EXPECTED_KEEP) if k]
+    # ids are positions
+    assert result.pairs["id_a"].to_pylist() == [0, 3, 3, 4]
+    assert result.clusters["id"].to_pylist() == [0, 2, 3, 4, 6]
+    assert result.clusters["keep"].to_pylist() == [True, False, True, False, False]
+    assert result.report["input"]["documents"] == 8
+    assert "8 documents" in repr(result)
+
+
+def test_list_with_none_is_allowed():
+    texts = planted_texts() + [None]
+    result = gpudedup.dedup(texts)
+    assert result.keep.tolist() == EXPECTED_KEEP + [True]
+    assert result.report["input"]["null_texts"] == 1
+    assert result.deduplicated[-1] is None
+
+
+def test_tuple_of_strings():
+    result = gpudedup.dedup(tuple(planted_texts()))
+    assert result.keep.tolist() == EXPECTED_KEEP
+
+
+def test_list_with_non_string_is_an_input_error():
+    with pytest.raises(InputError) as info:
+        gpudedup.dedup(["a b c", 42, "d e f"])
+    message = str(info.value)
+    assert re.search(r"\b1\b", message) and "int" in message and "string" in message, message
+
+
+def test_unsupported_type_is_an_input_error():
+    with pytest.raises(InputError, match="cannot deduplicate"):
+        gpudedup.dedup(12345)
+
+
+def test_pyarrow_table():
+    table = planted_table()
+    result = gpudedup.dedup(table)
+    check_planted(result)
+    assert isinstance(result.deduplicated, pa.Table)
+    assert result.deduplicated.schema == table.schema
+    assert result.deduplicated.to_pylist() == [r for r, k in zip(table.to_pylist(), EXPECTED_KEEP) if k]
+
+
+def test_pyarrow_table_with_id_and_text_fields():
+    table = planted_table().rename_columns(["doc_id", "body", "n", "score"])
+    result = gpudedup.dedup(table, text_field="body", id_field="doc_id")
+    check_planted(result, ids=[f"d{i}" for i in range(8)])
+    assert result.clusters["id"].to_pylist() == ["d0", "d2", "d3", "d4", "d6"]
+
+
+def test_pyarrow_large_string_and_chunked():
+    table = planted_table()
+    big = table.set_column(1, "text", table["text"].cast(pa.large_string()))
+    chunked = pa.concat_tables([big.slice(0, 3), big.slice(3)])
+    result = gpudedup.dedup(chunked)
+    check_planted(result)
+
+
+def test_record_batch():
+    batch = planted_table().to_batches()[0]
+    check_planted(gpudedup.dedup(batch))
+
+
+def test_table_errors():
+    table = planted_table()
+    with pytest.raises(InputError, match="'content'"):
+        gpudedup.dedup(table, text_field="content")
+    with pytest.raises(InputError, match="'n'"):
+        gpudedup.dedup(table, text_field="n")
+    with pytest.raises(InputError, match="'nope'"):
+        gpudedup.dedup(table, id_field="nope")
+    dup = table.set_column(0, "doc_id", pa.array(["d0"] * 8))
+    with pytest.raises(InputError, match="duplicate id 'd0'"):
+        gpudedup.dedup(dup, id_field="doc_id")
+    null = table.set_column(0, "doc_id", pa.array(["a", None] + [f"x{i}" for i in range(6)]))
+    with pytest.raises(InputError, match="null"):
+        gpudedup.dedup(null, id_field="doc_id")
+
+
+class ArrowStream:
+    """Not a pyarrow type: only the Arrow PyCapsule stream interface."""
+
+    def __init__(self, table: pa.Table):
+        self._table = table
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self._table.__arrow_c_stream__(requested_schema)
+
+
+def test_arrow_c_stream_object():
+    table = planted_table()
+    result = gpudedup.dedup(ArrowStream(table))
+    check_planted(result)
+    assert isinstance(result.deduplicated, pa.Table)
+    assert result.deduplicated.column_names == table.column_names
+    assert result.deduplicated["n"].to_pylist() == [0, 1, 3, 5, 7]
+
+
+def test_record_batch_reader():
+    table = planted_table()
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=3))
+    result = gpudedup.dedup(reader)
+    check_planted(result)
+    assert result.deduplicated["n"].to_pylist() == [0, 1, 3, 5, 7]
+
+
+def test_null_typed_text_column():
+    """A text column of Arrow type null (every text missing) is allowed: nothing is a duplicate."""
+    table = pa.table({"text": pa.nulls(3), "n": [1, 2, 3]})
+    result = gpudedup.dedup(table)
+    assert result.keep.tolist() == [True, True, True]
+    assert result.report["input"]["null_texts"] == 3
+    assert result.deduplicated["n"].to_pylist() == [1, 2, 3]
+
+
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
+def test_arrow_stream_with_string_view_text():
+    """What polars and DuckDB export through __arrow_c_stream__: string_view columns."""
+    table = planted_table()
+    view = table.set_column(1, "text", table["text"].cast(pa.string_view()))
+    result = gpudedup.dedup(ArrowStream(view))
+    check_planted(result)
+    assert result.deduplicated.num_rows == 5
+    assert [str(t) for t in result.deduplicated["text"].to_pylist()] == [
+        t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
+
+
+def test_pandas_dataframe():
+    pd = pytest.importorskip("pandas")
+    frame = planted_table().to_pandas()
+    result = gpudedup.dedup(frame)
+    check_planted(result)
+    assert isinstance(result.deduplicated, pd.DataFrame)
+    assert list(result.deduplicated.columns) == list(frame.columns)
+    assert result.deduplicated["n"].tolist() == [0, 1, 3, 5, 7]
+    assert result.deduplicated["text"].tolist() == [t for t, k in zip(frame["text"], EXPECTED_KEEP) if k]
+
+
+def test_pandas_non_string_text_is_an_input_error():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"text": ["a b c", 7, "d e f"]})
+    with pytest.raises(InputError, match="text"):
+        gpudedup.dedup(frame)
+
+
+def test_pandas_all_none_text():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"text": [None, None], "n": [1, 2]})
+    result = gpudedup.dedup(frame)
+    assert result.keep.tolist() == [True, True]
+    assert list(result.deduplicated["n"]) == [1, 2]
+
+
+def test_pandas_dataframe_with_id_field():
+    pytest.importorskip("pandas")
+    frame = planted_table().to_pandas()
+    result = gpudedup.dedup(frame, id_field="doc_id")
+    check_planted(result, ids=[f"d{i}" for i in range(8)])
+
+
+def test_polars_dataframe():
+    pl = pytest.importorskip("polars")
+    frame = pl.from_arrow(planted_table())
+    result = gpudedup.dedup(frame)
+    check_planted(result)
+    assert isinstance(result.deduplicated, pl.DataFrame)
+    assert result.deduplicated.columns == frame.columns
+    assert result.deduplicated["n"].to_list() == [0, 1, 3, 5, 7]
+
+
+def test_cudf_dataframe():
+    cudf = pytest.importorskip("cudf")
+    frame = cudf.DataFrame.from_arrow(planted_table())
+    result = gpudedup.dedup(frame)
+    check_planted(result)
+    assert isinstance(result.deduplicated, cudf.DataFrame)
+    assert result.deduplicated["n"].to_arrow().to_pylist() == [0, 1, 3, 5, 7]
+
+
+def test_hugging_face_dataset():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict(planted_table().to_pydict())
+    result = gpudedup.dedup(ds)
+    check_planted(result)
+    assert result.deduplicated["n"] == [0, 1, 3, 5, 7]
+
+
+# --- paths --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def corpus_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    records = [{"text": t, "n": i} for i, t in enumerate(planted_texts())]
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", records[:5])
+    pq.write_table(pa.Table.from_pylist(records[5:]), tmp_path / "corpus" / "b.parquet")
+    return tmp_path / "corpus"
+
+
+def test_pathlib_path_to_file(corpus_dir):
+    result = gpudedup.dedup(Path("corpus/a.jsonl"))
+    assert isinstance(result.deduplicated, pa.Table)
+    assert result.keep.tolist() == [True, True, False, True, False]
+    assert pair_list(result) == [("corpus/a.jsonl:1", "corpus/a.jsonl:3"),
+                                 ("corpus/a.jsonl:4", "corpus/a.jsonl:5")]
+    assert result.deduplicated.column_names == ["text", "n"]
+
+
+def test_single_str_path_to_directory(corpus_dir):
+    result = gpudedup.dedup("corpus")
+    assert result.keep.tolist() == EXPECTED_KEEP
+    assert isinstance(result.deduplicated, pa.Table)
+    assert result.deduplicated["n"].to_pylist() == [0, 1, 3, 5, 7]
+    removed = set(result.clusters.filter(pa.compute.invert(result.clusters["keep"]))["id"].to_pylist())
+    assert removed == {"corpus/a.jsonl:3", "corpus/a.jsonl:5", "corpus/b.parquet:2"}
+
+
+def test_list_of_paths(corpus_dir):
+    result = gpudedup.dedup([Path("corpus/b.parquet"), Path("corpus/a.jsonl")])
+    # file order is the order given; in this order, n=6 comes before n=3 and n=4
+    assert result.table["n"].to_pylist() == [5, 6, 7, 0, 1, 2, 3, 4]
+    # (rows 6, 3 and 4 form a cluster whose first row is now 6)
+    assert result.deduplicated["n"].to_pylist() == [5, 6, 7, 0, 1]
+
+
+def test_missing_path_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        gpudedup.dedup(tmp_path / "missing.jsonl")
+
+
+# --- write --------------------------------------------------------------------------------------
+
+
+def test_write_matches_cli(corpus_dir):
+    base = corpus_dir.parent
+    cli = CliRunner().invoke(app, ["dedup", "corpus", "-o", "cli-out", "-q", "--backend", "cpu"])
+    assert cli.exit_code == 0, cli.output
+    result = gpudedup.dedup(Path("corpus"), backend="cpu")
+    written = result.write("api-out")
+    assert written == Path("api-out")
+    names = sorted(p.name for p in (base / "cli-out").iterdir())
+    assert names == ["clusters.parquet", "deduplicated.parquet", "pairs.parquet", "report.json"]
+    assert sorted(p.name for p in (base / "api-out").iterdir()) == names
+    for name in ["clusters.parquet", "deduplicated.parquet", "pairs.parquet"]:
+        assert pq.read_table(base / "api-out" / name).equals(pq.read_table(base / "cli-out" / name)), name
+    api_report = json.loads((base / "api-out" / "report.json").read_text())
+    cli_report = json.loads((base / "cli-out" / "report.json").read_text())
+    assert set(api_report) == set(cli_report)
+    for key in ["input", "parameters", "results", "backend", "gpudedup_version"]:
+        assert api_report[key] == cli_report[key], key
+    assert set(api_report["stages"]) == set(cli_report["stages"])
+    assert api_report["output"]["format"] == "parquet"
+
+
+def test_write_jsonl_and_overwrite(tmp_path):
+    texts = planted_texts()
+    result = gpudedup.dedup(texts)
+    out = tmp_path / "out"
+    result.write(out, format="jsonl")
+    rows = [json.loads(line) for line in (out / "deduplicated.jsonl").read_text().splitlines()]
+    assert rows == [{"text": t} for t, k in zip(texts, EXPECTED_KEEP) if k]
+    with pytest.raises(gpudedup.OutputError, match="not empty"):
+        result.write(out)
+    result.write(out, overwrite=True)
+    assert (out / "deduplicated.parquet").is_file() and not (out / "deduplicated.jsonl").exists()
+    assert not list(tmp_path.glob(".out.*"))
+
+
+def test_write_bad_format(tmp_path):
+    result = gpudedup.dedup(planted_texts())
+    with pytest.raises(ParameterError, match="format"):
+        result.write(tmp_path / "out", format="csv")
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out.*"))
+
+
+# --- parameters ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"threshold": 0}, "threshold"),
+    ({"threshold": 1.5}, "threshold"),
+    ({"threshold": "0.8"}, "threshold"),
+    ({"ngram": 0}, "ngram"),
+    ({"ngram": 2.5}, "ngram"),
+    ({"num_perm": 0}, "num_perm"),
+    ({"num_perm": 5000}, "num_perm"),
+    ({"bands": 4}, "bands"),
+    ({"rows": 4}, "rows"),
+    ({"bands": 20, "rows": 10}, "bands * rows"),
+    ({"shingle": "sentence"}, "shingle"),
+    ({"keep": "last"}, "keep"),
+    ({"seed": -1}, "seed"),
+    ({"bucket_window": 0}, "bucket_window"),
+    ({"batch_bytes": 0}, "batch_bytes"),
+    ({"batch_rows": 0}, "batch_rows"),
+    ({"backend": "tpu"}, "backend"),
+])
+def test_bad_parameters(kwargs, name):
+    with pytest.raises(ParameterError) as info:
+        gpudedup.dedup(planted_texts(), **kwargs)
+    assert name in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_parameters_checked_before_reading(tmp_path):
+    # a bad parameter is reported even when the input is bad too
+    with pytest.raises(ParameterError):
+        gpudedup.dedup(tmp_path / "missing.jsonl", threshold=2)
+
+
+# --- behaviour ----------------------------------------------------------------------------------
+
+
+def test_import_does_not_import_gpu_modules():
+    code = (
+        "import sys, gpudedup\n"
+        "gpudedup.dedup(['a b c d e f', 'a b c d e g'], backend='cpu')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('cupy', 'cudf', 'cupyx'))\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_keep_longest():
+    base = paragraph(7)
+    longer, longest = base + " extraone", base + " extraone extratwo"
+    texts = [longer, paragraph(8), longest, base]
+    result = gpudedup.dedup(texts, keep="longest")
+    assert result.keep.tolist() == [False, True, True, False]
+    assert result.deduplicated == [paragraph(8), longest]
+    kept = result.clusters.filter(result.clusters["keep"])["id"].to_pylist()
+    assert kept == [2]
+    first = gpudedup.dedup(texts, keep="first")
+    assert first.keep.tolist() == [True, True, False, False]
+
+
+def test_keep_longest_ties_keep_the_first():
+    base = paragraph(9)
+    texts = [variant(base, "aaaaaaa"), variant(base, "bbbbbbb"), variant(base, "ccccccc")]
+    result = gpudedup.dedup(texts, keep="longest")
+    assert result.keep.tolist() == [True, False, False]
+
+
+def test_deterministic():
+    texts = many_texts(60)
+    one = gpudedup.dedup(texts)
+    two = gpudedup.dedup(texts)
+    assert one.pairs.equals(two.pairs)
+    assert one.clusters.equals(two.clusters)
+    assert np.array_equal(one.keep, two.keep)
+    assert one.report["results"] == two.report["results"]
+
+
+def test_seed_changes_nothing_for_clear_duplicates():
+    texts = planted_texts()
+    assert gpudedup.dedup(texts, seed=1).keep.tolist() == gpudedup.dedup(texts, seed=2).keep.tolist()
+
+
+def many_texts(groups: int) -> list[str]:
+    """groups * 4 documents: per group an original, two near-copies and one unrelated text,
+    interleaved across groups."""
+    texts = []
+    for g in range(groups):
+        base = paragraph(1000 + g)
+        texts += [base, paragraph(5000 + g), variant(base, f"q{g:06d}"), variant(base, f"r{g:06d}")]
+    rng = random.Random(3)
+    rng.shuffle(texts)
+    return texts
+
+
+def test_batch_size_does_not_change_results():
+    texts = many_texts(75)  # 300 documents, about 480 bytes each
+    default = gpudedup.dedup(texts, backend="cpu")
+    small = gpudedup.dedup(texts, backend="cpu", batch_bytes=1000)
+    tiny_rows = gpudedup.dedup(texts, backend="cpu", batch_rows=7)
+    assert default.report["results"]["clusters"] == 75
+    assert default.report["results"]["removed_documents"] == 150
+    for other in (small, tiny_rows):
+        assert other.pairs.equals(default.pairs)
+        assert other.clusters.equals(default.clusters)
+        assert np.array_equal(other.keep, default.keep)
+        assert other.report["results"] == default.report["results"]
+
+
+def test_empty_and_short_documents():
+    texts = ["", "   ", None, "one two", "one two"] + planted_texts()
+    result = gpudedup.dedup(texts)
+    assert result.keep.shape == (13,)
+    assert result.keep[5:].tolist() == EXPECTED_KEEP
+    assert result.keep[:3].all()  # empty documents are never duplicates
+    assert result.report["input"]["empty_documents"] >= 3
+
+
+def test_empty_list():
+    result = gpudedup.dedup([])
+    assert result.keep.shape == (0,)
+    assert result.deduplicated == []
+    assert result.pairs.num_rows == 0 and result.clusters.num_rows == 0
+
+
+def test_backend_cpu_matches_auto():
+    texts = planted_texts()
+    assert gpudedup.dedup(texts, backend="cpu").pairs.equals(gpudedup.dedup(texts).pairs)
