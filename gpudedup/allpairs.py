@@ -1,4 +1,4 @@
-"""Exact all-pairs Jaccard similarity join: the ground truth that MinHash LSH recall is measured against.
+"""Exact all-pairs Jaccard similarity join: the ground truth for MinHash LSH recall measurements.
 
 Given per-document shingle sets, ``exact_similar_pairs`` returns every pair of documents whose
 Jaccard similarity ``|A & B| / |A | B|`` is at least a threshold ``t`` -- no misses, no extras.
@@ -123,7 +123,8 @@ def exact_similar_pairs(
     slot_sizes = sizes[doc_of_slot]
     left_heads = _Heads.of(sets, _prefix_lengths(slot_sizes, 2 * num, den + num) + HEAD_EXTENSION)
     right_heads = _Heads.of(sets, _prefix_lengths(slot_sizes, num, den) + HEAD_EXTENSION)
-    index = _HeadIndex.build(sets, left_heads, right_heads, _last_partner_slots(slot_sizes, num, den))
+    last_partner_slot = _last_partner_slots(slot_sizes, num, den)
+    index = _HeadIndex.build(sets, left_heads, right_heads, last_partner_slot)
 
     found = [(np.empty(0, dtype=np.int64),) * 3]
     for first_slot, end_slot in _chunk_ranges(np.diff(index.pairs_before_slot), max_chunk_elements):
@@ -189,9 +190,9 @@ def _validated_sets(offsets, hashes) -> tuple[np.ndarray, np.ndarray]:
     offsets = offsets.astype(np.int64, copy=False)
     if offsets[0] != 0 or offsets[-1] != hashes.shape[0] or np.any(np.diff(offsets) < 0):
         raise ValueError("offsets must start at 0, never decrease and end at len(hashes)")
-    # Token ids are int32 column indices, and slots and pair numbers fill 32-bit key halves.
-    if hashes.shape[0] >= 1 << 31:
-        raise ValueError("at most 2**31 - 1 hashes in total are supported")
+    # Token ids are int32 column indices, and slots and tokens fill 32-bit halves of sort keys.
+    if hashes.shape[0] >= 1 << 31 or offsets.shape[0] > 1 << 31:
+        raise ValueError("at most 2**31 - 1 documents and hashes in total are supported")
     # A set's elements must strictly increase: a repeated element would be counted twice in
     # intersections, so reject it rather than return wrong pairs.
     ascending = hashes[1:] > hashes[:-1]
@@ -307,8 +308,9 @@ def _prefix_lengths(sizes, num: int, den: int) -> np.ndarray:
 class _Heads(NamedTuple):
     """Per slot, the first ``lengths[s]`` tokens of its set (module docstring, step 4).
 
-    lengths: int64 (n_slots,), capped at the set sizes. tails: int64 (n_slots,), the tokens
-    after the head. last_tokens: int64 (n_slots,), the head's last token id (-1 if empty).
+    lengths: int64 (n_slots,), capped at the set sizes. tails: int64 (n_slots,), how many
+    tokens follow the head. last_tokens: int64 (n_slots,), the head's last token id (-1 if
+    the head is empty).
     """
 
     lengths: np.ndarray
@@ -317,7 +319,10 @@ class _Heads(NamedTuple):
 
     @classmethod
     def of(cls, sets, wanted_lengths) -> _Heads:
-        """Heads of the rows of ``sets`` (``_token_sets_by_slot``), int64 wanted_lengths (n_slots,)."""
+        """Heads of the rows of ``sets`` (``_token_sets_by_slot``).
+
+        wanted_lengths: int64 (n_slots,), head lengths before capping at the set sizes.
+        """
         sizes = np.diff(sets.indptr).astype(np.int64)
         lengths = np.minimum(wanted_lengths, sizes)
         last_tokens = np.full(lengths.shape[0], -1, dtype=np.int64)
@@ -392,7 +397,7 @@ class _HeadIndex(NamedTuple):
             pairs_before_slot=pairs_before_entry[entries_before_slot],
         )
 
-    def candidates(self, first_slot: int, end_slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def candidates(self, first_slot: int, end_slot: int) -> tuple[np.ndarray, ...]:
         """Pairs sharing a head token whose left side is a slot in [first_slot, end_slot).
 
         Returns (left, right, shared): int64 (m,) each; left < right are slots, sorted by
@@ -451,7 +456,7 @@ def _row_overlaps(sets, rows_a, rows_b, budget: int) -> np.ndarray:
     rows_a, rows_b: int64 (m,). Pairs go about ``budget`` row elements at a time.
     """
     overlap = np.empty(rows_a.shape[0], dtype=np.int64)
-    sizes = np.diff(sets.indptr)
+    sizes = np.diff(sets.indptr).astype(np.int64)
     for first, end in _chunk_ranges(sizes[rows_a] + sizes[rows_b], budget):
         # Row-wise product of canonical CSR matrices: a sorted merge per pair, in C++; the
         # product keeps only non-zeros, so each row's entry count is the overlap.

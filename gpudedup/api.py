@@ -18,7 +18,8 @@ from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
 from .params import DedupParams
-from .pipeline import DedupOutcome, release_unused_memory, run_dedup
+from .memory import release_unused_memory
+from .pipeline import DedupOutcome, run_dedup
 from .stages import Progress, RichProgress, StageLog
 
 

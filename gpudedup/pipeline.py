@@ -3,6 +3,7 @@ exact verification -> clusters. Writes nothing; api.py and cli.py decide where r
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
@@ -17,6 +18,7 @@ from .cluster import Clusters, find_clusters
 from .hashing import draw_permutations
 from .io.reader import Corpus
 from .lsh import Banding, band_keys, candidate_pairs
+from .memory import release_unused_memory
 from .params import DedupParams
 from .shingling import ShingleBatch, ShingleSpec
 from .stages import Progress, StageLog
@@ -87,8 +89,10 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
 
         def shingles_of(subset: np.ndarray) -> ShingleBatch:
             batch = backend.shingle_hashes(texts.take(pa.array(subset)), spec)
+            batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+            release_unused_memory()
             progress.advance(subset.shape[0])
-            return ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+            return batch
 
         sets = document_sets(shingles_of, docs, lengths[docs], params.batch_bytes,
                              lambda function, items: map_parallel(function, items, backend.parallel_batches))
@@ -131,6 +135,8 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
             signatures = signatures[nonempty]
             keys = band_keys(signatures, banding, backend.xp)
             result = (backend.to_host(keys), backend.to_host(nonempty) + start, backend.to_host(signatures))
+        del shingles
+        release_unused_memory()  # this thread's freed batch memory, before the next batch
         progress.advance(stop - start)
         return result
 
@@ -145,25 +151,25 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
     return np.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
 
 
-def release_unused_memory() -> None:
-    """Hand memory that Arrow's allocator keeps for reuse back to the system, so the peak of
-    one stage does not stay resident through the next."""
-    pa.default_memory_pool().release_unused()
-
-
 def map_parallel(function, items, workers: int):
-    """``map(function, items)`` in order, on ``workers`` threads when there is more than one.
+    """``map(function, items)`` in order, lazily, on ``workers`` threads when there are more.
 
     The numpy stages spend their time in numpy calls that release the GIL, so threads use
     all cores without copying batches between processes.
     """
     if workers <= 1 or len(items) <= 1:
-        return map(function, items)
-    pool = ThreadPoolExecutor(max_workers=workers)
-    try:
-        return list(pool.map(function, items))
-    finally:
-        pool.shutdown(cancel_futures=True)
+        yield from map(function, items)
+        return
+    # Submit a few batches ahead only, so that results (and their memory) do not pile up
+    # when the consumer is slower than the workers.
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending = deque()
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty: int,

@@ -68,8 +68,8 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     """The shingle sets of ``docs`` as a binary sparse matrix (host).
 
     shingles_of(docs): host ShingleBatch of the given documents (repeats allowed).
-    docs: int64 (m,) ascending; doc_cost: int64 (m,) text sizes, to shingle ``batch_cost`` at a
-    time; map_batches: an order-keeping map over the batches (the pipeline's runs threads).
+    docs: int64 (m,) ascending; doc_cost: int64 (m,) text lengths in code points (a bound on
+    the shingles), to shingle ``batch_cost`` at a time; map_batches: an order-keeping map over the batches (the pipeline's runs threads).
     Row i is docs[i]'s set, with sorted, distinct column indices (canonical CSR).
 
     The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64: an
@@ -82,16 +82,19 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
         sets = unique_per_row(shingles_of(docs[rows[0] : rows[1]]))
         return (sets.hashes ^ np.uint64(1 << 63)).view(np.int64), sets.counts()
 
-    parts = list(map_batches(batch_sets, list(cost_chunks(doc_cost, batch_cost))))
-    offsets = offsets_from_counts(np.concatenate([c for _, c in parts]) if parts else np.zeros(0, np.int64))
-    # Copy the parts into one array, releasing each as it goes: the peak is the total plus one
-    # part, not twice the total (these sets are the largest thing verification holds).
-    columns = np.empty(int(offsets[-1]), dtype=np.int64)
-    position = 0
-    for index, (part, _) in enumerate(parts):
-        columns[position : position + part.shape[0]] = part
-        position += part.shape[0]
-        parts[index] = None
+    # The sets are written straight into one array sized by an upper bound (a document has at
+    # most one shingle per code point, plus one): its pages are committed only as they are
+    # written, so the sets are never held twice, and the bound costs address space only.
+    columns = np.empty(int(doc_cost.sum()) + docs.shape[0], dtype=np.int64)
+    counts, used = [], 0
+    for part, count in map_batches(batch_sets, list(cost_chunks(doc_cost, batch_cost))):
+        if used + part.shape[0] > columns.shape[0]:  # doc_cost was not a bound after all
+            columns = np.concatenate([columns[:used], np.empty(max(used, part.shape[0]), np.int64)])
+        columns[used : used + part.shape[0]] = part
+        used += part.shape[0]
+        counts.append(count)
+    columns = columns[:used]
+    offsets = offsets_from_counts(np.concatenate(counts) if counts else np.zeros(0, np.int64))
     matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets),
                                      shape=(docs.shape[0], np.iinfo(np.int64).max))
     matrix.has_sorted_indices = True

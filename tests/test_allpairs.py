@@ -24,12 +24,12 @@ SCRAMBLE = 0x9E3779B97F4A7C15
 
 
 def to_csr(sets: list[set[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64 (n + 1,), hashes uint64 (N,)) of Python int sets, each scrambled and sorted."""
-    rows = [np.sort(np.array(sorted(s), dtype=np.uint64) * np.uint64(SCRAMBLE)) for s in sets]
+    """(offsets int64 (n + 1,), hashes uint64 (N,)) of int sets, each scrambled and sorted."""
+    rows = [np.sort(np.array(list(s), dtype=np.uint64) * np.uint64(SCRAMBLE)) for s in sets]
     offsets = np.zeros(len(sets) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([row.shape[0] for row in rows])
     hashes = np.concatenate(rows) if rows else np.empty(0, dtype=np.uint64)
-    return offsets, hashes.astype(np.uint64)
+    return offsets, hashes
 
 
 def python_pairs(sets: list[set[int]], threshold: float) -> list[tuple[int, int, float]]:
@@ -55,7 +55,9 @@ def assert_same_pairs(actual: SimilarPairs, expected: SimilarPairs) -> None:
     np.testing.assert_array_equal(actual.jaccard, expected.jaccard)
 
 
-def planted_corpus(rng: np.random.Generator, n_docs: int, max_size: int, vocabulary: int) -> list[set[int]]:
+def planted_corpus(
+    rng: np.random.Generator, n_docs: int, max_size: int, vocabulary: int
+) -> list[set[int]]:
     """Random sets from a Zipf-like vocabulary, about half of them edited copies of earlier ones."""
     sets: list[set[int]] = []
     for _ in range(n_docs):
@@ -93,7 +95,8 @@ def corpora(draw) -> list[set[int]]:
     identical and empty documents."""
     universe = draw(st.integers(1, 40))
     element = st.integers(0, universe - 1)
-    sets = draw(st.lists(st.sets(element, max_size=draw(st.sampled_from([3, 12, 30]))), max_size=25))
+    max_size = draw(st.sampled_from([3, 12, 30]))
+    sets = draw(st.lists(st.sets(element, max_size=max_size), max_size=25))
     for _ in range(draw(st.integers(0, 15))):
         if not sets:
             break
@@ -126,7 +129,9 @@ def test_exact_matches_brute_force_on_larger_sets(threshold):
     expected = brute_force_similar_pairs(offsets, hashes, threshold)
     assert expected.doc_a.shape[0] > 100
     for max_chunk_elements in (1 << 10, allpairs.DEFAULT_MAX_CHUNK_ELEMENTS):
-        actual = exact_similar_pairs(offsets, hashes, threshold, max_chunk_elements=max_chunk_elements)
+        actual = exact_similar_pairs(
+            offsets, hashes, threshold, max_chunk_elements=max_chunk_elements
+        )
         assert_same_pairs(actual, expected)
 
 
@@ -218,7 +223,9 @@ def test_rejects_bad_thresholds(threshold):
 )
 def test_rejects_malformed_sets(offsets, hashes):
     with pytest.raises(ValueError):
-        exact_similar_pairs(np.array(offsets, dtype=np.int64), np.array(hashes, dtype=np.uint64), 0.5)
+        exact_similar_pairs(
+            np.array(offsets, dtype=np.int64), np.array(hashes, dtype=np.uint64), 0.5
+        )
 
 
 def test_rejects_signed_hashes():

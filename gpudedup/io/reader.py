@@ -62,13 +62,18 @@ class Corpus:
     inputs: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        # An all-null text column has Arrow's null type, and newer producers may send
-        # string_view; the stages take string or large_string.
-        text_type = self.table.schema.field(self.text_field).type
-        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        # The stages want the text as one string or large_string array: an all-null column
+        # has Arrow's null type, newer producers may send string_view, and a column in many
+        # chunks (one per block read) would make every take() concatenate all of them first.
+        texts = self.table[self.text_field]
+        if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+            texts = texts.cast(pa.large_string())
+        elif pa.types.is_string(texts.type) and texts.nbytes >= 2**31 - 2**20:
+            texts = texts.cast(pa.large_string())  # 32-bit offsets cannot span > 2 GiB
+        if texts.num_chunks != 1 or texts is not self.table[self.text_field]:
+            single = texts.combine_chunks() if texts.num_chunks else pa.array([], texts.type)
             index = self.table.schema.get_field_index(self.text_field)
-            self.table = self.table.set_column(index, self.text_field,
-                                               self.table[self.text_field].cast(pa.large_string()))
+            self.table = self.table.set_column(index, self.text_field, pa.chunked_array([single]))
 
     @property
     def texts(self) -> pa.ChunkedArray:
