@@ -70,7 +70,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse
 
-from gpudedup.ragged import offsets_from_counts
+from gpudedup.ragged import offsets_from_counts, ragged_arange, weighted_ranges
 
 MAX_THRESHOLD_DENOMINATOR = 1_000_000
 # Tokens added to both prefixes to make the heads (module docstring, steps 4-5). A dissimilar
@@ -127,7 +127,7 @@ def exact_similar_pairs(
     index = _HeadIndex.build(sets, left_heads, right_heads, last_partner_slot)
 
     found = [(np.empty(0, dtype=np.int64),) * 3]
-    for first_slot, end_slot in _chunk_ranges(np.diff(index.pairs_before_slot), max_chunk_elements):
+    for first_slot, end_slot in weighted_ranges(np.diff(index.pairs_before_slot), max_chunk_elements):
         left, right, shared_in_heads = index.candidates(first_slot, end_slot)
         bound = shared_in_heads + _tail_bound(left_heads, right_heads, left, right)
         plausible = _meets_overlap(bound, slot_sizes[left], slot_sizes[right], num, den)
@@ -457,7 +457,7 @@ def _row_overlaps(sets, rows_a, rows_b, budget: int) -> np.ndarray:
     """
     overlap = np.empty(rows_a.shape[0], dtype=np.int64)
     sizes = np.diff(sets.indptr).astype(np.int64)
-    for first, end in _chunk_ranges(sizes[rows_a] + sizes[rows_b], budget):
+    for first, end in weighted_ranges(sizes[rows_a] + sizes[rows_b], budget):
         # Row-wise product of canonical CSR matrices: a sorted merge per pair, in C++; the
         # product keeps only non-zeros, so each row's entry count is the overlap.
         product = sets[rows_a[first:end]].multiply(sets[rows_b[first:end]])
@@ -468,28 +468,10 @@ def _row_overlaps(sets, rows_a, rows_b, budget: int) -> np.ndarray:
 # --- array helpers -----------------------------------------------------------------------------
 
 
-def _chunk_ranges(weights, budget: int) -> list[tuple[int, int]]:
-    """Split items [0, n) into consecutive ranges of total weight <= budget where possible.
-
-    weights: int64 (n,), >= 0. An item heavier than the budget gets a range of its own.
-    """
-    cumulative = offsets_from_counts(weights)
-    ranges = []
-    start = 0
-    while start < weights.shape[0]:
-        end = int(np.searchsorted(cumulative, cumulative[start] + budget, side="right")) - 1
-        end = min(max(end, start + 1), weights.shape[0])
-        ranges.append((start, end))
-        start = end
-    return ranges
-
-
 def _concatenated_ranges(starts, lengths) -> np.ndarray:
     """int64: ``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, no loop.
 
     starts, lengths: int64 (n,), lengths >= 0.
     """
-    run_offsets = np.cumsum(lengths) - lengths
-    values = np.repeat(starts - run_offsets, lengths)
-    values += np.arange(values.shape[0], dtype=np.int64)
-    return values
+    row, within = ragged_arange(lengths)
+    return starts[row] + within

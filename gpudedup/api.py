@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from functools import cached_property
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,10 +39,16 @@ class DedupResult:
     pairs: pa.Table
     clusters: pa.Table
     keep: np.ndarray
-    deduplicated: Any
     report: dict
     table: pa.Table = field(repr=False)
     inputs: list = field(default_factory=list, repr=False)
+    restore: Callable[[np.ndarray], Any] = field(default=None, repr=False)
+
+    @cached_property
+    def deduplicated(self):
+        """The kept rows in the input's own type, made on first use (a copy of the kept rows,
+        which a run that only writes its results never needs)."""
+        return self.restore(self.keep)
 
     def __repr__(self) -> str:
         r = self.report["results"]
@@ -101,10 +107,10 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
         pairs=pairs_table(corpus.ids, outcome),
         clusters=clusters_table(corpus.ids, outcome),
         keep=outcome.keep,
-        deduplicated=restore(outcome.keep),
         report=outcome.report,
         table=corpus.table,
         inputs=corpus.inputs,
+        restore=restore,
     )
 
 
@@ -128,24 +134,27 @@ def clusters_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
 def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
-    started = time.perf_counter()
+    log = StageLog()
     try:
-        return _write_files(output_dir, result, format, overwrite, started)
+        with log.stage("write"):
+            return _write_files(output_dir, result, format, overwrite, log)
     except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
         raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
                           "nothing was written") from None
 
 
-def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, started: float) -> Path:
+def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog) -> Path:
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
-        kept = result.table.filter(pa.array(result.keep))
         if format == "parquet":
-            write_parquet(kept, staging / "deduplicated.parquet")
+            write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
-            write_jsonl(kept, staging / "deduplicated.jsonl")
+            write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
         write_parquet(result.clusters, staging / "clusters.parquet")
         write_parquet(result.pairs, staging / "pairs.parquet")
-        result.report["stages"]["write"] = {"seconds": round(time.perf_counter() - started, 4)}
+        # Time and memory of the write so far (the report itself is all that is left to write).
+        result.report["stages"]["write"] = log.snapshot("write")
+        result.report["peak_rss_mb"] = max(result.report["peak_rss_mb"],
+                                           result.report["stages"]["write"]["peak_rss_mb"])
         result.report["output"] = {"directory": str(Path(output_dir)), "format": format}
         # report.json last: a directory with a report is a finished one (and the rename makes
         # the whole directory appear at once anyway).

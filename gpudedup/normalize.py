@@ -128,16 +128,22 @@ def strings_to_arrow(texts) -> pa.Array:
     raise InputError("the texts cannot be converted to Arrow strings")
 
 
+def text_buffers(texts) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes and byte offsets (see utf8_buffers) of a pyarrow string array or chunked
+    array, or of a sequence of str / None."""
+    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        texts = strings_to_arrow(texts)
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
+    return utf8_buffers(texts)
+
+
 def encode_codepoints(texts) -> tuple[np.ndarray, np.ndarray]:
     """Code points of a batch of texts (pyarrow string array, or a sequence of str / None).
 
     Returns (codepoints uint32 (N,), offsets int64 (n_docs + 1,)), host arrays.
     """
-    if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
-        texts = strings_to_arrow(texts)
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.large_string())
-    return decode_utf8(*utf8_buffers(texts))
+    return decode_utf8(*text_buffers(texts))
 
 
 def normalize_codepoints(

@@ -15,7 +15,7 @@ DEFAULT_SEED = 42
 DEFAULT_BUCKET_WINDOW = 256
 # Batches bound the memory of the signature pass: about 50 bytes per code point of a batch are
 # alive at once on the numpy backend, for each batch in flight (one per core).
-DEFAULT_BATCH_BYTES = 4 << 20
+DEFAULT_BATCH_BYTES = 2 << 20
 DEFAULT_BATCH_ROWS = 1 << 20
 
 

@@ -19,6 +19,7 @@ from .hashing import draw_permutations
 from .io.reader import Corpus
 from .lsh import Banding, band_keys, candidate_pairs
 from .memory import release_unused_memory
+from .ragged import gather_rows, weighted_ranges
 from .params import DedupParams
 from .shingling import ShingleBatch, ShingleSpec
 from .stages import Progress, StageLog
@@ -43,18 +44,13 @@ class DedupOutcome:
     report: dict
 
 
-def text_batches(texts: pa.ChunkedArray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
+def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
     """(start, stop) row ranges of consecutive batches holding at most max_rows rows and, unless
-    a single document is larger, about max_bytes bytes of UTF-8 text."""
-    sizes = pc.fill_null(pc.binary_length(texts), 0).to_numpy().astype(np.int64)
-    ends = np.cumsum(sizes)
-    start = 0
-    while start < sizes.shape[0]:
-        base = ends[start - 1] if start else 0
-        stop = int(np.searchsorted(ends, base + max_bytes, side="right"))
-        stop = min(max(stop, start + 1), start + max_rows)
-        yield start, stop
-        start = stop
+    a single document is larger, about max_bytes bytes of UTF-8 text; offsets: int64 (n + 1,)
+    byte offsets of the texts."""
+    for start, stop in weighted_ranges(np.diff(offsets), max_bytes):
+        for row in range(start, stop, max_rows):
+            yield row, min(row + max_rows, stop)
 
 
 def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
@@ -65,7 +61,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     spec = ShingleSpec(params.shingle, params.ngram)
     banding = params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
-    texts = corpus.texts
+    texts = corpus.utf8()
     n_docs = corpus.num_rows
 
     keys, active, signatures = signature_pass(texts, spec, banding, permutations, params,
@@ -77,26 +73,18 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
         xp = backend.xp
         first, second = candidate_pairs(xp.asarray(keys), xp.asarray(active), params.bucket_window, xp)
         first, second = backend.to_host(first), backend.to_host(second)
+        del keys
     progress.advance(banding.bands)
 
-    lengths = pc.fill_null(pc.utf8_length(texts), 0).to_numpy().astype(np.int64)
+    lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
     with log.stage("verify"):
-        rows_a, rows_b = np.searchsorted(active, first), np.searchsorted(active, second)
-        likely = plausible(signatures, rows_a, rows_b, params.threshold)
+        candidates = first.shape[0]
+        likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
+                           params.threshold)
         first, second = first[likely], second[likely]
-        docs = np.unique(np.concatenate([first, second]))
-        progress.start("Verifying pairs (exact)", docs.shape[0])
-
-        def shingles_of(subset: np.ndarray) -> ShingleBatch:
-            batch = backend.shingle_hashes(texts.take(pa.array(subset)), spec)
-            batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
-            release_unused_memory()
-            progress.advance(subset.shape[0])
-            return batch
-
-        sets = document_sets(shingles_of, docs, lengths[docs], params.batch_bytes,
-                             lambda function, items: map_parallel(function, items, backend.parallel_batches))
-        jaccard = pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
+        del signatures, likely  # the largest things left from the signature pass
+        release_unused_memory()
+        jaccard = exact_jaccard(texts, spec, first, second, lengths, params, backend, progress)
         verified = jaccard >= params.threshold
         pair_a, pair_b, jaccard = first[verified], second[verified], jaccard[verified]
 
@@ -109,9 +97,36 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     progress.stop()
 
     report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
-                          candidates=likely.shape[0], checked=first.shape[0],
+                          candidates=candidates, checked=first.shape[0],
                           verified=pair_a.shape[0], clusters=clusters)
     return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report)
+
+
+def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress) -> np.ndarray:
+    """Exact Jaccard of the pairs (first[i], second[i]) of row indices: float64 (p,), host.
+
+    texts: (UTF-8 bytes, byte offsets) of the corpus (Corpus.utf8).
+    The documents of the pairs are shingled once more by the backend, batch by batch, into
+    one sparse matrix of sets (verify.document_sets); only their hashes come to the host.
+    """
+    docs = np.unique(np.concatenate([first, second]))
+    progress.start("Verifying pairs (exact)", docs.shape[0])
+
+    data, offsets = texts
+
+    def shingles_of(subset: np.ndarray) -> ShingleBatch:
+        byte_index, subset_offsets = gather_rows(offsets, subset)
+        batch = backend.shingle_hashes(data[byte_index], subset_offsets, spec)
+        batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+        release_unused_memory()
+        progress.advance(subset.shape[0])
+        return batch
+
+    # Quarter-size batches here: the sets of all candidate documents are alive besides the
+    # batches in flight, and this is where a run peaks in memory.
+    sets = document_sets(shingles_of, docs, lengths[docs], max(params.batch_bytes // 4, 1),
+                         lambda function, items: map_parallel(function, items, backend.parallel_batches))
+    return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
 
 
 def signature_pass(texts, spec, banding, permutations, params, backend, log, progress):
@@ -122,12 +137,14 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
     candidates), their row indices, band keys and signatures (kept for the signature filter of
     verification, 4 bytes per permutation per document).
     """
-    progress.start("Shingling + MinHash", len(texts))
+    data, offsets = texts
+    progress.start("Shingling + MinHash", offsets.shape[0] - 1)
 
     def one_batch(rows: tuple[int, int]):
         start, stop = rows
         with log.timed("shingle"):
-            shingles = backend.shingle_hashes(texts.slice(start, stop - start).combine_chunks(), spec)
+            first, last = offsets[start], offsets[stop]
+            shingles = backend.shingle_hashes(data[first:last], offsets[start : stop + 1] - first, spec)
         with log.timed("signatures"):
             signatures = backend.signatures(shingles, permutations)
         with log.timed("band_keys"):
@@ -141,7 +158,7 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
         return result
 
     with log.stage("signature_pass"):
-        batches = list(text_batches(texts, params.batch_bytes, params.batch_rows))
+        batches = list(text_batches(offsets, params.batch_bytes, params.batch_rows))
         results = list(map_parallel(one_batch, batches, backend.parallel_batches))
     if not results:
         width = banding.bands * banding.rows
@@ -160,14 +177,14 @@ def map_parallel(function, items, workers: int):
     if workers <= 1 or len(items) <= 1:
         yield from map(function, items)
         return
-    # Submit a few batches ahead only, so that results (and their memory) do not pile up
-    # when the consumer is slower than the workers.
+    # At most ``workers`` batches are in flight, so that results (and their memory) do not
+    # pile up when the consumer is slower than the workers.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending = deque()
         for item in items:
-            pending.append(pool.submit(function, item))
-            if len(pending) > workers:
+            if len(pending) == workers:
                 yield pending.popleft().result()
+            pending.append(pool.submit(function, item))
         while pending:
             yield pending.popleft().result()
 

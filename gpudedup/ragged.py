@@ -40,3 +40,19 @@ def gather_rows(offsets, rows, xp=np):
     counts = offsets[rows + 1] - starts
     row, within = ragged_arange(counts, xp)
     return starts[row] + within, offsets_from_counts(counts, xp)
+
+
+def weighted_ranges(weights: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Split items [0, n) into consecutive (start, stop) ranges whose weights add up to at most
+    ``budget``; an item heavier than the budget gets a range of its own.
+
+    weights: integer (n,), >= 0 (host). Used to size batches by bytes and chunks by elements.
+    """
+    cumulative = offsets_from_counts(np.asarray(weights, dtype=np.int64))
+    ranges, start = [], 0
+    while start < weights.shape[0]:
+        stop = int(np.searchsorted(cumulative, cumulative[start] + budget, side="right")) - 1
+        stop = max(stop, start + 1)
+        ranges.append((start, stop))
+        start = stop
+    return ranges

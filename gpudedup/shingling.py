@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Sequence
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
-from .normalize import SPACE, encode_codepoints, normalize_codepoints
+from .normalize import SPACE, decode_utf8, normalize_codepoints, text_buffers
 from .ragged import offsets_from_counts, ragged_arange
 
 ShingleKind = Literal["word", "char"]
@@ -162,7 +162,13 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
     is the empty document). Returns a ShingleBatch in text order with repeats (MinHash does not
     need sets; exact verification builds them).
     """
-    codepoints, offsets = normalize_codepoints(*encode_codepoints(texts))
+    return utf8_shingle_hashes(*text_buffers(texts), spec)
+
+
+def utf8_shingle_hashes(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+    """shingle_hashes of a batch given as valid UTF-8 bytes: data uint8 (B,), byte offsets
+    int64 (n_docs + 1,) starting at 0 (host). This is the backends' entry point."""
+    codepoints, offsets = normalize_codepoints(*decode_utf8(data, offsets))
     starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec)
     return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends))
 

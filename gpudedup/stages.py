@@ -42,12 +42,13 @@ class StageLog:
         self.seconds: dict[str, float] = {}
         self.peak_bytes: dict[str, int] = {}
         self.busy_seconds: dict[str, float] = {}
+        self._started: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @contextmanager
     def stage(self, name: str):
         _reset_peak_rss()
-        start = time.perf_counter()
+        start = self._started[name] = time.perf_counter()
         try:
             yield
         finally:
@@ -64,6 +65,11 @@ class StageLog:
         finally:
             with self._lock:
                 self.busy_seconds[name] = self.busy_seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def snapshot(self, name: str) -> dict:
+        """The figures of stage ``name`` while it is still running (seconds since it began)."""
+        return {"seconds": round(time.perf_counter() - self._started[name], 4),
+                "peak_rss_mb": round(_read_peak_rss_bytes() / 2**20, 1)}
 
     def as_dict(self) -> dict:
         stages = {

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse
 
-from .ragged import offsets_from_counts
+from .ragged import offsets_from_counts, weighted_ranges
 from .shingling import ShingleBatch, unique_per_row
 
 SIGNATURE_TAIL = 1e-9
@@ -87,13 +87,15 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     # written, so the sets are never held twice, and the bound costs address space only.
     columns = np.empty(int(doc_cost.sum()) + docs.shape[0], dtype=np.int64)
     counts, used = [], 0
-    for part, count in map_batches(batch_sets, list(cost_chunks(doc_cost, batch_cost))):
+    for part, count in map_batches(batch_sets, list(weighted_ranges(doc_cost, batch_cost))):
         if used + part.shape[0] > columns.shape[0]:  # doc_cost was not a bound after all
             columns = np.concatenate([columns[:used], np.empty(max(used, part.shape[0]), np.int64)])
         columns[used : used + part.shape[0]] = part
         used += part.shape[0]
         counts.append(count)
-    columns = columns[:used]
+    # Shrink in place (realloc) rather than slice: scipy copies an index array that is a small
+    # view of a larger buffer, which would hold the sets twice after all.
+    columns.resize(used, refcheck=False)
     offsets = offsets_from_counts(np.concatenate(counts) if counts else np.zeros(0, np.int64))
     matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets),
                                      shape=(docs.shape[0], np.iinfo(np.int64).max))
@@ -101,7 +103,7 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     return matrix
 
 
-def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 22) -> np.ndarray:
+def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 21) -> np.ndarray:
     """Exact Jaccard |A ∩ B| / |A ∪ B| of rows ``first[i]``, ``second[i]`` of ``sets``.
 
     sets: binary CSR (document_sets); first, second: int64 (p,) row indices of non-empty rows.
@@ -109,21 +111,10 @@ def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: i
     """
     sizes = np.diff(sets.indptr)
     jaccard = np.empty(first.shape[0], dtype=np.float64)
-    for start, stop in cost_chunks(sizes[first] + sizes[second], chunk_elements):
+    for start, stop in weighted_ranges(sizes[first] + sizes[second], chunk_elements):
         a, b = first[start:stop], second[start:stop]
-        # Row-wise product of two canonical CSR matrices: a sorted merge per pair, in C++.
-        inter = np.asarray(sets[a].multiply(sets[b]).sum(axis=1, dtype=np.int64)).ravel()
+        # Row-wise product of two canonical CSR matrices: a sorted merge per pair, in C++; it
+        # keeps only non-zeros, so each row's entry count is |A ∩ B|.
+        inter = np.diff(sets[a].multiply(sets[b]).indptr)
         jaccard[start:stop] = inter / (sizes[a] + sizes[b] - inter)
     return jaccard
-
-
-def cost_chunks(cost: np.ndarray, budget: int):
-    """(start, stop) ranges of consecutive items whose costs add up to about ``budget`` (at
-    least one item each)."""
-    total = np.cumsum(cost)
-    start = 0
-    while start < cost.shape[0]:
-        spent = total[start - 1] if start else 0
-        stop = max(int(np.searchsorted(total, spent + budget, side="right")), start + 1)
-        yield start, stop
-        start = stop

@@ -145,12 +145,23 @@ def pair_codes(first, second, n: int) -> np.ndarray:
 # --- driver ------------------------------------------------------------------------------------
 
 
+def high_water_mark_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run_one(name: str, path: Path, args) -> None:
     """Child process: run one pipeline, write its pairs and measurements to args.result."""
     started = time.perf_counter()
     outcome = {"gpudedup": run_gpudedup, "datasketch": run_datasketch, "rensa": run_rensa}[name](path, args)
     outcome["seconds"] = time.perf_counter() - started
-    outcome["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # The process's high-water mark (VmHWM: ru_maxrss would include the parent's, as Linux
+    # keeps it across exec). gpudedup resets the mark at each stage to report per-stage peaks,
+    # so its peak is the largest of those.
+    stage_peaks = [stage.get("peak_rss_mb", 0) for stage in outcome.get("stages", {}).values()]
+    outcome["peak_rss_mb"] = max([high_water_mark_mb()] + stage_peaks)
     arrays = {k: v for k, v in outcome.items() if isinstance(v, np.ndarray)}
     meta = {k: v for k, v in outcome.items() if not isinstance(v, np.ndarray)}
     np.savez(args.result, **arrays, meta=json.dumps(meta))

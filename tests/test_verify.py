@@ -11,14 +11,8 @@ import pytest
 from gpudedup.hashing import draw_permutations
 from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
-from gpudedup.verify import (
-    SIGNATURE_TAIL,
-    agreement_cutoff,
-    cost_chunks,
-    document_sets,
-    pair_jaccard,
-    plausible,
-)
+from gpudedup.ragged import weighted_ranges
+from gpudedup.verify import SIGNATURE_TAIL, agreement_cutoff, document_sets, pair_jaccard, plausible
 
 TOP = 1 << 63
 
@@ -188,14 +182,14 @@ def test_empty_inputs():
                          np.zeros(0, np.int64), 10)
     assert sets.shape[0] == 0
     assert pair_jaccard(sets, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
-    assert list(cost_chunks(np.zeros(0, np.int64), 5)) == []
+    assert list(weighted_ranges(np.zeros(0, np.int64), 5)) == []
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3, 10, 1000])
 def test_cost_chunks_partition(budget):
     rng = np.random.default_rng(budget)
     cost = rng.integers(0, 6, size=60)
-    chunks = list(cost_chunks(cost, budget))
+    chunks = list(weighted_ranges(cost, budget))
     assert chunks[0][0] == 0 and chunks[-1][1] == cost.shape[0]
     for (start, stop), (next_start, _) in zip(chunks, chunks[1:]):
         assert stop == next_start

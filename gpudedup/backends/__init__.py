@@ -5,7 +5,7 @@ memory for numpy, device memory for cupy). Banding and candidate generation are 
 against the backend's array module ``xp`` (lsh.py). Everything after candidates (verification,
 clusters, output) runs on the host.
 
-    texts (pyarrow string array, host)
+    texts (UTF-8 bytes uint8 + byte offsets int64, host; one copy to the device per batch)
       -> shingle_hashes  -> ShingleBatch (offsets int64, hashes uint64), backend side
       -> signatures      -> uint32 (n_docs, K), backend side
       -> lsh.band_keys / lsh.candidate_pairs with xp=backend.xp
@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-import pyarrow as pa
 
 from ..errors import BackendUnavailableError, ParameterError
 from ..hashing import Permutations
@@ -35,8 +34,9 @@ class Backend(Protocol):
     description: str  # for the report, e.g. "numpy 2.4.6"
     parallel_batches: int  # batches processed at once (threads)
 
-    def shingle_hashes(self, texts: pa.Array, spec: ShingleSpec) -> ShingleBatch:
-        """Shingle hashes of a batch; texts: string or large_string array, nulls are empty."""
+    def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+        """Shingle hashes of a batch of valid UTF-8 texts: data uint8 (B,), byte offsets int64
+        (n_docs + 1,) from 0, host arrays."""
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations):
         """MinHash signatures: uint32 (n_docs, K) on the backend's side."""

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pyarrow as pa
 
 from ..hashing import Permutations
 from ..minhash import minhash_signatures
-from ..shingling import ShingleBatch, ShingleSpec, shingle_hashes
+from ..shingling import ShingleBatch, ShingleSpec, utf8_shingle_hashes
 
 
 class NumpyBackend:
@@ -23,8 +22,8 @@ class NumpyBackend:
         if auto_reason:
             self.description += f" (auto: no GPU backend, {auto_reason})"
 
-    def shingle_hashes(self, texts: pa.Array, spec: ShingleSpec) -> ShingleBatch:
-        return shingle_hashes(texts, spec)
+    def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+        return utf8_shingle_hashes(data, offsets, spec)
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
         return minhash_signatures(shingles, permutations)

@@ -24,6 +24,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from ..errors import InputError
+from ..normalize import utf8_buffers
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -78,6 +79,11 @@ class Corpus:
     @property
     def texts(self) -> pa.ChunkedArray:
         return self.table[self.text_field]
+
+    def utf8(self) -> tuple[np.ndarray, np.ndarray]:
+        """The texts as UTF-8 bytes uint8 (B,) and byte offsets int64 (n + 1,), host views of
+        the single-chunk text column (no copy; nulls give empty texts, copied then)."""
+        return utf8_buffers(self.texts.chunk(0) if self.texts.num_chunks else pa.array([], pa.large_string()))
 
     @property
     def num_rows(self) -> int:

@@ -13,7 +13,9 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -80,15 +82,33 @@ def replace_dir(staging: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
-    pq.write_table(table, path)
+ROWS_PER_WRITE = 16384
 
 
-def write_jsonl(table: pa.Table, path: Path) -> None:
-    """One JSON object per row, columns in table order, UTF-8; values JSON cannot hold (dates,
-    bytes) are written as strings."""
+def kept_batches(table: pa.Table, keep: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """The rows of ``table`` where ``keep`` (bool (n,)) is True, in order, a slice at a time,
+    so that the kept rows are never all copied at once."""
+    for start in range(0, table.num_rows, ROWS_PER_WRITE):
+        piece = table.slice(start, ROWS_PER_WRITE).filter(pa.array(keep[start : start + ROWS_PER_WRITE]))
+        yield from piece.to_batches()
+
+
+def write_parquet(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
+    """Write ``table`` (only the rows where ``keep`` is True, when given) as Parquet."""
+    if keep is None:
+        pq.write_table(table, path)
+        return
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for batch in kept_batches(table, keep):
+            writer.write_batch(batch)
+
+
+def write_jsonl(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
+    """One JSON object per row (only the rows where ``keep`` is True, when given), columns in
+    table order, UTF-8; values JSON cannot hold (dates, bytes) are written as strings."""
+    batches = kept_batches(table, keep) if keep is not None else table.to_batches(ROWS_PER_WRITE)
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        for batch in table.to_batches(max_chunksize=8192):
+        for batch in batches:
             handle.writelines(
                 json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in batch.to_pylist()
             )
