@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
+import scipy.sparse
 
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
 from .normalize import SPACE, decode_utf8, normalize_codepoints, text_buffers
@@ -173,47 +174,41 @@ def utf8_shingle_hashes(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec
     return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends))
 
 
-def dense_ranks(values: np.ndarray) -> np.ndarray:
-    """Rank of each value among the distinct values (0 = smallest); int64, shape of values.
+# Shingle hashes as CSR column indices: flipping the top bit and viewing as int64 maps uint64
+# order to int64 order, so scipy's sparse matrices can hold sets of 64-bit hashes as rows.
+TOP_BIT = np.uint64(1 << 63)
 
-    values: any sortable 1-D array (host). Equal values get equal ranks, so ranks can stand in
-    for 64-bit hashes wherever they must be packed next to another index in one integer.
+
+def hashes_to_columns(hashes: np.ndarray) -> np.ndarray:
+    """uint64 hashes -> int64 column indices, order-preserving (a new array)."""
+    return (hashes ^ TOP_BIT).view(np.int64)
+
+
+def columns_to_hashes(columns: np.ndarray) -> np.ndarray:
+    """The inverse of hashes_to_columns (a new array)."""
+    return columns.view(np.uint64) ^ TOP_BIT
+
+
+def set_rows(batch: ShingleBatch) -> scipy.sparse.csr_matrix:
+    """Each document's set of shingle hashes as a row of a binary sparse matrix (host).
+
+    Columns are hashes_to_columns(hash); rows come out sorted and without repeats (canonical
+    CSR). scipy sorts and merges each row in C++, several times faster than any vectorised
+    numpy route to a per-row sort (which needs a global argsort).
     """
-    order = np.argsort(values)
-    ordered = values[order]
-    is_new = np.empty(ordered.shape[0], dtype=bool)
-    is_new[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=is_new[1:])
-    ranks = np.empty(values.shape[0], dtype=np.int64)
-    ranks[order] = np.cumsum(is_new) - 1
-    return ranks
-
-
-def unique_ranks_per_row(batch: ShingleBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each document's set of shingles, as dense ranks of the batch's hashes (host).
-
-    Returns (offsets int64 (n_docs + 1,), ranks int64 (U,), hash_of_rank uint64 (R,)): row d
-    holds the distinct ranks of document d ascending, and ``hash_of_rank[rank]`` is the hash.
-    Ranks fit in 32 bits, so they pack next to another index in one int64 sort key.
-    """
-    ranks = dense_ranks(batch.hashes)
-    doc = np.repeat(np.arange(batch.n_docs, dtype=np.int64), batch.counts())
-    # (document, rank) packed in one int64 key: a value sort (fast) orders by document, then
-    # by hash, because ranks preserve the order of the hashes.
-    keys = np.sort((doc << 32) | ranks)
-    first = np.ones(keys.shape[0], dtype=bool)
-    np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    keys = keys[first]
-    hash_of_rank = np.empty(int(ranks.max()) + 1 if ranks.size else 0, dtype=np.uint64)
-    hash_of_rank[ranks] = batch.hashes
-    counts = np.bincount(keys >> 32, minlength=batch.n_docs)
-    return offsets_from_counts(counts), keys & 0xFFFFFFFF, hash_of_rank
+    matrix = scipy.sparse.csr_matrix(
+        (np.ones(batch.hashes.shape[0], np.int8), hashes_to_columns(batch.hashes), batch.offsets.copy()),
+        shape=(batch.n_docs, np.iinfo(np.int64).max),
+    )
+    matrix.sum_duplicates()  # sorts every row's indices and merges repeats, in place
+    matrix.data[:] = 1  # membership, not counts (and int8 counts could wrap)
+    return matrix
 
 
 def unique_per_row(batch: ShingleBatch) -> ShingleBatch:
     """The set of each document: hashes sorted ascending without repeats (host)."""
-    offsets, ranks, hash_of_rank = unique_ranks_per_row(batch)
-    return ShingleBatch(offsets, hash_of_rank[ranks])
+    rows = set_rows(batch)
+    return ShingleBatch(rows.indptr.astype(np.int64), columns_to_hashes(rows.indices))
 
 
 def shingle_sets(texts, spec: ShingleSpec) -> ShingleBatch:

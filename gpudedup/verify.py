@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse
 
 from .ragged import offsets_from_counts, weighted_ranges
-from .shingling import ShingleBatch, unique_per_row
+from .shingling import ShingleBatch, set_rows
 
 SIGNATURE_TAIL = 1e-9
 
@@ -72,15 +72,16 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     the shingles), to shingle ``batch_cost`` at a time; map_batches: an order-keeping map over the batches (the pipeline's runs threads).
     Row i is docs[i]'s set, with sorted, distinct column indices (canonical CSR).
 
-    The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64: an
-    order-preserving map, so equal hashes share a column and sorted hashes are sorted columns,
-    without a global ranking of all hashes. Some columns are negative; scipy's CSR arithmetic
-    only compares column indices, which tests/test_verify.py checks.
+    The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64
+    (shingling.hashes_to_columns): an order-preserving map, so equal hashes share a column and
+    sorted hashes are sorted columns, without a global ranking of all hashes. Some columns are
+    negative; scipy's CSR arithmetic only compares column indices, which tests/test_verify.py
+    checks.
     """
 
     def batch_sets(rows: tuple[int, int]):
-        sets = unique_per_row(shingles_of(docs[rows[0] : rows[1]]))
-        return (sets.hashes ^ np.uint64(1 << 63)).view(np.int64), sets.counts()
+        sets = set_rows(shingles_of(docs[rows[0] : rows[1]]))
+        return sets.indices, np.diff(sets.indptr)
 
     # The sets are written straight into one array sized by an upper bound (a document has at
     # most one shingle per code point, plus one): its pages are committed only as they are

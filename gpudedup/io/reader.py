@@ -80,10 +80,14 @@ class Corpus:
     def texts(self) -> pa.ChunkedArray:
         return self.table[self.text_field]
 
+    def text_array(self) -> pa.Array:
+        """The text column as one string or large_string array (no copy)."""
+        return self.texts.chunk(0) if self.texts.num_chunks else pa.array([], pa.large_string())
+
     def utf8(self) -> tuple[np.ndarray, np.ndarray]:
         """The texts as UTF-8 bytes uint8 (B,) and byte offsets int64 (n + 1,), host views of
-        the single-chunk text column (no copy; nulls give empty texts, copied then)."""
-        return utf8_buffers(self.texts.chunk(0) if self.texts.num_chunks else pa.array([], pa.large_string()))
+        the text column (no copy; nulls give empty texts, copied then)."""
+        return utf8_buffers(self.text_array())
 
     @property
     def num_rows(self) -> int:
