@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import ParameterError
 from .hashing import poly_hash64_rows
-from .ragged import offsets_from_counts, ragged_arange
+from .ragged import ragged_arange
 
 
 class Banding(NamedTuple):

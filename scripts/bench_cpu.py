@@ -85,45 +85,48 @@ def run_gpudedup(path: Path, args) -> dict:
             "stages": result.report["stages"], "results": result.report["results"]}
 
 
-def run_datasketch(path: Path, args) -> dict:
-    from datasketch import MinHash, MinHashLSH
-
-    texts = load_texts(path)
-    lsh = MinHashLSH(threshold=args.threshold, num_perm=args.num_perm)
+def query_then_insert(path: Path, args, lsh, make_minhash) -> tuple[np.ndarray, np.ndarray]:
+    """The reference loop: per document, plain-Python shingles, a MinHash from
+    ``make_minhash(shingles)``, its LSH query (candidate pairs), then its insertion."""
     first, second = [], []
-    for i, text in enumerate(texts):
+    for i, text in enumerate(load_texts(path)):
         shingles = python_shingles(text, args.shingle, args.ngram)
         if not shingles:
             continue
-        minhash = MinHash(num_perm=args.num_perm)
-        minhash.update_batch([s.encode("utf-8") for s in shingles])
+        minhash = make_minhash(shingles)
         for j in lsh.query(minhash):
             first.append(j)
             second.append(i)
         lsh.insert(i, minhash)
-    return {"first": np.array(first, np.int64), "second": np.array(second, np.int64),
-            "bands": lsh.b, "rows": lsh.r}
+    return np.array(first, np.int64), np.array(second, np.int64)
+
+
+def run_datasketch(path: Path, args) -> dict:
+    from datasketch import MinHash, MinHashLSH
+
+    def make_minhash(shingles):
+        minhash = MinHash(num_perm=args.num_perm)
+        minhash.update_batch([s.encode("utf-8") for s in shingles])
+        return minhash
+
+    lsh = MinHashLSH(threshold=args.threshold, num_perm=args.num_perm)
+    first, second = query_then_insert(path, args, lsh, make_minhash)
+    return {"first": first, "second": second, "bands": lsh.b, "rows": lsh.r}
 
 
 def run_rensa(path: Path, args) -> dict:
     from rensa import RMinHash, RMinHashLSH
 
-    texts = load_texts(path)
     perms = args.bands * args.rows
-    lsh = RMinHashLSH(threshold=args.threshold, num_perm=perms, num_bands=args.bands)
-    first, second = [], []
-    for i, text in enumerate(texts):
-        shingles = python_shingles(text, args.shingle, args.ngram)
-        if not shingles:
-            continue
+
+    def make_minhash(shingles):
         minhash = RMinHash(num_perm=perms, seed=args.seed)
         minhash.update(shingles)
-        for j in lsh.query(minhash):
-            first.append(j)
-            second.append(i)
-        lsh.insert(i, minhash)
-    return {"first": np.array(first, np.int64), "second": np.array(second, np.int64),
-            "bands": args.bands, "rows": args.rows}
+        return minhash
+
+    lsh = RMinHashLSH(threshold=args.threshold, num_perm=perms, num_bands=args.bands)
+    first, second = query_then_insert(path, args, lsh, make_minhash)
+    return {"first": first, "second": second, "bands": args.bands, "rows": args.rows}
 
 
 def exact_truth(path: Path, args) -> tuple[np.ndarray, np.ndarray]:
@@ -226,7 +229,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row))
 
-    print(f"\n| pipeline | wall s | peak RSS MB | x text size | b x r | reported pairs | pair recall | cluster recall |")
+    print("\n| pipeline | wall s | peak RSS MB | x text size | b x r | reported pairs | pair recall | cluster recall |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['pipeline']} | {row['seconds']:.1f} | {row['peak_rss_mb']:.0f} | "

@@ -1,9 +1,33 @@
-"""Shared fixtures: ShingleBatches built directly, and synthetic set pairs of known Jaccard."""
+"""Shared fixtures: a watchdog for every test, ShingleBatches built directly, and synthetic set
+pairs of known Jaccard."""
+
+import signal
+import threading
 
 import numpy as np
 import pytest
 
 from gpudedup.shingling import ShingleBatch
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """Fail a test that runs over 30 s (they take well under that) instead of hanging the suite."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeoutError("test ran over 30 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
 
 
 def _batch_from_rows(rows):

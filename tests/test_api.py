@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import random
 import re
-import signal
 import string
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,25 +19,6 @@ from typer.testing import CliRunner
 import gpudedup
 from gpudedup import DedupResult, InputError, ParameterError
 from gpudedup.cli import app
-
-
-@pytest.fixture(autouse=True)
-def watchdog():
-    """Fail a test that runs over 30 s (they take well under one) instead of hanging the suite."""
-    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expired(signum, frame):
-        raise TimeoutError("test ran over 30 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(30)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --- helpers ------------------------------------------------------------------------------------

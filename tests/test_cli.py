@@ -11,11 +11,9 @@ import json
 import os
 import random
 import shutil
-import signal
 import string
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,25 +24,6 @@ from typer.testing import CliRunner
 from gpudedup.cli import app
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def watchdog():
-    """Fail a test that runs over 30 s (they take well under one) instead of hanging the suite."""
-    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expired(signum, frame):
-        raise TimeoutError("test ran over 30 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(30)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --- helpers ------------------------------------------------------------------------------------

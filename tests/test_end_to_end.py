@@ -3,7 +3,6 @@
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import gpudedup

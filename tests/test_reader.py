@@ -5,9 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import signal
 import string
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,25 +14,6 @@ import pytest
 
 from gpudedup.errors import InputError
 from gpudedup.io.reader import Corpus, display_path, find_input_files, read_corpus
-
-
-@pytest.fixture(autouse=True)
-def watchdog():
-    """Fail a test that runs over 30 s (they take well under one) instead of hanging the suite."""
-    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expired(signum, frame):
-        raise TimeoutError("test ran over 30 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(30)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --- helpers ------------------------------------------------------------------------------------
