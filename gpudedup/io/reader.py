@@ -454,7 +454,7 @@ def check_unique_ids(corpus: Corpus) -> None:
     rows = np.flatnonzero(pc.equal(ids, repeated[0]).to_numpy(zero_copy_only=False))
     raise InputError(
         f"duplicate id {first!r}: documents {', '.join(locate_row(corpus, int(r)) for r in rows[:3])} "
-        f"share it ({len(repeated)} ids repeat in all); ids must be unique"
+        f"share it ({len(repeated)} distinct ids are repeated); ids must be unique"
     )
 
 
