@@ -1,0 +1,217 @@
+// cuda_host_shim.h: compile gpudedup's CUDA kernels (kernels/*.cu) as plain C++ with g++ and
+// run them on the host, so that their logic can be compared bit for bit with the numpy backend
+// on a machine without a GPU (DESIGN.md, "Testing without a GPU", point 2).
+//
+// Include this header, then the .cu files (with -I<repo>/kernels for "hash_common.cuh"), then
+// launch a kernel with cuda_host::launch(grid, block, schedule, [&] { kernel(args...); }).
+//
+// What it provides
+//   __global__, __device__, __host__, __forceinline__, __launch_bounds__(...): annotations,
+//       mapped to nothing / inline.
+//   __shared__: `static thread_local`. Blocks run one after another on the calling OS thread,
+//       and all threads of a block run on that OS thread as fibers, so a function-local static
+//       is exactly one block's shared memory. (Dynamic `extern __shared__` is not supported.)
+//   dim3, threadIdx, blockIdx, blockDim, gridDim: thread_local globals set by the launcher.
+//   __syncthreads(): a barrier across the fibers of the block.
+//
+// How threads run
+//   Each CUDA thread of a block is a ucontext fiber with its own stack. The launcher resumes
+//   the fibers one at a time, in an order chosen by `schedule`; a fiber runs until it calls
+//   __syncthreads() (it yields back to the launcher) or returns. When every fiber of the block
+//   waits at the barrier, a new round starts. This is cooperative and deterministic, and
+//   it is strict where it matters for correctness:
+//   - a thread runs from one barrier to the next with no other thread interleaved, so a
+//     missing __syncthreads() between a shared-memory write and another thread's read gives
+//     wrong results instead of passing by luck (use several schedules to vary who goes first);
+//   - a barrier that only some threads of a block reach (the others returned) is reported as
+//     an error (CUDA leaves it undefined); the waiting fibers are abandoned.
+//   One launch at a time per OS thread; launches do not nest.
+//   Warp-level primitives (__shfl_*, __ballot_sync, warp-synchronous code) are NOT modelled:
+//   kernels tested here must synchronise with __syncthreads() only.
+#pragma once
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__ static thread_local
+#define __launch_bounds__(...)
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+inline thread_local dim3 threadIdx(0, 0, 0);
+inline thread_local dim3 blockIdx(0, 0, 0);
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+
+namespace cuda_host {
+
+// Status codes returned by launch().
+enum Status : int {
+    OK = 0,
+    DIVERGENT_BARRIER = 1,  // some threads of a block returned while others wait at a barrier
+    BAD_LAUNCH = 2,         // an empty grid or block, or a block larger than MAX_THREADS
+    OUT_OF_MEMORY = 3,      // fiber stacks could not be mapped
+};
+
+// Fiber schedules: the order in which the fibers of a block are resumed in each round.
+enum Schedule : int {
+    FORWARD = 0,   // thread 0, 1, 2, ...
+    REVERSE = 1,   // the last thread first
+    SHUFFLED = 2,  // a fresh pseudo-random order every round (deterministic per launch)
+};
+
+constexpr unsigned int MAX_THREADS = 1024;
+constexpr std::size_t STACK_BYTES = 256 * 1024;  // per fiber; mapped lazily by the kernel
+
+enum class FiberState { READY, AT_BARRIER, DONE };
+
+struct Fiber {
+    ucontext_t context;
+    FiberState state;
+};
+
+struct Runtime {
+    ucontext_t launcher;
+    std::vector<Fiber> fibers;
+    Fiber* current = nullptr;
+    const std::function<void()>* body = nullptr;
+    char* stacks = nullptr;  // MAX_THREADS stacks, each behind a PROT_NONE guard page
+    std::size_t stride = 0;
+
+    ~Runtime() {
+        if (stacks != nullptr) munmap(stacks, stride * MAX_THREADS);
+    }
+
+    bool map_stacks() {
+        if (stacks != nullptr) return true;
+        const std::size_t page = (std::size_t)sysconf(_SC_PAGESIZE);
+        stride = STACK_BYTES + page;
+        void* memory = mmap(nullptr, stride * MAX_THREADS, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (memory == MAP_FAILED) return false;
+        stacks = static_cast<char*>(memory);
+        for (unsigned int t = 0; t < MAX_THREADS; ++t) {
+            mprotect(stacks + t * stride, page, PROT_NONE);  // overflow faults, not corrupts
+        }
+        return true;
+    }
+};
+
+inline thread_local Runtime runtime;
+
+inline void fiber_entry() {
+    (*runtime.body)();
+    runtime.current->state = FiberState::DONE;
+    // returning resumes uc_link, the launcher
+}
+
+// Yield to the launcher until every thread of the block has arrived.
+inline void barrier() {
+    Fiber* self = runtime.current;
+    self->state = FiberState::AT_BARRIER;
+    // Memory clobbers: shared memory written by other fibers must be re-read after the barrier
+    // (swapcontext is an opaque call already; these make the intent explicit).
+    asm volatile("" ::: "memory");
+    swapcontext(&self->context, &runtime.launcher);
+    asm volatile("" ::: "memory");
+    // The launcher reset threadIdx to this fiber's index before resuming it.
+}
+
+// Make `fiber` start fiber_entry on the given stack when it is first resumed. (A function of
+// its own: g++ treats getcontext like setjmp, which would pessimise the caller.)
+__attribute__((noinline)) inline void start_fiber(Fiber& fiber, char* stack) {
+    getcontext(&fiber.context);
+    fiber.context.uc_stack.ss_sp = stack;
+    fiber.context.uc_stack.ss_size = STACK_BYTES;
+    fiber.context.uc_link = &runtime.launcher;
+    makecontext(&fiber.context, fiber_entry, 0);
+    fiber.state = FiberState::READY;
+}
+
+// A small xorshift generator for SHUFFLED schedules.
+struct Xorshift {
+    std::uint64_t s;
+    std::uint64_t next() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        return s;
+    }
+};
+
+// Run `kernel` (a callable with no arguments that calls the __global__ function) for every
+// thread of every block of the grid. Returns a Status.
+inline int launch(dim3 grid, dim3 block, int schedule, const std::function<void()>& kernel) {
+    const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (threads == 0 || threads > MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0) {
+        return BAD_LAUNCH;
+    }
+    Runtime& rt = runtime;
+    if (!rt.map_stacks()) return OUT_OF_MEMORY;
+    const std::size_t page = rt.stride - STACK_BYTES;
+    rt.fibers.resize(threads);
+    rt.body = &kernel;
+    gridDim = grid;
+    blockDim = block;
+    std::vector<unsigned int> order(threads);
+    Xorshift random{0x9E3779B97F4A7C15ULL};
+    int status = OK;
+
+    for (unsigned int bz = 0; bz < grid.z && status == OK; ++bz)
+    for (unsigned int by = 0; by < grid.y && status == OK; ++by)
+    for (unsigned int bx = 0; bx < grid.x && status == OK; ++bx) {
+        blockIdx = dim3(bx, by, bz);
+        for (unsigned int t = 0; t < threads; ++t) {
+            start_fiber(rt.fibers[t], rt.stacks + t * rt.stride + page);
+        }
+        for (;;) {
+            for (unsigned int t = 0; t < threads; ++t) order[t] = t;
+            if (schedule == REVERSE) {
+                for (unsigned int t = 0; t < threads; ++t) order[t] = threads - 1 - t;
+            } else if (schedule == SHUFFLED) {
+                for (unsigned int t = threads - 1; t > 0; --t) {
+                    const unsigned int u = (unsigned int)(random.next() % (t + 1));
+                    const unsigned int swap = order[t];
+                    order[t] = order[u];
+                    order[u] = swap;
+                }
+            }
+            for (unsigned int t : order) {
+                Fiber& fiber = rt.fibers[t];
+                if (fiber.state == FiberState::DONE) continue;
+                threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                rt.current = &fiber;
+                fiber.state = FiberState::READY;
+                swapcontext(&rt.launcher, &fiber.context);
+            }
+            unsigned int done = 0;
+            for (unsigned int t = 0; t < threads; ++t) done += rt.fibers[t].state == FiberState::DONE;
+            if (done == threads) break;  // the block finished
+            if (done != 0) {  // some returned, others wait at a barrier that can never open
+                status = DIVERGENT_BARRIER;
+                break;
+            }
+            // every fiber waits at the barrier: open it (the next round resumes them all)
+        }
+    }
+    rt.current = nullptr;
+    rt.body = nullptr;
+    return status;
+}
+
+}  // namespace cuda_host
+
+inline void __syncthreads() { cuda_host::barrier(); }

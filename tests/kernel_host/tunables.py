@@ -1,0 +1,22 @@
+"""The tunable combinations the kernel tests cover, shared by tests/test_kernels_host.py (run
+on the host through the shim) and tests/test_kernels_nvrtc.py (compiled with NVRTC).
+
+Each kernel file maps to a list of -D override dicts; ``{}`` is the file's own defaults. A
+GPU loader that picks tunables should pick among these (or add its choice here), so that
+every shipped combination is proven on the host and compiles with NVRTC.
+"""
+
+KERNEL_TUNABLES = {
+    "minhash.cu": [
+        {},  # BLOCK_SIZE=64, PERMS_PER_THREAD=2, TILE=1024
+        {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 1, "TILE": 32},
+        {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 4, "TILE": 7},  # tiny tiles: many per document
+        {"BLOCK_SIZE": 64, "PERMS_PER_THREAD": 3, "TILE": 100},  # TILE not a multiple of the block
+        {"BLOCK_SIZE": 128, "PERMS_PER_THREAD": 1, "TILE": 256},
+        {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 8, "TILE": 512},  # the most registers per thread
+        {"BLOCK_SIZE": 256, "PERMS_PER_THREAD": 4, "TILE": 2048},
+        {"BLOCK_SIZE": 256, "PERMS_PER_THREAD": 1, "TILE": 8192},  # 32 KiB of shared memory
+    ],
+    "band_keys.cu": [{}, {"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 1024}],
+    "shingle_hash.cu": [{}, {"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 1024}],
+}

@@ -1,0 +1,462 @@
+"""The CUDA kernels in kernels/, run on the host and compared bit for bit with the numpy backend.
+
+The .cu files are compiled unchanged as C++ by g++ on top of tests/kernel_host/cuda_host_shim.h
+(which runs every block's threads as fibers with a real __syncthreads barrier) and called via
+ctypes through tests/kernel_host/launch.cpp (DESIGN.md, "Testing without a GPU", point 2). No
+GPU and no CUDA toolkit are needed, only g++; the tests skip when g++ is missing.
+
+Libraries are cached per (sources, tunables, compiler) hash under the temp directory, so only
+the first run compiles.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudedup import hashing
+from gpudedup.hashing import Permutations, draw_permutations, poly_hash64_scalar
+from gpudedup.lsh import Banding, band_keys
+from gpudedup.minhash import minhash_signatures
+from gpudedup.normalize import encode_codepoints, normalize_codepoints
+from gpudedup.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = REPO / "kernels"
+HOST = Path(__file__).resolve().parent / "kernel_host"
+
+_spec = importlib.util.spec_from_file_location("kernel_tunables", HOST / "tunables.py")
+_tunables = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tunables)
+KERNEL_TUNABLES = _tunables.KERNEL_TUNABLES
+
+GXX = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
+
+# Extra flags from the environment help debugging, e.g. KERNEL_HOST_CXXFLAGS="-fsanitize=address"
+# (then run python with LD_PRELOAD=$(g++ -print-file-name=libasan.so)).
+CXXFLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas", "-Werror"]
+CXXFLAGS += os.environ.get("KERNEL_HOST_CXXFLAGS", "").split()
+
+# cuda_host::Status and cuda_host::Schedule (cuda_host_shim.h)
+OK, DIVERGENT_BARRIER, BAD_LAUNCH = 0, 1, 2
+FORWARD, REVERSE, SHUFFLED = 0, 1, 2
+SCHEDULES = (FORWARD, REVERSE, SHUFFLED)
+
+DEFAULTS = {"BLOCK_SIZE": 64, "PERMS_PER_THREAD": 2, "TILE": 1024}  # minhash.cu's #ifndefs
+
+
+# --- building and loading the host library ----------------------------------------------------
+
+
+def _pointer(dtype):
+    return np.ctypeslib.ndpointer(dtype=dtype, flags="C_CONTIGUOUS")
+
+
+_U32, _U64, _I64, _I32 = _pointer(np.uint32), _pointer(np.uint64), _pointer(np.int64), _pointer(np.int32)
+_uint, _int, _i64 = ctypes.c_uint, ctypes.c_int, ctypes.c_longlong
+
+_SIGNATURES = {
+    "tunable_block_size": [],
+    "tunable_perms_per_thread": [],
+    "tunable_tile": [],
+    "launch_minhash_signatures_u64": [_uint, _uint, _uint, _int, _U64, _I64, _I64, _U32, _U32, _int, _U32],
+    "launch_band_keys_u32": [_uint, _uint, _int, _U32, _i64, _int, _int, _int, _U64],
+    "launch_span_hashes_u32": [_uint, _uint, _int, _U32, _I64, _I64, _i64, _U64],
+    "launch_reverse_block_i32": [_uint, _uint, _int, _I32, _I32, _int],
+    "launch_divergent_barrier_i32": [_uint, _I32],
+    "launch_thread_coordinates_u32": [_uint] * 6 + [_U32],
+}
+
+_LIBRARIES: dict[tuple, ctypes.CDLL] = {}
+
+
+def _compiler_version() -> str:
+    return subprocess.run([GXX, "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def host_library(**defines) -> ctypes.CDLL:
+    """The kernels compiled for the host with the given -D tunables (cached per source hash)."""
+    if GXX is None:
+        pytest.skip("g++ is not installed: the host kernel tests compile kernels/*.cu with g++")
+    key = tuple(sorted(defines.items()))
+    if key in _LIBRARIES:
+        return _LIBRARIES[key]
+    sources = sorted(KERNELS.glob("*.cu*")) + sorted(HOST.glob("*.[ch]*"))
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    flags = CXXFLAGS + [f"-D{name}={value}" for name, value in key]
+    digest.update(repr((flags, _compiler_version())).encode())
+    cache = Path(tempfile.gettempdir()) / "gpudedup-kernel-host"
+    cache.mkdir(exist_ok=True)
+    target = cache / f"kernels-{digest.hexdigest()[:24]}.so"
+    if not target.exists():
+        partial = cache / f"{target.stem}.{os.getpid()}.tmp.so"
+        command = [GXX, *flags, f"-I{KERNELS}", f"-I{HOST}", str(HOST / "launch.cpp"), "-o", str(partial)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.fail(f"g++ failed on the kernels:\n{' '.join(command)}\n{result.stderr}")
+        os.replace(partial, target)  # atomic: concurrent test runs never load a partial file
+    library = ctypes.CDLL(str(target))
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(library, name)
+        function.argtypes = argtypes
+        function.restype = ctypes.c_int
+    _LIBRARIES[key] = library
+    return library
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- launching the kernels like a GPU wrapper would -------------------------------------------
+
+
+def host_minhash(library, batch: ShingleBatch, permutations: Permutations, doc_ids=None, schedule=FORWARD, out=None):
+    """minhash_signatures_u64 over ``doc_ids`` (default: every document); uint32 (n, K)."""
+    num_perm = permutations.count
+    block = library.tunable_block_size()
+    per_block = block * library.tunable_perms_per_thread()
+    if out is None:
+        out = np.full((batch.n_docs, num_perm), 0xA5A5A5A5, dtype=np.uint32)  # must be overwritten
+    if doc_ids is None:
+        doc_ids = np.arange(batch.n_docs, dtype=np.int64)
+    doc_ids = np.ascontiguousarray(doc_ids, dtype=np.int64)
+    if doc_ids.size:
+        status = library.launch_minhash_signatures_u64(
+            doc_ids.size, ceil_div(num_perm, per_block), block, schedule,
+            np.ascontiguousarray(batch.hashes, np.uint64), np.ascontiguousarray(batch.offsets, np.int64), doc_ids,
+            np.ascontiguousarray(permutations.a, np.uint32), np.ascontiguousarray(permutations.b, np.uint32),
+            num_perm, out,
+        )
+        assert status == OK
+    return out
+
+
+def host_band_keys(library, signatures: np.ndarray, bands: int, rows: int, grid=None, schedule=FORWARD):
+    n, num_perm = signatures.shape
+    keys = np.full((n, bands), 0xA5A5A5A5A5A5A5A5, dtype=np.uint64)
+    block = library.tunable_block_size()
+    if grid is None:
+        grid = ceil_div(n * bands, block)
+    if n * bands:
+        status = library.launch_band_keys_u32(
+            grid, block, schedule, np.ascontiguousarray(signatures), n, num_perm, bands, rows, keys
+        )
+        assert status == OK
+    return keys
+
+
+def host_span_hashes(library, codepoints, starts, ends, grid=None, schedule=FORWARD):
+    hashes = np.full(starts.shape[0], 0xA5A5A5A5A5A5A5A5, dtype=np.uint64)
+    block = library.tunable_block_size()
+    if grid is None:
+        grid = ceil_div(starts.shape[0], block)
+    if starts.shape[0]:
+        status = library.launch_span_hashes_u32(
+            grid, block, schedule, np.ascontiguousarray(codepoints, np.uint32),
+            np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64), starts.shape[0], hashes,
+        )
+        assert status == OK
+    return hashes
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+def batch_of_lengths(lengths, rng, distinct=None) -> ShingleBatch:
+    """Random uint64 shingle hashes for documents of the given lengths. With ``distinct``, the
+    hashes are drawn from that many values, so documents repeat shingles."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if distinct is None:
+        hashes = rng.integers(0, 2**64, size=int(offsets[-1]), dtype=np.uint64, endpoint=False)
+    else:
+        pool = rng.integers(0, 2**64, size=distinct, dtype=np.uint64)
+        hashes = pool[rng.integers(0, distinct, size=int(offsets[-1]))]
+    return ShingleBatch(offsets, hashes)
+
+
+def edge_lengths(tunables: dict) -> list[int]:
+    """Document lengths around every boundary of a launch configuration."""
+    block = tunables.get("BLOCK_SIZE", DEFAULTS["BLOCK_SIZE"])
+    tile = tunables.get("TILE", DEFAULTS["TILE"])
+    lengths = [0, 1, 2, 0, 0, 1]
+    for edge in (block, tile, 2 * tile, 3 * tile):
+        lengths += [edge - 1, edge, edge + 1]
+    return [length for length in lengths if length >= 0] + [2 * block + 3, 3 * tile + 5, 0]
+
+
+def extreme_permutations(num_perm: int, rng) -> Permutations:
+    """Parameters at the edges of uint32 (even a, a = 0, b near 2**32), where wrapping shows.
+    The kernels must reproduce the affine map for any a, not only the odd ones drawn."""
+    a = rng.integers(0, 2**32, size=num_perm, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, size=num_perm, dtype=np.uint64).astype(np.uint32)
+    specials = np.array([0, 1, 2, 0xFFFFFFFF, 0xFFFFFFFE, 0x80000000], dtype=np.uint32)
+    a[: min(num_perm, specials.size)] = specials[: min(num_perm, specials.size)]
+    b[::2] = 0xFFFFFFFF - b[::2] % 7
+    return Permutations(a=a, b=b)
+
+
+# --- the hash constants -----------------------------------------------------------------------
+
+
+def test_hash_common_constants_equal_hashing_py():
+    text = (KERNELS / "hash_common.cuh").read_text()
+    constants = {name: int(value, 16) for name, value in re.findall(r"GD_(\w+) = (0x[0-9A-Fa-f]+)", text)}
+    assert constants == {
+        "POLY_BASE": hashing.POLY_BASE,
+        "POLY_OFFSET": hashing.POLY_OFFSET,
+        "FMIX_C1": hashing.FMIX_C1,
+        "FMIX_C2": hashing.FMIX_C2,
+        "EMPTY_SIGNATURE_VALUE": hashing.EMPTY_SIGNATURE_VALUE,
+    }
+
+
+def test_kernel_sources_include_only_hash_common():
+    # NVRTC has no system headers; the kernels must stand alone (plus hash_common.cuh).
+    for path in KERNELS.glob("*.cu*"):
+        includes = re.findall(r'^\s*#\s*include\s*(\S+)', path.read_text(), flags=re.M)
+        assert set(includes) <= {'"hash_common.cuh"'}, (path.name, includes)
+
+
+# --- the shim itself ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_shim_barrier_orders_shared_memory(schedule):
+    library = host_library()
+    block, grid = 64, 5
+    values = np.arange(block * grid, dtype=np.int32)
+    out = np.zeros_like(values)
+    assert library.launch_reverse_block_i32(grid, block, schedule, values, out, 1) == OK
+    np.testing.assert_array_equal(out, values.reshape(grid, block)[:, ::-1].ravel())
+
+
+def test_shim_exposes_a_missing_barrier():
+    # Without the barrier, a thread reads slots other threads have not written yet: the shim
+    # must not make the race pass.
+    library = host_library()
+    block, grid = 64, 5
+    values = np.arange(1, block * grid + 1, dtype=np.int32)
+    expected = values.reshape(grid, block)[:, ::-1].ravel()
+    for schedule in (FORWARD, REVERSE):
+        out = np.zeros_like(values)
+        assert library.launch_reverse_block_i32(grid, block, schedule, values, out, 0) == OK
+        assert not np.array_equal(out, expected)
+
+
+def test_shim_reports_divergent_barrier_and_bad_launches():
+    library = host_library()
+    out = np.zeros(32, dtype=np.int32)
+    assert library.launch_divergent_barrier_i32(32, out) == DIVERGENT_BARRIER
+    assert library.launch_reverse_block_i32(1, 0, FORWARD, out, out, 1) == BAD_LAUNCH
+    big = np.zeros(2048, dtype=np.int32)
+    assert library.launch_reverse_block_i32(1, 2048, FORWARD, big, big, 1) == BAD_LAUNCH
+
+
+def test_shim_thread_coordinates():
+    library = host_library()
+    grid, block = (3, 2, 2), (4, 3, 2)
+    out = np.zeros((*grid[::-1], *block[::-1], 6), dtype=np.uint32)
+    assert library.launch_thread_coordinates_u32(*grid, *block, out.reshape(-1)) == OK
+    bz, by, bx, tz, ty, tx = np.indices(out.shape[:-1])
+    np.testing.assert_array_equal(out, np.stack([bx, by, bz, tx, ty, tz], axis=-1))
+
+
+# --- minhash.cu ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tunables", KERNEL_TUNABLES["minhash.cu"], ids=repr)
+@pytest.mark.parametrize("num_perm", [1, 5, 128, 203])
+def test_minhash_matches_numpy(tunables, num_perm):
+    library = host_library(**tunables)
+    assert library.tunable_block_size() == tunables.get("BLOCK_SIZE", DEFAULTS["BLOCK_SIZE"])
+    assert library.tunable_perms_per_thread() == tunables.get("PERMS_PER_THREAD", DEFAULTS["PERMS_PER_THREAD"])
+    assert library.tunable_tile() == tunables.get("TILE", DEFAULTS["TILE"])
+    rng = np.random.default_rng(num_perm)
+    lengths = edge_lengths(tunables) + list(rng.integers(0, 300, size=40))
+    rng.shuffle(lengths)
+    batch = batch_of_lengths(lengths, rng)
+    permutations = draw_permutations(num_perm, seed=num_perm)
+    expected = minhash_signatures(batch, permutations)
+    np.testing.assert_array_equal(host_minhash(library, batch, permutations), expected)
+    assert np.all(expected[np.diff(batch.offsets) == 0] == 0xFFFFFFFF)  # the oracle's empty rows
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_minhash_any_schedule_and_extreme_parameters(schedule):
+    tunables = {"BLOCK_SIZE": 64, "PERMS_PER_THREAD": 3, "TILE": 100}
+    library = host_library(**tunables)
+    rng = np.random.default_rng(7 + schedule)
+    batch = batch_of_lengths(edge_lengths(tunables) + [1000], rng, distinct=500)  # repeats
+    permutations = extreme_permutations(450, rng)  # 3 permutation chunks, the last one partial
+    np.testing.assert_array_equal(
+        host_minhash(library, batch, permutations, schedule=schedule), minhash_signatures(batch, permutations)
+    )
+
+
+def test_minhash_low_bits_only():
+    # Hashes that differ only above bit 32 give the same signature entries; hashes whose low
+    # 32 bits are at the extremes exercise the wrap of the affine map.
+    library = host_library()
+    low = np.array([0, 1, 0xFFFFFFFF, 0x80000000, 12345], dtype=np.uint64)
+    high = (np.arange(1, 6, dtype=np.uint64) << np.uint64(32)) | low
+    batch = ShingleBatch(np.array([0, 5, 10, 11], dtype=np.int64), np.concatenate([low, high, low[2:3]]))
+    permutations = draw_permutations(130, seed=3)
+    signatures = host_minhash(library, batch, permutations)
+    np.testing.assert_array_equal(signatures, minhash_signatures(batch, permutations))
+    np.testing.assert_array_equal(signatures[0], signatures[1])
+
+
+def test_minhash_length_buckets_launched_separately():
+    # A GPU wrapper may sort documents by length and launch each bucket with its own tunables;
+    # the rows a launch does not name must stay untouched.
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(0, 40, size=60)
+    lengths[rng.choice(60, size=6, replace=False)] = rng.integers(2000, 5000, size=6)
+    batch = batch_of_lengths(lengths, rng)
+    permutations = draw_permutations(96, seed=5)
+    long_docs = np.flatnonzero(lengths >= 2000)
+    short_docs = rng.permutation(np.flatnonzero(lengths < 2000))
+    out = np.full((batch.n_docs, 96), 0xA5A5A5A5, dtype=np.uint32)
+    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=1, TILE=32), batch, permutations, short_docs[:10], out=out)
+    untouched = np.setdiff1d(np.arange(batch.n_docs), short_docs[:10])
+    assert np.all(out[untouched] == 0xA5A5A5A5)
+    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=1, TILE=32), batch, permutations, short_docs[10:], out=out)
+    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=4, TILE=7), batch, permutations, long_docs, out=out)
+    np.testing.assert_array_equal(out, minhash_signatures(batch, permutations))
+
+
+def test_minhash_only_empty_documents_and_one_shingle():
+    library = host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=1, TILE=32)
+    permutations = draw_permutations(40, seed=1)
+    empty = ShingleBatch(np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.uint64))
+    np.testing.assert_array_equal(host_minhash(library, empty, permutations), np.full((3, 40), 0xFFFFFFFF, np.uint32))
+    one = ShingleBatch(np.array([0, 1], dtype=np.int64), np.array([0xDEADBEEFCAFEF00D], dtype=np.uint64))
+    expected = (permutations.a.astype(np.uint64) * 0xCAFEF00D + permutations.b) % 2**32
+    np.testing.assert_array_equal(host_minhash(library, one, permutations)[0], expected.astype(np.uint32))
+    np.testing.assert_array_equal(minhash_signatures(one, permutations)[0], expected.astype(np.uint32))
+
+
+def test_minhash_real_texts():
+    texts = [
+        "The quick brown fox jumps over the lazy dog. " * 30,
+        "The quick brown fox jumps over the lazy cat. " * 30,
+        "",
+        None,
+        "short",
+        "Ünïcödé TEXT, with\tODD   white\u3000space and 😀 emoji " * 5,
+    ]
+    batch = shingle_hashes(texts, ShingleSpec("word", 3))
+    permutations = draw_permutations(256, seed=42)
+    np.testing.assert_array_equal(host_minhash(host_library(), batch, permutations), minhash_signatures(batch, permutations))
+
+
+# --- band_keys.cu -------------------------------------------------------------------------------
+
+
+BAND_SHAPES = [  # (n_docs, num_perm, bands, rows)
+    (50, 128, 16, 8),
+    (37, 200, 9, 22),  # columns past bands * rows are ignored
+    (10, 5, 1, 5),
+    (1, 1, 1, 1),
+    (64, 130, 13, 10),
+    (3, 256, 256, 1),
+]
+
+
+@pytest.mark.parametrize("tunables", KERNEL_TUNABLES["band_keys.cu"], ids=repr)
+@pytest.mark.parametrize("shape", BAND_SHAPES, ids=str)
+def test_band_keys_match_numpy(tunables, shape):
+    library = host_library(**tunables)
+    n, num_perm, bands, rows = shape
+    rng = np.random.default_rng(n * num_perm)
+    signatures = rng.integers(0, 2**32, size=(n, num_perm), dtype=np.uint64).astype(np.uint32)
+    signatures[::4] = 0xFFFFFFFF  # empty-document rows hash too
+    expected = band_keys(signatures, Banding(bands, rows, "test"))
+    np.testing.assert_array_equal(host_band_keys(library, signatures, bands, rows), expected)
+
+
+@pytest.mark.parametrize("grid", [1, 3])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_band_keys_grid_stride(grid, schedule):
+    # Fewer threads than keys: the grid-stride loop must cover every (document, band).
+    library = host_library(BLOCK_SIZE=32)
+    rng = np.random.default_rng(grid)
+    signatures = rng.integers(0, 2**32, size=(41, 128), dtype=np.uint64).astype(np.uint32)
+    expected = band_keys(signatures, Banding(20, 6, "test"))
+    np.testing.assert_array_equal(host_band_keys(library, signatures, 20, 6, grid=grid, schedule=schedule), expected)
+
+
+def test_band_keys_scalar_oracle_and_minhash_chain():
+    library = host_library()
+    texts = ["alpha beta gamma delta epsilon " * 4, "alpha beta gamma delta zeta " * 4, "x"]
+    batch = shingle_hashes(texts, ShingleSpec("word", 2))
+    permutations = draw_permutations(64, seed=9)
+    signatures = host_minhash(library, batch, permutations)
+    keys = host_band_keys(library, signatures, 8, 8)
+    np.testing.assert_array_equal(keys, band_keys(minhash_signatures(batch, permutations), Banding(8, 8, "t")))
+    for d in range(len(texts)):
+        for j in range(8):
+            assert int(keys[d, j]) == poly_hash64_scalar(int(v) for v in signatures[d, j * 8 : (j + 1) * 8])
+
+
+# --- shingle_hash.cu ----------------------------------------------------------------------------
+
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog",
+    "  Leading and trailing   white space\t\n ",
+    "",
+    None,
+    "a",
+    "two words",
+    "Ünïcödé TEXT — ĲSSEL, ΣΊΣΥΦΟΣ, Straße; 日本語のテキスト 😀😀 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "lorem ipsum dolor sit amet " * 40,
+]
+
+
+@pytest.mark.parametrize("tunables", KERNEL_TUNABLES["shingle_hash.cu"], ids=repr)
+@pytest.mark.parametrize("spec", [ShingleSpec("word", 1), ShingleSpec("word", 5), ShingleSpec("char", 1),
+                                  ShingleSpec("char", 4), ShingleSpec("char", 9)], ids=repr)
+def test_span_hashes_match_numpy_on_texts(tunables, spec):
+    library = host_library(**tunables)
+    codepoints, offsets = normalize_codepoints(*encode_codepoints(TEXTS))
+    starts, ends, _ = shingle_spans(codepoints, offsets, spec)
+    hashes = host_span_hashes(library, codepoints, starts, ends)
+    np.testing.assert_array_equal(hashes, span_hashes(codepoints, starts, ends))
+    np.testing.assert_array_equal(hashes, shingle_hashes(TEXTS, spec).hashes)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_span_hashes_random_units_and_long_spans(schedule):
+    # Any uint32 unit (not only code points), spans of length 1 to 3000, overlapping, in any
+    # order, and a grid smaller than the span count.
+    library = host_library(BLOCK_SIZE=32)
+    rng = np.random.default_rng(schedule)
+    codepoints = rng.integers(0, 2**32, size=5000, dtype=np.uint64).astype(np.uint32)
+    codepoints[:10] = [0, 0, 0, 0xFFFFFFFF, 0xFFFFFFFF, 1, 0, 0x10FFFF, 0x20, 0]
+    lengths = np.concatenate([[1, 1, 2, 3, 3000, 4999, 5000], rng.integers(1, 60, size=400)])
+    starts = np.array([rng.integers(0, 5001 - length) for length in lengths], dtype=np.int64)
+    starts[:4] = [0, 1, 0, 0]
+    starts[5:7] = [1, 0]
+    ends = starts + lengths
+    hashes = host_span_hashes(library, codepoints, starts, ends, grid=5, schedule=schedule)
+    np.testing.assert_array_equal(hashes, span_hashes(codepoints, starts, ends))
+    for i in (0, 1, 2, 3, 4, 10):
+        assert int(hashes[i]) == poly_hash64_scalar(int(c) for c in codepoints[starts[i] : ends[i]])
+    # Leading zero units count (the non-zero offset): [0], [0, 0] and [0, 0, 0] all differ.
+    assert len({int(hashes[0]), int(hashes[2]), int(hashes[3])}) == 3
