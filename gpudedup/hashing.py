@@ -53,8 +53,9 @@ SPLITMIX_GAMMA = 0x9E3779B97F4A7C15
 SPLITMIX_M1 = 0xBF58476D1CE4E5B9
 SPLITMIX_M2 = 0x94D049BB133111EB
 
-# Signature entry of a document with no shingles: larger than any permutation value can be
-# only in the sense that it is never used, because empty documents are never banded.
+# Signature entry of a document with no shingles. A permutation can produce this value too,
+# so it marks nothing by itself: empty documents are told apart by their shingle counts and
+# are never banded.
 EMPTY_SIGNATURE_VALUE = MASK32
 
 

@@ -74,6 +74,9 @@ def band_keys(signatures, banding: Banding, xp=np):
     signatures: uint32 (n, K) with K >= b * r, numpy or cupy. Returns uint64 (n, b), same side.
     """
     rows = banding.rows
+    if signatures.shape[1] < banding.bands * rows:
+        raise ValueError(f"band_keys needs {banding.bands} * {rows} signature columns, "
+                         f"the signatures have {signatures.shape[1]}")
     keys = xp.empty((signatures.shape[0], banding.bands), dtype=xp.uint64)
     for band in range(banding.bands):
         keys[:, band] = poly_hash64_rows(signatures[:, band * rows : (band + 1) * rows], xp)
