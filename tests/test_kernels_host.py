@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
@@ -23,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES
 
 from gpudedup import hashing
 from gpudedup.hashing import Permutations, draw_permutations, poly_hash64_scalar
@@ -35,10 +36,6 @@ REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
 HOST = Path(__file__).resolve().parent / "kernel_host"
 
-_spec = importlib.util.spec_from_file_location("kernel_tunables", HOST / "tunables.py")
-_tunables = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tunables)
-KERNEL_TUNABLES = _tunables.KERNEL_TUNABLES
 
 GXX = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
 

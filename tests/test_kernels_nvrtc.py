@@ -16,11 +16,12 @@ many registers for a block size fail here, and register spills are reported.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+
+from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES
 
 try:
     import cupy  # noqa: F401  (importing CuPy needs no GPU and no driver)
@@ -36,10 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
 HOST = Path(__file__).resolve().parent / "kernel_host"
 
-_spec = importlib.util.spec_from_file_location("kernel_tunables", HOST / "tunables.py")
-_tunables = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tunables)
-KERNEL_TUNABLES = _tunables.KERNEL_TUNABLES
 
 # The kernels each file must define, unmangled (extern "C"), for RawModule.get_function.
 KERNEL_NAMES = {

@@ -1,5 +1,6 @@
-"""The tunable combinations the kernel tests cover, shared by tests/test_kernels_host.py (run
-on the host through the shim) and tests/test_kernels_nvrtc.py (compiled with NVRTC).
+"""The tunable combinations of the CUDA kernels in kernels/ that are proven: the GPU backend
+picks among them, tests/test_kernels_host.py runs each on the host through the shim, and
+tests/test_kernels_nvrtc.py compiles each with NVRTC.
 
 Each kernel file maps to a list of -D override dicts; ``{}`` is the file's own defaults. A
 GPU loader that picks tunables should pick among these (or add its choice here), so that
