@@ -30,18 +30,6 @@ def ragged_arange(counts, xp=np):
     return row, within
 
 
-def gather_rows(offsets, rows, xp=np):
-    """Flat indices of the elements of the chosen rows, concatenated in the order given.
-
-    offsets: int64 (n + 1,); rows: integer (m,). Returns (indices int64 (total,), the new
-    offsets int64 (m + 1,)).
-    """
-    starts = offsets[rows]
-    counts = offsets[rows + 1] - starts
-    row, within = ragged_arange(counts, xp)
-    return starts[row] + within, offsets_from_counts(counts, xp)
-
-
 def weighted_ranges(weights: np.ndarray, budget: int) -> list[tuple[int, int]]:
     """Split items [0, n) into consecutive (start, stop) ranges whose weights add up to at most
     ``budget``; an item heavier than the budget gets a range of its own.
