@@ -77,7 +77,7 @@ def dedup(
     bucket_window: int = DedupParams.bucket_window,
     backend: str = "auto",
     progress: bool = False,
-    batch_bytes: int = DedupParams.batch_bytes,
+    batch_bytes: Optional[int] = None,
     batch_rows: int = DedupParams.batch_rows,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.

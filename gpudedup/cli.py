@@ -22,7 +22,7 @@ from . import __version__
 from .api import dedup as run_api_dedup
 from .errors import GpudedupError
 from .io.writer import check_output_dir
-from .params import (DEFAULT_BATCH_BYTES, DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
+from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD)
 
 app = typer.Typer(
@@ -95,7 +95,9 @@ def dedup_command(
     bucket_window: Annotated[int, typer.Option(help="In an LSH bucket, pair each document with at most this many following ones (bounds huge buckets).")] = DEFAULT_BUCKET_WINDOW,
     format: Annotated[OutputFormat, typer.Option("--format", help="Format of deduplicated.*.")] = OutputFormat.parquet,
     backend: Annotated[BackendChoice, typer.Option(help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).")] = BackendChoice.auto,
-    batch_bytes: Annotated[int, typer.Option(help="Text bytes per batch (memory, not results).")] = DEFAULT_BATCH_BYTES,
+    batch_bytes: Annotated[Optional[int], typer.Option(
+        help="Text bytes per batch (memory, not results); default 2 MiB on cpu, 64 MiB on gpu.",
+        show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):

@@ -92,14 +92,14 @@ def bucket_pairs(keys, docs, window: int, xp=np):
     from a bucket of m (thousands of copies of one boilerplate text must not give millions of
     pairs). Returns (a int64 (p,), b int64 (p,)) with a < b, same side as the inputs.
     """
-    # A stable sort keeps each bucket in input order (numpy: kind="stable"; cupy's sort is a
-    # stable radix sort).
-    order = xp.argsort(keys, kind="stable")
+    # A stable sort keeps each bucket in input order (numpy: kind="stable"; cupy's argsort is
+    # always a stable radix sort and accepts no ``kind``).
+    order = xp.argsort(keys, kind="stable") if xp is np else xp.argsort(keys)
     sorted_keys = keys[order]
     starts_bucket = xp.ones(keys.shape[0], dtype=bool)
     starts_bucket[1:] = sorted_keys[1:] != sorted_keys[:-1]
     bucket_starts = xp.flatnonzero(starts_bucket)
-    sizes = xp.diff(xp.append(bucket_starts, keys.shape[0]))
+    sizes = xp.diff(xp.concatenate([bucket_starts, xp.full(1, keys.shape[0], dtype=bucket_starts.dtype)]))
     shared = sizes > 1
     if not bool(shared.any()):
         empty = xp.zeros(0, dtype=xp.int64)
@@ -119,18 +119,29 @@ def bucket_pairs(keys, docs, window: int, xp=np):
 def candidate_pairs(keys, docs, window: int, xp=np):
     """Candidate pairs over all bands, each pair once.
 
-    keys: uint64 (n, b) band keys; docs: int64 (n,) ascending document indices of the rows.
-    Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), same side as the inputs.
+    keys: uint64 (n, b) band keys; docs: int64 (n,) ascending document indices of the rows;
+    host or xp's side. Bands move to xp's side one at a time, so a device holds one band's keys,
+    never all of them. Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), on xp's
+    side.
     """
     codes = []
+    docs = to_side(docs, xp)
     span = np.uint64(int(docs[-1]) + 1 if docs.shape[0] else 1)
     for band in range(keys.shape[1]):
-        first, second = bucket_pairs(keys[:, band], docs, window, xp)
+        first, second = bucket_pairs(to_side(keys[:, band], xp), docs, window, xp)
         # One uint64 code per pair, so pairs found in several bands collapse in one unique.
         codes.append(first.astype(xp.uint64) * span + second.astype(xp.uint64))
         codes = [sorted_unique(xp.concatenate(codes), xp)]
     unique_codes = codes[0] if codes else xp.zeros(0, dtype=xp.uint64)
     return (unique_codes // span).astype(xp.int64), (unique_codes % span).astype(xp.int64)
+
+
+def to_side(array, xp):
+    """``array`` on xp's side: a host array is copied (contiguous) to the device when xp is
+    not numpy; an array already there is returned as it is."""
+    if xp is not np and isinstance(array, np.ndarray):
+        return xp.asarray(np.ascontiguousarray(array))
+    return array
 
 
 def sorted_unique(values, xp=np):

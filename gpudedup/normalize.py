@@ -15,6 +15,7 @@ A batch is the concatenation of the documents' code points with CSR offsets:
 from __future__ import annotations
 
 from functools import cache
+from typing import NamedTuple
 from importlib import resources
 import numpy as np
 import pyarrow as pa
@@ -78,28 +79,31 @@ def utf8_buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, offsets - offsets[0]
 
 
-def decode_utf8(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Code points of valid UTF-8 text, vectorised.
+def decode_utf8(data, offsets, xp=np):
+    """Code points of valid UTF-8 text, vectorised (numpy or cupy, per ``xp``).
 
     data: uint8 (B,); offsets: int64 (n + 1,) byte offsets of the documents.
-    Returns (codepoints uint32 (N,), offsets int64 (n + 1,) in code points).
+    Returns (codepoints uint32 (N,), offsets int64 (n + 1,) in code points), same side.
     """
-    if data.size == 0 or data.max() < 0x80:
-        return data.astype(np.uint32), offsets  # ASCII: one byte, one code point
+    if data.size == 0 or int(data.max()) < 0x80:
+        return data.astype(xp.uint32), offsets  # ASCII: one byte, one code point
     # Most text is mostly ASCII, so work on the few multi-byte sequences only: drop their
     # continuation bytes (10xxxxxx), then rebuild the code points at their lead bytes.
-    continuation = np.flatnonzero((data & 0xC0) == 0x80)
-    keep = np.ones(data.shape[0], dtype=bool)
+    continuation = xp.flatnonzero((data & 0xC0) == 0x80)
+    keep = xp.ones(data.shape[0], dtype=bool)
     keep[continuation] = False
-    codepoints = data[keep].astype(np.uint32)
-    leads = np.flatnonzero(data >= 0xC0)
-    length = 2 + (data[leads] >= 0xE0).astype(np.int64) + (data[leads] >= 0xF0)
-    value = (data[leads] & (0x7F >> length)).astype(np.uint32)
+    codepoints = data[keep].astype(xp.uint32)
+    leads = xp.flatnonzero(data >= 0xC0)
+    lead_bytes = data[leads]
+    length = 2 + (lead_bytes >= 0xE0).astype(xp.int64) + (lead_bytes >= 0xF0)
+    value = (lead_bytes & (0x7F >> length)).astype(xp.uint32)
     for k in (1, 2, 3):
-        more = length > k
-        value[more] = (value[more] << 6) | (data[leads[more] + k] & 0x3F)
-    codepoints[leads - np.searchsorted(continuation, leads)] = value
-    return codepoints, offsets - np.searchsorted(continuation, offsets)
+        # Gathering k bytes ahead of every lead is safe: a lead byte is followed by its
+        # continuation bytes, and for shorter sequences the value is not used (xp.where).
+        ahead = data[xp.minimum(leads + k, data.shape[0] - 1)].astype(xp.uint32) & 0x3F
+        value = xp.where(length > k, (value << 6) | ahead, value)
+    codepoints[leads - xp.searchsorted(continuation, leads)] = value
+    return codepoints, offsets - xp.searchsorted(continuation, offsets)
 
 
 def strings_to_arrow(texts) -> pa.Array:
@@ -146,45 +150,61 @@ def encode_codepoints(texts) -> tuple[np.ndarray, np.ndarray]:
     return decode_utf8(*text_buffers(texts))
 
 
-def normalize_codepoints(
-    codepoints: np.ndarray, offsets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+class NormalizationTables(NamedTuple):
+    """The lookup tables of normalisation, on one side (host numpy, or one device's cupy).
+
+    lowercase: uint32 (0x110000,), see lowercase_table; white: bool (0x110000,), see
+    white_space_table. The GPU backend keeps one device copy per device (5.6 MB).
+    """
+
+    lowercase: np.ndarray
+    white: np.ndarray
+
+
+@cache
+def host_tables() -> NormalizationTables:
+    return NormalizationTables(lowercase_table(), white_space_table())
+
+
+def normalize_codepoints(codepoints, offsets, xp=np, tables: NormalizationTables | None = None):
     """Normalise a batch: lower-case, collapse white-space runs to one space, strip the ends.
 
-    codepoints: uint32 (N,); offsets: int64 (n_docs + 1,). Returns the normalised batch in the
-    same layout: (uint32 (M,), int64 (n_docs + 1,)), M <= N.
+    codepoints: uint32 (N,); offsets: int64 (n_docs + 1,); numpy or cupy per ``xp``, with
+    ``tables`` on the same side (default: the host tables). Returns the normalised batch in
+    the same layout: (uint32 (M,), int64 (n_docs + 1,)), M <= N, same side.
     """
-    if codepoints.size and codepoints.max() < 0x80:
+    tables = tables or host_tables()
+    if codepoints.size and int(codepoints.max()) < 0x80:
         # ASCII batches (the common case): a 128-entry table, and white space is 9-13 or 32.
-        lowered = np.take(lowercase_table()[:0x80], codepoints)
+        lowered = xp.take(tables.lowercase[:0x80], codepoints)
         white = (codepoints == SPACE) | (codepoints - np.uint32(9) < 5)  # wraps below 9
     else:
-        lowered = np.take(lowercase_table(), codepoints)
-        white = np.take(white_space_table(), codepoints)
+        lowered = xp.take(tables.lowercase, codepoints)
+        white = xp.take(tables.white, codepoints)
 
     # A white run [start, stop) becomes one space when it follows text of its document and
     # more text of the same document follows it; otherwise (leading, trailing, or straddling
     # two documents) it disappears. Runs are few (about one per word), so the tests below work
     # on run boundaries, not on every position.
-    previous_white = np.empty(codepoints.shape[0], dtype=bool)
+    previous_white = xp.empty(codepoints.shape[0], dtype=bool)
     previous_white[:1] = False
     previous_white[1:] = white[:-1]
-    run_starts = np.flatnonzero(white & ~previous_white)
-    run_stops = np.flatnonzero(~white & previous_white)
+    run_starts = xp.flatnonzero(white & ~previous_white)
+    run_stops = xp.flatnonzero(~white & previous_white)
     if run_stops.shape[0] < run_starts.shape[0]:
-        run_stops = np.append(run_stops, codepoints.shape[0])
-    doc_of_run = np.searchsorted(offsets, run_starts, side="right") - 1
+        run_stops = xp.concatenate([run_stops, xp.full(1, codepoints.shape[0], dtype=run_stops.dtype)])
+    doc_of_run = xp.searchsorted(offsets, run_starts, side="right") - 1
     inner = (run_starts != offsets[doc_of_run]) & (run_stops < offsets[doc_of_run + 1])
     spaces = run_starts[inner]
 
     lowered[spaces] = SPACE
     keep = ~white
     keep[spaces] = True
-    dropped = np.flatnonzero(~keep)
+    dropped = xp.flatnonzero(~keep)
     if dropped.size == 0:
         return lowered, offsets
     # A document's new start: its old start less the positions dropped before it.
-    return lowered[keep], offsets - np.searchsorted(dropped, offsets)
+    return lowered[keep], offsets - xp.searchsorted(dropped, offsets)
 
 
 def normalize_text(text: str) -> str:

@@ -14,7 +14,8 @@ DEFAULT_NGRAM = 5
 DEFAULT_SEED = 42
 DEFAULT_BUCKET_WINDOW = 256
 # Batches bound the memory of the signature pass: about 50 bytes per code point of a batch are
-# alive at once on the numpy backend, for each batch in flight (one per core).
+# alive at once on the numpy backend, for each batch in flight (one per core). The numpy
+# backend's default; the GPU backend has its own (kernel_backend.DEFAULT_GPU_BATCH_BYTES).
 DEFAULT_BATCH_BYTES = 2 << 20
 DEFAULT_BATCH_ROWS = 1 << 20
 
@@ -31,7 +32,8 @@ class DedupParams:
     keep: which document of a cluster is kept: "first" (input order) or "longest".
     bucket_window: each document of an LSH bucket is paired with at most this many of the
         documents that follow it in the bucket (bounds large buckets; see lsh.bucket_pairs).
-    batch_bytes, batch_rows: batch size limits (memory, not results).
+    batch_bytes, batch_rows: batch size limits (memory, not results); batch_bytes None means
+        the backend's default (2 MiB on the CPU, 64 MiB on a GPU).
     """
 
     threshold: float = DEFAULT_THRESHOLD
@@ -43,7 +45,7 @@ class DedupParams:
     seed: int = DEFAULT_SEED
     keep: str = "first"
     bucket_window: int = DEFAULT_BUCKET_WINDOW
-    batch_bytes: int = DEFAULT_BATCH_BYTES
+    batch_bytes: Optional[int] = None
     batch_rows: int = DEFAULT_BATCH_ROWS
 
     def __post_init__(self):
@@ -67,8 +69,8 @@ class DedupParams:
         check(self.keep in ("first", "longest"), "keep", self.keep, "'first' or 'longest'")
         check(_is_int(self.bucket_window) and self.bucket_window >= 1, "bucket_window",
               self.bucket_window, "an integer >= 1")
-        check(_is_int(self.batch_bytes) and self.batch_bytes >= 1, "batch_bytes",
-              self.batch_bytes, "an integer >= 1")
+        check(self.batch_bytes is None or (_is_int(self.batch_bytes) and self.batch_bytes >= 1),
+              "batch_bytes", self.batch_bytes, "an integer >= 1 (or None: the backend's default)")
         check(_is_int(self.batch_rows) and self.batch_rows >= 1, "batch_rows", self.batch_rows,
               "an integer >= 1")
 

@@ -18,7 +18,7 @@ from .backends import Backend
 from .cluster import Clusters, find_clusters
 from .hashing import draw_permutations
 from .io.reader import Corpus
-from .lsh import Banding, band_keys, candidate_pairs
+from .lsh import Banding, candidate_pairs
 from .memory import release_unused_memory
 from .normalize import utf8_buffers
 from .ragged import weighted_ranges
@@ -73,7 +73,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):
         xp = backend.xp
-        first, second = candidate_pairs(xp.asarray(keys), xp.asarray(active), params.bucket_window, xp)
+        first, second = candidate_pairs(keys, active, params.bucket_window, xp)
         first, second = backend.to_host(first), backend.to_host(second)
         del keys
     progress.advance(banding.bands)
@@ -119,8 +119,9 @@ def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress
     def shingles_of(subset: np.ndarray) -> ShingleBatch:
         # Arrow's take copies whole strings (memcpy per document); a numpy gather would index
         # every byte and is 30x slower here.
-        batch = backend.shingle_hashes(*utf8_buffers(texts.take(pa.array(subset))), spec)
-        batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+        with backend.batch_scope():
+            batch = backend.shingle_hashes(*utf8_buffers(texts.take(pa.array(subset))), spec)
+            batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
         if next(calls) % 4 == 0:  # these batches are small; a release costs a millisecond or two
             release_unused_memory()
         progress.advance(subset.shape[0])
@@ -128,7 +129,7 @@ def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress
 
     # Quarter-size batches here: the sets of all candidate documents are alive besides the
     # batches in flight, and this is where a run peaks in memory.
-    sets = document_sets(shingles_of, docs, lengths[docs], max(params.batch_bytes // 4, 1),
+    sets = document_sets(shingles_of, docs, lengths[docs], max(batch_bytes(params, backend) // 4, 1),
                          lambda function, items: map_parallel(function, items, backend.parallel_batches))
     return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
 
@@ -146,23 +147,26 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
 
     def one_batch(rows: tuple[int, int]):
         start, stop = rows
-        with log.timed("shingle"):
-            first, last = offsets[start], offsets[stop]
-            shingles = backend.shingle_hashes(data[first:last], offsets[start : stop + 1] - first, spec)
-        with log.timed("signatures"):
-            signatures = backend.signatures(shingles, permutations)
-        with log.timed("band_keys"):
-            nonempty = backend.xp.flatnonzero(backend.xp.diff(shingles.offsets) > 0)
-            signatures = signatures[nonempty]
-            keys = band_keys(signatures, banding, backend.xp)
-            result = (backend.to_host(keys), backend.to_host(nonempty) + start, backend.to_host(signatures))
+        with backend.batch_scope():
+            # The stage timers see launches, not the device work they queue: on a GPU the
+            # device time lands in band_keys, whose to_host waits for everything before it.
+            with log.timed("shingle"):
+                first, last = offsets[start], offsets[stop]
+                shingles = backend.shingle_hashes(data[first:last], offsets[start : stop + 1] - first, spec)
+            with log.timed("signatures"):
+                signatures = backend.signatures(shingles, permutations)
+            with log.timed("band_keys"):
+                nonempty = backend.xp.flatnonzero(shingles.offsets[1:] > shingles.offsets[:-1])
+                signatures = signatures[nonempty]
+                keys = backend.band_keys(signatures, banding)
+                result = (backend.to_host(keys), backend.to_host(nonempty) + start, backend.to_host(signatures))
         del shingles
         release_unused_memory()  # this thread's freed batch memory, before the next batch
         progress.advance(stop - start)
         return result
 
     with log.stage("signature_pass"):
-        batches = list(text_batches(offsets, params.batch_bytes, params.batch_rows))
+        batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows))
         results = list(map_parallel(one_batch, batches, backend.parallel_batches))
     if not results:
         width = banding.bands * banding.rows
@@ -170,6 +174,11 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
                 np.zeros((0, width), np.uint32))
     keys, active, signatures = zip(*results)
     return np.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+
+
+def batch_bytes(params: DedupParams, backend) -> int:
+    """Text bytes per batch: the parameter, or the backend's default."""
+    return params.batch_bytes or backend.default_batch_bytes
 
 
 def map_parallel(function, items, workers: int):
@@ -210,6 +219,7 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
         },
         "parameters": {
             **{k: v for k, v in params.as_dict().items() if k not in ("bands", "rows")},
+            "batch_bytes": batch_bytes(params, backend),
             "bands": banding.bands,
             "rows": banding.rows,
             "banding_rule": banding.rule,

@@ -24,9 +24,15 @@ def ragged_arange(counts, xp=np):
     [2, 0, 3] that is row [0, 0, 2, 2, 2] and within [0, 1, 0, 1, 2].
     """
     counts = counts.astype(xp.int64)
-    row = xp.repeat(xp.arange(counts.shape[0], dtype=xp.int64), counts)
-    starts = offsets_from_counts(counts, xp)[:-1]
-    within = xp.arange(row.shape[0], dtype=xp.int64) - starts[row]
+    offsets = offsets_from_counts(counts, xp)
+    if xp is np:
+        row = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+    else:
+        # cupy.repeat takes only host repeat counts; a binary search of every element's
+        # position in the offsets is the device-side equivalent.
+        positions = xp.arange(int(offsets[-1]), dtype=xp.int64)
+        row = xp.searchsorted(offsets[1:], positions, side="right").astype(xp.int64)
+    within = xp.arange(row.shape[0], dtype=xp.int64) - offsets[:-1][row]
     return row, within
 
 

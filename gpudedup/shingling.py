@@ -64,63 +64,57 @@ class ShingleBatch(NamedTuple):
 
     def counts(self) -> np.ndarray:
         """int64 (n_docs,): shingles per document."""
-        return np.diff(self.offsets)
+        return self.offsets[1:] - self.offsets[:-1]
 
 
-def shingle_spans(
-    codepoints: np.ndarray, offsets: np.ndarray, spec: ShingleSpec
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where the shingles of a normalised batch are.
+def shingle_spans(codepoints, offsets, spec: ShingleSpec, xp=np):
+    """Where the shingles of a normalised batch are (numpy or cupy, per ``xp``).
 
     codepoints: uint32 (M,) normalised; offsets: int64 (n_docs + 1,).
-    Returns (starts int64 (S,), ends int64 (S,), shingle_offsets int64 (n_docs + 1,)): shingle
-    i is ``codepoints[starts[i]:ends[i]]``, grouped by document in text order.
+    Returns (starts int64 (S,), ends int64 (S,), shingle_offsets int64 (n_docs + 1,)), same
+    side: shingle i is ``codepoints[starts[i]:ends[i]]``, grouped by document in text order.
     """
     if spec.kind == "char":
-        return ngram_unit_ranges(offsets, spec.n)
-    token_starts, token_ends, token_offsets = word_spans(codepoints, offsets)
-    first, stop, shingle_offsets = ngram_unit_ranges(token_offsets, spec.n)
+        return ngram_unit_ranges(offsets, spec.n, xp)
+    token_starts, token_ends, token_offsets = word_spans(codepoints, offsets, xp)
+    first, stop, shingle_offsets = ngram_unit_ranges(token_offsets, spec.n, xp)
     return token_starts[first], token_ends[stop - 1], shingle_offsets
 
 
-def ngram_unit_ranges(
-    unit_offsets: np.ndarray, n: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ngram_unit_ranges(unit_offsets, n: int, xp=np):
     """The n-grams of ragged rows of units (code points or tokens), as unit index ranges.
 
     unit_offsets: int64 (n_docs + 1,). A row of L >= n units has L - n + 1 n-grams
     ``[i, i + n)``; a row of 0 < L < n units has one, the whole row; an empty row none.
     Returns (first int64 (S,), stop int64 (S,), ngram_offsets int64 (n_docs + 1,)).
     """
-    lengths = np.diff(unit_offsets)
-    counts = np.where(lengths > 0, np.maximum(lengths - n + 1, 1), 0)
+    lengths = xp.diff(unit_offsets)
+    counts = xp.where(lengths > 0, xp.maximum(lengths - n + 1, 1), 0)
     # Every unit starts an n-gram except the last min(n, L) - 1 of each row: clear those few
     # instead of building per-unit row indices.
-    starts_ngram = np.ones(int(unit_offsets[-1]), dtype=bool)
-    row, within = ragged_arange(lengths - counts)
+    starts_ngram = xp.ones(int(unit_offsets[-1]), dtype=bool)
+    row, within = ragged_arange(lengths - counts, xp)
     starts_ngram[unit_offsets[:-1][row] + counts[row] + within] = False
-    first = np.flatnonzero(starts_ngram)
+    first = xp.flatnonzero(starts_ngram)
     stop = first + n
-    short = np.flatnonzero((lengths > 0) & (lengths < n))
-    ngram_offsets = offsets_from_counts(counts)
+    short = xp.flatnonzero((lengths > 0) & (lengths < n))
+    ngram_offsets = offsets_from_counts(counts, xp)
     stop[ngram_offsets[short]] = unit_offsets[short + 1]
     return first, stop, ngram_offsets
 
 
-def word_spans(
-    codepoints: np.ndarray, offsets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def word_spans(codepoints, offsets, xp=np):
     """Token spans of a normalised batch (tokens are separated by exactly one space).
 
     Returns (starts int64 (T,), ends int64 (T,), token_offsets int64 (n_docs + 1,)).
     """
-    nonempty = np.diff(offsets) > 0
-    spaces = np.flatnonzero(codepoints == SPACE)
+    nonempty = xp.diff(offsets) > 0
+    spaces = xp.flatnonzero(codepoints == SPACE)
     # A token starts at a non-empty document's start or after a space, and ends at a space or
     # at its document's end; normalisation guarantees no leading, trailing or double spaces.
-    starts = np.sort(np.concatenate([offsets[:-1][nonempty], spaces + 1]))
-    ends = np.sort(np.concatenate([spaces, offsets[1:][nonempty]]))
-    token_offsets = np.searchsorted(starts, offsets).astype(np.int64)
+    starts = xp.sort(xp.concatenate([offsets[:-1][nonempty], spaces + 1]))
+    ends = xp.sort(xp.concatenate([spaces, offsets[1:][nonempty]]))
+    token_offsets = xp.searchsorted(starts, offsets).astype(xp.int64)
     return starts, ends, token_offsets
 
 
@@ -141,15 +135,18 @@ def base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
     return inverse_powers[:size], powers[:size]
 
 
-def span_hashes(codepoints: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def span_hashes(codepoints, starts, ends, xp=np, power_tables=None):
     """poly_hash64 of the code points of every span ``[starts[i], ends[i])``.
 
-    codepoints: uint32 (M,); starts, ends: int64 (S,), 0 <= start < end <= M. Returns uint64 (S,).
+    codepoints: uint32 (M,); starts, ends: int64 (S,), 0 <= start < end <= M. Returns uint64
+    (S,). numpy or cupy per ``xp``; ``power_tables`` (POLY_BASE_INV**j, POLY_BASE**j), uint64
+    (>= M + 1,) on the same side, default the host's base_powers.
     """
     size = codepoints.shape[0] + 1
-    inverse_powers, powers = base_powers(size)
-    prefix = np.zeros(size, dtype=np.uint64)
-    np.cumsum(codepoints * inverse_powers[:-1], out=prefix[1:])  # wraps modulo 2**64
+    inverse_powers, powers = power_tables or base_powers(size)
+    inverse_powers, powers = inverse_powers[:size], powers[:size]
+    prefix = xp.zeros(size, dtype=xp.uint64)
+    xp.cumsum(codepoints * inverse_powers[:-1], out=prefix[1:])  # wraps modulo 2**64
     hashes = prefix[ends] - prefix[starts]
     hashes *= powers[ends - 1]
     hashes += np.uint64(POLY_OFFSET) * powers[ends - starts]
@@ -166,12 +163,15 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
     return utf8_shingle_hashes(*text_buffers(texts), spec)
 
 
-def utf8_shingle_hashes(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+def utf8_shingle_hashes(data, offsets, spec: ShingleSpec, xp=np, tables=None, power_tables=None) -> ShingleBatch:
     """shingle_hashes of a batch given as valid UTF-8 bytes: data uint8 (B,), byte offsets
-    int64 (n_docs + 1,) starting at 0 (host). This is the backends' entry point."""
-    codepoints, offsets = normalize_codepoints(*decode_utf8(data, offsets))
-    starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec)
-    return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends))
+    int64 (n_docs + 1,) starting at 0. This is the numpy backend's entry point; with
+    ``xp=cupy`` and device tables (normalize.NormalizationTables, base_powers copied to the
+    device) it is the same computation in plain CuPy array operations, the reference the GPU
+    benchmark compares the kernels with."""
+    codepoints, offsets = normalize_codepoints(*decode_utf8(data, offsets, xp), xp, tables)
+    starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec, xp)
+    return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends, xp, power_tables))
 
 
 # Shingle hashes as CSR column indices: flipping the top bit and viewing as int64 maps uint64

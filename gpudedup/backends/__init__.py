@@ -8,8 +8,12 @@ clusters, output) runs on the host.
     texts (UTF-8 bytes uint8 + byte offsets int64, host; one copy to the device per batch)
       -> shingle_hashes  -> ShingleBatch (offsets int64, hashes uint64), backend side
       -> signatures      -> uint32 (n_docs, K), backend side
-      -> lsh.band_keys / lsh.candidate_pairs with xp=backend.xp
-      -> to_host          (candidate pairs, and the hashes verification asks for)
+      -> band_keys       -> uint64 (n_docs, bands), backend side
+      -> to_host          (keys and signatures; the hashes verification asks for)
+    lsh.candidate_pairs with xp=backend.xp, one band at a time on the backend's side.
+
+Two implementations: numpy_backend.NumpyBackend (the reference) and kernel_backend.
+KernelBackend, whose GPU form is cupy_backend.CupyBackend (CUDA kernels from kernels/).
 
 ``get_backend("auto")`` picks cupy when it imports and a device is present, numpy otherwise.
 Nothing here imports cupy until a GPU backend is asked for.
@@ -33,6 +37,7 @@ class Backend(Protocol):
     xp: object  # the array module: numpy or cupy
     description: str  # for the report, e.g. "numpy 2.4.6"
     parallel_batches: int  # batches processed at once (threads)
+    default_batch_bytes: int  # text bytes per batch unless DedupParams.batch_bytes says
 
     def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
         """Shingle hashes of a batch of valid UTF-8 texts: data uint8 (B,), byte offsets int64
@@ -41,8 +46,17 @@ class Backend(Protocol):
     def signatures(self, shingles: ShingleBatch, permutations: Permutations):
         """MinHash signatures: uint32 (n_docs, K) on the backend's side."""
 
+    def band_keys(self, signatures, banding):
+        """uint64 (n_docs, bands) LSH keys of uint32 (n_docs, K) signatures, backend side."""
+
     def to_host(self, array) -> np.ndarray:
         """The array as a host numpy array (no copy when it already is one)."""
+
+    def batch_scope(self):
+        """A context manager around one batch's calls on one thread (a CUDA stream)."""
+
+    def synchronize(self) -> None:
+        """Wait for the calling thread's queued work (for timings)."""
 
 
 def get_backend(name: str = "auto") -> Backend:
@@ -55,7 +69,7 @@ def get_backend(name: str = "auto") -> Backend:
         return NumpyBackend()
     reason = gpu_unavailable_reason()
     if reason is None:
-        from .cupy_backend import CupyBackend  # pragma: no cover - needs a GPU
+        from .cupy_backend import CupyBackend
 
         return CupyBackend()
     if name == "gpu":
@@ -82,8 +96,4 @@ def gpu_unavailable_reason() -> str | None:
             return "no CUDA device is visible"
     except Exception as error:
         return f"no usable CUDA device ({error})"
-    try:
-        from . import cupy_backend  # noqa: F401
-    except ImportError:
-        return "this version of gpudedup has no GPU backend yet"
     return None

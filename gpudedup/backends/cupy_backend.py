@@ -1,0 +1,43 @@
+"""The GPU backend: KernelBackend with CuPy arrays and the kernels compiled by NVRTC.
+
+Imported only when a GPU backend is asked for (backends.get_backend); importing gpudedup never
+imports CuPy.
+"""
+
+from __future__ import annotations
+
+import cupy
+
+from ..normalize import NormalizationTables, host_tables
+from .cuda_kernels import CupyKernels
+from .kernel_backend import KernelBackend
+
+_TABLES: dict[int, NormalizationTables] = {}
+
+
+def device_tables() -> NormalizationTables:
+    """The normalisation tables on the current device (5.6 MB), copied once per device."""
+    device = cupy.cuda.Device().id
+    if device not in _TABLES:
+        host = host_tables()
+        _TABLES[device] = NormalizationTables(cupy.asarray(host.lowercase), cupy.asarray(host.white))
+        cupy.cuda.get_current_stream().synchronize()  # batch streams read them without waiting
+    return _TABLES[device]
+
+
+def device_name() -> str:
+    properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = properties["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+class CupyBackend(KernelBackend):
+    def __init__(self):
+        runtime = cupy.cuda.runtime.runtimeGetVersion()
+        super().__init__(
+            cupy,
+            CupyKernels(cupy),
+            description=f"cupy {cupy.__version__} on {device_name()} (CUDA runtime {runtime // 1000}.{runtime % 1000 // 10})",
+            tables=device_tables(),
+            stream_factory=lambda: cupy.cuda.Stream(non_blocking=True),
+        )
