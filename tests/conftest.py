@@ -70,3 +70,16 @@ def batch_from_rows():
 @pytest.fixture
 def jaccard_pairs():
     return _jaccard_pairs
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked ``gpu`` where no GPU backend can run (and only there)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    from gpudedup.backends import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))

@@ -11,13 +11,7 @@ the first run compiles.
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,90 +25,12 @@ from gpudedup.lsh import Banding, band_keys
 from gpudedup.minhash import minhash_signatures
 from gpudedup.normalize import encode_codepoints, normalize_codepoints
 from gpudedup.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
+from kernel_host.host_kernels import (BAD_LAUNCH, DEFAULTS, DIVERGENT_BARRIER, FORWARD, OK, REVERSE,
+                                      SCHEDULES, SHUFFLED, ceil_div, host_library)
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
 HOST = Path(__file__).resolve().parent / "kernel_host"
-
-
-GXX = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
-
-# Extra flags from the environment help debugging, e.g. KERNEL_HOST_CXXFLAGS="-fsanitize=address"
-# (then run python with LD_PRELOAD=$(g++ -print-file-name=libasan.so)).
-CXXFLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas", "-Werror"]
-CXXFLAGS += os.environ.get("KERNEL_HOST_CXXFLAGS", "").split()
-
-# cuda_host::Status and cuda_host::Schedule (cuda_host_shim.h)
-OK, DIVERGENT_BARRIER, BAD_LAUNCH = 0, 1, 2
-FORWARD, REVERSE, SHUFFLED = 0, 1, 2
-SCHEDULES = (FORWARD, REVERSE, SHUFFLED)
-
-DEFAULTS = {"BLOCK_SIZE": 64, "PERMS_PER_THREAD": 2, "TILE": 1024}  # minhash.cu's #ifndefs
-
-
-# --- building and loading the host library ----------------------------------------------------
-
-
-def _pointer(dtype):
-    return np.ctypeslib.ndpointer(dtype=dtype, flags="C_CONTIGUOUS")
-
-
-_U32, _U64, _I64, _I32 = _pointer(np.uint32), _pointer(np.uint64), _pointer(np.int64), _pointer(np.int32)
-_uint, _int, _i64 = ctypes.c_uint, ctypes.c_int, ctypes.c_longlong
-
-_SIGNATURES = {
-    "tunable_block_size": [],
-    "tunable_perms_per_thread": [],
-    "tunable_tile": [],
-    "launch_minhash_signatures_u64": [_uint, _uint, _uint, _int, _U64, _I64, _I64, _U32, _U32, _int, _U32],
-    "launch_band_keys_u32": [_uint, _uint, _int, _U32, _i64, _int, _int, _int, _U64],
-    "launch_span_hashes_u32": [_uint, _uint, _int, _U32, _I64, _I64, _i64, _U64],
-    "launch_reverse_block_i32": [_uint, _uint, _int, _I32, _I32, _int],
-    "launch_divergent_barrier_i32": [_uint, _I32],
-    "launch_thread_coordinates_u32": [_uint] * 6 + [_U32],
-}
-
-_LIBRARIES: dict[tuple, ctypes.CDLL] = {}
-
-
-def _compiler_version() -> str:
-    return subprocess.run([GXX, "--version"], capture_output=True, text=True, check=True).stdout
-
-
-def host_library(**defines) -> ctypes.CDLL:
-    """The kernels compiled for the host with the given -D tunables (cached per source hash)."""
-    if GXX is None:
-        pytest.skip("g++ is not installed: the host kernel tests compile kernels/*.cu with g++")
-    key = tuple(sorted(defines.items()))
-    if key in _LIBRARIES:
-        return _LIBRARIES[key]
-    sources = sorted(KERNELS.glob("*.cu*")) + sorted(HOST.glob("*.[ch]*"))
-    digest = hashlib.sha256()
-    for path in sources:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    flags = CXXFLAGS + [f"-D{name}={value}" for name, value in key]
-    digest.update(repr((flags, _compiler_version())).encode())
-    cache = Path(tempfile.gettempdir()) / "gpudedup-kernel-host"
-    cache.mkdir(exist_ok=True)
-    target = cache / f"kernels-{digest.hexdigest()[:24]}.so"
-    if not target.exists():
-        partial = cache / f"{target.stem}.{os.getpid()}.tmp.so"
-        command = [GXX, *flags, f"-I{KERNELS}", f"-I{HOST}", str(HOST / "launch.cpp"), "-o", str(partial)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.fail(f"g++ failed on the kernels:\n{' '.join(command)}\n{result.stderr}")
-        os.replace(partial, target)  # atomic: concurrent test runs never load a partial file
-    library = ctypes.CDLL(str(target))
-    for name, argtypes in _SIGNATURES.items():
-        function = getattr(library, name)
-        function.argtypes = argtypes
-        function.restype = ctypes.c_int
-    _LIBRARIES[key] = library
-    return library
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # --- launching the kernels like a GPU wrapper would -------------------------------------------

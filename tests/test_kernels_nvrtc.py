@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudedup.backends.cuda_kernels import CUPY_IMPLICIT_OPTIONS, compile_options, kernel_source
 from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES
 
 try:
@@ -49,20 +50,19 @@ KERNEL_NAMES = {
 # deprecation warning; CuPy's own minimum moves with its releases.
 ARCHS = ["75", "80", "90", "120"]
 
-CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+CUPY_OPTIONS = CUPY_IMPLICIT_OPTIONS
 
 
 def nvrtc_compile(file_name: str, defines: dict, arch: str, cupy_options=CUPY_OPTIONS) -> tuple[bytes, str]:
-    """(cubin, compiler log) of kernels/<file_name>; raises with NVRTC's log on an error."""
-    path = KERNELS / file_name
+    """(cubin, compiler log) of kernels/<file_name> exactly as the GPU backend compiles it
+    (cuda_kernels.kernel_source and compile_options); raises with NVRTC's log on an error."""
     options = (
-        f"-I{KERNELS}",
-        *(f"-D{name}={value}" for name, value in sorted(defines.items())),
+        *compile_options(defines),
         *cupy_options,
         f"-arch=sm_{arch}",
         "--ptxas-options=-v",  # resource usage (registers, spills, shared memory) in the log
     )
-    program = nvrtc.createProgram(path.read_text(), str(path), (), ())
+    program = nvrtc.createProgram(kernel_source(file_name), file_name, (), ())
     try:
         try:
             nvrtc.compileProgram(program, options)

@@ -11,6 +11,7 @@ Nothing here imports CuPy at import time.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from functools import cache
 from pathlib import Path
@@ -39,21 +40,21 @@ def kernel_directory() -> Path:
 
 
 def kernel_source(file_name: str) -> str:
-    """The source of a kernel file as it is compiled: with ``#include "hash_common.cuh"``
-    replaced by the header's text. CuPy's on-disk cache keys a binary by the source and the
-    options but not by included headers, so a self-contained source can never be served a
-    binary compiled from an older header."""
+    """The source of a kernel file as it is compiled: the file, headed by a comment holding the
+    SHA-256 of hash_common.cuh. CuPy's on-disk cache keys a binary by the source and the
+    options but not by included headers; with the digest in the source, a changed header can
+    never be served a binary compiled from the old one."""
     if file_name not in KERNEL_FILES:
         raise ValueError(f"no kernel file {file_name!r}; the kernels are {', '.join(KERNEL_FILES)}")
     directory = kernel_directory()
-    header = (directory / "hash_common.cuh").read_text()
-    source = (directory / file_name).read_text()
-    return source.replace('#include "hash_common.cuh"', header)
+    digest = hashlib.sha256((directory / "hash_common.cuh").read_bytes()).hexdigest()
+    return f"// hash_common.cuh sha256 {digest}\n" + (directory / file_name).read_text()
 
 
 def compile_options(defines: dict) -> tuple[str, ...]:
-    """NVRTC -D options for the given tunables (sorted: one cache key per combination)."""
-    return tuple(f"-D{name}={value}" for name, value in sorted(defines.items()))
+    """NVRTC options: the include path of hash_common.cuh and the -D tunables (sorted: one
+    cache key per combination)."""
+    return (f"-I{kernel_directory()}", *(f"-D{name}={value}" for name, value in sorted(defines.items())))
 
 
 def minhash_tunables(num_perm: int) -> dict:

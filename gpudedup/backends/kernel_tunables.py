@@ -18,7 +18,6 @@ KERNEL_TUNABLES = {
         {"BLOCK_SIZE": 256, "PERMS_PER_THREAD": 4, "TILE": 2048},
         {"BLOCK_SIZE": 256, "PERMS_PER_THREAD": 1, "TILE": 8192},  # 32 KiB of shared memory
         {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 2, "TILE": 1024},  # a launch choice for K <= 64
-        {"BLOCK_SIZE": 128, "PERMS_PER_THREAD": 2, "TILE": 2048},  # a launch choice for K <= 256
     ],
     "band_keys.cu": [{}, {"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 1024}],
     "shingle_hash.cu": [{}, {"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 1024}],
@@ -30,6 +29,5 @@ KERNEL_TUNABLES = {
 # multiple of the chunk); every choice here must be among them.
 MINHASH_LAUNCH_CHOICES = [
     {},  # 64 threads x 2 permutations = 128, the default num_perm
-    {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 2, "TILE": 1024},
-    {"BLOCK_SIZE": 128, "PERMS_PER_THREAD": 2, "TILE": 2048},
+    {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 2, "TILE": 1024},  # chunks of 64: less waste past K
 ]

@@ -1,0 +1,167 @@
+"""The CUDA kernels of kernels/ compiled for the host by g++ on top of cuda_host_shim.h, and
+called through ctypes (launch.cpp).
+
+``host_library(**defines)`` builds (and caches) one shared library per tunable combination;
+``HostKernels`` gives the kernels the call of a cupy.RawKernel, ``kernel(grid, block, args)``,
+so that gpudedup.backends.kernel_backend.KernelBackend runs unchanged on the host with numpy
+arrays (tests/test_kernel_backend.py).
+
+Libraries are cached per (sources, tunables, compiler) hash under the temp directory, so only
+the first run compiles.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudedup.backends.cuda_kernels import KERNEL_DEFAULTS
+
+REPO = Path(__file__).resolve().parents[2]
+KERNELS = REPO / "kernels"
+HOST = Path(__file__).resolve().parent
+
+
+GXX = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
+
+# Extra flags from the environment help debugging, e.g. KERNEL_HOST_CXXFLAGS="-fsanitize=address"
+# (then run python with LD_PRELOAD=$(g++ -print-file-name=libasan.so)).
+CXXFLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas", "-Werror"]
+CXXFLAGS += os.environ.get("KERNEL_HOST_CXXFLAGS", "").split()
+
+# cuda_host::Status and cuda_host::Schedule (cuda_host_shim.h)
+OK, DIVERGENT_BARRIER, BAD_LAUNCH = 0, 1, 2
+FORWARD, REVERSE, SHUFFLED = 0, 1, 2
+SCHEDULES = (FORWARD, REVERSE, SHUFFLED)
+
+DEFAULTS = KERNEL_DEFAULTS["minhash.cu"]  # minhash.cu's #ifndefs
+
+
+# --- building and loading the host library ----------------------------------------------------
+
+
+def _pointer(dtype):
+    return np.ctypeslib.ndpointer(dtype=dtype, flags="C_CONTIGUOUS")
+
+
+_U32, _U64, _I64, _I32 = _pointer(np.uint32), _pointer(np.uint64), _pointer(np.int64), _pointer(np.int32)
+_uint, _int, _i64 = ctypes.c_uint, ctypes.c_int, ctypes.c_longlong
+
+_SIGNATURES = {
+    "tunable_block_size": [],
+    "tunable_perms_per_thread": [],
+    "tunable_tile": [],
+    "launch_minhash_signatures_u64": [_uint, _uint, _uint, _int, _U64, _I64, _I64, _U32, _U32, _int, _U32],
+    "launch_band_keys_u32": [_uint, _uint, _int, _U32, _i64, _int, _int, _int, _U64],
+    "launch_span_hashes_u32": [_uint, _uint, _int, _U32, _I64, _I64, _i64, _U64],
+    "launch_reverse_block_i32": [_uint, _uint, _int, _I32, _I32, _int],
+    "launch_divergent_barrier_i32": [_uint, _I32],
+    "launch_thread_coordinates_u32": [_uint] * 6 + [_U32],
+}
+
+_LIBRARIES: dict[tuple, ctypes.CDLL] = {}
+
+
+def _compiler_version() -> str:
+    return subprocess.run([GXX, "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def host_library(**defines) -> ctypes.CDLL:
+    """The kernels compiled for the host with the given -D tunables (cached per source hash)."""
+    if GXX is None:
+        pytest.skip("g++ is not installed: the host kernel tests compile kernels/*.cu with g++")
+    key = tuple(sorted(defines.items()))
+    if key in _LIBRARIES:
+        return _LIBRARIES[key]
+    sources = sorted(KERNELS.glob("*.cu*")) + sorted(HOST.glob("*.[ch]*"))
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    flags = CXXFLAGS + [f"-D{name}={value}" for name, value in key]
+    digest.update(repr((flags, _compiler_version())).encode())
+    cache = Path(tempfile.gettempdir()) / "gpudedup-kernel-host"
+    cache.mkdir(exist_ok=True)
+    target = cache / f"kernels-{digest.hexdigest()[:24]}.so"
+    if not target.exists():
+        partial = cache / f"{target.stem}.{os.getpid()}.tmp.so"
+        command = [GXX, *flags, f"-I{KERNELS}", f"-I{HOST}", str(HOST / "launch.cpp"), "-o", str(partial)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.fail(f"g++ failed on the kernels:\n{' '.join(command)}\n{result.stderr}")
+        os.replace(partial, target)  # atomic: concurrent test runs never load a partial file
+    library = ctypes.CDLL(str(target))
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(library, name)
+        function.argtypes = argtypes
+        function.restype = ctypes.c_int
+    _LIBRARIES[key] = library
+    return library
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+
+# The launch function of each kernel in launch.cpp, and how many grid dimensions it takes
+# before the block size and schedule.
+LAUNCHERS = {
+    "minhash_signatures_u64": ("launch_minhash_signatures_u64", 2),
+    "band_keys_u32": ("launch_band_keys_u32", 1),
+    "span_hashes_u32": ("launch_span_hashes_u32", 1),
+}
+
+
+class HostKernel:
+    """One kernel of a host library, called like a cupy.RawKernel: kernel(grid, block, args).
+
+    Array arguments must be C-contiguous numpy arrays of the kernel's dtypes (ctypes checks,
+    which also catches a backend handing a strided view to a kernel that reads it flat);
+    scalars may be numpy or Python integers. A launch that the shim reports as failed raises.
+    """
+
+    def __init__(self, library, kernel_name: str, schedule: int):
+        self.name = kernel_name
+        self.max_block = library.tunable_block_size()
+        launcher, self.grid_dims = LAUNCHERS[kernel_name]
+        self.function = getattr(library, launcher)
+        self.schedule = schedule
+
+    def __call__(self, grid, block, args):
+        grid = tuple(grid) + (1,) * (self.grid_dims - len(grid))
+        if len(grid) != self.grid_dims or any(g != 1 for g in grid[self.grid_dims:]) or len(block) != 1:
+            raise ValueError(f"{self.name}: unsupported launch geometry grid={grid} block={block}")
+        if block[0] > self.max_block:
+            # On a GPU a launch beyond the kernel's __launch_bounds__ fails; so does it here.
+            raise RuntimeError(f"{self.name}: block {block[0]} exceeds BLOCK_SIZE {self.max_block}")
+        args = [arg if isinstance(arg, np.ndarray) else int(arg) for arg in args]
+        status = self.function(*grid[: self.grid_dims], int(block[0]), self.schedule, *args)
+        if status != OK:
+            raise RuntimeError(f"{self.name} launch failed on the host shim (status {status})")
+
+
+class HostKernels:
+    """The kernel loader of KernelBackend for host runs: get(file, name, defines).
+
+    One library per tunable combination; launch.cpp compiles every kernel file into it, so
+    the defines of a file apply to the others of the same library (they share BLOCK_SIZE).
+    ``schedule`` picks the order of threads between barriers (FORWARD, REVERSE, SHUFFLED).
+    """
+
+    def __init__(self, schedule: int = 0):
+        self.schedule = schedule
+        self.launches: list[tuple[str, dict]] = []  # (kernel, defines) of every get, for tests
+
+    def get(self, file_name: str, kernel_name: str, defines: dict) -> HostKernel:
+        self.launches.append((kernel_name, dict(defines)))
+        # The file's own defaults made explicit: launch.cpp compiles all files into one unit,
+        # where the first file's #define BLOCK_SIZE would otherwise set the others' too.
+        return HostKernel(host_library(**{**KERNEL_DEFAULTS[file_name], **defines}), kernel_name, self.schedule)

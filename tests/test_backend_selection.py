@@ -1,0 +1,78 @@
+"""Choosing a backend: auto / cpu / gpu, the messages when a GPU is asked for but absent, and the
+kernel sources shipped in the wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import gpudedup
+from gpudedup.backends import get_backend, gpu_unavailable_reason
+from gpudedup.backends.cuda_kernels import KERNEL_FILES, CupyKernels
+from gpudedup.cli import app
+from gpudedup.errors import BackendUnavailableError, ParameterError
+
+REPO = Path(__file__).resolve().parents[1]
+NO_GPU = gpu_unavailable_reason()
+needs_no_gpu = pytest.mark.skipif(NO_GPU is None, reason="a GPU is present: the no-GPU paths cannot be seen")
+
+
+@needs_no_gpu
+def test_gpu_backend_without_a_gpu_says_why_and_how_to_install():
+    with pytest.raises(BackendUnavailableError) as error:
+        get_backend("gpu")
+    message = str(error.value)
+    assert NO_GPU in message
+    assert "pip install 'gpudedup[gpu]'" in message and "cupy-cuda12x" in message
+    assert "cupy-cuda13x" in message and "--backend cpu" in message
+
+
+@needs_no_gpu
+def test_cli_gpu_backend_without_a_gpu_exits_2_without_traceback(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a b c d e f"}\n')
+    result = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "out"), "--backend", "gpu"])
+    assert result.exit_code == 2
+    assert "gpudedup[gpu]" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@needs_no_gpu
+def test_auto_falls_back_to_numpy_and_says_so():
+    backend = get_backend("auto")
+    assert backend.name == "cpu"
+    result = gpudedup.dedup(["a b c d e f", "a b c d e f"], backend="auto")
+    assert result.report["backend"].startswith("numpy") and NO_GPU in result.report["backend"]
+
+
+def test_unknown_backend():
+    with pytest.raises(ParameterError, match="auto, cpu, gpu"):
+        get_backend("tpu")
+
+
+def test_cupy_loader_launches_only_proven_tunables():
+    class NoCupy:  # CupyKernels must refuse before it touches CuPy
+        def __getattr__(self, name):
+            raise AssertionError("CuPy was used")
+
+    with pytest.raises(ValueError, match="not in kernel_tunables"):
+        CupyKernels(NoCupy()).get("minhash.cu", "minhash_signatures_u64", {"BLOCK_SIZE": 96})
+
+
+def test_wheel_ships_the_kernel_sources(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("gpudedup-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for file_name in (*KERNEL_FILES, "hash_common.cuh"):
+        assert f"gpudedup/kernels/{file_name}" in names
+    # The loader finds them where the wheel puts them.
+    assert "gpudedup/backends/cuda_kernels.py" in names

@@ -1,0 +1,114 @@
+"""The GPU backend on a real GPU, compared with exact equality with the numpy backend.
+
+Marked ``gpu``: skipped (by conftest.py) only where no CUDA device and CuPy are present. The
+same comparisons run on the host in tests/test_kernel_backend.py, with the kernels compiled by
+g++; here CuPy, NVRTC and the device run them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpudedup
+from gpudedup.api import strings_corpus
+from gpudedup.backends import get_backend
+from gpudedup.backends.numpy_backend import NumpyBackend
+from gpudedup.hashing import draw_permutations
+from gpudedup.lsh import Banding, candidate_pairs
+from gpudedup.normalize import text_buffers
+from gpudedup.params import DedupParams
+from gpudedup.pipeline import run_dedup
+from gpudedup.shingling import ShingleSpec
+
+from test_kernel_backend import (BYTES_PER_DOCUMENT, BYTES_PER_TEXT_BYTE, EDGE_TEXTS, random_texts,
+                                 sample_texts)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return get_backend("gpu")
+
+
+@pytest.mark.parametrize("spec", [ShingleSpec("word", 1), ShingleSpec("word", 5), ShingleSpec("char", 1),
+                                  ShingleSpec("char", 5), ShingleSpec("char", 9)], ids=str)
+def test_shingle_hashes_equal_numpy(gpu, spec):
+    texts = EDGE_TEXTS + random_texts(np.random.default_rng(7), 300) + sample_texts(200)
+    data, offsets = text_buffers(texts)
+    ours = gpu.shingle_hashes(data, offsets, spec)
+    reference = NumpyBackend().shingle_hashes(data, offsets, spec)
+    np.testing.assert_array_equal(gpu.to_host(ours.offsets), reference.offsets)
+    np.testing.assert_array_equal(gpu.to_host(ours.hashes), reference.hashes)
+
+
+@pytest.mark.parametrize("num_perm", [1, 63, 64, 117, 128, 129, 256, 300])
+def test_signatures_and_band_keys_equal_numpy(gpu, num_perm):
+    data, offsets = text_buffers(EDGE_TEXTS + sample_texts(300))
+    spec, permutations = ShingleSpec("word", 3), draw_permutations(num_perm, seed=num_perm)
+    reference = NumpyBackend()
+    signatures = gpu.signatures(gpu.shingle_hashes(data, offsets, spec), permutations)
+    expected = reference.signatures(reference.shingle_hashes(data, offsets, spec), permutations)
+    np.testing.assert_array_equal(gpu.to_host(signatures), expected)
+    for rows in sorted({1, num_perm // 3 or 1, num_perm}):
+        banding = Banding(num_perm // rows, rows, "test")
+        np.testing.assert_array_equal(gpu.to_host(gpu.band_keys(signatures, banding)),
+                                      reference.band_keys(expected, banding))
+
+
+def test_candidate_pairs_on_the_device_equal_numpy(gpu):
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 40, size=(30000, 6)).astype(np.uint64)
+    docs = np.sort(rng.choice(10**7, size=30000, replace=False)).astype(np.int64)
+    for window in (1, 5, 10**6):
+        expected = candidate_pairs(keys, docs, window, np)
+        found = candidate_pairs(keys, docs, window, gpu.xp)
+        np.testing.assert_array_equal(gpu.to_host(found[0]), expected[0])
+        np.testing.assert_array_equal(gpu.to_host(found[1]), expected[1])
+
+
+@pytest.mark.parametrize("shingle, ngram, threshold", [("word", 5, 0.8), ("char", 5, 0.7), ("word", 2, 0.5)])
+def test_whole_runs_equal_numpy(gpu, shingle, ngram, threshold):
+    texts = sample_texts()
+    texts += [text.replace("the", "teh", 2) for text in texts[:300]]
+    corpus = strings_corpus(texts)
+    for batch_bytes in (None, 300_000):  # one batch; many batches on two streams
+        params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, batch_bytes=batch_bytes)
+        ours = run_dedup(corpus, params, gpu)
+        reference = run_dedup(corpus, params, NumpyBackend())
+        assert reference.pair_a.shape[0] > 100
+        for name in ("pair_a", "pair_b", "jaccard", "keep"):
+            np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name))
+        np.testing.assert_array_equal(ours.clusters.cluster, reference.clusters.cluster)
+        assert ours.report["results"] == reference.report["results"]
+
+
+def test_auto_picks_the_gpu_and_the_report_says_so():
+    result = gpudedup.dedup(["a b c d e f", "a b c d e f", "x y z"], backend="auto")
+    assert result.report["backend"].startswith("cupy")
+    assert result.keep.tolist() == [True, False, True]
+
+
+def test_batch_memory_on_the_device_is_bounded_by_the_batch(gpu):
+    """The pool's high-water mark over one batch, against the bound measured on the host
+    (test_kernel_backend.test_batch_memory_is_bounded_by_the_batch); the pool rounds blocks
+    up, hence the margin."""
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    spec, permutations, banding = ShingleSpec("char", 5), draw_permutations(128, seed=0), Banding(9, 13, "test")
+    data, offsets = text_buffers(sample_texts(600))
+    with gpu.batch_scope():
+        gpu.band_keys(gpu.signatures(gpu.shingle_hashes(data, offsets, spec), permutations), banding)
+        gpu.synchronize()
+    pool.free_all_blocks()
+    baseline = pool.total_bytes()  # tables and permutations stay
+    with gpu.batch_scope():
+        keys = gpu.band_keys(gpu.signatures(gpu.shingle_hashes(data, offsets, spec), permutations), banding)
+        gpu.synchronize()
+    peak = pool.total_bytes() - baseline
+    del keys
+    bound = BYTES_PER_TEXT_BYTE * data.shape[0] + (BYTES_PER_DOCUMENT + 4 * 128) * (offsets.shape[0] - 1)
+    print(f"device peak {peak / data.shape[0]:.1f} bytes per text byte")
+    assert peak <= 1.25 * bound
