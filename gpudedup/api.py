@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from .backends import get_backend
 from .errors import InputError, OutputError, ParameterError
+from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
 from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
@@ -96,7 +97,9 @@ def dedup(
     chosen_backend = get_backend(backend)
     log = StageLog()
     with log.stage("read"):
-        corpus, restore = to_corpus(data, text_field, id_field)
+        # cuDF, where installed, reads files (and takes cuDF frames) straight to the GPU.
+        corpus, restore = to_corpus(data, text_field, id_field,
+                                    use_cudf=chosen_backend.name == "gpu" and cudf_installed())
         release_unused_memory()
     outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return to_result(corpus, outcome, restore)
@@ -165,21 +168,24 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
 # --- input adaptation ---------------------------------------------------------------------------
 
 
-def to_corpus(data, text_field: str, id_field: Optional[str]):
-    """(Corpus, restore): restore(keep mask) gives the kept rows in the input's own type."""
+def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False):
+    """(Corpus, restore): restore(keep mask) gives the kept rows in the input's own type.
+    use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text)."""
     # One str is a path (a single text has nothing to deduplicate against); a list of str is
     # texts; paths in a list must be pathlib.Path (or os.PathLike) objects.
     if isinstance(data, (str, os.PathLike)):
         data = [Path(data)]
     if isinstance(data, (list, tuple)):
         if data and all(isinstance(item, os.PathLike) for item in data):
-            corpus = read_corpus(data, text_field, id_field)
+            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
         return strings_corpus(data), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]
     if module == "cudf":
-        table = data.to_arrow()
-        return table_corpus(table, text_field, id_field), lambda keep: data[keep]
+        corpus = table_corpus(data.to_arrow(), text_field, id_field)
+        if use_cudf:
+            corpus.device_text = concat_device_utf8([device_utf8(data[text_field])])
+        return corpus, lambda keep: data[keep]
     if module == "datasets" and hasattr(data, "select"):
         table = data.data.table if hasattr(data.data, "table") else pa.table(data.data)
         return table_corpus(table, text_field, id_field), lambda keep: data.select(np.flatnonzero(keep))

@@ -63,7 +63,8 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     spec = ShingleSpec(params.shingle, params.ngram)
     banding = params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
-    texts = corpus.utf8()
+    # Text that cuDF read is on the device already; otherwise batches are cut from the host.
+    texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.utf8()
     n_docs = corpus.num_rows
 
     keys, active, signatures = signature_pass(texts, spec, banding, permutations, params,

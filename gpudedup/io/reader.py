@@ -24,7 +24,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..normalize import utf8_buffers
+from ..normalize import text_buffers, utf8_buffers
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -61,6 +61,9 @@ class Corpus:
     files: list[SourceFile] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
+    # The text column already on the GPU when cuDF read it (io/cudf_reader.py): (UTF-8 bytes,
+    # cupy uint8 (B,); byte offsets, host int64 (n + 1,)). None: the text is on the host only.
+    device_text: Optional[tuple] = None
 
     def __post_init__(self):
         # The stages want the text as one string or large_string array: an all-null column
@@ -149,15 +152,26 @@ def _raise_walk_error(error: OSError) -> None:
 
 
 def read_corpus(
-    paths: Iterable[str | os.PathLike], text_field: str = "text", id_field: Optional[str] = None
+    paths: Iterable[str | os.PathLike], text_field: str = "text", id_field: Optional[str] = None,
+    use_cudf: bool = False,
 ) -> Corpus:
-    """Read every document under ``paths`` into one Corpus."""
+    """Read every document under ``paths`` into one Corpus.
+
+    use_cudf: parse JSONL and Parquet files with cuDF on the GPU and keep the text there
+    (Corpus.device_text); a file cuDF cannot read is read by pyarrow, which also gives the
+    errors. Needs cuDF (and the GPU backend); the documents are the same either way.
+    """
     paths = [str(p) for p in paths]
     files, skipped = find_input_files(paths)
-    tables, sources, ids = [], [], []
+    tables, sources, ids, device_parts = [], [], [], []
     for path in files:
         source = SourceFile(display_path(path), file_format(path))
-        table, row_numbers = read_file(path, source, text_field, id_field)
+        table, row_numbers, device_part = None, None, None
+        if use_cudf and source.format in ("jsonl", "parquet"):
+            table, row_numbers, device_part = read_file_with_cudf(path, source, text_field, id_field)
+        if table is None:
+            table, row_numbers = read_file(path, source, text_field, id_field)
+        device_parts.append(device_part)
         source.rows, source.row_numbers = table.num_rows, row_numbers
         tables.append(table)
         sources.append(source)
@@ -170,7 +184,45 @@ def read_corpus(
     table = concat_tables(tables, sources)
     corpus = Corpus(table, text_field, concat_ids(ids, sources, id_field), sources, skipped, paths)
     check_unique_ids(corpus)
+    if use_cudf and any(part is not None for part in device_parts):
+        corpus.device_text = device_text_of(tables, text_field, device_parts)
     return corpus
+
+
+def read_file_with_cudf(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]):
+    """(table, row numbers, device text) of a file read by cuDF, or (None, None, None) when
+    cuDF cannot read it (then pyarrow reads it and reports what is wrong)."""
+    from . import cudf_reader
+
+    try:
+        frame, table = cudf_reader.read_table(path, source.format)
+    except Exception:  # cuDF raises many kinds; the pyarrow path gives the user's error
+        return None, None, None
+    if check_columns(table, source, text_field, id_field):
+        return None, None, None
+    if source.format == "jsonl":
+        row_numbers = jsonl_line_numbers(path, source, table.num_rows)
+        if non_object_lines(path, source, table, row_numbers):
+            return None, None, None
+    else:
+        row_numbers = np.arange(1, table.num_rows + 1)
+    return table, row_numbers, cudf_reader.device_utf8(frame[text_field])
+
+
+def device_text_of(tables: list[pa.Table], text_field: str, device_parts: list) -> tuple:
+    """The corpus text on the device: cuDF's parts, and a copy of the host text of the files
+    pyarrow read."""
+    import cupy
+
+    from . import cudf_reader
+
+    parts = []
+    for table, part in zip(tables, device_parts):
+        if part is None:
+            data, offsets = text_buffers(pc.cast(table[text_field], pa.large_string()))
+            part = (cupy.asarray(data), cupy.asarray(offsets))
+        parts.append(part)
+    return cudf_reader.concat_device_utf8(parts)
 
 
 def read_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]):

@@ -1,0 +1,91 @@
+"""Reading JSONL and Parquet with cuDF, straight to the GPU (used only when cuDF is installed
+and the GPU backend runs).
+
+cuDF parses a file on the device. The table then comes to the host once (``to_arrow``), where
+the same checks, ids and outputs as the pyarrow path apply; the text column's UTF-8 bytes stay
+on the device, so the signature pass copies no text to the GPU. Where cuDF is not installed
+(the ``gpu`` extra needs only CuPy), reader.py reads with pyarrow on the host and the backend
+copies each batch to the device once; both give the same documents, so the same results.
+
+Nothing here imports cuDF until a file is read with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+
+def cudf_installed() -> bool:
+    return importlib.util.find_spec("cudf") is not None
+
+
+def read_table(path: Path, file_format: str):
+    """(cudf.DataFrame, pyarrow.Table) of one JSONL (optionally .gz) or Parquet file."""
+    import cudf
+
+    if file_format == "parquet":
+        frame = cudf.read_parquet(str(path))
+    else:
+        frame = cudf.read_json(str(path), lines=True, compression="infer")
+    return frame, frame.to_arrow()
+
+
+def device_utf8(column):
+    """The UTF-8 bytes and byte offsets of a cuDF string Series, on the device, without copies.
+
+    Returns (data cupy uint8 (B,), offsets cupy int64 (n + 1,) from 0). cuDF's internal layout
+    has changed across releases (the chars child became the data buffer in 24.02), so the
+    pylibcudf view is tried first, then the column's own buffers; the result is checked
+    against ``str.byte_count()`` (public API), so a layout we misread fails loudly instead of
+    hashing the wrong bytes.
+    """
+    import cupy
+
+    column = column.fillna("")
+    n = len(column)
+    data = offsets = None
+    try:  # cuDF >= 24.12: a zero-copy pylibcudf view
+        plc_column, _ = column.to_pylibcudf(mode="read")
+        raw_offsets = cupy.asarray(plc_column.child(0).data())
+        width = 8 if plc_column.child(0).type().id().name == "INT64" else 4
+        offsets = raw_offsets.view(cupy.int64 if width == 8 else cupy.int32)
+        offsets = offsets[plc_column.offset(): plc_column.offset() + n + 1].astype(cupy.int64)
+        data = cupy.asarray(plc_column.data()).view(cupy.uint8) if n else cupy.zeros(0, cupy.uint8)
+    except (AttributeError, TypeError):
+        internal = column._column
+        offsets = cupy.asarray(internal.children[0].values)[internal.offset: internal.offset + n + 1]
+        offsets = offsets.astype(cupy.int64)
+        data = cupy.asarray(internal.base_data).view(cupy.uint8) if n else cupy.zeros(0, cupy.uint8)
+    first = int(offsets[0]) if n else 0
+    last = int(offsets[-1]) if n else 0
+    data, offsets = data[first:last], offsets - first
+    expected = cupy.asarray(column.str.byte_count().values).astype(cupy.int64)
+    if not bool((offsets[1:] - offsets[:-1] == expected).all()):
+        raise RuntimeError("cuDF's string layout was misread (offsets disagree with byte_count)")
+    return data, offsets
+
+
+def concat_device_utf8(parts) -> tuple:
+    """Concatenate (data, offsets) parts from device_utf8 into one: data on the device, offsets
+    (int64 (n + 1,)) on the host, where the pipeline cuts batches."""
+    import cupy
+
+    if not parts:
+        return cupy.zeros(0, cupy.uint8), np.zeros(1, np.int64)
+    host_offsets, shift = [np.zeros(1, np.int64)], 0
+    for data, offsets in parts:
+        host_offsets.append(cupy.asnumpy(offsets[1:]) + shift)
+        shift += int(data.shape[0])
+    return cupy.concatenate([data for data, _ in parts]), np.concatenate(host_offsets)
+
+
+def arrow_text_matches(table: pa.Table, text_field: str, data, offsets) -> bool:
+    """Whether the device text equals the host table's text column (tests and debugging)."""
+    from ..normalize import text_buffers
+
+    host_data, host_offsets = text_buffers(table[text_field])
+    return bool(np.array_equal(host_offsets, offsets) and np.array_equal(host_data, data.get()))
