@@ -69,9 +69,12 @@ def get_backend(name: str = "auto") -> Backend:
         return NumpyBackend()
     reason = gpu_unavailable_reason()
     if reason is None:
-        from .cupy_backend import CupyBackend
+        try:
+            from .cupy_backend import CupyBackend
 
-        return CupyBackend()
+            return CupyBackend()
+        except Exception as error:  # NVRTC missing, a device CuPy cannot compile for, ...
+            reason = f"the GPU backend could not start ({type(error).__name__}: {error})"
     if name == "gpu":
         raise BackendUnavailableError(
             f"--backend gpu needs a CUDA GPU with CuPy, but {reason}. Install CuPy for your CUDA "

@@ -41,3 +41,9 @@ class CupyBackend(KernelBackend):
             tables=device_tables(),
             stream_factory=lambda: cupy.cuda.Stream(non_blocking=True),
         )
+        # Compile now (about a second the first time, then CuPy's disk cache), so that a
+        # missing NVRTC or an unsupported device shows when the backend is chosen, not mid-run.
+        for file_name, kernel_name in (("shingle_hash.cu", "span_hashes_u32"),
+                                       ("minhash.cu", "minhash_signatures_u64"),
+                                       ("band_keys.cu", "band_keys_u32")):
+            self.kernels.get(file_name, kernel_name, {})
