@@ -138,8 +138,8 @@ def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress
 def signature_pass(texts, spec, banding, permutations, params, backend, log, progress):
     """Band keys and signatures of every non-empty document, batch by batch.
 
-    Returns (keys uint64 (m, bands), active int64 (m,), signatures uint32 (m, bands * rows)),
-    host: the m documents that have at least one shingle (empty documents are never
+    Returns (keys uint64 (m, bands) on the backend's side, active int64 (m,) and signatures
+    uint32 (m, bands * rows) on the host): the m documents that have at least one shingle (empty documents are never
     candidates), their row indices, band keys and signatures (kept for the signature filter of
     verification, 4 bytes per permutation per document).
     """
@@ -160,7 +160,10 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
                 nonempty = backend.xp.flatnonzero(shingles.offsets[1:] > shingles.offsets[:-1])
                 signatures = signatures[nonempty]
                 keys = backend.band_keys(signatures, banding)
-                result = (backend.to_host(keys), backend.to_host(nonempty) + start, backend.to_host(signatures))
+                # The keys stay on the backend's side for the candidate stage; the signatures
+                # go to the host, where verification's signature filter reads them. (That copy
+                # waits for this stream's work, keys included, before another stream reads them.)
+                result = (keys, backend.to_host(nonempty) + start, backend.to_host(signatures))
         del shingles
         release_unused_memory()  # this thread's freed batch memory, before the next batch
         progress.advance(stop - start)
@@ -169,12 +172,13 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
     with log.stage("signature_pass"):
         batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows))
         results = list(map_parallel(one_batch, batches, backend.parallel_batches))
+    xp = backend.xp
     if not results:
         width = banding.bands * banding.rows
-        return (np.zeros((0, banding.bands), np.uint64), np.zeros(0, np.int64),
+        return (xp.zeros((0, banding.bands), xp.uint64), np.zeros(0, np.int64),
                 np.zeros((0, width), np.uint32))
     keys, active, signatures = zip(*results)
-    return np.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+    return xp.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
 
 
 def batch_bytes(params: DedupParams, backend) -> int:

@@ -76,3 +76,22 @@ def test_wheel_ships_the_kernel_sources(tmp_path):
         assert f"gpudedup/kernels/{file_name}" in names
     # The loader finds them where the wheel puts them.
     assert "gpudedup/backends/cuda_kernels.py" in names
+
+
+def test_a_gpu_backend_that_cannot_start_falls_back_or_says_why(monkeypatch):
+    import types
+
+    import gpudedup.backends as backends
+
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("libnvrtc.so.12: cannot open shared object file")
+
+    monkeypatch.setattr(backends, "gpu_unavailable_reason", lambda: None)
+    monkeypatch.setitem(sys.modules, "gpudedup.backends.cupy_backend",
+                        types.SimpleNamespace(CupyBackend=Broken))
+    monkeypatch.setattr(backends, "cupy_backend", sys.modules["gpudedup.backends.cupy_backend"], raising=False)
+    chosen = get_backend("auto")
+    assert chosen.name == "cpu" and "libnvrtc" in chosen.description
+    with pytest.raises(BackendUnavailableError, match="could not start.*libnvrtc"):
+        get_backend("gpu")
