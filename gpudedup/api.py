@@ -35,6 +35,9 @@ class DedupResult:
         cuDF, Hugging Face Dataset; a pyarrow Table for paths).
     report: counts, parameters used, time and memory per stage (as written to report.json).
     table: all input rows as a pyarrow Table (what ``write`` filters).
+    text_field: the column of ``table`` holding the text.
+    checked_jaccard: numpy float64 (c,): exact Jaccard of every candidate pair verification
+        computed, verified or not (the report's histogram of candidates).
     """
 
     pairs: pa.Table
@@ -43,6 +46,8 @@ class DedupResult:
     report: dict
     table: pa.Table = field(repr=False)
     inputs: list = field(default_factory=list, repr=False)
+    text_field: str = "text"
+    checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     restore: Callable[[np.ndarray], Any] = field(default=None, repr=False)
 
     @cached_property
@@ -113,6 +118,8 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
         report=outcome.report,
         table=corpus.table,
         inputs=corpus.inputs,
+        text_field=corpus.text_field,
+        checked_jaccard=outcome.checked_jaccard,
         restore=restore,
     )
 

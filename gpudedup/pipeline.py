@@ -36,6 +36,9 @@ class DedupOutcome:
     clusters: documents in clusters of two or more (cluster.Clusters).
     keep: bool (n,): False exactly for the removed duplicates.
     report: the run's report (see README, "Output formats").
+    checked_jaccard: float64 (c,): the exact Jaccard of every candidate pair that verification
+        computed (those the signature filter passed), verified or not: what the candidates
+        looked like, for the report's histogram.
     """
 
     pair_a: np.ndarray
@@ -44,6 +47,7 @@ class DedupOutcome:
     clusters: Clusters
     keep: np.ndarray
     report: dict
+    checked_jaccard: np.ndarray
 
 
 def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
@@ -87,7 +91,8 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
         first, second = first[likely], second[likely]
         del signatures, likely  # the largest things left from the signature pass
         release_unused_memory()
-        jaccard = exact_jaccard(corpus.text_array(), spec, first, second, lengths, params, backend, progress)
+        checked_jaccard = exact_jaccard(corpus.text_array(), spec, first, second, lengths, params, backend, progress)
+        jaccard = checked_jaccard
         verified = jaccard >= params.threshold
         pair_a, pair_b, jaccard = first[verified], second[verified], jaccard[verified]
 
@@ -102,7 +107,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
                           candidates=candidates, checked=first.shape[0],
                           verified=pair_a.shape[0], clusters=clusters)
-    return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report)
+    return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard)
 
 
 def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress) -> np.ndarray:
