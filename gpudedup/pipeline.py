@@ -36,6 +36,8 @@ class DedupOutcome:
     clusters: documents in clusters of two or more (cluster.Clusters).
     keep: bool (n,): False exactly for the removed duplicates.
     report: the run's report (see README, "Output formats").
+    candidate_a, candidate_b: int64 (q,), a < b: every candidate pair LSH produced (before the
+        signature filter), for evaluation against exact ground truth.
     checked_jaccard: float64 (c,): the exact Jaccard of every candidate pair that verification
         computed (those the signature filter passed), verified or not: what the candidates
         looked like, for the report's histogram.
@@ -48,6 +50,8 @@ class DedupOutcome:
     keep: np.ndarray
     report: dict
     checked_jaccard: np.ndarray
+    candidate_a: np.ndarray
+    candidate_b: np.ndarray
 
 
 def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
@@ -86,6 +90,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
     with log.stage("verify"):
         candidates = first.shape[0]
+        candidate_a, candidate_b = first, second
         likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
                            params.threshold)
         first, second = first[likely], second[likely]
@@ -107,7 +112,8 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
                           candidates=candidates, checked=first.shape[0],
                           verified=pair_a.shape[0], clusters=clusters)
-    return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard)
+    return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard,
+                        candidate_a, candidate_b)
 
 
 def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress) -> np.ndarray:
