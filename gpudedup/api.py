@@ -78,6 +78,9 @@ def dedup(
     num_perm: int = DedupParams.num_perm,
     bands: Optional[int] = None,
     rows: Optional[int] = None,
+    max_fn: float = DedupParams.max_fn,
+    low: Optional[float] = None,
+    max_fp: Optional[float] = None,
     seed: int = DedupParams.seed,
     keep: str = DedupParams.keep,
     bucket_window: int = DedupParams.bucket_window,
@@ -97,7 +100,7 @@ def dedup(
     The other parameters are described in README ("Parameters") and params.DedupParams.
     """
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, num_perm=num_perm,
-                         bands=bands, rows=rows, seed=seed, keep=keep, bucket_window=bucket_window,
+                         bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed, keep=keep, bucket_window=bucket_window,
                          batch_bytes=batch_bytes, batch_rows=batch_rows)
     chosen_backend = get_backend(backend)
     log = StageLog()

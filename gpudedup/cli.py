@@ -1,4 +1,4 @@
-"""The command line: ``gpudedup dedup``, ``gpudedup demo``.
+"""The command line: ``gpudedup dedup``, ``gpudedup params``, ``gpudedup demo``.
 
 User errors (bad input, bad parameters, an occupied output directory) print one line on stderr
 and exit with code 2, without a traceback; Ctrl-C exits with code 130.
@@ -22,8 +22,13 @@ from . import __version__
 from .api import dedup as run_api_dedup
 from .errors import GpudedupError
 from .io.writer import check_output_dir
-from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
-                     DEFAULT_SEED, DEFAULT_THRESHOLD)
+from .lsh import banding_summary
+from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
+                     DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
+
+MAX_FN_HELP = "Largest acceptable miss probability at the threshold, 1 - P(threshold), when b and r are chosen."
+LOW_HELP = "A similarity below the threshold whose pairs should rarely become candidates (with --max-fp)."
+MAX_FP_HELP = "Largest acceptable P(low): the chance that a pair of similarity --low becomes a candidate."
 
 app = typer.Typer(
     name="gpudedup",
@@ -90,6 +95,9 @@ def dedup_command(
     num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K; bands * rows of them are computed.")] = DEFAULT_NUM_PERM,
     bands: Annotated[Optional[int], typer.Option(help="LSH bands b (with --rows). Default: chosen from the threshold so at most 1% of pairs at the threshold are missed.", show_default=False)] = None,
     rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
+    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
+    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
+    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
     keep: Annotated[Keep, typer.Option(help="Which document of a cluster to keep: the first in input order, or the longest.")] = Keep.first,
     bucket_window: Annotated[int, typer.Option(help="In an LSH bucket, pair each document with at most this many following ones (bounds huge buckets).")] = DEFAULT_BUCKET_WINDOW,
@@ -111,13 +119,51 @@ def dedup_command(
         started = time.perf_counter()
         result = run_api_dedup(
             list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,
-            shingle=shingle.value, ngram=ngram, num_perm=num_perm, bands=bands, rows=rows, seed=seed,
+            shingle=shingle.value, ngram=ngram, num_perm=num_perm, bands=bands, rows=rows,
+            max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes,
         )
         result.write(output, format=format.value, overwrite=overwrite)
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)
+
+
+@app.command("params")
+def params_command(
+    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.")] = DEFAULT_THRESHOLD,
+    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K (b * r <= K).")] = DEFAULT_NUM_PERM,
+    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
+    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
+    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
+    bands: Annotated[Optional[int], typer.Option(help="Describe this b (with --rows) instead of choosing.", show_default=False)] = None,
+    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+):
+    """Choose LSH bands and rows from explicit targets, and show what they do.
+
+    b and r are chosen as in [bold]dedup[/]: the steepest S-curve P(s) = 1 - (1 - s^r)^b with
+    b * r <= K whose miss probability at the threshold is at most --max-fn (and, with --low,
+    whose P(low) is at most --max-fp). Impossible targets are refused with the K that would do.
+    Example: [bold]gpudedup params --threshold 0.8 --low 0.5 --max-fp 0.05 --num-perm 512[/]
+    """
+    with user_errors():
+        params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,
+                             max_fn=max_fn, low=low, max_fp=max_fp)
+        summary = banding_summary(threshold, params.banding(), low)
+        if json_output:
+            out.print_json(data=summary)
+            return
+        out.print(f"[bold]{summary['bands']} bands x {summary['rows']} rows[/] "
+                  f"({summary['permutations_computed']} of {num_perm} permutations computed)")
+        out.print(f"why: {escape(summary['rule'])}")
+        out.print(f"S-curve steepest at s = {summary['steepest_similarity']:.3f}; "
+                  f"miss probability at the threshold {threshold}: {summary['miss_probability_at_threshold']:.4%}")
+        table = Table("similarity s", "P(s): share of pairs at s that become candidates", "missed 1 - P(s)")
+        for similarity, probability in summary["candidate_probability"].items():
+            mark = "  (threshold)" if float(similarity) == threshold else "  (low)" if low is not None and float(similarity) == low else ""
+            table.add_row(f"{similarity}{mark}", f"{probability:.4%}", f"{1 - probability:.4%}")
+        out.print(table)
 
 
 @app.command("demo")

@@ -29,43 +29,132 @@ def collision_probability(similarity, bands: int, rows: int):
     return 1.0 - (1.0 - np.asarray(similarity, dtype=float) ** rows) ** bands
 
 
-def choose_bands(threshold: float, num_perm: int, max_false_negative: float = 0.01) -> Banding:
-    """The default banding rule.
+def steepest_similarity(bands: int, rows: int) -> float:
+    """Where the S-curve is steepest: ((r - 1) / (b*r - 1))**(1/r) (0 for r = 1, where P is
+    concave and steepest at s = 0). Roughly (1/b)**(1/r), the usual "LSH threshold"."""
+    if rows == 1 or bands * rows == 1:
+        return 0.0
+    return ((rows - 1) / (bands * rows - 1)) ** (1.0 / rows)
 
-    Among all (b, r) with b * r <= num_perm whose miss probability at the threshold,
-    1 - P(threshold), is at most ``max_false_negative``: take the largest r (the steepest
-    S-curve, so the fewest candidates below the threshold), then the smallest b that meets the
-    target (fewer bands: fewer candidates and less signature work).
-    """
+
+def fewest_bands(threshold: float, rows: int, max_false_negative: float, most: int) -> int | None:
+    """The smallest b <= most with miss probability (1 - threshold**rows)**b <=
+    max_false_negative, or None when there is none."""
+    hit = threshold**rows
+    if hit >= 1.0:
+        return 1
+    if hit <= 0.0:
+        return None
+    # (1 - hit)**b <= max_fn  <=>  b >= log(max_fn) / log(1 - hit): the root, then settled
+    # against the same formula the report uses, so that rounding cannot miss by one.
+    estimate = math.log(max_false_negative) / math.log1p(-hit)
+    if not estimate <= most + 1:  # also inf, when hit is below float resolution
+        return None  # far beyond the budget (and too large to settle by single steps)
+    bands = max(1, math.ceil(estimate))
+    while 1.0 - collision_probability(threshold, bands, rows) > max_false_negative:
+        bands += 1
+    while bands > 1 and 1.0 - collision_probability(threshold, bands - 1, rows) <= max_false_negative:
+        bands -= 1
+    return bands if bands <= most else None
+
+
+def feasible_banding(threshold: float, num_perm: int, max_false_negative: float,
+                     low: float | None, max_false_positive: float | None) -> tuple[int, int] | None:
+    """(b, r) by the rule of choose_bands, or None when no b * r <= num_perm meets the targets."""
     for rows in range(num_perm, 0, -1):
-        hit = threshold**rows
-        if hit >= 1.0:
-            bands = 1
-        elif hit <= 0.0:
+        bands = fewest_bands(threshold, rows, max_false_negative, num_perm // rows)
+        if bands is None:
             continue
+        if low is not None and float(collision_probability(low, bands, rows)) > max_false_positive:
+            continue
+        return bands, rows
+    return None
+
+
+def smallest_feasible_num_perm(threshold: float, max_false_negative: float, low: float | None,
+                               max_false_positive: float | None, start: int, limit: int = 4096) -> int | None:
+    """The smallest K >= start (up to limit) for which the targets can be met. Feasibility only
+    grows with K (a larger K allows every smaller b * r), so a bisection finds it."""
+    def feasible(num_perm: int) -> bool:
+        return feasible_banding(threshold, num_perm, max_false_negative, low, max_false_positive) is not None
+
+    if start > limit or not feasible(limit):
+        return None
+    while start < limit:
+        middle = (start + limit) // 2
+        if feasible(middle):
+            limit = middle
         else:
-            # (1 - hit)**b <= max_fn  <=>  b >= log(max_fn) / log(1 - hit); the estimate is then
-            # settled against the same formula the report uses, so rounding cannot miss by one.
-            bands = max(1, math.ceil(math.log(max_false_negative) / math.log1p(-hit)))
-            if (bands - 1) * rows > num_perm:
-                continue  # too many bands even after the correction below
-            while 1.0 - collision_probability(threshold, bands, rows) > max_false_negative:
-                bands += 1
-            while bands > 1 and 1.0 - collision_probability(threshold, bands - 1, rows) <= max_false_negative:
-                bands -= 1
-        if bands * rows <= num_perm:
-            miss = 1.0 - float(collision_probability(threshold, bands, rows))
-            rule = (
-                f"largest r with some b*r <= num_perm={num_perm} missing at most "
-                f"{max_false_negative:.0%} of pairs at the threshold {threshold}; smallest such b "
-                f"(miss probability at the threshold {miss:.4f})"
-            )
-            return Banding(bands, rows, rule)
-    raise ParameterError(
-        f"no bands x rows within num_perm={num_perm} keeps the miss probability at threshold "
-        f"{threshold} at or below {max_false_negative:.0%}; raise --num-perm or --threshold, "
-        "or give --bands and --rows"
-    )
+            start = middle + 1
+    return start
+
+
+def choose_bands(threshold: float, num_perm: int, max_false_negative: float = 0.01,
+                 low: float | None = None, max_false_positive: float | None = None) -> Banding:
+    """The banding rule, from explicit targets.
+
+    Targets: the miss probability at the threshold, 1 - P(threshold), at most
+    ``max_false_negative``; and, when ``low`` is given, the candidate probability of a pair of
+    similarity ``low``, P(low), at most ``max_false_positive``. Among all (b, r) with
+    b * r <= num_perm that meet them: the largest r (the steepest S-curve, so the fewest
+    candidates below the threshold), then the smallest b (fewer candidates and less signature
+    work). For each r the smallest b is the root of (1 - t**r)**b = max_fn, rounded up.
+    Raises ParameterError naming the smallest K that would meet the targets.
+    """
+    if low is not None and not 0 <= low < threshold:
+        raise ParameterError(f"low must be in [0, threshold) = [0, {threshold}); got {low!r}")
+    if low is not None and max_false_positive is None:
+        raise ParameterError("low needs max_fp, the largest acceptable P(low)")
+    found = feasible_banding(threshold, num_perm, max_false_negative, low, max_false_positive)
+    if found is None:
+        targets = f"the miss probability at threshold {threshold} at or below {max_false_negative:.2%}"
+        if low is not None:
+            targets += f" and P({low}) at or below {max_false_positive:.2%}"
+        better = smallest_feasible_num_perm(threshold, max_false_negative, low, max_false_positive, num_perm + 1)
+        hint = (f"num_perm={better} is the smallest that does" if better
+                else "no num_perm up to 4096 does; loosen the targets")
+        raise ParameterError(
+            f"no bands x rows within num_perm={num_perm} keeps {targets}; {hint} "
+            "(or give --bands and --rows)"
+        )
+    bands, rows = found
+    miss = 1.0 - float(collision_probability(threshold, bands, rows))
+    rule = (f"largest r with some b*r <= num_perm={num_perm} missing at most "
+            f"{max_false_negative:.0%} of pairs at the threshold {threshold}")
+    if low is not None:
+        rule += f" and making at most {max_false_positive:.2%} of pairs at similarity {low} candidates"
+    rule += f"; smallest such b (miss probability at the threshold {miss:.4f}"
+    if low is not None:
+        rule += f", P({low}) = {float(collision_probability(low, bands, rows)):.4f}"
+    rule += ")"
+    return Banding(bands, rows, rule)
+
+
+def banding_summary(threshold: float, banding: Banding, low: float | None = None,
+                    similarities=None) -> dict:
+    """What a banding does, for ``gpudedup params`` and the report: b, r, the permutations
+    computed, the S-curve's steepest point, the miss probability at the threshold, P(low), and
+    P(s) -- the expected share of pairs of similarity s that become candidates -- at a row of
+    similarities (default 0.1, 0.2, ..., 1.0 with the threshold and low added)."""
+    if similarities is None:
+        similarities = [round(0.1 * i, 1) for i in range(1, 11)]
+        similarities += [value for value in (threshold, low) if value is not None]
+    similarities = sorted(set(float(value) for value in similarities))
+    b, r = banding.bands, banding.rows
+    summary = {
+        "threshold": threshold,
+        "bands": b,
+        "rows": r,
+        "permutations_computed": b * r,
+        "rule": banding.rule,
+        "steepest_similarity": round(steepest_similarity(b, r), 4),
+        "miss_probability_at_threshold": float(1.0 - collision_probability(threshold, b, r)),
+        "candidate_probability": {f"{s:g}": float(collision_probability(s, b, r)) for s in similarities},
+    }
+    if low is not None:
+        summary["low"] = low
+        summary["candidate_probability_at_low"] = float(collision_probability(low, b, r))
+    return summary
 
 
 def band_keys(signatures, banding: Banding, xp=np):

@@ -13,6 +13,7 @@ DEFAULT_NUM_PERM = 128
 DEFAULT_NGRAM = 5
 DEFAULT_SEED = 42
 DEFAULT_BUCKET_WINDOW = 256
+DEFAULT_MAX_FN = 0.01
 # Batches bound the memory of the signature pass: about 50 bytes per code point of a batch are
 # alive at once on the numpy backend, for each batch in flight (one per core). The numpy
 # backend's default; the GPU backend has its own (kernel_backend.DEFAULT_GPU_BATCH_BYTES).
@@ -27,7 +28,10 @@ class DedupParams:
     threshold: verified pairs have exact Jaccard >= threshold; in (0, 1].
     shingle, ngram: word or char n-grams of ngram units (DESIGN.md).
     num_perm: the permutation budget K; only bands * rows of them are computed.
-    bands, rows: LSH banding; both None means "choose from the threshold" (lsh.choose_bands).
+    bands, rows: LSH banding; both None means "choose from the targets" (lsh.choose_bands):
+    max_fn: the largest acceptable miss probability at the threshold, 1 - P(threshold);
+    low, max_fp: optionally, a similarity below the threshold and the largest acceptable
+        probability that a pair that similar becomes a candidate, P(low).
     seed: draws the permutations.
     keep: which document of a cluster is kept: "first" (input order) or "longest".
     bucket_window: each document of an LSH bucket is paired with at most this many of the
@@ -42,6 +46,9 @@ class DedupParams:
     num_perm: int = DEFAULT_NUM_PERM
     bands: Optional[int] = None
     rows: Optional[int] = None
+    max_fn: float = DEFAULT_MAX_FN
+    low: Optional[float] = None
+    max_fp: Optional[float] = None
     seed: int = DEFAULT_SEED
     keep: str = "first"
     bucket_window: int = DEFAULT_BUCKET_WINDOW
@@ -64,6 +71,15 @@ class DedupParams:
             check(self.bands * self.rows <= self.num_perm, "bands * rows",
                   f"{self.bands} * {self.rows} = {self.bands * self.rows}",
                   f"at most num_perm = {self.num_perm}")
+        check(isinstance(self.max_fn, (int, float)) and 0 < self.max_fn < 1, "max_fn", self.max_fn,
+              "a probability in (0, 1)")
+        check((self.low is None) == (self.max_fp is None), "low/max_fp", (self.low, self.max_fp),
+              "both given or both left out")
+        if self.low is not None:
+            check(isinstance(self.low, (int, float)) and 0 <= self.low < self.threshold, "low", self.low,
+                  f"a similarity in [0, threshold = {self.threshold})")
+            check(isinstance(self.max_fp, (int, float)) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
+                  "a probability in (0, 1)")
         check(_is_int(self.seed) and 0 <= self.seed < 2**64, "seed", self.seed,
               "an integer in [0, 2**64)")
         check(self.keep in ("first", "longest"), "keep", self.keep, "'first' or 'longest'")
@@ -78,7 +94,7 @@ class DedupParams:
         """The (bands, rows) to use, and why."""
         if self.bands is not None:
             return Banding(self.bands, self.rows, "given")
-        return choose_bands(self.threshold, self.num_perm)
+        return choose_bands(self.threshold, self.num_perm, self.max_fn, self.low, self.max_fp)
 
     def as_dict(self) -> dict:
         return asdict(self)

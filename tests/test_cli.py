@@ -806,3 +806,43 @@ def test_demo(in_tmp):
         report["input"]["documents"] - report["results"]["removed_documents"])
     assert "Largest clusters" in result.output
     assert leftovers(in_tmp, "demo-out") == []
+
+
+# --- gpudedup params ------------------------------------------------------------------------
+
+
+def test_params_prints_the_chosen_banding_and_its_curve():
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--num-perm", "128"])
+    assert result.exit_code == 0, result.output
+    assert "16 bands x 6 rows" in result.output and "96 of 128 permutations" in result.output
+    assert "steepest at s = 0.612" in result.output and "(threshold)" in result.output
+
+
+def test_params_json_meets_the_targets():
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--num-perm", "512", "--low", "0.5",
+                                      "--max-fp", "0.05", "--max-fn", "0.01", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert (plan["bands"], plan["rows"]) == (41, 10)
+    assert plan["miss_probability_at_threshold"] <= 0.01 and plan["candidate_probability_at_low"] <= 0.05
+    assert plan["candidate_probability"]["0.5"] == plan["candidate_probability_at_low"]
+
+
+def test_params_refuses_impossible_targets_and_names_the_num_perm_that_would_do():
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--low", "0.5", "--max-fp", "0.05"])
+    assert result.exit_code == 2
+    assert "num_perm=410 is the smallest" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["params", "--low", "0.5"])
+    assert result.exit_code == 2 and "low/max_fp" in result.output
+
+
+def test_dedup_chooses_bands_from_the_targets_and_reports_why(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": f"words {i} and more words here"}) + "\n" for i in range(5)))
+    result = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "out"), "--num-perm", "512",
+                                      "--low", "0.5", "--max-fp", "0.05", "--quiet"])
+    assert result.exit_code == 0, result.output
+    parameters = json.loads((tmp_path / "out" / "report.json").read_text())["parameters"]
+    assert (parameters["bands"], parameters["rows"]) == (41, 10)
+    assert parameters["low"] == 0.5 and parameters["max_fp"] == 0.05
+    assert "P(0.5) = 0.0393" in parameters["banding_rule"]

@@ -3,6 +3,7 @@ brute-force bucket oracle (including the bound on huge buckets and its effect on
 
 import itertools
 import math
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -18,6 +19,7 @@ from gpudedup.lsh import (
     candidate_pairs,
     choose_bands,
     collision_probability,
+    steepest_similarity,
 )
 from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
@@ -284,3 +286,56 @@ def test_huge_bucket_recall_through_clusters():
     cluster_recall = (recalled * (recalled - 1) // 2) / true_pairs
     assert cluster_recall == 1.0
     assert int(clusters.keep.sum()) == 1 and clusters.docs[clusters.keep][0] == copies[0]
+
+
+# --- targets on both sides of the threshold ---------------------------------------------------
+
+
+def brute_force_banding(threshold, num_perm, max_fn, low, max_fp):
+    """Every (b, r) with b * r <= K, checked with the formula; the rule's pick: largest r, then
+    smallest b."""
+    feasible = [(b, r) for r in range(1, num_perm + 1) for b in range(1, num_perm // r + 1)
+                if (1 - threshold**r) ** b <= max_fn and 1 - (1 - low**r) ** b <= max_fp]
+    if not feasible:
+        return None
+    best_r = max(r for _, r in feasible)
+    return min(b for b, r in feasible if r == best_r), best_r
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.6, 0.7, 0.8, 0.9])
+def test_choose_bands_meets_both_targets(threshold):
+    for num_perm, low, max_fp, max_fn in [(128, threshold - 0.3, 0.01, 0.01), (64, threshold - 0.2, 0.05, 0.02),
+                                          (256, threshold - 0.15, 0.01, 0.01), (32, threshold / 2, 0.001, 0.05)]:
+        expected = brute_force_banding(threshold, num_perm, max_fn, low, max_fp)
+        if expected is None:
+            with pytest.raises(ParameterError, match=f"num_perm={num_perm}"):
+                choose_bands(threshold, num_perm, max_fn, low, max_fp)
+            continue
+        banding = choose_bands(threshold, num_perm, max_fn, low, max_fp)
+        assert (banding.bands, banding.rows) == expected
+        assert 1 - float(collision_probability(threshold, *expected)) <= max_fn + 1e-12
+        assert float(collision_probability(low, *expected)) <= max_fp + 1e-12
+        assert f"P({low})" in banding.rule
+
+
+def test_impossible_targets_name_the_num_perm_that_would_do():
+    with pytest.raises(ParameterError) as info:
+        choose_bands(0.8, 128, 0.01, low=0.5, max_false_positive=0.05)
+    message = str(info.value)
+    better = int(re.search(r"num_perm=(\d+) is the smallest", message).group(1))
+    assert better > 128
+    choose_bands(0.8, better, 0.01, low=0.5, max_false_positive=0.05)  # it does
+    with pytest.raises(ParameterError):
+        choose_bands(0.8, better - 1, 0.01, low=0.5, max_false_positive=0.05)  # and is the smallest
+    with pytest.raises(ParameterError, match="loosen the targets"):
+        choose_bands(0.8, 64, 0.0001, low=0.79, max_false_positive=0.0001)
+    with pytest.raises(ParameterError, match="low must be"):
+        choose_bands(0.8, 64, low=0.9, max_false_positive=0.1)
+
+
+def test_steepest_similarity():
+    for bands, rows in [(20, 5), (16, 6), (9, 13), (50, 2)]:
+        grid = np.linspace(0.0005, 0.9995, 200_000)
+        slope = np.gradient(collision_probability(grid, bands, rows), grid)
+        assert steepest_similarity(bands, rows) == pytest.approx(grid[np.argmax(slope)], abs=1e-3)
+    assert steepest_similarity(10, 1) == 0.0
