@@ -339,3 +339,24 @@ def test_steepest_similarity():
         slope = np.gradient(collision_probability(grid, bands, rows), grid)
         assert steepest_similarity(bands, rows) == pytest.approx(grid[np.argmax(slope)], abs=1e-3)
     assert steepest_similarity(10, 1) == 0.0
+
+
+@pytest.mark.parametrize("threshold, num_perm, low, max_fp", [(0.8, 128, None, None), (0.8, 512, 0.5, 0.05),
+                                                               (0.6, 256, 0.3, 0.02)])
+def test_chosen_banding_meets_its_targets_in_monte_carlo(jaccard_pairs, threshold, num_perm, low, max_fp):
+    """Real signatures of planted pairs at exactly the threshold (and at low): the share that
+    become candidates is within the binomial bound of P(s), and so meets the targets."""
+    banding = choose_bands(threshold, num_perm, 0.01, low, max_fp)
+    for similarity in [threshold] + ([low] if low is not None else []):
+        batch, jaccard = jaccard_pairs(PAIRS, similarity, union=100, seed=int(similarity * 100) + num_perm)
+        assert jaccard == pytest.approx(similarity)
+        signatures = minhash_signatures(batch, draw_permutations(banding.bands * banding.rows, seed=num_perm))
+        first, _ = candidate_pairs(band_keys(signatures, banding), np.arange(2 * PAIRS, dtype=np.int64), window=4)
+        rate = first.shape[0] / PAIRS
+        p = float(collision_probability(jaccard, banding.bands, banding.rows))
+        bound = 5 * math.sqrt(p * (1 - p) / PAIRS) + 1e-9
+        assert abs(rate - p) <= bound, (similarity, rate, p)
+        if similarity == threshold:
+            assert 1 - rate <= 0.01 + bound
+        else:
+            assert rate <= max_fp + bound
