@@ -1,0 +1,401 @@
+"""gpudedup.evaluate: exact ground truth against brute force, recall figures against an
+independent count, grid expansion, the choice of the best setting, and the output files."""
+
+import csv
+import itertools
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudedup.allpairs import brute_force_similar_pairs, exact_similar_pairs
+from gpudedup.api import strings_corpus
+from gpudedup.backends import get_backend
+from gpudedup.errors import ParameterError
+from gpudedup.evaluate import (
+    CSV_FIELDS,
+    Setting,
+    SettingResult,
+    TruthCache,
+    best_result,
+    bin_edges,
+    evaluate,
+    expand_grid,
+    format_table,
+    found_in,
+    pair_codes,
+    parse_list,
+    select_documents,
+    write_results,
+)
+from gpudedup.io.reader import read_corpus
+from gpudedup.normalize import normalize_text
+from gpudedup.pipeline import run_dedup
+from gpudedup.shingling import ShingleSpec, shingle_sets
+
+# --- the independent oracle: Python strings and sets ------------------------------------------
+
+
+def oracle_shingles(text, kind: str, n: int) -> frozenset:
+    """The canonical shingles (README / DESIGN "Canonical shingling"), as Python strings."""
+    normalised = normalize_text(text or "")
+    if not normalised:
+        return frozenset()
+    units = normalised.split(" ") if kind == "word" else list(normalised)
+    if len(units) < n:
+        return frozenset([normalised])
+    joiner = " " if kind == "word" else ""
+    return frozenset(joiner.join(units[i:i + n]) for i in range(len(units) - n + 1))
+
+
+def oracle_pairs(texts, kind: str, n: int, threshold: float) -> dict:
+    """{(a, b): Jaccard} of every pair a < b with Jaccard >= threshold: all pairs, Python sets."""
+    sets = [oracle_shingles(t, kind, n) for t in texts]
+    found = {}
+    for a, b in itertools.combinations(range(len(sets)), 2):
+        if sets[a] and sets[b]:
+            shared = len(sets[a] & sets[b])
+            jaccard = shared / (len(sets[a]) + len(sets[b]) - shared)
+            if jaccard >= threshold:
+                found[(a, b)] = jaccard
+    return found
+
+
+# --- corpora ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_path():
+    with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
+        yield Path(path)
+
+
+@pytest.fixture(scope="module")
+def sample_corpus(sample_path):
+    return read_corpus([sample_path], "text", "id")
+
+
+@pytest.fixture(scope="module")
+def subset_texts(sample_corpus):
+    """About 300 documents of the shipped sample: every translation of its first 27 chapters
+    (so there are near-duplicates at all similarities), plus edge cases: an empty text, white
+    space only, texts shorter than one shingle (equal after normalisation), a repeated text."""
+    table = sample_corpus.table.to_pydict()
+    chapters = list(dict.fromkeys(zip(table["book"], table["chapter"])))[:27]
+    wanted = set(chapters)
+    texts = [t for t, b, c in zip(table["text"], table["book"], table["chapter"]) if (b, c) in wanted]
+    return texts + ["", " \n\t ", "Short text", "  SHORT\u00a0text ", "short", texts[0]]
+
+
+@pytest.fixture(scope="module")
+def subset_corpus(subset_texts):
+    return strings_corpus(subset_texts)
+
+
+# --- ground truth -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["word", "char"])
+def test_ground_truth_equals_python_brute_force(subset_texts, subset_corpus, kind):
+    cache = TruthCache(subset_corpus)
+    cache.prepare([Setting(shingle=kind, ngram=5, threshold=t) for t in (0.9, 0.5, 0.8)])
+    truth = cache.get(kind, 5, 0.5)
+    assert truth.threshold == 0.5  # computed once, at the lowest threshold asked for
+    expected_all = oracle_pairs(subset_texts, kind, 5, 0.5)
+    assert len(expected_all) > 100
+    for threshold in (0.5, 0.7, 0.8, 0.9, 1.0):
+        doc_a, doc_b, jaccard, codes = truth.at(threshold)
+        expected = {pair: j for pair, j in expected_all.items() if j >= threshold}
+        found = dict(zip(zip(doc_a.tolist(), doc_b.tolist()), jaccard.tolist()))
+        assert found.keys() == expected.keys(), threshold
+        assert all(found[p] == pytest.approx(expected[p], abs=1e-12) for p in expected)
+        assert np.array_equal(codes, np.sort(codes))
+    assert cache.get(kind, 5, 0.8) is truth  # answered from the cache
+
+
+@pytest.mark.parametrize("kind", ["word", "char"])
+def test_ground_truth_on_the_whole_sample_equals_brute_force(sample_corpus, kind):
+    cache = TruthCache(sample_corpus)
+    cache.prepare([Setting(shingle=kind, threshold=0.5), Setting(shingle=kind, threshold=0.8)])
+    truth = cache.get(kind, 5, 0.8)
+    assert truth.threshold == 0.5
+    sets = shingle_sets(sample_corpus.texts.to_pylist(), ShingleSpec(kind, 5))
+    for threshold in (0.5, 0.8):
+        brute = brute_force_similar_pairs(sets.offsets, sets.hashes, threshold)
+        doc_a, doc_b, jaccard, _ = truth.at(threshold)
+        assert brute.doc_a.size > 100
+        np.testing.assert_array_equal(doc_a, brute.doc_a)
+        np.testing.assert_array_equal(doc_b, brute.doc_b)
+        np.testing.assert_array_equal(jaccard, brute.jaccard)
+    # Filtering the lowest threshold's pairs gives what a join at the higher one gives.
+    direct = exact_similar_pairs(sets.offsets, sets.hashes, 0.8)
+    np.testing.assert_array_equal(truth.at(0.8)[3], pair_codes(direct.doc_a, direct.doc_b, sample_corpus.num_rows))
+
+
+def test_truth_cannot_answer_a_lower_threshold_than_computed(subset_corpus):
+    cache = TruthCache(subset_corpus)
+    truth = cache.get("word", 5, 0.8)
+    with pytest.raises(ValueError):
+        truth.at(0.7)
+    lower = cache.get("word", 5, 0.7)  # recomputed lower
+    assert lower.threshold == 0.7 and lower.codes.size >= truth.codes.size
+
+
+# --- recall figures against an independent count ----------------------------------------------
+
+
+def test_recall_figures_agree_with_an_independent_count(subset_texts, subset_corpus):
+    settings = [Setting(128, None, None, "word", 5, 0.8), Setting(64, 8, 8, "word", 5, 0.5),
+                Setting(64, 4, 16, "word", 5, 0.7), Setting(32, None, None, "char", 5, 0.8),
+                Setting(32, None, None, "word", 5, 0.7, max_false_negative=0.2)]
+    evaluation = evaluate(subset_corpus, settings, backend="cpu", warmup=False)
+    backend = get_backend("cpu")
+    oracle = {kind: oracle_pairs(subset_texts, kind, 5, 0.5) for kind in ("word", "char")}
+    recalls = []
+    for setting, result in zip(settings, evaluation.results):
+        assert result.setting == setting
+        truth = {p: j for p, j in oracle[setting.shingle].items() if j >= setting.threshold}
+        # The same run again (runs are deterministic), counted by hand with Python sets.
+        outcome = run_dedup(subset_corpus, setting.params(), backend)
+        candidates = set(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist()))
+        verified = set(zip(outcome.pair_a.tolist(), outcome.pair_b.tolist()))
+        cluster_of = dict(zip(outcome.clusters.docs.tolist(), outcome.clusters.cluster.tolist()))
+        candidate_hits = len(candidates & truth.keys())
+        verified_hits = len(verified & truth.keys())
+        clustered = sum(1 for a, b in truth if a in cluster_of and cluster_of.get(a) == cluster_of.get(b))
+
+        assert result.true_pairs == len(truth) > 0
+        assert result.candidate_pairs == len(candidates)
+        assert result.verified_pairs == len(verified)
+        assert result.candidate_true_pairs == candidate_hits
+        assert result.verified_true_pairs == verified_hits
+        assert result.candidate_recall == pytest.approx(candidate_hits / len(truth))
+        assert result.candidate_precision == pytest.approx(candidate_hits / len(candidates))
+        assert result.verified_recall == pytest.approx(verified_hits / len(truth))
+        assert result.verified_precision == 1.0 == verified_hits / len(verified)
+        recall = verified_hits / len(truth)
+        assert result.verified_f1 == pytest.approx(2 * recall / (1 + recall))
+        assert result.cluster_recall == pytest.approx(clustered / len(truth))
+        assert result.candidates_per_document == pytest.approx(len(candidates) / len(subset_texts))
+
+        # Recall by similarity, binned by hand.
+        bins = result.recall_by_similarity
+        edges = bins.edges
+        assert edges[0] == setting.threshold and edges[-1] == 1.0
+        counted = [[0, 0, 0] for _ in range(len(edges) - 1)]
+        for pair, jaccard in truth.items():
+            index = next(i for i in range(len(edges) - 1)
+                         if edges[i] <= jaccard < edges[i + 1] or (i == len(edges) - 2 and jaccard == 1.0))
+            counted[index][0] += 1
+            counted[index][1] += pair in candidates
+            counted[index][2] += pair in verified
+        assert bins.true_pairs == [c[0] for c in counted]
+        assert bins.candidate_found == [c[1] for c in counted]
+        assert bins.verified_found == [c[2] for c in counted]
+        assert bins.candidate_recall == [c[1] / c[0] if c[0] else None for c in counted]
+        if setting.max_false_negative is not None:
+            assert "0.2" in result.banding_rule or "20%" in result.banding_rule
+        recalls.append(result.candidate_recall)
+    # The settings were chosen to span the S-curve: the 4 x 16 banding misses many pairs.
+    assert min(recalls) < 0.8 and max(recalls) == 1.0
+
+
+# --- grid expansion ---------------------------------------------------------------------------
+
+
+def test_grid_is_the_product_of_the_lists_with_invalid_bandings_skipped():
+    settings, notes = expand_grid(num_perm=[64, 128], bands=[8, 16], rows=[4, 8],
+                                  shingle=["word", "char"], ngram=[3, 5], threshold=[0.7, 0.9])
+    # Per (shingle, ngram, threshold): K=64 allows 8x4, 16x4, 8x8; K=128 all four.
+    assert len(settings) == 2 * 2 * 2 * (3 + 4)
+    assert len(notes) == 2 * 2 * 2 * 1 and all("16 * 8 = 128 > num_perm" in n for n in notes)
+    assert all(s.bands * s.rows <= s.num_perm for s in settings)
+    assert settings[0] == Setting(64, 8, 4, "word", 3, 0.7)
+    kinds = [s.shingle for s in settings]
+    assert kinds == sorted(kinds, key=["word", "char"].index)  # shingle outermost
+
+
+def test_grid_bandings_derived_automatic_and_deduplicated():
+    by_bands, notes = expand_grid(num_perm=[64, 128], bands=[16, 200])
+    assert [(s.num_perm, s.bands, s.rows) for s in by_bands] == [(64, 16, 4), (128, 16, 8)]
+    assert len(notes) == 2 and all("rows = num_perm // bands is 0" in n for n in notes)
+    by_rows, _ = expand_grid(num_perm=[128], rows=[4, 8])
+    assert [(s.bands, s.rows) for s in by_rows] == [(32, 4), (16, 8)]
+    auto, notes = expand_grid(num_perm=[128], threshold=[0.8])
+    assert auto == [Setting(128, None, None, "word", 5, 0.8)] and notes == []
+    assert auto[0].params().banding()[:2] == (16, 6)
+    mixed, _ = expand_grid(num_perm=[128], bands=[None, 8], rows=[4, 8])
+    assert [(s.bands, s.rows) for s in mixed] == [(None, None), (8, 4), (8, 8)]
+    # With K = 8 at threshold 0.3 the best banding, 8 x 1, misses 0.7**8 = 5.8% of pairs.
+    targets, notes = expand_grid(num_perm=[128, 8], threshold=[0.3], max_false_negative=[0.01, 0.1])
+    assert [(s.num_perm, s.max_false_negative) for s in targets] == [(128, 0.01), (128, 0.1), (8, 0.1)]
+    assert len(notes) == 1 and "num_perm=8" in notes[0]
+    loose = targets[1].params()
+    assert loose.bands is not None and loose.bands * loose.rows <= 128
+    assert expand_grid(bands=[8, 8], rows=[4])[0] == [Setting(128, 8, 4)]
+
+
+@pytest.mark.parametrize("grid", [
+    {"threshold": [1.5]}, {"shingle": ["byte"]}, {"ngram": [0]}, {"num_perm": [0]},
+    {"bands": [0]}, {"rows": [-1]}, {"max_false_negative": [1.0]},
+])
+def test_grid_rejects_invalid_values(grid):
+    with pytest.raises(ParameterError):
+        expand_grid(**grid)
+
+
+def test_parse_list():
+    assert parse_list("64, 128") == [64, 128]
+    assert parse_list("8,auto,16", allow_auto=True) == [8, None, 16]
+    assert parse_list("0.7,0.8", float) == [0.7, 0.8]
+    with pytest.raises(ParameterError):
+        parse_list("8,auto")
+    with pytest.raises(ParameterError):
+        parse_list(" , ")
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def test_pair_codes_and_membership():
+    codes = pair_codes(np.array([3, 1, 0, 1]), np.array([1, 3, 2, 3]), 10)
+    assert codes.tolist() == [2, 13]
+    assert found_in(np.array([2, 3, 13]), codes).tolist() == [True, False, True]
+    assert found_in(np.array([99]), codes).tolist() == [False]
+    assert found_in(np.array([2]), np.zeros(0, np.int64)).tolist() == [False]
+
+
+def test_bin_edges():
+    assert bin_edges(0.8).tolist() == [0.8, 0.85, 0.9, 0.95, 1.0]
+    assert bin_edges(0.72).tolist() == [0.72, 0.77, 0.82, 0.87, 0.92, 0.97, 1.0]
+    assert bin_edges(0.5, 0.25).tolist() == [0.5, 0.75, 1.0]
+    assert bin_edges(1.0).tolist() == [1.0, 1.0]
+    with pytest.raises(ParameterError):
+        bin_edges(0.5, 0)
+
+
+def test_select_documents(sample_corpus):
+    assert select_documents(sample_corpus) is sample_corpus
+    first = select_documents(sample_corpus, limit=100)
+    assert first.num_rows == 100 and first.ids.to_pylist() == sample_corpus.ids.to_pylist()[:100]
+    drawn = select_documents(sample_corpus, limit=1000, sample=50, seed=3)
+    ids = sample_corpus.ids.to_pylist()
+    positions = [ids.index(i) for i in drawn.ids.to_pylist()]
+    assert len(positions) == 50 and positions == sorted(positions) and max(positions) < 1000
+    assert drawn.texts.to_pylist() == [sample_corpus.texts[p].as_py() for p in positions]
+    assert select_documents(sample_corpus, limit=1000, sample=50, seed=3).ids.equals(drawn.ids)
+    assert not select_documents(sample_corpus, sample=50, seed=4).ids.equals(drawn.ids)
+    with pytest.raises(ParameterError):
+        select_documents(sample_corpus, limit=0)
+
+
+# --- choosing the best setting ----------------------------------------------------------------
+
+
+def fake_result(index, seconds, verified_recall=None, candidate_precision=None, peak=100.0):
+    recall = verified_recall
+    return SettingResult(
+        setting=Setting(num_perm=64 + index), bands=1, rows=1, banding_rule="given", documents=10,
+        true_pairs=10, candidate_pairs=10, checked_pairs=10, verified_pairs=10,
+        candidate_true_pairs=0, verified_true_pairs=0, clustered_true_pairs=0,
+        candidate_precision=candidate_precision, candidate_recall=recall, candidate_f1=None,
+        verified_precision=1.0, verified_recall=recall,
+        verified_f1=None if recall is None else 2 * recall / (1 + recall), cluster_recall=recall,
+        candidates_per_document=1.0, seconds=seconds, peak_rss_mb=peak)
+
+
+def test_best_setting_per_criterion_ties_broken_by_time():
+    results = [fake_result(0, 3.0, 0.9, 0.5, peak=50), fake_result(1, 2.0, 0.99, 0.2),
+               fake_result(2, 1.0, 0.99, 0.3), fake_result(3, 0.5, None, 0.9)]
+    assert best_result(results, "f1") is results[2]  # tied with 1 on F1; faster
+    assert best_result(results, "recall") is results[2]
+    assert best_result(results, "precision") is results[3]
+    assert best_result(results, "time") is results[3]
+    assert best_result(results, "memory") is results[0]
+    assert best_result([results[3]], "recall") is results[3]  # undefined, but the only one
+    assert best_result([], "f1") is None
+    with pytest.raises(ParameterError):
+        best_result(results, "speed")
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_evaluation(subset_corpus):
+    settings, notes = expand_grid(num_perm=[64], bands=[None, 8], rows=[8, 16], threshold=[0.8])
+    return evaluate(subset_corpus, settings, backend="cpu", notes=notes, warmup=False)
+
+
+def test_json_and_csv_written_and_readable(small_evaluation, subset_texts, tmp_path):
+    json_path, csv_path = write_results(small_evaluation, tmp_path / "out", criterion="recall")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["evaluation.csv", "evaluation.json"]
+    data = json.loads(json_path.read_text())
+    results = small_evaluation.results
+    assert len(data["results"]) == len(results) == 2  # auto and 8x8; 8x16 > 64 is a note
+    assert data["notes"] == small_evaluation.notes and len(data["notes"]) == 1
+    assert data["criterion"]["name"] == "recall"
+    best = best_result(results, "recall")
+    assert data["best"]["index"] == results.index(best)
+    assert [r["best"] for r in data["results"]] == [r is best for r in results]
+    assert data["ground_truth"][0]["pairs"] > 0 and data["corpus"]["documents"] == len(subset_texts)
+    first = data["results"][0]
+    assert first["setting"] == results[0].setting.as_dict()
+    assert first["verified_recall"] == results[0].verified_recall
+    assert first["recall_by_similarity"]["edges"] == [0.8, 0.85, 0.9, 0.95, 1.0]
+    assert set(first["stage_seconds"]) >= {"signature_pass", "candidates", "verify", "cluster"}
+
+    with open(csv_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 and list(rows[0])[:len(CSV_FIELDS)] == CSV_FIELDS
+    assert "seconds_verify" in rows[0] and "peak_rss_mb_verify" in rows[0]
+    for row, result in zip(rows, results):
+        assert float(row["verified_recall"]) == result.verified_recall
+        assert int(row["candidate_pairs"]) == result.candidate_pairs
+        assert row["best"] == str(result is best)
+
+    table = format_table(small_evaluation, "recall")
+    assert len(table.splitlines()) == 2 + 2 + 1
+    assert "best for recall" in table and best.setting.label in table.splitlines()[-1]
+    assert [line.startswith("*") for line in table.splitlines()[2:4]] == [r is best for r in results]
+
+
+def test_write_is_atomic(small_evaluation, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    write_results(small_evaluation, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    # A failure while writing the second file: the old files stay, no temporary file is left.
+    real_fsync, calls = os.fsync, []
+
+    def failing_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="disk full"):
+        write_results(small_evaluation, out, criterion="time")
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+    # A value JSON cannot hold fails before anything is written.
+    broken = [small_evaluation.results[0]]
+    broken[0] = SettingResult(**{**broken[0].__dict__, "seconds": float("nan")})
+    fresh = tmp_path / "fresh"
+    with pytest.raises(ValueError):
+        write_results(broken, fresh)
+    assert list(fresh.iterdir()) == []
+
+
+def test_empty_corpus_and_no_true_pairs():
+    corpus = strings_corpus(["one two three four five six", "seven eight nine ten eleven twelve", ""])
+    evaluation = evaluate(corpus, [Setting(64)], backend="cpu")
+    result = evaluation.results[0]
+    assert result.true_pairs == 0 and result.verified_recall is None and result.verified_f1 is None
+    assert result.recall_by_similarity.candidate_recall == [None] * 4
+    assert "best for f1" in format_table(evaluation)
