@@ -1,4 +1,5 @@
-"""The command line: ``gpudedup dedup``, ``gpudedup params``, ``gpudedup demo``.
+"""The command line: ``gpudedup dedup``, ``gpudedup params``, ``gpudedup evaluate``,
+``gpudedup demo``.
 
 User errors (bad input, bad parameters, an occupied output directory) print one line on stderr
 and exit with code 2, without a traceback; Ctrl-C exits with code 130.
@@ -164,6 +165,67 @@ def params_command(
             mark = "  (threshold)" if float(similarity) == threshold else "  (low)" if low is not None and float(similarity) == low else ""
             table.add_row(f"{similarity}{mark}", f"{probability:.4%}", f"{1 - probability:.4%}")
         out.print(table)
+
+
+@app.command("evaluate")
+def evaluate_command(
+    inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet or .txt files, or directories of them.",
+                                                  show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
+                                         show_default=False)],
+    text_field: Annotated[str, typer.Option(help="The field holding the text.")] = "text",
+    id_field: Annotated[Optional[str], typer.Option(help="The field holding unique ids.", show_default=False)] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Use the first N documents.", show_default=False)] = None,
+    sample: Annotated[Optional[int], typer.Option(help="Then N of them at random.", show_default=False)] = None,
+    sample_seed: Annotated[int, typer.Option(help="Seed of --sample.")] = 0,
+    num_perm: Annotated[str, typer.Option(help="Comma list of K.")] = str(DEFAULT_NUM_PERM),
+    bands: Annotated[Optional[str], typer.Option(help="Comma list of b ('auto': chosen from the threshold).", show_default=False)] = None,
+    rows: Annotated[Optional[str], typer.Option(help="Comma list of r ('auto' allowed).", show_default=False)] = None,
+    max_fn: Annotated[Optional[str], typer.Option(help="Comma list of miss-probability targets for chosen b and r.", show_default=False)] = None,
+    shingle: Annotated[str, typer.Option(help="Comma list of word, char.")] = "word",
+    ngram: Annotated[str, typer.Option(help="Comma list of n-gram sizes.")] = str(DEFAULT_NGRAM),
+    threshold: Annotated[str, typer.Option(help="Comma list of thresholds.")] = str(DEFAULT_THRESHOLD),
+    criterion: Annotated[str, typer.Option(help="What 'best' means: f1, recall, precision, time, memory, "
+                                                "candidate_recall, candidate_f1, cluster_recall.")] = "f1",
+    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
+    seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = DEFAULT_SEED,
+    bucket_window: Annotated[int, typer.Option(help="As in dedup.")] = DEFAULT_BUCKET_WINDOW,
+    bin_width: Annotated[float, typer.Option(help="Width of the similarity bins of recall by similarity.")] = 0.05,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+):
+    """Score a grid of settings on a sample against its exact all-pairs Jaccard.
+
+    Every combination of the comma lists runs the real job; candidates and verified pairs are
+    compared with the exact pairs at the setting's threshold. Prints a table and the best
+    setting for --criterion, and writes evaluation.json and evaluation.csv into OUTPUT.
+    Example: [bold]gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --shingle word,char --threshold 0.7,0.8[/]
+    """
+    from . import evaluate as evaluation
+    from .io.reader import read_corpus
+
+    with user_errors():
+        settings, notes = evaluation.expand_grid(
+            evaluation.parse_list(num_perm),
+            evaluation.parse_list(bands, allow_auto=True) if bands else None,
+            evaluation.parse_list(rows, allow_auto=True) if rows else None,
+            evaluation.parse_list(shingle, str), evaluation.parse_list(ngram),
+            evaluation.parse_list(threshold, float),
+            evaluation.parse_list(max_fn, float) if max_fn else None,
+        )
+        evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
+        corpus = evaluation.select_documents(read_corpus(list(inputs), text_field, id_field), limit, sample, sample_seed)
+
+        def progress(done: int, total: int, result) -> None:
+            if not quiet:
+                err.print(f"[{done}/{total}] {escape(result.setting.label)}")
+
+        results = evaluation.evaluate(corpus, settings, backend=backend.value, seed=seed,
+                                      bucket_window=bucket_window, bin_width=bin_width, notes=notes,
+                                      on_result=progress)
+        typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
+        json_path, csv_path = evaluation.write_results(results, output, criterion)
+        if not quiet:
+            err.print(f"Results in {json_path} and {csv_path}")
 
 
 @app.command("demo")

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gpudedup
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -846,3 +848,24 @@ def test_dedup_chooses_bands_from_the_targets_and_reports_why(tmp_path):
     assert (parameters["bands"], parameters["rows"]) == (41, 10)
     assert parameters["low"] == 0.5 and parameters["max_fp"] == 0.05
     assert "P(0.5) = 0.0393" in parameters["banding_rule"]
+
+
+# --- gpudedup evaluate ----------------------------------------------------------------------
+
+
+def test_evaluate_scores_a_grid_and_writes_json_and_csv(tmp_path):
+    sample = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
+    result = CliRunner().invoke(app, ["evaluate", str(sample), "-o", str(tmp_path / "eval"), "--id-field", "id",
+                                      "--limit", "400", "--num-perm", "64,128", "--threshold", "0.8", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "best for f1" in result.output
+    evaluation = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
+    assert len(evaluation["results"]) == 2
+    csv_lines = (tmp_path / "eval" / "evaluation.csv").read_text().splitlines()
+    assert len(csv_lines) == 3  # header and one row per setting
+
+
+def test_evaluate_refuses_a_bad_criterion_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "e"),
+                                      "--criterion", "nope"])
+    assert result.exit_code == 2 and "criterion must be one of" in result.output
