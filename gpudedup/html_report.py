@@ -1,0 +1,688 @@
+"""report.html: a self-contained page describing one run.
+
+    from gpudedup.html_report import render
+    html = render(result)          # a str: one HTML page, nothing outside it
+
+What it shows: the parameters and why b and r were chosen, the counts, the S-curve and the
+candidate pairs by exact Jaccard (PNG figures embedded as base64, when matplotlib is
+installed), the largest clusters with example documents side by side, and the time and memory
+of every stage. Inline CSS only: no scripts, no fonts, no links, no external resources.
+``DedupResult.write`` writes it as report.html, with the figures as PNG files beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import html
+import math
+import re
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import plots
+from .lsh import collision_probability
+
+# name -> file written beside report.html
+FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
+
+LARGEST_CLUSTERS = 5
+EXAMPLES_PER_CLUSTER = 3  # the kept document and up to two removed ones
+EXCERPT_CHARS = 600
+IDS_LISTED = 12
+
+PARAMETER_NOTES = {
+    "threshold": "pairs whose exact Jaccard similarity is at least this are near-duplicates",
+    "shingle": "what a shingle is made of: words or characters (after normalisation)",
+    "ngram": "units per shingle",
+    "num_perm": "MinHash permutation budget K",
+    "bands": "LSH bands b",
+    "rows": "signature rows per band r",
+    "permutations_computed": "b × r: the permutations actually computed",
+    "seed": "seed of the permutations",
+    "keep": "which document of a cluster is kept",
+    "bucket_window": "each document of an LSH bucket is paired with at most this many that follow it",
+    "batch_bytes": "text per batch (memory, not results)",
+    "batch_rows": "rows per batch at most (memory, not results)",
+}
+
+STAGE_NOTES = {
+    "read": "reading the input",
+    "signature_pass": "shingling, MinHash signatures and band keys, batch by batch",
+    "shingle": "shingle hashing",
+    "signatures": "MinHash signatures",
+    "band_keys": "band keys",
+    "candidates": "pairs that share a band key",
+    "verify": "signature filter and exact Jaccard of the candidates",
+    "cluster": "connected components; the kept document of each",
+    "write": "writing the outputs (before report.json)",
+}
+
+
+# --- public API ---------------------------------------------------------------------------------
+
+
+def report_figures(result) -> dict[str, bytes]:
+    """The report's figures as PNG bytes, {name: png} (names as in FIGURE_FILES); empty when
+    matplotlib is not installed."""
+    try:
+        return _draw_figures(result)
+    except plots.PlottingUnavailable:
+        return {}
+
+
+def render(result, figures: Optional[Mapping[str, bytes]] = None) -> str:
+    """The HTML report of a DedupResult, as one self-contained page.
+
+    figures: PNG bytes by name (``report_figures``); None draws them now. Without matplotlib
+    the page has no figures and says how to get them.
+    """
+    if figures is None:
+        figures = report_figures(result)
+    report = result.report
+    parts = [
+        _head(report),
+        _summary(report),
+        _parameters(report),
+        _counts(report),
+        _figures(report, figures),
+        _clusters(result),
+        _stages(report),
+        _footer(report, figures),
+    ]
+    return "".join(parts) + "</main>\n</body>\n</html>\n"
+
+
+def write_report(result, directory, figures: Optional[Mapping[str, bytes]] = None) -> list[Path]:
+    """Write report.html and the figures' PNG files (s_curve.png, candidates_histogram.png;
+    none without matplotlib) into ``directory``; returns the paths written."""
+    directory = Path(directory)
+    if figures is None:
+        figures = report_figures(result)
+    written = []
+    for name, png in figures.items():
+        path = directory / FIGURE_FILES[name]
+        path.write_bytes(png)
+        written.append(path)
+    path = directory / "report.html"
+    path.write_text(render(result, figures), encoding="utf-8")
+    written.append(path)
+    return written
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+def _draw_figures(result) -> dict[str, bytes]:
+    p = result.report["parameters"]
+    bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
+    checked = np.asarray(result.checked_jaccard, dtype=np.float64)
+    return {
+        "s_curve": plots.s_curve_figure(bands, rows, threshold),
+        "candidates_histogram": plots.candidates_histogram_figure(checked, bands, rows, threshold),
+    }
+
+
+def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
+    p, r = report["parameters"], report["results"]
+    bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
+    at_threshold = float(collision_probability(threshold, bands, rows))
+    steepest = plots.steepest_point(bands, rows)
+    filtered = r["candidate_pairs"] - r["exactly_checked_pairs"]
+    captions = {
+        "s_curve": (
+            "LSH S-curve",
+            f"The chance P(s) = 1 − (1 − s<sup>{rows}</sup>)<sup>{bands}</sup> that a pair of Jaccard "
+            f"similarity s shares at least one of the {bands:,} band keys and becomes a candidate. "
+            f"At the threshold {_num(threshold)} it is {at_threshold:.4f}: "
+            f"{_percent(1 - at_threshold)} of the pairs right at the threshold are missed, fewer above it. "
+            f"The curve is steepest at s = {steepest:.3f} = ((r − 1)/(b·r − 1))<sup>1/r</sup>.",
+        ),
+        "candidates_histogram": (
+            "Candidate pairs by exact Jaccard",
+            f"The {r['exactly_checked_pairs']:,} candidate pairs whose exact Jaccard was computed"
+            + (f" (of {r['candidate_pairs']:,} candidates; the signature filter dropped {filtered:,} "
+               "whose signatures made J ≥ threshold implausible)" if filtered else "")
+            + f", with the S-curve on the right axis. The {r['verified_pairs']:,} pairs at or above "
+            f"{_num(threshold)} (blue) were verified; the grey ones were rejected by the exact check.",
+        ),
+    }
+    out = ['<section id="figures">\n<h2>Figures</h2>\n']
+    if not figures:
+        out.append(f'<p class="note">No figures: they need matplotlib. Install it with '
+                   f'<code>{_e(plots.INSTALL_HINT)}</code> and run again.</p>\n')
+    else:
+        out.append('<div class="figures">\n')
+        for name, (title, caption) in captions.items():
+            if name not in figures:
+                continue
+            data = base64.b64encode(figures[name]).decode("ascii")
+            out.append(
+                f'<figure>\n<img src="data:image/png;base64,{data}" alt="{_e(title)}" width="960" height="540">\n'
+                f"<figcaption><strong>{_e(title)}.</strong> {caption}</figcaption>\n</figure>\n"
+            )
+        out.append("</div>\n")
+    out.append("</section>\n")
+    return "".join(out)
+
+
+# --- page parts ---------------------------------------------------------------------------------
+
+
+CSS = """
+:root { --ink: #1f2933; --muted: #616e7c; --line: #e4e7eb; --soft: #f5f7fa; --blue: #0072b2;
+        --orange: #e69f00; --red: #d55e00; --kept: #e3f2e8; --kept-line: #2f855a; }
+* { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
+body { margin: 0; background: #fff; color: var(--ink);
+       font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", "DejaVu Sans", Arial, sans-serif; }
+main { max-width: 1120px; margin: 0 auto; padding: 32px 28px 48px; }
+h1 { font-size: 28px; line-height: 1.2; margin: 0 0 4px; letter-spacing: -0.01em; }
+h2 { font-size: 20px; margin: 40px 0 12px; padding-bottom: 6px; border-bottom: 2px solid var(--line); }
+h3 { font-size: 16px; margin: 22px 0 8px; }
+p { margin: 8px 0; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 0.9em; }
+code { background: var(--soft); padding: 1px 5px; border-radius: 4px; }
+.sub { color: var(--muted); margin: 0; }
+.note { background: #fff8e6; border-left: 4px solid var(--orange); padding: 8px 12px; border-radius: 4px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 12px; margin: 24px 0 8px; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; background: var(--soft); }
+.card .value { font-size: 26px; font-weight: 700; font-variant-numeric: tabular-nums; line-height: 1.2; }
+.card .label { color: var(--muted); font-size: 13px; text-transform: uppercase; letter-spacing: 0.04em; }
+.card .detail { color: var(--muted); font-size: 13px; }
+.grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(380px, 1fr)); gap: 8px 32px; align-items: start; }
+table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+caption { text-align: left; font-weight: 600; padding: 4px 0 6px; }
+th, td { padding: 6px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+thead th { font-size: 13px; color: var(--muted); font-weight: 600; border-bottom: 2px solid var(--line); }
+td.num, th.num { text-align: right; white-space: nowrap; }
+td.key { white-space: nowrap; font-weight: 600; }
+td.why { color: var(--muted); font-size: 13.5px; }
+tr.part td { color: var(--muted); font-size: 13.5px; }
+tr.part td:first-child { padding-left: 28px; }
+tr.total td { font-weight: 700; border-top: 2px solid var(--line); }
+.bar { height: 10px; background: var(--blue); border-radius: 2px; min-width: 1px; }
+.bar.busy { background: #9aa5b1; }
+.rule { background: var(--soft); border-radius: 6px; padding: 10px 14px; }
+.figures { display: grid; grid-template-columns: 1fr; gap: 28px; }
+figure { margin: 0; max-width: 880px; }
+figure img { width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
+figcaption { color: var(--muted); font-size: 13.5px; margin-top: 6px; }
+.cluster { border: 1px solid var(--line); border-radius: 8px; padding: 4px 18px 16px; margin: 18px 0; }
+.cluster h3 { margin-top: 14px; }
+.ids { color: var(--muted); font-size: 13.5px; overflow-wrap: anywhere; }
+.docs { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 12px; margin-top: 10px;
+        align-items: start; }
+.doc { border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px; background: #fff; min-width: 0; }
+.doc.kept { background: var(--kept); border-color: var(--kept-line); }
+.doc .head { font-size: 13px; margin-bottom: 6px; overflow-wrap: anywhere; }
+.doc .tag { display: inline-block; font-size: 11.5px; font-weight: 700; text-transform: uppercase; letter-spacing: 0.05em;
+            padding: 1px 7px; border-radius: 10px; margin-right: 6px; color: #fff; background: var(--red); }
+.doc.kept .tag { background: var(--kept-line); }
+.doc .sim { color: var(--muted); font-size: 13px; margin-bottom: 6px; }
+.doc .text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 13.5px; line-height: 1.45; margin: 0;
+             font-family: Georgia, "Times New Roman", "DejaVu Serif", serif; }
+mark { background: #ffe08a; padding: 0 1px; border-radius: 2px; }
+footer { margin-top: 40px; color: var(--muted); font-size: 13px; border-top: 1px solid var(--line); padding-top: 12px; }
+@media print { main { max-width: none; padding: 0; } .cluster, figure { break-inside: avoid; } }
+"""
+
+
+def _head(report: dict) -> str:
+    i = report["input"]
+    files = i.get("files", [])
+    source = ", ".join(_e(f["path"]) for f in files[:3])
+    if len(files) > 3:
+        source += f" and {len(files) - 3:,} more files"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>gpudedup report: {i['documents']:,} documents, "
+        f"{report['results']['removed_documents']:,} removed</title>\n"
+        f"<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+        "<header>\n<h1>Near-duplicate report</h1>\n"
+        f'<p class="sub">gpudedup {_e(report.get("gpudedup_version", ""))} · '
+        f"{_e(_short_backend(report.get('backend', '')))}"
+        + (f" · input: {source}" if source else "") + "</p>\n</header>\n"
+    )
+
+
+def _summary(report: dict) -> str:
+    i, r, p = report["input"], report["results"], report["parameters"]
+    documents = i["documents"]
+    cards = [
+        ("Documents", f"{documents:,}", f"{_bytes(i.get('text_bytes', 0))} of text"),
+        ("Clusters", f"{r['clusters']:,}", f"{r['documents_in_clusters']:,} documents in them"),
+        ("Removed", f"{r['removed_documents']:,}", f"{_percent(_ratio(r['removed_documents'], documents))} of the documents"),
+        ("Kept", f"{r['kept_documents']:,}", "written to deduplicated.*"),
+        ("Verified pairs", f"{r['verified_pairs']:,}",
+         f"Jaccard ≥ {_num(p['threshold'])} of {r['candidate_pairs']:,} candidates"),
+    ]
+    if report.get("total_seconds") is not None:
+        cards.append(("Time", f"{_seconds(_run_seconds(report))} s",
+                      f"peak memory {_mib(report.get('peak_rss_mb'))}"))
+    out = ['<section class="cards">\n']
+    for label, value, detail in cards:
+        out.append(f'<div class="card"><div class="label">{_e(label)}</div><div class="value">{value}</div>'
+                   f'<div class="detail">{_e(detail)}</div></div>\n')
+    out.append("</section>\n")
+    return "".join(out)
+
+
+def _parameters(report: dict) -> str:
+    p = report["parameters"]
+    bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
+    at_threshold = float(collision_probability(threshold, bands, rows))
+    at_half = float(collision_probability(min(0.5, threshold), bands, rows))
+    unit = "words" if p.get("shingle") == "word" else "characters"
+    rule = p.get("banding_rule", "")
+    if rule == "given":
+        rule = "given as parameters (--bands and --rows), not chosen"
+    out = [
+        '<section id="parameters">\n<h2>Parameters and why</h2>\n',
+        f"<p>Two documents are near-duplicates when the exact Jaccard similarity of their sets of "
+        f"{_e(p.get('ngram'))}-{_e(unit[:-1])} shingles is at least <strong>{_num(threshold)}</strong>. "
+        f"Candidates come from LSH with <strong>{bands:,} bands × {rows:,} rows</strong> "
+        f"({p.get('permutations_computed', bands * rows):,} of the {p.get('num_perm', bands * rows):,} "
+        f"MinHash permutations computed); every candidate is then checked exactly.</p>\n",
+        f'<p class="rule"><strong>Why {bands:,} × {rows:,}:</strong> {_e(rule)}. '
+        f"A pair at the threshold becomes a candidate with probability {at_threshold:.4f}"
+        + (f", a pair at 0.5 with {at_half:.4f}" if threshold > 0.5 else "")
+        + f"; the S-curve is steepest at s = {plots.steepest_point(bands, rows):.3f}.</p>\n",
+        '<table class="params">\n<thead><tr><th>parameter</th><th class="num">value</th><th>meaning</th></tr></thead>\n<tbody>\n',
+    ]
+    for key, value in p.items():
+        if key == "banding_rule":
+            continue
+        out.append(f'<tr><td class="key mono">{_e(key)}</td><td class="num">{_value(key, value)}</td>'
+                   f'<td class="why">{_e(PARAMETER_NOTES.get(key, ""))}</td></tr>\n')
+    out.append("</tbody>\n</table>\n</section>\n")
+    return "".join(out)
+
+
+def _counts(report: dict) -> str:
+    i, r = report["input"], report["results"]
+    files = i.get("files", [])
+    skipped = i.get("skipped_files", [])
+    input_rows = [
+        ("documents", f"{i['documents']:,}"),
+        ("files", f"{len(files):,}"),
+        ("text", _bytes(i.get("text_bytes", 0), exact=True)),
+        ("null texts", f"{i.get('null_texts', 0):,}"),
+        ("empty documents (no shingles)", f"{i.get('empty_documents', 0):,}"),
+        ("skipped files", f"{len(skipped):,}"),
+    ]
+    result_rows = [
+        ("candidate pairs (share a band key)", r["candidate_pairs"]),
+        ("exactly checked (after the signature filter)", r["exactly_checked_pairs"]),
+        ("verified pairs (Jaccard ≥ threshold)", r["verified_pairs"]),
+        ("clusters", r["clusters"]),
+        ("documents in clusters", r["documents_in_clusters"]),
+        ("removed documents", r["removed_documents"]),
+        ("kept documents", r["kept_documents"]),
+    ]
+    known = {"candidate_pairs", "exactly_checked_pairs", "verified_pairs", "clusters",
+             "documents_in_clusters", "removed_documents", "kept_documents"}
+    result_rows += [(key.replace("_", " "), value) for key, value in r.items() if key not in known]
+    out = ['<section id="counts">\n<h2>Counts</h2>\n<div class="grid2">\n',
+           "<table>\n<caption>Input</caption>\n<tbody>\n"]
+    out += [f'<tr><td>{_e(k)}</td><td class="num">{v}</td></tr>\n' for k, v in input_rows]
+    out.append("</tbody>\n</table>\n<table>\n<caption>Results</caption>\n<tbody>\n")
+    out += [f'<tr><td>{_e(k)}</td><td class="num">{_value(k, v)}</td></tr>\n' for k, v in result_rows]
+    out.append("</tbody>\n</table>\n</div>\n")
+    if len(files) > 1 or skipped:
+        shown = files[:10]
+        out.append('<table>\n<caption>Files</caption>\n<thead><tr><th>path</th><th>format</th>'
+                   '<th class="num">documents</th></tr></thead>\n<tbody>\n')
+        out += [f'<tr><td class="mono">{_e(f["path"])}</td><td>{_e(f.get("format", ""))}</td>'
+                f'<td class="num">{f.get("documents", 0):,}</td></tr>\n' for f in shown]
+        if len(files) > len(shown):
+            rest = sum(f.get("documents", 0) for f in files[len(shown):])
+            out.append(f'<tr><td colspan="2">and {len(files) - len(shown):,} more files</td>'
+                       f'<td class="num">{rest:,}</td></tr>\n')
+        out.append("</tbody>\n</table>\n")
+        if skipped:
+            listed = ", ".join(_e(str(s)) for s in skipped[:10])
+            more = f" and {len(skipped) - 10:,} more" if len(skipped) > 10 else ""
+            out.append(f'<p class="ids">Skipped (not JSONL, Parquet or .txt, or hidden): {listed}{more}</p>\n')
+    out.append("</section>\n")
+    return "".join(out)
+
+
+def _stages(report: dict) -> str:
+    stages = report.get("stages", {})
+    main = [(name, s) for name, s in stages.items() if "seconds" in s]
+    parts = [(name, s) for name, s in stages.items() if "seconds" not in s and "busy_seconds" in s]
+    longest = max([s["seconds"] for _, s in main] + [s["busy_seconds"] for _, s in parts] + [1e-9])
+    rows = []
+    for name, s in main:
+        rows.append(("", name, s["seconds"], s.get("peak_rss_mb")))
+        if name == "signature_pass":
+            rows += [("part", n, p["busy_seconds"], None) for n, p in parts]
+    if "signature_pass" not in stages:
+        rows += [("part", n, p["busy_seconds"], None) for n, p in parts]
+    out = ['<section id="stages">\n<h2>Time and memory per stage</h2>\n',
+           '<table>\n<thead><tr><th>stage</th><th>what it does</th><th class="num">seconds</th>'
+           '<th style="width:22%"></th><th class="num">peak RSS</th></tr></thead>\n<tbody>\n']
+    for kind, name, seconds, rss in rows:
+        width = max(0.0, min(100.0, 100.0 * seconds / longest))
+        note = STAGE_NOTES.get(name, "")
+        if kind == "part":
+            note = (note + "; " if note else "") + "busy seconds, summed over the worker threads"
+        out.append(
+            f'<tr class="{kind}"><td class="mono">{_e(name)}</td><td class="why">{_e(note)}</td>'
+            f'<td class="num">{_seconds(seconds)}</td>'
+            f'<td><div class="bar{" busy" if kind == "part" else ""}" style="width:{width:.1f}%"></div></td>'
+            f'<td class="num">{_mib(rss) if rss is not None else ""}</td></tr>\n'
+        )
+    total = report.get("total_seconds")
+    if total is not None:
+        label = "total"
+        if _run_seconds(report) != total:
+            label = f"total before writing (with writing: {_seconds(_run_seconds(report))} s)"
+        out.append(f'<tr class="total"><td colspan="2">{_e(label)}</td><td class="num">{_seconds(total)}</td>'
+                   f'<td></td><td class="num">{_mib(report.get("peak_rss_mb"))}</td></tr>\n')
+    out.append("</tbody>\n</table>\n<p class=\"ids\">Peak RSS is the process's resident-memory high-water "
+               "mark while the stage ran (everything alive then, not only what the stage allocated), "
+               "in MiB; the total row gives the run's peak.</p>\n</section>\n")
+    return "".join(out)
+
+
+def _run_seconds(report: dict) -> float:
+    """The run's seconds including the write: report.json's total_seconds covers the stages
+    before writing (the write's own figures are taken while it runs)."""
+    total = report["total_seconds"]
+    stages = report.get("stages", {})
+    before_write = sum(s["seconds"] for name, s in stages.items() if "seconds" in s and name != "write")
+    if "write" in stages and abs(before_write - total) < 0.01:
+        return total + stages["write"]["seconds"]
+    return total
+
+
+def _footer(report: dict, figures: Mapping[str, bytes]) -> str:
+    out = report.get("output")
+    files = ["deduplicated.parquet" if not out or out.get("format") == "parquet" else "deduplicated.jsonl",
+             "clusters.parquet", "pairs.parquet", "report.json", "report.html"]
+    files += [FIGURE_FILES[name] for name in figures]
+    where = f" in <code>{_e(out['directory'])}</code>" if out and out.get("directory") else ""
+    return (f"<footer>Backend: {_e(report.get('backend', ''))}.<br>"
+            f"Files of this run{where}: {', '.join(f'<code>{_e(f)}</code>' for f in files)}. "
+            "The numbers on this page are those of report.json.</footer>\n")
+
+
+# --- the largest clusters -----------------------------------------------------------------------
+
+
+def _clusters(result) -> str:
+    clusters = result.clusters
+    out = ['<section id="clusters">\n<h2>Largest clusters</h2>\n']
+    if clusters.num_rows == 0:
+        out.append("<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
+        return "".join(out)
+    ids = clusters["id"].combine_chunks()
+    number = clusters["cluster"].to_numpy()
+    kept = clusters["keep"].to_numpy(zero_copy_only=False)
+    sizes = np.bincount(number)
+    order = np.lexsort((np.arange(sizes.shape[0]), -sizes))[:LARGEST_CLUSTERS]
+    rows = cluster_rows(result)
+    p = result.report["parameters"]
+    shown = len(order)
+    out.append(f"<p>The {shown:,} largest of {sizes.shape[0]:,} clusters, by size. Each shows its kept "
+               f"document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
+               f"{EXCERPT_CHARS:,} characters; words that differ from the kept document are "
+               "<mark>highlighted</mark>), with their exact Jaccard similarity to the kept one.</p>\n")
+    if rows is None:
+        out.append('<p class="note">The example texts are not shown: the ids of the clusters could not '
+                   "be matched to input rows.</p>\n")
+    members_of = {int(c): np.flatnonzero(number == c) for c in order}
+    # The verified pairs inside these clusters, found with Arrow over the whole pairs table.
+    shown_ids = pa.concat_arrays([ids.take(pa.array(members_of[int(c)])) for c in order])
+    inner = _pairs_among(result.pairs, shown_ids)
+    for c in order:
+        members = members_of[int(c)]
+        out.append(_cluster_block(result, int(c), members, ids, kept, rows, inner, p))
+    out.append("</section>\n")
+    return "".join(out)
+
+
+def _cluster_block(result, cluster: int, members, ids, kept, rows, inner: dict, p: dict) -> str:
+    member_ids = [ids[int(m)].as_py() for m in members]
+    keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
+    kept_id = member_ids[keep_position]
+    member_set = set(member_ids)
+    jaccards = [j for (a, b), j in inner.items() if a in member_set]
+    out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {len(members):,} documents</h3>\n']
+    if jaccards:
+        out.append(f'<p class="ids">{len(jaccards):,} verified pairs inside it, exact Jaccard '
+                   f"{min(jaccards):.4f} to {max(jaccards):.4f}.</p>\n")
+    listed = [f"<strong>{_e(str(kept_id))}</strong> (kept)"]
+    listed += [_e(str(i)) for n, i in enumerate(member_ids) if n != keep_position][: IDS_LISTED - 1]
+    more = len(member_ids) - len(listed)
+    out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
+    if rows is not None:
+        others = [n for n in range(len(members)) if n != keep_position][: EXAMPLES_PER_CLUSTER - 1]
+        positions = [keep_position] + others
+        texts = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
+        kept_text = texts[0] or ""
+        out.append('<div class="docs">\n')
+        out.append(_document(kept_id, kept_text, None, None, kept=True))
+        for position, text in zip(others, texts[1:]):
+            doc_id = member_ids[position]
+            key = (kept_id, doc_id) if (kept_id, doc_id) in inner else (doc_id, kept_id)
+            if key in inner:
+                similarity = (inner[key], "a verified pair")
+            else:
+                value = exact_jaccard(kept_text, text or "", p["shingle"], p["ngram"])
+                similarity = (value, "computed for this page: not a verified pair; "
+                                     "the two are joined through other members")
+            out.append(_document(doc_id, text or "", similarity, kept_text, kept=False))
+        out.append("</div>\n")
+    out.append("</div>\n")
+    return "".join(out)
+
+
+def _document(doc_id, text: str, similarity, kept_text: Optional[str], kept: bool) -> str:
+    excerpt, truncated = _excerpt(text, EXCERPT_CHARS)
+    body = _e(excerpt) if kept_text is None else _highlight(excerpt, _excerpt(kept_text, 2 * EXCERPT_CHARS)[0])
+    tag = "kept" if kept else "removed"
+    sim = ""
+    if similarity is not None:
+        value, source = similarity
+        sim = f'<div class="sim">Jaccard with the kept document: <strong>{value:.4f}</strong> ({_e(source)})</div>\n'
+    length = f"{len(text):,} characters"
+    return (f'<div class="doc{" kept" if kept else ""}">\n'
+            f'<div class="head"><span class="tag">{tag}</span><span class="mono">{_e(str(doc_id))}</span> '
+            f'<span class="sim">· {length}</span></div>\n{sim}'
+            f'<p class="text">{body}{"…" if truncated else ""}</p>\n</div>\n')
+
+
+def _excerpt(text: str, limit: int) -> tuple[str, bool]:
+    """The first ``limit`` characters of ``text``, cut at a word boundary when one is near."""
+    if len(text) <= limit:
+        return text, False
+    cut = text[:limit]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    if space > limit * 0.8:
+        cut = cut[:space]
+    return cut.rstrip(), True
+
+
+_TOKEN = re.compile(r"\S+|\s+")
+
+
+def _highlight(text: str, reference: str) -> str:
+    """``text`` HTML-escaped, its words that are not aligned with equal words of ``reference``
+    (compared lower-cased, as shingling does) wrapped in <mark>. The caller passes a reference
+    longer than ``text``, so that the end of ``text`` is not marked for words the reference
+    merely did not reach."""
+    tokens = _TOKEN.findall(text)
+    words = [n for n, t in enumerate(tokens) if not t.isspace()]
+    reference_words = [t.lower() for t in _TOKEN.findall(reference) if not t.isspace()]
+    matcher = difflib.SequenceMatcher(None, reference_words, [tokens[n].lower() for n in words], autojunk=False)
+    marked = set()
+    for op, _, _, start, stop in matcher.get_opcodes():
+        if op in ("replace", "insert"):
+            marked.update(words[start:stop])
+    out = []
+    for n, token in enumerate(tokens):
+        out.append(f"<mark>{_e(token)}</mark>" if n in marked else _e(token))
+    return "".join(out)
+
+
+def exact_jaccard(text_a: str, text_b: str, shingle: str, ngram: int) -> float:
+    """The exact Jaccard similarity of two texts' shingle sets (the verification's measure)."""
+    from .shingling import ShingleSpec, shingle_sets
+
+    sets = shingle_sets([text_a, text_b], ShingleSpec(shingle, int(ngram)))
+    offsets, hashes = sets.offsets, sets.hashes
+    a, b = hashes[offsets[0]:offsets[1]], hashes[offsets[1]:offsets[2]]
+    common = np.intersect1d(a, b, assume_unique=True).shape[0]
+    union = a.shape[0] + b.shape[0] - common
+    return common / union if union else 0.0
+
+
+def _pairs_among(pairs: pa.Table, ids: pa.Array) -> dict:
+    """{(id_a, id_b): jaccard} of the pairs whose id_a is among ``ids`` (pairs never cross
+    clusters, so these are the pairs inside the clusters of ``ids``)."""
+    if pairs.num_rows == 0 or len(ids) == 0:
+        return {}
+    id_a = pairs["id_a"]
+    try:
+        mask = pc.is_in(id_a, value_set=ids.cast(id_a.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return {}
+    inside = pairs.filter(mask).to_pydict()
+    return {(a, b): j for a, b, j in zip(inside["id_a"], inside["id_b"], inside["jaccard"])}
+
+
+def cluster_rows(result) -> Optional[np.ndarray]:
+    """int64 (m,): the input row of every entry of ``result.clusters``, or None when the ids
+    cannot be matched to rows.
+
+    Uses ``result.ids`` (the id of every input row) when the result has it. Otherwise the ids
+    are rebuilt the ways gpudedup makes them (row positions; an id column of the table;
+    ``<path>:<row>`` from the report's files, rows counted from 1) and a rebuild is accepted
+    only when it maps every clustered id and the removed documents land exactly on the rows
+    where ``result.keep`` is False.
+    """
+    ids = result.clusters["id"].combine_chunks()
+    if len(ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    removed_rows = np.flatnonzero(~np.asarray(result.keep, dtype=bool))
+    removed = ~result.clusters["keep"].to_numpy(zero_copy_only=False)
+    for candidate in _id_candidates(result, ids.type):
+        if len(candidate) != result.table.num_rows:
+            continue
+        try:
+            index = pc.index_in(ids.cast(candidate.type), value_set=candidate)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            continue
+        if index.null_count:
+            continue
+        rows = index.to_numpy(zero_copy_only=False).astype(np.int64)
+        if np.array_equal(rows[removed], removed_rows) and np.all(np.diff(rows) > 0):
+            return rows
+    return None
+
+
+def _id_candidates(result, id_type: pa.DataType):
+    table, n = result.table, result.table.num_rows
+    given = getattr(result, "ids", None)
+    if given is not None:
+        yield given.combine_chunks() if isinstance(given, pa.ChunkedArray) else pa.array(given)
+    if pa.types.is_integer(id_type):
+        yield pa.array(np.arange(n, dtype=np.int64))
+    for name in table.column_names:
+        if name == result.text_field:
+            continue
+        column = table[name]
+        if pa.types.is_integer(column.type) == pa.types.is_integer(id_type) and (
+                pa.types.is_integer(column.type) or pa.types.is_string(column.type)
+                or pa.types.is_large_string(column.type)):
+            yield column.combine_chunks()
+    files = result.report.get("input", {}).get("files", [])
+    if pa.types.is_string(id_type) or pa.types.is_large_string(id_type):
+        if files and sum(f.get("documents", 0) for f in files) == n:
+            parts = [pc.binary_join_element_wise(f["path"], pa.array(np.arange(1, f["documents"] + 1).astype(str)), ":")
+                     for f in files if f.get("documents", 0)]
+            if parts:
+                yield pa.concat_arrays(parts)
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value) -> str:
+    """A parameter number as written: 0.8, 5, 1,024."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return _e(value)
+
+
+def _value(key: str, value) -> str:
+    if value is None:
+        return '<span class="why">—</span>'
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "batch_bytes" and isinstance(value, int):
+        return f"{value:,} <span class=\"why\">({_bytes(value)})</span>"
+    if isinstance(value, (int, float)):
+        return _num(value)
+    if isinstance(value, (list, tuple)):
+        return _e(", ".join(str(v) for v in value))
+    if isinstance(value, dict):
+        return _e(", ".join(f"{k}: {v}" for k, v in value.items()))
+    return _e(value)
+
+
+def _bytes(count, exact: bool = False) -> str:
+    count = int(count or 0)
+    units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
+    value, unit = float(count), 0
+    while value >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    short = f"{count:,} bytes" if unit == 0 else f"{value:,.1f} {units[unit]}"
+    return f"{count:,} bytes ({short})" if exact and unit else short
+
+
+def _mib(value) -> str:
+    return "" if value is None else f"{value:,.1f}\u00a0MiB"  # no break before the unit
+
+
+def _seconds(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if value >= 100:
+        return f"{value:,.1f}"
+    if value >= 10:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _percent(fraction: float) -> str:
+    if fraction == 0:
+        return "0 %"
+    if fraction < 0.001:
+        return f"{fraction * 100:.3f} %"
+    return f"{fraction * 100:.1f} %" if fraction >= 0.01 else f"{fraction * 100:.2f} %"
+
+
+def _ratio(part, whole) -> float:
+    return part / whole if whole else 0.0
+
+
+def _short_backend(backend: str) -> str:
+    return backend.split(" (")[0]

@@ -1,0 +1,276 @@
+"""Figures of a run, as PNG bytes: the LSH S-curve, the candidate pairs by exact Jaccard, and
+recall against similarity (for evaluations).
+
+matplotlib is an optional extra (``pip install 'gpudedup[plot]'``). It is imported inside the
+functions, never by ``import gpudedup``; without it they raise ``PlottingUnavailable`` with the
+install command. Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas,
+never through pyplot: no figure stays open, no backend is switched. Their style is set with
+``matplotlib.rc_context``, which puts the global rcParams back when a figure is done.
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import contextmanager
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from .lsh import collision_probability
+
+INSTALL_HINT = "pip install 'gpudedup[plot]'"
+
+# One palette for every figure (colour-blind safe: Okabe-Ito blue, orange, vermillion, grey).
+BLUE = "#0072B2"
+ORANGE = "#E69F00"
+RED = "#D55E00"
+GREY = "#9AA5B1"
+INK = "#1F2933"
+
+FIGURE_SIZE = (6.4, 3.6)  # inches
+DPI = 150  # 960 x 540 pixels: sharp when shown at half size on high-density screens
+
+STYLE = {
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
+    "font.size": 9.5,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 9.5,
+    "axes.edgecolor": "#52606D",
+    "axes.labelcolor": INK,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#E4E7EB",
+    "grid.linewidth": 0.7,
+    "xtick.color": "#52606D",
+    "ytick.color": "#52606D",
+    "text.color": INK,
+}
+
+
+class PlottingUnavailable(ImportError):
+    """matplotlib is not installed (the ``plot`` extra)."""
+
+
+def matplotlib_available() -> bool:
+    """Whether the figures can be drawn (matplotlib imports)."""
+    try:
+        _matplotlib()
+    except PlottingUnavailable:
+        return False
+    return True
+
+
+def steepest_point(bands: int, rows: int) -> float:
+    """The similarity where the S-curve is steepest, ((r - 1) / (b r - 1)) ** (1 / r)
+    (close to (1 / b) ** (1 / r)); 0 for r = 1, whose curve is steepest at s = 0."""
+    if rows <= 1 or bands * rows <= 1:
+        return 0.0
+    return float(((rows - 1) / (bands * rows - 1)) ** (1.0 / rows))
+
+
+def s_curve_figure(bands: int, rows: int, threshold: Optional[float] = None) -> bytes:
+    """PNG of P(s) = 1 - (1 - s^r)^b for ``bands`` x ``rows``, with the threshold and the
+    steepest point marked."""
+    with _drawing() as (figure, axes):
+        s = np.linspace(0.0, 1.0, 501)
+        axes.plot(s, collision_probability(s, bands, rows), color=ORANGE, linewidth=2.2,
+                  label=f"$P(s) = 1 - (1 - s^{{{rows}}})^{{{bands}}}$")
+        _mark_steepest(axes, bands, rows)
+        if threshold is not None:
+            _mark_threshold(axes, threshold, bands, rows, label_point=True)
+        axes.set_xlim(0, 1)
+        axes.set_ylim(-0.02, 1.04)
+        axes.set_xlabel("Jaccard similarity s of a pair")
+        axes.set_ylabel("P(pair becomes a candidate)")
+        axes.set_title(f"LSH S-curve: {bands} bands × {rows} rows", loc="left")
+        axes.legend(loc="upper left", frameon=False, fontsize=8.5)
+        return _png(figure)
+
+
+def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float,
+                                bin_width: float = 0.02, log: Optional[bool] = None) -> bytes:
+    """PNG of a histogram of candidate pairs by exact Jaccard, with the S-curve on a second axis.
+
+    jaccard: float (c,), the exact Jaccard of every candidate pair verification computed
+        (DedupResult.checked_jaccard). Bars at or above ``threshold`` (the verified pairs) are
+        drawn in a stronger colour; the threshold is a bin edge.
+    log: log-scale counts; None: when the fullest bin holds over 100 times the emptiest
+        non-empty one.
+    """
+    jaccard = np.asarray(jaccard, dtype=np.float64)
+    edges = threshold_edges(threshold, bin_width)
+    counts, _ = np.histogram(np.clip(jaccard, 0.0, 1.0), bins=edges)  # the last bin is closed
+    with _drawing() as (figure, axes):
+        left, widths = edges[:-1], np.diff(edges)
+        above = left >= threshold
+        axes.bar(left[~above], counts[~above], width=widths[~above], align="edge", color=GREY,
+                 edgecolor="white", linewidth=0.4, label="below the threshold (rejected)")
+        axes.bar(left[above], counts[above], width=widths[above], align="edge", color=BLUE,
+                 edgecolor="white", linewidth=0.4, label="at or above (verified)")
+        nonzero = counts[counts > 0]
+        if log is None:
+            log = nonzero.size > 0 and nonzero.max() > 100 * nonzero.min()
+        if log:
+            axes.set_yscale("log")
+            axes.set_ylim(0.7, max(nonzero.max(), 1) * 1.6 if nonzero.size else 10)
+        elif not nonzero.size:
+            axes.set_ylim(0, 1)
+        axes.set_xlim(0, edges[-1])
+        axes.set_xlabel("exact Jaccard similarity of the candidate pair")
+        axes.set_ylabel("candidate pairs" + (" (log scale)" if log else ""))
+        if not log:
+            axes.yaxis.set_major_formatter(_thousands_formatter())
+        axes.set_title(f"{jaccard.shape[0]:,} candidate pairs checked exactly", loc="left")
+        axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2)
+
+        curve = axes.twinx()
+        s = np.linspace(0.0, 1.0, 501)
+        curve.plot(s, collision_probability(s, bands, rows), color=ORANGE, linewidth=2.0,
+                   label=f"S-curve P(s), b = {bands}, r = {rows}")
+        curve.grid(False)
+        curve.set_ylim(0, 1.04)
+        curve.set_ylabel("P(candidate)", color=ORANGE)
+        curve.tick_params(axis="y", colors=ORANGE)
+        curve.spines["right"].set_visible(True)
+        curve.spines["right"].set_color(ORANGE)
+        curve.spines["top"].set_visible(False)
+        # One legend for both axes.
+        handles, labels = axes.get_legend_handles_labels()
+        more_handles, more_labels = curve.get_legend_handles_labels()
+        axes.legend(handles + more_handles, labels + more_labels, loc="upper left", frameon=False,
+                    fontsize=8)
+        return _png(figure)
+
+
+def recall_by_similarity_figure(bin_edges, recall_per_bin: Union[Sequence[float], Mapping[str, Sequence[float]]],
+                                label: str = "recall", *, pair_counts=None,
+                                threshold: Optional[float] = None, bands: Optional[int] = None,
+                                rows: Optional[int] = None, title: Optional[str] = None) -> bytes:
+    """PNG of recall against similarity.
+
+    bin_edges: float (k + 1,), ascending similarity bin edges.
+    recall_per_bin: float (k,), recall in each bin (NaN where a bin has no true pairs), or a
+        mapping {label: float (k,)} to compare several pipelines on one figure.
+    label: the legend entry of a single series.
+    pair_counts: optional int (k,), the true pairs in each bin, drawn as light bars on a
+        second axis.
+    threshold: marked with a dashed line. bands, rows: also draw the S-curve P(s), the recall
+        of the candidate stage that LSH theory predicts.
+    """
+    edges = np.asarray(bin_edges, dtype=np.float64)
+    if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError("bin_edges must be an ascending 1-D array of at least 2 edges")
+    series = dict(recall_per_bin) if isinstance(recall_per_bin, Mapping) else {label: recall_per_bin}
+    centers = (edges[:-1] + edges[1:]) / 2
+    with _drawing() as (figure, axes):
+        if pair_counts is not None:
+            counts = np.asarray(pair_counts, dtype=np.float64)
+            if counts.shape != centers.shape:
+                raise ValueError(f"pair_counts has {counts.shape[0]} bins, bin_edges give {centers.shape[0]}")
+            bars = axes.twinx()
+            bars.grid(False)
+            bars.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color=GREY, alpha=0.35,
+                     edgecolor="white", linewidth=0.4, label="true pairs per bin")
+            bars.set_ylabel("true pairs per bin", color="#52606D")
+            bars.yaxis.set_major_formatter(_thousands_formatter())
+            bars.spines["right"].set_visible(True)
+            bars.spines["top"].set_visible(False)
+            # The recall lines go in front of the bars of the second axis.
+            axes.set_zorder(bars.get_zorder() + 1)
+            axes.patch.set_visible(False)
+        colours = [BLUE, RED, "#009E73", "#CC79A7", "#56B4E9", INK]
+        for number, (name, values) in enumerate(series.items()):
+            values = np.asarray(values, dtype=np.float64)
+            if values.shape != centers.shape:
+                raise ValueError(f"recall of {name!r} has {values.shape[0]} bins, bin_edges give {centers.shape[0]}")
+            shown = ~np.isnan(values)
+            axes.plot(centers[shown], values[shown], marker="o", markersize=3.5, linewidth=1.8,
+                      color=colours[number % len(colours)], label=name)
+        if bands is not None and rows is not None:
+            s = np.linspace(edges[0], edges[-1], 501)
+            axes.plot(s, collision_probability(s, bands, rows), color=ORANGE, linewidth=1.6,
+                      linestyle=":", label=f"S-curve P(s), b = {bands}, r = {rows}")
+        if threshold is not None:
+            axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2, label=f"threshold {threshold:g}")
+        axes.set_xlim(edges[0], edges[-1])
+        axes.set_ylim(-0.02, 1.04)
+        axes.set_xlabel("exact Jaccard similarity")
+        axes.set_ylabel("recall")
+        axes.set_title(title or "Recall by similarity", loc="left")
+        axes.legend(loc="upper left", frameon=True, framealpha=0.9, edgecolor="none", fontsize=8.5)
+        return _png(figure)
+
+
+def threshold_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
+    """Histogram bin edges from 0, about ``bin_width`` wide, with ``threshold`` as an edge, so
+    that every bin holds either only verified pairs (J >= threshold) or only rejected ones. The
+    last edge is 1, or 1 + bin_width for threshold 1 (the last bin then holds J = 1 alone)."""
+    below = int(round(threshold / bin_width))
+    if threshold >= 1.0:
+        upper = np.array([1.0, 1.0 + bin_width])
+    else:
+        upper = np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
+    if below == 0:
+        return upper if threshold == 0 else np.concatenate([[0.0], upper])
+    return np.concatenate([np.linspace(0.0, threshold, below + 1)[:-1], upper])
+
+
+# --- drawing helpers ----------------------------------------------------------------------------
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise PlottingUnavailable(f"the figures need matplotlib ({error}); install it with: {INSTALL_HINT}") from None
+    return matplotlib, Figure, FigureCanvasAgg
+
+
+@contextmanager
+def _drawing():
+    """(Figure, the figure's Axes) inside the figure style: the rc values are read when
+    artists are made, so everything is drawn and saved within it; rc_context restores the
+    global rcParams afterwards, and no pyplot figure manager is involved."""
+    matplotlib, Figure, FigureCanvasAgg = _matplotlib()
+    with matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=FIGURE_SIZE, dpi=DPI, layout="constrained")
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        axes.set_axisbelow(True)
+        yield figure, axes
+
+
+def _mark_threshold(axes, threshold: float, bands: int, rows: int, label_point: bool) -> None:
+    axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2, label=f"threshold {threshold:g}")
+    if label_point:
+        p = float(collision_probability(threshold, bands, rows))
+        axes.plot([threshold], [p], marker="o", color=RED, markersize=5, zorder=5)
+        axes.annotate(f"P({threshold:g}) = {p:.4f}", (threshold, p), xytext=(-12, -18),
+                      textcoords="offset points", ha="right", fontsize=8.5, color=RED)
+
+
+def _mark_steepest(axes, bands: int, rows: int) -> None:
+    steepest = steepest_point(bands, rows)
+    p = float(collision_probability(steepest, bands, rows))
+    axes.plot([steepest], [p], marker="D", color=INK, markersize=4.5, zorder=5,
+              label=f"steepest point s = {steepest:.3f}")
+    left = steepest > 0.3  # the label on the left of the point, unless that is off the axes
+    axes.annotate(f"s = {steepest:.3f}, P = {p:.2f}", (steepest, p), xytext=(-8 if left else 8, 4),
+                  textcoords="offset points", ha="right" if left else "left", fontsize=8.5, color=INK)
+
+
+def _thousands_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda value, _: f"{value:,.0f}" if value == int(value) else f"{value:,.1f}")
+
+
+def _png(figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
+    return buffer.getvalue()

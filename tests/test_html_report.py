@@ -1,0 +1,250 @@
+"""report.html and the figures: the report's numbers, self-containment, escaping, the page
+without matplotlib, and a render in headless Chromium checked pixel by pixel."""
+
+import base64
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import gpudedup
+from gpudedup import html_report, plots
+
+SAMPLE = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# CI sets this (.ci/run): there a missing browser or image reader fails the test instead of
+# skipping it.
+REQUIRE_BROWSER = bool(os.environ.get("GPUDEDUP_REQUIRE_BROWSER"))
+
+needs_matplotlib = pytest.mark.skipif(not plots.matplotlib_available(),
+                                      reason=f"needs matplotlib ({plots.INSTALL_HINT})")
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    """The bundled sample deduplicated and written: (result, output directory)."""
+    result = gpudedup.dedup(SAMPLE, id_field="id", backend="cpu")
+    out = tmp_path_factory.mktemp("report") / "out"
+    result.write(out)
+    return result, out
+
+
+def visible_text(page: str) -> str:
+    """The page's text as a reader sees it: no tags, no embedded images, entities decoded."""
+    page = re.sub(r"<style>.*?</style>", " ", page, flags=re.S)
+    page = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", " ", page)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page)).replace("\u00a0", " ")
+
+
+def shows(text: str, value: str) -> bool:
+    """``value`` appears in ``text`` as a whole number (not inside a longer one)."""
+    return re.search(rf"(?<![\d.,]){re.escape(value)}(?![\d,]|\.\d)", text) is not None
+
+
+def test_report_html_shows_the_numbers_of_report_json(sample_run):
+    result, out = sample_run
+    report = json.loads((out / "report.json").read_text())
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page == html_report.render(result, {name: (out / file).read_bytes()
+                                               for name, file in html_report.FIGURE_FILES.items()})
+    text = visible_text(page)
+    r, p = report["results"], report["parameters"]
+    numbers = {
+        "documents": report["input"]["documents"], "clusters": r["clusters"],
+        "removed": r["removed_documents"], "kept": r["kept_documents"],
+        "verified pairs": r["verified_pairs"], "candidate pairs": r["candidate_pairs"],
+        "checked pairs": r["exactly_checked_pairs"], "bands": p["bands"], "rows": p["rows"],
+    }
+    assert report["input"]["documents"] >= 1000  # so that the thousands separator is tested
+    for name, value in numbers.items():
+        assert shows(text, f"{value:,}"), f"{name} = {value:,} is not on the page"
+    assert shows(text, f"{p['threshold']:g}")
+    assert f"{p['bands']:,} bands × {p['rows']:,} rows" in text
+    assert p["banding_rule"] in text
+    # Time and memory per stage, as report.json has them.
+    for stage, figures in report["stages"].items():
+        assert stage in text
+        if "seconds" in figures:
+            assert f"{figures['peak_rss_mb']:,.1f} MiB" in text
+    assert f"{report['peak_rss_mb']:,.1f} MiB" in text
+    assert "write" in report["stages"]
+
+
+def test_report_html_is_self_contained(sample_run):
+    _, out = sample_run
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page, re.I)
+    assert "http://" not in page and "https://" not in page
+    for forbidden in ("<script", "<link", "<iframe", "@import", "url("):
+        assert forbidden not in page.lower()
+    sources = re.findall(r'src="([^"]*)"', page)
+    assert all(src.startswith("data:image/png;base64,") for src in sources)
+    if plots.matplotlib_available():
+        # Both figures embedded, and the same bytes written beside the page.
+        assert len(sources) == 2
+        embedded = {base64.b64decode(src.split(",", 1)[1]) for src in sources}
+        written = {(out / file).read_bytes() for file in html_report.FIGURE_FILES.values()}
+        assert embedded == written and all(png.startswith(PNG_SIGNATURE) for png in written)
+
+
+def test_largest_clusters_show_members_and_exact_similarity(sample_run):
+    result, out = sample_run
+    page = (out / "report.html").read_text(encoding="utf-8")
+    text = visible_text(page)
+    clusters = result.clusters.to_pydict()
+    sizes = np.bincount(clusters["cluster"])
+    largest = int(np.lexsort((np.arange(sizes.shape[0]), -sizes))[0])
+    assert f"Cluster {largest:,} · {sizes[largest]:,} documents" in text
+    kept = [i for i, c, k in zip(clusters["id"], clusters["cluster"], clusters["keep"]) if c == largest and k]
+    assert f"kept {kept[0]}" in " ".join(text.split())  # the kept document's tag and id
+    # Every similarity on the page is the exact Jaccard of the two texts: the verified pairs'
+    # from pairs.parquet, the others computed again.
+    rows = html_report.cluster_rows(result)
+    row_of = dict(zip(clusters["id"], rows))
+    texts = result.table["text"]
+    pairs = result.pairs.to_pydict()
+    for a, b, j in list(zip(pairs["id_a"], pairs["id_b"], pairs["jaccard"]))[:20]:
+        computed = html_report.exact_jaccard(texts[int(row_of[a])].as_py(), texts[int(row_of[b])].as_py(),
+                                             "word", 5)
+        assert computed == pytest.approx(j, abs=1e-12)
+    assert len(re.findall(r'class="doc kept"', page)) == min(5, sizes.shape[0])
+
+
+def test_texts_and_ids_are_escaped(tmp_path):
+    evil = "<script>alert('x')</script> & <b>bold</b> " + " ".join(f"word{i}" for i in range(40))
+    table = pa.table({"doc_id": ["<a1>", "<a2>", "b"], "text": [evil, evil + " more", "other text"]})
+    result = gpudedup.dedup(table, id_field="doc_id", backend="cpu", threshold=0.5)
+    assert result.report["results"]["clusters"] == 1
+    page = html_report.render(result, figures={})
+    assert "<script" not in page and "<b>bold" not in page and "<a1>" not in page
+    assert "&lt;script&gt;" in page and "&lt;a1&gt;" in page
+    # The removed document's extra word is highlighted against the kept one.
+    assert "<mark>more</mark>" in page
+
+
+def test_report_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    assert not plots.matplotlib_available()
+    with pytest.raises(plots.PlottingUnavailable, match=re.escape(plots.INSTALL_HINT)):
+        plots.s_curve_figure(16, 6, 0.8)
+    result = gpudedup.dedup(["the cat sat on the mat today", "the cat sat on the mat today!", "a dog"],
+                            shingle="char", ngram=3, threshold=0.7, backend="cpu")
+    result.write(tmp_path / "out")
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert "report.html" in names and not any(name.endswith(".png") for name in names)
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "<img" not in page
+    assert "need matplotlib" in page and html.escape(plots.INSTALL_HINT) in page
+
+
+def test_render_from_a_notebook_result_without_write():
+    result = gpudedup.dedup(["one two three four five six", "one two three four five six",
+                             "seven eight nine"], shingle="word", ngram=2, backend="cpu")
+    page = html_report.render(result, figures={})
+    text = visible_text(page)
+    assert "Cluster 0 · 2 documents" in text and "write" not in result.report["stages"]
+
+
+def test_importing_gpudedup_does_not_import_matplotlib():
+    code = ("import sys, gpudedup, gpudedup.plots, gpudedup.html_report; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=25)
+
+
+@needs_matplotlib
+def test_plots_return_png_and_leave_pyplot_alone():
+    import matplotlib
+
+    pyplot_imported = "matplotlib.pyplot" in sys.modules
+    # dict.items: reading rcParams["backend"] through RcParams would resolve the backend
+    # (and import pyplot) itself.
+    rc_before = dict(dict.items(matplotlib.rcParams))
+    edges = np.linspace(0, 1, 11)
+    recall = np.linspace(0, 1, 10)
+    recall[0] = np.nan
+    images = [
+        plots.s_curve_figure(16, 6, 0.8),
+        plots.s_curve_figure(1, 1),
+        plots.candidates_histogram_figure(np.random.default_rng(0).random(1000), 16, 6, 0.8),
+        plots.candidates_histogram_figure(np.zeros(0), 20, 5, 1.0),
+        plots.recall_by_similarity_figure(edges, recall, "gpudedup", pair_counts=np.arange(10),
+                                          threshold=0.8, bands=16, rows=6),
+        plots.recall_by_similarity_figure(edges, {"a": recall, "b": recall / 2}),
+    ]
+    assert all(png.startswith(PNG_SIGNATURE) and len(png) > 10_000 for png in images)
+    assert dict(dict.items(matplotlib.rcParams)) == rc_before  # the style was not left behind
+    if pyplot_imported:
+        import matplotlib.pyplot as plt
+
+        assert plt.get_fignums() == []
+    else:
+        assert "matplotlib.pyplot" not in sys.modules
+    with pytest.raises(ValueError):
+        plots.recall_by_similarity_figure(edges, recall[:5])
+
+
+def test_steepest_point_and_histogram_edges():
+    # The steepest point of P(s) is where P'' = 0: check against a numerical derivative.
+    for bands, rows in [(16, 6), (20, 5), (42, 3), (9, 13)]:
+        s = np.linspace(0.01, 0.99, 100_001)
+        slope = np.gradient(gpudedup.collision_probability(s, bands, rows), s)
+        assert plots.steepest_point(bands, rows) == pytest.approx(s[np.argmax(slope)], abs=1e-3)
+    for threshold in (0.8, 0.75, 0.5, 0.01, 0.999, 1.0):
+        edges = plots.threshold_edges(threshold)
+        assert threshold in edges and edges[0] == 0 and np.all(np.diff(edges) > 0)
+        assert np.diff(edges).max() < 0.03
+
+
+def missing(message: str):
+    if REQUIRE_BROWSER:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def find_browser():
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def test_report_renders_in_headless_chromium(sample_run, tmp_path):
+    browser = find_browser()
+    if browser is None:
+        missing("needs Chromium (apt-get install chromium) to render report.html")
+    try:
+        from PIL import Image
+    except ImportError:
+        missing("needs Pillow (comes with matplotlib: pip install 'gpudedup[plot]') to read the screenshot")
+    _, out = sample_run
+    shot = tmp_path / "out.png"
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--hide-scrollbars", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+               f"--screenshot={shot}", "--window-size=1200,4000", (out / "report.html").resolve().as_uri()]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=25)
+    assert shot.exists(), f"no screenshot; chromium said:\n{run.stdout}\n{run.stderr}"
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(np.int16)
+    assert pixels.shape == (4000, 1200, 3)
+
+    def count(colour, tolerance=16):
+        return int((np.abs(pixels - np.array(colour)).max(axis=2) <= tolerance).sum())
+
+    white = count((255, 255, 255), 3)
+    assert white < 0.97 * pixels.shape[0] * pixels.shape[1], "the page is blank"
+    assert len(np.unique(pixels.reshape(-1, 3) // 8, axis=0)) > 50, "the page has almost no detail"
+    assert count((0x1F, 0x29, 0x33)) > 5_000  # text in the ink colour
+    assert count((0xE3, 0xF2, 0xE8), 4) > 20_000  # the kept documents' green boxes
+    if plots.matplotlib_available():
+        # The figures were decoded and drawn: the histogram's blue bars and the orange S-curve.
+        assert count((0x00, 0x72, 0xB2)) > 2_000
+        assert count((0xE6, 0x9F, 0x00)) > 2_000
