@@ -164,11 +164,17 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
         write_parquet(result.clusters, staging / "clusters.parquet")
         write_parquet(result.pairs, staging / "pairs.parquet")
+        # The report's figures (the slow part of report.html; none without matplotlib) are drawn
+        # within the write's time; the page itself needs the finished report, so it comes after.
+        from .html_report import report_figures, write_report
+
+        figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
         result.report["stages"]["write"] = log.snapshot("write")
         result.report["peak_rss_mb"] = max(result.report["peak_rss_mb"],
                                            result.report["stages"]["write"]["peak_rss_mb"])
         result.report["output"] = {"directory": str(Path(output_dir)), "format": format}
+        write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
         # report.json last: a directory with a report is a finished one (and the rename makes
         # the whole directory appear at once anyway).
         write_json(result.report, staging / "report.json")
