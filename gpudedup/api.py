@@ -47,6 +47,7 @@ class DedupResult:
     table: pa.Table = field(repr=False)
     inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
+    ids: Optional[pa.Array] = field(default=None, repr=False)  # the id of every input row
     checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     restore: Callable[[np.ndarray], Any] = field(default=None, repr=False)
 
@@ -122,6 +123,7 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
         table=corpus.table,
         inputs=corpus.inputs,
         text_field=corpus.text_field,
+        ids=corpus.ids,
         checked_jaccard=outcome.checked_jaccard,
         restore=restore,
     )

@@ -560,57 +560,16 @@ def _pairs_among(pairs: pa.Table, ids: pa.Array) -> dict:
 
 
 def cluster_rows(result) -> Optional[np.ndarray]:
-    """int64 (m,): the input row of every entry of ``result.clusters``, or None when the ids
-    cannot be matched to rows.
-
-    Uses ``result.ids`` (the id of every input row) when the result has it. Otherwise the ids
-    are rebuilt the ways gpudedup makes them (row positions; an id column of the table;
-    ``<path>:<row>`` from the report's files, rows counted from 1) and a rebuild is accepted
-    only when it maps every clustered id and the removed documents land exactly on the rows
-    where ``result.keep`` is False.
-    """
+    """int64 (m,): the input row of every entry of ``result.clusters``, found by its id in
+    ``result.ids`` (the id of every input row); None for a result without ids."""
     ids = result.clusters["id"].combine_chunks()
     if len(ids) == 0:
         return np.zeros(0, dtype=np.int64)
-    removed_rows = np.flatnonzero(~np.asarray(result.keep, dtype=bool))
-    removed = ~result.clusters["keep"].to_numpy(zero_copy_only=False)
-    for candidate in _id_candidates(result, ids.type):
-        if len(candidate) != result.table.num_rows:
-            continue
-        try:
-            index = pc.index_in(ids.cast(candidate.type), value_set=candidate)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            continue
-        if index.null_count:
-            continue
-        rows = index.to_numpy(zero_copy_only=False).astype(np.int64)
-        if np.array_equal(rows[removed], removed_rows) and np.all(np.diff(rows) > 0):
-            return rows
-    return None
-
-
-def _id_candidates(result, id_type: pa.DataType):
-    table, n = result.table, result.table.num_rows
-    given = getattr(result, "ids", None)
-    if given is not None:
-        yield given.combine_chunks() if isinstance(given, pa.ChunkedArray) else pa.array(given)
-    if pa.types.is_integer(id_type):
-        yield pa.array(np.arange(n, dtype=np.int64))
-    for name in table.column_names:
-        if name == result.text_field:
-            continue
-        column = table[name]
-        if pa.types.is_integer(column.type) == pa.types.is_integer(id_type) and (
-                pa.types.is_integer(column.type) or pa.types.is_string(column.type)
-                or pa.types.is_large_string(column.type)):
-            yield column.combine_chunks()
-    files = result.report.get("input", {}).get("files", [])
-    if pa.types.is_string(id_type) or pa.types.is_large_string(id_type):
-        if files and sum(f.get("documents", 0) for f in files) == n:
-            parts = [pc.binary_join_element_wise(f["path"], pa.array(np.arange(1, f["documents"] + 1).astype(str)), ":")
-                     for f in files if f.get("documents", 0)]
-            if parts:
-                yield pa.concat_arrays(parts)
+    if result.ids is None:
+        return None
+    every = result.ids.combine_chunks() if isinstance(result.ids, pa.ChunkedArray) else result.ids
+    index = pc.index_in(ids, value_set=every)
+    return index.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 # --- formatting ---------------------------------------------------------------------------------

@@ -83,3 +83,18 @@ def pytest_collection_modifyitems(config, items):
     if reason is not None:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
+
+
+def _output_names() -> list[str]:
+    """The files a dedup run writes (the figures only where matplotlib is installed)."""
+    from gpudedup import plots
+
+    names = ["clusters.parquet", "deduplicated.parquet", "pairs.parquet", "report.html", "report.json"]
+    if plots.matplotlib_available():
+        names += ["candidates_histogram.png", "s_curve.png"]
+    return sorted(names)
+
+
+@pytest.fixture
+def output_names():
+    return _output_names()
