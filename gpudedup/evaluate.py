@@ -698,6 +698,23 @@ def csv_text(results, criterion: str = "f1") -> str:
     return buffer.getvalue()
 
 
+def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
+    """PNG of recall against exact similarity for one setting (candidates, verified, and the
+    S-curve's prediction), or None without matplotlib or a result."""
+    from . import plots
+
+    if result is None or not plots.matplotlib_available():
+        return None
+    bins = result.recall_by_similarity
+    nan = float("nan")
+    series = {"candidates (LSH)": [nan if v is None else v for v in bins.candidate_recall],
+              "verified (exact)": [nan if v is None else v for v in bins.verified_recall]}
+    setting = result.setting
+    return plots.recall_by_similarity_figure(
+        bins.edges, series, pair_counts=bins.true_pairs, threshold=setting.threshold,
+        bands=result.bands, rows=result.rows, title=f"Recall by similarity: {setting.label}")
+
+
 def write_results(results, out_dir: Union[str, os.PathLike], criterion: str = "f1") -> tuple[Path, Path]:
     """Write ``evaluation.json`` (everything: corpus, ground truth, notes, every setting with
     its recall bins, the best setting) and ``evaluation.csv`` (one row per setting) into
@@ -707,16 +724,19 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: str = "f
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     contents = {
-        "evaluation.json": json.dumps(evaluation_dict(results, criterion), indent=2, allow_nan=False) + "\n",
-        "evaluation.csv": csv_text(results, criterion),
+        "evaluation.json": (json.dumps(evaluation_dict(results, criterion), indent=2, allow_nan=False) + "\n").encode(),
+        "evaluation.csv": csv_text(results, criterion).encode(),
     }
+    figure = recall_figure(best_result(_results_of(results), criterion))
+    if figure is not None:
+        contents["recall_by_similarity.png"] = figure
     temporary: dict[str, str] = {}
     try:
-        for name, text in contents.items():
+        for name, data in contents.items():
             handle, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
             temporary[name] = path
-            with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
-                file.write(text)
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
         for name, path in temporary.items():
