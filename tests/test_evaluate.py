@@ -15,6 +15,7 @@ from gpudedup.allpairs import brute_force_similar_pairs, exact_similar_pairs
 from gpudedup.api import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.errors import ParameterError
+from gpudedup import plots
 from gpudedup.evaluate import (
     CSV_FIELDS,
     Setting,
@@ -332,7 +333,10 @@ def small_evaluation(subset_corpus):
 
 def test_json_and_csv_written_and_readable(small_evaluation, subset_texts, tmp_path):
     json_path, csv_path = write_results(small_evaluation, tmp_path / "out", criterion="recall")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["evaluation.csv", "evaluation.json"]
+    expected = ["evaluation.csv", "evaluation.json"]
+    if plots.matplotlib_available():
+        expected.append("recall_by_similarity.png")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected
     data = json.loads(json_path.read_text())
     results = small_evaluation.results
     assert len(data["results"]) == len(results) == 2  # auto and 8x8; 8x16 > 64 is a note
