@@ -257,7 +257,7 @@ def print_summary(report: dict, output: Path, seconds: float) -> None:
         f"in {seconds:.1f} s on {report['backend'].split(' (')[0]}.\n"
         f"Jaccard >= {p['threshold']} over {p['shingle']} {p['ngram']}-grams; "
         f"{p['bands']} bands x {p['rows']} rows; {r['candidate_pairs']:,} candidate pairs, "
-        f"{r['verified_pairs']:,} verified.\nResults in {output}/"
+        f"{r['verified_pairs']:,} verified.\nResults in {output}/ (open {output}/report.html for the report)"
     )
 
 
