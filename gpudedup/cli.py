@@ -197,7 +197,8 @@ def evaluate_command(
 
     Every combination of the comma lists runs the real job; candidates and verified pairs are
     compared with the exact pairs at the setting's threshold. Prints a table and the best
-    setting for --criterion, and writes evaluation.json and evaluation.csv into OUTPUT.
+    setting for --criterion, and writes evaluation.json, evaluation.csv and (with matplotlib)
+    recall_by_similarity.png into OUTPUT.
     Example: [bold]gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --shingle word,char --threshold 0.7,0.8[/]
     """
     from . import evaluate as evaluation

@@ -54,7 +54,7 @@ from .allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
 from .errors import ParameterError
 from .io.reader import Corpus, SourceFile
-from .lsh import choose_bands, collision_probability
+from .lsh import collision_probability
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
                      DEFAULT_THRESHOLD, DedupParams)
 from .pipeline import map_parallel, run_dedup, text_batches
@@ -106,13 +106,10 @@ class Setting:
     max_false_negative: Optional[float] = None
 
     def params(self, **extra) -> DedupParams:
-        """The DedupParams of this setting (``extra``: seed, bucket_window, batch_bytes, ...).
-        A target (max_false_negative) is resolved here to explicit bands and rows."""
-        bands, rows = self.bands, self.rows
-        if bands is None and self.max_false_negative is not None:
-            bands, rows, _ = choose_bands(self.threshold, self.num_perm, self.max_false_negative)
+        """The DedupParams of this setting (``extra``: seed, bucket_window, batch_bytes, ...)."""
+        targets = {} if self.max_false_negative is None else {"max_fn": self.max_false_negative}
         return DedupParams(threshold=self.threshold, shingle=self.shingle, ngram=self.ngram,
-                           num_perm=self.num_perm, bands=bands, rows=rows, **extra)
+                           num_perm=self.num_perm, bands=self.bands, rows=self.rows, **targets, **extra)
 
     @property
     def banding_label(self) -> str:
@@ -175,7 +172,7 @@ def expand_grid(
                         for target in targets:
                             setting = Setting(k, None, None, kind, n, t, target)
                             try:
-                                setting.params()
+                                setting.params().banding()  # targets no b x r <= K meets
                             except ParameterError as error:
                                 notes.append(f"skipped {setting.label}: {error}")
                                 continue
@@ -390,12 +387,12 @@ def _f1(precision: Optional[float], recall: Optional[float]) -> Optional[float]:
 
 def bin_edges(threshold: float, width: float = DEFAULT_BIN_WIDTH) -> np.ndarray:
     """float64 edges threshold, threshold + width, ..., 1.0 (the last bin may be narrower and
-    includes 1.0); a threshold of 1 gives the one bin [1, 1]."""
+    includes 1.0); a threshold of 1 gives the one bin [1, 1 + width] (it holds J = 1 alone)."""
     if not 0 < width <= 1:
         raise ParameterError(f"bin width must be in (0, 1]; got {width!r}")
     count = max(1, math.ceil((1.0 - threshold) / width - 1e-9))
     edges = [round(threshold + i * width, 10) for i in range(count)] + [1.0]
-    return np.array(edges if threshold < 1 else [1.0, 1.0])
+    return np.array(edges if threshold < 1 else [1.0, 1.0 + width])
 
 
 @dataclass
@@ -506,8 +503,7 @@ def score_outcome(setting: Setting, outcome, truth: GroundTruth, n_docs: int,
         setting=setting,
         bands=int(parameters["bands"]),
         rows=int(parameters["rows"]),
-        banding_rule=(parameters["banding_rule"] if setting.max_false_negative is None else
-                      choose_bands(setting.threshold, setting.num_perm, setting.max_false_negative).rule),
+        banding_rule=parameters["banding_rule"],
         documents=n_docs,
         true_pairs=n_true,
         candidate_pairs=n_cand,
@@ -591,7 +587,7 @@ def evaluate(
     n_docs = corpus.num_rows
     results = []
     for i, s in enumerate(settings):
-        outcome = run_dedup(corpus, s.params(**extra), chosen, Progress())
+        outcome = run_dedup(corpus, s.params(**extra), chosen, Progress(), keep_candidates=True)
         result = score_outcome(s, outcome, cache.get(s.shingle, s.ngram, s.threshold), n_docs, bin_width)
         del outcome
         results.append(result)

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import plots
-from .lsh import collision_probability
+from .lsh import collision_probability, steepest_similarity
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
@@ -134,7 +134,7 @@ def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
     p, r = report["parameters"], report["results"]
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
     at_threshold = float(collision_probability(threshold, bands, rows))
-    steepest = plots.steepest_point(bands, rows)
+    steepest = steepest_similarity(bands, rows)
     filtered = r["candidate_pairs"] - r["exactly_checked_pairs"]
     captions = {
         "s_curve": (
@@ -295,7 +295,7 @@ def _parameters(report: dict) -> str:
         f'<p class="rule"><strong>Why {bands:,} × {rows:,}:</strong> {_e(rule)}. '
         f"A pair at the threshold becomes a candidate with probability {at_threshold:.4f}"
         + (f", a pair at 0.5 with {at_half:.4f}" if threshold > 0.5 else "")
-        + f"; the S-curve is steepest at s = {plots.steepest_point(bands, rows):.3f}.</p>\n",
+        + f"; the S-curve is steepest at s = {steepest_similarity(bands, rows):.3f}.</p>\n",
         '<table class="params">\n<thead><tr><th>parameter</th><th class="num">value</th><th>meaning</th></tr></thead>\n<tbody>\n',
     ]
     for key, value in p.items():
@@ -441,43 +441,63 @@ def _clusters(result) -> str:
     if rows is None:
         out.append('<p class="note">The example texts are not shown: the ids of the clusters could not '
                    "be matched to input rows.</p>\n")
-    members_of = {int(c): np.flatnonzero(number == c) for c in order}
-    # The verified pairs inside these clusters, found with Arrow over the whole pairs table.
-    shown_ids = pa.concat_arrays([ids.take(pa.array(members_of[int(c)])) for c in order])
-    inner = _pairs_among(result.pairs, shown_ids)
+    stats = _pair_stats(result.pairs, ids, number, sizes.shape[0])
     for c in order:
-        members = members_of[int(c)]
-        out.append(_cluster_block(result, int(c), members, ids, kept, rows, inner, p))
+        members = np.flatnonzero(number == c)
+        out.append(_cluster_block(result, int(c), members, ids, kept, rows, stats, p))
     out.append("</section>\n")
     return "".join(out)
 
 
-def _cluster_block(result, cluster: int, members, ids, kept, rows, inner: dict, p: dict) -> str:
-    member_ids = [ids[int(m)].as_py() for m in members]
+def _pair_stats(pairs: pa.Table, ids: pa.Array, number: np.ndarray, count: int):
+    """Per cluster: (verified pairs inside it int64 (count,), min and max Jaccard float64
+    (count,)). A pair's cluster is its id_a's (pairs never cross clusters); vectorised, so a
+    cluster of thousands of documents costs no more than its pairs' share of one pass."""
+    inside = np.zeros(count, np.int64)
+    low, high = np.full(count, np.inf), np.full(count, -np.inf)
+    if pairs.num_rows:
+        position = pc.index_in(pairs["id_a"], value_set=ids).to_numpy(zero_copy_only=False)
+        cluster = number[position.astype(np.int64)]
+        jaccard = pairs["jaccard"].to_numpy()
+        inside = np.bincount(cluster, minlength=count)
+        np.minimum.at(low, cluster, jaccard)
+        np.maximum.at(high, cluster, jaccard)
+    return inside, low, high
+
+
+def _verified_jaccard(pairs: pa.Table, first, second) -> Optional[float]:
+    """The Jaccard of the verified pair {first, second}, or None when it is not one."""
+    if pairs.num_rows == 0:
+        return None
+    a, b = (first, second) if first < second else (second, first)
+    match = pairs.filter(pc.and_(pc.equal(pairs["id_a"], a), pc.equal(pairs["id_b"], b)))
+    return match["jaccard"][0].as_py() if match.num_rows else None
+
+
+def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dict) -> str:
     keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
-    kept_id = member_ids[keep_position]
-    member_set = set(member_ids)
-    jaccards = [j for (a, b), j in inner.items() if a in member_set]
+    others = [n for n in range(len(members)) if n != keep_position]
+    kept_id = ids[int(members[keep_position])].as_py()
+    listed_ids = [ids[int(members[n])].as_py() for n in others[: IDS_LISTED - 1]]
+    inside, low, high = stats
     out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {len(members):,} documents</h3>\n']
-    if jaccards:
-        out.append(f'<p class="ids">{len(jaccards):,} verified pairs inside it, exact Jaccard '
-                   f"{min(jaccards):.4f} to {max(jaccards):.4f}.</p>\n")
-    listed = [f"<strong>{_e(str(kept_id))}</strong> (kept)"]
-    listed += [_e(str(i)) for n, i in enumerate(member_ids) if n != keep_position][: IDS_LISTED - 1]
-    more = len(member_ids) - len(listed)
+    if inside[cluster]:
+        out.append(f'<p class="ids">{int(inside[cluster]):,} verified pairs inside it, exact Jaccard '
+                   f"{low[cluster]:.4f} to {high[cluster]:.4f}.</p>\n")
+    listed = [f"<strong>{_e(str(kept_id))}</strong> (kept)"] + [_e(str(i)) for i in listed_ids]
+    more = len(members) - len(listed)
     out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
     if rows is not None:
-        others = [n for n in range(len(members)) if n != keep_position][: EXAMPLES_PER_CLUSTER - 1]
-        positions = [keep_position] + others
+        examples = others[: EXAMPLES_PER_CLUSTER - 1]
+        positions = [keep_position] + examples
         texts = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
         kept_text = texts[0] or ""
         out.append('<div class="docs">\n')
         out.append(_document(kept_id, kept_text, None, None, kept=True))
-        for position, text in zip(others, texts[1:]):
-            doc_id = member_ids[position]
-            key = (kept_id, doc_id) if (kept_id, doc_id) in inner else (doc_id, kept_id)
-            if key in inner:
-                similarity = (inner[key], "a verified pair")
+        for doc_id, text in zip(listed_ids, texts[1:]):
+            verified = _verified_jaccard(result.pairs, kept_id, doc_id)
+            if verified is not None:
+                similarity = (verified, "a verified pair")
             else:
                 value = exact_jaccard(kept_text, text or "", p["shingle"], p["ngram"])
                 similarity = (value, "computed for this page: not a verified pair; "
@@ -546,20 +566,6 @@ def exact_jaccard(text_a: str, text_b: str, shingle: str, ngram: int) -> float:
     common = np.intersect1d(a, b, assume_unique=True).shape[0]
     union = a.shape[0] + b.shape[0] - common
     return common / union if union else 0.0
-
-
-def _pairs_among(pairs: pa.Table, ids: pa.Array) -> dict:
-    """{(id_a, id_b): jaccard} of the pairs whose id_a is among ``ids`` (pairs never cross
-    clusters, so these are the pairs inside the clusters of ``ids``)."""
-    if pairs.num_rows == 0 or len(ids) == 0:
-        return {}
-    id_a = pairs["id_a"]
-    try:
-        mask = pc.is_in(id_a, value_set=ids.cast(id_a.type))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return {}
-    inside = pairs.filter(mask).to_pydict()
-    return {(a, b): j for a, b, j in zip(inside["id_a"], inside["id_b"], inside["jaccard"])}
 
 
 def cluster_rows(result) -> Optional[np.ndarray]:

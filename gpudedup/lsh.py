@@ -181,9 +181,9 @@ def bucket_pairs(keys, docs, window: int, xp=np):
     from a bucket of m (thousands of copies of one boilerplate text must not give millions of
     pairs). Returns (a int64 (p,), b int64 (p,)) with a < b, same side as the inputs.
     """
-    # A stable sort keeps each bucket in input order (numpy: kind="stable"; cupy's argsort is
-    # always a stable radix sort and accepts no ``kind``).
-    order = xp.argsort(keys, kind="stable") if xp is np else xp.argsort(keys)
+    # A stable sort keeps each bucket in input order (CuPy's argsort is always stable and
+    # accepts kind="stable").
+    order = xp.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     starts_bucket = xp.ones(keys.shape[0], dtype=bool)
     starts_bucket[1:] = sorted_keys[1:] != sorted_keys[:-1]
@@ -209,8 +209,7 @@ def candidate_pairs(keys, docs, window: int, xp=np):
     """Candidate pairs over all bands, each pair once.
 
     keys: uint64 (n, b) band keys; docs: int64 (n,) ascending document indices of the rows;
-    host or xp's side. Bands move to xp's side one at a time, so a device holds one band's keys,
-    never all of them. Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), on xp's
+    host or xp's side (host keys move to xp's side one band at a time). Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), on xp's
     side.
     """
     codes = []

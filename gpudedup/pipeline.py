@@ -37,7 +37,8 @@ class DedupOutcome:
     keep: bool (n,): False exactly for the removed duplicates.
     report: the run's report (see README, "Output formats").
     candidate_a, candidate_b: int64 (q,), a < b: every candidate pair LSH produced (before the
-        signature filter), for evaluation against exact ground truth.
+        signature filter), for evaluation against exact ground truth; empty unless run_dedup
+        was asked to keep them (they can be many, and most runs do not need them).
     checked_jaccard: float64 (c,): the exact Jaccard of every candidate pair that verification
         computed (those the signature filter passed), verified or not: what the candidates
         looked like, for the report's histogram.
@@ -64,8 +65,10 @@ def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator
 
 
 def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
-              progress: Progress | None = None, log: StageLog | None = None) -> DedupOutcome:
-    """Deduplicate ``corpus``; ``log`` may already hold stages (reading) to report with these."""
+              progress: Progress | None = None, log: StageLog | None = None,
+              keep_candidates: bool = False) -> DedupOutcome:
+    """Deduplicate ``corpus``; ``log`` may already hold stages (reading) to report with these.
+    keep_candidates: return every LSH candidate pair on the outcome (evaluate.py)."""
     progress = progress or Progress()
     log = log or StageLog()
     spec = ShingleSpec(params.shingle, params.ngram)
@@ -90,7 +93,8 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
     with log.stage("verify"):
         candidates = first.shape[0]
-        candidate_a, candidate_b = first, second
+        empty = np.zeros(0, np.int64)
+        candidate_a, candidate_b = (first, second) if keep_candidates else (empty, empty)
         likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
                            params.threshold)
         first, second = first[likely], second[likely]
@@ -109,6 +113,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     progress.advance(1)
     progress.stop()
 
+    backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
                           candidates=candidates, checked=first.shape[0],
                           verified=pair_a.shape[0], clusters=clusters)

@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .lsh import collision_probability
+from .lsh import collision_probability, steepest_similarity
 
 INSTALL_HINT = "pip install 'gpudedup[plot]'"
 
@@ -61,14 +61,6 @@ def matplotlib_available() -> bool:
     except PlottingUnavailable:
         return False
     return True
-
-
-def steepest_point(bands: int, rows: int) -> float:
-    """The similarity where the S-curve is steepest, ((r - 1) / (b r - 1)) ** (1 / r)
-    (close to (1 / b) ** (1 / r)); 0 for r = 1, whose curve is steepest at s = 0."""
-    if rows <= 1 or bands * rows <= 1:
-        return 0.0
-    return float(((rows - 1) / (bands * rows - 1)) ** (1.0 / rows))
 
 
 def s_curve_figure(bands: int, rows: int, threshold: Optional[float] = None) -> bytes:
@@ -256,7 +248,7 @@ def _mark_threshold(axes, threshold: float, bands: int, rows: int, label_point: 
 
 
 def _mark_steepest(axes, bands: int, rows: int) -> None:
-    steepest = steepest_point(bands, rows)
+    steepest = steepest_similarity(bands, rows)
     p = float(collision_probability(steepest, bands, rows))
     axes.plot([steepest], [p], marker="D", color=INK, markersize=4.5, zorder=5,
               label=f"steepest point s = {steepest:.3f}")

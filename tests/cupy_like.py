@@ -5,7 +5,7 @@ Code written against ``xp`` takes its numpy-only fast paths when ``xp is numpy``
 module it takes the paths meant for CuPy instead, and every ``xp.<name>`` it looks up must
 exist in CuPy (checked against the installed CuPy, which imports without a GPU). Calls that
 CuPy accepts differently from numpy are refused the way CuPy refuses them:
-- ``argsort(..., kind=...)``: CuPy's sort is always stable and takes no other kind;
+- ``argsort(..., kind=...)``: CuPy's sort is always stable and takes no kind but "stable";
 - ``repeat`` with an array of counts: refused by CuPy before 14.1.
 The arrays are plain numpy arrays, so results compare exactly with the numpy backend.
 """
@@ -23,8 +23,8 @@ cupy = pytest.importorskip(
 
 
 def _argsort(a, axis=-1, kind=None):
-    if kind is not None:
-        raise TypeError("cupy.argsort accepts no kind (its sort is always stable)")
+    if kind not in (None, "stable"):
+        raise TypeError("cupy.argsort accepts only kind=None or 'stable' (its sort is always stable)")
     return np.argsort(a, axis=axis, kind="stable")
 
 

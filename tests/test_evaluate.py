@@ -160,7 +160,7 @@ def test_recall_figures_agree_with_an_independent_count(subset_texts, subset_cor
         assert result.setting == setting
         truth = {p: j for p, j in oracle[setting.shingle].items() if j >= setting.threshold}
         # The same run again (runs are deterministic), counted by hand with Python sets.
-        outcome = run_dedup(subset_corpus, setting.params(), backend)
+        outcome = run_dedup(subset_corpus, setting.params(), backend, keep_candidates=True)
         candidates = set(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist()))
         verified = set(zip(outcome.pair_a.tolist(), outcome.pair_b.tolist()))
         cluster_of = dict(zip(outcome.clusters.docs.tolist(), outcome.clusters.cluster.tolist()))
@@ -235,7 +235,7 @@ def test_grid_bandings_derived_automatic_and_deduplicated():
     assert [(s.num_perm, s.max_false_negative) for s in targets] == [(128, 0.01), (128, 0.1), (8, 0.1)]
     assert len(notes) == 1 and "num_perm=8" in notes[0]
     loose = targets[1].params()
-    assert loose.bands is not None and loose.bands * loose.rows <= 128
+    assert loose.max_fn == 0.1 and loose.banding().bands * loose.banding().rows <= 128
     assert expand_grid(bands=[8, 8], rows=[4])[0] == [Setting(128, 8, 4)]
 
 
@@ -273,7 +273,7 @@ def test_bin_edges():
     assert bin_edges(0.8).tolist() == [0.8, 0.85, 0.9, 0.95, 1.0]
     assert bin_edges(0.72).tolist() == [0.72, 0.77, 0.82, 0.87, 0.92, 0.97, 1.0]
     assert bin_edges(0.5, 0.25).tolist() == [0.5, 0.75, 1.0]
-    assert bin_edges(1.0).tolist() == [1.0, 1.0]
+    assert bin_edges(1.0).tolist() == [1.0, 1.05]  # one bin holding J = 1, drawable
     with pytest.raises(ParameterError):
         bin_edges(0.5, 0)
 

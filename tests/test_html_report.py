@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
+from gpudedup.lsh import steepest_similarity
 from gpudedup import html_report, plots
 
 SAMPLE = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
@@ -197,7 +198,7 @@ def test_steepest_point_and_histogram_edges():
     for bands, rows in [(16, 6), (20, 5), (42, 3), (9, 13)]:
         s = np.linspace(0.01, 0.99, 100_001)
         slope = np.gradient(gpudedup.collision_probability(s, bands, rows), s)
-        assert plots.steepest_point(bands, rows) == pytest.approx(s[np.argmax(slope)], abs=1e-3)
+        assert steepest_similarity(bands, rows) == pytest.approx(s[np.argmax(slope)], abs=1e-3)
     for threshold in (0.8, 0.75, 0.5, 0.01, 0.999, 1.0):
         edges = plots.threshold_edges(threshold)
         assert threshold in edges and edges[0] == 0 and np.all(np.diff(edges) > 0)

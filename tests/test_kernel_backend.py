@@ -229,3 +229,15 @@ def test_dedup_api_reports_the_backend(monkeypatch):
     result = gpudedup.dedup(["a b c d e f", "a b c d e f", "x y z"], backend="cpu")
     assert result.report["backend"].startswith("numpy")
     assert result.report["parameters"]["batch_bytes"] == NumpyBackend.default_batch_bytes
+
+
+def test_host_kernels_refuse_scalars_of_the_wrong_width():
+    # CuPy passes a scalar by its own type: a Python int for an `int` parameter would garble
+    # the arguments on a GPU, so the host loader refuses what the GPU would misread.
+    kernel = HostKernels().get("band_keys.cu", "band_keys_u32", {})
+    signatures, keys = np.zeros((1, 4), np.uint32), np.zeros((1, 1), np.uint64)
+    with pytest.raises(TypeError, match="needs int32, got int"):
+        kernel((1,), (32,), (signatures, np.int64(1), 4, np.int32(1), np.int32(4), keys))
+    with pytest.raises(TypeError, match="needs int64, got int32"):
+        kernel((1,), (32,), (signatures, np.int32(1), np.int32(4), np.int32(1), np.int32(4), keys))
+    kernel((1,), (32,), (signatures, np.int64(1), np.int32(4), np.int32(1), np.int32(4), keys))

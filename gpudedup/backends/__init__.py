@@ -58,6 +58,9 @@ class Backend(Protocol):
     def synchronize(self) -> None:
         """Wait for the calling thread's queued work (for timings)."""
 
+    def release_memory(self) -> None:
+        """Return cached device memory (a GPU memory pool's free blocks) after a run."""
+
 
 def get_backend(name: str = "auto") -> Backend:
     """The backend called ``name``: "cpu" (numpy), "gpu" (cupy) or "auto"."""

@@ -97,16 +97,20 @@ class CupyKernels:
     def __init__(self, cupy):
         self.cupy = cupy
         self._modules: dict[tuple, object] = {}
+        self._kernels: dict[tuple, object] = {}
         self._lock = threading.Lock()
 
     def get(self, file_name: str, kernel_name: str, defines: dict):
         if defines not in KERNEL_TUNABLES[file_name]:
             # Only combinations proven on the host and compiled by the NVRTC tests are launched.
             raise ValueError(f"{file_name} tunables {defines} are not in kernel_tunables.KERNEL_TUNABLES")
-        key = (self.cupy.cuda.Device().id, file_name, tuple(sorted(defines.items())))
-        with self._lock:  # batches run on two threads; compile each module once
-            module = self._modules.get(key)
-            if module is None:
-                module = self.cupy.RawModule(code=kernel_source(file_name), options=compile_options(defines))
-                self._modules[key] = module
-        return module.get_function(kernel_name)
+        key = (self.cupy.cuda.Device().id, file_name, tuple(sorted(defines.items())), kernel_name)
+        kernel = self._kernels.get(key)  # a dict read: safe without the lock
+        if kernel is None:
+            with self._lock:  # batches run on two threads; compile each module once
+                module = self._modules.get(key[:3])
+                if module is None:
+                    module = self.cupy.RawModule(code=kernel_source(file_name), options=compile_options(defines))
+                    self._modules[key[:3]] = module
+                kernel = self._kernels[key] = module.get_function(kernel_name)
+        return kernel

@@ -46,28 +46,38 @@ class KernelBackend:
                  stream_factory=None):
         """xp: the array module (cupy on a GPU); kernels: a loader with
         ``get(file_name, kernel_name, defines) -> kernel(grid, block, args)``; tables: the
-        normalisation tables on xp's side; stream_factory: makes one stream per batch thread
-        (None: no streams, for host runs)."""
+        normalisation tables on xp's side; stream_factory: makes a stream for batches (None: no
+        streams, for host runs)."""
         self.xp = xp
         self.kernels = kernels
         self.description = description
         self.tables = tables or host_tables()
         self._stream_factory = stream_factory
-        self._thread_state = threading.local()
-        self._permutations: dict[int, tuple] = {}
+        # Streams are lent to batch scopes and returned, so a backend owns as many streams as
+        # batches were ever in flight at once (two), however many runs and threads use it:
+        # CuPy's memory pool keeps freed blocks per stream, and streams of finished threads
+        # would hold theirs for good.
+        self._idle_streams: list = []
+        self._permutations: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 
     # --- the Backend interface ------------------------------------------------------------
 
+    @contextlib.contextmanager
     def batch_scope(self):
-        """A context for one batch's work: this thread's own stream, so that two batches in
-        flight on two threads overlap on the device."""
+        """A context for one batch's work on a stream of its own, so that two batches in flight
+        on two threads overlap on the device. The stream is current inside the context."""
         if self._stream_factory is None:
-            return contextlib.nullcontext()
-        stream = getattr(self._thread_state, "stream", None)
-        if stream is None:
-            stream = self._thread_state.stream = self._stream_factory()
-        return stream
+            yield
+            return
+        with self._lock:
+            stream = self._idle_streams.pop() if self._idle_streams else self._stream_factory()
+        try:
+            with stream:
+                yield
+        finally:
+            with self._lock:
+                self._idle_streams.append(stream)
 
     def shingle_hashes(self, data, offsets, spec: ShingleSpec) -> ShingleBatch:
         """data uint8 (B,), offsets int64 (n + 1,) from 0, host or this side; returns the
@@ -144,28 +154,31 @@ class KernelBackend:
         return get() if get is not None else np.asarray(array)
 
     def synchronize(self) -> None:
-        """Wait for this thread's device work (for timings); a no-op on the host."""
-        scope = self.batch_scope()
-        if hasattr(scope, "synchronize"):
-            scope.synchronize()
+        """Wait for the work queued on the current stream (timings, and before arrays made
+        here are read on another stream: non-blocking streams do not wait for each other)."""
+        cuda = getattr(self.xp, "cuda", None)
+        if cuda is not None:
+            cuda.get_current_stream().synchronize()
+
+    def release_memory(self) -> None:
+        """Give the memory pool's cached free blocks back to the device (between runs)."""
+        get_pool = getattr(self.xp, "get_default_memory_pool", None)
+        if get_pool is not None and getattr(self.xp, "cuda", None) is not None:
+            get_pool().free_all_blocks()
 
     # --- helpers ----------------------------------------------------------------------------
 
     def permutation_arrays(self, permutations: Permutations):
-        """(a, b) uint32 (K,) on this side, copied once per Permutations object."""
+        """(a, b) uint32 (K,) on this side, copied once per distinct permutation family (a
+        handful are kept: an evaluation grid uses a few)."""
+        key = (permutations.a.tobytes(), permutations.b.tobytes())
         with self._lock:
-            cached = self._permutations.get(id(permutations))
-            if cached is None or cached[0] is not permutations:
+            cached = self._permutations.get(key)
+            if cached is None:
+                if len(self._permutations) >= 8:
+                    self._permutations.clear()
                 a = self.xp.asarray(np.ascontiguousarray(permutations.a, dtype=np.uint32))
                 b = self.xp.asarray(np.ascontiguousarray(permutations.b, dtype=np.uint32))
-                self.wait_for_copies()  # other threads' streams will read them
-                # Keep the object itself, so its id cannot be reused while it is cached.
-                cached = self._permutations[id(permutations)] = (permutations, a, b)
-        return cached[1], cached[2]
-
-    def wait_for_copies(self) -> None:
-        """Wait until copies issued by this thread are complete, before arrays are shared with
-        work on other streams (non-blocking streams do not wait for each other)."""
-        cuda = getattr(self.xp, "cuda", None)
-        if cuda is not None:
-            cuda.get_current_stream().synchronize()
+                self.synchronize()  # other threads' streams will read them
+                cached = self._permutations[key] = (a, b)
+        return cached

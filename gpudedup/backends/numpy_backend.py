@@ -43,3 +43,6 @@ class NumpyBackend:
 
     def synchronize(self) -> None:
         pass
+
+    def release_memory(self) -> None:
+        pass  # host memory: memory.release_unused_memory does it for every backend

@@ -31,7 +31,9 @@ def read_table(path: Path, file_format: str):
         frame = cudf.read_parquet(str(path))
     else:
         frame = cudf.read_json(str(path), lines=True, compression="infer")
-    return frame, frame.to_arrow()
+    table = frame.to_arrow()
+    table.validate(full=True)  # invalid UTF-8 raises here, and pyarrow then names the problem
+    return frame, table
 
 
 def device_utf8(column):
@@ -48,15 +50,15 @@ def device_utf8(column):
     column = column.fillna("")
     n = len(column)
     data = offsets = None
-    try:  # cuDF >= 24.12: a zero-copy pylibcudf view
-        plc_column, _ = column.to_pylibcudf(mode="read")
+    try:  # cuDF >= 24.12: a zero-copy pylibcudf view of the Series' column
+        plc_column = column._column.to_pylibcudf(mode="read")
         raw_offsets = cupy.asarray(plc_column.child(0).data())
         width = 8 if plc_column.child(0).type().id().name == "INT64" else 4
         offsets = raw_offsets.view(cupy.int64 if width == 8 else cupy.int32)
         offsets = offsets[plc_column.offset(): plc_column.offset() + n + 1].astype(cupy.int64)
         data = cupy.asarray(plc_column.data()).view(cupy.uint8) if n else cupy.zeros(0, cupy.uint8)
-    except (AttributeError, TypeError):
-        internal = column._column
+    except (AttributeError, TypeError, ValueError):
+        internal = column._column  # older cuDF: the column's own buffers
         offsets = cupy.asarray(internal.children[0].values)[internal.offset: internal.offset + n + 1]
         offsets = offsets.astype(cupy.int64)
         data = cupy.asarray(internal.base_data).view(cupy.uint8) if n else cupy.zeros(0, cupy.uint8)
@@ -80,7 +82,11 @@ def concat_device_utf8(parts) -> tuple:
     for data, offsets in parts:
         host_offsets.append(cupy.asnumpy(offsets[1:]) + shift)
         shift += int(data.shape[0])
-    return cupy.concatenate([data for data, _ in parts]), np.concatenate(host_offsets)
+    data = parts[0][0] if len(parts) == 1 else cupy.concatenate([data for data, _ in parts])
+    # The batch threads read the text on their own non-blocking streams, which do not wait for
+    # work queued here.
+    cupy.cuda.get_current_stream().synchronize()
+    return data, np.concatenate(host_offsets)
 
 
 def arrow_text_matches(table: pa.Table, text_field: str, data, offsets) -> bool:

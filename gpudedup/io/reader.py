@@ -206,7 +206,11 @@ def read_file_with_cudf(path: Path, source: SourceFile, text_field: str, id_fiel
             return None, None, None
     else:
         row_numbers = np.arange(1, table.num_rows + 1)
-    return table, row_numbers, cudf_reader.device_utf8(frame[text_field])
+    try:
+        device_part = cudf_reader.device_utf8(frame[text_field])
+    except (AttributeError, TypeError, ValueError, RuntimeError):  # a string layout we cannot view
+        device_part = None  # device_text_of copies the host text instead
+    return table, row_numbers, device_part
 
 
 def device_text_of(tables: list[pa.Table], text_field: str, device_parts: list) -> tuple:

@@ -124,9 +124,14 @@ class HostKernel:
     """One kernel of a host library, called like a cupy.RawKernel: kernel(grid, block, args).
 
     Array arguments must be C-contiguous numpy arrays of the kernel's dtypes (ctypes checks,
-    which also catches a backend handing a strided view to a kernel that reads it flat);
-    scalars may be numpy or Python integers. A launch that the shim reports as failed raises.
+    which also catches a backend handing a strided view to a kernel that reads it flat).
+    Scalars must be numpy scalars of the parameter's exact width -- np.int32 for ``int``,
+    np.int64 for ``long long`` -- because CuPy passes a scalar by its own type, and a Python
+    int or a wider type for an ``int`` parameter garbles the arguments on a GPU. A launch that
+    the shim reports as failed raises.
     """
+
+    SCALAR_TYPES = {ctypes.c_int: np.int32, ctypes.c_longlong: np.int64, ctypes.c_uint: np.uint32}
 
     def __init__(self, library, kernel_name: str, schedule: int):
         self.name = kernel_name
@@ -134,6 +139,7 @@ class HostKernel:
         launcher, self.grid_dims = LAUNCHERS[kernel_name]
         self.function = getattr(library, launcher)
         self.schedule = schedule
+        self.parameters = self.function.argtypes[self.grid_dims + 2:]  # after grid, block, schedule
 
     def __call__(self, grid, block, args):
         grid = tuple(grid) + (1,) * (self.grid_dims - len(grid))
@@ -142,6 +148,13 @@ class HostKernel:
         if block[0] > self.max_block:
             # On a GPU a launch beyond the kernel's __launch_bounds__ fails; so does it here.
             raise RuntimeError(f"{self.name}: block {block[0]} exceeds BLOCK_SIZE {self.max_block}")
+        if len(args) != len(self.parameters):
+            raise TypeError(f"{self.name} takes {len(self.parameters)} arguments, got {len(args)}")
+        for position, (arg, parameter) in enumerate(zip(args, self.parameters)):
+            wanted = self.SCALAR_TYPES.get(parameter)
+            if wanted is not None and type(arg) is not wanted:
+                raise TypeError(f"{self.name} argument {position}: needs {wanted.__name__}, got "
+                                f"{type(arg).__name__} (a GPU would read it with the wrong width)")
         args = [arg if isinstance(arg, np.ndarray) else int(arg) for arg in args]
         status = self.function(*grid[: self.grid_dims], int(block[0]), self.schedule, *args)
         if status != OK:
