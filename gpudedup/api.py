@@ -29,7 +29,8 @@ class DedupResult:
     """What ``dedup`` found.
 
     pairs: pyarrow Table (id_a, id_b, jaccard): every verified pair, id_a < id_b.
-    clusters: pyarrow Table (id, cluster, keep): every document in a cluster of two or more.
+    clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
+        more, with the id of its cluster's kept document.
     keep: numpy bool (n,), aligned with the input: False for the removed duplicates.
     deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
         cuDF, Hugging Face Dataset; a pyarrow Table for paths).
@@ -140,10 +141,14 @@ def pairs_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
 
 
 def clusters_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
-    """(id, cluster, keep) for every document in a cluster, in input order."""
+    """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
+    names the document its cluster kept (itself for the kept one)."""
     c = outcome.clusters
+    kept_doc = np.zeros(c.count, dtype=np.int64)
+    kept_doc[c.cluster[c.keep]] = c.docs[c.keep]  # one kept document per cluster
     return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
-                     "keep": pa.array(c.keep, pa.bool_())})
+                     "keep": pa.array(c.keep, pa.bool_()),
+                     "kept_id": ids.take(pa.array(kept_doc[c.cluster]))})
 
 
 def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:

@@ -223,6 +223,20 @@ def map_parallel(function, items, workers: int):
             yield pending.popleft().result()
 
 
+def balance(documents: int, skipped: int, empty: int, removed: int) -> dict:
+    """Where every input record went: the four outcomes add up to the records read.
+
+    documents: records that became documents; skipped: records left out by --on-error skip
+    (listed in errors.jsonl); empty: documents without shingles (kept, never compared);
+    removed: duplicates removed (each named with its cluster's kept document in
+    clusters.parquet). Kept with text = documents - empty - removed.
+    """
+    kept_with_text = documents - empty - removed
+    records = documents + skipped
+    outcomes = {"kept": kept_with_text, "kept_empty": empty, "removed_duplicates": removed, "skipped": skipped}
+    return {"input_records": records, **outcomes, "balanced": sum(outcomes.values()) == records and kept_with_text >= 0}
+
+
 def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty: int,
                  candidates: int, checked: int, verified: int, clusters: Clusters) -> dict:
     texts = corpus.texts
@@ -255,6 +269,7 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
             "removed_documents": removed,
             "kept_documents": corpus.num_rows - removed,
         },
+        "balance": balance(corpus.num_rows, len(getattr(corpus, "skipped_records", ())), empty, removed),
         "stages": log.as_dict(),
         "total_seconds": round(log.total_seconds, 3),
         "peak_rss_mb": log.peak_rss_mb,

@@ -100,3 +100,43 @@ def _output_names() -> list[str]:
 @pytest.fixture
 def output_names():
     return _output_names()
+
+
+def assert_conserved(result) -> None:
+    """Every input record is accounted for (report.json's balance), and every removed document
+    is named with a kept document of its own cluster. Called on every end-to-end run."""
+    balance = result.report["balance"]
+    assert balance["balanced"], balance
+    assert (balance["kept"] + balance["kept_empty"] + balance["removed_duplicates"] + balance["skipped"]
+            == balance["input_records"] == result.report["input"]["documents"] + balance["skipped"])
+    keep = np.asarray(result.keep)
+    assert balance["removed_duplicates"] == int((~keep).sum())
+    clusters = result.clusters.to_pydict()
+    kept_ids = {i for i, k in zip(clusters["id"], clusters["keep"]) if k}
+    cluster_of = dict(zip(clusters["id"], clusters["cluster"]))
+    for doc_id, cluster, kept, kept_id in zip(clusters["id"], clusters["cluster"], clusters["keep"],
+                                              clusters["kept_id"]):
+        assert kept_id in kept_ids and cluster_of[kept_id] == cluster
+        assert kept == (kept_id == doc_id)
+    assert len(kept_ids) == len(set(clusters["cluster"]))  # one kept document per cluster
+
+
+@pytest.fixture
+def conserved():
+    return assert_conserved
+
+
+@pytest.fixture(autouse=True)
+def every_run_is_conserved(monkeypatch):
+    """Check conservation (assert_conserved) on every result gpudedup.dedup makes in the test
+    suite -- the API's runs and the CLI's (CliRunner runs in process)."""
+    import gpudedup.api
+
+    original = gpudedup.api.to_result
+
+    def checked(*args, **kwargs):
+        result = original(*args, **kwargs)
+        assert_conserved(result)
+        return result
+
+    monkeypatch.setattr(gpudedup.api, "to_result", checked)

@@ -65,7 +65,7 @@ def check_planted(result: DedupResult, ids=None) -> None:
     assert pair_list(result) == sorted((ids[a], ids[b]) for a, b in EXPECTED_PAIRS)
     assert result.pairs.column_names == ["id_a", "id_b", "jaccard"]
     assert all(j == pytest.approx(55 / 57) for j in result.pairs["jaccard"].to_pylist())
-    assert result.clusters.column_names == ["id", "cluster", "keep"]
+    assert result.clusters.column_names == ["id", "cluster", "keep", "kept_id"]
     assert result.report["results"]["clusters"] == 2
     assert result.report["results"]["removed_documents"] == 3
 
@@ -492,3 +492,12 @@ def test_empty_list():
 def test_backend_cpu_matches_auto():
     texts = planted_texts()
     assert gpudedup.dedup(texts, backend="cpu").pairs.equals(gpudedup.dedup(texts).pairs)
+
+
+def test_report_balance_accounts_for_every_record():
+    texts = ["a b c d e f g", "a b c d e f g", "", None, "   ", "x y z w v u t", "a b c d e f g"]
+    result = gpudedup.dedup(texts, backend="cpu")
+    assert result.report["balance"] == {"input_records": 7, "kept": 2, "kept_empty": 3,
+                                        "removed_duplicates": 2, "skipped": 0, "balanced": True}
+    clusters = result.clusters.to_pydict()
+    assert clusters["kept_id"] == [0, 0, 0] and clusters["keep"] == [True, False, False]

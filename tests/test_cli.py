@@ -147,7 +147,7 @@ def test_dedup_writes_all_outputs(happy, output_names):
 
     # clusters: (id, cluster, keep), one kept document (the first) per cluster
     clusters = pq.read_table(out / "clusters.parquet")
-    assert clusters.column_names == ["id", "cluster", "keep"]
+    assert clusters.column_names == ["id", "cluster", "keep", "kept_id"]
     rows = clusters.to_pylist()
     groups: dict = {}
     for row in rows:
