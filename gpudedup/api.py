@@ -19,7 +19,7 @@ from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
 from .params import DedupParams
-from .memory import release_unused_memory
+from .memory import MemoryBudget, parse_size, release_unused_memory
 from .pipeline import DedupOutcome, run_dedup
 from .stages import Progress, RichProgress, StageLog
 
@@ -90,6 +90,7 @@ def dedup(
     progress: bool = False,
     batch_bytes: Optional[int] = None,
     batch_rows: int = DedupParams.batch_rows,
+    max_memory: int | str | None = None,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -102,8 +103,10 @@ def dedup(
     The other parameters are described in README ("Parameters") and params.DedupParams.
     """
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, num_perm=num_perm,
-                         bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed, keep=keep, bucket_window=bucket_window,
-                         batch_bytes=batch_bytes, batch_rows=batch_rows)
+                         bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
+                         keep=keep, bucket_window=bucket_window, batch_bytes=batch_bytes,
+                         batch_rows=batch_rows,
+                         max_memory=None if max_memory is None else parse_size(max_memory))
     chosen_backend = get_backend(backend)
     log = StageLog()
     with log.stage("read"):
@@ -111,6 +114,8 @@ def dedup(
         corpus, restore = to_corpus(data, text_field, id_field,
                                     use_cudf=chosen_backend.name == "gpu" and cudf_installed())
         release_unused_memory()
+    MemoryBudget(params.max_memory).check(
+        "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return to_result(corpus, outcome, restore)
 

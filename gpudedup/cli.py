@@ -107,6 +107,9 @@ def dedup_command(
     batch_bytes: Annotated[Optional[int], typer.Option(
         help="Text bytes per batch (memory, not results); default 2 MiB on cpu, 64 MiB on gpu.",
         show_default=False)] = None,
+    max_memory: Annotated[Optional[str], typer.Option(
+        help="Host memory the run may use, e.g. 8G or 512M: a stage that would need more stops the "
+             "run before it starts (exit code 2, nothing written).", show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):
@@ -123,7 +126,7 @@ def dedup_command(
             shingle=shingle.value, ngram=ngram, num_perm=num_perm, bands=bands, rows=rows,
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
-            batch_bytes=batch_bytes,
+            batch_bytes=batch_bytes, max_memory=max_memory,
         )
         result.write(output, format=format.value, overwrite=overwrite)
         if not quiet:

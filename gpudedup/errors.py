@@ -24,3 +24,7 @@ class OutputError(GpudedupError):
 
 class BackendUnavailableError(GpudedupError):
     """The requested backend cannot run here (for example --backend gpu without a GPU)."""
+
+
+class MemoryLimitError(GpudedupError):
+    """A stage would need more memory than --max-memory allows: said before it starts."""

@@ -9,6 +9,8 @@ benchmark corpus: 1.4 GB resident for 0.7 GB alive).
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 
 import pyarrow as pa
 
@@ -30,3 +32,59 @@ def release_unused_memory() -> None:
     pa.default_memory_pool().release_unused()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+# --- the --max-memory budget ----------------------------------------------------------------
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def parse_size(text) -> int:
+    """Bytes of a size like 4G, 512M, 1.5GiB or 1000000 (binary units: 1G = 2**30 bytes)."""
+    from .errors import ParameterError
+
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+        if not match or match.group(2).upper() not in _UNITS:
+            raise ParameterError(f"max_memory must be a size like 8G, 512M or a number of bytes; got {text!r}")
+        value, unit = float(match.group(1)), match.group(2).upper()
+    size = int(value * _UNITS[unit])
+    if size <= 0:
+        raise ParameterError(f"max_memory must be positive; got {text!r}")
+    return size
+
+
+def resident_bytes() -> int:
+    """The process's resident set now (Linux /proc/self/statm; elsewhere its high-water mark)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class MemoryBudget:
+    """--max-memory: before a stage starts, its estimated need plus what is resident now must
+    fit, or the run stops with MemoryLimitError (exit code 2, nothing written) instead of being
+    killed by the system half way. limit None: no budget."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+
+    def check(self, stage: str, need: int, advice: str) -> None:
+        if self.limit is None:
+            return
+        release_unused_memory()  # what is resident, not what the allocators keep for reuse
+        now = resident_bytes()
+        if now + need > self.limit:
+            from .errors import MemoryLimitError
+
+            raise MemoryLimitError(
+                f"--max-memory {self.limit / 2**20:,.0f} MiB: {stage} needs about "
+                f"{need / 2**20:,.0f} MiB more, with {now / 2**20:,.0f} MiB in use; {advice}"
+            )

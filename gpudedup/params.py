@@ -38,6 +38,8 @@ class DedupParams:
         documents that follow it in the bucket (bounds large buckets; see lsh.bucket_pairs).
     batch_bytes, batch_rows: batch size limits (memory, not results); batch_bytes None means
         the backend's default (2 MiB on the CPU, 64 MiB on a GPU).
+    max_memory: bytes of host memory the run may use (None: no limit); a stage whose estimated
+        need would go past it stops the run before it starts (memory.MemoryBudget).
     """
 
     threshold: float = DEFAULT_THRESHOLD
@@ -54,6 +56,7 @@ class DedupParams:
     bucket_window: int = DEFAULT_BUCKET_WINDOW
     batch_bytes: Optional[int] = None
     batch_rows: int = DEFAULT_BATCH_ROWS
+    max_memory: Optional[int] = None
 
     def __post_init__(self):
         check = _check
@@ -89,6 +92,9 @@ class DedupParams:
               "batch_bytes", self.batch_bytes, "an integer >= 1 (or None: the backend's default)")
         check(_is_int(self.batch_rows) and self.batch_rows >= 1, "batch_rows", self.batch_rows,
               "an integer >= 1")
+
+        check(self.max_memory is None or (_is_int(self.max_memory) and self.max_memory > 0),
+              "max_memory", self.max_memory, "a positive number of bytes (or None: no limit)")
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""

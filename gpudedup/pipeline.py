@@ -19,7 +19,7 @@ from .cluster import Clusters, find_clusters
 from .hashing import draw_permutations
 from .io.reader import Corpus
 from .lsh import Banding, candidate_pairs
-from .memory import release_unused_memory
+from .memory import MemoryBudget, release_unused_memory
 from .normalize import utf8_buffers
 from .ragged import weighted_ranges
 from .params import DedupParams
@@ -77,6 +77,9 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     # Text that cuDF read is on the device already; otherwise batches are cut from the host.
     texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.utf8()
     n_docs = corpus.num_rows
+    budget = MemoryBudget(params.max_memory)
+    budget.check("the signature pass", signature_pass_need(n_docs, banding, params, backend),
+                 "lower --batch-bytes, or deduplicate the input in parts")
 
     keys, active, signatures = signature_pass(texts, spec, banding, permutations, params,
                                               backend, log, progress)
@@ -100,6 +103,9 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
         first, second = first[likely], second[likely]
         del signatures, likely  # the largest things left from the signature pass
         release_unused_memory()
+        budget.check("exact verification",
+                     verification_need(corpus.text_array(), first, second, lengths, spec, params, backend),
+                     "raise --threshold or lower --bucket-window (fewer candidate pairs), or lower --batch-bytes")
         checked_jaccard = exact_jaccard(corpus.text_array(), spec, first, second, lengths, params, backend, progress)
         jaccard = checked_jaccard
         verified = jaccard >= params.threshold
@@ -195,6 +201,37 @@ def signature_pass(texts, spec, banding, permutations, params, backend, log, pro
                 np.zeros((0, width), np.uint32))
     keys, active, signatures = zip(*results)
     return xp.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+
+
+# Host bytes per byte of a batch's text in flight while the numpy backend shingles and signs
+# it: about 50 are alive (arrays), and the resident set rose by about 90 per byte of the
+# batches in flight on the benchmark corpus (allocator slack between batches). The kernel
+# backend keeps only the batch's bytes and its results on the host.
+HOST_BYTES_PER_BATCH_BYTE = {"cpu": 100, "gpu": 2}
+
+
+def signature_pass_need(n_docs: int, banding: Banding, params: DedupParams, backend) -> int:
+    """Estimated host bytes the signature pass adds: batches in flight, and per document its
+    signature row (4 bytes per permutation), band keys (8 per band) and row index."""
+    per_document = 4 * banding.bands * banding.rows + 8 * banding.bands + 8
+    in_flight = backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE.get(backend.name, 50) * batch_bytes(params, backend)
+    return n_docs * per_document + in_flight
+
+
+def verification_need(texts: pa.Array, first: np.ndarray, second: np.ndarray, lengths: np.ndarray,
+                      spec: ShingleSpec, params: DedupParams, backend) -> int:
+    """Estimated host bytes exact verification adds: the shingle sets of every document of the
+    pairs to check -- at most one shingle per code point (char n-grams) or per token (word
+    n-grams), 9 bytes each in the sparse matrix -- plus the batches shingled at a time."""
+    docs = np.unique(np.concatenate([first, second]))
+    if spec.kind == "char":
+        shingles = int(lengths[docs].sum())
+    else:
+        # Tokens are at most the runs of white space plus one (counted without splitting).
+        runs = pc.count_substring_regex(texts.take(pa.array(docs)), r"\s+")
+        shingles = int(pc.sum(runs).as_py() or 0) + docs.shape[0]
+    in_flight = backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE.get(backend.name, 50) * batch_bytes(params, backend) // 4
+    return 9 * shingles + 24 * first.shape[0] + in_flight
 
 
 def batch_bytes(params: DedupParams, backend) -> int:

@@ -869,3 +869,30 @@ def test_evaluate_refuses_a_bad_criterion_before_any_work(tmp_path):
     result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "e"),
                                       "--criterion", "nope"])
     assert result.exit_code == 2 and "criterion must be one of" in result.output
+
+
+# --- --max-memory -----------------------------------------------------------------------------
+
+
+def test_max_memory_stops_before_a_stage_that_would_exceed_it(happy):
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--max-memory", "1M")
+    assert result.exit_code == 2
+    assert "--max-memory 1 MiB" in result.output and "Traceback" not in result.output
+    assert not (happy / "out").exists() and leftovers(happy) == []
+
+
+def test_max_memory_generous_limit_runs_and_bad_sizes_are_refused(happy):
+    assert invoke("dedup", "data.jsonl", "-o", "out", "-q", "--max-memory", "64G").exit_code == 0
+    result = invoke("dedup", "data.jsonl", "-o", "out2", "-q", "--max-memory", "lots")
+    assert result.exit_code == 2 and "max_memory must be a size like 8G" in result.output
+
+
+def test_parse_size():
+    from gpudedup.errors import ParameterError
+    from gpudedup.memory import parse_size
+
+    assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20 and parse_size("1.5GiB") == 3 << 29
+    assert parse_size("1000") == 1000 and parse_size(2048) == 2048 and parse_size("2 TB") == 2 << 40
+    for bad in ("", "-1G", "0", "1X", "G"):
+        with pytest.raises(ParameterError):
+            parse_size(bad)
