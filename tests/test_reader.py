@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpudedup.errors import InputError
+from gpudedup.errors import InputError, ParameterError
 from gpudedup.io.reader import Corpus, display_path, find_input_files, read_corpus
 
 
@@ -370,3 +370,178 @@ def test_line_longer_than_the_json_block_size(in_tmp):
     corpus = read_corpus(["long.jsonl"])
     assert corpus.texts.to_pylist() == ["a b c", long_text, "d e f"]
     assert ids_of(corpus) == ["long.jsonl:1", "long.jsonl:2", "long.jsonl:3"]
+
+
+# --- regressions found by fuzzing ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", [b"null", b"null\n", b" null\n", b'null\n{"text": "a"}\n',
+                                     b'{"text": "a"}\n' * 20000 + b"null\n" + b'{"text": "b"}\n' * 20000])
+def test_null_line_is_refused_without_crashing_arrow(in_tmp, content):
+    """pyarrow 26's JSON reader dies with SIGSEGV on a `null` line at the start of a block;
+    the reader must never hand it such a file."""
+    (in_tmp / "nulls.jsonl").write_bytes(content)
+    with pytest.raises(InputError, match=r"nulls.jsonl:\d+: expected a JSON object, got null"):
+        read_corpus(["nulls.jsonl"])
+    corpus = read_corpus(["nulls.jsonl"], on_error="skip")
+    assert [r["reason"] for r in corpus.skipped_records] == ["expected a JSON object, got null"]
+    assert corpus.num_rows == content.count(b"{")
+
+
+def test_empty_jsonl_with_id_field(in_tmp):
+    (in_tmp / "empty.jsonl").write_bytes(b"")
+    write_jsonl(in_tmp / "one.jsonl", [{"id": "a", "text": "x"}])
+    corpus = read_corpus(["empty.jsonl", "one.jsonl"], id_field="id")
+    assert ids_of(corpus) == ["a"]
+
+
+def test_txt_file_with_id_field_is_an_input_error(in_tmp):
+    (in_tmp / "note.txt").write_text("some text")
+    with pytest.raises(InputError, match="note.txt: a .txt file .* no id field 'id'"):
+        read_corpus(["note.txt"], id_field="id")
+
+
+@pytest.mark.parametrize("content, line, fragment", [
+    (b'{"text": "a"} {"text": "b"}\n', 1, "Extra data"),
+    (b'{"text": "a"}\n{"text":\n"b"}\n', 2, "invalid JSON"),
+    (b'{"text": "a"}\r{"text": "b"}\n', 1, "carriage return"),
+    (b'{"text": "a", "m": {"k": 1}}\n{"text": "b", "m": {"k": "x"}}\n', 2, "'m.k' is a string, but a number on line 1"),
+    (b'{"text": "a", "l": [1, "x"]}\n', 1, "'l[]' is a string, but a number earlier on this line"),
+])
+def test_records_must_sit_one_to_a_line(in_tmp, content, line, fragment):
+    """Arrow reads two objects on one line, an object across lines and a lone \\r as a line
+    end; the line numbers (ids) would then be wrong, so these are refused."""
+    (in_tmp / "odd.jsonl").write_bytes(content)
+    with pytest.raises(InputError) as info:
+        read_corpus(["odd.jsonl"])
+    assert f"odd.jsonl:{line}:" in str(info.value) and fragment in str(info.value)
+
+
+# --- on_error="skip" ----------------------------------------------------------------------------
+
+
+def test_on_error_must_be_stop_or_skip(in_tmp):
+    write_jsonl(in_tmp / "a.jsonl", [{"text": "x"}])
+    with pytest.raises(ParameterError, match="on_error"):
+        read_corpus(["a.jsonl"], on_error="ignore")
+
+
+BAD_LINES = [
+    (b'{"text": "a b c", "n": 1}', None),
+    (b'{"text": "b c d"', "invalid JSON (Expecting ',' delimiter at column 17)"),
+    (b"", None),  # blank: not a record
+    (b"[1, 2]", "expected a JSON object, got an array"),
+    (b'{"text": 42}', "field 'text' is a number, expected a string"),
+    (b'{"text": "c\xff"}', "invalid UTF-8 (byte 0xff at column 12)"),
+    (b'{"n": 7}', None),  # no text: a null text, kept
+    (b'{"text": "d", "n": "seven"}', "field 'n' is a string, but a number on line 1; a field must hold values of one type"),
+    (b"null", "expected a JSON object, got null"),
+    (b'{"text": "e e e", "n": 9}', None),
+]
+
+
+def test_skip_leaves_out_bad_lines_and_keeps_line_ids(in_tmp):
+    (in_tmp / "bad.jsonl").write_bytes(b"\n".join(line for line, _ in BAD_LINES) + b"\n")
+    with pytest.raises(InputError, match="bad.jsonl:2: invalid JSON"):
+        read_corpus(["bad.jsonl"])
+    corpus = read_corpus(["bad.jsonl"], on_error="skip")
+    good = [i for i, (line, problem) in enumerate(BAD_LINES, start=1) if line and problem is None]
+    assert ids_of(corpus) == [f"bad.jsonl:{i}" for i in good]
+    assert corpus.texts.to_pylist() == ["a b c", None, "e e e"]
+    assert corpus.table["n"].to_pylist() == [1, 7, 9]
+    assert [f.row_numbers.tolist() for f in corpus.files] == [good]
+    assert corpus.skipped_records == [
+        {"file": "bad.jsonl", "line": i, "reason": problem}
+        for i, (_, problem) in enumerate(BAD_LINES, start=1) if problem]
+
+
+def test_skip_on_a_clean_file_is_the_same_as_stop(in_tmp):
+    make_tree(in_tmp / "corpus")
+    stop, skip = read_corpus(["corpus"]), read_corpus(["corpus"], on_error="skip")
+    assert skip.table.equals(stop.table) and skip.ids.equals(stop.ids)
+    assert skip.skipped_records == [] and stop.skipped_records == []
+
+
+def test_skip_whole_files(in_tmp):
+    good = [{"text": paragraph(1)}, {"text": paragraph(2)}]
+    write_jsonl(in_tmp / "d" / "1.jsonl", good)
+    raw = gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in good * 50))
+    (in_tmp / "d" / "2.jsonl.gz").write_bytes(raw[: len(raw) // 2])
+    (in_tmp / "d" / "3.parquet").write_bytes(b"PAR1 not really")
+    (in_tmp / "d" / "4.txt").write_bytes(b"ok\nnot \xff ok\n")
+    write_jsonl(in_tmp / "d" / "5.jsonl", [{"body": "no text field"}, {"body": "anywhere"}])
+    (in_tmp / "d" / "6.jsonl").write_bytes(b'{"body": "x"}\n{oops\n')  # a bad line, then no text field
+    pq.write_table(pa.table({"text": ["p q r"]}), in_tmp / "d" / "7.parquet")
+    corpus = read_corpus(["d"], on_error="skip")
+    assert ids_of(corpus) == ["d/1.jsonl:1", "d/1.jsonl:2", "d/7.parquet:1"]
+    assert [f.path for f in corpus.files] == ["d/1.jsonl", "d/7.parquet"]
+    records = corpus.skipped_records
+    assert [(r["file"], r["line"]) for r in records] == [
+        ("d/2.jsonl.gz", None), ("d/3.parquet", None), ("d/4.txt", None), ("d/5.jsonl", None), ("d/6.jsonl", None)]
+    assert "corrupt or truncated gzip" in records[0]["reason"]
+    assert "not a readable Parquet file" in records[1]["reason"]
+    assert records[2]["reason"] == "line 2: invalid UTF-8 (byte 0xff at byte offset 7)"
+    assert records[3]["reason"].startswith("no field 'text'")
+    assert records[4]["reason"].startswith("no field 'text'")
+
+
+def test_skip_everything_gives_an_empty_corpus(in_tmp):
+    (in_tmp / "bad.jsonl").write_bytes(b"garbage\n")
+    (in_tmp / "bad.parquet").write_bytes(b"garbage")
+    corpus = read_corpus(["bad.jsonl", "bad.parquet"], on_error="skip")
+    assert corpus.num_rows == 0 and len(corpus.ids) == 0
+    assert [(f.path, f.rows) for f in corpus.files] == [("bad.jsonl", 0)]  # read, every line left out
+    assert [(r["file"], r["line"]) for r in corpus.skipped_records] == [("bad.jsonl", 1), ("bad.parquet", None)]
+
+
+def test_skip_bad_ids_and_duplicates_keeps_the_first(in_tmp):
+    write_jsonl(in_tmp / "a.jsonl", [{"id": "x", "text": "1"}, {"text": "no id"}, {"id": None, "text": "null id"},
+                                     {"id": True, "text": "bool id"}, {"id": "y", "text": "2"}, {"id": "x", "text": "3"}])
+    write_jsonl(in_tmp / "b.jsonl", [{"id": "y", "text": "4"}, {"id": "z", "text": "5"}])
+    with pytest.raises(InputError, match="a.jsonl:2: id field 'id' is missing or null"):
+        read_corpus(["a.jsonl", "b.jsonl"], id_field="id")
+    corpus = read_corpus(["a.jsonl", "b.jsonl"], id_field="id", on_error="skip")
+    assert ids_of(corpus) == ["x", "y", "z"]
+    assert corpus.texts.to_pylist() == ["1", "2", "5"]
+    assert [f.row_numbers.tolist() for f in corpus.files] == [[1, 5], [2]]
+    assert corpus.skipped_records == [
+        {"file": "a.jsonl", "line": 2, "reason": "id field 'id' is missing or null"},
+        {"file": "a.jsonl", "line": 3, "reason": "id field 'id' is missing or null"},
+        {"file": "a.jsonl", "line": 4, "reason": "id field 'id' is a boolean, expected a string or an integer"},
+        {"file": "a.jsonl", "line": 6, "reason": "duplicate id 'x': the same id as a.jsonl:1, which is kept"},
+        {"file": "b.jsonl", "line": 1, "reason": "duplicate id 'y': the same id as a.jsonl:5, which is kept"},
+    ]
+
+
+def test_skip_parquet_rows_with_null_ids_or_invalid_text(in_tmp):
+    texts = pa.array([b"one", b"tw\xffo", b"three", b"four"], pa.binary())
+    pq.write_table(pa.table({"id": [1, 2, None, 4], "text": texts}), in_tmp / "rows.parquet")
+    with pytest.raises(InputError, match="rows.parquet: row 2: field 'text' is not valid UTF-8"):
+        read_corpus(["rows.parquet"], id_field="id")
+    corpus = read_corpus(["rows.parquet"], id_field="id", on_error="skip")
+    assert ids_of(corpus) == [1, 4] and corpus.texts.to_pylist() == ["one", "four"]
+    assert corpus.skipped_records == [
+        {"file": "rows.parquet", "line": 2, "reason": "field 'text' is not valid UTF-8"},
+        {"file": "rows.parquet", "line": 3, "reason": "id field 'id' is null"}]
+    no_ids = read_corpus(["rows.parquet"], on_error="skip")
+    assert ids_of(no_ids) == ["rows.parquet:1", "rows.parquet:3", "rows.parquet:4"]
+
+
+def test_skip_files_that_cannot_be_combined(in_tmp):
+    write_jsonl(in_tmp / "a.jsonl", [{"id": 1, "text": "x", "m": 1}])
+    write_jsonl(in_tmp / "b.jsonl", [{"id": 2, "text": "y", "m": "one"}])
+    write_jsonl(in_tmp / "c.jsonl", [{"id": "three", "text": "z"}])
+    write_jsonl(in_tmp / "d.jsonl", [{"id": 4, "text": "w", "m": 2}])
+    corpus = read_corpus(["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"], id_field="id", on_error="skip")
+    assert ids_of(corpus) == [1, 4]
+    assert [(r["file"], r["line"]) for r in corpus.skipped_records] == [("b.jsonl", None), ("c.jsonl", None)]
+    assert "cannot be combined" in corpus.skipped_records[0]["reason"]
+    assert "cannot be combined" in corpus.skipped_records[1]["reason"]  # id: int64 vs string
+
+
+def test_same_directory_or_file_given_twice_is_read_once(in_tmp):
+    make_tree(in_tmp / "corpus")
+    corpus = read_corpus(["corpus", "corpus/c", "corpus/a.jsonl"])
+    assert corpus.num_rows == read_corpus(["corpus"]).num_rows
+    assert corpus.notes == ["corpus/c: skipped: the same directory as corpus/c, already read",
+                            "corpus/a.jsonl: skipped: the same file as corpus/a.jsonl, already read"]
