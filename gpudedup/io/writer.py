@@ -1,16 +1,50 @@
 """Writing a run's results into an output directory, atomically.
 
-Everything is written into a fresh temporary directory beside the target and renamed into
-place at the end, so an interrupted or failed run leaves either the previous complete output
-or none, never a half-written directory that looks complete.
+An interrupted, killed or failed run leaves either the previous complete output or none, never
+a half-written directory that looks complete. ``atomic_output_dir`` does it in this order:
+
+1. ``check_output_dir`` (the CLI also calls it before any work).
+2. Staging directories left beside OUT by earlier runs of this machine that were killed
+   (SIGKILL, a power cut) and whose process is gone are removed (``remove_stale_staging``).
+3. A staging directory ``.<OUT name>.tmp-<host>-<pid>-<random>`` is made beside OUT, on the
+   same file system, with ``mkdir`` mode 0o777 so that the user's umask applies to it as to
+   any directory (``tempfile.mkdtemp`` would make it 0700, and OUT with it).
+4. The caller writes every file into it (report.json last).
+5. The commit, with SIGINT, SIGTERM and SIGHUP held back (``signals_held``):
+   - OUT does not exist: ``rename(staging, OUT)``: OUT appears complete, in one step.
+   - OUT exists (``--overwrite``): on Linux ``renameat2(staging, OUT, RENAME_EXCHANGE)`` swaps
+     the two names in one step, so OUT is at every moment the old complete output or the new
+     one; only then is the old one, now under the staging name, deleted. Where the system or
+     the file system cannot exchange: ``rename(OUT, .<OUT name>.old-<host>-<pid>-<random>)``,
+     ``rename(staging, OUT)`` (if that fails, the old one is renamed back), then the old one is
+     deleted. Either way the old output is deleted only after the new one is complete and in
+     place; in the fallback OUT is absent between the two renames (microseconds, with signals
+     held back, so only SIGKILL or a crash can stop there, leaving the old output whole under
+     its .old- name).
+   A signal that arrives during the commit is delivered again right after it; the
+   KeyboardInterrupt it raises then carries ``output_written`` (the path of OUT), so that a
+   caller can say that the results were written.
+6. Any exception or interrupt before the commit removes the staging directory (signals held
+   back meanwhile) and goes on; OUT is untouched.
+
+Nothing in this module reads what an input or an existing OUT contains; OUT's name and parent
+come from the caller only, never from the data.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import signal
+import socket
+import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -32,13 +66,15 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool,
     delete input, and outputs inside an input directory would be read as input next time).
     Called before any work, so a refused run costs nothing."""
     out = Path(path)
-    resolved = out.resolve()
+    resolved = _resolve(out)
     for given in inputs:
-        source = Path(given).resolve()
+        source = _resolve(Path(given))
+        if source is None or resolved is None:  # a symbolic link loop: the reader explains it
+            continue
         if source == resolved or resolved in source.parents or (source.is_dir() and source in resolved.parents):
             raise OutputError(f"{out}: the output directory must not be, hold or lie inside the input "
                               f"{given}; choose another --output")
-    if out.exists() and not out.is_dir():
+    if os.path.lexists(out) and not out.is_dir():  # a file, or a link to none (broken, a loop)
         raise OutputError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise OutputError(f"{out}: output directory exists and is not empty; use --overwrite to replace it")
@@ -50,36 +86,190 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool,
     return out
 
 
+def _resolve(path: Path) -> Optional[Path]:
+    """``path.resolve()``, or None for a symbolic link loop (RuntimeError before Python 3.13)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
 @contextmanager
 def atomic_output_dir(path: str | os.PathLike, overwrite: bool,
                       inputs: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
-    """Yield a temporary directory to fill; on success it replaces ``path`` in one rename."""
+    """Yield a new, empty staging directory to fill; when the block ends without an exception
+    it replaces ``path`` (see the module's docstring for the exact sequence); when it raises
+    (KeyboardInterrupt included) the staging directory is removed and ``path`` is untouched."""
     out = check_output_dir(path, overwrite, inputs)
     parent = out.absolute().parent
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    remove_stale_staging(parent, out.name)
+    staging: Optional[Path] = None
+    committed = False
     try:
-        # mkdtemp makes 0700 directories; outputs should follow the user's umask like any file.
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)
+        with signals_held():
+            staging = new_staging_dir(parent, out.name, "tmp")
         yield staging
-        replace_dir(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        with signals_held():
+            replace_dir(staging, out)
+            committed = True
+    except BaseException as error:
+        if committed:  # an interrupt delivered right after the commit: OUT is the new output
+            if isinstance(error, KeyboardInterrupt):
+                error.output_written = out
+            raise
+        if staging is not None:
+            with signals_held():
+                remove_path(staging)
         raise
 
 
 def replace_dir(staging: Path, out: Path) -> None:
-    """Put ``staging`` where ``out`` is. An existing ``out`` is moved aside first and removed
-    after, so at every moment ``out`` is either the old complete output, absent, or the new."""
-    if not out.exists():
+    """Put ``staging`` where ``out`` is; the old ``out``, if any, is deleted after the new one
+    is in place (exchanged in one step where the system can, else moved aside first)."""
+    if not os.path.lexists(out):
         staging.rename(out)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
-    old.rmdir()
+    if exchange_paths(staging, out):
+        remove_path(staging)  # now the old output
+        return
+    old = new_staging_dir(out.absolute().parent, out.name, "old", create=False)
     out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        staging.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    remove_path(old)
+
+
+# --- the pieces of the commit --------------------------------------------------------------------
+
+_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextmanager
+def signals_held() -> Iterator[list]:
+    """Hold back SIGINT, SIGTERM and SIGHUP during a block that must not be cut short (a
+    commit, a clean-up); those that arrive are recorded (the yielded list) and delivered again
+    to the handlers in place before, once the block is over. Python runs signal handlers in the
+    main thread only, so elsewhere this does nothing; ignored signals stay ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    received: list[int] = []
+    previous: dict[int, object] = {}
+
+    def hold(signum, frame):
+        received.append(signum)
+
+    try:
+        for signum in _HELD_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is None or handler == signal.SIG_IGN:  # set outside Python, or ignored
+                continue
+            previous[signum] = handler
+            signal.signal(signum, hold)
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)  # the handler (or the default action) runs now
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` in one step (Linux renameat2 with RENAME_EXCHANGE, since
+    Linux 3.15 on ext4, XFS, Btrfs, tmpfs, ...). False where the system, the C library or the
+    file system cannot; OSError for other failures."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library without renameat2 (glibc < 2.28, old musl)
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+def remove_path(path: Path) -> None:
+    """Delete a directory tree, or a symbolic link itself (never what it points to)."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def new_staging_dir(parent: Path, name: str, kind: str, create: bool = True) -> Path:
+    """A new name ``.<name>.<kind>-<host>-<pid>-<random>`` in ``parent`` (hidden, and plainly
+    temporary, so never mistaken for an output); made as a directory with mode 0o777 less the
+    umask unless ``create`` is False."""
+    for _ in range(100):
+        candidate = parent / f".{name}.{kind}-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+        if not create:
+            if not os.path.lexists(candidate):
+                return candidate
+            continue
+        try:
+            candidate.mkdir(mode=0o777)  # the umask applies, as to any directory the user makes
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(parent / f".{name}.{kind}-*"))
+
+
+def staging_pattern(name: str) -> re.Pattern:
+    """The names ``new_staging_dir`` gives for outputs called ``name``: kind, host, pid."""
+    return re.compile(rf"\.{re.escape(name)}\.(tmp|old)-([0-9a-f]{{8}})-([0-9]+)-[0-9a-f]+")
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 only checks; POSIX only)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # someone else's process; a pid no system has: keep
+        return True
+    return True
+
+
+def remove_stale_staging(parent: Path, name: str) -> list[Path]:
+    """Remove what runs killed before they could clean up left beside the output ``name``:
+    staging directories (``.tmp-``) of processes of this machine that are no longer running,
+    and moved-aside old outputs (``.old-``) of such processes when the output exists (without
+    it, an .old- directory may hold the only copy of the previous results: it is left alone).
+    Directories of running processes, of other machines (a shared file system) or with other
+    names are never touched; on systems without POSIX processes nothing is removed.
+    Returns what was removed."""
+    if os.name != "posix":
+        return []
+    pattern, host, removed = staging_pattern(name), _host_tag(), []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    output_exists = os.path.lexists(parent / name)
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or match[2] != host or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(match[3])
+        if pid == os.getpid() or process_running(pid) or (match[1] == "old" and not output_exists):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
 
 
 ROWS_PER_WRITE = 16384

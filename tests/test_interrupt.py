@@ -1,0 +1,571 @@
+"""Runs killed at any moment: real ``gpudedup dedup`` processes get SIGINT, SIGTERM or SIGKILL
+after seeded random delays spread over the whole run (the write included), with and without a
+previous complete output (``--overwrite``).
+
+After every kill the output directory is absent, the previous complete output byte for byte,
+or a new complete output (every file, a report.json that parses) from a run that exited 0,
+said that the results were written (a signal during the commit), or was ended silently by
+the signal during Python's own exit after the command had finished. After SIGINT and SIGTERM
+the process exits within seconds (~0.3-0.5 s measured) with one line on stderr and no
+traceback, code 130 or 143, and leaves nothing beside the output. After SIGKILL only a hidden
+``.<out>.tmp-<host>-<pid>-<random>`` staging directory may be left, which the next run
+writing that output removes. Chosen points (the last file staged, the commit, a __del__)
+are hit deterministically by hooks in the wrapper; the writer's pieces are tested in process.
+
+The runs go through a small wrapper around ``gpudedup.cli.main``. Until cli.py handles SIGTERM
+itself (``install_signal_handlers``), the wrapper adds the handling proposed for it
+(``PROPOSED_CLI``); once cli.py has it, the wrapper runs cli.py's own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from gpudedup.io import writer
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+
+# What cli.py would hold (see the module's docstring); installed by the wrapper only when
+# gpudedup.cli has no install_signal_handlers of its own.
+PROPOSED_CLI = r'''
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+import pyarrow as pa
+import typer
+from rich.markup import escape
+
+from gpudedup.cli import err
+from gpudedup.errors import GpudedupError
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP during a command, as an exception: finally blocks run (the
+    output's staging directory is removed) and the command ends with one line and exit code
+    128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_phase = "starting"  # "running" inside a command, "done" after it
+
+
+def signal_word(signum: int) -> str:
+    return "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+
+
+def _on_signal(signum, frame):
+    if _phase == "running":
+        raise Interrupted(signum)
+    if _phase == "starting":  # typer is parsing: nothing to clean up (and typer would turn an
+        # exception here into a silent exit 130)
+        os.write(2, f"{signal_word(signum)}: nothing was written\n".encode())
+        os._exit(128 + signum)
+    # "done": the command has finished; the process ends as it was going to.
+
+
+def _unraisable(unraisable) -> None:
+    """A signal handled inside a __del__ or a callback, where Python can only print the
+    exception and drop it: send it again, from another thread 10 ms later (once this hook and
+    the __del__ have returned), so that it is raised where it stops the run."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        threading.Timer(0.01, os.kill, (os.getpid(), unraisable.exc_value.signum)).start()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
+def install_signal_handlers() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP end a run cleanly (Python's default for SIGTERM and SIGHUP
+    kills the process without running finally blocks, so the staging directory would stay).
+    Main thread only; handlers set by others, and ignored signals (nohup), are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(signum, _on_signal)
+    if sys.unraisablehook is sys.__unraisablehook__:
+        sys.unraisablehook = _unraisable
+
+
+class user_errors:
+    """Turn GpudedupError into one line on stderr and exit code 2; SIGINT (Ctrl-C), SIGTERM and
+    SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
+
+    def __init__(self):
+        self.written: Optional[os.PathLike] = None  # a command sets it once its output is in place
+
+    def __enter__(self):
+        global _phase
+        # pyarrow imports pandas on its first conversion to numpy and swallows any exception
+        # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
+        # process at once.
+        pa.array([True]).to_numpy(zero_copy_only=False)
+        _phase = "running"
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        global _phase
+        _phase = "done"
+        if isinstance(error, GpudedupError):
+            err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+            raise typer.Exit(code=2)
+        if isinstance(error, KeyboardInterrupt):
+            signum = getattr(error, "signum", signal.SIGINT)
+            written = self.written or getattr(error, "output_written", None)
+            what = f"the results were written to {written}" if written else "nothing was written"
+            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
+            raise typer.Exit(code=128 + signum)
+        return False
+
+
+def main() -> None:
+    install_signal_handlers()
+    app()
+'''
+
+WRAPPER = r'''
+import os, signal, sys
+import gpudedup.cli as cli
+if not hasattr(cli, "install_signal_handlers"):
+    exec(compile(PROPOSED, "proposed_cli", "exec"), cli.__dict__)
+
+hook, hook_signal = os.environ.get("TEST_SIGNAL_IN"), os.environ.get("TEST_SIGNAL")
+if hook == "__del__":  # a signal handled inside a __del__ (as the first file is written)
+    import gpudedup.api as api
+    class Dropped:
+        def __del__(self):
+            os.kill(os.getpid(), getattr(signal, hook_signal))
+            for _ in range(10000):  # the handler runs here, inside __del__
+                pass
+    real_write_parquet = api.write_parquet
+    def write_parquet(*args, **kwargs):
+        Dropped()
+        return real_write_parquet(*args, **kwargs)
+    api.write_parquet = write_parquet
+elif hook:  # the run sends itself a signal at a chosen point of the write
+    import gpudedup.api as api, gpudedup.io.writer as writer
+    module = api if hook == "write_json" else writer
+    real = getattr(module, hook)
+    def signalling(*args, **kwargs):
+        if hook == "write_json":
+            real(*args, **kwargs)  # report.json, the last file, is in the staging directory
+            os.kill(os.getpid(), getattr(signal, hook_signal))
+        else:
+            os.kill(os.getpid(), getattr(signal, hook_signal))  # held back during the commit
+            real(*args, **kwargs)
+    setattr(module, hook, signalling)
+
+cli.install_signal_handlers()
+sys.stderr.write("ready\n")
+sys.stderr.flush()
+sys.exit(cli.main())
+'''.replace("PROPOSED", repr(PROPOSED_CLI))
+
+
+def output_names() -> list[str]:
+    """The files a dedup run writes (as conftest's output_names fixture)."""
+    from gpudedup import plots
+
+    names = ["clusters.parquet", "deduplicated.parquet", "pairs.parquet", "report.html", "report.json"]
+    if plots.matplotlib_available():
+        names += ["candidates_histogram.png", "s_curve.png"]
+    return sorted(names)
+
+
+# --- the runs -----------------------------------------------------------------------------------
+
+
+def build_corpus(path: Path, copies: int, rows: int | None = None) -> Path:
+    """The bundled Bible sample ``copies`` times, each copy with a few more words reversed per
+    chapter (so copies are near-duplicates of one another at falling similarity)."""
+    sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
+    with resources.as_file(sample) as source, gzip.open(source, "rt", encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle][:rows]
+    rng = random.Random(0)
+    with open(path, "w", encoding="utf-8") as out:
+        for copy in range(copies):
+            for record in records:
+                words = record["text"].split()
+                for _ in range(1 + 3 * copy):
+                    i = rng.randrange(len(words))
+                    words[i] = words[i][::-1]
+                out.write(json.dumps({"id": f"{copy}:{record['id']}", "text": " ".join(words)}) + "\n")
+    return path
+
+
+@dataclass
+class Run:
+    returncode: int
+    stderr: str  # without the wrapper's "ready" line
+    exit_seconds: float | None  # from the signal to the exit
+    alive_at_signal: bool
+    writing: bool = False  # its staging directory existed when the signal was sent
+
+
+class Runner:
+    def __init__(self, root: Path, corpus: Path):
+        self.root, self.corpus = root, corpus
+        self.script = root / "run_gpudedup.py"
+        self.script.write_text(WRAPPER, encoding="utf-8")
+
+    def command(self, out: Path, overwrite: bool) -> list[str]:
+        return [sys.executable, str(self.script), "dedup", str(self.corpus), "-o", str(out), "--id-field", "id",
+                "--batch-bytes", "32768", "-q"] + (["--overwrite"] if overwrite else [])
+
+    def start(self, out: Path, overwrite: bool, env: dict | None = None) -> subprocess.Popen:
+        return subprocess.Popen(self.command(out, overwrite), cwd=self.root, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **(env or {})})
+
+    def run(self, out: Path, overwrite: bool, env: dict | None = None) -> Run:
+        process = self.start(out, overwrite, env)
+        _, stderr = process.communicate(timeout=25)
+        return Run(process.returncode, strip_ready(stderr), None, False)
+
+    def kill(self, out: Path, overwrite: bool, signum: int, delay: float, in_write: bool = False) -> Run:
+        """Start a run and send ``signum`` ``delay`` seconds after it is ready (its handlers in
+        place), or after its start for SIGKILL; with ``in_write``, ``delay`` seconds after its
+        staging directory appears."""
+        process = self.start(out, overwrite)
+        if signum != signal.SIGKILL:
+            assert process.stderr.readline() == "ready\n"
+        if in_write:
+            deadline = time.monotonic() + 20
+            while not staging_dirs(out) and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+        time.sleep(delay)
+        alive = process.poll() is None
+        writing = bool(staging_dirs(out))
+        sent = time.monotonic()
+        if alive:
+            process.send_signal(signum)
+        _, stderr = process.communicate(timeout=25)
+        return Run(process.returncode, strip_ready(stderr), time.monotonic() - sent if alive else None,
+                   alive, writing)
+
+
+def staging_dirs(out: Path) -> list[Path]:
+    return list(out.parent.glob(f".{out.name}.tmp-*"))
+
+
+def strip_ready(stderr: str) -> str:
+    return stderr[len("ready\n"):] if stderr.startswith("ready\n") else stderr
+
+
+def snapshot(path: Path) -> dict:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def output_state(out: Path, previous: dict | None) -> str:
+    """'absent', 'previous' (byte for byte) or 'new' (complete); anything else fails."""
+    if not os.path.lexists(out):
+        return "absent"
+    files = snapshot(out)
+    if previous is not None and files == previous:
+        return "previous"
+    assert sorted(files) == output_names(), f"{out} is a partial output: {sorted(files)}"
+    report = json.loads(files["report.json"])
+    assert report["results"]["kept_documents"] > 0 and "write" in report["stages"]
+    return "new"
+
+
+def beside(out: Path) -> list[str]:
+    """Everything beside ``out`` that a run may have made (the corpus and wrapper excepted)."""
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}."))
+
+
+def check_killed_run(run: Run, out: Path, previous: dict | None, signum: int) -> str:
+    state = output_state(out, previous)
+    if previous is not None:
+        assert state != "absent", "the previous output is gone"
+    if signum == signal.SIGKILL:
+        # 0 only if it finished before the signal; a new output may also come from a run killed
+        # after its commit (the output is complete either way: output_state checked it).
+        assert run.returncode in (-signal.SIGKILL, 0), run.returncode
+        if run.returncode == 0:
+            assert state == "new"
+        for name in beside(out):  # only a staging directory can be left, never taken for output
+            assert writer.staging_pattern(out.name).fullmatch(name), name
+            assert name.startswith("."), name
+        return state
+    assert "Traceback" not in run.stderr, run.stderr
+    assert beside(out) == [], f"left beside the output: {beside(out)}"
+    if not run.alive_at_signal:  # it had finished before the signal
+        assert run.returncode == 0 and state == "new", (run.returncode, state, run.stderr)
+        return state
+    assert run.exit_seconds < 5, f"exited {run.exit_seconds:.2f} s after the signal"
+    lines = run.stderr.splitlines()
+    if run.returncode in (0, -signum):
+        # The signal came once the command was done: ignored, or, in the last ~0.2 s, once
+        # Python's finalisation has put the default handlers back, it ends the process.
+        assert state == "new" and lines == [], (run.returncode, state, run.stderr)
+        return state
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr)
+    assert len(lines) == 1, run.stderr
+    word = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    assert lines[0].startswith(word + ": "), lines[0]
+    if state == "new":  # interrupted during the commit or just after it
+        assert "the results were written to" in lines[0], lines[0]
+    else:
+        assert lines[0] == f"{word}: nothing was written", lines[0]
+    return state
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Calibration:
+    startup: float  # from the process start to "ready"
+    seconds: float  # from "ready" to the exit of a complete run
+    write: float  # the write stage's seconds (report.json)
+    previous: Path  # a complete output
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory) -> Runner:
+    root = tmp_path_factory.mktemp("interrupt")
+    return Runner(root, build_corpus(root / "corpus.jsonl", copies=2))
+
+
+@pytest.fixture(scope="module")
+def calibration(runner) -> Calibration:
+    """One complete run: how long a run takes, and where its write starts."""
+    out = runner.root / "previous"
+    started = time.monotonic()
+    process = runner.start(out, overwrite=False)
+    assert process.stderr.readline() == "ready\n"
+    ready = time.monotonic()
+    _, stderr = process.communicate(timeout=25)
+    assert process.returncode == 0, stderr
+    seconds = time.monotonic() - ready
+    report = json.loads((out / "report.json").read_text())
+    assert 1.0 < seconds < 15, f"a run took {seconds:.1f} s: the kill points assume a few seconds"
+    return Calibration(ready - started, seconds, report["stages"]["write"]["seconds"], out)
+
+
+def kill_points(calibration: Calibration, signum: int, seed: int) -> list[tuple[float, bool]]:
+    """(delay, in_write): one point anywhere in the run, one in its first half, and one in the
+    write (that long after the staging directory appears)."""
+    rng = random.Random(seed)
+    start = calibration.startup if signum == signal.SIGKILL else 0.0  # SIGKILL counts from the start
+    return [(rng.uniform(0, start + calibration.seconds), False),
+            (rng.uniform(start, start + calibration.seconds / 2), False),
+            (rng.uniform(0, calibration.write), True)]
+
+
+def prepare(out: Path, calibration: Calibration, with_previous: bool) -> dict | None:
+    if os.path.lexists(out):
+        shutil.rmtree(out)
+    if not with_previous:
+        return None
+    shutil.copytree(calibration.previous, out)
+    return snapshot(out)
+
+
+# --- random kills -------------------------------------------------------------------------------
+
+
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
+
+
+@pytest.mark.parametrize("with_previous", [False, True], ids=["no-previous", "previous"])
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_killed_run_leaves_previous_or_complete_output(runner, calibration, name, with_previous):
+    signum = SIGNALS[name]
+    out = runner.root / f"out-{name}-{with_previous}"
+    seed = 1000 * signum + with_previous
+    for delay, in_write in kill_points(calibration, signum, seed):
+        previous = prepare(out, calibration, with_previous)
+        run = runner.kill(out, with_previous, signum, delay, in_write)
+        state = check_killed_run(run, out, previous, signum)
+        exit_after = "-" if run.exit_seconds is None else f"{run.exit_seconds:.3f}"
+        print(f"{name} {delay:.2f} s after {'staging' if in_write else 'start'}: writing {run.writing}, "
+              f"rc {run.returncode}, output {state}, exit {exit_after} s after the signal")
+    if beside(out):  # after SIGKILL: the next run writing this output removes what a kill left
+        previous = prepare(out, calibration, with_previous)
+        run = runner.run(out, with_previous)
+        assert run.returncode == 0, run.stderr
+        assert output_state(out, previous) == "new" and beside(out) == []
+
+
+# --- kills at chosen points of the write ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_runner(tmp_path_factory) -> Runner:
+    root = tmp_path_factory.mktemp("interrupt-small")
+    runner = Runner(root, build_corpus(root / "corpus.jsonl", copies=2, rows=150))
+    first = runner.run(root / "previous", overwrite=False)
+    assert first.returncode == 0, first.stderr
+    return runner
+
+
+def with_small_previous(runner: Runner, name: str) -> tuple[Path, dict]:
+    out = runner.root / name
+    shutil.copytree(runner.root / "previous", out)
+    return out, snapshot(out)
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_after_the_last_file_is_staged_removes_the_staging_directory(small_runner, name):
+    """The signal arrives when report.json, the last file, is written in the staging directory
+    (a directory that would look complete): it is removed, the old output stays."""
+    out, previous = with_small_previous(small_runner, f"staged-{name}")
+    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "write_json", "TEST_SIGNAL": name})
+    signum = SIGNALS[name]
+    assert run.returncode == 128 + signum, run.stderr
+    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
+                                       + ": nothing was written"], run.stderr
+    assert snapshot(out) == previous
+    assert beside(out) == []
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_handled_inside_a_finaliser_is_not_lost(small_runner, name):
+    """Python drops an exception raised in a __del__ (printing 'Exception ignored'): the
+    signal is delivered again and stops the run as anywhere else."""
+    out, previous = with_small_previous(small_runner, f"finaliser-{name}")
+    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "__del__", "TEST_SIGNAL": name})
+    assert run.returncode == 128 + SIGNALS[name], run.stderr
+    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
+                                       + ": nothing was written"], run.stderr
+    assert snapshot(out) == previous
+    assert beside(out) == []
+
+
+def test_signal_during_the_commit_is_held_back_until_it_is_done(small_runner):
+    """A signal that arrives during the swap does not cut it short: the new output is complete,
+    nothing is left beside it, and the message says the results were written."""
+    out, previous = with_small_previous(small_runner, "commit")
+    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "replace_dir", "TEST_SIGNAL": "SIGINT"})
+    assert run.returncode == 130, run.stderr
+    assert run.stderr.splitlines() == [f"interrupted: the results were written to {out}"], run.stderr
+    assert output_state(out, previous) == "new"
+    assert beside(out) == []
+
+
+def test_sigkill_after_staging_leaves_only_a_hidden_directory_that_the_next_run_removes(small_runner):
+    out, previous = with_small_previous(small_runner, "killed")
+    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "write_json", "TEST_SIGNAL": "SIGKILL"})
+    assert run.returncode == -signal.SIGKILL
+    assert snapshot(out) == previous
+    left = beside(out)
+    assert len(left) == 1 and writer.staging_pattern(out.name).fullmatch(left[0]), left
+    assert left[0].startswith(f".{out.name}.tmp-")  # hidden, and plainly temporary
+    assert (out.parent / left[0] / "report.json").is_file()  # complete inside: only its name says not
+    # Another output's run leaves it alone (see the stale-staging test below); the next run
+    # writing this output removes it.
+    run = small_runner.run(out, overwrite=True)
+    assert run.returncode == 0, run.stderr
+    assert output_state(out, previous) == "new" and beside(out) == []
+
+
+# --- the writer's pieces, in process --------------------------------------------------------------
+
+
+def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = writer._host_tag()
+    names = {
+        f".out.tmp-{host}-{dead.pid}-0a1b2c3d": False,  # removed: its process is gone
+        f".out.tmp-{host}-{os.getppid()}-0a1b2c3d": True,  # a running process: kept
+        f".out.tmp-{host}-{os.getpid()}-0a1b2c3d": True,  # this process: kept
+        f".out.tmp-ffffffff-{dead.pid}-0a1b2c3d": host != "ffffffff",  # another machine: kept
+        f".out.old-{host}-{dead.pid}-0a1b2c3d": False,  # old output, and out exists: removed
+        f".other.tmp-{host}-{dead.pid}-0a1b2c3d": True,  # another output's: kept
+        "out.tmp-x": True,
+    }
+    (tmp_path / "out").mkdir()
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text("{}")
+    (tmp_path / f".out.tmp-{host}-{dead.pid}-ffffffff").symlink_to(tmp_path / "out")  # a link: kept
+    removed = writer.remove_stale_staging(tmp_path, "out")
+    assert sorted(p.name for p in removed) == sorted(name for name, kept in names.items() if not kept)
+    for name, kept in names.items():
+        assert (tmp_path / name).exists() == kept, name
+    assert (tmp_path / "out").is_dir()
+
+
+def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):
+    """After a kill between the fallback's two renames the old output exists only as .old-."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old = tmp_path / f".out.old-{writer._host_tag()}-{dead.pid}-0a1b2c3d"
+    old.mkdir()
+    assert writer.remove_stale_staging(tmp_path, "out") == []
+    assert old.is_dir()
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_replace_keeps_the_old_output_until_the_new_one_is_in_place(tmp_path, monkeypatch, exchange):
+    out = tmp_path / "out"
+    with writer.atomic_output_dir(out, overwrite=False) as staging:
+        (staging / "report.json").write_text("old")
+    if not exchange:
+        monkeypatch.setattr(writer, "exchange_paths", lambda a, b: False)
+    seen = []
+    real_remove = writer.remove_path
+
+    def remove(path):  # when the old output is deleted, the new one is already in place
+        seen.append((out / "report.json").read_text())
+        real_remove(path)
+
+    monkeypatch.setattr(writer, "remove_path", remove)
+    with writer.atomic_output_dir(out, overwrite=True) as staging:
+        (staging / "report.json").write_text("new")
+    assert seen == ["new"]
+    assert (out / "report.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_failed_second_rename_puts_the_old_output_back(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    with writer.atomic_output_dir(out, overwrite=False) as staging:
+        (staging / "report.json").write_text("old")
+    monkeypatch.setattr(writer, "exchange_paths", lambda a, b: False)
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if Path(target) == out and ".tmp-" in self.name:
+            raise OSError(28, "No space left on device")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="No space"):
+        with writer.atomic_output_dir(out, overwrite=True) as staging:
+            (staging / "report.json").write_text("new")
+    assert (out / "report.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_signals_held_delivers_them_afterwards(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with writer.signals_held() as received:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # Python would run the handler here
+            assert received == [signal.SIGINT]
+            (tmp_path / "done").write_text("")  # the block was not cut short
+    assert (tmp_path / "done").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
