@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class DedupResult:
     inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
     ids: Optional[pa.Array] = field(default=None, repr=False)  # the id of every input row
+    skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
+    on_error: str = "stop"
     checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     restore: Callable[[np.ndarray], Any] = field(default=None, repr=False)
 
@@ -91,6 +94,7 @@ def dedup(
     batch_bytes: Optional[int] = None,
     batch_rows: int = DedupParams.batch_rows,
     max_memory: int | str | None = None,
+    on_error: str = "stop",
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -100,8 +104,14 @@ def dedup(
         PyCapsule stream interface; a Hugging Face ``datasets.Dataset``.
     text_field / id_field: the columns holding the text and the ids (tables and files); without
         id_field, ids are row positions (in-memory data) or ``<path>:<row>`` (files).
+    on_error: "stop" (the default): a bad record or unreadable file stops the run with an
+        InputError naming it; "skip": files only -- bad records and unreadable files are left
+        out, counted in the report's balance and listed with their reasons in
+        ``skipped_records`` (errors.jsonl when written).
     The other parameters are described in README ("Parameters") and params.DedupParams.
     """
+    if on_error not in ("stop", "skip"):
+        raise ParameterError(f"on_error must be 'stop' or 'skip'; got {on_error!r}")
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, num_perm=num_perm,
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
                          keep=keep, bucket_window=bucket_window, batch_bytes=batch_bytes,
@@ -112,12 +122,22 @@ def dedup(
     with log.stage("read"):
         # cuDF, where installed, reads files (and takes cuDF frames) straight to the GPU.
         corpus, restore = to_corpus(data, text_field, id_field,
-                                    use_cudf=chosen_backend.name == "gpu" and cudf_installed())
+                                    use_cudf=chosen_backend.name == "gpu" and cudf_installed(),
+                                    on_error=on_error)
         release_unused_memory()
     MemoryBudget(params.max_memory).check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
-    return to_result(corpus, outcome, restore)
+    result = to_result(corpus, outcome, restore)
+    result.on_error = on_error
+    return result
+
+
+def write_skipped_records(records: list, path: Path) -> None:
+    """errors.jsonl: one JSON object per skipped record or file: {"file", "line", "reason"}."""
+    with open(path, "w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
@@ -130,6 +150,7 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
         inputs=corpus.inputs,
         text_field=corpus.text_field,
         ids=corpus.ids,
+        skipped_records=corpus.skipped_records,
         checked_jaccard=outcome.checked_jaccard,
         restore=restore,
     )
@@ -137,6 +158,7 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
 
 def pairs_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
     """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b)."""
+    ids = wide_ids(ids)  # millions of pairs of string ids can pass 2 GiB: 64-bit offsets
     a = ids.take(pa.array(outcome.pair_a))
     b = ids.take(pa.array(outcome.pair_b))
     swap = pc.greater(a, b)
@@ -145,10 +167,17 @@ def pairs_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
     return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
 
 
+def wide_ids(ids: pa.Array) -> pa.Array:
+    """String ids as large_string, so that gathering them for pairs and clusters (an id per
+    pair member) cannot overflow 32-bit offsets; integer ids as they are."""
+    return ids.cast(pa.large_string()) if pa.types.is_string(ids.type) else ids
+
+
 def clusters_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
     """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
     names the document its cluster kept (itself for the kept one)."""
     c = outcome.clusters
+    ids = wide_ids(ids)
     kept_doc = np.zeros(c.count, dtype=np.int64)
     kept_doc[c.cluster[c.keep]] = c.docs[c.keep]  # one kept document per cluster
     return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
@@ -175,6 +204,8 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
         write_parquet(result.clusters, staging / "clusters.parquet")
+        if result.on_error == "skip":  # written even when empty: "nothing was skipped"
+            write_skipped_records(result.skipped_records, staging / "errors.jsonl")
         write_parquet(result.pairs, staging / "pairs.parquet")
         # The report's figures (the slow part of report.html; none without matplotlib) are drawn
         # within the write's time; the page itself needs the finished report, so it comes after.
@@ -196,7 +227,7 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
 # --- input adaptation ---------------------------------------------------------------------------
 
 
-def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False):
+def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False, on_error: str = "stop"):
     """(Corpus, restore): restore(keep mask) gives the kept rows in the input's own type.
     use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text)."""
     # One str is a path (a single text has nothing to deduplicate against); a list of str is
@@ -205,7 +236,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         data = [Path(data)]
     if isinstance(data, (list, tuple)):
         if data and all(isinstance(item, os.PathLike) for item in data):
-            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf)
+            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
         return strings_corpus(data), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]

@@ -2,11 +2,13 @@
 ``gpudedup demo``.
 
 User errors (bad input, bad parameters, an occupied output directory) print one line on stderr
-and exit with code 2, without a traceback; Ctrl-C exits with code 130.
+and exit with code 2, without a traceback; SIGINT (Ctrl-C), SIGTERM and SIGHUP end a run with
+one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from enum import Enum
@@ -14,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, List, Optional
 
+import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -22,6 +25,7 @@ from rich.markup import escape
 from . import __version__
 from .api import dedup as run_api_dedup
 from .errors import GpudedupError
+from .interrupts import install_signal_handlers, set_phase, signal_word
 from .io.writer import check_output_dir
 from .lsh import banding_summary
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
@@ -57,6 +61,11 @@ class Keep(str, Enum):
 class OutputFormat(str, Enum):
     parquet = "parquet"
     jsonl = "jsonl"
+
+
+class OnError(str, Enum):
+    stop = "stop"
+    skip = "skip"
 
 
 class BackendChoice(str, Enum):
@@ -110,6 +119,9 @@ def dedup_command(
     max_memory: Annotated[Optional[str], typer.Option(
         help="Host memory the run may use, e.g. 8G or 512M: a stage that would need more stops the "
              "run before it starts (exit code 2, nothing written).", show_default=False)] = None,
+    on_error: Annotated[OnError, typer.Option(
+        help="stop: a bad record or unreadable file stops the run (exit code 2, nothing written); "
+             "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):
@@ -118,7 +130,7 @@ def dedup_command(
     Writes deduplicated.parquet (or .jsonl), clusters.parquet, pairs.parquet and report.json.
     Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
     """
-    with user_errors():
+    with user_errors() as guard:
         check_output_dir(output, overwrite, inputs)
         started = time.perf_counter()
         result = run_api_dedup(
@@ -126,9 +138,10 @@ def dedup_command(
             shingle=shingle.value, ngram=ngram, num_perm=num_perm, bands=bands, rows=rows,
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
-            batch_bytes=batch_bytes, max_memory=max_memory,
+            batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
         )
         result.write(output, format=format.value, overwrite=overwrite)
+        guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)
 
@@ -207,7 +220,7 @@ def evaluate_command(
     from . import evaluate as evaluation
     from .io.reader import read_corpus
 
-    with user_errors():
+    with user_errors() as guard:
         settings, notes = evaluation.expand_grid(
             evaluation.parse_list(num_perm),
             evaluation.parse_list(bands, allow_auto=True) if bands else None,
@@ -228,6 +241,7 @@ def evaluate_command(
                                       on_result=progress)
         typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
         json_path, csv_path = evaluation.write_results(results, output, criterion)
+        guard.written = output
         if not quiet:
             err.print(f"Results in {json_path} and {csv_path}")
 
@@ -242,12 +256,13 @@ def demo_command(
     The sample is Bible chapters from several public-domain English translations, some of which
     are near-identical revisions of one another.
     """
-    with user_errors():
+    with user_errors() as guard:
         started = time.perf_counter()
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
         with resources.as_file(sample) as path:
             result = run_api_dedup([Path(path)], id_field="id", backend=backend.value, progress=True)
         result.write(output, overwrite=True)
+        guard.written = output
         print_summary(result.report, output, time.perf_counter() - started)
         print_largest_clusters(result)
 
@@ -263,6 +278,11 @@ def print_summary(report: dict, output: Path, seconds: float) -> None:
         f"{p['bands']} bands x {p['rows']} rows; {r['candidate_pairs']:,} candidate pairs, "
         f"{r['verified_pairs']:,} verified.\nResults in {output}/ (open {output}/report.html for the report)"
     )
+    if i.get("skipped_records"):
+        err.print(f"[bold yellow]{i['skipped_records']:,} records or files were skipped[/] "
+                  f"(--on-error skip): see {output}/errors.jsonl")
+    for note in i.get("notes", []):
+        err.print(f"note: {escape(note)}")
 
 
 def print_largest_clusters(result, count: int = 5) -> None:
@@ -284,22 +304,36 @@ def print_largest_clusters(result, count: int = 5) -> None:
 
 
 class user_errors:
-    """Turn GpudedupError into one line on stderr and exit code 2; Ctrl-C into exit code 130."""
+    """Turn GpudedupError into one line on stderr and exit code 2; SIGINT (Ctrl-C), SIGTERM and
+    SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
+
+    def __init__(self):
+        self.written: Optional[Path] = None  # a command sets it once its output is in place
 
     def __enter__(self):
+        # pyarrow imports pandas on its first conversion to numpy and swallows any exception
+        # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
+        # process at once.
+        pa.array([True]).to_numpy(zero_copy_only=False)
+        set_phase("running")
         return self
 
     def __exit__(self, kind, error, traceback):
+        set_phase("done")
         if isinstance(error, GpudedupError):
             err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
             raise typer.Exit(code=2)
         if isinstance(error, KeyboardInterrupt):
-            err.print("[bold red]interrupted[/]: nothing was written")
-            raise typer.Exit(code=130)
+            signum = getattr(error, "signum", signal.SIGINT)
+            written = self.written or getattr(error, "output_written", None)
+            what = f"the results were written to {written}" if written else "nothing was written"
+            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
+            raise typer.Exit(code=128 + signum)
         return False
 
 
 def main() -> None:
+    install_signal_handlers()
     app()
 
 

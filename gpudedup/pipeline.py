@@ -285,6 +285,8 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
             "documents": corpus.num_rows,
             "files": [{"path": f.path, "format": f.format, "documents": f.rows} for f in corpus.files],
             "skipped_files": corpus.skipped,
+            "skipped_records": len(corpus.skipped_records),  # on_error="skip": see errors.jsonl
+            "notes": corpus.notes,  # paths passed over for a reason (a link loop, a pipe, ...)
             "text_bytes": int(corpus.utf8()[1][-1]),  # the last byte offset
             "null_texts": int(texts.null_count),
             "empty_documents": int(empty),
@@ -306,7 +308,7 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
             "removed_documents": removed,
             "kept_documents": corpus.num_rows - removed,
         },
-        "balance": balance(corpus.num_rows, len(getattr(corpus, "skipped_records", ())), empty, removed),
+        "balance": balance(corpus.num_rows, len(corpus.skipped_records), empty, removed),
         "stages": log.as_dict(),
         "total_seconds": round(log.total_seconds, 3),
         "peak_rss_mb": log.peak_rss_mb,

@@ -406,8 +406,6 @@ def test_symlink_loop_given_directly_reader(in_tmp):
 
 
 @needs_symlinks
-@pytest.mark.xfail(reason="io/writer.check_output_dir resolves the inputs before they are read, and "
-                          "Path.resolve() raises RuntimeError on a link loop", strict=False)
 def test_symlink_loop_given_directly_cli(in_tmp):
     os.symlink("self.jsonl", in_tmp / "self.jsonl")
     result = invoke("dedup", "self.jsonl", "-o", "out")

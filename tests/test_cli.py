@@ -896,3 +896,30 @@ def test_parse_size():
     for bad in ("", "-1G", "0", "1X", "G"):
         with pytest.raises(ParameterError):
             parse_size(bad)
+
+
+# --- --on-error skip --------------------------------------------------------------------------
+
+
+def test_on_error_skip_counts_lists_and_balances_skipped_records(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a b c d e f g"}\nnot json\n{"text": 5}\n{"text": "a b c d e f g"}\n')
+    stopped = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "stop"), "-q"])
+    assert stopped.exit_code == 2 and "in.jsonl:2" in stopped.output and not (tmp_path / "stop").exists()
+    result = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "out"), "--on-error", "skip"])
+    assert result.exit_code == 0, result.output
+    assert "2 records or files were skipped" in result.output
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(e["line"], "JSON" in e["reason"] or "number" in e["reason"]) for e in errors] == [(2, True), (3, True)]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["balance"] == {"input_records": 4, "kept": 1, "kept_empty": 0, "removed_duplicates": 1,
+                                 "skipped": 2, "balanced": True}
+    assert report["input"]["skipped_records"] == 2
+    ids = pq.read_table(tmp_path / "out" / "clusters.parquet")["id"].to_pylist()
+    assert ids == [f"{source}:1", f"{source}:4"] or all(i.endswith((":1", ":4")) for i in ids)
+
+
+def test_on_error_skip_writes_an_empty_errors_file_when_nothing_is_wrong(happy):
+    assert invoke("dedup", "data.jsonl", "-o", "out", "-q", "--on-error", "skip").exit_code == 0
+    assert (happy / "out" / "errors.jsonl").read_text() == ""
+    assert invoke("dedup", "data.jsonl", "-o", "out2", "-q", "--on-error", "maybe").exit_code == 2

@@ -12,9 +12,8 @@ traceback, code 130 or 143, and leaves nothing beside the output. After SIGKILL 
 writing that output removes. Chosen points (the last file staged, the commit, a __del__)
 are hit deterministically by hooks in the wrapper; the writer's pieces are tested in process.
 
-The runs go through a small wrapper around ``gpudedup.cli.main``. Until cli.py handles SIGTERM
-itself (``install_signal_handlers``), the wrapper adds the handling proposed for it
-(``PROPOSED_CLI``); once cli.py has it, the wrapper runs cli.py's own.
+The runs go through a small wrapper around ``gpudedup.cli.main`` (gpudedup/interrupts.py
+handles the signals) that can send a signal at a chosen point.
 """
 
 from __future__ import annotations
@@ -38,115 +37,9 @@ from gpudedup.io import writer
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 
-# What cli.py would hold (see the module's docstring); installed by the wrapper only when
-# gpudedup.cli has no install_signal_handlers of its own.
-PROPOSED_CLI = r'''
-import os
-import signal
-import sys
-import threading
-from typing import Optional
-
-import pyarrow as pa
-import typer
-from rich.markup import escape
-
-from gpudedup.cli import err
-from gpudedup.errors import GpudedupError
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT, SIGTERM or SIGHUP during a command, as an exception: finally blocks run (the
-    output's staging directory is removed) and the command ends with one line and exit code
-    128 + the signal number."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-_phase = "starting"  # "running" inside a command, "done" after it
-
-
-def signal_word(signum: int) -> str:
-    return "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
-
-
-def _on_signal(signum, frame):
-    if _phase == "running":
-        raise Interrupted(signum)
-    if _phase == "starting":  # typer is parsing: nothing to clean up (and typer would turn an
-        # exception here into a silent exit 130)
-        os.write(2, f"{signal_word(signum)}: nothing was written\n".encode())
-        os._exit(128 + signum)
-    # "done": the command has finished; the process ends as it was going to.
-
-
-def _unraisable(unraisable) -> None:
-    """A signal handled inside a __del__ or a callback, where Python can only print the
-    exception and drop it: send it again, from another thread 10 ms later (once this hook and
-    the __del__ have returned), so that it is raised where it stops the run."""
-    if isinstance(unraisable.exc_value, Interrupted):
-        threading.Timer(0.01, os.kill, (os.getpid(), unraisable.exc_value.signum)).start()
-    else:
-        sys.__unraisablehook__(unraisable)
-
-
-def install_signal_handlers() -> None:
-    """Ctrl-C, SIGTERM and SIGHUP end a run cleanly (Python's default for SIGTERM and SIGHUP
-    kills the process without running finally blocks, so the staging directory would stay).
-    Main thread only; handlers set by others, and ignored signals (nohup), are left alone."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)
-        if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
-            signal.signal(signum, _on_signal)
-    if sys.unraisablehook is sys.__unraisablehook__:
-        sys.unraisablehook = _unraisable
-
-
-class user_errors:
-    """Turn GpudedupError into one line on stderr and exit code 2; SIGINT (Ctrl-C), SIGTERM and
-    SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
-
-    def __init__(self):
-        self.written: Optional[os.PathLike] = None  # a command sets it once its output is in place
-
-    def __enter__(self):
-        global _phase
-        # pyarrow imports pandas on its first conversion to numpy and swallows any exception
-        # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
-        # process at once.
-        pa.array([True]).to_numpy(zero_copy_only=False)
-        _phase = "running"
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        global _phase
-        _phase = "done"
-        if isinstance(error, GpudedupError):
-            err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
-            raise typer.Exit(code=2)
-        if isinstance(error, KeyboardInterrupt):
-            signum = getattr(error, "signum", signal.SIGINT)
-            written = self.written or getattr(error, "output_written", None)
-            what = f"the results were written to {written}" if written else "nothing was written"
-            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
-            raise typer.Exit(code=128 + signum)
-        return False
-
-
-def main() -> None:
-    install_signal_handlers()
-    app()
-'''
-
 WRAPPER = r'''
 import os, signal, sys
 import gpudedup.cli as cli
-if not hasattr(cli, "install_signal_handlers"):
-    exec(compile(PROPOSED, "proposed_cli", "exec"), cli.__dict__)
 
 hook, hook_signal = os.environ.get("TEST_SIGNAL_IN"), os.environ.get("TEST_SIGNAL")
 if hook == "__del__":  # a signal handled inside a __del__ (as the first file is written)
@@ -178,7 +71,7 @@ cli.install_signal_handlers()
 sys.stderr.write("ready\n")
 sys.stderr.flush()
 sys.exit(cli.main())
-'''.replace("PROPOSED", repr(PROPOSED_CLI))
+'''
 
 
 def output_names() -> list[str]:
