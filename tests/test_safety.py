@@ -329,3 +329,37 @@ def test_overwrite_never_deletes_outside_the_output(tmp_path, monkeypatch, outpu
     out = tmp_path / "out"
     assert not out.is_symlink() and sorted(p.name for p in out.iterdir()) == output_names
     assert leftovers(out) == []
+
+
+def test_inputs_are_never_modified(tmp_path):
+    """Every input byte and modification time is the same after runs that succeed, that skip
+    bad records and that stop on them."""
+    import gzip
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from gpudedup.cli import app
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.jsonl").write_text('{"text": "one two three four five six"}\nnot json\n'
+                                    '{"text": "one two three four five six"}\n')
+    with gzip.open(source / "b.jsonl.gz", "wt") as out:
+        out.write('{"text": "seven eight nine ten eleven twelve"}\n')
+    pq.write_table(pa.table({"text": ["one two three four five six", None]}), source / "c.parquet")
+    (source / "d.txt").write_text("one two three four five six seven\r\n")
+
+    def state():
+        return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns, p.stat().st_mode)
+                for p in sorted(source.iterdir())}
+
+    before = state()
+    runner = CliRunner()
+    assert runner.invoke(app, ["dedup", str(source), "-o", str(tmp_path / "stop")]).exit_code == 2
+    assert runner.invoke(app, ["dedup", str(source), "-o", str(tmp_path / "skip"), "--on-error", "skip"]).exit_code == 0
+    assert runner.invoke(app, ["dedup", str(source / "c.parquet"), "-o", str(tmp_path / "ok"),
+                               "--format", "jsonl"]).exit_code == 0
+    assert state() == before
