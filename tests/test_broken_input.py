@@ -28,6 +28,8 @@ from gpudedup.cli import app
 from gpudedup.errors import InputError
 from gpudedup.io.reader import read_corpus
 
+from test_cli import DROP_DAC, root_can_drop_dac
+
 runner = CliRunner()
 
 
@@ -437,10 +439,6 @@ def test_named_pipe_is_not_read(in_tmp):
     assert result.exit_code == 2 and "not a regular file" in result.output and "Traceback" not in result.output
 
 
-SETPRIV = shutil.which("setpriv")
-DROP_DAC = [SETPRIV or "setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"]
-
-
 def can_be_denied(tmp_path: Path) -> list[str] | None:
     """The command prefix under which a chmod 000 file cannot be read: none for a normal user,
     setpriv without CAP_DAC_OVERRIDE for root; None when neither works here."""
@@ -448,19 +446,7 @@ def can_be_denied(tmp_path: Path) -> list[str] | None:
         return None
     if os.geteuid() != 0:
         return []
-    if not SETPRIV:
-        return None
-    probe = tmp_path / "probe"
-    probe.write_text("x")
-    probe.chmod(0)
-    try:
-        done = subprocess.run([*DROP_DAC, "cat", str(probe)], capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    finally:
-        probe.chmod(0o644)
-        probe.unlink()
-    return DROP_DAC if done.returncode != 0 else None
+    return DROP_DAC if root_can_drop_dac(tmp_path) else None
 
 
 def test_unreadable_file_stops_or_is_skipped(in_tmp):
