@@ -76,9 +76,11 @@ class MemoryBudget:
     def __init__(self, limit: int | None):
         self.limit = limit
 
-    def check(self, stage: str, need: int, advice: str) -> None:
+    def check(self, stage: str, need, advice: str) -> None:
+        """need: bytes, or a function computing them (called only when there is a limit)."""
         if self.limit is None:
             return
+        need = need() if callable(need) else need
         release_unused_memory()  # what is resident, not what the allocators keep for reuse
         now = resident_bytes()
         if now + need > self.limit:

@@ -104,7 +104,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
         del signatures, likely  # the largest things left from the signature pass
         release_unused_memory()
         budget.check("exact verification",
-                     verification_need(corpus.text_array(), first, second, lengths, spec, params, backend),
+                     lambda: verification_need(corpus.text_array(), first, second, lengths, spec, params, backend),
                      "raise --threshold or lower --bucket-window (fewer candidate pairs), or lower --batch-bytes")
         checked_jaccard = exact_jaccard(corpus.text_array(), spec, first, second, lengths, params, backend, progress)
         jaccard = checked_jaccard
