@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,11 +132,8 @@ def dedup(
     return result
 
 
-def write_skipped_records(records: list, path: Path) -> None:
-    """errors.jsonl: one JSON object per skipped record or file: {"file", "line", "reason"}."""
-    with open(path, "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+# errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
+SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
 
 
 def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
@@ -205,7 +201,8 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
         write_parquet(result.clusters, staging / "clusters.parquet")
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
-            write_skipped_records(result.skipped_records, staging / "errors.jsonl")
+            write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
+                        staging / "errors.jsonl")
         write_parquet(result.pairs, staging / "pairs.parquet")
         # The report's figures (the slow part of report.html; none without matplotlib) are drawn
         # within the write's time; the page itself needs the finished report, so it comes after.

@@ -214,8 +214,12 @@ def signature_pass_need(n_docs: int, banding: Banding, params: DedupParams, back
     """Estimated host bytes the signature pass adds: batches in flight, and per document its
     signature row (4 bytes per permutation), band keys (8 per band) and row index."""
     per_document = 4 * banding.bands * banding.rows + 8 * banding.bands + 8
-    in_flight = backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE.get(backend.name, 50) * batch_bytes(params, backend)
-    return n_docs * per_document + in_flight
+    return n_docs * per_document + batches_in_flight_bytes(backend, batch_bytes(params, backend))
+
+
+def batches_in_flight_bytes(backend, bytes_per_batch: int) -> int:
+    """Host bytes of the batches in flight at once, each of ``bytes_per_batch`` text."""
+    return backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE[backend.name] * bytes_per_batch
 
 
 def verification_need(texts: pa.Array, first: np.ndarray, second: np.ndarray, lengths: np.ndarray,
@@ -230,7 +234,7 @@ def verification_need(texts: pa.Array, first: np.ndarray, second: np.ndarray, le
         # Tokens are at most the runs of white space plus one (counted without splitting).
         runs = pc.count_substring_regex(texts.take(pa.array(docs)), r"\s+")
         shingles = int(pc.sum(runs).as_py() or 0) + docs.shape[0]
-    in_flight = backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE.get(backend.name, 50) * batch_bytes(params, backend) // 4
+    in_flight = batches_in_flight_bytes(backend, batch_bytes(params, backend) // 4)  # quarter-size batches
     return 9 * shingles + 24 * first.shape[0] + in_flight
 
 

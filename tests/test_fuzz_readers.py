@@ -210,14 +210,19 @@ def test_jsonl_with_id_field(raw):
             assert all(isinstance(i, (int, str)) for i in skip.ids.to_pylist())
 
 
+def directory_of(root: Path, cases) -> Path:
+    """``root`` made and filled with the generated (name, bytes) files, numbered to keep order."""
+    root.mkdir()
+    for i, (name, raw) in enumerate(cases):
+        (root / f"{i}_{name}").write_bytes(raw)
+    return root
+
+
 @fuzz_settings(60)
 @given(st.lists(any_file, min_size=2, max_size=4))
 def test_several_files_in_a_directory(cases):
     with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory) / "corpus"
-        root.mkdir()
-        for i, (name, raw) in enumerate(cases):
-            (root / f"{i}_{name}").write_bytes(raw)
+        root = directory_of(Path(directory) / "corpus", cases)
         for id_field in (None, "id"):
             check_modes_agree(root, id_field)
 
@@ -229,10 +234,7 @@ runner = CliRunner()
 @given(st.lists(any_file, min_size=1, max_size=3))
 def test_cli_exits_0_or_2_without_traceback(cases):
     with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory) / "in"
-        root.mkdir()
-        for i, (name, raw) in enumerate(cases):
-            (root / f"{i}_{name}").write_bytes(raw)
+        root = directory_of(Path(directory) / "in", cases)
         out = Path(directory) / "out"
         result = runner.invoke(app, ["dedup", str(root), "-o", str(out), "-q", "--backend", "cpu",
                                      "--format", "jsonl"])
