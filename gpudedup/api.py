@@ -20,6 +20,7 @@ from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
 from .params import DedupParams
 from .memory import MemoryBudget, parse_size, release_unused_memory
+from .copies import implied_pairs
 from .pipeline import DedupOutcome, run_dedup
 from .stages import Progress, RichProgress, StageLog
 
@@ -64,6 +65,23 @@ class DedupResult:
         r = self.report["results"]
         return (f"DedupResult({self.report['input']['documents']} documents, {r['clusters']} clusters, "
                 f"{r['removed_documents']} removed, {r['verified_pairs']} verified pairs)")
+
+    def all_pairs(self) -> pa.Table:
+        """``pairs`` with every group of identical copies spelled out.
+
+        ``pairs`` lists documents with identical shingle sets as a star around the first of
+        them (Jaccard 1.0; README, "Output formats"). Here the copies are also paired with each
+        other, and each copy with every document its text is paired with, at that pair's
+        Jaccard: every pair at or above the threshold that the run found. Quadratic in the size
+        of a group of copies; for inspection and for comparison with an all-pairs truth.
+        """
+        ids = wide_ids(self.ids)
+        a = pc.index_in(self.pairs["id_a"], value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
+        b = pc.index_in(self.pairs["id_b"], value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
+        jaccard = self.pairs["jaccard"].to_numpy()
+        copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
+        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(ids))
+        return pairs_table(ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
 
     def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:
         """Write deduplicated.{parquet,jsonl}, clusters.parquet, pairs.parquet and report.json
@@ -118,13 +136,14 @@ def dedup(
                          max_memory=None if max_memory is None else parse_size(max_memory))
     chosen_backend = get_backend(backend)
     log = StageLog()
+    budget = MemoryBudget(params.max_memory)
     with log.stage("read"):
         # cuDF, where installed, reads files (and takes cuDF frames) straight to the GPU.
         corpus, restore = to_corpus(data, text_field, id_field,
                                     use_cudf=chosen_backend.name == "gpu" and cudf_installed(),
-                                    on_error=on_error)
+                                    on_error=on_error, budget=budget)
         release_unused_memory()
-    MemoryBudget(params.max_memory).check(
+    budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     result = to_result(corpus, outcome, restore)
@@ -138,7 +157,7 @@ SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), 
 
 def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
     return DedupResult(
-        pairs=pairs_table(corpus.ids, outcome),
+        pairs=pairs_table(corpus.ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
         clusters=clusters_table(corpus.ids, outcome),
         keep=outcome.keep,
         report=outcome.report,
@@ -152,14 +171,15 @@ def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
     )
 
 
-def pairs_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
-    """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b)."""
+def pairs_table(ids: pa.Array, pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray) -> pa.Table:
+    """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b), for the pairs of rows
+    (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,))."""
     ids = wide_ids(ids)  # millions of pairs of string ids can pass 2 GiB: 64-bit offsets
-    a = ids.take(pa.array(outcome.pair_a))
-    b = ids.take(pa.array(outcome.pair_b))
+    a = ids.take(pa.array(pair_a))
+    b = ids.take(pa.array(pair_b))
     swap = pc.greater(a, b)
     table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
-                      "jaccard": pa.array(outcome.jaccard, pa.float64())})
+                      "jaccard": pa.array(jaccard, pa.float64())})
     return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
 
 
@@ -224,16 +244,18 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
 # --- input adaptation ---------------------------------------------------------------------------
 
 
-def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False, on_error: str = "stop"):
+def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False, on_error: str = "stop",
+              budget: Optional[MemoryBudget] = None):
     """(Corpus, restore): restore(keep mask) gives the kept rows in the input's own type.
-    use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text)."""
+    use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text);
+    budget: --max-memory, checked before files are read."""
     # One str is a path (a single text has nothing to deduplicate against); a list of str is
     # texts; paths in a list must be pathlib.Path (or os.PathLike) objects.
     if isinstance(data, (str, os.PathLike)):
         data = [Path(data)]
     if isinstance(data, (list, tuple)):
         if data and all(isinstance(item, os.PathLike) for item in data):
-            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error)
+            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
         return strings_corpus(data), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]

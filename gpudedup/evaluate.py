@@ -52,6 +52,7 @@ import pyarrow as pa
 from . import __version__
 from .allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
+from .copies import implied_pairs
 from .errors import ParameterError
 from .io.reader import Corpus, SourceFile
 from .lsh import collision_probability
@@ -482,8 +483,13 @@ def score_outcome(setting: Setting, outcome, truth: GroundTruth, n_docs: int,
                   bin_width: float = DEFAULT_BIN_WIDTH) -> SettingResult:
     """Compare a run's candidates and verified pairs (pipeline.DedupOutcome) with the truth."""
     _, _, true_jaccard, true_codes = truth.at(setting.threshold)
-    candidates = pair_codes(outcome.candidate_a, outcome.candidate_b, n_docs)
-    verified = pair_codes(outcome.pair_a, outcome.pair_b, n_docs)
+    # Identical copies are listed as a star around their group's first document; the truth
+    # lists every pair of the group and every pair of each copy (copies.implied_pairs).
+    copies = outcome.copies
+    candidates = pair_codes(*implied_pairs(outcome.candidate_a, outcome.candidate_b, copies.first,
+                                           copies.member, n_docs)[:2], n_docs)
+    verified = pair_codes(*implied_pairs(outcome.pair_a, outcome.pair_b, copies.first, copies.member, n_docs)[:2],
+                          n_docs)
     in_candidates = found_in(true_codes, candidates)
     in_verified = found_in(true_codes, verified)
     # Cluster recall: both documents of a true pair in one cluster.

@@ -16,9 +16,10 @@ import pyarrow.compute as pc
 from . import __version__
 from .backends import Backend
 from .cluster import Clusters, find_clusters
+from .copies import Copies, identical_copies
 from .hashing import draw_permutations
 from .io.reader import Corpus
-from .lsh import Banding, candidate_pairs
+from .lsh import Banding, candidate_pairs, to_side
 from .memory import MemoryBudget, release_unused_memory
 from .normalize import utf8_buffers
 from .ragged import weighted_ranges
@@ -42,6 +43,8 @@ class DedupOutcome:
     checked_jaccard: float64 (c,): the exact Jaccard of every candidate pair that verification
         computed (those the signature filter passed), verified or not: what the candidates
         looked like, for the report's histogram.
+    copies: the documents taken out of LSH as identical copies (copies.py); each is also the
+        pair (first, member) of pair_a, pair_b with Jaccard 1.0.
     """
 
     pair_a: np.ndarray
@@ -53,6 +56,7 @@ class DedupOutcome:
     checked_jaccard: np.ndarray
     candidate_a: np.ndarray
     candidate_b: np.ndarray
+    copies: Copies
 
 
 def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
@@ -84,16 +88,25 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     keys, active, signatures = signature_pass(texts, spec, banding, permutations, params,
                                               backend, log, progress)
     release_unused_memory()
+    lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+
+    def checked_jaccard_of(first, second, progress=Progress()):
+        return exact_jaccard(corpus.text_array(), spec, first, second, lengths, params, backend, progress)
+
+    with log.stage("copies"):
+        copies = identical_copies(signatures, active, lengths, batch_bytes(params, backend),
+                                  checked_jaccard_of, progress)
+        in_lsh = ~np.isin(active, copies.member, assume_unique=True)
 
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):
         xp = backend.xp
-        first, second = candidate_pairs(keys, active, params.bucket_window, xp)
+        # Confirmed copies stay out of the buckets: their group's first document stands for them.
+        first, second = candidate_pairs(keys[to_side(in_lsh, xp)], active[in_lsh], params.bucket_window, xp)
         first, second = backend.to_host(first), backend.to_host(second)
         del keys
     progress.advance(banding.bands)
 
-    lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
     with log.stage("verify"):
         candidates = first.shape[0]
         empty = np.zeros(0, np.int64)
@@ -106,8 +119,14 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
         budget.check("exact verification",
                      lambda: verification_need(corpus.text_array(), first, second, lengths, spec, params, backend),
                      "raise --threshold or lower --bucket-window (fewer candidate pairs), or lower --batch-bytes")
-        checked_jaccard = exact_jaccard(corpus.text_array(), spec, first, second, lengths, params, backend, progress)
-        jaccard = checked_jaccard
+        jaccard = checked_jaccard_of(first, second, progress)
+        checked = first.shape[0]
+        # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
+        first, second, jaccard = merge_pairs((first, second, jaccard), (copies.first, copies.member, copies.jaccard))
+        if keep_candidates:
+            candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
+                                                      (copies.first, copies.member, copies.first))
+        checked_jaccard = jaccard
         verified = jaccard >= params.threshold
         pair_a, pair_b, jaccard = first[verified], second[verified], jaccard[verified]
 
@@ -121,10 +140,18 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
 
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
-                          candidates=candidates, checked=first.shape[0],
-                          verified=pair_a.shape[0], clusters=clusters)
+                          candidates=candidates, checked=checked,
+                          verified=pair_a.shape[0], clusters=clusters, copies=copies)
     return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard,
-                        candidate_a, candidate_b)
+                        candidate_a, candidate_b, copies)
+
+
+def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two disjoint sets of pairs (a int64 (p,), b int64 (p,), value (p,)) as one, ascending
+    by (a, b)."""
+    a, b, value = (np.concatenate([x, y]) for x, y in zip(pairs, more))
+    order = np.lexsort((b, a))
+    return a[order], b[order], value[order]
 
 
 def exact_jaccard(texts, spec, first, second, lengths, params, backend, progress) -> np.ndarray:
@@ -279,7 +306,7 @@ def balance(documents: int, skipped: int, empty: int, removed: int) -> dict:
 
 
 def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty: int,
-                 candidates: int, checked: int, verified: int, clusters: Clusters) -> dict:
+                 candidates: int, checked: int, verified: int, clusters: Clusters, copies: Copies) -> dict:
     texts = corpus.texts
     removed = int((~clusters.keep).sum())
     return {
@@ -304,8 +331,11 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
             "permutations_computed": banding.bands * banding.rows,
         },
         "results": {
-            "candidate_pairs": int(candidates),
-            "exactly_checked_pairs": int(checked),
+            # Pairs of documents with identical signatures are candidates checked exactly
+            # beside those from the buckets (copies.py).
+            "candidate_pairs": int(candidates) + int(copies.first.shape[0]),
+            "exactly_checked_pairs": int(checked) + int(copies.first.shape[0]),
+            "identical_copies": int(copies.first.shape[0]),
             "verified_pairs": int(verified),
             "clusters": clusters.count,
             "documents_in_clusters": int(clusters.docs.shape[0]),

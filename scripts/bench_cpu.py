@@ -73,7 +73,7 @@ def run_gpudedup(path: Path, args) -> dict:
     peak = result.report["peak_rss_mb"]
     table = pajson.read_json(path).column("id").to_pylist()  # (not timed: for recall only)
     row = {doc_id: i for i, doc_id in enumerate(table)}
-    pairs = result.pairs.to_pydict()
+    pairs = result.all_pairs().to_pydict()  # groups of identical copies spelled out: every pair found
     first = np.array([row[i] for i in pairs["id_a"]], dtype=np.int64)
     second = np.array([row[i] for i in pairs["id_b"]], dtype=np.int64)
     clusters = result.clusters.to_pydict()

@@ -31,7 +31,9 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
+from ..memory import MemoryBudget
 from ..normalize import text_buffers, utf8_buffers
+from .sizes import read_bytes_estimate
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -334,7 +336,7 @@ def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, o
 
 def read_corpus(
     paths: Iterable[str | os.PathLike], text_field: str = "text", id_field: Optional[str] = None,
-    use_cudf: bool = False, on_error: str = "stop",
+    use_cudf: bool = False, on_error: str = "stop", budget: Optional[MemoryBudget] = None,
 ) -> Corpus:
     """Read every document under ``paths`` into one Corpus.
 
@@ -365,11 +367,17 @@ def read_corpus(
     A path given that does not exist or has an unsupported type stops the run either way, as
     do inputs that hold no input files at all. Leaving records out never changes the ids of
     the records kept (a JSONL record keeps ``<path>:<line>``).
+
+    budget: --max-memory; reading stops before the first file with MemoryLimitError when the
+    files' estimated size (io/sizes.py) does not fit.
     """
     check_on_error(on_error)
     skip = on_error == "skip"
     paths = [str(p) for p in paths]
     found = scan_inputs(paths, on_error)
+    if budget is not None:
+        budget.check("reading the input", lambda: read_bytes_estimate([(p, file_format(p)) for p in found.files]),
+                     "deduplicate the input in parts, or raise --max-memory")
     parts: list[FilePart] = []
     records = list(found.records)
     for path in found.files:
