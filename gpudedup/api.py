@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 from .backends import get_backend
 from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
-from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus
+from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus, scan_inputs, sorted_records
 from .normalize import strings_to_arrow
-from .io.writer import OUTPUT_FORMATS, atomic_output_dir, write_json, write_jsonl, write_parquet
+from .io.writer import OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl, write_parquet
 from .params import DedupParams
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .copies import implied_pairs
@@ -112,6 +112,8 @@ def dedup(
     batch_rows: int = DedupParams.batch_rows,
     max_memory: int | str | None = None,
     on_error: str = "stop",
+    work_dir: str | os.PathLike | None = None,
+    resume: bool = False,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -125,6 +127,9 @@ def dedup(
         InputError naming it; "skip": files only -- bad records and unreadable files are left
         out, counted in the report's balance and listed with their reasons in
         ``skipped_records`` (errors.jsonl when written).
+    work_dir: files only -- run in stages over one input file at a time, keeping each stage's
+        results in this directory (streaming.py), so that the corpus is never in memory as a
+        whole; resume=True goes on with the finished stages of an interrupted run there.
     The other parameters are described in README ("Parameters") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
@@ -135,6 +140,11 @@ def dedup(
                          batch_rows=batch_rows,
                          max_memory=None if max_memory is None else parse_size(max_memory))
     chosen_backend = get_backend(backend)
+    if work_dir is not None:
+        return staged_dedup(data, params, chosen_backend, Path(work_dir), resume, text_field, id_field, on_error,
+                            RichProgress() if progress else Progress())
+    if resume:
+        raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
     log = StageLog()
     budget = MemoryBudget(params.max_memory)
     with log.stage("read"):
@@ -149,6 +159,45 @@ def dedup(
     result = to_result(corpus, outcome, restore)
     result.on_error = on_error
     return result
+
+
+def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: bool, text_field: str,
+                 id_field: Optional[str], on_error: str, progress: Progress) -> DedupResult:
+    """``dedup`` through a work directory (streaming.run_staged); data: paths only."""
+    from .streaming import ShardedTable, fingerprint, run_staged
+    from .workdir import WorkDir
+
+    paths = [Path(data)] if isinstance(data, (str, os.PathLike)) else data
+    if not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, os.PathLike) for p in paths)):
+        raise ParameterError("work_dir (--work-dir) runs over files: pass a path or a list of pathlib.Path")
+    check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
+    found = scan_inputs(paths, on_error)
+    work = WorkDir(work_dir, fingerprint(found, params, text_field, id_field, on_error), resume)
+    outcome, shards, reader = run_staged(found.files, found, params, backend, work, text_field, id_field,
+                                         on_error, progress)
+    ids = shards.ids()
+    check_ids_unique(ids)
+    records = list(found.records)
+    for index in range(shards.count):
+        records.extend(work.shard_info(index)["records"])
+    table = ShardedTable(shards, reader)
+    return DedupResult(
+        pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
+        clusters=clusters_table(ids, outcome), keep=outcome.keep, report=outcome.report, table=table,
+        inputs=[str(p) for p in paths], text_field=text_field, ids=ids,
+        skipped_records=sorted_records(records, found), on_error=on_error,
+        checked_jaccard=outcome.checked_jaccard, restore=table.kept_table)
+
+
+def check_ids_unique(ids: pa.Array) -> None:
+    """InputError naming a repeated id (the staged run's ids come from many shards)."""
+    if len(ids) == 0:
+        return
+    counts = pc.value_counts(ids)
+    repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
+    if len(repeated):
+        raise InputError(f"duplicate id {repeated[0].as_py()!r} ({len(repeated)} distinct ids are repeated); "
+                         "ids must be unique")
 
 
 # errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
@@ -215,7 +264,9 @@ def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool)
 
 def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog) -> Path:
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
-        if format == "parquet":
+        if hasattr(result.table, "write_kept"):  # a staged run's shards (streaming.ShardedTable)
+            result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)
+        elif format == "parquet":
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)

@@ -122,6 +122,12 @@ def dedup_command(
     on_error: Annotated[OnError, typer.Option(
         help="stop: a bad record or unreadable file stops the run (exit code 2, nothing written); "
              "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
+    work_dir: Annotated[Optional[Path], typer.Option(
+        help="Run in stages over one input file at a time, keeping each stage's results here, so the "
+             "corpus is never in memory as a whole (see README, \"Streaming and resume\").",
+        show_default=False)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir "
+                                                          "after an interruption.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):
@@ -139,6 +145,7 @@ def dedup_command(
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
+            work_dir=work_dir, resume=resume,
         )
         result.write(output, format=format.value, overwrite=overwrite)
         guard.written = output

@@ -53,17 +53,19 @@ class Copies:
         return cls(empty, empty, np.zeros(0, np.float64))
 
 
-def same_signature_rows(signatures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def same_signature_rows(signatures: np.ndarray, row_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows with the same signature as an earlier row.
 
-    signatures: uint32 (m, K), host. Returns (first, member), int64 (q,) row indices with
-    first < member and equal signature rows; first is the lowest row of its group; ascending by
-    (first, member).
+    signatures: uint32 (m, K), host, or anything that gathers rows by ``signatures[rows]``
+    (streaming.SpilledSignatures); row_hash: uint64 (m,) poly_hash64_rows of the rows, when
+    already known. Returns (first, member), int64 (q,) row indices with first < member and
+    equal signature rows; first is the lowest row of its group; ascending by (first, member).
     """
     if signatures.shape[0] < 2:
         empty = np.zeros(0, np.int64)
         return empty, empty
-    row_hash = poly_hash64_rows(signatures)
+    if row_hash is None:
+        row_hash = poly_hash64_rows(signatures)
     order = np.argsort(row_hash, kind="stable")  # stable: a group's rows stay ascending
     sorted_hash = row_hash[order]
     starts = np.ones(order.shape[0], dtype=bool)
@@ -80,7 +82,7 @@ def same_signature_rows(signatures: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.ndarray, batch_cost: int,
                      exact_jaccard: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                     progress: Progress | None = None) -> Copies:
+                     progress: Progress | None = None, row_hash: np.ndarray | None = None) -> Copies:
     """Check every same-signature member exactly against its group's first document.
 
     signatures: uint32 (m, K) host, the rows of the documents ``active`` (int64 (m,),
@@ -90,7 +92,7 @@ def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.nda
     sets alive at once stay about one batch however many copies there are.
     """
     progress = progress or Progress()
-    first, member = same_signature_rows(signatures)
+    first, member = same_signature_rows(signatures, row_hash)
     progress.start("Checking identical copies", first.shape[0])
     if first.shape[0] == 0:
         return Copies.none()

@@ -139,7 +139,7 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     progress.stop()
 
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
-    report = build_report(corpus, params, banding, backend, log, n_docs - active.shape[0],
+    report = build_report(input_summary(corpus, n_docs - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked,
                           verified=pair_a.shape[0], clusters=clusters, copies=copies)
     return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard,
@@ -305,23 +305,29 @@ def balance(documents: int, skipped: int, empty: int, removed: int) -> dict:
     return {"input_records": records, **outcomes, "balanced": sum(outcomes.values()) == records and kept_with_text >= 0}
 
 
-def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty: int,
+def input_summary(corpus: Corpus, empty: int) -> dict:
+    """The report's "input" section for a corpus read at once; empty: documents without shingles."""
+    return {
+        "documents": corpus.num_rows,
+        "files": [{"path": f.path, "format": f.format, "documents": f.rows} for f in corpus.files],
+        "skipped_files": corpus.skipped,
+        "skipped_records": len(corpus.skipped_records),  # on_error="skip": see errors.jsonl
+        "notes": corpus.notes,  # paths passed over for a reason (a link loop, a pipe, ...)
+        "text_bytes": int(corpus.utf8()[1][-1]),  # the last byte offset
+        "null_texts": int(corpus.texts.null_count),
+        "empty_documents": int(empty),
+    }
+
+
+def build_report(summary: dict, params, banding: Banding, backend, log: StageLog,
                  candidates: int, checked: int, verified: int, clusters: Clusters, copies: Copies) -> dict:
-    texts = corpus.texts
+    """report.json; summary: its "input" section (input_summary, or the staged run's)."""
     removed = int((~clusters.keep).sum())
+    documents = summary["documents"]
     return {
         "gpudedup_version": __version__,
         "backend": backend.description,
-        "input": {
-            "documents": corpus.num_rows,
-            "files": [{"path": f.path, "format": f.format, "documents": f.rows} for f in corpus.files],
-            "skipped_files": corpus.skipped,
-            "skipped_records": len(corpus.skipped_records),  # on_error="skip": see errors.jsonl
-            "notes": corpus.notes,  # paths passed over for a reason (a link loop, a pipe, ...)
-            "text_bytes": int(corpus.utf8()[1][-1]),  # the last byte offset
-            "null_texts": int(texts.null_count),
-            "empty_documents": int(empty),
-        },
+        "input": summary,
         "parameters": {
             **{k: v for k, v in params.as_dict().items() if k not in ("bands", "rows")},
             "batch_bytes": batch_bytes(params, backend),
@@ -340,9 +346,9 @@ def build_report(corpus, params, banding: Banding, backend, log: StageLog, empty
             "clusters": clusters.count,
             "documents_in_clusters": int(clusters.docs.shape[0]),
             "removed_documents": removed,
-            "kept_documents": corpus.num_rows - removed,
+            "kept_documents": documents - removed,
         },
-        "balance": balance(corpus.num_rows, len(corpus.skipped_records), empty, removed),
+        "balance": balance(documents, summary["skipped_records"], summary["empty_documents"], removed),
         "stages": log.as_dict(),
         "total_seconds": round(log.total_seconds, 3),
         "peak_rss_mb": log.peak_rss_mb,

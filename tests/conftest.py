@@ -132,11 +132,13 @@ def every_run_is_conserved(monkeypatch):
     suite -- the API's runs and the CLI's (CliRunner runs in process)."""
     import gpudedup.api
 
-    original = gpudedup.api.to_result
+    def checked(original):
+        def run(*args, **kwargs):
+            result = original(*args, **kwargs)
+            assert_conserved(result)
+            return result
+        return run
 
-    def checked(*args, **kwargs):
-        result = original(*args, **kwargs)
-        assert_conserved(result)
-        return result
-
-    monkeypatch.setattr(gpudedup.api, "to_result", checked)
+    # The in-memory runs end in to_result, the staged ones (--work-dir) in staged_dedup.
+    monkeypatch.setattr(gpudedup.api, "to_result", checked(gpudedup.api.to_result))
+    monkeypatch.setattr(gpudedup.api, "staged_dedup", checked(gpudedup.api.staged_dedup))

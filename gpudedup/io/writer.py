@@ -66,14 +66,7 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool,
     delete input, and outputs inside an input directory would be read as input next time).
     Called before any work, so a refused run costs nothing."""
     out = Path(path)
-    resolved = _resolve(out)
-    for given in inputs:
-        source = _resolve(Path(given))
-        if source is None or resolved is None:  # a symbolic link loop: the reader explains it
-            continue
-        if source == resolved or resolved in source.parents or (source.is_dir() and source in resolved.parents):
-            raise OutputError(f"{out}: the output directory must not be, hold or lie inside the input "
-                              f"{given}; choose another --output")
+    check_apart_from_inputs(out, inputs, "the output directory", "--output")
     if os.path.lexists(out) and not out.is_dir():  # a file, or a link to none (broken, a loop)
         raise OutputError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
@@ -84,6 +77,18 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool,
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{out}: cannot write in {parent} (permission denied)")
     return out
+
+
+def check_apart_from_inputs(out: Path, inputs: Iterable[str | os.PathLike], what: str, option: str) -> None:
+    """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``."""
+    resolved = _resolve(out)
+    for given in inputs:
+        source = _resolve(Path(given))
+        if source is None or resolved is None:  # a symbolic link loop: the reader explains it
+            continue
+        if source == resolved or resolved in source.parents or (source.is_dir() and source in resolved.parents):
+            raise OutputError(f"{out}: {what} must not be, hold or lie inside the input "
+                              f"{given}; choose another {option}")
 
 
 def _resolve(path: Path) -> Optional[Path]:
@@ -296,7 +301,11 @@ def write_parquet(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None
 def write_jsonl(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
     """One JSON object per row (only the rows where ``keep`` is True, when given), columns in
     table order, UTF-8; values JSON cannot hold (dates, bytes) are written as strings."""
-    batches = kept_batches(table, keep) if keep is not None else table.to_batches(ROWS_PER_WRITE)
+    write_jsonl_batches(kept_batches(table, keep) if keep is not None else table.to_batches(ROWS_PER_WRITE), path)
+
+
+def write_jsonl_batches(batches, path: Path) -> None:
+    """Record batches as JSON lines into one file (see write_jsonl)."""
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for batch in batches:
             handle.writelines(

@@ -1,0 +1,364 @@
+"""The job over input files one at a time, with every stage kept in a work directory
+(--work-dir): the corpus is never in memory as a whole, and ``--resume`` redoes only what an
+interrupted run had not finished.
+
+Stages (each one's results in the work directory, workdir.py):
+
+1. **signatures**, per input file (a shard): read it, shingle, MinHash and band keys in batches
+   as the in-memory job does (pipeline.signature_pass), and keep per document only its band
+   keys (band-major, so one band of a shard is one contiguous read), its signature row and a
+   64-bit hash of it, and its text length, as memory-mappable .npy files; the ids go to a
+   small Parquet file. Nothing else of the shard stays in memory.
+2. **copies**: identical copies (copies.py), from the row hashes and the spilled signatures.
+3. **candidates**: band by band, the keys of that band from every shard (8 bytes per
+   document), bucketed as in lsh.candidate_pairs.
+4. **pairs**: the signature filter reads the candidates' rows from the spilled signatures;
+   exact verification re-reads the shards that hold candidate documents, keeping only their
+   texts.
+5. clusters and the outputs, which re-read each shard once more to write its kept rows.
+
+Peak memory is a batch and one shard's table, the per-document arrays (about 24 bytes per
+document plus 8 per band while a band is bucketed), the candidate pairs, and the texts and
+shingle sets of the documents in candidate pairs: not the corpus. The results are the ones
+run_dedup gives on the same files read at once (tests/test_streaming.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import __version__
+from .backends import Backend
+from .cluster import find_clusters
+from .copies import Copies, identical_copies
+from .errors import InputError
+from .hashing import draw_permutations, poly_hash64_rows
+from .io.reader import (Corpus, InputFiles, SourceFile, build_corpus, display_path, file_format,
+                        read_one_file, scan_inputs, strip_path)
+from .io.writer import ROWS_PER_WRITE, write_jsonl_batches
+from .lsh import candidate_pairs
+from .memory import release_unused_memory
+from .params import DedupParams
+from .pipeline import DedupOutcome, batch_bytes, build_report, exact_jaccard, merge_pairs, signature_pass
+from .shingling import ShingleSpec
+from .stages import Progress, StageLog
+from .verify import plausible
+from .workdir import WorkDir
+
+# Parameters that decide the results: a resume must use the same ones. (Batch sizes and the
+# memory budget change how the work is cut, never what it finds.)
+RESULT_PARAMETERS = ("threshold", "shingle", "ngram", "num_perm", "max_fn", "low", "max_fp", "seed",
+                     "keep", "bucket_window")
+
+
+def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
+                on_error: str) -> dict:
+    """What a work directory's results depend on: the input files as they are now (path, size,
+    modification time), the parameters that decide results, and the version."""
+    banding = params.banding()
+    inputs = []
+    for path in found.files:
+        status = os.stat(path)
+        inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
+    chosen = {name: params.as_dict()[name] for name in RESULT_PARAMETERS}
+    return {"gpudedup_version": __version__, "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
+            "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
+
+
+@dataclass
+class Shards:
+    """The finished shards of a work directory, as one corpus of rows 0 .. n-1 (host).
+
+    rows: int64 (s + 1,) first corpus row of each shard; active_starts: int64 (s + 1,) first
+    position of each shard among the documents with shingles (``active``).
+    """
+
+    work: WorkDir
+    files: list[Path]
+    rows: np.ndarray
+    active_starts: np.ndarray
+
+    @classmethod
+    def of(cls, work: WorkDir, files: list[Path]) -> "Shards":
+        infos = [work.shard_info(i) for i in range(len(files))]
+        rows = np.cumsum([0] + [info["rows"] for info in infos]).astype(np.int64)
+        active = np.cumsum([0] + [info["active"] for info in infos]).astype(np.int64)
+        return cls(work, files, rows, active)
+
+    @property
+    def count(self) -> int:
+        return len(self.files)
+
+    def concat(self, name: str, shift_by_rows: bool = False) -> np.ndarray:
+        """One spilled per-shard array over all shards (loaded, not mapped); shift_by_rows adds
+        each shard's first corpus row (for local row indices)."""
+        parts = [np.asarray(self.work.shard_array(i, name)) + (self.rows[i] if shift_by_rows else 0)
+                 for i in range(self.count)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def ids(self) -> pa.Array:
+        parts = [pq.read_table(self.work.shard_dir(i) / "ids.parquet")["id"].combine_chunks()
+                 for i in range(self.count)]
+        kinds = {str(p.type) for p in parts if len(p)}
+        target = pa.int64() if kinds == {"int64"} else pa.string()
+        return pa.concat_arrays([p.cast(target) for p in parts]) if parts else pa.array([], pa.string())
+
+
+class SpilledSignatures:
+    """The signature rows of the active documents, gathered from the shards' memory-mapped
+    signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host."""
+
+    def __init__(self, shards: Shards, width: int):
+        self.shards = shards
+        self.shape = (int(shards.active_starts[-1]), width)
+
+    def __getitem__(self, positions) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
+        shard = np.searchsorted(self.shards.active_starts, positions, side="right") - 1
+        for index in np.unique(shard):
+            mine = np.flatnonzero(shard == index)
+            rows = self.shards.work.shard_array(int(index), "signatures")
+            out[mine] = rows[positions[mine] - self.shards.active_starts[index]]
+        return out
+
+
+class SpilledKeys:
+    """Band keys of the active documents for lsh.candidate_pairs, one band at a time from the
+    shards' band-major keys.npy; ``keep``: bool (m,) the active documents that take part."""
+
+    def __init__(self, shards: Shards, bands: int, keep: np.ndarray):
+        self.shards, self.keep = shards, keep
+        self.shape = (int(keep.sum()), bands)
+
+    def __getitem__(self, index) -> np.ndarray:
+        _, band = index  # keys[:, band]
+        starts = self.shards.active_starts
+        parts = [np.asarray(self.shards.work.shard_array(i, "keys")[band])[self.keep[starts[i]:starts[i + 1]]]
+                 for i in range(self.shards.count)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+class ShardReader:
+    """Reads input files again for their texts or kept rows (verification, outputs)."""
+
+    def __init__(self, files: list[Path], text_field: str, id_field: Optional[str], on_error: str):
+        self.files, self.text_field, self.id_field, self.on_error = files, text_field, id_field, on_error
+
+    def corpus(self, index: int) -> Corpus:
+        path = self.files[index]
+        source = SourceFile(display_path(path), file_format(path))
+        try:
+            part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
+        except InputError:
+            if self.on_error != "skip":
+                raise
+            return build_corpus([], self.text_field, self.id_field, InputFiles(), [])
+        return build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
+
+    def texts(self, shards: Shards, rows: np.ndarray) -> pa.Array:
+        """The texts of corpus rows ``rows`` (int64 (k,), ascending), as one large_string array
+        in that order, reading each shard that holds some of them once."""
+        shard = np.searchsorted(shards.rows, rows, side="right") - 1
+        parts = []
+        for index in np.unique(shard):
+            local = rows[shard == index] - shards.rows[index]
+            parts.append(self.corpus(int(index)).text_array().take(pa.array(local)).cast(pa.large_string()))
+        return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
+
+
+def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutations, params, backend,
+                    log: StageLog, progress: Progress) -> None:
+    """Stage 1 for every shard not yet in the work directory."""
+    for index, path in enumerate(reader.files):
+        if work.shard_done(index):
+            continue
+        records: list[dict] = []
+        shown, left_out = display_path(path), False
+        try:
+            source = SourceFile(shown, file_format(path))
+            part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
+            corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
+            records = part.records
+        except InputError as error:
+            if reader.on_error != "skip":
+                raise
+            records = [getattr(error, "record", None) or {"file": shown, "line": None,
+                                                          "reason": strip_path(str(error), shown)}]
+            corpus = build_corpus([], reader.text_field, reader.id_field, InputFiles(), [])
+            left_out = True
+        keys, active, signatures = signature_pass(corpus.utf8(), spec, banding, permutations, params,
+                                                  backend, log, progress)
+        keys = backend.to_host(keys)
+        lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+        arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
+                  "active": active, "lengths": lengths}
+        info = {"path": shown, "format": file_format(path), "left_out": left_out,
+                "rows": corpus.num_rows, "active": int(active.shape[0]),
+                "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
+                "null_texts": int(corpus.texts.null_count)}
+        work.write_shard(index, arrays, info)
+        ids_path = work.shard_dir(index) / "ids.parquet"
+        pq.write_table(pa.table({"id": corpus.ids}), ids_path)
+        del corpus, keys, signatures
+        release_unused_memory()
+
+
+def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backend: Backend, work: WorkDir,
+               text_field: str, id_field: Optional[str], on_error: str,
+               progress: Progress | None = None, log: StageLog | None = None) -> tuple[DedupOutcome, "Shards", ShardReader]:
+    """The job over ``files`` through the work directory ``work``; see the module docstring."""
+    progress = progress or Progress()
+    log = log or StageLog()
+    spec = ShingleSpec(params.shingle, params.ngram)
+    banding = params.banding()
+    permutations = draw_permutations(banding.bands * banding.rows, params.seed)
+    reader = ShardReader(files, text_field, id_field, on_error)
+
+    with log.stage("signature_pass"):
+        signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress)
+    shards = Shards.of(work, files)
+    n_docs = int(shards.rows[-1])
+    active = shards.concat("active", shift_by_rows=True)
+    lengths = shards.concat("lengths")
+    signatures = SpilledSignatures(shards, banding.bands * banding.rows)
+
+    def checked_jaccard_of(first, second, progress=Progress()):
+        docs = np.unique(np.concatenate([first, second]))
+        texts = reader.texts(shards, docs)
+        return exact_jaccard(texts, spec, np.searchsorted(docs, first), np.searchsorted(docs, second),
+                             lengths[docs], params, backend, progress)
+
+    with log.stage("copies"):
+        stored = work.load_stage("copies")
+        if stored is None:
+            copies = identical_copies(signatures, active, lengths, batch_bytes(params, backend), checked_jaccard_of,
+                                      progress, row_hash=shards.concat("row_hash"))
+            work.save_stage("copies", {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard})
+        else:
+            copies = Copies(stored["first"], stored["member"], stored["jaccard"])
+        in_lsh = ~np.isin(active, copies.member, assume_unique=True)
+
+    progress.start("Finding candidate pairs", banding.bands)
+    with log.stage("candidates"):
+        stored = work.load_stage("candidates")
+        if stored is None:
+            xp = backend.xp
+            first, second = candidate_pairs(SpilledKeys(shards, banding.bands, in_lsh), active[in_lsh],
+                                            params.bucket_window, xp)
+            stored = {"first": backend.to_host(first), "second": backend.to_host(second)}
+            work.save_stage("candidates", stored)
+        first, second = stored["first"], stored["second"]
+    progress.advance(banding.bands)
+
+    with log.stage("verify"):
+        stored = work.load_stage("pairs")
+        if stored is None:
+            candidates = first.shape[0]
+            likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
+                               params.threshold)
+            first, second = first[likely], second[likely]
+            jaccard = checked_jaccard_of(first, second, progress)
+            checked = first.shape[0]
+            first, second, jaccard = merge_pairs((first, second, jaccard), (copies.first, copies.member, copies.jaccard))
+            stored = {"first": first, "second": second, "jaccard": jaccard,
+                      "counts": np.array([candidates, checked], np.int64)}
+            work.save_stage("pairs", stored)
+        first, second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
+        candidates, checked = (int(c) for c in stored["counts"])
+        verified = checked_jaccard >= params.threshold
+        pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
+
+    progress.start("Clustering", 1)
+    with log.stage("cluster"):
+        clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
+        keep = np.ones(n_docs, dtype=bool)
+        keep[clusters.docs[~clusters.keep]] = False
+    progress.advance(1)
+    progress.stop()
+    backend.release_memory()
+
+    infos = [work.shard_info(i) for i in range(shards.count)]
+    summary = {
+        "documents": n_docs,
+        "files": [{"path": info["path"], "format": info["format"], "documents": info["rows"]}
+                  for info in infos if not info["left_out"]],
+        "skipped_files": found.skipped,
+        "skipped_records": sum(len(info["records"]) for info in infos) + len(found.records),
+        "notes": found.notes,
+        "text_bytes": sum(info["text_bytes"] for info in infos),
+        "null_texts": sum(info["null_texts"] for info in infos),
+        "empty_documents": n_docs - int(active.shape[0]),
+    }
+    report = build_report(summary, params, banding, backend, log, candidates=candidates, checked=checked,
+                          verified=pair_a.shape[0], clusters=clusters, copies=copies)
+    report["work_dir"] = str(work.root)
+    empty = np.zeros(0, np.int64)
+    outcome = DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard, empty, empty, copies)
+    return outcome, shards, reader
+
+
+class ShardedTable:
+    """The input rows of a staged run, read again shard by shard when they are needed: the
+    ``table`` of its DedupResult. ``write_kept`` writes the kept rows; ``[text_field].take``
+    gives a few texts (report.html)."""
+
+    def __init__(self, shards: Shards, reader: ShardReader):
+        self.shards, self.reader = shards, reader
+
+    def __getitem__(self, name: str):
+        if name != self.reader.text_field:
+            raise KeyError(name)
+        outer = self
+
+        class Texts:
+            def take(self, rows) -> pa.Array:
+                rows = np.asarray(rows.to_numpy() if hasattr(rows, "to_numpy") else rows, dtype=np.int64)
+                order = np.argsort(rows, kind="stable")
+                texts = outer.reader.texts(outer.shards, rows[order])
+                return texts.take(pa.array(np.argsort(order)))
+
+        return Texts()
+
+    def schema(self) -> pa.Schema:
+        """The columns of all shards, unified as pyarrow's concat_tables("permissive") would."""
+        schemas = [self.reader.corpus(i).table.schema for i in range(self.shards.count)]
+        return pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+
+    def kept_table(self, keep: np.ndarray) -> pa.Table:
+        """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""
+        schema = self.schema()
+        return pa.Table.from_batches(list(self._kept_batches(keep, schema)), schema=schema)
+
+    def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
+        for index in range(self.shards.count):
+            table = self.reader.corpus(index).table
+            table = table.filter(pa.array(keep[self.shards.rows[index]:self.shards.rows[index + 1]]))
+            yield from align(table, schema).to_batches(ROWS_PER_WRITE)
+
+    def write_kept(self, path: Path, format: str, keep: np.ndarray) -> None:
+        """The kept rows (keep: bool (n,) over the corpus rows), shard by shard, into one file."""
+        # Every shard's rows get the unified columns, as the in-memory run's one table has them.
+        schema = self.schema()
+        if format == "parquet":
+            with pq.ParquetWriter(path, schema) as writer:
+                for batch in self._kept_batches(keep, schema):
+                    writer.write_batch(batch)
+        else:
+            write_jsonl_batches(self._kept_batches(keep, schema), path)
+
+
+def align(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the columns of ``schema``, in its order (missing ones null), cast to it."""
+    columns = [table[field.name].cast(field.type) if field.name in table.column_names
+               else pa.nulls(table.num_rows, field.type) for field in schema]
+    return pa.table(columns, schema=schema)

@@ -1,0 +1,142 @@
+"""The work directory of a staged run (--work-dir): what each stage has finished, kept on disk
+so that ``--resume`` after an interruption redoes only what was not finished.
+
+Layout::
+
+    WORK/manifest.json          the run's fingerprint: version, parameters, the input files
+    WORK/shards/00000/          one finished input file (shard): band keys, signatures, ...
+    WORK/stages/<name>.npz      one finished whole-corpus stage (copies, candidates, pairs)
+
+Everything is written under a temporary name in WORK and renamed into place when complete,
+so a stage result that exists is a complete one; a run killed half way leaves at most
+temporary files, which the next run removes. The manifest ties the directory to one run: a
+resume with other inputs (a file changed in size or time) or other parameters is refused,
+because the finished stages would not belong to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .errors import ParameterError
+
+MANIFEST = "manifest.json"
+TEMPORARY_PREFIX = ".tmp-"
+
+
+class WorkDir:
+    """A work directory bound to one run's fingerprint (a JSON-able dict)."""
+
+    def __init__(self, root: Path, fingerprint: dict, resume: bool):
+        self.root = Path(root)
+        self.fingerprint = fingerprint
+        manifest = self.root / MANIFEST
+        if manifest.exists():
+            if not resume:
+                raise ParameterError(f"{self.root}: the work directory holds an earlier run; pass --resume to "
+                                     "go on with it, or choose an empty directory")
+            previous = json.loads(manifest.read_text(encoding="utf-8"))
+            if previous != fingerprint:
+                raise ParameterError(f"{self.root}: the work directory belongs to another run "
+                                     f"({describe_difference(previous, fingerprint)}); use a new directory")
+        elif self.root.exists() and any(p.name != MANIFEST for p in self.root.iterdir()
+                                        if not p.name.startswith(TEMPORARY_PREFIX)):
+            raise ParameterError(f"{self.root}: not a gpudedup work directory (no {MANIFEST}) and not empty")
+        self.root.mkdir(parents=True, exist_ok=True)
+        for leftover in self.root.glob(f"{TEMPORARY_PREFIX}*"):  # a killed run's half-written parts
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        if not manifest.exists():
+            self._write_text(MANIFEST, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+
+    # --- shards -------------------------------------------------------------------------
+
+    def shard_dir(self, index: int) -> Path:
+        return self.root / "shards" / f"{index:05d}"
+
+    def shard_done(self, index: int) -> bool:
+        return self.shard_dir(index).is_dir()
+
+    def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict) -> None:
+        """Store one shard's arrays (.npy, memory-mappable) and info (JSON) at once."""
+        final = self.shard_dir(index)
+        final.parent.mkdir(exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
+        for name, array in arrays.items():
+            np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+        _sync_dir(staging)
+        os.rename(staging, final)
+        _sync_dir(final.parent)
+
+    def shard_array(self, index: int, name: str, mmap: bool = True) -> np.ndarray:
+        return np.load(self.shard_dir(index) / f"{name}.npy", mmap_mode="r" if mmap else None,
+                       allow_pickle=False)
+
+    def shard_info(self, index: int) -> dict:
+        return json.loads((self.shard_dir(index) / "info.json").read_text(encoding="utf-8"))
+
+    # --- whole-corpus stages ---------------------------------------------------------------
+
+    def stage_path(self, name: str) -> Path:
+        return self.root / "stages" / f"{name}.npz"
+
+    def load_stage(self, name: str) -> Optional[dict[str, np.ndarray]]:
+        """A finished stage's arrays, or None when it has not finished."""
+        path = self.stage_path(name)
+        if not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as stored:
+            return {key: stored[key] for key in stored.files}
+
+    def save_stage(self, name: str, arrays: dict[str, np.ndarray]) -> None:
+        path = self.stage_path(name)
+        path.parent.mkdir(exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
+        with os.fdopen(handle, "wb") as out:
+            np.savez(out, **arrays)
+            out.flush()
+            os.fsync(out.fileno())
+        os.rename(temporary, path)
+        _sync_dir(path.parent)
+
+    def _write_text(self, name: str, text: str) -> None:
+        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.rename(temporary, self.root / name)
+
+
+def describe_difference(previous: dict, now: dict) -> str:
+    """The first field that differs between two fingerprints, for the message (in the order
+    of ``now``, where the parameters a user gives come before those derived from them)."""
+    for key in list(now) + [key for key in previous if key not in now]:
+        if previous.get(key) != now.get(key):
+            if key == "inputs":
+                return "the input files differ (a file was added, removed or changed)"
+            if isinstance(previous.get(key), dict) and isinstance(now.get(key), dict):
+                return describe_difference(previous[key], now[key])
+            return f"{key} was {previous.get(key)!r}, now {now.get(key)!r}"
+    return "the fingerprints differ"
+
+
+def _sync_dir(path: Path) -> None:
+    """fsync a directory, so that a rename into it survives a crash (where supported)."""
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
