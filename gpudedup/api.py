@@ -114,6 +114,9 @@ def dedup(
     on_error: str = "stop",
     work_dir: str | os.PathLike | None = None,
     resume: bool = False,
+    client=None,
+    scheduler: Optional[str] = None,
+    workers: Optional[int] = None,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -130,6 +133,11 @@ def dedup(
     work_dir: files only -- run in stages over one input file at a time, keeping each stage's
         results in this directory (streaming.py), so that the corpus is never in memory as a
         whole; resume=True goes on with the finished stages of an interrupted run there.
+    client / scheduler / workers: run the staged job's signatures, candidates and verification
+        on a Dask cluster (distributed.py): a ``dask.distributed.Client``, a scheduler's
+        address, or a local cluster of this many worker processes. The work directory (needed
+        with client and scheduler; a temporary one otherwise) and the files must be visible to
+        every worker at the same path. The results are the single process's.
     The other parameters are described in README ("Parameters") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
@@ -140,6 +148,9 @@ def dedup(
                          batch_rows=batch_rows,
                          max_memory=None if max_memory is None else parse_size(max_memory))
     chosen_backend = get_backend(backend)
+    if client is not None or scheduler is not None or workers is not None:
+        return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
+                          RichProgress() if progress else Progress(), client, scheduler, workers)
     if work_dir is not None:
         return staged_dedup(data, params, chosen_backend, Path(work_dir), resume, text_field, id_field, on_error,
                             RichProgress() if progress else Progress())
@@ -161,8 +172,37 @@ def dedup(
     return result
 
 
+def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
+               id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers) -> DedupResult:
+    """``dedup`` through a work directory with its heavy stages on a Dask cluster."""
+    import tempfile
+
+    from .distributed import DaskRunner, dask_client
+
+    if sum(x is not None for x in (client, scheduler, workers)) > 1:
+        raise ParameterError("give one of client, scheduler (--scheduler) and workers (--workers)")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ParameterError(f"workers must be an integer >= 1; got {workers!r}")
+    if work_dir is None and workers is None:
+        raise ParameterError("a Dask cluster needs a work directory (--work-dir) that every worker sees")
+    with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
+        runner = DaskRunner(connected)
+        if work_dir is not None:
+            result = staged_dedup(data, params, backend, Path(work_dir), resume, text_field, id_field, on_error,
+                                  progress, runner)
+        else:
+            # The result reads the input files again when it writes; the spills are not needed.
+            with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
+                result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field, id_field,
+                                      on_error, progress, runner)
+            result.report["work_dir"] = None
+        result.report["dask"] = {"scheduler": connected.scheduler.address,
+                                 "workers": len(connected.scheduler_info()["workers"])}
+        return result
+
+
 def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: bool, text_field: str,
-                 id_field: Optional[str], on_error: str, progress: Progress) -> DedupResult:
+                 id_field: Optional[str], on_error: str, progress: Progress, runner=None) -> DedupResult:
     """``dedup`` through a work directory (streaming.run_staged); data: paths only."""
     from .streaming import ShardedTable, fingerprint, run_staged
     from .workdir import WorkDir
@@ -174,7 +214,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
     found = scan_inputs(paths, on_error)
     work = WorkDir(work_dir, fingerprint(found, params, text_field, id_field, on_error), resume)
     outcome, shards, reader = run_staged(found.files, found, params, backend, work, text_field, id_field,
-                                         on_error, progress)
+                                         on_error, progress, runner=runner)
     ids = shards.ids()
     check_ids_unique(ids)
     records = list(found.records)

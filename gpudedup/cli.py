@@ -128,6 +128,13 @@ def dedup_command(
         show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir "
                                                           "after an interruption.")] = False,
+    scheduler: Annotated[Optional[str], typer.Option(
+        help="Run the signatures, candidates and verification on this Dask scheduler's workers "
+             "(e.g. tcp://host:8786); needs --work-dir on a file system every worker sees.",
+        show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        help="Run them on a local Dask cluster of this many worker processes (one per GPU with the "
+             "gpu backend, through dask-cuda).", show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):
@@ -145,7 +152,7 @@ def dedup_command(
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
-            work_dir=work_dir, resume=resume,
+            work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
         )
         result.write(output, format=format.value, overwrite=overwrite)
         guard.written = output

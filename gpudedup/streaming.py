@@ -166,57 +166,83 @@ class ShardReader:
         return build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
 
     def texts(self, shards: Shards, rows: np.ndarray) -> pa.Array:
+        return self.texts_of_rows(shards.rows, rows)
+
+    def texts_of_rows(self, shard_rows: np.ndarray, rows: np.ndarray) -> pa.Array:
         """The texts of corpus rows ``rows`` (int64 (k,), ascending), as one large_string array
-        in that order, reading each shard that holds some of them once."""
-        shard = np.searchsorted(shards.rows, rows, side="right") - 1
+        in that order, reading each shard that holds some of them once; shard_rows: int64
+        (s + 1,) the first corpus row of each shard."""
+        shard = np.searchsorted(shard_rows, rows, side="right") - 1
         parts = []
         for index in np.unique(shard):
-            local = rows[shard == index] - shards.rows[index]
+            local = rows[shard == index] - shard_rows[index]
             parts.append(self.corpus(int(index)).text_array().take(pa.array(local)).cast(pa.large_string()))
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
 
+def shard_jaccard(reader: ShardReader, shard_rows: np.ndarray, lengths: np.ndarray, spec, params, backend,
+                  first: np.ndarray, second: np.ndarray, progress: Progress | None = None) -> np.ndarray:
+    """Exact Jaccard of corpus-row pairs (first[i], second[i]) (int64 (p,)): float64 (p,).
+    The documents' texts are read from their shards (shard_rows: int64 (s + 1,) first row of
+    each shard); lengths: int64 (n,) text lengths over the corpus."""
+    docs = np.unique(np.concatenate([first, second]))
+    texts = reader.texts_of_rows(shard_rows, docs)
+    return exact_jaccard(texts, spec, np.searchsorted(docs, first), np.searchsorted(docs, second),
+                         lengths[docs], params, backend, progress or Progress())
+
+
 def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutations, params, backend,
-                    log: StageLog, progress: Progress) -> None:
-    """Stage 1 for every shard not yet in the work directory."""
-    for index, path in enumerate(reader.files):
-        if work.shard_done(index):
-            continue
-        records: list[dict] = []
-        shown, left_out = display_path(path), False
-        try:
-            source = SourceFile(shown, file_format(path))
-            part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
-            corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
-            records = part.records
-        except InputError as error:
-            if reader.on_error != "skip":
-                raise
-            records = [getattr(error, "record", None) or {"file": shown, "line": None,
-                                                          "reason": strip_path(str(error), shown)}]
-            corpus = build_corpus([], reader.text_field, reader.id_field, InputFiles(), [])
-            left_out = True
-        keys, active, signatures = signature_pass(corpus.utf8(), spec, banding, permutations, params,
-                                                  backend, log, progress)
-        keys = backend.to_host(keys)
-        lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
-        arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
-                  "active": active, "lengths": lengths}
-        info = {"path": shown, "format": file_format(path), "left_out": left_out,
-                "rows": corpus.num_rows, "active": int(active.shape[0]),
-                "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
-                "null_texts": int(corpus.texts.null_count)}
-        work.write_shard(index, arrays, info)
-        ids_path = work.shard_dir(index) / "ids.parquet"
-        pq.write_table(pa.table({"id": corpus.ids}), ids_path)
-        del corpus, keys, signatures
-        release_unused_memory()
+                    log: StageLog, progress: Progress, runner=None) -> None:
+    """Stage 1 for every shard not yet in the work directory: here, or as tasks of ``runner``
+    (distributed.DaskRunner) on its workers."""
+    pending = [index for index in range(len(reader.files)) if not work.shard_done(index)]
+    if runner is not None:
+        runner.sign_shards(work.root, pending, reader, params, backend.name)
+        return
+    for index in pending:
+        sign_shard(work, reader, index, spec, banding, permutations, params, backend, log, progress)
+
+
+def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, permutations, params, backend,
+               log: StageLog, progress: Progress) -> None:
+    """Read shard ``index``, sign it in batches and store what the later stages need."""
+    path = reader.files[index]
+    records: list[dict] = []
+    shown, left_out = display_path(path), False
+    try:
+        source = SourceFile(shown, file_format(path))
+        part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
+        corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
+        records = part.records
+    except InputError as error:
+        if reader.on_error != "skip":
+            raise
+        records = [getattr(error, "record", None) or {"file": shown, "line": None,
+                                                      "reason": strip_path(str(error), shown)}]
+        corpus = build_corpus([], reader.text_field, reader.id_field, InputFiles(), [])
+        left_out = True
+    keys, active, signatures = signature_pass(corpus.utf8(), spec, banding, permutations, params,
+                                              backend, log, progress)
+    keys = backend.to_host(keys)
+    lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+    arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
+              "active": active, "lengths": lengths}
+    info = {"path": shown, "format": file_format(path), "left_out": left_out,
+            "rows": corpus.num_rows, "active": int(active.shape[0]),
+            "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
+            "null_texts": int(corpus.texts.null_count)}
+    work.write_shard(index, arrays, info, {"ids": pa.table({"id": corpus.ids})})
+    del corpus, keys, signatures
+    release_unused_memory()
 
 
 def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backend: Backend, work: WorkDir,
                text_field: str, id_field: Optional[str], on_error: str,
-               progress: Progress | None = None, log: StageLog | None = None) -> tuple[DedupOutcome, "Shards", ShardReader]:
-    """The job over ``files`` through the work directory ``work``; see the module docstring."""
+               progress: Progress | None = None, log: StageLog | None = None,
+               runner=None) -> tuple[DedupOutcome, "Shards", ShardReader]:
+    """The job over ``files`` through the work directory ``work``; see the module docstring.
+    runner: a distributed.DaskRunner to run the signatures, the candidates and the exact
+    verification on a Dask cluster; None runs everything here."""
     progress = progress or Progress()
     log = log or StageLog()
     spec = ShingleSpec(params.shingle, params.ngram)
@@ -225,7 +251,7 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     reader = ShardReader(files, text_field, id_field, on_error)
 
     with log.stage("signature_pass"):
-        signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress)
+        signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress, runner)
     shards = Shards.of(work, files)
     n_docs = int(shards.rows[-1])
     active = shards.concat("active", shift_by_rows=True)
@@ -233,10 +259,7 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     signatures = SpilledSignatures(shards, banding.bands * banding.rows)
 
     def checked_jaccard_of(first, second, progress=Progress()):
-        docs = np.unique(np.concatenate([first, second]))
-        texts = reader.texts(shards, docs)
-        return exact_jaccard(texts, spec, np.searchsorted(docs, first), np.searchsorted(docs, second),
-                             lengths[docs], params, backend, progress)
+        return shard_jaccard(reader, shards.rows, lengths, spec, params, backend, first, second, progress)
 
     with log.stage("copies"):
         stored = work.load_stage("copies")
@@ -252,9 +275,11 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     with log.stage("candidates"):
         stored = work.load_stage("candidates")
         if stored is None:
-            xp = backend.xp
-            first, second = candidate_pairs(SpilledKeys(shards, banding.bands, in_lsh), active[in_lsh],
-                                            params.bucket_window, xp)
+            if runner is not None:
+                first, second = runner.candidate_pairs(shards, in_lsh, active, banding.bands, params.bucket_window)
+            else:
+                first, second = candidate_pairs(SpilledKeys(shards, banding.bands, in_lsh), active[in_lsh],
+                                                params.bucket_window, backend.xp)
             stored = {"first": backend.to_host(first), "second": backend.to_host(second)}
             work.save_stage("candidates", stored)
         first, second = stored["first"], stored["second"]
@@ -267,7 +292,11 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
             likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
                                params.threshold)
             first, second = first[likely], second[likely]
-            jaccard = checked_jaccard_of(first, second, progress)
+            if runner is not None:
+                jaccard = runner.exact_jaccard(reader, shards.rows, lengths, spec, params, backend.name, first, second,
+                                               batch_bytes(params, backend))
+            else:
+                jaccard = checked_jaccard_of(first, second, progress)
             checked = first.shape[0]
             first, second, jaccard = merge_pairs((first, second, jaccard), (copies.first, copies.member, copies.jaccard))
             stored = {"first": first, "second": second, "jaccard": jaccard,

@@ -34,6 +34,13 @@ TEMPORARY_PREFIX = ".tmp-"
 class WorkDir:
     """A work directory bound to one run's fingerprint (a JSON-able dict)."""
 
+    @classmethod
+    def attach(cls, root: Path) -> "WorkDir":
+        """The work directory a run has already opened (checked), as a Dask worker sees it."""
+        work = cls.__new__(cls)
+        work.root, work.fingerprint = Path(root), None
+        return work
+
     def __init__(self, root: Path, fingerprint: dict, resume: bool):
         self.root = Path(root)
         self.fingerprint = fingerprint
@@ -63,13 +70,19 @@ class WorkDir:
     def shard_done(self, index: int) -> bool:
         return self.shard_dir(index).is_dir()
 
-    def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict) -> None:
-        """Store one shard's arrays (.npy, memory-mappable) and info (JSON) at once."""
+    def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
+                    tables: dict[str, "pa.Table"] | None = None) -> None:
+        """Store one shard's arrays (.npy, memory-mappable), tables (Parquet) and info (JSON)
+        at once."""
+        import pyarrow.parquet as pq
+
         final = self.shard_dir(index)
         final.parent.mkdir(exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
         for name, array in arrays.items():
             np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        for name, table in (tables or {}).items():
+            pq.write_table(table, staging / f"{name}.parquet")
         (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
         _sync_dir(staging)
         os.rename(staging, final)

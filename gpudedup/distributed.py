@@ -1,0 +1,183 @@
+"""The staged job's heavy stages on a Dask cluster (--scheduler ADDRESS, --workers N, or a
+``dask.distributed.Client`` in ``gpudedup.dedup``).
+
+The work directory (workdir.py) is the meeting point: it must be on a file system that the
+client and every worker see at the same path (one machine, or a shared mount), as must the
+input files. Stages:
+
+- **signatures**: one task per unfinished shard (streaming.sign_shard) on the workers; each
+  worker makes its own backend (numpy, or CuPy on GPU workers: dask-cuda's LocalCUDACluster
+  gives one worker per GPU) and writes the shard's spill into the work directory.
+- **candidates**: every shard's band keys become a Dask DataFrame of (band, key, doc) rows,
+  shuffled on (band, key) so that each bucket of each band lies in one partition; a task per
+  partition pairs the bucket members as lsh.bucket_pairs does (input order, the window), and
+  the client takes the distinct pairs. The pairs are exactly those of the single process.
+- **verification**: the candidate pairs (after the signature filter, on the client) go to the
+  workers in chunks; each chunk's documents are read from their shards there and checked.
+
+Identical copies and the clusters are computed on the client. dask and distributed are
+optional (``pip install 'gpudedup[dask]'``); nothing here is imported without them.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .errors import ParameterError
+from .ragged import weighted_ranges
+
+
+def require_dask():
+    try:
+        import dask  # noqa: F401
+        import dask.dataframe  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ParameterError("--scheduler, --workers and client= need Dask: pip install 'gpudedup[dask]'") from None
+
+
+@contextmanager
+def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
+                gpu: bool = False) -> Iterator:
+    """The client to run on: ``client`` as given, one connected to ``scheduler``, or a local
+    cluster of ``workers`` processes (one per GPU with dask-cuda when ``gpu``), closed after."""
+    if client is not None:
+        yield client
+        return
+    require_dask()
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    # The shuffle extension logs every shuffle's start and end at WARNING level.
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+
+    if scheduler is not None:
+        with Client(scheduler) as connected:
+            yield connected
+        return
+    if gpu:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise ParameterError("--workers with the GPU backend needs dask-cuda (one worker per GPU): "
+                                 "pip install dask-cuda") from None
+        cluster = LocalCUDACluster(n_workers=workers)
+    else:
+        # One thread per worker process: the numpy stages use threads of their own per batch.
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    with cluster, Client(cluster) as local:
+        yield local
+
+
+class DaskRunner:
+    """Runs the stages named in the module docstring on ``client``'s workers."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def sign_shards(self, work_root: Path, indices: list[int], reader, params, backend_name: str) -> None:
+        futures = [self.client.submit(sign_shard_task, str(work_root), index, reader, params, backend_name,
+                                      pure=False, key=f"gpudedup-sign-{work_root.name}-{index}")
+                   for index in indices]
+        self.client.gather(futures)  # a task's InputError is raised here, as it was raised there
+
+    def candidate_pairs(self, shards, in_lsh: np.ndarray, active: np.ndarray, bands: int,
+                        window: int) -> tuple[np.ndarray, np.ndarray]:
+        import dask
+        import dask.dataframe as dd
+        import pandas as pd
+
+        meta = pd.DataFrame({"band": pd.Series([], dtype="int32"), "key": pd.Series([], dtype="uint64"),
+                             "doc": pd.Series([], dtype="int64")})
+        starts = shards.active_starts
+        parts = [dask.delayed(band_key_rows)(str(shards.work.root), index, active[starts[index]:starts[index + 1]],
+                                             in_lsh[starts[index]:starts[index + 1]])
+                 for index in range(shards.count)]
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return empty, empty
+        frame = dd.from_delayed(parts, meta=meta, verify_meta=False)
+        # Every (band, key) bucket in one partition; as many partitions as shards keeps each
+        # about the size of one shard's keys.
+        shuffled = frame.shuffle(on=["band", "key"], npartitions=max(shards.count, 1))
+        span = int(active[-1]) + 1 if active.shape[0] else 1
+        codes = shuffled.map_partitions(bucket_pair_codes, window, span,
+                                        meta=pd.DataFrame({"code": pd.Series([], dtype="uint64")}))
+        from .lsh import sorted_unique
+
+        unique = sorted_unique(codes["code"].compute().to_numpy(dtype=np.uint64))
+        return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
+
+    def exact_jaccard(self, reader, shard_rows: np.ndarray, lengths: np.ndarray, spec, params, backend_name: str,
+                      first: np.ndarray, second: np.ndarray, chunk_cost: int) -> np.ndarray:
+        """Exact Jaccard of the pairs, in chunks of about ``chunk_cost`` code points on the workers."""
+        chunks = weighted_ranges(lengths[first] + lengths[second], max(chunk_cost * 8, 1))
+        shared = self.client.scatter([reader, shard_rows, lengths], broadcast=True)
+        futures = [self.client.submit(jaccard_task, *shared, spec, params, backend_name,
+                                      first[start:stop], second[start:stop], pure=False)
+                   for start, stop in chunks]
+        parts = self.client.gather(futures)
+        return np.concatenate(parts) if parts else np.zeros(0, np.float64)
+
+
+# --- tasks (module-level, so that workers import them rather than unpickle code) --------------
+
+
+def sign_shard_task(work_root: str, index: int, reader, params, backend_name: str) -> None:
+    from .backends import get_backend
+    from .hashing import draw_permutations
+    from .shingling import ShingleSpec
+    from .stages import Progress, StageLog
+    from .streaming import sign_shard
+    from .workdir import WorkDir
+
+    banding = params.banding()
+    sign_shard(WorkDir.attach(Path(work_root)), reader, index, ShingleSpec(params.shingle, params.ngram), banding,
+               draw_permutations(banding.bands * banding.rows, params.seed), params, get_backend(backend_name),
+               StageLog(), Progress())
+
+
+def band_key_rows(work_root: str, index: int, docs: np.ndarray, keep: np.ndarray):
+    """One shard's band keys as (band int32, key uint64, doc int64) rows, for the documents
+    that take part in LSH (keep); docs: int64 the corpus rows of the shard's active documents."""
+    import pandas as pd
+
+    from .workdir import WorkDir
+
+    keys = np.asarray(WorkDir.attach(Path(work_root)).shard_array(index, "keys"))[:, keep]  # (bands, m')
+    bands, members = keys.shape
+    return pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), members),
+                         "key": keys.reshape(-1), "doc": np.tile(docs[keep], bands)})
+
+
+def bucket_pair_codes(rows, window: int, span: int):
+    """Candidate pairs of one shuffled partition, as codes a * span + b: per band, the
+    partition's rows in document order go through lsh.bucket_pairs, which pairs each bucket's
+    members in input order within the window, as the single process does."""
+    import pandas as pd
+
+    from .lsh import bucket_pairs
+
+    rows = rows.sort_values(["band", "doc"], kind="stable")
+    band = rows["band"].to_numpy()
+    keys = rows["key"].to_numpy(dtype=np.uint64)
+    docs = rows["doc"].to_numpy(dtype=np.int64)
+    codes = [np.zeros(0, np.uint64)]
+    bounds = np.flatnonzero(np.diff(band)) + 1
+    for start, stop in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [band.shape[0]]])):
+        first, second = bucket_pairs(keys[start:stop], docs[start:stop], window)
+        codes.append(first.astype(np.uint64) * np.uint64(span) + second.astype(np.uint64))
+    return pd.DataFrame({"code": np.concatenate(codes)})
+
+
+def jaccard_task(reader, shard_rows, lengths, spec, params, backend_name: str, first, second) -> np.ndarray:
+    from .backends import get_backend
+    from .streaming import shard_jaccard
+
+    return shard_jaccard(reader, shard_rows, lengths, spec, params, get_backend(backend_name), first, second)
