@@ -46,9 +46,11 @@ from .io.reader import (Corpus, InputFiles, SourceFile, build_corpus, display_pa
                         read_one_file, scan_inputs, strip_path)
 from .io.writer import ROWS_PER_WRITE, write_jsonl_batches
 from .lsh import candidate_pairs
-from .memory import release_unused_memory
+from .io.sizes import read_bytes_estimate
+from .memory import MemoryBudget, release_unused_memory
 from .params import DedupParams
-from .pipeline import DedupOutcome, batch_bytes, build_report, exact_jaccard, merge_pairs, signature_pass
+from .pipeline import (DedupOutcome, batch_bytes, batches_in_flight_bytes, build_report, exact_jaccard,
+                       merge_pairs, signature_pass)
 from .shingling import ShingleSpec
 from .stages import Progress, StageLog
 from .verify import plausible
@@ -199,7 +201,14 @@ def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutati
     if runner is not None:
         runner.sign_shards(work.root, pending, reader, params, backend.name)
         return
+    budget = MemoryBudget(params.max_memory)
     for index in pending:
+        path = reader.files[index]
+        # A shard is read whole: the budget must hold it and the batches in flight.
+        budget.check(f"reading {display_path(path)}",
+                     lambda: read_bytes_estimate([(path, file_format(path))])
+                     + batches_in_flight_bytes(backend, batch_bytes(params, backend)),
+                     "cut the input into smaller files, or raise --max-memory")
         sign_shard(work, reader, index, spec, banding, permutations, params, backend, log, progress)
 
 

@@ -176,3 +176,13 @@ def test_a_run_killed_at_random_points_resumes_to_identical_output(tmp_path):
     for name in ("deduplicated.parquet", "clusters.parquet", "pairs.parquet"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
     assert not list((tmp_path / "work").glob(".tmp-*")), "temporary files left in the work directory"
+
+
+def test_max_memory_is_checked_before_each_shard(tmp_path):
+    from gpudedup.errors import MemoryLimitError
+
+    corpus = write_shards(tmp_path / "in", sample_records(), 2)
+    with pytest.raises(MemoryLimitError, match=r"--max-memory 150 MiB: reading .*part-000.jsonl needs about"):
+        gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", max_memory="150M")
+    assert not (tmp_path / "work" / "shards").exists()
+    assert gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work2", max_memory="4G").report["balance"]["balanced"]
