@@ -12,8 +12,9 @@ input files. Stages:
   shuffled on (band, key) so that each bucket of each band lies in one partition; a task per
   partition pairs the bucket members as lsh.bucket_pairs does (input order, the window), and
   the client takes the distinct pairs. The pairs are exactly those of the single process.
-- **verification**: the candidate pairs (after the signature filter, on the client) go to the
-  workers in chunks; each chunk's documents are read from their shards there and checked.
+- **verification** (and the exact check of identical copies): a task per shard writes the
+  shingle sets of that shard's documents in pairs to the work directory, then a task per chunk
+  of pairs computes their exact Jaccard from those sets.
 
 Identical copies and the clusters are computed on the client. dask and distributed are
 optional (``pip install 'gpudedup[dask]'``); nothing here is imported without them.
@@ -28,7 +29,6 @@ from typing import Iterator, Optional
 import numpy as np
 
 from .errors import ParameterError
-from .ragged import weighted_ranges
 
 
 def require_dask():
@@ -114,16 +114,18 @@ class DaskRunner:
         unique = sorted_unique(codes["code"].compute().to_numpy(dtype=np.uint64))
         return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
 
-    def exact_jaccard(self, reader, shard_rows: np.ndarray, lengths: np.ndarray, spec, params, backend_name: str,
-                      first: np.ndarray, second: np.ndarray, chunk_cost: int) -> np.ndarray:
-        """Exact Jaccard of the pairs, in chunks of about ``chunk_cost`` code points on the workers."""
-        chunks = weighted_ranges(lengths[first] + lengths[second], max(chunk_cost * 8, 1))
-        shared = self.client.scatter([reader, shard_rows, lengths], broadcast=True)
-        futures = [self.client.submit(jaccard_task, *shared, spec, params, backend_name,
-                                      first[start:stop], second[start:stop], pure=False)
-                   for start, stop in chunks]
-        parts = self.client.gather(futures)
-        return np.concatenate(parts) if parts else np.zeros(0, np.float64)
+    def spill_sets(self, work_root: Path, name: str, reader, todo: list, params, backend_name: str) -> None:
+        """The shingle sets of the pairs' documents, a task per shard (streaming.spill_shard_sets)."""
+        futures = [self.client.submit(spill_sets_task, str(work_root), name, reader, index, local, params,
+                                      backend_name, pure=False) for index, local in todo]
+        self.client.gather(futures)
+
+    def spilled_jaccard(self, work_root: Path, name: str, shard_rows: np.ndarray, chunks: list) -> list:
+        """Exact Jaccard of each chunk of pairs, a task per chunk, from the spilled sets."""
+        [rows] = self.client.scatter([shard_rows], broadcast=True)
+        futures = [self.client.submit(spilled_jaccard_task, str(work_root), name, rows, first, second, pure=False)
+                   for first, second in chunks]
+        return self.client.gather(futures)
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
@@ -176,8 +178,18 @@ def bucket_pair_codes(rows, window: int, span: int):
     return pd.DataFrame({"code": np.concatenate(codes)})
 
 
-def jaccard_task(reader, shard_rows, lengths, spec, params, backend_name: str, first, second) -> np.ndarray:
+def spill_sets_task(work_root: str, name: str, reader, index: int, local_rows, params, backend_name: str) -> None:
     from .backends import get_backend
-    from .streaming import shard_jaccard
+    from .shingling import ShingleSpec
+    from .streaming import spill_shard_sets
+    from .workdir import WorkDir
 
-    return shard_jaccard(reader, shard_rows, lengths, spec, params, get_backend(backend_name), first, second)
+    spill_shard_sets(WorkDir.attach(Path(work_root)), name, reader, index, local_rows,
+                     ShingleSpec(params.shingle, params.ngram), params, get_backend(backend_name))
+
+
+def spilled_jaccard_task(work_root: str, name: str, shard_rows, first, second):
+    from .streaming import spilled_jaccard
+    from .workdir import WorkDir
+
+    return spilled_jaccard(WorkDir.attach(Path(work_root)), name, shard_rows, first, second)

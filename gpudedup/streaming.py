@@ -13,13 +13,14 @@ Stages (each one's results in the work directory, workdir.py):
 3. **candidates**: band by band, the keys of that band from every shard (8 bytes per
    document), bucketed as in lsh.candidate_pairs.
 4. **pairs**: the signature filter reads the candidates' rows from the spilled signatures;
-   exact verification re-reads the shards that hold candidate documents, keeping only their
-   texts.
+   exact verification (and the check of the copies) reads each shard holding documents of
+   pairs once, spills those documents' shingle sets to WORK/sets/, and checks the pairs a
+   chunk at a time from there (exact_by_spill).
 5. clusters and the outputs, which re-read each shard once more to write its kept rows.
 
 Peak memory is a batch and one shard's table, the per-document arrays (about 24 bytes per
-document plus 8 per band while a band is bucketed), the candidate pairs, and the texts and
-shingle sets of the documents in candidate pairs: not the corpus. The results are the ones
+document plus 16 while a band is bucketed), the candidate pairs, and one chunk of pairs'
+shingle sets: not the corpus. The results are the ones
 run_dedup gives on the same files read at once (tests/test_streaming.py).
 """
 
@@ -49,12 +50,15 @@ from .lsh import candidate_pairs
 from .io.sizes import read_bytes_estimate
 from .memory import MemoryBudget, release_unused_memory
 from .params import DedupParams
-from .pipeline import (DedupOutcome, batch_bytes, batches_in_flight_bytes, build_report, exact_jaccard,
-                       merge_pairs, signature_pass)
+from .pipeline import (DedupOutcome, batch_bytes, batches_in_flight_bytes, build_report, merge_pairs,
+                       signature_pass)
 from .shingling import ShingleSpec
 from .stages import Progress, StageLog
-from .verify import plausible
+from .ragged import offsets_from_counts, weighted_ranges
+from .verify import pair_jaccard, plausible
 from .workdir import WorkDir
+
+ONE_CHUNK = np.iinfo(np.int64).max // 4  # a batch cost no chunk reaches
 
 # Parameters that decide the results: a resume must use the same ones. (Batch sizes and the
 # memory budget change how the work is cut, never what it finds.)
@@ -182,15 +186,84 @@ class ShardReader:
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
 
-def shard_jaccard(reader: ShardReader, shard_rows: np.ndarray, lengths: np.ndarray, spec, params, backend,
-                  first: np.ndarray, second: np.ndarray, progress: Progress | None = None) -> np.ndarray:
-    """Exact Jaccard of corpus-row pairs (first[i], second[i]) (int64 (p,)): float64 (p,).
-    The documents' texts are read from their shards (shard_rows: int64 (s + 1,) first row of
-    each shard); lengths: int64 (n,) text lengths over the corpus."""
+# --- shingle sets spilled for exact verification -----------------------------------------------
+
+
+def spill_shard_sets(work: WorkDir, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
+                     spec, params, backend) -> None:
+    """The shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
+    WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
+    verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
+    batch at a time; only the hashes stay, on disk."""
+    from .normalize import utf8_buffers
+    from .shingling import ShingleBatch, set_rows
+
+    texts = reader.corpus(index).text_array().take(pa.array(local_rows))
+    lengths = pc.fill_null(pc.utf8_length(texts), 0).to_numpy().astype(np.int64)
+    columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for start, stop in weighted_ranges(lengths, batch_bytes(params, backend)):
+        with backend.batch_scope():
+            batch = backend.shingle_hashes(*utf8_buffers(texts.slice(start, stop - start)), spec)
+            batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+        rows = set_rows(batch)
+        columns.append(rows.indices.astype(np.int64))
+        counts.append(np.diff(rows.indptr).astype(np.int64))
+    work.write_dir(Path("sets") / name / f"{index:05d}",
+                   {"columns": np.concatenate(columns), "offsets": offsets_from_counts(np.concatenate(counts)),
+                    "rows": local_rows})
+    release_unused_memory()
+
+
+def spilled_sets(work: WorkDir, name: str, shard_rows: np.ndarray, rows: np.ndarray):
+    """The spilled sets of corpus rows ``rows`` (int64 (k,), ascending, all spilled) as one
+    canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
+    import scipy.sparse
+
+    shard = np.searchsorted(shard_rows, rows, side="right") - 1
+    columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for index in np.unique(shard):
+        where = work.root / "sets" / name / f"{int(index):05d}"
+        stored_rows = np.load(where / "rows.npy")
+        offsets = np.load(where / "offsets.npy")
+        stored = np.load(where / "columns.npy", mmap_mode="r")
+        position = np.searchsorted(stored_rows, rows[shard == index] - shard_rows[index])
+        starts, stops = offsets[position], offsets[position + 1]
+        counts.append(stops - starts)
+        columns.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
+    columns = np.concatenate(columns)
+    matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns,
+                                      offsets_from_counts(np.concatenate(counts))),
+                                     shape=(rows.shape[0], np.iinfo(np.int64).max))
+    matrix.has_sorted_indices = True
+    return matrix
+
+
+def spilled_jaccard(work: WorkDir, name: str, shard_rows: np.ndarray, first: np.ndarray,
+                    second: np.ndarray) -> np.ndarray:
+    """Exact Jaccard of corpus-row pairs whose documents' sets were spilled under ``name``."""
     docs = np.unique(np.concatenate([first, second]))
-    texts = reader.texts_of_rows(shard_rows, docs)
-    return exact_jaccard(texts, spec, np.searchsorted(docs, first), np.searchsorted(docs, second),
-                         lengths[docs], params, backend, progress or Progress())
+    return pair_jaccard(spilled_sets(work, name, shard_rows, docs), np.searchsorted(docs, first),
+                        np.searchsorted(docs, second))
+
+
+def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, lengths: np.ndarray,
+                   spec, params, backend, first: np.ndarray, second: np.ndarray, runner=None) -> np.ndarray:
+    """Exact Jaccard of the pairs (first[i], second[i]): the sets of their documents are
+    spilled shard by shard (each shard read once), then the pairs are checked a chunk at a
+    time from the spill, so memory holds one shard and one chunk of sets."""
+    docs = np.unique(np.concatenate([first, second]))
+    shard = np.searchsorted(shard_rows, docs, side="right") - 1
+    todo = [(int(i), docs[shard == i] - shard_rows[i]) for i in np.unique(shard)
+            if not (work.root / "sets" / name / f"{int(i):05d}").is_dir()]
+    chunks = weighted_ranges(lengths[first] + lengths[second], 8 * batch_bytes(params, backend))
+    if runner is not None:
+        runner.spill_sets(work.root, name, reader, todo, params, backend.name)
+        parts = runner.spilled_jaccard(work.root, name, shard_rows, [(first[a:b], second[a:b]) for a, b in chunks])
+    else:
+        for index, local in todo:
+            spill_shard_sets(work, name, reader, index, local, spec, params, backend)
+        parts = [spilled_jaccard(work, name, shard_rows, first[a:b], second[a:b]) for a, b in chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
 
 def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutations, params, backend,
@@ -267,13 +340,16 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     lengths = shards.concat("lengths")
     signatures = SpilledSignatures(shards, banding.bands * banding.rows)
 
-    def checked_jaccard_of(first, second, progress=Progress()):
-        return shard_jaccard(reader, shards.rows, lengths, spec, params, backend, first, second, progress)
+    def checked_jaccard_of(name):
+        # Exact Jaccard from the documents' sets, spilled shard by shard (see exact_by_spill).
+        return lambda first, second: exact_by_spill(work, name, reader, shards.rows, lengths, spec, params,
+                                                    backend, first, second, runner)
 
     with log.stage("copies"):
         stored = work.load_stage("copies")
         if stored is None:
-            copies = identical_copies(signatures, active, lengths, batch_bytes(params, backend), checked_jaccard_of,
+            # One call for all the groups' members: exact_by_spill cuts its own chunks.
+            copies = identical_copies(signatures, active, lengths, ONE_CHUNK, checked_jaccard_of("copies"),
                                       progress, row_hash=shards.concat("row_hash"))
             work.save_stage("copies", {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard})
         else:
@@ -301,11 +377,7 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
             likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
                                params.threshold)
             first, second = first[likely], second[likely]
-            if runner is not None:
-                jaccard = runner.exact_jaccard(reader, shards.rows, lengths, spec, params, backend.name, first, second,
-                                               batch_bytes(params, backend))
-            else:
-                jaccard = checked_jaccard_of(first, second, progress)
+            jaccard = checked_jaccard_of("pairs")(first, second)
             checked = first.shape[0]
             first, second, jaccard = merge_pairs((first, second, jaccard), (copies.first, copies.member, copies.jaccard))
             stored = {"first": first, "second": second, "jaccard": jaccard,

@@ -74,16 +74,23 @@ class WorkDir:
                     tables: dict[str, "pa.Table"] | None = None) -> None:
         """Store one shard's arrays (.npy, memory-mappable), tables (Parquet) and info (JSON)
         at once."""
+        self.write_dir(Path("shards") / f"{index:05d}", arrays, tables, info)
+
+    def write_dir(self, relative: Path, arrays: dict[str, np.ndarray], tables: dict | None = None,
+                  info: dict | None = None) -> None:
+        """Store arrays (.npy), tables (.parquet) and info (info.json) as the directory
+        WORK/relative, all at once (written beside it, then renamed into place)."""
         import pyarrow.parquet as pq
 
-        final = self.shard_dir(index)
-        final.parent.mkdir(exist_ok=True)
+        final = self.root / relative
+        final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
         for name, array in arrays.items():
             np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
         for name, table in (tables or {}).items():
             pq.write_table(table, staging / f"{name}.parquet")
-        (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+        if info is not None:
+            (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
         _sync_dir(staging)
         os.rename(staging, final)
         _sync_dir(final.parent)
