@@ -80,10 +80,19 @@ def same_signature_rows(signatures: np.ndarray, row_hash: np.ndarray | None = No
     return first[by_group].astype(np.int64), member[by_group].astype(np.int64)
 
 
+# Rounds of identical_copies: a group whose first document is not a copy of the others (a
+# superset whose extra shingles never hold a minimum, a 32-bit hash collision) is checked
+# again against the first of the rest; a group needing more rounds than this keeps its last
+# unconfirmed members in LSH, where they are still found, at m * bucket_window pairs.
+COPY_ROUNDS = 4
+
+
 def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.ndarray, batch_cost: int,
                      exact_jaccard: Callable[[np.ndarray, np.ndarray], np.ndarray],
                      progress: Progress | None = None, row_hash: np.ndarray | None = None) -> Copies:
-    """Check every same-signature member exactly against its group's first document.
+    """Check the members of every same-signature group exactly against the group's first
+    document; those that are not copies of it are checked in the next round against the first
+    of them, up to COPY_ROUNDS rounds.
 
     signatures: uint32 (m, K) host, the rows of the documents ``active`` (int64 (m,),
     ascending corpus rows); lengths: int64 (n,) text lengths in code points over the corpus.
@@ -94,16 +103,34 @@ def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.nda
     progress = progress or Progress()
     first, member = same_signature_rows(signatures, row_hash)
     progress.start("Checking identical copies", first.shape[0])
-    if first.shape[0] == 0:
-        return Copies.none()
     first, member = active[first], active[member]
-    jaccard = np.empty(first.shape[0], np.float64)
-    for start, stop in weighted_ranges(lengths[first] + lengths[member], batch_cost):
-        jaccard[start:stop] = exact_jaccard(first[start:stop], member[start:stop])
-        progress.advance(stop - start)
-    # |A ∩ B| / |A ∪ B| is exactly 1.0 only for equal sets (inter / inter).
-    confirmed = jaccard == 1.0
-    return Copies(first[confirmed], member[confirmed], jaccard[confirmed])
+    confirmed_first, confirmed_member = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for _ in range(COPY_ROUNDS):
+        if first.shape[0] == 0:
+            break
+        jaccard = np.empty(first.shape[0], np.float64)
+        for start, stop in weighted_ranges(lengths[first] + lengths[member], batch_cost):
+            jaccard[start:stop] = exact_jaccard(first[start:stop], member[start:stop])
+            progress.advance(stop - start)
+        # |A ∩ B| / |A ∪ B| is exactly 1.0 only for equal sets (inter / inter).
+        same = jaccard == 1.0
+        confirmed_first.append(first[same])
+        confirmed_member.append(member[same])
+        first, member = next_round(first[~same], member[~same])
+    first, member = np.concatenate(confirmed_first), np.concatenate(confirmed_member)
+    order = np.lexsort((member, first))
+    return Copies(first[order], member[order], np.ones(order.shape[0], np.float64))
+
+
+def next_round(first: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The unconfirmed members of each group (first, member: int64 (u,), ascending by (first,
+    member)) as the next round's pairs: the lowest of them is the group's new first document."""
+    if first.shape[0] == 0:
+        return first, member
+    starts = np.ones(first.shape[0], dtype=bool)
+    starts[1:] = first[1:] != first[:-1]
+    new_first = member[np.flatnonzero(starts)][np.cumsum(starts) - 1]
+    return new_first[~starts], member[~starts]
 
 
 def implied_pairs(a: np.ndarray, b: np.ndarray, first: np.ndarray, member: np.ndarray,

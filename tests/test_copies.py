@@ -282,7 +282,7 @@ def test_copies_agree_with_brute_force(seed, threshold):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_identical_copies_count_and_star_against_python_sets(seed):
-    """Without near-supersets (see the xfail below) every later copy of a set is confirmed and
+    """Without near-supersets (see test_copies_after_a_different_first_document_still_leave_lsh) every later copy of a set is confirmed and
     paired with the first document of that set, and with nothing else at 1.0."""
     texts = copies_review_corpus(seed, near_supersets=False)
     sets = [oracle_shingles(t or "") for t in texts]
@@ -438,7 +438,7 @@ def colliding_single_shingles() -> tuple[str, str]:
 
 
 def test_the_poisoning_preconditions_hold():
-    """The facts the xfail below relies on: both kinds of first document share the copies'
+    """The facts the test below relies on: both kinds of first document share the copies'
     signature without sharing their set."""
     v1, v2 = long_text_and_superset()
     a, b = colliding_single_shingles()
@@ -448,13 +448,10 @@ def test_the_poisoning_preconditions_hold():
         assert oracle_shingles(first) != oracle_shingles(copy)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "copies.identical_copies checks every member of a same-signature group only against the "
-    "group's lowest row; when that row's set differs from the members' (an extra shingle that "
-    "never holds a minimum, or a 32-bit collision), no member is confirmed, all stay in LSH and "
-    "the group costs m*W candidate pairs again"))
 @pytest.mark.parametrize("kind", ["superset", "collision"])
 def test_copies_after_a_different_first_document_still_leave_lsh(kind):
+    # The group's first document is not a copy of the others: the next round checks them
+    # against the first of them (copies.COPY_ROUNDS).
     first, copy = long_text_and_superset() if kind == "superset" else colliding_single_shingles()
     m = 300
     result = gpudedup.dedup([first] + [copy] * m, threshold=0.8, backend="cpu")
@@ -467,10 +464,8 @@ def test_copies_after_a_different_first_document_still_leave_lsh(kind):
 # --- io/sizes.py (same commit): the read estimate must at least cover the text it reads ----------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "io/sizes.py takes a Parquet file's row-group total_byte_size, which for a dictionary-encoded "
-    "column (pyarrow's default) counts each distinct text once: many identical copies read into "
-    "far more Arrow string bytes than the estimate"))
+# Dictionary-encoded columns (pyarrow's default) hold each distinct text once on disk: the
+# estimate must count the decoded strings.
 def test_read_estimate_covers_the_text_of_parquet_copies(tmp_path):
     import pyarrow.parquet as pq
     from gpudedup.io.sizes import file_read_bytes
@@ -482,10 +477,7 @@ def test_read_estimate_covers_the_text_of_parquet_copies(tmp_path):
     assert kept >= 3000 * len(text), (kept, 3000 * len(text))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "io/sizes.py reads ISIZE of the last gzip member only; a file of several members (cat a.gz "
-    "b.gz, bgzip, pigz --independent) whose last member is small passes the plausibility check "
-    "and is estimated at that member's size"))
+# A gzip trailer's ISIZE covers its last member only: the estimate must count every member.
 def test_read_estimate_covers_the_text_of_a_multi_member_gzip(tmp_path):
     import gzip as gzip_module
     import json

@@ -60,12 +60,14 @@ def test_the_read_estimate_covers_the_measured_peak_without_wasting_much(inputs,
     assert peak <= estimate <= 2.5 * peak, (peak / 2**20, estimate / 2**20)
 
 
-def test_gzip_size_comes_from_the_trailer_and_falls_back_when_it_cannot(tmp_path):
+def test_gzip_size_counts_every_member_and_falls_back_on_garbage(tmp_path):
     data = b"x" * 1_000_000
     path = tmp_path / "a.jsonl.gz"
-    path.write_bytes(gzip.compress(data))
+    path.write_bytes(gzip.compress(data) + gzip.compress(data[:1000]))  # two members
+    assert gzip_uncompressed_size(path, path.stat().st_size) == len(data) + 1000
+    path.write_bytes(gzip.compress(data)[:-4])  # truncated: what decompresses still counts
     assert gzip_uncompressed_size(path, path.stat().st_size) == len(data)
-    path.write_bytes(gzip.compress(data)[:-4])  # truncated: the trailer is gone
+    path.write_bytes(b"\x1f\x8b\x08garbage" * 10)
     assert gzip_uncompressed_size(path, path.stat().st_size) == 4 * path.stat().st_size
 
 

@@ -6,24 +6,26 @@ its raw bytes and the parser's buffers are alive beside the tables read before i
 tables are then combined into one text buffer. Measured, the resident set peaks at about 2.7
 times the text read (tests/test_memory_budget.py), so the estimate is KEPT_FACTOR times the
 files' text, plus the largest transient of one file, plus a constant for the readers' own
-buffers. The figures come from the files' own metadata, cheaply:
+buffers. The figures come from the files themselves, without reading their texts into memory:
 
 - JSONL and .txt: the file's size (the text, with its JSON quoting, held once as Arrow
   strings), and the same again while the file is parsed;
-- .gz: the uncompressed size from the gzip trailer (ISIZE, the size modulo 2**32 of the last
-  member; a trailer claiming less than the compressed size, or more than deflate's largest
-  ratio of 1032:1 allows, is not believed, and the file counts at 4x its size),
-  plus the compressed bytes while it is read;
-- Parquet: the uncompressed size of its row groups from the footer, and the same again while
-  the columns are decoded.
+- .gz: the uncompressed size, counted by decompressing the file once without keeping anything
+  (the trailer's ISIZE covers only the last member), plus the compressed bytes while it is
+  read;
+- Parquet: the decoded size of its columns (the footer's uncompressed sizes, and for
+  dictionary-encoded string columns the lengths of the values the indices point to), and the
+  same again while the columns are decoded.
 """
 
 from __future__ import annotations
 
 import os
-import struct
+import zlib
 from pathlib import Path
 
+import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 # Bytes per byte of a JSONL or text file while it is parsed, beyond its table.
@@ -35,26 +37,56 @@ READER_BYTES = 96 << 20  # measured: about 60 MB for a first read of 10 MB
 
 
 def gzip_uncompressed_size(path: Path, compressed: int) -> int:
-    """The uncompressed size a gzip file's trailer gives, or 4x the compressed size when the
-    trailer cannot be right (over 4 GiB uncompressed, concatenated members, a truncated file)."""
+    """The bytes a gzip file decompresses to, counted by decompressing it (nothing is kept):
+    the trailer's ISIZE is only the last member's size modulo 2**32, and files of several
+    members (cat, bgzip, pigz --independent) are common. A file that cannot be decompressed
+    counts at 4x its size (reading will name the problem)."""
+    total = 0
     try:
         with open(path, "rb") as handle:
-            handle.seek(max(compressed - 4, 0))
-            trailer = handle.read(4)
-    except OSError:
-        return 4 * compressed
-    size = struct.unpack("<I", trailer)[0] if len(trailer) == 4 else 0
-    return size if compressed <= size <= 1032 * compressed else 4 * compressed
+            decompressor = zlib.decompressobj(wbits=31)
+            while chunk := handle.read(1 << 20):
+                while chunk:
+                    total += len(decompressor.decompress(chunk, 1 << 24))
+                    chunk = decompressor.unconsumed_tail
+                    if decompressor.eof:  # the next member starts in what is left
+                        chunk = decompressor.unused_data + chunk
+                        decompressor = zlib.decompressobj(wbits=31)
+                        if not chunk.strip(b"\0"):
+                            break
+    except (OSError, zlib.error):
+        return max(total, 4 * compressed)
+    return total
 
 
 def parquet_uncompressed_size(path: Path, on_disk: int) -> int:
-    """The uncompressed size of a Parquet file's row groups (footer), or 4x its size on disk
-    when the footer cannot be read (reading will then name the problem)."""
+    """What a Parquet file's columns take decoded. The footer gives each column chunk's
+    uncompressed size, but for a dictionary-encoded string column that is the dictionary
+    plus indices, far less than the strings Arrow will hold (many copies of one text); such
+    columns are read as dictionaries (indices and distinct values only) and their decoded
+    lengths summed. A file whose footer cannot be read counts at 4x its size."""
     try:
         metadata = pq.ParquetFile(path).metadata
-    except Exception:  # noqa: BLE001 -- any unreadable footer: the reader reports it properly
+        size, dictionary_columns = 0, set()
+        for group in range(metadata.num_row_groups):
+            for column in range(metadata.num_columns):
+                chunk = metadata.row_group(group).column(column)
+                if chunk.physical_type == "BYTE_ARRAY" and any("DICTIONARY" in e for e in chunk.encodings):
+                    dictionary_columns.add(chunk.path_in_schema)
+                else:
+                    size += chunk.total_uncompressed_size
+        top_level = sorted(c for c in dictionary_columns if "." not in c)
+        if len(top_level) < len(dictionary_columns):  # nested strings: the footer is all we have
+            return 4 * on_disk + size
+        if top_level:
+            table = pq.ParquetFile(path, read_dictionary=top_level).read(columns=top_level)
+            for name in top_level:
+                for part in table[name].chunks:
+                    lengths = pc.binary_length(part.dictionary).to_numpy(zero_copy_only=False).astype(np.int64)
+                    size += int(lengths[part.indices.to_numpy(zero_copy_only=False)].sum()) + 8 * len(part)
+    except Exception:  # noqa: BLE001 -- any unreadable file: the reader reports it properly
         return 4 * on_disk
-    return sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    return size
 
 
 def file_read_bytes(path: Path, format: str) -> tuple[int, int]:
