@@ -42,6 +42,13 @@ import os, signal, sys
 import gpudedup.cli as cli
 
 hook, hook_signal = os.environ.get("TEST_SIGNAL_IN"), os.environ.get("TEST_SIGNAL")
+if os.environ.get("TEST_SLOW_TIMER"):  # as under heavy load: the main thread gets the CPU back
+    import threading                     # only after a timer thread it started has fired
+    class SlowStart(threading.Timer):
+        def start(self):
+            super().start()
+            self.finished.wait()
+    threading.Timer = SlowStart
 if hook == "__del__":  # a signal handled inside a __del__ (as the first file is written)
     import gpudedup.api as api
     class Dropped:
@@ -54,6 +61,29 @@ if hook == "__del__":  # a signal handled inside a __del__ (as the first file is
         Dropped()
         return real_write_parquet(*args, **kwargs)
     api.write_parquet = write_parquet
+elif hook == "after_commit":  # the signal is handled after the commit, on the way out of the write
+    import gpudedup.io.writer as writer, gpudedup.stages as stages
+    committed = []
+    real_replace, real_peak = writer.replace_dir, stages._read_peak_rss_bytes
+    def replace_dir(*args, **kwargs):
+        real_replace(*args, **kwargs)
+        committed.append(True)
+    def peak():  # the write stage's exit reads the peak memory once the output is in place
+        if len(committed) == 1:
+            committed.append(True)
+            os.kill(os.getpid(), getattr(signal, hook_signal))  # its handler runs right here
+        return real_peak()
+    writer.replace_dir, stages._read_peak_rss_bytes = replace_dir, peak
+elif hook == "exit_entry":  # the signal is handled at the first check of user_errors.__exit__
+    import gpudedup.interrupts as interrupts
+    def profile(frame, event, arg):
+        # As a signal that arrives after the command body's last eval-breaker check (a few
+        # bytecodes, or longer when a collection or a large free happens there): Python runs
+        # its handler at __exit__'s first instruction, before set_phase("done").
+        if event == "call" and frame.f_code is cli.user_errors.__exit__.__code__ and interrupts._phase == "running":
+            sys.setprofile(None)
+            os.kill(os.getpid(), getattr(signal, hook_signal))
+    sys.setprofile(profile)
 elif hook:  # the run sends itself a signal at a chosen point of the write
     import gpudedup.api as api, gpudedup.io.writer as writer
     module = api if hook == "write_json" else writer
@@ -346,6 +376,28 @@ def test_signal_handled_inside_a_finaliser_is_not_lost(small_runner, name):
     assert beside(out) == []
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "interrupts._unraisable starts a threading.Timer to send the signal again 10 ms later; "
+    "Timer.start() waits for the thread to start, and when the main thread is not scheduled "
+    "before the timer fires (heavy load) the resent signal is handled inside the hook: the "
+    "Interrupted is dropped "
+    "with 'Exception ignored in sys.unraisablehook' and a traceback on stderr, and the signal is "
+    "lost (the run goes on). The same happens without the patched Timer under load: "
+    "test_signal_handled_inside_a_finaliser_is_not_lost failed in 11 of 20 parametrised runs "
+    "on two cores busy with two spinning processes and another gpudedup process"))
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_resent_while_the_unraisable_hook_runs_is_not_lost(small_runner, name):
+    out, previous = with_small_previous(small_runner, f"slow-timer-{name}")
+    run = small_runner.run(out, overwrite=True,
+                           env={"TEST_SIGNAL_IN": "__del__", "TEST_SIGNAL": name, "TEST_SLOW_TIMER": "1"})
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.returncode == 128 + SIGNALS[name], run.stderr
+    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
+                                       + ": nothing was written"], run.stderr
+    assert snapshot(out) == previous
+    assert beside(out) == []
+
+
 def test_signal_during_the_commit_is_held_back_until_it_is_done(small_runner):
     """A signal that arrives during the swap does not cut it short: the new output is complete,
     nothing is left beside it, and the message says the results were written."""
@@ -355,6 +407,39 @@ def test_signal_during_the_commit_is_held_back_until_it_is_done(small_runner):
     assert run.stderr.splitlines() == [f"interrupted: the results were written to {out}"], run.stderr
     assert output_state(out, previous) == "new"
     assert beside(out) == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a signal handled after the commit but before the command body sets guard.written (here in "
+    "the write stage's exit, which reads /proc/self/status) raises outside atomic_output_dir's "
+    "except, so the error carries no output_written and the CLI says 'nothing was written' "
+    "although the new output is in place"))
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_after_the_commit_says_the_results_were_written(small_runner, name):
+    out, previous = with_small_previous(small_runner, f"after-commit-{name}")
+    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "after_commit", "TEST_SIGNAL": name})
+    assert output_state(out, previous) == "new" and beside(out) == []
+    word = "interrupted" if name == "SIGINT" else "terminated (SIGTERM)"
+    assert (run.returncode, run.stderr.splitlines()) == (128 + SIGNALS[name],
+                                                         [f"{word}: the results were written to {out}"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "user_errors.__exit__ sets the phase to 'done' only after its own first eval-breaker check; "
+    "a signal pending there raises Interrupted from __exit__, outside the with block, and typer "
+    "turns any escaped KeyboardInterrupt into a silent exit 130 (so SIGTERM ends with 130 and "
+    "no line): the one path found to the rare failure of "
+    "test_killed_run_leaves_previous_or_complete_output[SIGTERM-no-previous] at "
+    "'assert run.returncode == 128 + signum'"))
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_handled_as_the_command_ends_gives_its_code_and_one_line(small_runner, name):
+    out, previous = with_small_previous(small_runner, f"exit-entry-{name}")
+    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "exit_entry", "TEST_SIGNAL": name})
+    assert output_state(out, previous) == "new" and beside(out) == []
+    word = "interrupted" if name == "SIGINT" else "terminated (SIGTERM)"
+    # The command had finished: ending quietly with 0 would do, or with its code and one line.
+    assert (run.returncode, run.stderr.splitlines()) in [
+        (0, []), (128 + SIGNALS[name], [f"{word}: the results were written to {out}"])], (run.returncode, run.stderr)
 
 
 def test_sigkill_after_staging_leaves_only_a_hidden_directory_that_the_next_run_removes(small_runner):
