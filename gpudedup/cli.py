@@ -25,7 +25,8 @@ from rich.markup import escape
 from . import __version__
 from .api import dedup as run_api_dedup
 from .errors import GpudedupError
-from .interrupts import install_signal_handlers, set_phase, signal_word
+from .interrupts import (install_signal_handlers, last_signal, note_written, set_phase, signal_word,
+                         written_output)
 from .io.writer import check_output_dir
 from .lsh import banding_summary
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
@@ -158,6 +159,7 @@ def dedup_command(
         guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)
+        guard.done()
 
 
 @app.command("params")
@@ -258,6 +260,7 @@ def evaluate_command(
         guard.written = output
         if not quiet:
             err.print(f"Results in {json_path} and {csv_path}")
+        guard.done()
 
 
 @app.command("demo")
@@ -279,6 +282,7 @@ def demo_command(
         guard.written = output
         print_summary(result.report, output, time.perf_counter() - started)
         print_largest_clusters(result)
+        guard.done()
 
 
 def print_summary(report: dict, output: Path, seconds: float) -> None:
@@ -317,6 +321,9 @@ def print_largest_clusters(result, count: int = 5) -> None:
     err.print(table)
 
 
+_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)
+
+
 class user_errors:
     """Turn GpudedupError into one line on stderr and exit code 2; SIGINT (Ctrl-C), SIGTERM and
     SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
@@ -324,11 +331,18 @@ class user_errors:
     def __init__(self):
         self.written: Optional[Path] = None  # a command sets it once its output is in place
 
+    def done(self) -> None:
+        """The command's last step: a signal from here on is ignored (the work is finished).
+        Called inside the block, so a signal handled before it is still raised inside it,
+        not from __exit__ (whose KeyboardInterrupt typer would turn into a silent exit 130)."""
+        set_phase("done")
+
     def __enter__(self):
         # pyarrow imports pandas on its first conversion to numpy and swallows any exception
         # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
         # process at once.
         pa.array([True]).to_numpy(zero_copy_only=False)
+        note_written(None)
         set_phase("running")
         return self
 
@@ -339,16 +353,28 @@ class user_errors:
             raise typer.Exit(code=2)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)
-            written = self.written or getattr(error, "output_written", None)
+            written = self.written or getattr(error, "output_written", None) or written_output()
             what = f"the results were written to {written}" if written else "nothing was written"
             err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
+            _told[0] = True
             raise typer.Exit(code=128 + signum)
         return False
 
 
 def main() -> None:
     install_signal_handlers()
-    app()
+    try:
+        app()
+    except SystemExit as leaving:
+        # Backstop: an Interrupted that escaped user_errors (typer turns it into a silent exit
+        # 130) still ends with the signal's code and one line.
+        signum = last_signal()
+        if leaving.code == 130 and signum is not None and not _told[0]:
+            written = written_output()
+            what = f"the results were written to {written}" if written else "nothing was written"
+            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
+            raise SystemExit(128 + signum) from None
+        raise
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from .errors import ParameterError
+from .errors import ClusterError, GpudedupError, ParameterError
 
 
 def require_dask():
@@ -81,11 +81,22 @@ class DaskRunner:
     def __init__(self, client):
         self.client = client
 
+    def gather(self, futures, stage: str):
+        """The tasks' results; an error of ours raised in a task comes back as it is, a failure
+        of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
+        try:
+            return self.client.gather(futures)
+        except GpudedupError:
+            raise
+        except Exception as error:  # noqa: BLE001 -- distributed's many failure types
+            raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); "
+                               "the finished stages are in the work directory: run again with --resume") from None
+
     def sign_shards(self, work_root: Path, indices: list[int], reader, params, backend_name: str) -> None:
         futures = [self.client.submit(sign_shard_task, str(work_root), index, reader, params, backend_name,
                                       pure=False, key=f"gpudedup-sign-{work_root.name}-{index}")
                    for index in indices]
-        self.client.gather(futures)  # a task's InputError is raised here, as it was raised there
+        self.gather(futures, "the signatures")  # a task's InputError is raised here, as it was there
 
     def candidate_pairs(self, shards, in_lsh: np.ndarray, active: np.ndarray, bands: int,
                         window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,21 +122,27 @@ class DaskRunner:
                                         meta=pd.DataFrame({"code": pd.Series([], dtype="uint64")}))
         from .lsh import sorted_unique
 
-        unique = sorted_unique(codes["code"].compute().to_numpy(dtype=np.uint64))
+        try:
+            computed = codes["code"].compute().to_numpy(dtype=np.uint64)
+        except Exception as error:  # noqa: BLE001 -- as in gather
+            raise ClusterError(f"the Dask cluster failed during the candidate shuffle ({type(error).__name__}: "
+                               f"{error}); the finished stages are in the work directory: run again with --resume") from None
+        unique = sorted_unique(computed)
         return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
 
     def spill_sets(self, work_root: Path, name: str, reader, todo: list, params, backend_name: str) -> None:
         """The shingle sets of the pairs' documents, a task per shard (streaming.spill_shard_sets)."""
         futures = [self.client.submit(spill_sets_task, str(work_root), name, reader, index, local, params,
                                       backend_name, pure=False) for index, local in todo]
-        self.client.gather(futures)
+        self.gather(futures, "the shingle sets")
 
     def spilled_jaccard(self, work_root: Path, name: str, shard_rows: np.ndarray, chunks: list) -> list:
         """Exact Jaccard of each chunk of pairs, a task per chunk, from the spilled sets."""
-        [rows] = self.client.scatter([shard_rows], broadcast=True)
-        futures = [self.client.submit(spilled_jaccard_task, str(work_root), name, rows, first, second, pure=False)
-                   for first, second in chunks]
-        return self.client.gather(futures)
+        # shard_rows is small (a row offset per shard): it travels inside each task, rather
+        # than scattered once, whose futures can be lost between calls that scatter it again.
+        futures = [self.client.submit(spilled_jaccard_task, str(work_root), name, shard_rows, first, second,
+                                      pure=False) for first, second in chunks]
+        return self.gather(futures, "exact verification")
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------

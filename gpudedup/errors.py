@@ -28,3 +28,8 @@ class BackendUnavailableError(GpudedupError):
 
 class MemoryLimitError(GpudedupError):
     """A stage would need more memory than --max-memory allows: said before it starts."""
+
+
+class ClusterError(GpudedupError):
+    """The Dask cluster failed under a run (a worker lost, the scheduler gone): the stages it
+    finished stay in the work directory, so the run can be resumed."""

@@ -9,10 +9,12 @@ real runs at random points and checks what is left.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
 import threading
+import time
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,6 +28,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 _phase = "starting"  # "running" inside a command, "done" after it
+_written = None  # the output a command has committed (io.writer.atomic_output_dir), if any
+_last_signal = None  # the signal last raised as Interrupted
+_in_hook = False  # inside _unraisable
 
 
 def set_phase(phase: str) -> None:
@@ -33,12 +38,32 @@ def set_phase(phase: str) -> None:
     _phase = phase
 
 
+def note_written(path) -> None:
+    """Record that ``path`` now holds a command's complete output (called at the commit, with
+    signals held), so that an interrupt after it can say so."""
+    global _written
+    _written = path
+
+
+def written_output():
+    return _written
+
+
+def last_signal():
+    return _last_signal
+
+
 def signal_word(signum: int) -> str:
     return "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
 
 
 def _on_signal(signum, frame):
+    global _last_signal
+    if _in_hook:  # raised here it would be dropped like the one being resent: later, then
+        _resend_later(signum)
+        return
     if _phase == "running":
+        _last_signal = signum
         raise Interrupted(signum)
     if _phase == "starting":  # typer is parsing: nothing to clean up (and typer would turn an
         # exception here into a silent exit 130)
@@ -47,14 +72,30 @@ def _on_signal(signum, frame):
     # "done": the command has finished; the process ends as it was going to.
 
 
-def _unraisable(unraisable) -> None:
+def _unraisable(unraisable, _interrupted=Interrupted, _default=sys.__unraisablehook__) -> None:
     """A signal handled inside a __del__ or a callback, where Python can only print the
     exception and drop it: send it again, from another thread 10 ms later (once this hook and
-    the __del__ have returned), so that it is raised where it stops the run."""
-    if isinstance(unraisable.exc_value, Interrupted):
-        threading.Timer(0.01, os.kill, (os.getpid(), unraisable.exc_value.signum)).start()
-    else:
-        sys.__unraisablehook__(unraisable)
+    the __del__ have returned), so that it is raised where it stops the run. (The defaults
+    keep what it needs while the interpreter shuts down and clears module globals.)"""
+    global _in_hook
+    _in_hook = True
+    try:
+        if isinstance(unraisable.exc_value, _interrupted):
+            _resend_later(unraisable.exc_value.signum)
+        else:
+            _default(unraisable)
+    finally:
+        _in_hook = False
+
+
+def _resend_later(signum: int) -> None:
+    # A bare thread, not threading.Timer: Timer.start() waits until its thread runs, and under
+    # load the signal could then come back while this hook still runs (and be dropped again).
+    def resend():
+        time.sleep(0.01)
+        os.kill(os.getpid(), signum)
+
+    _thread.start_new_thread(resend, ())
 
 
 def install_signal_handlers() -> None:

@@ -102,7 +102,11 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
     with log.stage("candidates"):
         xp = backend.xp
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        first, second = candidate_pairs(keys[to_side(in_lsh, xp)], active[in_lsh], params.bucket_window, xp)
+        # (Rebinding keys frees the full array; without copies no copy is made at all.)
+        lsh_docs = active
+        if copies.member.shape[0]:
+            keys, lsh_docs = keys[to_side(in_lsh, xp)], active[in_lsh]
+        first, second = candidate_pairs(keys, lsh_docs, params.bucket_window, xp)
         first, second = backend.to_host(first), backend.to_host(second)
         del keys
     progress.advance(banding.bands)

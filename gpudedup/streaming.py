@@ -272,7 +272,8 @@ def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutati
     (distributed.DaskRunner) on its workers."""
     pending = [index for index in range(len(reader.files)) if not work.shard_done(index)]
     if runner is not None:
-        runner.sign_shards(work.root, pending, reader, params, backend.name)
+        with log.stage("signature_pass"):
+            runner.sign_shards(work.root, pending, reader, params, backend.name)
         return
     budget = MemoryBudget(params.max_memory)
     for index in pending:
@@ -292,10 +293,11 @@ def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, pe
     records: list[dict] = []
     shown, left_out = display_path(path), False
     try:
-        source = SourceFile(shown, file_format(path))
-        part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
-        corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
-        records = part.records
+        with log.stage("read"):
+            source = SourceFile(shown, file_format(path))
+            part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
+            corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
+            records = part.records
     except InputError as error:
         if reader.on_error != "skip":
             raise
@@ -313,7 +315,8 @@ def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, pe
             "rows": corpus.num_rows, "active": int(active.shape[0]),
             "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
             "null_texts": int(corpus.texts.null_count)}
-    work.write_shard(index, arrays, info, {"ids": pa.table({"id": corpus.ids})})
+    with log.stage("spill"):
+        work.write_shard(index, arrays, info, {"ids": pa.table({"id": corpus.ids})})
     del corpus, keys, signatures
     release_unused_memory()
 
@@ -332,8 +335,9 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
     reader = ShardReader(files, text_field, id_field, on_error)
 
-    with log.stage("signature_pass"):
-        signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress, runner)
+    # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on Dask
+    # the workers' time is one "signature_pass" as the client waits for it.
+    signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress, runner)
     shards = Shards.of(work, files)
     n_docs = int(shards.rows[-1])
     active = shards.concat("active", shift_by_rows=True)

@@ -74,13 +74,14 @@ elif hook == "after_commit":  # the signal is handled after the commit, on the w
             os.kill(os.getpid(), getattr(signal, hook_signal))  # its handler runs right here
         return real_peak()
     writer.replace_dir, stages._read_peak_rss_bytes = replace_dir, peak
-elif hook == "exit_entry":  # the signal is handled at the first check of user_errors.__exit__
+elif hook == "exit_entry":  # the signal is handled as the command ends (its last steps)
     import gpudedup.interrupts as interrupts
+    ends = (cli.user_errors.done.__code__, cli.user_errors.__exit__.__code__)
     def profile(frame, event, arg):
         # As a signal that arrives after the command body's last eval-breaker check (a few
         # bytecodes, or longer when a collection or a large free happens there): Python runs
-        # its handler at __exit__'s first instruction, before set_phase("done").
-        if event == "call" and frame.f_code is cli.user_errors.__exit__.__code__ and interrupts._phase == "running":
+        # its handler at the first instruction of the next call, guard.done() or __exit__.
+        if event == "call" and frame.f_code in ends and interrupts._phase == "running":
             sys.setprofile(None)
             os.kill(os.getpid(), getattr(signal, hook_signal))
     sys.setprofile(profile)
@@ -376,15 +377,6 @@ def test_signal_handled_inside_a_finaliser_is_not_lost(small_runner, name):
     assert beside(out) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "interrupts._unraisable starts a threading.Timer to send the signal again 10 ms later; "
-    "Timer.start() waits for the thread to start, and when the main thread is not scheduled "
-    "before the timer fires (heavy load) the resent signal is handled inside the hook: the "
-    "Interrupted is dropped "
-    "with 'Exception ignored in sys.unraisablehook' and a traceback on stderr, and the signal is "
-    "lost (the run goes on). The same happens without the patched Timer under load: "
-    "test_signal_handled_inside_a_finaliser_is_not_lost failed in 11 of 20 parametrised runs "
-    "on two cores busy with two spinning processes and another gpudedup process"))
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_signal_resent_while_the_unraisable_hook_runs_is_not_lost(small_runner, name):
     out, previous = with_small_previous(small_runner, f"slow-timer-{name}")
@@ -409,11 +401,6 @@ def test_signal_during_the_commit_is_held_back_until_it_is_done(small_runner):
     assert beside(out) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a signal handled after the commit but before the command body sets guard.written (here in "
-    "the write stage's exit, which reads /proc/self/status) raises outside atomic_output_dir's "
-    "except, so the error carries no output_written and the CLI says 'nothing was written' "
-    "although the new output is in place"))
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_signal_after_the_commit_says_the_results_were_written(small_runner, name):
     out, previous = with_small_previous(small_runner, f"after-commit-{name}")
@@ -424,13 +411,6 @@ def test_signal_after_the_commit_says_the_results_were_written(small_runner, nam
                                                          [f"{word}: the results were written to {out}"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "user_errors.__exit__ sets the phase to 'done' only after its own first eval-breaker check; "
-    "a signal pending there raises Interrupted from __exit__, outside the with block, and typer "
-    "turns any escaped KeyboardInterrupt into a silent exit 130 (so SIGTERM ends with 130 and "
-    "no line): the one path found to the rare failure of "
-    "test_killed_run_leaves_previous_or_complete_output[SIGTERM-no-previous] at "
-    "'assert run.returncode == 128 + signum'"))
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_signal_handled_as_the_command_ends_gives_its_code_and_one_line(small_runner, name):
     out, previous = with_small_previous(small_runner, f"exit-entry-{name}")

@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import OutputError
+from ..interrupts import note_written
 
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
@@ -117,6 +118,7 @@ def atomic_output_dir(path: str | os.PathLike, overwrite: bool,
         with signals_held():
             replace_dir(staging, out)
             committed = True
+            note_written(out)  # an interrupt from here on must say that the results are there
     except BaseException as error:
         if committed:  # an interrupt delivered right after the commit: OUT is the new output
             if isinstance(error, KeyboardInterrupt):
