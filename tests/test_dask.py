@@ -80,3 +80,10 @@ def test_cluster_options_are_checked(corpus, tmp_path):
         gpudedup.dedup(corpus, backend="cpu", workers=0)
     with pytest.raises(ParameterError, match="give one of"):
         gpudedup.dedup(corpus, backend="cpu", workers=2, scheduler="tcp://127.0.0.1:1", work_dir=tmp_path / "w")
+
+
+def test_a_scheduler_address_gives_the_same_output(client, corpus, tmp_path):
+    single = gpudedup.dedup(corpus, backend="cpu")
+    spread = gpudedup.dedup(corpus, backend="cpu", scheduler=client.scheduler.address, work_dir=tmp_path / "work")
+    assert spread.report["dask"]["workers"] == 2
+    assert spread.pairs.equals(single.pairs) and spread.clusters.equals(single.clusters)
