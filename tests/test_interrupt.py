@@ -527,3 +527,36 @@ def test_signals_held_delivers_them_afterwards(tmp_path):
             (tmp_path / "done").write_text("")  # the block was not cut short
     assert (tmp_path / "done").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+EARLY = r'''
+import sys
+import gpudedup.interrupts as interrupts
+assert "numpy" not in sys.modules and "pyarrow" not in sys.modules  # import gpudedup is light
+installed = interrupts.install_signal_handlers
+def install_and_tell():
+    installed()
+    sys.stderr.write("ready\n")
+    sys.stderr.flush()
+interrupts.install_signal_handlers = install_and_tell
+from gpudedup.console import main
+sys.exit(main())
+'''
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3])
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_command_is_still_importing_gives_one_line(small_runner, name, delay):
+    """The `gpudedup` entry point (console.py) installs the handlers before the heavy imports:
+    a signal from then on, even before the command has started, ends it with one line."""
+    out = small_runner.root / f"early-{name}-{delay}"
+    process = subprocess.Popen([sys.executable, "-c", EARLY, "dedup", str(small_runner.corpus), "-o", str(out),
+                                "--id-field", "id", "-q"], cwd=small_runner.root, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert process.stderr.readline() == "ready\n"
+    time.sleep(delay)
+    process.send_signal(SIGNALS[name])
+    _, stderr = process.communicate(timeout=60)
+    word = "interrupted" if name == "SIGINT" else "terminated (SIGTERM)"
+    assert (process.returncode, stderr.splitlines()) == (128 + SIGNALS[name], [f"{word}: nothing was written"]), stderr
+    assert not os.path.lexists(out) and beside(out) == []
