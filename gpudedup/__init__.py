@@ -17,31 +17,36 @@ cupy or cudf.
 
 __version__ = "0.1.0"
 
-import importlib
-
-# The public names and the modules that define them, imported on first use (PEP 562): the
-# `gpudedup` command installs its signal handlers before numpy, pyarrow and scipy are loaded,
-# so that a Ctrl-C during those imports already ends it with one line (console.py).
-_EXPORTS = {
-    "dedup": "api", "DedupResult": "api", "find_clusters": "cluster",
-    "GpudedupError": "errors", "InputError": "errors", "OutputError": "errors", "ParameterError": "errors",
-    "BackendUnavailableError": "errors", "Permutations": "hashing", "draw_permutations": "hashing",
-    "Banding": "lsh", "band_keys": "lsh", "candidate_pairs": "lsh", "choose_bands": "lsh",
-    "collision_probability": "lsh", "minhash_signatures": "minhash", "normalize_text": "normalize",
-    "DedupParams": "params", "ShingleBatch": "shingling", "ShingleSpec": "shingling",
-    "shingle_hashes": "shingling", "shingle_sets": "shingling", "pair_jaccard": "verify",
-}
-
-__all__ = [*_EXPORTS, "__version__"]
+# The public names are imported on first use (PEP 562), all at once: `import gpudedup` stays
+# light, so the `gpudedup` command installs its signal handlers before numpy, pyarrow and scipy
+# are loaded, and a Ctrl-C during those imports already ends it with one line (console.py).
+__all__ = [
+    "dedup", "DedupResult", "DedupParams", "ShingleSpec", "ShingleBatch", "Permutations", "Banding",
+    "normalize_text", "shingle_hashes", "shingle_sets", "draw_permutations", "minhash_signatures",
+    "choose_bands", "collision_probability", "band_keys", "candidate_pairs", "pair_jaccard",
+    "find_clusters", "GpudedupError", "InputError", "OutputError", "ParameterError",
+    "BackendUnavailableError", "__version__",
+]
 
 
 def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
-    raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
+    if name not in __all__:
+        raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
+    from .api import DedupResult, dedup
+    from .cluster import find_clusters
+    from .errors import BackendUnavailableError, GpudedupError, InputError, OutputError, ParameterError
+    from .hashing import Permutations, draw_permutations
+    from .lsh import Banding, band_keys, candidate_pairs, choose_bands, collision_probability
+    from .minhash import minhash_signatures
+    from .normalize import normalize_text
+    from .params import DedupParams
+    from .shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_sets
+    from .verify import pair_jaccard
+
+    loaded = {key: value for key, value in locals().items() if key in __all__}
+    globals().update(loaded)  # from now on plain attributes
+    return loaded[name]
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *__all__})
