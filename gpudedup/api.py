@@ -212,11 +212,13 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
         raise ParameterError("work_dir (--work-dir) runs over files: pass a path or a list of pathlib.Path")
     check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
     found = scan_inputs(paths, on_error)
-    work = WorkDir(work_dir, fingerprint(found, params, text_field, id_field, on_error), resume)
-    outcome, shards, reader = run_staged(found.files, found, params, backend, work, text_field, id_field,
-                                         on_error, progress, runner=runner)
-    ids = shards.ids()
-    check_ids_unique(ids)
+    try:
+        work = WorkDir(work_dir, fingerprint(found, params, text_field, id_field, on_error), resume)
+        outcome, shards, reader, ids = run_staged(found.files, found, params, backend, work, text_field, id_field,
+                                                  on_error, progress, runner=runner)
+    except OSError as error:  # a full disk, a lost mount, no permission in the work directory
+        raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
+                          "stages it finished are kept: run again with --resume") from None
     records = list(found.records)
     for index in range(shards.count):
         records.extend(work.shard_info(index)["records"])
@@ -227,17 +229,6 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
         inputs=[str(p) for p in paths], text_field=text_field, ids=ids,
         skipped_records=sorted_records(records, found), on_error=on_error,
         checked_jaccard=outcome.checked_jaccard, restore=table.kept_table)
-
-
-def check_ids_unique(ids: pa.Array) -> None:
-    """InputError naming a repeated id (the staged run's ids come from many shards)."""
-    if len(ids) == 0:
-        return
-    counts = pc.value_counts(ids)
-    repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
-    if len(repeated):
-        raise InputError(f"duplicate id {repeated[0].as_py()!r} ({len(repeated)} distinct ids are repeated); "
-                         "ids must be unique")
 
 
 # errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
@@ -303,6 +294,11 @@ def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool)
 
 
 def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog) -> Path:
+    # A staged run's work directory is kept apart from the output like an input: replacing an
+    # output that holds it would delete what --resume needs.
+    if result.report.get("work_dir"):
+        check_apart_from_inputs(Path(output_dir), [result.report["work_dir"]], "the output directory", "--output",
+                                "the work directory", inside_allowed=True)
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
         if hasattr(result.table, "write_kept"):  # a staged run's shards (streaming.ShardedTable)
             result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)

@@ -27,7 +27,7 @@ from .api import dedup as run_api_dedup
 from .errors import GpudedupError
 from .interrupts import (install_signal_handlers, last_signal, note_written, set_phase, signal_word,
                          written_output)
-from .io.writer import check_output_dir
+from .io.writer import check_apart_from_inputs, check_output_dir
 from .lsh import banding_summary
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
@@ -146,6 +146,9 @@ def dedup_command(
     """
     with user_errors() as guard:
         check_output_dir(output, overwrite, inputs)
+        if work_dir is not None:  # replacing the output must never delete the work directory
+            check_apart_from_inputs(output, [work_dir], "the output directory", "--output",
+                                    "the work directory", inside_allowed=True)
         started = time.perf_counter()
         result = run_api_dedup(
             list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,

@@ -69,8 +69,9 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
         cluster = LocalCUDACluster(n_workers=workers)
     else:
         # One thread per worker process: the numpy stages use threads of their own per batch.
+        # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+                               dashboard_address=None, silence_logs=logging.CRITICAL)
     with cluster, Client(cluster) as local:
         yield local
 
@@ -94,8 +95,7 @@ class DaskRunner:
 
     def sign_shards(self, work_root: Path, indices: list[int], reader, params, backend_name: str) -> None:
         futures = [self.client.submit(sign_shard_task, str(work_root), index, reader, params, backend_name,
-                                      pure=False, key=f"gpudedup-sign-{work_root.name}-{index}")
-                   for index in indices]
+                                      pure=False) for index in indices]
         self.gather(futures, "the signatures")  # a task's InputError is raised here, as it was there
 
     def candidate_pairs(self, shards, in_lsh: np.ndarray, active: np.ndarray, bands: int,

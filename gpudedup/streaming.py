@@ -80,6 +80,17 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
 
 
+def by_shard(starts: np.ndarray, positions: np.ndarray):
+    """(shard, indices into positions) for every shard holding some of ``positions`` (int64,
+    corpus rows or active positions); starts: int64 (s + 1,) the first of each shard. One
+    sort for all shards, so the cost does not grow with shards x positions."""
+    shard = np.searchsorted(starts, positions, side="right") - 1
+    order = np.argsort(shard, kind="stable")
+    bounds = np.flatnonzero(np.diff(shard[order])) + 1
+    for indices in np.split(order, bounds) if order.shape[0] else []:
+        yield int(shard[indices[0]]), indices
+
+
 @dataclass
 class Shards:
     """The finished shards of a work directory, as one corpus of rows 0 .. n-1 (host).
@@ -111,12 +122,63 @@ class Shards:
                  for i in range(self.count)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def ids(self) -> pa.Array:
+    def ids(self, id_field: Optional[str]) -> pa.Array:
+        """Every document's id, in corpus order (the in-memory run's rules: string ids
+        without id_field; with it, integers or strings, never both)."""
         parts = [pq.read_table(self.work.shard_dir(i) / "ids.parquet")["id"].combine_chunks()
                  for i in range(self.count)]
-        kinds = {str(p.type) for p in parts if len(p)}
-        target = pa.int64() if kinds == {"int64"} else pa.string()
-        return pa.concat_arrays([p.cast(target) for p in parts]) if parts else pa.array([], pa.string())
+        if not parts:
+            return pa.array([], pa.string())
+        kinds = {pa.types.is_integer(p.type) for p in parts if len(p)}
+        if id_field is not None and len(kinds) > 1:
+            raise InputError(f"id field {id_field!r} holds integers in some files and strings in others "
+                             f"(files: {', '.join(self.work.shard_info(i)['path'] for i in range(self.count))})")
+        target = pa.int64() if id_field is not None and kinds == {True} else pa.string()
+        return pa.concat_arrays([p.cast(target) for p in parts])
+
+    def where(self, row: int) -> str:
+        """'FILE:LINE' (JSONL, counting the lines of records kept) or 'FILE row N' of a corpus row."""
+        index = int(np.searchsorted(self.rows, row, side="right") - 1)
+        info = self.work.shard_info(index)
+        number = row - int(self.rows[index]) + 1
+        return f"{info['path']}:{number}" if info["format"] == "jsonl" else f"{info['path']} row {number}"
+
+    def columns(self, text_field: str) -> pa.Schema:
+        """The input's columns as the in-memory run's one table has them: the files' own schemas
+        unified (Arrow's permissive promotion), the text column a string type."""
+        schemas = [pq.read_schema(self.work.shard_dir(i) / "columns.parquet") for i in range(self.count)
+                   if (self.work.shard_dir(i) / "columns.parquet").exists()]
+        if not schemas:
+            return pa.schema([(text_field, pa.large_string())])
+        try:
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            files = ", ".join(self.work.shard_info(i)["path"] for i in range(self.count))
+            raise InputError(f"the input files have columns of incompatible types and cannot be combined "
+                             f"({error}); files: {files}") from None
+        index = schema.get_field_index(text_field)
+        if index >= 0 and not (pa.types.is_string(schema.field(index).type)
+                               or pa.types.is_large_string(schema.field(index).type)):
+            schema = schema.set(index, pa.field(text_field, pa.large_string()))  # as Corpus casts it
+        return schema
+
+
+def check_shards(shards: Shards, text_field: str, id_field: Optional[str]) -> pa.Array:
+    """Right after the signatures, before the heavy stages: the ids (returned) are of one kind
+    and unique, and the files' columns can be combined; InputError naming the files otherwise.
+    (Under --on-error skip the in-memory run leaves such files and repeated ids out; a staged
+    run stops on them.)"""
+    ids = shards.ids(id_field)
+    shards.columns(text_field)
+    if len(ids):
+        counts = pc.value_counts(ids)
+        repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
+        if len(repeated):
+            rows = np.flatnonzero(pc.equal(ids, repeated[0]).to_numpy(zero_copy_only=False))
+            raise InputError(f"duplicate id {repeated[0].as_py()!r}: documents "
+                             f"{', '.join(shards.where(int(r)) for r in rows[:3])} share it "
+                             f"({len(repeated)} distinct ids are repeated); ids must be unique")
+    return ids
 
 
 class SpilledSignatures:
@@ -126,15 +188,15 @@ class SpilledSignatures:
     def __init__(self, shards: Shards, width: int):
         self.shards = shards
         self.shape = (int(shards.active_starts[-1]), width)
+        self._maps: dict[int, np.ndarray] = {}  # memory maps, opened once per shard
 
     def __getitem__(self, positions) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
         out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
-        shard = np.searchsorted(self.shards.active_starts, positions, side="right") - 1
-        for index in np.unique(shard):
-            mine = np.flatnonzero(shard == index)
-            rows = self.shards.work.shard_array(int(index), "signatures")
-            out[mine] = rows[positions[mine] - self.shards.active_starts[index]]
+        for index, mine in by_shard(self.shards.active_starts, positions):
+            if index not in self._maps:
+                self._maps[index] = self.shards.work.shard_array(index, "signatures")
+            out[mine] = self._maps[index][positions[mine] - self.shards.active_starts[index]]
         return out
 
 
@@ -155,14 +217,20 @@ class SpilledKeys:
 
 
 class ShardReader:
-    """Reads input files again for their texts or kept rows (verification, outputs)."""
+    """Reads the input files (shards) for the stages, here or on a Dask worker.
+
+    files: absolute paths; shown: each file as the client displays it (ids ``<path>:<row>``,
+    messages), decided once on the client so that a worker's working directory never changes
+    an id."""
 
     def __init__(self, files: list[Path], text_field: str, id_field: Optional[str], on_error: str):
-        self.files, self.text_field, self.id_field, self.on_error = files, text_field, id_field, on_error
+        self.shown = [display_path(path) for path in files]
+        self.files = [Path(path).absolute() for path in files]
+        self.text_field, self.id_field, self.on_error = text_field, id_field, on_error
 
     def corpus(self, index: int) -> Corpus:
         path = self.files[index]
-        source = SourceFile(display_path(path), file_format(path))
+        source = SourceFile(self.shown[index], file_format(path))
         try:
             part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
         except InputError:
@@ -178,11 +246,10 @@ class ShardReader:
         """The texts of corpus rows ``rows`` (int64 (k,), ascending), as one large_string array
         in that order, reading each shard that holds some of them once; shard_rows: int64
         (s + 1,) the first corpus row of each shard."""
-        shard = np.searchsorted(shard_rows, rows, side="right") - 1
         parts = []
-        for index in np.unique(shard):
-            local = rows[shard == index] - shard_rows[index]
-            parts.append(self.corpus(int(index)).text_array().take(pa.array(local)).cast(pa.large_string()))
+        for index, mine in by_shard(shard_rows, rows):
+            local = rows[mine] - shard_rows[index]
+            parts.append(self.corpus(index).text_array().take(pa.array(local)).cast(pa.large_string()))
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
 
@@ -219,14 +286,13 @@ def spilled_sets(work: WorkDir, name: str, shard_rows: np.ndarray, rows: np.ndar
     canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
     import scipy.sparse
 
-    shard = np.searchsorted(shard_rows, rows, side="right") - 1
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for index in np.unique(shard):
-        where = work.root / "sets" / name / f"{int(index):05d}"
+    for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
+        where = work.root / "sets" / name / f"{index:05d}"
         stored_rows = np.load(where / "rows.npy")
         offsets = np.load(where / "offsets.npy")
         stored = np.load(where / "columns.npy", mmap_mode="r")
-        position = np.searchsorted(stored_rows, rows[shard == index] - shard_rows[index])
+        position = np.searchsorted(stored_rows, rows[mine] - shard_rows[index])
         starts, stops = offsets[position], offsets[position + 1]
         counts.append(stops - starts)
         columns.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
@@ -252,9 +318,8 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     spilled shard by shard (each shard read once), then the pairs are checked a chunk at a
     time from the spill, so memory holds one shard and one chunk of sets."""
     docs = np.unique(np.concatenate([first, second]))
-    shard = np.searchsorted(shard_rows, docs, side="right") - 1
-    todo = [(int(i), docs[shard == i] - shard_rows[i]) for i in np.unique(shard)
-            if not (work.root / "sets" / name / f"{int(i):05d}").is_dir()]
+    todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
+            if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
     chunks = weighted_ranges(lengths[first] + lengths[second], 8 * batch_bytes(params, backend))
     if runner is not None:
         runner.spill_sets(work.root, name, reader, todo, params, backend.name)
@@ -291,13 +356,14 @@ def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, pe
     """Read shard ``index``, sign it in batches and store what the later stages need."""
     path = reader.files[index]
     records: list[dict] = []
-    shown, left_out = display_path(path), False
+    shown, left_out, raw = reader.shown[index], False, None
     try:
         with log.stage("read"):
             source = SourceFile(shown, file_format(path))
             part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
             corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
             records = part.records
+            raw = part.table.slice(0, 0)  # the file's own columns, before the text is cast
     except InputError as error:
         if reader.on_error != "skip":
             raise
@@ -316,7 +382,10 @@ def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, pe
             "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
             "null_texts": int(corpus.texts.null_count)}
     with log.stage("spill"):
-        work.write_shard(index, arrays, info, {"ids": pa.table({"id": corpus.ids})})
+        tables = {"ids": pa.table({"id": corpus.ids})}
+        if raw is not None:
+            tables["columns"] = raw
+        work.write_shard(index, arrays, info, tables)
     del corpus, keys, signatures
     release_unused_memory()
 
@@ -324,7 +393,7 @@ def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, pe
 def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backend: Backend, work: WorkDir,
                text_field: str, id_field: Optional[str], on_error: str,
                progress: Progress | None = None, log: StageLog | None = None,
-               runner=None) -> tuple[DedupOutcome, "Shards", ShardReader]:
+               runner=None) -> tuple[DedupOutcome, "Shards", ShardReader, pa.Array]:
     """The job over ``files`` through the work directory ``work``; see the module docstring.
     runner: a distributed.DaskRunner to run the signatures, the candidates and the exact
     verification on a Dask cluster; None runs everything here."""
@@ -339,6 +408,7 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     # the workers' time is one "signature_pass" as the client waits for it.
     signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress, runner)
     shards = Shards.of(work, files)
+    ids = check_shards(shards, text_field, id_field)
     n_docs = int(shards.rows[-1])
     active = shards.concat("active", shift_by_rows=True)
     lengths = shards.concat("lengths")
@@ -418,7 +488,7 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
     report["work_dir"] = str(work.root)
     empty = np.zeros(0, np.int64)
     outcome = DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard, empty, empty, copies)
-    return outcome, shards, reader
+    return outcome, shards, reader, ids
 
 
 class ShardedTable:
@@ -444,9 +514,8 @@ class ShardedTable:
         return Texts()
 
     def schema(self) -> pa.Schema:
-        """The columns of all shards, unified as pyarrow's concat_tables("permissive") would."""
-        schemas = [self.reader.corpus(i).table.schema for i in range(self.shards.count)]
-        return pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+        """The columns of all shards, unified (Shards.columns, from the stored file schemas)."""
+        return self.shards.columns(self.reader.text_field)
 
     def kept_table(self, keep: np.ndarray) -> pa.Table:
         """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""

@@ -42,8 +42,10 @@ class WorkDir:
         return work
 
     def __init__(self, root: Path, fingerprint: dict, resume: bool):
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # workers may run elsewhere
         self.fingerprint = fingerprint
+        if self.root.exists() and not self.root.is_dir():
+            raise ParameterError(f"{root}: the work directory exists and is not a directory")
         manifest = self.root / MANIFEST
         if manifest.exists():
             if not resume:
@@ -141,11 +143,26 @@ def describe_difference(previous: dict, now: dict) -> str:
     for key in list(now) + [key for key in previous if key not in now]:
         if previous.get(key) != now.get(key):
             if key == "inputs":
-                return "the input files differ (a file was added, removed or changed)"
+                return describe_inputs(previous.get(key) or [], now.get(key) or [])
             if isinstance(previous.get(key), dict) and isinstance(now.get(key), dict):
                 return describe_difference(previous[key], now[key])
             return f"{key} was {previous.get(key)!r}, now {now.get(key)!r}"
     return "the fingerprints differ"
+
+
+def describe_inputs(previous: list, now: list) -> str:
+    """Which input file was added, removed or changed ([path, size, mtime_ns] lists)."""
+    before, after = {p[0]: p[1:] for p in previous}, {p[0]: p[1:] for p in now}
+    for path in after:
+        if path not in before:
+            return f"the input files differ: {path} was added"
+    for path in before:
+        if path not in after:
+            return f"the input files differ: {path} was removed"
+        if before[path] != after[path]:
+            what = "size" if before[path][0] != after[path][0] else "modification time"
+            return f"the input files differ: {path} changed ({what})"
+    return "the input files differ"
 
 
 def _sync_dir(path: Path) -> None:

@@ -313,8 +313,6 @@ def test_resume_after_an_input_was_touched_is_refused(mixed, tmp_path):
         gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", resume=True)
 
 
-@pytest.mark.xfail(strict=True, reason="the refusal says only 'the input files differ (a file was added, "
-                   "removed or changed)', not which file or what changed (workdir.describe_difference)")
 def test_resume_after_an_input_was_touched_names_the_file(mixed, tmp_path):
     corpus, path = touched_copy(mixed, tmp_path)
     with pytest.raises(ParameterError, match=r"f\.parquet"):
@@ -337,8 +335,6 @@ def test_an_output_inside_the_work_directory_works_and_resumes(mixed, tmp_path):
     assert_same_files(tmp_path / "work" / "out", tmp_path / "work" / "out2", "parquet")
 
 
-@pytest.mark.xfail(strict=True, reason="a --work-dir equal to (or inside) --output is not refused up front: the "
-                   "whole job runs, then the write refuses the output it filled itself ('exists and is not empty')")
 def test_a_work_dir_equal_to_the_output_is_refused_before_any_work(mixed, tmp_path):
     result = invoke(str(mixed), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "out"))
     assert result.exit_code == 2
@@ -346,24 +342,18 @@ def test_a_work_dir_equal_to_the_output_is_refused_before_any_work(mixed, tmp_pa
     assert not (tmp_path / "out" / "shards").exists(), "the job ran before the refusal"
 
 
-@pytest.mark.xfail(strict=True, reason="with --overwrite, a --work-dir inside --output is silently deleted when "
-                   "the new output is swapped in: the resumable work directory is lost")
 def test_overwrite_never_deletes_a_work_dir_inside_the_output(mixed, tmp_path):
     result = invoke(str(mixed), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "out" / "work"),
                     "--overwrite")
     assert result.exit_code == 2 or (tmp_path / "out" / "work" / "manifest.json").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="a --work-dir that is an existing file raises a bare NotADirectoryError "
-                   "(traceback, exit 1) instead of a one-line GpudedupError (exit 2)")
 def test_a_work_dir_that_is_a_file_is_a_clear_error(mixed, tmp_path):
     (tmp_path / "afile").write_text("mine")
     with pytest.raises(GpudedupError, match="afile"):
         gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "afile")
 
 
-@pytest.mark.xfail(strict=True, reason="an OSError writing the work directory (a full disk) escapes as a bare "
-                   "OSError (traceback, exit 1) instead of a GpudedupError that says to --resume")
 def test_a_full_disk_in_the_work_directory_is_a_clear_error(mixed, tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -383,9 +373,6 @@ def two_id_kinds(tmp_path: Path) -> Path:
     return tmp_path / "in"
 
 
-@pytest.mark.xfail(strict=True, reason="ids that are integers in one file and strings in another stop the "
-                   "in-memory run (InputError); the staged run silently turns every id into a string "
-                   "(streaming.Shards.ids casts to string whenever the shards' id types differ)")
 def test_integer_and_string_ids_are_refused_like_the_in_memory_run(tmp_path):
     corpus = two_id_kinds(tmp_path)
     with pytest.raises(InputError):
@@ -394,9 +381,6 @@ def test_integer_and_string_ids_are_refused_like_the_in_memory_run(tmp_path):
         gpudedup.dedup(corpus, backend="cpu", id_field="id", work_dir=tmp_path / "work")
 
 
-@pytest.mark.xfail(strict=True, reason="files whose columns cannot be combined: the in-memory CLI stops at once "
-                   "with one line and exit 2; the staged CLI runs the whole job, then ShardedTable.schema's "
-                   "pa.unify_schemas raises ArrowTypeError at the write: a traceback and exit 1")
 def test_incompatible_columns_stop_the_staged_cli_with_one_line(tmp_path):
     texts = make_texts(120, seed=6)
     jsonl(tmp_path / "in" / "a.jsonl", [{"extra": i, "text": t} for i, t in enumerate(texts[:60])])
@@ -410,7 +394,8 @@ def test_incompatible_columns_stop_the_staged_cli_with_one_line(tmp_path):
 
 @pytest.mark.xfail(strict=True, reason="on_error='skip' leaves out a file whose ids or columns cannot be combined "
                    "and later documents with a repeated id (reader.compatible_parts, drop_duplicate_ids); the staged "
-                   "run does neither: it keeps the file (ids made strings) and refuses repeated ids after the job")
+                   "run stops on them with an InputError right after the signatures (streaming.check_shards) "
+                   "instead (a known limit, README 'Larger than memory')")
 def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
     corpus = two_id_kinds(tmp_path)
     texts = make_texts(40, seed=8)
@@ -420,9 +405,6 @@ def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
     assert_same(memory, staged)
 
 
-@pytest.mark.xfail(strict=True, reason="repeated ids across shards are found only after every stage has run "
-                   "(api.staged_dedup checks them after run_staged: hours of work at scale), and the message names "
-                   "no file, where the in-memory run names FILE:LINE of the documents sharing the id")
 def test_repeated_ids_are_refused_before_the_heavy_stages_and_located(tmp_path):
     texts = make_texts(60, seed=4)
     jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:30])])
@@ -432,9 +414,6 @@ def test_repeated_ids_are_refused_before_the_heavy_stages_and_located(tmp_path):
     assert not (tmp_path / "work" / "stages").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="a shard whose texts are all null (JSONL: Arrow's null type) is cast to "
-                   "large_string per shard (Corpus.__post_init__) before ShardedTable.schema unifies the shards, so "
-                   "deduplicated.parquet's text column is large_string where the in-memory run's is string")
 def test_an_all_null_jsonl_shard_keeps_the_parquet_text_type(tmp_path):
     texts = make_texts(120, seed=9)
     jsonl(tmp_path / "in" / "a.jsonl", [{"text": t} for t in texts])
@@ -506,9 +485,6 @@ def cli_stderr_lines(stderr: str) -> list[str]:
 
 
 @needs_dask
-@pytest.mark.xfail(strict=True, reason="with --workers, an InputError raised in a task is also logged by the worker "
-                   "('distributed.worker - ERROR - Compute Failed' and the task's traceback) on stderr before the "
-                   "CLI's one line")
 def test_bad_input_with_workers_gives_one_line(tmp_path):
     jsonl(tmp_path / "in" / "a.jsonl", [{"text": "one two three four five six"}])
     with open(tmp_path / "in" / "a.jsonl", "a", encoding="utf-8") as handle:
@@ -567,10 +543,6 @@ def test_a_work_dir_moves_between_single_process_and_dask(cluster, mixed, finish
     assert_same_files(tmp_path / "single", finished / "reference")
 
 
-@pytest.mark.xfail(strict=True, reason="DaskRunner.sign_shards names its tasks gpudedup-sign-<work dir name>-<index>: "
-                   "a run whose work directory has the same name as one whose futures are still alive (a shared "
-                   "cluster, another run, an exception still referenced) gets that run's results (here its "
-                   "InputError) and its own shards are never signed")
 def test_dask_runs_with_work_dirs_of_the_same_name_do_not_share_tasks(cluster, mixed, tmp_path):
     bad = tmp_path / "bad"
     jsonl(bad / "a.jsonl", [{"text": "one two three four five six"}])
@@ -590,9 +562,6 @@ def test_dask_runs_with_work_dirs_of_the_same_name_do_not_share_tasks(cluster, m
     assert_same(memory, spread)
 
 
-@pytest.mark.xfail(strict=True, reason="the display paths (ids '<path>:<row>', the report's files) are computed "
-                   "on the workers (sign_shard -> display_path, relative to the worker's cwd): a worker started in "
-                   "another directory gives other ids than the client and the single process")
 def test_dask_ids_do_not_depend_on_the_workers_directory(cluster, mixed, tmp_path, monkeypatch):
     monkeypatch.chdir(mixed.parent)  # ids relative to here: in/a.jsonl:1, ...
     memory = gpudedup.dedup(mixed, backend="cpu")

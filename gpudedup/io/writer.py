@@ -80,16 +80,19 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool,
     return out
 
 
-def check_apart_from_inputs(out: Path, inputs: Iterable[str | os.PathLike], what: str, option: str) -> None:
-    """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``."""
+def check_apart_from_inputs(out: Path, inputs: Iterable[str | os.PathLike], what: str, option: str,
+                            other: str = "the input", inside_allowed: bool = False) -> None:
+    """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``
+    (inside_allowed: only that is or holds one)."""
     resolved = _resolve(out)
     for given in inputs:
         source = _resolve(Path(given))
         if source is None or resolved is None:  # a symbolic link loop: the reader explains it
             continue
-        if source == resolved or resolved in source.parents or (source.is_dir() and source in resolved.parents):
-            raise OutputError(f"{out}: {what} must not be, hold or lie inside the input "
-                              f"{given}; choose another {option}")
+        inside = source.is_dir() and source in resolved.parents and not inside_allowed
+        if source == resolved or resolved in source.parents or inside:
+            where = "be or hold" if inside_allowed else "be, hold or lie inside"
+            raise OutputError(f"{out}: {what} must not {where} {other} {given}; choose another {option}")
 
 
 def _resolve(path: Path) -> Optional[Path]:
