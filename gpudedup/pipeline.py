@@ -131,16 +131,9 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
         checked_jaccard = jaccard
-        verified = jaccard >= params.threshold
-        pair_a, pair_b, jaccard = first[verified], second[verified], jaccard[verified]
 
-    progress.start("Clustering", 1)
-    with log.stage("cluster"):
-        clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
-        keep = np.ones(n_docs, dtype=bool)
-        keep[clusters.docs[~clusters.keep]] = False
-    progress.advance(1)
-    progress.stop()
+    pair_a, pair_b, jaccard, clusters, keep = cluster_verified(n_docs, first, second, checked_jaccard, lengths,
+                                                               params, log, progress)
 
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(input_summary(corpus, n_docs - active.shape[0]), params, banding, backend, log,
@@ -148,6 +141,22 @@ def run_dedup(corpus: Corpus, params: DedupParams, backend: Backend,
                           verified=pair_a.shape[0], clusters=clusters, copies=copies)
     return DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard,
                         candidate_a, candidate_b, copies)
+
+
+def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
+                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress):
+    """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
+    their clusters, and keep: bool (n,), False exactly for the removed duplicates."""
+    verified = checked_jaccard >= params.threshold
+    pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
+    progress.start("Clustering", 1)
+    with log.stage("cluster"):
+        clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
+        keep = np.ones(n_docs, dtype=bool)
+        keep[clusters.docs[~clusters.keep]] = False
+    progress.advance(1)
+    progress.stop()
+    return pair_a, pair_b, jaccard, clusters, keep
 
 
 def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

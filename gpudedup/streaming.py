@@ -26,7 +26,6 @@ run_dedup gives on the same files read at once (tests/test_streaming.py).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,22 +38,21 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .backends import Backend
-from .cluster import find_clusters
 from .copies import Copies, identical_copies
 from .errors import InputError
 from .hashing import draw_permutations, poly_hash64_rows
 from .io.reader import (Corpus, InputFiles, SourceFile, build_corpus, display_path, file_format,
-                        read_one_file, scan_inputs, strip_path)
+                        read_one_file, strip_path)
+from .io.sizes import read_bytes_estimate
 from .io.writer import ROWS_PER_WRITE, write_jsonl_batches
 from .lsh import candidate_pairs
-from .io.sizes import read_bytes_estimate
 from .memory import MemoryBudget, release_unused_memory
 from .params import DedupParams
-from .pipeline import (DedupOutcome, batch_bytes, batches_in_flight_bytes, build_report, merge_pairs,
-                       signature_pass)
+from .pipeline import (DedupOutcome, batch_bytes, batches_in_flight_bytes, build_report, cluster_verified,
+                       merge_pairs, signature_pass)
+from .ragged import offsets_from_counts, weighted_ranges
 from .shingling import ShingleSpec
 from .stages import Progress, StageLog
-from .ragged import offsets_from_counts, weighted_ranges
 from .verify import pair_jaccard, plausible
 from .workdir import WorkDir
 
@@ -459,16 +457,9 @@ def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backen
             work.save_stage("pairs", stored)
         first, second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
         candidates, checked = (int(c) for c in stored["counts"])
-        verified = checked_jaccard >= params.threshold
-        pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
 
-    progress.start("Clustering", 1)
-    with log.stage("cluster"):
-        clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
-        keep = np.ones(n_docs, dtype=bool)
-        keep[clusters.docs[~clusters.keep]] = False
-    progress.advance(1)
-    progress.stop()
+    pair_a, pair_b, jaccard, clusters, keep = cluster_verified(n_docs, first, second, checked_jaccard, lengths,
+                                                               params, log, progress)
     backend.release_memory()
 
     infos = [work.shard_info(i) for i in range(shards.count)]

@@ -73,7 +73,7 @@ class WorkDir:
         return self.shard_dir(index).is_dir()
 
     def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
-                    tables: dict[str, "pa.Table"] | None = None) -> None:
+                    tables: dict | None = None) -> None:
         """Store one shard's arrays (.npy, memory-mappable), tables (Parquet) and info (JSON)
         at once."""
         self.write_dir(Path("shards") / f"{index:05d}", arrays, tables, info)

@@ -31,7 +31,7 @@ import gpudedup
 from gpudedup.cli import app
 from gpudedup.errors import GpudedupError, InputError, ParameterError
 
-from test_streaming import sample_records, write_shards
+from test_streaming import assert_same_results as assert_same, sample_records, write_shards
 
 OUTPUTS = ("pairs.parquet", "clusters.parquet")
 WORDS = [f"w{i}" for i in range(300)]
@@ -100,15 +100,6 @@ def check_pairs_with_python_sets(result, memory, kind: str, n: int, threshold: f
         sa, sb = shingle_set(text_of[a] or "", kind, n), shingle_set(text_of[b] or "", kind, n)
         assert jaccard == pytest.approx(len(sa & sb) / len(sa | sb), abs=1e-12), (a, b)
         assert jaccard >= threshold
-
-
-def assert_same(memory, staged) -> None:
-    assert staged.pairs.equals(memory.pairs)
-    assert staged.clusters.equals(memory.clusters)
-    np.testing.assert_array_equal(staged.keep, memory.keep)
-    for section in ("input", "results", "balance"):
-        assert staged.report[section] == memory.report[section], section
-    assert staged.skipped_records == memory.skipped_records
 
 
 def assert_same_files(a: Path, b: Path, fmt: str = "jsonl") -> None:
