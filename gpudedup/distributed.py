@@ -22,6 +22,7 @@ optional (``pip install 'gpudedup[dask]'``); nothing here is imported without th
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -49,31 +50,37 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
         yield client
         return
     require_dask()
-    import logging
-
     from distributed import Client, LocalCluster
 
-    # The shuffle extension logs every shuffle's start and end at WARNING level.
+    # The shuffle extension logs every shuffle's start and end at WARNING level; asyncio logs
+    # "Task exception was never retrieved" for the client's waits that an interrupt cancels.
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
-
-    if scheduler is not None:
-        with Client(scheduler) as connected:
-            yield connected
-        return
-    if gpu:
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise ParameterError("--workers with the GPU backend needs dask-cuda (one worker per GPU): "
-                                 "pip install dask-cuda") from None
-        cluster = LocalCUDACluster(n_workers=workers)
-    else:
-        # One thread per worker process: the numpy stages use threads of their own per batch.
-        # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.CRITICAL)
-    with cluster, Client(cluster) as local:
-        yield local
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+    try:
+        if scheduler is not None:
+            with Client(scheduler) as connected:
+                yield connected
+            return
+        if gpu:
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError:
+                raise ParameterError("--workers with the GPU backend needs dask-cuda (one worker per GPU): "
+                                     "pip install dask-cuda") from None
+            cluster = LocalCUDACluster(n_workers=workers)
+        else:
+            # One thread per worker process: the numpy stages use threads of their own per batch.
+            # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.CRITICAL)
+        with cluster, Client(cluster) as local:
+            yield local
+    except BaseException:
+        # An error or an interrupt ends the run: the client's pending waits, cancelled as the
+        # cluster closes, would otherwise be logged as tracebacks after the run's one line.
+        for name in ("distributed", "tornado"):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        raise
 
 
 class DaskRunner:

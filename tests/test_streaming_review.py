@@ -487,8 +487,6 @@ def test_bad_input_with_workers_gives_one_line(tmp_path):
 
 
 @needs_dask
-@pytest.mark.xfail(strict=True, reason="Ctrl-C during a --workers run prints asyncio's 'Task exception was never "
-                   "retrieved ... AllExit' tracebacks and distributed's logs before the CLI's one line")
 def test_sigint_during_a_workers_run_gives_one_line(bible_shards, tmp_path):
     run = cli_process([str(bible_shards), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--workers", "2",
                        "--work-dir", str(tmp_path / "work"), "--batch-bytes", "20000"], tmp_path)
