@@ -83,6 +83,11 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
         raise
 
 
+def cluster_failure(stage: str, error: Exception) -> ClusterError:
+    return ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the finished "
+                        "stages are in the work directory: run again with --resume")
+
+
 class DaskRunner:
     """Runs the stages named in the module docstring on ``client``'s workers."""
 
@@ -97,8 +102,7 @@ class DaskRunner:
         except GpudedupError:
             raise
         except Exception as error:  # noqa: BLE001 -- distributed's many failure types
-            raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); "
-                               "the finished stages are in the work directory: run again with --resume") from None
+            raise cluster_failure(stage, error) from None
 
     def sign_shards(self, work_root: Path, indices: list[int], reader, params, backend_name: str) -> None:
         futures = [self.client.submit(sign_shard_task, str(work_root), index, reader, params, backend_name,
@@ -132,8 +136,7 @@ class DaskRunner:
         try:
             computed = codes["code"].compute().to_numpy(dtype=np.uint64)
         except Exception as error:  # noqa: BLE001 -- as in gather
-            raise ClusterError(f"the Dask cluster failed during the candidate shuffle ({type(error).__name__}: "
-                               f"{error}); the finished stages are in the work directory: run again with --resume") from None
+            raise cluster_failure("the candidate shuffle", error) from None
         unique = sorted_unique(computed)
         return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
 

@@ -226,16 +226,26 @@ class ShardReader:
         self.files = [Path(path).absolute() for path in files]
         self.text_field, self.id_field, self.on_error = text_field, id_field, on_error
 
-    def corpus(self, index: int) -> Corpus:
-        path = self.files[index]
-        source = SourceFile(self.shown[index], file_format(path))
+    def read(self, index: int) -> tuple[Corpus, list[dict], Optional[pa.Table]]:
+        """Shard ``index`` as (corpus, skipped records, its own columns as an empty table).
+        Under on_error "skip" a file that cannot be read is an empty corpus, one record
+        naming it, and no columns (None); otherwise its InputError is raised."""
+        path, shown = self.files[index], self.shown[index]
         try:
-            part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
-        except InputError:
+            part = read_one_file(path, SourceFile(shown, file_format(path)), self.text_field, self.id_field,
+                                 False, self.on_error)
+        except InputError as error:
             if self.on_error != "skip":
                 raise
-            return build_corpus([], self.text_field, self.id_field, InputFiles(), [])
-        return build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
+            record = getattr(error, "record", None) or {"file": shown, "line": None,
+                                                        "reason": strip_path(str(error), shown)}
+            return build_corpus([], self.text_field, self.id_field, InputFiles(), []), [record], None
+        corpus = build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
+        # part.table keeps the file's own columns, before the corpus casts the text column.
+        return corpus, part.records, part.table.slice(0, 0)
+
+    def corpus(self, index: int) -> Corpus:
+        return self.read(index)[0]
 
     def texts(self, shards: Shards, rows: np.ndarray) -> pa.Array:
         return self.texts_of_rows(shards.rows, rows)
@@ -352,30 +362,16 @@ def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutati
 def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, permutations, params, backend,
                log: StageLog, progress: Progress) -> None:
     """Read shard ``index``, sign it in batches and store what the later stages need."""
-    path = reader.files[index]
-    records: list[dict] = []
-    shown, left_out, raw = reader.shown[index], False, None
-    try:
-        with log.stage("read"):
-            source = SourceFile(shown, file_format(path))
-            part = read_one_file(path, source, reader.text_field, reader.id_field, False, reader.on_error)
-            corpus = build_corpus([part], reader.text_field, reader.id_field, InputFiles(), [str(path)])
-            records = part.records
-            raw = part.table.slice(0, 0)  # the file's own columns, before the text is cast
-    except InputError as error:
-        if reader.on_error != "skip":
-            raise
-        records = [getattr(error, "record", None) or {"file": shown, "line": None,
-                                                      "reason": strip_path(str(error), shown)}]
-        corpus = build_corpus([], reader.text_field, reader.id_field, InputFiles(), [])
-        left_out = True
+    path, shown = reader.files[index], reader.shown[index]
+    with log.stage("read"):
+        corpus, records, raw = reader.read(index)
     keys, active, signatures = signature_pass(corpus.utf8(), spec, banding, permutations, params,
                                               backend, log, progress)
     keys = backend.to_host(keys)
     lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
     arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
               "active": active, "lengths": lengths}
-    info = {"path": shown, "format": file_format(path), "left_out": left_out,
+    info = {"path": shown, "format": file_format(path), "left_out": raw is None,
             "rows": corpus.num_rows, "active": int(active.shape[0]),
             "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
             "null_texts": int(corpus.texts.null_count)}

@@ -350,18 +350,22 @@ def with_small_previous(runner: Runner, name: str) -> tuple[Path, dict]:
     return out, snapshot(out)
 
 
+def assert_stopped_with_nothing_written(run: Run, name: str, out: Path, previous: dict) -> None:
+    """The run ended with the signal's code and one line, and left the previous output as it was."""
+    assert run.returncode == 128 + SIGNALS[name], run.stderr
+    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
+                                       + ": nothing was written"], run.stderr
+    assert snapshot(out) == previous
+    assert beside(out) == []
+
+
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_signal_after_the_last_file_is_staged_removes_the_staging_directory(small_runner, name):
     """The signal arrives when report.json, the last file, is written in the staging directory
     (a directory that would look complete): it is removed, the old output stays."""
     out, previous = with_small_previous(small_runner, f"staged-{name}")
     run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "write_json", "TEST_SIGNAL": name})
-    signum = SIGNALS[name]
-    assert run.returncode == 128 + signum, run.stderr
-    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
-                                       + ": nothing was written"], run.stderr
-    assert snapshot(out) == previous
-    assert beside(out) == []
+    assert_stopped_with_nothing_written(run, name, out, previous)
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
@@ -370,11 +374,7 @@ def test_signal_handled_inside_a_finaliser_is_not_lost(small_runner, name):
     signal is delivered again and stops the run as anywhere else."""
     out, previous = with_small_previous(small_runner, f"finaliser-{name}")
     run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "__del__", "TEST_SIGNAL": name})
-    assert run.returncode == 128 + SIGNALS[name], run.stderr
-    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
-                                       + ": nothing was written"], run.stderr
-    assert snapshot(out) == previous
-    assert beside(out) == []
+    assert_stopped_with_nothing_written(run, name, out, previous)
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
@@ -383,11 +383,7 @@ def test_signal_resent_while_the_unraisable_hook_runs_is_not_lost(small_runner, 
     run = small_runner.run(out, overwrite=True,
                            env={"TEST_SIGNAL_IN": "__del__", "TEST_SIGNAL": name, "TEST_SLOW_TIMER": "1"})
     assert "Traceback" not in run.stderr, run.stderr
-    assert run.returncode == 128 + SIGNALS[name], run.stderr
-    assert run.stderr.splitlines() == [("interrupted" if name == "SIGINT" else "terminated (SIGTERM)")
-                                       + ": nothing was written"], run.stderr
-    assert snapshot(out) == previous
-    assert beside(out) == []
+    assert_stopped_with_nothing_written(run, name, out, previous)
 
 
 def test_signal_during_the_commit_is_held_back_until_it_is_done(small_runner):
