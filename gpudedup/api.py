@@ -3,90 +3,24 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from functools import cached_property
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .backends import get_backend
 from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
 from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus, scan_inputs, sorted_records
 from .normalize import strings_to_arrow
-from .io.writer import OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl, write_parquet
+from .io.writer import check_apart_from_inputs
 from .params import DedupParams
 from .memory import MemoryBudget, parse_size, release_unused_memory
-from .copies import implied_pairs
-from .pipeline import DedupOutcome, run_dedup
+from .engine.job import Executor, Outcome, run_job
+from .engine.memory import dedup_corpus
+from .result import DedupResult
 from .stages import Progress, RichProgress, StageLog
-
-
-@dataclass
-class DedupResult:
-    """What ``dedup`` found.
-
-    pairs: pyarrow Table (id_a, id_b, jaccard): every verified pair, id_a < id_b.
-    clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
-        more, with the id of its cluster's kept document.
-    keep: numpy bool (n,), aligned with the input: False for the removed duplicates.
-    deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
-        cuDF, Hugging Face Dataset; a pyarrow Table for paths).
-    report: counts, parameters used, time and memory per stage (as written to report.json).
-    table: all input rows as a pyarrow Table (what ``write`` filters).
-    text_field: the column of ``table`` holding the text.
-    checked_jaccard: numpy float64 (c,): exact Jaccard of every candidate pair verification
-        computed, verified or not (the report's histogram of candidates).
-    """
-
-    pairs: pa.Table
-    clusters: pa.Table
-    keep: np.ndarray
-    report: dict
-    table: pa.Table = field(repr=False)
-    inputs: list = field(default_factory=list, repr=False)
-    text_field: str = "text"
-    ids: Optional[pa.Array] = field(default=None, repr=False)  # the id of every input row
-    skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
-    on_error: str = "stop"
-    checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
-    restore: Callable[[np.ndarray], Any] = field(default=None, repr=False)
-
-    @cached_property
-    def deduplicated(self):
-        """The kept rows in the input's own type, made on first use (a copy of the kept rows,
-        which a run that only writes its results never needs)."""
-        return self.restore(self.keep)
-
-    def __repr__(self) -> str:
-        r = self.report["results"]
-        return (f"DedupResult({self.report['input']['documents']} documents, {r['clusters']} clusters, "
-                f"{r['removed_documents']} removed, {r['verified_pairs']} verified pairs)")
-
-    def all_pairs(self) -> pa.Table:
-        """``pairs`` with every group of identical copies spelled out.
-
-        ``pairs`` lists documents with identical shingle sets as a star around the first of
-        them (Jaccard 1.0; README, "Output formats"). Here the copies are also paired with each
-        other, and each copy with every document its text is paired with, at that pair's
-        Jaccard: every pair at or above the threshold that the run found. Quadratic in the size
-        of a group of copies; for inspection and for comparison with an all-pairs truth.
-        """
-        ids = wide_ids(self.ids)
-        a = pc.index_in(self.pairs["id_a"], value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
-        b = pc.index_in(self.pairs["id_b"], value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
-        jaccard = self.pairs["jaccard"].to_numpy()
-        copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
-        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(ids))
-        return pairs_table(ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
-
-    def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:
-        """Write deduplicated.{parquet,jsonl}, clusters.parquet, pairs.parquet and report.json
-        into ``output_dir``, atomically (see README, "Output formats")."""
-        return write_outputs(output_dir, self, format, overwrite)
 
 
 def dedup(
@@ -166,10 +100,16 @@ def dedup(
         release_unused_memory()
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
-    outcome = run_dedup(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
-    result = to_result(corpus, outcome, restore)
-    result.on_error = on_error
-    return result
+    outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
+    return corpus_result(corpus, outcome, restore, on_error)
+
+
+def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarray], Any],
+                  on_error: str = "stop") -> DedupResult:
+    """The result of the in-memory run over ``corpus``; restore(keep) gives the kept rows in the
+    input's own type (to_corpus)."""
+    return DedupResult.of(outcome, corpus.ids, corpus.table, restore, corpus.inputs, corpus.text_field,
+                          corpus.skipped_records, on_error)
 
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
@@ -177,7 +117,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     """``dedup`` through a work directory with its heavy stages on a Dask cluster."""
     import tempfile
 
-    from .distributed import DaskRunner, dask_client
+    from .engine.dask import DaskExecutor, dask_client
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client, scheduler (--scheduler) and workers (--workers)")
@@ -186,26 +126,27 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     if work_dir is None and workers is None:
         raise ParameterError("a Dask cluster needs a work directory (--work-dir) that every worker sees")
     with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
-        runner = DaskRunner(connected)
+        executor = DaskExecutor(connected)
         if work_dir is not None:
             result = staged_dedup(data, params, backend, Path(work_dir), resume, text_field, id_field, on_error,
-                                  progress, runner)
+                                  progress, executor)
         else:
             # The result reads the input files again when it writes; the spills are not needed.
             with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                 result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field, id_field,
-                                      on_error, progress, runner)
-            result.report["work_dir"] = None
-        result.report["dask"] = {"scheduler": connected.scheduler.address,
-                                 "workers": len(connected.scheduler_info()["workers"])}
+                                      on_error, progress, executor)
+        result.report = result.report.with_dask(connected.scheduler.address,
+                                                len(connected.scheduler_info()["workers"]), work_dir is not None)
         return result
 
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: bool, text_field: str,
-                 id_field: Optional[str], on_error: str, progress: Progress, runner=None) -> DedupResult:
-    """``dedup`` through a work directory (streaming.run_staged); data: paths only."""
-    from .streaming import ShardedTable, fingerprint, run_staged
-    from .workdir import WorkDir
+                 id_field: Optional[str], on_error: str, progress: Progress,
+                 executor: Optional[Executor] = None) -> DedupResult:
+    """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
+    runs the store's tasks (this process when None)."""
+    from .engine.disk import ShardedTable, WorkDirStore, fingerprint
+    from .engine.workdir import WorkDir
 
     paths = [Path(data)] if isinstance(data, (str, os.PathLike)) else data
     if not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, os.PathLike) for p in paths)):
@@ -214,118 +155,14 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
     found = scan_inputs(paths, on_error)
     try:
         work = WorkDir(work_dir, fingerprint(found, params, text_field, id_field, on_error), resume)
-        outcome, shards, reader, ids = run_staged(found.files, found, params, backend, work, text_field, id_field,
-                                                  on_error, progress, runner=runner)
+        store = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
+        outcome = run_job(store, params, backend, executor, progress)
     except OSError as error:  # a full disk, a lost mount, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
-    records = list(found.records)
-    for index in range(shards.count):
-        records.extend(work.shard_info(index)["records"])
-    table = ShardedTable(shards, reader)
-    return DedupResult(
-        pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
-        clusters=clusters_table(ids, outcome), keep=outcome.keep, report=outcome.report, table=table,
-        inputs=[str(p) for p in paths], text_field=text_field, ids=ids,
-        skipped_records=sorted_records(records, found), on_error=on_error,
-        checked_jaccard=outcome.checked_jaccard, restore=table.kept_table)
-
-
-# errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
-SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
-
-
-def to_result(corpus: Corpus, outcome: DedupOutcome, restore) -> DedupResult:
-    return DedupResult(
-        pairs=pairs_table(corpus.ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
-        clusters=clusters_table(corpus.ids, outcome),
-        keep=outcome.keep,
-        report=outcome.report,
-        table=corpus.table,
-        inputs=corpus.inputs,
-        text_field=corpus.text_field,
-        ids=corpus.ids,
-        skipped_records=corpus.skipped_records,
-        checked_jaccard=outcome.checked_jaccard,
-        restore=restore,
-    )
-
-
-def pairs_table(ids: pa.Array, pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray) -> pa.Table:
-    """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b), for the pairs of rows
-    (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,))."""
-    ids = wide_ids(ids)  # millions of pairs of string ids can pass 2 GiB: 64-bit offsets
-    a = ids.take(pa.array(pair_a))
-    b = ids.take(pa.array(pair_b))
-    swap = pc.greater(a, b)
-    table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
-                      "jaccard": pa.array(jaccard, pa.float64())})
-    return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
-
-
-def wide_ids(ids: pa.Array) -> pa.Array:
-    """String ids as large_string, so that gathering them for pairs and clusters (an id per
-    pair member) cannot overflow 32-bit offsets; integer ids as they are."""
-    return ids.cast(pa.large_string()) if pa.types.is_string(ids.type) else ids
-
-
-def clusters_table(ids: pa.Array, outcome: DedupOutcome) -> pa.Table:
-    """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
-    names the document its cluster kept (itself for the kept one)."""
-    c = outcome.clusters
-    ids = wide_ids(ids)
-    kept_doc = np.zeros(c.count, dtype=np.int64)
-    kept_doc[c.cluster[c.keep]] = c.docs[c.keep]  # one kept document per cluster
-    return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
-                     "keep": pa.array(c.keep, pa.bool_()),
-                     "kept_id": ids.take(pa.array(kept_doc[c.cluster]))})
-
-
-def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:
-    if format not in OUTPUT_FORMATS:
-        raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
-    log = StageLog()
-    try:
-        with log.stage("write"):
-            return _write_files(output_dir, result, format, overwrite, log)
-    except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
-        raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
-                          "nothing was written") from None
-
-
-def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog) -> Path:
-    # A staged run's work directory is kept apart from the output like an input: replacing an
-    # output that holds it would delete what --resume needs.
-    if result.report.get("work_dir"):
-        check_apart_from_inputs(Path(output_dir), [result.report["work_dir"]], "the output directory", "--output",
-                                "the work directory", inside_allowed=True)
-    with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
-        if hasattr(result.table, "write_kept"):  # a staged run's shards (streaming.ShardedTable)
-            result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)
-        elif format == "parquet":
-            write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
-        else:
-            write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
-        write_parquet(result.clusters, staging / "clusters.parquet")
-        if result.on_error == "skip":  # written even when empty: "nothing was skipped"
-            write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
-                        staging / "errors.jsonl")
-        write_parquet(result.pairs, staging / "pairs.parquet")
-        # The report's figures (the slow part of report.html; none without matplotlib) are drawn
-        # within the write's time; the page itself needs the finished report, so it comes after.
-        from .html_report import report_figures, write_report
-
-        figures = report_figures(result)
-        # Time and memory of the write so far (the report itself is all that is left to write).
-        result.report["stages"]["write"] = log.snapshot("write")
-        result.report["peak_rss_mb"] = max(result.report["peak_rss_mb"],
-                                           result.report["stages"]["write"]["peak_rss_mb"])
-        result.report["output"] = {"directory": str(Path(output_dir)), "format": format}
-        write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
-        # report.json last: a directory with a report is a finished one (and the rename makes
-        # the whole directory appear at once anyway).
-        write_json(result.report, staging / "report.json")
-    return Path(output_dir)
+    table = ShardedTable(store.shards, store.reader)
+    return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field,
+                          sorted_records(store.skipped_records(), found), on_error)
 
 
 # --- input adaptation ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Scoring MinHash LSH settings against exact Jaccard: the grid search of ``gpudedup evaluate``.
 
 For every setting of a grid (permutation budget K, bands x rows or the rule that chooses them,
-shingle kind and size, threshold) the real pipeline (``pipeline.run_dedup``) runs on a sample
+shingle kind and size, threshold) the real job (``engine.memory.dedup_corpus``) runs on a sample
 corpus, and its LSH candidate pairs and verified pairs are compared with the exact set of
 pairs whose Jaccard similarity reaches the threshold (the ground truth):
 
@@ -49,7 +49,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from . import __version__
+from .version import __version__
 from .allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
 from .copies import implied_pairs
@@ -58,7 +58,8 @@ from .io.reader import Corpus, SourceFile
 from .lsh import collision_probability
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
                      DEFAULT_THRESHOLD, DedupParams)
-from .pipeline import map_parallel, run_dedup, text_batches
+from .engine.memory import dedup_corpus
+from .engine.signatures import map_parallel, text_batches
 from .shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
 from .stages import Progress
 
@@ -481,7 +482,7 @@ class SettingResult:
 
 def score_outcome(setting: Setting, outcome, truth: GroundTruth, n_docs: int,
                   bin_width: float = DEFAULT_BIN_WIDTH) -> SettingResult:
-    """Compare a run's candidates and verified pairs (pipeline.DedupOutcome) with the truth."""
+    """Compare a run's candidates and verified pairs (engine.job.Outcome) with the truth."""
     _, _, true_jaccard, true_codes = truth.at(setting.threshold)
     # Identical copies are listed as a star around their group's first document; the truth
     # lists every pair of the group and every pair of each copy (copies.implied_pairs).
@@ -588,12 +589,12 @@ def evaluate(
     cache.prepare(settings)
     truth_seconds = time.perf_counter() - started
     if warmup and settings and corpus.num_rows:
-        run_dedup(select_documents(corpus, limit=WARMUP_DOCUMENTS), settings[0].params(**extra),
+        dedup_corpus(select_documents(corpus, limit=WARMUP_DOCUMENTS), settings[0].params(**extra),
                   chosen, Progress())
     n_docs = corpus.num_rows
     results = []
     for i, s in enumerate(settings):
-        outcome = run_dedup(corpus, s.params(**extra), chosen, Progress(), keep_candidates=True)
+        outcome = dedup_corpus(corpus, s.params(**extra), chosen, Progress(), keep_candidates=True)
         result = score_outcome(s, outcome, cache.get(s.shingle, s.ngram, s.threshold), n_docs, bin_width)
         del outcome
         results.append(result)

@@ -84,7 +84,7 @@ from gpudedup.lsh import band_keys  # noqa: E402
 from gpudedup.normalize import (NormalizationTables, decode_utf8, host_tables,  # noqa: E402
                                 normalize_codepoints, text_buffers)
 from gpudedup.params import DedupParams  # noqa: E402
-from gpudedup.pipeline import text_batches  # noqa: E402
+from gpudedup.engine.signatures import text_batches  # noqa: E402
 from gpudedup.shingling import ShingleBatch, ShingleSpec, base_powers, utf8_shingle_hashes  # noqa: E402
 
 GB = 1e9

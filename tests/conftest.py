@@ -139,6 +139,6 @@ def every_run_is_conserved(monkeypatch):
             return result
         return run
 
-    # The in-memory runs end in to_result, the staged ones (--work-dir) in staged_dedup.
-    monkeypatch.setattr(gpudedup.api, "to_result", checked(gpudedup.api.to_result))
+    # The in-memory runs end in corpus_result, the staged ones (--work-dir) in staged_dedup.
+    monkeypatch.setattr(gpudedup.api, "corpus_result", checked(gpudedup.api.corpus_result))
     monkeypatch.setattr(gpudedup.api, "staged_dedup", checked(gpudedup.api.staged_dedup))

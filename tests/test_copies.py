@@ -17,7 +17,7 @@ from gpudedup.copies import identical_copies, implied_pairs, same_signature_rows
 from gpudedup.evaluate import Setting, evaluate
 from gpudedup.hashing import draw_permutations
 from gpudedup.params import DedupParams
-from gpudedup.pipeline import run_dedup
+from gpudedup.engine.memory import dedup_corpus
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.shingling import ShingleSpec
 
@@ -363,8 +363,8 @@ def test_copies_on_the_kernel_backend_equal_numpy():
     texts = [t or "" for t in copies_review_corpus(5)] + copies_corpus(groups=3, copies=10)
     corpus = strings_corpus(texts)
     params = DedupParams(threshold=0.7, bucket_window=4, batch_bytes=300)
-    ours = run_dedup(corpus, params, KernelBackend(cupy_like, HostKernels(0), description="host"))
-    reference = run_dedup(corpus, params, NumpyBackend())
+    ours = dedup_corpus(corpus, params, KernelBackend(cupy_like, HostKernels(0), description="host"))
+    reference = dedup_corpus(corpus, params, NumpyBackend())
     for name in ("pair_a", "pair_b", "jaccard", "keep"):
         np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name))
     np.testing.assert_array_equal(ours.copies.member, reference.copies.member)
@@ -374,7 +374,7 @@ def test_copies_on_the_kernel_backend_equal_numpy():
 
 def test_report_counts_match_the_outcome():
     texts = [t or "" for t in copies_review_corpus(8)] + copies_corpus(groups=2, copies=9)
-    outcome = run_dedup(strings_corpus(texts), DedupParams(threshold=0.7, **FULL_RECALL), NumpyBackend(),
+    outcome = dedup_corpus(strings_corpus(texts), DedupParams(threshold=0.7, **FULL_RECALL), NumpyBackend(),
                         keep_candidates=True)
     results = outcome.report["results"]
     copies = outcome.copies.member.shape[0]

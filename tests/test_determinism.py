@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import gpudedup
-from gpudedup.api import to_corpus, to_result
+from gpudedup.api import corpus_result, to_corpus
 from gpudedup.params import DedupParams
-from gpudedup.pipeline import run_dedup
+from gpudedup.engine.memory import dedup_corpus
 
 from test_kernel_backend import kernel_backend
 from cupy_like import cupy_like
@@ -61,6 +61,6 @@ def test_backends_give_identical_files(sample, tmp_path):
     params = DedupParams(batch_bytes=300_000)
     files = []
     for name, backend in (("numpy", gpudedup.backends.get_backend("cpu")), ("kernels", kernel_backend(cupy_like))):
-        result = to_result(corpus, run_dedup(corpus, params, backend), restore)
+        result = corpus_result(corpus, dedup_corpus(corpus, params, backend), restore)
         files.append(written(result, tmp_path / name))
     assert files[0] == files[1]

@@ -34,7 +34,7 @@ from gpudedup.evaluate import (
 )
 from gpudedup.io.reader import read_corpus
 from gpudedup.normalize import normalize_text
-from gpudedup.pipeline import run_dedup
+from gpudedup.engine.memory import dedup_corpus
 from gpudedup.shingling import ShingleSpec, shingle_sets
 
 # --- the independent oracle: Python strings and sets ------------------------------------------
@@ -175,7 +175,7 @@ def test_recall_figures_agree_with_an_independent_count(subset_texts, subset_cor
         assert result.setting == setting
         truth = {p: j for p, j in oracle[setting.shingle].items() if j >= setting.threshold}
         # The same run again (runs are deterministic), counted by hand with Python sets.
-        outcome = run_dedup(subset_corpus, setting.params(), backend, keep_candidates=True)
+        outcome = dedup_corpus(subset_corpus, setting.params(), backend, keep_candidates=True)
         candidates = spelled_out(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist()), outcome.copies)
         verified = spelled_out(zip(outcome.pair_a.tolist(), outcome.pair_b.tolist()), outcome.copies)
         cluster_of = dict(zip(outcome.clusters.docs.tolist(), outcome.clusters.cluster.tolist()))

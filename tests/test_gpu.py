@@ -18,7 +18,7 @@ from gpudedup.hashing import draw_permutations
 from gpudedup.lsh import Banding, candidate_pairs
 from gpudedup.normalize import text_buffers
 from gpudedup.params import DedupParams
-from gpudedup.pipeline import run_dedup
+from gpudedup.engine.memory import dedup_corpus
 from gpudedup.shingling import ShingleSpec
 
 from test_kernel_backend import (BYTES_PER_DOCUMENT, BYTES_PER_TEXT_BYTE, EDGE_TEXTS, random_texts,
@@ -75,8 +75,8 @@ def test_whole_runs_equal_numpy(gpu, shingle, ngram, threshold):
     corpus = strings_corpus(texts)
     for batch_bytes in (None, 300_000):  # one batch; many batches on two streams
         params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, batch_bytes=batch_bytes)
-        ours = run_dedup(corpus, params, gpu)
-        reference = run_dedup(corpus, params, NumpyBackend())
+        ours = dedup_corpus(corpus, params, gpu)
+        reference = dedup_corpus(corpus, params, NumpyBackend())
         assert reference.pair_a.shape[0] > 100
         for name in ("pair_a", "pair_b", "jaccard", "keep"):
             np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name))

@@ -31,7 +31,7 @@ from gpudedup.api import strings_corpus
 from gpudedup.lsh import Banding, candidate_pairs
 from gpudedup.normalize import text_buffers
 from gpudedup.params import DedupParams
-from gpudedup.pipeline import run_dedup
+from gpudedup.engine.memory import dedup_corpus
 from gpudedup.shingling import ShingleSpec
 
 from cupy_like import cupy_like
@@ -174,8 +174,8 @@ def test_whole_runs_equal_numpy(xp, shingle, ngram, threshold):
     texts += [text.replace("the", "teh", 2) for text in texts[:60]]  # near duplicates
     corpus = strings_corpus(texts)
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, batch_bytes=200_000)
-    ours = run_dedup(corpus, params, kernel_backend(xp))
-    reference = run_dedup(corpus, params, NumpyBackend())
+    ours = dedup_corpus(corpus, params, kernel_backend(xp))
+    reference = dedup_corpus(corpus, params, NumpyBackend())
     assert reference.pair_a.shape[0] > 50  # the comparison has something to compare
     for name in ("pair_a", "pair_b", "jaccard", "keep"):
         np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name))
@@ -187,7 +187,7 @@ def test_whole_runs_equal_numpy(xp, shingle, ngram, threshold):
 def test_batch_size_does_not_change_results():
     texts = sample_texts(300) + [text[:-7] for text in sample_texts(80)]
     corpus = strings_corpus(texts)
-    runs = [run_dedup(corpus, DedupParams(batch_bytes=size, batch_rows=rows), kernel_backend(cupy_like))
+    runs = [dedup_corpus(corpus, DedupParams(batch_bytes=size, batch_rows=rows), kernel_backend(cupy_like))
             for size, rows in ((1, 10**6), (50_000, 7), (10**9, 10**6))]
     for run in runs[1:]:
         np.testing.assert_array_equal(run.pair_a, runs[0].pair_a)

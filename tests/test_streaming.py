@@ -1,4 +1,4 @@
-"""The staged run (--work-dir, streaming.py): the same results as the in-memory run on the same
+"""The staged run (--work-dir, engine/disk.py): the same results as the in-memory run on the same
 files, resume after interruptions (real runs killed with SIGKILL), and the work directory's
 refusals."""
 
@@ -97,13 +97,14 @@ def test_staged_run_skips_bad_records_like_the_in_memory_run(tmp_path):
 def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
     corpus = write_shards(tmp_path / "in", sample_records(), 4)
     first = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work")
-    import gpudedup.streaming as streaming
+    from gpudedup.engine import disk, job
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
 
-    for name in ("signature_pass", "identical_copies", "candidate_pairs", "plausible"):
-        monkeypatch.setattr(streaming, name, must_not_run)
+    monkeypatch.setattr(disk, "signature_pass", must_not_run)
+    for name in ("identical_copies", "candidate_pairs", "plausible"):
+        monkeypatch.setattr(job, name, must_not_run)
     again = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", resume=True)
     assert_same_results(first, again)
 

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 MANIFEST = "manifest.json"
 TEMPORARY_PREFIX = ".tmp-"

@@ -1,11 +1,11 @@
-"""The staged job's heavy stages on a Dask cluster (--scheduler ADDRESS, --workers N, or a
+"""Executor: the work-directory store's tasks on a Dask cluster (--scheduler ADDRESS, --workers N, or a
 ``dask.distributed.Client`` in ``gpudedup.dedup``).
 
 The work directory (workdir.py) is the meeting point: it must be on a file system that the
 client and every worker see at the same path (one machine, or a shared mount), as must the
 input files. Stages:
 
-- **signatures**: one task per unfinished shard (streaming.sign_shard) on the workers; each
+- **signatures**: one task per unfinished shard (disk.sign_shard) on the workers; each
   worker makes its own backend (numpy, or CuPy on GPU workers: dask-cuda's LocalCUDACluster
   gives one worker per GPU) and writes the shard's spill into the work directory.
 - **candidates**: every shard's band keys become a Dask DataFrame of (band, key, doc) rows,
@@ -25,11 +25,11 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .errors import ClusterError, GpudedupError, ParameterError
+from ..errors import ClusterError, GpudedupError, ParameterError
 
 
 def require_dask():
@@ -88,15 +88,19 @@ def cluster_failure(stage: str, error: Exception) -> ClusterError:
                         "stages are in the work directory: run again with --resume")
 
 
-class DaskRunner:
-    """Runs the stages named in the module docstring on ``client``'s workers."""
+class DaskExecutor:
+    """Runs a store's tasks (job.Executor) on ``client``'s workers; the candidate stage as a
+    shuffle of the work directory's band keys."""
+
+    in_process = False
 
     def __init__(self, client):
         self.client = client
 
-    def gather(self, futures, stage: str):
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
+        futures = [self.client.submit(task, *a, pure=False) for a in arguments]
         try:
             return self.client.gather(futures)
         except GpudedupError:
@@ -104,17 +108,13 @@ class DaskRunner:
         except Exception as error:  # noqa: BLE001 -- distributed's many failure types
             raise cluster_failure(stage, error) from None
 
-    def sign_shards(self, work_root: Path, indices: list[int], reader, params, backend_name: str) -> None:
-        futures = [self.client.submit(sign_shard_task, str(work_root), index, reader, params, backend_name,
-                                      pure=False) for index in indices]
-        self.gather(futures, "the signatures")  # a task's InputError is raised here, as it was there
-
-    def candidate_pairs(self, shards, in_lsh: np.ndarray, active: np.ndarray, bands: int,
-                        window: int) -> tuple[np.ndarray, np.ndarray]:
+    def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
+        """store: a disk.WorkDirStore (its shards' band keys are read by the tasks)."""
         import dask
         import dask.dataframe as dd
         import pandas as pd
 
+        shards, active = store.shards, store.active
         meta = pd.DataFrame({"band": pd.Series([], dtype="int32"), "key": pd.Series([], dtype="uint64"),
                              "doc": pd.Series([], dtype="int64")})
         starts = shards.active_starts
@@ -131,45 +131,17 @@ class DaskRunner:
         span = int(active[-1]) + 1 if active.shape[0] else 1
         codes = shuffled.map_partitions(bucket_pair_codes, window, span,
                                         meta=pd.DataFrame({"code": pd.Series([], dtype="uint64")}))
-        from .lsh import sorted_unique
+        from ..lsh import sorted_unique
 
         try:
             computed = codes["code"].compute().to_numpy(dtype=np.uint64)
-        except Exception as error:  # noqa: BLE001 -- as in gather
+        except Exception as error:  # noqa: BLE001 -- as in map
             raise cluster_failure("the candidate shuffle", error) from None
         unique = sorted_unique(computed)
         return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
 
-    def spill_sets(self, work_root: Path, name: str, reader, todo: list, params, backend_name: str) -> None:
-        """The shingle sets of the pairs' documents, a task per shard (streaming.spill_shard_sets)."""
-        futures = [self.client.submit(spill_sets_task, str(work_root), name, reader, index, local, params,
-                                      backend_name, pure=False) for index, local in todo]
-        self.gather(futures, "the shingle sets")
-
-    def spilled_jaccard(self, work_root: Path, name: str, shard_rows: np.ndarray, chunks: list) -> list:
-        """Exact Jaccard of each chunk of pairs, a task per chunk, from the spilled sets."""
-        # shard_rows is small (a row offset per shard): it travels inside each task, rather
-        # than scattered once, whose futures can be lost between calls that scatter it again.
-        futures = [self.client.submit(spilled_jaccard_task, str(work_root), name, shard_rows, first, second,
-                                      pure=False) for first, second in chunks]
-        return self.gather(futures, "exact verification")
-
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
-
-
-def sign_shard_task(work_root: str, index: int, reader, params, backend_name: str) -> None:
-    from .backends import get_backend
-    from .hashing import draw_permutations
-    from .shingling import ShingleSpec
-    from .stages import Progress, StageLog
-    from .streaming import sign_shard
-    from .workdir import WorkDir
-
-    banding = params.banding()
-    sign_shard(WorkDir.attach(Path(work_root)), reader, index, ShingleSpec(params.shingle, params.ngram), banding,
-               draw_permutations(banding.bands * banding.rows, params.seed), params, get_backend(backend_name),
-               StageLog(), Progress())
 
 
 def band_key_rows(work_root: str, index: int, docs: np.ndarray, keep: np.ndarray):
@@ -191,7 +163,7 @@ def bucket_pair_codes(rows, window: int, span: int):
     members in input order within the window, as the single process does."""
     import pandas as pd
 
-    from .lsh import bucket_pairs
+    from ..lsh import bucket_pairs
 
     rows = rows.sort_values(["band", "doc"], kind="stable")
     band = rows["band"].to_numpy()
@@ -203,20 +175,3 @@ def bucket_pair_codes(rows, window: int, span: int):
         first, second = bucket_pairs(keys[start:stop], docs[start:stop], window)
         codes.append(first.astype(np.uint64) * np.uint64(span) + second.astype(np.uint64))
     return pd.DataFrame({"code": np.concatenate(codes)})
-
-
-def spill_sets_task(work_root: str, name: str, reader, index: int, local_rows, params, backend_name: str) -> None:
-    from .backends import get_backend
-    from .shingling import ShingleSpec
-    from .streaming import spill_shard_sets
-    from .workdir import WorkDir
-
-    spill_shard_sets(WorkDir.attach(Path(work_root)), name, reader, index, local_rows,
-                     ShingleSpec(params.shingle, params.ngram), params, get_backend(backend_name))
-
-
-def spilled_jaccard_task(work_root: str, name: str, shard_rows, first, second):
-    from .streaming import spilled_jaccard
-    from .workdir import WorkDir
-
-    return spilled_jaccard(WorkDir.attach(Path(work_root)), name, shard_rows, first, second)

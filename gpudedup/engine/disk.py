@@ -1,27 +1,27 @@
-"""The job over input files one at a time, with every stage kept in a work directory
-(--work-dir): the corpus is never in memory as a whole, and ``--resume`` redoes only what an
-interrupted run had not finished.
-
-Stages (each one's results in the work directory, workdir.py):
+"""Store: the job over input files one at a time, every stage kept in a work directory
+(--work-dir), so that the corpus is never in memory as a whole and ``--resume`` redoes only what
+an interrupted run had not finished. The same stages as every run (job.py); what this store
+keeps (workdir.py for the layout):
 
 1. **signatures**, per input file (a shard): read it, shingle, MinHash and band keys in batches
-   as the in-memory job does (pipeline.signature_pass), and keep per document only its band
-   keys (band-major, so one band of a shard is one contiguous read), its signature row and a
-   64-bit hash of it, and its text length, as memory-mappable .npy files; the ids go to a
-   small Parquet file. Nothing else of the shard stays in memory.
-2. **copies**: identical copies (copies.py), from the row hashes and the spilled signatures.
-3. **candidates**: band by band, the keys of that band from every shard (8 bytes per
-   document), bucketed as in lsh.candidate_pairs.
-4. **pairs**: the signature filter reads the candidates' rows from the spilled signatures;
-   exact verification (and the check of the copies) reads each shard holding documents of
-   pairs once, spills those documents' shingle sets to WORK/sets/, and checks the pairs a
-   chunk at a time from there (exact_by_spill).
-5. clusters and the outputs, which re-read each shard once more to write its kept rows.
+   (signatures.signature_pass), and keep per document only its band keys (band-major, so one
+   band of a shard is one contiguous read), its signature row and a 64-bit hash of it, and its
+   text length, as memory-mappable .npy files; the ids go to a small Parquet file. A task per
+   shard (the executor's). Right after, the ids and columns of all shards are checked as one
+   input (check_shards).
+2. **copies** (identical copies), 3. **candidates** (band by band, the keys of that band from
+   every shard, 8 bytes per document) and 4. **pairs** (the signature filter reads the
+   candidates' rows from the spilled signatures) are kept in WORK/stages/.
+   Exact Jaccard (of the copies and of the pairs) reads each shard holding documents of pairs
+   once, spills those documents' shingle sets to WORK/sets/ (a task per shard), and checks the
+   pairs a chunk at a time from there (a task per chunk): exact_by_spill.
+5. clusters, then the outputs (ShardedTable), which re-read each shard once more to write its
+   kept rows.
 
 Peak memory is a batch and one shard's table, the per-document arrays (about 24 bytes per
 document plus 16 while a band is bucketed), the candidate pairs, and one chunk of pairs'
-shingle sets: not the corpus. The results are the ones
-run_dedup gives on the same files read at once (tests/test_streaming.py).
+shingle sets: not the corpus. The results are those of the in-memory store on the same files
+read at once (tests/test_streaming.py).
 """
 
 from __future__ import annotations
@@ -29,32 +29,40 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import __version__
-from .backends import Backend
-from .copies import Copies, identical_copies
-from .errors import InputError
-from .hashing import draw_permutations, poly_hash64_rows
-from .io.reader import (Corpus, InputFiles, SourceFile, build_corpus, display_path, file_format,
-                        read_one_file, strip_path)
-from .io.sizes import read_bytes_estimate
-from .io.writer import ROWS_PER_WRITE, write_jsonl_batches
-from .lsh import candidate_pairs
-from .memory import MemoryBudget, release_unused_memory
-from .params import DedupParams
-from .pipeline import (DedupOutcome, batch_bytes, batches_in_flight_bytes, build_report, cluster_verified,
-                       merge_pairs, signature_pass)
-from .ragged import offsets_from_counts, weighted_ranges
-from .shingling import ShingleSpec
-from .stages import Progress, StageLog
-from .verify import pair_jaccard, plausible
+from ..backends import Backend, get_backend
+from ..errors import InputError
+from ..hashing import poly_hash64_rows
+from ..io.reader import (Corpus, InputFiles, SourceFile, build_corpus, display_path, file_format,
+                         read_one_file, strip_path)
+from ..io.sizes import read_bytes_estimate
+from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
+from ..lsh import Banding
+from ..memory import MemoryBudget, release_unused_memory
+from ..params import DedupParams
+from ..ragged import offsets_from_counts, weighted_ranges
+from ..report import InputFile, InputSummary
+from ..shingling import ShingleSpec
+from ..stages import Progress, StageLog
+from ..verify import pair_jaccard
+from ..version import __version__
+from .job import Executor
+from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
 from .workdir import WorkDir
+
+# A task gets the backend itself in this process, or its name on a worker that makes its own.
+BackendOrName = Union[Backend, str]
+
+
+def as_backend(backend: BackendOrName) -> Backend:
+    return get_backend(backend) if isinstance(backend, str) else backend
+
 
 ONE_CHUNK = np.iinfo(np.int64).max // 4  # a batch cost no chunk reaches
 
@@ -264,15 +272,17 @@ class ShardReader:
 # --- shingle sets spilled for exact verification -----------------------------------------------
 
 
-def spill_shard_sets(work: WorkDir, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
-                     spec, params, backend) -> None:
-    """The shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
+def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
+                     params: DedupParams, backend: BackendOrName) -> None:
+    """Task: the shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
     verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
     batch at a time; only the hashes stay, on disk."""
-    from .normalize import utf8_buffers
-    from .shingling import ShingleBatch, set_rows
+    from ..normalize import utf8_buffers
+    from ..shingling import ShingleBatch, set_rows
 
+    backend = as_backend(backend)
+    spec = ShingleSpec(params.shingle, params.ngram)
     texts = reader.corpus(index).text_array().take(pa.array(local_rows))
     lengths = pc.fill_null(pc.utf8_length(texts), 0).to_numpy().astype(np.int64)
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
@@ -283,20 +293,20 @@ def spill_shard_sets(work: WorkDir, name: str, reader: ShardReader, index: int, 
         rows = set_rows(batch)
         columns.append(rows.indices.astype(np.int64))
         counts.append(np.diff(rows.indptr).astype(np.int64))
-    work.write_dir(Path("sets") / name / f"{index:05d}",
+    WorkDir.attach(Path(work_root)).write_dir(Path("sets") / name / f"{index:05d}",
                    {"columns": np.concatenate(columns), "offsets": offsets_from_counts(np.concatenate(counts)),
                     "rows": local_rows})
     release_unused_memory()
 
 
-def spilled_sets(work: WorkDir, name: str, shard_rows: np.ndarray, rows: np.ndarray):
+def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.ndarray):
     """The spilled sets of corpus rows ``rows`` (int64 (k,), ascending, all spilled) as one
     canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
     import scipy.sparse
 
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
-        where = work.root / "sets" / name / f"{index:05d}"
+        where = Path(work_root) / "sets" / name / f"{index:05d}"
         stored_rows = np.load(where / "rows.npy")
         offsets = np.load(where / "offsets.npy")
         stored = np.load(where / "columns.npy", mmap_mode="r")
@@ -312,56 +322,43 @@ def spilled_sets(work: WorkDir, name: str, shard_rows: np.ndarray, rows: np.ndar
     return matrix
 
 
-def spilled_jaccard(work: WorkDir, name: str, shard_rows: np.ndarray, first: np.ndarray,
+def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np.ndarray,
                     second: np.ndarray) -> np.ndarray:
-    """Exact Jaccard of corpus-row pairs whose documents' sets were spilled under ``name``."""
+    """Task: exact Jaccard (float64 (p,)) of the row pairs (first[i], second[i]) whose
+    documents' sets were spilled under ``name``."""
     docs = np.unique(np.concatenate([first, second]))
-    return pair_jaccard(spilled_sets(work, name, shard_rows, docs), np.searchsorted(docs, first),
+    return pair_jaccard(spilled_sets(work_root, name, shard_rows, docs), np.searchsorted(docs, first),
                         np.searchsorted(docs, second))
 
 
 def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, lengths: np.ndarray,
-                   spec, params, backend, first: np.ndarray, second: np.ndarray, runner=None) -> np.ndarray:
+                   params: DedupParams, backend: BackendOrName, first: np.ndarray, second: np.ndarray,
+                   executor: Executor) -> np.ndarray:
     """Exact Jaccard of the pairs (first[i], second[i]): the sets of their documents are
     spilled shard by shard (each shard read once), then the pairs are checked a chunk at a
     time from the spill, so memory holds one shard and one chunk of sets."""
     docs = np.unique(np.concatenate([first, second]))
     todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
             if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
-    chunks = weighted_ranges(lengths[first] + lengths[second], 8 * batch_bytes(params, backend))
-    if runner is not None:
-        runner.spill_sets(work.root, name, reader, todo, params, backend.name)
-        parts = runner.spilled_jaccard(work.root, name, shard_rows, [(first[a:b], second[a:b]) for a, b in chunks])
-    else:
-        for index, local in todo:
-            spill_shard_sets(work, name, reader, index, local, spec, params, backend)
-        parts = [spilled_jaccard(work, name, shard_rows, first[a:b], second[a:b]) for a, b in chunks]
+    chunks = weighted_ranges(lengths[first] + lengths[second], 8 * batch_bytes(params, as_backend(backend)))
+    root = str(work.root)
+    executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
+                 "the shingle sets")
+    # shard_rows is small (a row offset per shard): it travels inside each task.
+    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b]) for a, b in chunks],
+                         "exact verification")
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
 
-def signature_stage(work: WorkDir, reader: ShardReader, spec, banding, permutations, params, backend,
-                    log: StageLog, progress: Progress, runner=None) -> None:
-    """Stage 1 for every shard not yet in the work directory: here, or as tasks of ``runner``
-    (distributed.DaskRunner) on its workers."""
-    pending = [index for index in range(len(reader.files)) if not work.shard_done(index)]
-    if runner is not None:
-        with log.stage("signature_pass"):
-            runner.sign_shards(work.root, pending, reader, params, backend.name)
-        return
-    budget = MemoryBudget(params.max_memory)
-    for index in pending:
-        path = reader.files[index]
-        # A shard is read whole: the budget must hold it and the batches in flight.
-        budget.check(f"reading {display_path(path)}",
-                     lambda: read_bytes_estimate([(path, file_format(path))])
-                     + batches_in_flight_bytes(backend, batch_bytes(params, backend)),
-                     "cut the input into smaller files, or raise --max-memory")
-        sign_shard(work, reader, index, spec, banding, permutations, params, backend, log, progress)
+def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,
+               log: Optional[StageLog] = None, progress: Optional[Progress] = None) -> None:
+    """Task: read shard ``index``, sign it in batches and store what the later stages need;
+    log and progress: this process's, or None on a worker."""
+    from ..hashing import draw_permutations
 
-
-def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, permutations, params, backend,
-               log: StageLog, progress: Progress) -> None:
-    """Read shard ``index``, sign it in batches and store what the later stages need."""
+    backend, log, progress = as_backend(backend), log or StageLog(), progress or Progress()
+    spec, banding = ShingleSpec(params.shingle, params.ngram), params.banding()
+    permutations = draw_permutations(banding.bands * banding.rows, params.seed)
     path, shown = reader.files[index], reader.shown[index]
     with log.stage("read"):
         corpus, records, raw = reader.read(index)
@@ -379,103 +376,9 @@ def sign_shard(work: WorkDir, reader: ShardReader, index: int, spec, banding, pe
         tables = {"ids": pa.table({"id": corpus.ids})}
         if raw is not None:
             tables["columns"] = raw
-        work.write_shard(index, arrays, info, tables)
+        WorkDir.attach(Path(work_root)).write_shard(index, arrays, info, tables)
     del corpus, keys, signatures
     release_unused_memory()
-
-
-def run_staged(files: list[Path], found: InputFiles, params: DedupParams, backend: Backend, work: WorkDir,
-               text_field: str, id_field: Optional[str], on_error: str,
-               progress: Progress | None = None, log: StageLog | None = None,
-               runner=None) -> tuple[DedupOutcome, "Shards", ShardReader, pa.Array]:
-    """The job over ``files`` through the work directory ``work``; see the module docstring.
-    runner: a distributed.DaskRunner to run the signatures, the candidates and the exact
-    verification on a Dask cluster; None runs everything here."""
-    progress = progress or Progress()
-    log = log or StageLog()
-    spec = ShingleSpec(params.shingle, params.ngram)
-    banding = params.banding()
-    permutations = draw_permutations(banding.bands * banding.rows, params.seed)
-    reader = ShardReader(files, text_field, id_field, on_error)
-
-    # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on Dask
-    # the workers' time is one "signature_pass" as the client waits for it.
-    signature_stage(work, reader, spec, banding, permutations, params, backend, log, progress, runner)
-    shards = Shards.of(work, files)
-    ids = check_shards(shards, text_field, id_field)
-    n_docs = int(shards.rows[-1])
-    active = shards.concat("active", shift_by_rows=True)
-    lengths = shards.concat("lengths")
-    signatures = SpilledSignatures(shards, banding.bands * banding.rows)
-
-    def checked_jaccard_of(name):
-        # Exact Jaccard from the documents' sets, spilled shard by shard (see exact_by_spill).
-        return lambda first, second: exact_by_spill(work, name, reader, shards.rows, lengths, spec, params,
-                                                    backend, first, second, runner)
-
-    with log.stage("copies"):
-        stored = work.load_stage("copies")
-        if stored is None:
-            # One call for all the groups' members: exact_by_spill cuts its own chunks.
-            copies = identical_copies(signatures, active, lengths, ONE_CHUNK, checked_jaccard_of("copies"),
-                                      progress, row_hash=shards.concat("row_hash"))
-            work.save_stage("copies", {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard})
-        else:
-            copies = Copies(stored["first"], stored["member"], stored["jaccard"])
-        in_lsh = ~np.isin(active, copies.member, assume_unique=True)
-
-    progress.start("Finding candidate pairs", banding.bands)
-    with log.stage("candidates"):
-        stored = work.load_stage("candidates")
-        if stored is None:
-            if runner is not None:
-                first, second = runner.candidate_pairs(shards, in_lsh, active, banding.bands, params.bucket_window)
-            else:
-                first, second = candidate_pairs(SpilledKeys(shards, banding.bands, in_lsh), active[in_lsh],
-                                                params.bucket_window, backend.xp)
-            stored = {"first": backend.to_host(first), "second": backend.to_host(second)}
-            work.save_stage("candidates", stored)
-        first, second = stored["first"], stored["second"]
-    progress.advance(banding.bands)
-
-    with log.stage("verify"):
-        stored = work.load_stage("pairs")
-        if stored is None:
-            candidates = first.shape[0]
-            likely = plausible(signatures, np.searchsorted(active, first), np.searchsorted(active, second),
-                               params.threshold)
-            first, second = first[likely], second[likely]
-            jaccard = checked_jaccard_of("pairs")(first, second)
-            checked = first.shape[0]
-            first, second, jaccard = merge_pairs((first, second, jaccard), (copies.first, copies.member, copies.jaccard))
-            stored = {"first": first, "second": second, "jaccard": jaccard,
-                      "counts": np.array([candidates, checked], np.int64)}
-            work.save_stage("pairs", stored)
-        first, second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
-        candidates, checked = (int(c) for c in stored["counts"])
-
-    pair_a, pair_b, jaccard, clusters, keep = cluster_verified(n_docs, first, second, checked_jaccard, lengths,
-                                                               params, log, progress)
-    backend.release_memory()
-
-    infos = [work.shard_info(i) for i in range(shards.count)]
-    summary = {
-        "documents": n_docs,
-        "files": [{"path": info["path"], "format": info["format"], "documents": info["rows"]}
-                  for info in infos if not info["left_out"]],
-        "skipped_files": found.skipped,
-        "skipped_records": sum(len(info["records"]) for info in infos) + len(found.records),
-        "notes": found.notes,
-        "text_bytes": sum(info["text_bytes"] for info in infos),
-        "null_texts": sum(info["null_texts"] for info in infos),
-        "empty_documents": n_docs - int(active.shape[0]),
-    }
-    report = build_report(summary, params, banding, backend, log, candidates=candidates, checked=checked,
-                          verified=pair_a.shape[0], clusters=clusters, copies=copies)
-    report["work_dir"] = str(work.root)
-    empty = np.zeros(0, np.int64)
-    outcome = DedupOutcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard, empty, empty, copies)
-    return outcome, shards, reader, ids
 
 
 class ShardedTable:
@@ -532,3 +435,89 @@ def align(table: pa.Table, schema: pa.Schema) -> pa.Table:
     columns = [table[field.name].cast(field.type) if field.name in table.column_names
                else pa.nulls(table.num_rows, field.type) for field in schema]
     return pa.table(columns, schema=schema)
+
+
+class WorkDirStore:
+    """The arrays of a run over files, spilled to a work directory (see job.Store and the
+    module docstring). ``found``: the scanned inputs (io.reader.scan_inputs)."""
+
+    def __init__(self, work: WorkDir, found: InputFiles, params: DedupParams, backend: Backend, text_field: str,
+                 id_field: Optional[str], on_error: str):
+        self.work, self.found, self.params, self.backend = work, found, params, backend
+        self.text_field, self.id_field = text_field, id_field
+        self.reader = ShardReader(found.files, text_field, id_field, on_error)
+        self.spec = ShingleSpec(params.shingle, params.ngram)
+        self.copy_batch_cost = ONE_CHUNK  # exact_by_spill cuts its own chunks: one call for all
+        self.work_dir = str(work.root)
+
+    def task_backend(self, executor: Executor) -> BackendOrName:
+        return self.backend if executor.in_process else self.backend.name
+
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: np.ndarray, executor: Executor,
+             log: StageLog, progress: Progress) -> None:
+        # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on a
+        # cluster the workers' time is one "signature_pass" as the client waits for it.
+        pending = [index for index in range(len(self.reader.files)) if not self.work.shard_done(index)]
+        root = str(self.work.root)
+        if executor.in_process:
+            budget = MemoryBudget(self.params.max_memory)
+            for index in pending:
+                path = self.reader.files[index]
+                # A shard is read whole: the budget must hold it and the batches in flight.
+                budget.check(f"reading {display_path(path)}",
+                             lambda: read_bytes_estimate([(path, file_format(path))])
+                             + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)),
+                             "cut the input into smaller files, or raise --max-memory")
+                sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
+        else:
+            with log.stage("signature_pass"):
+                executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
+                                          for index in pending], "the signatures")
+        self.shards = Shards.of(self.work, self.reader.files)
+        self.ids = check_shards(self.shards, self.text_field, self.id_field)
+        self.documents = int(self.shards.rows[-1])
+        self.active = self.shards.concat("active", shift_by_rows=True)
+        self.lengths = self.shards.concat("lengths")
+        self.signatures = SpilledSignatures(self.shards, banding.bands * banding.rows)
+
+    def row_hashes(self) -> np.ndarray:
+        return self.shards.concat("row_hash")
+
+    def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
+        return SpilledKeys(self.shards, self.params.banding().bands, in_lsh)
+
+    def drop_signatures(self) -> None:
+        pass  # memory maps: nothing is held
+
+    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        stored = self.work.load_stage(stage)
+        if stored is None:
+            stored = compute()
+            self.work.save_stage(stage, stored)
+        return stored
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
+                      progress: Progress) -> np.ndarray:
+        return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.lengths, self.params,
+                              self.task_backend(executor), first, second, executor)
+
+    def input_summary(self, empty_documents: int) -> InputSummary:
+        infos = [self.work.shard_info(i) for i in range(self.shards.count)]
+        return InputSummary(
+            documents=self.documents,
+            files=tuple(InputFile(info["path"], info["format"], info["rows"]) for info in infos
+                        if not info["left_out"]),
+            skipped_files=self.found.skipped,
+            skipped_records=sum(len(info["records"]) for info in infos) + len(self.found.records),
+            notes=self.found.notes,
+            text_bytes=sum(info["text_bytes"] for info in infos),
+            null_texts=sum(info["null_texts"] for info in infos),
+            empty_documents=int(empty_documents),
+        )
+
+    def skipped_records(self) -> list[dict]:
+        """The records and files --on-error skip left out: the scan's, then each shard's."""
+        records = list(self.found.records)
+        for index in range(self.shards.count):
+            records.extend(self.work.shard_info(index)["records"])
+        return records

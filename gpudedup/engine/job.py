@@ -1,0 +1,273 @@
+"""The deduplication job: the stage sequence, written once.
+
+    signatures -> identical copies -> candidates -> verification -> clusters -> report
+
+Two things vary between runs, and each behind one small interface:
+
+- the **store** (``Store``): where the run's arrays live between stages and how a stage's
+  finished result is kept: in memory (engine/memory.py, host or device arrays of a corpus read
+  at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
+  at a time, stages kept for --resume);
+- the **executor** (``Executor``): who runs the per-shard and per-partition tasks: this
+  process (``LocalExecutor``) or a Dask cluster (engine/dask.py).
+
+Every stage works on row numbers 0 .. n-1 of the documents; ids are attached where results
+leave the engine (result.py). Reading (io/) and writing (result.py, io/writer.py) are outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import numpy as np
+
+from ..backends import Backend
+from ..cluster import Clusters, find_clusters
+from ..copies import Copies, identical_copies
+from ..hashing import draw_permutations
+from ..lsh import Banding, candidate_pairs
+from ..params import DedupParams
+from ..report import Balance, InputSummary, Report, Results
+from ..shingling import ShingleSpec
+from ..stages import Progress, StageLog
+from ..verify import plausible
+from ..version import __version__
+from .signatures import batch_bytes
+
+
+@dataclass
+class Outcome:
+    """The results of a run, as host arrays over the document rows (0 .. n-1).
+
+    pair_a, pair_b: int64 (p,), a < b: verified pairs; jaccard: float64 (p,), >= threshold.
+    clusters: documents in clusters of two or more (cluster.Clusters).
+    keep: bool (n,): False exactly for the removed duplicates.
+    report: the run's report (report.Report; README, "Output formats").
+    checked_jaccard: float64 (c,): the exact Jaccard of every pair that verification computed
+        (those the signature filter passed, and the identical copies), verified or not: what
+        the candidates looked like, for the report's histogram.
+    candidate_a, candidate_b: int64 (q,), a < b: every candidate pair (before the signature
+        filter), for evaluation against exact ground truth; empty unless the run was asked to
+        keep them (they can be many, and most runs do not need them).
+    copies: the documents taken out of LSH as identical copies (copies.py); each is also the
+        pair (first, member) of pair_a, pair_b with Jaccard 1.0.
+    """
+
+    pair_a: np.ndarray
+    pair_b: np.ndarray
+    jaccard: np.ndarray
+    clusters: Clusters
+    keep: np.ndarray
+    report: Report
+    checked_jaccard: np.ndarray
+    candidate_a: np.ndarray
+    candidate_b: np.ndarray
+    copies: Copies
+
+
+class Store(Protocol):
+    """Where a run's arrays live between stages (engine/memory.py, engine/disk.py).
+
+    After ``sign``: ``documents`` rows, ``active`` int64 (m,) ascending, the rows with at least
+    one shingle (the only ones that can pair); ``lengths`` int64 (n,) code points per row;
+    ``signatures`` gathers signature rows, ``signatures[positions]`` -> uint32 (k, K) host for
+    positions into ``active``.
+    """
+
+    documents: int
+    active: np.ndarray
+    lengths: np.ndarray
+    signatures: Any
+    copy_batch_cost: int  # how much text copies.identical_copies checks per call
+
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: np.ndarray, executor: "Executor",
+             log: StageLog, progress: Progress) -> None:
+        """The signature stage: signatures and band keys of every document not yet signed."""
+
+    def row_hashes(self) -> Optional[np.ndarray]:
+        """uint64 (m,) hashing.poly_hash64_rows of the signature rows, where kept; else None."""
+
+    def band_keys(self, in_lsh: np.ndarray) -> Any:
+        """The band keys of the active documents where in_lsh (bool (m,)): ``keys[:, band]``
+        gives uint64 (m',) on the backend's side. The store may drop its own reference."""
+
+    def drop_signatures(self) -> None:
+        """The signature filter is done: the signatures are not read again."""
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: "Executor",
+                      progress: Progress) -> np.ndarray:
+        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]);
+        name: the stage asking ("copies", "pairs"), for what the store keeps of the work."""
+
+    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The arrays of a finished stage: computed now, or as an earlier run kept them."""
+
+    def input_summary(self, empty_documents: int) -> InputSummary:
+        """The report's "input" section."""
+
+
+class Executor(Protocol):
+    """Who runs the per-shard and per-partition tasks of a store's stages. in_process: tasks
+    run in this process (they may get its backend, log and progress rather than names)."""
+
+    in_process: bool
+
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
+        """[task(*a) for a in arguments], each on its own; stage names the work for errors."""
+
+    def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
+                        backend: Backend) -> tuple[np.ndarray, np.ndarray]:
+        """The LSH candidate pairs (int64 (q,) rows, a < b, host, distinct) of the active
+        documents where in_lsh (lsh.candidate_pairs)."""
+
+
+class LocalExecutor:
+    """Runs every task in this process, in order."""
+
+    in_process = True
+
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
+        return [task(*a) for a in arguments]
+
+    def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
+                        backend: Backend) -> tuple[np.ndarray, np.ndarray]:
+        first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp)
+        return backend.to_host(first), backend.to_host(second)
+
+
+def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
+            progress: Optional[Progress] = None, log: Optional[StageLog] = None,
+            keep_candidates: bool = False) -> Outcome:
+    """Deduplicate the documents of ``store``: the stage sequence of the module docstring.
+
+    log may already hold stages (reading) to report with these; keep_candidates: return every
+    candidate pair on the outcome (evaluate.py).
+    """
+    executor = executor or LocalExecutor()
+    progress = progress or Progress()
+    log = log or StageLog()
+    spec = ShingleSpec(params.shingle, params.ngram)
+    banding = params.banding()
+    permutations = draw_permutations(banding.bands * banding.rows, params.seed)
+
+    store.sign(spec, banding, permutations, executor, log, progress)
+    active, lengths = store.active, store.lengths
+
+    def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
+        return lambda first, second: store.exact_jaccard(name, first, second, executor, shown)
+
+    with log.stage("copies"):
+        stored = store.cached("copies", lambda: copies_arrays(identical_copies(
+            store.signatures, active, lengths, store.copy_batch_cost, exact("copies", Progress()), progress,
+            row_hash=store.row_hashes())))
+        copies = Copies(stored["first"], stored["member"], stored["jaccard"])
+        # Confirmed copies stay out of the buckets: their group's first document stands for them.
+        in_lsh = ~np.isin(active, copies.member, assume_unique=True)
+
+    progress.start("Finding candidate pairs", banding.bands)
+    with log.stage("candidates"):
+        stored = store.cached("candidates", lambda: dict(zip(
+            ("first", "second"), executor.candidate_pairs(store, in_lsh, params.bucket_window, backend))))
+        first, second = stored["first"], stored["second"]
+    progress.advance(banding.bands)
+
+    with log.stage("verify"):
+        stored = store.cached("pairs", lambda: verified_arrays(store, first, second, copies, params, exact("pairs", progress)))
+        checked_first, checked_second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
+        candidates, checked = (int(count) for count in stored["counts"])
+        empty = np.zeros(0, np.int64)
+        candidate_a, candidate_b = empty, empty
+        if keep_candidates:
+            # The copies join the candidates LSH found (they were never in its buckets).
+            candidate_a, candidate_b, _ = merge_pairs((first, second, first),
+                                                      (copies.first, copies.member, copies.first))
+
+    pair_a, pair_b, jaccard, clusters, keep = cluster_verified(store.documents, checked_first, checked_second,
+                                                               checked_jaccard, lengths, params, log, progress)
+    backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
+    report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
+                          candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
+                          copies=copies, work_dir=getattr(store, "work_dir", None))
+    return Outcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard, candidate_a, candidate_b, copies)
+
+
+def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
+    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard}
+
+
+def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies: Copies, params: DedupParams,
+                    exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
+    """The verification stage over the candidate pairs (first, second) (int64 (q,) rows, host):
+    the signature filter (verify.plausible), then the exact Jaccard of the pairs it passed.
+    Returns the checked pairs with the copies merged in, ascending by (first, second), their
+    Jaccard (float64), and counts = [candidates, pairs checked exactly] (int64 (2,))."""
+    active = store.active
+    candidates = first.shape[0]
+    likely = plausible(store.signatures, np.searchsorted(active, first), np.searchsorted(active, second),
+                       params.threshold)
+    first, second = first[likely], second[likely]
+    del likely
+    store.drop_signatures()  # the largest thing left from the signature pass
+    jaccard = exact(first, second)
+    counts = np.array([candidates, first.shape[0]], np.int64)
+    # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
+    merged_first, merged_second, jaccard = merge_pairs((first, second, jaccard),
+                                                       (copies.first, copies.member, copies.jaccard))
+    return {"first": merged_first, "second": merged_second, "jaccard": jaccard, "counts": counts}
+
+
+def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
+                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress):
+    """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
+    their clusters, and keep: bool (n,), False exactly for the removed duplicates."""
+    verified = checked_jaccard >= params.threshold
+    pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
+    progress.start("Clustering", 1)
+    with log.stage("cluster"):
+        clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
+        keep = np.ones(n_docs, dtype=bool)
+        keep[clusters.docs[~clusters.keep]] = False
+    progress.advance(1)
+    progress.stop()
+    return pair_a, pair_b, jaccard, clusters, keep
+
+
+def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two disjoint sets of pairs (a int64 (p,), b int64 (p,), value (p,)) as one, ascending
+    by (a, b)."""
+    a, b, value = (np.concatenate([x, y]) for x, y in zip(pairs, more))
+    order = np.lexsort((b, a))
+    return a[order], b[order], value[order]
+
+
+def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,
+                 candidates: int, checked: int, verified: int, clusters: Clusters, copies: Copies,
+                 work_dir: Optional[str]) -> Report:
+    """The run's report (report.Report), the one place it is built."""
+    removed = int((~clusters.keep).sum())
+    documents = summary.documents
+    identical = int(copies.first.shape[0])
+    return Report(
+        gpudedup_version=__version__,
+        backend=backend.description,
+        input=summary,
+        parameters={
+            **{k: v for k, v in params.as_dict().items() if k not in ("bands", "rows")},
+            "batch_bytes": batch_bytes(params, backend),
+            "bands": banding.bands,
+            "rows": banding.rows,
+            "banding_rule": banding.rule,
+            "permutations_computed": banding.bands * banding.rows,
+        },
+        results=Results(candidate_pairs=int(candidates) + identical, exactly_checked_pairs=int(checked) + identical,
+                        identical_copies=identical, verified_pairs=int(verified), clusters=clusters.count,
+                        documents_in_clusters=int(clusters.docs.shape[0]), removed_documents=removed,
+                        kept_documents=documents - removed),
+        balance=Balance.of(documents, summary.skipped_records, summary.empty_documents, removed),
+        stages=log.as_dict(),
+        total_seconds=round(log.total_seconds, 3),
+        peak_rss_mb=log.peak_rss_mb,
+        staged=work_dir is not None,
+        work_dir=work_dir,
+    )

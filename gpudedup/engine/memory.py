@@ -1,0 +1,131 @@
+"""Store: a corpus read at once, its arrays in memory (host, or device for the band keys on the
+GPU backend). Nothing is kept between runs; ``dedup_corpus`` runs the job over it."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..backends import Backend
+from ..io.reader import Corpus
+from ..lsh import Banding, to_side
+from ..memory import MemoryBudget, release_unused_memory
+from ..normalize import utf8_buffers
+from ..params import DedupParams
+from ..report import InputFile, InputSummary
+from ..shingling import ShingleBatch, ShingleSpec
+from ..stages import Progress, StageLog
+from ..verify import document_sets, pair_jaccard
+from .job import Executor, Outcome, run_job
+from .signatures import batch_bytes, batches_in_flight_bytes, map_parallel, signature_pass, signature_pass_need
+
+
+def dedup_corpus(corpus: Corpus, params: DedupParams, backend: Backend, progress: Optional[Progress] = None,
+                 log: Optional[StageLog] = None, keep_candidates: bool = False) -> Outcome:
+    """Deduplicate a corpus held in memory (rows are the corpus rows); see job.run_job."""
+    return run_job(MemoryStore(corpus, params, backend), params, backend, progress=progress, log=log,
+                   keep_candidates=keep_candidates)
+
+
+class MemoryStore:
+    """The arrays of one corpus in memory (see job.Store for the contract)."""
+
+    def __init__(self, corpus: Corpus, params: DedupParams, backend: Backend):
+        self.corpus, self.params, self.backend = corpus, params, backend
+        self.documents = corpus.num_rows
+        self.budget = MemoryBudget(params.max_memory)
+        self.lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+        self.copy_batch_cost = batch_bytes(params, backend)
+        self.spec = ShingleSpec(params.shingle, params.ngram)
+
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: np.ndarray, executor: Executor,
+             log: StageLog, progress: Progress) -> None:
+        backend = self.backend
+        # Text that cuDF read is on the device already; otherwise batches are cut from the host.
+        corpus = self.corpus
+        texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.utf8()
+        self.budget.check("the signature pass", signature_pass_need(self.documents, banding, self.params, backend),
+                          "lower --batch-bytes, or deduplicate the input in parts")
+        self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
+                                                                 backend, log, progress)
+        release_unused_memory()
+
+    def row_hashes(self) -> None:
+        return None  # copies.identical_copies hashes the rows in memory itself
+
+    def band_keys(self, in_lsh: np.ndarray):
+        keys, self.keys = self.keys, None  # the candidate stage is the last to read them
+        if in_lsh.all():
+            return keys  # no copy at all without identical copies
+        return keys[to_side(in_lsh, self.backend.xp)]
+
+    def drop_signatures(self) -> None:
+        self.signatures = None
+        release_unused_memory()
+
+    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return compute()
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
+                      progress: Progress) -> np.ndarray:
+        """Exact Jaccard of the row pairs (first[i], second[i]): float64 (p,), host.
+
+        The documents of the pairs are shingled once more by the backend, batch by batch, into
+        one sparse matrix of sets (verify.document_sets); only their hashes come to the host.
+        """
+        texts, backend = self.corpus.text_array(), self.backend
+        if name == "pairs":
+            self.budget.check("exact verification", lambda: self.verification_need(first, second),
+                              "raise --threshold or lower --bucket-window (fewer candidate pairs), "
+                              "or lower --batch-bytes")
+        docs = np.unique(np.concatenate([first, second]))
+        progress.start("Verifying pairs (exact)", docs.shape[0])
+        calls = itertools.count()
+
+        def shingles_of(subset: np.ndarray) -> ShingleBatch:
+            # Arrow's take copies whole strings (memcpy per document); a numpy gather would index
+            # every byte and is 30x slower here.
+            with backend.batch_scope():
+                batch = backend.shingle_hashes(*utf8_buffers(texts.take(pa.array(subset))), self.spec)
+                batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+            if next(calls) % 4 == 0:  # these batches are small; a release costs a millisecond or two
+                release_unused_memory()
+            progress.advance(subset.shape[0])
+            return batch
+
+        # Quarter-size batches here: the sets of all candidate documents are alive besides the
+        # batches in flight, and this is where a run peaks in memory.
+        sets = document_sets(shingles_of, docs, self.lengths[docs], max(batch_bytes(self.params, backend) // 4, 1),
+                             lambda function, items: map_parallel(function, items, backend.parallel_batches))
+        return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
+
+    def verification_need(self, first: np.ndarray, second: np.ndarray) -> int:
+        """Estimated host bytes exact verification adds: the shingle sets of every document of the
+        pairs to check -- at most one shingle per code point (char n-grams) or per token (word
+        n-grams), 9 bytes each in the sparse matrix -- plus the batches shingled at a time."""
+        docs = np.unique(np.concatenate([first, second]))
+        if self.spec.kind == "char":
+            shingles = int(self.lengths[docs].sum())
+        else:
+            # Tokens are at most the runs of white space plus one (counted without splitting).
+            runs = pc.count_substring_regex(self.corpus.text_array().take(pa.array(docs)), r"\s+")
+            shingles = int(pc.sum(runs).as_py() or 0) + docs.shape[0]
+        in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend) // 4)
+        return 9 * shingles + 24 * first.shape[0] + in_flight
+
+    def input_summary(self, empty_documents: int) -> InputSummary:
+        corpus = self.corpus
+        return InputSummary(
+            documents=corpus.num_rows,
+            files=tuple(InputFile(f.path, f.format, f.rows) for f in corpus.files),
+            skipped_files=corpus.skipped,
+            skipped_records=len(corpus.skipped_records),  # on_error="skip": see errors.jsonl
+            notes=corpus.notes,  # paths passed over for a reason (a link loop, a pipe, ...)
+            text_bytes=int(corpus.utf8()[1][-1]),  # the last byte offset
+            null_texts=int(corpus.texts.null_count),
+            empty_documents=int(empty_documents),
+        )

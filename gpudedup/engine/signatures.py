@@ -1,0 +1,127 @@
+"""The signature stage's batch work, shared by every store: text cut into batches, each batch
+shingled, signed (MinHash) and band-keyed by the backend, batches run on threads; and the
+memory it needs, for --max-memory."""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, TypeVar
+
+import numpy as np
+
+from ..backends import Backend
+from ..lsh import Banding
+from ..memory import release_unused_memory
+from ..params import DedupParams
+from ..ragged import weighted_ranges
+from ..shingling import ShingleSpec
+from ..stages import Progress, StageLog
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) row ranges of consecutive batches holding at most max_rows rows and, unless
+    a single document is larger, about max_bytes bytes of UTF-8 text; offsets: int64 (n + 1,)
+    byte offsets of the texts."""
+    for start, stop in weighted_ranges(np.diff(offsets), max_bytes):
+        for row in range(start, stop, max_rows):
+            yield row, min(row + max_rows, stop)
+
+
+def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, banding: Banding,
+                   permutations: np.ndarray, params: DedupParams, backend: Backend, log: StageLog,
+                   progress: Progress):
+    """Band keys and signatures of every non-empty document, batch by batch.
+
+    texts: (data, offsets): the UTF-8 bytes of all texts (uint8, host, or device where cuDF
+    left them) and int64 (n + 1,) byte offsets; permutations: hashing.draw_permutations.
+
+    Returns (keys uint64 (m, bands) on the backend's side, active int64 (m,) and signatures
+    uint32 (m, bands * rows) on the host): the m documents that have at least one shingle (empty documents are never
+    candidates), their row indices, band keys and signatures (kept for the signature filter of
+    verification, 4 bytes per permutation per document).
+    """
+    data, offsets = texts
+    progress.start("Shingling + MinHash", offsets.shape[0] - 1)
+
+    def one_batch(rows: tuple[int, int]):
+        start, stop = rows
+        with backend.batch_scope():
+            # The stage timers see launches, not the device work they queue: on a GPU the
+            # device time lands in band_keys, whose to_host waits for everything before it.
+            with log.timed("shingle"):
+                first, last = offsets[start], offsets[stop]
+                shingles = backend.shingle_hashes(data[first:last], offsets[start : stop + 1] - first, spec)
+            with log.timed("signatures"):
+                signatures = backend.signatures(shingles, permutations)
+            with log.timed("band_keys"):
+                nonempty = backend.xp.flatnonzero(shingles.offsets[1:] > shingles.offsets[:-1])
+                signatures = signatures[nonempty]
+                keys = backend.band_keys(signatures, banding)
+                # The keys stay on the backend's side for the candidate stage; the signatures
+                # go to the host, where verification's signature filter reads them. (That copy
+                # waits for this stream's work, keys included, before another stream reads them.)
+                result = (keys, backend.to_host(nonempty) + start, backend.to_host(signatures))
+        del shingles
+        release_unused_memory()  # this thread's freed batch memory, before the next batch
+        progress.advance(stop - start)
+        return result
+
+    with log.stage("signature_pass"):
+        batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows))
+        results = list(map_parallel(one_batch, batches, backend.parallel_batches))
+    xp = backend.xp
+    if not results:
+        width = banding.bands * banding.rows
+        return (xp.zeros((0, banding.bands), xp.uint64), np.zeros(0, np.int64),
+                np.zeros((0, width), np.uint32))
+    keys, active, signatures = zip(*results)
+    return xp.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+
+
+# Host bytes per byte of a batch's text in flight while the numpy backend shingles and signs
+# it: about 50 are alive (arrays), and the resident set rose by about 90 per byte of the
+# batches in flight on the benchmark corpus (allocator slack between batches). The kernel
+# backend keeps only the batch's bytes and its results on the host.
+HOST_BYTES_PER_BATCH_BYTE = {"cpu": 100, "gpu": 2}
+
+
+def signature_pass_need(n_docs: int, banding: Banding, params: DedupParams, backend: Backend) -> int:
+    """Estimated host bytes the signature pass adds: batches in flight, and per document its
+    signature row (4 bytes per permutation), band keys (8 per band) and row index."""
+    per_document = 4 * banding.bands * banding.rows + 8 * banding.bands + 8
+    return n_docs * per_document + batches_in_flight_bytes(backend, batch_bytes(params, backend))
+
+
+def batches_in_flight_bytes(backend: Backend, bytes_per_batch: int) -> int:
+    """Host bytes of the batches in flight at once, each of ``bytes_per_batch`` text."""
+    return backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE[backend.name] * bytes_per_batch
+
+
+def batch_bytes(params: DedupParams, backend: Backend) -> int:
+    """Text bytes per batch: the parameter, or the backend's default."""
+    return params.batch_bytes or backend.default_batch_bytes
+
+
+def map_parallel(function: Callable[[Item], Result], items: list[Item], workers: int) -> Iterator[Result]:
+    """``map(function, items)`` in order, lazily, on ``workers`` threads when there are more.
+
+    The numpy stages spend their time in numpy calls that release the GIL, so threads use
+    all cores without copying batches between processes.
+    """
+    if workers <= 1 or len(items) <= 1:
+        yield from map(function, items)
+        return
+    # At most ``workers`` batches are in flight, so that results (and their memory) do not
+    # pile up when the consumer is slower than the workers.
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: deque = deque()
+        for item in items:
+            if len(pending) == workers:
+                yield pending.popleft().result()
+            pending.append(pool.submit(function, item))
+        while pending:
+            yield pending.popleft().result()

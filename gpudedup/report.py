@@ -1,0 +1,178 @@
+"""The run's report: a typed structure, built once by the engine (engine/job.py) and completed
+only by ``with_*`` copies (the Dask details, the write stage); ``as_dict`` is report.json.
+
+A Report also reads like the JSON object it writes (``report["balance"]["kept"]``), so that
+notebooks and scripts that read report.json and those that read ``result.report`` use the same
+keys. The keys are the README's ("Output formats"); fields are added, never renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Iterator, Optional
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file that documents came from: its path as shown, format and document count."""
+
+    path: str
+    format: str
+    documents: int
+
+
+@dataclass(frozen=True)
+class InputSummary:
+    """The report's "input" section.
+
+    documents: records that became documents; files: the files they came from; skipped_files:
+    paths passed over while scanning directories (hidden, not a regular file, ...), as the
+    reader lists them; skipped_records: records and files left out under on_error="skip" (see
+    errors.jsonl); notes: paths passed over for a reason (a link loop, a pipe, ...); text_bytes:
+    UTF-8 bytes of all texts; null_texts: documents whose text is null; empty_documents:
+    documents without shingles (kept, never compared).
+    """
+
+    documents: int
+    files: tuple[InputFile, ...]
+    skipped_files: list
+    skipped_records: int
+    notes: list
+    text_bytes: int
+    null_texts: int
+    empty_documents: int
+
+    def as_dict(self) -> dict:
+        return {"documents": self.documents,
+                "files": [{"path": f.path, "format": f.format, "documents": f.documents} for f in self.files],
+                "skipped_files": self.skipped_files, "skipped_records": self.skipped_records, "notes": self.notes,
+                "text_bytes": self.text_bytes, "null_texts": self.null_texts,
+                "empty_documents": self.empty_documents}
+
+
+@dataclass(frozen=True)
+class Results:
+    """The report's "results" section: how many pairs each stage produced, and the clusters.
+
+    Pairs of identical copies (copies.py) count as candidates and as exactly checked pairs,
+    beside those from the LSH buckets.
+    """
+
+    candidate_pairs: int
+    exactly_checked_pairs: int
+    identical_copies: int
+    verified_pairs: int
+    clusters: int
+    documents_in_clusters: int
+    removed_documents: int
+    kept_documents: int
+
+
+@dataclass(frozen=True)
+class Balance:
+    """Where every input record went: the four outcomes add up to the records read.
+
+    kept: documents with text kept; kept_empty: documents without shingles (kept, never
+    compared); removed_duplicates: duplicates removed (each named with its cluster's kept
+    document in clusters.parquet); skipped: records left out by on_error="skip" (errors.jsonl).
+    """
+
+    input_records: int
+    kept: int
+    kept_empty: int
+    removed_duplicates: int
+    skipped: int
+
+    @classmethod
+    def of(cls, documents: int, skipped: int, empty: int, removed: int) -> "Balance":
+        """From the counts the engine has; kept = documents - empty - removed. (The test
+        suite recounts every outcome from the written files, independently of this.)"""
+        return cls(input_records=documents + skipped, kept=documents - empty - removed, kept_empty=empty,
+                   removed_duplicates=removed, skipped=skipped)
+
+    @property
+    def balanced(self) -> bool:
+        return (self.kept + self.kept_empty + self.removed_duplicates + self.skipped == self.input_records
+                and self.kept >= 0)
+
+    def as_dict(self) -> dict:
+        return {"input_records": self.input_records, "kept": self.kept, "kept_empty": self.kept_empty,
+                "removed_duplicates": self.removed_duplicates, "skipped": self.skipped, "balanced": self.balanced}
+
+
+@dataclass(frozen=True)
+class Report(Mapping):
+    """report.json as a typed structure (see the module docstring).
+
+    parameters: the run's parameters as written (DedupParams plus the banding chosen);
+    stages: seconds and peak memory per stage (stages.StageLog.as_dict); staged: a run
+    through a work directory, whose report names it (work_dir; None for the temporary one of
+    a local Dask cluster); dask: the cluster's scheduler and worker count; output: where the
+    results were written (set by the write).
+    """
+
+    gpudedup_version: str
+    backend: str
+    input: InputSummary
+    parameters: dict
+    results: Results
+    balance: Balance
+    stages: dict
+    total_seconds: float
+    peak_rss_mb: float
+    staged: bool = False
+    work_dir: Optional[str] = None
+    dask: Optional[dict] = None
+    output: Optional[dict] = field(default=None)
+
+    def with_dask(self, scheduler: str, workers: int, work_dir_kept: bool) -> "Report":
+        """This report of a run on a Dask cluster; work_dir_kept False: the work directory was
+        a temporary one, gone after the run."""
+        return replace(self, dask={"scheduler": scheduler, "workers": workers},
+                       work_dir=self.work_dir if work_dir_kept else None)
+
+    def with_write(self, write_stage: dict, directory: str, format: str) -> "Report":
+        """This report once its results are written: the write stage's figures (seconds,
+        peak_rss_mb) and the output directory and format."""
+        return replace(self, stages={**self.stages, "write": write_stage},
+                       peak_rss_mb=max(self.peak_rss_mb, write_stage["peak_rss_mb"]),
+                       output={"directory": directory, "format": format})
+
+    @cached_property
+    def _json(self) -> dict:
+        out: dict[str, Any] = {
+            "gpudedup_version": self.gpudedup_version,
+            "backend": self.backend,
+            "input": self.input.as_dict(),
+            "parameters": self.parameters,
+            "results": {name: getattr(self.results, name) for name in Results.__dataclass_fields__},
+            "balance": self.balance.as_dict(),
+            "stages": self.stages,
+            "total_seconds": self.total_seconds,
+            "peak_rss_mb": self.peak_rss_mb,
+        }
+        if self.staged:
+            out["work_dir"] = self.work_dir
+        if self.dask is not None:
+            out["dask"] = self.dask
+        if self.output is not None:
+            out["output"] = self.output
+        return out
+
+    def as_dict(self) -> dict:
+        """report.json: a fresh copy of the JSON object (nested dicts and lists)."""
+        import copy
+
+        return copy.deepcopy(self._json)
+
+    # Mapping: read access by report.json's keys.
+    def __getitem__(self, key: str) -> Any:
+        return self._json[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._json)
+
+    def __len__(self) -> int:
+        return len(self._json)

@@ -1,0 +1,173 @@
+"""What a run gives back: the DedupResult (ids attached to the engine's row-level outcome, the
+one place where rows become ids) and the writing of its outputs (README, "Output formats")."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .copies import implied_pairs
+from .engine.job import Outcome
+from .errors import OutputError, ParameterError
+from .io.writer import OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl, write_parquet
+from .report import Report
+from .stages import StageLog
+
+
+@dataclass
+class DedupResult:
+    """What ``dedup`` found.
+
+    pairs: pyarrow Table (id_a, id_b, jaccard): every verified pair, id_a < id_b.
+    clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
+        more, with the id of its cluster's kept document.
+    keep: numpy bool (n,), aligned with the input: False for the removed duplicates.
+    deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
+        cuDF, Hugging Face Dataset; a pyarrow Table for paths).
+    report: counts, parameters used, time and memory per stage (report.Report; report.json).
+    table: all input rows as a pyarrow Table (what ``write`` filters).
+    text_field: the column of ``table`` holding the text.
+    checked_jaccard: numpy float64 (c,): exact Jaccard of every candidate pair verification
+        computed, verified or not (the report's histogram of candidates).
+    outcome: the engine's results over row numbers (engine.job.Outcome), which ``pairs`` and
+        ``clusters`` name by id.
+    """
+
+    pairs: pa.Table
+    clusters: pa.Table
+    keep: np.ndarray
+    report: Report
+    table: pa.Table = field(repr=False)
+    inputs: list = field(default_factory=list, repr=False)
+    text_field: str = "text"
+    ids: Optional[pa.Array] = field(default=None, repr=False)  # the id of every input row
+    skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
+    on_error: str = "stop"
+    checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    restore: Optional[Callable[[np.ndarray], Any]] = field(default=None, repr=False)
+    outcome: Optional[Outcome] = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
+           text_field: str, skipped_records: list, on_error: str) -> "DedupResult":
+        """The result of a run: ``ids`` (the id of every row, in row order) attached to the
+        outcome's rows, here and nowhere else."""
+        return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
+                   clusters=clusters_table(ids, outcome), keep=outcome.keep, report=outcome.report, table=table,
+                   inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
+                   on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome)
+
+    @cached_property
+    def deduplicated(self):
+        """The kept rows in the input's own type, made on first use (a copy of the kept rows,
+        which a run that only writes its results never needs)."""
+        return self.restore(self.keep)
+
+    def __repr__(self) -> str:
+        r = self.report["results"]
+        return (f"DedupResult({self.report['input']['documents']} documents, {r['clusters']} clusters, "
+                f"{r['removed_documents']} removed, {r['verified_pairs']} verified pairs)")
+
+    def all_pairs(self) -> pa.Table:
+        """``pairs`` with every group of identical copies spelled out.
+
+        ``pairs`` lists documents with identical shingle sets as a star around the first of
+        them (Jaccard 1.0; README, "Output formats"). Here the copies are also paired with each
+        other, and each copy with every document its text is paired with, at that pair's
+        Jaccard: every pair at or above the threshold that the run found. Quadratic in the size
+        of a group of copies; for inspection and for comparison with an all-pairs truth.
+        """
+        a, b, jaccard = self.outcome.pair_a, self.outcome.pair_b, self.outcome.jaccard
+        copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
+        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.ids))
+        return pairs_table(self.ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
+
+    def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:
+        """Write deduplicated.{parquet,jsonl}, clusters.parquet, pairs.parquet and report.json
+        into ``output_dir``, atomically (see README, "Output formats")."""
+        return write_outputs(output_dir, self, format, overwrite)
+
+
+# errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
+SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
+
+
+def pairs_table(ids: pa.Array, pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray) -> pa.Table:
+    """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b), for the pairs of rows
+    (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,))."""
+    ids = wide_ids(ids)  # millions of pairs of string ids can pass 2 GiB: 64-bit offsets
+    a = ids.take(pa.array(pair_a))
+    b = ids.take(pa.array(pair_b))
+    swap = pc.greater(a, b)
+    table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
+                      "jaccard": pa.array(jaccard, pa.float64())})
+    return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
+
+
+def wide_ids(ids: pa.Array) -> pa.Array:
+    """String ids as large_string, so that gathering them for pairs and clusters (an id per
+    pair member) cannot overflow 32-bit offsets; integer ids as they are."""
+    return ids.cast(pa.large_string()) if pa.types.is_string(ids.type) else ids
+
+
+def clusters_table(ids: pa.Array, outcome: Outcome) -> pa.Table:
+    """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
+    names the document its cluster kept (itself for the kept one)."""
+    c = outcome.clusters
+    ids = wide_ids(ids)
+    kept_doc = np.zeros(c.count, dtype=np.int64)
+    kept_doc[c.cluster[c.keep]] = c.docs[c.keep]  # one kept document per cluster
+    return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
+                     "keep": pa.array(c.keep, pa.bool_()),
+                     "kept_id": ids.take(pa.array(kept_doc[c.cluster]))})
+
+
+def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:
+    if format not in OUTPUT_FORMATS:
+        raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+    log = StageLog()
+    try:
+        with log.stage("write"):
+            return _write_files(output_dir, result, format, overwrite, log)
+    except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
+        raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
+                          "nothing was written") from None
+
+
+def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog) -> Path:
+    # A staged run's work directory is kept apart from the output like an input: replacing an
+    # output that holds it would delete what --resume needs.
+    if result.report.work_dir:
+        check_apart_from_inputs(Path(output_dir), [result.report.work_dir], "the output directory", "--output",
+                                "the work directory", inside_allowed=True)
+    with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
+        if hasattr(result.table, "write_kept"):  # a staged run's shards (streaming.ShardedTable)
+            result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)
+        elif format == "parquet":
+            write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
+        else:
+            write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
+        write_parquet(result.clusters, staging / "clusters.parquet")
+        if result.on_error == "skip":  # written even when empty: "nothing was skipped"
+            write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
+                        staging / "errors.jsonl")
+        write_parquet(result.pairs, staging / "pairs.parquet")
+        # The report's figures (the slow part of report.html; none without matplotlib) are drawn
+        # within the write's time; the page itself needs the finished report, so it comes after.
+        from .html_report import report_figures, write_report
+
+        figures = report_figures(result)
+        # Time and memory of the write so far (the report itself is all that is left to write).
+        result.report = result.report.with_write(log.snapshot("write"), str(Path(output_dir)), format)
+        write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
+        # report.json last: a directory with a report is a finished one (and the rename makes
+        # the whole directory appear at once anyway).
+        write_json(result.report.as_dict(), staging / "report.json")
+    return Path(output_dir)
