@@ -12,7 +12,11 @@ import pyarrow as pa
 from .backends import get_backend
 from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
-from .io.reader import Corpus, SourceFile, check_unique_ids, read_corpus, scan_inputs, sorted_records
+from .io.corpus import Corpus
+from .io.inputs import scan_inputs
+from .io.read import read_corpus
+from .io.rules import check_unique_ids, sorted_records
+from .io.source import SourceFile
 from .normalize import strings_to_arrow
 from .io.writer import check_apart_from_inputs
 from .params import DedupParams

@@ -237,7 +237,7 @@ def evaluate_command(
     Example: [bold]gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --shingle word,char --threshold 0.7,0.8[/]
     """
     from . import evaluate as evaluation
-    from .io.reader import read_corpus
+    from .io.read import read_corpus
 
     with user_errors() as guard:
         settings, notes = evaluation.expand_grid(

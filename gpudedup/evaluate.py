@@ -54,7 +54,8 @@ from .allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
 from .copies import implied_pairs
 from .errors import ParameterError
-from .io.reader import Corpus, SourceFile
+from .io.corpus import Corpus
+from .io.source import SourceFile
 from .lsh import collision_probability
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
                      DEFAULT_THRESHOLD, DedupParams)

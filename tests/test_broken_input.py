@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from gpudedup.cli import app
 from gpudedup.errors import InputError
-from gpudedup.io.reader import read_corpus
+from gpudedup.io.read import read_corpus
 
 from test_cli import DROP_DAC, root_can_drop_dac
 
@@ -458,7 +458,7 @@ def test_unreadable_file_stops_or_is_skipped(in_tmp):
     locked = in_tmp / "corpus" / "b.parquet"
     pq.write_table(pa.Table.from_pylist(records(2)), locked)
     locked.chmod(0)
-    script = ("import json, sys; from gpudedup.io.reader import read_corpus; from gpudedup.errors import InputError\n"
+    script = ("import json, sys; from gpudedup.io.read import read_corpus; from gpudedup.errors import InputError\n"
               "try:\n    c = read_corpus(['corpus'], on_error=sys.argv[1])\n"
               "    print(json.dumps([c.num_rows, c.skipped_records]))\n"
               "except InputError as e:\n    print('InputError', e)\n")

@@ -482,7 +482,7 @@ def test_read_estimate_covers_the_text_of_a_multi_member_gzip(tmp_path):
     import gzip as gzip_module
     import json
 
-    from gpudedup.io.reader import read_corpus
+    from gpudedup.io.read import read_corpus
     from gpudedup.io.sizes import file_read_bytes
 
     # A first member of 5 MB of repetitive records (about 100:1) and a last member of 0.4 MB

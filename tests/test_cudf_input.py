@@ -13,7 +13,7 @@ import pytest
 
 import gpudedup
 from gpudedup.io.cudf_reader import arrow_text_matches
-from gpudedup.io.reader import read_corpus
+from gpudedup.io.read import read_corpus
 
 from test_kernel_backend import EDGE_TEXTS, sample_texts
 

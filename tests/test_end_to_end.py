@@ -7,7 +7,7 @@ import pytest
 
 import gpudedup
 from gpudedup.allpairs import exact_similar_pairs
-from gpudedup.io.reader import read_corpus
+from gpudedup.io.read import read_corpus
 from gpudedup.params import DEFAULT_THRESHOLD
 from gpudedup.shingling import ShingleSpec, shingle_sets
 

@@ -32,7 +32,7 @@ from gpudedup.evaluate import (
     select_documents,
     write_results,
 )
-from gpudedup.io.reader import read_corpus
+from gpudedup.io.read import read_corpus
 from gpudedup.normalize import normalize_text
 from gpudedup.engine.memory import dedup_corpus
 from gpudedup.shingling import ShingleSpec, shingle_sets

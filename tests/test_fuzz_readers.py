@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from gpudedup.cli import app
 from gpudedup.errors import InputError
-from gpudedup.io.reader import read_corpus
+from gpudedup.io.read import read_corpus
 
 SCALE = int(os.environ.get("GPUDEDUP_FUZZ", "0") or 0)
 

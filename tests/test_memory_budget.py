@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpudedup.io.reader import file_format
+from gpudedup.io.inputs import file_format
 from gpudedup.io.sizes import gzip_uncompressed_size, read_bytes_estimate
 
 MEASURE = r"""
 import json, sys
 from pathlib import Path
-from gpudedup.io.reader import read_corpus
+from gpudedup.io.read import read_corpus
 from gpudedup.memory import resident_bytes
 from gpudedup.stages import _read_peak_rss_bytes, _reset_peak_rss
 paths = [Path(p) for p in sys.argv[1:]]
@@ -74,7 +74,7 @@ def test_gzip_size_counts_every_member_and_falls_back_on_garbage(tmp_path):
 def test_max_memory_stops_before_reading_anything(inputs, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import gpudedup.io.reader as reader
+    import gpudedup.io.read as reader
     from gpudedup.cli import app
 
     def must_not_read(*args, **kwargs):

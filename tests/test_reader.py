@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpudedup.errors import InputError, ParameterError
-from gpudedup.io.reader import Corpus, display_path, find_input_files, read_corpus
+from gpudedup.io.corpus import Corpus
+from gpudedup.io.inputs import display_path, find_input_files
+from gpudedup.io.read import read_corpus
 
 
 # --- helpers ------------------------------------------------------------------------------------

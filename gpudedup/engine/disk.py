@@ -39,8 +39,10 @@ import pyarrow.parquet as pq
 from ..backends import Backend, get_backend
 from ..errors import InputError
 from ..hashing import poly_hash64_rows
-from ..io.reader import (Corpus, InputFiles, SourceFile, build_corpus, display_path, file_format,
-                         read_one_file, strip_path)
+from ..io.corpus import Corpus
+from ..io.inputs import InputFiles, display_path, file_format
+from ..io.read import build_corpus, read_one_file
+from ..io.source import SourceFile, strip_path
 from ..io.sizes import read_bytes_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
 from ..lsh import Banding
@@ -189,15 +191,17 @@ def check_shards(shards: Shards, text_field: str, id_field: Optional[str]) -> pa
 
 class SpilledSignatures:
     """The signature rows of the active documents, gathered from the shards' memory-mapped
-    signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host."""
+    signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host, for positions
+    into the run's active documents; spilled_positions: int64 (m,) the place of each among
+    the active rows spilled by every shard (all of them, unless the input rules left some out)."""
 
-    def __init__(self, shards: Shards, width: int):
-        self.shards = shards
-        self.shape = (int(shards.active_starts[-1]), width)
+    def __init__(self, shards: Shards, width: int, spilled_positions: np.ndarray):
+        self.shards, self.spilled_positions = shards, spilled_positions
+        self.shape = (int(spilled_positions.shape[0]), width)
         self._maps: dict[int, np.ndarray] = {}  # memory maps, opened once per shard
 
     def __getitem__(self, positions) -> np.ndarray:
-        positions = np.asarray(positions, dtype=np.int64)
+        positions = self.spilled_positions[np.asarray(positions, dtype=np.int64)]
         out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
         for index, mine in by_shard(self.shards.active_starts, positions):
             if index not in self._maps:
@@ -366,12 +370,19 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
                                               backend, log, progress)
     keys = backend.to_host(keys)
     lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+    source = corpus.files[0] if corpus.files else None
+    row_numbers = (source.row_numbers if source is not None and source.row_numbers is not None
+                   else np.arange(1, corpus.num_rows + 1, dtype=np.int64))
+    data, offsets = corpus.utf8()
+    # Per row: its line (JSONL) or row number, for FILE:LINE; its UTF-8 bytes and whether its
+    # text is null, for the report of the documents the input rules keep.
     arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
-              "active": active, "lengths": lengths}
+              "active": active, "lengths": lengths, "row_numbers": np.asarray(row_numbers, np.int64),
+              "text_bytes": np.diff(offsets).astype(np.int64),
+              "null": corpus.texts.is_null().to_numpy(zero_copy_only=False)}
     info = {"path": shown, "format": file_format(path), "left_out": raw is None,
             "rows": corpus.num_rows, "active": int(active.shape[0]),
-            "records": records, "text_bytes": int(corpus.utf8()[1][-1]),
-            "null_texts": int(corpus.texts.null_count)}
+            "records": records}
     with log.stage("spill"):
         tables = {"ids": pa.table({"id": corpus.ids})}
         if raw is not None:

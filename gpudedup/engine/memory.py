@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..backends import Backend
-from ..io.reader import Corpus
+from ..io.corpus import Corpus
 from ..lsh import Banding, to_side
 from ..memory import MemoryBudget, release_unused_memory
 from ..normalize import utf8_buffers

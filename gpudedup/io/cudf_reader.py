@@ -4,7 +4,7 @@ and the GPU backend runs).
 cuDF parses a file on the device. The table then comes to the host once (``to_arrow``), where
 the same checks, ids and outputs as the pyarrow path apply; the text column's UTF-8 bytes stay
 on the device, so the signature pass copies no text to the GPU. Where cuDF is not installed
-(the ``gpu`` extra needs only CuPy), reader.py reads with pyarrow on the host and the backend
+(the ``gpu`` extra needs only CuPy), jsonl.py and parquet.py read with pyarrow on the host and the backend
 copies each batch to the device once; both give the same documents, so the same results.
 
 Nothing here imports cuDF until a file is read with it.
@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..normalize import text_buffers
+from .jsonl_lines import open_binary, record_line_numbers
+from .source import SourceFile, check_columns
 
 
 def cudf_installed() -> bool:
@@ -95,3 +101,41 @@ def arrow_text_matches(table: pa.Table, text_field: str, data, offsets) -> bool:
 
     host_data, host_offsets = text_buffers(table[text_field])
     return bool(np.array_equal(host_offsets, offsets) and np.array_equal(host_data, data.get()))
+
+# --- a file read by cuDF, with the pyarrow path's checks ------------------------------------------
+
+
+def read_file_with_cudf(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]):
+    """(table, row numbers, device text) of a file read by cuDF, or (None, None, None) when
+    cuDF cannot read it (then pyarrow reads it and reports what is wrong)."""
+    try:
+        frame, table = read_table(path, source.format)
+    except Exception:  # cuDF raises many kinds; the pyarrow path gives the user's error
+        return None, None, None
+    if check_columns(table, source, text_field, id_field):
+        return None, None, None
+    if source.format == "jsonl":
+        row_numbers = record_line_numbers(lambda: open_binary(path), table.num_rows, path, source)
+        if row_numbers is None:
+            return None, None, None
+    else:
+        row_numbers = np.arange(1, table.num_rows + 1)
+    try:
+        device_part = device_utf8(frame[text_field])
+    except (AttributeError, TypeError, ValueError, RuntimeError):  # a string layout we cannot view
+        device_part = None  # device_text_of copies the host text instead
+    return table, row_numbers, device_part
+
+
+def device_text_of(tables: list[pa.Table], text_field: str, device_parts: list) -> tuple:
+    """The corpus text on the device: cuDF's parts, and a copy of the host text of the files
+    pyarrow read."""
+    import cupy
+
+    parts = []
+    for table, part in zip(tables, device_parts):
+        if part is None:
+            data, offsets = text_buffers(pc.cast(table[text_field], pa.large_string()))
+            part = (cupy.asarray(data), cupy.asarray(offsets))
+        parts.append(part)
+    return concat_device_utf8(parts)

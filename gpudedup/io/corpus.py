@@ -1,0 +1,73 @@
+"""The Corpus: the documents of a run held in memory, in input order (host; the text also on
+the device when cuDF read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..normalize import utf8_buffers
+from .source import SourceFile
+
+@dataclass
+class Corpus:
+    """Documents in input order (host).
+
+    table: every input column of every row (pyarrow Table, columns unified across files).
+    text_field: the name of the text column in ``table`` (string or large_string; null = empty).
+    ids: pyarrow Array of unique document ids (string or int64), one per row.
+    files: where the rows came from, in order; skipped: files passed over in directories.
+    inputs: the paths the corpus was read from, as given (outputs must stay clear of them).
+    skipped_records: with on_error="skip", what was left out, in input order: one dict
+        {"file": display path, "line": int from 1 or None, "reason": str} per bad record
+        (JSONL: its line; Parquet: its row) or per whole file left out (line None).
+    notes: one line per path passed over for a reason worth telling (a symbolic link that
+        would loop or read something twice, a broken link, a pipe or device, an input
+        directory without input files).
+    """
+
+    table: pa.Table
+    text_field: str
+    ids: pa.Array
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    # The text column already on the GPU when cuDF read it (io/cudf_reader.py): (UTF-8 bytes,
+    # cupy uint8 (B,); byte offsets, host int64 (n + 1,)). None: the text is on the host only.
+    device_text: Optional[tuple] = None
+    skipped_records: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        # The stages want the text as one string or large_string array: an all-null column
+        # has Arrow's null type, newer producers may send string_view, and a column in many
+        # chunks (one per block read) would make every take() concatenate all of them first.
+        texts = self.table[self.text_field]
+        if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+            texts = texts.cast(pa.large_string())
+        elif pa.types.is_string(texts.type) and texts.nbytes >= 2**31 - 2**20:
+            texts = texts.cast(pa.large_string())  # 32-bit offsets cannot span > 2 GiB
+        if texts.num_chunks != 1 or texts is not self.table[self.text_field]:
+            single = texts.combine_chunks() if texts.num_chunks else pa.array([], texts.type)
+            index = self.table.schema.get_field_index(self.text_field)
+            self.table = self.table.set_column(index, self.text_field, pa.chunked_array([single]))
+
+    @property
+    def texts(self) -> pa.ChunkedArray:
+        return self.table[self.text_field]
+
+    def text_array(self) -> pa.Array:
+        """The text column as one string or large_string array (no copy)."""
+        return self.texts.chunk(0) if self.texts.num_chunks else pa.array([], pa.large_string())
+
+    def utf8(self) -> tuple[np.ndarray, np.ndarray]:
+        """The texts as UTF-8 bytes uint8 (B,) and byte offsets int64 (n + 1,), host views of
+        the text column (no copy; nulls give empty texts, copied then)."""
+        return utf8_buffers(self.text_array())
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows

@@ -1,0 +1,202 @@
+"""Finding the input files: paths may be files or directories; directories are walked
+recursively in sorted order (hidden entries and files of other types are skipped, and the
+skipped files are reported). Symbolic links are followed, except where following would loop or
+read a file or directory a second time; such paths are skipped and explained in the notes.
+
+A file is shown (in ids, messages and skipped records) by ``display_path``: relative to the
+working directory when it lies below it, else absolute.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..errors import InputError
+from .source import check_on_error
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+TEXT_SUFFIXES = (".txt",)
+
+
+def file_format(path: Path) -> Optional[str]:
+    """The format by the file's name: "jsonl", "parquet", "text", or None for other files."""
+    name = path.name.lower()
+    if name.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    if name.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    if name.endswith(TEXT_SUFFIXES):
+        return "text"
+    return None
+
+
+def display_path(path: Path) -> str:
+    """The path as ids and messages show it: relative to the working directory when below it."""
+    absolute = path.absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+@dataclass
+class InputFiles:
+    """What scan_inputs found: the files to read in order, the files passed over inside
+    directories, notes on paths passed over for a reason, and (on_error "skip") the
+    directories that could not be read, as skipped records."""
+
+    files: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)
+    seen_files: dict = field(default_factory=dict)  # (st_dev, st_ino) -> display path
+    seen_dirs: dict = field(default_factory=dict)  # (st_dev, st_ino) -> display path
+
+    def pass_over(self, shown: str, why: str) -> None:
+        self.skipped.append(shown)
+        self.notes.append(f"{shown}: skipped: {why}")
+
+    def add_file(self, path: Path, status: os.stat_result) -> None:
+        key = (status.st_dev, status.st_ino)
+        shown = display_path(path)
+        if key in self.seen_files:
+            self.pass_over(shown, f"the same file as {self.seen_files[key]}, already read")
+            return
+        self.seen_files[key] = shown
+        self.files.append(path)
+
+
+def find_input_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[str]]:
+    """The files to read, in order, and the files skipped inside directories."""
+    found = scan_inputs(paths)
+    return found.files, found.skipped
+
+
+def scan_inputs(paths: Iterable[str | os.PathLike], on_error: str = "stop") -> InputFiles:
+    """The input files under ``paths`` (see the module docstring).
+
+    A path given that is missing, a broken link, of an unsupported type or not a regular file
+    is an InputError under either on_error; a directory found inside that cannot be read is
+    an InputError under "stop" and a skipped record (line None) under "skip".
+    """
+    check_on_error(on_error)
+    paths = list(paths)
+    found = InputFiles()
+    for given in paths:
+        path = Path(given)
+        try:
+            status = path.stat()
+        except OSError as error:
+            raise InputError(f"{given}: {missing_reason(path, error)}") from None
+        if stat.S_ISDIR(status.st_mode):
+            before = len(found.files)
+            walked = walk_directory(path, status, found, on_error)
+            if walked and len(found.files) == before and len(paths) > 1:
+                found.notes.append(f"{given}: no input files in this directory")
+        elif file_format(path) is None:
+            raise InputError(
+                f"{given}: unsupported file type; expected one of "
+                f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}"
+            )
+        elif not stat.S_ISREG(status.st_mode):
+            raise InputError(f"{given}: not a regular file ({special_kind(status)}); expected a file")
+        else:
+            found.add_file(path, status)
+    if not found.files and not found.records:
+        shown = ", ".join(str(p) for p in paths)
+        raise InputError(
+            f"no input files found in {shown} (looked for JSONL, Parquet and .txt files)"
+        )
+    return found
+
+
+def missing_reason(path: Path, error: OSError) -> str:
+    """Why stat() failed on a path, in words: a missing path, a broken link, a link loop."""
+    if error.errno == errno.ELOOP:
+        return "symbolic link loop (the link leads back to itself)"
+    if isinstance(error, FileNotFoundError):
+        if path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            return f"broken symbolic link (it points to {target}, which does not exist)"
+        return "no such file or directory"
+    return f"cannot read ({error.strerror or error})"
+
+
+def special_kind(status: os.stat_result) -> str:
+    """What a path that is neither a file nor a directory is, in words."""
+    mode = status.st_mode
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, on_error: str) -> bool:
+    """Add the input files below ``root`` in sorted order: a directory's files, then each of
+    its subdirectories in turn. Symbolic links to directories are followed unless they lead to
+    a directory that contains them (a loop) or to one already read; both are noted.
+    False when ``root`` itself was read already."""
+    root_key = (root_status.st_dev, root_status.st_ino)
+    shown_root = display_path(root)
+    if root_key in found.seen_dirs:
+        found.notes.append(f"{shown_root}: skipped: the same directory as {found.seen_dirs[root_key]}, already read")
+        return False
+    found.seen_dirs[root_key] = shown_root
+    stack = [(root, (root_key,))]  # (directory, the (dev, inode) of it and its ancestors)
+    while stack:
+        directory, ancestors = stack.pop()
+        try:
+            with os.scandir(directory) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError as error:
+            shown = display_path(directory)
+            reason = f"cannot read directory ({error.strerror or error})"
+            if on_error == "stop":
+                raise InputError(f"{shown}: {reason}") from None
+            found.records.append({"file": shown, "line": None, "reason": reason})
+            continue
+        subdirectories = []
+        for entry in entries:
+            path = Path(directory) / entry.name
+            shown = display_path(path)
+            if entry.name.startswith("."):  # hidden: directories (.git, ...) silently, files listed
+                if not entry.is_dir():
+                    found.skipped.append(shown)
+                continue
+            try:
+                status = path.stat()
+            except OSError as error:
+                found.pass_over(shown, missing_reason(path, error))
+                continue
+            if stat.S_ISDIR(status.st_mode):
+                key = (status.st_dev, status.st_ino)
+                if key in ancestors:
+                    link = "symbolic link" if entry.is_symlink() else "path"
+                    found.pass_over(shown, f"{link} to {found.seen_dirs.get(key, 'a directory')}, a directory "
+                                           "that contains it (following it would loop)")
+                elif key in found.seen_dirs:
+                    found.pass_over(shown, f"the same directory as {found.seen_dirs[key]}, already read")
+                else:
+                    found.seen_dirs[key] = shown
+                    subdirectories.append((path, ancestors + (key,)))
+                continue
+            if file_format(path) is None:
+                found.skipped.append(shown)
+            elif not stat.S_ISREG(status.st_mode):
+                found.pass_over(shown, f"not a regular file ({special_kind(status)})")
+            else:
+                found.add_file(path, status)
+        stack.extend(reversed(subdirectories))
+    return True

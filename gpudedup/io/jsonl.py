@@ -1,0 +1,185 @@
+"""Reading JSONL files (.jsonl, .ndjson, .json, each optionally .gz) with pyarrow (host).
+
+A file whose every non-blank line is one object is parsed by Arrow in one go; anything else is
+read line by line (jsonl_lines.check_jsonl_line) so that each bad line is named ``FILE:LINE``
+and stops the run or is left out. A record's row number is its line number (from 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lines_of, longest_line,
+                          object_line_numbers, open_binary, read_error)
+from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
+
+MAX_BLOCK_BYTES = 2**31 - 1  # Arrow's JSON reader needs every line within one block
+
+
+def read_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+               on_error: str = "stop"):
+    """(table, line numbers, skipped records) of a JSONL file.
+
+    Clean files are parsed by Arrow in one go (the fast path). A file Arrow cannot read, or
+    whose records do not sit one to a line, or whose text or id column is not right, is read
+    again line by line: every line is checked (check_jsonl_line), the first bad one raises
+    (on_error "stop") or each bad one is recorded and left out ("skip"), and the good lines
+    are parsed by Arrow.
+    """
+    errors = RecordErrors(on_error)
+    opener = lambda: open_binary(path)  # noqa: E731
+    table = None
+    try:
+        # Arrow 26 crashes (SIGSEGV) on a line holding `null` at the start of a block, so it
+        # only ever sees files whose every non-blank line looks like one object.
+        row_numbers = object_line_numbers(opener, path, source)
+        if row_numbers is not None:
+            table = parse_jsonl(opener, path, source)
+            table.validate(full=True)  # pyarrow's JSON reader does not check UTF-8 itself
+    except PermissionError:
+        raise
+    except OSError as error:  # I/O and gzip errors (Arrow's parse errors are ArrowInvalid)
+        raise read_error(path, source, error) from None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeError, RecursionError):
+        table = None  # the slow path finds the line and says what is wrong
+    if table is not None and table.num_rows == row_numbers.size:
+        if table.num_rows == 0:  # only blank lines: no records, and no columns to check
+            return empty_table(text_field), np.zeros(0, np.int64), []
+        problem = check_columns(table, source, text_field, id_field, nulls=False)
+        if problem and (text_field not in table.column_names
+                        or (id_field is not None and id_field not in table.column_names)):
+            raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
+        if not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH:
+            return table, row_numbers, []
+    return read_jsonl_by_line(path, source, text_field, id_field, errors)
+
+
+def empty_table(text_field: str) -> pa.Table:
+    return pa.table({text_field: pa.array([], pa.string())})
+
+
+def type_depth(schema: pa.Schema) -> int:
+    """How deeply the schema's types nest (a flat column counts 1), without recursion."""
+    deepest, stack = 0, [(f.type, 1) for f in schema]
+    while stack:
+        data_type, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((data_type.field(i).type, depth + 1) for i in range(data_type.num_fields))
+    return deepest
+
+
+def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:
+    return id_field is not None and table[id_field].null_count > 0
+
+
+def read_jsonl_by_line(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+                       errors: RecordErrors):
+    """The slow path of read_jsonl: check every line, leave out (or stop at) the bad ones,
+    parse the good ones with Arrow."""
+    kept: list[bytes] = []
+    numbers: list[int] = []
+    first_seen: dict[tuple, tuple[str, int]] = {}  # field path -> (JSON type, line)
+    for number, line in enumerate(lines_of(path, source), start=1):
+        if not line.strip(JSON_WHITESPACE):
+            continue
+        problem, kinds = check_jsonl_line(line, number, text_field, id_field, first_seen)
+        if problem:
+            if number == 1:
+                problem += compressed_hint(line, path)
+            errors.add(source.path, number, problem, f"{source.path}:{number}")
+            continue
+        for key, kind in kinds.items():
+            first_seen.setdefault(key, (kind, number))
+        # A carriage return outside a string is white space; inside one it is invalid and
+        # json.loads has refused it already. Arrow might take a lone one for a line end.
+        kept.append(line.replace(b"\r", b" "))
+        numbers.append(number)
+    if not kept:
+        return empty_table(text_field), np.zeros(0, np.int64), errors.records
+    data = b"\n".join(kept)
+    longest = int(np.argmax([len(line) for line in kept]))
+    longest = (len(kept[longest]), numbers[longest])
+    del kept
+    try:
+        table = parse_jsonl(lambda: pa.BufferReader(data), path, source, longest=longest)
+        table.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeError, RecursionError) as error:
+        raise file_error(source.path, f"cannot read as JSON Lines ({error})") from None
+    if table.num_rows != len(numbers):
+        raise file_error(source.path, f"cannot read as JSON Lines (Arrow read {table.num_rows} records "
+                                      f"from {len(numbers)} lines)")
+    problem = check_columns(table, source, text_field, id_field)
+    if problem:
+        raise file_error(source.path, strip_path(problem, source.path))
+    return table, np.asarray(numbers, dtype=np.int64), errors.records
+
+
+def compressed_hint(line: bytes, path: Path) -> str:
+    """A hint when a file's first line shows it is compressed or Parquet, not JSON text."""
+    for magic, what in ((b"\x1f\x8b", "gzip-compressed: name it .jsonl.gz"),
+                        (b"PAR1", "a Parquet file: name it .parquet"),
+                        (b"\x28\xb5\x2f\xfd", "zstd-compressed, which is not supported"),
+                        (b"BZh", "bzip2-compressed, which is not supported"),
+                        (b"\xfd7zXZ", "xz-compressed, which is not supported")):
+        if line.startswith(magic) and not (magic == b"\x1f\x8b" and path.name.lower().endswith(".gz")):
+            return f"; the file looks {what}"
+    return ""
+
+
+def parse_jsonl(open_stream: Callable, path: Path, source: SourceFile,
+                longest: Optional[tuple[int, int]] = None) -> pa.Table:
+    """The records of a JSONL stream as they are: strings stay strings.
+    longest: (length, line) of the longest line when known (else measured when needed)."""
+    read_options = None
+    try:
+        table = read_json(open_stream, read_options)
+    except pa.ArrowInvalid as error:
+        if "straddl" not in str(error):
+            raise
+        # Every line must fit in one block: read again with blocks as large as the longest line.
+        length, line = longest if longest is not None else longest_line(open_stream)
+        if 2 * length + 2 > MAX_BLOCK_BYTES:
+            raise file_error(source.path, f"line {line} is {length:,} bytes long; JSON lines longer "
+                                          f"than {MAX_BLOCK_BYTES // 2 - 1:,} bytes are not supported") from None
+        read_options = pajson.ReadOptions(block_size=2 * length + 2)
+        table = read_json(open_stream, read_options)
+    # Arrow's JSON reader turns ISO-8601-looking strings into timestamps; a deduplicator must
+    # neither reject a text that looks like a date nor rewrite a column. Read again with
+    # those fields declared as strings.
+    as_strings = strings_for_timestamps(table.schema)
+    if as_strings != table.schema:
+        table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=as_strings))
+    return table
+
+
+def read_json(open_stream: Callable, read_options=None, parse_options=None) -> pa.Table:
+    # The streaming reader holds about half the memory of read_json, but it fixes the schema
+    # from the first block; when a later block adds a field or changes a type, read it whole.
+    try:
+        with open_stream() as stream:
+            reader = pajson.open_json(stream, read_options=read_options, parse_options=parse_options)
+            return pa.Table.from_batches(list(reader), schema=reader.schema)
+    except pa.ArrowInvalid:
+        pass
+    with open_stream() as stream:
+        return pajson.read_json(stream, read_options=read_options, parse_options=parse_options)
+
+
+def strings_for_timestamps(schema: pa.Schema) -> pa.Schema:
+    """The schema with every timestamp type, also inside structs and lists, made a string."""
+
+    def fix(data_type: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(data_type):
+            return pa.string()
+        if pa.types.is_struct(data_type):
+            return pa.struct([field.with_type(fix(field.type)) for field in data_type])
+        if pa.types.is_list(data_type):
+            return pa.list_(data_type.value_field.with_type(fix(data_type.value_type)))
+        return data_type
+
+    return pa.schema([field.with_type(fix(field.type)) for field in schema])

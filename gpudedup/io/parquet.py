@@ -1,0 +1,93 @@
+"""Reading Parquet files (.parquet, .pq) with pyarrow (host). A record's row number is its row
+in the file (from 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
+
+def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+                 on_error: str = "stop"):
+    """(table, row numbers, skipped records) of a Parquet file. A text column of binary or
+    dictionary type is read as strings; rows with a null id or a text that is not valid UTF-8
+    are per-record problems, everything else is about the whole file."""
+    errors = RecordErrors(on_error)
+    try:
+        table = pq.read_table(path)
+    except PermissionError:
+        raise
+    except (pa.ArrowException, OSError) as error:
+        raise file_error(source.path, f"not a readable Parquet file ({error})") from None
+    if text_field in table.column_names:
+        table = plain_text_column(table, text_field)
+    problem = check_columns(table, source, text_field, id_field, nulls=False)
+    if problem:
+        raise file_error(source.path, strip_path(problem, source.path))
+    keep = np.ones(table.num_rows, dtype=bool)
+    bad_text = invalid_utf8_rows(table[text_field])
+    for row in bad_text:
+        errors.add(source.path, row + 1, f"field {text_field!r} is not valid UTF-8",
+                   f"{source.path}: row {row + 1}")
+    keep[bad_text] = False
+    if id_field is not None and table[id_field].null_count:
+        null_rows = np.flatnonzero(table[id_field].is_null().to_numpy(zero_copy_only=False) & keep)
+        for row in null_rows:
+            errors.add(source.path, row + 1, f"id field {id_field!r} is null", f"{source.path}: row {row + 1}")
+        keep[null_rows] = False
+    row_numbers = np.arange(1, table.num_rows + 1)
+    if not keep.all():
+        table, row_numbers = table.filter(pa.array(keep)), row_numbers[keep]
+        errors.records.sort(key=lambda r: r["line"])
+    try:
+        table.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise file_error(source.path, f"not a readable Parquet file ({error})") from None
+    return table, row_numbers, errors.records
+
+
+def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
+    """The table with a dictionary-of-strings text column decoded, and a binary text column
+    (strings some writers store without their UTF-8 annotation) viewed as strings (not yet
+    validated: invalid_utf8_rows checks)."""
+    column = table[text_field]
+    data_type = column.type
+    if pa.types.is_dictionary(data_type):
+        value_type = data_type.value_type
+        if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+                or pa.types.is_binary(value_type) or pa.types.is_large_binary(value_type)):
+            return table
+        column = column.cast(value_type)
+        data_type = value_type
+    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
+        target = pa.string() if pa.types.is_binary(data_type) else pa.large_string()
+        column = pa.chunked_array([chunk.view(target) for chunk in column.chunks], target)
+    if column is table[text_field]:
+        return table
+    return table.set_column(table.schema.get_field_index(text_field), text_field, column)
+
+
+def invalid_utf8_rows(column: pa.ChunkedArray) -> np.ndarray:
+    """Rows (from 0) of a string column whose value is not valid UTF-8 (checked chunk by
+    chunk; only a chunk that fails is looked at row by row)."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return np.zeros(0, np.int64)
+    bad, offset = [], 0
+    for chunk in column.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            raw = chunk.view(pa.binary() if pa.types.is_string(chunk.type) else pa.large_binary())
+            for i, value in enumerate(raw.to_pylist()):
+                if value is not None:
+                    try:
+                        value.decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad.append(offset + i)
+        offset += len(chunk)
+    return np.asarray(bad, dtype=np.int64)

@@ -1,0 +1,170 @@
+"""Reading input files into one Corpus (read_corpus, for a run in memory) or one file at a time
+(read_one_file, for a staged run): each file by its format's reader (jsonl.py, parquet.py,
+text.py, or cuDF's in cudf_reader.py), then the checks across files (rules.py).
+
+Document ids: the ``id_field`` column when given, else ``<path>:<row>``, where path is the file
+as shown (inputs.display_path) and row counts from 1 (for JSONL it is the line number). Leaving
+records out never changes the ids of the others.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InputError
+from ..memory import MemoryBudget
+from .corpus import Corpus
+from .inputs import InputFiles, display_path, file_format, scan_inputs
+from .jsonl import read_jsonl
+from .parquet import read_parquet
+from .rules import check_unique_ids, compatible_parts, concat_ids, concat_tables, drop_duplicate_ids, sorted_records
+from .sizes import read_bytes_estimate
+from .source import SourceFile, check_on_error, file_error, strip_path
+from .text import read_text
+
+def read_corpus(
+    paths: Iterable[str | os.PathLike], text_field: str = "text", id_field: Optional[str] = None,
+    use_cudf: bool = False, on_error: str = "stop", budget: Optional[MemoryBudget] = None,
+) -> Corpus:
+    """Read every document under ``paths`` into one Corpus.
+
+    use_cudf: parse JSONL and Parquet files with cuDF on the GPU and keep the text there
+    (Corpus.device_text); a file cuDF cannot read is read by pyarrow, which also gives the
+    errors. Needs cuDF (and the GPU backend); the documents are the same either way.
+
+    on_error: "stop" (default) raises an InputError at the first problem, naming the file and
+    line (JSONL), row (Parquet) or field. "skip" leaves out what cannot be used and lists it
+    in ``Corpus.skipped_records`` ({"file", "line", "reason"}), so the run goes on:
+
+    * per record (that record is left out; "line" is the JSONL line or Parquet row, from 1):
+      a JSONL line that is not valid UTF-8, not valid JSON (or two values on one line), not
+      an object, nested more than MAX_JSON_DEPTH deep, with a number too large for a double
+      or a field given twice; a text field that is neither a string nor null (missing is
+      null, kept and counted as a null text); an id field (id_field) that is missing, null,
+      or neither a string nor an integer; a field whose JSON type differs from its type on
+      the first line that had it; with id_field, a duplicate id (the first is kept); in
+      Parquet, a null id or a text that is not valid UTF-8;
+    * per file (the whole file is left out, recorded once with line None, and per-record
+      entries of that file are dropped): a file that cannot be opened or read (permission,
+      corrupt or truncated gzip, not Parquet, corrupt Parquet), a file without the text field
+      or id field at all or with a column of the wrong type (Parquet), a .txt file that is
+      not valid UTF-8 (or any .txt file when id_field is given: it has no fields), a JSONL
+      line over 1 GiB (Arrow's block limit), a file whose columns cannot be combined with the
+      files before it, and a directory inside the inputs that cannot be read.
+
+    A path given that does not exist or has an unsupported type stops the run either way, as
+    do inputs that hold no input files at all. Leaving records out never changes the ids of
+    the records kept (a JSONL record keeps ``<path>:<line>``).
+
+    budget: --max-memory; reading stops before the first file with MemoryLimitError when the
+    files' estimated size (io/sizes.py) does not fit.
+    """
+    check_on_error(on_error)
+    skip = on_error == "skip"
+    paths = [str(p) for p in paths]
+    found = scan_inputs(paths, on_error)
+    if budget is not None:
+        budget.check("reading the input", lambda: read_bytes_estimate([(p, file_format(p)) for p in found.files]),
+                     "deduplicate the input in parts, or raise --max-memory")
+    parts: list[FilePart] = []
+    records = list(found.records)
+    for path in found.files:
+        source = SourceFile(display_path(path), file_format(path))
+        try:
+            part = read_one_file(path, source, text_field, id_field, use_cudf, on_error)
+        except InputError as error:
+            if not skip:
+                raise
+            records.append(getattr(error, "record", None) or
+                           {"file": source.path, "line": None, "reason": strip_path(str(error), source.path)})
+            continue
+        records.extend(part.records)
+        parts.append(part)
+    parts = compatible_parts(parts, text_field, id_field, records, skip)
+    if skip and id_field is not None:
+        parts = drop_duplicate_ids(parts, records)
+    corpus = build_corpus(parts, text_field, id_field, found, paths)
+    corpus.skipped_records = sorted_records(records, found)
+    check_unique_ids(corpus)
+    if use_cudf and any(part.device_part is not None for part in parts):
+        from .cudf_reader import device_text_of
+
+        corpus.device_text = device_text_of([p.table for p in parts], text_field,
+                                            [p.device_part for p in parts])
+    return corpus
+
+
+@dataclass
+class FilePart:
+    """One file as read: its rows, their ids, where they came from, what was left out."""
+
+    source: SourceFile
+    table: pa.Table
+    ids: pa.Array
+    device_part: Optional[tuple] = None
+    records: list[dict] = field(default_factory=list)
+
+
+def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+                  use_cudf: bool, on_error: str) -> FilePart:
+    """One file as a FilePart; every problem with it is an InputError naming it."""
+    table, row_numbers, device_part, records = None, None, None, []
+    try:
+        if use_cudf and source.format in ("jsonl", "parquet"):
+            from .cudf_reader import read_file_with_cudf
+
+            table, row_numbers, device_part = read_file_with_cudf(path, source, text_field, id_field)
+        if table is None:
+            table, row_numbers, records = read_file(path, source, text_field, id_field, on_error)
+    except InputError:
+        raise
+    except PermissionError:
+        raise file_error(source.path, "permission denied") from None
+    except IsADirectoryError:
+        raise file_error(source.path, "is a directory, expected a file") from None
+    except (pa.ArrowException, OSError, UnicodeError, RecursionError, MemoryError) as error:
+        # The readers turn every problem they know into a message of their own; this names
+        # the file for anything else the libraries raise on content they cannot read.
+        raise file_error(source.path, f"cannot read ({type(error).__name__}: {error})") from None
+    source.rows, source.row_numbers = table.num_rows, row_numbers
+    if id_field is None:
+        ids = pc.binary_join_element_wise(
+            source.path, pa.array(row_numbers.astype(str)), ":"
+        ) if table.num_rows else pa.array([], pa.string())
+    elif id_field in table.column_names:
+        ids = table[id_field].combine_chunks()
+    elif table.num_rows == 0:  # a file without records (empty, blank lines, all left out)
+        ids = pa.array([], pa.string())
+    else:
+        raise file_error(source.path, f"no id field {id_field!r}")
+    return FilePart(source, table, ids, device_part, records)
+
+
+def build_corpus(parts: list[FilePart], text_field: str, id_field: Optional[str],
+                 found: InputFiles, paths: list[str]) -> Corpus:
+    """One Corpus of the parts' rows, in order (a run in memory: every file kept; a staged run:
+    one file); no parts (every file left out) give an empty corpus."""
+    sources = [p.source for p in parts]
+    if parts:
+        table = concat_tables([p.table for p in parts], sources)
+        ids = concat_ids([p.ids for p in parts], sources, id_field)
+    else:  # every file was left out (on_error "skip")
+        table = pa.table({text_field: pa.array([], pa.large_string())})
+        ids = pa.array([], pa.string())
+    return Corpus(table, text_field, ids, sources, found.skipped, paths, notes=found.notes)
+
+
+def read_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+              on_error: str = "stop"):
+    """One file as (table, row numbers int64 (rows,) counted from 1, skipped records)."""
+    if source.format == "jsonl":
+        return read_jsonl(path, source, text_field, id_field, on_error)
+    if source.format == "parquet":
+        return read_parquet(path, source, text_field, id_field, on_error)
+    return read_text(path, source, text_field, id_field)

@@ -1,0 +1,99 @@
+"""One input file as the readers see it: where each of its records came from (``FILE:LINE``
+for JSONL, ``FILE row N`` otherwise), how a problem with it is raised (on_error "stop") or
+recorded and left out ("skip"), and the columns it must have.
+
+A skipped record, as every mode writes it to ``errors.jsonl``, is the dict
+``{"file": display path, "line": JSONL line or Parquet row from 1 (None for a whole file),
+"reason": str}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError, ParameterError
+
+ON_ERROR_CHOICES = ("stop", "skip")
+
+
+def locate(path: str, format: str, number: int) -> str:
+    """Where a record is, in messages: 'FILE:LINE' for JSONL, else 'FILE row N' (number from 1)."""
+    return f"{path}:{number}" if format == "jsonl" else f"{path} row {number}"
+
+
+@dataclass
+class SourceFile:
+    """Where a corpus's rows came from: one file (or "<list>", "<table>" for data passed in)."""
+
+    path: str  # as shown in ids and messages
+    format: str  # "jsonl", "parquet" or "text" ("list", "table": not read from a file)
+    rows: int = 0
+    row_numbers: Optional[np.ndarray] = None  # int64 (rows,): line (JSONL) or row, from 1
+
+    def where(self, row: int) -> str:
+        """'FILE:LINE' (JSONL) or 'FILE row N' for the row-th record (from 0) of this file."""
+        number = int(self.row_numbers[row]) if self.row_numbers is not None else row + 1
+        return locate(self.path, self.format, number)
+
+
+def file_error(path: str, reason: str, where: Optional[str] = None) -> InputError:
+    """An InputError for a whole file: 'WHERE: REASON' (WHERE defaults to the path); under
+    on_error="skip" the file is left out and ``error.record`` is what is recorded."""
+    error = InputError(f"{where or path}: {reason}")
+    error.record = {"file": path, "line": None, "reason": reason}
+    return error
+
+
+class RecordErrors:
+    """Per-record problems of one file: raised at once (on_error "stop") or collected
+    (on_error "skip") as {"file", "line", "reason"} dicts."""
+
+    def __init__(self, on_error: str):
+        check_on_error(on_error)
+        self.skip = on_error == "skip"
+        self.records: list[dict] = []
+
+    def add(self, path: str, line: int, reason: str, where: str) -> None:
+        """Record ``line`` (JSONL line or Parquet row, from 1); ``where`` starts the message."""
+        if not self.skip:
+            raise InputError(f"{where}: {reason}")
+        self.records.append({"file": path, "line": int(line), "reason": reason})
+
+
+def check_on_error(on_error: str) -> None:
+    """ParameterError unless on_error is one of ON_ERROR_CHOICES."""
+    if on_error not in ON_ERROR_CHOICES:
+        raise ParameterError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}; got {on_error!r}")
+
+
+def strip_path(message: str, path: str) -> str:
+    """The message without its leading 'PATH: ' (for a record, which names the file apart)."""
+    return message[len(path) + 2:] if message.startswith(f"{path}: ") else message
+
+
+def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field: Optional[str],
+                  nulls: bool = True) -> str:
+    """A message when the text or id column is missing or of the wrong type (or, with
+    ``nulls``, an id is null), else ''."""
+    if text_field not in table.column_names:
+        return (f"{source.path}: no field {text_field!r} (fields: {', '.join(table.column_names)}); "
+                "choose the text field with --text-field")
+    text_type = table.schema.field(text_field).type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type) or pa.types.is_null(text_type)
+            or getattr(pa.types, "is_string_view", bool)(text_type)):
+        return f"{source.path}: field {text_field!r} has type {text_type}, expected a string"
+    if id_field is not None:
+        if id_field not in table.column_names:
+            return f"{source.path}: no id field {id_field!r} (fields: {', '.join(table.column_names)})"
+        id_column = table[id_field]
+        id_type = id_column.type
+        if not (pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type)):
+            return f"{source.path}: id field {id_field!r} has type {id_type}, expected strings or integers"
+        if nulls and id_column.null_count:
+            row = int(np.flatnonzero(id_column.is_null().to_numpy(zero_copy_only=False))[0]) + 1
+            return f"{source.path}: row {row}: id field {id_field!r} is null"
+    return ""
