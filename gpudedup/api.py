@@ -149,7 +149,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
                  executor: Optional[Executor] = None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
     runs the store's tasks (this process when None)."""
-    from .engine.disk import ShardedTable, WorkDirStore, fingerprint
+    from .engine.disk import WorkDirStore, fingerprint
     from .engine.workdir import WorkDir
 
     paths = [Path(data)] if isinstance(data, (str, os.PathLike)) else data
@@ -164,7 +164,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
     except OSError as error:  # a full disk, a lost mount, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
-    table = ShardedTable(store.shards, store.reader)
+    table = store.table()
     return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field,
                           sorted_records(store.skipped_records(), found), on_error)
 

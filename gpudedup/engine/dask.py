@@ -114,20 +114,18 @@ class DaskExecutor:
         import dask.dataframe as dd
         import pandas as pd
 
-        shards, active = store.shards, store.active
+        active = store.active
         meta = pd.DataFrame({"band": pd.Series([], dtype="int32"), "key": pd.Series([], dtype="uint64"),
                              "doc": pd.Series([], dtype="int64")})
-        starts = shards.active_starts
-        parts = [dask.delayed(band_key_rows)(str(shards.work.root), index, active[starts[index]:starts[index + 1]],
-                                             in_lsh[starts[index]:starts[index + 1]])
-                 for index in range(shards.count)]
+        root = str(store.work.root)
+        parts = [dask.delayed(band_key_rows)(root, index, docs, keep) for index, docs, keep in store.band_key_parts(in_lsh)]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
         frame = dd.from_delayed(parts, meta=meta, verify_meta=False)
         # Every (band, key) bucket in one partition; as many partitions as shards keeps each
         # about the size of one shard's keys.
-        shuffled = frame.shuffle(on=["band", "key"], npartitions=max(shards.count, 1))
+        shuffled = frame.shuffle(on=["band", "key"], npartitions=max(len(parts), 1))
         span = int(active[-1]) + 1 if active.shape[0] else 1
         codes = shuffled.map_partitions(bucket_pair_codes, window, span,
                                         meta=pd.DataFrame({"code": pd.Series([], dtype="uint64")}))

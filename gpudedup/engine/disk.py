@@ -66,6 +66,10 @@ def as_backend(backend: BackendOrName) -> Backend:
     return get_backend(backend) if isinstance(backend, str) else backend
 
 
+# The layout of the spilled shards (workdir.py); a work directory of another layout is refused
+# as another run's (2: per-row line numbers, text bytes and null flags for the input rules).
+WORK_DIR_FORMAT = 2
+
 ONE_CHUNK = np.iinfo(np.int64).max // 4  # a batch cost no chunk reaches
 
 # Parameters that decide the results: a resume must use the same ones. (Batch sizes and the
@@ -84,7 +88,7 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
         status = os.stat(path)
         inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
     chosen = {name: params.as_dict()[name] for name in RESULT_PARAMETERS}
-    return {"gpudedup_version": __version__, "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
+    return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT, "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
 
 
@@ -187,6 +191,31 @@ def check_shards(shards: Shards, text_field: str, id_field: Optional[str]) -> pa
                              f"{', '.join(shards.where(int(r)) for r in rows[:3])} share it "
                              f"({len(repeated)} distinct ids are repeated); ids must be unique")
     return ids
+
+
+@dataclass
+class Combination:
+    """What the input rules (io/rules.py) decide for the shards of a staged run, read one at a
+    time, as the in-memory run decides it for the files read at once.
+
+    live: bool over the spilled rows of all shards (Shards.rows): the run's documents;
+    ids: their ids (int64 or string), in order; schema: the columns of the files they come
+    from, unified; records: every record or file left out (on_error="skip"; errors.jsonl);
+    left_out: the shards left out whole by the rules (their columns or id kind do not combine).
+    """
+
+    live: np.ndarray
+    ids: pa.Array
+    schema: pa.Schema
+    records: list[dict]
+    left_out: set[int]
+
+
+def combine_shards(shards: Shards, text_field: str, id_field: Optional[str], on_error: str) -> Combination:
+    """The input rules over every shard's stored ids and columns (see Combination)."""
+    ids = check_shards(shards, text_field, id_field)
+    records = [record for index in range(shards.count) for record in shards.work.shard_info(index)["records"]]
+    return Combination(np.ones(int(shards.rows[-1]), dtype=bool), ids, shards.columns(text_field), records, set())
 
 
 class SpilledSignatures:
@@ -397,8 +426,10 @@ class ShardedTable:
     ``table`` of its DedupResult. ``write_kept`` writes the kept rows; ``[text_field].take``
     gives a few texts (report.html)."""
 
-    def __init__(self, shards: Shards, reader: ShardReader):
-        self.shards, self.reader = shards, reader
+    def __init__(self, shards: Shards, reader: ShardReader, raw_of_row: np.ndarray, schema: pa.Schema,
+                 left_out: set[int]):
+        self.shards, self.reader, self.raw_of_row, self._schema = shards, reader, raw_of_row, schema
+        self.left_out = left_out
 
     def __getitem__(self, name: str):
         if name != self.reader.text_field:
@@ -409,14 +440,14 @@ class ShardedTable:
             def take(self, rows) -> pa.Array:
                 rows = np.asarray(rows.to_numpy() if hasattr(rows, "to_numpy") else rows, dtype=np.int64)
                 order = np.argsort(rows, kind="stable")
-                texts = outer.reader.texts(outer.shards, rows[order])
+                texts = outer.reader.texts(outer.shards, outer.raw_of_row[rows[order]])
                 return texts.take(pa.array(np.argsort(order)))
 
         return Texts()
 
     def schema(self) -> pa.Schema:
-        """The columns of all shards, unified (Shards.columns, from the stored file schemas)."""
-        return self.shards.columns(self.reader.text_field)
+        """The columns of the files the documents come from, unified (the input rules')."""
+        return self._schema
 
     def kept_table(self, keep: np.ndarray) -> pa.Table:
         """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""
@@ -424,13 +455,17 @@ class ShardedTable:
         return pa.Table.from_batches(list(self._kept_batches(keep, schema)), schema=schema)
 
     def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
+        spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
+        spilled_keep[self.raw_of_row[keep]] = True
         for index in range(self.shards.count):
-            table = self.reader.corpus(index).table
-            table = table.filter(pa.array(keep[self.shards.rows[index]:self.shards.rows[index + 1]]))
+            if index in self.left_out:
+                continue  # its columns are not the run's; none of its rows is a document
+            mine = spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]]
+            table = self.reader.corpus(index).table.filter(pa.array(mine))
             yield from align(table, schema).to_batches(ROWS_PER_WRITE)
 
     def write_kept(self, path: Path, format: str, keep: np.ndarray) -> None:
-        """The kept rows (keep: bool (n,) over the corpus rows), shard by shard, into one file."""
+        """The kept rows (keep: bool (n,) over the documents), shard by shard, into one file."""
         # Every shard's rows get the unified columns, as the in-memory run's one table has them.
         schema = self.schema()
         if format == "parquet":
@@ -484,18 +519,46 @@ class WorkDirStore:
             with log.stage("signature_pass"):
                 executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
                                           for index in pending], "the signatures")
-        self.shards = Shards.of(self.work, self.reader.files)
-        self.ids = check_shards(self.shards, self.text_field, self.id_field)
-        self.documents = int(self.shards.rows[-1])
-        self.active = self.shards.concat("active", shift_by_rows=True)
-        self.lengths = self.shards.concat("lengths")
-        self.signatures = SpilledSignatures(self.shards, banding.bands * banding.rows)
+        self.shards = shards = Shards.of(self.work, self.reader.files)
+        self.combination = combine_shards(shards, self.text_field, self.id_field, self.reader.on_error)
+        # The documents are the spilled rows ("raw" rows, all shards' rows as read) that the
+        # input rules keep, in order: raw_of_row int64 (n,).
+        self.raw_of_row = np.flatnonzero(self.combination.live)
+        self.documents = int(self.raw_of_row.shape[0])
+        spilled_active = shards.concat("active", shift_by_rows=True)
+        self.active_spilled = np.flatnonzero(self.combination.live[spilled_active])  # int64 (m,)
+        self.active = np.searchsorted(self.raw_of_row, spilled_active[self.active_spilled])
+        self.raw_lengths = shards.concat("lengths")
+        self.lengths = self.raw_lengths[self.raw_of_row]
+        self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_spilled)
+
+    @property
+    def ids(self) -> pa.Array:
+        return self.combination.ids
 
     def row_hashes(self) -> np.ndarray:
-        return self.shards.concat("row_hash")
+        return self.shards.concat("row_hash")[self.active_spilled]
+
+    def spilled_keep(self, in_lsh: np.ndarray) -> np.ndarray:
+        """bool over the spilled active rows of every shard: the run's active documents where
+        in_lsh (bool (m,))."""
+        keep = np.zeros(int(self.shards.active_starts[-1]), dtype=bool)
+        keep[self.active_spilled[in_lsh]] = True
+        return keep
 
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
-        return SpilledKeys(self.shards, self.params.banding().bands, in_lsh)
+        return SpilledKeys(self.shards, self.params.banding().bands, self.spilled_keep(in_lsh))
+
+    def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Per shard (index, docs int64, keep bool) over its spilled active rows: the run's row
+        of each (-1 where the input rules left it out) and whether it takes part in LSH (in_lsh),
+        for a task that reads the shard's keys (dask.band_key_rows)."""
+        keep = self.spilled_keep(in_lsh)
+        docs = np.full(keep.shape[0], -1, dtype=np.int64)
+        docs[self.active_spilled] = self.active
+        starts = self.shards.active_starts
+        return [(index, docs[starts[index]:starts[index + 1]], keep[starts[index]:starts[index + 1]])
+                for index in range(self.shards.count)]
 
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held
@@ -509,26 +572,34 @@ class WorkDirStore:
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
                       progress: Progress) -> np.ndarray:
-        return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.lengths, self.params,
-                              self.task_backend(executor), first, second, executor)
+        return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.raw_lengths, self.params,
+                              self.task_backend(executor), self.raw_of_row[first], self.raw_of_row[second], executor)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
-        infos = [self.work.shard_info(i) for i in range(self.shards.count)]
+        shards, live = self.shards, self.combination.live
+        files = []
+        for index in range(shards.count):
+            info = shards.work.shard_info(index)
+            if not info["left_out"] and index not in self.combination.left_out:
+                files.append(InputFile(info["path"], info["format"],
+                                       int(live[shards.rows[index]:shards.rows[index + 1]].sum())))
         return InputSummary(
             documents=self.documents,
-            files=tuple(InputFile(info["path"], info["format"], info["rows"]) for info in infos
-                        if not info["left_out"]),
+            files=tuple(files),
             skipped_files=self.found.skipped,
-            skipped_records=sum(len(info["records"]) for info in infos) + len(self.found.records),
+            skipped_records=len(self.skipped_records()),
             notes=self.found.notes,
-            text_bytes=sum(info["text_bytes"] for info in infos),
-            null_texts=sum(info["null_texts"] for info in infos),
+            text_bytes=int(shards.concat("text_bytes")[live].sum()),
+            null_texts=int(shards.concat("null")[live].sum()),
             empty_documents=int(empty_documents),
         )
 
     def skipped_records(self) -> list[dict]:
-        """The records and files --on-error skip left out: the scan's, then each shard's."""
-        records = list(self.found.records)
-        for index in range(self.shards.count):
-            records.extend(self.work.shard_info(index)["records"])
-        return records
+        """The records and files --on-error skip left out: the scan's, then those the input
+        rules decided (each shard's own, a file left out whole, a repeated id)."""
+        return list(self.found.records) + self.combination.records
+
+    def table(self) -> "ShardedTable":
+        """The input rows of the run's documents (DedupResult.table)."""
+        return ShardedTable(self.shards, self.reader, self.raw_of_row, self.combination.schema,
+                            self.combination.left_out)
