@@ -46,8 +46,8 @@ class Corpus:
         # has Arrow's null type, newer producers may send string_view, and a column in many
         # chunks (one per block read) would make every take() concatenate all of them first.
         texts = self.table[self.text_field]
-        if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
-            texts = texts.cast(pa.large_string())
+        if plain_text_type(texts.type) != texts.type:
+            texts = texts.cast(plain_text_type(texts.type))
         elif pa.types.is_string(texts.type) and texts.nbytes >= 2**31 - 2**20:
             texts = texts.cast(pa.large_string())  # 32-bit offsets cannot span > 2 GiB
         if texts.num_chunks != 1 or texts is not self.table[self.text_field]:
@@ -71,3 +71,12 @@ class Corpus:
     @property
     def num_rows(self) -> int:
         return self.table.num_rows
+
+
+def plain_text_type(data_type: pa.DataType) -> pa.DataType:
+    """The type a text column of ``data_type`` has in a Corpus: string and large_string stay,
+    anything else a reader lets through (null: all texts null; string_view) is large_string.
+    (A string column of 2 GiB or more is made large_string too, by its size.)"""
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return data_type
+    return pa.large_string()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,9 +24,9 @@ from .corpus import Corpus
 from .inputs import InputFiles, display_path, file_format, scan_inputs
 from .jsonl import read_jsonl
 from .parquet import read_parquet
-from .rules import check_unique_ids, compatible_parts, concat_ids, concat_tables, drop_duplicate_ids, sorted_records
+from .rules import PartSummary, columns_error, combined_ids, ids_type, plan_combination, sorted_records
 from .sizes import read_bytes_estimate
-from .source import SourceFile, check_on_error, file_error, strip_path
+from .source import SourceFile, check_on_error, file_error, file_record
 from .text import read_text
 
 def read_corpus(
@@ -81,17 +82,17 @@ def read_corpus(
         except InputError as error:
             if not skip:
                 raise
-            records.append(getattr(error, "record", None) or
-                           {"file": source.path, "line": None, "reason": strip_path(str(error), source.path)})
+            records.append(file_record(error, source.path))
             continue
-        records.extend(part.records)
         parts.append(part)
-    parts = compatible_parts(parts, text_field, id_field, records, skip)
-    if skip and id_field is not None:
-        parts = drop_duplicate_ids(parts, records)
+    combination = plan_combination([part.summary() for part in parts], text_field, id_field, on_error)
+    for index in combination.kept:  # a file left out whole is recorded once, by the plan
+        records.extend(parts[index].records)
+    records.extend(combination.records)
+    parts = [parts[index].keep_rows(combination.keep_mask(index, parts[index].table.num_rows))
+             for index in combination.kept]
     corpus = build_corpus(parts, text_field, id_field, found, paths)
     corpus.skipped_records = sorted_records(records, found)
-    check_unique_ids(corpus)
     if use_cudf and any(part.device_part is not None for part in parts):
         from .cudf_reader import device_text_of
 
@@ -109,6 +110,22 @@ class FilePart:
     ids: pa.Array
     device_part: Optional[tuple] = None
     records: list[dict] = field(default_factory=list)
+
+    def summary(self) -> PartSummary:
+        """What the checks across files need of this file (rules.plan_combination)."""
+        return PartSummary(self.source.path, self.source.format, self.ids, self.table.schema, self.source.row_numbers)
+
+    def keep_rows(self, mask: Optional[np.ndarray]) -> FilePart:
+        """This part with only the rows where ``mask`` (bool (rows,); None: all) is True; the
+        row numbers follow, so the rows kept keep their FILE:LINE."""
+        if mask is None or mask.all():
+            return self
+        self.table = self.table.filter(pa.array(mask))
+        self.ids = self.ids.filter(pa.array(mask))
+        self.source.row_numbers = self.source.row_numbers[mask]
+        self.source.rows = self.table.num_rows
+        self.device_part = None  # the device copy is made from the kept host text instead
+        return self
 
 
 def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
@@ -148,16 +165,27 @@ def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Opt
 
 def build_corpus(parts: list[FilePart], text_field: str, id_field: Optional[str],
                  found: InputFiles, paths: list[str]) -> Corpus:
-    """One Corpus of the parts' rows, in order (a run in memory: every file kept; a staged run:
-    one file); no parts (every file left out) give an empty corpus."""
+    """One Corpus of the parts' rows, in order: the parts a plan_combination kept (a run in
+    memory), or one file (a staged run); no parts (every file left out) give an empty corpus."""
     sources = [p.source for p in parts]
     if parts:
         table = concat_tables([p.table for p in parts], sources)
-        ids = concat_ids([p.ids for p in parts], sources, id_field)
+        ids = combined_ids([p.ids for p in parts], ids_type([p.ids for p in parts], id_field))
     else:  # every file was left out (on_error "skip")
         table = pa.table({text_field: pa.array([], pa.large_string())})
         ids = pa.array([], pa.string())
     return Corpus(table, text_field, ids, sources, found.skipped, paths, notes=found.notes)
+
+
+def concat_tables(tables: list[pa.Table], sources: list[SourceFile]) -> pa.Table:
+    """The tables as one, their columns unified (plan_combination decided that they can be;
+    this still names the files if Arrow cannot cast some values to the unified types)."""
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise columns_error(error, [s.path for s in sources]) from None
 
 
 def read_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],

@@ -70,6 +70,12 @@ def check_on_error(on_error: str) -> None:
         raise ParameterError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}; got {on_error!r}")
 
 
+def file_record(error: InputError, path: str) -> dict:
+    """The skipped record of a file left out whole (on_error "skip") for the error that its
+    reading raised: the error's own record (file_error), else one made of its message."""
+    return getattr(error, "record", None) or {"file": path, "line": None, "reason": strip_path(str(error), path)}
+
+
 def strip_path(message: str, path: str) -> str:
     """The message without its leading 'PATH: ' (for a record, which names the file apart)."""
     return message[len(path) + 2:] if message.startswith(f"{path}: ") else message
