@@ -438,10 +438,7 @@ def _clusters(result) -> str:
                f"document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
                f"{EXCERPT_CHARS:,} characters; words that differ from the kept document are "
                "<mark>highlighted</mark>), with their exact Jaccard similarity to the kept one.</p>\n")
-    if rows is None:
-        out.append('<p class="note">The example texts are not shown: the ids of the clusters could not '
-                   "be matched to input rows.</p>\n")
-    stats = _pair_stats(result.pairs, ids, number, sizes.shape[0])
+    stats = _pair_stats(result.outcome, sizes.shape[0])
     for c in order:
         members = np.flatnonzero(number == c)
         out.append(_cluster_block(result, int(c), members, ids, kept, rows, stats, p))
@@ -449,19 +446,20 @@ def _clusters(result) -> str:
     return "".join(out)
 
 
-def _pair_stats(pairs: pa.Table, ids: pa.Array, number: np.ndarray, count: int):
+def _pair_stats(outcome, count: int):
     """Per cluster: (verified pairs inside it int64 (count,), min and max Jaccard float64
-    (count,)). A pair's cluster is its id_a's (pairs never cross clusters); vectorised, so a
-    cluster of thousands of documents costs no more than its pairs' share of one pass."""
+    (count,)). A pair's cluster is its first document's (pairs never cross clusters); outcome:
+    the run's rows (engine.job.Outcome). Vectorised, so a cluster of thousands of documents
+    costs no more than its pairs' share of one pass."""
     inside = np.zeros(count, np.int64)
     low, high = np.full(count, np.inf), np.full(count, -np.inf)
-    if pairs.num_rows:
-        position = pc.index_in(pairs["id_a"], value_set=ids).to_numpy(zero_copy_only=False)
-        cluster = number[position.astype(np.int64)]
-        jaccard = pairs["jaccard"].to_numpy()
+    if outcome.pair_a.shape[0]:
+        label = np.zeros(outcome.keep.shape[0], np.int64)
+        label[outcome.clusters.docs] = outcome.clusters.cluster
+        cluster = label[outcome.pair_a]
         inside = np.bincount(cluster, minlength=count)
-        np.minimum.at(low, cluster, jaccard)
-        np.maximum.at(high, cluster, jaccard)
+        np.minimum.at(low, cluster, outcome.jaccard)
+        np.maximum.at(high, cluster, outcome.jaccard)
     return inside, low, high
 
 
@@ -487,23 +485,23 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
     listed = [f"<strong>{_e(str(kept_id))}</strong> (kept)"] + [_e(str(i)) for i in listed_ids]
     more = len(members) - len(listed)
     out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
-    if rows is not None:
-        examples = others[: EXAMPLES_PER_CLUSTER - 1]
-        positions = [keep_position] + examples
-        texts = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
-        kept_text = texts[0] or ""
-        out.append('<div class="docs">\n')
-        out.append(_document(kept_id, kept_text, None, None, kept=True))
-        for doc_id, text in zip(listed_ids, texts[1:]):
-            verified = _verified_jaccard(result.pairs, kept_id, doc_id)
-            if verified is not None:
-                similarity = (verified, "a verified pair")
-            else:
-                value = exact_jaccard(kept_text, text or "", p["shingle"], p["ngram"])
-                similarity = (value, "computed for this page: not a verified pair; "
-                                     "the two are joined through other members")
-            out.append(_document(doc_id, text or "", similarity, kept_text, kept=False))
-        out.append("</div>\n")
+    # The kept document and a few removed ones, with their similarity to the kept one.
+    examples = others[: EXAMPLES_PER_CLUSTER - 1]
+    positions = [keep_position] + examples
+    texts = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
+    kept_text = texts[0] or ""
+    out.append('<div class="docs">\n')
+    out.append(_document(kept_id, kept_text, None, None, kept=True))
+    for doc_id, text in zip(listed_ids, texts[1:]):
+        verified = _verified_jaccard(result.pairs, kept_id, doc_id)
+        if verified is not None:
+            similarity = (verified, "a verified pair")
+        else:
+            value = exact_jaccard(kept_text, text or "", p["shingle"], p["ngram"])
+            similarity = (value, "computed for this page: not a verified pair; "
+                                 "the two are joined through other members")
+        out.append(_document(doc_id, text or "", similarity, kept_text, kept=False))
+    out.append("</div>\n")
     out.append("</div>\n")
     return "".join(out)
 
@@ -568,17 +566,10 @@ def exact_jaccard(text_a: str, text_b: str, shingle: str, ngram: int) -> float:
     return common / union if union else 0.0
 
 
-def cluster_rows(result) -> Optional[np.ndarray]:
-    """int64 (m,): the input row of every entry of ``result.clusters``, found by its id in
-    ``result.ids`` (the id of every input row); None for a result without ids."""
-    ids = result.clusters["id"].combine_chunks()
-    if len(ids) == 0:
-        return np.zeros(0, dtype=np.int64)
-    if result.ids is None:
-        return None
-    every = result.ids.combine_chunks() if isinstance(result.ids, pa.ChunkedArray) else result.ids
-    index = pc.index_in(ids, value_set=every)
-    return index.to_numpy(zero_copy_only=False).astype(np.int64)
+def cluster_rows(result) -> np.ndarray:
+    """int64 (m,): the input row of every entry of ``result.clusters`` (the run's own rows,
+    which the clusters table names by id in the same order)."""
+    return result.outcome.clusters.docs
 
 
 # --- formatting ---------------------------------------------------------------------------------

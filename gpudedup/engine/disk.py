@@ -8,7 +8,7 @@ keeps (workdir.py for the layout):
    band of a shard is one contiguous read), its signature row and a 64-bit hash of it, and its
    text length, as memory-mappable .npy files; the ids go to a small Parquet file. A task per
    shard (the executor's). Right after, the ids and columns of all shards are checked as one
-   input (check_shards).
+   input by the input rules (io/rules.py), as the in-memory run checks its files.
 2. **copies** (identical copies), 3. **candidates** (band by band, the keys of that band from
    every shard, 8 bytes per document) and 4. **pairs** (the signature filter reads the
    candidates' rows from the spilled signatures) are kept in WORK/stages/.
@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from ..backends import Backend, get_backend
 from ..errors import InputError
+from ..io.rules import PartSummary, plan_combination
 from ..hashing import poly_hash64_rows
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, file_format
@@ -134,74 +135,18 @@ class Shards:
                  for i in range(self.count)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def ids(self, id_field: Optional[str]) -> pa.Array:
-        """Every document's id, in corpus order (the in-memory run's rules: string ids
-        without id_field; with it, integers or strings, never both)."""
-        parts = [pq.read_table(self.work.shard_dir(i) / "ids.parquet")["id"].combine_chunks()
-                 for i in range(self.count)]
-        if not parts:
-            return pa.array([], pa.string())
-        kinds = {pa.types.is_integer(p.type) for p in parts if len(p)}
-        if id_field is not None and len(kinds) > 1:
-            raise InputError(f"id field {id_field!r} holds integers in some files and strings in others "
-                             f"(files: {', '.join(self.work.shard_info(i)['path'] for i in range(self.count))})")
-        target = pa.int64() if id_field is not None and kinds == {True} else pa.string()
-        return pa.concat_arrays([p.cast(target) for p in parts])
-
-    def where(self, row: int) -> str:
-        """'FILE:LINE' (JSONL, counting the lines of records kept) or 'FILE row N' of a corpus row."""
-        index = int(np.searchsorted(self.rows, row, side="right") - 1)
-        info = self.work.shard_info(index)
-        number = row - int(self.rows[index]) + 1
-        return f"{info['path']}:{number}" if info["format"] == "jsonl" else f"{info['path']} row {number}"
-
-    def columns(self, text_field: str) -> pa.Schema:
-        """The input's columns as the in-memory run's one table has them: the files' own schemas
-        unified (Arrow's permissive promotion), the text column a string type."""
-        schemas = [pq.read_schema(self.work.shard_dir(i) / "columns.parquet") for i in range(self.count)
-                   if (self.work.shard_dir(i) / "columns.parquet").exists()]
-        if not schemas:
-            return pa.schema([(text_field, pa.large_string())])
-        try:
-            schema = pa.unify_schemas(schemas, promote_options="permissive")
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            files = ", ".join(self.work.shard_info(i)["path"] for i in range(self.count))
-            raise InputError(f"the input files have columns of incompatible types and cannot be combined "
-                             f"({error}); files: {files}") from None
-        index = schema.get_field_index(text_field)
-        if index >= 0 and not (pa.types.is_string(schema.field(index).type)
-                               or pa.types.is_large_string(schema.field(index).type)):
-            schema = schema.set(index, pa.field(text_field, pa.large_string()))  # as Corpus casts it
-        return schema
-
-
-def check_shards(shards: Shards, text_field: str, id_field: Optional[str]) -> pa.Array:
-    """Right after the signatures, before the heavy stages: the ids (returned) are of one kind
-    and unique, and the files' columns can be combined; InputError naming the files otherwise.
-    (Under --on-error skip the in-memory run leaves such files and repeated ids out; a staged
-    run stops on them.)"""
-    ids = shards.ids(id_field)
-    shards.columns(text_field)
-    if len(ids):
-        counts = pc.value_counts(ids)
-        repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
-        if len(repeated):
-            rows = np.flatnonzero(pc.equal(ids, repeated[0]).to_numpy(zero_copy_only=False))
-            raise InputError(f"duplicate id {repeated[0].as_py()!r}: documents "
-                             f"{', '.join(shards.where(int(r)) for r in rows[:3])} share it "
-                             f"({len(repeated)} distinct ids are repeated); ids must be unique")
-    return ids
-
 
 @dataclass
-class Combination:
-    """What the input rules (io/rules.py) decide for the shards of a staged run, read one at a
-    time, as the in-memory run decides it for the files read at once.
+class ShardDocuments:
+    """The documents of a staged run among the rows its shards spilled, as the input rules
+    (io/rules.plan_combination) decide them for the shards read one at a time, exactly as
+    for the files of an in-memory run read at once.
 
     live: bool over the spilled rows of all shards (Shards.rows): the run's documents;
     ids: their ids (int64 or string), in order; schema: the columns of the files they come
-    from, unified; records: every record or file left out (on_error="skip"; errors.jsonl);
-    left_out: the shards left out whole by the rules (their columns or id kind do not combine).
+    from, unified; records: every record or file left out under on_error="skip" (in no
+    particular order; rules.sorted_records orders them); left_out: the shards left out whole
+    by the rules (their columns or kind of id do not combine with the shards before them).
     """
 
     live: np.ndarray
@@ -211,11 +156,31 @@ class Combination:
     left_out: set[int]
 
 
-def combine_shards(shards: Shards, text_field: str, id_field: Optional[str], on_error: str) -> Combination:
-    """The input rules over every shard's stored ids and columns (see Combination)."""
-    ids = check_shards(shards, text_field, id_field)
-    records = [record for index in range(shards.count) for record in shards.work.shard_info(index)["records"]]
-    return Combination(np.ones(int(shards.rows[-1]), dtype=bool), ids, shards.columns(text_field), records, set())
+def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on_error: str) -> ShardDocuments:
+    """The input rules over every shard's spilled ids, columns and line numbers (see
+    ShardDocuments); under on_error="stop" their InputError, naming the files and lines."""
+    infos = [shards.work.shard_info(index) for index in range(shards.count)]
+    read = [index for index in range(shards.count) if not infos[index]["left_out"]]  # a file that could be read
+    parts = [PartSummary(infos[index]["path"], infos[index]["format"],
+                         pq.read_table(shards.work.shard_dir(index) / "ids.parquet")["id"].combine_chunks(),
+                         pq.read_schema(shards.work.shard_dir(index) / "columns.parquet"),
+                         np.asarray(shards.work.shard_array(index, "row_numbers")))
+             for index in read]
+    plan = plan_combination(parts, text_field, id_field, on_error)
+    left_out = {read[part] for part in plan.left_out}
+    live = np.ones(int(shards.rows[-1]), dtype=bool)
+    for part, index in enumerate(read):
+        mine = live[shards.rows[index]:shards.rows[index + 1]]
+        if index in left_out:
+            mine[:] = False
+        else:
+            mask = plan.keep_mask(part, mine.shape[0])
+            if mask is not None:
+                mine &= mask
+    # A file left out whole is one record: the records its reader made for it are dropped.
+    records = [record for index in range(shards.count) if index not in left_out
+               for record in infos[index]["records"]] + plan.records
+    return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out)
 
 
 class SpilledSignatures:
@@ -520,7 +485,7 @@ class WorkDirStore:
                 executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
                                           for index in pending], "the signatures")
         self.shards = shards = Shards.of(self.work, self.reader.files)
-        self.combination = combine_shards(shards, self.text_field, self.id_field, self.reader.on_error)
+        self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
         # The documents are the spilled rows ("raw" rows, all shards' rows as read) that the
         # input rules keep, in order: raw_of_row int64 (n,).
         self.raw_of_row = np.flatnonzero(self.combination.live)
