@@ -213,7 +213,7 @@ def test_arrow_stream_with_string_view_text():
 
 
 def test_pandas_dataframe():
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     frame = planted_table().to_pandas()
     result = gpudedup.dedup(frame)
     check_planted(result)
@@ -224,14 +224,14 @@ def test_pandas_dataframe():
 
 
 def test_pandas_non_string_text_is_an_input_error():
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     frame = pd.DataFrame({"text": ["a b c", 7, "d e f"]})
     with pytest.raises(InputError, match="text"):
         gpudedup.dedup(frame)
 
 
 def test_pandas_all_none_text():
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     frame = pd.DataFrame({"text": [None, None], "n": [1, 2]})
     result = gpudedup.dedup(frame)
     assert result.keep.tolist() == [True, True]
@@ -239,14 +239,13 @@ def test_pandas_all_none_text():
 
 
 def test_pandas_dataframe_with_id_field():
-    pytest.importorskip("pandas")
     frame = planted_table().to_pandas()
     result = gpudedup.dedup(frame, id_field="doc_id")
     check_planted(result, ids=[f"d{i}" for i in range(8)])
 
 
 def test_polars_dataframe():
-    pl = pytest.importorskip("polars")
+    import polars as pl
     frame = pl.from_arrow(planted_table())
     result = gpudedup.dedup(frame)
     check_planted(result)
@@ -256,7 +255,7 @@ def test_polars_dataframe():
 
 
 def test_cudf_dataframe():
-    cudf = pytest.importorskip("cudf")
+    cudf = pytest.importorskip("cudf", reason="cuDF is not installed (it needs a GPU; pip install 'gpudedup[cudf]')")
     frame = cudf.DataFrame.from_arrow(planted_table())
     result = gpudedup.dedup(frame)
     check_planted(result)
@@ -265,7 +264,7 @@ def test_cudf_dataframe():
 
 
 def test_hugging_face_dataset():
-    datasets = pytest.importorskip("datasets")
+    import datasets
     ds = datasets.Dataset.from_dict(planted_table().to_pydict())
     result = gpudedup.dedup(ds)
     check_planted(result)
