@@ -6,7 +6,9 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from .errors import ParameterError
+from .cluster import KeepPolicy
 from .lsh import Banding, choose_bands
+from .shingling import ShingleKind, ShingleSpec
 
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_NUM_PERM = 128
@@ -43,7 +45,7 @@ class DedupParams:
     """
 
     threshold: float = DEFAULT_THRESHOLD
-    shingle: str = "word"
+    shingle: ShingleKind = "word"
     ngram: int = DEFAULT_NGRAM
     num_perm: int = DEFAULT_NUM_PERM
     bands: Optional[int] = None
@@ -52,7 +54,7 @@ class DedupParams:
     low: Optional[float] = None
     max_fp: Optional[float] = None
     seed: int = DEFAULT_SEED
-    keep: str = "first"
+    keep: KeepPolicy = "first"
     bucket_window: int = DEFAULT_BUCKET_WINDOW
     batch_bytes: Optional[int] = None
     batch_rows: int = DEFAULT_BATCH_ROWS
@@ -95,6 +97,10 @@ class DedupParams:
 
         check(self.max_memory is None or (_is_int(self.max_memory) and self.max_memory > 0),
               "max_memory", self.max_memory, "a positive number of bytes (or None: no limit)")
+
+    def shingle_spec(self) -> ShingleSpec:
+        """What a document's shingles are (shingling.ShingleSpec)."""
+        return ShingleSpec(self.shingle, self.ngram)
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""

@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 from .copies import implied_pairs
 from .engine.job import Outcome
 from .errors import OutputError, ParameterError
-from .io.writer import OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl, write_parquet
+from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl,
+                        write_parquet)
 from .report import Report
 from .stages import StageLog
 
@@ -45,14 +46,14 @@ class DedupResult:
     keep: np.ndarray
     report: Report
     table: pa.Table = field(repr=False)
+    outcome: Outcome = field(repr=False)
+    ids: pa.Array = field(repr=False)  # the id of every row, in row order
     inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
-    ids: Optional[pa.Array] = field(default=None, repr=False)  # the id of every input row
     skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
     on_error: str = "stop"
     checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     restore: Optional[Callable[[np.ndarray], Any]] = field(default=None, repr=False)
-    outcome: Optional[Outcome] = field(default=None, repr=False)
 
     @classmethod
     def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
@@ -86,7 +87,7 @@ class DedupResult:
         """
         a, b, jaccard = self.outcome.pair_a, self.outcome.pair_b, self.outcome.jaccard
         copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
-        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.ids))
+        a, b, source = implied_pairs(a, b, a[copy], b[copy], self.keep.shape[0])
         return pairs_table(self.ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
 
     def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:

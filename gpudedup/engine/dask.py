@@ -118,7 +118,8 @@ class DaskExecutor:
         meta = pd.DataFrame({"band": pd.Series([], dtype="int32"), "key": pd.Series([], dtype="uint64"),
                              "doc": pd.Series([], dtype="int64")})
         root = str(store.work.root)
-        parts = [dask.delayed(band_key_rows)(root, index, docs, keep) for index, docs, keep in store.band_key_parts(in_lsh)]
+        parts = [dask.delayed(band_key_rows)(root, index, docs, keep)
+                 for index, docs, keep in store.band_key_parts(in_lsh)]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty

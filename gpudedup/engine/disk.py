@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +46,7 @@ from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, strip_path
 from ..io.sizes import read_bytes_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
+from ..hashing import Permutations
 from ..lsh import Banding
 from ..memory import MemoryBudget, release_unused_memory
 from ..params import DedupParams
@@ -89,7 +90,8 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
         status = os.stat(path)
         inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
     chosen = {name: params.as_dict()[name] for name in RESULT_PARAMETERS}
-    return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT, "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
+    return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
+            "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
 
 
@@ -280,7 +282,7 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
     from ..shingling import ShingleBatch, set_rows
 
     backend = as_backend(backend)
-    spec = ShingleSpec(params.shingle, params.ngram)
+    spec = params.shingle_spec()
     texts = reader.corpus(index).text_array().take(pa.array(local_rows))
     lengths = pc.fill_null(pc.utf8_length(texts), 0).to_numpy().astype(np.int64)
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
@@ -355,7 +357,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     from ..hashing import draw_permutations
 
     backend, log, progress = as_backend(backend), log or StageLog(), progress or Progress()
-    spec, banding = ShingleSpec(params.shingle, params.ngram), params.banding()
+    spec, banding = params.shingle_spec(), params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
     path, shown = reader.files[index], reader.shown[index]
     with log.stage("read"):
@@ -457,14 +459,14 @@ class WorkDirStore:
         self.work, self.found, self.params, self.backend = work, found, params, backend
         self.text_field, self.id_field = text_field, id_field
         self.reader = ShardReader(found.files, text_field, id_field, on_error)
-        self.spec = ShingleSpec(params.shingle, params.ngram)
+        self.spec = params.shingle_spec()
         self.copy_batch_cost = ONE_CHUNK  # exact_by_spill cuts its own chunks: one call for all
         self.work_dir = str(work.root)
 
     def task_backend(self, executor: Executor) -> BackendOrName:
         return self.backend if executor.in_process else self.backend.name
 
-    def sign(self, spec: ShingleSpec, banding: Banding, permutations: np.ndarray, executor: Executor,
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
         # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on a
         # cluster the workers' time is one "signature_pass" as the client waits for it.
@@ -476,7 +478,7 @@ class WorkDirStore:
                 path = self.reader.files[index]
                 # A shard is read whole: the budget must hold it and the batches in flight.
                 budget.check(f"reading {display_path(path)}",
-                             lambda: read_bytes_estimate([(path, file_format(path))])
+                             lambda path=path: read_bytes_estimate([(path, file_format(path))])
                              + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)),
                              "cut the input into smaller files, or raise --max-memory")
                 sign_shard(root, self.reader, index, self.params, self.backend, log, progress)

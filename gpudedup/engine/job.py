@@ -25,7 +25,7 @@ import numpy as np
 from ..backends import Backend
 from ..cluster import Clusters, find_clusters
 from ..copies import Copies, identical_copies
-from ..hashing import draw_permutations
+from ..hashing import Permutations, draw_permutations
 from ..lsh import Banding, candidate_pairs
 from ..params import DedupParams
 from ..report import Balance, InputSummary, Report, Results
@@ -81,7 +81,7 @@ class Store(Protocol):
     signatures: Any
     copy_batch_cost: int  # how much text copies.identical_copies checks per call
 
-    def sign(self, spec: ShingleSpec, banding: Banding, permutations: np.ndarray, executor: "Executor",
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
              log: StageLog, progress: Progress) -> None:
         """The signature stage: signatures and band keys of every document not yet signed."""
 
@@ -147,7 +147,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     executor = executor or LocalExecutor()
     progress = progress or Progress()
     log = log or StageLog()
-    spec = ShingleSpec(params.shingle, params.ngram)
+    spec = params.shingle_spec()
     banding = params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
 
@@ -173,7 +173,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        stored = store.cached("pairs", lambda: verified_arrays(store, first, second, copies, params, exact("pairs", progress)))
+        stored = store.cached("pairs", lambda: verified_arrays(store, first, second, copies, params,
+                                                               exact("pairs", progress)))
         checked_first, checked_second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
         candidates, checked = (int(count) for count in stored["counts"])
         empty = np.zeros(0, np.int64)

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from ..backends import Backend
 from ..io.corpus import Corpus
+from ..hashing import Permutations
 from ..lsh import Banding, to_side
 from ..memory import MemoryBudget, release_unused_memory
 from ..normalize import utf8_buffers
@@ -40,9 +41,9 @@ class MemoryStore:
         self.budget = MemoryBudget(params.max_memory)
         self.lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
         self.copy_batch_cost = batch_bytes(params, backend)
-        self.spec = ShingleSpec(params.shingle, params.ngram)
+        self.spec = params.shingle_spec()
 
-    def sign(self, spec: ShingleSpec, banding: Banding, permutations: np.ndarray, executor: Executor,
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
         backend = self.backend
         # Text that cuDF read is on the device already; otherwise batches are cut from the host.

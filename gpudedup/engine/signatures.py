@@ -11,6 +11,7 @@ from typing import Callable, Iterator, TypeVar
 import numpy as np
 
 from ..backends import Backend
+from ..hashing import Permutations
 from ..lsh import Banding
 from ..memory import release_unused_memory
 from ..params import DedupParams
@@ -32,7 +33,7 @@ def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator
 
 
 def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, banding: Banding,
-                   permutations: np.ndarray, params: DedupParams, backend: Backend, log: StageLog,
+                   permutations: Permutations, params: DedupParams, backend: Backend, log: StageLog,
                    progress: Progress):
     """Band keys and signatures of every non-empty document, batch by batch.
 
