@@ -80,6 +80,7 @@ class Store(Protocol):
     lengths: np.ndarray
     signatures: Any
     copy_batch_cost: int  # how much text copies.identical_copies checks per call
+    work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
              log: StageLog, progress: Progress) -> None:
@@ -189,7 +190,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
-                          copies=copies, work_dir=getattr(store, "work_dir", None))
+                          copies=copies, work_dir=store.work_dir)
     return Outcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard, candidate_a, candidate_b, copies)
 
 
