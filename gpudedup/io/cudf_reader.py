@@ -105,19 +105,20 @@ def arrow_text_matches(table: pa.Table, text_field: str, data, offsets) -> bool:
 # --- a file read by cuDF, with the pyarrow path's checks ------------------------------------------
 
 
-def read_file_with_cudf(path: Path, source: SourceFile, text_field: str, id_field: Optional[str]):
-    """(table, row numbers, device text) of a file read by cuDF, or (None, None, None) when
-    cuDF cannot read it (then pyarrow reads it and reports what is wrong)."""
+def read_file_with_cudf(path: Path, source: SourceFile, text_field: str,
+                        id_field: Optional[str]) -> Optional[tuple[pa.Table, np.ndarray, Optional[tuple]]]:
+    """(table, row numbers int64 from 1, device text or None) of a file read by cuDF, or None
+    when cuDF cannot read it (then pyarrow reads it and reports what is wrong)."""
     try:
         frame, table = read_table(path, source.format)
     except Exception:  # cuDF raises many kinds; the pyarrow path gives the user's error
-        return None, None, None
+        return None
     if check_columns(table, source, text_field, id_field):
-        return None, None, None
+        return None
     if source.format == "jsonl":
         row_numbers = record_line_numbers(lambda: open_binary(path), table.num_rows, path, source)
         if row_numbers is None:
-            return None, None, None
+            return None
     else:
         row_numbers = np.arange(1, table.num_rows + 1)
     try:

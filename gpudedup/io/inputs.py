@@ -36,6 +36,14 @@ def file_format(path: Path) -> Optional[str]:
     return None
 
 
+def format_of(path: Path) -> str:
+    """The format of a file scan_inputs found (it lists only files that have one)."""
+    format = file_format(path)
+    if format is None:
+        raise ValueError(f"{path}: not an input file")  # a caller's mistake, not the user's
+    return format
+
+
 def display_path(path: Path) -> str:
     """The path as ids and messages show it: relative to the working directory when below it."""
     absolute = path.absolute()
@@ -154,7 +162,8 @@ def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, o
         found.notes.append(f"{shown_root}: skipped: the same directory as {found.seen_dirs[root_key]}, already read")
         return False
     found.seen_dirs[root_key] = shown_root
-    stack = [(root, (root_key,))]  # (directory, the (dev, inode) of it and its ancestors)
+    # (directory, the (dev, inode) of it and its ancestors)
+    stack: list[tuple[Path, tuple[tuple[int, int], ...]]] = [(root, (root_key,))]
     while stack:
         directory, ancestors = stack.pop()
         try:

@@ -47,7 +47,7 @@ def read_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Option
         raise read_error(path, source, error) from None
     except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeError, RecursionError):
         table = None  # the slow path finds the line and says what is wrong
-    if table is not None and table.num_rows == row_numbers.size:
+    if table is not None and row_numbers is not None and table.num_rows == row_numbers.size:
         if table.num_rows == 0:  # only blank lines: no records, and no columns to check
             return empty_table(text_field), np.zeros(0, np.int64), []
         problem = check_columns(table, source, text_field, id_field, nulls=False)
@@ -102,8 +102,8 @@ def read_jsonl_by_line(path: Path, source: SourceFile, text_field: str, id_field
     if not kept:
         return empty_table(text_field), np.zeros(0, np.int64), errors.records
     data = b"\n".join(kept)
-    longest = int(np.argmax([len(line) for line in kept]))
-    longest = (len(kept[longest]), numbers[longest])
+    at = int(np.argmax([len(line) for line in kept]))
+    longest = (len(kept[at]), numbers[at])
     del kept
     try:
         table = parse_jsonl(lambda: pa.BufferReader(data), path, source, longest=longest)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -235,7 +235,8 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
             kind = "a number that is not an integer" if isinstance(value, float) else json_type(value)
             return f"id field {id_field!r} is {kind}, expected a string or an integer", {}
     kinds: dict[tuple, str] = {}
-    stack = [((name,), value, 1) for name, value in reversed(record.items())]  # in line order
+    # (field path, value, depth), popped in line order
+    stack: list[tuple[tuple[str, ...], Any, int]] = [((name,), value, 1) for name, value in reversed(record.items())]
     while stack:
         key, value, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:

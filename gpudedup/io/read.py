@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
-from .inputs import InputFiles, display_path, file_format, scan_inputs
+from .inputs import InputFiles, display_path, format_of, scan_inputs
 from .jsonl import read_jsonl
 from .parquet import read_parquet
 from .rules import PartSummary, columns_error, combined_ids, ids_type, plan_combination, sorted_records
@@ -68,15 +68,15 @@ def read_corpus(
     """
     check_on_error(on_error)
     skip = on_error == "skip"
-    paths = [str(p) for p in paths]
-    found = scan_inputs(paths, on_error)
+    given = [str(p) for p in paths]
+    found = scan_inputs(given, on_error)
     if budget is not None:
-        budget.check("reading the input", lambda: read_bytes_estimate([(p, file_format(p)) for p in found.files]),
+        budget.check("reading the input", lambda: read_bytes_estimate([(p, format_of(p)) for p in found.files]),
                      "deduplicate the input in parts, or raise --max-memory")
     parts: list[FilePart] = []
     records = list(found.records)
     for path in found.files:
-        source = SourceFile(display_path(path), file_format(path))
+        source = SourceFile(display_path(path), format_of(path))
         try:
             part = read_one_file(path, source, text_field, id_field, use_cudf, on_error)
         except InputError as error:
@@ -91,7 +91,7 @@ def read_corpus(
     records.extend(combination.records)
     parts = [parts[index].keep_rows(combination.keep_mask(index, parts[index].table.num_rows))
              for index in combination.kept]
-    corpus = build_corpus(parts, text_field, id_field, found, paths)
+    corpus = build_corpus(parts, text_field, id_field, found, given)
     corpus.skipped_records = sorted_records(records, found)
     if use_cudf and any(part.device_part is not None for part in parts):
         from .cudf_reader import device_text_of
@@ -122,7 +122,8 @@ class FilePart:
             return self
         self.table = self.table.filter(pa.array(mask))
         self.ids = self.ids.filter(pa.array(mask))
-        self.source.row_numbers = self.source.row_numbers[mask]
+        numbers = self.source.row_numbers
+        self.source.row_numbers = (numbers if numbers is not None else np.arange(1, mask.shape[0] + 1))[mask]
         self.source.rows = self.table.num_rows
         self.device_part = None  # the device copy is made from the kept host text instead
         return self
@@ -131,13 +132,17 @@ class FilePart:
 def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
                   use_cudf: bool, on_error: str) -> FilePart:
     """One file as a FilePart; every problem with it is an InputError naming it."""
-    table, row_numbers, device_part, records = None, None, None, []
+    device_part: Optional[tuple] = None
+    records: list[dict] = []
     try:
+        by_cudf = None
         if use_cudf and source.format in ("jsonl", "parquet"):
             from .cudf_reader import read_file_with_cudf
 
-            table, row_numbers, device_part = read_file_with_cudf(path, source, text_field, id_field)
-        if table is None:
+            by_cudf = read_file_with_cudf(path, source, text_field, id_field)
+        if by_cudf is not None:
+            table, row_numbers, device_part = by_cudf
+        else:
             table, row_numbers, records = read_file(path, source, text_field, id_field, on_error)
     except InputError:
         raise
@@ -189,7 +194,7 @@ def concat_tables(tables: list[pa.Table], sources: list[SourceFile]) -> pa.Table
 
 
 def read_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
-              on_error: str = "stop"):
+              on_error: str = "stop") -> tuple[pa.Table, np.ndarray, list[dict]]:
     """One file as (table, row numbers int64 (rows,) counted from 1, skipped records)."""
     if source.format == "jsonl":
         return read_jsonl(path, source, text_field, id_field, on_error)

@@ -40,10 +40,17 @@ class SourceFile:
         return locate(self.path, self.format, number)
 
 
-def file_error(path: str, reason: str, where: Optional[str] = None) -> InputError:
-    """An InputError for a whole file: 'WHERE: REASON' (WHERE defaults to the path); under
-    on_error="skip" the file is left out and ``error.record`` is what is recorded."""
-    error = InputError(f"{where or path}: {reason}")
+class FileError(InputError):
+    """An InputError about one whole file; ``record`` is what on_error "skip" records for it
+    (line None). (An attribute, not an argument, so that the error pickles to a Dask client.)"""
+
+    record: dict
+
+
+def file_error(path: str, reason: str, where: Optional[str] = None) -> FileError:
+    """A FileError: 'WHERE: REASON' (WHERE defaults to the path); under on_error="skip" the
+    file is left out and ``error.record`` is what is recorded."""
+    error = FileError(f"{where or path}: {reason}")
     error.record = {"file": path, "line": None, "reason": reason}
     return error
 
@@ -73,7 +80,9 @@ def check_on_error(on_error: str) -> None:
 def file_record(error: InputError, path: str) -> dict:
     """The skipped record of a file left out whole (on_error "skip") for the error that its
     reading raised: the error's own record (file_error), else one made of its message."""
-    return getattr(error, "record", None) or {"file": path, "line": None, "reason": strip_path(str(error), path)}
+    if isinstance(error, FileError):
+        return error.record
+    return {"file": path, "line": None, "reason": strip_path(str(error), path)}
 
 
 def strip_path(message: str, path: str) -> str:

@@ -9,8 +9,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError
-from .source import SourceFile, file_error
+from .source import FileError, SourceFile, file_error
 
 
 def read_text(path: Path, source: SourceFile, text_field: str,
@@ -30,10 +29,11 @@ def read_text_file(path: Path, source: SourceFile, text_field: str) -> pa.Table:
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        detail = f"invalid UTF-8 (byte 0x{raw[error.start]:02x} at byte offset {error.start})"
-        error = InputError(f"{source.path}:{line}: {detail}")
+    except UnicodeDecodeError as decoding:
+        line = raw.count(b"\n", 0, decoding.start) + 1
+        detail = f"invalid UTF-8 (byte 0x{raw[decoding.start]:02x} at byte offset {decoding.start})"
+        # The message points at the line; the record is the whole file's (one document).
+        error = FileError(f"{source.path}:{line}: {detail}")
         error.record = {"file": source.path, "line": None, "reason": f"line {line}: {detail}"}
         raise error from None
     # 32-bit string offsets cannot hold a text of 2 GiB or more

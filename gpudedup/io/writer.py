@@ -47,7 +47,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -125,7 +125,7 @@ def atomic_output_dir(path: str | os.PathLike, overwrite: bool,
     except BaseException as error:
         if committed:  # an interrupt delivered right after the commit: OUT is the new output
             if isinstance(error, KeyboardInterrupt):
-                error.output_written = out
+                error.output_written = out  # type: ignore[attr-defined]  # read by the CLI (getattr)
             raise
         if staging is not None:
             with signals_held():
@@ -167,7 +167,7 @@ def signals_held() -> Iterator[list]:
         yield []
         return
     received: list[int] = []
-    previous: dict[int, object] = {}
+    previous: dict[int, Any] = {}  # signal.getsignal's handlers: a callable, or SIG_DFL
 
     def hold(signum, frame):
         received.append(signum)
