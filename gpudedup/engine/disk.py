@@ -41,9 +41,9 @@ from ..errors import InputError
 from ..io.rules import PartSummary, plan_combination
 from ..hashing import poly_hash64_rows
 from ..io.corpus import Corpus
-from ..io.inputs import InputFiles, display_path, file_format
+from ..io.inputs import InputFiles, display_path, format_of
 from ..io.read import build_corpus, read_one_file
-from ..io.source import SourceFile, strip_path
+from ..io.source import SourceFile, file_record
 from ..io.sizes import read_bytes_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
 from ..hashing import Permutations
@@ -240,13 +240,12 @@ class ShardReader:
         naming it, and no columns (None); otherwise its InputError is raised."""
         path, shown = self.files[index], self.shown[index]
         try:
-            part = read_one_file(path, SourceFile(shown, file_format(path)), self.text_field, self.id_field,
+            part = read_one_file(path, SourceFile(shown, format_of(path)), self.text_field, self.id_field,
                                  False, self.on_error)
         except InputError as error:
             if self.on_error != "skip":
                 raise
-            record = getattr(error, "record", None) or {"file": shown, "line": None,
-                                                        "reason": strip_path(str(error), shown)}
+            record = file_record(error, shown)
             return build_corpus([], self.text_field, self.id_field, InputFiles(), []), [record], None
         corpus = build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
         # part.table keeps the file's own columns, before the corpus casts the text column.
@@ -376,7 +375,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
               "active": active, "lengths": lengths, "row_numbers": np.asarray(row_numbers, np.int64),
               "text_bytes": np.diff(offsets).astype(np.int64),
               "null": corpus.texts.is_null().to_numpy(zero_copy_only=False)}
-    info = {"path": shown, "format": file_format(path), "left_out": raw is None,
+    info = {"path": shown, "format": format_of(path), "left_out": raw is None,
             "rows": corpus.num_rows, "active": int(active.shape[0]),
             "records": records}
     with log.stage("spill"):
@@ -452,7 +451,7 @@ def align(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 class WorkDirStore:
     """The arrays of a run over files, spilled to a work directory (see job.Store and the
-    module docstring). ``found``: the scanned inputs (io.reader.scan_inputs)."""
+    module docstring). ``found``: the scanned inputs (io.inputs.scan_inputs)."""
 
     def __init__(self, work: WorkDir, found: InputFiles, params: DedupParams, backend: Backend, text_field: str,
                  id_field: Optional[str], on_error: str):
@@ -478,7 +477,7 @@ class WorkDirStore:
                 path = self.reader.files[index]
                 # A shard is read whole: the budget must hold it and the batches in flight.
                 budget.check(f"reading {display_path(path)}",
-                             lambda path=path: read_bytes_estimate([(path, file_format(path))])
+                             lambda path=path: read_bytes_estimate([(path, format_of(path))])
                              + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)),
                              "cut the input into smaller files, or raise --max-memory")
                 sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
