@@ -221,11 +221,12 @@ def _checked_write(original):
         written = original(self, output_dir, *args, **kwargs)
         run_args, data = getattr(self, RUN_ATTRIBUTE, (None, None))
         report = Path(written) / "report.json"
+        # Checked here, once: the search after the test passes over it, failed or not.
+        _checked_reports[str(report.resolve())] = _report_key(report)
         try:
             check_output_dir(Path(written), run_args, None if data is None or _is_path_input(data) else data)
         except ConservationError as error:
             _fail(f"DedupResult.write: {error}")
-        _checked_reports[str(report.resolve())] = _report_key(report)
         return written
     return write
 
