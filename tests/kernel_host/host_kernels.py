@@ -6,18 +6,21 @@ called through ctypes (launch.cpp).
 so that gpudedup.backends.kernel_backend.KernelBackend runs unchanged on the host with numpy
 arrays (tests/test_kernel_backend.py).
 
-Libraries are cached per (sources, tunables, compiler) hash under the temp directory, so only
-the first run compiles.
+Libraries are cached per (sources, tunables, compiler) hash under the temp directory (or
+$KERNEL_HOST_CACHE), so only the first run compiles; building is safe when threads or processes
+build the same library at once (build_library).
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +77,48 @@ def _compiler_version() -> str:
     return subprocess.run([GXX, "--version"], capture_output=True, text=True, check=True).stdout
 
 
+def cache_directory() -> Path:
+    """Where built libraries are kept: $KERNEL_HOST_CACHE, else gpudedup-kernel-host under the
+    temp directory (shared by every test run on the machine: only the first one compiles)."""
+    configured = os.environ.get("KERNEL_HOST_CACHE")
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "gpudedup-kernel-host"
+
+
+# One build at a time per library within this process (threads); fcntl.flock on a lock file
+# beside the library serialises processes. Both are needed: flock is per open file, so two
+# threads opening the lock file separately would not exclude each other on every system.
+_BUILD_LOCK = threading.Lock()
+
+
+def build_library(flags: list[str], cache: Path) -> Path:
+    """The shared library of launch.cpp built with ``flags`` in ``cache``, compiled once.
+
+    Safe under threads and processes that build the same library into the same cache at once:
+    each compiles (if at all) to a temporary name of its own (pid and thread), under a lock
+    file, and publishes the result with an atomic rename; whoever takes the lock after a build
+    finds the finished library and reuses it."""
+    digest = hashlib.sha256()
+    for path in sorted(KERNELS.glob("*.cu*")) + sorted(HOST.glob("*.[ch]*")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(repr((flags, _compiler_version())).encode())
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / f"kernels-{digest.hexdigest()[:24]}.so"
+    if target.exists():  # published by an atomic rename: never a partial file
+        return target
+    with _BUILD_LOCK, open(cache / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if target.exists():  # another thread or process built it while we waited
+            return target
+        partial = cache / f"{target.stem}.{os.getpid()}.{threading.get_ident()}.tmp.so"
+        command = [GXX, *flags, f"-I{KERNELS}", f"-I{HOST}", str(HOST / "launch.cpp"), "-o", str(partial)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            pytest.fail(f"g++ failed on the kernels:\n{' '.join(command)}\n{result.stderr}")
+        os.replace(partial, target)  # atomic: a concurrent loader never sees a partial file
+    return target
+
+
 def host_library(**defines) -> ctypes.CDLL:
     """The kernels compiled for the host with the given -D tunables (cached per source hash)."""
     if GXX is None:
@@ -81,22 +126,7 @@ def host_library(**defines) -> ctypes.CDLL:
     key = tuple(sorted(defines.items()))
     if key in _LIBRARIES:
         return _LIBRARIES[key]
-    sources = sorted(KERNELS.glob("*.cu*")) + sorted(HOST.glob("*.[ch]*"))
-    digest = hashlib.sha256()
-    for path in sources:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    flags = CXXFLAGS + [f"-D{name}={value}" for name, value in key]
-    digest.update(repr((flags, _compiler_version())).encode())
-    cache = Path(tempfile.gettempdir()) / "gpudedup-kernel-host"
-    cache.mkdir(exist_ok=True)
-    target = cache / f"kernels-{digest.hexdigest()[:24]}.so"
-    if not target.exists():
-        partial = cache / f"{target.stem}.{os.getpid()}.tmp.so"
-        command = [GXX, *flags, f"-I{KERNELS}", f"-I{HOST}", str(HOST / "launch.cpp"), "-o", str(partial)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.fail(f"g++ failed on the kernels:\n{' '.join(command)}\n{result.stderr}")
-        os.replace(partial, target)  # atomic: concurrent test runs never load a partial file
+    target = build_library(CXXFLAGS + [f"-D{name}={value}" for name, value in key], cache_directory())
     library = ctypes.CDLL(str(target))
     for name, argtypes in _SIGNATURES.items():
         function = getattr(library, name)
