@@ -105,14 +105,14 @@ def dedup(
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
-    return corpus_result(corpus, outcome, restore, on_error)
+    return corpus_result(corpus, outcome, restore, id_field, on_error)
 
 
 def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarray], Any],
-                  on_error: str = "stop") -> DedupResult:
+                  id_field: Optional[str] = None, on_error: str = "stop") -> DedupResult:
     """The result of the in-memory run over ``corpus``; restore(keep) gives the kept rows in the
     input's own type (to_corpus)."""
-    return DedupResult.of(outcome, corpus.ids, corpus.table, restore, corpus.inputs, corpus.text_field,
+    return DedupResult.of(outcome, corpus.ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
                           corpus.skipped_records, on_error)
 
 
@@ -165,7 +165,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
     table = store.table()
-    return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field,
+    return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
                           sorted_records(store.skipped_records(), found), on_error)
 
 

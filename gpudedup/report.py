@@ -8,19 +8,39 @@ keys. The keys are the README's ("Output formats"); fields are added, never rena
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator, Optional
 
+# The "format" of an input that is not a file (io: strings_corpus, table_corpus).
+IN_MEMORY_FORMATS = ("list", "table")
+
 
 @dataclass(frozen=True)
 class InputFile:
-    """One input file that documents came from: its path as shown, format and document count."""
+    """One input that documents came from: its path as shown (ids, messages), format and
+    document count; absolute_path: where the file is (None for in-memory data), so that the
+    report can be read from another working directory."""
 
     path: str
     format: str
     documents: int
+    absolute_path: Optional[str] = None
+
+    @classmethod
+    def of(cls, path: str, format: str, documents: int) -> "InputFile":
+        """An input as the readers describe it; a file's absolute path is taken now, while the
+        working directory is the run's."""
+        in_memory = format in IN_MEMORY_FORMATS
+        return cls(path, format, documents, None if in_memory else os.path.abspath(path))
+
+    def as_dict(self) -> dict:
+        out = {"path": self.path, "format": self.format, "documents": self.documents}
+        if self.absolute_path is not None:
+            out["absolute_path"] = self.absolute_path
+        return out
 
 
 @dataclass(frozen=True)
@@ -32,7 +52,8 @@ class InputSummary:
     reader lists them; skipped_records: records and files left out under on_error="skip" (see
     errors.jsonl); notes: paths passed over for a reason (a link loop, a pipe, ...); text_bytes:
     UTF-8 bytes of all texts; null_texts: documents whose text is null; empty_documents:
-    documents without shingles (kept, never compared).
+    documents without shingles (kept, never compared); paths: the inputs as given, absolute
+    (none for in-memory data).
     """
 
     documents: int
@@ -43,13 +64,14 @@ class InputSummary:
     text_bytes: int
     null_texts: int
     empty_documents: int
+    paths: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return {"documents": self.documents,
-                "files": [{"path": f.path, "format": f.format, "documents": f.documents} for f in self.files],
+                "files": [f.as_dict() for f in self.files],
                 "skipped_files": self.skipped_files, "skipped_records": self.skipped_records, "notes": self.notes,
                 "text_bytes": self.text_bytes, "null_texts": self.null_texts,
-                "empty_documents": self.empty_documents}
+                "empty_documents": self.empty_documents, "paths": list(self.paths)}
 
 
 @dataclass(frozen=True)
@@ -126,6 +148,15 @@ class Report(Mapping):
     work_dir: Optional[str] = None
     dask: Optional[dict] = None
     output: Optional[dict] = field(default=None)
+
+    def with_reading(self, text_field: str, id_field: Optional[str], on_error: str,
+                     paths: list[str]) -> "Report":
+        """This report with how the input was read: the parameters text_field, id_field and
+        on_error, and input.paths, the input paths as given, made absolute ([] for in-memory
+        data)."""
+        reading = {"text_field": text_field, "id_field": id_field, "on_error": on_error}
+        return replace(self, parameters={**self.parameters, **reading},
+                       input=replace(self.input, paths=tuple(os.path.abspath(p) for p in paths)))
 
     def with_dask(self, scheduler: str, workers: int, work_dir_kept: bool) -> "Report":
         """This report of a run on a Dask cluster; work_dir_kept False: the work directory was

@@ -57,11 +57,13 @@ class DedupResult:
 
     @classmethod
     def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
-           text_field: str, skipped_records: list, on_error: str) -> "DedupResult":
+           text_field: str, id_field: Optional[str], skipped_records: list, on_error: str) -> "DedupResult":
         """The result of a run: ``ids`` (the id of every row, in row order) attached to the
-        outcome's rows, here and nowhere else."""
+        outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
+        in-memory data), which the report names with the fields read (Report.with_reading)."""
+        report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
-                   clusters=clusters_table(ids, outcome), keep=outcome.keep, report=outcome.report, table=table,
+                   clusters=clusters_table(ids, outcome), keep=outcome.keep, report=report, table=table,
                    inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome)
 

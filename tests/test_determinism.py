@@ -63,6 +63,6 @@ def test_backends_give_identical_files(sample, tmp_path):
     params = DedupParams(batch_bytes=300_000)
     files = []
     for name, backend in (("numpy", gpudedup.backends.get_backend("cpu")), ("kernels", kernel_backend(cupy_like))):
-        result = corpus_result(corpus, dedup_corpus(corpus, params, backend), restore)
+        result = corpus_result(corpus, dedup_corpus(corpus, params, backend), restore, "id")
         files.append(written(result, tmp_path / name))
     assert files[0] == files[1]

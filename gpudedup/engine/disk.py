@@ -547,7 +547,7 @@ class WorkDirStore:
         for index in range(shards.count):
             info = shards.work.shard_info(index)
             if not info["left_out"] and index not in self.combination.left_out:
-                files.append(InputFile(info["path"], info["format"],
+                files.append(InputFile.of(info["path"], info["format"],
                                        int(live[shards.rows[index]:shards.rows[index + 1]].sum())))
         return InputSummary(
             documents=self.documents,

@@ -123,7 +123,7 @@ class MemoryStore:
         corpus = self.corpus
         return InputSummary(
             documents=corpus.num_rows,
-            files=tuple(InputFile(f.path, f.format, f.rows) for f in corpus.files),
+            files=tuple(InputFile.of(f.path, f.format, f.rows) for f in corpus.files),
             skipped_files=corpus.skipped,
             skipped_records=len(corpus.skipped_records),  # on_error="skip": see errors.jsonl
             notes=corpus.notes,  # paths passed over for a reason (a link loop, a pipe, ...)
