@@ -46,12 +46,15 @@ class KernelBackend:
                  stream_factory=None):
         """xp: the array module (cupy on a GPU); kernels: a loader with
         ``get(file_name, kernel_name, defines) -> kernel(grid, block, args)``; tables: the
-        normalisation tables on xp's side; stream_factory: makes a stream for batches (None: no
+        normalisation tables on xp's side (None: the host's, copied there); stream_factory: makes a stream for batches (None: no
         streams, for host runs)."""
         self.xp = xp
         self.kernels = kernels
         self.description = description
-        self.tables = tables or host_tables()
+        if tables is None:  # the host tables, on xp's side (a copy for a device; numpy: themselves)
+            host = host_tables()
+            tables = NormalizationTables(xp.asarray(host.lowercase), xp.asarray(host.white))
+        self.tables = tables
         self._stream_factory = stream_factory
         # Streams are lent to batch scopes and returned, so a backend owns as many streams as
         # batches were ever in flight at once (two), however many runs and threads use it:

@@ -19,6 +19,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -185,10 +186,29 @@ class HostKernel:
             if wanted is not None and type(arg) is not wanted:
                 raise TypeError(f"{self.name} argument {position}: needs {wanted.__name__}, got "
                                 f"{type(arg).__name__} (a GPU would read it with the wrong width)")
-        args = [arg if isinstance(arg, np.ndarray) else int(arg) for arg in args]
+        args = [self.device_argument(position, arg, args) for position, arg in enumerate(args)]
         status = self.function(*grid[: self.grid_dims], int(block[0]), self.schedule, *args)
         if status != OK:
             raise RuntimeError(f"{self.name} launch failed on the host shim (status {status})")
+
+    def device_argument(self, position: int, arg, args):
+        """An argument as the shim takes it: a scalar as an int, an array as its memory.
+
+        Device arrays (cupy_like) pass their memory, as a RawKernel passes a device pointer. A
+        host numpy array among them is refused, as CuPy refuses one (a GPU cannot read host
+        memory); numpy arrays alone are the backend run with ``xp`` = numpy."""
+        # cupy_like is imported by the tests that make device arrays; without it there are none
+        # (and the host kernel tests need no CuPy).
+        cupy_like = sys.modules.get("cupy_like")
+        device_array = cupy_like.DeviceArray if cupy_like is not None else ()
+        if isinstance(arg, device_array):
+            return cupy_like.device_buffer(arg)
+        if isinstance(arg, np.ndarray):
+            if any(isinstance(other, device_array) for other in args):
+                raise TypeError(f"{self.name} argument {position}: a host numpy array among device arrays "
+                                "(CuPy's RawKernel refuses one: copy it with xp.asarray)")
+            return arg
+        return int(arg)
 
 
 class HostKernels:

@@ -1,0 +1,109 @@
+"""The stand-in for CuPy (tests/cupy_like.py) refuses what CuPy refuses, judged against the
+installed CuPy's own API (its ndarray's attributes and its functions' signatures, read without a
+GPU) and its documented behaviour: no implicit copy of device memory to the host, no host array
+where a device array is needed, 0-d arrays from reductions. Allowed operations give numpy's
+values.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cupy_like import CUPY_ARRAY_ATTRIBUTES, IMPLICIT_CONVERSION, DeviceArray, cupy, cupy_like as xp
+
+
+@pytest.fixture
+def device():
+    return xp.asarray(np.arange(6, dtype=np.int64))
+
+
+@pytest.mark.parametrize("convert", [np.asarray, np.array, np.ascontiguousarray, memoryview, pa.array,
+                                     lambda a: np.testing.assert_array_equal(a, np.arange(6))],
+                         ids=["asarray", "array", "ascontiguousarray", "memoryview", "pyarrow", "testing"])
+def test_no_implicit_conversion_to_the_host(device, convert):
+    # cupy.ndarray.__array__ raises TypeError(IMPLICIT_CONVERSION); it has no buffer protocol,
+    # and pyarrow cannot read it without __array__.
+    with pytest.raises((TypeError, pa.ArrowInvalid)):
+        convert(device)
+
+
+def test_explicit_copies_to_the_host(device):
+    assert isinstance(device.get(), np.ndarray) and isinstance(xp.asnumpy(device), np.ndarray)
+    np.testing.assert_array_equal(device.get(), np.arange(6))
+    copy = device.get()
+    copy[0] = 99  # a copy, not the device memory
+    assert int(device[0]) == 0
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        device.__array__()
+    assert "Implicit conversion to a NumPy array is not allowed" in IMPLICIT_CONVERSION
+
+
+def test_host_arrays_are_copied_to_the_device():
+    host = np.arange(4)
+    device = xp.asarray(host)
+    host[0] = 7
+    assert int(device[0]) == 0  # the device copy does not see later host writes
+
+
+@pytest.mark.parametrize("name", ["resize", "ctypes", "setflags", "getfield", "to_device"])
+def test_array_attributes_cupy_lacks_are_refused(device, name):
+    assert hasattr(np.ndarray, name) and name not in CUPY_ARRAY_ATTRIBUTES
+    with pytest.raises(AttributeError, match=name):
+        getattr(device, name)
+
+
+def test_array_attributes_cupy_has_work(device):
+    assert device.shape == (6,) and device.dtype == np.int64 and device.ndim == 1 and device.size == 6
+    assert isinstance(device.astype(np.uint64), DeviceArray)
+    assert device.reshape(2, 3).shape == (2, 3)
+    assert device.tolist() == list(range(6))
+    assert isinstance(device.T, DeviceArray)
+
+
+def test_reductions_are_0d_device_arrays(device):
+    total = xp.sum(device)
+    assert isinstance(total, DeviceArray) and total.shape == ()
+    assert int(total) == 15 and float(device.max()) == 5.0 and bool(device.any())
+    # cupy.ndarray has no __index__: a 0-d array is no Python integer
+    assert "__index__" not in CUPY_ARRAY_ATTRIBUTES
+    with pytest.raises(TypeError):
+        range(total)
+
+
+@pytest.mark.parametrize("call", [lambda d: xp.concatenate([d, np.arange(2)]), lambda d: d + np.arange(6),
+                                  lambda d: np.arange(6) + d, lambda d: d[np.array([0, 1])],
+                                  lambda d: xp.take(np.arange(10), d)],
+                         ids=["concatenate", "operator", "reflected operator", "index", "take"])
+def test_host_arrays_are_refused_where_device_arrays_are_needed(device, call):
+    with pytest.raises(TypeError, match="Unsupported type"):
+        call(device)
+
+
+def test_keyword_arguments_cupy_lacks_are_refused(device):
+    assert "sorted" in inspect.signature(np.unique).parameters  # numpy >= 2.3
+    assert "sorted" not in inspect.signature(cupy.unique).parameters
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sorted'"):
+        xp.unique(device, sorted=True)
+    with pytest.raises(TypeError, match="kind"):
+        xp.argsort(device, kind="quicksort")
+    with pytest.raises(ValueError, match="repeats"):
+        xp.repeat(device, xp.asarray(np.ones(6, np.int64)))
+    np.testing.assert_array_equal(xp.unique(device, return_counts=True)[1].get(), np.ones(6))
+
+
+def test_numpy_functions_on_device_arrays_run_as_cupy_functions(device):
+    # cupy.ndarray.__array_function__ dispatches np.<name> to cupy.<name>
+    assert isinstance(np.concatenate([device, device]), DeviceArray)
+    np.testing.assert_array_equal(np.cumsum(device).get(), np.cumsum(np.arange(6)))
+
+
+def test_names_cupy_lacks_are_refused():
+    assert hasattr(np, "frompyfunc") and not hasattr(cupy, "frompyfunc")
+    with pytest.raises(AttributeError, match="cupy has no"):
+        xp.frompyfunc
+    with pytest.raises(AttributeError):
+        xp.cuda  # device-only parts are absent on the host
