@@ -21,7 +21,7 @@ Nothing here imports cupy until a GPU backend is asked for.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 
@@ -62,6 +62,20 @@ class Backend(Protocol):
         """Return cached device memory (a GPU memory pool's free blocks) after a run."""
 
 
+# What "gpu" makes instead of CuPy's backend, where set: the tests run the GPU backend's own code
+# (KernelBackend) on a machine without a GPU by setting a factory of it with the kernels compiled
+# for the host (tests/kernel_host), and so reach it through every mode of the public API.
+_gpu_stand_in: Optional[Callable[[], Backend]] = None
+
+
+def set_gpu_stand_in(factory: Optional[Callable[[], Backend]]) -> Optional[Callable[[], Backend]]:
+    """Make get_backend("gpu") return ``factory()`` in this process (None: CuPy's backend again);
+    returns the factory set before. For tests: "auto" is not affected."""
+    global _gpu_stand_in
+    previous, _gpu_stand_in = _gpu_stand_in, factory
+    return previous
+
+
 def get_backend(name: str = "auto") -> Backend:
     """The backend called ``name``: "cpu" (numpy), "gpu" (cupy) or "auto"."""
     if name not in BACKEND_NAMES:
@@ -70,6 +84,8 @@ def get_backend(name: str = "auto") -> Backend:
         from .numpy_backend import NumpyBackend
 
         return NumpyBackend()
+    if name == "gpu" and _gpu_stand_in is not None:
+        return _gpu_stand_in()
     reason = gpu_unavailable_reason()
     if reason is None:
         try:
