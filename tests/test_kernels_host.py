@@ -189,6 +189,20 @@ def test_shim_thread_coordinates():
     np.testing.assert_array_equal(out, np.stack([bx, by, bz, tx, ty, tz], axis=-1))
 
 
+def test_shim_fills_shared_memory_between_blocks():
+    # A GPU gives a block's shared memory whatever was there: a kernel reading words it did not
+    # write must see the shim's pattern (one byte repeated, another per block), never zeros or
+    # the previous block's writes (0x600DF00D), which could pass for right values.
+    library = host_library()
+    grid, block = 4, 64
+    out = np.zeros((grid, block), dtype=np.uint32)
+    assert library.launch_uninitialised_shared_u32(grid, block, out.reshape(-1)) == OK
+    patterns = out[:, 0] & 0xFF
+    np.testing.assert_array_equal(out, (patterns * 0x01010101)[:, None] * np.ones(block, np.uint32))
+    assert np.all(patterns != 0) and len(set(patterns.tolist())) == grid
+    assert not np.any(out == 0x600DF00D)
+
+
 # --- minhash.cu ---------------------------------------------------------------------------------
 
 

@@ -25,17 +25,23 @@
 //     wrong results instead of passing by luck (use several schedules to vary who goes first);
 //   - a barrier that only some threads of a block reach (the others returned) is reported as
 //     an error (CUDA leaves it undefined); the waiting fibers are abandoned.
+//   Shared memory is filled with a garbage pattern before every block (a byte that changes
+//   from block to block), as a GPU gives a block whatever the previous occupant left: a kernel
+//   that reads shared memory it did not write sees the pattern, not zeros or the previous
+//   block's values that might pass for right ones.
 //   One launch at a time per OS thread; launches do not nest.
 //   Warp-level primitives (__shfl_*, __ballot_sync, warp-synchronous code) are NOT modelled:
 //   kernels tested here must synchronise with __syncthreads() only.
 #pragma once
 
+#include <link.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -130,6 +136,41 @@ inline void barrier() {
     // The launcher reset threadIdx to this fiber's index before resuming it.
 }
 
+// This library's thread-local storage on the calling thread: where the __shared__ arrays
+// (`static thread_local`) live, beside the shim's own state above.
+struct TlsSegment {
+    char* data = nullptr;
+    std::size_t size = 0;
+};
+
+inline int find_own_tls(struct dl_phdr_info* info, std::size_t, void* found) {
+    const char* mine = reinterpret_cast<const char*>(&runtime);
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        if (info->dlpi_phdr[i].p_type != PT_TLS || info->dlpi_tls_data == nullptr) continue;
+        char* data = static_cast<char*>(info->dlpi_tls_data);
+        const std::size_t size = info->dlpi_phdr[i].p_memsz;
+        if (mine >= data && mine < data + size) {
+            *static_cast<TlsSegment*>(found) = TlsSegment{data, size};
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// Fill every __shared__ array with `pattern` bytes: the whole TLS segment of this library, but
+// for the shim's own thread-locals, which are put back as they were.
+inline void scribble_shared_memory(const TlsSegment& segment, unsigned char pattern) {
+    if (segment.data == nullptr) return;
+    alignas(Runtime) unsigned char saved_runtime[sizeof(Runtime)];
+    const dim3 saved_grid = gridDim, saved_block = blockDim;
+    std::memcpy(saved_runtime, static_cast<void*>(&runtime), sizeof(Runtime));
+    std::memset(segment.data, pattern, segment.size);
+    std::memcpy(static_cast<void*>(&runtime), saved_runtime, sizeof(Runtime));
+    gridDim = saved_grid;
+    blockDim = saved_block;
+    // threadIdx and blockIdx are set by the launcher before they are read again
+}
+
 // Make `fiber` start fiber_entry on the given stack when it is first resumed. (A function of
 // its own: g++ treats getcontext like setjmp, which would pessimise the caller.)
 __attribute__((noinline)) inline void start_fiber(Fiber& fiber, char* stack) {
@@ -169,10 +210,15 @@ inline int launch(dim3 grid, dim3 block, int schedule, const std::function<void(
     std::vector<unsigned int> order(threads);
     Xorshift random{0x9E3779B97F4A7C15ULL};
     int status = OK;
+    TlsSegment shared;
+    dl_iterate_phdr(find_own_tls, &shared);
+    unsigned int block_number = 0;
 
     for (unsigned int bz = 0; bz < grid.z && status == OK; ++bz)
     for (unsigned int by = 0; by < grid.y && status == OK; ++by)
     for (unsigned int bx = 0; bx < grid.x && status == OK; ++bx) {
+        const unsigned char pattern = (unsigned char)(0xA5u + 0x3Bu * block_number++);
+        scribble_shared_memory(shared, pattern != 0 ? pattern : 0xA5);
         blockIdx = dim3(bx, by, bz);
         for (unsigned int t = 0; t < threads; ++t) {
             start_fiber(rt.fibers[t], rt.stacks + t * rt.stride + page);

@@ -69,6 +69,7 @@ _SIGNATURES = {
     "launch_reverse_block_i32": [_uint, _uint, _int, _I32, _I32, _int],
     "launch_divergent_barrier_i32": [_uint, _I32],
     "launch_thread_coordinates_u32": [_uint] * 6 + [_U32],
+    "launch_uninitialised_shared_u32": [_uint, _uint, _U32],
 }
 
 _LIBRARIES: dict[tuple, ctypes.CDLL] = {}

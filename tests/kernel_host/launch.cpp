@@ -71,3 +71,8 @@ GD_EXPORT int launch_thread_coordinates_u32(unsigned int gx, unsigned int gy, un
     return cuda_host::launch(dim3(gx, gy, gz), dim3(bx, by, bz), cuda_host::SHUFFLED,
                              [&] { thread_coordinates_u32(output); });
 }
+
+GD_EXPORT int launch_uninitialised_shared_u32(unsigned int grid_x, unsigned int block_x, unsigned int* output) {
+    return cuda_host::launch(dim3(grid_x), dim3(block_x), cuda_host::FORWARD,
+                             [&] { uninitialised_shared_u32(output); });
+}

@@ -6,6 +6,9 @@
 //   barrier alone), proving that the shim does not hide missing __syncthreads().
 // divergent_barrier_i32: thread 0 returns before a barrier the others wait at; the shim must
 //   report it (cuda_host::DIVERGENT_BARRIER).
+// uninitialised_shared_u32: each thread reads its word of shared memory before anything wrote
+//   it (undefined on a GPU), then writes it; the shim must show its fill pattern, never the
+//   previous block's writes.
 // thread_coordinates_u32: writes blockIdx/threadIdx/blockDim/gridDim of every thread of a 3-D
 //   launch, to check the shim's index arithmetic.
 
@@ -39,4 +42,11 @@ extern "C" __global__ void thread_coordinates_u32(unsigned int* output) {
     out[3] = threadIdx.x;
     out[4] = threadIdx.y;
     out[5] = threadIdx.z;
+}
+
+extern "C" __global__ void uninitialised_shared_u32(unsigned int* output) {
+    __shared__ unsigned int scratch[1024];
+    const unsigned int t = threadIdx.x;
+    output[(unsigned long long)blockIdx.x * blockDim.x + t] = scratch[t];
+    scratch[t] = 0x600DF00Du;
 }
