@@ -35,6 +35,7 @@
 #pragma once
 
 #include <link.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -116,9 +117,28 @@ struct Runtime {
     }
 };
 
-inline thread_local Runtime runtime;
+// The runtime of the calling OS thread, kept out of this library's thread-local storage (a
+// pthread key, freed when the thread ends): that storage holds the __shared__ arrays and is
+// filled with garbage between blocks (scribble_shared_memory), and a thread_local of a class
+// type would bring a compiler-made init guard into it that the filling would garble.
+inline pthread_key_t runtime_key;
+inline pthread_once_t runtime_key_once = PTHREAD_ONCE_INIT;
+
+inline void delete_runtime(void* runtime) { delete static_cast<Runtime*>(runtime); }
+inline void make_runtime_key() { pthread_key_create(&runtime_key, delete_runtime); }
+
+inline Runtime& this_thread_runtime() {
+    pthread_once(&runtime_key_once, make_runtime_key);
+    Runtime* runtime = static_cast<Runtime*>(pthread_getspecific(runtime_key));
+    if (runtime == nullptr) {
+        runtime = new Runtime();
+        pthread_setspecific(runtime_key, runtime);
+    }
+    return *runtime;
+}
 
 inline void fiber_entry() {
+    Runtime& runtime = this_thread_runtime();
     (*runtime.body)();
     runtime.current->state = FiberState::DONE;
     // returning resumes uc_link, the launcher
@@ -126,6 +146,7 @@ inline void fiber_entry() {
 
 // Yield to the launcher until every thread of the block has arrived.
 inline void barrier() {
+    Runtime& runtime = this_thread_runtime();
     Fiber* self = runtime.current;
     self->state = FiberState::AT_BARRIER;
     // Memory clobbers: shared memory written by other fibers must be re-read after the barrier
@@ -144,7 +165,7 @@ struct TlsSegment {
 };
 
 inline int find_own_tls(struct dl_phdr_info* info, std::size_t, void* found) {
-    const char* mine = reinterpret_cast<const char*>(&runtime);
+    const char* mine = reinterpret_cast<const char*>(&gridDim);
     for (int i = 0; i < info->dlpi_phnum; ++i) {
         if (info->dlpi_phdr[i].p_type != PT_TLS || info->dlpi_tls_data == nullptr) continue;
         char* data = static_cast<char*>(info->dlpi_tls_data);
@@ -157,15 +178,13 @@ inline int find_own_tls(struct dl_phdr_info* info, std::size_t, void* found) {
     return 0;
 }
 
-// Fill every __shared__ array with `pattern` bytes: the whole TLS segment of this library, but
-// for the shim's own thread-locals, which are put back as they were.
+// Fill every __shared__ array with `pattern` bytes: the whole TLS segment of this library, which
+// holds nothing else but the four dim3 of the CUDA built-ins (trivial, constant-initialised:
+// no init guards), put back as they were.
 inline void scribble_shared_memory(const TlsSegment& segment, unsigned char pattern) {
     if (segment.data == nullptr) return;
-    alignas(Runtime) unsigned char saved_runtime[sizeof(Runtime)];
     const dim3 saved_grid = gridDim, saved_block = blockDim;
-    std::memcpy(saved_runtime, static_cast<void*>(&runtime), sizeof(Runtime));
     std::memset(segment.data, pattern, segment.size);
-    std::memcpy(static_cast<void*>(&runtime), saved_runtime, sizeof(Runtime));
     gridDim = saved_grid;
     blockDim = saved_block;
     // threadIdx and blockIdx are set by the launcher before they are read again
@@ -177,7 +196,7 @@ __attribute__((noinline)) inline void start_fiber(Fiber& fiber, char* stack) {
     getcontext(&fiber.context);
     fiber.context.uc_stack.ss_sp = stack;
     fiber.context.uc_stack.ss_size = STACK_BYTES;
-    fiber.context.uc_link = &runtime.launcher;
+    fiber.context.uc_link = &this_thread_runtime().launcher;
     makecontext(&fiber.context, fiber_entry, 0);
     fiber.state = FiberState::READY;
 }
@@ -200,7 +219,7 @@ inline int launch(dim3 grid, dim3 block, int schedule, const std::function<void(
     if (threads == 0 || threads > MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0) {
         return BAD_LAUNCH;
     }
-    Runtime& rt = runtime;
+    Runtime& rt = this_thread_runtime();
     if (!rt.map_stacks()) return OUT_OF_MEMORY;
     const std::size_t page = rt.stride - STACK_BYTES;
     rt.fibers.resize(threads);
