@@ -19,7 +19,9 @@ from .io.rules import check_unique_ids, sorted_records
 from .io.source import SourceFile
 from .normalize import strings_to_arrow
 from .io.writer import check_apart_from_inputs
+from .cluster import KeepPolicy
 from .params import DedupParams
+from .shingling import ShingleKind
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .engine.job import Executor, Outcome, run_job
 from .engine.memory import dedup_corpus
@@ -33,7 +35,7 @@ def dedup(
     text_field: str = "text",
     id_field: Optional[str] = None,
     threshold: float = DedupParams.threshold,
-    shingle: str = DedupParams.shingle,
+    shingle: ShingleKind = DedupParams.shingle,
     ngram: int = DedupParams.ngram,
     num_perm: int = DedupParams.num_perm,
     bands: Optional[int] = None,
@@ -42,7 +44,7 @@ def dedup(
     low: Optional[float] = None,
     max_fp: Optional[float] = None,
     seed: int = DedupParams.seed,
-    keep: str = DedupParams.keep,
+    keep: KeepPolicy = DedupParams.keep,
     bucket_window: int = DedupParams.bucket_window,
     backend: str = "auto",
     progress: bool = False,

@@ -25,7 +25,7 @@ class Clusters(NamedTuple):
     keep: np.ndarray
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # the number of clusters, not tuple.count
         return int(self.cluster.max()) + 1 if self.cluster.size else 0
 
 

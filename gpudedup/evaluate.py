@@ -44,7 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +61,7 @@ from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEF
                      DEFAULT_THRESHOLD, DedupParams)
 from .engine.memory import dedup_corpus
 from .engine.signatures import map_parallel, text_batches
-from .shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
+from .shingling import ShingleBatch, ShingleKind, ShingleSpec, unique_per_row, utf8_shingle_hashes
 from .stages import Progress
 
 DEFAULT_BIN_WIDTH = 0.05
@@ -103,14 +103,14 @@ class Setting:
     num_perm: int = DEFAULT_NUM_PERM
     bands: Optional[int] = None
     rows: Optional[int] = None
-    shingle: str = "word"
+    shingle: ShingleKind = "word"
     ngram: int = DEFAULT_NGRAM
     threshold: float = DEFAULT_THRESHOLD
     max_false_negative: Optional[float] = None
 
     def params(self, **extra) -> DedupParams:
         """The DedupParams of this setting (``extra``: seed, bucket_window, batch_bytes, ...)."""
-        targets = {} if self.max_false_negative is None else {"max_fn": self.max_false_negative}
+        targets: dict[str, Any] = {} if self.max_false_negative is None else {"max_fn": self.max_false_negative}
         return DedupParams(threshold=self.threshold, shingle=self.shingle, ngram=self.ngram,
                            num_perm=self.num_perm, bands=self.bands, rows=self.rows, **targets, **extra)
 
@@ -133,7 +133,7 @@ def expand_grid(
     num_perm: Sequence[int] = (DEFAULT_NUM_PERM,),
     bands: Optional[Sequence[Optional[int]]] = None,
     rows: Optional[Sequence[Optional[int]]] = None,
-    shingle: Sequence[str] = ("word",),
+    shingle: Sequence[ShingleKind] = ("word",),
     ngram: Sequence[int] = (DEFAULT_NGRAM,),
     threshold: Sequence[float] = (DEFAULT_THRESHOLD,),
     max_false_negative: Optional[Sequence[Optional[float]]] = None,
@@ -215,7 +215,7 @@ def _bandings(num_perm: int, bands, rows):
 def parse_list(text: str, kind: type = int, allow_auto: bool = False) -> list:
     """A comma-separated CLI value as a list: "64,128" -> [64, 128]; with ``allow_auto``,
     "auto" becomes None ("8,16,auto" -> [8, 16, None]). Raises ParameterError on a bad item."""
-    values = []
+    values: list = []
     for item in text.split(","):
         item = item.strip()
         if not item:
@@ -284,7 +284,7 @@ def corpus_shingle_sets(corpus: Corpus, spec: ShingleSpec, batch_bytes: int = TR
     return ShingleBatch(set_offsets, np.concatenate([p.hashes for p in parts]))
 
 
-def exact_ground_truth(corpus: Corpus, shingle: str, ngram: int, threshold: float) -> SimilarPairs:
+def exact_ground_truth(corpus: Corpus, shingle: ShingleKind, ngram: int, threshold: float) -> SimilarPairs:
     """Every document pair (row indices, a < b, sorted) whose exact Jaccard similarity of
     shingle sets is >= threshold, with that Jaccard (allpairs.exact_similar_pairs)."""
     sets = corpus_shingle_sets(corpus, ShingleSpec(shingle, ngram))
@@ -333,17 +333,17 @@ class TruthCache:
 
     def __init__(self, corpus: Corpus):
         self.corpus = corpus
-        self._truths: dict[tuple[str, int], GroundTruth] = {}
+        self._truths: dict[tuple[ShingleKind, int], GroundTruth] = {}
 
     def prepare(self, settings: Iterable[Setting]) -> None:
-        lowest: dict[tuple[str, int], float] = {}
+        lowest: dict[tuple[ShingleKind, int], float] = {}
         for s in settings:
             key = (s.shingle, s.ngram)
             lowest[key] = min(lowest.get(key, s.threshold), s.threshold)
         for (kind, n), threshold in lowest.items():
             self.get(kind, n, threshold)
 
-    def get(self, shingle: str, ngram: int, threshold: float) -> GroundTruth:
+    def get(self, shingle: ShingleKind, ngram: int, threshold: float) -> GroundTruth:
         known = self._truths.get((shingle, ngram))
         if known is not None and known.threshold <= threshold:
             return known
@@ -657,7 +657,7 @@ def evaluation_dict(results, criterion: str = "f1") -> dict:
     """The JSON document of an Evaluation (or a plain list of SettingResults)."""
     items = _results_of(results)
     best = best_result(items, criterion)
-    data = {"gpudedup_version": __version__}
+    data: dict[str, Any] = {"gpudedup_version": __version__}
     if isinstance(results, Evaluation):
         data.update(corpus=results.corpus, backend=results.backend, run=results.run,
                     ground_truth=results.ground_truth, notes=results.notes)
@@ -707,7 +707,7 @@ def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
     S-curve's prediction), or None without matplotlib or a result."""
     from . import plots
 
-    if result is None or not plots.matplotlib_available():
+    if result is None or result.recall_by_similarity is None or not plots.matplotlib_available():
         return None
     bins = result.recall_by_similarity
     nan = float("nan")

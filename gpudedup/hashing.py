@@ -107,7 +107,7 @@ class Permutations(NamedTuple):
     b: np.ndarray
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # the number of permutations, not tuple.count
         return int(self.a.shape[0])
 
 

@@ -65,7 +65,8 @@ def feasible_banding(threshold: float, num_perm: int, max_false_negative: float,
         bands = fewest_bands(threshold, rows, max_false_negative, num_perm // rows)
         if bands is None:
             continue
-        if low is not None and float(collision_probability(low, bands, rows)) > max_false_positive:
+        if low is not None and max_false_positive is not None and \
+                float(collision_probability(low, bands, rows)) > max_false_positive:
             continue
         return bands, rows
     return None

@@ -104,7 +104,7 @@ class DedupParams:
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""
-        if self.bands is not None:
+        if self.bands is not None and self.rows is not None:  # both or neither (checked above)
             return Banding(self.bands, self.rows, "given")
         return choose_bands(self.threshold, self.num_perm, self.max_fn, self.low, self.max_fp)
 

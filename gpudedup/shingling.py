@@ -169,7 +169,8 @@ def utf8_shingle_hashes(data, offsets, spec: ShingleSpec, xp=np, tables=None, po
     ``xp=cupy`` and device tables (normalize.NormalizationTables, base_powers copied to the
     device) it is the same computation in plain CuPy array operations, the reference the GPU
     benchmark compares the kernels with."""
-    codepoints, offsets = normalize_codepoints(*decode_utf8(data, offsets, xp), xp, tables)
+    codepoints, offsets = decode_utf8(data, offsets, xp)
+    codepoints, offsets = normalize_codepoints(codepoints, offsets, xp, tables)
     starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec, xp)
     return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends, xp, power_tables))
 

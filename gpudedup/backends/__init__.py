@@ -21,7 +21,7 @@ Nothing here imports cupy until a GPU backend is asked for.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
@@ -34,7 +34,10 @@ BACKEND_NAMES = ("auto", "cpu", "gpu")
 
 class Backend(Protocol):
     name: str  # "cpu" or "gpu"
-    xp: object  # the array module: numpy or cupy
+    @property
+    def xp(self) -> Any:
+        """The array module: numpy or cupy."""
+
     description: str  # for the report, e.g. "numpy 2.4.6"
     parallel_batches: int  # batches processed at once (threads)
     default_batch_bytes: int  # text bytes per batch unless DedupParams.batch_bytes says

@@ -15,6 +15,7 @@ import hashlib
 import threading
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from .kernel_tunables import KERNEL_TUNABLES, MINHASH_LAUNCH_CHOICES
 
@@ -96,8 +97,8 @@ class CupyKernels:
 
     def __init__(self, cupy):
         self.cupy = cupy
-        self._modules: dict[tuple, object] = {}
-        self._kernels: dict[tuple, object] = {}
+        self._modules: dict[tuple, Any] = {}  # cupy.RawModule
+        self._kernels: dict[tuple, Any] = {}  # cupy.RawKernel
         self._lock = threading.Lock()
 
     def get(self, file_name: str, kernel_name: str, defines: dict):

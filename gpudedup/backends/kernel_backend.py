@@ -87,7 +87,8 @@ class KernelBackend:
         ShingleBatch on this side (hashes in text order with repeats, like numpy's)."""
         xp = self.xp
         data, offsets = xp.asarray(data), xp.asarray(offsets, dtype=xp.int64)
-        codepoints, offsets = normalize_codepoints(*decode_utf8(data, offsets, xp), xp, self.tables)
+        codepoints, offsets = decode_utf8(data, offsets, xp)
+        codepoints, offsets = normalize_codepoints(codepoints, offsets, xp, self.tables)
         starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec, xp)
         return ShingleBatch(shingle_offsets, self.span_hashes(codepoints, starts, ends))
 
@@ -144,7 +145,7 @@ class KernelBackend:
                              f"the signatures have {num_perm}")
         keys = xp.empty((n, banding.bands), dtype=xp.uint64)
         if n:
-            defines = {}
+            defines: dict[str, int] = {}
             block = tunable(defines, "BLOCK_SIZE", "band_keys.cu")
             kernel = self.kernels.get("band_keys.cu", "band_keys_u32", defines)
             kernel((grid_stride_blocks(n * banding.bands, block),), (block,),

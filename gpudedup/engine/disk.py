@@ -303,7 +303,7 @@ def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.nda
     canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
     import scipy.sparse
 
-    columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    parts, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
         where = Path(work_root) / "sets" / name / f"{index:05d}"
         stored_rows = np.load(where / "rows.npy")
@@ -312,8 +312,8 @@ def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.nda
         position = np.searchsorted(stored_rows, rows[mine] - shard_rows[index])
         starts, stops = offsets[position], offsets[position + 1]
         counts.append(stops - starts)
-        columns.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
-    columns = np.concatenate(columns)
+        parts.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
+    columns = np.concatenate(parts)
     matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns,
                                       offsets_from_counts(np.concatenate(counts))),
                                      shape=(rows.shape[0], np.iinfo(np.int64).max))
@@ -460,7 +460,7 @@ class WorkDirStore:
         self.reader = ShardReader(found.files, text_field, id_field, on_error)
         self.spec = params.shingle_spec()
         self.copy_batch_cost = ONE_CHUNK  # exact_by_spill cuts its own chunks: one call for all
-        self.work_dir = str(work.root)
+        self.work_dir: Optional[str] = str(work.root)
 
     def task_backend(self, executor: Executor) -> BackendOrName:
         return self.backend if executor.in_process else self.backend.name

@@ -42,7 +42,7 @@ class MemoryStore:
         self.lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
         self.copy_batch_cost = batch_bytes(params, backend)
         self.spec = params.shingle_spec()
-        self.work_dir = None  # nothing is kept between runs
+        self.work_dir: Optional[str] = None  # nothing is kept between runs
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:

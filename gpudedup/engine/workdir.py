@@ -41,6 +41,8 @@ class WorkDir:
         work.root, work.fingerprint = Path(root), None
         return work
 
+    fingerprint: Optional[dict]  # None when attached (a worker): the client checked it
+
     def __init__(self, root: Path, fingerprint: dict, resume: bool):
         self.root = Path(root).absolute()  # workers may run elsewhere
         self.fingerprint = fingerprint
@@ -122,7 +124,7 @@ class WorkDir:
         path.parent.mkdir(exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
         with os.fdopen(handle, "wb") as out:
-            np.savez(out, **arrays)
+            np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stub takes **arrays for allow_pickle
             out.flush()
             os.fsync(out.fileno())
         os.rename(temporary, path)
