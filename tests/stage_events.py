@@ -1,0 +1,88 @@
+"""Runs of the gpudedup CLI in a subprocess, and waiting until such a run is in a chosen stage.
+
+A run told GPUDEDUP_STAGE_EVENTS=FILE appends each stage's name to FILE as the stage starts
+(gpudedup/stages.py). A test waits for that event, then sends its signal: the signal lands in
+the stage the test chose on a fast machine and on a slow one alike, where a delay guessed from
+a measured run lands anywhere. The limits below only keep a run that never gets there from
+hanging the suite: they fail the test with a message and are never what a test checks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+from gpudedup.stages import STAGE_EVENTS_VARIABLE
+
+# Seconds a run may take to reach a stage, or to exit once signalled: far beyond any run here.
+WAIT_LIMIT = 300.0
+POLL_SECONDS = 0.005  # how often the events file is read while waiting (not a bound on anything)
+
+
+def with_stage_events(events: Path, env: Optional[dict] = None) -> dict[str, str]:
+    """The environment of a run that writes its stage events to ``events`` (started empty)."""
+    events.parent.mkdir(parents=True, exist_ok=True)
+    events.write_text("")
+    return {**os.environ, **(env or {}), STAGE_EVENTS_VARIABLE: str(events)}
+
+
+def stages_begun(events: Path) -> list[str]:
+    """The stages a run has begun, in order (a line still being written is left out)."""
+    try:
+        text = events.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
+
+
+def wait_until(reached: Callable[[], bool], process: subprocess.Popen, what: str,
+               describe: Callable[[], str] = lambda: "", limit: float = WAIT_LIMIT) -> bool:
+    """Wait until ``reached()`` (True returned), or until ``process`` has ended without it
+    (False: the caller decides whether that may happen). Fails the test after ``limit`` s."""
+    deadline = time.monotonic() + limit
+    while not reached():
+        if process.poll() is not None:
+            return reached()  # it may have got there just before it ended
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the run had not {what} after {limit:.0f} s (a hang?){describe()}")
+        time.sleep(POLL_SECONDS)
+    return True
+
+
+def wait_for_stage(process: subprocess.Popen, events: Path, stage: str, occurrence: int = 1) -> None:
+    """Return once ``process`` has begun ``stage`` for the ``occurrence``-th time; fail if it
+    ended before that."""
+    def reached() -> bool:
+        return stages_begun(events).count(stage) >= occurrence
+
+    def describe() -> str:
+        return f"; the stages it began: {stages_begun(events)}"
+
+    what = f"begun stage {stage!r} (#{occurrence})"
+    if not wait_until(reached, process, what, describe):
+        pytest.fail(f"the run ended (exit code {process.returncode}) before it had {what}{describe()}")
+
+
+def finish(process: subprocess.Popen, limit: float = WAIT_LIMIT) -> str:
+    """Wait for ``process`` to exit; its stderr. Fails the test (and kills it) after ``limit`` s."""
+    try:
+        _, stderr = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"the run had not exited after {limit:.0f} s (a hang?)")
+    return stderr or ""
+
+
+def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None) -> subprocess.Popen:
+    """``gpudedup ARGS`` in a subprocess (stderr piped as text, stdout discarded)."""
+    return subprocess.Popen([sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
+                             *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
