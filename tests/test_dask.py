@@ -1,20 +1,29 @@
-"""The Dask run (distributed.py): a LocalCluster of two worker processes gives the output of the
-single-process run, byte for byte, through the API (a Client, or workers=2) and the CLI."""
+"""The Dask run (engine/dask.py): a LocalCluster of two worker processes gives the output of the
+single-process run, byte for byte, through the API (a Client, a scheduler address, or
+workers=2) and the CLI; a work directory moves between single-process and Dask runs; errors
+and interrupts end a workers run with one line."""
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
+import shutil
+import signal
+from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 import gpudedup
 from gpudedup.cli import app
-from gpudedup.errors import ParameterError
+from gpudedup.errors import InputError, ParameterError
 
-from test_streaming import sample_records, write_shards
+from stage_events import cli_process, finish, wait_for_stage, with_stage_events
+from test_api import write_jsonl
+from test_streaming import (assert_same_files, assert_same_results, finished_work, mixed_corpus, rm, sample_records,
+                            staged_run, write_shards)
 
 if os.environ.get("GPUDEDUP_REQUIRE_DASK"):
     import distributed  # CI: Dask is in the dev extra, so a missing one is a failure
@@ -25,37 +34,78 @@ else:
 @pytest.fixture(scope="module")
 def client():
     # Two worker processes of one thread: tasks cross process boundaries as on real clusters.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as connected:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
         yield connected
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory) -> Path:
     records = sample_records()
     for i in (10, 700, 1400):  # identical copies across shards
         records[i]["text"] = records[3]["text"]
     return write_shards(tmp_path_factory.mktemp("dask") / "in", records, 6)
 
 
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    return mixed_corpus(tmp_path_factory.mktemp("mixed"))
+
+
+@pytest.fixture(scope="module")
+def finished(mixed, tmp_path_factory) -> Path:
+    return finished_work(mixed, tmp_path_factory.mktemp("finished"))
+
+
+def broken_input(root: Path) -> Path:
+    """Two small JSONL files, the first with a broken second line."""
+    write_jsonl(root / "a.jsonl", [{"text": "one two three four five six"}])
+    with open(root / "a.jsonl", "a", encoding="utf-8") as handle:
+        handle.write("{broken\n")
+    write_jsonl(root / "b.jsonl", [{"text": "seven eight nine ten eleven"}])
+    return root
+
+
+def cli_stderr_lines(stderr: str) -> list[str]:
+    """stderr's lines, less distributed's warning that the port 8787 is taken (by a cluster of
+    another process: not what these tests are about)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if any("UserWarning: Port 8787 is already in use" in line for line in lines):
+        lines = [line for line in lines if not ("UserWarning: Port 8787" in line
+                                                or line.startswith("Perhaps you already")
+                                                or line.startswith("Hosting the HTTP server")
+                                                or line.strip() == "warnings.warn(")]
+    return lines
+
+
+# --- the same output as the single-process run ----------------------------------------------------
+
+
 def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tmp_path):
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert spread.report["dask"]["workers"] == 2
-    assert spread.pairs.equals(single.pairs) and spread.clusters.equals(single.clusters)
-    np.testing.assert_array_equal(spread.keep, single.keep)
-    for section in ("input", "results", "balance"):
-        assert spread.report[section] == single.report[section], section
+    assert_same_results(single, spread)
     single.write(tmp_path / "single")
     spread.write(tmp_path / "spread")
-    for name in ("clusters.parquet", "pairs.parquet"):
-        assert (tmp_path / "spread" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
-    assert pq.read_table(tmp_path / "spread" / "deduplicated.parquet").equals(
-        pq.read_table(tmp_path / "single" / "deduplicated.parquet"))
+    assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
     # The workers wrote every shard's spill into the work directory.
     assert len(list((tmp_path / "work" / "shards").iterdir())) == 6
 
 
+def test_a_scheduler_address_gives_the_in_memory_output(client, mixed, tmp_path):
+    options = dict(shingle="char", ngram=4, keep="longest", threshold=0.6)
+    memory = gpudedup.dedup(mixed, backend="cpu", **options)
+    spread = gpudedup.dedup(mixed, backend="cpu", scheduler=client.scheduler.address,
+                            work_dir=tmp_path / "work-address", **options)
+    assert spread.report["dask"]["workers"] == 2
+    assert_same_results(memory, spread)
+    memory.write(tmp_path / "m", format="jsonl")
+    spread.write(tmp_path / "s", format="jsonl")
+    assert_same_files(tmp_path / "m", tmp_path / "s")
+
+
+@pytest.mark.timeout(120)  # starts a cluster of its own
 def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
     reference = gpudedup.dedup(corpus, backend="cpu")
     result = CliRunner().invoke(app, ["dedup", str(corpus), "-o", str(tmp_path / "out"), "--backend", "cpu",
@@ -63,6 +113,50 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
     assert result.exit_code == 0, result.output
     assert pq.read_table(tmp_path / "out" / "pairs.parquet").equals(reference.pairs)
     assert pq.read_table(tmp_path / "out" / "clusters.parquet").equals(reference.clusters)
+
+
+def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finished, tmp_path):
+    work = tmp_path / "work-mixed"
+    shutil.copytree(finished / "work", work)
+    for path in (work / "stages", work / "sets", work / "shards" / "00003"):
+        rm(path)
+    gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
+                   batch_bytes=3000).write(tmp_path / "dask", format="jsonl")
+    assert_same_files(tmp_path / "dask", finished / "reference")
+    rm(work / "stages" / "pairs.npz")
+    rm(work / "sets")
+    staged_run(mixed, work, tmp_path / "single", resume=True)
+    assert_same_files(tmp_path / "single", finished / "reference")
+
+
+def test_dask_runs_with_work_dirs_of_the_same_name_do_not_share_tasks(client, mixed, tmp_path):
+    bad = broken_input(tmp_path / "bad")
+    memory = gpudedup.dedup(mixed, backend="cpu")
+    # The first run's error is kept, as a notebook, a logger or a reference cycle keeps it.
+    with pytest.raises(InputError) as held:
+        gpudedup.dedup(bad, backend="cpu", client=client, work_dir=tmp_path / "one" / "work")
+    try:
+        spread = gpudedup.dedup(mixed, backend="cpu", client=client, work_dir=tmp_path / "two" / "work")
+    finally:
+        del held
+        gc.collect()
+    assert_same_results(memory, spread)
+
+
+def test_dask_ids_do_not_depend_on_the_workers_directory(client, mixed, tmp_path, monkeypatch):
+    monkeypatch.chdir(mixed.parent)  # ids relative to here: in/a.jsonl:1, ...
+    memory = gpudedup.dedup(mixed, backend="cpu")
+    before = client.run(os.getcwd)
+    client.run(os.chdir, "/")  # as a `dask worker` started in another directory
+    try:
+        spread = gpudedup.dedup(mixed, backend="cpu", client=client, work_dir=tmp_path / "work-cwd")
+    finally:
+        for address, directory in before.items():
+            client.run(os.chdir, directory, workers=[address])
+    assert_same_results(memory, spread)
+
+
+# --- errors and interrupts --------------------------------------------------------------------------
 
 
 def test_bad_input_on_a_worker_stops_the_run_with_its_message(client, tmp_path):
@@ -82,8 +176,27 @@ def test_cluster_options_are_checked(corpus, tmp_path):
         gpudedup.dedup(corpus, backend="cpu", workers=2, scheduler="tcp://127.0.0.1:1", work_dir=tmp_path / "w")
 
 
-def test_a_scheduler_address_gives_the_same_output(client, corpus, tmp_path):
-    single = gpudedup.dedup(corpus, backend="cpu")
-    spread = gpudedup.dedup(corpus, backend="cpu", scheduler=client.scheduler.address, work_dir=tmp_path / "work")
-    assert spread.report["dask"]["workers"] == 2
-    assert spread.pairs.equals(single.pairs) and spread.clusters.equals(single.clusters)
+@pytest.mark.timeout(120)  # a CLI run that starts a cluster of its own
+def test_bad_input_with_workers_gives_one_line(tmp_path):
+    broken_input(tmp_path / "in")
+    run = cli_process(["dedup", "in", "-o", "out", "--backend", "cpu", "-q", "--workers", "2", "--work-dir", "work"],
+                      tmp_path)
+    stderr = finish(run)
+    assert run.returncode == 2, stderr
+    lines = cli_stderr_lines(stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: in/a.jsonl:2"), lines
+
+
+@pytest.mark.timeout(120)  # a CLI run that starts a cluster of its own
+def test_sigint_during_a_workers_run_gives_one_line(corpus, tmp_path):
+    events = tmp_path / "events.txt"
+    run = cli_process(["dedup", str(corpus), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--workers", "2",
+                       "--work-dir", str(tmp_path / "work"), "--batch-bytes", "20000"], tmp_path,
+                      with_stage_events(events))
+    # The workers' stages are announced too (they inherit the environment): a shard is being read.
+    wait_for_stage(run, events, "read")
+    run.send_signal(signal.SIGINT)
+    stderr = finish(run)
+    assert run.returncode == 130, stderr
+    lines = cli_stderr_lines(stderr)
+    assert lines == ["interrupted: nothing was written"], lines[:5]

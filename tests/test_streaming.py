@@ -1,17 +1,18 @@
-"""The staged run (--work-dir, engine/disk.py): the same results as the in-memory run on the same
-files, resume after interruptions (real runs killed with SIGKILL), and the work directory's
-refusals."""
+"""The staged run (--work-dir, engine/disk.py) against independent oracles: the in-memory run
+``gpudedup.dedup(path, backend="cpu")`` on the same files, and Python sets for every reported
+Jaccard; resume after interruptions (real runs killed in chosen stages) and from every
+intermediate state of a work directory; what the work directory refuses; and the input rules,
+which must leave out or refuse what the in-memory run leaves out or refuses."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
 import random
+import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +23,18 @@ from typer.testing import CliRunner
 
 import gpudedup
 from gpudedup.cli import app
-from gpudedup.errors import OutputError, ParameterError
+from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterError
+
+from stage_events import cli_process, finish, stages_begun, wait_for_stage, with_stage_events
+from test_api import write_jsonl
+from test_shingling import oracle_shingles
 
 SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
+OUTPUTS = ("pairs.parquet", "clusters.parquet")
+WORDS = [f"w{i}" for i in range(300)]
+
+
+# --- corpora and oracles ---------------------------------------------------------------------
 
 
 def sample_records() -> list[dict]:
@@ -46,7 +56,54 @@ def write_shards(root: Path, records: list[dict], shards: int) -> Path:
     return root
 
 
+def make_texts(n: int, seed: int) -> list[str]:
+    """Random word texts, about a third of them near copies (one word changed) or exact
+    copies of an earlier one, so that every stage has work."""
+    rng = random.Random(seed)
+    texts: list[str] = []
+    for _ in range(n):
+        if texts and rng.random() < 0.35:
+            words = rng.choice(texts).split()
+            if rng.random() < 0.6:
+                words[rng.randrange(len(words))] = rng.choice(WORDS)
+            texts.append(" ".join(words))
+        else:
+            texts.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 40))))
+    return texts
+
+
+def mixed_corpus(root: Path) -> Path:
+    """JSONL, .jsonl.gz, Parquet and .txt in nested directories, with a file of zero rows of
+    each kind, an all-null (string-typed) Parquet text column, null and empty texts, and
+    exact copies of one text in five different shards."""
+    texts = make_texts(420, seed=7)
+    inp = root / "in"
+    write_jsonl(inp / "a.jsonl", [{"text": t, "n": i} for i, t in enumerate(texts[:80])] + [{"text": None},
+                                                                                           {"text": ""}])
+    write_jsonl(inp / "b_empty.jsonl", [])
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), inp / "c_zero.parquet")
+    pq.write_table(pa.table({"text": pa.nulls(3, pa.string())}), inp / "d_nulls.parquet")
+    (inp / "sub" / "deep").mkdir(parents=True)
+    with gzip.open(inp / "sub" / "e.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps({"text": t}) + "\n" for t in texts[80:180] + [texts[5]]))
+    for i, text in enumerate(texts[180:190] + [texts[5]]):
+        (inp / "sub" / "deep" / f"t{i:02d}.txt").write_text(text, encoding="utf-8")
+    pq.write_table(pa.table({"text": texts[190:330] + [texts[5]], "x": list(range(141))}), inp / "sub" / "f.parquet")
+    write_jsonl(inp / "z" / "g.jsonl", [{"text": t} for t in texts[330:] + [texts[5], texts[100]]])
+    return inp
+
+
+def check_pairs_with_python_sets(result, memory, kind: str, n: int, threshold: float) -> None:
+    """Every reported pair's Jaccard equals the one of Python sets, and reaches the threshold."""
+    text_of = dict(zip(memory.ids.to_pylist(), memory.table[memory.text_field].to_pylist()))
+    for a, b, jaccard in zip(*(result.pairs[c].to_pylist() for c in ("id_a", "id_b", "jaccard"))):
+        sa, sb = set(oracle_shingles(text_of[a], kind, n)), set(oracle_shingles(text_of[b], kind, n))
+        assert jaccard == pytest.approx(len(sa & sb) / len(sa | sb), abs=1e-12), (a, b)
+        assert jaccard >= threshold
+
+
 def assert_same_results(memory, staged) -> None:
+    """Pairs, clusters, kept rows, report figures and skipped records all equal."""
     assert staged.pairs.equals(memory.pairs)
     assert staged.clusters.equals(memory.clusters)
     np.testing.assert_array_equal(staged.keep, memory.keep)
@@ -55,7 +112,37 @@ def assert_same_results(memory, staged) -> None:
     assert staged.skipped_records == memory.skipped_records
 
 
-def test_staged_run_equals_the_in_memory_run(tmp_path):
+def assert_same_files(a: Path, b: Path, fmt: str = "jsonl") -> None:
+    """Two output directories hold the same pairs, clusters and kept rows (byte for byte, but
+    for Parquet's deduplicated rows, compared as tables)."""
+    for name in OUTPUTS + ((f"deduplicated.{fmt}",) if fmt == "jsonl" else ()):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    if fmt == "parquet":
+        assert pq.read_table(a / "deduplicated.parquet").equals(pq.read_table(b / "deduplicated.parquet"))
+
+
+def assert_same_written(memory, staged, root: Path) -> None:
+    """Both results written in both formats give the same files."""
+    for fmt in ("jsonl", "parquet"):
+        memory.write(root / f"m-{fmt}", format=fmt)
+        staged.write(root / f"s-{fmt}", format=fmt)
+        assert_same_files(root / f"m-{fmt}", root / f"s-{fmt}", fmt)
+
+
+def invoke(*args: str):
+    """``gpudedup dedup ARGS --backend cpu -q`` in this process."""
+    return CliRunner().invoke(app, ["dedup", *args, "--backend", "cpu", "-q"])
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    return mixed_corpus(tmp_path_factory.mktemp("mixed"))
+
+
+# --- the staged run equals the in-memory run ----------------------------------------------------
+
+
+def test_staged_run_of_the_sample_equals_the_in_memory_run(tmp_path):
     records = sample_records()
     # Odd documents: a null text, an empty one, copies of a text in different shards.
     records[5]["text"] = None
@@ -69,29 +156,215 @@ def test_staged_run_equals_the_in_memory_run(tmp_path):
     assert_same_results(memory, staged)
     assert staged.report["results"]["identical_copies"] >= 3
     assert staged.deduplicated.equals(memory.deduplicated)
-    for fmt in ("parquet", "jsonl"):
-        memory.write(tmp_path / f"m-{fmt}", format=fmt)
-        staged.write(tmp_path / f"s-{fmt}", format=fmt)
-    assert pq.read_table(tmp_path / "s-parquet" / "deduplicated.parquet").equals(
-        pq.read_table(tmp_path / "m-parquet" / "deduplicated.parquet"))
-    assert (tmp_path / "s-jsonl" / "deduplicated.jsonl").read_bytes() == \
-        (tmp_path / "m-jsonl" / "deduplicated.jsonl").read_bytes()
-    for name in ("clusters.parquet", "pairs.parquet"):
-        assert (tmp_path / "s-parquet" / name).read_bytes() == (tmp_path / "m-parquet" / name).read_bytes()
-    assert (tmp_path / "s-parquet" / "report.html").exists()
+    assert_same_written(memory, staged, tmp_path)
 
 
-def test_staged_run_skips_bad_records_like_the_in_memory_run(tmp_path):
-    corpus = write_shards(tmp_path / "in", sample_records()[:400], 3)
-    with open(corpus / "part-000.jsonl", "a", encoding="utf-8") as handle:
-        handle.write("{not json\n")
-    (corpus / "part-broken.parquet").write_bytes(b"PAR1 this is not parquet")
-    memory = gpudedup.dedup(corpus, backend="cpu", on_error="skip")
-    staged = gpudedup.dedup(corpus, backend="cpu", on_error="skip", work_dir=tmp_path / "work")
-    assert len(staged.skipped_records) == 2
+@pytest.mark.parametrize("options", [dict(), dict(shingle="char", ngram=4, keep="longest", threshold=0.6)],
+                         ids=["word-first", "char-longest"])
+def test_mixed_inputs_equal_the_in_memory_run(mixed, tmp_path, options):
+    memory = gpudedup.dedup(mixed, backend="cpu", **options)
+    staged = gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "work", batch_bytes=3000, **options)
     assert_same_results(memory, staged)
-    with pytest.raises(gpudedup.InputError, match="part-000.jsonl:"):
-        gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work-stop")
+    assert memory.report["results"]["identical_copies"] >= 4  # the copies in five shards
+    check_pairs_with_python_sets(staged, memory, options.get("shingle", "word"), options.get("ngram", 5),
+                                 options.get("threshold", 0.8))
+    assert_same_written(memory, staged, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+def test_many_small_shards_with_id_field(tmp_path, kind):
+    texts = make_texts(240, seed=3)
+    for shard in range(40):  # 40 files of six documents, in two directory levels
+        records = [{"id": i if kind == "int" else f"doc-{i}", "text": texts[i]}
+                   for i in range(shard * 6, shard * 6 + 6)]
+        write_jsonl(tmp_path / "in" / f"d{shard % 3}" / f"s{shard:02d}.jsonl", records)
+    memory = gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id")
+    staged = gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id", work_dir=tmp_path / "work")
+    assert_same_results(memory, staged)
+    assert staged.pairs.num_rows > 0
+    assert pa.types.is_integer(staged.pairs["id_a"].type) == (kind == "int")
+    check_pairs_with_python_sets(staged, memory, "word", 5, 0.8)
+
+
+def test_skip_with_broken_files_equals_the_in_memory_run(tmp_path):
+    texts = make_texts(300, seed=11)
+    inp = tmp_path / "in"
+    write_jsonl(inp / "a.jsonl", [{"text": t} for t in texts[:80]])
+    with open(inp / "a.jsonl", "a", encoding="utf-8") as handle:
+        handle.write("{broken\n" + json.dumps({"text": 5}) + "\n" + json.dumps({"text": texts[3]}) + "\n")
+    data = gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in texts[80:160]).encode())
+    (inp / "b.jsonl.gz").write_bytes(data[: len(data) // 2])  # truncated
+    (inp / "n").mkdir()
+    (inp / "n" / "c.parquet").write_bytes(b"PAR1garbagePAR1")
+    (inp / "n" / "d.txt").write_bytes(b"\xff\xfe not UTF-8")
+    pq.write_table(pa.table({"text": texts[160:]}), inp / "n" / "e.parquet")
+    write_jsonl(inp / "f.jsonl", [{"text": t} for t in texts[:40]])  # copies of a.jsonl
+    memory = gpudedup.dedup(inp, backend="cpu", on_error="skip")
+    staged = gpudedup.dedup(inp, backend="cpu", on_error="skip", work_dir=tmp_path / "work")
+    assert len(staged.skipped_records) == 5
+    assert_same_results(memory, staged)
+    memory.write(tmp_path / "m", format="jsonl")
+    staged.write(tmp_path / "s", format="jsonl")
+    assert_same_files(tmp_path / "m", tmp_path / "s")
+    assert (tmp_path / "m" / "errors.jsonl").read_bytes() == (tmp_path / "s" / "errors.jsonl").read_bytes()
+    # Without on_error="skip", the first broken record stops the staged run, located.
+    with pytest.raises(InputError, match=r"a\.jsonl:81"):
+        gpudedup.dedup(inp, backend="cpu", work_dir=tmp_path / "work-stop")
+
+
+def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_path, monkeypatch):
+    """Structural memory check: no corpus built during a staged run holds more rows than its
+    largest file, the in-memory readers and set builders are never used, and the exact checks
+    read the spilled sets a chunk at a time."""
+    import gpudedup.api
+    import gpudedup.engine.disk as disk
+    import gpudedup.engine.memory
+    import gpudedup.io.read
+    import gpudedup.verify
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a whole-corpus step ran in the staged run")
+
+    monkeypatch.setattr(gpudedup.api, "read_corpus", forbidden)
+    monkeypatch.setattr(gpudedup.io.read, "read_corpus", forbidden)
+    monkeypatch.setattr(gpudedup.verify, "document_sets", forbidden)
+    monkeypatch.setattr(gpudedup.engine.memory, "document_sets", forbidden)
+    built, chunks = [], []
+    original_build, original_sets = disk.build_corpus, disk.spilled_sets
+
+    def build(*args, **kwargs):
+        corpus = original_build(*args, **kwargs)
+        built.append(corpus.num_rows)
+        return corpus
+
+    def sets(work, name, shard_rows, rows):
+        chunks.append((name, rows.shape[0]))
+        return original_sets(work, name, shard_rows, rows)
+
+    monkeypatch.setattr(disk, "build_corpus", build)
+    monkeypatch.setattr(disk, "spilled_sets", sets)
+    result = gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "work", batch_bytes=600)
+    result.write(tmp_path / "out")
+    assert max(built) == 141  # the largest file, f.parquet
+    pair_docs = np.unique(np.concatenate([result.pairs["id_a"].to_numpy(zero_copy_only=False),
+                                          result.pairs["id_b"].to_numpy(zero_copy_only=False)]))
+    in_pairs = max(rows for name, rows in chunks if name == "pairs")
+    assert len([c for c in chunks if c[0] == "pairs"]) > 1 and in_pairs < pair_docs.shape[0]
+
+
+# --- what the in-memory run refuses or leaves out, the staged run must too ------------------------
+
+
+def two_id_kinds(tmp_path: Path) -> Path:
+    texts = make_texts(120, seed=5)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts[:60])])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(texts[60:])])
+    return tmp_path / "in"
+
+
+def test_repeated_ids_are_refused_like_the_in_memory_run_before_the_heavy_stages(tmp_path):
+    texts = make_texts(60, seed=4)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:30])])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": f"d{i + 29}", "text": t} for i, t in enumerate(texts[30:])])
+    located = r"duplicate id 'd29': documents \S*a\.jsonl:30, \S*b\.jsonl:1 share it.*ids must be unique"
+    with pytest.raises(InputError, match=located):
+        gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id")
+    with pytest.raises(InputError, match=located):
+        gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id", work_dir=tmp_path / "work")
+    assert not (tmp_path / "work" / "stages").exists()
+
+
+def test_integer_and_string_ids_are_refused_like_the_in_memory_run(tmp_path):
+    corpus = two_id_kinds(tmp_path)
+    with pytest.raises(InputError):
+        gpudedup.dedup(corpus, backend="cpu", id_field="id")
+    with pytest.raises(InputError):
+        gpudedup.dedup(corpus, backend="cpu", id_field="id", work_dir=tmp_path / "work")
+
+
+def test_incompatible_columns_stop_the_staged_cli_with_one_line(tmp_path):
+    texts = make_texts(120, seed=6)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"extra": i, "text": t} for i, t in enumerate(texts[:60])])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"extra": f"s{i}", "text": t} for i, t in enumerate(texts[60:])])
+    memory = invoke(str(tmp_path / "in"), "-o", str(tmp_path / "m"))
+    assert memory.exit_code == 2 and "cannot be combined" in memory.output
+    staged = invoke(str(tmp_path / "in"), "-o", str(tmp_path / "s"), "--work-dir", str(tmp_path / "work"))
+    assert staged.exit_code == 2, staged.exception
+    assert "cannot be combined" in staged.output and not (tmp_path / "s").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="on_error='skip' leaves out a file whose ids or columns cannot be combined "
+                   "and later documents with a repeated id (reader.compatible_parts, drop_duplicate_ids); the staged "
+                   "run stops on them with an InputError right after the signatures (streaming.check_shards) "
+                   "instead (a known limit, README 'Larger than memory')")
+def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
+    corpus = two_id_kinds(tmp_path)
+    texts = make_texts(40, seed=8)
+    write_jsonl(corpus / "c.jsonl", [{"id": i, "text": t} for i, t in zip(range(55, 95), texts)])  # ids 55..59 repeat
+    memory = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip")
+    staged = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip", work_dir=tmp_path / "work")
+    assert_same_results(memory, staged)
+
+
+def test_an_all_null_jsonl_shard_keeps_the_parquet_text_type(tmp_path):
+    texts = make_texts(120, seed=9)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": t} for t in texts])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"text": None}, {"text": None}])
+    gpudedup.dedup(tmp_path / "in", backend="cpu").write(tmp_path / "m")
+    gpudedup.dedup(tmp_path / "in", backend="cpu", work_dir=tmp_path / "work").write(tmp_path / "s")
+    assert_same_files(tmp_path / "m", tmp_path / "s", "parquet")
+
+
+# --- resume ---------------------------------------------------------------------------------------
+
+
+def staged_run(corpus: Path, work: Path, out: Path, **options) -> Path:
+    options.setdefault("batch_bytes", 3000)
+    gpudedup.dedup(corpus, backend="cpu", work_dir=work, **options).write(out, format="jsonl")
+    return out
+
+
+def finished_work(corpus: Path, root: Path) -> Path:
+    """``root`` holding a finished work directory of ``corpus`` (work/) and its outputs
+    (reference/)."""
+    staged_run(corpus, root / "work", root / "reference")
+    assert len(list((root / "work" / "sets").glob("*/*"))) >= 4
+    return root
+
+
+@pytest.fixture(scope="module")
+def finished(mixed, tmp_path_factory) -> Path:
+    return finished_work(mixed, tmp_path_factory.mktemp("finished"))
+
+
+def rm(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+MUTATIONS = {
+    "no_pairs": lambda w: rm(w / "stages" / "pairs.npz"),
+    "no_candidates": lambda w: rm(w / "stages" / "candidates.npz"),
+    "no_copies": lambda w: rm(w / "stages" / "copies.npz"),
+    "no_stages": lambda w: rm(w / "stages"),
+    "some_shards": lambda w: [rm(w / "shards" / f"{i:05d}") for i in (0, 4, 7)],
+    "some_shards_and_stages": lambda w: [rm(p) for p in [w / "stages", w / "shards" / "00001", w / "shards" / "00009"]],
+    "no_sets": lambda w: rm(w / "sets"),
+    "no_sets_no_pairs": lambda w: [rm(w / "sets"), rm(w / "stages" / "pairs.npz")],
+    "half_sets_no_stages": lambda w: [rm(p) for p in sorted((w / "sets").glob("*/*"))[::2] + [w / "stages"]],
+    "temporary_leftovers": lambda w: [(w / ".tmp-half").mkdir(), (w / ".tmp-half" / "keys.npy").write_bytes(b"x"),
+                                      (w / ".tmp-file").write_bytes(b"x"), rm(w / "stages" / "pairs.npz")],
+    "manifest_only": lambda w: [rm(p) for p in w.iterdir() if p.is_dir()],
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_resume_from_an_intermediate_state_gives_identical_output(mixed, finished, tmp_path, mutation):
+    work = tmp_path / "work"
+    shutil.copytree(finished / "work", work)
+    MUTATIONS[mutation](work)
+    staged_run(mixed, work, tmp_path / "out", resume=True)
+    assert_same_files(tmp_path / "out", finished / "reference")
+    assert not list(work.glob(".tmp-*"))
 
 
 def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
@@ -109,20 +382,48 @@ def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
     assert_same_results(first, again)
 
 
+def test_resume_with_another_batch_size_is_accepted_and_identical(mixed, finished, tmp_path):
+    """Batch sizes change how the work is cut, not its results: a resume may change them."""
+    work = tmp_path / "work"
+    shutil.copytree(finished / "work", work)
+    rm(work / "stages")
+    rm(work / "shards" / "00002")
+    staged_run(mixed, work, tmp_path / "out", resume=True, batch_bytes=1 << 20)
+    assert_same_files(tmp_path / "out", finished / "reference")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(threshold=0.7), "threshold was 0.8, now 0.7"),
+    (dict(shingle="char"), "shingle was 'word', now 'char'"),
+    (dict(seed=1), "seed was 42, now 1"),
+    (dict(text_field="x"), "text_field was 'text', now 'x'"),
+    (dict(on_error="skip"), "on_error was 'stop', now 'skip'"),
+])
+def test_resume_with_a_changed_parameter_is_refused_naming_it(mixed, finished, change, message):
+    with pytest.raises(ParameterError, match=message):
+        gpudedup.dedup(mixed, backend="cpu", work_dir=finished / "work", resume=True, **change)
+
+
+def test_resume_after_an_input_was_touched_is_refused_naming_the_file(mixed, tmp_path):
+    corpus = tmp_path / "in"
+    shutil.copytree(mixed, corpus)
+    gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work")
+    path = corpus / "sub" / "f.parquet"
+    status = path.stat()
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))  # content unchanged
+    with pytest.raises(ParameterError, match=r"input files differ: \S*f\.parquet changed"):
+        gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", resume=True)
+
+
+# --- the work directory -------------------------------------------------------------------------
+
+
 def test_the_work_directory_belongs_to_one_run(tmp_path):
     corpus = write_shards(tmp_path / "in", sample_records()[:300], 2)
     work = tmp_path / "work"
     gpudedup.dedup(corpus, backend="cpu", work_dir=work)
     with pytest.raises(ParameterError, match="pass --resume"):
         gpudedup.dedup(corpus, backend="cpu", work_dir=work)
-    with pytest.raises(ParameterError, match="threshold was 0.8, now 0.7"):
-        gpudedup.dedup(corpus, backend="cpu", work_dir=work, resume=True, threshold=0.7)
-    # Batch sizes change how the work is cut, not its results: a resume may change them.
-    gpudedup.dedup(corpus, backend="cpu", work_dir=work, resume=True, batch_bytes=4096)
-    with open(corpus / "part-000.jsonl", "a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"text": "one more document"}) + "\n")
-    with pytest.raises(ParameterError, match="input files differ"):
-        gpudedup.dedup(corpus, backend="cpu", work_dir=work, resume=True)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ParameterError, match="not a gpudedup work directory"):
@@ -135,12 +436,91 @@ def test_the_work_directory_belongs_to_one_run(tmp_path):
         gpudedup.dedup(["a text", "another"], backend="cpu", work_dir=tmp_path / "w3")
 
 
-def cli(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
-                             *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def test_an_output_inside_the_work_directory_works_and_resumes(mixed, tmp_path):
+    (tmp_path / "work").mkdir()
+    first = invoke(str(mixed), "-o", str(tmp_path / "work" / "out"), "--work-dir", str(tmp_path / "work"))
+    assert first.exit_code == 0, first.output
+    again = invoke(str(mixed), "-o", str(tmp_path / "work" / "out2"), "--work-dir", str(tmp_path / "work"), "--resume")
+    assert again.exit_code == 0, again.output
+    assert_same_files(tmp_path / "work" / "out", tmp_path / "work" / "out2", "parquet")
 
 
-def test_a_run_killed_at_random_points_resumes_to_identical_output(tmp_path):
+def test_a_work_dir_equal_to_the_output_is_refused_before_any_work(mixed, tmp_path):
+    result = invoke(str(mixed), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert "work" in result.output and "exists and is not empty" not in result.output
+    assert not (tmp_path / "out" / "shards").exists(), "the job ran before the refusal"
+
+
+def test_overwrite_never_deletes_a_work_dir_inside_the_output(mixed, tmp_path):
+    work = tmp_path / "out" / "work"
+    first = invoke(str(mixed), "-o", str(tmp_path / "elsewhere"), "--work-dir", str(work))
+    assert first.exit_code == 0, first.output
+    result = invoke(str(mixed), "-o", str(tmp_path / "out"), "--work-dir", str(work), "--resume", "--overwrite")
+    assert result.exit_code == 2
+    assert "must not be or hold the work directory" in result.output
+    assert (work / "manifest.json").is_file()
+
+
+def test_a_work_dir_that_is_a_file_is_a_clear_error(mixed, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(GpudedupError, match="afile"):
+        gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "afile")
+
+
+def test_a_full_disk_in_the_work_directory_is_a_clear_error(mixed, tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "save", full)
+    with pytest.raises(GpudedupError, match="resume"):
+        gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "work")
+
+
+# --- interrupted runs ---------------------------------------------------------------------------
+#
+# A run is signalled as a chosen stage starts (stage_events.py), never after a delay: the kill
+# lands in that stage on a fast machine and on a slow one alike.
+
+
+@pytest.fixture(scope="module")
+def bible_shards(tmp_path_factory) -> Path:
+    """The sample and copies of a third of it, in 12 shards."""
+    records = sample_records()
+    return write_shards(tmp_path_factory.mktemp("bible") / "in", records + [
+        {**r, "id": f"again:{r['id']}"} for r in records[::3]], 12)
+
+
+@pytest.mark.timeout(120)  # two CLI runs in subprocesses and a reference run
+def test_sigint_during_a_staged_cli_run_then_resume(bible_shards, tmp_path):
+    options = ["--id-field", "id", "--backend", "cpu", "-q", "--batch-bytes", "20000", "--format", "jsonl"]
+    events = tmp_path / "events.txt"
+    run = cli_process(["dedup", str(bible_shards), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
+                       *options], tmp_path, with_stage_events(events))
+    wait_for_stage(run, events, "read", 5)  # four of the twelve shards are in the work directory
+    run.send_signal(signal.SIGINT)
+    stderr = finish(run)
+    assert run.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["interrupted: nothing was written"], stderr
+    assert not (tmp_path / "out").exists()
+    assert len(list((tmp_path / "work" / "shards").iterdir())) >= 4
+    resumed = CliRunner().invoke(app, ["dedup", str(bible_shards), "-o", str(tmp_path / "out"), "--work-dir",
+                                       str(tmp_path / "work"), "--resume", *options])
+    assert resumed.exit_code == 0, resumed.output
+    reference = gpudedup.dedup(bible_shards, backend="cpu", id_field="id")
+    reference.write(tmp_path / "reference", format="jsonl")
+    assert_same_files(tmp_path / "out", tmp_path / "reference")
+
+
+# Each kill comes as a stage starts that the runs before had not finished, so that every
+# resumed run gets further: the signatures of the fourth shard, those of a later shard, then
+# the candidates, the exact checks and the write. (Counts are of the stages that run begins:
+# a resumed run skips the shards that are done.)
+KILL_POINTS = [("signature_pass", 4), ("read", 5), ("candidates", 1), ("verify", 1), ("write", 1)]
+
+
+@pytest.mark.timeout(300)  # seven CLI runs in subprocesses
+def test_a_run_killed_in_chosen_stages_resumes_to_identical_output(tmp_path):
     records = sample_records()
     rng = random.Random(11)
     # 16 shards of the sample with edited copies, so that there is work in every stage.
@@ -153,30 +533,34 @@ def test_a_run_killed_at_random_points_resumes_to_identical_output(tmp_path):
             edited.append({"id": f"{copy}:{record['id']}", "text": " ".join(words)})
     corpus = write_shards(tmp_path / "in", edited, 16)
     options = ["--id-field", "id", "--backend", "cpu", "-q", "--batch-bytes", "20000"]
-    reference = cli("dedup", str(corpus), "-o", str(tmp_path / "reference"), "--work-dir",
-                    str(tmp_path / "work-reference"), *options, cwd=tmp_path)
-    assert reference.wait(timeout=120) == 0, reference.stderr.read()
-    started = time.monotonic()
-    kills = 0
-    for attempt, delay in enumerate([0.5, 1.0, 1.5, 2.0, 3.0]):
-        run = cli("dedup", str(corpus), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
-                  "--resume", *options, cwd=tmp_path)
-        time.sleep(delay)
-        if run.poll() is None:
-            run.send_signal(signal.SIGKILL)
-            kills += 1
-        run.wait(timeout=60)
-        if run.returncode == 0:
+    out, work = tmp_path / "out", tmp_path / "work"
+    reference = cli_process(["dedup", str(corpus), "-o", str(tmp_path / "reference"), "--work-dir",
+                             str(tmp_path / "work-reference"), *options], tmp_path)
+    stderr = finish(reference)
+    assert reference.returncode == 0, stderr
+    killed = 0
+    for attempt, (stage, occurrence) in enumerate(KILL_POINTS):
+        events = tmp_path / "events" / f"{attempt}.txt"
+        run = cli_process(["dedup", str(corpus), "-o", str(out), "--work-dir", str(work), "--resume", *options],
+                          tmp_path, with_stage_events(events))
+        wait_for_stage(run, events, stage, occurrence)
+        run.send_signal(signal.SIGKILL)
+        stderr = finish(run)
+        assert run.returncode in (0, -signal.SIGKILL), (run.returncode, stderr)
+        killed += run.returncode == -signal.SIGKILL
+        print(f"SIGKILL as {stage} #{occurrence} began: rc {run.returncode}, stages begun {stages_begun(events)}")
+        if out.exists():  # the kill came after the write's commit: the output is complete (checked below)
             break
-        assert not (tmp_path / "out").exists(), "a killed run left an output"
     else:
-        final = cli("dedup", str(corpus), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
-                    "--resume", *options, cwd=tmp_path)
-        assert final.wait(timeout=120) == 0, final.stderr.read()
-    assert kills >= 1, f"every run finished before its signal ({time.monotonic() - started:.1f} s)"
+        final = cli_process(["dedup", str(corpus), "-o", str(out), "--work-dir", str(work), "--resume", *options],
+                            tmp_path)
+        stderr = finish(final)
+        assert final.returncode == 0, stderr
+    # The kills come with most of a run still to do; only one that finished first is not counted.
+    assert killed >= len(KILL_POINTS) - 1, f"{killed} of {len(KILL_POINTS)} runs were killed"
     for name in ("deduplicated.parquet", "clusters.parquet", "pairs.parquet"):
-        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
-    assert not list((tmp_path / "work").glob(".tmp-*")), "temporary files left in the work directory"
+        assert (out / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+    assert not list(work.glob(".tmp-*")), "temporary files left in the work directory"
 
 
 def test_max_memory_is_checked_before_each_shard(tmp_path):
@@ -186,4 +570,5 @@ def test_max_memory_is_checked_before_each_shard(tmp_path):
     with pytest.raises(MemoryLimitError, match=r"--max-memory 150 MiB: reading .*part-000.jsonl needs about"):
         gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", max_memory="150M")
     assert not (tmp_path / "work" / "shards").exists()
-    assert gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work2", max_memory="4G").report["balance"]["balanced"]
+    enough = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work2", max_memory="4G")
+    assert enough.report["balance"]["balanced"]
