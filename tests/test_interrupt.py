@@ -450,6 +450,31 @@ def test_sigkill_after_staging_leaves_only_a_hidden_directory_that_the_next_run_
     assert output_state(out, previous) == "new" and beside(out) == []
 
 
+# --- the stage events the kills wait for -----------------------------------------------------------
+
+
+def test_stage_events_are_appended_and_never_block_or_stop_a_run(tmp_path, monkeypatch):
+    """GPUDEDUP_STAGE_EVENTS: each stage appends its name as it starts; a file that cannot be
+    written, or a FIFO that nobody reads, leaves the run alone."""
+    from gpudedup.stages import STAGE_EVENTS_VARIABLE, StageLog
+
+    log = StageLog()
+    events = tmp_path / "events.txt"
+    monkeypatch.setenv(STAGE_EVENTS_VARIABLE, str(events))
+    with log.stage("read"):
+        assert stages_begun(events) == ["read"]  # announced before the stage's work
+    with log.stage("write"):
+        pass
+    assert stages_begun(events) == ["read", "write"]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (tmp_path / "missing" / "events.txt", fifo):
+        monkeypatch.setenv(STAGE_EVENTS_VARIABLE, str(target))
+        with log.stage("copies"):
+            pass
+    assert set(log.seconds) == {"read", "write", "copies"}
+
+
 # --- the writer's pieces, in process --------------------------------------------------------------
 
 
