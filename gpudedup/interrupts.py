@@ -4,7 +4,8 @@ Python's default for SIGTERM and SIGHUP kills the process without running finall
 an interrupted run's staging directory would stay behind. Here the three raise Interrupted
 inside a command, the output's staging directory is removed on the way out, and the CLI ends
 with one line and exit code 128 + the signal (130, 143, 129). tests/test_interrupt.py kills
-real runs at random points and checks what is left.
+real runs as seeded random stages start (gpudedup/stages.py announces them) and at chosen
+points, and checks what is left.
 """
 
 from __future__ import annotations
