@@ -185,19 +185,36 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out)
 
 
+@dataclass
+class Kept:
+    """Which items of a spilled sequence (rows, or active rows, of all shards) a run keeps, in
+    order: ``spilled(i)`` gives the places among the spilled items of kept items ``i`` (int64).
+    positions None: every item is kept, the common case (no input rule left anything out),
+    and then nothing per item is held."""
+
+    positions: Optional[np.ndarray]
+
+    @classmethod
+    def of_mask(cls, mask: np.ndarray) -> "Kept":
+        return cls(None if mask.all() else np.flatnonzero(mask))
+
+    def spilled(self, kept: np.ndarray) -> np.ndarray:
+        return kept if self.positions is None else self.positions[kept]
+
+
 class SpilledSignatures:
     """The signature rows of the active documents, gathered from the shards' memory-mapped
     signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host, for positions
-    into the run's active documents; spilled_positions: int64 (m,) the place of each among
-    the active rows spilled by every shard (all of them, unless the input rules left some out)."""
+    into the run's active documents; kept: which of the active rows spilled by every shard
+    they are (all of them, unless the input rules left some out); m: how many."""
 
-    def __init__(self, shards: Shards, width: int, spilled_positions: np.ndarray):
-        self.shards, self.spilled_positions = shards, spilled_positions
-        self.shape = (int(spilled_positions.shape[0]), width)
+    def __init__(self, shards: Shards, width: int, kept: Kept, m: int):
+        self.shards, self.kept = shards, kept
+        self.shape = (m, width)
         self._maps: dict[int, np.ndarray] = {}  # memory maps, opened once per shard
 
     def __getitem__(self, positions) -> np.ndarray:
-        positions = self.spilled_positions[np.asarray(positions, dtype=np.int64)]
+        positions = self.kept.spilled(np.asarray(positions, dtype=np.int64))
         out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
         for index, mine in by_shard(self.shards.active_starts, positions):
             if index not in self._maps:
@@ -330,16 +347,17 @@ def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np
                         np.searchsorted(docs, second))
 
 
-def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, lengths: np.ndarray,
-                   params: DedupParams, backend: BackendOrName, first: np.ndarray, second: np.ndarray,
+def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
+                   backend: BackendOrName, first: np.ndarray, second: np.ndarray, weights: np.ndarray,
                    executor: Executor) -> np.ndarray:
-    """Exact Jaccard of the pairs (first[i], second[i]): the sets of their documents are
-    spilled shard by shard (each shard read once), then the pairs are checked a chunk at a
-    time from the spill, so memory holds one shard and one chunk of sets."""
+    """Exact Jaccard (float64 (p,)) of the pairs (first[i], second[i]) of spilled rows: the
+    sets of their documents are spilled shard by shard (each shard read once), then the pairs
+    are checked a chunk at a time from the spill, so memory holds one shard and one chunk of
+    sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
     docs = np.unique(np.concatenate([first, second]))
     todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
             if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
-    chunks = weighted_ranges(lengths[first] + lengths[second], 8 * batch_bytes(params, as_backend(backend)))
+    chunks = weighted_ranges(weights, 8 * batch_bytes(params, as_backend(backend)))
     root = str(work.root)
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
@@ -392,9 +410,8 @@ class ShardedTable:
     ``table`` of its DedupResult. ``write_kept`` writes the kept rows; ``[text_field].take``
     gives a few texts (report.html)."""
 
-    def __init__(self, shards: Shards, reader: ShardReader, raw_of_row: np.ndarray, schema: pa.Schema,
-                 left_out: set[int]):
-        self.shards, self.reader, self.raw_of_row, self._schema = shards, reader, raw_of_row, schema
+    def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int]):
+        self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
         self.left_out = left_out
 
     def __getitem__(self, name: str):
@@ -406,7 +423,7 @@ class ShardedTable:
             def take(self, rows) -> pa.Array:
                 rows = np.asarray(rows.to_numpy() if hasattr(rows, "to_numpy") else rows, dtype=np.int64)
                 order = np.argsort(rows, kind="stable")
-                texts = outer.reader.texts(outer.shards, outer.raw_of_row[rows[order]])
+                texts = outer.reader.texts(outer.shards, outer.rows.spilled(rows[order]))
                 return texts.take(pa.array(np.argsort(order)))
 
         return Texts()
@@ -422,7 +439,7 @@ class ShardedTable:
 
     def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
         spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
-        spilled_keep[self.raw_of_row[keep]] = True
+        spilled_keep[self.rows.spilled(np.flatnonzero(keep))] = True
         for index in range(self.shards.count):
             if index in self.left_out:
                 continue  # its columns are not the run's; none of its rows is a document
@@ -487,29 +504,35 @@ class WorkDirStore:
                                           for index in pending], "the signatures")
         self.shards = shards = Shards.of(self.work, self.reader.files)
         self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
-        # The documents are the spilled rows ("raw" rows, all shards' rows as read) that the
-        # input rules keep, in order: raw_of_row int64 (n,).
-        self.raw_of_row = np.flatnonzero(self.combination.live)
-        self.documents = int(self.raw_of_row.shape[0])
-        spilled_active = shards.concat("active", shift_by_rows=True)
-        self.active_spilled = np.flatnonzero(self.combination.live[spilled_active])  # int64 (m,)
-        self.active = np.searchsorted(self.raw_of_row, spilled_active[self.active_spilled])
-        self.raw_lengths = shards.concat("lengths")
-        self.lengths = self.raw_lengths[self.raw_of_row]
-        self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_spilled)
+        # The documents are the spilled rows (all shards' rows as read) that the input rules
+        # keep, in order; so are the active documents among the spilled active rows.
+        live = self.combination.live
+        self.rows = Kept.of_mask(live)
+        self.documents = int(live.sum())
+        active = shards.concat("active", shift_by_rows=True)
+        self.active_rows = Kept.of_mask(live[active])
+        if self.rows.positions is None:
+            self.active, self.lengths = active, shards.concat("lengths")
+        else:
+            self.active = np.searchsorted(self.rows.positions, active[self.active_rows.positions])
+            self.lengths = shards.concat("lengths")[self.rows.positions]
+        del active
+        self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows,
+                                            int(self.active.shape[0]))
 
     @property
     def ids(self) -> pa.Array:
         return self.combination.ids
 
     def row_hashes(self) -> np.ndarray:
-        return self.shards.concat("row_hash")[self.active_spilled]
+        hashes = self.shards.concat("row_hash")
+        return hashes if self.active_rows.positions is None else hashes[self.active_rows.positions]
 
     def spilled_keep(self, in_lsh: np.ndarray) -> np.ndarray:
         """bool over the spilled active rows of every shard: the run's active documents where
         in_lsh (bool (m,))."""
         keep = np.zeros(int(self.shards.active_starts[-1]), dtype=bool)
-        keep[self.active_spilled[in_lsh]] = True
+        keep[self.active_rows.spilled(np.flatnonzero(in_lsh))] = True
         return keep
 
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
@@ -521,7 +544,7 @@ class WorkDirStore:
         for a task that reads the shard's keys (dask.band_key_rows)."""
         keep = self.spilled_keep(in_lsh)
         docs = np.full(keep.shape[0], -1, dtype=np.int64)
-        docs[self.active_spilled] = self.active
+        docs[self.active_rows.spilled(np.arange(self.active.shape[0]))] = self.active
         starts = self.shards.active_starts
         return [(index, docs[starts[index]:starts[index + 1]], keep[starts[index]:starts[index + 1]])
                 for index in range(self.shards.count)]
@@ -538,8 +561,9 @@ class WorkDirStore:
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
                       progress: Progress) -> np.ndarray:
-        return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.raw_lengths, self.params,
-                              self.task_backend(executor), self.raw_of_row[first], self.raw_of_row[second], executor)
+        return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
+                              self.rows.spilled(first), self.rows.spilled(second),
+                              self.lengths[first] + self.lengths[second], executor)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live
@@ -567,5 +591,5 @@ class WorkDirStore:
 
     def table(self) -> "ShardedTable":
         """The input rows of the run's documents (DedupResult.table)."""
-        return ShardedTable(self.shards, self.reader, self.raw_of_row, self.combination.schema,
+        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema,
                             self.combination.left_out)
