@@ -293,17 +293,37 @@ def test_incompatible_columns_stop_the_staged_cli_with_one_line(tmp_path):
     assert "cannot be combined" in staged.output and not (tmp_path / "s").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="on_error='skip' leaves out a file whose ids or columns cannot be combined "
-                   "and later documents with a repeated id (reader.compatible_parts, drop_duplicate_ids); the staged "
-                   "run stops on them with an InputError right after the signatures (streaming.check_shards) "
-                   "instead (a known limit, README 'Larger than memory')")
-def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
+def rules_corpus(tmp_path: Path) -> Path:
+    """Files that the input rules must sort out under on_error="skip": b.jsonl's ids are
+    strings where a.jsonl's are integers (left out whole), c.jsonl repeats the ids 55..59 of
+    a.jsonl (those rows left out) around a malformed line, d.jsonl has a column of its own and
+    near copies of a.jsonl, e.jsonl has a number for a text (its record left out)."""
     corpus = two_id_kinds(tmp_path)
-    texts = make_texts(40, seed=8)
-    write_jsonl(corpus / "c.jsonl", [{"id": i, "text": t} for i, t in zip(range(55, 95), texts)])  # ids 55..59 repeat
+    texts = make_texts(60, seed=8)
+    write_jsonl(corpus / "c.jsonl", [{"id": i, "text": t} for i, t in zip(range(55, 95), texts)])
+    lines = (corpus / "c.jsonl").read_text().splitlines(keepends=True)
+    (corpus / "c.jsonl").write_text("".join(lines[:3] + ["not json\n"] + lines[3:]))
+    first = [json.loads(line)["text"] for line in (corpus / "a.jsonl").read_text().splitlines()[:20]]
+    write_jsonl(corpus / "d.jsonl", [{"id": 1000 + i, "text": t + " end", "extra": i} for i, t in enumerate(first)])
+    (corpus / "e.jsonl").write_text('{"id": 2000, "text": 5}\n')
+    return corpus
+
+
+def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
+    corpus = rules_corpus(tmp_path)
     memory = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip")
     staged = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip", work_dir=tmp_path / "work")
     assert_same_results(memory, staged)
+    reasons = [record["reason"] for record in memory.skipped_records]
+    assert sum(reason.startswith("duplicate id") for reason in reasons) == 5
+    assert any("cannot be combined" in reason for reason in reasons) and len(reasons) == 8
+    assert memory.report["results"]["clusters"] > 0  # d.jsonl's near copies
+    for fmt in ("jsonl", "parquet"):
+        memory.write(tmp_path / f"m-{fmt}", format=fmt)
+        staged.write(tmp_path / f"s-{fmt}", format=fmt)
+        assert_same_files(tmp_path / f"m-{fmt}", tmp_path / f"s-{fmt}", fmt)
+        assert (tmp_path / f"m-{fmt}" / "errors.jsonl").read_bytes() == \
+            (tmp_path / f"s-{fmt}" / "errors.jsonl").read_bytes()
 
 
 def test_an_all_null_jsonl_shard_keeps_the_parquet_text_type(tmp_path):
