@@ -23,8 +23,12 @@ from conservation import ConservationError, RunArgs, check_output_dir, check_res
 @pytest.fixture(autouse=True)
 def watchdog(request):
     """Fail a test that runs over 30 s (they take well under that) instead of hanging the suite.
-    GPU tests get 300 s: on a fresh machine CuPy compiles its own kernels on first use."""
-    limit = 300 if request.node.get_closest_marker("gpu") else 30
+    GPU tests get 300 s: on a fresh machine CuPy compiles its own kernels on first use. A test
+    marked ``timeout(seconds)`` gets that limit when it is longer: the watchdog never cuts a
+    test's own longer limit short."""
+    default = 300 if request.node.get_closest_marker("gpu") else 30
+    marker = request.node.get_closest_marker("timeout")
+    limit = max(default, int(marker.args[0])) if marker else default
     if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -3,8 +3,9 @@
 --max-memory must stop a run before it is killed, and reading is where a run over a large
 input first grows: every file's table stays in memory (the Corpus), while one file is parsed
 its raw bytes and the parser's buffers are alive beside the tables read before it, and the
-tables are then combined into one text buffer. Measured, the resident set peaks at about 2.7
-times the text read (tests/test_memory_budget.py), so the estimate is KEPT_FACTOR times the
+tables are then combined into one text buffer. Measured when the factors were chosen, the
+resident set peaked at about 2.7 times the text read; tests/test_memory_budget.py checks that
+the estimate covers what real reads allocate. So the estimate is KEPT_FACTOR times the
 files' text, plus the largest transient of one file, plus a constant for the readers' own
 buffers. The figures come from the files themselves, without reading their texts into memory:
 
