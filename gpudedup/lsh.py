@@ -210,8 +210,8 @@ def candidate_pairs(keys, docs, window: int, xp=np):
     """Candidate pairs over all bands, each pair once.
 
     keys: uint64 (n, b) band keys; docs: int64 (n,) ascending document indices of the rows;
-    host or xp's side (host keys move to xp's side one band at a time). Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), on xp's
-    side.
+    host or xp's side (host keys move to xp's side one band at a time). Returns (a int64 (p,),
+    b int64 (p,)), a < b, sorted by (a, b), on xp's side.
     """
     codes = []
     docs = to_side(docs, xp)

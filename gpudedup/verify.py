@@ -69,7 +69,8 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
 
     shingles_of(docs): host ShingleBatch of the given documents (repeats allowed).
     docs: int64 (m,) ascending; doc_cost: int64 (m,) text lengths in code points (a bound on
-    the shingles), to shingle ``batch_cost`` at a time; map_batches: an order-keeping map over the batches (the pipeline's runs threads).
+    the shingles), to shingle ``batch_cost`` at a time; map_batches: an order-keeping map over
+    the batches (the in-memory store's runs threads).
     Row i is docs[i]'s set, with sorted, distinct column indices (canonical CSR).
 
     The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64

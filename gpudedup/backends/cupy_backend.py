@@ -37,7 +37,8 @@ class CupyBackend(KernelBackend):
         super().__init__(
             cupy,
             CupyKernels(cupy),
-            description=f"cupy {cupy.__version__} on {device_name()} (CUDA runtime {runtime // 1000}.{runtime % 1000 // 10})",
+            description=(f"cupy {cupy.__version__} on {device_name()} "
+                         f"(CUDA runtime {runtime // 1000}.{runtime % 1000 // 10})"),
             tables=device_tables(),
             stream_factory=lambda: cupy.cuda.Stream(non_blocking=True),
         )

@@ -46,8 +46,8 @@ class KernelBackend:
                  stream_factory=None):
         """xp: the array module (cupy on a GPU); kernels: a loader with
         ``get(file_name, kernel_name, defines) -> kernel(grid, block, args)``; tables: the
-        normalisation tables on xp's side (None: the host's, copied there); stream_factory: makes a stream for batches (None: no
-        streams, for host runs)."""
+        normalisation tables on xp's side (None: the host's, copied there); stream_factory:
+        makes a stream for batches (None: no streams, for host runs)."""
         self.xp = xp
         self.kernels = kernels
         self.description = description
