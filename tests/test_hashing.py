@@ -1,8 +1,8 @@
 """hashing.py: the frozen hash family, checked against plain Python-int definitions.
 
-The oracles below are written from the module docstring, independently of the package's own
-``*_scalar`` functions; those are checked against them too, because they are the oracles the
-rest of the test suite leans on.
+The oracles (tests/oracles.py) are written from the module docstring, independently of the
+package's own ``*_scalar`` functions, with the frozen constants spelled out; the ``*_scalar``
+functions are checked against them too.
 """
 
 import numpy as np
@@ -23,37 +23,8 @@ from gpudedup.hashing import (
     powers_mod64,
     splitmix64_scalar,
 )
-
-M64 = 2**64
-
-
-def oracle_fmix64(h):
-    # MurmurHash3 fmix64 (Appleby), Python ints.
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) % M64
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) % M64
-    h ^= h >> 33
-    return h
-
-
-def oracle_poly_hash64(units):
-    h = 0xCBF29CE484222325
-    for u in units:
-        h = (h * 0x9E3779B97F4A7C15 + u) % M64
-    return oracle_fmix64(h)
-
-
-def oracle_splitmix64(seed, count):
-    state, out = seed % M64, []
-    for _ in range(count):
-        state = (state + 0x9E3779B97F4A7C15) % M64
-        z = state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % M64
-        out.append(z ^ (z >> 31))
-    return out
-
+from oracles import M64, oracle_fmix64, oracle_poly_hash64, oracle_splitmix64
+import oracles
 
 EDGE_U64 = [0, 1, 2, 0x7FFFFFFF, 0x80000000, MASK32, 1 << 32, (1 << 63) - 1, 1 << 63, MASK64 - 1,
             MASK64, POLY_BASE, POLY_OFFSET]
@@ -64,10 +35,12 @@ def random_u64(rng, size):
 
 
 def test_constants():
+    # The package's constants are the frozen specification values the oracles spell out.
+    assert (POLY_BASE, POLY_OFFSET) == (oracles.POLY_BASE, oracles.POLY_OFFSET)
     assert (POLY_BASE * POLY_BASE_INV) % M64 == 1
     assert POLY_BASE % 2 == 1
     assert MASK64 == M64 - 1 and MASK32 == 2**32 - 1
-    assert hashing.EMPTY_SIGNATURE_VALUE == 0xFFFFFFFF
+    assert hashing.EMPTY_SIGNATURE_VALUE == oracles.EMPTY_SIGNATURE_VALUE == 0xFFFFFFFF
 
 
 def test_fmix64_scalar_matches_definition():
@@ -105,7 +78,7 @@ def test_poly_hash64_scalar_distinguishes_leading_zeros_and_order():
     assert poly_hash64_scalar([]) != poly_hash64_scalar([0])
     assert poly_hash64_scalar([0]) != poly_hash64_scalar([0, 0])
     assert poly_hash64_scalar([1, 2]) != poly_hash64_scalar([2, 1])
-    assert poly_hash64_scalar([]) == oracle_fmix64(POLY_OFFSET)
+    assert poly_hash64_scalar([]) == oracle_fmix64(oracles.POLY_OFFSET)
 
 
 @pytest.mark.parametrize("width", [0, 1, 2, 3, 8, 32])
@@ -154,13 +127,15 @@ def test_splitmix64_scalar_matches_definition():
 
 
 def test_splitmix64_published_reference_outputs():
-    # First outputs of Vigna's splitmix64.c from seed 1477776061723855037, as published in the
-    # reference test of rand_xoshiro (rust-random/rngs, rand_xoshiro/src/splitmix64.rs).
+    # Frozen specification values, not a measurement: the first outputs of Vigna's splitmix64.c
+    # from seed 1477776061723855037, as published in the reference test of rand_xoshiro
+    # (rust-random/rngs, rand_xoshiro/src/splitmix64.rs). They check the oracle as well.
     expected = [1985237415132408290, 2979275885539914483, 13511426838097143398,
                 8488337342461049707, 15141737807933549159, 17093170987380407015,
                 16389528042912955399, 13177319091862933652, 10841969400225389492,
                 17094824097954834098]
     assert splitmix64_scalar(1477776061723855037, 10) == expected
+    assert oracle_splitmix64(1477776061723855037, 10) == expected
 
 
 @pytest.mark.parametrize("num_perm", [1, 2, 7, 128, 1000])
@@ -169,9 +144,9 @@ def test_draw_permutations_follow_splitmix(num_perm):
     assert perms.count == num_perm
     assert perms.a.dtype == np.uint32 and perms.b.dtype == np.uint32
     assert perms.a.shape == (num_perm,) and perms.b.shape == (num_perm,)
-    draws = oracle_splitmix64(42, num_perm)
-    assert [int(a) for a in perms.a] == [(z % 2**32) | 1 for z in draws]
-    assert [int(b) for b in perms.b] == [z >> 32 for z in draws]
+    a, b = oracles.oracle_permutations(42, num_perm)
+    assert [int(v) for v in perms.a] == a
+    assert [int(v) for v in perms.b] == b
     assert np.all(perms.a % 2 == 1)
 
 

@@ -1,6 +1,7 @@
 """normalize.py and shingling.py against a plain-Python oracle of the canonical definition.
 
-The oracle is written from DESIGN.md ("Canonical shingling") and normalize.py's docstring:
+The oracle (tests/oracles.py) is written from DESIGN.md ("Canonical shingling") and
+normalize.py's docstring, and hashes with its own poly_hash64, not gpudedup's:
 - lower-case per code point with str.lower, except U+0130 (capital I with dot above), whose
   simple lowercase mapping is 'i' (str.lower gives the two code points 'i' + U+0307); being
   per code point, Greek capital sigma always becomes U+03C3, never the final form U+03C2;
@@ -12,8 +13,6 @@ The oracle is written from DESIGN.md ("Canonical shingling") and normalize.py's 
 - a shingle's hash is poly_hash64 of its code points.
 """
 
-import re
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -23,49 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudedup import normalize, shingling
-from gpudedup.hashing import poly_hash64_scalar
 from gpudedup.normalize import encode_codepoints, normalize_codepoints, normalize_text
 from gpudedup.shingling import ShingleSpec, shingle_hashes, shingle_sets
+from oracles import WHITE_SPACE, oracle_hashes, oracle_normalize, oracle_poly_hash64, oracle_shingles
 
-# --- the oracle ---------------------------------------------------------------------------
-
-# Unicode 14 PropList.txt, White_Space (25 code points), written out here on purpose.
-WHITE_SPACE = (
-    "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680"
-    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000"
-)
-WHITE_RUN = re.compile("[" + re.escape(WHITE_SPACE) + "]+")
-
-
-def oracle_lower(ch):
-    if ch == "\u0130":
-        return "i"
-    lowered = ch.lower()
-    assert len(lowered) == 1, f"U+{ord(ch):04X} has a multi-code-point lowercase"
-    return lowered
-
-
-def oracle_normalize(text):
-    if text is None:
-        return ""
-    lowered = "".join(oracle_lower(ch) for ch in text)
-    return " ".join(token for token in WHITE_RUN.split(lowered) if token)
-
-
-def oracle_shingles(text, kind, n):
-    norm = oracle_normalize(text)
-    if not norm:
-        return []
-    units = norm.split(" ") if kind == "word" else list(norm)
-    joiner = " " if kind == "word" else ""
-    if len(units) < n:
-        return [norm]
-    return [joiner.join(units[i:i + n]) for i in range(len(units) - n + 1)]
-
-
-def oracle_hashes(text, kind, n):
-    return [poly_hash64_scalar(map(ord, s)) for s in oracle_shingles(text, kind, n)]
+# --- comparing with the oracle --------------------------------------------------------------
 
 
 def rows_of(batch):
@@ -147,8 +108,8 @@ def test_information_separators_are_not_white_space(separator):
     assert normalize_text(f"a{separator}b") == f"a{separator}b"
     assert normalize_text(f" {separator} ") == separator
     batch = shingle_hashes([f"x{separator}y z"], ShingleSpec("word", 1))
-    assert rows_of(batch) == [[poly_hash64_scalar(map(ord, f"x{separator}y")),
-                               poly_hash64_scalar(map(ord, "z"))]]
+    assert rows_of(batch) == [[oracle_poly_hash64(map(ord, f"x{separator}y")),
+                               oracle_poly_hash64(map(ord, "z"))]]
 
 
 @pytest.mark.parametrize("white", list(WHITE_SPACE))
@@ -206,7 +167,7 @@ def test_short_documents_have_exactly_one_shingle():
     for kind, text, n in [("word", "one two", 3), ("char", "ab", 5), ("char", "  a  ", 2),
                           ("word", "İ", 4), ("char", "😀", 2)]:
         batch = check_batch([text], kind, n)
-        assert rows_of(batch) == [[poly_hash64_scalar(map(ord, oracle_normalize(text)))]]
+        assert rows_of(batch) == [[oracle_poly_hash64(map(ord, oracle_normalize(text)))]]
 
 
 def test_empty_documents_have_no_shingles():
@@ -224,9 +185,9 @@ def test_empty_batch():
 
 
 def test_n_equal_to_length_gives_one_shingle_and_n_one_gives_units():
-    assert rows_of(check_batch(["abc"], "char", 3)) == [[poly_hash64_scalar([97, 98, 99])]]
-    assert rows_of(check_batch(["a b c"], "word", 3)) == [[poly_hash64_scalar(map(ord, "a b c"))]]
-    assert rows_of(check_batch(["abca"], "char", 1)) == [[poly_hash64_scalar([c]) for c in b"abca"]]
+    assert rows_of(check_batch(["abc"], "char", 3)) == [[oracle_poly_hash64([97, 98, 99])]]
+    assert rows_of(check_batch(["a b c"], "word", 3)) == [[oracle_poly_hash64(map(ord, "a b c"))]]
+    assert rows_of(check_batch(["abca"], "char", 1)) == [[oracle_poly_hash64([c]) for c in b"abca"]]
 
 
 def test_repeats_are_kept_in_text_order_and_removed_in_sets():
