@@ -1,8 +1,6 @@
-"""Tests for gpudedup.allpairs: the prefix-filtering join against the brute-force oracle, and the
-oracle against plain Python set arithmetic."""
-
-from fractions import Fraction
-from itertools import combinations
+"""Tests for gpudedup.allpairs: the prefix-filtering join and the package's own brute force,
+each against the independent oracle (tests/oracles.py: every pair of Python sets compared, with
+the exact threshold rule), and the oracle's fast form against its brute force."""
 
 import numpy as np
 import pytest
@@ -10,12 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudedup import allpairs
-from gpudedup.allpairs import (
-    MAX_THRESHOLD_DENOMINATOR,
-    SimilarPairs,
-    brute_force_similar_pairs,
-    exact_similar_pairs,
-)
+from gpudedup.allpairs import SimilarPairs, brute_force_similar_pairs, exact_similar_pairs
+from oracles import is_similar, similar_pairs, similar_pairs_matrix
 
 THRESHOLDS = [1 / 3, 0.5, 0.65, 0.7, 0.8, 0.9, 1.0]
 # An odd multiplier maps small ints to distinct 64-bit values spread over the whole range, so
@@ -32,27 +26,15 @@ def to_csr(sets: list[set[int]]) -> tuple[np.ndarray, np.ndarray]:
     return offsets, hashes
 
 
-def python_pairs(sets: list[set[int]], threshold: float) -> list[tuple[int, int, float]]:
-    """Every (a, b, J) with a < b and J >= threshold, by Python set arithmetic over all pairs."""
-    exact_threshold = Fraction(threshold).limit_denominator(MAX_THRESHOLD_DENOMINATOR)
-    found = []
-    for a, b in combinations(range(len(sets)), 2):
-        union = len(sets[a] | sets[b])
-        if union and Fraction(len(sets[a] & sets[b]), union) >= exact_threshold:
-            found.append((a, b, len(sets[a] & sets[b]) / union))
-    return found
-
-
 def as_list(pairs: SimilarPairs) -> list[tuple[int, int, float]]:
     return list(zip(pairs.doc_a.tolist(), pairs.doc_b.tolist(), pairs.jaccard.tolist()))
 
 
-def assert_same_pairs(actual: SimilarPairs, expected: SimilarPairs) -> None:
+def assert_oracle_pairs(actual: SimilarPairs, expected: dict[tuple[int, int], float]) -> None:
+    """The pairs, in order, and their Jaccard values, bit for bit, are the oracle's."""
     assert actual.doc_a.dtype == np.int64 and actual.doc_b.dtype == np.int64
     assert actual.jaccard.dtype == np.float64
-    np.testing.assert_array_equal(actual.doc_a, expected.doc_a)
-    np.testing.assert_array_equal(actual.doc_b, expected.doc_b)
-    np.testing.assert_array_equal(actual.jaccard, expected.jaccard)
+    assert as_list(actual) == [(a, b, j) for (a, b), j in sorted(expected.items())]
 
 
 def planted_corpus(
@@ -75,15 +57,27 @@ def planted_corpus(
     return sets
 
 
-# --- the oracle --------------------------------------------------------------------------------
+# --- the package's brute force, and the oracle's two forms ------------------------------------
 
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("threshold", THRESHOLDS)
 def test_brute_force_matches_python_sets(seed, threshold):
     sets = planted_corpus(np.random.default_rng(seed), n_docs=40, max_size=10, vocabulary=30)
-    expected = python_pairs(sets, threshold)
-    assert as_list(brute_force_similar_pairs(*to_csr(sets), threshold)) == expected
+    assert_oracle_pairs(brute_force_similar_pairs(*to_csr(sets), threshold), similar_pairs(sets, threshold))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("threshold", THRESHOLDS + [0.05])
+def test_oracle_matrix_form_equals_its_brute_force(seed, threshold):
+    # similar_pairs_matrix stands in for the brute force on corpora too large for it (the
+    # shipped sample); it must find exactly the same pairs, empty and identical sets included.
+    sets = planted_corpus(np.random.default_rng(50 + seed), n_docs=150, max_size=30, vocabulary=60)
+    sets += [set(), set(), sets[0]]
+    expected = similar_pairs(sets, threshold)
+    assert len(expected) > 0
+    assert similar_pairs_matrix(sets, threshold) == expected
+    assert list(similar_pairs_matrix(sets, threshold)) == sorted(expected)
 
 
 # --- exact_similar_pairs against the oracle ----------------------------------------------------
@@ -116,7 +110,7 @@ def corpora(draw) -> list[set[int]]:
 def test_exact_matches_brute_force(sets, threshold, max_chunk_elements):
     offsets, hashes = to_csr(sets)
     actual = exact_similar_pairs(offsets, hashes, threshold, max_chunk_elements=max_chunk_elements)
-    assert_same_pairs(actual, brute_force_similar_pairs(offsets, hashes, threshold))
+    assert_oracle_pairs(actual, similar_pairs(sets, threshold))
 
 
 @pytest.mark.parametrize("threshold", [0.5, 0.7, 0.8, 0.9])
@@ -126,13 +120,13 @@ def test_exact_matches_brute_force_on_larger_sets(threshold):
     # many generation and comparison batches.
     sets = planted_corpus(np.random.default_rng(7), n_docs=600, max_size=80, vocabulary=400)
     offsets, hashes = to_csr(sets)
-    expected = brute_force_similar_pairs(offsets, hashes, threshold)
-    assert expected.doc_a.shape[0] > 100
+    expected = similar_pairs_matrix(sets, threshold)
+    assert len(expected) > 100
     for max_chunk_elements in (1 << 10, allpairs.DEFAULT_MAX_CHUNK_ELEMENTS):
         actual = exact_similar_pairs(
             offsets, hashes, threshold, max_chunk_elements=max_chunk_elements
         )
-        assert_same_pairs(actual, expected)
+        assert_oracle_pairs(actual, expected)
 
 
 @pytest.mark.parametrize("head_extension", [0, 1, 1000])
@@ -144,7 +138,7 @@ def test_result_does_not_depend_on_head_extension(monkeypatch, head_extension, t
     sets = planted_corpus(np.random.default_rng(3), n_docs=200, max_size=40, vocabulary=150)
     offsets, hashes = to_csr(sets)
     actual = exact_similar_pairs(offsets, hashes, threshold)
-    assert_same_pairs(actual, brute_force_similar_pairs(offsets, hashes, threshold))
+    assert_oracle_pairs(actual, similar_pairs(sets, threshold))
 
 
 # --- boundaries and special cases --------------------------------------------------------------
@@ -170,6 +164,7 @@ def test_exactly_at_threshold(shared, only_first, only_second, threshold, simila
     common = set(range(shared))
     first = common | set(range(100, 100 + only_first))
     second = common | set(range(200, 200 + only_second))
+    assert is_similar(first, second, threshold) == similar  # the oracle reads the rule the same way
     offsets, hashes = to_csr([first, second])
     expected = [(0, 1)] if similar else []
     for find in (exact_similar_pairs, brute_force_similar_pairs):
