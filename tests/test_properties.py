@@ -8,43 +8,32 @@ For every generated corpus:
 - recall: every planted pair whose exact Jaccard (Python sets over the canonical shingles, an
   oracle independent of gpudedup's hashing) is at or above the threshold is found, up to the
   misses the S-curve allows: the count of missed pairs stays within a Poisson bound of the
-  expected count sum(1 - P(J)).
+  expected count sum(1 - P(J)), with the banding and P from the oracles (exhaustive search,
+  1 - (1 - s**r)**b), not from gpudedup's lsh.py.
 Every verified pair is a true pair of the oracle (exact verification admits no false pair).
+The oracles are tests/oracles.py's.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpudedup
-from gpudedup.lsh import choose_bands, collision_probability
 
 from conftest import assert_conserved
+from oracles import is_similar, jaccard, oracle_banding, s_curve, shingle_set
 
 VOCABULARY = [f"w{i}" for i in range(400)] + ["Émile", "straße", "ΣΟΦΙΑ", "日本"]
 NGRAM = 5
 THRESHOLD = 0.7
 
 
-def oracle_shingles(text: str) -> set[str]:
-    """Word 5-grams of the canonical definition, in plain Python (lower-case, white space runs
-    to one space, ends stripped; a text shorter than n words is one shingle)."""
-    words = re.sub(r"\s+", " ", text.lower()).strip().split(" ")
-    words = [w for w in words if w]
-    if not words:
-        return set()
-    if len(words) < NGRAM:
-        return {" ".join(words)}
-    return {" ".join(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
-
-
-def jaccard(a: set, b: set) -> float:
-    return len(a & b) / len(a | b) if a | b else 0.0
+# test_copies.py imports the word 5-gram oracle under this name.
+oracle_shingles = shingle_set
 
 
 @st.composite
@@ -83,15 +72,17 @@ def test_planted_pairs_conservation_and_batch_size_determinism(corpus, batch_byt
     assert small.pairs.equals(reference.pairs) and small.clusters.equals(reference.clusters)
     np.testing.assert_array_equal(small.keep, reference.keep)
 
-    shingles = [oracle_shingles(text) for text in texts]
+    shingles = [shingle_set(text, "word", NGRAM) for text in texts]
     # Copies of one text are listed as a star; all_pairs spells out the pairs they stand for.
     all_pairs = reference.all_pairs()
     found = set(zip(all_pairs["id_a"].to_pylist(), all_pairs["id_b"].to_pylist()))
     for a, b in found:  # exact verification: every reported pair is a true one
-        assert jaccard(shingles[a], shingles[b]) >= THRESHOLD - 1e-12
-    banding = choose_bands(THRESHOLD, 128)
+        assert is_similar(shingles[a], shingles[b], THRESHOLD), (a, b)
+    # The default settings: 128 permutations, at most 1% of pairs at the threshold missed.
+    bands, rows = oracle_banding(THRESHOLD, 128, 0.01)
+    assert (reference.report["parameters"]["bands"], reference.report["parameters"]["rows"]) == (bands, rows)
     above = [(a, b, jaccard(shingles[a], shingles[b])) for a, b in planted]
-    above = [(a, b, j) for a, b, j in above if j >= THRESHOLD]
-    expected_misses = sum(1.0 - float(collision_probability(j, banding.bands, banding.rows)) for _, _, j in above)
+    above = [(a, b, j) for a, b, j in above if is_similar(shingles[a], shingles[b], THRESHOLD)]
+    expected_misses = sum(1.0 - s_curve(j, bands, rows) for _, _, j in above)
     misses = sum((a, b) not in found for a, b, _ in above)
     assert misses <= expected_misses + 4 * math.sqrt(expected_misses) + 2, (misses, expected_misses)
