@@ -1,40 +1,10 @@
-"""cluster.find_clusters against a union-find oracle written here."""
+"""cluster.find_clusters against the union-find oracle of tests/oracles.py."""
 
 import numpy as np
 import pytest
 
 from gpudedup.cluster import find_clusters
-
-
-def oracle_clusters(n_docs, edges, lengths, policy):
-    parent = list(range(n_docs))
-
-    def root(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    members = {}
-    for d in range(n_docs):
-        members.setdefault(root(d), []).append(d)
-    groups = sorted((m for m in members.values() if len(m) > 1), key=lambda m: m[0])
-    docs, cluster, keep = [], {}, {}
-    for number, group in enumerate(groups):
-        if policy == "first":
-            kept = group[0]
-        else:
-            kept = max(group, key=lambda d: (lengths[d], -d))  # longest, then the first
-        for d in group:
-            cluster[d] = number
-            keep[d] = d == kept
-        docs += group
-    docs.sort()
-    return docs, [cluster[d] for d in docs], [keep[d] for d in docs]
+from oracles import oracle_clusters
 
 
 def as_lists(clusters):

@@ -1,4 +1,5 @@
-"""minhash.py against a brute-force Python computation, and the statistics of the signatures."""
+"""minhash.py against a brute-force Python computation (tests/oracles.py: the signatures and the
+permutations from the specification), and the statistics of the signatures."""
 
 import math
 
@@ -6,25 +7,10 @@ import numpy as np
 import pytest
 
 from gpudedup import minhash
-from gpudedup.hashing import EMPTY_SIGNATURE_VALUE, Permutations, draw_permutations
+from gpudedup.hashing import Permutations, draw_permutations
 from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
-
-M32 = 2**32
-
-
-def oracle_signatures(rows, perms):
-    a = [int(v) for v in perms.a]
-    b = [int(v) for v in perms.b]
-    out = []
-    for row in rows:
-        if len(row) == 0:
-            out.append([0xFFFFFFFF] * len(a))
-        else:
-            low = [int(x) % M32 for x in row]
-            out.append([min((ak * x + bk) % M32 for x in low) for ak, bk in zip(a, b)])
-    return out
-
+from oracles import EMPTY_SIGNATURE_VALUE, oracle_hashes, oracle_permutations, oracle_signatures
 
 def random_rows(rng, n_docs, max_len, empty_every=0):
     rows = []
@@ -57,7 +43,7 @@ def test_brute_force_on_random_batches(batch_from_rows):
     rows = EDGE_ROWS + random_rows(rng, 40, 30, empty_every=7)
     sig = minhash_signatures(batch_from_rows(rows), perms)
     assert sig.dtype == np.uint32 and sig.shape == (len(rows), 24)
-    assert sig.tolist() == oracle_signatures(rows, perms)
+    assert sig.tolist() == oracle_signatures(rows, *oracle_permutations(3, 24))
 
 
 def test_high_bits_of_hashes_are_ignored(batch_from_rows):
@@ -72,9 +58,10 @@ def test_signatures_of_real_shingles(batch_from_rows):
     texts = ["the cat sat on the mat", None, "", "the cat sat on a mat", "ΣΟΦΟΣ 😀 中文 " * 5, "x"]
     perms = draw_permutations(32, seed=42)
     batch = shingle_hashes(texts, ShingleSpec("char", 3))
-    rows = [batch.hashes[batch.offsets[d]:batch.offsets[d + 1]].tolist() for d in range(len(texts))]
+    # From text to signature without gpudedup: the oracle's shingle hashes and permutations.
+    rows = [oracle_hashes(text, "char", 3) for text in texts]
     sig = minhash_signatures(batch, perms)
-    assert sig.tolist() == oracle_signatures(rows, perms)
+    assert sig.tolist() == oracle_signatures(rows, *oracle_permutations(42, 32))
     assert np.all(sig[1] == EMPTY_SIGNATURE_VALUE) and np.all(sig[2] == EMPTY_SIGNATURE_VALUE)
 
 
@@ -82,7 +69,7 @@ def test_empty_documents_and_empty_batches(batch_from_rows):
     perms = draw_permutations(8, seed=1)
     sig = minhash_signatures(batch_from_rows([[], [], []]), perms)
     assert sig.shape == (3, 8) and sig.dtype == np.uint32
-    assert np.all(sig == 0xFFFFFFFF)
+    assert np.all(sig == EMPTY_SIGNATURE_VALUE)
     sig = minhash_signatures(batch_from_rows([]), perms)
     assert sig.shape == (0, 8) and sig.dtype == np.uint32
 
@@ -103,7 +90,7 @@ def test_block_boundaries(monkeypatch, batch_from_rows, block):
     lengths = [0, 0, 1, 4, 0, 9, 2, 0, 0, 0, 3, 1, 1, 17, 0, 5, 0, 2, 0, 0]
     rows = [rng.integers(0, 2**64, size=n, dtype=np.uint64).tolist() for n in lengths]
     perms = draw_permutations(12, seed=block)
-    expected = oracle_signatures(rows, perms)
+    expected = oracle_signatures(rows, *oracle_permutations(block, 12))
     monkeypatch.setattr(minhash, "BLOCK_SHINGLES", block)
     runs = []
     original = minhash.blocks_of_documents
@@ -138,7 +125,7 @@ def test_block_boundaries_on_a_larger_batch(monkeypatch, batch_from_rows):
     rows = random_rows(rng, 300, 40, empty_every=4)
     perms = draw_permutations(8, seed=5)
     batch = batch_from_rows(rows)
-    expected = oracle_signatures(rows, perms)
+    expected = oracle_signatures(rows, *oracle_permutations(5, 8))
     for block in [1, 13, 100, 1 << 16]:
         monkeypatch.setattr(minhash, "BLOCK_SHINGLES", block)
         assert minhash_signatures(batch, perms).tolist() == expected
