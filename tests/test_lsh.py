@@ -1,5 +1,8 @@
 """lsh.py: the S-curve against Monte Carlo, the banding rule, and candidate pairs against a
-brute-force bucket oracle (including the bound on huge buckets and its effect on recall)."""
+brute-force bucket oracle (including the bound on huge buckets and its effect on recall).
+
+The probabilities expected are the formula 1 - (1 - s**r)**b and the banding rule by exhaustive
+search (tests/oracles.py), never lsh.collision_probability or lsh.choose_bands themselves."""
 
 import itertools
 import math
@@ -11,7 +14,7 @@ import pytest
 
 from gpudedup.cluster import find_clusters
 from gpudedup.errors import ParameterError
-from gpudedup.hashing import draw_permutations, poly_hash64_scalar
+from gpudedup.hashing import draw_permutations
 from gpudedup.lsh import (
     Banding,
     band_keys,
@@ -24,13 +27,14 @@ from gpudedup.lsh import (
 from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
 from gpudedup.verify import document_sets, pair_jaccard
+from oracles import min_bands, oracle_banding, oracle_poly_hash64, s_curve
 
 # --- the S-curve --------------------------------------------------------------------------
 
 
 def test_collision_probability_formula():
     for s, b, r in [(0.0, 5, 3), (1.0, 5, 3), (0.5, 1, 1), (0.8, 9, 13), (0.3, 50, 2)]:
-        assert float(collision_probability(s, b, r)) == pytest.approx(1 - (1 - s**r) ** b, abs=1e-15)
+        assert float(collision_probability(s, b, r)) == pytest.approx(s_curve(s, b, r), abs=1e-15)
     curve = collision_probability(np.linspace(0, 1, 101), 20, 5)
     assert curve.shape == (101,)
     assert np.all(np.diff(curve) >= 0) and curve[0] == 0 and curve[-1] == 1
@@ -63,7 +67,7 @@ def test_candidate_rate_matches_s_curve(jaccard_pairs, bands, rows, similarity):
     expected = any_band_equal(signatures, 2 * pair_index, 2 * pair_index + 1, banding)
     assert np.array_equal(np.flatnonzero(expected), first // 2)
 
-    p = float(collision_probability(jaccard, bands, rows))
+    p = s_curve(jaccard, bands, rows)
     rate = first.shape[0] / PAIRS
     assert abs(rate - p) <= 5 * math.sqrt(p * (1 - p) / PAIRS) + 1e-9, (rate, p)
 
@@ -79,31 +83,12 @@ def test_band_keys_hash_each_band():
     for d in range(20):
         for band in range(7):
             units = [int(v) for v in signatures[d, band * 4:(band + 1) * 4]]
-            assert int(keys[d, band]) == poly_hash64_scalar(units)
+            assert int(keys[d, band]) == oracle_poly_hash64(units)
     assert np.array_equal(keys[0], keys[1])
     assert keys[0, 0] == keys[2, 0] and not np.any(keys[0, 1:] == keys[2, 1:])
 
 
 # --- choosing bands -----------------------------------------------------------------------
-
-
-def min_bands(threshold, rows, max_fn, limit):
-    """The smallest b <= limit with miss probability (1 - t**r)**b <= max_fn, else None
-    (a direct search, no closed form)."""
-    miss_one_band = 1.0 - threshold**rows
-    for b in range(1, limit + 1):
-        if miss_one_band**b <= max_fn:
-            return b
-    return None
-
-
-def oracle_banding(threshold, num_perm, max_fn=0.01):
-    feasible = [(r, min_bands(threshold, r, max_fn, num_perm // r)) for r in range(1, num_perm + 1)]
-    feasible = [(r, b) for r, b in feasible if b is not None]
-    if not feasible:
-        return None
-    r, b = max(feasible)
-    return b, r
 
 
 THRESHOLDS = [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
@@ -123,7 +108,7 @@ def test_choose_bands_grid(num_perm):
         assert b >= 1 and r >= 1 and b * r <= num_perm
         miss = (1 - threshold**r) ** b
         assert miss <= 0.01, (threshold, num_perm, b, r, miss)
-        assert 1 - float(collision_probability(threshold, b, r)) <= 0.01 + 1e-12
+        assert 1 - s_curve(threshold, b, r) <= 0.01 + 1e-12
         # No larger r is feasible, and b is the smallest that meets the target.
         for larger in range(r + 1, num_perm + 1):
             assert min_bands(threshold, larger, 0.01, num_perm // larger) is None
@@ -291,30 +276,19 @@ def test_huge_bucket_recall_through_clusters():
 # --- targets on both sides of the threshold ---------------------------------------------------
 
 
-def brute_force_banding(threshold, num_perm, max_fn, low, max_fp):
-    """Every (b, r) with b * r <= K, checked with the formula; the rule's pick: largest r, then
-    smallest b."""
-    feasible = [(b, r) for r in range(1, num_perm + 1) for b in range(1, num_perm // r + 1)
-                if (1 - threshold**r) ** b <= max_fn and 1 - (1 - low**r) ** b <= max_fp]
-    if not feasible:
-        return None
-    best_r = max(r for _, r in feasible)
-    return min(b for b, r in feasible if r == best_r), best_r
-
-
 @pytest.mark.parametrize("threshold", [0.5, 0.6, 0.7, 0.8, 0.9])
 def test_choose_bands_meets_both_targets(threshold):
     for num_perm, low, max_fp, max_fn in [(128, threshold - 0.3, 0.01, 0.01), (64, threshold - 0.2, 0.05, 0.02),
                                           (256, threshold - 0.15, 0.01, 0.01), (32, threshold / 2, 0.001, 0.05)]:
-        expected = brute_force_banding(threshold, num_perm, max_fn, low, max_fp)
+        expected = oracle_banding(threshold, num_perm, max_fn, low, max_fp)
         if expected is None:
             with pytest.raises(ParameterError, match=f"num_perm={num_perm}"):
                 choose_bands(threshold, num_perm, max_fn, low, max_fp)
             continue
         banding = choose_bands(threshold, num_perm, max_fn, low, max_fp)
         assert (banding.bands, banding.rows) == expected
-        assert 1 - float(collision_probability(threshold, *expected)) <= max_fn + 1e-12
-        assert float(collision_probability(low, *expected)) <= max_fp + 1e-12
+        assert 1 - s_curve(threshold, *expected) <= max_fn + 1e-12
+        assert s_curve(low, *expected) <= max_fp + 1e-12
         assert f"P({low})" in banding.rule
 
 
@@ -336,7 +310,7 @@ def test_impossible_targets_name_the_num_perm_that_would_do():
 def test_steepest_similarity():
     for bands, rows in [(20, 5), (16, 6), (9, 13), (50, 2)]:
         grid = np.linspace(0.0005, 0.9995, 200_000)
-        slope = np.gradient(collision_probability(grid, bands, rows), grid)
+        slope = np.gradient(s_curve(grid, bands, rows), grid)
         assert steepest_similarity(bands, rows) == pytest.approx(grid[np.argmax(slope)], abs=1e-3)
     assert steepest_similarity(10, 1) == 0.0
 
@@ -353,7 +327,7 @@ def test_chosen_banding_meets_its_targets_in_monte_carlo(jaccard_pairs, threshol
         signatures = minhash_signatures(batch, draw_permutations(banding.bands * banding.rows, seed=num_perm))
         first, _ = candidate_pairs(band_keys(signatures, banding), np.arange(2 * PAIRS, dtype=np.int64), window=4)
         rate = first.shape[0] / PAIRS
-        p = float(collision_probability(jaccard, banding.bands, banding.rows))
+        p = s_curve(jaccard, banding.bands, banding.rows)
         bound = 5 * math.sqrt(p * (1 - p) / PAIRS) + 1e-9
         assert abs(rate - p) <= bound, (similarity, rate, p)
         if similarity == threshold:
