@@ -1,4 +1,5 @@
-"""verify.py: exact Jaccard against Python sets, the column trick with the top bit, the
+"""verify.py: exact Jaccard against Python sets (of the canonical shingles as strings, from
+tests/oracles.py, not of gpudedup's shingle hashes), the column trick with the top bit, the
 signature pre-filter's cut-off against an exact binomial CDF, and the chunking."""
 
 import itertools
@@ -13,6 +14,7 @@ from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
 from gpudedup.ragged import weighted_ranges
 from gpudedup.verify import SIGNATURE_TAIL, agreement_cutoff, document_sets, pair_jaccard, plausible
+from oracles import jaccard, shingle_set
 
 TOP = 1 << 63
 
@@ -36,21 +38,9 @@ def row_provider(rows, batch_from_rows):
     return shingles_of
 
 
-def hash_sets(texts, spec):
-    batch = shingle_hashes(texts, spec)
-    return [set(batch.hashes[batch.offsets[d]:batch.offsets[d + 1]].tolist()) for d in range(len(texts))]
-
-
-def string_shingles(text, n):
-    # Word n-grams of ASCII text with single-space separators (the texts below are such).
-    words = text.lower().split()
-    if len(words) < n:
-        return {" ".join(words)} if words else set()
-    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
-
-
-def set_jaccard(a, b):
-    return len(a & b) / len(a | b)
+def string_sets(texts, spec):
+    """The canonical shingles of each text as a set of strings (the oracle)."""
+    return [shingle_set(text, spec.kind, spec.n) for text in texts]
 
 
 def random_corpus(seed, n_base=12):
@@ -91,12 +81,9 @@ def test_pair_jaccard_matches_python_sets(seed, kind, n):
     got = pair_jaccard(sets, first, second)
     assert got.dtype == np.float64 and got.shape == (len(pairs),)
 
-    oracle = hash_sets(texts, spec)
-    expected = [set_jaccard(oracle[a], oracle[b]) for a, b in pairs.tolist()]
+    oracle = string_sets(texts, spec)
+    expected = [jaccard(oracle[a], oracle[b]) for a, b in pairs.tolist()]
     assert got.tolist() == expected
-    if kind == "word":  # and independently of hashing, on the shingle strings themselves
-        strings = [string_shingles(t, n) for t in texts]
-        assert got.tolist() == [set_jaccard(strings[a], strings[b]) for a, b in pairs.tolist()]
     # The corpus holds identical, partial and disjoint pairs.
     assert (got == 1.0).any() and (got == 0.0).any() and ((got > 0.3) & (got < 1.0)).any()
 
@@ -115,8 +102,8 @@ def test_tiny_chunk_budgets_give_the_same_result():
     assert provider.calls == [[d] for d in range(len(texts))]  # one document per chunk
     for chunk_elements in [1, 2, 7, 100]:
         assert np.array_equal(pair_jaccard(one_at_a_time, first, second, chunk_elements), reference)
-    oracle = hash_sets(texts, spec)
-    assert reference.tolist() == [set_jaccard(oracle[a], oracle[b]) for a, b in pairs.tolist()]
+    oracle = string_sets(texts, spec)
+    assert reference.tolist() == [jaccard(oracle[a], oracle[b]) for a, b in pairs.tolist()]
 
 
 def test_rows_follow_docs_subset_and_pair_order():
@@ -126,10 +113,10 @@ def test_rows_follow_docs_subset_and_pair_order():
     sets = document_sets(text_provider(texts, spec), docs, np.array([4, 4, 4, 4]), 8)
     assert sets.shape[0] == 4
     assert np.diff(sets.indptr).tolist() == [3, 3, 0, 3]
-    oracle = hash_sets(texts, spec)
+    oracle = string_sets(texts, spec)
     first = np.array([3, 0, 1, 0], dtype=np.int64)  # rows, in any order, repeated
     second = np.array([0, 3, 3, 1], dtype=np.int64)
-    expected = [set_jaccard(oracle[docs[a]], oracle[docs[b]]) for a, b in zip(first, second)]
+    expected = [jaccard(oracle[docs[a]], oracle[docs[b]]) for a, b in zip(first, second)]
     assert pair_jaccard(sets, first, second).tolist() == expected
     assert expected == [1.0, 1.0, 0.5, 0.5]
 
@@ -160,7 +147,7 @@ def test_document_sets_columns_flip_the_top_bit(batch_from_rows):
     intersections = np.asarray(sets[first].multiply(sets[second]).sum(axis=1)).ravel()
     assert intersections.tolist() == [len(set(rows[a]) & set(rows[b])) for a, b in pairs]
     assert pair_jaccard(sets, first, second).tolist() == [
-        set_jaccard(set(rows[a]), set(rows[b])) for a, b in pairs]
+        jaccard(set(rows[a]), set(rows[b])) for a, b in pairs]
 
 
 @pytest.mark.parametrize("target", [0.3, 0.9, 1.0])
@@ -244,6 +231,8 @@ def test_plausible_never_rejects_identical_sets():
     texts = ["a b a b a b", "b a b a b", "the cat sat", "the cat sat", "Σ σ", "σ Σ σ",
              "one", "ONE  "]
     pairs = [(0, 1), (2, 3), (4, 5), (6, 7)]
+    sets = string_sets(texts, ShingleSpec("word", 1))
+    assert all(sets[a] == sets[b] for a, b in pairs)  # the premise: identical shingle sets
     batch = shingle_hashes(texts, ShingleSpec("word", 1))
     first = np.array([a for a, _ in pairs], dtype=np.int64)
     second = np.array([b for _, b in pairs], dtype=np.int64)
