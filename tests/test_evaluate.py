@@ -1,8 +1,11 @@
 """gpudedup.evaluate: exact ground truth against brute force, recall figures against an
-independent count, grid expansion, the choice of the best setting, and the output files."""
+independent count, grid expansion, the choice of the best setting, and the output files.
+
+The truth expected is tests/oracles.py's: the canonical shingles as Python strings (never
+gpudedup's normalisation or hashes), every pair's exact Jaccard under the exact threshold rule,
+and the banding rule by exhaustive search."""
 
 import csv
-import itertools
 import json
 import os
 from importlib import resources
@@ -11,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudedup.allpairs import brute_force_similar_pairs, exact_similar_pairs
 from gpudedup.api import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.errors import ParameterError
@@ -33,36 +35,20 @@ from gpudedup.evaluate import (
     write_results,
 )
 from gpudedup.io.read import read_corpus
-from gpudedup.normalize import normalize_text
 from gpudedup.engine.memory import dedup_corpus
-from gpudedup.shingling import ShingleSpec, shingle_sets
+from conservation import read_file_records
+from oracles import is_similar, oracle_banding, shingle_set, similar_pairs, similar_pairs_matrix
+
+NGRAM = 5
+LOWEST = 0.5  # the lowest threshold the tests ask the truth for
 
 # --- the independent oracle: Python strings and sets ------------------------------------------
 
 
-def oracle_shingles(text, kind: str, n: int) -> frozenset:
-    """The canonical shingles (README / DESIGN "Canonical shingling"), as Python strings."""
-    normalised = normalize_text(text or "")
-    if not normalised:
-        return frozenset()
-    units = normalised.split(" ") if kind == "word" else list(normalised)
-    if len(units) < n:
-        return frozenset([normalised])
-    joiner = " " if kind == "word" else ""
-    return frozenset(joiner.join(units[i:i + n]) for i in range(len(units) - n + 1))
-
-
-def oracle_pairs(texts, kind: str, n: int, threshold: float) -> dict:
-    """{(a, b): Jaccard} of every pair a < b with Jaccard >= threshold: all pairs, Python sets."""
-    sets = [oracle_shingles(t, kind, n) for t in texts]
-    found = {}
-    for a, b in itertools.combinations(range(len(sets)), 2):
-        if sets[a] and sets[b]:
-            shared = len(sets[a] & sets[b])
-            jaccard = shared / (len(sets[a]) + len(sets[b]) - shared)
-            if jaccard >= threshold:
-                found[(a, b)] = jaccard
-    return found
+def at_threshold(truth: dict, sets: list, threshold: float) -> dict:
+    """The pairs of a truth computed at a lower threshold that are similar at this one, by the
+    exact rule (the float Jaccard alone cannot say whether 4/5 meets 0.8)."""
+    return {(a, b): j for (a, b), j in truth.items() if is_similar(sets[a], sets[b], threshold)}
 
 
 # --- corpora ----------------------------------------------------------------------------------
@@ -96,44 +82,56 @@ def subset_corpus(subset_texts):
     return strings_corpus(subset_texts)
 
 
+@pytest.fixture(scope="module")
+def subset_sets(subset_texts):
+    """{kind: the oracle's shingle set of every subset text}."""
+    return {kind: [shingle_set(t, kind, NGRAM) for t in subset_texts] for kind in ("word", "char")}
+
+
+@pytest.fixture(scope="module")
+def subset_truth(subset_sets):
+    """{kind: {(a, b): Jaccard}} at the lowest threshold, every pair of Python sets compared."""
+    return {kind: similar_pairs(sets, LOWEST) for kind, sets in subset_sets.items()}
+
+
 # --- ground truth -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["word", "char"])
-def test_ground_truth_equals_python_brute_force(subset_texts, subset_corpus, kind):
+def test_ground_truth_equals_python_brute_force(subset_corpus, subset_sets, subset_truth, kind):
     cache = TruthCache(subset_corpus)
-    cache.prepare([Setting(shingle=kind, ngram=5, threshold=t) for t in (0.9, 0.5, 0.8)])
-    truth = cache.get(kind, 5, 0.5)
-    assert truth.threshold == 0.5  # computed once, at the lowest threshold asked for
-    expected_all = oracle_pairs(subset_texts, kind, 5, 0.5)
-    assert len(expected_all) > 100
+    cache.prepare([Setting(shingle=kind, ngram=NGRAM, threshold=t) for t in (0.9, LOWEST, 0.8)])
+    truth = cache.get(kind, NGRAM, LOWEST)
+    assert truth.threshold == LOWEST  # computed once, at the lowest threshold asked for
+    assert len(subset_truth[kind]) > 100
     for threshold in (0.5, 0.7, 0.8, 0.9, 1.0):
         doc_a, doc_b, jaccard, codes = truth.at(threshold)
-        expected = {pair: j for pair, j in expected_all.items() if j >= threshold}
+        expected = at_threshold(subset_truth[kind], subset_sets[kind], threshold)
         found = dict(zip(zip(doc_a.tolist(), doc_b.tolist()), jaccard.tolist()))
-        assert found.keys() == expected.keys(), threshold
-        assert all(found[p] == pytest.approx(expected[p], abs=1e-12) for p in expected)
+        assert found == expected, threshold  # the same pairs, the same Jaccard bit for bit
         assert np.array_equal(codes, np.sort(codes))
     assert cache.get(kind, 5, 0.8) is truth  # answered from the cache
 
 
 @pytest.mark.parametrize("kind", ["word", "char"])
-def test_ground_truth_on_the_whole_sample_equals_brute_force(sample_corpus, kind):
+def test_ground_truth_on_the_whole_sample_equals_brute_force(sample_path, sample_corpus, kind):
     cache = TruthCache(sample_corpus)
-    cache.prepare([Setting(shingle=kind, threshold=0.5), Setting(shingle=kind, threshold=0.8)])
-    truth = cache.get(kind, 5, 0.8)
-    assert truth.threshold == 0.5
-    sets = shingle_sets(sample_corpus.texts.to_pylist(), ShingleSpec(kind, 5))
-    for threshold in (0.5, 0.8):
-        brute = brute_force_similar_pairs(sets.offsets, sets.hashes, threshold)
-        doc_a, doc_b, jaccard, _ = truth.at(threshold)
-        assert brute.doc_a.size > 100
-        np.testing.assert_array_equal(doc_a, brute.doc_a)
-        np.testing.assert_array_equal(doc_b, brute.doc_b)
-        np.testing.assert_array_equal(jaccard, brute.jaccard)
-    # Filtering the lowest threshold's pairs gives what a join at the higher one gives.
-    direct = exact_similar_pairs(sets.offsets, sets.hashes, 0.8)
-    np.testing.assert_array_equal(truth.at(0.8)[3], pair_codes(direct.doc_a, direct.doc_b, sample_corpus.num_rows))
+    cache.prepare([Setting(shingle=kind, threshold=LOWEST), Setting(shingle=kind, threshold=0.8)])
+    truth = cache.get(kind, NGRAM, 0.8)
+    assert truth.threshold == LOWEST
+    # The oracle reads the sample itself (json and gzip), in file order: the corpus's rows.
+    records = read_file_records(sample_path, str(sample_path), "text", "id")
+    assert [r.id for r in records] == sample_corpus.ids.to_pylist()
+    sets = [shingle_set(r.text, kind, NGRAM) for r in records]
+    for threshold in (LOWEST, 0.8):
+        # The oracle joins at each threshold, so the answer at 0.8, which the cache filters
+        # from the pairs it computed at the lowest threshold, is checked against a join at 0.8.
+        expected = similar_pairs_matrix(sets, threshold)
+        doc_a, doc_b, jaccard, codes = truth.at(threshold)
+        assert len(expected) > 100
+        assert list(zip(doc_a.tolist(), doc_b.tolist(), jaccard.tolist())) == [
+            (a, b, j) for (a, b), j in expected.items()]
+        assert codes.tolist() == sorted(a * len(records) + b for a, b in expected)
 
 
 def test_truth_cannot_answer_a_lower_threshold_than_computed(subset_corpus):
@@ -163,17 +161,17 @@ def spelled_out(pairs, copies) -> set:
     return result
 
 
-def test_recall_figures_agree_with_an_independent_count(subset_texts, subset_corpus):
+def test_recall_figures_agree_with_an_independent_count(subset_texts, subset_corpus, subset_sets, subset_truth):
     settings = [Setting(128, None, None, "word", 5, 0.8), Setting(64, 8, 8, "word", 5, 0.5),
                 Setting(64, 4, 16, "word", 5, 0.7), Setting(32, None, None, "char", 5, 0.8),
                 Setting(32, None, None, "word", 5, 0.7, max_false_negative=0.2)]
     evaluation = evaluate(subset_corpus, settings, backend="cpu", warmup=False)
     backend = get_backend("cpu")
-    oracle = {kind: oracle_pairs(subset_texts, kind, 5, 0.5) for kind in ("word", "char")}
     recalls = []
     for setting, result in zip(settings, evaluation.results):
         assert result.setting == setting
-        truth = {p: j for p, j in oracle[setting.shingle].items() if j >= setting.threshold}
+        assert setting.threshold >= LOWEST
+        truth = at_threshold(subset_truth[setting.shingle], subset_sets[setting.shingle], setting.threshold)
         # The same run again (runs are deterministic), counted by hand with Python sets.
         outcome = dedup_corpus(subset_corpus, setting.params(), backend, keep_candidates=True)
         candidates = spelled_out(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist()), outcome.copies)
@@ -242,12 +240,14 @@ def test_grid_bandings_derived_automatic_and_deduplicated():
     assert [(s.bands, s.rows) for s in by_rows] == [(32, 4), (16, 8)]
     auto, notes = expand_grid(num_perm=[128], threshold=[0.8])
     assert auto == [Setting(128, None, None, "word", 5, 0.8)] and notes == []
-    assert auto[0].params().banding()[:2] == (16, 6)
+    assert auto[0].params().banding()[:2] == oracle_banding(0.8, 128, 0.01)
     mixed, _ = expand_grid(num_perm=[128], bands=[None, 8], rows=[4, 8])
     assert [(s.bands, s.rows) for s in mixed] == [(None, None), (8, 4), (8, 8)]
     # With K = 8 at threshold 0.3 the best banding, 8 x 1, misses 0.7**8 = 5.8% of pairs.
     targets, notes = expand_grid(num_perm=[128, 8], threshold=[0.3], max_false_negative=[0.01, 0.1])
-    assert [(s.num_perm, s.max_false_negative) for s in targets] == [(128, 0.01), (128, 0.1), (8, 0.1)]
+    feasible = [(k, fn) for k in (128, 8) for fn in (0.01, 0.1) if oracle_banding(0.3, k, fn) is not None]
+    assert feasible == [(128, 0.01), (128, 0.1), (8, 0.1)]  # the case the comment above describes
+    assert [(s.num_perm, s.max_false_negative) for s in targets] == feasible
     assert len(notes) == 1 and "num_perm=8" in notes[0]
     loose = targets[1].params()
     assert loose.max_fn == 0.1 and loose.banding().bands * loose.banding().rows <= 128
