@@ -21,10 +21,15 @@ pytestmark = pytest.mark.gpu
 cudf = pytest.importorskip("cudf", reason="cuDF is not installed (pip install 'gpudedup[cudf]')")
 
 
+def shard_table() -> pa.Table:
+    """The documents the shards hold, in reading order (a.parquet, then b.jsonl)."""
+    texts = sample_texts(400) + [text[:-9] for text in sample_texts(50)] + EDGE_TEXTS + [None]
+    return pa.table({"text": texts, "id": [f"doc{i}" for i in range(len(texts))]})
+
+
 @pytest.fixture
 def shards(tmp_path):
-    texts = sample_texts(400) + [text[:-9] for text in sample_texts(50)] + EDGE_TEXTS + [None]
-    table = pa.table({"text": texts, "id": [f"doc{i}" for i in range(len(texts))]})
+    table = shard_table()
     pq.write_table(table.slice(0, 200), tmp_path / "a.parquet")
     with open(tmp_path / "b.jsonl", "w", encoding="utf-8") as out:
         for row in table.slice(200).to_pylist():
@@ -40,6 +45,10 @@ def test_device_text_equals_the_host_text(shards):
     assert arrow_text_matches(corpus.table, "text", data, offsets)
     host = read_corpus([shards], id_field="id")
     assert corpus.ids.to_pylist() == host.ids.to_pylist()
+    # And both are what the shards were written from, not only what the host reader makes of them.
+    expected = shard_table()
+    assert corpus.ids.to_pylist() == expected["id"].to_pylist()
+    assert corpus.texts.to_pylist() == host.texts.to_pylist() == expected["text"].to_pylist()
 
 
 def test_results_equal_with_and_without_cudf(shards, monkeypatch):
