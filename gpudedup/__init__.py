@@ -15,7 +15,7 @@ The stages are public too (each takes and returns host numpy arrays on the numpy
 cupy or cudf.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # The public names are imported on first use (PEP 562), all at once: `import gpudedup` stays
 # light, so the `gpudedup` command installs its signal handlers before numpy, pyarrow and scipy
@@ -32,18 +32,17 @@ __all__ = [
 def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
-    from .api import DedupResult, dedup
-    from .cluster import find_clusters
-    from .errors import BackendUnavailableError, GpudedupError, InputError, OutputError, ParameterError
-    from .hashing import Permutations, draw_permutations
-    from .lsh import Banding, band_keys, candidate_pairs, choose_bands, collision_probability
-    from .minhash import minhash_signatures
-    from .normalize import normalize_text
-    from .params import DedupParams
-    from .shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_sets
-    from .verify import pair_jaccard
+    from . import api, cluster, errors, hashing, lsh, minhash, normalize, params, result, shingling, verify
 
-    loaded = {key: value for key, value in locals().items() if key in __all__}
+    homes = {
+        api: ("dedup",), result: ("DedupResult",), cluster: ("find_clusters",),
+        errors: ("BackendUnavailableError", "GpudedupError", "InputError", "OutputError", "ParameterError"),
+        hashing: ("Permutations", "draw_permutations"),
+        lsh: ("Banding", "band_keys", "candidate_pairs", "choose_bands", "collision_probability"),
+        minhash: ("minhash_signatures",), normalize: ("normalize_text",), params: ("DedupParams",),
+        shingling: ("ShingleBatch", "ShingleSpec", "shingle_hashes", "shingle_sets"), verify: ("pair_jaccard",),
+    }
+    loaded = {key: getattr(module, key) for module, names in homes.items() for key in names}
     globals().update(loaded)  # from now on plain attributes
     return loaded[name]
 

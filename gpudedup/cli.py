@@ -9,28 +9,28 @@ one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
-import pyarrow as pa
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.markup import escape
 
-from . import __version__
-from .api import dedup as run_api_dedup
 from .errors import GpudedupError
-from .interrupts import (install_signal_handlers, last_signal, note_written, set_phase, signal_word,
-                         written_output)
-from .io.writer import check_apart_from_inputs, check_output_dir
-from .lsh import banding_summary
+from .interrupts import last_signal, note_written, set_phase, signal_word, written_output
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
+from .version import __version__
+
+if TYPE_CHECKING:
+    from .report import Report
+    from .result import DedupResult
+
+# What only a running command needs (numpy, pyarrow, scipy: the api, the writer, rich tables)
+# is imported inside the commands, so that `gpudedup --help` and argument errors stay fast.
 
 MAX_FN_HELP = "Largest acceptable miss probability at the threshold, 1 - P(threshold), when b and r are chosen."
 LOW_HELP = "A similarity below the threshold whose pairs should rarely become candidates (with --max-fp)."
@@ -92,28 +92,38 @@ def main_options(
 @app.command("dedup")
 def dedup_command(
     inputs: Annotated[List[Path], typer.Argument(
-        help="JSONL (.jsonl, .jsonl.gz), Parquet or .txt files, or directories of them (read recursively, in sorted order).",
+        help="JSONL (.jsonl, .jsonl.gz), Parquet or .txt files, or directories of them (read recursively, "
+             "in sorted order).",
         show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the results into.",
                                          show_default=False)],
     text_field: Annotated[str, typer.Option(help="Field (column) holding the text.")] = "text",
     id_field: Annotated[Optional[str], typer.Option(
-        help="Field holding unique document ids. Default: '<file path>:<row>' (row counts from 1; the line number for JSONL).",
+        help="Field holding unique document ids. Default: '<file path>:<row>' (row counts from 1; the line "
+             "number for JSONL).",
         show_default=False)] = None,
-    threshold: Annotated[float, typer.Option(help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].")] = DEFAULT_THRESHOLD,
+    threshold: Annotated[float, typer.Option(
+        help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].")] = DEFAULT_THRESHOLD,
     shingle: Annotated[Shingle, typer.Option(help="Shingle on word n-grams or character n-grams.")] = Shingle.word,
     ngram: Annotated[int, typer.Option(help="Units (words or characters) per shingle.")] = DEFAULT_NGRAM,
-    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K; bands * rows of them are computed.")] = DEFAULT_NUM_PERM,
-    bands: Annotated[Optional[int], typer.Option(help="LSH bands b (with --rows). Default: chosen from the threshold so at most 1% of pairs at the threshold are missed.", show_default=False)] = None,
+    num_perm: Annotated[int, typer.Option(
+        help="MinHash permutation budget K; bands * rows of them are computed.")] = DEFAULT_NUM_PERM,
+    bands: Annotated[Optional[int], typer.Option(
+        help="LSH bands b (with --rows). Default: chosen from the threshold so at most 1% of pairs at the "
+             "threshold are missed.", show_default=False)] = None,
     rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
     max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
     low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
     max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
-    keep: Annotated[Keep, typer.Option(help="Which document of a cluster to keep: the first in input order, or the longest.")] = Keep.first,
-    bucket_window: Annotated[int, typer.Option(help="In an LSH bucket, pair each document with at most this many following ones (bounds huge buckets).")] = DEFAULT_BUCKET_WINDOW,
+    keep: Annotated[Keep, typer.Option(
+        help="Which document of a cluster to keep: the first in input order, or the longest.")] = Keep.first,
+    bucket_window: Annotated[int, typer.Option(
+        help="In an LSH bucket, pair each document with at most this many following ones (bounds huge "
+             "buckets).")] = DEFAULT_BUCKET_WINDOW,
     format: Annotated[OutputFormat, typer.Option("--format", help="Format of deduplicated.*.")] = OutputFormat.parquet,
-    backend: Annotated[BackendChoice, typer.Option(help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).")] = BackendChoice.auto,
+    backend: Annotated[BackendChoice, typer.Option(
+        help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).")] = BackendChoice.auto,
     batch_bytes: Annotated[Optional[int], typer.Option(
         help="Text bytes per batch (memory, not results); default 2 MiB on cpu, 64 MiB on gpu.",
         show_default=False)] = None,
@@ -144,6 +154,9 @@ def dedup_command(
     Writes deduplicated.parquet (or .jsonl), clusters.parquet, pairs.parquet and report.json.
     Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
     """
+    from .api import dedup as run_api_dedup
+    from .io.writer import check_apart_from_inputs, check_output_dir
+
     with user_errors() as guard:
         check_output_dir(output, overwrite, inputs)
         if work_dir is not None:  # replacing the output must never delete the work directory
@@ -172,7 +185,8 @@ def params_command(
     max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
     low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
     max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
-    bands: Annotated[Optional[int], typer.Option(help="Describe this b (with --rows) instead of choosing.", show_default=False)] = None,
+    bands: Annotated[Optional[int], typer.Option(
+        help="Describe this b (with --rows) instead of choosing.", show_default=False)] = None,
     rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ):
@@ -183,6 +197,10 @@ def params_command(
     whose P(low) is at most --max-fp). Impossible targets are refused with the K that would do.
     Example: [bold]gpudedup params --threshold 0.8 --low 0.5 --max-fp 0.05 --num-perm 512[/]
     """
+    from rich.table import Table
+
+    from .lsh import banding_summary
+
     with user_errors():
         params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,
                              max_fn=max_fn, low=low, max_fp=max_fp)
@@ -197,14 +215,18 @@ def params_command(
                   f"miss probability at the threshold {threshold}: {summary['miss_probability_at_threshold']:.4%}")
         table = Table("similarity s", "P(s): share of pairs at s that become candidates", "missed 1 - P(s)")
         for similarity, probability in summary["candidate_probability"].items():
-            mark = "  (threshold)" if float(similarity) == threshold else "  (low)" if low is not None and float(similarity) == low else ""
+            if float(similarity) == threshold:
+                mark = "  (threshold)"
+            else:
+                mark = "  (low)" if low is not None and float(similarity) == low else ""
             table.add_row(f"{similarity}{mark}", f"{probability:.4%}", f"{1 - probability:.4%}")
         out.print(table)
 
 
 @app.command("evaluate")
 def evaluate_command(
-    inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet or .txt files, or directories of them.",
+    inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet or .txt files, or directories "
+                                                      "of them.",
                                                   show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
                                          show_default=False)],
@@ -214,9 +236,11 @@ def evaluate_command(
     sample: Annotated[Optional[int], typer.Option(help="Then N of them at random.", show_default=False)] = None,
     sample_seed: Annotated[int, typer.Option(help="Seed of --sample.")] = 0,
     num_perm: Annotated[str, typer.Option(help="Comma list of K.")] = str(DEFAULT_NUM_PERM),
-    bands: Annotated[Optional[str], typer.Option(help="Comma list of b ('auto': chosen from the threshold).", show_default=False)] = None,
+    bands: Annotated[Optional[str], typer.Option(
+        help="Comma list of b ('auto': chosen from the threshold).", show_default=False)] = None,
     rows: Annotated[Optional[str], typer.Option(help="Comma list of r ('auto' allowed).", show_default=False)] = None,
-    max_fn: Annotated[Optional[str], typer.Option(help="Comma list of miss-probability targets for chosen b and r.", show_default=False)] = None,
+    max_fn: Annotated[Optional[str], typer.Option(
+        help="Comma list of miss-probability targets for chosen b and r.", show_default=False)] = None,
     shingle: Annotated[str, typer.Option(help="Comma list of word, char.")] = "word",
     ngram: Annotated[str, typer.Option(help="Comma list of n-gram sizes.")] = str(DEFAULT_NGRAM),
     threshold: Annotated[str, typer.Option(help="Comma list of thresholds.")] = str(DEFAULT_THRESHOLD),
@@ -249,7 +273,8 @@ def evaluate_command(
             evaluation.parse_list(max_fn, float) if max_fn else None,
         )
         evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
-        corpus = evaluation.select_documents(read_corpus(list(inputs), text_field, id_field), limit, sample, sample_seed)
+        corpus = evaluation.select_documents(read_corpus(list(inputs), text_field, id_field), limit, sample,
+                                             sample_seed)
 
         def progress(done: int, total: int, result) -> None:
             if not quiet:
@@ -268,7 +293,8 @@ def evaluate_command(
 
 @app.command("demo")
 def demo_command(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the demo's results (replaced if it exists).")] = Path("gpudedup-demo"),
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Where to write the demo's results (replaced if it exists).")] = Path("gpudedup-demo"),
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
 ):
     """Deduplicate the bundled sample corpus and show what was found.
@@ -276,6 +302,8 @@ def demo_command(
     The sample is Bible chapters from several public-domain English translations, some of which
     are near-identical revisions of one another.
     """
+    from .api import dedup as run_api_dedup
+
     with user_errors() as guard:
         started = time.perf_counter()
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
@@ -288,7 +316,7 @@ def demo_command(
         guard.done()
 
 
-def print_summary(report: dict, output: Path, seconds: float) -> None:
+def print_summary(report: Report, output: Path, seconds: float) -> None:
     r, p, i = report["results"], report["parameters"], report["input"]
     err.print(
         f"\n[bold]{i['documents']:,}[/] documents in ({i['empty_documents']:,} empty), "
@@ -306,7 +334,9 @@ def print_summary(report: dict, output: Path, seconds: float) -> None:
         err.print(f"note: {escape(note)}")
 
 
-def print_largest_clusters(result, count: int = 5) -> None:
+def print_largest_clusters(result: DedupResult, count: int = 5) -> None:
+    from rich.table import Table
+
     clusters = result.clusters.to_pydict()
     members: dict[int, list] = {}
     for doc_id, cluster, kept in zip(clusters["id"], clusters["cluster"], clusters["keep"]):
@@ -344,6 +374,8 @@ class user_errors:
         # pyarrow imports pandas on its first conversion to numpy and swallows any exception
         # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
         # process at once.
+        import pyarrow as pa
+
         pa.array([True]).to_numpy(zero_copy_only=False)
         note_written(None)
         set_phase("running")
@@ -365,7 +397,7 @@ class user_errors:
 
 
 def main() -> None:
-    install_signal_handlers()
+    """Run the command line; the entry point (console.main) has installed the signal handlers."""
     try:
         app()
     except SystemExit as leaving:
@@ -381,4 +413,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .console import main as entry_point
+
+    entry_point()

@@ -5,10 +5,10 @@ moment after start-up ends the command with one line and no traceback (interrupt
 from __future__ import annotations
 
 
-def main():
+def main() -> None:
     from .interrupts import install_signal_handlers  # the standard library only
 
     install_signal_handlers()
     from .cli import main as run_command
 
-    return run_command()
+    run_command()

@@ -18,7 +18,7 @@ import html
 import math
 import re
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,9 @@ import pyarrow.compute as pc
 
 from . import plots
 from .lsh import collision_probability, steepest_similarity
+
+if TYPE_CHECKING:
+    from .shingling import ShingleKind
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
@@ -554,7 +557,7 @@ def _highlight(text: str, reference: str) -> str:
     return "".join(out)
 
 
-def exact_jaccard(text_a: str, text_b: str, shingle: str, ngram: int) -> float:
+def exact_jaccard(text_a: str, text_b: str, shingle: ShingleKind, ngram: int) -> float:
     """The exact Jaccard similarity of two texts' shingle sets (the verification's measure)."""
     from .shingling import ShingleSpec, shingle_sets
 

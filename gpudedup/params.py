@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .errors import ParameterError
-from .cluster import KeepPolicy
-from .lsh import Banding, choose_bands
-from .shingling import ShingleKind, ShingleSpec
+
+# The command line reads the defaults here before it knows whether a command runs at all:
+# numpy, scipy and pyarrow (lsh, cluster, shingling) are imported when they are used.
+if TYPE_CHECKING:
+    from .cluster import KeepPolicy
+    from .lsh import Banding
+    from .shingling import ShingleKind, ShingleSpec
 
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_NUM_PERM = 128
@@ -100,10 +104,14 @@ class DedupParams:
 
     def shingle_spec(self) -> ShingleSpec:
         """What a document's shingles are (shingling.ShingleSpec)."""
+        from .shingling import ShingleSpec
+
         return ShingleSpec(self.shingle, self.ngram)
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""
+        from .lsh import Banding, choose_bands
+
         if self.bands is not None and self.rows is not None:  # both or neither (checked above)
             return Banding(self.bands, self.rows, "given")
         return choose_bands(self.threshold, self.num_perm, self.max_fn, self.low, self.max_fp)

@@ -174,8 +174,8 @@ def recall_by_similarity_figure(bin_edges, recall_per_bin: Union[Sequence[float]
             axes.set_zorder(bars.get_zorder() + 1)
             axes.patch.set_visible(False)
         colours = [BLUE, RED, "#009E73", "#CC79A7", "#56B4E9", INK]
-        for number, (name, values) in enumerate(series.items()):
-            values = np.asarray(values, dtype=np.float64)
+        for number, (name, listed) in enumerate(series.items()):
+            values = np.asarray(listed, dtype=np.float64)
             if values.shape != centers.shape:
                 raise ValueError(f"recall of {name!r} has {values.shape[0]} bins, bin_edges give {centers.shape[0]}")
             shown = ~np.isnan(values)
