@@ -310,12 +310,12 @@ def test_failed_write_leaves_no_temporary_directory_and_old_output(happy, monkey
     (out / "previous.txt").write_text("previous run")
     before = tree_snapshot(out)
 
-    import gpudedup.api
+    import gpudedup.result
 
     def broken(table, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(gpudedup.api, "write_parquet", broken)
+    monkeypatch.setattr(gpudedup.result, "write_parquet", broken)
     result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--overwrite")
     assert result.exit_code != 0
     assert tree_snapshot(out) == before
@@ -328,18 +328,6 @@ def test_failed_write_leaves_no_temporary_directory_and_old_output(happy, monkey
 def test_missing_path(in_tmp):
     result = invoke("dedup", "missing.jsonl", "-o", "out")
     assert_user_error(result, "missing.jsonl", "no such file or directory", out=in_tmp / "out")
-
-
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root can read a chmod 000 file")
-def test_unreadable_file(in_tmp):
-    path = write_jsonl(in_tmp / "secret.jsonl", happy_records())
-    path.chmod(0)
-    try:
-        result = invoke("dedup", "secret.jsonl", "-o", "out")
-    finally:
-        path.chmod(0o644)
-    assert_unreadable_reported(result.exit_code, result.output, "secret.jsonl", in_tmp)
 
 
 def assert_unreadable_reported(exit_code: int, output: str, name: str, where: Path) -> None:
@@ -355,6 +343,17 @@ def assert_unreadable_reported(exit_code: int, output: str, name: str, where: Pa
 
 SETPRIV = shutil.which("setpriv")
 DROP_DAC = [SETPRIV or "setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def without_read_permission(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess that cannot read chmod 000 files: as it is for a user; for root
+    (CI runs as root) without CAP_DAC_OVERRIDE, through setpriv, which must be able to drop it."""
+    prefix: list[str] = []
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        assert root_can_drop_dac(cwd), "as root this test needs setpriv (util-linux) able to drop CAP_DAC_OVERRIDE"
+        prefix = DROP_DAC
+    return subprocess.run([*prefix, sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
+                           *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def root_can_drop_dac(tmp_path: Path) -> bool:
@@ -388,35 +387,24 @@ def write_unreadable(root: Path, name: str) -> Path:
 
 
 @pytest.mark.parametrize("name", ["secret.jsonl", "secret.jsonl.gz", "secret.txt", "secret.parquet"])
-def test_unreadable_file_as_root_without_dac_override(in_tmp, name):
-    """test_unreadable_file for root: the CLI runs in a subprocess without CAP_DAC_OVERRIDE."""
-    if not root_can_drop_dac(in_tmp):
-        pytest.skip("needs root and setpriv able to drop CAP_DAC_OVERRIDE")
+def test_unreadable_file(in_tmp, name):
     path = write_unreadable(in_tmp, name)
     path.chmod(0)
     try:
-        done = subprocess.run(
-            [*DROP_DAC, sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
-             "dedup", name, "-o", "out", "-q"],
-            capture_output=True, text=True, timeout=120, cwd=in_tmp)
+        done = without_read_permission(in_tmp, "dedup", name, "-o", "out", "-q")
     finally:
         path.chmod(0o644)
     assert_unreadable_reported(done.returncode, done.stdout + done.stderr, name, in_tmp)
 
 
-def test_unreadable_directory_as_root_without_dac_override(in_tmp):
-    if not root_can_drop_dac(in_tmp):
-        pytest.skip("needs root and setpriv able to drop CAP_DAC_OVERRIDE")
+def test_unreadable_directory(in_tmp):
     write_jsonl(in_tmp / "corpus" / "a.jsonl", happy_records())
     locked = in_tmp / "corpus" / "locked"
     locked.mkdir()
     write_jsonl(locked / "b.jsonl", happy_records())
     locked.chmod(0)
     try:
-        done = subprocess.run(
-            [*DROP_DAC, sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
-             "dedup", "corpus", "-o", "out", "-q"],
-            capture_output=True, text=True, timeout=120, cwd=in_tmp)
+        done = without_read_permission(in_tmp, "dedup", "corpus", "-o", "out", "-q")
     finally:
         locked.chmod(0o755)
     output = done.stdout + done.stderr

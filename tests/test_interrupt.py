@@ -104,7 +104,8 @@ elif hook:  # the run sends itself a signal at a chosen point of the write
             real(*args, **kwargs)
     setattr(module, hook, signalling)
 
-cli.install_signal_handlers()
+import gpudedup.interrupts
+gpudedup.interrupts.install_signal_handlers()  # as the entry point (console.py) does before cli.main
 sys.stderr.write("ready\n")
 sys.stderr.flush()
 sys.exit(cli.main())

@@ -32,7 +32,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gpudedup
-import gpudedup.api
+import gpudedup.result
 from gpudedup.cli import app
 
 runner = CliRunner()
@@ -262,7 +262,7 @@ def test_paths_in_ids_and_texts_never_decide_where_files_are_written(tmp_path, m
 
 def failing_after(calls: int, error: BaseException):
     """write_parquet that writes its first ``calls`` files, then raises ``error``."""
-    real = gpudedup.api.write_parquet
+    real = gpudedup.result.write_parquet
     done = []
 
     def write_parquet(*args, **kwargs):
@@ -287,7 +287,7 @@ def test_a_write_failing_half_way_leaves_no_staging_directory_and_no_new_output(
         assert invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q").exit_code == 0
         before = tree(out)
     broken, written = failing_after(2, error)  # deduplicated.parquet and clusters.parquet, then fails
-    monkeypatch.setattr(gpudedup.api, "write_parquet", broken)
+    monkeypatch.setattr(gpudedup.result, "write_parquet", broken)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
     assert result.exit_code == code, result.output
     assert [p.name for p in written] == ["deduplicated.parquet", "clusters.parquet"]
