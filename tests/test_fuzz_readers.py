@@ -3,7 +3,9 @@ byte flips, truncation and inserted bytes.
 
 read_corpus may raise nothing but InputError, in either on_error mode, and the two modes must
 agree: a file read cleanly under "stop" gives the same corpus under "skip", with nothing
-skipped; a file refused under "stop" leaves something recorded under "skip". Under "skip" every
+skipped; a file refused under "stop" leaves something recorded under "skip". What "stop" reads
+is what the suite's own reader (conservation.py: json, gzip, pyarrow.parquet, plain bytes)
+finds in the files, text and id of every record in order. Under "skip" every
 non-blank JSONL line is either kept, with the id ``<path>:<line>`` and the text that line really
 holds, or recorded as skipped. ``gpudedup dedup`` on the same files exits with 0 or 2 and never
 prints a traceback.
@@ -30,6 +32,7 @@ from typer.testing import CliRunner
 from gpudedup.cli import app
 from gpudedup.errors import InputError
 from gpudedup.io.read import read_corpus
+from conservation import read_file_records
 
 SCALE = int(os.environ.get("GPUDEDUP_FUZZ", "0") or 0)
 
@@ -142,8 +145,20 @@ def same_rows(a: pa.Table, b: pa.Table) -> bool:
     return a.schema == b.schema and json.dumps(a.to_pylist(), default=repr) == json.dumps(b.to_pylist(), default=repr)
 
 
+def check_own_reader_agrees(path: Path, corpus, id_field=None) -> None:
+    """The texts and ids of a corpus read under "stop" are those the suite's own reader finds
+    in the file, or in the directory's files in name order (every generated name is an input)."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    assert [f.path for f in corpus.files] == [str(f) for f in files]
+    records = [r for f in files for r in read_file_records(f, str(f), "text", id_field)]
+    assert corpus.texts.to_pylist() == [r.text for r in records]
+    assert corpus.ids.to_pylist() == [r.id for r in records]
+
+
 def check_modes_agree(path: Path, id_field=None):
     stop, skip = read_both(path, id_field)
+    if not isinstance(stop, InputError):
+        check_own_reader_agrees(path, stop, id_field)
     if isinstance(stop, InputError):
         if not isinstance(skip, InputError):
             assert skip.skipped_records, f"'stop' refused ({stop}) but 'skip' skipped nothing"
