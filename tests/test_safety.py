@@ -34,6 +34,7 @@ from typer.testing import CliRunner
 import gpudedup
 import gpudedup.result
 from gpudedup.cli import app
+from oracles import is_similar, shingle_set
 
 runner = CliRunner()
 PACKAGE = Path(gpudedup.__file__).parent
@@ -251,8 +252,14 @@ def test_paths_in_ids_and_texts_never_decide_where_files_are_written(tmp_path, m
     if passwd is not None:
         assert Path("/etc/passwd").stat().st_mtime_ns == passwd
 
+    # Each hostile id and its copy are a true pair at the default threshold (the oracle says so,
+    # so the run must report it), and every reported pair is a true one.
+    text_of = {r["id"]: r["text"] for r in records}
+    planted = {tuple(sorted((h, f"{h}#copy"))) for h in HOSTILE_IDS}
+    assert all(is_similar(shingle_set(text_of[a]), shingle_set(text_of[b]), 0.8) for a, b in planted)
     pairs = pq.read_table(out / "pairs.parquet").to_pylist()
-    assert {(p["id_a"], p["id_b"]) for p in pairs} >= {tuple(sorted((h, f"{h}#copy"))) for h in HOSTILE_IDS}
+    assert {(p["id_a"], p["id_b"]) for p in pairs} >= planted
+    assert all(is_similar(shingle_set(text_of[p["id_a"]]), shingle_set(text_of[p["id_b"]]), 0.8) for p in pairs)
     page = (out / "report.html").read_text(encoding="utf-8").lower()
     assert "<script" not in page and "<img src=x" not in page  # ids and texts are escaped
 
