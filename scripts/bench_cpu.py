@@ -199,7 +199,8 @@ def main() -> None:
     truth = pair_codes(truth_first, truth_second, n)
     print(f"corpus {args.corpus}: {n} documents, {text_mb:.0f} MB of text; {truth.size} pairs with "
           f"exact Jaccard >= {args.threshold} ({args.shingle} {args.ngram}-grams)")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}\n")
 
     from gpudedup.params import DedupParams
 

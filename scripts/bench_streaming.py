@@ -82,7 +82,8 @@ def main() -> None:
                 done = subprocess.run([sys.executable, "-c", CHILD, str(corpus), mode, str(out)],
                                       capture_output=True, text=True, check=True)
                 row = {"scale": scale, "mode": mode, "documents": args.base_shards * scale * args.shard_documents,
-                       "text_mb": round(text_bytes / 2**20, 1), "process_seconds": round(time.perf_counter() - started, 1),
+                       "text_mb": round(text_bytes / 2**20, 1),
+                       "process_seconds": round(time.perf_counter() - started, 1),
                        **json.loads(done.stdout.strip().splitlines()[-1])}
                 rows.append(row)
                 print(json.dumps(row), flush=True)

@@ -44,7 +44,10 @@ def test_a_hash_collision_never_groups_different_signatures(monkeypatch):
     assert list(zip(first.tolist(), member.tolist())) == [(0, 2), (0, 4)]
 
 
-def signatures_of(texts, num_perm=128, spec=ShingleSpec("word", 5)):
+WORD_5 = ShingleSpec("word", 5)
+
+
+def signatures_of(texts, num_perm=128, spec=WORD_5):
     from gpudedup.normalize import utf8_buffers, strings_to_arrow
     backend = NumpyBackend()
     batch = backend.shingle_hashes(*utf8_buffers(strings_to_arrow(texts)), spec)
@@ -282,8 +285,9 @@ def test_copies_agree_with_brute_force(seed, threshold):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_identical_copies_count_and_star_against_python_sets(seed):
-    """Without near-supersets (see test_copies_after_a_different_first_document_still_leave_lsh) every later copy of a set is confirmed and
-    paired with the first document of that set, and with nothing else at 1.0."""
+    """Without near-supersets (see test_copies_after_a_different_first_document_still_leave_lsh)
+    every later copy of a set is confirmed and paired with the first document of that set, and
+    with nothing else at 1.0."""
     texts = copies_review_corpus(seed, near_supersets=False)
     sets = [oracle_shingles(t or "") for t in texts]
     result = gpudedup.dedup(texts, threshold=0.8, backend="cpu", **FULL_RECALL)

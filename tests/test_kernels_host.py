@@ -26,7 +26,7 @@ from gpudedup.minhash import minhash_signatures
 from gpudedup.normalize import encode_codepoints, normalize_codepoints
 from gpudedup.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
 from kernel_host.host_kernels import (BAD_LAUNCH, DEFAULTS, DIVERGENT_BARRIER, FORWARD, OK, REVERSE,
-                                      SCHEDULES, SHUFFLED, ceil_div, host_library)
+                                      SCHEDULES, ceil_div, host_library)
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
@@ -259,10 +259,11 @@ def test_minhash_length_buckets_launched_separately():
     long_docs = np.flatnonzero(lengths >= 2000)
     short_docs = rng.permutation(np.flatnonzero(lengths < 2000))
     out = np.full((batch.n_docs, 96), 0xA5A5A5A5, dtype=np.uint32)
-    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=1, TILE=32), batch, permutations, short_docs[:10], out=out)
+    small = host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=1, TILE=32)
+    host_minhash(small, batch, permutations, short_docs[:10], out=out)
     untouched = np.setdiff1d(np.arange(batch.n_docs), short_docs[:10])
     assert np.all(out[untouched] == 0xA5A5A5A5)
-    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=1, TILE=32), batch, permutations, short_docs[10:], out=out)
+    host_minhash(small, batch, permutations, short_docs[10:], out=out)
     host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=4, TILE=7), batch, permutations, long_docs, out=out)
     np.testing.assert_array_equal(out, minhash_signatures(batch, permutations))
 
@@ -289,7 +290,8 @@ def test_minhash_real_texts():
     ]
     batch = shingle_hashes(texts, ShingleSpec("word", 3))
     permutations = draw_permutations(256, seed=42)
-    np.testing.assert_array_equal(host_minhash(host_library(), batch, permutations), minhash_signatures(batch, permutations))
+    np.testing.assert_array_equal(host_minhash(host_library(), batch, permutations),
+                                  minhash_signatures(batch, permutations))
 
 
 # --- band_keys.cu -------------------------------------------------------------------------------
