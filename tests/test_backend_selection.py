@@ -66,7 +66,8 @@ def test_cupy_loader_launches_only_proven_tunables():
 
 def test_wheel_ships_the_kernel_sources(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr

@@ -254,7 +254,8 @@ def test_enormous_single_document(in_tmp):
     measured by hand: see the reliability notes.)"""
     huge = huge_text(50_000_000)
     small = [paragraph(1).encode(), paragraph(2).encode()]
-    (in_tmp / "huge.jsonl").write_bytes(b'{"text": "%s"}\n{"text": "%s"}\n{"text": "%s"}\n' % (small[0], huge, small[1]))
+    (in_tmp / "huge.jsonl").write_bytes(
+        b'{"text": "%s"}\n{"text": "%s"}\n{"text": "%s"}\n' % (small[0], huge, small[1]))
     (in_tmp / "huge.txt").write_bytes(huge)
     corpus = read_corpus(["huge.txt"])
     assert corpus.num_rows == 1 and corpus.utf8()[1][-1] == len(huge)
@@ -471,7 +472,8 @@ def test_unreadable_file_stops_or_is_skipped(in_tmp):
                               text=True, timeout=120, cwd=in_tmp)
         skip = subprocess.run([*prefix, sys.executable, "-c", script, "skip"], capture_output=True,
                               text=True, timeout=120, cwd=in_tmp)
-        cli = subprocess.run([*prefix, sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
+        main = "import sys; from gpudedup.cli import main; sys.exit(main())"
+        cli = subprocess.run([*prefix, sys.executable, "-c", main,
                               "dedup", "corpus", "-o", "out", "-q", "--backend", "cpu"],
                              capture_output=True, text=True, timeout=120, cwd=in_tmp)
     finally:

@@ -440,7 +440,8 @@ BAD_LINES = [
     (b'{"text": 42}', "field 'text' is a number, expected a string"),
     (b'{"text": "c\xff"}', "invalid UTF-8 (byte 0xff at column 12)"),
     (b'{"n": 7}', None),  # no text: a null text, kept
-    (b'{"text": "d", "n": "seven"}', "field 'n' is a string, but a number on line 1; a field must hold values of one type"),
+    (b'{"text": "d", "n": "seven"}',
+     "field 'n' is a string, but a number on line 1; a field must hold values of one type"),
     (b"null", "expected a JSON object, got null"),
     (b'{"text": "e e e", "n": 9}', None),
 ]
@@ -502,7 +503,8 @@ def test_skip_everything_gives_an_empty_corpus(in_tmp):
 
 def test_skip_bad_ids_and_duplicates_keeps_the_first(in_tmp):
     write_jsonl(in_tmp / "a.jsonl", [{"id": "x", "text": "1"}, {"text": "no id"}, {"id": None, "text": "null id"},
-                                     {"id": True, "text": "bool id"}, {"id": "y", "text": "2"}, {"id": "x", "text": "3"}])
+                                     {"id": True, "text": "bool id"}, {"id": "y", "text": "2"},
+                                     {"id": "x", "text": "3"}])
     write_jsonl(in_tmp / "b.jsonl", [{"id": "y", "text": "4"}, {"id": "z", "text": "5"}])
     with pytest.raises(InputError, match="a.jsonl:2: id field 'id' is missing or null"):
         read_corpus(["a.jsonl", "b.jsonl"], id_field="id")

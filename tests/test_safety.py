@@ -17,9 +17,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import os
 import pickle
-import stat
 import subprocess
 import sys
 from importlib import resources
@@ -149,7 +147,8 @@ def test_the_scanner_finds_unsafe_code():
 def test_the_package_never_unpickles_or_evaluates():
     files = sorted(PACKAGE.rglob("*.py"))
     assert len(files) > 20
-    found = [use for path in files for use in unsafe_uses(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE)))]
+    found = [use for path in files
+             for use in unsafe_uses(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE)))]
     assert found == []
 
 

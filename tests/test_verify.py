@@ -178,7 +178,7 @@ def test_cost_chunks_partition(budget):
     cost = rng.integers(0, 6, size=60)
     chunks = list(weighted_ranges(cost, budget))
     assert chunks[0][0] == 0 and chunks[-1][1] == cost.shape[0]
-    for (start, stop), (next_start, _) in zip(chunks, chunks[1:]):
+    for (_, stop), (next_start, _) in zip(chunks, chunks[1:]):
         assert stop == next_start
     for start, stop in chunks:
         assert stop > start
