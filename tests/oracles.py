@@ -15,12 +15,16 @@ independent implementations of one definition:
   too slow, every pair's intersection size at once as a product of incidence matrices
   (``similar_pairs_matrix``, checked against the brute force in test_allpairs.py);
 - clusters: union-find in plain Python, with the keep policies of README;
-- LSH probabilities: the S-curve 1 - (1 - s**r)**b and the banding rule by exhaustive search.
+- LSH: the S-curve 1 - (1 - s**r)**b, the banding rule by exhaustive search, and bucket
+  pairs by grouping keys in a dict;
+- the signature pre-filter's cut-off: the binomial CDF in exact rational arithmetic.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+from collections import defaultdict
 import re
 from fractions import Fraction
 from typing import Iterable, Optional, Sequence
@@ -280,3 +284,44 @@ def oracle_banding(threshold: float, num_perm: int, max_fn: float = 0.01, low: O
         return None
     best_r = max(r for _, r in feasible)
     return min(b for b, r in feasible if r == best_r), best_r
+
+
+def oracle_bucket_pairs(keys: Sequence[int], docs: Sequence[int], window: int) -> list[tuple[int, int]]:
+    """The pairs one band's buckets give: documents with equal keys, each paired with the next
+    ``window`` members of its bucket (in the order given)."""
+    buckets: dict[int, list[int]] = defaultdict(list)
+    for key, doc in zip(keys, docs):
+        buckets[int(key)].append(int(doc))
+    pairs = []
+    for members in buckets.values():
+        for i, a in enumerate(members):
+            for b in members[i + 1:i + 1 + window]:
+                pairs.append((a, b))
+    return pairs
+
+
+def oracle_candidate_pairs(keys, docs: Sequence[int], window: int) -> list[tuple[int, int]]:
+    """The distinct pairs of every band's buckets, sorted; keys: (n_docs, bands)."""
+    pairs: set[tuple[int, int]] = set()
+    for band in range(keys.shape[1]):
+        pairs.update(oracle_bucket_pairs(keys[:, band], docs, window))
+    return sorted(pairs)
+
+
+# --- the signature pre-filter ---------------------------------------------------------------
+
+
+def exact_cutoff(num_columns: int, threshold: float, tail: float) -> int:
+    """Largest x with BinomCDF(x; K, t) <= tail, exactly (integer arithmetic on the exact
+    rational values of the floats t and tail), or -1."""
+    p, exact_tail = Fraction(threshold), Fraction(tail)
+    # pmf(x) = comb(K, x) * P**x * (D - P)**(K - x) / D**K with p = P / D.
+    P, D = p.numerator, p.denominator
+    limit = exact_tail.numerator * D**num_columns  # cdf <= tail  <=>  cdf * D**K * tail_den <= limit
+    cdf, cutoff = 0, -1
+    for x in range(num_columns + 1):
+        cdf += math.comb(num_columns, x) * P**x * (D - P) ** (num_columns - x)
+        if cdf * exact_tail.denominator > limit:
+            break
+        cutoff = x
+    return cutoff

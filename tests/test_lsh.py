@@ -7,7 +7,6 @@ search (tests/oracles.py), never lsh.collision_probability or lsh.choose_bands t
 import itertools
 import math
 import re
-from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -27,7 +26,8 @@ from gpudedup.lsh import (
 from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
 from gpudedup.verify import document_sets, pair_jaccard
-from oracles import min_bands, oracle_banding, oracle_poly_hash64, s_curve
+from oracles import (min_bands, oracle_banding, oracle_bucket_pairs, oracle_candidate_pairs, oracle_poly_hash64,
+                     s_curve)
 
 # --- the S-curve --------------------------------------------------------------------------
 
@@ -139,25 +139,6 @@ def test_choose_bands_impossible_raises(threshold, num_perm):
 
 
 # --- buckets and candidate pairs ----------------------------------------------------------
-
-
-def oracle_bucket_pairs(keys, docs, window):
-    buckets = defaultdict(list)
-    for key, doc in zip(keys, docs):
-        buckets[int(key)].append(int(doc))
-    pairs = []
-    for members in buckets.values():
-        for i, a in enumerate(members):
-            for b in members[i + 1:i + 1 + window]:
-                pairs.append((a, b))
-    return pairs
-
-
-def oracle_candidate_pairs(keys, docs, window):
-    pairs = set()
-    for band in range(keys.shape[1]):
-        pairs.update(oracle_bucket_pairs(keys[:, band], docs, window))
-    return sorted(pairs)
 
 
 def random_keys(rng, n, bands, alphabet):

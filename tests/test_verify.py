@@ -3,8 +3,6 @@ tests/oracles.py, not of gpudedup's shingle hashes), the column trick with the t
 signature pre-filter's cut-off against an exact binomial CDF, and the chunking."""
 
 import itertools
-import math
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ from gpudedup.minhash import minhash_signatures
 from gpudedup.shingling import ShingleSpec, shingle_hashes
 from gpudedup.ragged import weighted_ranges
 from gpudedup.verify import SIGNATURE_TAIL, agreement_cutoff, document_sets, pair_jaccard, plausible
-from oracles import jaccard, shingle_set
+from oracles import exact_cutoff, jaccard, shingle_set
 
 TOP = 1 << 63
 
@@ -193,22 +191,6 @@ def test_cost_chunks_partition(budget):
 
 
 # --- the signature pre-filter -------------------------------------------------------------
-
-
-def exact_cutoff(num_columns, threshold, tail):
-    """Largest x with BinomCDF(x; K, t) <= tail, exactly (integer arithmetic on the exact
-    rational values of the floats t and tail), or -1."""
-    p, tail = Fraction(threshold), Fraction(tail)
-    # pmf(x) = comb(K, x) * P**x * (D - P)**(K - x) / D**K with p = P / D.
-    P, D = p.numerator, p.denominator
-    limit = tail.numerator * D**num_columns  # cdf <= tail  <=>  cdf * D**K * tail_den <= limit
-    cdf, cutoff = 0, -1
-    for x in range(num_columns + 1):
-        cdf += math.comb(num_columns, x) * P**x * (D - P) ** (num_columns - x)
-        if cdf * tail.denominator > limit:
-            break
-        cutoff = x
-    return cutoff
 
 
 @pytest.mark.parametrize("num_columns", [8, 16, 32, 64, 128, 256])
