@@ -6,8 +6,8 @@ independent implementations of one definition:
 
 - canonical shingling: DESIGN.md ("Canonical shingling") and normalize.py's docstring, on
   Python strings;
-- the hash family: the definitions written in hashing.py's docstring and the README's "Hash
-  specification" (frozen constants, spelled out here on purpose);
+- the hash family: the definitions written in hashing.py's docstring and docs/hash-spec.md
+  (frozen constants, spelled out here on purpose);
 - Jaccard similarity: Python sets; the threshold rule: README / allpairs.py (a pair is similar
   when its exact Jaccard is at least the threshold read as the nearest fraction whose
   denominator is at most 10**6, so 0.8 means 4/5);
@@ -87,7 +87,7 @@ def shingle_set(text: Optional[str], kind: str = "word", n: int = 5) -> frozense
 
 M64 = 2**64
 M32 = 2**32
-# Frozen specification values (hashing.py's docstring, README "Hash specification"): stored
+# Frozen specification values (hashing.py's docstring, docs/hash-spec.md): stored
 # signatures and band keys depend on them, so they are spelled out here, not imported.
 POLY_OFFSET = 0xCBF29CE484222325
 POLY_BASE = 0x9E3779B97F4A7C15
