@@ -8,7 +8,7 @@ independent implementations of one definition:
   Python strings;
 - the hash family: the definitions written in hashing.py's docstring and docs/hash-spec.md
   (frozen constants, spelled out here on purpose);
-- Jaccard similarity: Python sets; the threshold rule: README / allpairs.py (a pair is similar
+- Jaccard similarity: Python sets; the threshold rule: allpairs.py's docstring (a pair is similar
   when its exact Jaccard is at least the threshold read as the nearest fraction whose
   denominator is at most 10**6, so 0.8 means 4/5);
 - all pairs: every pair of Python sets compared (brute force), or, for corpora where that is
@@ -152,7 +152,7 @@ def oracle_signatures(rows: Sequence[Sequence[int]], a: Sequence[int], b: Sequen
 
 # --- Jaccard and all pairs ------------------------------------------------------------------
 
-# Frozen specification value (README, allpairs.py): the threshold is read as the nearest
+# Frozen specification value (allpairs.py's docstring): the threshold is read as the nearest
 # fraction with a denominator of at most this, so that 0.8 means exactly 4/5.
 THRESHOLD_DENOMINATOR = 1_000_000
 
