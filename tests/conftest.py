@@ -328,3 +328,19 @@ def assert_conserved(result) -> None:
     run = getattr(result, RUN_ATTRIBUTE, None)
     assert run is not None, "not a result of gpudedup.dedup: its input is unknown"
     check_result(result, run[1], run[0])
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """The test's temporary directory as the working directory (CLI tests give relative paths)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def happy(in_tmp):
+    """A working directory holding data.jsonl: the CLI tests' corpus with planted pairs."""
+    from cli_support import happy_records, write_jsonl
+
+    write_jsonl(in_tmp / "data.jsonl", happy_records())
+    return in_tmp

@@ -29,7 +29,7 @@ from gpudedup.cli import app
 from gpudedup.errors import InputError
 from gpudedup.io.read import read_corpus
 
-from test_cli import DROP_DAC, root_can_drop_dac
+from cli_support import DROP_DAC, root_can_drop_dac
 
 runner = CliRunner()
 

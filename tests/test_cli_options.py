@@ -1,0 +1,133 @@
+"""The command line's planning and safety options: `gpudedup params`, `gpudedup evaluate`,
+--max-memory and --on-error skip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import gpudedup
+from gpudedup.cli import app
+
+from cli_support import invoke, leftovers
+
+
+# --- gpudedup params ------------------------------------------------------------------------
+
+
+def test_params_prints_the_chosen_banding_and_its_curve():
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--num-perm", "128"])
+    assert result.exit_code == 0, result.output
+    assert "16 bands x 6 rows" in result.output and "96 of 128 permutations" in result.output
+    assert "steepest at s = 0.612" in result.output and "(threshold)" in result.output
+
+
+def test_params_json_meets_the_targets():
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--num-perm", "512", "--low", "0.5",
+                                      "--max-fp", "0.05", "--max-fn", "0.01", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert (plan["bands"], plan["rows"]) == (41, 10)
+    assert plan["miss_probability_at_threshold"] <= 0.01 and plan["candidate_probability_at_low"] <= 0.05
+    assert plan["candidate_probability"]["0.5"] == plan["candidate_probability_at_low"]
+
+
+def test_params_refuses_impossible_targets_and_names_the_num_perm_that_would_do():
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--low", "0.5", "--max-fp", "0.05"])
+    assert result.exit_code == 2
+    assert "num_perm=410 is the smallest" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["params", "--low", "0.5"])
+    assert result.exit_code == 2 and "low/max_fp" in result.output
+
+
+def test_dedup_chooses_bands_from_the_targets_and_reports_why(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": f"words {i} and more words here"}) + "\n" for i in range(5)))
+    result = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "out"), "--num-perm", "512",
+                                      "--low", "0.5", "--max-fp", "0.05", "--quiet"])
+    assert result.exit_code == 0, result.output
+    parameters = json.loads((tmp_path / "out" / "report.json").read_text())["parameters"]
+    assert (parameters["bands"], parameters["rows"]) == (41, 10)
+    assert parameters["low"] == 0.5 and parameters["max_fp"] == 0.05
+    assert "P(0.5) = 0.0393" in parameters["banding_rule"]
+
+
+# --- gpudedup evaluate ----------------------------------------------------------------------
+
+
+def test_evaluate_scores_a_grid_and_writes_json_and_csv(tmp_path):
+    sample = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
+    result = CliRunner().invoke(app, ["evaluate", str(sample), "-o", str(tmp_path / "eval"), "--id-field", "id",
+                                      "--limit", "400", "--num-perm", "64,128", "--threshold", "0.8", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "best for f1" in result.output
+    evaluation = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
+    assert len(evaluation["results"]) == 2
+    csv_lines = (tmp_path / "eval" / "evaluation.csv").read_text().splitlines()
+    assert len(csv_lines) == 3  # header and one row per setting
+    figure = (tmp_path / "eval" / "recall_by_similarity.png").read_bytes()  # matplotlib: dev extra
+    assert figure.startswith(b"\x89PNG")
+
+
+def test_evaluate_refuses_a_bad_criterion_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "e"),
+                                      "--criterion", "nope"])
+    assert result.exit_code == 2 and "criterion must be one of" in result.output
+
+
+# --- --max-memory -----------------------------------------------------------------------------
+
+
+def test_max_memory_stops_before_a_stage_that_would_exceed_it(happy):
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--max-memory", "1M")
+    assert result.exit_code == 2
+    assert "--max-memory 1 MiB" in result.output and "Traceback" not in result.output
+    assert not (happy / "out").exists() and leftovers(happy) == []
+
+
+def test_max_memory_generous_limit_runs_and_bad_sizes_are_refused(happy):
+    assert invoke("dedup", "data.jsonl", "-o", "out", "-q", "--max-memory", "64G").exit_code == 0
+    result = invoke("dedup", "data.jsonl", "-o", "out2", "-q", "--max-memory", "lots")
+    assert result.exit_code == 2 and "max_memory must be a size like 8G" in result.output
+
+
+def test_parse_size():
+    from gpudedup.errors import ParameterError
+    from gpudedup.memory import parse_size
+
+    assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20 and parse_size("1.5GiB") == 3 << 29
+    assert parse_size("1000") == 1000 and parse_size(2048) == 2048 and parse_size("2 TB") == 2 << 40
+    for bad in ("", "-1G", "0", "1X", "G"):
+        with pytest.raises(ParameterError):
+            parse_size(bad)
+
+
+# --- --on-error skip --------------------------------------------------------------------------
+
+
+def test_on_error_skip_counts_lists_and_balances_skipped_records(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a b c d e f g"}\nnot json\n{"text": 5}\n{"text": "a b c d e f g"}\n')
+    stopped = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "stop"), "-q"])
+    assert stopped.exit_code == 2 and "in.jsonl:2" in stopped.output and not (tmp_path / "stop").exists()
+    result = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "out"), "--on-error", "skip"])
+    assert result.exit_code == 0, result.output
+    assert "2 records or files were skipped" in result.output
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(e["line"], "JSON" in e["reason"] or "number" in e["reason"]) for e in errors] == [(2, True), (3, True)]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["balance"] == {"input_records": 4, "kept": 1, "kept_empty": 0, "removed_duplicates": 1,
+                                 "skipped": 2, "balanced": True}
+    assert report["input"]["skipped_records"] == 2
+    ids = pq.read_table(tmp_path / "out" / "clusters.parquet")["id"].to_pylist()
+    assert ids == [f"{source}:1", f"{source}:4"] or all(i.endswith((":1", ":4")) for i in ids)
+
+
+def test_on_error_skip_writes_an_empty_errors_file_when_nothing_is_wrong(happy):
+    assert invoke("dedup", "data.jsonl", "-o", "out", "-q", "--on-error", "skip").exit_code == 0
+    assert (happy / "out" / "errors.jsonl").read_text() == ""
+    assert invoke("dedup", "data.jsonl", "-o", "out2", "-q", "--on-error", "maybe").exit_code == 2

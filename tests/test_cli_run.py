@@ -1,0 +1,278 @@
+"""The command line on good input (typer CliRunner on gpudedup.cli.app): the outputs it writes,
+ids, formats, overwriting, a failed write, help, version and the demo."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpudedup
+from gpudedup.cli import app
+
+from cli_support import (CLUSTERS, PAIRS, REMOVED_ROWS, happy_records, invoke, leftovers, runner, tree_snapshot,
+                         word_jaccard, write_jsonl)
+
+
+def test_planted_pairs_are_well_above_threshold():
+    records = happy_records()
+    for i, j in PAIRS:
+        assert word_jaccard(records[i - 1]["text"], records[j - 1]["text"]) == pytest.approx(55 / 57)
+    for i in range(8):
+        for j in range(i + 1, 8):
+            if (i + 1, j + 1) not in PAIRS:
+                assert word_jaccard(records[i]["text"], records[j]["text"]) < 0.1
+
+
+# --- happy path ---------------------------------------------------------------------------------
+
+
+def test_dedup_writes_all_outputs(happy, output_names):
+    records = happy_records()
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--quiet")
+    assert result.exit_code == 0, result.output
+    out = happy / "out"
+    assert sorted(p.name for p in out.iterdir()) == output_names
+
+    # deduplicated: every input column, input order, duplicates removed
+    dedup = pq.read_table(out / "deduplicated.parquet")
+    assert dedup.column_names == ["text", "n", "tag", "score"]
+    expected = [r for line, r in enumerate(records, 1) if line not in REMOVED_ROWS]
+    assert dedup.to_pylist() == expected
+    assert pa.types.is_integer(dedup.schema.field("n").type)
+    assert pa.types.is_floating(dedup.schema.field("score").type)
+
+    # clusters: (id, cluster, keep), one kept document (the first) per cluster
+    clusters = pq.read_table(out / "clusters.parquet")
+    assert clusters.column_names == ["id", "cluster", "keep", "kept_id"]
+    rows = clusters.to_pylist()
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault(row["cluster"], []).append(row)
+    found = sorted(({int(r["id"].rsplit(":", 1)[1]) for r in g} for g in groups.values()), key=min)
+    assert found == CLUSTERS
+    for members in groups.values():
+        kept = [m["id"] for m in members if m["keep"]]
+        assert len(kept) == 1
+        assert kept[0] == min(members, key=lambda m: int(m["id"].rsplit(":", 1)[1]))["id"]
+    assert {r["id"] for r in rows if not r["keep"]} == {f"data.jsonl:{i}" for i in REMOVED_ROWS}
+
+    # pairs: id_a < id_b, exact Jaccard >= threshold
+    pairs = pq.read_table(out / "pairs.parquet")
+    assert pairs.column_names == ["id_a", "id_b", "jaccard"]
+    got = set()
+    for row in pairs.to_pylist():
+        assert row["id_a"] < row["id_b"]
+        assert row["jaccard"] >= 0.8
+        assert row["jaccard"] == pytest.approx(55 / 57)
+        got.add((int(row["id_a"].rsplit(":", 1)[1]), int(row["id_b"].rsplit(":", 1)[1])))
+    assert got == PAIRS
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["input"]["documents"] == 8
+    assert report["input"]["empty_documents"] == 0
+    assert report["input"]["null_texts"] == 0
+    p = report["parameters"]
+    assert isinstance(p["bands"], int) and isinstance(p["rows"], int)
+    assert 1 <= p["bands"] * p["rows"] <= 128
+    r = report["results"]
+    assert r["candidate_pairs"] >= r["verified_pairs"] == 4
+    assert r["clusters"] == 2
+    assert r["removed_documents"] == 3
+    stages = report["stages"]
+    assert {"read", "candidates", "verify", "cluster", "write"} <= set(stages), stages
+    for name in ["read", "candidates", "verify", "cluster", "write"]:
+        assert isinstance(stages[name]["seconds"], (int, float)) and stages[name]["seconds"] >= 0, name
+    for name, stage in stages.items():
+        # sub-stages that overlap on threads may report busy_seconds instead
+        seconds = stage.get("seconds", stage.get("busy_seconds"))
+        assert isinstance(seconds, (int, float)) and seconds >= 0, (name, stage)
+    assert leftovers(happy) == []
+
+
+def test_dedup_summary_and_progress_without_quiet(happy):
+    result = invoke("dedup", "data.jsonl", "-o", "out")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "clusters" in result.output
+    assert (happy / "out" / "report.json").is_file()
+
+
+def test_dedup_default_ids_are_path_and_line(happy):
+    # blank lines move the line numbers
+    records = happy_records()[:3]
+    (happy / "gaps.jsonl").write_text(
+        json.dumps(records[0]) + "\n\n" + json.dumps(records[1]) + "\n\n\n" + json.dumps(records[2]) + "\n")
+    result = invoke("dedup", "gaps.jsonl", "-o", "out", "-q")
+    assert result.exit_code == 0, result.output
+    pairs = pq.read_table(happy / "out" / "pairs.parquet").to_pylist()
+    assert [(p["id_a"], p["id_b"]) for p in pairs] == [("gaps.jsonl:1", "gaps.jsonl:6")]
+
+
+def test_dedup_with_id_field(happy):
+    records = [{"uid": f"doc-{i}", **r} for i, r in enumerate(happy_records())]
+    write_jsonl(happy / "ided.jsonl", records)
+    result = invoke("dedup", "ided.jsonl", "-o", "out", "-q", "--id-field", "uid")
+    assert result.exit_code == 0, result.output
+    clusters = pq.read_table(happy / "out" / "clusters.parquet")
+    assert set(clusters["id"].to_pylist()) == {"doc-0", "doc-2", "doc-3", "doc-4", "doc-6"}
+    pairs = pq.read_table(happy / "out" / "pairs.parquet").to_pylist()
+    assert {(p["id_a"], p["id_b"]) for p in pairs} == {
+        ("doc-0", "doc-2"), ("doc-3", "doc-4"), ("doc-3", "doc-6"), ("doc-4", "doc-6")}
+
+
+def test_dedup_format_jsonl_round_trips(happy):
+    records = happy_records()
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--format", "jsonl")
+    assert result.exit_code == 0, result.output
+    out = happy / "out"
+    assert not (out / "deduplicated.parquet").exists()
+    lines = (out / "deduplicated.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [
+        r for line, r in enumerate(records, 1) if line not in REMOVED_ROWS]
+    assert (out / "clusters.parquet").is_file() and (out / "pairs.parquet").is_file()
+    assert json.loads((out / "report.json").read_text())["results"]["removed_documents"] == 3
+
+
+def test_dedup_directory_of_mixed_formats(in_tmp):
+    records = happy_records()
+    d = in_tmp / "corpus"
+    write_jsonl(d / "a.jsonl", records[:3])
+    pq.write_table(pa.Table.from_pylist(records[3:5]), d / "b.parquet")
+    (d / "c.jsonl.gz").write_bytes(gzip.compress(
+        "".join(json.dumps(r) + "\n" for r in records[5:7]).encode()))
+    (d / "d.txt").write_text(records[7]["text"], encoding="utf-8")
+    (d / "notes.md").write_text("ignored")
+    result = invoke("dedup", "corpus", "-o", "out", "-q")
+    assert result.exit_code == 0, result.output
+    report = json.loads((in_tmp / "out" / "report.json").read_text())
+    assert report["input"]["documents"] == 8
+    assert report["results"]["removed_documents"] == 3
+    assert any(s.endswith("notes.md") for s in report["input"]["skipped_files"])
+    removed = {r["id"] for r in pq.read_table(in_tmp / "out" / "clusters.parquet").to_pylist()
+               if not r["keep"]}
+    assert removed == {"corpus/a.jsonl:3", "corpus/b.parquet:2", "corpus/c.jsonl.gz:2"}
+
+
+def test_dedup_null_and_missing_text_allowed(happy):
+    records = happy_records() + [{"text": None, "n": 8, "tag": "t8", "score": 8.5},
+                                 {"n": 9, "tag": "t9", "score": 9.5}]
+    write_jsonl(happy / "nulls.jsonl", records)
+    result = invoke("dedup", "nulls.jsonl", "-o", "out", "-q")
+    assert result.exit_code == 0, result.output
+    report = json.loads((happy / "out" / "report.json").read_text())
+    assert report["input"]["documents"] == 10
+    assert report["input"]["null_texts"] == 2
+    assert report["input"]["empty_documents"] == 2
+    assert report["results"]["removed_documents"] == 3
+    dedup = pq.read_table(happy / "out" / "deduplicated.parquet")
+    assert dedup.num_rows == 7
+    assert dedup["text"].to_pylist()[-2:] == [None, None]
+
+
+def test_dedup_char_shingles_and_explicit_banding(happy):
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--shingle", "char", "--ngram", "4",
+                    "--bands", "20", "--rows", "5", "--threshold", "0.9", "--keep", "longest")
+    assert result.exit_code == 0, result.output
+    report = json.loads((happy / "out" / "report.json").read_text())
+    assert report["parameters"]["bands"] == 20 and report["parameters"]["rows"] == 5
+    assert report["parameters"]["shingle"] == "char" and report["parameters"]["ngram"] == 4
+    assert report["results"]["clusters"] == 2
+    for row in pq.read_table(happy / "out" / "pairs.parquet").to_pylist():
+        assert row["jaccard"] >= 0.9
+
+
+def test_overwrite_replaces_non_empty_output(happy, output_names):
+    out = happy / "out"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert not (out / "stale.txt").exists()
+    assert sorted(p.name for p in out.iterdir()) == output_names
+    assert leftovers(happy) == []
+
+
+def test_empty_existing_output_dir_is_fine(happy):
+    (happy / "out").mkdir()
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q")
+    assert result.exit_code == 0, result.output
+    assert (happy / "out" / "report.json").is_file()
+    assert leftovers(happy) == []
+
+
+def test_failed_write_leaves_no_temporary_directory_and_old_output(happy, monkeypatch):
+    out = happy / "out"
+    out.mkdir()
+    (out / "previous.txt").write_text("previous run")
+    before = tree_snapshot(out)
+
+    import gpudedup.result
+
+    def broken(table, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gpudedup.result, "write_parquet", broken)
+    result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--overwrite")
+    assert result.exit_code != 0
+    assert tree_snapshot(out) == before
+    assert leftovers(happy) == []
+
+
+
+# --- help, version, demo ------------------------------------------------------------------------
+
+
+def test_help():
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "dedup" in result.output and "demo" in result.output
+    assert "--version" in result.output
+
+
+def test_no_arguments_shows_help():
+    result = runner.invoke(app, [], env={"COLUMNS": "200"})
+    assert result.exit_code in (0, 2)
+    assert "dedup" in result.output and "demo" in result.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+
+    assert gpudedup.__version__ in result.output
+
+
+def test_dedup_help():
+    result = runner.invoke(app, ["dedup", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for option in ["--output", "--threshold", "--shingle", "--ngram", "--num-perm", "--bands",
+                   "--rows", "--id-field", "--text-field", "--keep", "--format", "--overwrite",
+                   "--backend", "--quiet"]:
+        assert option in result.output, option
+
+
+def test_demo_help():
+    result = runner.invoke(app, ["demo", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--output" in result.output and "--backend" in result.output
+
+
+def test_demo(in_tmp):
+    result = invoke("demo", "-o", "demo-out")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    out = in_tmp / "demo-out"
+    report = json.loads((out / "report.json").read_text())
+    assert report["input"]["documents"] > 0
+    assert report["results"]["clusters"] > 0
+    assert report["results"]["removed_documents"] > 0
+    clusters = pq.read_table(out / "clusters.parquet")
+    assert clusters.num_rows >= 2 * report["results"]["clusters"]
+    assert pq.read_table(out / "deduplicated.parquet").num_rows == (
+        report["input"]["documents"] - report["results"]["removed_documents"])
+    assert "Largest clusters" in result.output
+    assert leftovers(in_tmp, "demo-out") == []
