@@ -21,7 +21,7 @@ from gpudedup.engine.memory import dedup_corpus
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.shingling import ShingleSpec
 
-from test_properties import jaccard, oracle_shingles
+from oracles import jaccard, oracle_clusters, shingle_set, similar_pairs
 
 
 def test_same_signature_rows_against_a_dict_of_rows():
@@ -64,7 +64,7 @@ def test_only_identical_sets_are_confirmed_copies():
     signatures = signatures_of(texts)
     first, member = same_signature_rows(signatures)
     assert (0, 3) in set(zip(first.tolist(), member.tolist())), "the planted near-copy should share the signature"
-    shingles = [oracle_shingles(t) for t in texts]
+    shingles = [shingle_set(t) for t in texts]
 
     def exact(a, b):
         return np.array([jaccard(shingles[x], shingles[y]) for x, y in zip(a, b)])
@@ -123,7 +123,7 @@ def copies_corpus(groups: int, copies: int, seed: int = 5):
 def test_copies_leave_lsh_and_everything_is_still_found():
     texts = copies_corpus(groups=4, copies=30)
     result = gpudedup.dedup(texts, threshold=0.7, backend="cpu", bucket_window=5)
-    shingles = [oracle_shingles(t) for t in texts]
+    shingles = [shingle_set(t) for t in texts]
     truth = {(a, b) for a, b in itertools.combinations(range(len(texts)), 2)
              if jaccard(shingles[a], shingles[b]) >= 0.7}
     all_pairs = result.all_pairs()
@@ -158,54 +158,22 @@ FULL_RECALL = dict(num_perm=64, bands=64, rows=1, bucket_window=100_000)
 VOCABULARY_SMALL = [f"v{i}" for i in range(40)]
 
 
-def char_shingles(text: str, n: int = 5) -> set[str]:
-    """Char n-grams of the canonical definition for ASCII texts (lower-case, white space runs to
-    one space, ends stripped; a non-empty text shorter than n is one shingle)."""
-    norm = " ".join(text.lower().split())
-    if not norm:
-        return set()
-    if len(norm) < n:
-        return {norm}
-    return {norm[i:i + n] for i in range(len(norm) - n + 1)}
-
-
-def brute_force(sets: list[set], threshold: float) -> dict:
-    """{(a, b): J} for every pair a < b of non-empty sets with J >= threshold."""
-    return {(a, b): jaccard(sets[a], sets[b]) for a, b in itertools.combinations(range(len(sets)), 2)
-            if sets[a] and sets[b] and jaccard(sets[a], sets[b]) >= threshold - 1e-12}
-
-
 def components(n: int, pairs) -> list[int]:
-    """Union-find label of each of n documents over the pairs."""
-    parent = list(range(n))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        parent[find(a)] = find(b)
-    return [find(x) for x in range(n)]
+    """A label per document of n: its cluster over the pairs (the union-find oracle), or a
+    label of its own (negative) when it is in no pair."""
+    docs, cluster, _ = oracle_clusters(n, pairs, [0] * n)
+    label = [-1 - d for d in range(n)]
+    for d, c in zip(docs, cluster):
+        label[d] = c
+    return label
 
 
-def oracle_keep(texts, label, policy: str) -> list[bool]:
-    """The kept mask: one document per component of two or more (the first in input order, or
-    the longest text in code points, null counting 0, ties to the first), every other kept."""
-    members = {}
-    for doc, root in enumerate(label):
-        members.setdefault(root, []).append(doc)
+def oracle_keep(texts, pairs, policy: str) -> list[bool]:
+    """The kept mask (the union-find oracle's keep policy; a null text counts 0 code points)."""
+    docs, _, kept = oracle_clusters(len(texts), pairs, [len(t or "") for t in texts], policy)
     keep = [True] * len(texts)
-    for docs in members.values():
-        if len(docs) < 2:
-            continue
-        if policy == "first":
-            chosen = docs[0]
-        else:
-            chosen = min(docs, key=lambda d: (-len(texts[d] or ""), d))
-        for d in docs:
-            keep[d] = d == chosen
+    for d, k in zip(docs, kept):
+        keep[d] = k
     return keep
 
 
@@ -254,8 +222,8 @@ def pair_dict(table: pa.Table) -> dict:
 @pytest.mark.parametrize("threshold", [0.5, 0.8, 1.0])
 def test_copies_agree_with_brute_force(seed, threshold):
     texts = copies_review_corpus(seed)
-    sets = [oracle_shingles(t or "") for t in texts]
-    truth = brute_force(sets, threshold)
+    sets = [shingle_set(t or "") for t in texts]
+    truth = similar_pairs(sets, threshold)
     label = components(len(texts), truth)
     for policy in ("first", "longest"):
         result = gpudedup.dedup(texts, threshold=threshold, backend="cpu", keep=policy, **FULL_RECALL)
@@ -266,7 +234,7 @@ def test_copies_agree_with_brute_force(seed, threshold):
         # Every listed pair is a true pair, and the listed ones at 1.0 are identical sets.
         for (a, b), j in pair_dict(result.pairs).items():
             assert (a, b) in truth and (j == 1.0) == (sets[a] == sets[b])
-        assert result.keep.tolist() == oracle_keep(texts, label, policy)
+        assert result.keep.tolist() == oracle_keep(texts, truth, policy)
         clusters = result.clusters.to_pydict()
         assert sorted(clusters["id"]) == [d for d in range(len(texts)) if label.count(label[d]) > 1]
         same_cluster = {(a, b) for a, b in itertools.combinations(clusters["id"], 2)
@@ -289,7 +257,7 @@ def test_identical_copies_count_and_star_against_python_sets(seed):
     every later copy of a set is confirmed and paired with the first document of that set, and
     with nothing else at 1.0."""
     texts = copies_review_corpus(seed, near_supersets=False)
-    sets = [oracle_shingles(t or "") for t in texts]
+    sets = [shingle_set(t or "") for t in texts]
     result = gpudedup.dedup(texts, threshold=0.8, backend="cpu", **FULL_RECALL)
     first_of = {}
     expected_star = set()
@@ -313,8 +281,8 @@ def test_copies_with_string_ids_out_of_row_order():
     ids = [f"id-{n:03d}" for n in rng.sample(range(1000), len(texts))]
     table = pa.table({"doc": ids, "text": pa.array(texts, pa.string())})
     result = gpudedup.dedup(table, id_field="doc", threshold=0.7, backend="cpu", **FULL_RECALL)
-    sets = [oracle_shingles(t or "") for t in texts]
-    truth = {tuple(sorted((ids[a], ids[b]))): j for (a, b), j in brute_force(sets, 0.7).items()}
+    sets = [shingle_set(t or "") for t in texts]
+    truth = {tuple(sorted((ids[a], ids[b]))): j for (a, b), j in similar_pairs(sets, 0.7).items()}
     found = pair_dict(result.all_pairs())
     assert found.keys() == truth.keys()
     assert all(found[p] == pytest.approx(truth[p]) for p in truth)
@@ -329,13 +297,13 @@ def test_char_shingle_copies_against_brute_force():
         texts.append(base[:-1] + rng.choice("abcd"))
     texts += ["ab", "AB", "", None]
     rng.shuffle(texts)
-    sets = [char_shingles(t or "") for t in texts]
-    truth = brute_force(sets, 0.6)
+    sets = [shingle_set(t, "char", 5) for t in texts]
+    truth = similar_pairs(sets, 0.6)
     result = gpudedup.dedup(texts, shingle="char", ngram=5, threshold=0.6, backend="cpu", keep="longest",
                             **FULL_RECALL)
     found = pair_dict(result.all_pairs())
     assert found.keys() == truth.keys()
-    assert result.keep.tolist() == oracle_keep(texts, components(len(texts), truth), "longest")
+    assert result.keep.tolist() == oracle_keep(texts, truth, "longest")
 
 
 def run_tables(result):
@@ -395,8 +363,8 @@ def test_report_counts_match_the_outcome():
 
 def test_evaluate_recall_with_copies_against_brute_force():
     texts = [t or "" for t in copies_review_corpus(3)] + copies_corpus(groups=2, copies=6)
-    sets = [oracle_shingles(t) for t in texts]
-    truth = brute_force(sets, 0.6)
+    sets = [shingle_set(t) for t in texts]
+    truth = similar_pairs(sets, 0.6)
     evaluation = evaluate(strings_corpus(texts), [Setting(64, 64, 1, "word", 5, 0.6)], backend="cpu",
                           bucket_window=100_000, warmup=False)
     scores = evaluation.results[0]
@@ -449,7 +417,7 @@ def test_the_poisoning_preconditions_hold():
     for first, copy in ((v1, v2), (a, b)):
         signatures = signatures_of([first, copy, copy])
         assert (signatures[0] == signatures[1]).all() and (signatures[1] == signatures[2]).all()
-        assert oracle_shingles(first) != oracle_shingles(copy)
+        assert shingle_set(first) != shingle_set(copy)
 
 
 @pytest.mark.parametrize("kind", ["superset", "collision"])

@@ -32,10 +32,6 @@ NGRAM = 5
 THRESHOLD = 0.7
 
 
-# test_copies.py imports the word 5-gram oracle under this name.
-oracle_shingles = shingle_set
-
-
 @st.composite
 def planted_corpora(draw):
     """(texts, planted) -- planted: (i, j) index pairs of a document and its edited copy."""

@@ -27,7 +27,7 @@ from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterErr
 
 from stage_events import cli_process, finish, stages_begun, wait_for_stage, with_stage_events
 from test_api import write_jsonl
-from test_shingling import oracle_shingles
+from oracles import oracle_shingles
 
 SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
 OUTPUTS = ("pairs.parquet", "clusters.parquet")
