@@ -12,7 +12,9 @@ the first run compiles.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -25,8 +27,8 @@ from gpudedup.lsh import Banding, band_keys
 from gpudedup.minhash import minhash_signatures
 from gpudedup.normalize import encode_codepoints, normalize_codepoints
 from gpudedup.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
-from kernel_host.host_kernels import (BAD_LAUNCH, DEFAULTS, DIVERGENT_BARRIER, FORWARD, OK, REVERSE,
-                                      SCHEDULES, ceil_div, host_library)
+from kernel_host.host_kernels import (BAD_LAUNCH, CXXFLAGS, DEFAULTS, DIVERGENT_BARRIER, FORWARD, OK, REVERSE,
+                                      SCHEDULES, build_library, ceil_div, host_library, load_library)
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
@@ -189,11 +191,10 @@ def test_shim_thread_coordinates():
     np.testing.assert_array_equal(out, np.stack([bx, by, bz, tx, ty, tz], axis=-1))
 
 
-def test_shim_fills_shared_memory_between_blocks():
-    # A GPU gives a block's shared memory whatever was there: a kernel reading words it did not
-    # write must see the shim's pattern (one byte repeated, another per block), never zeros or
-    # the previous block's writes (0x600DF00D), which could pass for right values.
-    library = host_library()
+def check_shared_memory_fill(library) -> None:
+    """A GPU gives a block's shared memory whatever was there: a kernel reading words it did not
+    write must see the shim's pattern (one byte repeated, another per block), never zeros or
+    the previous block's writes (0x600DF00D), which could pass for right values."""
     grid, block = 4, 64
     out = np.zeros((grid, block), dtype=np.uint32)
     assert library.launch_uninitialised_shared_u32(grid, block, out.reshape(-1)) == OK
@@ -201,6 +202,55 @@ def test_shim_fills_shared_memory_between_blocks():
     np.testing.assert_array_equal(out, (patterns * 0x01010101)[:, None] * np.ones(block, np.uint32))
     assert np.all(patterns != 0) and len(set(patterns.tolist())) == grid
     assert not np.any(out == 0x600DF00D)
+
+
+def on_new_thread(function: Callable[[], None]) -> None:
+    """Run ``function`` on a thread of its own and re-raise what it raised (an assertion too)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            function()
+        except BaseException as error:  # noqa: BLE001 -- re-raised on the calling thread
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def test_shim_fills_shared_memory_between_blocks():
+    check_shared_memory_fill(host_library())
+
+
+def test_shim_fills_shared_memory_in_a_second_library_on_every_thread(tmp_path):
+    # Regression: the fill was skipped in a library loaded after another one (test_copies.py's
+    # libraries before this file's): the shim's built-ins were process-wide unique symbols, so
+    # the second library ran on the first one's gridDim, looked for its shared memory by that
+    # address, found the first library's and filled that. And a launch that could not find its
+    # shared memory ran unfilled. Here a library that no other test loads (a cache of its own)
+    # comes after host_library(), and its kernels run first on another thread, as the kernel
+    # backend's batch threads run them; then the fill must hold on the main thread and on a
+    # thread that never launched before, in both libraries.
+    first = host_library()
+    check_shared_memory_fill(first)
+    second = load_library(build_library(CXXFLAGS, tmp_path))
+    on_new_thread(lambda: check_shared_memory_fill(second))
+    check_shared_memory_fill(second)
+    check_shared_memory_fill(first)
+
+    def both_on_a_fresh_thread() -> None:
+        check_shared_memory_fill(second)
+        check_shared_memory_fill(first)
+
+    on_new_thread(both_on_a_fresh_thread)
+    # The kernels too run on the second library's own built-ins from any thread.
+    rng = np.random.default_rng(3)
+    batch, permutations = batch_of_lengths([0, 1, 70, 300], rng), draw_permutations(130, seed=3)
+    on_new_thread(lambda: np.testing.assert_array_equal(host_minhash(second, batch, permutations),
+                                                        minhash_signatures(batch, permutations)))
 
 
 # --- minhash.cu ---------------------------------------------------------------------------------

@@ -28,10 +28,19 @@
 //   Shared memory is filled with a garbage pattern before every block (a byte that changes
 //   from block to block), as a GPU gives a block whatever the previous occupant left: a kernel
 //   that reads shared memory it did not write sees the pattern, not zeros or the previous
-//   block's values that might pass for right ones.
+//   block's values that might pass for right ones. A launch that cannot find the calling
+//   thread's shared memory fails (NO_SHARED_MEMORY) instead of running unfilled.
 //   One launch at a time per OS thread; launches do not nest.
 //   Warp-level primitives (__shfl_*, __ballot_sync, warp-synchronous code) are NOT modelled:
 //   kernels tested here must synchronise with __syncthreads() only.
+//
+// One library, one copy of the shim
+//   Several libraries built from this header live in one process (one per tunable
+//   combination). Everything declared here is hidden (#pragma GCC visibility): as default-
+//   visibility `inline` variables the built-ins became process-wide unique symbols, so a
+//   library loaded second ran on the first one's gridDim and blockIdx, and its shared-memory
+//   fill landed in the first library's thread-local storage. An includer should hide the
+//   kernels too (launch.cpp does), so that their __shared__ arrays are never interposed.
 #pragma once
 
 #include <link.h>
@@ -53,6 +62,10 @@
 #define __shared__ static thread_local
 #define __launch_bounds__(...)
 
+// After the system headers (hiding their declarations would break them): see "One library,
+// one copy of the shim" above.
+#pragma GCC visibility push(hidden)
+
 struct dim3 {
     unsigned int x, y, z;
     constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -71,6 +84,8 @@ enum Status : int {
     DIVERGENT_BARRIER = 1,  // some threads of a block returned while others wait at a barrier
     BAD_LAUNCH = 2,         // an empty grid or block, or a block larger than MAX_THREADS
     OUT_OF_MEMORY = 3,      // fiber stacks could not be mapped
+    NO_SHARED_MEMORY = 4,   // this library's thread-local storage (the __shared__ arrays) was
+                            // not found on the calling thread, so it could not be filled
 };
 
 // Fiber schedules: the order in which the fibers of a block are resumed in each round.
@@ -164,25 +179,53 @@ struct TlsSegment {
     std::size_t size = 0;
 };
 
-inline int find_own_tls(struct dl_phdr_info* info, std::size_t, void* found) {
-    const char* mine = reinterpret_cast<const char*>(&gridDim);
+struct TlsSearch {
+    std::uintptr_t code;  // an address in this library's code: which loaded object is ours
+    const char* anchor;   // &gridDim on the calling thread: must lie in the block found
+    TlsSegment found;     // stays empty when the block is not found
+};
+
+// dl_iterate_phdr callback: this library is the object whose PT_LOAD segments hold `code`
+// (found by its code, not by a thread-local address, which is only as good as the symbol
+// binding behind it). Its dlpi_tls_data is the calling thread's block of its PT_TLS segment
+// once this thread has allocated it -- launch() has, by writing gridDim -- and NULL before
+// (glibc's dlinfo(RTLD_DI_TLS_DATA) gives the same pointer under the same condition). The
+// anchor check turns any other answer into "not found", never into filling foreign memory.
+inline int find_own_tls(struct dl_phdr_info* info, std::size_t, void* argument) {
+    TlsSearch& search = *static_cast<TlsSearch*>(argument);
+    bool ours = false;
+    const ElfW(Phdr)* tls = nullptr;
     for (int i = 0; i < info->dlpi_phnum; ++i) {
-        if (info->dlpi_phdr[i].p_type != PT_TLS || info->dlpi_tls_data == nullptr) continue;
-        char* data = static_cast<char*>(info->dlpi_tls_data);
-        const std::size_t size = info->dlpi_phdr[i].p_memsz;
-        if (mine >= data && mine < data + size) {
-            *static_cast<TlsSegment*>(found) = TlsSegment{data, size};
-            return 1;
+        const ElfW(Phdr)& header = info->dlpi_phdr[i];
+        if (header.p_type == PT_LOAD) {
+            const std::uintptr_t start = info->dlpi_addr + header.p_vaddr;
+            ours = ours || (search.code >= start && search.code < start + header.p_memsz);
+        } else if (header.p_type == PT_TLS) {
+            tls = &header;
         }
     }
-    return 0;
+    if (!ours) return 0;  // another object: keep looking
+    if (tls != nullptr && info->dlpi_tls_data != nullptr) {
+        char* data = static_cast<char*>(info->dlpi_tls_data);
+        if (search.anchor >= data && search.anchor + sizeof(dim3) <= data + tls->p_memsz) {
+            search.found = TlsSegment{data, tls->p_memsz};
+        }
+    }
+    return 1;  // this library: stop, found or not
+}
+
+// The calling thread's block of this library's thread-local storage; empty if not found.
+inline TlsSegment own_shared_memory() {
+    TlsSearch search{reinterpret_cast<std::uintptr_t>(&find_own_tls),
+                     reinterpret_cast<const char*>(&gridDim), TlsSegment{}};
+    dl_iterate_phdr(find_own_tls, &search);
+    return search.found;
 }
 
 // Fill every __shared__ array with `pattern` bytes: the whole TLS segment of this library, which
 // holds nothing else but the four dim3 of the CUDA built-ins (trivial, constant-initialised:
 // no init guards), put back as they were.
 inline void scribble_shared_memory(const TlsSegment& segment, unsigned char pattern) {
-    if (segment.data == nullptr) return;
     const dim3 saved_grid = gridDim, saved_block = blockDim;
     std::memset(segment.data, pattern, segment.size);
     gridDim = saved_grid;
@@ -221,16 +264,16 @@ inline int launch(dim3 grid, dim3 block, int schedule, const std::function<void(
     }
     Runtime& rt = this_thread_runtime();
     if (!rt.map_stacks()) return OUT_OF_MEMORY;
+    gridDim = grid;  // also allocates this thread's TLS block, which own_shared_memory needs
+    blockDim = block;
+    const TlsSegment shared = own_shared_memory();
+    if (shared.data == nullptr) return NO_SHARED_MEMORY;  // never run a block unfilled
     const std::size_t page = rt.stride - STACK_BYTES;
     rt.fibers.resize(threads);
     rt.body = &kernel;
-    gridDim = grid;
-    blockDim = block;
     std::vector<unsigned int> order(threads);
     Xorshift random{0x9E3779B97F4A7C15ULL};
     int status = OK;
-    TlsSegment shared;
-    dl_iterate_phdr(find_own_tls, &shared);
     unsigned int block_number = 0;
 
     for (unsigned int bz = 0; bz < grid.z && status == OK; ++bz)
@@ -280,3 +323,5 @@ inline int launch(dim3 grid, dim3 block, int schedule, const std::function<void(
 }  // namespace cuda_host
 
 inline void __syncthreads() { cuda_host::barrier(); }
+
+#pragma GCC visibility pop

@@ -14,6 +14,7 @@ build the same library at once (build_library).
 from __future__ import annotations
 
 import ctypes
+import enum
 import fcntl
 import hashlib
 import os
@@ -41,8 +42,19 @@ GXX = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
 CXXFLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas", "-Werror"]
 CXXFLAGS += os.environ.get("KERNEL_HOST_CXXFLAGS", "").split()
 
-# cuda_host::Status and cuda_host::Schedule (cuda_host_shim.h)
-OK, DIVERGENT_BARRIER, BAD_LAUNCH = 0, 1, 2
+
+class Status(enum.IntEnum):
+    """cuda_host::Status (cuda_host_shim.h): what a launch_* function returns."""
+
+    OK = 0
+    DIVERGENT_BARRIER = 1
+    BAD_LAUNCH = 2
+    OUT_OF_MEMORY = 3
+    NO_SHARED_MEMORY = 4  # the calling thread's shared memory was not found (so not filled)
+
+
+OK, DIVERGENT_BARRIER, BAD_LAUNCH, OUT_OF_MEMORY, NO_SHARED_MEMORY = Status
+# cuda_host::Schedule (cuda_host_shim.h)
 FORWARD, REVERSE, SHUFFLED = 0, 1, 2
 SCHEDULES = (FORWARD, REVERSE, SHUFFLED)
 
@@ -129,12 +141,17 @@ def host_library(**defines) -> ctypes.CDLL:
     if key in _LIBRARIES:
         return _LIBRARIES[key]
     target = build_library(CXXFLAGS + [f"-D{name}={value}" for name, value in key], cache_directory())
+    library = _LIBRARIES[key] = load_library(target)
+    return library
+
+
+def load_library(target: Path) -> ctypes.CDLL:
+    """A built library (build_library) loaded, its functions given their ctypes signatures."""
     library = ctypes.CDLL(str(target))
     for name, argtypes in _SIGNATURES.items():
         function = getattr(library, name)
         function.argtypes = argtypes
         function.restype = ctypes.c_int
-    _LIBRARIES[key] = library
     return library
 
 
@@ -190,7 +207,8 @@ class HostKernel:
         args = [self.device_argument(position, arg, args) for position, arg in enumerate(args)]
         status = self.function(*grid[: self.grid_dims], int(block[0]), self.schedule, *args)
         if status != OK:
-            raise RuntimeError(f"{self.name} launch failed on the host shim (status {status})")
+            name = Status(status).name if status in set(Status) else "unknown"
+            raise RuntimeError(f"{self.name} launch failed on the host shim: {name} (status {status})")
 
     def device_argument(self, position: int, arg, args):
         """An argument as the shim takes it: a scalar as an int, an array as its memory.

@@ -13,9 +13,15 @@
 
 #include "cuda_host_shim.h"
 
+// The kernels hidden like the shim (cuda_host_shim.h, "One library, one copy of the shim"): a
+// library exports its launch_* and tunable_* functions (GD_EXPORT) and nothing that a library
+// loaded after it could bind to instead of its own.
+#pragma GCC visibility push(hidden)
 #include "minhash.cu"
 #include "band_keys.cu"
 #include "shingle_hash.cu"
+#include "shim_selftest.cu"
+#pragma GCC visibility pop
 
 #define GD_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -51,8 +57,6 @@ GD_EXPORT int launch_span_hashes_u32(unsigned int grid_x, unsigned int block_x, 
 }
 
 // --- shim self-tests (tests/kernel_host/shim_selftest.cu) ----------------------------------
-
-#include "shim_selftest.cu"
 
 GD_EXPORT int launch_reverse_block_i32(unsigned int grid_x, unsigned int block_x, int schedule,
                                        const int* input, int* output, int sync) {
