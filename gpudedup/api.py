@@ -78,7 +78,7 @@ def dedup(
         address, or a local cluster of this many worker processes. The work directory (needed
         with client and scheduler; a temporary one otherwise) and the files must be visible to
         every worker at the same path. The results are the single process's.
-    The other parameters are described in README ("Parameters") and params.DedupParams.
+    The other parameters are described in README ("Command line") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
         raise ParameterError(f"on_error must be 'stop' or 'skip'; got {on_error!r}")

@@ -135,7 +135,7 @@ def dedup_command(
              "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Run in stages over one input file at a time, keeping each stage's results here, so the "
-             "corpus is never in memory as a whole (see README, \"Streaming and resume\").",
+             "corpus is never in memory as a whole (see docs/scale.md).",
         show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir "
                                                           "after an interruption.")] = False,

@@ -1,7 +1,7 @@
 """The hash family: every integer function whose bits the numpy and CUDA backends must share.
 
 All arithmetic here is unsigned and wraps: 64-bit values modulo 2**64, 32-bit values modulo
-2**32. The README's "Hash specification" section restates these definitions; they are frozen,
+2**32. docs/hash-spec.md restates these definitions; they are frozen,
 because stored signatures and band keys must stay valid across releases.
 
 1. ``poly_hash64(units)``: the 64-bit hash of a sequence of integer units (code points of a

@@ -3,7 +3,7 @@ only by ``with_*`` copies (the Dask details, the write stage); ``as_dict`` is re
 
 A Report also reads like the JSON object it writes (``report["balance"]["kept"]``), so that
 notebooks and scripts that read report.json and those that read ``result.report`` use the same
-keys. The keys are the README's ("Output formats"); fields are added, never renamed.
+keys. The keys are described in docs/output-formats.md; fields are added, never renamed.
 """
 
 from __future__ import annotations

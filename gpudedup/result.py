@@ -1,5 +1,5 @@
 """What a run gives back: the DedupResult (ids attached to the engine's row-level outcome, the
-one place where rows become ids) and the writing of its outputs (README, "Output formats")."""
+one place where rows become ids) and the writing of its outputs (docs/output-formats.md)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class DedupResult:
         """``pairs`` with every group of identical copies spelled out.
 
         ``pairs`` lists documents with identical shingle sets as a star around the first of
-        them (Jaccard 1.0; README, "Output formats"). Here the copies are also paired with each
+        them (Jaccard 1.0; docs/output-formats.md). Here the copies are also paired with each
         other, and each copy with every document its text is paired with, at that pair's
         Jaccard: every pair at or above the threshold that the run found. Quadratic in the size
         of a group of copies; for inspection and for comparison with an all-pairs truth.
@@ -94,7 +94,7 @@ class DedupResult:
 
     def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:
         """Write deduplicated.{parquet,jsonl}, clusters.parquet, pairs.parquet and report.json
-        into ``output_dir``, atomically (see README, "Output formats")."""
+        into ``output_dir``, atomically (see docs/output-formats.md)."""
         return write_outputs(output_dir, self, format, overwrite)
 
 

@@ -5,7 +5,7 @@ run, the staged single-process run (--work-dir), and Dask local clusters of 1 an
 Peak memory is the largest sum of the resident sets of the command and every process under it
 (client, scheduler, workers), sampled four times a second; the report's own per-stage peaks
 cover only the client. The per-shard figures of the staged run (text, spill size, seconds of
-the signature stage per shard) are what README's scale plan is computed from. The outputs of
+the signature stage per shard) are what the scale plan in docs/scale.md is computed from. The outputs of
 all runs are compared: pairs.parquet and clusters.parquet must be byte-identical.
 
     python scripts/build_linux_corpus.py

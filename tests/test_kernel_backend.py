@@ -197,7 +197,7 @@ def test_batch_size_does_not_change_results():
 
 
 # Peak memory of one batch on the backend's side, per byte of UTF-8 text and per document, as
-# measured here (numpy arrays are traced by tracemalloc): the README's "GPU memory" bound. The
+# measured here (numpy arrays are traced by tracemalloc): docs/gpu.md's "GPU memory" bound. The
 # batch's text itself (1 byte per byte, copied to the device) is included.
 BYTES_PER_TEXT_BYTE = 32
 BYTES_PER_DOCUMENT = 40  # offsets, counts, doc ids; plus the signature row of 4 * K bytes

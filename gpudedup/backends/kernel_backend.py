@@ -31,7 +31,7 @@ from .cuda_kernels import grid_stride_blocks, minhash_tunables, tunable
 
 # A GPU batch is large enough to fill the device many times over (a 64 MiB batch of word
 # 5-grams is about 13 M shingles) and small enough that two batches in flight stay within a
-# few GB of device memory (see README, "GPU memory").
+# few GB of device memory (see docs/gpu.md, "GPU memory is bounded by the batch size").
 DEFAULT_GPU_BATCH_BYTES = 64 << 20
 
 

@@ -43,7 +43,7 @@ class Outcome:
     pair_a, pair_b: int64 (p,), a < b: verified pairs; jaccard: float64 (p,), >= threshold.
     clusters: documents in clusters of two or more (cluster.Clusters).
     keep: bool (n,): False exactly for the removed duplicates.
-    report: the run's report (report.Report; README, "Output formats").
+    report: the run's report (report.Report; docs/output-formats.md).
     checked_jaccard: float64 (c,): the exact Jaccard of every pair that verification computed
         (those the signature filter passed, and the identical copies), verified or not: what
         the candidates looked like, for the report's histogram.
