@@ -4,18 +4,18 @@ in process (typer's CliRunner) or without read permission, and the checks of a u
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import random
 import shutil
 import string
 import subprocess
 import sys
-import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import gzip
 from typer.testing import CliRunner
 
 from gpudedup.cli import app

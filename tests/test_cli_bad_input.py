@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-
 from cli_support import (assert_unreadable_reported, assert_user_error, error_line, happy_records, invoke,
                          leftovers, paragraph, tree_snapshot, variant, without_read_permission, write_jsonl,
                          write_unreadable)

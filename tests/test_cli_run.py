@@ -242,7 +242,6 @@ def test_no_arguments_shows_help():
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
-
     assert gpudedup.__version__ in result.output
 
 
