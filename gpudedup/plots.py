@@ -1,10 +1,11 @@
 """Figures of a run, as PNG bytes: the LSH S-curve, the candidate pairs by exact Jaccard, and
 recall against similarity (for evaluations).
 
-matplotlib is an optional extra (``pip install 'gpudedup[plot]'``). It is imported inside the
-functions, never by ``import gpudedup``; without it they raise ``PlottingUnavailable`` with the
-install command. Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas,
-never through pyplot: no figure stays open, no backend is switched. Their style is set with
+matplotlib is a dependency of the package (so the README's first command draws the figures).
+It is imported inside the functions, never by ``import gpudedup``; where it cannot be imported
+(a broken or stripped environment) they raise ``PlottingUnavailable`` with the install command.
+Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas, never through
+pyplot: no figure stays open, no backend is switched. Their style is set with
 ``matplotlib.rc_context``, which puts the global rcParams back when a figure is done.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from .lsh import collision_probability, steepest_similarity
 
-INSTALL_HINT = "pip install 'gpudedup[plot]'"
+INSTALL_HINT = "pip install matplotlib"
 
 # One palette for every figure (colour-blind safe: Okabe-Ito blue, orange, vermillion, grey).
 BLUE = "#0072B2"
@@ -51,7 +52,7 @@ STYLE = {
 
 
 class PlottingUnavailable(ImportError):
-    """matplotlib is not installed (the ``plot`` extra)."""
+    """matplotlib cannot be imported."""
 
 
 def matplotlib_available() -> bool:
