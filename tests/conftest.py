@@ -5,6 +5,7 @@ set pairs of known Jaccard, conservation checked from outside on every run the s
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import pytest
 
 from gpudedup.shingling import ShingleBatch
 
-from conservation import ConservationError, RunArgs, check_output_dir, check_result
+from conservation import ConservationError, check_output_dir, check_reading_as_asked, check_result
 
 
 @pytest.fixture(autouse=True)
@@ -163,7 +164,9 @@ def output_names():
 # --- conservation, checked from outside on every run --------------------------------------------
 #
 # Three ways in, so that no run escapes: gpudedup.dedup is wrapped (every result of the API and
-# of the CLI in process is checked against its input, read again by conservation.py);
+# of the CLI in process is checked against its input, read again by conservation.py, and its
+# report must state the reading the caller asked for, which is what lets the checker take the
+# reading of a subprocess's run from its report.json);
 # DedupResult.write is wrapped (every output directory written in process is checked from its
 # files, wherever it is, even in a temporary directory gone before the test ends); and after
 # every test, and again at the end of the session, pytest's temporary directories are searched
@@ -174,7 +177,7 @@ CONSERVATION_FAILURES: list[str] = []
 _checked_reports: dict[str, tuple] = {}  # report.json path -> (inode, mtime, size) when checked
 _seen_tops: set[str] = set()  # the entries of pytest's basetemp already searched
 _originals: dict[str, Any] = {}
-RUN_ATTRIBUTE = "_conservation_run"  # (RunArgs, data) on each result of the wrapped dedup
+RUN_ATTRIBUTE = "_conservation_data"  # the input data of each result of the wrapped dedup
 
 
 def _report_key(report: Path) -> Optional[tuple]:
@@ -196,6 +199,8 @@ def _is_path_input(data: Any) -> bool:
 
 
 def _checked_dedup(original):
+    signature = inspect.signature(original)
+
     @functools.wraps(original)
     def dedup(data, **kwargs):
         import pyarrow as pa
@@ -206,15 +211,20 @@ def _checked_dedup(original):
             data, kept_data = pa.RecordBatchReader.from_batches(table.schema, table.to_batches()), table
         else:
             kept_data = data
-        args = RunArgs(text_field=kwargs.get("text_field", "text"), id_field=kwargs.get("id_field"),
-                       inputs=([data] if isinstance(data, (str, os.PathLike)) else list(data))
-                       if _is_path_input(data) else None, cwd=Path.cwd())
+        paths = ([data] if isinstance(data, (str, os.PathLike)) else list(data)) if _is_path_input(data) else []
+        # The reading asked for, with dedup's own defaults where the caller left them out;
+        # paths made absolute now, in the caller's working directory.
+        asked = signature.bind(data, **kwargs)
+        asked.apply_defaults()
+        reading = {name: asked.arguments[name] for name in ("text_field", "id_field", "on_error")}
+        given = [os.path.abspath(p) for p in paths]
         result = original(data, **kwargs)
         try:
-            check_result(result, kept_data, args)
+            check_reading_as_asked(result.report, paths=given, **reading)
+            check_result(result, kept_data)
         except ConservationError as error:
             _fail(f"gpudedup.dedup: {error}")
-        setattr(result, RUN_ATTRIBUTE, (args, kept_data))
+        setattr(result, RUN_ATTRIBUTE, kept_data)
         return result
     return dedup
 
@@ -223,12 +233,12 @@ def _checked_write(original):
     @functools.wraps(original)
     def write(self, output_dir, *args, **kwargs):
         written = original(self, output_dir, *args, **kwargs)
-        run_args, data = getattr(self, RUN_ATTRIBUTE, (None, None))
         report = Path(written) / "report.json"
         # Checked here, once: the search after the test passes over it, failed or not.
         _checked_reports[str(report.resolve())] = _report_key(report)
         try:
-            check_output_dir(Path(written), run_args, None if data is None or _is_path_input(data) else data)
+            # The in-memory data of a result of the wrapped dedup; a run over files needs none.
+            check_output_dir(Path(written), getattr(self, RUN_ATTRIBUTE, None))
         except ConservationError as error:
             _fail(f"DedupResult.write: {error}")
         return written
@@ -325,9 +335,8 @@ def pytest_sessionfinish(session, exitstatus):
 def assert_conserved(result) -> None:
     """Check a result of gpudedup.dedup against its input (conservation.py); every result of
     the wrapped dedup is checked already, this lets a test say so where it matters."""
-    run = getattr(result, RUN_ATTRIBUTE, None)
-    assert run is not None, "not a result of gpudedup.dedup: its input is unknown"
-    check_result(result, run[1], run[0])
+    assert hasattr(result, RUN_ATTRIBUTE), "not a result of gpudedup.dedup: its input is unknown"
+    check_result(result, getattr(result, RUN_ATTRIBUTE))
 
 
 @pytest.fixture

@@ -9,12 +9,21 @@ itself for in-memory data) and then requires, per record:
   kept_id is kept and in the same cluster), or a skipped record of errors.jsonl (its file and
   line; a whole file when line is null). Empty documents are kept rows, counted apart;
 - the report's counts (documents per file and in all, skipped, null texts, text bytes, empty,
-  removed, kept, clusters, the balance) equal those recounted from the files.
+  removed, kept, clusters, the balance) equal those recounted from the files;
+- every input file under the paths the run was given (walked by the checker, hidden entries
+  left out) was read, skipped, or listed as passed over.
 
-A record the reader drops silently is then a kept row missing from deduplicated.*, and a kept
-row the writer drops is the same; neither can balance. conftest.py applies ``check_output_dir``
-to every output directory the suite's runs write and ``check_result`` to every result
-``gpudedup.dedup`` returns.
+How to read the input again comes from report.json alone (``Reading``): the text and id fields
+and on_error (``parameters``), the inputs as given (``input.paths``) and where each file is
+(``input.files[].absolute_path``). Nothing is guessed, so an output directory is checked the
+same way whoever wrote it and from whatever working directory: a run in this process or a CLI
+run in a subprocess. conftest.py checks, for runs in this process, that the report states
+these as the caller asked for them.
+
+A record the reader drops silently is then a kept row missing from deduplicated.*, a file it
+drops is one the walk finds unaccounted for, and a kept row the writer drops is missing too;
+none can balance. conftest.py applies ``check_output_dir`` to every output directory the
+suite's runs write and ``check_result`` to every result ``gpudedup.dedup`` returns.
 """
 
 from __future__ import annotations
@@ -23,12 +32,14 @@ import gzip
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from gpudedup.report import IN_MEMORY_FORMATS
 
 # Unicode's White_Space property (PropList.txt), which DESIGN.md's normalisation collapses and
 # strips: a document of only these (or a null text) has no shingles, an "empty document".
@@ -66,13 +77,73 @@ class InputRecord:
         return f"{self.file}:{self.line}"
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a run read its input, as its report.json says.
+
+    text_field / id_field / on_error: ``parameters``; paths: ``input.paths``, the inputs as
+    given, absolute (none for in-memory data); files: (path as shown, absolute path) of every
+    file in ``input.files``, in reading order (none for in-memory data).
+    """
+
+    text_field: str
+    id_field: Optional[str]
+    on_error: str
+    paths: tuple[str, ...]
+    files: tuple[tuple[str, str], ...]
+
+    @property
+    def in_memory(self) -> bool:
+        return not self.paths
+
+    @classmethod
+    def of(cls, report: dict) -> "Reading":
+        """The reading a report states; ConservationError when it lacks one of the fields."""
+        parameters, given = report.get("parameters", {}), report.get("input", {})
+        missing = [f"parameters.{name}" for name in ("text_field", "id_field", "on_error") if name not in parameters]
+        missing += ["input.paths"] if "paths" not in given else []
+        missing += [f"input.files[{i}].absolute_path ({entry.get('path')})"
+                    for i, entry in enumerate(given.get("files", []))
+                    if entry.get("format") not in IN_MEMORY_FORMATS and "absolute_path" not in entry]
+        if missing:
+            raise ConservationError(
+                f"report.json (gpudedup {report.get('gpudedup_version', '?')}) lacks {', '.join(missing)}: this "
+                "version of gpudedup writes them (report.Report.with_reading, InputFile.of), and the checker "
+                "reads the input again from them only; a report without them is not one of this version's")
+        files = tuple((entry["path"], entry["absolute_path"]) for entry in given["files"]
+                      if entry["format"] not in IN_MEMORY_FORMATS)
+        if files and not given["paths"]:
+            raise ConservationError(f"report.json: input files {[shown for shown, _ in files]} but no input.paths")
+        return cls(parameters["text_field"], parameters["id_field"], parameters["on_error"],
+                   tuple(given["paths"]), files)
+
+    def locate(self, shown: str) -> Path:
+        """The file or directory the run showed as ``shown`` (in errors.jsonl, skipped_files).
+
+        The run shows a path relative to its working directory when it lies below it, else
+        absolute (io/inputs.py, display_path); the working directory is the one the report's
+        files place: each one's absolute_path is that directory joined with its path.
+        """
+        if os.path.isabs(shown):
+            return Path(shown)
+        directories = {absolute[:-len(path) - 1] for path, absolute in self.files
+                       if not os.path.isabs(path) and ".." not in Path(path).parts
+                       and absolute.endswith(os.sep + path)}
+        if len(directories) != 1:
+            raise ConservationError(
+                f"cannot place {shown!r}: report.json names it relative to the run's working directory, and "
+                f"its files place that directory {'nowhere' if not directories else sorted(directories)}")
+        return Path(directories.pop()) / shown
+
+
 @dataclass
 class RunOutcome:
     """What a run says became of its input.
 
     kept_texts / kept_ids: the text (and, where the kept rows carry it, the id) of every row of
     deduplicated.*, in order; clusters: clusters.parquet as columns (id, cluster, keep,
-    kept_id); skipped: errors.jsonl's objects (file, line, reason); report: report.json.
+    kept_id); skipped: errors.jsonl's objects (file, line, reason); report: report.json;
+    reading: how the report says the input was read.
     """
 
     kept_texts: list
@@ -80,7 +151,7 @@ class RunOutcome:
     clusters: dict
     skipped: list
     report: dict
-    files: list = field(default_factory=list)  # [(shown path, real Path)] in reading order
+    reading: Reading
 
 
 def is_empty(text: Any) -> bool:
@@ -188,6 +259,9 @@ def check(records: Sequence[InputRecord], run: RunOutcome) -> None:
     """Raise ConservationError unless every record is accounted for exactly once and the
     report's counts are the recounted ones (see the module docstring)."""
     problems: list[str] = []
+    if run.reading.on_error == "stop" and run.skipped:
+        problems.append(f"the run skipped {len(run.skipped)} records or files under on_error 'stop'")
+    problems += unaccounted_input_files(run)
     whole_files = {e["file"] for e in run.skipped if e.get("line") is None}
     by_place = {(r.file, r.line): r for r in records}
     skipped_places: Counter = Counter()
@@ -277,152 +351,126 @@ def compare_counts(accepted: list[InputRecord], kept: list[InputRecord], removed
         problems.append("report balance.balanced is not true")
     per_file = Counter(r.file for r in accepted)
     for entry in report["input"]["files"]:
-        if run.files and entry["documents"] != per_file.get(entry["path"], 0):
+        if not run.reading.in_memory and entry["documents"] != per_file.get(entry["path"], 0):
             problems.append(f"report: {entry['path']} has {entry['documents']} documents, recounted "
                             f"{per_file.get(entry['path'], 0)}")
     return problems
 
 
+def unaccounted_input_files(run: RunOutcome) -> list[str]:
+    """The input files under the paths the run was given (the checker's own walk; hidden
+    entries and symbolic links inside directories left out) that it neither read nor skipped
+    nor listed as passed over: a reader cannot drop a whole file unnoticed."""
+    reading = run.reading
+    read = {os.path.abspath(absolute) for _, absolute in reading.files}
+    passed_over: Optional[list[Path]] = None  # placed only when a file is not among those read
+    problems = []
+    for given in map(Path, reading.paths):
+        for path in input_files_under(given):
+            if str(path) in read:
+                continue
+            if passed_over is None:
+                shown = [e["file"] for e in run.skipped if e.get("line") is None]
+                shown += run.report["input"]["skipped_files"]
+                passed_over = [Path(os.path.abspath(reading.locate(s))) for s in shown]
+            # A skipped directory (one that could not be read) accounts for everything below it.
+            if not any(path == place or place in path.parents for place in passed_over):
+                problems.append(f"{path}: an input file under {given} that the run neither read nor skipped")
+    return problems
+
+
+def input_files_under(given: Path) -> list[Path]:
+    """The input files (by name: JSONL, Parquet, .txt) at or under ``given`` (absolute), sorted."""
+    if not given.is_dir():
+        return [given] if file_kind(given) and given.is_file() else []
+    found = []
+    for root, dirs, names in os.walk(given):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(root) / name for name in names if not name.startswith(".") and file_kind(Path(name))
+                  and (Path(root) / name).is_file() and not (Path(root) / name).is_symlink()]
+    return sorted(found)
+
+
 # --- runs: from an output directory, from a result object --------------------------------------
 
 
-@dataclass
-class RunArgs:
-    """What the test asked for, where it is known (in-process runs): the fields, the inputs
-    as given and the working directory they are relative to."""
-
-    text_field: str = "text"
-    id_field: Optional[str] = None
-    inputs: Optional[list] = None
-    cwd: Optional[Path] = None
+def read_run_files(reading: Reading) -> list[InputRecord]:
+    """The records of every file the run read (report.json's input.files), in reading order,
+    each read from its absolute path and named as the run shows it."""
+    return [record for shown, absolute in reading.files
+            for record in read_file_records(Path(absolute), shown, reading.text_field, reading.id_field)]
 
 
-def resolve(shown: str, bases: Sequence[Path]) -> Optional[Path]:
-    """The file a run named ``shown`` (relative to its working directory, or absolute)."""
-    if os.path.isabs(shown):
-        return Path(shown)
-    for base in bases:
-        if (base / shown).is_file():
-            return base / shown
-    return None
+def input_records(reading: Reading, data: Any, where: str) -> list[InputRecord]:
+    """The records of the run's input: its files read again, or its in-memory ``data`` (as the
+    test passed it), which only the test can give."""
+    if not reading.in_memory:
+        return read_run_files(reading)
+    if data is None:
+        raise ConservationError(f"{where}: a run over in-memory data can only be checked with its data")
+    return memory_records(data, reading.text_field, reading.id_field)
 
 
-def read_run_files(report: dict, skipped: list, text_field: str, id_field: Optional[str],
-                   bases: Sequence[Path]) -> tuple[list[InputRecord], list]:
-    """The records of every file the run read or skipped record by record, in reading order."""
-    shown_files = [entry["path"] for entry in report["input"]["files"]]
-    shown_files += sorted({e["file"] for e in skipped if e.get("line") is not None} - set(shown_files))
-    records, files = [], []
-    for shown in shown_files:
-        path = resolve(shown, bases)
-        if path is None:
-            raise ConservationError(f"cannot find the input file {shown!r} (report.json names it relative to "
-                                    f"the run's working directory); looked in {', '.join(map(str, bases))}")
-        files.append((shown, path))
-        records += read_file_records(path, shown, text_field, id_field)
-    return records, files
+def table_columns(table: pa.Table, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list]]:
+    """(texts, ids or None) of the kept rows as a pyarrow Table. Without the text column the
+    texts read as nulls, which compare_kept finds wrong unless the input's texts were null too."""
+    columns = table.column_names
+    texts = table[text_field].to_pylist() if text_field in columns else [None] * table.num_rows
+    return texts, table[id_field].to_pylist() if id_field in columns else None
 
 
-def check_inputs_found(args: RunArgs, report: dict, skipped: list) -> None:
-    """Every input file under the paths given (found by the checker's own walk, hidden entries
-    left out) was read, skipped, or listed as passed over: a reader cannot drop a file."""
-    accounted = {str(resolve(e["path"], [args.cwd])) for e in report["input"]["files"]}
-    accounted |= {str(resolve(e["file"], [args.cwd])) for e in skipped}
-    accounted |= {str(resolve(p, [args.cwd])) for p in report["input"]["skipped_files"]}
-    for given in args.inputs:
-        given = Path(given) if os.path.isabs(given) else args.cwd / given
-        if given.is_file():
-            continue  # a file given by name fails the run when it cannot be read
-        for root, dirs, names in os.walk(given):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            for name in names:
-                path = Path(root) / name
-                if (not name.startswith(".") and file_kind(path) and path.is_file() and not path.is_symlink()
-                        and str(path) not in accounted):
-                    raise ConservationError(f"{path}: an input file the run neither read nor skipped")
-
-
-def kept_rows(path: Path, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list], list]:
-    """(texts, ids or None, column names) of deduplicated.parquet or deduplicated.jsonl."""
+def kept_rows(path: Path, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list]]:
+    """(texts, ids or None) of deduplicated.parquet or deduplicated.jsonl."""
     if path.suffix == ".parquet":
-        table = pq.read_table(path)
-        columns = table.column_names
-        texts = table[text_field].to_pylist() if text_field in columns else [None] * table.num_rows
-        ids = table[id_field].to_pylist() if id_field in columns else None
-        return texts, ids, columns
+        return table_columns(pq.read_table(path), text_field, id_field)
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    columns = sorted({key for row in rows for key in row})
-    ids = [row.get(id_field) for row in rows] if id_field in columns else None
-    return [row.get(text_field) for row in rows], ids, columns
+    ids = [row.get(id_field) for row in rows] if any(id_field in row for row in rows) else None
+    return [row.get(text_field) for row in rows], ids
 
 
-def check_output_dir(out: Path, args: Optional[RunArgs] = None, data: Any = None) -> None:
+def check_output_dir(out: Path, data: Any = None) -> None:
     """Check the run whose outputs are in ``out`` against its input files, or against its
-    in-memory ``data`` (as the test passed it to gpudedup.dedup).
-
-    report.json does not yet say which text and id fields the run used, and names inputs
-    relative to the run's working directory; where ``args`` (an in-process run) does not say,
-    the working directory is looked for among ``out``'s ancestors, the text field is "text" (or
-    the only other column), and the id field is the first of (none, each column) under which
-    clusters.parquet's ids are input ids.
-    """
+    in-memory ``data`` (as the test passed it to gpudedup.dedup; unused for a run over files).
+    Everything about how to read the input comes from report.json (Reading)."""
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     skipped = []
     if (out / "errors.jsonl").exists():
         skipped = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()
                    if line.strip()]
-    deduplicated = out / f"deduplicated.{report.get('output', {}).get('format', 'parquet')}"
-    clusters = pq.read_table(out / "clusters.parquet").to_pydict()
-    args = args or RunArgs()
-    parameters = report.get("parameters", {})
-    text_field = parameters.get("text_field", args.text_field)
-    _, _, columns = kept_rows(deduplicated, text_field, None)
-    if text_field not in columns and columns and "text_field" not in parameters:
-        others = [c for c in columns if c != "text"]
-        text_field = others[0] if len(others) == 1 else text_field
-    if data is not None:
-        records, files = memory_records(data, text_field, args.id_field), []
-        texts, kept_ids, _ = kept_rows(deduplicated, text_field, args.id_field)
-        kept_ids = None if args.id_field is None else kept_ids
-    else:
-        if all(f["format"] in ("list", "table") for f in report["input"]["files"]):
-            raise ConservationError(f"{out}: a run over in-memory data can only be checked with its data")
-        bases = [args.cwd] if args.cwd else [Path.cwd(), *Path(out).absolute().parents]
-        if "id_field" in parameters or args.inputs is not None:
-            candidates = [parameters.get("id_field", args.id_field)]
-        else:
-            candidates = [None, *[c for c in columns if c != text_field]]
-        for id_field in candidates:
-            records, files = read_run_files(report, skipped, text_field, id_field, bases)
-            ids = {r.id for r in records}
-            if all(doc in ids for doc in clusters["id"]):
-                break
-        texts, kept_ids, _ = kept_rows(deduplicated, text_field, id_field)
-        if args.inputs is not None:
-            check_inputs_found(args, report, skipped)
     try:
-        check(records, RunOutcome(texts, kept_ids, clusters, skipped, report, files))
+        reading = Reading.of(report)
+        deduplicated = out / f"deduplicated.{report.get('output', {}).get('format', 'parquet')}"
+        texts, kept_ids = kept_rows(deduplicated, reading.text_field, reading.id_field)
+        records = input_records(reading, data, str(out))
+        clusters = pq.read_table(out / "clusters.parquet").to_pydict()
+        check(records, RunOutcome(texts, kept_ids, clusters, skipped, report, reading))
     except ConservationError as error:
         raise ConservationError(f"{out}: {error}") from None
 
 
-def check_result(result: Any, data: Any, args: RunArgs) -> None:
-    """Check a result ``gpudedup.dedup`` returned against its input ``data`` (as the test
-    passed it): files are read again by the checker, in-memory data column by column."""
+def check_result(result: Any, data: Any = None) -> None:
+    """Check a result ``gpudedup.dedup`` returned against its input: files are read again by
+    the checker, in-memory ``data`` (as the test passed it) column by column."""
     report = result.report.as_dict() if hasattr(result.report, "as_dict") else dict(result.report)
-    clusters = result.clusters.to_pydict()
-    skipped = list(result.skipped_records)
-    if isinstance(data, (str, os.PathLike)) or (isinstance(data, (list, tuple)) and data
-                                                 and all(isinstance(p, os.PathLike) for p in data)):
-        records, files = read_run_files(report, skipped, args.text_field, args.id_field, [args.cwd])
-        check_inputs_found(args, report, skipped)
-        table = result.deduplicated
-        texts = table[args.text_field].to_pylist() if args.text_field in table.column_names else [None] * len(table)
-        ids = table[args.id_field].to_pylist() if args.id_field in table.column_names else None
+    reading = Reading.of(report)
+    records = input_records(reading, data, "the result")
+    if reading.in_memory:
+        texts, ids = memory_columns(result.deduplicated, reading.text_field, reading.id_field)
     else:
-        records, files = memory_records(data, args.text_field, args.id_field), []
-        texts, ids = memory_columns(result.deduplicated, args.text_field, args.id_field)
-        if args.id_field is None:
-            # Positions are the ids; the kept rows do not carry them.
-            ids = None
-    check(records, RunOutcome(texts, ids, clusters, skipped, report, files))
+        texts, ids = table_columns(result.deduplicated, reading.text_field, reading.id_field)
+    check(records, RunOutcome(texts, ids, result.clusters.to_pydict(), list(result.skipped_records), report,
+                              reading))
+
+
+def check_reading_as_asked(report: Any, text_field: str, id_field: Optional[str], on_error: str,
+                           paths: Sequence[str | os.PathLike]) -> None:
+    """The reading report.json states is the one the caller asked for (``paths`` as given, in
+    the run's working directory; none for in-memory data). Checked for every run in this
+    process, so that the checker can take the reading of a run in a subprocess from its report."""
+    report = report.as_dict() if hasattr(report, "as_dict") else dict(report)
+    reading = Reading.of(report)
+    asked = (text_field, id_field, on_error, tuple(os.path.abspath(p) for p in paths))
+    stated = (reading.text_field, reading.id_field, reading.on_error, reading.paths)
+    if stated != asked:
+        raise ConservationError(f"report.json states the reading (text_field, id_field, on_error, paths) "
+                                f"{stated}; the run was asked for {asked}")

@@ -1,12 +1,15 @@
-"""The conservation checker (conservation.py) itself: it passes real runs and catches doctored
-ones -- a kept row dropped from deduplicated.*, a record missing from the count, a removed
-document without its kept one, a skipped record counted twice."""
+"""The conservation checker (conservation.py) itself: it passes real runs (in process, and a
+CLI run in a subprocess checked from another working directory) and catches doctored ones -- a
+kept row dropped from deduplicated.*, a record missing from the count, a whole file a run left
+out of its report, a removed document without its kept one, a skipped record counted twice --
+and it refuses a report that does not say how the input was read."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,7 +19,9 @@ from typer.testing import CliRunner
 import gpudedup
 from gpudedup.cli import app
 
-from conservation import ConservationError, RunArgs, check_output_dir, check_result, is_empty, read_file_records
+from conservation import (ConservationError, check_output_dir, check_reading_as_asked, check_result, is_empty,
+                          read_file_records)
+from stage_events import cli_process, finish
 
 BASE = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat"
 RECORDS = [
@@ -53,18 +58,32 @@ def written(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def doctored(written) -> Path:
-    """A copy of ``written`` for a test to doctor, removed afterwards: conftest checks every
-    output directory left under pytest's temporary directories, and would fail the test."""
-    copy = written.parent / "doctored"
-    shutil.copytree(written, copy)
+def copy_to_doctor() -> Iterator[Callable[[Path], Path]]:
+    """copy(out): a copy of the output directory ``out`` beside it, for a test to doctor,
+    removed afterwards: conftest checks every output directory left under pytest's temporary
+    directories, and would fail the test."""
+    copies: list[Path] = []
+
+    def copy(out: Path) -> Path:
+        copies.append(out.parent / f"doctored-{len(copies)}")
+        shutil.copytree(out, copies[-1])
+        return copies[-1]
+
     yield copy
-    shutil.rmtree(copy)
+    for made in copies:
+        shutil.rmtree(made)
 
 
-def test_real_run_passes(written):
-    check_output_dir(written, RunArgs(cwd=written.parent))
-    check_output_dir(written)  # the working directory found among the output's ancestors
+@pytest.fixture
+def doctored(written, copy_to_doctor) -> Path:
+    """A copy of ``written`` to doctor."""
+    return copy_to_doctor(written)
+
+
+def test_real_run_passes(written, tmp_path, monkeypatch):
+    check_output_dir(written)
+    monkeypatch.chdir(tmp_path / "corpus")  # report.json alone says where the input is
+    check_output_dir(written)
 
 
 def test_a_kept_row_dropped_from_deduplicated_is_caught(written, doctored):
@@ -72,7 +91,7 @@ def test_a_kept_row_dropped_from_deduplicated_is_caught(written, doctored):
     table = pq.read_table(out / "deduplicated.parquet")
     pq.write_table(table.slice(1), out / "deduplicated.parquet")
     with pytest.raises(ConservationError, match="deduplicated holds 3 rows; 4 input records"):
-        check_output_dir(out, RunArgs(cwd=written.parent))
+        check_output_dir(out)
 
 
 def test_a_record_missing_from_the_count_is_caught(written, doctored):
@@ -88,7 +107,7 @@ def test_a_record_missing_from_the_count_is_caught(written, doctored):
     pq.write_table(table.slice(1), out / "deduplicated.parquet")
     (out / "report.json").write_text(json.dumps(report))
     with pytest.raises(ConservationError) as caught:
-        check_output_dir(out, RunArgs(cwd=written.parent))
+        check_output_dir(out)
     message = str(caught.value)
     assert "report input.documents = 5, recounted 6" in message
     assert "corpus/a.jsonl has 3 documents, recounted 4" in message
@@ -101,14 +120,14 @@ def test_a_removed_document_without_its_kept_one_is_caught(written, doctored):
     removed["kept_id"] = removed["id"].replace(":", ":9")  # names no document of its cluster
     pq.write_table(pa.Table.from_pylist(clusters), out / "clusters.parquet")
     with pytest.raises(ConservationError, match="which is not the kept document of its cluster"):
-        check_output_dir(out, RunArgs(cwd=written.parent))
+        check_output_dir(out)
 
 
 def test_a_record_both_kept_and_skipped_is_caught(written, doctored):
     out = doctored
     (out / "errors.jsonl").write_text(json.dumps({"file": "corpus/a.jsonl", "line": 1, "reason": "x"}) + "\n")
     with pytest.raises(ConservationError, match="deduplicated holds 4 rows; 3 input records"):
-        check_output_dir(out, RunArgs(cwd=written.parent))
+        check_output_dir(out)
 
 
 def test_skipped_records_are_accounted_for(tmp_path, monkeypatch):
@@ -120,13 +139,13 @@ def test_skipped_records_are_accounted_for(tmp_path, monkeypatch):
     result = gpudedup.dedup(corpus, id_field=None, on_error="skip", backend="cpu", threshold=0.7, ngram=3)
     assert len(result.skipped_records) == 2
     result.write(tmp_path / "out")
-    check_output_dir(tmp_path / "out", RunArgs(cwd=tmp_path))
+    check_output_dir(tmp_path / "out")
     errors = tmp_path / "out" / "errors.jsonl"
     lines = errors.read_text().splitlines()
     errors.write_text(lines[0] + "\n")  # one skip forgotten
     try:
         with pytest.raises(ConservationError, match="recounted"):
-            check_output_dir(tmp_path / "out", RunArgs(cwd=tmp_path))
+            check_output_dir(tmp_path / "out")
     finally:
         errors.write_text("\n".join(lines) + "\n")
 
@@ -134,9 +153,109 @@ def test_skipped_records_are_accounted_for(tmp_path, monkeypatch):
 def test_in_memory_result_with_a_lost_row_is_caught():
     texts = [BASE, BASE + " today", "something else entirely here", ""]
     result = gpudedup.dedup(texts, backend="cpu", threshold=0.7, shingle="char", ngram=3)
-    check_result(result, texts, RunArgs())
+    check_result(result, texts)
     with pytest.raises(ConservationError, match="5 input records"):
-        check_result(result, [*texts, "a fifth text the run never saw"], RunArgs())
+        check_result(result, [*texts, "a fifth text the run never saw"])
+
+
+# --- a CLI run in a subprocess: report.json alone says how to read its input again --------------
+
+# The last file read, holding one document that is kept and in no cluster: dropping it changes
+# no cluster, only the counts and the last kept row, which a doctored report can follow.
+LONE = {"id": "g", "text": "a lone lighthouse keeper writes letters to ships that never answer"}
+
+
+@pytest.fixture
+def subprocess_run(tmp_path) -> Path:
+    """The output directory of ``gpudedup dedup corpus -o out --on-error skip`` run in a
+    subprocess in ``tmp_path/run`` over write_corpus's files, a file of invalid UTF-8 (skipped
+    as a whole) and c.jsonl (LONE); files named relative to that directory."""
+    where = tmp_path / "run"
+    where.mkdir()
+    corpus = write_corpus(where)
+    (corpus / "bad.txt").write_bytes(b"\xff\xfe not utf-8")
+    (corpus / "c.jsonl").write_text(json.dumps(LONE) + "\n")
+    run = cli_process(["dedup", "corpus", "-o", "out", "-q", "--backend", "cpu", "--threshold", "0.7",
+                       "--ngram", "3", "--on-error", "skip"], where)
+    stderr = finish(run)
+    assert run.returncode == 0, stderr
+    report = json.loads((where / "out" / "report.json").read_text())
+    assert [f["path"] for f in report["input"]["files"]] == ["corpus/a.jsonl", "corpus/b.parquet", "corpus/c.jsonl"]
+    assert report["input"]["skipped_records"] == 1 and report["results"]["removed_documents"] == 2
+    return where / "out"
+
+
+def drop_lone_record(out: Path, whole_file: bool) -> None:
+    """Doctor ``out`` into what a reader that dropped LONE would write, every count following:
+    with c.jsonl still listed (0 documents), or (whole_file) without c.jsonl at all."""
+    report = json.loads((out / "report.json").read_text())
+    files = report["input"]["files"]
+    assert files[-1]["path"] == "corpus/c.jsonl" and files[-1]["documents"] == 1
+    if whole_file:
+        files.pop()
+    else:
+        files[-1]["documents"] = 0
+    report["input"]["documents"] -= 1
+    report["input"]["text_bytes"] -= len(LONE["text"].encode())
+    report["results"]["kept_documents"] -= 1
+    report["balance"]["input_records"] -= 1
+    report["balance"]["kept"] -= 1
+    (out / "report.json").write_text(json.dumps(report))
+    kept = pq.read_table(out / "deduplicated.parquet")
+    assert kept["text"][-1].as_py() == LONE["text"]
+    pq.write_table(kept.slice(0, kept.num_rows - 1), out / "deduplicated.parquet")
+
+
+def problems(error: pytest.ExceptionInfo) -> list[str]:
+    """The problems a ConservationError lists, one a line."""
+    return [line.strip() for line in str(error.value).splitlines()[1:]]
+
+
+def test_a_subprocess_run_is_checked_from_its_report_alone(subprocess_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the run's working directory: nothing depends on it
+    check_output_dir(subprocess_run)
+
+
+def test_a_file_a_subprocess_run_left_out_is_caught(subprocess_run, copy_to_doctor):
+    out = copy_to_doctor(subprocess_run)
+    drop_lone_record(out, whole_file=True)
+    with pytest.raises(ConservationError) as caught:
+        check_output_dir(out)
+    # Every count follows the dropped file: only the checker's own walk of the inputs sees it.
+    lone = subprocess_run.parent / "corpus" / "c.jsonl"
+    assert problems(caught) == [f"{lone}: an input file under {lone.parent} that the run neither read nor skipped"]
+
+
+def test_a_record_a_subprocess_run_dropped_is_caught(subprocess_run, copy_to_doctor):
+    out = copy_to_doctor(subprocess_run)
+    drop_lone_record(out, whole_file=False)
+    with pytest.raises(ConservationError) as caught:
+        check_output_dir(out)
+    found = problems(caught)
+    assert "report input.documents = 6, recounted 7" in found
+    assert "report: corpus/c.jsonl has 0 documents, recounted 1" in found
+    assert "deduplicated holds 4 rows; 5 input records are neither removed nor skipped" in found
+
+
+def test_a_report_that_does_not_say_how_the_input_was_read_is_refused(subprocess_run, copy_to_doctor):
+    out = copy_to_doctor(subprocess_run)
+    report = json.loads((out / "report.json").read_text())
+    del report["parameters"]["text_field"]
+    del report["input"]["files"][1]["absolute_path"]
+    (out / "report.json").write_text(json.dumps(report))
+    with pytest.raises(ConservationError, match=r"lacks parameters\.text_field, input\.files\[1\]\.absolute_path "
+                                                r"\(corpus/b\.parquet\): this version of gpudedup writes them"):
+        check_output_dir(out)
+
+
+def test_a_report_must_state_the_reading_asked_for(tmp_path):
+    corpus = write_corpus(tmp_path)
+    result = gpudedup.dedup(corpus, backend="cpu", id_field="id", threshold=0.7, ngram=3)
+    check_reading_as_asked(result.report, "text", "id", "stop", [corpus])
+    with pytest.raises(ConservationError, match="the run was asked for"):
+        check_reading_as_asked(result.report, "text", None, "stop", [corpus])
+    with pytest.raises(ConservationError, match="the run was asked for"):
+        check_reading_as_asked(result.report, "text", "id", "stop", [corpus / "a.jsonl"])
 
 
 def test_the_checkers_reader_counts_records_itself(tmp_path):
