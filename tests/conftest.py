@@ -246,7 +246,12 @@ def _checked_write(original):
 
 
 def pytest_configure(config):
-    """Wrap the public entry points before any test module imports them by name."""
+    """Wrap the public entry points before any test module imports them by name; and give the
+    suite Python's own SIGINT handling. The interrupt tests send SIGINT to the runs they start
+    and expect it handled, but a shell starts a background job with SIGINT ignored, which the
+    runs would inherit (and rightly leave ignored, as nohup'd programs do)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     import gpudedup
     import gpudedup.api
     import gpudedup.result
