@@ -39,12 +39,14 @@ from typing import Any, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import oracles
 from gpudedup.report import IN_MEMORY_FORMATS
 
-# Unicode's White_Space property (PropList.txt), which DESIGN.md's normalisation collapses and
-# strips: a document of only these (or a null text) has no shingles, an "empty document".
-WHITE_SPACE = frozenset(map(chr, [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-                                  0x2028, 0x2029, 0x202F, 0x205F, 0x3000]))
+# Unicode's White_Space property (the oracles' list), which DESIGN.md's normalisation collapses
+# and strips: a document of only these (or a null text) has no shingles, an "empty document".
+WHITE_SPACE = frozenset(oracles.WHITE_SPACE)
+# Which files are inputs, stated here apart from gpudedup/io/inputs.py on purpose: the walk of
+# input.paths must not inherit a mistake of the reader it checks.
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TEXT_SUFFIXES = (".txt",)

@@ -502,6 +502,7 @@ class WorkDirStore:
             with log.stage("signature_pass"):
                 executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
                                           for index in pending], "the signatures")
+        self.bands = banding.bands
         self.shards = shards = Shards.of(self.work, self.reader.files)
         self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
         # The documents are the spilled rows (all shards' rows as read) that the input rules
@@ -536,7 +537,7 @@ class WorkDirStore:
         return keep
 
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
-        return SpilledKeys(self.shards, self.params.banding().bands, self.spilled_keep(in_lsh))
+        return SpilledKeys(self.shards, self.bands, self.spilled_keep(in_lsh))
 
     def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Per shard (index, docs int64, keep bool) over its spilled active rows: the run's row
