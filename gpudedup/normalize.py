@@ -207,6 +207,19 @@ def normalize_codepoints(codepoints, offsets, xp=np, tables: NormalizationTables
     return lowered[keep], offsets - xp.searchsorted(dropped, offsets)
 
 
+def normalize_utf8(data, offsets, spec, xp=np, tables: NormalizationTables | None = None):
+    """The normalised code points of a batch of UTF-8 texts, as ``spec`` (a shingling.
+    ShingleSpec) asks: decoding, then the canonical normalisation (normalize_codepoints).
+
+    data: uint8 (B,) valid UTF-8; offsets: int64 (n_docs + 1,) byte offsets from 0; numpy or
+    cupy per ``xp``. Returns (codepoints uint32 (M,), offsets int64 (n_docs + 1,)), same side.
+    """
+    if spec.normalizes_text:
+        raise NotImplementedError("unicode forms and punctuation stripping are not wired in yet")
+    codepoints, offsets = decode_utf8(data, offsets, xp)
+    return normalize_codepoints(codepoints, offsets, xp, tables)
+
+
 def normalize_text(text: str) -> str:
     """The normalised form of one text (convenience; the batch functions are the fast path)."""
     codepoints, offsets = encode_codepoints([text])

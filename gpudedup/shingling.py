@@ -20,30 +20,55 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import scipy.sparse
 
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
-from .normalize import SPACE, decode_utf8, normalize_codepoints, text_buffers
+from .normalize import SPACE, normalize_utf8, text_buffers
 from .ragged import offsets_from_counts, ragged_arange
 
-ShingleKind = Literal["word", "char"]
+ShingleKind = Literal["word", "char", "token"]
+SHINGLE_KINDS = ("word", "char", "token")
+UnicodeForm = Literal["nfc", "nfkc"]
+UNICODE_FORMS = ("nfc", "nfkc")
 
 
 @dataclass(frozen=True)
 class ShingleSpec:
-    """How documents are cut into shingles: ``kind`` word|char n-grams of ``n`` units."""
+    """How documents are cut into shingles (docs/hash-spec.md is the definition).
+
+    kind: ``word`` or ``char`` n-grams of the normalised text, or ``token`` n-grams of a
+        document's token ids (no text, no normalisation).
+    n: units (words, code points, token ids) per shingle.
+    unicode: a Unicode normalisation form applied to the text before lower-casing ("nfc",
+        "nfkc"), or None (the default, which every earlier release used).
+    strip_punctuation, strip_symbols: remove the code points of the general categories P* /
+        S* after lower-casing, before white space is collapsed.
+    """
 
     kind: ShingleKind = "word"
     n: int = 5
+    unicode: Optional[UnicodeForm] = None
+    strip_punctuation: bool = False
+    strip_symbols: bool = False
 
     def __post_init__(self):
-        if self.kind not in ("word", "char"):
-            raise ValueError(f"shingle kind must be 'word' or 'char', got {self.kind!r}")
+        if self.kind not in SHINGLE_KINDS:
+            raise ValueError(f"shingle kind must be 'word', 'char' or 'token', got {self.kind!r}")
         if not isinstance(self.n, (int, np.integer)) or self.n < 1:
             raise ValueError(f"ngram must be an integer >= 1, got {self.n!r}")
+        if self.unicode is not None and self.unicode not in UNICODE_FORMS:
+            raise ValueError(f"unicode must be 'nfc', 'nfkc' or None, got {self.unicode!r}")
+        if self.kind == "token" and self.normalizes_text:
+            raise ValueError("unicode, strip_punctuation and strip_symbols apply to text; "
+                             "token shingles are n-grams of the ids as given")
+
+    @property
+    def normalizes_text(self) -> bool:
+        """Whether anything beyond the canonical lower-casing and white space is asked for."""
+        return self.unicode is not None or self.strip_punctuation or self.strip_symbols
 
 
 class ShingleBatch(NamedTuple):
@@ -74,7 +99,7 @@ def shingle_spans(codepoints, offsets, spec: ShingleSpec, xp=np):
     Returns (starts int64 (S,), ends int64 (S,), shingle_offsets int64 (n_docs + 1,)), same
     side: shingle i is ``codepoints[starts[i]:ends[i]]``, grouped by document in text order.
     """
-    if spec.kind == "char":
+    if spec.kind != "word":  # char: code points; token: token ids
         return ngram_unit_ranges(offsets, spec.n, xp)
     token_starts, token_ends, token_offsets = word_spans(codepoints, offsets, xp)
     first, stop, shingle_offsets = ngram_unit_ranges(token_offsets, spec.n, xp)
@@ -164,15 +189,29 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
 
 
 def utf8_shingle_hashes(data, offsets, spec: ShingleSpec, xp=np, tables=None, power_tables=None) -> ShingleBatch:
-    """shingle_hashes of a batch given as valid UTF-8 bytes: data uint8 (B,), byte offsets
-    int64 (n_docs + 1,) starting at 0. This is the numpy backend's entry point; with
-    ``xp=cupy`` and device tables (normalize.NormalizationTables, base_powers copied to the
-    device) it is the same computation in plain CuPy array operations, the reference the GPU
-    benchmark compares the kernels with."""
-    codepoints, offsets = decode_utf8(data, offsets, xp)
-    codepoints, offsets = normalize_codepoints(codepoints, offsets, xp, tables)
-    starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec, xp)
-    return ShingleBatch(shingle_offsets, span_hashes(codepoints, starts, ends, xp, power_tables))
+    """shingle_hashes of a batch given as its units' buffers (see shingle_units): for text,
+    valid UTF-8 bytes uint8 (B,); for token shingles, token ids uint32 (B,); offsets int64
+    (n_docs + 1,) starting at 0. This is the numpy backend's entry point; with ``xp=cupy`` and
+    device tables (normalize.NormalizationTables, base_powers copied to the device) it is the
+    same computation in plain CuPy array operations, the reference the GPU benchmark compares
+    the kernels with."""
+    units, offsets = shingle_units(data, offsets, spec, xp, tables)
+    starts, ends, shingle_offsets = shingle_spans(units, offsets, spec, xp)
+    return ShingleBatch(shingle_offsets, span_hashes(units, starts, ends, xp, power_tables))
+
+
+def shingle_units(data, offsets, spec: ShingleSpec, xp=np, tables=None):
+    """The units a batch's shingles are cut from, on ``xp``'s side: (units uint32 (M,),
+    offsets int64 (n_docs + 1,)).
+
+    Text (word, char): data is UTF-8 uint8 (B,) with byte offsets; the units are the code points
+    of the normalised text (normalize.normalize_utf8). Token shingles: data is the documents'
+    token ids, any unsigned integer type up to 32 bits, already checked by the reader; the
+    units are the ids themselves, so a token n-gram hashes exactly like a char n-gram whose
+    code points are the ids (docs/hash-spec.md)."""
+    if spec.kind == "token":
+        return xp.asarray(data).astype(xp.uint32, copy=False), xp.asarray(offsets, dtype=xp.int64)
+    return normalize_utf8(data, offsets, spec, xp, tables)
 
 
 # Shingle hashes as CSR column indices: flipping the top bit and viewing as int64 maps uint64

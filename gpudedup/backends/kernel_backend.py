@@ -25,8 +25,8 @@ import numpy as np
 
 from ..hashing import EMPTY_SIGNATURE_VALUE, Permutations
 from ..lsh import Banding
-from ..normalize import NormalizationTables, decode_utf8, host_tables, normalize_codepoints
-from ..shingling import ShingleBatch, ShingleSpec, shingle_spans
+from ..normalize import NormalizationTables, host_tables
+from ..shingling import ShingleBatch, ShingleSpec, shingle_spans, shingle_units
 from .cuda_kernels import grid_stride_blocks, minhash_tunables, tunable
 
 # A GPU batch is large enough to fill the device many times over (a 64 MiB batch of word
@@ -87,10 +87,9 @@ class KernelBackend:
         ShingleBatch on this side (hashes in text order with repeats, like numpy's)."""
         xp = self.xp
         data, offsets = xp.asarray(data), xp.asarray(offsets, dtype=xp.int64)
-        codepoints, offsets = decode_utf8(data, offsets, xp)
-        codepoints, offsets = normalize_codepoints(codepoints, offsets, xp, self.tables)
-        starts, ends, shingle_offsets = shingle_spans(codepoints, offsets, spec, xp)
-        return ShingleBatch(shingle_offsets, self.span_hashes(codepoints, starts, ends))
+        units, offsets = shingle_units(data, offsets, spec, xp, self.tables)
+        starts, ends, shingle_offsets = shingle_spans(units, offsets, spec, xp)
+        return ShingleBatch(shingle_offsets, self.span_hashes(units, starts, ends))
 
     def span_hashes(self, codepoints, starts, ends):
         """poly_hash64 of every span [starts[i], ends[i]) of codepoints (uint32 (M,); int64
