@@ -12,7 +12,7 @@ from .errors import ParameterError
 if TYPE_CHECKING:
     from .cluster import KeepPolicy
     from .lsh import Banding
-    from .shingling import ShingleKind, ShingleSpec
+    from .shingling import ShingleKind, ShingleSpec, UnicodeForm
 
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_NUM_PERM = 128
@@ -32,7 +32,10 @@ class DedupParams:
     """Everything that decides the result of a run (and a few knobs that only decide speed).
 
     threshold: verified pairs have exact Jaccard >= threshold; in (0, 1].
-    shingle, ngram: word or char n-grams of ngram units (DESIGN.md).
+    shingle, ngram: word or char n-grams of ngram units of the normalised text, or token
+        n-grams of a document's token ids (docs/hash-spec.md).
+    unicode, strip_punctuation, strip_symbols: text normalisation beyond the canonical one
+        (shingling.ShingleSpec); not for token shingles.
     num_perm: the permutation budget K; only bands * rows of them are computed.
     bands, rows: LSH banding; both None means "choose from the targets" (lsh.choose_bands):
     max_fn: the largest acceptable miss probability at the threshold, 1 - P(threshold);
@@ -51,6 +54,9 @@ class DedupParams:
     threshold: float = DEFAULT_THRESHOLD
     shingle: ShingleKind = "word"
     ngram: int = DEFAULT_NGRAM
+    unicode: Optional[UnicodeForm] = None
+    strip_punctuation: bool = False
+    strip_symbols: bool = False
     num_perm: int = DEFAULT_NUM_PERM
     bands: Optional[int] = None
     rows: Optional[int] = None
@@ -68,8 +74,15 @@ class DedupParams:
         check = _check
         check(isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1,
               "threshold", self.threshold, "a number in (0, 1]")
-        check(self.shingle in ("word", "char"), "shingle", self.shingle, "'word' or 'char'")
+        check(self.shingle in ("word", "char", "token"), "shingle", self.shingle, "'word', 'char' or 'token'")
         check(_is_int(self.ngram) and self.ngram >= 1, "ngram", self.ngram, "an integer >= 1")
+        check(self.unicode in (None, "nfc", "nfkc"), "unicode", self.unicode, "'nfc', 'nfkc' or None")
+        check(isinstance(self.strip_punctuation, bool), "strip_punctuation", self.strip_punctuation, "True or False")
+        check(isinstance(self.strip_symbols, bool), "strip_symbols", self.strip_symbols, "True or False")
+        if self.shingle == "token":
+            for name in ("unicode", "strip_punctuation", "strip_symbols"):
+                check(not getattr(self, name), name, getattr(self, name),
+                      "left out with token shingles (they normalise text; token ids are used as given)")
         check(_is_int(self.num_perm) and 1 <= self.num_perm <= 4096, "num_perm", self.num_perm,
               "an integer from 1 to 4096")
         check((self.bands is None) == (self.rows is None), "bands/rows",
@@ -106,7 +119,7 @@ class DedupParams:
         """What a document's shingles are (shingling.ShingleSpec)."""
         from .shingling import ShingleSpec
 
-        return ShingleSpec(self.shingle, self.ngram)
+        return ShingleSpec(self.shingle, self.ngram, self.unicode, self.strip_punctuation, self.strip_symbols)
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""

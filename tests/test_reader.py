@@ -437,7 +437,7 @@ BAD_LINES = [
     (b'{"text": "b c d"', "invalid JSON (Expecting ',' delimiter at column 17)"),
     (b"", None),  # blank: not a record
     (b"[1, 2]", "expected a JSON object, got an array"),
-    (b'{"text": 42}', "field 'text' is a number, expected a string"),
+    (b'{"text": 42}', "field 'text' is a number, expected a string or a list of token ids"),
     (b'{"text": "c\xff"}', "invalid UTF-8 (byte 0xff at column 12)"),
     (b'{"n": 7}', None),  # no text: a null text, kept
     (b'{"text": "d", "n": "seven"}',

@@ -33,13 +33,13 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..backends import Backend, get_backend
 from ..errors import InputError
 from ..io.rules import PartSummary, plan_combination
 from ..hashing import poly_hash64_rows
+from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
 from ..io.read import build_corpus, read_one_file
@@ -76,8 +76,8 @@ ONE_CHUNK = np.iinfo(np.int64).max // 4  # a batch cost no chunk reaches
 
 # Parameters that decide the results: a resume must use the same ones. (Batch sizes and the
 # memory budget change how the work is cut, never what it finds.)
-RESULT_PARAMETERS = ("threshold", "shingle", "ngram", "num_perm", "max_fn", "low", "max_fp", "seed",
-                     "keep", "bucket_window")
+RESULT_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols", "num_perm",
+                     "max_fn", "low", "max_fp", "seed", "keep", "bucket_window")
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -275,13 +275,15 @@ class ShardReader:
         return self.texts_of_rows(shards.rows, rows)
 
     def texts_of_rows(self, shard_rows: np.ndarray, rows: np.ndarray) -> pa.Array:
-        """The texts of corpus rows ``rows`` (int64 (k,), ascending), as one large_string array
-        in that order, reading each shard that holds some of them once; shard_rows: int64
-        (s + 1,) the first corpus row of each shard."""
+        """The content of corpus rows ``rows`` (int64 (k,), ascending), as one array in that
+        order (content.gathered_type: large_string, or large_list<int64> of token ids), reading
+        each shard that holds some of them once; shard_rows: int64 (s + 1,) the first corpus
+        row of each shard."""
         parts = []
         for index, mine in by_shard(shard_rows, rows):
             local = rows[mine] - shard_rows[index]
-            parts.append(self.corpus(index).text_array().take(pa.array(local)).cast(pa.large_string()))
+            texts = self.corpus(index).text_array()
+            parts.append(texts.take(pa.array(local)).cast(gathered_type(texts.type)))
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
 
@@ -294,17 +296,16 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
     verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
     batch at a time; only the hashes stay, on disk."""
-    from ..normalize import utf8_buffers
     from ..shingling import ShingleBatch, set_rows
 
     backend = as_backend(backend)
     spec = params.shingle_spec()
     texts = reader.corpus(index).text_array().take(pa.array(local_rows))
-    lengths = pc.fill_null(pc.utf8_length(texts), 0).to_numpy().astype(np.int64)
+    lengths = unit_lengths(texts)
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for start, stop in weighted_ranges(lengths, batch_bytes(params, backend)):
         with backend.batch_scope():
-            batch = backend.shingle_hashes(*utf8_buffers(texts.slice(start, stop - start)), spec)
+            batch = backend.shingle_hashes(*unit_buffers(texts.slice(start, stop - start)), spec)
             batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
         rows = set_rows(batch)
         columns.append(rows.indices.astype(np.int64))
@@ -379,19 +380,21 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     path, shown = reader.files[index], reader.shown[index]
     with log.stage("read"):
         corpus, records, raw = reader.read(index)
-    keys, active, signatures = signature_pass(corpus.utf8(), spec, banding, permutations, params,
+    if corpus.num_rows:  # (a file left out, or one without records, has no content type of its own)
+        check_content(corpus.texts.type, params.shingle, reader.text_field, shown)
+    keys, active, signatures = signature_pass(corpus.units(), spec, banding, permutations, params,
                                               backend, log, progress)
     keys = backend.to_host(keys)
-    lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+    lengths = unit_lengths(corpus.texts)
     source = corpus.files[0] if corpus.files else None
     row_numbers = (source.row_numbers if source is not None and source.row_numbers is not None
                    else np.arange(1, corpus.num_rows + 1, dtype=np.int64))
-    data, offsets = corpus.utf8()
+    data, offsets = corpus.units()
     # Per row: its line (JSONL) or row number, for FILE:LINE; its UTF-8 bytes and whether its
     # text is null, for the report of the documents the input rules keep.
     arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
               "active": active, "lengths": lengths, "row_numbers": np.asarray(row_numbers, np.int64),
-              "text_bytes": np.diff(offsets).astype(np.int64),
+              "text_bytes": content_bytes((data, offsets)),
               "null": corpus.texts.is_null().to_numpy(zero_copy_only=False)}
     info = {"path": shown, "format": format_of(path), "left_out": raw is None,
             "rows": corpus.num_rows, "active": int(active.shape[0]),

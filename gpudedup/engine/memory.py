@@ -15,7 +15,7 @@ from ..io.corpus import Corpus
 from ..hashing import Permutations
 from ..lsh import Banding, to_side
 from ..memory import MemoryBudget, release_unused_memory
-from ..normalize import utf8_buffers
+from ..io.content import check_content, content_bytes, unit_buffers, unit_lengths
 from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleBatch, ShingleSpec
@@ -39,7 +39,10 @@ class MemoryStore:
         self.corpus, self.params, self.backend = corpus, params, backend
         self.documents = corpus.num_rows
         self.budget = MemoryBudget(params.max_memory)
-        self.lengths = pc.fill_null(pc.utf8_length(corpus.texts), 0).to_numpy().astype(np.int64)
+        if corpus.num_rows:
+            check_content(corpus.texts.type, params.shingle, corpus.text_field,
+                          corpus.files[0].path if corpus.files else None)
+        self.lengths = unit_lengths(corpus.texts)
         self.copy_batch_cost = batch_bytes(params, backend)
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
@@ -49,7 +52,7 @@ class MemoryStore:
         backend = self.backend
         # Text that cuDF read is on the device already; otherwise batches are cut from the host.
         corpus = self.corpus
-        texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.utf8()
+        texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
         self.budget.check("the signature pass", signature_pass_need(self.documents, banding, self.params, backend),
                           "lower --batch-bytes, or deduplicate the input in parts")
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
@@ -92,7 +95,7 @@ class MemoryStore:
             # Arrow's take copies whole strings (memcpy per document); a numpy gather would index
             # every byte and is 30x slower here.
             with backend.batch_scope():
-                batch = backend.shingle_hashes(*utf8_buffers(texts.take(pa.array(subset))), self.spec)
+                batch = backend.shingle_hashes(*unit_buffers(texts.take(pa.array(subset))), self.spec)
                 batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
             if next(calls) % 4 == 0:  # these batches are small; a release costs a millisecond or two
                 release_unused_memory()
@@ -110,7 +113,7 @@ class MemoryStore:
         pairs to check -- at most one shingle per code point (char n-grams) or per token (word
         n-grams), 9 bytes each in the sparse matrix -- plus the batches shingled at a time."""
         docs = np.unique(np.concatenate([first, second]))
-        if self.spec.kind == "char":
+        if self.spec.kind != "word":  # char n-grams, token n-grams
             shingles = int(self.lengths[docs].sum())
         else:
             # Tokens are at most the runs of white space plus one (counted without splitting).
@@ -127,7 +130,7 @@ class MemoryStore:
             skipped_files=corpus.skipped,
             skipped_records=len(corpus.skipped_records),  # on_error="skip": see errors.jsonl
             notes=corpus.notes,  # paths passed over for a reason (a link loop, a pipe, ...)
-            text_bytes=int(corpus.utf8()[1][-1]),  # the last byte offset
+            text_bytes=int(content_bytes(corpus.units()).sum()),
             null_texts=int(corpus.texts.null_count),
             empty_documents=int(empty_documents),
         )

@@ -37,8 +37,9 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
                    progress: Progress):
     """Band keys and signatures of every non-empty document, batch by batch.
 
-    texts: (data, offsets): the UTF-8 bytes of all texts (uint8, host, or device where cuDF
-    left them) and int64 (n + 1,) byte offsets; permutations: hashing.draw_permutations.
+    texts: (data, offsets): the content of every document (content.unit_buffers): UTF-8 bytes
+    uint8 (host, or device where cuDF left them) or token ids uint32 (host), and int64 (n + 1,)
+    offsets into it; permutations: hashing.draw_permutations.
 
     Returns (keys uint64 (m, bands) on the backend's side, active int64 (m,) and signatures
     uint32 (m, bands * rows) on the host): the m documents that have at least one shingle (empty documents are never
@@ -72,7 +73,9 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
         return result
 
     with log.stage("signature_pass"):
-        batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows))
+        # Offsets count units: bytes of text, or token ids of 4 bytes each.
+        units_per_batch = max(batch_bytes(params, backend) // data.dtype.itemsize, 1)
+        batches = list(text_batches(offsets, units_per_batch, params.batch_rows))
         results = list(map_parallel(one_batch, batches, backend.parallel_batches))
     xp = backend.xp
     if not results:

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from ..normalize import utf8_buffers
+from .content import is_token_type, unit_buffers
 from .source import SourceFile
 
 @dataclass
@@ -17,7 +17,8 @@ class Corpus:
     """Documents in input order (host).
 
     table: every input column of every row (pyarrow Table, columns unified across files).
-    text_field: the name of the text column in ``table`` (string or large_string; null = empty).
+    text_field: the name of the content column in ``table``: text (string or large_string) or,
+        for token shingles, token ids (a list of integers); null = an empty document.
     ids: pyarrow Array of unique document ids (string or int64), one per row.
     files: where the rows came from, in order; skipped: files passed over in directories.
     inputs: the paths the corpus was read from, as given (outputs must stay clear of them).
@@ -46,7 +47,9 @@ class Corpus:
         # has Arrow's null type, newer producers may send string_view, and a column in many
         # chunks (one per block read) would make every take() concatenate all of them first.
         texts = self.table[self.text_field]
-        if plain_text_type(texts.type) != texts.type:
+        if is_token_type(texts.type):
+            pass  # token ids stay as read (content.unit_buffers reads any integer width)
+        elif plain_text_type(texts.type) != texts.type:
             texts = texts.cast(plain_text_type(texts.type))
         elif pa.types.is_string(texts.type) and texts.nbytes >= 2**31 - 2**20:
             texts = texts.cast(pa.large_string())  # 32-bit offsets cannot span > 2 GiB
@@ -63,10 +66,16 @@ class Corpus:
         """The text column as one string or large_string array (no copy)."""
         return self.texts.chunk(0) if self.texts.num_chunks else pa.array([], pa.large_string())
 
-    def utf8(self) -> tuple[np.ndarray, np.ndarray]:
-        """The texts as UTF-8 bytes uint8 (B,) and byte offsets int64 (n + 1,), host views of
-        the text column (no copy; nulls give empty texts, copied then)."""
-        return utf8_buffers(self.text_array())
+    def units(self) -> tuple[np.ndarray, np.ndarray]:
+        """The content as host buffers (content.unit_buffers): UTF-8 bytes uint8 (B,) of the
+        texts, or token ids uint32 (B,), with offsets int64 (n + 1,) from 0 (views of the
+        column where possible; nulls give empty documents)."""
+        return unit_buffers(self.text_array())
+
+    @property
+    def tokens(self) -> bool:
+        """Whether the content column holds token ids rather than text."""
+        return is_token_type(self.texts.type)
 
     @property
     def num_rows(self) -> int:
@@ -77,6 +86,6 @@ def plain_text_type(data_type: pa.DataType) -> pa.DataType:
     """The type a text column of ``data_type`` has in a Corpus: string and large_string stay,
     anything else a reader lets through (null: all texts null; string_view) is large_string.
     (A string column of 2 GiB or more is made large_string too, by its size.)"""
-    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or is_token_type(data_type):
         return data_type
     return pa.large_string()

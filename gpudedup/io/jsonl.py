@@ -16,6 +16,7 @@ import pyarrow.json as pajson
 
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
+from .content import bad_token_rows, is_token_type
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
 
 MAX_BLOCK_BYTES = 2**31 - 1  # Arrow's JSON reader needs every line within one block
@@ -54,7 +55,8 @@ def read_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Option
         if problem and (text_field not in table.column_names
                         or (id_field is not None and id_field not in table.column_names)):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
-        if not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH:
+        if (not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH
+                and not bad_token_ids(table, text_field)):
             return table, row_numbers, []
     return read_jsonl_by_line(path, source, text_field, id_field, errors)
 
@@ -71,6 +73,13 @@ def type_depth(schema: pa.Schema) -> int:
         deepest = max(deepest, depth)
         stack.extend((data_type.field(i).type, depth + 1) for i in range(data_type.num_fields))
     return deepest
+
+
+def bad_token_ids(table: pa.Table, text_field: str) -> bool:
+    """Whether a token-id column holds an id that is null or out of range (the line-by-line
+    reading then names its line)."""
+    column = table[text_field]
+    return is_token_type(column.type) and len(bad_token_rows(column)[0]) > 0
 
 
 def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
+from .content import token_list_problem
 from .source import SourceFile, file_error
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -225,8 +226,12 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
     if not isinstance(record, dict):
         return f"expected a JSON object, got {json_type(record)}", {}
     value = record.get(text_field)
-    if value is not None and not isinstance(value, str):
-        return f"field {text_field!r} is {json_type(value)}, expected a string", {}
+    if isinstance(value, list):  # token ids (content.check_content says whether they are wanted)
+        problem = token_list_problem(value, json_type)
+        if problem:
+            return f"field {text_field!r} {problem}", {}
+    elif value is not None and not isinstance(value, str):
+        return f"field {text_field!r} is {json_type(value)}, expected a string or a list of token ids", {}
     if id_field is not None:
         value = record.get(id_field)
         if value is None:

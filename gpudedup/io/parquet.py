@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .content import bad_token_rows, is_token_type
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
 
 def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
@@ -30,10 +31,13 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
     if problem:
         raise file_error(source.path, strip_path(problem, source.path))
     keep = np.ones(table.num_rows, dtype=bool)
-    bad_text = invalid_utf8_rows(table[text_field])
-    for row in bad_text:
-        errors.add(source.path, row + 1, f"field {text_field!r} is not valid UTF-8",
-                   f"{source.path}: row {row + 1}")
+    if is_token_type(table[text_field].type):
+        bad_text, reasons = bad_token_rows(table[text_field])
+    else:
+        bad_text = invalid_utf8_rows(table[text_field])
+        reasons = ["is not valid UTF-8"] * len(bad_text)
+    for row, reason in zip(bad_text, reasons):
+        errors.add(source.path, row + 1, f"field {text_field!r} {reason}", f"{source.path}: row {row + 1}")
     keep[bad_text] = False
     if id_field is not None and table[id_field].null_count:
         null_rows = np.flatnonzero(table[id_field].is_null().to_numpy(zero_copy_only=False) & keep)

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, ParameterError
+from .content import is_text_type, is_token_type
 
 ON_ERROR_CHOICES = ("stop", "skip")
 
@@ -98,9 +99,9 @@ def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field
         return (f"{source.path}: no field {text_field!r} (fields: {', '.join(table.column_names)}); "
                 "choose the text field with --text-field")
     text_type = table.schema.field(text_field).type
-    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type) or pa.types.is_null(text_type)
-            or getattr(pa.types, "is_string_view", bool)(text_type)):
-        return f"{source.path}: field {text_field!r} has type {text_type}, expected a string"
+    if not (is_text_type(text_type) or is_token_type(text_type)):
+        return (f"{source.path}: field {text_field!r} has type {text_type}, expected a string "
+                "or a list of token ids")
     if id_field is not None:
         if id_field not in table.column_names:
             return f"{source.path}: no id field {id_field!r} (fields: {', '.join(table.column_names)})"
