@@ -12,6 +12,7 @@ import pyarrow as pa
 from .backends import get_backend
 from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
+from .io.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
 from .io.corpus import Corpus
 from .io.inputs import scan_inputs
 from .io.read import read_corpus
@@ -21,7 +22,7 @@ from .normalize import strings_to_arrow
 from .io.writer import check_apart_from_inputs
 from .cluster import KeepPolicy
 from .params import DedupParams
-from .shingling import ShingleKind
+from .shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .engine.job import Executor, Outcome, run_job
 from .engine.memory import dedup_corpus
@@ -37,6 +38,10 @@ def dedup(
     threshold: float = DedupParams.threshold,
     shingle: ShingleKind = DedupParams.shingle,
     ngram: int = DedupParams.ngram,
+    token_field: str = "input_ids",
+    unicode: Optional[UnicodeForm] = None,
+    strip_punctuation: bool = False,
+    strip_symbols: bool = False,
     num_perm: int = DedupParams.num_perm,
     bands: Optional[int] = None,
     rows: Optional[int] = None,
@@ -66,6 +71,10 @@ def dedup(
         PyCapsule stream interface; a Hugging Face ``datasets.Dataset``.
     text_field / id_field: the columns holding the text and the ids (tables and files); without
         id_field, ids are row positions (in-memory data) or ``<path>:<row>`` (files).
+    shingle="token": n-grams of token ids instead of text, read from the column token_field
+        (a list of integers from 0 to 2**32 - 1 per row); a list of lists of ids works too.
+    unicode ("nfc", "nfkc"), strip_punctuation, strip_symbols: text normalisation beyond the
+        canonical lower-casing and white space (docs/hash-spec.md).
     on_error: "stop" (the default): a bad record or unreadable file stops the run with an
         InputError naming it; "skip": files only -- bad records and unreadable files are left
         out, counted in the report's balance and listed with their reasons in
@@ -82,11 +91,14 @@ def dedup(
     """
     if on_error not in ("stop", "skip"):
         raise ParameterError(f"on_error must be 'stop' or 'skip'; got {on_error!r}")
-    params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, num_perm=num_perm,
+    params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, unicode=unicode,
+                         strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
                          keep=keep, bucket_window=bucket_window, batch_bytes=batch_bytes,
                          batch_rows=batch_rows,
                          max_memory=None if max_memory is None else parse_size(max_memory))
+    # Below, the content column is "text_field" whatever it holds (io/content.py).
+    text_field = content_field(params, text_field, token_field)
     chosen_backend = get_backend(backend)
     if client is not None or scheduler is not None or workers is not None:
         return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
@@ -101,13 +113,20 @@ def dedup(
     with log.stage("read"):
         # cuDF, where installed, reads files (and takes cuDF frames) straight to the GPU.
         corpus, restore = to_corpus(data, text_field, id_field,
-                                    use_cudf=chosen_backend.name == "gpu" and cudf_installed(),
+                                    # (cuDF's readers would bring text, not token ids, to the device)
+                                    use_cudf=chosen_backend.name == "gpu" and cudf_installed()
+                                    and params.shingle != "token",
                                     on_error=on_error, budget=budget)
         release_unused_memory()
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return corpus_result(corpus, outcome, restore, id_field, on_error)
+
+
+def content_field(params: DedupParams, text_field: str, token_field: str) -> str:
+    """The column the shingles are cut from: token_field for token shingles, else text_field."""
+    return token_field if params.shingle == "token" else text_field
 
 
 def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarray], Any],
@@ -187,7 +206,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         if data and all(isinstance(item, os.PathLike) for item in data):
             corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
-        return strings_corpus(data), lambda keep: [t for t, k in zip(data, keep) if k]
+        return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]
     if module == "cudf":
         corpus = table_corpus(data.to_arrow(), text_field, id_field)
@@ -219,10 +238,20 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     )
 
 
+def list_corpus(items: Sequence, field: str) -> Corpus:
+    """The corpus of a list of texts (str or None), or of token-id lists (each a list, tuple or
+    numpy array of integers, or None), in column ``field``; ids are the positions."""
+    if items and all(item is None or isinstance(item, (list, tuple, np.ndarray)) for item in items):
+        content = token_lists_to_arrow(items)
+    else:
+        content = strings_to_arrow(items)
+    ids = pa.array(np.arange(len(items), dtype=np.int64))
+    return Corpus(pa.table({field: content}), field, ids, [SourceFile("<list>", "list", len(items))])
+
+
 def strings_corpus(texts: Sequence) -> Corpus:
-    table = pa.table({"text": strings_to_arrow(texts)})
-    ids = pa.array(np.arange(len(texts), dtype=np.int64))
-    return Corpus(table, "text", ids, [SourceFile("<list>", "list", len(texts))])
+    """The corpus of a list of texts, in column "text" (list_corpus)."""
+    return list_corpus(texts, "text")
 
 
 def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str]) -> Corpus:
@@ -230,9 +259,12 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str]) -> C
         raise InputError(f"no column {text_field!r} (columns: {', '.join(table.column_names)}); "
                          "choose it with text_field=")
     text_type = table.schema.field(text_field).type
-    if not (pa.types.is_large_string(text_type) or pa.types.is_string(text_type)
-            or pa.types.is_null(text_type) or getattr(pa.types, "is_string_view", bool)(text_type)):
-        raise InputError(f"column {text_field!r} has type {text_type}, expected strings")
+    if not (is_text_type(text_type) or is_token_type(text_type)):
+        raise InputError(f"column {text_field!r} has type {text_type}, expected strings or lists of token ids")
+    if is_token_type(text_type):
+        rows, reasons = bad_token_rows(table[text_field])
+        if len(rows):
+            raise InputError(f"column {text_field!r} at row {int(rows[0])} (from 0) {reasons[0]}")
     if id_field is None:
         ids = pa.array(np.arange(table.num_rows, dtype=np.int64))
     elif id_field not in table.column_names:

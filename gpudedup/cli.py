@@ -13,7 +13,7 @@ import time
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional, cast
 
 import typer
 from rich.console import Console
@@ -26,6 +26,7 @@ from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAU
 from .version import __version__
 
 if TYPE_CHECKING:
+    from .shingling import UnicodeForm
     from .report import Report
     from .result import DedupResult
 
@@ -52,6 +53,13 @@ out = Console(highlight=False)
 class Shingle(str, Enum):
     word = "word"
     char = "char"
+    token = "token"
+
+
+class UnicodeChoice(str, Enum):
+    none = "none"
+    nfc = "nfc"
+    nfkc = "nfkc"
 
 
 class Keep(str, Enum):
@@ -104,8 +112,20 @@ def dedup_command(
         show_default=False)] = None,
     threshold: Annotated[float, typer.Option(
         help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].")] = DEFAULT_THRESHOLD,
-    shingle: Annotated[Shingle, typer.Option(help="Shingle on word n-grams or character n-grams.")] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units (words or characters) per shingle.")] = DEFAULT_NGRAM,
+    shingle: Annotated[Shingle, typer.Option(
+        help="Shingle on word n-grams or character n-grams of the text, or on n-grams of token ids "
+             "(--token-field).")] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units (words, characters or token ids) per shingle.")] = DEFAULT_NGRAM,
+    token_field: Annotated[str, typer.Option(
+        help="With --shingle token: the field holding each document's token ids (a list of integers "
+             "from 0 to 2^32 - 1).")] = "input_ids",
+    unicode: Annotated[UnicodeChoice, typer.Option(
+        help="Unicode normalisation form applied to the text before lower-casing.")] = UnicodeChoice.none,
+    strip_punctuation: Annotated[bool, typer.Option(
+        "--strip-punctuation", help="Remove punctuation (Unicode categories P*) before white space is "
+                                    "collapsed.")] = False,
+    strip_symbols: Annotated[bool, typer.Option(
+        "--strip-symbols", help="Remove symbols (Unicode categories S*) likewise.")] = False,
     num_perm: Annotated[int, typer.Option(
         help="MinHash permutation budget K; bands * rows of them are computed.")] = DEFAULT_NUM_PERM,
     bands: Annotated[Optional[int], typer.Option(
@@ -165,7 +185,9 @@ def dedup_command(
         started = time.perf_counter()
         result = run_api_dedup(
             list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,
-            shingle=shingle.value, ngram=ngram, num_perm=num_perm, bands=bands, rows=rows,
+            shingle=shingle.value, ngram=ngram, token_field=token_field, unicode=unicode_form(unicode.value),
+            strip_punctuation=strip_punctuation, strip_symbols=strip_symbols,
+            num_perm=num_perm, bands=bands, rows=rows,
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
@@ -241,8 +263,15 @@ def evaluate_command(
     rows: Annotated[Optional[str], typer.Option(help="Comma list of r ('auto' allowed).", show_default=False)] = None,
     max_fn: Annotated[Optional[str], typer.Option(
         help="Comma list of miss-probability targets for chosen b and r.", show_default=False)] = None,
-    shingle: Annotated[str, typer.Option(help="Comma list of word, char.")] = "word",
+    shingle: Annotated[str, typer.Option(help="Comma list of word, char, token.")] = "word",
     ngram: Annotated[str, typer.Option(help="Comma list of n-gram sizes.")] = str(DEFAULT_NGRAM),
+    token_field: Annotated[str, typer.Option(help="The field of token ids that token shingles read.")] = "input_ids",
+    unicode: Annotated[str, typer.Option(help="Comma list of Unicode forms for text shingles: none, nfc, "
+                                              "nfkc.")] = "none",
+    strip_punctuation: Annotated[str, typer.Option(help="Comma list of no, yes: remove punctuation "
+                                                        "(text shingles).")] = "no",
+    strip_symbols: Annotated[str, typer.Option(help="Comma list of no, yes: remove symbols "
+                                                    "(text shingles).")] = "no",
     threshold: Annotated[str, typer.Option(help="Comma list of thresholds.")] = str(DEFAULT_THRESHOLD),
     criterion: Annotated[str, typer.Option(help="What 'best' means: f1, recall, precision, time, memory, "
                                                 "candidate_recall, candidate_f1, cluster_recall.")] = "f1",
@@ -271,9 +300,14 @@ def evaluate_command(
             evaluation.parse_list(shingle, str), evaluation.parse_list(ngram),
             evaluation.parse_list(threshold, float),
             evaluation.parse_list(max_fn, float) if max_fn else None,
+            evaluation.parse_list(unicode, evaluation.unicode_form),
+            evaluation.parse_list(strip_punctuation, evaluation.yes_no),
+            evaluation.parse_list(strip_symbols, evaluation.yes_no),
         )
         evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
-        corpus = evaluation.select_documents(read_corpus(list(inputs), text_field, id_field), limit, sample,
+        # Only token shingles: the token ids are the content read (no text needed).
+        content = token_field if all(s.shingle == "token" for s in settings) else text_field
+        corpus = evaluation.select_documents(read_corpus(list(inputs), content, id_field), limit, sample,
                                              sample_seed)
 
         def progress(done: int, total: int, result) -> None:
@@ -282,6 +316,7 @@ def evaluate_command(
 
         results = evaluation.evaluate(corpus, settings, backend=backend.value, seed=seed,
                                       bucket_window=bucket_window, bin_width=bin_width, notes=notes,
+                                      token_field=token_field,
                                       on_result=progress)
         typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
         json_path, csv_path = evaluation.write_results(results, output, criterion)
@@ -314,6 +349,11 @@ def demo_command(
         print_summary(result.report, output, time.perf_counter() - started)
         print_largest_clusters(result)
         guard.done()
+
+
+def unicode_form(choice: str) -> Optional[UnicodeForm]:
+    """--unicode's value as DedupParams takes it ("none": None)."""
+    return None if choice == "none" else cast("UnicodeForm", choice)
 
 
 def print_summary(report: Report, output: Path, seconds: float) -> None:

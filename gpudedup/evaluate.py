@@ -53,7 +53,8 @@ from .version import __version__
 from .allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
 from .copies import implied_pairs
-from .errors import ParameterError
+from .errors import InputError, ParameterError
+from .io.content import content_bytes
 from .io.corpus import Corpus
 from .io.source import SourceFile
 from .lsh import collision_probability
@@ -61,7 +62,7 @@ from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEF
                      DEFAULT_THRESHOLD, DedupParams)
 from .engine.memory import dedup_corpus
 from .engine.signatures import map_parallel, text_batches
-from .shingling import ShingleBatch, ShingleKind, ShingleSpec, unique_per_row, utf8_shingle_hashes
+from .shingling import ShingleBatch, ShingleKind, ShingleSpec, UnicodeForm, unique_per_row, utf8_shingle_hashes
 from .stages import Progress
 
 DEFAULT_BIN_WIDTH = 0.05
@@ -96,8 +97,9 @@ class Setting:
 
     num_perm: the permutation budget K. bands, rows: LSH banding, both given or both None; None
     means chosen from the threshold (lsh.choose_bands, at most ``max_false_negative`` of the
-    pairs at the threshold missed: 1% when None, the pipeline's rule). shingle ("word" or
-    "char") and ngram: the shingles. threshold: verified pairs have exact Jaccard >= it.
+    pairs at the threshold missed: 1% when None, the pipeline's rule). shingle ("word", "char"
+    or "token") and ngram: the shingles; unicode, strip_punctuation, strip_symbols: their text
+    normalisation (DedupParams). threshold: verified pairs have exact Jaccard >= it.
     """
 
     num_perm: int = DEFAULT_NUM_PERM
@@ -107,12 +109,21 @@ class Setting:
     ngram: int = DEFAULT_NGRAM
     threshold: float = DEFAULT_THRESHOLD
     max_false_negative: Optional[float] = None
+    unicode: Optional[UnicodeForm] = None
+    strip_punctuation: bool = False
+    strip_symbols: bool = False
 
     def params(self, **extra) -> DedupParams:
         """The DedupParams of this setting (``extra``: seed, bucket_window, batch_bytes, ...)."""
         targets: dict[str, Any] = {} if self.max_false_negative is None else {"max_fn": self.max_false_negative}
         return DedupParams(threshold=self.threshold, shingle=self.shingle, ngram=self.ngram,
-                           num_perm=self.num_perm, bands=self.bands, rows=self.rows, **targets, **extra)
+                           unicode=self.unicode, strip_punctuation=self.strip_punctuation,
+                           strip_symbols=self.strip_symbols, num_perm=self.num_perm, bands=self.bands,
+                           rows=self.rows, **targets, **extra)
+
+    def spec(self) -> ShingleSpec:
+        """What the shingles are: settings of one spec share their ground truth."""
+        return ShingleSpec(self.shingle, self.ngram, self.unicode, self.strip_punctuation, self.strip_symbols)
 
     @property
     def banding_label(self) -> str:
@@ -122,11 +133,17 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return (f"{self.shingle}{self.ngram} t={self.threshold:g} K={self.num_perm} "
+        return (f"{spec_label(self.spec())} t={self.threshold:g} K={self.num_perm} "
                 f"b x r={self.banding_label}")
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def spec_label(spec: ShingleSpec) -> str:
+    """'word5', 'char5+nfkc-punct-sym', 'token3': a shingle spec in a table cell."""
+    label = f"{spec.kind}{spec.n}" + (f"+{spec.unicode}" if spec.unicode else "")
+    return label + ("-punct" if spec.strip_punctuation else "") + ("-sym" if spec.strip_symbols else "")
 
 
 def expand_grid(
@@ -137,6 +154,9 @@ def expand_grid(
     ngram: Sequence[int] = (DEFAULT_NGRAM,),
     threshold: Sequence[float] = (DEFAULT_THRESHOLD,),
     max_false_negative: Optional[Sequence[Optional[float]]] = None,
+    unicode: Sequence[Optional[UnicodeForm]] = (None,),
+    strip_punctuation: Sequence[bool] = (False,),
+    strip_symbols: Sequence[bool] = (False,),
 ) -> tuple[list[Setting], list[str]]:
     """Every combination of the lists, as Settings, and notes on the combinations skipped.
 
@@ -150,8 +170,10 @@ def expand_grid(
     Combinations that cannot run are skipped with a note: bands * rows > num_perm, a derived
     bands or rows of 0, and targets no banding within num_perm meets. Values that are wrong on
     their own (a threshold of 2, an unknown shingle kind, num_perm 0) raise ParameterError.
-    Settings come out in a stable order, shingle kind and size outermost (the ground truth
-    is computed per (shingle, ngram)), duplicates removed.
+    The normalisation lists (unicode, strip_punctuation, strip_symbols) apply to text
+    shingles; token shingles take ids as given and get one setting each.
+    Settings come out in a stable order, shingles outermost (the ground truth is computed per
+    shingle spec), duplicates removed.
     """
     settings: list[Setting] = []
     notes: list[str] = []
@@ -159,28 +181,41 @@ def expand_grid(
     for target in targets:
         if target is not None and not 0 < target < 1:
             raise ParameterError(f"max_false_negative must be in (0, 1); got {target!r}")
+    for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
+        for t in threshold:
+            for k in num_perm:
+                # Checks each value on its own (and its name in the message).
+                DedupParams(threshold=t, shingle=kind, ngram=n, num_perm=k, **forms)
+                for b, r, why in _bandings(k, bands, rows):
+                    if why:
+                        notes.append(f"skipped shingle={kind} ngram={n} threshold={t:g} num_perm={k}: {why}")
+                        continue
+                    if b is not None:
+                        settings.append(Setting(k, b, r, kind, n, t, **forms))
+                        continue
+                    for target in targets:
+                        setting = Setting(k, None, None, kind, n, t, target, **forms)
+                        try:
+                            setting.params().banding()  # targets no b x r <= K meets
+                        except ParameterError as error:
+                            notes.append(f"skipped {setting.label}: {error}")
+                            continue
+                        settings.append(setting)
+    return list(dict.fromkeys(settings)), list(dict.fromkeys(notes))
+
+
+def _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
+    """(kind, n, normalisation keywords) of every shingle spec of the grid."""
     for kind in shingle:
         for n in ngram:
-            for t in threshold:
-                for k in num_perm:
-                    # Checks each value on its own (and its name in the message).
-                    DedupParams(threshold=t, shingle=kind, ngram=n, num_perm=k)
-                    for b, r, why in _bandings(k, bands, rows):
-                        if why:
-                            notes.append(f"skipped shingle={kind} ngram={n} threshold={t:g} num_perm={k}: {why}")
-                            continue
-                        if b is not None:
-                            settings.append(Setting(k, b, r, kind, n, t))
-                            continue
-                        for target in targets:
-                            setting = Setting(k, None, None, kind, n, t, target)
-                            try:
-                                setting.params().banding()  # targets no b x r <= K meets
-                            except ParameterError as error:
-                                notes.append(f"skipped {setting.label}: {error}")
-                                continue
-                            settings.append(setting)
-    return list(dict.fromkeys(settings)), list(dict.fromkeys(notes))
+            if kind == "token":
+                yield kind, n, {}
+                continue
+            for form in unicode:
+                for punctuation in strip_punctuation:
+                    for symbols in strip_symbols:
+                        yield kind, n, {"unicode": form, "strip_punctuation": punctuation,
+                                        "strip_symbols": symbols}
 
 
 def _bandings(num_perm: int, bands, rows):
@@ -212,7 +247,7 @@ def _bandings(num_perm: int, bands, rows):
             yield b, r, ""
 
 
-def parse_list(text: str, kind: type = int, allow_auto: bool = False) -> list:
+def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = False) -> list:
     """A comma-separated CLI value as a list: "64,128" -> [64, 128]; with ``allow_auto``,
     "auto" becomes None ("8,16,auto" -> [8, 16, None]). Raises ParameterError on a bad item."""
     values: list = []
@@ -226,10 +261,23 @@ def parse_list(text: str, kind: type = int, allow_auto: bool = False) -> list:
         try:
             values.append(kind(item))
         except ValueError:
-            raise ParameterError(f"cannot read {item!r} in {text!r} as {kind.__name__}") from None
+            raise ParameterError(f"cannot read {item!r} in {text!r} as {getattr(kind, '__name__', kind)}") from None
     if not values:
         raise ParameterError(f"an empty list: {text!r}")
     return values
+
+
+def unicode_form(text: str) -> Optional[str]:
+    """A --unicode list item: "none" -> None, "nfc", "nfkc" as they are (DedupParams checks)."""
+    return None if text.lower() == "none" else text.lower()
+
+
+def yes_no(text: str) -> bool:
+    """A --strip-punctuation / --strip-symbols list item: yes/no, true/false, 1/0."""
+    value = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}.get(text.lower())
+    if value is None:
+        raise ValueError(text)
+    return value
 
 
 # --- the sample -------------------------------------------------------------------------------
@@ -259,6 +307,17 @@ def select_documents(corpus: Corpus, limit: Optional[int] = None, sample: Option
                   list(corpus.inputs))
 
 
+def content_corpus(corpus: Corpus, shingle: str, token_field: Optional[str]) -> Corpus:
+    """The corpus whose content column ``shingle`` shingles read: for token shingles the
+    column token_field of the same rows (when the corpus reads another), else the corpus."""
+    if shingle != "token" or token_field is None or token_field == corpus.text_field:
+        return corpus
+    if token_field not in corpus.table.column_names:
+        raise InputError(f"no field {token_field!r} for token shingles (fields: "
+                         f"{', '.join(corpus.table.column_names)}); name it with --token-field")
+    return Corpus(corpus.table, token_field, corpus.ids, corpus.files, corpus.skipped, corpus.inputs)
+
+
 # --- ground truth -----------------------------------------------------------------------------
 
 
@@ -266,7 +325,7 @@ def corpus_shingle_sets(corpus: Corpus, spec: ShingleSpec, batch_bytes: int = TR
                         workers: Optional[int] = None) -> ShingleBatch:
     """Every document's set of shingle hashes (sorted, no repeats), host numpy: the input of
     the exact join. The numpy reference shingling, batch by batch on ``workers`` threads."""
-    data, offsets = corpus.utf8()
+    data, offsets = corpus.units()
     workers = workers or min(8, os.cpu_count() or 1)
 
     def one(rows):
@@ -275,7 +334,8 @@ def corpus_shingle_sets(corpus: Corpus, spec: ShingleSpec, batch_bytes: int = TR
         batch = utf8_shingle_hashes(data[first:offsets[stop]], offsets[start:stop + 1] - first, spec)
         return unique_per_row(batch)
 
-    parts = list(map_parallel(one, list(text_batches(offsets, batch_bytes, 1 << 20)), workers))
+    batches = text_batches(offsets, max(batch_bytes // data.dtype.itemsize, 1), 1 << 20)
+    parts = list(map_parallel(one, list(batches), workers))
     if not parts:
         return ShingleBatch(np.zeros(1, np.int64), np.zeros(0, np.uint64))
     counts = np.concatenate([np.diff(p.offsets) for p in parts])
@@ -284,10 +344,10 @@ def corpus_shingle_sets(corpus: Corpus, spec: ShingleSpec, batch_bytes: int = TR
     return ShingleBatch(set_offsets, np.concatenate([p.hashes for p in parts]))
 
 
-def exact_ground_truth(corpus: Corpus, shingle: ShingleKind, ngram: int, threshold: float) -> SimilarPairs:
+def exact_ground_truth(corpus: Corpus, spec: ShingleSpec, threshold: float) -> SimilarPairs:
     """Every document pair (row indices, a < b, sorted) whose exact Jaccard similarity of
     shingle sets is >= threshold, with that Jaccard (allpairs.exact_similar_pairs)."""
-    sets = corpus_shingle_sets(corpus, ShingleSpec(shingle, ngram))
+    sets = corpus_shingle_sets(corpus, spec)
     return exact_similar_pairs(sets.offsets, sets.hashes, threshold)
 
 
@@ -299,8 +359,7 @@ class GroundTruth:
     doc_a * n_docs + doc_b, ascending. seconds: time to compute (shingling + join).
     """
 
-    shingle: str
-    ngram: int
+    spec: ShingleSpec
     threshold: float
     n_docs: int
     doc_a: np.ndarray
@@ -321,38 +380,40 @@ class GroundTruth:
         return self.doc_a[keep], self.doc_b[keep], self.jaccard[keep], self.codes[keep]
 
     def summary(self) -> dict:
-        return {"shingle": self.shingle, "ngram": self.ngram, "min_threshold": self.threshold,
+        return {"shingle": self.spec.kind, "ngram": self.spec.n, "unicode": self.spec.unicode,
+                "strip_punctuation": self.spec.strip_punctuation, "strip_symbols": self.spec.strip_symbols,
+                "min_threshold": self.threshold,
                 "documents": self.n_docs, "pairs": int(self.codes.shape[0]),
                 "seconds": round(self.seconds, 4),
                 "method": "allpairs.exact_similar_pairs (prefix filtering, exact)"}
 
 
 class TruthCache:
-    """Ground truth per (shingle, ngram) for one corpus, computed at most once per lowest
-    threshold asked for (``prepare`` with the grid's lowest threshold avoids recomputing)."""
+    """Ground truth per shingle spec for one corpus, computed at most once per lowest
+    threshold asked for (``prepare`` with the grid's lowest threshold avoids recomputing).
+    token_field: the column of token ids that token shingles read (content_corpus)."""
 
-    def __init__(self, corpus: Corpus):
-        self.corpus = corpus
-        self._truths: dict[tuple[ShingleKind, int], GroundTruth] = {}
+    def __init__(self, corpus: Corpus, token_field: Optional[str] = None):
+        self.corpus, self.token_field = corpus, token_field
+        self._truths: dict[ShingleSpec, GroundTruth] = {}
 
     def prepare(self, settings: Iterable[Setting]) -> None:
-        lowest: dict[tuple[ShingleKind, int], float] = {}
+        lowest: dict[ShingleSpec, float] = {}
         for s in settings:
-            key = (s.shingle, s.ngram)
-            lowest[key] = min(lowest.get(key, s.threshold), s.threshold)
-        for (kind, n), threshold in lowest.items():
-            self.get(kind, n, threshold)
+            lowest[s.spec()] = min(lowest.get(s.spec(), s.threshold), s.threshold)
+        for spec, threshold in lowest.items():
+            self.get(spec, threshold)
 
-    def get(self, shingle: ShingleKind, ngram: int, threshold: float) -> GroundTruth:
-        known = self._truths.get((shingle, ngram))
+    def get(self, spec: ShingleSpec, threshold: float) -> GroundTruth:
+        known = self._truths.get(spec)
         if known is not None and known.threshold <= threshold:
             return known
         started = time.perf_counter()
-        pairs = exact_ground_truth(self.corpus, shingle, ngram, threshold)
+        pairs = exact_ground_truth(content_corpus(self.corpus, spec.kind, self.token_field), spec, threshold)
         n = self.corpus.num_rows
-        truth = GroundTruth(shingle, ngram, threshold, n, pairs.doc_a, pairs.doc_b, pairs.jaccard,
+        truth = GroundTruth(spec, threshold, n, pairs.doc_a, pairs.doc_b, pairs.jaccard,
                             pair_codes(pairs.doc_a, pairs.doc_b, n), time.perf_counter() - started)
-        self._truths[(shingle, ngram)] = truth
+        self._truths[spec] = truth
         return truth
 
     def summaries(self) -> list[dict]:
@@ -568,6 +629,7 @@ def evaluate(
     bin_width: float = DEFAULT_BIN_WIDTH,
     notes: Sequence[str] = (),
     truth_cache: Optional[TruthCache] = None,
+    token_field: Optional[str] = None,
     warmup: bool = True,
     on_result: Optional[Callable[[int, int, SettingResult], None]] = None,
 ) -> Evaluation:
@@ -576,7 +638,8 @@ def evaluate(
     backend: "auto" | "cpu" | "gpu" or a backend object (backends.get_backend). seed,
     bucket_window, batch_bytes: passed to every run (DedupParams). notes: carried into the
     output (expand_grid's skipped combinations). truth_cache: reuse ground truth computed
-    before on the same corpus. warmup: one untimed run on the first WARMUP_DOCUMENTS documents
+    before on the same corpus. token_field: the column token shingles read (content_corpus;
+    None: the corpus's own content column). warmup: one untimed run on the first WARMUP_DOCUMENTS documents
     first (so that kernel compilation and first-use costs are not charged to one setting).
     on_result(i, total, result): called after each setting (progress for the CLI).
     """
@@ -585,28 +648,30 @@ def evaluate(
     extra = {"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes}
     for s in settings:
         s.params(**extra)  # every parameter error before any work
-    cache = truth_cache or TruthCache(corpus)
+    cache = truth_cache or TruthCache(corpus, token_field)
     started = time.perf_counter()
     cache.prepare(settings)
     truth_seconds = time.perf_counter() - started
     if warmup and settings and corpus.num_rows:
-        dedup_corpus(select_documents(corpus, limit=WARMUP_DOCUMENTS), settings[0].params(**extra),
+        dedup_corpus(select_documents(content_corpus(corpus, settings[0].shingle, token_field),
+                                      limit=WARMUP_DOCUMENTS), settings[0].params(**extra),
                   chosen, Progress())
     n_docs = corpus.num_rows
     results = []
     for i, s in enumerate(settings):
-        outcome = dedup_corpus(corpus, s.params(**extra), chosen, Progress(), keep_candidates=True)
-        result = score_outcome(s, outcome, cache.get(s.shingle, s.ngram, s.threshold), n_docs, bin_width)
+        outcome = dedup_corpus(content_corpus(corpus, s.shingle, token_field), s.params(**extra), chosen,
+                               Progress(), keep_candidates=True)
+        result = score_outcome(s, outcome, cache.get(s.spec(), s.threshold), n_docs, bin_width)
         del outcome
         results.append(result)
         if on_result is not None:
             on_result(i, len(settings), result)
-    data, offsets = corpus.utf8()
+    data, offsets = corpus.units()
     return Evaluation(
         results=results,
         ground_truth=cache.summaries(),
         notes=list(notes),
-        corpus={"documents": n_docs, "text_bytes": int(offsets[-1]) if offsets.shape[0] else 0,
+        corpus={"documents": n_docs, "text_bytes": int(content_bytes((data, offsets)).sum()),
                 "files": [f.path for f in corpus.files]},
         backend=chosen.description,
         run={"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes,
@@ -669,7 +734,8 @@ def evaluation_dict(results, criterion: str = "f1") -> dict:
     return data
 
 
-CSV_FIELDS = ["index", "best", "label", "shingle", "ngram", "threshold", "num_perm", "banding",
+CSV_FIELDS = ["index", "best", "label", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols",
+              "threshold", "num_perm", "banding",
               "max_false_negative", "bands", "rows", "documents", "true_pairs", "candidate_pairs",
               "checked_pairs", "verified_pairs", "candidate_true_pairs", "verified_true_pairs",
               "candidate_precision", "candidate_recall", "candidate_f1", "verified_precision",
@@ -693,6 +759,7 @@ def csv_text(results, criterion: str = "f1") -> str:
         s = r.setting
         row = {name: getattr(r, name) for name in CSV_FIELDS if hasattr(r, name)}
         row.update(index=i, best=r is best, label=s.label, shingle=s.shingle, ngram=s.ngram,
+                   unicode=s.unicode or "", strip_punctuation=s.strip_punctuation, strip_symbols=s.strip_symbols,
                    threshold=s.threshold, num_perm=s.num_perm, banding=s.banding_label,
                    max_false_negative=s.max_false_negative)
         row.update({f"seconds_{k}": v for k, v in r.stage_seconds.items()})
@@ -767,7 +834,7 @@ def format_table(results, criterion: str = "f1") -> str:
     for i, r in enumerate(items):
         s = r.setting
         banding = f"{r.bands}x{r.rows}" + ("" if s.bands is not None else " (auto)")
-        rows.append(["*" if r is best else "", str(i), f"{s.shingle}{s.ngram}", f"{s.threshold:g}",
+        rows.append(["*" if r is best else "", str(i), spec_label(s.spec()), f"{s.threshold:g}",
                      str(s.num_perm), banding, str(r.true_pairs), f"{r.candidates_per_document:.2f}",
                      _number(r.candidate_precision), _number(r.candidate_recall),
                      _number(r.verified_precision), _number(r.verified_recall), _number(r.verified_f1),

@@ -28,7 +28,7 @@ from . import plots
 from .lsh import collision_probability, steepest_similarity
 
 if TYPE_CHECKING:
-    from .shingling import ShingleKind
+    from .shingling import ShingleSpec
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
@@ -284,7 +284,7 @@ def _parameters(report: dict) -> str:
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
     at_threshold = float(collision_probability(threshold, bands, rows))
     at_half = float(collision_probability(min(0.5, threshold), bands, rows))
-    unit = "words" if p.get("shingle") == "word" else "characters"
+    unit = {"word": "words", "token": "token ids"}.get(p.get("shingle"), "characters")
     rule = p.get("banding_rule", "")
     if rule == "given":
         rule = "given as parameters (--bands and --rows), not chosen"
@@ -491,16 +491,23 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
     # The kept document and a few removed ones, with their similarity to the kept one.
     examples = others[: EXAMPLES_PER_CLUSTER - 1]
     positions = [keep_position] + examples
-    texts = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
+    contents = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
+    from .shingling import ShingleSpec
+
+    spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
+                       bool(p.get("strip_symbols")))
+    # Token ids are shown as numbers separated by spaces.
+    texts = ([None if c is None else " ".join(map(str, c)) for c in contents] if spec.kind == "token"
+             else contents)
     kept_text = texts[0] or ""
     out.append('<div class="docs">\n')
     out.append(_document(kept_id, kept_text, None, None, kept=True))
-    for doc_id, text in zip(listed_ids, texts[1:]):
+    for doc_id, text, content in zip(listed_ids, texts[1:], contents[1:]):
         verified = _verified_jaccard(result.pairs, kept_id, doc_id)
         if verified is not None:
             similarity = (verified, "a verified pair")
         else:
-            value = exact_jaccard(kept_text, text or "", p["shingle"], p["ngram"])
+            value = exact_jaccard(contents[0], content, spec)
             similarity = (value, "computed for this page: not a verified pair; "
                                  "the two are joined through other members")
         out.append(_document(doc_id, text or "", similarity, kept_text, kept=False))
@@ -557,11 +564,12 @@ def _highlight(text: str, reference: str) -> str:
     return "".join(out)
 
 
-def exact_jaccard(text_a: str, text_b: str, shingle: ShingleKind, ngram: int) -> float:
-    """The exact Jaccard similarity of two texts' shingle sets (the verification's measure)."""
-    from .shingling import ShingleSpec, shingle_sets
+def exact_jaccard(first, second, spec: ShingleSpec) -> float:
+    """The exact Jaccard similarity of two documents' shingle sets (the verification's measure);
+    first, second: texts, or token-id lists for token shingles (None: empty)."""
+    from .shingling import shingle_sets
 
-    sets = shingle_sets([text_a, text_b], ShingleSpec(shingle, int(ngram)))
+    sets = shingle_sets([first, second], spec)
     offsets, hashes = sets.offsets, sets.hashes
     a, b = hashes[offsets[0]:offsets[1]], hashes[offsets[1]:offsets[2]]
     common = np.intersect1d(a, b, assume_unique=True).shape[0]

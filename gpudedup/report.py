@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator, Optional
 
-# The "format" of an input that is not a file (io: strings_corpus, table_corpus).
+# The "format" of an input that is not a file (api: list_corpus, table_corpus).
 IN_MEMORY_FORMATS = ("list", "table")
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Optional
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse
 
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
@@ -182,9 +183,15 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
     """Hash every shingle of every text (numpy reference implementation, host).
 
     texts: a batch of documents, a pyarrow string array or a sequence of str (``None`` / null
-    is the empty document). Returns a ShingleBatch in text order with repeats (MinHash does not
+    is the empty document); for token shingles, token ids: a pyarrow list array or a sequence
+    of lists of integers. Returns a ShingleBatch in text order with repeats (MinHash does not
     need sets; exact verification builds them).
     """
+    if spec.kind == "token":
+        from .io.content import token_lists_to_arrow, unit_buffers
+
+        ids = texts if isinstance(texts, pa.Array) else token_lists_to_arrow(list(texts))
+        return utf8_shingle_hashes(*unit_buffers(ids), spec)
     return utf8_shingle_hashes(*text_buffers(texts), spec)
 
 

@@ -258,7 +258,7 @@ def test_enormous_single_document(in_tmp):
         b'{"text": "%s"}\n{"text": "%s"}\n{"text": "%s"}\n' % (small[0], huge, small[1]))
     (in_tmp / "huge.txt").write_bytes(huge)
     corpus = read_corpus(["huge.txt"])
-    assert corpus.num_rows == 1 and corpus.utf8()[1][-1] == len(huge)
+    assert corpus.num_rows == 1 and corpus.units()[1][-1] == len(huge)
     del corpus
     report = run_ok("huge.jsonl")
     assert report["input"]["documents"] == 3

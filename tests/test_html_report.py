@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from gpudedup.shingling import ShingleSpec
+
 import gpudedup
 from gpudedup.lsh import steepest_similarity
 from gpudedup import html_report, plots
@@ -108,7 +110,7 @@ def test_largest_clusters_show_members_and_exact_similarity(sample_run):
     pairs = result.pairs.to_pydict()
     for a, b, j in list(zip(pairs["id_a"], pairs["id_b"], pairs["jaccard"]))[:20]:
         computed = html_report.exact_jaccard(texts[int(row_of[a])].as_py(), texts[int(row_of[b])].as_py(),
-                                             "word", 5)
+                                             ShingleSpec("word", 5))
         assert computed == pytest.approx(j, abs=1e-12)
     assert len(re.findall(r'class="doc kept"', page)) == min(5, sizes.shape[0])
 

@@ -36,7 +36,7 @@ pool = pa.default_memory_pool()
 arrow_before = pool.bytes_allocated()
 tracemalloc.start()
 corpus = read_corpus(paths, id_field="id")
-corpus.utf8()  # the pipeline's first step: the text as one buffer
+corpus.units()  # the pipeline's first step: the text as one buffer
 python_peak = tracemalloc.get_traced_memory()[1]
 # The two high-water marks may come at different moments: their sum bounds what was live at once.
 print(pool.max_memory() - arrow_before + python_peak)

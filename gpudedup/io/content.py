@@ -9,7 +9,7 @@ kind read is the kind the shingles need. The stages see a column only through
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -78,6 +78,20 @@ def token_list_problem(values: list, kind_of: Callable[[object], str]) -> str:
         if not 0 <= value <= TOKEN_ID_MAX:
             return f"holds token id {value}, out of range, at position {position}; expected {TOKEN_EXPECTED}"
     return ""
+
+
+def token_lists_to_arrow(items: Sequence) -> pa.Array:
+    """Token-id lists as a large_list<int64> array; InputError naming the first item that is
+    not a list of integers from 0 to 2**32 - 1."""
+    for position, item in enumerate(items):
+        if item is None:
+            continue
+        values = item.tolist() if isinstance(item, np.ndarray) else list(item)
+        problem = token_list_problem(values, lambda value: f"a {type(value).__name__}")
+        if problem:
+            raise InputError(f"item {position} {problem}")
+    return pa.array([None if item is None else np.asarray(item, dtype=np.int64) for item in items],
+                    pa.large_list(pa.int64()))
 
 
 def unit_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
