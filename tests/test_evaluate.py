@@ -36,6 +36,7 @@ from gpudedup.evaluate import (
     write_results,
 )
 from gpudedup.io.read import read_corpus
+from gpudedup.shingling import ShingleSpec
 from gpudedup.engine.memory import dedup_corpus
 from conservation import read_file_records
 from oracles import is_similar, oracle_banding, s_curve, shingle_set, similar_pairs, similar_pairs_matrix
@@ -102,7 +103,7 @@ def subset_truth(subset_sets):
 def test_ground_truth_equals_python_brute_force(subset_corpus, subset_sets, subset_truth, kind):
     cache = TruthCache(subset_corpus)
     cache.prepare([Setting(shingle=kind, ngram=NGRAM, threshold=t) for t in (0.9, LOWEST, 0.8)])
-    truth = cache.get(kind, NGRAM, LOWEST)
+    truth = cache.get(ShingleSpec(kind, NGRAM), LOWEST)
     assert truth.threshold == LOWEST  # computed once, at the lowest threshold asked for
     assert len(subset_truth[kind]) > 100
     for threshold in (0.5, 0.7, 0.8, 0.9, 1.0):
@@ -111,14 +112,14 @@ def test_ground_truth_equals_python_brute_force(subset_corpus, subset_sets, subs
         found = dict(zip(zip(doc_a.tolist(), doc_b.tolist()), jaccard.tolist()))
         assert found == expected, threshold  # the same pairs, the same Jaccard bit for bit
         assert np.array_equal(codes, np.sort(codes))
-    assert cache.get(kind, 5, 0.8) is truth  # answered from the cache
+    assert cache.get(ShingleSpec(kind, 5), 0.8) is truth  # answered from the cache
 
 
 @pytest.mark.parametrize("kind", ["word", "char"])
 def test_ground_truth_on_the_whole_sample_equals_brute_force(sample_path, sample_corpus, kind):
     cache = TruthCache(sample_corpus)
     cache.prepare([Setting(shingle=kind, threshold=LOWEST), Setting(shingle=kind, threshold=0.8)])
-    truth = cache.get(kind, NGRAM, 0.8)
+    truth = cache.get(ShingleSpec(kind, NGRAM), 0.8)
     assert truth.threshold == LOWEST
     # The oracle reads the sample itself (json and gzip), in file order: the corpus's rows.
     records = read_file_records(sample_path, str(sample_path), "text", "id")
@@ -137,10 +138,10 @@ def test_ground_truth_on_the_whole_sample_equals_brute_force(sample_path, sample
 
 def test_truth_cannot_answer_a_lower_threshold_than_computed(subset_corpus):
     cache = TruthCache(subset_corpus)
-    truth = cache.get("word", 5, 0.8)
+    truth = cache.get(ShingleSpec("word", 5), 0.8)
     with pytest.raises(ValueError):
         truth.at(0.7)
-    lower = cache.get("word", 5, 0.7)  # recomputed lower
+    lower = cache.get(ShingleSpec("word", 5), 0.7)  # recomputed lower
     assert lower.threshold == 0.7 and lower.codes.size >= truth.codes.size
 
 
