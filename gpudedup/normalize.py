@@ -7,6 +7,13 @@ The definition (DESIGN.md, frozen so that hashes stay stable):
   removed. White space is the Unicode ``White_Space`` property: U+0009-000D, U+0020, U+0085,
   U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F, U+205F and U+3000.
 
+Options of the shingle spec (off by default; docs/hash-spec.md, "Text normalisation"):
+- ``unicode``: a Unicode normalisation form, NFC or NFKC, applied first, by Arrow's
+  ``utf8_normalize`` (utf8proc), on the host;
+- ``strip_punctuation`` / ``strip_symbols``: after lower-casing and before the white-space
+  step, remove the code points of the general categories P* / S* of Unicode 14.0.0 (the table
+  is ``data/general_category_ps.txt``).
+
 A batch is the concatenation of the documents' code points with CSR offsets:
 ``codepoints`` uint32 (N,) and ``offsets`` int64 (n_docs + 1,), document d being
 ``codepoints[offsets[d]:offsets[d+1]]``.
@@ -15,8 +22,8 @@ A batch is the concatenation of the documents' code points with CSR offsets:
 from __future__ import annotations
 
 from functools import cache
-from typing import NamedTuple
 from importlib import resources
+from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,6 +59,29 @@ def lowercase_table() -> np.ndarray:
     pairs = simple_lowercase_pairs()
     table = np.arange(CODE_POINTS, dtype=np.uint32)
     table[pairs[:, 0]] = pairs[:, 1]
+    return table
+
+
+# Bits of category_flags_table: which option removes a code point.
+PUNCTUATION = 1  # general categories Pc Pd Ps Pe Pi Pf Po
+SYMBOL = 2  # general categories Sm Sc Sk So
+
+
+@cache
+def punctuation_symbol_ranges() -> list[tuple[int, int, str]]:
+    """The shipped category table: (first, last, category) for inclusive code point ranges whose
+    general category (Unicode 14.0.0) is one of P* or S*, ascending."""
+    text = resources.files("gpudedup").joinpath("data/general_category_ps.txt").read_text("ascii")
+    rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    return [(int(first, 16), int(last, 16), category) for first, last, category in rows]
+
+
+@cache
+def category_flags_table() -> np.ndarray:
+    """uint8, shape (0x110000,): PUNCTUATION at P* code points, SYMBOL at S* ones, else 0."""
+    table = np.zeros(CODE_POINTS, dtype=np.uint8)
+    for first, last, category in punctuation_symbol_ranges():
+        table[first:last + 1] = {"P": PUNCTUATION, "S": SYMBOL}[category[0]]
     return table
 
 
@@ -154,45 +184,70 @@ class NormalizationTables(NamedTuple):
     """The lookup tables of normalisation, on one side (host numpy, or one device's cupy).
 
     lowercase: uint32 (0x110000,), see lowercase_table; white: bool (0x110000,), see
-    white_space_table. The GPU backend keeps one device copy per device (5.6 MB).
+    white_space_table; category_flags: uint8 (0x110000,), see category_flags_table. The GPU
+    backend keeps one device copy per device (6.7 MB).
     """
 
     lowercase: np.ndarray
     white: np.ndarray
+    category_flags: np.ndarray
 
 
 @cache
 def host_tables() -> NormalizationTables:
-    return NormalizationTables(lowercase_table(), white_space_table())
+    return NormalizationTables(lowercase_table(), white_space_table(), category_flags_table())
 
 
-def normalize_codepoints(codepoints, offsets, xp=np, tables: NormalizationTables | None = None):
-    """Normalise a batch: lower-case, collapse white-space runs to one space, strip the ends.
+def tables_on(xp) -> NormalizationTables:
+    """The host tables copied to ``xp``'s side (numpy: the host tables themselves, no copy).
+    Callers keep the result: one copy per device, never one per batch."""
+    return NormalizationTables(*(xp.asarray(table) for table in host_tables()))
+
+
+def strip_flags(spec) -> int:
+    """The category_flags bits whose code points ``spec`` (a shingling.ShingleSpec) removes."""
+    return (PUNCTUATION if spec.strip_punctuation else 0) | (SYMBOL if spec.strip_symbols else 0)
+
+
+def normalize_codepoints(codepoints, offsets, xp=np, tables: NormalizationTables | None = None,
+                         strip: int = 0):
+    """Normalise a batch: lower-case, remove the code points of the categories ``strip`` names
+    (PUNCTUATION | SYMBOL bits; 0, the default, removes none), collapse white-space runs to one
+    space, strip the ends.
 
     codepoints: uint32 (N,); offsets: int64 (n_docs + 1,); numpy or cupy per ``xp``, with
     ``tables`` on the same side (default: the host tables). Returns the normalised batch in
     the same layout: (uint32 (M,), int64 (n_docs + 1,)), M <= N, same side.
     """
     tables = tables or host_tables()
-    if codepoints.size and int(codepoints.max()) < 0x80:
-        # ASCII batches (the common case): a 128-entry table, and white space is 9-13 or 32.
-        lowered = xp.take(tables.lowercase[:0x80], codepoints)
-        white = (codepoints == SPACE) | (codepoints - np.uint32(9) < 5)  # wraps below 9
+    ascii_only = bool(codepoints.size) and int(codepoints.max()) < 0x80
+    # ASCII batches (the common case) look up 128-entry slices of the tables, which stay in cache.
+    span = 0x80 if ascii_only else CODE_POINTS
+    lowered = xp.take(tables.lowercase[:span], codepoints)
+    if strip:
+        # After lower-casing (which maps no code point into or out of P* or S*, but the order is
+        # the definition's), before the white-space step: removing "," from "a , b" leaves a
+        # white run of two, which the step below makes one space.
+        lowered, offsets = remove_flagged(lowered, offsets, xp.take(tables.category_flags[:span], lowered),
+                                          strip, xp)
+    if ascii_only:
+        white = (lowered == SPACE) | (lowered - np.uint32(9) < 5)  # 9-13 or 32; wraps below 9
     else:
-        lowered = xp.take(tables.lowercase, codepoints)
-        white = xp.take(tables.white, codepoints)
+        # Lower-casing maps no code point into or out of White_Space, so looking up the lowered
+        # code points is looking up the original ones.
+        white = xp.take(tables.white, lowered)
 
     # A white run [start, stop) becomes one space when it follows text of its document and
     # more text of the same document follows it; otherwise (leading, trailing, or straddling
     # two documents) it disappears. Runs are few (about one per word), so the tests below work
     # on run boundaries, not on every position.
-    previous_white = xp.empty(codepoints.shape[0], dtype=bool)
+    previous_white = xp.empty(lowered.shape[0], dtype=bool)
     previous_white[:1] = False
     previous_white[1:] = white[:-1]
     run_starts = xp.flatnonzero(white & ~previous_white)
     run_stops = xp.flatnonzero(~white & previous_white)
     if run_stops.shape[0] < run_starts.shape[0]:
-        run_stops = xp.concatenate([run_stops, xp.full(1, codepoints.shape[0], dtype=run_stops.dtype)])
+        run_stops = xp.concatenate([run_stops, xp.full(1, lowered.shape[0], dtype=run_stops.dtype)])
     doc_of_run = xp.searchsorted(offsets, run_starts, side="right") - 1
     inner = (run_starts != offsets[doc_of_run]) & (run_stops < offsets[doc_of_run + 1])
     spaces = run_starts[inner]
@@ -207,21 +262,62 @@ def normalize_codepoints(codepoints, offsets, xp=np, tables: NormalizationTables
     return lowered[keep], offsets - xp.searchsorted(dropped, offsets)
 
 
-def normalize_utf8(data, offsets, spec, xp=np, tables: NormalizationTables | None = None):
-    """The normalised code points of a batch of UTF-8 texts, as ``spec`` (a shingling.
-    ShingleSpec) asks: decoding, then the canonical normalisation (normalize_codepoints).
+def remove_flagged(codepoints, offsets, flags, strip: int, xp=np):
+    """Drop the code points whose ``flags`` (uint8 (N,), their category_flags) share a bit with
+    ``strip``. codepoints uint32 (N,), offsets int64 (n_docs + 1,), same side; returns the
+    shorter batch in the same layout."""
+    removed = (flags & np.uint8(strip)) != 0
+    dropped = xp.flatnonzero(removed)
+    if dropped.size == 0:
+        return codepoints, offsets
+    return codepoints[~removed], offsets - xp.searchsorted(dropped, offsets)
+
+
+# Arrow's names of the forms of ShingleSpec.unicode.
+ARROW_FORMS = {"nfc": "NFC", "nfkc": "NFKC"}
+
+
+def unicode_form_utf8(data, offsets, form: str, xp=np):
+    """The texts of a batch in a Unicode normalisation form, by Arrow's ``utf8_normalize``
+    (utf8proc; docs/hash-spec.md says which Unicode version).
 
     data: uint8 (B,) valid UTF-8; offsets: int64 (n_docs + 1,) byte offsets from 0; numpy or
-    cupy per ``xp``. Returns (codepoints uint32 (M,), offsets int64 (n_docs + 1,)), same side.
+    cupy per ``xp``. form: "nfc" or "nfkc". Returns (data uint8 (B',), offsets int64
+    (n_docs + 1,)) of the normalised texts, same side.
     """
-    if spec.normalizes_text:
-        raise NotImplementedError("unicode forms and punctuation stripping are not wired in yet")
+    if data.size == 0 or int(data.max()) < 0x80:
+        return data, offsets  # ASCII text is in every normalisation form already
+    # utf8proc runs on the host: a device batch is copied to the host and its normalised form
+    # back, one copy each way (cupy.asnumpy; numpy has none and needs none).
+    to_host = getattr(xp, "asnumpy", np.asarray)
+    host_data, host_offsets = to_host(data), to_host(offsets).astype(np.int64, copy=False)
+    texts = pa.LargeStringArray.from_buffers(host_offsets.shape[0] - 1, pa.py_buffer(host_offsets),
+                                             pa.py_buffer(host_data))
+    normalized, normalized_offsets = utf8_buffers(pc.utf8_normalize(texts, ARROW_FORMS[form]))
+    return xp.asarray(normalized), xp.asarray(normalized_offsets)
+
+
+def normalize_utf8(data, offsets, spec, xp=np, tables: NormalizationTables | None = None):
+    """The normalised code points of a batch of UTF-8 texts, as ``spec`` (a shingling.
+    ShingleSpec) asks: the Unicode form if any (unicode_form_utf8), decoding, then
+    normalize_codepoints (lower-case, the stripping asked for, white space).
+
+    data: uint8 (B,) valid UTF-8; offsets: int64 (n_docs + 1,) byte offsets from 0; numpy or
+    cupy per ``xp``, ``tables`` on the same side (default: the host tables). Returns
+    (codepoints uint32 (M,), offsets int64 (n_docs + 1,)), same side.
+    """
+    if spec.unicode is not None:
+        data, offsets = unicode_form_utf8(data, offsets, spec.unicode, xp)
     codepoints, offsets = decode_utf8(data, offsets, xp)
-    return normalize_codepoints(codepoints, offsets, xp, tables)
+    return normalize_codepoints(codepoints, offsets, xp, tables, strip_flags(spec))
 
 
-def normalize_text(text: str) -> str:
-    """The normalised form of one text (convenience; the batch functions are the fast path)."""
-    codepoints, offsets = encode_codepoints([text])
-    normalised, _ = normalize_codepoints(codepoints, offsets)
+def normalize_text(text: str, spec=None) -> str:
+    """The normalised form of one text, with the options of ``spec`` (a shingling.ShingleSpec;
+    None: the canonical normalisation). A convenience; the batch functions are the fast path."""
+    data, offsets = text_buffers([text])
+    if spec is None:
+        normalised, _ = normalize_codepoints(*decode_utf8(data, offsets))
+    else:
+        normalised, _ = normalize_utf8(data, offsets, spec)
     return normalised.tobytes().decode("utf-32-le")

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..hashing import EMPTY_SIGNATURE_VALUE, Permutations
 from ..lsh import Banding
-from ..normalize import NormalizationTables, host_tables
+from ..normalize import NormalizationTables, tables_on
 from ..shingling import ShingleBatch, ShingleSpec, shingle_spans, shingle_units
 from .cuda_kernels import grid_stride_blocks, minhash_tunables, tunable
 
@@ -51,10 +51,8 @@ class KernelBackend:
         self.xp = xp
         self.kernels = kernels
         self.description = description
-        if tables is None:  # the host tables, on xp's side (a copy for a device; numpy: themselves)
-            host = host_tables()
-            tables = NormalizationTables(xp.asarray(host.lowercase), xp.asarray(host.white))
-        self.tables = tables
+        # None: the host tables, on xp's side (a copy for a device; numpy: themselves)
+        self.tables = tables if tables is not None else tables_on(xp)
         self._stream_factory = stream_factory
         # Streams are lent to batch scopes and returned, so a backend owns as many streams as
         # batches were ever in flight at once (two), however many runs and threads use it:
