@@ -418,6 +418,9 @@ def test_resume_with_another_batch_size_is_accepted_and_identical(mixed, finishe
     (dict(seed=1), "seed was 42, now 1"),
     (dict(text_field="x"), "text_field was 'text', now 'x'"),
     (dict(on_error="skip"), "on_error was 'stop', now 'skip'"),
+    (dict(unicode="nfkc"), "unicode was None, now 'nfkc'"),
+    (dict(strip_punctuation=True), "strip_punctuation was False, now True"),
+    (dict(strip_symbols=True), "strip_symbols was False, now True"),
 ])
 def test_resume_with_a_changed_parameter_is_refused_naming_it(mixed, finished, change, message):
     with pytest.raises(ParameterError, match=message):
