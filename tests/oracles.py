@@ -5,7 +5,8 @@ nothing from gpudedup, so that a test comparing gpudedup with an oracle compares
 independent implementations of one definition:
 
 - canonical shingling: DESIGN.md ("Canonical shingling") and normalize.py's docstring, on
-  Python strings;
+  Python strings; its options (docs/hash-spec.md, "Text normalisation"): the Unicode forms by
+  Python's ``unicodedata.normalize``, punctuation and symbols by ``unicodedata.category``;
 - the hash family: the definitions written in hashing.py's docstring and docs/hash-spec.md
   (frozen constants, spelled out here on purpose);
 - Jaccard similarity: Python sets; the threshold rule: allpairs.py's docstring (a pair is similar
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
 import re
+import unicodedata
+from collections import defaultdict
 from fractions import Fraction
 from typing import Iterable, Optional, Sequence
 
@@ -55,20 +57,35 @@ def oracle_lower(ch: str) -> str:
     return lowered
 
 
-def oracle_normalize(text: Optional[str]) -> str:
-    """Lower-case per code point, every run of White_Space one space, both ends stripped; a
-    null text normalises to the empty text."""
+def oracle_normalize(text: Optional[str], *, unicode: Optional[str] = None, strip_punctuation: bool = False,
+                     strip_symbols: bool = False) -> str:
+    """The normalised text; a null text normalises to the empty text. In order: the Unicode
+    normalisation form ``unicode`` ("nfc", "nfkc" or None) by Python's unicodedata; lower-case
+    per code point; remove the code points whose general category (unicodedata.category) is
+    P* (strip_punctuation) or S* (strip_symbols); every run of White_Space one space, both ends
+    stripped.
+
+    Python's unicodedata is Unicode 14.0.0 on Python 3.11 (the version of gpudedup's tables);
+    gpudedup's forms come from Arrow's utf8proc, which follows a later version: by Unicode's
+    normalisation stability policy both give the same forms of text whose code points were all
+    assigned in Unicode 14.0.0, so comparisons with this oracle use such text."""
     if text is None:
         return ""
+    if unicode is not None:
+        text = unicodedata.normalize(unicode.upper(), text)
     lowered = "".join(oracle_lower(ch) for ch in text)
+    removed = ("P" if strip_punctuation else "") + ("S" if strip_symbols else "")
+    if removed:
+        lowered = "".join(ch for ch in lowered if unicodedata.category(ch)[0] not in removed)
     return " ".join(token for token in WHITE_RUN.split(lowered) if token)
 
 
-def oracle_shingles(text: Optional[str], kind: str, n: int) -> list[str]:
+def oracle_shingles(text: Optional[str], kind: str, n: int, **options) -> list[str]:
     """The shingles of a text in text order, repeats included: word n-grams (n tokens of the
     normalised text joined by one space) or char n-grams (n code points); a non-empty text
-    shorter than n units has one shingle, itself; an empty one has none."""
-    norm = oracle_normalize(text)
+    shorter than n units has one shingle, itself; an empty one has none. ``options``: those of
+    oracle_normalize (unicode, strip_punctuation, strip_symbols)."""
+    norm = oracle_normalize(text, **options)
     if not norm:
         return []
     units = norm.split(" ") if kind == "word" else list(norm)
@@ -78,9 +95,10 @@ def oracle_shingles(text: Optional[str], kind: str, n: int) -> list[str]:
     return [joiner.join(units[i:i + n]) for i in range(len(units) - n + 1)]
 
 
-def shingle_set(text: Optional[str], kind: str = "word", n: int = 5) -> frozenset[str]:
-    """The SET of canonical shingles of a text, as strings (what Jaccard is defined over)."""
-    return frozenset(oracle_shingles(text, kind, n))
+def shingle_set(text: Optional[str], kind: str = "word", n: int = 5, **options) -> frozenset[str]:
+    """The SET of canonical shingles of a text, as strings (what Jaccard is defined over);
+    ``options`` as for oracle_normalize."""
+    return frozenset(oracle_shingles(text, kind, n, **options))
 
 
 # --- the hash family (frozen specification) -------------------------------------------------
@@ -124,9 +142,10 @@ def oracle_splitmix64(seed: int, count: int) -> list[int]:
     return out
 
 
-def oracle_hashes(text: Optional[str], kind: str, n: int) -> list[int]:
-    """The 64-bit hash of every shingle of a text, in text order: poly_hash64 of its code points."""
-    return [oracle_poly_hash64(map(ord, s)) for s in oracle_shingles(text, kind, n)]
+def oracle_hashes(text: Optional[str], kind: str, n: int, **options) -> list[int]:
+    """The 64-bit hash of every shingle of a text, in text order: poly_hash64 of its code points;
+    ``options`` as for oracle_normalize."""
+    return [oracle_poly_hash64(map(ord, s)) for s in oracle_shingles(text, kind, n, **options)]
 
 
 def oracle_permutations(seed: int, count: int) -> tuple[list[int], list[int]]:
