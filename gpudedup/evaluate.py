@@ -54,8 +54,9 @@ from .allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
 from .copies import implied_pairs
 from .errors import InputError, ParameterError
-from .io.content import content_bytes
+from .io.content import bad_token_rows, check_content, content_bytes, is_token_type
 from .io.corpus import Corpus
+from .io.rules import row_locator
 from .io.source import SourceFile
 from .lsh import collision_probability
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
@@ -315,6 +316,14 @@ def content_corpus(corpus: Corpus, shingle: str, token_field: Optional[str]) -> 
     if token_field not in corpus.table.column_names:
         raise InputError(f"no field {token_field!r} for token shingles (fields: "
                          f"{', '.join(corpus.table.column_names)}); name it with --token-field")
+    # The readers checked only the column read as content (the text): the ids get the same
+    # checks here, or a negative or null id would be hashed as some other 32-bit unit.
+    column = corpus.table[token_field]
+    check_content(column.type, "token", token_field)
+    if is_token_type(column.type):
+        rows, reasons = bad_token_rows(column)
+        if len(rows):
+            raise InputError(f"{row_locator(corpus.files)(int(rows[0]))}: field {token_field!r} {reasons[0]}")
     return Corpus(corpus.table, token_field, corpus.ids, corpus.files, corpus.skipped, corpus.inputs)
 
 

@@ -97,7 +97,7 @@ def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field
     ``nulls``, an id is null), else ''."""
     if text_field not in table.column_names:
         return (f"{source.path}: no field {text_field!r} (fields: {', '.join(table.column_names)}); "
-                "choose the text field with --text-field")
+                "choose the text field with --text-field (token ids: --token-field)")
     text_type = table.schema.field(text_field).type
     if not (is_text_type(text_type) or is_token_type(text_type)):
         return (f"{source.path}: field {text_field!r} has type {text_type}, expected a string "
