@@ -217,6 +217,8 @@ def _checked_dedup(original):
         asked = signature.bind(data, **kwargs)
         asked.apply_defaults()
         reading = {name: asked.arguments[name] for name in ("text_field", "id_field", "on_error")}
+        if asked.arguments["shingle"] == "token":  # the content column is then the token ids
+            reading["text_field"] = asked.arguments["token_field"]
         given = [os.path.abspath(p) for p in paths]
         result = original(data, **kwargs)
         try:

@@ -53,6 +53,9 @@ TEXT_SUFFIXES = (".txt",)
 # The checker's reader could not read the record (not JSON, not UTF-8, ...): the run must
 # have skipped it.
 UNREADABLE = object()
+# Token ids are 32-bit units (docs/hash-spec.md, "Token shingles"): a list of integers from 0
+# to this is a document's content as much as a text is.
+TOKEN_ID_MAX = 2**32 - 1
 
 
 class ConservationError(AssertionError):
@@ -65,8 +68,8 @@ class InputRecord:
 
     file: the file as the run names it (report.json, errors.jsonl, ids), or "<memory>";
     line: JSONL line, Parquet row or 1 for a .txt file (from 1), or the position (from 0) of
-    in-memory data; id: the id the run must give it; text: str, None (null or missing), or
-    UNREADABLE.
+    in-memory data; id: the id the run must give it; text: str, a list of token ids, None (null
+    or missing), or UNREADABLE.
     """
 
     file: str
@@ -157,8 +160,26 @@ class RunOutcome:
 
 
 def is_empty(text: Any) -> bool:
-    """No shingles: a null text or one of white space only."""
+    """No shingles: a null text or one of white space only, or no token ids."""
+    if isinstance(text, list):
+        return not text
     return text is None or all(ch in WHITE_SPACE for ch in text)
+
+
+def content_of(value: Any) -> Any:
+    """A record's content as the checker reads it: a text, None, token ids (a list of integers
+    from 0 to TOKEN_ID_MAX, as a list), or UNREADABLE for anything else."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                and 0 <= v <= TOKEN_ID_MAX for v in value):
+        return list(value)
+    return UNREADABLE
+
+
+def content_bytes(text: Any) -> int:
+    """The bytes the report counts for a record's content: UTF-8 of a text, 4 per token id."""
+    return 4 * len(text) if isinstance(text, list) else len(text.encode("utf-8", "surrogatepass"))
 
 
 # --- the checker's own readers ------------------------------------------------------------------
@@ -202,7 +223,7 @@ def read_file_records(path: Path, shown: str, text_field: str, id_field: Optiona
                 continue
             text = fields.get(text_field)
             records.append(InputRecord(shown, number, run_id(shown, number, fields, id_field),
-                                       text if text is None or isinstance(text, str) else UNREADABLE))
+                                       content_of(text)))
         return records
     if kind == "parquet":
         table = pq.read_table(path)
@@ -215,6 +236,8 @@ def read_file_records(path: Path, shown: str, text_field: str, id_field: Optiona
                     text = text.decode("utf-8")
                 except UnicodeDecodeError:
                     text = UNREADABLE
+            elif isinstance(text, list):
+                text = content_of(text)
             fields = {id_field: ids[row]} if ids is not None else {}
             records.append(InputRecord(shown, row + 1, run_id(shown, row + 1, fields, id_field), text))
         return records
@@ -237,11 +260,11 @@ def memory_records(data: Any, text_field: str, id_field: Optional[str]) -> list[
 def memory_columns(data: Any, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list]]:
     """(texts, ids or None) of in-memory data or of its kept rows (the same types)."""
     if isinstance(data, (list, tuple)):
-        return list(data), None
+        return [memory_content(t) for t in data], None
     module = type(data).__module__.split(".")[0]
     if module == "pandas":
-        column = lambda name: [None if value is None or value != value else value  # noqa: E731
-                               for value in data[name].tolist()]
+        column = lambda name: [None if value is None or isinstance(value, float) and value != value  # noqa: E731
+                               else value for value in data[name].tolist()]
     elif module in ("polars", "cudf"):
         table = data.to_arrow()
         column = lambda name: table[name].to_pylist()  # noqa: E731
@@ -250,8 +273,18 @@ def memory_columns(data: Any, text_field: str, id_field: Optional[str]) -> tuple
     else:
         table = data if isinstance(data, pa.Table) else pa.table(data)
         column = lambda name: table[name].to_pylist()  # noqa: E731
-    texts = [None if t is None else str(t) for t in column(text_field)]
+    texts = [memory_content(t) for t in column(text_field)]
     return texts, None if id_field is None else column(id_field)
+
+
+def memory_content(value: Any) -> Any:
+    """One in-memory document's content: None, a text, or token ids (a list, tuple or numpy
+    array of integers) as a list of Python ints (content_of says whether they are valid)."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) or type(value).__module__ == "numpy" and getattr(value, "ndim", 0) == 1:
+        return content_of([v if isinstance(v, (int, float)) or v is None else int(v) for v in list(value)])
+    return str(value)
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -330,12 +363,12 @@ def compare_counts(accepted: list[InputRecord], kept: list[InputRecord], removed
     """report.json's counts against the recount."""
     report = run.report
     empty = sum(is_empty(r.text) for r in kept if r.text is not UNREADABLE)
-    texts = [r.text for r in accepted if isinstance(r.text, str)]
+    texts = [r.text for r in accepted if isinstance(r.text, (str, list))]
     recount = {
         ("input", "documents"): len(accepted),
         ("input", "skipped_records"): len(run.skipped),
         ("input", "null_texts"): sum(r.text is None for r in accepted),
-        ("input", "text_bytes"): sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
+        ("input", "text_bytes"): sum(content_bytes(t) for t in texts),
         ("input", "empty_documents"): empty,
         ("results", "removed_documents"): len(removed),
         ("results", "kept_documents"): len(kept),
