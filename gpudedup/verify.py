@@ -9,8 +9,9 @@ Two steps:
    the false candidates before the expensive step.
 2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. Shingle sets are not kept from the
    signature pass (8 bytes per shingle of the whole corpus, 8x the text for char n-grams): the
-   documents that appear in candidate pairs are shingled once more, by the backend, and only
-   their hashes cross to the host.
+   documents that appear in candidate pairs are shingled once more, by the backend, whose
+   ``shingle_sets`` makes each document's set (on the device, for the GPU backend) so that
+   only the distinct hashes cross to the host, already in the order the sparse rows need.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import scipy.sparse
 
 from .ragged import offsets_from_counts, weighted_ranges
-from .shingling import ShingleBatch, set_rows
+from .shingling import ShingleBatch, hashes_to_columns, set_rows
 
 SIGNATURE_TAIL = 1e-9
 
@@ -63,11 +64,39 @@ def plausible(signatures: np.ndarray, first, second, threshold: float) -> np.nda
     return signature_agreements(signatures, first, second) > cutoff
 
 
+def rows_are_sets(batch: ShingleBatch) -> bool:
+    """Whether every row of a host batch is strictly ascending (sorted, no repeats), as
+    backend.shingle_sets makes them: one comparison per hash, no sort."""
+    hashes = batch.hashes
+    if hashes.shape[0] < 2:
+        return True
+    rising = hashes[1:] > hashes[:-1]
+    # A row's first hash follows another row's last: no order is asked of that step.
+    starts = np.asarray(batch.offsets[1:-1])
+    starts = starts[(starts > 0) & (starts < hashes.shape[0])]
+    rising[starts - 1] = True
+    return bool(rising.all())
+
+
+def set_columns(batch: ShingleBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of document_sets for a host batch: (columns int64 (k,), each row's sorted,
+    distinct hashes_to_columns of its hashes; counts int64 (n_docs,)).
+
+    Rows that are sets already (backend.shingle_sets) are only mapped to columns; others
+    (shingle_hashes: text order with repeats) are sorted and merged by shingling.set_rows.
+    """
+    if rows_are_sets(batch):
+        return hashes_to_columns(batch.hashes), np.asarray(batch.counts(), dtype=np.int64)
+    rows = set_rows(batch)
+    return rows.indices.astype(np.int64, copy=False), np.diff(rows.indptr).astype(np.int64)
+
+
 def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.ndarray,
                   doc_cost: np.ndarray, batch_cost: int, map_batches=map) -> scipy.sparse.csr_matrix:
     """The shingle sets of ``docs`` as a binary sparse matrix (host).
 
-    shingles_of(docs): host ShingleBatch of the given documents (repeats allowed).
+    shingles_of(docs): host ShingleBatch of the given documents: their sets
+    (backend.shingle_sets), or their hashes with repeats in any order (set_columns sorts those).
     docs: int64 (m,) ascending; doc_cost: int64 (m,) text lengths in code points (a bound on
     the shingles), to shingle ``batch_cost`` at a time; map_batches: an order-keeping map over
     the batches (the in-memory store's runs threads).
@@ -81,8 +110,7 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     """
 
     def batch_sets(rows: tuple[int, int]):
-        sets = set_rows(shingles_of(docs[rows[0] : rows[1]]))
-        return sets.indices, np.diff(sets.indptr)
+        return set_columns(shingles_of(docs[rows[0] : rows[1]]))
 
     # The sets are written straight into one array sized by an upper bound (a document has at
     # most one shingle per code point, plus one): its pages are committed only as they are

@@ -17,13 +17,24 @@ installed CuPy, which imports without a GPU):
 - ``argsort(..., kind=...)``: CuPy's sort is always stable and takes no kind but "stable";
 - ``repeat`` with an array of counts: refused by CuPy before 14.1.
 The data are plain numpy arrays, so results compare exactly with the numpy backend.
+
+``cupy.cuda``'s streams, events and pinned memory have stand-ins here too (``Stream``,
+``Event``, ``alloc_pinned_memory``, ``get_current_stream``; not reachable as ``cupy_like.cuda``,
+which stays absent like every device-only part), held to CUDA's rules where a mistake would
+not show on the host: work runs at once, but a stream keeps the order of what was queued on it
+(a log), and an asynchronous copy from pinned memory (``DeviceArray.set(host, stream=)``) is
+complete only once the host has waited for it (``Event.synchronize``, ``Stream.synchronize``):
+if its source changed before that wait, the wait raises, because on a GPU the copy could have
+read the new bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import threading
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -61,6 +72,20 @@ class DeviceArray(NDArrayOperatorsMixin):
     def get(self, stream=None, order="C", out=None, blocking=True) -> np.ndarray:
         """The device-to-host copy (cupy.ndarray.get)."""
         return np.array(self._data, order=order, copy=True)
+
+    def set(self, arr, stream=None) -> None:
+        """The host-to-device copy into this array (cupy.ndarray.set): asynchronous on
+        ``stream`` when one is given (then its source must stay unchanged until the host has
+        waited for it, when it is pinned memory; see Stream), synchronous otherwise."""
+        if not isinstance(arr, np.ndarray):
+            raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+        if self._data.dtype != arr.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self._data.dtype} array")
+        if self._data.shape != arr.shape:
+            raise ValueError("Shape mismatch")
+        self._data[...] = arr
+        target = stream if stream is not None else get_current_stream()
+        target.queue_copy(arr, asynchronous=stream is not None)
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name not in CUPY_ARRAY_ATTRIBUTES:
@@ -193,6 +218,21 @@ def _asarray(a, dtype=None, order=None, *, copy=None, blocking=False):
     return np.array(a, dtype=dtype, order=order or "K", copy=True)
 
 
+def _logged_host_copies(call: Callable, where: str) -> Callable:
+    """xp.asarray / xp.array: a host argument is a host-to-device copy, which CuPy stages
+    through pinned memory of its own on the current stream; logged there, so that tests can
+    tell these copies from the backend's own."""
+
+    def copy(a, *args, **kwargs):
+        result = call(a, *args, **kwargs)
+        if not isinstance(a, DeviceArray):
+            get_current_stream().log_operation(f"{where} copy", f"{result.nbytes} bytes")
+        return result
+
+    copy.__name__ = where
+    return copy
+
+
 def _asnumpy(a, stream=None, order="C", out=None, blocking=True):
     return a.get(order=order) if isinstance(a, DeviceArray) else np.asarray(a, order=order)
 
@@ -219,7 +259,162 @@ class CupyLikeNumpy(types.ModuleType):
         value = _OVERRIDES.get(name) or getattr(np, name)
         if isinstance(value, type) or not callable(value):  # dtypes (xp.uint64) and constants
             return value
-        return _on_device(value, getattr(cupy, name), f"cupy.{name}", host_allowed=name in HOST_INPUT_FUNCTIONS)
+        call = _on_device(value, getattr(cupy, name), f"cupy.{name}", host_allowed=name in HOST_INPUT_FUNCTIONS)
+        return _logged_host_copies(call, name) if name in HOST_INPUT_FUNCTIONS else call
 
 
 cupy_like = CupyLikeNumpy()
+
+
+# --- cupy.cuda's streams, events and pinned memory ---------------------------------------------
+
+
+class PinnedMemory(bytearray):
+    """cupy.cuda.PinnedMemoryPointer: ``size`` bytes of page-locked host memory, viewed with
+    ``np.frombuffer`` as CuPy's is. ``allocations`` counts them (staging buffers are reused)."""
+
+    allocations = 0
+    _count_lock = threading.Lock()
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+        with PinnedMemory._count_lock:
+            PinnedMemory.allocations += 1
+
+
+def alloc_pinned_memory(size: int) -> PinnedMemory:
+    """cupy.cuda.alloc_pinned_memory."""
+    return PinnedMemory(size)
+
+
+def is_pinned(array: np.ndarray) -> bool:
+    """Whether a host array is a view of PinnedMemory."""
+    base = array
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.obj if isinstance(base, memoryview) else base.base
+    return isinstance(base, PinnedMemory)
+
+
+class Event:
+    """cupy.cuda.Event recorded on a stream: it covers the stream's first ``upto`` operations."""
+
+    def __init__(self, stream: "Stream", upto: int):
+        self.stream, self.upto = stream, upto
+
+    def synchronize(self) -> None:
+        """The host waits for the covered operations: they are complete."""
+        self.stream.log_operation("event synchronize", f"{self.upto} operations")
+        self.stream.complete(self.upto)
+
+
+class Stream:
+    """cupy.cuda.Stream(non_blocking=True) on the host.
+
+    Work runs at once (the arrays are numpy's), and the stream keeps what was queued on it:
+    ``operations`` counts them, and inside ``recording()`` every operation, record, wait and
+    synchronisation of every stream goes to one log, in the order they happened.
+    ``handed_off`` is how many of its operations another stream waited for or the host did;
+    ``completed``, how many the host waited for. Asynchronous copies from pinned memory stay
+    pending until completed, with a snapshot of their source: completing one whose source
+    changed meanwhile raises RuntimeError.
+    """
+
+    log: Optional[list[tuple[str, str, str]]] = None  # (stream name, operation, detail): recording()
+    _log_lock = threading.Lock()
+    _count = 0
+
+    def __init__(self, non_blocking: bool = True, name: str | None = None):
+        with Stream._log_lock:
+            Stream._count += 1
+            self.name = name or f"stream-{Stream._count}"
+        self.operations = 0
+        self.handed_off = 0
+        self.completed = 0
+        self.pending_copies: list[tuple[int, np.ndarray, np.ndarray]] = []  # (index, source, snapshot)
+        self._lock = threading.Lock()
+
+    def log_operation(self, operation: str, detail: str = "") -> int:
+        """Queue an operation (and log it); returns how many the stream has queued now."""
+        with self._lock:
+            self.operations += 1
+            index = self.operations
+        self._note(operation, detail)
+        return index
+
+    def _note(self, operation: str, detail: str = "") -> None:
+        with Stream._log_lock:
+            if Stream.log is not None:
+                Stream.log.append((self.name, operation, detail))
+
+    def queue_copy(self, source: np.ndarray, asynchronous: bool) -> None:
+        pinned = is_pinned(source)
+        kind = "async copy" if asynchronous else "copy"
+        index = self.log_operation(kind, f"{source.nbytes} bytes {'pinned' if pinned else 'pageable'}")
+        if asynchronous and pinned:  # from pageable memory CUDA copies before it returns
+            with self._lock:
+                self.pending_copies.append((index, source, source.copy()))
+
+    def record(self, event=None) -> Event:
+        self._note("record", f"{self.operations} operations")
+        return Event(self, self.operations)
+
+    def wait_event(self, event: Event) -> None:
+        """This stream waits for the event: the event's operations are handed off to it."""
+        self._note("wait", f"{event.stream.name} up to {event.upto}")
+        with event.stream._lock:
+            event.stream.handed_off = max(event.stream.handed_off, event.upto)
+
+    def synchronize(self) -> None:
+        self._note("synchronize", f"{self.operations} operations")
+        self.complete(self.operations)
+
+    def complete(self, upto: int) -> None:
+        """The host has waited for the first ``upto`` operations."""
+        with self._lock:
+            self.completed = max(self.completed, upto)
+            self.handed_off = max(self.handed_off, upto)
+            done = [copy for copy in self.pending_copies if copy[0] <= upto]
+            self.pending_copies = [copy for copy in self.pending_copies if copy[0] > upto]
+        for index, source, snapshot in done:
+            if not np.array_equal(source, snapshot):
+                raise RuntimeError(f"{self.name}: the source of asynchronous copy {index} (pinned memory) "
+                                   "changed before the host waited for the copy to complete")
+
+    def __enter__(self) -> "Stream":
+        _current_streams().append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _current_streams().pop()
+
+
+_threads = threading.local()
+null_stream = Stream(non_blocking=False, name="null")
+
+
+def _current_streams() -> list:
+    if not hasattr(_threads, "streams"):
+        _threads.streams = []
+    return _threads.streams
+
+
+def get_current_stream() -> Stream:
+    """cupy.cuda.get_current_stream: the innermost stream made current on this thread, or the
+    (legacy) null stream."""
+    streams = _current_streams()
+    return streams[-1] if streams else null_stream
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[tuple[str, str, str]]]:
+    """Every stream's operations, records, waits and synchronisations inside the context, in
+    order, as (stream name, operation, detail): the list yielded."""
+    log: list[tuple[str, str, str]] = []
+    with Stream._log_lock:
+        previous, Stream.log = Stream.log, log
+    try:
+        yield log
+    finally:
+        with Stream._log_lock:
+            Stream.log = previous

@@ -1,8 +1,8 @@
 """The GPU backend's code, run on the host: KernelBackend with the CUDA kernels compiled by g++
 (tests/kernel_host) and numpy arrays -- both as numpy itself and as ``cupy_like`` (numpy behind
 CuPy's API, so that the branches written for CuPy run) -- compared with exact equality with the
-numpy backend: shingle hashes, signatures, band keys, and whole runs (pairs, clusters, kept
-rows).
+numpy backend: shingle hashes, signatures, band keys, verification's shingle sets (sorted and
+de-duplicated on the backend's side), and whole runs (pairs, clusters, kept rows).
 
 On a GPU, tests/test_gpu.py runs the same comparisons with CuPy and the real kernels.
 """
@@ -23,7 +23,7 @@ import gpudedup
 from gpudedup.backends.cuda_kernels import (KERNEL_DEFAULTS, KERNEL_FILES, compile_options,
                                             grid_stride_blocks, kernel_directory, kernel_source,
                                             minhash_tunables)
-from gpudedup.backends.kernel_backend import KernelBackend
+from gpudedup.backends.kernel_backend import KernelBackend, sorted_unique_rows
 from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES, MINHASH_LAUNCH_CHOICES
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.hashing import EMPTY_SIGNATURE_VALUE, draw_permutations
@@ -32,7 +32,8 @@ from gpudedup.lsh import Banding, candidate_pairs
 from gpudedup.normalize import text_buffers
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
-from gpudedup.shingling import ShingleSpec
+from gpudedup.shingling import ShingleBatch, ShingleSpec, hashes_to_columns, unique_per_row
+from gpudedup.verify import document_sets, pair_jaccard, rows_are_sets, set_columns
 
 from cupy_like import cupy_like
 from kernel_host.host_kernels import REVERSE, SHUFFLED, HostKernels
@@ -242,3 +243,94 @@ def test_host_kernels_refuse_scalars_of_the_wrong_width():
     with pytest.raises(TypeError, match="needs int64, got int32"):
         kernel((1,), (32,), (signatures, np.int32(1), np.int32(4), np.int32(1), np.int32(4), keys))
     kernel((1,), (32,), (signatures, np.int64(1), np.int32(4), np.int32(1), np.int32(4), keys))
+
+
+# --- exact verification's sets: backend.shingle_sets --------------------------------------------
+
+
+def python_sets(batch) -> list[list[int]]:
+    """The oracle: each row's hashes as a sorted Python set."""
+    hashes, offsets = batch.hashes.tolist(), batch.offsets.tolist()
+    return [sorted(set(hashes[offsets[d] : offsets[d + 1]])) for d in range(len(offsets) - 1)]
+
+
+def rows_of(batch) -> list[list[int]]:
+    hashes, offsets = batch.hashes.tolist(), batch.offsets.tolist()
+    return [hashes[offsets[d] : offsets[d + 1]] for d in range(len(offsets) - 1)]
+
+
+@pytest.mark.parametrize("xp", SIDES)
+@pytest.mark.parametrize("spec", [ShingleSpec("word", 1), ShingleSpec("word", 5), ShingleSpec("char", 5)], ids=str)
+def test_shingle_sets_equal_numpy_and_python_sets(xp, spec):
+    texts = EDGE_TEXTS + random_texts(np.random.default_rng(11), 200) + sample_texts(60)
+    texts += ["to be or not to be " * 50, "aaaa aaaa aaaa aaaa aaaa aaaa"]  # many repeated shingles
+    data, offsets = text_buffers(texts)
+    ours = kernel_backend(xp).shingle_sets(data, offsets, spec)
+    reference = NumpyBackend().shingle_sets(data, offsets, spec)
+    assert isinstance(ours.hashes, np.ndarray) and isinstance(ours.offsets, np.ndarray)  # on the host
+    assert ours.hashes.dtype == np.uint64 and ours.offsets.dtype == np.int64
+    np.testing.assert_array_equal(ours.offsets, reference.offsets)
+    np.testing.assert_array_equal(ours.hashes, reference.hashes)
+    assert rows_of(ours) == python_sets(NumpyBackend().shingle_hashes(data, offsets, spec))
+
+
+@pytest.mark.parametrize("xp", SIDES)
+def test_sorted_unique_rows_against_python_sets(xp, batch_from_rows):
+    rng = np.random.default_rng(4)
+    rows = [[], [], rng.integers(0, 5, 40, dtype=np.uint64), [], [2**64 - 1, 0, 2**64 - 1, 0],
+            rng.integers(0, 2**64, 300, dtype=np.uint64), rng.integers(0, 3, 1, dtype=np.uint64), []]
+    batch = batch_from_rows(rows)
+    sets = sorted_unique_rows(ShingleBatch(xp.asarray(batch.offsets), xp.asarray(batch.hashes)), xp)
+    found = ShingleBatch(KernelBackend.to_host(None, sets.offsets), KernelBackend.to_host(None, sets.hashes))
+    assert rows_of(found) == python_sets(batch)
+    empty = sorted_unique_rows(ShingleBatch(xp.asarray(np.zeros(4, np.int64)), xp.asarray(np.zeros(0, np.uint64))), xp)
+    assert KernelBackend.to_host(None, empty.offsets).tolist() == [0, 0, 0, 0]
+
+
+def test_set_columns_takes_sets_as_they_are_and_sorts_the_rest(batch_from_rows):
+    rows = [[5, 3, 5, 1], [], [2**63, 7], [9]]
+    batch = batch_from_rows(rows)
+    assert not rows_are_sets(batch)
+    canonical = unique_per_row(batch)
+    assert rows_are_sets(canonical) and rows_of(canonical) == python_sets(batch)
+    for given in (batch, canonical):
+        columns, counts = set_columns(given)
+        assert counts.tolist() == [3, 0, 2, 1]
+        np.testing.assert_array_equal(columns, hashes_to_columns(canonical.hashes))
+    # A row may start below the previous row's end; a repeat or a fall inside a row is no set.
+    assert rows_are_sets(batch_from_rows([[1, 9], [2, 3], [], [0]]))
+    assert not rows_are_sets(batch_from_rows([[1, 9], [2, 2]]))
+    assert not rows_are_sets(batch_from_rows([[1, 9], [3, 2]]))
+
+
+@pytest.mark.parametrize("xp", SIDES)
+@pytest.mark.parametrize("spec", [ShingleSpec("word", 5), ShingleSpec("char", 5)], ids=str)
+def test_verification_of_the_sample_corpus_is_unchanged(xp, spec):
+    """On the shipped sample: the sparse sets made from the backend's shingle_sets (the GPU
+    backend sorting on its side) are exactly those made from shingle_hashes (set_rows sorting
+    on the host), and so are the Jaccard values of pairs of similar documents."""
+    texts = sample_texts()
+    texts += [text.replace("the", "teh", 2) for text in texts[:80]]
+    lengths = np.array([len(text) for text in texts], dtype=np.int64)
+    docs = np.arange(len(texts), dtype=np.int64)
+    backend = kernel_backend(xp)
+
+    def by_sets(subset):
+        return backend.shingle_sets(*text_buffers([texts[d] for d in subset]), spec)
+
+    def by_hashes(subset):
+        batch = NumpyBackend().shingle_hashes(*text_buffers([texts[d] for d in subset]), spec)
+        assert not rows_are_sets(batch) or batch.hashes.shape[0] < 2  # the host sorts these
+        return batch
+
+    ours = document_sets(by_sets, docs, lengths, batch_cost=50_000)
+    before = document_sets(by_hashes, docs, lengths, batch_cost=50_000)
+    np.testing.assert_array_equal(ours.indptr, before.indptr)
+    np.testing.assert_array_equal(ours.indices, before.indices)
+    count = len(texts) - 80
+    first = np.concatenate([np.arange(80), np.arange(0, count - 1)]).astype(np.int64)
+    second = np.concatenate([np.arange(count, len(texts)), np.arange(1, count)]).astype(np.int64)
+    keep = (np.diff(ours.indptr)[first] > 0) & (np.diff(ours.indptr)[second] > 0)
+    jaccard = pair_jaccard(ours, first[keep], second[keep])
+    np.testing.assert_array_equal(jaccard, pair_jaccard(before, first[keep], second[keep]))
+    assert (jaccard > 0.5).sum() >= 60  # the near copies are there to compare

@@ -9,7 +9,8 @@ clusters, output) runs on the host.
       -> shingle_hashes  -> ShingleBatch (offsets int64, hashes uint64), backend side
       -> signatures      -> uint32 (n_docs, K), backend side
       -> band_keys       -> uint64 (n_docs, bands), backend side
-      -> to_host          (keys and signatures; the hashes verification asks for)
+      -> to_host          (keys and signatures)
+    shingle_sets: each document's distinct hashes, sorted (host): what exact verification reads.
     lsh.candidate_pairs with xp=backend.xp, one band at a time on the backend's side.
 
 Two implementations: numpy_backend.NumpyBackend (the reference) and kernel_backend.
@@ -46,6 +47,12 @@ class Backend(Protocol):
         """Shingle hashes of a batch of valid UTF-8 texts: data uint8 (B,), byte offsets int64
         (n_docs + 1,) from 0, host arrays."""
 
+    def shingle_sets(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+        """Each document's set of shingle hashes, sorted ascending without repeats (what
+        shingling.unique_per_row makes of shingle_hashes), as a HOST ShingleBatch; data and
+        offsets as for shingle_hashes. The GPU backend sorts on the device and brings back
+        only the sets."""
+
     def signatures(self, shingles: ShingleBatch, permutations: Permutations):
         """MinHash signatures: uint32 (n_docs, K) on the backend's side."""
 
@@ -56,7 +63,8 @@ class Backend(Protocol):
         """The array as a host numpy array (no copy when it already is one)."""
 
     def batch_scope(self):
-        """A context manager around one batch's calls on one thread (a CUDA stream)."""
+        """A context manager around one batch's calls on one thread (a CUDA stream). When it
+        ends, the batch's work is complete and its arrays may be used anywhere."""
 
     def synchronize(self) -> None:
         """Wait for the calling thread's queued work (for timings)."""

@@ -7,6 +7,7 @@ imports CuPy.
 from __future__ import annotations
 
 import cupy
+import numpy as np
 
 from ..normalize import NormalizationTables, tables_on
 from .cuda_kernels import CupyKernels
@@ -30,6 +31,22 @@ def device_name() -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+class CupyRuntime:
+    """kernel_backend.DeviceRuntime with CuPy: non-blocking streams, the thread's current
+    stream, and page-locked host memory from CuPy's pinned memory pool."""
+
+    def new_stream(self):
+        return cupy.cuda.Stream(non_blocking=True)
+
+    def current_stream(self):
+        return cupy.cuda.get_current_stream()
+
+    def pinned_buffer(self, nbytes: int) -> np.ndarray:
+        # The numpy view keeps the PinnedMemoryPointer alive; when both go, the pool takes the
+        # memory back.
+        return np.frombuffer(cupy.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes)
+
+
 class CupyBackend(KernelBackend):
     def __init__(self):
         runtime = cupy.cuda.runtime.runtimeGetVersion()
@@ -39,7 +56,7 @@ class CupyBackend(KernelBackend):
             description=(f"cupy {cupy.__version__} on {device_name()} "
                          f"(CUDA runtime {runtime // 1000}.{runtime % 1000 // 10})"),
             tables=device_tables(),
-            stream_factory=lambda: cupy.cuda.Stream(non_blocking=True),
+            runtime=CupyRuntime(),
         )
         # Compile now (about a second the first time, then CuPy's disk cache), so that a
         # missing NVRTC or an unsupported device shows when the backend is chosen, not mid-run.

@@ -11,7 +11,7 @@ from ..hashing import Permutations
 from ..lsh import Banding, band_keys
 from ..minhash import minhash_signatures
 from ..params import DEFAULT_BATCH_BYTES
-from ..shingling import ShingleBatch, ShingleSpec, utf8_shingle_hashes
+from ..shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
 
 
 class NumpyBackend:
@@ -28,6 +28,9 @@ class NumpyBackend:
 
     def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
         return utf8_shingle_hashes(data, offsets, spec)
+
+    def shingle_sets(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+        return unique_per_row(utf8_shingle_hashes(data, offsets, spec))
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
         return minhash_signatures(shingles, permutations)
