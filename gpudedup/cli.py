@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import GpudedupError
+from .errors import GpudedupError, ParameterError
 from .interrupts import last_signal, note_written, set_phase, signal_word, written_output
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
@@ -167,6 +167,9 @@ def dedup_command(
         help="Run them on a local Dask cluster of this many worker processes (one per GPU with the "
              "gpu backend, through dask-cuda).", show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    against: Annotated[Optional[Path], typer.Option(
+        help="Deduplicate against this persistent index too (gpudedup index), adding nothing to it; the index's "
+             "parameters are used.", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):
     """Deduplicate documents and write the results into OUTPUT.
@@ -183,6 +186,25 @@ def dedup_command(
             check_apart_from_inputs(output, [work_dir], "the output directory", "--output",
                                     "the work directory", inside_allowed=True)
         started = time.perf_counter()
+        if against is not None:
+            from .index import Index
+
+            index = Index(against)
+            given = dict(threshold=threshold, shingle=shingle.value, ngram=ngram, unicode=unicode_form(unicode.value),
+                         strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
+                         max_fn=max_fn, low=low, max_fp=max_fp, seed=seed, bucket_window=bucket_window)
+            check_index_parameters(index.params(), given, bands, rows, keep.value)
+            if work_dir is not None or scheduler is not None or workers is not None:
+                raise ParameterError("--against runs in memory: leave out --work-dir, --scheduler and --workers")
+            result = index.dedup(list(inputs), text_field=text_field, id_field=id_field, token_field=token_field,
+                                 backend=backend.value, progress=not quiet, on_error=on_error.value,
+                                 batch_bytes=batch_bytes)
+            result.write(output, format=format.value, overwrite=overwrite)
+            guard.written = output
+            if not quiet:
+                print_summary(result.report, output, time.perf_counter() - started)
+            guard.done()
+            return
         result = run_api_dedup(
             list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,
             shingle=shingle.value, ngram=ngram, token_field=token_field, unicode=unicode_form(unicode.value),
@@ -351,6 +373,21 @@ def demo_command(
         guard.done()
 
 
+def check_index_parameters(fixed: DedupParams, given: dict, bands: Optional[int], rows: Optional[int],
+                           keep: str) -> None:
+    """ParameterError when an option given with --against differs from the index's own value
+    (an option left at its default takes the index's)."""
+    defaults = DedupParams()
+    for name, value in given.items():
+        if value != getattr(defaults, name) and value != getattr(fixed, name):
+            raise ParameterError(f"the index fixes {name} = {getattr(fixed, name)!r}; leave out the option or give "
+                                 f"the same value (got {value!r})")
+    if (bands, rows) != (None, None) and (bands, rows) != (fixed.bands, fixed.rows):
+        raise ParameterError(f"the index fixes {fixed.bands} bands x {fixed.rows} rows; leave out --bands/--rows")
+    if keep != "first":
+        raise ParameterError("a run against an index keeps the indexed documents first: leave out --keep")
+
+
 def unicode_form(choice: str) -> Optional[UnicodeForm]:
     """--unicode's value as DedupParams takes it ("none": None)."""
     return None if choice == "none" else cast("UnicodeForm", choice)
@@ -456,3 +493,9 @@ if __name__ == "__main__":
     from .console import main as entry_point
 
     entry_point()
+
+
+# The index's commands (a sub-command group; cli_index imports what it needs from this module).
+from .cli_index import index_app  # noqa: E402
+
+app.add_typer(index_app, name="index")

@@ -17,7 +17,8 @@ class Clusters(NamedTuple):
     docs: int64 (m,), ascending document indices.
     cluster: int64 (m,), cluster number; clusters are numbered 0, 1, ... in the order of their
         first document.
-    keep: bool (m,), True for the one kept document of each cluster.
+    keep: bool (m,), True for the kept documents: one per cluster, except that a run against a
+        persistent index keeps every indexed document of a cluster (engine.job.pinned_keep).
     """
 
     docs: np.ndarray

@@ -457,7 +457,7 @@ def _pair_stats(outcome, count: int):
     inside = np.zeros(count, np.int64)
     low, high = np.full(count, np.inf), np.full(count, -np.inf)
     if outcome.pair_a.shape[0]:
-        label = np.zeros(outcome.keep.shape[0], np.int64)
+        label = np.zeros(int(outcome.clusters.docs[-1]) + 1, np.int64)  # docs ascending; pairs are in them
         label[outcome.clusters.docs] = outcome.clusters.cluster
         cluster = label[outcome.pair_a]
         inside = np.bincount(cluster, minlength=count)
@@ -473,6 +473,9 @@ def _verified_jaccard(pairs: pa.Table, first, second) -> Optional[float]:
     a, b = (first, second) if first < second else (second, first)
     match = pairs.filter(pc.and_(pc.equal(pairs["id_a"], a), pc.equal(pairs["id_b"], b)))
     return match["jaccard"][0].as_py() if match.num_rows else None
+
+
+INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its text)"
 
 
 def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dict) -> str:
@@ -491,7 +494,14 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
     # The kept document and a few removed ones, with their similarity to the kept one.
     examples = others[: EXAMPLES_PER_CLUSTER - 1]
     positions = [keep_position] + examples
-    contents = result.table[result.text_field].take(pa.array(rows[members[positions]])).to_pylist()
+    # A run against an index: rows below indexed_rows are indexed documents, whose text the
+    # index does not keep (their similarity is the verified pair's).
+    outcome_rows = rows[members[positions]] - result.indexed_rows
+    table_rows = np.flatnonzero(outcome_rows >= 0)
+    contents: list = [None] * len(positions)
+    for position, content in zip(table_rows, result.table[result.text_field].take(
+            pa.array(outcome_rows[table_rows])).to_pylist()):
+        contents[position] = content
     from .shingling import ShingleSpec
 
     spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
@@ -499,6 +509,8 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
     # Token ids are shown as numbers separated by spaces.
     texts = ([None if c is None else " ".join(map(str, c)) for c in contents] if spec.kind == "token"
              else contents)
+    indexed = outcome_rows < 0
+    texts = [INDEXED_TEXT if old else text for old, text in zip(indexed, texts)]
     kept_text = texts[0] or ""
     out.append('<div class="docs">\n')
     out.append(_document(kept_id, kept_text, None, None, kept=True))
@@ -506,6 +518,8 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
         verified = _verified_jaccard(result.pairs, kept_id, doc_id)
         if verified is not None:
             similarity = (verified, "a verified pair")
+        elif indexed[0] or text == INDEXED_TEXT:
+            similarity = None  # an indexed document's shingles are in the index, not here
         else:
             value = exact_jaccard(contents[0], content, spec)
             similarity = (value, "computed for this page: not a verified pair; "

@@ -54,10 +54,14 @@ class DedupResult:
     on_error: str = "stop"
     checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     restore: Optional[Callable[[np.ndarray], Any]] = field(default=None, repr=False)
+    # A run against a persistent index: the outcome's rows 0 .. indexed_rows-1 are indexed
+    # documents (in ids, pairs and clusters, not in table or keep); the input's rows follow.
+    indexed_rows: int = 0
 
     @classmethod
     def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
-           text_field: str, id_field: Optional[str], skipped_records: list, on_error: str) -> "DedupResult":
+           text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
+           indexed_rows: int = 0) -> "DedupResult":
         """The result of a run: ``ids`` (the id of every row, in row order) attached to the
         outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
         in-memory data), which the report names with the fields read (Report.with_reading)."""
@@ -65,7 +69,8 @@ class DedupResult:
         return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
                    clusters=clusters_table(ids, outcome), keep=outcome.keep, report=report, table=table,
                    inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
-                   on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome)
+                   on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
+                   indexed_rows=indexed_rows)
 
     @cached_property
     def deduplicated(self):
@@ -122,14 +127,16 @@ def wide_ids(ids: pa.Array) -> pa.Array:
 
 def clusters_table(ids: pa.Array, outcome: Outcome) -> pa.Table:
     """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
-    names the document its cluster kept (itself for the kept one)."""
+    names the document its cluster kept (itself for a kept one; where a cluster keeps several,
+    indexed documents in a run against an index, the first of them)."""
     c = outcome.clusters
     ids = wide_ids(ids)
     kept_doc = np.zeros(c.count, dtype=np.int64)
-    kept_doc[c.cluster[c.keep]] = c.docs[c.keep]  # one kept document per cluster
+    # Reversed, so that the first kept document of a cluster is the one written last.
+    kept_doc[c.cluster[c.keep][::-1]] = c.docs[c.keep][::-1]
+    kept_id = np.where(c.keep, c.docs, kept_doc[c.cluster])
     return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
-                     "keep": pa.array(c.keep, pa.bool_()),
-                     "kept_id": ids.take(pa.array(kept_doc[c.cluster]))})
+                     "keep": pa.array(c.keep, pa.bool_()), "kept_id": ids.take(pa.array(kept_id))})
 
 
 def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:

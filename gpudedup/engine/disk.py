@@ -296,7 +296,7 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
     verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
     batch at a time; only the hashes stay, on disk."""
-    from ..shingling import ShingleBatch, set_rows
+    from ..verify import set_columns
 
     backend = as_backend(backend)
     spec = params.shingle_spec()
@@ -305,11 +305,10 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for start, stop in weighted_ranges(lengths, batch_bytes(params, backend)):
         with backend.batch_scope():
-            batch = backend.shingle_hashes(*unit_buffers(texts.slice(start, stop - start)), spec)
-            batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
-        rows = set_rows(batch)
-        columns.append(rows.indices.astype(np.int64))
-        counts.append(np.diff(rows.indptr).astype(np.int64))
+            batch = backend.shingle_sets(*unit_buffers(texts.slice(start, stop - start)), spec)
+        part, count = set_columns(batch)
+        columns.append(part)
+        counts.append(count)
     WorkDir.attach(Path(work_root)).write_dir(Path("sets") / name / f"{index:05d}",
                    {"columns": np.concatenate(columns), "offsets": offsets_from_counts(np.concatenate(counts)),
                     "rows": local_rows})
@@ -481,6 +480,7 @@ class WorkDirStore:
         self.spec = params.shingle_spec()
         self.copy_batch_cost = ONE_CHUNK  # exact_by_spill cuts its own chunks: one call for all
         self.work_dir: Optional[str] = str(work.root)
+        self.pinned = 0  # no documents kept before (job.Store)
 
     def task_backend(self, executor: Executor) -> BackendOrName:
         return self.backend if executor.in_process else self.backend.name

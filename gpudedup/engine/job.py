@@ -73,9 +73,14 @@ class Store(Protocol):
     one shingle (the only ones that can pair); ``lengths`` int64 (n,) code points per row;
     ``signatures`` gathers signature rows, ``signatures[positions]`` -> uint32 (k, K) host for
     positions into ``active``.
+
+    ``pinned``: the leading rows 0 .. pinned-1 are documents kept before (a persistent index's,
+    index/store.py): they are never removed, a cluster holding one removes its other rows, and
+    pairs of two of them are not sought (0 for every other store).
     """
 
     documents: int
+    pinned: int
     active: np.ndarray
     lengths: np.ndarray
     signatures: Any
@@ -171,6 +176,9 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         stored = store.cached("candidates", lambda: dict(zip(
             ("first", "second"), executor.candidate_pairs(store, in_lsh, params.bucket_window, backend))))
         first, second = stored["first"], stored["second"]
+        if store.pinned:  # two documents kept before were checked when the second one came
+            fresh = second >= store.pinned
+            first, second = first[fresh], second[fresh]
     progress.advance(banding.bands)
 
     with log.stage("verify"):
@@ -186,7 +194,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
                                                       (copies.first, copies.member, copies.first))
 
     pair_a, pair_b, jaccard, clusters, keep = cluster_verified(store.documents, checked_first, checked_second,
-                                                               checked_jaccard, lengths, params, log, progress)
+                                                               checked_jaccard, lengths, params, log, progress,
+                                                               store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
@@ -220,19 +229,32 @@ def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies:
 
 
 def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
-                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress):
+                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress, pinned: int = 0):
     """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
-    their clusters, and keep: bool (n,), False exactly for the removed duplicates."""
+    their clusters, and keep: bool (n,), False exactly for the removed duplicates; rows below
+    ``pinned`` are kept, and so is nothing else of a cluster that holds one (Store.pinned)."""
     verified = checked_jaccard >= params.threshold
     pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
     progress.start("Clustering", 1)
     with log.stage("cluster"):
         clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
+        if pinned:
+            clusters = clusters._replace(keep=pinned_keep(clusters, pinned))
         keep = np.ones(n_docs, dtype=bool)
         keep[clusters.docs[~clusters.keep]] = False
     progress.advance(1)
     progress.stop()
     return pair_a, pair_b, jaccard, clusters, keep
+
+
+def pinned_keep(clusters: Clusters, pinned: int) -> np.ndarray:
+    """bool, aligned with clusters.docs: the keep decision when rows below ``pinned`` can never
+    be removed: a cluster holding such a row keeps those rows and removes the others; a cluster
+    without one keeps what the policy chose."""
+    old = clusters.docs < pinned
+    holds_old = np.zeros(clusters.count, dtype=bool)
+    holds_old[clusters.cluster[old]] = True
+    return np.where(holds_old[clusters.cluster], old, clusters.keep)
 
 
 def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

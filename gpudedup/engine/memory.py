@@ -46,6 +46,7 @@ class MemoryStore:
         self.copy_batch_cost = batch_bytes(params, backend)
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
+        self.pinned = 0  # no documents kept before (job.Store)
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
@@ -82,21 +83,26 @@ class MemoryStore:
         The documents of the pairs are shingled once more by the backend, batch by batch, into
         one sparse matrix of sets (verify.document_sets); only their hashes come to the host.
         """
-        texts, backend = self.corpus.text_array(), self.backend
         if name == "pairs":
             self.budget.check("exact verification", lambda: self.verification_need(first, second),
                               "raise --threshold or lower --bucket-window (fewer candidate pairs), "
                               "or lower --batch-bytes")
         docs = np.unique(np.concatenate([first, second]))
         progress.start("Verifying pairs (exact)", docs.shape[0])
+        sets = self.document_sets(docs, progress)
+        return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
+
+    def document_sets(self, docs: np.ndarray, progress: Progress):
+        """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
+        verify.document_sets), shingled again by the backend a batch at a time."""
+        texts, backend = self.corpus.text_array(), self.backend
         calls = itertools.count()
 
         def shingles_of(subset: np.ndarray) -> ShingleBatch:
             # Arrow's take copies whole strings (memcpy per document); a numpy gather would index
             # every byte and is 30x slower here.
             with backend.batch_scope():
-                batch = backend.shingle_hashes(*unit_buffers(texts.take(pa.array(subset))), self.spec)
-                batch = ShingleBatch(backend.to_host(batch.offsets), backend.to_host(batch.hashes))
+                batch = backend.shingle_sets(*unit_buffers(texts.take(pa.array(subset))), self.spec)
             if next(calls) % 4 == 0:  # these batches are small; a release costs a millisecond or two
                 release_unused_memory()
             progress.advance(subset.shape[0])
@@ -104,9 +110,8 @@ class MemoryStore:
 
         # Quarter-size batches here: the sets of all candidate documents are alive besides the
         # batches in flight, and this is where a run peaks in memory.
-        sets = document_sets(shingles_of, docs, self.lengths[docs], max(batch_bytes(self.params, backend) // 4, 1),
+        return document_sets(shingles_of, docs, self.lengths[docs], max(batch_bytes(self.params, backend) // 4, 1),
                              lambda function, items: map_parallel(function, items, backend.parallel_batches))
-        return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
 
     def verification_need(self, first: np.ndarray, second: np.ndarray) -> int:
         """Estimated host bytes exact verification adds: the shingle sets of every document of the

@@ -1,0 +1,169 @@
+"""`gpudedup index ...`: the persistent index's commands (gpudedup/index/), a sub-command group of
+cli.py's app. Heavy modules are imported inside the commands, as in cli.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+from rich.markup import escape
+
+from .cli import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError, OutputFormat, Shingle, UnicodeChoice,
+                  err, out, print_summary, unicode_form, user_errors)
+from .params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
+    DEFAULT_THRESHOLD
+
+index_app = typer.Typer(
+    name="index",
+    help="A persistent index: deduplicate new data against everything kept before (docs/index.md).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+IndexPath = Annotated[Path, typer.Argument(help="The index directory.", show_default=False)]
+
+
+@index_app.command("create")
+def create_command(
+    index: IndexPath,
+    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.")] = DEFAULT_THRESHOLD,
+    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams.")] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units per shingle.")] = DEFAULT_NGRAM,
+    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.")] = UnicodeChoice.none,
+    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove P* code points.")] = False,
+    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove S* code points.")] = False,
+    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K.")] = DEFAULT_NUM_PERM,
+    bands: Annotated[Optional[int], typer.Option(help="LSH bands (with --rows).", show_default=False)] = None,
+    rows: Annotated[Optional[int], typer.Option(help="Rows per band (with --bands).", show_default=False)] = None,
+    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
+    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
+    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
+    bucket_window: Annotated[int, typer.Option(help="As in dedup.")] = DEFAULT_BUCKET_WINDOW,
+):
+    """Make an empty index that fixes the parameters results depend on (every later command
+    uses them). Example: [bold]gpudedup index create idx/ --threshold 0.8 --shingle word --ngram 5[/]"""
+    from .index import Index
+
+    with user_errors():
+        made = Index.create(index, threshold=threshold, shingle=shingle.value, ngram=ngram,
+                            unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
+                            strip_symbols=strip_symbols, num_perm=num_perm, bands=bands, rows=rows, max_fn=max_fn,
+                            low=low, max_fp=max_fp, seed=seed, bucket_window=bucket_window)
+        p = made.info()["parameters"]
+        err.print(f"Made the index {escape(str(index))}: Jaccard >= {p['threshold']} over {p['shingle']} "
+                  f"{p['ngram']}-grams, {p['bands']} bands x {p['rows']} rows.")
+
+
+@index_app.command("add")
+def add_command(
+    index: IndexPath,
+    inputs: Annotated[List[Path], typer.Argument(help="JSONL, Parquet or .txt files, or directories of them.",
+                                                 show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where the results of the run go.",
+                                         show_default=False)],
+    tag: Annotated[Optional[str], typer.Option(help="A name for what this add commits (index remove --tag).",
+                                               show_default=False)] = None,
+    text_field: Annotated[str, typer.Option(help="Field holding the text.")] = "text",
+    id_field: Annotated[Optional[str], typer.Option(help="Field holding unique ids (unique across the index).",
+                                                    show_default=False)] = None,
+    token_field: Annotated[str, typer.Option(help="Field holding token ids (token indexes).")] = "input_ids",
+    format: Annotated[OutputFormat, typer.Option("--format", help="Format of deduplicated.*.")] = OutputFormat.parquet,
+    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
+    on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
+):
+    """Deduplicate new data against the index and within itself, write the results as
+    [bold]dedup[/] does, then commit the kept new documents to the index.
+    Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
+    from .index import Index
+    from .io.writer import check_output_dir
+
+    with user_errors() as guard:
+        check_output_dir(output, overwrite, inputs)
+        started = time.perf_counter()
+        result = Index(index).add(list(inputs), tag=tag, text_field=text_field, id_field=id_field,
+                                  token_field=token_field, backend=backend.value, progress=not quiet,
+                                  on_error=on_error.value, output=output, format=format.value, overwrite=overwrite)
+        guard.written = output
+        if not quiet:
+            print_summary(result.report, output, time.perf_counter() - started)
+            err.print(f"{result.indexed_rows:,} indexed documents were near enough to be checked; the index now "
+                      f"holds {Index(index).info()['documents']:,} documents.")
+        guard.done()
+
+
+@index_app.command("query")
+def query_command(
+    index: IndexPath,
+    queries: Annotated[List[str], typer.Argument(help="Texts, or files whose documents are the queries "
+                                                      "(an argument naming an existing file is a file).",
+                                                 show_default=False)],
+    text_field: Annotated[str, typer.Option(help="Field holding the text in query files.")] = "text",
+    token_field: Annotated[str, typer.Option(help="Field holding token ids in query files.")] = "input_ids",
+    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
+):
+    """Print, for each query, the indexed documents whose exact Jaccard with it reaches the
+    index's threshold, as JSON lines {"query": N, "matches": [{"id": ..., "jaccard": ...}]}."""
+    from .index import Index
+
+    with user_errors():
+        opened = Index(index)
+        documents = []
+        for query in queries:
+            if Path(query).is_file():
+                from .api import content_field
+                from .io.read import read_corpus
+
+                field = content_field(opened.params(), text_field, token_field)
+                documents += read_corpus([Path(query)], field, None).texts.to_pylist()
+            else:
+                documents.append(query)
+        for number, hits in enumerate(opened.query(documents, backend=backend.value)):
+            out.print_json(json.dumps({"query": number, "matches": [{"id": i, "jaccard": j} for i, j in hits]}),
+                           indent=None)
+
+
+@index_app.command("remove")
+def remove_command(
+    index: IndexPath,
+    tag: Annotated[Optional[str], typer.Option(help="Remove the documents an add of this tag committed.",
+                                               show_default=False)] = None,
+    ids: Annotated[Optional[Path], typer.Option(help="Remove the documents whose ids are listed in this file, "
+                                                     "one per line.", show_default=False)] = None,
+):
+    """Remove documents from the index (tombstones; [bold]compact[/] drops them for good)."""
+    from .index import Index
+
+    with user_errors():
+        listed = None
+        if ids is not None:
+            lines = [line.strip() for line in ids.read_text(encoding="utf-8").splitlines() if line.strip()]
+            listed = [int(line) for line in lines] if all(line.lstrip("-").isdigit() for line in lines) else lines
+        removed = Index(index).remove(tag=tag, ids=listed)
+        err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
+
+
+@index_app.command("compact")
+def compact_command(index: IndexPath):
+    """Merge the index's segments into one and drop removed documents."""
+    from .index import Index
+
+    with user_errors():
+        Index(index).compact()
+        info = Index(index).info()
+        err.print(f"{escape(str(index))}: {info['documents']:,} documents in {info['segments']} segment(s), "
+                  f"{info['bytes']:,} bytes.")
+
+
+@index_app.command("info")
+def info_command(index: IndexPath):
+    """Print the index's documents, segments, tags, bytes and parameters as JSON."""
+    from .index import Index
+
+    with user_errors():
+        out.print_json(data=Index(index).info())

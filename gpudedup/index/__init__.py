@@ -1,0 +1,303 @@
+"""A persistent index: deduplicate new data against everything kept before.
+
+    index = gpudedup.Index.create("idx/", threshold=0.8, shingle="word", ngram=5)
+    result = index.add(Path("week1/"), tag="week1")   # dedup week1 against the index, keep its rest
+    result = index.dedup(Path("week2/"))              # the same, adding nothing
+    index.query("some text")                          # the indexed documents near a text
+    index.remove(tag="week1"); index.compact(); index.info()
+
+Semantics (docs/index.md): adding new data is the batch job over (the indexed documents, then
+the new data) with keep "first", except that an indexed document is never removed. Files and
+the commit protocol: index/files.py; reading and the probe: index/reader.py; the engine's store
+over indexed and new documents: index/store.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..backends import Backend, get_backend
+from ..engine.job import run_job
+from ..engine.memory import MemoryStore
+from ..errors import InputError, ParameterError
+from ..params import DedupParams
+from ..result import DedupResult
+from ..stages import Progress, RichProgress, StageLog
+from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
+                    write_tombstones, writer_lock)
+from .reader import IndexReader
+from .store import IndexStore
+
+# The parameters an index fixes at create: every run against it uses them (results depend on
+# them). keep is not among them: a run against an index keeps "first" (indexed documents first).
+INDEX_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols", "num_perm",
+                    "max_fn", "low", "max_fp", "seed", "bucket_window")
+
+__all__ = ["Index"]
+
+
+class Index:
+    """A persistent index at ``path`` (made by ``Index.create``); see the module docstring."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        read_manifest(self.path)  # refuses what is not an index, naming the file
+
+    # --- making one ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, **parameters: Any) -> "Index":
+        """Make an empty index at ``path`` (a new or empty directory) with the parameters that
+        results depend on (DedupParams' names: threshold, shingle, ngram, num_perm, ...)."""
+        unknown = set(parameters) - set(INDEX_PARAMETERS) - {"bands", "rows"}
+        if unknown:
+            raise ParameterError(f"unknown index parameters: {', '.join(sorted(unknown))}")
+        params = DedupParams(**parameters)
+        banding = params.banding()
+        root = Path(path)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
+        root.mkdir(parents=True, exist_ok=True)
+        fixed = {name: getattr(params, name) for name in INDEX_PARAMETERS}
+        fixed.update(bands=banding.bands, rows=banding.rows, id_type=None)
+        with writer_lock(root):
+            write_manifest(root, Manifest(fixed, (), None, 0))
+        return cls(root)
+
+    # --- what it holds ------------------------------------------------------------------------
+
+    def params(self, **speed: Any) -> DedupParams:
+        """The index's DedupParams (``speed``: batch_bytes, batch_rows, max_memory)."""
+        fixed = read_manifest(self.path).parameters
+        return DedupParams(**{name: fixed[name] for name in INDEX_PARAMETERS}, bands=fixed["bands"],
+                           rows=fixed["rows"], keep="first", **speed)
+
+    def info(self) -> dict:
+        """Documents, segments, tags, bytes and parameters, as the last commit left them."""
+        reader = IndexReader(self.path)
+        manifest = reader.manifest
+        tags: dict[str, int] = {}
+        for segment in reader.segments:
+            for tag in segment.ids()["tag"].to_pylist():
+                tags[str(tag)] = tags.get(str(tag), 0) + 1
+        size = sum(s.bytes for s in manifest.segments)
+        documents = reader.documents
+        return {"path": str(self.path), "format": FORMAT, "documents": documents,
+                "removed_not_compacted": manifest.documents - documents,
+                "segments": len(manifest.segments), "tags": tags, "bytes": size,
+                "bytes_per_document": round(size / documents, 1) if documents else None,
+                "generation": manifest.generation, "parameters": manifest.parameters,
+                "verification": manifest.verification}
+
+    # --- runs against it ----------------------------------------------------------------------
+
+    def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
+              backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
+              batch_bytes: Optional[int] = None) -> DedupResult:
+        """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
+        the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
+        holds the new documents kept."""
+        result, _ = self._run(IndexReader(self.path), data, text_field, id_field, token_field, backend, progress,
+                              on_error, batch_bytes)
+        return result
+
+    def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
+            token_field: str = "input_ids", backend: str | Backend = "auto", progress: bool = False,
+            on_error: str = "stop", batch_bytes: Optional[int] = None,
+            output: Optional[str | os.PathLike] = None, format: str = "parquet",
+            overwrite: bool = False) -> DedupResult:
+        """``dedup``, then commit the new documents kept (those with shingles) to the index as
+        one new segment tagged ``tag``. With ``output`` the results are written there first
+        (atomically), so that an interrupted add never leaves an index that holds documents
+        whose results were not written."""
+        with writer_lock(self.path):
+            manifest = read_manifest(self.path)
+            collect_garbage(self.path, manifest)  # what a killed writer left
+            reader = IndexReader(self.path, manifest)
+            result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
+                                      batch_bytes)
+            taken = reader.first_indexed(result.ids.slice(store.pinned))
+            if taken is not None:
+                raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
+                                 "unique across the index (name an id field with --id-field / id_field=, or "
+                                 "remove the indexed document first)")
+            if output is not None:
+                result.write(output, format=format, overwrite=overwrite)
+            self._commit_new(manifest, result, store, tag)
+        return result
+
+    def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
+             backend, progress: bool, on_error: str, batch_bytes: Optional[int]) -> tuple[DedupResult, IndexStore]:
+        from ..api import content_field, to_corpus
+
+        params = self.params(batch_bytes=batch_bytes)
+        chosen = backend if not isinstance(backend, str) else get_backend(backend)
+        field = content_field(params, text_field, token_field)
+        log = StageLog()
+        with log.stage("read"):
+            corpus, restore = to_corpus(data, field, id_field, on_error=on_error)
+        store = IndexStore(MemoryStore(corpus, params, chosen), reader, chosen, params.bucket_window)
+        outcome = run_job(store, params, chosen, progress=RichProgress() if progress else Progress(), log=log)
+        assert store.matched is not None
+        k = store.pinned
+        ids = joined_ids(reader, store.matched.ids, corpus.ids)
+        view = dataclasses.replace(outcome, keep=outcome.keep[k:])
+        result = DedupResult.of(view, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
+                                corpus.skipped_records, on_error, indexed_rows=k)
+        return result, store
+
+    def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str]) -> None:
+        """Write the kept new documents that have shingles as a segment and commit it."""
+        k = store.pinned
+        inner = store.inner
+        kept_active = result.keep[inner.active]  # positions into the new documents' active rows
+        rows = inner.active[kept_active]
+        if rows.shape[0] == 0:
+            return
+        params = self.params()
+        assert store.new_signatures is not None
+        signatures = np.ascontiguousarray(store.new_signatures[kept_active])
+        sets = inner.document_sets(rows, Progress())
+        ids = result.ids.slice(k).take(pa.array(rows))
+        id_type = "int64" if pa.types.is_integer(ids.type) else "string"
+        parameters = dict(manifest.parameters)
+        if parameters.get("id_type") not in (None, id_type):
+            raise InputError(f"the index holds {parameters['id_type']} ids, this input has {id_type} ids; "
+                             "choose --id-field to match")
+        parameters["id_type"] = id_type
+        ids = ids.cast(pa.int64() if id_type == "int64" else pa.large_string())
+        table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
+        arrays = segment_arrays(signatures, inner.lengths[rows], np.diff(sets.indptr).astype(np.int64),
+                                sets.indices.astype(np.int64), params)
+        generation = manifest.generation + 1
+        entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays)
+        write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
+                                                      segments=manifest.segments + (entry,), generation=generation))
+
+
+    # --- lookups ------------------------------------------------------------------------------
+
+    def query(self, documents, *, backend: str | Backend = "auto") -> list[list[tuple[Any, float]]]:
+        """For each query document (texts, or token-id lists for a token index: what
+        gpudedup.dedup takes as a list), the indexed documents whose exact Jaccard with it
+        reaches the threshold, as (id, jaccard) sorted by Jaccard, highest first."""
+        queries = list(documents)
+        if not queries:
+            return []
+        result = self.dedup(queries, backend=backend)
+        k = result.indexed_rows
+        found: list[list[tuple[Any, float]]] = [[] for _ in queries]
+        outcome = result.outcome
+        ids = result.ids
+        for a, b, jaccard in zip(outcome.pair_a, outcome.pair_b, outcome.jaccard):
+            if a < k <= b:  # an indexed document (a) and a query (b)
+                found[int(b) - k].append((ids[int(a)].as_py(), float(jaccard)))
+        return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]
+
+    # --- changes ------------------------------------------------------------------------------
+
+    def remove(self, *, tag: Optional[str] = None, ids=None) -> int:
+        """Remove the indexed documents of ``tag``, or whose id is in ``ids`` (a sequence or
+        pyarrow array); returns how many were removed. Removal is a tombstone, applied when
+        the index is read and dropped by ``compact``."""
+        if (tag is None) == (ids is None):
+            raise ParameterError("remove needs exactly one of tag= (--tag) and ids= (--ids)")
+        with writer_lock(self.path):
+            manifest = read_manifest(self.path)
+            collect_garbage(self.path, manifest)
+            reader = IndexReader(self.path, manifest)
+            wanted = None if ids is None else pa.array(ids) if not isinstance(ids, pa.Array) else ids
+            segments, rows = [], []
+            for segment in reader.segments:
+                table = segment.ids()
+                if tag is not None:
+                    hit = pc.equal(table["tag"], tag).to_numpy(zero_copy_only=False)
+                else:
+                    assert wanted is not None
+                    hit = pc.is_in(table["id"], value_set=wanted.cast(table["id"].type)).to_numpy(
+                        zero_copy_only=False)
+                local = np.flatnonzero(np.nan_to_num(hit).astype(bool))
+                already = reader.removed().get(segment.entry.name)
+                if already is not None:
+                    local = np.union1d(local, already)
+                segments += [segment.entry.name] * len(local)
+                rows.append(local)
+            removed = pa.table({"segment": pa.array(segments, pa.string()),
+                                "row": pa.array(np.concatenate(rows) if rows else np.zeros(0, np.int64))})
+            before = manifest.documents - reader.documents
+            if removed.num_rows == before:
+                return 0
+            generation = manifest.generation + 1
+            entry = write_tombstones(self.path, f"removed-{generation:06d}-{uuid.uuid4().hex[:8]}", removed)
+            write_manifest(self.path, dataclasses.replace(manifest, tombstones=entry, generation=generation))
+            collect_garbage(self.path, read_manifest(self.path))
+            return removed.num_rows - before
+
+    def compact(self) -> None:
+        """Merge every live segment into one, dropping removed documents, so that a run probes
+        one segment; the index's documents and results are unchanged."""
+        with writer_lock(self.path):
+            manifest = read_manifest(self.path)
+            collect_garbage(self.path, manifest)
+            reader = IndexReader(self.path, manifest)
+            if len(manifest.segments) <= 1 and not manifest.tombstones:
+                return
+            tables = []
+            arrays: dict[str, list[np.ndarray]] = {"signatures": [], "lengths": [], "set_counts": [],
+                                                   "set_columns": []}
+            for segment in reader.segments:
+                keep = np.ones(segment.entry.documents, dtype=bool)
+                removed = reader.removed().get(segment.entry.name)
+                if removed is not None:
+                    keep[removed] = False
+                rows = np.flatnonzero(keep)
+                tables.append(segment.ids().take(pa.array(rows)))
+                arrays["signatures"].append(np.asarray(segment.array("signatures")[rows]))
+                arrays["lengths"].append(np.asarray(segment.array("lengths")[rows]))
+                counts, columns = segment.sets(rows)
+                arrays["set_counts"].append(counts)
+                arrays["set_columns"].append(columns)
+            generation = manifest.generation + 1
+            entries: tuple = ()
+            table = pa.concat_tables(tables)
+            if table.num_rows:
+                signatures = np.concatenate(arrays["signatures"])
+                entries = (write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table,
+                                         segment_arrays(signatures, np.concatenate(arrays["lengths"]),
+                                                        np.concatenate(arrays["set_counts"]),
+                                                        np.concatenate(arrays["set_columns"]), self.params())),)
+            write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
+                                                          generation=generation))
+            collect_garbage(self.path, read_manifest(self.path))
+
+
+def segment_arrays(signatures: np.ndarray, lengths: np.ndarray, set_counts: np.ndarray, set_columns: np.ndarray,
+                   params: DedupParams) -> dict[str, np.ndarray]:
+    """A segment's arrays (files.SEGMENT_ARRAYS) from its documents' signatures uint32 (n, K),
+    lengths int64 (n,), and shingle sets (counts int64 (n,), columns int64): the band keys of
+    the signatures (hashing.band keys, on the host), sorted per band with their rows."""
+    from ..lsh import band_keys
+    from ..ragged import offsets_from_counts
+
+    keys = band_keys(signatures, params.banding()).T  # (bands, n)
+    order = np.argsort(keys, axis=1, kind="stable")
+    return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),
+            "signatures": signatures, "lengths": lengths, "set_offsets": offsets_from_counts(set_counts),
+            "set_columns": set_columns}
+
+
+def joined_ids(reader: IndexReader, indexed: pa.Array, new: pa.Array) -> pa.Array:
+    """The ids of a run's rows: the matched indexed documents', then the new ones', as one
+    array (int64 when both are integers, else large_string)."""
+    both_int = pa.types.is_integer(new.type) and (len(indexed) == 0 or pa.types.is_integer(indexed.type))
+    target = pa.int64() if both_int else pa.large_string()
+    return pa.concat_arrays([indexed.cast(target), new.cast(target)])
+

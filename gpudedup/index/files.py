@@ -1,0 +1,242 @@
+"""A persistent index's files: immutable segments, the manifest that lists the live ones, the
+tombstones of removed documents, and the lock that admits one writer at a time.
+
+Layout::
+
+    INDEX/manifest.json            the committed state: format, parameters, live segments with
+                                   every file's SHA-256, the tombstone file, a generation number
+    INDEX/segments/<name>/         one segment: the documents one ``add`` kept (immutable)
+        ids.arrow                  Arrow IPC, columns "id" (int64 or string) and "tag", one row
+                                   per document (memory-mapped: a few ids are read, not all)
+        keys.npy                   uint64 (bands, n): each band's keys, sorted
+        rows.npy                   uint32 (bands, n): the row (0 .. n-1) of each sorted key
+        signatures.npy             uint32 (n, bands * rows): for the signature filter
+        lengths.npy                int64 (n,): units (code points, token ids) of each document
+        set_offsets.npy            int64 (n + 1,) and
+        set_columns.npy            int64 (S,): each document's shingle-hash set, sorted and
+                                   distinct (shingling.hashes_to_columns), for exact Jaccard
+    INDEX/tombstones/<name>.parquet  the removed documents (segment, row), applied when the
+                                   index is read, dropped by compact
+    INDEX/writer.lock              flock'd by the one writer; holds who it is
+
+Commit protocol: a writer builds every new file under a temporary name (``.tmp-*``), fsyncs it,
+renames it into place, and then replaces manifest.json by rename (atomic on a POSIX file
+system). Readers read manifest.json once and open only the files it names, which are never
+changed after they are written, so a reader sees the last committed state whatever a writer
+is doing, and a writer killed at any point leaves the last committed state plus files no
+manifest names; the next writer removes those (``collect_garbage``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import InputError, ParameterError
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+LOCK = "writer.lock"
+TEMPORARY = ".tmp-"
+SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "set_offsets", "set_columns")
+
+
+class DamagedIndexError(InputError):
+    """A corrupt, truncated or foreign index (exit code 2, one line naming the file)."""
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file or a directory's entries to stable storage."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@dataclass(frozen=True)
+class SegmentEntry:
+    """A live segment as the manifest lists it: name (its directory under segments/),
+    documents, files (file name -> SHA-256), bytes (their total)."""
+
+    name: str
+    documents: int
+    files: dict
+    bytes: int
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "documents": self.documents, "files": self.files, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The committed state of an index (manifest.json).
+
+    parameters: what results depend on (fixed at create; every command checks them);
+    segments: the live segments, oldest first (index order is segment order, then row);
+    tombstones: {"name": file under tombstones/, "sha256": ...} of the removed ids, or None;
+    generation: counts commits (names new files; helps readers tell states apart);
+    verification: how matches are checked exactly ("sets": shingle sets stored per document).
+    """
+
+    parameters: dict
+    segments: tuple[SegmentEntry, ...]
+    tombstones: Optional[dict]
+    generation: int
+    verification: str = "sets"
+
+    def as_dict(self) -> dict:
+        return {"format": FORMAT, "parameters": self.parameters, "verification": self.verification,
+                "generation": self.generation, "segments": [s.as_dict() for s in self.segments],
+                "tombstones": self.tombstones}
+
+    @property
+    def documents(self) -> int:
+        return sum(s.documents for s in self.segments)
+
+
+def read_manifest(root: Path) -> Manifest:
+    """The committed manifest of the index at ``root``; DamagedIndexError naming the file when it is
+    missing, unreadable or of another format."""
+    path = root / MANIFEST
+    if not path.is_file():
+        raise DamagedIndexError(f"{root}: not a gpudedup index (no {MANIFEST}); make one with `gpudedup index create`")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT:
+            raise DamagedIndexError(f"{path}: index format {data.get('format')!r}, this gpudedup reads {FORMAT}")
+        segments = tuple(SegmentEntry(s["name"], int(s["documents"]), dict(s["files"]), int(s["bytes"]))
+                         for s in data["segments"])
+        return Manifest(dict(data["parameters"]), segments, data.get("tombstones"), int(data["generation"]),
+                        data.get("verification", "sets"))
+    except DamagedIndexError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise DamagedIndexError(f"{path}: not a valid index manifest ({type(error).__name__}: {error})") from None
+
+
+def write_manifest(root: Path, manifest: Manifest) -> None:
+    """Commit ``manifest``: written under a temporary name, fsynced, renamed over manifest.json
+    (atomic), and the directory entry fsynced."""
+    temporary = root / f"{TEMPORARY}{uuid.uuid4().hex}-{MANIFEST}"
+    temporary.write_text(json.dumps(manifest.as_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    fsync_path(temporary)
+    os.replace(temporary, root / MANIFEST)
+    fsync_path(root)
+
+
+def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.ndarray]) -> SegmentEntry:
+    """Write one segment (SEGMENT_ARRAYS, and ``ids``: columns id and tag) under a temporary
+    directory, fsync its files, rename it to segments/<name>; returns its manifest entry (not
+    yet committed)."""
+    parent = root / "segments"
+    parent.mkdir(exist_ok=True)
+    temporary = parent / f"{TEMPORARY}{name}"
+    temporary.mkdir()
+    with pa.OSFile(str(temporary / "ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
+        writer.write_table(ids)
+    for key in SEGMENT_ARRAYS:
+        np.save(temporary / f"{key}.npy", np.ascontiguousarray(arrays[key]), allow_pickle=False)
+    files = {}
+    for path in sorted(temporary.iterdir()):
+        fsync_path(path)
+        files[path.name] = file_digest(path)
+    fsync_path(temporary)
+    os.replace(temporary, parent / name)
+    fsync_path(parent)
+    size = sum((parent / name / f).stat().st_size for f in files)
+    return SegmentEntry(name, ids.num_rows, files, size)
+
+
+def write_tombstones(root: Path, name: str, removed: pa.Table) -> dict:
+    """Write the removed documents (columns segment: string, row: int64) as
+    tombstones/<name>.parquet (temporary name, fsync, rename); returns the manifest's
+    tombstones entry (not yet committed)."""
+    parent = root / "tombstones"
+    parent.mkdir(exist_ok=True)
+    temporary = parent / f"{TEMPORARY}{name}.parquet"
+    pq.write_table(removed, temporary)
+    fsync_path(temporary)
+    final = parent / f"{name}.parquet"
+    os.replace(temporary, final)
+    fsync_path(parent)
+    return {"name": final.name, "sha256": file_digest(final)}
+
+
+def verified_file(path: Path, expected: str) -> Path:
+    """``path`` after checking that it exists and that its SHA-256 is ``expected``;
+    DamagedIndexError naming it otherwise (a truncated or corrupt file, or one a manifest names but
+    that is missing)."""
+    if not path.is_file():
+        raise DamagedIndexError(f"{path}: missing, but the index manifest names it; the index is damaged")
+    if file_digest(path) != expected:
+        raise DamagedIndexError(f"{path}: its checksum does not match the manifest's (truncated or corrupt)")
+    return path
+
+
+def segment_path(root: Path, entry: SegmentEntry, file_name: str) -> Path:
+    """The checked path of one file of a live segment (verified_file)."""
+    return verified_file(root / "segments" / entry.name / file_name, entry.files[file_name])
+
+
+def collect_garbage(root: Path, manifest: Manifest) -> list[Path]:
+    """Remove what no committed manifest names: temporary files and directories of killed
+    writers, segments and tombstone files replaced by a later commit. Only the writer (who
+    holds the lock) calls this. Returns what was removed."""
+    live_segments = {s.name for s in manifest.segments}
+    live_tombstones = {manifest.tombstones["name"]} if manifest.tombstones else set()
+    removed = []
+    candidates = [p for p in root.iterdir() if p.name.startswith(TEMPORARY)]
+    for folder, live in (("segments", live_segments), ("tombstones", live_tombstones)):
+        if (root / folder).is_dir():
+            candidates += [p for p in (root / folder).iterdir() if p.name not in live]
+    for path in candidates:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        removed.append(path)
+    return removed
+
+
+@contextmanager
+def writer_lock(root: Path, wait: bool = False) -> Iterator[None]:
+    """Hold the index's writer lock (flock on INDEX/writer.lock) for the block. A second writer
+    is refused at once with a ParameterError naming the holder (or waits, with ``wait``). The
+    lock goes with the process, so a killed writer never leaves the index locked."""
+    path = root / LOCK
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            holder = os.pread(descriptor, 256, 0).decode("utf-8", "replace").strip() or "another process"
+            raise ParameterError(f"{root}: the index is being changed by {holder}; try again when it is done") \
+                from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock

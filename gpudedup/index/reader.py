@@ -1,0 +1,196 @@
+"""Reading an index at one committed state: which indexed documents share a band key with new
+documents (the probe), and their stored signatures, lengths, shingle sets and ids.
+
+Index rows: the live documents in index order (segment by segment, oldest first, each
+segment's rows in order), tombstoned ones included (they are skipped where they would match).
+A reader opens only the files of the manifest it read, each checked against its SHA-256 the
+first time it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import scipy.sparse
+
+from ..ragged import offsets_from_counts, ragged_arange
+from .files import DamagedIndexError, Manifest, SegmentEntry, read_manifest, segment_path, verified_file
+
+
+@dataclass(frozen=True)
+class Matched:
+    """Indexed documents a run looks at, in index order (host arrays, k documents).
+
+    segment: int64 (k,) position of each one's segment in the manifest; row: int64 (k,) its row
+    in that segment; ids: pa.Array (k,); signatures: uint32 (k, K); lengths: int64 (k,).
+    """
+
+    segment: np.ndarray
+    row: np.ndarray
+    ids: pa.Array
+    signatures: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.row.shape[0])
+
+
+class Segment:
+    """One live segment's files, opened (memory-mapped) and checked on first use."""
+
+    def __init__(self, root: Path, entry: SegmentEntry):
+        self.root, self.entry = root, entry
+        self._arrays: dict[str, np.ndarray] = {}
+        self._ids: Optional[pa.Table] = None
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            path = segment_path(self.root, self.entry, f"{name}.npy")
+            try:
+                self._arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except ValueError as error:
+                raise DamagedIndexError(f"{path}: not a readable array ({error})") from None
+        return self._arrays[name]
+
+    def ids(self) -> pa.Table:
+        """Columns id and tag of every row (memory-mapped Arrow IPC)."""
+        if self._ids is None:
+            path = segment_path(self.root, self.entry, "ids.arrow")
+            try:
+                self._ids = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            except pa.ArrowInvalid as error:
+                raise DamagedIndexError(f"{path}: not a readable Arrow file ({error})") from None
+        return self._ids
+
+    def sets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``."""
+        offsets, columns = self.array("set_offsets"), self.array("set_columns")
+        starts, stops = offsets[rows], offsets[rows + 1]
+        counts = (stops - starts).astype(np.int64)
+        run, within = ragged_arange(counts)
+        return counts, np.asarray(columns[starts[run] + within])
+
+
+class IndexReader:
+    """The index at ``root`` as its manifest says now (later commits are not seen)."""
+
+    def __init__(self, root: Path, manifest: Optional[Manifest] = None):
+        self.root = Path(root)
+        self.manifest = manifest or read_manifest(self.root)
+        self.segments = [Segment(self.root, entry) for entry in self.manifest.segments]
+        self._removed: Optional[dict[str, np.ndarray]] = None
+
+    @property
+    def documents(self) -> int:
+        """Live documents: those of the segments less the removed ones."""
+        return self.manifest.documents - sum(len(rows) for rows in self.removed().values())
+
+    def removed(self) -> dict[str, np.ndarray]:
+        """Segment name -> int64 ascending rows removed by ``index remove`` (tombstones)."""
+        if self._removed is None:
+            self._removed = {}
+            entry = self.manifest.tombstones
+            if entry:
+                path = verified_file(self.root / "tombstones" / entry["name"], entry["sha256"])
+                table = pq.read_table(path)
+                for name in set(table["segment"].to_pylist()):
+                    rows = table.filter(pc.equal(table["segment"], name))["row"].to_numpy()
+                    self._removed[name] = np.unique(rows.astype(np.int64))
+        return self._removed
+
+    def probe(self, keys: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """The indexed documents that share a band key with the new documents: keys uint64
+        (m, bands) host, the new documents' band keys. Returns (segment int64, row int64) of
+        each matched live document, distinct, in index order.
+
+        window: the --bucket-window bound. A batch run over (indexed, then new documents) pairs
+        each document of a bucket with the ``window`` documents after it, so the indexed
+        documents a new one can pair with are at most the last ``window`` of its key; the probe
+        takes those, and the run's own candidate stage applies the window again. (So a run
+        against the index pairs exactly what the batch run pairs wherever no bucket holds more
+        than ``window`` documents.)
+        """
+        found_segment, found_row = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        for position, segment in enumerate(self.segments):
+            sorted_keys, rows = segment.array("keys"), segment.array("rows")
+            matched = []
+            for band in range(sorted_keys.shape[0]):
+                column = sorted_keys[band]
+                lo = np.searchsorted(column, keys[:, band], side="left")
+                hi = np.searchsorted(column, keys[:, band], side="right")
+                lo = np.maximum(lo, hi - window)
+                run, within = ragged_arange(hi - lo)
+                matched.append(np.asarray(rows[band][lo[run] + within], dtype=np.int64))
+            local = np.unique(np.concatenate(matched)) if matched else np.zeros(0, np.int64)
+            removed = self.removed().get(segment.entry.name)
+            if removed is not None and local.size:
+                local = local[~np.isin(local, removed)]
+            found_segment.append(np.full(local.shape[0], position, np.int64))
+            found_row.append(local)
+        return np.concatenate(found_segment), np.concatenate(found_row)
+
+    def gather(self, segment: np.ndarray, row: np.ndarray) -> Matched:
+        """The stored ids, signatures and lengths of (segment, row) pairs in index order."""
+        ids, signatures, lengths = [], [], []
+        for position, mine in self._by_segment(segment):
+            source, local = self.segments[position], row[mine]
+            ids.append(source.ids()["id"].take(pa.array(local)).combine_chunks())
+            signatures.append(np.asarray(source.array("signatures")[local]))
+            lengths.append(np.asarray(source.array("lengths")[local]))
+        width = self.manifest.parameters["bands"] * self.manifest.parameters["rows"]
+        id_type = self.id_type()
+        return Matched(segment, row, pa.concat_arrays([i.cast(id_type) for i in ids]) if ids else pa.array([], id_type),
+                       np.concatenate(signatures) if signatures else np.zeros((0, width), np.uint32),
+                       np.concatenate(lengths) if lengths else np.zeros(0, np.int64))
+
+    def sets(self, segment: np.ndarray, row: np.ndarray) -> scipy.sparse.csr_matrix:
+        """The shingle sets of (segment, row) pairs in index order, as verify.document_sets
+        makes them (binary CSR, sorted distinct columns per row)."""
+        counts, columns = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for position, mine in self._by_segment(segment):
+            part_counts, part_columns = self.segments[position].sets(row[mine])
+            counts.append(part_counts)
+            columns.append(part_columns)
+        all_columns = np.concatenate(columns)
+        matrix = scipy.sparse.csr_matrix((np.ones(all_columns.shape[0], np.int8), all_columns,
+                                          offsets_from_counts(np.concatenate(counts))),
+                                         shape=(row.shape[0], np.iinfo(np.int64).max))
+        matrix.has_sorted_indices = True
+        return matrix
+
+    def first_indexed(self, ids: pa.Array) -> Optional[object]:
+        """The first of ``ids`` that a live indexed document has, or None. (Reads every
+        segment's ids: memory-mapped, one pass.)"""
+        removed = self.removed()
+        for segment in self.segments:
+            column = segment.ids()["id"]
+            if pa.types.is_integer(column.type) != pa.types.is_integer(ids.type):
+                continue  # ids of the other kind cannot be equal (the commit refuses mixing them)
+            hit = pc.is_in(ids, value_set=column.combine_chunks().cast(ids.type)).to_numpy(zero_copy_only=False)
+            for position in np.flatnonzero(hit):
+                rows = np.flatnonzero(pc.equal(column, ids[int(position)]).to_numpy(zero_copy_only=False))
+                if not np.isin(rows, removed.get(segment.entry.name, [])).all():
+                    return ids[int(position)].as_py()
+        return None
+
+    def id_type(self) -> pa.DataType:
+        """The type of the index's ids: int64, or large_string (a run's ids are cast to it)."""
+        return pa.int64() if self.manifest.parameters.get("id_type") == "int64" else pa.large_string()
+
+    @staticmethod
+    def _by_segment(segment: np.ndarray):
+        """(segment position, indices) for each segment present, in order; ``segment`` is
+        ascending (index order), so each segment's indices are one run."""
+        if segment.shape[0] == 0:
+            return
+        bounds = np.flatnonzero(np.diff(segment)) + 1
+        for indices in np.split(np.arange(segment.shape[0]), bounds):
+            yield int(segment[indices[0]]), indices
