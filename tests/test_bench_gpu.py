@@ -5,17 +5,27 @@ refuses a speed-up when outputs differ; the references get the same shingles as 
 
 The GPU-only parts (CUDA events, device properties, datasketch's gpu_mode, cuDF) need a GPU and
 are not exercised here.
+
+The first-contact kit (scripts/gpu_session.sh, one step per device call; scripts/gpu_sanitize.py,
+the driver compute-sanitizer runs) is checked through its --host-dry-run: each step writes its
+files straight under $OUT, says when compute-sanitizer is not run, and says when its time limit
+stopped it; the driver fails when an output differs from numpy's.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpudedup.backends.kernel_backend import KernelBackend
+from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.hashing import draw_permutations, poly_hash64_scalar
 from gpudedup.minhash import minhash_signatures
 from gpudedup.normalize import text_buffers
@@ -123,3 +133,75 @@ def test_sample_rows(bench):
     assert bench.sample_rows(10, 0).tolist() == list(range(10))
     rows = bench.sample_rows(1000, 7)
     assert rows[0] == 0 and rows[-1] == 999 and len(rows) == 7
+
+
+# --- the first-contact kit: scripts/gpu_session.sh and scripts/gpu_sanitize.py ----------------
+
+SESSION = SCRIPT.parent / "gpu_session.sh"
+SANITIZE = SCRIPT.parent / "gpu_sanitize.py"
+
+
+def session(step: str, out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
+    """One step of the kit as a device call runs it (OUT set), here with --host-dry-run."""
+    return subprocess.run(["bash", str(SESSION), step, *extra], capture_output=True, text=True, timeout=280,
+                          env={**os.environ, "OUT": str(out), **env})
+
+
+@pytest.mark.timeout(300)
+def test_session_sanitize_step_dry_run(tmp_path):
+    run = session("sanitize", tmp_path, "--host-dry-run")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sanitize_memcheck.txt", "sanitize_racecheck.txt",
+                                                           "sanitizer.txt", "setup.txt"]
+    found = (tmp_path / "sanitizer.txt").read_text()
+    assert found.startswith("compute-sanitizer: ")  # a path, or NOT FOUND and where it looked
+    for tool in ("memcheck", "racecheck"):
+        log = (tmp_path / f"sanitize_{tool}.txt").read_text()
+        assert f"HOST DRY RUN: compute-sanitizer --tool {tool} NOT run" in log
+        assert "shingle_hash.cu hashes" in log and "minhash.cu K=300" in log and "band_keys.cu" in log
+        assert re.search(r"gpu_sanitize: \d+ comparisons with the numpy backend, 0 different, 0 errors", log)
+    assert "gpu_session.sh sanitize: exit status 0" in (tmp_path / "setup.txt").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_session_bench_step_dry_run(tmp_path):
+    run = session("bench-char", tmp_path, "--host-dry-run")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench_char.json", "bench_char.txt", "setup.txt"]
+    results = json.loads((tmp_path / "bench_char.json").read_text())
+    assert results["host_dry_run"] and results["stages"]["all_equal"] and results["stages"]["shingle"] == "char"
+    assert "HOST DRY RUN" in (tmp_path / "bench_char.txt").read_text()
+
+
+def test_session_step_stopped_by_its_limit_says_so(tmp_path):
+    # A step that outlives STEP_SECONDS is stopped, and what it wrote stays, with a line saying so.
+    run = session("bench-word", tmp_path, "--host-dry-run", STEP_SECONDS="1")
+    log = (tmp_path / "bench_word.txt").read_text()
+    assert run.returncode == 124, run.stdout + run.stderr
+    assert log.startswith("corpus: ") and "STOPPED: the step's limit of 1 s was reached" in log
+
+
+def test_session_refuses_unknown_steps(tmp_path):
+    for arguments in (["benchmark"], ["tests", "--fast"], []):
+        run = subprocess.run(["bash", str(SESSION), *arguments], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "OUT": str(tmp_path)})
+        assert run.returncode == 2 and "usage: bash scripts/gpu_session.sh" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def sanitize_driver():
+    spec = importlib.util.spec_from_file_location("gpu_sanitize", SANITIZE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(120)
+def test_sanitize_driver_reports_a_difference(sanitize_driver, monkeypatch, capsys):
+    # The driver compares, it does not only run: a reference that differs makes it fail.
+    assert sanitize_driver.main(["--host-dry-run", "--docs", "8", "--num-perm", "64"]) == 0
+    original = NumpyBackend.band_keys
+    monkeypatch.setattr(NumpyBackend, "band_keys", lambda self, s, b: original(self, s, b) + np.uint64(1))
+    assert sanitize_driver.main(["--host-dry-run", "--docs", "8", "--num-perm", "64"]) == 1
+    output = capsys.readouterr().out
+    assert "DIFFERENT word 5-grams, batch 1" in output and ", 4 different, 0 errors" in output
