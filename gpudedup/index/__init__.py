@@ -22,15 +22,18 @@ from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
+import scipy.sparse
 import pyarrow.compute as pc
 
 from ..backends import Backend, get_backend
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
+from ..hashing import Permutations, draw_permutations
 from ..params import DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
+from ..verify import pair_jaccard
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
 from .reader import IndexReader
@@ -50,6 +53,8 @@ class Index:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         read_manifest(self.path)  # refuses what is not an index, naming the file
+        self._reader: Optional[IndexReader] = None
+        self._cached_permutations: Optional[Permutations] = None
 
     # --- making one ---------------------------------------------------------------------------
 
@@ -105,7 +110,7 @@ class Index:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept."""
-        result, _ = self._run(IndexReader(self.path), data, text_field, id_field, token_field, backend, progress,
+        result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress,
                               on_error, batch_bytes)
         return result
 
@@ -185,22 +190,57 @@ class Index:
 
     # --- lookups ------------------------------------------------------------------------------
 
-    def query(self, documents, *, backend: str | Backend = "auto") -> list[list[tuple[Any, float]]]:
-        """For each query document (texts, or token-id lists for a token index: what
-        gpudedup.dedup takes as a list), the indexed documents whose exact Jaccard with it
-        reaches the threshold, as (id, jaccard) sorted by Jaccard, highest first."""
+    def query(self, documents, *, backend: str | Backend = "cpu") -> list[list[tuple[Any, float]]]:
+        """For each query document (texts, or token-id lists for a token index), the indexed
+        documents whose exact Jaccard with it reaches the threshold, as (id, jaccard), highest
+        Jaccard first. A lookup, not a run: shingles, signatures and band keys of the queries,
+        the probe, and the exact Jaccard against the stored sets; nothing is written. The
+        numpy backend by default: a handful of documents is not worth a device round trip."""
+        from ..api import list_corpus
+        from ..shingling import ShingleBatch, set_rows
+
         queries = list(documents)
         if not queries:
             return []
-        result = self.dedup(queries, backend=backend)
-        k = result.indexed_rows
+        reader = self.reader()
+        params = self.params()
+        spec, banding = params.shingle_spec(), params.banding()
+        permutations = self._permutations(params)
+        chosen = backend if not isinstance(backend, str) else get_backend(backend)
+        corpus = list_corpus(queries, "query")
+        shingles = chosen.shingle_hashes(*corpus.units(), spec)
+        shingles = ShingleBatch(chosen.to_host(shingles.offsets), chosen.to_host(shingles.hashes))
+        keys = chosen.to_host(chosen.band_keys(chosen.signatures(shingles, permutations), banding))
+        nonempty = np.flatnonzero(shingles.counts() > 0)  # an empty query matches nothing
+        query, segment, row = reader.probe_pairs(keys[nonempty], params.bucket_window)
+        query = nonempty[query]
         found: list[list[tuple[Any, float]]] = [[] for _ in queries]
-        outcome = result.outcome
-        ids = result.ids
-        for a, b, jaccard in zip(outcome.pair_a, outcome.pair_b, outcome.jaccard):
-            if a < k <= b:  # an indexed document (a) and a query (b)
-                found[int(b) - k].append((ids[int(a)].as_py(), float(jaccard)))
+        if query.size == 0:
+            return found
+        codes, inverse = np.unique(np.stack([segment, row], axis=1), axis=0, return_inverse=True)
+        indexed_sets = reader.sets(codes[:, 0], codes[:, 1])
+        sets = scipy.sparse.vstack([set_rows(shingles), indexed_sets], format="csr")
+        sets.has_sorted_indices = True
+        jaccard = pair_jaccard(sets, query, len(queries) + inverse.reshape(-1))
+        hit = jaccard >= params.threshold
+        ids = reader.gather(codes[:, 0], codes[:, 1]).ids.to_pylist()
+        for q, code, value in zip(query[hit], inverse.reshape(-1)[hit], jaccard[hit]):
+            found[int(q)].append((ids[int(code)], float(value)))
         return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]
+
+    def reader(self) -> IndexReader:
+        """A reader of the last committed state, kept while no commit follows (its files are
+        checked once, on first use)."""
+        manifest = read_manifest(self.path)
+        if self._reader is None or self._reader.manifest.generation != manifest.generation:
+            self._reader = IndexReader(self.path, manifest)
+        return self._reader
+
+    def _permutations(self, params: DedupParams) -> Permutations:
+        if self._cached_permutations is None:
+            banding = params.banding()
+            self._cached_permutations = draw_permutations(banding.bands * banding.rows, params.seed)
+        return self._cached_permutations
 
     # --- changes ------------------------------------------------------------------------------
 

@@ -117,25 +117,39 @@ class IndexReader:
         against the index pairs exactly what the batch run pairs wherever no bucket holds more
         than ``window`` documents.)
         """
-        found_segment, found_row = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        _, segment, row = self.probe_pairs(keys, window)
+        pairs = np.unique(np.stack([segment, row], axis=1), axis=0) if segment.size else np.zeros((0, 2), np.int64)
+        return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+    def probe_pairs(self, keys: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which new document matched which indexed one (see probe): (new int64, segment int64,
+        row int64), one entry per distinct triple, live documents only."""
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         for position, segment in enumerate(self.segments):
             sorted_keys, rows = segment.array("keys"), segment.array("rows")
-            matched = []
+            new, local = [], []
             for band in range(sorted_keys.shape[0]):
                 column = sorted_keys[band]
                 lo = np.searchsorted(column, keys[:, band], side="left")
                 hi = np.searchsorted(column, keys[:, band], side="right")
                 lo = np.maximum(lo, hi - window)
                 run, within = ragged_arange(hi - lo)
-                matched.append(np.asarray(rows[band][lo[run] + within], dtype=np.int64))
-            local = np.unique(np.concatenate(matched)) if matched else np.zeros(0, np.int64)
+                new.append(run)
+                local.append(np.asarray(rows[band][lo[run] + within], dtype=np.int64))
+            if not new:
+                continue
+            codes = np.unique(np.concatenate(new) * segment.entry.documents + np.concatenate(local))
+            query, row = np.divmod(codes, max(segment.entry.documents, 1))
             removed = self.removed().get(segment.entry.name)
-            if removed is not None and local.size:
-                local = local[~np.isin(local, removed)]
-            found_segment.append(np.full(local.shape[0], position, np.int64))
-            found_row.append(local)
-        return np.concatenate(found_segment), np.concatenate(found_row)
+            if removed is not None and row.size:
+                live = ~np.isin(row, removed)
+                query, row = query[live], row[live]
+            found.append((query, np.full(row.shape[0], position, np.int64), row))
+        if not found:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        query, segment_positions, row = (np.concatenate(parts) for parts in zip(*found))
+        return query, segment_positions, row
 
     def gather(self, segment: np.ndarray, row: np.ndarray) -> Matched:
         """The stored ids, signatures and lengths of (segment, row) pairs in index order."""
