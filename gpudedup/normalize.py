@@ -277,6 +277,31 @@ def remove_flagged(codepoints, offsets, flags, strip: int, xp=np):
 ARROW_FORMS = {"nfc": "NFC", "nfkc": "NFKC"}
 
 
+# Characters each Unicode version added, as Arrow's utf8proc shows that it knows them (the
+# probes of docs/hash-spec.md): (version, function, input, what a utf8proc of that version gives).
+UNICODE_PROBES = (
+    ("15.0", "utf8_normalize", "\U0001E030", "\u0430"),  # NFKC of MODIFIER LETTER CYRILLIC SMALL A
+    ("15.1", "utf8_is_alpha", "\U0002EBF0", True),  # a CJK ideograph of Extension I
+    ("16.0", "utf8_lower", "\U00010D50", "\U00010D70"),  # GARAY CAPITAL LETTER A
+    ("17.0", "utf8_is_alpha", "\U00010940", True),  # a Sidetic letter
+)
+
+
+@cache
+def unicode_form_version() -> str:
+    """The Unicode version of the normalisation forms (Arrow's utf8proc) in this process, as
+    far as UNICODE_PROBES tell: "17.0", "16.0", ..., or "14.0 or older". NFC/NFKC hashes of
+    text with characters assigned after an index's or work directory's version may differ, so
+    both record it and refuse another."""
+    version = "14.0 or older"
+    for name, function, text, expected in UNICODE_PROBES:
+        arguments = ("NFKC",) if function == "utf8_normalize" else ()
+        if getattr(pc, function)(pa.array([text]), *arguments)[0].as_py() != expected:
+            break
+        version = name
+    return version
+
+
 def unicode_form_utf8(data, offsets, form: str, xp=np):
     """The texts of a batch in a Unicode normalisation form, by Arrow's ``utf8_normalize``
     (utf8proc; docs/hash-spec.md says which Unicode version).

@@ -90,6 +90,10 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
         status = os.stat(path)
         inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
     chosen = {name: params.as_dict()[name] for name in RESULT_PARAMETERS}
+    if params.unicode is not None:  # NFC/NFKC follow the Unicode version of Arrow's utf8proc
+        from ..normalize import unicode_form_version
+
+        chosen["unicode_version"] = unicode_form_version()
     return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
             "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}

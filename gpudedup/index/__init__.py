@@ -30,6 +30,7 @@ from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
+from ..normalize import unicode_form_version
 from ..params import DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
@@ -73,6 +74,8 @@ class Index:
         root.mkdir(parents=True, exist_ok=True)
         fixed = {name: getattr(params, name) for name in INDEX_PARAMETERS}
         fixed.update(bands=banding.bands, rows=banding.rows, id_type=None)
+        if params.unicode is not None:  # NFC/NFKC follow the Unicode version of Arrow's utf8proc
+            fixed["unicode_version"] = unicode_form_version()
         with writer_lock(root):
             write_manifest(root, Manifest(fixed, (), None, 0))
         return cls(root)
@@ -82,6 +85,12 @@ class Index:
     def params(self, **speed: Any) -> DedupParams:
         """The index's DedupParams (``speed``: batch_bytes, batch_rows, max_memory)."""
         fixed = read_manifest(self.path).parameters
+        recorded = fixed.get("unicode_version")
+        if recorded is not None and recorded != unicode_form_version():
+            raise ParameterError(
+                f"{self.path}: the index's {fixed['unicode'].upper()} forms follow Unicode {recorded}, this pyarrow's "
+                f"follow Unicode {unicode_form_version()}: text with characters assigned in between would hash "
+                "differently; use the pyarrow the index was made with, or make a new index")
         return DedupParams(**{name: fixed[name] for name in INDEX_PARAMETERS}, bands=fixed["bands"],
                            rows=fixed["rows"], keep="first", **speed)
 
