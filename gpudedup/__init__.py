@@ -11,7 +11,8 @@ then exact Jaccard verification of the candidate pairs and one kept document per
 The stages are public too (each takes and returns host numpy arrays on the numpy backend):
 ``shingle_hashes`` / ``shingle_sets`` (texts -> per-document 64-bit shingle hashes),
 ``minhash_signatures`` (-> uint32 (n, K)), ``band_keys`` and ``candidate_pairs`` (LSH),
-``pair_jaccard`` (exact verification) and ``find_clusters``. Importing gpudedup never imports
+``pair_jaccard`` (exact verification) and ``find_clusters``. ``Index`` is a persistent index
+that deduplicates new data against everything kept before. Importing gpudedup never imports
 cupy or cudf.
 """
 
@@ -21,7 +22,7 @@ from .version import __version__
 # light, so the `gpudedup` command installs its signal handlers before numpy, pyarrow and scipy
 # are loaded, and a Ctrl-C during those imports already ends it with one line (console.py).
 __all__ = [
-    "dedup", "DedupResult", "DedupParams", "ShingleSpec", "ShingleBatch", "Permutations", "Banding",
+    "dedup", "Index", "DedupResult", "DedupParams", "ShingleSpec", "ShingleBatch", "Permutations", "Banding",
     "normalize_text", "shingle_hashes", "shingle_sets", "draw_permutations", "minhash_signatures",
     "choose_bands", "collision_probability", "band_keys", "candidate_pairs", "pair_jaccard",
     "find_clusters", "GpudedupError", "InputError", "OutputError", "ParameterError",
@@ -32,10 +33,10 @@ __all__ = [
 def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
-    from . import api, cluster, errors, hashing, lsh, minhash, normalize, params, result, shingling, verify
+    from . import api, cluster, errors, hashing, index, lsh, minhash, normalize, params, result, shingling, verify
 
     homes = {
-        api: ("dedup",), result: ("DedupResult",), cluster: ("find_clusters",),
+        api: ("dedup",), index: ("Index",), result: ("DedupResult",), cluster: ("find_clusters",),
         errors: ("BackendUnavailableError", "GpudedupError", "InputError", "OutputError", "ParameterError"),
         hashing: ("Permutations", "draw_permutations"),
         lsh: ("Banding", "band_keys", "candidate_pairs", "choose_bands", "collision_probability"),
