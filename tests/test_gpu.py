@@ -32,15 +32,34 @@ def gpu():
     return get_backend("gpu")
 
 
-@pytest.mark.parametrize("spec", [ShingleSpec("word", 1), ShingleSpec("word", 5), ShingleSpec("char", 1),
-                                  ShingleSpec("char", 5), ShingleSpec("char", 9)], ids=str)
-def test_shingle_hashes_equal_numpy(gpu, spec):
+TEXT_SPECS = [ShingleSpec("word", 1), ShingleSpec("word", 5), ShingleSpec("char", 1), ShingleSpec("char", 5),
+              ShingleSpec("char", 9), ShingleSpec("word", 5, "nfkc", True, True), ShingleSpec("char", 5, "nfc")]
+
+
+@pytest.mark.parametrize("spec", TEXT_SPECS, ids=str)
+def test_shingle_hashes_and_sets_equal_numpy(gpu, spec):
     texts = EDGE_TEXTS + random_texts(np.random.default_rng(7), 300) + sample_texts(200)
     data, offsets = text_buffers(texts)
-    ours = gpu.shingle_hashes(data, offsets, spec)
-    reference = NumpyBackend().shingle_hashes(data, offsets, spec)
-    np.testing.assert_array_equal(gpu.to_host(ours.offsets), reference.offsets)
-    np.testing.assert_array_equal(gpu.to_host(ours.hashes), reference.hashes)
+    reference = NumpyBackend()
+    for method in ("shingle_hashes", "shingle_sets"):
+        ours = getattr(gpu, method)(data, offsets, spec)
+        expected = getattr(reference, method)(data, offsets, spec)
+        np.testing.assert_array_equal(gpu.to_host(ours.offsets), expected.offsets)
+        np.testing.assert_array_equal(gpu.to_host(ours.hashes), expected.hashes)
+
+
+def test_token_shingles_equal_numpy(gpu):
+    rng = np.random.default_rng(11)
+    lists = [rng.integers(0, 2**32, size=int(n), dtype=np.uint64).astype(np.uint32) for n in rng.integers(0, 400, 300)]
+    ids = np.concatenate(lists)
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in lists])]).astype(np.int64)
+    reference = NumpyBackend()
+    for spec in (ShingleSpec("token", 1), ShingleSpec("token", 5)):
+        for method in ("shingle_hashes", "shingle_sets"):
+            ours = getattr(gpu, method)(ids, offsets, spec)
+            expected = getattr(reference, method)(ids, offsets, spec)
+            np.testing.assert_array_equal(gpu.to_host(ours.offsets), expected.offsets)
+            np.testing.assert_array_equal(gpu.to_host(ours.hashes), expected.hashes)
 
 
 @pytest.mark.parametrize("num_perm", [1, 63, 64, 117, 128, 129, 256, 300])
