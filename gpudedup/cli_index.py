@@ -115,7 +115,7 @@ def query_command(
         opened = Index(index)
         documents = []
         for query in queries:
-            if Path(query).is_file():
+            if names_a_file(query):
                 from .api import content_field
                 from .io.read import read_corpus
 
@@ -126,6 +126,15 @@ def query_command(
         for number, hits in enumerate(opened.query(documents, backend=backend.value)):
             out.print_json(json.dumps({"query": number, "matches": [{"id": i, "jaccard": j} for i, j in hits]}),
                            indent=None)
+
+
+def names_a_file(query: str) -> bool:
+    """Whether a query argument names an existing file (else it is a text). A text longer than
+    a path may be (ENAMETOOLONG) or holding a NUL names none."""
+    try:
+        return Path(query).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 @index_app.command("remove")
