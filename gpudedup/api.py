@@ -130,16 +130,20 @@ def content_field(params: DedupParams, text_field: str, token_field: str) -> str
 
 
 def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarray], Any],
-                  id_field: Optional[str] = None, on_error: str = "stop") -> DedupResult:
+                  id_field: Optional[str] = None, on_error: str = "stop", store=None) -> DedupResult:
     """The result of the in-memory run over ``corpus``; restore(keep) gives the kept rows in the
-    input's own type (to_corpus)."""
-    return DedupResult.of(outcome, corpus.ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
-                          corpus.skipped_records, on_error)
+    input's own type (to_corpus); store: the run's store when it holds rows besides the
+    corpus's (a run against a persistent index: its ids, and how many rows lead)."""
+    ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
+    return DedupResult.of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
+                          corpus.skipped_records, on_error, indexed_rows=indexed_rows)
 
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
-               id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers) -> DedupResult:
-    """``dedup`` through a work directory with its heavy stages on a Dask cluster."""
+               id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
+               against=None) -> DedupResult:
+    """``dedup`` through a work directory with its heavy stages on a Dask cluster; against: a
+    run against a persistent index (index.store.Against), or None."""
     import tempfile
 
     from .engine.dask import DaskExecutor, dask_client
@@ -154,12 +158,12 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         executor = DaskExecutor(connected)
         if work_dir is not None:
             result = staged_dedup(data, params, backend, Path(work_dir), resume, text_field, id_field, on_error,
-                                  progress, executor)
+                                  progress, executor, against)
         else:
             # The result reads the input files again when it writes; the spills are not needed.
             with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                 result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field, id_field,
-                                      on_error, progress, executor)
+                                      on_error, progress, executor, against)
         result.report = result.report.with_dask(connected.scheduler.address,
                                                 len(connected.scheduler_info()["workers"]), work_dir is not None)
         return result
@@ -167,9 +171,10 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: bool, text_field: str,
                  id_field: Optional[str], on_error: str, progress: Progress,
-                 executor: Optional[Executor] = None) -> DedupResult:
+                 executor: Optional[Executor] = None, against=None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
-    runs the store's tasks (this process when None)."""
+    runs the store's tasks (this process when None); against: a run against a persistent index
+    (index.store.Against: it wraps the store), or None."""
     from .engine.disk import WorkDirStore, fingerprint
     from .engine.workdir import WorkDir
 
@@ -179,15 +184,19 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
     check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
     found = scan_inputs(paths, on_error)
     try:
-        work = WorkDir(work_dir, fingerprint(found, params, text_field, id_field, on_error), resume)
-        store = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
+        prints = fingerprint(found, params, text_field, id_field, on_error)
+        if against is not None:  # the stages kept belong to one state of the index
+            prints["index"] = against.fingerprint()
+        work = WorkDir(work_dir, prints, resume)
+        base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
+        store = base if against is None else against.wrap(base)
         outcome = run_job(store, params, backend, executor, progress)
     except OSError as error:  # a full disk, a lost mount, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
-    table = store.table()
+    table = base.table()
     return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
-                          sorted_records(store.skipped_records(), found), on_error)
+                          sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned)
 
 
 # --- input adaptation ---------------------------------------------------------------------------

@@ -194,11 +194,10 @@ def dedup_command(
                          strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
                          max_fn=max_fn, low=low, max_fp=max_fp, seed=seed, bucket_window=bucket_window)
             check_index_parameters(index.params(), given, bands, rows, keep.value)
-            if work_dir is not None or scheduler is not None or workers is not None:
-                raise ParameterError("--against runs in memory: leave out --work-dir, --scheduler and --workers")
             result = index.dedup(list(inputs), text_field=text_field, id_field=id_field, token_field=token_field,
                                  backend=backend.value, progress=not quiet, on_error=on_error.value,
-                                 batch_bytes=batch_bytes)
+                                 batch_bytes=batch_bytes, work_dir=work_dir, resume=resume, scheduler=scheduler,
+                                 workers=workers)
             result.write(output, format=format.value, overwrite=overwrite)
             guard.written = output
             if not quiet:

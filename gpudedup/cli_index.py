@@ -75,6 +75,11 @@ def add_command(
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
     on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    work_dir: Annotated[Optional[Path], typer.Option(
+        help="Run in stages over one input file at a time, as dedup --work-dir.", show_default=False)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Go on with the stages in --work-dir.")] = False,
+    scheduler: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
 ):
     """Deduplicate new data against the index and within itself, write the results as
@@ -88,7 +93,8 @@ def add_command(
         started = time.perf_counter()
         result = Index(index).add(list(inputs), tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
-                                  on_error=on_error.value, output=output, format=format.value, overwrite=overwrite)
+                                  on_error=on_error.value, output=output, format=format.value, overwrite=overwrite,
+                                  work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers)
         guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)

@@ -64,10 +64,12 @@ class DedupResult:
            indexed_rows: int = 0) -> "DedupResult":
         """The result of a run: ``ids`` (the id of every row, in row order) attached to the
         outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
-        in-memory data), which the report names with the fields read (Report.with_reading)."""
+        in-memory data), which the report names with the fields read (Report.with_reading);
+        indexed_rows: the leading rows that are a persistent index's documents, not the input's
+        (``keep`` is the input's rows only)."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
-                   clusters=clusters_table(ids, outcome), keep=outcome.keep, report=report, table=table,
+                   clusters=clusters_table(ids, outcome), keep=outcome.keep[indexed_rows:], report=report, table=table,
                    inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows)

@@ -109,7 +109,13 @@ class DaskExecutor:
             raise cluster_failure(stage, error) from None
 
     def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
-        """store: a disk.WorkDirStore (its shards' band keys are read by the tasks)."""
+        """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store
+        without shards of keys to hand out (a run against a persistent index) finds its
+        candidates in this process."""
+        if not hasattr(store, "band_key_parts"):
+            from .job import LocalExecutor
+
+            return LocalExecutor().candidate_pairs(store, in_lsh, window, backend)
         import dask
         import dask.dataframe as dd
         import pandas as pd

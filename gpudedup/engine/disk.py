@@ -351,6 +351,19 @@ def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np
                         np.searchsorted(docs, second))
 
 
+def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
+               backend: BackendOrName, docs: np.ndarray, executor: Executor) -> None:
+    """The shingle sets of spilled rows ``docs`` (int64, ascending) under WORK/sets/<name>/, one
+    task per shard that holds some of them (spill_shard_sets); a shard already spilled under
+    ``name`` (an earlier, interrupted run's) is not spilled again, so a name is for one set of
+    rows."""
+    todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
+            if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
+    root = str(work.root)
+    executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
+                 "the shingle sets")
+
+
 def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
                    backend: BackendOrName, first: np.ndarray, second: np.ndarray, weights: np.ndarray,
                    executor: Executor) -> np.ndarray:
@@ -358,13 +371,10 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     sets of their documents are spilled shard by shard (each shard read once), then the pairs
     are checked a chunk at a time from the spill, so memory holds one shard and one chunk of
     sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
-    docs = np.unique(np.concatenate([first, second]))
-    todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
-            if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
+    spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
+               executor)
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, as_backend(backend)))
     root = str(work.root)
-    executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
-                 "the shingle sets")
     # shard_rows is small (a row offset per shard): it travels inside each task.
     parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b]) for a, b in chunks],
                          "exact verification")
@@ -572,6 +582,20 @@ class WorkDirStore:
         return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
                               self.rows.spilled(first), self.rows.spilled(second),
                               self.lengths[first] + self.lengths[second], executor)
+
+    def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
+                      name: str = "documents"):
+        """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
+        verify.document_sets): spilled under WORK/sets/<name>/ shard by shard, then read back.
+        A name is for one set of rows (spill_sets)."""
+        from .job import LocalExecutor
+
+        executor = executor or LocalExecutor()
+        spilled = self.rows.spilled(docs)
+        spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor), spilled,
+                   executor)
+        progress.advance(int(docs.shape[0]))
+        return spilled_sets(str(self.work.root), name, self.shards.rows, spilled)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live

@@ -92,9 +92,15 @@ class MemoryStore:
         sets = self.document_sets(docs, progress)
         return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
 
-    def document_sets(self, docs: np.ndarray, progress: Progress):
+    @property
+    def ids(self) -> pa.Array:
+        return self.corpus.ids
+
+    def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
+                      name: str = "documents"):
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
-        verify.document_sets), shingled again by the backend a batch at a time."""
+        verify.document_sets), shingled again by the backend a batch at a time (here: executor
+        and name are for stores that spill)."""
         texts, backend = self.corpus.text_array(), self.backend
         calls = itertools.count()
 

@@ -38,7 +38,7 @@ from ..verify import pair_jaccard
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
 from .reader import IndexReader
-from .store import IndexStore
+from .store import Against, IndexStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
 # them). keep is not among them: a run against an index keeps "first" (indexed documents first).
@@ -115,19 +115,22 @@ class Index:
 
     def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
               backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
-              batch_bytes: Optional[int] = None) -> DedupResult:
+              batch_bytes: Optional[int] = None, work_dir: str | os.PathLike | None = None, resume: bool = False,
+              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
-        holds the new documents kept."""
-        result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress,
-                              on_error, batch_bytes)
+        holds the new documents kept. work_dir, resume, client, scheduler, workers: a staged
+        or Dask run over files, as gpudedup.dedup runs them."""
+        result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
+                              batch_bytes, work_dir, resume, client, scheduler, workers)
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
             token_field: str = "input_ids", backend: str | Backend = "auto", progress: bool = False,
             on_error: str = "stop", batch_bytes: Optional[int] = None,
-            output: Optional[str | os.PathLike] = None, format: str = "parquet",
-            overwrite: bool = False) -> DedupResult:
+            output: Optional[str | os.PathLike] = None, format: str = "parquet", overwrite: bool = False,
+            work_dir: str | os.PathLike | None = None, resume: bool = False, client=None,
+            scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
         """``dedup``, then commit the new documents kept (those with shingles) to the index as
         one new segment tagged ``tag``. With ``output`` the results are written there first
         (atomically), so that an interrupted add never leaves an index that holds documents
@@ -137,7 +140,7 @@ class Index:
             collect_garbage(self.path, manifest)  # what a killed writer left
             reader = IndexReader(self.path, manifest)
             result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
-                                      batch_bytes)
+                                      batch_bytes, work_dir, resume, client, scheduler, workers)
             taken = reader.first_indexed(result.ids.slice(store.pinned))
             if taken is not None:
                 raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
@@ -149,38 +152,48 @@ class Index:
         return result
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
-             backend, progress: bool, on_error: str, batch_bytes: Optional[int]) -> tuple[DedupResult, IndexStore]:
-        from ..api import content_field, to_corpus
+             backend, progress: bool, on_error: str, batch_bytes: Optional[int], work_dir=None, resume: bool = False,
+             client=None, scheduler: Optional[str] = None,
+             workers: Optional[int] = None) -> tuple[DedupResult, IndexStore]:
+        """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
+        the api's own entry points with the store wrapped (store.Against)."""
+        from ..api import content_field, corpus_result, dask_dedup, staged_dedup, to_corpus
 
         params = self.params(batch_bytes=batch_bytes)
         chosen = backend if not isinstance(backend, str) else get_backend(backend)
         field = content_field(params, text_field, token_field)
-        log = StageLog()
-        with log.stage("read"):
-            corpus, restore = to_corpus(data, field, id_field, on_error=on_error)
-        store = IndexStore(MemoryStore(corpus, params, chosen), reader, chosen, params.bucket_window)
-        outcome = run_job(store, params, chosen, progress=RichProgress() if progress else Progress(), log=log)
-        assert store.matched is not None
-        k = store.pinned
-        ids = joined_ids(reader, store.matched.ids, corpus.ids)
-        view = dataclasses.replace(outcome, keep=outcome.keep[k:])
-        result = DedupResult.of(view, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
-                                corpus.skipped_records, on_error, indexed_rows=k)
-        return result, store
+        against = Against(reader, chosen, params.bucket_window)
+        shown = RichProgress() if progress else Progress()
+        if client is not None or scheduler is not None or workers is not None:
+            result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
+                                scheduler, workers, against)
+        elif work_dir is not None:
+            result = staged_dedup(data, params, chosen, Path(work_dir), resume, field, id_field, on_error, shown,
+                                  against=against)
+        else:
+            if resume:
+                raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
+            log = StageLog()
+            with log.stage("read"):
+                corpus, restore = to_corpus(data, field, id_field, on_error=on_error)
+            outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen)), params, chosen, progress=shown,
+                              log=log)
+            assert against.store is not None
+            result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store)
+        assert against.store is not None
+        return result, against.store
 
     def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str]) -> None:
         """Write the kept new documents that have shingles as a segment and commit it."""
-        k = store.pinned
         inner = store.inner
         kept_active = result.keep[inner.active]  # positions into the new documents' active rows
         rows = inner.active[kept_active]
         if rows.shape[0] == 0:
             return
         params = self.params()
-        assert store.new_signatures is not None
-        signatures = np.ascontiguousarray(store.new_signatures[kept_active])
-        sets = inner.document_sets(rows, Progress())
-        ids = result.ids.slice(k).take(pa.array(rows))
+        signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(kept_active)])
+        sets = inner.document_sets(rows, Progress(), name="index-commit")
+        ids = inner.ids.take(pa.array(rows))
         id_type = "int64" if pa.types.is_integer(ids.type) else "string"
         parameters = dict(manifest.parameters)
         if parameters.get("id_type") not in (None, id_type):
@@ -195,7 +208,6 @@ class Index:
         entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays)
         write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
                                                       segments=manifest.segments + (entry,), generation=generation))
-
 
     # --- lookups ------------------------------------------------------------------------------
 
@@ -341,12 +353,3 @@ def segment_arrays(signatures: np.ndarray, lengths: np.ndarray, set_counts: np.n
     return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),
             "signatures": signatures, "lengths": lengths, "set_offsets": offsets_from_counts(set_counts),
             "set_columns": set_columns}
-
-
-def joined_ids(reader: IndexReader, indexed: pa.Array, new: pa.Array) -> pa.Array:
-    """The ids of a run's rows: the matched indexed documents', then the new ones', as one
-    array (int64 when both are integers, else large_string)."""
-    both_int = pa.types.is_integer(new.type) and (len(indexed) == 0 or pa.types.is_integer(indexed.type))
-    target = pa.int64() if both_int else pa.large_string()
-    return pa.concat_arrays([indexed.cast(target), new.cast(target)])
-

@@ -105,9 +105,10 @@ class IndexReader:
                     self._removed[name] = np.unique(rows.astype(np.int64))
         return self._removed
 
-    def probe(self, keys: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
-        """The indexed documents that share a band key with the new documents: keys uint64
-        (m, bands) host, the new documents' band keys. Returns (segment int64, row int64) of
+    def probe(self, keys, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """The indexed documents that share a band key with the new documents: keys, the new
+        documents' band keys, uint64 (m, bands) on any side or anything whose ``keys[:, band]``
+        gives one band's (a staged store's spilled keys). Returns (segment int64, row int64) of
         each matched live document, distinct, in index order.
 
         window: the --bucket-window bound. A batch run over (indexed, then new documents) pairs
@@ -121,25 +122,29 @@ class IndexReader:
         pairs = np.unique(np.stack([segment, row], axis=1), axis=0) if segment.size else np.zeros((0, 2), np.int64)
         return pairs[:, 0].copy(), pairs[:, 1].copy()
 
-    def probe_pairs(self, keys: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def probe_pairs(self, keys, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which new document matched which indexed one (see probe): (new int64, segment int64,
         row int64), one entry per distinct triple, live documents only."""
         found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        for position, segment in enumerate(self.segments):
-            sorted_keys, rows = segment.array("keys"), segment.array("rows")
-            new, local = [], []
-            for band in range(sorted_keys.shape[0]):
-                column = sorted_keys[band]
-                lo = np.searchsorted(column, keys[:, band], side="left")
-                hi = np.searchsorted(column, keys[:, band], side="right")
+        bands = int(self.manifest.parameters["bands"])
+        new: list[list[np.ndarray]] = [[] for _ in self.segments]
+        local: list[list[np.ndarray]] = [[] for _ in self.segments]
+        for band in range(bands if self.segments else 0):
+            column = keys[:, band]  # one band of the new documents, read once for every segment
+            column = np.ascontiguousarray(column.get() if hasattr(column, "get") else column, dtype=np.uint64)
+            for position, segment in enumerate(self.segments):
+                sorted_keys = segment.array("keys")[band]
+                lo = np.searchsorted(sorted_keys, column, side="left")
+                hi = np.searchsorted(sorted_keys, column, side="right")
                 lo = np.maximum(lo, hi - window)
                 run, within = ragged_arange(hi - lo)
-                new.append(run)
-                local.append(np.asarray(rows[band][lo[run] + within], dtype=np.int64))
-            if not new:
+                new[position].append(run)
+                local[position].append(np.asarray(segment.array("rows")[band][lo[run] + within], dtype=np.int64))
+        for position, segment in enumerate(self.segments):
+            if not new[position]:
                 continue
-            codes = np.unique(np.concatenate(new) * segment.entry.documents + np.concatenate(local))
+            codes = np.unique(np.concatenate(new[position]) * segment.entry.documents
+                              + np.concatenate(local[position]))
             query, row = np.divmod(codes, max(segment.entry.documents, 1))
             removed = self.removed().get(segment.entry.name)
             if removed is not None and row.size:

@@ -1,28 +1,27 @@
-"""Store: new documents (in memory) together with the indexed documents they may be
-near-duplicates of, so that the engine's one stage sequence (engine/job.py) deduplicates new
-data against everything kept before.
+"""Store: new documents (in memory, or staged in a work directory) together with the indexed
+documents they may be near-duplicates of, so that the engine's one stage sequence
+(engine/job.py) deduplicates new data against everything kept before.
 
 Rows: 0 .. k-1 are the indexed documents the probe matched (IndexReader.probe: those sharing a
-band key with a new document), in index order; k .. k+n-1 are the new documents in input order.
-The first k rows are ``pinned``: never removed, never paired with each other. The job over
-these rows is the batch job over (every indexed document, then the new data) restricted to
-what can involve a new document, so its cost grows with the new data and its matches, not with
-the size of the index.
+band key with a new document), in index order; k .. k+n-1 are the new documents of the inner
+store (engine/memory.py or engine/disk.py), in input order. The first k rows are ``pinned``:
+never removed, never paired with each other. The job over these rows is the batch job over
+(every indexed document, then the new data) restricted to what can involve a new document, so
+its cost grows with the new data and its matches, not with the size of the index.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse
 
 from ..backends import Backend
 from ..engine.job import Executor
-from ..engine.memory import MemoryStore
-from ..hashing import Permutations
-from ..lsh import Banding, to_side
-from ..memory import release_unused_memory
+from ..hashing import Permutations, poly_hash64_rows
+from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
@@ -33,64 +32,145 @@ from .reader import IndexReader, Matched
 class IndexStore:
     """The matched indexed documents, then the new documents of ``inner`` (see the module)."""
 
-    def __init__(self, inner: MemoryStore, reader: IndexReader, backend: Backend, window: int):
+    def __init__(self, inner: Any, reader: IndexReader, backend: Backend, window: int):
         self.inner, self.reader, self.backend, self.window = inner, reader, backend, window
         self.copy_batch_cost = inner.copy_batch_cost
-        self.work_dir: Optional[str] = None
+        self.work_dir: Optional[str] = inner.work_dir
         self.pinned = 0
         self.matched: Optional[Matched] = None
-        self.new_signatures: Optional[np.ndarray] = None  # kept for the commit (index add)
-        self.signatures: Optional[np.ndarray] = None
+        self.signatures: Any = None
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
-        inner, backend = self.inner, self.backend
+        inner = self.inner
         inner.sign(spec, banding, permutations, executor, log, progress)
+        # The new documents' keys, all of them, once (a memory store hands its keys over).
+        self.new_keys = inner.band_keys(np.ones(inner.active.shape[0], dtype=bool))
         with log.stage("index_probe"):
-            segment, row = self.reader.probe(backend.to_host(inner.keys), self.window)
+            segment, row = self.reader.probe(self.new_keys, self.window)
             matched = self.matched = self.reader.gather(segment, row)
-        k = matched.count
-        self.pinned = k
+        k = self.pinned = matched.count
         self.documents = k + inner.documents
         self.active = np.concatenate([np.arange(k, dtype=np.int64), inner.active + k])
         self.lengths = np.concatenate([matched.lengths, inner.lengths])
-        self.new_signatures = inner.signatures
-        self.signatures = np.concatenate([matched.signatures, inner.signatures])
+        if isinstance(inner.signatures, np.ndarray):  # in memory: one array, as the stages expect
+            self.signatures = np.concatenate([matched.signatures, inner.signatures])
+        else:  # memory-mapped spills: gathered on demand
+            self.signatures = JoinedRows(matched.signatures, inner.signatures)
         # The indexed documents' band keys are those of their stored signatures.
-        old_keys = backend.band_keys(to_side(matched.signatures, backend.xp), banding)
-        self.keys = backend.xp.concatenate([old_keys, inner.keys])
-        inner.keys = None
+        self.old_keys = band_keys(matched.signatures, banding)
 
-    def row_hashes(self) -> None:
-        return None
+    @property
+    def ids(self) -> pa.Array:
+        """The id of every row: the matched indexed documents', then the new ones'."""
+        assert self.matched is not None
+        indexed, new = self.matched.ids, self.inner.ids
+        both_int = pa.types.is_integer(new.type) and (len(indexed) == 0 or pa.types.is_integer(indexed.type))
+        target = pa.int64() if both_int else pa.large_string()
+        return pa.concat_arrays([indexed.cast(target), new.cast(target)])
 
-    def band_keys(self, in_lsh: np.ndarray):
-        keys, self.keys = self.keys, None
-        return keys if in_lsh.all() else keys[to_side(in_lsh, self.backend.xp)]
+    def row_hashes(self) -> Optional[np.ndarray]:
+        new = self.inner.row_hashes()
+        if new is None:
+            return None  # identical_copies hashes the rows itself
+        assert self.matched is not None
+        return np.concatenate([poly_hash64_rows(self.matched.signatures), new])
+
+    def band_keys(self, in_lsh: np.ndarray) -> "JoinedKeys":
+        k = self.pinned
+        keys = JoinedKeys(self.old_keys, in_lsh[:k], self.new_keys, in_lsh[k:], self.backend.xp)
+        self.new_keys = None  # the candidate stage is the last to read them
+        return keys
 
     def drop_signatures(self) -> None:
-        self.signatures = None  # (new_signatures stays: index add commits the kept ones)
-        release_unused_memory()
+        # The inner store keeps its own: index add commits the kept documents' signatures.
+        self.signatures = None
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        return compute()
+        return self.inner.cached(stage, compute)
 
-    def document_sets(self, docs: np.ndarray) -> scipy.sparse.csr_matrix:
+    def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
+                      name: str = "documents") -> scipy.sparse.csr_matrix:
         """The shingle sets of rows ``docs`` (int64, ascending): stored ones for the indexed
-        rows, shingled again for the new ones."""
+        rows, the inner store's for the new ones."""
         assert self.matched is not None
         k = self.pinned
         old = docs[docs < k]
         old_sets = self.reader.sets(self.matched.segment[old], self.matched.row[old])
-        new_sets = self.inner.document_sets(docs[docs >= k] - k, Progress())
-        return scipy.sparse.vstack([old_sets, new_sets], format="csr")
+        new_sets = self.inner.document_sets(docs[docs >= k] - k, progress, executor, name)
+        sets = scipy.sparse.vstack([old_sets, new_sets], format="csr")
+        sets.has_sorted_indices = True  # each part's rows are sorted and distinct
+        return sets
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
                       progress: Progress) -> np.ndarray:
-        docs = np.unique(np.concatenate([first, second]))
-        sets = self.document_sets(docs)
-        sets.has_sorted_indices = True  # each part's rows are sorted and distinct
-        return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
+        """Pairs of two new documents go to the inner store as they are; pairs with an indexed
+        document are checked here against its stored set."""
+        k = self.pinned
+        jaccard = np.empty(first.shape[0], dtype=np.float64)
+        new = first >= k
+        jaccard[new] = self.inner.exact_jaccard(name, first[new] - k, second[new] - k, executor, progress)
+        if (~new).any():
+            a, b = first[~new], second[~new]
+            docs = np.unique(np.concatenate([a, b]))
+            sets = self.document_sets(docs, Progress(), executor, f"{name}-index")
+            jaccard[~new] = pair_jaccard(sets, np.searchsorted(docs, a), np.searchsorted(docs, b))
+        return jaccard
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
+
+
+class JoinedRows:
+    """Signature rows of the indexed documents (uint32 (k, K), host) followed by an inner
+    store's (anything that gathers rows by ``[positions]``): ``rows[positions]`` -> uint32
+    (len(positions), K), host."""
+
+    def __init__(self, old: np.ndarray, new: Any):
+        self.old, self.new = old, new
+        self.shape = (old.shape[0] + new.shape[0], old.shape[1])
+
+    def __getitem__(self, positions) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        k = self.old.shape[0]
+        out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
+        old = positions < k
+        out[old] = self.old[positions[old]]
+        if (~old).any():
+            out[~old] = np.asarray(self.new[positions[~old] - k])
+        return out
+
+
+class JoinedKeys:
+    """Band keys for lsh.candidate_pairs: the indexed documents' (uint64 (k, bands), host)
+    where old_mask, then the inner store's keys object (``keys[:, band]``, on the host or the
+    backend's side) where new_mask; ``keys[:, band]`` is on xp's side."""
+
+    def __init__(self, old: np.ndarray, old_mask: np.ndarray, new: Any, new_mask: np.ndarray, xp):
+        self.old, self.old_mask, self.new, self.new_mask, self.xp = old, old_mask, new, new_mask, xp
+        self.shape = (int(old_mask.sum() + new_mask.sum()), old.shape[1])
+
+    def __getitem__(self, index) -> Any:
+        _, band = index  # keys[:, band]
+        xp = self.xp
+        new = to_side(self.new[:, band], xp)
+        if not self.new_mask.all():
+            new = new[to_side(self.new_mask, xp)]
+        return xp.concatenate([to_side(np.ascontiguousarray(self.old[self.old_mask, band]), xp), new])
+
+
+class Against:
+    """A run against an index: wraps the run's own store (engine/memory.py, engine/disk.py) in an
+    IndexStore over one committed state of the index, and keeps it for the commit (index add)."""
+
+    def __init__(self, reader: IndexReader, backend: Backend, window: int):
+        self.reader, self.backend, self.window = reader, backend, window
+        self.store: Optional[IndexStore] = None
+
+    def wrap(self, store: Any) -> IndexStore:
+        self.store = IndexStore(store, self.reader, self.backend, self.window)
+        return self.store
+
+    def fingerprint(self) -> dict:
+        """What a work directory's kept stages depend on besides the input: this state."""
+        return {"path": str(self.reader.root.absolute()), "generation": self.reader.manifest.generation}
