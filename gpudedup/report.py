@@ -132,7 +132,9 @@ class Report(Mapping):
     stages: seconds and peak memory per stage (stages.StageLog.as_dict); staged: a run
     through a work directory, whose report names it (work_dir; None for the temporary one of
     a local Dask cluster); dask: the cluster's scheduler and worker count; output: where the
-    results were written (set by the write).
+    results were written (set by the write); index: a run against a persistent index (its
+    path, the commit generation it saw, the indexed documents it checked, and whether the run
+    added its kept documents).
     """
 
     gpudedup_version: str
@@ -148,6 +150,7 @@ class Report(Mapping):
     work_dir: Optional[str] = None
     dask: Optional[dict] = None
     output: Optional[dict] = field(default=None)
+    index: Optional[dict] = None
 
     def with_reading(self, text_field: str, id_field: Optional[str], on_error: str,
                      paths: list[str]) -> "Report":
@@ -163,6 +166,11 @@ class Report(Mapping):
         a temporary one, gone after the run."""
         return replace(self, dask={"scheduler": scheduler, "workers": workers},
                        work_dir=self.work_dir if work_dir_kept else None)
+
+    def with_index(self, path: str, generation: int, indexed_documents_checked: int, added: bool) -> "Report":
+        """This report of a run against a persistent index (index/)."""
+        return replace(self, index={"path": path, "generation": generation,
+                                    "indexed_documents_checked": indexed_documents_checked, "added": added})
 
     def with_write(self, write_stage: dict, directory: str, format: str) -> "Report":
         """This report once its results are written: the write stage's figures (seconds,
@@ -188,6 +196,8 @@ class Report(Mapping):
             out["work_dir"] = self.work_dir
         if self.dask is not None:
             out["dask"] = self.dask
+        if self.index is not None:
+            out["index"] = self.index
         if self.output is not None:
             out["output"] = self.output
         return out

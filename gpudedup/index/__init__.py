@@ -146,6 +146,9 @@ class Index:
                 raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
                                  "unique across the index (name an id field with --id-field / id_field=, or "
                                  "remove the indexed document first)")
+            index_entry = result.report["index"]
+            result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
+                                                     index_entry["indexed_documents_checked"], added=True)
             if output is not None:
                 result.write(output, format=format, overwrite=overwrite)
             self._commit_new(manifest, result, store, tag)
@@ -181,6 +184,8 @@ class Index:
             assert against.store is not None
             result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store)
         assert against.store is not None
+        result.report = result.report.with_index(str(self.path.absolute()), reader.manifest.generation,
+                                                 against.store.pinned, added=False)
         return result, against.store
 
     def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str]) -> None:
