@@ -37,7 +37,7 @@ from ..stages import Progress, RichProgress, StageLog
 from ..verify import pair_jaccard
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
-from .reader import IndexReader
+from .reader import IndexReader, id_keys
 from .store import Against, IndexStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
@@ -207,7 +207,7 @@ class Index:
         parameters["id_type"] = id_type
         ids = ids.cast(pa.int64() if id_type == "int64" else pa.large_string())
         table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
-        arrays = segment_arrays(signatures, inner.lengths[rows], np.diff(sets.indptr).astype(np.int64),
+        arrays = segment_arrays(ids, signatures, inner.lengths[rows], np.diff(sets.indptr).astype(np.int64),
                                 sets.indices.astype(np.int64), params)
         generation = manifest.generation + 1
         entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays)
@@ -337,7 +337,8 @@ class Index:
             if table.num_rows:
                 signatures = np.concatenate(arrays["signatures"])
                 entries = (write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table,
-                                         segment_arrays(signatures, np.concatenate(arrays["lengths"]),
+                                         segment_arrays(table["id"].combine_chunks(), signatures,
+                                                        np.concatenate(arrays["lengths"]),
                                                         np.concatenate(arrays["set_counts"]),
                                                         np.concatenate(arrays["set_columns"]), self.params())),)
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
@@ -345,16 +346,19 @@ class Index:
             collect_garbage(self.path, read_manifest(self.path))
 
 
-def segment_arrays(signatures: np.ndarray, lengths: np.ndarray, set_counts: np.ndarray, set_columns: np.ndarray,
-                   params: DedupParams) -> dict[str, np.ndarray]:
-    """A segment's arrays (files.SEGMENT_ARRAYS) from its documents' signatures uint32 (n, K),
-    lengths int64 (n,), and shingle sets (counts int64 (n,), columns int64): the band keys of
-    the signatures (hashing.band keys, on the host), sorted per band with their rows."""
+def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, set_counts: np.ndarray,
+                   set_columns: np.ndarray, params: DedupParams) -> dict[str, np.ndarray]:
+    """A segment's arrays (files.SEGMENT_ARRAYS) from its documents' ids, signatures uint32
+    (n, K), lengths int64 (n,), and shingle sets (counts int64 (n,), columns int64): the band
+    keys of the signatures (lsh.band_keys, on the host) and the id keys (reader.id_keys), each
+    sorted with their rows."""
     from ..lsh import band_keys
     from ..ragged import offsets_from_counts
 
     keys = band_keys(signatures, params.banding()).T  # (bands, n)
     order = np.argsort(keys, axis=1, kind="stable")
+    identities = id_keys(ids)
+    id_order = np.argsort(identities, kind="stable")
     return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),
             "signatures": signatures, "lengths": lengths, "set_offsets": offsets_from_counts(set_counts),
-            "set_columns": set_columns}
+            "set_columns": set_columns, "id_keys": identities[id_order], "id_rows": id_order.astype(np.uint32)}

@@ -15,6 +15,8 @@ Layout::
         set_offsets.npy            int64 (n + 1,) and
         set_columns.npy            int64 (S,): each document's shingle-hash set, sorted and
                                    distinct (shingling.hashes_to_columns), for exact Jaccard
+        id_keys.npy, id_rows.npy   uint64 (n,) sorted id keys (id_keys) and uint32 (n,) their
+                                   rows: whether a new id is taken, by binary search
     INDEX/tombstones/<name>.parquet  the removed documents (segment, row), applied when the
                                    index is read, dropped by compact
     INDEX/writer.lock              flock'd by the one writer; holds who it is
@@ -52,7 +54,7 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 LOCK = "writer.lock"
 TEMPORARY = ".tmp-"
-SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "set_offsets", "set_columns")
+SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "set_offsets", "set_columns", "id_keys", "id_rows")
 
 
 class DamagedIndexError(InputError):

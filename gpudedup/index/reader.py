@@ -186,17 +186,24 @@ class IndexReader:
         return matrix
 
     def first_indexed(self, ids: pa.Array) -> Optional[object]:
-        """The first of ``ids`` that a live indexed document has, or None. (Reads every
-        segment's ids: memory-mapped, one pass.)"""
+        """The first of ``ids`` that a live indexed document has, or None: a binary search of
+        each segment's sorted id keys (id_keys), each hit confirmed on the id itself."""
         removed = self.removed()
+        keys = id_keys(ids)
         for segment in self.segments:
+            sorted_keys, key_rows = segment.array("id_keys"), segment.array("id_rows")
+            lo = np.searchsorted(sorted_keys, keys, side="left")
+            hi = np.searchsorted(sorted_keys, keys, side="right")
+            run, within = ragged_arange(hi - lo)
+            if run.size == 0:
+                continue
+            rows = np.asarray(key_rows[lo[run] + within], dtype=np.int64)
             column = segment.ids()["id"]
-            if pa.types.is_integer(column.type) != pa.types.is_integer(ids.type):
-                continue  # ids of the other kind cannot be equal (the commit refuses mixing them)
-            hit = pc.is_in(ids, value_set=column.combine_chunks().cast(ids.type)).to_numpy(zero_copy_only=False)
-            for position in np.flatnonzero(hit):
-                rows = np.flatnonzero(pc.equal(column, ids[int(position)]).to_numpy(zero_copy_only=False))
-                if not np.isin(rows, removed.get(segment.entry.name, [])).all():
+            for position, row in zip(run, rows):
+                gone = removed.get(segment.entry.name)
+                if gone is not None and np.isin(row, gone):
+                    continue
+                if column[int(row)].as_py() == ids[int(position)].as_py():
                     return ids[int(position)].as_py()
         return None
 
@@ -213,3 +220,20 @@ class IndexReader:
         bounds = np.flatnonzero(np.diff(segment)) + 1
         for indices in np.split(np.arange(segment.shape[0]), bounds):
             yield int(segment[indices[0]]), indices
+
+
+def id_keys(ids: pa.Array) -> np.ndarray:
+    """uint64 (n,): a key per id for the segments' sorted id keys: an integer id itself (as
+    uint64), a string id a 64-bit hash of its UTF-8 bytes (poly_hash64 over the bytes; equal
+    keys are confirmed on the ids, so a collision costs a comparison, never a wrong answer)."""
+    if pa.types.is_integer(ids.type):
+        return ids.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64)
+    from ..normalize import utf8_buffers
+    from ..shingling import span_hashes
+
+    data, offsets = utf8_buffers(ids.cast(pa.large_string()))
+    keys = np.full(len(ids), np.uint64(0), dtype=np.uint64)  # the empty string's key
+    nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
+    if nonempty.size:
+        keys[nonempty] = span_hashes(data.astype(np.uint32), offsets[:-1][nonempty], offsets[1:][nonempty])
+    return keys
