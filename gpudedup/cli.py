@@ -231,6 +231,11 @@ def params_command(
     bands: Annotated[Optional[int], typer.Option(
         help="Describe this b (with --rows) instead of choosing.", show_default=False)] = None,
     rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
+    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams (shown in the plan).")] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units per shingle.")] = DEFAULT_NGRAM,
+    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.")] = UnicodeChoice.none,
+    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove P* code points.")] = False,
+    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove S* code points.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ):
     """Choose LSH bands and rows from explicit targets, and show what they do.
@@ -246,14 +251,20 @@ def params_command(
 
     with user_errors():
         params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,
-                             max_fn=max_fn, low=low, max_fp=max_fp)
+                             max_fn=max_fn, low=low, max_fp=max_fp, shingle=shingle.value, ngram=ngram,
+                             unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
+                             strip_symbols=strip_symbols)
         summary = banding_summary(threshold, params.banding(), low)
+        # What the shingles are (the banding does not depend on them; a run's results do).
+        summary["shingles"] = {name: getattr(params, name) for name in
+                               ("shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols")}
         if json_output:
             out.print_json(data=summary)
             return
         out.print(f"[bold]{summary['bands']} bands x {summary['rows']} rows[/] "
                   f"({summary['permutations_computed']} of {num_perm} permutations computed)")
         out.print(f"why: {escape(summary['rule'])}")
+        out.print(f"shingles: {escape(describe_shingles(params))}")
         out.print(f"S-curve steepest at s = {summary['steepest_similarity']:.3f}; "
                   f"miss probability at the threshold {threshold}: {summary['miss_probability_at_threshold']:.4%}")
         table = Table("similarity s", "P(s): share of pairs at s that become candidates", "missed 1 - P(s)")
@@ -385,6 +396,17 @@ def check_index_parameters(fixed: DedupParams, given: dict, bands: Optional[int]
         raise ParameterError(f"the index fixes {fixed.bands} bands x {fixed.rows} rows; leave out --bands/--rows")
     if keep != "first":
         raise ParameterError("a run against an index keeps the indexed documents first: leave out --keep")
+
+
+def describe_shingles(params: DedupParams) -> str:
+    """'word 5-grams of the text (NFKC, punctuation removed)' and the like."""
+    if params.shingle == "token":
+        return f"{params.ngram}-grams of token ids"
+    steps = [params.unicode.upper()] if params.unicode else []
+    steps += ["punctuation removed"] if params.strip_punctuation else []
+    steps += ["symbols removed"] if params.strip_symbols else []
+    return (f"{params.shingle} {params.ngram}-grams of the text, lower-cased, white space collapsed"
+            + (f" ({', '.join(steps)})" if steps else ""))
 
 
 def unicode_form(choice: str) -> Optional[UnicodeForm]:

@@ -36,6 +36,15 @@ def test_params_json_meets_the_targets():
     assert plan["candidate_probability"]["0.5"] == plan["candidate_probability_at_low"]
 
 
+def test_params_shows_the_shingles_and_refuses_text_options_with_token_ids():
+    result = CliRunner().invoke(app, ["params", "--unicode", "nfkc", "--strip-punctuation", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["shingles"] == {"shingle": "word", "ngram": 5, "unicode": "nfkc",
+                                                     "strip_punctuation": True, "strip_symbols": False}
+    result = CliRunner().invoke(app, ["params", "--shingle", "token", "--strip-symbols"])
+    assert result.exit_code == 2 and "strip_symbols must be left out with token shingles" in result.output
+
+
 def test_params_refuses_impossible_targets_and_names_the_num_perm_that_would_do():
     result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--low", "0.5", "--max-fp", "0.05"])
     assert result.exit_code == 2
