@@ -13,36 +13,52 @@
 //
 // Parallel decomposition
 // ----------------------
-// One block computes one document's signature for one chunk of permutations:
-//   blockIdx.x -> document doc_ids[blockIdx.x]
+// One block computes the minima of one work item -- a range of one document's shingles -- for
+// one chunk of permutations:
+//   blockIdx.x -> work item blockIdx.x: document item_docs[blockIdx.x], shingles
+//                 [item_starts[blockIdx.x], min(item_starts[blockIdx.x] + item_shingles, end
+//                 of the document))
 //   blockIdx.y -> permutations [blockIdx.y * PERMS_PER_BLOCK, (blockIdx.y + 1) * PERMS_PER_BLOCK)
-// so launch with grid = (len(doc_ids), ceil(K / (BLOCK_SIZE * PERMS_PER_THREAD))).
+// so launch with grid = (n_items, ceil(K / (BLOCK_SIZE * PERMS_PER_THREAD))).
 //
-// Why: every signature entry of a document reads every shingle of that document, so the
-// shingles are the data to share and the permutations are the work to split. The block loads
-// a tile of the document's shingles into shared memory once (coalesced, each thread one
-// element), and then every thread reads every tile element -- all threads read the same
-// address at the same time, a shared-memory broadcast without bank conflicts -- and applies
-// its PERMS_PER_THREAD permutations, keeping the running minima in registers. Each tile value
-// is reused PERMS_PER_THREAD times per load; a_k and b_k are loaded once per thread. Only the
-// low 32 bits of a hash are read by the family, so the tile holds uint32 (half the shared
-// memory and half the shared-memory traffic of the uint64 hashes).
+// Why work items, not one block per document: a block's time grows with its document's
+// length, so one long document (a 100 KB licence text is ~100,000 char 5-grams) would run on
+// one block for as long as the rest of the batch takes on the whole device, leaving it idle
+// at the end. The caller (cuda_kernels.minhash_work_items) cuts every document longer than
+// item_shingles into items of item_shingles shingles (the last one shorter) and gives a short
+// document one item, its whole self. The items of one document combine their minima with
+// atomicMin on the signature row, which the caller fills with 0xFFFFFFFF (the empty value,
+// and the identity of min) beforehand; an item that is a whole document stores its minima
+// directly (no other block writes that row chunk). Since min is associative and commutative,
+// the result does not depend on how documents are cut or in which order blocks run, and it is
+// bit for bit the numpy reference's.
+//
+// Why this shape inside a block: every signature entry of a document reads every shingle of
+// that document, so the shingles are the data to share and the permutations are the work to
+// split. The block loads a tile of its shingles into shared memory once (coalesced, each
+// thread one element), and then every thread reads every tile element -- all threads read the
+// same address at the same time, a shared-memory broadcast without bank conflicts -- and
+// applies its PERMS_PER_THREAD permutations, keeping the running minima in registers. Each
+// tile value is reused PERMS_PER_THREAD times per load; a_k and b_k are loaded once per
+// thread. Only the low 32 bits of a hash are read by the family, so the tile holds uint32
+// (half the shared memory and half the shared-memory traffic of the uint64 hashes).
 //
 // Thread t of the block owns permutations k = k0 + p * BLOCK_SIZE + t, p < PERMS_PER_THREAD:
 // consecutive threads own consecutive k, so the loads of a, b and the stores of a signature
 // row are coalesced. A thread whose k is >= K (K not a multiple of the chunk) computes with
 // a = b = 0 and stores nothing; it still helps load tiles, and every thread reaches every
-// __syncthreads() because the loop bounds depend only on the document (uniform per block).
+// __syncthreads() because the loop bounds depend only on the work item (uniform per block).
 //
 // Choosing tunables: make BLOCK_SIZE * PERMS_PER_THREAD just cover K (slots past K are wasted
-// work); the defaults, 64 x 2 = 128, fit the default num_perm = 128 (and bands * rows <= 128).
-// A larger PERMS_PER_THREAD reuses each shared-memory read more (fewer loads per
-// multiply-add) but needs more registers; tests/test_kernels_nvrtc.py checks for spills.
+// work); cuda_kernels.minhash_tunables picks, among kernel_tunables.MINHASH_LAUNCH_CHOICES,
+// the one that wastes the fewest. A larger PERMS_PER_THREAD reuses each shared-memory read
+// more (fewer loads and less loop overhead per multiply-add: scripts/kernel_ceiling.py counts
+// the instructions) but needs more registers; tests/test_kernels_nvrtc.py checks for spills.
 //
-// doc_ids lets the caller launch a bucket of documents of similar length with tunables that
-// suit them (short documents: small blocks; very long ones with small K: a small
-// PERMS_PER_THREAD, so that more blocks share the work). To process every document pass
-// doc_ids = arange(n_docs). An empty document runs no tile and stores 0xFFFFFFFF.
+// The items of a launch can be any set of ranges that together cover each named document
+// once (a caller may launch buckets of documents separately, with tunables that suit them);
+// rows of documents no item names are left untouched. An empty document's item runs no tile
+// and stores 0xFFFFFFFF.
 
 #include "hash_common.cuh"
 
@@ -58,24 +74,33 @@
 
 #define PERMS_PER_BLOCK (BLOCK_SIZE * PERMS_PER_THREAD)
 
-// hashes:     uint64 (S,), the shingle hashes of all documents, grouped by document (CSR).
-// offsets:    int64 (n_docs + 1,), document d is hashes[offsets[d]:offsets[d + 1]].
-// doc_ids:    int64 (gridDim.x,), the documents this launch computes.
-// a, b:       uint32 (num_perm,), permutation parameters.
-// signatures: uint32 (n_docs, num_perm) row-major; rows of doc_ids are written.
+// hashes:        uint64 (S,), the shingle hashes of all documents, grouped by document (CSR).
+// offsets:       int64 (n_docs + 1,), document d is hashes[offsets[d]:offsets[d + 1]].
+// item_docs:     int64 (gridDim.x,), the document of each work item.
+// item_starts:   int64 (gridDim.x,), the first shingle of each item, an index into hashes in
+//                [offsets[d], offsets[d + 1]] of its document d.
+// item_shingles: the most shingles an item covers (> 0).
+// a, b:          uint32 (num_perm,), permutation parameters.
+// signatures:    uint32 (n_docs, num_perm) row-major; the rows of documents cut into several
+//                items must hold 0xFFFFFFFF before the launch (atomicMin combines into them).
 extern "C" __global__ void __launch_bounds__(BLOCK_SIZE)
 minhash_signatures_u64(const gd_u64* __restrict__ hashes,
                        const gd_i64* __restrict__ offsets,
-                       const gd_i64* __restrict__ doc_ids,
+                       const gd_i64* __restrict__ item_docs,
+                       const gd_i64* __restrict__ item_starts,
+                       const gd_i64 item_shingles,
                        const gd_u32* __restrict__ a,
                        const gd_u32* __restrict__ b,
                        const int num_perm,
                        gd_u32* __restrict__ signatures) {
     __shared__ gd_u32 tile[TILE];
 
-    const gd_i64 doc = doc_ids[blockIdx.x];
-    const gd_i64 first = offsets[doc];
-    const gd_i64 stop = offsets[doc + 1];
+    const gd_i64 doc = item_docs[blockIdx.x];
+    const gd_i64 doc_stop = offsets[doc + 1];
+    const gd_i64 first = item_starts[blockIdx.x];
+    const gd_i64 stop = doc_stop - first <= item_shingles ? doc_stop : first + item_shingles;
+    // The whole document in one item: no other block writes this row chunk.
+    const bool whole_document = first == offsets[doc] && stop == doc_stop;
     const int k0 = (int)blockIdx.y * PERMS_PER_BLOCK + (int)threadIdx.x;
 
     gd_u32 perm_a[PERMS_PER_THREAD];
@@ -111,7 +136,11 @@ minhash_signatures_u64(const gd_u64* __restrict__ hashes,
     for (int p = 0; p < PERMS_PER_THREAD; ++p) {
         const int k = k0 + p * BLOCK_SIZE;
         if (k < num_perm) {
-            row[k] = minimum[p];
+            if (whole_document) {
+                row[k] = minimum[p];
+            } else {
+                atomicMin(row + k, minimum[p]);  // the other items of the document write too
+            }
         }
     }
 }

@@ -129,8 +129,9 @@ def test_minhash_launch_choices():
     assert all(choice in KERNEL_TUNABLES["minhash.cu"] for choice in MINHASH_LAUNCH_CHOICES)
     assert minhash_tunables(128) == {}  # the default num_perm: 64 threads x 2, nothing wasted
     assert minhash_tunables(64) == {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 2, "TILE": 1024}
-    assert minhash_tunables(256) == {}  # ties keep the preferred choice
-    assert minhash_tunables(300) == {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 2, "TILE": 1024}  # 20 wasted, not 84
+    assert minhash_tunables(256) == {"BLOCK_SIZE": 64, "PERMS_PER_THREAD": 4, "TILE": 1024}  # one chunk, not two
+    # 20 wasted, not 84; then the fewest chunks: 2 of 160, not 5 of 64 or 10 of 32
+    assert minhash_tunables(300) == {"BLOCK_SIZE": 32, "PERMS_PER_THREAD": 5, "TILE": 1024}
 
 
 def test_kernel_defaults_are_the_sources_defaults():

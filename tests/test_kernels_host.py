@@ -19,16 +19,19 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES
+from gpudedup.backends.cuda_kernels import minhash_tunables, minhash_wasted_slots, minhash_work_items
+from gpudedup.backends.kernel_backend import KernelBackend
+from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES, MINHASH_ITEM_SHINGLES, MINHASH_LAUNCH_CHOICES
 
 from gpudedup import hashing
-from gpudedup.hashing import Permutations, draw_permutations, poly_hash64_scalar
-from gpudedup.lsh import Banding, band_keys
+from gpudedup.hashing import EMPTY_SIGNATURE_VALUE, Permutations, draw_permutations, poly_hash64_scalar
+from gpudedup.lsh import Banding, band_keys, choose_bands
 from gpudedup.minhash import minhash_signatures
 from gpudedup.normalize import encode_codepoints, normalize_codepoints
 from gpudedup.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
 from kernel_host.host_kernels import (BAD_LAUNCH, CXXFLAGS, DEFAULTS, DIVERGENT_BARRIER, FORWARD, OK, REVERSE,
-                                      SCHEDULES, build_library, ceil_div, host_library, load_library)
+                                      SCHEDULES, SHUFFLED, HostKernels, build_library, ceil_div, host_library,
+                                      load_library)
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kernels"
@@ -38,20 +41,43 @@ HOST = Path(__file__).resolve().parent / "kernel_host"
 # --- launching the kernels like a GPU wrapper would -------------------------------------------
 
 
-def host_minhash(library, batch: ShingleBatch, permutations: Permutations, doc_ids=None, schedule=FORWARD, out=None):
-    """minhash_signatures_u64 over ``doc_ids`` (default: every document); uint32 (n, K)."""
+def host_minhash(library, batch: ShingleBatch, permutations: Permutations, doc_ids=None, schedule=FORWARD, out=None,
+                 item_shingles=None, shuffle=None):
+    """minhash_signatures_u64 over the documents ``doc_ids`` (default: every document), cut into
+    work items of at most ``item_shingles`` shingles by cuda_kernels.minhash_work_items
+    (default: one item per document); with ``shuffle`` (a numpy Generator) the items go in a
+    random order. Returns uint32 (n, K): ``out`` (default: a garbage fill that the kernel must
+    overwrite), whose rows of documents cut into several items are set to the empty value
+    first, as the kernel's contract asks."""
     num_perm = permutations.count
     block = library.tunable_block_size()
     per_block = block * library.tunable_perms_per_thread()
+    offsets = np.ascontiguousarray(batch.offsets, np.int64)
+    counts = np.diff(offsets)
     if out is None:
         out = np.full((batch.n_docs, num_perm), 0xA5A5A5A5, dtype=np.uint32)  # must be overwritten
     if doc_ids is None:
         doc_ids = np.arange(batch.n_docs, dtype=np.int64)
-    doc_ids = np.ascontiguousarray(doc_ids, dtype=np.int64)
-    if doc_ids.size:
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    if item_shingles is None:
+        item_shingles = max(1, int(counts.max(initial=0)))
+    item_docs, item_starts = minhash_work_items(offsets, item_shingles, np)
+    named = np.isin(item_docs, doc_ids)
+    item_docs, item_starts = item_docs[named], item_starts[named]
+    # Items only cover documents with shingles; an empty one is an item of its own here, to
+    # check that the kernel stores the empty value for it.
+    empty = doc_ids[counts[doc_ids] == 0]
+    item_docs = np.concatenate([item_docs, empty])
+    item_starts = np.concatenate([item_starts, offsets[empty]])
+    if shuffle is not None:
+        order = shuffle.permutation(item_docs.size)
+        item_docs, item_starts = item_docs[order], item_starts[order]
+    out[doc_ids[counts[doc_ids] > item_shingles]] = EMPTY_SIGNATURE_VALUE
+    if item_docs.size:
         status = library.launch_minhash_signatures_u64(
-            doc_ids.size, ceil_div(num_perm, per_block), block, schedule,
-            np.ascontiguousarray(batch.hashes, np.uint64), np.ascontiguousarray(batch.offsets, np.int64), doc_ids,
+            item_docs.size, ceil_div(num_perm, per_block), block, schedule,
+            np.ascontiguousarray(batch.hashes, np.uint64), offsets, np.ascontiguousarray(item_docs),
+            np.ascontiguousarray(item_starts), item_shingles,
             np.ascontiguousarray(permutations.a, np.uint32), np.ascontiguousarray(permutations.b, np.uint32),
             num_perm, out,
         )
@@ -256,7 +282,14 @@ def test_shim_fills_shared_memory_in_a_second_library_on_every_thread(tmp_path):
 # --- minhash.cu ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tunables", KERNEL_TUNABLES["minhash.cu"], ids=repr)
+def tunables_id(tunables: dict) -> str:
+    """A test id that ``-k`` can select by (tests/test_kernels_sanitized.py groups by it):
+    block64-perms2-tile1024."""
+    values = {**DEFAULTS, **tunables}
+    return f"block{values['BLOCK_SIZE']}-perms{values['PERMS_PER_THREAD']}-tile{values['TILE']}"
+
+
+@pytest.mark.parametrize("tunables", KERNEL_TUNABLES["minhash.cu"], ids=tunables_id)
 @pytest.mark.parametrize("num_perm", [1, 5, 128, 203])
 def test_minhash_matches_numpy(tunables, num_perm):
     library = host_library(**tunables)
@@ -264,12 +297,23 @@ def test_minhash_matches_numpy(tunables, num_perm):
     assert library.tunable_perms_per_thread() == tunables.get("PERMS_PER_THREAD", DEFAULTS["PERMS_PER_THREAD"])
     assert library.tunable_tile() == tunables.get("TILE", DEFAULTS["TILE"])
     rng = np.random.default_rng(num_perm)
-    lengths = edge_lengths(tunables) + list(rng.integers(0, 300, size=40))
+    # Work items of three tiles, the last one partial (half a tile for the largest tiles, whose
+    # documents would be slow under the sanitizers); the two long documents span several items,
+    # one of them ending on an item boundary.
+    tile = tunables.get("TILE", DEFAULTS["TILE"])
+    item_shingles = 2 * tile + 3 if tile <= 2048 else tile // 2 + 3
+    lengths = edge_lengths(tunables) + list(rng.integers(0, 300, size=40)) + [4 * item_shingles + 7, 3 * item_shingles]
     rng.shuffle(lengths)
     batch = batch_of_lengths(lengths, rng)
     permutations = draw_permutations(num_perm, seed=num_perm)
     expected = minhash_signatures(batch, permutations)
-    np.testing.assert_array_equal(host_minhash(library, batch, permutations), expected)
+    np.testing.assert_array_equal(host_minhash(library, batch, permutations), expected)  # one block per document
+    # Cut into items: the documents longer than an item, and a few others (the rest would run
+    # as before, one item each, and only slow the sanitized runs down).
+    counts = np.diff(batch.offsets)
+    cut = np.union1d(np.flatnonzero(counts > item_shingles), np.flatnonzero(counts <= item_shingles)[:6])
+    signatures = host_minhash(library, batch, permutations, doc_ids=cut, item_shingles=item_shingles, shuffle=rng)
+    np.testing.assert_array_equal(signatures[cut], expected[cut])
     assert np.all(expected[np.diff(batch.offsets) == 0] == 0xFFFFFFFF)  # the oracle's empty rows
 
 
@@ -280,9 +324,78 @@ def test_minhash_any_schedule_and_extreme_parameters(schedule):
     rng = np.random.default_rng(7 + schedule)
     batch = batch_of_lengths(edge_lengths(tunables) + [1000], rng, distinct=500)  # repeats
     permutations = extreme_permutations(450, rng)  # 3 permutation chunks, the last one partial
-    np.testing.assert_array_equal(
-        host_minhash(library, batch, permutations, schedule=schedule), minhash_signatures(batch, permutations)
-    )
+    expected = minhash_signatures(batch, permutations)
+    np.testing.assert_array_equal(host_minhash(library, batch, permutations, schedule=schedule), expected)
+    for item_shingles in (1, 7, 150):  # one shingle per block; items within a tile; two tiles
+        np.testing.assert_array_equal(host_minhash(library, batch, permutations, schedule=schedule,
+                                                   item_shingles=item_shingles, shuffle=rng), expected)
+
+
+def test_minhash_work_items_cover_each_document_once():
+    # Oracle: the items of each document, cut in plain Python.
+    rng = np.random.default_rng(5)
+    lengths = [0, 1, 9, 10, 11, 0, 30, 31, 2, 100, 0] + list(rng.integers(0, 40, size=50))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    for item_shingles in (1, 3, 10, 1000):
+        expected = {(d, start) for d in range(len(lengths))
+                    for start in range(int(offsets[d]), int(offsets[d + 1]), item_shingles)}
+        item_docs, item_starts = minhash_work_items(offsets, item_shingles, np)
+        assert item_docs.dtype == item_starts.dtype == np.int64
+        assert sorted(zip(item_docs.tolist(), item_starts.tolist())) == sorted(expected)
+        sizes = np.minimum(offsets[item_docs + 1] - item_starts, item_shingles)
+        assert np.all(np.diff(sizes) <= 0)  # longest first
+    empty = minhash_work_items(np.zeros(1, np.int64), 4, np)
+    assert empty[0].shape == empty[1].shape == (0,)
+    with pytest.raises(ValueError, match="item_shingles"):
+        minhash_work_items(offsets, 0, np)
+
+
+@pytest.mark.parametrize("array_module", ["numpy", "cupy_like"])
+def test_kernel_backend_splits_long_documents(array_module):
+    # KernelBackend.signatures with documents around and far beyond MINHASH_ITEM_SHINGLES, on
+    # the host kernels, with numpy and with the strict CuPy stand-in.
+    if array_module == "numpy":
+        xp = np
+    else:
+        from cupy_like import cupy_like as xp
+    span = MINHASH_ITEM_SHINGLES
+    rng = np.random.default_rng(17)
+    batch = batch_of_lengths([0, 1, span - 1, span, span + 1, 12, 0, 5 * span + 3, 3 * span], rng, distinct=20000)
+    for num_perm in (96, 128, 203):
+        permutations = draw_permutations(num_perm, seed=num_perm)
+        backend = KernelBackend(xp, HostKernels(SHUFFLED), description="host")
+        shingles = ShingleBatch(xp.asarray(batch.offsets), xp.asarray(batch.hashes))
+        signatures = backend.to_host(backend.signatures(shingles, permutations))
+        np.testing.assert_array_equal(signatures, minhash_signatures(batch, permutations))
+        assert backend.kernels.launches == [("minhash_signatures_u64", minhash_tunables(num_perm))]
+
+
+# --- the launch choices -------------------------------------------------------------------------
+
+
+def test_minhash_launch_choices_waste_least_for_the_default_bandings():
+    # The permutations a job computes are choose_bands's bands * rows; with DedupParams'
+    # defaults (max_fn 0.01) and num_perm 128 or 256 at thresholds 0.5 ... 0.95, the chosen
+    # launch covers them in one chunk and wastes fewer than 32 slots: none when b * r is a
+    # multiple of 32 (a warp), and never more than the least that any warp-sized chunk wastes.
+    assert all(choice in KERNEL_TUNABLES["minhash.cu"] for choice in MINHASH_LAUNCH_CHOICES)
+    computed = set()
+    for num_perm in (128, 256):
+        for step in range(10):
+            banding = choose_bands(round(0.5 + 0.05 * step, 2), num_perm, 0.01)
+            k = banding.bands * banding.rows
+            computed.add(k)
+            chosen = minhash_tunables(k)
+            assert minhash_wasted_slots(chosen, k) == -k % 32, (k, chosen)
+            assert ceil_div(k, chosen.get("BLOCK_SIZE", 64) * chosen.get("PERMS_PER_THREAD", 2)) == 1
+            assert chosen.get("PERMS_PER_THREAD", 2) <= 8
+    assert choose_bands(0.8, 128, 0.01).bands * choose_bands(0.8, 128, 0.01).rows == 96  # the default job
+    assert {96, 128, 192} <= computed and minhash_wasted_slots(minhash_tunables(96), 96) == 0
+    # Beyond one chunk, still the least waste, then the fewest chunks.
+    for k in range(1, 1025):
+        chosen = minhash_tunables(k)
+        assert minhash_wasted_slots(chosen, k) == min(minhash_wasted_slots(c, k) for c in MINHASH_LAUNCH_CHOICES)
+    assert minhash_tunables(128) == {}  # the default num_perm keeps the default tunables
 
 
 def test_minhash_low_bits_only():
@@ -314,7 +427,8 @@ def test_minhash_length_buckets_launched_separately():
     untouched = np.setdiff1d(np.arange(batch.n_docs), short_docs[:10])
     assert np.all(out[untouched] == 0xA5A5A5A5)
     host_minhash(small, batch, permutations, short_docs[10:], out=out)
-    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=4, TILE=7), batch, permutations, long_docs, out=out)
+    host_minhash(host_library(BLOCK_SIZE=32, PERMS_PER_THREAD=4, TILE=7), batch, permutations, long_docs, out=out,
+                 item_shingles=300)
     np.testing.assert_array_equal(out, minhash_signatures(batch, permutations))
 
 

@@ -37,10 +37,21 @@ def sanitized_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("kernel-host-sanitized")
 
 
-# Groups, so that each subprocess stays well within the watchdog's limit on a busy 2-core machine.
-# (The minhash tunables with BLOCK_SIZE 256 are the slowest: a group of their own.)
-@pytest.mark.parametrize("selection", ["minhash_matches_numpy and 256", "minhash_matches_numpy and not 256",
-                                       "minhash and not minhash_matches_numpy", "not minhash"])
+# Groups, so that each subprocess stays well within its limit on a busy 2-core machine: building
+# one sanitized library takes seconds (more when other jobs share the cores), so a group holds a
+# few tunable combinations (test_minhash_matches_numpy's ids name them: block64-perms2-tile1024).
+SUBPROCESS_SECONDS = 110
+
+
+@pytest.mark.timeout(SUBPROCESS_SECONDS + 10)  # a subprocess that builds its own libraries: more than 30 s
+@pytest.mark.parametrize("selection", [
+    "minhash_matches_numpy and block256",
+    "minhash_matches_numpy and (block64 or block128)",
+    "minhash_matches_numpy and block32 and (perms1 or perms2 or perms3)",
+    "minhash_matches_numpy and block32 and not (perms1 or perms2 or perms3)",
+    "minhash and not minhash_matches_numpy",
+    "not minhash",
+])
 def test_host_kernel_tests_pass_under_asan_and_ubsan(selection, sanitized_cache):
     runtime = asan_runtime()
     if runtime is None:
@@ -50,7 +61,8 @@ def test_host_kernel_tests_pass_under_asan_and_ubsan(selection, sanitized_cache)
            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PYTHONDONTWRITEBYTECODE": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-s", "-p", "no:cacheprovider",
                str(TESTS / "test_kernels_host.py"), "-k", selection]
-    run = subprocess.run(command, env=env, cwd=TESTS.parent, capture_output=True, text=True, timeout=28)
+    run = subprocess.run(command, env=env, cwd=TESTS.parent, capture_output=True, text=True,
+                         timeout=SUBPROCESS_SECONDS)
     output = run.stdout + run.stderr
     reports = [line for line in output.splitlines() if line.startswith(REPORT_MARKERS) or " runtime error: " in line]
     assert run.returncode == 0 and not reports, output[-6000:]

@@ -58,16 +58,53 @@ def compile_options(defines: dict) -> tuple[str, ...]:
     return (f"-I{kernel_directory()}", *(f"-D{name}={value}" for name, value in sorted(defines.items())))
 
 
+def minhash_chunk(defines: dict) -> int:
+    """The permutations one block of minhash.cu covers with these tunables:
+    BLOCK_SIZE * PERMS_PER_THREAD."""
+    return tunable(defines, "BLOCK_SIZE", "minhash.cu") * tunable(defines, "PERMS_PER_THREAD", "minhash.cu")
+
+
+def minhash_wasted_slots(defines: dict, num_perm: int) -> int:
+    """Thread slots past K = num_perm that a launch with these tunables computes for nothing
+    (per shingle): the chunks of the grid's y dimension cover ceil(K / chunk) * chunk."""
+    chunk = minhash_chunk(defines)
+    return -(-num_perm // chunk) * chunk - num_perm
+
+
 def minhash_tunables(num_perm: int) -> dict:
-    """The tunables of minhash.cu for K = num_perm permutations: the launch choice whose
-    permutation chunk (BLOCK_SIZE * PERMS_PER_THREAD) wastes the fewest thread slots past K
-    (ties: the earlier, preferred choice)."""
+    """The tunables of minhash.cu for K = num_perm permutations, among
+    kernel_tunables.MINHASH_LAUNCH_CHOICES: the fewest wasted slots past K, then the fewest
+    permutation chunks (each chunk's blocks read the document again), then the earlier,
+    preferred choice."""
+    return min(MINHASH_LAUNCH_CHOICES,
+               key=lambda defines: (minhash_wasted_slots(defines, num_perm), -(-num_perm // minhash_chunk(defines))))
 
-    def wasted(defines: dict) -> int:
-        chunk = tunable(defines, "BLOCK_SIZE", "minhash.cu") * tunable(defines, "PERMS_PER_THREAD", "minhash.cu")
-        return -(-num_perm // chunk) * chunk - num_perm
 
-    return min(MINHASH_LAUNCH_CHOICES, key=wasted)
+def minhash_work_items(offsets, item_shingles: int, xp):
+    """The work items of one minhash_signatures_u64 launch over every document (the kernel's
+    header comment says why): each document with shingles is cut into ranges of at most
+    ``item_shingles`` shingles, so a short document is one item and a long one several.
+
+    offsets: int64 (n + 1,) on xp's side, the documents' shingle offsets (CSR). Returns
+    (item_docs, item_starts), int64 (n_items,) each on xp's side: item i covers shingles
+    [item_starts[i], min(item_starts[i] + item_shingles, offsets[item_docs[i] + 1])).
+    Documents without shingles have no item. Items come longest first, so that the blocks
+    issued last are the short ones and the device does not idle while a few finish.
+    """
+    if item_shingles < 1:
+        raise ValueError(f"item_shingles must be at least 1, got {item_shingles}")
+    counts = offsets[1:] - offsets[:-1]
+    pieces = (counts + (item_shingles - 1)) // item_shingles
+    item_ends = xp.cumsum(pieces)  # items of documents 0..d: document d's items end there
+    n_items = int(item_ends[-1]) if item_ends.shape[0] else 0
+    items = xp.arange(n_items, dtype=xp.int64)
+    item_docs = xp.searchsorted(item_ends, items, side="right")
+    piece = items - (item_ends[item_docs] - pieces[item_docs])  # the item's number in its document
+    del items, counts, pieces, item_ends
+    item_starts = offsets[item_docs] + piece * item_shingles
+    order = xp.argsort(-xp.minimum(offsets[item_docs + 1] - item_starts, item_shingles))
+    return (xp.ascontiguousarray(item_docs[order], dtype=xp.int64),
+            xp.ascontiguousarray(item_starts[order], dtype=xp.int64))
 
 
 def grid_stride_blocks(items: int, block_size: int, max_blocks: int = 1 << 16) -> int:

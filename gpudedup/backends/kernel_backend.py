@@ -47,7 +47,8 @@ from ..lsh import Banding
 from ..normalize import NormalizationTables, tables_on
 from ..ragged import offsets_from_counts, ragged_arange
 from ..shingling import ShingleBatch, ShingleSpec, shingle_spans, shingle_units
-from .cuda_kernels import grid_stride_blocks, minhash_tunables, tunable
+from .cuda_kernels import grid_stride_blocks, minhash_chunk, minhash_tunables, minhash_work_items, tunable
+from .kernel_tunables import MINHASH_ITEM_SHINGLES
 
 # A GPU batch is large enough to fill the device many times over (a 64 MiB batch of word
 # 5-grams is about 13 M shingles) and small enough that two batches in flight stay within a
@@ -241,28 +242,28 @@ class KernelBackend:
     def signatures(self, shingles: ShingleBatch, permutations: Permutations):
         """uint32 (n_docs, K) on this side, one minhash_signatures_u64 launch for the batch.
 
-        The hashes stay ragged (CSR), so no padding is computed at all; each block computes
-        one document. Blocks are issued longest document first, so that a long document does
-        not start last and leave the device idle while it finishes.
+        The hashes stay ragged (CSR), so no padding is computed at all. Each block computes
+        one work item (cuda_kernels.minhash_work_items): a whole document, or a range of
+        MINHASH_ITEM_SHINGLES shingles of a longer one, whose minima the kernel combines into
+        the row with atomicMin; so no document runs on one block for long. Items are issued
+        longest first, so that the device does not idle while the last few finish.
         """
         xp = self.xp
         num_perm = permutations.count
         offsets = xp.ascontiguousarray(shingles.offsets, dtype=xp.int64)
+        # Every row starts empty: documents without shingles keep it, and the items of a long
+        # document combine their minima into it.
         signatures = xp.full((shingles.n_docs, num_perm), EMPTY_SIGNATURE_VALUE, dtype=xp.uint32)
-        counts = offsets[1:] - offsets[:-1]
-        nonempty = int(xp.count_nonzero(counts))
-        if nonempty == 0:
+        item_docs, item_starts = minhash_work_items(offsets, MINHASH_ITEM_SHINGLES, xp)
+        if item_docs.shape[0] == 0:
             return signatures
-        # Empty documents sort last and are left out: their rows keep the empty value.
-        doc_ids = xp.ascontiguousarray(xp.argsort(-counts)[:nonempty], dtype=xp.int64)
         a, b = self.permutation_arrays(permutations)
         defines = minhash_tunables(num_perm)
         block = tunable(defines, "BLOCK_SIZE", "minhash.cu")
-        chunk = block * tunable(defines, "PERMS_PER_THREAD", "minhash.cu")
         kernel = self.kernels.get("minhash.cu", "minhash_signatures_u64", defines)
-        kernel((nonempty, -(-num_perm // chunk)), (block,),
-               (xp.ascontiguousarray(shingles.hashes, dtype=xp.uint64), offsets, doc_ids, a, b,
-                np.int32(num_perm), signatures))
+        kernel((item_docs.shape[0], -(-num_perm // minhash_chunk(defines))), (block,),
+               (xp.ascontiguousarray(shingles.hashes, dtype=xp.uint64), offsets, item_docs, item_starts,
+                np.int64(MINHASH_ITEM_SHINGLES), a, b, np.int32(num_perm), signatures))
         return signatures
 
     def band_keys(self, signatures, banding: Banding):

@@ -13,6 +13,7 @@
 //       is exactly one block's shared memory. (Dynamic `extern __shared__` is not supported.)
 //   dim3, threadIdx, blockIdx, blockDim, gridDim: thread_local globals set by the launcher.
 //   __syncthreads(): a barrier across the fibers of the block.
+//   atomicMin(unsigned int*, unsigned int): CUDA's, returning the old value.
 //
 // How threads run
 //   Each CUDA thread of a block is a ucontext fiber with its own stack. The launcher resumes
@@ -323,5 +324,17 @@ inline int launch(dim3 grid, dim3 block, int schedule, const std::function<void(
 }  // namespace cuda_host
 
 inline void __syncthreads() { cuda_host::barrier(); }
+
+// CUDA's atomicMin on a 32-bit unsigned word: stores min(*address, value), returns the old
+// value. The fibers of a launch never interleave between barriers, so a plain read-modify-write
+// would already be atomic among them; the compare-and-swap loop keeps it atomic between OS
+// threads too (the GPU backend's tests run two batches on two host threads).
+inline unsigned int atomicMin(unsigned int* address, unsigned int value) {
+    unsigned int old = __atomic_load_n(address, __ATOMIC_RELAXED);
+    while (value < old &&
+           !__atomic_compare_exchange_n(address, &old, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
 
 #pragma GCC visibility pop

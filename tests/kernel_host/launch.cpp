@@ -33,10 +33,12 @@ GD_EXPORT int tunable_tile() { return TILE; }
 GD_EXPORT int launch_minhash_signatures_u64(unsigned int grid_x, unsigned int grid_y,
                                             unsigned int block_x, int schedule,
                                             const gd_u64* hashes, const gd_i64* offsets,
-                                            const gd_i64* doc_ids, const gd_u32* a,
-                                            const gd_u32* b, int num_perm, gd_u32* signatures) {
+                                            const gd_i64* item_docs, const gd_i64* item_starts,
+                                            gd_i64 item_shingles, const gd_u32* a, const gd_u32* b,
+                                            int num_perm, gd_u32* signatures) {
     return cuda_host::launch(dim3(grid_x, grid_y), dim3(block_x), schedule, [&] {
-        minhash_signatures_u64(hashes, offsets, doc_ids, a, b, num_perm, signatures);
+        minhash_signatures_u64(hashes, offsets, item_docs, item_starts, item_shingles, a, b,
+                               num_perm, signatures);
     });
 }
 
