@@ -98,9 +98,13 @@ class Index:
         """Documents, segments, tags, bytes and parameters, as the last commit left them."""
         reader = IndexReader(self.path)
         manifest = reader.manifest
-        tags: dict[str, int] = {}
+        tags: dict[str, int] = {}  # live documents per tag (removed ones left out)
+        removed = reader.removed()
         for segment in reader.segments:
-            for tag in segment.ids()["tag"].to_pylist():
+            column = segment.ids()["tag"]
+            live = np.ones(len(column), dtype=bool)
+            live[removed.get(segment.entry.name, np.zeros(0, np.int64))] = False
+            for tag in column.filter(pa.array(live)).to_pylist():
                 tags[str(tag)] = tags.get(str(tag), 0) + 1
         size = sum(s.bytes for s in manifest.segments)
         documents = reader.documents
