@@ -80,7 +80,7 @@ def minhash_tunables(num_perm: int) -> dict:
                key=lambda defines: (minhash_wasted_slots(defines, num_perm), -(-num_perm // minhash_chunk(defines))))
 
 
-def minhash_work_items(offsets, item_shingles: int, xp):
+def minhash_work_items(offsets: Any, item_shingles: int, xp: Any) -> tuple[Any, Any]:
     """The work items of one minhash_signatures_u64 launch over every document (the kernel's
     header comment says why): each document with shingles is cut into ranges of at most
     ``item_shingles`` shingles, so a short document is one item and a long one several.
