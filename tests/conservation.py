@@ -321,11 +321,20 @@ def check(records: Sequence[InputRecord], run: RunOutcome) -> None:
     members = list(zip(clusters["id"], clusters["cluster"], clusters["keep"], clusters["kept_id"]))
     problems += [f"clusters.parquet lists {i!r} {n} times" for i, n in Counter(clusters["id"]).items() if n > 1]
     cluster_of = {doc: cluster for doc, cluster, _, _ in members}
-    kept_in: Counter = Counter(cluster for _, cluster, keep, _ in members if keep)
     removed = {doc for doc, _, keep, _ in members if not keep}
+    # A run against a persistent index (report "index"): its clusters also name indexed
+    # documents, which are no input records and are never removed; a cluster keeps all of
+    # its indexed documents (and none of its new ones) or, without any, one new document.
+    against_index = "index" in run.report
+    indexed = {doc for doc, _, keep, _ in members if against_index and keep and doc not in record_of}
+    indexed_clusters = {cluster_of[doc] for doc in indexed}
+    kept_in: Counter = Counter(cluster for doc, cluster, keep, _ in members if keep and doc not in indexed)
+    kept_in.update(indexed_clusters)  # one or more indexed documents: that cluster's keep
     for doc, cluster, keep, kept_id in members:
-        if doc not in record_of:
+        if doc not in record_of and doc not in indexed:
             problems.append(f"clusters.parquet names {doc!r}, which is no input record that was read")
+        if cluster in indexed_clusters and keep and doc not in indexed:
+            problems.append(f"{doc!r} is kept in a cluster with an indexed document")
         if keep != (kept_id == doc):
             problems.append(f"clusters.parquet: {doc!r} has keep={keep} but kept_id={kept_id!r}")
         if not keep and (cluster_of.get(kept_id) != cluster or kept_id in removed):
