@@ -1,0 +1,432 @@
+"""The persistent index (gpudedup/index/, issue 14) against independent oracles: the batch run,
+Python sets, brute force. Faults and concurrency: tests/test_index_faults.py.
+
+Semantics (issue 14, point 2): adding new data is the batch job over (the indexed documents,
+then the new data) with keep "first", except that an indexed document is never removed. So the
+new documents an add keeps are exactly those ``gpudedup.dedup`` keeps over (every document the
+index holds, in index order, then the new ones) -- not over every earlier part: a new document
+near only an earlier document that an earlier add removed is kept (that document is not in the
+index).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpudedup
+from gpudedup.index import Index
+
+from cli_support import assert_user_error, invoke, write_jsonl
+from index_support import assert_only_committed, bible_records, committed_state
+from oracles import is_similar, jaccard, shingle_set
+
+THRESHOLD = 0.8
+
+
+def token_ids(text: str, vocabulary: dict[str, int]) -> list[int]:
+    """Word ids of a text (a toy tokenizer: each distinct lower-cased word one id)."""
+    return [vocabulary.setdefault(word, len(vocabulary)) for word in text.lower().split()]
+
+
+def token_shingle_set(ids: list[int], n: int) -> frozenset:
+    """Token n-grams as tuples of ids (a list shorter than n: one shingle, itself)."""
+    if not ids:
+        return frozenset()
+    if len(ids) < n:
+        return frozenset([tuple(ids)])
+    return frozenset(tuple(ids[i:i + n]) for i in range(len(ids) - n + 1))
+
+
+CASES = {
+    # name: (shingle, ngram, records used, parts)
+    "word": ("word", 5, None, 3),
+    "char": ("char", 7, 600, 2),
+    "token": ("token", 4, 900, 3),
+}
+
+
+def case_records(name: str) -> list[dict]:
+    shingle, _, count, _ = CASES[name]
+    records = bible_records()
+    # Every translation's chapter next to the others': chapters of one book in several
+    # translations, so that parts share near-duplicates at many similarities.
+    records.sort(key=lambda r: (r["book"], r["chapter"], r["id"]))
+    records = records[:count] if count else records
+    if shingle == "token":
+        vocabulary: dict[str, int] = {}
+        for record in records:
+            record["input_ids"] = token_ids(record["text"], vocabulary)
+    return [{k: r[k] for k in ("id", "text", "input_ids") if k in r} for r in records]
+
+
+def oracle_set(record: dict, shingle: str, ngram: int) -> frozenset:
+    if shingle == "token":
+        return token_shingle_set(record["input_ids"], ngram)
+    return shingle_set(record["text"], shingle, ngram)
+
+
+def keyed_pairs(table: pa.Table) -> dict[tuple, float]:
+    return {(a, b): j for a, b, j in zip(table["id_a"].to_pylist(), table["id_b"].to_pylist(),
+                                         table["jaccard"].to_pylist())}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(CASES))
+def test_add_keeps_what_the_batch_run_over_indexed_then_new_keeps(name, tmp_path):
+    shingle, ngram, _, parts = CASES[name]
+    records = case_records(name)
+    by_id = {r["id"]: r for r in records}
+    # Round-robin parts: each part holds other translations of the chapters of the others.
+    chunks = [records[i::parts] for i in range(parts)]
+    index = Index.create(tmp_path / "index", threshold=THRESHOLD, shingle=shingle, ngram=ngram)
+    indexed: list[dict] = []  # what the index holds, in index order
+    options = dict(id_field="id", threshold=THRESHOLD, shingle=shingle, ngram=ngram, keep="first")
+    found_old_pairs = 0
+    for number, chunk in enumerate(chunks):
+        table = pa.Table.from_pylist(chunk)
+        # dedup against the index first: the same result, nothing changed.
+        before = committed_state(index.path)
+        dry = index.dedup(table, id_field="id")
+        assert committed_state(index.path) == before
+        result = index.add(table, id_field="id", tag=f"part{number}")
+        assert np.array_equal(dry.keep, result.keep)
+        assert dry.pairs.equals(result.pairs) and dry.clusters.equals(result.clusters)
+
+        batch = gpudedup.dedup(pa.Table.from_pylist(indexed + chunk), **options)
+        k = len(indexed)
+        assert np.array_equal(result.keep, batch.keep[k:]), f"part {number}"
+        # Pairs: every batch pair that involves a new document, by id, with the same Jaccard;
+        # each one's Jaccard is the Python sets' (pairs between indexed documents: none).
+        old_ids = {r["id"] for r in indexed}
+        new_ids = {r["id"] for r in chunk}
+        mine = keyed_pairs(result.pairs)
+        expected = {key: j for key, j in keyed_pairs(batch.pairs).items() if not set(key) <= old_ids}
+        assert mine == expected, f"part {number}"
+        for (a, b), value in mine.items():
+            assert {a, b} <= old_ids | new_ids and not {a, b} <= old_ids
+            sets = oracle_set(by_id[a], shingle, ngram), oracle_set(by_id[b], shingle, ngram)
+            assert value == jaccard(*sets) and is_similar(*sets, THRESHOLD), (a, b)
+            found_old_pairs += bool({a, b} & old_ids)
+        # Clusters: one holding an indexed document keeps every indexed one and removes its
+        # new ones (kept_id: an indexed one); one of new documents alone keeps its first.
+        clusters = result.clusters.to_pylist()
+        position = {r["id"]: i for i, r in enumerate(chunk)}
+        for cluster in {row["cluster"] for row in clusters}:
+            members = [row for row in clusters if row["cluster"] == cluster]
+            old = [row for row in members if row["id"] in old_ids]
+            new = [row for row in members if row["id"] in new_ids]
+            assert len(old) + len(new) == len(members)
+            if old:
+                assert all(row["keep"] for row in old)
+                assert not any(row["keep"] for row in new)
+                assert all(row["kept_id"] in {o["id"] for o in old} for row in new)
+            else:
+                first = min(new, key=lambda row: position[row["id"]])
+                assert [row["id"] for row in new if row["keep"]] == [first["id"]]
+        for row in clusters:
+            if row["id"] in new_ids:
+                assert result.keep[position[row["id"]]] == row["keep"]
+        indexed += [r for r, kept in zip(chunk, result.keep) if kept]
+        assert index.info()["documents"] == len(indexed)
+    assert found_old_pairs > 0, "no new document matched an indexed one: the test proves nothing"
+
+
+# --- query against brute force over Python sets ---------------------------------------------------
+
+# Query index: threshold 0.5 with 64 bands of 2 rows. A pair at Jaccard s collides in a band
+# with probability s**2, so one at s >= 0.5 is missed with probability at most
+# (1 - 0.25)**64 < 1e-7: over the few hundred matches here, never in practice (and the seed is
+# fixed, so the test is deterministic). Brute force over every indexed document is the oracle.
+QUERY_THRESHOLD = 0.5
+
+
+@pytest.fixture(scope="module")
+def query_index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("query") / "index"
+    records = case_records("word")[:700]
+    index = Index.create(root, threshold=QUERY_THRESHOLD, shingle="word", ngram=5, bands=64, rows=2)
+    first = index.add(pa.Table.from_pylist(records[0::2]), id_field="id", tag="even")
+    second = index.add(pa.Table.from_pylist(records[1::2]), id_field="id", tag="odd")
+    kept = [r for r, k in zip(records[0::2], first.keep) if k] + [r for r, k in zip(records[1::2], second.keep) if k]
+    return index, kept
+
+
+def near_copy(text: str, rng: random.Random, changes: int) -> str:
+    words = text.split()
+    for _ in range(changes):
+        words[rng.randrange(len(words))] = rng.choice(["zebra", "quartz", "nimbus", "otter"])
+    return " ".join(words)
+
+
+SETS: dict[str, frozenset] = {}  # text -> its word 5-gram set (the oracle's), made once
+
+
+def text_set(text: str) -> frozenset:
+    if text not in SETS:
+        SETS[text] = shingle_set(text, "word", 5)
+    return SETS[text]
+
+
+def brute_force(query: str, indexed: list[dict], threshold: float) -> dict:
+    """Every indexed document whose Jaccard with the query reaches the threshold: id -> Jaccard."""
+    mine = text_set(query)
+    found = {}
+    for record in indexed:
+        other = text_set(record["text"])
+        if is_similar(mine, other, threshold):
+            found[record["id"]] = jaccard(mine, other)
+    return found
+
+
+def query_texts(indexed: list[dict], seed: int) -> list[str]:
+    rng = random.Random(seed)
+    picked = rng.sample(indexed, 20)
+    texts = [near_copy(r["text"], rng, rng.choice([1, 3, 10, 40])) for r in picked]
+    texts += [" ".join(rng.choice(["alpha", "beta", "gamma", "delta", "epsilon"]) for _ in range(60))
+              for _ in range(4)]
+    texts += [picked[0]["text"], picked[0]["text"], "a", ""]  # an indexed text twice, short and empty ones
+    return texts
+
+
+def assert_matches(got: list, expected: dict) -> None:
+    assert {i: j for i, j in got} == expected
+    assert [j for _, j in got] == sorted((j for _, j in got), reverse=True)
+
+
+def test_query_finds_exactly_the_indexed_documents_at_the_threshold(query_index):
+    index, indexed = query_index
+    texts = query_texts(indexed, seed=1)
+    before = committed_state(index.path)
+    answers = index.query(texts)
+    assert committed_state(index.path) == before
+    assert len(answers) == len(texts)
+    some = 0
+    for text, got in zip(texts, answers):
+        expected = brute_force(text, indexed, QUERY_THRESHOLD)
+        assert_matches(got, expected)
+        some += len(expected)
+    assert some >= len(texts) // 2
+
+
+def test_remove_and_compact(query_index, tmp_path):
+    source, indexed = query_index
+    shutil.copytree(source.path, tmp_path / "index")
+    index = Index(tmp_path / "index")
+    texts = query_texts(indexed, seed=2)
+    info = index.info()
+    assert info["documents"] == len(indexed) and info["segments"] == 2
+
+    # Removing what is not there: 0, nothing changed.
+    before = committed_state(index.path)
+    assert index.remove(tag="no such tag") == 0
+    assert index.remove(ids=["no such id", "nor this"]) == 0
+    assert committed_state(index.path) == before
+
+    odd = [r for r in indexed if r["id"] in set(index_ids_of_tag(index, "odd"))]
+    gone = [r["id"] for r in indexed[:7]]  # even-tagged ones
+    assert index.remove(ids=gone) == 7
+    assert index.remove(ids=gone[:3]) == 0  # already removed: nothing changes
+    assert index.remove(tag="odd") == len(odd)
+    left = [r for r in indexed if r["id"] not in set(gone) and r not in odd]
+    info = index.info()
+    assert info["documents"] == len(left) and info["removed_not_compacted"] == 7 + len(odd)
+    assert info["tags"] == {"even": len(left)}
+    answers = index.query(texts)
+    for text, got in zip(texts, answers):
+        assert_matches(got, brute_force(text, left, QUERY_THRESHOLD))
+    # A removed document's id may be added again; a new near-copy of a removed one is kept.
+    probe = pa.Table.from_pylist([{"id": gone[0], "text": indexed[0]["text"]}])
+    assert index.dedup(probe, id_field="id").keep.all()
+
+    some = pa.Table.from_pylist([{"id": f"q{i}", "text": t} for i, t in enumerate(texts[:10])])
+    dry = index.dedup(some, id_field="id")
+    index.compact()
+    info = index.info()
+    assert info["segments"] == 1 and info["documents"] == len(left) and info["removed_not_compacted"] == 0
+    assert json.loads((index.path / "manifest.json").read_text())["tombstones"] is None
+    assert_only_committed(index.path)
+    for text, got in zip(texts, index.query(texts)):
+        assert_matches(got, brute_force(text, left, QUERY_THRESHOLD))
+    again = index.dedup(some, id_field="id")
+    assert np.array_equal(dry.keep, again.keep) and dry.pairs.equals(again.pairs)
+    before = committed_state(index.path)
+    index.compact()  # one segment, no tombstones: nothing to do
+    assert committed_state(index.path) == before
+
+
+def index_ids_of_tag(index: Index, tag: str) -> list:
+    """The ids of a tag, read from the segment files with pyarrow alone."""
+    ids = []
+    manifest = json.loads((index.path / "manifest.json").read_text())
+    for segment in manifest["segments"]:
+        with pa.memory_map(str(index.path / "segments" / segment["name"] / "ids.arrow")) as source:
+            table = pa.ipc.open_file(source).read_all()
+        ids += [i for i, t in zip(table["id"].to_pylist(), table["tag"].to_pylist()) if t == tag]
+    return ids
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+
+def cli_corpus(root: Path) -> tuple[Path, Path, list[dict]]:
+    records = case_records("word")[:300]
+    first = write_jsonl(root / "week1" / "a.jsonl", records[0::2])
+    second = write_jsonl(root / "week2.jsonl", records[1::2])
+    return first, second, records
+
+
+@pytest.mark.timeout(120)
+def test_cli_end_to_end(in_tmp, output_names):
+    week1, week2, records = cli_corpus(in_tmp)
+    made = invoke("index", "create", "idx", "--threshold", THRESHOLD, "--shingle", "word", "--ngram", 5)
+    assert made.exit_code == 0, made.output
+    added = invoke("index", "add", "idx", week1.parent, "-o", "out1", "--id-field", "id", "--tag", "w1", "-q")
+    assert added.exit_code == 0, added.output
+    assert sorted(p.name for p in Path("out1").iterdir()) == output_names
+    # dedup --against: the same as the next add, which writes its outputs as dedup does.
+    before = committed_state(Path("idx"))
+    against = invoke("dedup", week2, "-o", "against", "--against", "idx", "--id-field", "id", "-q")
+    assert against.exit_code == 0, against.output
+    assert committed_state(Path("idx")) == before
+    added = invoke("index", "add", "idx", week2, "-o", "out2", "--id-field", "id", "--tag", "w2", "-q")
+    assert added.exit_code == 0, added.output
+    for name in ("pairs.parquet", "clusters.parquet", "deduplicated.parquet"):
+        assert pq.read_table(Path("against") / name).equals(pq.read_table(Path("out2") / name)), name
+    pairs = pq.read_table("out2/pairs.parquet").to_pylist()
+    week1_ids = {r["id"] for r in records[0::2]}
+    assert any(p["id_a"] in week1_ids or p["id_b"] in week1_ids for p in pairs), "pairs name indexed ids"
+    report = json.loads(Path("out2/report.json").read_text())
+    assert report["results"]["kept_documents"] == pq.read_table("out2/deduplicated.parquet").num_rows
+
+    shown = invoke("index", "info", "idx")
+    assert shown.exit_code == 0, shown.output
+    info = json.loads(shown.stdout)
+    assert set(info["tags"]) == {"w1", "w2"} and info["segments"] == 2
+    assert info["documents"] == sum(info["tags"].values()) == len(index_ids_of_tag(Index("idx"), "w1")) + len(
+        index_ids_of_tag(Index("idx"), "w2"))
+
+    # query: a text and a file.
+    query_file = write_jsonl(in_tmp / "queries.jsonl", [{"text": records[0]["text"]}])
+    queried = invoke("index", "query", "idx", records[2]["text"], query_file)
+    assert queried.exit_code == 0, queried.output
+    lines = [json.loads(line) for line in queried.stdout.splitlines()]
+    assert [line["query"] for line in lines] == [0, 1]
+    assert {"id": records[0]["id"], "jaccard": 1.0} in lines[1]["matches"]
+
+    # Ids already in the index: refused with one line, nothing written, index unchanged.
+    before = committed_state(Path("idx"))
+    again = invoke("index", "add", "idx", week2, "-o", "out3", "--id-field", "id")
+    assert_user_error(again, "already in the index", out=in_tmp / "out3")
+    assert committed_state(Path("idx")) == before
+
+    # remove by ids (a file) and by tag, compact.
+    ids_file = in_tmp / "ids.txt"
+    removed_ids = index_ids_of_tag(Index("idx"), "w2")[:3]
+    ids_file.write_text("\n".join(removed_ids) + "\n")
+    removed = invoke("index", "remove", "idx", "--ids", ids_file)
+    assert removed.exit_code == 0 and "Removed 3 documents" in removed.output, removed.output
+    removed = invoke("index", "remove", "idx", "--tag", "w1")
+    assert removed.exit_code == 0, removed.output
+    compacted = invoke("index", "compact", "idx")
+    assert compacted.exit_code == 0, compacted.output
+    info = json.loads(invoke("index", "info", "idx").stdout)
+    assert info["segments"] == 1 and set(info["tags"]) == {"w2"} and info["documents"] == info["tags"]["w2"]
+    assert_only_committed(Path("idx"))
+
+
+# --- damage: exit 2, one line naming the file ------------------------------------------------------
+
+
+@pytest.fixture
+def damaged(in_tmp):
+    """A fresh two-segment index and a near-copy of one of its documents as new data."""
+    records = case_records("word")[:200]
+    index = Index.create(in_tmp / "idx", threshold=THRESHOLD, shingle="word", ngram=5)
+    index.add(pa.Table.from_pylist(records[0::2]), id_field="id", tag="a")
+    index.add(pa.Table.from_pylist(records[1::2]), id_field="id", tag="b")
+    new = write_jsonl(in_tmp / "new.jsonl", [{"id": "new-1", "text": records[0]["text"] + " amen"},
+                                             {"id": "new-2", "text": records[1]["text"] + " amen"}])
+    manifest = json.loads((in_tmp / "idx" / "manifest.json").read_text())
+    return in_tmp / "idx", new, manifest
+
+
+def segment_file(index: Path, manifest: dict, name: str) -> Path:
+    return index / "segments" / manifest["segments"][0]["name"] / name
+
+
+def runs_against(index: Path, new: Path, where: Path) -> list:
+    """dedup --against, index add and index query over a new document near an indexed one."""
+    return [invoke("dedup", new, "-o", where / "out", "--against", index, "--id-field", "id", "-q"),
+            invoke("index", "add", index, new, "-o", where / "out", "--id-field", "id", "-q"),
+            invoke("index", "query", index, new)]
+
+
+@pytest.mark.parametrize("file_name", ["keys.npy", "signatures.npy", "set_columns.npy", "ids.arrow"])
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "missing"])
+def test_a_damaged_segment_file_is_refused_naming_it(damaged, damage, file_name):
+    index, new, manifest = damaged
+    path = segment_file(index, manifest, file_name)
+    data = bytearray(path.read_bytes())
+    if damage == "flipped":
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+    elif damage == "truncated":
+        path.write_bytes(bytes(data[:len(data) - 7]))
+    else:
+        path.unlink()
+    before = {p: p.read_bytes() for p in index.rglob("*") if p.is_file()}
+    for result in runs_against(index, new, index.parent):
+        assert_user_error(result, str(path), out=index.parent / "out")
+    assert {p: p.read_bytes() for p in index.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("damage", ["not json", "missing segment", "truncated", "no manifest"])
+def test_a_damaged_manifest_is_refused_naming_it(damaged, damage):
+    index, new, manifest = damaged
+    path = index / "manifest.json"
+    if damage == "not json":
+        path.write_text("this is not json\n")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "no manifest":
+        path.unlink()
+    else:
+        manifest["segments"].append(dict(manifest["segments"][0], name="seg-999999-00000000"))
+        path.write_text(json.dumps(manifest))
+    named = str(index / "segments" / "seg-999999-00000000") if damage == "missing segment" else \
+        str(path) if damage != "no manifest" else str(index)
+    for result in runs_against(index, new, index.parent) + [invoke("index", "info", index),
+                                                           invoke("index", "remove", index, "--tag", "a"),
+                                                           invoke("index", "compact", index)]:
+        assert_user_error(result, named, out=index.parent / "out")
+
+
+def test_other_parameters_and_a_directory_that_is_not_an_index(damaged, tmp_path):
+    index, new, _ = damaged
+    before = committed_state(index)
+    result = invoke("dedup", new, "-o", index.parent / "out", "--against", index, "--threshold", 0.7, "-q")
+    assert_user_error(result, "threshold", out=index.parent / "out")
+    result = invoke("dedup", new, "-o", index.parent / "out", "--against", index, "--ngram", 3, "-q")
+    assert_user_error(result, "ngram", out=index.parent / "out")
+    result = invoke("dedup", new, "-o", index.parent / "out", "--against", index, "--keep", "longest", "-q")
+    assert_user_error(result, "--keep", out=index.parent / "out")
+    assert committed_state(index) == before
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "something.txt").write_text("x")
+    for result in (invoke("dedup", new, "-o", tmp_path / "out", "--against", plain, "-q"),
+                   invoke("index", "add", plain, new, "-o", tmp_path / "out"), invoke("index", "info", plain),
+                   invoke("index", "query", plain, "some text"), invoke("index", "compact", plain),
+                   invoke("index", "remove", plain, "--tag", "a")):
+        assert_user_error(result, str(plain), "not a gpudedup index", out=tmp_path / "out")
+    assert sorted(p.name for p in plain.iterdir()) == ["something.txt"]
+    made = invoke("index", "create", plain)
+    assert_user_error(made, str(plain), out=tmp_path / "out")
