@@ -47,6 +47,9 @@ INDEX_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuati
 
 __all__ = ["Index"]
 
+# How info() counts the documents of adds given no tag.
+UNTAGGED = "(untagged)"
+
 
 class Index:
     """A persistent index at ``path`` (made by ``Index.create``); see the module docstring."""
@@ -105,7 +108,8 @@ class Index:
             live = np.ones(len(column), dtype=bool)
             live[removed.get(segment.entry.name, np.zeros(0, np.int64))] = False
             for tag in column.filter(pa.array(live)).to_pylist():
-                tags[str(tag)] = tags.get(str(tag), 0) + 1
+                name = UNTAGGED if tag is None else str(tag)
+                tags[name] = tags.get(name, 0) + 1
         size = sum(s.bytes for s in manifest.segments)
         documents = reader.documents
         return {"path": str(self.path), "format": FORMAT, "documents": documents,
