@@ -126,9 +126,15 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     # Shrink in place (realloc) rather than slice: scipy copies an index array that is a small
     # view of a larger buffer, which would hold the sets twice after all.
     columns.resize(used, refcheck=False)
-    offsets = offsets_from_counts(np.concatenate(counts) if counts else np.zeros(0, np.int64))
-    matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets),
-                                     shape=(docs.shape[0], np.iinfo(np.int64).max))
+    return sets_matrix(columns, np.concatenate(counts) if counts else np.zeros(0, np.int64))
+
+
+def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_matrix:
+    """Shingle sets as the binary CSR matrix pair_jaccard reads: columns int64, each row's
+    sorted and distinct (shingling.hashes_to_columns), row i the next counts[i] of them
+    (int64 (n,)); host. The one place this matrix is made from stored or spilled sets."""
+    matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets_from_counts(counts)),
+                                     shape=(counts.shape[0], np.iinfo(np.int64).max))
     matrix.has_sorted_indices = True
     return matrix
 

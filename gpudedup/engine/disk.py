@@ -54,7 +54,7 @@ from ..ragged import offsets_from_counts, weighted_ranges
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import pair_jaccard
+from ..verify import pair_jaccard, sets_matrix
 from ..version import __version__
 from .job import Executor
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
@@ -322,8 +322,6 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
 def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.ndarray):
     """The spilled sets of corpus rows ``rows`` (int64 (k,), ascending, all spilled) as one
     canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
-    import scipy.sparse
-
     parts, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
         where = Path(work_root) / "sets" / name / f"{index:05d}"
@@ -334,12 +332,7 @@ def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.nda
         starts, stops = offsets[position], offsets[position + 1]
         counts.append(stops - starts)
         parts.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
-    columns = np.concatenate(parts)
-    matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns,
-                                      offsets_from_counts(np.concatenate(counts))),
-                                     shape=(rows.shape[0], np.iinfo(np.int64).max))
-    matrix.has_sorted_indices = True
-    return matrix
+    return sets_matrix(np.concatenate(parts), np.concatenate(counts))
 
 
 def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np.ndarray,

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse
 
-from ..ragged import offsets_from_counts, ragged_arange
+from ..ragged import ragged_arange
+from ..verify import sets_matrix
 from .files import DamagedIndexError, Manifest, SegmentEntry, read_manifest, segment_path, verified_file
 
 
@@ -178,12 +179,7 @@ class IndexReader:
             part_counts, part_columns = self.segments[position].sets(row[mine])
             counts.append(part_counts)
             columns.append(part_columns)
-        all_columns = np.concatenate(columns)
-        matrix = scipy.sparse.csr_matrix((np.ones(all_columns.shape[0], np.int8), all_columns,
-                                          offsets_from_counts(np.concatenate(counts))),
-                                         shape=(row.shape[0], np.iinfo(np.int64).max))
-        matrix.has_sorted_indices = True
-        return matrix
+        return sets_matrix(np.concatenate(columns), np.concatenate(counts))
 
     def first_indexed(self, ids: pa.Array) -> Optional[object]:
         """The first of ``ids`` that a live indexed document has, or None: a binary search of
