@@ -430,3 +430,86 @@ def test_other_parameters_and_a_directory_that_is_not_an_index(damaged, tmp_path
     assert sorted(p.name for p in plain.iterdir()) == ["something.txt"]
     made = invoke("index", "create", plain)
     assert_user_error(made, str(plain), out=tmp_path / "out")
+
+
+def test_the_bucket_window_counts_live_documents_only(tmp_path):
+    """A key's last --bucket-window indexed documents are the live ones: when the last one is
+    removed, an older live document sharing the key is still found (as a batch run over the
+    live documents finds it), before and after compaction. With one band of 2 rows and a
+    window of 1: b shares a's key but is not a near-duplicate of it (both are indexed, b after
+    a), c is a near-copy of a with the same key; b is removed, then c must pair with a."""
+    settings = dict(threshold=0.5, num_perm=2, bands=1, rows=2, bucket_window=1)
+    index = Index.create(tmp_path / "index", **settings)
+    rng = random.Random(5)
+    vocabulary = [f"w{i}" for i in range(400)]
+    a = " ".join(rng.choice(vocabulary) for _ in range(30))
+
+    def key(text: str) -> int:
+        return int(index_keys_of([text], index)[0, 0])
+
+    def similarity(x: str, y: str) -> float:
+        return jaccard(shingle_set(x, "word", 5), shingle_set(y, "word", 5))
+
+    b = c = None
+    for _ in range(5000):  # seeded: found within the first few hundred draws
+        words = a.split()
+        if b is None:  # 12 of a's words in a row, somewhere: 8 shared 5-grams, J about 0.18
+            start = rng.randrange(len(words) - 12)
+            candidate = " ".join(words[start:start + 12] + [rng.choice(vocabulary) for _ in range(18)])
+            if key(candidate) == key(a) and similarity(a, candidate) < 0.5:
+                b = candidate
+        if c is None:
+            words[rng.randrange(len(words))] = rng.choice(vocabulary)
+            candidate = " ".join(words)
+            if key(candidate) == key(a) and similarity(a, candidate) >= 0.5 and candidate != a:
+                c = candidate
+        if b is not None and c is not None:
+            break
+    assert b is not None and c is not None
+    index.add(pa.Table.from_pylist([{"id": "a", "text": a}, {"id": "b", "text": b}]), id_field="id")
+    assert index.info()["documents"] == 2
+    new = pa.Table.from_pylist([{"id": "c", "text": c}])
+    batch = gpudedup.dedup(pa.Table.from_pylist([{"id": "a", "text": a}, {"id": "c", "text": c}]), id_field="id",
+                           **settings)
+    assert batch.keep.tolist() == [True, False]
+    index.remove(ids=["b"])
+    for _ in range(2):  # before and after compaction
+        assert index.dedup(new, id_field="id").keep.tolist() == [False]
+        assert [hit[0] for hit in index.query([c])[0]] == ["a"]
+        index.compact()
+
+
+def test_a_reader_keeps_its_state_while_a_writer_replaces_the_files(tmp_path):
+    """A reader opened before a compact (which removes the files it replaced) goes on reading
+    the state it opened: open files outlive their names."""
+    from gpudedup.index.reader import IndexReader
+
+    records = bible_records()[:300]
+    index = Index.create(tmp_path / "index")
+    index.add(pa.Table.from_pylist(records[:150]), id_field="id")
+    index.add(pa.Table.from_pylist(records[150:]), id_field="id")
+    reader = IndexReader(index.path)
+    texts = [r["text"] for r in records[:20]]
+    before = index.query(texts)
+    index.compact()
+    assert len(list((index.path / "segments").iterdir())) == 1  # the old segments are gone
+    keys = index_keys_of(texts, index)
+    segment, row = reader.probe(keys, 256)
+    assert sorted(reader.gather(segment, row).ids.to_pylist()) == sorted(
+        {hit[0] for hits in before for hit in hits} | set(reader.gather(segment, row).ids.to_pylist()))
+    assert reader.sets(segment, row).shape[0] == segment.shape[0]
+    assert index.query(texts) == before
+
+
+def index_keys_of(texts: list[str], index: Index) -> np.ndarray:
+    """uint64 (n, bands): the band keys of texts under the index's parameters (numpy backend)."""
+    from gpudedup.backends import get_backend
+    from gpudedup.hashing import draw_permutations
+    from gpudedup.normalize import text_buffers
+
+    params = index.params()
+    banding = params.banding()
+    backend = get_backend("cpu")
+    shingles = backend.shingle_hashes(*text_buffers(texts), params.shingle_spec())
+    signatures = backend.signatures(shingles, draw_permutations(banding.bands * banding.rows, params.seed))
+    return backend.band_keys(signatures, banding)

@@ -21,6 +21,9 @@ Layout::
                                    index is read, dropped by compact
     INDEX/writer.lock              flock'd by the one writer; holds who it is
 
+Every file's SHA-256 is in the manifest; a reader checks each file the first time it uses it
+(reader.OpenedFile).
+
 Commit protocol: a writer builds every new file under a temporary name (``.tmp-*``), fsyncs it,
 renames it into place, and then replaces manifest.json by rename (atomic on a POSIX file
 system). Readers read manifest.json once and open only the files it names, which are never
@@ -186,22 +189,6 @@ def write_tombstones(root: Path, name: str, removed: pa.Table) -> dict:
     os.replace(temporary, final)
     fsync_path(parent)
     return {"name": final.name, "sha256": file_digest(final)}
-
-
-def verified_file(path: Path, expected: str) -> Path:
-    """``path`` after checking that it exists and that its SHA-256 is ``expected``;
-    DamagedIndexError naming it otherwise (a truncated or corrupt file, or one a manifest names but
-    that is missing)."""
-    if not path.is_file():
-        raise DamagedIndexError(f"{path}: missing, but the index manifest names it; the index is damaged")
-    if file_digest(path) != expected:
-        raise DamagedIndexError(f"{path}: its checksum does not match the manifest's (truncated or corrupt)")
-    return path
-
-
-def segment_path(root: Path, entry: SegmentEntry, file_name: str) -> Path:
-    """The checked path of one file of a live segment (verified_file)."""
-    return verified_file(root / "segments" / entry.name / file_name, entry.files[file_name])
 
 
 def collect_garbage(root: Path, manifest: Manifest) -> list[Path]:

@@ -3,8 +3,10 @@ documents (the probe), and their stored signatures, lengths, shingle sets and id
 
 Index rows: the live documents in index order (segment by segment, oldest first, each
 segment's rows in order), tombstoned ones included (they are skipped where they would match).
-A reader opens only the files of the manifest it read, each checked against its SHA-256 the
-first time it is used.
+A reader opens every file of the manifest it read when it is made, so a writer that removes
+files no later manifest names (files.collect_garbage) never pulls them from under it (an open or
+memory-mapped file outlives its name on POSIX); each file is checked against its SHA-256 the
+first time it is used, through the open file.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +25,7 @@ import scipy.sparse
 
 from ..ragged import ragged_arange
 from ..verify import sets_matrix
-from .files import DamagedIndexError, Manifest, SegmentEntry, read_manifest, segment_path, verified_file
+from .files import DamagedIndexError, Manifest, SegmentEntry, read_manifest
 
 
 @dataclass(frozen=True)
@@ -43,31 +47,71 @@ class Matched:
         return int(self.row.shape[0])
 
 
+class OpenedFile:
+    """One index file, open from the start, checked against its SHA-256 on first use."""
+
+    def __init__(self, path: Path, expected: str):
+        self.path, self.expected = path, expected
+        self.handle = open(path, "rb")  # FileNotFoundError: the reader's caller decides
+        self.checked = False
+
+    def check(self) -> None:
+        if self.checked:
+            return
+        import hashlib
+
+        digest, offset, descriptor = hashlib.sha256(), 0, self.handle.fileno()
+        while True:
+            block = os.pread(descriptor, 1 << 20, offset)
+            if not block:
+                break
+            digest.update(block)
+            offset += len(block)
+        if digest.hexdigest() != self.expected:
+            raise DamagedIndexError(f"{self.path}: its checksum does not match the manifest's (truncated or corrupt)")
+        self.checked = True
+
+
 class Segment:
-    """One live segment's files, opened (memory-mapped) and checked on first use."""
+    """One live segment's files, opened when the reader is made, memory-mapped and checked on
+    first use."""
 
     def __init__(self, root: Path, entry: SegmentEntry):
         self.root, self.entry = root, entry
+        folder = root / "segments" / entry.name
+        self.files = {name: OpenedFile(folder / name, digest) for name, digest in entry.files.items()}
+        # Arrow maps the ids now, while the name is there (the map outlives it).
+        self._ids_map = pa.memory_map(str(folder / "ids.arrow"))
         self._arrays: dict[str, np.ndarray] = {}
         self._ids: Optional[pa.Table] = None
 
     def array(self, name: str) -> np.ndarray:
         if name not in self._arrays:
-            path = segment_path(self.root, self.entry, f"{name}.npy")
+            opened = self.files[f"{name}.npy"]
+            opened.check()
             try:
-                self._arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+                handle = opened.handle
+                handle.seek(0)
+                version = np.lib.format.read_magic(handle)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = header(handle)
+                self._arrays[name] = np.memmap(handle, dtype=dtype, mode="r", offset=handle.tell(), shape=shape,
+                                               order="F" if fortran else "C") if np.prod(shape) else \
+                    np.zeros(shape, dtype)
             except ValueError as error:
-                raise DamagedIndexError(f"{path}: not a readable array ({error})") from None
+                raise DamagedIndexError(f"{opened.path}: not a readable array ({error})") from None
         return self._arrays[name]
 
     def ids(self) -> pa.Table:
         """Columns id and tag of every row (memory-mapped Arrow IPC)."""
         if self._ids is None:
-            path = segment_path(self.root, self.entry, "ids.arrow")
+            opened = self.files["ids.arrow"]
+            opened.check()
             try:
-                self._ids = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+                self._ids = pa.ipc.open_file(self._ids_map).read_all()
             except pa.ArrowInvalid as error:
-                raise DamagedIndexError(f"{path}: not a readable Arrow file ({error})") from None
+                raise DamagedIndexError(f"{opened.path}: not a readable Arrow file ({error})") from None
         return self._ids
 
     def sets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,10 +127,21 @@ class IndexReader:
     """The index at ``root`` as its manifest says now (later commits are not seen)."""
 
     def __init__(self, root: Path, manifest: Optional[Manifest] = None):
+        """manifest: the state to read (a writer's, under the lock); None: the last committed
+        one, read again if a commit replaces it while its files are being opened."""
         self.root = Path(root)
-        self.manifest = manifest or read_manifest(self.root)
-        self.segments = [Segment(self.root, entry) for entry in self.manifest.segments]
-        self._removed: Optional[dict[str, np.ndarray]] = None
+        for _attempt in range(3):
+            self.manifest = manifest or read_manifest(self.root)
+            try:
+                self.segments = [Segment(self.root, entry) for entry in self.manifest.segments]
+                self._removed: Optional[dict[str, np.ndarray]] = None
+                self.removed()
+                return
+            except FileNotFoundError as error:
+                if manifest is not None or read_manifest(self.root).generation == self.manifest.generation:
+                    raise DamagedIndexError(f"{error.filename}: missing, but the index manifest names it; "
+                                            "the index is damaged") from None
+        raise DamagedIndexError(f"{self.root}: the index changed three times while it was being opened; try again")
 
     @property
     def documents(self) -> int:
@@ -99,8 +154,9 @@ class IndexReader:
             self._removed = {}
             entry = self.manifest.tombstones
             if entry:
-                path = verified_file(self.root / "tombstones" / entry["name"], entry["sha256"])
-                table = pq.read_table(path)
+                opened = OpenedFile(self.root / "tombstones" / entry["name"], entry["sha256"])
+                opened.check()
+                table = pq.read_table(opened.handle)
                 for name in set(table["segment"].to_pylist()):
                     rows = table.filter(pc.equal(table["segment"], name))["row"].to_numpy()
                     self._removed[name] = np.unique(rows.astype(np.int64))
@@ -134,23 +190,30 @@ class IndexReader:
             column = keys[:, band]  # one band of the new documents, read once for every segment
             column = np.ascontiguousarray(column.get() if hasattr(column, "get") else column, dtype=np.uint64)
             for position, segment in enumerate(self.segments):
+                removed = self.removed().get(segment.entry.name, np.zeros(0, np.int64))
                 sorted_keys = segment.array("keys")[band]
                 lo = np.searchsorted(sorted_keys, column, side="left")
                 hi = np.searchsorted(sorted_keys, column, side="right")
-                lo = np.maximum(lo, hi - window)
+                # The last ``window`` live documents of each key: enough candidates to cover the
+                # removed ones among them, then the removed ones out, then the window.
+                lo = np.maximum(lo, hi - window - removed.shape[0])
                 run, within = ragged_arange(hi - lo)
+                rows = np.asarray(segment.array("rows")[band][lo[run] + within], dtype=np.int64)
+                if removed.shape[0]:
+                    live = ~np.isin(rows, removed)
+                    run, rows = run[live], rows[live]
+                    # Rank from the end of its key's run (runs are grouped, positions ascending).
+                    ends = np.searchsorted(run, run, side="right")
+                    last = np.arange(run.shape[0]) >= ends - window
+                    run, rows = run[last], rows[last]
                 new[position].append(run)
-                local[position].append(np.asarray(segment.array("rows")[band][lo[run] + within], dtype=np.int64))
+                local[position].append(rows)
         for position, segment in enumerate(self.segments):
             if not new[position]:
                 continue
             codes = np.unique(np.concatenate(new[position]) * segment.entry.documents
                               + np.concatenate(local[position]))
             query, row = np.divmod(codes, max(segment.entry.documents, 1))
-            removed = self.removed().get(segment.entry.name)
-            if removed is not None and row.size:
-                live = ~np.isin(row, removed)
-                query, row = query[live], row[live]
             found.append((query, np.full(row.shape[0], position, np.int64), row))
         if not found:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
