@@ -250,7 +250,8 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
 def list_corpus(items: Sequence, field: str) -> Corpus:
     """The corpus of a list of texts (str or None), or of token-id lists (each a list, tuple or
     numpy array of integers, or None), in column ``field``; ids are the positions."""
-    if items and all(item is None or isinstance(item, (list, tuple, np.ndarray)) for item in items):
+    given = [item for item in items if item is not None]  # all None: empty texts, as ever
+    if given and all(isinstance(item, (list, tuple, np.ndarray)) for item in given):
         content = token_lists_to_arrow(items)
     else:
         content = strings_to_arrow(items)

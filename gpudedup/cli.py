@@ -99,6 +99,7 @@ def main_options(
 
 @app.command("dedup")
 def dedup_command(
+    context: typer.Context,
     inputs: Annotated[List[Path], typer.Argument(
         help="JSONL (.jsonl, .jsonl.gz), Parquet or .txt files, or directories of them (read recursively, "
              "in sorted order).",
@@ -190,14 +191,18 @@ def dedup_command(
             from .index import Index
 
             index = Index(against)
-            given = dict(threshold=threshold, shingle=shingle.value, ngram=ngram, unicode=unicode_form(unicode.value),
-                         strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
-                         max_fn=max_fn, low=low, max_fp=max_fp, seed=seed, bucket_window=bucket_window)
-            check_index_parameters(index.params(), given, bands, rows, keep.value)
+            values = dict(threshold=threshold, shingle=shingle.value, ngram=ngram,
+                          unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
+                          strip_symbols=strip_symbols, num_perm=num_perm, max_fn=max_fn, low=low, max_fp=max_fp,
+                          seed=seed, bucket_window=bucket_window, bands=bands, rows=rows, keep=keep.value)
+            # Only the options given on the command line (a default is no request).
+            given = {name: value for name, value in values.items()
+                     if getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"}
+            check_index_parameters(index.params(), given)
             result = index.dedup(list(inputs), text_field=text_field, id_field=id_field, token_field=token_field,
                                  backend=backend.value, progress=not quiet, on_error=on_error.value,
-                                 batch_bytes=batch_bytes, work_dir=work_dir, resume=resume, scheduler=scheduler,
-                                 workers=workers)
+                                 batch_bytes=batch_bytes, max_memory=max_memory, work_dir=work_dir, resume=resume,
+                                 scheduler=scheduler, workers=workers)
             result.write(output, format=format.value, overwrite=overwrite)
             guard.written = output
             if not quiet:
@@ -383,19 +388,14 @@ def demo_command(
         guard.done()
 
 
-def check_index_parameters(fixed: DedupParams, given: dict, bands: Optional[int], rows: Optional[int],
-                           keep: str) -> None:
-    """ParameterError when an option given with --against differs from the index's own value
-    (an option left at its default takes the index's)."""
-    defaults = DedupParams()
+def check_index_parameters(fixed: DedupParams, given: dict) -> None:
+    """ParameterError when a result option given with --against (``given``: name -> value, the
+    options given on the command line) differs from the index's own value."""
     for name, value in given.items():
-        if value != getattr(defaults, name) and value != getattr(fixed, name):
-            raise ParameterError(f"the index fixes {name} = {getattr(fixed, name)!r}; leave out the option or give "
+        if value != getattr(fixed, name):
+            option = "--" + name.replace("_", "-")
+            raise ParameterError(f"the index fixes {option} {getattr(fixed, name)!r}; leave out the option or give "
                                  f"the same value (got {value!r})")
-    if (bands, rows) != (None, None) and (bands, rows) != (fixed.bands, fixed.rows):
-        raise ParameterError(f"the index fixes {fixed.bands} bands x {fixed.rows} rows; leave out --bands/--rows")
-    if keep != "first":
-        raise ParameterError("a run against an index keeps the indexed documents first: leave out --keep")
 
 
 def describe_shingles(params: DedupParams) -> str:

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from .cli import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError, OutputFormat, Shingle, UnicodeChoice,
                   err, out, print_summary, unicode_form, user_errors)
+from .errors import InputError
 from .params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
 
@@ -75,6 +76,8 @@ def add_command(
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
     on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
+    max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Run in stages over one input file at a time, as dedup --work-dir.", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the stages in --work-dir.")] = False,
@@ -94,7 +97,8 @@ def add_command(
         result = Index(index).add(list(inputs), tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
                                   on_error=on_error.value, output=output, format=format.value, overwrite=overwrite,
-                                  work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers)
+                                  work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
+                                  batch_bytes=batch_bytes, max_memory=max_memory)
         guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)
@@ -157,8 +161,13 @@ def remove_command(
     with user_errors():
         listed = None
         if ids is not None:
-            lines = [line.strip() for line in ids.read_text(encoding="utf-8").splitlines() if line.strip()]
-            listed = [int(line) for line in lines] if all(line.lstrip("-").isdigit() for line in lines) else lines
+            try:
+                text = ids.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as error:
+                raise InputError(f"{ids}: cannot read the ids file ({getattr(error, 'strerror', None) or error})") \
+                    from None
+            # As strings: the index casts them to its own kind of id ("007" stays "007").
+            listed = [line.strip() for line in text.splitlines() if line.strip()]
         removed = Index(index).remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
 

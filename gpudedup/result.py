@@ -96,7 +96,7 @@ class DedupResult:
         """
         a, b, jaccard = self.outcome.pair_a, self.outcome.pair_b, self.outcome.jaccard
         copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
-        a, b, source = implied_pairs(a, b, a[copy], b[copy], self.keep.shape[0])
+        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.ids))  # indexed rows too
         return pairs_table(self.ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
 
     def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:

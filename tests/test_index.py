@@ -513,3 +513,37 @@ def index_keys_of(texts: list[str], index: Index) -> np.ndarray:
     shingles = backend.shingle_hashes(*text_buffers(texts), params.shingle_spec())
     signatures = backend.signatures(shingles, draw_permutations(banding.bands * banding.rows, params.seed))
     return backend.band_keys(signatures, banding)
+
+
+def test_review_cases(tmp_path):
+    """What a review found: all_pairs of a run against an index; a query of the wrong kind; an
+    add refused for its kind of ids writes nothing; remove --ids takes the index's kind of id;
+    --against refuses only options given with another value."""
+    records = bible_records()[:60]
+    index = Index.create(tmp_path / "index")
+    index.add(pa.Table.from_pylist(records[:40]), id_field="id")
+    result = index.dedup(pa.Table.from_pylist(records[30:]), id_field="id")
+    assert result.indexed_rows > 0 and len(result.all_pairs()) >= len(result.pairs)
+    with pytest.raises(gpudedup.InputError, match="token shingles|text"):
+        index.query([[1, 2, 3]])
+    numbered = pa.Table.from_pylist([{"n": i, "text": r["text"] + " new"} for i, r in enumerate(records[40:])])
+    out = tmp_path / "refused"
+    with pytest.raises(gpudedup.InputError, match="the index holds string ids"):
+        index.add(numbered, id_field="n", output=out)
+    assert not out.exists()
+    assert index.remove(ids=[records[0]["id"]]) == 1
+    strings = tmp_path / "strings.jsonl"
+    write_jsonl(strings, [{"id": "007", "text": records[50]["text"]}])
+    invoke("index", "add", str(index.path), str(strings), "-o", str(tmp_path / "o"), "--id-field", "id", "-q")
+    listed = tmp_path / "ids.txt"
+    listed.write_text("007\n")
+    assert invoke("index", "remove", str(index.path), "--ids", str(listed)).exit_code == 0
+    assert index.info()["documents"] == 40 - 1 + 1 - 1
+    new = tmp_path / "new.jsonl"
+    write_jsonl(new, records[40:45])
+    same = invoke("dedup", str(new), "-o", str(tmp_path / "same"), "--against", str(index.path), "--threshold",
+                  "0.8", "-q")
+    assert same.exit_code == 0, same.output
+    other = invoke("dedup", str(new), "-o", str(tmp_path / "other"), "--against", str(index.path), "--threshold",
+                   "0.8", "--keep", "longest", "-q")
+    assert_user_error(other, "--keep", out=tmp_path / "other")

@@ -30,6 +30,7 @@ from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
+from ..io.content import check_content
 from ..normalize import unicode_form_version
 from ..params import DedupParams
 from ..result import DedupResult
@@ -123,19 +124,20 @@ class Index:
 
     def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
               backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
-              batch_bytes: Optional[int] = None, work_dir: str | os.PathLike | None = None, resume: bool = False,
+              batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
+              work_dir: str | os.PathLike | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
-        holds the new documents kept. work_dir, resume, client, scheduler, workers: a staged
-        or Dask run over files, as gpudedup.dedup runs them."""
+        holds the new documents kept. batch_bytes, max_memory, work_dir, resume, client,
+        scheduler, workers: as gpudedup.dedup takes them."""
         result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
-                              batch_bytes, work_dir, resume, client, scheduler, workers)
+                              (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
             token_field: str = "input_ids", backend: str | Backend = "auto", progress: bool = False,
-            on_error: str = "stop", batch_bytes: Optional[int] = None,
+            on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
             output: Optional[str | os.PathLike] = None, format: str = "parquet", overwrite: bool = False,
             work_dir: str | os.PathLike | None = None, resume: bool = False, client=None,
             scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
@@ -148,7 +150,9 @@ class Index:
             collect_garbage(self.path, manifest)  # what a killed writer left
             reader = IndexReader(self.path, manifest)
             result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
-                                      batch_bytes, work_dir, resume, client, scheduler, workers)
+                                      (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
+            # Everything that can refuse the commit, before anything is written.
+            check_id_type(manifest, store.inner.ids)
             taken = reader.first_indexed(result.ids.slice(store.pinned))
             if taken is not None:
                 raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
@@ -163,14 +167,18 @@ class Index:
         return result
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
-             backend, progress: bool, on_error: str, batch_bytes: Optional[int], work_dir=None, resume: bool = False,
+             backend, progress: bool, on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None,
              workers: Optional[int] = None) -> tuple[DedupResult, IndexStore]:
         """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
         the api's own entry points with the store wrapped (store.Against)."""
         from ..api import content_field, corpus_result, dask_dedup, staged_dedup, to_corpus
 
-        params = self.params(batch_bytes=batch_bytes)
+        from ..memory import MemoryBudget, parse_size
+
+        batch_bytes, max_memory = speed
+        params = self.params(batch_bytes=batch_bytes,
+                             max_memory=None if max_memory is None else parse_size(max_memory))
         chosen = backend if not isinstance(backend, str) else get_backend(backend)
         field = content_field(params, text_field, token_field)
         against = Against(reader, chosen, params.bucket_window)
@@ -186,7 +194,8 @@ class Index:
                 raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
             log = StageLog()
             with log.stage("read"):
-                corpus, restore = to_corpus(data, field, id_field, on_error=on_error)
+                corpus, restore = to_corpus(data, field, id_field, on_error=on_error,
+                                            budget=MemoryBudget(params.max_memory))
             outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen)), params, chosen, progress=shown,
                               log=log)
             assert against.store is not None
@@ -207,12 +216,8 @@ class Index:
         signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(kept_active)])
         sets = inner.document_sets(rows, Progress(), name="index-commit")
         ids = inner.ids.take(pa.array(rows))
-        id_type = "int64" if pa.types.is_integer(ids.type) else "string"
-        parameters = dict(manifest.parameters)
-        if parameters.get("id_type") not in (None, id_type):
-            raise InputError(f"the index holds {parameters['id_type']} ids, this input has {id_type} ids; "
-                             "choose --id-field to match")
-        parameters["id_type"] = id_type
+        id_type = check_id_type(manifest, ids)
+        parameters = {**manifest.parameters, "id_type": id_type}
         ids = ids.cast(pa.int64() if id_type == "int64" else pa.large_string())
         table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
         arrays = segment_arrays(ids, signatures, inner.lengths[rows], np.diff(sets.indptr).astype(np.int64),
@@ -242,6 +247,8 @@ class Index:
         permutations = self._permutations(params)
         chosen = backend if not isinstance(backend, str) else get_backend(backend)
         corpus = list_corpus(queries, "query")
+        if corpus.num_rows:
+            check_content(corpus.texts.type, params.shingle, "query")
         shingles = chosen.shingle_hashes(*corpus.units(), spec)
         shingles = ShingleBatch(chosen.to_host(shingles.offsets), chosen.to_host(shingles.hashes))
         keys = chosen.to_host(chosen.band_keys(chosen.signatures(shingles, permutations), banding))
@@ -288,7 +295,8 @@ class Index:
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)
             reader = IndexReader(self.path, manifest)
-            wanted = None if ids is None else pa.array(ids) if not isinstance(ids, pa.Array) else ids
+            wanted = None if ids is None else as_index_ids(ids if isinstance(ids, pa.Array) else pa.array(ids),
+                                                           reader)
             segments, rows = [], []
             for segment in reader.segments:
                 table = segment.ids()
@@ -352,6 +360,30 @@ class Index:
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))
+
+
+def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
+    """``ids`` as the index's kind of id (an ids file gives strings; an index of integer ids
+    takes them as integers); InputError naming the first that is not one."""
+    target = reader.id_type()
+    try:
+        return ids.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        for value in ids.to_pylist():
+            try:
+                pa.array([value]).cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InputError(f"id {value!r} cannot be an id of this index, whose ids are integers") from None
+        raise
+
+
+def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
+    """The kind of ``ids`` ("int64" or "string"); InputError when the index holds the other."""
+    id_type = "int64" if pa.types.is_integer(ids.type) else "string"
+    if manifest.parameters.get("id_type") not in (None, id_type):
+        raise InputError(f"the index holds {manifest.parameters['id_type']} ids, this input has {id_type} ids; "
+                         "choose --id-field to match")
+    return id_type
 
 
 def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, set_counts: np.ndarray,

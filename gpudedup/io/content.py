@@ -45,8 +45,11 @@ def bad_token_rows(column) -> tuple[np.ndarray, list[str]]:
     wrong with each. A null list is an empty document, not an error."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     values, offsets = token_values(array)
-    if len(values) == 0 or pa.types.is_null(values.type):
+    if len(values) == 0:
         return np.zeros(0, np.int64), []
+    if pa.types.is_null(values.type):  # lists of nothing but nulls: every non-empty one is bad
+        rows = np.flatnonzero(np.diff(offsets) > 0).astype(np.int64)
+        return rows, [f"holds a null token id; expected {TOKEN_EXPECTED}"] * len(rows)
     bad = values.is_null()
     if pa.types.is_signed_integer(values.type):
         bad = pc.or_kleene(bad, pc.less(values, 0))
@@ -72,6 +75,8 @@ def token_list_problem(values: list, kind_of: Callable[[object], str]) -> str:
     for position, value in enumerate(values):
         if value is None:
             return f"holds a null token id at position {position}; expected {TOKEN_EXPECTED}"
+        if isinstance(value, np.integer):
+            value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             return (f"is an array holding {kind_of(value)} at position {position}, expected a string "
                     "or a list of token ids")
