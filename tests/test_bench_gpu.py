@@ -126,7 +126,8 @@ def test_int32_limit(bench):
     limit, basis = bench.int32_update_limit(10, 1_000_000, (8, 0))
     assert limit == 10 * 1e9 * bench.INT32_OPS_PER_SM_CLOCK / bench.OPS_PER_UPDATE and "assumed" in basis
     assert bench.int32_update_limit(10, 1_000_000, (12, 0))[0] is None  # outside the assumed table
-    assert bench.int32_update_limit(10, 1_000_000, (12, 0), ops_per_sm_clock=128)[0] == 10 * 1e9 * 128 / bench.OPS_PER_UPDATE
+    given = bench.int32_update_limit(10, 1_000_000, (12, 0), ops_per_sm_clock=128)[0]
+    assert given == 10 * 1e9 * 128 / bench.OPS_PER_UPDATE
 
 
 def test_sample_rows(bench):
