@@ -388,18 +388,26 @@ def test_a_damaged_segment_file_is_refused_naming_it(damaged, damage, file_name)
     assert {p: p.read_bytes() for p in index.rglob("*") if p.is_file()} == before
 
 
-@pytest.mark.parametrize("damage", ["not json", "missing segment", "truncated", "no manifest"])
+@pytest.mark.parametrize("damage", ["not json", "missing segment", "truncated", "no manifest", "edited"])
 def test_a_damaged_manifest_is_refused_naming_it(damaged, damage):
+    from gpudedup.index.files import manifest_checksum
+
     index, new, manifest = damaged
     path = index / "manifest.json"
-    if damage == "not json":
+    if damage == "edited":  # a changed parameter: the manifest's own checksum
+        manifest["parameters"]["threshold"] = 0.5
+        path.write_text(json.dumps(manifest))
+    elif damage == "not json":
         path.write_text("this is not json\n")
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:100])
     elif damage == "no manifest":
         path.unlink()
     else:
+        # A well-formed manifest (its checksum made anew) that names a segment that is not there.
         manifest["segments"].append(dict(manifest["segments"][0], name="seg-999999-00000000"))
+        manifest.pop("checksum")
+        manifest["checksum"] = manifest_checksum(manifest)
         path.write_text(json.dumps(manifest))
     named = str(index / "segments" / "seg-999999-00000000") if damage == "missing segment" else \
         str(path) if damage != "no manifest" else str(index)

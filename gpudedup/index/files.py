@@ -4,7 +4,8 @@ tombstones of removed documents, and the lock that admits one writer at a time.
 Layout::
 
     INDEX/manifest.json            the committed state: format, parameters, live segments with
-                                   every file's SHA-256, the tombstone file, a generation number
+                                   every file's SHA-256, the tombstone file, a generation number,
+                                   and the SHA-256 of all that (checksum)
     INDEX/segments/<name>/         one segment: the documents one ``add`` kept (immutable)
         ids.arrow                  Arrow IPC, columns "id" (int64 or string) and "tag", one row
                                    per document (memory-mapped: a few ids are read, not all)
@@ -133,6 +134,8 @@ def read_manifest(root: Path) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT:
             raise DamagedIndexError(f"{path}: index format {data.get('format')!r}, this gpudedup reads {FORMAT}")
+        if data.pop("checksum", None) != manifest_checksum(data):
+            raise DamagedIndexError(f"{path}: its checksum does not match its contents (corrupt or edited)")
         segments = tuple(SegmentEntry(s["name"], int(s["documents"]), dict(s["files"]), int(s["bytes"]))
                          for s in data["segments"])
         return Manifest(dict(data["parameters"]), segments, data.get("tombstones"), int(data["generation"]),
@@ -143,11 +146,19 @@ def read_manifest(root: Path) -> Manifest:
         raise DamagedIndexError(f"{path}: not a valid index manifest ({type(error).__name__}: {error})") from None
 
 
+def manifest_checksum(contents: dict) -> str:
+    """SHA-256 of a manifest's contents (without its own "checksum"), as canonical JSON."""
+    canonical = json.dumps(contents, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
 def write_manifest(root: Path, manifest: Manifest) -> None:
     """Commit ``manifest``: written under a temporary name, fsynced, renamed over manifest.json
     (atomic), and the directory entry fsynced."""
     temporary = root / f"{TEMPORARY}{uuid.uuid4().hex}-{MANIFEST}"
-    temporary.write_text(json.dumps(manifest.as_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    contents = manifest.as_dict()
+    contents["checksum"] = manifest_checksum(contents)
+    temporary.write_text(json.dumps(contents, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     fsync_path(temporary)
     os.replace(temporary, root / MANIFEST)
     fsync_path(root)
