@@ -343,7 +343,7 @@ def corpus_shingle_sets(corpus: Corpus, spec: ShingleSpec, batch_bytes: int = TR
         batch = utf8_shingle_hashes(data[first:offsets[stop]], offsets[start:stop + 1] - first, spec)
         return unique_per_row(batch)
 
-    batches = text_batches(offsets, max(batch_bytes // data.dtype.itemsize, 1), 1 << 20)
+    batches = text_batches(offsets, batch_bytes, 1 << 20, data.dtype.itemsize)
     parts = list(map_parallel(one, list(batches), workers))
     if not parts:
         return ShingleBatch(np.zeros(1, np.int64), np.zeros(0, np.uint64))

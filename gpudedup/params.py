@@ -27,6 +27,12 @@ DEFAULT_BATCH_BYTES = 2 << 20
 DEFAULT_BATCH_ROWS = 1 << 20
 
 
+# The parameters that decide a run's results: what a resumed work directory and a persistent
+# index must be used with. (Batch sizes and the memory budget only decide how the work is cut.)
+RESULT_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols", "num_perm",
+                     "max_fn", "low", "max_fp", "seed", "keep", "bucket_window")
+
+
 @dataclass(frozen=True)
 class DedupParams:
     """Everything that decides the result of a run (and a few knobs that only decide speed).
@@ -131,6 +137,19 @@ class DedupParams:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def result_parameters(self) -> dict:
+        """What results depend on, to record and compare (a work directory's fingerprint, an
+        index's manifest): RESULT_PARAMETERS, the banding used, and with a Unicode form the
+        Unicode version of the forms in this process (normalize.unicode_form_version)."""
+        recorded = {name: getattr(self, name) for name in RESULT_PARAMETERS}
+        banding = self.banding()
+        recorded.update(bands=banding.bands, rows=banding.rows)
+        if self.unicode is not None:
+            from .normalize import unicode_form_version
+
+            recorded["unicode_version"] = unicode_form_version()
+        return recorded
 
 
 def _is_int(value) -> bool:

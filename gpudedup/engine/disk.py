@@ -74,28 +74,16 @@ WORK_DIR_FORMAT = 2
 
 ONE_CHUNK = np.iinfo(np.int64).max // 4  # a batch cost no chunk reaches
 
-# Parameters that decide the results: a resume must use the same ones. (Batch sizes and the
-# memory budget change how the work is cut, never what it finds.)
-RESULT_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols", "num_perm",
-                     "max_fn", "low", "max_fp", "seed", "keep", "bucket_window")
-
-
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:
     """What a work directory's results depend on: the input files as they are now (path, size,
     modification time), the parameters that decide results, and the version."""
-    banding = params.banding()
     inputs = []
     for path in found.files:
         status = os.stat(path)
         inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
-    chosen = {name: params.as_dict()[name] for name in RESULT_PARAMETERS}
-    if params.unicode is not None:  # NFC/NFKC follow the Unicode version of Arrow's utf8proc
-        from ..normalize import unicode_form_version
-
-        chosen["unicode_version"] = unicode_form_version()
     return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
-            "parameters": {**chosen, "bands": banding.bands, "rows": banding.rows},
+            "parameters": params.result_parameters(),
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
 
 

@@ -23,11 +23,11 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int) -> Iterator[tuple[int, int]]:
+def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int, unit_bytes: int = 1) -> Iterator[tuple[int, int]]:
     """(start, stop) row ranges of consecutive batches holding at most max_rows rows and, unless
-    a single document is larger, about max_bytes bytes of UTF-8 text; offsets: int64 (n + 1,)
-    byte offsets of the texts."""
-    for start, stop in weighted_ranges(np.diff(offsets), max_bytes):
+    a single document is larger, about max_bytes bytes of content; offsets: int64 (n + 1,)
+    offsets of the documents in units of ``unit_bytes`` bytes (1: UTF-8 text; 4: token ids)."""
+    for start, stop in weighted_ranges(np.diff(offsets), max(max_bytes // unit_bytes, 1)):
         for row in range(start, stop, max_rows):
             yield row, min(row + max_rows, stop)
 
@@ -73,9 +73,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
         return result
 
     with log.stage("signature_pass"):
-        # Offsets count units: bytes of text, or token ids of 4 bytes each.
-        units_per_batch = max(batch_bytes(params, backend) // data.dtype.itemsize, 1)
-        batches = list(text_batches(offsets, units_per_batch, params.batch_rows))
+        batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows, data.dtype.itemsize))
         results = list(map_parallel(one_batch, batches, backend.parallel_batches))
     xp = backend.xp
     if not results:

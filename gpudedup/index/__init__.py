@@ -32,7 +32,7 @@ from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
 from ..normalize import unicode_form_version
-from ..params import DedupParams
+from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
 from ..verify import pair_jaccard
@@ -43,8 +43,7 @@ from .store import Against, IndexStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
 # them). keep is not among them: a run against an index keeps "first" (indexed documents first).
-INDEX_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols", "num_perm",
-                    "max_fn", "low", "max_fp", "seed", "bucket_window")
+INDEX_PARAMETERS = tuple(name for name in RESULT_PARAMETERS if name != "keep")
 
 __all__ = ["Index"]
 
@@ -71,15 +70,12 @@ class Index:
         if unknown:
             raise ParameterError(f"unknown index parameters: {', '.join(sorted(unknown))}")
         params = DedupParams(**parameters)
-        banding = params.banding()
         root = Path(path)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
         root.mkdir(parents=True, exist_ok=True)
-        fixed = {name: getattr(params, name) for name in INDEX_PARAMETERS}
-        fixed.update(bands=banding.bands, rows=banding.rows, id_type=None)
-        if params.unicode is not None:  # NFC/NFKC follow the Unicode version of Arrow's utf8proc
-            fixed["unicode_version"] = unicode_form_version()
+        fixed = {name: value for name, value in params.result_parameters().items() if name != "keep"}
+        fixed["id_type"] = None
         with writer_lock(root):
             write_manifest(root, Manifest(fixed, (), None, 0))
         return cls(root)
