@@ -391,12 +391,17 @@ JSONL_BAD = {
 @pytest.mark.parametrize("case", JSONL_BAD, ids=str)
 def test_bad_token_ids_in_jsonl(case, tmp_path):
     value, fragments = JSONL_BAD[case]
-    path = jsonl_with(tmp_path, value)
+    assert_refused_then_skipped(jsonl_with(tmp_path, value), fragments, tmp_path)
+
+
+def assert_refused_then_skipped(path: Path, fragments: list, tmp_path: Path) -> None:
+    """The bad record (the third) stops the run with one line, and --on-error skip leaves it
+    out, recorded in errors.jsonl, keeping the others."""
     assert_user_error(run_tokens(path, tmp_path / "out"), *fragments, out=tmp_path / "out")
     result = run_tokens(path, tmp_path / "skip", "--on-error", "skip")
     assert result.exit_code == 0, result.output
     errors = [json.loads(line) for line in (tmp_path / "skip" / "errors.jsonl").read_text().splitlines()]
-    assert [e["line"] for e in errors] == [3] and errors[0]["file"].endswith("in.jsonl")
+    assert [e["line"] for e in errors] == [3] and errors[0]["file"].endswith(path.name)
     kept = pq.read_table(tmp_path / "skip" / "deduplicated.parquet")
     assert sorted(kept["id"].to_pylist()) == [0, 1, 3, 4]
 
@@ -420,14 +425,7 @@ PARQUET_BAD = {
 @pytest.mark.parametrize("case", PARQUET_BAD, ids=str)
 def test_bad_token_ids_in_parquet(case, tmp_path):
     column, fragments = PARQUET_BAD[case]
-    path = parquet_with(tmp_path, column())
-    assert_user_error(run_tokens(path, tmp_path / "out"), *fragments, out=tmp_path / "out")
-    result = run_tokens(path, tmp_path / "skip", "--on-error", "skip")
-    assert result.exit_code == 0, result.output
-    errors = [json.loads(line) for line in (tmp_path / "skip" / "errors.jsonl").read_text().splitlines()]
-    assert [e["line"] for e in errors] == [3] and errors[0]["file"].endswith("in.parquet")
-    kept = pq.read_table(tmp_path / "skip" / "deduplicated.parquet")
-    assert sorted(kept["id"].to_pylist()) == [0, 1, 3, 4]
+    assert_refused_then_skipped(parquet_with(tmp_path, column()), fragments, tmp_path)
 
 
 @pytest.mark.parametrize("column, fragments", [
