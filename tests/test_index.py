@@ -555,3 +555,34 @@ def test_review_cases(tmp_path):
     other = invoke("dedup", str(new), "-o", str(tmp_path / "other"), "--against", str(index.path), "--threshold",
                    "0.8", "--keep", "longest", "-q")
     assert_user_error(other, "--keep", out=tmp_path / "other")
+
+
+def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
+    """An add over files in stages (a work directory) and on a 2-worker Dask cluster keeps, pairs
+    and commits what the in-memory add does; the staged add's work directory records the
+    index's state, so resuming it after another commit is refused."""
+    import logging
+
+    distributed = pytest.importorskip("distributed")
+    records = bible_records()[:240]
+    again = [{"id": r["id"] + " again", "text": r["text"] + " amen"} for r in records[:40]]  # near-copies
+    parts = [write_jsonl(tmp_path / "part0.jsonl", records[:120]),
+             write_jsonl(tmp_path / "part1.jsonl", records[120:] + again)]
+    indexes = {how: Index.create(tmp_path / how) for how in ("memory", "staged", "dask")}
+    results: dict[str, list] = {how: [] for how in indexes}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+        for number, part in enumerate(parts):
+            results["memory"].append(indexes["memory"].add(part, id_field="id", backend="cpu"))
+            results["staged"].append(indexes["staged"].add(part, id_field="id", backend="cpu",
+                                                           work_dir=tmp_path / f"work{number}"))
+            results["dask"].append(indexes["dask"].add(part, id_field="id", backend="cpu", client=client,
+                                                       work_dir=tmp_path / f"dask-work{number}"))
+    for how in ("staged", "dask"):
+        for ours, reference in zip(results[how], results["memory"]):
+            assert np.array_equal(ours.keep, reference.keep)
+            assert ours.pairs.equals(reference.pairs) and ours.clusters.equals(reference.clusters)
+        assert indexes[how].info()["documents"] == indexes["memory"].info()["documents"]
+    assert results["memory"][1].indexed_rows > 0  # the second add did meet the first's documents
+    with pytest.raises(gpudedup.ParameterError, match="another run"):
+        indexes["staged"].dedup(parts[0], id_field="id", backend="cpu", work_dir=tmp_path / "work0", resume=True)
