@@ -17,7 +17,7 @@ from .io.corpus import Corpus
 from .io.inputs import scan_inputs
 from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
-from .io.source import SourceFile
+from .io.source import INT64_MAX, SourceFile, first_id_above_int64
 from .normalize import strings_to_arrow
 from .io.writer import check_apart_from_inputs
 from .cluster import KeepPolicy
@@ -281,6 +281,10 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str]) -> C
         raise InputError(f"no column {id_field!r} for ids (columns: {', '.join(table.column_names)})")
     else:
         ids = table[id_field].combine_chunks()
+        too_large = first_id_above_int64(ids)
+        if too_large is not None:
+            raise InputError(f"id column {id_field!r} row {too_large[0]} (from 0) holds {too_large[1]}, above the "
+                             f"largest integer id ({INT64_MAX}); integer ids must fit a signed 64-bit integer")
         if ids.null_count:
             raise InputError(f"id column {id_field!r} has {ids.null_count} null values; ids must be unique")
     corpus = Corpus(table, text_field, ids, [SourceFile("<table>", "table", table.num_rows)])

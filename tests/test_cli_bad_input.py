@@ -198,6 +198,15 @@ def test_missing_id_field_in_parquet(in_tmp):
     assert_user_error(result, "data.parquet", "'uid'", out=in_tmp / "out")
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["in memory", "staged"])
+def test_an_unsigned_id_above_int64_is_refused_naming_the_row(in_tmp, staged):
+    table = pa.table({"id": pa.array([1, 2**63 + 5, 3], pa.uint64()), "text": ["a b c", "d e f", "g h i"]})
+    pq.write_table(table, in_tmp / "big.parquet")
+    extra = ["--work-dir", "work"] if staged else []
+    result = invoke("dedup", "big.parquet", "-o", "out", "--id-field", "id", *extra)
+    assert_user_error(result, "big.parquet", "'id'", str(2**63 + 5), "row 2", "64-bit", out=in_tmp / "out")
+
+
 def test_null_id(in_tmp):
     records = [{"id": f"d{i}", **r} for i, r in enumerate(happy_records()[:4])]
     records[3]["id"] = None

@@ -91,6 +91,21 @@ def strip_path(message: str, path: str) -> str:
     return message[len(path) + 2:] if message.startswith(f"{path}: ") else message
 
 
+INT64_MAX = 2**63 - 1
+
+
+def first_id_above_int64(ids) -> Optional[tuple[int, int]]:
+    """(row from 0, value) of the first unsigned 64-bit id (pa.Array or ChunkedArray) that does
+    not fit int64, the type integer ids are kept in; None when there is none."""
+    if not pa.types.is_uint64(ids.type) or len(ids) == 0:
+        return None
+    import pyarrow.compute as pc
+
+    above = pc.fill_null(pc.greater(ids, pa.scalar(INT64_MAX, pa.uint64())), False)
+    rows = np.flatnonzero(above.to_numpy(zero_copy_only=False))
+    return None if rows.size == 0 else (int(rows[0]), int(ids[int(rows[0])].as_py()))
+
+
 def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field: Optional[str],
                   nulls: bool = True) -> str:
     """A message when the text or id column is missing or of the wrong type (or, with
@@ -109,6 +124,13 @@ def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field
         id_type = id_column.type
         if not (pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type)):
             return f"{source.path}: id field {id_field!r} has type {id_type}, expected strings or integers"
+        too_large = first_id_above_int64(id_column)
+        if too_large is not None:
+            row, value = too_large
+            number = int(source.row_numbers[row]) if source.row_numbers is not None else row + 1
+            where = f"line {number}" if source.format == "jsonl" else f"row {number}"
+            return (f"{source.path}: id field {id_field!r} is {value} ({where}), above the largest integer id "
+                    f"({INT64_MAX}); integer ids must fit a signed 64-bit integer")
         if nulls and id_column.null_count:
             row = int(np.flatnonzero(id_column.is_null().to_numpy(zero_copy_only=False))[0]) + 1
             return f"{source.path}: row {row}: id field {id_field!r} is null"
