@@ -82,9 +82,10 @@ class Index:
 
     # --- what it holds ------------------------------------------------------------------------
 
-    def params(self, **speed: Any) -> DedupParams:
-        """The index's DedupParams (``speed``: batch_bytes, batch_rows, max_memory)."""
-        fixed = read_manifest(self.path).parameters
+    def params(self, manifest: Optional[Manifest] = None, **speed: Any) -> DedupParams:
+        """The index's DedupParams, from ``manifest`` (None: the one committed now; ``speed``:
+        batch_bytes, batch_rows, max_memory)."""
+        fixed = (manifest or read_manifest(self.path)).parameters
         recorded = fixed.get("unicode_version")
         if recorded is not None and recorded != unicode_form_version():
             raise ParameterError(
@@ -104,9 +105,9 @@ class Index:
             column = segment.ids()["tag"]
             live = np.ones(len(column), dtype=bool)
             live[removed.get(segment.entry.name, np.zeros(0, np.int64))] = False
-            for tag in column.filter(pa.array(live)).to_pylist():
-                name = UNTAGGED if tag is None else str(tag)
-                tags[name] = tags.get(name, 0) + 1
+            for entry in pc.value_counts(column.filter(pa.array(live))).to_pylist():
+                name = UNTAGGED if entry["values"] is None else str(entry["values"])
+                tags[name] = tags.get(name, 0) + entry["counts"]
         size = sum(s.bytes for s in manifest.segments)
         documents = reader.documents
         return {"path": str(self.path), "format": FORMAT, "documents": documents,
@@ -169,11 +170,10 @@ class Index:
         """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
         the api's own entry points with the store wrapped (store.Against)."""
         from ..api import content_field, corpus_result, dask_dedup, staged_dedup, to_corpus
-
         from ..memory import MemoryBudget, parse_size
 
         batch_bytes, max_memory = speed
-        params = self.params(batch_bytes=batch_bytes,
+        params = self.params(reader.manifest, batch_bytes=batch_bytes,
                              max_memory=None if max_memory is None else parse_size(max_memory))
         chosen = backend if not isinstance(backend, str) else get_backend(backend)
         field = content_field(params, text_field, token_field)
@@ -208,7 +208,7 @@ class Index:
         rows = inner.active[kept_active]
         if rows.shape[0] == 0:
             return
-        params = self.params()
+        params = self.params(manifest)
         signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(kept_active)])
         sets = inner.document_sets(rows, Progress(), name="index-commit")
         ids = inner.ids.take(pa.array(rows))
@@ -238,7 +238,7 @@ class Index:
         if not queries:
             return []
         reader = self.reader()
-        params = self.params()
+        params = self.params(reader.manifest)
         spec, banding = params.shingle_spec(), params.banding()
         permutations = self._permutations(params)
         chosen = backend if not isinstance(backend, str) else get_backend(backend)
@@ -352,7 +352,7 @@ class Index:
                                          segment_arrays(table["id"].combine_chunks(), signatures,
                                                         np.concatenate(arrays["lengths"]),
                                                         np.concatenate(arrays["set_counts"]),
-                                                        np.concatenate(arrays["set_columns"]), self.params())),)
+                                                        np.concatenate(arrays["set_columns"]), self.params(manifest))),)
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))

@@ -222,17 +222,22 @@ class IndexReader:
 
     def gather(self, segment: np.ndarray, row: np.ndarray) -> Matched:
         """The stored ids, signatures and lengths of (segment, row) pairs in index order."""
-        ids, signatures, lengths = [], [], []
+        signatures, lengths = [], []
         for position, mine in self._by_segment(segment):
             source, local = self.segments[position], row[mine]
-            ids.append(source.ids()["id"].take(pa.array(local)).combine_chunks())
             signatures.append(np.asarray(source.array("signatures")[local]))
             lengths.append(np.asarray(source.array("lengths")[local]))
         width = self.manifest.parameters["bands"] * self.manifest.parameters["rows"]
-        id_type = self.id_type()
-        return Matched(segment, row, pa.concat_arrays([i.cast(id_type) for i in ids]) if ids else pa.array([], id_type),
+        return Matched(segment, row, self.ids(segment, row),
                        np.concatenate(signatures) if signatures else np.zeros((0, width), np.uint32),
                        np.concatenate(lengths) if lengths else np.zeros(0, np.int64))
+
+    def ids(self, segment: np.ndarray, row: np.ndarray) -> pa.Array:
+        """The ids of (segment, row) pairs in index order, as the index's id type."""
+        id_type = self.id_type()
+        parts = [self.segments[position].ids()["id"].take(pa.array(row[mine])).combine_chunks().cast(id_type)
+                 for position, mine in self._by_segment(segment)]
+        return pa.concat_arrays(parts) if parts else pa.array([], id_type)
 
     def sets(self, segment: np.ndarray, row: np.ndarray) -> scipy.sparse.csr_matrix:
         """The shingle sets of (segment, row) pairs in index order, as verify.document_sets
