@@ -238,7 +238,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
         return corpus
 
     def sets(work, name, shard_rows, rows):
-        chunks.append((name, rows.shape[0]))
+        chunks.append((name.rsplit("-", 1)[0], rows.shape[0]))  # "pairs-<digest of the rows>"
         return original_sets(work, name, shard_rows, rows)
 
     monkeypatch.setattr(disk, "build_corpus", build)
@@ -595,3 +595,30 @@ def test_max_memory_is_checked_before_each_shard(tmp_path):
     assert not (tmp_path / "work" / "shards").exists()
     enough = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work2", max_memory="4G")
     assert enough.report["balance"]["balanced"]
+
+
+def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_path):
+    """exact_by_spill under one stage name with different sets of rows (identical_copies' later
+    rounds, an index run's pairs with indexed documents): each request's Jaccard values are its
+    own pairs' (Python sets), not values read from an earlier request's spill."""
+    from gpudedup.engine.disk import ShardReader, exact_by_spill
+    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.engine.workdir import WorkDir
+    from gpudedup.params import DedupParams
+    from index_support import bible_records
+    from oracles import jaccard, shingle_set
+
+    records = bible_records()[:300]
+    files = [write_jsonl(tmp_path / "a.jsonl", records[:150]), write_jsonl(tmp_path / "b.jsonl", records[150:])]
+    work = WorkDir.attach(tmp_path / "work")
+    reader = ShardReader(files, "text", None, "stop")
+    shard_rows = np.array([0, 150, 300], dtype=np.int64)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        first = np.sort(rng.choice(300, 40, replace=False)).astype(np.int64)
+        second = rng.choice(300, 40).astype(np.int64)
+        got = exact_by_spill(work, "copies", reader, shard_rows, DedupParams(), "cpu", first, second,
+                             np.ones(40, np.int64), LocalExecutor())
+        expected = [jaccard(shingle_set(records[a]["text"]), shingle_set(records[b]["text"]))
+                    for a, b in zip(first, second)]
+        assert got.tolist() == expected

@@ -26,6 +26,8 @@ read at once (tests/test_streaming.py).
 
 from __future__ import annotations
 
+import hashlib
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,7 +318,10 @@ def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.nda
         stored_rows = np.load(where / "rows.npy")
         offsets = np.load(where / "offsets.npy")
         stored = np.load(where / "columns.npy", mmap_mode="r")
-        position = np.searchsorted(stored_rows, rows[mine] - shard_rows[index])
+        wanted = rows[mine] - shard_rows[index]
+        position = np.minimum(np.searchsorted(stored_rows, wanted), max(stored_rows.shape[0] - 1, 0))
+        if stored_rows.shape[0] == 0 or not np.array_equal(stored_rows[position], wanted):
+            raise RuntimeError(f"{where}: the spilled sets lack rows asked for (a spill is for one set of rows)")
         starts, stops = offsets[position], offsets[position + 1]
         counts.append(stops - starts)
         parts.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
@@ -333,16 +338,19 @@ def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np
 
 
 def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
-               backend: BackendOrName, docs: np.ndarray, executor: Executor) -> None:
-    """The shingle sets of spilled rows ``docs`` (int64, ascending) under WORK/sets/<name>/, one
-    task per shard that holds some of them (spill_shard_sets); a shard already spilled under
-    ``name`` (an earlier, interrupted run's) is not spilled again, so a name is for one set of
-    rows."""
+               backend: BackendOrName, docs: np.ndarray, executor: Executor) -> str:
+    """The shingle sets of spilled rows ``docs`` (int64, ascending) under WORK/sets/<spill>/, one
+    task per shard that holds some of them (spill_shard_sets); returns <spill>: ``name`` and a
+    digest of ``docs``, so that every set of rows has its own spill (a stage may ask for sets
+    several times, as identical_copies' rounds do) and a shard already spilled for the same rows
+    (an earlier, interrupted run's) is not spilled again."""
+    name = f"{name}-{hashlib.sha256(np.ascontiguousarray(docs, dtype=np.int64).tobytes()).hexdigest()[:16]}"
     todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
             if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
     root = str(work.root)
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
+    return name
 
 
 def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
@@ -352,8 +360,8 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     sets of their documents are spilled shard by shard (each shard read once), then the pairs
     are checked a chunk at a time from the spill, so memory holds one shard and one chunk of
     sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
-    spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
-               executor)
+    name = spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
+                      executor)
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, as_backend(backend)))
     root = str(work.root)
     # shard_rows is small (a row offset per shard): it travels inside each task.
@@ -573,8 +581,8 @@ class WorkDirStore:
 
         executor = executor or LocalExecutor()
         spilled = self.rows.spilled(docs)
-        spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor), spilled,
-                   executor)
+        name = spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
+                          spilled, executor)
         progress.advance(int(docs.shape[0]))
         return spilled_sets(str(self.work.root), name, self.shards.rows, spilled)
 
