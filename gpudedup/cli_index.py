@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -27,6 +28,11 @@ index_app = typer.Typer(
 IndexPath = Annotated[Path, typer.Argument(help="The index directory.", show_default=False)]
 
 
+class VerifyFrom(str, Enum):
+    sets = "sets"
+    source = "source"
+
+
 @index_app.command("create")
 def create_command(
     index: IndexPath,
@@ -44,6 +50,10 @@ def create_command(
     max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
     seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
     bucket_window: Annotated[int, typer.Option(help="As in dedup.")] = DEFAULT_BUCKET_WINDOW,
+    verify_from: Annotated[VerifyFrom, typer.Option(
+        help="How matches with indexed documents are checked exactly: 'sets' stores each document's shingle "
+             "set; 'source' stores where it came from and reads it again (smaller; the files must be kept as "
+             "they were, and adds must come from files).")] = VerifyFrom.sets,
 ):
     """Make an empty index that fixes the parameters results depend on (every later command
     uses them). Example: [bold]gpudedup index create idx/ --threshold 0.8 --shingle word --ngram 5[/]"""
@@ -53,10 +63,12 @@ def create_command(
         made = Index.create(index, threshold=threshold, shingle=shingle.value, ngram=ngram,
                             unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
                             strip_symbols=strip_symbols, num_perm=num_perm, bands=bands, rows=rows, max_fn=max_fn,
-                            low=low, max_fp=max_fp, seed=seed, bucket_window=bucket_window)
+                            low=low, max_fp=max_fp, seed=seed, bucket_window=bucket_window,
+                            verification=verify_from.value)
         p = made.info()["parameters"]
         err.print(f"Made the index {escape(str(index))}: Jaccard >= {p['threshold']} over {p['shingle']} "
-                  f"{p['ngram']}-grams, {p['bands']} bands x {p['rows']} rows.")
+                  f"{p['ngram']}-grams, {p['bands']} bands x {p['rows']} rows; matches verified from "
+                  f"{'stored shingle sets' if verify_from is VerifyFrom.sets else 'the source files'}.")
 
 
 @index_app.command("add")

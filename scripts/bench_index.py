@@ -8,8 +8,12 @@ base and of itself. Every tool starts empty and "adds" the base, then each incre
 - gpudedup: ``Index.add`` of the step's rows as an in-memory pyarrow Table (columns row, text;
   reading the JSONL file is excluded, everything else is timed: shingling, signatures, probe,
   exact verification, clustering, the segment's commit with fsync).
-- peers: each document's shingle-hash set from gpudedup.shingling (word 5-grams of the
-  normalised text, one batch per step, timed), its MinHash (the peer's own), the index's query,
+- gpudedup-source: the same with an index made with ``verification="source"`` (pointers into
+  the source files instead of stored shingle sets); each step is written to a JSONL file first
+  (untimed) and added from it, so its times include reading that file, and its queries read
+  the files that hold their matches.
+- peers: each document's shingle-hash set from gpudedup's CPU backend (``shingle_sets``, word
+  5-grams of the normalised text, one batch per step, timed), its MinHash (the peer's own), the index's query,
   and insertion of the documents without a match (the same "add" semantics, query then insert,
   document by document). The peers see exactly gpudedup's shingle sets: datasketch hashes the
   low 32 bits of each shingle hash (``hashfunc=int``: no SHA-1 per shingle, which only makes
@@ -74,7 +78,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-TOOLS = ("gpudedup", "datasketch", "datasketch-redis", "datasketch-bloom", "rensa")
+TOOLS = ("gpudedup", "gpudedup-source", "datasketch", "datasketch-redis", "datasketch-bloom", "rensa")
 WARM_UP_QUERIES = 20
 # One word in PERTURB_EVERY is replaced in each scaled copy: every 5-gram that holds it changes,
 # so a copy keeps about (1 - 1/10)**5 = 59% of its shingles (Jaccard ~0.42 with the original).
@@ -141,7 +145,9 @@ def found_pairs(result) -> tuple[np.ndarray, np.ndarray]:
     return ids[a], ids[b]
 
 
-def run_gpudedup(texts: list[str], plan: Plan, args) -> dict:
+def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets") -> dict:
+    """gpudedup's Index; verification "source" (the gpudedup-source tool) adds each step from a
+    JSONL file written beforehand (untimed), so its add times include reading that file."""
     import gpudedup
 
     table = pa.table({"row": pa.array(np.arange(len(texts), dtype=np.int64)), "text": pa.array(texts)})
@@ -150,9 +156,13 @@ def run_gpudedup(texts: list[str], plan: Plan, args) -> dict:
     arrays: dict[str, np.ndarray] = {}
     indexed = np.zeros(0, np.int64)  # index order: each step's kept rows, in input order
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
-        index = gpudedup.Index.create(Path(work) / "index", **parameters)
+        index = gpudedup.Index.create(Path(work) / "index", verification=verification, **parameters)
         for step, rows in enumerate(plan.steps):
-            data = table.take(pa.array(rows))
+            data: Any = table.take(pa.array(rows))
+            if verification == "source":
+                data = Path(work) / f"step{step}.jsonl"
+                with open(data, "w", encoding="utf-8") as sink:
+                    sink.writelines(json.dumps({"row": int(r), "text": texts[int(r)]}) + "\n" for r in rows)
             started = time.perf_counter()
             result = index.add(data, id_field="row", tag=f"step{step}", backend=args.backend)
             seconds = time.perf_counter() - started
@@ -182,7 +192,8 @@ def run_gpudedup(texts: list[str], plan: Plan, args) -> dict:
                 segment_files[path.name] = segment_files.get(path.name, 0) + path.stat().st_size
     return {"steps": steps, "arrays": arrays, "query": query,
             "index_documents": info["documents"], "bytes_per_document": info["bytes_per_document"],
-            "bytes_method": "Index.info()['bytes_per_document']: the segments' files on disk",
+            "bytes_method": f"Index.info()['bytes_per_document']: the segments' files on disk (verification "
+                            f"{verification})",
             "bytes_by_file": segment_files, "segments": info["segments"], "bands x rows": "16x6 (the index's)"}
 
 
@@ -260,7 +271,14 @@ def redis_used_memory(port: int) -> int:
 
 
 def run_peer(name: str, texts: list[str], plan: Plan, args) -> dict:
-    from gpudedup.shingling import shingle_sets
+    from gpudedup.backends import get_backend
+    from gpudedup.normalize import text_buffers
+
+    # The peers get gpudedup's fastest shingling on this machine: the CPU backend's sets.
+    backend = get_backend("cpu")
+
+    def shingle_sets(batch: list[str], spec):
+        return backend.shingle_sets(*text_buffers(pa.array(batch, pa.large_string())), spec)
 
     spec = spec_of(args)
     redis_before = redis_used_memory(args.redis_port) if name == "datasketch-redis" else 0
@@ -525,7 +543,8 @@ class RedisServer:
 def missing_requirement(name: str) -> Optional[str]:
     """Why ``name`` cannot run here, or None."""
     needs = {"datasketch": ["datasketch"], "datasketch-redis": ["datasketch", "redis"],
-             "datasketch-bloom": ["datasketch", "pybloomfilter"], "rensa": ["rensa"], "gpudedup": []}[name]
+             "datasketch-bloom": ["datasketch", "pybloomfilter"], "rensa": ["rensa"], "gpudedup": [],
+             "gpudedup-source": []}[name]
     for module in needs:
         if importlib.util.find_spec(module) is None:
             return f"Python module {module!r} is not installed (pip install redis 'datasketch[bloom]' rensa)"
@@ -541,6 +560,8 @@ def run_child(args) -> None:
         outcome = run_scale(texts, plan, args)
     elif args.only == "gpudedup":
         outcome = run_gpudedup(texts, plan, args)
+    elif args.only == "gpudedup-source":
+        outcome = run_gpudedup(texts, plan, args, verification="source")
     else:
         outcome = run_peer(args.only, texts, plan, args)
     arrays = outcome.pop("arrays", {})
@@ -636,7 +657,7 @@ def main() -> None:
             if server is not None:
                 server.stop()
         outcome["scores"] = score_tool(outcome, plan, truth, n)
-        if name == "gpudedup" and not args.no_batch:
+        if name.startswith("gpudedup") and not args.no_batch:
             outcome["batch_scores"] = score_tool(outcome, plan, truth, n, prefix="batch_")
         outcome.pop("arrays")
         results[name] = outcome

@@ -325,6 +325,8 @@ def test_cli_end_to_end(in_tmp, output_names):
     before = committed_state(Path("idx"))
     again = invoke("index", "add", "idx", week2, "-o", "out3", "--id-field", "id")
     assert_user_error(again, "already in the index", out=in_tmp / "out3")
+    against = invoke("dedup", week2, "-o", "out3", "--id-field", "id", "--against", "idx")
+    assert_user_error(against, "already in the index", out=in_tmp / "out3")  # pairs would be ambiguous
     assert committed_state(Path("idx")) == before
 
     # remove by ids (a file) and by tag, compact.
@@ -530,7 +532,10 @@ def test_review_cases(tmp_path):
     records = bible_records()[:60]
     index = Index.create(tmp_path / "index")
     index.add(pa.Table.from_pylist(records[:40]), id_field="id")
-    result = index.dedup(pa.Table.from_pylist(records[30:]), id_field="id")
+    with pytest.raises(gpudedup.InputError, match="already in the index"):  # pairs would be ambiguous
+        index.dedup(pa.Table.from_pylist(records[30:]), id_field="id")
+    again = [{**r, "id": r["id"] + " again"} for r in records[30:]]
+    result = index.dedup(pa.Table.from_pylist(again), id_field="id")
     assert result.indexed_rows > 0 and len(result.all_pairs()) >= len(result.pairs)
     with pytest.raises(gpudedup.InputError, match="token shingles|text"):
         index.query([[1, 2, 3]])

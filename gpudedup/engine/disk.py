@@ -559,6 +559,21 @@ class WorkDirStore:
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held
 
+    def source_pointers(self, docs: np.ndarray):
+        """Where rows ``docs`` (int64 (k,)) were read from (index/sources.py): each shard's file
+        and the line or row its spilled row numbers give."""
+        from ..index.sources import SourcePointers
+
+        spilled = self.rows.spilled(docs)
+        file = np.empty(docs.shape[0], dtype=np.int64)
+        numbers = np.empty(docs.shape[0], dtype=np.int64)
+        for index, mine in by_shard(self.shards.rows, spilled):
+            file[mine] = index
+            local = spilled[mine] - self.shards.rows[index]
+            numbers[mine] = np.asarray(self.work.shard_array(index, "row_numbers"))[local]
+        files = tuple((str(path), format_of(path)) for path in self.reader.files)
+        return SourcePointers(files, file, numbers, self.text_field)
+
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         stored = self.work.load_stage(stage)
         if stored is None:

@@ -73,6 +73,13 @@ class MemoryStore:
         self.signatures = None
         release_unused_memory()
 
+    def source_pointers(self, docs: np.ndarray):
+        """Where rows ``docs`` (int64 (k,)) were read from (index/sources.py; an index that
+        verifies from source files commits these)."""
+        from ..index.sources import corpus_pointers
+
+        return corpus_pointers(self.corpus, docs)
+
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return compute()
 

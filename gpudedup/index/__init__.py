@@ -38,7 +38,9 @@ from ..stages import Progress, RichProgress, StageLog
 from ..verify import pair_jaccard
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
+from ..ragged import offsets_from_counts
 from .reader import IndexReader, id_keys
+from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
@@ -63,9 +65,15 @@ class Index:
     # --- making one ---------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | os.PathLike, **parameters: Any) -> "Index":
+    def create(cls, path: str | os.PathLike, *, verification: str = "sets", **parameters: Any) -> "Index":
         """Make an empty index at ``path`` (a new or empty directory) with the parameters that
-        results depend on (DedupParams' names: threshold, shingle, ngram, num_perm, ...)."""
+        results depend on (DedupParams' names: threshold, shingle, ngram, num_perm, ...).
+
+        verification: how a match with an indexed document is checked exactly: "sets" stores
+        each document's shingle-hash set (self-contained); "source" stores where each document
+        came from and shingles it again from there (a fraction of the size, but the source files
+        must be kept as they were, and documents must be added from files; index/sources.py)."""
+        check_verification(verification)
         unknown = set(parameters) - set(INDEX_PARAMETERS) - {"bands", "rows"}
         if unknown:
             raise ParameterError(f"unknown index parameters: {', '.join(sorted(unknown))}")
@@ -77,7 +85,7 @@ class Index:
         fixed = {name: value for name, value in params.result_parameters().items() if name != "keep"}
         fixed["id_type"] = None
         with writer_lock(root):
-            write_manifest(root, Manifest(fixed, (), None, 0))
+            write_manifest(root, Manifest(fixed, (), None, 0, verification))
         return cls(root)
 
     # --- what it holds ------------------------------------------------------------------------
@@ -150,17 +158,14 @@ class Index:
                                       (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
             # Everything that can refuse the commit, before anything is written.
             check_id_type(manifest, store.inner.ids)
-            taken = reader.first_indexed(result.ids.slice(store.pinned))
-            if taken is not None:
-                raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
-                                 "unique across the index (name an id field with --id-field / id_field=, or "
-                                 "remove the indexed document first)")
+            kept = self._kept_new_rows(result, store)
+            pointers = store.inner.source_pointers(kept) if manifest.verification == "source" else None
             index_entry = result.report["index"]
             result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
                                                      index_entry["indexed_documents_checked"], added=True)
             if output is not None:
                 result.write(output, format=format, overwrite=overwrite)
-            self._commit_new(manifest, result, store, tag)
+            self._commit_new(manifest, result, store, tag, kept, pointers)
         return result
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
@@ -197,29 +202,47 @@ class Index:
             assert against.store is not None
             result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store)
         assert against.store is not None
+        # Pairs and clusters name documents by id: one id for an indexed and a new document
+        # would make them ambiguous (and an add could not commit it).
+        taken = reader.first_indexed(result.ids.slice(against.store.pinned))
+        if taken is not None:
+            raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
+                             "unique across the index (name an id field with --id-field / id_field=, or "
+                             "remove the indexed document first)")
         result.report = result.report.with_index(str(self.path.absolute()), reader.manifest.generation,
                                                  against.store.pinned, added=False)
         return result, against.store
 
-    def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str]) -> None:
-        """Write the kept new documents that have shingles as a segment and commit it."""
+    @staticmethod
+    def _kept_new_rows(result: DedupResult, store: IndexStore) -> np.ndarray:
+        """int64 (k,) ascending: the new documents' rows that an add commits (kept, with
+        shingles)."""
         inner = store.inner
-        kept_active = result.keep[inner.active]  # positions into the new documents' active rows
-        rows = inner.active[kept_active]
+        return inner.active[result.keep[inner.active]]
+
+    def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str],
+                    rows: np.ndarray, pointers: Optional[SourcePointers]) -> None:
+        """Write the kept new documents that have shingles (``rows``) as a segment and commit it;
+        ``pointers``: where they came from (verification "source")."""
+        inner = store.inner
         if rows.shape[0] == 0:
             return
         params = self.params(manifest)
-        signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(kept_active)])
-        sets = inner.document_sets(rows, Progress(), name="index-commit")
+        signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(result.keep[inner.active])])
+        sources = None
+        if pointers is not None:
+            sources, material = pointer_arrays(pointers)
+        else:
+            sets = inner.document_sets(rows, Progress(), name="index-commit")
+            material = {"set_offsets": sets.indptr.astype(np.int64), "set_columns": sets.indices.astype(np.int64)}
         ids = inner.ids.take(pa.array(rows))
         id_type = check_id_type(manifest, ids)
         parameters = {**manifest.parameters, "id_type": id_type}
         ids = ids.cast(pa.int64() if id_type == "int64" else pa.large_string())
         table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
-        arrays = segment_arrays(ids, signatures, inner.lengths[rows], np.diff(sets.indptr).astype(np.int64),
-                                sets.indices.astype(np.int64), params)
+        arrays = segment_arrays(ids, signatures, inner.lengths[rows], material, params)
         generation = manifest.generation + 1
-        entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays)
+        entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays, sources)
         write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
                                                       segments=manifest.segments + (entry,), generation=generation))
 
@@ -330,7 +353,8 @@ class Index:
                 return
             tables = []
             arrays: dict[str, list[np.ndarray]] = {"signatures": [], "lengths": [], "set_counts": [],
-                                                   "set_columns": []}
+                                                   "set_columns": [], "source_row": []}
+            sources: list[tuple[list[dict], np.ndarray]] = []
             for segment in reader.segments:
                 keep = np.ones(segment.entry.documents, dtype=bool)
                 removed = reader.removed().get(segment.entry.name)
@@ -340,19 +364,29 @@ class Index:
                 tables.append(segment.ids().take(pa.array(rows)))
                 arrays["signatures"].append(np.asarray(segment.array("signatures")[rows]))
                 arrays["lengths"].append(np.asarray(segment.array("lengths")[rows]))
-                counts, columns = segment.sets(rows)
-                arrays["set_counts"].append(counts)
-                arrays["set_columns"].append(columns)
+                if manifest.verification == "source":
+                    sources.append((segment.sources(), np.asarray(segment.array("source_file")[rows])))
+                    arrays["source_row"].append(np.asarray(segment.array("source_row")[rows]))
+                else:
+                    counts, columns = segment.sets(rows, reader.spec)
+                    arrays["set_counts"].append(counts)
+                    arrays["set_columns"].append(columns)
             generation = manifest.generation + 1
             entries: tuple = ()
             table = pa.concat_tables(tables)
             if table.num_rows:
                 signatures = np.concatenate(arrays["signatures"])
+                merged_sources = None
+                if manifest.verification == "source":
+                    merged_sources, source_file = merge_sources(sources)
+                    material = {"source_file": source_file, "source_row": np.concatenate(arrays["source_row"])}
+                else:
+                    material = {"set_offsets": offsets_from_counts(np.concatenate(arrays["set_counts"])),
+                                "set_columns": np.concatenate(arrays["set_columns"])}
                 entries = (write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table,
                                          segment_arrays(table["id"].combine_chunks(), signatures,
-                                                        np.concatenate(arrays["lengths"]),
-                                                        np.concatenate(arrays["set_counts"]),
-                                                        np.concatenate(arrays["set_columns"]), self.params(manifest))),)
+                                                        np.concatenate(arrays["lengths"]), material,
+                                                        self.params(manifest)), merged_sources),)
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))
@@ -382,19 +416,18 @@ def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
     return id_type
 
 
-def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, set_counts: np.ndarray,
-                   set_columns: np.ndarray, params: DedupParams) -> dict[str, np.ndarray]:
-    """A segment's arrays (files.SEGMENT_ARRAYS) from its documents' ids, signatures uint32
-    (n, K), lengths int64 (n,), and shingle sets (counts int64 (n,), columns int64): the band
-    keys of the signatures (lsh.band_keys, on the host) and the id keys (reader.id_keys), each
-    sorted with their rows."""
+def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, material: dict[str, np.ndarray],
+                   params: DedupParams) -> dict[str, np.ndarray]:
+    """A segment's arrays (files.SEGMENT_ARRAYS, then ``material``: the verification arrays,
+    sources.VERIFICATION_ARRAYS) from its documents' ids, signatures uint32 (n, K) and lengths
+    int64 (n,): the band keys of the signatures (lsh.band_keys, on the host) and the id keys
+    (reader.id_keys), each sorted with their rows."""
     from ..lsh import band_keys
-    from ..ragged import offsets_from_counts
 
     keys = band_keys(signatures, params.banding()).T  # (bands, n)
     order = np.argsort(keys, axis=1, kind="stable")
     identities = id_keys(ids)
     id_order = np.argsort(identities, kind="stable")
     return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),
-            "signatures": signatures, "lengths": lengths, "set_offsets": offsets_from_counts(set_counts),
-            "set_columns": set_columns, "id_keys": identities[id_order], "id_rows": id_order.astype(np.uint32)}
+            "signatures": signatures, "lengths": lengths, "id_keys": identities[id_order],
+            "id_rows": id_order.astype(np.uint32), **material}

@@ -15,7 +15,11 @@ Layout::
         lengths.npy                int64 (n,): units (code points, token ids) of each document
         set_offsets.npy            int64 (n + 1,) and
         set_columns.npy            int64 (S,): each document's shingle-hash set, sorted and
-                                   distinct (shingling.hashes_to_columns), for exact Jaccard
+                                   distinct (shingling.hashes_to_columns), for exact Jaccard;
+                                   or, in an index made with verification "source", instead:
+        sources.json,              the source files pointed into (path, format, field, size,
+        source_file.npy,           SHA-256), uint32 (n,) each document's file in that list and
+        source_row.npy             int64 (n,) its line or row there (index/sources.py)
         id_keys.npy, id_rows.npy   uint64 (n,) sorted id keys (id_keys) and uint32 (n,) their
                                    rows: whether a new id is taken, by binary search
     INDEX/tombstones/<name>.parquet  the removed documents (segment, row), applied when the
@@ -58,7 +62,8 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 LOCK = "writer.lock"
 TEMPORARY = ".tmp-"
-SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "set_offsets", "set_columns", "id_keys", "id_rows")
+# Every segment's arrays; the arrays for exact verification are sources.VERIFICATION_ARRAYS'.
+SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "id_keys", "id_rows")
 
 
 class DamagedIndexError(InputError):
@@ -105,7 +110,8 @@ class Manifest:
     segments: the live segments, oldest first (index order is segment order, then row);
     tombstones: {"name": file under tombstones/, "sha256": ...} of the removed ids, or None;
     generation: counts commits (names new files; helps readers tell states apart);
-    verification: how matches are checked exactly ("sets": shingle sets stored per document).
+    verification: how matches are checked exactly ("sets": shingle sets stored per document;
+        "source": pointers into source files the user keeps, index/sources.py).
     """
 
     parameters: dict
@@ -164,18 +170,24 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
     fsync_path(root)
 
 
-def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.ndarray]) -> SegmentEntry:
-    """Write one segment (SEGMENT_ARRAYS, and ``ids``: columns id and tag) under a temporary
-    directory, fsync its files, rename it to segments/<name>; returns its manifest entry (not
-    yet committed)."""
+def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.ndarray],
+                  sources: Optional[list[dict]] = None) -> SegmentEntry:
+    """Write one segment (``arrays``: SEGMENT_ARRAYS and the verification arrays; ``ids``:
+    columns id and tag; ``sources``: sources.json's entries, for verification "source") under a
+    temporary directory, fsync its files, rename it to segments/<name>; returns its manifest
+    entry (not yet committed)."""
+    from .sources import write_sources
+
     parent = root / "segments"
     parent.mkdir(exist_ok=True)
     temporary = parent / f"{TEMPORARY}{name}"
     temporary.mkdir()
     with pa.OSFile(str(temporary / "ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
         writer.write_table(ids)
-    for key in SEGMENT_ARRAYS:
-        np.save(temporary / f"{key}.npy", np.ascontiguousarray(arrays[key]), allow_pickle=False)
+    for key, array in arrays.items():
+        np.save(temporary / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
+    if sources is not None:
+        write_sources(temporary, sources)
     files = {}
     for path in sorted(temporary.iterdir()):
         fsync_path(path)

@@ -24,8 +24,10 @@ import pyarrow.parquet as pq
 import scipy.sparse
 
 from ..ragged import ragged_arange
+from ..shingling import ShingleSpec
 from ..verify import sets_matrix
 from .files import DamagedIndexError, Manifest, SegmentEntry, read_manifest
+from .sources import SOURCES_FILE, read_sources, source_sets
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,8 @@ class Segment:
     """One live segment's files, opened when the reader is made, memory-mapped and checked on
     first use."""
 
-    def __init__(self, root: Path, entry: SegmentEntry):
-        self.root, self.entry = root, entry
+    def __init__(self, root: Path, entry: SegmentEntry, verification: str = "sets"):
+        self.root, self.entry, self.verification = root, entry, verification
         folder = root / "segments" / entry.name
         self.files = {name: OpenedFile(folder / name, digest) for name, digest in entry.files.items()}
         # Arrow maps the ids now, while the name is there (the map outlives it).
@@ -114,8 +116,19 @@ class Segment:
                 raise DamagedIndexError(f"{opened.path}: not a readable Arrow file ({error})") from None
         return self._ids
 
-    def sets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``."""
+    def sources(self) -> list[dict]:
+        """sources.json's entries (verification "source"; index/sources.py)."""
+        opened = self.files[SOURCES_FILE]
+        opened.check()
+        return read_sources(opened.handle, opened.path)
+
+    def sets(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``, stored
+        ones, or (verification "source") shingled from the source files, each checked first as
+        it is read (sources.source_sets)."""
+        if self.verification == "source":
+            return source_sets(self.sources(), np.asarray(self.array("source_file")[rows], np.int64),
+                               np.asarray(self.array("source_row")[rows], np.int64), spec)
         offsets, columns = self.array("set_offsets"), self.array("set_columns")
         starts, stops = offsets[rows], offsets[rows + 1]
         counts = (stops - starts).astype(np.int64)
@@ -133,7 +146,8 @@ class IndexReader:
         for _attempt in range(3):
             self.manifest = manifest or read_manifest(self.root)
             try:
-                self.segments = [Segment(self.root, entry) for entry in self.manifest.segments]
+                self.segments = [Segment(self.root, entry, self.manifest.verification)
+                                 for entry in self.manifest.segments]
                 self._removed: Optional[dict[str, np.ndarray]] = None
                 self.removed()
                 return
@@ -142,6 +156,13 @@ class IndexReader:
                     raise DamagedIndexError(f"{error.filename}: missing, but the index manifest names it; "
                                             "the index is damaged") from None
         raise DamagedIndexError(f"{self.root}: the index changed three times while it was being opened; try again")
+
+    @property
+    def spec(self) -> ShingleSpec:
+        """How the index's documents are shingled (its parameters)."""
+        fixed = self.manifest.parameters
+        return ShingleSpec(fixed["shingle"], fixed["ngram"], fixed.get("unicode"),
+                           fixed.get("strip_punctuation", False), fixed.get("strip_symbols", False))
 
     @property
     def documents(self) -> int:
@@ -244,7 +265,7 @@ class IndexReader:
         makes them (binary CSR, sorted distinct columns per row)."""
         counts, columns = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
         for position, mine in self._by_segment(segment):
-            part_counts, part_columns = self.segments[position].sets(row[mine])
+            part_counts, part_columns = self.segments[position].sets(row[mine], self.spec)
             counts.append(part_counts)
             columns.append(part_columns)
         return sets_matrix(np.concatenate(columns), np.concatenate(counts))

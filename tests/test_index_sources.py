@@ -1,0 +1,122 @@
+"""An index that verifies from source files (``verification="source"``, index/sources.py), against
+the index that stores shingle sets as the oracle (itself checked against the batch run and Python
+sets in tests/test_index.py): the same results, a fraction of the bytes, and a clear refusal
+when the files it points into are gone or changed, or when documents do not come from files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpudedup
+from gpudedup.index import Index
+from gpudedup.index.sources import SourceChangedError
+
+from cli_support import assert_user_error, invoke, write_jsonl
+from index_support import bible_records, committed_state
+from oracles import jaccard, shingle_set
+
+
+def source_parts(root: Path) -> list[Path]:
+    """The shipped sample cut round-robin into three files of three formats (JSONL, gzip'd
+    JSONL, Parquet): each part holds other translations of the others' chapters, so later
+    parts match indexed documents, some as exact copies (the "again" records)."""
+    records = bible_records()[:900]
+    chunks = [records[i::3] for i in range(3)]
+    chunks[2] += [{"id": r["id"] + " again", "text": r["text"]} for r in chunks[0][:30]]
+    root.mkdir(parents=True, exist_ok=True)
+    write_jsonl(root / "part0.jsonl", chunks[0])
+    with gzip.open(root / "part1.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in chunks[1])
+    pq.write_table(pa.Table.from_pylist(chunks[2]), root / "part2.parquet", row_group_size=50)
+    return [root / "part0.jsonl", root / "part1.jsonl.gz", root / "part2.parquet"]
+
+
+@pytest.mark.timeout(180)
+def test_verifying_from_source_files_gives_what_stored_sets_give(tmp_path):
+    parts = source_parts(tmp_path / "in")
+    sets = Index.create(tmp_path / "sets")
+    source = Index.create(tmp_path / "source", verification="source")
+    staged = Index.create(tmp_path / "staged", verification="source")
+    matched = 0
+    for number, part in enumerate(parts):
+        reference = sets.add(part, id_field="id", tag=f"p{number}")
+        for index, options in ((source, {}), (staged, {"work_dir": tmp_path / f"work{number}"})):
+            result = index.add(part, id_field="id", tag=f"p{number}", **options)
+            assert np.array_equal(result.keep, reference.keep), (index.path, number)
+            assert result.pairs.equals(reference.pairs) and result.clusters.equals(reference.clusters)
+        matched += reference.indexed_rows
+    assert matched > 0, "no new document met an indexed one: the test proves nothing"
+    texts = [r["text"] for r in bible_records()[900:1000]] + [bible_records()[3]["text"]]
+    expected = sets.query(texts)
+    assert any(expected)
+    assert source.query(texts) == expected and staged.query(texts) == expected
+    # The pairs name indexed documents with the Jaccard of their Python sets.
+    by_id = {r["id"]: r["text"] for r in bible_records()}
+    for a, b, value in zip(reference.pairs["id_a"].to_pylist(), reference.pairs["id_b"].to_pylist(),
+                           reference.pairs["jaccard"].to_pylist()):
+        a, b = (key.removesuffix(" again") for key in (a, b))
+        assert value == jaccard(shingle_set(by_id[a]), shingle_set(by_id[b]))
+    info, reference_info = source.info(), sets.info()
+    assert info["documents"] == reference_info["documents"] and info["tags"] == reference_info["tags"]
+    assert info["verification"] == "source" and reference_info["verification"] == "sets"
+    assert info["bytes_per_document"] < reference_info["bytes_per_document"] / 2
+    # Removal and compaction carry the pointers: still the same answers, from one segment.
+    for index in (sets, source):
+        index.remove(tag="p1")
+        index.compact()
+    assert source.info()["segments"] == 1 and source.query(texts) == sets.query(texts)
+    again = source.dedup(parts[1], id_field="id")  # its ids are free again
+    assert again.indexed_rows > 0 and again.pairs.equals(sets.dedup(parts[1], id_field="id").pairs)
+
+
+def test_a_source_file_changed_or_gone_is_refused_naming_it(tmp_path, in_tmp):
+    parts = source_parts(tmp_path / "in")
+    index = Index.create(tmp_path / "index", verification="source")
+    index.add(parts[0], id_field="id")
+    query = [bible_records()[0]["text"]]
+    assert index.query(query)[0]  # finds its own document
+    original = parts[0].read_bytes()
+    parts[0].write_bytes(original.replace(b"the", b"teh", 1))
+    before = committed_state(index.path)
+    with pytest.raises(SourceChangedError, match=rf"{parts[0]}: changed since its documents were indexed"):
+        index.query(query)
+    with pytest.raises(SourceChangedError, match=rf"{parts[0]}: changed"):
+        index.add(parts[1], id_field="id")
+    assert committed_state(index.path) == before
+    result = invoke("index", "query", index.path, query[0])
+    assert_user_error(result, f"{parts[0].name}: changed since its documents were indexed", out=tmp_path / "out")
+    parts[0].unlink()
+    result = invoke("dedup", parts[1], "-o", tmp_path / "out", "--id-field", "id", "--against", index.path)
+    assert_user_error(result, f"{parts[0].name}: missing; the index verifies matches from this file",
+                      out=tmp_path / "out")
+    parts[0].write_bytes(original)  # as it was: usable again
+    assert index.query(query)[0]
+
+
+def test_a_source_index_takes_files_only_and_says_so_before_writing(tmp_path):
+    index = Index.create(tmp_path / "index", verification="source")
+    table = pa.Table.from_pylist(bible_records()[:50])
+    before = committed_state(index.path)
+    with pytest.raises(gpudedup.ParameterError, match="must be read from files"):
+        index.add(table, id_field="id", output=tmp_path / "out")
+    assert committed_state(index.path) == before and not (tmp_path / "out").exists()
+    index.dedup(table, id_field="id")  # a run that adds nothing needs no pointers
+    with pytest.raises(gpudedup.ParameterError, match="verification must be 'sets' or 'source'"):
+        Index.create(tmp_path / "other", verification="pointers")
+
+
+def test_cli_create_verify_from_source(tmp_path, in_tmp):
+    parts = source_parts(tmp_path / "in")
+    result = invoke("index", "create", tmp_path / "index", "--verify-from", "source")
+    assert result.exit_code == 0, result.output
+    result = invoke("index", "add", tmp_path / "index", parts[0], "-o", tmp_path / "out", "--id-field", "id")
+    assert result.exit_code == 0, result.output
+    result = invoke("index", "info", tmp_path / "index")
+    assert json.loads(result.stdout)["verification"] == "source"
