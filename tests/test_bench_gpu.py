@@ -176,10 +176,17 @@ def test_session_bench_step_dry_run(tmp_path):
 
 def test_session_step_stopped_by_its_limit_says_so(tmp_path):
     # A step that outlives STEP_SECONDS is stopped, and what it wrote stays, with a line saying so.
-    run = session("bench-word", tmp_path, "--host-dry-run", STEP_SECONDS="1")
-    log = (tmp_path / "bench_word.txt").read_text()
+    # The step's Python is a stand-in that writes a line and then never ends, so the limit is
+    # reached however fast the machine is (a real benchmark can finish inside any short limit).
+    endless = tmp_path / "endless-python"
+    endless.write_text("#!/bin/sh\necho 'started'\nexec sleep 120\n")
+    endless.chmod(0o755)
+    out = tmp_path / "out"
+    run = session("bench-word", out, "--host-dry-run", STEP_SECONDS="1", PYTHON=str(endless))
+    log = (out / "bench_word.txt").read_text()
     assert run.returncode == 124, run.stdout + run.stderr
-    assert log.startswith("corpus: ") and "STOPPED: the step's limit of 1 s was reached" in log
+    assert log.startswith("corpus: ") and "started" in log
+    assert "STOPPED: the step's limit of 1 s was reached" in log
 
 
 def test_session_refuses_unknown_steps(tmp_path):
