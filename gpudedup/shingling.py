@@ -115,7 +115,7 @@ def ngram_unit_ranges(unit_offsets, n: int, xp=np):
     Returns (first int64 (S,), stop int64 (S,), ngram_offsets int64 (n_docs + 1,)).
     """
     lengths = xp.diff(unit_offsets)
-    counts = xp.where(lengths > 0, xp.maximum(lengths - n + 1, 1), 0)
+    counts = ngram_counts(lengths, n, xp)
     # Every unit starts an n-gram except the last min(n, L) - 1 of each row: clear those few
     # instead of building per-unit row indices.
     starts_ngram = xp.ones(int(unit_offsets[-1]), dtype=bool)
@@ -127,6 +127,12 @@ def ngram_unit_ranges(unit_offsets, n: int, xp=np):
     ngram_offsets = offsets_from_counts(counts, xp)
     stop[ngram_offsets[short]] = unit_offsets[short + 1]
     return first, stop, ngram_offsets
+
+
+def ngram_counts(lengths, n: int, xp=np):
+    """The n-grams of rows of ``lengths`` units (int64 (n_docs,)), int64 (n_docs,): L - n + 1
+    for L >= n, one (the whole row) for 0 < L < n, none for an empty row."""
+    return xp.where(lengths > 0, xp.maximum(lengths - n + 1, 1), 0)
 
 
 def word_spans(codepoints, offsets, xp=np):

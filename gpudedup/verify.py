@@ -12,20 +12,49 @@ Two steps:
    documents that appear in candidate pairs are shingled once more, by the backend, whose
    ``shingle_sets`` makes each document's set (on the device, for the GPU backend) so that
    only the distinct hashes cross to the host, already in the order the sparse rows need.
+
+Intersections are counted by a sorted merge of the two rows per pair, read in place from the
+CSR arrays (verify_kernels.py, numba). scipy's row-wise product (``scipy_intersections``) is
+the reference, and the route taken when numba cannot be imported or the environment sets
+GPUDEDUP_CPU_KERNELS=numpy. Both routes give exact counts, and the Jaccard is computed from
+them in one place (``jaccard_of``), so both give the same float64 bit for bit.
+
+Where only pairs at or above a threshold t matter, ``pair_jaccard_at_least`` rules out pairs
+by two bounds, both exact (zero error). Let J(i) be the Jaccard as ``jaccard_of`` computes it
+for sets of sizes a <= b with i elements in common: float64 i / (a + b - i), correctly rounded.
+J(i) never decreases as i grows (the exact quotient rises; rounding keeps order), so a pair
+reaches t exactly when its intersection reaches ``needed``, the least i <= a with J(i) >= t
+(``needed_intersections``: it starts from ceil(t (a + b) / (1 + t)) and steps by J itself, so
+float rounding in the start costs steps, never a wrong answer).
+- size bound: the most a pair can reach is J(a) = a / b; if that is below t (no i qualifies),
+  the pair is ruled out with no merge at all;
+- merge bound: an element passed over without a match is outside the intersection, so once
+  more than a - needed elements of A (or b - needed of B) have been, the merge stops.
+A pair is ruled out only if its Jaccard, computed in full, would be below t; every other pair
+gets its exact Jaccard. No approximation is involved: the outcome is that of pair_jaccard
+followed by ``>= t``. The engine's verification stage still computes every checked pair in
+full (pair_jaccard): the report's histogram of checked pairs (report.html,
+candidates_histogram.png) and DedupResult.checked_jaccard show the rejected ones too.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from types import ModuleType
+from typing import Callable, Optional
 
 import numpy as np
 import scipy.sparse
 
+from .compiled import kernels_on
 from .ragged import offsets_from_counts, weighted_ranges
 from .shingling import ShingleBatch, hashes_to_columns, set_rows
 
 SIGNATURE_TAIL = 1e-9
+
+# pair_jaccard_at_least's value for a pair whose Jaccard is below the threshold: no Jaccard is
+# negative, and it fails every ``>= threshold`` test.
+BELOW_THRESHOLD = -1.0
 
 
 def agreement_cutoff(num_columns: int, threshold: float, tail: float = SIGNATURE_TAIL) -> int:
@@ -139,18 +168,116 @@ def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_mat
     return matrix
 
 
+def merge_kernels() -> Optional[ModuleType]:
+    """verify_kernels (numba), or None where the compiled route is off (compiled.kernels_on):
+    then scipy_intersections counts."""
+    if not kernels_on():
+        return None
+    from . import verify_kernels
+
+    return verify_kernels
+
+
+def jaccard_of(inter: np.ndarray, size_a: np.ndarray, size_b: np.ndarray) -> np.ndarray:
+    """float64 (p,): inter / (size_a + size_b - inter), the one place a Jaccard is computed from
+    counts (integer arrays (p,), host), whichever route counted them. Two empty sets: nan."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return inter / (size_a + size_b - inter)
+
+
+def scipy_intersections(sets: scipy.sparse.csr_matrix, first: np.ndarray, second: np.ndarray,
+                        chunk_elements: int = 1 << 21) -> np.ndarray:
+    """int64 (p,): |row first[i] ∩ row second[i]| of ``sets`` by scipy's row-wise product (the
+    reference route). Pairs go ``chunk_elements`` set elements at a time: the product copies
+    both rows of every pair first."""
+    sizes = np.diff(sets.indptr)
+    inter = np.empty(first.shape[0], dtype=np.int64)
+    for start, stop in weighted_ranges(sizes[first] + sizes[second], chunk_elements):
+        # Row-wise product of two canonical CSR matrices: a sorted merge per pair, in C++; it
+        # keeps only non-zeros, so each row's entry count is |A ∩ B|.
+        inter[start:stop] = np.diff(sets[first[start:stop]].multiply(sets[second[start:stop]]).indptr)
+    return inter
+
+
 def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 21) -> np.ndarray:
     """Exact Jaccard |A ∩ B| / |A ∪ B| of rows ``first[i]``, ``second[i]`` of ``sets``.
 
-    sets: binary CSR (document_sets); first, second: int64 (p,) row indices of non-empty rows.
-    Returns float64 (p,). Pairs go ``chunk_elements`` set elements at a time (memory).
+    sets: binary CSR (document_sets, sets_matrix); first, second: int64 (p,) row indices of
+    non-empty rows (two empty rows give nan). Returns float64 (p,), host. chunk_elements: the
+    scipy route's pairs per step, in set elements (memory); the merge kernel copies nothing.
     """
+    first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
     sizes = np.diff(sets.indptr)
-    jaccard = np.empty(first.shape[0], dtype=np.float64)
-    for start, stop in weighted_ranges(sizes[first] + sizes[second], chunk_elements):
-        a, b = first[start:stop], second[start:stop]
-        # Row-wise product of two canonical CSR matrices: a sorted merge per pair, in C++; it
-        # keeps only non-zeros, so each row's entry count is |A ∩ B|.
-        inter = np.diff(sets[a].multiply(sets[b]).indptr)
-        jaccard[start:stop] = inter / (sizes[a] + sizes[b] - inter)
-    return jaccard
+    kernels = merge_kernels()
+    if kernels is None:
+        inter = scipy_intersections(sets, first, second, chunk_elements)
+    else:
+        inter = np.empty(first.shape[0], dtype=np.int64)
+        kernels.intersections(*csr_arrays(sets), np.ascontiguousarray(first), np.ascontiguousarray(second), inter)
+    return jaccard_of(inter, sizes[first], sizes[second])
+
+
+def needed_intersections(size_a: np.ndarray, size_b: np.ndarray, threshold: float) -> np.ndarray:
+    """int64 (p,): for sets of sizes size_a, size_b (int64 (p,), host), the least i with
+    jaccard_of(i, size_a, size_b) >= threshold; min(size_a, size_b) + 1 where no i up to the
+    smaller size qualifies (the size bound). Exact: see the module docstring."""
+    size_a, size_b = np.asarray(size_a, np.int64), np.asarray(size_b, np.int64)
+    smaller = np.minimum(size_a, size_b)
+    # The real root of i / (a + b - i) = t, give or take float rounding: a start, not the answer.
+    start = np.ceil(threshold * (size_a + size_b).astype(np.float64) / (1.0 + threshold))
+    needed = np.clip(np.nan_to_num(start), 0, smaller + 1).astype(np.int64)
+
+    def reaches(i: np.ndarray, where: np.ndarray) -> np.ndarray:
+        return jaccard_of(i[where], size_a[where], size_b[where]) >= threshold
+
+    # J(i) never falls as i grows, so stepping down while one less still reaches t, then up
+    # while this count does not, ends at the least count that does (or smaller + 1). Each
+    # step looks again only at the pairs the last one moved (a step or two in all).
+    where = np.flatnonzero(needed > 0)
+    while where.shape[0]:
+        where = where[reaches(needed - 1, where)]
+        needed[where] -= 1
+        where = where[needed[where] > 0]
+    where = np.flatnonzero(needed <= smaller)
+    while where.shape[0]:
+        where = where[~reaches(needed, where)]
+        needed[where] += 1
+        where = where[needed[where] <= smaller[where]]
+    return needed
+
+
+def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshold: float) -> np.ndarray:
+    """The exact Jaccard of the pairs that reach ``threshold``; BELOW_THRESHOLD (-1.0) for the
+    others.
+
+    sets, first, second as for pair_jaccard; threshold: float in (0, 1]. Returns float64 (p,),
+    host: value[i] == pair_jaccard(...)[i] wherever that is >= threshold, BELOW_THRESHOLD
+    wherever it is below threshold or nan (two empty rows); the same on every route. Pairs are
+    ruled out by the size and merge bounds of the module docstring where they can be.
+    """
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+    first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
+    sizes = np.diff(sets.indptr)
+    size_a, size_b = sizes[first], sizes[second]
+    needed = needed_intersections(size_a, size_b, threshold)
+    kernels = merge_kernels()
+    if kernels is None:
+        # The size bound here too: scipy's product copies both rows of each pair it is given.
+        # -1 marks a pair ruled out, as the kernel's RULED_OUT does.
+        inter = np.full(first.shape[0], -1, dtype=np.int64)
+        possible = np.flatnonzero(needed <= np.minimum(size_a, size_b))
+        inter[possible] = scipy_intersections(sets, first[possible], second[possible])
+    else:
+        inter = np.empty(first.shape[0], dtype=np.int64)
+        kernels.intersections_at_least(*csr_arrays(sets), np.ascontiguousarray(first), np.ascontiguousarray(second),
+                                       needed, inter)
+    jaccard = jaccard_of(inter, size_a, size_b)
+    # A count below needed (any route; the kernel's RULED_OUT) is exactly a Jaccard below t.
+    return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)
+
+
+def csr_arrays(sets: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of ``sets`` as the kernels take them: int64, contiguous (no copy for
+    the matrices document_sets and sets_matrix make: int64 already)."""
+    return (np.ascontiguousarray(sets.indptr, dtype=np.int64), np.ascontiguousarray(sets.indices, dtype=np.int64))

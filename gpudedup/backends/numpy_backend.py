@@ -1,17 +1,35 @@
-"""The numpy backend: the reference implementation, host memory, always available."""
+"""The numpy backend: the reference implementation, host memory, always available.
+
+Shingling (shingle_hashes, shingle_sets) runs on numba kernels (cpu_kernels.py), bit for bit the
+numpy reference's results several times faster, where numba imports and the environment does not
+set GPUDEDUP_CPU_KERNELS=numpy; otherwise on the numpy reference (shingling.py). Numba is
+imported when the backend is made, never when gpudedup is.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from types import ModuleType
+from typing import Optional
 
 import numpy as np
 
+from ..compiled import kernels_on
 from ..hashing import Permutations
 from ..lsh import Banding, band_keys
 from ..minhash import minhash_signatures
 from ..params import DEFAULT_BATCH_BYTES
 from ..shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
+
+
+def shingling_kernels() -> Optional[ModuleType]:
+    """cpu_kernels (numba), or None where the compiled route is off (compiled.kernels_on)."""
+    if not kernels_on():
+        return None
+    from . import cpu_kernels
+
+    return cpu_kernels
 
 
 class NumpyBackend:
@@ -22,14 +40,21 @@ class NumpyBackend:
     default_batch_bytes = DEFAULT_BATCH_BYTES
 
     def __init__(self, auto_reason: str | None = None):
+        self.kernels = shingling_kernels()
         self.description = f"numpy {np.__version__}"
+        if self.kernels is not None:
+            self.description += f" + numba {self.kernels.numba.__version__} kernels"
         if auto_reason:
             self.description += f" (auto: no GPU backend, {auto_reason})"
 
     def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+        if self.kernels is not None:
+            return self.kernels.shingle_hashes(data, offsets, spec)
         return utf8_shingle_hashes(data, offsets, spec)
 
     def shingle_sets(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+        if self.kernels is not None:
+            return self.kernels.shingle_sets(data, offsets, spec)
         return unique_per_row(utf8_shingle_hashes(data, offsets, spec))
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:

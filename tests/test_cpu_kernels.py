@@ -1,0 +1,323 @@
+"""The CPU backend's numba shingling (gpudedup/backends/cpu_kernels.py) against the numpy
+reference (shingling.utf8_shingle_hashes, shingling.unique_per_row), bit for bit:
+
+- every shingle spec (word and char n-grams of any n, Unicode form none / NFC / NFKC, stripping
+  punctuation and symbols, each combination) over random batches of texts drawn from every
+  kind of character the definition treats apart: multi-byte UTF-8, characters with a lowercase
+  mapping, every White_Space code point and the separators that are not, punctuation and
+  symbols, compatibility characters; empty, null and blank documents, documents shorter than n,
+  and very long ones;
+- token n-grams over ids of each unit width (uint8, uint16, uint32);
+- the per-row sort behind shingle sets, on rows no hash function would make (clustered values,
+  long runs of repeats), against numpy's unique;
+- the backend: the kernels where numba imports, the numpy reference with
+  GPUDEDUP_CPU_KERNELS=numpy or without numba, and a whole dedup of the shipped sample giving the
+  same pairs, clusters and kept rows both ways.
+
+Numba is a base dependency; the module skips only where it is not installed at all.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("numba")
+
+import gpudedup  # noqa: E402
+from gpudedup.backends import cpu_kernels, get_backend, numpy_backend  # noqa: E402
+from gpudedup.backends.numpy_backend import NumpyBackend, shingling_kernels  # noqa: E402
+from gpudedup.compiled import KERNEL_SWITCH  # noqa: E402
+from gpudedup.normalize import (WHITE_SPACE, normalize_utf8, punctuation_symbol_ranges,  # noqa: E402
+                                simple_lowercase_pairs, text_buffers)
+from gpudedup.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes  # noqa: E402
+
+FORMS = [None, "nfc", "nfkc"]
+STRIPS = [(False, False), (True, False), (False, True), (True, True)]
+
+
+# --- what is compared ----------------------------------------------------------------------------
+
+
+def assert_same_batch(ours: ShingleBatch, reference: ShingleBatch) -> None:
+    """Offsets and hashes equal element for element, with the reference's dtypes."""
+    assert ours.offsets.dtype == reference.offsets.dtype == np.int64
+    assert ours.hashes.dtype == reference.hashes.dtype == np.uint64
+    np.testing.assert_array_equal(ours.offsets, reference.offsets)
+    np.testing.assert_array_equal(ours.hashes, reference.hashes)
+
+
+def assert_kernels_match(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
+    """shingle_hashes, shingle_sets and (for text) the normalised text of the kernels against the
+    numpy reference; returns the reference's hashes."""
+    reference = utf8_shingle_hashes(data, offsets, spec)
+    assert_same_batch(cpu_kernels.shingle_hashes(data, offsets, spec), reference)
+    assert_same_batch(cpu_kernels.shingle_sets(data, offsets, spec), unique_per_row(reference))
+    if spec.kind != "token":
+        units, unit_offsets, word_counts = cpu_kernels.normalize(data, offsets, spec)
+        expected_units, expected_offsets = normalize_utf8(data, offsets, spec)
+        np.testing.assert_array_equal(units, expected_units)
+        np.testing.assert_array_equal(unit_offsets, expected_offsets)
+        texts = [units[a:b].tobytes().decode("utf-32-le") for a, b in zip(unit_offsets[:-1], unit_offsets[1:])]
+        assert word_counts.tolist() == [len(text.split(" ")) if text else 0 for text in texts]
+    return reference
+
+
+# --- texts ---------------------------------------------------------------------------------------
+
+# Code points with a simple lowercase mapping, and the first and last of every P* / S* range.
+UPPER = [chr(cp) for cp in simple_lowercase_pairs()[:, 0].tolist()]
+PUNCTUATION_SYMBOLS = sorted({chr(cp) for first, last, _ in punctuation_symbol_ranges() for cp in (first, last)})
+WHITE = [chr(cp) for cp in WHITE_SPACE]
+# What NFC / NFKC change (combining marks, ligatures, full-width and circled letters, Kelvin
+# sign, the Arabic ligature that NFKC turns into words), the information separators (white
+# space to Python's str.split, not to Unicode), and 2-, 3- and 4-byte UTF-8.
+SPECIAL = ["e\u0301", "\u0301", "A\u030a", "\ufb01", "\uff26\uff55\uff4c\uff4c", "\u24b6", "\u2474", "\u212a",
+           "\u2126", "\ufdfa", "\u0130", "\u03a3", "\u1e9e", "\x1c", "\x1d", "\x1e", "\x1f", "\u00e9", "\u4e2d\u6587",
+           "\U0001f600", "\U00010d50", "\u0000"]
+WORDS = ["the", "The", "CAT", "sat", "on", "a", "mat", "don't", "e-mail", "x"]
+
+pieces = st.one_of(
+    st.sampled_from(WORDS), st.sampled_from(WHITE), st.sampled_from(UPPER), st.sampled_from(PUNCTUATION_SYMBOLS),
+    st.sampled_from(SPECIAL), st.characters(exclude_categories=("Cs",)),
+)
+documents = st.one_of(
+    st.none(),
+    st.lists(pieces, max_size=30).map("".join),
+    st.lists(st.sampled_from(WHITE), max_size=4).map("".join),  # empty or blank
+    st.lists(st.sampled_from(WORDS + WHITE[:3]), max_size=60).map("".join),
+)
+batches = st.lists(documents, max_size=10)
+
+
+@pytest.mark.parametrize("strip", STRIPS, ids=["no-strip", "punctuation", "symbols", "both"])
+@pytest.mark.parametrize("unicode", FORMS, ids=["as-is", "nfc", "nfkc"])
+@pytest.mark.parametrize("kind", ["word", "char"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=batches, n=st.integers(1, 7))
+def test_text_shingles_match_the_numpy_reference(texts, n, kind, unicode, strip):
+    spec = ShingleSpec(kind, n, unicode=unicode, strip_punctuation=strip[0], strip_symbols=strip[1])
+    assert_kernels_match(*text_buffers(texts), spec)
+
+
+def long_documents(seed: int) -> list[str]:
+    """Documents of 1 to 300,000 characters from every class of characters above, with short
+    and empty ones among them; one a single 50,000-character word, one a phrase repeated."""
+    rng = np.random.default_rng(seed)
+    pool = WORDS * 40 + WHITE * 3 + UPPER[::7] + PUNCTUATION_SYMBOLS[::5] + SPECIAL
+    texts = ["".join(rng.choice(pool, size)) for size in (300_000, 40_000, 5_000, 3, 1)]
+    return texts + ["", "  ", "W" * 50_000, "the cat sat on the mat " * 5_000, None]
+
+
+@pytest.mark.parametrize("spec", [
+    ShingleSpec("word", 5), ShingleSpec("char", 5), ShingleSpec("word", 1), ShingleSpec("char", 1),
+    ShingleSpec("word", 13, unicode="nfkc", strip_punctuation=True),
+    ShingleSpec("char", 9, unicode="nfc", strip_symbols=True),
+], ids=str)
+def test_very_long_documents_match(spec):
+    reference = assert_kernels_match(*text_buffers(long_documents(seed=17)), spec)
+    assert reference.counts().max() > 10_000
+
+
+def test_every_document_of_a_large_batch_lands_in_its_row():
+    """Thousands of documents in one batch, each shingled alone and in the batch: the batch's
+    rows are the documents' own (offsets are per document, nothing leaks to a neighbour)."""
+    rng = np.random.default_rng(3)
+    pool = WORDS * 10 + WHITE + SPECIAL
+    texts = ["".join(rng.choice(pool, int(size))) for size in rng.integers(0, 40, 3_000)]
+    spec = ShingleSpec("word", 3)
+    batch = assert_kernels_match(*text_buffers(texts), spec)
+    for d in rng.choice(len(texts), 50, replace=False):
+        alone = cpu_kernels.shingle_hashes(*text_buffers([texts[d]]), spec)
+        np.testing.assert_array_equal(alone.hashes, batch.hashes[batch.offsets[d]:batch.offsets[d + 1]])
+
+
+@pytest.mark.parametrize("spec", [ShingleSpec("word"), ShingleSpec("char", 3)], ids=str)
+@pytest.mark.parametrize("texts", [[], [None, "", " \t\u3000", "\u2028"]], ids=["no-documents", "empty-and-blank"])
+def test_batches_without_shingles(spec, texts):
+    batch = assert_kernels_match(*text_buffers(texts), spec)
+    assert batch.hashes.shape == (0,) and batch.offsets.tolist() == [0] * (len(texts) + 1)
+
+
+@pytest.mark.parametrize("documents", [0, 3])
+def test_token_batches_without_ids(documents):
+    batch = assert_kernels_match(np.zeros(0, np.uint32), np.zeros(documents + 1, np.int64), ShingleSpec("token", 2))
+    assert batch.hashes.shape == (0,) and batch.offsets.tolist() == [0] * (documents + 1)
+
+
+# --- token ids -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), n=st.integers(1, 8))
+def test_token_shingles_match_for_every_unit_width(dtype, data, n):
+    top = int(np.iinfo(dtype).max)
+    ids = st.one_of(st.integers(0, top), st.sampled_from([0, 1, top - 1, top]))
+    rows = data.draw(st.lists(st.lists(ids, max_size=25), max_size=8))
+    values = np.array([i for row in rows for i in row], dtype=dtype)
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(row) for row in rows], out=offsets[1:])
+    assert_kernels_match(values, offsets, ShingleSpec("token", n))
+
+
+@pytest.mark.parametrize("n", [1, 5, 64])
+def test_long_token_rows_match(n):
+    rng = np.random.default_rng(n)
+    lengths = np.array([0, 1, n - 1 if n > 1 else 2, n, 200_000, 7, 30_000])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.integers(0, 2**32, int(offsets[-1]), dtype=np.uint32)
+    values[200_000:250_000] = 42  # a long run of one id: repeats of one shingle
+    assert_kernels_match(values, offsets, ShingleSpec("token", n))
+
+
+# --- the per-row sort of shingle sets --------------------------------------------------------------
+
+
+def sorted_unique_rows(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """cpu_kernels.sort_unique_rows on ``rows`` (uint64 each), as (set_offsets, sets)."""
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([row.shape[0] for row in rows], out=offsets[1:])
+    values = np.concatenate(rows) if rows else np.zeros(0, np.uint64)
+    set_offsets = np.empty_like(offsets)
+    total = cpu_kernels.sort_unique_rows(cpu_kernels.as_indices(offsets), values, cpu_kernels.as_indices(set_offsets))
+    assert total == set_offsets[-1]
+    return set_offsets, values[:total]
+
+
+def assert_rows_sorted_unique(rows: list[np.ndarray]) -> None:
+    set_offsets, sets = sorted_unique_rows(rows)
+    for d, row in enumerate(rows):
+        np.testing.assert_array_equal(sets[set_offsets[d]:set_offsets[d + 1]], np.unique(row))
+
+
+hash_values = st.one_of(
+    st.integers(0, 2**64 - 1),  # spread like real hashes
+    st.integers(0, 1000),  # all in the lowest bucket: the insertion pass gives up, quicksort ends it
+    st.integers(2**64 - 50, 2**64 - 1),
+    st.sampled_from([0, 1 << 63, 2**64 - 1]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(hash_values, max_size=80), max_size=6))
+def test_sort_unique_rows_matches_numpy_unique(rows):
+    assert_rows_sorted_unique([np.array(row, dtype=np.uint64) for row in rows])
+
+
+@pytest.mark.parametrize("length", [15, 16, 17, 1000, 70_000])
+def test_sort_unique_rows_long_and_clustered_rows(length):
+    """Rows around the insertion-only size, and long rows whose values crowd the lowest buckets
+    (the insertion budget runs out: quicksort's way) or repeat a few values many times."""
+    rng = np.random.default_rng(length)
+    rows = [rng.integers(0, 2**64, length, dtype=np.uint64, endpoint=False),
+            rng.integers(0, 1 << 20, length).astype(np.uint64),
+            rng.choice(np.array([5, 2**63, 2**64 - 1], np.uint64), length),
+            np.arange(length, 0, -1, dtype=np.uint64) << np.uint64(40)]
+    assert_rows_sorted_unique(rows)
+
+
+# --- the backend -----------------------------------------------------------------------------------
+
+
+def test_the_backend_shingles_with_the_kernels(monkeypatch):
+    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    backend = get_backend("cpu")
+    assert backend.kernels is cpu_kernels and "numba" in backend.description
+    calls: list[str] = []
+    for name in ("shingle_hashes", "shingle_sets"):
+        original = getattr(cpu_kernels, name)
+        monkeypatch.setattr(cpu_kernels, name, lambda *args, original=original, name=name: calls.append(name)
+                            or original(*args))
+    data, offsets = text_buffers(["The cat sat on the mat.", "the cat sat on a mat"])
+    spec = ShingleSpec("word", 2)
+    reference = utf8_shingle_hashes(data, offsets, spec)
+    assert_same_batch(backend.shingle_hashes(data, offsets, spec), reference)
+    assert calls == ["shingle_hashes"]
+    assert_same_batch(backend.shingle_sets(data, offsets, spec), unique_per_row(reference))
+    assert calls[1] == "shingle_sets"
+
+
+@pytest.mark.parametrize("value", ["numpy", "NumPy", " numpy "])
+def test_the_switch_keeps_the_numpy_reference(monkeypatch, value):
+    monkeypatch.setenv(KERNEL_SWITCH, value)
+    backend = NumpyBackend()
+    assert backend.kernels is None and "numba" not in backend.description
+    monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: pytest.fail("the kernels ran"))
+    data, offsets = text_buffers(["a b c"])
+    assert backend.shingle_hashes(data, offsets, ShingleSpec("word", 2)).hashes.shape == (2,)
+    monkeypatch.setenv(KERNEL_SWITCH, "numba")  # any other value leaves them on
+    assert NumpyBackend().kernels is cpu_kernels
+
+
+def test_without_numba_the_backend_runs_the_numpy_reference(monkeypatch):
+    """Where numba cannot be imported (the GPU image has none), everything runs as before."""
+    import gpudedup.backends
+
+    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
+    monkeypatch.delitem(sys.modules, "gpudedup.backends.cpu_kernels")
+    monkeypatch.delattr(gpudedup.backends, "cpu_kernels")
+    assert shingling_kernels() is None
+    backend = NumpyBackend()
+    assert backend.kernels is None and backend.description == f"numpy {np.__version__}"
+    data, offsets = text_buffers(["a b c d", "", "a b"])
+    spec = ShingleSpec("word", 3)
+    reference = utf8_shingle_hashes(data, offsets, spec)
+    assert_same_batch(backend.shingle_sets(data, offsets, spec), unique_per_row(reference))
+
+
+def test_importing_gpudedup_and_its_backends_does_not_import_numba():
+    code = ("import sys, gpudedup, gpudedup.backends, gpudedup.backends.numpy_backend, gpudedup.shingling\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m.endswith('cpu_kernels')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# --- a whole run, with and without the kernels --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample() -> Path:
+    with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
+        yield Path(path)
+
+
+@pytest.mark.parametrize("options", [
+    dict(shingle="word"), dict(shingle="char"),
+    dict(shingle="word", ngram=3, unicode="nfkc", strip_punctuation=True, strip_symbols=True),
+], ids=["word", "char", "word-3-nfkc-stripped"])
+def test_dedup_is_the_same_with_and_without_the_kernels(sample, monkeypatch, options):
+    """The shipped sample: pairs, clusters, kept rows and the report's counts identical with
+    GPUDEDUP_CPU_KERNELS=numpy and with the kernels, and each route really taken."""
+    taken: list[str] = []
+    for name in ("shingle_hashes", "shingle_sets"):
+        original = getattr(cpu_kernels, name)
+        monkeypatch.setattr(cpu_kernels, name, lambda *args, original=original: taken.append("kernels")
+                            or original(*args))
+    reference = numpy_backend.utf8_shingle_hashes
+    monkeypatch.setattr(numpy_backend, "utf8_shingle_hashes", lambda *args: taken.append("numpy") or reference(*args))
+    results = {}
+    for route in ("kernels", "numpy"):
+        if route == "numpy":
+            monkeypatch.setenv(KERNEL_SWITCH, "numpy")
+        else:
+            monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+        taken.clear()
+        results[route] = gpudedup.dedup(sample, id_field="id", backend="cpu", **options)
+        assert taken and set(taken) == {route}
+    ours, reference_run = results["kernels"], results["numpy"]
+    assert "numba" in ours.report["backend"] and "numba" not in reference_run.report["backend"]
+    assert ours.pairs.equals(reference_run.pairs) and ours.pairs.num_rows > 50
+    assert ours.clusters.equals(reference_run.clusters)
+    assert np.array_equal(ours.keep, reference_run.keep) and not ours.keep.all()
+    assert np.array_equal(ours.checked_jaccard, reference_run.checked_jaccard)
+    assert ours.report["results"] == reference_run.report["results"]
