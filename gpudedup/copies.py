@@ -7,10 +7,14 @@ before LSH instead:
 
 1. ``same_signature_rows`` groups the documents whose MinHash signatures are identical (a
    64-bit hash of each row, a stable sort, and a column-by-column comparison with the group's
-   first row, so a hash collision never groups two different signatures).
+   first row, so a hash collision never groups two different signatures). The stores give the
+   hash as ``band_key_row_hash`` of the band keys, made where the signatures are made, so this
+   stage reads one number per document rather than every column of every signature.
 2. ``identical_copies`` checks each later member of a group exactly against the group's first
-   document, a batch of documents at a time, with verification's exact Jaccard: a member whose
-   Jaccard is 1.0 has the same shingle set and is a confirmed copy.
+   document, with verification's exact Jaccard: a member whose Jaccard is 1.0 has the same
+   shingle set and is a confirmed copy. The documents of the groups are shingled a batch of
+   whole groups at a time, once each, and every round of a group's check reads those sets, so
+   the stage's cost grows with the documents in groups, not with the corpus.
 
 A confirmed copy has the same band keys and the same Jaccard with every document as its
 group's first document, so the copies need no place in the buckets: the first document stands
@@ -24,14 +28,16 @@ check is not reported (LSH may pair it with the group's first document again).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+import scipy.sparse
 
-from .hashing import poly_hash64_rows
+from .hashing import POLY_BASE, fmix64, poly_hash64_rows
+from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
 from .stages import Progress
-from .verify import signature_agreements
+from .verify import pair_jaccard, signature_agreements
 
 
 @dataclass
@@ -53,13 +59,30 @@ class Copies:
         return cls(empty, empty, np.zeros(0, np.float64))
 
 
+def band_key_row_hash(keys: Any, xp=np) -> Any:
+    """The hash same_signature_rows groups documents by, from their band keys.
+
+    keys: uint64 (m, bands), numpy or cupy per xp (lsh.band_keys). Returns uint64 (m,), same
+    side: a polynomial of each row's keys modulo 2**64, then fmix64. Identical signature rows
+    have identical band keys, so identical hashes; different rows may share a hash, which the
+    grouping's column-by-column comparison catches. It reads ``bands`` columns, not the
+    ``bands * rows`` of the signatures.
+    """
+    h = xp.zeros(keys.shape[0], dtype=xp.uint64)
+    for band in range(keys.shape[1]):
+        h *= np.uint64(POLY_BASE)
+        h += keys[:, band]
+    return fmix64(h)
+
+
 def same_signature_rows(signatures: np.ndarray, row_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows with the same signature as an earlier row.
 
     signatures: uint32 (m, K), host, or anything that gathers rows by ``signatures[rows]``
-    (streaming.SpilledSignatures); row_hash: uint64 (m,) poly_hash64_rows of the rows, when
-    already known. Returns (first, member), int64 (q,) row indices with first < member and
-    equal signature rows; first is the lowest row of its group; ascending by (first, member).
+    (streaming.SpilledSignatures); row_hash: uint64 (m,) host, a hash of each row that equal
+    rows share (band_key_row_hash of their band keys, or any other); None: poly_hash64_rows of
+    the rows. Returns (first, member), int64 (q,) row indices with first < member and equal
+    signature rows; first is the lowest row of its group; ascending by (first, member).
     """
     if signatures.shape[0] < 2:
         empty = np.zeros(0, np.int64)
@@ -87,44 +110,110 @@ def same_signature_rows(signatures: np.ndarray, row_hash: np.ndarray | None = No
 COPY_ROUNDS = 4
 
 
+SetReader = Callable[[np.ndarray], scipy.sparse.csr_matrix]
+
+
 def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.ndarray, batch_cost: int,
-                     exact_jaccard: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                     progress: Progress | None = None, row_hash: np.ndarray | None = None) -> Copies:
+                     set_reader: Callable[[np.ndarray], SetReader], progress: Progress | None = None,
+                     row_hash: np.ndarray | None = None) -> Copies:
     """Check the members of every same-signature group exactly against the group's first
     document; those that are not copies of it are checked in the next round against the first
     of them, up to COPY_ROUNDS rounds.
 
     signatures: uint32 (m, K) host, the rows of the documents ``active`` (int64 (m,),
-    ascending corpus rows); lengths: int64 (n,) text lengths in code points over the corpus.
-    exact_jaccard(first, second): float64 exact Jaccard of corpus-row pairs. The members go
-    ``batch_cost`` code points at a time (counting both documents of a pair), so the shingle
-    sets alive at once stay about one batch however many copies there are.
+    ascending corpus rows); lengths: int64 (n,) text lengths in code points over the corpus;
+    row_hash: see same_signature_rows. set_reader(docs) is called once with every document of
+    the groups (int64, ascending corpus rows) and gives sets(part): the shingle sets of a part
+    of them (int64, ascending) as verify.document_sets makes them (job.Store.set_reader).
+
+    The groups go ``batch_cost`` code points of documents at a time, each document once: a
+    batch of whole groups is shingled by one call and runs every round of its groups on those
+    sets. A group larger than a batch goes a part at a time, each part with the group's first
+    document, one round per pass over the groups. So the shingle sets alive at once stay about
+    one batch however many copies there are, and a document is shingled once unless its group
+    is larger than a batch or needs another round after such a part.
     """
     progress = progress or Progress()
     first, member = same_signature_rows(signatures, row_hash)
     progress.start("Checking identical copies", first.shape[0])
+    if first.shape[0] == 0:
+        return Copies.none()
     first, member = active[first], active[member]
     confirmed_first, confirmed_member = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for _ in range(COPY_ROUNDS):
+    sets_of = set_reader(sorted_unique(np.concatenate([first, member])))
+    for done in range(COPY_ROUNDS):
         if first.shape[0] == 0:
             break
-        jaccard = np.empty(first.shape[0], np.float64)
-        for start, stop in weighted_ranges(lengths[first] + lengths[member], batch_cost):
-            jaccard[start:stop] = exact_jaccard(first[start:stop], member[start:stop])
+        # The parts of groups larger than a batch: their members not confirmed this round go
+        # on to the next round together, whichever part they were in.
+        left_first, left_member = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for start, stop, whole in group_batches(first, member, lengths, batch_cost):
+            found_first, found_member, rest_first, rest_member = check_rounds(
+                first[start:stop], member[start:stop], sets_of, COPY_ROUNDS - done if whole else 1)
+            confirmed_first.append(found_first)
+            confirmed_member.append(found_member)
+            if not whole:
+                left_first.append(rest_first)
+                left_member.append(rest_member)
             progress.advance(stop - start)
-        # |A ∩ B| / |A ∪ B| is exactly 1.0 only for equal sets (inter / inter).
-        same = jaccard == 1.0
-        confirmed_first.append(first[same])
-        confirmed_member.append(member[same])
-        first, member = next_round(first[~same], member[~same])
+        first, member = next_round(np.concatenate(left_first), np.concatenate(left_member))
     first, member = np.concatenate(confirmed_first), np.concatenate(confirmed_member)
     order = np.lexsort((member, first))
     return Copies(first[order], member[order], np.ones(order.shape[0], np.float64))
 
 
+def group_batches(first: np.ndarray, member: np.ndarray, lengths: np.ndarray,
+                  batch_cost: int) -> list[tuple[int, int, bool]]:
+    """Batches of the pairs (first, member: int64 (p,), each group's pairs together, members
+    ascending) as (start, stop, whole): consecutive whole groups whose documents' lengths
+    (int64 (n,) over the corpus), each document counted once, add up to at most batch_cost
+    (whole: True); a group larger than that is cut into parts whose members add up to at most
+    batch_cost less its first document's length (whole: False, unless one part holds it all)."""
+    if first.shape[0] == 0:
+        return []
+    starts = np.flatnonzero(np.concatenate([[True], first[1:] != first[:-1]]))
+    bounds = np.append(starts, first.shape[0])
+    group_cost = lengths[first[starts]] + np.add.reduceat(lengths[member], starts)
+    batches = []
+    for a, b in weighted_ranges(group_cost, batch_cost):
+        low, high = int(bounds[a]), int(bounds[b])
+        if b - a > 1 or group_cost[a] <= batch_cost:
+            batches.append((low, high, True))
+            continue
+        room = max(batch_cost - int(lengths[first[low]]), 1)
+        parts = weighted_ranges(lengths[member[low:high]], room)
+        batches.extend((low + s, low + t, len(parts) == 1) for s, t in parts)
+    return batches
+
+
+def check_rounds(first: np.ndarray, member: np.ndarray, sets_of: SetReader,
+                 rounds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Up to ``rounds`` rounds of the check on the pairs (first, member: int64 (p,), corpus
+    rows, each group's pairs together, members ascending), on one call of sets_of for all
+    their documents. Returns (first, member) of the confirmed copies and (first, member) of
+    the pairs the last round did not confirm, int64 each."""
+    docs = sorted_unique(np.concatenate([first, member]))
+    sets = sets_of(docs)
+    # Positions into docs keep the order of the rows, so each group's pairs stay together.
+    a, b = np.searchsorted(docs, first), np.searchsorted(docs, member)
+    found_a, found_b = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for done in range(rounds):
+        if done:
+            a, b = next_round(a, b)
+        if a.shape[0] == 0:
+            break
+        # |A ∩ B| / |A ∪ B| is exactly 1.0 only for equal sets (inter / inter).
+        same = pair_jaccard(sets, a, b) == 1.0
+        found_a.append(a[same])
+        found_b.append(b[same])
+        a, b = a[~same], b[~same]
+    return docs[np.concatenate(found_a)], docs[np.concatenate(found_b)], docs[a], docs[b]
+
+
 def next_round(first: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The unconfirmed members of each group (first, member: int64 (u,), ascending by (first,
-    member)) as the next round's pairs: the lowest of them is the group's new first document."""
+    """The unconfirmed members of each group (first, member: int64 (u,), each group's pairs
+    together, members ascending) as the next round's pairs, in the same form: the lowest of
+    them is the group's new first document."""
     if first.shape[0] == 0:
         return first, member
     starts = np.ones(first.shape[0], dtype=bool)

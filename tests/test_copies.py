@@ -36,12 +36,36 @@ def test_same_signature_rows_against_a_dict_of_rows():
     assert list(zip(first.tolist(), member.tolist())) == expected
 
 
-def test_a_hash_collision_never_groups_different_signatures(monkeypatch):
+@pytest.mark.parametrize("given", [False, True])
+def test_a_hash_collision_never_groups_different_signatures(monkeypatch, given):
     # Every row hashes alike: only rows equal to the first row of the run may be grouped.
     monkeypatch.setattr(copies_module, "poly_hash64_rows", lambda rows: np.zeros(rows.shape[0], np.uint64))
     signatures = np.array([[1, 2], [3, 4], [1, 2], [3, 4], [1, 2]], dtype=np.uint32)
-    first, member = same_signature_rows(signatures)
+    first, member = same_signature_rows(signatures, np.zeros(5, np.uint64) if given else None)
     assert list(zip(first.tolist(), member.tolist())) == [(0, 2), (0, 4)]
+
+
+@pytest.mark.parametrize("bands, rows", [(16, 1), (5, 3), (1, 12)])
+def test_band_key_row_hash_groups_as_a_dict_of_rows(bands, rows):
+    """The stores' row hash (of the band keys) proposes exactly the groups of equal rows."""
+    from gpudedup.lsh import Banding, band_keys
+
+    rng = np.random.default_rng(bands)
+    # Distinct rows that differ in one column only (one band key) as well as at random.
+    distinct = rng.integers(0, 2**32, size=(30, bands * rows), dtype=np.uint32)
+    distinct[1::2] = distinct[::2]
+    distinct[np.arange(1, 30, 2), rng.integers(0, bands * rows, size=15)] ^= 1
+    signatures = distinct[rng.integers(0, 30, size=400)]
+    row_hash = copies_module.band_key_row_hash(band_keys(signatures, Banding(bands, rows, "test")))
+    assert row_hash.dtype == np.uint64 and row_hash.shape == (400,)
+    first, member = same_signature_rows(signatures, row_hash)
+    groups = {}
+    for row, values in enumerate(map(tuple, signatures)):
+        groups.setdefault(values, []).append(row)
+    expected = sorted((rows_[0], later) for rows_ in groups.values() for later in rows_[1:])
+    assert list(zip(first.tolist(), member.tolist())) == expected
+    # No two different rows of this sample share a hash (the comparison after it is a guard).
+    assert len(set(row_hash.tolist())) == len(groups)
 
 
 WORD_5 = ShingleSpec("word", 5)
@@ -52,6 +76,34 @@ def signatures_of(texts, num_perm=128, spec=WORD_5):
     backend = NumpyBackend()
     batch = backend.shingle_hashes(*utf8_buffers(strings_to_arrow(texts)), spec)
     return backend.signatures(batch, draw_permutations(num_perm, 42))
+
+
+def python_set_reader(shingles, calls: list | None = None):
+    """A set_reader for identical_copies over Python sets (shingles: one set per corpus row):
+    each row's set as sorted column numbers of a vocabulary, one binary CSR row per document,
+    as verify.document_sets lays them out. calls records ("all", docs) and ("part", part)."""
+    import scipy.sparse
+
+    vocabulary = {shingle: i for i, shingle in enumerate(sorted(set().union(*shingles)))}
+    calls = [] if calls is None else calls
+
+    def reader(docs):
+        calls.append(("all", docs.tolist()))
+
+        def sets_of(part):
+            assert set(part.tolist()) <= set(docs.tolist()) and (np.diff(part) > 0).all()
+            calls.append(("part", part.tolist()))
+            rows = [sorted(vocabulary[x] for x in shingles[d]) for d in part.tolist()]
+            indptr = np.cumsum([0] + [len(r) for r in rows])
+            indices = np.array([c for r in rows for c in r], dtype=np.int64)
+            matrix = scipy.sparse.csr_matrix((np.ones(indices.shape[0], np.int8), indices, indptr),
+                                             shape=(len(rows), max(len(vocabulary), 1)))
+            matrix.has_sorted_indices = True
+            return matrix
+
+        return sets_of
+
+    return reader
 
 
 def test_only_identical_sets_are_confirmed_copies():
@@ -65,12 +117,8 @@ def test_only_identical_sets_are_confirmed_copies():
     first, member = same_signature_rows(signatures)
     assert (0, 3) in set(zip(first.tolist(), member.tolist())), "the planted near-copy should share the signature"
     shingles = [shingle_set(t) for t in texts]
-
-    def exact(a, b):
-        return np.array([jaccard(shingles[x], shingles[y]) for x, y in zip(a, b)])
-
     found = identical_copies(signatures, np.arange(len(texts)), np.array([len(t) for t in texts]),
-                             batch_cost=10_000, exact_jaccard=exact)
+                             batch_cost=10_000, set_reader=python_set_reader(shingles))
     assert list(zip(found.first.tolist(), found.member.tolist())) == [(0, 2), (1, 4)]
     assert (found.jaccard == 1.0).all()
 
@@ -118,6 +166,43 @@ def copies_corpus(groups: int, copies: int, seed: int = 5):
         texts.append(" ".join(near))
     rng.shuffle(texts)
     return texts
+
+
+def test_every_store_hashes_equal_rows_alike(tmp_path, monkeypatch):
+    """The row hashes each store hands the copies stage (in memory, in a work directory, and
+    against an index with either inside, where indexed and new rows are hashed apart): equal
+    signature rows share a hash, and different rows of this sample do not."""
+    from cli_support import write_jsonl
+    from gpudedup.engine import job
+    from gpudedup.index import Index
+
+    seen = []
+    real = job.identical_copies
+
+    def spy(signatures, active, lengths, batch_cost, set_reader, progress=None, row_hash=None):
+        seen.append((np.asarray(signatures[np.arange(active.shape[0])]), row_hash))
+        return real(signatures, active, lengths, batch_cost, set_reader, progress, row_hash)
+
+    monkeypatch.setattr(job, "identical_copies", spy)
+    texts = copies_corpus(groups=3, copies=6) + [t or "" for t in copies_review_corpus(2)]
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    write_jsonl(paths[0], [{"text": t} for t in texts[::2]])
+    write_jsonl(paths[1], [{"text": t} for t in texts[1::2]])
+    options = dict(threshold=0.7, backend="cpu")
+    gpudedup.dedup(paths, **options)
+    gpudedup.dedup(paths, work_dir=tmp_path / "work", **options)
+    index = Index.create(tmp_path / "index", threshold=0.7)
+    index.add(paths[0], backend="cpu")
+    index.dedup(paths[1], backend="cpu")
+    index.dedup(paths[1], backend="cpu", work_dir=tmp_path / "work-index")
+    assert len(seen) == 5
+    for signatures, row_hash in seen:
+        assert row_hash is not None and row_hash.dtype == np.uint64 and row_hash.shape == (signatures.shape[0],)
+        hashes_of: dict = {}
+        for row, h in zip(map(tuple, signatures.tolist()), row_hash.tolist()):
+            hashes_of.setdefault(row, set()).add(h)
+        assert all(len(h) == 1 for h in hashes_of.values())
+        assert len(set().union(*hashes_of.values())) == len(hashes_of) < signatures.shape[0]
 
 
 def test_copies_leave_lsh_and_everything_is_still_found():
@@ -374,22 +459,76 @@ def test_evaluate_recall_with_copies_against_brute_force():
 
 
 def test_a_huge_group_is_checked_a_batch_at_a_time():
-    """identical_copies on 20,000 copies: every exact check sees at most one batch of text,
-    and every copy is confirmed against the first (oracle: the rows themselves)."""
+    """identical_copies on 20,000 copies: every set read holds at most one batch of text, each
+    with the group's first document, every other document is read once, and every copy is
+    confirmed against the first (oracle: the rows themselves)."""
     m = 20_000
     signatures = np.tile(np.arange(16, dtype=np.uint32), (m, 1))
     lengths = np.full(m, 50, np.int64)
-    seen = []
-
-    def exact(a, b):
-        seen.append(a.shape[0])
-        assert (a == 0).all()
-        return np.ones(a.shape[0])
-
+    calls: list = []
     found = identical_copies(signatures, np.arange(m, dtype=np.int64), lengths, batch_cost=10_000,
-                             exact_jaccard=exact)
-    assert found.member.tolist() == list(range(1, m))
-    assert max(seen) <= 10_000 // 100 and sum(seen) == m - 1
+                             set_reader=python_set_reader([frozenset({"same"})] * m, calls))
+    assert found.member.tolist() == list(range(1, m)) and (found.first == 0).all()
+    assert calls[0] == ("all", list(range(m)))
+    parts = [part for kind, part in calls[1:]]
+    assert all(kind == "part" for kind, _ in calls[1:])
+    assert all(part[0] == 0 and 50 * len(part) <= 10_000 for part in parts)
+    assert sorted(d for part in parts for d in part[1:]) == list(range(1, m))
+
+
+def oracle_rounds(signatures, sets, rounds):
+    """The copies identical_copies confirms, in plain Python: per group of equal signature
+    rows (in row order), up to ``rounds`` times, the lowest document not yet settled leads and
+    every later one with its set is its copy; the others wait for the next leader."""
+    groups: dict = {}
+    for row, values in enumerate(map(tuple, signatures)):
+        groups.setdefault(values, []).append(row)
+    found = []
+    for rows_ in groups.values():
+        for _ in range(rounds):
+            if len(rows_) < 2:
+                break
+            leader, rest = rows_[0], rows_[1:]
+            found += [(leader, r) for r in rest if sets[r] == sets[leader]]
+            rows_ = [r for r in rest if sets[r] != sets[leader]]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("batch_cost", [1, 30, 120, 10**9])
+def test_identical_copies_follow_the_rounds_oracle(seed, batch_cost):
+    """Groups of one signature holding several different sets, interleaved (up to seven, so
+    that the round limit matters), on active rows that skip some corpus rows: the confirmed
+    copies are those of the plain round-by-round oracle whatever the batch, whole groups or
+    parts of groups; every read of sets stays within a batch (a part: its first document and
+    members within one batch beside it)."""
+    rng = random.Random(seed)
+    n = 260
+    active = np.array(sorted(rng.sample(range(n), 200)), dtype=np.int64)
+    lengths = np.array([rng.randrange(1, 25) for _ in range(n)], dtype=np.int64)
+    distinct = np.array([[rng.randrange(2**32) for _ in range(8)] for _ in range(12)], dtype=np.uint32)
+    signature_of = [rng.randrange(12) for _ in range(200)]
+    classes = {g: rng.randrange(1, 8) for g in range(12)}
+    sets = [frozenset() for _ in range(n)]
+    for position, doc in enumerate(active.tolist()):
+        g = signature_of[position]
+        sets[doc] = frozenset({f"g{g}", f"c{rng.randrange(classes[g])}"})
+    signatures = distinct[signature_of]
+    calls: list = []
+    found = identical_copies(signatures, active, lengths, batch_cost, python_set_reader(sets, calls))
+    expected = [(int(active[a]), int(active[b])) for a, b in oracle_rounds(
+        signatures, [sets[d] for d in active.tolist()], copies_module.COPY_ROUNDS)]
+    assert list(zip(found.first.tolist(), found.member.tolist())) == expected
+    assert found.first.dtype == found.member.dtype == np.int64 and (found.jaccard == 1.0).all()
+    # The documents of the groups (signatures shared with another active document).
+    grouped = sorted(int(active[p]) for p, g in enumerate(signature_of) if signature_of.count(g) > 1)
+    assert calls[0] == ("all", grouped)
+    parts = [part for _, part in calls[1:]]
+    # Whole groups within a batch, or a part of a larger group: its first document and members
+    # that add up to the rest of a batch (one member alone where even that is too much).
+    assert all(int(lengths[part].sum()) <= batch_cost or len(part) == 2 for part in parts)
+    if batch_cost == 10**9:  # every group fits one batch: each document is shingled once
+        assert parts == [grouped]
 
 
 # --- The first document of a signature group need not be a copy of the others ------------------

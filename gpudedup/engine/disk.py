@@ -31,16 +31,16 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..backends import Backend, get_backend
+from ..copies import band_key_row_hash
 from ..errors import InputError
 from ..io.rules import PartSummary, plan_combination
-from ..hashing import poly_hash64_rows
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
@@ -71,10 +71,10 @@ def as_backend(backend: BackendOrName) -> Backend:
 
 
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
-# as another run's (2: per-row line numbers, text bytes and null flags for the input rules).
-WORK_DIR_FORMAT = 2
+# as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
+# 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures).
+WORK_DIR_FORMAT = 3
 
-ONE_CHUNK = np.iinfo(np.int64).max // 4  # a batch cost no chunk reaches
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:
@@ -394,7 +394,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     data, offsets = corpus.units()
     # Per row: its line (JSONL) or row number, for FILE:LINE; its UTF-8 bytes and whether its
     # text is null, for the report of the documents the input rules keep.
-    arrays = {"keys": keys.T, "signatures": signatures, "row_hash": poly_hash64_rows(signatures),
+    arrays = {"keys": keys.T, "signatures": signatures, "row_hash": band_key_row_hash(keys),
               "active": active, "lengths": lengths, "row_numbers": np.asarray(row_numbers, np.int64),
               "text_bytes": content_bytes((data, offsets)),
               "null": corpus.texts.is_null().to_numpy(zero_copy_only=False)}
@@ -481,7 +481,8 @@ class WorkDirStore:
         self.text_field, self.id_field = text_field, id_field
         self.reader = ShardReader(found.files, text_field, id_field, on_error)
         self.spec = params.shingle_spec()
-        self.copy_batch_cost = ONE_CHUNK  # exact_by_spill cuts its own chunks: one call for all
+        # The copies stage reads its groups' spilled sets back a chunk at a time, as exact_by_spill.
+        self.copy_batch_cost = 8 * batch_bytes(params, backend)
         self.work_dir: Optional[str] = str(work.root)
         self.pinned = 0  # no documents kept before (job.Store)
 
@@ -587,6 +588,15 @@ class WorkDirStore:
                               self.rows.spilled(first), self.rows.spilled(second),
                               self.lengths[first] + self.lengths[second], executor)
 
+    def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
+        """The sets of parts of rows ``docs`` (int64, ascending): all of them spilled now under
+        WORK/sets/<name>-<digest>/ shard by shard (spill_sets: each shard read once), each part
+        read back from the spill when asked."""
+        spill = spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
+                           self.rows.spilled(docs), executor)
+        root, shard_rows = str(self.work.root), self.shards.rows
+        return lambda part: spilled_sets(root, spill, shard_rows, self.rows.spilled(part))
+
     def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
                       name: str = "documents"):
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
@@ -594,12 +604,9 @@ class WorkDirStore:
         A name is for one set of rows (spill_sets)."""
         from .job import LocalExecutor
 
-        executor = executor or LocalExecutor()
-        spilled = self.rows.spilled(docs)
-        name = spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
-                          spilled, executor)
+        sets_of = self.set_reader(name, docs, executor or LocalExecutor())
         progress.advance(int(docs.shape[0]))
-        return spilled_sets(str(self.work.root), name, self.shards.rows, spilled)
+        return sets_of(docs)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live

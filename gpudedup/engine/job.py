@@ -92,7 +92,8 @@ class Store(Protocol):
         """The signature stage: signatures and band keys of every document not yet signed."""
 
     def row_hashes(self) -> Optional[np.ndarray]:
-        """uint64 (m,) hashing.poly_hash64_rows of the signature rows, where kept; else None."""
+        """uint64 (m,) host: copies.band_key_row_hash of the active documents' band keys, made
+        when they were signed (None: copies.identical_copies hashes the signature rows)."""
 
     def band_keys(self, in_lsh: np.ndarray) -> Any:
         """The band keys of the active documents where in_lsh (bool (m,)): ``keys[:, band]``
@@ -104,7 +105,14 @@ class Store(Protocol):
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: "Executor",
                       progress: Progress) -> np.ndarray:
         """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]);
-        name: the stage asking ("copies", "pairs"), for what the store keeps of the work."""
+        name: the stage asking ("pairs"), for what the store keeps of the work."""
+
+    def set_reader(self, name: str, docs: np.ndarray, executor: "Executor") -> Callable[[np.ndarray], Any]:
+        """For a stage that reads the shingle sets of rows ``docs`` (int64, ascending) a part at
+        a time: a function of a part (int64, ascending, rows of docs) giving their sets as one
+        binary CSR matrix, host (verify.document_sets). The store shingles each part when asked
+        (in memory), or every document of docs once, now (a work directory spills them); name:
+        the stage asking ("copies"), for what the store keeps of the work."""
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of a finished stage: computed now, or as an earlier run kept them."""
@@ -165,7 +173,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     with log.stage("copies"):
         stored = store.cached("copies", lambda: copies_arrays(identical_copies(
-            store.signatures, active, lengths, store.copy_batch_cost, exact("copies", Progress()), progress,
+            store.signatures, active, lengths, store.copy_batch_cost,
+            lambda docs: store.set_reader("copies", docs, executor), progress,
             row_hash=store.row_hashes())))
         copies = Copies(stored["first"], stored["member"], stored["jaccard"])
         # Confirmed copies stay out of the buckets: their group's first document stands for them.

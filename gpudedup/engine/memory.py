@@ -4,13 +4,14 @@ GPU backend). Nothing is kept between runs; ``dedup_corpus`` runs the job over i
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..backends import Backend
+from ..copies import band_key_row_hash
 from ..io.corpus import Corpus
 from ..hashing import Permutations
 from ..lsh import Banding, to_side
@@ -58,10 +59,12 @@ class MemoryStore:
                           "lower --batch-bytes, or deduplicate the input in parts")
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
                                                                  backend, log, progress)
+        # Hashed here, on the keys' side: an index run takes the keys before the copies stage.
+        self.row_hash = backend.to_host(band_key_row_hash(self.keys, backend.xp))
         release_unused_memory()
 
-    def row_hashes(self) -> None:
-        return None  # copies.identical_copies hashes the rows in memory itself
+    def row_hashes(self) -> np.ndarray:
+        return self.row_hash
 
     def band_keys(self, in_lsh: np.ndarray):
         keys, self.keys = self.keys, None  # the candidate stage is the last to read them
@@ -82,6 +85,10 @@ class MemoryStore:
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return compute()
+
+    def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
+        """The sets of parts of ``docs``: each part shingled again when asked (document_sets)."""
+        return lambda part: self.document_sets(part, Progress())
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
                       progress: Progress) -> np.ndarray:

@@ -19,8 +19,9 @@ import pyarrow as pa
 import scipy.sparse
 
 from ..backends import Backend
+from ..copies import band_key_row_hash
 from ..engine.job import Executor
-from ..hashing import Permutations, poly_hash64_rows
+from ..hashing import Permutations
 from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
 from ..shingling import ShingleSpec
@@ -69,12 +70,9 @@ class IndexStore:
         target = pa.int64() if both_int else pa.large_string()
         return pa.concat_arrays([indexed.cast(target), new.cast(target)])
 
-    def row_hashes(self) -> Optional[np.ndarray]:
-        new = self.inner.row_hashes()
-        if new is None:
-            return None  # identical_copies hashes the rows itself
-        assert self.matched is not None
-        return np.concatenate([poly_hash64_rows(self.matched.signatures), new])
+    def row_hashes(self) -> np.ndarray:
+        # The inner store's are of its band keys (made when it signed): so are these.
+        return np.concatenate([band_key_row_hash(self.old_keys), self.inner.row_hashes()])
 
     def band_keys(self, in_lsh: np.ndarray) -> "JoinedKeys":
         k = self.pinned
@@ -93,11 +91,22 @@ class IndexStore:
                       name: str = "documents") -> scipy.sparse.csr_matrix:
         """The shingle sets of rows ``docs`` (int64, ascending): stored ones for the indexed
         rows, the inner store's for the new ones."""
-        assert self.matched is not None
         k = self.pinned
-        old = docs[docs < k]
+        return self.joined_sets(docs, self.inner.document_sets(docs[docs >= k] - k, progress, executor, name))
+
+    def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
+        """The sets of parts of rows ``docs`` (int64, ascending): the indexed rows' stored sets,
+        the new rows' from the inner store's reader."""
+        k = self.pinned
+        new_sets = self.inner.set_reader(name, docs[docs >= k] - k, executor)
+        return lambda part: self.joined_sets(part, new_sets(part[part >= k] - k))
+
+    def joined_sets(self, docs: np.ndarray, new_sets: scipy.sparse.csr_matrix) -> scipy.sparse.csr_matrix:
+        """The sets of rows ``docs`` (int64, ascending): the stored sets of the indexed rows
+        among them, then ``new_sets``, those of the new rows (binary CSR, in order)."""
+        assert self.matched is not None
+        old = docs[docs < self.pinned]
         old_sets = self.reader.sets(self.matched.segment[old], self.matched.row[old])
-        new_sets = self.inner.document_sets(docs[docs >= k] - k, progress, executor, name)
         sets = scipy.sparse.vstack([old_sets, new_sets], format="csr")
         sets.has_sorted_indices = True  # each part's rows are sorted and distinct
         return sets
