@@ -23,6 +23,7 @@ import pytest
 
 import gpudedup
 from gpudedup.index import Index
+from gpudedup.index.files import DamagedIndexError
 
 from cli_support import assert_user_error, invoke, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state
@@ -591,3 +592,41 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
     assert results["memory"][1].indexed_rows > 0  # the second add did meet the first's documents
     with pytest.raises(gpudedup.ParameterError, match="another run"):
         indexes["staged"].dedup(parts[0], id_field="id", backend="cpu", work_dir=tmp_path / "work0", resume=True)
+
+
+def test_a_long_lived_index_checks_each_segment_once_and_still_sees_a_file_changed_since(tmp_path, monkeypatch):
+    # Segments are immutable: after an add, the same Index object's next add or query takes
+    # over the segments it already opened and checked, rather than hashing every file again
+    # (which would make each add cost more the larger the index). A file changed after its
+    # check (inode, size or modification time) is not taken over: it is checked again, and
+    # its damage refused, as a fresh process would.
+    from gpudedup.index import reader as reader_module
+
+    hashed: list[str] = []
+    check = reader_module.OpenedFile.check
+
+    def counting_check(opened):
+        if not opened.checked:
+            hashed.append(opened.path.name)
+        check(opened)
+
+    monkeypatch.setattr(reader_module.OpenedFile, "check", counting_check)
+    records = bible_records()
+    index = Index.create(tmp_path / "idx", threshold=0.8, shingle="word", ngram=5)
+    index.add(pa.Table.from_pylist(records[0:600]), id_field="id", tag="a")
+    index.add(pa.Table.from_pylist(records[600:1200]), id_field="id", tag="b")
+    assert hashed.count("keys.npy") == 1  # every add probes every segment's band keys
+    hashed.clear()
+    index.add(pa.Table.from_pylist(records[1200:1800]), id_field="id", tag="c")
+    assert hashed.count("keys.npy") == 1  # the second segment's: the first one's was checked before
+    hashed.clear()
+    expected = Index(tmp_path / "idx").query([records[5]["text"]])
+    assert index.query([records[5]["text"]]) == expected and expected[0][0][0] == records[5]["id"]
+
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    path = tmp_path / "idx" / "segments" / manifest["segments"][0]["name"] / "keys.npy"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedIndexError, match="keys.npy"):
+        index.add(pa.Table.from_pylist(records[1800:]), id_field="id", tag="d")

@@ -153,7 +153,8 @@ class Index:
         with writer_lock(self.path):
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)  # what a killed writer left
-            reader = IndexReader(self.path, manifest)
+            reader = IndexReader(self.path, manifest, earlier=self._reader)
+            self._reader = reader  # the state before this add: the next reader takes its segments over
             result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
                                       (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
             # Everything that can refuse the commit, before anything is written.
@@ -293,7 +294,7 @@ class Index:
         checked once, on first use)."""
         manifest = read_manifest(self.path)
         if self._reader is None or self._reader.manifest.generation != manifest.generation:
-            self._reader = IndexReader(self.path, manifest)
+            self._reader = IndexReader(self.path, manifest, earlier=self._reader)
         return self._reader
 
     def _permutations(self, params: DedupParams) -> Permutations:

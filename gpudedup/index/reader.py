@@ -56,10 +56,16 @@ class OpenedFile:
         self.path, self.expected = path, expected
         self.handle = open(path, "rb")  # FileNotFoundError: the reader's caller decides
         self.checked = False
+        self.stamp: Optional[tuple] = None  # the file's (inode, size, mtime) when it was checked
+
+    def still_as_checked(self) -> bool:
+        """Unchecked, or checked and, by inode, size and modification time, the same file now."""
+        return not self.checked or self.stamp == file_stamp(self.path)
 
     def check(self) -> None:
         if self.checked:
             return
+        stamp = file_stamp(self.path)
         import hashlib
 
         digest, offset, descriptor = hashlib.sha256(), 0, self.handle.fileno()
@@ -71,7 +77,16 @@ class OpenedFile:
             offset += len(block)
         if digest.hexdigest() != self.expected:
             raise DamagedIndexError(f"{self.path}: its checksum does not match the manifest's (truncated or corrupt)")
-        self.checked = True
+        self.checked, self.stamp = True, stamp
+
+
+def file_stamp(path: Path) -> Optional[tuple]:
+    """(inode, size, modification time in ns) of ``path``; None where it is gone."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 class Segment:
@@ -86,6 +101,12 @@ class Segment:
         self._ids_map = pa.memory_map(str(folder / "ids.arrow"))
         self._arrays: dict[str, np.ndarray] = {}
         self._ids: Optional[pa.Table] = None
+
+    def reusable_for(self, entry: SegmentEntry, verification: str) -> bool:
+        """Whether a later reader may take this segment over for ``entry``: the same segment
+        (names are never written twice), and every file checked so far unchanged since."""
+        return (entry == self.entry and verification == self.verification
+                and all(opened.still_as_checked() for opened in self.files.values()))
 
     def array(self, name: str) -> np.ndarray:
         if name not in self._arrays:
@@ -139,14 +160,22 @@ class Segment:
 class IndexReader:
     """The index at ``root`` as its manifest says now (later commits are not seen)."""
 
-    def __init__(self, root: Path, manifest: Optional[Manifest] = None):
+    def __init__(self, root: Path, manifest: Optional[Manifest] = None, earlier: Optional["IndexReader"] = None):
         """manifest: the state to read (a writer's, under the lock); None: the last committed
-        one, read again if a commit replaces it while its files are being opened."""
+        one, read again if a commit replaces it while its files are being opened. earlier: a
+        reader of an earlier state of this index in this process, whose open segments are taken
+        over where still live and unchanged (Segment.reusable_for), so that a long-lived Index
+        checks each segment's files once rather than once per add or query after a commit."""
         self.root = Path(root)
+        taken: list[Segment] = earlier.segments if earlier is not None else []
+        opened = {segment.entry.name: segment for segment in taken}
         for _attempt in range(3):
             self.manifest = manifest or read_manifest(self.root)
+            verification = self.manifest.verification
             try:
-                self.segments = [Segment(self.root, entry, self.manifest.verification)
+                self.segments: list[Segment] = [opened[entry.name] if entry.name in opened
+                                 and opened[entry.name].reusable_for(entry, verification)
+                                 else Segment(self.root, entry, verification)
                                  for entry in self.manifest.segments]
                 self._removed: Optional[dict[str, np.ndarray]] = None
                 self.removed()
