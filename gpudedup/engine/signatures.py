@@ -72,16 +72,25 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
         progress.advance(stop - start)
         return result
 
+    xp, width = backend.xp, banding.bands * banding.rows
+    # The signatures (the largest result) go straight into one array with a row for every
+    # document, filled as batches finish, then shrunk in place (realloc) to the non-empty
+    # ones: no concatenation at the end that would hold them twice, and the copies overlap
+    # the batches still running. Pages are committed only as rows are written.
+    signatures = np.empty((offsets.shape[0] - 1, width), np.uint32)
+    keys, active, used = [], [], 0
     with log.stage("signature_pass"):
         batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows, data.dtype.itemsize))
-        results = list(map_parallel(one_batch, batches, backend.parallel_batches))
-    xp = backend.xp
-    if not results:
-        width = banding.bands * banding.rows
-        return (xp.zeros((0, banding.bands), xp.uint64), np.zeros(0, np.int64),
-                np.zeros((0, width), np.uint32))
-    keys, active, signatures = zip(*results)
-    return xp.concatenate(keys), np.concatenate(active), np.concatenate(signatures)
+        for batch_keys, batch_active, batch_signatures in map_parallel(one_batch, batches,
+                                                                        backend.parallel_batches):
+            signatures[used : used + batch_signatures.shape[0]] = batch_signatures
+            used += batch_signatures.shape[0]
+            keys.append(batch_keys)
+            active.append(batch_active)
+    signatures.resize((used, width), refcheck=False)
+    if not keys:
+        return xp.zeros((0, banding.bands), xp.uint64), np.zeros(0, np.int64), signatures
+    return xp.concatenate(keys), np.concatenate(active), signatures
 
 
 # Host bytes per byte of a batch's text in flight while the numpy backend shingles and signs
