@@ -116,15 +116,21 @@ def main() -> None:
     if args.install:
         install_requirements()
     started = time.perf_counter()
+    count, text_bytes = write_documents(bench_documents(), args.output)
+    print(f"wrote {count} documents, {text_bytes / 1e6:.1f} MB of text, to {args.output} "
+          f"in {time.perf_counter() - started:.0f} s")
+
+
+def write_documents(documents, output: Path) -> tuple[int, int]:
+    """Write ``documents`` (dicts) to ``output`` as JSONL; returns (documents, UTF-8 bytes of text)."""
     count = text_bytes = 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.output, "wb") as out:
-        for doc in bench_documents():
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "wb") as out:
+        for doc in documents:
             out.write(json_line(doc))
             count += 1
             text_bytes += len(doc["text"].encode("utf-8"))
-    print(f"wrote {count} documents, {text_bytes / 1e6:.1f} MB of text, to {args.output} "
-          f"in {time.perf_counter() - started:.0f} s")
+    return count, text_bytes
 
 
 if __name__ == "__main__":

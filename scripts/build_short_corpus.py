@@ -27,8 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from build_bench_corpus import REQUIREMENTS, TRANSLATIONS, install_requirements
-from build_sample_corpus import book_title, clean_verse, json_line, load_translation
+from build_bench_corpus import REQUIREMENTS, TRANSLATIONS, install_requirements, write_documents
+from build_sample_corpus import book_title, clean_verse, load_translation
 
 OUT = Path(__file__).resolve().parent.parent / "bench_data" / "short.jsonl"
 DOCUMENTS = 64_000
@@ -84,13 +84,7 @@ def main() -> None:
     if args.install:
         install_requirements()
     started = time.perf_counter()
-    count = text_bytes = 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.output, "wb") as out:
-        for doc in short_documents(args.documents, args.seed):
-            out.write(json_line(doc))
-            count += 1
-            text_bytes += len(doc["text"].encode("utf-8"))
+    count, text_bytes = write_documents(short_documents(args.documents, args.seed), args.output)
     print(f"wrote {count} documents, {text_bytes / 1e6:.1f} MB of text ({text_bytes / max(count, 1):.0f} bytes "
           f"per document), to {args.output} in {time.perf_counter() - started:.0f} s")
 

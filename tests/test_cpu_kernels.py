@@ -275,8 +275,9 @@ def test_without_numba_the_backend_runs_the_numpy_reference(monkeypatch):
 
 
 def test_importing_gpudedup_and_its_backends_does_not_import_numba():
-    code = ("import sys, gpudedup, gpudedup.backends, gpudedup.backends.numpy_backend, gpudedup.shingling\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m.endswith('cpu_kernels')))")
+    code = ("import sys, gpudedup, gpudedup.backends, gpudedup.backends.numpy_backend, gpudedup.shingling, "
+            "gpudedup.verify, gpudedup.engine.job\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m.endswith('_kernels')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -294,10 +295,17 @@ def sample() -> Path:
 @pytest.mark.parametrize("options", [
     dict(shingle="word"), dict(shingle="char"),
     dict(shingle="word", ngram=3, unicode="nfkc", strip_punctuation=True, strip_symbols=True),
-], ids=["word", "char", "word-3-nfkc-stripped"])
-def test_dedup_is_the_same_with_and_without_the_kernels(sample, monkeypatch, options):
-    """The shipped sample: pairs, clusters, kept rows and the report's counts identical with
-    GPUDEDUP_CPU_KERNELS=numpy and with the kernels, and each route really taken."""
+    dict(shingle="word", staged=True), dict(shingle="char", staged=True),
+], ids=["word", "char", "word-3-nfkc-stripped", "word-staged", "char-staged"])
+def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkeypatch, options):
+    """The shipped sample, in memory and staged in a work directory: pairs, clusters, kept
+    rows, every checked pair's Jaccard and the report's counts identical with
+    GPUDEDUP_CPU_KERNELS=numpy and with the kernels, and each route (shingling, and the exact
+    check's intersections) really taken."""
+    from gpudedup import verify, verify_kernels
+
+    options = dict(options)
+    staged = options.pop("staged", False)
     taken: list[str] = []
     for name in ("shingle_hashes", "shingle_sets"):
         original = getattr(cpu_kernels, name)
@@ -305,15 +313,19 @@ def test_dedup_is_the_same_with_and_without_the_kernels(sample, monkeypatch, opt
                             or original(*args))
     reference = numpy_backend.utf8_shingle_hashes
     monkeypatch.setattr(numpy_backend, "utf8_shingle_hashes", lambda *args: taken.append("numpy") or reference(*args))
+    scipy_route, merge = verify.scipy_intersections, verify_kernels.intersections
+    monkeypatch.setattr(verify, "scipy_intersections", lambda *args: taken.append("scipy") or scipy_route(*args))
+    monkeypatch.setattr(verify_kernels, "intersections", lambda *args: taken.append("merge") or merge(*args))
     results = {}
-    for route in ("kernels", "numpy"):
+    for route, expected in (("kernels", {"kernels", "merge"}), ("numpy", {"numpy", "scipy"})):
         if route == "numpy":
             monkeypatch.setenv(KERNEL_SWITCH, "numpy")
         else:
             monkeypatch.delenv(KERNEL_SWITCH, raising=False)
         taken.clear()
-        results[route] = gpudedup.dedup(sample, id_field="id", backend="cpu", **options)
-        assert taken and set(taken) == {route}
+        work = {"work_dir": tmp_path / f"work-{route}"} if staged else {}
+        results[route] = gpudedup.dedup(sample, id_field="id", backend="cpu", **options, **work)
+        assert set(taken) == expected
     ours, reference_run = results["kernels"], results["numpy"]
     assert "numba" in ours.report["backend"] and "numba" not in reference_run.report["backend"]
     assert ours.pairs.equals(reference_run.pairs) and ours.pairs.num_rows > 50

@@ -10,10 +10,7 @@ not with exact fractions.
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -276,50 +273,3 @@ def test_the_switch_turns_the_kernels_off(monkeypatch, value):
     assert merge_kernels() is None
     monkeypatch.setenv(KERNEL_SWITCH, "numba")  # any other value leaves them on
     assert merge_kernels() is not None
-
-
-def test_importing_gpudedup_does_not_import_numba():
-    code = ("import sys, gpudedup, gpudedup.verify, gpudedup.engine.job\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m == 'gpudedup.verify_kernels'))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
-
-
-# --- a whole run, with and without the kernels --------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sample() -> Path:
-    with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
-        yield Path(path)
-
-
-@pytest.mark.parametrize("shingle", ["word", "char"])
-@pytest.mark.parametrize("staged", [False, True])
-def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkeypatch, shingle, staged):
-    """The shipped sample, in memory and staged in a work directory: pairs, clusters, kept rows,
-    every checked pair's Jaccard and the report's counts identical on both routes, and each
-    route really taken."""
-    from gpudedup import verify_kernels
-
-    taken: list[str] = []
-    scipy_route, kernel = verify.scipy_intersections, verify_kernels.intersections
-    monkeypatch.setattr(verify, "scipy_intersections", lambda *args: taken.append("scipy") or scipy_route(*args))
-    monkeypatch.setattr(verify_kernels, "intersections", lambda *args: taken.append("numba") or kernel(*args))
-    results = {}
-    for route in ["numba", "scipy"]:
-        if route == "scipy":
-            monkeypatch.setenv(KERNEL_SWITCH, "numpy")
-        else:
-            monkeypatch.delenv(KERNEL_SWITCH, raising=False)
-        taken.clear()
-        work = {"work_dir": tmp_path / f"work-{route}"} if staged else {}
-        results[route] = gpudedup.dedup(sample, id_field="id", shingle=shingle, backend="cpu", **work)
-        assert taken and set(taken) == {route}
-    ours, reference = results["numba"], results["scipy"]
-    assert ours.pairs.equals(reference.pairs) and ours.pairs.num_rows > 100
-    assert ours.clusters.equals(reference.clusters)
-    assert np.array_equal(ours.keep, reference.keep) and not ours.keep.all()
-    assert np.array_equal(ours.checked_jaccard, reference.checked_jaccard)
-    assert ours.report.results == reference.report.results
