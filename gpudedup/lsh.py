@@ -9,7 +9,7 @@ where their inputs live.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -206,22 +206,27 @@ def bucket_pairs(keys, docs, window: int, xp=np):
     return docs[order[first]], docs[order[second]]
 
 
-def candidate_pairs(keys, docs, window: int, xp=np):
+def candidate_pairs(keys, docs, window: int, xp=np, map_bands=map):
     """Candidate pairs over all bands, each pair once.
 
     keys: uint64 (n, b) band keys; docs: int64 (n,) ascending document indices of the rows;
-    host or xp's side (host keys move to xp's side one band at a time). Returns (a int64 (p,),
-    b int64 (p,)), a < b, sorted by (a, b), on xp's side.
+    host or xp's side (host keys move to xp's side one band at a time). map_bands: an
+    order-keeping map over the bands (the host runs them on threads: the sorts release the
+    GIL). Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), on xp's side.
     """
-    codes = []
     docs = to_side(docs, xp)
     span = np.uint64(int(docs[-1]) + 1 if docs.shape[0] else 1)
-    for band in range(keys.shape[1]):
-        first, second = bucket_pairs(to_side(keys[:, band], xp), docs, window, xp)
+
+    def band_codes(band: int):
         # One uint64 code per pair, so pairs found in several bands collapse in one unique.
-        codes.append(first.astype(xp.uint64) * span + second.astype(xp.uint64))
-        codes = [sorted_unique(xp.concatenate(codes), xp)]
-    unique_codes = codes[0] if codes else xp.zeros(0, dtype=xp.uint64)
+        first, second = bucket_pairs(to_side(keys[:, band], xp), docs, window, xp)
+        return sorted_unique(first.astype(xp.uint64) * span + second.astype(xp.uint64), xp)
+
+    unique_codes = xp.zeros(0, dtype=xp.uint64)
+    for codes in map_bands(band_codes, range(keys.shape[1])):
+        # Both runs are sorted: a stable sort (timsort on the host) of the two merges them in
+        # linear time, so the pairs found so far are not sorted again from scratch each band.
+        unique_codes = sorted_unique(xp.concatenate([unique_codes, codes]), xp, kind="stable")
     return (unique_codes // span).astype(xp.int64), (unique_codes % span).astype(xp.int64)
 
 
@@ -233,10 +238,11 @@ def to_side(array, xp):
     return array
 
 
-def sorted_unique(values, xp=np):
+def sorted_unique(values, xp=np, kind: Optional[str] = None):
     """The distinct values, ascending (a value sort and a neighbour test; numpy's unique is
-    much slower on large uint64 arrays)."""
-    ordered = xp.sort(values)
+    much slower on large uint64 arrays). kind: the sort's, e.g. "stable" where values are a
+    few sorted runs."""
+    ordered = xp.sort(values, kind=kind)
     keep = xp.ones(ordered.shape[0], dtype=bool)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]

@@ -14,6 +14,7 @@ import pytest
 from gpudedup.cluster import find_clusters
 from gpudedup.errors import ParameterError
 from gpudedup.hashing import draw_permutations
+from gpudedup.engine.signatures import map_parallel
 from gpudedup.lsh import (
     Banding,
     band_keys,
@@ -164,13 +165,17 @@ def test_bucket_pairs_match_oracle(seed, window):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("window", [1, 2, 5, 1000])
-def test_candidate_pairs_match_oracle(seed, window):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_candidate_pairs_match_oracle(seed, window, threads):
+    # threads: the bands on a thread pool, as the engine runs them on the host (bands finish
+    # in any order; the map keeps theirs).
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(0, 120))
     bands = int(rng.integers(1, 6))
     keys = random_keys(rng, n, bands, alphabet=int(rng.integers(1, 20)))
     docs = np.sort(rng.choice(5_000, size=n, replace=False)).astype(np.int64)
-    first, second = candidate_pairs(keys, docs, window)
+    first, second = candidate_pairs(keys, docs, window,
+                                    map_bands=lambda band_codes, bands: map_parallel(band_codes, list(bands), threads))
     assert first.dtype == np.int64 and second.dtype == np.int64
     got = list(zip(first.tolist(), second.tolist()))
     assert got == oracle_candidate_pairs(keys, docs, window)  # sorted, unique, a < b

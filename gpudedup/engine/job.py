@@ -33,7 +33,7 @@ from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..verify import plausible
 from ..version import __version__
-from .signatures import batch_bytes
+from .signatures import batch_bytes, map_parallel
 
 
 @dataclass
@@ -146,7 +146,10 @@ class LocalExecutor:
 
     def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
                         backend: Backend) -> tuple[np.ndarray, np.ndarray]:
-        first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp)
+        # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
+        threads = backend.parallel_batches if backend.xp is np else 1
+        first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
+                                        lambda band_codes, bands: map_parallel(band_codes, list(bands), threads))
         return backend.to_host(first), backend.to_host(second)
 
 
