@@ -224,6 +224,53 @@ def test_sort_unique_rows_long_and_clustered_rows(length):
     assert_rows_sorted_unique(rows)
 
 
+# --- MinHash signatures --------------------------------------------------------------------------
+
+
+def oracle_signature_row(hashes: list[int], a: np.ndarray, b: np.ndarray) -> list[int]:
+    """The MinHash definition in Python integers (docs/hash-spec.md): per permutation k, the
+    least (a_k * (x mod 2**32) + b_k) mod 2**32 over the row's hashes x; 2**32 - 1 for none."""
+    if not hashes:
+        return [2**32 - 1] * len(a)
+    return [min((int(a_k) * (x % 2**32) + int(b_k)) % 2**32 for x in hashes) for a_k, b_k in zip(a, b)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.lists(hash_values, max_size=40), max_size=7), num_perm=st.sampled_from([1, 3, 96, 128]),
+       seed=st.integers(0, 2**32 - 1))
+def test_signatures_match_numpy_and_the_definition(rows, num_perm, seed):
+    from gpudedup.hashing import draw_permutations
+    from gpudedup.minhash import minhash_signatures
+    from gpudedup.ragged import offsets_from_counts
+
+    permutations = draw_permutations(num_perm, seed)
+    batch = ShingleBatch(offsets_from_counts(np.array([len(row) for row in rows], np.int64)),
+                         np.array([x for row in rows for x in row], dtype=np.uint64))
+    ours = cpu_kernels.signatures(batch, permutations)
+    assert ours.dtype == np.uint32 and ours.shape == (len(rows), num_perm)
+    np.testing.assert_array_equal(ours, minhash_signatures(batch, permutations))
+    for d, row in enumerate(rows):
+        assert ours[d].tolist() == oracle_signature_row(row, permutations.a, permutations.b)
+
+
+def test_signatures_of_real_text_match_numpy():
+    """Both shingle kinds of the shipped sample's first 300 chapters, the numpy backend's
+    128-permutation family: every signature equal."""
+    from gpudedup.hashing import draw_permutations
+    from gpudedup.minhash import minhash_signatures
+
+    with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
+        import pyarrow.json as pajson
+
+        texts = pajson.read_json(path).column("text").to_pylist()[:300]
+    data, offsets = text_buffers(texts + ["", "   "])  # and two documents without shingles
+    permutations = draw_permutations(128, 7)
+    for kind in ("word", "char"):
+        batch = utf8_shingle_hashes(data, offsets, ShingleSpec(kind, 5))
+        np.testing.assert_array_equal(cpu_kernels.signatures(batch, permutations),
+                                      minhash_signatures(batch, permutations))
+
+
 # --- the backend -----------------------------------------------------------------------------------
 
 
@@ -232,7 +279,7 @@ def test_the_backend_shingles_with_the_kernels(monkeypatch):
     backend = get_backend("cpu")
     assert backend.kernels is cpu_kernels and "numba" in backend.description
     calls: list[str] = []
-    for name in ("shingle_hashes", "shingle_sets"):
+    for name in ("shingle_hashes", "shingle_sets", "signatures"):
         original = getattr(cpu_kernels, name)
         monkeypatch.setattr(cpu_kernels, name, lambda *args, original=original, name=name: calls.append(name)
                             or original(*args))
@@ -243,6 +290,13 @@ def test_the_backend_shingles_with_the_kernels(monkeypatch):
     assert calls == ["shingle_hashes"]
     assert_same_batch(backend.shingle_sets(data, offsets, spec), unique_per_row(reference))
     assert calls[1] == "shingle_sets"
+    from gpudedup.hashing import draw_permutations
+    from gpudedup.minhash import minhash_signatures
+
+    permutations = draw_permutations(16, 1)
+    np.testing.assert_array_equal(backend.signatures(reference, permutations),
+                                  minhash_signatures(reference, permutations))
+    assert calls[-1] == "signatures"
 
 
 @pytest.mark.parametrize("value", ["numpy", "NumPy", " numpy "])
@@ -307,7 +361,7 @@ def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkey
     options = dict(options)
     staged = options.pop("staged", False)
     taken: list[str] = []
-    for name in ("shingle_hashes", "shingle_sets"):
+    for name in ("shingle_hashes", "shingle_sets", "signatures"):
         original = getattr(cpu_kernels, name)
         monkeypatch.setattr(cpu_kernels, name, lambda *args, original=original: taken.append("kernels")
                             or original(*args))

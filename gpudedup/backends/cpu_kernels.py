@@ -1,5 +1,5 @@
-"""Compiled (numba) shingling for the CPU backend: one pass per document instead of numpy's
-whole-batch array passes.
+"""Compiled (numba) shingling and MinHash for the CPU backend: one pass per document instead of
+numpy's whole-batch array passes.
 
 ``shingle_hashes`` and ``shingle_sets`` give, bit for bit, what the numpy reference gives
 (``shingling.utf8_shingle_hashes`` and ``shingling.unique_per_row`` of it; tests/
@@ -14,6 +14,9 @@ batch (host arrays throughout):
    a loop over the document rather than from a batch-wide prefix sum;
 4. for sets, ``sort_unique_rows``: each document's hashes sorted and de-duplicated in place.
 
+``signatures`` gives minhash.minhash_signatures's MinHash signatures, bit for bit, in one pass
+per document (``minhash_rows``).
+
 Token shingles skip steps 1 and 2: their units are the ids themselves (shingling.shingle_units).
 
 Imported only when the numpy backend is made with numba present (numpy_backend.py), so that
@@ -27,7 +30,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..hashing import FMIX_C1, FMIX_C2, MASK64, POLY_BASE, POLY_OFFSET
+from ..hashing import EMPTY_SIGNATURE_VALUE, FMIX_C1, FMIX_C2, MASK64, POLY_BASE, POLY_OFFSET, Permutations
 from ..normalize import SPACE, host_tables, strip_flags, unicode_form_utf8
 from ..ragged import offsets_from_counts
 from ..shingling import ShingleBatch, ShingleSpec, ngram_counts, shingle_units
@@ -318,6 +321,32 @@ def sort_unique_rows(offsets: np.ndarray, hashes: np.ndarray, set_offsets: np.nd
     return written
 
 
+# --- MinHash signatures ---------------------------------------------------------------------------
+
+@numba.njit(cache=True, nogil=True)
+def minhash_rows(offsets: np.ndarray, low_bits: np.ndarray, a: np.ndarray, b: np.ndarray,
+                 signatures: np.ndarray) -> None:  # pragma: no cover - compiled
+    """signatures[d, k] = min(signatures[d, k], min over document d's shingles x of
+    (a[k] * x + b[k]) mod 2**32).
+
+    offsets: uint64 (n + 1,); low_bits: uint32, each shingle hash mod 2**32; a, b: uint32 (K,);
+    signatures: uint32 (n, K), filled with EMPTY_SIGNATURE_VALUE (2**32 - 1, above every
+    value) by the caller and written in place. Whether numba multiplies the uint32 values in 32
+    or 64 bits, the cast to uint32 keeps the product mod 2**32, minhash.minhash_signatures's
+    arithmetic. A document's row stays in cache while each shingle passes over all K
+    permutations (one pass, where numpy makes three per permutation).
+    """
+    permutations = a.shape[0]
+    for d in range(offsets.shape[0] - ONE):
+        row = signatures[d]
+        for i in range(offsets[d], offsets[d + ONE]):
+            x = low_bits[i]
+            for k in range(permutations):
+                value = np.uint32(a[k] * x + b[k])
+                if value < row[k]:
+                    row[k] = value
+
+
 # --- the backend's entry points -----------------------------------------------------------------
 
 
@@ -356,6 +385,15 @@ def shingle_sets(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> Sh
     total = sort_unique_rows(as_indices(batch.offsets), batch.hashes, as_indices(set_offsets))
     # The packed sets fill the front of the hash array; keep only them, not the whole array.
     return ShingleBatch(set_offsets, batch.hashes[:total].copy())
+
+
+def signatures(shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
+    """minhash.minhash_signatures(shingles, permutations), bit for bit: uint32 (n_docs, K), host;
+    EMPTY_SIGNATURE_VALUE throughout the rows of documents without shingles."""
+    out = np.full((shingles.n_docs, permutations.count), EMPTY_SIGNATURE_VALUE, np.uint32)
+    minhash_rows(as_indices(shingles.offsets), shingles.hashes.astype(np.uint32),  # the low 32 bits
+                 np.ascontiguousarray(permutations.a, np.uint32), np.ascontiguousarray(permutations.b, np.uint32), out)
+    return out
 
 
 def normalize(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,8 +1,9 @@
 """The numpy backend: the reference implementation, host memory, always available.
 
-Shingling (shingle_hashes, shingle_sets) runs on numba kernels (cpu_kernels.py), bit for bit the
-numpy reference's results several times faster, where numba imports and the environment does not
-set GPUDEDUP_CPU_KERNELS=numpy; otherwise on the numpy reference (shingling.py). Numba is
+Shingling (shingle_hashes, shingle_sets) and the MinHash signatures run on numba kernels
+(cpu_kernels.py), bit for bit the numpy reference's results and faster, where numba imports and
+the environment does not set GPUDEDUP_CPU_KERNELS=numpy; otherwise on the numpy reference
+(shingling.py, minhash.py). Numba is
 imported when the backend is made, never when gpudedup is.
 """
 
@@ -58,6 +59,8 @@ class NumpyBackend:
         return unique_per_row(utf8_shingle_hashes(data, offsets, spec))
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
+        if self.kernels is not None:
+            return self.kernels.signatures(shingles, permutations)
         return minhash_signatures(shingles, permutations)
 
     def band_keys(self, signatures: np.ndarray, banding: Banding) -> np.ndarray:
