@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse
 
-from .hashing import POLY_BASE, fmix64, poly_hash64_rows
+from .hashing import poly_hash64_rows
 from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
 from .stages import Progress
@@ -63,16 +63,12 @@ def band_key_row_hash(keys: Any, xp=np) -> Any:
     """The hash same_signature_rows groups documents by, from their band keys.
 
     keys: uint64 (m, bands), numpy or cupy per xp (lsh.band_keys). Returns uint64 (m,), same
-    side: a polynomial of each row's keys modulo 2**64, then fmix64. Identical signature rows
-    have identical band keys, so identical hashes; different rows may share a hash, which the
-    grouping's column-by-column comparison catches. It reads ``bands`` columns, not the
-    ``bands * rows`` of the signatures.
+    side: hashing.poly_hash64_rows of each row of keys. Identical signature rows have identical
+    band keys, so identical hashes; different rows may share a hash, which the grouping's
+    column-by-column comparison catches. It reads ``bands`` columns, not the ``bands * rows``
+    of the signatures.
     """
-    h = xp.zeros(keys.shape[0], dtype=xp.uint64)
-    for band in range(keys.shape[1]):
-        h *= np.uint64(POLY_BASE)
-        h += keys[:, band]
-    return fmix64(h)
+    return poly_hash64_rows(keys, xp)
 
 
 def same_signature_rows(signatures: np.ndarray, row_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -137,8 +137,10 @@ def fmix64(h):
 def poly_hash64_rows(units, xp=np):
     """poly_hash64 of every row of a 2-D array (numpy or cupy, per ``xp``).
 
-    units: unsigned integer array, shape (n, m), values < 2**32. Returns uint64, shape (n,),
-    on the same side as ``units``.
+    units: unsigned integer array, shape (n, m): values < 2**32 for the hash specification's
+    rows (a band of signature columns, lsh.band_keys); any uint64 values otherwise
+    (copies.band_key_row_hash; the arithmetic is modulo 2**64 either way). Returns uint64,
+    shape (n,), on the same side as ``units``.
     """
     h = xp.full(units.shape[0], POLY_OFFSET, dtype=xp.uint64)
     for column in range(units.shape[1]):
