@@ -37,7 +37,7 @@ from .hashing import poly_hash64_rows
 from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
 from .stages import Progress
-from .verify import pair_jaccard, signature_agreements
+from .verify import pair_jaccard_at_least, signature_agreements
 
 
 @dataclass
@@ -198,8 +198,9 @@ def check_rounds(first: np.ndarray, member: np.ndarray, sets_of: SetReader,
             a, b = next_round(a, b)
         if a.shape[0] == 0:
             break
-        # |A ∩ B| / |A ∪ B| is exactly 1.0 only for equal sets (inter / inter).
-        same = pair_jaccard(sets, a, b) == 1.0
+        # |A ∩ B| / |A ∪ B| is exactly 1.0 only for equal sets (inter / inter); at t = 1 the
+        # size bound leaves only pairs of equal sizes to merge, and a merge stops at a mismatch.
+        same = pair_jaccard_at_least(sets, a, b, 1.0) == 1.0
         found_a.append(a[same])
         found_b.append(b[same])
         a, b = a[~same], b[~same]

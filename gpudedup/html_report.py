@@ -154,7 +154,9 @@ def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
             + (f" (of {r['candidate_pairs']:,} candidates; the signature filter dropped {filtered:,} "
                "whose signatures made J ≥ threshold implausible)" if filtered else "")
             + f", with the S-curve on the right axis. The {r['verified_pairs']:,} pairs at or above "
-            f"{_num(threshold)} (blue) were verified; the grey ones were rejected by the exact check.",
+            f"{_num(threshold)} (blue) were verified and are shown by their exact Jaccard. The others were "
+            "rejected by the exact check, which stops as soon as a pair cannot reach the threshold (its set "
+            "sizes differ too much, or too many shingles went unmatched), so their Jaccard is not computed.",
         ),
     }
     out = ['<section id="figures">\n<h2>Figures</h2>\n']

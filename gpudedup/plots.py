@@ -85,24 +85,24 @@ def s_curve_figure(bands: int, rows: int, threshold: Optional[float] = None) -> 
 
 def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float,
                                 bin_width: float = 0.02, log: Optional[bool] = None) -> bytes:
-    """PNG of a histogram of candidate pairs by exact Jaccard, with the S-curve on a second axis.
+    """PNG of the verified pairs by exact Jaccard, with the S-curve on a second axis.
 
-    jaccard: float (c,), the exact Jaccard of every candidate pair verification computed
-        (DedupResult.checked_jaccard). Bars at or above ``threshold`` (the verified pairs) are
-        drawn in a stronger colour; the threshold is a bin edge.
+    jaccard: float (c,), every pair verification checked (DedupResult.checked_jaccard): its
+        exact Jaccard where that reaches ``threshold``, below it (verify.BELOW_THRESHOLD) for a
+        rejected pair, whose value is not computed. The verified pairs are a histogram from the
+        threshold (a bin edge) to 1; the rejected ones are a count written left of the threshold.
     log: log-scale counts; None: when the fullest bin holds over 100 times the emptiest
         non-empty one.
     """
     jaccard = np.asarray(jaccard, dtype=np.float64)
-    edges = threshold_edges(threshold, bin_width)
-    counts, _ = np.histogram(np.clip(jaccard, 0.0, 1.0), bins=edges)  # the last bin is closed
+    verified = jaccard[jaccard >= threshold]
+    rejected = jaccard.shape[0] - verified.shape[0]
+    edges = verified_edges(threshold, bin_width)
+    counts, _ = np.histogram(np.clip(verified, 0.0, 1.0), bins=edges)  # the last bin is closed
     with _drawing() as (figure, axes):
         left, widths = edges[:-1], np.diff(edges)
-        above = left >= threshold
-        axes.bar(left[~above], counts[~above], width=widths[~above], align="edge", color=GREY,
-                 edgecolor="white", linewidth=0.4, label="below the threshold (rejected)")
-        axes.bar(left[above], counts[above], width=widths[above], align="edge", color=BLUE,
-                 edgecolor="white", linewidth=0.4, label="at or above (verified)")
+        axes.bar(left, counts, width=widths, align="edge", color=BLUE, edgecolor="white", linewidth=0.4,
+                 label="at or above the threshold (verified)")
         nonzero = counts[counts > 0]
         if log is None:
             log = nonzero.size > 0 and nonzero.max() > 100 * nonzero.min()
@@ -111,13 +111,17 @@ def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float
             axes.set_ylim(0.7, max(nonzero.max(), 1) * 1.6 if nonzero.size else 10)
         elif not nonzero.size:
             axes.set_ylim(0, 1)
-        axes.set_xlim(0, edges[-1])
+        axes.set_xlim(0, max(edges[-1], 1.0))
         axes.set_xlabel("exact Jaccard similarity of the candidate pair")
-        axes.set_ylabel("candidate pairs" + (" (log scale)" if log else ""))
+        axes.set_ylabel("verified pairs" + (" (log scale)" if log else ""))
         if not log:
             axes.yaxis.set_major_formatter(_thousands_formatter())
         axes.set_title(f"{jaccard.shape[0]:,} candidate pairs checked exactly", loc="left")
         axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2)
+        if threshold > 0.15:  # room left of the threshold for the count of rejected pairs
+            note = f"{rejected:,} rejected\n(Jaccard below {threshold:g},\nnot computed in full)"
+            axes.text(threshold / 2, 0.5, note, transform=axes.get_xaxis_transform(), ha="center", va="center",
+                      color=GREY, fontsize=9)
 
         curve = axes.twinx()
         s = np.linspace(0.0, 1.0, 501)
@@ -198,18 +202,12 @@ def recall_by_similarity_figure(bin_edges, recall_per_bin: Union[Sequence[float]
         return _png(figure)
 
 
-def threshold_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
-    """Histogram bin edges from 0, about ``bin_width`` wide, with ``threshold`` as an edge, so
-    that every bin holds either only verified pairs (J >= threshold) or only rejected ones. The
-    last edge is 1, or 1 + bin_width for threshold 1 (the last bin then holds J = 1 alone)."""
-    below = int(round(threshold / bin_width))
+def verified_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
+    """Histogram bin edges of the verified pairs: from ``threshold`` to 1, about ``bin_width``
+    wide; [1, 1 + bin_width] for threshold 1 (one bin holding J = 1)."""
     if threshold >= 1.0:
-        upper = np.array([1.0, 1.0 + bin_width])
-    else:
-        upper = np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
-    if below == 0:
-        return upper if threshold == 0 else np.concatenate([[0.0], upper])
-    return np.concatenate([np.linspace(0.0, threshold, below + 1)[:-1], upper])
+        return np.array([1.0, 1.0 + bin_width])
+    return np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
 
 
 # --- drawing helpers ----------------------------------------------------------------------------

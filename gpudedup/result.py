@@ -35,8 +35,9 @@ class DedupResult:
     report: counts, parameters used, time and memory per stage (report.Report; report.json).
     table: all input rows as a pyarrow Table (what ``write`` filters).
     text_field: the column of ``table`` holding the text.
-    checked_jaccard: numpy float64 (c,): exact Jaccard of every candidate pair verification
-        computed, verified or not (the report's histogram of candidates).
+    checked_jaccard: numpy float64 (c,): every candidate pair verification checked, verified
+        or not (the report's histogram of candidates): its exact Jaccard where that reaches the
+        threshold, verify.BELOW_THRESHOLD (-1.0) where it does not (the check stops there).
     outcome: the engine's results over row numbers (engine.job.Outcome), which ``pairs`` and
         ``clusters`` name by id.
     """

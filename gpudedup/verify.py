@@ -32,14 +32,16 @@ float rounding in the start costs steps, never a wrong answer).
   more than a - needed elements of A (or b - needed of B) have been, the merge stops.
 A pair is ruled out only if its Jaccard, computed in full, would be below t; every other pair
 gets its exact Jaccard. No approximation is involved: the outcome is that of pair_jaccard
-followed by ``>= t``. The engine's verification stage still computes every checked pair in
-full (pair_jaccard): the report's histogram of checked pairs (report.html,
-candidates_histogram.png) and DedupResult.checked_jaccard show the rejected ones too.
+followed by ``>= t``. The engine checks pairs this way wherever only the threshold matters
+(verification, identical copies at t = 1, index adds and queries), so a rejected pair's
+Jaccard is not known: DedupResult.checked_jaccard holds BELOW_THRESHOLD for it, and the
+report counts rejected pairs without a histogram of their values.
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Callable, Optional
 
@@ -246,7 +248,8 @@ def needed_intersections(size_a: np.ndarray, size_b: np.ndarray, threshold: floa
     return needed
 
 
-def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshold: float) -> np.ndarray:
+def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshold: float,
+                          threads: int = 1) -> np.ndarray:
     """The exact Jaccard of the pairs that reach ``threshold``; BELOW_THRESHOLD (-1.0) for the
     others.
 
@@ -254,10 +257,11 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
     host: value[i] == pair_jaccard(...)[i] wherever that is >= threshold, BELOW_THRESHOLD
     wherever it is below threshold or nan (two empty rows); the same on every route. Pairs are
     ruled out by the size and merge bounds of the module docstring where they can be.
+    threads: the merge kernel's pairs are split over this many threads (it releases the GIL).
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
+    first, second = np.ascontiguousarray(first, dtype=np.int64), np.ascontiguousarray(second, dtype=np.int64)
     sizes = np.diff(sets.indptr)
     size_a, size_b = sizes[first], sizes[second]
     needed = needed_intersections(size_a, size_b, threshold)
@@ -270,8 +274,21 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
         inter[possible] = scipy_intersections(sets, first[possible], second[possible])
     else:
         inter = np.empty(first.shape[0], dtype=np.int64)
-        kernels.intersections_at_least(*csr_arrays(sets), np.ascontiguousarray(first), np.ascontiguousarray(second),
-                                       needed, inter)
+        indptr, indices = csr_arrays(sets)
+
+        def merge(span: tuple[int, int]) -> None:
+            # Each thread writes its own slice of inter.
+            a, b = span
+            kernels.intersections_at_least(indptr, indices, first[a:b], second[a:b], needed[a:b], inter[a:b])
+
+        if threads > 1 and first.shape[0] > 1:
+            # A merge costs at most the smaller set's size (then a bound stops it): four spans
+            # of about equal cost per thread even out pairs that stop early.
+            cost = np.minimum(size_a, size_b)
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                list(pool.map(merge, weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1))))
+        else:
+            merge((0, first.shape[0]))
     jaccard = jaccard_of(inter, size_a, size_b)
     # A count below needed (any route; the kernel's RULED_OUT) is exactly a Jaccard below t.
     return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)

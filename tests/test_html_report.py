@@ -170,6 +170,7 @@ def test_plots_return_png_and_leave_pyplot_alone():
         plots.s_curve_figure(16, 6, 0.8),
         plots.s_curve_figure(1, 1),
         plots.candidates_histogram_figure(np.random.default_rng(0).random(1000), 16, 6, 0.8),
+        plots.candidates_histogram_figure(np.full(50, -1.0), 16, 6, 0.8),  # all rejected
         plots.candidates_histogram_figure(np.zeros(0), 20, 5, 1.0),
         plots.recall_by_similarity_figure(edges, recall, "gpudedup", pair_counts=np.arange(10),
                                           threshold=0.8, bands=16, rows=6),
@@ -194,8 +195,8 @@ def test_steepest_point_and_histogram_edges():
         slope = np.gradient(gpudedup.collision_probability(s, bands, rows), s)
         assert steepest_similarity(bands, rows) == pytest.approx(s[np.argmax(slope)], abs=1e-3)
     for threshold in (0.8, 0.75, 0.5, 0.01, 0.999, 1.0):
-        edges = plots.threshold_edges(threshold)
-        assert threshold in edges and edges[0] == 0 and np.all(np.diff(edges) > 0)
+        edges = plots.verified_edges(threshold)
+        assert edges[0] == threshold and edges[-1] >= 1.0 and np.all(np.diff(edges) > 0)
         assert np.diff(edges).max() < 0.03
 
 

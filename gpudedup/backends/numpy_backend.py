@@ -10,7 +10,6 @@ imported when the backend is made, never when gpudedup is.
 from __future__ import annotations
 
 import contextlib
-import os
 from types import ModuleType
 from typing import Optional
 
@@ -22,6 +21,7 @@ from ..lsh import Banding, band_keys
 from ..minhash import minhash_signatures
 from ..params import DEFAULT_BATCH_BYTES
 from ..shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
+from . import HOST_THREADS
 
 
 def shingling_kernels() -> Optional[ModuleType]:
@@ -36,8 +36,7 @@ def shingling_kernels() -> Optional[ModuleType]:
 class NumpyBackend:
     name = "cpu"
     xp = np
-    # Batches run on this many threads at once (numpy releases the GIL in its loops).
-    parallel_batches = os.cpu_count() or 1
+    parallel_batches = HOST_THREADS
     default_batch_bytes = DEFAULT_BATCH_BYTES
 
     def __init__(self, auto_reason: str | None = None):

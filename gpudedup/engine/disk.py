@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..backends import Backend, get_backend
+from ..backends import HOST_THREADS, Backend, get_backend
 from ..copies import band_key_row_hash
 from ..errors import InputError
 from ..io.rules import PartSummary, plan_combination
@@ -56,7 +56,7 @@ from ..ragged import offsets_from_counts, weighted_ranges
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import pair_jaccard, sets_matrix
+from ..verify import pair_jaccard_at_least, sets_matrix
 from ..version import __version__
 from .job import Executor
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
@@ -329,12 +329,13 @@ def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.nda
 
 
 def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np.ndarray,
-                    second: np.ndarray) -> np.ndarray:
+                    second: np.ndarray, threshold: float) -> np.ndarray:
     """Task: exact Jaccard (float64 (p,)) of the row pairs (first[i], second[i]) whose
-    documents' sets were spilled under ``name``."""
+    documents' sets were spilled under ``name``, where it reaches ``threshold``; else
+    BELOW_THRESHOLD (verify.pair_jaccard_at_least)."""
     docs = np.unique(np.concatenate([first, second]))
-    return pair_jaccard(spilled_sets(work_root, name, shard_rows, docs), np.searchsorted(docs, first),
-                        np.searchsorted(docs, second))
+    return pair_jaccard_at_least(spilled_sets(work_root, name, shard_rows, docs), np.searchsorted(docs, first),
+                                 np.searchsorted(docs, second), threshold, HOST_THREADS)
 
 
 def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
@@ -355,8 +356,9 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
 
 def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
                    backend: BackendOrName, first: np.ndarray, second: np.ndarray, weights: np.ndarray,
-                   executor: Executor) -> np.ndarray:
-    """Exact Jaccard (float64 (p,)) of the pairs (first[i], second[i]) of spilled rows: the
+                   threshold: float, executor: Executor) -> np.ndarray:
+    """Exact Jaccard (float64 (p,)) of the pairs (first[i], second[i]) of spilled rows that
+    reach ``threshold``, BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least): the
     sets of their documents are spilled shard by shard (each shard read once), then the pairs
     are checked a chunk at a time from the spill, so memory holds one shard and one chunk of
     sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
@@ -365,7 +367,8 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, as_backend(backend)))
     root = str(work.root)
     # shard_rows is small (a row offset per shard): it travels inside each task.
-    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b]) for a, b in chunks],
+    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold)
+                                           for a, b in chunks],
                          "exact verification")
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
@@ -582,11 +585,11 @@ class WorkDirStore:
             self.work.save_stage(stage, stored)
         return stored
 
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
-                      progress: Progress) -> np.ndarray:
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: Executor, progress: Progress) -> np.ndarray:
         return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
                               self.rows.spilled(first), self.rows.spilled(second),
-                              self.lengths[first] + self.lengths[second], executor)
+                              self.lengths[first] + self.lengths[second], threshold, executor)
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of rows ``docs`` (int64, ascending): all of them spilled now under

@@ -44,9 +44,9 @@ class Outcome:
     clusters: documents in clusters of two or more (cluster.Clusters).
     keep: bool (n,): False exactly for the removed duplicates.
     report: the run's report (report.Report; docs/output-formats.md).
-    checked_jaccard: float64 (c,): the exact Jaccard of every pair that verification computed
-        (those the signature filter passed, and the identical copies), verified or not: what
-        the candidates looked like, for the report's histogram.
+    checked_jaccard: float64 (c,): every pair verification checked (those the signature
+        filter passed, and the identical copies), verified or not, for the report's histogram:
+        its exact Jaccard where that reaches the threshold, else verify.BELOW_THRESHOLD.
     candidate_a, candidate_b: int64 (q,), a < b: every candidate pair (before the signature
         filter), for evaluation against exact ground truth; empty unless the run was asked to
         keep them (they can be many, and most runs do not need them).
@@ -102,9 +102,10 @@ class Store(Protocol):
     def drop_signatures(self) -> None:
         """The signature filter is done: the signatures are not read again."""
 
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: "Executor",
-                      progress: Progress) -> np.ndarray:
-        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]);
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: "Executor", progress: Progress) -> np.ndarray:
+        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]) that reach
+        ``threshold``, verify.BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least);
         name: the stage asking ("pairs"), for what the store keeps of the work."""
 
     def set_reader(self, name: str, docs: np.ndarray, executor: "Executor") -> Callable[[np.ndarray], Any]:
@@ -172,7 +173,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     active, lengths = store.active, store.lengths
 
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
-        return lambda first, second: store.exact_jaccard(name, first, second, executor, shown)
+        return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
     with log.stage("copies"):
         stored = store.cached("copies", lambda: copies_arrays(identical_copies(
@@ -222,7 +223,8 @@ def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
 def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies: Copies, params: DedupParams,
                     exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
     """The verification stage over the candidate pairs (first, second) (int64 (q,) rows, host):
-    the signature filter (verify.plausible), then the exact Jaccard of the pairs it passed.
+    the signature filter (verify.plausible), then the exact check of the pairs it passed
+    (Store.exact_jaccard: the Jaccard where it reaches the threshold, else BELOW_THRESHOLD).
     Returns the checked pairs with the copies merged in, ascending by (first, second), their
     Jaccard (float64), and counts = [candidates, pairs checked exactly] (int64 (2,))."""
     active = store.active

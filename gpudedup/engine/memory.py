@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..backends import Backend
+from ..backends import HOST_THREADS, Backend
 from ..copies import band_key_row_hash
 from ..io.corpus import Corpus
 from ..hashing import Permutations
@@ -21,7 +21,7 @@ from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import document_sets, pair_jaccard
+from ..verify import document_sets, pair_jaccard_at_least
 from .job import Executor, Outcome, run_job
 from .signatures import batch_bytes, batches_in_flight_bytes, map_parallel, signature_pass, signature_pass_need
 
@@ -90,9 +90,10 @@ class MemoryStore:
         """The sets of parts of ``docs``: each part shingled again when asked (document_sets)."""
         return lambda part: self.document_sets(part, Progress())
 
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
-                      progress: Progress) -> np.ndarray:
-        """Exact Jaccard of the row pairs (first[i], second[i]): float64 (p,), host.
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: Executor, progress: Progress) -> np.ndarray:
+        """Exact Jaccard of the row pairs (first[i], second[i]) that reach ``threshold``, else
+        BELOW_THRESHOLD: float64 (p,), host (verify.pair_jaccard_at_least).
 
         The documents of the pairs are shingled once more by the backend, batch by batch, into
         one sparse matrix of sets (verify.document_sets); only their hashes come to the host.
@@ -104,7 +105,8 @@ class MemoryStore:
         docs = np.unique(np.concatenate([first, second]))
         progress.start("Verifying pairs (exact)", docs.shape[0])
         sets = self.document_sets(docs, progress)
-        return pair_jaccard(sets, np.searchsorted(docs, first), np.searchsorted(docs, second))
+        return pair_jaccard_at_least(sets, np.searchsorted(docs, first), np.searchsorted(docs, second), threshold,
+                                     HOST_THREADS)
 
     @property
     def ids(self) -> pa.Array:

@@ -35,7 +35,7 @@ from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
-from ..verify import pair_jaccard
+from ..verify import pair_jaccard_at_least
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
 from ..ragged import offsets_from_counts
@@ -282,7 +282,7 @@ class Index:
         indexed_sets = reader.sets(codes[:, 0], codes[:, 1])
         sets = scipy.sparse.vstack([set_rows(shingles), indexed_sets], format="csr")
         sets.has_sorted_indices = True
-        jaccard = pair_jaccard(sets, query, len(queries) + inverse.reshape(-1))
+        jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse.reshape(-1), params.threshold)
         hit = jaccard >= params.threshold
         ids = reader.gather(codes[:, 0], codes[:, 1]).ids.to_pylist()
         for q, code, value in zip(query[hit], inverse.reshape(-1)[hit], jaccard[hit]):

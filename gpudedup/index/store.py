@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse
 
-from ..backends import Backend
+from ..backends import HOST_THREADS, Backend
 from ..copies import band_key_row_hash
 from ..engine.job import Executor
 from ..hashing import Permutations
@@ -26,7 +26,7 @@ from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import pair_jaccard
+from ..verify import pair_jaccard_at_least
 from .reader import IndexReader, Matched
 
 
@@ -111,19 +111,20 @@ class IndexStore:
         sets.has_sorted_indices = True  # each part's rows are sorted and distinct
         return sets
 
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, executor: Executor,
-                      progress: Progress) -> np.ndarray:
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: Executor, progress: Progress) -> np.ndarray:
         """Pairs of two new documents go to the inner store as they are; pairs with an indexed
         document are checked here against its stored set."""
         k = self.pinned
         jaccard = np.empty(first.shape[0], dtype=np.float64)
         new = first >= k
-        jaccard[new] = self.inner.exact_jaccard(name, first[new] - k, second[new] - k, executor, progress)
+        jaccard[new] = self.inner.exact_jaccard(name, first[new] - k, second[new] - k, threshold, executor, progress)
         if (~new).any():
             a, b = first[~new], second[~new]
             docs = np.unique(np.concatenate([a, b]))
             sets = self.document_sets(docs, Progress(), executor, f"{name}-index")
-            jaccard[~new] = pair_jaccard(sets, np.searchsorted(docs, a), np.searchsorted(docs, b))
+            jaccard[~new] = pair_jaccard_at_least(sets, np.searchsorted(docs, a), np.searchsorted(docs, b), threshold,
+                                                  HOST_THREADS)
         return jaccard
 
     def input_summary(self, empty_documents: int) -> InputSummary:
