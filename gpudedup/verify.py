@@ -143,21 +143,51 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     def batch_sets(rows: tuple[int, int]):
         return set_columns(shingles_of(docs[rows[0] : rows[1]]))
 
-    # The sets are written straight into one array sized by an upper bound (a document has at
-    # most one shingle per code point, plus one): its pages are committed only as they are
-    # written, so the sets are never held twice, and the bound costs address space only.
-    columns = np.empty(int(doc_cost.sum()) + docs.shape[0], dtype=np.int64)
-    counts, used = [], 0
-    for part, count in map_batches(batch_sets, list(weighted_ranges(doc_cost, batch_cost))):
-        if used + part.shape[0] > columns.shape[0]:  # doc_cost was not a bound after all
-            columns = np.concatenate([columns[:used], np.empty(max(used, part.shape[0]), np.int64)])
-        columns[used : used + part.shape[0]] = part
-        used += part.shape[0]
-        counts.append(count)
-    # Shrink in place (realloc) rather than slice: scipy copies an index array that is a small
-    # view of a larger buffer, which would hold the sets twice after all.
-    columns.resize(used, refcheck=False)
-    return sets_matrix(columns, np.concatenate(counts) if counts else np.zeros(0, np.int64))
+    # A document has at most one shingle per code point, plus one.
+    sets = SetsBuilder(int(doc_cost.sum()) + docs.shape[0])
+    for columns, counts in map_batches(batch_sets, list(weighted_ranges(doc_cost, batch_cost))):
+        sets.append(columns, counts)
+    return sets.matrix()
+
+
+class SetsBuilder:
+    """Shingle sets gathered batch by batch, in row order, into one binary CSR matrix (host).
+
+    The columns are written straight into one int64 array sized by an upper bound on the
+    elements (``bound``): its pages are committed only as they are written, so the sets are
+    never held twice, and the bound costs address space only. Used by document_sets and by a
+    signature pass that keeps the sets it made (engine.signatures.signature_pass).
+    """
+
+    def __init__(self, bound: int):
+        self.columns = np.empty(max(bound, 0), dtype=np.int64)
+        self.counts: list[np.ndarray] = []
+        self.used = 0
+
+    def append(self, columns: np.ndarray, counts: np.ndarray) -> None:
+        """The next rows: set_columns' (columns int64, counts int64 (rows,)) of a batch."""
+        if self.used + columns.shape[0] > self.columns.shape[0]:  # the bound was not one after all
+            grown = np.empty(self.used + max(self.used, columns.shape[0]), np.int64)
+            grown[: self.used] = self.columns[: self.used]
+            self.columns = grown
+        self.columns[self.used : self.used + columns.shape[0]] = columns
+        self.used += columns.shape[0]
+        self.counts.append(counts)
+
+    def matrix(self) -> scipy.sparse.csr_matrix:
+        """The rows appended so far, as sets_matrix makes them; the builder is spent."""
+        # Shrink in place (realloc) rather than slice: scipy copies an index array that is a
+        # small view of a larger buffer, which would hold the sets twice after all.
+        columns, self.columns = self.columns, np.zeros(0, np.int64)
+        columns.resize(self.used, refcheck=False)
+        return sets_matrix(columns, np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64))
+
+
+def rows_of(sets: scipy.sparse.csr_matrix, rows: np.ndarray) -> scipy.sparse.csr_matrix:
+    """Rows ``rows`` (int64 (k,)) of a set matrix, as one (canonical binary CSR, host)."""
+    picked = sets[rows]
+    picked.has_sorted_indices = True  # a gather of rows keeps each row's order
+    return picked
 
 
 def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_matrix:

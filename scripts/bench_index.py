@@ -7,7 +7,8 @@ base and of itself. Every tool starts empty and "adds" the base, then each incre
 
 - gpudedup: ``Index.add`` of the step's rows as an in-memory pyarrow Table (columns row, text;
   reading the JSONL file is excluded, everything else is timed: shingling, signatures, probe,
-  exact verification, clustering, the segment's commit with fsync).
+  exact verification, clustering, the segment's commit with fsync). The backend is made
+  before the clock starts, as the peers' shingling backend is (numba's start-up).
 - gpudedup-source: the same with an index made with ``verification="source"`` (pointers into
   the source files instead of stored shingle sets); each step is written to a JSONL file first
   (untimed) and added from it, so its times include reading that file, and its queries read
@@ -149,7 +150,10 @@ def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets")
     """gpudedup's Index; verification "source" (the gpudedup-source tool) adds each step from a
     JSONL file written beforehand (untimed), so its add times include reading that file."""
     import gpudedup
+    from gpudedup.backends import get_backend
 
+    # Made before any clock starts, as the peers' shingling backend is (numba's start-up).
+    backend = get_backend(args.backend)
     table = pa.table({"row": pa.array(np.arange(len(texts), dtype=np.int64)), "text": pa.array(texts)})
     parameters = dict(threshold=args.threshold, shingle="word", ngram=args.ngram, num_perm=args.num_perm)
     steps: list[dict] = []
@@ -164,7 +168,7 @@ def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets")
                 with open(data, "w", encoding="utf-8") as sink:
                     sink.writelines(json.dumps({"row": int(r), "text": texts[int(r)]}) + "\n" for r in rows)
             started = time.perf_counter()
-            result = index.add(data, id_field="row", tag=f"step{step}", backend=args.backend)
+            result = index.add(data, id_field="row", tag=f"step{step}", backend=backend)
             seconds = time.perf_counter() - started
             keep = np.asarray(result.keep, dtype=bool)
             arrays[f"dropped{step}"] = rows[~keep]
@@ -175,7 +179,7 @@ def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets")
                 batch_rows = np.concatenate([indexed, rows])
                 batch_data = table.take(pa.array(batch_rows))
                 started = time.perf_counter()
-                batch = gpudedup.dedup(batch_data, id_field="row", keep="first", backend=args.backend,
+                batch = gpudedup.dedup(batch_data, id_field="row", keep="first", backend=backend,
                                        **parameters)
                 entry["batch_seconds"] = time.perf_counter() - started
                 batch_keep = np.asarray(batch.keep, dtype=bool)[indexed.size:]

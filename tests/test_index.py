@@ -597,7 +597,8 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
 def test_a_long_lived_index_checks_each_segment_once_and_still_sees_a_file_changed_since(tmp_path, monkeypatch):
     # Segments are immutable: after an add, the same Index object's next add or query takes
     # over the segments it already opened and checked, rather than hashing every file again
-    # (which would make each add cost more the larger the index). A file changed after its
+    # (which would make each add cost more the larger the index), and the segments it wrote
+    # itself count as checked (it hashed them as it wrote them). A file changed after its
     # check (inode, size or modification time) is not taken over: it is checked again, and
     # its damage refused, as a fresh process would.
     from gpudedup.index import reader as reader_module
@@ -612,21 +613,30 @@ def test_a_long_lived_index_checks_each_segment_once_and_still_sees_a_file_chang
 
     monkeypatch.setattr(reader_module.OpenedFile, "check", counting_check)
     records = bible_records()
-    index = Index.create(tmp_path / "idx", threshold=0.8, shingle="word", ngram=5)
-    index.add(pa.Table.from_pylist(records[0:600]), id_field="id", tag="a")
+    Index.create(tmp_path / "idx", threshold=0.8, shingle="word", ngram=5).add(
+        pa.Table.from_pylist(records[0:600]), id_field="id", tag="a")
+    index = Index(tmp_path / "idx")  # another writer's segment (a), then its own (b, c)
     index.add(pa.Table.from_pylist(records[600:1200]), id_field="id", tag="b")
-    assert hashed.count("keys.npy") == 1  # every add probes every segment's band keys
+    assert hashed.count("keys.npy") == 1  # every add probes every segment's band keys: a's
     hashed.clear()
     index.add(pa.Table.from_pylist(records[1200:1800]), id_field="id", tag="c")
-    assert hashed.count("keys.npy") == 1  # the second segment's: the first one's was checked before
+    assert hashed.count("keys.npy") == 0  # a's was checked before, b is this object's own
     hashed.clear()
     expected = Index(tmp_path / "idx").query([records[5]["text"]])
     assert index.query([records[5]["text"]]) == expected and expected[0][0][0] == records[5]["id"]
 
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     path = tmp_path / "idx" / "segments" / manifest["segments"][0]["name"] / "keys.npy"
-    data = bytearray(path.read_bytes())
+    original = path.read_bytes()
+    data = bytearray(original)
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(DamagedIndexError, match="keys.npy"):
+    with pytest.raises(DamagedIndexError, match=f"{manifest['segments'][0]['name']}/keys.npy"):
+        index.add(pa.Table.from_pylist(records[1800:]), id_field="id", tag="d")
+    path.write_bytes(original)  # whole again (and checked again: a new modification time)
+    own = tmp_path / "idx" / "segments" / manifest["segments"][1]["name"] / "keys.npy"
+    data = bytearray(own.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    own.write_bytes(bytes(data))
+    with pytest.raises(DamagedIndexError, match=f"{manifest['segments'][1]['name']}/keys.npy"):
         index.add(pa.Table.from_pylist(records[1800:]), id_field="id", tag="d")

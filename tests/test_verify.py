@@ -235,3 +235,35 @@ def test_plausible_keeps_pairs_at_the_threshold_and_drops_far_ones(jaccard_pairs
     far, _ = jaccard_pairs(2000, 0.2, union=100, seed=13)
     signatures = minhash_signatures(far, perms)
     assert not plausible(signatures, first, first + 1, 0.8).any()
+
+
+@pytest.mark.parametrize("shingle", ["word", "char"])
+def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shingle):
+    """MemoryStore(keep_sets=True) (an index add's store): the signature pass cuts each text into
+    its set rather than its hashes with repeats, and the store hands out the sets it kept. Band
+    keys, signatures and the sets handed out are a re-shingling store's, and each set is as
+    large as the text's set of shingles in Python."""
+    from gpudedup.api import list_corpus
+    from gpudedup.backends import get_backend
+    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.engine.memory import MemoryStore
+    from gpudedup.params import DedupParams
+    from gpudedup.stages import Progress, StageLog
+    from index_support import bible_records
+
+    texts = [record["text"] for record in bible_records()[:300]] + ["", "too short"]
+    corpus = list_corpus(texts, "text")
+    params = DedupParams(shingle=shingle, ngram=5, batch_bytes=50_000)  # several batches
+    permutations = draw_permutations(params.banding().bands * params.banding().rows, params.seed)
+    stores = [MemoryStore(corpus, params, get_backend("cpu"), keep_sets=keep) for keep in (False, True)]
+    for store in stores:
+        store.sign(params.shingle_spec(), params.banding(), permutations, LocalExecutor(), StageLog(), Progress())
+    plain, keeping = stores
+    assert plain.sets is None and keeping.sets is not None
+    assert np.array_equal(plain.active, keeping.active) and plain.active.shape[0] == 301  # "" has no shingle
+    assert np.array_equal(plain.signatures, keeping.signatures)
+    assert np.array_equal(plain.keys, keeping.keys)
+    docs = np.array([0, 5, 17, 299, 300, 301])
+    again, kept = plain.document_sets(docs, Progress()), keeping.document_sets(docs, Progress())
+    assert np.array_equal(again.indptr, kept.indptr) and np.array_equal(again.indices, kept.indices)
+    assert np.diff(kept.indptr).tolist() == [len(shingle_set(texts[d], shingle)) for d in docs]

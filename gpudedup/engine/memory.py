@@ -7,6 +7,7 @@ import itertools
 from typing import Any, Callable, Optional
 
 import numpy as np
+import scipy.sparse
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -21,7 +22,7 @@ from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import document_sets, pair_jaccard_at_least
+from ..verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_of
 from .job import Executor, Outcome, run_job
 from .signatures import batch_bytes, batches_in_flight_bytes, map_parallel, signature_pass, signature_pass_need
 
@@ -34,9 +35,16 @@ def dedup_corpus(corpus: Corpus, params: DedupParams, backend: Backend, progress
 
 
 class MemoryStore:
-    """The arrays of one corpus in memory (see job.Store for the contract)."""
+    """The arrays of one corpus in memory (see job.Store for the contract).
 
-    def __init__(self, corpus: Corpus, params: DedupParams, backend: Backend):
+    keep_sets: keep every document's shingle set from the signature pass (8 bytes a shingle,
+    on the host; host backends only), so that the copies, verification and an index's commit
+    read them rather than shingle again. Worth it where the data is small next to what is
+    done with it: an index add, whose commit stores the sets anyway. Otherwise the sets of
+    the documents in pairs are made again when they are checked (verify.py's docstring).
+    """
+
+    def __init__(self, corpus: Corpus, params: DedupParams, backend: Backend, keep_sets: bool = False):
         self.corpus, self.params, self.backend = corpus, params, backend
         self.documents = corpus.num_rows
         self.budget = MemoryBudget(params.max_memory)
@@ -48,6 +56,8 @@ class MemoryStore:
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
         self.pinned = 0  # no documents kept before (job.Store)
+        self.keep_sets = keep_sets and backend.xp is np
+        self.sets: Optional[scipy.sparse.csr_matrix] = None  # every row's set, where kept
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
@@ -55,10 +65,14 @@ class MemoryStore:
         # Text that cuDF read is on the device already; otherwise batches are cut from the host.
         corpus = self.corpus
         texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
-        self.budget.check("the signature pass", signature_pass_need(self.documents, banding, self.params, backend),
+        kept_sets = 8 * (int(self.lengths.sum()) + self.documents) if self.keep_sets else 0  # at most
+        self.budget.check("the signature pass",
+                          signature_pass_need(self.documents, banding, self.params, backend) + kept_sets,
                           "lower --batch-bytes, or deduplicate the input in parts")
+        sets = SetsBuilder(int(self.lengths.sum()) + self.documents) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
-                                                                 backend, log, progress)
+                                                                 backend, log, progress, sets)
+        self.sets = None if sets is None else sets.matrix()
         # Hashed here, on the keys' side: an index run takes the keys before the copies stage.
         self.row_hash = backend.to_host(band_key_row_hash(self.keys, backend.xp))
         release_unused_memory()
@@ -87,7 +101,8 @@ class MemoryStore:
         return compute()
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
-        """The sets of parts of ``docs``: each part shingled again when asked (document_sets)."""
+        """The sets of parts of ``docs``: each part shingled again when asked (document_sets),
+        or taken from the kept sets."""
         return lambda part: self.document_sets(part, Progress())
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
@@ -117,6 +132,9 @@ class MemoryStore:
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
         verify.document_sets), shingled again by the backend a batch at a time (here: executor
         and name are for stores that spill)."""
+        if self.sets is not None:
+            progress.advance(docs.shape[0])
+            return rows_of(self.sets, docs)
         texts, backend = self.corpus.text_array(), self.backend
         calls = itertools.count()
 

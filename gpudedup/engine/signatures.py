@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..params import DedupParams
 from ..ragged import weighted_ranges
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
+from ..verify import SetsBuilder, set_columns
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -34,7 +35,7 @@ def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int, unit_bytes:
 
 def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, banding: Banding,
                    permutations: Permutations, params: DedupParams, backend: Backend, log: StageLog,
-                   progress: Progress):
+                   progress: Progress, sets: Optional[SetsBuilder] = None):
     """Band keys and signatures of every non-empty document, batch by batch.
 
     texts: (data, offsets): the content of every document (content.unit_buffers): UTF-8 bytes
@@ -45,6 +46,12 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     uint32 (m, bands * rows) on the host): the m documents that have at least one shingle (empty documents are never
     candidates), their row indices, band keys and signatures (kept for the signature filter of
     verification, 4 bytes per permutation per document).
+
+    sets: where given (a host backend only), each document is cut into its set of shingles
+    (backend.shingle_sets) rather than its hashes with repeats, and the sets of every document
+    are appended there in row order, for stores that keep them (engine.memory.MemoryStore's
+    keep_sets). The signatures are the same either way: a minimum over a set of hashes does
+    not depend on repeats or order.
     """
     data, offsets = texts
     progress.start("Shingling + MinHash", offsets.shape[0] - 1)
@@ -56,7 +63,9 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
             # device time lands in band_keys, whose to_host waits for everything before it.
             with log.timed("shingle"):
                 first, last = offsets[start], offsets[stop]
-                shingles = backend.shingle_hashes(data[first:last], offsets[start : stop + 1] - first, spec)
+                shingle = backend.shingle_hashes if sets is None else backend.shingle_sets
+                shingles = shingle(data[first:last], offsets[start : stop + 1] - first, spec)
+                kept = None if sets is None else set_columns(shingles)
             with log.timed("signatures"):
                 signatures = backend.signatures(shingles, permutations)
             with log.timed("band_keys"):
@@ -66,7 +75,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
                 # The keys stay on the backend's side for the candidate stage; the signatures
                 # go to the host, where verification's signature filter reads them. (That copy
                 # waits for this stream's work, keys included, before another stream reads them.)
-                result = (keys, backend.to_host(nonempty) + start, backend.to_host(signatures))
+                result = (keys, backend.to_host(nonempty) + start, backend.to_host(signatures), kept)
         del shingles
         release_unused_memory()  # this thread's freed batch memory, before the next batch
         progress.advance(stop - start)
@@ -81,8 +90,10 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     keys, active, used = [], [], 0
     with log.stage("signature_pass"):
         batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows, data.dtype.itemsize))
-        for batch_keys, batch_active, batch_signatures in map_parallel(one_batch, batches,
-                                                                        backend.parallel_batches):
+        for batch_keys, batch_active, batch_signatures, batch_sets in map_parallel(one_batch, batches,
+                                                                                    backend.parallel_batches):
+            if sets is not None:
+                sets.append(*batch_sets)
             signatures[used : used + batch_signatures.shape[0]] = batch_signatures
             used += batch_signatures.shape[0]
             keys.append(batch_keys)

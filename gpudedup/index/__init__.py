@@ -36,10 +36,10 @@ from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
 from ..verify import pair_jaccard_at_least
-from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
+from .files import (FORMAT, Manifest, SegmentEntry, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
 from ..ragged import offsets_from_counts
-from .reader import IndexReader, id_keys
+from .reader import IndexReader, file_stamp, id_keys
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
 
@@ -60,6 +60,9 @@ class Index:
         self.path = Path(path)
         read_manifest(self.path)  # refuses what is not an index, naming the file
         self._reader: Optional[IndexReader] = None
+        # Segments this object wrote: name -> each file's stamp once written and hashed, so that
+        # its next reader does not hash them again (reader.Segment).
+        self._written: dict[str, dict[str, Optional[tuple]]] = {}
         self._cached_permutations: Optional[Permutations] = None
 
     # --- making one ---------------------------------------------------------------------------
@@ -153,7 +156,7 @@ class Index:
         with writer_lock(self.path):
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)  # what a killed writer left
-            reader = IndexReader(self.path, manifest, earlier=self._reader)
+            reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
             self._reader = reader  # the state before this add: the next reader takes its segments over
             result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
                                       (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
@@ -198,7 +201,9 @@ class Index:
             with log.stage("read"):
                 corpus, restore = to_corpus(data, field, id_field, on_error=on_error,
                                             budget=MemoryBudget(params.max_memory))
-            outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen)), params, chosen, progress=shown,
+            # The sets made while signing serve the copies, verification and the commit.
+            outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, keep_sets=True)), params, chosen,
+                              progress=shown,
                               log=log)
             assert against.store is not None
             result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store)
@@ -213,6 +218,11 @@ class Index:
         result.report = result.report.with_index(str(self.path.absolute()), reader.manifest.generation,
                                                  against.store.pinned, added=False)
         return result, against.store
+
+    def _remember_written(self, entry: SegmentEntry) -> None:
+        """Stamps of the files of a segment just written (and hashed, by write_segment)."""
+        folder = self.path / "segments" / entry.name
+        self._written[entry.name] = {name: file_stamp(folder / name) for name in entry.files}
 
     @staticmethod
     def _kept_new_rows(result: DedupResult, store: IndexStore) -> np.ndarray:
@@ -235,7 +245,8 @@ class Index:
             sources, material = pointer_arrays(pointers)
         else:
             sets = inner.document_sets(rows, Progress(), name="index-commit")
-            material = {"set_offsets": sets.indptr.astype(np.int64), "set_columns": sets.indices.astype(np.int64)}
+            material = {"set_offsets": sets.indptr.astype(np.int64, copy=False),
+                        "set_columns": sets.indices.astype(np.int64, copy=False)}
         ids = inner.ids.take(pa.array(rows))
         id_type = check_id_type(manifest, ids)
         parameters = {**manifest.parameters, "id_type": id_type}
@@ -244,6 +255,7 @@ class Index:
         arrays = segment_arrays(ids, signatures, inner.lengths[rows], material, params)
         generation = manifest.generation + 1
         entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays, sources)
+        self._remember_written(entry)
         write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
                                                       segments=manifest.segments + (entry,), generation=generation))
 
@@ -294,7 +306,7 @@ class Index:
         checked once, on first use)."""
         manifest = read_manifest(self.path)
         if self._reader is None or self._reader.manifest.generation != manifest.generation:
-            self._reader = IndexReader(self.path, manifest, earlier=self._reader)
+            self._reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
         return self._reader
 
     def _permutations(self, params: DedupParams) -> Permutations:
@@ -388,6 +400,7 @@ class Index:
                                          segment_arrays(table["id"].combine_chunks(), signatures,
                                                         np.concatenate(arrays["lengths"]), material,
                                                         self.params(manifest)), merged_sources),)
+                self._remember_written(entries[0])
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))
