@@ -279,7 +279,7 @@ def needed_intersections(size_a: np.ndarray, size_b: np.ndarray, threshold: floa
 
 
 def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshold: float,
-                          threads: int = 1) -> np.ndarray:
+                          threads: int = 1, chunk_pairs: int = 1 << 18) -> np.ndarray:
     """The exact Jaccard of the pairs that reach ``threshold``; BELOW_THRESHOLD (-1.0) for the
     others.
 
@@ -287,15 +287,32 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
     host: value[i] == pair_jaccard(...)[i] wherever that is >= threshold, BELOW_THRESHOLD
     wherever it is below threshold or nan (two empty rows); the same on every route. Pairs are
     ruled out by the size and merge bounds of the module docstring where they can be.
-    threads: the merge kernel's pairs are split over this many threads (it releases the GIL).
+    threads: the merge kernel's pairs are split over this many threads (it releases the GIL);
+    chunk_pairs: pairs per step, so that the per-pair counts and bounds (about 60 bytes a pair)
+    stay small next to the sets.
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
     first, second = np.ascontiguousarray(first, dtype=np.int64), np.ascontiguousarray(second, dtype=np.int64)
-    sizes = np.diff(sets.indptr)
+    jaccard = np.empty(first.shape[0], dtype=np.float64)
+    kernels = merge_kernels()
+    indptr, indices = csr_arrays(sets)
+    with ThreadPoolExecutor(max_workers=max(threads, 1)) as pool:
+        for start in range(0, first.shape[0], chunk_pairs):
+            stop = min(start + chunk_pairs, first.shape[0])
+            jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, first[start:stop],
+                                                         second[start:stop], threshold, kernels, pool, threads)
+    return jaccard
+
+
+def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, indices: np.ndarray, first: np.ndarray,
+                           second: np.ndarray, threshold: float, kernels: Optional[ModuleType],
+                           pool: ThreadPoolExecutor, threads: int) -> np.ndarray:
+    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)): the kernel's merges on
+    ``threads`` threads of ``pool``, or scipy's product (kernels None)."""
+    sizes = indptr[1:] - indptr[:-1]
     size_a, size_b = sizes[first], sizes[second]
     needed = needed_intersections(size_a, size_b, threshold)
-    kernels = merge_kernels()
     if kernels is None:
         # The size bound here too: scipy's product copies both rows of each pair it is given.
         # -1 marks a pair ruled out, as the kernel's RULED_OUT does.
@@ -304,21 +321,17 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
         inter[possible] = scipy_intersections(sets, first[possible], second[possible])
     else:
         inter = np.empty(first.shape[0], dtype=np.int64)
-        indptr, indices = csr_arrays(sets)
 
         def merge(span: tuple[int, int]) -> None:
             # Each thread writes its own slice of inter.
             a, b = span
             kernels.intersections_at_least(indptr, indices, first[a:b], second[a:b], needed[a:b], inter[a:b])
 
-        if threads > 1 and first.shape[0] > 1:
-            # A merge costs at most the smaller set's size (then a bound stops it): four spans
-            # of about equal cost per thread even out pairs that stop early.
-            cost = np.minimum(size_a, size_b)
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                list(pool.map(merge, weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1))))
-        else:
-            merge((0, first.shape[0]))
+        # A merge costs at most the smaller set's size (then a bound stops it): four spans of
+        # about equal cost per thread even out pairs that stop early.
+        cost = np.minimum(size_a, size_b)
+        spans = weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1)) if threads > 1 else [(0, len(first))]
+        list(pool.map(merge, spans))
     jaccard = jaccard_of(inter, size_a, size_b)
     # A count below needed (any route; the kernel's RULED_OUT) is exactly a Jaccard below t.
     return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)

@@ -180,6 +180,10 @@ def test_pair_jaccard_at_least_on_random_sets(route):
     for threshold in THRESHOLDS:
         got = pair_jaccard_at_least(sets, first, second, threshold)
         assert np.array_equal(got, np.where(exact >= threshold, exact, BELOW_THRESHOLD)), threshold
+    # In small chunks of pairs, and over threads: the same values in the same order.
+    for threads, chunk_pairs in ((3, 1000), (2, 7), (1, 1)):
+        got = pair_jaccard_at_least(sets, first, second, 0.3, threads=threads, chunk_pairs=chunk_pairs)
+        assert np.array_equal(got, np.where(exact >= 0.3, exact, BELOW_THRESHOLD)), (threads, chunk_pairs)
 
 
 def test_pair_jaccard_at_least_refuses_a_threshold_out_of_range():
