@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .backends import get_backend
+from .backends import Backend, get_backend
 from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
 from .io.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
@@ -51,7 +51,7 @@ def dedup(
     seed: int = DedupParams.seed,
     keep: KeepPolicy = DedupParams.keep,
     bucket_window: int = DedupParams.bucket_window,
-    backend: str = "auto",
+    backend: str | Backend = "auto",
     progress: bool = False,
     batch_bytes: Optional[int] = None,
     batch_rows: int = DedupParams.batch_rows,
@@ -87,6 +87,8 @@ def dedup(
         address, or a local cluster of this many worker processes. The work directory (needed
         with client and scheduler; a temporary one otherwise) and the files must be visible to
         every worker at the same path. The results are the single process's.
+    backend: "auto", "cpu" or "gpu", or a backend made before (gpudedup.backends.get_backend), to
+        reuse its start-up (numba's kernels, a device's compiled kernels) across calls.
     The other parameters are described in README ("Command line") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):

@@ -653,7 +653,7 @@ def evaluate(
     on_result(i, total, result): called after each setting (progress for the CLI).
     """
     settings = list(settings)
-    chosen = get_backend(backend) if isinstance(backend, str) else backend
+    chosen = get_backend(backend)
     extra = {"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes}
     for s in settings:
         s.params(**extra)  # every parameter error before any work

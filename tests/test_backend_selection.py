@@ -50,6 +50,20 @@ def test_auto_falls_back_to_numpy_and_says_so():
     assert result.report["backend"].startswith("numpy") and NO_GPU in result.report["backend"]
 
 
+def test_a_backend_made_before_is_used_as_it_is(monkeypatch):
+    """Every entry point takes a Backend object as well as a name (a notebook or a benchmark
+    pays the backend's start-up once): dedup runs on that very object."""
+    backend = get_backend("cpu")
+    assert get_backend(backend) is backend
+    used = []
+    signatures = backend.signatures
+    monkeypatch.setattr(backend, "signatures", lambda *args: used.append(1) or signatures(*args))
+    texts = ["the quick brown fox jumps over the lazy dog"] * 2 + ["something else entirely here now"]
+    by_object = gpudedup.dedup(texts, backend=backend)
+    assert used and by_object.pairs.equals(gpudedup.dedup(texts, backend="cpu").pairs)
+    assert by_object.pairs.num_rows == 1
+
+
 def test_unknown_backend():
     with pytest.raises(ParameterError, match="auto, cpu, gpu"):
         get_backend("tpu")

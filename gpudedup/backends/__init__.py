@@ -92,8 +92,11 @@ def set_gpu_stand_in(factory: Optional[Callable[[], Backend]]) -> Optional[Calla
     return previous
 
 
-def get_backend(name: str = "auto") -> Backend:
-    """The backend called ``name``: "cpu" (numpy), "gpu" (cupy) or "auto"."""
+def get_backend(name: "str | Backend" = "auto") -> Backend:
+    """The backend called ``name``: "cpu" (numpy), "gpu" (cupy) or "auto"; a Backend made
+    before is returned as it is (so every entry point takes either)."""
+    if not isinstance(name, str):
+        return name
     if name not in BACKEND_NAMES:
         raise ParameterError(f"backend must be one of {', '.join(BACKEND_NAMES)}; got {name!r}")
     if name == "cpu":

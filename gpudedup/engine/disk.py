@@ -66,10 +66,6 @@ from .workdir import WorkDir
 BackendOrName = Union[Backend, str]
 
 
-def as_backend(backend: BackendOrName) -> Backend:
-    return get_backend(backend) if isinstance(backend, str) else backend
-
-
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
 # 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures).
@@ -292,7 +288,7 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
     batch at a time; only the hashes stay, on disk."""
     from ..verify import set_columns
 
-    backend = as_backend(backend)
+    backend = get_backend(backend)
     spec = params.shingle_spec()
     texts = reader.corpus(index).text_array().take(pa.array(local_rows))
     lengths = unit_lengths(texts)
@@ -364,7 +360,7 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
     name = spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
                       executor)
-    chunks = weighted_ranges(weights, 8 * batch_bytes(params, as_backend(backend)))
+    chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
     root = str(work.root)
     # shard_rows is small (a row offset per shard): it travels inside each task.
     parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold)
@@ -379,7 +375,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     log and progress: this process's, or None on a worker."""
     from ..hashing import draw_permutations
 
-    backend, log, progress = as_backend(backend), log or StageLog(), progress or Progress()
+    backend, log, progress = get_backend(backend), log or StageLog(), progress or Progress()
     spec, banding = params.shingle_spec(), params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
     path, shown = reader.files[index], reader.shown[index]

@@ -184,7 +184,7 @@ class Index:
         batch_bytes, max_memory = speed
         params = self.params(reader.manifest, batch_bytes=batch_bytes,
                              max_memory=None if max_memory is None else parse_size(max_memory))
-        chosen = backend if not isinstance(backend, str) else get_backend(backend)
+        chosen = get_backend(backend)
         field = content_field(params, text_field, token_field)
         against = Against(reader, chosen, params.bucket_window)
         shown = RichProgress() if progress else Progress()
@@ -277,7 +277,7 @@ class Index:
         params = self.params(reader.manifest)
         spec, banding = params.shingle_spec(), params.banding()
         permutations = self._permutations(params)
-        chosen = backend if not isinstance(backend, str) else get_backend(backend)
+        chosen = get_backend(backend)
         corpus = list_corpus(queries, "query")
         if corpus.num_rows:
             check_content(corpus.texts.type, params.shingle, "query")
