@@ -40,6 +40,7 @@ report counts rejected pairs without a histogram of their values.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
@@ -297,7 +298,10 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
     jaccard = np.empty(first.shape[0], dtype=np.float64)
     kernels = merge_kernels()
     indptr, indices = csr_arrays(sets)
-    with ThreadPoolExecutor(max_workers=max(threads, 1)) as pool:
+    # No pool for a handful of pairs (an index query): starting threads would cost more.
+    threads = threads if kernels is not None and first.shape[0] >= 1024 else 1
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads)) if threads > 1 else None
         for start in range(0, first.shape[0], chunk_pairs):
             stop = min(start + chunk_pairs, first.shape[0])
             jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, first[start:stop],
@@ -307,9 +311,9 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
 
 def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, indices: np.ndarray, first: np.ndarray,
                            second: np.ndarray, threshold: float, kernels: Optional[ModuleType],
-                           pool: ThreadPoolExecutor, threads: int) -> np.ndarray:
-    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)): the kernel's merges on
-    ``threads`` threads of ``pool``, or scipy's product (kernels None)."""
+                           pool: Optional[ThreadPoolExecutor], threads: int) -> np.ndarray:
+    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)): the kernel's merges on the
+    ``threads`` threads of ``pool`` (None: this one), or scipy's product (kernels None)."""
     sizes = indptr[1:] - indptr[:-1]
     size_a, size_b = sizes[first], sizes[second]
     needed = needed_intersections(size_a, size_b, threshold)
@@ -327,11 +331,13 @@ def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, in
             a, b = span
             kernels.intersections_at_least(indptr, indices, first[a:b], second[a:b], needed[a:b], inter[a:b])
 
-        # A merge costs at most the smaller set's size (then a bound stops it): four spans of
-        # about equal cost per thread even out pairs that stop early.
-        cost = np.minimum(size_a, size_b)
-        spans = weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1)) if threads > 1 else [(0, len(first))]
-        list(pool.map(merge, spans))
+        if pool is None:
+            merge((0, first.shape[0]))
+        else:
+            # A merge costs at most the smaller set's size (then a bound stops it): four spans
+            # of about equal cost per thread even out pairs that stop early.
+            cost = np.minimum(size_a, size_b)
+            list(pool.map(merge, weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1))))
     jaccard = jaccard_of(inter, size_a, size_b)
     # A count below needed (any route; the kernel's RULED_OUT) is exactly a Jaccard below t.
     return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)
