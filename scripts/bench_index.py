@@ -47,7 +47,8 @@ matches against the exact all-pairs truth (gpudedup.allpairs over the same shing
   documents or earlier in the increment (recall: under keep-first, exactly these must go).
 
 A batch ``gpudedup.dedup`` over (gpudedup's indexed documents, then the increment) is scored the
-same way for comparison (and timed). --scale N adds a gpudedup-only run on N perturbed copies
+same way for comparison (and timed), after all the adds and queries, so that no untimed work
+runs between two timed adds. --scale N adds a gpudedup-only run on N perturbed copies
 of the corpus (each copy changes one word in ten of every document, so copies are not near
 duplicates of each other) to measure query latency and bytes per document on a larger index.
 
@@ -159,6 +160,8 @@ def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets")
     steps: list[dict] = []
     arrays: dict[str, np.ndarray] = {}
     indexed = np.zeros(0, np.int64)  # index order: each step's kept rows, in input order
+    before: list[np.ndarray] = []  # per step: the indexed rows before it
+    keeps: list[np.ndarray] = []  # per step: bool, which of its rows the add kept
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
         index = gpudedup.Index.create(Path(work) / "index", verification=verification, **parameters)
         for step, rows in enumerate(plan.steps):
@@ -173,23 +176,25 @@ def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets")
             keep = np.asarray(result.keep, dtype=bool)
             arrays[f"dropped{step}"] = rows[~keep]
             arrays[f"first{step}"], arrays[f"second{step}"] = found_pairs(result)
-            entry: dict[str, Any] = {"seconds": seconds, "documents": int(rows.size),
-                                     "stages": result.report["stages"]}
-            if step > 0 and not args.no_batch:
-                batch_rows = np.concatenate([indexed, rows])
-                batch_data = table.take(pa.array(batch_rows))
-                started = time.perf_counter()
-                batch = gpudedup.dedup(batch_data, id_field="row", keep="first", backend=backend,
-                                       **parameters)
-                entry["batch_seconds"] = time.perf_counter() - started
-                batch_keep = np.asarray(batch.keep, dtype=bool)[indexed.size:]
-                arrays[f"batch_dropped{step}"] = rows[~batch_keep]
-                arrays[f"batch_first{step}"], arrays[f"batch_second{step}"] = found_pairs(batch)
-                entry["batch_keeps_the_same"] = bool(np.array_equal(batch_keep, keep))
+            steps.append({"seconds": seconds, "documents": int(rows.size), "stages": result.report["stages"]})
+            before.append(indexed)
+            keeps.append(keep)
             indexed = np.concatenate([indexed, rows[keep]])
-            steps.append(entry)
         info = index.info()
         query = query_latencies(index, texts, plan, args)
+        # The batch runs come after every timed add and query, so that none of their work (or
+        # the memory they free) falls between two timed adds.
+        for step, rows in enumerate(plan.steps):
+            if step == 0 or args.no_batch:
+                continue
+            batch_data = table.take(pa.array(np.concatenate([before[step], rows])))
+            started = time.perf_counter()
+            batch = gpudedup.dedup(batch_data, id_field="row", keep="first", backend=backend, **parameters)
+            steps[step]["batch_seconds"] = time.perf_counter() - started
+            batch_keep = np.asarray(batch.keep, dtype=bool)[before[step].size:]
+            arrays[f"batch_dropped{step}"] = rows[~batch_keep]
+            arrays[f"batch_first{step}"], arrays[f"batch_second{step}"] = found_pairs(batch)
+            steps[step]["batch_keeps_the_same"] = bool(np.array_equal(batch_keep, keeps[step]))
         segment_files: dict[str, int] = {}
         for folder in (Path(work) / "index" / "segments").iterdir():
             for path in folder.iterdir():
