@@ -149,8 +149,8 @@ def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
             f"The curve is steepest at s = {steepest:.3f} = ((r − 1)/(b·r − 1))<sup>1/r</sup>.",
         ),
         "candidates_histogram": (
-            "Candidate pairs by exact Jaccard",
-            f"The {r['exactly_checked_pairs']:,} candidate pairs whose exact Jaccard was computed"
+            "Verified pairs by exact Jaccard",
+            f"The {r['exactly_checked_pairs']:,} candidate pairs checked exactly"
             + (f" (of {r['candidate_pairs']:,} candidates; the signature filter dropped {filtered:,} "
                "whose signatures made J ≥ threshold implausible)" if filtered else "")
             + f", with the S-curve on the right axis. The {r['verified_pairs']:,} pairs at or above "

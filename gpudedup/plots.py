@@ -120,7 +120,7 @@ def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float
         axes.set_ylabel("verified pairs" + (" (log scale)" if log else ""))
         if not log:
             axes.yaxis.set_major_formatter(_count_formatter())
-        axes.set_title(f"{jaccard.shape[0]:,} candidate pairs checked exactly", loc="left")
+        axes.set_title(f"{jaccard.shape[0]:,} candidate pairs checked exactly, {rejected:,} rejected", loc="left")
         axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2)
         if threshold > 0.15:  # room left of the threshold for the count of rejected pairs
             note = f"{rejected:,} rejected\n(Jaccard below {threshold:g},\nnot computed in full)"

@@ -8,7 +8,8 @@ Two steps:
    SIGNATURE_TAIL (1e-9) are dropped; this costs K comparisons per pair and removes most of
    the false candidates before the expensive step.
 2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. Shingle sets are not kept from the
-   signature pass (8 bytes per shingle of the whole corpus, 8x the text for char n-grams): the
+   signature pass (8 bytes per shingle of the whole corpus, 8x the text for char n-grams;
+   except by an index add's in-memory store, engine.memory.MemoryStore's keep_sets): the
    documents that appear in candidate pairs are shingled once more, by the backend, whose
    ``shingle_sets`` makes each document's set (on the device, for the GPU backend) so that
    only the distinct hashes cross to the host, already in the order the sparse rows need.
@@ -144,8 +145,7 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     def batch_sets(rows: tuple[int, int]):
         return set_columns(shingles_of(docs[rows[0] : rows[1]]))
 
-    # A document has at most one shingle per code point, plus one.
-    sets = SetsBuilder(int(doc_cost.sum()) + docs.shape[0])
+    sets = SetsBuilder(doc_cost)
     for columns, counts in map_batches(batch_sets, list(weighted_ranges(doc_cost, batch_cost))):
         sets.append(columns, counts)
     return sets.matrix()
@@ -155,13 +155,15 @@ class SetsBuilder:
     """Shingle sets gathered batch by batch, in row order, into one binary CSR matrix (host).
 
     The columns are written straight into one int64 array sized by an upper bound on the
-    elements (``bound``): its pages are committed only as they are written, so the sets are
-    never held twice, and the bound costs address space only. Used by document_sets and by a
-    signature pass that keeps the sets it made (engine.signatures.signature_pass).
+    elements: its pages are committed only as they are written, so the sets are never held
+    twice, and the bound costs address space only. Used by document_sets and by a signature
+    pass that keeps the sets it made (engine.signatures.signature_pass).
     """
 
-    def __init__(self, bound: int):
-        self.columns = np.empty(max(bound, 0), dtype=np.int64)
+    def __init__(self, lengths: np.ndarray):
+        """lengths: int64 (n,), each document's code points (or tokens) to come, in row order:
+        a document has at most one shingle per unit, plus one."""
+        self.columns = np.empty(int(np.sum(lengths)) + lengths.shape[0], dtype=np.int64)
         self.counts: list[np.ndarray] = []
         self.used = 0
 
@@ -298,23 +300,25 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
     jaccard = np.empty(first.shape[0], dtype=np.float64)
     kernels = merge_kernels()
     indptr, indices = csr_arrays(sets)
+    sizes = indptr[1:] - indptr[:-1]
     # No pool for a handful of pairs (an index query): starting threads would cost more.
     threads = threads if kernels is not None and first.shape[0] >= 1024 else 1
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads)) if threads > 1 else None
         for start in range(0, first.shape[0], chunk_pairs):
             stop = min(start + chunk_pairs, first.shape[0])
-            jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, first[start:stop],
+            jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, sizes, first[start:stop],
                                                          second[start:stop], threshold, kernels, pool, threads)
     return jaccard
 
 
-def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, indices: np.ndarray, first: np.ndarray,
-                           second: np.ndarray, threshold: float, kernels: Optional[ModuleType],
-                           pool: Optional[ThreadPoolExecutor], threads: int) -> np.ndarray:
-    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)): the kernel's merges on the
-    ``threads`` threads of ``pool`` (None: this one), or scipy's product (kernels None)."""
-    sizes = indptr[1:] - indptr[:-1]
+def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, indices: np.ndarray,
+                           sizes: np.ndarray, first: np.ndarray, second: np.ndarray, threshold: float,
+                           kernels: Optional[ModuleType], pool: Optional[ThreadPoolExecutor],
+                           threads: int) -> np.ndarray:
+    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)); sizes: int64 (rows,) of
+    ``sets``. The kernel's merges run on the ``threads`` threads of ``pool`` (None: this one),
+    or scipy's product counts (kernels None)."""
     size_a, size_b = sizes[first], sizes[second]
     needed = needed_intersections(size_a, size_b, threshold)
     if kernels is None:

@@ -181,7 +181,7 @@ def run_gpudedup(texts: list[str], plan: Plan, args, verification: str = "sets")
             keeps.append(keep)
             indexed = np.concatenate([indexed, rows[keep]])
         info = index.info()
-        query = query_latencies(index, texts, plan, args)
+        query = query_latencies(index, texts, plan, backend)
         # The batch runs come after every timed add and query, so that none of their work (or
         # the memory they free) falls between two timed adds.
         for step, rows in enumerate(plan.steps):
@@ -399,7 +399,9 @@ def run_scale(texts: list[str], plan: Plan, args) -> dict:
     """Add the corpus and args.scale - 1 perturbed copies of it to one index (copy by copy,
     then compact), then time single-document queries and read the index's size."""
     import gpudedup
+    from gpudedup.backends import get_backend
 
+    backend = get_backend(args.backend)  # made once, before any clock starts
     parameters = dict(threshold=args.threshold, shingle="word", ngram=args.ngram, num_perm=args.num_perm)
     adds: list[dict] = []
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
@@ -409,29 +411,29 @@ def run_scale(texts: list[str], plan: Plan, args) -> dict:
             documents = texts if copy == 0 else perturbed(texts, copy)
             table = pa.table({"row": pa.array(np.arange(n, dtype=np.int64) + copy * n), "text": pa.array(documents)})
             started = time.perf_counter()
-            result = index.add(table, id_field="row", backend=args.backend)
+            result = index.add(table, id_field="row", backend=backend)
             adds.append({"copy": copy, "seconds": time.perf_counter() - started,
                          "kept": int(np.count_nonzero(result.keep)), "indexed_before": copy and adds[-1]["indexed"],
                          "indexed": index.info()["documents"]})
             print(json.dumps({"scale add": adds[-1]}), flush=True)
-        before = query_latencies(index, texts, plan, args)
+        before = query_latencies(index, texts, plan, backend)
         print(json.dumps({"scale queries before compact": before}), flush=True)
         started = time.perf_counter()
         index.compact()
         compact_s = time.perf_counter() - started
         info = index.info()
-        after = query_latencies(index, texts, plan, args)
+        after = query_latencies(index, texts, plan, backend)
     return {"scale": args.scale, "adds": adds, "compact_s": compact_s, "documents": info["documents"],
             "bytes_per_document": info["bytes_per_document"], "query_before_compact": before,
             "segments_before_compact": args.scale, "query": after}
 
 
-def query_latencies(index, texts: list[str], plan: Plan, args) -> dict:
+def query_latencies(index, texts: list[str], plan: Plan, backend) -> dict:
     """latency_summary of ``Index.query([text])``, one query document per call (plan.queries)."""
     latencies = []
     for row in plan.queries:
         started = time.perf_counter()
-        index.query([texts[int(row)]], backend=args.backend)
+        index.query([texts[int(row)]], backend=backend)
         latencies.append(time.perf_counter() - started)
     return latency_summary(latencies)
 

@@ -67,6 +67,8 @@ def test_a_backend_made_before_is_used_as_it_is(monkeypatch):
 def test_unknown_backend():
     with pytest.raises(ParameterError, match="auto, cpu, gpu"):
         get_backend("tpu")
+    with pytest.raises(ParameterError, match="or a backend; got None"):
+        get_backend(None)
 
 
 def test_cupy_loader_launches_only_proven_tunables():

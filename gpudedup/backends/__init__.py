@@ -96,7 +96,9 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
     """The backend called ``name``: "cpu" (numpy), "gpu" (cupy) or "auto"; a Backend made
     before is returned as it is (so every entry point takes either)."""
     if not isinstance(name, str):
-        return name
+        if hasattr(name, "xp") and hasattr(name, "signatures"):
+            return name
+        raise ParameterError(f"backend must be one of {', '.join(BACKEND_NAMES)} or a backend; got {name!r}")
     if name not in BACKEND_NAMES:
         raise ParameterError(f"backend must be one of {', '.join(BACKEND_NAMES)}; got {name!r}")
     if name == "cpu":

@@ -325,13 +325,13 @@ def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.nda
 
 
 def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np.ndarray,
-                    second: np.ndarray, threshold: float) -> np.ndarray:
+                    second: np.ndarray, threshold: float, threads: int) -> np.ndarray:
     """Task: exact Jaccard (float64 (p,)) of the row pairs (first[i], second[i]) whose
     documents' sets were spilled under ``name``, where it reaches ``threshold``; else
-    BELOW_THRESHOLD (verify.pair_jaccard_at_least)."""
+    BELOW_THRESHOLD (verify.pair_jaccard_at_least, on ``threads`` threads)."""
     docs = np.unique(np.concatenate([first, second]))
     return pair_jaccard_at_least(spilled_sets(work_root, name, shard_rows, docs), np.searchsorted(docs, first),
-                                 np.searchsorted(docs, second), threshold, HOST_THREADS)
+                                 np.searchsorted(docs, second), threshold, threads)
 
 
 def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
@@ -363,7 +363,9 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
     root = str(work.root)
     # shard_rows is small (a row offset per shard): it travels inside each task.
-    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold)
+    # In this process a task has every core; a cluster runs tasks side by side on its workers.
+    threads = HOST_THREADS if executor.in_process else 1
+    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold, threads)
                                            for a, b in chunks],
                          "exact verification")
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)

@@ -65,11 +65,12 @@ class MemoryStore:
         # Text that cuDF read is on the device already; otherwise batches are cut from the host.
         corpus = self.corpus
         texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
-        kept_sets = 8 * (int(self.lengths.sum()) + self.documents) if self.keep_sets else 0  # at most
+        everyone = np.arange(self.documents, dtype=np.int64)
         self.budget.check("the signature pass",
-                          signature_pass_need(self.documents, banding, self.params, backend) + kept_sets,
+                          lambda: signature_pass_need(self.documents, banding, self.params, backend)
+                          + (9 * self.shingles_at_most(everyone) if self.keep_sets else 0),
                           "lower --batch-bytes, or deduplicate the input in parts")
-        sets = SetsBuilder(int(self.lengths.sum()) + self.documents) if self.keep_sets else None
+        sets = SetsBuilder(self.lengths) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
                                                                  backend, log, progress, sets)
         self.sets = None if sets is None else sets.matrix()
@@ -101,8 +102,8 @@ class MemoryStore:
         return compute()
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
-        """The sets of parts of ``docs``: each part shingled again when asked (document_sets),
-        or taken from the kept sets."""
+        """The sets of parts of ``docs``: taken from the kept sets (keep_sets), or each part
+        shingled again when asked (document_sets)."""
         return lambda part: self.document_sets(part, Progress())
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
@@ -110,8 +111,9 @@ class MemoryStore:
         """Exact Jaccard of the row pairs (first[i], second[i]) that reach ``threshold``, else
         BELOW_THRESHOLD: float64 (p,), host (verify.pair_jaccard_at_least).
 
-        The documents of the pairs are shingled once more by the backend, batch by batch, into
-        one sparse matrix of sets (verify.document_sets); only their hashes come to the host.
+        The documents of the pairs are shingled once more by the backend (unless the store keeps
+        their sets), batch by batch, into one sparse matrix of sets (verify.document_sets); only
+        their hashes come to the host.
         """
         if name == "pairs":
             self.budget.check("exact verification", lambda: self.verification_need(first, second),
@@ -130,8 +132,8 @@ class MemoryStore:
     def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
                       name: str = "documents"):
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
-        verify.document_sets), shingled again by the backend a batch at a time (here: executor
-        and name are for stores that spill)."""
+        verify.document_sets): rows of the kept sets (keep_sets), or shingled again by the
+        backend a batch at a time (here: executor and name are for stores that spill)."""
         if self.sets is not None:
             progress.advance(docs.shape[0])
             return rows_of(self.sets, docs)
@@ -155,17 +157,20 @@ class MemoryStore:
 
     def verification_need(self, first: np.ndarray, second: np.ndarray) -> int:
         """Estimated host bytes exact verification adds: the shingle sets of every document of the
-        pairs to check -- at most one shingle per code point (char n-grams) or per token (word
-        n-grams), 9 bytes each in the sparse matrix -- plus the batches shingled at a time."""
+        pairs to check (shingles_at_most, 9 bytes each in the sparse matrix), plus the batches
+        shingled at a time."""
         docs = np.unique(np.concatenate([first, second]))
-        if self.spec.kind != "word":  # char n-grams, token n-grams
-            shingles = int(self.lengths[docs].sum())
-        else:
-            # Tokens are at most the runs of white space plus one (counted without splitting).
-            runs = pc.count_substring_regex(self.corpus.text_array().take(pa.array(docs)), r"\s+")
-            shingles = int(pc.sum(runs).as_py() or 0) + docs.shape[0]
         in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend) // 4)
-        return 9 * shingles + 24 * first.shape[0] + in_flight
+        return 9 * self.shingles_at_most(docs) + 24 * first.shape[0] + in_flight
+
+    def shingles_at_most(self, docs: np.ndarray) -> int:
+        """A bound on the shingles of rows ``docs`` (int64): one per code point (char n-grams,
+        token n-grams) or per token (word n-grams); each takes 9 bytes in a set matrix."""
+        if self.spec.kind != "word":
+            return int(self.lengths[docs].sum())
+        # Tokens are at most the runs of white space plus one (counted without splitting).
+        runs = pc.count_substring_regex(self.corpus.text_array().take(pa.array(docs)), r"\s+")
+        return int(pc.sum(runs).as_py() or 0) + docs.shape[0]
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         corpus = self.corpus

@@ -36,10 +36,10 @@ from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
 from ..verify import pair_jaccard_at_least
-from .files import (FORMAT, Manifest, SegmentEntry, collect_garbage, read_manifest, write_manifest, write_segment,
+from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
 from ..ragged import offsets_from_counts
-from .reader import IndexReader, file_stamp, id_keys
+from .reader import IndexReader, id_keys
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
 
@@ -219,11 +219,6 @@ class Index:
                                                  against.store.pinned, added=False)
         return result, against.store
 
-    def _remember_written(self, entry: SegmentEntry) -> None:
-        """Stamps of the files of a segment just written (and hashed, by write_segment)."""
-        folder = self.path / "segments" / entry.name
-        self._written[entry.name] = {name: file_stamp(folder / name) for name in entry.files}
-
     @staticmethod
     def _kept_new_rows(result: DedupResult, store: IndexStore) -> np.ndarray:
         """int64 (k,) ascending: the new documents' rows that an add commits (kept, with
@@ -254,8 +249,8 @@ class Index:
         table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
         arrays = segment_arrays(ids, signatures, inner.lengths[rows], material, params)
         generation = manifest.generation + 1
-        entry = write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table, arrays, sources)
-        self._remember_written(entry)
+        name = f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}"
+        entry, self._written[name] = write_segment(self.path, name, table, arrays, sources)
         write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
                                                       segments=manifest.segments + (entry,), generation=generation))
 
@@ -396,11 +391,12 @@ class Index:
                 else:
                     material = {"set_offsets": offsets_from_counts(np.concatenate(arrays["set_counts"])),
                                 "set_columns": np.concatenate(arrays["set_columns"])}
-                entries = (write_segment(self.path, f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}", table,
-                                         segment_arrays(table["id"].combine_chunks(), signatures,
-                                                        np.concatenate(arrays["lengths"]), material,
-                                                        self.params(manifest)), merged_sources),)
-                self._remember_written(entries[0])
+                name = f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}"
+                entry, self._written[name] = write_segment(self.path, name, table,
+                                                           segment_arrays(table["id"].combine_chunks(), signatures,
+                                                                          np.concatenate(arrays["lengths"]), material,
+                                                                          self.params(manifest)), merged_sources)
+                entries = (entry,)
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))

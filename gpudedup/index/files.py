@@ -170,12 +170,22 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
     fsync_path(root)
 
 
+def file_stamp(path: Path) -> Optional[tuple]:
+    """(inode, size, modification time in ns) of ``path``; None where it is gone."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+
 def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.ndarray],
-                  sources: Optional[list[dict]] = None) -> SegmentEntry:
+                  sources: Optional[list[dict]] = None) -> tuple[SegmentEntry, dict[str, Optional[tuple]]]:
     """Write one segment (``arrays``: SEGMENT_ARRAYS and the verification arrays; ``ids``:
     columns id and tag; ``sources``: sources.json's entries, for verification "source") under a
     temporary directory, fsync its files, rename it to segments/<name>; returns its manifest
-    entry (not yet committed)."""
+    entry (not yet committed) and each file's stamp (file_stamp) taken before it was hashed,
+    which stays the same through the rename (reader.Segment's ``written``)."""
     from .sources import write_sources
 
     parent = root / "segments"
@@ -188,15 +198,16 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
         np.save(temporary / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
     if sources is not None:
         write_sources(temporary, sources)
-    files = {}
+    files, stamps = {}, {}
     for path in sorted(temporary.iterdir()):
         fsync_path(path)
+        stamps[path.name] = file_stamp(path)
         files[path.name] = file_digest(path)
     fsync_path(temporary)
     os.replace(temporary, parent / name)
     fsync_path(parent)
     size = sum((parent / name / f).stat().st_size for f in files)
-    return SegmentEntry(name, ids.num_rows, files, size)
+    return SegmentEntry(name, ids.num_rows, files, size), stamps
 
 
 def write_tombstones(root: Path, name: str, removed: pa.Table) -> dict:

@@ -26,7 +26,7 @@ import scipy.sparse
 from ..ragged import ragged_arange
 from ..shingling import ShingleSpec
 from ..verify import sets_matrix
-from .files import DamagedIndexError, Manifest, SegmentEntry, read_manifest
+from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
 
 
@@ -78,15 +78,6 @@ class OpenedFile:
         if digest.hexdigest() != self.expected:
             raise DamagedIndexError(f"{self.path}: its checksum does not match the manifest's (truncated or corrupt)")
         self.checked, self.stamp = True, stamp
-
-
-def file_stamp(path: Path) -> Optional[tuple]:
-    """(inode, size, modification time in ns) of ``path``; None where it is gone."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return (found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 class Segment:
