@@ -150,10 +150,12 @@ class Segment:
             return source_sets(self.sources(), np.asarray(self.array("source_file")[rows], np.int64),
                                np.asarray(self.array("source_row")[rows], np.int64), spec)
         offsets, columns = self.array("set_offsets"), self.array("set_columns")
-        starts, stops = offsets[rows], offsets[rows + 1]
-        counts = (stops - starts).astype(np.int64)
-        run, within = ragged_arange(counts)
-        return counts, np.asarray(columns[starts[run] + within])
+        counts = (offsets[rows + 1] - offsets[rows]).astype(np.int64)
+        # One slice of the mapped file per run of consecutive rows (a compaction's rows are one
+        # run or a few): a copy of each range, rather than an index per element.
+        runs = np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1) if rows.shape[0] else []
+        parts = [columns[offsets[run[0]] : offsets[run[-1] + 1]] for run in runs]
+        return counts, np.asarray(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
 class IndexReader:
@@ -302,12 +304,18 @@ class IndexReader:
     def sets(self, segment: np.ndarray, row: np.ndarray) -> scipy.sparse.csr_matrix:
         """The shingle sets of (segment, row) pairs in index order, as verify.document_sets
         makes them (binary CSR, sorted distinct columns per row)."""
+        counts, columns = self.set_parts(segment, row)
+        return sets_matrix(np.concatenate(columns), np.concatenate(counts))
+
+    def set_parts(self, segment: np.ndarray, row: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The sets of ``sets`` before they are joined: per segment, (counts int64, columns
+        int64) of its rows, in index order."""
         counts, columns = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
         for position, mine in self._by_segment(segment):
             part_counts, part_columns = self.segments[position].sets(row[mine], self.spec)
             counts.append(part_counts)
             columns.append(part_columns)
-        return sets_matrix(np.concatenate(columns), np.concatenate(counts))
+        return counts, columns
 
     def first_indexed(self, ids: pa.Array) -> Optional[object]:
         """The first of ``ids`` that a live indexed document has, or None: a binary search of

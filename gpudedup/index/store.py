@@ -26,7 +26,7 @@ from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import pair_jaccard_at_least
+from ..verify import pair_jaccard_at_least, sets_matrix
 from .reader import IndexReader, Matched
 
 
@@ -106,10 +106,10 @@ class IndexStore:
         among them, then ``new_sets``, those of the new rows (binary CSR, in order)."""
         assert self.matched is not None
         old = docs[docs < self.pinned]
-        old_sets = self.reader.sets(self.matched.segment[old], self.matched.row[old])
-        sets = scipy.sparse.vstack([old_sets, new_sets], format="csr")
-        sets.has_sorted_indices = True  # each part's rows are sorted and distinct
-        return sets
+        counts, columns = self.reader.set_parts(self.matched.segment[old], self.matched.row[old])
+        # One concatenation of every part (scipy's vstack would copy the stored sets twice).
+        return sets_matrix(np.concatenate(columns + [new_sets.indices.astype(np.int64, copy=False)]),
+                           np.concatenate(counts + [np.diff(new_sets.indptr).astype(np.int64)]))
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:
