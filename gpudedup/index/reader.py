@@ -118,9 +118,11 @@ class Segment:
                 header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                           else np.lib.format.read_array_header_2_0)
                 shape, fortran, dtype = header(handle)
+                # A plain ndarray view of the map (which it keeps alive): indexing a np.memmap
+                # runs Python code of its own on every call, and the probe makes many.
                 self._arrays[name] = np.memmap(handle, dtype=dtype, mode="r", offset=handle.tell(), shape=shape,
-                                               order="F" if fortran else "C") if np.prod(shape) else \
-                    np.zeros(shape, dtype)
+                                               order="F" if fortran else "C").view(np.ndarray) if np.prod(shape) \
+                    else np.zeros(shape, dtype)
             except ValueError as error:
                 raise DamagedIndexError(f"{opened.path}: not a readable array ({error})") from None
         return self._arrays[name]
@@ -149,13 +151,17 @@ class Segment:
         if self.verification == "source":
             return source_sets(self.sources(), np.asarray(self.array("source_file")[rows], np.int64),
                                np.asarray(self.array("source_row")[rows], np.int64), spec)
-        offsets, columns = self.array("set_offsets"), self.array("set_columns")
+        offsets = self.array("set_offsets")
+        columns = self.array("set_columns")
         counts = (offsets[rows + 1] - offsets[rows]).astype(np.int64)
-        # One slice of the mapped file per run of consecutive rows (a compaction's rows are one
-        # run or a few): a copy of each range, rather than an index per element.
-        runs = np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1) if rows.shape[0] else []
-        parts = [columns[offsets[run[0]] : offsets[run[-1] + 1]] for run in runs]
-        return counts, np.asarray(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        if rows.shape[0] == 0:
+            return counts, np.zeros(0, np.int64)
+        # One slice per run of consecutive rows (a compaction's rows are one run or a few): a
+        # copy of each range, rather than an index per element.
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        begins = offsets[rows[np.concatenate([[0], breaks])]]
+        ends = offsets[rows[np.concatenate([breaks - 1, [rows.shape[0] - 1]])] + 1]
+        return counts, np.concatenate([columns[a:b] for a, b in zip(begins.tolist(), ends.tolist())])
 
 
 class IndexReader:
