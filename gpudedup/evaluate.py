@@ -62,7 +62,8 @@ from .lsh import collision_probability
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
                      DEFAULT_THRESHOLD, DedupParams)
 from .engine.memory import dedup_corpus
-from .engine.signatures import map_parallel, text_batches
+from .engine.signatures import text_batches
+from .threads import map_parallel
 from .shingling import ShingleBatch, ShingleKind, ShingleSpec, UnicodeForm, unique_per_row, utf8_shingle_hashes
 from .stages import Progress
 

@@ -41,9 +41,7 @@ report counts rejected pairs without a histogram of their values.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Callable, Optional
 
@@ -53,6 +51,7 @@ import scipy.sparse
 from .compiled import kernels_on
 from .ragged import offsets_from_counts, weighted_ranges
 from .shingling import ShingleBatch, hashes_to_columns, set_rows
+from .threads import map_parallel
 
 SIGNATURE_TAIL = 1e-9
 
@@ -186,6 +185,22 @@ class SetsBuilder:
         return sets_matrix(columns, np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64))
 
 
+def stacked_sets(parts: list[tuple[np.ndarray, np.ndarray]]) -> scipy.sparse.csr_matrix:
+    """The rows of every part in turn as one set matrix (sets_matrix), in one concatenation
+    (scipy's vstack of matrices made first would copy their columns twice). parts: (counts
+    int64 (k,), columns int64 (sum counts,)) each, as csr_parts and the index's stored sets
+    give them; host."""
+    if not parts:
+        return sets_matrix(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    counts, columns = zip(*parts)
+    return sets_matrix(np.concatenate(columns), np.concatenate(counts))
+
+
+def csr_parts(sets: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """(counts int64, columns int64) of a set matrix, for stacked_sets."""
+    return np.diff(sets.indptr).astype(np.int64), sets.indices.astype(np.int64, copy=False)
+
+
 def rows_of(sets: scipy.sparse.csr_matrix, rows: np.ndarray) -> scipy.sparse.csr_matrix:
     """Rows ``rows`` (int64 (k,)) of a set matrix, as one (canonical binary CSR, host)."""
     picked = sets[rows]
@@ -252,6 +267,17 @@ def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: i
     return jaccard_of(inter, sizes[first], sizes[second])
 
 
+def rows_jaccard_at_least(sets_of: Callable[[np.ndarray], scipy.sparse.csr_matrix], first, second,
+                          threshold: float, threads: int = 1) -> np.ndarray:
+    """pair_jaccard_at_least of the row pairs (first[i], second[i]) (int64 (p,), host) of a
+    store: sets_of(docs) gives the set matrix of its rows ``docs`` (int64, ascending, distinct),
+    asked once for every row of the pairs. Returns float64 (p,), host."""
+    first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
+    docs = np.unique(np.concatenate([first, second]))
+    return pair_jaccard_at_least(sets_of(docs), np.searchsorted(docs, first), np.searchsorted(docs, second),
+                                 threshold, threads)
+
+
 def needed_intersections(size_a: np.ndarray, size_b: np.ndarray, threshold: float) -> np.ndarray:
     """int64 (p,): for sets of sizes size_a, size_b (int64 (p,), host), the least i with
     jaccard_of(i, size_a, size_b) >= threshold; min(size_a, size_b) + 1 where no i up to the
@@ -301,24 +327,21 @@ def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshol
     kernels = merge_kernels()
     indptr, indices = csr_arrays(sets)
     sizes = indptr[1:] - indptr[:-1]
-    # No pool for a handful of pairs (an index query): starting threads would cost more.
+    # No threads for a handful of pairs (an index query): starting them would cost more.
     threads = threads if kernels is not None and first.shape[0] >= 1024 else 1
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads)) if threads > 1 else None
-        for start in range(0, first.shape[0], chunk_pairs):
-            stop = min(start + chunk_pairs, first.shape[0])
-            jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, sizes, first[start:stop],
-                                                         second[start:stop], threshold, kernels, pool, threads)
+    for start in range(0, first.shape[0], chunk_pairs):
+        stop = min(start + chunk_pairs, first.shape[0])
+        jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, sizes, first[start:stop],
+                                                     second[start:stop], threshold, kernels, threads)
     return jaccard
 
 
 def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, indices: np.ndarray,
                            sizes: np.ndarray, first: np.ndarray, second: np.ndarray, threshold: float,
-                           kernels: Optional[ModuleType], pool: Optional[ThreadPoolExecutor],
-                           threads: int) -> np.ndarray:
+                           kernels: Optional[ModuleType], threads: int) -> np.ndarray:
     """pair_jaccard_at_least of one chunk of pairs (float64 (c,)); sizes: int64 (rows,) of
-    ``sets``. The kernel's merges run on the ``threads`` threads of ``pool`` (None: this one),
-    or scipy's product counts (kernels None)."""
+    ``sets``. The kernel's merges run on ``threads`` threads, or scipy's product counts
+    (kernels None)."""
     size_a, size_b = sizes[first], sizes[second]
     needed = needed_intersections(size_a, size_b, threshold)
     if kernels is None:
@@ -335,13 +358,12 @@ def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, in
             a, b = span
             kernels.intersections_at_least(indptr, indices, first[a:b], second[a:b], needed[a:b], inter[a:b])
 
-        if pool is None:
-            merge((0, first.shape[0]))
-        else:
-            # A merge costs at most the smaller set's size (then a bound stops it): four spans
-            # of about equal cost per thread even out pairs that stop early.
-            cost = np.minimum(size_a, size_b)
-            list(pool.map(merge, weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1))))
+        # A merge costs at most the smaller set's size (then a bound stops it): four spans of
+        # about equal cost per thread even out pairs that stop early.
+        cost = np.minimum(size_a, size_b)
+        spans = weighted_ranges(cost, max(int(cost.sum()) // (4 * threads), 1)) if threads > 1 else [(0, len(first))]
+        for _ in map_parallel(merge, spans, threads):
+            pass
     jaccard = jaccard_of(inter, size_a, size_b)
     # A count below needed (any route; the kernel's RULED_OUT) is exactly a Jaccard below t.
     return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)

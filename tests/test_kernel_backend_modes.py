@@ -201,7 +201,8 @@ def test_batch_scopes_hand_off_before_their_arrays_are_used_elsewhere(records):
     scope ends: before the main thread uses its arrays."""
     from cupy_like import get_current_stream, recording
 
-    from gpudedup.engine.signatures import map_parallel, text_batches
+    from gpudedup.engine.signatures import text_batches
+    from gpudedup.threads import map_parallel
     from gpudedup.hashing import draw_permutations
     from gpudedup.lsh import Banding
 

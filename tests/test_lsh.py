@@ -14,7 +14,7 @@ import pytest
 from gpudedup.cluster import find_clusters
 from gpudedup.errors import ParameterError
 from gpudedup.hashing import draw_permutations
-from gpudedup.engine.signatures import map_parallel
+from gpudedup.threads import map_parallel
 from gpudedup.lsh import (
     Banding,
     band_keys,

@@ -56,7 +56,7 @@ from ..ragged import offsets_from_counts, weighted_ranges
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import pair_jaccard_at_least, sets_matrix
+from ..verify import rows_jaccard_at_least, sets_matrix
 from ..version import __version__
 from .job import Executor
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
@@ -329,9 +329,8 @@ def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np
     """Task: exact Jaccard (float64 (p,)) of the row pairs (first[i], second[i]) whose
     documents' sets were spilled under ``name``, where it reaches ``threshold``; else
     BELOW_THRESHOLD (verify.pair_jaccard_at_least, on ``threads`` threads)."""
-    docs = np.unique(np.concatenate([first, second]))
-    return pair_jaccard_at_least(spilled_sets(work_root, name, shard_rows, docs), np.searchsorted(docs, first),
-                                 np.searchsorted(docs, second), threshold, threads)
+    return rows_jaccard_at_least(lambda docs: spilled_sets(work_root, name, shard_rows, docs), first, second,
+                                 threshold, threads)
 
 
 def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,

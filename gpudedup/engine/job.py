@@ -33,7 +33,8 @@ from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..verify import plausible
 from ..version import __version__
-from .signatures import batch_bytes, map_parallel
+from ..threads import map_parallel
+from .signatures import batch_bytes
 
 
 @dataclass

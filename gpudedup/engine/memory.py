@@ -22,9 +22,10 @@ from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_of
+from ..verify import SetsBuilder, document_sets, rows_jaccard_at_least, rows_of
 from .job import Executor, Outcome, run_job
-from .signatures import batch_bytes, batches_in_flight_bytes, map_parallel, signature_pass, signature_pass_need
+from ..threads import map_parallel
+from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
 
 
 def dedup_corpus(corpus: Corpus, params: DedupParams, backend: Backend, progress: Optional[Progress] = None,
@@ -65,10 +66,9 @@ class MemoryStore:
         # Text that cuDF read is on the device already; otherwise batches are cut from the host.
         corpus = self.corpus
         texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
-        everyone = np.arange(self.documents, dtype=np.int64)
         self.budget.check("the signature pass",
                           lambda: signature_pass_need(self.documents, banding, self.params, backend)
-                          + (9 * self.shingles_at_most(everyone) if self.keep_sets else 0),
+                          + (9 * self.shingles_at_most(np.arange(self.documents)) if self.keep_sets else 0),
                           "lower --batch-bytes, or deduplicate the input in parts")
         sets = SetsBuilder(self.lengths) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
@@ -119,11 +119,11 @@ class MemoryStore:
             self.budget.check("exact verification", lambda: self.verification_need(first, second),
                               "raise --threshold or lower --bucket-window (fewer candidate pairs), "
                               "or lower --batch-bytes")
-        docs = np.unique(np.concatenate([first, second]))
-        progress.start("Verifying pairs (exact)", docs.shape[0])
-        sets = self.document_sets(docs, progress)
-        return pair_jaccard_at_least(sets, np.searchsorted(docs, first), np.searchsorted(docs, second), threshold,
-                                     HOST_THREADS)
+        def sets_of(docs: np.ndarray) -> scipy.sparse.csr_matrix:
+            progress.start("Verifying pairs (exact)", docs.shape[0])
+            return self.document_sets(docs, progress)
+
+        return rows_jaccard_at_least(sets_of, first, second, threshold, HOST_THREADS)
 
     @property
     def ids(self) -> pa.Array:

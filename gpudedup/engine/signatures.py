@@ -4,9 +4,7 @@ memory it needs, for --max-memory."""
 
 from __future__ import annotations
 
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -18,11 +16,8 @@ from ..params import DedupParams
 from ..ragged import weighted_ranges
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
+from ..threads import map_parallel
 from ..verify import SetsBuilder, set_columns
-
-Item = TypeVar("Item")
-Result = TypeVar("Result")
-
 
 def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int, unit_bytes: int = 1) -> Iterator[tuple[int, int]]:
     """(start, stop) row ranges of consecutive batches holding at most max_rows rows and, unless
@@ -55,6 +50,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     """
     data, offsets = texts
     progress.start("Shingling + MinHash", offsets.shape[0] - 1)
+    shingle = backend.shingle_hashes if sets is None else backend.shingle_sets
 
     def one_batch(rows: tuple[int, int]):
         start, stop = rows
@@ -63,7 +59,6 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
             # device time lands in band_keys, whose to_host waits for everything before it.
             with log.timed("shingle"):
                 first, last = offsets[start], offsets[stop]
-                shingle = backend.shingle_hashes if sets is None else backend.shingle_sets
                 shingles = shingle(data[first:last], offsets[start : stop + 1] - first, spec)
                 kept = None if sets is None else set_columns(shingles)
             with log.timed("signatures"):
@@ -127,24 +122,3 @@ def batches_in_flight_bytes(backend: Backend, bytes_per_batch: int) -> int:
 def batch_bytes(params: DedupParams, backend: Backend) -> int:
     """Text bytes per batch: the parameter, or the backend's default."""
     return params.batch_bytes or backend.default_batch_bytes
-
-
-def map_parallel(function: Callable[[Item], Result], items: list[Item], workers: int) -> Iterator[Result]:
-    """``map(function, items)`` in order, lazily, on ``workers`` threads when there are more.
-
-    The numpy stages spend their time in numpy calls that release the GIL, so threads use
-    all cores without copying batches between processes.
-    """
-    if workers <= 1 or len(items) <= 1:
-        yield from map(function, items)
-        return
-    # At most ``workers`` batches are in flight, so that results (and their memory) do not
-    # pile up when the consumer is slower than the workers.
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: deque = deque()
-        for item in items:
-            if len(pending) == workers:
-                yield pending.popleft().result()
-            pending.append(pool.submit(function, item))
-        while pending:
-            yield pending.popleft().result()

@@ -22,7 +22,6 @@ from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
-import scipy.sparse
 import pyarrow.compute as pc
 
 from ..backends import Backend, get_backend
@@ -35,7 +34,7 @@ from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
-from ..verify import pair_jaccard_at_least
+from ..verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
 from ..ragged import offsets_from_counts
@@ -286,9 +285,7 @@ class Index:
         if query.size == 0:
             return found
         codes, inverse = np.unique(np.stack([segment, row], axis=1), axis=0, return_inverse=True)
-        indexed_sets = reader.sets(codes[:, 0], codes[:, 1])
-        sets = scipy.sparse.vstack([set_rows(shingles), indexed_sets], format="csr")
-        sets.has_sorted_indices = True
+        sets = stacked_sets([csr_parts(set_rows(shingles))] + reader.set_parts(codes[:, 0], codes[:, 1]))
         jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse.reshape(-1), params.threshold)
         hit = jaccard >= params.threshold
         ids = reader.gather(codes[:, 0], codes[:, 1]).ids.to_pylist()

@@ -25,7 +25,7 @@ import scipy.sparse
 
 from ..ragged import ragged_arange
 from ..shingling import ShingleSpec
-from ..verify import sets_matrix
+from ..verify import stacked_sets
 from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
 
@@ -310,18 +310,12 @@ class IndexReader:
     def sets(self, segment: np.ndarray, row: np.ndarray) -> scipy.sparse.csr_matrix:
         """The shingle sets of (segment, row) pairs in index order, as verify.document_sets
         makes them (binary CSR, sorted distinct columns per row)."""
-        counts, columns = self.set_parts(segment, row)
-        return sets_matrix(np.concatenate(columns), np.concatenate(counts))
+        return stacked_sets(self.set_parts(segment, row))
 
-    def set_parts(self, segment: np.ndarray, row: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The sets of ``sets`` before they are joined: per segment, (counts int64, columns
-        int64) of its rows, in index order."""
-        counts, columns = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-        for position, mine in self._by_segment(segment):
-            part_counts, part_columns = self.segments[position].sets(row[mine], self.spec)
-            counts.append(part_counts)
-            columns.append(part_columns)
-        return counts, columns
+    def set_parts(self, segment: np.ndarray, row: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The sets of ``sets`` before they are joined (verify.stacked_sets): per segment,
+        (counts int64, columns int64) of its rows, in index order."""
+        return [self.segments[position].sets(row[mine], self.spec) for position, mine in self._by_segment(segment)]
 
     def first_indexed(self, ids: pa.Array) -> Optional[object]:
         """The first of ``ids`` that a live indexed document has, or None: a binary search of

@@ -26,7 +26,7 @@ from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import pair_jaccard_at_least, sets_matrix
+from ..verify import csr_parts, rows_jaccard_at_least, stacked_sets
 from .reader import IndexReader, Matched
 
 
@@ -106,10 +106,8 @@ class IndexStore:
         among them, then ``new_sets``, those of the new rows (binary CSR, in order)."""
         assert self.matched is not None
         old = docs[docs < self.pinned]
-        counts, columns = self.reader.set_parts(self.matched.segment[old], self.matched.row[old])
-        # One concatenation of every part (scipy's vstack would copy the stored sets twice).
-        return sets_matrix(np.concatenate(columns + [new_sets.indices.astype(np.int64, copy=False)]),
-                           np.concatenate(counts + [np.diff(new_sets.indptr).astype(np.int64)]))
+        return stacked_sets(self.reader.set_parts(self.matched.segment[old], self.matched.row[old])
+                            + [csr_parts(new_sets)])
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:
@@ -121,10 +119,9 @@ class IndexStore:
         jaccard[new] = self.inner.exact_jaccard(name, first[new] - k, second[new] - k, threshold, executor, progress)
         if (~new).any():
             a, b = first[~new], second[~new]
-            docs = np.unique(np.concatenate([a, b]))
-            sets = self.document_sets(docs, Progress(), executor, f"{name}-index")
-            jaccard[~new] = pair_jaccard_at_least(sets, np.searchsorted(docs, a), np.searchsorted(docs, b), threshold,
-                                                  HOST_THREADS)
+            jaccard[~new] = rows_jaccard_at_least(
+                lambda docs: self.document_sets(docs, Progress(), executor, f"{name}-index"), a, b, threshold,
+                HOST_THREADS)
         return jaccard
 
     def input_summary(self, empty_documents: int) -> InputSummary:
