@@ -284,12 +284,13 @@ class Index:
         found: list[list[tuple[Any, float]]] = [[] for _ in queries]
         if query.size == 0:
             return found
-        codes, inverse = np.unique(np.stack([segment, row], axis=1), axis=0, return_inverse=True)
-        sets = stacked_sets([csr_parts(set_rows(shingles))] + reader.set_parts(codes[:, 0], codes[:, 1]))
-        jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse.reshape(-1), params.threshold)
+        codes, inverse = np.unique(reader.document_codes(segment, row), return_inverse=True)
+        matched_segment, matched_row = reader.documents_of(codes)
+        sets = stacked_sets([csr_parts(set_rows(shingles))] + reader.set_parts(matched_segment, matched_row))
+        jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse, params.threshold)
         hit = jaccard >= params.threshold
-        ids = reader.gather(codes[:, 0], codes[:, 1]).ids.to_pylist()
-        for q, code, value in zip(query[hit], inverse.reshape(-1)[hit], jaccard[hit]):
+        ids = reader.gather(matched_segment, matched_row).ids.to_pylist()
+        for q, code, value in zip(query[hit], inverse[hit], jaccard[hit]):
             found[int(q)].append((ids[int(code)], float(value)))
         return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]
 

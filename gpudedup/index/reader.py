@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse
 
+from ..lsh import sorted_unique
 from ..ragged import ragged_arange
 from ..shingling import ShingleSpec
 from ..verify import stacked_sets
@@ -235,8 +236,20 @@ class IndexReader:
         than ``window`` documents.)
         """
         _, segment, row = self.probe_pairs(keys, window)
-        pairs = np.unique(np.stack([segment, row], axis=1), axis=0) if segment.size else np.zeros((0, 2), np.int64)
-        return pairs[:, 0].copy(), pairs[:, 1].copy()
+        return self.documents_of(sorted_unique(self.document_codes(segment, row)))
+
+    def document_codes(self, segment: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """One int64 per indexed document (segment position, row; int64 (m,) each), ascending
+        in index order: distinct documents by a 1-D sort, several times faster than numpy's
+        unique over the rows of a 2-D array. documents_of inverts it."""
+        return segment * self._code_span() + row
+
+    def documents_of(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(segment int64, row int64) of document_codes' ``codes``."""
+        return np.divmod(codes, self._code_span())
+
+    def _code_span(self) -> int:
+        return max([segment.entry.documents for segment in self.segments] + [1])
 
     def probe_pairs(self, keys, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which new document matched which indexed one (see probe): (new int64, segment int64,
@@ -279,8 +292,8 @@ class IndexReader:
         for position, segment in enumerate(self.segments):
             if not new[position]:
                 continue
-            codes = np.unique(np.concatenate(new[position]) * segment.entry.documents
-                              + np.concatenate(local[position]))
+            codes = sorted_unique(np.concatenate(new[position]) * segment.entry.documents
+                                  + np.concatenate(local[position]))
             query, row = np.divmod(codes, max(segment.entry.documents, 1))
             found.append((query, np.full(row.shape[0], position, np.int64), row))
         if not found:
