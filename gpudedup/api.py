@@ -138,7 +138,7 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
     corpus's (a run against a persistent index: its ids, and how many rows lead)."""
     ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
     return DedupResult.of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
-                          corpus.skipped_records, on_error, indexed_rows=indexed_rows)
+                          corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files)
 
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,

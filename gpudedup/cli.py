@@ -142,7 +142,11 @@ def dedup_command(
     bucket_window: Annotated[int, typer.Option(
         help="In an LSH bucket, pair each document with at most this many following ones (bounds huge "
              "buckets).")] = DEFAULT_BUCKET_WINDOW,
-    format: Annotated[OutputFormat, typer.Option("--format", help="Format of deduplicated.*.")] = OutputFormat.parquet,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Format of the kept rows' files.")] = \
+        OutputFormat.parquet,
+    single_file: Annotated[bool, typer.Option(
+        "--single-file", help="Write the kept rows into one file, deduplicated.<format>, and pairs and clusters "
+                              "as one file each, instead of one output file per input file.")] = False,
     backend: Annotated[BackendChoice, typer.Option(
         help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).")] = BackendChoice.auto,
     batch_bytes: Annotated[Optional[int], typer.Option(
@@ -175,14 +179,19 @@ def dedup_command(
 ):
     """Deduplicate documents and write the results into OUTPUT.
 
-    Writes deduplicated.parquet (or .jsonl), clusters.parquet, pairs.parquet and report.json.
+    Writes deduplicated/ (the kept rows, one file per input file, named as the input files),
+    pairs/ and clusters/ (Parquet datasets) and report.json; --single-file writes
+    deduplicated.parquet (or .jsonl), pairs.parquet and clusters.parquet instead.
     Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
     """
     from .api import dedup as run_api_dedup
+    from .io.layout import check_output_names
     from .io.writer import check_apart_from_inputs, check_output_dir
 
     with user_errors() as guard:
         check_output_dir(output, overwrite, inputs)
+        if not single_file:  # two inputs with one output name: refused before any work
+            check_output_names(inputs, format.value, on_error.value)
         if work_dir is not None:  # replacing the output must never delete the work directory
             check_apart_from_inputs(output, [work_dir], "the output directory", "--output",
                                     "the work directory", inside_allowed=True)
@@ -203,7 +212,7 @@ def dedup_command(
                                  backend=backend.value, progress=not quiet, on_error=on_error.value,
                                  batch_bytes=batch_bytes, max_memory=max_memory, work_dir=work_dir, resume=resume,
                                  scheduler=scheduler, workers=workers)
-            result.write(output, format=format.value, overwrite=overwrite)
+            result.write(output, format=format.value, overwrite=overwrite, single_file=single_file)
             guard.written = output
             if not quiet:
                 print_summary(result.report, output, time.perf_counter() - started)
@@ -219,7 +228,7 @@ def dedup_command(
             batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
             work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
         )
-        result.write(output, format=format.value, overwrite=overwrite)
+        result.write(output, format=format.value, overwrite=overwrite, single_file=single_file)
         guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)

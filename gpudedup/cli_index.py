@@ -84,7 +84,8 @@ def add_command(
     id_field: Annotated[Optional[str], typer.Option(help="Field holding unique ids (unique across the index).",
                                                     show_default=False)] = None,
     token_field: Annotated[str, typer.Option(help="Field holding token ids (token indexes).")] = "input_ids",
-    format: Annotated[OutputFormat, typer.Option("--format", help="Format of deduplicated.*.")] = OutputFormat.parquet,
+    format: Annotated[OutputFormat, typer.Option("--format", help="As in dedup.")] = OutputFormat.parquet,
+    single_file: Annotated[bool, typer.Option("--single-file", help="As in dedup.")] = False,
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
     on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
@@ -101,14 +102,18 @@ def add_command(
     [bold]dedup[/] does, then commit the kept new documents to the index.
     Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
     from .index import Index
+    from .io.layout import check_output_names
     from .io.writer import check_output_dir
 
     with user_errors() as guard:
         check_output_dir(output, overwrite, inputs)
+        if not single_file:
+            check_output_names(inputs, format.value, on_error.value)
         started = time.perf_counter()
         result = Index(index).add(list(inputs), tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
                                   on_error=on_error.value, output=output, format=format.value, overwrite=overwrite,
+                                  single_file=single_file,
                                   work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
                                   batch_bytes=batch_bytes, max_memory=max_memory)
         guard.written = output

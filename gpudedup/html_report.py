@@ -266,7 +266,7 @@ def _summary(report: dict) -> str:
         ("Documents", f"{documents:,}", f"{_bytes(i.get('text_bytes', 0))} of text"),
         ("Clusters", f"{r['clusters']:,}", f"{r['documents_in_clusters']:,} documents in them"),
         ("Removed", f"{r['removed_documents']:,}", f"{_percent(_ratio(r['removed_documents'], documents))} of the documents"),
-        ("Kept", f"{r['kept_documents']:,}", "written to deduplicated.*"),
+        ("Kept", f"{r['kept_documents']:,}", "written to deduplicated"),
         ("Verified pairs", f"{r['verified_pairs']:,}",
          f"Jaccard ≥ {_num(p['threshold'])} of {r['candidate_pairs']:,} candidates"),
     ]
@@ -413,8 +413,12 @@ def _run_seconds(report: dict) -> float:
 
 def _footer(report: dict, figures: Mapping[str, bytes]) -> str:
     out = report.get("output")
-    files = ["deduplicated.parquet" if not out or out.get("format") == "parquet" else "deduplicated.jsonl",
-             "clusters.parquet", "pairs.parquet", "report.json", "report.html"]
+    format = out.get("format", "parquet") if out else "parquet"
+    if out and out.get("layout") == "files":
+        files = ["deduplicated/", "clusters/", "pairs/"]
+    else:
+        files = [f"deduplicated.{format}", "clusters.parquet", "pairs.parquet"]
+    files += ["report.json", "report.html"]
     files += [FIGURE_FILES[name] for name in figures]
     where = f" in <code>{_e(out['directory'])}</code>" if out and out.get("directory") else ""
     return (f"<footer>Backend: {_e(report.get('backend', ''))}.<br>"

@@ -172,12 +172,18 @@ class Report(Mapping):
         return replace(self, index={"path": path, "generation": generation,
                                     "indexed_documents_checked": indexed_documents_checked, "added": added})
 
-    def with_write(self, write_stage: dict, directory: str, format: str) -> "Report":
+    def with_write(self, write_stage: dict, directory: str, format: str,
+                   kept_files: Optional[list[str]] = None) -> "Report":
         """This report once its results are written: the write stage's figures (seconds,
-        peak_rss_mb) and the output directory and format."""
+        peak_rss_mb), the output directory and format, and the layout: "files" with the kept
+        rows' files (kept_files: paths under the directory, one per input file, in input
+        order), or "single" (kept_files None: one file; io/layout.py)."""
+        output: dict[str, Any] = {"directory": directory, "format": format,
+                                  "layout": "single" if kept_files is None else "files"}
+        if kept_files is not None:
+            output["kept_files"] = kept_files
         return replace(self, stages={**self.stages, "write": write_stage},
-                       peak_rss_mb=max(self.peak_rss_mb, write_stage["peak_rss_mb"]),
-                       output={"directory": directory, "format": format})
+                       peak_rss_mb=max(self.peak_rss_mb, write_stage["peak_rss_mb"]), output=output)
 
     @cached_property
     def _json(self) -> dict:

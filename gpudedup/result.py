@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from .copies import implied_pairs
 from .engine.job import Outcome
 from .errors import OutputError, ParameterError
+from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl,
                         write_parquet)
 from .report import Report
@@ -58,22 +59,26 @@ class DedupResult:
     # A run against a persistent index: the outcome's rows 0 .. indexed_rows-1 are indexed
     # documents (in ids, pairs and clusters, not in table or keep); the input's rows follow.
     indexed_rows: int = 0
+    # An in-memory run over files: the files the rows of ``table`` came from, in order
+    # (io.source.SourceFile), which ``write`` writes the kept rows back into (io/layout.py).
+    sources: list = field(default_factory=list, repr=False)
 
     @classmethod
     def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
            text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
-           indexed_rows: int = 0) -> "DedupResult":
+           indexed_rows: int = 0, sources: Optional[list] = None) -> "DedupResult":
         """The result of a run: ``ids`` (the id of every row, in row order) attached to the
         outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
         in-memory data), which the report names with the fields read (Report.with_reading);
         indexed_rows: the leading rows that are a persistent index's documents, not the input's
-        (``keep`` is the input's rows only)."""
+        (``keep`` is the input's rows only); sources: the files of an in-memory run over files
+        (DedupResult.sources)."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
                    clusters=clusters_table(ids, outcome), keep=outcome.keep[indexed_rows:], report=report, table=table,
                    inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
-                   indexed_rows=indexed_rows)
+                   indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None])
 
     @cached_property
     def deduplicated(self):
@@ -100,10 +105,29 @@ class DedupResult:
         a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.ids))  # indexed rows too
         return pairs_table(self.ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
 
-    def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False) -> Path:
-        """Write deduplicated.{parquet,jsonl}, clusters.parquet, pairs.parquet and report.json
-        into ``output_dir``, atomically (see docs/output-formats.md)."""
-        return write_outputs(output_dir, self, format, overwrite)
+    def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False,
+              single_file: bool = False) -> Path:
+        """Write the kept rows, clusters, pairs and report.json into ``output_dir``, atomically:
+        for a run over files, deduplicated/ with one file per input file and pairs/ and
+        clusters/ as Parquet datasets; for in-memory data or with ``single_file``,
+        deduplicated.{parquet,jsonl}, clusters.parquet and pairs.parquet (io/layout.py,
+        docs/output-formats.md)."""
+        return write_outputs(output_dir, self, format, overwrite, single_file)
+
+    @property
+    def input_files(self) -> list[Path]:
+        """The files the kept rows are written back into, one output file each (absolute;
+        empty for in-memory data)."""
+        if hasattr(self.table, "file_paths"):  # a staged run's shards (disk.ShardedTable)
+            return self.table.file_paths()
+        return [Path(source.location) for source in self.sources]
+
+    def kept_by_file(self) -> Iterator[tuple[pa.Table, np.ndarray]]:
+        """For each of input_files: its rows with its own columns and types, and which of
+        them are kept (bool (rows,))."""
+        if hasattr(self.table, "rows_by_file"):
+            return self.table.rows_by_file(self.keep)
+        return rows_by_file(self.table, self.sources, self.keep)
 
 
 # errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
@@ -142,45 +166,62 @@ def clusters_table(ids: pa.Array, outcome: Outcome) -> pa.Table:
                      "keep": pa.array(c.keep, pa.bool_()), "kept_id": ids.take(pa.array(kept_id))})
 
 
-def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool) -> Path:
+def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool, single_file: bool = False) -> Path:
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+    files = [] if single_file else result.input_files
+    # Before anything is written: two inputs that would share an output name are refused.
+    names = output_names(files, result.inputs, format) if files else None
     log = StageLog()
     try:
         with log.stage("write"):
-            return _write_files(output_dir, result, format, overwrite, log)
+            return _write_files(output_dir, result, format, overwrite, log, names)
     except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
         raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
                           "nothing was written") from None
 
 
-def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog) -> Path:
+def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog,
+                 names: Optional[list[str]]) -> Path:
+    """names: the sharded layout's output names (output_names), or None for one file each."""
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
     if result.report.work_dir:
         check_apart_from_inputs(Path(output_dir), [result.report.work_dir], "the output directory", "--output",
                                 "the work directory", inside_allowed=True)
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
-        if hasattr(result.table, "write_kept"):  # a staged run's shards (streaming.ShardedTable)
+        if names is not None:
+            write_kept_files(staging / KEPT_DIR, names, result.kept_by_file(), format)
+        elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
             result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)
         elif format == "parquet":
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
-        write_parquet(result.clusters, staging / "clusters.parquet")
+        write_parquet(result.clusters, table_path(staging, CLUSTERS_DIR, names is not None))
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
-        write_parquet(result.pairs, staging / "pairs.parquet")
+        write_parquet(result.pairs, table_path(staging, PAIRS_DIR, names is not None))
         # The report's figures (the slow part of report.html; none without matplotlib) are drawn
         # within the write's time; the page itself needs the finished report, so it comes after.
         from .html_report import report_figures, write_report
 
         figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
-        result.report = result.report.with_write(log.snapshot("write"), str(Path(output_dir)), format)
+        result.report = result.report.with_write(log.snapshot("write"), str(Path(output_dir)), format,
+                                                 None if names is None else [f"{KEPT_DIR}/{n}" for n in names])
         write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
         # report.json last: a directory with a report is a finished one (and the rename makes
         # the whole directory appear at once anyway).
         write_json(result.report.as_dict(), staging / "report.json")
     return Path(output_dir)
+
+
+def table_path(staging: Path, name: str, dataset: bool) -> Path:
+    """Where pairs or clusters go: ``name``/part-00000.parquet as a Parquet dataset (the
+    sharded layout), or ``name``.parquet."""
+    if not dataset:
+        return staging / f"{name}.parquet"
+    (staging / name).mkdir()
+    return staging / name / part_name(0)

@@ -150,15 +150,12 @@ def pytest_collection_modifyitems(config, items):
 # --- outputs -----------------------------------------------------------------------------------
 
 
-def _output_names() -> list[str]:
-    """The files a dedup run writes (matplotlib is a dependency: the figures are always there)."""
-    return sorted(["candidates_histogram.png", "clusters.parquet", "deduplicated.parquet", "pairs.parquet",
-                   "report.html", "report.json", "s_curve.png"])
-
-
 @pytest.fixture
 def output_names():
-    return _output_names()
+    """What a dedup run over files writes at the top of its output directory."""
+    from output_support import FILES_LAYOUT
+
+    return FILES_LAYOUT
 
 
 # --- conservation, checked from outside on every run --------------------------------------------

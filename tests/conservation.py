@@ -4,7 +4,7 @@ The check never asks gpudedup how many records it read. It reads the inputs itse
 JSONL and .jsonl.gz lines, pyarrow.parquet for Parquet, plain bytes for .txt, the list or table
 itself for in-memory data) and then requires, per record:
 
-- every input record is exactly one of: a kept row of ``deduplicated.*`` (in input order, with
+- every input record is exactly one of: a kept row of ``deduplicated*`` (in input order, with
   its own text and id), a removed document (a clusters.parquet row with keep=False whose
   kept_id is kept and in the same cluster), or a skipped record of errors.jsonl (its file and
   line; a whole file when line is null). Empty documents are kept rows, counted apart;
@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import oracles
+from output_support import kept_files, read_clusters
 from gpudedup.report import IN_MEMORY_FORMATS
 
 # Unicode's White_Space property (the oracles' list), which DESIGN.md's normalisation collapses
@@ -460,6 +461,8 @@ def table_columns(table: pa.Table, text_field: str, id_field: Optional[str]) -> 
     texts read as nulls, which compare_kept finds wrong unless the input's texts were null too."""
     columns = table.column_names
     texts = table[text_field].to_pylist() if text_field in columns else [None] * table.num_rows
+    # Kept rows keep their file's types: a binary text column comes back as bytes.
+    texts = [text.decode("utf-8") if isinstance(text, bytes) else text for text in texts]
     return texts, table[id_field].to_pylist() if id_field in columns else None
 
 
@@ -483,10 +486,14 @@ def check_output_dir(out: Path, data: Any = None) -> None:
                    if line.strip()]
     try:
         reading = Reading.of(report)
-        deduplicated = out / f"deduplicated.{report.get('output', {}).get('format', 'parquet')}"
-        texts, kept_ids = kept_rows(deduplicated, reading.text_field, reading.id_field)
+        texts, kept_ids = [], None
+        for path in kept_files(out):  # one per input file, in input order (or the one file)
+            file_texts, file_ids = kept_rows(path, reading.text_field, reading.id_field)
+            texts += file_texts
+            if file_ids is not None:
+                kept_ids = (kept_ids or []) + file_ids
         records = input_records(reading, data, str(out))
-        clusters = pq.read_table(out / "clusters.parquet").to_pydict()
+        clusters = read_clusters(out).to_pydict()
         check(records, RunOutcome(texts, kept_ids, clusters, skipped, report, reading))
     except ConservationError as error:
         raise ConservationError(f"{out}: {error}") from None

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 import gpudedup
 from gpudedup import DedupResult, InputError, ParameterError
 from gpudedup.cli import app
+from output_support import kept_lines, result_tables
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -327,8 +328,9 @@ def test_write_matches_cli(corpus_dir, output_names):
     names = sorted(p.name for p in (base / "cli-out").iterdir())
     assert names == output_names
     assert sorted(p.name for p in (base / "api-out").iterdir()) == names
-    for name in ["clusters.parquet", "deduplicated.parquet", "pairs.parquet"]:
-        assert pq.read_table(base / "api-out" / name).equals(pq.read_table(base / "cli-out" / name)), name
+    cli_tables = result_tables(base / "cli-out")
+    for name, table in result_tables(base / "api-out").items():
+        assert table.equals(cli_tables[name]), name
     api_report = json.loads((base / "api-out" / "report.json").read_text())
     cli_report = json.loads((base / "cli-out" / "report.json").read_text())
     assert set(api_report) == set(cli_report)
@@ -343,7 +345,7 @@ def test_write_jsonl_and_overwrite(tmp_path):
     result = gpudedup.dedup(texts)
     out = tmp_path / "out"
     result.write(out, format="jsonl")
-    rows = [json.loads(line) for line in (out / "deduplicated.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in kept_lines(out)]
     assert rows == [{"text": t} for t, k in zip(texts, EXPECTED_KEEP) if k]
     with pytest.raises(gpudedup.OutputError, match="not empty"):
         result.write(out)

@@ -30,6 +30,7 @@ from gpudedup.errors import InputError
 from gpudedup.io.read import read_corpus
 
 from cli_support import DROP_DAC, root_can_drop_dac
+from output_support import kept_files, read_kept
 
 runner = CliRunner()
 
@@ -81,7 +82,7 @@ def run_ok(*args) -> dict:
 
 
 def kept(column: str = "text") -> list:
-    return pq.read_table("out/deduplicated.parquet")[column].to_pylist()
+    return read_kept(Path("out"))[column].to_pylist()
 
 
 @pytest.fixture
@@ -132,7 +133,10 @@ def test_parquet_binary_and_dictionary_text_columns_are_read_as_strings(in_tmp):
     report = run_ok("binary.parquet", "categorical.parquet")
     assert report["input"]["documents"] == 4
     assert report["results"]["removed_documents"] == 1  # the second copy of a
-    assert kept() == [a, paragraph(2), paragraph(3)]
+    # Each file's kept rows keep its own column type.
+    binary, categorical = (pq.read_table(path)["text"] for path in kept_files(Path("out")))
+    assert binary.type == pa.binary() and binary.to_pylist() == [a.encode(), paragraph(2).encode()]
+    assert pa.types.is_dictionary(categorical.type) and categorical.to_pylist() == [paragraph(3)]
 
 
 def test_parquet_without_rows_and_empty_parquet_file(in_tmp):
@@ -264,7 +268,7 @@ def test_enormous_single_document(in_tmp):
     assert report["input"]["documents"] == 3
     assert report["input"]["text_bytes"] == len(huge) + len(small[0]) + len(small[1])
     assert report["results"]["removed_documents"] == 0
-    assert pq.read_table("out/deduplicated.parquet")["text"][1].as_py().encode() == huge
+    assert read_kept(Path("out"))["text"][1].as_py().encode() == huge
 
 
 def test_many_tiny_documents(in_tmp):

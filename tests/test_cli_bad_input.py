@@ -13,6 +13,7 @@ import pytest
 from cli_support import (assert_unreadable_reported, assert_user_error, error_line, happy_records, invoke,
                          leftovers, paragraph, tree_snapshot, variant, without_read_permission, write_jsonl,
                          write_unreadable)
+from output_support import kept_lines, read_kept, read_pairs
 
 
 # --- bad input: exit 2, file and line, nothing written ------------------------------------------
@@ -86,7 +87,7 @@ def test_column_with_mixed_types_is_accepted_or_explained(in_tmp):
     result = invoke("dedup", "mixed.jsonl", "-o", "out", "-q")
     assert "Traceback" not in result.output
     if result.exit_code == 0:
-        rows = pq.read_table(in_tmp / "out" / "deduplicated.parquet").to_pylist()
+        rows = read_kept(in_tmp / "out").to_pylist()
         assert [r["text"] for r in rows] == [r["text"] for r in records if r is not records[2]]
     else:
         # the second line is where "meta" changes type (pyarrow's own message says "row 1",
@@ -103,7 +104,7 @@ def test_all_texts_null_is_allowed(in_tmp):
     assert report["input"]["documents"] == 3
     assert report["input"]["null_texts"] == 3
     assert report["results"]["removed_documents"] == 0
-    assert pq.read_table(in_tmp / "out" / "deduplicated.parquet")["n"].to_pylist() == [1, 2, 3]
+    assert read_kept(in_tmp / "out")["n"].to_pylist() == [1, 2, 3]
 
 
 def test_empty_input_file(in_tmp):
@@ -128,9 +129,9 @@ def test_date_like_strings_stay_strings(in_tmp):
     write_jsonl(in_tmp / "dates.jsonl", records)
     result = invoke("dedup", "dates.jsonl", "-o", "out", "-q", "--format", "jsonl", "--id-field", "id")
     assert result.exit_code == 0, result.output
-    lines = (in_tmp / "out" / "deduplicated.jsonl").read_text().splitlines()
+    lines = kept_lines(in_tmp / "out")
     assert [json.loads(line) for line in lines] == records[:2]
-    pairs = pq.read_table(in_tmp / "out" / "pairs.parquet").to_pylist()
+    pairs = read_pairs(in_tmp / "out").to_pylist()
     assert [(p["id_a"], p["id_b"]) for p in pairs] == [("2020-01-01", "2020-01-03")]
 
 
@@ -140,9 +141,9 @@ def test_date_like_texts_only(in_tmp):
                                          {"text": "2020-01-02"}])
     result = invoke("dedup", "dates.jsonl", "-o", "out", "-q", "--shingle", "char", "--ngram", "3")
     assert result.exit_code == 0, result.output
-    assert pq.read_table(in_tmp / "out" / "deduplicated.parquet")["text"].to_pylist() == [
+    assert read_kept(in_tmp / "out")["text"].to_pylist() == [
         "2020-01-01", "1999-12-31"]
-    pairs = pq.read_table(in_tmp / "out" / "pairs.parquet").to_pylist()
+    pairs = read_pairs(in_tmp / "out").to_pylist()
     assert [(p["id_a"], p["id_b"], p["jaccard"]) for p in pairs] == [
         ("dates.jsonl:1", "dates.jsonl:3", pytest.approx(7 / 8))]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -14,6 +13,7 @@ import gpudedup
 from gpudedup.cli import app
 
 from cli_support import invoke, leftovers
+from output_support import read_clusters, read_pairs, result_bytes
 
 
 # --- gpudedup params ------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def test_on_error_skip_counts_lists_and_balances_skipped_records(tmp_path):
     assert report["balance"] == {"input_records": 4, "kept": 1, "kept_empty": 0, "removed_duplicates": 1,
                                  "skipped": 2, "balanced": True}
     assert report["input"]["skipped_records"] == 2
-    ids = pq.read_table(tmp_path / "out" / "clusters.parquet")["id"].to_pylist()
+    ids = read_clusters(tmp_path / "out")["id"].to_pylist()
     assert ids == [f"{source}:1", f"{source}:4"] or all(i.endswith((":1", ":4")) for i in ids)
 
 
@@ -158,12 +158,11 @@ def test_unicode_and_punctuation_options_find_what_the_canonical_form_cannot(tmp
                        ("staged", options + ["--work-dir", str(tmp_path / "work")])):
         result = invoke("dedup", str(corpus), "-o", str(tmp_path / out), "-q", "--backend", "cpu", *extra)
         assert result.exit_code == 0, result.output
-    assert pq.read_table(tmp_path / "canonical" / "pairs.parquet").num_rows == 0
-    pairs = pq.read_table(tmp_path / "normalised" / "pairs.parquet").to_pylist()
+    assert read_pairs(tmp_path / "canonical").num_rows == 0
+    pairs = read_pairs(tmp_path / "normalised").to_pylist()
     assert len(pairs) == 1 and pairs[0]["jaccard"] == 1.0
     assert pairs[0]["id_a"].endswith("c.jsonl:1") and pairs[0]["id_b"].endswith("c.jsonl:2")
     report = json.loads((tmp_path / "normalised" / "report.json").read_text())
     assert (report["parameters"]["unicode"], report["parameters"]["strip_punctuation"],
             report["parameters"]["strip_symbols"]) == ("nfkc", True, False)
-    for name in ("pairs.parquet", "clusters.parquet", "deduplicated.parquet"):
-        assert (tmp_path / "normalised" / name).read_bytes() == (tmp_path / "staged" / name).read_bytes()
+    assert result_bytes(tmp_path / "normalised") == result_bytes(tmp_path / "staged")

@@ -15,6 +15,7 @@ from gpudedup.cli import app
 
 from cli_support import (CLUSTERS, PAIRS, REMOVED_ROWS, happy_records, invoke, leftovers, runner, tree_snapshot,
                          word_jaccard, write_jsonl)
+from output_support import kept_files, kept_lines, read_clusters, read_kept, read_pairs
 
 
 def test_planted_pairs_are_well_above_threshold():
@@ -38,7 +39,7 @@ def test_dedup_writes_all_outputs(happy, output_names):
     assert sorted(p.name for p in out.iterdir()) == output_names
 
     # deduplicated: every input column, input order, duplicates removed
-    dedup = pq.read_table(out / "deduplicated.parquet")
+    dedup = read_kept(out)
     assert dedup.column_names == ["text", "n", "tag", "score"]
     expected = [r for line, r in enumerate(records, 1) if line not in REMOVED_ROWS]
     assert dedup.to_pylist() == expected
@@ -46,7 +47,7 @@ def test_dedup_writes_all_outputs(happy, output_names):
     assert pa.types.is_floating(dedup.schema.field("score").type)
 
     # clusters: (id, cluster, keep), one kept document (the first) per cluster
-    clusters = pq.read_table(out / "clusters.parquet")
+    clusters = read_clusters(out)
     assert clusters.column_names == ["id", "cluster", "keep", "kept_id"]
     rows = clusters.to_pylist()
     groups: dict = {}
@@ -61,7 +62,7 @@ def test_dedup_writes_all_outputs(happy, output_names):
     assert {r["id"] for r in rows if not r["keep"]} == {f"data.jsonl:{i}" for i in REMOVED_ROWS}
 
     # pairs: id_a < id_b, exact Jaccard >= threshold
-    pairs = pq.read_table(out / "pairs.parquet")
+    pairs = read_pairs(out)
     assert pairs.column_names == ["id_a", "id_b", "jaccard"]
     got = set()
     for row in pairs.to_pylist():
@@ -108,7 +109,7 @@ def test_dedup_default_ids_are_path_and_line(happy):
         json.dumps(records[0]) + "\n\n" + json.dumps(records[1]) + "\n\n\n" + json.dumps(records[2]) + "\n")
     result = invoke("dedup", "gaps.jsonl", "-o", "out", "-q")
     assert result.exit_code == 0, result.output
-    pairs = pq.read_table(happy / "out" / "pairs.parquet").to_pylist()
+    pairs = read_pairs(happy / "out").to_pylist()
     assert [(p["id_a"], p["id_b"]) for p in pairs] == [("gaps.jsonl:1", "gaps.jsonl:6")]
 
 
@@ -117,9 +118,9 @@ def test_dedup_with_id_field(happy):
     write_jsonl(happy / "ided.jsonl", records)
     result = invoke("dedup", "ided.jsonl", "-o", "out", "-q", "--id-field", "uid")
     assert result.exit_code == 0, result.output
-    clusters = pq.read_table(happy / "out" / "clusters.parquet")
+    clusters = read_clusters(happy / "out")
     assert set(clusters["id"].to_pylist()) == {"doc-0", "doc-2", "doc-3", "doc-4", "doc-6"}
-    pairs = pq.read_table(happy / "out" / "pairs.parquet").to_pylist()
+    pairs = read_pairs(happy / "out").to_pylist()
     assert {(p["id_a"], p["id_b"]) for p in pairs} == {
         ("doc-0", "doc-2"), ("doc-3", "doc-4"), ("doc-3", "doc-6"), ("doc-4", "doc-6")}
 
@@ -129,11 +130,11 @@ def test_dedup_format_jsonl_round_trips(happy):
     result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--format", "jsonl")
     assert result.exit_code == 0, result.output
     out = happy / "out"
-    assert not (out / "deduplicated.parquet").exists()
-    lines = (out / "deduplicated.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [p.name for p in kept_files(out)] == ["data.jsonl"]
+    lines = kept_lines(out)
     assert [json.loads(line) for line in lines] == [
         r for line, r in enumerate(records, 1) if line not in REMOVED_ROWS]
-    assert (out / "clusters.parquet").is_file() and (out / "pairs.parquet").is_file()
+    assert (out / "clusters" / "part-00000.parquet").is_file() and (out / "pairs" / "part-00000.parquet").is_file()
     assert json.loads((out / "report.json").read_text())["results"]["removed_documents"] == 3
 
 
@@ -152,7 +153,7 @@ def test_dedup_directory_of_mixed_formats(in_tmp):
     assert report["input"]["documents"] == 8
     assert report["results"]["removed_documents"] == 3
     assert any(s.endswith("notes.md") for s in report["input"]["skipped_files"])
-    removed = {r["id"] for r in pq.read_table(in_tmp / "out" / "clusters.parquet").to_pylist()
+    removed = {r["id"] for r in read_clusters(in_tmp / "out").to_pylist()
                if not r["keep"]}
     assert removed == {"corpus/a.jsonl:3", "corpus/b.parquet:2", "corpus/c.jsonl.gz:2"}
 
@@ -168,7 +169,7 @@ def test_dedup_null_and_missing_text_allowed(happy):
     assert report["input"]["null_texts"] == 2
     assert report["input"]["empty_documents"] == 2
     assert report["results"]["removed_documents"] == 3
-    dedup = pq.read_table(happy / "out" / "deduplicated.parquet")
+    dedup = read_kept(happy / "out")
     assert dedup.num_rows == 7
     assert dedup["text"].to_pylist()[-2:] == [None, None]
 
@@ -181,7 +182,7 @@ def test_dedup_char_shingles_and_explicit_banding(happy):
     assert report["parameters"]["bands"] == 20 and report["parameters"]["rows"] == 5
     assert report["parameters"]["shingle"] == "char" and report["parameters"]["ngram"] == 4
     assert report["results"]["clusters"] == 2
-    for row in pq.read_table(happy / "out" / "pairs.parquet").to_pylist():
+    for row in read_pairs(happy / "out").to_pylist():
         assert row["jaccard"] >= 0.9
 
 
@@ -269,9 +270,9 @@ def test_demo(in_tmp):
     assert report["input"]["documents"] > 0
     assert report["results"]["clusters"] > 0
     assert report["results"]["removed_documents"] > 0
-    clusters = pq.read_table(out / "clusters.parquet")
+    clusters = read_clusters(out)
     assert clusters.num_rows >= 2 * report["results"]["clusters"]
-    assert pq.read_table(out / "deduplicated.parquet").num_rows == (
+    assert read_kept(out).num_rows == (
         report["input"]["documents"] - report["results"]["removed_documents"])
     assert "Largest clusters" in result.output
     assert leftovers(in_tmp, "demo-out") == []

@@ -21,6 +21,7 @@ from gpudedup.cli import app
 
 from conservation import (ConservationError, check_output_dir, check_reading_as_asked, check_result, is_empty,
                           read_file_records)
+from output_support import kept_files, read_clusters
 from stage_events import cli_process, finish
 
 BASE = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat"
@@ -88,8 +89,8 @@ def test_real_run_passes(written, tmp_path, monkeypatch):
 
 def test_a_kept_row_dropped_from_deduplicated_is_caught(written, doctored):
     out = doctored
-    table = pq.read_table(out / "deduplicated.parquet")
-    pq.write_table(table.slice(1), out / "deduplicated.parquet")
+    first = kept_files(out)[0]
+    pq.write_table(pq.read_table(first).slice(1), first)
     with pytest.raises(ConservationError, match="deduplicated holds 3 rows; 4 input records"):
         check_output_dir(out)
 
@@ -103,8 +104,8 @@ def test_a_record_missing_from_the_count_is_caught(written, doctored):
     report["results"]["kept_documents"] -= 1
     report["balance"]["input_records"] -= 1
     report["balance"]["kept"] -= 1
-    table = pq.read_table(out / "deduplicated.parquet")
-    pq.write_table(table.slice(1), out / "deduplicated.parquet")
+    first = kept_files(out)[0]
+    pq.write_table(pq.read_table(first).slice(1), first)
     (out / "report.json").write_text(json.dumps(report))
     with pytest.raises(ConservationError) as caught:
         check_output_dir(out)
@@ -115,9 +116,10 @@ def test_a_record_missing_from_the_count_is_caught(written, doctored):
 
 def test_a_removed_document_without_its_kept_one_is_caught(written, doctored):
     out = doctored
-    clusters = pq.read_table(out / "clusters.parquet").to_pylist()
+    clusters = read_clusters(out).to_pylist()
     removed = next(row for row in clusters if not row["keep"])
     removed["kept_id"] = removed["id"].replace(":", ":9")  # names no document of its cluster
+    shutil.rmtree(out / "clusters")
     pq.write_table(pa.Table.from_pylist(clusters), out / "clusters.parquet")
     with pytest.raises(ConservationError, match="which is not the kept document of its cluster"):
         check_output_dir(out)
@@ -191,19 +193,21 @@ def drop_lone_record(out: Path, whole_file: bool) -> None:
     report = json.loads((out / "report.json").read_text())
     files = report["input"]["files"]
     assert files[-1]["path"] == "corpus/c.jsonl" and files[-1]["documents"] == 1
-    if whole_file:
+    last = kept_files(out)[-1]  # c.jsonl's kept rows: LONE alone
+    assert pq.read_table(last)["text"].to_pylist() == [LONE["text"]]
+    if whole_file:  # no c.jsonl: no output file for it either
         files.pop()
+        report["output"]["kept_files"].pop()
+        last.unlink()
     else:
         files[-1]["documents"] = 0
+        pq.write_table(pq.read_table(last).slice(0, 0), last)
     report["input"]["documents"] -= 1
     report["input"]["text_bytes"] -= len(LONE["text"].encode())
     report["results"]["kept_documents"] -= 1
     report["balance"]["input_records"] -= 1
     report["balance"]["kept"] -= 1
     (out / "report.json").write_text(json.dumps(report))
-    kept = pq.read_table(out / "deduplicated.parquet")
-    assert kept["text"][-1].as_py() == LONE["text"]
-    pq.write_table(kept.slice(0, kept.num_rows - 1), out / "deduplicated.parquet")
 
 
 def problems(error: pytest.ExceptionInfo) -> list[str]:

@@ -12,7 +12,6 @@ import shutil
 import signal
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -24,6 +23,7 @@ from stage_events import cli_process, finish, wait_for_stage, with_stage_events
 from test_api import write_jsonl
 from test_streaming import (assert_same_files, assert_same_results, finished_work, mixed_corpus, rm, rules_corpus,
                             sample_records, staged_run, write_shards)
+from output_support import read_clusters, read_pairs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
@@ -121,8 +121,8 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
     result = CliRunner().invoke(app, ["dedup", str(corpus), "-o", str(tmp_path / "out"), "--backend", "cpu",
                                       "--workers", "2", "-q"])
     assert result.exit_code == 0, result.output
-    assert pq.read_table(tmp_path / "out" / "pairs.parquet").equals(reference.pairs)
-    assert pq.read_table(tmp_path / "out" / "clusters.parquet").equals(reference.clusters)
+    assert read_pairs(tmp_path / "out").equals(reference.pairs)
+    assert read_clusters(tmp_path / "out").equals(reference.clusters)
 
 
 def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finished, tmp_path):

@@ -17,9 +17,7 @@ import gpudedup
 from gpudedup.api import corpus_result, to_corpus
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
-
-RESULT_FILES = ["deduplicated.parquet", "clusters.parquet", "pairs.parquet"]
-
+from output_support import result_bytes
 
 @pytest.fixture(scope="module")
 def sample() -> Path:
@@ -29,8 +27,7 @@ def sample() -> Path:
 
 def written(result, where: Path, format: str = "parquet") -> dict[str, bytes]:
     result.write(where, format=format)
-    names = RESULT_FILES if format == "parquet" else ["deduplicated.jsonl", *RESULT_FILES[1:]]
-    return {name: (where / name).read_bytes() for name in names}
+    return result_bytes(where)
 
 
 @pytest.mark.parametrize("shingle", ["word", "char"])

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import gpudedup
@@ -28,6 +27,7 @@ from gpudedup.index.files import DamagedIndexError
 from cli_support import assert_user_error, invoke, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state
 from oracles import is_similar, jaccard, shingle_set
+from output_support import read_kept, read_pairs, result_tables
 
 THRESHOLD = 0.8
 
@@ -299,13 +299,13 @@ def test_cli_end_to_end(in_tmp, output_names):
     assert committed_state(Path("idx")) == before
     added = invoke("index", "add", "idx", week2, "-o", "out2", "--id-field", "id", "--tag", "w2", "-q")
     assert added.exit_code == 0, added.output
-    for name in ("pairs.parquet", "clusters.parquet", "deduplicated.parquet"):
-        assert pq.read_table(Path("against") / name).equals(pq.read_table(Path("out2") / name)), name
-    pairs = pq.read_table("out2/pairs.parquet").to_pylist()
+    for name, table in result_tables(Path("against")).items():
+        assert table.equals(result_tables(Path("out2"))[name]), name
+    pairs = read_pairs(Path("out2")).to_pylist()
     week1_ids = {r["id"] for r in records[0::2]}
     assert any(p["id_a"] in week1_ids or p["id_b"] in week1_ids for p in pairs), "pairs name indexed ids"
     report = json.loads(Path("out2/report.json").read_text())
-    assert report["results"]["kept_documents"] == pq.read_table("out2/deduplicated.parquet").num_rows
+    assert report["results"]["kept_documents"] == read_kept(Path("out2")).num_rows
 
     shown = invoke("index", "info", "idx")
     assert shown.exit_code == 0, shown.output

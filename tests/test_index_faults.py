@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from gpudedup.index import Index
@@ -41,6 +40,7 @@ from gpudedup.index.files import writer_lock
 
 from cli_support import error_line, invoke, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state
+from output_support import read_kept, result_tables
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals and flock")
 
@@ -241,7 +241,7 @@ def test_a_paused_writer_holds_the_lock_and_readers_see_the_last_commit(base, se
     # A near-copy of a chapter the paused add commits (one the uninterrupted add kept), and one
     # of a chapter already indexed.
     ref = reference(base, server, "add")
-    kept = pq.read_table(base.root / "out-reference-add" / "deduplicated.parquet").to_pylist()
+    kept = read_kept(base.root / "out-reference-add").to_pylist()
     pending_id = kept[0]["id"]
     query_pending = kept[0]["text"] + " amen"
     query_indexed = records[0::7][0]["text"] + " amen"
@@ -283,9 +283,9 @@ def test_a_paused_writer_holds_the_lock_and_readers_see_the_last_commit(base, se
         during = invoke("dedup", base.new_data, "-o", tmp_path / "against-during", "--against", index, "--id-field",
                         "id", "-q")
         assert during.exit_code == 0, during.output
-        for name in ("pairs.parquet", "clusters.parquet", "deduplicated.parquet"):
-            assert pq.read_table(tmp_path / "against-during" / name).equals(
-                pq.read_table(tmp_path / "against-before" / name)), name
+        before = result_tables(tmp_path / "against-before")
+        for name, table in result_tables(tmp_path / "against-during").items():
+            assert table.equals(before[name]), name
         assert committed_state(index) == base.state
     finally:
         if process.poll() is None:

@@ -115,10 +115,11 @@ sys.exit(cli.main())
 
 
 def output_names() -> list[str]:
-    """The files a dedup run writes (as conftest's output_names fixture)."""
+    """The files a dedup run over corpus.jsonl writes, by their paths under its output."""
     from gpudedup import plots
 
-    names = ["clusters.parquet", "deduplicated.parquet", "pairs.parquet", "report.html", "report.json"]
+    names = ["clusters/part-00000.parquet", "deduplicated/corpus.parquet", "pairs/part-00000.parquet", "report.html",
+             "report.json"]
     if plots.matplotlib_available():
         names += ["candidates_histogram.png", "s_curve.png"]
     return sorted(names)

@@ -30,9 +30,11 @@ import pytest
 from typer.testing import CliRunner
 
 import gpudedup
+import gpudedup.io.layout
 import gpudedup.result
 from gpudedup.cli import app
 from oracles import is_similar, shingle_set
+from output_support import kept_files, read_pairs
 
 runner = CliRunner()
 PACKAGE = Path(gpudedup.__file__).parent
@@ -74,7 +76,10 @@ data, out = sys.argv[2], sys.argv[3]
 modes = []
 for extra in ([], ["--overwrite"]):
     app(["dedup", data, "-o", out, "--id-field", "id", "-q", *extra], standalone_mode=False)
-    modes.append({name: stat.S_IMODE(os.stat(os.path.join(out, name)).st_mode) for name in [".", *os.listdir(out)]})
+    modes.append({os.path.relpath(os.path.join(folder, name), out) + ("/" if name in folders else ""):
+                  stat.S_IMODE(os.stat(os.path.join(folder, name)).st_mode)
+                  for folder, folders, files in os.walk(out) for name in folders + files})
+    modes[-1]["."] = stat.S_IMODE(os.stat(out).st_mode)
 print(json.dumps(modes))
 '''
 
@@ -88,7 +93,11 @@ def test_output_directory_and_files_follow_the_umask(tmp_path, umask):
     assert done.returncode == 0, done.stderr
     for modes in json.loads(done.stdout.splitlines()[-1]):  # a new output, then one replaced
         assert modes.pop(".") == 0o777 & ~umask
-        assert modes and set(modes.values()) == {0o666 & ~umask}, {k: oct(v) for k, v in modes.items()}
+        folders = {name: mode for name, mode in modes.items() if name.endswith("/")}
+        files = {name: mode for name, mode in modes.items() if not name.endswith("/")}
+        assert set(folders) == {"clusters/", "deduplicated/", "pairs/"}
+        assert set(folders.values()) == {0o777 & ~umask}, {k: oct(v) for k, v in folders.items()}
+        assert files and set(files.values()) == {0o666 & ~umask}, {k: oct(v) for k, v in files.items()}
 
 
 # --- nothing is unpickled or executed ------------------------------------------------------------
@@ -247,7 +256,9 @@ def test_paths_in_ids_and_texts_never_decide_where_files_are_written(tmp_path, m
     assert all(name == "box/a/b/out" or name.startswith("box/a/b/out/") for name in created), created
     assert {name: after[name] for name in before} == before  # nothing else changed
     out = work / "out"
-    assert all(p.is_file() and not p.is_symlink() for p in out.iterdir())
+    assert all((p.is_file() or p.is_dir()) and not p.is_symlink() for p in out.rglob("*"))
+    # The only names that come from the input are those of its files: data.jsonl's output.
+    assert [p.relative_to(out).as_posix() for p in kept_files(out)] == [f"deduplicated/data.{format}"]
     if passwd is not None:
         assert Path("/etc/passwd").stat().st_mtime_ns == passwd
 
@@ -256,7 +267,7 @@ def test_paths_in_ids_and_texts_never_decide_where_files_are_written(tmp_path, m
     text_of = {r["id"]: r["text"] for r in records}
     planted = {tuple(sorted((h, f"{h}#copy"))) for h in HOSTILE_IDS}
     assert all(is_similar(shingle_set(text_of[a]), shingle_set(text_of[b]), 0.8) for a, b in planted)
-    pairs = pq.read_table(out / "pairs.parquet").to_pylist()
+    pairs = read_pairs(out).to_pylist()
     assert {(p["id_a"], p["id_b"]) for p in pairs} >= planted
     assert all(is_similar(shingle_set(text_of[p["id_a"]]), shingle_set(text_of[p["id_b"]]), 0.8) for p in pairs)
     page = (out / "report.html").read_text(encoding="utf-8").lower()
@@ -292,11 +303,13 @@ def test_a_write_failing_half_way_leaves_no_staging_directory_and_no_new_output(
     if with_previous:
         assert invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q").exit_code == 0
         before = tree(out)
-    broken, written = failing_after(2, error)  # deduplicated.parquet and clusters.parquet, then fails
+    broken, written = failing_after(2, error)  # deduplicated/data.parquet and clusters/, then fails
+    monkeypatch.setattr(gpudedup.io.layout, "write_parquet", broken)
     monkeypatch.setattr(gpudedup.result, "write_parquet", broken)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
     assert result.exit_code == code, result.output
-    assert [p.name for p in written] == ["deduplicated.parquet", "clusters.parquet"]
+    assert [p.relative_to(p.parent.parent).as_posix() for p in written] == [
+        "deduplicated/data.parquet", "clusters/part-00000.parquet"]
     assert all(not p.exists() for p in written)  # they were in the staging directory, now gone
     assert "Traceback" not in result.output
     assert leftovers(out) == []

@@ -28,9 +28,9 @@ from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterErr
 from stage_events import cli_process, finish, stages_begun, wait_for_stage, with_stage_events
 from test_api import write_jsonl
 from oracles import oracle_shingles
+from output_support import read_kept, result_bytes
 
 SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
-OUTPUTS = ("pairs.parquet", "clusters.parquet")
 WORDS = [f"w{i}" for i in range(300)]
 
 
@@ -115,10 +115,13 @@ def assert_same_results(memory, staged) -> None:
 def assert_same_files(a: Path, b: Path, fmt: str = "jsonl") -> None:
     """Two output directories hold the same pairs, clusters and kept rows (byte for byte, but
     for Parquet's deduplicated rows, compared as tables)."""
-    for name in OUTPUTS + ((f"deduplicated.{fmt}",) if fmt == "jsonl" else ()):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    files_a, files_b = result_bytes(a), result_bytes(b)
+    assert files_a.keys() == files_b.keys()
+    for name, data in files_a.items():
+        if fmt == "jsonl" or not name.startswith("deduplicated"):
+            assert data == files_b[name], name
     if fmt == "parquet":
-        assert pq.read_table(a / "deduplicated.parquet").equals(pq.read_table(b / "deduplicated.parquet"))
+        assert read_kept(a).equals(read_kept(b))
 
 
 def assert_same_written(memory, staged, root: Path) -> None:
@@ -581,8 +584,7 @@ def test_a_run_killed_in_chosen_stages_resumes_to_identical_output(tmp_path):
         assert final.returncode == 0, stderr
     # The kills come with most of a run still to do; only one that finished first is not counted.
     assert killed >= len(KILL_POINTS) - 1, f"{killed} of {len(KILL_POINTS)} runs were killed"
-    for name in ("deduplicated.parquet", "clusters.parquet", "pairs.parquet"):
-        assert (out / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+    assert result_bytes(out) == result_bytes(tmp_path / "reference")
     assert not list(work.glob(".tmp-*")), "temporary files left in the work directory"
 
 

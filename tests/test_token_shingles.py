@@ -43,6 +43,7 @@ from gpudedup.shingling import ShingleSpec, shingle_hashes
 from cli_support import assert_user_error, invoke
 from oracles import oracle_clusters, oracle_poly_hash64, shingle_set, similar_pairs
 from test_streaming import assert_same_results, assert_same_written
+from output_support import read_kept
 
 TOKEN_MAX = 2**32 - 1  # the largest id: ids are hashed as 32-bit units
 WIDTHS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
@@ -327,7 +328,7 @@ def test_staged_run_equals_the_in_memory_run(memory_run, token_files, tmp_path):
 
 def test_deduplicated_output_keeps_every_column(memory_run, token_files, tmp_path):
     memory_run.write(tmp_path / "out")
-    kept = pq.read_table(tmp_path / "out" / "deduplicated.parquet")
+    kept = read_kept(tmp_path / "out")
     assert {"id", "text", "input_ids", "score", "tag"} <= set(kept.column_names)
     records = {r["id"]: r for r in file_records()}
     assert kept.num_rows == int(memory_run.keep.sum()) < len(records)
@@ -402,7 +403,7 @@ def assert_refused_then_skipped(path: Path, fragments: list, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     errors = [json.loads(line) for line in (tmp_path / "skip" / "errors.jsonl").read_text().splitlines()]
     assert [e["line"] for e in errors] == [3] and errors[0]["file"].endswith(path.name)
-    kept = pq.read_table(tmp_path / "skip" / "deduplicated.parquet")
+    kept = read_kept(tmp_path / "skip")
     assert sorted(kept["id"].to_pylist()) == [0, 1, 3, 4]
 
 

@@ -31,7 +31,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,7 @@ from ..io.rules import PartSummary, plan_combination
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
+from ..io.layout import as_input, stored_schema
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
 from ..io.sizes import read_bytes_estimate
@@ -443,14 +444,37 @@ class ShardedTable:
         return pa.Table.from_batches(list(self._kept_batches(keep, schema)), schema=schema)
 
     def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
-        spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
-        spilled_keep[self.rows.spilled(np.flatnonzero(keep))] = True
+        spilled_keep = self._spilled_keep(keep)
         for index in range(self.shards.count):
             if index in self.left_out:
                 continue  # its columns are not the run's; none of its rows is a document
             mine = spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]]
             table = self.reader.corpus(index).table.filter(pa.array(mine))
             yield from align(table, schema).to_batches(ROWS_PER_WRITE)
+
+    def file_paths(self) -> list[Path]:
+        """The input files whose rows are documents (absolute), in order: one output file each."""
+        return [self.reader.files[index] for index in range(self.shards.count) if index not in self.left_out]
+
+    def rows_by_file(self, keep: np.ndarray) -> Iterator[tuple[pa.Table, np.ndarray]]:
+        """For each of file_paths: its rows read again, with its own columns and types
+        (layout.as_input), and which of them are kept (bool (rows as read,); keep: bool (n,)
+        over the documents)."""
+        spilled_keep = self._spilled_keep(keep)
+        for index in range(self.shards.count):
+            if index in self.left_out:
+                continue
+            corpus, _, own = self.reader.read(index)
+            assert own is not None, "a file that could not be read is left out"
+            schema = stored_schema(self.reader.files[index], own.schema)
+            yield (as_input(corpus.table, schema),
+                   spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]])
+
+    def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
+        """keep (bool (n,) over the documents) over all rows as read, of every shard."""
+        spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
+        spilled_keep[self.rows.spilled(np.flatnonzero(keep))] = True
+        return spilled_keep
 
     def write_kept(self, path: Path, format: str, keep: np.ndarray) -> None:
         """The kept rows (keep: bool (n,) over the documents), shard by shard, into one file."""
@@ -611,9 +635,10 @@ class WorkDirStore:
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live
         files = []
+        left_out = self.files_left_out()
         for index in range(shards.count):
             info = shards.work.shard_info(index)
-            if not info["left_out"] and index not in self.combination.left_out:
+            if index not in left_out:
                 files.append(InputFile.of(info["path"], info["format"],
                                        int(live[shards.rows[index]:shards.rows[index + 1]].sum())))
         return InputSummary(
@@ -634,5 +659,10 @@ class WorkDirStore:
 
     def table(self) -> "ShardedTable":
         """The input rows of the run's documents (DedupResult.table)."""
-        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema,
-                            self.combination.left_out)
+        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out())
+
+    def files_left_out(self) -> set[int]:
+        """The shards none of whose rows is a document: files that could not be read, and
+        files the input rules left out whole (on_error "skip")."""
+        unreadable = {index for index in range(self.shards.count) if self.shards.work.shard_info(index)["left_out"]}
+        return unreadable | self.combination.left_out

@@ -147,10 +147,12 @@ class Index:
             on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
             output: Optional[str | os.PathLike] = None, format: str = "parquet", overwrite: bool = False,
             work_dir: str | os.PathLike | None = None, resume: bool = False, client=None,
-            scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
+            scheduler: Optional[str] = None, workers: Optional[int] = None,
+            single_file: bool = False) -> DedupResult:
         """``dedup``, then commit the new documents kept (those with shingles) to the index as
         one new segment tagged ``tag``. With ``output`` the results are written there first
-        (atomically), so that an interrupted add never leaves an index that holds documents
+        (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``), so
+        that an interrupted add never leaves an index that holds documents
         whose results were not written."""
         with writer_lock(self.path):
             manifest = read_manifest(self.path)
@@ -167,7 +169,7 @@ class Index:
             result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
                                                      index_entry["indexed_documents_checked"], added=True)
             if output is not None:
-                result.write(output, format=format, overwrite=overwrite)
+                result.write(output, format=format, overwrite=overwrite, single_file=single_file)
             self._commit_new(manifest, result, store, tag, kept, pointers)
         return result
 

@@ -76,7 +76,7 @@ def read_corpus(
     parts: list[FilePart] = []
     records = list(found.records)
     for path in found.files:
-        source = SourceFile(display_path(path), format_of(path))
+        source = SourceFile(display_path(path), format_of(path), location=str(path.absolute()))
         try:
             part = read_one_file(path, source, text_field, id_field, use_cudf, on_error)
         except InputError as error:
@@ -154,7 +154,7 @@ def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Opt
         # The readers turn every problem they know into a message of their own; this names
         # the file for anything else the libraries raise on content they cannot read.
         raise file_error(source.path, f"cannot read ({type(error).__name__}: {error})") from None
-    source.rows, source.row_numbers = table.num_rows, row_numbers
+    source.rows, source.row_numbers, source.schema = table.num_rows, row_numbers, table.schema
     if id_field is None:
         ids = pc.binary_join_element_wise(
             source.path, pa.array(row_numbers.astype(str)), ":"

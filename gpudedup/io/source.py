@@ -34,6 +34,8 @@ class SourceFile:
     format: str  # "jsonl", "parquet" or "text" ("list", "table": not read from a file)
     rows: int = 0
     row_numbers: Optional[np.ndarray] = None  # int64 (rows,): line (JSONL) or row, from 1
+    location: Optional[str] = None  # a file's absolute path (its kept rows' output: io/layout.py)
+    schema: Optional[pa.Schema] = None  # a file's columns as read, before any unifying
 
     def where(self, row: int) -> str:
         """'FILE:LINE' (JSONL) or 'FILE row N' for the row-th record (from 0) of this file."""

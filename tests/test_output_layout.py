@@ -1,0 +1,198 @@
+"""The output layout of runs over files (gpudedup/io/layout.py): one file of kept rows per input
+file, named like it, with its own schema; pairs/ and clusters/ as Parquet datasets; the same
+files in memory, staged and on Dask; --single-file for the one-file layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpudedup
+from gpudedup.errors import ParameterError
+from gpudedup.io.layout import output_names
+
+from cli_support import error_line, invoke, write_jsonl
+from output_support import SINGLE_LAYOUT, kept_files, kept_lines, read_kept, result_bytes
+from test_streaming import sample_records
+
+
+INPUT_ORDER = ["a", "z", "sub/b", "sub/deeper/c"]  # a directory's files, then its subdirectories
+
+
+def write_tree(root: Path) -> Path:
+    """Four input files in a tree, with near-duplicates across and within files: a.jsonl and
+    z.jsonl; sub/b.parquet (a float32 column and a dictionary-encoded large_string text, the
+    type pyarrow reads back as a dictionary of string); sub/deeper/c.parquet."""
+    records = sample_records()[:240]
+    copies = [{**r, "id": f"{r['id']}-copy", "text": r["text"].replace(" the ", " teh ", 1)} for r in records[:40]]
+    write_jsonl(root / "a.jsonl", records[:60] + copies[:10])
+    write_jsonl(root / "z.jsonl", records[60:80] + copies[10:20])
+    b = records[80:160] + copies[20:30]
+    (root / "sub" / "deeper").mkdir(parents=True)
+    pq.write_table(pa.table({
+        "id": [r["id"] for r in b],
+        "score": pa.array([float(i) for i in range(len(b))], pa.float32()),
+        "text": pa.array([r["text"] for r in b], pa.large_string()).dictionary_encode(),
+    }), root / "sub" / "b.parquet")
+    pq.write_table(pa.Table.from_pylist(records[160:] + copies[30:]), root / "sub" / "deeper" / "c.parquet")
+    return root
+
+
+def stored_arrow_schema(path: Path) -> pa.Schema:
+    """The Arrow schema a Parquet file's writer stored (what layout.stored_schema reads), parsed
+    here on its own."""
+    import base64
+
+    raw = pq.read_metadata(path).metadata[b"ARROW:schema"]
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw)))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return write_tree(tmp_path_factory.mktemp("layout") / "in")
+
+
+@pytest.fixture(scope="module")
+def runs(tree, tmp_path_factory) -> dict[str, Path]:
+    """The tree deduplicated in memory, staged, in memory with --single-file, and as JSONL."""
+    where = tmp_path_factory.mktemp("layout-runs")
+    options = ["--id-field", "id", "-q", "--backend", "cpu"]
+    outs = {"memory": [], "staged": ["--work-dir", str(where / "work")], "single": ["--single-file"],
+            "jsonl": ["--format", "jsonl"]}
+    for name, extra in outs.items():
+        result = invoke("dedup", tree, "-o", where / name, *options, *extra)
+        assert result.exit_code == 0, result.output
+    return {name: where / name for name in outs}
+
+
+def test_one_output_file_per_input_file_named_like_it(runs):
+    out = runs["memory"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["clusters", "deduplicated", "pairs", "candidates_histogram.png", "report.html", "report.json", "s_curve.png"])
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.parent != out)
+    assert files == ["clusters/part-00000.parquet", "deduplicated/a.parquet", "deduplicated/sub/b.parquet",
+                     "deduplicated/sub/deeper/c.parquet", "deduplicated/z.parquet", "pairs/part-00000.parquet"]
+    output = json.loads((out / "report.json").read_text())["output"]
+    assert output["layout"] == "files"
+    assert output["kept_files"] == [f"deduplicated/{name}.parquet" for name in INPUT_ORDER]  # in input order
+    jsonl = runs["jsonl"]
+    assert [p.relative_to(jsonl).as_posix() for p in kept_files(jsonl)] == [
+        f"deduplicated/{name}.jsonl" for name in INPUT_ORDER]
+
+
+def test_each_file_holds_its_own_kept_rows_in_order(tree, runs):
+    """Oracle: the one-file output (the rows in input order) cut at the input files' boundaries,
+    each kept row found by its id in the input file it came from."""
+    single = pq.read_table(runs["single"] / "deduplicated.parquet")
+    ids_by_file = {
+        "a": [json.loads(line)["id"] for line in (tree / "a.jsonl").read_text().splitlines()],
+        "z": [json.loads(line)["id"] for line in (tree / "z.jsonl").read_text().splitlines()],
+        "sub/b": pq.read_table(tree / "sub" / "b.parquet")["id"].to_pylist(),
+        "sub/deeper/c": pq.read_table(tree / "sub" / "deeper" / "c.parquet")["id"].to_pylist(),
+    }
+    kept_ids = single["id"].to_pylist()
+    position = 0
+    for path, (name, ids) in zip(kept_files(runs["memory"]), ids_by_file.items()):
+        assert path.as_posix().endswith(f"deduplicated/{name}.parquet")
+        mine = pq.read_table(path)["id"].to_pylist()
+        assert mine == kept_ids[position:position + len(mine)]
+        assert set(mine) <= set(ids) and mine == [i for i in ids if i in set(mine)]
+        position += len(mine)
+    assert position == len(kept_ids) and 0 < len(kept_ids) < sum(len(ids) for ids in ids_by_file.values())
+    assert sorted(p.name for p in runs["single"].iterdir()) == SINGLE_LAYOUT
+    for name in ("pairs", "clusters"):
+        assert pq.read_table(runs["memory"] / name).equals(pq.read_table(runs["single"] / f"{name}.parquet"))
+
+
+def test_kept_rows_keep_their_input_schema_exactly(tree, runs):
+    for run in ("memory", "staged"):
+        a, _, b, c = kept_files(runs[run])
+        # The dictionary of large_string survives (pyarrow reads both back as dictionary<string>).
+        assert stored_arrow_schema(b) == stored_arrow_schema(tree / "sub" / "b.parquet"), run
+        assert stored_arrow_schema(b).field("text").type == pa.dictionary(pa.int32(), pa.large_string())
+        assert stored_arrow_schema(c) == stored_arrow_schema(tree / "sub" / "deeper" / "c.parquet"), run
+        # a.jsonl's columns as pyarrow's JSON reader gives them, in the file's order.
+        assert pq.read_schema(a).names == ["id", "translation", "book", "chapter", "text"]
+
+
+def test_staged_and_in_memory_runs_write_the_same_files(runs):
+    memory, staged = result_bytes(runs["memory"]), result_bytes(runs["staged"])
+    assert memory.keys() == staged.keys()
+    for name in memory:
+        if name.startswith("deduplicated/"):  # Parquet row groups may differ: compared as tables
+            assert pq.read_table(runs["memory"] / name).equals(pq.read_table(runs["staged"] / name)), name
+        else:
+            assert memory[name] == staged[name], name
+
+
+def test_jsonl_output_per_file_is_the_parquet_rows(runs):
+    rows = [json.loads(line) for line in kept_lines(runs["jsonl"])]
+    assert [r["id"] for r in rows] == read_kept(runs["memory"])["id"].to_pylist()
+
+
+def test_a_file_whose_rows_are_all_removed_is_written_empty_with_its_columns(tmp_path):
+    records = sample_records()[:20]
+    write_jsonl(tmp_path / "in" / "first.jsonl", records)
+    pq.write_table(pa.table({"id": [f"{r['id']}-again" for r in records[:3]], "text": [r["text"] for r in records[:3]],
+                             "n": pa.array([1, 2, 3], pa.int16())}), tmp_path / "in" / "second.parquet")
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "--id-field", "id", "-q", "--backend", "cpu")
+    assert result.exit_code == 0, result.output
+    first, second = kept_files(tmp_path / "out")
+    assert pq.read_table(first).num_rows == 20
+    emptied = pq.read_table(second)
+    assert emptied.num_rows == 0 and emptied.schema.names == ["id", "text", "n"]
+    assert emptied.schema.field("n").type == pa.int16()
+
+
+def test_names_are_relative_to_the_inputs_common_directory(tmp_path):
+    for name in ("x/one.jsonl", "x/deep/two.json.gz", "y/three.PARQUET", "y/four.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
+    files = [tmp_path / n for n in ("x/one.jsonl", "x/deep/two.json.gz", "y/three.PARQUET", "y/four.txt")]
+    assert output_names(files[:2], [tmp_path / "x"], "parquet") == ["one.parquet", "deep/two.parquet"]
+    assert output_names(files, [tmp_path / "x", tmp_path / "y"], "jsonl") == [
+        "x/one.jsonl", "x/deep/two.jsonl", "y/three.jsonl", "y/four.jsonl"]
+    assert output_names(files[:1], [files[0]], "parquet") == ["one.parquet"]  # a file given: its name
+
+
+def test_files_that_would_share_a_name_keep_their_whole_name(tmp_path):
+    write_jsonl(tmp_path / "in" / "day.jsonl", [{"text": "alpha beta gamma delta epsilon zeta"}])
+    (tmp_path / "in" / "day.txt").write_text("one two three four five six seven\n")
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu")
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in kept_files(tmp_path / "out")] == ["day.jsonl.parquet", "day.txt.parquet"]
+
+
+def test_names_that_still_collide_are_refused_before_any_work(tmp_path, monkeypatch):
+    write_jsonl(tmp_path / "in" / "day.jsonl", [{"text": "alpha beta gamma delta epsilon zeta"}])
+    (tmp_path / "in" / "day.txt").write_text("one two three four five six seven\n")
+    pq.write_table(pa.table({"text": ["x y z"]}), tmp_path / "in" / "day.jsonl.parquet")
+    with pytest.raises(ParameterError, match="would both be written as deduplicated/day.jsonl.parquet"):
+        output_names(sorted((tmp_path / "in").iterdir()), [tmp_path / "in"], "parquet")
+    monkeypatch.setattr(gpudedup.api, "dedup", lambda *a, **k: pytest.fail("the run started"))
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu")
+    assert result.exit_code == 2
+    assert "--single-file" in error_line(result) and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    single = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu", "--single-file")
+    assert single.exit_code == 0, single.output
+
+
+def test_in_memory_data_writes_the_one_file_layout(tmp_path):
+    result = gpudedup.dedup([r["text"] for r in sample_records()[:50]], backend="cpu")
+    result.write(tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == SINGLE_LAYOUT
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["output"]["layout"] == "single"
+
+
+def test_api_write_takes_single_file(tree, tmp_path):
+    result = gpudedup.dedup(tree, id_field="id", backend="cpu")
+    result.write(tmp_path / "files")
+    result.write(tmp_path / "one", single_file=True)
+    assert read_kept(tmp_path / "files")["id"].to_pylist() == read_kept(tmp_path / "one")["id"].to_pylist()
+    assert [p.name for p in kept_files(tmp_path / "files")] == ["a.parquet", "z.parquet", "b.parquet", "c.parquet"]
