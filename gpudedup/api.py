@@ -19,7 +19,7 @@ from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
 from .normalize import strings_to_arrow
-from .io.writer import check_apart_from_inputs
+from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs
 from .cluster import KeepPolicy
 from .params import DedupParams
 from .shingling import ShingleKind, UnicodeForm
@@ -62,6 +62,10 @@ def dedup(
     client=None,
     scheduler: Optional[str] = None,
     workers: Optional[int] = None,
+    output: str | os.PathLike | None = None,
+    format: str = "parquet",
+    overwrite: bool = False,
+    single_file: bool = False,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -89,6 +93,10 @@ def dedup(
         every worker at the same path. The results are the single process's.
     backend: "auto", "cpu" or "gpu", or a backend made before (gpudedup.backends.get_backend), to
         reuse its start-up (numba's kernels, a device's compiled kernels) across calls.
+    output / format / overwrite / single_file: write the results there too, as
+        ``DedupResult.write`` does; on a Dask cluster that this call starts or connects to,
+        before it closes, so that each worker writes the kept rows of the shards it reads (a
+        result written later, after the cluster is gone, is written by this process).
     The other parameters are described in README ("Command line") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
@@ -102,12 +110,20 @@ def dedup(
     # Below, the content column is "text_field" whatever it holds (io/content.py).
     text_field = content_field(params, text_field, token_field)
     chosen_backend = get_backend(backend)
+    if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
+        raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+
+    def written(result: DedupResult) -> DedupResult:
+        if output is not None:
+            result.write(output, format=format, overwrite=overwrite, single_file=single_file)
+        return result
+
     if client is not None or scheduler is not None or workers is not None:
         return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
-                          RichProgress() if progress else Progress(), client, scheduler, workers)
+                          RichProgress() if progress else Progress(), client, scheduler, workers, finish=written)
     if work_dir is not None:
-        return staged_dedup(data, params, chosen_backend, Path(work_dir), resume, text_field, id_field, on_error,
-                            RichProgress() if progress else Progress())
+        return written(staged_dedup(data, params, chosen_backend, Path(work_dir), resume, text_field, id_field,
+                                    on_error, RichProgress() if progress else Progress()))
     if resume:
         raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
     log = StageLog()
@@ -123,7 +139,7 @@ def dedup(
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
-    return corpus_result(corpus, outcome, restore, id_field, on_error)
+    return written(corpus_result(corpus, outcome, restore, id_field, on_error))
 
 
 def content_field(params: DedupParams, text_field: str, token_field: str) -> str:
@@ -143,9 +159,10 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
-               against=None) -> DedupResult:
+               against=None, finish: Callable[[DedupResult], DedupResult] = lambda result: result) -> DedupResult:
     """``dedup`` through a work directory with its heavy stages on a Dask cluster; against: a
-    run against a persistent index (index.store.Against), or None."""
+    run against a persistent index (index.store.Against), or None; finish: what to do with the
+    result while the cluster is still up (dedup's output)."""
     import tempfile
 
     from .engine.dask import DaskExecutor, dask_client
@@ -168,7 +185,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                                       on_error, progress, executor, against)
         result.report = result.report.with_dask(connected.scheduler.address,
                                                 len(connected.scheduler_info()["workers"]), work_dir is not None)
-        return result
+        return finish(result)
 
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: bool, text_field: str,
@@ -196,7 +213,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
     except OSError as error:  # a full disk, a lost mount, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
-    table = base.table()
+    table = base.table(executor)
     return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
                           sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned)
 

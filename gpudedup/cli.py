@@ -227,8 +227,9 @@ def dedup_command(
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
             work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
+            # Written by the run: on a Dask cluster each worker writes its shards' kept rows.
+            output=output, format=format.value, overwrite=overwrite, single_file=single_file,
         )
-        result.write(output, format=format.value, overwrite=overwrite, single_file=single_file)
         guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -122,12 +122,6 @@ class DedupResult:
             return self.table.file_paths()
         return [Path(source.location) for source in self.sources]
 
-    def kept_by_file(self) -> Iterator[tuple[pa.Table, np.ndarray]]:
-        """For each of input_files: its rows with its own columns and types, and which of
-        them are kept (bool (rows,))."""
-        if hasattr(self.table, "rows_by_file"):
-            return self.table.rows_by_file(self.keep)
-        return rows_by_file(self.table, self.sources, self.keep)
 
 
 # errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
@@ -191,7 +185,11 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
                                 "the work directory", inside_allowed=True)
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
         if names is not None:
-            write_kept_files(staging / KEPT_DIR, names, result.kept_by_file(), format)
+            if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
+                result.table.write_files(staging / KEPT_DIR, names, format, result.keep)
+            else:
+                write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result.sources, result.keep),
+                                 format)
         elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
             result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)
         elif format == "parquet":

@@ -23,7 +23,7 @@ from stage_events import cli_process, finish, wait_for_stage, with_stage_events
 from test_api import write_jsonl
 from test_streaming import (assert_same_files, assert_same_results, finished_work, mixed_corpus, rm, rules_corpus,
                             sample_records, staged_run, write_shards)
-from output_support import read_clusters, read_pairs
+from output_support import kept_files, read_clusters, read_pairs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
@@ -76,6 +76,11 @@ def cli_stderr_lines(stderr: str) -> list[str]:
     return lines
 
 
+def written_by_workers(stream) -> int:
+    """How many tasks of a task stream wrote a shard's kept rows (disk.write_shard_rows)."""
+    return sum(1 for task in stream.data if str(task["key"]).startswith("write_shard_rows"))
+
+
 # --- the same output as the single-process run ----------------------------------------------------
 
 
@@ -85,10 +90,13 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     assert spread.report["dask"]["workers"] == 2
     assert_same_results(single, spread)
     single.write(tmp_path / "single")
-    spread.write(tmp_path / "spread")
+    with distributed.get_task_stream(client) as stream:
+        spread.write(tmp_path / "spread")
     assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
-    # The workers wrote every shard's spill into the work directory.
+    # The workers wrote every shard's spill into the work directory, and each shard's kept rows
+    # into its output file.
     assert len(list((tmp_path / "work" / "shards").iterdir())) == 6
+    assert written_by_workers(stream) == 6
 
 
 def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, tmp_path):
@@ -106,13 +114,20 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
 def test_a_scheduler_address_gives_the_in_memory_output(client, mixed, tmp_path):
     options = dict(shingle="char", ngram=4, keep="longest", threshold=0.6)
     memory = gpudedup.dedup(mixed, backend="cpu", **options)
-    spread = gpudedup.dedup(mixed, backend="cpu", scheduler=client.scheduler.address,
-                            work_dir=tmp_path / "work-address", **options)
+    with distributed.get_task_stream(client) as stream:
+        # output=: written while this call's connection to the scheduler is open, by the workers.
+        spread = gpudedup.dedup(mixed, backend="cpu", scheduler=client.scheduler.address,
+                                work_dir=tmp_path / "work-address", output=tmp_path / "s", format="jsonl", **options)
     assert spread.report["dask"]["workers"] == 2
     assert_same_results(memory, spread)
     memory.write(tmp_path / "m", format="jsonl")
-    spread.write(tmp_path / "s", format="jsonl")
     assert_same_files(tmp_path / "m", tmp_path / "s")
+    assert written_by_workers(stream) == len(kept_files(tmp_path / "s")) > 1
+    # A result written after its connection closed is written by this process, the same files.
+    with distributed.get_task_stream(client) as later:
+        spread.write(tmp_path / "later", format="jsonl")
+    assert written_by_workers(later) == 0
+    assert_same_files(tmp_path / "m", tmp_path / "later")
 
 
 @pytest.mark.timeout(120)  # starts a cluster of its own
@@ -123,6 +138,8 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
     assert result.exit_code == 0, result.output
     assert read_pairs(tmp_path / "out").equals(reference.pairs)
     assert read_clusters(tmp_path / "out").equals(reference.clusters)
+    reference.write(tmp_path / "reference")
+    assert_same_files(tmp_path / "reference", tmp_path / "out", "parquet")
 
 
 def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finished, tmp_path):

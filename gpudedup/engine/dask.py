@@ -108,6 +108,9 @@ class DaskExecutor:
         except Exception as error:  # noqa: BLE001 -- distributed's many failure types
             raise cluster_failure(stage, error) from None
 
+    def connected(self) -> bool:
+        return getattr(self.client, "status", None) == "running"
+
     def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
         """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store
         without shards of keys to hand out (a run against a persistent index) finds its

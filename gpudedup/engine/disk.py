@@ -31,7 +31,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +44,7 @@ from ..io.rules import PartSummary, plan_combination
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
-from ..io.layout import as_input, stored_schema
+from ..io.layout import as_input, stored_schema, write_kept_file
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
 from ..io.sizes import read_bytes_estimate
@@ -59,7 +59,7 @@ from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..verify import rows_jaccard_at_least, sets_matrix
 from ..version import __version__
-from .job import Executor
+from .job import Executor, LocalExecutor
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
 from .workdir import WorkDir
 
@@ -416,9 +416,11 @@ class ShardedTable:
     ``table`` of its DedupResult. ``write_kept`` writes the kept rows; ``[text_field].take``
     gives a few texts (report.html)."""
 
-    def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int]):
+    def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int],
+                 executor: Optional[Executor] = None):
         self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
         self.left_out = left_out
+        self.executor = executor  # the run's, for write_files
 
     def __getitem__(self, name: str):
         if name != self.reader.text_field:
@@ -456,19 +458,17 @@ class ShardedTable:
         """The input files whose rows are documents (absolute), in order: one output file each."""
         return [self.reader.files[index] for index in range(self.shards.count) if index not in self.left_out]
 
-    def rows_by_file(self, keep: np.ndarray) -> Iterator[tuple[pa.Table, np.ndarray]]:
-        """For each of file_paths: its rows read again, with its own columns and types
-        (layout.as_input), and which of them are kept (bool (rows as read,); keep: bool (n,)
-        over the documents)."""
+    def write_files(self, folder: Path, names: list[str], format: str, keep: np.ndarray) -> None:
+        """Each of file_paths' kept rows into folder/<its name> (layout.output_names; keep: bool
+        (n,) over the documents): one task per shard, on the run's Dask workers while its
+        client is still connected (each worker reads its shard and writes its file; folder
+        must be on a file system they share), else in this process."""
         spilled_keep = self._spilled_keep(keep)
-        for index in range(self.shards.count):
-            if index in self.left_out:
-                continue
-            corpus, _, own = self.reader.read(index)
-            assert own is not None, "a file that could not be read is left out"
-            schema = stored_schema(self.reader.files[index], own.schema)
-            yield (as_input(corpus.table, schema),
-                   spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]])
+        indices = [index for index in range(self.shards.count) if index not in self.left_out]
+        tasks = [(self.reader, index, spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]],
+                  str(folder / name), format) for index, name in zip(indices, names, strict=True)]
+        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        executor.map(write_shard_rows, tasks, "writing the kept rows")
 
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
         """keep (bool (n,) over the documents) over all rows as read, of every shard."""
@@ -486,6 +486,15 @@ class ShardedTable:
                     writer.write_batch(batch)
         else:
             write_jsonl_batches(self._kept_batches(keep, schema), path)
+
+
+def write_shard_rows(reader: ShardReader, index: int, keep: np.ndarray, path: str, format: str) -> None:
+    """Task: shard ``index``'s kept rows (keep: bool over its rows as read) into ``path``, with
+    its input file's own columns and types (layout.as_input, layout.stored_schema)."""
+    corpus, _, own = reader.read(index)
+    assert own is not None, "a file that could not be read is left out"
+    table = as_input(corpus.table, stored_schema(reader.files[index], own.schema))
+    write_kept_file(table, keep, Path(path), format)
 
 
 def align(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -626,8 +635,6 @@ class WorkDirStore:
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
         verify.document_sets): spilled under WORK/sets/<name>/ shard by shard, then read back.
         A name is for one set of rows (spill_sets)."""
-        from .job import LocalExecutor
-
         sets_of = self.set_reader(name, docs, executor or LocalExecutor())
         progress.advance(int(docs.shape[0]))
         return sets_of(docs)
@@ -657,9 +664,11 @@ class WorkDirStore:
         rules decided (each shard's own, a file left out whole, a repeated id)."""
         return list(self.found.records) + self.combination.records
 
-    def table(self) -> "ShardedTable":
-        """The input rows of the run's documents (DedupResult.table)."""
-        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out())
+    def table(self, executor: Optional[Executor] = None) -> "ShardedTable":
+        """The input rows of the run's documents (DedupResult.table); executor: the run's,
+        which writes the kept rows' files too while it is connected."""
+        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out(),
+                            executor)
 
     def files_left_out(self) -> set[int]:
         """The shards none of whose rows is a document: files that could not be read, and

@@ -132,6 +132,9 @@ class Executor(Protocol):
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """[task(*a) for a in arguments], each on its own; stage names the work for errors."""
 
+    def connected(self) -> bool:
+        """Whether tasks can still be run (a cluster's client may be closed after its run)."""
+
     def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
                         backend: Backend) -> tuple[np.ndarray, np.ndarray]:
         """The LSH candidate pairs (int64 (q,) rows, a < b, host, distinct) of the active
@@ -145,6 +148,9 @@ class LocalExecutor:
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         return [task(*a) for a in arguments]
+
+    def connected(self) -> bool:
+        return True
 
     def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
                         backend: Backend) -> tuple[np.ndarray, np.ndarray]:

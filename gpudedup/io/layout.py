@@ -109,14 +109,20 @@ def write_kept_files(folder: Path, names: list[str], kept: Iterator[tuple[pa.Tab
                      format: str) -> None:
     """Each input file's kept rows into folder/<its name> (output_names): ``kept`` gives, file
     by file in the same order, its rows as it had them (as_input) and which to keep (bool
-    (rows,)). A file that keeps no row is written too, empty but with its columns."""
+    (rows,))."""
     for name, (table, keep) in zip(names, kept, strict=True):
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if format == "parquet":
-            write_parquet(table, path, keep=keep)
-        else:
-            write_jsonl(table, path, keep=keep)
+        write_kept_file(table, keep, folder / name, format)
+
+
+def write_kept_file(table: pa.Table, keep: np.ndarray, path: Path, format: str) -> None:
+    """One input file's kept rows (``table``: its rows as it had them, as_input; keep: bool
+    (rows,)) into ``path``, its folders made. A file that keeps no row is written too, empty
+    but with its columns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if format == "parquet":
+        write_parquet(table, path, keep=keep)
+    else:
+        write_jsonl(table, path, keep=keep)
 
 
 def rows_by_file(table: pa.Table, sources: list[SourceFile], keep: np.ndarray) -> Iterator[tuple[pa.Table, np.ndarray]]:
