@@ -1,13 +1,19 @@
-"""Peak memory of the staged run (--work-dir) against the in-memory run on 1x, 4x and 16x the
-same synthetic corpus: the staged run's peak should stay nearly flat, the in-memory run's
-should grow with the corpus.
+"""Peak memory of the staged run (--work-dir), of a run on a 2-worker Dask cluster and of the
+in-memory run on 1x, 4x, 16x (...) the same synthetic corpus: the staged run's peak should stay
+nearly flat, the in-memory run's should grow with the corpus; on the cluster, the client's peak
+and each worker's are measured apart (issue 15's scale benchmark).
 
-The corpus is Parquet shards of the same size (``--shard-documents`` documents of
-``--words`` random words); a tenth of the documents are edited copies of others, so that
-candidate pairs grow with the corpus as in real data. Each run is its own subprocess; the
-peak is the largest of the report's per-stage peaks (resident high-water marks).
+The corpus is Parquet shards of the same size (``--shard-documents`` documents of ``--words``
+words). The words are drawn from the bundled sample's words with their frequencies (real words,
+Zipf-like counts), or (``--vocabulary random``) uniformly from 100,000 made-up ones; a tenth of
+the documents are copies of another of their shard with one word changed, so that candidate
+pairs grow with the corpus as in real data. Each run is its own subprocess; the peak is the
+largest of the report's per-stage peaks (resident high-water marks of the process that runs
+the job: the client on a cluster). A worker's peak is its process's resident high-water mark
+at the end of the run (``getrusage`` on each worker, through ``Client.run``).
 
-    python scripts/bench_streaming.py --scales 1 4 16 --json bench_data/streaming.json
+    python scripts/bench_streaming.py --scales 1 4 16 --modes staged dask in-memory \
+        --json bench_data/streaming.json
 """
 
 from __future__ import annotations
@@ -30,25 +36,59 @@ import json, sys, time, tempfile
 from pathlib import Path
 import gpudedup
 corpus, mode, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+workers = {}
 start = time.perf_counter()
-work = {"work_dir": out / "work"} if mode == "staged" else {}
-result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", **work)
-result.write(out / "result")
-seconds = time.perf_counter() - start
+if mode == "dask":
+    import logging
+    import resource
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        start = time.perf_counter()  # the cluster's start-up is not the job's
+        result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", client=client, work_dir=out / "work",
+                                output=out / "result")
+        seconds = time.perf_counter() - start
+        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        workers = {"worker_peak_rss_mb": sorted(round(kb / 1024, 1) for kb in peaks.values())}
+else:
+    work = {"work_dir": out / "work"} if mode == "staged" else {}
+    result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", output=out / "result", **work)
+    seconds = time.perf_counter() - start
 report = json.loads((out / "result" / "report.json").read_text())
-print(json.dumps({"seconds": round(seconds, 1), "peak_rss_mb": report["peak_rss_mb"],
+print(json.dumps({"seconds": round(seconds, 1), "peak_rss_mb": report["peak_rss_mb"], **workers,
                   "stage_peaks_mb": {k: v["peak_rss_mb"] for k, v in report["stages"].items() if "peak_rss_mb" in v},
                   **{k: report["results"][k] for k in ("candidate_pairs", "verified_pairs", "removed_documents")}}))
 """
 
 
-def build_corpus(root: Path, shards: int, shard_documents: int, words: int, seed: int = 0) -> int:
+def sample_vocabulary() -> tuple[np.ndarray, np.ndarray]:
+    """The bundled sample's distinct lower-cased words and their frequencies (sums to 1)."""
+    import gzip
+    import json as json_lib
+    from collections import Counter
+    from importlib import resources
+
+    counts: Counter = Counter()
+    with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            for line in handle:
+                counts.update(json_lib.loads(line)["text"].lower().split())
+    words, frequencies = zip(*counts.items())
+    weights = np.array(frequencies, dtype=np.float64)
+    return np.array(words), weights / weights.sum()
+
+
+def build_corpus(root: Path, shards: int, shard_documents: int, words: int, vocabulary_kind: str = "sample",
+                 seed: int = 0) -> int:
     """``shards`` Parquet files; returns the text bytes."""
     rng = np.random.default_rng(seed)
-    vocabulary = np.array([f"w{i}" for i in range(100_000)])
+    if vocabulary_kind == "sample":
+        vocabulary, weights = sample_vocabulary()
+    else:
+        vocabulary, weights = np.array([f"w{i}" for i in range(100_000)]), None
     text_bytes = 0
     for shard in range(shards):
-        tokens = vocabulary[rng.integers(0, vocabulary.size, size=(shard_documents, words))]
+        tokens = vocabulary[rng.choice(vocabulary.size, size=(shard_documents, words), p=weights)]
         # A tenth of the documents copy another of their shard with one word changed.
         copies = rng.choice(shard_documents, size=shard_documents // 10, replace=False)
         tokens[copies] = tokens[rng.integers(0, shard_documents, size=copies.size)]
@@ -66,7 +106,9 @@ def main() -> None:
     parser.add_argument("--base-shards", type=int, default=2, help="shards at scale 1")
     parser.add_argument("--shard-documents", type=int, default=20_000)
     parser.add_argument("--words", type=int, default=100)
-    parser.add_argument("--skip-in-memory", action="store_true")
+    parser.add_argument("--modes", nargs="+", choices=["staged", "dask", "in-memory"], default=["staged", "in-memory"])
+    parser.add_argument("--vocabulary", choices=["sample", "random"], default="sample",
+                        help="words drawn from the bundled sample's (with their frequencies) or made up")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = []
@@ -74,14 +116,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             corpus = Path(scratch) / "corpus"
             corpus.mkdir()
-            text_bytes = build_corpus(corpus, args.base_shards * scale, args.shard_documents, args.words)
-            for mode in ("staged",) + (() if args.skip_in_memory else ("in-memory",)):
+            text_bytes = build_corpus(corpus, args.base_shards * scale, args.shard_documents, args.words,
+                                      args.vocabulary)
+            for mode in args.modes:
                 out = Path(scratch) / mode
                 out.mkdir()
                 started = time.perf_counter()
                 done = subprocess.run([sys.executable, "-c", CHILD, str(corpus), mode, str(out)],
                                       capture_output=True, text=True, check=True)
-                row = {"scale": scale, "mode": mode, "documents": args.base_shards * scale * args.shard_documents,
+                row = {"scale": scale, "mode": mode, "shards": args.base_shards * scale,
+                       "documents": args.base_shards * scale * args.shard_documents,
                        "text_mb": round(text_bytes / 2**20, 1),
                        "process_seconds": round(time.perf_counter() - started, 1),
                        **json.loads(done.stdout.strip().splitlines()[-1])}
