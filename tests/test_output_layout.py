@@ -196,3 +196,56 @@ def test_api_write_takes_single_file(tree, tmp_path):
     result.write(tmp_path / "one", single_file=True)
     assert read_kept(tmp_path / "files")["id"].to_pylist() == read_kept(tmp_path / "one")["id"].to_pylist()
     assert [p.name for p in kept_files(tmp_path / "files")] == ["a.parquet", "z.parquet", "b.parquet", "c.parquet"]
+
+
+# --- JSONL to JSONL: the kept records' lines as they were --------------------------------------
+
+
+def odd_jsonl_lines() -> list[bytes]:
+    """JSONL lines whose records Arrow would write back differently: fields in odd orders and
+    missing from some records, numbers spelt 1.0 and 1e3, escapes, CRLF endings, a blank line;
+    records 0 and 2 are near-duplicates (2 is removed)."""
+    texts = [r["text"] for r in sample_records()[:4]]
+    near = texts[0].replace(" the ", " teh ", 1)
+    return [
+        b'{"text": ' + json.dumps(texts[0]).encode() + b', "n": 1.0, "w": "\\u00e9t\\u00e9"}\r\n',
+        b'{"z": 1e3, "text": ' + json.dumps(texts[1]).encode() + b'}\n',
+        b'\n',
+        b'{"n": 2.0, "text": ' + json.dumps(near).encode() + b'}\n',
+        b'{"text":' + json.dumps(texts[2], ensure_ascii=False).encode() + b',"extra":[1,2.50]}',  # no final \n
+    ]
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+def test_jsonl_to_jsonl_keeps_each_kept_line_byte_for_byte(tmp_path, compressed):
+    import gzip
+
+    lines = odd_jsonl_lines()
+    name = "odd.jsonl.gz" if compressed else "odd.jsonl"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_bytes(gzip.compress(b"".join(lines)) if compressed else b"".join(lines))
+    expected = lines[0] + lines[1] + lines[4] + b"\n"  # line 4 (record 3) removed; the blank line is no record
+    for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        out = tmp_path / run
+        result = invoke("dedup", tmp_path / "in", "-o", out, "--format", "jsonl", "-q", "--backend", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "report.json").read_text())
+        assert report["results"]["removed_documents"] == 1
+        (kept,) = kept_files(out)
+        assert kept.relative_to(out).as_posix() == "deduplicated/odd.jsonl"
+        assert kept.read_bytes() == expected, run
+
+
+def test_a_jsonl_file_changed_after_the_run_read_it_is_refused_at_the_write(tmp_path):
+    lines = odd_jsonl_lines()
+    (tmp_path / "in").mkdir()
+    source = tmp_path / "in" / "odd.jsonl"
+    source.write_bytes(b"".join(lines))
+    result = gpudedup.dedup(source, backend="cpu")
+    source.write_bytes(lines[0])  # the other kept lines are gone
+    with pytest.raises(gpudedup.InputError, match="odd.jsonl: changed since the run read it"):
+        result.write(tmp_path / "out", format="jsonl")
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["in"]
+    source.write_bytes(b"".join(lines))  # as it was: written
+    result.write(tmp_path / "out", format="jsonl")
+    assert kept_files(tmp_path / "out")[0].read_bytes() == lines[0] + lines[1] + lines[4] + b"\n"

@@ -44,7 +44,7 @@ from ..io.rules import PartSummary, plan_combination
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
-from ..io.layout import as_input, stored_schema, write_kept_file
+from ..io.layout import FileRows, write_kept_file
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
 from ..io.sizes import read_bytes_estimate
@@ -248,8 +248,8 @@ class ShardReader:
         naming it, and no columns (None); otherwise its InputError is raised."""
         path, shown = self.files[index], self.shown[index]
         try:
-            part = read_one_file(path, SourceFile(shown, format_of(path)), self.text_field, self.id_field,
-                                 False, self.on_error)
+            part = read_one_file(path, SourceFile(shown, format_of(path), location=str(path)), self.text_field,
+                                 self.id_field, False, self.on_error)
         except InputError as error:
             if self.on_error != "skip":
                 raise
@@ -489,12 +489,11 @@ class ShardedTable:
 
 
 def write_shard_rows(reader: ShardReader, index: int, keep: np.ndarray, path: str, format: str) -> None:
-    """Task: shard ``index``'s kept rows (keep: bool over its rows as read) into ``path``, with
-    its input file's own columns and types (layout.as_input, layout.stored_schema)."""
-    corpus, _, own = reader.read(index)
-    assert own is not None, "a file that could not be read is left out"
-    table = as_input(corpus.table, stored_schema(reader.files[index], own.schema))
-    write_kept_file(table, keep, Path(path), format)
+    """Task: shard ``index``'s kept rows (keep: bool over its rows as read) into ``path``, as
+    layout.write_kept_file writes them."""
+    corpus = reader.corpus(index)
+    assert corpus.files, "a file that could not be read is left out"
+    write_kept_file(FileRows(corpus.files[0], corpus.table, keep), Path(path), format)
 
 
 def align(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -27,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ParameterError
+from ..errors import InputError, ParameterError
+from .jsonl_lines import lines_of
 from .inputs import JSONL_SUFFIXES, PARQUET_SUFFIXES, TEXT_SUFFIXES, display_path, scan_inputs
 from .source import SourceFile
 from .writer import write_jsonl, write_parquet
@@ -105,33 +107,69 @@ def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
                      for field in schema], schema=schema)
 
 
-def write_kept_files(folder: Path, names: list[str], kept: Iterator[tuple[pa.Table, np.ndarray]],
-                     format: str) -> None:
-    """Each input file's kept rows into folder/<its name> (output_names): ``kept`` gives, file
-    by file in the same order, its rows as it had them (as_input) and which to keep (bool
-    (rows,))."""
-    for name, (table, keep) in zip(names, kept, strict=True):
-        write_kept_file(table, keep, folder / name, format)
+@dataclass
+class FileRows:
+    """One input file's rows as a run holds them, and which are kept.
+
+    source: the file as read (io.source.SourceFile with its location, format, schema and
+    row_numbers: the JSONL line or row of each row, from 1); table: its rows (columns possibly
+    unified across files, the text column made plain: as_input undoes that); keep: bool (rows,).
+    """
+
+    source: SourceFile
+    table: pa.Table
+    keep: np.ndarray
 
 
-def write_kept_file(table: pa.Table, keep: np.ndarray, path: Path, format: str) -> None:
-    """One input file's kept rows (``table``: its rows as it had them, as_input; keep: bool
-    (rows,)) into ``path``, its folders made. A file that keeps no row is written too, empty
-    but with its columns."""
+def write_kept_files(folder: Path, names: list[str], files: Iterator[FileRows], format: str) -> None:
+    """Each input file's kept rows into folder/<its name> (output_names; ``files`` in the same
+    order)."""
+    for name, rows in zip(names, files, strict=True):
+        write_kept_file(rows, folder / name, format)
+
+
+def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
+    """One input file's kept rows into ``path``, its folders made: from a JSONL file to JSONL,
+    the kept records' lines as they are in the file (copy_kept_lines); otherwise its rows with
+    its own columns and types (as_input, stored_schema). A file that keeps no row is written
+    too, empty (with its columns, for Parquet)."""
+    source = rows.source
+    assert source.location is not None and source.schema is not None, "a file as read_one_file read it"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if format == "jsonl" and source.format == "jsonl":
+        numbers = source.row_numbers if source.row_numbers is not None else np.arange(1, source.rows + 1)
+        copy_kept_lines(Path(source.location), source, np.asarray(numbers)[rows.keep], path)
+        return
+    table = as_input(rows.table, stored_schema(Path(source.location), source.schema))
     if format == "parquet":
-        write_parquet(table, path, keep=keep)
+        write_parquet(table, path, keep=rows.keep)
     else:
-        write_jsonl(table, path, keep=keep)
+        write_jsonl(table, path, keep=rows.keep)
 
 
-def rows_by_file(table: pa.Table, sources: list[SourceFile], keep: np.ndarray) -> Iterator[tuple[pa.Table, np.ndarray]]:
+def copy_kept_lines(location: Path, source: SourceFile, kept_lines: np.ndarray, path: Path) -> None:
+    """The lines ``kept_lines`` (int64, ascending, from 1) of a JSONL file (gzipped or not), byte
+    for byte, each ended with a newline, into ``path``: a kept record comes back exactly as it
+    was written (its fields, their order, its numbers' spelling), not as Arrow typed it. A UTF-8
+    BOM before the first line is dropped, as the reader drops it."""
+    wanted = iter(kept_lines.tolist())
+    next_line = next(wanted, None)
+    with open(path, "wb") as sink:
+        if next_line is None:
+            return
+        for number, line in enumerate(lines_of(location, source), 1):
+            if number == next_line:
+                sink.write(line + b"\n")  # a line keeps its \r of \r\n, as it was
+                next_line = next(wanted, None)
+                if next_line is None:
+                    return
+    raise InputError(f"{source.path}: changed since the run read it (line {next_line} is gone); nothing was written")
+
+
+def rows_by_file(table: pa.Table, sources: list[SourceFile], keep: np.ndarray) -> Iterator[FileRows]:
     """For write_kept_files: the rows of an in-memory run's ``table`` (the files' rows one
     file after another, as read_corpus joined them) cut back into the files of ``sources``."""
     start = 0
     for source in sources:
-        assert source.location is not None and source.schema is not None, "a file read by read_corpus"
-        stop = start + source.rows
-        schema = stored_schema(Path(source.location), source.schema)
-        yield as_input(table.slice(start, source.rows), schema), keep[start:stop]
-        start = stop
+        yield FileRows(source, table.slice(start, source.rows), keep[start:start + source.rows])
+        start += source.rows
