@@ -249,3 +249,17 @@ def test_a_jsonl_file_changed_after_the_run_read_it_is_refused_at_the_write(tmp_
     source.write_bytes(b"".join(lines))  # as it was: written
     result.write(tmp_path / "out", format="jsonl")
     assert kept_files(tmp_path / "out")[0].read_bytes() == lines[0] + lines[1] + lines[4] + b"\n"
+
+
+def test_a_binary_text_column_without_a_stored_arrow_schema_stays_binary(tmp_path):
+    """A Parquet writer other than Arrow stores no ARROW:schema: the columns as pyarrow reads
+    them, before the run makes the text column plain, are the ones kept."""
+    texts = [r["text"] for r in sample_records()[:6]]
+    table = pa.table({"text": pa.array([t.encode() for t in texts + [texts[0]]], pa.binary())})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "raw.parquet", store_schema=False)
+    assert b"ARROW:schema" not in (pq.read_metadata(tmp_path / "in" / "raw.parquet").metadata or {})
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu")
+    assert result.exit_code == 0, result.output
+    kept = pq.read_table(kept_files(tmp_path / "out")[0])
+    assert kept.schema == table.schema and kept["text"].to_pylist() == [t.encode() for t in texts]

@@ -25,6 +25,7 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
         raise
     except (pa.ArrowException, OSError) as error:
         raise file_error(source.path, f"not a readable Parquet file ({error})") from None
+    source.schema = table.schema  # as the file holds its columns, before the text is made plain
     if text_field in table.column_names:
         table = plain_text_column(table, text_field)
     problem = check_columns(table, source, text_field, id_field, nulls=False)

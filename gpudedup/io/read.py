@@ -154,7 +154,9 @@ def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Opt
         # The readers turn every problem they know into a message of their own; this names
         # the file for anything else the libraries raise on content they cannot read.
         raise file_error(source.path, f"cannot read ({type(error).__name__}: {error})") from None
-    source.rows, source.row_numbers, source.schema = table.num_rows, row_numbers, table.schema
+    source.rows, source.row_numbers = table.num_rows, row_numbers
+    if source.schema is None:  # (a reader may have set it before making the text column plain)
+        source.schema = table.schema
     if id_field is None:
         ids = pc.binary_join_element_wise(
             source.path, pa.array(row_numbers.astype(str)), ":"

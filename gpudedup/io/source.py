@@ -35,7 +35,7 @@ class SourceFile:
     rows: int = 0
     row_numbers: Optional[np.ndarray] = None  # int64 (rows,): line (JSONL) or row, from 1
     location: Optional[str] = None  # a file's absolute path (its kept rows' output: io/layout.py)
-    schema: Optional[pa.Schema] = None  # a file's columns as read, before any unifying
+    schema: Optional[pa.Schema] = None  # a file's columns as it holds them, before any unifying
 
     def where(self, row: int) -> str:
         """'FILE:LINE' (JSONL) or 'FILE row N' for the row-th record (from 0) of this file."""
