@@ -15,6 +15,7 @@ from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
 from .io.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
 from .io.corpus import Corpus
 from .io.inputs import scan_inputs
+from .io.layout import output_bases
 from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
@@ -154,7 +155,8 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
     corpus's (a run against a persistent index: its ids, and how many rows lead)."""
     ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
     return DedupResult.of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
-                          corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files)
+                          corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
+                          output_bases=corpus.output_bases)
 
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
@@ -215,7 +217,8 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
                           "stages it finished are kept: run again with --resume") from None
     table = base.table(executor)
     return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
-                          sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned)
+                          sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
+                          output_bases=output_bases(found.files, found.given))
 
 
 # --- input adaptation ---------------------------------------------------------------------------

@@ -62,23 +62,27 @@ class DedupResult:
     # An in-memory run over files: the files the rows of ``table`` came from, in order
     # (io.source.SourceFile), which ``write`` writes the kept rows back into (io/layout.py).
     sources: list = field(default_factory=list, repr=False)
+    # A run over files: every scanned file's output name (io.layout.output_bases).
+    output_bases: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
            text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
-           indexed_rows: int = 0, sources: Optional[list] = None) -> "DedupResult":
+           indexed_rows: int = 0, sources: Optional[list] = None,
+           output_bases: Optional[dict] = None) -> "DedupResult":
         """The result of a run: ``ids`` (the id of every row, in row order) attached to the
         outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
         in-memory data), which the report names with the fields read (Report.with_reading);
         indexed_rows: the leading rows that are a persistent index's documents, not the input's
         (``keep`` is the input's rows only); sources: the files of an in-memory run over files
-        (DedupResult.sources)."""
+        (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
                    clusters=clusters_table(ids, outcome), keep=outcome.keep[indexed_rows:], report=report, table=table,
                    inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
-                   indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None])
+                   indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
+                   output_bases=output_bases or {})
 
     @cached_property
     def deduplicated(self):
@@ -163,9 +167,9 @@ def clusters_table(ids: pa.Array, outcome: Outcome) -> pa.Table:
 def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool, single_file: bool = False) -> Path:
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
-    files = [] if single_file else result.input_files
+    # A run over files writes one file per input file (even none, when all were left out).
     # Before anything is written: two inputs that would share an output name are refused.
-    names = output_names(files, result.inputs, format) if files else None
+    names = None if single_file or not result.inputs else output_names(result.input_files, result.output_bases, format)
     log = StageLog()
     try:
         with log.stage("write"):
@@ -185,6 +189,7 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
                                 "the work directory", inside_allowed=True)
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
         if names is not None:
+            (staging / KEPT_DIR).mkdir()
             if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
                 result.table.write_files(staging / KEPT_DIR, names, format, result.keep)
             else:

@@ -158,6 +158,9 @@ class RunOutcome:
     skipped: list
     report: dict
     reading: Reading
+    # One output file per input file (report.json's output.kept_files): the rows of each, in the
+    # order of the report's input files; None for one file of kept rows.
+    kept_per_file: Optional[list[int]] = None
 
 
 def is_empty(text: Any) -> bool:
@@ -359,6 +362,14 @@ def compare_kept(expected: list[InputRecord], run: RunOutcome) -> list[str]:
     if len(run.kept_texts) != len(expected):
         problems.append(f"deduplicated holds {len(run.kept_texts)} rows; {len(expected)} input records are "
                         "neither removed nor skipped")
+    if run.kept_per_file is not None:  # each input file's kept records in its own output file
+        files = [f["path"] for f in run.report["input"]["files"]]
+        wanted = Counter(record.file for record in expected)
+        if len(files) != len(run.kept_per_file):
+            problems.append(f"{len(run.kept_per_file)} files of kept rows for {len(files)} input files")
+        for path, rows in zip(files, run.kept_per_file):
+            if rows != wanted[path]:
+                problems.append(f"the output file of {path} holds {rows} rows; {wanted[path]} of its records are kept")
     for i, (record, text) in enumerate(zip(expected, run.kept_texts)):
         kept_id = run.kept_ids[i] if run.kept_ids is not None else record.id
         if text != record.text or kept_id != record.id:
@@ -486,15 +497,18 @@ def check_output_dir(out: Path, data: Any = None) -> None:
                    if line.strip()]
     try:
         reading = Reading.of(report)
-        texts, kept_ids = [], None
+        texts, kept_ids, per_file = [], None, []
         for path in kept_files(out):  # one per input file, in input order (or the one file)
             file_texts, file_ids = kept_rows(path, reading.text_field, reading.id_field)
             texts += file_texts
+            per_file.append(len(file_texts))
             if file_ids is not None:
                 kept_ids = (kept_ids or []) + file_ids
+        files_layout = report.get("output", {}).get("layout") == "files"
         records = input_records(reading, data, str(out))
         clusters = read_clusters(out).to_pydict()
-        check(records, RunOutcome(texts, kept_ids, clusters, skipped, report, reading))
+        check(records, RunOutcome(texts, kept_ids, clusters, skipped, report, reading,
+                                  per_file if files_layout else None))
     except ConservationError as error:
         raise ConservationError(f"{out}: {error}") from None
 

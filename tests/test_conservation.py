@@ -95,6 +95,17 @@ def test_a_kept_row_dropped_from_deduplicated_is_caught(written, doctored):
         check_output_dir(out)
 
 
+def test_a_kept_row_written_into_another_files_output_is_caught(written, doctored):
+    """The rows in input order are unchanged; only the file boundary moved."""
+    first, second = kept_files(doctored)
+    a, b = pq.read_table(first), pq.read_table(second)
+    moved = a.slice(a.num_rows - 1).cast(b.schema) if a.schema != b.schema else a.slice(a.num_rows - 1)
+    pq.write_table(a.slice(0, a.num_rows - 1), first)
+    pq.write_table(pa.concat_tables([moved, b]), second)
+    with pytest.raises(ConservationError, match="the output file of corpus/a.jsonl holds"):
+        check_output_dir(doctored)
+
+
 def test_a_record_missing_from_the_count_is_caught(written, doctored):
     out = doctored
     report = json.loads((out / "report.json").read_text())

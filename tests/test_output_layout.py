@@ -13,7 +13,7 @@ import pytest
 
 import gpudedup
 from gpudedup.errors import ParameterError
-from gpudedup.io.layout import output_names
+from gpudedup.io.layout import output_bases, output_names
 
 from cli_support import error_line, invoke, write_jsonl
 from output_support import SINGLE_LAYOUT, kept_files, kept_lines, read_kept, result_bytes
@@ -153,10 +153,13 @@ def test_names_are_relative_to_the_inputs_common_directory(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).touch()
     files = [tmp_path / n for n in ("x/one.jsonl", "x/deep/two.json.gz", "y/three.PARQUET", "y/four.txt")]
-    assert output_names(files[:2], [tmp_path / "x"], "parquet") == ["one.parquet", "deep/two.parquet"]
-    assert output_names(files, [tmp_path / "x", tmp_path / "y"], "jsonl") == [
+    def names(files, inputs, format):
+        return output_names(files, output_bases(files, inputs), format)
+
+    assert names(files[:2], [tmp_path / "x"], "parquet") == ["one.parquet", "deep/two.parquet"]
+    assert names(files, [tmp_path / "x", tmp_path / "y"], "jsonl") == [
         "x/one.jsonl", "x/deep/two.jsonl", "y/three.jsonl", "y/four.jsonl"]
-    assert output_names(files[:1], [files[0]], "parquet") == ["one.parquet"]  # a file given: its name
+    assert names(files[:1], [files[0]], "parquet") == ["one.parquet"]  # a file given: its name
 
 
 def test_files_that_would_share_a_name_keep_their_whole_name(tmp_path):
@@ -172,7 +175,8 @@ def test_names_that_still_collide_are_refused_before_any_work(tmp_path, monkeypa
     (tmp_path / "in" / "day.txt").write_text("one two three four five six seven\n")
     pq.write_table(pa.table({"text": ["x y z"]}), tmp_path / "in" / "day.jsonl.parquet")
     with pytest.raises(ParameterError, match="would both be written as deduplicated/day.jsonl.parquet"):
-        output_names(sorted((tmp_path / "in").iterdir()), [tmp_path / "in"], "parquet")
+        files = sorted((tmp_path / "in").iterdir())
+        output_names(files, output_bases(files, [tmp_path / "in"]), "parquet")
     monkeypatch.setattr(gpudedup.api, "dedup", lambda *a, **k: pytest.fail("the run started"))
     result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu")
     assert result.exit_code == 2
@@ -263,3 +267,61 @@ def test_a_binary_text_column_without_a_stored_arrow_schema_stays_binary(tmp_pat
     assert result.exit_code == 0, result.output
     kept = pq.read_table(kept_files(tmp_path / "out")[0])
     assert kept.schema == table.schema and kept["text"].to_pylist() == [t.encode() for t in texts]
+
+
+def test_a_name_that_is_another_names_folder_or_differs_only_in_case_is_refused(tmp_path):
+    (tmp_path / "in" / "docs.parquet").mkdir(parents=True)
+    write_jsonl(tmp_path / "in" / "docs.jsonl", [{"text": "alpha beta gamma delta epsilon zeta"}])
+    spark_style = tmp_path / "in" / "docs.parquet" / "part-0.parquet"  # a folder named like a file
+    pq.write_table(pa.table({"text": ["one two three four five six"]}), spark_style)
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu")
+    assert result.exit_code == 2 and "a file and a folder" in error_line(result)
+    assert not (tmp_path / "out").exists()
+    files = [tmp_path / "Day.jsonl", tmp_path / "day.txt"]  # one name where names ignore case
+    assert output_names(files, output_bases(files, [tmp_path]), "parquet") == ["Day.jsonl.parquet", "day.txt.parquet"]
+
+
+def test_names_do_not_depend_on_which_files_could_be_read(tmp_path):
+    """a.txt is not valid UTF-8 and is left out under --on-error skip: a.jsonl keeps the name
+    it has beside a readable a.txt, in memory and staged."""
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": r["text"]} for r in sample_records()[:5]])
+    (tmp_path / "in" / "a.txt").write_bytes(b"not \xff valid")
+    for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        result = invoke("dedup", tmp_path / "in", "-o", tmp_path / run, "-q", "--backend", "cpu", "--on-error", "skip",
+                        *extra)
+        assert result.exit_code == 0, result.output
+        assert [p.name for p in kept_files(tmp_path / run)] == ["a.jsonl.parquet"], run
+
+
+def test_a_run_over_files_that_left_every_file_out_writes_an_empty_deduplicated_folder(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.txt").write_bytes(b"\xff")
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu", "--on-error", "skip")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "deduplicated").is_dir() and not any((tmp_path / "out" / "deduplicated").iterdir())
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["output"]["kept_files"] == []
+
+
+def test_columns_widened_across_files_and_string_view_come_back_as_each_file_had_them(tmp_path):
+    texts = [r["text"] for r in sample_records()[:8]]
+    (tmp_path / "in").mkdir()
+    narrow = pa.table({"id": pa.array([1, 2, 3, 4], pa.int32()), "text": pa.array(texts[:4], pa.string_view())})
+    wide = pa.table({"id": pa.array([5, 6, 7, 8], pa.int64()), "text": pa.array(texts[4:], pa.string_view()),
+                     "extra": pa.array([0.5] * 4, pa.float32())})
+    pq.write_table(narrow, tmp_path / "in" / "a.parquet")
+    pq.write_table(wide, tmp_path / "in" / "b.parquet")
+    for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        result = invoke("dedup", tmp_path / "in", "-o", tmp_path / run, "--id-field", "id", "-q", "--backend", "cpu",
+                        *extra)
+        assert result.exit_code == 0, result.output
+        a, b = (pq.read_table(path) for path in kept_files(tmp_path / run))
+        assert a.equals(narrow) and b.equals(wide), run
+
+
+def test_a_result_is_written_by_the_names_of_its_run_after_a_change_of_directory(tree, tmp_path, monkeypatch):
+    monkeypatch.chdir(tree.parent)
+    result = gpudedup.dedup(Path(tree.name), id_field="id", backend="cpu")
+    monkeypatch.chdir(tmp_path)
+    result.write("out")
+    assert [p.relative_to(tmp_path / "out").as_posix() for p in kept_files(tmp_path / "out")] == [
+        f"deduplicated/{name}.parquet" for name in INPUT_ORDER]

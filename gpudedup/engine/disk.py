@@ -44,7 +44,7 @@ from ..io.rules import PartSummary, plan_combination
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
-from ..io.layout import FileRows, write_kept_file
+from ..io.layout import FileRows, as_input, write_kept_file
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
 from ..io.sizes import read_bytes_estimate
@@ -447,16 +447,20 @@ class ShardedTable:
 
     def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
         spilled_keep = self._spilled_keep(keep)
-        for index in range(self.shards.count):
-            if index in self.left_out:
-                continue  # its columns are not the run's; none of its rows is a document
+        for index in self._shards_read():
             mine = spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]]
             table = self.reader.corpus(index).table.filter(pa.array(mine))
-            yield from align(table, schema).to_batches(ROWS_PER_WRITE)
+            yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
+
+    def _shards_read(self) -> list[int]:
+        """The shards whose rows the run read as input (all but those left out whole: their
+        columns are not the run's and none of their rows is a document)."""
+        return [index for index in range(self.shards.count) if index not in self.left_out]
 
     def file_paths(self) -> list[Path]:
-        """The input files whose rows are documents (absolute), in order: one output file each."""
-        return [self.reader.files[index] for index in range(self.shards.count) if index not in self.left_out]
+        """The input files the run read (absolute; empty files too), in order: one output file
+        each."""
+        return [self.reader.files[index] for index in self._shards_read()]
 
     def write_files(self, folder: Path, names: list[str], format: str, keep: np.ndarray) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; keep: bool
@@ -464,7 +468,7 @@ class ShardedTable:
         client is still connected (each worker reads its shard and writes its file; folder
         must be on a file system they share), else in this process."""
         spilled_keep = self._spilled_keep(keep)
-        indices = [index for index in range(self.shards.count) if index not in self.left_out]
+        indices = self._shards_read()
         tasks = [(self.reader, index, spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]],
                   str(folder / name), format) for index, name in zip(indices, names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
@@ -494,13 +498,6 @@ def write_shard_rows(reader: ShardReader, index: int, keep: np.ndarray, path: st
     corpus = reader.corpus(index)
     assert corpus.files, "a file that could not be read is left out"
     write_kept_file(FileRows(corpus.files[0], corpus.table, keep), Path(path), format)
-
-
-def align(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with the columns of ``schema``, in its order (missing ones null), cast to it."""
-    columns = [table[field.name].cast(field.type) if field.name in table.column_names
-               else pa.nulls(table.num_rows, field.type) for field in schema]
-    return pa.table(columns, schema=schema)
 
 
 class WorkDirStore:

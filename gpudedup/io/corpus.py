@@ -28,6 +28,7 @@ class Corpus:
     notes: one line per path passed over for a reason worth telling (a symbolic link that
         would loop or read something twice, a broken link, a pipe or device, an input
         directory without input files).
+    output_bases: for files, each scanned file's name under deduplicated/ (io/layout.py).
     """
 
     table: pa.Table
@@ -41,6 +42,8 @@ class Corpus:
     device_text: Optional[tuple] = None
     skipped_records: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Files: each scanned file's output name, absolute path -> name (io.layout.output_bases).
+    output_bases: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         # The stages want the text as one string or large_string array: an all-null column

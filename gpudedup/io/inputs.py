@@ -22,6 +22,14 @@ from .source import check_on_error
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TEXT_SUFFIXES = (".txt",)
+INPUT_SUFFIXES = tuple(sorted(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES, key=len, reverse=True))
+
+
+def input_suffix(name: str) -> str:
+    """The input extension that ``name`` ends with (``.jsonl.gz``, ``.parquet``, ..., any case;
+    the longest that matches), or "" for a name that is no input file's."""
+    lowered = name.lower()
+    return next((suffix for suffix in INPUT_SUFFIXES if lowered.endswith(suffix)), "")
 
 
 def file_format(path: Path) -> Optional[str]:
@@ -60,6 +68,7 @@ class InputFiles:
     directories that could not be read, as skipped records."""
 
     files: list[Path] = field(default_factory=list)
+    given: list = field(default_factory=list)  # the paths scanned, as given
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)
@@ -95,7 +104,7 @@ def scan_inputs(paths: Iterable[str | os.PathLike], on_error: str = "stop") -> I
     """
     check_on_error(on_error)
     paths = list(paths)
-    found = InputFiles()
+    found = InputFiles(given=paths)
     for given in paths:
         path = Path(given)
         try:

@@ -18,93 +18,110 @@ dictionary of ``string``).
 
 from __future__ import annotations
 
-import base64
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
 from .jsonl_lines import lines_of
-from .inputs import JSONL_SUFFIXES, PARQUET_SUFFIXES, TEXT_SUFFIXES, display_path, scan_inputs
+from .inputs import display_path, input_suffix, scan_inputs
 from .source import SourceFile
 from .writer import write_jsonl, write_parquet
 
 KEPT_DIR = "deduplicated"
 PAIRS_DIR = "pairs"
 CLUSTERS_DIR = "clusters"
-INPUT_SUFFIXES = sorted(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES, key=len, reverse=True)
-
-
 def part_name(number: int) -> str:
     """The file name of part ``number`` of a Parquet dataset (pairs/, clusters/)."""
     return f"part-{number:05d}.parquet"
 
 
-def output_names(files: list[Path], inputs: Iterable[str | os.PathLike], format: str) -> list[str]:
-    """The name under deduplicated/ of each input file (in order; POSIX separators): its path
-    relative to the common directory of the inputs as given (a directory given is its own
-    root; a file given counts by its directory), the input extension replaced by ``format``'s.
-    Files that would share that name (``a.jsonl`` and ``a.txt`` side by side) keep their whole
-    name, the format's extension added (``a.jsonl.parquet``, ``a.txt.parquet``); two that would
-    still share one are a ParameterError naming both, before any work."""
+def output_bases(files: list[Path], inputs: Iterable[str | os.PathLike]) -> dict[str, str]:
+    """The name under deduplicated/ of each input file (absolute path -> name, POSIX
+    separators), without the output format's extension: its path relative to the common
+    directory of the inputs as given (a directory given is its own root; a file given counts by
+    its directory), its input extension dropped. Files that would share a name (``a.jsonl``
+    and ``a.txt`` side by side; compared without case, as some file systems compare) keep
+    their whole name. Decided once, over every file the scan found (``files``), when the input
+    is read, so that neither the files a run leaves out nor a later working directory changes
+    a name."""
     roots = [Path(os.path.abspath(path)) for path in inputs]
     roots = [root if root.is_dir() else root.parent for root in roots]
     common = Path(os.path.commonpath(roots)) if roots else Path("/")
-    relatives = [Path(os.path.abspath(path)).relative_to(common).as_posix() for path in files]
-    stems = []
-    for relative in relatives:
-        suffix = next((s for s in INPUT_SUFFIXES if relative.lower().endswith(s)), "")
-        stems.append(relative[: len(relative) - len(suffix)])
-    shared = {stem for stem in stems if stems.count(stem) > 1} if len(set(stems)) < len(stems) else set()
-    names: list[str] = []
-    taken: dict[str, Path] = {}
-    for path, relative, stem in zip(files, relatives, stems):
-        name = f"{relative if stem in shared else stem}.{format}"
-        if name in taken:
-            raise ParameterError(
-                f"{display_path(taken[name])} and {display_path(path)} would both be written as "
-                f"{KEPT_DIR}/{name}; rename one of them, or write one file of kept rows with --single-file")
-        taken[name] = path
-        names.append(name)
+    absolute = [os.path.abspath(path) for path in files]
+    relatives = [Path(path).relative_to(common).as_posix() for path in absolute]
+    stems = [relative[: len(relative) - len(input_suffix(relative))] for relative in relatives]
+    shared = Counter(stem.casefold() for stem in stems)
+    return {path: relative if shared[stem.casefold()] > 1 else stem
+            for path, relative, stem in zip(absolute, relatives, stems)}
+
+
+def output_names(files: list[Path], bases: dict[str, str], format: str) -> list[str]:
+    """The output names (output_bases, then ``format``'s extension) of ``files`` (in order).
+    Two files whose names would still be one (compared without case), or a name that another
+    one needs as a folder, are a ParameterError naming both files."""
+    names = [f"{bases[os.path.abspath(path)]}.{format}" for path in files]
+    as_files: dict[str, Path] = {}  # name (case folded) -> the input written there
+    as_folders: dict[str, Path] = {}  # folder (case folded) -> an input written below it
+    for path, name in zip(files, names):
+        folders = [parent.as_posix().casefold() for parent in Path(name).parents if parent != Path(".")]
+        clashes = [(name, as_files.get(name.casefold()) or as_folders.get(name.casefold()))]
+        clashes += [(folder, as_files.get(folder)) for folder in folders]
+        for taken, other in clashes:
+            if other is not None:
+                raise ParameterError(
+                    f"{display_path(other)} and {display_path(path)} would both be written as {KEPT_DIR}/{taken} "
+                    "(a file, or a file and a folder); rename one of them, or write one file of kept rows with "
+                    "--single-file")
+        as_files[name.casefold()] = path
+        for folder in folders:
+            as_folders.setdefault(folder, path)
     return names
 
 
 def check_output_names(inputs: Iterable[str | os.PathLike], format: str, on_error: str = "stop") -> None:
     """Refuse, before any work, inputs two of whose files would share an output name."""
     inputs = list(inputs)
-    output_names(scan_inputs(inputs, on_error).files, inputs, format)
-
-
-def stored_schema(path: Path, read: pa.Schema) -> pa.Schema:
-    """The schema of a file's kept rows: for Parquet the Arrow schema its writer stored where
-    there is one (fields by name; what pyarrow reads back may differ, see the module), else
-    ``read``, the columns as read."""
-    if not str(path).lower().endswith(PARQUET_SUFFIXES):
-        return read
-    metadata = pq.read_metadata(path).metadata or {}
-    serialized = metadata.get(b"ARROW:schema")
-    if serialized is None:
-        return read
-    stored = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(serialized)))
-    fields = {field.name: field for field in stored}
-    # The stored schema as a whole where it names the same columns (its metadata too).
-    if [field.name for field in stored] == read.names:
-        return stored
-    return pa.schema([fields.get(field.name, field) for field in read], metadata=read.metadata)
+    files = scan_inputs(inputs, on_error).files
+    output_names(files, output_bases(files, inputs), format)
 
 
 def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table``'s columns of ``schema``, in its order, cast back to its types: rows of a run's
-    table (whose columns may be unified across files, the text column made plain) as their
-    input file had them."""
-    # A column all null in its file has Arrow's null type, which no other type casts to.
-    return pa.table([pa.nulls(table.num_rows) if pa.types.is_null(field.type) else table[field.name].cast(field.type)
-                     for field in schema], schema=schema)
+    """``table``'s columns of ``schema``, in its order (a column it lacks: nulls), cast to its
+    types: rows of a run's table (whose columns may be unified across files, the text column
+    made plain) as their input file had them."""
+    return pa.table([cast_column(table[field.name], field.type) if field.name in table.column_names
+                     else pa.nulls(table.num_rows, field.type) for field in schema], schema=schema)
+
+
+def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """``column`` cast to ``target``. A column all null in its file has Arrow's null type, which
+    nothing casts to; a large_string (or large_binary) column of 2 GiB or more goes back to
+    32-bit offsets a slice under 2 GiB at a time, each slice copied so that its offsets start
+    at 0."""
+    if pa.types.is_null(target):
+        return pa.chunked_array([pa.nulls(len(column))], pa.null())
+    try:
+        return column.cast(target)
+    except pa.ArrowInvalid:
+        if not (pa.types.is_string(target) or pa.types.is_binary(target)):
+            raise
+    pieces = []
+    for chunk in column.chunks:
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset: chunk.offset + len(chunk) + 1]
+        start = 0
+        while start < len(chunk):
+            # The most rows from ``start`` whose values stay under 1 GiB (at least one row).
+            stop = max(int(np.searchsorted(offsets, offsets[start] + 2**30, side="right")) - 1, start + 1)
+            piece = chunk.slice(start, stop - start)
+            pieces.append(piece.take(pa.array(np.arange(len(piece)))).cast(target))
+            start = stop
+    return pa.chunked_array(pieces, target)
 
 
 @dataclass
@@ -130,9 +147,9 @@ def write_kept_files(folder: Path, names: list[str], files: Iterator[FileRows], 
 
 def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
     """One input file's kept rows into ``path``, its folders made: from a JSONL file to JSONL,
-    the kept records' lines as they are in the file (copy_kept_lines); otherwise its rows with
-    its own columns and types (as_input, stored_schema). A file that keeps no row is written
-    too, empty (with its columns, for Parquet)."""
+    the kept records' lines as they are in the file (copy_kept_lines); otherwise its kept rows
+    with its own columns and types (as_input; source.schema). A file that keeps no row is
+    written too, empty (with its columns, for Parquet)."""
     source = rows.source
     assert source.location is not None and source.schema is not None, "a file as read_one_file read it"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,11 +157,13 @@ def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
         numbers = source.row_numbers if source.row_numbers is not None else np.arange(1, source.rows + 1)
         copy_kept_lines(Path(source.location), source, np.asarray(numbers)[rows.keep], path)
         return
-    table = as_input(rows.table, stored_schema(Path(source.location), source.schema))
+    # Filtered first: the kept rows of one file are copied once, their offsets from 0, and
+    # types that Arrow cannot filter (string_view) are only cast to, never filtered.
+    table = as_input(rows.table.filter(pa.array(rows.keep)), source.schema)
     if format == "parquet":
-        write_parquet(table, path, keep=rows.keep)
+        write_parquet(table, path)
     else:
-        write_jsonl(table, path, keep=rows.keep)
+        write_jsonl(table, path)
 
 
 def copy_kept_lines(location: Path, source: SourceFile, kept_lines: np.ndarray, path: Path) -> None:

@@ -3,6 +3,7 @@ in the file (from 1)."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +26,8 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
         raise
     except (pa.ArrowException, OSError) as error:
         raise file_error(source.path, f"not a readable Parquet file ({error})") from None
-    source.schema = table.schema  # as the file holds its columns, before the text is made plain
+    # The columns as the file holds them, before the text is made plain (the kept rows' schema).
+    source.schema = stored_schema(path, table.schema)
     if text_field in table.column_names:
         table = plain_text_column(table, text_field)
     problem = check_columns(table, source, text_field, id_field, nulls=False)
@@ -54,6 +56,17 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise file_error(source.path, f"not a readable Parquet file ({error})") from None
     return table, row_numbers, errors.records
+
+
+def stored_schema(path: Path, read: pa.Schema) -> pa.Schema:
+    """A Parquet file's own Arrow schema: the one its writer stored (ARROW:schema) where there
+    is one and it names the columns read (pyarrow reads some types back otherwise: a dictionary
+    of large_string as a dictionary of string), else ``read``, the columns as pyarrow read them."""
+    serialized = (pq.read_metadata(path).metadata or {}).get(b"ARROW:schema")
+    if serialized is None:
+        return read
+    stored = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(serialized)))
+    return stored if stored.names == read.names else read
 
 
 def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:

@@ -22,6 +22,7 @@ from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .inputs import InputFiles, display_path, format_of, scan_inputs
+from .layout import output_bases
 from .jsonl import read_jsonl
 from .parquet import read_parquet
 from .rules import PartSummary, columns_error, combined_ids, ids_type, plan_combination, sorted_records
@@ -92,6 +93,7 @@ def read_corpus(
     parts = [parts[index].keep_rows(combination.keep_mask(index, parts[index].table.num_rows))
              for index in combination.kept]
     corpus = build_corpus(parts, text_field, id_field, found, given)
+    corpus.output_bases = output_bases(found.files, found.given)
     corpus.skipped_records = sorted_records(records, found)
     if use_cudf and any(part.device_part is not None for part in parts):
         from .cudf_reader import device_text_of
