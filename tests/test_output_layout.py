@@ -325,3 +325,13 @@ def test_a_result_is_written_by_the_names_of_its_run_after_a_change_of_directory
     result.write("out")
     assert [p.relative_to(tmp_path / "out").as_posix() for p in kept_files(tmp_path / "out")] == [
         f"deduplicated/{name}.parquet" for name in INPUT_ORDER]
+
+
+def test_an_output_name_too_long_for_the_file_system_is_refused_before_any_work(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / ("x" * 249 + ".txt")).write_text("one two three four five six seven\n")  # 253 bytes
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu")  # x...x.parquet: 257
+    assert result.exit_code == 2 and "longer than 255 bytes" in error_line(result)
+    assert not (tmp_path / "out").exists()
+    jsonl = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu", "--format", "jsonl")
+    assert jsonl.exit_code == 0, jsonl.output  # x...x.jsonl: 255 bytes

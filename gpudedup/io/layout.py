@@ -36,6 +36,9 @@ from .writer import write_jsonl, write_parquet
 KEPT_DIR = "deduplicated"
 PAIRS_DIR = "pairs"
 CLUSTERS_DIR = "clusters"
+NAME_BYTES = 255  # the longest file name most file systems take (ext4, XFS, APFS, NTFS in UTF-16 units)
+
+
 def part_name(number: int) -> str:
     """The file name of part ``number`` of a Parquet dataset (pairs/, clusters/)."""
     return f"part-{number:05d}.parquet"
@@ -63,9 +66,15 @@ def output_bases(files: list[Path], inputs: Iterable[str | os.PathLike]) -> dict
 
 def output_names(files: list[Path], bases: dict[str, str], format: str) -> list[str]:
     """The output names (output_bases, then ``format``'s extension) of ``files`` (in order).
-    Two files whose names would still be one (compared without case), or a name that another
-    one needs as a folder, are a ParameterError naming both files."""
+    Two files whose names would still be one (compared without case), a name that another one
+    needs as a folder, or a name longer than a file system takes, are a ParameterError naming
+    the files."""
     names = [f"{bases[os.path.abspath(path)]}.{format}" for path in files]
+    for path, name in zip(files, names):
+        longest = max(Path(name).parts, key=lambda part: len(part.encode()))
+        if len(longest.encode()) > NAME_BYTES:
+            raise ParameterError(f"{display_path(path)}: its output name {longest!r} would be longer than "
+                                 f"{NAME_BYTES} bytes; rename it, or write one file of kept rows with --single-file")
     as_files: dict[str, Path] = {}  # name (case folded) -> the input written there
     as_folders: dict[str, Path] = {}  # folder (case folded) -> an input written below it
     for path, name in zip(files, names):
