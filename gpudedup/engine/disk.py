@@ -121,6 +121,10 @@ class Shards:
     def count(self) -> int:
         return len(self.files)
 
+    def own(self, array: np.ndarray, index: int) -> np.ndarray:
+        """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
+        return array[self.rows[index]:self.rows[index + 1]]
+
     def concat(self, name: str, shift_by_rows: bool = False) -> np.ndarray:
         """One spilled per-shard array over all shards (loaded, not mapped); shift_by_rows adds
         each shard's first corpus row (for local row indices)."""
@@ -163,7 +167,7 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     left_out = {read[part] for part in plan.left_out}
     live = np.ones(int(shards.rows[-1]), dtype=bool)
     for part, index in enumerate(read):
-        mine = live[shards.rows[index]:shards.rows[index + 1]]
+        mine = shards.own(live, index)
         if index in left_out:
             mine[:] = False
         else:
@@ -448,7 +452,7 @@ class ShardedTable:
     def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
         spilled_keep = self._spilled_keep(keep)
         for index in self._shards_read():
-            mine = spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]]
+            mine = self.shards.own(spilled_keep, index)
             table = self.reader.corpus(index).table.filter(pa.array(mine))
             yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
 
@@ -469,8 +473,8 @@ class ShardedTable:
         must be on a file system they share), else in this process."""
         spilled_keep = self._spilled_keep(keep)
         indices = self._shards_read()
-        tasks = [(self.reader, index, spilled_keep[self.shards.rows[index]:self.shards.rows[index + 1]],
-                  str(folder / name), format) for index, name in zip(indices, names, strict=True)]
+        tasks = [(self.reader, index, self.shards.own(spilled_keep, index), str(folder / name), format)
+                 for index, name in zip(indices, names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_shard_rows, tasks, "writing the kept rows")
 
@@ -541,6 +545,10 @@ class WorkDirStore:
         self.bands = banding.bands
         self.shards = shards = Shards.of(self.work, self.reader.files)
         self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
+        # The shards none of whose rows is a document: files that could not be read, and files
+        # the input rules left out whole (on_error "skip").
+        self.files_left_out = {index for index in range(shards.count) if shards.work.shard_info(index)["left_out"]}
+        self.files_left_out |= self.combination.left_out
         # The documents are the spilled rows (all shards' rows as read) that the input rules
         # keep, in order; so are the active documents among the spilled active rows.
         live = self.combination.live
@@ -638,12 +646,11 @@ class WorkDirStore:
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live
         files = []
-        left_out = self.files_left_out()
         for index in range(shards.count):
             info = shards.work.shard_info(index)
-            if index not in left_out:
+            if index not in self.files_left_out:
                 files.append(InputFile.of(info["path"], info["format"],
-                                       int(live[shards.rows[index]:shards.rows[index + 1]].sum())))
+                                       int(shards.own(live, index).sum())))
         return InputSummary(
             documents=self.documents,
             files=tuple(files),
@@ -663,11 +670,5 @@ class WorkDirStore:
     def table(self, executor: Optional[Executor] = None) -> "ShardedTable":
         """The input rows of the run's documents (DedupResult.table); executor: the run's,
         which writes the kept rows' files too while it is connected."""
-        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out(),
+        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out,
                             executor)
-
-    def files_left_out(self) -> set[int]:
-        """The shards none of whose rows is a document: files that could not be read, and
-        files the input rules left out whole (on_error "skip")."""
-        unreadable = {index for index in range(self.shards.count) if self.shards.work.shard_info(index)["left_out"]}
-        return unreadable | self.combination.left_out

@@ -22,7 +22,9 @@ from .source import check_on_error
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TEXT_SUFFIXES = (".txt",)
-INPUT_SUFFIXES = tuple(sorted(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES, key=len, reverse=True))
+FORMAT_OF_SUFFIX = {**dict.fromkeys(JSONL_SUFFIXES, "jsonl"), **dict.fromkeys(PARQUET_SUFFIXES, "parquet"),
+                    **dict.fromkeys(TEXT_SUFFIXES, "text")}
+INPUT_SUFFIXES = tuple(sorted(FORMAT_OF_SUFFIX, key=len, reverse=True))
 
 
 def input_suffix(name: str) -> str:
@@ -34,14 +36,7 @@ def input_suffix(name: str) -> str:
 
 def file_format(path: Path) -> Optional[str]:
     """The format by the file's name: "jsonl", "parquet", "text", or None for other files."""
-    name = path.name.lower()
-    if name.endswith(JSONL_SUFFIXES):
-        return "jsonl"
-    if name.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    if name.endswith(TEXT_SUFFIXES):
-        return "text"
-    return None
+    return FORMAT_OF_SUFFIX.get(input_suffix(path.name))
 
 
 def format_of(path: Path) -> str:
