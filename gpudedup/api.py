@@ -57,6 +57,7 @@ def dedup(
     batch_bytes: Optional[int] = None,
     batch_rows: int = DedupParams.batch_rows,
     max_memory: int | str | None = None,
+    shard_bytes: int | str | None = None,
     on_error: str = "stop",
     work_dir: str | os.PathLike | None = None,
     resume: bool = False,
@@ -87,6 +88,10 @@ def dedup(
     work_dir: files only -- run in stages over one input file at a time, keeping each stage's
         results in this directory (streaming.py), so that the corpus is never in memory as a
         whole; resume=True goes on with the finished stages of an interrupted run there.
+    shard_bytes: in a staged or Dask run, plain JSONL and Parquet files larger than this (bytes,
+        or a size such as "256MB"; default 512 MiB) are cut into pieces of about this size
+        (byte ranges at line ends, runs of row groups), each read by a task of its own. The
+        results are those of the files read whole.
     client / scheduler / workers: run the staged job's signatures, candidates and verification
         on a Dask cluster (distributed.py): a ``dask.distributed.Client``, a scheduler's
         address, or a local cluster of this many worker processes. The work directory (needed
@@ -107,7 +112,8 @@ def dedup(
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
                          keep=keep, bucket_window=bucket_window, batch_bytes=batch_bytes,
                          batch_rows=batch_rows,
-                         max_memory=None if max_memory is None else parse_size(max_memory))
+                         max_memory=None if max_memory is None else parse_size(max_memory),
+                         shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
     # Below, the content column is "text_field" whatever it holds (io/content.py).
     text_field = content_field(params, text_field, token_field)
     chosen_backend = get_backend(backend)

@@ -162,6 +162,10 @@ def dedup_command(
         help="Run in stages over one input file at a time, keeping each stage's results here, so the "
              "corpus is never in memory as a whole (see docs/scale.md).",
         show_default=False)] = None,
+    shard_bytes: Annotated[Optional[str], typer.Option(
+        help="With --work-dir or Dask: cut plain JSONL and Parquet files larger than this (e.g. 256M) into "
+             "pieces of about this size, each read by a task of its own; default 512M. Results do not "
+             "change.", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir "
                                                           "after an interruption.")] = False,
     scheduler: Annotated[Optional[str], typer.Option(
@@ -210,7 +214,8 @@ def dedup_command(
             check_index_parameters(index.params(), given)
             result = index.dedup(list(inputs), text_field=text_field, id_field=id_field, token_field=token_field,
                                  backend=backend.value, progress=not quiet, on_error=on_error.value,
-                                 batch_bytes=batch_bytes, max_memory=max_memory, work_dir=work_dir, resume=resume,
+                                 batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
+                                 work_dir=work_dir, resume=resume,
                                  scheduler=scheduler, workers=workers)
             result.write(output, format=format.value, overwrite=overwrite, single_file=single_file)
             guard.written = output
@@ -225,7 +230,7 @@ def dedup_command(
             num_perm=num_perm, bands=bands, rows=rows,
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
-            batch_bytes=batch_bytes, max_memory=max_memory, on_error=on_error.value,
+            batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes, on_error=on_error.value,
             work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
             # Written by the run: on a Dask cluster each worker writes its shards' kept rows.
             output=output, format=format.value, overwrite=overwrite, single_file=single_file,

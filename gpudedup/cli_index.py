@@ -91,6 +91,7 @@ def add_command(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
     batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
     max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
+    shard_bytes: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
     work_dir: Annotated[Optional[Path], typer.Option(
         help="Run in stages over one input file at a time, as dedup --work-dir.", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the stages in --work-dir.")] = False,
@@ -115,7 +116,7 @@ def add_command(
                                   on_error=on_error.value, output=output, format=format.value, overwrite=overwrite,
                                   single_file=single_file,
                                   work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
-                                  batch_bytes=batch_bytes, max_memory=max_memory)
+                                  batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes)
         guard.written = output
         if not quiet:
             print_summary(result.report, output, time.perf_counter() - started)

@@ -40,8 +40,9 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
 
 
-def parse_size(text) -> int:
-    """Bytes of a size like 4G, 512M, 1.5GiB or 1000000 (binary units: 1G = 2**30 bytes)."""
+def parse_size(text, name: str = "max_memory") -> int:
+    """Bytes of a size like 4G, 512M, 1.5GiB or 1000000 (binary units: 1G = 2**30 bytes); name:
+    the parameter's, for the error."""
     from .errors import ParameterError
 
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -49,11 +50,11 @@ def parse_size(text) -> int:
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
         if not match or match.group(2).upper() not in _UNITS:
-            raise ParameterError(f"max_memory must be a size like 8G, 512M or a number of bytes; got {text!r}")
+            raise ParameterError(f"{name} must be a size like 8G, 512M or a number of bytes; got {text!r}")
         value, unit = float(match.group(1)), match.group(2).upper()
     size = int(value * _UNITS[unit])
     if size <= 0:
-        raise ParameterError(f"max_memory must be positive; got {text!r}")
+        raise ParameterError(f"{name} must be positive; got {text!r}")
     return size
 
 

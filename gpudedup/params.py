@@ -55,6 +55,9 @@ class DedupParams:
         the backend's default (2 MiB on the CPU, 64 MiB on a GPU).
     max_memory: bytes of host memory the run may use (None: no limit); a stage whose estimated
         need would go past it stops the run before it starts (memory.MemoryBudget).
+    shard_bytes: in a staged or Dask run, plain JSONL and Parquet files larger than this are
+        cut into pieces of about this size, each read by a task of its own (io/pieces.py;
+        memory and tasks, not results); None: 512 MiB.
     """
 
     threshold: float = DEFAULT_THRESHOLD
@@ -75,6 +78,7 @@ class DedupParams:
     batch_bytes: Optional[int] = None
     batch_rows: int = DEFAULT_BATCH_ROWS
     max_memory: Optional[int] = None
+    shard_bytes: Optional[int] = None
 
     def __post_init__(self):
         check = _check
@@ -120,6 +124,8 @@ class DedupParams:
 
         check(self.max_memory is None or (_is_int(self.max_memory) and self.max_memory > 0),
               "max_memory", self.max_memory, "a positive number of bytes (or None: no limit)")
+        check(self.shard_bytes is None or (_is_int(self.shard_bytes) and self.shard_bytes >= 1),
+              "shard_bytes", self.shard_bytes, "a positive number of bytes (or None: 512 MiB)")
 
     def shingle_spec(self) -> ShingleSpec:
         """What a document's shingles are (shingling.ShingleSpec)."""

@@ -77,8 +77,8 @@ def cli_stderr_lines(stderr: str) -> list[str]:
 
 
 def written_by_workers(stream) -> int:
-    """How many tasks of a task stream wrote a shard's kept rows (disk.write_shard_rows)."""
-    return sum(1 for task in stream.data if str(task["key"]).startswith("write_shard_rows"))
+    """How many tasks of a task stream wrote a shard's kept rows (disk.write_file_rows)."""
+    return sum(1 for task in stream.data if str(task["key"]).startswith("write_file_rows"))
 
 
 # --- the same output as the single-process run ----------------------------------------------------
@@ -97,6 +97,25 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     # into its output file.
     assert len(list((tmp_path / "work" / "shards").iterdir())) == 6
     assert written_by_workers(stream) == 6
+
+
+def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output(client, tmp_path):
+    """One JSONL and one Parquet file, each cut into many shards (io/pieces.py): the pieces are
+    counted, signed and written by the workers, with the single process's results and files."""
+    from test_pieces import cut_corpus
+
+    inputs = cut_corpus(tmp_path / "in")
+    single = gpudedup.dedup(inputs, backend="cpu", threshold=0.7)
+    single.write(tmp_path / "single", format="jsonl")
+    with distributed.get_task_stream(client) as stream:
+        spread = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
+                                shard_bytes=25_000, output=tmp_path / "spread", format="jsonl")
+    assert_same_results(single, spread)
+    assert_same_files(tmp_path / "single", tmp_path / "spread")
+    keys = [str(task["key"]) for task in stream.data]
+    assert sum(key.startswith("count_newlines") for key in keys) > 5  # the JSONL file's pieces, counted there
+    assert sum(key.startswith("sign_shard") for key in keys) == len(list((tmp_path / "work" / "shards").iterdir())) > 10
+    assert written_by_workers(stream) == 2  # one task per input file, over its pieces
 
 
 def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, tmp_path):

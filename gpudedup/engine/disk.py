@@ -3,7 +3,9 @@
 an interrupted run had not finished. The same stages as every run (job.py); what this store
 keeps (workdir.py for the layout):
 
-1. **signatures**, per input file (a shard): read it, shingle, MinHash and band keys in batches
+0. **plan**: which shards there are (io/pieces.py): each input file, or the pieces of a large
+   one (byte ranges at line ends, runs of row groups), kept in WORK/plan/.
+1. **signatures**, per shard: read it, shingle, MinHash and band keys in batches
    (signatures.signature_pass), and keep per document only its band keys (band-major, so one
    band of a shard is one contiguous read), its signature row and a 64-bit hash of it, and its
    text length, as memory-mappable .npy files; the ids go to a small Parquet file. A task per
@@ -44,10 +46,11 @@ from ..io.rules import PartSummary, plan_combination
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
-from ..io.layout import FileRows, as_input, write_kept_file
+from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
+from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
-from ..io.sizes import read_bytes_estimate
+from ..io.sizes import shard_read_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
 from ..hashing import Permutations
 from ..lsh import Banding
@@ -69,8 +72,9 @@ BackendOrName = Union[Backend, str]
 
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
-# 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures).
-WORK_DIR_FORMAT = 3
+# 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures;
+# 4: a shard may be a piece of a file, as WORK/plan/shards.npy says).
+WORK_DIR_FORMAT = 4
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -81,9 +85,15 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
     for path in found.files:
         status = os.stat(path)
         inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
+    # The shard size decides how the files are cut, so which shard a spilled directory holds.
     return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
-            "parameters": params.result_parameters(),
+            "parameters": params.result_parameters(), "shard_bytes": shard_bytes(params),
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
+
+
+def shard_bytes(params: DedupParams) -> int:
+    """The size input files are cut at (io/pieces.py)."""
+    return params.shard_bytes or DEFAULT_SHARD_BYTES
 
 
 def by_shard(starts: np.ndarray, positions: np.ndarray):
@@ -106,20 +116,16 @@ class Shards:
     """
 
     work: WorkDir
-    files: list[Path]
+    count: int
     rows: np.ndarray
     active_starts: np.ndarray
 
     @classmethod
-    def of(cls, work: WorkDir, files: list[Path]) -> "Shards":
-        infos = [work.shard_info(i) for i in range(len(files))]
+    def of(cls, work: WorkDir, count: int) -> "Shards":
+        infos = [work.shard_info(i) for i in range(count)]
         rows = np.cumsum([0] + [info["rows"] for info in infos]).astype(np.int64)
         active = np.cumsum([0] + [info["active"] for info in infos]).astype(np.int64)
-        return cls(work, files, rows, active)
-
-    @property
-    def count(self) -> int:
-        return len(self.files)
+        return cls(work, count, rows, active)
 
     def own(self, array: np.ndarray, index: int) -> np.ndarray:
         """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
@@ -143,7 +149,8 @@ class ShardDocuments:
     ids: their ids (int64 or string), in order; schema: the columns of the files they come
     from, unified; records: every record or file left out under on_error="skip" (in no
     particular order; rules.sorted_records orders them); left_out: the shards left out whole
-    by the rules (their columns or kind of id do not combine with the shards before them).
+    by the rules (their columns or kind of id do not combine with the shards before them);
+    columns: each shard read's own columns, as its reader took them.
     """
 
     live: np.ndarray
@@ -151,6 +158,7 @@ class ShardDocuments:
     schema: pa.Schema
     records: list[dict]
     left_out: set[int]
+    columns: dict[int, pa.Schema]
 
 
 def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on_error: str) -> ShardDocuments:
@@ -177,7 +185,8 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     # A file left out whole is one record: the records its reader made for it are dropped.
     records = [record for index in range(shards.count) if index not in left_out
                for record in infos[index]["records"]] + plan.records
-    return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out)
+    return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out,
+                          {index: part.schema for index, part in zip(read, parts)})
 
 
 @dataclass
@@ -235,25 +244,36 @@ class SpilledKeys:
 
 
 class ShardReader:
-    """Reads the input files (shards) for the stages, here or on a Dask worker.
+    """Reads the shards (input files, or pieces of large ones: io/pieces.py) for the stages,
+    here or on a Dask worker.
 
     files: absolute paths; shown: each file as the client displays it (ids ``<path>:<row>``,
     messages), decided once on the client so that a worker's working directory never changes
-    an id."""
+    an id; shards: what each shard reads (set by plan; until then, every file whole)."""
 
     def __init__(self, files: list[Path], text_field: str, id_field: Optional[str], on_error: str):
         self.shown = [display_path(path) for path in files]
         self.files = [Path(path).absolute() for path in files]
         self.text_field, self.id_field, self.on_error = text_field, id_field, on_error
+        self.shards = [Shard(index) for index in range(len(files))]
+
+    @property
+    def count(self) -> int:
+        return len(self.shards)
+
+    def file_of(self, index: int) -> int:
+        """The input file shard ``index`` reads (an index into files)."""
+        return self.shards[index].file
 
     def read(self, index: int) -> tuple[Corpus, list[dict], Optional[pa.Table]]:
         """Shard ``index`` as (corpus, skipped records, its own columns as an empty table).
         Under on_error "skip" a file that cannot be read is an empty corpus, one record
         naming it, and no columns (None); otherwise its InputError is raised."""
-        path, shown = self.files[index], self.shown[index]
+        shard = self.shards[index]
+        path, shown = self.files[shard.file], self.shown[shard.file]
         try:
-            part = read_one_file(path, SourceFile(shown, format_of(path), location=str(path)), self.text_field,
-                                 self.id_field, False, self.on_error)
+            source = SourceFile(shown, format_of(path), location=str(path), piece=shard.piece)
+            part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
         except InputError as error:
             if self.on_error != "skip":
                 raise
@@ -384,7 +404,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     backend, log, progress = get_backend(backend), log or StageLog(), progress or Progress()
     spec, banding = params.shingle_spec(), params.banding()
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
-    path, shown = reader.files[index], reader.shown[index]
+    path, shown = reader.files[reader.file_of(index)], reader.shown[reader.file_of(index)]
     with log.stage("read"):
         corpus, records, raw = reader.read(index)
     if corpus.num_rows:  # (a file left out, or one without records, has no content type of its own)
@@ -421,9 +441,12 @@ class ShardedTable:
     gives a few texts (report.html)."""
 
     def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int],
-                 executor: Optional[Executor] = None):
+                 shard_columns: dict[int, pa.Schema], executor: Optional[Executor] = None):
         self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
         self.left_out = left_out
+        # Each shard's own columns, taken while the work directory exists: a result may be
+        # written after a temporary one is gone (it reads the input files again).
+        self.shard_columns = shard_columns
         self.executor = executor  # the run's, for write_files
 
     def __getitem__(self, name: str):
@@ -461,22 +484,37 @@ class ShardedTable:
         columns are not the run's and none of their rows is a document)."""
         return [index for index in range(self.shards.count) if index not in self.left_out]
 
+    def _files_read(self) -> list[tuple[int, list[int]]]:
+        """(input file, its shards read, in order) for every file with shards the run read."""
+        shards_of: dict[int, list[int]] = {}
+        for index in self._shards_read():
+            shards_of.setdefault(self.reader.file_of(index), []).append(index)
+        return list(shards_of.items())
+
     def file_paths(self) -> list[Path]:
         """The input files the run read (absolute; empty files too), in order: one output file
         each."""
-        return [self.reader.files[index] for index in self._shards_read()]
+        return [self.reader.files[file] for file, _ in self._files_read()]
 
     def write_files(self, folder: Path, names: list[str], format: str, keep: np.ndarray) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; keep: bool
-        (n,) over the documents): one task per shard, on the run's Dask workers while its
-        client is still connected (each worker reads its shard and writes its file; folder
-        must be on a file system they share), else in this process."""
+        (n,) over the documents): one task per file, on the run's Dask workers while its
+        client is still connected (each worker reads the file's shards and writes its file;
+        folder must be on a file system they share), else in this process."""
         spilled_keep = self._spilled_keep(keep)
-        indices = self._shards_read()
-        tasks = [(self.reader, index, self.shards.own(spilled_keep, index), str(folder / name), format)
-                 for index, name in zip(indices, names, strict=True)]
+        tasks = [(self.reader, indices, [self.shards.own(spilled_keep, index) for index in indices],
+                  str(folder / name), format, self._pieces_schema(indices))
+                 for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
-        executor.map(write_shard_rows, tasks, "writing the kept rows")
+        executor.map(write_file_rows, tasks, "writing the kept rows")
+
+    def _pieces_schema(self, indices: list[int]) -> Optional[pa.Schema]:
+        """The columns of a JSONL file cut into the pieces ``indices``: the pieces' own (each
+        inferred by its reader), unified as the reader unifies its blocks'; None for a file
+        read whole or a Parquet file (whose pieces hold its stored columns)."""
+        if len(indices) == 1 or format_of(self.reader.files[self.reader.file_of(indices[0])]) != "jsonl":
+            return None
+        return pa.unify_schemas([self.shard_columns[index] for index in indices], promote_options="permissive")
 
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
         """keep (bool (n,) over the documents) over all rows as read, of every shard."""
@@ -496,12 +534,21 @@ class ShardedTable:
             write_jsonl_batches(self._kept_batches(keep, schema), path)
 
 
-def write_shard_rows(reader: ShardReader, index: int, keep: np.ndarray, path: str, format: str) -> None:
-    """Task: shard ``index``'s kept rows (keep: bool over its rows as read) into ``path``, as
-    layout.write_kept_file writes them."""
-    corpus = reader.corpus(index)
-    assert corpus.files, "a file that could not be read is left out"
-    write_kept_file(FileRows(corpus.files[0], corpus.table, keep), Path(path), format)
+def write_file_rows(reader: ShardReader, indices: list[int], keeps: list[np.ndarray], path: str, format: str,
+                    schema: Optional[pa.Schema]) -> None:
+    """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
+    whole, or its pieces in order; keeps: bool over each one's rows as read), as
+    layout.write_kept_file and write_kept_pieces write them; schema: see _pieces_schema."""
+
+    def rows(index: int, keep: np.ndarray) -> FileRows:
+        corpus = reader.corpus(index)
+        assert corpus.files, "a file that could not be read is left out"
+        return FileRows(corpus.files[0], corpus.table, keep)
+
+    if len(indices) == 1 and reader.shards[indices[0]].piece is None:
+        write_kept_file(rows(indices[0], keeps[0]), Path(path), format)
+    else:
+        write_kept_pieces((rows(index, keep) for index, keep in zip(indices, keeps)), Path(path), format, schema)
 
 
 class WorkDirStore:
@@ -526,24 +573,27 @@ class WorkDirStore:
              log: StageLog, progress: Progress) -> None:
         # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on a
         # cluster the workers' time is one "signature_pass" as the client waits for it.
-        pending = [index for index in range(len(self.reader.files)) if not self.work.shard_done(index)]
+        self.reader.shards = self.plan_shards(executor)
+        pending = [index for index in range(self.reader.count) if not self.work.shard_done(index)]
         root = str(self.work.root)
         if executor.in_process:
             budget = MemoryBudget(self.params.max_memory)
             for index in pending:
-                path = self.reader.files[index]
+                shard = self.reader.shards[index]
+                path = self.reader.files[shard.file]
                 # A shard is read whole: the budget must hold it and the batches in flight.
                 budget.check(f"reading {display_path(path)}",
-                             lambda path=path: read_bytes_estimate([(path, format_of(path))])
+                             lambda shard=shard, path=path: shard_read_estimate(path, format_of(path), shard.piece)
                              + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)),
-                             "cut the input into smaller files, or raise --max-memory")
+                             "lower --shard-bytes (large plain JSONL and Parquet files are cut at it), cut "
+                             "the input into smaller files, or raise --max-memory")
                 sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
         else:
             with log.stage("signature_pass"):
                 executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
                                           for index in pending], "the signatures")
         self.bands = banding.bands
-        self.shards = shards = Shards.of(self.work, self.reader.files)
+        self.shards = shards = Shards.of(self.work, self.reader.count)
         self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
         # The shards none of whose rows is a document: files that could not be read, and files
         # the input rules left out whole (on_error "skip").
@@ -568,6 +618,21 @@ class WorkDirStore:
     @property
     def ids(self) -> pa.Array:
         return self.combination.ids
+
+    def plan_shards(self, executor: Executor) -> list[Shard]:
+        """The shards of the run (io/pieces.py: large files cut at --shard-bytes), planned once
+        and kept in the work directory, so that a resumed run reads the same ones (the
+        newlines before each JSONL piece are counted by the executor's tasks)."""
+        stored = self.work.load_plan()
+        if stored is None:
+            planned = plan_shards(self.reader.files, shard_bytes(self.params),
+                                  lambda tasks: executor.map(count_newlines, tasks, "cutting large files"))
+            columns = [[shard.file, *((shard.piece.start, shard.piece.stop, shard.piece.before)
+                                      if shard.piece is not None else (-1, -1, -1))] for shard in planned]
+            stored = np.asarray(columns, dtype=np.int64).reshape(-1, 4)
+            self.work.save_plan(stored)
+        return [Shard(int(file), Piece(int(start), int(stop), int(before)) if start >= 0 else None)
+                for file, start, stop, before in stored]
 
     def row_hashes(self) -> np.ndarray:
         hashes = self.shards.concat("row_hash")
@@ -606,7 +671,7 @@ class WorkDirStore:
         file = np.empty(docs.shape[0], dtype=np.int64)
         numbers = np.empty(docs.shape[0], dtype=np.int64)
         for index, mine in by_shard(self.shards.rows, spilled):
-            file[mine] = index
+            file[mine] = self.reader.file_of(index)
             local = spilled[mine] - self.shards.rows[index]
             numbers[mine] = np.asarray(self.work.shard_array(index, "row_numbers"))[local]
         files = tuple((str(path), format_of(path)) for path in self.reader.files)
@@ -645,12 +710,13 @@ class WorkDirStore:
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live
-        files = []
+        documents: dict[int, int] = {}  # input file -> its documents, over the shards read
         for index in range(shards.count):
-            info = shards.work.shard_info(index)
             if index not in self.files_left_out:
-                files.append(InputFile.of(info["path"], info["format"],
-                                       int(shards.own(live, index).sum())))
+                file = self.reader.file_of(index)
+                documents[file] = documents.get(file, 0) + int(shards.own(live, index).sum())
+        files = [InputFile.of(self.reader.shown[file], format_of(self.reader.files[file]), count)
+                 for file, count in documents.items()]
         return InputSummary(
             documents=self.documents,
             files=tuple(files),
@@ -671,4 +737,4 @@ class WorkDirStore:
         """The input rows of the run's documents (DedupResult.table); executor: the run's,
         which writes the kept rows' files too while it is connected."""
         return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out,
-                            executor)
+                            self.combination.columns, executor)

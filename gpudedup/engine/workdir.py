@@ -106,6 +106,17 @@ class WorkDir:
     def shard_info(self, index: int) -> dict:
         return json.loads((self.shard_dir(index) / "info.json").read_text(encoding="utf-8"))
 
+    # --- the shards' plan (io/pieces.py) -------------------------------------------------
+
+    def load_plan(self) -> Optional[np.ndarray]:
+        """The shards a run reads (int64 (s, 4): file, start, stop, before; -1s for a file read
+        whole), or None before they are planned."""
+        path = self.root / "plan" / "shards.npy"
+        return np.load(path, allow_pickle=False) if path.exists() else None
+
+    def save_plan(self, shards: np.ndarray) -> None:
+        self.write_dir(Path("plan"), {"shards": shards})
+
     # --- whole-corpus stages ---------------------------------------------------------------
 
     def stage_path(self, name: str) -> Path:

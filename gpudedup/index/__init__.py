@@ -94,7 +94,7 @@ class Index:
 
     def params(self, manifest: Optional[Manifest] = None, **speed: Any) -> DedupParams:
         """The index's DedupParams, from ``manifest`` (None: the one committed now; ``speed``:
-        batch_bytes, batch_rows, max_memory)."""
+        batch_bytes, batch_rows, max_memory, shard_bytes)."""
         fixed = (manifest or read_manifest(self.path)).parameters
         recorded = fixed.get("unicode_version")
         if recorded is not None and recorded != unicode_form_version():
@@ -132,20 +132,21 @@ class Index:
     def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
               backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
               batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
-              work_dir: str | os.PathLike | None = None, resume: bool = False,
+              shard_bytes: int | str | None = None, work_dir: str | os.PathLike | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
-        holds the new documents kept. batch_bytes, max_memory, work_dir, resume, client,
-        scheduler, workers: as gpudedup.dedup takes them."""
+        holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
+        client, scheduler, workers: as gpudedup.dedup takes them."""
         result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
-                              (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
+                              (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers)
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
             token_field: str = "input_ids", backend: str | Backend = "auto", progress: bool = False,
             on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
-            output: Optional[str | os.PathLike] = None, format: str = "parquet", overwrite: bool = False,
+            shard_bytes: int | str | None = None, output: Optional[str | os.PathLike] = None,
+            format: str = "parquet", overwrite: bool = False,
             work_dir: str | os.PathLike | None = None, resume: bool = False, client=None,
             scheduler: Optional[str] = None, workers: Optional[int] = None,
             single_file: bool = False) -> DedupResult:
@@ -160,7 +161,8 @@ class Index:
             reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
             self._reader = reader  # the state before this add: the next reader takes its segments over
             result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
-                                      (batch_bytes, max_memory), work_dir, resume, client, scheduler, workers)
+                                      (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler,
+                                      workers)
             # Everything that can refuse the commit, before anything is written.
             check_id_type(manifest, store.inner.ids)
             kept = self._kept_new_rows(result, store)
@@ -182,9 +184,10 @@ class Index:
         from ..api import content_field, corpus_result, dask_dedup, staged_dedup, to_corpus
         from ..memory import MemoryBudget, parse_size
 
-        batch_bytes, max_memory = speed
+        batch_bytes, max_memory, shard_bytes = speed
         params = self.params(reader.manifest, batch_bytes=batch_bytes,
-                             max_memory=None if max_memory is None else parse_size(max_memory))
+                             max_memory=None if max_memory is None else parse_size(max_memory),
+                             shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
         chosen = get_backend(backend)
         field = content_field(params, text_field, token_field)
         against = Against(reader, chosen, params.bucket_window)

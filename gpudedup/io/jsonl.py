@@ -33,7 +33,7 @@ def read_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Option
     are parsed by Arrow.
     """
     errors = RecordErrors(on_error)
-    opener = lambda: open_binary(path)  # noqa: E731
+    opener = lambda: open_binary(path, source.piece)  # noqa: E731
     table = None
     try:
         # Arrow 26 crashes (SIGSEGV) on a line holding `null` at the start of a block, so it
@@ -93,7 +93,7 @@ def read_jsonl_by_line(path: Path, source: SourceFile, text_field: str, id_field
     kept: list[bytes] = []
     numbers: list[int] = []
     first_seen: dict[tuple, tuple[str, int]] = {}  # field path -> (JSON type, line)
-    for number, line in enumerate(lines_of(path, source), start=1):
+    for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
         if not line.strip(JSON_WHITESPACE):
             continue
         problem, kinds = check_jsonl_line(line, number, text_field, id_field, first_seen)
@@ -151,7 +151,11 @@ def parse_jsonl(open_stream: Callable, path: Path, source: SourceFile,
         if "straddl" not in str(error):
             raise
         # Every line must fit in one block: read again with blocks as large as the longest line.
-        length, line = longest if longest is not None else longest_line(open_stream)
+        if longest is None:
+            length, line = longest_line(open_stream)
+            line += source.numbers_before  # (counted in the piece read)
+        else:
+            length, line = longest
         if 2 * length + 2 > MAX_BLOCK_BYTES:
             raise file_error(source.path, f"line {line} is {length:,} bytes long; JSON lines longer "
                                           f"than {MAX_BLOCK_BYTES // 2 - 1:,} bytes are not supported") from None

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .content import token_list_problem
+from .pieces import Piece
 from .source import SourceFile, file_error
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -24,19 +25,25 @@ CHUNK_BYTES = 1 << 24
 MAX_JSON_DEPTH = 200  # deeper records are refused: Python's and Arrow's recursion stay bounded
 
 
-def open_binary(path: Path):
-    """The file's bytes as a stream, gunzipped for .gz names (pyarrow, no full copy in memory)."""
+def open_binary(path: Path, piece: Optional[Piece] = None):
+    """The file's bytes as a stream, gunzipped for .gz names (pyarrow, no full copy in memory);
+    piece: only its byte range (a plain file's, io/pieces.py), from the file mapped in memory."""
+    if piece is not None:
+        with pa.memory_map(str(path)) as mapped:  # (a buffer of the map outlives its file object)
+            mapped.seek(piece.start)
+            return pa.BufferReader(mapped.read_buffer(piece.stop - piece.start))
     compression = "gzip" if path.name.lower().endswith(".gz") else None
     return pa.input_stream(str(path), compression=compression)
 
 
 def lines_of(path: Path, source: SourceFile) -> Iterator[bytes]:
-    """The lines of a (possibly gzipped) file, split at b'\\n' (a UTF-8 BOM before the first
-    is dropped), for the slow paths: diagnosis, skipping and line numbers."""
+    """The lines of a (possibly gzipped) file, or of the piece of it ``source`` reads, split at
+    b'\\n' (a UTF-8 BOM before the file's first is dropped), for the slow paths: diagnosis,
+    skipping and line numbers."""
     try:
-        with open_binary(path) as stream:
+        with open_binary(path, source.piece) as stream:
             pending: list[bytes] = []  # the line read so far (a long line comes in many chunks)
-            first = True
+            first = source.at_file_start
             while chunk := stream.read(CHUNK_BYTES):
                 if first:
                     chunk, first = chunk.removeprefix(UTF8_BOM), False
@@ -95,13 +102,14 @@ def longest_line(open_stream: Callable) -> tuple[int, int]:
 BLANK, OBJECT, OTHER = 0, 1, 2
 
 
-def line_shapes(open_stream: Callable) -> np.ndarray:
+def line_shapes(open_stream: Callable, file_start: bool = True) -> np.ndarray:
     """For every line of a stream (split at b'\\n'; a last line without one counts; a UTF-8 BOM
-    before the first is ignored), int8: BLANK (empty, or a lone '\\r'), OBJECT (starts with
-    '{' and ends with '}', before an optional '\\r') or OTHER. Vectorised, in chunks."""
+    before the first is ignored where the stream is the start of its file), int8: BLANK (empty,
+    or a lone '\\r'), OBJECT (starts with '{' and ends with '}', before an optional '\\r') or
+    OTHER. Vectorised, in chunks."""
     shapes: list[np.ndarray] = []
     length, head, tail = 0, b"", b""  # the line being read: bytes so far, first byte, last two
-    first = True
+    first = file_start
     with open_stream() as stream:
         while chunk := stream.read(CHUNK_BYTES):
             if first:
@@ -155,9 +163,10 @@ def record_line_numbers(open_stream: Callable, rows: int, path: Path, source: So
 
 
 def object_line_numbers(open_stream: Callable, path: Path, source: SourceFile) -> Optional[np.ndarray]:
-    """The numbers (from 1, int64) of the non-blank lines, or None when one of them does not
-    start with '{' and end with '}' (JSON white space aside)."""
-    shapes = line_shapes(open_stream)
+    """The numbers (from 1, int64, in the whole file where ``source`` reads a piece of it) of the
+    non-blank lines, or None when one of them does not start with '{' and end with '}' (JSON
+    white space aside)."""
+    shapes = line_shapes(open_stream, source.at_file_start)
     other = np.flatnonzero(shapes == OTHER)
     if other.size:  # white space around a record: look at those lines themselves
         wanted = set((other + 1).tolist())
@@ -170,7 +179,7 @@ def object_line_numbers(open_stream: Callable, path: Path, source: SourceFile) -
                     shapes[number - 1] = OBJECT
                 else:
                     return None
-    return (np.flatnonzero(shapes == OBJECT) + 1).astype(np.int64)
+    return (np.flatnonzero(shapes == OBJECT) + 1 + source.numbers_before).astype(np.int64)
 
 
 class _Refused(ValueError):

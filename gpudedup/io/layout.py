@@ -18,20 +18,23 @@ dictionary of ``string``).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
 from .jsonl_lines import lines_of
 from .inputs import display_path, input_suffix, scan_inputs
 from .source import SourceFile
-from .writer import write_jsonl, write_parquet
+from .writer import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet
 
 KEPT_DIR = "deduplicated"
 PAIRS_DIR = "pairs"
@@ -175,17 +178,45 @@ def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
         write_jsonl(table, path)
 
 
+def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str, schema: Optional[pa.Schema]) -> None:
+    """One input file's kept rows into ``path``, as write_kept_file writes them, from the pieces
+    a run cut it into (io/pieces.py; ``pieces`` read one at a time, in order): from JSONL to
+    JSONL the kept lines of the whole file, otherwise each piece's kept rows appended, with the
+    file's columns: ``schema``, its pieces' unified (a JSONL file, whose pieces each infer
+    their own), or None for the pieces' own (a Parquet file's, the same in every piece)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pieces = iter(pieces)
+    first = next(pieces)
+    source, columns = first.source, schema or first.source.schema
+    every = itertools.chain([first], pieces)
+    del first  # (a piece at a time)
+    if format == "jsonl" and source.format == "jsonl":
+        kept = [np.asarray(rows.source.row_numbers)[rows.keep] for rows in every]
+        assert source.location is not None, "a file as read_one_file read it"
+        copy_kept_lines(Path(source.location), source, np.concatenate(kept), path)
+        return
+    tables = (as_input(rows.table.filter(pa.array(rows.keep)), columns) for rows in every)
+    if format == "parquet":
+        with pq.ParquetWriter(path, columns) as writer:
+            for table in tables:
+                if table.num_rows:  # (no empty row groups)
+                    writer.write_table(table)
+    else:
+        write_jsonl_batches((batch for table in tables for batch in table.to_batches(ROWS_PER_WRITE)), path)
+
+
 def copy_kept_lines(location: Path, source: SourceFile, kept_lines: np.ndarray, path: Path) -> None:
     """The lines ``kept_lines`` (int64, ascending, from 1) of a JSONL file (gzipped or not), byte
     for byte, each ended with a newline, into ``path``: a kept record comes back exactly as it
     was written (its fields, their order, its numbers' spelling), not as Arrow typed it. A UTF-8
-    BOM before the first line is dropped, as the reader drops it."""
+    BOM before the first line is dropped, as the reader drops it. The whole file is read, also
+    where ``source`` read a piece of it (line numbers are the file's)."""
     wanted = iter(kept_lines.tolist())
     next_line = next(wanted, None)
     with open(path, "wb") as sink:
         if next_line is None:
             return
-        for number, line in enumerate(lines_of(location, source), 1):
+        for number, line in enumerate(lines_of(location, dataclasses.replace(source, piece=None)), 1):
             if number == next_line:
                 sink.write(line + b"\n")  # a line keeps its \r of \r\n, as it was
                 next_line = next(wanted, None)

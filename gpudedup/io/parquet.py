@@ -1,5 +1,5 @@
-"""Reading Parquet files (.parquet, .pq) with pyarrow (host). A record's row number is its row
-in the file (from 1)."""
+"""Reading Parquet files (.parquet, .pq), or runs of their row groups (io/pieces.py), with
+pyarrow (host). A record's row number is its row in the file (from 1)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,11 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
     are per-record problems, everything else is about the whole file."""
     errors = RecordErrors(on_error)
     try:
-        table = pq.read_table(path)
+        if source.piece is None:
+            table = pq.read_table(path)
+        else:  # a run of its row groups (io/pieces.py)
+            with pq.ParquetFile(path) as file:
+                table = file.read_row_groups(range(source.piece.start, source.piece.stop))
     except PermissionError:
         raise
     except (pa.ArrowException, OSError) as error:
@@ -39,15 +43,17 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
     else:
         bad_text = invalid_utf8_rows(table[text_field])
         reasons = ["is not valid UTF-8"] * len(bad_text)
+    row_numbers = np.arange(1, table.num_rows + 1) + source.numbers_before  # the file's rows, from 1
     for row, reason in zip(bad_text, reasons):
-        errors.add(source.path, row + 1, f"field {text_field!r} {reason}", f"{source.path}: row {row + 1}")
+        number = int(row_numbers[row])
+        errors.add(source.path, number, f"field {text_field!r} {reason}", f"{source.path}: row {number}")
     keep[bad_text] = False
     if id_field is not None and table[id_field].null_count:
         null_rows = np.flatnonzero(table[id_field].is_null().to_numpy(zero_copy_only=False) & keep)
         for row in null_rows:
-            errors.add(source.path, row + 1, f"id field {id_field!r} is null", f"{source.path}: row {row + 1}")
+            number = int(row_numbers[row])
+            errors.add(source.path, number, f"id field {id_field!r} is null", f"{source.path}: row {number}")
         keep[null_rows] = False
-    row_numbers = np.arange(1, table.num_rows + 1)
     if not keep.all():
         table, row_numbers = table.filter(pa.array(keep)), row_numbers[keep]
         errors.records.sort(key=lambda r: r["line"])

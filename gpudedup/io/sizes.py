@@ -106,6 +106,28 @@ def file_read_bytes(path: Path, format: str) -> tuple[int, int]:
     return on_disk, int(PARSE_OVERHEAD * on_disk)
 
 
+def piece_share(path: Path, format: str, piece) -> float:
+    """The share of a file's bytes that a piece of it (io/pieces.Piece) reads: of the file's
+    size (JSONL byte ranges) or of its row groups' decoded size (Parquet)."""
+    try:
+        if format == "parquet":
+            metadata = pq.read_metadata(path)
+            sizes = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
+            return sum(sizes[piece.start:piece.stop]) / max(sum(sizes), 1)
+        return (piece.stop - piece.start) / max(os.stat(path).st_size, 1)
+    except (OSError, ValueError):
+        return 1.0  # reading will name the problem
+
+
+def shard_read_estimate(path: Path, format: str, piece) -> int:
+    """read_bytes_estimate of one file read whole (piece None) or of one piece of it."""
+    kept, during = file_read_bytes(path, format)
+    if piece is not None:
+        share = piece_share(path, format, piece)
+        kept, during = int(kept * share), int(during * share)
+    return KEPT_FACTOR * kept + during + READER_BYTES
+
+
 def read_bytes_estimate(files: list[tuple[Path, str]]) -> int:
     """Estimated peak bytes of reading ``files`` ((path, format) pairs) into one corpus."""
     sizes = [file_read_bytes(path, format) for path, format in files]

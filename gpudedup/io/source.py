@@ -10,13 +10,16 @@ A skipped record, as every mode writes it to ``errors.jsonl``, is the dict
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, ParameterError
 from .content import is_text_type, is_token_type
+
+if TYPE_CHECKING:
+    from .pieces import Piece
 
 ON_ERROR_CHOICES = ("stop", "skip")
 
@@ -36,6 +39,18 @@ class SourceFile:
     row_numbers: Optional[np.ndarray] = None  # int64 (rows,): line (JSONL) or row, from 1
     location: Optional[str] = None  # a file's absolute path (its kept rows' output: io/layout.py)
     schema: Optional[pa.Schema] = None  # a file's columns as it holds them, before any unifying
+    piece: Optional["Piece"] = None  # the part of the file read (io/pieces.py); None: all of it
+
+    @property
+    def numbers_before(self) -> int:
+        """The lines (JSONL) or rows of the file before the part read, added to the part's own
+        numbers (from 1) to give the file's."""
+        return self.piece.before if self.piece is not None else 0
+
+    @property
+    def at_file_start(self) -> bool:
+        """Whether the part read starts at the file's first byte (where a UTF-8 BOM is dropped)."""
+        return self.piece is None or self.piece.start == 0
 
     def where(self, row: int) -> str:
         """'FILE:LINE' (JSONL) or 'FILE row N' for the row-th record (from 0) of this file."""

@@ -1,0 +1,149 @@
+"""Large input files cut into pieces, so that one file is not one task of a staged or Dask run.
+
+A piece is read as a shard of its own (engine/disk.py): a plain (not gzipped) JSONL file is cut
+by byte ranges that start right after a newline, a Parquet file by runs of whole row groups.
+Every other file (gzipped JSONL, which cannot be entered in the middle; text; a file under the
+shard size) is one shard, read whole. A piece's records keep the line (JSONL) or row (Parquet)
+numbers they have in the whole file, so ids (``<path>:<line>``), messages and the kept rows are
+those of the whole file read at once.
+
+How many lines come before a JSONL piece is known only by reading up to it: the cut points are
+found here (a short read at each), the newlines of each piece are counted by a task of their
+own (count_newlines, on the cluster for a Dask run), and plan_shards adds them up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import pyarrow.parquet as pq
+
+from .inputs import format_of
+
+DEFAULT_SHARD_BYTES = 512 * 2**20  # a piece's bytes in its file: a task's read, well under a worker's memory
+SCAN_BYTES = 1 << 16  # read at a time when looking for a newline or counting them
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of one input file: JSONL bytes [start, stop), or Parquet row groups [start, stop);
+    before: the lines (JSONL: newlines before ``start``) or rows (Parquet) of the file before
+    it, added to the piece's own numbers (from 1) to give the file's."""
+
+    start: int
+    stop: int
+    before: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one task reads: input file ``file`` (an index into the run's files), whole (piece
+    None) or one piece of it."""
+
+    file: int
+    piece: Optional[Piece] = None
+
+
+def cuttable(path: Path, format: str) -> bool:
+    """Whether a file can be cut: plain JSONL (a gzip stream cannot be entered in the middle) and
+    Parquet."""
+    return (format == "jsonl" and not path.name.lower().endswith(".gz")) or format == "parquet"
+
+
+def jsonl_cuts(path: Path, shard_bytes: int) -> list[int]:
+    """The byte offsets where the pieces of a JSONL file start (the first is 0): one right after
+    the first newline at or past every multiple of ``shard_bytes``; a cut that would start an
+    empty piece (at the end of the file) is not made."""
+    size = path.stat().st_size
+    cuts = [0]
+    with open(path, "rb") as stream:
+        target = shard_bytes
+        while target < size:
+            stream.seek(max(target - 1, cuts[-1]))
+            at = stream.tell()
+            while chunk := stream.read(SCAN_BYTES):
+                newline = chunk.find(b"\n")
+                if newline >= 0:
+                    at += newline + 1
+                    break
+                at += len(chunk)
+            else:
+                break  # no newline after the target: the rest is one piece
+            if at >= size:
+                break
+            cuts.append(at)
+            target = max(target + shard_bytes, at + 1)
+    return cuts
+
+
+def count_newlines(path: str, start: int, stop: int) -> int:
+    """Task: the newlines in bytes [start, stop) of a file."""
+    count = 0
+    with open(path, "rb") as stream:
+        stream.seek(start)
+        left = stop - start
+        while left > 0 and (chunk := stream.read(min(SCAN_BYTES * 64, left))):
+            count += chunk.count(b"\n")
+            left -= len(chunk)
+    return count
+
+
+def parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
+    """Runs of consecutive row groups of a Parquet file, each of at most ``shard_bytes`` of
+    uncompressed data (a row group larger than that is a piece of its own)."""
+    metadata = pq.read_metadata(path)
+    pieces, start, rows_before, size, rows = [], 0, 0, 0, 0
+    for group in range(metadata.num_row_groups):
+        group_meta = metadata.row_group(group)
+        if group > start and size + group_meta.total_byte_size > shard_bytes:
+            pieces.append(Piece(start, group, rows_before))
+            start, rows_before, size, rows = group, rows_before + rows, 0, 0
+        size += group_meta.total_byte_size
+        rows += group_meta.num_rows
+    pieces.append(Piece(start, metadata.num_row_groups, rows_before))
+    return pieces
+
+
+CountTask = Callable[[list[tuple[str, int, int]]], list[int]]
+
+
+def plan_shards(files: list[Path], shard_bytes: int, count: CountTask) -> list[Shard]:
+    """The shards of a run over ``files`` (absolute, in order): each file larger than
+    ``shard_bytes`` that can be cut (cuttable) in pieces of about that size, every other file
+    whole. count(tasks) runs count_newlines over (path, start, stop) tasks and gives their
+    results in order (an executor's map). A file that cannot be looked into here (unreadable,
+    not Parquet after all) is left whole: its reader says what is wrong with it."""
+    parquet: dict[int, list[Piece]] = {}
+    jsonl: dict[int, list[tuple[int, int]]] = {}  # file -> the (start, stop) of its pieces
+    for index, path in enumerate(files):
+        format = format_of(path)
+        try:
+            if not (cuttable(path, format) and path.stat().st_size > shard_bytes):
+                continue
+            if format == "parquet":
+                pieces = parquet_pieces(path, shard_bytes)
+                if len(pieces) > 1:
+                    parquet[index] = pieces
+            else:
+                cuts = jsonl_cuts(path, shard_bytes)
+                jsonl[index] = list(zip(cuts, cuts[1:] + [path.stat().st_size]))
+        except (OSError, ValueError):  # (pyarrow's errors are OSError or ValueError)
+            continue
+    # The newlines of every piece but a file's last: the lines before each of its pieces.
+    tasks = [(str(files[index]), start, stop) for index, ranges in jsonl.items() for start, stop in ranges[:-1]]
+    counts = iter(count(tasks) if tasks else [])
+    shards: list[Shard] = []
+    for index in range(len(files)):
+        if index in parquet:
+            shards.extend(Shard(index, piece) for piece in parquet[index])
+        elif index in jsonl and len(jsonl[index]) > 1:
+            before = 0
+            for number, (start, stop) in enumerate(jsonl[index]):
+                shards.append(Shard(index, Piece(start, stop, before)))
+                if number < len(jsonl[index]) - 1:
+                    before += next(counts)
+        else:
+            shards.append(Shard(index))
+    return shards

@@ -1,0 +1,251 @@
+"""Large files cut into pieces (io/pieces.py, ``shard_bytes``): the plan against oracles that
+read the whole file (Python's bytes.count for line numbers, the footer for row groups), and a
+staged run over cut files against the same files read whole in memory: the same pairs,
+clusters, kept rows and output files, ids, line numbers in errors and skipped records, and
+resume."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import signal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpudedup
+from gpudedup.errors import InputError, ParameterError
+from gpudedup.io.pieces import Shard, count_newlines, jsonl_cuts, parquet_pieces, plan_shards
+
+from output_support import kept_files, kept_lines, read_clusters, read_kept, read_pairs, result_bytes
+from stage_events import cli_process, finish, wait_for_stage, with_stage_events
+
+SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
+
+
+def sample_lines(n: int) -> list[bytes]:
+    with gzip.open(SAMPLE, "rb") as handle:
+        return [line.rstrip(b"\n") for line in handle if line.strip()][:n]
+
+
+def serial_count(tasks):
+    return [count_newlines(*task) for task in tasks]
+
+
+def cut_corpus(root: Path, seed: int = 0) -> Path:
+    """A JSONL file with what a cut may fall on (a BOM, CRLF line ends, blank lines, a record
+    without the text's neighbours' fields, copies of earlier records far apart) and a Parquet
+    file of many row groups holding copies of the JSONL's records."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    lines = sample_lines(1500)
+    out = [b"\xef\xbb\xbf" + lines[0]]
+    for i, line in enumerate(lines[1:], 1):
+        if i % 97 == 0:
+            out.append(b"")  # a blank line
+        if i % 53 == 0:
+            line += b"\r"  # CRLF
+        out.append(line)
+        if i % 11 == 0:  # a copy of an earlier record, with its own id
+            record = json.loads(lines[rng.randrange(i)])
+            record["id"] = f"copy-{i}"
+            out.append(json.dumps(record).encode())
+    (root / "big.jsonl").write_bytes(b"\n".join(out) + b"\n")
+    records = [json.loads(line) for line in lines[::3]]
+    for n, record in enumerate(records):
+        record["id"] = f"pq-{n}"
+    pq.write_table(pa.Table.from_pylist(records), root / "big.parquet", row_group_size=37)
+    return root
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shard_bytes", [1, 50, 333, 4096, 100_000, 10**9])
+@pytest.mark.parametrize("ending", [b"\n", b""])
+def test_jsonl_pieces_start_after_a_newline_and_count_the_lines_before(tmp_path, shard_bytes, ending):
+    rng = random.Random(shard_bytes)
+    lines = [b"x" * rng.choice([0, 1, 5, 40, 700]) for _ in range(400)]
+    data = b"\n".join(lines) + ending
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(data)
+    shards = plan_shards([path], shard_bytes, serial_count)
+    if len(shards) == 1:
+        assert shards == [Shard(0)]  # read whole
+        assert len(data) <= shard_bytes or jsonl_cuts(path, shard_bytes) == [0]
+        return
+    pieces = [shard.piece for shard in shards]
+    assert all(shard.file == 0 for shard in shards)
+    assert pieces[0].start == 0 and pieces[-1].stop == len(data)
+    for before, after in zip(pieces, pieces[1:]):
+        assert before.stop == after.start  # contiguous
+    for piece in pieces:
+        assert piece.stop > piece.start
+        assert piece.start == 0 or data[piece.start - 1:piece.start] == b"\n"
+        assert piece.before == data[:piece.start].count(b"\n")  # the oracle: the whole file counted
+        if piece.stop < len(data):  # a piece ends at the first newline at or past its target
+            assert piece.stop - piece.start >= 1
+    # No piece is much larger than asked, beyond the line it had to finish.
+    longest_line = max(len(line) for line in lines) + 1
+    assert max(p.stop - p.start for p in pieces) <= shard_bytes + longest_line
+
+
+def test_parquet_pieces_are_runs_of_row_groups_with_the_rows_before(tmp_path):
+    table = pa.table({"text": [f"document {i} " * (i % 7 + 1) for i in range(1000)]})
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path, row_group_size=64)
+    metadata = pq.read_metadata(path)
+    sizes = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
+    rows = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    for shard_bytes in (1, max(sizes), 3 * max(sizes), sum(sizes) + 1):
+        pieces = parquet_pieces(path, shard_bytes)
+        assert pieces[0].start == 0 and pieces[-1].stop == metadata.num_row_groups
+        for before, after in zip(pieces, pieces[1:]):
+            assert before.stop == after.start
+        for piece in pieces:
+            assert piece.before == sum(rows[:piece.start])
+            assert piece.stop - piece.start == 1 or sum(sizes[piece.start:piece.stop]) <= shard_bytes
+
+
+def test_only_plain_jsonl_and_parquet_files_past_the_size_are_cut(tmp_path):
+    lines = b"".join(json.dumps({"text": f"t {i} " * 20}).encode() + b"\n" for i in range(200))
+    (tmp_path / "a.jsonl").write_bytes(lines)
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "c.txt").write_bytes(lines)
+    (tmp_path / "d.jsonl").write_bytes(lines[:100])  # under the size
+    files = sorted(tmp_path.iterdir())
+    shards = plan_shards(files, 1000, serial_count)
+    cut = {files[shard.file].name for shard in shards if shard.piece is not None}
+    assert cut == {"a.jsonl"}
+    assert [shard.file for shard in shards] == sorted(shard.file for shard in shards)  # input order
+
+
+# --- a run over cut files is the run over whole files -------------------------------------------
+
+
+@pytest.mark.parametrize("format", ["parquet", "jsonl"])
+def test_a_staged_run_over_cut_files_gives_the_whole_files_results(tmp_path, format):
+    inputs = cut_corpus(tmp_path / "in")
+    whole = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, output=tmp_path / "whole", format=format)
+    cut = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=tmp_path / "work", shard_bytes=20_000,
+                         output=tmp_path / "cut", format=format)
+    assert cut.report["results"] == whole.report["results"]
+    assert cut.report["input"] == whole.report["input"]
+    assert cut.ids.equals(whole.ids)  # ids <path>:<line> and <path>:<row>: the file's numbers
+    assert read_pairs(tmp_path / "cut").equals(read_pairs(tmp_path / "whole"))
+    assert read_clusters(tmp_path / "cut").equals(read_clusters(tmp_path / "whole"))
+    if format == "parquet":
+        assert read_kept(tmp_path / "cut").equals(read_kept(tmp_path / "whole"))
+    else:
+        assert kept_lines(tmp_path / "cut") == kept_lines(tmp_path / "whole")
+    names = [path.relative_to(tmp_path / "whole") for path in kept_files(tmp_path / "whole")]
+    assert names == [path.relative_to(tmp_path / "cut") for path in kept_files(tmp_path / "cut")]
+    for name in names:
+        if format == "jsonl":  # JSONL lines copied, Parquet rows written: the same bytes
+            assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+        else:  # (the row groups differ: one per piece)
+            assert pq.read_table(tmp_path / "cut" / name).equals(pq.read_table(tmp_path / "whole" / name))
+    # The run really was cut: many shards, the JSONL file's counted from its newlines.
+    spilled = sorted((tmp_path / "work").glob("shards/*"))
+    assert len(spilled) > 10
+    assert whole.report["results"]["removed_documents"] > 100
+
+
+def test_lines_of_a_later_piece_are_named_as_in_the_whole_file(tmp_path):
+    lines = [json.dumps({"id": f"d{i}", "text": f"text number {i} " * 8}) for i in range(600)]
+    lines[457] = '{"id": "d457", "text": '  # broken JSON, far into the file
+    path = tmp_path / "in" / "f.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as whole:
+        gpudedup.dedup(path, backend="cpu", id_field="id")
+    with pytest.raises(InputError) as cut:
+        gpudedup.dedup(path, backend="cpu", id_field="id", work_dir=tmp_path / "work", shard_bytes=3000)
+    assert ":458" in str(whole.value)
+    assert str(cut.value) == str(whole.value)
+    skipped_whole = gpudedup.dedup(path, backend="cpu", id_field="id", on_error="skip")
+    skipped_cut = gpudedup.dedup(path, backend="cpu", id_field="id", on_error="skip", work_dir=tmp_path / "w2",
+                                 shard_bytes=3000)
+    assert skipped_cut.skipped_records == skipped_whole.skipped_records
+    assert [record["line"] for record in skipped_cut.skipped_records] == [458]
+
+
+def test_a_resumed_run_reads_the_same_pieces_and_another_size_is_refused(tmp_path):
+    inputs = cut_corpus(tmp_path / "in")
+    first = gpudedup.dedup(inputs, backend="cpu", work_dir=tmp_path / "work", shard_bytes=30_000)
+    again = gpudedup.dedup(inputs, backend="cpu", work_dir=tmp_path / "work", shard_bytes=30_000, resume=True)
+    assert again.pairs.equals(first.pairs) and again.clusters.equals(first.clusters)
+    with pytest.raises(ParameterError, match="shard_bytes"):
+        gpudedup.dedup(inputs, backend="cpu", work_dir=tmp_path / "work", shard_bytes=40_000, resume=True)
+
+
+def test_a_shard_size_that_is_not_a_size_is_refused():
+    with pytest.raises(ParameterError, match="shard_bytes"):
+        gpudedup.dedup(["a b c"], backend="cpu", shard_bytes="lots")
+    with pytest.raises(ParameterError, match="shard_bytes"):
+        gpudedup.dedup(["a b c"], backend="cpu", shard_bytes=0)
+
+
+def test_cut_pieces_never_overlap_a_record(tmp_path):
+    """Every record of the file is read by exactly one piece: the pieces' row numbers are the
+    whole file's, once each."""
+    inputs = cut_corpus(tmp_path / "in")
+    path = inputs / "big.jsonl"
+    shards = plan_shards([path], 7_000, serial_count)
+    from gpudedup.io.read import read_one_file
+    from gpudedup.io.source import SourceFile
+
+    numbers = []
+    for shard in shards:
+        part = read_one_file(path, SourceFile("big.jsonl", "jsonl", piece=shard.piece), "text", None, False, "stop")
+        numbers.append(part.source.row_numbers)
+    whole = read_one_file(path, SourceFile("big.jsonl", "jsonl"), "text", None, False, "stop")
+    assert np.array_equal(np.concatenate(numbers), whole.source.row_numbers)
+
+
+@pytest.mark.timeout(300)  # five CLI runs in subprocesses
+def test_a_run_over_cut_files_killed_in_chosen_stages_resumes_to_identical_output(tmp_path):
+    inputs = cut_corpus(tmp_path / "in")
+    options = ["--backend", "cpu", "-q", "--threshold", "0.7", "--shard-bytes", "20000", "--format", "jsonl"]
+    reference = cli_process(["dedup", str(inputs), "-o", str(tmp_path / "reference"), "--work-dir",
+                             str(tmp_path / "work-reference"), *options], tmp_path)
+    stderr = finish(reference)
+    assert reference.returncode == 0, stderr
+    out, work = tmp_path / "out", tmp_path / "work"
+    killed = 0
+    for attempt, (stage, occurrence) in enumerate([("signature_pass", 3), ("read", 9), ("verify", 1)]):
+        events = tmp_path / "events" / f"{attempt}.txt"
+        run = cli_process(["dedup", str(inputs), "-o", str(out), "--work-dir", str(work), "--resume", *options],
+                          tmp_path, with_stage_events(events))
+        wait_for_stage(run, events, stage, occurrence)
+        run.send_signal(signal.SIGKILL)
+        stderr = finish(run)
+        assert run.returncode in (0, -signal.SIGKILL), (run.returncode, stderr)
+        killed += run.returncode == -signal.SIGKILL
+        assert not out.exists() or run.returncode == 0
+    final = cli_process(["dedup", str(inputs), "-o", str(out), "--work-dir", str(work), "--resume", *options],
+                        tmp_path)
+    stderr = finish(final)
+    assert final.returncode == 0, stderr
+    assert killed >= 2
+    assert result_bytes(out) == result_bytes(tmp_path / "reference")  # (JSONL kept rows: byte for byte)
+
+
+def test_a_result_over_cut_files_is_written_after_its_work_directory_is_gone(tmp_path):
+    """A run on Dask without --work-dir uses a temporary one and writes after it is removed: the
+    written files come from the input files and what the result holds, not from the spills."""
+    import shutil
+
+    inputs = cut_corpus(tmp_path / "in")
+    whole = gpudedup.dedup(inputs, backend="cpu", threshold=0.7)
+    whole.write(tmp_path / "whole")
+    cut = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=tmp_path / "work", shard_bytes=20_000)
+    shutil.rmtree(tmp_path / "work")
+    cut.write(tmp_path / "cut")
+    assert read_kept(tmp_path / "cut").equals(read_kept(tmp_path / "whole"))
+    for mine, theirs in zip(kept_files(tmp_path / "cut"), kept_files(tmp_path / "whole"), strict=True):
+        assert pq.read_schema(mine).equals(pq.read_schema(theirs), check_metadata=False)
