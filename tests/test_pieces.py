@@ -87,8 +87,9 @@ def test_jsonl_pieces_start_after_a_newline_and_count_the_lines_before(tmp_path,
         assert piece.stop > piece.start
         assert piece.start == 0 or data[piece.start - 1:piece.start] == b"\n"
         assert piece.before == data[:piece.start].count(b"\n")  # the oracle: the whole file counted
-        if piece.stop < len(data):  # a piece ends at the first newline at or past its target
-            assert piece.stop - piece.start >= 1
+        if piece.stop < len(data):  # it ends with the line that holds its shard_bytes-th byte
+            assert piece.stop - piece.start >= shard_bytes
+            assert b"\n" not in data[piece.start + shard_bytes - 1:piece.stop - 1]
     # No piece is much larger than asked, beyond the line it had to finish.
     longest_line = max(len(line) for line in lines) + 1
     assert max(p.stop - p.start for p in pieces) <= shard_bytes + longest_line
@@ -249,3 +250,102 @@ def test_a_result_over_cut_files_is_written_after_its_work_directory_is_gone(tmp
     assert read_kept(tmp_path / "cut").equals(read_kept(tmp_path / "whole"))
     for mine, theirs in zip(kept_files(tmp_path / "cut"), kept_files(tmp_path / "whole"), strict=True):
         assert pq.read_schema(mine).equals(pq.read_schema(theirs), check_metadata=False)
+
+
+# --- a piece that does not stand for its part of the file: the file is read whole ------------------
+
+
+def lines_file(path: Path, records: list) -> Path:
+    """Records (dicts, or raw strings written as they are) one per line, of equal length where
+    possible, so that small shard sizes cut between known lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((record if isinstance(record, str) else json.dumps(record)) + "\n"
+                            for record in records))
+    return path
+
+
+def texts(n: int) -> list[str]:
+    return [f"document {i % 7} about topic {i % 7} with words {' '.join(str(i % 7 + j) for j in range(8))}"
+            for i in range(n)]
+
+
+def type_change(path: Path) -> Path:
+    """Field x a string on lines 1-10, a number on line 11, a string again after."""
+    return lines_file(path, [{"id": f"d{i}", "text": t, "x": 11 if i == 10 else f"s{i}"}
+                             for i, t in enumerate(texts(20))])
+
+
+def text_absent_later(path: Path) -> Path:
+    """No line after the tenth has the text field (a missing text is a null text)."""
+    return lines_file(path, [{"id": f"d{i}", "text": t} if i < 10 else {"id": f"d{i}", "note": "n"}
+                             for i, t in enumerate(texts(20))])
+
+
+def id_absent_later(path: Path) -> Path:
+    return lines_file(path, [{"id": f"d{i}", "text": t} if i < 10 else {"text": t} for i, t in enumerate(texts(20))])
+
+
+def blank_run(path: Path) -> Path:
+    """Blank lines first and in the middle: pieces of blank lines only."""
+    records = [""] * 40 + [json.dumps({"id": f"d{i}", "text": t}) for i, t in enumerate(texts(10))]
+    return lines_file(path, records + [""] * 300 + [json.dumps({"id": f"e{i}", "text": t})
+                                                    for i, t in enumerate(texts(10))])
+
+
+def tokens_with_blank_run(path: Path) -> Path:
+    rows = [{"id": f"d{i}", "input_ids": [i % 5 + j for j in range(12)]} for i in range(20)]
+    return lines_file(path, [json.dumps(r) for r in rows[:10]] + [""] * 300 + [json.dumps(r) for r in rows[10:]])
+
+
+def no_text_field(path: Path) -> Path:
+    return lines_file(path, [{"id": f"d{i}", "body": t} for i, t in enumerate(texts(20))])
+
+
+def parquet_int_text(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(200)], "text": list(range(200))}), path,
+                   row_group_size=20)
+    return path
+
+
+def outcome(path: Path, out: Path, **options) -> dict:
+    """What a run gives, to compare two: its error, or its ids, pairs, clusters, skipped
+    records, input report and kept rows' files (as tables)."""
+    try:
+        result = gpudedup.dedup(path, backend="cpu", threshold=0.7, **options)
+    except InputError as error:
+        return {"error": str(error)}
+    result.write(out)
+    return {"ids": result.ids.to_pylist(), "pairs": result.pairs, "clusters": result.clusters,
+            "skipped": result.skipped_records, "input": result.report["input"],
+            "kept": [pq.read_table(path) for path in kept_files(out)]}
+
+
+@pytest.mark.parametrize("on_error", ["stop", "skip"])
+@pytest.mark.parametrize("make, options", [
+    (type_change, {"id_field": "id"}),
+    (text_absent_later, {"id_field": "id"}),
+    (id_absent_later, {"id_field": "id"}),
+    (blank_run, {"id_field": "id"}),
+    (tokens_with_blank_run, {"id_field": "id", "shingle": "token", "ngram": 3}),
+    (no_text_field, {}),
+    (parquet_int_text, {}),
+], ids=lambda value: getattr(value, "__name__", ""))
+def test_a_file_whose_pieces_do_not_stand_alone_gives_the_whole_files_results(tmp_path, make, options, on_error):
+    """Pieces read alone judge their lines alone (a type first seen, a field in no line of the
+    piece, columns inferred from the piece); such a file is read whole, so the run over it is
+    the run over the file read whole: the same error, or the same results and records."""
+    suffix = ".parquet" if make is parquet_int_text else ".jsonl"
+    path = make(tmp_path / "in" / f"f{suffix}")
+    whole = outcome(path, tmp_path / "whole", on_error=on_error, **options)
+    cut = outcome(path, tmp_path / "cut", on_error=on_error, work_dir=tmp_path / "work", shard_bytes=400,
+                  **options)
+    assert len(list((tmp_path / "work").glob("shards/*"))) > 2 or "error" in cut  # the file was cut
+    assert cut.keys() == whole.keys()
+    for key in whole:
+        if key in ("pairs", "clusters"):
+            assert cut[key].equals(whole[key]), key
+        elif key == "kept":
+            assert len(cut[key]) == len(whole[key]) and all(a.equals(b) for a, b in zip(cut[key], whole[key]))
+        else:
+            assert cut[key] == whole[key], key

@@ -4,7 +4,8 @@ an interrupted run had not finished. The same stages as every run (job.py); what
 keeps (workdir.py for the layout):
 
 0. **plan**: which shards there are (io/pieces.py): each input file, or the pieces of a large
-   one (byte ranges at line ends, runs of row groups), kept in WORK/plan/.
+   one (byte ranges at line ends, runs of row groups), kept in WORK/plan.npy. A file whose
+   pieces, once signed, do not each stand for their part of it is read whole instead.
 1. **signatures**, per shard: read it, shingle, MinHash and band keys in batches
    (signatures.signature_pass), and keep per document only its band keys (band-major, so one
    band of a shard is one contiguous read), its signature row and a 64-bit hash of it, and its
@@ -50,7 +51,7 @@ from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
-from ..io.sizes import shard_read_estimate
+from ..io.sizes import file_read_bytes, shard_read_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
 from ..hashing import Permutations
 from ..lsh import Banding
@@ -149,8 +150,7 @@ class ShardDocuments:
     ids: their ids (int64 or string), in order; schema: the columns of the files they come
     from, unified; records: every record or file left out under on_error="skip" (in no
     particular order; rules.sorted_records orders them); left_out: the shards left out whole
-    by the rules (their columns or kind of id do not combine with the shards before them);
-    columns: each shard read's own columns, as its reader took them.
+    by the rules (their columns or kind of id do not combine with the shards before them).
     """
 
     live: np.ndarray
@@ -158,7 +158,6 @@ class ShardDocuments:
     schema: pa.Schema
     records: list[dict]
     left_out: set[int]
-    columns: dict[int, pa.Schema]
 
 
 def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on_error: str) -> ShardDocuments:
@@ -185,8 +184,7 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     # A file left out whole is one record: the records its reader made for it are dropped.
     records = [record for index in range(shards.count) if index not in left_out
                for record in infos[index]["records"]] + plan.records
-    return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out,
-                          {index: part.schema for index, part in zip(read, parts)})
+    return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out)
 
 
 @dataclass
@@ -243,6 +241,11 @@ class SpilledKeys:
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
+class PieceDoesNotStand(Exception):
+    """A piece of a file that, read alone, does not give what reading the whole file gives for
+    its lines (io/pieces.py): the file is to be read whole."""
+
+
 class ShardReader:
     """Reads the shards (input files, or pieces of large ones: io/pieces.py) for the stages,
     here or on a Dask worker.
@@ -271,14 +274,23 @@ class ShardReader:
         naming it, and no columns (None); otherwise its InputError is raised."""
         shard = self.shards[index]
         path, shown = self.files[shard.file], self.shown[shard.file]
+        nothing = build_corpus([], self.text_field, self.id_field, InputFiles(), [])
+        if shard.absorbed:
+            return nothing, [], None
         try:
             source = SourceFile(shown, format_of(path), location=str(path), piece=shard.piece)
             part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
         except InputError as error:
+            if shard.piece is not None:  # the whole file's read says what is wrong, and where first
+                raise PieceDoesNotStand(index) from None
             if self.on_error != "skip":
                 raise
-            record = file_record(error, shown)
-            return build_corpus([], self.text_field, self.id_field, InputFiles(), []), [record], None
+            return nothing, [file_record(error, shown)], None
+        if shard.piece is not None and source.format == "jsonl" and (part.records or source.line_by_line):
+            raise PieceDoesNotStand(index)  # (io/pieces.py: read alone, its lines were judged alone)
+        if shard.piece is not None and not part.table.num_rows:
+            # A piece without records (blank lines, rows left out) has no columns of its own.
+            return nothing, part.records, None
         corpus = build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
         # part.table keeps the file's own columns, before the corpus casts the text column.
         return corpus, part.records, part.table.slice(0, 0)
@@ -406,7 +418,11 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
     path, shown = reader.files[reader.file_of(index)], reader.shown[reader.file_of(index)]
     with log.stage("read"):
-        corpus, records, raw = reader.read(index)
+        try:
+            corpus, records, raw = reader.read(index)
+        except PieceDoesNotStand:  # only its info, for WorkDirStore.sign to read the file whole
+            WorkDir.attach(Path(work_root)).write_shard(index, {}, {"path": shown, "stands": False})
+            return
     if corpus.num_rows:  # (a file left out, or one without records, has no content type of its own)
         check_content(corpus.texts.type, params.shingle, reader.text_field, shown)
     keys, active, signatures = signature_pass(corpus.units(), spec, banding, permutations, params,
@@ -441,12 +457,9 @@ class ShardedTable:
     gives a few texts (report.html)."""
 
     def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int],
-                 shard_columns: dict[int, pa.Schema], executor: Optional[Executor] = None):
+                 executor: Optional[Executor] = None):
         self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
         self.left_out = left_out
-        # Each shard's own columns, taken while the work directory exists: a result may be
-        # written after a temporary one is gone (it reads the input files again).
-        self.shard_columns = shard_columns
         self.executor = executor  # the run's, for write_files
 
     def __getitem__(self, name: str):
@@ -503,18 +516,11 @@ class ShardedTable:
         folder must be on a file system they share), else in this process."""
         spilled_keep = self._spilled_keep(keep)
         tasks = [(self.reader, indices, [self.shards.own(spilled_keep, index) for index in indices],
-                  str(folder / name), format, self._pieces_schema(indices))
+                  str(folder / name), format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
-    def _pieces_schema(self, indices: list[int]) -> Optional[pa.Schema]:
-        """The columns of a JSONL file cut into the pieces ``indices``: the pieces' own (each
-        inferred by its reader), unified as the reader unifies its blocks'; None for a file
-        read whole or a Parquet file (whose pieces hold its stored columns)."""
-        if len(indices) == 1 or format_of(self.reader.files[self.reader.file_of(indices[0])]) != "jsonl":
-            return None
-        return pa.unify_schemas([self.shard_columns[index] for index in indices], promote_options="permissive")
 
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
         """keep (bool (n,) over the documents) over all rows as read, of every shard."""
@@ -534,11 +540,11 @@ class ShardedTable:
             write_jsonl_batches(self._kept_batches(keep, schema), path)
 
 
-def write_file_rows(reader: ShardReader, indices: list[int], keeps: list[np.ndarray], path: str, format: str,
-                    schema: Optional[pa.Schema]) -> None:
+def write_file_rows(reader: ShardReader, indices: list[int], keeps: list[np.ndarray], path: str,
+                    format: str) -> None:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
-    whole, or its pieces in order; keeps: bool over each one's rows as read), as
-    layout.write_kept_file and write_kept_pieces write them; schema: see _pieces_schema."""
+    whole, or its pieces with records, in order; keeps: bool over each one's rows as read), as
+    layout.write_kept_file and write_kept_pieces write them."""
 
     def rows(index: int, keep: np.ndarray) -> FileRows:
         corpus = reader.corpus(index)
@@ -548,7 +554,18 @@ def write_file_rows(reader: ShardReader, indices: list[int], keeps: list[np.ndar
     if len(indices) == 1 and reader.shards[indices[0]].piece is None:
         write_kept_file(rows(indices[0], keeps[0]), Path(path), format)
     else:
-        write_kept_pieces((rows(index, keep) for index, keep in zip(indices, keeps)), Path(path), format, schema)
+        write_kept_pieces((rows(index, keep) for index, keep in zip(indices, keeps)), Path(path), format)
+
+
+WHOLE, ABSORBED = -1, -2  # a plan's start for a file read whole, and for a piece read by its file's first shard
+
+
+def encode_plan(shards: list[Shard]) -> np.ndarray:
+    """The shards as int64 (s, 4): file, then start, stop and lines or rows before (io/pieces.Piece),
+    or WHOLE / ABSORBED and -1s."""
+    rows = [[shard.file, shard.piece.start, shard.piece.stop, shard.piece.before] if shard.piece is not None
+            else [shard.file, ABSORBED if shard.absorbed else WHOLE, -1, -1] for shard in shards]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
 
 
 class WorkDirStore:
@@ -574,24 +591,11 @@ class WorkDirStore:
         # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on a
         # cluster the workers' time is one "signature_pass" as the client waits for it.
         self.reader.shards = self.plan_shards(executor)
-        pending = [index for index in range(self.reader.count) if not self.work.shard_done(index)]
-        root = str(self.work.root)
-        if executor.in_process:
-            budget = MemoryBudget(self.params.max_memory)
-            for index in pending:
-                shard = self.reader.shards[index]
-                path = self.reader.files[shard.file]
-                # A shard is read whole: the budget must hold it and the batches in flight.
-                budget.check(f"reading {display_path(path)}",
-                             lambda shard=shard, path=path: shard_read_estimate(path, format_of(path), shard.piece)
-                             + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)),
-                             "lower --shard-bytes (large plain JSONL and Parquet files are cut at it), cut "
-                             "the input into smaller files, or raise --max-memory")
-                sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
-        else:
-            with log.stage("signature_pass"):
-                executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
-                                          for index in pending], "the signatures")
+        self.sign_pending(executor, log, progress)
+        whole = self.files_to_read_whole()
+        if whole:
+            self.read_whole(whole)
+            self.sign_pending(executor, log, progress)
         self.bands = banding.bands
         self.shards = shards = Shards.of(self.work, self.reader.count)
         self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
@@ -615,6 +619,63 @@ class WorkDirStore:
         self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows,
                                             int(self.active.shape[0]))
 
+    def sign_pending(self, executor: Executor, log: StageLog, progress: Progress) -> None:
+        """Sign every shard not signed yet: here, one at a time within --max-memory, or as tasks."""
+        pending = [index for index in range(self.reader.count) if not self.work.shard_done(index)]
+        root = str(self.work.root)
+        if not executor.in_process:
+            with log.stage("signature_pass"):
+                executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
+                                          for index in pending], "the signatures")
+            return
+        budget = MemoryBudget(self.params.max_memory)
+        file_bytes: dict[int, tuple[int, int]] = {}  # (the estimate of a file, once for its pieces)
+        for index in pending:
+            shard = self.reader.shards[index]
+            path = self.reader.files[shard.file]
+
+            def need(shard=shard, path=path) -> int:
+                if shard.file not in file_bytes:
+                    file_bytes[shard.file] = file_read_bytes(path, format_of(path))
+                return (shard_read_estimate(path, format_of(path), shard.piece, file_bytes[shard.file])
+                        + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)))
+
+            # A shard is read whole: the budget must hold it and the batches in flight.
+            budget.check(f"reading {display_path(path)}", need,
+                         "lower --shard-bytes (large plain JSONL and Parquet files are cut at it), cut "
+                         "the input into smaller files, or raise --max-memory")
+            sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
+
+    def files_to_read_whole(self) -> list[int]:
+        """The cut files whose pieces do not each stand for their part of the file (io/pieces.py):
+        one that does not (PieceDoesNotStand), none with records, or JSONL pieces with records
+        whose columns differ (each inferred alone)."""
+        pieces_of: dict[int, list[int]] = {}
+        for index, shard in enumerate(self.reader.shards):
+            if shard.piece is not None:
+                pieces_of.setdefault(shard.file, []).append(index)
+        whole = []
+        for file, indices in pieces_of.items():
+            infos = [self.work.shard_info(index) for index in indices]
+            with_rows = [index for index, info in zip(indices, infos) if info.get("rows")]
+            schemas = [pq.read_schema(self.work.shard_dir(index) / "columns.parquet") for index in with_rows]
+            if (not all(info.get("stands", True) for info in infos) or not with_rows
+                    or any(not schema.equals(schemas[0]) for schema in schemas[1:])):
+                whole.append(file)
+        return whole
+
+    def read_whole(self, files: list[int]) -> None:
+        """Plan ``files`` to be read whole: each one's first shard reads it, its other pieces
+        nothing (absorbed). Their spills go first, then the new plan is stored, so that a run
+        killed in between plans and finds them again."""
+        shards, first = self.reader.shards, set()
+        for index, shard in enumerate(shards):
+            if shard.file in files:
+                self.work.remove_shard(index)
+                shards[index] = Shard(shard.file, None, absorbed=shard.file in first)
+                first.add(shard.file)
+        self.work.save_plan(encode_plan(shards))
+
     @property
     def ids(self) -> pa.Array:
         return self.combination.ids
@@ -627,11 +688,10 @@ class WorkDirStore:
         if stored is None:
             planned = plan_shards(self.reader.files, shard_bytes(self.params),
                                   lambda tasks: executor.map(count_newlines, tasks, "cutting large files"))
-            columns = [[shard.file, *((shard.piece.start, shard.piece.stop, shard.piece.before)
-                                      if shard.piece is not None else (-1, -1, -1))] for shard in planned]
-            stored = np.asarray(columns, dtype=np.int64).reshape(-1, 4)
+            stored = encode_plan(planned)
             self.work.save_plan(stored)
-        return [Shard(int(file), Piece(int(start), int(stop), int(before)) if start >= 0 else None)
+        return [Shard(int(file), Piece(int(start), int(stop), int(before)) if start >= 0 else None,
+                      absorbed=start == ABSORBED)
                 for file, start, stop, before in stored]
 
     def row_hashes(self) -> np.ndarray:
@@ -737,4 +797,4 @@ class WorkDirStore:
         """The input rows of the run's documents (DedupResult.table); executor: the run's,
         which writes the kept rows' files too while it is connected."""
         return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out,
-                            self.combination.columns, executor)
+                            executor)

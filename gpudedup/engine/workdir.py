@@ -109,13 +109,25 @@ class WorkDir:
     # --- the shards' plan (io/pieces.py) -------------------------------------------------
 
     def load_plan(self) -> Optional[np.ndarray]:
-        """The shards a run reads (int64 (s, 4): file, start, stop, before; -1s for a file read
-        whole), or None before they are planned."""
-        path = self.root / "plan" / "shards.npy"
+        """The shards a run reads (int64 (s, 4), disk.WorkDirStore.plan_shards), or None
+        before they are planned."""
+        path = self.root / "plan.npy"
         return np.load(path, allow_pickle=False) if path.exists() else None
 
     def save_plan(self, shards: np.ndarray) -> None:
-        self.write_dir(Path("plan"), {"shards": shards})
+        """Store (or replace: a file found to need reading whole) the shards' plan at once."""
+        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
+        with os.fdopen(handle, "wb") as out:
+            np.save(out, shards, allow_pickle=False)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.root / "plan.npy")
+        _sync_dir(self.root)
+
+    def remove_shard(self, index: int) -> None:
+        """Delete shard ``index``'s spill (it is to be signed again, differently)."""
+        shutil.rmtree(self.shard_dir(index), ignore_errors=True)
+        _sync_dir(self.shard_dir(index).parent)
 
     # --- whole-corpus stages ---------------------------------------------------------------
 

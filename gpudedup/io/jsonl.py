@@ -90,6 +90,7 @@ def read_jsonl_by_line(path: Path, source: SourceFile, text_field: str, id_field
                        errors: RecordErrors):
     """The slow path of read_jsonl: check every line, leave out (or stop at) the bad ones,
     parse the good ones with Arrow."""
+    source.line_by_line = True
     kept: list[bytes] = []
     numbers: list[int] = []
     first_seen: dict[tuple, tuple[str, int]] = {}  # field path -> (JSON type, line)

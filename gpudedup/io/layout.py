@@ -24,7 +24,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -178,16 +178,16 @@ def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
         write_jsonl(table, path)
 
 
-def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str, schema: Optional[pa.Schema]) -> None:
+def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str) -> None:
     """One input file's kept rows into ``path``, as write_kept_file writes them, from the pieces
-    a run cut it into (io/pieces.py; ``pieces`` read one at a time, in order): from JSONL to
-    JSONL the kept lines of the whole file, otherwise each piece's kept rows appended, with the
-    file's columns: ``schema``, its pieces' unified (a JSONL file, whose pieces each infer
-    their own), or None for the pieces' own (a Parquet file's, the same in every piece)."""
+    a run cut it into (io/pieces.py; ``pieces``, those with records, read one at a time, in
+    order): from JSONL to JSONL the kept lines of the whole file, otherwise each piece's kept
+    rows appended, with the file's columns (every piece has them: a Parquet file's stored
+    schema, or the columns Arrow gave each piece of a JSONL file, the same in all of them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     pieces = iter(pieces)
     first = next(pieces)
-    source, columns = first.source, schema or first.source.schema
+    source, columns = first.source, first.source.schema
     every = itertools.chain([first], pieces)
     del first  # (a piece at a time)
     if format == "jsonl" and source.format == "jsonl":

@@ -10,6 +10,16 @@ those of the whole file read at once.
 How many lines come before a JSONL piece is known only by reading up to it: the cut points are
 found here (a short read at each), the newlines of each piece are counted by a task of their
 own (count_newlines, on the cluster for a Dask run), and plan_shards adds them up.
+
+A piece stands for its part of the file only where reading it alone gives what reading the
+whole file gives for those lines. That holds for a Parquet piece that reads without a
+file-level error, and for a JSONL piece that Arrow reads in one go (no line read on its own,
+nothing left out) with the very columns, of the very types, that the file's other pieces
+with records have: Arrow infers each piece's types from its own lines, and the checks that
+read a file line by line (a field's type against the line where it was first seen, a field
+missing from every line) depend on the lines before. When a piece of a file does not stand,
+the run reads that file whole instead (engine/disk.py: WorkDirStore.sign), so the results are
+always those of the files read whole; only its memory is then the whole file's.
 """
 
 from __future__ import annotations
@@ -40,10 +50,12 @@ class Piece:
 @dataclass(frozen=True)
 class Shard:
     """What one task reads: input file ``file`` (an index into the run's files), whole (piece
-    None) or one piece of it."""
+    None) or one piece of it; absorbed: nothing, a piece of a file that turned out to need
+    reading whole (see the module docstring), which the file's first shard now reads."""
 
     file: int
     piece: Optional[Piece] = None
+    absorbed: bool = False
 
 
 def cuttable(path: Path, format: str) -> bool:
@@ -53,16 +65,16 @@ def cuttable(path: Path, format: str) -> bool:
 
 
 def jsonl_cuts(path: Path, shard_bytes: int) -> list[int]:
-    """The byte offsets where the pieces of a JSONL file start (the first is 0): one right after
-    the first newline at or past every multiple of ``shard_bytes``; a cut that would start an
-    empty piece (at the end of the file) is not made."""
+    """The byte offsets where the pieces of a JSONL file start (the first is 0): each piece
+    ends with the line that holds its ``shard_bytes``-th byte (so a piece is at least that
+    long, the last aside); a cut that would start an empty piece (at the end of the file) is
+    not made."""
     size = path.stat().st_size
     cuts = [0]
     with open(path, "rb") as stream:
-        target = shard_bytes
-        while target < size:
-            stream.seek(max(target - 1, cuts[-1]))
-            at = stream.tell()
+        while (target := cuts[-1] + shard_bytes) < size:
+            stream.seek(target - 1)
+            at = target - 1
             while chunk := stream.read(SCAN_BYTES):
                 newline = chunk.find(b"\n")
                 if newline >= 0:
@@ -74,7 +86,6 @@ def jsonl_cuts(path: Path, shard_bytes: int) -> list[int]:
             if at >= size:
                 break
             cuts.append(at)
-            target = max(target + shard_bytes, at + 1)
     return cuts
 
 

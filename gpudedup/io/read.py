@@ -138,7 +138,7 @@ def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Opt
     records: list[dict] = []
     try:
         by_cudf = None
-        if use_cudf and source.format in ("jsonl", "parquet"):
+        if use_cudf and source.format in ("jsonl", "parquet") and source.piece is None:  # (cuDF reads files whole)
             from .cudf_reader import read_file_with_cudf
 
             by_cudf = read_file_with_cudf(path, source, text_field, id_field)

@@ -119,9 +119,10 @@ def piece_share(path: Path, format: str, piece) -> float:
         return 1.0  # reading will name the problem
 
 
-def shard_read_estimate(path: Path, format: str, piece) -> int:
-    """read_bytes_estimate of one file read whole (piece None) or of one piece of it."""
-    kept, during = file_read_bytes(path, format)
+def shard_read_estimate(path: Path, format: str, piece, file_bytes: tuple[int, int]) -> int:
+    """read_bytes_estimate of one file read whole (piece None) or of one piece of it;
+    file_bytes: the file's file_read_bytes (computed once for all its pieces)."""
+    kept, during = file_bytes
     if piece is not None:
         share = piece_share(path, format, piece)
         kept, during = int(kept * share), int(during * share)

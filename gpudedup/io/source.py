@@ -40,6 +40,7 @@ class SourceFile:
     location: Optional[str] = None  # a file's absolute path (its kept rows' output: io/layout.py)
     schema: Optional[pa.Schema] = None  # a file's columns as it holds them, before any unifying
     piece: Optional["Piece"] = None  # the part of the file read (io/pieces.py); None: all of it
+    line_by_line: bool = False  # the JSONL reader had to read it line by line (jsonl.read_jsonl_by_line)
 
     @property
     def numbers_before(self) -> int:
