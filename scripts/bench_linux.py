@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 MODES = {
     "in-memory": [],
     "staged": ["--work-dir", "{work}"],
@@ -85,7 +87,7 @@ def shard_figures(work: Path, report: dict) -> dict:
     shards = sorted((work / "shards").iterdir())
     infos = [json.loads((s / "info.json").read_text()) for s in shards]
     spill = [sum(f.stat().st_size for f in s.iterdir()) for s in shards]
-    text = [i["text_bytes"] for i in infos]
+    text = [int(np.load(s / "text_bytes.npy").sum()) for s in shards]  # (per row since work-dir format 2)
     stages = {name: sum(f.stat().st_size for f in (work / "stages").glob(f"{name}.npz")) for name in
               ("copies", "candidates", "pairs")}
     return {"shards": len(shards), "mean_text_mb": round(sum(text) / len(text) / 2**20, 1),
@@ -108,7 +110,10 @@ def main() -> None:
         for mode in args.modes:
             out, work = scratch / "out", scratch / "work"
             extra = [a.replace("{work}", str(work)) for a in MODES[mode]]
-            command = [sys.executable, "-m", "gpudedup.cli", "dedup", str(args.shards), "-o", str(out),
+            # The console entry point, as the installed `gpudedup` runs it (a Dask worker started
+            # by spawn imports the parent's main module again: it must not be gpudedup.cli).
+            command = [sys.executable, "-c", "from gpudedup.console import main; main()", "dedup",
+                       str(args.shards), "-o", str(out),
                        "--backend", "cpu", "-q", *extra]
             seconds, peak, code = run_sampled(command)
             if code:
