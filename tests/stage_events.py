@@ -10,6 +10,7 @@ hanging the suite: they fail the test with a message and are never what a test c
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -86,3 +87,26 @@ def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None) -> subpr
     return subprocess.Popen([sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
                              *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
+
+
+def kill_then_resume(args: list[str], cwd: Path, events_dir: Path, points: list[tuple[str, int]], out: Path) -> int:
+    """Run ``gpudedup ARGS`` (a run that resumes: ``--resume``, writing ``out``) once per kill
+    point (stage, occurrence), each killed with SIGKILL as that stage begins, then once more to
+    the end unless a run finished first (a kill that came after the output's commit). Returns
+    how many runs were killed; the last run must have succeeded."""
+    killed = 0
+    for attempt, (stage, occurrence) in enumerate(points):
+        events = events_dir / f"{attempt}.txt"
+        run = cli_process(args, cwd, with_stage_events(events))
+        wait_for_stage(run, events, stage, occurrence)
+        run.send_signal(signal.SIGKILL)
+        stderr = finish(run)
+        assert run.returncode in (0, -signal.SIGKILL), (run.returncode, stderr)
+        killed += run.returncode == -signal.SIGKILL
+        print(f"SIGKILL as {stage} #{occurrence} began: rc {run.returncode}, stages begun {stages_begun(events)}")
+        if out.exists():  # the kill came after the write's commit: the output is complete (checked by the caller)
+            return killed
+    final = cli_process(args, cwd)
+    stderr = finish(final)
+    assert final.returncode == 0, stderr
+    return killed

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from gpudedup.errors import InputError, ParameterError
 from gpudedup.io.pieces import Shard, count_newlines, jsonl_cuts, parquet_pieces, plan_shards
 
 from output_support import kept_files, kept_lines, read_clusters, read_kept, read_pairs, result_bytes
-from stage_events import cli_process, finish, wait_for_stage, with_stage_events
+from stage_events import cli_process, finish, kill_then_resume
 
 SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
 
@@ -217,21 +216,8 @@ def test_a_run_over_cut_files_killed_in_chosen_stages_resumes_to_identical_outpu
     stderr = finish(reference)
     assert reference.returncode == 0, stderr
     out, work = tmp_path / "out", tmp_path / "work"
-    killed = 0
-    for attempt, (stage, occurrence) in enumerate([("signature_pass", 3), ("read", 9), ("verify", 1)]):
-        events = tmp_path / "events" / f"{attempt}.txt"
-        run = cli_process(["dedup", str(inputs), "-o", str(out), "--work-dir", str(work), "--resume", *options],
-                          tmp_path, with_stage_events(events))
-        wait_for_stage(run, events, stage, occurrence)
-        run.send_signal(signal.SIGKILL)
-        stderr = finish(run)
-        assert run.returncode in (0, -signal.SIGKILL), (run.returncode, stderr)
-        killed += run.returncode == -signal.SIGKILL
-        assert not out.exists() or run.returncode == 0
-    final = cli_process(["dedup", str(inputs), "-o", str(out), "--work-dir", str(work), "--resume", *options],
-                        tmp_path)
-    stderr = finish(final)
-    assert final.returncode == 0, stderr
+    killed = kill_then_resume(["dedup", str(inputs), "-o", str(out), "--work-dir", str(work), "--resume", *options],
+                              tmp_path, tmp_path / "events", [("signature_pass", 3), ("read", 9), ("verify", 1)], out)
     assert killed >= 2
     assert result_bytes(out) == result_bytes(tmp_path / "reference")  # (JSONL kept rows: byte for byte)
 

@@ -25,7 +25,7 @@ import gpudedup
 from gpudedup.cli import app
 from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterError
 
-from stage_events import cli_process, finish, stages_begun, wait_for_stage, with_stage_events
+from stage_events import cli_process, finish, kill_then_resume, wait_for_stage, with_stage_events
 from test_api import write_jsonl
 from oracles import oracle_shingles
 from output_support import read_kept, result_bytes
@@ -564,24 +564,8 @@ def test_a_run_killed_in_chosen_stages_resumes_to_identical_output(tmp_path):
                              str(tmp_path / "work-reference"), *options], tmp_path)
     stderr = finish(reference)
     assert reference.returncode == 0, stderr
-    killed = 0
-    for attempt, (stage, occurrence) in enumerate(KILL_POINTS):
-        events = tmp_path / "events" / f"{attempt}.txt"
-        run = cli_process(["dedup", str(corpus), "-o", str(out), "--work-dir", str(work), "--resume", *options],
-                          tmp_path, with_stage_events(events))
-        wait_for_stage(run, events, stage, occurrence)
-        run.send_signal(signal.SIGKILL)
-        stderr = finish(run)
-        assert run.returncode in (0, -signal.SIGKILL), (run.returncode, stderr)
-        killed += run.returncode == -signal.SIGKILL
-        print(f"SIGKILL as {stage} #{occurrence} began: rc {run.returncode}, stages begun {stages_begun(events)}")
-        if out.exists():  # the kill came after the write's commit: the output is complete (checked below)
-            break
-    else:
-        final = cli_process(["dedup", str(corpus), "-o", str(out), "--work-dir", str(work), "--resume", *options],
-                            tmp_path)
-        stderr = finish(final)
-        assert final.returncode == 0, stderr
+    killed = kill_then_resume(["dedup", str(corpus), "-o", str(out), "--work-dir", str(work), "--resume", *options],
+                              tmp_path, tmp_path / "events", KILL_POINTS, out)
     # The kills come with most of a run still to do; only one that finished first is not counted.
     assert killed >= len(KILL_POINTS) - 1, f"{killed} of {len(KILL_POINTS)} runs were killed"
     assert result_bytes(out) == result_bytes(tmp_path / "reference")
