@@ -525,12 +525,6 @@ def main() -> None:
         raise
 
 
-if __name__ == "__main__":
-    from .console import main as entry_point
-
-    entry_point()
-
-
 # The index's commands (a sub-command group; cli_index imports what it needs from this module).
 from .cli_index import index_app  # noqa: E402
 

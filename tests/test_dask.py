@@ -10,13 +10,13 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import gpudedup
-from gpudedup.cli import app
 from gpudedup.errors import InputError, ParameterError
 
 from stage_events import cli_process, finish, wait_for_stage, with_stage_events
@@ -151,10 +151,13 @@ def test_a_scheduler_address_gives_the_in_memory_output(client, mixed, tmp_path)
 
 @pytest.mark.timeout(120)  # starts a cluster of its own
 def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
+    """``python -m gpudedup`` in a process of its own: the workers, started by spawn, import that
+    main module again, which must not run anything (gpudedup/__main__.py)."""
     reference = gpudedup.dedup(corpus, backend="cpu")
-    result = CliRunner().invoke(app, ["dedup", str(corpus), "-o", str(tmp_path / "out"), "--backend", "cpu",
-                                      "--workers", "2", "-q"])
-    assert result.exit_code == 0, result.output
+    result = subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(corpus), "-o", str(tmp_path / "out"),
+                             "--backend", "cpu", "--workers", "2", "-q"], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=110)
+    assert result.returncode == 0, result.stderr
     assert read_pairs(tmp_path / "out").equals(reference.pairs)
     assert read_clusters(tmp_path / "out").equals(reference.clusters)
     reference.write(tmp_path / "reference")
