@@ -283,6 +283,17 @@ def tokens_with_blank_run(path: Path) -> Path:
     return lines_file(path, [json.dumps(r) for r in rows[:10]] + [""] * 300 + [json.dumps(r) for r in rows[10:]])
 
 
+def token_ids_null_later(path: Path) -> Path:
+    """Token ids on lines 1-10, null after: a piece of nulls alone reads as a text column."""
+    return lines_file(path, [{"id": f"d{i}", "input_ids": [i % 5 + j for j in range(12)] if i < 10 else None}
+                             for i in range(20)])
+
+
+def text_becomes_token_ids(path: Path) -> Path:
+    return lines_file(path, [{"id": f"d{i}", "text": t if i < 10 else [i, i + 1, i + 2]}
+                             for i, t in enumerate(texts(20))])
+
+
 def no_text_field(path: Path) -> Path:
     return lines_file(path, [{"id": f"d{i}", "body": t} for i, t in enumerate(texts(20))])
 
@@ -314,6 +325,8 @@ def outcome(path: Path, out: Path, **options) -> dict:
     (id_absent_later, {"id_field": "id"}),
     (blank_run, {"id_field": "id"}),
     (tokens_with_blank_run, {"id_field": "id", "shingle": "token", "ngram": 3}),
+    (token_ids_null_later, {"id_field": "id", "shingle": "token", "ngram": 3}),
+    (text_becomes_token_ids, {"id_field": "id"}),
     (no_text_field, {}),
     (parquet_int_text, {}),
 ], ids=lambda value: getattr(value, "__name__", ""))
@@ -335,3 +348,16 @@ def test_a_file_whose_pieces_do_not_stand_alone_gives_the_whole_files_results(tm
             assert len(cut[key]) == len(whole[key]) and all(a.equals(b) for a, b in zip(cut[key], whole[key]))
         else:
             assert cut[key] == whole[key], key
+
+
+def test_the_first_error_in_input_order_is_raised_when_an_earlier_file_is_read_whole(tmp_path):
+    """A cut file's own error shows only when it is read whole, after the first pass over every
+    shard: a later file's error must not be raised before it."""
+    type_change(tmp_path / "in" / "a.jsonl")
+    lines_file(tmp_path / "in" / "z.jsonl", [{"id": "z0", "text": "one two three"}, "{broken"])
+    with pytest.raises(InputError) as whole:
+        gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id")
+    with pytest.raises(InputError) as cut:
+        gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id", work_dir=tmp_path / "work", shard_bytes=400)
+    assert "a.jsonl:11" in str(whole.value)
+    assert str(cut.value) == str(whole.value)

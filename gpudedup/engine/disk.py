@@ -420,11 +420,15 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
     with log.stage("read"):
         try:
             corpus, records, raw = reader.read(index)
-        except PieceDoesNotStand:  # only its info, for WorkDirStore.sign to read the file whole
+            if corpus.num_rows:  # (a file left out, or one without records, has no content type of its own)
+                check_content(corpus.texts.type, params.shingle, reader.text_field, shown)
+        except (PieceDoesNotStand, InputError):
+            if reader.shards[index].piece is None:
+                raise
+            # A piece's type is its own lines' (all-null token ids read as text): only its info,
+            # for WorkDirStore.sign to read the file whole, which then decides.
             WorkDir.attach(Path(work_root)).write_shard(index, {}, {"path": shown, "stands": False})
             return
-    if corpus.num_rows:  # (a file left out, or one without records, has no content type of its own)
-        check_content(corpus.texts.type, params.shingle, reader.text_field, shown)
     keys, active, signatures = signature_pass(corpus.units(), spec, banding, permutations, params,
                                               backend, log, progress)
     keys = backend.to_host(keys)
@@ -591,7 +595,18 @@ class WorkDirStore:
         # Stage times: "read", "signature_pass" and "spill" add up over the shards here; on a
         # cluster the workers' time is one "signature_pass" as the client waits for it.
         self.reader.shards = self.plan_shards(executor)
-        self.sign_pending(executor, log, progress)
+        try:
+            self.sign_pending(executor, log, progress)
+        except InputError:
+            # A cut file before the one that failed may hold the first error, which only its
+            # whole read can raise: read those whole first (in input order), then fail.
+            earlier = sorted({shard.file for index, shard in enumerate(self.reader.shards)
+                              if shard.piece is not None and self.work.shard_done(index)
+                              and not self.work.shard_info(index).get("stands", True)})
+            if earlier:
+                self.read_whole(earlier)
+                self.sign_pending(executor, log, progress)
+            raise
         whole = self.files_to_read_whole()
         if whole:
             self.read_whole(whole)
