@@ -6,6 +6,7 @@ and interrupts end a workers run with one line."""
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import shutil
@@ -214,6 +215,22 @@ def test_bad_input_on_a_worker_stops_the_run_with_its_message(client, tmp_path):
         handle.write("{not json\n")
     with pytest.raises(gpudedup.InputError, match="part-000.jsonl:"):
         gpudedup.dedup(corpus, backend="cpu", client=client, work_dir=tmp_path / "work")
+
+
+def test_the_error_named_on_a_cluster_is_the_first_in_input_order(client, tmp_path):
+    """The first file's bad line comes after 100,000 records, each checked on its own once the
+    file is read line by line, so the second file's task fails first; the run still names the
+    first file's line, as one process reading in order does."""
+    records = "".join(json.dumps({"text": f"record {i} of many"}) + "\n" for i in range(100_000))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(records + "[1, 2]\n", encoding="utf-8")
+    (tmp_path / "in" / "b.jsonl").write_text("[3]\n", encoding="utf-8")
+    with pytest.raises(InputError) as single:
+        gpudedup.dedup(tmp_path / "in", backend="cpu", work_dir=tmp_path / "work-single")
+    with pytest.raises(InputError) as spread:
+        gpudedup.dedup(tmp_path / "in", backend="cpu", client=client, work_dir=tmp_path / "work")
+    assert "a.jsonl:100001" in str(single.value)
+    assert str(spread.value) == str(single.value)
 
 
 def test_cluster_options_are_checked(corpus, tmp_path):

@@ -88,6 +88,22 @@ def cluster_failure(stage: str, error: Exception) -> ClusterError:
                         "stages are in the work directory: run again with --resume")
 
 
+def first_error(futures: list, error: GpudedupError) -> GpudedupError:
+    """The error of the first task in input order that failed, as one process running the
+    tasks in order would meet it (``error``: the one the cluster reported first, maybe of a
+    later task). Only the tasks before the first failed one known are waited for."""
+    from distributed import wait
+
+    failed = [index for index, future in enumerate(futures) if future.status == "error"]
+    if not failed:
+        return error
+    wait(futures[:failed[0]])
+    for future in futures[:failed[0] + 1]:
+        if future.status == "error" and isinstance(future.exception(), GpudedupError):
+            return future.exception()
+    return error
+
+
 class DaskExecutor:
     """Runs a store's tasks (job.Executor) on ``client``'s workers; the candidate stage as a
     shuffle of the work directory's band keys."""
@@ -103,8 +119,8 @@ class DaskExecutor:
         futures = [self.client.submit(task, *a, pure=False) for a in arguments]
         try:
             return self.client.gather(futures)
-        except GpudedupError:
-            raise
+        except GpudedupError as error:
+            raise first_error(futures, error) from None
         except Exception as error:  # noqa: BLE001 -- distributed's many failure types
             raise cluster_failure(stage, error) from None
 

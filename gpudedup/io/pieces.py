@@ -15,9 +15,10 @@ A piece stands for its part of the file only where reading it alone gives what r
 whole file gives for those lines. That holds for a Parquet piece that reads without a
 file-level error, and for a JSONL piece that Arrow reads in one go (no line read on its own,
 nothing left out) with the very columns, of the very types, that the file's other pieces
-with records have, in both cases with a content column that suits the shingles: Arrow infers each piece's types from its own lines, and the checks that
-read a file line by line (a field's type against the line where it was first seen, a field
-missing from every line) depend on the lines before. When a piece of a file does not stand,
+with records have, in both cases with a content column that suits the shingles: Arrow
+infers each piece's types from its own lines, and the checks that read a file line by line (a
+field's type against the line where it was first seen, a field missing from every line)
+depend on the lines before. When a piece of a file does not stand,
 the run reads that file whole instead (engine/disk.py: WorkDirStore.sign), so the results are
 always those of the files read whole; only its memory is then the whole file's.
 """
