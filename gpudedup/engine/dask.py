@@ -99,8 +99,9 @@ def first_error(futures: list, error: GpudedupError) -> GpudedupError:
         return error
     wait(futures[:failed[0]])
     for future in futures[:failed[0] + 1]:
-        if future.status == "error" and isinstance(future.exception(), GpudedupError):
-            return future.exception()
+        raised = future.exception() if future.status == "error" else None
+        if isinstance(raised, GpudedupError):
+            return raised
     return error
 
 

@@ -74,7 +74,7 @@ BackendOrName = Union[Backend, str]
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
 # 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures;
-# 4: a shard may be a piece of a file, as WORK/plan/shards.npy says).
+# 4: a shard may be a piece of a file, as WORK/plan.npy says).
 WORK_DIR_FORMAT = 4
 
 
@@ -274,9 +274,8 @@ class ShardReader:
         naming it, and no columns (None); otherwise its InputError is raised."""
         shard = self.shards[index]
         path, shown = self.files[shard.file], self.shown[shard.file]
-        nothing = build_corpus([], self.text_field, self.id_field, InputFiles(), [])
         if shard.absorbed:
-            return nothing, [], None
+            return self._nothing(), [], None
         try:
             source = SourceFile(shown, format_of(path), location=str(path), piece=shard.piece)
             part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
@@ -285,15 +284,19 @@ class ShardReader:
                 raise PieceDoesNotStand(index) from None
             if self.on_error != "skip":
                 raise
-            return nothing, [file_record(error, shown)], None
+            return self._nothing(), [file_record(error, shown)], None
         if shard.piece is not None and source.format == "jsonl" and (part.records or source.line_by_line):
             raise PieceDoesNotStand(index)  # (io/pieces.py: read alone, its lines were judged alone)
         if shard.piece is not None and not part.table.num_rows:
             # A piece without records (blank lines, rows left out) has no columns of its own.
-            return nothing, part.records, None
+            return self._nothing(), part.records, None
         corpus = build_corpus([part], self.text_field, self.id_field, InputFiles(), [str(path)])
         # part.table keeps the file's own columns, before the corpus casts the text column.
         return corpus, part.records, part.table.slice(0, 0)
+
+    def _nothing(self) -> Corpus:
+        """The empty corpus of a shard that holds no document."""
+        return build_corpus([], self.text_field, self.id_field, InputFiles(), [])
 
     def corpus(self, index: int) -> Corpus:
         return self.read(index)[0]
@@ -525,7 +528,6 @@ class ShardedTable:
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
-
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
         """keep (bool (n,) over the documents) over all rows as read, of every shard."""
         spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
@@ -600,17 +602,9 @@ class WorkDirStore:
         except InputError:
             # A cut file before the one that failed may hold the first error, which only its
             # whole read can raise: read those whole first (in input order), then fail.
-            earlier = sorted({shard.file for index, shard in enumerate(self.reader.shards)
-                              if shard.piece is not None and self.work.shard_done(index)
-                              and not self.work.shard_info(index).get("stands", True)})
-            if earlier:
-                self.read_whole(earlier)
-                self.sign_pending(executor, log, progress)
+            self.read_whole_where_needed(executor, log, progress)
             raise
-        whole = self.files_to_read_whole()
-        if whole:
-            self.read_whole(whole)
-            self.sign_pending(executor, log, progress)
+        self.read_whole_where_needed(executor, log, progress)
         self.bands = banding.bands
         self.shards = shards = Shards.of(self.work, self.reader.count)
         self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
@@ -661,21 +655,34 @@ class WorkDirStore:
                          "the input into smaller files, or raise --max-memory")
             sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
 
+    def read_whole_where_needed(self, executor: Executor, log: StageLog, progress: Progress) -> None:
+        """Read whole (read_whole, then sign) the cut files that files_to_read_whole names."""
+        whole = self.files_to_read_whole()
+        if whole:
+            self.read_whole(whole)
+            self.sign_pending(executor, log, progress)
+
     def files_to_read_whole(self) -> list[int]:
         """The cut files whose pieces do not each stand for their part of the file (io/pieces.py):
-        one that does not (PieceDoesNotStand), none with records, or JSONL pieces with records
-        whose columns differ (each inferred alone)."""
+        one that does not (PieceDoesNotStand); or, once all are signed, none with records, or
+        JSONL pieces with records whose columns differ (each inferred alone). Pieces not signed
+        yet (a run stopped by an error) count only through those signed."""
         pieces_of: dict[int, list[int]] = {}
         for index, shard in enumerate(self.reader.shards):
             if shard.piece is not None:
                 pieces_of.setdefault(shard.file, []).append(index)
         whole = []
         for file, indices in pieces_of.items():
-            infos = [self.work.shard_info(index) for index in indices]
-            with_rows = [index for index, info in zip(indices, infos) if info.get("rows")]
+            signed = [index for index in indices if self.work.shard_done(index)]
+            infos = [self.work.shard_info(index) for index in signed]
+            if not all(info.get("stands", True) for info in infos):
+                whole.append(file)
+                continue
+            if len(signed) < len(indices):
+                continue
+            with_rows = [index for index, info in zip(signed, infos) if info.get("rows")]
             schemas = [pq.read_schema(self.work.shard_dir(index) / "columns.parquet") for index in with_rows]
-            if (not all(info.get("stands", True) for info in infos) or not with_rows
-                    or any(not schema.equals(schemas[0]) for schema in schemas[1:])):
+            if not with_rows or any(not schema.equals(schemas[0]) for schema in schemas[1:]):
                 whole.append(file)
         return whole
 

@@ -126,11 +126,15 @@ def shard_read_estimate(path: Path, format: str, piece, file_bytes: tuple[int, i
     if piece is not None:
         share = piece_share(path, format, piece)
         kept, during = int(kept * share), int(during * share)
-    return KEPT_FACTOR * kept + during + READER_BYTES
+    return reading_estimate([(kept, during)])
 
 
 def read_bytes_estimate(files: list[tuple[Path, str]]) -> int:
     """Estimated peak bytes of reading ``files`` ((path, format) pairs) into one corpus."""
-    sizes = [file_read_bytes(path, format) for path, format in files]
+    return reading_estimate([file_read_bytes(path, format) for path, format in files])
+
+
+def reading_estimate(sizes: list[tuple[int, int]]) -> int:
+    """Estimated peak bytes of reading files of file_read_bytes ``sizes`` into one corpus."""
     return (KEPT_FACTOR * sum(kept for kept, _ in sizes) + max((during for _, during in sizes), default=0)
             + READER_BYTES)
