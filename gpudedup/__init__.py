@@ -12,7 +12,8 @@ The stages are public too (each takes and returns host numpy arrays on the numpy
 ``shingle_hashes`` / ``shingle_sets`` (texts -> per-document 64-bit shingle hashes),
 ``minhash_signatures`` (-> uint32 (n, K)), ``band_keys`` and ``candidate_pairs`` (LSH),
 ``pair_jaccard`` (exact verification) and ``find_clusters``. ``Index`` is a persistent index
-that deduplicates new data against everything kept before. Importing gpudedup never imports
+that deduplicates new data against everything kept before; ``Remote`` names an input file or
+folder by URL (``s3://``, ``gs://``, ...) in a list of inputs. Importing gpudedup never imports
 cupy or cudf.
 """
 
@@ -26,7 +27,7 @@ __all__ = [
     "normalize_text", "shingle_hashes", "shingle_sets", "draw_permutations", "minhash_signatures",
     "choose_bands", "collision_probability", "band_keys", "candidate_pairs", "pair_jaccard",
     "find_clusters", "GpudedupError", "InputError", "OutputError", "ParameterError",
-    "BackendUnavailableError", "__version__",
+    "BackendUnavailableError", "Remote", "__version__",
 ]
 
 
@@ -34,6 +35,7 @@ def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
     from . import api, cluster, errors, hashing, index, lsh, minhash, normalize, params, result, shingling, verify
+    from .io import storage
 
     homes = {
         api: ("dedup",), index: ("Index",), result: ("DedupResult",), cluster: ("find_clusters",),
@@ -42,6 +44,7 @@ def __getattr__(name: str):
         lsh: ("Banding", "band_keys", "candidate_pairs", "choose_bands", "collision_probability"),
         minhash: ("minhash_signatures",), normalize: ("normalize_text",), params: ("DedupParams",),
         shingling: ("ShingleBatch", "ShingleSpec", "shingle_hashes", "shingle_sets"), verify: ("pair_jaccard",),
+        storage: ("Remote",),
     }
     loaded = {key: getattr(module, key) for module, names in homes.items() for key in names}
     globals().update(loaded)  # from now on plain attributes

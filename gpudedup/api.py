@@ -19,6 +19,7 @@ from .io.layout import output_bases
 from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
+from .io.storage import is_path, location_of, work_folder
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs
 from .cluster import KeepPolicy
@@ -129,7 +130,7 @@ def dedup(
         return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
                           RichProgress() if progress else Progress(), client, scheduler, workers, finish=written)
     if work_dir is not None:
-        return written(staged_dedup(data, params, chosen_backend, Path(work_dir), resume, text_field, id_field,
+        return written(staged_dedup(data, params, chosen_backend, work_folder(work_dir), resume, text_field, id_field,
                                     on_error, RichProgress() if progress else Progress()))
     if resume:
         raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
@@ -184,7 +185,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
         executor = DaskExecutor(connected)
         if work_dir is not None:
-            result = staged_dedup(data, params, backend, Path(work_dir), resume, text_field, id_field, on_error,
+            result = staged_dedup(data, params, backend, work_folder(work_dir), resume, text_field, id_field, on_error,
                                   progress, executor, against)
         else:
             # The result reads the input files again when it writes; the spills are not needed.
@@ -205,9 +206,10 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
     from .engine.disk import WorkDirStore, fingerprint
     from .engine.workdir import WorkDir
 
-    paths = [Path(data)] if isinstance(data, (str, os.PathLike)) else data
-    if not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, os.PathLike) for p in paths)):
-        raise ParameterError("work_dir (--work-dir) runs over files: pass a path or a list of pathlib.Path")
+    paths = [location_of(data)] if isinstance(data, (str, os.PathLike)) else data
+    if not (isinstance(paths, (list, tuple)) and paths and all(is_path(p) for p in paths)):
+        raise ParameterError("work_dir (--work-dir) runs over files: pass a path or URL, or a list of "
+                             "pathlib.Path (or gpudedup.Remote)")
     check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
     found = scan_inputs(paths, on_error)
     try:
@@ -236,11 +238,11 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text);
     budget: --max-memory, checked before files are read."""
     # One str is a path (a single text has nothing to deduplicate against); a list of str is
-    # texts; paths in a list must be pathlib.Path (or os.PathLike) objects.
+    # texts; paths in a list must be pathlib.Path (or os.PathLike) objects, URLs Remote ones.
     if isinstance(data, (str, os.PathLike)):
-        data = [Path(data)]
+        data = [location_of(data)]
     if isinstance(data, (list, tuple)):
-        if data and all(isinstance(item, os.PathLike) for item in data):
+        if data and all(is_path(item) for item in data):
             corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
         return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]

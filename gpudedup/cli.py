@@ -26,6 +26,7 @@ from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAU
 from .version import __version__
 
 if TYPE_CHECKING:
+    from .io.storage import Location
     from .shingling import UnicodeForm
     from .report import Report
     from .result import DedupResult
@@ -100,11 +101,11 @@ def main_options(
 @app.command("dedup")
 def dedup_command(
     context: typer.Context,
-    inputs: Annotated[List[Path], typer.Argument(
+    inputs: Annotated[List[str], typer.Argument(
         help="JSONL (.jsonl, .jsonl.gz), Parquet or .txt files, or directories of them (read recursively, "
-             "in sorted order).",
+             "in sorted order); or URLs of them (s3://bucket/prefix/, gs://..., any fsspec file system).",
         show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the results into.",
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory to write the results into.",
                                          show_default=False)],
     text_field: Annotated[str, typer.Option(help="Field (column) holding the text.")] = "text",
     id_field: Annotated[Optional[str], typer.Option(
@@ -158,7 +159,7 @@ def dedup_command(
     on_error: Annotated[OnError, typer.Option(
         help="stop: a bad record or unreadable file stops the run (exit code 2, nothing written); "
              "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
-    work_dir: Annotated[Optional[Path], typer.Option(
+    work_dir: Annotated[Optional[str], typer.Option(
         help="Run in stages over one input file at a time, keeping each stage's results here, so the "
              "corpus is never in memory as a whole (see docs/scale.md).",
         show_default=False)] = None,
@@ -193,11 +194,12 @@ def dedup_command(
     from .io.writer import check_apart_from_inputs, check_output_dir
 
     with user_errors() as guard:
-        check_output_dir(output, overwrite, inputs)
+        files, out, work = command_paths(inputs, output, work_dir)
+        check_output_dir(out, overwrite, files)
         if not single_file:  # two inputs with one output name: refused before any work
-            check_output_names(inputs, format.value, on_error.value)
-        if work_dir is not None:  # replacing the output must never delete the work directory
-            check_apart_from_inputs(output, [work_dir], "the output directory", "--output",
+            check_output_names(files, format.value, on_error.value)
+        if work is not None:  # replacing the output must never delete the work directory
+            check_apart_from_inputs(out, [work], "the output directory", "--output",
                                     "the work directory", inside_allowed=True)
         started = time.perf_counter()
         if against is not None:
@@ -212,32 +214,32 @@ def dedup_command(
             given = {name: value for name, value in values.items()
                      if getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"}
             check_index_parameters(index.params(), given)
-            result = index.dedup(list(inputs), text_field=text_field, id_field=id_field, token_field=token_field,
+            result = index.dedup(files, text_field=text_field, id_field=id_field, token_field=token_field,
                                  backend=backend.value, progress=not quiet, on_error=on_error.value,
                                  batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
-                                 work_dir=work_dir, resume=resume,
+                                 work_dir=work, resume=resume,
                                  scheduler=scheduler, workers=workers)
-            result.write(output, format=format.value, overwrite=overwrite, single_file=single_file)
-            guard.written = output
+            result.write(out, format=format.value, overwrite=overwrite, single_file=single_file)
+            guard.written = out
             if not quiet:
-                print_summary(result.report, output, time.perf_counter() - started)
+                print_summary(result.report, out, time.perf_counter() - started)
             guard.done()
             return
         result = run_api_dedup(
-            list(inputs), text_field=text_field, id_field=id_field, threshold=threshold,
+            files, text_field=text_field, id_field=id_field, threshold=threshold,
             shingle=shingle.value, ngram=ngram, token_field=token_field, unicode=unicode_form(unicode.value),
             strip_punctuation=strip_punctuation, strip_symbols=strip_symbols,
             num_perm=num_perm, bands=bands, rows=rows,
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes, on_error=on_error.value,
-            work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
+            work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
             # Written by the run: on a Dask cluster each worker writes its shards' kept rows.
-            output=output, format=format.value, overwrite=overwrite, single_file=single_file,
+            output=out, format=format.value, overwrite=overwrite, single_file=single_file,
         )
-        guard.written = output
+        guard.written = out
         if not quiet:
-            print_summary(result.report, output, time.perf_counter() - started)
+            print_summary(result.report, out, time.perf_counter() - started)
         guard.done()
 
 
@@ -427,6 +429,16 @@ def describe_shingles(params: DedupParams) -> str:
 def unicode_form(choice: str) -> Optional[UnicodeForm]:
     """--unicode's value as DedupParams takes it ("none": None)."""
     return None if choice == "none" else cast("UnicodeForm", choice)
+
+
+def command_paths(inputs: list[str], output: str,
+                  work_dir: Optional[str]) -> tuple[list[Location], Path, Optional[Path]]:
+    """A command's paths as the API takes them: the inputs paths or URLs (io/storage.py), the
+    output and work directories local folders (a URL for them is a ParameterError)."""
+    from .io.storage import location_of, output_folder, work_folder  # (pyarrow: not at start-up)
+
+    return [location_of(given) for given in inputs], output_folder(output), \
+        None if work_dir is None else work_folder(work_dir)
 
 
 def print_summary(report: Report, output: Path, seconds: float) -> None:

@@ -74,10 +74,10 @@ def create_command(
 @index_app.command("add")
 def add_command(
     index: IndexPath,
-    inputs: Annotated[List[Path], typer.Argument(help="JSONL, Parquet or .txt files, or directories of them.",
-                                                 show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where the results of the run go.",
-                                         show_default=False)],
+    inputs: Annotated[List[str], typer.Argument(help="JSONL, Parquet or .txt files, or directories of them, "
+                                                     "or their URLs.", show_default=False)],
+    output: Annotated[str, typer.Option("--output", "-o", help="Where the results of the run go.",
+                                        show_default=False)],
     tag: Annotated[Optional[str], typer.Option(help="A name for what this add commits (index remove --tag).",
                                                show_default=False)] = None,
     text_field: Annotated[str, typer.Option(help="Field holding the text.")] = "text",
@@ -92,7 +92,7 @@ def add_command(
     batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
     max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
     shard_bytes: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
-    work_dir: Annotated[Optional[Path], typer.Option(
+    work_dir: Annotated[Optional[str], typer.Option(
         help="Run in stages over one input file at a time, as dedup --work-dir.", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the stages in --work-dir.")] = False,
     scheduler: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
@@ -103,23 +103,25 @@ def add_command(
     [bold]dedup[/] does, then commit the kept new documents to the index.
     Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
     from .index import Index
+    from .cli import command_paths
     from .io.layout import check_output_names
     from .io.writer import check_output_dir
 
     with user_errors() as guard:
-        check_output_dir(output, overwrite, inputs)
+        files, out, work = command_paths(inputs, output, work_dir)
+        check_output_dir(out, overwrite, files)
         if not single_file:
-            check_output_names(inputs, format.value, on_error.value)
+            check_output_names(files, format.value, on_error.value)
         started = time.perf_counter()
-        result = Index(index).add(list(inputs), tag=tag, text_field=text_field, id_field=id_field,
+        result = Index(index).add(files, tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
-                                  on_error=on_error.value, output=output, format=format.value, overwrite=overwrite,
+                                  on_error=on_error.value, output=out, format=format.value, overwrite=overwrite,
                                   single_file=single_file,
-                                  work_dir=work_dir, resume=resume, scheduler=scheduler, workers=workers,
+                                  work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
                                   batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes)
-        guard.written = output
+        guard.written = out
         if not quiet:
-            print_summary(result.report, output, time.perf_counter() - started)
+            print_summary(result.report, out, time.perf_counter() - started)
             err.print(f"{result.indexed_rows:,} indexed documents were near enough to be checked; the index now "
                       f"holds {Index(index).info()['documents']:,} documents.")
         guard.done()

@@ -8,11 +8,12 @@ keys. The keys are described in docs/output-formats.md; fields are added, never 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator, Optional
+
+from .io.storage import key_of
 
 # The "format" of an input that is not a file (api: list_corpus, table_corpus).
 IN_MEMORY_FORMATS = ("list", "table")
@@ -34,7 +35,7 @@ class InputFile:
         """An input as the readers describe it; a file's absolute path is taken now, while the
         working directory is the run's."""
         in_memory = format in IN_MEMORY_FORMATS
-        return cls(path, format, documents, None if in_memory else os.path.abspath(path))
+        return cls(path, format, documents, None if in_memory else key_of(path))
 
     def as_dict(self) -> dict:
         out = {"path": self.path, "format": self.format, "documents": self.documents}
@@ -159,7 +160,7 @@ class Report(Mapping):
         data)."""
         reading = {"text_field": text_field, "id_field": id_field, "on_error": on_error}
         return replace(self, parameters={**self.parameters, **reading},
-                       input=replace(self.input, paths=tuple(os.path.abspath(p) for p in paths)))
+                       input=replace(self.input, paths=tuple(key_of(p) for p in paths)))
 
     def with_dask(self, scheduler: str, workers: int, work_dir_kept: bool) -> "Report":
         """This report of a run on a Dask cluster; work_dir_kept False: the work directory was

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from .copies import implied_pairs
 from .engine.job import Outcome
 from .errors import OutputError, ParameterError
+from .io.storage import Location, location_of
 from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl,
                         write_parquet)
@@ -119,12 +120,12 @@ class DedupResult:
         return write_outputs(output_dir, self, format, overwrite, single_file)
 
     @property
-    def input_files(self) -> list[Path]:
+    def input_files(self) -> list[Location]:
         """The files the kept rows are written back into, one output file each (absolute;
         empty for in-memory data)."""
         if hasattr(self.table, "file_paths"):  # a staged run's shards (disk.ShardedTable)
             return self.table.file_paths()
-        return [Path(source.location) for source in self.sources]
+        return [location_of(source.location) for source in self.sources]
 
 
 

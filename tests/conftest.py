@@ -18,7 +18,8 @@ import pytest
 
 from gpudedup.shingling import ShingleBatch
 
-from conservation import ConservationError, check_output_dir, check_reading_as_asked, check_result
+from gpudedup.io.storage import Remote
+from conservation import ConservationError, absolute_place, check_output_dir, check_reading_as_asked, check_result
 
 
 @pytest.fixture(autouse=True)
@@ -191,8 +192,9 @@ def _fail(message: str) -> None:
 
 
 def _is_path_input(data: Any) -> bool:
+    # (gpudedup.io.storage.Remote: a file named by URL, which the CLI passes on as such)
     return isinstance(data, (str, os.PathLike)) or (
-        isinstance(data, (list, tuple)) and bool(data) and all(isinstance(p, os.PathLike) for p in data))
+        isinstance(data, (list, tuple)) and bool(data) and all(isinstance(p, (os.PathLike, Remote)) for p in data))
 
 
 def _checked_dedup(original):
@@ -216,7 +218,7 @@ def _checked_dedup(original):
         reading = {name: asked.arguments[name] for name in ("text_field", "id_field", "on_error")}
         if asked.arguments["shingle"] == "token":  # the content column is then the token ids
             reading["text_field"] = asked.arguments["token_field"]
-        given = [os.path.abspath(p) for p in paths]
+        given = [absolute_place(p) for p in paths]
         result = original(data, **kwargs)
         try:
             check_reading_as_asked(result.report, paths=given, **reading)

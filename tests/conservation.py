@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import oracles
@@ -189,8 +190,35 @@ def content_bytes(text: Any) -> int:
 # --- the checker's own readers ------------------------------------------------------------------
 
 
-def file_kind(path: Path) -> Optional[str]:
-    name = path.name.lower()
+# --- files, local or at a URL (an object store's: read with pyarrow's own file systems, not
+# gpudedup's io/storage.py, which this checks) ---------------------------------------------------
+
+def is_url(place) -> bool:
+    return isinstance(place, str) and "://" in place
+
+
+def absolute_place(place) -> str:
+    """A path made absolute (in the working directory now), a URL as it is."""
+    return str(place) if is_url(str(place)) else os.path.abspath(place)
+
+
+def file_bytes(place) -> bytes:
+    if is_url(place):
+        filesystem, path = pafs.FileSystem.from_uri(place)
+        with filesystem.open_input_stream(path, compression=None) as stream:
+            return stream.read()
+    return Path(place).read_bytes()
+
+
+def parquet_table(place) -> pa.Table:
+    if is_url(place):
+        filesystem, path = pafs.FileSystem.from_uri(place)
+        return pq.read_table(path, filesystem=filesystem)
+    return pq.read_table(place)
+
+
+def file_kind(path) -> Optional[str]:
+    name = (path.rsplit("/", 1)[-1] if is_url(path) else path.name).lower()
     if name.endswith(JSONL_SUFFIXES):
         return "jsonl"
     if name.endswith(PARQUET_SUFFIXES):
@@ -205,13 +233,13 @@ def run_id(shown: str, line: int, fields: dict, id_field: Optional[str]) -> Any:
     return f"{shown}:{line}" if id_field is None else fields.get(id_field)
 
 
-def read_file_records(path: Path, shown: str, text_field: str, id_field: Optional[str]) -> list[InputRecord]:
+def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]) -> list[InputRecord]:
     """The records of one input file, in order. Raises OSError/ValueError when the file as a
     whole cannot be read (the run must then have skipped or refused it)."""
     kind = file_kind(path)
     if kind == "jsonl":
-        raw = path.read_bytes()
-        if path.name.lower().endswith(".gz"):
+        raw = file_bytes(path)
+        if str(path).lower().endswith(".gz"):
             raw = gzip.decompress(raw)
         raw = raw.removeprefix(b"\xef\xbb\xbf")
         records = []
@@ -230,7 +258,7 @@ def read_file_records(path: Path, shown: str, text_field: str, id_field: Optiona
                                        content_of(text)))
         return records
     if kind == "parquet":
-        table = pq.read_table(path)
+        table = parquet_table(path)
         texts = table[text_field].to_pylist() if text_field in table.column_names else [None] * table.num_rows
         ids = table[id_field].to_pylist() if id_field in (table.column_names if id_field else []) else None
         records = []
@@ -247,7 +275,7 @@ def read_file_records(path: Path, shown: str, text_field: str, id_field: Optiona
         return records
     if kind == "text":
         try:
-            text = path.read_bytes().decode("utf-8-sig")
+            text = file_bytes(path).decode("utf-8-sig")
         except UnicodeDecodeError:
             text = UNREADABLE
         return [InputRecord(shown, 1, f"{shown}:1" if id_field is None else UNREADABLE, text)]
@@ -418,25 +446,35 @@ def unaccounted_input_files(run: RunOutcome) -> list[str]:
     entries and symbolic links inside directories left out) that it neither read nor skipped
     nor listed as passed over: a reader cannot drop a whole file unnoticed."""
     reading = run.reading
-    read = {os.path.abspath(absolute) for _, absolute in reading.files}
-    passed_over: Optional[list[Path]] = None  # placed only when a file is not among those read
+    read = {absolute if is_url(absolute) else os.path.abspath(absolute) for _, absolute in reading.files}
+    passed_over: Optional[list[str]] = None  # placed only when a file is not among those read
     problems = []
-    for given in map(Path, reading.paths):
-        for path in input_files_under(given):
+    for given in reading.paths:
+        for path in input_files_under(given.rstrip("/") if is_url(given) else Path(given)):
             if str(path) in read:
                 continue
             if passed_over is None:
                 shown = [e["file"] for e in run.skipped if e.get("line") is None]
                 shown += run.report["input"]["skipped_files"]
-                passed_over = [Path(os.path.abspath(reading.locate(s))) for s in shown]
+                passed_over = [s if is_url(s) else os.path.abspath(reading.locate(s)) for s in shown]
             # A skipped directory (one that could not be read) accounts for everything below it.
-            if not any(path == place or place in path.parents for place in passed_over):
+            if not any(str(path) == place or str(path).startswith(place.rstrip("/") + "/")
+                       for place in passed_over):
                 problems.append(f"{path}: an input file under {given} that the run neither read nor skipped")
     return problems
 
 
-def input_files_under(given: Path) -> list[Path]:
-    """The input files (by name: JSONL, Parquet, .txt) at or under ``given`` (absolute), sorted."""
+def input_files_under(given) -> list:
+    """The input files (by name: JSONL, Parquet, .txt) at or under ``given`` (absolute, or a
+    URL: then the URLs of the objects below it, hidden names left out), sorted."""
+    if is_url(given):
+        filesystem, root = pafs.FileSystem.from_uri(given)
+        if filesystem.get_file_info(root).type == pafs.FileType.File:
+            return [given] if file_kind(given) else []
+        below = [os.path.relpath(entry.path, root) for entry in filesystem.get_file_info(
+            pafs.FileSelector(root, recursive=True)) if entry.type == pafs.FileType.File]
+        return sorted(f"{given}/{relative}" for relative in below if file_kind(f"{given}/{relative}")
+                      and not any(part.startswith(".") for part in relative.split("/")))
     if not given.is_dir():
         return [given] if file_kind(given) and given.is_file() else []
     found = []
@@ -454,7 +492,8 @@ def read_run_files(reading: Reading) -> list[InputRecord]:
     """The records of every file the run read (report.json's input.files), in reading order,
     each read from its absolute path and named as the run shows it."""
     return [record for shown, absolute in reading.files
-            for record in read_file_records(Path(absolute), shown, reading.text_field, reading.id_field)]
+            for record in read_file_records(absolute if is_url(absolute) else Path(absolute), shown,
+                                            reading.text_field, reading.id_field)]
 
 
 def input_records(reading: Reading, data: Any, where: str) -> list[InputRecord]:
@@ -534,7 +573,7 @@ def check_reading_as_asked(report: Any, text_field: str, id_field: Optional[str]
     process, so that the checker can take the reading of a run in a subprocess from its report."""
     report = report.as_dict() if hasattr(report, "as_dict") else dict(report)
     reading = Reading.of(report)
-    asked = (text_field, id_field, on_error, tuple(os.path.abspath(p) for p in paths))
+    asked = (text_field, id_field, on_error, tuple(absolute_place(p) for p in paths))
     stated = (reading.text_field, reading.id_field, reading.on_error, reading.paths)
     if stated != asked:
         raise ConservationError(f"report.json states the reading (text_field, id_field, on_error, paths) "

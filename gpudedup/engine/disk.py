@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -49,7 +48,9 @@ from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
+from ..io import storage
 from ..io.read import build_corpus, read_one_file
+from ..io.storage import Location
 from ..io.source import SourceFile, file_record
 from ..io.sizes import file_read_bytes, shard_read_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
@@ -84,8 +85,7 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
     modification time), the parameters that decide results, and the version."""
     inputs = []
     for path in found.files:
-        status = os.stat(path)
-        inputs.append([display_path(path), status.st_size, status.st_mtime_ns])
+        inputs.append([display_path(path), storage.file_size(path), storage.modified_ns(path)])
     # The shard size decides how the files are cut, so which shard a spilled directory holds.
     return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
             "parameters": params.result_parameters(), "shard_bytes": shard_bytes(params),
@@ -254,9 +254,9 @@ class ShardReader:
     messages), decided once on the client so that a worker's working directory never changes
     an id; shards: what each shard reads (set by plan; until then, every file whole)."""
 
-    def __init__(self, files: list[Path], text_field: str, id_field: Optional[str], on_error: str):
+    def __init__(self, files: list[Location], text_field: str, id_field: Optional[str], on_error: str):
         self.shown = [display_path(path) for path in files]
-        self.files = [Path(path).absolute() for path in files]
+        self.files = [storage.location_of(path).absolute() for path in files]
         self.text_field, self.id_field, self.on_error = text_field, id_field, on_error
         self.shards = [Shard(index) for index in range(len(files))]
 
@@ -511,7 +511,7 @@ class ShardedTable:
             shards_of.setdefault(self.reader.file_of(index), []).append(index)
         return list(shards_of.items())
 
-    def file_paths(self) -> list[Path]:
+    def file_paths(self) -> list[Location]:
         """The input files the run read (absolute; empty files too), in order: one output file
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]

@@ -30,6 +30,7 @@ from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
+from ..io.storage import work_folder
 from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
@@ -196,7 +197,7 @@ class Index:
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
                                 scheduler, workers, against)
         elif work_dir is not None:
-            result = staged_dedup(data, params, chosen, Path(work_dir), resume, field, id_field, on_error, shown,
+            result = staged_dedup(data, params, chosen, work_folder(work_dir), resume, field, id_field, on_error, shown,
                                   against=against)
         else:
             if resume:

@@ -57,6 +57,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
+from ..io import storage
+from ..io.storage import Location
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -70,10 +72,10 @@ class DamagedIndexError(InputError):
     """A corrupt, truncated or foreign index (exit code 2, one line naming the file)."""
 
 
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file, hex."""
+def file_digest(path: Location) -> str:
+    """SHA-256 of a file (local, or at a URL: io/storage.py), hex."""
     digest = hashlib.sha256()
-    with open(path, "rb") as stream:
+    with storage.open_stream(path) as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -20,13 +20,15 @@ matched documents whenever a run or a query checks them.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+from pyarrow.fs import FileType
 
 from ..errors import InputError, ParameterError
+from ..io import storage
 from ..ragged import offsets_from_counts, ragged_arange
 from ..shingling import ShingleSpec
 from .files import DamagedIndexError, file_digest
@@ -74,7 +76,7 @@ def corpus_pointers(corpus, docs: np.ndarray) -> SourcePointers:
     for position, source in enumerate(corpus.files):
         if source.format not in ("jsonl", "parquet", "text"):
             raise ParameterError(NOT_FROM_FILES)
-        files.append((os.path.abspath(source.path), source.format))
+        files.append((storage.key_of(source.path), source.format))
         mine = file == position
         local = docs[mine] - first_rows[position]
         numbers[mine] = local + 1 if source.row_numbers is None else np.asarray(source.row_numbers)[local]
@@ -92,8 +94,9 @@ def pointer_arrays(pointers: SourcePointers) -> tuple[list[dict], dict[str, np.n
     entries = []
     for position in used:
         path, format = pointers.files[int(position)]
-        entries.append({"path": path, "format": format, "field": pointers.field, "bytes": os.path.getsize(path),
-                        "sha256": file_digest(Path(path))})
+        location = storage.location_of(path)
+        entries.append({"path": path, "format": format, "field": pointers.field,
+                        "bytes": storage.file_size(location), "sha256": file_digest(location)})
     return entries, {"source_file": file.reshape(-1).astype(np.uint32), "source_row": pointers.row_number}
 
 
@@ -148,8 +151,8 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
     for index in np.unique(file):
         entry = entries[int(index)]
         check_source(entry)
-        part = read_one_file(Path(entry["path"]), SourceFile(entry["path"], entry["format"]), entry["field"], None,
-                             False, "skip")
+        part = read_one_file(storage.location_of(entry["path"]), SourceFile(entry["path"], entry["format"]),
+                             entry["field"], None, False, "skip")
         numbers = part.source.row_numbers
         numbers = np.arange(1, part.table.num_rows + 1) if numbers is None else np.asarray(numbers, np.int64)
         mine = np.flatnonzero(file == index)
@@ -173,10 +176,10 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
 
 def check_source(entry: dict) -> None:
     """Refuse a source file that is missing or not as it was when it was indexed."""
-    path = Path(entry["path"])
-    if not path.is_file():
+    path = storage.location_of(entry["path"])
+    if storage.info(path).type != FileType.File:
         raise SourceChangedError(f"{path}: missing; the index verifies matches from this file (made with "
                                  "verification 'source'), so it must be kept as it was")
-    if path.stat().st_size != entry["bytes"] or file_digest(path) != entry["sha256"]:
+    if storage.file_size(path) != entry["bytes"] or file_digest(path) != entry["sha256"]:
         raise SourceChangedError(f"{path}: changed since its documents were indexed (size or SHA-256 differs); "
                                  "the index verifies matches from it, so it must be kept as it was")

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import pyarrow.fs as pafs
+
 from ..errors import InputError
+from . import storage
 from .source import check_on_error
+from .storage import Given, Location, Remote, location_of
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -34,12 +39,12 @@ def input_suffix(name: str) -> str:
     return next((suffix for suffix in INPUT_SUFFIXES if lowered.endswith(suffix)), "")
 
 
-def file_format(path: Path) -> Optional[str]:
+def file_format(path: Location) -> Optional[str]:
     """The format by the file's name: "jsonl", "parquet", "text", or None for other files."""
     return FORMAT_OF_SUFFIX.get(input_suffix(path.name))
 
 
-def format_of(path: Path) -> str:
+def format_of(path: Location) -> str:
     """The format of a file scan_inputs found (it lists only files that have one)."""
     format = file_format(path)
     if format is None:
@@ -47,8 +52,11 @@ def format_of(path: Path) -> str:
     return format
 
 
-def display_path(path: Path) -> str:
-    """The path as ids and messages show it: relative to the working directory when below it."""
+def display_path(path: Location) -> str:
+    """The path as ids and messages show it: relative to the working directory when below it;
+    a URL as it is."""
+    if isinstance(path, Remote):
+        return str(path)
     absolute = path.absolute()
     try:
         return str(absolute.relative_to(Path.cwd()))
@@ -62,7 +70,7 @@ class InputFiles:
     directories, notes on paths passed over for a reason, and (on_error "skip") the
     directories that could not be read, as skipped records."""
 
-    files: list[Path] = field(default_factory=list)
+    files: list[Location] = field(default_factory=list)
     given: list = field(default_factory=list)  # the paths scanned, as given
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -74,8 +82,9 @@ class InputFiles:
         self.skipped.append(shown)
         self.notes.append(f"{shown}: skipped: {why}")
 
-    def add_file(self, path: Path, status: os.stat_result) -> None:
-        key = (status.st_dev, status.st_ino)
+    def add_file(self, path: Location, status: Optional[os.stat_result]) -> None:
+        """Add a file found; status: its stat (a local file), None for a URL's."""
+        key = (status.st_dev, status.st_ino) if status is not None else str(path)
         shown = display_path(path)
         if key in self.seen_files:
             self.pass_over(shown, f"the same file as {self.seen_files[key]}, already read")
@@ -84,13 +93,13 @@ class InputFiles:
         self.files.append(path)
 
 
-def find_input_files(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[str]]:
+def find_input_files(paths: Iterable[Given]) -> tuple[list[Location], list[str]]:
     """The files to read, in order, and the files skipped inside directories."""
     found = scan_inputs(paths)
     return found.files, found.skipped
 
 
-def scan_inputs(paths: Iterable[str | os.PathLike], on_error: str = "stop") -> InputFiles:
+def scan_inputs(paths: Iterable[Given], on_error: str = "stop") -> InputFiles:
     """The input files under ``paths`` (see the module docstring).
 
     A path given that is missing, a broken link, of an unsupported type or not a regular file
@@ -101,7 +110,10 @@ def scan_inputs(paths: Iterable[str | os.PathLike], on_error: str = "stop") -> I
     paths = list(paths)
     found = InputFiles(given=paths)
     for given in paths:
-        path = Path(given)
+        path = location_of(given)
+        if isinstance(path, Remote):
+            scan_remote(given, path, found)
+            continue
         try:
             status = path.stat()
         except OSError as error:
@@ -126,6 +138,46 @@ def scan_inputs(paths: Iterable[str | os.PathLike], on_error: str = "stop") -> I
             f"no input files found in {shown} (looked for JSONL, Parquet and .txt files)"
         )
     return found
+
+
+def scan_remote(given, remote: Remote, found: InputFiles) -> None:
+    """Add the input files at a URL: the file it names, or those below it (a folder, or an
+    object store's prefix), in the order walk_directory gives a local folder's (each folder's
+    files, then its subfolders in turn, by name), hidden entries passed over as there."""
+    try:
+        entry = storage.info(remote)
+        if entry.type == pafs.FileType.NotFound:
+            raise InputError(f"{given}: no such file or directory")
+        if entry.type != pafs.FileType.Directory:
+            if file_format(remote) is None:
+                raise InputError(f"{given}: unsupported file type; expected one of "
+                                 f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}")
+            found.add_file(remote, None)
+            return
+        filesystem, root = remote.filesystem()
+        entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
+    except OSError as error:
+        raise InputError(f"{given}: cannot read ({error})") from None
+    before = len(found.files)
+    relatives = [posixpath.relpath(e.path, root) for e in entries if e.type == pafs.FileType.File]
+    for relative in sorted(relatives, key=walk_order):
+        parts = relative.split("/")
+        if any(part.startswith(".") for part in parts[:-1]):
+            continue  # inside a hidden folder: silently, as walk_directory
+        path = remote.child(relative)
+        if parts[-1].startswith(".") or file_format(path) is None:
+            found.skipped.append(display_path(path))
+        else:
+            found.add_file(path, None)
+    if len(found.files) == before and len(found.given) > 1:
+        found.notes.append(f"{given}: no input files in this directory")
+
+
+def walk_order(relative: str) -> tuple:
+    """A sort key for "/"-separated paths below a folder giving walk_directory's order: in
+    each folder its files (by name) before its subfolders (by name, each walked whole)."""
+    *folders, name = relative.split("/")
+    return tuple((1, folder) for folder in folders) + ((0, name),)
 
 
 def missing_reason(path: Path, error: OSError) -> str:

@@ -7,7 +7,6 @@ and stops the run or is left out. A record's row number is its line number (from
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -18,11 +17,12 @@ from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lin
                           object_line_numbers, open_binary, read_error)
 from .content import bad_token_rows, is_token_type
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
+from .storage import Location
 
 MAX_BLOCK_BYTES = 2**31 - 1  # Arrow's JSON reader needs every line within one block
 
 
-def read_jsonl(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
                on_error: str = "stop"):
     """(table, line numbers, skipped records) of a JSONL file.
 
@@ -86,7 +86,7 @@ def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:
     return id_field is not None and table[id_field].null_count > 0
 
 
-def read_jsonl_by_line(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
                        errors: RecordErrors):
     """The slow path of read_jsonl: check every line, leave out (or stop at) the bad ones,
     parse the good ones with Arrow."""
@@ -129,7 +129,7 @@ def read_jsonl_by_line(path: Path, source: SourceFile, text_field: str, id_field
     return table, np.asarray(numbers, dtype=np.int64), errors.records
 
 
-def compressed_hint(line: bytes, path: Path) -> str:
+def compressed_hint(line: bytes, path: Location) -> str:
     """A hint when a file's first line shows it is compressed or Parquet, not JSON text."""
     for magic, what in ((b"\x1f\x8b", "gzip-compressed: name it .jsonl.gz"),
                         (b"PAR1", "a Parquet file: name it .parquet"),
@@ -141,7 +141,7 @@ def compressed_hint(line: bytes, path: Path) -> str:
     return ""
 
 
-def parse_jsonl(open_stream: Callable, path: Path, source: SourceFile,
+def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
                 longest: Optional[tuple[int, int]] = None) -> pa.Table:
     """The records of a JSONL stream as they are: strings stay strings.
     longest: (length, line) of the longest line when known (else measured when needed)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -17,7 +16,9 @@ import pyarrow as pa
 from ..errors import InputError
 from .content import token_list_problem
 from .pieces import Piece
+from . import storage
 from .source import SourceFile, file_error
+from .storage import Location
 
 UTF8_BOM = b"\xef\xbb\xbf"
 JSON_WHITESPACE = b" \t\r\n"
@@ -25,18 +26,17 @@ CHUNK_BYTES = 1 << 24
 MAX_JSON_DEPTH = 200  # deeper records are refused: Python's and Arrow's recursion stay bounded
 
 
-def open_binary(path: Path, piece: Optional[Piece] = None):
+def open_binary(path: Location, piece: Optional[Piece] = None):
     """The file's bytes as a stream, gunzipped for .gz names (pyarrow, no full copy in memory);
-    piece: only its byte range (a plain file's, io/pieces.py), from the file mapped in memory."""
+    piece: only its byte range (a plain file's, io/pieces.py: a view of the file mapped in
+    memory, or one ranged read of a remote file)."""
     if piece is not None:
-        with pa.memory_map(str(path)) as mapped:  # (a buffer of the map outlives its file object)
-            mapped.seek(piece.start)
-            return pa.BufferReader(mapped.read_buffer(piece.stop - piece.start))
+        return pa.BufferReader(storage.read_range(path, piece.start, piece.stop))
     compression = "gzip" if path.name.lower().endswith(".gz") else None
-    return pa.input_stream(str(path), compression=compression)
+    return storage.open_stream(path, compression)
 
 
-def lines_of(path: Path, source: SourceFile) -> Iterator[bytes]:
+def lines_of(path: Location, source: SourceFile) -> Iterator[bytes]:
     """The lines of a (possibly gzipped) file, or of the piece of it ``source`` reads, split at
     b'\\n' (a UTF-8 BOM before the file's first is dropped), for the slow paths: diagnosis,
     skipping and line numbers."""
@@ -63,11 +63,11 @@ def lines_of(path: Path, source: SourceFile) -> Iterator[bytes]:
         raise read_error(path, source, error) from None
 
 
-def read_error(path: Path, source: SourceFile, error: Exception) -> InputError:
+def read_error(path: Location, source: SourceFile, error: Exception) -> InputError:
     """The InputError for a file whose bytes cannot be read (I/O, gzip)."""
     if path.name.lower().endswith(".gz"):
         try:
-            with open(path, "rb") as raw:
+            with storage.open_stream(path) as raw:
                 magic = raw.read(2)
         except OSError:
             magic = b"\x1f\x8b"
@@ -151,7 +151,7 @@ def shape_of(length: int, head: bytes, tail: bytes) -> int:
     return OBJECT if length >= 2 and head == b"{" and last == b"}" else OTHER
 
 
-def record_line_numbers(open_stream: Callable, rows: int, path: Path, source: SourceFile) -> Optional[np.ndarray]:
+def record_line_numbers(open_stream: Callable, rows: int, path: Location, source: SourceFile) -> Optional[np.ndarray]:
     """The line number (from 1) of each of the ``rows`` records a parser read, or None when
     the records do not sit one to a non-blank line (a line holding something other than one
     object, or two objects on one line): then the slow path reads the file.
@@ -162,7 +162,7 @@ def record_line_numbers(open_stream: Callable, rows: int, path: Path, source: So
     return numbers if numbers is not None and numbers.size == rows else None
 
 
-def object_line_numbers(open_stream: Callable, path: Path, source: SourceFile) -> Optional[np.ndarray]:
+def object_line_numbers(open_stream: Callable, path: Location, source: SourceFile) -> Optional[np.ndarray]:
     """The numbers (from 1, int64, in the whole file where ``source`` reads a piece of it) of the
     non-blank lines, or None when one of them does not start with '{' and end with '}' (JSON
     white space aside)."""

@@ -31,9 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
+from . import storage
 from .jsonl_lines import lines_of
 from .inputs import display_path, input_suffix, scan_inputs
 from .source import SourceFile
+from .storage import Given, Location
 from .writer import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet
 
 KEPT_DIR = "deduplicated"
@@ -47,8 +49,8 @@ def part_name(number: int) -> str:
     return f"part-{number:05d}.parquet"
 
 
-def output_bases(files: list[Path], inputs: Iterable[str | os.PathLike]) -> dict[str, str]:
-    """The name under deduplicated/ of each input file (absolute path -> name, POSIX
+def output_bases(files: list[Location], inputs: Iterable[Given]) -> dict[str, str]:
+    """The name under deduplicated/ of each input file (storage.key_of -> name, POSIX
     separators), without the output format's extension: its path relative to the common
     directory of the inputs as given (a directory given is its own root; a file given counts by
     its directory), its input extension dropped. Files that would share a name (``a.jsonl``
@@ -56,30 +58,29 @@ def output_bases(files: list[Path], inputs: Iterable[str | os.PathLike]) -> dict
     their whole name. Decided once, over every file the scan found (``files``), when the input
     is read, so that neither the files a run leaves out nor a later working directory changes
     a name."""
-    roots = [Path(os.path.abspath(path)) for path in inputs]
-    roots = [root if root.is_dir() else root.parent for root in roots]
-    common = Path(os.path.commonpath(roots)) if roots else Path("/")
-    absolute = [os.path.abspath(path) for path in files]
-    relatives = [Path(path).relative_to(common).as_posix() for path in absolute]
+    roots = [storage.folder_parts(storage.location_of(path)) for path in inputs]
+    common = len(os.path.commonprefix(roots)) if roots else 0
+    keys = [storage.key_of(path) for path in files]
+    relatives = ["/".join(part for part in storage.parts_of(path)[common:] if part != "/") for path in files]
     stems = [relative[: len(relative) - len(input_suffix(relative))] for relative in relatives]
     shared = Counter(stem.casefold() for stem in stems)
-    return {path: relative if shared[stem.casefold()] > 1 else stem
-            for path, relative, stem in zip(absolute, relatives, stems)}
+    return {key: relative if shared[stem.casefold()] > 1 else stem
+            for key, relative, stem in zip(keys, relatives, stems)}
 
 
-def output_names(files: list[Path], bases: dict[str, str], format: str) -> list[str]:
+def output_names(files: list[Location], bases: dict[str, str], format: str) -> list[str]:
     """The output names (output_bases, then ``format``'s extension) of ``files`` (in order).
     Two files whose names would still be one (compared without case), a name that another one
     needs as a folder, or a name longer than a file system takes, are a ParameterError naming
     the files."""
-    names = [f"{bases[os.path.abspath(path)]}.{format}" for path in files]
+    names = [f"{bases[storage.key_of(path)]}.{format}" for path in files]
     for path, name in zip(files, names):
         longest = max(Path(name).parts, key=lambda part: len(part.encode()))
         if len(longest.encode()) > NAME_BYTES:
             raise ParameterError(f"{display_path(path)}: its output name {longest!r} would be longer than "
                                  f"{NAME_BYTES} bytes; rename it, or write one file of kept rows with --single-file")
-    as_files: dict[str, Path] = {}  # name (case folded) -> the input written there
-    as_folders: dict[str, Path] = {}  # folder (case folded) -> an input written below it
+    as_files: dict[str, Location] = {}  # name (case folded) -> the input written there
+    as_folders: dict[str, Location] = {}  # folder (case folded) -> an input written below it
     for path, name in zip(files, names):
         folders = [parent.as_posix().casefold() for parent in Path(name).parents if parent != Path(".")]
         clashes = [(name, as_files.get(name.casefold()) or as_folders.get(name.casefold()))]
@@ -96,7 +97,7 @@ def output_names(files: list[Path], bases: dict[str, str], format: str) -> list[
     return names
 
 
-def check_output_names(inputs: Iterable[str | os.PathLike], format: str, on_error: str = "stop") -> None:
+def check_output_names(inputs: Iterable[Given], format: str, on_error: str = "stop") -> None:
     """Refuse, before any work, inputs two of whose files would share an output name."""
     inputs = list(inputs)
     files = scan_inputs(inputs, on_error).files
@@ -167,7 +168,7 @@ def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if format == "jsonl" and source.format == "jsonl":
         numbers = source.row_numbers if source.row_numbers is not None else np.arange(1, source.rows + 1)
-        copy_kept_lines(Path(source.location), source, np.asarray(numbers)[rows.keep], path)
+        copy_kept_lines(storage.location_of(source.location), source, np.asarray(numbers)[rows.keep], path)
         return
     # Filtered first: the kept rows of one file are copied once, their offsets from 0, and
     # types that Arrow cannot filter (string_view) are only cast to, never filtered.
@@ -193,7 +194,7 @@ def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str) -> No
     if format == "jsonl" and source.format == "jsonl":
         kept = [np.asarray(rows.source.row_numbers)[rows.keep] for rows in every]
         assert source.location is not None, "a file as read_one_file read it"
-        copy_kept_lines(Path(source.location), source, np.concatenate(kept), path)
+        copy_kept_lines(storage.location_of(source.location), source, np.concatenate(kept), path)
         return
     tables = (as_input(rows.table.filter(pa.array(rows.keep)), columns) for rows in every)
     if format == "parquet":
@@ -205,7 +206,7 @@ def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str) -> No
         write_jsonl_batches((batch for table in tables for batch in table.to_batches(ROWS_PER_WRITE)), path)
 
 
-def copy_kept_lines(location: Path, source: SourceFile, kept_lines: np.ndarray, path: Path) -> None:
+def copy_kept_lines(location: Location, source: SourceFile, kept_lines: np.ndarray, path: Path) -> None:
     """The lines ``kept_lines`` (int64, ascending, from 1) of a JSONL file (gzipped or not), byte
     for byte, each ended with a newline, into ``path``: a kept record comes back exactly as it
     was written (its fields, their order, its numbers' spelling), not as Arrow typed it. A UTF-8

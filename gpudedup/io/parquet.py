@@ -4,7 +4,6 @@ pyarrow (host). A record's row number is its row in the file (from 1)."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -12,9 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .content import bad_token_rows, is_token_type
+from . import storage
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
+from .storage import Location
 
-def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
                  on_error: str = "stop"):
     """(table, row numbers, skipped records) of a Parquet file. A text column of binary or
     dictionary type is read as strings; rows with a null id or a text that is not valid UTF-8
@@ -22,16 +23,16 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
     errors = RecordErrors(on_error)
     try:
         if source.piece is None:
-            table = pq.read_table(path)
+            table = storage.read_parquet(path)
         else:  # a run of its row groups (io/pieces.py)
-            with pq.ParquetFile(path) as file:
+            with storage.parquet_file(path) as file:
                 table = file.read_row_groups(range(source.piece.start, source.piece.stop))
+        # The columns as the file holds them, before the text is made plain (the kept rows' schema).
+        source.schema = stored_schema(storage.parquet_metadata(path), table.schema)
     except PermissionError:
         raise
     except (pa.ArrowException, OSError) as error:
         raise file_error(source.path, f"not a readable Parquet file ({error})") from None
-    # The columns as the file holds them, before the text is made plain (the kept rows' schema).
-    source.schema = stored_schema(path, table.schema)
     if text_field in table.column_names:
         table = plain_text_column(table, text_field)
     problem = check_columns(table, source, text_field, id_field, nulls=False)
@@ -64,11 +65,11 @@ def read_parquet(path: Path, source: SourceFile, text_field: str, id_field: Opti
     return table, row_numbers, errors.records
 
 
-def stored_schema(path: Path, read: pa.Schema) -> pa.Schema:
+def stored_schema(metadata: pq.FileMetaData, read: pa.Schema) -> pa.Schema:
     """A Parquet file's own Arrow schema: the one its writer stored (ARROW:schema) where there
     is one and it names the columns read (pyarrow reads some types back otherwise: a dictionary
     of large_string as a dictionary of string), else ``read``, the columns as pyarrow read them."""
-    serialized = (pq.read_metadata(path).metadata or {}).get(b"ARROW:schema")
+    serialized = (metadata.metadata or {}).get(b"ARROW:schema")
     if serialized is None:
         return read
     stored = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(serialized)))

@@ -26,12 +26,11 @@ always those of the files read whole; only its memory is then the whole file's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
-import pyarrow.parquet as pq
-
+from . import storage
 from .inputs import format_of
+from .storage import Location
 
 DEFAULT_SHARD_BYTES = 512 * 2**20  # a piece's bytes in its file: a task's read, well under a worker's memory
 SCAN_BYTES = 1 << 16  # read at a time when looking for a newline or counting them
@@ -59,20 +58,20 @@ class Shard:
     absorbed: bool = False
 
 
-def cuttable(path: Path, format: str) -> bool:
+def cuttable(path: Location, format: str) -> bool:
     """Whether a file can be cut: plain JSONL (a gzip stream cannot be entered in the middle) and
     Parquet."""
     return (format == "jsonl" and not path.name.lower().endswith(".gz")) or format == "parquet"
 
 
-def jsonl_cuts(path: Path, shard_bytes: int) -> list[int]:
+def jsonl_cuts(path: Location, shard_bytes: int) -> list[int]:
     """The byte offsets where the pieces of a JSONL file start (the first is 0): each piece
     ends with the line that holds its ``shard_bytes``-th byte (so a piece is at least that
     long, the last aside); a cut that would start an empty piece (at the end of the file) is
     not made."""
-    size = path.stat().st_size
+    size = storage.file_size(path)
     cuts = [0]
-    with open(path, "rb") as stream:
+    with storage.open_random(path) as stream:
         while (target := cuts[-1] + shard_bytes) < size:
             stream.seek(target - 1)
             at = target - 1
@@ -93,7 +92,7 @@ def jsonl_cuts(path: Path, shard_bytes: int) -> list[int]:
 def count_newlines(path: str, start: int, stop: int) -> int:
     """Task: the newlines in bytes [start, stop) of a file."""
     count = 0
-    with open(path, "rb") as stream:
+    with storage.open_random(storage.location_of(path)) as stream:
         stream.seek(start)
         left = stop - start
         while left > 0 and (chunk := stream.read(min(SCAN_BYTES * 64, left))):
@@ -102,10 +101,10 @@ def count_newlines(path: str, start: int, stop: int) -> int:
     return count
 
 
-def parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
+def parquet_pieces(path: Location, shard_bytes: int) -> list[Piece]:
     """Runs of consecutive row groups of a Parquet file, each of at most ``shard_bytes`` of
     uncompressed data (a row group larger than that is a piece of its own)."""
-    metadata = pq.read_metadata(path)
+    metadata = storage.parquet_metadata(path)
     pieces, start, rows_before, size, rows = [], 0, 0, 0, 0
     for group in range(metadata.num_row_groups):
         group_meta = metadata.row_group(group)
@@ -121,7 +120,7 @@ def parquet_pieces(path: Path, shard_bytes: int) -> list[Piece]:
 CountTask = Callable[[list[tuple[str, int, int]]], list[int]]
 
 
-def plan_shards(files: list[Path], shard_bytes: int, count: CountTask) -> list[Shard]:
+def plan_shards(files: list[Location], shard_bytes: int, count: CountTask) -> list[Shard]:
     """The shards of a run over ``files`` (absolute, in order): each file larger than
     ``shard_bytes`` that can be cut (cuttable) in pieces of about that size, every other file
     whole. count(tasks) runs count_newlines over (path, start, stop) tasks and gives their
@@ -132,7 +131,7 @@ def plan_shards(files: list[Path], shard_bytes: int, count: CountTask) -> list[S
     for index, path in enumerate(files):
         format = format_of(path)
         try:
-            if not (cuttable(path, format) and path.stat().st_size > shard_bytes):
+            if not (cuttable(path, format) and storage.file_size(path) > shard_bytes):
                 continue
             if format == "parquet":
                 pieces = parquet_pieces(path, shard_bytes)
@@ -140,7 +139,7 @@ def plan_shards(files: list[Path], shard_bytes: int, count: CountTask) -> list[S
                     parquet[index] = pieces
             else:
                 cuts = jsonl_cuts(path, shard_bytes)
-                jsonl[index] = list(zip(cuts, cuts[1:] + [path.stat().st_size]))
+                jsonl[index] = list(zip(cuts, cuts[1:] + [storage.file_size(path)]))
         except (OSError, ValueError):  # (pyarrow's errors are OSError or ValueError)
             continue
     # The newlines of every piece but a file's last: the lines before each of its pieces.

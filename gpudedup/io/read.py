@@ -28,6 +28,7 @@ from .parquet import read_parquet
 from .rules import PartSummary, columns_error, combined_ids, ids_type, plan_combination, sorted_records
 from .sizes import read_bytes_estimate
 from .source import SourceFile, check_on_error, file_error, file_record
+from .storage import Location
 from .text import read_text
 
 def read_corpus(
@@ -131,14 +132,15 @@ class FilePart:
         return self
 
 
-def read_one_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+def read_one_file(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
                   use_cudf: bool, on_error: str) -> FilePart:
     """One file as a FilePart; every problem with it is an InputError naming it."""
     device_part: Optional[tuple] = None
     records: list[dict] = []
     try:
         by_cudf = None
-        if use_cudf and source.format in ("jsonl", "parquet") and source.piece is None:  # (cuDF reads files whole)
+        # (cuDF reads local files whole)
+        if use_cudf and source.format in ("jsonl", "parquet") and source.piece is None and isinstance(path, Path):
             from .cudf_reader import read_file_with_cudf
 
             by_cudf = read_file_with_cudf(path, source, text_field, id_field)
@@ -197,7 +199,7 @@ def concat_tables(tables: list[pa.Table], sources: list[SourceFile]) -> pa.Table
         raise columns_error(error, [s.path for s in sources]) from None
 
 
-def read_file(path: Path, source: SourceFile, text_field: str, id_field: Optional[str],
+def read_file(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
               on_error: str = "stop") -> tuple[pa.Table, np.ndarray, list[dict]]:
     """One file as (table, row numbers int64 (rows,) counted from 1, skipped records)."""
     if source.format == "jsonl":

@@ -21,12 +21,12 @@ buffers. The figures come from the files themselves, without reading their texts
 
 from __future__ import annotations
 
-import os
 import zlib
-from pathlib import Path
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from . import storage
+from .storage import Location
 
 # Bytes per byte of a JSONL or text file while it is parsed, beyond its table.
 PARSE_OVERHEAD = 1.0
@@ -36,14 +36,14 @@ KEPT_FACTOR = 3
 READER_BYTES = 96 << 20  # measured: about 60 MB for a first read of 10 MB
 
 
-def gzip_uncompressed_size(path: Path, compressed: int) -> int:
+def gzip_uncompressed_size(path: Location, compressed: int) -> int:
     """The bytes a gzip file decompresses to, counted by decompressing it (nothing is kept):
     the trailer's ISIZE is only the last member's size modulo 2**32, and files of several
     members (cat, bgzip, pigz --independent) are common. A file that cannot be decompressed
     counts at 4x its size (reading will name the problem)."""
     total = 0
     try:
-        with open(path, "rb") as handle:
+        with storage.open_stream(path) as handle:
             decompressor = zlib.decompressobj(wbits=31)
             while chunk := handle.read(1 << 20):
                 while chunk:
@@ -59,14 +59,14 @@ def gzip_uncompressed_size(path: Path, compressed: int) -> int:
     return total
 
 
-def parquet_uncompressed_size(path: Path, on_disk: int) -> int:
+def parquet_uncompressed_size(path: Location, on_disk: int) -> int:
     """What a Parquet file's columns take decoded. The footer gives each column chunk's
     uncompressed size, but for a dictionary-encoded string column that is the dictionary
     plus indices, far less than the strings Arrow will hold (many copies of one text); such
     columns are decoded a batch of rows at a time and their lengths summed. A file whose
     footer cannot be read counts at 4x its size."""
     try:
-        metadata = pq.ParquetFile(path).metadata
+        metadata = storage.parquet_metadata(path)
         size, dictionary_columns = 0, set()
         for group in range(metadata.num_row_groups):
             for column in range(metadata.num_columns):
@@ -82,7 +82,7 @@ def parquet_uncompressed_size(path: Path, on_disk: int) -> int:
             # Decoded 256 rows at a time with a small read buffer: the strings of one batch
             # are alive at once (measured: +72 MB and 0.06 s for a shard of 64 MB of text;
             # reading them as dictionaries instead built one over the whole column, +385 MB).
-            parquet = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+            parquet = storage.parquet_file(path, pre_buffer=False, buffer_size=1 << 20)
             for batch in parquet.iter_batches(batch_size=256, columns=top_level):
                 for part in batch.columns:
                     size += int(pc.sum(pc.binary_length(part)).as_py() or 0) + 8 * len(part)
@@ -91,10 +91,10 @@ def parquet_uncompressed_size(path: Path, on_disk: int) -> int:
     return size
 
 
-def file_read_bytes(path: Path, format: str) -> tuple[int, int]:
+def file_read_bytes(path: Location, format: str) -> tuple[int, int]:
     """(bytes the file's table keeps, bytes alive only while it is read) for one input file."""
     try:
-        on_disk = os.stat(path).st_size
+        on_disk = storage.file_size(path)
     except OSError:
         return 0, 0  # reading will name the problem
     if format == "parquet":
@@ -106,20 +106,20 @@ def file_read_bytes(path: Path, format: str) -> tuple[int, int]:
     return on_disk, int(PARSE_OVERHEAD * on_disk)
 
 
-def piece_share(path: Path, format: str, piece) -> float:
+def piece_share(path: Location, format: str, piece) -> float:
     """The share of a file's bytes that a piece of it (io/pieces.Piece) reads: of the file's
     size (JSONL byte ranges) or of its row groups' decoded size (Parquet)."""
     try:
         if format == "parquet":
-            metadata = pq.read_metadata(path)
+            metadata = storage.parquet_metadata(path)
             sizes = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
             return sum(sizes[piece.start:piece.stop]) / max(sum(sizes), 1)
-        return (piece.stop - piece.start) / max(os.stat(path).st_size, 1)
+        return (piece.stop - piece.start) / max(storage.file_size(path), 1)
     except (OSError, ValueError):
         return 1.0  # reading will name the problem
 
 
-def shard_read_estimate(path: Path, format: str, piece, file_bytes: tuple[int, int]) -> int:
+def shard_read_estimate(path: Location, format: str, piece, file_bytes: tuple[int, int]) -> int:
     """read_bytes_estimate of one file read whole (piece None) or of one piece of it;
     file_bytes: the file's file_read_bytes (computed once for all its pieces)."""
     kept, during = file_bytes
@@ -129,7 +129,7 @@ def shard_read_estimate(path: Path, format: str, piece, file_bytes: tuple[int, i
     return reading_estimate([(kept, during)])
 
 
-def read_bytes_estimate(files: list[tuple[Path, str]]) -> int:
+def read_bytes_estimate(files: list[tuple[Location, str]]) -> int:
     """Estimated peak bytes of reading ``files`` ((path, format) pairs) into one corpus."""
     return reading_estimate([file_read_bytes(path, format) for path, format in files])
 

@@ -3,16 +3,17 @@ row (row number 1) with the whole file as its text and no other fields."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pyarrow as pa
 
+from . import storage
 from .source import FileError, SourceFile, file_error
+from .storage import Location
 
 
-def read_text(path: Path, source: SourceFile, text_field: str,
+def read_text(path: Location, source: SourceFile, text_field: str,
               id_field: Optional[str]) -> tuple[pa.Table, np.ndarray, list[dict]]:
     """(table, row numbers int64 (1,), skipped records: none) of a .txt file; it has no id
     field to give, so an id_field refuses it."""
@@ -23,10 +24,10 @@ def read_text(path: Path, source: SourceFile, text_field: str,
     return table, np.arange(1, table.num_rows + 1), []
 
 
-def read_text_file(path: Path, source: SourceFile, text_field: str) -> pa.Table:
+def read_text_file(path: Location, source: SourceFile, text_field: str) -> pa.Table:
     """The file's text as a one-row table; text that is not UTF-8 is a file error naming the
     line, recorded for the whole file (line None) with the line in its reason."""
-    raw = path.read_bytes()
+    raw = storage.read_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as decoding:

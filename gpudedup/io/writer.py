@@ -56,17 +56,17 @@ import pyarrow.parquet as pq
 
 from ..errors import OutputError
 from ..interrupts import note_written
+from .storage import Given, Remote, location_of, output_folder
 
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
 
-def check_output_dir(path: str | os.PathLike, overwrite: bool,
-                     inputs: Iterable[str | os.PathLike] = ()) -> Path:
+def check_output_dir(path: str | os.PathLike, overwrite: bool, inputs: Iterable[Given] = ()) -> Path:
     """Refuse an output location that exists as a file, or as a non-empty directory unless
     ``overwrite``, or that is, holds or lies inside one of the ``inputs`` (replacing it would
     delete input, and outputs inside an input directory would be read as input next time).
     Called before any work, so a refused run costs nothing."""
-    out = Path(path)
+    out = output_folder(path)
     check_apart_from_inputs(out, inputs, "the output directory", "--output")
     if os.path.lexists(out) and not out.is_dir():  # a file, or a link to none (broken, a loop)
         raise OutputError(f"{out}: exists and is not a directory")
@@ -80,13 +80,16 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool,
     return out
 
 
-def check_apart_from_inputs(out: Path, inputs: Iterable[str | os.PathLike], what: str, option: str,
+def check_apart_from_inputs(out: Path, inputs: Iterable[Given], what: str, option: str,
                             other: str = "the input", inside_allowed: bool = False) -> None:
     """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``
     (inside_allowed: only that is or holds one)."""
     resolved = _resolve(out)
     for given in inputs:
-        source = _resolve(Path(given))
+        local = location_of(given)
+        if isinstance(local, Remote):  # an object store's files cannot be a local folder's
+            continue
+        source = _resolve(local)
         if source is None or resolved is None:  # a symbolic link loop: the reader explains it
             continue
         inside = source.is_dir() and source in resolved.parents and not inside_allowed

@@ -1,0 +1,242 @@
+"""Where input files live: local paths, or URLs of object stores and other file systems
+(``s3://``, ``gs://``, ``hdfs://``, and whatever else fsspec knows), read through pyarrow's
+file systems.
+
+A local path stays a ``pathlib.Path`` and is read as before (memory maps, ``os.stat``). A URL
+becomes a ``Remote``, a small picklable value (a Dask task carries it to a worker), which
+names its file system and the path in it; pyarrow's own file systems serve the schemes they
+know (S3, GCS, HDFS), and fsspec's, wrapped by pyarrow, any other. Credentials, regions and
+endpoints come from those libraries' usual configuration: for S3 the AWS environment
+(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION,
+AWS_ENDPOINT_URL) and ~/.aws files, or a URL's query (``s3://bucket/x?endpoint_override=...``).
+
+Only reading goes through here: output and work directories are local folders as yet
+(``local_folder`` refuses a URL for them), since object stores have no atomic rename and the
+commits of outputs and work directories rely on one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ..errors import ParameterError
+
+# A URL: a scheme of two or more characters, then "://" (one letter would be a Windows drive).
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A file or folder named by URL; ``url`` as given, less any trailing "/". It answers the
+    few questions the readers ask of a pathlib.Path (``name``, ``absolute()``, ``str()``)."""
+
+    url: str
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(urlsplit(self.url).path.rstrip("/"))
+
+    def absolute(self) -> "Remote":
+        return self
+
+    def __str__(self) -> str:
+        return self.url
+
+    def child(self, relative: str) -> "Remote":
+        """The entry ``relative`` (a "/"-separated path) below this folder, keeping the query."""
+        parts = urlsplit(self.url)
+        path = parts.path.rstrip("/") + "/" + relative
+        return Remote(parts._replace(path=path).geturl())
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """(the pyarrow file system, this entry's path in it)."""
+        parts = urlsplit(self.url)
+        filesystem, root = _filesystem(parts.scheme.lower(), parts.netloc, parts.query)
+        inside = parts.path.strip("/")
+        return filesystem, (posixpath.join(root, inside) if inside else root)
+
+
+Location = Union[Path, Remote]
+# What a caller may name an input by: a path, a URL, or a Remote.
+Given = Union[str, os.PathLike, Remote]
+
+
+def is_url(given: Given) -> bool:
+    """Whether ``given`` names a file by URL (``file://`` included, which is read locally)."""
+    return isinstance(given, Remote) or (isinstance(given, str) and URL.match(given) is not None)
+
+
+def is_path(item) -> bool:
+    """Whether an item of a list given as data names a file (a path or a Remote), not a text."""
+    return isinstance(item, (os.PathLike, Remote))
+
+
+def location_of(given: Given) -> Location:
+    """A path or URL as the readers take it: a Remote for a URL (a ``file://`` URL is a local
+    Path), else a Path."""
+    if isinstance(given, Remote):
+        return given
+    if is_url(given):
+        text = str(given)
+        if text.lower().startswith("file://"):
+            return Path(urlsplit(text).path)
+        return Remote(text.rstrip("/") if urlsplit(text).path.strip("/") else text)
+    return Path(given)
+
+
+def local_folder(given: Union[str, os.PathLike], what: str, option: str) -> Path:
+    """An output or work directory as a Path; a URL is a ParameterError: only inputs may be
+    URLs (as yet)."""
+    if isinstance(given, Remote) or (is_url(str(given)) and not str(given).lower().startswith("file://")):
+        raise ParameterError(f"{option} {given}: the {what} must be a local folder (or a mounted file "
+                             "system); only the input may be a URL (s3://, gs://, ...) as yet")
+    return Path(urlsplit(str(given)).path) if is_url(str(given)) else Path(given)
+
+
+def key_of(given: Given) -> str:
+    """A file's key in maps over the input files, and its place in reports: its absolute path,
+    or its URL."""
+    location = location_of(given)
+    return str(location) if isinstance(location, Remote) else os.path.abspath(location)
+
+
+def parts_of(location: Location) -> list[str]:
+    """A path's components from its root (a URL's first is "scheme://netloc"), for names
+    relative to a common folder."""
+    if isinstance(location, Remote):
+        parts = urlsplit(location.url)
+        return [f"{parts.scheme}://{parts.netloc}"] + [p for p in parts.path.split("/") if p]
+    return list(Path(os.path.abspath(location)).parts)
+
+
+def folder_parts(location: Location) -> list[str]:
+    """parts_of the folder an input as given stands for: itself if a folder, else its parent."""
+    is_folder = info(location).type == pafs.FileType.Directory if isinstance(location, Remote) \
+        else Path(location).is_dir()
+    parts = parts_of(location)
+    return parts if is_folder else parts[:-1]
+
+
+def work_folder(given: Union[str, os.PathLike]) -> Path:
+    """A work directory (--work-dir) as a Path (local_folder)."""
+    return local_folder(given, "work directory", "--work-dir")
+
+
+def output_folder(given: Union[str, os.PathLike]) -> Path:
+    """An output directory (--output) as a Path (local_folder)."""
+    return local_folder(given, "output directory", "--output")
+
+
+@functools.lru_cache(maxsize=64)
+def _filesystem(scheme: str, netloc: str, query: str) -> tuple[pafs.FileSystem, str]:
+    """(file system, the path of the URL's root in it) for scheme://netloc/?query, made once
+    per process: an S3 file system resolves its bucket's region when it is made."""
+    root = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(root)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # Not one of pyarrow's own schemes: fsspec's file system for it, as a pyarrow one.
+        import fsspec
+
+        try:
+            spec, path = fsspec.core.url_to_fs(root)
+        except (ImportError, ValueError) as error:
+            raise ParameterError(f"{scheme}:// URLs cannot be read here ({error})") from None
+        filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(spec))
+    return filesystem, path.rstrip("/") if path.strip("/") else path
+
+
+def info(location: Location) -> pafs.FileInfo:
+    """The file system's entry for ``location`` (type, size, modification time)."""
+    if isinstance(location, Remote):
+        filesystem, path = location.filesystem()
+        return filesystem.get_file_info(path)
+    return pafs.LocalFileSystem().get_file_info(str(location))
+
+
+def file_size(location: Location) -> int:
+    """The size of a file in bytes (OSError where it cannot be found)."""
+    if isinstance(location, Remote):
+        found = info(location)
+        if found.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"{location}: no such file")
+        return int(found.size or 0)
+    return os.stat(location).st_size
+
+
+def modified_ns(location: Location) -> int:
+    """A file's modification time in nanoseconds (0 where its file system keeps none)."""
+    if isinstance(location, Remote):
+        return int(info(location).mtime_ns or 0)
+    return os.stat(location).st_mtime_ns
+
+
+def open_stream(location: Location, compression: str | None = None) -> pa.NativeFile:
+    """A file's bytes from the start, decompressed by ``compression`` ("gzip" or None)."""
+    if isinstance(location, Remote):
+        filesystem, path = location.filesystem()
+        return filesystem.open_input_stream(path, compression=compression)
+    return pa.input_stream(str(location), compression=compression)
+
+
+def read_range(location: Location, start: int, stop: int) -> pa.Buffer:
+    """Bytes [start, stop) of a file: for a local file a view of its memory map, for a remote
+    one a ranged read."""
+    if isinstance(location, Remote):
+        filesystem, path = location.filesystem()
+        with filesystem.open_input_file(path) as handle:
+            return handle.read_at(stop - start, start)
+    with pa.memory_map(str(location)) as mapped:  # (a buffer of the map outlives its file object)
+        mapped.seek(start)
+        return mapped.read_buffer(stop - start)
+
+
+def open_random(location: Location) -> pa.NativeFile:
+    """A file opened for reads anywhere in it (Parquet footers, byte ranges)."""
+    if isinstance(location, Remote):
+        filesystem, path = location.filesystem()
+        return filesystem.open_input_file(path)
+    return pa.OSFile(str(location), "rb")
+
+
+def read_bytes(location: Location) -> bytes:
+    """A whole file's bytes."""
+    if isinstance(location, Remote):
+        with open_stream(location) as stream:
+            return stream.read()
+    return Path(location).read_bytes()
+
+
+def read_parquet(path: Location) -> pa.Table:
+    """A whole Parquet file, local or at a URL."""
+    if isinstance(path, Remote):
+        filesystem, inside = path.filesystem()
+        return pq.read_table(inside, filesystem=filesystem)
+    return pq.read_table(path)
+
+
+def parquet_metadata(path: Location) -> pq.FileMetaData:
+    """A Parquet file's footer, local or at a URL."""
+    if isinstance(path, Remote):
+        with parquet_file(path) as file:
+            return file.metadata
+    return pq.read_metadata(path)
+
+
+def parquet_file(path: Location, **options) -> pq.ParquetFile:
+    """A Parquet file opened for reading (a context manager), local or at a URL; options:
+    pq.ParquetFile's."""
+    if isinstance(path, Remote):
+        return pq.ParquetFile(open_random(path), **options)
+    return pq.ParquetFile(path, **options)
