@@ -19,7 +19,7 @@ from .io.layout import output_bases
 from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
-from .io.storage import is_path, location_of, work_folder
+from .io.storage import Given, is_path, location_of, work_folder
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs
 from .cluster import KeepPolicy
@@ -65,7 +65,7 @@ def dedup(
     client=None,
     scheduler: Optional[str] = None,
     workers: Optional[int] = None,
-    output: str | os.PathLike | None = None,
+    output: Given | None = None,
     format: str = "parquet",
     overwrite: bool = False,
     single_file: bool = False,

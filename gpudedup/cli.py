@@ -432,16 +432,16 @@ def unicode_form(choice: str) -> Optional[UnicodeForm]:
 
 
 def command_paths(inputs: list[str], output: str,
-                  work_dir: Optional[str]) -> tuple[list[Location], Path, Optional[Path]]:
-    """A command's paths as the API takes them: the inputs paths or URLs (io/storage.py), the
-    output and work directories local folders (a URL for them is a ParameterError)."""
-    from .io.storage import location_of, output_folder, work_folder  # (pyarrow: not at start-up)
+                  work_dir: Optional[str]) -> tuple[list[Location], Location, Optional[Path]]:
+    """A command's paths as the API takes them: the inputs and the output directory paths or
+    URLs (io/storage.py), the work directory a local folder (a URL is a ParameterError)."""
+    from .io.storage import location_of, work_folder  # (pyarrow: not at start-up)
 
-    return [location_of(given) for given in inputs], output_folder(output), \
+    return [location_of(given) for given in inputs], location_of(output), \
         None if work_dir is None else work_folder(work_dir)
 
 
-def print_summary(report: Report, output: Path, seconds: float) -> None:
+def print_summary(report: Report, output: Location, seconds: float) -> None:
     r, p, i = report["results"], report["parameters"], report["input"]
     err.print(
         f"\n[bold]{i['documents']:,}[/] documents in ({i['empty_documents']:,} empty), "
@@ -487,7 +487,7 @@ class user_errors:
     SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
 
     def __init__(self):
-        self.written: Optional[Path] = None  # a command sets it once its output is in place
+        self.written: Optional[Location] = None  # a command sets it once its output is in place
 
     def done(self) -> None:
         """The command's last step: a signal from here on is ignored (the work is finished).

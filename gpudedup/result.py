@@ -3,7 +3,6 @@ one place where rows become ids) and the writing of its outputs (docs/output-for
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +15,7 @@ import pyarrow.compute as pc
 from .copies import implied_pairs
 from .engine.job import Outcome
 from .errors import OutputError, ParameterError
-from .io.storage import Location, location_of
+from .io.storage import Given, Location, Remote, location_of
 from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl,
                         write_parquet)
@@ -110,9 +109,10 @@ class DedupResult:
         a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.ids))  # indexed rows too
         return pairs_table(self.ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
 
-    def write(self, output_dir: str | os.PathLike, format: str = "parquet", overwrite: bool = False,
-              single_file: bool = False) -> Path:
-        """Write the kept rows, clusters, pairs and report.json into ``output_dir``, atomically:
+    def write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False,
+              single_file: bool = False) -> Location:
+        """Write the kept rows, clusters, pairs and report.json into ``output_dir`` (a folder, or
+        a URL on object storage: io/writer.py), atomically:
         for a run over files, deduplicated/ with one file per input file and pairs/ and
         clusters/ as Parquet datasets; for in-memory data or with ``single_file``,
         deduplicated.{parquet,jsonl}, clusters.parquet and pairs.parquet (io/layout.py,
@@ -165,7 +165,8 @@ def clusters_table(ids: pa.Array, outcome: Outcome) -> pa.Table:
                      "keep": pa.array(c.keep, pa.bool_()), "kept_id": ids.take(pa.array(kept_id))})
 
 
-def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool, single_file: bool = False) -> Path:
+def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,
+                  single_file: bool = False) -> Location:
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     # A run over files writes one file per input file (even none, when all were left out).
@@ -180,19 +181,22 @@ def write_outputs(output_dir, result: DedupResult, format: str, overwrite: bool,
                           "nothing was written") from None
 
 
-def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, log: StageLog,
-                 names: Optional[list[str]]) -> Path:
+def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite: bool, log: StageLog,
+                 names: Optional[list[str]]) -> Location:
     """names: the sharded layout's output names (output_names), or None for one file each."""
+    out = location_of(output_dir)
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
     if result.report.work_dir:
-        check_apart_from_inputs(Path(output_dir), [result.report.work_dir], "the output directory", "--output",
+        check_apart_from_inputs(out, [result.report.work_dir], "the output directory", "--output",
                                 "the work directory", inside_allowed=True)
     with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
         if names is not None:
             (staging / KEPT_DIR).mkdir()
             if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
-                result.table.write_files(staging / KEPT_DIR, names, format, result.keep)
+                # (Not for object storage: the staging directory is then this machine's own.)
+                result.table.write_files(staging / KEPT_DIR, names, format, result.keep,
+                                         on_workers=not isinstance(out, Remote))
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result.sources, result.keep),
                                  format)
@@ -213,13 +217,13 @@ def _write_files(output_dir, result: DedupResult, format: str, overwrite: bool, 
 
         figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
-        result.report = result.report.with_write(log.snapshot("write"), str(Path(output_dir)), format,
+        result.report = result.report.with_write(log.snapshot("write"), str(out), format,
                                                  None if names is None else [f"{KEPT_DIR}/{n}" for n in names])
         write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
         # report.json last: a directory with a report is a finished one (and the rename makes
         # the whole directory appear at once anyway).
         write_json(result.report.as_dict(), staging / "report.json")
-    return Path(output_dir)
+    return out
 
 
 def table_path(staging: Path, name: str, dataset: bool) -> Path:

@@ -9,11 +9,13 @@ import inspect
 import json
 import os
 import signal
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import pyarrow.fs as pafs
 import pytest
 
 from gpudedup.shingling import ShingleBatch
@@ -234,16 +236,26 @@ def _checked_write(original):
     @functools.wraps(original)
     def write(self, output_dir, *args, **kwargs):
         written = original(self, output_dir, *args, **kwargs)
+        if isinstance(written, Remote):  # on object storage: checked in a local copy
+            with tempfile.TemporaryDirectory() as copy:
+                filesystem, path = pafs.FileSystem.from_uri(written.url)
+                pafs.copy_files(path, copy, source_filesystem=filesystem)
+                _check_written(self, Path(copy))
+            return written
         report = Path(written) / "report.json"
         # Checked here, once: the search after the test passes over it, failed or not.
         _checked_reports[str(report.resolve())] = _report_key(report)
-        try:
-            # The in-memory data of a result of the wrapped dedup; a run over files needs none.
-            check_output_dir(Path(written), getattr(self, RUN_ATTRIBUTE, None))
-        except ConservationError as error:
-            _fail(f"DedupResult.write: {error}")
+        _check_written(self, Path(written))
         return written
     return write
+
+
+def _check_written(result, out: Path) -> None:
+    try:
+        # The in-memory data of a result of the wrapped dedup; a run over files needs none.
+        check_output_dir(out, getattr(result, RUN_ATTRIBUTE, None))
+    except ConservationError as error:
+        _fail(f"DedupResult.write: {error}")
 
 
 def pytest_configure(config):

@@ -179,12 +179,17 @@ def test_cli_over_a_url(corpus, monkeypatch, tmp_path):
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert report["output"]["kept_files"] == ["deduplicated/h.parquet", "deduplicated/i.parquet"]
     assert report["results"]["removed_documents"] > 0
+    # The same into the bucket: the same objects, the report written last among them.
+    result = invoke("dedup", url + "/big", "-o", f"s3://{BUCKET}/cli-out", "--backend", "cpu", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result_bytes(download(f"s3://{BUCKET}/cli-out", tmp_path / "fetched")) == result_bytes(tmp_path / "out")
 
 
 @pytest.mark.parametrize("args, fragments", [
     (["s3://corpora/mixed/none/", "-o", "{out}"], ["s3://corpora/mixed/none: no such file or directory"]),
     (["s3://corpora/mixed/in/notes.csv", "-o", "{out}"], ["notes.csv", "unsupported file type"]),
-    (["s3://corpora/mixed/in/", "-o", "s3://corpora/out"], ["--output s3://corpora/out", "must be a local folder"]),
+    (["s3://corpora/mixed/in/", "-o", "s3://corpora/mixed/in/sub"],
+     ["s3://corpora/mixed/in/sub: the output directory must not be, hold or lie inside the input"]),
     (["s3://corpora/mixed/in/", "-o", "{out}", "--work-dir", "s3://corpora/work"],
      ["--work-dir s3://corpora/work", "must be a local folder"]),
 ])
@@ -192,6 +197,88 @@ def test_cli_refuses_with_one_line(corpus, tmp_path, args, fragments):
     out = tmp_path / "out"
     result = invoke("dedup", *[arg.format(out=out) for arg in args], "--backend", "cpu")
     assert_user_error(result, *fragments, out=out)
+
+
+def download(url: str, local: Path) -> Path:
+    """Every object under ``url`` copied into the folder ``local``."""
+    filesystem, path = pafs.FileSystem.from_uri(url)
+    pafs.copy_files(path, str(local), source_filesystem=filesystem)
+    return local
+
+
+def objects_under(url: str) -> list[str]:
+    filesystem, path = pafs.FileSystem.from_uri(url)
+    entries = filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    return sorted(e.path[len(path) + 1:] for e in entries if e.type == pafs.FileType.File)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_output_on_object_storage(corpus, monkeypatch, tmp_path, fmt):
+    """A result written to a URL is, object for object, the result written to a local folder
+    (the kept rows, pairs and clusters byte for byte), with report.json among them."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    result = gpudedup.dedup(url, backend="cpu", on_error="skip")
+    out = f"s3://{BUCKET}/out-{fmt}"
+    assert result.write(out, format=fmt) == storage.Remote(out)
+    result.write(tmp_path / "local", format=fmt)
+    fetched = download(out, tmp_path / "fetched")
+    assert result_bytes(fetched) == result_bytes(tmp_path / "local")
+    report = json.loads((fetched / "report.json").read_text(encoding="utf-8"))
+    assert report["output"]["directory"] == out
+    assert set(report["output"]["kept_files"]) <= set(objects_under(out))
+
+
+def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_path):
+    """An existing output is refused unless overwrite; replacing it removes every old object;
+    an upload that fails part way leaves objects but no report.json (not a finished output)."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    result = gpudedup.dedup(url + "/big", backend="cpu")
+    out = f"s3://{BUCKET}/replaced"
+    result.write(out)
+    with pytest.raises(gpudedup.OutputError, match="exists and is not empty; use --overwrite"):
+        result.write(out)
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "old.txt").write_text("from an earlier run", encoding="utf-8")
+    storage.upload(stale / "old.txt", storage.Remote(out + "/old.txt"))
+    result.write(out, overwrite=True)
+    assert "old.txt" not in objects_under(out) and "report.json" in objects_under(out)
+
+    from gpudedup.io import writer
+
+    uploads = []
+
+    def failing_upload(local, remote):
+        uploads.append(remote)
+        if len(uploads) == 3:
+            raise OSError("connection reset")
+        return storage.upload(local, remote)
+
+    monkeypatch.setattr(writer, "upload", failing_upload)
+    with pytest.raises(gpudedup.OutputError, match="cannot write the results"):
+        result.write(out, overwrite=True)
+    left = objects_under(out)
+    assert left and "report.json" not in left
+
+
+def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
+    """With the output on object storage the kept rows are written by the client (the staging
+    folder is its own), the same files as from a local run."""
+    pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
+    root, url = corpus
+    monkeypatch.chdir(root)
+    out = f"s3://{BUCKET}/out-dask"
+    gpudedup.dedup(url, backend="cpu", on_error="skip", workers=2, work_dir=tmp_path / "work", shard_bytes=3000,
+                   output=out, format="jsonl")
+    gpudedup.dedup(Path("in"), backend="cpu", on_error="skip").write(tmp_path / "local", format="jsonl")
+    fetched = result_bytes(download(out, tmp_path / "fetched"))
+    local = result_bytes(tmp_path / "local")
+    assert fetched.keys() == local.keys()
+    for name, data in local.items():
+        if name.startswith("deduplicated"):
+            assert fetched[name] == data, name
 
 
 def test_index_verifies_from_remote_sources(corpus, monkeypatch, tmp_path):

@@ -516,16 +516,18 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Path, names: list[str], format: str, keep: np.ndarray) -> None:
+    def write_files(self, folder: Path, names: list[str], format: str, keep: np.ndarray,
+                    on_workers: bool = True) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; keep: bool
         (n,) over the documents): one task per file, on the run's Dask workers while its
-        client is still connected (each worker reads the file's shards and writes its file;
-        folder must be on a file system they share), else in this process."""
+        client is still connected and ``on_workers`` (each worker reads the file's shards and
+        writes its file; folder must be on a file system they share), else in this process."""
         spilled_keep = self._spilled_keep(keep)
         tasks = [(self.reader, indices, [self.shards.own(spilled_keep, index) for index in indices],
                   str(folder / name), format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
-        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        executor = self.executor if on_workers and self.executor is not None and self.executor.connected() \
+            else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:

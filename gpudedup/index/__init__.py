@@ -30,7 +30,7 @@ from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
-from ..io.storage import work_folder
+from ..io.storage import Given, work_folder
 from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
@@ -146,7 +146,7 @@ class Index:
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
             token_field: str = "input_ids", backend: str | Backend = "auto", progress: bool = False,
             on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
-            shard_bytes: int | str | None = None, output: Optional[str | os.PathLike] = None,
+            shard_bytes: int | str | None = None, output: Optional[Given] = None,
             format: str = "parquet", overwrite: bool = False,
             work_dir: str | os.PathLike | None = None, resume: bool = False, client=None,
             scheduler: Optional[str] = None, workers: Optional[int] = None,

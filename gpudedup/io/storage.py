@@ -10,9 +10,9 @@ endpoints come from those libraries' usual configuration: for S3 the AWS environ
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION,
 AWS_ENDPOINT_URL) and ~/.aws files, or a URL's query (``s3://bucket/x?endpoint_override=...``).
 
-Only reading goes through here: output and work directories are local folders as yet
-(``local_folder`` refuses a URL for them), since object stores have no atomic rename and the
-commits of outputs and work directories rely on one.
+An output directory may be a URL too (io/writer.py's ``remote_output_dir`` commits it without
+a rename, report.json last); a work directory must be a local folder as yet (``work_folder``
+refuses a URL), since its stages rely on memory maps and atomic renames.
 """
 
 from __future__ import annotations
@@ -95,13 +95,14 @@ def location_of(given: Given) -> Location:
     return Path(given)
 
 
-def local_folder(given: Union[str, os.PathLike], what: str, option: str) -> Path:
-    """An output or work directory as a Path; a URL is a ParameterError: only inputs may be
-    URLs (as yet)."""
-    if isinstance(given, Remote) or (is_url(str(given)) and not str(given).lower().startswith("file://")):
-        raise ParameterError(f"{option} {given}: the {what} must be a local folder (or a mounted file "
-                             "system); only the input may be a URL (s3://, gs://, ...) as yet")
-    return Path(urlsplit(str(given)).path) if is_url(str(given)) else Path(given)
+def work_folder(given: Given) -> Path:
+    """A work directory (--work-dir) as a Path; a URL is a ParameterError: the stages memory-map
+    their files and commit them by renames, which object stores do not have."""
+    location = location_of(given)
+    if isinstance(location, Remote):
+        raise ParameterError(f"--work-dir {given}: the work directory must be a local folder (or a mounted "
+                             "file system shared by the workers); inputs and outputs may be URLs, not it")
+    return location
 
 
 def key_of(given: Given) -> str:
@@ -128,20 +129,38 @@ def folder_parts(location: Location) -> list[str]:
     return parts if is_folder else parts[:-1]
 
 
-def work_folder(given: Union[str, os.PathLike]) -> Path:
-    """A work directory (--work-dir) as a Path (local_folder)."""
-    return local_folder(given, "work directory", "--work-dir")
+def output_location(given: Given) -> Location:
+    """An output directory (--output): a local Path, or a Remote for a URL."""
+    return location_of(given)
 
 
-def output_folder(given: Union[str, os.PathLike]) -> Path:
-    """An output directory (--output) as a Path (local_folder)."""
-    return local_folder(given, "output directory", "--output")
+def files_below(remote: Remote) -> list[str]:
+    """The paths (in its file system) of every file at or below ``remote``, sorted; [] where
+    there is none."""
+    filesystem, path = remote.filesystem()
+    found = filesystem.get_file_info(path)
+    if found.type == pafs.FileType.File:
+        return [path]
+    if found.type == pafs.FileType.NotFound:
+        return []
+    return sorted(entry.path for entry in filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
+                  if entry.type == pafs.FileType.File)
+
+
+def upload(local: Path, remote: Remote) -> None:
+    """Copy a local file to ``remote`` (a whole object written, or none)."""
+    filesystem, path = remote.filesystem()
+    pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
 
 
 @functools.lru_cache(maxsize=64)
 def _filesystem(scheme: str, netloc: str, query: str) -> tuple[pafs.FileSystem, str]:
     """(file system, the path of the URL's root in it) for scheme://netloc/?query, made once
     per process: an S3 file system resolves its bucket's region when it is made."""
+    if scheme == "s3" and "allow_delayed_open" not in query:
+        # An object smaller than a part goes up in one PutObject request rather than as a
+        # multipart upload of three (most of an output's files are small).
+        query = "&".join(filter(None, [query, "allow_delayed_open=true"]))
     root = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
     try:
         filesystem, path = pafs.FileSystem.from_uri(root)

@@ -27,6 +27,16 @@ a half-written directory that looks complete. ``atomic_output_dir`` does it in t
 6. Any exception or interrupt before the commit removes the staging directory (signals held
    back meanwhile) and goes on; OUT is untouched.
 
+On object storage (OUT a URL: ``remote_output_dir``) there is no rename, so the commit is made
+by order instead, and report.json is what marks a complete output: every file is written into
+a local staging directory first (as above, so a failure before the commit uploads nothing);
+then, where OUT already holds objects (``--overwrite``), its report.json is deleted first, so
+that it stops looking complete, then everything else under it; then the new files are
+uploaded, each object appearing whole, report.json last. An interrupted or failed upload
+leaves objects under OUT but no report.json; readers (and people) take a folder without
+report.json for an unfinished one. Unlike on a local file system the old output is gone
+before the new one is complete.
+
 Nothing in this module reads what an input or an existing OUT contains; OUT's name and parent
 come from the caller only, never from the data.
 """
@@ -44,6 +54,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,18 +67,27 @@ import pyarrow.parquet as pq
 
 from ..errors import OutputError
 from ..interrupts import note_written
-from .storage import Given, Remote, location_of, output_folder
+from .storage import Given, Location, Remote, files_below, location_of, parts_of, upload
 
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
 
-def check_output_dir(path: str | os.PathLike, overwrite: bool, inputs: Iterable[Given] = ()) -> Path:
+def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()) -> Location:
     """Refuse an output location that exists as a file, or as a non-empty directory unless
     ``overwrite``, or that is, holds or lies inside one of the ``inputs`` (replacing it would
     delete input, and outputs inside an input directory would be read as input next time).
-    Called before any work, so a refused run costs nothing."""
-    out = output_folder(path)
+    Called before any work, so a refused run costs nothing. A URL (object storage) is checked
+    the same way, as far as object stores have folders: objects under it are a non-empty
+    directory, an object of its own name a file."""
+    out = location_of(path)
     check_apart_from_inputs(out, inputs, "the output directory", "--output")
+    if isinstance(out, Remote):
+        found = files_below(out)
+        if found == [out.filesystem()[1]]:
+            raise OutputError(f"{out}: exists and is not a directory")
+        if found and not overwrite:
+            raise OutputError(f"{out}: output directory exists and is not empty; use --overwrite to replace it")
+        return out
     if os.path.lexists(out) and not out.is_dir():  # a file, or a link to none (broken, a loop)
         raise OutputError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
@@ -80,10 +100,23 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool, inputs: Iterable[
     return out
 
 
-def check_apart_from_inputs(out: Path, inputs: Iterable[Given], what: str, option: str,
+def check_apart_from_inputs(out: Location, inputs: Iterable[Given], what: str, option: str,
                             other: str = "the input", inside_allowed: bool = False) -> None:
     """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``
-    (inside_allowed: only that is or holds one)."""
+    (inside_allowed: only that is or holds one); a URL against the inputs' URLs, by their
+    components (storage.parts_of)."""
+    if isinstance(out, Remote):
+        place = parts_of(out)
+        for given in inputs:
+            location = location_of(given)
+            if not isinstance(location, Remote):
+                continue
+            theirs = parts_of(location)
+            shorter = min(len(place), len(theirs))
+            if place[:shorter] == theirs[:shorter] and not (inside_allowed and len(place) > len(theirs)):
+                where = "be or hold" if inside_allowed else "be, hold or lie inside"
+                raise OutputError(f"{out}: {what} must not {where} {other} {given}; choose another {option}")
+        return
     resolved = _resolve(out)
     for given in inputs:
         local = location_of(given)
@@ -107,12 +140,16 @@ def _resolve(path: Path) -> Optional[Path]:
 
 
 @contextmanager
-def atomic_output_dir(path: str | os.PathLike, overwrite: bool,
-                      inputs: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
+def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()) -> Iterator[Path]:
     """Yield a new, empty staging directory to fill; when the block ends without an exception
     it replaces ``path`` (see the module's docstring for the exact sequence); when it raises
-    (KeyboardInterrupt included) the staging directory is removed and ``path`` is untouched."""
+    (KeyboardInterrupt included) the staging directory is removed and ``path`` is untouched.
+    A URL: remote_output_dir."""
     out = check_output_dir(path, overwrite, inputs)
+    if isinstance(out, Remote):
+        with remote_output_dir(out) as local_staging:
+            yield local_staging
+        return
     parent = out.absolute().parent
     remove_stale_staging(parent, out.name)
     staging: Optional[Path] = None
@@ -134,6 +171,29 @@ def atomic_output_dir(path: str | os.PathLike, overwrite: bool,
             with signals_held():
                 remove_path(staging)
         raise
+
+
+@contextmanager
+def remote_output_dir(out: Remote) -> Iterator[Path]:
+    """Yield a local staging directory to fill; when the block ends without an exception, its
+    files replace whatever is under ``out`` on object storage, by order (the module's
+    docstring): the old report.json deleted first, then the rest, then the new files uploaded,
+    report.json last. When the block raises, nothing under ``out`` is touched."""
+    staging = Path(tempfile.mkdtemp(prefix="gpudedup-output-"))
+    try:
+        yield staging
+        filesystem, root = out.filesystem()
+        old = files_below(out)
+        old_report = f"{root}/report.json"
+        for name in [n for n in old if n == old_report] + [n for n in old if n != old_report]:
+            filesystem.delete_file(name)
+        written = sorted(file for file in staging.rglob("*") if file.is_file())
+        report = staging / "report.json"
+        for file in [f for f in written if f != report] + [f for f in written if f == report]:
+            upload(file, out.child(file.relative_to(staging).as_posix()))
+        note_written(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def replace_dir(staging: Path, out: Path) -> None:
