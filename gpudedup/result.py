@@ -17,8 +17,8 @@ from .engine.job import Outcome
 from .errors import OutputError, ParameterError
 from .io.storage import Given, Location, Remote, location_of
 from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files
-from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, write_json, write_jsonl,
-                        write_parquet)
+from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, remote_staging, write_json,
+                        write_jsonl, write_parquet)
 from .report import Report
 from .stages import StageLog
 
@@ -194,9 +194,11 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         if names is not None:
             (staging / KEPT_DIR).mkdir()
             if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
-                # (Not for object storage: the staging directory is then this machine's own.)
-                result.table.write_files(staging / KEPT_DIR, names, format, result.keep,
-                                         on_workers=not isinstance(out, Remote))
+                # On object storage the tasks upload their files beside the staging folder (which
+                # is this machine's own), and the commit moves them into place.
+                kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
+                    remote_staging(out, staging).child(KEPT_DIR)
+                result.table.write_files(kept, names, format, result.keep)
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result.sources, result.keep),
                                  format)

@@ -157,6 +157,16 @@ def test_staged_run_cuts_remote_files(corpus, monkeypatch, tmp_path):
     plan = np.load(tmp_path / "work" / "plan.npy")
     assert plan.shape[0] > len(scan_inputs([url]).files), "no remote file was cut"
     assert_same_as_local(cut, local, url)
+    # Written to the bucket, the cut files' kept rows (uploaded beside the staging folder, then
+    # moved into place) are the local run's, and no staging prefix is left.
+    out = f"s3://{BUCKET}/out-staged"
+    cut.write(out, format="jsonl")
+    local.write(tmp_path / "local", format="jsonl")
+    fetched, written = result_bytes(download(out, tmp_path / "fetched")), result_bytes(tmp_path / "local")
+    assert fetched.keys() == written.keys()
+    assert {n: d for n, d in fetched.items() if n.startswith("deduplicated")} == \
+        {n: d for n, d in written.items() if n.startswith("deduplicated")}
+    assert not [name for name in objects_under(out) if name.startswith(".")]
 
 
 def test_dask_workers_read_the_bucket(corpus, monkeypatch, tmp_path):
@@ -260,12 +270,13 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     with pytest.raises(gpudedup.OutputError, match="cannot write the results"):
         result.write(out, overwrite=True)
     left = objects_under(out)
-    assert left and "report.json" not in left
+    assert left and "report.json" not in left and not [name for name in left if name.startswith(".")]
 
 
 def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
-    """With the output on object storage the kept rows are written by the client (the staging
-    folder is its own), the same files as from a local run."""
+    """With the output on object storage each worker uploads the kept rows of its files (beside
+    the client's staging folder; the commit moves them into place): the same files as from a
+    local run."""
     pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
     root, url = corpus
     monkeypatch.chdir(root)

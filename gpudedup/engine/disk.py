@@ -30,7 +30,7 @@ read at once (tests/test_streaming.py).
 from __future__ import annotations
 
 import hashlib
-
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -516,18 +516,17 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Path, names: list[str], format: str, keep: np.ndarray,
-                    on_workers: bool = True) -> None:
+    def write_files(self, folder: Location, names: list[str], format: str, keep: np.ndarray) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; keep: bool
         (n,) over the documents): one task per file, on the run's Dask workers while its
-        client is still connected and ``on_workers`` (each worker reads the file's shards and
-        writes its file; folder must be on a file system they share), else in this process."""
+        client is still connected (each worker reads the file's shards and writes its file;
+        folder must be on a file system they share, or on object storage), else in this
+        process."""
         spilled_keep = self._spilled_keep(keep)
         tasks = [(self.reader, indices, [self.shards.own(spilled_keep, index) for index in indices],
-                  str(folder / name), format)
+                  str(folder / name if isinstance(folder, Path) else folder.child(name)), format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
-        executor = self.executor if on_workers and self.executor is not None and self.executor.connected() \
-            else LocalExecutor()
+        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
@@ -559,10 +558,19 @@ def write_file_rows(reader: ShardReader, indices: list[int], keeps: list[np.ndar
         assert corpus.files, "a file that could not be read is left out"
         return FileRows(corpus.files[0], corpus.table, keep)
 
-    if len(indices) == 1 and reader.shards[indices[0]].piece is None:
-        write_kept_file(rows(indices[0], keeps[0]), Path(path), format)
-    else:
-        write_kept_pieces((rows(index, keep) for index, keep in zip(indices, keeps)), Path(path), format)
+    def write(local: Path) -> None:
+        if len(indices) == 1 and reader.shards[indices[0]].piece is None:
+            write_kept_file(rows(indices[0], keeps[0]), local, format)
+        else:
+            write_kept_pieces((rows(index, keep) for index, keep in zip(indices, keeps)), local, format)
+
+    target = storage.location_of(path)
+    if isinstance(target, Path):
+        write(target)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpudedup-kept-") as folder:  # then one upload
+        write(Path(folder) / target.name)
+        storage.upload(Path(folder) / target.name, target)
 
 
 WHOLE, ABSORBED = -1, -2  # a plan's start for a file read whole, and for a piece read by its file's first shard

@@ -32,7 +32,9 @@ by order instead, and report.json is what marks a complete output: every file is
 a local staging directory first (as above, so a failure before the commit uploads nothing);
 then, where OUT already holds objects (``--overwrite``), its report.json is deleted first, so
 that it stops looking complete, then everything else under it; then the new files are
-uploaded, each object appearing whole, report.json last. An interrupted or failed upload
+uploaded (the kept rows that a staged or Dask run's tasks uploaded into a hidden staging prefix
+under OUT, ``remote_staging``, are moved into place by server-side copies), each object
+appearing whole, report.json last. An interrupted or failed upload
 leaves objects under OUT but no report.json; readers (and people) take a folder without
 report.json for an unfinished one. Unlike on a local file system the old output is gone
 before the new one is complete.
@@ -175,18 +177,27 @@ def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()
 
 @contextmanager
 def remote_output_dir(out: Remote) -> Iterator[Path]:
-    """Yield a local staging directory to fill; when the block ends without an exception, its
-    files replace whatever is under ``out`` on object storage, by order (the module's
-    docstring): the old report.json deleted first, then the rest, then the new files uploaded,
-    report.json last. When the block raises, nothing under ``out`` is touched."""
+    """Yield a local staging directory to fill, beside which ``remote_staging(out, staging)``
+    is a prefix under ``out`` that tasks on other machines may upload files into (the kept
+    rows of a Dask run); when the block ends without an exception, the two replace whatever is
+    under ``out`` on object storage, by order (the module's docstring): the old report.json
+    deleted first, then the rest (earlier runs' staging prefixes included), then the uploaded
+    files moved into place (server-side copies) and the local ones uploaded, report.json last.
+    When the block raises, nothing under ``out`` but the staging prefix is touched, and that
+    is removed."""
     staging = Path(tempfile.mkdtemp(prefix="gpudedup-output-"))
+    uploaded = remote_staging(out, staging)
+    filesystem, root = out.filesystem()
     try:
         yield staging
-        filesystem, root = out.filesystem()
-        old = files_below(out)
+        _, prefix = uploaded.filesystem()
+        moved = files_below(uploaded)
+        old = [name for name in files_below(out) if not name.startswith(prefix + "/")]
         old_report = f"{root}/report.json"
         for name in [n for n in old if n == old_report] + [n for n in old if n != old_report]:
             filesystem.delete_file(name)
+        for name in moved:
+            filesystem.move(name, f"{root}/{name[len(prefix) + 1:]}")
         written = sorted(file for file in staging.rglob("*") if file.is_file())
         report = staging / "report.json"
         for file in [f for f in written if f != report] + [f for f in written if f == report]:
@@ -194,6 +205,14 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
         note_written(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        for name in files_below(uploaded):  # (nothing left after a commit)
+            filesystem.delete_file(name)
+
+
+def remote_staging(out: Remote, staging: Path) -> Remote:
+    """The prefix under ``out`` that the run writing into the local ``staging`` uploads files
+    into before its commit (hidden, as local staging folders are)."""
+    return out.child(f".{staging.name}")
 
 
 def replace_dir(staging: Path, out: Path) -> None:
