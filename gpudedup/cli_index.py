@@ -25,7 +25,7 @@ index_app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-IndexPath = Annotated[Path, typer.Argument(help="The index directory.", show_default=False)]
+IndexPath = Annotated[str, typer.Argument(help="The index directory (a local folder).", show_default=False)]
 
 
 class VerifyFrom(str, Enum):

@@ -222,8 +222,8 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         result.report = result.report.with_write(log.snapshot("write"), str(out), format,
                                                  None if names is None else [f"{KEPT_DIR}/{n}" for n in names])
         write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
-        # report.json last: a directory with a report is a finished one (and the rename makes
-        # the whole directory appear at once anyway).
+        # report.json last: a directory with a report is a finished one (and locally the rename
+        # makes the whole directory appear at once anyway; on object storage it goes up last).
         write_json(result.report.as_dict(), staging / "report.json")
     return out
 

@@ -166,7 +166,7 @@ def test_staged_run_cuts_remote_files(corpus, monkeypatch, tmp_path):
     assert fetched.keys() == written.keys()
     assert {n: d for n, d in fetched.items() if n.startswith("deduplicated")} == \
         {n: d for n, d in written.items() if n.startswith("deduplicated")}
-    assert not [name for name in objects_under(out) if name.startswith(".")]
+    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
 
 
 def test_dask_workers_read_the_bucket(corpus, monkeypatch, tmp_path):
@@ -201,7 +201,10 @@ def test_cli_over_a_url(corpus, monkeypatch, tmp_path):
     (["s3://corpora/mixed/in/", "-o", "s3://corpora/mixed/in/sub"],
      ["s3://corpora/mixed/in/sub: the output directory must not be, hold or lie inside the input"]),
     (["s3://corpora/mixed/in/", "-o", "{out}", "--work-dir", "s3://corpora/work"],
-     ["--work-dir s3://corpora/work", "must be a local folder"]),
+     ["s3://corpora/work: the work directory (--work-dir) must be a local folder"]),
+    (["s3://corpora/mixed/in//a.jsonl", "-o", "{out}"], ["s3://corpora/mixed/in//a.jsonl: cannot read"]),
+    (["s3://corpora/mixed/in/", "-o", "s3://no-such-bucket/out"],
+     ["s3://no-such-bucket/out: no-such-bucket does not exist"]),
 ])
 def test_cli_refuses_with_one_line(corpus, tmp_path, args, fragments):
     out = tmp_path / "out"
@@ -216,10 +219,12 @@ def download(url: str, local: Path) -> Path:
     return local
 
 
-def objects_under(url: str) -> list[str]:
+def objects_under(url: str, files_only: bool = True) -> list[str]:
+    """The keys under a URL (relative to it): its files, or also its folders (the empty
+    marker objects some stores keep for them)."""
     filesystem, path = pafs.FileSystem.from_uri(url)
     entries = filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    return sorted(e.path[len(path) + 1:] for e in entries if e.type == pafs.FileType.File)
+    return sorted(e.path[len(path) + 1:] for e in entries if e.type == pafs.FileType.File or not files_only)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -270,7 +275,8 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     with pytest.raises(gpudedup.OutputError, match="cannot write the results"):
         result.write(out, overwrite=True)
     left = objects_under(out)
-    assert left and "report.json" not in left and not [name for name in left if name.startswith(".")]
+    assert left and "report.json" not in left
+    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
 
 
 def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
@@ -290,6 +296,41 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
     for name, data in local.items():
         if name.startswith("deduplicated"):
             assert fetched[name] == data, name
+
+
+def test_failed_upload_is_an_error(corpus, monkeypatch, tmp_path):
+    """An object the store refuses (here: its bucket is gone after the checks) stops the write
+    with one error; it is never reported as written."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    result = gpudedup.dedup(url + "/big", backend="cpu")
+    from gpudedup.io import writer
+
+    monkeypatch.setattr(writer, "check_remote_output", lambda out, overwrite: None)
+    with pytest.raises(gpudedup.OutputError, match="s3://no-such-bucket/out: cannot write the results"):
+        result.write("s3://no-such-bucket/out")
+
+
+def test_mixed_local_and_remote_inputs(corpus, monkeypatch, tmp_path):
+    """A local file and an object in one run: the kept rows' files are named by their paths
+    (the object's by its bucket and key, no scheme), each where report.json says."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    result = gpudedup.dedup([Path("in/a.jsonl"), gpudedup.Remote(url + "/z/g.jsonl")], backend="cpu")
+    result.write(tmp_path / "out", format="jsonl")
+    kept = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))["output"]["kept_files"]
+    assert all(":" not in name and (tmp_path / "out" / name).is_file() for name in kept), kept
+
+
+def test_secrets_in_a_url_are_never_shown():
+    remote = storage.Remote("s3://b/k.jsonl?access_key=AKIA&secret_key=hush&region=eu-west-1")
+    assert str(remote) == "s3://b/k.jsonl?region=eu-west-1"
+    assert storage.key_of(remote) == str(remote) and storage.full_name(remote) == remote.url
+
+
+def test_index_must_be_local():
+    with pytest.raises(gpudedup.ParameterError, match="an index must be a local folder"):
+        gpudedup.Index.create("s3://corpora/index", threshold=0.8)
 
 
 def test_index_verifies_from_remote_sources(corpus, monkeypatch, tmp_path):

@@ -277,7 +277,7 @@ class ShardReader:
         if shard.absorbed:
             return self._nothing(), [], None
         try:
-            source = SourceFile(shown, format_of(path), location=str(path), piece=shard.piece)
+            source = SourceFile(shown, format_of(path), location=storage.full_name(path), piece=shard.piece)
             part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
         except InputError as error:
             if shard.piece is not None:  # the whole file's read says what is wrong, and where first
@@ -524,7 +524,7 @@ class ShardedTable:
         process."""
         spilled_keep = self._spilled_keep(keep)
         tasks = [(self.reader, indices, [self.shards.own(spilled_keep, index) for index in indices],
-                  str(folder / name if isinstance(folder, Path) else folder.child(name)), format)
+                  storage.full_name(folder / name if isinstance(folder, Path) else folder.child(name)), format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -30,7 +29,7 @@ from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
-from ..io.storage import Given, work_folder
+from ..io.storage import Given, local_folder, work_folder
 from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
@@ -57,7 +56,7 @@ class Index:
     """A persistent index at ``path`` (made by ``Index.create``); see the module docstring."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = local_folder(path, "an index")
         read_manifest(self.path)  # refuses what is not an index, naming the file
         self._reader: Optional[IndexReader] = None
         # Segments this object wrote: name -> each file's stamp once written and hashed, so that
@@ -81,7 +80,7 @@ class Index:
         if unknown:
             raise ParameterError(f"unknown index parameters: {', '.join(sorted(unknown))}")
         params = DedupParams(**parameters)
-        root = Path(path)
+        root = local_folder(path, "an index")
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
         root.mkdir(parents=True, exist_ok=True)

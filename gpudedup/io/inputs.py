@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import InputError
@@ -156,8 +157,8 @@ def scan_remote(given, remote: Remote, found: InputFiles) -> None:
             return
         filesystem, root = remote.filesystem()
         entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
-    except OSError as error:
-        raise InputError(f"{given}: cannot read ({error})") from None
+    except (OSError, pa.ArrowException) as error:
+        raise InputError(f"{remote}: cannot read ({storage.first_line(error)})") from None
     before = len(found.files)
     relatives = [posixpath.relpath(e.path, root) for e in entries if e.type == pafs.FileType.File]
     for relative in sorted(relatives, key=walk_order):

@@ -143,7 +143,8 @@ def plan_shards(files: list[Location], shard_bytes: int, count: CountTask) -> li
         except (OSError, ValueError):  # (pyarrow's errors are OSError or ValueError)
             continue
     # The newlines of every piece but a file's last: the lines before each of its pieces.
-    tasks = [(str(files[index]), start, stop) for index, ranges in jsonl.items() for start, stop in ranges[:-1]]
+    tasks = [(storage.full_name(files[index]), start, stop)
+             for index, ranges in jsonl.items() for start, stop in ranges[:-1]]
     counts = iter(count(tasks) if tasks else [])
     shards: list[Shard] = []
     for index in range(len(files)):

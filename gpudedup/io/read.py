@@ -28,6 +28,7 @@ from .parquet import read_parquet
 from .rules import PartSummary, columns_error, combined_ids, ids_type, plan_combination, sorted_records
 from .sizes import read_bytes_estimate
 from .source import SourceFile, check_on_error, file_error, file_record
+from . import storage
 from .storage import Location
 from .text import read_text
 
@@ -78,7 +79,7 @@ def read_corpus(
     parts: list[FilePart] = []
     records = list(found.records)
     for path in found.files:
-        source = SourceFile(display_path(path), format_of(path), location=str(path.absolute()))
+        source = SourceFile(display_path(path), format_of(path), location=storage.full_name(path.absolute()))
         try:
             part = read_one_file(path, source, text_field, id_field, use_cudf, on_error)
         except InputError as error:

@@ -1,6 +1,6 @@
-"""Where input files live: local paths, or URLs of object stores and other file systems
-(``s3://``, ``gs://``, ``hdfs://``, and whatever else fsspec knows), read through pyarrow's
-file systems.
+"""Where inputs and outputs live: local paths, or URLs of object stores and other file
+systems (``s3://``, ``gs://``, ``hdfs://``, and whatever else fsspec knows), reached through
+pyarrow's file systems.
 
 A local path stays a ``pathlib.Path`` and is read as before (memory maps, ``os.stat``). A URL
 becomes a ``Remote``, a small picklable value (a Dask task carries it to a worker), which
@@ -34,6 +34,11 @@ from ..errors import ParameterError
 
 # A URL: a scheme of two or more characters, then "://" (one letter would be a Windows drive).
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+# The schemes pyarrow's own file systems serve; any other goes to fsspec.
+PYARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file"})
+# Query options that carry secrets, left out wherever a URL is shown or recorded.
+SECRET_OPTIONS = frozenset({"access_key", "secret_key", "session_token"})
+UPLOAD_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Remote:
         return self
 
     def __str__(self) -> str:
-        return self.url
+        return shown_url(self.url)
 
     def child(self, relative: str) -> "Remote":
         """The entry ``relative`` (a "/"-separated path) below this folder, keeping the query."""
@@ -95,14 +100,40 @@ def location_of(given: Given) -> Location:
     return Path(given)
 
 
-def work_folder(given: Given) -> Path:
-    """A work directory (--work-dir) as a Path; a URL is a ParameterError: the stages memory-map
-    their files and commit them by renames, which object stores do not have."""
+def local_folder(given: Given, what: str) -> Path:
+    """A folder that must be local (or on a mounted file system), as a Path; a URL is a
+    ParameterError naming ``what`` it was given for."""
     location = location_of(given)
     if isinstance(location, Remote):
-        raise ParameterError(f"--work-dir {given}: the work directory must be a local folder (or a mounted "
-                             "file system shared by the workers); inputs and outputs may be URLs, not it")
+        raise ParameterError(f"{location}: {what} must be a local folder (or a mounted file system); inputs "
+                             "and outputs may be URLs, not it")
     return location
+
+
+def work_folder(given: Given) -> Path:
+    """A work directory (--work-dir) as a Path (local_folder): its stages memory-map their
+    files and commit them by renames, which object stores do not have."""
+    return local_folder(given, "the work directory (--work-dir)")
+
+
+def full_name(location: Location) -> str:
+    """A file's name to open it by again, in this process or a worker's (location_of): a path,
+    or the whole URL, secrets in its query included (str() of a Remote leaves them out)."""
+    return location.url if isinstance(location, Remote) else str(location)
+
+
+def shown_url(url: str) -> str:
+    """A URL as ids, messages and reports show it: its query's secrets (access_key=...) left out."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    kept = "&".join(option for option in parts.query.split("&") if option.split("=")[0] not in SECRET_OPTIONS)
+    return parts._replace(query=kept).geturl()
+
+
+def first_line(error: BaseException) -> str:
+    """An error's message, its first line only (some file systems' run to dozens)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def key_of(given: Given) -> str:
@@ -115,9 +146,9 @@ def key_of(given: Given) -> str:
 def parts_of(location: Location) -> list[str]:
     """A path's components from its root (a URL's first is "scheme://netloc"), for names
     relative to a common folder."""
-    if isinstance(location, Remote):
+    if isinstance(location, Remote):  # (no "scheme:", which would be a folder "s3:" in a name)
         parts = urlsplit(location.url)
-        return [f"{parts.scheme}://{parts.netloc}"] + [p for p in parts.path.split("/") if p]
+        return [parts.netloc] + [p for p in parts.path.split("/") if p]
     return list(Path(os.path.abspath(location)).parts)
 
 
@@ -127,11 +158,6 @@ def folder_parts(location: Location) -> list[str]:
         else Path(location).is_dir()
     parts = parts_of(location)
     return parts if is_folder else parts[:-1]
-
-
-def output_location(given: Given) -> Location:
-    """An output directory (--output): a local Path, or a Remote for a URL."""
-    return location_of(given)
 
 
 def files_below(remote: Remote) -> list[str]:
@@ -148,9 +174,13 @@ def files_below(remote: Remote) -> list[str]:
 
 
 def upload(local: Path, remote: Remote) -> None:
-    """Copy a local file to ``remote`` (a whole object written, or none)."""
+    """Copy a local file to ``remote`` (a whole object written, or none). The stream is closed
+    here, so that a failed write raises (an S3 object opened lazily is only sent when it is
+    closed, and pyarrow's copy_files would leave that to a destructor that ignores errors)."""
     filesystem, path = remote.filesystem()
-    pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+    with open(local, "rb") as source, filesystem.open_output_stream(path) as sink:
+        while block := source.read(UPLOAD_BLOCK):
+            sink.write(block)
 
 
 @functools.lru_cache(maxsize=64)
@@ -162,16 +192,19 @@ def _filesystem(scheme: str, netloc: str, query: str) -> tuple[pafs.FileSystem, 
         # multipart upload of three (most of an output's files are small).
         query = "&".join(filter(None, [query, "allow_delayed_open=true"]))
     root = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
-    try:
-        filesystem, path = pafs.FileSystem.from_uri(root)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        # Not one of pyarrow's own schemes: fsspec's file system for it, as a pyarrow one.
-        import fsspec
-
+    shown = shown_url(root)
+    if scheme in PYARROW_SCHEMES:
         try:
+            filesystem, path = pafs.FileSystem.from_uri(root)
+        except (pa.ArrowException, OSError) as error:
+            raise ParameterError(f"{shown}: cannot open its file system ({first_line(error)})") from None
+    else:  # fsspec's file system for the scheme, as a pyarrow one
+        try:
+            import fsspec
+
             spec, path = fsspec.core.url_to_fs(root)
         except (ImportError, ValueError) as error:
-            raise ParameterError(f"{scheme}:// URLs cannot be read here ({error})") from None
+            raise ParameterError(f"{shown}: {scheme}:// URLs cannot be read here ({first_line(error)})") from None
         filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(spec))
     return filesystem, path.rstrip("/") if path.strip("/") else path
 

@@ -28,19 +28,22 @@ a half-written directory that looks complete. ``atomic_output_dir`` does it in t
    back meanwhile) and goes on; OUT is untouched.
 
 On object storage (OUT a URL: ``remote_output_dir``) there is no rename, so the commit is made
-by order instead, and report.json is what marks a complete output: every file is written into
-a local staging directory first (as above, so a failure before the commit uploads nothing);
-then, where OUT already holds objects (``--overwrite``), its report.json is deleted first, so
-that it stops looking complete, then everything else under it; then the new files are
-uploaded (the kept rows that a staged or Dask run's tasks uploaded into a hidden staging prefix
-under OUT, ``remote_staging``, are moved into place by server-side copies), each object
-appearing whole, report.json last. An interrupted or failed upload
-leaves objects under OUT but no report.json; readers (and people) take a folder without
-report.json for an unfinished one. Unlike on a local file system the old output is gone
-before the new one is complete.
+by order instead, and report.json is what marks a complete output. Every file is written into
+a local staging directory first, except the kept rows of a staged or Dask run, which its tasks
+upload into a hidden staging prefix under OUT (``remote_staging``); a failure before the
+commit leaves OUT's own objects untouched and the staging prefix is removed. The commit: where
+OUT already holds objects (``--overwrite``), its report.json is deleted first, so that it
+stops looking complete, then everything else under it; then the staged kept rows are moved
+into place (server-side copies: one request each, which S3 allows up to 5 GB an object) and
+the local files uploaded, each object appearing whole, report.json last; the staging prefix
+is removed. An interrupted or failed commit leaves objects under OUT but no report.json
+(and says so: the old output is gone); readers (and people) take a folder without report.json
+for an unfinished one. Unlike on a local file system the old output is gone before the new one
+is complete.
 
-Nothing in this module reads what an input or an existing OUT contains; OUT's name and parent
-come from the caller only, never from the data.
+Nothing in this module reads what an input contains, nor an existing OUT beyond listing it
+(to check that it is empty, and on object storage to delete it); OUT's name and parent come
+from the caller only, never from the data.
 """
 
 from __future__ import annotations
@@ -65,11 +68,12 @@ from typing import Any, Iterable, Iterator, Optional
 import numpy as np
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import OutputError
 from ..interrupts import note_written
-from .storage import Given, Location, Remote, files_below, location_of, parts_of, upload
+from .storage import Given, Location, Remote, files_below, first_line, location_of, parts_of, upload
 
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
@@ -84,11 +88,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ())
     out = location_of(path)
     check_apart_from_inputs(out, inputs, "the output directory", "--output")
     if isinstance(out, Remote):
-        found = files_below(out)
-        if found == [out.filesystem()[1]]:
-            raise OutputError(f"{out}: exists and is not a directory")
-        if found and not overwrite:
-            raise OutputError(f"{out}: output directory exists and is not empty; use --overwrite to replace it")
+        check_remote_output(out, overwrite)
         return out
     if os.path.lexists(out) and not out.is_dir():  # a file, or a link to none (broken, a loop)
         raise OutputError(f"{out}: exists and is not a directory")
@@ -175,6 +175,25 @@ def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()
         raise
 
 
+def check_remote_output(out: Remote, overwrite: bool) -> None:
+    """check_output_dir for a URL: its bucket (the first part of its path) must exist; objects
+    under it, other than what killed runs left in hidden staging prefixes, are a non-empty
+    directory, an object of its own name a file. A file system's error is one line naming
+    the URL."""
+    try:
+        filesystem, path = out.filesystem()
+        bucket = path.strip("/").split("/")[0]
+        if not bucket or filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise OutputError(f"{out}: {bucket or 'its bucket'} does not exist")
+        found = [name for name in files_below(out) if not name[len(path) + 1:].startswith(REMOTE_STAGING)]
+    except (OSError, pa.ArrowException) as error:
+        raise OutputError(f"{out}: cannot write there ({first_line(error)})") from None
+    if found == [path]:
+        raise OutputError(f"{out}: exists and is not a directory")
+    if found and not overwrite:
+        raise OutputError(f"{out}: output directory exists and is not empty; use --overwrite to replace it")
+
+
 @contextmanager
 def remote_output_dir(out: Remote) -> Iterator[Path]:
     """Yield a local staging directory to fill, beside which ``remote_staging(out, staging)``
@@ -185,15 +204,17 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
     files moved into place (server-side copies) and the local ones uploaded, report.json last.
     When the block raises, nothing under ``out`` but the staging prefix is touched, and that
     is removed."""
-    staging = Path(tempfile.mkdtemp(prefix="gpudedup-output-"))
+    staging = Path(tempfile.mkdtemp(prefix=REMOTE_STAGING))
     uploaded = remote_staging(out, staging)
     filesystem, root = out.filesystem()
+    _, prefix = uploaded.filesystem()
+    replacing = False
     try:
         yield staging
-        _, prefix = uploaded.filesystem()
         moved = files_below(uploaded)
         old = [name for name in files_below(out) if not name.startswith(prefix + "/")]
         old_report = f"{root}/report.json"
+        replacing = True  # from here on the old output is being taken apart
         for name in [n for n in old if n == old_report] + [n for n in old if n != old_report]:
             filesystem.delete_file(name)
         for name in moved:
@@ -203,16 +224,28 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
         for file in [f for f in written if f != report] + [f for f in written if f == report]:
             upload(file, out.child(file.relative_to(staging).as_posix()))
         note_written(out)
+    except (OSError, pa.ArrowException) as error:
+        if replacing:  # not "nothing was written": what was there is gone
+            raise OutputError(f"{out}: cannot write the results ({first_line(error)}); the previous output there "
+                              "was removed and the new one is incomplete (it has no report.json)") from None
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        for name in files_below(uploaded):  # (nothing left after a commit)
-            filesystem.delete_file(name)
+        try:  # the staging prefix (and the folder markers some stores keep): nothing left
+            filesystem.delete_dir(prefix)
+        except (OSError, pa.ArrowException):
+            pass  # absent, or unreachable: the original error, if any, is what to report
 
 
 def remote_staging(out: Remote, staging: Path) -> Remote:
     """The prefix under ``out`` that the run writing into the local ``staging`` uploads files
     into before its commit (hidden, as local staging folders are)."""
     return out.child(f".{staging.name}")
+
+
+# The local staging folders of outputs on object storage, and (with a "." before) the hidden
+# prefixes under the outputs that tasks upload into.
+REMOTE_STAGING = "gpudedup-output-"
 
 
 def replace_dir(staging: Path, out: Path) -> None:
