@@ -85,7 +85,7 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
     modification time), the parameters that decide results, and the version."""
     inputs = []
     for path in found.files:
-        inputs.append([display_path(path), storage.file_size(path), storage.modified_ns(path)])
+        inputs.append([display_path(path), *storage.size_and_time(path)])
     # The shard size decides how the files are cut, so which shard a spilled directory holds.
     return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
             "parameters": params.result_parameters(), "shard_bytes": shard_bytes(params),

@@ -125,10 +125,7 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop") -> InputFiles:
             if walked and len(found.files) == before and len(paths) > 1:
                 found.notes.append(f"{given}: no input files in this directory")
         elif file_format(path) is None:
-            raise InputError(
-                f"{given}: unsupported file type; expected one of "
-                f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}"
-            )
+            raise unsupported_type(given)
         elif not stat.S_ISREG(status.st_mode):
             raise InputError(f"{given}: not a regular file ({special_kind(status)}); expected a file")
         else:
@@ -141,6 +138,18 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop") -> InputFiles:
     return found
 
 
+def unsupported_type(given) -> InputError:
+    """The error for an input given by name that is no input file's type."""
+    return InputError(f"{given}: unsupported file type; expected one of "
+                      f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}")
+
+
+def hidden(name: str) -> bool:
+    """Whether an entry inside a folder is hidden, so passed over (a file listed as skipped, a
+    folder silently): its name starts with a dot."""
+    return name.startswith(".")
+
+
 def scan_remote(given, remote: Remote, found: InputFiles) -> None:
     """Add the input files at a URL: the file it names, or those below it (a folder, or an
     object store's prefix), in the order walk_directory gives a local folder's (each folder's
@@ -151,8 +160,7 @@ def scan_remote(given, remote: Remote, found: InputFiles) -> None:
             raise InputError(f"{given}: no such file or directory")
         if entry.type != pafs.FileType.Directory:
             if file_format(remote) is None:
-                raise InputError(f"{given}: unsupported file type; expected one of "
-                                 f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}")
+                raise unsupported_type(given)
             found.add_file(remote, None)
             return
         filesystem, root = remote.filesystem()
@@ -163,10 +171,10 @@ def scan_remote(given, remote: Remote, found: InputFiles) -> None:
     relatives = [posixpath.relpath(e.path, root) for e in entries if e.type == pafs.FileType.File]
     for relative in sorted(relatives, key=walk_order):
         parts = relative.split("/")
-        if any(part.startswith(".") for part in parts[:-1]):
+        if any(hidden(part) for part in parts[:-1]):
             continue  # inside a hidden folder: silently, as walk_directory
         path = remote.child(relative)
-        if parts[-1].startswith(".") or file_format(path) is None:
+        if hidden(parts[-1]) or file_format(path) is None:
             found.skipped.append(display_path(path))
         else:
             found.add_file(path, None)
@@ -237,7 +245,7 @@ def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, o
         for entry in entries:
             path = Path(directory) / entry.name
             shown = display_path(path)
-            if entry.name.startswith("."):  # hidden: directories (.git, ...) silently, files listed
+            if hidden(entry.name):  # hidden: directories (.git, ...) silently, files listed
                 if not entry.is_dir():
                     found.skipped.append(shown)
                 continue

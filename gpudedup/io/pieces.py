@@ -131,7 +131,7 @@ def plan_shards(files: list[Location], shard_bytes: int, count: CountTask) -> li
     for index, path in enumerate(files):
         format = format_of(path)
         try:
-            if not (cuttable(path, format) and storage.file_size(path) > shard_bytes):
+            if not cuttable(path, format) or (size := storage.file_size(path)) <= shard_bytes:
                 continue
             if format == "parquet":
                 pieces = parquet_pieces(path, shard_bytes)
@@ -139,7 +139,7 @@ def plan_shards(files: list[Location], shard_bytes: int, count: CountTask) -> li
                     parquet[index] = pieces
             else:
                 cuts = jsonl_cuts(path, shard_bytes)
-                jsonl[index] = list(zip(cuts, cuts[1:] + [storage.file_size(path)]))
+                jsonl[index] = list(zip(cuts, cuts[1:] + [size]))
         except (OSError, ValueError):  # (pyarrow's errors are OSError or ValueError)
             continue
     # The newlines of every piece but a file's last: the lines before each of its pieces.

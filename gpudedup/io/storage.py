@@ -144,8 +144,8 @@ def key_of(given: Given) -> str:
 
 
 def parts_of(location: Location) -> list[str]:
-    """A path's components from its root (a URL's first is "scheme://netloc"), for names
-    relative to a common folder."""
+    """A path's components from its root (a URL's first is its bucket or host, "netloc"), for
+    names relative to a common folder."""
     if isinstance(location, Remote):  # (no "scheme:", which would be a folder "s3:" in a name)
         parts = urlsplit(location.url)
         return [parts.netloc] + [p for p in parts.path.split("/") if p]
@@ -219,19 +219,19 @@ def info(location: Location) -> pafs.FileInfo:
 
 def file_size(location: Location) -> int:
     """The size of a file in bytes (OSError where it cannot be found)."""
+    return size_and_time(location)[0]
+
+
+def size_and_time(location: Location) -> tuple[int, int]:
+    """(size in bytes, modification time in nanoseconds: 0 where its file system keeps none)
+    of a file, from one look at it (OSError where it cannot be found)."""
     if isinstance(location, Remote):
         found = info(location)
         if found.type == pafs.FileType.NotFound:
             raise FileNotFoundError(f"{location}: no such file")
-        return int(found.size or 0)
-    return os.stat(location).st_size
-
-
-def modified_ns(location: Location) -> int:
-    """A file's modification time in nanoseconds (0 where its file system keeps none)."""
-    if isinstance(location, Remote):
-        return int(info(location).mtime_ns or 0)
-    return os.stat(location).st_mtime_ns
+        return int(found.size or 0), int(found.mtime_ns or 0)
+    status = os.stat(location)
+    return status.st_size, status.st_mtime_ns
 
 
 def open_stream(location: Location, compression: str | None = None) -> pa.NativeFile:

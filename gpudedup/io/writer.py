@@ -215,13 +215,13 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
         old = [name for name in files_below(out) if not name.startswith(prefix + "/")]
         old_report = f"{root}/report.json"
         replacing = True  # from here on the old output is being taken apart
-        for name in [n for n in old if n == old_report] + [n for n in old if n != old_report]:
+        for name in sorted(old, key=lambda n: n != old_report):  # the old report first
             filesystem.delete_file(name)
         for name in moved:
             filesystem.move(name, f"{root}/{name[len(prefix) + 1:]}")
         written = sorted(file for file in staging.rglob("*") if file.is_file())
         report = staging / "report.json"
-        for file in [f for f in written if f != report] + [f for f in written if f == report]:
+        for file in sorted(written, key=lambda f: f == report):  # the report last
             upload(file, out.child(file.relative_to(staging).as_posix()))
         note_written(out)
     except (OSError, pa.ArrowException) as error:
