@@ -50,3 +50,21 @@ def weighted_ranges(weights: np.ndarray, budget: int) -> list[tuple[int, int]]:
         ranges.append((start, stop))
         start = stop
     return ranges
+
+
+def ragged_take(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``rows`` (int64 (k,), host, ascending runs are cheapest) of a ragged array (row r
+    is values[offsets[r] : offsets[r + 1]]; offsets int (n + 1,), values any dtype, host,
+    possibly memory-mapped): (counts int64 (k,), their values one after the other).
+
+    One slice is copied per run of consecutive rows (a kept row set, a compaction's rows),
+    rather than an index per element: several times faster than a gather where runs are long.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    counts = (offsets[rows + 1] - offsets[rows]).astype(np.int64)
+    if rows.shape[0] == 0:
+        return counts, values[:0].copy()
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    begins = offsets[rows[np.concatenate([[0], breaks])]]
+    ends = offsets[rows[np.concatenate([breaks - 1, [rows.shape[0] - 1]])] + 1]
+    return counts, np.concatenate([values[a:b] for a, b in zip(begins.tolist(), ends.tolist())])

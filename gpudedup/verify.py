@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
 import numpy as np
 import scipy.sparse
 
 from .compiled import kernels_on
-from .ragged import offsets_from_counts, weighted_ranges
+from .ragged import offsets_from_counts, ragged_take, weighted_ranges
 from .shingling import ShingleBatch, hashes_to_columns, set_rows
 from .threads import map_parallel
 
@@ -82,8 +82,15 @@ def agreement_cutoff(num_columns: int, threshold: float, tail: float = SIGNATURE
 
 def signature_agreements(signatures: np.ndarray, first, second, chunk: int = 1 << 16) -> np.ndarray:
     """Agreeing columns of each pair's signatures; signatures: uint32 (n, K) host, rows indexed
-    by first/second (int64 (p,)). Returns int64 (p,)."""
+    by first/second (int64 (p,)), or anything that gathers such rows by ``[positions]`` (a
+    staged store's). Returns int64 (p,): counted in place by the kernel (verify_kernels) from
+    an array, else by numpy on gathered rows ``chunk`` pairs at a time."""
     agree = np.empty(first.shape[0], dtype=np.int64)
+    kernels = merge_kernels()
+    if kernels is not None and isinstance(signatures, np.ndarray):  # not a store's row gatherer
+        kernels.signature_agreements(np.ascontiguousarray(signatures), np.ascontiguousarray(first, dtype=np.int64),
+                                     np.ascontiguousarray(second, dtype=np.int64), agree)
+        return agree
     for start in range(0, first.shape[0], chunk):
         stop = start + chunk
         agree[start:stop] = (signatures[first[start:stop]] == signatures[second[start:stop]]).sum(axis=1)
@@ -202,10 +209,11 @@ def csr_parts(sets: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rows_of(sets: scipy.sparse.csr_matrix, rows: np.ndarray) -> scipy.sparse.csr_matrix:
-    """Rows ``rows`` (int64 (k,)) of a set matrix, as one (canonical binary CSR, host)."""
-    picked = sets[rows]
-    picked.has_sorted_indices = True  # a gather of rows keeps each row's order
-    return picked
+    """Rows ``rows`` (int64 (k,), ascending) of a set matrix, as one (canonical binary CSR,
+    host): a copy per run of consecutive rows (ragged_take), as most of a store's rows are
+    asked for together (verification, an index add's commit)."""
+    counts, columns = ragged_take(sets.indptr, sets.indices, rows)
+    return sets_matrix(columns, counts)
 
 
 def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_matrix:
@@ -235,17 +243,19 @@ def jaccard_of(inter: np.ndarray, size_a: np.ndarray, size_b: np.ndarray) -> np.
         return inter / (size_a + size_b - inter)
 
 
-def scipy_intersections(sets: scipy.sparse.csr_matrix, first: np.ndarray, second: np.ndarray,
-                        chunk_elements: int = 1 << 21) -> np.ndarray:
-    """int64 (p,): |row first[i] ∩ row second[i]| of ``sets`` by scipy's row-wise product (the
-    reference route). Pairs go ``chunk_elements`` set elements at a time: the product copies
-    both rows of every pair first."""
-    sizes = np.diff(sets.indptr)
+def scipy_intersections(sets: "SetRows", first: np.ndarray, second: np.ndarray, chunk_elements: int = 1 << 21,
+                        second_sets: Optional["SetRows"] = None) -> np.ndarray:
+    """int64 (p,): |row first[i] of sets ∩ row second[i] of second_sets (default: sets)| by
+    scipy's row-wise product (the reference route). Pairs go ``chunk_elements`` set elements at
+    a time: the product copies both rows of every pair first."""
+    sets_a = as_set_matrix(sets)
+    sets_b = sets_a if second_sets is None else as_set_matrix(second_sets)
+    sizes_a, sizes_b = np.diff(sets_a.indptr), np.diff(sets_b.indptr)
     inter = np.empty(first.shape[0], dtype=np.int64)
-    for start, stop in weighted_ranges(sizes[first] + sizes[second], chunk_elements):
+    for start, stop in weighted_ranges(sizes_a[first] + sizes_b[second], chunk_elements):
         # Row-wise product of two canonical CSR matrices: a sorted merge per pair, in C++; it
         # keeps only non-zeros, so each row's entry count is |A ∩ B|.
-        inter[start:stop] = np.diff(sets[first[start:stop]].multiply(sets[second[start:stop]]).indptr)
+        inter[start:stop] = np.diff(sets_a[first[start:stop]].multiply(sets_b[second[start:stop]]).indptr)
     return inter
 
 
@@ -307,56 +317,62 @@ def needed_intersections(size_a: np.ndarray, size_b: np.ndarray, threshold: floa
     return needed
 
 
-def pair_jaccard_at_least(sets: scipy.sparse.csr_matrix, first, second, threshold: float,
-                          threads: int = 1, chunk_pairs: int = 1 << 18) -> np.ndarray:
+def pair_jaccard_at_least(sets: "SetRows", first, second, threshold: float, threads: int = 1,
+                          chunk_pairs: int = 1 << 18, second_sets: Optional["SetRows"] = None) -> np.ndarray:
     """The exact Jaccard of the pairs that reach ``threshold``; BELOW_THRESHOLD (-1.0) for the
     others.
 
-    sets, first, second as for pair_jaccard; threshold: float in (0, 1]. Returns float64 (p,),
-    host: value[i] == pair_jaccard(...)[i] wherever that is >= threshold, BELOW_THRESHOLD
-    wherever it is below threshold or nan (two empty rows); the same on every route. Pairs are
-    ruled out by the size and merge bounds of the module docstring where they can be.
-    threads: the merge kernel's pairs are split over this many threads (it releases the GIL);
-    chunk_pairs: pairs per step, so that the per-pair counts and bounds (about 60 bytes a pair)
-    stay small next to the sets.
+    sets, first, second as for pair_jaccard, except that ``sets`` may also be a StoredSets;
+    second_sets: where the second row of each pair is read (a set matrix or StoredSets: an
+    index's stored sets against new documents' sets), ``sets`` when None; threshold: float in
+    (0, 1]. Returns float64 (p,), host: value[i] == pair_jaccard(...)[i] wherever that is >=
+    threshold, BELOW_THRESHOLD wherever it is below threshold or nan (two empty rows); the same
+    on every route. Pairs are ruled out by the size and merge bounds of the module docstring
+    where they can be. threads: the merge kernel's pairs are split over this many threads (it
+    releases the GIL); chunk_pairs: pairs per step, so that the per-pair counts and bounds
+    (about 60 bytes a pair) stay small next to the sets.
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
     first, second = np.ascontiguousarray(first, dtype=np.int64), np.ascontiguousarray(second, dtype=np.int64)
     jaccard = np.empty(first.shape[0], dtype=np.float64)
     kernels = merge_kernels()
-    indptr, indices = csr_arrays(sets)
-    sizes = indptr[1:] - indptr[:-1]
+    source_a = csr_arrays(sets)
+    source_b = source_a if second_sets is None else csr_arrays(second_sets)
     # No threads for a handful of pairs (an index query): starting them would cost more.
     threads = threads if kernels is not None and first.shape[0] >= 1024 else 1
     for start in range(0, first.shape[0], chunk_pairs):
         stop = min(start + chunk_pairs, first.shape[0])
-        jaccard[start:stop] = jaccard_at_least_chunk(sets, indptr, indices, sizes, first[start:stop],
+        jaccard[start:stop] = jaccard_at_least_chunk(sets, second_sets, source_a, source_b, first[start:stop],
                                                      second[start:stop], threshold, kernels, threads)
     return jaccard
 
 
-def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, indices: np.ndarray,
-                           sizes: np.ndarray, first: np.ndarray, second: np.ndarray, threshold: float,
+def jaccard_at_least_chunk(sets: "SetRows", second_sets: Optional["SetRows"],
+                           source_a: tuple[np.ndarray, np.ndarray], source_b: tuple[np.ndarray, np.ndarray],
+                           first: np.ndarray, second: np.ndarray, threshold: float,
                            kernels: Optional[ModuleType], threads: int) -> np.ndarray:
-    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)); sizes: int64 (rows,) of
-    ``sets``. The kernel's merges run on ``threads`` threads, or scipy's product counts
-    (kernels None)."""
-    size_a, size_b = sizes[first], sizes[second]
+    """pair_jaccard_at_least of one chunk of pairs (float64 (c,)); source_a, source_b: the
+    (indptr, indices) of ``sets`` and of ``second_sets`` (csr_arrays). The kernel's merges run
+    on ``threads`` threads, or scipy's product counts (kernels None)."""
+    (indptr_a, indices_a), (indptr_b, indices_b) = source_a, source_b
+    size_a = indptr_a[first + 1] - indptr_a[first]
+    size_b = indptr_b[second + 1] - indptr_b[second]
     needed = needed_intersections(size_a, size_b, threshold)
     if kernels is None:
         # The size bound here too: scipy's product copies both rows of each pair it is given.
         # -1 marks a pair ruled out, as the kernel's RULED_OUT does.
         inter = np.full(first.shape[0], -1, dtype=np.int64)
         possible = np.flatnonzero(needed <= np.minimum(size_a, size_b))
-        inter[possible] = scipy_intersections(sets, first[possible], second[possible])
+        inter[possible] = scipy_intersections(sets, first[possible], second[possible], second_sets=second_sets)
     else:
         inter = np.empty(first.shape[0], dtype=np.int64)
 
         def merge(span: tuple[int, int]) -> None:
             # Each thread writes its own slice of inter.
             a, b = span
-            kernels.intersections_at_least(indptr, indices, first[a:b], second[a:b], needed[a:b], inter[a:b])
+            kernels.intersections_at_least(indptr_a, indices_a, indptr_b, indices_b, first[a:b], second[a:b],
+                                           needed[a:b], inter[a:b])
 
         # A merge costs at most the smaller set's size (then a bound stops it): four spans of
         # about equal cost per thread even out pairs that stop early.
@@ -369,7 +385,28 @@ def jaccard_at_least_chunk(sets: scipy.sparse.csr_matrix, indptr: np.ndarray, in
     return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)
 
 
-def csr_arrays(sets: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+class StoredSets(NamedTuple):
+    """Shingle sets as the two arrays of a set matrix, without the matrix (so without its data
+    array of ones, which would be allocated for every use): row r's sorted, distinct columns
+    are indices[indptr[r] : indptr[r + 1]]; indptr int64 (rows + 1,), indices int64 (nnz,),
+    host, usually memory-mapped (an index segment's stored sets, index/reader.py)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+
+# What pair_jaccard_at_least reads sets from: a set matrix, or the same two arrays.
+SetRows = Union[scipy.sparse.csr_matrix, StoredSets]
+
+
+def as_set_matrix(sets: SetRows) -> scipy.sparse.csr_matrix:
+    """``sets`` as a set matrix (sets_matrix), for the scipy route; a matrix as it is."""
+    if isinstance(sets, StoredSets):
+        return sets_matrix(np.asarray(sets.indices), np.diff(sets.indptr))
+    return sets
+
+
+def csr_arrays(sets: SetRows) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) of ``sets`` as the kernels take them: int64, contiguous (no copy for
-    the matrices document_sets and sets_matrix make: int64 already)."""
+    the matrices document_sets and sets_matrix make, nor for StoredSets: int64 already)."""
     return (np.ascontiguousarray(sets.indptr, dtype=np.int64), np.ascontiguousarray(sets.indices, dtype=np.int64))

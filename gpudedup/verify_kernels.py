@@ -46,10 +46,13 @@ def intersections(indptr: np.ndarray, indices: np.ndarray, first: np.ndarray, se
 
 
 @numba.njit(cache=True, nogil=True)
-def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, first: np.ndarray, second: np.ndarray,
-                           needed: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """out[p] = |A ∩ B| of rows A = first[p], B = second[p] where it is at least needed[p]
-    (int64 (p,)), else RULED_OUT, found without finishing the merge where possible.
+def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, indptr_b: np.ndarray, indices_b: np.ndarray,
+                           first: np.ndarray, second: np.ndarray, needed: np.ndarray,
+                           out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """out[p] = |A ∩ B| of rows A = first[p] of (indptr, indices) and B = second[p] of
+    (indptr_b, indices_b) where it is at least needed[p] (int64 (p,)), else RULED_OUT, found
+    without finishing the merge where possible. The two sources may be the same arrays (pairs
+    within one set matrix) or two (an index's stored sets against new documents' sets).
 
     Every element passed over without a match is outside the intersection, so once more than
     |A| - needed elements of A (or |B| - needed of B) are, the intersection is below needed
@@ -58,7 +61,7 @@ def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, first: np.nd
     """
     for p in range(first.shape[0]):
         i, i_end = indptr[first[p]], indptr[first[p] + 1]
-        j, j_end = indptr[second[p]], indptr[second[p] + 1]
+        j, j_end = indptr_b[second[p]], indptr_b[second[p] + 1]
         need = needed[p]
         # How many elements of each row may still go unmatched.
         slack_a, slack_b = (i_end - i) - need, (j_end - j) - need
@@ -67,7 +70,7 @@ def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, first: np.nd
             continue
         count = 0
         while i < i_end and j < j_end:
-            x, y = indices[i], indices[j]
+            x, y = indices[i], indices_b[j]
             if x < y:
                 i += 1
                 slack_a -= 1
@@ -85,3 +88,20 @@ def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, first: np.nd
         # The elements left after one row ran out are unmatched too: the count is final here,
         # and below needed exactly when the slack of a row ran out.
         out[p] = count if count >= need else RULED_OUT
+
+
+@numba.njit(cache=True, nogil=True)
+def signature_agreements(signatures: np.ndarray, first: np.ndarray, second: np.ndarray,
+                         out: np.ndarray) -> None:  # pragma: no cover - compiled; tested through verify.py
+    """out[p] = the columns in which rows first[p] and second[p] of ``signatures`` agree.
+
+    signatures: uint32 (n, K), C-contiguous; first, second: int64 (p,); out: int64 (p,),
+    written. All host; no row is copied.
+    """
+    for p in range(first.shape[0]):
+        a, b = signatures[first[p]], signatures[second[p]]
+        count = 0
+        for column in range(a.shape[0]):
+            if a[column] == b[column]:
+                count += 1
+        out[p] = count

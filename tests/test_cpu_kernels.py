@@ -368,7 +368,8 @@ def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkey
     reference = numpy_backend.utf8_shingle_hashes
     monkeypatch.setattr(numpy_backend, "utf8_shingle_hashes", lambda *args: taken.append("numpy") or reference(*args))
     scipy_route, merge = verify.scipy_intersections, verify_kernels.intersections_at_least
-    monkeypatch.setattr(verify, "scipy_intersections", lambda *args: taken.append("scipy") or scipy_route(*args))
+    monkeypatch.setattr(verify, "scipy_intersections",
+                        lambda *args, **kwargs: taken.append("scipy") or scipy_route(*args, **kwargs))
     monkeypatch.setattr(verify_kernels, "intersections_at_least", lambda *args: taken.append("merge") or merge(*args))
     results = {}
     for route, expected in (("kernels", {"kernels", "merge"}), ("numpy", {"numpy", "scipy"})):

@@ -210,10 +210,71 @@ def test_kernel_counts_with_any_needed_count():
     common = [len(rows[x] & rows[y]) for x, y in zip(first.tolist(), second.tolist())]
     needed = np.array([c + int(rng.integers(-3, 4)) for c in common], dtype=np.int64).clip(0)
     out = np.empty(first.shape[0], np.int64)
-    intersections_at_least(*verify.csr_arrays(sets), first, second, needed, out)
+    intersections_at_least(*verify.csr_arrays(sets), *verify.csr_arrays(sets), first, second, needed, out)
     assert out.tolist() == [c if c >= n else RULED_OUT for c, n in zip(common, needed.tolist())]
     intersections(*verify.csr_arrays(sets), first, second, out)
     assert out.tolist() == common
+    # Two sources: the second row of each pair from another matrix (an index's new documents).
+    others = [set(rng.integers(-30, 30, size=int(rng.integers(0, 40))).tolist()) for _ in range(45)]
+    second = rng.integers(0, 45, size=5000).astype(np.int64)
+    common = [len(rows[x] & others[y]) for x, y in zip(first.tolist(), second.tolist())]
+    needed = np.array([c + int(rng.integers(-3, 4)) for c in common], dtype=np.int64).clip(0)
+    intersections_at_least(*verify.csr_arrays(sets), *verify.csr_arrays(matrix_of(others)), first, second, needed,
+                           out)
+    assert out.tolist() == [c if c >= n else RULED_OUT for c, n in zip(common, needed.tolist())]
+
+
+def test_signature_agreements_kernel_against_a_python_count(monkeypatch):
+    """The signature filter's agreement counts, by the kernel from the array in place and by
+    numpy on gathered rows (the route of a store's row gatherer, and with the kernels off):
+    each equal to a plain Python count of the equal columns."""
+    rng = np.random.default_rng(3)
+    signatures = rng.integers(0, 4, size=(50, 16)).astype(np.uint32)  # few values: many agreements
+    first, second = rng.integers(0, 50, size=(2, 3000)).astype(np.int64)
+    expected = [sum(int(x == y) for x, y in zip(signatures[a], signatures[b]))
+                for a, b in zip(first.tolist(), second.tolist())]
+    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    assert verify.signature_agreements(signatures, first, second).tolist() == expected
+
+    class Gatherer:  # a staged store's signatures: rows by [positions] only
+        def __getitem__(self, positions):
+            return signatures[positions]
+
+    assert verify.signature_agreements(Gatherer(), first, second, chunk=700).tolist() == expected
+    monkeypatch.setenv(KERNEL_SWITCH, "numpy")
+    assert verify.signature_agreements(signatures, first, second, chunk=700).tolist() == expected
+
+
+@pytest.mark.parametrize("route", ["merge", "scipy"])
+def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
+    """Pairs whose second row is read from another source (second_sets), the first from a
+    StoredSets over memory-mapped files as an index segment stores them: the Jaccard of
+    Python sets where it reaches the threshold, BELOW_THRESHOLD elsewhere, on both routes."""
+    if route == "scipy":
+        monkeypatch.setenv(KERNEL_SWITCH, "numpy")
+    else:
+        monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    rng = np.random.default_rng(11)
+    base = [set(rng.integers(0, 60, size=int(rng.integers(1, 50))).tolist()) for _ in range(40)]
+    # Near copies of stored sets, so that many pairs reach the threshold.
+    news = [set(list(base[i % 40])[: max(1, len(base[i % 40]) - int(rng.integers(0, 4)))]) | {100 + i % 3}
+            for i in range(70)]
+    news[:10] = base[:10]  # and some copies, for the threshold 1
+    stored = matrix_of(base)
+    np.save(tmp_path / "offsets.npy", stored.indptr.astype(np.int64))
+    np.save(tmp_path / "columns.npy", stored.indices.astype(np.int64))
+    mapped = verify.StoredSets(np.load(tmp_path / "offsets.npy", mmap_mode="r"),
+                               np.load(tmp_path / "columns.npy", mmap_mode="r"))
+    first = rng.integers(0, 40, size=3000).astype(np.int64)
+    second = rng.integers(0, 70, size=3000).astype(np.int64)
+    second[:70] = np.arange(70)
+    first[:70] = np.arange(70) % 40
+    for threshold in (0.5, 0.8, 1.0):
+        got = pair_jaccard_at_least(mapped, first, second, threshold, threads=2, chunk_pairs=1000,
+                                    second_sets=matrix_of(news))
+        exact = [len(base[a] & news[b]) / len(base[a] | news[b]) for a, b in zip(first.tolist(), second.tolist())]
+        assert got.tolist() == [j if j >= threshold else BELOW_THRESHOLD for j in exact]
+        assert (got >= threshold).sum() > 0
 
 
 def test_routes_agree_bit_for_bit_on_shingle_sets(jaccard_pairs, batch_from_rows, monkeypatch):
@@ -265,7 +326,8 @@ def test_no_numba_falls_back_to_scipy(monkeypatch):
     assert merge_kernels() is None
     calls = []
     scipy_route = verify.scipy_intersections
-    monkeypatch.setattr(verify, "scipy_intersections", lambda *args: calls.append(1) or scipy_route(*args))
+    monkeypatch.setattr(verify, "scipy_intersections",
+                        lambda *args, **kwargs: calls.append(1) or scipy_route(*args, **kwargs))
     rows = [{1, 2, 3}, {2, 3, 4}, {1, 2, 3, 4}]
     got = pair_jaccard(matrix_of(rows), np.array([0, 0, 1]), np.array([1, 2, 2]))
     assert got.tolist() == [0.5, 0.75, 0.75] and calls == [1]

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..backends import Backend, get_backend
+from ..backends import HOST_THREADS, Backend, get_backend
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
@@ -34,6 +34,7 @@ from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
+from ..threads import map_parallel
 from ..verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
                     write_tombstones, writer_lock)
@@ -438,7 +439,9 @@ def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, m
     from ..lsh import band_keys
 
     keys = band_keys(signatures, params.banding()).T  # (bands, n)
-    order = np.argsort(keys, axis=1, kind="stable")
+    # Stable: a key's rows ascend (the probe takes each key's last rows). Bands on threads.
+    order = np.stack(list(map_parallel(lambda band: np.argsort(keys[band], kind="stable"), list(range(keys.shape[0])),
+                                       HOST_THREADS))) if keys.shape[0] else np.zeros(keys.shape, np.int64)
     identities = id_keys(ids)
     id_order = np.argsort(identities, kind="stable")
     return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),

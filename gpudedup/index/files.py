@@ -42,11 +42,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
 import socket
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,30 +188,60 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     """Write one segment (``arrays``: SEGMENT_ARRAYS and the verification arrays; ``ids``:
     columns id and tag; ``sources``: sources.json's entries, for verification "source") under a
     temporary directory, fsync its files, rename it to segments/<name>; returns its manifest
-    entry (not yet committed) and each file's stamp (file_stamp) taken before it was hashed,
-    which stays the same through the rename (reader.Segment's ``written``)."""
+    entry (not yet committed) and each file's stamp (file_stamp) taken once it was written,
+    which stays the same through the rename (reader.Segment's ``written``).
+
+    Every file is written first; then a second thread takes each one's SHA-256 from the bytes
+    that were written (not read back) while this one fsyncs the files: hashing and flushing are
+    the two costs of a commit, and they overlap rather than add up."""
     from .sources import write_sources
 
     parent = root / "segments"
     parent.mkdir(exist_ok=True)
     temporary = parent / f"{TEMPORARY}{name}"
     temporary.mkdir()
-    with pa.OSFile(str(temporary / "ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
-        writer.write_table(ids)
+    contents: dict[str, list[bytes | memoryview]] = {}  # file name -> the bytes written to it, in pieces
     for key, array in arrays.items():
-        np.save(temporary / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        contents[f"{key}.npy"] = write_npy(temporary / f"{key}.npy", array)
+    path = temporary / "ids.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
+        writer.write_table(ids)
+    contents[path.name] = [path.read_bytes()]
     if sources is not None:
-        write_sources(temporary, sources)
-    files, stamps = {}, {}
-    for path in sorted(temporary.iterdir()):
-        fsync_path(path)
-        stamps[path.name] = file_stamp(path)
-        files[path.name] = file_digest(path)
+        path, written = write_sources(temporary, sources)
+        contents[path.name] = [written]
+    stamps = {file: file_stamp(temporary / file) for file in contents}
+    with ThreadPoolExecutor(max_workers=1) as hashing:
+        digests = {file: hashing.submit(sha256_of, pieces) for file, pieces in contents.items()}
+        for file in contents:
+            fsync_path(temporary / file)
+        files = {file: digests[file].result() for file in sorted(contents)}
     fsync_path(temporary)
     os.replace(temporary, parent / name)
     fsync_path(parent)
     size = sum((parent / name / f).stat().st_size for f in files)
     return SegmentEntry(name, ids.num_rows, files, size), stamps
+
+
+def write_npy(path: Path, array: np.ndarray) -> list[bytes | memoryview]:
+    """Write ``array`` as a .npy file (format 1.0, as np.save writes it); returns the bytes
+    written, as [header bytes, a memoryview of the array's data] (for sha256_of)."""
+    array = np.ascontiguousarray(array)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    pieces: list[bytes | memoryview] = [header.getvalue(), array.reshape(-1).view(np.uint8).data]
+    with open(path, "wb") as sink:
+        for piece in pieces:
+            sink.write(piece)
+    return pieces
+
+
+def sha256_of(pieces: list[bytes | memoryview]) -> str:
+    """SHA-256 (hex) of the bytes of ``pieces`` (bytes-like) one after the other."""
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    return digest.hexdigest()
 
 
 def write_tombstones(root: Path, name: str, removed: pa.Table) -> dict:

@@ -23,11 +23,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse
 
+from ..backends import HOST_THREADS
 from ..lsh import sorted_unique
-from ..ragged import ragged_arange
+from ..ragged import ragged_arange, ragged_take
 from ..shingling import ShingleSpec
-from ..verify import stacked_sets
+from ..verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
 from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, read_manifest
+from ..threads import map_parallel
 from .sources import SOURCES_FILE, read_sources, source_sets
 
 
@@ -145,6 +147,16 @@ class Segment:
         opened.check()
         return read_sources(opened.handle, opened.path)
 
+    def set_rows(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[SetRows, np.ndarray]:
+        """The shingle sets of ``rows`` (int64 (k,)) to read in place: (sets, positions), row
+        rows[i]'s set being row positions[i] of sets. Stored sets are the segment's own mapped
+        arrays (verify.StoredSets, nothing copied; positions are the rows); with verification
+        "source" the rows' sets are shingled from the source files (``sets``)."""
+        if self.verification == "source":
+            distinct = np.unique(rows)
+            return sets_matrix(*self.sets(distinct, spec)[::-1]), np.searchsorted(distinct, rows)
+        return StoredSets(self.array("set_offsets"), self.array("set_columns")), rows
+
     def sets(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
         """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``, stored
         ones, or (verification "source") shingled from the source files, each checked first as
@@ -152,17 +164,9 @@ class Segment:
         if self.verification == "source":
             return source_sets(self.sources(), np.asarray(self.array("source_file")[rows], np.int64),
                                np.asarray(self.array("source_row")[rows], np.int64), spec)
-        offsets = self.array("set_offsets")
-        columns = self.array("set_columns")
-        counts = (offsets[rows + 1] - offsets[rows]).astype(np.int64)
-        if rows.shape[0] == 0:
-            return counts, np.zeros(0, np.int64)
-        # One slice per run of consecutive rows (a compaction's rows are one run or a few): a
-        # copy of each range, rather than an index per element.
-        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-        begins = offsets[rows[np.concatenate([[0], breaks])]]
-        ends = offsets[rows[np.concatenate([breaks - 1, [rows.shape[0] - 1]])] + 1]
-        return counts, np.concatenate([columns[a:b] for a, b in zip(begins.tolist(), ends.tolist())])
+        # A compaction's rows are one run or a few: a copy of each range (ragged_take).
+        counts, columns = ragged_take(self.array("set_offsets"), self.array("set_columns"), rows)
+        return counts, np.asarray(columns, dtype=np.int64)
 
 
 class IndexReader:
@@ -253,42 +257,21 @@ class IndexReader:
 
     def probe_pairs(self, keys, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which new document matched which indexed one (see probe): (new int64, segment int64,
-        row int64), one entry per distinct triple, live documents only."""
-        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        bands = int(self.manifest.parameters["bands"])
+        row int64), one entry per distinct triple, live documents only. The bands are looked
+        up on the host's threads (numpy's sorts and searches release the GIL)."""
+        bands = int(self.manifest.parameters["bands"]) if self.segments else 0
+        removed = [self.removed().get(segment.entry.name, np.zeros(0, np.int64)) for segment in self.segments]
+        for segment in self.segments:  # mapped (and checked) here: the threads only read them
+            segment.array("keys"), segment.array("rows")
         new: list[list[np.ndarray]] = [[] for _ in self.segments]
         local: list[list[np.ndarray]] = [[] for _ in self.segments]
-        for band in range(bands if self.segments else 0):
-            column = keys[:, band]  # one band of the new documents, read once for every segment
-            column = np.ascontiguousarray(column.get() if hasattr(column, "get") else column, dtype=np.uint64)
-            # Sorted once for every segment: numpy's binary search starts from the last answer
-            # when the keys it looks up ascend, several times faster than in random order.
-            order = np.argsort(column, kind="stable")
-            needles = column[order]
-            for position, segment in enumerate(self.segments):
-                removed = self.removed().get(segment.entry.name, np.zeros(0, np.int64))
-                sorted_keys = segment.array("keys")[band]
-                if sorted_keys.shape[0] == 0:
-                    continue
-                lo = np.searchsorted(sorted_keys, needles, side="left")
-                # Most new keys are in no segment: the end of a key's run only for those that are.
-                hit = sorted_keys[np.minimum(lo, sorted_keys.shape[0] - 1)] == needles
-                query, lo = order[hit], lo[hit]
-                hi = np.searchsorted(sorted_keys, needles[hit], side="right")
-                # The last ``window`` live documents of each key: enough candidates to cover the
-                # removed ones among them, then the removed ones out, then the window.
-                lo = np.maximum(lo, hi - window - removed.shape[0])
-                run, within = ragged_arange(hi - lo)
-                rows = np.asarray(segment.array("rows")[band][lo[run] + within], dtype=np.int64)
-                if removed.shape[0]:
-                    live = ~np.isin(rows, removed)
-                    run, rows = run[live], rows[live]
-                    # Rank from the end of its key's run (runs are grouped, positions ascending).
-                    ends = np.searchsorted(run, run, side="right")
-                    last = np.arange(run.shape[0]) >= ends - window
-                    run, rows = run[last], rows[last]
-                new[position].append(query[run])
+        # keys[:, band] is read on the threads, as the candidate stage reads it (lsh.candidate_pairs).
+        for matches in map_parallel(lambda band: self.band_matches(band, keys[:, band], window, removed),
+                                    list(range(bands)), HOST_THREADS):
+            for position, (query, rows) in enumerate(matches):
+                new[position].append(query)
                 local[position].append(rows)
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for position, segment in enumerate(self.segments):
             if not new[position]:
                 continue
@@ -300,6 +283,43 @@ class IndexReader:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         query, segment_positions, row = (np.concatenate(parts) for parts in zip(*found))
         return query, segment_positions, row
+
+    def band_matches(self, band: int, column, window: int,
+                     removed: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """probe_pairs of one band: per segment, (new int64, row int64) of the matches of the
+        new documents' keys ``column`` (uint64 (m,), any side) in the segment's keys of that
+        band; removed: per segment, its removed rows (int64, ascending)."""
+        column = np.ascontiguousarray(column.get() if hasattr(column, "get") else column, dtype=np.uint64)
+        # Sorted once for every segment: numpy's binary search starts from the last answer when
+        # the keys it looks up ascend, several times faster than in random order. Any order of
+        # equal keys: probe_pairs makes the matches distinct.
+        order = np.argsort(column)
+        needles = column[order]
+        matches = []
+        for segment, gone in zip(self.segments, removed):
+            sorted_keys = segment.array("keys")[band]
+            if sorted_keys.shape[0] == 0:
+                matches.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
+                continue
+            lo = np.searchsorted(sorted_keys, needles, side="left")
+            # Most new keys are in no segment: the end of a key's run only for those that are.
+            hit = sorted_keys[np.minimum(lo, sorted_keys.shape[0] - 1)] == needles
+            query, lo = order[hit], lo[hit]
+            hi = np.searchsorted(sorted_keys, needles[hit], side="right")
+            # The last ``window`` live documents of each key: enough candidates to cover the
+            # removed ones among them, then the removed ones out, then the window.
+            lo = np.maximum(lo, hi - window - gone.shape[0])
+            run, within = ragged_arange(hi - lo)
+            rows = np.asarray(segment.array("rows")[band][lo[run] + within], dtype=np.int64)
+            if gone.shape[0]:
+                live = ~np.isin(rows, gone)
+                run, rows = run[live], rows[live]
+                # Rank from the end of its key's run (runs are grouped, positions ascending).
+                ends = np.searchsorted(run, run, side="right")
+                last = np.arange(run.shape[0]) >= ends - window
+                run, rows = run[last], rows[last]
+            matches.append((query[run], rows))
+        return matches
 
     def gather(self, segment: np.ndarray, row: np.ndarray) -> Matched:
         """The stored ids, signatures and lengths of (segment, row) pairs in index order."""
@@ -325,6 +345,21 @@ class IndexReader:
         makes them (binary CSR, sorted distinct columns per row)."""
         return stacked_sets(self.set_parts(segment, row))
 
+    def pair_jaccard_at_least(self, segment: np.ndarray, row: np.ndarray, new_sets: SetRows,
+                              new_positions: np.ndarray, threshold: float, threads: int) -> np.ndarray:
+        """verify.pair_jaccard_at_least of pairs (indexed document (segment[i], row[i]), row
+        new_positions[i] of new_sets) (int64 (p,) each): float64 (p,), host. Each segment's
+        pairs are merged against its stored sets where they lie (Segment.set_rows), so that
+        nothing of the index is gathered or copied."""
+        jaccard = np.empty(segment.shape[0], dtype=np.float64)
+        order = np.argsort(segment, kind="stable")
+        for position, mine in self._by_segment(segment[order]):
+            picked = order[mine]
+            sets, positions = self.segments[position].set_rows(row[picked], self.spec)
+            jaccard[picked] = pair_jaccard_at_least(sets, positions, new_positions[picked], threshold, threads,
+                                                    second_sets=new_sets)
+        return jaccard
+
     def set_parts(self, segment: np.ndarray, row: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """The sets of ``sets`` before they are joined (verify.stacked_sets): per segment,
         (counts int64, columns int64) of its rows, in index order."""
@@ -335,16 +370,23 @@ class IndexReader:
         each segment's sorted id keys (id_keys), each hit confirmed on the id itself."""
         removed = self.removed()
         keys = id_keys(ids)
+        # Looked up in ascending order: numpy's binary search starts from the last answer.
+        order = np.argsort(keys)
+        needles = keys[order]
         for segment in self.segments:
             sorted_keys, key_rows = segment.array("id_keys"), segment.array("id_rows")
-            lo = np.searchsorted(sorted_keys, keys, side="left")
-            hi = np.searchsorted(sorted_keys, keys, side="right")
-            run, within = ragged_arange(hi - lo)
-            if run.size == 0:
+            if sorted_keys.shape[0] == 0:
                 continue
-            rows = np.asarray(key_rows[lo[run] + within], dtype=np.int64)
+            lo = np.searchsorted(sorted_keys, needles, side="left")
+            hit = np.flatnonzero(sorted_keys[np.minimum(lo, sorted_keys.shape[0] - 1)] == needles)
+            if hit.size == 0:
+                continue
+            hi = np.searchsorted(sorted_keys, needles[hit], side="right")
+            run, within = ragged_arange(hi - lo[hit])
+            rows = np.asarray(key_rows[lo[hit][run] + within], dtype=np.int64)
+            positions = order[hit[run]]
             column = segment.ids()["id"]
-            for position, row in zip(run, rows):
+            for position, row in sorted(zip(positions.tolist(), rows.tolist())):
                 gone = removed.get(segment.entry.name)
                 if gone is not None and np.isin(row, gone):
                     continue

@@ -118,8 +118,12 @@ def merge_sources(parts: list[tuple[list[dict], np.ndarray]]) -> tuple[list[dict
     return entries, np.concatenate(files) if files else np.zeros(0, np.uint32)
 
 
-def write_sources(folder: Path, entries: list[dict]) -> None:
-    (folder / SOURCES_FILE).write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+def write_sources(folder: Path, entries: list[dict]) -> tuple[Path, bytes]:
+    """Write a segment's sources.json into ``folder``: (its path, the bytes written)."""
+    path = folder / SOURCES_FILE
+    contents = (json.dumps(entries, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    path.write_bytes(contents)
+    return path, contents
 
 
 def read_sources(handle, path: Path) -> list[dict]:

@@ -26,7 +26,7 @@ from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import csr_parts, rows_jaccard_at_least, stacked_sets
+from ..verify import csr_parts, stacked_sets
 from .reader import IndexReader, Matched
 
 
@@ -111,17 +111,22 @@ class IndexStore:
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:
-        """Pairs of two new documents go to the inner store as they are; pairs with an indexed
-        document are checked here against its stored set."""
+        """Pairs of two new documents go to the inner store as they are; a pair with an indexed
+        document (first < pinned <= second: pairs of two are never sought) is checked against
+        its stored set where it lies (IndexReader.pair_jaccard_at_least), the new document's set
+        coming from the inner store."""
         k = self.pinned
         jaccard = np.empty(first.shape[0], dtype=np.float64)
         new = first >= k
         jaccard[new] = self.inner.exact_jaccard(name, first[new] - k, second[new] - k, threshold, executor, progress)
         if (~new).any():
-            a, b = first[~new], second[~new]
-            jaccard[~new] = rows_jaccard_at_least(
-                lambda docs: self.document_sets(docs, Progress(), executor, f"{name}-index"), a, b, threshold,
-                HOST_THREADS)
+            assert self.matched is not None
+            old, fresh = first[~new], second[~new] - k
+            docs = np.unique(fresh)
+            new_sets = self.inner.document_sets(docs, Progress(), executor, f"{name}-index")
+            jaccard[~new] = self.reader.pair_jaccard_at_least(self.matched.segment[old], self.matched.row[old],
+                                                              new_sets, np.searchsorted(docs, fresh), threshold,
+                                                              HOST_THREADS)
         return jaccard
 
     def input_summary(self, empty_documents: int) -> InputSummary:
