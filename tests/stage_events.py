@@ -89,11 +89,14 @@ def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None) -> subpr
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-def kill_then_resume(args: list[str], cwd: Path, events_dir: Path, points: list[tuple[str, int]], out: Path) -> int:
+def kill_then_resume(args: list[str], cwd: Path, events_dir: Path, points: list[tuple[str, int]],
+                     out: Path | Callable[[], bool]) -> int:
     """Run ``gpudedup ARGS`` (a run that resumes: ``--resume``, writing ``out``) once per kill
     point (stage, occurrence), each killed with SIGKILL as that stage begins, then once more to
-    the end unless a run finished first (a kill that came after the output's commit). Returns
-    how many runs were killed; the last run must have succeeded."""
+    the end unless a run finished first (a kill that came after the output's commit). ``out``:
+    the local output folder, or a function saying whether the output is finished (one on
+    object storage). Returns how many runs were killed; the last run must have succeeded."""
+    finished = out.exists if isinstance(out, Path) else out
     killed = 0
     for attempt, (stage, occurrence) in enumerate(points):
         events = events_dir / f"{attempt}.txt"
@@ -104,7 +107,7 @@ def kill_then_resume(args: list[str], cwd: Path, events_dir: Path, points: list[
         assert run.returncode in (0, -signal.SIGKILL), (run.returncode, stderr)
         killed += run.returncode == -signal.SIGKILL
         print(f"SIGKILL as {stage} #{occurrence} began: rc {run.returncode}, stages begun {stages_begun(events)}")
-        if out.exists():  # the kill came after the write's commit: the output is complete (checked by the caller)
+        if finished():  # the kill came after the write's commit: the output is complete (checked by the caller)
             return killed
     final = cli_process(args, cwd)
     stderr = finish(final)

@@ -28,6 +28,7 @@ from cli_support import assert_user_error, invoke, write_jsonl
 from gpudedup.io import storage
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
+from stage_events import cli_process, finish, kill_then_resume
 from test_streaming import make_texts, mixed_corpus
 
 # moto[server] is in the dev extra: in CI a skip here fails the run (conftest.py).
@@ -296,6 +297,28 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
     for name, data in local.items():
         if name.startswith("deduplicated"):
             assert fetched[name] == data, name
+
+
+@pytest.mark.timeout(300)  # six CLI runs in subprocesses
+def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, tmp_path):
+    """A staged CLI run from the bucket into the bucket, its large files cut by ranged reads,
+    killed (SIGKILL) as chosen stages begin, each time resumed with --resume from its local
+    work directory: the finished output is the output of a run never killed, file for file,
+    and no staging prefix is left in the bucket."""
+    root, url = corpus
+    options = ["--backend", "cpu", "-q", "--on-error", "skip", "--shard-bytes", "3000", "--format", "jsonl"]
+    reference = cli_process(["dedup", url, "-o", str(tmp_path / "reference"), "--work-dir",
+                             str(tmp_path / "work-reference"), *options], root)
+    stderr = finish(reference)
+    assert reference.returncode == 0, stderr
+    out = f"s3://{BUCKET}/resumed"
+    killed = kill_then_resume(["dedup", url, "-o", out, "--work-dir", str(tmp_path / "work"), "--resume", *options],
+                              root, tmp_path / "events", [("signature_pass", 3), ("read", 6), ("verify", 1),
+                                                          ("write", 1)],
+                              lambda: "report.json" in objects_under(out))
+    assert killed >= 3, f"{killed} of 4 runs were killed"
+    assert result_bytes(download(out, tmp_path / "fetched")) == result_bytes(tmp_path / "reference")
+    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
 
 
 def test_failed_upload_is_an_error(corpus, monkeypatch, tmp_path):
