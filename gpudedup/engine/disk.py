@@ -800,6 +800,12 @@ class WorkDirStore:
         progress.advance(int(docs.shape[0]))
         return sets_of(docs)
 
+    def set_rows(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
+                 name: str = "documents") -> tuple[Any, np.ndarray]:
+        """(document_sets(docs), positions 0 .. len(docs)-1): the form MemoryStore.set_rows
+        gives, for a store that keeps no sets in memory."""
+        return self.document_sets(docs, progress, executor, name), np.arange(docs.shape[0])
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live
         documents: dict[int, int] = {}  # input file -> its documents, over the shards read

@@ -22,7 +22,7 @@ from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import SetsBuilder, document_sets, rows_jaccard_at_least, rows_of
+from ..verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_jaccard_at_least, rows_of
 from .job import Executor, Outcome, run_job
 from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
@@ -119,11 +119,26 @@ class MemoryStore:
             self.budget.check("exact verification", lambda: self.verification_need(first, second),
                               "raise --threshold or lower --bucket-window (fewer candidate pairs), "
                               "or lower --batch-bytes")
+        if self.sets is not None:  # kept: merged where they are, nothing gathered
+            progress.start("Verifying pairs (exact)", first.shape[0])
+            jaccard = pair_jaccard_at_least(self.sets, first, second, threshold, HOST_THREADS)
+            progress.advance(first.shape[0])
+            return jaccard
+
         def sets_of(docs: np.ndarray) -> scipy.sparse.csr_matrix:
             progress.start("Verifying pairs (exact)", docs.shape[0])
             return self.document_sets(docs, progress)
 
         return rows_jaccard_at_least(sets_of, first, second, threshold, HOST_THREADS)
+
+    def set_rows(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
+                 name: str = "documents") -> tuple[Any, np.ndarray]:
+        """The shingle sets of rows ``docs`` (int64, ascending) to read in place: (sets,
+        positions), row docs[i]'s set being row positions[i] of sets (a set matrix): the kept
+        sets themselves where the store keeps them, else document_sets(docs)."""
+        if self.sets is not None:
+            return self.sets, docs
+        return self.document_sets(docs, progress, executor, name), np.arange(docs.shape[0])
 
     @property
     def ids(self) -> pa.Array:

@@ -123,10 +123,10 @@ class IndexStore:
             assert self.matched is not None
             old, fresh = first[~new], second[~new] - k
             docs = np.unique(fresh)
-            new_sets = self.inner.document_sets(docs, Progress(), executor, f"{name}-index")
+            new_sets, positions = self.inner.set_rows(docs, Progress(), executor, f"{name}-index")
             jaccard[~new] = self.reader.pair_jaccard_at_least(self.matched.segment[old], self.matched.row[old],
-                                                              new_sets, np.searchsorted(docs, fresh), threshold,
-                                                              HOST_THREADS)
+                                                              new_sets, positions[np.searchsorted(docs, fresh)],
+                                                              threshold, HOST_THREADS)
         return jaccard
 
     def input_summary(self, empty_documents: int) -> InputSummary:
