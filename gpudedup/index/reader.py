@@ -169,6 +169,11 @@ class Segment:
         return counts, np.asarray(columns, dtype=np.int64)
 
 
+# The probe looks up the bands on threads from this many new documents (an add), not for a
+# query's few (thread start-up doubled a query's median latency).
+THREADED_PROBE_DOCUMENTS = 1024
+
+
 class IndexReader:
     """The index at ``root`` as its manifest says now (later commits are not seen)."""
 
@@ -266,8 +271,10 @@ class IndexReader:
         new: list[list[np.ndarray]] = [[] for _ in self.segments]
         local: list[list[np.ndarray]] = [[] for _ in self.segments]
         # keys[:, band] is read on the threads, as the candidate stage reads it (lsh.candidate_pairs).
+        # No threads for a query's few documents: starting them costs more than the searches.
+        threads = HOST_THREADS if keys.shape[0] >= THREADED_PROBE_DOCUMENTS else 1
         for matches in map_parallel(lambda band: self.band_matches(band, keys[:, band], window, removed),
-                                    list(range(bands)), HOST_THREADS):
+                                    list(range(bands)), threads):
             for position, (query, rows) in enumerate(matches):
                 new[position].append(query)
                 local[position].append(rows)
