@@ -71,7 +71,7 @@ def band_key_row_hash(keys: Any, xp=np) -> Any:
     return poly_hash64_rows(keys, xp)
 
 
-def same_signature_rows(signatures: np.ndarray, row_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def same_signature_rows(signatures: Any, row_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Rows with the same signature as an earlier row.
 
     signatures: uint32 (m, K), host, or anything that gathers rows by ``signatures[rows]``
@@ -109,16 +109,17 @@ COPY_ROUNDS = 4
 SetReader = Callable[[np.ndarray], scipy.sparse.csr_matrix]
 
 
-def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.ndarray, batch_cost: int,
-                     set_reader: Callable[[np.ndarray], SetReader], progress: Progress | None = None,
-                     row_hash: np.ndarray | None = None) -> Copies:
+def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: np.ndarray, lengths: np.ndarray,
+                     batch_cost: int, set_reader: Callable[[np.ndarray], SetReader],
+                     progress: Progress | None = None) -> Copies:
     """Check the members of every same-signature group exactly against the group's first
     document; those that are not copies of it are checked in the next round against the first
     of them, up to COPY_ROUNDS rounds.
 
-    signatures: uint32 (m, K) host, the rows of the documents ``active`` (int64 (m,),
-    ascending corpus rows); lengths: int64 (n,) text lengths in code points over the corpus;
-    row_hash: see same_signature_rows. set_reader(docs) is called once with every document of
+    groups: same_signature_rows of the signatures of the documents ``active`` (int64 (m,),
+    ascending corpus rows): (first, member) int64 positions into active (job.Executor's
+    same_signature_rows: here, or as a shuffle on a cluster); lengths: int64 (n,) text lengths
+    in code points over the corpus. set_reader(docs) is called once with every document of
     the groups (int64, ascending corpus rows) and gives sets(part): the shingle sets of a part
     of them (int64, ascending) as verify.document_sets makes them (job.Store.set_reader).
 
@@ -130,7 +131,7 @@ def identical_copies(signatures: np.ndarray, active: np.ndarray, lengths: np.nda
     is larger than a batch or needs another round after such a part.
     """
     progress = progress or Progress()
-    first, member = same_signature_rows(signatures, row_hash)
+    first, member = groups
     progress.start("Checking identical copies", first.shape[0])
     if first.shape[0] == 0:
         return Copies.none()

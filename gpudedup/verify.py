@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import numpy as np
 import scipy.sparse
@@ -80,7 +80,7 @@ def agreement_cutoff(num_columns: int, threshold: float, tail: float = SIGNATURE
     return cutoff
 
 
-def signature_agreements(signatures: np.ndarray, first, second, chunk: int = 1 << 16) -> np.ndarray:
+def signature_agreements(signatures: Any, first, second, chunk: int = 1 << 16) -> np.ndarray:
     """Agreeing columns of each pair's signatures; signatures: uint32 (n, K) host, rows indexed
     by first/second (int64 (p,)), or anything that gathers such rows by ``[positions]`` (a
     staged store's). Returns int64 (p,): counted in place by the kernel (verify_kernels) from
@@ -97,8 +97,9 @@ def signature_agreements(signatures: np.ndarray, first, second, chunk: int = 1 <
     return agree
 
 
-def plausible(signatures: np.ndarray, first, second, threshold: float) -> np.ndarray:
-    """bool (p,): pairs that may reach the threshold (see the module docstring)."""
+def plausible(signatures: Any, first, second, threshold: float) -> np.ndarray:
+    """bool (p,): pairs that may reach the threshold (see the module docstring); signatures
+    as signature_agreements takes them."""
     cutoff = agreement_cutoff(signatures.shape[1], threshold)
     return signature_agreements(signatures, first, second) > cutoff
 

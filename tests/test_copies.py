@@ -117,7 +117,8 @@ def test_only_identical_sets_are_confirmed_copies():
     first, member = same_signature_rows(signatures)
     assert (0, 3) in set(zip(first.tolist(), member.tolist())), "the planted near-copy should share the signature"
     shingles = [shingle_set(t) for t in texts]
-    found = identical_copies(signatures, np.arange(len(texts)), np.array([len(t) for t in texts]),
+    found = identical_copies(same_signature_rows(signatures), np.arange(len(texts)),
+                             np.array([len(t) for t in texts]),
                              batch_cost=10_000, set_reader=python_set_reader(shingles))
     assert list(zip(found.first.tolist(), found.member.tolist())) == [(0, 2), (1, 4)]
     assert (found.jaccard == 1.0).all()
@@ -177,13 +178,13 @@ def test_every_store_hashes_equal_rows_alike(tmp_path, monkeypatch):
     from gpudedup.index import Index
 
     seen = []
-    real = job.identical_copies
+    real = job.same_signature_rows
 
-    def spy(signatures, active, lengths, batch_cost, set_reader, progress=None, row_hash=None):
-        seen.append((np.asarray(signatures[np.arange(active.shape[0])]), row_hash))
-        return real(signatures, active, lengths, batch_cost, set_reader, progress, row_hash)
+    def spy(signatures, row_hash=None):
+        seen.append((np.asarray(signatures[np.arange(signatures.shape[0])]), row_hash))
+        return real(signatures, row_hash)
 
-    monkeypatch.setattr(job, "identical_copies", spy)
+    monkeypatch.setattr(job, "same_signature_rows", spy)
     texts = copies_corpus(groups=3, copies=6) + [t or "" for t in copies_review_corpus(2)]
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     write_jsonl(paths[0], [{"text": t} for t in texts[::2]])
@@ -466,7 +467,8 @@ def test_a_huge_group_is_checked_a_batch_at_a_time():
     signatures = np.tile(np.arange(16, dtype=np.uint32), (m, 1))
     lengths = np.full(m, 50, np.int64)
     calls: list = []
-    found = identical_copies(signatures, np.arange(m, dtype=np.int64), lengths, batch_cost=10_000,
+    found = identical_copies(same_signature_rows(signatures), np.arange(m, dtype=np.int64), lengths,
+                             batch_cost=10_000,
                              set_reader=python_set_reader([frozenset({"same"})] * m, calls))
     assert found.member.tolist() == list(range(1, m)) and (found.first == 0).all()
     assert calls[0] == ("all", list(range(m)))
@@ -515,7 +517,8 @@ def test_identical_copies_follow_the_rounds_oracle(seed, batch_cost):
         sets[doc] = frozenset({f"g{g}", f"c{rng.randrange(classes[g])}"})
     signatures = distinct[signature_of]
     calls: list = []
-    found = identical_copies(signatures, active, lengths, batch_cost, python_set_reader(sets, calls))
+    found = identical_copies(same_signature_rows(signatures), active, lengths, batch_cost,
+                             python_set_reader(sets, calls))
     expected = [(int(active[a]), int(active[b])) for a, b in oracle_rounds(
         signatures, [sets[d] for d in active.tolist()], copies_module.COPY_ROUNDS)]
     assert list(zip(found.first.tolist(), found.member.tolist())) == expected

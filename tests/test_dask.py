@@ -100,6 +100,36 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     assert written_by_workers(stream) == 6
 
 
+def test_the_signature_filter_and_copy_grouping_run_on_the_workers(client, corpus, tmp_path, monkeypatch):
+    """On a cluster the client neither filters candidate pairs by their signatures nor groups
+    documents by their row hashes: tasks do both, reading signatures and hashes from the work
+    directory. Counted in the client: its in-process filter and grouping are made to fail, as
+    is reading every document's row hash, and its signature gatherer hands out no row; the
+    results (identical copies among them) are the single process's."""
+    from gpudedup.engine import disk
+    from gpudedup.engine.job import LocalExecutor
+
+    single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
+
+    def refused(*args):
+        raise AssertionError("the client did a step that belongs to the workers")
+
+    gathered: list[int] = []
+    gather = disk.SpilledSignatures.__getitem__
+    for name in ("plausible", "same_signature_rows"):
+        monkeypatch.setattr(LocalExecutor, name, refused)
+    monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
+    monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
+                        lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
+    with distributed.get_task_stream(client) as stream:
+        spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
+    assert_same_results(single, spread)
+    assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
+    keys = [str(task["key"]) for task in stream.data]
+    assert any("spilled_plausible" in key for key in keys) and any("signature_groups" in key for key in keys), keys
+    assert sum(gathered) == 0
+
+
 def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output(client, tmp_path):
     """One JSONL and one Parquet file, each cut into many shards (io/pieces.py): the pieces are
     counted, signed and written by the workers, with the single process's results and files."""

@@ -12,11 +12,18 @@ input files. Stages:
   shuffled on (band, key) so that each bucket of each band lies in one partition; a task per
   partition pairs the bucket members as lsh.bucket_pairs does (input order, the window), and
   the client takes the distinct pairs. The pairs are exactly those of the single process.
-- **verification** (and the exact check of identical copies): a task per shard writes the
-  shingle sets of that shard's documents in pairs to the work directory, then a task per chunk
-  of pairs computes their exact Jaccard from those sets.
+- **verification**: a task per chunk of candidate pairs applies the signature filter, reading
+  the pairs' signature rows from the work directory (the client maps none); then (as for the
+  exact check of identical copies) a task per shard writes the shingle sets of that shard's
+  documents in pairs to the work directory, and a task per chunk of pairs computes their exact
+  Jaccard from those sets.
 
-Identical copies and the clusters are computed on the client. dask and distributed are
+- **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, position)
+  rows, shuffled on the hash; a task per partition groups the documents with the same
+  signature (reading their signature rows from the work directory); the client takes the
+  groups and checks them exactly as the verification tasks check pairs.
+
+The clusters are computed on the client. dask and distributed are
 optional (``pip install 'gpudedup[dask]'``); nothing here is imported without them.
 """
 
@@ -165,8 +172,91 @@ class DaskExecutor:
         unique = sorted_unique(computed)
         return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
 
+    def plausible(self, store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
+        """The signature filter as tasks that read the signature rows from the work directory
+        (disk.spilled_plausible), so the client maps none; a store without spilled signatures
+        (a run against a persistent index, whose indexed signatures are on the client) filters
+        in this process."""
+        from .disk import spilled_plausible
+        from .job import LocalExecutor
+
+        if not hasattr(store, "signature_filter_arguments"):
+            return LocalExecutor().plausible(store, first, second, threshold)
+        parts = self.map(spilled_plausible, store.signature_filter_arguments(first, second, threshold),
+                         "the signature filter")
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def same_signature_rows(self, store) -> tuple[np.ndarray, np.ndarray]:
+        """copies.same_signature_rows as a shuffle: every shard's row hashes become a Dask
+        DataFrame of (hash, position, spilled) rows, shuffled on the hash so that each group
+        of documents with one hash lies in one partition; a task per partition groups its rows
+        as same_signature_rows does, reading their signature rows from the work directory. The
+        client gets the groups' pairs only (not a hash per document). A store without shards
+        (a run against a persistent index) groups in this process."""
+        from .job import LocalExecutor
+
+        if not hasattr(store, "row_hash_parts"):
+            return LocalExecutor().same_signature_rows(store)
+        import dask
+        import dask.dataframe as dd
+        import pandas as pd
+
+        root, starts = str(store.work.root), store.shards.active_starts
+        meta = pd.DataFrame({"hash": pd.Series([], dtype="uint64"), "position": pd.Series([], dtype="int64"),
+                             "spilled": pd.Series([], dtype="int64")})
+        parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), positions)
+                 for index, positions in store.row_hash_parts()]
+        empty = np.zeros(0, np.int64)
+        if not parts:
+            return empty, empty
+        shuffled = dd.from_delayed(parts, meta=meta, verify_meta=False).shuffle(on="hash", npartitions=len(parts))
+        pairs = shuffled.map_partitions(signature_groups, root, starts, store.signatures.shape[1],
+                                        meta=pd.DataFrame({"first": pd.Series([], dtype="int64"),
+                                                           "member": pd.Series([], dtype="int64")}))
+        try:
+            computed = pairs.compute()
+        except Exception as error:  # noqa: BLE001 -- as in map
+            raise cluster_failure("the identical-copies shuffle", error) from None
+        first, member = computed["first"].to_numpy(np.int64), computed["member"].to_numpy(np.int64)
+        order = np.lexsort((member, first))
+        return first[order], member[order]
+
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
+
+
+def row_hash_rows(work_root: str, index: int, first_spilled: int, positions: np.ndarray):
+    """One shard's row hashes as (hash uint64, position int64, spilled int64) rows for the
+    active documents the run keeps: positions, the run's position of each of the shard's
+    spilled active rows (-1: left out by the input rules); spilled, its place among the active
+    rows of all shards (first_spilled: the shard's first)."""
+    import pandas as pd
+
+    from .workdir import WorkDir
+
+    hashes = np.asarray(WorkDir.attach(Path(work_root)).shard_array(index, "row_hash"))
+    kept = np.flatnonzero(positions >= 0)
+    return pd.DataFrame({"hash": hashes[kept], "position": positions[kept], "spilled": first_spilled + kept})
+
+
+def signature_groups(rows, work_root: str, active_starts: np.ndarray, width: int):
+    """The same-signature pairs (first, member: the run's positions) of one shuffled partition,
+    whose rows hold every document of their hashes: copies.same_signature_rows over the rows
+    in position order, their signature rows read from the shards' signatures.npy; so the
+    union over the partitions is same_signature_rows over all documents."""
+    import pandas as pd
+
+    from ..copies import same_signature_rows
+    from .disk import Kept, Shards, SpilledSignatures
+    from .workdir import WorkDir
+
+    rows = rows.sort_values("position", kind="stable")
+    positions = rows["position"].to_numpy(np.int64)
+    spilled = rows["spilled"].to_numpy(np.int64)
+    shards = Shards(WorkDir.attach(Path(work_root)), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
+    signatures = SpilledSignatures(shards, width, Kept(spilled), spilled.shape[0])
+    first, member = same_signature_rows(signatures, rows["hash"].to_numpy(np.uint64))
+    return pd.DataFrame({"first": positions[first], "member": positions[member]})
 
 
 def band_key_rows(work_root: str, index: int, docs: np.ndarray, keep: np.ndarray):

@@ -62,7 +62,7 @@ from ..ragged import offsets_from_counts, weighted_ranges
 from ..report import InputFile, InputSummary
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import rows_jaccard_at_least, sets_matrix
+from ..verify import plausible, rows_jaccard_at_least, sets_matrix
 from ..version import __version__
 from .job import Executor, LocalExecutor
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
@@ -410,6 +410,16 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
 
+def spilled_plausible(work_root: str, active_starts: np.ndarray, width: int, first: np.ndarray, second: np.ndarray,
+                      threshold: float) -> np.ndarray:
+    """Task: the signature filter (verify.plausible, bool (p,)) of pairs of spilled active rows
+    (first, second: int64 (p,) places among the active rows of all shards, Kept.spilled's),
+    their signature rows read from the shards' memory-mapped signatures.npy; active_starts:
+    Shards.active_starts; width: the signatures' columns."""
+    shards = Shards(WorkDir.attach(Path(work_root)), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
+    return plausible(SpilledSignatures(shards, width, Kept(None), int(active_starts[-1])), first, second, threshold)
+
+
 def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,
                log: Optional[StageLog] = None, progress: Optional[Progress] = None) -> None:
     """Task: read shard ``index``, sign it in batches and store what the later stages need;
@@ -739,6 +749,25 @@ class WorkDirStore:
 
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
         return SpilledKeys(self.shards, self.bands, self.spilled_keep(in_lsh))
+
+    def signature_filter_arguments(self, first: np.ndarray, second: np.ndarray, threshold: float,
+                                   pairs_per_task: int = 1 << 20) -> list[tuple]:
+        """The arguments of spilled_plausible tasks that filter the pairs of active positions
+        (first[i], second[i]) (int64 (q,)) ``pairs_per_task`` at a time, in order: each task
+        reads its pairs' signature rows from the shards (the client maps none of them)."""
+        first, second = self.active_rows.spilled(first), self.active_rows.spilled(second)
+        root, starts, width = str(self.work.root), self.shards.active_starts, self.signatures.shape[1]
+        return [(root, starts, width, first[start:start + pairs_per_task], second[start:start + pairs_per_task],
+                 threshold) for start in range(0, first.shape[0], pairs_per_task)]
+
+    def row_hash_parts(self) -> list[tuple[int, np.ndarray]]:
+        """Per shard (index, positions int64) over its spilled active rows: the run's position
+        of each among the active documents (-1 where the input rules left it out), for a task
+        that reads the shard's row hashes (dask.row_hash_rows)."""
+        positions = np.full(int(self.shards.active_starts[-1]), -1, dtype=np.int64)
+        positions[self.active_rows.spilled(np.arange(self.active.shape[0]))] = np.arange(self.active.shape[0])
+        starts = self.shards.active_starts
+        return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
     def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Per shard (index, docs int64, keep bool) over its spilled active rows: the run's row

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..backends import Backend
 from ..cluster import Clusters, find_clusters
-from ..copies import Copies, identical_copies
+from ..copies import Copies, identical_copies, same_signature_rows
 from ..hashing import Permutations, draw_permutations
 from ..lsh import Banding, candidate_pairs
 from ..params import DedupParams
@@ -140,6 +140,14 @@ class Executor(Protocol):
         """The LSH candidate pairs (int64 (q,) rows, a < b, host, distinct) of the active
         documents where in_lsh (lsh.candidate_pairs)."""
 
+    def plausible(self, store: Store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
+        """The signature filter (verify.plausible): bool (q,), host, for the pairs of active
+        positions (first[i], second[i]) (int64 (q,), positions into store.active)."""
+
+    def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
+        """copies.same_signature_rows of the active documents' signatures (store.row_hashes
+        proposing the groups): (first, member) int64 positions into store.active, ascending."""
+
 
 class LocalExecutor:
     """Runs every task in this process, in order."""
@@ -159,6 +167,12 @@ class LocalExecutor:
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
                                         lambda band_codes, bands: map_parallel(band_codes, list(bands), threads))
         return backend.to_host(first), backend.to_host(second)
+
+    def plausible(self, store: Store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
+        return plausible(store.signatures, first, second, threshold)
+
+    def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
+        return same_signature_rows(store.signatures, store.row_hashes())
 
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
@@ -184,9 +198,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     with log.stage("copies"):
         stored = store.cached("copies", lambda: copies_arrays(identical_copies(
-            store.signatures, active, lengths, store.copy_batch_cost,
-            lambda docs: store.set_reader("copies", docs, executor), progress,
-            row_hash=store.row_hashes())))
+            executor.same_signature_rows(store), active, lengths, store.copy_batch_cost,
+            lambda docs: store.set_reader("copies", docs, executor), progress)))
         copies = Copies(stored["first"], stored["member"], stored["jaccard"])
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
         in_lsh = ~np.isin(active, copies.member, assume_unique=True)
@@ -203,7 +216,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     with log.stage("verify"):
         stored = store.cached("pairs", lambda: verified_arrays(store, first, second, copies, params,
-                                                               exact("pairs", progress)))
+                                                               exact("pairs", progress), executor))
         checked_first, checked_second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
         candidates, checked = (int(count) for count in stored["counts"])
         empty = np.zeros(0, np.int64)
@@ -228,16 +241,17 @@ def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
 
 
 def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies: Copies, params: DedupParams,
-                    exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
+                    exact: Callable[[np.ndarray, np.ndarray], np.ndarray], executor: Executor) -> dict[str, np.ndarray]:
     """The verification stage over the candidate pairs (first, second) (int64 (q,) rows, host):
-    the signature filter (verify.plausible), then the exact check of the pairs it passed
+    the signature filter (Executor.plausible: verify.plausible, as tasks on a cluster), then
+    the exact check of the pairs it passed
     (Store.exact_jaccard: the Jaccard where it reaches the threshold, else BELOW_THRESHOLD).
     Returns the checked pairs with the copies merged in, ascending by (first, second), their
     Jaccard (float64), and counts = [candidates, pairs checked exactly] (int64 (2,))."""
     active = store.active
     candidates = first.shape[0]
-    likely = plausible(store.signatures, np.searchsorted(active, first), np.searchsorted(active, second),
-                       params.threshold)
+    likely = executor.plausible(store, np.searchsorted(active, first), np.searchsorted(active, second),
+                                params.threshold)
     first, second = first[likely], second[likely]
     del likely
     store.drop_signatures()  # the largest thing left from the signature pass
