@@ -338,6 +338,13 @@ def pair_jaccard_at_least(sets: "SetRows", first, second, threshold: float, thre
     first, second = np.ascontiguousarray(first, dtype=np.int64), np.ascontiguousarray(second, dtype=np.int64)
     jaccard = np.empty(first.shape[0], dtype=np.float64)
     kernels = merge_kernels()
+    if kernels is None:  # scipy's product needs matrices: stored sets' rows of these pairs only
+        if second_sets is None:
+            sets, both = gathered_rows(sets, np.concatenate([first, second]))
+            first, second = both[:first.shape[0]], both[first.shape[0]:]
+        else:
+            sets, first = gathered_rows(sets, first)
+            second_sets, second = gathered_rows(second_sets, second)
     source_a = csr_arrays(sets)
     source_b = source_a if second_sets is None else csr_arrays(second_sets)
     # No threads for a handful of pairs (an index query): starting them would cost more.
@@ -405,6 +412,18 @@ def as_set_matrix(sets: SetRows) -> scipy.sparse.csr_matrix:
     if isinstance(sets, StoredSets):
         return sets_matrix(np.asarray(sets.indices), np.diff(sets.indptr))
     return sets
+
+
+def gathered_rows(sets: SetRows, rows: np.ndarray) -> tuple[SetRows, np.ndarray]:
+    """(sets, rows) to read rows ``rows`` (int64 (p,)) from: a set matrix as it is; from
+    StoredSets (an index segment's, maybe millions of rows) a matrix of those rows alone
+    (ragged_take) and their places in it, so that the scipy route's cost follows the pairs,
+    not the segment."""
+    if not isinstance(sets, StoredSets):
+        return sets, rows
+    distinct = np.unique(rows)
+    counts, columns = ragged_take(sets.indptr, sets.indices, distinct)
+    return sets_matrix(np.asarray(columns, dtype=np.int64), counts), np.searchsorted(distinct, rows)
 
 
 def csr_arrays(sets: SetRows) -> tuple[np.ndarray, np.ndarray]:

@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+import gpudedup.index.files as index_files
+
 CONFIG: dict = {"root": None, "events": None, "at": None, "action": "kill", "steps": 0}
 _uuids = [random.Random()]
 
@@ -115,22 +117,23 @@ def _fsync(descriptor: int) -> None:
 
 os.fsync = _fsync
 
-_real_save = np.save
+_real_write_npy = index_files.write_npy
 
 
-def _save(file, array, *args, **kwargs):
+def _write_npy(path, array):
+    """A segment's array file: its step's action may write half of it first (then die)."""
     def half_write() -> None:
         buffer = io.BytesIO()
-        _real_save(buffer, array, *args, **kwargs)
+        np.save(buffer, np.ascontiguousarray(array))
         data = buffer.getvalue()
-        with open(file, "wb") as partial:
+        with open(path, "wb") as partial:
             partial.write(data[:len(data) // 2])
 
-    _step("save", file, half_write)
-    return _real_save(file, array, *args, **kwargs)
+    _step("save", path, half_write)
+    return _real_write_npy(path, array)
 
 
-np.save = _save
+index_files.write_npy = _write_npy  # write_segment looks the name up in its module when it runs
 
 _real_write_table = pq.write_table
 

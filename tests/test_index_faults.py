@@ -163,15 +163,17 @@ def reference(base: Base, server: Server, command: str) -> Reference:
     return REFERENCES[command]
 
 
-def kill_steps(steps: list[str], commit: int, seed: int) -> list[int]:
+def kill_steps(steps: list[str], commit: int, seed: int, writes_segment: bool) -> list[int]:
     """Every rename and the step after it, the steps around the manifest's rename, the middle
-    of one segment file's write, and four seeded random steps (numbers from 1)."""
+    of one segment file's write (a command that writes a segment must have such steps), and
+    four seeded random steps (numbers from 1)."""
     rng = random.Random(seed)
     chosen = {commit - 1, commit, commit + 1}
     for number, step in enumerate(steps, 1):
         if step.startswith("replace "):
             chosen |= {number, number + 1}
     saves = [n for n, step in enumerate(steps, 1) if step.startswith("save ")]
+    assert bool(saves) == writes_segment, f"segment file writes among the steps: {saves}"
     if saves:
         chosen.add(rng.choice(saves))
     chosen |= {rng.randrange(1, len(steps) + 1) for _ in range(4)}
@@ -203,7 +205,7 @@ def check_after_kill(base: Base, index: Path, ref: Reference, expected: str | No
 @pytest.mark.parametrize("command", ["add", "remove", "compact"])
 def test_sigkill_at_chosen_steps_leaves_the_last_committed_state(base, server, command):
     ref = reference(base, server, command)
-    for number in kill_steps(ref.steps, ref.commit, seed=len(command)):
+    for number in kill_steps(ref.steps, ref.commit, seed=len(command), writes_segment=command != "remove"):
         index = base.fresh(f"{command}-step-{number}")
         status, stderr = server.run(index, base.args(command, index),
                                     {"TEST_INDEX_AT": str(number), "TEST_INDEX_ACTION": "kill"})

@@ -252,6 +252,10 @@ def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
     Python sets where it reaches the threshold, BELOW_THRESHOLD elsewhere, on both routes."""
     if route == "scipy":
         monkeypatch.setenv(KERNEL_SWITCH, "numpy")
+        # The scipy route makes matrices of the pairs' stored rows, never of a whole segment.
+        whole = verify.as_set_matrix
+        monkeypatch.setattr(verify, "as_set_matrix", lambda sets: whole(sets) if not isinstance(
+            sets, verify.StoredSets) else pytest.fail("a matrix of every stored set was made"))
     else:
         monkeypatch.delenv(KERNEL_SWITCH, raising=False)
     rng = np.random.default_rng(11)

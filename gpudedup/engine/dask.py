@@ -248,13 +248,11 @@ def signature_groups(rows, work_root: str, active_starts: np.ndarray, width: int
 
     from ..copies import same_signature_rows
     from .disk import Kept, Shards, SpilledSignatures
-    from .workdir import WorkDir
 
     rows = rows.sort_values("position", kind="stable")
     positions = rows["position"].to_numpy(np.int64)
     spilled = rows["spilled"].to_numpy(np.int64)
-    shards = Shards(WorkDir.attach(Path(work_root)), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
-    signatures = SpilledSignatures(shards, width, Kept(spilled), spilled.shape[0])
+    signatures = SpilledSignatures(Shards.at(work_root, active_starts), width, Kept(spilled), spilled.shape[0])
     first, member = same_signature_rows(signatures, rows["hash"].to_numpy(np.uint64))
     return pd.DataFrame({"first": positions[first], "member": positions[member]})
 

@@ -128,6 +128,12 @@ class Shards:
         active = np.cumsum([0] + [info["active"] for info in infos]).astype(np.int64)
         return cls(work, count, rows, active)
 
+    @classmethod
+    def at(cls, work_root: str, active_starts: np.ndarray) -> "Shards":
+        """The shards of the work directory at ``work_root`` as a task needs them to read
+        per-active-row arrays (active_starts: Shards.active_starts; no per-row counts)."""
+        return cls(WorkDir.attach(Path(work_root)), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
+
     def own(self, array: np.ndarray, index: int) -> np.ndarray:
         """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
         return array[self.rows[index]:self.rows[index + 1]]
@@ -420,8 +426,8 @@ def spilled_plausible(work_root: str, active_starts: np.ndarray, width: int, fir
     (first, second: int64 (p,) places among the active rows of all shards, Kept.spilled's),
     their signature rows read from the shards' memory-mapped signatures.npy; active_starts:
     Shards.active_starts; width: the signatures' columns."""
-    shards = Shards(WorkDir.attach(Path(work_root)), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
-    return plausible(SpilledSignatures(shards, width, Kept(None), int(active_starts[-1])), first, second, threshold)
+    signatures = SpilledSignatures(Shards.at(work_root, active_starts), width, Kept(None), int(active_starts[-1]))
+    return plausible(signatures, first, second, threshold)
 
 
 def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,
@@ -764,12 +770,18 @@ class WorkDirStore:
         return [(root, starts, width, first[start:start + pairs_per_task], second[start:start + pairs_per_task],
                  threshold) for start in range(0, first.shape[0], pairs_per_task)]
 
+    def over_spilled(self, values: np.ndarray) -> np.ndarray:
+        """int64 over the spilled active rows of every shard: values[i] (int64 (m,)) at the
+        place of the run's active document i, -1 where the input rules left a row out."""
+        spread = np.full(int(self.shards.active_starts[-1]), -1, dtype=np.int64)
+        spread[self.active_rows.spilled(np.arange(self.active.shape[0]))] = values
+        return spread
+
     def row_hash_parts(self) -> list[tuple[int, np.ndarray]]:
         """Per shard (index, positions int64) over its spilled active rows: the run's position
         of each among the active documents (-1 where the input rules left it out), for a task
         that reads the shard's row hashes (dask.row_hash_rows)."""
-        positions = np.full(int(self.shards.active_starts[-1]), -1, dtype=np.int64)
-        positions[self.active_rows.spilled(np.arange(self.active.shape[0]))] = np.arange(self.active.shape[0])
+        positions = self.over_spilled(np.arange(self.active.shape[0]))
         starts = self.shards.active_starts
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
@@ -778,8 +790,7 @@ class WorkDirStore:
         of each (-1 where the input rules left it out) and whether it takes part in LSH (in_lsh),
         for a task that reads the shard's keys (dask.band_key_rows)."""
         keep = self.spilled_keep(in_lsh)
-        docs = np.full(keep.shape[0], -1, dtype=np.int64)
-        docs[self.active_rows.spilled(np.arange(self.active.shape[0]))] = self.active
+        docs = self.over_spilled(self.active)
         starts = self.shards.active_starts
         return [(index, docs[starts[index]:starts[index + 1]], keep[starts[index]:starts[index + 1]])
                 for index in range(self.shards.count)]

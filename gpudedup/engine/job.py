@@ -94,7 +94,7 @@ class Store(Protocol):
 
     def row_hashes(self) -> Optional[np.ndarray]:
         """uint64 (m,) host: copies.band_key_row_hash of the active documents' band keys, made
-        when they were signed (None: copies.identical_copies hashes the signature rows)."""
+        when they were signed (None: copies.same_signature_rows hashes the signature rows)."""
 
     def band_keys(self, in_lsh: np.ndarray) -> Any:
         """The band keys of the active documents where in_lsh (bool (m,)): ``keys[:, band]``

@@ -115,15 +115,15 @@ class MemoryStore:
         their sets), batch by batch, into one sparse matrix of sets (verify.document_sets); only
         their hashes come to the host.
         """
-        if name == "pairs":
-            self.budget.check("exact verification", lambda: self.verification_need(first, second),
-                              "raise --threshold or lower --bucket-window (fewer candidate pairs), "
-                              "or lower --batch-bytes")
-        if self.sets is not None:  # kept: merged where they are, nothing gathered
+        if self.sets is not None:  # kept (counted by the signature pass): merged where they are
             progress.start("Verifying pairs (exact)", first.shape[0])
             jaccard = pair_jaccard_at_least(self.sets, first, second, threshold, HOST_THREADS)
             progress.advance(first.shape[0])
             return jaccard
+        if name == "pairs":
+            self.budget.check("exact verification", lambda: self.verification_need(first, second),
+                              "raise --threshold or lower --bucket-window (fewer candidate pairs), "
+                              "or lower --batch-bytes")
 
         def sets_of(docs: np.ndarray) -> scipy.sparse.csr_matrix:
             progress.start("Verifying pairs (exact)", docs.shape[0])

@@ -191,28 +191,30 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     entry (not yet committed) and each file's stamp (file_stamp) taken once it was written,
     which stays the same through the rename (reader.Segment's ``written``).
 
-    Every file is written first; then a second thread takes each one's SHA-256 from the bytes
-    that were written (not read back) while this one fsyncs the files: hashing and flushing are
-    the two costs of a commit, and they overlap rather than add up."""
+    Every file is written first; then a second thread takes each one's SHA-256 while this one
+    fsyncs the files (hashing and flushing are the two costs of a commit, and they overlap
+    rather than add up): an array's from the bytes that were written, not read back; the ids'
+    (written by Arrow) read back in blocks."""
     from .sources import write_sources
 
     parent = root / "segments"
     parent.mkdir(exist_ok=True)
     temporary = parent / f"{TEMPORARY}{name}"
     temporary.mkdir()
-    contents: dict[str, list[bytes | memoryview]] = {}  # file name -> the bytes written to it, in pieces
+    # File name -> the bytes written to it, in pieces; or None: hash the file (Arrow wrote it).
+    contents: dict[str, Optional[list[bytes | memoryview]]] = {}
     for key, array in arrays.items():
         contents[f"{key}.npy"] = write_npy(temporary / f"{key}.npy", array)
-    path = temporary / "ids.arrow"
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
+    with pa.OSFile(str(temporary / "ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
         writer.write_table(ids)
-    contents[path.name] = [path.read_bytes()]
+    contents["ids.arrow"] = None
     if sources is not None:
         path, written = write_sources(temporary, sources)
         contents[path.name] = [written]
     stamps = {file: file_stamp(temporary / file) for file in contents}
     with ThreadPoolExecutor(max_workers=1) as hashing:
-        digests = {file: hashing.submit(sha256_of, pieces) for file, pieces in contents.items()}
+        digests = {file: hashing.submit(file_digest, temporary / file) if pieces is None
+                   else hashing.submit(sha256_of, pieces) for file, pieces in contents.items()}
         for file in contents:
             fsync_path(temporary / file)
         files = {file: digests[file].result() for file in sorted(contents)}
@@ -224,7 +226,8 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
 
 
 def write_npy(path: Path, array: np.ndarray) -> list[bytes | memoryview]:
-    """Write ``array`` as a .npy file (format 1.0, as np.save writes it); returns the bytes
+    """Write ``array`` (at least one dimension) as a .npy file of format 1.0, as np.save
+    writes a C-ordered array (a Fortran-ordered one is written C-ordered); returns the bytes
     written, as [header bytes, a memoryview of the array's data] (for sha256_of)."""
     array = np.ascontiguousarray(array)
     header = io.BytesIO()

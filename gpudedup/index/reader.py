@@ -23,13 +23,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse
 
-from ..backends import HOST_THREADS
 from ..lsh import sorted_unique
 from ..ragged import ragged_arange, ragged_take
 from ..shingling import ShingleSpec
+from ..threads import map_parallel
 from ..verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
 from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, read_manifest
-from ..threads import map_parallel
 from .sources import SOURCES_FILE, read_sources, source_sets
 
 
@@ -169,11 +168,6 @@ class Segment:
         return counts, np.asarray(columns, dtype=np.int64)
 
 
-# The probe looks up the bands on threads from this many new documents (an add), not for a
-# query's few (thread start-up doubled a query's median latency).
-THREADED_PROBE_DOCUMENTS = 1024
-
-
 class IndexReader:
     """The index at ``root`` as its manifest says now (later commits are not seen)."""
 
@@ -231,7 +225,7 @@ class IndexReader:
                     self._removed[name] = np.unique(rows.astype(np.int64))
         return self._removed
 
-    def probe(self, keys, window: int) -> tuple[np.ndarray, np.ndarray]:
+    def probe(self, keys, window: int, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """The indexed documents that share a band key with the new documents: keys, the new
         documents' band keys, uint64 (m, bands) on any side or anything whose ``keys[:, band]``
         gives one band's (a staged store's spilled keys). Returns (segment int64, row int64) of
@@ -244,7 +238,7 @@ class IndexReader:
         against the index pairs exactly what the batch run pairs wherever no bucket holds more
         than ``window`` documents.)
         """
-        _, segment, row = self.probe_pairs(keys, window)
+        _, segment, row = self.probe_pairs(keys, window, threads)
         return self.documents_of(sorted_unique(self.document_codes(segment, row)))
 
     def document_codes(self, segment: np.ndarray, row: np.ndarray) -> np.ndarray:
@@ -260,19 +254,19 @@ class IndexReader:
     def _code_span(self) -> int:
         return max([segment.entry.documents for segment in self.segments] + [1])
 
-    def probe_pairs(self, keys, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def probe_pairs(self, keys, window: int, threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which new document matched which indexed one (see probe): (new int64, segment int64,
-        row int64), one entry per distinct triple, live documents only. The bands are looked
-        up on the host's threads (numpy's sorts and searches release the GIL)."""
+        row int64), one entry per distinct triple, live documents only. threads: the bands are
+        looked up on this many threads (numpy's sorts and searches release the GIL): an add's
+        on the host (IndexStore.sign), not a query's few documents, for which starting threads
+        costs more than the searches (it doubled a query's median latency)."""
         bands = int(self.manifest.parameters["bands"]) if self.segments else 0
         removed = [self.removed().get(segment.entry.name, np.zeros(0, np.int64)) for segment in self.segments]
         for segment in self.segments:  # mapped (and checked) here: the threads only read them
             segment.array("keys"), segment.array("rows")
         new: list[list[np.ndarray]] = [[] for _ in self.segments]
         local: list[list[np.ndarray]] = [[] for _ in self.segments]
-        # keys[:, band] is read on the threads, as the candidate stage reads it (lsh.candidate_pairs).
-        # No threads for a query's few documents: starting them costs more than the searches.
-        threads = HOST_THREADS if keys.shape[0] >= THREADED_PROBE_DOCUMENTS else 1
+        # keys[:, band] is read on the threads, as the host's candidate stage reads it.
         for matches in map_parallel(lambda band: self.band_matches(band, keys[:, band], window, removed),
                                     list(range(bands)), threads):
             for position, (query, rows) in enumerate(matches):

@@ -48,7 +48,10 @@ class IndexStore:
         # The new documents' keys, all of them, once (a memory store hands its keys over).
         self.new_keys = inner.band_keys(np.ones(inner.active.shape[0], dtype=bool))
         with log.stage("index_probe"):
-            segment, row = self.reader.probe(self.new_keys, self.window)
+            # The bands on the host's threads; device keys (the GPU backend) on one, as the
+            # candidate stage reads them.
+            threads = HOST_THREADS if self.backend.xp is np else 1
+            segment, row = self.reader.probe(self.new_keys, self.window, threads)
             matched = self.matched = self.reader.gather(segment, row)
         k = self.pinned = matched.count
         self.documents = k + inner.documents
@@ -87,13 +90,6 @@ class IndexStore:
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return self.inner.cached(stage, compute)
 
-    def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
-                      name: str = "documents") -> scipy.sparse.csr_matrix:
-        """The shingle sets of rows ``docs`` (int64, ascending): stored ones for the indexed
-        rows, the inner store's for the new ones."""
-        k = self.pinned
-        return self.joined_sets(docs, self.inner.document_sets(docs[docs >= k] - k, progress, executor, name))
-
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of rows ``docs`` (int64, ascending): the indexed rows' stored sets,
         the new rows' from the inner store's reader."""
@@ -122,6 +118,8 @@ class IndexStore:
         if (~new).any():
             assert self.matched is not None
             old, fresh = first[~new], second[~new] - k
+            if (fresh < 0).any():  # (run_job drops them: they were checked when the later one came)
+                raise AssertionError("a pair of two indexed documents reached verification")
             docs = np.unique(fresh)
             new_sets, positions = self.inner.set_rows(docs, Progress(), executor, f"{name}-index")
             jaccard[~new] = self.reader.pair_jaccard_at_least(self.matched.segment[old], self.matched.row[old],
