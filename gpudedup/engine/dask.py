@@ -90,6 +90,15 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
         raise
 
 
+def in_work_directory(store) -> bool:
+    """Whether ``store`` keeps its documents in a work directory's shards that tasks can read
+    (disk.WorkDirStore); a run against a persistent index (index/store.py) does not: its
+    indexed documents are in the client, so its cluster-wide steps run there."""
+    from .disk import WorkDirStore
+
+    return isinstance(store, WorkDirStore)
+
+
 def cluster_failure(stage: str, error: Exception) -> ClusterError:
     return ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the finished "
                         "stages are in the work directory: run again with --resume")
@@ -139,7 +148,7 @@ class DaskExecutor:
         """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store
         without shards of keys to hand out (a run against a persistent index) finds its
         candidates in this process."""
-        if not hasattr(store, "band_key_parts"):
+        if not in_work_directory(store):
             from .job import LocalExecutor
 
             return LocalExecutor().candidate_pairs(store, in_lsh, window, backend)
@@ -180,7 +189,7 @@ class DaskExecutor:
         from .disk import spilled_plausible
         from .job import LocalExecutor
 
-        if not hasattr(store, "signature_filter_arguments"):
+        if not in_work_directory(store):
             return LocalExecutor().plausible(store, first, second, threshold)
         parts = self.map(spilled_plausible, store.signature_filter_arguments(first, second, threshold),
                          "the signature filter")
@@ -195,7 +204,7 @@ class DaskExecutor:
         (a run against a persistent index) groups in this process."""
         from .job import LocalExecutor
 
-        if not hasattr(store, "row_hash_parts"):
+        if not in_work_directory(store):
             return LocalExecutor().same_signature_rows(store)
         import dask
         import dask.dataframe as dd

@@ -291,9 +291,8 @@ class IndexReader:
         new documents' keys ``column`` (uint64 (m,), any side) in the segment's keys of that
         band; removed: per segment, its removed rows (int64, ascending)."""
         column = np.ascontiguousarray(column.get() if hasattr(column, "get") else column, dtype=np.uint64)
-        # Sorted once for every segment: numpy's binary search starts from the last answer when
-        # the keys it looks up ascend, several times faster than in random order. Any order of
-        # equal keys: probe_pairs makes the matches distinct.
+        # Sorted once for every segment (key_runs). Any order of equal keys: probe_pairs makes
+        # the matches distinct.
         order = np.argsort(column)
         needles = column[order]
         matches = []
@@ -302,11 +301,8 @@ class IndexReader:
             if sorted_keys.shape[0] == 0:
                 matches.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
                 continue
-            lo = np.searchsorted(sorted_keys, needles, side="left")
-            # Most new keys are in no segment: the end of a key's run only for those that are.
-            hit = sorted_keys[np.minimum(lo, sorted_keys.shape[0] - 1)] == needles
-            query, lo = order[hit], lo[hit]
-            hi = np.searchsorted(sorted_keys, needles[hit], side="right")
+            hit, lo, hi = key_runs(sorted_keys, needles)
+            query = order[hit]
             # The last ``window`` live documents of each key: enough candidates to cover the
             # removed ones among them, then the removed ones out, then the window.
             lo = np.maximum(lo, hi - window - gone.shape[0])
@@ -371,20 +367,17 @@ class IndexReader:
         each segment's sorted id keys (id_keys), each hit confirmed on the id itself."""
         removed = self.removed()
         keys = id_keys(ids)
-        # Looked up in ascending order: numpy's binary search starts from the last answer.
-        order = np.argsort(keys)
+        order = np.argsort(keys)  # looked up in ascending order (key_runs)
         needles = keys[order]
         for segment in self.segments:
             sorted_keys, key_rows = segment.array("id_keys"), segment.array("id_rows")
             if sorted_keys.shape[0] == 0:
                 continue
-            lo = np.searchsorted(sorted_keys, needles, side="left")
-            hit = np.flatnonzero(sorted_keys[np.minimum(lo, sorted_keys.shape[0] - 1)] == needles)
+            hit, lo, hi = key_runs(sorted_keys, needles)
             if hit.size == 0:
                 continue
-            hi = np.searchsorted(sorted_keys, needles[hit], side="right")
-            run, within = ragged_arange(hi - lo[hit])
-            rows = np.asarray(key_rows[lo[hit][run] + within], dtype=np.int64)
+            run, within = ragged_arange(hi - lo)
+            rows = np.asarray(key_rows[lo[run] + within], dtype=np.int64)
             positions = order[hit[run]]
             column = segment.ids()["id"]
             for position, row in sorted(zip(positions.tolist(), rows.tolist())):
@@ -408,6 +401,17 @@ class IndexReader:
         bounds = np.flatnonzero(np.diff(segment)) + 1
         for indices in np.split(np.arange(segment.shape[0]), bounds):
             yield int(segment[indices[0]]), indices
+
+
+def key_runs(sorted_keys: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``needles`` (uint64 (k,), ascending) lie in ``sorted_keys`` (uint64 (s,),
+    ascending, s >= 1; a segment's band keys or id keys): (hit int64 (h,): the needles found;
+    lo, hi int64 (h,): each one's run sorted_keys[lo:hi]). Ascending needles let numpy's binary
+    search start from its last answer, several times faster than in random order; most needles
+    are in no segment, so the end of a run is sought only for those that are."""
+    lo = np.searchsorted(sorted_keys, needles, side="left")
+    hit = np.flatnonzero(sorted_keys[np.minimum(lo, sorted_keys.shape[0] - 1)] == needles)
+    return hit, lo[hit], np.searchsorted(sorted_keys, needles[hit], side="right")
 
 
 def id_keys(ids: pa.Array) -> np.ndarray:
