@@ -280,6 +280,23 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
 
 
+def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, monkeypatch, tmp_path):
+    """What a killed run left in its hidden staging prefix under an output URL is no output:
+    the next write there needs no --overwrite, and its commit removes the leftover."""
+    from gpudedup.io.writer import remote_staging
+
+    root, url = corpus
+    monkeypatch.chdir(root)
+    out = f"s3://{BUCKET}/out-after-a-kill"
+    left = tmp_path / "left.jsonl"
+    left.write_text('{"text": "from a killed run"}\n', encoding="utf-8")
+    prefix = remote_staging(storage.Remote(out), tmp_path / "gpudedup-output-killed")
+    storage.upload(left, prefix.child("deduplicated/a.jsonl"))
+    gpudedup.dedup(url + "/big", backend="cpu").write(out)
+    assert "report.json" in objects_under(out)
+    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
+
+
 def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
     """With the output on object storage each worker uploads the kept rows of its files (beside
     the client's staging folder; the commit moves them into place): the same files as from a

@@ -185,7 +185,7 @@ def check_remote_output(out: Remote, overwrite: bool) -> None:
         bucket = path.strip("/").split("/")[0]
         if not bucket or filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
             raise OutputError(f"{out}: {bucket or 'its bucket'} does not exist")
-        found = [name for name in files_below(out) if not name[len(path) + 1:].startswith(REMOTE_STAGING)]
+        found = [name for name in files_below(out) if not in_staging_prefix(name[len(path) + 1:])]
     except (OSError, pa.ArrowException) as error:
         raise OutputError(f"{out}: cannot write there ({first_line(error)})") from None
     if found == [path]:
@@ -217,6 +217,10 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
         replacing = True  # from here on the old output is being taken apart
         for name in sorted(old, key=lambda n: n != old_report):  # the old report first
             filesystem.delete_file(name)
+        # Killed runs' staging prefixes, with the folder markers some stores keep for them.
+        for stale in sorted({name[len(root) + 1:].split("/")[0] for name in old
+                             if in_staging_prefix(name[len(root) + 1:])}):
+            filesystem.delete_dir(f"{root}/{stale}")
         for name in moved:
             filesystem.move(name, f"{root}/{name[len(prefix) + 1:]}")
         written = sorted(file for file in staging.rglob("*") if file.is_file())
@@ -241,6 +245,12 @@ def remote_staging(out: Remote, staging: Path) -> Remote:
     """The prefix under ``out`` that the run writing into the local ``staging`` uploads files
     into before its commit (hidden, as local staging folders are)."""
     return out.child(f".{staging.name}")
+
+
+def in_staging_prefix(relative: str) -> bool:
+    """Whether an object's path relative to an output URL lies in a run's staging prefix
+    (remote_staging's: "." and the name of a local staging folder), a killed run's included."""
+    return relative.startswith(f".{REMOTE_STAGING}")
 
 
 # The local staging folders of outputs on object storage, and (with a "." before) the hidden
