@@ -84,6 +84,13 @@ class Backend(Protocol):
 _gpu_stand_in: Optional[Callable[[], Backend]] = None
 
 
+def host_threads(backend: "Backend") -> int:
+    """Threads for a host stage that runs a part per thread over a backend's arrays (the
+    bands of the candidate stage, of an index's probe): the backend's batches at once on the
+    host; one where its arrays are on a device, read one part at a time on its stream."""
+    return backend.parallel_batches if backend.xp is np else 1
+
+
 def set_gpu_stand_in(factory: Optional[Callable[[], Backend]]) -> Optional[Callable[[], Backend]]:
     """Make get_backend("gpu") return ``factory()`` in this process (None: CuPy's backend again);
     returns the factory set before. For tests: "auto" is not affected."""

@@ -153,32 +153,21 @@ class DaskExecutor:
 
             return LocalExecutor().candidate_pairs(store, in_lsh, window, backend)
         import dask
-        import dask.dataframe as dd
-        import pandas as pd
+
+        from ..lsh import sorted_unique
 
         active = store.active
-        meta = pd.DataFrame({"band": pd.Series([], dtype="int32"), "key": pd.Series([], dtype="uint64"),
-                             "doc": pd.Series([], dtype="int64")})
         root = str(store.work.root)
         parts = [dask.delayed(band_key_rows)(root, index, docs, keep)
                  for index, docs, keep in store.band_key_parts(in_lsh)]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
-        frame = dd.from_delayed(parts, meta=meta, verify_meta=False)
-        # Every (band, key) bucket in one partition; as many partitions as shards keeps each
-        # about the size of one shard's keys.
-        shuffled = frame.shuffle(on=["band", "key"], npartitions=max(len(parts), 1))
         span = int(active[-1]) + 1 if active.shape[0] else 1
-        codes = shuffled.map_partitions(bucket_pair_codes, window, span,
-                                        meta=pd.DataFrame({"code": pd.Series([], dtype="uint64")}))
-        from ..lsh import sorted_unique
-
-        try:
-            computed = codes["code"].compute().to_numpy(dtype=np.uint64)
-        except Exception as error:  # noqa: BLE001 -- as in map
-            raise cluster_failure("the candidate shuffle", error) from None
-        unique = sorted_unique(computed)
+        # Every (band, key) bucket in one partition.
+        codes = shuffled_map(parts, {"band": "int32", "key": "uint64", "doc": "int64"}, ["band", "key"],
+                             bucket_pair_codes, (window, span), {"code": "uint64"}, "the candidate shuffle")
+        unique = sorted_unique(codes["code"].to_numpy(dtype=np.uint64))
         return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
 
     def plausible(self, store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
@@ -207,28 +196,41 @@ class DaskExecutor:
         if not in_work_directory(store):
             return LocalExecutor().same_signature_rows(store)
         import dask
-        import dask.dataframe as dd
-        import pandas as pd
 
         root, starts = str(store.work.root), store.shards.active_starts
-        meta = pd.DataFrame({"hash": pd.Series([], dtype="uint64"), "position": pd.Series([], dtype="int64"),
-                             "spilled": pd.Series([], dtype="int64")})
         parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), positions)
                  for index, positions in store.row_hash_parts()]
-        empty = np.zeros(0, np.int64)
         if not parts:
+            empty = np.zeros(0, np.int64)
             return empty, empty
-        shuffled = dd.from_delayed(parts, meta=meta, verify_meta=False).shuffle(on="hash", npartitions=len(parts))
-        pairs = shuffled.map_partitions(signature_groups, root, starts, store.signatures.shape[1],
-                                        meta=pd.DataFrame({"first": pd.Series([], dtype="int64"),
-                                                           "member": pd.Series([], dtype="int64")}))
-        try:
-            computed = pairs.compute()
-        except Exception as error:  # noqa: BLE001 -- as in map
-            raise cluster_failure("the identical-copies shuffle", error) from None
+        computed = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
+                                signature_groups, (root, starts, store.signatures.shape[1]),
+                                {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
         first, member = computed["first"].to_numpy(np.int64), computed["member"].to_numpy(np.int64)
         order = np.lexsort((member, first))
         return first[order], member[order]
+
+
+def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: Callable, arguments: tuple,
+                 result_columns: dict[str, str], stage: str):
+    """The rows of ``parts`` (delayed pandas DataFrames of ``columns``: name -> dtype) shuffled
+    on the columns ``on``, so that rows with equal values share a partition (as many
+    partitions as parts: each about the size of one part), then ``function(partition,
+    *arguments)`` on each partition (a DataFrame of ``result_columns``), computed: one pandas
+    DataFrame, in the client. A failure of the cluster is one ClusterError naming ``stage``."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    def frame_of(dtypes: dict[str, str]):
+        return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
+
+    shuffled = dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False).shuffle(
+        on=on, npartitions=max(len(parts), 1))
+    mapped = shuffled.map_partitions(function, *arguments, meta=frame_of(result_columns))
+    try:
+        return mapped.compute()
+    except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
+        raise cluster_failure(stage, error) from None
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------

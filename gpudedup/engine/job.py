@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from ..backends import Backend
+from ..backends import Backend, host_threads
 from ..cluster import Clusters, find_clusters
 from ..copies import Copies, identical_copies, same_signature_rows
 from ..hashing import Permutations, draw_permutations
@@ -163,7 +163,7 @@ class LocalExecutor:
     def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
                         backend: Backend) -> tuple[np.ndarray, np.ndarray]:
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
-        threads = backend.parallel_batches if backend.xp is np else 1
+        threads = host_threads(backend)
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
                                         lambda band_codes, bands: map_parallel(band_codes, list(bands), threads))
         return backend.to_host(first), backend.to_host(second)

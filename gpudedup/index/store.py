@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse
 
-from ..backends import HOST_THREADS, Backend
+from ..backends import HOST_THREADS, Backend, host_threads
 from ..copies import band_key_row_hash
 from ..engine.job import Executor
 from ..hashing import Permutations
@@ -48,10 +48,7 @@ class IndexStore:
         # The new documents' keys, all of them, once (a memory store hands its keys over).
         self.new_keys = inner.band_keys(np.ones(inner.active.shape[0], dtype=bool))
         with log.stage("index_probe"):
-            # The bands on the host's threads; device keys (the GPU backend) on one, as the
-            # candidate stage reads them.
-            threads = HOST_THREADS if self.backend.xp is np else 1
-            segment, row = self.reader.probe(self.new_keys, self.window, threads)
+            segment, row = self.reader.probe(self.new_keys, self.window, host_threads(self.backend))
             matched = self.matched = self.reader.gather(segment, row)
         k = self.pinned = matched.count
         self.documents = k + inner.documents
