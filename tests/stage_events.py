@@ -83,8 +83,10 @@ def finish(process: subprocess.Popen, limit: float = WAIT_LIMIT) -> str:
 
 
 def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None) -> subprocess.Popen:
-    """``gpudedup ARGS`` in a subprocess (stderr piped as text, stdout discarded)."""
-    return subprocess.Popen([sys.executable, "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
+    """``gpudedup ARGS`` in a subprocess (stderr piped as text, stdout discarded). Python's
+    fault handler is on, so a process that aborts (SIGABRT, SIGSEGV) prints every thread's
+    stack into the stderr a failing assertion shows."""
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
                              *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
 

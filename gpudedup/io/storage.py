@@ -17,7 +17,9 @@ refuses a URL), since its stages rely on memory maps and atomic renames.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import os
 import posixpath
 import re
@@ -207,6 +209,24 @@ def _filesystem(scheme: str, netloc: str, query: str) -> tuple[pafs.FileSystem, 
             raise ParameterError(f"{shown}: {scheme}:// URLs cannot be read here ({first_line(error)})") from None
         filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(spec))
     return filesystem, path.rstrip("/") if path.strip("/") else path
+
+
+def release_file_systems() -> None:
+    """Drop the file systems made by ``_filesystem`` and shut the AWS SDK down while nothing
+    holds an S3 client. Run at exit, before pyarrow's own finaliser (atexit runs its functions
+    last registered first, and pyarrow.fs registered its finaliser when it was imported above):
+    an S3 file system that outlives that finaliser, as the cache's would, is the case pyarrow's
+    issues 41087 and 50188 describe, a process that aborts or hangs after its work is done."""
+    _filesystem.cache_clear()
+    gc.collect()  # (file handles in reference cycles hold their file system too)
+    try:
+        from pyarrow.fs import ensure_s3_finalized
+    except ImportError:  # (a pyarrow built without S3)
+        return
+    ensure_s3_finalized()
+
+
+atexit.register(release_file_systems)
 
 
 def info(location: Location) -> pafs.FileInfo:
