@@ -86,9 +86,10 @@ def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None) -> subpr
     """``gpudedup ARGS`` in a subprocess (stderr piped as text, stdout discarded). Python's
     fault handler is on, so a process that aborts (SIGABRT, SIGSEGV) prints every thread's
     stack into the stderr a failing assertion shows."""
-    return subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", "import sys; from gpudedup.cli import main; sys.exit(main())",
-                             *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", "-c",
+                             "import sys; from gpudedup.cli import main; sys.exit(main())", *args],
+                            cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env)
 
 
 def kill_then_resume(args: list[str], cwd: Path, events_dir: Path, points: list[tuple[str, int]],
