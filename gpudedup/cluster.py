@@ -18,7 +18,7 @@ class Clusters(NamedTuple):
     cluster: int64 (m,), cluster number; clusters are numbered 0, 1, ... in the order of their
         first document.
     keep: bool (m,), True for the kept documents: one per cluster, except that a run against a
-        persistent index keeps every indexed document of a cluster (engine.job.pinned_keep).
+        persistent index keeps every indexed document of a cluster (clusters_of_roots).
     """
 
     docs: np.ndarray
@@ -30,39 +30,61 @@ class Clusters(NamedTuple):
         return int(self.cluster.max()) + 1 if self.cluster.size else 0
 
 
-def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "first") -> Clusters:
+def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "first", pinned: int = 0) -> Clusters:
     """Connected components of the graph whose edges are the verified pairs.
 
     first, second: int64 (p,) document indices of the verified pairs. lengths: int64 (n_docs,)
     text lengths, used by ``policy="longest"`` (keep the longest text, the first of equals);
-    ``"first"`` keeps the first document in input order. Deterministic, never random.
+    ``"first"`` keeps the first document in input order. Deterministic, never random. pinned:
+    rows below it are never removed (clusters_of_roots).
     """
+    first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
+    if first.size and (min(first.min(), second.min()) < 0 or max(first.max(), second.max()) >= n_docs):
+        raise ValueError(f"pairs name documents outside 0 .. {n_docs - 1}")
+    docs, root = component_roots(first, second)
+    return clusters_of_roots(docs, root, lengths, policy, pinned)
+
+
+def component_roots(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The connected components of the pairs' graph, as (docs, root): int64 (m,), host; docs
+    ascending, every document of some pair; root, the smallest document of its component (the
+    form engine/components.py computes on a cluster too). The graph is made over the pairs'
+    documents only (m nodes), not over the corpus."""
     if first.size == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return Clusters(empty, empty, np.zeros(0, dtype=bool))
-    graph = scipy.sparse.coo_matrix(
-        (np.ones(first.shape[0], dtype=np.int8), (first, second)), shape=(n_docs, n_docs)
-    )
+        return empty, empty
+    docs, ends = np.unique(np.concatenate([first, second]), return_inverse=True)
+    m = docs.shape[0]
+    graph = scipy.sparse.coo_matrix((np.ones(first.shape[0], dtype=np.int8), (ends[:first.shape[0]],
+                                     ends[first.shape[0]:])), shape=(m, m))
     _, component = connected_components(graph, directed=False)
-    size = np.bincount(component)
-    docs = np.flatnonzero(size[component] > 1)
-    component = component[docs]
-    # Number clusters by their first document: docs ascend, so a component's first appearance
-    # in `docs` is its first document.
-    _, first_seen, dense = np.unique(component, return_index=True, return_inverse=True)
-    renumber = np.empty(first_seen.shape[0], dtype=np.int64)
-    renumber[np.argsort(first_seen)] = np.arange(first_seen.shape[0])
-    cluster = renumber[dense]
+    # A component's smallest document: docs ascend, so its first node.
+    smallest = np.full(int(component.max()) + 1, m, dtype=np.int64)
+    np.minimum.at(smallest, component, np.arange(m))
+    return docs, docs[smallest[component]]
+
+
+def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepPolicy = "first",
+                      pinned: int = 0) -> Clusters:
+    """The clusters and the keep decision of components given as (docs, root) (int64 (m,),
+    host, docs ascending, root the smallest document of each one's component;
+    component_roots). Clusters are numbered in the order of their first document, so by root.
+    ``policy`` chooses the kept document (find_clusters); rows below ``pinned`` are documents
+    kept before (a persistent index's): never removed, and a cluster holding one keeps those
+    and removes the rest (its root, its smallest row, is then one of them)."""
+    roots, cluster = np.unique(root, return_inverse=True)
+    cluster = cluster.astype(np.int64).reshape(-1)
     if policy == "first":
-        chosen = np.zeros(docs.shape[0], dtype=bool)
-        chosen[np.sort(first_seen)] = True
+        chosen = docs == root
     elif policy == "longest":
         # Within each cluster: longest first, then input order; the head of each group is kept.
-        order = np.lexsort((docs, -lengths[docs], cluster))
+        order = np.lexsort((docs, -np.asarray(lengths)[docs], cluster))
         heads = np.ones(order.shape[0], dtype=bool)
         heads[1:] = cluster[order][1:] != cluster[order][:-1]
         chosen = np.zeros(docs.shape[0], dtype=bool)
         chosen[order[heads]] = True
     else:
         raise ValueError(f"keep policy must be 'first' or 'longest', got {policy!r}")
+    if pinned:
+        chosen = np.where(root < pinned, docs < pinned, chosen)
     return Clusters(docs, cluster, chosen)

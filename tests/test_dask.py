@@ -100,13 +100,16 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     assert written_by_workers(stream) == 6
 
 
-def test_the_signature_filter_and_copy_grouping_run_on_the_workers(client, corpus, tmp_path, monkeypatch):
-    """On a cluster the client neither filters candidate pairs by their signatures nor groups
-    documents by their row hashes: tasks do both, reading signatures and hashes from the work
-    directory. Counted in the client: its in-process filter and grouping are made to fail, as
-    is reading every document's row hash, and its signature gatherer hands out no row; the
-    results (identical copies among them) are the single process's."""
-    from gpudedup.engine import disk
+def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,
+                                                                            monkeypatch):
+    """On a cluster the client neither filters candidate pairs by their signatures, nor groups
+    documents by their row hashes, nor finds the connected components: tasks do these, reading
+    signatures and hashes from the work directory, the components in parts of a few pairs
+    (so that the rounds of engine/components.py run). Counted in the client: its in-process
+    filter, grouping and components are made to fail, as is reading every document's row
+    hash, and its signature gatherer hands out no row; the results (identical copies among
+    them) are the single process's."""
+    from gpudedup.engine import components, disk
     from gpudedup.engine.job import LocalExecutor
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
@@ -116,8 +119,9 @@ def test_the_signature_filter_and_copy_grouping_run_on_the_workers(client, corpu
 
     gathered: list[int] = []
     gather = disk.SpilledSignatures.__getitem__
-    for name in ("plausible", "same_signature_rows"):
+    for name in ("plausible", "same_signature_rows", "components"):
         monkeypatch.setattr(LocalExecutor, name, refused)
+    monkeypatch.setattr(components, "PAIRS_PER_PART", 40)
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
     monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
                         lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
@@ -126,7 +130,8 @@ def test_the_signature_filter_and_copy_grouping_run_on_the_workers(client, corpu
     assert_same_results(single, spread)
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
     keys = [str(task["key"]) for task in stream.data]
-    assert any("spilled_plausible" in key for key in keys) and any("signature_groups" in key for key in keys), keys
+    for task in ("spilled_plausible", "signature_groups", "part_stars", "large_star", "small_star"):
+        assert any(task in key for key in keys), (task, keys)
     assert sum(gathered) == 0
 
 

@@ -122,13 +122,18 @@ def first_error(futures: list, error: GpudedupError) -> GpudedupError:
 
 
 class DaskExecutor:
-    """Runs a store's tasks (job.Executor) on ``client``'s workers; the candidate stage as a
-    shuffle of the work directory's band keys."""
+    """Runs a store's tasks (job.Executor) on ``client``'s workers: the candidate stage and the
+    identical-copies grouping as shuffles of what the work directory holds, the signature
+    filter as tasks reading its signatures, the connected components as rounds of shuffles
+    (engine/components.py)."""
 
     in_process = False
 
-    def __init__(self, client):
+    def __init__(self, client, pairs_per_part: Optional[int] = None):
+        from .components import PAIRS_PER_PART
+
         self.client = client
+        self.pairs_per_part = pairs_per_part or PAIRS_PER_PART  # (tests make it small)
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
@@ -143,6 +148,13 @@ class DaskExecutor:
 
     def connected(self) -> bool:
         return getattr(self.client, "status", None) == "running"
+
+    def components(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The connected components as tasks (engine/components.py): a task per part of the
+        pairs, then shuffles of their edges until they are stars."""
+        from .components import dask_component_roots
+
+        return dask_component_roots(self.client, first, second, self.pairs_per_part)
 
     def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
         """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store

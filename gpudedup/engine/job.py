@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..cluster import Clusters, find_clusters
+from ..cluster import Clusters, clusters_of_roots, component_roots
 from ..copies import Copies, identical_copies, same_signature_rows
 from ..hashing import Permutations, draw_permutations
 from ..lsh import Banding, candidate_pairs
@@ -148,6 +148,11 @@ class Executor(Protocol):
         """copies.same_signature_rows of the active documents' signatures (store.row_hashes
         proposing the groups): (first, member) int64 positions into store.active, ascending."""
 
+    def components(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The connected components of the verified pairs (first[i], second[i]) (int64 (p,)
+        rows, host) as cluster.component_roots gives them: (docs, root) int64, host, docs
+        ascending, root the smallest document of each one's component."""
+
 
 class LocalExecutor:
     """Runs every task in this process, in order."""
@@ -173,6 +178,9 @@ class LocalExecutor:
 
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         return same_signature_rows(store.signatures, store.row_hashes())
+
+    def components(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return component_roots(first, second)
 
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
@@ -228,7 +236,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     pair_a, pair_b, jaccard, clusters, keep = cluster_verified(store.documents, checked_first, checked_second,
                                                                checked_jaccard, lengths, params, log, progress,
-                                                               store.pinned)
+                                                               store.pinned, executor)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
@@ -264,32 +272,23 @@ def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies:
 
 
 def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
-                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress, pinned: int = 0):
+                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress, pinned: int = 0,
+                     executor: Optional["Executor"] = None):
     """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
-    their clusters, and keep: bool (n,), False exactly for the removed duplicates; rows below
-    ``pinned`` are kept, and so is nothing else of a cluster that holds one (Store.pinned)."""
+    their clusters (the connected components found by ``executor``), and keep: bool (n,),
+    False exactly for the removed duplicates; rows below ``pinned`` are kept, and so is nothing
+    else of a cluster that holds one (Store.pinned)."""
     verified = checked_jaccard >= params.threshold
     pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
     progress.start("Clustering", 1)
     with log.stage("cluster"):
-        clusters = find_clusters(n_docs, pair_a, pair_b, lengths, params.keep)
-        if pinned:
-            clusters = clusters._replace(keep=pinned_keep(clusters, pinned))
+        docs, root = (executor or LocalExecutor()).components(pair_a, pair_b)
+        clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
         keep = np.ones(n_docs, dtype=bool)
         keep[clusters.docs[~clusters.keep]] = False
     progress.advance(1)
     progress.stop()
     return pair_a, pair_b, jaccard, clusters, keep
-
-
-def pinned_keep(clusters: Clusters, pinned: int) -> np.ndarray:
-    """bool, aligned with clusters.docs: the keep decision when rows below ``pinned`` can never
-    be removed: a cluster holding such a row keeps those rows and removes the others; a cluster
-    without one keeps what the policy chose."""
-    old = clusters.docs < pinned
-    holds_old = np.zeros(clusters.count, dtype=bool)
-    holds_old[clusters.cluster[old]] = True
-    return np.where(holds_old[clusters.cluster], old, clusters.keep)
 
 
 def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

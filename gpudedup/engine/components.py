@@ -1,0 +1,172 @@
+"""Connected components of the verified pairs on a Dask cluster, in the form
+cluster.component_roots gives them in one process: every document of a pair with the smallest
+document of its component (its root).
+
+The pairs are cut into parts of at most ``pairs_per_part``. A task per part finds the part's
+own components (cluster.component_roots) and hands on a star per component: an edge from each
+of its documents to its root. One part needs nothing more. Otherwise the stars of the parts
+are joined by the alternating large-star and small-star steps of Kiveris et al., "Connected
+Components in MapReduce and Beyond" (SoCC 2014), each a shuffle of the edges on a node so that
+a task sees every neighbour of its nodes:
+
+- large star: each node u links its larger neighbours to m(u), the smallest of u and its
+  neighbours;
+- small star: each node u links itself and its smaller neighbours to the smallest of them.
+
+Neither step changes the components; together they reach, in O(log^2 n) rounds, a forest of
+stars each centred on its component's smallest node. That state is recognised locally, in the
+shuffle the next large star makes anyway: every node either has only larger neighbours (a
+centre) or exactly one neighbour, a smaller one (a leaf). The client holds a count per round
+and, at the end, the (document, root) of the documents in components.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Pairs per part: the first step's scipy graph of a part takes about 60 bytes per pair.
+PAIRS_PER_PART = 4_000_000
+# The alternating steps converge in O(log^2 n) rounds; a run that has not is a bug, not data.
+MOST_ROUNDS = 200
+
+
+def dask_component_roots(client, first: np.ndarray, second: np.ndarray,
+                         pairs_per_part: int = PAIRS_PER_PART) -> tuple[np.ndarray, np.ndarray]:
+    """cluster.component_roots of the pairs (first[i], second[i]) (int64 (p,), host), computed
+    by tasks on the workers of ``client`` (a distributed.Client, the default client of the
+    collections computed here). Returns (docs, root), int64, host, docs ascending."""
+    import dask
+    import dask.dataframe as dd
+
+    from .dask import cluster_failure
+
+    if first.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    try:
+        # The parts go to the workers as data, not inside the task graph (which distributed
+        # warns about past a few MB).
+        parts = [dask.delayed(part_stars)(*client.scatter([first[start:start + pairs_per_part],
+                                                           second[start:start + pairs_per_part]]))
+                 for start in range(0, first.shape[0], pairs_per_part)]
+        edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
+        if len(parts) == 1:  # one part's stars are its components already
+            stars = edges.compute()
+            return roots_of_stars(stars["a"].to_numpy(np.int64), stars["b"].to_numpy(np.int64))
+        for _ in range(MOST_ROUNDS):
+            grouped = by_node(edges, len(parts)).persist()
+            if int(grouped.map_partitions(star_violations, meta=("bad", "int64")).sum().compute()) == 0:
+                labels = grouped.map_partitions(star_labels, meta=edge_frame()).compute()
+                docs, root = labels["a"].to_numpy(np.int64), labels["b"].to_numpy(np.int64)
+                order = np.argsort(docs, kind="stable")
+                return docs[order], root[order]
+            edges = grouped.map_partitions(large_star, meta=edge_frame())
+            edges = by_node(edges, len(parts)).map_partitions(small_star, meta=edge_frame())
+    except Exception as error:  # noqa: BLE001 -- as in dask.shuffled_map
+        raise cluster_failure("the connected components", error) from None
+    raise RuntimeError(f"the connected components did not converge in {MOST_ROUNDS} rounds")
+
+
+def by_node(edges, partitions: int):
+    """The edges (a, b) as (u, v) rows in both directions, shuffled on u: every neighbour v of
+    a node u in u's partition."""
+    return edges.map_partitions(both_ways, meta=node_frame()).shuffle(on="u", npartitions=partitions)
+
+
+def roots_of_stars(leaf: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(docs, root) of a forest of stars given as edges leaf -> centre (int64 (e,)), centres
+    the smallest of their stars: docs ascending, each centre its own root."""
+    centres = np.setdiff1d(centre, leaf)
+    docs = np.concatenate([leaf, centres])
+    root = np.concatenate([centre, centres])
+    order = np.argsort(docs, kind="stable")
+    return docs[order], root[order]
+
+
+# --- tasks (module-level, so that workers import them rather than unpickle code) --------------
+
+
+def edge_frame(a: np.ndarray | None = None, b: np.ndarray | None = None):
+    """A pandas DataFrame of edges (a, b), int64 (the empty one: Dask's meta)."""
+    import pandas as pd
+
+    empty = np.zeros(0, np.int64)
+    return pd.DataFrame({"a": empty if a is None else a, "b": empty if b is None else b})
+
+
+def node_frame():
+    import pandas as pd
+
+    empty = np.zeros(0, np.int64)
+    return pd.DataFrame({"u": empty, "v": empty})
+
+
+def part_stars(first: np.ndarray, second: np.ndarray):
+    """One part's components as stars: an edge (document, root) for each document of a pair
+    that is not its component's root (cluster.component_roots)."""
+    from ..cluster import component_roots
+
+    docs, root = component_roots(first, second)
+    leaves = docs != root
+    return edge_frame(docs[leaves], root[leaves])
+
+
+def both_ways(edges):
+    import pandas as pd
+
+    a, b = edges["a"].to_numpy(np.int64), edges["b"].to_numpy(np.int64)
+    return pd.DataFrame({"u": np.concatenate([a, b]), "v": np.concatenate([b, a])})
+
+
+def neighbourhoods(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A shuffled partition's (u, v) rows, distinct and sorted by (u, v), as (u, v, node, first):
+    node, the node of each group of rows with one u (int64 (g,), ascending); first, the index
+    of each group's first row (its smallest neighbour)."""
+    u, v = rows["u"].to_numpy(np.int64), rows["v"].to_numpy(np.int64)
+    order = np.lexsort((v, u))
+    u, v = u[order], v[order]
+    distinct = np.ones(u.shape[0], dtype=bool)
+    distinct[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
+    u, v = u[distinct], v[distinct]
+    first = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else np.zeros(0, np.int64)
+    return u, v, u[first], first
+
+
+def large_star(rows):
+    """Each node's larger neighbours linked to the smallest of the node and its neighbours."""
+    u, v, node, first = neighbourhoods(rows)
+    smallest = np.minimum(node, v[first])
+    group = np.repeat(np.arange(node.shape[0]), np.diff(np.append(first, u.shape[0])))
+    larger = v > u
+    return edge_frame(v[larger], smallest[group][larger])
+
+
+def small_star(rows):
+    """Each node and its smaller neighbours linked to the smallest of them."""
+    u, v, node, first = neighbourhoods(rows)
+    smallest = np.minimum(node, v[first])
+    group = np.repeat(np.arange(node.shape[0]), np.diff(np.append(first, u.shape[0])))
+    smaller = (v < u) & (v != smallest[group])
+    moved = node != smallest  # the node itself, where a neighbour is smaller
+    return edge_frame(np.concatenate([v[smaller], node[moved]]),
+                      np.concatenate([smallest[group][smaller], smallest[moved]]))
+
+
+def star_violations(rows):
+    """How many of the partition's nodes are neither a centre (only larger neighbours) nor a
+    leaf (exactly one neighbour, a smaller one): 0 everywhere once the edges are stars
+    centred on their components' smallest nodes."""
+    import pandas as pd
+
+    u, v, node, first = neighbourhoods(rows)
+    count = np.diff(np.append(first, u.shape[0]))
+    centre = v[first] > node
+    leaf = (count == 1) & (v[first] < node)
+    return pd.Series([int((~(centre | leaf)).sum())], dtype="int64")
+
+
+def star_labels(rows):
+    """(node, root) of every node of a partition of stars: a centre its own root, a leaf its
+    one neighbour."""
+    _, v, node, first = neighbourhoods(rows)
+    return edge_frame(node, np.minimum(node, v[first]))

@@ -1,0 +1,101 @@
+"""Connected components on a Dask cluster (engine/components.py) against the union-find oracle
+of tests/oracles.py, with parts small enough that the large-star / small-star rounds run (a few
+parts: every round is a shuffle): long paths in shuffled order (the slowest to converge),
+random sparse graphs, stars, and one part."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from gpudedup.cluster import clusters_of_roots, component_roots
+from gpudedup.engine.components import dask_component_roots
+from oracles import oracle_clusters
+
+# Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
+distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
+        yield connected
+
+
+def oracle_roots(first: np.ndarray, second: np.ndarray) -> tuple[list[int], list[int]]:
+    """(docs, root) by union-find: every document of a pair and its component's smallest."""
+    n_docs = int(max(first.max(), second.max())) + 1
+    docs, cluster, _ = oracle_clusters(n_docs, zip(first.tolist(), second.tolist()), [0] * n_docs)
+    smallest: dict[int, int] = {}
+    for doc, number in zip(docs, cluster):
+        smallest.setdefault(number, doc)  # docs ascend
+    return docs, [smallest[number] for number in cluster]
+
+
+def shuffled_path(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A path through n documents in random order, its edges in random order."""
+    nodes = rng.permutation(n).astype(np.int64)
+    a, b = nodes[:-1], nodes[1:]
+    order = rng.permutation(n - 1)
+    return np.minimum(a, b)[order], np.maximum(a, b)[order]
+
+
+def random_pairs(rng, n_docs: int, n_pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    a, b = rng.integers(0, n_docs, n_pairs), rng.integers(0, n_docs, n_pairs)
+    distinct = a != b
+    return np.minimum(a, b)[distinct].astype(np.int64), np.maximum(a, b)[distinct].astype(np.int64)
+
+
+def assert_oracle(client, first, second, pairs_per_part):
+    docs, root = dask_component_roots(client, first, second, pairs_per_part)
+    assert docs.dtype == root.dtype == np.int64
+    assert (docs.tolist(), root.tolist()) == oracle_roots(first, second)
+    local_docs, local_root = component_roots(first, second)  # the single process's route
+    assert np.array_equal(docs, local_docs) and np.array_equal(root, local_root)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_long_shuffled_paths(client, seed):
+    rng = np.random.default_rng(seed)
+    first, second = shuffled_path(rng, 300)
+    assert_oracle(client, first, second, pairs_per_part=80)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_sparse_graphs(client, seed):
+    rng = np.random.default_rng(100 + seed)
+    n_docs = int(rng.integers(50, 2000))
+    first, second = random_pairs(rng, n_docs, int(rng.integers(n_docs // 3, n_docs)))
+    assert_oracle(client, first, second, pairs_per_part=first.shape[0] // int(rng.integers(2, 5)) + 1)
+
+
+def test_stars_and_several_paths_in_one_graph(client):
+    rng = np.random.default_rng(7)
+    star = (np.zeros(40, np.int64) + 500, np.arange(501, 541, dtype=np.int64))
+    paths = [shuffled_path(rng, 50) for _ in range(3)]
+    first = np.concatenate([star[0]] + [a + 1000 * (i + 1) for i, (a, _) in enumerate(paths)])
+    second = np.concatenate([star[1]] + [b + 1000 * (i + 1) for i, (_, b) in enumerate(paths)])
+    order = rng.permutation(first.shape[0])
+    assert_oracle(client, first[order], second[order], pairs_per_part=60)
+
+
+def test_one_part_and_no_pairs(client):
+    rng = np.random.default_rng(3)
+    first, second = random_pairs(rng, 500, 300)
+    assert_oracle(client, first, second, pairs_per_part=10_000)
+    docs, root = dask_component_roots(client, np.zeros(0, np.int64), np.zeros(0, np.int64), 5)
+    assert docs.shape == root.shape == (0,)
+
+
+@pytest.mark.parametrize("policy", ["first", "longest"])
+def test_keep_decision_from_roots_matches_the_oracle(policy):
+    """clusters_of_roots, the decision both routes share, against union-find's clusters."""
+    rng = np.random.default_rng(11)
+    first, second = random_pairs(rng, 400, 250)
+    lengths = rng.integers(0, 5, 400).astype(np.int64)
+    clusters = clusters_of_roots(*component_roots(first, second), lengths, policy)
+    expected = oracle_clusters(400, zip(first.tolist(), second.tolist()), lengths.tolist(), policy)
+    assert (clusters.docs.tolist(), clusters.cluster.tolist(), clusters.keep.tolist()) == expected
