@@ -4,7 +4,8 @@ document of its component (its root).
 
 The pairs are cut into parts of at most ``pairs_per_part``. A task per part finds the part's
 own components (cluster.component_roots) and hands on a star per component: an edge from each
-of its documents to its root. One part needs nothing more. Otherwise the stars of the parts
+of its documents to its root. One part needs nothing more (its task's roots are the answer).
+Otherwise the stars of the parts
 are joined by the alternating large-star and small-star steps of Kiveris et al., "Connected
 Components in MapReduce and Beyond" (SoCC 2014), each a shuffle of the edges on a node so that
 a task sees every neighbour of its nodes:
@@ -24,8 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-# Pairs per part: the first step's scipy graph of a part takes about 60 bytes per pair.
-PAIRS_PER_PART = 4_000_000
+# Pairs per part: a part's components take about 125 bytes per pair on its worker (1,503 MB
+# for 12 million pairs, scripts/bench_components.py), so about 1 GB here. Up to this many pairs
+# one task does it all, nearly as fast as the client would (14.8 s against 11.0 s for 12
+# million); past it every round costs two shuffles (24 s against 1.2 s for 2 million pairs cut
+# into 4 parts on 2 workers of this 2-core machine).
+PAIRS_PER_PART = 8_000_000
 # The alternating steps converge in O(log^2 n) rounds; a run that has not is a bug, not data.
 MOST_ROUNDS = 200
 
@@ -43,16 +48,17 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray,
     if first.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
+    from ..cluster import component_roots
+
     try:
         # The parts go to the workers as data, not inside the task graph (which distributed
         # warns about past a few MB).
-        parts = [dask.delayed(part_stars)(*client.scatter([first[start:start + pairs_per_part],
-                                                           second[start:start + pairs_per_part]]))
-                 for start in range(0, first.shape[0], pairs_per_part)]
+        scattered = [client.scatter([first[start:start + pairs_per_part], second[start:start + pairs_per_part]])
+                     for start in range(0, first.shape[0], pairs_per_part)]
+        if len(scattered) == 1:  # one part: one task does what the client would
+            return client.submit(component_roots, *scattered[0]).result()
+        parts = [dask.delayed(part_stars)(*part) for part in scattered]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
-        if len(parts) == 1:  # one part's stars are its components already
-            stars = edges.compute()
-            return roots_of_stars(stars["a"].to_numpy(np.int64), stars["b"].to_numpy(np.int64))
         for _ in range(MOST_ROUNDS):
             grouped = by_node(edges, len(parts)).persist()
             if int(grouped.map_partitions(star_violations, meta=("bad", "int64")).sum().compute()) == 0:
@@ -69,18 +75,9 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray,
 
 def by_node(edges, partitions: int):
     """The edges (a, b) as (u, v) rows in both directions, shuffled on u: every neighbour v of
-    a node u in u's partition."""
-    return edges.map_partitions(both_ways, meta=node_frame()).shuffle(on="u", npartitions=partitions)
-
-
-def roots_of_stars(leaf: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(docs, root) of a forest of stars given as edges leaf -> centre (int64 (e,)), centres
-    the smallest of their stars: docs ascending, each centre its own root."""
-    centres = np.setdiff1d(centre, leaf)
-    docs = np.concatenate([leaf, centres])
-    root = np.concatenate([centre, centres])
-    order = np.argsort(docs, kind="stable")
-    return docs[order], root[order]
+    a node u in u's partition; each partition's rows distinct and sorted by (u, v)."""
+    return edges.map_partitions(both_ways, meta=node_frame()).shuffle(on="u", npartitions=partitions).map_partitions(
+        distinct_sorted, meta=node_frame())
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
@@ -118,16 +115,23 @@ def both_ways(edges):
     return pd.DataFrame({"u": np.concatenate([a, b]), "v": np.concatenate([b, a])})
 
 
-def neighbourhoods(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A shuffled partition's (u, v) rows, distinct and sorted by (u, v), as (u, v, node, first):
-    node, the node of each group of rows with one u (int64 (g,), ascending); first, the index
-    of each group's first row (its smallest neighbour)."""
+def distinct_sorted(rows):
+    """A shuffled partition's (u, v) rows, distinct and sorted by (u, v)."""
+    import pandas as pd
+
     u, v = rows["u"].to_numpy(np.int64), rows["v"].to_numpy(np.int64)
     order = np.lexsort((v, u))
     u, v = u[order], v[order]
     distinct = np.ones(u.shape[0], dtype=bool)
     distinct[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
-    u, v = u[distinct], v[distinct]
+    return pd.DataFrame({"u": u[distinct], "v": v[distinct]})
+
+
+def neighbourhoods(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A partition of by_node's rows (distinct, sorted by (u, v)) as (u, v, node, first): node,
+    the node of each group of rows with one u (int64 (g,), ascending); first, the index of each
+    group's first row (its smallest neighbour)."""
+    u, v = rows["u"].to_numpy(np.int64), rows["v"].to_numpy(np.int64)
     first = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else np.zeros(0, np.int64)
     return u, v, u[first], first
 

@@ -1,0 +1,93 @@
+"""Connected components of verified pairs: in this process (cluster.component_roots, scipy)
+against a 2-worker Dask cluster (engine/components.py: a task per part of the pairs, then the
+large-star / small-star shuffles), on the same synthetic graph in the same run; the two must
+give the same (docs, root).
+
+The graph looks like a deduplication's: ``--pairs`` pairs over documents numbered up to 4x as
+many, most in small clusters (a document and a few near copies, as pairs to the first),
+one in fifty cluster a chain of 20-200 documents (pairs along versions of a text), edges in
+random order. Reported per route: seconds, and peak resident memory of the process that runs
+the job (for Dask: the client's, and each worker's at the end, from ``getrusage``).
+
+    python scripts/bench_components.py --pairs 20000000 --pairs-per-part 4000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import time
+
+import numpy as np
+
+
+def synthetic_pairs(pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (p,) a < b: small stars and some chains, in random order, over 4x the documents."""
+    rng = np.random.default_rng(seed)
+    firsts, seconds, made, next_doc = [], [], 0, 0
+    documents = rng.permutation(4 * pairs + 1000)
+    while made < pairs:
+        if rng.random() < 0.02:
+            size = int(rng.integers(20, 201))
+            nodes = documents[next_doc:next_doc + size]
+            firsts.append(nodes[:-1]), seconds.append(nodes[1:])
+        else:
+            size = int(rng.integers(2, 6))
+            nodes = documents[next_doc:next_doc + size]
+            firsts.append(np.repeat(nodes[0], size - 1)), seconds.append(nodes[1:])
+        next_doc += size
+        made += size - 1
+    a, b = np.concatenate(firsts)[:pairs], np.concatenate(seconds)[:pairs]
+    order = rng.permutation(a.shape[0])
+    return np.minimum(a, b)[order].astype(np.int64), np.maximum(a, b)[order].astype(np.int64)
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=20_000_000)
+    parser.add_argument("--pairs-per-part", type=int, default=None, help="default: the engine's")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args()
+
+    import distributed
+
+    from gpudedup.cluster import component_roots
+    from gpudedup.engine.components import PAIRS_PER_PART, dask_component_roots
+
+    per_part = args.pairs_per_part or PAIRS_PER_PART
+    # The cluster first, so that its workers do not start from this process's memory.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+        first, second = synthetic_pairs(args.pairs, args.seed)
+        figures: dict = {"pairs": int(first.shape[0]), "pairs_per_part": per_part,
+                         "rss_after_graph_mb": round(peak_mb())}
+        start = time.perf_counter()
+        spread = dask_component_roots(client, first, second, per_part)
+        figures["dask_seconds"] = round(time.perf_counter() - start, 2)
+        figures["dask_client_peak_mb"] = round(peak_mb())
+        workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        figures["dask_worker_peaks_mb"] = sorted(round(value) for value in workers.values())
+
+    start = time.perf_counter()
+    local = component_roots(first, second)
+    figures["in_process_seconds"] = round(time.perf_counter() - start, 2)
+    figures["in_process_peak_mb"] = round(peak_mb())
+    figures["documents_in_clusters"] = int(local[0].shape[0])
+    figures["same"] = bool(np.array_equal(local[0], spread[0]) and np.array_equal(local[1], spread[1]))
+    print(json.dumps(figures, indent=1))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(figures, handle, indent=1)
+    if not figures["same"]:
+        raise SystemExit("the two routes disagree")
+
+
+if __name__ == "__main__":
+    main()
