@@ -25,7 +25,7 @@ import pytest
 
 import gpudedup
 from cli_support import assert_user_error, invoke, write_jsonl
-from gpudedup.io import storage
+from gpudedup.io import storage, writer
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
 from stage_events import cli_process, finish, kill_then_resume
@@ -300,13 +300,20 @@ def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, 
 def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
     """With the output on object storage each worker uploads the kept rows of its files (beside
     the client's staging folder; the commit moves them into place): the same files as from a
-    local run."""
+    local run. The largest object a server-side copy takes is made 2,000 bytes here, so that
+    the commit moves some files by server-side copies and streams the others (as it streams
+    files over S3's 5 GiB)."""
     pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
     root, url = corpus
     monkeypatch.chdir(root)
+    monkeypatch.setattr(storage, "SERVER_COPY_LIMIT", 2000)
+    sizes: list[int] = []
+    move = storage.move_object
+    monkeypatch.setattr(writer, "move_object", lambda fs, entry, to: sizes.append(entry.size) or move(fs, entry, to))
     out = f"s3://{BUCKET}/out-dask"
     gpudedup.dedup(url, backend="cpu", on_error="skip", workers=2, work_dir=tmp_path / "work", shard_bytes=3000,
                    output=out, format="jsonl")
+    assert min(sizes) <= 2000 < max(sizes), sizes  # both ways of moving
     gpudedup.dedup(Path("in"), backend="cpu", on_error="skip").write(tmp_path / "local", format="jsonl")
     fetched = result_bytes(download(out, tmp_path / "fetched"))
     local = result_bytes(tmp_path / "local")

@@ -41,6 +41,8 @@ PYARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss
 # Query options that carry secrets, left out wherever a URL is shown or recorded.
 SECRET_OPTIONS = frozenset({"access_key", "secret_key", "session_token"})
 UPLOAD_BLOCK = 8 << 20
+# The largest object a server-side copy takes: S3's CopyObject limit (5 GiB).
+SERVER_COPY_LIMIT = 5 << 30
 
 
 @dataclass(frozen=True)
@@ -165,14 +167,34 @@ def folder_parts(location: Location) -> list[str]:
 def files_below(remote: Remote) -> list[str]:
     """The paths (in its file system) of every file at or below ``remote``, sorted; [] where
     there is none."""
+    return [entry.path for entry in file_entries(remote)]
+
+
+def file_entries(remote: Remote) -> list[pafs.FileInfo]:
+    """The file system's entries (path, size) of every file at or below ``remote``, sorted by
+    path; [] where there is none."""
     filesystem, path = remote.filesystem()
     found = filesystem.get_file_info(path)
     if found.type == pafs.FileType.File:
-        return [path]
+        return [found]
     if found.type == pafs.FileType.NotFound:
         return []
-    return sorted(entry.path for entry in filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
-                  if entry.type == pafs.FileType.File)
+    return sorted((entry for entry in filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
+                   if entry.type == pafs.FileType.File), key=lambda entry: entry.path)
+
+
+def move_object(filesystem: pafs.FileSystem, source: pafs.FileInfo, destination: str) -> None:
+    """Move the file ``source`` (an entry of file_entries) to the path ``destination`` of the
+    same file system: a server-side move where the object is small enough for one (on S3 a
+    move is a CopyObject, which takes at most 5 GiB), else read and written in blocks by this
+    process (a multipart upload) and the source deleted."""
+    if source.size is None or source.size <= SERVER_COPY_LIMIT:
+        filesystem.move(source.path, destination)
+        return
+    with filesystem.open_input_stream(source.path) as reader, filesystem.open_output_stream(destination) as writer:
+        while block := reader.read(UPLOAD_BLOCK):
+            writer.write(block)
+    filesystem.delete_file(source.path)
 
 
 def upload(local: Path, remote: Remote) -> None:

@@ -73,7 +73,8 @@ import pyarrow.parquet as pq
 
 from ..errors import OutputError
 from ..interrupts import note_written
-from .storage import Given, Location, Remote, files_below, first_line, location_of, parts_of, upload
+from .storage import (Given, Location, Remote, file_entries, files_below, first_line, location_of, move_object,
+                      parts_of, upload)
 
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
@@ -201,7 +202,7 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
     rows of a Dask run); when the block ends without an exception, the two replace whatever is
     under ``out`` on object storage, by order (the module's docstring): the old report.json
     deleted first, then the rest (earlier runs' staging prefixes included), then the uploaded
-    files moved into place (server-side copies) and the local ones uploaded, report.json last.
+    files moved into place (storage.move_object) and the local ones uploaded, report.json last.
     When the block raises, nothing under ``out`` but the staging prefix is touched, and that
     is removed."""
     staging = Path(tempfile.mkdtemp(prefix=REMOTE_STAGING))
@@ -211,7 +212,7 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
     replacing = False
     try:
         yield staging
-        moved = files_below(uploaded)
+        moved = file_entries(uploaded)
         old = [name for name in files_below(out) if not name.startswith(prefix + "/")]
         old_report = f"{root}/report.json"
         replacing = True  # from here on the old output is being taken apart
@@ -221,8 +222,8 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
         for stale in sorted({name[len(root) + 1:].split("/")[0] for name in old
                              if in_staging_prefix(name[len(root) + 1:])}):
             filesystem.delete_dir(f"{root}/{stale}")
-        for name in moved:
-            filesystem.move(name, f"{root}/{name[len(prefix) + 1:]}")
+        for entry in moved:
+            move_object(filesystem, entry, f"{root}/{entry.path[len(prefix) + 1:]}")
         written = sorted(file for file in staging.rglob("*") if file.is_file())
         report = staging / "report.json"
         for file in sorted(written, key=lambda f: f == report):  # the report last
