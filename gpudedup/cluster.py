@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 import scipy.sparse
 from scipy.sparse.csgraph import connected_components
 
 KeepPolicy = Literal["first", "longest"]
+# component_roots makes its graph over the documents as numbered (no renumbering sort) where
+# they are at most this many times the pairs; over the pairs' documents alone otherwise.
+DIRECT_GRAPH_FACTOR = 8
 
 
 class Clusters(NamedTuple):
@@ -41,26 +44,42 @@ def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "fir
     first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
     if first.size and (min(first.min(), second.min()) < 0 or max(first.max(), second.max()) >= n_docs):
         raise ValueError(f"pairs name documents outside 0 .. {n_docs - 1}")
-    docs, root = component_roots(first, second)
+    docs, root = component_roots(first, second, n_docs)
     return clusters_of_roots(docs, root, lengths, policy, pinned)
 
 
-def component_roots(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def component_roots(first: np.ndarray, second: np.ndarray,
+                    n_docs: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """The connected components of the pairs' graph, as (docs, root): int64 (m,), host; docs
     ascending, every document of some pair; root, the smallest document of its component (the
-    form engine/components.py computes on a cluster too). The graph is made over the pairs'
-    documents only (m nodes), not over the corpus."""
+    form engine/components.py computes on a cluster too). A pair of a document with itself
+    joins nothing. n_docs (the documents' count, when known): where it is at most
+    DIRECT_GRAPH_FACTOR times the pairs, the graph is made over the documents as they are
+    numbered; otherwise (or unknown) over the pairs' documents alone, renumbered by a sort."""
+    distinct = first != second
+    if not distinct.all():
+        first, second = first[distinct], second[distinct]
     if first.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
-    docs, ends = np.unique(np.concatenate([first, second]), return_inverse=True)
-    m = docs.shape[0]
-    graph = scipy.sparse.coo_matrix((np.ones(first.shape[0], dtype=np.int8), (ends[:first.shape[0]],
-                                     ends[first.shape[0]:])), shape=(m, m))
-    _, component = connected_components(graph, directed=False)
-    # A component's smallest document: docs ascend, so its first node.
-    smallest = np.full(int(component.max()) + 1, m, dtype=np.int64)
-    np.minimum.at(smallest, component, np.arange(m))
+    direct = n_docs is not None and n_docs <= DIRECT_GRAPH_FACTOR * first.shape[0]
+    if n_docs is not None and direct:
+        nodes, ends_first, ends_second = int(n_docs), first, second
+    else:
+        docs, ends = np.unique(np.concatenate([first, second]), return_inverse=True)
+        nodes, ends_first, ends_second = docs.shape[0], ends[:first.shape[0]], ends[first.shape[0]:]
+    graph = scipy.sparse.coo_matrix((np.ones(first.shape[0], dtype=np.int8), (ends_first, ends_second)),
+                                    shape=(nodes, nodes))
+    count, component = connected_components(graph, directed=False)
+    # Each component's smallest node: assigned in descending node order, the last write wins.
+    smallest = np.empty(count, dtype=np.int64)
+    smallest[component[::-1]] = np.arange(nodes - 1, -1, -1, dtype=np.int64)
+    if direct:
+        in_pair = np.zeros(nodes, dtype=bool)
+        in_pair[first] = True
+        in_pair[second] = True
+        docs = np.flatnonzero(in_pair)
+        return docs, smallest[component[docs]]
     return docs, docs[smallest[component]]
 
 
@@ -72,10 +91,17 @@ def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepP
     ``policy`` chooses the kept document (find_clusters); rows below ``pinned`` are documents
     kept before (a persistent index's): never removed, and a cluster holding one keeps those
     and removes the rest (its root, its smallest row, is then one of them)."""
-    roots, cluster = np.unique(root, return_inverse=True)
-    cluster = cluster.astype(np.int64).reshape(-1)
+    # A root is a document of its own component, so among docs; numbered in order (docs ascend).
+    is_root = docs == root
+    roots = docs[is_root]
+    if docs.size and docs[-1] < DIRECT_GRAPH_FACTOR * docs.shape[0]:  # a table by document: no search
+        number = np.empty(int(docs[-1]) + 1, dtype=np.int64)
+        number[roots] = np.arange(roots.shape[0], dtype=np.int64)
+        cluster = number[root]
+    else:
+        cluster = np.searchsorted(roots, root).astype(np.int64)
     if policy == "first":
-        chosen = docs == root
+        chosen = is_root
     elif policy == "longest":
         # Within each cluster: longest first, then input order; the head of each group is kept.
         order = np.lexsort((docs, -np.asarray(lengths)[docs], cluster))

@@ -104,3 +104,42 @@ def test_deterministic_and_independent_of_edge_order():
 def test_unknown_policy_raises():
     with pytest.raises(ValueError):
         find_clusters(3, np.array([0]), np.array([1]), np.ones(3, np.int64), "shortest")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_both_graphs_of_component_roots_agree_and_self_pairs_join_nothing(seed):
+    """component_roots over the documents as numbered (n_docs within DIRECT_GRAPH_FACTOR of the
+    pairs) and over the pairs' documents renumbered give the same (docs, root), the union-find
+    oracle's; a pair of a document with itself makes no cluster (as before roots existed)."""
+    from gpudedup.cluster import DIRECT_GRAPH_FACTOR, component_roots
+
+    rng = np.random.default_rng(seed)
+    n_docs = int(rng.integers(20, 400))
+    a = rng.integers(0, n_docs, n_docs // 2)
+    b = np.where(rng.random(a.shape[0]) < 0.2, a, rng.integers(0, n_docs, a.shape[0]))  # a fifth self-pairs
+    first, second = np.minimum(a, b).astype(np.int64), np.maximum(a, b).astype(np.int64)
+    assert n_docs <= DIRECT_GRAPH_FACTOR * int((first != second).sum())  # the direct graph is used
+    direct = component_roots(first, second, n_docs)
+    renumbered = component_roots(first, second)
+    assert all(np.array_equal(x, y) for x, y in zip(direct, renumbered))
+    lengths = np.ones(n_docs, np.int64)
+    expected = oracle_clusters(n_docs, [(x, y) for x, y in zip(first.tolist(), second.tolist()) if x != y], lengths)
+    assert as_lists(find_clusters(n_docs, first, second, lengths)) == expected
+
+
+@pytest.mark.parametrize("policy", ["first", "longest"])
+def test_sparse_document_numbers_give_the_same_clusters(policy):
+    """Documents numbered far apart (a cluster's rows spread over a large corpus: numbering
+    by search rather than by a table over the numbers) give the clusters of the same graph
+    numbered densely."""
+    from gpudedup.cluster import clusters_of_roots, component_roots
+
+    rng = np.random.default_rng(4)
+    first, second = random_graph(rng, 300, 200)
+    lengths = rng.integers(0, 4, 300).astype(np.int64)
+    dense = find_clusters(300, first, second, lengths, policy)
+    spread = 10_007  # a monotone renumbering keeps every order
+    docs, root = component_roots(first * spread, second * spread)
+    sparse = clusters_of_roots(docs, root, np.repeat(lengths, spread), policy)
+    assert np.array_equal(sparse.docs, dense.docs * spread)
+    assert np.array_equal(sparse.cluster, dense.cluster) and np.array_equal(sparse.keep, dense.keep)

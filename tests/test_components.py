@@ -82,6 +82,21 @@ def test_stars_and_several_paths_in_one_graph(client):
     assert_oracle(client, first[order], second[order], pairs_per_part=60)
 
 
+def test_self_pairs_join_nothing_on_either_route(client):
+    """A pair of a document with itself makes no cluster, in one part and over rounds."""
+    rng = np.random.default_rng(5)
+    first, second = random_pairs(rng, 300, 200)
+    loops = rng.integers(0, 400, 30).astype(np.int64)
+    first, second = np.concatenate([first, loops]), np.concatenate([second, loops])
+    order = rng.permutation(first.shape[0])
+    first, second = first[order], second[order]
+    distinct = first != second
+    expected = oracle_roots(first[distinct], second[distinct])
+    for per_part in (10_000, 60):
+        docs, root = dask_component_roots(client, first, second, per_part)
+        assert (docs.tolist(), root.tolist()) == expected
+
+
 def test_one_part_and_no_pairs(client):
     rng = np.random.default_rng(3)
     first, second = random_pairs(rng, 500, 300)

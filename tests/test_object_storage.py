@@ -297,6 +297,93 @@ def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, 
     assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
 
 
+class BrokenReads:
+    """A file system whose input streams give one block, then raise ``error`` (a connection
+    lost, or Ctrl-C, half way through a large object); everything else is ``inner``'s."""
+
+    def __init__(self, inner, error: BaseException):
+        self.inner, self.error = inner, error
+
+    def open_input_stream(self, path):
+        stream, error = self.inner.open_input_stream(path), self.error
+
+        class Half:
+            reads = 0
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exception):
+                stream.close()
+
+            def read(self, size):
+                self.reads += 1
+                if self.reads > 1:
+                    raise error
+                return stream.read(1000)
+
+        return Half()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_large_object_is_moved_by_streaming_and_never_left_short(s3, monkeypatch, tmp_path):
+    """storage.move_object over S3's copy limit (made 2,000 bytes here): the object is streamed
+    to its new key, whole, and the source deleted; a read that fails or is interrupted half way
+    leaves the source and no destination. On another file system it is the file system's own
+    move (a local rename keeps the inode)."""
+    monkeypatch.setattr(storage, "SERVER_COPY_LIMIT", 2000)
+    filesystem, root = storage.Remote(f"s3://{BUCKET}/moves").filesystem()
+    payload = bytes(range(256)) * 12  # 3,072 bytes: four blocks of the streams' 1,000
+    with filesystem.open_output_stream(f"{root}/staged/a.jsonl") as stream:
+        stream.write(payload)
+    entry = filesystem.get_file_info(f"{root}/staged/a.jsonl")
+    for error in (OSError("connection reset"), KeyboardInterrupt()):
+        with pytest.raises(type(error)):
+            storage.move_object(BrokenReads(filesystem, error), entry, f"{root}/out/a.jsonl")
+        assert filesystem.get_file_info(f"{root}/out/a.jsonl").type == pafs.FileType.NotFound
+        assert filesystem.get_file_info(f"{root}/staged/a.jsonl").size == len(payload)
+    storage.move_object(filesystem, entry, f"{root}/out/a.jsonl")
+    with filesystem.open_input_stream(f"{root}/out/a.jsonl") as stream:
+        assert stream.read() == payload
+    assert filesystem.get_file_info(f"{root}/staged/a.jsonl").type == pafs.FileType.NotFound
+
+    local = pafs.LocalFileSystem()
+    (tmp_path / "big").write_bytes(payload)
+    inode = (tmp_path / "big").stat().st_ino
+    storage.move_object(local, local.get_file_info(str(tmp_path / "big")), str(tmp_path / "moved"))
+    assert (tmp_path / "moved").stat().st_ino == inode and not (tmp_path / "big").exists()
+
+
+def test_a_process_that_used_s3_drops_its_file_systems_and_exits_cleanly(s3, tmp_path):
+    """The exit hook (storage.release_file_systems) runs before pyarrow's own S3 finaliser: at
+    the end of a process that read from the bucket, the cached file systems are gone and S3 is
+    shut down by the time later exit functions run (registered first, so run last), and the
+    process exits with 0."""
+    url = s3(Path(__file__).parent / "kernel_host", "exit-hook")
+    script = f"""
+import atexit
+def after():
+    from gpudedup.io import storage
+    import pyarrow.fs as pafs
+    cached = storage._filesystem.cache_info().currsize
+    try:
+        pafs.S3FileSystem()
+        state = "running"
+    except Exception as error:
+        state = type(error).__name__
+    print("cached", cached, "s3", state, flush=True)
+atexit.register(after)
+from gpudedup.io import storage
+assert storage.files_below(storage.Remote({url!r}))
+"""
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["cached", "0", "s3", "ArrowInvalid"], (done.stdout, done.stderr)
+
+
 def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
     """With the output on object storage each worker uploads the kept rows of its files (beside
     the client's staging folder; the commit moves them into place): the same files as from a

@@ -23,6 +23,8 @@ and, at the end, the (document, root) of the documents in components.
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import numpy as np
 
 # Pairs per part: a part's components take about 125 bytes per pair on its worker (1,503 MB
@@ -31,15 +33,18 @@ import numpy as np
 # million); past it every round costs two shuffles (24 s against 1.2 s for 2 million pairs cut
 # into 4 parts on 2 workers of this 2-core machine).
 PAIRS_PER_PART = 8_000_000
+EDGE_COLUMNS = {"a": "int64", "b": "int64"}  # an edge a - b
+NODE_COLUMNS = {"u": "int64", "v": "int64"}  # a neighbour v of node u
 # The alternating steps converge in O(log^2 n) rounds; a run that has not is a bug, not data.
 MOST_ROUNDS = 200
 
 
-def dask_component_roots(client, first: np.ndarray, second: np.ndarray,
-                         pairs_per_part: int = PAIRS_PER_PART) -> tuple[np.ndarray, np.ndarray]:
-    """cluster.component_roots of the pairs (first[i], second[i]) (int64 (p,), host), computed
-    by tasks on the workers of ``client`` (a distributed.Client, the default client of the
-    collections computed here). Returns (docs, root), int64, host, docs ascending."""
+def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int = PAIRS_PER_PART,
+                         n_docs: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """cluster.component_roots of the pairs (first[i], second[i]) (int64 (p,), host; n_docs,
+    the documents' count where known), computed by tasks on the workers of ``client`` (a
+    distributed.Client, the default client of the collections computed here). Returns (docs,
+    root), int64, host, docs ascending."""
     import dask
     import dask.dataframe as dd
 
@@ -56,7 +61,7 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray,
         scattered = [client.scatter([first[start:start + pairs_per_part], second[start:start + pairs_per_part]])
                      for start in range(0, first.shape[0], pairs_per_part)]
         if len(scattered) == 1:  # one part: one task does what the client would
-            return client.submit(component_roots, *scattered[0]).result()
+            return client.submit(component_roots, *scattered[0], n_docs).result()
         parts = [dask.delayed(part_stars)(*part) for part in scattered]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
         for _ in range(MOST_ROUNDS):
@@ -76,26 +81,24 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray,
 def by_node(edges, partitions: int):
     """The edges (a, b) as (u, v) rows in both directions, shuffled on u: every neighbour v of
     a node u in u's partition; each partition's rows distinct and sorted by (u, v)."""
-    return edges.map_partitions(both_ways, meta=node_frame()).shuffle(on="u", npartitions=partitions).map_partitions(
-        distinct_sorted, meta=node_frame())
+    from .dask import frame_of
+
+    rows = edges.map_partitions(both_ways, meta=frame_of(NODE_COLUMNS)).shuffle(on="u", npartitions=partitions)
+    return rows.map_partitions(distinct_sorted, meta=frame_of(NODE_COLUMNS))
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
-def edge_frame(a: np.ndarray | None = None, b: np.ndarray | None = None):
-    """A pandas DataFrame of edges (a, b), int64 (the empty one: Dask's meta)."""
+def edge_frame(a: Optional[np.ndarray] = None, b: Optional[np.ndarray] = None):
+    """A pandas DataFrame of edges (a, b), int64 (without arrays, the empty one: Dask's meta)."""
+    from .dask import frame_of
+
+    if a is None or b is None:
+        return frame_of(EDGE_COLUMNS)
     import pandas as pd
 
-    empty = np.zeros(0, np.int64)
-    return pd.DataFrame({"a": empty if a is None else a, "b": empty if b is None else b})
-
-
-def node_frame():
-    import pandas as pd
-
-    empty = np.zeros(0, np.int64)
-    return pd.DataFrame({"u": empty, "v": empty})
+    return pd.DataFrame({"a": a, "b": b})
 
 
 def part_stars(first: np.ndarray, second: np.ndarray):
@@ -127,33 +130,47 @@ def distinct_sorted(rows):
     return pd.DataFrame({"u": u[distinct], "v": v[distinct]})
 
 
-def neighbourhoods(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A partition of by_node's rows (distinct, sorted by (u, v)) as (u, v, node, first): node,
-    the node of each group of rows with one u (int64 (g,), ascending); first, the index of each
-    group's first row (its smallest neighbour)."""
-    u, v = rows["u"].to_numpy(np.int64), rows["v"].to_numpy(np.int64)
-    first = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else np.zeros(0, np.int64)
-    return u, v, u[first], first
+class Neighbourhoods(NamedTuple):
+    """A partition of by_node's rows (distinct, sorted by (u, v)), grouped by node.
+
+    u, v: int64 (r,), the rows. node: int64 (g,), ascending, the node of each group of rows
+    with one u; first: int64 (g,), each group's first row (its smallest neighbour); degree:
+    int64 (g,), its rows (the node's neighbours); smallest: int64 (g,), the smallest of the node and its neighbours;
+    group: int64 (r,), each row's group.
+    """
+
+    u: np.ndarray
+    v: np.ndarray
+    node: np.ndarray
+    first: np.ndarray
+    degree: np.ndarray
+    smallest: np.ndarray
+    group: np.ndarray
+
+    @classmethod
+    def of(cls, rows) -> "Neighbourhoods":
+        u, v = rows["u"].to_numpy(np.int64), rows["v"].to_numpy(np.int64)
+        first = np.flatnonzero(np.concatenate([[True], u[1:] != u[:-1]])) if u.size else np.zeros(0, np.int64)
+        node = u[first]
+        degree = np.diff(np.append(first, u.shape[0]))
+        return cls(u, v, node, first, degree, np.minimum(node, v[first]), np.repeat(np.arange(node.shape[0]), degree))
 
 
 def large_star(rows):
     """Each node's larger neighbours linked to the smallest of the node and its neighbours."""
-    u, v, node, first = neighbourhoods(rows)
-    smallest = np.minimum(node, v[first])
-    group = np.repeat(np.arange(node.shape[0]), np.diff(np.append(first, u.shape[0])))
-    larger = v > u
-    return edge_frame(v[larger], smallest[group][larger])
+    near = Neighbourhoods.of(rows)
+    larger = near.v > near.u
+    return edge_frame(near.v[larger], near.smallest[near.group][larger])
 
 
 def small_star(rows):
     """Each node and its smaller neighbours linked to the smallest of them."""
-    u, v, node, first = neighbourhoods(rows)
-    smallest = np.minimum(node, v[first])
-    group = np.repeat(np.arange(node.shape[0]), np.diff(np.append(first, u.shape[0])))
-    smaller = (v < u) & (v != smallest[group])
-    moved = node != smallest  # the node itself, where a neighbour is smaller
-    return edge_frame(np.concatenate([v[smaller], node[moved]]),
-                      np.concatenate([smallest[group][smaller], smallest[moved]]))
+    near = Neighbourhoods.of(rows)
+    smallest = near.smallest[near.group]
+    smaller = (near.v < near.u) & (near.v != smallest)
+    moved = near.node != near.smallest  # the node itself, where a neighbour is smaller
+    return edge_frame(np.concatenate([near.v[smaller], near.node[moved]]),
+                      np.concatenate([smallest[smaller], near.smallest[moved]]))
 
 
 def star_violations(rows):
@@ -162,15 +179,14 @@ def star_violations(rows):
     centred on their components' smallest nodes."""
     import pandas as pd
 
-    u, v, node, first = neighbourhoods(rows)
-    count = np.diff(np.append(first, u.shape[0]))
-    centre = v[first] > node
-    leaf = (count == 1) & (v[first] < node)
+    near = Neighbourhoods.of(rows)
+    centre = near.v[near.first] > near.node
+    leaf = (near.degree == 1) & (near.v[near.first] < near.node)
     return pd.Series([int((~(centre | leaf)).sum())], dtype="int64")
 
 
 def star_labels(rows):
     """(node, root) of every node of a partition of stars: a centre its own root, a leaf its
     one neighbour."""
-    _, v, node, first = neighbourhoods(rows)
-    return edge_frame(node, np.minimum(node, v[first]))
+    near = Neighbourhoods.of(rows)
+    return edge_frame(near.node, near.smallest)

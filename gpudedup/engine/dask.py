@@ -129,11 +129,8 @@ class DaskExecutor:
 
     in_process = False
 
-    def __init__(self, client, pairs_per_part: Optional[int] = None):
-        from .components import PAIRS_PER_PART
-
+    def __init__(self, client):
         self.client = client
-        self.pairs_per_part = pairs_per_part or PAIRS_PER_PART  # (tests make it small)
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
@@ -149,12 +146,12 @@ class DaskExecutor:
     def connected(self) -> bool:
         return getattr(self.client, "status", None) == "running"
 
-    def components(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         """The connected components as tasks (engine/components.py): a task per part of the
         pairs, then shuffles of their edges until they are stars."""
-        from .components import dask_component_roots
+        from . import components
 
-        return dask_component_roots(self.client, first, second, self.pairs_per_part)
+        return components.dask_component_roots(self.client, first, second, components.PAIRS_PER_PART, n_docs)
 
     def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
         """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store
@@ -231,10 +228,6 @@ def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: 
     *arguments)`` on each partition (a DataFrame of ``result_columns``), computed: one pandas
     DataFrame, in the client. A failure of the cluster is one ClusterError naming ``stage``."""
     import dask.dataframe as dd
-    import pandas as pd
-
-    def frame_of(dtypes: dict[str, str]):
-        return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
 
     shuffled = dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False).shuffle(
         on=on, npartitions=max(len(parts), 1))
@@ -243,6 +236,13 @@ def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: 
         return mapped.compute()
     except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
         raise cluster_failure(stage, error) from None
+
+
+def frame_of(dtypes: dict[str, str]):
+    """An empty pandas DataFrame of the columns ``dtypes`` (name -> dtype): a Dask meta."""
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------

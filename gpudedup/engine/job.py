@@ -148,10 +148,10 @@ class Executor(Protocol):
         """copies.same_signature_rows of the active documents' signatures (store.row_hashes
         proposing the groups): (first, member) int64 positions into store.active, ascending."""
 
-    def components(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         """The connected components of the verified pairs (first[i], second[i]) (int64 (p,)
-        rows, host) as cluster.component_roots gives them: (docs, root) int64, host, docs
-        ascending, root the smallest document of each one's component."""
+        rows below n_docs, host) as cluster.component_roots gives them: (docs, root) int64,
+        host, docs ascending, root the smallest document of each one's component."""
 
 
 class LocalExecutor:
@@ -179,8 +179,8 @@ class LocalExecutor:
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         return same_signature_rows(store.signatures, store.row_hashes())
 
-    def components(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return component_roots(first, second)
+    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+        return component_roots(first, second, n_docs)
 
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
@@ -282,7 +282,7 @@ def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked
     pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
     progress.start("Clustering", 1)
     with log.stage("cluster"):
-        docs, root = (executor or LocalExecutor()).components(pair_a, pair_b)
+        docs, root = (executor or LocalExecutor()).components(pair_a, pair_b, n_docs)
         clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
         keep = np.ones(n_docs, dtype=bool)
         keep[clusters.docs[~clusters.keep]] = False

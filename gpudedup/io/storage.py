@@ -41,7 +41,7 @@ PYARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss
 # Query options that carry secrets, left out wherever a URL is shown or recorded.
 SECRET_OPTIONS = frozenset({"access_key", "secret_key", "session_token"})
 UPLOAD_BLOCK = 8 << 20
-# The largest object a server-side copy takes: S3's CopyObject limit (5 GiB).
+# The largest object S3's CopyObject (a server-side copy) takes: 5 GiB.
 SERVER_COPY_LIMIT = 5 << 30
 
 
@@ -185,16 +185,37 @@ def file_entries(remote: Remote) -> list[pafs.FileInfo]:
 
 def move_object(filesystem: pafs.FileSystem, source: pafs.FileInfo, destination: str) -> None:
     """Move the file ``source`` (an entry of file_entries) to the path ``destination`` of the
-    same file system: a server-side move where the object is small enough for one (on S3 a
-    move is a CopyObject, which takes at most 5 GiB), else read and written in blocks by this
-    process (a multipart upload) and the source deleted."""
-    if source.size is None or source.size <= SERVER_COPY_LIMIT:
+    same file system: a move of the file system's own (on S3 a server-side copy, then a delete)
+    except for an S3 object larger than one CopyObject takes (SERVER_COPY_LIMIT), which is read
+    and written anew in blocks (a multipart upload), checked whole, then the source deleted.
+    A streamed move that fails or is interrupted deletes what it wrote, so no shorter object
+    is left at ``destination`` (closing a pyarrow stream uploads what was written: there is no
+    abort)."""
+    if filesystem.type_name != "s3" or source.size is None or source.size <= SERVER_COPY_LIMIT:
         filesystem.move(source.path, destination)
         return
-    with filesystem.open_input_stream(source.path) as reader, filesystem.open_output_stream(destination) as writer:
-        while block := reader.read(UPLOAD_BLOCK):
-            writer.write(block)
+    try:
+        with filesystem.open_input_stream(source.path) as reader, \
+                filesystem.open_output_stream(destination) as writer:
+            copied = copy_stream(reader, writer)
+        if copied != source.size:
+            raise OSError(f"{source.path}: read {copied} bytes of {source.size}")
+    except BaseException:
+        try:
+            filesystem.delete_file(destination)
+        except (OSError, pa.ArrowException):
+            pass  # never written, or unreachable: the original error is what to report
+        raise
     filesystem.delete_file(source.path)
+
+
+def copy_stream(reader, writer) -> int:
+    """Copy ``reader`` to ``writer`` (file-like) in UPLOAD_BLOCK blocks; the bytes copied."""
+    copied = 0
+    while block := reader.read(UPLOAD_BLOCK):
+        writer.write(block)
+        copied += len(block)
+    return copied
 
 
 def upload(local: Path, remote: Remote) -> None:
@@ -203,8 +224,7 @@ def upload(local: Path, remote: Remote) -> None:
     closed, and pyarrow's copy_files would leave that to a destructor that ignores errors)."""
     filesystem, path = remote.filesystem()
     with open(local, "rb") as source, filesystem.open_output_stream(path) as sink:
-        while block := source.read(UPLOAD_BLOCK):
-            sink.write(block)
+        copy_stream(source, sink)
 
 
 @functools.lru_cache(maxsize=64)
@@ -248,6 +268,8 @@ def release_file_systems() -> None:
     ensure_s3_finalized()
 
 
+# (An exit function registered between pyarrow.fs's import and this module's runs after this
+# one, so it finds S3 shut down; gpudedup registers none that touches a file system.)
 atexit.register(release_file_systems)
 
 

@@ -34,9 +34,9 @@ upload into a hidden staging prefix under OUT (``remote_staging``); a failure be
 commit leaves OUT's own objects untouched and the staging prefix is removed. The commit: where
 OUT already holds objects (``--overwrite``), its report.json is deleted first, so that it
 stops looking complete, then everything else under it; then the staged kept rows are moved
-into place (server-side copies: one request each, which S3 allows up to 5 GB an object) and
-the local files uploaded, each object appearing whole, report.json last; the staging prefix
-is removed. An interrupted or failed commit leaves objects under OUT but no report.json
+into place (``storage.move_object``: server-side copies, except an S3 object over 5 GiB,
+streamed anew) and the local files uploaded, each object appearing whole, report.json last;
+the staging prefix is removed. An interrupted or failed commit leaves objects under OUT but no report.json
 (and says so: the old output is gone); readers (and people) take a folder without report.json
 for an unfinished one. Unlike on a local file system the old output is gone before the new one
 is complete.
