@@ -146,6 +146,16 @@ class DaskExecutor:
     def connected(self) -> bool:
         return getattr(self.client, "status", None) == "running"
 
+    def scattered(self, parts: list[tuple[int, tuple]]) -> list[tuple[int, list]]:
+        """(index, arrays) parts with their arrays sent to the workers in one call, as futures:
+        tasks made of them carry references, not the arrays (a task graph holding a document's
+        worth of arrays per shard passes distributed's warning size at a few million documents)."""
+        if not parts:
+            return []
+        futures = self.client.scatter([array for _, arrays in parts for array in arrays])
+        it = iter(futures)
+        return [(index, [next(it) for _ in arrays]) for index, arrays in parts]
+
     def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         """The connected components as tasks (engine/components.py): a task per part of the
         pairs, then shuffles of their edges until they are stars."""
@@ -167,8 +177,9 @@ class DaskExecutor:
 
         active = store.active
         root = str(store.work.root)
-        parts = [dask.delayed(band_key_rows)(root, index, docs, keep)
-                 for index, docs, keep in store.band_key_parts(in_lsh)]
+        parts = [dask.delayed(band_key_rows)(root, index, *arrays)
+                 for index, arrays in self.scattered([(index, (docs, keep))
+                                                      for index, docs, keep in store.band_key_parts(in_lsh)])]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
@@ -207,8 +218,9 @@ class DaskExecutor:
         import dask
 
         root, starts = str(store.work.root), store.shards.active_starts
-        parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), positions)
-                 for index, positions in store.row_hash_parts()]
+        parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), *arrays)
+                 for index, arrays in self.scattered([(index, (positions,))
+                                                      for index, positions in store.row_hash_parts()])]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
