@@ -371,3 +371,15 @@ def happy(in_tmp):
 
     write_jsonl(in_tmp / "data.jsonl", happy_records())
     return in_tmp
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A Dask client of a LocalCluster of two worker processes of one thread (tasks cross
+    process boundaries as on real clusters), one per test module that asks for it."""
+    import logging
+
+    distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
+        yield connected

@@ -5,8 +5,6 @@ random sparse graphs, stars, and one part."""
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 
@@ -16,13 +14,6 @@ from oracles import oracle_clusters
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
-
-
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
-        yield connected
 
 
 def oracle_roots(first: np.ndarray, second: np.ndarray) -> tuple[list[int], list[int]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
 import os
 import shutil
 import signal
@@ -28,14 +27,6 @@ from output_support import kept_files, read_clusters, read_pairs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
-
-
-@pytest.fixture(scope="module")
-def client():
-    # Two worker processes of one thread: tasks cross process boundaries as on real clusters.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
-        yield connected
 
 
 @pytest.fixture(scope="module")
