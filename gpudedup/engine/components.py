@@ -48,21 +48,19 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_pe
     import dask
     import dask.dataframe as dd
 
-    from .dask import cluster_failure
+    from ..cluster import component_roots
+    from .dask import cluster_failure, scattered
 
     if first.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
-    from ..cluster import component_roots
-
     try:
-        # The parts go to the workers as data, not inside the task graph (which distributed
-        # warns about past a few MB).
-        scattered = [client.scatter([first[start:start + pairs_per_part], second[start:start + pairs_per_part]])
-                     for start in range(0, first.shape[0], pairs_per_part)]
-        if len(scattered) == 1:  # one part: one task does what the client would
-            return client.submit(component_roots, *scattered[0], n_docs).result()
-        parts = [dask.delayed(part_stars)(*part) for part in scattered]
+        sent = [arrays for _, arrays in scattered(client, [(start, (first[start:start + pairs_per_part],
+                                                                    second[start:start + pairs_per_part]))
+                                                           for start in range(0, first.shape[0], pairs_per_part)])]
+        if len(sent) == 1:  # one part: one task does what the client would
+            return client.submit(component_roots, *sent[0], n_docs).result()
+        parts = [dask.delayed(part_stars)(*arrays) for arrays in sent]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
         for _ in range(MOST_ROUNDS):
             grouped = by_node(edges, len(parts)).persist()

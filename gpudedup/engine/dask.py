@@ -23,8 +23,10 @@ input files. Stages:
   signature (reading their signature rows from the work directory); the client takes the
   groups and checks them exactly as the verification tasks check pairs.
 
-The clusters are computed on the client. dask and distributed are
-optional (``pip install 'gpudedup[dask]'``); nothing here is imported without them.
+- **clusters**: the connected components of the verified pairs as tasks (engine/components.py);
+  the client numbers the clusters and makes the keep decision from their roots.
+
+dask and distributed are optional (``pip install 'gpudedup[dask]'``); nothing here is imported without them.
 """
 
 from __future__ import annotations
@@ -146,16 +148,6 @@ class DaskExecutor:
     def connected(self) -> bool:
         return getattr(self.client, "status", None) == "running"
 
-    def scattered(self, parts: list[tuple[int, tuple]]) -> list[tuple[int, list]]:
-        """(index, arrays) parts with their arrays sent to the workers in one call, as futures:
-        tasks made of them carry references, not the arrays (a task graph holding a document's
-        worth of arrays per shard passes distributed's warning size at a few million documents)."""
-        if not parts:
-            return []
-        futures = self.client.scatter([array for _, arrays in parts for array in arrays])
-        it = iter(futures)
-        return [(index, [next(it) for _ in arrays]) for index, arrays in parts]
-
     def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         """The connected components as tasks (engine/components.py): a task per part of the
         pairs, then shuffles of their edges until they are stars."""
@@ -178,7 +170,7 @@ class DaskExecutor:
         active = store.active
         root = str(store.work.root)
         parts = [dask.delayed(band_key_rows)(root, index, *arrays)
-                 for index, arrays in self.scattered([(index, (docs, keep))
+                 for index, arrays in scattered(self.client, [(index, (docs, keep))
                                                       for index, docs, keep in store.band_key_parts(in_lsh)])]
         if not parts:
             empty = np.zeros(0, np.int64)
@@ -219,7 +211,7 @@ class DaskExecutor:
 
         root, starts = str(store.work.root), store.shards.active_starts
         parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), *arrays)
-                 for index, arrays in self.scattered([(index, (positions,))
+                 for index, arrays in scattered(self.client, [(index, (positions,))
                                                       for index, positions in store.row_hash_parts()])]
         if not parts:
             empty = np.zeros(0, np.int64)
@@ -248,6 +240,16 @@ def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: 
         return mapped.compute()
     except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
         raise cluster_failure(stage, error) from None
+
+
+def scattered(client, parts: list[tuple[Any, tuple]]) -> list[tuple[Any, list]]:
+    """(key, arrays) parts with their arrays sent to the workers in one call, as futures:
+    tasks made of them carry references, not the arrays (a task graph holding a document's
+    worth of arrays per shard passes distributed's warning size at a few million documents)."""
+    if not parts:
+        return []
+    futures = iter(client.scatter([array for _, arrays in parts for array in arrays]))
+    return [(key, [next(futures) for _ in arrays]) for key, arrays in parts]
 
 
 def frame_of(dtypes: dict[str, str]):

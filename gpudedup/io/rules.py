@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from ..memory import release_unused_memory
 from .corpus import plain_text_type
 from .inputs import InputFiles, display_path
 from .source import check_on_error, locate
@@ -147,7 +148,7 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
     records.sort(key=lambda r: (order[r["file"]], r["line"] or 0))
     # The id checks' hash tables are Arrow's, and its default pool (mimalloc) keeps the pages
     # it freed: about 300 MB for the rest of a run of 2.56 million ids (docs/performance.md).
-    pa.default_memory_pool().release_unused()
+    release_unused_memory()
     return Combination(tuple(kept), tuple(left_out), repeated, records, combined_schema(chosen, text_field),
                        id_type)
 
