@@ -19,7 +19,8 @@ from .io.layout import output_bases
 from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
-from .io.storage import Given, is_path, location_of, work_folder
+from .io import storage
+from .io.storage import Given, Location, is_path, location_of
 from .normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs
 from .cluster import KeepPolicy
@@ -60,7 +61,7 @@ def dedup(
     max_memory: int | str | None = None,
     shard_bytes: int | str | None = None,
     on_error: str = "stop",
-    work_dir: str | os.PathLike | None = None,
+    work_dir: Given | None = None,
     resume: bool = False,
     client=None,
     scheduler: Optional[str] = None,
@@ -87,8 +88,9 @@ def dedup(
         out, counted in the report's balance and listed with their reasons in
         ``skipped_records`` (errors.jsonl when written).
     work_dir: files only -- run in stages over one input file at a time, keeping each stage's
-        results in this directory (streaming.py), so that the corpus is never in memory as a
-        whole; resume=True goes on with the finished stages of an interrupted run there.
+        results in this directory (engine/disk.py), so that the corpus is never in memory as a
+        whole; resume=True goes on with the finished stages of an interrupted run there. A
+        folder, or a URL on object storage (engine/workdir.py).
     shard_bytes: in a staged or Dask run, plain JSONL and Parquet files larger than this (bytes,
         or a size such as "256MB"; default 512 MiB) are cut into pieces of about this size
         (byte ranges at line ends, runs of row groups), each read by a task of its own. The
@@ -130,7 +132,7 @@ def dedup(
         return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
                           RichProgress() if progress else Progress(), client, scheduler, workers, finish=written)
     if work_dir is not None:
-        return written(staged_dedup(data, params, chosen_backend, work_folder(work_dir), resume, text_field, id_field,
+        return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field, id_field,
                                     on_error, RichProgress() if progress else Progress()))
     if resume:
         raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
@@ -174,7 +176,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     result while the cluster is still up (dedup's output)."""
     import tempfile
 
-    from .engine.dask import DaskExecutor, dask_client
+    from .engine.dask import DaskExecutor, clear_worker_caches, dask_client
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client, scheduler (--scheduler) and workers (--workers)")
@@ -185,7 +187,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
         executor = DaskExecutor(connected)
         if work_dir is not None:
-            result = staged_dedup(data, params, backend, work_folder(work_dir), resume, text_field, id_field, on_error,
+            result = staged_dedup(data, params, backend, location_of(work_dir), resume, text_field, id_field, on_error,
                                   progress, executor, against)
         else:
             # The result reads the input files again when it writes; the spills are not needed.
@@ -194,17 +196,21 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                                       on_error, progress, executor, against)
         result.report = result.report.with_dask(connected.scheduler.address,
                                                 len(connected.scheduler_info()["workers"]), work_dir is not None)
-        return finish(result)
+        try:
+            return finish(result)
+        finally:
+            if work_dir is not None:  # the workers' copies of a work directory on object storage
+                clear_worker_caches(connected, location_of(work_dir))
 
 
-def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: bool, text_field: str,
+def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,
                  id_field: Optional[str], on_error: str, progress: Progress,
                  executor: Optional[Executor] = None, against=None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
     runs the store's tasks (this process when None); against: a run against a persistent index
     (index.store.Against: it wraps the store), or None."""
     from .engine.disk import WorkDirStore, fingerprint
-    from .engine.workdir import WorkDir
+    from .engine.workdir import WorkDir, clear_cache
 
     paths = [location_of(data)] if isinstance(data, (str, os.PathLike)) else data
     if not (isinstance(paths, (list, tuple)) and paths and all(is_path(p) for p in paths)):
@@ -220,9 +226,12 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Path, resume: boo
         base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
         store = base if against is None else against.wrap(base)
         outcome = run_job(store, params, backend, executor, progress)
-    except OSError as error:  # a full disk, a lost mount, no permission in the work directory
+    except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
+    finally:
+        # This machine's copies of a work directory on object storage (fetched again if asked for).
+        clear_cache(storage.full_name(work_dir))
     table = base.table(executor)
     return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
                           sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,

@@ -432,13 +432,13 @@ def unicode_form(choice: str) -> Optional[UnicodeForm]:
 
 
 def command_paths(inputs: list[str], output: str,
-                  work_dir: Optional[str]) -> tuple[list[Location], Location, Optional[Path]]:
-    """A command's paths as the API takes them: the inputs and the output directory paths or
-    URLs (io/storage.py), the work directory a local folder (a URL is a ParameterError)."""
-    from .io.storage import location_of, work_folder  # (pyarrow: not at start-up)
+                  work_dir: Optional[str]) -> tuple[list[Location], Location, Optional[Location]]:
+    """A command's paths as the API takes them: the inputs, the output directory and the work
+    directory as paths or URLs (io/storage.py)."""
+    from .io.storage import location_of  # (pyarrow: not at start-up)
 
     return [location_of(given) for given in inputs], location_of(output), \
-        None if work_dir is None else work_folder(work_dir)
+        None if work_dir is None else location_of(work_dir)
 
 
 def print_summary(report: Report, output: Location, seconds: float) -> None:

@@ -201,8 +201,10 @@ def test_cli_over_a_url(corpus, monkeypatch, tmp_path):
     (["s3://corpora/mixed/in/notes.csv", "-o", "{out}"], ["notes.csv", "unsupported file type"]),
     (["s3://corpora/mixed/in/", "-o", "s3://corpora/mixed/in/sub"],
      ["s3://corpora/mixed/in/sub: the output directory must not be, hold or lie inside the input"]),
-    (["s3://corpora/mixed/in/", "-o", "{out}", "--work-dir", "s3://corpora/work"],
-     ["s3://corpora/work: the work directory (--work-dir) must be a local folder"]),
+    (["s3://corpora/mixed/in/", "-o", "{out}", "--work-dir", "s3://corpora/mixed/in/work"],
+     ["s3://corpora/mixed/in/work: the work directory must not be, hold or lie inside the input"]),
+    (["s3://corpora/mixed/in/", "-o", "{out}", "--work-dir", "s3://no-such-bucket/work"],
+     ["s3://no-such-bucket/work: cannot write the work directory"]),
     (["s3://corpora/mixed/in//a.jsonl", "-o", "{out}"], ["s3://corpora/mixed/in//a.jsonl: cannot read"]),
     (["s3://corpora/mixed/in/", "-o", "s3://no-such-bucket/out"],
      ["s3://no-such-bucket/out: no-such-bucket does not exist"]),
@@ -384,12 +386,15 @@ assert storage.files_below(storage.Remote({url!r}))
     assert done.stdout.split() == ["cached", "0", "s3", "ArrowInvalid"], (done.stdout, done.stderr)
 
 
-def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("work_in_bucket", [False, True])
+def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_in_bucket):
     """With the output on object storage each worker uploads the kept rows of its files (beside
     the client's staging folder; the commit moves them into place): the same files as from a
     local run. The largest object a server-side copy takes is made 2,000 bytes here, so that
     the commit moves some files by server-side copies and streams the others (as it streams
-    files over S3's 5 GiB)."""
+    files over S3's 5 GiB). With the work directory in the bucket too, the workers write their
+    shards' units there and read each other's through their caches, gone after the run."""
     pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
     root, url = corpus
     monkeypatch.chdir(root)
@@ -397,10 +402,15 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
     sizes: list[int] = []
     move = storage.move_object
     monkeypatch.setattr(writer, "move_object", lambda fs, entry, to: sizes.append(entry.size) or move(fs, entry, to))
-    out = f"s3://{BUCKET}/out-dask"
-    gpudedup.dedup(url, backend="cpu", on_error="skip", workers=2, work_dir=tmp_path / "work", shard_bytes=3000,
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))  # (the workers inherit it)
+    out = f"s3://{BUCKET}/out-dask-{work_in_bucket}"
+    work = f"s3://{BUCKET}/work-dask" if work_in_bucket else tmp_path / "work"
+    gpudedup.dedup(url, backend="cpu", on_error="skip", workers=2, work_dir=work, shard_bytes=3000,
                    output=out, format="jsonl")
     assert min(sizes) <= 2000 < max(sizes), sizes  # both ways of moving
+    if work_in_bucket:
+        assert {"stages/pairs", "shards/00000"} <= set(units_under(work))
+        assert not list((tmp_path / "cache").glob("*/*")), "a cache outlived the run"
     gpudedup.dedup(Path("in"), backend="cpu", on_error="skip").write(tmp_path / "local", format="jsonl")
     fetched = result_bytes(download(out, tmp_path / "fetched"))
     local = result_bytes(tmp_path / "local")
@@ -411,19 +421,21 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path):
 
 
 @pytest.mark.timeout(300)  # six CLI runs in subprocesses
-def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, tmp_path):
+@pytest.mark.parametrize("work_in_bucket", [False, True])
+def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, tmp_path, work_in_bucket):
     """A staged CLI run from the bucket into the bucket, its large files cut by ranged reads,
-    killed (SIGKILL) as chosen stages begin, each time resumed with --resume from its local
-    work directory: the finished output is the output of a run never killed, file for file,
-    and no staging prefix is left in the bucket."""
+    killed (SIGKILL) as chosen stages begin, each time resumed with --resume from its work
+    directory (a local folder, or a prefix of the bucket too): the finished output is the
+    output of a run never killed, file for file, and no staging prefix is left in the bucket."""
     root, url = corpus
     options = ["--backend", "cpu", "-q", "--on-error", "skip", "--shard-bytes", "3000", "--format", "jsonl"]
     reference = cli_process(["dedup", url, "-o", str(tmp_path / "reference"), "--work-dir",
                              str(tmp_path / "work-reference"), *options], root)
     stderr = finish(reference)
     assert reference.returncode == 0, stderr
-    out = f"s3://{BUCKET}/resumed"
-    killed = kill_then_resume(["dedup", url, "-o", out, "--work-dir", str(tmp_path / "work"), "--resume", *options],
+    out = f"s3://{BUCKET}/resumed-{work_in_bucket}"
+    work = f"s3://{BUCKET}/work-killed" if work_in_bucket else str(tmp_path / "work")
+    killed = kill_then_resume(["dedup", url, "-o", out, "--work-dir", work, "--resume", *options],
                               root, tmp_path / "events", [("signature_pass", 3), ("read", 6), ("verify", 1),
                                                           ("write", 1)],
                               lambda: "report.json" in objects_under(out))
@@ -481,3 +493,128 @@ def test_index_verifies_from_remote_sources(corpus, monkeypatch, tmp_path):
     # The best match is an indexed copy of the query, read back from the object.
     best, jaccard = matches[0]
     assert jaccard == 1.0 and texts[int(best[len(prefix):]) - 1] == texts[3]
+
+
+# --- the work directory on object storage (engine/workdir.py's BucketFolder) -----------------
+
+
+def put(url: str, data: bytes) -> None:
+    """Write the object ``url`` in one request (as gpudedup's own small writes go)."""
+    filesystem, path = storage.Remote(url).filesystem()
+    with filesystem.open_output_stream(path) as out:
+        out.write(data)
+
+
+def units_under(url: str) -> dict[str, dict]:
+    """The complete units of a work directory in the bucket: folder -> its marker."""
+    markers = [name for name in objects_under(url) if name.endswith("/complete.json")]
+    return {name[:-len("/complete.json")]: json.loads(storage.read_bytes(storage.Remote(f"{url}/{name}")))
+            for name in markers}
+
+
+def counting_signs(monkeypatch) -> list[int]:
+    """The shards signed from now on (the in-process run calls disk.sign_shard once per shard)."""
+    from gpudedup.engine import disk
+
+    signed: list[int] = []
+    sign = disk.sign_shard
+    monkeypatch.setattr(disk, "sign_shard", lambda root, reader, index, *rest: signed.append(index) or
+                        sign(root, reader, index, *rest))
+    return signed
+
+
+@pytest.mark.timeout(120)
+def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path):
+    """A staged run whose work directory is a URL: the same results as the in-memory run; the
+    bucket holds the manifest, the plan and a marker per unit naming its files' sizes; this
+    machine's cache of it is gone after the run; a resume signs nothing and gives the same."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
+    work = f"s3://{BUCKET}/work-staged"
+    local = gpudedup.dedup(Path("in"), backend="cpu", on_error="skip")
+    signed = counting_signs(monkeypatch)
+    staged = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
+    assert_same_as_local(staged, local, url)
+    assert staged.report["work_dir"] == work
+    names = objects_under(work)
+    assert "manifest.json" in names and "plan.npy" in names
+    units = units_under(work)
+    plan = np.load(pa.BufferReader(storage.read_bytes(storage.Remote(f"{work}/plan.npy"))))
+    assert sorted(signed) == list(range(plan.shape[0])) and plan.shape[0] > 8
+    assert {f"shards/{index:05d}" for index in signed} | {"stages/copies", "stages/candidates", "stages/pairs"} \
+        <= set(units)
+    assert any(unit.startswith("sets/") for unit in units)
+    for unit, marker in units.items():  # every file of a unit, as big as its marker says
+        sizes = {name[len(unit) + 1:]: storage.file_size(storage.Remote(f"{work}/{name}"))
+                 for name in names if name.startswith(unit + "/") and not name.endswith("/complete.json")}
+        assert sizes == marker["sizes"], unit
+    assert not list((tmp_path / "cache").glob("*/*")), "the cache outlived the run"
+    signed.clear()
+    resumed = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
+    assert signed == []
+    assert_same_as_local(resumed, local, url)
+
+
+@pytest.mark.timeout(120)
+def test_units_without_their_marker_are_written_again(corpus, monkeypatch, tmp_path):
+    """What a killed writer leaves of a unit (its files, no marker) does not count: a resume
+    signs that shard again and redoes that stage, over the left files, to the same results."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
+    work = f"s3://{BUCKET}/work-unmarked"
+    first = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
+    filesystem, path = pafs.FileSystem.from_uri(work)
+    for unit in ("shards/00002", "stages/pairs"):
+        filesystem.delete_file(f"{path}/{unit}/complete.json")
+    put(f"{work}/shards/00002/stray.npy", b"half a file")
+    signed = counting_signs(monkeypatch)
+    again = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
+    assert signed == [2]
+    assert again.pairs.equals(first.pairs) and again.clusters.equals(first.clusters)
+    np.testing.assert_array_equal(again.keep, first.keep)
+    assert "shards/00002/stray.npy" not in objects_under(work)
+    assert {"shards/00002", "stages/pairs"} <= set(units_under(work))
+
+
+def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, tmp_path):
+    """Each process reads a unit's files through its cache, under the token of the unit's
+    marker: a unit removed and written again by another process is read anew, and a file
+    shorter than its marker says is refused, not cached."""
+    from gpudedup.engine.workdir import WorkDir
+
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
+    url = f"s3://{BUCKET}/work-units"
+    WorkDir(url, {"run": 1}, resume=False).write_dir("stages/x", {"a": np.arange(5)})
+    reader = WorkDir.attach(url)
+    np.testing.assert_array_equal(reader.load_stage("x")["a"], np.arange(5))  # now in the cache
+    writer = WorkDir.attach(url)
+    writer.remove("stages/x")
+    assert not WorkDir.attach(url).done("stages/x")
+    writer.write_dir("stages/x", {"a": np.arange(7) * 2})
+    np.testing.assert_array_equal(WorkDir.attach(url).load_stage("x")["a"], np.arange(7) * 2)
+    put(f"{url}/stages/x/a.npy", b"\x93NUMPY")
+    fresh = WorkDir.attach(url)
+    for cached in (tmp_path / "cache").rglob("a.npy"):
+        cached.unlink()
+    with pytest.raises(OSError, match="stages/x/a.npy: 6 bytes, its unit's marker says"):
+        fresh.load_stage("x")
+    assert not list((tmp_path / "cache").rglob("a.npy")) and not list((tmp_path / "cache").rglob(".tmp-*"))
+
+
+@pytest.mark.parametrize("state, resume, message", [
+    ("earlier", False, "the work directory holds an earlier run; pass --resume"),
+    ("other", True, "the work directory belongs to another run (run was 1, now 2)"),
+    ("foreign", False, "not a gpudedup work directory (no manifest.json) and not empty"),
+])
+def test_a_work_directory_in_the_bucket_is_checked_like_a_folder(s3, tmp_path, state, resume, message):
+    from gpudedup.engine.workdir import WorkDir
+
+    url = f"s3://{BUCKET}/work-checked-{state}"
+    if state == "foreign":
+        put(f"{url}/notes.txt", b"someone else's")
+    else:
+        WorkDir(url, {"run": 1}, resume=False)
+    with pytest.raises(gpudedup.ParameterError, match=f"{url}: {message}".replace("(", r"\(").replace(")", r"\)")):
+        WorkDir(url, {"run": 2 if state == "other" else 1}, resume=resume)

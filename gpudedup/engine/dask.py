@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..errors import ClusterError, GpudedupError, ParameterError
+
+if TYPE_CHECKING:
+    from .workdir import WorkAt
 
 
 def require_dask():
@@ -90,6 +92,20 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
         for name in ("distributed", "tornado"):
             logging.getLogger(name).setLevel(logging.CRITICAL + 1)
         raise
+
+
+def clear_worker_caches(client, work_dir) -> None:
+    """Delete every worker's copies of the work directory ``work_dir`` (a Location; a worker
+    keeps them only for one on object storage: workdir.clear_cache). A cluster already gone
+    has nothing to clear."""
+    from ..io.storage import Remote, full_name
+    from .workdir import clear_cache
+
+    if isinstance(work_dir, Remote) and getattr(client, "status", None) == "running":
+        try:
+            client.run(clear_cache, full_name(work_dir))
+        except Exception:  # noqa: BLE001 -- a worker lost at the end: its temporary folder keeps them
+            pass
 
 
 def in_work_directory(store) -> bool:
@@ -168,7 +184,7 @@ class DaskExecutor:
         from ..lsh import sorted_unique
 
         active = store.active
-        root = str(store.work.root)
+        root = store.work.location
         parts = [dask.delayed(band_key_rows)(root, index, *arrays)
                  for index, arrays in scattered(self.client, [(index, (docs, keep))
                                                       for index, docs, keep in store.band_key_parts(in_lsh)])]
@@ -209,7 +225,7 @@ class DaskExecutor:
             return LocalExecutor().same_signature_rows(store)
         import dask
 
-        root, starts = str(store.work.root), store.shards.active_starts
+        root, starts = store.work.location, store.shards.active_starts
         parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), *arrays)
                  for index, arrays in scattered(self.client, [(index, (positions,))
                                                       for index, positions in store.row_hash_parts()])]
@@ -262,7 +278,7 @@ def frame_of(dtypes: dict[str, str]):
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
-def row_hash_rows(work_root: str, index: int, first_spilled: int, positions: np.ndarray):
+def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: np.ndarray):
     """One shard's row hashes as (hash uint64, position int64, spilled int64) rows for the
     active documents the run keeps: positions, the run's position of each of the shard's
     spilled active rows (-1: left out by the input rules); spilled, its place among the active
@@ -271,12 +287,12 @@ def row_hash_rows(work_root: str, index: int, first_spilled: int, positions: np.
 
     from .workdir import WorkDir
 
-    hashes = np.asarray(WorkDir.attach(Path(work_root)).shard_array(index, "row_hash"))
+    hashes = np.asarray(WorkDir.attach(work_at).shard_array(index, "row_hash"))
     kept = np.flatnonzero(positions >= 0)
     return pd.DataFrame({"hash": hashes[kept], "position": positions[kept], "spilled": first_spilled + kept})
 
 
-def signature_groups(rows, work_root: str, active_starts: np.ndarray, width: int):
+def signature_groups(rows, work_at: WorkAt, active_starts: np.ndarray, width: int):
     """The same-signature pairs (first, member: the run's positions) of one shuffled partition,
     whose rows hold every document of their hashes: copies.same_signature_rows over the rows
     in position order, their signature rows read from the shards' signatures.npy; so the
@@ -289,19 +305,19 @@ def signature_groups(rows, work_root: str, active_starts: np.ndarray, width: int
     rows = rows.sort_values("position", kind="stable")
     positions = rows["position"].to_numpy(np.int64)
     spilled = rows["spilled"].to_numpy(np.int64)
-    signatures = SpilledSignatures(Shards.at(work_root, active_starts), width, Kept(spilled), spilled.shape[0])
+    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(spilled), spilled.shape[0])
     first, member = same_signature_rows(signatures, rows["hash"].to_numpy(np.uint64))
     return pd.DataFrame({"first": positions[first], "member": positions[member]})
 
 
-def band_key_rows(work_root: str, index: int, docs: np.ndarray, keep: np.ndarray):
+def band_key_rows(work_at: WorkAt, index: int, docs: np.ndarray, keep: np.ndarray):
     """One shard's band keys as (band int32, key uint64, doc int64) rows, for the documents
     that take part in LSH (keep); docs: int64 the corpus rows of the shard's active documents."""
     import pandas as pd
 
     from .workdir import WorkDir
 
-    keys = np.asarray(WorkDir.attach(Path(work_root)).shard_array(index, "keys"))[:, keep]  # (bands, m')
+    keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))[:, keep]  # (bands, m')
     bands, members = keys.shape
     return pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), members),
                          "key": keys.reshape(-1), "doc": np.tile(docs[keep], bands)})

@@ -66,7 +66,7 @@ from ..verify import plausible, rows_jaccard_at_least, sets_matrix
 from ..version import __version__
 from .job import Executor, LocalExecutor
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
-from .workdir import WorkDir
+from .workdir import WorkAt, WorkDir
 
 # A task gets the backend itself in this process, or its name on a worker that makes its own.
 BackendOrName = Union[Backend, str]
@@ -75,8 +75,9 @@ BackendOrName = Union[Backend, str]
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
 # 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures;
-# 4: a shard may be a piece of a file, as WORK/plan.npy says).
-WORK_DIR_FORMAT = 4
+# 4: a shard may be a piece of a file, as WORK/plan.npy says; 5: a stage is a folder of .npy
+# files, WORK/stages/<name>/, as every unit of workdir.py is).
+WORK_DIR_FORMAT = 5
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -129,10 +130,10 @@ class Shards:
         return cls(work, count, rows, active)
 
     @classmethod
-    def at(cls, work_root: str, active_starts: np.ndarray) -> "Shards":
-        """The shards of the work directory at ``work_root`` as a task needs them to read
+    def at(cls, work_at: WorkAt, active_starts: np.ndarray) -> "Shards":
+        """The shards of the work directory at ``work_at`` (WorkDir.attach) as a task needs them to read
         per-active-row arrays (active_starts: Shards.active_starts; no per-row counts)."""
-        return cls(WorkDir.attach(Path(work_root)), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
+        return cls(WorkDir.attach(work_at), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
 
     def own(self, array: np.ndarray, index: int) -> np.ndarray:
         """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
@@ -172,8 +173,8 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     infos = [shards.work.shard_info(index) for index in range(shards.count)]
     read = [index for index in range(shards.count) if not infos[index]["left_out"]]  # a file that could be read
     parts = [PartSummary(infos[index]["path"], infos[index]["format"],
-                         pq.read_table(shards.work.shard_dir(index) / "ids.parquet")["id"].combine_chunks(),
-                         pq.read_schema(shards.work.shard_dir(index) / "columns.parquet"),
+                         pq.read_table(shards.work.shard_file(index, "ids.parquet"))["id"].combine_chunks(),
+                         pq.read_schema(shards.work.shard_file(index, "columns.parquet")),
                          np.asarray(shards.work.shard_array(index, "row_numbers")))
              for index in read]
     plan = plan_combination(parts, text_field, id_field, on_error)
@@ -330,7 +331,7 @@ class ShardReader:
 # --- shingle sets spilled for exact verification -----------------------------------------------
 
 
-def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
+def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
                      params: DedupParams, backend: BackendOrName) -> None:
     """Task: the shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
@@ -349,37 +350,39 @@ def spill_shard_sets(work_root: str, name: str, reader: ShardReader, index: int,
         part, count = set_columns(batch)
         columns.append(part)
         counts.append(count)
-    WorkDir.attach(Path(work_root)).write_dir(Path("sets") / name / f"{index:05d}",
+    WorkDir.attach(work_at).write_dir(f"sets/{name}/{index:05d}",
                    {"columns": np.concatenate(columns), "offsets": offsets_from_counts(np.concatenate(counts)),
                     "rows": local_rows})
     release_unused_memory()
 
 
-def spilled_sets(work_root: str, name: str, shard_rows: np.ndarray, rows: np.ndarray):
+def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.ndarray):
     """The spilled sets of corpus rows ``rows`` (int64 (k,), ascending, all spilled) as one
     canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
+    work = WorkDir.attach(work_at)
     parts, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
-        where = Path(work_root) / "sets" / name / f"{index:05d}"
-        stored_rows = np.load(where / "rows.npy")
-        offsets = np.load(where / "offsets.npy")
-        stored = np.load(where / "columns.npy", mmap_mode="r")
+        unit = f"sets/{name}/{index:05d}"
+        stored_rows = np.load(work.file(unit, "rows.npy"))
+        offsets = np.load(work.file(unit, "offsets.npy"))
+        stored = np.load(work.file(unit, "columns.npy"), mmap_mode="r")
         wanted = rows[mine] - shard_rows[index]
         position = np.minimum(np.searchsorted(stored_rows, wanted), max(stored_rows.shape[0] - 1, 0))
         if stored_rows.shape[0] == 0 or not np.array_equal(stored_rows[position], wanted):
-            raise RuntimeError(f"{where}: the spilled sets lack rows asked for (a spill is for one set of rows)")
+            raise RuntimeError(f"{work.shown}/{unit}: the spilled sets lack rows asked for (a spill is for one "
+                               "set of rows)")
         starts, stops = offsets[position], offsets[position + 1]
         counts.append(stops - starts)
         parts.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
     return sets_matrix(np.concatenate(parts), np.concatenate(counts))
 
 
-def spilled_jaccard(work_root: str, name: str, shard_rows: np.ndarray, first: np.ndarray,
+def spilled_jaccard(work_at: WorkAt, name: str, shard_rows: np.ndarray, first: np.ndarray,
                     second: np.ndarray, threshold: float, threads: int) -> np.ndarray:
     """Task: exact Jaccard (float64 (p,)) of the row pairs (first[i], second[i]) whose
     documents' sets were spilled under ``name``, where it reaches ``threshold``; else
     BELOW_THRESHOLD (verify.pair_jaccard_at_least, on ``threads`` threads)."""
-    return rows_jaccard_at_least(lambda docs: spilled_sets(work_root, name, shard_rows, docs), first, second,
+    return rows_jaccard_at_least(lambda docs: spilled_sets(work_at, name, shard_rows, docs), first, second,
                                  threshold, threads)
 
 
@@ -392,8 +395,8 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
     (an earlier, interrupted run's) is not spilled again."""
     name = f"{name}-{hashlib.sha256(np.ascontiguousarray(docs, dtype=np.int64).tobytes()).hexdigest()[:16]}"
     todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
-            if not (work.root / "sets" / name / f"{index:05d}").is_dir()]
-    root = str(work.root)
+            if not work.done(f"sets/{name}/{index:05d}")]
+    root = work.for_tasks(executor.in_process)
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
     return name
@@ -410,7 +413,7 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     name = spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
                       executor)
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
-    root = str(work.root)
+    root = work.for_tasks(executor.in_process)
     # shard_rows is small (a row offset per shard): it travels inside each task.
     # In this process a task has every core; a cluster runs tasks side by side on its workers.
     threads = HOST_THREADS if executor.in_process else 1
@@ -420,17 +423,17 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
 
-def spilled_plausible(work_root: str, active_starts: np.ndarray, width: int, first: np.ndarray, second: np.ndarray,
+def spilled_plausible(work_at: WorkAt, active_starts: np.ndarray, width: int, first: np.ndarray, second: np.ndarray,
                       threshold: float) -> np.ndarray:
     """Task: the signature filter (verify.plausible, bool (p,)) of pairs of spilled active rows
     (first, second: int64 (p,) places among the active rows of all shards, Kept.spilled's),
     their signature rows read from the shards' memory-mapped signatures.npy; active_starts:
     Shards.active_starts; width: the signatures' columns."""
-    signatures = SpilledSignatures(Shards.at(work_root, active_starts), width, Kept(None), int(active_starts[-1]))
+    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(None), int(active_starts[-1]))
     return plausible(signatures, first, second, threshold)
 
 
-def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,
+def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,
                log: Optional[StageLog] = None, progress: Optional[Progress] = None) -> None:
     """Task: read shard ``index``, sign it in batches and store what the later stages need;
     log and progress: this process's, or None on a worker."""
@@ -450,7 +453,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
                 raise
             # A piece's type is its own lines' (all-null token ids read as text): only its info,
             # for WorkDirStore.sign to read the file whole, which then decides.
-            WorkDir.attach(Path(work_root)).write_shard(index, {}, {"path": shown, "stands": False})
+            WorkDir.attach(work_at).write_shard(index, {}, {"path": shown, "stands": False})
             return
     keys, active, signatures = signature_pass(corpus.units(), spec, banding, permutations, params,
                                               backend, log, progress)
@@ -473,7 +476,7 @@ def sign_shard(work_root: str, reader: ShardReader, index: int, params: DedupPar
         tables = {"ids": pa.table({"id": corpus.ids})}
         if raw is not None:
             tables["columns"] = raw
-        WorkDir.attach(Path(work_root)).write_shard(index, arrays, info, tables)
+        WorkDir.attach(work_at).write_shard(index, arrays, info, tables)
     del corpus, keys, signatures
     release_unused_memory()
 
@@ -616,7 +619,7 @@ class WorkDirStore:
         self.spec = params.shingle_spec()
         # The copies stage reads its groups' spilled sets back a chunk at a time, as exact_by_spill.
         self.copy_batch_cost = 8 * batch_bytes(params, backend)
-        self.work_dir: Optional[str] = str(work.root)
+        self.work_dir: Optional[str] = work.shown
         self.pinned = 0  # no documents kept before (job.Store)
 
     def task_backend(self, executor: Executor) -> BackendOrName:
@@ -661,7 +664,7 @@ class WorkDirStore:
     def sign_pending(self, executor: Executor, log: StageLog, progress: Progress) -> None:
         """Sign every shard not signed yet: here, one at a time within --max-memory, or as tasks."""
         pending = [index for index in range(self.reader.count) if not self.work.shard_done(index)]
-        root = str(self.work.root)
+        root = self.work.for_tasks(executor.in_process)
         if not executor.in_process:
             with log.stage("signature_pass"):
                 executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
@@ -711,7 +714,7 @@ class WorkDirStore:
             if len(signed) < len(indices):
                 continue
             with_rows = [index for index, info in zip(signed, infos) if info.get("rows")]
-            schemas = [pq.read_schema(self.work.shard_dir(index) / "columns.parquet") for index in with_rows]
+            schemas = [pq.read_schema(self.work.shard_file(index, "columns.parquet")) for index in with_rows]
             if not with_rows or any(not schema.equals(schemas[0]) for schema in schemas[1:]):
                 whole.append(file)
         return whole
@@ -766,7 +769,7 @@ class WorkDirStore:
         (first[i], second[i]) (int64 (q,)) ``pairs_per_task`` at a time, in order: each task
         reads its pairs' signature rows from the shards (the client maps none of them)."""
         first, second = self.active_rows.spilled(first), self.active_rows.spilled(second)
-        root, starts, width = str(self.work.root), self.shards.active_starts, self.signatures.shape[1]
+        root, starts, width = self.work.location, self.shards.active_starts, self.signatures.shape[1]
         return [(root, starts, width, first[start:start + pairs_per_task], second[start:start + pairs_per_task],
                  threshold) for start in range(0, first.shape[0], pairs_per_task)]
 
@@ -832,7 +835,7 @@ class WorkDirStore:
         read back from the spill when asked."""
         spill = spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
                            self.rows.spilled(docs), executor)
-        root, shard_rows = str(self.work.root), self.shards.rows
+        root, shard_rows = self.work, self.shards.rows  # (read here, in this process)
         return lambda part: spilled_sets(root, spill, shard_rows, self.rows.spilled(part))
 
     def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,

@@ -1,165 +1,411 @@
-"""The work directory of a staged run (--work-dir): what each stage has finished, kept on disk
-so that ``--resume`` after an interruption redoes only what was not finished.
+"""The work directory of a staged run (--work-dir): what each stage has finished, kept so that
+``--resume`` after an interruption redoes only what was not finished.
 
 Layout::
 
     WORK/manifest.json          the run's fingerprint: version, parameters, the input files
-    WORK/shards/00000/          one finished input file (shard): band keys, signatures, ...
-    WORK/stages/<name>.npz      one finished whole-corpus stage (copies, candidates, pairs)
+    WORK/plan.npy               the shards the input files are cut into (disk.encode_plan)
+    WORK/shards/00000/          one finished shard: band keys, signatures, ids, ...
+    WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
+    WORK/stages/<name>/         one finished whole-corpus stage (copies, candidates, pairs)
 
-Everything is written under a temporary name in WORK and renamed into place when complete,
-so a stage result that exists is a complete one; a run killed half way leaves at most
-temporary files, which the next run removes. The manifest ties the directory to one run: a
-resume with other inputs (a file changed in size or time) or other parameters is refused,
-because the finished stages would not belong to it.
+Each folder under shards/, sets/ and stages/ is a **unit**: its files are written together,
+and a unit that exists is a complete one; a run killed half way leaves at most units that do
+not count, which the next run removes or writes again. The manifest ties the directory to one
+run: a resume with other inputs (a file changed in size or time) or other parameters is
+refused, because the finished stages would not belong to it.
+
+The work directory is either
+
+- a **local folder** (or a shared mount that every Dask worker sees at the same path,
+  ``LocalFolder``): a unit is written under a temporary name in WORK and renamed into place;
+  the stages memory-map its .npy files where they are; or
+- a **URL on object storage** (``s3://``, ``gs://``, ... as io/storage.py reaches them,
+  ``BucketFolder``), which has no rename: a unit's files are uploaded, then its marker
+  (``complete.json``: a token and every file's size), last. A unit without its marker does not
+  exist for readers, and is deleted whole before it is written again. Each machine reads the
+  files through a cache of its own (a memory map needs a local file; see ``cache_folder``):
+  a file is downloaded on first use, checked against the marker's size, and kept under the
+  unit's token, so that a unit written again is never read from an older copy.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
+import pyarrow.fs as pafs
 
 from ..errors import ParameterError
+from ..io import storage
+from ..io.storage import Given, Location, Remote, location_of
+from ..threads import map_parallel
 
 MANIFEST = "manifest.json"
+PLAN = "plan.npy"
 TEMPORARY_PREFIX = ".tmp-"
+# The object a unit on object storage is complete with (written after its files).
+MARKER = "complete.json"
+# Where a machine keeps its copies of a remote work directory's files: this variable's folder,
+# else gpudedup-work-cache in the system's temporary folder (TMPDIR).
+CACHE_VARIABLE = "GPUDEDUP_WORK_CACHE"
+# How many of a unit's files go up at once.
+UPLOAD_THREADS = 8
+
+
+class LocalFolder:
+    """A work directory on a local (or mounted) file system, ``root``: units are committed by
+    a rename, and read where they are."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).absolute()  # workers may run elsewhere
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
+    def is_file(self) -> bool:
+        return self.root.exists() and not self.root.is_dir()
+
+    def holds_more_than(self, names: set[str]) -> bool:
+        return self.root.exists() and any(p.name not in names for p in self.root.iterdir()
+                                          if not p.name.startswith(TEMPORARY_PREFIX))
+
+    def prepare(self) -> None:
+        """Make the folder, and remove a killed run's half-written units."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for leftover in self.root.glob(f"{TEMPORARY_PREFIX}*"):
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+
+    def read_small(self, name: str) -> Optional[bytes]:
+        path = self.root / name
+        return path.read_bytes() if path.exists() else None
+
+    def write_small(self, name: str, data: bytes) -> None:
+        """Write (or replace) the file ``name`` at once."""
+        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.root / name)
+        _sync_dir(self.root)
+
+    def staging(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
+
+    def unit_done(self, relative: str) -> bool:
+        return (self.root / relative).is_dir()
+
+    def unit_file(self, relative: str, name: str) -> Path:
+        return self.root / relative / name
+
+    def unit_names(self, relative: str) -> list[str]:
+        return sorted(p.name for p in (self.root / relative).iterdir())
+
+    def commit_unit(self, relative: str, staging: Path) -> None:
+        final = self.root / relative
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _sync_dir(staging)
+        os.rename(staging, final)
+        _sync_dir(final.parent)
+
+    def remove_unit(self, relative: str) -> None:
+        shutil.rmtree(self.root / relative, ignore_errors=True)
+        _sync_dir((self.root / relative).parent)
+
+
+class BucketFolder:
+    """A work directory on object storage, ``remote``: a unit is complete when its marker
+    (MARKER, written after its files) is there; files are read from this machine's cache
+    (cache_folder), downloaded when first asked for. The markers read are remembered for the
+    life of this object (a task's, or a run's, which forgets those it writes or removes)."""
+
+    def __init__(self, remote: Remote):
+        self.remote = remote
+        self.cache = cache_folder(remote)
+        self.markers: dict[str, dict] = {}
+
+    @property
+    def location(self) -> str:
+        return storage.full_name(self.remote)
+
+    def is_file(self) -> bool:
+        return storage.info(self.remote).type == pafs.FileType.File
+
+    def holds_more_than(self, names: set[str]) -> bool:
+        prefix = self.remote.filesystem()[1].rstrip("/") + "/"
+        return any(entry.path[len(prefix):] not in names for entry in storage.file_entries(self.remote))
+
+    def prepare(self) -> None:
+        self.cache.mkdir(parents=True, exist_ok=True)
+
+    def read_small(self, name: str) -> Optional[bytes]:
+        try:
+            return storage.read_bytes(self.remote.child(name))
+        except FileNotFoundError:
+            return None
+
+    def write_small(self, name: str, data: bytes) -> None:
+        """Write (or replace) the object ``name``: one request, so whole or not at all."""
+        filesystem, path = self.remote.child(name).filesystem()
+        with filesystem.open_output_stream(path) as out:
+            out.write(data)
+
+    def staging(self) -> Path:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.cache))
+
+    def marker(self, relative: str) -> Optional[dict]:
+        if relative not in self.markers:
+            data = self.read_small(f"{relative}/{MARKER}")
+            if data is None:
+                return None
+            self.markers[relative] = json.loads(data)
+        return self.markers[relative]
+
+    def unit_done(self, relative: str) -> bool:
+        return self.marker(relative) is not None
+
+    def unit_names(self, relative: str) -> list[str]:
+        return sorted(self._marker_of(relative)["sizes"])
+
+    def unit_file(self, relative: str, name: str) -> Path:
+        marker = self._marker_of(relative)
+        local = self.cache / relative / marker["token"] / name
+        if not local.exists():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=local.parent)
+            try:
+                with os.fdopen(handle, "wb") as out, storage.open_stream(self.remote.child(f"{relative}/{name}")) \
+                        as source:
+                    copied = storage.copy_stream(source, out)
+                if copied != marker["sizes"][name]:
+                    raise OSError(f"{self.remote.child(relative)}/{name}: {copied} bytes, its unit's marker "
+                                  f"says {marker['sizes'][name]}")
+                os.replace(temporary, local)  # (another process of this machine may fetch it too)
+            except BaseException:
+                Path(temporary).unlink(missing_ok=True)
+                raise
+        return local
+
+    def _marker_of(self, relative: str) -> dict:
+        marker = self.marker(relative)
+        if marker is None:
+            raise FileNotFoundError(f"{self.remote.child(relative)}: no such unit of the work directory")
+        return marker
+
+    def commit_unit(self, relative: str, staging: Path) -> None:
+        """Upload the files of ``staging`` as the unit ``relative`` (what an earlier, killed
+        writer left of it deleted first), its marker last; then keep them as the cache's copy."""
+        self._delete(relative)
+        files = sorted(staging.iterdir())
+        # Side by side: each object is a request's round trip, most of them small.
+        list(map_parallel(lambda path: storage.upload(path, self.remote.child(f"{relative}/{path.name}")), files,
+                          UPLOAD_THREADS))
+        sizes = {path.name: path.stat().st_size for path in files}
+        token = uuid.uuid4().hex
+        marker = {"token": token, "sizes": sizes}
+        self.write_small(f"{relative}/{MARKER}", json.dumps(marker, sort_keys=True).encode())
+        self.markers[relative] = marker
+        cached = self.cache / relative / token
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staging, cached)
+
+    def remove_unit(self, relative: str) -> None:
+        """The marker first, so that a unit half deleted is not taken for a complete one."""
+        filesystem, path = self.remote.child(f"{relative}/{MARKER}").filesystem()
+        try:
+            filesystem.delete_file(path)
+        except FileNotFoundError:
+            pass
+        self._delete(relative)
+        shutil.rmtree(self.cache / relative, ignore_errors=True)
+
+    def _delete(self, relative: str) -> None:
+        self.markers.pop(relative, None)
+        filesystem, path = self.remote.child(relative).filesystem()
+        filesystem.delete_dir_contents(path, missing_dir_ok=True)
+
+
+Folder = Union[LocalFolder, BucketFolder]
+
+
+def folder_of(location: Location) -> Folder:
+    return BucketFolder(location) if isinstance(location, Remote) else LocalFolder(location)
+
+
+def cache_folder(remote: Remote) -> Path:
+    """This machine's cache of the remote work directory ``remote``: a folder of its own (named
+    by a digest of its URL) under $GPUDEDUP_WORK_CACHE, or gpudedup-work-cache in the
+    temporary folder."""
+    base = os.environ.get(CACHE_VARIABLE) or os.path.join(tempfile.gettempdir(), "gpudedup-work-cache")
+    return Path(base) / hashlib.sha256(str(remote).encode()).hexdigest()[:16]
+
+
+def clear_cache(location: str) -> None:
+    """Delete this machine's cache of the work directory ``location`` (a URL; nothing for a
+    local folder). Safe at any time: a file is fetched again when next asked for."""
+    remote = location_of(location)
+    if isinstance(remote, Remote):
+        shutil.rmtree(cache_folder(remote), ignore_errors=True)
 
 
 class WorkDir:
     """A work directory bound to one run's fingerprint (a JSON-able dict)."""
 
+    fingerprint: Optional[dict]  # None when attached (a worker): the client checked it
+    folder: Folder
+
     @classmethod
-    def attach(cls, root: Path) -> "WorkDir":
-        """The work directory a run has already opened (checked), as a Dask worker sees it."""
+    def attach(cls, location: Union["WorkDir", Given]) -> "WorkDir":
+        """The work directory a run has already opened (checked), as a task sees it:
+        ``location`` is WorkDir.location on a worker, or the run's WorkDir itself in its own
+        process (which then shares what it has read: a remote unit's marker is read once)."""
+        if isinstance(location, WorkDir):
+            return location
         work = cls.__new__(cls)
-        work.root, work.fingerprint = Path(root), None
+        work.folder, work.fingerprint = folder_of(location_of(location)), None
         return work
 
-    fingerprint: Optional[dict]  # None when attached (a worker): the client checked it
-
-    def __init__(self, root: Path, fingerprint: dict, resume: bool):
-        self.root = Path(root).absolute()  # workers may run elsewhere
+    def __init__(self, given: Given, fingerprint: dict, resume: bool):
+        self.folder = folder = folder_of(location_of(given))
         self.fingerprint = fingerprint
-        if self.root.exists() and not self.root.is_dir():
-            raise ParameterError(f"{root}: the work directory exists and is not a directory")
-        manifest = self.root / MANIFEST
-        if manifest.exists():
+        shown = self.shown
+        if folder.is_file():
+            raise ParameterError(f"{shown}: the work directory exists and is not a directory")
+        manifest = folder.read_small(MANIFEST)
+        if manifest is not None:
             if not resume:
-                raise ParameterError(f"{self.root}: the work directory holds an earlier run; pass --resume to "
+                raise ParameterError(f"{shown}: the work directory holds an earlier run; pass --resume to "
                                      "go on with it, or choose an empty directory")
-            previous = json.loads(manifest.read_text(encoding="utf-8"))
+            previous = json.loads(manifest.decode("utf-8"))
             if previous != fingerprint:
-                raise ParameterError(f"{self.root}: the work directory belongs to another run "
+                raise ParameterError(f"{shown}: the work directory belongs to another run "
                                      f"({describe_difference(previous, fingerprint)}); use a new directory")
-        elif self.root.exists() and any(p.name != MANIFEST for p in self.root.iterdir()
-                                        if not p.name.startswith(TEMPORARY_PREFIX)):
-            raise ParameterError(f"{self.root}: not a gpudedup work directory (no {MANIFEST}) and not empty")
-        self.root.mkdir(parents=True, exist_ok=True)
-        for leftover in self.root.glob(f"{TEMPORARY_PREFIX}*"):  # a killed run's half-written parts
-            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-        if not manifest.exists():
-            self._write_text(MANIFEST, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+        elif folder.holds_more_than({MANIFEST}):
+            raise ParameterError(f"{shown}: not a gpudedup work directory (no {MANIFEST}) and not empty")
+        folder.prepare()
+        if manifest is None:
+            folder.write_small(MANIFEST, (json.dumps(fingerprint, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
-    # --- shards -------------------------------------------------------------------------
+    def for_tasks(self, in_process: bool) -> "WorkAt":
+        """What a task is given to attach this work directory by: itself, to a task in this
+        process; its location, to a worker."""
+        return self if in_process else self.location
 
-    def shard_dir(self, index: int) -> Path:
-        return self.root / "shards" / f"{index:05d}"
+    @property
+    def location(self) -> str:
+        """The work directory as tasks are given it (WorkDir.attach): a path, or the whole URL."""
+        return self.folder.location
+
+    @property
+    def shown(self) -> str:
+        """The work directory as messages and reports name it (a URL without its secrets)."""
+        folder = self.folder
+        return str(folder.remote) if isinstance(folder, BucketFolder) else str(folder.root)
+
+    # --- units ------------------------------------------------------------------------------
+
+    def done(self, relative: str) -> bool:
+        """Whether the unit ``relative`` ("shards/00000") is there, complete."""
+        return self.folder.unit_done(relative)
+
+    def file(self, relative: str, name: str) -> Path:
+        """The local path of the file ``name`` of the finished unit ``relative``."""
+        return self.folder.unit_file(relative, name)
+
+    def write_dir(self, relative: str, arrays: dict[str, np.ndarray], tables: dict | None = None,
+                  info: dict | None = None) -> None:
+        """Store arrays (.npy), tables (.parquet) and info (info.json) as the unit
+        WORK/relative, all at once."""
+        import pyarrow.parquet as pq
+
+        staging = self.folder.staging()
+        try:
+            for name, array in arrays.items():
+                np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+            for name, table in (tables or {}).items():
+                pq.write_table(table, staging / f"{name}.parquet")
+            if info is not None:
+                (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+            self.folder.commit_unit(relative, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # (gone already once committed)
+
+    def remove(self, relative: str) -> None:
+        """Delete the unit ``relative`` (it is to be written again, differently)."""
+        self.folder.remove_unit(relative)
+
+    # --- shards -----------------------------------------------------------------------------
+
+    @staticmethod
+    def shard_unit(index: int) -> str:
+        return f"shards/{index:05d}"
 
     def shard_done(self, index: int) -> bool:
-        return self.shard_dir(index).is_dir()
+        return self.done(self.shard_unit(index))
 
     def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
                     tables: dict | None = None) -> None:
         """Store one shard's arrays (.npy, memory-mappable), tables (Parquet) and info (JSON)
         at once."""
-        self.write_dir(Path("shards") / f"{index:05d}", arrays, tables, info)
+        self.write_dir(self.shard_unit(index), arrays, tables, info)
 
-    def write_dir(self, relative: Path, arrays: dict[str, np.ndarray], tables: dict | None = None,
-                  info: dict | None = None) -> None:
-        """Store arrays (.npy), tables (.parquet) and info (info.json) as the directory
-        WORK/relative, all at once (written beside it, then renamed into place)."""
-        import pyarrow.parquet as pq
-
-        final = self.root / relative
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
-        for name, array in arrays.items():
-            np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
-        for name, table in (tables or {}).items():
-            pq.write_table(table, staging / f"{name}.parquet")
-        if info is not None:
-            (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
-        _sync_dir(staging)
-        os.rename(staging, final)
-        _sync_dir(final.parent)
+    def shard_file(self, index: int, name: str) -> Path:
+        return self.file(self.shard_unit(index), name)
 
     def shard_array(self, index: int, name: str, mmap: bool = True) -> np.ndarray:
-        return np.load(self.shard_dir(index) / f"{name}.npy", mmap_mode="r" if mmap else None,
-                       allow_pickle=False)
+        return np.load(self.shard_file(index, f"{name}.npy"), mmap_mode="r" if mmap else None, allow_pickle=False)
 
     def shard_info(self, index: int) -> dict:
-        return json.loads((self.shard_dir(index) / "info.json").read_text(encoding="utf-8"))
+        return json.loads(self.shard_file(index, "info.json").read_text(encoding="utf-8"))
+
+    def remove_shard(self, index: int) -> None:
+        self.remove(self.shard_unit(index))
 
     # --- the shards' plan (io/pieces.py) -------------------------------------------------
 
     def load_plan(self) -> Optional[np.ndarray]:
         """The shards a run reads (int64 (s, 4), disk.WorkDirStore.plan_shards), or None
         before they are planned."""
-        path = self.root / "plan.npy"
-        return np.load(path, allow_pickle=False) if path.exists() else None
+        import io
+
+        data = self.folder.read_small(PLAN)
+        return None if data is None else np.load(io.BytesIO(data), allow_pickle=False)
 
     def save_plan(self, shards: np.ndarray) -> None:
         """Store (or replace: a file found to need reading whole) the shards' plan at once."""
-        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
-        with os.fdopen(handle, "wb") as out:
-            np.save(out, shards, allow_pickle=False)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self.root / "plan.npy")
-        _sync_dir(self.root)
+        import io
 
-    def remove_shard(self, index: int) -> None:
-        """Delete shard ``index``'s spill (it is to be signed again, differently)."""
-        shutil.rmtree(self.shard_dir(index), ignore_errors=True)
-        _sync_dir(self.shard_dir(index).parent)
+        buffer = io.BytesIO()
+        np.save(buffer, shards, allow_pickle=False)
+        self.folder.write_small(PLAN, buffer.getvalue())
 
     # --- whole-corpus stages ---------------------------------------------------------------
 
-    def stage_path(self, name: str) -> Path:
-        return self.root / "stages" / f"{name}.npz"
-
     def load_stage(self, name: str) -> Optional[dict[str, np.ndarray]]:
         """A finished stage's arrays, or None when it has not finished."""
-        path = self.stage_path(name)
-        if not path.exists():
+        relative = f"stages/{name}"
+        if not self.done(relative):
             return None
-        with np.load(path, allow_pickle=False) as stored:
-            return {key: stored[key] for key in stored.files}
+        return {Path(file).stem: np.load(self.file(relative, file), allow_pickle=False)
+                for file in self.folder.unit_names(relative) if file.endswith(".npy")}
 
     def save_stage(self, name: str, arrays: dict[str, np.ndarray]) -> None:
-        path = self.stage_path(name)
-        path.parent.mkdir(exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
-        with os.fdopen(handle, "wb") as out:
-            np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stub takes **arrays for allow_pickle
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temporary, path)
-        _sync_dir(path.parent)
+        self.write_dir(f"stages/{name}", arrays)
 
-    def _write_text(self, name: str, text: str) -> None:
-        handle, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.root)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temporary, self.root / name)
+
+# A task's way to the work directory (WorkDir.attach): the run's own WorkDir, or its location.
+WorkAt = Union[WorkDir, str]
 
 
 def describe_difference(previous: dict, now: dict) -> str:

@@ -29,7 +29,7 @@ from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
-from ..io.storage import Given, local_folder, work_folder
+from ..io.storage import Given, local_folder, location_of
 from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
@@ -133,7 +133,7 @@ class Index:
     def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
               backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
               batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
-              shard_bytes: int | str | None = None, work_dir: str | os.PathLike | None = None, resume: bool = False,
+              shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
@@ -148,7 +148,7 @@ class Index:
             on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
             shard_bytes: int | str | None = None, output: Optional[Given] = None,
             format: str = "parquet", overwrite: bool = False,
-            work_dir: str | os.PathLike | None = None, resume: bool = False, client=None,
+            work_dir: Given | None = None, resume: bool = False, client=None,
             scheduler: Optional[str] = None, workers: Optional[int] = None,
             single_file: bool = False) -> DedupResult:
         """``dedup``, then commit the new documents kept (those with shingles) to the index as
@@ -197,7 +197,7 @@ class Index:
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
                                 scheduler, workers, against)
         elif work_dir is not None:
-            result = staged_dedup(data, params, chosen, work_folder(work_dir), resume, field, id_field, on_error, shown,
+            result = staged_dedup(data, params, chosen, location_of(work_dir), resume, field, id_field, on_error, shown,
                                   against=against)
         else:
             if resume:

@@ -11,8 +11,8 @@ endpoints come from those libraries' usual configuration: for S3 the AWS environ
 AWS_ENDPOINT_URL) and ~/.aws files, or a URL's query (``s3://bucket/x?endpoint_override=...``).
 
 An output directory may be a URL too (io/writer.py's ``remote_output_dir`` commits it without
-a rename, report.json last); a work directory must be a local folder as yet (``work_folder``
-refuses a URL), since its stages rely on memory maps and atomic renames.
+a rename, report.json last), and so may a work directory (engine/workdir.py's ``BucketFolder``
+commits each unit with a marker written last, and reads through a local cache).
 """
 
 from __future__ import annotations
@@ -112,12 +112,6 @@ def local_folder(given: Given, what: str) -> Path:
         raise ParameterError(f"{location}: {what} must be a local folder (or a mounted file system); inputs "
                              "and outputs may be URLs, not it")
     return location
-
-
-def work_folder(given: Given) -> Path:
-    """A work directory (--work-dir) as a Path (local_folder): its stages memory-map their
-    files and commit them by renames, which object stores do not have."""
-    return local_folder(given, "the work directory (--work-dir)")
 
 
 def full_name(location: Location) -> str:
