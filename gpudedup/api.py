@@ -99,7 +99,7 @@ def dedup(
         on a Dask cluster (distributed.py): a ``dask.distributed.Client``, a scheduler's
         address, or a local cluster of this many worker processes. The work directory (needed
         with client and scheduler; a temporary one otherwise) and the files must be visible to
-        every worker at the same path. The results are the single process's.
+        every worker at the same path or URL. The results are the single process's.
     backend: "auto", "cpu" or "gpu", or a backend made before (gpudedup.backends.get_backend), to
         reuse its start-up (numba's kernels, a device's compiled kernels) across calls.
     output / format / overwrite / single_file: write the results there too, as

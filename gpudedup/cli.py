@@ -160,8 +160,8 @@ def dedup_command(
         help="stop: a bad record or unreadable file stops the run (exit code 2, nothing written); "
              "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
     work_dir: Annotated[Optional[str], typer.Option(
-        help="Run in stages over one input file at a time, keeping each stage's results here, so the "
-             "corpus is never in memory as a whole (see docs/scale.md).",
+        help="Run in stages over one input file at a time, keeping each stage's results here (a folder, or "
+             "a URL such as s3://bucket/work/), so the corpus is never in memory as a whole (see docs/scale.md).",
         show_default=False)] = None,
     shard_bytes: Annotated[Optional[str], typer.Option(
         help="With --work-dir or Dask: cut plain JSONL and Parquet files larger than this (e.g. 256M) into "
@@ -171,7 +171,7 @@ def dedup_command(
                                                           "after an interruption.")] = False,
     scheduler: Annotated[Optional[str], typer.Option(
         help="Run the signatures, candidates and verification on this Dask scheduler's workers "
-             "(e.g. tcp://host:8786); needs --work-dir on a file system every worker sees.",
+             "(e.g. tcp://host:8786); needs --work-dir on a file system or object store every worker sees.",
         show_default=False)] = None,
     workers: Annotated[Optional[int], typer.Option(
         help="Run them on a local Dask cluster of this many worker processes (one per GPU with the "
