@@ -12,6 +12,12 @@ largest of the report's per-stage peaks (resident high-water marks of the proces
 the job: the client on a cluster). A worker's peak is its process's resident high-water mark
 at the end of the run (``getrusage`` on each worker, through ``Client.run``).
 
+The modes ``staged-s3`` and ``dask-s3`` keep the work directory on object storage: a moto
+server started here (``python -m moto.server``, the tests' S3-compatible server; its speed is
+not a real store's), the inputs and outputs local. For them ``cache_peak_mb`` is the largest
+the machine's cache of the work directory grew (engine/workdir.py; the client and both workers
+share it here), sampled every 0.2 s.
+
     python scripts/bench_streaming.py --scales 1 4 16 --modes staged dask in-memory \
         --json bench_data/streaming.json
 """
@@ -20,12 +26,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -35,24 +46,24 @@ CHILD = r"""
 import json, sys, time, tempfile
 from pathlib import Path
 import gpudedup
-corpus, mode, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+corpus, mode, out, work = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 workers = {}
 start = time.perf_counter()
-if mode == "dask":
+if mode.startswith("dask"):
     import logging
     import resource
     from distributed import Client, LocalCluster
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         start = time.perf_counter()  # the cluster's start-up is not the job's
-        result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", client=client, work_dir=out / "work",
+        result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", client=client, work_dir=work,
                                 output=out / "result")
         seconds = time.perf_counter() - start
         peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         workers = {"worker_peak_rss_mb": sorted(round(kb / 1024, 1) for kb in peaks.values())}
 else:
-    work = {"work_dir": out / "work"} if mode == "staged" else {}
-    result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", output=out / "result", **work)
+    staged = {"work_dir": work} if mode.startswith("staged") else {}
+    result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", output=out / "result", **staged)
     seconds = time.perf_counter() - start
 report = json.loads((out / "result" / "report.json").read_text())
 print(json.dumps({"seconds": round(seconds, 1), "peak_rss_mb": report["peak_rss_mb"], **workers,
@@ -100,40 +111,109 @@ def build_corpus(root: Path, shards: int, shard_documents: int, words: int, voca
     return text_bytes
 
 
+@contextmanager
+def moto_bucket(bucket: str) -> Iterator[dict]:
+    """A moto S3 server on a free port with ``bucket``; yields the AWS environment for it."""
+    import pyarrow.fs as pafs
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        endpoint = f"http://127.0.0.1:{port}"
+        pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing", secret_key="testing",
+                          region="us-east-1", allow_bucket_creation=True).create_dir(bucket)
+        yield {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL": endpoint}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+class FolderPeak:
+    """The largest total size of the files under ``folder``, sampled on a thread until stopped."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.peak, self.running = folder, 0, True
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self) -> None:
+        while self.running:
+            total = 0
+            for top, _, names in os.walk(self.folder):
+                for name in names:
+                    try:
+                        total += os.stat(os.path.join(top, name)).st_size
+                    except OSError:
+                        pass  # (a file renamed or deleted while walking)
+            self.peak = max(self.peak, total)
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        self.running = False
+        self.thread.join()
+        return self.peak
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--base-shards", type=int, default=2, help="shards at scale 1")
     parser.add_argument("--shard-documents", type=int, default=20_000)
     parser.add_argument("--words", type=int, default=100)
-    parser.add_argument("--modes", nargs="+", choices=["staged", "dask", "in-memory"], default=["staged", "in-memory"])
+    parser.add_argument("--modes", nargs="+", choices=["staged", "dask", "in-memory", "staged-s3", "dask-s3"],
+                        default=["staged", "in-memory"])
     parser.add_argument("--vocabulary", choices=["sample", "random"], default="sample",
                         help="words drawn from the bundled sample's (with their frequencies) or made up")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = []
-    for scale in args.scales:
-        with tempfile.TemporaryDirectory() as scratch:
-            corpus = Path(scratch) / "corpus"
-            corpus.mkdir()
-            text_bytes = build_corpus(corpus, args.base_shards * scale, args.shard_documents, args.words,
-                                      args.vocabulary)
-            for mode in args.modes:
-                out = Path(scratch) / mode
-                out.mkdir()
-                started = time.perf_counter()
-                done = subprocess.run([sys.executable, "-c", CHILD, str(corpus), mode, str(out)],
-                                      capture_output=True, text=True, check=True)
-                row = {"scale": scale, "mode": mode, "shards": args.base_shards * scale,
-                       "documents": args.base_shards * scale * args.shard_documents,
-                       "text_mb": round(text_bytes / 2**20, 1),
-                       "process_seconds": round(time.perf_counter() - started, 1),
-                       **json.loads(done.stdout.strip().splitlines()[-1])}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                shutil.rmtree(out)
+    with moto_bucket("bench") if any(mode.endswith("-s3") for mode in args.modes) else nullcontext({}) as aws:
+        for scale in args.scales:
+            rows.extend(run_scale(args, scale, aws))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def run_scale(args, scale: int, aws: dict) -> list[dict]:
+    """Every mode's row at one scale (each run in a subprocess of its own)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = Path(scratch) / "corpus"
+        corpus.mkdir()
+        text_bytes = build_corpus(corpus, args.base_shards * scale, args.shard_documents, args.words,
+                                  args.vocabulary)
+        for mode in args.modes:
+            out = Path(scratch) / mode
+            out.mkdir()
+            remote = mode.endswith("-s3")
+            work = f"s3://bench/work-{scale}-{mode}" if remote else str(out / "work")
+            cache = Path(scratch) / "cache"
+            environment = {**os.environ, **aws, "GPUDEDUP_WORK_CACHE": str(cache)}
+            peak = FolderPeak(cache) if remote else None
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", CHILD, str(corpus), mode, str(out), work],
+                                  capture_output=True, text=True, check=True, env=environment)
+            row = {"scale": scale, "mode": mode, "shards": args.base_shards * scale,
+                   "documents": args.base_shards * scale * args.shard_documents,
+                   "text_mb": round(text_bytes / 2**20, 1),
+                   "process_seconds": round(time.perf_counter() - started, 1),
+                   **json.loads(done.stdout.strip().splitlines()[-1])}
+            if peak is not None:
+                row["cache_peak_mb"] = round(peak.stop() / 2**20, 1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            shutil.rmtree(out)
+    return rows
 
 
 if __name__ == "__main__":
