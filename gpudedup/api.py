@@ -226,16 +226,18 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
         base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
         store = base if against is None else against.wrap(base)
         outcome = run_job(store, params, backend, executor, progress)
+        table = base.table(executor)
+        # The ids stay in the shards until the results take them (a run against an index joins its own).
+        ids = base.id_source if against is None else store.ids
+        return DedupResult.of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
+                              sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
+                              output_bases=output_bases(found.files, found.given))
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
                           "stages it finished are kept: run again with --resume") from None
     finally:
         # This machine's copies of a work directory on object storage (fetched again if asked for).
         clear_cache(storage.full_name(work_dir))
-    table = base.table(executor)
-    return DedupResult.of(outcome, store.ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
-                          sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
-                          output_bases=output_bases(found.files, found.given))
 
 
 # --- input adaptation ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from .copies import implied_pairs
 from .engine.job import Outcome
 from .errors import OutputError, ParameterError
+from .ids import IdSource, id_source
 from .io.storage import Given, Location, Remote, location_of
 from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, remote_staging, write_json,
@@ -41,6 +42,8 @@ class DedupResult:
         threshold, verify.BELOW_THRESHOLD (-1.0) where it does not (the check stops there).
     outcome: the engine's results over row numbers (engine.job.Outcome), which ``pairs`` and
         ``clusters`` name by id.
+    ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
+        staged run's stay in its shards until then: ids.IdSource).
     """
 
     pairs: pa.Table
@@ -49,7 +52,7 @@ class DedupResult:
     report: Report
     table: pa.Table = field(repr=False)
     outcome: Outcome = field(repr=False)
-    ids: pa.Array = field(repr=False)  # the id of every row, in row order
+    id_source: IdSource = field(repr=False)  # the id of every row (ids.py)
     inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
     skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
@@ -66,23 +69,29 @@ class DedupResult:
     output_bases: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, outcome: Outcome, ids: pa.Array, table: Any, restore: Callable[[np.ndarray], Any], inputs: list,
-           text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
+    def of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
+           inputs: list, text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
            indexed_rows: int = 0, sources: Optional[list] = None,
            output_bases: Optional[dict] = None) -> "DedupResult":
-        """The result of a run: ``ids`` (the id of every row, in row order) attached to the
-        outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
+        """The result of a run: ``ids`` (the id of every row, in row order: an Arrow array or
+        an ids.IdSource) attached to the outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
         in-memory data), which the report names with the fields read (Report.with_reading);
         indexed_rows: the leading rows that are a persistent index's documents, not the input's
         (``keep`` is the input's rows only); sources: the files of an in-memory run over files
         (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
-        return cls(pairs=pairs_table(ids, outcome.pair_a, outcome.pair_b, outcome.jaccard),
-                   clusters=clusters_table(ids, outcome), keep=outcome.keep[indexed_rows:], report=report, table=table,
-                   inputs=inputs, text_field=text_field, ids=ids, skipped_records=skipped_records,
+        source = id_source(ids)
+        return cls(pairs=pairs_table(source, outcome.pair_a, outcome.pair_b, outcome.jaccard),
+                   clusters=clusters_table(source, outcome), keep=outcome.keep[indexed_rows:], report=report,
+                   table=table, inputs=inputs, text_field=text_field, id_source=source, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
                    output_bases=output_bases or {})
+
+    @cached_property
+    def ids(self) -> pa.Array:
+        """The id of every row, in row order (pyarrow Array)."""
+        return self.id_source.all()
 
     @cached_property
     def deduplicated(self):
@@ -106,8 +115,8 @@ class DedupResult:
         """
         a, b, jaccard = self.outcome.pair_a, self.outcome.pair_b, self.outcome.jaccard
         copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
-        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.ids))  # indexed rows too
-        return pairs_table(self.ids, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
+        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.id_source))  # indexed rows too
+        return pairs_table(self.id_source, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
 
     def write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False,
               single_file: bool = False) -> Location:
@@ -133,36 +142,32 @@ class DedupResult:
 SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
 
 
-def pairs_table(ids: pa.Array, pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray) -> pa.Table:
+def pairs_table(ids: Union[pa.Array, IdSource], pair_a: np.ndarray, pair_b: np.ndarray,
+                jaccard: np.ndarray) -> pa.Table:
     """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b), for the pairs of rows
-    (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,))."""
-    ids = wide_ids(ids)  # millions of pairs of string ids can pass 2 GiB: 64-bit offsets
-    a = ids.take(pa.array(pair_a))
-    b = ids.take(pa.array(pair_b))
+    (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,)); ids: the
+    rows' ids (an array or an ids.IdSource)."""
+    source = id_source(ids)
+    a = source.take(pair_a)
+    b = source.take(pair_b)
     swap = pc.greater(a, b)
     table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
                       "jaccard": pa.array(jaccard, pa.float64())})
     return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
 
 
-def wide_ids(ids: pa.Array) -> pa.Array:
-    """String ids as large_string, so that gathering them for pairs and clusters (an id per
-    pair member) cannot overflow 32-bit offsets; integer ids as they are."""
-    return ids.cast(pa.large_string()) if pa.types.is_string(ids.type) else ids
-
-
-def clusters_table(ids: pa.Array, outcome: Outcome) -> pa.Table:
+def clusters_table(ids: Union[pa.Array, IdSource], outcome: Outcome) -> pa.Table:
     """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
     names the document its cluster kept (itself for a kept one; where a cluster keeps several,
     indexed documents in a run against an index, the first of them)."""
     c = outcome.clusters
-    ids = wide_ids(ids)
+    source = id_source(ids)
     kept_doc = np.zeros(c.count, dtype=np.int64)
     # Reversed, so that the first kept document of a cluster is the one written last.
     kept_doc[c.cluster[c.keep][::-1]] = c.docs[c.keep][::-1]
     kept_id = np.where(c.keep, c.docs, kept_doc[c.cluster])
-    return pa.table({"id": ids.take(pa.array(c.docs)), "cluster": pa.array(c.cluster, pa.int64()),
-                     "keep": pa.array(c.keep, pa.bool_()), "kept_id": ids.take(pa.array(kept_id))})
+    return pa.table({"id": source.take(c.docs), "cluster": pa.array(c.cluster, pa.int64()),
+                     "keep": pa.array(c.keep, pa.bool_()), "kept_id": source.take(kept_id)})
 
 
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,

@@ -21,8 +21,8 @@ from gpudedup.errors import InputError, ParameterError
 
 from stage_events import cli_process, finish, wait_for_stage, with_stage_events
 from test_api import write_jsonl
-from test_streaming import (assert_same_files, assert_same_results, finished_work, mixed_corpus, rm, rules_corpus,
-                            sample_records, staged_run, write_shards)
+from test_streaming import (assert_same_files, assert_same_results, finished_work, make_texts, mixed_corpus, rm,
+                            rules_corpus, sample_records, staged_run, write_shards)
 from output_support import kept_files, read_clusters, read_pairs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
@@ -145,16 +145,49 @@ def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output
     assert written_by_workers(stream) == 2  # one task per input file, over its pieces
 
 
-def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, tmp_path):
+def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, tmp_path, monkeypatch):
+    """Under on_error="skip" a cluster leaves out the files and repeated ids the in-memory run
+    does. The ids are checked on the workers (a shuffle on their hashes): the client's own
+    check is made to fail, as is reading every id for the results (pairs and clusters take
+    the ids of their documents only)."""
+    from gpudedup.engine import disk
+    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.io import rules
+
     corpus = rules_corpus(tmp_path)
     memory = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip")
-    spread = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip", client=client,
-                            work_dir=tmp_path / "work")
+
+    def refused(*args):
+        raise AssertionError("the client did a step that belongs to the workers")
+
+    monkeypatch.setattr(LocalExecutor, "colliding_rows", refused)
+    monkeypatch.setattr(rules, "repeated_in_parts", refused)
+    monkeypatch.setattr(disk.ShardIds, "all", refused)
+    with distributed.get_task_stream(client) as stream:
+        spread = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip", client=client,
+                                work_dir=tmp_path / "work")
+    assert any(str(task["key"]).startswith("id_hash_rows") for task in stream.data)
+    monkeypatch.undo()  # (assert_same_results compares ``ids``: every id, read now)
     assert_same_results(memory, spread)
     memory.write(tmp_path / "memory")
     spread.write(tmp_path / "spread")
     assert_same_files(tmp_path / "memory", tmp_path / "spread", "parquet")
     assert (tmp_path / "memory" / "errors.jsonl").read_bytes() == (tmp_path / "spread" / "errors.jsonl").read_bytes()
+
+
+def test_a_repeated_id_on_a_cluster_stops_the_run_as_in_memory(client, tmp_path):
+    """Under on_error="stop" the first repeated id in input order, with where it is used, as
+    the in-memory run names it (the workers find the rows whose ids' hashes collide)."""
+    texts = make_texts(40, seed=5)
+    files = [write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:20])]),
+             write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": f"d{i % 7 + 3 * (i > 9)}", "text": t}
+                                                       for i, t in enumerate(texts[20:])])]
+    with pytest.raises(InputError) as memory:
+        gpudedup.dedup(files, backend="cpu", id_field="id")
+    with pytest.raises(InputError) as spread:
+        gpudedup.dedup(files, backend="cpu", id_field="id", client=client, work_dir=tmp_path / "work")
+    assert str(spread.value) == str(memory.value)
+    assert "duplicate id 'd0': documents" in str(memory.value)
 
 
 def test_a_scheduler_address_gives_the_in_memory_output(client, mixed, tmp_path):

@@ -24,7 +24,7 @@ def part(path: str, ids: list, columns: dict | None = None, lines: list[int] | N
     schema = pa.schema([("id", pa.array(ids).type if ids else pa.string()), ("text", pa.string()),
                         *(columns or {}).items()])
     numbers = np.asarray(lines, dtype=np.int64) if lines is not None else None
-    return PartSummary(path, format, pa.array(ids, schema.field("id").type), schema, numbers)
+    return PartSummary.of_ids(path, format, pa.array(ids, schema.field("id").type), schema, numbers)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:
@@ -48,7 +48,7 @@ def test_compatible_parts_are_all_kept_with_their_unified_columns():
 
 
 def test_without_an_id_field_ids_are_strings_and_the_text_column_is_a_string_type():
-    parts = [PartSummary("a.jsonl", "jsonl", pa.array(["a.jsonl:1"]), pa.schema([("text", pa.null())]))]
+    parts = [PartSummary.of_ids("a.jsonl", "jsonl", pa.array(["a.jsonl:1"]), pa.schema([("text", pa.null())]))]
     plan = plan_combination(parts, "text", None, "skip")
     assert plan.id_type == pa.string()
     assert plan.schema.field("text").type == pa.large_string()  # an all-null column, as Corpus casts it
@@ -71,8 +71,8 @@ def test_stop_names_the_files_whose_columns_cannot_be_combined():
 
 def test_stop_refuses_integer_and_string_ids():
     # Schemas that unify (the id column is not among them) but ids of two kinds.
-    parts = [PartSummary("a.jsonl", "jsonl", pa.array([1]), pa.schema([("text", pa.string())])),
-             PartSummary("b.jsonl", "jsonl", pa.array(["x"]), pa.schema([("text", pa.string())]))]
+    parts = [PartSummary.of_ids("a.jsonl", "jsonl", pa.array([1]), pa.schema([("text", pa.string())])),
+             PartSummary.of_ids("b.jsonl", "jsonl", pa.array(["x"]), pa.schema([("text", pa.string())]))]
     with pytest.raises(InputError, match=r"^id field 'id' holds integers in some files and strings in others "
                                          r"\(files: a\.jsonl, b\.jsonl\)$"):
         plan_combination(parts, "text", "id", "stop")
@@ -89,7 +89,7 @@ def test_stop_locates_a_repeated_id_by_line_and_row():
 def test_skip_leaves_out_files_that_cannot_be_combined_with_the_ones_before():
     parts = [part("a.jsonl", [1], {"m": pa.int64()}),
              part("b.jsonl", [2], {"m": pa.string()}),  # columns
-             PartSummary("c.jsonl", "jsonl", pa.array(["s"]), pa.schema([("text", pa.string())])),  # id kind
+             PartSummary.of_ids("c.jsonl", "jsonl", pa.array(["s"]), pa.schema([("text", pa.string())])),  # id kind
              part("d.jsonl", [], {"m": pa.string()}),  # no rows, but its columns still count
              part("e.jsonl", [5], {"m": pa.int64()})]
     plan = plan_combination(parts, "text", "id", "skip")
@@ -116,7 +116,8 @@ def test_skip_leaves_out_later_rows_of_a_repeated_id():
 
 
 def test_skip_without_an_id_field_still_refuses_a_repeated_id():
-    parts = [PartSummary("a.jsonl", "jsonl", pa.array(["a.jsonl:1", "a.jsonl:1"]), pa.schema([("text", pa.string())]))]
+    parts = [PartSummary.of_ids("a.jsonl", "jsonl", pa.array(["a.jsonl:1", "a.jsonl:1"]),
+                                pa.schema([("text", pa.string())]))]
     with pytest.raises(InputError, match="duplicate id 'a.jsonl:1'"):
         plan_combination(parts, "text", None, "skip")
 
@@ -146,7 +147,7 @@ def test_a_plan_over_files_read_one_at_a_time_equals_the_in_memory_reader(tmp_pa
                 raise
             records.append(file_record(error, source.path))
             continue
-        summaries.append(PartSummary(source.path, source.format, one.ids, one.table.schema, source.row_numbers))
+        summaries.append(PartSummary.of_ids(source.path, source.format, one.ids, one.table.schema, source.row_numbers))
         read_records.append(one.records)
     if on_error == "stop":
         with pytest.raises(InputError) as staged:

@@ -171,6 +171,19 @@ class DaskExecutor:
 
         return components.dask_component_roots(self.client, first, second, components.PAIRS_PER_PART, n_docs)
 
+    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
+        """job.Executor.colliding_rows as a shuffle: the tasks' (hash, row) frames shuffled on
+        the hash, so that equal hashes share a partition; each partition gives back its rows
+        whose hash repeats, and only those reach the client."""
+        import dask
+
+        parts = [dask.delayed(task)(*a) for a in arguments]
+        if not parts:
+            return np.zeros(0, np.int64)
+        shared = shuffled_map(parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
+                              {"row": "int64"}, stage)
+        return np.sort(shared["row"].to_numpy(np.int64))
+
     def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
         """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store
         without shards of keys to hand out (a run against a persistent index) finds its
@@ -276,6 +289,16 @@ def frame_of(dtypes: dict[str, str]):
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
+
+
+def hash_sharing_rows(rows):
+    """The rows (a DataFrame of "row") of one shuffled partition of (hash, row) rows whose hash
+    another row of it has (job.rows_sharing_hash)."""
+    import pandas as pd
+
+    from .job import rows_sharing_hash
+
+    return pd.DataFrame({"row": rows_sharing_hash(rows["hash"].to_numpy(np.uint64), rows["row"].to_numpy(np.int64))})
 
 
 def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: np.ndarray):

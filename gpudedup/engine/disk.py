@@ -42,7 +42,8 @@ import pyarrow.parquet as pq
 from ..backends import HOST_THREADS, Backend, get_backend
 from ..copies import band_key_row_hash
 from ..errors import InputError
-from ..io.rules import PartSummary, plan_combination
+from ..io.rules import PartSummary, combined_ids, id_groups, plan_combination
+from ..ids import wide
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
@@ -154,30 +155,38 @@ class ShardDocuments:
     for the files of an in-memory run read at once.
 
     live: bool over the spilled rows of all shards (Shards.rows): the run's documents;
-    ids: their ids (int64 or string), in order; schema: the columns of the files they come
-    from, unified; records: every record or file left out under on_error="skip" (in no
-    particular order; rules.sorted_records orders them); left_out: the shards left out whole
-    by the rules (their columns or kind of id do not combine with the shards before them).
+    id_type: their ids' type (int64 or string); all_ids(): every one of their ids, in order,
+    read from the shards (none is held); schema: the columns of the files they come from,
+    unified; records: every record or file left out under on_error="skip" (in no particular
+    order; rules.sorted_records orders them); left_out: the shards left out whole by the
+    rules (their columns or kind of id do not combine with the shards before them).
     """
 
     live: np.ndarray
-    ids: pa.Array
+    id_type: pa.DataType
+    all_ids: Callable[[], pa.Array]
     schema: pa.Schema
     records: list[dict]
     left_out: set[int]
 
 
-def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on_error: str) -> ShardDocuments:
-    """The input rules over every shard's spilled ids, columns and line numbers (see
-    ShardDocuments); under on_error="stop" their InputError, naming the files and lines."""
+def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on_error: str,
+                    executor: Executor) -> ShardDocuments:
+    """The input rules over every shard's spilled columns, line numbers and ids (see
+    ShardDocuments); under on_error="stop" their InputError, naming the files and lines. The
+    ids are not read here: only the rows whose ids' hashes collide come back, from the
+    executor's tasks (repeated_shard_ids)."""
     infos = [shards.work.shard_info(index) for index in range(shards.count)]
     read = [index for index in range(shards.count) if not infos[index]["left_out"]]  # a file that could be read
     parts = [PartSummary(infos[index]["path"], infos[index]["format"],
-                         pq.read_table(shards.work.shard_file(index, "ids.parquet"))["id"].combine_chunks(),
+                         pa.int64() if infos[index]["integer_ids"] else pa.string(), infos[index]["rows"],
                          pq.read_schema(shards.work.shard_file(index, "columns.parquet")),
-                         np.asarray(shards.work.shard_array(index, "row_numbers")))
+                         row_numbers=np.asarray(shards.work.shard_array(index, "row_numbers")))
              for index in read]
-    plan = plan_combination(parts, text_field, id_field, on_error)
+    plan = plan_combination(parts, text_field, id_field, on_error,
+                            repeated=lambda kept, id_type: repeated_shard_ids(
+                                shards.work, [read[part] for part in kept], [parts[part].rows for part in kept],
+                                id_type, executor))
     left_out = {read[part] for part in plan.left_out}
     live = np.ones(int(shards.rows[-1]), dtype=bool)
     for part, index in enumerate(read):
@@ -191,7 +200,74 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     # A file left out whole is one record: the records its reader made for it are dropped.
     records = [record for index in range(shards.count) if index not in left_out
                for record in infos[index]["records"]] + plan.records
-    return ShardDocuments(live, plan.ids(parts), plan.schema, records, left_out)
+    work = shards.work
+    return ShardDocuments(live, plan.id_type,
+                          lambda: plan.ids(parts, lambda part: shard_ids(work, read[part], plan.id_type)),
+                          plan.schema, records, left_out)
+
+
+def shard_ids(work: WorkAt, index: int, id_type: pa.DataType) -> pa.Array:
+    """The ids of every row shard ``index`` spilled, in order, cast to ``id_type``."""
+    ids = pq.read_table(WorkDir.attach(work).shard_file(index, "ids.parquet"))["id"].combine_chunks()
+    return ids.cast(id_type)
+
+
+def id_hash_rows(work: WorkAt, index: int, start: int, id_type: str):
+    """Task: a pandas DataFrame (hash uint64, row int64) with a 64-bit hash of each id of
+    shard ``index`` (cast to the type named ``id_type``; pandas' hash_array, the same in every
+    process) and its row among the rows of the shards checked together (start: the shard's
+    first)."""
+    import pandas as pd
+
+    ids = shard_ids(work, index, pa.type_for_alias(id_type))
+    hashes = pd.util.hash_array(ids.to_numpy(zero_copy_only=False))
+    return pd.DataFrame({"hash": hashes, "row": np.arange(start, start + len(ids), dtype=np.int64)})
+
+
+def repeated_shard_ids(work: WorkDir, indices: list[int], rows: list[int], id_type: pa.DataType,
+                       executor: Executor) -> list:
+    """rules.RepeatedIds over the ids of shards ``indices`` (in order; rows: how many each
+    has): the executor finds the rows whose ids' hashes collide (a task per shard hashes its
+    ids; on a cluster, a shuffle on the hash), and only those rows' ids are read here and
+    grouped exactly (rules.id_groups), so that no hash collision counts as a repeat."""
+    starts = np.cumsum([0] + rows).astype(np.int64)
+    work_at = work.for_tasks(executor.in_process)
+    colliding = executor.colliding_rows(id_hash_rows, [(work_at, index, int(start), str(id_type))
+                                                       for index, start in zip(indices, starts)], "the id check")
+    if colliding.shape[0] == 0:
+        return []
+    parts = [shard_ids(work, indices[part], id_type).take(pa.array(colliding[mine] - starts[part]))
+             for part, mine in by_shard(starts, colliding)]  # colliding ascending: the parts come in order
+    return [(identifier, colliding[members]) for identifier, members in id_groups(combined_ids(parts, id_type))]
+
+
+class ShardIds:
+    """The run's document ids (ids.IdSource) read from the shards' ids.parquet when asked,
+    not held: ``take`` reads only the shards holding the rows asked for."""
+
+    def __init__(self, shards: Shards, rows: "Kept", documents: ShardDocuments, count: int):
+        self.shards, self.rows, self.documents = shards, rows, documents
+        self.type, self.count = documents.id_type, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        spilled = self.rows.spilled(np.asarray(rows, dtype=np.int64))
+        parts, order = [], []
+        for index, mine in by_shard(self.shards.rows, spilled):
+            local = spilled[mine] - self.shards.rows[index]
+            parts.append(wide(shard_ids(self.shards.work, index, self.type).take(pa.array(local))))
+            order.append(mine)
+        if not parts:
+            return wide(pa.array([], self.type))
+        gathered = pa.concat_arrays(parts)
+        place = np.empty(spilled.shape[0], dtype=np.int64)
+        place[np.concatenate(order)] = np.arange(spilled.shape[0])
+        return gathered.take(pa.array(place))
+
+    def all(self) -> pa.Array:
+        return self.documents.all_ids()
 
 
 @dataclass
@@ -471,7 +547,7 @@ def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupPa
               "null": corpus.texts.is_null().to_numpy(zero_copy_only=False)}
     info = {"path": shown, "format": format_of(path), "left_out": raw is None,
             "rows": corpus.num_rows, "active": int(active.shape[0]),
-            "records": records}
+            "records": records, "integer_ids": pa.types.is_integer(corpus.ids.type)}
     with log.stage("spill"):
         tables = {"ids": pa.table({"id": corpus.ids})}
         if raw is not None:
@@ -640,7 +716,7 @@ class WorkDirStore:
         self.read_whole_where_needed(executor, log, progress)
         self.bands = banding.bands
         self.shards = shards = Shards.of(self.work, self.reader.count)
-        self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error)
+        self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error, executor)
         # The shards none of whose rows is a document: files that could not be read, and files
         # the input rules left out whole (on_error "skip").
         self.files_left_out = {index for index in range(shards.count) if shards.work.shard_info(index)["left_out"]}
@@ -733,7 +809,13 @@ class WorkDirStore:
 
     @property
     def ids(self) -> pa.Array:
-        return self.combination.ids
+        """Every document's id, read from the shards now (what a run against an index needs)."""
+        return self.id_source.all()
+
+    @property
+    def id_source(self) -> ShardIds:
+        """The documents' ids as the results take them, read when asked (ids.IdSource)."""
+        return ShardIds(self.shards, self.rows, self.combination, self.documents)
 
     def plan_shards(self, executor: Executor) -> list[Shard]:
         """The shards of the run (io/pieces.py: large files cut at --shard-bytes), planned once

@@ -148,6 +148,12 @@ class Executor(Protocol):
         """copies.same_signature_rows of the active documents' signatures (store.row_hashes
         proposing the groups): (first, member) int64 positions into store.active, ascending."""
 
+    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
+        """The rows whose hash another row shares (int64, ascending), of the rows that the
+        tasks ``task(*a)`` give as pandas DataFrames (hash uint64, row int64, rows distinct):
+        all of them in this process; on a cluster, a shuffle on the hash, so that no process
+        holds a hash per row."""
+
     def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         """The connected components of the verified pairs (first[i], second[i]) (int64 (p,)
         rows below n_docs, host) as cluster.component_roots gives them: (docs, root) int64,
@@ -179,8 +185,27 @@ class LocalExecutor:
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         return same_signature_rows(store.signatures, store.row_hashes())
 
+    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
+        frames = [task(*a) for a in arguments]
+        if not frames:
+            return np.zeros(0, np.int64)
+        return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
+                                 np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
+
     def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         return component_roots(first, second, n_docs)
+
+
+def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int64 ascending: the rows (int64 (k,), distinct) whose hash (uint64 (k,)) another row
+    has too (Executor.colliding_rows)."""
+    order = np.argsort(hashes, kind="stable")
+    sorted_hashes = hashes[order]
+    same = sorted_hashes[1:] == sorted_hashes[:-1]
+    shared = np.zeros(hashes.shape[0], dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    return np.sort(rows[order[shared]])
 
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,

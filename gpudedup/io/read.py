@@ -117,7 +117,8 @@ class FilePart:
 
     def summary(self) -> PartSummary:
         """What the checks across files need of this file (rules.plan_combination)."""
-        return PartSummary(self.source.path, self.source.format, self.ids, self.table.schema, self.source.row_numbers)
+        return PartSummary.of_ids(self.source.path, self.source.format, self.ids, self.table.schema,
+                                  self.source.row_numbers)
 
     def keep_rows(self, mask: Optional[np.ndarray]) -> FilePart:
         """This part with only the rows where ``mask`` (bool (rows,); None: all) is True; the
@@ -182,7 +183,7 @@ def build_corpus(parts: list[FilePart], text_field: str, id_field: Optional[str]
     sources = [p.source for p in parts]
     if parts:
         table = concat_tables([p.table for p in parts], sources)
-        ids = combined_ids([p.ids for p in parts], ids_type([p.ids for p in parts], id_field))
+        ids = combined_ids([p.ids for p in parts], ids_type([p.summary() for p in parts], id_field))
     else:  # every file was left out (on_error "skip")
         table = pa.table({text_field: pa.array([], pa.large_string())})
         ids = pa.array([], pa.string())

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..memory import release_unused_memory
@@ -39,24 +38,32 @@ class PartSummary:
 
     path: the file as shown in ids and messages (inputs.display_path).
     format: "jsonl", "parquet" or "text" (decides ``FILE:LINE`` or ``FILE row N``).
-    ids: pa.Array, one id per row of the part, in order: without id_field the strings
-        ``<path>:<line>``; with it the id column as read (any integer type, or string /
-        large_string; no nulls). Any type of one kind is fine: plan_combination casts.
+    id_type: the type of its ids: without id_field string (``<path>:<line>``); with it the id
+        column's as read (any integer type, or string / large_string; no nulls). Any type of
+        one kind is fine: plan_combination casts.
+    rows: how many rows (and ids) it has.
     schema: the part's own columns as its reader gave them (before Corpus casts the text
         column); a file with no records has at least the text column.
+    ids: pa.Array (rows,) of id_type, one id per row, in order; None where the caller finds
+        the repeated ids itself (plan_combination's ``repeated``: a staged run's shards,
+        whose ids stay in the work directory).
     row_numbers: int64 (rows,), the JSONL line or Parquet row (from 1) of each row; None when
         row r is record r + 1 (nothing was left out inside the file).
     """
 
     path: str
     format: str
-    ids: pa.Array
+    id_type: pa.DataType
+    rows: int
     schema: pa.Schema
+    ids: Optional[pa.Array] = None
     row_numbers: Optional[np.ndarray] = None
 
-    @property
-    def rows(self) -> int:
-        return len(self.ids)
+    @classmethod
+    def of_ids(cls, path: str, format: str, ids: pa.Array, schema: pa.Schema,
+               row_numbers: Optional[np.ndarray] = None) -> "PartSummary":
+        """A part whose ids are at hand."""
+        return cls(path, format, ids.type, len(ids), schema, ids, row_numbers)
 
     def number(self, row: int) -> int:
         """The JSONL line or Parquet row (from 1) of ``row`` (from 0)."""
@@ -103,18 +110,26 @@ class Combination:
         mask[self.repeated[index]] = False
         return mask
 
-    def ids(self, parts: Sequence[PartSummary]) -> pa.Array:
-        """The ids of every row kept, in input order, of type ``id_type``: the corpus's ids."""
+    def ids(self, parts: Sequence[PartSummary], read: Optional[Callable[[int], pa.Array]] = None) -> pa.Array:
+        """The ids of every row kept, in input order, of type ``id_type``: the corpus's ids;
+        read(index): the ids of part ``index`` (default: its own ``ids``)."""
         kept = []
         for index in self.kept:
-            ids = parts[index].ids
+            ids = read(index) if read is not None else own_ids(parts[index])
             mask = self.keep_mask(index, len(ids))
             kept.append(ids if mask is None else ids.filter(pa.array(mask)))
         return combined_ids(kept, self.id_type)
 
 
+# One id used by several rows: (the id, as a Python value of the corpus's id type; the rows
+# using it, int64 ascending, numbered over the rows of the parts kept, in order, from 0).
+IdGroup = tuple[object, np.ndarray]
+# Finds the repeated ids among the parts kept (their indices, ascending) cast to the id type.
+RepeatedIds = Callable[[Sequence[int], pa.DataType], list[IdGroup]]
+
+
 def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Optional[str],
-                     on_error: str) -> Combination:
+                     on_error: str, repeated: Optional[RepeatedIds] = None) -> Combination:
     """Decide how the parts (every file read, in input order) combine into one input.
 
     on_error "stop" raises an InputError, in this order, when the parts' columns cannot be
@@ -124,7 +139,8 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
     on_error "skip" leaves out, going through the parts in order, a part whose columns cannot
     be combined with those of the parts kept before it, or whose ids are of the other kind;
     then, with an id_field, every row whose id an earlier row has (the first is kept). Without
-    an id_field a repeated id (``<path>:<line>``) raises under either.
+    an id_field a repeated id (``<path>:<line>``) raises under either. repeated: how to find
+    the repeated ids (RepeatedIds); by default from the parts' own ``ids``.
     """
     check_on_error(on_error)
     skip = on_error == "skip"
@@ -134,14 +150,15 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
         check_combinable(parts, id_field)
         kept, left_out, records = list(range(len(parts))), [], []
     chosen = [parts[i] for i in kept]
-    id_type = ids_type([part.ids for part in chosen], id_field)
-    repeated: dict[int, np.ndarray] = {}
+    id_type = ids_type(chosen, id_field)
+    groups = repeated(kept, id_type) if repeated is not None else repeated_in_parts(chosen, id_type)
+    repeated_by_part: dict[int, np.ndarray] = {}
     if skip and id_field is not None:
-        for index, rows, found in repeated_rows(chosen, id_type):
-            repeated[kept[index]] = rows
+        for index, rows, found in repeated_rows(chosen, groups):
+            repeated_by_part[kept[index]] = rows
             records.extend(found)
     else:
-        error = duplicate_id_error(combined_ids([part.ids for part in chosen], id_type), row_locator(chosen))
+        error = duplicate_id_error(groups, row_locator(chosen))
         if error is not None:
             raise error
     order = {part.path: i for i, part in enumerate(parts)}
@@ -149,7 +166,7 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
     # The id checks' hash tables are Arrow's, and its default pool (mimalloc) keeps the pages
     # it freed: about 300 MB for the rest of a run of 2.56 million ids (docs/performance.md).
     release_unused_memory()
-    return Combination(tuple(kept), tuple(left_out), repeated, records, combined_schema(chosen, text_field),
+    return Combination(tuple(kept), tuple(left_out), repeated_by_part, records, combined_schema(chosen, text_field),
                        id_type)
 
 
@@ -161,10 +178,10 @@ def columns_error(error: Exception, paths: Sequence[str]) -> InputError:
                       f"files: {', '.join(paths)}")
 
 
-def id_kind(ids: pa.Array, id_field: Optional[str]) -> Optional[bool]:
+def id_kind(part: PartSummary, id_field: Optional[str]) -> Optional[bool]:
     """True (integers) or False (strings) for a part's ids; None when it has none or there is
     no id_field (then every id is a string)."""
-    return pa.types.is_integer(ids.type) if id_field is not None and len(ids) else None
+    return pa.types.is_integer(part.id_type) if id_field is not None and part.rows else None
 
 
 def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> None:
@@ -175,7 +192,7 @@ def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> N
             pa.unify_schemas([part.schema for part in parts], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             raise columns_error(error, paths) from None
-    kinds = {id_kind(part.ids, id_field) for part in parts} - {None}
+    kinds = {id_kind(part, id_field) for part in parts} - {None}
     if len(kinds) > 1:
         raise InputError(f"id field {id_field!r} holds integers in some files and strings in others "
                          f"(files: {', '.join(paths)})")
@@ -199,7 +216,7 @@ def compatible(parts: Sequence[PartSummary], id_field: Optional[str]) -> tuple[l
             records.append({"file": part.path, "line": None,
                             "reason": f"its columns cannot be combined with the files read before it ({error})"})
             continue
-        kind = id_kind(part.ids, id_field)
+        kind = id_kind(part, id_field)
         if kind is not None and kind_so_far is not None and kind != kind_so_far:
             left_out.append(index)
             records.append({"file": part.path, "line": None,
@@ -212,10 +229,10 @@ def compatible(parts: Sequence[PartSummary], id_field: Optional[str]) -> tuple[l
     return kept, left_out, records
 
 
-def ids_type(ids: Sequence[pa.Array], id_field: Optional[str]) -> pa.DataType:
+def ids_type(parts: Sequence[PartSummary], id_field: Optional[str]) -> pa.DataType:
     """The type of the corpus's ids: int64 when an id_field holds integers (in every part with
     ids; the kinds were checked), else string."""
-    kinds = {id_kind(part, id_field) for part in ids} - {None}
+    kinds = {id_kind(part, id_field) for part in parts} - {None}
     return pa.int64() if kinds == {True} else pa.string()
 
 
@@ -238,46 +255,65 @@ def combined_schema(parts: Sequence[PartSummary], text_field: str) -> pa.Schema:
     return schema
 
 
-def repeated_rows(parts: Sequence[PartSummary], id_type: pa.DataType):
-    """For each part holding rows whose id an earlier row (in input order) has: (its index in
-    ``parts``, those rows int64 ascending, one skipped record each)."""
-    lengths = [part.rows for part in parts]
-    if sum(lengths) == 0:
-        return
-    ids = combined_ids([part.ids for part in parts], id_type)
+def repeated_in_parts(parts: Sequence[PartSummary], id_type: pa.DataType) -> list[IdGroup]:
+    """RepeatedIds from the parts' own ids (every part's ``ids`` at hand)."""
+    return id_groups(combined_ids([own_ids(part) for part in parts], id_type))
+
+
+def own_ids(part: PartSummary) -> pa.Array:
+    """A part's ids, which must be at hand (PartSummary.ids)."""
+    if part.ids is None:
+        raise ValueError(f"{part.path}: its ids are not at hand; pass how to find them")
+    return part.ids
+
+
+def id_groups(ids: pa.Array) -> list[IdGroup]:
+    """The ids used by more than one row of ``ids`` (no nulls), each with its rows (int64
+    ascending), in no particular order."""
+    if len(ids) == 0:
+        return []
     codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False)
-    _, first = np.unique(codes, return_index=True)
-    keep = np.zeros(len(codes), dtype=bool)
-    keep[first] = True
-    if keep.all():
+    order = np.argsort(codes, kind="stable")  # each id's rows together, ascending
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    starts, stops = np.concatenate([[0], bounds]), np.concatenate([bounds, [codes.shape[0]]])
+    repeated = stops - starts > 1
+    return [(ids[int(order[a])].as_py(), order[a:b].astype(np.int64))
+            for a, b in zip(starts[repeated], stops[repeated])]
+
+
+def repeated_rows(parts: Sequence[PartSummary], groups: list[IdGroup]):
+    """For each part holding rows whose id an earlier row (in input order) has: (its index in
+    ``parts``, those rows int64 ascending, one skipped record each); groups: the parts'
+    repeated ids (RepeatedIds)."""
+    if not groups:
         return
-    first_row = first[codes]  # the row where each row's id is first used (codes are 0..k-1)
-    starts = np.concatenate([[0], np.cumsum(lengths)])
+    starts = np.cumsum([0] + [part.rows for part in parts])
+    later = np.concatenate([rows[1:] for _, rows in groups])
+    first_row = np.concatenate([np.full(rows.shape[0] - 1, rows[0]) for _, rows in groups])
+    value = [identifier for identifier, rows in groups for _ in range(rows.shape[0] - 1)]
+    order = np.argsort(later, kind="stable")
     where = row_locator(parts)
     for index, part in enumerate(parts):
-        rows = np.flatnonzero(~keep[starts[index]:starts[index + 1]])
-        if rows.size == 0:
+        low, high = np.searchsorted(later[order], [starts[index], starts[index + 1]])
+        if low == high:
             continue
-        records = [{"file": part.path, "line": part.number(int(row)),
-                    "reason": f"duplicate id {ids[int(starts[index] + row)].as_py()!r}: the same id as "
-                              f"{where(int(first_row[starts[index] + row]))}, which is kept"}
-                   for row in rows]
-        yield index, rows.astype(np.int64), records
+        mine = order[low:high]
+        records = [{"file": part.path, "line": part.number(int(later[i] - starts[index])),
+                    "reason": f"duplicate id {value[i]!r}: the same id as {where(int(first_row[i]))}, which is kept"}
+                   for i in mine]
+        yield index, (later[mine] - starts[index]).astype(np.int64), records
 
 
-def duplicate_id_error(ids: pa.Array, where: Callable[[int], str]) -> Optional[InputError]:
-    """The error for ids that are not unique (naming where the first repeated id is used, up
-    to three times), or None; where(row) locates a row (from 0) of ``ids``."""
-    if len(ids) == 0:
+def duplicate_id_error(groups: list[IdGroup], where: Callable[[int], str]) -> Optional[InputError]:
+    """The error for ids that are not unique (naming where the first repeated id in input
+    order is used, up to three times), or None; groups: the repeated ids (RepeatedIds);
+    where(row) locates a row (from 0)."""
+    if not groups:
         return None
-    counts = pc.value_counts(ids)
-    repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
-    if len(repeated) == 0:
-        return None
-    rows = np.flatnonzero(pc.equal(ids, repeated[0]).to_numpy(zero_copy_only=False))
+    identifier, rows = min(groups, key=lambda group: int(group[1][0]))
     return InputError(
-        f"duplicate id {repeated[0].as_py()!r}: documents {', '.join(where(int(r)) for r in rows[:3])} "
-        f"share it ({len(repeated)} distinct ids are repeated); ids must be unique"
+        f"duplicate id {identifier!r}: documents {', '.join(where(int(r)) for r in rows[:3])} "
+        f"share it ({len(groups)} distinct ids are repeated); ids must be unique"
     )
 
 
@@ -306,7 +342,7 @@ def row_locator(files: Sequence[Located]) -> Callable[[int], str]:
 def check_unique_ids(corpus: Corpus) -> None:
     """InputError unless the corpus's ids are unique (for a corpus not read by read_corpus,
     whose plan_combination checked them already: a table passed in)."""
-    error = duplicate_id_error(corpus.ids, row_locator(corpus.files))
+    error = duplicate_id_error(id_groups(corpus.ids), row_locator(corpus.files))
     if error is not None:
         raise error
 
