@@ -18,6 +18,10 @@ input files. Stages:
   documents in pairs to the work directory, and a task per chunk of pairs computes their exact
   Jaccard from those sets.
 
+- **the input rules' id check**: a task per shard hashes its ids; the (hash, row) rows are
+  shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
+  their ids exactly (disk.repeated_shard_ids); no process holds every id.
+
 - **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, position)
   rows, shuffled on the hash; a task per partition groups the documents with the same
   signature (reading their signature rows from the work directory); the client takes the
