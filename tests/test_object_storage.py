@@ -618,3 +618,36 @@ def test_a_work_directory_in_the_bucket_is_checked_like_a_folder(s3, tmp_path, s
         WorkDir(url, {"run": 1}, resume=False)
     with pytest.raises(gpudedup.ParameterError, match=f"{url}: {message}".replace("(", r"\(").replace(")", r"\)")):
         WorkDir(url, {"run": 2 if state == "other" else 1}, resume=resume)
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_upload_to_the_work_directory_stops_the_run_and_resumes(corpus, monkeypatch, tmp_path):
+    """An object of the work directory that the store refuses part way through the signatures
+    stops the run with one error that says the finished stages are kept; the unit being
+    written has no marker, so --resume signs exactly the shards without one, to the results of
+    a run never stopped."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
+    local = gpudedup.dedup(Path("in"), backend="cpu", on_error="skip")
+    work = f"s3://{BUCKET}/work-refused"
+    upload, uploads = storage.upload, []
+
+    def refusing(path, remote):
+        uploads.append(remote)
+        if len(uploads) == 40:
+            raise OSError("the store refused the object")
+        upload(path, remote)
+
+    monkeypatch.setattr(storage, "upload", refusing)
+    with pytest.raises(gpudedup.OutputError, match=rf"^{work}: cannot write the work directory \(the store refused "
+                                                   r"the object\); the stages it finished are kept"):
+        gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
+    monkeypatch.setattr(storage, "upload", upload)
+    finished = {unit for unit in units_under(work) if unit.startswith("shards/")}
+    assert 0 < len(finished) < 20
+    signed = counting_signs(monkeypatch)
+    resumed = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
+    plan = np.load(pa.BufferReader(storage.read_bytes(storage.Remote(f"{work}/plan.npy"))))
+    assert sorted(signed) == [index for index in range(plan.shape[0]) if f"shards/{index:05d}" not in finished]
+    assert_same_as_local(resumed, local, url)
