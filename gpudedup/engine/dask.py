@@ -112,15 +112,6 @@ def clear_worker_caches(client, work_dir) -> None:
             pass
 
 
-def in_work_directory(store) -> bool:
-    """Whether ``store`` keeps its documents in a work directory's shards that tasks can read
-    (disk.WorkDirStore); a run against a persistent index (index/store.py) does not: its
-    indexed documents are in the client, so its cluster-wide steps run there."""
-    from .disk import WorkDirStore
-
-    return isinstance(store, WorkDirStore)
-
-
 def cluster_failure(stage: str, error: Exception) -> ClusterError:
     return ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the finished "
                         "stages are in the work directory: run again with --resume")
@@ -189,13 +180,8 @@ class DaskExecutor:
         return np.sort(shared["row"].to_numpy(np.int64))
 
     def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
-        """store: a disk.WorkDirStore (its shards' band keys are read by the tasks). A store
-        without shards of keys to hand out (a run against a persistent index) finds its
-        candidates in this process."""
-        if not in_work_directory(store):
-            from .job import LocalExecutor
-
-            return LocalExecutor().candidate_pairs(store, in_lsh, window, backend)
+        """store: a disk.WorkDirStore (its shards' band keys are read by the tasks; a store
+        whose arrays tasks cannot read gives its runs LocalExecutor here: Store.array_executor)."""
         import dask
 
         from ..lsh import sorted_unique
@@ -217,14 +203,9 @@ class DaskExecutor:
 
     def plausible(self, store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
         """The signature filter as tasks that read the signature rows from the work directory
-        (disk.spilled_plausible), so the client maps none; a store without spilled signatures
-        (a run against a persistent index, whose indexed signatures are on the client) filters
-        in this process."""
+        (disk.spilled_plausible), so the client maps none (store: a disk.WorkDirStore)."""
         from .disk import spilled_plausible
-        from .job import LocalExecutor
 
-        if not in_work_directory(store):
-            return LocalExecutor().plausible(store, first, second, threshold)
         parts = self.map(spilled_plausible, store.signature_filter_arguments(first, second, threshold),
                          "the signature filter")
         return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
@@ -234,12 +215,8 @@ class DaskExecutor:
         DataFrame of (hash, position, spilled) rows, shuffled on the hash so that each group
         of documents with one hash lies in one partition; a task per partition groups its rows
         as same_signature_rows does, reading their signature rows from the work directory. The
-        client gets the groups' pairs only (not a hash per document). A store without shards
-        (a run against a persistent index) groups in this process."""
-        from .job import LocalExecutor
-
-        if not in_work_directory(store):
-            return LocalExecutor().same_signature_rows(store)
+        client gets the groups' pairs only (not a hash per document); store: a
+        disk.WorkDirStore."""
         import dask
 
         root, starts = store.work.location, store.shards.active_starts

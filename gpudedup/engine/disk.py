@@ -935,6 +935,9 @@ class WorkDirStore:
         gives, for a store that keeps no sets in memory."""
         return self.document_sets(docs, progress, executor, name), np.arange(docs.shape[0])
 
+    def array_executor(self, executor: Executor) -> Executor:
+        return executor  # (its tasks read the shards)
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards, live = self.shards, self.combination.live
         documents: dict[int, int] = {}  # input file -> its documents, over the shards read

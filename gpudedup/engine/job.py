@@ -122,6 +122,11 @@ class Store(Protocol):
     def input_summary(self, empty_documents: int) -> InputSummary:
         """The report's "input" section."""
 
+    def array_executor(self, executor: "Executor") -> "Executor":
+        """Who runs the steps over the whole corpus's arrays (the identical-copies grouping,
+        the candidate pairs, the signature filter): ``executor`` where its tasks can read the
+        store's arrays (a work directory's shards), else this process (LocalExecutor)."""
+
 
 class Executor(Protocol):
     """Who runs the per-shard and per-partition tasks of a store's stages. in_process: tasks
@@ -229,9 +234,10 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
         return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
+    over_arrays = store.array_executor(executor)
     with log.stage("copies"):
         stored = store.cached("copies", lambda: copies_arrays(identical_copies(
-            executor.same_signature_rows(store), active, lengths, store.copy_batch_cost,
+            over_arrays.same_signature_rows(store), active, lengths, store.copy_batch_cost,
             lambda docs: store.set_reader("copies", docs, executor), progress)))
         copies = Copies(stored["first"], stored["member"], stored["jaccard"])
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
@@ -240,7 +246,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):
         stored = store.cached("candidates", lambda: dict(zip(
-            ("first", "second"), executor.candidate_pairs(store, in_lsh, params.bucket_window, backend))))
+            ("first", "second"), over_arrays.candidate_pairs(store, in_lsh, params.bucket_window, backend))))
         first, second = stored["first"], stored["second"]
         if store.pinned:  # two documents kept before were checked when the second one came
             fresh = second >= store.pinned
@@ -249,7 +255,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     with log.stage("verify"):
         stored = store.cached("pairs", lambda: verified_arrays(store, first, second, copies, params,
-                                                               exact("pairs", progress), executor))
+                                                               exact("pairs", progress), over_arrays))
         checked_first, checked_second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
         candidates, checked = (int(count) for count in stored["counts"])
         empty = np.zeros(0, np.int64)
@@ -261,7 +267,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     pair_a, pair_b, jaccard, clusters, keep = cluster_verified(store.documents, checked_first, checked_second,
                                                                checked_jaccard, lengths, params, log, progress,
-                                                               store.pinned, executor)
+                                                               executor, store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
@@ -297,8 +303,8 @@ def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies:
 
 
 def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
-                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress, pinned: int = 0,
-                     executor: Optional["Executor"] = None):
+                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress,
+                     executor: "Executor", pinned: int = 0):
     """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
     their clusters (the connected components found by ``executor``), and keep: bool (n,),
     False exactly for the removed duplicates; rows below ``pinned`` are kept, and so is nothing
@@ -307,7 +313,7 @@ def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked
     pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
     progress.start("Clustering", 1)
     with log.stage("cluster"):
-        docs, root = (executor or LocalExecutor()).components(pair_a, pair_b, n_docs)
+        docs, root = executor.components(pair_a, pair_b, n_docs)
         clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
         keep = np.ones(n_docs, dtype=bool)
         keep[clusters.docs[~clusters.keep]] = False

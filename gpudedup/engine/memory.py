@@ -187,6 +187,9 @@ class MemoryStore:
         runs = pc.count_substring_regex(self.corpus.text_array().take(pa.array(docs)), r"\s+")
         return int(pc.sum(runs).as_py() or 0) + docs.shape[0]
 
+    def array_executor(self, executor: Executor) -> Executor:
+        return executor  # (this process's: a corpus in memory is never on a cluster)
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         corpus = self.corpus
         return InputSummary(

@@ -20,7 +20,7 @@ import scipy.sparse
 
 from ..backends import HOST_THREADS, Backend, host_threads
 from ..copies import band_key_row_hash
-from ..engine.job import Executor
+from ..engine.job import Executor, LocalExecutor
 from ..hashing import Permutations
 from ..lsh import Banding, band_keys, to_side
 from ..report import InputSummary
@@ -123,6 +123,12 @@ class IndexStore:
                                                               new_sets, positions[np.searchsorted(docs, fresh)],
                                                               threshold, HOST_THREADS)
         return jaccard
+
+    def array_executor(self, executor: Executor) -> Executor:
+        """This process: the indexed documents' arrays are here, not in a work directory's
+        shards that a cluster's tasks could read (the new documents' exact checks still run
+        as the inner store's tasks: exact_jaccard)."""
+        return LocalExecutor()
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
