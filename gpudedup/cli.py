@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .errors import GpudedupError, ParameterError
-from .interrupts import last_signal, note_written, set_phase, signal_word, written_output
+from .interrupts import interrupted_outcome, last_signal, note_written, set_phase, signal_word
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from .version import __version__
@@ -513,8 +513,7 @@ class user_errors:
             raise typer.Exit(code=2)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)
-            written = self.written or getattr(error, "output_written", None) or written_output()
-            what = f"the results were written to {written}" if written else "nothing was written"
+            what = interrupted_outcome(self.written or getattr(error, "output_written", None))
             err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
             _told[0] = True
             raise typer.Exit(code=128 + signum)
@@ -530,9 +529,7 @@ def main() -> None:
         # 130) still ends with the signal's code and one line.
         signum = last_signal()
         if leaving.code == 130 and signum is not None and not _told[0]:
-            written = written_output()
-            what = f"the results were written to {written}" if written else "nothing was written"
-            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
+            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(interrupted_outcome())}", soft_wrap=True)
             raise SystemExit(128 + signum) from None
         raise
 

@@ -30,6 +30,7 @@ class Interrupted(KeyboardInterrupt):
 
 _phase = "starting"  # "running" inside a command, "done" after it
 _written = None  # the output a command has committed (io.writer.atomic_output_dir), if any
+_replacing = None  # an output on object storage whose old objects a command has begun to delete
 _last_signal = None  # the signal last raised as Interrupted
 _in_hook = False  # inside _unraisable
 
@@ -41,13 +42,32 @@ def set_phase(phase: str) -> None:
 
 def note_written(path) -> None:
     """Record that ``path`` now holds a command's complete output (called at the commit, with
-    signals held), so that an interrupt after it can say so."""
-    global _written
-    _written = path
+    signals held), so that an interrupt after it can say so (None: a command starts)."""
+    global _written, _replacing
+    _written, _replacing = path, None
+
+
+def note_replacing(path) -> None:
+    """Record that the old output at ``path`` (on object storage, which has no rename) is being
+    deleted to make room for the new one: from here on an interrupt leaves neither."""
+    global _replacing
+    _replacing = path
 
 
 def written_output():
     return _written
+
+
+def interrupted_outcome(written=None) -> str:
+    """What an interrupted command leaves, in words: its output (``written``, or the one it
+    recorded), an output on object storage half replaced, or nothing."""
+    written = written or _written
+    if written:
+        return f"the results were written to {written}"
+    if _replacing:
+        return (f"the previous output at {_replacing} was removed and the new one is incomplete (it has no "
+                "report.json)")
+    return "nothing was written"
 
 
 def last_signal():

@@ -651,3 +651,32 @@ def test_a_failed_upload_to_the_work_directory_stops_the_run_and_resumes(corpus,
     plan = np.load(pa.BufferReader(storage.read_bytes(storage.Remote(f"{work}/plan.npy"))))
     assert sorted(signed) == [index for index in range(plan.shape[0]) if f"shards/{index:05d}" not in finished]
     assert_same_as_local(resumed, local, url)
+
+
+def test_an_interrupt_while_an_output_in_the_bucket_is_replaced_says_so(corpus, monkeypatch, tmp_path):
+    """Ctrl-C after the old output's objects began to be deleted (object stores have no rename)
+    ends the CLI with one line that says the previous output is gone and the new one has no
+    report.json, not "nothing was written"; before that point, "nothing was written"."""
+    from gpudedup.io import writer
+
+    root, url = corpus
+    monkeypatch.chdir(root)
+    out = f"s3://{BUCKET}/interrupted"
+    args = ["dedup", url + "/big", "-o", out, "--backend", "cpu", "--overwrite"]
+    assert invoke(*args).exit_code == 0
+    upload = writer.upload
+
+    def interrupted(local, remote):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "upload", interrupted)
+    result = invoke(*args)
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"interrupted: the previous output at {out} was removed and the new one is incomplete (it has no "
+        "report.json)")
+    assert "report.json" not in objects_under(out)
+    monkeypatch.setattr(writer, "upload", upload)
+    monkeypatch.setattr(writer, "file_entries", lambda remote: (_ for _ in ()).throw(KeyboardInterrupt))
+    result = invoke(*args)
+    assert result.exit_code == 130 and result.stderr.strip().splitlines()[-1] == "interrupted: nothing was written"

@@ -72,7 +72,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import OutputError
-from ..interrupts import note_written
+from ..interrupts import note_replacing, note_written
 from .storage import (Given, Location, Remote, file_entries, files_below, first_line, location_of, move_object,
                       parts_of, upload)
 
@@ -216,6 +216,7 @@ def remote_output_dir(out: Remote) -> Iterator[Path]:
         old = [name for name in files_below(out) if not name.startswith(prefix + "/")]
         old_report = f"{root}/report.json"
         replacing = True  # from here on the old output is being taken apart
+        note_replacing(out)  # (what an interrupt now leaves: interrupts.interrupted_outcome)
         for name in sorted(old, key=lambda n: n != old_report):  # the old report first
             filesystem.delete_file(name)
         # Killed runs' staging prefixes, with the folder markers some stores keep for them.
