@@ -29,6 +29,7 @@ from .shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .engine.job import Executor, Outcome, run_job
 from .engine.memory import dedup_corpus
+from .ids import id_source
 from .result import DedupResult
 from .stages import Progress, RichProgress, StageLog
 
@@ -186,17 +187,19 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         raise ParameterError("a Dask cluster needs a work directory (--work-dir) that every worker sees")
     with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
         executor = DaskExecutor(connected)
-        if work_dir is not None:
-            result = staged_dedup(data, params, backend, location_of(work_dir), resume, text_field, id_field, on_error,
-                                  progress, executor, against)
-        else:
-            # The result reads the input files again when it writes; the spills are not needed.
-            with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
-                result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field, id_field,
-                                      on_error, progress, executor, against)
-        result.report = result.report.with_dask(connected.scheduler.address,
-                                                len(connected.scheduler_info()["workers"]), work_dir is not None)
         try:
+            if work_dir is not None:
+                result = staged_dedup(data, params, backend, location_of(work_dir), resume, text_field, id_field,
+                                      on_error, progress, executor, against)
+            else:
+                # The result reads the input files again when it writes; of the spills it needs
+                # only the ids, read into memory before the temporary folder goes.
+                with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
+                    result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
+                                          id_field, on_error, progress, executor, against)
+                    result.id_source = id_source(result.ids)
+            result.report = result.report.with_dask(connected.scheduler.address,
+                                                    len(connected.scheduler_info()["workers"]), work_dir is not None)
             return finish(result)
         finally:
             if work_dir is not None:  # the workers' copies of a work directory on object storage

@@ -175,6 +175,15 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
     assert (tmp_path / "memory" / "errors.jsonl").read_bytes() == (tmp_path / "spread" / "errors.jsonl").read_bytes()
 
 
+def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read(corpus):
+    """workers= without work_dir runs in a temporary work directory, gone when dedup returns:
+    the result's ids (which a run with a work directory reads from its shards) were read
+    before that."""
+    single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
+    spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, workers=2)
+    assert spread.ids.equals(single.ids) and spread.all_pairs().equals(single.all_pairs())
+
+
 def test_a_repeated_id_on_a_cluster_stops_the_run_as_in_memory(client, tmp_path):
     """Under on_error="stop" the first repeated id in input order, with where it is used, as
     the in-memory run names it (the workers find the rows whose ids' hashes collide)."""

@@ -411,6 +411,14 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
     if work_in_bucket:
         assert {"stages/pairs", "shards/00000"} <= set(units_under(work))
         assert not list((tmp_path / "cache").glob("*/*")), "a cache outlived the run"
+        # A run stopped by an error on the workers (a repeated id) clears their caches too.
+        texts = make_texts(20, seed=3)
+        for name in ("x", "y"):
+            write_jsonl(tmp_path / "repeated" / f"{name}.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)])
+        with pytest.raises(gpudedup.InputError, match="duplicate id"):
+            gpudedup.dedup(tmp_path / "repeated", backend="cpu", id_field="id", workers=2,
+                           work_dir=f"s3://{BUCKET}/work-dask-failed")
+        assert not list((tmp_path / "cache").rglob("*.*")), "a failed run left the workers' caches"
     gpudedup.dedup(Path("in"), backend="cpu", on_error="skip").write(tmp_path / "local", format="jsonl")
     fetched = result_bytes(download(out, tmp_path / "fetched"))
     local = result_bytes(tmp_path / "local")
@@ -472,6 +480,26 @@ def test_secrets_in_a_url_are_never_shown():
     remote = storage.Remote("s3://b/k.jsonl?access_key=AKIA&secret_key=hush&region=eu-west-1")
     assert str(remote) == "s3://b/k.jsonl?region=eu-west-1"
     assert storage.key_of(remote) == str(remote) and storage.full_name(remote) == remote.url
+    inline = storage.Remote("s3://AKIA:hush@b/k.jsonl")  # (credentials before the bucket, as pyarrow takes them)
+    assert str(inline) == "s3://b/k.jsonl" and storage.parts_of(inline) == ["b", "k.jsonl"]
+    assert storage.full_name(inline) == inline.url
+    assert storage.scrubbed("cannot reach s3://AKIA:hush@b/ (hush)", inline.url) == "cannot reach s3://***@b/ (***)"
+
+
+def test_a_work_directory_url_with_credentials_is_shown_without_them(s3, monkeypatch, tmp_path):
+    """A work directory named with its credentials (s3://KEY:SECRET@bucket/...) is reported,
+    and named in messages, without them."""
+    from gpudedup.engine.workdir import WorkDir
+
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    query = f"?scheme=http&endpoint_override={endpoint.split('://')[1]}"
+    url = f"s3://testing:testing@{BUCKET}/work-credentials{query}"
+    work = WorkDir(url, {"run": 1}, resume=False)
+    assert work.shown == f"s3://{BUCKET}/work-credentials{query}" and "testing:" not in work.shown
+    with pytest.raises(gpudedup.ParameterError) as refused:
+        WorkDir(url, {"run": 1}, resume=False)
+    assert "testing:" not in str(refused.value) and str(refused.value).startswith(work.shown)
 
 
 def test_index_must_be_local():
@@ -550,6 +578,9 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
                  for name in names if name.startswith(unit + "/") and not name.endswith("/complete.json")}
         assert sizes == marker["sizes"], unit
     assert not list((tmp_path / "cache").glob("*/*")), "the cache outlived the run"
+    assert local_ids(pa.table({"id": staged.ids}), url)["id"].combine_chunks().equals(local.ids)
+    assert local_ids(staged.all_pairs(), url).equals(local.all_pairs())
+    assert not list((tmp_path / "cache").rglob("*.*")), "reading the ids after the run filled the cache again"
     signed.clear()
     resumed = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
     assert signed == []

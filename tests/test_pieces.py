@@ -361,3 +361,32 @@ def test_the_first_error_in_input_order_is_raised_when_an_earlier_file_is_read_w
         gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id", work_dir=tmp_path / "work", shard_bytes=400)
     assert "a.jsonl:11" in str(whole.value)
     assert str(cut.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("on_error", ["skip", "stop"])
+def test_a_cut_file_left_out_whole_is_named_once(tmp_path, on_error):
+    """A large Parquet file whose ids are of the other type than the file before it is left
+    out whole (skip) or refused (stop). Cut into pieces (runs of row groups), each piece is a
+    part of its own for the input rules: the skipped record, and the files the error names,
+    still name it once, as for the file read whole."""
+    from test_streaming import make_texts
+
+    texts = make_texts(200, seed=9)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n"
+                                                     for i, t in enumerate(texts[:20])))
+    pq.write_table(pa.table({"id": [f"b{i}" for i in range(180)], "text": texts[20:]}), tmp_path / "in" / "b.parquet",
+                   row_group_size=20)
+
+    def run(**staged):
+        try:
+            result = gpudedup.dedup(tmp_path / "in", backend="cpu", id_field="id", on_error=on_error, **staged)
+        except InputError as error:
+            return str(error)
+        return result.skipped_records
+
+    whole = run()
+    cut = run(work_dir=tmp_path / "work", shard_bytes=4000)
+    assert len(list((tmp_path / "work" / "shards").iterdir())) > 3  # b.jsonl was cut
+    assert cut == whole
+    assert (len(whole) == 1) if on_error == "skip" else whole.count("b.parquet") == 1

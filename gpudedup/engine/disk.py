@@ -208,7 +208,7 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
 
 def shard_ids(work: WorkAt, index: int, id_type: pa.DataType) -> pa.Array:
     """The ids of every row shard ``index`` spilled, in order, cast to ``id_type``."""
-    ids = pq.read_table(WorkDir.attach(work).shard_file(index, "ids.parquet"))["id"].combine_chunks()
+    ids = WorkDir.attach(work).shard_table(index, "ids.parquet")["id"].combine_chunks()
     return ids.cast(id_type)
 
 

@@ -111,6 +111,11 @@ class LocalFolder:
     def unit_names(self, relative: str) -> list[str]:
         return sorted(p.name for p in (self.root / relative).iterdir())
 
+    def read_table(self, relative: str, name: str):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.root / relative / name)
+
     def commit_unit(self, relative: str, staging: Path) -> None:
         final = self.root / relative
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -161,16 +166,30 @@ class BucketFolder:
             out.write(data)
 
     def staging(self) -> Path:
-        self.cache.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.cache))
+        # Not inside the cache, which the end of a run deletes while a task may still be
+        # writing (a LocalCluster's workers share this machine's cache).
+        return Path(tempfile.mkdtemp(prefix="gpudedup-unit-"))
 
     def marker(self, relative: str) -> Optional[dict]:
         if relative not in self.markers:
             data = self.read_small(f"{relative}/{MARKER}")
             if data is None:
                 return None
-            self.markers[relative] = json.loads(data)
+            try:
+                marker = json.loads(data)
+                if not isinstance(marker.get("token"), str) or not isinstance(marker.get("sizes"), dict):
+                    raise ValueError("no token or sizes")
+            except (ValueError, AttributeError) as error:
+                raise OSError(f"{self.remote.child(relative)}/{MARKER}: not a marker of a gpudedup work directory "
+                              f"({error})") from None
+            self.markers[relative] = marker
         return self.markers[relative]
+
+    def read_table(self, relative: str, name: str):
+        """The Parquet file ``name`` of the unit ``relative``, read from the store (not kept
+        in the cache: a table needs no memory map, and results read ids after the run)."""
+        self._marker_of(relative)  # (a complete unit's only)
+        return storage.read_parquet(self.remote.child(f"{relative}/{name}"))
 
     def unit_done(self, relative: str) -> bool:
         return self.marker(relative) is not None
@@ -218,7 +237,7 @@ class BucketFolder:
         self.markers[relative] = marker
         cached = self.cache / relative / token
         cached.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(staging, cached)
+        shutil.move(staging, cached)  # (a rename where the cache is on the same file system)
 
     def remove_unit(self, relative: str) -> None:
         """The marker first, so that a unit half deleted is not taken for a complete one."""
@@ -362,6 +381,11 @@ class WorkDir:
 
     def shard_file(self, index: int, name: str) -> Path:
         return self.file(self.shard_unit(index), name)
+
+    def shard_table(self, index: int, name: str):
+        """The Parquet file ``name`` of shard ``index`` (a pyarrow Table), read where it is
+        (on object storage, not through the cache)."""
+        return self.folder.read_table(self.shard_unit(index), name)
 
     def shard_array(self, index: int, name: str, mmap: bool = True) -> np.ndarray:
         return np.load(self.shard_file(index, f"{name}.npy"), mmap_mode="r" if mmap else None, allow_pickle=False)

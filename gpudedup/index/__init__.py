@@ -29,6 +29,8 @@ from ..engine.memory import MemoryStore
 from ..errors import InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
+from ..engine.workdir import clear_cache
+from ..io import storage
 from ..io.storage import Given, local_folder, location_of
 from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
@@ -161,19 +163,23 @@ class Index:
             collect_garbage(self.path, manifest)  # what a killed writer left
             reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
             self._reader = reader  # the state before this add: the next reader takes its segments over
-            result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress, on_error,
-                                      (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler,
-                                      workers)
-            # Everything that can refuse the commit, before anything is written.
-            check_id_type(manifest, store.inner.ids)
-            kept = self._kept_new_rows(result, store)
-            pointers = store.inner.source_pointers(kept) if manifest.verification == "source" else None
-            index_entry = result.report["index"]
-            result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
-                                                     index_entry["indexed_documents_checked"], added=True)
-            if output is not None:
-                result.write(output, format=format, overwrite=overwrite, single_file=single_file)
-            self._commit_new(manifest, result, store, tag, kept, pointers)
+            try:
+                result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress,
+                                          on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
+                                          scheduler, workers)
+                # Everything that can refuse the commit, before anything is written.
+                check_id_type(manifest, store.inner.ids)
+                kept = self._kept_new_rows(result, store)
+                pointers = store.inner.source_pointers(kept) if manifest.verification == "source" else None
+                index_entry = result.report["index"]
+                result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
+                                                         index_entry["indexed_documents_checked"], added=True)
+                if output is not None:
+                    result.write(output, format=format, overwrite=overwrite, single_file=single_file)
+                self._commit_new(manifest, result, store, tag, kept, pointers)
+            finally:
+                if work_dir is not None:  # the commit read the work directory again: this machine's copies
+                    clear_cache(storage.full_name(location_of(work_dir)))
         return result
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,

@@ -162,7 +162,7 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
         if error is not None:
             raise error
     order = {part.path: i for i, part in enumerate(parts)}
-    records.sort(key=lambda r: (order[r["file"]], r["line"] or 0))
+    records = files_named_once(sorted(records, key=lambda r: (order[r["file"]], r["line"] or 0)))
     # The id checks' hash tables are Arrow's, and its default pool (mimalloc) keeps the pages
     # it freed: about 300 MB for the rest of a run of 2.56 million ids (docs/performance.md).
     release_unused_memory()
@@ -175,7 +175,21 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
 
 def columns_error(error: Exception, paths: Sequence[str]) -> InputError:
     return InputError(f"the input files have columns of incompatible types and cannot be combined ({error}); "
-                      f"files: {', '.join(paths)}")
+                      f"files: {', '.join(dict.fromkeys(paths))}")  # (a file cut into pieces, once)
+
+
+def files_named_once(records: list[dict]) -> list[dict]:
+    """The records (in order) with each file left out whole recorded once (line None): a file
+    cut into pieces (io/pieces.py) is a part per piece, each left out alone."""
+    named: set[str] = set()
+    kept = []
+    for record in records:
+        if record["line"] is None:
+            if record["file"] in named:
+                continue
+            named.add(record["file"])
+        kept.append(record)
+    return kept
 
 
 def id_kind(part: PartSummary, id_field: Optional[str]) -> Optional[bool]:
@@ -186,7 +200,7 @@ def id_kind(part: PartSummary, id_field: Optional[str]) -> Optional[bool]:
 
 def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> None:
     """on_error "stop": InputError unless every part's columns and kind of id combine."""
-    paths = [part.path for part in parts]
+    paths = list(dict.fromkeys(part.path for part in parts))  # (a file cut into pieces, once)
     if len(parts) > 1:
         try:
             pa.unify_schemas([part.schema for part in parts], promote_options="permissive")

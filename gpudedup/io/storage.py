@@ -121,12 +121,29 @@ def full_name(location: Location) -> str:
 
 
 def shown_url(url: str) -> str:
-    """A URL as ids, messages and reports show it: its query's secrets (access_key=...) left out."""
+    """A URL as ids, messages and reports show it: credentials left out, those in its query
+    (access_key=...) and those before its host (s3://KEY:SECRET@bucket/...)."""
     parts = urlsplit(url)
-    if not parts.query:
-        return url
-    kept = "&".join(option for option in parts.query.split("&") if option.split("=")[0] not in SECRET_OPTIONS)
-    return parts._replace(query=kept).geturl()
+    if parts.query:
+        kept = "&".join(option for option in parts.query.split("&") if option.split("=")[0] not in SECRET_OPTIONS)
+        parts = parts._replace(query=kept)
+    return parts._replace(netloc=host_of(parts.netloc)).geturl()
+
+
+def scrubbed(text: str, url: str) -> str:
+    """``text`` (a library's message about ``url``) with the URL's credentials replaced by ***."""
+    parts = urlsplit(url)
+    user = parts.netloc.rpartition("@")[0]
+    secrets = [user, user.partition(":")[2]] + [option.partition("=")[2] for option in parts.query.split("&")
+                                                if option.split("=")[0] in SECRET_OPTIONS]
+    for secret in filter(None, secrets):
+        text = text.replace(secret, "***")
+    return text
+
+
+def host_of(netloc: str) -> str:
+    """A URL's netloc without its user part (credentials): the bucket or host[:port]."""
+    return netloc.rpartition("@")[2]
 
 
 def first_line(error: BaseException) -> str:
@@ -146,7 +163,7 @@ def parts_of(location: Location) -> list[str]:
     names relative to a common folder."""
     if isinstance(location, Remote):  # (no "scheme:", which would be a folder "s3:" in a name)
         parts = urlsplit(location.url)
-        return [parts.netloc] + [p for p in parts.path.split("/") if p]
+        return [host_of(parts.netloc)] + [p for p in parts.path.split("/") if p]
     return list(Path(os.path.abspath(location)).parts)
 
 
@@ -235,7 +252,8 @@ def _filesystem(scheme: str, netloc: str, query: str) -> tuple[pafs.FileSystem, 
         try:
             filesystem, path = pafs.FileSystem.from_uri(root)
         except (pa.ArrowException, OSError) as error:
-            raise ParameterError(f"{shown}: cannot open its file system ({first_line(error)})") from None
+            raise ParameterError(f"{shown}: cannot open its file system ({scrubbed(first_line(error), root)})") \
+                from None
     else:  # fsspec's file system for the scheme, as a pyarrow one
         try:
             import fsspec
