@@ -594,6 +594,20 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
         indexes["staged"].dedup(parts[0], id_field="id", backend="cpu", work_dir=tmp_path / "work0", resume=True)
 
 
+def test_an_add_on_a_local_cluster_without_a_work_dir_commits_what_the_in_memory_add_does(tmp_path):
+    """workers= without work_dir: the run's temporary work directory lasts until the commit,
+    which reads the new documents' spills (it read them after dedup had deleted them)."""
+    pytest.importorskip("distributed")
+    records = bible_records()[:120]
+    part = write_jsonl(tmp_path / "part.jsonl", records + [{"id": r["id"] + " again", "text": r["text"]}
+                                                           for r in records[:10]])
+    memory, spread = Index.create(tmp_path / "memory"), Index.create(tmp_path / "spread")
+    reference = memory.add(part, id_field="id", backend="cpu")
+    added = spread.add(part, id_field="id", backend="cpu", workers=2)
+    assert np.array_equal(added.keep, reference.keep) and added.pairs.equals(reference.pairs)
+    assert spread.info()["documents"] == memory.info()["documents"] == int(reference.keep.sum())
+
+
 def test_a_long_lived_index_checks_each_segment_once_and_still_sees_a_file_changed_since(tmp_path, monkeypatch):
     # Segments are immutable: after an add, the same Index object's next add or query takes
     # over the segments it already opened and checked, rather than hashing every file again

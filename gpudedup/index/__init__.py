@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import uuid
 from typing import Any, Optional
 
@@ -158,7 +159,11 @@ class Index:
         (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``), so
         that an interrupted add never leaves an index that holds documents
         whose results were not written."""
-        with writer_lock(self.path):
+        with writer_lock(self.path), tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
+            if work_dir is None and workers is not None:
+                # A local cluster's run spills into a work directory of its own, which dedup
+                # deletes when it returns; the commit reads the spills after it: this one lasts.
+                work_dir = os.path.join(temporary, "work")
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)  # what a killed writer left
             reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
