@@ -21,7 +21,7 @@ from gpudedup.errors import InputError, ParameterError
 
 from stage_events import cli_process, finish, wait_for_stage, with_stage_events
 from test_api import write_jsonl
-from test_streaming import (assert_same_files, assert_same_results, finished_work, make_texts, mixed_corpus, rm,
+from test_streaming import (assert_same_files, assert_same_results, finished_work, mixed_corpus, rm,
                             rules_corpus, sample_records, staged_run, write_shards)
 from output_support import kept_files, read_clusters, read_pairs
 
@@ -187,10 +187,9 @@ def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read
 def test_a_repeated_id_on_a_cluster_stops_the_run_as_in_memory(client, tmp_path):
     """Under on_error="stop" the first repeated id in input order, with where it is used, as
     the in-memory run names it (the workers find the rows whose ids' hashes collide)."""
-    texts = make_texts(40, seed=5)
-    files = [write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:20])]),
-             write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": f"d{i % 7 + 3 * (i > 9)}", "text": t}
-                                                       for i, t in enumerate(texts[20:])])]
+    from test_ids import repeated_id_files
+
+    files = repeated_id_files(tmp_path / "in", lambda i: i % 7 + 3 * (i > 9))
     with pytest.raises(InputError) as memory:
         gpudedup.dedup(files, backend="cpu", id_field="id")
     with pytest.raises(InputError) as spread:

@@ -6,6 +6,8 @@ rows whose hashes collide). Oracles: Python's Counter for shared hashes, the in-
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -46,13 +48,18 @@ def test_hash_collisions_never_count_as_repeated_ids(tmp_path, monkeypatch, coll
     assert sum(r["reason"].startswith("duplicate id") for r in staged.skipped_records) == 5
 
 
+def repeated_id_files(folder: Path, later_id: Callable[[int], int]) -> list[Path]:
+    """Two JSONL files of 20 documents each: a.jsonl with ids d0 .. d19, then b.jsonl whose
+    i-th document has the id d<later_id(i)> (repeating ids of its own or of a.jsonl)."""
+    texts = make_texts(40, seed=5)
+    return [write_jsonl(folder / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:20])]),
+            write_jsonl(folder / "b.jsonl", [{"id": f"d{later_id(i)}", "text": t} for i, t in enumerate(texts[20:])])]
+
+
 def test_a_repeated_id_stops_a_staged_run_as_in_memory_whatever_the_hashes(tmp_path, monkeypatch):
     """Under on_error="stop", every hash made the same: the first repeated id in input order
     and where it is used, as the in-memory run names them."""
-    texts = make_texts(40, seed=5)
-    files = [write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:20])]),
-             write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": f"d{i % 7 + 25}", "text": t}
-                                                       for i, t in enumerate(texts[20:])])]
+    files = repeated_id_files(tmp_path / "in", lambda i: i % 7 + 25)
     with pytest.raises(InputError) as memory:
         gpudedup.dedup(files, backend="cpu", id_field="id")
     monkeypatch.setattr(pd.util, "hash_array", lambda values: np.zeros(len(values), np.uint64))
