@@ -63,7 +63,7 @@ def main() -> None:
 
     per_part = args.pairs_per_part or PAIRS_PER_PART
     # The cluster first, so that its workers do not start from this process's memory.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         first, second = synthetic_pairs(args.pairs, args.seed)
         figures: dict = {"pairs": int(first.shape[0]), "pairs_per_part": per_part,

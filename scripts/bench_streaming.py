@@ -53,7 +53,7 @@ if mode.startswith("dask"):
     import logging
     import resource
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         start = time.perf_counter()  # the cluster's start-up is not the job's
         result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", client=client, work_dir=work,

@@ -576,7 +576,7 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
              write_jsonl(tmp_path / "part1.jsonl", records[120:] + again)]
     indexes = {how: Index.create(tmp_path / how) for how in ("memory", "staged", "dask")}
     results: dict[str, list] = {how: [] for how in indexes}
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         for number, part in enumerate(parts):
             results["memory"].append(indexes["memory"].add(part, id_field="id", backend="cpu"))

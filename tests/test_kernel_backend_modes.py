@@ -100,7 +100,7 @@ def test_dask_run(shards, tmp_path, monkeypatch):
     # PYTHONPATH lets them import the tests' modules (cupy_like, kernel_host).
     tests = str(Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   preload=[host_backend.__file__]) as cluster, distributed.Client(cluster) as client:
         descriptions = client.run(lambda: get_backend("gpu").description)
         assert len(descriptions) == 2

@@ -341,7 +341,7 @@ def test_deduplicated_output_keeps_every_column(memory_run, token_files, tmp_pat
 @pytest.mark.timeout(180)  # starts a cluster of its own
 def test_dask_run_equals_the_in_memory_run(memory_run, token_files, tmp_path):
     distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         spread = gpudedup.dedup(token_files, shingle="token", ngram=3, threshold=0.6, id_field="id", backend="cpu",
                                 client=client, work_dir=tmp_path / "work", batch_bytes=400)

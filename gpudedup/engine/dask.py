@@ -86,8 +86,10 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
         else:
             # One thread per worker process: the numpy stages use threads of their own per batch.
             # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
+            # dashboard_address ":0": a free port (None still takes 8787, and warns where another
+            # cluster, a notebook's, has it).
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.CRITICAL)
+                                   dashboard_address=":0", silence_logs=logging.CRITICAL)
         with cluster, Client(cluster) as local:
             yield local
     except BaseException:
