@@ -109,8 +109,8 @@ def local_folder(given: Given, what: str) -> Path:
     ParameterError naming ``what`` it was given for."""
     location = location_of(given)
     if isinstance(location, Remote):
-        raise ParameterError(f"{location}: {what} must be a local folder (or a mounted file system); inputs "
-                             "and outputs may be URLs, not it")
+        raise ParameterError(f"{location}: {what} must be a local folder (or a mounted file system); inputs, "
+                             "outputs and work directories may be URLs, not it")
     return location
 
 
