@@ -148,8 +148,8 @@ def pairs_table(ids: Union[pa.Array, IdSource], pair_a: np.ndarray, pair_b: np.n
     (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,)); ids: the
     rows' ids (an array or an ids.IdSource)."""
     source = id_source(ids)
-    a = source.take(pair_a)
-    b = source.take(pair_b)
+    both = source.take(np.concatenate([pair_a, pair_b]))  # (one take: a staged run reads its shards once)
+    a, b = both.slice(0, pair_a.shape[0]), both.slice(pair_a.shape[0])
     swap = pc.greater(a, b)
     table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
                       "jaccard": pa.array(jaccard, pa.float64())})
@@ -166,8 +166,9 @@ def clusters_table(ids: Union[pa.Array, IdSource], outcome: Outcome) -> pa.Table
     # Reversed, so that the first kept document of a cluster is the one written last.
     kept_doc[c.cluster[c.keep][::-1]] = c.docs[c.keep][::-1]
     kept_id = np.where(c.keep, c.docs, kept_doc[c.cluster])
-    return pa.table({"id": source.take(c.docs), "cluster": pa.array(c.cluster, pa.int64()),
-                     "keep": pa.array(c.keep, pa.bool_()), "kept_id": source.take(kept_id)})
+    both = source.take(np.concatenate([c.docs, kept_id]))
+    return pa.table({"id": both.slice(0, c.docs.shape[0]), "cluster": pa.array(c.cluster, pa.int64()),
+                     "keep": pa.array(c.keep, pa.bool_()), "kept_id": both.slice(c.docs.shape[0])})
 
 
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,

@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from ..backends import HOST_THREADS, Backend, get_backend
 from ..copies import band_key_row_hash
 from ..errors import InputError
-from ..io.rules import PartSummary, combined_ids, id_groups, plan_combination
+from ..io.rules import PartSummary, id_groups, plan_combination
 from ..ids import wide
 from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
@@ -236,9 +236,25 @@ def repeated_shard_ids(work: WorkDir, indices: list[int], rows: list[int], id_ty
                                                        for index, start in zip(indices, starts)], "the id check")
     if colliding.shape[0] == 0:
         return []
-    parts = [shard_ids(work, indices[part], id_type).take(pa.array(colliding[mine] - starts[part]))
-             for part, mine in by_shard(starts, colliding)]  # colliding ascending: the parts come in order
-    return [(identifier, colliding[members]) for identifier, members in id_groups(combined_ids(parts, id_type))]
+    ids = gathered_ids(work, starts, lambda part: indices[part], colliding, id_type)
+    return [(identifier, colliding[members]) for identifier, members in id_groups(ids)]
+
+
+def gathered_ids(work: WorkAt, starts: np.ndarray, shard_of: Callable[[int], int], rows: np.ndarray,
+                 id_type: pa.DataType) -> pa.Array:
+    """The ids of ``rows`` (int64 (k,), any order) of shards read one after another, in that
+    order, string ids wide (ids.wide): starts: int64, the first row of each part; shard_of:
+    the shard a part is. Each shard holding some of the rows is read once."""
+    parts, order = [], []
+    for part, mine in by_shard(starts, rows):
+        local = rows[mine] - starts[part]
+        parts.append(wide(shard_ids(work, shard_of(part), id_type).take(pa.array(local))))
+        order.append(mine)
+    if not parts:
+        return wide(pa.array([], id_type))
+    place = np.empty(rows.shape[0], dtype=np.int64)
+    place[np.concatenate(order)] = np.arange(rows.shape[0])
+    return pa.concat_arrays(parts).take(pa.array(place))
 
 
 class ShardIds:
@@ -254,17 +270,7 @@ class ShardIds:
 
     def take(self, rows: np.ndarray) -> pa.Array:
         spilled = self.rows.spilled(np.asarray(rows, dtype=np.int64))
-        parts, order = [], []
-        for index, mine in by_shard(self.shards.rows, spilled):
-            local = spilled[mine] - self.shards.rows[index]
-            parts.append(wide(shard_ids(self.shards.work, index, self.type).take(pa.array(local))))
-            order.append(mine)
-        if not parts:
-            return wide(pa.array([], self.type))
-        gathered = pa.concat_arrays(parts)
-        place = np.empty(spilled.shape[0], dtype=np.int64)
-        place[np.concatenate(order)] = np.arange(spilled.shape[0])
-        return gathered.take(pa.array(place))
+        return gathered_ids(self.shards.work, self.shards.rows, lambda index: index, spilled, self.type)
 
     def all(self) -> pa.Array:
         return self.documents.all_ids()
