@@ -62,8 +62,8 @@ STAGE_NOTES = {
     "shingle": "shingle hashing",
     "signatures": "MinHash signatures",
     "band_keys": "band keys",
-    "candidates": "pairs that share a band key",
-    "verify": "signature filter and exact Jaccard of the candidates",
+    "candidates": "pairs that share a band key; their signature filter",
+    "verify": "exact Jaccard of the pairs the signature filter passed",
     "cluster": "connected components; the kept document of each",
     "write": "writing the outputs (before report.json)",
 }

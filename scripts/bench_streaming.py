@@ -9,8 +9,11 @@ Zipf-like counts), or (``--vocabulary random``) uniformly from 100,000 made-up o
 the documents are copies of another of their shard with one word changed, so that candidate
 pairs grow with the corpus as in real data. Each run is its own subprocess; the peak is the
 largest of the report's per-stage peaks (resident high-water marks of the process that runs
-the job: the client on a cluster). A worker's peak is its process's resident high-water mark
-at the end of the run (``getrusage`` on each worker, through ``Client.run``).
+the job: the client on a cluster). The cluster's scheduler and workers run in a process of
+their own, as on a real cluster, so the client's peak is its own (before 2026-11-27's fifth
+session the scheduler shared the client's process). A worker's and the scheduler's peak is its
+process's resident high-water mark at the end of the run (``getrusage``, through
+``Client.run`` and ``Client.run_on_scheduler``).
 
 The modes ``staged-s3`` and ``dask-s3`` keep the work directory on object storage: a moto
 server started here (``python -m moto.server``, the tests' S3-compatible server; its speed is
@@ -42,25 +45,44 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# A local cluster of 2 single-threaded worker processes, its scheduler in this process: prints
+# the scheduler's address, then runs until its standard input closes.
+CLUSTER = r"""
+import logging, sys
+from distributed import LocalCluster
+with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                  silence_logs=logging.ERROR) as cluster:
+    print(cluster.scheduler_address, flush=True)
+    sys.stdin.read()
+"""
+
 CHILD = r"""
 import json, sys, time, tempfile
 from pathlib import Path
 import gpudedup
+CLUSTER = sys.argv[5]
 corpus, mode, out, work = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 workers = {}
 start = time.perf_counter()
 if mode.startswith("dask"):
-    import logging
     import resource
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    import subprocess
+    from distributed import Client
+    # The scheduler and the workers in a process of their own (as on a real cluster), so that
+    # this process's peak is the client's alone.
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    with Client(cluster.stdout.readline().strip()) as client:
         start = time.perf_counter()  # the cluster's start-up is not the job's
         result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", client=client, work_dir=work,
                                 output=out / "result")
         seconds = time.perf_counter() - start
-        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-        workers = {"worker_peak_rss_mb": sorted(round(kb / 1024, 1) for kb in peaks.values())}
+        def peak_mb():
+            return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        workers = {"worker_peak_rss_mb": sorted(client.run(peak_mb).values()),
+                   "scheduler_peak_rss_mb": client.run_on_scheduler(peak_mb)}
+    cluster.stdin.close()
+    cluster.wait()
 else:
     staged = {"work_dir": work} if mode.startswith("staged") else {}
     result = gpudedup.dedup(Path(corpus), id_field="id", backend="cpu", output=out / "result", **staged)
@@ -201,7 +223,7 @@ def run_scale(args, scale: int, aws: dict) -> list[dict]:
             environment = {**os.environ, **aws, "GPUDEDUP_WORK_CACHE": str(cache)}
             peak = FolderPeak(cache) if remote else None
             started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", CHILD, str(corpus), mode, str(out), work],
+            done = subprocess.run([sys.executable, "-c", CHILD, str(corpus), mode, str(out), work, CLUSTER],
                                   capture_output=True, text=True, check=True, env=environment)
             row = {"scale": scale, "mode": mode, "shards": args.base_shards * scale,
                    "documents": args.base_shards * scale * args.shard_documents,

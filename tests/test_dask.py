@@ -110,7 +110,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
 
     gathered: list[int] = []
     gather = disk.SpilledSignatures.__getitem__
-    for name in ("plausible", "same_signature_rows", "components"):
+    for name in ("likely_pairs", "same_signature_rows", "components"):
         monkeypatch.setattr(LocalExecutor, name, refused)
     monkeypatch.setattr(components, "PAIRS_PER_PART", 40)
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
@@ -121,9 +121,33 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     assert_same_results(single, spread)
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
     keys = [str(task["key"]) for task in stream.data]
-    for task in ("spilled_plausible", "signature_groups", "part_stars", "large_star", "small_star"):
+    for task in ("likely_codes", "signature_groups", "part_stars", "large_star", "small_star"):
         assert any(task in key for key in keys), (task, keys)
     assert sum(gathered) == 0
+
+
+def test_the_client_gets_only_the_candidate_pairs_that_pass_the_signature_filter(client, corpus, tmp_path,
+                                                                                  monkeypatch):
+    """The candidate pairs stay on the workers: two shuffles find them, keep each once and
+    filter them by their signatures, and the client gets the pairs that passed. Counted in the
+    client: the pairs it turns from places into rows are exactly the pairs checked exactly,
+    fewer than the candidates; the candidates' count (each pair once, though found in several
+    bands and partitions) and the results are the single process's."""
+    from gpudedup.engine import disk
+
+    single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
+    received: list[int] = []
+    rows_at = disk.WorkDirStore.active_rows_at
+    monkeypatch.setattr(disk.WorkDirStore, "active_rows_at",
+                        lambda self, places: received.append(len(places)) or rows_at(self, places))
+    spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
+    assert_same_results(single, spread)
+    results, expected = spread.report["results"], single.report["results"]
+    assert results["candidate_pairs"] == expected["candidate_pairs"]
+    assert results["exactly_checked_pairs"] == expected["exactly_checked_pairs"]
+    from_lsh = results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
+    assert received == [from_lsh, from_lsh]  # first, then second
+    assert from_lsh < results["candidate_pairs"] - results["identical_copies"]
 
 
 def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output(client, tmp_path):

@@ -8,15 +8,18 @@ input files. Stages:
 - **signatures**: one task per unfinished shard (disk.sign_shard) on the workers; each
   worker makes its own backend (numpy, or CuPy on GPU workers: dask-cuda's LocalCUDACluster
   gives one worker per GPU) and writes the shard's spill into the work directory.
-- **candidates**: every shard's band keys become a Dask DataFrame of (band, key, doc) rows,
-  shuffled on (band, key) so that each bucket of each band lies in one partition; a task per
-  partition pairs the bucket members as lsh.bucket_pairs does (input order, the window), and
-  the client takes the distinct pairs. The pairs are exactly those of the single process.
-- **verification**: a task per chunk of candidate pairs applies the signature filter, reading
-  the pairs' signature rows from the work directory (the client maps none); then (as for the
-  exact check of identical copies) a task per shard writes the shingle sets of that shard's
-  documents in pairs to the work directory, and a task per chunk of pairs computes their exact
-  Jaccard from those sets.
+- **candidates**: every shard's band keys become a Dask DataFrame of (band, key, place) rows
+  (place: the document's place among the active rows of all shards), shuffled on (band, key)
+  so that each bucket of each band lies in one partition; a task per partition pairs the
+  bucket members as lsh.bucket_pairs does (input order, the window). The pairs are shuffled
+  again, on the pair, so that the copies of a pair found in several bands meet; a task per
+  partition keeps each pair once and applies the signature filter to them, reading their
+  signature rows from the work directory. Only the pairs that pass the filter, and a count
+  per partition, reach the client: never every candidate pair. The pairs are exactly those
+  of the single process.
+- **verification**: (as for the exact check of identical copies) a task per shard writes the
+  shingle sets of that shard's documents in pairs to the work directory, and a task per chunk
+  of pairs computes their exact Jaccard from those sets.
 
 - **the input rules' id check**: a task per shard hashes its ids; the (hash, row) rows are
   shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
@@ -181,36 +184,36 @@ class DaskExecutor:
                               {"row": "int64"}, stage)
         return np.sort(shared["row"].to_numpy(np.int64))
 
-    def candidate_pairs(self, store, in_lsh: np.ndarray, window: int, backend) -> tuple[np.ndarray, np.ndarray]:
-        """store: a disk.WorkDirStore (its shards' band keys are read by the tasks; a store
-        whose arrays tasks cannot read gives its runs LocalExecutor here: Store.array_executor)."""
+    def likely_pairs(self, store, in_lsh: np.ndarray, window: int, threshold: float, backend,
+                     keep_every: bool = False):
+        """job.Executor.likely_pairs as two shuffles (the module docstring's candidates): the
+        client gets the pairs that pass the signature filter and a count per partition, not
+        every candidate pair. store: a disk.WorkDirStore, whose pinned is 0 (its shards' band
+        keys and signatures are read by the tasks; a store whose arrays tasks cannot read gives
+        its runs LocalExecutor here: Store.array_executor)."""
         import dask
 
-        from ..lsh import sorted_unique
+        from .job import LikelyPairs
 
-        active = store.active
-        root = store.work.location
-        parts = [dask.delayed(band_key_rows)(root, index, *arrays)
-                 for index, arrays in scattered(self.client, [(index, (docs, keep))
-                                                      for index, docs, keep in store.band_key_parts(in_lsh)])]
+        if keep_every:
+            raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
+        root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
+        parts = [dask.delayed(band_key_rows)(root, index, int(starts[index]), *arrays)
+                 for index, arrays in scattered(self.client, [(index, (keep,))
+                                                      for index, keep in store.band_key_parts(in_lsh)])]
+        empty = np.zeros(0, np.int64)
         if not parts:
-            empty = np.zeros(0, np.int64)
-            return empty, empty
-        span = int(active[-1]) + 1 if active.shape[0] else 1
-        # Every (band, key) bucket in one partition.
-        codes = shuffled_map(parts, {"band": "int32", "key": "uint64", "doc": "int64"}, ["band", "key"],
-                             bucket_pair_codes, (window, span), {"code": "uint64"}, "the candidate shuffle")
-        unique = sorted_unique(codes["code"].to_numpy(dtype=np.uint64))
-        return (unique // np.uint64(span)).astype(np.int64), (unique % np.uint64(span)).astype(np.int64)
-
-    def plausible(self, store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
-        """The signature filter as tasks that read the signature rows from the work directory
-        (disk.spilled_plausible), so the client maps none (store: a disk.WorkDirStore)."""
-        from .disk import spilled_plausible
-
-        parts = self.map(spilled_plausible, store.signature_filter_arguments(first, second, threshold),
-                         "the signature filter")
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+            return LikelyPairs(empty, empty, 0, empty, empty)
+        span = max(int(starts[-1]), 1)  # pairs (a, b) of places as codes a * span + b
+        # Every (band, key) bucket in one partition, then every copy of a pair in one partition.
+        codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
+            bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
+        codes = codes.shuffle(on="code", npartitions=len(parts))
+        found = computed([dask.delayed(likely_codes)(part, root, starts, width, span, threshold)
+                          for part in codes.to_delayed()], "the candidate shuffle")
+        likely = np.sort(np.concatenate([part_codes for part_codes, _ in found]))
+        first, second = store.active_rows_at(likely // np.uint64(span)), store.active_rows_at(likely % np.uint64(span))
+        return LikelyPairs(first, second, sum(count for _, count in found), empty, empty)
 
     def same_signature_rows(self, store) -> tuple[np.ndarray, np.ndarray]:
         """copies.same_signature_rows as a shuffle: every shard's row hashes become a Dask
@@ -236,20 +239,33 @@ class DaskExecutor:
         return first[order], member[order]
 
 
-def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: Callable, arguments: tuple,
-                 result_columns: dict[str, str], stage: str):
-    """The rows of ``parts`` (delayed pandas DataFrames of ``columns``: name -> dtype) shuffled
-    on the columns ``on``, so that rows with equal values share a partition (as many
-    partitions as parts: each about the size of one part), then ``function(partition,
-    *arguments)`` on each partition (a DataFrame of ``result_columns``), computed: one pandas
-    DataFrame, in the client. A failure of the cluster is one ClusterError naming ``stage``."""
+def shuffled(parts: list, columns: dict[str, str], on: list[str]):
+    """The rows of ``parts`` (delayed pandas DataFrames of ``columns``: name -> dtype) as a
+    Dask DataFrame shuffled on the columns ``on``, so that rows with equal values share a
+    partition (as many partitions as parts: each about the size of one part); lazy."""
     import dask.dataframe as dd
 
-    shuffled = dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False).shuffle(
+    return dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False).shuffle(
         on=on, npartitions=max(len(parts), 1))
-    mapped = shuffled.map_partitions(function, *arguments, meta=frame_of(result_columns))
+
+
+def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: Callable, arguments: tuple,
+                 result_columns: dict[str, str], stage: str):
+    """``function(partition, *arguments)`` (a DataFrame of ``result_columns``) on each
+    partition of shuffled(parts, columns, on), computed: one pandas DataFrame, in the client.
+    A failure of the cluster is one ClusterError naming ``stage``."""
+    mapped = shuffled(parts, columns, on).map_partitions(function, *arguments, meta=frame_of(result_columns))
+    return computed([mapped], stage)[0]
+
+
+def computed(collections: list, stage: str) -> list:
+    """The results of Dask ``collections`` (delayed values, DataFrames), computed together on
+    the default client (the run's). A failure of the cluster is one ClusterError naming
+    ``stage``."""
+    import dask
+
     try:
-        return mapped.compute()
+        return list(dask.compute(*collections))
     except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
         raise cluster_failure(stage, error) from None
 
@@ -316,9 +332,11 @@ def signature_groups(rows, work_at: WorkAt, active_starts: np.ndarray, width: in
     return pd.DataFrame({"first": positions[first], "member": positions[member]})
 
 
-def band_key_rows(work_at: WorkAt, index: int, docs: np.ndarray, keep: np.ndarray):
-    """One shard's band keys as (band int32, key uint64, doc int64) rows, for the documents
-    that take part in LSH (keep); docs: int64 the corpus rows of the shard's active documents."""
+def band_key_rows(work_at: WorkAt, index: int, first_place: int, keep: np.ndarray):
+    """One shard's band keys as (band int32, key uint64, place int64) rows, for the documents
+    that take part in LSH (keep: bool over the shard's spilled active rows); place: the row's
+    place among the spilled active rows of all shards (first_place: the shard's first), which
+    orders the documents as their corpus rows do."""
     import pandas as pd
 
     from .workdir import WorkDir
@@ -326,24 +344,40 @@ def band_key_rows(work_at: WorkAt, index: int, docs: np.ndarray, keep: np.ndarra
     keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))[:, keep]  # (bands, m')
     bands, members = keys.shape
     return pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), members),
-                         "key": keys.reshape(-1), "doc": np.tile(docs[keep], bands)})
+                         "key": keys.reshape(-1), "place": np.tile(first_place + np.flatnonzero(keep), bands)})
 
 
 def bucket_pair_codes(rows, window: int, span: int):
-    """Candidate pairs of one shuffled partition, as codes a * span + b: per band, the
-    partition's rows in document order go through lsh.bucket_pairs, which pairs each bucket's
-    members in input order within the window, as the single process does."""
+    """Candidate pairs of one shuffled partition of band_key_rows, as codes a * span + b of
+    places: per band, the partition's rows in document order go through lsh.bucket_pairs, which
+    pairs each bucket's members in input order within the window, as the single process does.
+    A pair found in several bands is here as often."""
     import pandas as pd
 
     from ..lsh import bucket_pairs
 
-    rows = rows.sort_values(["band", "doc"], kind="stable")
+    rows = rows.sort_values(["band", "place"], kind="stable")
     band = rows["band"].to_numpy()
     keys = rows["key"].to_numpy(dtype=np.uint64)
-    docs = rows["doc"].to_numpy(dtype=np.int64)
+    docs = rows["place"].to_numpy(dtype=np.int64)
     codes = [np.zeros(0, np.uint64)]
     bounds = np.flatnonzero(np.diff(band)) + 1
     for start, stop in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [band.shape[0]]])):
         first, second = bucket_pairs(keys[start:stop], docs[start:stop], window)
         codes.append(first.astype(np.uint64) * np.uint64(span) + second.astype(np.uint64))
     return pd.DataFrame({"code": np.concatenate(codes)})
+
+
+def likely_codes(rows, work_at: WorkAt, active_starts: np.ndarray, width: int, span: int,
+                 threshold: float) -> tuple[np.ndarray, int]:
+    """One partition of the pairs shuffled on their code (bucket_pair_codes): the distinct
+    codes that pass the signature filter (uint64, ascending), their signature rows read from
+    the shards (disk.spilled_plausible); and how many distinct codes the partition holds (its
+    candidate pairs: the shuffle put every copy of a pair in one partition)."""
+    from ..lsh import sorted_unique
+    from .disk import spilled_plausible
+
+    codes = sorted_unique(rows["code"].to_numpy(dtype=np.uint64))
+    likely = spilled_plausible(work_at, active_starts, width, (codes // np.uint64(span)).astype(np.int64),
+                               (codes % np.uint64(span)).astype(np.int64), threshold)
+    return codes[likely], int(codes.shape[0])

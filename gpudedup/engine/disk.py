@@ -77,8 +77,9 @@ BackendOrName = Union[Backend, str]
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
 # 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures;
 # 4: a shard may be a piece of a file, as WORK/plan.npy says; 5: a stage is a folder of .npy
-# files, WORK/stages/<name>/, as every unit of workdir.py is).
-WORK_DIR_FORMAT = 5
+# files, WORK/stages/<name>/, as every unit of workdir.py is; 6: the candidates stage keeps the
+# pairs that pass the signature filter, and their count, not every candidate pair).
+WORK_DIR_FORMAT = 6
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -851,15 +852,13 @@ class WorkDirStore:
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
         return SpilledKeys(self.shards, self.bands, self.spilled_keep(in_lsh))
 
-    def signature_filter_arguments(self, first: np.ndarray, second: np.ndarray, threshold: float,
-                                   pairs_per_task: int = 1 << 20) -> list[tuple]:
-        """The arguments of spilled_plausible tasks that filter the pairs of active positions
-        (first[i], second[i]) (int64 (q,)) ``pairs_per_task`` at a time, in order: each task
-        reads its pairs' signature rows from the shards (the client maps none of them)."""
-        first, second = self.active_rows.spilled(first), self.active_rows.spilled(second)
-        root, starts, width = self.work.location, self.shards.active_starts, self.signatures.shape[1]
-        return [(root, starts, width, first[start:start + pairs_per_task], second[start:start + pairs_per_task],
-                 threshold) for start in range(0, first.shape[0], pairs_per_task)]
+    def active_rows_at(self, places: np.ndarray) -> np.ndarray:
+        """int64 (k,): the rows of the active documents at ``places`` (int64 or uint64 (k,))
+        among the spilled active rows of every shard (Kept.spilled's places; each one the run
+        keeps)."""
+        places = places.astype(np.int64)
+        kept = self.active_rows.positions
+        return self.active[places if kept is None else np.searchsorted(kept, places)]
 
     def over_spilled(self, values: np.ndarray) -> np.ndarray:
         """int64 over the spilled active rows of every shard: values[i] (int64 (m,)) at the
@@ -876,15 +875,13 @@ class WorkDirStore:
         starts = self.shards.active_starts
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
-    def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """Per shard (index, docs int64, keep bool) over its spilled active rows: the run's row
-        of each (-1 where the input rules left it out) and whether it takes part in LSH (in_lsh),
-        for a task that reads the shard's keys (dask.band_key_rows)."""
+    def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Per shard (index, keep bool) over its spilled active rows: whether each takes part in
+        LSH (one of the run's active documents where in_lsh), for a task that reads the shard's
+        keys (dask.band_key_rows)."""
         keep = self.spilled_keep(in_lsh)
-        docs = self.over_spilled(self.active)
         starts = self.shards.active_starts
-        return [(index, docs[starts[index]:starts[index + 1]], keep[starts[index]:starts[index + 1]])
-                for index in range(self.shards.count)]
+        return [(index, keep[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held

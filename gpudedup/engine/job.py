@@ -140,14 +140,11 @@ class Executor(Protocol):
     def connected(self) -> bool:
         """Whether tasks can still be run (a cluster's client may be closed after its run)."""
 
-    def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
-                        backend: Backend) -> tuple[np.ndarray, np.ndarray]:
-        """The LSH candidate pairs (int64 (q,) rows, a < b, host, distinct) of the active
-        documents where in_lsh (lsh.candidate_pairs)."""
-
-    def plausible(self, store: Store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
-        """The signature filter (verify.plausible): bool (q,), host, for the pairs of active
-        positions (first[i], second[i]) (int64 (q,), positions into store.active)."""
+    def likely_pairs(self, store: Store, in_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
+                     keep_every: bool = False) -> "LikelyPairs":
+        """The LSH candidate pairs (lsh.candidate_pairs) of the active documents where in_lsh
+        (bool (m,)) that pass the signature filter (verify.plausible), leaving out the pairs of
+        two pinned rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         """copies.same_signature_rows of the active documents' signatures (store.row_hashes
@@ -176,16 +173,22 @@ class LocalExecutor:
     def connected(self) -> bool:
         return True
 
-    def candidate_pairs(self, store: Store, in_lsh: np.ndarray, window: int,
-                        backend: Backend) -> tuple[np.ndarray, np.ndarray]:
+    def likely_pairs(self, store: Store, in_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
+                     keep_every: bool = False) -> "LikelyPairs":
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
                                         lambda band_codes, bands: map_parallel(band_codes, list(bands), threads))
-        return backend.to_host(first), backend.to_host(second)
-
-    def plausible(self, store: Store, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
-        return plausible(store.signatures, first, second, threshold)
+        first, second = backend.to_host(first), backend.to_host(second)
+        if store.pinned:  # two documents kept before were checked when the second one came
+            fresh = second >= store.pinned
+            first, second = first[fresh], second[fresh]
+        active = store.active
+        likely = plausible(store.signatures, np.searchsorted(active, first), np.searchsorted(active, second),
+                           threshold)
+        empty = np.zeros(0, np.int64)
+        return LikelyPairs(first[likely], second[likely], first.shape[0],
+                           first if keep_every else empty, second if keep_every else empty)
 
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         return same_signature_rows(store.signatures, store.row_hashes())
@@ -199,6 +202,33 @@ class LocalExecutor:
 
     def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
         return component_roots(first, second, n_docs)
+
+
+@dataclass
+class LikelyPairs:
+    """The candidate stage's result: the LSH candidate pairs that pass the signature filter.
+
+    first, second: int64 (q,) rows, host, first < second, ascending by (first, second).
+    candidates: how many distinct candidate pairs LSH found (the filter's drops among them).
+    every_first, every_second: int64 (c,) rows, host: every candidate pair, ascending; empty
+        unless asked for (Executor.likely_pairs' keep_every).
+    """
+
+    first: np.ndarray
+    second: np.ndarray
+    candidates: int
+    every_first: np.ndarray
+    every_second: np.ndarray
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a store keeps of the stage (Store.cached)."""
+        return {"first": self.first, "second": self.second, "candidates": np.array([self.candidates], np.int64),
+                "every_first": self.every_first, "every_second": self.every_second}
+
+    @classmethod
+    def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "LikelyPairs":
+        return cls(arrays["first"], arrays["second"], int(arrays["candidates"][0]), arrays["every_first"],
+                   arrays["every_second"])
 
 
 def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -244,25 +274,20 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         in_lsh = ~np.isin(active, copies.member, assume_unique=True)
 
     progress.start("Finding candidate pairs", banding.bands)
-    with log.stage("candidates"):
-        stored = store.cached("candidates", lambda: dict(zip(
-            ("first", "second"), over_arrays.candidate_pairs(store, in_lsh, params.bucket_window, backend))))
-        first, second = stored["first"], stored["second"]
-        if store.pinned:  # two documents kept before were checked when the second one came
-            fresh = second >= store.pinned
-            first, second = first[fresh], second[fresh]
+    with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
+        likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: over_arrays.likely_pairs(
+            store, in_lsh, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
+        store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        stored = store.cached("pairs", lambda: verified_arrays(store, first, second, copies, params,
-                                                               exact("pairs", progress), over_arrays))
+        stored = store.cached("pairs", lambda: verified_arrays(likely, copies, exact("pairs", progress)))
         checked_first, checked_second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
         candidates, checked = (int(count) for count in stored["counts"])
-        empty = np.zeros(0, np.int64)
-        candidate_a, candidate_b = empty, empty
+        candidate_a, candidate_b = likely.every_first, likely.every_second
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
-            candidate_a, candidate_b, _ = merge_pairs((first, second, first),
+            candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
     pair_a, pair_b, jaccard, clusters, keep = cluster_verified(store.documents, checked_first, checked_second,
@@ -279,23 +304,15 @@ def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
     return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard}
 
 
-def verified_arrays(store: Store, first: np.ndarray, second: np.ndarray, copies: Copies, params: DedupParams,
-                    exact: Callable[[np.ndarray, np.ndarray], np.ndarray], executor: Executor) -> dict[str, np.ndarray]:
-    """The verification stage over the candidate pairs (first, second) (int64 (q,) rows, host):
-    the signature filter (Executor.plausible: verify.plausible, as tasks on a cluster), then
-    the exact check of the pairs it passed
+def verified_arrays(likely: LikelyPairs, copies: Copies,
+                    exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
+    """The verification stage: the exact check of the pairs the signature filter passed
     (Store.exact_jaccard: the Jaccard where it reaches the threshold, else BELOW_THRESHOLD).
     Returns the checked pairs with the copies merged in, ascending by (first, second), their
     Jaccard (float64), and counts = [candidates, pairs checked exactly] (int64 (2,))."""
-    active = store.active
-    candidates = first.shape[0]
-    likely = executor.plausible(store, np.searchsorted(active, first), np.searchsorted(active, second),
-                                params.threshold)
-    first, second = first[likely], second[likely]
-    del likely
-    store.drop_signatures()  # the largest thing left from the signature pass
+    first, second = likely.first, likely.second
     jaccard = exact(first, second)
-    counts = np.array([candidates, first.shape[0]], np.int64)
+    counts = np.array([likely.candidates, first.shape[0]], np.int64)
     # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
     merged_first, merged_second, jaccard = merge_pairs((first, second, jaccard),
                                                        (copies.first, copies.member, copies.jaccard))
