@@ -636,9 +636,13 @@ class ShardedTable:
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
     def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
-        """keep (bool (n,) over the documents) over all rows as read, of every shard."""
+        """keep (bool (n,) over the documents) over all rows as read, of every shard: keep
+        itself where the input rules left no row out (no copy, and no row numbers: this is the
+        write stage, the client's peak)."""
+        if self.rows.positions is None:
+            return keep
         spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
-        spilled_keep[self.rows.spilled(np.flatnonzero(keep))] = True
+        spilled_keep[self.rows.positions] = keep
         return spilled_keep
 
     def write_kept(self, path: Path, format: str, keep: np.ndarray) -> None:
