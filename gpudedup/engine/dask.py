@@ -225,9 +225,11 @@ class DaskExecutor:
         import dask
 
         root, starts = store.work.location, store.shards.active_starts
-        parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), *arrays)
-                 for index, arrays in scattered(self.client, [(index, (positions,))
-                                                      for index, positions in store.row_hash_parts()])]
+        positions = store.row_hash_parts()
+        if any(array is not None for _, array in positions):  # the input rules left rows out
+            positions = [(index, sent) for index, (sent,) in scattered(
+                self.client, [(index, (array,)) for index, array in positions])]
+        parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), array) for index, array in positions]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
@@ -300,16 +302,19 @@ def hash_sharing_rows(rows):
     return pd.DataFrame({"row": rows_sharing_hash(rows["hash"].to_numpy(np.uint64), rows["row"].to_numpy(np.int64))})
 
 
-def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: np.ndarray):
+def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: Optional[np.ndarray]):
     """One shard's row hashes as (hash uint64, position int64, spilled int64) rows for the
     active documents the run keeps: positions, the run's position of each of the shard's
-    spilled active rows (-1: left out by the input rules); spilled, its place among the active
-    rows of all shards (first_spilled: the shard's first)."""
+    spilled active rows (-1: left out by the input rules; None: none was, and each one's
+    position is its place); spilled, its place among the active rows of all shards
+    (first_spilled: the shard's first)."""
     import pandas as pd
 
     from .workdir import WorkDir
 
     hashes = np.asarray(WorkDir.attach(work_at).shard_array(index, "row_hash"))
+    if positions is None:
+        positions = first_spilled + np.arange(hashes.shape[0], dtype=np.int64)
     kept = np.flatnonzero(positions >= 0)
     return pd.DataFrame({"hash": hashes[kept], "position": positions[kept], "spilled": first_spilled + kept})
 

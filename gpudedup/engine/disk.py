@@ -864,19 +864,18 @@ class WorkDirStore:
         kept = self.active_rows.positions
         return self.active[places if kept is None else np.searchsorted(kept, places)]
 
-    def over_spilled(self, values: np.ndarray) -> np.ndarray:
-        """int64 over the spilled active rows of every shard: values[i] (int64 (m,)) at the
-        place of the run's active document i, -1 where the input rules left a row out."""
-        spread = np.full(int(self.shards.active_starts[-1]), -1, dtype=np.int64)
-        spread[self.active_rows.spilled(np.arange(self.active.shape[0]))] = values
-        return spread
-
-    def row_hash_parts(self) -> list[tuple[int, np.ndarray]]:
+    def row_hash_parts(self) -> list[tuple[int, Optional[np.ndarray]]]:
         """Per shard (index, positions int64) over its spilled active rows: the run's position
         of each among the active documents (-1 where the input rules left it out), for a task
-        that reads the shard's row hashes (dask.row_hash_rows)."""
-        positions = self.over_spilled(np.arange(self.active.shape[0]))
+        that reads the shard's row hashes (dask.row_hash_rows). positions None: the place
+        itself, as every place is where the input rules left no row out (the common case: then
+        nothing per document is made here and sent)."""
         starts = self.shards.active_starts
+        kept = self.active_rows.positions
+        if kept is None:
+            return [(index, None) for index in range(self.shards.count)]
+        positions = np.full(int(starts[-1]), -1, dtype=np.int64)
+        positions[kept] = np.arange(kept.shape[0])
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
     def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray]]:
