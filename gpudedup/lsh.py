@@ -206,6 +206,20 @@ def bucket_pairs(keys, docs, window: int, xp=np):
     return docs[order[first]], docs[order[second]]
 
 
+# Pairs (a, b) of indices below span travel as one uint64 code a * span + b, which needs span**2
+# <= 2**64: at most 2**32 documents (with shingles) in one run.
+MOST_CODED_DOCUMENTS = 1 << 32
+
+
+def pair_code_span(indices: int) -> np.uint64:
+    """The span of pair codes a * span + b for indices 0 .. indices-1 (at least 1); more
+    indices than MOST_CODED_DOCUMENTS is a ParameterError, not codes that wrap around."""
+    if indices > MOST_CODED_DOCUMENTS:
+        raise ParameterError(f"{indices:,} documents with shingles in one run: candidate pairs are coded in 64 "
+                             f"bits, which holds at most {MOST_CODED_DOCUMENTS:,}; split the corpus")
+    return np.uint64(max(indices, 1))
+
+
 def candidate_pairs(keys, docs, window: int, xp=np, map_bands=map):
     """Candidate pairs over all bands, each pair once.
 
@@ -215,7 +229,7 @@ def candidate_pairs(keys, docs, window: int, xp=np, map_bands=map):
     GIL). Returns (a int64 (p,), b int64 (p,)), a < b, sorted by (a, b), on xp's side.
     """
     docs = to_side(docs, xp)
-    span = np.uint64(int(docs[-1]) + 1 if docs.shape[0] else 1)
+    span = pair_code_span(int(docs[-1]) + 1 if docs.shape[0] else 1)
 
     def band_codes(band: int):
         # One uint64 code per pair, so pairs found in several bands collapse in one unique.

@@ -320,3 +320,19 @@ def test_chosen_banding_meets_its_targets_in_monte_carlo(jaccard_pairs, threshol
             assert 1 - rate <= 0.01 + bound
         else:
             assert rate <= max_fp + bound
+
+
+def test_pair_codes_hold_every_pair_up_to_their_limit_and_refuse_more():
+    """Pairs travel as codes a * span + b in 64 bits: the largest pair at the limit of
+    documents decodes to itself; one document more is refused with a message, not wrapped."""
+    from gpudedup.errors import ParameterError
+    from gpudedup.lsh import MOST_CODED_DOCUMENTS, pair_code_span
+
+    span = pair_code_span(MOST_CODED_DOCUMENTS)
+    a, b = np.uint64(MOST_CODED_DOCUMENTS - 2), np.uint64(MOST_CODED_DOCUMENTS - 1)
+    code = a * span + b
+    assert (int(code // span), int(code % span)) == (int(a), int(b))
+    assert int(a) * int(span) + int(b) < 2**64
+    assert pair_code_span(0) == 1
+    with pytest.raises(ParameterError, match="split the corpus"):
+        pair_code_span(MOST_CODED_DOCUMENTS + 1)

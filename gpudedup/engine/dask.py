@@ -193,6 +193,7 @@ class DaskExecutor:
         its runs LocalExecutor here: Store.array_executor)."""
         import dask
 
+        from ..lsh import pair_code_span
         from .job import LikelyPairs
 
         if keep_every:
@@ -204,7 +205,7 @@ class DaskExecutor:
         empty = np.zeros(0, np.int64)
         if not parts:
             return LikelyPairs(empty, empty, 0, empty, empty)
-        span = max(int(starts[-1]), 1)  # pairs (a, b) of places as codes a * span + b
+        span = pair_code_span(int(starts[-1]))  # pairs (a, b) of places as codes a * span + b
         # Every (band, key) bucket in one partition, then every copy of a pair in one partition.
         codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
@@ -212,7 +213,7 @@ class DaskExecutor:
         found = computed([dask.delayed(likely_codes)(part, root, starts, width, span, threshold)
                           for part in codes.to_delayed()], "the candidate shuffle")
         likely = np.sort(np.concatenate([part_codes for part_codes, _ in found]))
-        first, second = store.active_rows_at(likely // np.uint64(span)), store.active_rows_at(likely % np.uint64(span))
+        first, second = store.active_rows_at(likely // span), store.active_rows_at(likely % span)
         return LikelyPairs(first, second, sum(count for _, count in found), empty, empty)
 
     def same_signature_rows(self, store) -> tuple[np.ndarray, np.ndarray]:
