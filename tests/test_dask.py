@@ -21,8 +21,8 @@ from gpudedup.errors import InputError, ParameterError
 
 from stage_events import cli_process, finish, wait_for_stage, with_stage_events
 from test_api import write_jsonl
-from test_streaming import (assert_same_files, assert_same_results, finished_work, mixed_corpus, rm,
-                            rules_corpus, sample_records, staged_run, write_shards)
+from test_streaming import (assert_same_files, assert_same_results, empty_repeats_corpus, finished_work,
+                            mixed_corpus, rm, rules_corpus, sample_records, staged_run, write_shards)
 from output_support import kept_files, read_clusters, read_pairs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
@@ -206,6 +206,18 @@ def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, workers=2)
     assert spread.ids.equals(single.ids) and spread.all_pairs().equals(single.all_pairs())
+
+
+def test_rows_left_out_without_shingles_on_a_cluster_give_the_in_memory_output(client, tmp_path):
+    """As test_streaming's: every row the input rules leave out is empty (the candidate
+    shuffle's places and the copies' positions are then the same, as where nothing is left
+    out)."""
+    corpus = empty_repeats_corpus(tmp_path / "in")
+    options = dict(backend="cpu", threshold=0.5, ngram=2, id_field="id", on_error="skip")
+    memory = gpudedup.dedup(corpus, **options)
+    spread = gpudedup.dedup(corpus, **options, client=client, work_dir=tmp_path / "work")
+    assert memory.pairs.num_rows == 1
+    assert_same_results(memory, spread)
 
 
 def test_a_repeated_id_on_a_cluster_stops_the_run_as_in_memory(client, tmp_path):

@@ -312,6 +312,26 @@ def rules_corpus(tmp_path: Path) -> Path:
     return corpus
 
 
+def empty_repeats_corpus(root: Path) -> Path:
+    """One JSONL file whose only rows the input rules leave out (a repeated id, under
+    on_error="skip") have empty texts: rows are left out, but no row with shingles is."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_jsonl(root / "a.jsonl", [{"id": 0, "text": "a b c d e f g h"}, {"id": 1, "text": "a b c d e f g x"},
+                                   {"id": 2, "text": ""}, {"id": 2, "text": ""}, {"id": 3, "text": "p q r s t u v w"}])
+    return root
+
+
+def test_rows_left_out_without_shingles_leave_every_active_row_in(tmp_path):
+    """Found by a fuzz against the in-memory run: when every row the input rules leave out
+    is empty, the staged run made its rows with shingles a 2-D array and failed."""
+    corpus = empty_repeats_corpus(tmp_path / "in")
+    options = dict(backend="cpu", threshold=0.5, ngram=2, id_field="id", on_error="skip")
+    memory = gpudedup.dedup(corpus, **options)
+    staged = gpudedup.dedup(corpus, **options, work_dir=tmp_path / "work")
+    assert memory.pairs.num_rows == 1
+    assert_same_results(memory, staged)
+
+
 def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
     corpus = rules_corpus(tmp_path)
     memory = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip")

@@ -742,7 +742,9 @@ class WorkDirStore:
         if self.rows.positions is None:
             self.active, self.lengths = active, shards.concat("lengths")
         else:
-            self.active = np.searchsorted(self.rows.positions, active[self.active_rows.positions])
+            # (The rows left out may all be rows without shingles: then every active row stays.)
+            kept_active = active if self.active_rows.positions is None else active[self.active_rows.positions]
+            self.active = np.searchsorted(self.rows.positions, kept_active)
             self.lengths = shards.concat("lengths")[self.rows.positions]
         del active
         self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows,
