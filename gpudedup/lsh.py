@@ -9,7 +9,7 @@ where their inputs live.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -220,6 +220,17 @@ def pair_code_span(indices: int) -> np.uint64:
     return np.uint64(max(indices, 1))
 
 
+def pair_codes(first, second, span: np.uint64, xp=np):
+    """uint64 (p,) codes first * span + second of pairs of indices (int64 (p,), below span:
+    pair_code_span), on xp's side; code order is (first, second) order."""
+    return first.astype(xp.uint64) * span + second.astype(xp.uint64)
+
+
+def decoded_pairs(codes, span: np.uint64, xp=np) -> tuple[Any, Any]:
+    """The pairs (first int64 (p,), second int64 (p,)) of pair_codes' ``codes``."""
+    return (codes // span).astype(xp.int64), (codes % span).astype(xp.int64)
+
+
 def candidate_pairs(keys, docs, window: int, xp=np, map_bands=map):
     """Candidate pairs over all bands, each pair once.
 
@@ -234,14 +245,14 @@ def candidate_pairs(keys, docs, window: int, xp=np, map_bands=map):
     def band_codes(band: int):
         # One uint64 code per pair, so pairs found in several bands collapse in one unique.
         first, second = bucket_pairs(to_side(keys[:, band], xp), docs, window, xp)
-        return sorted_unique(first.astype(xp.uint64) * span + second.astype(xp.uint64), xp)
+        return sorted_unique(pair_codes(first, second, span, xp), xp)
 
     unique_codes = xp.zeros(0, dtype=xp.uint64)
     for codes in map_bands(band_codes, range(keys.shape[1])):
         # Both runs are sorted: a stable sort (timsort on the host) of the two merges them in
         # linear time, so the pairs found so far are not sorted again from scratch each band.
         unique_codes = sorted_unique(xp.concatenate([unique_codes, codes]), xp, kind="stable")
-    return (unique_codes // span).astype(xp.int64), (unique_codes % span).astype(xp.int64)
+    return decoded_pairs(unique_codes, span, xp)
 
 
 def to_side(array, xp):

@@ -150,6 +150,7 @@ def test_the_client_gets_only_the_candidate_pairs_that_pass_the_signature_filter
     assert from_lsh < results["candidate_pairs"] - results["identical_copies"]
 
 
+@pytest.mark.timeout(60)  # 129 small shards on 2 workers: about 18 s alone, more beside other work
 def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output(client, tmp_path):
     """One JSONL and one Parquet file, each cut into many shards (io/pieces.py): the pieces are
     counted, signed and written by the workers, with the single process's results and files."""

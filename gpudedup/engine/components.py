@@ -71,7 +71,7 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_pe
                 return docs[order], root[order]
             edges = grouped.map_partitions(large_star, meta=edge_frame())
             edges = by_node(edges, len(parts)).map_partitions(small_star, meta=edge_frame())
-    except Exception as error:  # noqa: BLE001 -- as in dask.shuffled_map
+    except Exception as error:  # noqa: BLE001 -- as in dask.computed
         raise cluster_failure("the connected components", error) from None
     raise RuntimeError(f"the connected components did not converge in {MOST_ROUNDS} rounds")
 

@@ -193,7 +193,7 @@ class DaskExecutor:
         its runs LocalExecutor here: Store.array_executor)."""
         import dask
 
-        from ..lsh import pair_code_span
+        from ..lsh import decoded_pairs, pair_code_span
         from .job import LikelyPairs
 
         if keep_every:
@@ -209,11 +209,11 @@ class DaskExecutor:
         # Every (band, key) bucket in one partition, then every copy of a pair in one partition.
         codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
-        codes = codes.shuffle(on="code", npartitions=len(parts))
+        codes = codes.shuffle(on="code", npartitions=-(-len(parts) // SHARDS_PER_CODE_PARTITION))
         found = computed([dask.delayed(likely_codes)(part, root, starts, width, span, threshold)
                           for part in codes.to_delayed()], "the candidate shuffle")
-        likely = np.sort(np.concatenate([part_codes for part_codes, _ in found]))
-        first, second = store.active_rows_at(likely // span), store.active_rows_at(likely % span)
+        places = decoded_pairs(np.sort(np.concatenate([part_codes for part_codes, _ in found])), span)
+        first, second = (store.active_rows_at(side) for side in places)
         return LikelyPairs(first, second, sum(count for _, count in found), empty, empty)
 
     def same_signature_rows(self, store) -> tuple[np.ndarray, np.ndarray]:
@@ -234,12 +234,20 @@ class DaskExecutor:
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
-        computed = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
-                                signature_groups, (root, starts, store.signatures.shape[1]),
-                                {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
-        first, member = computed["first"].to_numpy(np.int64), computed["member"].to_numpy(np.int64)
+        groups = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
+                              signature_groups, (root, starts, store.signatures.shape[1]),
+                              {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
+        first, member = groups["first"].to_numpy(np.int64), groups["member"].to_numpy(np.int64)
         order = np.lexsort((member, first))
         return first[order], member[order]
+
+
+# Shards per partition of the candidate shuffle's second round (the first has one per shard).
+# Its rows are a pair code (8 B) per pair and band that found it: on the Linux sources about
+# 3 candidate pairs per document, against the first round's 16 band-key rows of 20 B, so its
+# partitions stay about the size of the first round's, in fewer tasks (one per shard added
+# about 3 s to a run of 129 small shards on 2 workers).
+SHARDS_PER_CODE_PARTITION = 8
 
 
 def shuffled(parts: list, columns: dict[str, str], on: list[str]):
@@ -353,14 +361,14 @@ def band_key_rows(work_at: WorkAt, index: int, first_place: int, keep: np.ndarra
                          "key": keys.reshape(-1), "place": np.tile(first_place + np.flatnonzero(keep), bands)})
 
 
-def bucket_pair_codes(rows, window: int, span: int):
+def bucket_pair_codes(rows, window: int, span: np.uint64):
     """Candidate pairs of one shuffled partition of band_key_rows, as codes a * span + b of
     places: per band, the partition's rows in document order go through lsh.bucket_pairs, which
     pairs each bucket's members in input order within the window, as the single process does.
     A pair found in several bands is here as often."""
     import pandas as pd
 
-    from ..lsh import bucket_pairs
+    from ..lsh import bucket_pairs, pair_codes
 
     rows = rows.sort_values(["band", "place"], kind="stable")
     band = rows["band"].to_numpy()
@@ -370,20 +378,19 @@ def bucket_pair_codes(rows, window: int, span: int):
     bounds = np.flatnonzero(np.diff(band)) + 1
     for start, stop in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [band.shape[0]]])):
         first, second = bucket_pairs(keys[start:stop], docs[start:stop], window)
-        codes.append(first.astype(np.uint64) * np.uint64(span) + second.astype(np.uint64))
+        codes.append(pair_codes(first, second, span))
     return pd.DataFrame({"code": np.concatenate(codes)})
 
 
-def likely_codes(rows, work_at: WorkAt, active_starts: np.ndarray, width: int, span: int,
+def likely_codes(rows, work_at: WorkAt, active_starts: np.ndarray, width: int, span: np.uint64,
                  threshold: float) -> tuple[np.ndarray, int]:
     """One partition of the pairs shuffled on their code (bucket_pair_codes): the distinct
     codes that pass the signature filter (uint64, ascending), their signature rows read from
     the shards (disk.spilled_plausible); and how many distinct codes the partition holds (its
     candidate pairs: the shuffle put every copy of a pair in one partition)."""
-    from ..lsh import sorted_unique
+    from ..lsh import decoded_pairs, sorted_unique
     from .disk import spilled_plausible
 
     codes = sorted_unique(rows["code"].to_numpy(dtype=np.uint64))
-    likely = spilled_plausible(work_at, active_starts, width, (codes // np.uint64(span)).astype(np.int64),
-                               (codes % np.uint64(span)).astype(np.int64), threshold)
+    likely = spilled_plausible(work_at, active_starts, width, *decoded_pairs(codes, span), threshold)
     return codes[likely], int(codes.shape[0])
