@@ -209,12 +209,19 @@ class DaskExecutor:
         # Every (band, key) bucket in one partition, then every copy of a pair in one partition.
         codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
-        codes = codes.shuffle(on="code", npartitions=-(-len(parts) // SHARDS_PER_CODE_PARTITION))
+        codes = codes.shuffle(on="code", npartitions=self.code_partitions(len(parts)))
         found = computed([dask.delayed(likely_codes)(part, root, starts, width, span, threshold)
                           for part in codes.to_delayed()], "the candidate shuffle")
         places = decoded_pairs(np.sort(np.concatenate([part_codes for part_codes, _ in found])), span)
         first, second = (store.active_rows_at(side) for side in places)
         return LikelyPairs(first, second, sum(count for _, count in found), empty, empty)
+
+    def code_partitions(self, shards: int) -> int:
+        """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
+        shards, but at least one per worker (where there are as many shards), so that every
+        worker filters."""
+        workers = len(self.client.scheduler_info().get("workers", {}))
+        return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), workers, 1))
 
     def same_signature_rows(self, store) -> tuple[np.ndarray, np.ndarray]:
         """copies.same_signature_rows as a shuffle: every shard's row hashes become a Dask
