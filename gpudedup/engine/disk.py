@@ -293,6 +293,26 @@ class Kept:
     def spilled(self, kept: np.ndarray) -> np.ndarray:
         return kept if self.positions is None else self.positions[kept]
 
+    def kept_at(self, places: np.ndarray) -> np.ndarray:
+        """int64: the kept items at spilled ``places`` (int64 or uint64, each a kept one's):
+        the inverse of spilled."""
+        places = places.astype(np.int64, copy=False)
+        return places if self.positions is None else np.searchsorted(self.positions, places)
+
+    def taken(self, values: np.ndarray) -> np.ndarray:
+        """The kept items' entries of ``values`` (over every spilled item): values itself where
+        every item is kept."""
+        return values if self.positions is None else values[self.positions]
+
+    def spread(self, values: np.ndarray, spilled: int, fill) -> np.ndarray:
+        """``values`` (over the kept items) over all ``spilled`` items, ``fill`` at the items
+        not kept: values itself where every item is kept (no copy: the caller only reads it)."""
+        if self.positions is None:
+            return values
+        spread = np.full(spilled, fill, dtype=values.dtype)
+        spread[self.positions] = values
+        return spread
+
 
 class SpilledSignatures:
     """The signature rows of the active documents, gathered from the shards' memory-mapped
@@ -639,11 +659,7 @@ class ShardedTable:
         """keep (bool (n,) over the documents) over all rows as read, of every shard: keep
         itself where the input rules left no row out (no copy, and no row numbers: this is the
         write stage, the client's peak)."""
-        if self.rows.positions is None:
-            return keep
-        spilled_keep = np.zeros(int(self.shards.rows[-1]), dtype=bool)
-        spilled_keep[self.rows.positions] = keep
-        return spilled_keep
+        return self.rows.spread(keep, int(self.shards.rows[-1]), False)
 
     def write_kept(self, path: Path, format: str, keep: np.ndarray) -> None:
         """The kept rows (keep: bool (n,) over the documents), shard by shard, into one file."""
@@ -739,13 +755,10 @@ class WorkDirStore:
         self.documents = int(live.sum())
         active = shards.concat("active", shift_by_rows=True)
         self.active_rows = Kept.of_mask(live[active])
-        if self.rows.positions is None:
-            self.active, self.lengths = active, shards.concat("lengths")
-        else:
-            # (The rows left out may all be rows without shingles: then every active row stays.)
-            kept_active = active if self.active_rows.positions is None else active[self.active_rows.positions]
-            self.active = np.searchsorted(self.rows.positions, kept_active)
-            self.lengths = shards.concat("lengths")[self.rows.positions]
+        # The kept active rows, renumbered among the kept rows (each Kept holds nothing, and each
+        # step is the array itself, where the input rules left no row out).
+        self.active = self.rows.kept_at(self.active_rows.taken(active))
+        self.lengths = self.rows.taken(shards.concat("lengths"))
         del active
         self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows,
                                             int(self.active.shape[0]))
@@ -845,15 +858,12 @@ class WorkDirStore:
                 for file, start, stop, before in stored]
 
     def row_hashes(self) -> np.ndarray:
-        hashes = self.shards.concat("row_hash")
-        return hashes if self.active_rows.positions is None else hashes[self.active_rows.positions]
+        return self.active_rows.taken(self.shards.concat("row_hash"))
 
     def spilled_keep(self, in_lsh: np.ndarray) -> np.ndarray:
         """bool over the spilled active rows of every shard: the run's active documents where
         in_lsh (bool (m,))."""
-        keep = np.zeros(int(self.shards.active_starts[-1]), dtype=bool)
-        keep[self.active_rows.spilled(np.flatnonzero(in_lsh))] = True
-        return keep
+        return self.active_rows.spread(in_lsh, int(self.shards.active_starts[-1]), False)
 
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
         return SpilledKeys(self.shards, self.bands, self.spilled_keep(in_lsh))
@@ -862,9 +872,7 @@ class WorkDirStore:
         """int64 (k,): the rows of the active documents at ``places`` (int64 or uint64 (k,))
         among the spilled active rows of every shard (Kept.spilled's places; each one the run
         keeps)."""
-        places = places.astype(np.int64)
-        kept = self.active_rows.positions
-        return self.active[places if kept is None else np.searchsorted(kept, places)]
+        return self.active[self.active_rows.kept_at(places)]
 
     def row_hash_parts(self) -> list[tuple[int, Optional[np.ndarray]]]:
         """Per shard (index, positions int64) over its spilled active rows: the run's position
@@ -873,11 +881,9 @@ class WorkDirStore:
         itself, as every place is where the input rules left no row out (the common case: then
         nothing per document is made here and sent)."""
         starts = self.shards.active_starts
-        kept = self.active_rows.positions
-        if kept is None:
+        if self.active_rows.positions is None:
             return [(index, None) for index in range(self.shards.count)]
-        positions = np.full(int(starts[-1]), -1, dtype=np.int64)
-        positions[kept] = np.arange(kept.shape[0])
+        positions = self.active_rows.spread(np.arange(self.active.shape[0]), int(starts[-1]), -1)
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
     def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray]]:
