@@ -19,6 +19,7 @@ Numba is a base dependency; the module skips only where it is not installed at a
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import resources
@@ -335,6 +336,35 @@ def test_importing_gpudedup_and_its_backends_does_not_import_numba():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+KERNEL_CACHE_PROBE = (
+    "import numba, numpy as np\n"
+    "from gpudedup.backends import cpu_kernels\n"
+    "from gpudedup.hashing import draw_permutations\n"
+    "from gpudedup.shingling import ShingleBatch\n"
+    "batch = ShingleBatch(np.array([0, 2], dtype=np.int64), np.array([1, 2], dtype=np.uint64))\n"
+    "cpu_kernels.signatures(batch, draw_permutations(8, 1))\n"
+    "print(repr(numba.config.CACHE_DIR))")
+
+
+@pytest.mark.parametrize("numba_cache_dir", [False, True])
+def test_compiled_kernels_are_cached_outside_the_package(tmp_path, numba_cache_dir):
+    """The kernels' on-disk cache goes to the user's cache folder (or NUMBA_CACHE_DIR), never
+    beside cpu_kernels.py, where it would outlive ``pip uninstall``; and numba's process-wide
+    setting is left as it was, for other numba users."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    expected = tmp_path / "xdg" / "gpudedup" / "numba"
+    if numba_cache_dir:
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+        expected = tmp_path / "numba"
+    done = subprocess.run([sys.executable, "-c", KERNEL_CACHE_PROBE], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(env.get("NUMBA_CACHE_DIR", ""))
+    cached = [path.name for path in expected.rglob("*.nbi")]
+    assert any(name.startswith("cpu_kernels.minhash_rows-") for name in cached), cached
 
 
 # --- a whole run, with and without the kernels --------------------------------------------------------
