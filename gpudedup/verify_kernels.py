@@ -7,20 +7,21 @@ a canonical binary CSR matrix (verify.sets_matrix: row r's columns are
 copied per pair. Counts only: the Jaccard itself is computed from them by verify.py, in one
 place for every route, so that every route gives the same float64 bit for bit.
 
-``cache=True`` keeps the compiled code beside this file (__pycache__) for the next process;
-``nogil=True`` lets the in-memory store's threads run kernels side by side.
+Made by ``compiled.kernel``: the compiled code is cached on disk for the next process, and the
+GIL is released, so that the in-memory store's threads run kernels side by side.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from .compiled import kernel
 
 # intersections_at_least's count for a pair whose intersection cannot reach the count needed.
 RULED_OUT = -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def intersections(indptr: np.ndarray, indices: np.ndarray, first: np.ndarray, second: np.ndarray,
                   out: np.ndarray) -> None:  # pragma: no cover - compiled; tested through verify.py
     """out[p] = |row first[p] ∩ row second[p]|: one sorted merge per pair.
@@ -45,7 +46,7 @@ def intersections(indptr: np.ndarray, indices: np.ndarray, first: np.ndarray, se
         out[p] = count
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, indptr_b: np.ndarray, indices_b: np.ndarray,
                            first: np.ndarray, second: np.ndarray, needed: np.ndarray,
                            out: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -90,7 +91,7 @@ def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, indptr_b: np
         out[p] = count if count >= need else RULED_OUT
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def signature_agreements(signatures: np.ndarray, first: np.ndarray, second: np.ndarray,
                          out: np.ndarray) -> None:  # pragma: no cover - compiled; tested through verify.py
     """out[p] = the columns in which rows first[p] and second[p] of ``signatures`` agree.

@@ -345,14 +345,17 @@ KERNEL_CACHE_PROBE = (
     "from gpudedup.shingling import ShingleBatch\n"
     "batch = ShingleBatch(np.array([0, 2], dtype=np.int64), np.array([1, 2], dtype=np.uint64))\n"
     "cpu_kernels.signatures(batch, draw_permutations(8, 1))\n"
+    "from gpudedup import verify_kernels\n"
+    "pairs = np.zeros(1, dtype=np.int64)\n"
+    "verify_kernels.intersections(np.array([0, 2]), np.array([1, 2]), pairs, pairs, np.zeros(1, dtype=np.int64))\n"
     "print(repr(numba.config.CACHE_DIR))")
 
 
 @pytest.mark.parametrize("numba_cache_dir", [False, True])
 def test_compiled_kernels_are_cached_outside_the_package(tmp_path, numba_cache_dir):
-    """The kernels' on-disk cache goes to the user's cache folder (or NUMBA_CACHE_DIR), never
-    beside cpu_kernels.py, where it would outlive ``pip uninstall``; and numba's process-wide
-    setting is left as it was, for other numba users."""
+    """The kernels' on-disk cache (compiled.kernel) goes to the user's cache folder (or
+    NUMBA_CACHE_DIR), never beside cpu_kernels.py or verify_kernels.py, where it would outlive
+    ``pip uninstall``; and numba's process-wide setting is left as it was, for other numba users."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     expected = tmp_path / "xdg" / "gpudedup" / "numba"
@@ -365,6 +368,7 @@ def test_compiled_kernels_are_cached_outside_the_package(tmp_path, numba_cache_d
     assert done.stdout.strip() == repr(env.get("NUMBA_CACHE_DIR", ""))
     cached = [path.name for path in expected.rglob("*.nbi")]
     assert any(name.startswith("cpu_kernels.minhash_rows-") for name in cached), cached
+    assert any(name.startswith("verify_kernels.intersections-") for name in cached), cached
 
 
 # --- a whole run, with and without the kernels --------------------------------------------------------

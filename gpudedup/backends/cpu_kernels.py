@@ -20,23 +20,16 @@ per document (``minhash_rows``).
 Token shingles skip steps 1 and 2: their units are the ids themselves (shingling.shingle_units).
 
 Imported only when the numpy backend is made with numba present (numpy_backend.py), so that
-importing gpudedup never imports numba. Every kernel is made by ``compiled``: numba's on-disk
-cache keeps compiled code for the next process, in the user's cache folder rather than beside
-this file (see ``cache_folder``); ``nogil=True`` lets the backend's threads
-(NumpyBackend.parallel_batches) run batches side by side.
+importing gpudedup never imports numba. Every kernel is made by ``compiled.kernel``, which
+caches compiled code on disk for the next process and releases the GIL, so that the backend's
+threads (NumpyBackend.parallel_batches) run batches side by side.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import numba
 import numpy as np
 
+from ..compiled import kernel
 from ..hashing import EMPTY_SIGNATURE_VALUE, FMIX_C1, FMIX_C2, MASK64, POLY_BASE, POLY_OFFSET, Permutations
 from ..normalize import SPACE, host_tables, strip_flags, unicode_form_utf8
 from ..ragged import offsets_from_counts
@@ -55,51 +48,10 @@ C2 = np.uint64(FMIX_C2)
 SHIFT = np.uint64(33)
 ZERO, ONE, TWO, THREE, FOUR = (np.uint64(k) for k in range(5))
 
-# numba's settings module; Any because its attributes are made at run time, unseen by mypy.
-NUMBA_CONFIG: Any = numba.config
-
-
-def cache_folder() -> Path:
-    """Where the kernels' compiled code is cached: ``$XDG_CACHE_HOME/gpudedup/numba`` (default
-    ``~/.cache``), unless the user named one with numba's own NUMBA_CACHE_DIR.
-
-    Not numba's default, a ``__pycache__`` beside this file: ``pip uninstall`` does not know
-    those files, and the ``gpudedup/`` folder they leave in site-packages is then imported as a
-    namespace package ahead of a later editable install.
-    """
-    if NUMBA_CONFIG.CACHE_DIR:
-        return Path(NUMBA_CONFIG.CACHE_DIR)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "gpudedup" / "numba"
-
-
-@contextlib.contextmanager
-def _caching_in(folder: Path) -> Iterator[None]:
-    # numba picks a function's cache folder when it is decorated, from the process-wide
-    # config.CACHE_DIR; it is set only for our decorations, so other numba users are untouched.
-    # Where the folder cannot be written, numba falls back to its own choice.
-    saved = NUMBA_CONFIG.CACHE_DIR
-    NUMBA_CONFIG.CACHE_DIR = str(folder)
-    try:
-        yield
-    finally:
-        NUMBA_CONFIG.CACHE_DIR = saved
-
-
-def compiled(**options: Any) -> Callable[[Callable[..., Any]], Any]:
-    """``numba.njit(cache=True, nogil=True, **options)``, its cache in ``cache_folder()``."""
-
-    def decorate(function: Callable[..., Any]) -> Any:
-        with _caching_in(cache_folder()):
-            return numba.njit(cache=True, nogil=True, **options)(function)
-
-    return decorate
-
-
 # --- hashing ------------------------------------------------------------------------------------
 
 
-@compiled(inline="always")
+@kernel(inline="always")
 def fmix64(h: np.uint64) -> np.uint64:  # pragma: no cover - compiled
     """MurmurHash3's fmix64 of one uint64 (hashing.fmix64 is the array form)."""
     h ^= h >> SHIFT
@@ -113,7 +65,7 @@ def fmix64(h: np.uint64) -> np.uint64:  # pragma: no cover - compiled
 # --- normalisation ------------------------------------------------------------------------------
 
 
-@compiled(inline="always")
+@kernel(inline="always")
 def decode_at(data: np.ndarray, i: np.uint64) -> tuple[np.uint32, np.uint64]:  # pragma: no cover - compiled
     """(code point, index of the next sequence) of the UTF-8 sequence at data[i] (uint8; valid
     UTF-8, so the continuation bytes are there and need no checks)."""
@@ -128,7 +80,7 @@ def decode_at(data: np.ndarray, i: np.uint64) -> tuple[np.uint32, np.uint64]:  #
                      | (data[i + THREE] & 0x3F)), i + FOUR
 
 
-@compiled()
+@kernel()
 def normalize_batch(data: np.ndarray, offsets: np.ndarray, lowercase: np.ndarray, white: np.ndarray,
                     category_flags: np.ndarray, strip: np.uint8, units: np.ndarray, unit_offsets: np.ndarray,
                     word_counts: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -174,7 +126,7 @@ def normalize_batch(data: np.ndarray, offsets: np.ndarray, lowercase: np.ndarray
 # --- shingle hashes -----------------------------------------------------------------------------
 
 
-@compiled(inline="always")
+@kernel(inline="always")
 def poly_hash64(units: np.ndarray, start: np.uint64, stop: np.uint64) -> np.uint64:  # pragma: no cover - compiled
     """poly_hash64 of units[start:stop] (uint32), by Horner's rule as the definition states it."""
     h = OFFSET
@@ -183,7 +135,7 @@ def poly_hash64(units: np.ndarray, start: np.uint64, stop: np.uint64) -> np.uint
     return fmix64(h)
 
 
-@compiled()
+@kernel()
 def char_hashes(units: np.ndarray, unit_offsets: np.ndarray, n: np.uint64, base_power_n: np.uint64,
                 offset_term: np.uint64, shingle_offsets: np.ndarray,
                 hashes: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -215,7 +167,7 @@ def char_hashes(units: np.ndarray, unit_offsets: np.ndarray, n: np.uint64, base_
             hashes[out] = fmix64(offset_term + t)
 
 
-@compiled()
+@kernel()
 def word_hashes(units: np.ndarray, unit_offsets: np.ndarray, word_counts: np.ndarray, n: np.uint64,
                 shingle_offsets: np.ndarray, hashes: np.ndarray) -> None:  # pragma: no cover - compiled
     """The hashes of every word n-gram of normalised text, in text order.
@@ -276,7 +228,7 @@ MAX_BUCKET_BITS = np.uint64(20)
 LONGEST_BUCKETED_ROW = np.uint64(1 << 32)
 
 
-@compiled()
+@kernel()
 def insertion_sort(values: np.ndarray, stop: np.uint64, budget: np.uint64) -> bool:  # pragma: no cover - compiled
     """Sort values[:stop] (uint64) ascending in place by insertion, unless that takes more than
     ``budget`` moves of single values: then stop early (the values still all there, in some
@@ -295,7 +247,7 @@ def insertion_sort(values: np.ndarray, stop: np.uint64, budget: np.uint64) -> bo
     return True
 
 
-@compiled()
+@kernel()
 def sort_row(row: np.ndarray, sorted_row: np.ndarray, bucket_offsets: np.ndarray) -> None:  # pragma: no cover
     """row (uint64 (L,)) sorted ascending into sorted_row[:L] (uint64).
 
@@ -334,7 +286,7 @@ def sort_row(row: np.ndarray, sorted_row: np.ndarray, bucket_offsets: np.ndarray
         sorted_row[:length].sort()
 
 
-@compiled()
+@kernel()
 def sort_unique_rows(offsets: np.ndarray, hashes: np.ndarray, set_offsets: np.ndarray) -> np.uint64:  # pragma: no cover
     """Each row of a ragged uint64 array sorted ascending without repeats, packed in place.
 
@@ -370,7 +322,7 @@ def sort_unique_rows(offsets: np.ndarray, hashes: np.ndarray, set_offsets: np.nd
 
 # --- MinHash signatures ---------------------------------------------------------------------------
 
-@compiled()
+@kernel()
 def minhash_rows(offsets: np.ndarray, low_bits: np.ndarray, a: np.ndarray, b: np.ndarray,
                  signatures: np.ndarray) -> None:  # pragma: no cover - compiled
     """signatures[d, k] = min(signatures[d, k], min over document d's shingles x of

@@ -43,7 +43,9 @@ class NumpyBackend:
         self.kernels = shingling_kernels()
         self.description = f"numpy {np.__version__}"
         if self.kernels is not None:
-            self.description += f" + numba {self.kernels.numba.__version__} kernels"
+            import numba  # already imported by the kernels
+
+            self.description += f" + numba {numba.__version__} kernels"
         if auto_reason:
             self.description += f" (auto: no GPU backend, {auto_reason})"
 
