@@ -41,7 +41,7 @@ def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "fir
     ``"first"`` keeps the first document in input order. Deterministic, never random. pinned:
     rows below it are never removed (clusters_of_roots).
     """
-    first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
+    first, second, lengths = (np.asarray(x, np.int64) for x in (first, second, lengths))
     if first.size and (min(first.min(), second.min()) < 0 or max(first.max(), second.max()) >= n_docs):
         raise ValueError(f"pairs name documents outside 0 .. {n_docs - 1}")
     docs, root = component_roots(first, second, n_docs)
@@ -88,9 +88,11 @@ def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepP
     """The clusters and the keep decision of components given as (docs, root) (int64 (m,),
     host, docs ascending, root the smallest document of each one's component;
     component_roots). Clusters are numbered in the order of their first document, so by root.
-    ``policy`` chooses the kept document (find_clusters); rows below ``pinned`` are documents
-    kept before (a persistent index's): never removed, and a cluster holding one keeps those
-    and removes the rest (its root, its smallest row, is then one of them)."""
+    ``policy`` chooses the kept document (find_clusters), ``"longest"`` by ``lengths[docs]``
+    (lengths: int64 (n,) host, or what gathers like it: job.Store.lengths); rows below
+    ``pinned`` are documents kept before (a persistent index's): never removed, and a cluster
+    holding one keeps those and removes the rest (its root, its smallest row, is then one of
+    them)."""
     # A root is a document of its own component, so among docs; numbered in order (docs ascend).
     is_root = docs == root
     roots = docs[is_root]
@@ -104,7 +106,7 @@ def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepP
         chosen = is_root
     elif policy == "longest":
         # Within each cluster: longest first, then input order; the head of each group is kept.
-        order = np.lexsort((docs, -np.asarray(lengths)[docs], cluster))
+        order = np.lexsort((docs, -np.asarray(lengths[docs]), cluster))
         heads = np.ones(order.shape[0], dtype=bool)
         heads[1:] = cluster[order][1:] != cluster[order][:-1]
         chosen = np.zeros(docs.shape[0], dtype=bool)

@@ -109,7 +109,7 @@ COPY_ROUNDS = 4
 SetReader = Callable[[np.ndarray], scipy.sparse.csr_matrix]
 
 
-def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: np.ndarray, lengths: np.ndarray,
+def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths: Any,
                      batch_cost: int, set_reader: Callable[[np.ndarray], SetReader],
                      progress: Progress | None = None) -> Copies:
     """Check the members of every same-signature group exactly against the group's first
@@ -119,9 +119,10 @@ def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: np.ndarray, 
     groups: same_signature_rows of the signatures of the documents ``active`` (int64 (m,),
     ascending corpus rows): (first, member) int64 positions into active (job.Executor's
     same_signature_rows: here, or as a shuffle on a cluster); lengths: int64 (n,) text lengths
-    in code points over the corpus. set_reader(docs) is called once with every document of
-    the groups (int64, ascending corpus rows) and gives sets(part): the shingle sets of a part
-    of them (int64, ascending) as verify.document_sets makes them (job.Store.set_reader).
+    in code points over the corpus; both are only indexed (job.Store.active, lengths).
+    set_reader(docs) is called once with every document of the groups (int64, ascending corpus
+    rows) and gives sets(part): the shingle sets of a part of them (int64, ascending) as
+    verify.document_sets makes them (job.Store.set_reader).
 
     The groups go ``batch_cost`` code points of documents at a time, each document once: a
     batch of whole groups is shingled by one call and runs every round of its groups on those
@@ -159,7 +160,7 @@ def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: np.ndarray, 
     return Copies(first[order], member[order], np.ones(order.shape[0], np.float64))
 
 
-def group_batches(first: np.ndarray, member: np.ndarray, lengths: np.ndarray,
+def group_batches(first: np.ndarray, member: np.ndarray, lengths: Any,
                   batch_cost: int) -> list[tuple[int, int, bool]]:
     """Batches of the pairs (first, member: int64 (p,), each group's pairs together, members
     ascending) as (start, stop, whole): consecutive whole groups whose documents' lengths

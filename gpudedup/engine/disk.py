@@ -141,11 +141,9 @@ class Shards:
         """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
         return array[self.rows[index]:self.rows[index + 1]]
 
-    def concat(self, name: str, shift_by_rows: bool = False) -> np.ndarray:
-        """One spilled per-shard array over all shards (loaded, not mapped); shift_by_rows adds
-        each shard's first corpus row (for local row indices)."""
-        parts = [np.asarray(self.work.shard_array(i, name)) + (self.rows[i] if shift_by_rows else 0)
-                 for i in range(self.count)]
+    def concat(self, name: str) -> np.ndarray:
+        """One spilled per-shard array over all shards (loaded, not mapped)."""
+        parts = [np.asarray(self.work.shard_array(i, name)) for i in range(self.count)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
@@ -337,6 +335,84 @@ class SpilledSignatures:
             out[mine] = mapped[positions[mine] - self.shards.active_starts[index]]
             del mapped  # unmapped here (nothing else refers to it), its pages out of the resident set
         return out
+
+
+def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
+                       gather: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
+    """``gather(index, local)`` for the items at ``places`` (int64, any shape and order) of a
+    sequence spilled shard by shard (starts: int64 (s + 1,), the first place of each shard),
+    each shard asked once for its items (local: int64, their places within it), put back in
+    the order of places: an array of ``dtype`` shaped as places."""
+    flat = places.reshape(-1)
+    out = np.empty(flat.shape[0], dtype=dtype)
+    for index, mine in by_shard(starts, flat):
+        out[mine] = gather(index, flat[mine] - starts[index])
+    return out.reshape(places.shape)
+
+
+def as_items(items) -> np.ndarray:
+    """Indices as int64 (a bool mask: the indices where it is True), for the gathers below."""
+    items = np.asarray(items)
+    return np.flatnonzero(items) if items.dtype == np.bool_ else items.astype(np.int64, copy=False)
+
+
+class SpilledActive:
+    """The run's active documents (job.Store.active) gathered from the shards' spilled
+    ``active`` arrays when asked, not held: ``active[positions]`` gives their rows (int64,
+    host) for positions into them (int64, or a bool mask over them); ``positions_of(rows)``
+    the inverse. rows, active_rows: the spilled rows and spilled active rows the run keeps
+    (Kept); m: how many active documents. So the client of a cluster holds nothing per
+    document for them (docs/scale.md)."""
+
+    def __init__(self, shards: Shards, rows: Kept, active_rows: Kept, m: int):
+        self.shards, self.rows, self.active_rows = shards, rows, active_rows
+        self.shape = (m,)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, positions) -> np.ndarray:
+        return self.at_places(self.active_rows.spilled(as_items(positions)))
+
+    def at_places(self, places: np.ndarray) -> np.ndarray:
+        """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
+        spilled active rows of every shard (each one the run keeps)."""
+        shards = self.shards
+        spilled = gathered_per_shard(shards.active_starts, places.astype(np.int64, copy=False), np.int64,
+                                     lambda index, local: shards.rows[index]
+                                     + np.asarray(shards.work.shard_array(index, "active"))[local])
+        return self.rows.kept_at(spilled)
+
+    def positions_of(self, rows: np.ndarray) -> np.ndarray:
+        """int64: the positions among the active documents of ``rows`` (int64, each active)."""
+        shards = self.shards
+        places = gathered_per_shard(shards.rows, self.rows.spilled(as_items(rows)), np.int64, lambda index, local:
+                                    shards.active_starts[index]
+                                    + np.searchsorted(np.asarray(shards.work.shard_array(index, "active")), local))
+        return self.active_rows.kept_at(places)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """All of them at once (a persistent index's run, which holds every document anyway)."""
+        return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
+
+
+class SpilledLengths:
+    """The documents' text lengths (job.Store.lengths) gathered from the shards' spilled
+    ``lengths`` when asked, not held: ``lengths[rows]`` gives int64 code points per row (rows:
+    int64 of any shape, or a bool mask); rows: the spilled rows the run keeps (Kept)."""
+
+    def __init__(self, shards: Shards, rows: Kept, n: int):
+        self.shards, self.rows = shards, rows
+        self.shape = (n,)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        work = self.shards.work
+        return gathered_per_shard(self.shards.rows, self.rows.spilled(as_items(rows)), np.int64,
+                                  lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """All of them at once (a persistent index's run, which holds every document anyway)."""
+        return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
 
 
 class SpilledKeys:
@@ -753,15 +829,16 @@ class WorkDirStore:
         live = self.combination.live
         self.rows = Kept.of_mask(live)
         self.documents = int(live.sum())
-        active = shards.concat("active", shift_by_rows=True)
-        self.active_rows = Kept.of_mask(live[active])
-        # The kept active rows, renumbered among the kept rows (each Kept holds nothing, and each
-        # step is the array itself, where the input rules left no row out).
-        self.active = self.rows.kept_at(self.active_rows.taken(active))
-        self.lengths = self.rows.taken(shards.concat("lengths"))
-        del active
-        self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows,
-                                            int(self.active.shape[0]))
+        # Which spilled active rows are documents (each Kept holds nothing where the input
+        # rules left no row out); the active rows and lengths stay in the shards until asked.
+        active_live = [shards.own(live, index)[np.asarray(shards.work.shard_array(index, "active"))]
+                       for index in range(shards.count)]
+        self.active_rows = Kept.of_mask(np.concatenate(active_live) if active_live else np.zeros(0, bool))
+        m = int(sum(int(part.sum()) for part in active_live))
+        del active_live
+        self.active = SpilledActive(shards, self.rows, self.active_rows, m)
+        self.lengths = SpilledLengths(shards, self.rows, self.documents)
+        self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows, m)
 
     def sign_pending(self, executor: Executor, log: StageLog, progress: Progress) -> None:
         """Sign every shard not signed yet: here, one at a time within --max-memory, or as tasks."""
@@ -872,7 +949,10 @@ class WorkDirStore:
         """int64 (k,): the rows of the active documents at ``places`` (int64 or uint64 (k,))
         among the spilled active rows of every shard (Kept.spilled's places; each one the run
         keeps)."""
-        return self.active[self.active_rows.kept_at(places)]
+        return self.active.at_places(places)
+
+    def active_positions(self, rows: np.ndarray) -> np.ndarray:
+        return self.active.positions_of(rows)
 
     def row_hash_parts(self) -> list[tuple[int, Optional[np.ndarray]]]:
         """Per shard (index, positions int64) over its spilled active rows: the run's position
@@ -967,10 +1047,16 @@ class WorkDirStore:
             skipped_files=self.found.skipped,
             skipped_records=len(self.skipped_records()),
             notes=self.found.notes,
-            text_bytes=int(shards.concat("text_bytes")[live].sum()),
-            null_texts=int(shards.concat("null")[live].sum()),
+            text_bytes=self.live_sum("text_bytes"),
+            null_texts=self.live_sum("null"),
             empty_documents=int(empty_documents),
         )
+
+    def live_sum(self, name: str) -> int:
+        """The sum of a spilled per-row array over the run's documents, a shard at a time."""
+        shards, live = self.shards, self.combination.live
+        return sum(int(np.asarray(shards.work.shard_array(index, name))[shards.own(live, index)].sum())
+                   for index in range(shards.count))
 
     def skipped_records(self) -> list[dict]:
         """The records and files --on-error skip left out: the scan's, then those the input

@@ -70,10 +70,12 @@ class Outcome:
 class Store(Protocol):
     """Where a run's arrays live between stages (engine/memory.py, engine/disk.py).
 
-    After ``sign``: ``documents`` rows, ``active`` int64 (m,) ascending, the rows with at least
-    one shingle (the only ones that can pair); ``lengths`` int64 (n,) code points per row;
-    ``signatures`` gathers signature rows, ``signatures[positions]`` -> uint32 (k, K) host for
-    positions into ``active``.
+    After ``sign``: ``documents`` rows; ``active``, the m rows with at least one shingle (the
+    only ones that can pair), ascending; ``lengths``, code points per row (n); ``signatures``,
+    ``signatures[positions]`` -> uint32 (k, K) host for positions into ``active``. ``active``
+    and ``lengths`` are int64 host arrays, or (a work directory's) objects that gather like
+    them, ``active[positions]``, ``lengths[rows]`` and ``.shape``, holding nothing per
+    document: the stages index them and never take them whole.
 
     ``pinned``: the leading rows 0 .. pinned-1 are documents kept before (a persistent index's,
     index/store.py): they are never removed, a cluster holding one removes its other rows, and
@@ -82,8 +84,8 @@ class Store(Protocol):
 
     documents: int
     pinned: int
-    active: np.ndarray
-    lengths: np.ndarray
+    active: Any  # int64 (m,), or what gathers like it (above)
+    lengths: Any  # int64 (n,), or what gathers like it
     signatures: Any
     copy_batch_cost: int  # how much text copies.identical_copies checks per call
     work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
@@ -91,6 +93,9 @@ class Store(Protocol):
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
              log: StageLog, progress: Progress) -> None:
         """The signature stage: signatures and band keys of every document not yet signed."""
+
+    def active_positions(self, rows: np.ndarray) -> np.ndarray:
+        """int64: the positions in ``active`` of ``rows`` (int64, each an active row)."""
 
     def row_hashes(self) -> Optional[np.ndarray]:
         """uint64 (m,) host: copies.band_key_row_hash of the active documents' band keys, made
@@ -183,8 +188,7 @@ class LocalExecutor:
         if store.pinned:  # two documents kept before were checked when the second one came
             fresh = second >= store.pinned
             first, second = first[fresh], second[fresh]
-        active = store.active
-        likely = plausible(store.signatures, np.searchsorted(active, first), np.searchsorted(active, second),
+        likely = plausible(store.signatures, store.active_positions(first), store.active_positions(second),
                            threshold)
         empty = np.zeros(0, np.int64)
         return LikelyPairs(first[likely], second[likely], first.shape[0],
@@ -271,7 +275,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             lambda docs: store.set_reader("copies", docs, executor), progress)))
         copies = Copies(stored["first"], stored["member"], stored["jaccard"])
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        in_lsh = ~np.isin(active, copies.member, assume_unique=True)
+        in_lsh = np.ones(active.shape[0], dtype=bool)
+        in_lsh[store.active_positions(copies.member)] = False
 
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
@@ -320,7 +325,7 @@ def verified_arrays(likely: LikelyPairs, copies: Copies,
 
 
 def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
-                     lengths: np.ndarray, params: DedupParams, log: StageLog, progress: Progress,
+                     lengths: Any, params: DedupParams, log: StageLog, progress: Progress,
                      executor: "Executor", pinned: int = 0):
     """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
     their clusters (the connected components found by ``executor``), and keep: bool (n,),

@@ -78,6 +78,9 @@ class MemoryStore:
         self.row_hash = backend.to_host(band_key_row_hash(self.keys, backend.xp))
         release_unused_memory()
 
+    def active_positions(self, rows: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.active, rows)
+
     def row_hashes(self) -> np.ndarray:
         return self.row_hash
 

@@ -239,8 +239,8 @@ class Index:
     def _kept_new_rows(result: DedupResult, store: IndexStore) -> np.ndarray:
         """int64 (k,) ascending: the new documents' rows that an add commits (kept, with
         shingles)."""
-        inner = store.inner
-        return inner.active[result.keep[inner.active]]
+        active = np.asarray(store.inner.active)
+        return active[result.keep[active]]
 
     def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str],
                     rows: np.ndarray, pointers: Optional[SourcePointers]) -> None:
@@ -250,7 +250,7 @@ class Index:
         if rows.shape[0] == 0:
             return
         params = self.params(manifest)
-        signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(result.keep[inner.active])])
+        signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(result.keep[np.asarray(inner.active)])])
         sources = None
         if pointers is not None:
             sources, material = pointer_arrays(pointers)

@@ -52,8 +52,9 @@ class IndexStore:
             matched = self.matched = self.reader.gather(segment, row)
         k = self.pinned = matched.count
         self.documents = k + inner.documents
-        self.active = np.concatenate([np.arange(k, dtype=np.int64), inner.active + k])
-        self.lengths = np.concatenate([matched.lengths, inner.lengths])
+        # Every row's, held (a work directory's inner store gathers its own whole here).
+        self.active = np.concatenate([np.arange(k, dtype=np.int64), np.asarray(inner.active) + k])
+        self.lengths = np.concatenate([matched.lengths, np.asarray(inner.lengths)])
         if isinstance(inner.signatures, np.ndarray):  # in memory: one array, as the stages expect
             self.signatures = np.concatenate([matched.signatures, inner.signatures])
         else:  # memory-mapped spills: gathered on demand
@@ -69,6 +70,9 @@ class IndexStore:
         both_int = pa.types.is_integer(new.type) and (len(indexed) == 0 or pa.types.is_integer(indexed.type))
         target = pa.int64() if both_int else pa.large_string()
         return pa.concat_arrays([indexed.cast(target), new.cast(target)])
+
+    def active_positions(self, rows: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.active, rows)
 
     def row_hashes(self) -> np.ndarray:
         # The inner store's are of its band keys (made when it signed): so are these.
