@@ -17,7 +17,8 @@ from .engine.job import Outcome
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source
 from .io.storage import Given, Location, Remote, location_of
-from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files
+from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
+                        write_kept_files)
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, remote_staging, write_json,
                         write_jsonl, write_parquet)
 from .report import Report
@@ -214,11 +215,11 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
-        write_parquet(result.clusters, table_path(staging, CLUSTERS_DIR, names is not None))
+        write_table(result.clusters, staging, CLUSTERS_DIR, names is not None)
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
-        write_parquet(result.pairs, table_path(staging, PAIRS_DIR, names is not None))
+        write_table(result.pairs, staging, PAIRS_DIR, names is not None)
         # The report's figures (the slow part of report.html; none without matplotlib) are drawn
         # within the write's time; the page itself needs the finished report, so it comes after.
         from .html_report import report_figures, write_report
@@ -234,10 +235,12 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     return out
 
 
-def table_path(staging: Path, name: str, dataset: bool) -> Path:
-    """Where pairs or clusters go: ``name``/part-00000.parquet as a Parquet dataset (the
-    sharded layout), or ``name``.parquet."""
+def write_table(table: pa.Table, staging: Path, name: str, dataset: bool) -> None:
+    """Write pairs or clusters as ``name``/part-NNNNN.parquet, a Parquet dataset of parts of
+    layout.PART_ROWS rows in the table's order (the sharded layout), or as ``name``.parquet."""
     if not dataset:
-        return staging / f"{name}.parquet"
+        write_parquet(table, staging / f"{name}.parquet")
+        return
     (staging / name).mkdir()
-    return staging / name / part_name(0)
+    for number, (start, length) in enumerate(table_parts(table.num_rows)):
+        write_parquet(table.slice(start, length), staging / name / part_name(number))

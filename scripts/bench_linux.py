@@ -123,8 +123,9 @@ def main() -> None:
                    "client_peak_rss_mb": report["peak_rss_mb"],
                    "stage_seconds": {k: v["seconds"] for k, v in report["stages"].items() if "seconds" in v},
                    "results": report["results"]}
-            # pairs/ and clusters/: Parquet datasets, one part each in this layout.
-            outputs = {name: (out / name / "part-00000.parquet").read_bytes() for name in ("pairs", "clusters")}
+            # pairs/ and clusters/: Parquet datasets, every part's bytes in order.
+            outputs = {name: [part.read_bytes() for part in sorted((out / name).iterdir())]
+                       for name in ("pairs", "clusters")}
             if reference is None:
                 reference = outputs
             row["same_pairs_and_clusters_as_first_mode"] = outputs == reference

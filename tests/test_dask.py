@@ -18,6 +18,7 @@ import pytest
 
 import gpudedup
 from gpudedup.errors import InputError, ParameterError
+from gpudedup.io import layout
 
 from stage_events import cli_process, finish, wait_for_stage, with_stage_events
 from test_api import write_jsonl
@@ -89,6 +90,16 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     # into its output file.
     assert len(list((tmp_path / "work" / "shards").iterdir())) == 6
     assert written_by_workers(stream) == 6
+
+
+def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client, corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(layout, "PART_ROWS", 5)
+    gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
+    gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
+                   output=tmp_path / "spread")
+    for name in ("pairs", "clusters"):
+        assert len(list((tmp_path / "spread" / name).iterdir())) > 2, name
+    assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
 
 
 def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,

@@ -13,6 +13,7 @@ import pytest
 
 import gpudedup
 from gpudedup.errors import ParameterError
+from gpudedup.io import layout
 from gpudedup.io.layout import output_bases, output_names
 
 from cli_support import error_line, invoke, write_jsonl
@@ -82,6 +83,37 @@ def test_one_output_file_per_input_file_named_like_it(runs):
     jsonl = runs["jsonl"]
     assert [p.relative_to(jsonl).as_posix() for p in kept_files(jsonl)] == [
         f"deduplicated/{name}.jsonl" for name in INPUT_ORDER]
+
+
+def test_pairs_and_clusters_are_cut_into_parts_of_part_rows_in_their_order(tree, tmp_path, monkeypatch):
+    """Oracle: the result's own tables (DedupResult.pairs, clusters): part k holds rows
+    k * PART_ROWS onwards, every part but the last is full, and the dataset reads back whole."""
+    monkeypatch.setattr(layout, "PART_ROWS", 7)
+    result = gpudedup.dedup(tree, id_field="id", backend="cpu")
+    result.write(tmp_path / "out")
+    for name, table in (("pairs", result.pairs), ("clusters", result.clusters)):
+        parts = sorted((tmp_path / "out" / name).iterdir())
+        assert table.num_rows > 14  # at least three parts
+        assert [p.name for p in parts] == [f"part-{k:05d}.parquet" for k in range(-(-table.num_rows // 7))]
+        tables = [pq.read_table(p) for p in parts]
+        assert [t.num_rows for t in tables[:-1]] == [7] * (len(parts) - 1) and 1 <= tables[-1].num_rows <= 7
+        assert pa.concat_tables(tables).equals(table), name
+        assert pq.read_table(tmp_path / "out" / name).equals(table), name
+
+
+def test_the_parts_are_the_same_in_memory_and_staged(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(layout, "PART_ROWS", 7)
+    options = ["--id-field", "id", "-q", "--backend", "cpu"]
+    for name, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work"), "--shard-bytes", "4K"])):
+        done = invoke("dedup", tree, "-o", tmp_path / name, *options, *extra)
+        assert done.exit_code == 0, done.output
+    memory, staged = result_bytes(tmp_path / "memory"), result_bytes(tmp_path / "staged")
+    assert sum(name.startswith("pairs/") for name in memory) > 2
+    assert sum(name.startswith("clusters/") for name in memory) > 2
+    for name in memory:
+        if not name.startswith("deduplicated/"):  # (kept rows: test_staged_and_in_memory_runs_write_the_same_files)
+            assert memory[name] == staged[name], name
+    assert memory.keys() == staged.keys()
 
 
 def test_each_file_holds_its_own_kept_rows_in_order(tree, runs):
