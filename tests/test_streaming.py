@@ -538,7 +538,24 @@ def bible_shards(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(120)  # two CLI runs in subprocesses and a reference run
-def test_sigint_during_a_staged_cli_run_then_resume(bible_shards, tmp_path):
+def test_a_resume_from_another_working_directory_is_refused_naming_the_first(bible_shards, tmp_path,
+                                                                           monkeypatch):
+    """Ids and messages name the input files relative to the working directory, so a resume
+    from another one would mix two namings: refused, naming the directory to resume from,
+    where it then goes on."""
+    start = bible_shards.parent
+    monkeypatch.chdir(start)
+    first = gpudedup.dedup(bible_shards, backend="cpu", work_dir=tmp_path / "work")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParameterError) as refused:
+        gpudedup.dedup(bible_shards, backend="cpu", work_dir=tmp_path / "work", resume=True)
+    assert f"was started from another working directory ({start})" in str(refused.value)
+    monkeypatch.chdir(start)
+    again = gpudedup.dedup(bible_shards, backend="cpu", work_dir=tmp_path / "work", resume=True)
+    assert again.pairs.equals(first.pairs) and again.clusters.equals(first.clusters)
+
+
+def test_sigint_during_a_staged_cli_run_then_resume(bible_shards, tmp_path, monkeypatch):
     options = ["--id-field", "id", "--backend", "cpu", "-q", "--batch-bytes", "20000", "--format", "jsonl"]
     events = tmp_path / "events.txt"
     run = cli_process(["dedup", str(bible_shards), "-o", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
@@ -550,6 +567,7 @@ def test_sigint_during_a_staged_cli_run_then_resume(bible_shards, tmp_path):
     assert stderr.strip().splitlines() == ["interrupted: nothing was written"], stderr
     assert not (tmp_path / "out").exists()
     assert len(list((tmp_path / "work" / "shards").iterdir())) >= 4
+    monkeypatch.chdir(tmp_path)  # the working directory the run started from
     resumed = CliRunner().invoke(app, ["dedup", str(bible_shards), "-o", str(tmp_path / "out"), "--work-dir",
                                        str(tmp_path / "work"), "--resume", *options])
     assert resumed.exit_code == 0, resumed.output

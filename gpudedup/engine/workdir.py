@@ -307,6 +307,12 @@ class WorkDir:
                 raise ParameterError(f"{shown}: the work directory holds an earlier run; pass --resume to "
                                      "go on with it, or choose an empty directory")
             previous = json.loads(manifest.decode("utf-8"))
+            started = started_elsewhere(previous, fingerprint)
+            if started is not None:
+                where = f" ({started})" if started else ""
+                raise ParameterError(f"{shown}: the work directory's run was started from another working "
+                                     f"directory{where}; its ids and messages name the input files from there, "
+                                     "so resume it from there")
             if previous != fingerprint:
                 raise ParameterError(f"{shown}: the work directory belongs to another run "
                                      f"({describe_difference(previous, fingerprint)}); use a new directory")
@@ -443,6 +449,32 @@ def describe_difference(previous: dict, now: dict) -> str:
                 return describe_difference(previous[key], now[key])
             return f"{key} was {previous.get(key)!r}, now {now.get(key)!r}"
     return "the fingerprints differ"
+
+
+def started_elsewhere(previous: dict, now: dict) -> Optional[str]:
+    """Where the run of a work directory was started, if its fingerprint (``previous``) differs
+    from this run's (``now``) only in how the input files are named: the same files named from
+    another working directory (ids and messages name them relative to it:
+    io/inputs.display_path). "" where that directory cannot be told (the files were named by
+    absolute paths there); None when the runs differ otherwise."""
+    old, new = previous.get("inputs") or [], now.get("inputs") or []
+    if old == new or len(old) != len(new) or {**previous, "inputs": None} != {**now, "inputs": None}:
+        return None
+    roots = set()
+    for (old_path, *old_stat), (new_path, *new_stat) in zip(old, new):
+        if old_stat != new_stat or "://" in new_path:
+            return None
+        absolute = str(Path(new_path).absolute())
+        if Path(old_path).is_absolute():
+            if old_path != absolute:
+                return None
+        elif absolute.endswith(os.sep + old_path):
+            roots.add(absolute[: -len(old_path) - 1])
+        else:
+            return None
+    if len(roots) > 1:
+        return None
+    return roots.pop() if roots else ""
 
 
 def describe_inputs(previous: list, now: list) -> str:
