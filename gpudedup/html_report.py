@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import plots
 from .lsh import collision_probability, steepest_similarity
@@ -430,14 +429,15 @@ def _footer(report: dict, figures: Mapping[str, bytes]) -> str:
 
 
 def _clusters(result) -> str:
-    clusters = result.clusters
+    # From the run's rows and the ids of its clustered documents (result.named), not from
+    # result.clusters and result.pairs: a run that writes its results never builds those.
+    clusters = result.outcome.clusters
     out = ['<section id="clusters">\n<h2>Largest clusters</h2>\n']
-    if clusters.num_rows == 0:
+    if clusters.docs.shape[0] == 0:
         out.append("<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
         return "".join(out)
-    ids = clusters["id"].combine_chunks()
-    number = clusters["cluster"].to_numpy()
-    kept = clusters["keep"].to_numpy(zero_copy_only=False)
+    ids = result.named.ids  # (the clustered documents' ids, in the order of their rows)
+    number, kept = clusters.cluster, clusters.keep
     sizes = np.bincount(number)
     order = np.lexsort((np.arange(sizes.shape[0]), -sizes))[:LARGEST_CLUSTERS]
     rows = cluster_rows(result)
@@ -472,13 +472,12 @@ def _pair_stats(outcome, count: int):
     return inside, low, high
 
 
-def _verified_jaccard(pairs: pa.Table, first, second) -> Optional[float]:
-    """The Jaccard of the verified pair {first, second}, or None when it is not one."""
-    if pairs.num_rows == 0:
-        return None
-    a, b = (first, second) if first < second else (second, first)
-    match = pairs.filter(pc.and_(pc.equal(pairs["id_a"], a), pc.equal(pairs["id_b"], b)))
-    return match["jaccard"][0].as_py() if match.num_rows else None
+def _verified_jaccard(outcome, first: int, second: int) -> Optional[float]:
+    """The Jaccard of the verified pair of rows {first, second}, or None when it is not one;
+    outcome: the run's rows (engine.job.Outcome, whose pairs have pair_a < pair_b)."""
+    a, b = min(first, second), max(first, second)
+    match = np.flatnonzero((outcome.pair_a == a) & (outcome.pair_b == b))
+    return float(outcome.jaccard[match[0]]) if match.shape[0] else None
 
 
 INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its text)"
@@ -520,8 +519,9 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
     kept_text = texts[0] or ""
     out.append('<div class="docs">\n')
     out.append(_document(kept_id, kept_text, None, None, kept=True))
-    for doc_id, text, content in zip(listed_ids, texts[1:], contents[1:]):
-        verified = _verified_jaccard(result.pairs, kept_id, doc_id)
+    example_rows = rows[members[positions]]
+    for doc_id, row, text, content in zip(listed_ids, example_rows[1:], texts[1:], contents[1:]):
+        verified = _verified_jaccard(result.outcome, int(example_rows[0]), int(row))
         if verified is not None:
             similarity = (verified, "a verified pair")
         elif indexed[0] or text == INDEXED_TEXT:
@@ -598,8 +598,8 @@ def exact_jaccard(first, second, spec: ShingleSpec) -> float:
 
 
 def cluster_rows(result) -> np.ndarray:
-    """int64 (m,): the input row of every entry of ``result.clusters`` (the run's own rows,
-    which the clusters table names by id in the same order)."""
+    """int64 (m,): the row of every entry of ``result.clusters`` (the run's own rows, which
+    the clusters table names by id in the same order)."""
     return result.outcome.clusters.docs
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .copies import implied_pairs
+from .cluster import Clusters
 from .engine.job import Outcome
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source
@@ -47,13 +48,12 @@ class DedupResult:
         staged run's stay in its shards until then: ids.IdSource).
     """
 
-    pairs: pa.Table
-    clusters: pa.Table
     keep: np.ndarray
     report: Report
     table: pa.Table = field(repr=False)
     outcome: Outcome = field(repr=False)
     id_source: IdSource = field(repr=False)  # the id of every row (ids.py)
+    named: "NamedRows" = field(repr=False)  # the ids of the documents in clusters
     inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
     skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
@@ -82,12 +82,32 @@ class DedupResult:
         (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         source = id_source(ids)
-        return cls(pairs=pairs_table(source, outcome.pair_a, outcome.pair_b, outcome.jaccard),
-                   clusters=clusters_table(source, outcome), keep=outcome.keep[indexed_rows:], report=report,
+        return cls(named=NamedRows.of(source, outcome.clusters.docs), keep=outcome.keep[indexed_rows:], report=report,
                    table=table, inputs=inputs, text_field=text_field, id_source=source, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
                    output_bases=output_bases or {})
+
+    @cached_property
+    def pairs(self) -> pa.Table:
+        """(id_a, id_b, jaccard): every verified pair, id_a < id_b, sorted; made when first asked
+        for (a run that only writes its results writes it a part at a time)."""
+        return whole_table(self.pairs_parts())
+
+    @cached_property
+    def clusters(self) -> pa.Table:
+        """(id, cluster, keep, kept_id): every document in a cluster of two or more, in input
+        order; made when first asked for, as ``pairs``."""
+        return whole_table(self.clusters_parts())
+
+    def pairs_parts(self) -> Iterator[pa.Table]:
+        """``pairs`` in parts of layout.PART_ROWS rows, in order."""
+        o = self.outcome
+        return pairs_parts(self.named, o.pair_a, o.pair_b, o.jaccard)
+
+    def clusters_parts(self) -> Iterator[pa.Table]:
+        """``clusters`` in parts of layout.PART_ROWS rows, in order."""
+        return clusters_parts(self.named, self.outcome.clusters)
 
     @cached_property
     def ids(self) -> pa.Array:
@@ -117,7 +137,8 @@ class DedupResult:
         a, b, jaccard = self.outcome.pair_a, self.outcome.pair_b, self.outcome.jaccard
         copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
         a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.id_source))  # indexed rows too
-        return pairs_table(self.id_source, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0))
+        # (Every document of an implied pair is in a cluster: named holds its id.)
+        return whole_table(pairs_parts(self.named, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0)))
 
     def write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False,
               single_file: bool = False) -> Location:
@@ -143,33 +164,69 @@ class DedupResult:
 SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
 
 
-def pairs_table(ids: Union[pa.Array, IdSource], pair_a: np.ndarray, pair_b: np.ndarray,
-                jaccard: np.ndarray) -> pa.Table:
+@dataclass
+class NamedRows:
+    """The ids of some rows, held once for the tables that name them (pairs and clusters name
+    only the documents in clusters).
+
+    rows: int64 (k,) ascending, host; ids: their ids (pyarrow Array, string ids wide); rank:
+    int64 (k,), each one's place in the ids' ascending order (ids are unique).
+    """
+
+    rows: np.ndarray
+    ids: pa.Array
+    rank: np.ndarray
+
+    @classmethod
+    def of(cls, source: IdSource, rows: np.ndarray) -> "NamedRows":
+        ids = source.take(rows)  # (one take: a staged run reads each of its shards once)
+        rank = np.empty(len(ids), dtype=np.int64)
+        rank[pc.sort_indices(ids).to_numpy()] = np.arange(len(ids), dtype=np.int64)
+        return cls(rows, ids, rank)
+
+    def positions(self, rows: np.ndarray) -> np.ndarray:
+        """int64: the places in ``self.rows`` of ``rows`` (each one of them)."""
+        return np.searchsorted(self.rows, rows)
+
+
+def pairs_parts(named: NamedRows, pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray) -> Iterator[pa.Table]:
     """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b), for the pairs of rows
-    (pair_a[i], pair_b[i]) (int64 (p,), host) of Jaccard jaccard[i] (float64 (p,)); ids: the
-    rows' ids (an array or an ids.IdSource)."""
-    source = id_source(ids)
-    both = source.take(np.concatenate([pair_a, pair_b]))  # (one take: a staged run reads its shards once)
-    a, b = both.slice(0, pair_a.shape[0]), both.slice(pair_a.shape[0])
-    swap = pc.greater(a, b)
-    table = pa.table({"id_a": pc.if_else(swap, b, a), "id_b": pc.if_else(swap, a, b),
-                      "jaccard": pa.array(jaccard, pa.float64())})
-    return table.sort_by([("id_a", "ascending"), ("id_b", "ascending")])
+    (pair_a[i], pair_b[i]) (int64 (p,), host, rows of ``named``) of Jaccard jaccard[i]
+    (float64 (p,)), in parts of layout.PART_ROWS rows: each part's ids are taken when it is
+    made, so that the ids of every pair are never held at once. Sorted by the ids' ranks,
+    which order the pairs as their ids do."""
+    a, b = named.positions(pair_a), named.positions(pair_b)
+    swap = named.rank[a] > named.rank[b]
+    first, second = np.where(swap, b, a), np.where(swap, a, b)
+    del a, b, swap
+    order = np.lexsort((named.rank[second], named.rank[first]))
+    for start, length in table_parts(order.shape[0]):
+        part = order[start:start + length]
+        yield pa.table({"id_a": named.ids.take(pa.array(first[part])), "id_b": named.ids.take(pa.array(second[part])),
+                        "jaccard": pa.array(jaccard[part], pa.float64())})
 
 
-def clusters_table(ids: Union[pa.Array, IdSource], outcome: Outcome) -> pa.Table:
-    """(id, cluster, keep, kept_id) for every document in a cluster, in input order: kept_id
-    names the document its cluster kept (itself for a kept one; where a cluster keeps several,
-    indexed documents in a run against an index, the first of them)."""
-    c = outcome.clusters
-    source = id_source(ids)
+def clusters_parts(named: NamedRows, clusters: Clusters) -> Iterator[pa.Table]:
+    """(id, cluster, keep, kept_id) for every document in a cluster (named.rows are exactly
+    them), in input order, in parts of layout.PART_ROWS rows: kept_id names the document its
+    cluster kept (itself for a kept one; where a cluster keeps several, indexed documents in a
+    run against an index, the first of them)."""
+    c = clusters
     kept_doc = np.zeros(c.count, dtype=np.int64)
     # Reversed, so that the first kept document of a cluster is the one written last.
     kept_doc[c.cluster[c.keep][::-1]] = c.docs[c.keep][::-1]
-    kept_id = np.where(c.keep, c.docs, kept_doc[c.cluster])
-    both = source.take(np.concatenate([c.docs, kept_id]))
-    return pa.table({"id": both.slice(0, c.docs.shape[0]), "cluster": pa.array(c.cluster, pa.int64()),
-                     "keep": pa.array(c.keep, pa.bool_()), "kept_id": both.slice(c.docs.shape[0])})
+    kept_at = named.positions(np.where(c.keep, c.docs, kept_doc[c.cluster]))
+    del kept_doc
+    for start, length in table_parts(c.docs.shape[0]):
+        stop = start + length
+        yield pa.table({"id": named.ids.slice(start, length), "cluster": pa.array(c.cluster[start:stop], pa.int64()),
+                        "keep": pa.array(c.keep[start:stop], pa.bool_()),
+                        "kept_id": named.ids.take(pa.array(kept_at[start:stop]))})
+
+
+def whole_table(parts: Iterable[pa.Table]) -> pa.Table:
+    """The parts of a table as one (its chunks the parts')."""
+    return pa.concat_tables(list(parts))
 
 
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,
@@ -215,11 +272,11 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
-        write_table(result.clusters, staging, CLUSTERS_DIR, names is not None)
+        write_table(result.clusters_parts(), staging, CLUSTERS_DIR, names is not None)
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
-        write_table(result.pairs, staging, PAIRS_DIR, names is not None)
+        write_table(result.pairs_parts(), staging, PAIRS_DIR, names is not None)
         # The report's figures (the slow part of report.html; none without matplotlib) are drawn
         # within the write's time; the page itself needs the finished report, so it comes after.
         from .html_report import report_figures, write_report
@@ -235,12 +292,13 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     return out
 
 
-def write_table(table: pa.Table, staging: Path, name: str, dataset: bool) -> None:
-    """Write pairs or clusters as ``name``/part-NNNNN.parquet, a Parquet dataset of parts of
-    layout.PART_ROWS rows in the table's order (the sharded layout), or as ``name``.parquet."""
+def write_table(parts: Iterator[pa.Table], staging: Path, name: str, dataset: bool) -> None:
+    """Write pairs or clusters, given as their parts (DedupResult.pairs_parts), as
+    ``name``/part-NNNNN.parquet, a Parquet dataset with a file per part, each made and written
+    before the next (the sharded layout), or as one file ``name``.parquet."""
     if not dataset:
-        write_parquet(table, staging / f"{name}.parquet")
+        write_parquet(whole_table(parts), staging / f"{name}.parquet")
         return
     (staging / name).mkdir()
-    for number, (start, length) in enumerate(table_parts(table.num_rows)):
-        write_parquet(table.slice(start, length), staging / name / part_name(number))
+    for number, part in enumerate(parts):
+        write_parquet(part, staging / name / part_name(number))
