@@ -30,9 +30,10 @@ from .stages import StageLog
 class DedupResult:
     """What ``dedup`` found.
 
-    pairs: pyarrow Table (id_a, id_b, jaccard): every verified pair, id_a < id_b.
+    pairs: pyarrow Table (id_a, id_b, jaccard): every verified pair, id_a < id_b; made when
+        first asked for (``write`` writes it a part at a time: pairs_parts).
     clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
-        more, with the id of its cluster's kept document.
+        more, with the id of its cluster's kept document; made when first asked for.
     keep: numpy bool (n,), aligned with the input: False for the removed duplicates.
     deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
         cuDF, Hugging Face Dataset; a pyarrow Table for paths).
@@ -46,6 +47,8 @@ class DedupResult:
         ``clusters`` name by id.
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
         staged run's stay in its shards until then: ids.IdSource).
+    named: the ids of the documents in clusters, the only ones pairs and clusters name, read
+        once when the result is made (NamedRows).
     """
 
     keep: np.ndarray
