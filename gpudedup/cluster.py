@@ -41,7 +41,9 @@ def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "fir
     ``"first"`` keeps the first document in input order. Deterministic, never random. pinned:
     rows below it are never removed (clusters_of_roots).
     """
-    first, second, lengths = (np.asarray(x, np.int64) for x in (first, second, lengths))
+    first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
+    if isinstance(lengths, (list, tuple)):  # (an array, or None under "first", goes as it is)
+        lengths = np.asarray(lengths)
     if first.size and (min(first.min(), second.min()) < 0 or max(first.max(), second.max()) >= n_docs):
         raise ValueError(f"pairs name documents outside 0 .. {n_docs - 1}")
     docs, root = component_roots(first, second, n_docs)

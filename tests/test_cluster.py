@@ -143,3 +143,10 @@ def test_sparse_document_numbers_give_the_same_clusters(policy):
     sparse = clusters_of_roots(docs, root, np.repeat(lengths, spread), policy)
     assert np.array_equal(sparse.docs, dense.docs * spread)
     assert np.array_equal(sparse.cluster, dense.cluster) and np.array_equal(sparse.keep, dense.keep)
+
+
+def test_lengths_are_read_only_by_longest_and_keep_their_type():
+    """Found by review: lengths were once forced to int64 up front, which refused None under
+    "first" (which never reads them) and cut float lengths under "longest"."""
+    assert find_clusters(3, [0], [1], None, "first").keep.tolist() == [True, False]
+    assert find_clusters(3, [0], [1], [1.2, 1.7], "longest").keep.tolist() == [False, True]

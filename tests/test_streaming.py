@@ -332,6 +332,52 @@ def test_rows_left_out_without_shingles_leave_every_active_row_in(tmp_path):
     assert_same_results(memory, staged)
 
 
+def captured_stores(monkeypatch) -> list:
+    """The stores of the runs that follow, in order, captured as they finish signing."""
+    from gpudedup.engine.disk import WorkDirStore
+    from gpudedup.engine.memory import MemoryStore
+
+    stores: list = []
+    for store_class in (MemoryStore, WorkDirStore):
+        def sign(self, *args, _sign=store_class.sign, **kwargs):
+            _sign(self, *args, **kwargs)
+            stores.append(self)
+        monkeypatch.setattr(store_class, "sign", sign)
+    return stores
+
+
+@pytest.mark.parametrize("rules", [False, True])
+def test_a_work_dirs_active_rows_and_lengths_gather_as_the_in_memory_arrays(tmp_path, monkeypatch, rules):
+    """disk.SpilledActive and SpilledLengths (read from the shards when asked) against the
+    in-memory run's arrays: whole, by positions in any order, by a bool mask, by a scalar,
+    positions_of; and out-of-range indices, negative ones and masks of another length are
+    refused rather than read from the wrong place. rules: the input rules leave rows out."""
+    corpus = rules_corpus(tmp_path) if rules else write_shards(tmp_path / "in", sample_records()[:300], 4)
+    options = dict(backend="cpu", id_field="id", on_error="skip", shard_bytes=20_000)
+    stores = captured_stores(monkeypatch)
+    gpudedup.dedup(corpus, **options)
+    gpudedup.dedup(corpus, **options, work_dir=tmp_path / "work")
+    memory, staged = stores
+    active, lengths = staged.active, staged.lengths
+    assert staged.shards.count > 1 and (staged.rows.positions is not None) == rules
+    np.testing.assert_array_equal(np.asarray(active), memory.active)
+    np.testing.assert_array_equal(np.asarray(lengths), memory.lengths)
+    rng = np.random.default_rng(5)
+    positions = rng.integers(0, memory.active.shape[0], 50)
+    rows = rng.integers(0, memory.documents, 50)
+    np.testing.assert_array_equal(active[positions], memory.active[positions])
+    np.testing.assert_array_equal(lengths[rows], memory.lengths[rows])
+    mask = rng.random(memory.active.shape[0]) < 0.3
+    np.testing.assert_array_equal(active[mask], memory.active[mask])
+    assert int(lengths[np.int64(rows[0])]) == memory.lengths[rows[0]]
+    np.testing.assert_array_equal(active.positions_of(memory.active[positions]), positions)
+    for bad in (np.array([-1]), np.array([memory.documents]), np.ones(3, bool)):
+        with pytest.raises(IndexError):
+            lengths[bad]
+    with pytest.raises(IndexError):
+        active[slice(0, 2)]
+
+
 def test_skip_leaves_out_what_the_in_memory_run_leaves_out(tmp_path):
     corpus = rules_corpus(tmp_path)
     memory = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip")

@@ -350,10 +350,21 @@ def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
     return out.reshape(places.shape)
 
 
-def as_items(items) -> np.ndarray:
-    """Indices as int64 (a bool mask: the indices where it is True), for the gathers below."""
+def as_items(items, count: int) -> np.ndarray:
+    """Indices into ``count`` items as int64, for the gathers below: integers (none negative:
+    the gathers do not count from the end), or a bool mask over all of them (the indices where
+    it is True). Anything else (a slice, a mask of another length) raises IndexError."""
     items = np.asarray(items)
-    return np.flatnonzero(items) if items.dtype == np.bool_ else items.astype(np.int64, copy=False)
+    if items.dtype == np.bool_:
+        if items.shape != (count,):
+            raise IndexError(f"a bool mask over {count} items has shape {items.shape}")
+        return np.flatnonzero(items)
+    if items.dtype.kind not in "iu":
+        raise IndexError(f"indices must be integers or a bool mask, not {items.dtype}")
+    items = items.astype(np.int64, copy=False)
+    if items.size and (items.min() < 0 or items.max() >= count):
+        raise IndexError(f"an index is outside 0 .. {count - 1}")
+    return items
 
 
 class SpilledActive:
@@ -361,18 +372,18 @@ class SpilledActive:
     ``active`` arrays when asked, not held: ``active[positions]`` gives their rows (int64,
     host) for positions into them (int64, or a bool mask over them); ``positions_of(rows)``
     the inverse. rows, active_rows: the spilled rows and spilled active rows the run keeps
-    (Kept); m: how many active documents. So the client of a cluster holds nothing per
-    document for them (docs/scale.md)."""
+    (Kept); m: how many active documents, of ``documents``. So the client of a cluster holds
+    nothing per document for them (docs/scale.md)."""
 
-    def __init__(self, shards: Shards, rows: Kept, active_rows: Kept, m: int):
-        self.shards, self.rows, self.active_rows = shards, rows, active_rows
+    def __init__(self, shards: Shards, rows: Kept, active_rows: Kept, m: int, documents: int):
+        self.shards, self.rows, self.active_rows, self.documents = shards, rows, active_rows, documents
         self.shape = (m,)
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __getitem__(self, positions) -> np.ndarray:
-        return self.at_places(self.active_rows.spilled(as_items(positions)))
+        return self.at_places(self.active_rows.spilled(as_items(positions, self.shape[0])))
 
     def at_places(self, places: np.ndarray) -> np.ndarray:
         """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
@@ -386,7 +397,8 @@ class SpilledActive:
     def positions_of(self, rows: np.ndarray) -> np.ndarray:
         """int64: the positions among the active documents of ``rows`` (int64, each active)."""
         shards = self.shards
-        places = gathered_per_shard(shards.rows, self.rows.spilled(as_items(rows)), np.int64, lambda index, local:
+        places = gathered_per_shard(shards.rows, self.rows.spilled(as_items(rows, self.documents)), np.int64,
+                                    lambda index, local:
                                     shards.active_starts[index]
                                     + np.searchsorted(np.asarray(shards.work.shard_array(index, "active")), local))
         return self.active_rows.kept_at(places)
@@ -407,7 +419,7 @@ class SpilledLengths:
 
     def __getitem__(self, rows) -> np.ndarray:
         work = self.shards.work
-        return gathered_per_shard(self.shards.rows, self.rows.spilled(as_items(rows)), np.int64,
+        return gathered_per_shard(self.shards.rows, self.rows.spilled(as_items(rows, self.shape[0])), np.int64,
                                   lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
@@ -836,7 +848,7 @@ class WorkDirStore:
         self.active_rows = Kept.of_mask(np.concatenate(active_live) if active_live else np.zeros(0, bool))
         m = int(sum(int(part.sum()) for part in active_live))
         del active_live
-        self.active = SpilledActive(shards, self.rows, self.active_rows, m)
+        self.active = SpilledActive(shards, self.rows, self.active_rows, m, self.documents)
         self.lengths = SpilledLengths(shards, self.rows, self.documents)
         self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows, m)
 
