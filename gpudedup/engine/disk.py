@@ -312,6 +312,20 @@ class Kept:
         return spread
 
 
+def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
+                       gather: Callable[[int, np.ndarray], np.ndarray], row: tuple[int, ...] = ()) -> np.ndarray:
+    """``gather(index, local)`` for the items at ``places`` (int64, any shape and order) of a
+    sequence spilled shard by shard (starts: int64 (s + 1,), the first place of each shard),
+    each shard asked once for its items (local: int64, their places within it), put back in
+    the order of places: an array of ``dtype`` shaped as places, then ``row`` (the shape of
+    one item: (K,) for a signature row)."""
+    flat = places.reshape(-1)
+    out = np.empty((flat.shape[0], *row), dtype=dtype)
+    for index, mine in by_shard(starts, flat):
+        out[mine] = gather(index, flat[mine] - starts[index])
+    return out.reshape(places.shape + row)
+
+
 class SpilledSignatures:
     """The signature rows of the active documents, gathered from the shards' memory-mapped
     signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host, for positions
@@ -329,25 +343,11 @@ class SpilledSignatures:
 
     def __getitem__(self, positions) -> np.ndarray:
         positions = self.kept.spilled(np.asarray(positions, dtype=np.int64))
-        out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
-        for index, mine in by_shard(self.shards.active_starts, positions):
-            mapped = self.shards.work.shard_array(index, "signatures")
-            out[mine] = mapped[positions[mine] - self.shards.active_starts[index]]
-            del mapped  # unmapped here (nothing else refers to it), its pages out of the resident set
-        return out
-
-
-def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
-                       gather: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
-    """``gather(index, local)`` for the items at ``places`` (int64, any shape and order) of a
-    sequence spilled shard by shard (starts: int64 (s + 1,), the first place of each shard),
-    each shard asked once for its items (local: int64, their places within it), put back in
-    the order of places: an array of ``dtype`` shaped as places."""
-    flat = places.reshape(-1)
-    out = np.empty(flat.shape[0], dtype=dtype)
-    for index, mine in by_shard(starts, flat):
-        out[mine] = gather(index, flat[mine] - starts[index])
-    return out.reshape(places.shape)
+        # The map lives only inside one shard's gather: unmapped after it (nothing else refers
+        # to it), its pages out of the resident set.
+        return gathered_per_shard(self.shards.active_starts, positions, np.uint32,
+                                  lambda index, local: self.shards.work.shard_array(index, "signatures")[local],
+                                  (self.shape[1],))
 
 
 def as_items(items, count: int) -> np.ndarray:
@@ -367,7 +367,23 @@ def as_items(items, count: int) -> np.ndarray:
     return items
 
 
-class SpilledActive:
+class SpilledColumn:
+    """What SpilledActive and SpilledLengths share: a length, and the whole column when numpy
+    asks for it (np.asarray: a persistent index's run, which holds every document anyway)."""
+
+    shape: tuple[int]
+
+    def __getitem__(self, items) -> np.ndarray:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
+
+
+class SpilledActive(SpilledColumn):
     """The run's active documents (job.Store.active) gathered from the shards' spilled
     ``active`` arrays when asked, not held: ``active[positions]`` gives their rows (int64,
     host) for positions into them (int64, or a bool mask over them); ``positions_of(rows)``
@@ -378,9 +394,6 @@ class SpilledActive:
     def __init__(self, shards: Shards, rows: Kept, active_rows: Kept, m: int, documents: int):
         self.shards, self.rows, self.active_rows, self.documents = shards, rows, active_rows, documents
         self.shape = (m,)
-
-    def __len__(self) -> int:
-        return self.shape[0]
 
     def __getitem__(self, positions) -> np.ndarray:
         return self.at_places(self.active_rows.spilled(as_items(positions, self.shape[0])))
@@ -403,12 +416,8 @@ class SpilledActive:
                                     + np.searchsorted(np.asarray(shards.work.shard_array(index, "active")), local))
         return self.active_rows.kept_at(places)
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        """All of them at once (a persistent index's run, which holds every document anyway)."""
-        return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
 
-
-class SpilledLengths:
+class SpilledLengths(SpilledColumn):
     """The documents' text lengths (job.Store.lengths) gathered from the shards' spilled
     ``lengths`` when asked, not held: ``lengths[rows]`` gives int64 code points per row (rows:
     int64 of any shape, or a bool mask); rows: the spilled rows the run keeps (Kept)."""
@@ -421,10 +430,6 @@ class SpilledLengths:
         work = self.shards.work
         return gathered_per_shard(self.shards.rows, self.rows.spilled(as_items(rows, self.shape[0])), np.int64,
                                   lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        """All of them at once (a persistent index's run, which holds every document anyway)."""
-        return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
 
 
 class SpilledKeys:

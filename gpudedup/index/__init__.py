@@ -250,7 +250,7 @@ class Index:
         if rows.shape[0] == 0:
             return
         params = self.params(manifest)
-        signatures = np.ascontiguousarray(inner.signatures[np.flatnonzero(result.keep[np.asarray(inner.active)])])
+        signatures = np.ascontiguousarray(inner.signatures[inner.active_positions(rows)])
         sources = None
         if pointers is not None:
             sources, material = pointer_arrays(pointers)
