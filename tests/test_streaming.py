@@ -346,6 +346,31 @@ def captured_stores(monkeypatch) -> list:
     return stores
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_the_kept_rows_map_places_as_a_mask_does_whichever_list_holds_them(seed):
+    """disk.Kept, held as the places left out (the input rules') or the places kept (a task's
+    rows), against a bool mask over the spilled items and numpy's own indexing of it: kept
+    items to places and back, counts and masks of any span, and values taken and spread."""
+    from gpudedup.engine.disk import Kept
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(0, 60))
+    mask = rng.random(size) < [1.0, 0.97, 0.5, 0.03, 0.0][seed % 5]
+    kept = np.flatnonzero(mask)
+    values = rng.integers(0, 1000, size)
+    for held in (Kept.of_mask(mask), Kept(positions=kept)):
+        assert np.array_equal(held.spilled(np.arange(kept.shape[0])), kept)
+        assert np.array_equal(held.kept_at(kept.astype(np.uint64)), np.arange(kept.shape[0]))
+        for _ in range(10):
+            start = int(rng.integers(0, size + 1))
+            stop = int(rng.integers(start, size + 1))
+            assert held.count(start, stop) == int(mask[start:stop].sum())
+            assert np.array_equal(held.mask(start, stop), mask[start:stop])
+        assert np.array_equal(held.taken(values), values[mask])
+        assert np.array_equal(held.spread(values[mask], size, -1), np.where(mask, values, -1))
+    assert Kept.of_mask(mask).every == bool(mask.all()) and Kept.of_mask(mask).positions is None
+
+
 @pytest.mark.parametrize("rules", [False, True])
 def test_a_work_dirs_active_rows_and_lengths_gather_as_the_in_memory_arrays(tmp_path, monkeypatch, rules):
     """disk.SpilledActive and SpilledLengths (read from the shards when asked) against the

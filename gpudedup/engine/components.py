@@ -55,9 +55,8 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_pe
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
     try:
-        sent = [arrays for _, arrays in scattered(client, [(start, (first[start:start + pairs_per_part],
-                                                                    second[start:start + pairs_per_part]))
-                                                           for start in range(0, first.shape[0], pairs_per_part)])]
+        sent = scattered(client, [(first[start:start + pairs_per_part], second[start:start + pairs_per_part])
+                                  for start in range(0, first.shape[0], pairs_per_part)])
         if len(sent) == 1:  # one part: one task does what the client would
             return client.submit(component_roots, *sent[0], n_docs).result()
         parts = [dask.delayed(part_stars)(*arrays) for arrays in sent]

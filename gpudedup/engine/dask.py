@@ -153,8 +153,9 @@ class DaskExecutor:
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
-        futures = [self.client.submit(task, *a, pure=False) for a in arguments]
+        futures = []
         try:
+            futures = [self.client.submit(task, *a, pure=False) for a in scattered(self.client, arguments)]
             return self.client.gather(futures)
         except GpudedupError as error:
             raise first_error(futures, error) from None
@@ -199,9 +200,8 @@ class DaskExecutor:
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
-        parts = [dask.delayed(band_key_rows)(root, index, int(starts[index]), *arrays)
-                 for index, arrays in scattered(self.client, [(index, (keep,))
-                                                      for index, keep in store.band_key_parts(in_lsh)])]
+        parts = [dask.delayed(band_key_rows)(root, index, int(starts[index]), keep)
+                 for index, keep in scattered(self.client, store.band_key_parts(in_lsh))]
         empty = np.zeros(0, np.int64)
         if not parts:
             return LikelyPairs(empty, empty, 0, empty, empty)
@@ -235,8 +235,7 @@ class DaskExecutor:
         root, starts = store.work.location, store.shards.active_starts
         positions = store.row_hash_parts()
         if any(array is not None for _, array in positions):  # the input rules left rows out
-            positions = [(index, sent) for index, (sent,) in scattered(
-                self.client, [(index, (array,)) for index, array in positions])]
+            positions = scattered(self.client, positions)
         parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), array) for index, array in positions]
         if not parts:
             empty = np.zeros(0, np.int64)
@@ -288,14 +287,32 @@ def computed(collections: list, stage: str) -> list:
         raise cluster_failure(stage, error) from None
 
 
-def scattered(client, parts: list[tuple[Any, tuple]]) -> list[tuple[Any, list]]:
-    """(key, arrays) parts with their arrays sent to the workers in one call, as futures:
-    tasks made of them carry references, not the arrays (a task graph holding a document's
-    worth of arrays per shard passes distributed's warning size at a few million documents)."""
-    if not parts:
-        return []
-    futures = iter(client.scatter([array for _, arrays in parts for array in arrays]))
-    return [(key, [next(futures) for _ in arrays]) for key, arrays in parts]
+def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
+    """Tasks' arguments with the numpy arrays among them (an argument, or an item of a list or
+    tuple argument) sent to the workers first, in one call, and replaced by their futures (an
+    array given twice is sent once). Tasks made of them carry references, not arrays, for two
+    reasons: a task graph holding a document's worth of arrays per shard passes distributed's
+    warning size at a few million documents; and the client keeps its last messages to the
+    scheduler (distributed.admin.low-level-log-length: 1000 by default), so that an array sent
+    inside a message stays in the client's memory long after its task is done."""
+    arrays: dict[int, np.ndarray] = {}
+    for values in arguments:
+        for value in values:
+            for item in value if type(value) in (list, tuple) else (value,):
+                if isinstance(item, np.ndarray):
+                    arrays[id(item)] = item
+    if not arrays:
+        return [tuple(values) for values in arguments]
+    futures = dict(zip(arrays, client.scatter(list(arrays.values()))))
+
+    def sent(value):
+        if isinstance(value, np.ndarray):
+            return futures[id(value)]
+        if type(value) in (list, tuple):
+            return type(value)(futures[id(item)] if isinstance(item, np.ndarray) else item for item in value)
+        return value
+
+    return [tuple(sent(value) for value in values) for values in arguments]
 
 
 def frame_of(dtypes: dict[str, str]):

@@ -153,15 +153,14 @@ class ShardDocuments:
     (io/rules.plan_combination) decide them for the shards read one at a time, exactly as
     for the files of an in-memory run read at once.
 
-    live: bool over the spilled rows of all shards (Shards.rows): the run's documents;
-    id_type: their ids' type (int64 or string); all_ids(): every one of their ids, in order,
+    rows: the run's documents among the spilled rows of all shards (Shards.rows); id_type: their ids' type (int64 or string); all_ids(): every one of their ids, in order,
     read from the shards (none is held); schema: the columns of the files they come from,
     unified; records: every record or file left out under on_error="skip" (in no particular
     order; rules.sorted_records orders them); left_out: the shards left out whole by the
     rules (their columns or kind of id do not combine with the shards before them).
     """
 
-    live: np.ndarray
+    rows: Kept
     id_type: pa.DataType
     all_ids: Callable[[], pa.Array]
     schema: pa.Schema
@@ -187,20 +186,18 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
                                 shards.work, [read[part] for part in kept], [parts[part].rows for part in kept],
                                 id_type, executor))
     left_out = {read[part] for part in plan.left_out}
-    live = np.ones(int(shards.rows[-1]), dtype=bool)
+    # The rows the rules leave out, a shard at a time (only those are held).
+    rows_left_out = [np.zeros(0, np.int64)]
     for part, index in enumerate(read):
-        mine = shards.own(live, index)
-        if index in left_out:
-            mine[:] = False
-        else:
-            mask = plan.keep_mask(part, mine.shape[0])
-            if mask is not None:
-                mine &= mask
+        start, stop = int(shards.rows[index]), int(shards.rows[index + 1])
+        mask = np.zeros(stop - start, dtype=bool) if index in left_out else plan.keep_mask(part, stop - start)
+        if mask is not None:
+            rows_left_out.append(start + np.flatnonzero(~mask))
     # A file left out whole is one record: the records its reader made for it are dropped.
     records = [record for index in range(shards.count) if index not in left_out
                for record in infos[index]["records"]] + plan.records
     work = shards.work
-    return ShardDocuments(live, plan.id_type,
+    return ShardDocuments(Kept.leaving_out(np.concatenate(rows_left_out)), plan.id_type,
                           lambda: plan.ids(parts, lambda part: shard_ids(work, read[part], plan.id_type)),
                           plan.schema, records, left_out)
 
@@ -279,36 +276,83 @@ class ShardIds:
 class Kept:
     """Which items of a spilled sequence (rows, or active rows, of all shards) a run keeps, in
     order: ``spilled(i)`` gives the places among the spilled items of kept items ``i`` (int64).
-    positions None: every item is kept, the common case (no input rule left anything out),
-    and then nothing per item is held."""
 
-    positions: Optional[np.ndarray]
+    Held as one of two int64 ascending lists of places: ``left_out``, the items not kept (the
+    input rules leave out few rows, if any, so a staged run's client holds nothing per
+    document), or ``positions``, the items kept (a task's few rows, dask.signature_groups).
+    Both None: every item is kept, the common case, and nothing per item is held.
+    """
+
+    positions: Optional[np.ndarray] = None
+    left_out: Optional[np.ndarray] = None
 
     @classmethod
     def of_mask(cls, mask: np.ndarray) -> "Kept":
-        return cls(None if mask.all() else np.flatnonzero(mask))
+        """The items where ``mask`` (bool over the spilled items) is True."""
+        return cls.leaving_out(np.flatnonzero(~mask))
+
+    @classmethod
+    def leaving_out(cls, left_out: np.ndarray) -> "Kept":
+        """Every item but those at ``left_out`` (int64 ascending places)."""
+        return cls(left_out=left_out.astype(np.int64, copy=False) if left_out.shape[0] else None)
+
+    @property
+    def every(self) -> bool:
+        """Whether every spilled item is kept."""
+        return self.positions is None and self.left_out is None
 
     def spilled(self, kept: np.ndarray) -> np.ndarray:
-        return kept if self.positions is None else self.positions[kept]
+        if self.positions is not None:
+            return self.positions[kept]
+        if self.left_out is None:
+            return kept
+        # The j-th item left out comes after left_out[j] - j kept items: a kept item moves on by
+        # as many items left out as come at or before its own count.
+        return kept + np.searchsorted(self.left_out - np.arange(self.left_out.shape[0]), kept, side="right")
 
     def kept_at(self, places: np.ndarray) -> np.ndarray:
         """int64: the kept items at spilled ``places`` (int64 or uint64, each a kept one's):
         the inverse of spilled."""
         places = places.astype(np.int64, copy=False)
-        return places if self.positions is None else np.searchsorted(self.positions, places)
+        if self.positions is not None:
+            return np.searchsorted(self.positions, places)
+        return places if self.left_out is None else places - np.searchsorted(self.left_out, places)
+
+    def count(self, start: int, stop: int) -> int:
+        """How many of the spilled items start .. stop-1 are kept."""
+        if self.positions is not None:
+            return int(np.searchsorted(self.positions, stop) - np.searchsorted(self.positions, start))
+        if self.left_out is None:
+            return stop - start
+        return stop - start - int(np.searchsorted(self.left_out, stop) - np.searchsorted(self.left_out, start))
+
+    def mask(self, start: int, stop: int) -> np.ndarray:
+        """bool (stop - start,): which of the spilled items start .. stop-1 are kept."""
+        if self.positions is not None:
+            mask = np.zeros(stop - start, dtype=bool)
+            mask[self.positions[np.searchsorted(self.positions, start):np.searchsorted(self.positions, stop)]
+                 - start] = True
+            return mask
+        mask = np.ones(stop - start, dtype=bool)
+        if self.left_out is not None:
+            mask[self.left_out[np.searchsorted(self.left_out, start):np.searchsorted(self.left_out, stop)]
+                 - start] = False
+        return mask
 
     def taken(self, values: np.ndarray) -> np.ndarray:
         """The kept items' entries of ``values`` (over every spilled item): values itself where
         every item is kept."""
-        return values if self.positions is None else values[self.positions]
+        if self.positions is not None:
+            return values[self.positions]
+        return values if self.left_out is None else np.delete(values, self.left_out)
 
     def spread(self, values: np.ndarray, spilled: int, fill) -> np.ndarray:
         """``values`` (over the kept items) over all ``spilled`` items, ``fill`` at the items
         not kept: values itself where every item is kept (no copy: the caller only reads it)."""
-        if self.positions is None:
+        if self.every:
             return values
         spread = np.full(spilled, fill, dtype=values.dtype)
-        spread[self.positions] = values
+        spread[self.mask(0, spilled)] = values
         return spread
 
 
@@ -625,7 +669,7 @@ def spilled_plausible(work_at: WorkAt, active_starts: np.ndarray, width: int, fi
     (first, second: int64 (p,) places among the active rows of all shards, Kept.spilled's),
     their signature rows read from the shards' memory-mapped signatures.npy; active_starts:
     Shards.active_starts; width: the signatures' columns."""
-    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(None), int(active_starts[-1]))
+    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(), int(active_starts[-1]))
     return plausible(signatures, first, second, threshold)
 
 
@@ -843,16 +887,18 @@ class WorkDirStore:
         self.files_left_out |= self.combination.left_out
         # The documents are the spilled rows (all shards' rows as read) that the input rules
         # keep, in order; so are the active documents among the spilled active rows.
-        live = self.combination.live
-        self.rows = Kept.of_mask(live)
-        self.documents = int(live.sum())
+        self.rows = self.combination.rows
+        self.documents = self.rows.count(0, int(shards.rows[-1]))
         # Which spilled active rows are documents (each Kept holds nothing where the input
         # rules left no row out); the active rows and lengths stay in the shards until asked.
-        active_live = [shards.own(live, index)[np.asarray(shards.work.shard_array(index, "active"))]
-                       for index in range(shards.count)]
-        self.active_rows = Kept.of_mask(np.concatenate(active_live) if active_live else np.zeros(0, bool))
-        m = int(sum(int(part.sum()) for part in active_live))
-        del active_live
+        active_left_out = [np.zeros(0, np.int64)]
+        if not self.rows.every:
+            for index in range(shards.count):
+                active = np.asarray(shards.work.shard_array(index, "active"))
+                live = self.rows.mask(int(shards.rows[index]), int(shards.rows[index + 1]))[active]
+                active_left_out.append(int(shards.active_starts[index]) + np.flatnonzero(~live))
+        self.active_rows = Kept.leaving_out(np.concatenate(active_left_out))
+        m = self.active_rows.count(0, int(shards.active_starts[-1]))
         self.active = SpilledActive(shards, self.rows, self.active_rows, m, self.documents)
         self.lengths = SpilledLengths(shards, self.rows, self.documents)
         self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows, m)
@@ -978,7 +1024,7 @@ class WorkDirStore:
         itself, as every place is where the input rules left no row out (the common case: then
         nothing per document is made here and sent)."""
         starts = self.shards.active_starts
-        if self.active_rows.positions is None:
+        if self.active_rows.every:
             return [(index, None) for index in range(self.shards.count)]
         positions = self.active_rows.spread(np.arange(self.active.shape[0]), int(starts[-1]), -1)
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
@@ -1050,12 +1096,13 @@ class WorkDirStore:
         return executor  # (its tasks read the shards)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
-        shards, live = self.shards, self.combination.live
+        shards = self.shards
         documents: dict[int, int] = {}  # input file -> its documents, over the shards read
         for index in range(shards.count):
             if index not in self.files_left_out:
                 file = self.reader.file_of(index)
-                documents[file] = documents.get(file, 0) + int(shards.own(live, index).sum())
+                documents[file] = documents.get(file, 0) + self.rows.count(int(shards.rows[index]),
+                                                                           int(shards.rows[index + 1]))
         files = [InputFile.of(self.reader.shown[file], format_of(self.reader.files[file]), count)
                  for file, count in documents.items()]
         return InputSummary(
@@ -1071,9 +1118,9 @@ class WorkDirStore:
 
     def live_sum(self, name: str) -> int:
         """The sum of a spilled per-row array over the run's documents, a shard at a time."""
-        shards, live = self.shards, self.combination.live
-        return sum(int(np.asarray(shards.work.shard_array(index, name))[shards.own(live, index)].sum())
-                   for index in range(shards.count))
+        shards = self.shards
+        return sum(int(np.asarray(shards.work.shard_array(index, name))[
+            self.rows.mask(int(shards.rows[index]), int(shards.rows[index + 1]))].sum()) for index in range(shards.count))
 
     def skipped_records(self) -> list[dict]:
         """The records and files --on-error skip left out: the scan's, then those the input
