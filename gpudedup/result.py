@@ -34,7 +34,8 @@ class DedupResult:
         first asked for (``write`` writes it a part at a time: pairs_parts).
     clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
         more, with the id of its cluster's kept document; made when first asked for.
-    keep: numpy bool (n,), aligned with the input: False for the removed duplicates.
+    keep: numpy bool (n,), aligned with the input: False for the removed duplicates; made
+        when first asked for from ``removed`` (int64 ascending: the input rows removed).
     deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
         cuDF, Hugging Face Dataset; a pyarrow Table for paths).
     report: counts, parameters used, time and memory per stage (report.Report; report.json).
@@ -51,7 +52,8 @@ class DedupResult:
         once when the result is made (NamedRows).
     """
 
-    keep: np.ndarray
+    removed: np.ndarray
+    documents: int  # the input's rows (n)
     report: Report
     table: pa.Table = field(repr=False)
     outcome: Outcome = field(repr=False)
@@ -85,7 +87,10 @@ class DedupResult:
         (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         source = id_source(ids)
-        return cls(named=NamedRows.of(source, outcome.clusters.docs), keep=outcome.keep[indexed_rows:], report=report,
+        removed = outcome.removed  # (an indexed document is never removed)
+        return cls(named=NamedRows.of(source, outcome.clusters.docs),
+                   removed=removed[removed >= indexed_rows] - indexed_rows, documents=outcome.documents - indexed_rows,
+                   report=report,
                    table=table, inputs=inputs, text_field=text_field, id_source=source, skipped_records=skipped_records,
                    on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
@@ -111,6 +116,13 @@ class DedupResult:
     def clusters_parts(self) -> Iterator[pa.Table]:
         """``clusters`` in parts of layout.PART_ROWS rows, in order."""
         return clusters_parts(self.named, self.outcome.clusters)
+
+    @cached_property
+    def keep(self) -> np.ndarray:
+        """bool (n,): False for the removed duplicates, aligned with the input."""
+        keep = np.ones(self.documents, dtype=bool)
+        keep[self.removed] = False
+        return keep
 
     @cached_property
     def ids(self) -> pa.Array:
@@ -265,12 +277,12 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 # is this machine's own), and the commit moves them into place.
                 kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
                     remote_staging(out, staging).child(KEPT_DIR)
-                result.table.write_files(kept, names, format, result.keep)
+                result.table.write_files(kept, names, format, result.removed)
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result.sources, result.keep),
                                  format)
         elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
-            result.table.write_kept(staging / f"deduplicated.{format}", format, result.keep)
+            result.table.write_kept(staging / f"deduplicated.{format}", format, result.removed)
         elif format == "parquet":
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:

@@ -153,8 +153,9 @@ class ShardDocuments:
     (io/rules.plan_combination) decide them for the shards read one at a time, exactly as
     for the files of an in-memory run read at once.
 
-    rows: the run's documents among the spilled rows of all shards (Shards.rows); id_type: their ids' type (int64 or string); all_ids(): every one of their ids, in order,
-    read from the shards (none is held); schema: the columns of the files they come from,
+    rows: the run's documents among the spilled rows of all shards (Shards.rows; held as the
+    rows left out); id_type: their ids' type (int64 or string); all_ids(): every one of their
+    ids, in order, read from the shards (none is held); schema: the columns of the files they come from,
     unified; records: every record or file left out under on_error="skip" (in no particular
     order; rules.sorted_records orders them); left_out: the shards left out whole by the
     rules (their columns or kind of id do not combine with the shards before them).
@@ -753,14 +754,21 @@ class ShardedTable:
     def kept_table(self, keep: np.ndarray) -> pa.Table:
         """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""
         schema = self.schema()
-        return pa.Table.from_batches(list(self._kept_batches(keep, schema)), schema=schema)
+        return pa.Table.from_batches(list(self._kept_batches(Kept.of_mask(keep), schema)), schema=schema)
 
-    def _kept_batches(self, keep: np.ndarray, schema: pa.Schema):
-        spilled_keep = self._spilled_keep(keep)
+    def _kept_batches(self, kept: Kept, schema: pa.Schema):
         for index in self._shards_read():
-            mine = self.shards.own(spilled_keep, index)
-            table = self.reader.corpus(index).table.filter(pa.array(mine))
+            table = self.reader.corpus(index).table.filter(pa.array(self._shard_keep(index, kept)))
             yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
+
+    def _shard_keep(self, index: int, kept: Kept) -> np.ndarray:
+        """bool over shard ``index``'s rows as read: the rows that are documents ``kept`` keeps
+        (kept: a Kept over the documents), made for this shard alone."""
+        start, stop = int(self.shards.rows[index]), int(self.shards.rows[index + 1])
+        keep = self.rows.mask(start, stop)
+        first = self.rows.count(0, start)  # the shard's first document
+        keep[keep] = kept.mask(first, first + int(keep.sum()))
+        return keep
 
     def _shards_read(self) -> list[int]:
         """The shards whose rows the run read as input (all but those left out whole: their
@@ -779,53 +787,50 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Location, names: list[str], format: str, keep: np.ndarray) -> None:
-        """Each of file_paths' kept rows into folder/<its name> (layout.output_names; keep: bool
-        (n,) over the documents): one task per file, on the run's Dask workers while its
-        client is still connected (each worker reads the file's shards and writes its file;
-        folder must be on a file system they share, or on object storage), else in this
-        process."""
-        spilled_keep = self._spilled_keep(keep)
-        tasks = [(self.reader, indices, [self.shards.own(spilled_keep, index) for index in indices],
+    def write_files(self, folder: Location, names: list[str], format: str, removed: np.ndarray) -> None:
+        """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
+        int64 ascending, the documents removed): one task per file, on the run's Dask workers
+        while its client is still connected (each worker reads the file's shards and writes its
+        file; folder must be on a file system they share, or on object storage), else in this
+        process. A task gets the rows of its shards not to write, not a mask over them."""
+        kept = Kept.leaving_out(removed)
+        tasks = [(self.reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
                   storage.full_name(folder / name if isinstance(folder, Path) else folder.child(name)), format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
-    def _spilled_keep(self, keep: np.ndarray) -> np.ndarray:
-        """keep (bool (n,) over the documents) over all rows as read, of every shard: keep
-        itself where the input rules left no row out (no copy, and no row numbers: this is the
-        write stage, the client's peak)."""
-        return self.rows.spread(keep, int(self.shards.rows[-1]), False)
-
-    def write_kept(self, path: Path, format: str, keep: np.ndarray) -> None:
-        """The kept rows (keep: bool (n,) over the documents), shard by shard, into one file."""
+    def write_kept(self, path: Path, format: str, removed: np.ndarray) -> None:
+        """The kept rows (removed: int64 ascending, the documents removed), shard by shard, into
+        one file."""
         # Every shard's rows get the unified columns, as the in-memory run's one table has them.
-        schema = self.schema()
+        schema, kept = self.schema(), Kept.leaving_out(removed)
         if format == "parquet":
             with pq.ParquetWriter(path, schema) as writer:
-                for batch in self._kept_batches(keep, schema):
+                for batch in self._kept_batches(kept, schema):
                     writer.write_batch(batch)
         else:
-            write_jsonl_batches(self._kept_batches(keep, schema), path)
+            write_jsonl_batches(self._kept_batches(kept, schema), path)
 
 
-def write_file_rows(reader: ShardReader, indices: list[int], keeps: list[np.ndarray], path: str,
+def write_file_rows(reader: ShardReader, indices: list[int], dropped: list[np.ndarray], path: str,
                     format: str) -> None:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
-    whole, or its pieces with records, in order; keeps: bool over each one's rows as read), as
-    layout.write_kept_file and write_kept_pieces write them."""
+    whole, or its pieces with records, in order; dropped: int64, each one's rows as read that
+    are not written), as layout.write_kept_file and write_kept_pieces write them."""
 
-    def rows(index: int, keep: np.ndarray) -> FileRows:
+    def rows(index: int, drop: np.ndarray) -> FileRows:
         corpus = reader.corpus(index)
         assert corpus.files, "a file that could not be read is left out"
+        keep = np.ones(corpus.table.num_rows, dtype=bool)
+        keep[drop] = False
         return FileRows(corpus.files[0], corpus.table, keep)
 
     def write(local: Path) -> None:
         if len(indices) == 1 and reader.shards[indices[0]].piece is None:
-            write_kept_file(rows(indices[0], keeps[0]), local, format)
+            write_kept_file(rows(indices[0], dropped[0]), local, format)
         else:
-            write_kept_pieces((rows(index, keep) for index, keep in zip(indices, keeps)), local, format)
+            write_kept_pieces((rows(index, drop) for index, drop in zip(indices, dropped)), local, format)
 
     target = storage.location_of(path)
     if isinstance(target, Path):
@@ -1120,7 +1125,8 @@ class WorkDirStore:
         """The sum of a spilled per-row array over the run's documents, a shard at a time."""
         shards = self.shards
         return sum(int(np.asarray(shards.work.shard_array(index, name))[
-            self.rows.mask(int(shards.rows[index]), int(shards.rows[index + 1]))].sum()) for index in range(shards.count))
+            self.rows.mask(int(shards.rows[index]), int(shards.rows[index + 1]))].sum())
+            for index in range(shards.count))
 
     def skipped_records(self) -> list[dict]:
         """The records and files --on-error skip left out: the scan's, then those the input

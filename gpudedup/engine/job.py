@@ -18,6 +18,7 @@ leave the engine (result.py). Reading (io/) and writing (result.py, io/writer.py
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
@@ -43,7 +44,7 @@ class Outcome:
 
     pair_a, pair_b: int64 (p,), a < b: verified pairs; jaccard: float64 (p,), >= threshold.
     clusters: documents in clusters of two or more (cluster.Clusters).
-    keep: bool (n,): False exactly for the removed duplicates.
+    documents: n, the documents' count (``keep`` is made of it and the clusters when asked for).
     report: the run's report (report.Report; docs/output-formats.md).
     checked_jaccard: float64 (c,): every pair verification checked (those the signature
         filter passed, and the identical copies), verified or not, for the report's histogram:
@@ -59,12 +60,25 @@ class Outcome:
     pair_b: np.ndarray
     jaccard: np.ndarray
     clusters: Clusters
-    keep: np.ndarray
+    documents: int
     report: Report
     checked_jaccard: np.ndarray
     candidate_a: np.ndarray
     candidate_b: np.ndarray
     copies: Copies
+
+    @property
+    def removed(self) -> np.ndarray:
+        """int64 ascending, host: the rows removed as duplicates (the clusters' documents not
+        kept): what a staged run writes its kept rows from, holding nothing per document."""
+        return self.clusters.docs[~self.clusters.keep]
+
+    @cached_property
+    def keep(self) -> np.ndarray:
+        """bool (n,), host: False exactly for the removed duplicates (made when first asked for)."""
+        keep = np.ones(self.documents, dtype=bool)
+        keep[self.removed] = False
+        return keep
 
 
 class Store(Protocol):
@@ -295,14 +309,15 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    pair_a, pair_b, jaccard, clusters, keep = cluster_verified(store.documents, checked_first, checked_second,
+    pair_a, pair_b, jaccard, clusters = cluster_verified(store.documents, checked_first, checked_second,
                                                                checked_jaccard, lengths, params, log, progress,
                                                                executor, store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
                           copies=copies, work_dir=store.work_dir)
-    return Outcome(pair_a, pair_b, jaccard, clusters, keep, report, checked_jaccard, candidate_a, candidate_b, copies)
+    return Outcome(pair_a, pair_b, jaccard, clusters, store.documents, report, checked_jaccard, candidate_a,
+                   candidate_b, copies)
 
 
 def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
@@ -328,20 +343,18 @@ def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked
                      lengths: Any, params: DedupParams, log: StageLog, progress: Progress,
                      executor: "Executor", pinned: int = 0):
     """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
-    their clusters (the connected components found by ``executor``), and keep: bool (n,),
-    False exactly for the removed duplicates; rows below ``pinned`` are kept, and so is nothing
-    else of a cluster that holds one (Store.pinned)."""
+    and their clusters (the connected components found by ``executor``, with the documents each
+    keeps); rows below ``pinned`` are kept, and so is nothing else of a cluster that holds one
+    (Store.pinned)."""
     verified = checked_jaccard >= params.threshold
     pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
     progress.start("Clustering", 1)
     with log.stage("cluster"):
         docs, root = executor.components(pair_a, pair_b, n_docs)
         clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
-        keep = np.ones(n_docs, dtype=bool)
-        keep[clusters.docs[~clusters.keep]] = False
     progress.advance(1)
     progress.stop()
-    return pair_a, pair_b, jaccard, clusters, keep
+    return pair_a, pair_b, jaccard, clusters
 
 
 def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
