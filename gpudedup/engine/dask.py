@@ -185,7 +185,7 @@ class DaskExecutor:
                               {"row": "int64"}, stage)
         return np.sort(shared["row"].to_numpy(np.int64))
 
-    def likely_pairs(self, store, in_lsh: np.ndarray, window: int, threshold: float, backend,
+    def likely_pairs(self, store, out_of_lsh: np.ndarray, window: int, threshold: float, backend,
                      keep_every: bool = False):
         """job.Executor.likely_pairs as two shuffles (the module docstring's candidates): the
         client gets the pairs that pass the signature filter and a count per partition, not
@@ -200,8 +200,8 @@ class DaskExecutor:
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
-        parts = [dask.delayed(band_key_rows)(root, index, int(starts[index]), keep)
-                 for index, keep in scattered(self.client, store.band_key_parts(in_lsh))]
+        parts = [dask.delayed(band_key_rows)(root, index, int(starts[index]), out)
+                 for index, out in scattered(self.client, store.band_key_parts(out_of_lsh))]
         empty = np.zeros(0, np.int64)
         if not parts:
             return LikelyPairs(empty, empty, 0, empty, empty)
@@ -370,16 +370,20 @@ def signature_groups(rows, work_at: WorkAt, active_starts: np.ndarray, width: in
     return pd.DataFrame({"first": positions[first], "member": positions[member]})
 
 
-def band_key_rows(work_at: WorkAt, index: int, first_place: int, keep: np.ndarray):
+def band_key_rows(work_at: WorkAt, index: int, first_place: int, out_of_lsh: np.ndarray):
     """One shard's band keys as (band int32, key uint64, place int64) rows, for the documents
-    that take part in LSH (keep: bool over the shard's spilled active rows); place: the row's
-    place among the spilled active rows of all shards (first_place: the shard's first), which
-    orders the documents as their corpus rows do."""
+    that take part in LSH (all the shard's spilled active rows but those at out_of_lsh: int64,
+    places within the shard); place: the row's place among the spilled active rows of all
+    shards (first_place: the shard's first), which orders the documents as their corpus rows
+    do."""
     import pandas as pd
 
     from .workdir import WorkDir
 
-    keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))[:, keep]  # (bands, m')
+    keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))
+    keep = np.ones(keys.shape[1], dtype=bool)
+    keep[out_of_lsh] = False
+    keys = keys[:, keep]  # (bands, m')
     bands, members = keys.shape
     return pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), members),
                          "key": keys.reshape(-1), "place": np.tile(first_place + np.flatnonzero(keep), bands)})

@@ -1034,13 +1034,19 @@ class WorkDirStore:
         positions = self.active_rows.spread(np.arange(self.active.shape[0]), int(starts[-1]), -1)
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
-    def band_key_parts(self, in_lsh: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """Per shard (index, keep bool) over its spilled active rows: whether each takes part in
-        LSH (one of the run's active documents where in_lsh), for a task that reads the shard's
-        keys (dask.band_key_rows)."""
-        keep = self.spilled_keep(in_lsh)
-        starts = self.shards.active_starts
-        return [(index, keep[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
+    def band_key_parts(self, out_of_lsh: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Per shard (index, int64 places within its spilled active rows) of the rows that take
+        no part in LSH: the active documents at positions ``out_of_lsh`` (int64 ascending), and
+        the active rows the input rules left out; for a task that reads the shard's keys
+        (dask.band_key_rows). Made a shard at a time: nothing per document is held."""
+        starts, spilled = self.shards.active_starts, self.active_rows.spilled(out_of_lsh)
+        parts = []
+        for index in range(self.shards.count):
+            start, stop = int(starts[index]), int(starts[index + 1])
+            keep = self.active_rows.mask(start, stop)
+            keep[spilled[np.searchsorted(spilled, start):np.searchsorted(spilled, stop)] - start] = False
+            parts.append((index, np.flatnonzero(~keep)))
+        return parts
 
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held

@@ -159,11 +159,12 @@ class Executor(Protocol):
     def connected(self) -> bool:
         """Whether tasks can still be run (a cluster's client may be closed after its run)."""
 
-    def likely_pairs(self, store: Store, in_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Store, out_of_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
-        """The LSH candidate pairs (lsh.candidate_pairs) of the active documents where in_lsh
-        (bool (m,)) that pass the signature filter (verify.plausible), leaving out the pairs of
-        two pinned rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
+        """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but those at
+        positions ``out_of_lsh`` (int64 ascending, into ``active``: the identical copies) that
+        pass the signature filter (verify.plausible), leaving out the pairs of two pinned rows
+        (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         """copies.same_signature_rows of the active documents' signatures (store.row_hashes
@@ -192,8 +193,10 @@ class LocalExecutor:
     def connected(self) -> bool:
         return True
 
-    def likely_pairs(self, store: Store, in_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Store, out_of_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
+        in_lsh = np.ones(store.active.shape[0], dtype=bool)
+        in_lsh[out_of_lsh] = False
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
@@ -289,13 +292,12 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             lambda docs: store.set_reader("copies", docs, executor), progress)))
         copies = Copies(stored["first"], stored["member"], stored["jaccard"])
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        in_lsh = np.ones(active.shape[0], dtype=bool)
-        in_lsh[store.active_positions(copies.member)] = False
+        out_of_lsh = np.unique(store.active_positions(copies.member))
 
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
         likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: over_arrays.likely_pairs(
-            store, in_lsh, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
+            store, out_of_lsh, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
         store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
