@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import gpudedup
@@ -187,6 +188,65 @@ def test_the_client_keeps_no_array_it_sent_to_the_workers(client, corpus, tmp_pa
     documents = spread.report["input"]["documents"]
     assert len(messages) > 10 and spread.report["results"]["verified_pairs"] > 0
     assert buffered(list(messages)) < documents
+
+
+def unique_corpus(root: Path, documents: int, files: int = 8) -> Path:
+    """``documents`` random texts of 40 words in ``files`` JSONL files (ids "doc-N"), unlike
+    one another but for ten planted near-duplicate pairs and one identical copy: a corpus
+    whose pairs and clusters stay the same however many documents it has."""
+    rng = np.random.default_rng(documents)
+    texts = [" ".join(f"w{word}" for word in rng.integers(0, 5000, 40)) for _ in range(documents)]
+    for first in range(0, 20, 2):
+        texts[first + 1] = texts[first] + " extra"
+    texts[30] = texts[31]
+    root.mkdir(parents=True)
+    for file in range(files):
+        write_jsonl(root / f"part{file}.jsonl", [{"id": f"doc-{i}", "text": texts[i]}
+                                                   for i in range(file, documents, files)])
+    return root
+
+
+@pytest.mark.timeout(240)  # three runs, two under tracemalloc
+def test_the_client_holds_nothing_per_document_between_stages(client, tmp_path, monkeypatch):
+    """The client of a Dask run holds no array over the documents: not the input rules' rows,
+    nor which documents take part in LSH, nor which are kept (the workers' tasks get their
+    shards' share). Counted with tracemalloc: the numpy buffers the client holds as each stage
+    starts, and after the result is written, in runs over 3,000 and 9,000 documents in the
+    same 8 files with the same pairs (after a first run, unmeasured). They grow by less than 1
+    byte per document added (a bool mask alone is 1 byte per document; the buffers held are
+    the same permutations, per-shard offsets and pairs in both runs)."""
+    import tracemalloc
+
+    from gpudedup import stages
+
+    def held() -> int:
+        snapshot = tracemalloc.take_snapshot()
+        return sum(trace.size for trace in snapshot.filter_traces(
+            [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]).traces)
+
+    runs = {}
+    small_corpus = unique_corpus(tmp_path / "in3000", 3000)
+    # A first run fills what a process makes once (caches, plotting's colour maps), unmeasured.
+    gpudedup.dedup(small_corpus, id_field="id", backend="cpu", client=client, work_dir=tmp_path / "first",
+                   output=tmp_path / "first_out")
+    for documents in (3000, 9000):
+        corpus = small_corpus if documents == 3000 else unique_corpus(tmp_path / f"in{documents}", documents)
+        seen: list[tuple[str, int]] = []
+        monkeypatch.setattr(stages, "announce_stage", lambda name, seen=seen: seen.append((name, held())))
+        tracemalloc.start(1)
+        try:
+            result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client,
+                                    work_dir=tmp_path / f"work{documents}", output=tmp_path / f"out{documents}")
+            seen.append(("written", held()))
+        finally:
+            tracemalloc.stop()
+        results = result.report["results"]
+        assert (results["verified_pairs"], results["identical_copies"], results["removed_documents"]) == (11, 1, 11)
+        runs[documents] = dict(seen)
+    small, large = runs[3000], runs[9000]
+    assert list(small) == list(large) and {"candidates", "cluster", "write", "written"} <= set(small)
+    for stage in small:
+        assert large[stage] - small[stage] < 6000, (stage, small[stage], large[stage])
 
 
 @pytest.mark.timeout(60)  # 129 small shards on 2 workers: about 18 s alone, more beside other work
