@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from .copies import implied_pairs
 from .cluster import Clusters
 from .engine.job import Outcome
+from .engine.kept import Kept
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source
 from .io.storage import Given, Location, Remote, location_of
@@ -88,11 +89,10 @@ class DedupResult:
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         source = id_source(ids)
         removed = outcome.removed  # (an indexed document is never removed)
-        return cls(named=NamedRows.of(source, outcome.clusters.docs),
-                   removed=removed[removed >= indexed_rows] - indexed_rows, documents=outcome.documents - indexed_rows,
-                   report=report,
-                   table=table, inputs=inputs, text_field=text_field, id_source=source, skipped_records=skipped_records,
-                   on_error=on_error, checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
+        return cls(removed=removed[removed >= indexed_rows] - indexed_rows, documents=outcome.documents - indexed_rows,
+                   named=NamedRows.of(source, outcome.clusters.docs), report=report, table=table, inputs=inputs,
+                   text_field=text_field, id_source=source, skipped_records=skipped_records, on_error=on_error,
+                   checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
                    output_bases=output_bases or {})
 
@@ -120,9 +120,7 @@ class DedupResult:
     @cached_property
     def keep(self) -> np.ndarray:
         """bool (n,): False for the removed duplicates, aligned with the input."""
-        keep = np.ones(self.documents, dtype=bool)
-        keep[self.removed] = False
-        return keep
+        return Kept.leaving_out(self.removed).mask(0, self.documents)
 
     @cached_property
     def ids(self) -> pa.Array:

@@ -360,7 +360,8 @@ def signature_groups(rows, work_at: WorkAt, active_starts: np.ndarray, width: in
     import pandas as pd
 
     from ..copies import same_signature_rows
-    from .disk import Kept, Shards, SpilledSignatures
+    from .disk import Shards, SpilledSignatures
+    from .kept import Kept
 
     rows = rows.sort_values("position", kind="stable")
     positions = rows["position"].to_numpy(np.int64)
@@ -378,11 +379,11 @@ def band_key_rows(work_at: WorkAt, index: int, first_place: int, out_of_lsh: np.
     do."""
     import pandas as pd
 
+    from .kept import Kept
     from .workdir import WorkDir
 
     keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))
-    keep = np.ones(keys.shape[1], dtype=bool)
-    keep[out_of_lsh] = False
+    keep = Kept.leaving_out(out_of_lsh).mask(0, keys.shape[1])
     keys = keys[:, keep]  # (bands, m')
     bands, members = keys.shape
     return pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), members),

@@ -35,6 +35,7 @@ from ..stages import Progress, StageLog
 from ..verify import plausible
 from ..version import __version__
 from ..threads import map_parallel
+from .kept import Kept
 from .signatures import batch_bytes
 
 
@@ -76,9 +77,7 @@ class Outcome:
     @cached_property
     def keep(self) -> np.ndarray:
         """bool (n,), host: False exactly for the removed duplicates (made when first asked for)."""
-        keep = np.ones(self.documents, dtype=bool)
-        keep[self.removed] = False
-        return keep
+        return Kept.leaving_out(self.removed).mask(0, self.documents)
 
 
 class Store(Protocol):
@@ -195,8 +194,7 @@ class LocalExecutor:
 
     def likely_pairs(self, store: Store, out_of_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
-        in_lsh = np.ones(store.active.shape[0], dtype=bool)
-        in_lsh[out_of_lsh] = False
+        in_lsh = Kept.leaving_out(out_of_lsh).mask(0, store.active.shape[0])
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
@@ -312,8 +310,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
                                                       (copies.first, copies.member, copies.first))
 
     pair_a, pair_b, jaccard, clusters = cluster_verified(store.documents, checked_first, checked_second,
-                                                               checked_jaccard, lengths, params, log, progress,
-                                                               executor, store.pinned)
+                                                         checked_jaccard, lengths, params, log, progress, executor,
+                                                         store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
