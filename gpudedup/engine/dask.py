@@ -178,7 +178,7 @@ class DaskExecutor:
         whose hash repeats, and only those reach the client."""
         import dask
 
-        parts = [dask.delayed(task)(*a) for a in arguments]
+        parts = [dask.delayed(task)(*a) for a in scattered(self.client, arguments)]
         if not parts:
             return np.zeros(0, np.int64)
         shared = shuffled_map(parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
@@ -200,8 +200,8 @@ class DaskExecutor:
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
-        parts = [dask.delayed(band_key_rows)(root, index, int(starts[index]), out)
-                 for index, out in scattered(self.client, store.band_key_parts(out_of_lsh))]
+        parts = [dask.delayed(band_key_rows)(*a) for a in scattered(
+            self.client, [(root, index, int(starts[index]), out) for index, out in store.band_key_parts(out_of_lsh)])]
         empty = np.zeros(0, np.int64)
         if not parts:
             return LikelyPairs(empty, empty, 0, empty, empty)
@@ -210,8 +210,9 @@ class DaskExecutor:
         codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
         codes = codes.shuffle(on="code", npartitions=self.code_partitions(len(parts)))
-        found = computed([dask.delayed(likely_codes)(part, root, starts, width, span, threshold)
-                          for part in codes.to_delayed()], "the candidate shuffle")
+        found = computed([dask.delayed(likely_codes)(*a) for a in scattered(
+            self.client, [(part, root, starts, width, span, threshold) for part in codes.to_delayed()])],
+                         "the candidate shuffle")
         places = decoded_pairs(np.sort(np.concatenate([part_codes for part_codes, _ in found])), span)
         first, second = (store.active_rows_at(side) for side in places)
         return LikelyPairs(first, second, sum(count for _, count in found), empty, empty)
@@ -233,15 +234,15 @@ class DaskExecutor:
         import dask
 
         root, starts = store.work.location, store.shards.active_starts
-        positions = store.row_hash_parts()
-        if any(array is not None for _, array in positions):  # the input rules left rows out
-            positions = scattered(self.client, positions)
-        parts = [dask.delayed(row_hash_rows)(root, index, int(starts[index]), array) for index, array in positions]
+        parts = [dask.delayed(row_hash_rows)(*a) for a in scattered(
+            self.client, [(root, index, int(starts[index]), array) for index, array in store.row_hash_parts()])]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
+        # Every partition's task reads the same offsets and work directory: sent once, not in each.
+        root_at, starts_at = self.client.scatter([root, starts], broadcast=True)
         groups = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
-                              signature_groups, (root, starts, store.signatures.shape[1]),
+                              signature_groups, (root_at, starts_at, store.signatures.shape[1]),
                               {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
         first, member = groups["first"].to_numpy(np.int64), groups["member"].to_numpy(np.int64)
         order = np.lexsort((member, first))
