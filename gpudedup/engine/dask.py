@@ -155,7 +155,9 @@ class DaskExecutor:
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
         futures = []
         try:
-            futures = [self.client.submit(task, *a, pure=False) for a in scattered(self.client, arguments)]
+            sent = scattered(self.client, arguments)
+            # One message for all the tasks (client.map), rather than one per task (submit).
+            futures = self.client.map(task, *zip(*sent), pure=False) if sent else []
             return self.client.gather(futures)
         except GpudedupError as error:
             raise first_error(futures, error) from None
