@@ -153,7 +153,7 @@ class DaskExecutor:
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
-        futures = []
+        futures: list = []
         try:
             sent = scattered(self.client, arguments)
             # One message for all the tasks (client.map), rather than one per task (submit).
