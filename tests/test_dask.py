@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import gpudedup
+from gpudedup.engine.dask import message_bytes
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io import layout
 
@@ -188,23 +189,6 @@ def test_the_client_keeps_no_array_it_sent_to_the_workers(client, corpus, tmp_pa
     documents = spread.report["input"]["documents"]
     assert len(messages) > 10 and spread.report["results"]["verified_pairs"] > 0
     assert buffered(list(messages)) < documents
-
-
-def message_bytes(message) -> int:
-    """The bytes of a message to the scheduler as it goes out: a pickled part (a task graph) as
-    pickled, serialized frames as they are, containers as the sum of their items."""
-    from distributed.protocol import pickle
-    from distributed.protocol.serialize import Serialized, ToPickle
-
-    if isinstance(message, ToPickle):
-        return len(pickle.dumps(message.data))
-    if isinstance(message, Serialized):
-        return sum(memoryview(frame).nbytes for frame in message.frames)
-    if isinstance(message, dict):
-        return sum(message_bytes(value) for value in message.values())
-    if isinstance(message, (list, tuple)):
-        return sum(message_bytes(value) for value in message)
-    return len(message) if isinstance(message, (str, bytes)) else 8
 
 
 @pytest.mark.timeout(120)  # two runs over 12 and 48 small shards
