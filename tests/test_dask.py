@@ -191,6 +191,29 @@ def test_the_client_keeps_no_array_it_sent_to_the_workers(client, corpus, tmp_pa
     assert buffered(list(messages)) < documents
 
 
+def test_scattered_sends_what_tasks_share_once_and_each_task_its_own_arrays(client):
+    """engine/dask.py scattered: an object two tasks share becomes one future, a task's arrays
+    (also in a list) futures of their own, the same array given twice one future; what one task
+    alone has, scalars, strings and lists themselves stay as they are; the tasks get the values."""
+    from distributed import Future
+
+    from gpudedup.engine.dask import DaskExecutor, scattered
+
+    reader, alone = {"shards": list(range(100))}, {"only": "one task"}
+    first, second = np.arange(3), np.arange(4)
+    sent = scattered(client, [(reader, first, [first, 5], 1, "x", alone), (reader, second, [second], 2, "x", None)])
+    assert isinstance(sent[0][0], Future) and sent[0][0] is sent[1][0]
+    assert isinstance(sent[0][1], Future) and sent[0][2][0] is sent[0][1] and sent[1][1] is not sent[0][1]
+    assert sent[0][2][1] == 5 and sent[0][3:] == (1, "x", alone) and sent[1][3:] == (2, "x", None)
+    assert client.gather(sent[0][0]) == reader and client.gather(sent[1][1]).tolist() == [0, 1, 2, 3]
+    results = DaskExecutor(client).map(describe, [(reader, first, index) for index in range(20)], "a test")
+    assert results == [(100, 3, index) for index in range(20)]
+
+
+def describe(reader: dict, array: np.ndarray, index: int) -> tuple:
+    return len(reader["shards"]), int(array.shape[0]), index
+
+
 @pytest.mark.timeout(120)  # two runs over 12 and 48 small shards
 def test_what_the_tasks_carry_grows_with_the_shards_not_their_square(client, tmp_path, monkeypatch):
     """Every task of a stage shares the shard reader (a description of every shard) and the

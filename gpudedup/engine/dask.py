@@ -153,6 +153,7 @@ class DaskExecutor:
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
+        assert all(len(a) == len(arguments[0]) > 0 for a in arguments), "every task takes arguments, as many"
         futures: list = []
         try:
             sent = scattered(self.client, arguments)
@@ -242,7 +243,7 @@ class DaskExecutor:
             empty = np.zeros(0, np.int64)
             return empty, empty
         # Every partition's task reads the same offsets and work directory: sent once, not in each.
-        root_at, starts_at = self.client.scatter([root, starts], broadcast=True)
+        root_at, starts_at = self.client.scatter([root, starts], broadcast=True, hash=False)  # (as scattered)
         groups = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
                               signature_groups, (root_at, starts_at, store.signatures.shape[1]),
                               {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
@@ -294,7 +295,8 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
     """Tasks' arguments with what is sent apart (``sent_apart``) sent to the workers first
     and replaced by their futures (a value given twice is sent once): the numpy
     arrays (an argument, or an item of a list or tuple argument), and every other value that
-    two or more tasks share (the same object), but for scalars and strings. Tasks made of them
+    two or more tasks share (the same object), but for scalars, strings, lists and tuples. Tasks
+    made of them
     carry references, not values, for three reasons:
 
     - what every task shares (the shard reader, which describes every shard; the per-shard
@@ -315,7 +317,11 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
     for keys, broadcast in (([key for key in apart if key in shared], True),
                             ([key for key in apart if key not in shared], False)):
         if keys:
-            futures.update(zip(keys, client.scatter([apart[key] for key in keys], broadcast=broadcast)))
+            # hash=False: a key of its own each time. Keys named by content would make a stage
+            # that sends what the last one sent (the reader, again) depend on data being freed
+            # just then, and its tasks fail as having lost their dependencies (distributed #8576).
+            futures.update(zip(keys, client.scatter([apart[key] for key in keys], broadcast=broadcast,
+                                                    hash=False)))
 
     def sent(value):
         if id(value) in futures:
@@ -330,22 +336,24 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
 def sent_apart(arguments: Sequence[tuple]) -> tuple[dict[int, Any], set[int]]:
     """The values among tasks' arguments that ``scattered`` sends apart, by id: numpy arrays
     (an argument, or an item of a list or tuple argument), and the other arguments that are the
-    same object in two or more tasks, but for scalars, strings and Dask's own objects (futures,
-    delayed values); and the ids of those that two or more tasks share."""
+    same object in two or more tasks, but for scalars, strings, lists and tuples (only the arrays
+    in them), and Dask's own objects (futures, delayed values); and the ids of those that two or
+    more tasks share."""
     apart: dict[int, Any] = {}
     tasks_of: dict[int, int] = {}
     for values in arguments:
+        mine: dict[int, Any] = {}  # this task's, each once
         for value in values:
-            items = [item for item in value if isinstance(item, np.ndarray)] if type(value) in (list, tuple) else []
-            if isinstance(value, np.ndarray):
-                items.append(value)
-            elif not (value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic))
-                      or type(value).__module__.split(".")[0] in ("dask", "distributed")):
-                items.append(value)
-            for item in items:
-                tasks_of[id(item)] = tasks_of.get(id(item), 0) + 1
-                if isinstance(item, np.ndarray) or tasks_of[id(item)] == 2:
-                    apart[id(item)] = item
+            if type(value) in (list, tuple):
+                mine.update((id(item), item) for item in value if isinstance(item, np.ndarray))
+            elif isinstance(value, np.ndarray) or not (
+                    value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic))
+                    or type(value).__module__.split(".")[0] in ("dask", "distributed")):
+                mine[id(value)] = value
+        for key, value in mine.items():
+            tasks_of[key] = tasks_of.get(key, 0) + 1
+            if isinstance(value, np.ndarray) or tasks_of[key] == 2:
+                apart[key] = value
     return apart, {key for key in apart if tasks_of[key] > 1}
 
 
