@@ -587,6 +587,44 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
     assert_same_as_local(resumed, local, url)
 
 
+def test_the_client_asks_the_bucket_about_many_shards_side_by_side(corpus, monkeypatch, tmp_path):
+    """Whether each shard is signed, and each shard's small files (info.json, the columns'
+    schema, the line numbers): asked one after the other, a request per shard takes hours at
+    160,000 shards (at 10-20 ms a request on S3). The client asks them side by side
+    (engine/workdir.py REQUEST_THREADS). Counted: the requests in flight at once (each held 20
+    ms here so that side by side shows), which were never more than one before; the results
+    are the local run's."""
+    import threading
+    import time
+
+    root, url = corpus
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
+    in_flight = {"markers": [0, 0], "files": [0, 0]}  # now, most
+    lock = threading.Lock()
+
+    def held(kind: str, function):
+        def wrapped(*args, **kwargs):
+            with lock:
+                in_flight[kind][0] += 1
+                in_flight[kind][1] = max(in_flight[kind])
+            try:
+                time.sleep(0.02)
+                return function(*args, **kwargs)
+            finally:
+                with lock:
+                    in_flight[kind][0] -= 1
+        return wrapped
+
+    monkeypatch.setattr(storage, "read_bytes", held("markers", storage.read_bytes))
+    monkeypatch.setattr(storage, "open_stream", held("files", storage.open_stream))
+    local = gpudedup.dedup(Path("in"), backend="cpu", on_error="skip")
+    staged = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=f"s3://{BUCKET}/work-side-by-side",
+                            shard_bytes=3000)
+    assert_same_as_local(staged, local, url)
+    assert in_flight["markers"][1] > 1 and in_flight["files"][1] > 1, in_flight
+
+
 @pytest.mark.timeout(120)
 def test_units_without_their_marker_are_written_again(corpus, monkeypatch, tmp_path):
     """What a killed writer leaves of a unit (its files, no marker) does not count: a resume

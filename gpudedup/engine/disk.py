@@ -127,6 +127,7 @@ class Shards:
 
     @classmethod
     def of(cls, work: WorkDir, count: int) -> "Shards":
+        work.fetch_shards(range(count), ["info.json"])
         infos = [work.shard_info(i) for i in range(count)]
         rows = np.cumsum([0] + [info["rows"] for info in infos]).astype(np.int64)
         active = np.cumsum([0] + [info["active"] for info in infos]).astype(np.int64)
@@ -176,8 +177,10 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     ShardDocuments); under on_error="stop" their InputError, naming the files and lines. The
     ids are not read here: only the rows whose ids' hashes collide come back, from the
     executor's tasks (repeated_shard_ids)."""
+    shards.work.fetch_shards(range(shards.count), ["info.json"])
     infos = [shards.work.shard_info(index) for index in range(shards.count)]
     read = [index for index in range(shards.count) if not infos[index]["left_out"]]  # a file that could be read
+    shards.work.fetch_shards(read, ["columns.parquet", "row_numbers.npy"])
     parts = [PartSummary(infos[index]["path"], infos[index]["format"],
                          pa.int64() if infos[index]["integer_ids"] else pa.string(), infos[index]["rows"],
                          pq.read_schema(shards.work.shard_file(index, "columns.parquet")),
@@ -552,8 +555,10 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
     several times, as identical_copies' rounds do) and a shard already spilled for the same rows
     (an earlier, interrupted run's) is not spilled again."""
     name = f"{name}-{hashlib.sha256(np.ascontiguousarray(docs, dtype=np.int64).tobytes()).hexdigest()[:16]}"
-    todo = [(index, docs[mine] - shard_rows[index]) for index, mine in by_shard(shard_rows, docs)
-            if not work.done(f"sets/{name}/{index:05d}")]
+    holding = list(by_shard(shard_rows, docs))
+    done = work.done_of([f"sets/{name}/{index:05d}" for index, _ in holding])
+    todo = [(index, docs[mine] - shard_rows[index]) for (index, mine), finished in zip(holding, done, strict=True)
+            if not finished]
     root = work.for_tasks(executor.in_process)
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
@@ -825,7 +830,7 @@ class WorkDirStore:
 
     def sign_pending(self, executor: Executor, log: StageLog, progress: Progress) -> None:
         """Sign every shard not signed yet: here, one at a time within --max-memory, or as tasks."""
-        pending = [index for index in range(self.reader.count) if not self.work.shard_done(index)]
+        pending = [index for index, done in enumerate(self.work.shards_done(range(self.reader.count))) if not done]
         root = self.work.for_tasks(executor.in_process)
         if not executor.in_process:
             with log.stage("signature_pass"):
@@ -868,7 +873,7 @@ class WorkDirStore:
                 pieces_of.setdefault(shard.file, []).append(index)
         whole = []
         for file, indices in pieces_of.items():
-            signed = [index for index in indices if self.work.shard_done(index)]
+            signed = [index for index, done in zip(indices, self.work.shards_done(indices), strict=True) if done]
             infos = [self.work.shard_info(index) for index in signed]
             if not all(info.get("stands", True) for info in infos):
                 whole.append(file)

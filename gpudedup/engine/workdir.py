@@ -58,6 +58,9 @@ MARKER = "complete.json"
 CACHE_VARIABLE = "GPUDEDUP_WORK_CACHE"
 # How many of a unit's files go up at once.
 UPLOAD_THREADS = 8
+# How many requests about units (markers, small files) the client has in flight at once on
+# object storage: asked one after the other, a request per shard takes hours at 160,000 shards.
+REQUEST_THREADS = 16
 
 
 class LocalFolder:
@@ -348,6 +351,23 @@ class WorkDir:
         """The local path of the file ``name`` of the finished unit ``relative``."""
         return self.folder.unit_file(relative, name)
 
+    def done_of(self, relatives: list[str]) -> list[bool]:
+        """``done`` of each unit, asked side by side on object storage (REQUEST_THREADS)."""
+        return list(map_parallel(self.done, relatives, self.request_threads))
+
+    def fetch(self, relatives: list[str], names: list[str]) -> None:
+        """Bring the files ``names`` of each finished unit of ``relatives`` into this machine's
+        cache side by side (object storage; locally they are there), for a loop that reads them
+        in turn next."""
+        if self.request_threads > 1:
+            wanted = [(relative, name) for relative in relatives for name in names]
+            for _ in map_parallel(lambda unit: self.file(*unit), wanted, self.request_threads):
+                pass
+
+    @property
+    def request_threads(self) -> int:
+        return REQUEST_THREADS if isinstance(self.folder, BucketFolder) else 1
+
     def write_dir(self, relative: str, arrays: dict[str, np.ndarray], tables: dict | None = None,
                   info: dict | None = None) -> None:
         """Store arrays (.npy), tables (.parquet) and info (info.json) as the unit
@@ -378,6 +398,14 @@ class WorkDir:
 
     def shard_done(self, index: int) -> bool:
         return self.done(self.shard_unit(index))
+
+    def shards_done(self, indices) -> list[bool]:
+        """shard_done of each shard of ``indices``, asked side by side (done_of)."""
+        return self.done_of([self.shard_unit(index) for index in indices])
+
+    def fetch_shards(self, indices, names: list[str]) -> None:
+        """fetch the files ``names`` of the shards ``indices``."""
+        self.fetch([self.shard_unit(index) for index in indices], names)
 
     def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
                     tables: dict | None = None) -> None:
