@@ -243,7 +243,7 @@ class DaskExecutor:
             empty = np.zeros(0, np.int64)
             return empty, empty
         # Every partition's task reads the same offsets and work directory: sent once, not in each.
-        root_at, starts_at = self.client.scatter([root, starts], broadcast=True, hash=False)  # (as scattered)
+        root_at, starts_at = scatter_once(self.client, [root, starts], broadcast=True)
         groups = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
                               signature_groups, (root_at, starts_at, store.signatures.shape[1]),
                               {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
@@ -295,9 +295,8 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
     """Tasks' arguments with what is sent apart (``sent_apart``) sent to the workers first
     and replaced by their futures (a value given twice is sent once): the numpy
     arrays (an argument, or an item of a list or tuple argument), and every other value that
-    two or more tasks share (the same object), but for scalars, strings, lists and tuples. Tasks
-    made of them
-    carry references, not values, for three reasons:
+    two or more tasks share (the same object), but for scalars, strings, lists and tuples.
+    Tasks made of them carry references, not values, for three reasons:
 
     - what every task shares (the shard reader, which describes every shard; the per-shard
       offsets) would travel once per task: O(shards) bytes in each of O(shards) messages (for
@@ -316,12 +315,7 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
     futures: dict[int, Any] = {}
     for keys, broadcast in (([key for key in apart if key in shared], True),
                             ([key for key in apart if key not in shared], False)):
-        if keys:
-            # hash=False: a key of its own each time. Keys named by content would make a stage
-            # that sends what the last one sent (the reader, again) depend on data being freed
-            # just then, and its tasks fail as having lost their dependencies (distributed #8576).
-            futures.update(zip(keys, client.scatter([apart[key] for key in keys], broadcast=broadcast,
-                                                    hash=False)))
+        futures.update(zip(keys, scatter_once(client, [apart[key] for key in keys], broadcast)))
 
     def sent(value):
         if id(value) in futures:
@@ -331,6 +325,14 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
         return value
 
     return [tuple(sent(value) for value in values) for values in arguments]
+
+
+def scatter_once(client, values: list, broadcast: bool) -> list:
+    """Futures of ``values`` sent to the workers (to every one where ``broadcast``), each under
+    a key of its own (hash=False): keys named by content would make a stage that sends what
+    the last one sent (the reader, again) depend on that data being freed just then, and its
+    tasks fail as having lost their dependencies (distributed #8576)."""
+    return client.scatter(values, broadcast=broadcast, hash=False) if values else []
 
 
 def sent_apart(arguments: Sequence[tuple]) -> tuple[dict[int, Any], set[int]]:

@@ -177,8 +177,7 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     ShardDocuments); under on_error="stop" their InputError, naming the files and lines. The
     ids are not read here: only the rows whose ids' hashes collide come back, from the
     executor's tasks (repeated_shard_ids)."""
-    shards.work.fetch_shards(range(shards.count), ["info.json"])
-    infos = [shards.work.shard_info(index) for index in range(shards.count)]
+    infos = [shards.work.shard_info(index) for index in range(shards.count)]  # (fetched by Shards.of)
     read = [index for index in range(shards.count) if not infos[index]["left_out"]]  # a file that could be read
     shards.work.fetch_shards(read, ["columns.parquet", "row_numbers.npy"])
     parts = [PartSummary(infos[index]["path"], infos[index]["format"],
