@@ -134,33 +134,40 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     assert_same_results(single, spread)
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
     keys = [str(task["key"]) for task in stream.data]
-    for task in ("likely_codes", "signature_groups", "part_stars", "large_star", "small_star"):
+    for task in ("likely_part", "spill_part_documents", "check_part", "signature_groups", "part_stars",
+                 "large_star", "small_star"):
         assert any(task in key for key in keys), (task, keys)
     assert sum(gathered) == 0
 
 
-def test_the_client_gets_only_the_candidate_pairs_that_pass_the_signature_filter(client, corpus, tmp_path,
-                                                                                  monkeypatch):
+def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, corpus, tmp_path, monkeypatch):
     """The candidate pairs stay on the workers: two shuffles find them, keep each once and
-    filter them by their signatures, and the client gets the pairs that passed. Counted in the
-    client: the pairs it turns from places into rows are exactly the pairs checked exactly,
-    fewer than the candidates; the candidates' count (each pair once, though found in several
-    bands and partitions) and the results are the single process's."""
-    from gpudedup.engine import disk
+    filter them by their signatures, and each partition's pairs that pass are a part in the
+    work directory (engine/pairparts.py); their documents' sets are spilled by a shuffle on the
+    shard, and a task per part verifies it into a part of verified pairs. Counted in the
+    client: it turns no place into a row, checks no pair, and reads no part but the verified
+    ones (for the outputs, until they are written by tasks); the candidates' count (each pair
+    once, though found in several bands and partitions), the checked pairs' count and the
+    results are the single process's."""
+    from gpudedup.engine import disk, pairparts
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
-    received: list[int] = []
-    rows_at = disk.WorkDirStore.active_rows_at
-    monkeypatch.setattr(disk.WorkDirStore, "active_rows_at",
-                        lambda self, places: received.append(len(places)) or rows_at(self, places))
+    read: list[str] = []
+    read_parts = pairparts.read_parts
+    monkeypatch.setattr(pairparts, "read_parts",
+                        lambda work, kind, count: read.append(kind) or read_parts(work, kind, count))
+    for name in ("active_rows_at", "exact_jaccard"):
+        monkeypatch.setattr(disk.WorkDirStore, name, lambda *a: pytest.fail("the client handled the pairs"))
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert_same_results(single, spread)
     results, expected = spread.report["results"], single.report["results"]
     assert results["candidate_pairs"] == expected["candidate_pairs"]
     assert results["exactly_checked_pairs"] == expected["exactly_checked_pairs"]
-    from_lsh = results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
-    assert received == [from_lsh, from_lsh]  # first, then second
-    assert from_lsh < results["candidate_pairs"] - results["identical_copies"]
+    assert np.array_equal(np.sort(spread.checked_jaccard), np.sort(single.checked_jaccard))
+    assert read == [pairparts.VERIFIED]
+    parts = sorted((tmp_path / "work" / "pairs" / pairparts.LIKELY).iterdir())
+    assert len(parts) > 1 and sum(np.load(part / "first.npy").shape[0] for part in parts) == \
+        results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
 
 
 def test_the_client_keeps_no_array_it_sent_to_the_workers(client, corpus, tmp_path):
@@ -443,10 +450,19 @@ def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finishe
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask", format="jsonl")
     assert_same_files(tmp_path / "dask", finished / "reference")
-    rm(work / "stages" / "pairs")
-    rm(work / "sets")
+    # The cluster's stages keep their pairs in parts (engine/pairparts.py): one process reads them.
+    assert (work / "pairs" / "verified").is_dir()
+    staged_run(mixed, work, tmp_path / "single-resumed", resume=True)
+    assert_same_files(tmp_path / "single-resumed", finished / "reference")
+    for path in (work / "stages" / "candidates", work / "stages" / "pairs", work / "sets"):
+        rm(path)
     staged_run(mixed, work, tmp_path / "single", resume=True)
     assert_same_files(tmp_path / "single", finished / "reference")
+    # And a cluster verifies the pairs one process kept in its candidates stage.
+    rm(work / "stages" / "pairs")
+    gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
+                   batch_bytes=3000).write(tmp_path / "dask-again", format="jsonl")
+    assert_same_files(tmp_path / "dask-again", finished / "reference")
 
 
 def test_dask_runs_with_work_dirs_of_the_same_name_do_not_share_tasks(client, mixed, tmp_path):

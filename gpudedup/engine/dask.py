@@ -13,13 +13,17 @@ input files. Stages:
   so that each bucket of each band lies in one partition; a task per partition pairs the
   bucket members as lsh.bucket_pairs does (input order, the window). The pairs are shuffled
   again, on the pair, so that the copies of a pair found in several bands meet; a task per
-  partition keeps each pair once and applies the signature filter to them, reading their
-  signature rows from the work directory. Only the pairs that pass the filter, and a count
-  per partition, reach the client: never every candidate pair. The pairs are exactly those
-  of the single process.
-- **verification**: (as for the exact check of identical copies) a task per shard writes the
-  shingle sets of that shard's documents in pairs to the work directory, and a task per chunk
-  of pairs computes their exact Jaccard from those sets.
+  partition keeps each pair once, applies the signature filter to them, reading their
+  signature rows from the work directory, and stores those that pass as a part of the work
+  directory (engine/pairparts.py). Only a count per partition reaches the client. The pairs
+  are exactly those of the single process.
+- **verification**: the parts' documents are shuffled on their shard, and a task per
+  partition writes the shingle sets of its shards' documents to the work directory (each
+  shard read once); a task per part then computes its pairs' exact Jaccard from those sets
+  and stores the pairs that reach the threshold as a part. The client gets counts, and then
+  reads the verified parts (for the components and the outputs, which it still makes).
+  Pairs a run in one process kept in its stage are checked as there (a task per shard, a
+  task per chunk of pairs).
 
 - **the input rules' id check**: a task per shard hashes its ids; the (hash, row) rows are
   shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
@@ -47,6 +51,7 @@ import numpy as np
 from ..errors import ClusterError, GpudedupError, ParameterError
 
 if TYPE_CHECKING:
+    from .kept import Kept
     from .workdir import WorkAt
 
 
@@ -197,7 +202,7 @@ class DaskExecutor:
         its runs LocalExecutor here: Store.array_executor)."""
         import dask
 
-        from ..lsh import decoded_pairs, pair_code_span
+        from ..lsh import pair_code_span
         from .job import LikelyPairs
 
         if keep_every:
@@ -213,12 +218,41 @@ class DaskExecutor:
         codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
         codes = codes.shuffle(on="code", npartitions=self.code_partitions(len(parts)))
-        found = computed([dask.delayed(likely_codes)(*a) for a in scattered(
-            self.client, [(part, root, starts, width, span, threshold) for part in codes.to_delayed()])],
-                         "the candidate shuffle")
-        places = decoded_pairs(np.sort(np.concatenate([part_codes for part_codes, _ in found])), span)
-        first, second = (store.active_rows_at(side) for side in places)
-        return LikelyPairs(first, second, sum(count for _, count in found), empty, empty)
+        # Each partition's pairs that pass the filter stay in the work directory, a part each.
+        candidates = computed([dask.delayed(likely_part)(*a) for a in scattered(
+            self.client, [(part, number, root, store.shards.rows, starts, store.rows, width, span, threshold)
+                          for number, part in enumerate(codes.to_delayed())])], "the candidate shuffle")
+        return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
+
+    def checked_pairs(self, store, likely, copies, threshold: float, exact: Callable):
+        """job.Executor.checked_pairs of likely pairs kept in parts (engine/pairparts.py): the
+        parts' documents shuffled on their shard, a task per partition spilling its shards'
+        sets, then a task per part checking its pairs into a verified part; the client gets
+        counts. Pairs in memory (a stage a run in one process kept) are checked as there, by
+        tasks (Store.exact_jaccard). store: a disk.WorkDirStore."""
+        import dask
+
+        from . import pairparts
+        from .job import CheckedPairs, checked_in_memory
+        from .signatures import batch_bytes
+
+        if not likely.parts:
+            return checked_in_memory(store, likely, copies, exact)
+        root, shard_rows, rows = store.work.location, store.shards.rows, store.rows
+        documents = [dask.delayed(pairparts.part_documents)(*a) for a in scattered(
+            self.client, [(root, number, shard_rows, rows) for number in range(likely.parts)])]
+        backend = store.task_backend(self)
+        # Every partition's task reads the same reader, offsets and parameters: sent once.
+        shared = scatter_once(self.client, [root, store.reader, shard_rows, store.params], broadcast=True)
+        computed([shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"]).map_partitions(
+            pairparts.spill_part_documents, *shared, backend, meta=frame_of({"shards": "int64"}))], "the shingle sets")
+        # Chunks of pairs as in one process (disk.exact_by_spill).
+        chunk_bytes = 8 * batch_bytes(store.params, store.backend)
+        counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes)
+                                                 for number in range(likely.parts)], "exact verification")
+        return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates,
+                            sum(checked for checked, _ in counts), likely.parts,
+                            sum(rejected for _, rejected in counts))
 
     def code_partitions(self, shards: int) -> int:
         """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
@@ -474,15 +508,23 @@ def bucket_pair_codes(rows, window: int, span: np.uint64):
     return pd.DataFrame({"code": np.concatenate(codes)})
 
 
-def likely_codes(rows, work_at: WorkAt, active_starts: np.ndarray, width: int, span: np.uint64,
-                 threshold: float) -> tuple[np.ndarray, int]:
-    """One partition of the pairs shuffled on their code (bucket_pair_codes): the distinct
-    codes that pass the signature filter (uint64, ascending), their signature rows read from
-    the shards (disk.spilled_plausible); and how many distinct codes the partition holds (its
-    candidate pairs: the shuffle put every copy of a pair in one partition)."""
+def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, active_starts: np.ndarray,
+                documents: Kept, width: int, span: np.uint64, threshold: float) -> int:
+    """Partition ``number`` of the pairs shuffled on their code (bucket_pair_codes): its
+    distinct pairs that pass the signature filter, their signature rows read from the shards
+    (disk.spilled_plausible), stored as likely part ``number`` (engine/pairparts.py) as the
+    rows of their documents (shard_rows, active_starts: disk.Shards'; documents: the spilled
+    rows that are documents, disk.ShardDocuments.rows). Returns how many distinct pairs the
+    partition holds (its candidate pairs: the shuffle put every copy of a pair in one
+    partition)."""
     from ..lsh import decoded_pairs, sorted_unique
-    from .disk import spilled_plausible
+    from .disk import Shards, rows_at_places, spilled_plausible
+    from .pairparts import LIKELY, write_part
 
     codes = sorted_unique(rows["code"].to_numpy(dtype=np.uint64))
     likely = spilled_plausible(work_at, active_starts, width, *decoded_pairs(codes, span), threshold)
-    return codes[likely], int(codes.shape[0])
+    # Codes ascend, and rows ascend with places: the part is ascending by (first, second).
+    shards = Shards.at(work_at, active_starts, shard_rows)
+    first, second = (rows_at_places(shards, documents, side) for side in decoded_pairs(codes[likely], span))
+    write_part(work_at, LIKELY, number, {"first": first, "second": second})
+    return int(codes.shape[0])

@@ -79,8 +79,9 @@ BackendOrName = Union[Backend, str]
 # 3: row_hash is copies.band_key_row_hash of the band keys, no longer a hash of the signatures;
 # 4: a shard may be a piece of a file, as WORK/plan.npy says; 5: a stage is a folder of .npy
 # files, WORK/stages/<name>/, as every unit of workdir.py is; 6: the candidates stage keeps the
-# pairs that pass the signature filter, and their count, not every candidate pair).
-WORK_DIR_FORMAT = 6
+# pairs that pass the signature filter, and their count, not every candidate pair; 7: on a
+# cluster, those pairs and the verified ones lie in parts, WORK/pairs/, engine/pairparts.py).
+WORK_DIR_FORMAT = 7
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -134,10 +135,12 @@ class Shards:
         return cls(work, count, rows, active)
 
     @classmethod
-    def at(cls, work_at: WorkAt, active_starts: np.ndarray) -> "Shards":
+    def at(cls, work_at: WorkAt, active_starts: np.ndarray, rows: Optional[np.ndarray] = None) -> "Shards":
         """The shards of the work directory at ``work_at`` (WorkDir.attach) as a task needs them to read
-        per-active-row arrays (active_starts: Shards.active_starts; no per-row counts)."""
-        return cls(WorkDir.attach(work_at), active_starts.shape[0] - 1, np.zeros(0, np.int64), active_starts)
+        per-active-row arrays (active_starts: Shards.active_starts), and per-row ones where
+        given their ``rows`` (Shards.rows)."""
+        return cls(WorkDir.attach(work_at), active_starts.shape[0] - 1,
+                   np.zeros(0, np.int64) if rows is None else rows, active_starts)
 
     def own(self, array: np.ndarray, index: int) -> np.ndarray:
         """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
@@ -365,11 +368,7 @@ class SpilledActive(SpilledColumn):
     def at_places(self, places: np.ndarray) -> np.ndarray:
         """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
         spilled active rows of every shard (each one the run keeps)."""
-        shards = self.shards
-        spilled = gathered_per_shard(shards.active_starts, places.astype(np.int64, copy=False), np.int64,
-                                     lambda index, local: shards.rows[index]
-                                     + np.asarray(shards.work.shard_array(index, "active"))[local])
-        return self.rows.kept_at(spilled)
+        return rows_at_places(self.shards, self.rows, places)
 
     def positions_of(self, rows: np.ndarray) -> np.ndarray:
         """int64: the positions among the active documents of ``rows`` (int64, each active)."""
@@ -379,6 +378,16 @@ class SpilledActive(SpilledColumn):
                                     shards.active_starts[index]
                                     + np.searchsorted(np.asarray(shards.work.shard_array(index, "active")), local))
         return self.active_rows.kept_at(places)
+
+
+def rows_at_places(shards: Shards, rows: Kept, places: np.ndarray) -> np.ndarray:
+    """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
+    spilled active rows of every shard (each one a document: rows, ShardDocuments.rows, keeps
+    it), read from the shards' spilled ``active``."""
+    spilled = gathered_per_shard(shards.active_starts, places.astype(np.int64, copy=False), np.int64,
+                                 lambda index, local: shards.rows[index]
+                                 + np.asarray(shards.work.shard_array(index, "active"))[local])
+    return rows.kept_at(spilled)
 
 
 class SpilledLengths(SpilledColumn):
@@ -991,6 +1000,11 @@ class WorkDirStore:
             stored = compute()
             self.work.save_stage(stage, stored)
         return stored
+
+    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
+        from .pairparts import read_parts
+
+        return read_parts(self.work, kind, count)
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:

@@ -32,7 +32,7 @@ from ..params import DedupParams
 from ..report import Balance, InputSummary, Report, Results
 from ..shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import plausible
+from ..verify import BELOW_THRESHOLD, plausible
 from ..version import __version__
 from ..threads import map_parallel
 from .kept import Kept
@@ -137,6 +137,12 @@ class Store(Protocol):
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of a finished stage: computed now, or as an earlier run kept them."""
 
+    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
+        """The pairs a cluster's tasks kept in ``count`` parts of the work directory
+        (engine/pairparts.py; kind "likely" or "verified"), read into this process as one set of
+        arrays ascending by (first, second): for a run in one process that resumes a cluster's
+        stage. Only a work directory's store has any."""
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         """The report's "input" section."""
 
@@ -168,6 +174,12 @@ class Executor(Protocol):
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         """copies.same_signature_rows of the active documents' signatures (store.row_hashes
         proposing the groups): (first, member) int64 positions into store.active, ascending."""
+
+    def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
+                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
+        """The verification stage: the exact Jaccard of the ``likely`` pairs (exact(first,
+        second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
+        on a cluster, likely pairs kept in parts are checked by tasks into parts."""
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         """The rows whose hash another row shares (int64, ascending), of the rows that the
@@ -212,6 +224,10 @@ class LocalExecutor:
     def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
         return same_signature_rows(store.signatures, store.row_hashes())
 
+    def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
+                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
+        return checked_in_memory(store, likely, copies, exact)
+
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         frames = [task(*a) for a in arguments]
         if not frames:
@@ -231,6 +247,8 @@ class LikelyPairs:
     candidates: how many distinct candidate pairs LSH found (the filter's drops among them).
     every_first, every_second: int64 (c,) rows, host: every candidate pair, ascending; empty
         unless asked for (Executor.likely_pairs' keep_every).
+    parts: 0, or (a cluster's run) first and second are empty and the pairs lie in as many
+        parts of the work directory (engine/pairparts.py), where tasks read them.
     """
 
     first: np.ndarray
@@ -238,16 +256,72 @@ class LikelyPairs:
     candidates: int
     every_first: np.ndarray
     every_second: np.ndarray
+    parts: int = 0
 
     def as_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a store keeps of the stage (Store.cached)."""
         return {"first": self.first, "second": self.second, "candidates": np.array([self.candidates], np.int64),
-                "every_first": self.every_first, "every_second": self.every_second}
+                "every_first": self.every_first, "every_second": self.every_second,
+                "parts": np.array([self.parts], np.int64)}
 
     @classmethod
     def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "LikelyPairs":
         return cls(arrays["first"], arrays["second"], int(arrays["candidates"][0]), arrays["every_first"],
-                   arrays["every_second"])
+                   arrays["every_second"], int(arrays["parts"][0]))
+
+    def in_memory(self, store: Store) -> "LikelyPairs":
+        """These pairs with first and second here (read from their parts, if they are in any)."""
+        if not self.parts:
+            return self
+        pairs = store.pair_parts("likely", self.parts)
+        return LikelyPairs(pairs["first"], pairs["second"], self.candidates, self.every_first, self.every_second)
+
+
+@dataclass
+class CheckedPairs:
+    """The verification stage's result.
+
+    first, second: int64 (c,) rows, host, first < second, ascending by (first, second); jaccard:
+        float64 (c,), each one's exact Jaccard where it reaches the threshold, else
+        verify.BELOW_THRESHOLD: every pair checked exactly, the identical copies (Jaccard 1.0)
+        merged in. Where parts > 0 (a cluster's run), only the copies: the pairs LSH found that
+        reach the threshold lie in as many parts of the work directory (engine/pairparts.py),
+        and ``rejected`` counts those that did not.
+    candidates: how many distinct candidate pairs LSH found; checked: how many of them were
+        checked exactly (those the signature filter passed).
+    """
+
+    first: np.ndarray
+    second: np.ndarray
+    jaccard: np.ndarray
+    candidates: int
+    checked: int
+    parts: int = 0
+    rejected: int = 0
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        return {"first": self.first, "second": self.second, "jaccard": self.jaccard,
+                "counts": np.array([self.candidates, self.checked, self.parts, self.rejected], np.int64)}
+
+    @classmethod
+    def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "CheckedPairs":
+        return cls(arrays["first"], arrays["second"], arrays["jaccard"], *(int(count) for count in arrays["counts"]))
+
+    def verified(self, store: Store, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs that reach ``threshold``, ascending by (first, second): (first, second)
+        int64 (p,), jaccard float64 (p,), host (read from their parts, if they are in any)."""
+        if not self.parts:
+            verified = self.jaccard >= threshold
+            return self.first[verified], self.second[verified], self.jaccard[verified]
+        parts = store.pair_parts("verified", self.parts)
+        return merge_pairs((parts["first"], parts["second"], parts["jaccard"]), (self.first, self.second, self.jaccard))
+
+    def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
+        """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
+        verified ones' (verified's); in a run of parts, in another order than in one process."""
+        if not self.parts:
+            return self.jaccard
+        return np.concatenate([verified_jaccard, np.full(self.rejected, BELOW_THRESHOLD, np.float64)])
 
 
 def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -300,61 +374,55 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        stored = store.cached("pairs", lambda: verified_arrays(likely, copies, exact("pairs", progress)))
-        checked_first, checked_second, checked_jaccard = stored["first"], stored["second"], stored["jaccard"]
-        candidates, checked = (int(count) for count in stored["counts"])
+        checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: over_arrays.checked_pairs(
+            store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
+        pair_a, pair_b, jaccard = checked.verified(store, params.threshold)
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    pair_a, pair_b, jaccard, clusters = cluster_verified(store.documents, checked_first, checked_second,
-                                                         checked_jaccard, lengths, params, log, progress, executor,
-                                                         store.pinned)
+    clusters = cluster_verified(store.documents, pair_a, pair_b, lengths, params, log, progress, executor,
+                                store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
-                          candidates=candidates, checked=checked, verified=pair_a.shape[0], clusters=clusters,
-                          copies=copies, work_dir=store.work_dir)
-    return Outcome(pair_a, pair_b, jaccard, clusters, store.documents, report, checked_jaccard, candidate_a,
-                   candidate_b, copies)
+                          candidates=checked.candidates, checked=checked.checked, verified=pair_a.shape[0],
+                          clusters=clusters, copies=copies, work_dir=store.work_dir)
+    return Outcome(pair_a, pair_b, jaccard, clusters, store.documents, report, checked.every_jaccard(jaccard),
+                   candidate_a, candidate_b, copies)
 
 
 def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
     return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard}
 
 
-def verified_arrays(likely: LikelyPairs, copies: Copies,
-                    exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
-    """The verification stage: the exact check of the pairs the signature filter passed
-    (Store.exact_jaccard: the Jaccard where it reaches the threshold, else BELOW_THRESHOLD).
-    Returns the checked pairs with the copies merged in, ascending by (first, second), their
-    Jaccard (float64), and counts = [candidates, pairs checked exactly] (int64 (2,))."""
+def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
+                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> CheckedPairs:
+    """The verification stage in this process: the exact check of the pairs the signature
+    filter passed (exact: Store.exact_jaccard, the Jaccard where it reaches the threshold, else
+    BELOW_THRESHOLD), the copies merged in (CheckedPairs)."""
+    likely = likely.in_memory(store)
     first, second = likely.first, likely.second
     jaccard = exact(first, second)
-    counts = np.array([likely.candidates, first.shape[0]], np.int64)
     # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
     merged_first, merged_second, jaccard = merge_pairs((first, second, jaccard),
                                                        (copies.first, copies.member, copies.jaccard))
-    return {"first": merged_first, "second": merged_second, "jaccard": jaccard, "counts": counts}
+    return CheckedPairs(merged_first, merged_second, jaccard, likely.candidates, first.shape[0])
 
 
-def cluster_verified(n_docs: int, first: np.ndarray, second: np.ndarray, checked_jaccard: np.ndarray,
-                     lengths: Any, params: DedupParams, log: StageLog, progress: Progress,
-                     executor: "Executor", pinned: int = 0):
-    """The checked pairs (int64 (p,) rows, float64 (p,) exact Jaccard) that reach the threshold,
-    and their clusters (the connected components found by ``executor``, with the documents each
-    keeps); rows below ``pinned`` are kept, and so is nothing else of a cluster that holds one
-    (Store.pinned)."""
-    verified = checked_jaccard >= params.threshold
-    pair_a, pair_b, jaccard = first[verified], second[verified], checked_jaccard[verified]
+def cluster_verified(n_docs: int, pair_a: np.ndarray, pair_b: np.ndarray, lengths: Any, params: DedupParams,
+                     log: StageLog, progress: Progress, executor: "Executor", pinned: int = 0) -> Clusters:
+    """The clusters of the verified pairs (int64 (p,) rows): the connected components found
+    by ``executor``, with the documents each keeps; rows below ``pinned`` are kept, and so is
+    nothing else of a cluster that holds one (Store.pinned)."""
     progress.start("Clustering", 1)
     with log.stage("cluster"):
         docs, root = executor.components(pair_a, pair_b, n_docs)
         clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
     progress.advance(1)
     progress.stop()
-    return pair_a, pair_b, jaccard, clusters
+    return clusters
 
 
 def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -104,6 +104,9 @@ class MemoryStore:
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return compute()
 
+    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
+        raise AssertionError("a run in memory keeps its pairs in memory, not in parts")
+
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of ``docs``: taken from the kept sets (keep_sets), or each part
         shingled again when asked (document_sets)."""

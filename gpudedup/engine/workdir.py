@@ -453,8 +453,10 @@ class WorkDir:
     def load_stage(self, name: str) -> Optional[dict[str, np.ndarray]]:
         """A finished stage's arrays, or None when it has not finished."""
         relative = f"stages/{name}"
-        if not self.done(relative):
-            return None
+        return self.load_dir(relative) if self.done(relative) else None
+
+    def load_dir(self, relative: str) -> dict[str, np.ndarray]:
+        """The arrays (.npy) of the finished unit ``relative``, by name, loaded."""
         return {Path(file).stem: np.load(self.file(relative, file), allow_pickle=False)
                 for file in self.folder.unit_names(relative) if file.endswith(".npy")}
 

@@ -1,0 +1,132 @@
+"""The pairs of a run on a cluster, kept as parts in its work directory, written and read by
+the workers' tasks so that the client holds none of them (docs/scale.md).
+
+WORK/pairs/<kind>/NNNNN/ holds part NNNNN of a stage's pairs, as .npy files:
+
+- ``likely``: the candidate pairs that pass the signature filter, a part per partition of the
+  candidate shuffle's second round (dask.likely_part): first, second, int64 (q,) rows,
+  first < second, ascending by (first, second). Parts are disjoint (that shuffle put every
+  copy of a pair in one partition), so their union is the single process's pairs.
+- ``verified``: of each likely part, the pairs whose exact Jaccard reaches the threshold
+  (check_part): first, second as above, jaccard float64.
+
+Verification reads each pair's two shingle sets from a spill, as in one process
+(disk.exact_by_spill), but without the client gathering the pairs' documents: every likely
+part's documents are shuffled on their shard (part_documents), a task per shuffled partition
+spills the sets of its shards' documents (spill_part_documents: every shard read once, by one
+task), then a task per likely part checks its pairs from the spill (check_part).
+
+A stage's parts are numbered 0 .. count-1 and are trusted only once the stage (WORK/stages/,
+saved by the client after the last task) names their count: a part an interrupted run left is
+written again (write_part), and parts beyond the count are never read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .kept import Kept
+from .workdir import WorkAt, WorkDir
+
+LIKELY = "likely"
+VERIFIED = "verified"
+# The spill of the likely pairs' documents (WORK/sets/<SPILL>/NNNNN): one set of documents per
+# run, since the candidates stage that names them is one (its parts are deterministic).
+SPILL = "pairs-parts"
+PAIR_COLUMNS = ("first", "second")
+
+
+def part_unit(kind: str, number: int) -> str:
+    return f"pairs/{kind}/{number:05d}"
+
+
+def write_part(work_at: WorkAt, kind: str, number: int, arrays: dict[str, np.ndarray]) -> None:
+    """Store part ``number`` of the ``kind`` pairs; one an interrupted run left is replaced."""
+    work = WorkDir.attach(work_at)
+    relative = part_unit(kind, number)
+    if work.done(relative):
+        work.remove(relative)
+    work.write_dir(relative, arrays)
+
+
+def read_part(work_at: WorkAt, kind: str, number: int) -> dict[str, np.ndarray]:
+    return WorkDir.attach(work_at).load_dir(part_unit(kind, number))
+
+
+def read_parts(work: WorkDir, kind: str, count: int) -> dict[str, np.ndarray]:
+    """Every part of the ``kind`` pairs as one set of arrays, ascending by (first, second): for
+    a process that holds every pair anyway (a run in one process resuming a cluster's stage)."""
+    work.fetch([part_unit(kind, number) for number in range(count)], [f"{name}.npy" for name in PAIR_COLUMNS])
+    parts = [read_part(work, kind, number) for number in range(count)]
+    if not parts:
+        return {name: np.zeros(0, np.int64) for name in PAIR_COLUMNS}
+    joined = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    order = np.lexsort((joined["second"], joined["first"]))
+    return {name: values[order] for name, values in joined.items()}
+
+
+# --- tasks (module-level, so that workers import them rather than unpickle code) --------------
+
+
+def part_documents(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept):
+    """The documents of likely part ``number``'s pairs, distinct, as (shard, row) rows of a
+    pandas DataFrame: row, the document's spilled row (rows: the run's documents among the
+    spilled rows, disk.ShardDocuments.rows); shard, the shard holding it (shard_rows:
+    disk.Shards.rows)."""
+    import pandas as pd
+
+    pairs = read_part(work_at, LIKELY, number)
+    spilled = rows.spilled(np.unique(np.concatenate([pairs["first"], pairs["second"]])))
+    return pd.DataFrame({"shard": np.searchsorted(shard_rows, spilled, side="right") - 1, "row": spilled})
+
+
+def spill_part_documents(documents, work_at: WorkAt, reader: Any, shard_rows: np.ndarray, params: Any,
+                         backend: str):
+    """The shingle sets of one partition of part_documents' rows shuffled on the shard, which
+    holds every row of its shards: a shard's rows spilled under WORK/sets/<SPILL>/ as
+    disk.spill_shard_sets does (the shard read once), unless an interrupted run did. Returns
+    how many shards it spilled (a pandas DataFrame, for Dask)."""
+    import pandas as pd
+
+    from .disk import by_shard, spill_shard_sets
+
+    work = WorkDir.attach(work_at)
+    rows = np.unique(documents["row"].to_numpy(np.int64))
+    holding = list(by_shard(shard_rows, rows))
+    done = work.done_of([f"sets/{SPILL}/{index:05d}" for index, _ in holding])
+    spilled = 0
+    for (index, mine), finished in zip(holding, done, strict=True):
+        if not finished:
+            spill_shard_sets(work_at, SPILL, reader, index, rows[mine] - shard_rows[index], params, backend)
+            spilled += 1
+    return pd.DataFrame({"shards": [spilled]})
+
+
+def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept, threshold: float,
+               chunk_bytes: int) -> tuple[int, int]:
+    """Task: the exact Jaccard of likely part ``number``'s pairs, from the spill of
+    spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text, as
+    disk.exact_by_spill cuts them); the pairs that reach ``threshold`` stored as verified part
+    ``number``. Returns (pairs checked, pairs below the threshold)."""
+    from ..ragged import weighted_ranges
+    from ..verify import BELOW_THRESHOLD
+    from .disk import gathered_per_shard, spilled_jaccard
+
+    work = WorkDir.attach(work_at)
+    pairs = read_part(work, LIKELY, number)
+    first, second = rows.spilled(pairs["first"]), rows.spilled(pairs["second"])
+
+    def lengths(spilled: np.ndarray) -> np.ndarray:
+        return gathered_per_shard(shard_rows, spilled, np.int64,
+                                  lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
+
+    jaccard = np.full(first.shape[0], BELOW_THRESHOLD, np.float64)
+    for start, stop in weighted_ranges(lengths(first) + lengths(second), chunk_bytes):
+        jaccard[start:stop] = spilled_jaccard(work, SPILL, shard_rows, first[start:stop], second[start:stop],
+                                              threshold, 1)
+    verified = jaccard >= threshold
+    write_part(work, VERIFIED, number, {"first": pairs["first"][verified], "second": pairs["second"][verified],
+                                        "jaccard": jaccard[verified]})
+    return int(first.shape[0]), int((~verified).sum())
