@@ -96,6 +96,32 @@ def test_one_part_and_no_pairs(client):
     assert docs.shape == root.shape == (0,)
 
 
+def test_pairs_in_parts_of_a_work_directory_are_read_by_the_tasks(client, tmp_path):
+    """A cluster's verified pairs lie in parts of the work directory (engine/pairparts.py):
+    the tasks read them there, grouped by their sizes into parts of at most pairs_per_part
+    (with the pairs the client holds, the identical copies, in the first), and the components
+    are the oracle's of all the pairs, in one task and over rounds. Empty parts are left out."""
+    from gpudedup.engine.components import edge_sources
+    from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
+
+    rng = np.random.default_rng(11)
+    first, second = random_pairs(rng, 900, 700)
+    held = 50  # the pairs the client holds
+    bounds = [held, 120, 120, 300, 301, 480, first.shape[0]]  # (one part empty)
+    work = str(tmp_path / "work")
+    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        write_part(work, VERIFIED, number, {"first": first[start:stop], "second": second[start:stop]})
+    stored = PairParts(work, VERIFIED, len(bounds) - 1, np.diff(bounds).astype(np.int64))
+    assert [numbers for *_, numbers in edge_sources(first[:held], second[:held], 200, stored)] == \
+        [[0], [2, 3], [4], [5]]  # 50 held + 70; 180 + 1; 179; over 200 alone
+    expected = oracle_roots(first, second)
+    for per_part in (10_000, 200):
+        docs, root = dask_component_roots(client, first[:held], second[:held], per_part, None, stored)
+        assert (docs.tolist(), root.tolist()) == expected
+    docs, root = dask_component_roots(client, first[:0], second[:0], 200, None, stored)
+    assert (docs.tolist(), root.tolist()) == oracle_roots(first[held:], second[held:])
+
+
 @pytest.mark.parametrize("policy", ["first", "longest"])
 def test_keep_decision_from_roots_matches_the_oracle(policy):
     """clusters_of_roots, the decision both routes share, against union-find's clusters."""

@@ -2,7 +2,9 @@
 cluster.component_roots gives them in one process: every document of a pair with the smallest
 document of its component (its root).
 
-The pairs are cut into parts of at most ``pairs_per_part``. A task per part finds the part's
+The pairs are cut into parts of at most ``pairs_per_part`` (pairs the client holds, and a
+cluster's verified parts in the work directory, which the tasks read: engine/pairparts.py,
+grouped by their sizes). A task per part finds the part's
 own components (cluster.component_roots) and hands on a star per component: an edge from each
 of its documents to its root. One part needs nothing more (its task's roots are the answer).
 Otherwise the stars of the parts
@@ -23,9 +25,12 @@ and, at the end, the (document, root) of the documents in components.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .pairparts import PairParts
 
 # Pairs per part: a part's components take about 125 bytes per pair on its worker (1,503 MB
 # for 12 million pairs, scripts/bench_components.py), so about 1 GB here. Up to this many pairs
@@ -40,26 +45,27 @@ MOST_ROUNDS = 200
 
 
 def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int = PAIRS_PER_PART,
-                         n_docs: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
-    """cluster.component_roots of the pairs (first[i], second[i]) (int64 (p,), host; n_docs,
-    the documents' count where known), computed by tasks on the workers of ``client`` (a
-    distributed.Client, the default client of the collections computed here). Returns (docs,
+                         n_docs: Optional[int] = None,
+                         stored: Optional[PairParts] = None) -> tuple[np.ndarray, np.ndarray]:
+    """cluster.component_roots of the pairs (first[i], second[i]) (int64 (p,), host) and those
+    ``stored`` in a work directory's parts (their sizes known; read by the tasks), computed by
+    tasks on the workers of ``client`` (a distributed.Client, the default client of the
+    collections computed here); n_docs, the documents' count where known. Returns (docs,
     root), int64, host, docs ascending."""
     import dask
     import dask.dataframe as dd
 
-    from ..cluster import component_roots
     from .dask import cluster_failure, scattered
 
-    if first.size == 0:
+    sources = edge_sources(first, second, pairs_per_part, stored)
+    if not sources:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
     try:
-        sent = scattered(client, [(first[start:start + pairs_per_part], second[start:start + pairs_per_part])
-                                  for start in range(0, first.shape[0], pairs_per_part)])
+        sent = scattered(client, sources)
         if len(sent) == 1:  # one part: one task does what the client would
-            return client.submit(component_roots, *sent[0], n_docs).result()
-        parts = [dask.delayed(part_stars)(*arrays) for arrays in sent]
+            return client.submit(source_roots, *sent[0], n_docs).result()
+        parts = [dask.delayed(part_stars)(*source) for source in sent]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
         for _ in range(MOST_ROUNDS):
             grouped = by_node(edges, len(parts)).persist()
@@ -73,6 +79,30 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_pe
     except Exception as error:  # noqa: BLE001 -- as in dask.computed
         raise cluster_failure("the connected components", error) from None
     raise RuntimeError(f"the connected components did not converge in {MOST_ROUNDS} rounds")
+
+
+def edge_sources(first: np.ndarray, second: np.ndarray, pairs_per_part: int,
+                 stored: Optional[PairParts]) -> list[tuple]:
+    """The parts the pairs are cut into, as arguments of source_edges: the pairs held here cut
+    into parts of at most ``pairs_per_part``, then the stored parts added to the last of them
+    while it holds at most ``pairs_per_part`` pairs, or to new ones (a stored part larger than
+    that is a part of its own). None when there is no pair."""
+    held = [(first[start:start + pairs_per_part], second[start:start + pairs_per_part])
+            for start in range(0, first.shape[0], pairs_per_part)]
+    numbers: list[list[int]] = [[] for _ in held]  # the stored parts of each source
+    if stored is not None:
+        assert stored.sizes is not None, "the stored parts' sizes group them"
+        pairs = int(held[-1][0].shape[0]) if held else pairs_per_part
+        for number, size in enumerate(stored.sizes.tolist()):
+            if size == 0:
+                continue
+            if not held or pairs + size > pairs_per_part and pairs > 0:
+                held.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
+                numbers.append([])
+                pairs = 0
+            numbers[-1].append(number)
+            pairs += size
+    return [(a, b, stored if mine else None, mine) for (a, b), mine in zip(held, numbers)]
 
 
 def by_node(edges, partitions: int):
@@ -98,12 +128,33 @@ def edge_frame(a: Optional[np.ndarray] = None, b: Optional[np.ndarray] = None):
     return pd.DataFrame({"a": a, "b": b})
 
 
-def part_stars(first: np.ndarray, second: np.ndarray):
+def source_edges(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts],
+                 numbers: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """One part's pairs (first, second: int64): those given, and those of the stored parts
+    ``numbers`` (edge_sources)."""
+    from .pairparts import read_part
+
+    if stored is None or not numbers:
+        return first, second
+    read = [read_part(stored.work_at, stored.kind, number) for number in numbers]
+    return (np.concatenate([first] + [part["first"] for part in read]),
+            np.concatenate([second] + [part["second"] for part in read]))
+
+
+def source_roots(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int],
+                 n_docs: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """cluster.component_roots of one part's pairs (source_edges): when there is one part."""
+    from ..cluster import component_roots
+
+    return component_roots(*source_edges(first, second, stored, numbers), n_docs)
+
+
+def part_stars(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int]):
     """One part's components as stars: an edge (document, root) for each document of a pair
     that is not its component's root (cluster.component_roots)."""
     from ..cluster import component_roots
 
-    docs, root = component_roots(first, second)
+    docs, root = component_roots(*source_edges(first, second, stored, numbers))
     leaves = docs != root
     return edge_frame(docs[leaves], root[leaves])
 

@@ -173,12 +173,14 @@ class DaskExecutor:
     def connected(self) -> bool:
         return getattr(self.client, "status", None) == "running"
 
-    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int,
+                   parts=None) -> tuple[np.ndarray, np.ndarray]:
         """The connected components as tasks (engine/components.py): a task per part of the
-        pairs, then shuffles of their edges until they are stars."""
+        pairs (those of ``parts`` read by the tasks), then shuffles of their edges until they
+        are stars."""
         from . import components
 
-        return components.dask_component_roots(self.client, first, second, components.PAIRS_PER_PART, n_docs)
+        return components.dask_component_roots(self.client, first, second, components.PAIRS_PER_PART, n_docs, parts)
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         """job.Executor.colliding_rows as a shuffle: the tasks' (hash, row) frames shuffled on
@@ -250,9 +252,9 @@ class DaskExecutor:
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
         counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes)
                                                  for number in range(likely.parts)], "exact verification")
-        return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates,
-                            sum(checked for checked, _ in counts), likely.parts,
-                            sum(rejected for _, rejected in counts))
+        checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
+        return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates, int(checked.sum()),
+                            likely.parts, int(rejected.sum()), part_sizes=checked - rejected)
 
     def code_partitions(self, shards: int) -> int:
         """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION

@@ -33,7 +33,7 @@ import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +69,9 @@ from .job import Executor, LocalExecutor
 from .kept import Kept
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
 from .workdir import WorkAt, WorkDir
+
+if TYPE_CHECKING:
+    from .pairparts import PairParts
 
 # A task gets the backend itself in this process, or its name on a worker that makes its own.
 BackendOrName = Union[Backend, str]
@@ -1001,10 +1004,10 @@ class WorkDirStore:
             self.work.save_stage(stage, stored)
         return stored
 
-    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
-        from .pairparts import read_parts
+    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
+        from .pairparts import PairParts
 
-        return read_parts(self.work, kind, count)
+        return PairParts(self.work.location, kind, count, sizes)
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:

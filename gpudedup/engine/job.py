@@ -17,9 +17,9 @@ leave the engine (result.py). Reading (io/) and writing (result.py, io/writer.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from ..version import __version__
 from ..threads import map_parallel
 from .kept import Kept
 from .signatures import batch_bytes
+
+if TYPE_CHECKING:
+    from .pairparts import PairParts
 
 
 @dataclass
@@ -137,11 +140,10 @@ class Store(Protocol):
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of a finished stage: computed now, or as an earlier run kept them."""
 
-    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
+    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
         """The pairs a cluster's tasks kept in ``count`` parts of the work directory
-        (engine/pairparts.py; kind "likely" or "verified"), read into this process as one set of
-        arrays ascending by (first, second): for a run in one process that resumes a cluster's
-        stage. Only a work directory's store has any."""
+        (engine/pairparts.PairParts; kind "likely" or "verified"; sizes: int64 (count,), the
+        pairs in each, where known). Only a work directory's store has any."""
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         """The report's "input" section."""
@@ -187,9 +189,11 @@ class Executor(Protocol):
         all of them in this process; on a cluster, a shuffle on the hash, so that no process
         holds a hash per row."""
 
-    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int,
+                   parts: Optional["PairParts"] = None) -> tuple[np.ndarray, np.ndarray]:
         """The connected components of the verified pairs (first[i], second[i]) (int64 (p,)
-        rows below n_docs, host) as cluster.component_roots gives them: (docs, root) int64,
+        rows below n_docs, host) and those in ``parts`` (where given: a cluster's verified
+        parts, engine/pairparts.py) as cluster.component_roots gives them: (docs, root) int64,
         host, docs ascending, root the smallest document of each one's component."""
 
 
@@ -235,7 +239,11 @@ class LocalExecutor:
         return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
                                  np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
 
-    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int,
+                   parts: Optional["PairParts"] = None) -> tuple[np.ndarray, np.ndarray]:
+        if parts is not None:
+            stored = parts.read()
+            first, second = np.concatenate([first, stored["first"]]), np.concatenate([second, stored["second"]])
         return component_roots(first, second, n_docs)
 
 
@@ -273,7 +281,7 @@ class LikelyPairs:
         """These pairs with first and second here (read from their parts, if they are in any)."""
         if not self.parts:
             return self
-        pairs = store.pair_parts("likely", self.parts)
+        pairs = store.pair_parts("likely", self.parts).read()
         return LikelyPairs(pairs["first"], pairs["second"], self.candidates, self.every_first, self.every_second)
 
 
@@ -289,6 +297,7 @@ class CheckedPairs:
         and ``rejected`` counts those that did not.
     candidates: how many distinct candidate pairs LSH found; checked: how many of them were
         checked exactly (those the signature filter passed).
+    part_sizes: int64 (parts,), the pairs in each part.
     """
 
     first: np.ndarray
@@ -298,14 +307,26 @@ class CheckedPairs:
     checked: int
     parts: int = 0
     rejected: int = 0
+    part_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def as_arrays(self) -> dict[str, np.ndarray]:
-        return {"first": self.first, "second": self.second, "jaccard": self.jaccard,
+        return {"first": self.first, "second": self.second, "jaccard": self.jaccard, "part_sizes": self.part_sizes,
                 "counts": np.array([self.candidates, self.checked, self.parts, self.rejected], np.int64)}
 
     @classmethod
     def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "CheckedPairs":
-        return cls(arrays["first"], arrays["second"], arrays["jaccard"], *(int(count) for count in arrays["counts"]))
+        candidates, checked, parts, rejected = (int(count) for count in arrays["counts"])
+        return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, parts, rejected,
+                   arrays["part_sizes"])
+
+    def component_edges(self, store: Store, pair_a: np.ndarray,
+                        pair_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional["PairParts"]]:
+        """What the connected components are found from (Executor.components): the verified
+        pairs (pair_a, pair_b), or where the pairs lie in parts, the copies and the parts,
+        which a cluster's tasks read where they are."""
+        if not self.parts:
+            return pair_a, pair_b, None
+        return self.first, self.second, store.pair_parts("verified", self.parts, self.part_sizes)
 
     def verified(self, store: Store, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pairs that reach ``threshold``, ascending by (first, second): (first, second)
@@ -313,7 +334,7 @@ class CheckedPairs:
         if not self.parts:
             verified = self.jaccard >= threshold
             return self.first[verified], self.second[verified], self.jaccard[verified]
-        parts = store.pair_parts("verified", self.parts)
+        parts = store.pair_parts("verified", self.parts).read()
         return merge_pairs((parts["first"], parts["second"], parts["jaccard"]), (self.first, self.second, self.jaccard))
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
@@ -383,8 +404,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    clusters = cluster_verified(store.documents, pair_a, pair_b, lengths, params, log, progress, executor,
-                                store.pinned)
+    clusters = cluster_verified(store.documents, checked.component_edges(store, pair_a, pair_b), lengths, params,
+                                log, progress, executor, store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=checked.candidates, checked=checked.checked, verified=pair_a.shape[0],
@@ -411,14 +432,15 @@ def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
     return CheckedPairs(merged_first, merged_second, jaccard, likely.candidates, first.shape[0])
 
 
-def cluster_verified(n_docs: int, pair_a: np.ndarray, pair_b: np.ndarray, lengths: Any, params: DedupParams,
-                     log: StageLog, progress: Progress, executor: "Executor", pinned: int = 0) -> Clusters:
-    """The clusters of the verified pairs (int64 (p,) rows): the connected components found
-    by ``executor``, with the documents each keeps; rows below ``pinned`` are kept, and so is
-    nothing else of a cluster that holds one (Store.pinned)."""
+def cluster_verified(n_docs: int, edges: tuple, lengths: Any, params: DedupParams, log: StageLog,
+                     progress: Progress, executor: "Executor", pinned: int = 0) -> Clusters:
+    """The clusters of the verified pairs (edges: CheckedPairs.component_edges): the connected
+    components found by ``executor``, with the documents each keeps; rows below ``pinned`` are
+    kept, and so is nothing else of a cluster that holds one (Store.pinned)."""
     progress.start("Clustering", 1)
     with log.stage("cluster"):
-        docs, root = executor.components(pair_a, pair_b, n_docs)
+        first, second, parts = edges
+        docs, root = executor.components(first, second, n_docs, parts)
         clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
     progress.advance(1)
     progress.stop()

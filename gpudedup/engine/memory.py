@@ -104,7 +104,7 @@ class MemoryStore:
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return compute()
 
-    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
+    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> Any:
         raise AssertionError("a run in memory keeps its pairs in memory, not in parts")
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:

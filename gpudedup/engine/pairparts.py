@@ -23,7 +23,8 @@ written again (write_part), and parts beyond the count are never read.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
@@ -36,6 +37,22 @@ VERIFIED = "verified"
 # run, since the candidates stage that names them is one (its parts are deterministic).
 SPILL = "pairs-parts"
 PAIR_COLUMNS = ("first", "second")
+
+
+@dataclass
+class PairParts:
+    """Pairs kept as ``count`` parts of ``kind`` in the work directory at ``work_at``
+    (WorkDir.attach: its location, for tasks); sizes: int64 (count,), the pairs in each part,
+    where known."""
+
+    work_at: WorkAt
+    kind: str
+    count: int
+    sizes: Optional[np.ndarray] = None
+
+    def read(self) -> dict[str, np.ndarray]:
+        """read_parts of these parts, in this process."""
+        return read_parts(WorkDir.attach(self.work_at), self.kind, self.count)
 
 
 def part_unit(kind: str, number: int) -> str:

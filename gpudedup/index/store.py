@@ -106,7 +106,7 @@ class IndexStore:
         return stacked_sets(self.reader.set_parts(self.matched.segment[old], self.matched.row[old])
                             + [csr_parts(new_sets)])
 
-    def pair_parts(self, kind: str, count: int) -> dict[str, np.ndarray]:
+    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> Any:
         raise AssertionError("a run against an index finds its pairs in this process, not in parts")
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
