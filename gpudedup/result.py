@@ -64,7 +64,6 @@ class DedupResult:
     text_field: str = "text"
     skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
     on_error: str = "stop"
-    checked_jaccard: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     restore: Optional[Callable[[np.ndarray], Any]] = field(default=None, repr=False)
     # A run against a persistent index: the outcome's rows 0 .. indexed_rows-1 are indexed
     # documents (in ids, pairs and clusters, not in table or keep); the input's rows follow.
@@ -92,7 +91,7 @@ class DedupResult:
         return cls(removed=removed[removed >= indexed_rows] - indexed_rows, documents=outcome.documents - indexed_rows,
                    named=NamedRows.of(source, outcome.clusters.docs), report=report, table=table, inputs=inputs,
                    text_field=text_field, id_source=source, skipped_records=skipped_records, on_error=on_error,
-                   checked_jaccard=outcome.checked_jaccard, restore=restore, outcome=outcome,
+                   restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
                    output_bases=output_bases or {})
 
@@ -116,6 +115,11 @@ class DedupResult:
     def clusters_parts(self) -> Iterator[pa.Table]:
         """``clusters`` in parts of layout.PART_ROWS rows, in order."""
         return clusters_parts(self.named, self.outcome.clusters)
+
+    @property
+    def checked_jaccard(self) -> np.ndarray:
+        """float64 (c,): every pair verification checked (the class docstring)."""
+        return self.outcome.checked_jaccard
 
     @cached_property
     def keep(self) -> np.ndarray:

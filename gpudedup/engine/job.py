@@ -46,13 +46,16 @@ if TYPE_CHECKING:
 class Outcome:
     """The results of a run, as host arrays over the document rows (0 .. n-1).
 
-    pair_a, pair_b: int64 (p,), a < b: verified pairs; jaccard: float64 (p,), >= threshold.
+    pairs: the verified pairs (VerifiedPairs), whose arrays ``pair_a``, ``pair_b`` (int64
+        (p,), a < b) and ``jaccard`` (float64 (p,), >= threshold) are read when first asked for
+        where a cluster's run left them in its work directory.
     clusters: documents in clusters of two or more (cluster.Clusters).
     documents: n, the documents' count (``keep`` is made of it and the clusters when asked for).
     report: the run's report (report.Report; docs/output-formats.md).
-    checked_jaccard: float64 (c,): every pair verification checked (those the signature
-        filter passed, and the identical copies), verified or not, for the report's histogram:
-        its exact Jaccard where that reaches the threshold, else verify.BELOW_THRESHOLD.
+    checked: the verification stage's result (CheckedPairs), whose ``checked_jaccard`` is
+        every pair verification checked (those the signature filter passed, and the identical
+        copies), verified or not, for the report's histogram: its exact Jaccard where that
+        reaches the threshold, else verify.BELOW_THRESHOLD.
     candidate_a, candidate_b: int64 (q,), a < b: every candidate pair (before the signature
         filter), for evaluation against exact ground truth; empty unless the run was asked to
         keep them (they can be many, and most runs do not need them).
@@ -60,16 +63,31 @@ class Outcome:
         pair (first, member) of pair_a, pair_b with Jaccard 1.0.
     """
 
-    pair_a: np.ndarray
-    pair_b: np.ndarray
-    jaccard: np.ndarray
+    pairs: "VerifiedPairs"
     clusters: Clusters
     documents: int
     report: Report
-    checked_jaccard: np.ndarray
+    checked: "CheckedPairs"
     candidate_a: np.ndarray
     candidate_b: np.ndarray
     copies: Copies
+
+    @property
+    def pair_a(self) -> np.ndarray:
+        return self.pairs.arrays[0]
+
+    @property
+    def pair_b(self) -> np.ndarray:
+        return self.pairs.arrays[1]
+
+    @property
+    def jaccard(self) -> np.ndarray:
+        return self.pairs.arrays[2]
+
+    @cached_property
+    def checked_jaccard(self) -> np.ndarray:
+        """float64 (c,): CheckedPairs.every_jaccard (made when first asked for)."""
+        return self.checked.every_jaccard(self.jaccard)
 
     @property
     def removed(self) -> np.ndarray:
@@ -319,23 +337,13 @@ class CheckedPairs:
         return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, parts, rejected,
                    arrays["part_sizes"])
 
-    def component_edges(self, store: Store, pair_a: np.ndarray,
-                        pair_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional["PairParts"]]:
-        """What the connected components are found from (Executor.components): the verified
-        pairs (pair_a, pair_b), or where the pairs lie in parts, the copies and the parts,
-        which a cluster's tasks read where they are."""
-        if not self.parts:
-            return pair_a, pair_b, None
-        return self.first, self.second, store.pair_parts("verified", self.parts, self.part_sizes)
-
-    def verified(self, store: Store, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The pairs that reach ``threshold``, ascending by (first, second): (first, second)
-        int64 (p,), jaccard float64 (p,), host (read from their parts, if they are in any)."""
+    def verified(self, store: Store, threshold: float) -> "VerifiedPairs":
+        """The pairs that reach ``threshold`` (those in parts left where they are)."""
         if not self.parts:
             verified = self.jaccard >= threshold
-            return self.first[verified], self.second[verified], self.jaccard[verified]
-        parts = store.pair_parts("verified", self.parts).read()
-        return merge_pairs((parts["first"], parts["second"], parts["jaccard"]), (self.first, self.second, self.jaccard))
+            return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
+        return VerifiedPairs(self.first, self.second, self.jaccard,
+                             store.pair_parts("verified", self.parts, self.part_sizes))
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -398,24 +406,55 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: over_arrays.checked_pairs(
             store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
-        pair_a, pair_b, jaccard = checked.verified(store, params.threshold)
+        verified = checked.verified(store, params.threshold)
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    clusters = cluster_verified(store.documents, checked.component_edges(store, pair_a, pair_b), lengths, params,
-                                log, progress, executor, store.pinned)
+    clusters = cluster_verified(store.documents, verified, lengths, params, log, progress, executor, store.pinned)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
-                          candidates=checked.candidates, checked=checked.checked, verified=pair_a.shape[0],
+                          candidates=checked.candidates, checked=checked.checked, verified=verified.count,
                           clusters=clusters, copies=copies, work_dir=store.work_dir)
-    return Outcome(pair_a, pair_b, jaccard, clusters, store.documents, report, checked.every_jaccard(jaccard),
-                   candidate_a, candidate_b, copies)
+    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies)
 
 
 def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
     return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard}
+
+
+@dataclass
+class VerifiedPairs:
+    """The verified pairs of a run: first, second int64 (p,) rows, first < second, ascending
+    by (first, second); jaccard float64 (p,), each at least the threshold; host. In a cluster's
+    run (``parts``) these are only the identical copies, and the pairs LSH found lie in the
+    parts of the work directory (engine/pairparts.py), where tasks read them; ``arrays`` reads
+    them into this process when first asked for."""
+
+    first: np.ndarray
+    second: np.ndarray
+    jaccard: np.ndarray
+    parts: Optional["PairParts"] = None
+
+    @property
+    def count(self) -> int:
+        """How many pairs, here and in the parts."""
+        stored = 0 if self.parts is None or self.parts.sizes is None else int(self.parts.sizes.sum())
+        return int(self.first.shape[0]) + stored
+
+    def read_now(self) -> None:
+        """Read the parts into this process now (their work directory is about to go)."""
+        self.arrays  # noqa: B018 -- cached
+
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first, second, jaccard) of every pair, ascending, host."""
+        if self.parts is None:
+            return self.first, self.second, self.jaccard
+        stored = self.parts.read()
+        return merge_pairs((stored["first"], stored["second"], stored["jaccard"]),
+                           (self.first, self.second, self.jaccard))
 
 
 def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
@@ -432,15 +471,14 @@ def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
     return CheckedPairs(merged_first, merged_second, jaccard, likely.candidates, first.shape[0])
 
 
-def cluster_verified(n_docs: int, edges: tuple, lengths: Any, params: DedupParams, log: StageLog,
+def cluster_verified(n_docs: int, verified: VerifiedPairs, lengths: Any, params: DedupParams, log: StageLog,
                      progress: Progress, executor: "Executor", pinned: int = 0) -> Clusters:
-    """The clusters of the verified pairs (edges: CheckedPairs.component_edges): the connected
-    components found by ``executor``, with the documents each keeps; rows below ``pinned`` are
+    """The clusters of the verified pairs: the connected components found by ``executor``
+    (from the pairs where they are), with the documents each keeps; rows below ``pinned`` are
     kept, and so is nothing else of a cluster that holds one (Store.pinned)."""
     progress.start("Clustering", 1)
     with log.stage("cluster"):
-        first, second, parts = edges
-        docs, root = executor.components(first, second, n_docs, parts)
+        docs, root = executor.components(verified.first, verified.second, n_docs, verified.parts)
         clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
     progress.advance(1)
     progress.stop()
