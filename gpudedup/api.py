@@ -177,7 +177,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     result while the cluster is still up (dedup's output)."""
     import tempfile
 
-    from .engine.dask import DaskExecutor, clear_worker_caches, dask_client
+    from .engine.dask import DaskExecutor, clear_worker_caches, dask_client, forget_messages
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client, scheduler (--scheduler) and workers (--workers)")
@@ -205,6 +205,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         finally:
             if work_dir is not None:  # the workers' copies of a work directory on object storage
                 clear_worker_caches(connected, location_of(work_dir))
+            forget_messages(connected)
 
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,

@@ -123,13 +123,22 @@ def write_report(result, directory, figures: Optional[Mapping[str, bytes]] = Non
 
 
 def _draw_figures(result) -> dict[str, bytes]:
-    p = result.report["parameters"]
+    p, r = result.report["parameters"], result.report["results"]
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
-    checked = np.asarray(result.checked_jaccard, dtype=np.float64)
+    # Counted over the verified pairs where they lie (on a cluster, by its tasks): the client
+    # need not hold them, nor a value per pair checked. The rest of those checked were rejected.
+    counts = np.sum(result.outcome.pairs.map(pairs_histogram, threshold), axis=0)
+    rejected = r["exactly_checked_pairs"] - r["verified_pairs"]
     return {
         "s_curve": plots.s_curve_figure(bands, rows, threshold),
-        "candidates_histogram": plots.candidates_histogram_figure(checked, bands, rows, threshold),
+        "candidates_histogram": plots.candidates_histogram_figure(None, bands, rows, threshold,
+                                                                  counted=(counts, rejected)),
     }
+
+
+def pairs_histogram(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float) -> np.ndarray:
+    """Task (VerifiedPairs.map): plots.verified_histogram of some verified pairs' Jaccard."""
+    return plots.verified_histogram(jaccard, threshold)
 
 
 def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
@@ -447,57 +456,96 @@ def _clusters(result) -> str:
                f"document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
                f"{EXCERPT_CHARS:,} characters; words that differ from the kept document are "
                "<mark>highlighted</mark>), with their exact Jaccard similarity to the kept one.</p>\n")
-    stats = _pair_stats(result.outcome, sizes.shape[0])
-    for c in order:
-        members = np.flatnonzero(number == c)
-        out.append(_cluster_block(result, int(c), members, ids, kept, rows, stats, p))
+    blocks = [(int(c), np.flatnonzero(number == c)) for c in order]
+    # The pairs each block names: its kept document with each example shown (_examples_of).
+    asked = [pair for _, members in blocks for pair in _example_pairs(members, kept, rows)]
+    stats = _shown_pair_stats(result.outcome, clusters, [c for c, _ in blocks], asked)
+    for c, members in blocks:
+        out.append(_cluster_block(result, c, members, ids, kept, rows, stats, p))
     out.append("</section>\n")
     return "".join(out)
 
 
-def _pair_stats(outcome, count: int):
-    """Per cluster: (verified pairs inside it int64 (count,), min and max Jaccard float64
-    (count,)). A pair's cluster is its first document's (pairs never cross clusters); outcome:
-    the run's rows (engine.job.Outcome). Vectorised, so a cluster of thousands of documents
-    costs no more than its pairs' share of one pass."""
+def _examples_of(members, kept) -> tuple[int, list[int]]:
+    """A shown cluster's kept document and its examples: places in ``members`` (its documents'
+    places among the clustered ones), the kept one first."""
+    keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
+    others = [n for n in range(len(members)) if n != keep_position]
+    return keep_position, others[: EXAMPLES_PER_CLUSTER - 1]
+
+
+def _example_pairs(members, kept, rows) -> list[tuple[int, int]]:
+    """The (row, row) pairs, smaller row first, of a shown cluster's kept document with each
+    example (_examples_of)."""
+    keep_position, examples = _examples_of(members, kept)
+    kept_row = int(rows[members[keep_position]])
+    return [(min(kept_row, int(rows[members[n]])), max(kept_row, int(rows[members[n]]))) for n in examples]
+
+
+def _shown_pair_stats(outcome, clusters, shown: list[int], asked: list[tuple[int, int]]):
+    """What the shown clusters' blocks say of the verified pairs: per cluster number of
+    ``shown``, {number: (pairs inside it, min and max Jaccard)}, and {(a, b): Jaccard} of the
+    pairs ``asked`` (rows, a < b) that are verified pairs. Counted over the pairs where they lie
+    (VerifiedPairs.map: on a cluster, by its tasks); a pair's cluster is its first document's
+    (pairs never cross clusters)."""
+    in_shown = np.isin(clusters.cluster, shown)
+    docs, which = clusters.docs[in_shown], np.searchsorted(shown, clusters.cluster[in_shown], sorter=np.argsort(shown))
+    order = np.argsort(shown)
+    asked_a = np.array([a for a, _ in asked], np.int64)
+    asked_b = np.array([b for _, b in asked], np.int64)
+    found = outcome.pairs.map(shown_pairs_summary, docs, order[which], len(shown), asked_a, asked_b)
+    inside = np.sum([part[0] for part in found], axis=0)
+    low = np.min([part[1] for part in found], axis=0)
+    high = np.max([part[2] for part in found], axis=0)
+    jaccard = np.fmax.reduce(np.stack([part[3] for part in found]), axis=0)
+    stats = {c: (int(inside[i]), float(low[i]), float(high[i])) for i, c in enumerate(shown)}
+    return stats, {pair: float(j) for pair, j in zip(asked, jaccard.tolist()) if not math.isnan(j)}
+
+
+def shown_pairs_summary(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, docs: np.ndarray,
+                        cluster: np.ndarray, count: int, asked_a: np.ndarray, asked_b: np.ndarray):
+    """Task (VerifiedPairs.map) over some verified pairs (first, second int64 (p,), first <
+    second; jaccard float64 (p,)): per shown cluster 0 .. count-1, the pairs inside it (int64),
+    their least and greatest Jaccard (float64; inf and -inf where none), where docs (int64
+    ascending) are the shown clusters' documents and cluster (int64) each one's shown
+    cluster; and the Jaccard of each asked pair (asked_a[i], asked_b[i]) found among them
+    (float64, nan where not)."""
     inside = np.zeros(count, np.int64)
     low, high = np.full(count, np.inf), np.full(count, -np.inf)
-    if outcome.pair_a.shape[0]:
-        label = np.zeros(int(outcome.clusters.docs[-1]) + 1, np.int64)  # docs ascending; pairs are in them
-        label[outcome.clusters.docs] = outcome.clusters.cluster
-        cluster = label[outcome.pair_a]
-        inside = np.bincount(cluster, minlength=count)
-        np.minimum.at(low, cluster, outcome.jaccard)
-        np.maximum.at(high, cluster, outcome.jaccard)
-    return inside, low, high
-
-
-def _verified_jaccard(outcome, first: int, second: int) -> Optional[float]:
-    """The Jaccard of the verified pair of rows {first, second}, or None when it is not one;
-    outcome: the run's rows (engine.job.Outcome, whose pairs have pair_a < pair_b)."""
-    a, b = min(first, second), max(first, second)
-    match = np.flatnonzero((outcome.pair_a == a) & (outcome.pair_b == b))
-    return float(outcome.jaccard[match[0]]) if match.shape[0] else None
+    if docs.shape[0] and first.shape[0]:
+        at = np.minimum(np.searchsorted(docs, first), docs.shape[0] - 1)
+        mine = docs[at] == first
+        shown_cluster, values = cluster[at[mine]], jaccard[mine]
+        inside = np.bincount(shown_cluster, minlength=count).astype(np.int64)
+        np.minimum.at(low, shown_cluster, values)
+        np.maximum.at(high, shown_cluster, values)
+    found = np.full(asked_a.shape[0], np.nan)
+    for i, (a, b) in enumerate(zip(asked_a.tolist(), asked_b.tolist())):  # (a few)
+        # The pairs ascend by (first, second) (VerifiedPairs): a search for each asked one.
+        start, stop = np.searchsorted(first, a, side="left"), np.searchsorted(first, a, side="right")
+        at = start + int(np.searchsorted(second[start:stop], b))
+        if at < stop and second[at] == b:
+            found[i] = jaccard[at]
+    return inside, low, high, found
 
 
 INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its text)"
 
 
 def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dict) -> str:
-    keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
+    keep_position, examples = _examples_of(members, kept)
     others = [n for n in range(len(members)) if n != keep_position]
     kept_id = ids[int(members[keep_position])].as_py()
     listed_ids = [ids[int(members[n])].as_py() for n in others[: IDS_LISTED - 1]]
-    inside, low, high = stats
+    (inside, low, high), verified_pairs = stats[0][cluster], stats[1]
     out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {len(members):,} documents</h3>\n']
-    if inside[cluster]:
-        out.append(f'<p class="ids">{int(inside[cluster]):,} verified pairs inside it, exact Jaccard '
-                   f"{low[cluster]:.4f} to {high[cluster]:.4f}.</p>\n")
+    if inside:
+        out.append(f'<p class="ids">{inside:,} verified pairs inside it, exact Jaccard '
+                   f"{low:.4f} to {high:.4f}.</p>\n")
     listed = [f"<strong>{_e(str(kept_id))}</strong> (kept)"] + [_e(str(i)) for i in listed_ids]
     more = len(members) - len(listed)
     out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
     # The kept document and a few removed ones, with their similarity to the kept one.
-    examples = others[: EXAMPLES_PER_CLUSTER - 1]
     positions = [keep_position] + examples
     # A run against an index: rows below indexed_rows are indexed documents, whose text the
     # index does not keep (their similarity is the verified pair's).
@@ -521,7 +569,7 @@ def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dic
     out.append(_document(kept_id, kept_text, None, None, kept=True))
     example_rows = rows[members[positions]]
     for doc_id, row, text, content in zip(listed_ids, example_rows[1:], texts[1:], contents[1:]):
-        verified = _verified_jaccard(result.outcome, int(example_rows[0]), int(row))
+        verified = verified_pairs.get((min(int(example_rows[0]), int(row)), max(int(example_rows[0]), int(row))))
         if verified is not None:
             similarity = (verified, "a verified pair")
         elif indexed[0] or text == INDEXED_TEXT:

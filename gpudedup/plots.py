@@ -87,22 +87,36 @@ def s_curve_figure(bands: int, rows: int, threshold: Optional[float] = None) -> 
         return _png(figure)
 
 
+def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float = 0.02) -> np.ndarray:
+    """int64: how many of the values ``jaccard`` (float (c,)) fall in each bin of
+    verified_edges(threshold, bin_width), the values below the threshold in none (a sum over
+    parts of the pairs is the histogram of them all)."""
+    jaccard = np.asarray(jaccard, dtype=np.float64)
+    counts, _ = np.histogram(np.clip(jaccard[jaccard >= threshold], 0.0, 1.0),
+                             bins=verified_edges(threshold, bin_width))  # the last bin is closed
+    return counts.astype(np.int64)
+
+
 def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float,
-                                bin_width: float = 0.02, log: Optional[bool] = None) -> bytes:
+                                bin_width: float = 0.02, log: Optional[bool] = None,
+                                counted: Optional[tuple[np.ndarray, int]] = None) -> bytes:
     """PNG of the verified pairs by exact Jaccard, with the S-curve on a second axis.
 
     jaccard: float (c,), every pair verification checked (DedupResult.checked_jaccard): its
         exact Jaccard where that reaches ``threshold``, below it (verify.BELOW_THRESHOLD) for a
         rejected pair, whose value is not computed. The verified pairs are a histogram from the
         threshold (a bin edge) to 1; the rejected ones are a count written left of the threshold.
+    counted: in place of jaccard (then None), the histogram already counted: (verified_histogram
+        of the verified pairs, how many were rejected).
     log: log-scale counts; None: when the fullest bin holds over 100 times the emptiest
         non-empty one.
     """
-    jaccard = np.asarray(jaccard, dtype=np.float64)
-    verified = jaccard[jaccard >= threshold]
-    rejected = jaccard.shape[0] - verified.shape[0]
+    if counted is None:
+        jaccard = np.asarray(jaccard, dtype=np.float64)
+        counted = verified_histogram(jaccard, threshold, bin_width), int((jaccard < threshold).sum())
+    counts, rejected = counted
     edges = verified_edges(threshold, bin_width)
-    counts, _ = np.histogram(np.clip(verified, 0.0, 1.0), bins=edges)  # the last bin is closed
+    checked = int(counts.sum()) + rejected
     with _drawing() as (figure, axes):
         left, widths = edges[:-1], np.diff(edges)
         axes.bar(left, counts, width=widths, align="edge", color=BLUE, edgecolor="white", linewidth=0.4,
@@ -120,7 +134,7 @@ def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float
         axes.set_ylabel("verified pairs" + (" (log scale)" if log else ""))
         if not log:
             axes.yaxis.set_major_formatter(_count_formatter())
-        axes.set_title(f"{jaccard.shape[0]:,} candidate pairs checked exactly, {rejected:,} rejected", loc="left")
+        axes.set_title(f"{checked:,} candidate pairs checked exactly, {rejected:,} rejected", loc="left")
         axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2)
         if threshold > 0.15:  # room left of the threshold for the count of rejected pairs
             note = f"{rejected:,} rejected\n(Jaccard below {threshold:g},\nnot computed in full)"

@@ -22,7 +22,7 @@ from .io.storage import Given, Location, Remote, location_of
 from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
                         write_kept_files)
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, remote_staging, write_json,
-                        write_jsonl, write_parquet)
+                        write_jsonl, write_parquet, write_to)
 from .report import Report
 from .stages import StageLog
 
@@ -219,8 +219,26 @@ def pairs_parts(named: NamedRows, pair_a: np.ndarray, pair_b: np.ndarray, jaccar
     order = np.lexsort((named.rank[second], named.rank[first]))
     for start, length in table_parts(order.shape[0]):
         part = order[start:start + length]
-        yield pa.table({"id_a": named.ids.take(pa.array(first[part])), "id_b": named.ids.take(pa.array(second[part])),
-                        "jaccard": pa.array(jaccard[part], pa.float64())})
+        yield pairs_table(named.ids, first[part], second[part], jaccard[part])
+
+
+def pairs_table(ids: pa.Array, first: np.ndarray, second: np.ndarray, jaccard: np.ndarray) -> pa.Table:
+    """A part of ``pairs``: the pairs of the ids at positions first[i], second[i] (int64 (r,),
+    into ``ids``, NamedRows.ids) of Jaccard jaccard[i] (float64 (r,))."""
+    return pa.table({"id_a": ids.take(pa.array(first)), "id_b": ids.take(pa.array(second)),
+                     "jaccard": pa.array(jaccard, pa.float64())})
+
+
+def write_pairs_part(pieces: list, ids: pa.Array, path: str) -> None:
+    """Task: a part of pairs/ (pairs_table) from ``pieces``, the slices of sorted pandas
+    DataFrames (a, b: positions into ``ids``; jaccard) that hold its rows, in order
+    (engine/dask.DaskExecutor.write_pairs), written to ``path`` (a path or URL)."""
+    import pandas as pd
+
+    rows = pd.concat([frame.iloc[start:stop] for frame, start, stop in pieces]) if pieces else None
+    first, second, jaccard = ((rows[name].to_numpy(dtype) if rows is not None else np.zeros(0, dtype))
+                              for name, dtype in (("a", np.int64), ("b", np.int64), ("jaccard", np.float64)))
+    write_to(path, lambda local: write_parquet(pairs_table(ids, first, second, jaccard), local))
 
 
 def clusters_parts(named: NamedRows, clusters: Clusters) -> Iterator[pa.Table]:
@@ -293,7 +311,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
-        write_table(result.pairs_parts(), staging, PAIRS_DIR, names is not None)
+        write_pairs(result, staging, out, names is not None)
         # The report's figures (the slow part of report.html; none without matplotlib) are drawn
         # within the write's time; the page itself needs the finished report, so it comes after.
         from .html_report import report_figures, write_report
@@ -307,6 +325,22 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         # makes the whole directory appear at once anyway; on object storage it goes up last).
         write_json(result.report.as_dict(), staging / "report.json")
     return out
+
+
+def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:
+    """Write pairs (write_table), by the run's cluster where its pairs lie in its work
+    directory's parts and it is still up (DaskExecutor.write_pairs: the client holds none of
+    them), else here, a part at a time."""
+    pairs = result.outcome.pairs
+    executor = pairs.executor
+    if not (dataset and pairs.parts is not None and executor is not None and executor.connected()):
+        write_table(result.pairs_parts(), staging, PAIRS_DIR, dataset)
+        return
+    (staging / PAIRS_DIR).mkdir()
+    # On object storage the tasks upload their parts beside the staging folder, as the kept rows.
+    folder: Location = staging / PAIRS_DIR if not isinstance(out, Remote) else \
+        remote_staging(out, staging).child(PAIRS_DIR)
+    executor.write_pairs(pairs, result.named, folder, write_pairs_part)
 
 
 def write_table(parts: Iterator[pa.Table], staging: Path, name: str, dataset: bool) -> None:

@@ -235,3 +235,37 @@ def test_report_renders_in_headless_chromium(sample_run, tmp_path):
     # The figures were decoded and drawn: the histogram's blue bars and the orange S-curve.
     assert count((0x00, 0x72, 0xB2)) > 2_000
     assert count((0xE6, 0x9F, 0x00)) > 2_000
+
+
+def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
+    """html_report.shown_pairs_summary, which the report's cluster blocks are made of (over
+    every pair in one process, over each part of them on a cluster, then combined): per shown
+    cluster the pairs inside it and their least and greatest Jaccard, and the Jaccard of asked
+    pairs, against a plain loop over the pairs; cut into parts and combined as
+    html_report._shown_pair_stats combines them, the same."""
+    rng = np.random.default_rng(4)
+    label = rng.integers(0, 6, 300)  # each document's cluster
+    pairs = sorted({(int(a), int(b)) for a, b in rng.integers(0, 300, (900, 2)) if a < b and label[a] == label[b]})
+    first = np.array([a for a, _ in pairs], np.int64)
+    second = np.array([b for _, b in pairs], np.int64)
+    jaccard = rng.random(first.shape[0])
+    shown = [4, 1, 5]
+    docs = np.flatnonzero(np.isin(label, shown)).astype(np.int64)
+    place = np.array([shown.index(int(label[d])) for d in docs], np.int64)
+    asked = [pairs[0], pairs[-1], (0, 299), pairs[len(pairs) // 2]]
+    asked_a, asked_b = (np.array(side, np.int64) for side in zip(*asked))
+
+    expected = {}
+    for i, c in enumerate(shown):
+        inside = [j for (a, _), j in zip(pairs, jaccard) if label[a] == c]
+        expected[i] = (len(inside), min(inside, default=np.inf), max(inside, default=-np.inf))
+    verified = dict(zip(pairs, jaccard))
+    for cuts in ([], [100, 400, 401]):  # one call, and parts
+        bounds = [0, *cuts, first.shape[0]]
+        found = [html_report.shown_pairs_summary(first[a:b], second[a:b], jaccard[a:b], docs, place, len(shown),
+                                                 asked_a, asked_b) for a, b in zip(bounds[:-1], bounds[1:])]
+        inside = np.sum([f[0] for f in found], axis=0)
+        low, high = np.min([f[1] for f in found], axis=0), np.max([f[2] for f in found], axis=0)
+        values = np.fmax.reduce(np.stack([f[3] for f in found]), axis=0)
+        assert {i: (int(inside[i]), low[i], high[i]) for i in range(len(shown))} == expected
+        assert [None if np.isnan(v) else v for v in values] == [verified.get(pair) for pair in asked]

@@ -210,8 +210,9 @@ class DaskExecutor:
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
-        parts = [dask.delayed(band_key_rows)(*a) for a in scattered(
-            self.client, [(root, index, int(starts[index]), out) for index, out in store.band_key_parts(out_of_lsh)])]
+        keys_sent = scattered(self.client, [(root, index, int(starts[index]), out)
+                                            for index, out in store.band_key_parts(out_of_lsh)])
+        parts = [dask.delayed(band_key_rows)(*a) for a in keys_sent]
         empty = np.zeros(0, np.int64)
         if not parts:
             return LikelyPairs(empty, empty, 0, empty, empty)
@@ -221,9 +222,9 @@ class DaskExecutor:
             bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
         codes = codes.shuffle(on="code", npartitions=self.code_partitions(len(parts)))
         # Each partition's pairs that pass the filter stay in the work directory, a part each.
-        candidates = computed([dask.delayed(likely_part)(*a) for a in scattered(
-            self.client, [(part, number, root, store.shards.rows, starts, store.rows, width, span, threshold)
-                          for number, part in enumerate(codes.to_delayed())])], "the candidate shuffle")
+        sent = scattered(self.client, [(part, number, root, store.shards.rows, starts, store.rows, width, span,
+                                        threshold) for number, part in enumerate(codes.to_delayed())])
+        candidates = computed([dask.delayed(likely_part)(*a) for a in sent], "the candidate shuffle")
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
 
     def checked_pairs(self, store, likely, copies, threshold: float, exact: Callable):
@@ -241,8 +242,8 @@ class DaskExecutor:
         if not likely.parts:
             return checked_in_memory(store, likely, copies, exact)
         root, shard_rows, rows = store.work.location, store.shards.rows, store.rows
-        documents = [dask.delayed(pairparts.part_documents)(*a) for a in scattered(
-            self.client, [(root, number, shard_rows, rows) for number in range(likely.parts)])]
+        sent = scattered(self.client, [(root, number, shard_rows, rows) for number in range(likely.parts)])
+        documents = [dask.delayed(pairparts.part_documents)(*a) for a in sent]
         backend = store.task_backend(self)
         # Every partition's task reads the same reader, offsets and parameters: sent once.
         shared = scatter_once(self.client, [root, store.reader, shard_rows, store.params], broadcast=True)
@@ -255,6 +256,44 @@ class DaskExecutor:
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
         return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates, int(checked.sum()),
                             likely.parts, int(rejected.sum()), part_sizes=checked - rejected)
+
+    def write_pairs(self, pairs, named, folder, write_part: Callable[..., None]) -> None:
+        """job.Executor.write_pairs as tasks: a task per place the pairs lie (the copies held
+        here, each verified part) ranks its pairs by their ids (pairparts.ranked_pairs), Dask
+        sorts them (a range partition on the first id's rank, from a sample), and a task per
+        part of the table writes it from the slices of the sorted partitions that hold its
+        rows: the parts are those of one process, and the client holds none of the pairs."""
+        import dask
+        import dask.dataframe as dd
+
+        from ..io.layout import part_name, table_parts
+        from .job import pair_sources
+        from .pairparts import ranked_pairs
+
+        stage = "writing the pairs"
+        sent = scattered(self.client, [(*source, named.rows, named.rank) for source in pair_sources(pairs)])
+        frames = [dask.delayed(ranked_pairs)(*a) for a in sent]
+        columns = {"rank_a": "int64", "rank_b": "int64", "a": "int64", "b": "int64", "jaccard": "float64"}
+        try:
+            ordered = dd.from_delayed(frames, meta=frame_of(columns), verify_meta=False).sort_values(
+                ["rank_a", "rank_b"]).persist()
+        except Exception as error:  # noqa: BLE001 -- as in computed
+            raise cluster_failure(stage, error) from None
+        sorted_parts = ordered.to_delayed()
+        lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        ids_at = scatter_once(self.client, [named.ids], broadcast=True)[0]
+        writes = []
+        for number, (start, length) in enumerate(table_parts(int(offsets[-1]))):
+            stop = start + length
+            # The sorted partitions that hold rows start .. stop-1, each one's slice of them.
+            first, last = np.searchsorted(offsets, start, side="right") - 1, np.searchsorted(offsets, stop)
+            pieces = [(sorted_parts[index], max(start - int(offsets[index]), 0),
+                       min(stop, int(offsets[index + 1])) - int(offsets[index])) for index in range(first, last)
+                      if length and index < len(sorted_parts)]
+            writes.append(dask.delayed(write_part)(pieces, ids_at, str(folder / part_name(number))))
+        computed(writes, stage)
+        forget_messages(self.client)  # (a result written after its run: the sorted pairs go when this returns)
 
     def code_partitions(self, shards: int) -> int:
         """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
@@ -273,8 +312,9 @@ class DaskExecutor:
         import dask
 
         root, starts = store.work.location, store.shards.active_starts
-        parts = [dask.delayed(row_hash_rows)(*a) for a in scattered(
-            self.client, [(root, index, int(starts[index]), array) for index, array in store.row_hash_parts()])]
+        sent = scattered(self.client, [(root, index, int(starts[index]), array)
+                                       for index, array in store.row_hash_parts()])
+        parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
         if not parts:
             empty = np.zeros(0, np.int64)
             return empty, empty
@@ -361,6 +401,26 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
         return value
 
     return [tuple(sent(value) for value in values) for values in arguments]
+
+
+def forget_messages(client) -> None:
+    """Empty the client's log of its last messages to the scheduler (distributed's
+    low-level log, distributed.admin.low-level-log-length), once a run is over: the task graphs
+    in it name the futures of what the run sent apart (scattered, scatter_once) and persisted,
+    so that those values stayed on the workers after the run, a run's worth more after each on
+    a long-lived cluster (8 values a run, until a log's last 1,000 messages roll over). The
+    logs are a record for debugging the connections; cancelling the futures instead trips the
+    scheduler's own checks where a cancelled value still has dependents in memory."""
+    comms = [getattr(client, "scheduler_comm", None)]
+    # A scheduler in this process (a LocalCluster's: --workers, and the tests) keeps such logs
+    # of its own messages to the workers and clients, which hold the same graph objects.
+    scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
+    for streams in (getattr(scheduler, "stream_comms", {}), getattr(scheduler, "client_comms", {})):
+        comms.extend(streams.values())
+    for comm in comms:
+        log = getattr(comm, "recent_message_log", None)
+        if log is not None:
+            log.clear()
 
 
 def scatter_once(client, values: list, broadcast: bool) -> list:

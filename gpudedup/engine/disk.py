@@ -30,7 +30,6 @@ read at once (tests/test_streaming.py).
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -54,7 +53,7 @@ from ..io.read import build_corpus, read_one_file
 from ..io.storage import Location
 from ..io.source import SourceFile, file_record
 from ..io.sizes import file_read_bytes, shard_read_estimate
-from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches
+from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches, write_to
 from ..hashing import Permutations
 from ..lsh import Banding
 from ..memory import MemoryBudget, release_unused_memory
@@ -763,13 +762,7 @@ def write_file_rows(reader: ShardReader, indices: list[int], dropped: list[np.nd
         else:
             write_kept_pieces((rows(index, drop) for index, drop in zip(indices, dropped)), local, format)
 
-    target = storage.location_of(path)
-    if isinstance(target, Path):
-        write(target)
-        return
-    with tempfile.TemporaryDirectory(prefix="gpudedup-kept-") as folder:  # then one upload
-        write(Path(folder) / target.name)
-        storage.upload(Path(folder) / target.name, target)
+    write_to(path, write)
 
 
 WHOLE, ABSORBED = -1, -2  # a plan's start for a file read whole, and for a piece read by its file's first shard

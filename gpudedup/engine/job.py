@@ -201,6 +201,12 @@ class Executor(Protocol):
         second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
         on a cluster, likely pairs kept in parts are checked by tasks into parts."""
 
+    def write_pairs(self, pairs: "VerifiedPairs", named: Any, folder: Any, write_part: Callable[..., None]) -> None:
+        """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
+        result.pairs_parts makes them) each written by ``write_part(pieces, named.ids, path)``
+        (result.write_pairs_part) into ``folder`` (a Location); named: result.NamedRows. On a
+        cluster, a sort of the pairs by tasks: no process holds them all."""
+
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         """The rows whose hash another row shares (int64, ascending), of the rows that the
         tasks ``task(*a)`` give as pandas DataFrames (hash uint64, row int64, rows distinct):
@@ -249,6 +255,18 @@ class LocalExecutor:
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
         return checked_in_memory(store, likely, copies, exact)
+
+    def write_pairs(self, pairs: "VerifiedPairs", named: Any, folder: Any, write_part: Callable[..., None]) -> None:
+        import pandas as pd
+
+        from ..io.layout import part_name, table_parts
+        from .pairparts import ranked_pairs
+
+        frames = [ranked_pairs(*source, named.rows, named.rank) for source in pair_sources(pairs)]
+        rows = pd.concat(frames, ignore_index=True)
+        rows = rows.iloc[np.lexsort((rows["rank_b"].to_numpy(), rows["rank_a"].to_numpy()))]
+        for number, (start, length) in enumerate(table_parts(rows.shape[0])):
+            write_part([(rows, start, start + length)], named.ids, str(folder / part_name(number)))
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         frames = [task(*a) for a in arguments]
@@ -337,13 +355,14 @@ class CheckedPairs:
         return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, parts, rejected,
                    arrays["part_sizes"])
 
-    def verified(self, store: Store, threshold: float) -> "VerifiedPairs":
-        """The pairs that reach ``threshold`` (those in parts left where they are)."""
+    def verified(self, store: Store, threshold: float, executor: "Executor") -> "VerifiedPairs":
+        """The pairs that reach ``threshold`` (those in parts left where they are, for the
+        run's ``executor`` to read)."""
         if not self.parts:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
         return VerifiedPairs(self.first, self.second, self.jaccard,
-                             store.pair_parts("verified", self.parts, self.part_sizes))
+                             store.pair_parts("verified", self.parts, self.part_sizes), executor)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -406,7 +425,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: over_arrays.checked_pairs(
             store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
-        verified = checked.verified(store, params.threshold)
+        verified = checked.verified(store, params.threshold, executor)
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
@@ -436,6 +455,7 @@ class VerifiedPairs:
     second: np.ndarray
     jaccard: np.ndarray
     parts: Optional["PairParts"] = None
+    executor: Optional["Executor"] = None  # the run's: its tasks read the parts (while connected)
 
     @property
     def count(self) -> int:
@@ -443,9 +463,24 @@ class VerifiedPairs:
         stored = 0 if self.parts is None or self.parts.sizes is None else int(self.parts.sizes.sum())
         return int(self.first.shape[0]) + stored
 
+    def map(self, function: Callable[..., Any], *arguments) -> list:
+        """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time:
+        by the run's tasks where the pairs lie in parts and its cluster is still up (each part
+        read where it lies: pairparts.on_pairs), else here, once over every pair. The caller
+        combines the results (a sum, a minimum), which must not depend on how the pairs are cut."""
+        executor = self.executor
+        if self.parts is None or executor is None or executor.in_process or not executor.connected():
+            return [function(*self.arrays, *arguments)]
+        from .pairparts import on_pairs
+
+        return executor.map(on_pairs, [(function, *source, *arguments) for source in pair_sources(self)],
+                            "reading the pairs")
+
     def read_now(self) -> None:
-        """Read the parts into this process now (their work directory is about to go)."""
-        self.arrays  # noqa: B018 -- cached
+        """Hold every pair here from now on, read from the parts (their work directory is
+        about to go)."""
+        self.first, self.second, self.jaccard = self.arrays
+        self.parts = None
 
     @cached_property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -455,6 +490,15 @@ class VerifiedPairs:
         stored = self.parts.read()
         return merge_pairs((stored["first"], stored["second"], stored["jaccard"]),
                            (self.first, self.second, self.jaccard))
+
+
+def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional["PairParts"], int]]:
+    """The arguments of pairparts.ranked_pairs for each place the pairs lie: those held, and
+    each stored part that holds any."""
+    empty, stored = np.zeros(0, np.int64), pairs.parts
+    sizes = stored.sizes if stored is not None and stored.sizes is not None else np.zeros(0, np.int64)
+    return [(pairs.first, pairs.second, pairs.jaccard, None, -1)] + [
+        (empty, empty, np.zeros(0, np.float64), stored, number) for number in np.flatnonzero(sizes).tolist()]
 
 
 def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,

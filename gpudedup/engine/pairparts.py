@@ -75,10 +75,11 @@ def read_part(work_at: WorkAt, kind: str, number: int) -> dict[str, np.ndarray]:
 def read_parts(work: WorkDir, kind: str, count: int) -> dict[str, np.ndarray]:
     """Every part of the ``kind`` pairs as one set of arrays, ascending by (first, second): for
     a process that holds every pair anyway (a run in one process resuming a cluster's stage)."""
-    work.fetch([part_unit(kind, number) for number in range(count)], [f"{name}.npy" for name in PAIR_COLUMNS])
+    columns = PAIR_COLUMNS + (("jaccard",) if kind == VERIFIED else ())
+    work.fetch([part_unit(kind, number) for number in range(count)], [f"{name}.npy" for name in columns])
     parts = [read_part(work, kind, number) for number in range(count)]
     if not parts:
-        return {name: np.zeros(0, np.int64) for name in PAIR_COLUMNS}
+        return {name: np.zeros(0, np.float64 if name == "jaccard" else np.int64) for name in columns}
     joined = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
     order = np.lexsort((joined["second"], joined["first"]))
     return {name: values[order] for name, values in joined.items()}
@@ -147,3 +148,31 @@ def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept,
     write_part(work, VERIFIED, number, {"first": pairs["first"][verified], "second": pairs["second"][verified],
                                         "jaccard": jaccard[verified]})
     return int(first.shape[0]), int((~verified).sum())
+
+
+def ranked_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
+                 number: int, named_rows: np.ndarray, rank: np.ndarray):
+    """Task: verified pairs, those given (first, second: int64 rows; jaccard float64) or
+    stored part ``number``, as the pairs table orders them (result.pairs_parts): a pandas
+    DataFrame of a, b, int64 positions into named_rows (NamedRows.rows: int64 ascending, every
+    document of a pair), a the one whose id comes first (rank: NamedRows.rank, each one's place
+    in the ids' order), rank_a, rank_b their ranks, and jaccard."""
+    import pandas as pd
+
+    if stored is not None:
+        part = read_part(stored.work_at, stored.kind, number)
+        first, second, jaccard = part["first"], part["second"], part["jaccard"]
+    a, b = np.searchsorted(named_rows, first), np.searchsorted(named_rows, second)
+    swap = rank[a] > rank[b]
+    a, b = np.where(swap, b, a), np.where(swap, a, b)
+    return pd.DataFrame({"rank_a": rank[a], "rank_b": rank[b], "a": a, "b": b, "jaccard": jaccard})
+
+
+def on_pairs(function: Any, first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
+             number: int, *arguments):
+    """Task: ``function(first, second, jaccard, *arguments)`` of the verified pairs given, or
+    of stored part ``number`` (job.VerifiedPairs.map)."""
+    if stored is not None:
+        part = read_part(stored.work_at, stored.kind, number)
+        first, second, jaccard = part["first"], part["second"], part["jaccard"]
+    return function(first, second, jaccard, *arguments)

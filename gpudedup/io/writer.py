@@ -63,7 +63,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -418,6 +418,19 @@ def kept_batches(table: pa.Table, keep: np.ndarray) -> Iterator[pa.RecordBatch]:
     for start in range(0, table.num_rows, ROWS_PER_WRITE):
         piece = table.slice(start, ROWS_PER_WRITE).filter(pa.array(keep[start : start + ROWS_PER_WRITE]))
         yield from piece.to_batches()
+
+
+def write_to(target: str, write: Callable[[Path], None]) -> None:
+    """``write(path)`` into ``target`` (a path, or a URL on object storage, as storage.location_of
+    takes it): a task's file of an output on the workers (the kept rows of an input file, a
+    part of pairs/), written where the target is, or into a temporary file and uploaded once."""
+    located = location_of(target)
+    if isinstance(located, Path):
+        write(located)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpudedup-part-") as folder:
+        write(Path(folder) / located.name)
+        upload(Path(folder) / located.name, located)
 
 
 def write_parquet(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
