@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import gpudedup
@@ -591,3 +592,53 @@ def test_sigint_during_a_workers_run_gives_one_line(corpus, tmp_path):
     assert run.returncode == 130, stderr
     lines = cli_stderr_lines(stderr)
     assert lines == ["interrupted: nothing was written"], lines[:5]
+
+
+@pytest.mark.parametrize("pairs_count", [0, 60])
+def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(client, tmp_path, monkeypatch,
+                                                                               pairs_count):
+    """DaskExecutor.write_pairs (a task per place the pairs lie ranks them by their ids, Dask
+    sorts them, a task per part of the table writes it) against result.pairs_parts, the table
+    one process makes of the same pairs: the same files, byte for byte, with ids whose order
+    is not the rows' order, parts of 7 rows cut across the sorted partitions, an empty part
+    among the stored ones, and no pair at all (one empty part, as one process writes)."""
+    import pyarrow.compute as pc
+
+    from gpudedup.engine.dask import DaskExecutor
+    from gpudedup.engine.job import VerifiedPairs
+    from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
+    from gpudedup.io import layout
+    from gpudedup.io.writer import write_parquet
+    from gpudedup.result import NamedRows, pairs_parts, write_pairs_part
+
+    monkeypatch.setattr(layout, "PART_ROWS", 7)
+    rng = np.random.default_rng(9)
+    rows = np.sort(rng.choice(1000, 40, replace=False)).astype(np.int64)
+    ids = pa.array([f"doc-{value}" for value in rng.permutation(40)])
+    rank = np.empty(40, np.int64)
+    rank[pc.sort_indices(ids).to_numpy()] = np.arange(40)
+    named = NamedRows(rows, ids, rank)
+    chosen = sorted({tuple(sorted(rng.choice(rows, 2, replace=False).tolist())) for _ in range(pairs_count)})
+    first = np.array([a for a, _ in chosen], np.int64)
+    second = np.array([b for _, b in chosen], np.int64)
+    jaccard = rng.random(first.shape[0])
+    held = np.arange(first.shape[0]) % 5 == 0  # (as the identical copies are held)
+    stored = np.flatnonzero(~held)
+    bounds = [0, stored.shape[0] // 3, stored.shape[0] // 3, stored.shape[0]]  # (an empty part)
+    work = str(tmp_path / "work")
+    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        mine = stored[start:stop]
+        write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
+    executor = DaskExecutor(client)
+    pairs = VerifiedPairs(first[held], second[held], jaccard[held],
+                          PairParts(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)), executor)
+    (tmp_path / "tasks").mkdir()
+    executor.write_pairs(pairs, named, tmp_path / "tasks", write_pairs_part)
+    (tmp_path / "one").mkdir()
+    for number, table in enumerate(pairs_parts(named, first, second, jaccard)):
+        write_parquet(table, tmp_path / "one" / layout.part_name(number))
+    written = sorted(path.name for path in (tmp_path / "one").iterdir())
+    assert len(written) == max(1, -(-first.shape[0] // 7))
+    assert sorted(path.name for path in (tmp_path / "tasks").iterdir()) == written
+    for name in written:
+        assert (tmp_path / "tasks" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name

@@ -271,6 +271,9 @@ class DaskExecutor:
         from .pairparts import ranked_pairs
 
         stage = "writing the pairs"
+        if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
+            write_part([], named.ids, str(folder / part_name(0)))
+            return
         sent = scattered(self.client, [(*source, named.rows, named.rank) for source in pair_sources(pairs)])
         frames = [dask.delayed(ranked_pairs)(*a) for a in sent]
         columns = {"rank_a": "int64", "rank_b": "int64", "a": "int64", "b": "int64", "jaccard": "float64"}

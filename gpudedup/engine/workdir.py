@@ -8,8 +8,9 @@ Layout::
     WORK/shards/00000/          one finished shard: band keys, signatures, ids, ...
     WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
     WORK/stages/<name>/         one finished whole-corpus stage (copies, candidates, pairs)
+    WORK/pairs/<kind>/00000/    on a cluster, one part of a stage's pairs (engine/pairparts.py)
 
-Each folder under shards/, sets/ and stages/ is a **unit**: its files are written together,
+Each folder under shards/, sets/, stages/ and pairs/ is a **unit**: its files are written together,
 and a unit that exists is a complete one; a run killed half way leaves at most units that do
 not count, which the next run removes or writes again. The manifest ties the directory to one
 run: a resume with other inputs (a file changed in size or time) or other parameters is
