@@ -267,12 +267,13 @@ class DaskExecutor:
         import dask.dataframe as dd
 
         from ..io.layout import part_name, table_parts
+        from ..io.storage import child_name
         from .job import pair_sources
         from .pairparts import ranked_pairs
 
         stage = "writing the pairs"
         if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
-            write_part([], named.ids, str(folder / part_name(0)))
+            write_part([], named.ids, child_name(folder, part_name(0)))
             return
         sent = scattered(self.client, [(*source, named.rows, named.rank) for source in pair_sources(pairs)])
         frames = [dask.delayed(ranked_pairs)(*a) for a in sent]
@@ -294,7 +295,7 @@ class DaskExecutor:
             pieces = [(sorted_parts[index], max(start - int(offsets[index]), 0),
                        min(stop, int(offsets[index + 1])) - int(offsets[index])) for index in range(first, last)
                       if length and index < len(sorted_parts)]
-            writes.append(dask.delayed(write_part)(pieces, ids_at, str(folder / part_name(number))))
+            writes.append(dask.delayed(write_part)(pieces, ids_at, child_name(folder, part_name(number))))
         computed(writes, stage)
         forget_messages(self.client)  # (a result written after its run: the sorted pairs go when this returns)
 

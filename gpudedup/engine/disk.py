@@ -727,7 +727,7 @@ class ShardedTable:
         process. A task gets the rows of its shards not to write, not a mask over them."""
         kept = Kept.leaving_out(removed)
         tasks = [(self.reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
-                  storage.full_name(folder / name if isinstance(folder, Path) else folder.child(name)), format)
+                  storage.child_name(folder, name), format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")

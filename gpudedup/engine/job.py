@@ -260,13 +260,14 @@ class LocalExecutor:
         import pandas as pd
 
         from ..io.layout import part_name, table_parts
+        from ..io.storage import child_name
         from .pairparts import ranked_pairs
 
         frames = [ranked_pairs(*source, named.rows, named.rank) for source in pair_sources(pairs)]
         rows = pd.concat(frames, ignore_index=True)
         rows = rows.iloc[np.lexsort((rows["rank_b"].to_numpy(), rows["rank_a"].to_numpy()))]
         for number, (start, length) in enumerate(table_parts(rows.shape[0])):
-            write_part([(rows, start, start + length)], named.ids, str(folder / part_name(number)))
+            write_part([(rows, start, start + length)], named.ids, child_name(folder, part_name(number)))
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         frames = [task(*a) for a in arguments]

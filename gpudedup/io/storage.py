@@ -120,6 +120,12 @@ def full_name(location: Location) -> str:
     return location.url if isinstance(location, Remote) else str(location)
 
 
+def child_name(folder: Location, name: str) -> str:
+    """full_name of the file ``name`` in ``folder`` (a path, or a URL on object storage): what
+    a task that writes it is given."""
+    return full_name(folder.child(name) if isinstance(folder, Remote) else folder / name)
+
+
 def shown_url(url: str) -> str:
     """A URL as ids, messages and reports show it: credentials left out, those in its query
     (access_key=...) and those before its host (s3://KEY:SECRET@bucket/...)."""
