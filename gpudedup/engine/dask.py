@@ -279,8 +279,9 @@ class DaskExecutor:
         frames = [dask.delayed(ranked_pairs)(*a) for a in sent]
         columns = {"rank_a": "int64", "rank_b": "int64", "a": "int64", "b": "int64", "jaccard": "float64"}
         try:
-            ordered = dd.from_delayed(frames, meta=frame_of(columns), verify_meta=False).sort_values(
-                ["rank_a", "rank_b"]).persist()
+            # Ranked once (persisted): the sort reads its input twice, for its sample and to sort.
+            ranked = dd.from_delayed(frames, meta=frame_of(columns), verify_meta=False).persist()
+            ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()
         except Exception as error:  # noqa: BLE001 -- as in computed
             raise cluster_failure(stage, error) from None
         sorted_parts = ordered.to_delayed()
