@@ -489,11 +489,11 @@ def _shown_pair_stats(outcome, clusters, shown: list[int], asked: list[tuple[int
     (VerifiedPairs.map: on a cluster, by its tasks); a pair's cluster is its first document's
     (pairs never cross clusters)."""
     in_shown = np.isin(clusters.cluster, shown)
-    docs, which = clusters.docs[in_shown], np.searchsorted(shown, clusters.cluster[in_shown], sorter=np.argsort(shown))
-    order = np.argsort(shown)
+    order = np.argsort(shown)  # each shown cluster's place in shown, by number
+    docs, which = clusters.docs[in_shown], order[np.searchsorted(shown, clusters.cluster[in_shown], sorter=order)]
     asked_a = np.array([a for a, _ in asked], np.int64)
     asked_b = np.array([b for _, b in asked], np.int64)
-    found = outcome.pairs.map(shown_pairs_summary, docs, order[which], len(shown), asked_a, asked_b)
+    found = outcome.pairs.map(shown_pairs_summary, docs, which, len(shown), asked_a, asked_b)
     inside = np.sum([part[0] for part in found], axis=0)
     low = np.min([part[1] for part in found], axis=0)
     high = np.max([part[2] for part in found], axis=0)

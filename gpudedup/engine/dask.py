@@ -255,7 +255,7 @@ class DaskExecutor:
                                                  for number in range(likely.parts)], "exact verification")
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
         return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates, int(checked.sum()),
-                            likely.parts, int(rejected.sum()), part_sizes=checked - rejected)
+                            int(rejected.sum()), part_sizes=checked - rejected)
 
     def write_pairs(self, pairs, named, folder, write_part: Callable[..., None]) -> None:
         """job.Executor.write_pairs as tasks: a task per place the pairs lie (the copies held
@@ -269,14 +269,15 @@ class DaskExecutor:
         from ..io.layout import part_name, table_parts
         from ..io.storage import child_name
         from .job import pair_sources
-        from .pairparts import ranked_pairs
+        from .pairparts import on_pairs, ranked_pairs
 
         stage = "writing the pairs"
         if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
             write_part([], named.ids, child_name(folder, part_name(0)))
             return
-        sent = scattered(self.client, [(*source, named.rows, named.rank) for source in pair_sources(pairs)])
-        frames = [dask.delayed(ranked_pairs)(*a) for a in sent]
+        sent = scattered(self.client, [(ranked_pairs, *source, named.rows, named.rank)
+                                       for source in pair_sources(pairs)])
+        frames = [dask.delayed(on_pairs)(*a) for a in sent]
         columns = {"rank_a": "int64", "rank_b": "int64", "a": "int64", "b": "int64", "jaccard": "float64"}
         try:
             # Ranked once (persisted): the sort reads its input twice, for its sample and to sort.
@@ -589,9 +590,10 @@ def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, acti
     from .pairparts import LIKELY, write_part
 
     codes = sorted_unique(rows["code"].to_numpy(dtype=np.uint64))
-    likely = spilled_plausible(work_at, active_starts, width, *decoded_pairs(codes, span), threshold)
+    places = decoded_pairs(codes, span)
+    likely = spilled_plausible(work_at, active_starts, width, *places, threshold)
     # Codes ascend, and rows ascend with places: the part is ascending by (first, second).
     shards = Shards.at(work_at, active_starts, shard_rows)
-    first, second = (rows_at_places(shards, documents, side) for side in decoded_pairs(codes[likely], span))
+    first, second = (rows_at_places(shards, documents, side[likely]) for side in places)
     write_part(work_at, LIKELY, number, {"first": first, "second": second})
     return int(codes.shape[0])

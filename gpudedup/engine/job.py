@@ -36,6 +36,7 @@ from ..verify import BELOW_THRESHOLD, plausible
 from ..version import __version__
 from ..threads import map_parallel
 from .kept import Kept
+from .pairparts import LIKELY, VERIFIED
 from .signatures import batch_bytes
 
 if TYPE_CHECKING:
@@ -257,14 +258,11 @@ class LocalExecutor:
         return checked_in_memory(store, likely, copies, exact)
 
     def write_pairs(self, pairs: "VerifiedPairs", named: Any, folder: Any, write_part: Callable[..., None]) -> None:
-        import pandas as pd
-
         from ..io.layout import part_name, table_parts
         from ..io.storage import child_name
         from .pairparts import ranked_pairs
 
-        frames = [ranked_pairs(*source, named.rows, named.rank) for source in pair_sources(pairs)]
-        rows = pd.concat(frames, ignore_index=True)
+        rows = ranked_pairs(*pairs.arrays, named.rows, named.rank)  # (this process holds them all)
         rows = rows.iloc[np.lexsort((rows["rank_b"].to_numpy(), rows["rank_a"].to_numpy()))]
         for number, (start, length) in enumerate(table_parts(rows.shape[0])):
             write_part([(rows, start, start + length)], named.ids, child_name(folder, part_name(number)))
@@ -318,7 +316,7 @@ class LikelyPairs:
         """These pairs with first and second here (read from their parts, if they are in any)."""
         if not self.parts:
             return self
-        pairs = store.pair_parts("likely", self.parts).read()
+        pairs = store.pair_parts(LIKELY, self.parts).read()
         return LikelyPairs(pairs["first"], pairs["second"], self.candidates, self.every_first, self.every_second)
 
 
@@ -334,7 +332,7 @@ class CheckedPairs:
         and ``rejected`` counts those that did not.
     candidates: how many distinct candidate pairs LSH found; checked: how many of them were
         checked exactly (those the signature filter passed).
-    part_sizes: int64 (parts,), the pairs in each part.
+    part_sizes: int64 (parts,), the verified pairs in each part (none: not in parts).
     """
 
     first: np.ndarray
@@ -342,18 +340,21 @@ class CheckedPairs:
     jaccard: np.ndarray
     candidates: int
     checked: int
-    parts: int = 0
     rejected: int = 0
     part_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
+    @property
+    def parts(self) -> int:
+        return int(self.part_sizes.shape[0])
+
     def as_arrays(self) -> dict[str, np.ndarray]:
         return {"first": self.first, "second": self.second, "jaccard": self.jaccard, "part_sizes": self.part_sizes,
-                "counts": np.array([self.candidates, self.checked, self.parts, self.rejected], np.int64)}
+                "counts": np.array([self.candidates, self.checked, self.rejected], np.int64)}
 
     @classmethod
     def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "CheckedPairs":
-        candidates, checked, parts, rejected = (int(count) for count in arrays["counts"])
-        return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, parts, rejected,
+        candidates, checked, rejected = (int(count) for count in arrays["counts"])
+        return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, rejected,
                    arrays["part_sizes"])
 
     def verified(self, store: Store, threshold: float, executor: "Executor") -> "VerifiedPairs":
@@ -363,7 +364,7 @@ class CheckedPairs:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
         return VerifiedPairs(self.first, self.second, self.jaccard,
-                             store.pair_parts("verified", self.parts, self.part_sizes), executor)
+                             store.pair_parts(VERIFIED, self.parts, self.part_sizes), executor)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -494,8 +495,8 @@ class VerifiedPairs:
 
 
 def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional["PairParts"], int]]:
-    """The arguments of pairparts.ranked_pairs for each place the pairs lie: those held, and
-    each stored part that holds any."""
+    """The arguments of pairparts.on_pairs (after its function) for each place the pairs lie:
+    those held, and each stored part that holds any."""
     empty, stored = np.zeros(0, np.int64), pairs.parts
     sizes = stored.sizes if stored is not None and stored.sizes is not None else np.zeros(0, np.int64)
     return [(pairs.first, pairs.second, pairs.jaccard, None, -1)] + [

@@ -150,18 +150,15 @@ def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept,
     return int(first.shape[0]), int((~verified).sum())
 
 
-def ranked_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
-                 number: int, named_rows: np.ndarray, rank: np.ndarray):
-    """Task: verified pairs, those given (first, second: int64 rows; jaccard float64) or
-    stored part ``number``, as the pairs table orders them (result.pairs_parts): a pandas
-    DataFrame of a, b, int64 positions into named_rows (NamedRows.rows: int64 ascending, every
-    document of a pair), a the one whose id comes first (rank: NamedRows.rank, each one's place
-    in the ids' order), rank_a, rank_b their ranks, and jaccard."""
+def ranked_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, named_rows: np.ndarray,
+                 rank: np.ndarray):
+    """Verified pairs (first, second: int64 rows; jaccard float64) as the pairs table orders
+    them (result.pairs_parts): a pandas DataFrame of a, b, int64 positions into named_rows
+    (NamedRows.rows: int64 ascending, every document of a pair), a the one whose id comes first
+    (rank: NamedRows.rank, each one's place in the ids' order), rank_a, rank_b their ranks, and
+    jaccard. A task over a part through on_pairs."""
     import pandas as pd
 
-    if stored is not None:
-        part = read_part(stored.work_at, stored.kind, number)
-        first, second, jaccard = part["first"], part["second"], part["jaccard"]
     a, b = np.searchsorted(named_rows, first), np.searchsorted(named_rows, second)
     swap = rank[a] > rank[b]
     a, b = np.where(swap, b, a), np.where(swap, a, b)
