@@ -193,12 +193,13 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                                       on_error, progress, executor, against)
             else:
                 # The result reads the input files again when it writes; of the spills it needs
-                # only the ids and the verified pairs, read into memory before the temporary folder goes.
+                # only the ids, the verified pairs and the clusters, read into memory before the
+                # temporary folder goes.
                 with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                     result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
                                           id_field, on_error, progress, executor, against)
                     result.id_source = id_source(result.ids)
-                    result.outcome.pairs.read_now()
+                    result.outcome.read_now()
             result.report = result.report.with_dask(connected.scheduler.address,
                                                     len(connected.scheduler_info()["workers"]), work_dir is not None)
             return finish(result)

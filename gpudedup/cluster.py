@@ -32,6 +32,16 @@ class Clusters(NamedTuple):
     def count(self) -> int:  # type: ignore[override]  # the number of clusters, not tuple.count
         return int(self.cluster.max()) + 1 if self.cluster.size else 0
 
+    @property
+    def in_clusters(self) -> int:
+        """The documents in clusters."""
+        return int(self.docs.shape[0])
+
+    @property
+    def removed_count(self) -> int:
+        """The documents removed (in a cluster, not kept)."""
+        return int((~self.keep).sum())
+
 
 def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "first", pinned: int = 0) -> Clusters:
     """Connected components of the graph whose edges are the verified pairs.
@@ -118,3 +128,13 @@ def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepP
     if pinned:
         chosen = np.where(root < pinned, docs < pinned, chosen)
     return Clusters(docs, cluster, chosen)
+
+
+def kept_documents(clusters: Clusters) -> np.ndarray:
+    """int64 (m,): for each document of ``clusters`` (numbered 0 .. count-1), the document its
+    cluster keeps (itself where it is kept; where a cluster keeps several, indexed documents
+    in a run against an index, the first of them)."""
+    kept_doc = np.zeros(clusters.count, dtype=np.int64)
+    # Reversed, so that the first kept document of a cluster is the one written last.
+    kept_doc[clusters.cluster[clusters.keep][::-1]] = clusters.docs[clusters.keep][::-1]
+    return np.where(clusters.keep, clusters.docs, kept_doc[clusters.cluster])

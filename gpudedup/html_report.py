@@ -438,37 +438,35 @@ def _footer(report: dict, figures: Mapping[str, bytes]) -> str:
 
 
 def _clusters(result) -> str:
-    # From the run's rows and the ids of its clustered documents (result.named), not from
-    # result.clusters and result.pairs: a run that writes its results never builds those.
-    clusters = result.outcome.clusters
+    # From the run's rows (the shown clusters' alone: Outcome.largest_clusters, by a cluster's
+    # tasks where it left them in parts), not from result.clusters and result.pairs: a run that
+    # writes its results never builds those.
+    outcome = result.outcome
     out = ['<section id="clusters">\n<h2>Largest clusters</h2>\n']
-    if clusters.docs.shape[0] == 0:
+    if outcome.clustered.in_clusters == 0:
         out.append("<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
         return "".join(out)
-    ids = result.named.ids  # (the clustered documents' ids, in the order of their rows)
-    number, kept = clusters.cluster, clusters.keep
-    sizes = np.bincount(number)
-    order = np.lexsort((np.arange(sizes.shape[0]), -sizes))[:LARGEST_CLUSTERS]
-    rows = cluster_rows(result)
+    order, clusters = outcome.largest_clusters(LARGEST_CLUSTERS)
+    number, kept, rows = clusters.cluster, clusters.keep, clusters.docs
     p = result.report["parameters"]
     shown = len(order)
-    out.append(f"<p>The {shown:,} largest of {sizes.shape[0]:,} clusters, by size. Each shows its kept "
+    out.append(f"<p>The {shown:,} largest of {outcome.clustered.count:,} clusters, by size. Each shows its kept "
                f"document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
                f"{EXCERPT_CHARS:,} characters; words that differ from the kept document are "
                "<mark>highlighted</mark>), with their exact Jaccard similarity to the kept one.</p>\n")
     blocks = [(int(c), np.flatnonzero(number == c)) for c in order]
     # The pairs each block names: its kept document with each example shown (_examples_of).
     asked = [pair for _, members in blocks for pair in _example_pairs(members, kept, rows)]
-    stats = _shown_pair_stats(result.outcome, clusters, [c for c, _ in blocks], asked)
+    stats = _shown_pair_stats(outcome, clusters, [c for c, _ in blocks], asked)
     for c, members in blocks:
-        out.append(_cluster_block(result, c, members, ids, kept, rows, stats, p))
+        out.append(_cluster_block(result, c, members, kept, rows, stats, p))
     out.append("</section>\n")
     return "".join(out)
 
 
 def _examples_of(members, kept) -> tuple[int, list[int]]:
     """A shown cluster's kept document and its examples: places in ``members`` (its documents'
-    places among the clustered ones), the kept one first."""
+    places among the shown clusters' documents), the kept one first."""
     keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
     others = [n for n in range(len(members)) if n != keep_position]
     return keep_position, others[: EXAMPLES_PER_CLUSTER - 1]
@@ -532,11 +530,11 @@ def shown_pairs_summary(first: np.ndarray, second: np.ndarray, jaccard: np.ndarr
 INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its text)"
 
 
-def _cluster_block(result, cluster: int, members, ids, kept, rows, stats, p: dict) -> str:
+def _cluster_block(result, cluster: int, members, kept, rows, stats, p: dict) -> str:
     keep_position, examples = _examples_of(members, kept)
     others = [n for n in range(len(members)) if n != keep_position]
-    kept_id = ids[int(members[keep_position])].as_py()
-    listed_ids = [ids[int(members[n])].as_py() for n in others[: IDS_LISTED - 1]]
+    # The ids listed alone are read (a staged run's from its shards).
+    kept_id, *listed_ids = result.id_source.take(rows[members[[keep_position] + others[: IDS_LISTED - 1]]]).to_pylist()
     (inside, low, high), verified_pairs = stats[0][cluster], stats[1]
     out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {len(members):,} documents</h3>\n']
     if inside:

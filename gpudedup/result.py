@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .copies import implied_pairs
-from .cluster import Clusters
+from .cluster import Clusters, kept_documents
+from .engine.clusterparts import ClusterParts
 from .engine.job import Outcome
 from .engine.kept import Kept
 from .errors import OutputError, ParameterError
@@ -36,7 +37,9 @@ class DedupResult:
     clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
         more, with the id of its cluster's kept document; made when first asked for.
     keep: numpy bool (n,), aligned with the input: False for the removed duplicates; made
-        when first asked for from ``removed`` (int64 ascending: the input rows removed).
+        when first asked for from ``removed`` (int64 ascending: the input rows removed, made
+        when first asked for: a cluster's run that writes its kept rows on its workers never
+        holds them).
     deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
         cuDF, Hugging Face Dataset; a pyarrow Table for paths).
     report: counts, parameters used, time and memory per stage (report.Report; report.json).
@@ -50,16 +53,14 @@ class DedupResult:
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
         staged run's stay in its shards until then: ids.IdSource).
     named: the ids of the documents in clusters, the only ones pairs and clusters name, read
-        once when the result is made (NamedRows).
+        once when first asked for (NamedRows).
     """
 
-    removed: np.ndarray
     documents: int  # the input's rows (n)
     report: Report
     table: pa.Table = field(repr=False)
     outcome: Outcome = field(repr=False)
     id_source: IdSource = field(repr=False)  # the id of every row (ids.py)
-    named: "NamedRows" = field(repr=False)  # the ids of the documents in clusters
     inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
     skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
@@ -86,14 +87,22 @@ class DedupResult:
         (``keep`` is the input's rows only); sources: the files of an in-memory run over files
         (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
-        source = id_source(ids)
-        removed = outcome.removed  # (an indexed document is never removed)
-        return cls(removed=removed[removed >= indexed_rows] - indexed_rows, documents=outcome.documents - indexed_rows,
-                   named=NamedRows.of(source, outcome.clusters.docs), report=report, table=table, inputs=inputs,
-                   text_field=text_field, id_source=source, skipped_records=skipped_records, on_error=on_error,
+        return cls(documents=outcome.documents - indexed_rows, report=report, table=table, inputs=inputs,
+                   text_field=text_field, id_source=id_source(ids), skipped_records=skipped_records, on_error=on_error,
                    restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
                    output_bases=output_bases or {})
+
+    @cached_property
+    def removed(self) -> np.ndarray:
+        """int64 ascending: the input rows removed as duplicates (made when first asked for)."""
+        removed = self.outcome.removed  # (an indexed document is never removed)
+        return removed[removed >= self.indexed_rows] - self.indexed_rows
+
+    @cached_property
+    def named(self) -> "NamedRows":
+        """The ids of the documents in clusters (made when first asked for)."""
+        return NamedRows.of(self.id_source, self.outcome.clusters.docs)
 
     @cached_property
     def pairs(self) -> pa.Table:
@@ -166,6 +175,16 @@ class DedupResult:
         deduplicated.{parquet,jsonl}, clusters.parquet and pairs.parquet (io/layout.py,
         docs/output-formats.md)."""
         return write_outputs(output_dir, self, format, overwrite, single_file)
+
+    def removal(self) -> Union[np.ndarray, ClusterParts]:
+        """What tells the writers of the kept rows which rows to leave out: ``removed``, or the
+        parts of a cluster's run (clusterparts.ClusterParts), which its tasks read a shard's
+        rows of (the client need not hold the removed rows)."""
+        clustered = self.outcome.clustered
+        if isinstance(clustered, ClusterParts):
+            assert self.indexed_rows == 0, "a run against an index clusters in one process"
+            return clustered
+        return self.removed
 
     @property
     def input_files(self) -> list[Location]:
@@ -247,11 +266,7 @@ def clusters_parts(named: NamedRows, clusters: Clusters) -> Iterator[pa.Table]:
     cluster kept (itself for a kept one; where a cluster keeps several, indexed documents in a
     run against an index, the first of them)."""
     c = clusters
-    kept_doc = np.zeros(c.count, dtype=np.int64)
-    # Reversed, so that the first kept document of a cluster is the one written last.
-    kept_doc[c.cluster[c.keep][::-1]] = c.docs[c.keep][::-1]
-    kept_at = named.positions(np.where(c.keep, c.docs, kept_doc[c.cluster]))
-    del kept_doc
+    kept_at = named.positions(kept_documents(c))
     for start, length in table_parts(c.docs.shape[0]):
         stop = start + length
         yield pa.table({"id": named.ids.slice(start, length), "cluster": pa.array(c.cluster[start:stop], pa.int64()),
@@ -297,7 +312,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 # is this machine's own), and the commit moves them into place.
                 kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
                     remote_staging(out, staging).child(KEPT_DIR)
-                result.table.write_files(kept, names, format, result.removed)
+                result.table.write_files(kept, names, format, result.removal())
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result.sources, result.keep),
                                  format)

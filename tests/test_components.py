@@ -9,11 +9,24 @@ import numpy as np
 import pytest
 
 from gpudedup.cluster import clusters_of_roots, component_roots
-from gpudedup.engine.components import dask_component_roots
+from gpudedup.engine.components import dask_component_labels
 from oracles import oracle_clusters
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
+
+
+def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int,
+                         n_docs=None, stored=None) -> tuple[np.ndarray, np.ndarray]:
+    """dask_component_labels' (document, root) brought here as component_roots gives them:
+    (docs, root) int64, docs ascending."""
+    labels = dask_component_labels(client, first, second, pairs_per_part, n_docs, stored)
+    if labels is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    computed = labels.compute()
+    docs, root = computed["a"].to_numpy(np.int64), computed["b"].to_numpy(np.int64)
+    order = np.argsort(docs, kind="stable")
+    return docs[order], root[order]
 
 
 def oracle_roots(first: np.ndarray, second: np.ndarray) -> tuple[list[int], list[int]]:

@@ -370,6 +370,78 @@ def test_the_client_holds_nothing_per_document_between_stages(client, tmp_path, 
         assert large[stage] - small[stage] < 6000, (stage, small[stage], large[stage])
 
 
+def clustered_corpus(root: Path, documents: int, files: int = 8) -> Path:
+    """``documents`` random texts of 40 words in ``files`` JSONL files (ids "doc-N"), in
+    near-duplicate pairs (a text, then it with a word added): every document in a cluster of
+    two, half of them removed."""
+    rng = np.random.default_rng(documents)
+    texts = []
+    for _ in range(documents // 2):
+        text = " ".join(f"w{word}" for word in rng.integers(0, 5000, 40))
+        texts += [text, text + " extra"]
+    root.mkdir(parents=True)
+    for file in range(files):
+        write_jsonl(root / f"part{file}.jsonl", [{"id": f"doc-{i}", "text": texts[i]}
+                                                   for i in range(file, documents, files)])
+    return root
+
+
+@pytest.mark.timeout(180)  # three runs, two under tracemalloc
+def test_the_client_holds_nothing_per_clustered_document_before_writing(client, tmp_path, monkeypatch):
+    """The clusters of a Dask run are decided and kept by its tasks (engine/clusterparts.py):
+    the client holds counts per part, not the documents in clusters, their numbers or which
+    are kept, and the tasks that write the kept rows read which rows are removed from the parts
+    (disk.DroppedRows). Counted with tracemalloc as each stage starts, up to the start of the
+    write, in runs of 2,000 and 6,000 documents that are all in clusters (after a first run,
+    unmeasured): less than a byte more per clustered document added (the clusters alone were
+    17 bytes per clustered document, and the removed rows 8 per removed one). The outputs are
+    the single process's."""
+    import tracemalloc
+
+    from gpudedup import stages
+    from gpudedup.engine import disk
+
+    def held() -> int:
+        counts = []  # (the least of three: see test_the_client_holds_nothing_per_document_between_stages)
+        for attempt in range(3):
+            gc.collect()
+            snapshot = tracemalloc.take_snapshot()
+            counts.append(sum(trace.size for trace in snapshot.filter_traces(
+                [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]).traces))
+            time.sleep(0.05 if attempt < 2 else 0)
+        return min(counts)
+
+    found_by_tasks: list[int] = []
+    read = disk.DroppedRows.read
+    monkeypatch.setattr(disk.DroppedRows, "read", lambda self: found_by_tasks.append(1) or read(self))
+    gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200), id_field="id", backend="cpu", client=client,
+                   work_dir=tmp_path / "first", output=tmp_path / "first_out")
+    runs = {}
+    for documents in (2000, 6000):
+        corpus = clustered_corpus(tmp_path / f"in{documents}", documents)
+        seen: list[tuple[str, int]] = []
+        monkeypatch.setattr(stages, "announce_stage", lambda name, seen=seen: seen.append((name, held())))
+        tracemalloc.start(1)
+        try:
+            result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client,
+                                    work_dir=tmp_path / f"work{documents}", output=tmp_path / f"out{documents}")
+        finally:
+            tracemalloc.stop()
+        results = result.report["results"]
+        assert (results["clusters"], results["documents_in_clusters"], results["removed_documents"]) == \
+            (documents // 2, documents, documents // 2)
+        runs[documents] = dict(seen)
+    small, large = runs[2000], runs[6000]
+    assert list(small) == list(large) and {"cluster", "write"} <= set(small)
+    for stage in small:
+        assert large[stage] - small[stage] < 4000, (stage, small[stage], large[stage])
+    assert found_by_tasks == []  # (patched in this process: the tasks ran on the workers)
+    monkeypatch.setattr(stages, "announce_stage", lambda name: None)
+    single = gpudedup.dedup(tmp_path / "in6000", id_field="id", backend="cpu", output=tmp_path / "single")
+    assert_same_files(tmp_path / "single", tmp_path / "out6000", "parquet")
+    assert_same_results(single, result)
+
+
 @pytest.mark.timeout(60)  # 129 small shards on 2 workers: about 18 s alone, more beside other work
 def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output(client, tmp_path):
     """One JSONL and one Parquet file, each cut into many shards (io/pieces.py): the pieces are

@@ -20,7 +20,8 @@ Neither step changes the components; together they reach, in O(log^2 n) rounds, 
 stars each centred on its component's smallest node. That state is recognised locally, in the
 shuffle the next large star makes anyway: every node either has only larger neighbours (a
 centre) or exactly one neighbour, a smaller one (a leaf). The client holds a count per round
-and, at the end, the (document, root) of the documents in components.
+and, at the end, a Dask DataFrame of the (document, root) of the documents in components, left
+on the workers for the keep decision (engine/clusterparts.py).
 """
 
 from __future__ import annotations
@@ -44,14 +45,15 @@ NODE_COLUMNS = {"u": "int64", "v": "int64"}  # a neighbour v of node u
 MOST_ROUNDS = 200
 
 
-def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int = PAIRS_PER_PART,
-                         n_docs: Optional[int] = None,
-                         stored: Optional[PairParts] = None) -> tuple[np.ndarray, np.ndarray]:
-    """cluster.component_roots of the pairs (first[i], second[i]) (int64 (p,), host) and those
-    ``stored`` in a work directory's parts (their sizes known; read by the tasks), computed by
+def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int = PAIRS_PER_PART,
+                          n_docs: Optional[int] = None, stored: Optional[PairParts] = None):
+    """The connected components of the pairs (first[i], second[i]) (int64 (p,), host) and those
+    ``stored`` in a work directory's parts (their sizes known; read by the tasks), found by
     tasks on the workers of ``client`` (a distributed.Client, the default client of the
-    collections computed here); n_docs, the documents' count where known. Returns (docs,
-    root), int64, host, docs ascending."""
+    collections computed here): a Dask DataFrame of edge_frame rows (a: document, b: its
+    root), one for every document of a pair, left on the workers (its rounds computed, the
+    labels themselves not); None when there is no pair. n_docs: the documents' count, where
+    known."""
     import dask
     import dask.dataframe as dd
 
@@ -59,21 +61,18 @@ def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_pe
 
     sources = edge_sources(first, second, pairs_per_part, stored)
     if not sources:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
+        return None
     try:
         sent = scattered(client, sources)
         if len(sent) == 1:  # one part: one task does what the client would
-            return client.submit(source_roots, *sent[0], n_docs).result()
+            return dd.from_delayed([dask.delayed(source_labels)(*sent[0], n_docs)], meta=edge_frame(),
+                                   verify_meta=False)
         parts = [dask.delayed(part_stars)(*source) for source in sent]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
         for _ in range(MOST_ROUNDS):
             grouped = by_node(edges, len(parts)).persist()
             if int(grouped.map_partitions(star_violations, meta=("bad", "int64")).sum().compute()) == 0:
-                labels = grouped.map_partitions(star_labels, meta=edge_frame()).compute()
-                docs, root = labels["a"].to_numpy(np.int64), labels["b"].to_numpy(np.int64)
-                order = np.argsort(docs, kind="stable")
-                return docs[order], root[order]
+                return grouped.map_partitions(star_labels, meta=edge_frame())
             edges = grouped.map_partitions(large_star, meta=edge_frame())
             edges = by_node(edges, len(parts)).map_partitions(small_star, meta=edge_frame())
     except Exception as error:  # noqa: BLE001 -- as in dask.computed
@@ -141,12 +140,13 @@ def source_edges(first: np.ndarray, second: np.ndarray, stored: Optional[PairPar
             np.concatenate([second] + [part["second"] for part in read]))
 
 
-def source_roots(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int],
-                 n_docs: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
-    """cluster.component_roots of one part's pairs (source_edges): when there is one part."""
+def source_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int],
+                  n_docs: Optional[int]):
+    """cluster.component_roots of one part's pairs (source_edges), as an edge_frame (a:
+    document, b: its root): when there is one part."""
     from ..cluster import component_roots
 
-    return component_roots(*source_edges(first, second, stored, numbers), n_docs)
+    return edge_frame(*component_roots(*source_edges(first, second, stored, numbers), n_docs))
 
 
 def part_stars(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int]):

@@ -173,14 +173,18 @@ class DaskExecutor:
     def connected(self) -> bool:
         return getattr(self.client, "status", None) == "running"
 
-    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int,
-                   parts=None) -> tuple[np.ndarray, np.ndarray]:
-        """The connected components as tasks (engine/components.py): a task per part of the
-        pairs (those of ``parts`` read by the tasks), then shuffles of their edges until they
-        are stars."""
-        from . import components
+    def clusters(self, store, verified, policy):
+        """job.Executor.clusters as tasks: the connected components as rounds of shuffles
+        (engine/components.py), then the keep decision and the parts by two more
+        (engine/clusterparts.py); the client gets counts. store: a disk.WorkDirStore (pinned
+        0: a run against an index clusters in its own process, IndexStore.array_executor)."""
+        from . import clusterparts, components
 
-        return components.dask_component_roots(self.client, first, second, components.PAIRS_PER_PART, n_docs, parts)
+        labels = components.dask_component_labels(self.client, verified.first, verified.second,
+                                                  components.PAIRS_PER_PART, store.documents, verified.parts)
+        ranges = self.code_partitions(store.shards.count)
+        return clusterparts.dask_clusters(self.client, labels, store.documents, ranges, store.work.location,
+                                          store.lengths_at(), policy, store.pinned)
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         """job.Executor.colliding_rows as a shuffle: the tasks' (hash, row) frames shuffled on

@@ -67,6 +67,7 @@ from ..version import __version__
 from .job import Executor, LocalExecutor
 from .kept import Kept
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
+from .clusterparts import ClusterParts
 from .workdir import WorkAt, WorkDir
 
 if TYPE_CHECKING:
@@ -407,6 +408,22 @@ class SpilledLengths(SpilledColumn):
                                   lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
 
 
+@dataclass
+class LengthsAt:
+    """What gives a task the documents' lengths (SpilledLengths) of the work directory at
+    ``work_at``: its shards' Shards.rows and active_starts, the run's documents among the
+    spilled rows (ShardDocuments.rows) and their count."""
+
+    work_at: WorkAt
+    shard_rows: np.ndarray
+    active_starts: np.ndarray
+    rows: Kept
+    documents: int
+
+    def open(self) -> SpilledLengths:
+        return SpilledLengths(Shards.at(self.work_at, self.active_starts, self.shard_rows), self.rows, self.documents)
+
+
 class SpilledKeys:
     """Band keys of the active documents for lsh.candidate_pairs, one band at a time from the
     shards' band-major keys.npy; ``keep``: bool (m,) the active documents that take part."""
@@ -696,11 +713,7 @@ class ShardedTable:
     def _shard_keep(self, index: int, kept: Kept) -> np.ndarray:
         """bool over shard ``index``'s rows as read: the rows that are documents ``kept`` keeps
         (kept: a Kept over the documents), made for this shard alone."""
-        start, stop = int(self.shards.rows[index]), int(self.shards.rows[index + 1])
-        keep = self.rows.mask(start, stop)
-        first = self.rows.count(0, start)  # the shard's first document
-        keep[keep] = kept.mask(first, first + int(keep.sum()))
-        return keep
+        return shard_keep(self.shards.rows, self.rows, index, kept.mask)
 
     def _shards_read(self) -> list[int]:
         """The shards whose rows the run read as input (all but those left out whole: their
@@ -719,15 +732,24 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Location, names: list[str], format: str, removed: np.ndarray) -> None:
+    def write_files(self, folder: Location, names: list[str], format: str,
+                    removed: Union[np.ndarray, ClusterParts]) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
-        int64 ascending, the documents removed): one task per file, on the run's Dask workers
-        while its client is still connected (each worker reads the file's shards and writes its
-        file; folder must be on a file system they share, or on object storage), else in this
-        process. A task gets the rows of its shards not to write, not a mask over them."""
-        kept = Kept.leaving_out(removed)
-        tasks = [(self.reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
-                  storage.child_name(folder, name), format)
+        int64 ascending, the documents removed, or the parts of a cluster's run that hold
+        them): one task per file, on the run's Dask workers while its client is still
+        connected (each worker reads the file's shards and writes its file; folder must be on a
+        file system they share, or on object storage), else in this process. A task gets the
+        rows of its shards not to write, not a mask over them, or (parts) reads them from the
+        parts of its shards' documents."""
+        kept = None if isinstance(removed, ClusterParts) else Kept.leaving_out(removed)
+
+        def dropped(index: int) -> Union[np.ndarray, DroppedRows]:
+            if kept is None:
+                assert isinstance(removed, ClusterParts)
+                return DroppedRows(self.shards.rows, self.rows, removed, index)
+            return np.flatnonzero(~self._shard_keep(index, kept))
+        tasks = [(self.reader, indices, [dropped(index) for index in indices], storage.child_name(folder, name),
+                  format)
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
@@ -745,15 +767,47 @@ class ShardedTable:
             write_jsonl_batches(self._kept_batches(kept, schema), path)
 
 
-def write_file_rows(reader: ShardReader, indices: list[int], dropped: list[np.ndarray], path: str,
-                    format: str) -> None:
+def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
+               kept_mask: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """bool over shard ``index``'s rows as read (shard_rows: Shards.rows): the rows that are
+    documents (rows: ShardDocuments.rows) kept, where kept_mask(start, stop) gives which of
+    the documents start .. stop-1 are kept (bool (stop - start,))."""
+    start, stop = int(shard_rows[index]), int(shard_rows[index + 1])
+    keep = rows.mask(start, stop)
+    first = rows.count(0, start)  # the shard's first document
+    keep[keep] = kept_mask(first, first + int(keep.sum()))
+    return keep
+
+
+@dataclass
+class DroppedRows:
+    """The rows as read of shard ``index`` that write_file_rows does not write, found by its
+    task: those that are not documents, and the documents that the parts of a cluster's run
+    (ClusterParts) remove."""
+
+    shard_rows: np.ndarray
+    rows: Kept
+    removed: ClusterParts
+    index: int
+
+    def read(self) -> np.ndarray:
+        def kept_mask(start: int, stop: int) -> np.ndarray:
+            return Kept.leaving_out(self.removed.removed_rows(start, stop)).mask(start, stop)
+
+        return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, self.index, kept_mask))
+
+
+def write_file_rows(reader: ShardReader, indices: list[int], dropped: list, path: str, format: str) -> None:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
     whole, or its pieces with records, in order; dropped: int64, each one's rows as read that
-    are not written), as layout.write_kept_file and write_kept_pieces write them."""
+    are not written, or a DroppedRows that finds them), as layout.write_kept_file and
+    write_kept_pieces write them."""
 
-    def rows(index: int, drop: np.ndarray) -> FileRows:
+    def rows(index: int, drop: Union[np.ndarray, DroppedRows]) -> FileRows:
         corpus = reader.corpus(index)
         assert corpus.files, "a file that could not be read is left out"
+        if isinstance(drop, DroppedRows):
+            drop = drop.read()
         return FileRows(corpus.files[0], corpus.table, Kept.leaving_out(drop).mask(0, corpus.table.num_rows))
 
     def write(local: Path) -> None:
@@ -1034,6 +1088,10 @@ class WorkDirStore:
 
     def array_executor(self, executor: Executor) -> Executor:
         return executor  # (its tasks read the shards)
+
+    def lengths_at(self) -> LengthsAt:
+        """``lengths`` as a task opens it (LengthsAt)."""
+        return LengthsAt(self.work.location, self.shards.rows, self.shards.active_starts, self.rows, self.documents)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards = self.shards

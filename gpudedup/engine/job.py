@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..cluster import Clusters, clusters_of_roots, component_roots
+from ..cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots
 from ..copies import Copies, identical_copies, same_signature_rows
 from ..hashing import Permutations, draw_permutations
 from ..lsh import Banding, candidate_pairs
@@ -40,6 +40,7 @@ from .pairparts import LIKELY, VERIFIED
 from .signatures import batch_bytes
 
 if TYPE_CHECKING:
+    from .clusterparts import ClusterParts
     from .pairparts import PairParts
 
 
@@ -50,7 +51,10 @@ class Outcome:
     pairs: the verified pairs (VerifiedPairs), whose arrays ``pair_a``, ``pair_b`` (int64
         (p,), a < b) and ``jaccard`` (float64 (p,), >= threshold) are read when first asked for
         where a cluster's run left them in its work directory.
-    clusters: documents in clusters of two or more (cluster.Clusters).
+    clustered: the clusters (documents in clusters of two or more): held as cluster.Clusters,
+        or (a cluster's run) in parts of its work directory (engine/clusterparts.ClusterParts);
+        either gives the counts (``count``, ``in_clusters``, ``removed_count``), and
+        ``clusters`` is them held (read from the parts when first asked for).
     documents: n, the documents' count (``keep`` is made of it and the clusters when asked for).
     report: the run's report (report.Report; docs/output-formats.md).
     checked: the verification stage's result (CheckedPairs), whose ``checked_jaccard`` is
@@ -62,16 +66,19 @@ class Outcome:
         keep them (they can be many, and most runs do not need them).
     copies: the documents taken out of LSH as identical copies (copies.py); each is also the
         pair (first, member) of pair_a, pair_b with Jaccard 1.0.
+    executor: the run's, whose tasks read what a cluster's run left in parts (while it is
+        connected).
     """
 
     pairs: "VerifiedPairs"
-    clusters: Clusters
+    clustered: Union[Clusters, "ClusterParts"]
     documents: int
     report: Report
     checked: "CheckedPairs"
     candidate_a: np.ndarray
     candidate_b: np.ndarray
     copies: Copies
+    executor: Optional["Executor"] = None
 
     @property
     def pair_a(self) -> np.ndarray:
@@ -90,10 +97,37 @@ class Outcome:
         """float64 (c,): CheckedPairs.every_jaccard (made when first asked for)."""
         return self.checked.every_jaccard(self.jaccard)
 
+    @cached_property
+    def clusters(self) -> Clusters:
+        """The clusters, held (read from the work directory's parts when first asked for)."""
+        return self.clustered if isinstance(self.clustered, Clusters) else self.clustered.read()
+
+    def read_now(self) -> None:
+        """Hold the pairs and the clusters here from now on (a cluster's run: its work
+        directory is about to go)."""
+        self.pairs.read_now()
+        self.clustered = self.clusters
+
+    def largest_clusters(self, count: int) -> tuple[np.ndarray, Clusters]:
+        """int64 (k,): the numbers of the ``count`` largest clusters (at most
+        clusterparts.LARGEST_KNOWN), largest first (the smaller number first among equals);
+        and their documents (Clusters, ascending), read from the parts where they lie."""
+        from .clusterparts import LARGEST_KNOWN, ClusterParts
+
+        assert count <= LARGEST_KNOWN, "a cluster's run learns of LARGEST_KNOWN clusters"
+        if isinstance(self.clustered, ClusterParts):
+            numbers = self.clustered.largest[:count]
+            return numbers, self.clustered.members(numbers, self.executor)
+        c = self.clusters
+        sizes = np.bincount(c.cluster)
+        numbers = np.lexsort((np.arange(sizes.shape[0]), -sizes))[:count]
+        shown = np.isin(c.cluster, numbers)
+        return numbers, Clusters(c.docs[shown], c.cluster[shown], c.keep[shown])
+
     @property
     def removed(self) -> np.ndarray:
         """int64 ascending, host: the rows removed as duplicates (the clusters' documents not
-        kept): what a staged run writes its kept rows from, holding nothing per document."""
+        kept)."""
         return self.clusters.docs[~self.clusters.keep]
 
     @cached_property
@@ -214,12 +248,11 @@ class Executor(Protocol):
         all of them in this process; on a cluster, a shuffle on the hash, so that no process
         holds a hash per row."""
 
-    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int,
-                   parts: Optional["PairParts"] = None) -> tuple[np.ndarray, np.ndarray]:
-        """The connected components of the verified pairs (first[i], second[i]) (int64 (p,)
-        rows below n_docs, host) and those in ``parts`` (where given: a cluster's verified
-        parts, engine/pairparts.py) as cluster.component_roots gives them: (docs, root) int64,
-        host, docs ascending, root the smallest document of each one's component."""
+    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
+        """The clusters of the ``verified`` pairs (where they lie: held, or a cluster's parts)
+        and the documents each keeps by ``policy`` (cluster.clusters_of_roots, with
+        store.lengths and store.pinned): held, or (a cluster's) kept in parts of the store's
+        work directory (engine/clusterparts.py), of which the client holds counts."""
 
 
 class LocalExecutor:
@@ -274,12 +307,10 @@ class LocalExecutor:
         return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
                                  np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
 
-    def components(self, first: np.ndarray, second: np.ndarray, n_docs: int,
-                   parts: Optional["PairParts"] = None) -> tuple[np.ndarray, np.ndarray]:
-        if parts is not None:
-            stored = parts.read()
-            first, second = np.concatenate([first, stored["first"]]), np.concatenate([second, stored["second"]])
-        return component_roots(first, second, n_docs)
+    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
+        first, second, _ = verified.arrays
+        docs, root = component_roots(first, second, store.documents)
+        return clusters_of_roots(docs, root, store.lengths, policy, store.pinned)
 
 
 @dataclass
@@ -433,12 +464,12 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    clusters = cluster_verified(store.documents, verified, lengths, params, log, progress, executor, store.pinned)
+    clusters = cluster_verified(store, verified, params, log, progress, over_arrays)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=checked.candidates, checked=checked.checked, verified=verified.count,
                           clusters=clusters, copies=copies, work_dir=store.work_dir)
-    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies)
+    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, executor)
 
 
 def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
@@ -517,15 +548,13 @@ def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
     return CheckedPairs(merged_first, merged_second, jaccard, likely.candidates, first.shape[0])
 
 
-def cluster_verified(n_docs: int, verified: VerifiedPairs, lengths: Any, params: DedupParams, log: StageLog,
-                     progress: Progress, executor: "Executor", pinned: int = 0) -> Clusters:
-    """The clusters of the verified pairs: the connected components found by ``executor``
-    (from the pairs where they are), with the documents each keeps; rows below ``pinned`` are
-    kept, and so is nothing else of a cluster that holds one (Store.pinned)."""
+def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams, log: StageLog, progress: Progress,
+                     executor: "Executor") -> Union[Clusters, "ClusterParts"]:
+    """The clusters of the verified pairs, with the documents each keeps (Executor.clusters):
+    rows below store.pinned are kept, and so is nothing else of a cluster that holds one."""
     progress.start("Clustering", 1)
     with log.stage("cluster"):
-        docs, root = executor.components(verified.first, verified.second, n_docs, verified.parts)
-        clusters = clusters_of_roots(docs, root, lengths, params.keep, pinned)
+        clusters = executor.clusters(store, verified, params.keep)
     progress.advance(1)
     progress.stop()
     return clusters
@@ -540,10 +569,10 @@ def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,
-                 candidates: int, checked: int, verified: int, clusters: Clusters, copies: Copies,
-                 work_dir: Optional[str]) -> Report:
+                 candidates: int, checked: int, verified: int, clusters: Union[Clusters, "ClusterParts"],
+                 copies: Copies, work_dir: Optional[str]) -> Report:
     """The run's report (report.Report), the one place it is built."""
-    removed = int((~clusters.keep).sum())
+    removed = clusters.removed_count
     documents = summary.documents
     identical = int(copies.first.shape[0])
     return Report(
@@ -560,7 +589,7 @@ def build_report(summary: InputSummary, params: DedupParams, banding: Banding, b
         },
         results=Results(candidate_pairs=int(candidates) + identical, exactly_checked_pairs=int(checked) + identical,
                         identical_copies=identical, verified_pairs=int(verified), clusters=clusters.count,
-                        documents_in_clusters=int(clusters.docs.shape[0]), removed_documents=removed,
+                        documents_in_clusters=clusters.in_clusters, removed_documents=removed,
                         kept_documents=documents - removed),
         balance=Balance.of(documents, summary.skipped_records, summary.empty_documents, removed),
         stages=log.as_dict(),

@@ -1,0 +1,95 @@
+"""The clusters decided and kept by a cluster's tasks (engine/clusterparts.py) against the
+single process's decision (cluster.clusters_of_roots over the union-find oracle's roots of
+tests/oracles.py): the same documents, numbers and kept documents, whatever the number of
+ranges the rows are cut into, for both keep policies and a persistent index's pinned rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from gpudedup.cluster import clusters_of_roots, kept_documents
+from gpudedup.engine.clusterparts import ClusterParts, dask_clusters, range_starts
+from gpudedup.engine.components import dask_component_labels
+from test_components import oracle_roots, random_pairs
+
+# Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
+distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
+
+
+@dataclass
+class HeldLengths:
+    """The documents' lengths as a task opens them (disk.LengthsAt's form), held."""
+
+    lengths: np.ndarray
+
+    def open(self) -> np.ndarray:
+        return self.lengths
+
+
+def oracle(first: np.ndarray, second: np.ndarray, lengths: np.ndarray, policy: str, pinned: int):
+    docs, root = oracle_roots(first, second)
+    return clusters_of_roots(np.array(docs, np.int64), np.array(root, np.int64), lengths, policy, pinned)
+
+
+def stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, pinned=0, pairs_per_part=10_000):
+    labels = dask_component_labels(client, first, second, pairs_per_part, n_docs)
+    return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), HeldLengths(lengths), policy, pinned)
+
+
+@pytest.mark.parametrize("policy", ["first", "longest"])
+@pytest.mark.parametrize("ranges", [1, 3, 16])
+def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ranges):
+    rng = np.random.default_rng(ranges)
+    n_docs = 600
+    first, second = random_pairs(rng, n_docs, 350)
+    lengths = rng.integers(0, 6, n_docs).astype(np.int64)  # (ties: the first of equals is kept)
+    expected = oracle(first, second, lengths, policy, 0)
+    # Components in one task, and over the rounds of several parts.
+    for pairs_per_part in (10_000, 60):
+        parts = stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, 0, pairs_per_part)
+        got = parts.read()
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+        assert (parts.count, parts.in_clusters, parts.removed_count) == \
+            (expected.count, expected.in_clusters, expected.removed_count)
+        assert parts.starts.tolist() == range_starts(n_docs, ranges).tolist()
+        assert parts.sizes.shape[0] == ranges
+        kept_doc = np.concatenate([np.load(tmp_path / "work" / "clusters" / f"{number:05d}" / "kept_doc.npy")
+                                   for number in np.flatnonzero(parts.sizes)])
+        assert np.array_equal(kept_doc, kept_documents(expected))
+        sizes = np.bincount(expected.cluster)
+        assert parts.largest.tolist() == np.lexsort((np.arange(sizes.shape[0]), -sizes))[:20].tolist()
+        removed = expected.docs[~expected.keep]
+        for start, stop in ((0, n_docs), (0, 1), (37, 290), (290, 291), (599, 600), (250, 250)):
+            assert parts.removed_rows(start, stop).tolist() == removed[(removed >= start) & (removed < stop)].tolist()
+        shown = parts.largest[:3]
+        members = parts.members(shown)
+        mine = np.isin(expected.cluster, shown)
+        assert all(np.array_equal(a, b[mine]) for a, b in zip(members, expected))
+
+
+def test_pinned_rows_are_kept_as_in_one_process(client, tmp_path):
+    """A persistent index's rows (below pinned) are never removed; a cluster holding one keeps
+    those alone (its root is one of them)."""
+    rng = np.random.default_rng(5)
+    first, second = random_pairs(rng, 300, 200)
+    lengths = rng.integers(0, 6, 300).astype(np.int64)
+    for policy in ("first", "longest"):
+        expected = oracle(first, second, lengths, policy, 40)
+        got = stored(client, tmp_path, first, second, 300, 4, lengths, policy, pinned=40).read()
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+        assert got.keep[got.docs < 40].all()
+
+
+def test_no_pair_and_more_ranges_than_documents(client, tmp_path):
+    """No pair: no part is written or read. A range per document at most, none empty."""
+    parts = dask_clusters(client, None, 50, 4, str(tmp_path / "work"), HeldLengths(np.ones(50, np.int64)), "first")
+    assert isinstance(parts, ClusterParts) and (parts.count, parts.in_clusters) == (0, 0)
+    assert parts.read().docs.shape[0] == 0 and parts.removed_rows(0, 50).shape[0] == 0
+    assert not (tmp_path / "work" / "clusters").exists()
+    assert range_starts(3, 8).tolist() == [0, 1, 2, 3]
+    first, second = np.array([0, 1], np.int64), np.array([2, 2], np.int64)
+    got = stored(client, tmp_path, first, second, 3, 8, np.ones(3, np.int64), "first").read()
+    assert (got.docs.tolist(), got.cluster.tolist(), got.keep.tolist()) == ([0, 1, 2], [0, 0, 0], [True, False, False])
