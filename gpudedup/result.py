@@ -14,12 +14,12 @@ import pyarrow.compute as pc
 
 from .copies import implied_pairs
 from .cluster import Clusters, kept_documents
-from .engine.clusterparts import ClusterParts
+from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.job import Outcome
 from .engine.kept import Kept
 from .errors import OutputError, ParameterError
-from .ids import IdSource, id_source
-from .io.storage import Given, Location, Remote, location_of
+from .ids import IdSource, id_source, wide
+from .io.storage import Given, Location, Remote, child_name, location_of
 from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
                         write_kept_files)
 from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, remote_staging, write_json,
@@ -122,8 +122,18 @@ class DedupResult:
         return pairs_parts(self.named, o.pair_a, o.pair_b, o.jaccard)
 
     def clusters_parts(self) -> Iterator[pa.Table]:
-        """``clusters`` in parts of layout.PART_ROWS rows, in order."""
+        """``clusters`` in parts of layout.PART_ROWS rows, in order (a cluster's run's made
+        from the parts it left in its work directory, which hold their ids)."""
+        clustered = self.outcome.clustered
+        if isinstance(clustered, ClusterParts):
+            return (clusters_table(clustered.work_at, pieces, self.wide_id_type)
+                    for pieces in clustered.table_pieces())
         return clusters_parts(self.named, self.outcome.clusters)
+
+    @property
+    def wide_id_type(self) -> pa.DataType:
+        """The ids' type as the tables hold them (ids.wide)."""
+        return wide(pa.array([], self.id_source.type)).type
 
     @property
     def checked_jaccard(self) -> np.ndarray:
@@ -322,7 +332,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
-        write_table(result.clusters_parts(), staging, CLUSTERS_DIR, names is not None)
+        write_clusters(result, staging, out, names is not None)
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
@@ -351,11 +361,37 @@ def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool
     if not (dataset and pairs.parts is not None and executor is not None and executor.connected()):
         write_table(result.pairs_parts(), staging, PAIRS_DIR, dataset)
         return
-    (staging / PAIRS_DIR).mkdir()
-    # On object storage the tasks upload their parts beside the staging folder, as the kept rows.
-    folder: Location = staging / PAIRS_DIR if not isinstance(out, Remote) else \
-        remote_staging(out, staging).child(PAIRS_DIR)
-    executor.write_pairs(pairs, result.named, folder, write_pairs_part)
+    executor.write_pairs(pairs, result.named, tasks_folder(staging, out, PAIRS_DIR), write_pairs_part)
+
+
+def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:
+    """Write clusters (write_table), a task per part on the run's cluster where it left its
+    clusters in its work directory's parts and is still up (each part made from the parts
+    that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
+    clustered, executor = result.outcome.clustered, result.outcome.executor
+    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process
+            and executor.connected()):
+        write_table(result.clusters_parts(), staging, CLUSTERS_DIR, dataset)
+        return
+    folder = tasks_folder(staging, out, CLUSTERS_DIR)
+    executor.map(write_clusters_part, [(clustered.work_at, pieces, result.wide_id_type,
+                                        child_name(folder, part_name(number)))
+                                       for number, pieces in enumerate(clustered.table_pieces())],
+                 "writing the clusters")
+
+
+def write_clusters_part(work_at: Any, pieces: list, id_type: pa.DataType, path: str) -> None:
+    """Task: a part of clusters/ (clusterparts.clusters_table of ``pieces``) written to
+    ``path`` (a path or URL)."""
+    write_to(path, lambda local: write_parquet(clusters_table(work_at, pieces, id_type), local))
+
+
+def tasks_folder(staging: Path, out: Location, name: str) -> Location:
+    """The folder ``name`` of the output that a cluster's tasks write their parts into: in
+    the staging folder, or on object storage beside it (its commit moves them into place, as
+    the kept rows')."""
+    (staging / name).mkdir()
+    return staging / name if not isinstance(out, Remote) else remote_staging(out, staging).child(name)
 
 
 def write_table(parts: Iterator[pa.Table], staging: Path, name: str, dataset: bool) -> None:

@@ -8,10 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from gpudedup.cluster import clusters_of_roots, kept_documents
-from gpudedup.engine.clusterparts import ClusterParts, dask_clusters, range_starts
+from gpudedup.engine.clusterparts import ClusterParts, clusters_table, dask_clusters, range_starts
+from gpudedup.ids import ArrayIds
+from gpudedup.result import NamedRows, clusters_parts, whole_table
 from gpudedup.engine.components import dask_component_labels
 from test_components import oracle_roots, random_pairs
 
@@ -29,14 +34,34 @@ class HeldLengths:
         return self.lengths
 
 
+@dataclass
+class HeldIds:
+    """The documents' ids as a task takes them (disk.IdsAt's form): "doc-<row>" strings, whose
+    order is not the rows' ("doc-10" before "doc-9"), or integers in an order unrelated to
+    the rows."""
+
+    strings: bool
+
+    @property
+    def type(self) -> pa.DataType:
+        return pa.string() if self.strings else pa.int64()
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        if self.strings:
+            return pa.array([f"doc-{row}" for row in rows.tolist()], pa.large_string())
+        return pa.array((rows * 7919) % 1009 - 500, pa.int64())
+
+
 def oracle(first: np.ndarray, second: np.ndarray, lengths: np.ndarray, policy: str, pinned: int):
     docs, root = oracle_roots(first, second)
     return clusters_of_roots(np.array(docs, np.int64), np.array(root, np.int64), lengths, policy, pinned)
 
 
-def stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, pinned=0, pairs_per_part=10_000):
+def stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, pinned=0, pairs_per_part=10_000,
+           ids=HeldIds(True)):
     labels = dask_component_labels(client, first, second, pairs_per_part, n_docs)
-    return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), HeldLengths(lengths), policy, pinned)
+    return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), HeldLengths(lengths), ids, policy,
+                         pinned)
 
 
 @pytest.mark.parametrize("policy", ["first", "longest"])
@@ -48,17 +73,29 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
     lengths = rng.integers(0, 6, n_docs).astype(np.int64)  # (ties: the first of equals is kept)
     expected = oracle(first, second, lengths, policy, 0)
     # Components in one task, and over the rounds of several parts.
-    for pairs_per_part in (10_000, 60):
-        parts = stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, 0, pairs_per_part)
+    for pairs_per_part, ids in ((10_000, HeldIds(True)), (60, HeldIds(False))):
+        parts = stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, 0, pairs_per_part, ids)
         got = parts.read()
         assert all(np.array_equal(a, b) for a, b in zip(got, expected))
         assert (parts.count, parts.in_clusters, parts.removed_count) == \
             (expected.count, expected.in_clusters, expected.removed_count)
         assert parts.starts.tolist() == range_starts(n_docs, ranges).tolist()
         assert parts.sizes.shape[0] == ranges
-        kept_doc = np.concatenate([np.load(tmp_path / "work" / "clusters" / f"{number:05d}" / "kept_doc.npy")
-                                   for number in np.flatnonzero(parts.sizes)])
+        units = [tmp_path / "work" / "clusters" / f"{number:05d}" for number in np.flatnonzero(parts.sizes)]
+        kept_doc = np.concatenate([np.load(unit / "kept_doc.npy") for unit in units])
         assert np.array_equal(kept_doc, kept_documents(expected))
+        # Each document's id, its kept document's, and its place in the ids' order.
+        named = pa.concat_tables([pq.read_table(unit / "ids.parquet") for unit in units])
+        doc_ids = ids.take(expected.docs)
+        assert named["id"].combine_chunks().equals(doc_ids)
+        assert named["kept_id"].combine_chunks().equals(ids.take(kept_doc))
+        rank = np.concatenate([np.load(unit / "rank.npy") for unit in units])
+        assert np.array_equal(rank, np.argsort(pc.sort_indices(doc_ids).to_numpy()))
+        # The clusters table, in parts of 7 rows cut across the parts: one process's.
+        tables = [clusters_table(parts.work_at, pieces, doc_ids.type) for pieces in parts.table_pieces(7)]
+        assert [table.num_rows for table in tables[:-1]] == [7] * (len(tables) - 1) and tables[-1].num_rows <= 7
+        named_rows = NamedRows.of(ArrayIds(ids.take(np.arange(n_docs))), expected.docs)
+        assert pa.concat_tables(tables).equals(whole_table(clusters_parts(named_rows, expected)))
         sizes = np.bincount(expected.cluster)
         assert parts.largest.tolist() == np.lexsort((np.arange(sizes.shape[0]), -sizes))[:20].tolist()
         removed = expected.docs[~expected.keep]
@@ -85,10 +122,13 @@ def test_pinned_rows_are_kept_as_in_one_process(client, tmp_path):
 
 def test_no_pair_and_more_ranges_than_documents(client, tmp_path):
     """No pair: no part is written or read. A range per document at most, none empty."""
-    parts = dask_clusters(client, None, 50, 4, str(tmp_path / "work"), HeldLengths(np.ones(50, np.int64)), "first")
+    parts = dask_clusters(client, None, 50, 4, str(tmp_path / "work"), HeldLengths(np.ones(50, np.int64)),
+                          HeldIds(True), "first")
     assert isinstance(parts, ClusterParts) and (parts.count, parts.in_clusters) == (0, 0)
     assert parts.read().docs.shape[0] == 0 and parts.removed_rows(0, 50).shape[0] == 0
     assert not (tmp_path / "work" / "clusters").exists()
+    (table,) = [clusters_table(parts.work_at, pieces, pa.large_string()) for pieces in parts.table_pieces()]
+    assert table.num_rows == 0 and table.schema.field("id").type == pa.large_string()
     assert range_starts(3, 8).tolist() == [0, 1, 2, 3]
     first, second = np.array([0, 1], np.int64), np.array([2, 2], np.int64)
     got = stored(client, tmp_path, first, second, 3, 8, np.ones(3, np.int64), "first").read()

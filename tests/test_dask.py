@@ -109,12 +109,13 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
 def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,
                                                                             monkeypatch):
     """On a cluster the client neither filters candidate pairs by their signatures, nor groups
-    documents by their row hashes, nor finds the connected components: tasks do these, reading
-    signatures and hashes from the work directory, the components in parts of a few pairs
-    (so that the rounds of engine/components.py run). Counted in the client: its in-process
-    filter, grouping and components are made to fail, as is reading every document's row
-    hash, and its signature gatherer hands out no row; the results (identical copies among
-    them) are the single process's."""
+    documents by their row hashes, nor finds the connected components and the clusters: tasks
+    do these, reading signatures and hashes from the work directory, the components in parts
+    of a few pairs (so that the rounds of engine/components.py run), the clusters by
+    engine/clusterparts.py. Counted in the client: its in-process filter, grouping and
+    clusters are made to fail, as is reading every document's row hash, and its signature
+    gatherer hands out no row; the results (identical copies among them) are the single
+    process's."""
     from gpudedup.engine import components, disk
     from gpudedup.engine.job import LocalExecutor
 
@@ -125,7 +126,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
 
     gathered: list[int] = []
     gather = disk.SpilledSignatures.__getitem__
-    for name in ("likely_pairs", "same_signature_rows", "components"):
+    for name in ("likely_pairs", "same_signature_rows", "clusters"):
         monkeypatch.setattr(LocalExecutor, name, refused)
     monkeypatch.setattr(components, "PAIRS_PER_PART", 40)
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
@@ -137,8 +138,8 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
     keys = [str(task["key"]) for task in stream.data]
     for task in ("likely_part", "spill_part_documents", "check_part", "signature_groups", "part_stars",
-                 "large_star", "small_star"):
-        assert any(task in key for key in keys), (task, keys)
+                 "large_star", "small_star", "decide_clusters", "write_cluster_part"):
+        assert any(task in key for key in keys), (task, sorted({k.split("-")[0] for k in keys}))
     assert sum(gathered) == 0
 
 
@@ -183,14 +184,15 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
         results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
 
 
-def test_the_client_keeps_no_array_it_sent_to_the_workers(client, corpus, tmp_path, monkeypatch):
+def test_the_client_keeps_no_array_it_sent_to_the_workers(client, tmp_path, monkeypatch):
     """The client keeps its last messages to the scheduler (distributed's low-level log), so an
     array sent inside a task's message stays in its memory after the task is done. A run sends
     the arrays of its tasks (a shard's rows, mask or pairs) to the workers apart (engine/dask.py
     scattered), and its messages carry references. Counted in the log after a run and writing
     the result (which a run empties at its end, engine/dask.py forget_messages: kept here, to
-    count): the arrays held in its messages (pickle's out-of-band buffers) come to less than a
-    byte per document (the task graphs' empty metas and per-shard offsets; before, 16 bytes per
+    count), in runs over 1,000 and 4,000 documents that are all in clusters: the arrays held
+    in its messages (pickle's out-of-band buffers: the task graphs' empty metas and per-shard
+    offsets, about 3 KB) grow by less than a byte per document added (before, 16 bytes per
     document)."""
     from distributed.protocol.serialize import Serialized
 
@@ -208,12 +210,15 @@ def test_the_client_keeps_no_array_it_sent_to_the_workers(client, corpus, tmp_pa
         return 0
 
     messages = client.scheduler_comm.recent_message_log
-    messages.clear()
-    spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
-                            output=tmp_path / "out")
-    documents = spread.report["input"]["documents"]
-    assert len(messages) > 10 and spread.report["results"]["verified_pairs"] > 0
-    assert buffered(list(messages)) < documents
+    held = {}
+    for documents in (1000, 4000):
+        messages.clear()
+        spread = gpudedup.dedup(clustered_corpus(tmp_path / f"in{documents}", documents), id_field="id",
+                                backend="cpu", client=client, work_dir=tmp_path / f"work{documents}",
+                                output=tmp_path / f"out{documents}")
+        assert len(messages) > 10 and spread.report["results"]["verified_pairs"] == documents // 2
+        held[documents] = buffered(list(messages))
+    assert held[4000] - held[1000] < 3000, held
 
 
 def test_a_run_leaves_nothing_on_the_cluster(client, corpus, tmp_path):

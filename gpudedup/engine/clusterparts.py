@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+import pyarrow as pa
 
 from ..cluster import Clusters, KeepPolicy, clusters_of_roots, kept_documents
 from .workdir import WorkAt, WorkDir
@@ -103,6 +104,21 @@ class ClusterParts:
                 found.append(docs[(docs >= start) & (docs < stop)])
         return np.concatenate(found)
 
+    def table_pieces(self, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
+        """The clusters table's parts (layout.table_parts of the documents in clusters, in
+        row order; part_rows: its default, where None), each as the slices (part, start, stop)
+        of the parts that hold its rows."""
+        from ..io.layout import table_parts
+
+        before = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        pieces = []
+        for start, length in table_parts(int(before[-1]), part_rows):
+            stop = start + length
+            pieces.append([(number, max(start - int(before[number]), 0), min(stop, int(before[number + 1]))
+                            - int(before[number])) for number in np.flatnonzero(self.sizes).tolist()
+                           if before[number] < stop and before[number + 1] > start])
+        return pieces
+
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
         """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
         a task per part that holds any clustered document, on ``executor`` where it is a
@@ -118,12 +134,16 @@ class ClusterParts:
         return Clusters(*(np.concatenate(column) for column in zip(*found)))
 
 
-def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, lengths: Any, policy: KeepPolicy,
-                  pinned: int = 0) -> ClusterParts:
+def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, lengths: Any, ids: Any,
+                  policy: KeepPolicy, pinned: int = 0) -> ClusterParts:
     """The clusters of the components ``labels`` (components.dask_component_labels, or None:
     no pair) decided and stored by tasks on ``client``'s workers in ``ranges`` parts (the
     module docstring); lengths: what gives the documents' lengths in a task (disk.LengthsAt),
-    read where ``policy`` is "longest". Returns the parts' ClusterParts."""
+    read where ``policy`` is "longest"; ids: what gives their ids (disk.IdsAt). Returns the
+    parts' ClusterParts."""
+    import dask.dataframe as dd
+
+    from ..ids import wide
     from .dask import cluster_failure, frame_of, scatter_once
 
     starts = range_starts(n_docs, ranges)
@@ -132,17 +152,30 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
         return ClusterParts(work_at, starts, none, none, 0, np.zeros(0, np.int64))
     # Partition r holds the rows starts[r] .. starts[r + 1]-1 (the last division is inclusive).
     divisions = starts[:-1].tolist() + [n_docs]
+    id_type = wide(pa.array([], ids.type)).type
+    id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     try:
-        by_root = labels.set_index("b", divisions=divisions).persist()
+        ids_sent, lengths_sent = scatter_once(client, [ids, lengths], broadcast=True)
+        named = labels.set_index("a", divisions=divisions).map_partitions(
+            named_labels, ids_sent, meta=frame_of({"doc": "int64", "root": "int64", "id": id_dtype}))
+        by_root = named.set_index("root", divisions=divisions).persist()
         roots = by_root.map_partitions(root_count, meta=("roots", "int64")).compute().to_numpy(np.int64)
         offsets = np.concatenate([[0], np.cumsum(roots)[:-1]]).astype(np.int64)
-        shared = scatter_once(client, [offsets, lengths], broadcast=True)
-        decided = by_root.map_partitions(decide_clusters, *shared, policy, pinned,
-                                         meta=frame_of(DECIDED_COLUMNS)).persist()
+        decided = by_root.map_partitions(decide_clusters, scatter_once(client, [offsets], broadcast=True)[0],
+                                         lengths_sent, policy, pinned,
+                                         meta=frame_of({**DECIDED_COLUMNS, "id": id_dtype, "kept_id": id_dtype})
+                                         ).persist()
         largest = decided.map_partitions(largest_clusters, LARGEST_KNOWN,
                                          meta=frame_of({"cluster": "int64", "size": "int64"})).compute()
-        written = decided.set_index("doc", divisions=divisions).map_partitions(
-            write_cluster_part, work_at, meta=frame_of({"docs": "int64", "removed": "int64"})).compute()
+        # Each document's place in the ids' order (ids are unique), for the pairs table's sort.
+        by_id = decided[["doc", "id"]].sort_values("id").persist()
+        before = np.concatenate([[0], np.cumsum(by_id.map_partitions(len_of, meta=("rows", "int64")).compute())])
+        ranks = by_id.map_partitions(id_ranks, scatter_once(client, [before.astype(np.int64)], broadcast=True)[0],
+                                     meta=frame_of({"doc": "int64", "rank": "int64"}))
+        written = dd.map_partitions(write_cluster_part, decided.set_index("doc", divisions=divisions),
+                                    ranks.set_index("doc", divisions=divisions), work_at, id_type,
+                                    meta=frame_of({"docs": "int64", "removed": "int64"}),
+                                    align_dataframes=False).compute()
     except Exception as error:  # noqa: BLE001 -- as in dask.computed
         raise cluster_failure("the clusters", error) from None
     top = np.lexsort((largest["cluster"].to_numpy(np.int64), -largest["size"].to_numpy(np.int64)))[:LARGEST_KNOWN]
@@ -153,6 +186,15 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
+def named_labels(by_doc, ids: Any):
+    """A partition of labels set on their document (a range of rows) with each document's id
+    (ids: disk.IdsAt; the range's shards read once): a pandas DataFrame of doc, root, id."""
+    import pandas as pd
+
+    docs, root = by_doc.index.to_numpy(np.int64), by_doc["b"].to_numpy(np.int64)
+    return pd.DataFrame({"doc": docs, "root": root, "id": ids.take(docs).to_pandas()})
+
+
 def root_count(by_root):
     """How many roots (components) a partition of labels set on their root holds."""
     import pandas as pd
@@ -161,21 +203,29 @@ def root_count(by_root):
     return pd.Series([int(np.unique(roots).shape[0])], dtype="int64")
 
 
+def len_of(frame):
+    import pandas as pd
+
+    return pd.Series([len(frame)], dtype="int64")
+
+
 def decide_clusters(by_root, offsets: np.ndarray, lengths: Any, policy: KeepPolicy, pinned: int,
                     partition_info: Optional[dict] = None):
     """A partition of labels set on their root (whole components) as its clusters: a pandas
-    DataFrame of DECIDED_COLUMNS, one row per document (cluster.clusters_of_roots; numbers
-    after the ``offsets[partition]`` roots of the partitions before)."""
+    DataFrame of DECIDED_COLUMNS, id and kept_id, one row per document
+    (cluster.clusters_of_roots; numbers after the ``offsets[partition]`` roots of the
+    partitions before)."""
     import pandas as pd
 
     assert partition_info is not None, "Dask names the partition"
-    docs, root = by_root["a"].to_numpy(np.int64), by_root.index.to_numpy(np.int64)
+    docs, root = by_root["doc"].to_numpy(np.int64), by_root.index.to_numpy(np.int64)
     order = np.argsort(docs, kind="stable")
-    docs, root = docs[order], root[order]
-    clusters = clusters_of_roots(docs, root, lengths.open() if policy == "longest" else None,
-                                 policy, pinned)
+    docs, root, ids = docs[order], root[order], by_root["id"].iloc[order].reset_index(drop=True)
+    clusters = clusters_of_roots(docs, root, lengths.open() if policy == "longest" else None, policy, pinned)
+    kept_doc = kept_documents(clusters)
+    kept_id = ids.iloc[np.searchsorted(docs, kept_doc)].reset_index(drop=True)
     return pd.DataFrame({"doc": docs, "cluster": clusters.cluster + offsets[partition_info["number"]],
-                         "keep": clusters.keep, "kept_doc": kept_documents(clusters)})
+                         "keep": clusters.keep, "kept_doc": kept_doc, "id": ids, "kept_id": kept_id})
 
 
 def largest_clusters(decided, count: int):
@@ -189,6 +239,17 @@ def largest_clusters(decided, count: int):
     return pd.DataFrame({"cluster": clusters[top], "size": sizes[top].astype(np.int64)})
 
 
+def id_ranks(by_id, before: np.ndarray, partition_info: Optional[dict] = None):
+    """A partition of the clustered documents sorted by id as (doc, rank): each one's place in
+    the ids' order, after the ``before[partition]`` documents of the partitions before."""
+    import pandas as pd
+
+    assert partition_info is not None, "Dask names the partition"
+    start = int(before[partition_info["number"]])
+    return pd.DataFrame({"doc": by_id["doc"].to_numpy(np.int64),
+                         "rank": np.arange(start, start + len(by_id), dtype=np.int64)})
+
+
 def part_members(work_at: WorkAt, number: int, numbers: np.ndarray) -> Clusters:
     """The documents of part ``number`` in the clusters ``numbers`` (int64)."""
     part = WorkDir.attach(work_at).load_dir(part_unit(number))
@@ -196,19 +257,44 @@ def part_members(work_at: WorkAt, number: int, numbers: np.ndarray) -> Clusters:
     return Clusters(part["docs"][mine], part["cluster"][mine], part["keep"][mine])
 
 
-def write_cluster_part(by_doc, work_at: WorkAt, partition_info: Optional[dict] = None):
+def clusters_table(work_at: WorkAt, pieces: list[tuple[int, int, int]], id_type: pa.DataType) -> pa.Table:
+    """A part of the clusters table (id, cluster, keep, kept_id: result.clusters_parts') from
+    the slices (part, start, stop) of the parts that hold its rows (ClusterParts.table_pieces);
+    id_type: the ids' (wide) type, for a part of none."""
+    work = WorkDir.attach(work_at)
+    slices = []
+    for number, start, stop in pieces:
+        arrays = work.load_dir(part_unit(number))
+        named = work.table(part_unit(number), "ids.parquet").slice(start, stop - start)
+        slices.append(pa.table({"id": named["id"], "cluster": pa.array(arrays["cluster"][start:stop], pa.int64()),
+                                "keep": pa.array(arrays["keep"][start:stop], pa.bool_()),
+                                "kept_id": named["kept_id"]}))
+    if not slices:
+        empty = pa.array([], id_type)
+        return pa.table({"id": empty, "cluster": pa.array([], pa.int64()), "keep": pa.array([], pa.bool_()),
+                         "kept_id": empty})
+    return pa.concat_tables(slices).combine_chunks()
+
+
+def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, partition_info: Optional[dict] = None):
     """Store a partition of decide_clusters' rows set on the document (the clustered documents
-    of one range, ascending) as its part; returns its documents and removed documents."""
+    of one range) with their ranks (id_ranks' rows set on the document: the same documents)
+    as its part, in row order; returns its documents and removed documents."""
     import pandas as pd
 
     assert partition_info is not None, "Dask names the partition"
     docs = by_doc.index.to_numpy(np.int64)
     order = np.argsort(docs, kind="stable")  # (set_index sorts; kept in order whatever it does)
+    rank_order = np.argsort(ranks.index.to_numpy(np.int64), kind="stable")
+    assert np.array_equal(ranks.index.to_numpy(np.int64)[rank_order], docs[order]), "a rank for every document"
     keep = by_doc["keep"].to_numpy(bool)[order]
     relative = part_unit(partition_info["number"])
     work = WorkDir.attach(work_at)
     if work.done(relative):
         work.remove(relative)
-    work.write_dir(relative, {"docs": docs[order], "cluster": by_doc["cluster"].to_numpy(np.int64)[order],
-                              "keep": keep, "kept_doc": by_doc["kept_doc"].to_numpy(np.int64)[order]})
+    arrays = {"docs": docs[order], "cluster": by_doc["cluster"].to_numpy(np.int64)[order], "keep": keep,
+              "kept_doc": by_doc["kept_doc"].to_numpy(np.int64)[order],
+              "rank": ranks["rank"].to_numpy(np.int64)[rank_order]}
+    named = pa.table({name: pa.Array.from_pandas(by_doc[name].iloc[order], type=id_type) for name in ("id", "kept_id")})
+    work.write_dir(relative, arrays, {"ids": named})
     return pd.DataFrame({"docs": [int(docs.shape[0])], "removed": [int((~keep).sum())]})

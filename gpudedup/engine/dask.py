@@ -184,7 +184,7 @@ class DaskExecutor:
                                                   components.PAIRS_PER_PART, store.documents, verified.parts)
         ranges = self.code_partitions(store.shards.count)
         return clusterparts.dask_clusters(self.client, labels, store.documents, ranges, store.work.location,
-                                          store.lengths_at(), policy, store.pinned)
+                                          store.lengths_at(), store.ids_at(), policy, store.pinned)
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         """job.Executor.colliding_rows as a shuffle: the tasks' (hash, row) frames shuffled on

@@ -275,11 +275,28 @@ class ShardIds:
         return self.count
 
     def take(self, rows: np.ndarray) -> pa.Array:
-        spilled = self.rows.spilled(np.asarray(rows, dtype=np.int64))
-        return gathered_ids(self.shards.work, self.shards.rows, lambda index: index, spilled, self.type)
+        return IdsAt(self.shards.work, self.shards.rows, self.rows, self.type).take(rows)
 
     def all(self) -> pa.Array:
         return self.documents.all_ids()
+
+
+@dataclass
+class IdsAt:
+    """What gives a task the ids of document rows (ShardIds.take's), from the work directory
+    at ``work_at``: its Shards.rows, the run's documents among the spilled rows
+    (ShardDocuments.rows) and their ids' type."""
+
+    work_at: WorkAt
+    shard_rows: np.ndarray
+    rows: Kept
+    type: pa.DataType
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        """The ids of ``rows`` (int64, any order), in that order, string ids wide (ids.wide):
+        each shard holding some of them read once."""
+        spilled = self.rows.spilled(np.asarray(rows, dtype=np.int64))
+        return gathered_ids(self.work_at, self.shard_rows, lambda index: index, spilled, self.type)
 
 
 def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
@@ -1092,6 +1109,10 @@ class WorkDirStore:
     def lengths_at(self) -> LengthsAt:
         """``lengths`` as a task opens it (LengthsAt)."""
         return LengthsAt(self.work.location, self.shards.rows, self.shards.active_starts, self.rows, self.documents)
+
+    def ids_at(self) -> IdsAt:
+        """The documents' ids as a task reads them (IdsAt)."""
+        return IdsAt(self.work.location, self.shards.rows, self.rows, self.combination.id_type)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards = self.shards

@@ -420,7 +420,12 @@ class WorkDir:
     def shard_table(self, index: int, name: str):
         """The Parquet file ``name`` of shard ``index`` (a pyarrow Table), read where it is
         (on object storage, not through the cache)."""
-        return self.folder.read_table(self.shard_unit(index), name)
+        return self.table(self.shard_unit(index), name)
+
+    def table(self, relative: str, name: str):
+        """The Parquet file ``name`` of the finished unit ``relative`` (a pyarrow Table), read
+        where it is (on object storage, not through the cache)."""
+        return self.folder.read_table(relative, name)
 
     def shard_array(self, index: int, name: str, mmap: bool = True) -> np.ndarray:
         return np.load(self.shard_file(index, f"{name}.npy"), mmap_mode="r" if mmap else None, allow_pickle=False)
