@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,9 @@ from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inpu
                         write_jsonl, write_parquet, write_to)
 from .report import Report
 from .stages import StageLog
+
+if TYPE_CHECKING:
+    from .engine.dask import DaskExecutor
 
 
 @dataclass
@@ -101,7 +104,11 @@ class DedupResult:
 
     @cached_property
     def named(self) -> "NamedRows":
-        """The ids of the documents in clusters (made when first asked for)."""
+        """The ids of the documents in clusters (made when first asked for: a cluster's run's
+        read from the parts it left in its work directory, which hold them)."""
+        clustered = self.outcome.clustered
+        if isinstance(clustered, ClusterParts):
+            return NamedRows(*clustered.named_rows(self.wide_id_type))
         return NamedRows.of(self.id_source, self.outcome.clusters.docs)
 
     @cached_property
@@ -258,16 +265,19 @@ def pairs_table(ids: pa.Array, first: np.ndarray, second: np.ndarray, jaccard: n
                      "jaccard": pa.array(jaccard, pa.float64())})
 
 
-def write_pairs_part(pieces: list, ids: pa.Array, path: str) -> None:
-    """Task: a part of pairs/ (pairs_table) from ``pieces``, the slices of sorted pandas
-    DataFrames (a, b: positions into ``ids``; jaccard) that hold its rows, in order
-    (engine/dask.DaskExecutor.write_pairs), written to ``path`` (a path or URL)."""
+def write_pairs_part(pieces: list, id_type: pa.DataType, path: str) -> None:
+    """Task: a part of pairs/ (pairs_table's columns) from ``pieces``, the slices of sorted
+    pandas DataFrames (id_a, id_b, jaccard) that hold its rows, in order
+    (engine/dask.DaskExecutor.write_pairs), written to ``path`` (a path or URL); id_type: the
+    ids' wide type."""
     import pandas as pd
 
     rows = pd.concat([frame.iloc[start:stop] for frame, start, stop in pieces]) if pieces else None
-    first, second, jaccard = ((rows[name].to_numpy(dtype) if rows is not None else np.zeros(0, dtype))
-                              for name, dtype in (("a", np.int64), ("b", np.int64), ("jaccard", np.float64)))
-    write_to(path, lambda local: write_parquet(pairs_table(ids, first, second, jaccard), local))
+    table = pa.table({name: pa.array([], id_type) if rows is None else pa.Array.from_pandas(rows[name], type=id_type)
+                      for name in ("id_a", "id_b")}
+                     | {"jaccard": pa.array(np.zeros(0) if rows is None else rows["jaccard"].to_numpy(np.float64),
+                                            pa.float64())})
+    write_to(path, lambda local: write_parquet(table, local))
 
 
 def clusters_parts(named: NamedRows, clusters: Clusters) -> Iterator[pa.Table]:
@@ -353,15 +363,16 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
 
 
 def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:
-    """Write pairs (write_table), by the run's cluster where its pairs lie in its work
-    directory's parts and it is still up (DaskExecutor.write_pairs: the client holds none of
-    them), else here, a part at a time."""
-    pairs = result.outcome.pairs
-    executor = pairs.executor
-    if not (dataset and pairs.parts is not None and executor is not None and executor.connected()):
+    """Write pairs (write_table), by the run's cluster where it left its clusters in its work
+    directory's parts and is still up (DaskExecutor.write_pairs: the client holds none of the
+    pairs or their ids), else here, a part at a time."""
+    clustered, executor = result.outcome.clustered, result.outcome.executor
+    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process
+            and executor.connected()):
         write_table(result.pairs_parts(), staging, PAIRS_DIR, dataset)
         return
-    executor.write_pairs(pairs, result.named, tasks_folder(staging, out, PAIRS_DIR), write_pairs_part)
+    cast("DaskExecutor", executor).write_pairs(result.outcome.pairs, clustered, tasks_folder(staging, out, PAIRS_DIR),
+                                               result.wide_id_type)
 
 
 def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:

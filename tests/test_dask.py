@@ -392,19 +392,22 @@ def clustered_corpus(root: Path, documents: int, files: int = 8) -> Path:
 
 
 @pytest.mark.timeout(180)  # three runs, two under tracemalloc
-def test_the_client_holds_nothing_per_clustered_document_before_writing(client, tmp_path, monkeypatch):
+def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monkeypatch):
     """The clusters of a Dask run are decided and kept by its tasks (engine/clusterparts.py):
-    the client holds counts per part, not the documents in clusters, their numbers or which
-    are kept, and the tasks that write the kept rows read which rows are removed from the parts
-    (disk.DroppedRows). Counted with tracemalloc as each stage starts, up to the start of the
-    write, in runs of 2,000 and 6,000 documents that are all in clusters (after a first run,
-    unmeasured): less than a byte more per clustered document added (the clusters alone were
-    17 bytes per clustered document, and the removed rows 8 per removed one). The outputs are
-    the single process's."""
+    the client holds counts per part, not the documents in clusters, their numbers, ids or
+    which are kept; the tasks that write the kept rows read which rows are removed from the
+    parts (disk.DroppedRows), and the pairs and clusters tables are named and written by tasks.
+    Counted with tracemalloc as each stage starts and after the output is written, in runs of
+    2,000 and 6,000 documents that are all in clusters (after a first run, unmeasured): less
+    than a byte more per clustered document added (at 4616a1a the clusters alone were 17 bytes
+    per clustered document, the removed rows 8 per removed one, and the ids and their ranks
+    held for the tables more). The outputs are the single process's."""
     import tracemalloc
 
-    from gpudedup import stages
+    from gpudedup import result as result_module, stages
     from gpudedup.engine import disk
+
+    write = result_module.write_outputs
 
     def held() -> int:
         counts = []  # (the least of three: see test_the_client_holds_nothing_per_document_between_stages)
@@ -426,6 +429,8 @@ def test_the_client_holds_nothing_per_clustered_document_before_writing(client, 
         corpus = clustered_corpus(tmp_path / f"in{documents}", documents)
         seen: list[tuple[str, int]] = []
         monkeypatch.setattr(stages, "announce_stage", lambda name, seen=seen: seen.append((name, held())))
+        monkeypatch.setattr(result_module, "write_outputs",
+                            lambda *a, seen=seen, **k: (write(*a, **k), seen.append(("written", held())))[0])
         tracemalloc.start(1)
         try:
             result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client,
@@ -437,11 +442,12 @@ def test_the_client_holds_nothing_per_clustered_document_before_writing(client, 
             (documents // 2, documents, documents // 2)
         runs[documents] = dict(seen)
     small, large = runs[2000], runs[6000]
-    assert list(small) == list(large) and {"cluster", "write"} <= set(small)
+    assert list(small) == list(large) and {"cluster", "write", "written"} <= set(small)
     for stage in small:
         assert large[stage] - small[stage] < 4000, (stage, small[stage], large[stage])
     assert found_by_tasks == []  # (patched in this process: the tasks ran on the workers)
     monkeypatch.setattr(stages, "announce_stage", lambda name: None)
+    monkeypatch.setattr(result_module, "write_outputs", write)
     single = gpudedup.dedup(tmp_path / "in6000", id_field="id", backend="cpu", output=tmp_path / "single")
     assert_same_files(tmp_path / "single", tmp_path / "out6000", "parquet")
     assert_same_results(single, result)
@@ -681,24 +687,28 @@ def test_sigint_during_a_workers_run_gives_one_line(corpus, tmp_path):
 @pytest.mark.parametrize("pairs_count", [0, 60])
 def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(client, tmp_path, monkeypatch,
                                                                                pairs_count):
-    """DaskExecutor.write_pairs (a task per place the pairs lie ranks them by their ids, Dask
-    sorts them, a task per part of the table writes it) against result.pairs_parts, the table
-    one process makes of the same pairs: the same files, byte for byte, with ids whose order
-    is not the rows' order, parts of 7 rows cut across the sorted partitions, an empty part
-    among the stored ones, and no pair at all (one empty part, as one process writes)."""
+    """DaskExecutor.write_pairs (a task per place the pairs lie makes them a frame, two lookups
+    in the clusters' parts name them, Dask sorts them, a task per part of the table writes it)
+    against result.pairs_parts, the table one process makes of the same pairs: the same
+    files, byte for byte, with ids whose order is not the rows' order, parts of 7 rows cut
+    across the sorted partitions, an empty part among the stored ones, and no pair at all (one
+    empty part, as one process writes)."""
     import pyarrow.compute as pc
 
+    from gpudedup.engine.clusterparts import dask_clusters
+    from gpudedup.engine.components import dask_component_labels
     from gpudedup.engine.dask import DaskExecutor
     from gpudedup.engine.job import VerifiedPairs
     from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
     from gpudedup.io import layout
     from gpudedup.io.writer import write_parquet
-    from gpudedup.result import NamedRows, pairs_parts, write_pairs_part
+    from gpudedup.result import NamedRows, pairs_parts
+    from test_clusterparts import HeldLengths
 
     monkeypatch.setattr(layout, "PART_ROWS", 7)
     rng = np.random.default_rng(9)
     rows = np.sort(rng.choice(1000, 40, replace=False)).astype(np.int64)
-    ids = pa.array([f"doc-{value}" for value in rng.permutation(40)])
+    ids = pa.array([f"doc-{value}" for value in rng.permutation(40)], pa.large_string())
     rank = np.empty(40, np.int64)
     rank[pc.sort_indices(ids).to_numpy()] = np.arange(40)
     named = NamedRows(rows, ids, rank)
@@ -716,8 +726,17 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     executor = DaskExecutor(client)
     pairs = VerifiedPairs(first[held], second[held], jaccard[held],
                           PairParts(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)), executor)
+
+    class RowIds:  # (disk.IdsAt's form: the ids of the 40 rows)
+        type = pa.large_string()
+
+        def take(self, asked: np.ndarray) -> pa.Array:
+            return ids.take(pa.array(np.searchsorted(rows, asked)))
+
+    labels = dask_component_labels(client, first, second, 10_000, 1000)
+    clustered = dask_clusters(client, labels, 1000, 4, work, HeldLengths(np.ones(1000, np.int64)), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
-    executor.write_pairs(pairs, named, tmp_path / "tasks", write_pairs_part)
+    executor.write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
     (tmp_path / "one").mkdir()
     for number, table in enumerate(pairs_parts(named, first, second, jaccard)):
         write_parquet(table, tmp_path / "one" / layout.part_name(number))

@@ -119,6 +119,25 @@ class ClusterParts:
                            if before[number] < stop and before[number + 1] > start])
         return pieces
 
+    @property
+    def divisions(self) -> list[int]:
+        """Dask's divisions of a collection set on a row so that partition r holds the rows of
+        part r (the last division is inclusive: n, which no row reaches)."""
+        return self.starts[:-1].tolist() + [int(self.starts[-1])]
+
+    def named_rows(self, id_type: pa.DataType) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+        """(docs, ids, rank) of every document in clusters, ascending by row, read from the
+        parts here (result.NamedRows of a cluster's run; id_type: the ids' wide type)."""
+        work = WorkDir.attach(self.work_at)
+        numbers = np.flatnonzero(self.sizes).tolist()
+        work.fetch([part_unit(number) for number in numbers], ["docs.npy", "rank.npy", "ids.parquet"])
+        docs = [work.load_dir(part_unit(number)) for number in numbers]
+        ids = [work.table(part_unit(number), "ids.parquet")["id"] for number in numbers]
+        if not docs:
+            return np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64)
+        return (np.concatenate([part["docs"] for part in docs]), pa.chunked_array(ids).combine_chunks(),
+                np.concatenate([part["rank"] for part in docs]))
+
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
         """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
         a task per part that holds any clustered document, on ``executor`` where it is a
@@ -151,7 +170,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
         none = np.zeros(starts.shape[0] - 1, np.int64)
         return ClusterParts(work_at, starts, none, none, 0, np.zeros(0, np.int64))
     # Partition r holds the rows starts[r] .. starts[r + 1]-1 (the last division is inclusive).
-    divisions = starts[:-1].tolist() + [n_docs]
+    divisions = starts[:-1].tolist() + [int(starts[-1])]
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     try:
@@ -248,6 +267,35 @@ def id_ranks(by_id, before: np.ndarray, partition_info: Optional[dict] = None):
     start = int(before[partition_info["number"]])
     return pd.DataFrame({"doc": by_id["doc"].to_numpy(np.int64),
                          "rank": np.arange(start, start + len(by_id), dtype=np.int64)})
+
+
+def named_end(pairs, end: str, work_at: WorkAt, partition_info: Optional[dict] = None):
+    """A partition of pairs set on their document ``end`` ("a" or "b": a range of rows, every
+    one a document in clusters) with that document's rank and id (rank_<end>, id_<end>) from
+    the range's part, the document itself left out: the pairs table's lookup."""
+    assert partition_info is not None, "Dask names the partition"
+    rows = pairs.index.to_numpy(np.int64)
+    named = pairs.reset_index(drop=True)
+    relative = part_unit(partition_info["number"])
+    work = WorkDir.attach(work_at)
+    part = work.load_dir(relative)
+    at = np.searchsorted(part["docs"], rows)
+    ids = work.table(relative, "ids.parquet")["id"].take(pa.array(at)).to_pandas()
+    return named.assign(**{f"rank_{end}": part["rank"][at], f"id_{end}": ids})
+
+
+def in_id_order(pairs):
+    """Named pairs (rank_a, id_a, rank_b, id_b, jaccard) with the first id the smaller: a
+    pandas DataFrame of rank_a, rank_b, id_a, id_b, jaccard (the pairs table's order)."""
+    import pandas as pd
+
+    swap = pairs["rank_a"].to_numpy(np.int64) > pairs["rank_b"].to_numpy(np.int64)
+    columns = {}
+    for first, second in (("rank_a", "rank_b"), ("id_a", "id_b")):
+        a, b = pairs[first].to_numpy(), pairs[second].to_numpy()
+        columns[first], columns[second] = np.where(swap, b, a), np.where(swap, a, b)
+    return pd.DataFrame({name: columns[name] for name in ("rank_a", "rank_b", "id_a", "id_b")}
+                        | {"jaccard": pairs["jaccard"].to_numpy(np.float64)})
 
 
 def part_members(work_at: WorkAt, number: int, numbers: np.ndarray) -> Clusters:

@@ -261,38 +261,52 @@ class DaskExecutor:
         return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates, int(checked.sum()),
                             int(rejected.sum()), part_sizes=checked - rejected)
 
-    def write_pairs(self, pairs, named, folder, write_part: Callable[..., None]) -> None:
-        """job.Executor.write_pairs as tasks: a task per place the pairs lie (the copies held
-        here, each verified part) ranks its pairs by their ids (pairparts.ranked_pairs), Dask
-        sorts them (a range partition on the first id's rank, from a sample), and a task per
-        part of the table writes it from the slices of the sorted partitions that hold its
-        rows: the parts are those of one process, and the client holds none of the pairs."""
+    def write_pairs(self, pairs, clustered, folder, id_type) -> None:
+        """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
+        result.pairs_parts makes them) written into ``folder`` (a Location) by tasks, the
+        client holding none of the pairs or their ids: a task per place the pairs lie (the
+        copies held here, each verified part) makes them a frame, two lookups (the pairs set on
+        one document, then the other, by the rows of the clusters' parts ``clustered``: their
+        ranks and ids, clusterparts.named_end) name them, Dask sorts them by the ids' ranks (a
+        range partition from a sample), and a task per part of the table writes it from the
+        slices of the sorted partitions that hold its rows (result.write_pairs_part; id_type:
+        the ids' wide type): the parts are those of one process."""
         import dask
         import dask.dataframe as dd
+        import pyarrow as pa
 
         from ..io.layout import part_name, table_parts
         from ..io.storage import child_name
+        from ..result import write_pairs_part
+        from .clusterparts import in_id_order, named_end
         from .job import pair_sources
-        from .pairparts import on_pairs, ranked_pairs
+        from .pairparts import on_pairs, pair_frame
 
         stage = "writing the pairs"
         if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
-            write_part([], named.ids, child_name(folder, part_name(0)))
+            write_pairs_part([], id_type, child_name(folder, part_name(0)))
             return
-        sent = scattered(self.client, [(ranked_pairs, *source, named.rows, named.rank)
-                                       for source in pair_sources(pairs)])
+        sent = scattered(self.client, [(pair_frame, *source) for source in pair_sources(pairs)])
         frames = [dask.delayed(on_pairs)(*a) for a in sent]
-        columns = {"rank_a": "int64", "rank_b": "int64", "a": "int64", "b": "int64", "jaccard": "float64"}
+        id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
+        named_a = {"b": "int64", "jaccard": "float64", "rank_a": "int64", "id_a": id_dtype}
+        named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
+        columns = {"rank_a": "int64", "rank_b": "int64", "id_a": id_dtype, "id_b": id_dtype, "jaccard": "float64"}
         try:
-            # Ranked once (persisted): the sort reads its input twice, for its sample and to sort.
-            ranked = dd.from_delayed(frames, meta=frame_of(columns), verify_meta=False).persist()
+            rows = dd.from_delayed(frames, meta=frame_of({"a": "int64", "b": "int64", "jaccard": "float64"}),
+                                   verify_meta=False)
+            rows = rows.set_index("a", divisions=clustered.divisions).map_partitions(
+                named_end, "a", clustered.work_at, meta=frame_of(named_a))
+            rows = rows.set_index("b", divisions=clustered.divisions).map_partitions(
+                named_end, "b", clustered.work_at, meta=frame_of(named_b))
+            # Named once (persisted): the sort reads its input twice, for its sample and to sort.
+            ranked = rows.map_partitions(in_id_order, meta=frame_of(columns)).persist()
             ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()
         except Exception as error:  # noqa: BLE001 -- as in computed
             raise cluster_failure(stage, error) from None
         sorted_parts = ordered.to_delayed()
         lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-        ids_at = scatter_once(self.client, [named.ids], broadcast=True)[0]
         writes = []
         for number, (start, length) in enumerate(table_parts(int(offsets[-1]))):
             stop = start + length
@@ -301,7 +315,7 @@ class DaskExecutor:
             pieces = [(sorted_parts[index], max(start - int(offsets[index]), 0),
                        min(stop, int(offsets[index + 1])) - int(offsets[index])) for index in range(first, last)
                       if length and index < len(sorted_parts)]
-            writes.append(dask.delayed(write_part)(pieces, ids_at, child_name(folder, part_name(number))))
+            writes.append(dask.delayed(write_pairs_part)(pieces, id_type, child_name(folder, part_name(number))))
         computed(writes, stage)
         forget_messages(self.client)  # (a result written after its run: the sorted pairs go when this returns)
 

@@ -236,12 +236,6 @@ class Executor(Protocol):
         second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
         on a cluster, likely pairs kept in parts are checked by tasks into parts."""
 
-    def write_pairs(self, pairs: "VerifiedPairs", named: Any, folder: Any, write_part: Callable[..., None]) -> None:
-        """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
-        result.pairs_parts makes them) each written by ``write_part(pieces, named.ids, path)``
-        (result.write_pairs_part) into ``folder`` (a Location); named: result.NamedRows. On a
-        cluster, a sort of the pairs by tasks: no process holds them all."""
-
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         """The rows whose hash another row shares (int64, ascending), of the rows that the
         tasks ``task(*a)`` give as pandas DataFrames (hash uint64, row int64, rows distinct):
@@ -289,16 +283,6 @@ class LocalExecutor:
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
         return checked_in_memory(store, likely, copies, exact)
-
-    def write_pairs(self, pairs: "VerifiedPairs", named: Any, folder: Any, write_part: Callable[..., None]) -> None:
-        from ..io.layout import part_name, table_parts
-        from ..io.storage import child_name
-        from .pairparts import ranked_pairs
-
-        rows = ranked_pairs(*pairs.arrays, named.rows, named.rank)  # (this process holds them all)
-        rows = rows.iloc[np.lexsort((rows["rank_b"].to_numpy(), rows["rank_a"].to_numpy()))]
-        for number, (start, length) in enumerate(table_parts(rows.shape[0])):
-            write_part([(rows, start, start + length)], named.ids, child_name(folder, part_name(number)))
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         frames = [task(*a) for a in arguments]

@@ -150,19 +150,12 @@ def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept,
     return int(first.shape[0]), int((~verified).sum())
 
 
-def ranked_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, named_rows: np.ndarray,
-                 rank: np.ndarray):
-    """Verified pairs (first, second: int64 rows; jaccard float64) as the pairs table orders
-    them (result.pairs_parts): a pandas DataFrame of a, b, int64 positions into named_rows
-    (NamedRows.rows: int64 ascending, every document of a pair), a the one whose id comes first
-    (rank: NamedRows.rank, each one's place in the ids' order), rank_a, rank_b their ranks, and
-    jaccard. A task over a part through on_pairs."""
+def pair_frame(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray):
+    """Verified pairs (first, second: int64 rows; jaccard float64) as a pandas DataFrame of a,
+    b, jaccard: a task over a part through on_pairs, for the pairs table's sort."""
     import pandas as pd
 
-    a, b = np.searchsorted(named_rows, first), np.searchsorted(named_rows, second)
-    swap = rank[a] > rank[b]
-    a, b = np.where(swap, b, a), np.where(swap, a, b)
-    return pd.DataFrame({"rank_a": rank[a], "rank_b": rank[b], "a": a, "b": b, "jaccard": jaccard})
+    return pd.DataFrame({"a": first, "b": second, "jaccard": jaccard})
 
 
 def on_pairs(function: Any, first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
