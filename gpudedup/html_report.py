@@ -533,8 +533,7 @@ INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its 
 def _cluster_block(result, cluster: int, members, kept, rows, stats, p: dict) -> str:
     keep_position, examples = _examples_of(members, kept)
     others = [n for n in range(len(members)) if n != keep_position]
-    # The ids listed alone are read (a staged run's from its shards).
-    kept_id, *listed_ids = result.id_source.take(rows[members[[keep_position] + others[: IDS_LISTED - 1]]]).to_pylist()
+    kept_id, *listed_ids = result.ids_of(rows[members[[keep_position] + others[: IDS_LISTED - 1]]]).to_pylist()
     (inside, low, high), verified_pairs = stats[0][cluster], stats[1]
     out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {len(members):,} documents</h3>\n']
     if inside:

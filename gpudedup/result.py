@@ -55,8 +55,10 @@ class DedupResult:
         ``clusters`` name by id.
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
         staged run's stay in its shards until then: ids.IdSource).
-    named: the ids of the documents in clusters, the only ones pairs and clusters name, read
-        once when first asked for (NamedRows).
+    named: the ids of the documents in clusters, the only ones pairs and clusters name
+        (NamedRows): read when the result is made where its clusters are held (a run in one
+        process, whose work directory may be gone when it writes), else from a cluster's parts
+        when first asked for (a cluster's run that writes its results never asks).
     """
 
     documents: int  # the input's rows (n)
@@ -77,6 +79,7 @@ class DedupResult:
     sources: list = field(default_factory=list, repr=False)
     # A run over files: every scanned file's output name (io.layout.output_bases).
     output_bases: dict = field(default_factory=dict, repr=False)
+    names_read: Optional["NamedRows"] = field(default=None, repr=False)  # ``named``, where read already
 
     @classmethod
     def of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
@@ -90,8 +93,12 @@ class DedupResult:
         (``keep`` is the input's rows only); sources: the files of an in-memory run over files
         (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
+        source = id_source(ids)
+        names_read = None if isinstance(outcome.clustered, ClusterParts) else NamedRows.of(source,
+                                                                                             outcome.clusters.docs)
         return cls(documents=outcome.documents - indexed_rows, report=report, table=table, inputs=inputs,
-                   text_field=text_field, id_source=id_source(ids), skipped_records=skipped_records, on_error=on_error,
+                   text_field=text_field, id_source=source, skipped_records=skipped_records, on_error=on_error,
+                   names_read=names_read,
                    restore=restore, outcome=outcome,
                    indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
                    output_bases=output_bases or {})
@@ -104,12 +111,21 @@ class DedupResult:
 
     @cached_property
     def named(self) -> "NamedRows":
-        """The ids of the documents in clusters (made when first asked for: a cluster's run's
-        read from the parts it left in its work directory, which hold them)."""
+        """The ids of the documents in clusters (the class docstring)."""
+        if self.names_read is not None:
+            return self.names_read
         clustered = self.outcome.clustered
         if isinstance(clustered, ClusterParts):
             return NamedRows(*clustered.named_rows(self.wide_id_type))
-        return NamedRows.of(self.id_source, self.outcome.clusters.docs)
+        return NamedRows.of(self.id_source, self.outcome.clusters.docs)  # (read into memory since: read_now)
+
+    def ids_of(self, rows: np.ndarray) -> pa.Array:
+        """The ids of some documents in clusters (rows: int64, of the outcome): a cluster's
+        run's from its shards (its named would be every clustered document's), else from
+        ``named``."""
+        if isinstance(self.outcome.clustered, ClusterParts):
+            return self.id_source.take(rows)
+        return self.named.ids.take(pa.array(self.named.positions(rows)))
 
     @cached_property
     def pairs(self) -> pa.Table:

@@ -58,53 +58,55 @@ def oracle(first: np.ndarray, second: np.ndarray, lengths: np.ndarray, policy: s
 
 
 def stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, pinned=0, pairs_per_part=10_000,
-           ids=HeldIds(True)):
+           ids=None):
+    ids = ids or HeldIds(True)
     labels = dask_component_labels(client, first, second, pairs_per_part, n_docs)
     return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), HeldLengths(lengths), ids, policy,
                          pinned)
 
 
-@pytest.mark.parametrize("policy", ["first", "longest"])
-@pytest.mark.parametrize("ranges", [1, 3, 16])
-def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ranges):
+# Components in one task, or over the rounds of several parts (60 pairs each); string or integer ids.
+@pytest.mark.parametrize("policy, ranges, pairs_per_part, strings",
+                         [("first", 1, 10_000, True), ("longest", 3, 60, False), ("first", 16, 60, True),
+                          ("longest", 16, 10_000, False)])
+def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ranges, pairs_per_part, strings):
     rng = np.random.default_rng(ranges)
     n_docs = 600
     first, second = random_pairs(rng, n_docs, 350)
     lengths = rng.integers(0, 6, n_docs).astype(np.int64)  # (ties: the first of equals is kept)
     expected = oracle(first, second, lengths, policy, 0)
-    # Components in one task, and over the rounds of several parts.
-    for pairs_per_part, ids in ((10_000, HeldIds(True)), (60, HeldIds(False))):
-        parts = stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, 0, pairs_per_part, ids)
-        got = parts.read()
-        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
-        assert (parts.count, parts.in_clusters, parts.removed_count) == \
-            (expected.count, expected.in_clusters, expected.removed_count)
-        assert parts.starts.tolist() == range_starts(n_docs, ranges).tolist()
-        assert parts.sizes.shape[0] == ranges
-        units = [tmp_path / "work" / "clusters" / f"{number:05d}" for number in np.flatnonzero(parts.sizes)]
-        kept_doc = np.concatenate([np.load(unit / "kept_doc.npy") for unit in units])
-        assert np.array_equal(kept_doc, kept_documents(expected))
-        # Each document's id, its kept document's, and its place in the ids' order.
-        named = pa.concat_tables([pq.read_table(unit / "ids.parquet") for unit in units])
-        doc_ids = ids.take(expected.docs)
-        assert named["id"].combine_chunks().equals(doc_ids)
-        assert named["kept_id"].combine_chunks().equals(ids.take(kept_doc))
-        rank = np.concatenate([np.load(unit / "rank.npy") for unit in units])
-        assert np.array_equal(rank, np.argsort(pc.sort_indices(doc_ids).to_numpy()))
-        # The clusters table, in parts of 7 rows cut across the parts: one process's.
-        tables = [clusters_table(parts.work_at, pieces, doc_ids.type) for pieces in parts.table_pieces(7)]
-        assert [table.num_rows for table in tables[:-1]] == [7] * (len(tables) - 1) and tables[-1].num_rows <= 7
-        named_rows = NamedRows.of(ArrayIds(ids.take(np.arange(n_docs))), expected.docs)
-        assert pa.concat_tables(tables).equals(whole_table(clusters_parts(named_rows, expected)))
-        sizes = np.bincount(expected.cluster)
-        assert parts.largest.tolist() == np.lexsort((np.arange(sizes.shape[0]), -sizes))[:20].tolist()
-        removed = expected.docs[~expected.keep]
-        for start, stop in ((0, n_docs), (0, 1), (37, 290), (290, 291), (599, 600), (250, 250)):
-            assert parts.removed_rows(start, stop).tolist() == removed[(removed >= start) & (removed < stop)].tolist()
-        shown = parts.largest[:3]
-        members = parts.members(shown)
-        mine = np.isin(expected.cluster, shown)
-        assert all(np.array_equal(a, b[mine]) for a, b in zip(members, expected))
+    ids = HeldIds(strings)
+    parts = stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, 0, pairs_per_part, ids)
+    got = parts.read()
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert (parts.count, parts.in_clusters, parts.removed_count) == \
+        (expected.count, expected.in_clusters, expected.removed_count)
+    assert parts.starts.tolist() == range_starts(n_docs, ranges).tolist()
+    assert parts.sizes.shape[0] == ranges
+    units = [tmp_path / "work" / "clusters" / f"{number:05d}" for number in np.flatnonzero(parts.sizes)]
+    kept_doc = np.concatenate([np.load(unit / "kept_doc.npy") for unit in units])
+    assert np.array_equal(kept_doc, kept_documents(expected))
+    # Each document's id, its kept document's, and its place in the ids' order.
+    named = pa.concat_tables([pq.read_table(unit / "ids.parquet") for unit in units])
+    doc_ids = ids.take(expected.docs)
+    assert named["id"].combine_chunks().equals(doc_ids)
+    assert named["kept_id"].combine_chunks().equals(ids.take(kept_doc))
+    rank = np.concatenate([np.load(unit / "rank.npy") for unit in units])
+    assert np.array_equal(rank, np.argsort(pc.sort_indices(doc_ids).to_numpy()))
+    # The clusters table, in parts of 7 rows cut across the parts: one process's.
+    tables = [clusters_table(parts.work_at, pieces, doc_ids.type) for pieces in parts.table_pieces(7)]
+    assert [table.num_rows for table in tables[:-1]] == [7] * (len(tables) - 1) and tables[-1].num_rows <= 7
+    named_rows = NamedRows.of(ArrayIds(ids.take(np.arange(n_docs))), expected.docs)
+    assert pa.concat_tables(tables).equals(whole_table(clusters_parts(named_rows, expected)))
+    sizes = np.bincount(expected.cluster)
+    assert parts.largest.tolist() == np.lexsort((np.arange(sizes.shape[0]), -sizes))[:20].tolist()
+    removed = expected.docs[~expected.keep]
+    for start, stop in ((0, n_docs), (0, 1), (37, 290), (290, 291), (599, 600), (250, 250)):
+        assert parts.removed_rows(start, stop).tolist() == removed[(removed >= start) & (removed < stop)].tolist()
+    shown = parts.largest[:3]
+    members = parts.members(shown)
+    mine = np.isin(expected.cluster, shown)
+    assert all(np.array_equal(a, b[mine]) for a, b in zip(members, expected))
 
 
 def test_pinned_rows_are_kept_as_in_one_process(client, tmp_path):

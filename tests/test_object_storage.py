@@ -394,7 +394,8 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
     local run. The largest object a server-side copy takes is made 2,000 bytes here, so that
     the commit moves some files by server-side copies and streams the others (as it streams
     files over S3's 5 GiB). With the work directory in the bucket too, the workers write their
-    shards' units there and read each other's through their caches, gone after the run."""
+    shards' units there (the clusters' parts among them) and read each other's through their
+    caches, gone after the run."""
     pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
     root, url = corpus
     monkeypatch.chdir(root)
@@ -409,7 +410,7 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
                    output=out, format="jsonl")
     assert min(sizes) <= 2000 < max(sizes), sizes  # both ways of moving
     if work_in_bucket:
-        assert {"stages/pairs", "shards/00000"} <= set(units_under(work))
+        assert {"stages/pairs", "shards/00000", "clusters/00000"} <= set(units_under(work))
         assert not list((tmp_path / "cache").glob("*/*")), "a cache outlived the run"
         # A run stopped by an error on the workers (a repeated id) clears their caches too.
         texts = make_texts(20, seed=3)

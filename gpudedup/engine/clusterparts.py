@@ -1,27 +1,35 @@
-"""The clusters of a run on a cluster, found and kept by the workers' tasks so that the client
-holds a few numbers per part rather than the documents in clusters (docs/scale.md).
+"""The clusters of a run on a cluster, found, named and kept by the workers' tasks, so that the
+client holds a few numbers per part rather than the documents in clusters (docs/scale.md).
 
 The rows 0 .. n-1 are cut into ``ranges`` ranges of about equal length (range_starts). The
 components' labels (engine/components.py: a document and its root, the smallest document of
-its component) are moved twice, each time by Dask's ``set_index`` with these ranges as
-divisions, so that partition r holds exactly the rows of range r:
+its component) are moved by Dask's ``set_index`` with these ranges as divisions, so that
+partition r holds exactly the rows of range r:
 
-1. on the root: every component lies whole in the partition of its root, so a task decides
+1. on the document: a task reads the ids of its range's documents from the shards (each shard
+   read once; disk.IdsAt);
+2. on the root: every component lies whole in the partition of its root, so a task decides
    its clusters as one process would (cluster.clusters_of_roots over the partition's labels:
    the kept document, by ``keep``, with the documents' lengths read from the shards where it
-   is "longest"). Clusters are numbered in the order of their roots; the partitions ascend by
-   root, so a partition's numbers start after the roots of the partitions before it (a count
-   per partition, added up by the client);
-2. on the document: partition r holds the clustered documents of range r, stored as
-   WORK/clusters/NNNNN/ (part r) in row order: docs, int64 ascending; cluster, int64; keep,
-   bool; kept_doc, int64, the document its cluster keeps (the first of them where a cluster
-   keeps several).
+   is "longest"), with the kept document's id. Clusters are numbered in the order of their
+   roots; the partitions ascend by root, so a partition's numbers start after the roots of
+   the partitions before it (a count per partition, added up by the client);
+3. a sort by id (Dask's sort_values) gives each document its place in the ids' order (ids are
+   unique), by which the pairs table is sorted;
+4. on the document again: partition r holds the clustered documents of range r, stored as
+   WORK/clusters/NNNNN/ (part r) in row order: docs.npy, int64 ascending; cluster.npy, int64;
+   keep.npy, bool; kept_doc.npy, int64, the document its cluster keeps (the first of them
+   where a cluster keeps several); rank.npy, int64, the place of its id; ids.parquet, its id
+   and its kept document's (id, kept_id; string ids wide).
 
 The client gets, per part, its documents and its removed documents, and the largest clusters
-(report.html shows them). The clusters are never a stage that --resume trusts: every run makes
-them again from the verified pairs and writes every part, and a part that holds no document by
-the run's counts is never read (so neither is one that another run left). A task that writes
-the kept rows of a shard reads the parts of its rows alone (ClusterParts.removed_rows).
+(report.html shows them). From the parts, tasks write the clusters table (clusters_table), the
+kept rows (ClusterParts.removed_rows: a shard's task reads the parts of its rows alone) and
+name the pairs of the pairs table (named_end: the pairs set on one document, then the other,
+each partition reading the part of its rows). The clusters are never a stage that --resume
+trusts: every run makes them again from the verified pairs and writes every part, and a part
+that holds no document by the run's counts is never read (so neither is one that another run
+left).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from .workdir import WorkAt, WorkDir
 if TYPE_CHECKING:
     from .job import Executor
 
-CLUSTER_COLUMNS = ("docs", "cluster", "keep", "kept_doc")
+CLUSTER_COLUMNS = ("docs", "cluster", "keep")  # (cluster.Clusters')
 DECIDED_COLUMNS = {"doc": "int64", "cluster": "int64", "keep": "bool", "kept_doc": "int64"}
 # The largest clusters the client learns of (report.html shows the first of them).
 LARGEST_KNOWN = 20
@@ -49,6 +57,12 @@ def range_starts(n_docs: int, ranges: int) -> np.ndarray:
     rows 0 .. n_docs-1, then n_docs (ranges is at most n_docs, so none is empty)."""
     ranges = max(min(ranges, n_docs), 1)
     return (np.arange(ranges + 1, dtype=np.int64) * n_docs) // ranges
+
+
+def range_divisions(starts: np.ndarray) -> list[int]:
+    """Dask's divisions of a collection set on a row so that partition r holds the rows of
+    range r (starts: range_starts; the last division is inclusive: n, which no row reaches)."""
+    return starts[:-1].tolist() + [int(starts[-1])]
 
 
 def part_unit(number: int) -> str:
@@ -84,12 +98,11 @@ class ClusterParts:
         """Every part as one Clusters, in this process (parts ascend by row)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
-        work.fetch([part_unit(number) for number in numbers], [f"{name}.npy" for name in CLUSTER_COLUMNS])
-        parts = [work.load_dir(part_unit(number)) for number in numbers]
+        parts = work.read_dirs([part_unit(number) for number in numbers], list(CLUSTER_COLUMNS))
         if not parts:
             empty = np.zeros(0, np.int64)
             return Clusters(empty, empty, np.zeros(0, bool))
-        return Clusters(*(np.concatenate([part[name] for part in parts]) for name in ("docs", "cluster", "keep")))
+        return Clusters(*(np.concatenate([part[name] for part in parts]) for name in CLUSTER_COLUMNS))
 
     def removed_rows(self, start: int, stop: int) -> np.ndarray:
         """int64 ascending: the removed documents among rows start .. stop-1, read from the
@@ -99,7 +112,7 @@ class ClusterParts:
         work, found = WorkDir.attach(self.work_at), [np.zeros(0, np.int64)]
         for number in range(max(first, 0), min(last, self.sizes.shape[0])):
             if self.removed[number]:
-                part = work.load_dir(part_unit(number))
+                part = work.read_dir(part_unit(number), ["docs", "keep"])
                 docs = part["docs"][~part["keep"]]
                 found.append(docs[(docs >= start) & (docs < stop)])
         return np.concatenate(found)
@@ -110,28 +123,28 @@ class ClusterParts:
         of the parts that hold its rows."""
         from ..io.layout import table_parts
 
-        before = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        before = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64).tolist()
         pieces = []
-        for start, length in table_parts(int(before[-1]), part_rows):
+        for start, length in table_parts(before[-1], part_rows):
             stop = start + length
-            pieces.append([(number, max(start - int(before[number]), 0), min(stop, int(before[number + 1]))
-                            - int(before[number])) for number in np.flatnonzero(self.sizes).tolist()
-                           if before[number] < stop and before[number + 1] > start])
+            # Each part that holds some of the table's rows start .. stop-1, and its slice of them.
+            holding = [number for number in range(len(before) - 1)
+                       if before[number] < stop and before[number + 1] > start]
+            pieces.append([(number, max(start, before[number]) - before[number],
+                            min(stop, before[number + 1]) - before[number]) for number in holding])
         return pieces
 
     @property
     def divisions(self) -> list[int]:
-        """Dask's divisions of a collection set on a row so that partition r holds the rows of
-        part r (the last division is inclusive: n, which no row reaches)."""
-        return self.starts[:-1].tolist() + [int(self.starts[-1])]
+        """range_divisions of the parts' ranges."""
+        return range_divisions(self.starts)
 
     def named_rows(self, id_type: pa.DataType) -> tuple[np.ndarray, pa.Array, np.ndarray]:
         """(docs, ids, rank) of every document in clusters, ascending by row, read from the
         parts here (result.NamedRows of a cluster's run; id_type: the ids' wide type)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
-        work.fetch([part_unit(number) for number in numbers], ["docs.npy", "rank.npy", "ids.parquet"])
-        docs = [work.load_dir(part_unit(number)) for number in numbers]
+        docs = work.read_dirs([part_unit(number) for number in numbers], ["docs", "rank"])
         ids = [work.table(part_unit(number), "ids.parquet")["id"] for number in numbers]
         if not docs:
             return np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64)
@@ -169,12 +182,12 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     if labels is None:  # (no part is read where none holds a document: nothing to write)
         none = np.zeros(starts.shape[0] - 1, np.int64)
         return ClusterParts(work_at, starts, none, none, 0, np.zeros(0, np.int64))
-    # Partition r holds the rows starts[r] .. starts[r + 1]-1 (the last division is inclusive).
-    divisions = starts[:-1].tolist() + [int(starts[-1])]
+    divisions = range_divisions(starts)  # (partition r: the rows of range r)
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     try:
         ids_sent, lengths_sent = scatter_once(client, [ids, lengths], broadcast=True)
+        # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
             named_labels, ids_sent, meta=frame_of({"doc": "int64", "root": "int64", "id": id_dtype}))
         by_root = named.set_index("root", divisions=divisions).persist()
@@ -184,13 +197,15 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                          lengths_sent, policy, pinned,
                                          meta=frame_of({**DECIDED_COLUMNS, "id": id_dtype, "kept_id": id_dtype})
                                          ).persist()
+        del by_root  # (released on the workers once decided)
         largest = decided.map_partitions(largest_clusters, LARGEST_KNOWN,
                                          meta=frame_of({"cluster": "int64", "size": "int64"})).compute()
-        # Each document's place in the ids' order (ids are unique), for the pairs table's sort.
+        # 3. Each document's place in the ids' order, after the documents of the partitions before.
         by_id = decided[["doc", "id"]].sort_values("id").persist()
         before = np.concatenate([[0], np.cumsum(by_id.map_partitions(len_of, meta=("rows", "int64")).compute())])
         ranks = by_id.map_partitions(id_ranks, scatter_once(client, [before.astype(np.int64)], broadcast=True)[0],
                                      meta=frame_of({"doc": "int64", "rank": "int64"}))
+        # 4. The parts: both collections set on the document have the same partitions.
         written = dd.map_partitions(write_cluster_part, decided.set_index("doc", divisions=divisions),
                                     ranks.set_index("doc", divisions=divisions), work_at, id_type,
                                     meta=frame_of({"docs": "int64", "removed": "int64"}),
@@ -278,7 +293,7 @@ def named_end(pairs, end: str, work_at: WorkAt, partition_info: Optional[dict] =
     named = pairs.reset_index(drop=True)
     relative = part_unit(partition_info["number"])
     work = WorkDir.attach(work_at)
-    part = work.load_dir(relative)
+    part = work.read_dir(relative, ["docs", "rank"])
     at = np.searchsorted(part["docs"], rows)
     ids = work.table(relative, "ids.parquet")["id"].take(pa.array(at)).to_pandas()
     return named.assign(**{f"rank_{end}": part["rank"][at], f"id_{end}": ids})
@@ -300,7 +315,7 @@ def in_id_order(pairs):
 
 def part_members(work_at: WorkAt, number: int, numbers: np.ndarray) -> Clusters:
     """The documents of part ``number`` in the clusters ``numbers`` (int64)."""
-    part = WorkDir.attach(work_at).load_dir(part_unit(number))
+    part = WorkDir.attach(work_at).read_dir(part_unit(number), list(CLUSTER_COLUMNS))
     mine = np.isin(part["cluster"], numbers)
     return Clusters(part["docs"][mine], part["cluster"][mine], part["keep"][mine])
 
@@ -312,7 +327,7 @@ def clusters_table(work_at: WorkAt, pieces: list[tuple[int, int, int]], id_type:
     work = WorkDir.attach(work_at)
     slices = []
     for number, start, stop in pieces:
-        arrays = work.load_dir(part_unit(number))
+        arrays = work.read_dir(part_unit(number), ["cluster", "keep"])
         named = work.table(part_unit(number), "ids.parquet").slice(start, stop - start)
         slices.append(pa.table({"id": named["id"], "cluster": pa.array(arrays["cluster"][start:stop], pa.int64()),
                                 "keep": pa.array(arrays["keep"][start:stop], pa.bool_()),

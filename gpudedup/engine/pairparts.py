@@ -69,15 +69,14 @@ def write_part(work_at: WorkAt, kind: str, number: int, arrays: dict[str, np.nda
 
 
 def read_part(work_at: WorkAt, kind: str, number: int) -> dict[str, np.ndarray]:
-    return WorkDir.attach(work_at).load_dir(part_unit(kind, number))
+    return WorkDir.attach(work_at).read_dir(part_unit(kind, number))
 
 
 def read_parts(work: WorkDir, kind: str, count: int) -> dict[str, np.ndarray]:
     """Every part of the ``kind`` pairs as one set of arrays, ascending by (first, second): for
     a process that holds every pair anyway (a run in one process resuming a cluster's stage)."""
     columns = PAIR_COLUMNS + (("jaccard",) if kind == VERIFIED else ())
-    work.fetch([part_unit(kind, number) for number in range(count)], [f"{name}.npy" for name in columns])
-    parts = [read_part(work, kind, number) for number in range(count)]
+    parts = work.read_dirs([part_unit(kind, number) for number in range(count)], list(columns))
     if not parts:
         return {name: np.zeros(0, np.float64 if name == "jaccard" else np.int64) for name in columns}
     joined = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

@@ -9,8 +9,10 @@ Layout::
     WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
     WORK/stages/<name>/         one finished whole-corpus stage (copies, candidates, pairs)
     WORK/pairs/<kind>/00000/    on a cluster, one part of a stage's pairs (engine/pairparts.py)
+    WORK/clusters/00000/        on a cluster, the clusters of one range of rows
+                                (engine/clusterparts.py; made again by every run)
 
-Each folder under shards/, sets/, stages/ and pairs/ is a **unit**: its files are written together,
+Each folder under shards/, sets/, stages/, pairs/ and clusters/ is a **unit**: its files are written together,
 and a unit that exists is a complete one; a run killed half way leaves at most units that do
 not count, which the next run removes or writes again. The manifest ties the directory to one
 run: a resume with other inputs (a file changed in size or time) or other parameters is
@@ -33,6 +35,7 @@ The work directory is either
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -120,6 +123,9 @@ class LocalFolder:
 
         return pq.read_table(self.root / relative / name)
 
+    def read_array(self, relative: str, name: str) -> np.ndarray:
+        return np.load(self.root / relative / name, allow_pickle=False)
+
     def commit_unit(self, relative: str, staging: Path) -> None:
         final = self.root / relative
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +200,15 @@ class BucketFolder:
         in the cache: a table needs no memory map, and results read ids after the run)."""
         self._marker_of(relative)  # (a complete unit's only)
         return storage.read_parquet(self.remote.child(f"{relative}/{name}"))
+
+    def read_array(self, relative: str, name: str) -> np.ndarray:
+        """The .npy file ``name`` of the unit ``relative``, read from the store (not kept in the
+        cache, as read_table)."""
+        data = storage.read_bytes(self.remote.child(f"{relative}/{name}"))
+        if len(data) != self._marker_of(relative)["sizes"][name]:
+            raise OSError(f"{self.remote.child(relative)}/{name}: {len(data)} bytes, its unit's marker says "
+                          f"{self._marker_of(relative)['sizes'][name]}")
+        return np.load(io.BytesIO(data), allow_pickle=False)
 
     def unit_done(self, relative: str) -> bool:
         return self.marker(relative) is not None
@@ -465,6 +480,19 @@ class WorkDir:
         """The arrays (.npy) of the finished unit ``relative``, by name, loaded."""
         return {Path(file).stem: np.load(self.file(relative, file), allow_pickle=False)
                 for file in self.folder.unit_names(relative) if file.endswith(".npy")}
+
+    def read_dir(self, relative: str, names: Optional[list[str]] = None) -> dict[str, np.ndarray]:
+        """The arrays (.npy) of the finished unit ``relative`` (those ``names``, without
+        ".npy", where given), by name, read from where they are: on object storage not through
+        the cache, for a unit read once, often after the run (whose end empties the caches),
+        as a cluster's parts are (engine/pairparts.py, engine/clusterparts.py)."""
+        if names is None:
+            names = [Path(file).stem for file in self.folder.unit_names(relative) if file.endswith(".npy")]
+        return {name: self.folder.read_array(relative, f"{name}.npy") for name in names}
+
+    def read_dirs(self, relatives: list[str], names: Optional[list[str]] = None) -> list[dict[str, np.ndarray]]:
+        """read_dir of each unit of ``relatives``, side by side on object storage."""
+        return list(map_parallel(lambda relative: self.read_dir(relative, names), relatives, self.request_threads))
 
     def save_stage(self, name: str, arrays: dict[str, np.ndarray]) -> None:
         self.write_dir(f"stages/{name}", arrays)
