@@ -420,8 +420,8 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
         return min(counts)
 
     found_by_tasks: list[int] = []
-    read = disk.DroppedRows.read
-    monkeypatch.setattr(disk.DroppedRows, "read", lambda self: found_by_tasks.append(1) or read(self))
+    find = disk.DroppedRows.of
+    monkeypatch.setattr(disk.DroppedRows, "of", lambda self, index: found_by_tasks.append(index) or find(self, index))
     gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200), id_field="id", backend="cpu", client=client,
                    work_dir=tmp_path / "first", output=tmp_path / "first_out")
     runs = {}

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -756,18 +756,19 @@ class ShardedTable:
         them): one task per file, on the run's Dask workers while its client is still
         connected (each worker reads the file's shards and writes its file; folder must be on a
         file system they share, or on object storage), else in this process. A task gets the
-        rows of its shards not to write, not a mask over them, or (parts) reads them from the
-        parts of its shards' documents."""
-        kept = None if isinstance(removed, ClusterParts) else Kept.leaving_out(removed)
-
-        def dropped(index: int) -> Union[np.ndarray, DroppedRows]:
-            if kept is None:
-                assert isinstance(removed, ClusterParts)
-                return DroppedRows(self.shards.rows, self.rows, removed, index)
-            return np.flatnonzero(~self._shard_keep(index, kept))
-        tasks = [(self.reader, indices, [dropped(index) for index in indices], storage.child_name(folder, name),
-                  format)
+        rows of its shards not to write, not a mask over them, or (parts) finds them from the
+        parts of its shards' documents (DroppedRows, one object that every task shares: sent to
+        each worker once)."""
+        files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
+        tasks: list[tuple]
+        if isinstance(removed, ClusterParts):
+            finder = DroppedRows(self.shards.rows, self.rows, removed)
+            tasks = [(self.reader, indices, None, path, format, finder) for indices, path in files]
+        else:
+            kept = Kept.leaving_out(removed)
+            tasks = [(self.reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
+                      path, format, None) for indices, path in files]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
@@ -798,40 +799,41 @@ def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
 
 @dataclass
 class DroppedRows:
-    """The rows as read of shard ``index`` that write_file_rows does not write, found by its
-    task: those that are not documents, and the documents that the parts of a cluster's run
-    (ClusterParts) remove."""
+    """What finds, in a write_file_rows task, the rows as read of a shard that it does not
+    write: those that are not documents (rows: ShardDocuments.rows; shard_rows: Shards.rows),
+    and the documents that the parts of a cluster's run remove (ClusterParts, read for the
+    shard's documents alone)."""
 
     shard_rows: np.ndarray
     rows: Kept
     removed: ClusterParts
-    index: int
 
-    def read(self) -> np.ndarray:
+    def of(self, index: int) -> np.ndarray:
         def kept_mask(start: int, stop: int) -> np.ndarray:
             return Kept.leaving_out(self.removed.removed_rows(start, stop)).mask(start, stop)
 
-        return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, self.index, kept_mask))
+        return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, index, kept_mask))
 
 
-def write_file_rows(reader: ShardReader, indices: list[int], dropped: list, path: str, format: str) -> None:
+def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[list[np.ndarray]], path: str,
+                    format: str, finder: Optional[DroppedRows]) -> None:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
     whole, or its pieces with records, in order; dropped: int64, each one's rows as read that
-    are not written, or a DroppedRows that finds them), as layout.write_kept_file and
+    are not written, or None where ``finder`` finds them), as layout.write_kept_file and
     write_kept_pieces write them."""
 
-    def rows(index: int, drop: Union[np.ndarray, DroppedRows]) -> FileRows:
+    def rows(number: int) -> FileRows:
+        index = indices[number]
         corpus = reader.corpus(index)
         assert corpus.files, "a file that could not be read is left out"
-        if isinstance(drop, DroppedRows):
-            drop = drop.read()
+        drop = dropped[number] if dropped is not None else cast(DroppedRows, finder).of(index)
         return FileRows(corpus.files[0], corpus.table, Kept.leaving_out(drop).mask(0, corpus.table.num_rows))
 
     def write(local: Path) -> None:
         if len(indices) == 1 and reader.shards[indices[0]].piece is None:
-            write_kept_file(rows(indices[0], dropped[0]), local, format)
+            write_kept_file(rows(0), local, format)
         else:
-            write_kept_pieces((rows(index, drop) for index, drop in zip(indices, dropped)), local, format)
+            write_kept_pieces((rows(number) for number in range(len(indices))), local, format)
 
     write_to(path, write)
 
