@@ -96,14 +96,27 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     assert written_by_workers(stream) == 6
 
 
-def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client, corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("pairs_per_part", [None, 30])
+def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client, corpus, tmp_path, monkeypatch,
+                                                                         pairs_per_part):
+    """The pairs and clusters tables in parts of 5 rows, written by tasks: one process's files.
+    With few pairs a part (components.PAIRS_PER_PART), the components, the clusters and the
+    pairs table take their shuffles rather than one task each."""
+    from gpudedup.engine import components
+
     monkeypatch.setattr(layout, "PART_ROWS", 5)
+    if pairs_per_part is not None:
+        monkeypatch.setattr(components, "PAIRS_PER_PART", pairs_per_part)
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
-    gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
-                   output=tmp_path / "spread")
+    with distributed.get_task_stream(client) as stream:
+        gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
+                       output=tmp_path / "spread")
     for name in ("pairs", "clusters"):
         assert len(list((tmp_path / "spread" / name).iterdir())) > 2, name
     assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
+    keys = " ".join(str(task["key"]) for task in stream.data)
+    for task in ("clusters_in_one_task", "named_pairs"):
+        assert (task in keys) == (pairs_per_part is None), task
 
 
 def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,
@@ -684,15 +697,17 @@ def test_sigint_during_a_workers_run_gives_one_line(corpus, tmp_path):
     assert lines == ["interrupted: nothing was written"], lines[:5]
 
 
-@pytest.mark.parametrize("pairs_count", [0, 60])
+@pytest.mark.parametrize("pairs_count, one_task", [(0, False), (60, False), (60, True)])
 def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(client, tmp_path, monkeypatch,
-                                                                               pairs_count):
+                                                                               pairs_count, one_task):
     """DaskExecutor.write_pairs (a task per place the pairs lie makes them a frame, two lookups
     in the clusters' parts name them, Dask sorts them, a task per part of the table writes it)
     against result.pairs_parts, the table one process makes of the same pairs: the same
     files, byte for byte, with ids whose order is not the rows' order, parts of 7 rows cut
     across the sorted partitions, an empty part among the stored ones, and no pair at all (one
-    empty part, as one process writes)."""
+    empty part, as one process writes); and where the pairs are few enough for one task
+    (components.PAIRS_PER_PART), which names and sorts them all."""
+    from gpudedup.engine import components
     import pyarrow.compute as pc
 
     from gpudedup.engine.clusterparts import dask_clusters
@@ -706,6 +721,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from test_clusterparts import HeldLengths
 
     monkeypatch.setattr(layout, "PART_ROWS", 7)
+    monkeypatch.setattr(components, "PAIRS_PER_PART", 1000 if one_task else 20)
     rng = np.random.default_rng(9)
     rows = np.sort(rng.choice(1000, 40, replace=False)).astype(np.int64)
     ids = pa.array([f"doc-{value}" for value in rng.permutation(40)], pa.large_string())

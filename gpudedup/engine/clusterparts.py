@@ -173,6 +173,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     module docstring); lengths: what gives the documents' lengths in a task (disk.LengthsAt),
     read where ``policy`` is "longest"; ids: what gives their ids (disk.IdsAt). Returns the
     parts' ClusterParts."""
+    import dask
     import dask.dataframe as dd
 
     from ..ids import wide
@@ -186,6 +187,11 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     try:
+        if labels.npartitions == 1:  # the components were one task's: so are their clusters
+            (labels_part,) = labels.to_delayed()
+            sizes, removed, count, largest_numbers = client.compute(dask.delayed(clusters_in_one_task)(
+                labels_part, ids, lengths, policy, pinned, work_at, starts, id_type)).result()
+            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers)
         ids_sent, lengths_sent = scatter_once(client, [ids, lengths], broadcast=True)
         # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
@@ -218,6 +224,39 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
+
+
+def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pinned: int, work_at: WorkAt,
+                         starts: np.ndarray, id_type: pa.DataType) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Task: dask_clusters' steps over every label at once (a pandas DataFrame of a: document,
+    b: its root), the parts cut by the ranges ``starts``: where the components were found by
+    one task, their clusters fit one. Returns the parts' sizes, their removed documents, the
+    clusters' count and the numbers of the largest (ClusterParts')."""
+    import pandas as pd
+
+    everything = {"number": 0}
+    decided = decide_clusters(named_labels(labels.set_index("a"), ids).set_index("root"), np.zeros(1, np.int64),
+                              lengths, policy, pinned, everything)  # (ascending by document)
+    rank = np.empty(len(decided), np.int64)
+    rank[id_order(decided["id"])] = np.arange(len(decided), dtype=np.int64)
+    by_doc = decided.set_index("doc")
+    ranks = pd.DataFrame({"rank": rank}, index=by_doc.index)
+    bounds = np.searchsorted(by_doc.index.to_numpy(np.int64), starts)
+    written = [write_cluster_part(by_doc.iloc[bounds[number]:bounds[number + 1]],
+                                  ranks.iloc[bounds[number]:bounds[number + 1]], work_at, id_type, {"number": number})
+               for number in range(starts.shape[0] - 1)]
+    largest = largest_clusters(decided, LARGEST_KNOWN)
+    return (np.array([int(part["docs"].iloc[0]) for part in written], np.int64),
+            np.array([int(part["removed"].iloc[0]) for part in written], np.int64),
+            int(decided["cluster"].max()) + 1 if len(decided) else 0, largest["cluster"].to_numpy(np.int64))
+
+
+def id_order(ids) -> np.ndarray:
+    """int64: the order of ids (a pandas Series of int64 or str; unique) as Arrow sorts them,
+    and so as Dask's sort_values does (numbers, or strings by code point)."""
+    import pyarrow.compute as pc
+
+    return pc.sort_indices(pa.Array.from_pandas(ids)).to_numpy()
 
 
 def named_labels(by_doc, ids: Any):
@@ -297,6 +336,22 @@ def named_end(pairs, end: str, work_at: WorkAt, partition_info: Optional[dict] =
     at = np.searchsorted(part["docs"], rows)
     ids = work.table(relative, "ids.parquet")["id"].take(pa.array(at)).to_pandas()
     return named.assign(**{f"rank_{end}": part["rank"][at], f"id_{end}": ids})
+
+
+def named_pairs(frames: list, clustered: ClusterParts, id_type: pa.DataType):
+    """Task: the pairs of ``frames`` (pandas DataFrames of a, b, jaccard) named as named_end
+    names them, every one at once (the clusters' parts all read here), in in_id_order's form,
+    sorted by (rank_a, rank_b): the pairs table's rows where they fit one task."""
+    import pandas as pd
+
+    pairs = pd.concat(frames, ignore_index=True)
+    docs, ids, rank = clustered.named_rows(id_type)
+    columns = {"jaccard": pairs["jaccard"].to_numpy(np.float64)}
+    for end in ("a", "b"):
+        at = np.searchsorted(docs, pairs[end].to_numpy(np.int64))
+        columns[f"rank_{end}"], columns[f"id_{end}"] = rank[at], ids.take(pa.array(at)).to_pandas()
+    named = in_id_order(pd.DataFrame(columns))
+    return named.iloc[np.lexsort((named["rank_b"].to_numpy(np.int64), named["rank_a"].to_numpy(np.int64)))]
 
 
 def in_id_order(pairs):

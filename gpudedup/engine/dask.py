@@ -270,7 +270,9 @@ class DaskExecutor:
         ranks and ids, clusterparts.named_end) name them, Dask sorts them by the ids' ranks (a
         range partition from a sample), and a task per part of the table writes it from the
         slices of the sorted partitions that hold its rows (result.write_pairs_part; id_type:
-        the ids' wide type): the parts are those of one process."""
+        the ids' wide type): the parts are those of one process. Up to
+        components.PAIRS_PER_PART pairs, as for the components, one task names and sorts them
+        all (clusterparts.named_pairs), and a task per part writes it."""
         import dask
         import dask.dataframe as dd
         import pyarrow as pa
@@ -278,7 +280,8 @@ class DaskExecutor:
         from ..io.layout import part_name, table_parts
         from ..io.storage import child_name
         from ..result import write_pairs_part
-        from .clusterparts import in_id_order, named_end
+        from . import components
+        from .clusterparts import in_id_order, named_end, named_pairs
         from .job import pair_sources
         from .pairparts import on_pairs, pair_frame
 
@@ -288,6 +291,14 @@ class DaskExecutor:
             return
         sent = scattered(self.client, [(pair_frame, *source) for source in pair_sources(pairs)])
         frames = [dask.delayed(on_pairs)(*a) for a in sent]
+        if pairs.count <= components.PAIRS_PER_PART:  # (as the components: one task, where they fit one)
+            ordered = dask.delayed(named_pairs)(frames, clustered, id_type)
+            writes = [dask.delayed(write_pairs_part)([(ordered, start, start + length)], id_type,
+                                                     child_name(folder, part_name(number)))
+                      for number, (start, length) in enumerate(table_parts(pairs.count))]
+            computed(writes, stage)
+            forget_messages(self.client)
+            return
         id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
         named_a = {"b": "int64", "jaccard": "float64", "rank_a": "int64", "id_a": id_dtype}
         named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
