@@ -317,6 +317,46 @@ def test_what_the_tasks_carry_grows_with_the_shards_not_their_square(client, tmp
         assert 0 < by_shards[48] < 5 * by_shards[12], (name, by_shards)
 
 
+def numpy_buffers_held() -> int:
+    """The bytes of numpy buffers this process holds (tracemalloc, which must be tracing): the
+    least of three counts 50 ms apart, since a buffer that one of Dask's threads in this
+    process has in flight at one moment (a message being read) is not held (one CI run counted
+    10.8 KB more at one stage's start, once)."""
+    import tracemalloc
+
+    counts = []
+    for attempt in range(3):
+        gc.collect()  # (a drawn figure is a cycle: garbage, not held)
+        snapshot = tracemalloc.take_snapshot()
+        counts.append(sum(trace.size for trace in snapshot.filter_traces(
+            [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]).traces))
+        time.sleep(0.05 if attempt < 2 else 0)
+    return min(counts)
+
+
+def buffers_at_stages(client, monkeypatch, corpus: Path, work: Path, out: Path) -> tuple:
+    """A run on ``client`` writing to ``out``, and the numpy buffers the client held as each
+    stage started and as the output was written ("written": as the run's write returns, before
+    the suite's own checks read the kept rows): (result, {stage: bytes})."""
+    import tracemalloc
+
+    from gpudedup import result as result_module, stages
+
+    seen: list[tuple[str, int]] = []
+    write = result_module.write_outputs
+    monkeypatch.setattr(stages, "announce_stage", lambda name: seen.append((name, numpy_buffers_held())))
+    monkeypatch.setattr(result_module, "write_outputs",
+                        lambda *a, **k: (write(*a, **k), seen.append(("written", numpy_buffers_held())))[0])
+    tracemalloc.start(1)
+    try:
+        result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client, work_dir=work, output=out)
+    finally:
+        tracemalloc.stop()
+        monkeypatch.setattr(stages, "announce_stage", lambda name: None)
+        monkeypatch.setattr(result_module, "write_outputs", write)
+    return result, dict(seen)
+
+
 def unique_corpus(root: Path, documents: int, files: int = 8) -> Path:
     """``documents`` random texts of 40 words in ``files`` JSONL files (ids "doc-N"), unlike
     one another but for ten planted near-duplicate pairs and one identical copy: a corpus
@@ -326,10 +366,15 @@ def unique_corpus(root: Path, documents: int, files: int = 8) -> Path:
     for first in range(0, 20, 2):
         texts[first + 1] = texts[first] + " extra"
     texts[30] = texts[31]
+    return corpus_files(root, texts, files)
+
+
+def corpus_files(root: Path, texts: list[str], files: int) -> Path:
+    """``texts`` dealt round ``files`` JSONL files in ``root`` (ids "doc-N", N the text's place)."""
     root.mkdir(parents=True)
     for file in range(files):
         write_jsonl(root / f"part{file}.jsonl", [{"id": f"doc-{i}", "text": texts[i]}
-                                                   for i in range(file, documents, files)])
+                                                   for i in range(file, len(texts), files)])
     return root
 
 
@@ -342,46 +387,17 @@ def test_the_client_holds_nothing_per_document_between_stages(client, tmp_path, 
     same 8 files with the same pairs (after a first run, unmeasured). They grow by less than 1
     byte per document added (a bool mask alone is 1 byte per document; the buffers held are
     the same permutations, per-shard offsets and pairs in both runs)."""
-    import tracemalloc
-
-    from gpudedup import result as result_module, stages
-
-    write = result_module.write_outputs
-
-    def held() -> int:
-        # The least of three counts 50 ms apart: a buffer that one of Dask's threads in this
-        # process has in flight at one moment (a message being read) is not held (one CI run
-        # counted 10.8 KB more at one stage's start, once).
-        counts = []
-        for attempt in range(3):
-            gc.collect()  # (a drawn figure is a cycle: garbage, not held)
-            snapshot = tracemalloc.take_snapshot()
-            counts.append(sum(trace.size for trace in snapshot.filter_traces(
-                [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]).traces))
-            time.sleep(0.05 if attempt < 2 else 0)
-        return min(counts)
-
-    runs = {}
     small_corpus = unique_corpus(tmp_path / "in3000", 3000)
     # A first run fills what a process makes once (caches, plotting's colour maps), unmeasured.
     gpudedup.dedup(small_corpus, id_field="id", backend="cpu", client=client, work_dir=tmp_path / "first",
                    output=tmp_path / "first_out")
+    runs = {}
     for documents in (3000, 9000):
         corpus = small_corpus if documents == 3000 else unique_corpus(tmp_path / f"in{documents}", documents)
-        seen: list[tuple[str, int]] = []
-        monkeypatch.setattr(stages, "announce_stage", lambda name, seen=seen: seen.append((name, held())))
-        # ("written": as the run's write returns, before the suite's own checks read the kept rows)
-        monkeypatch.setattr(result_module, "write_outputs",
-                            lambda *a, seen=seen, **k: (write(*a, **k), seen.append(("written", held())))[0])
-        tracemalloc.start(1)
-        try:
-            result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client,
-                                    work_dir=tmp_path / f"work{documents}", output=tmp_path / f"out{documents}")
-        finally:
-            tracemalloc.stop()
+        result, runs[documents] = buffers_at_stages(client, monkeypatch, corpus, tmp_path / f"work{documents}",
+                                                    tmp_path / f"out{documents}")
         results = result.report["results"]
         assert (results["verified_pairs"], results["identical_copies"], results["removed_documents"]) == (11, 1, 11)
-        runs[documents] = dict(seen)
     small, large = runs[3000], runs[9000]
     assert list(small) == list(large) and {"candidates", "cluster", "write", "written"} <= set(small)
     for stage in small:
@@ -397,11 +413,7 @@ def clustered_corpus(root: Path, documents: int, files: int = 8) -> Path:
     for _ in range(documents // 2):
         text = " ".join(f"w{word}" for word in rng.integers(0, 5000, 40))
         texts += [text, text + " extra"]
-    root.mkdir(parents=True)
-    for file in range(files):
-        write_jsonl(root / f"part{file}.jsonl", [{"id": f"doc-{i}", "text": texts[i]}
-                                                   for i in range(file, documents, files)])
-    return root
+    return corpus_files(root, texts, files)
 
 
 @pytest.mark.timeout(180)  # three runs, two under tracemalloc
@@ -415,22 +427,7 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
     than a byte more per clustered document added (at 4616a1a the clusters alone were 17 bytes
     per clustered document, the removed rows 8 per removed one, and the ids and their ranks
     held for the tables more). The outputs are the single process's."""
-    import tracemalloc
-
-    from gpudedup import result as result_module, stages
     from gpudedup.engine import disk
-
-    write = result_module.write_outputs
-
-    def held() -> int:
-        counts = []  # (the least of three: see test_the_client_holds_nothing_per_document_between_stages)
-        for attempt in range(3):
-            gc.collect()
-            snapshot = tracemalloc.take_snapshot()
-            counts.append(sum(trace.size for trace in snapshot.filter_traces(
-                [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]).traces))
-            time.sleep(0.05 if attempt < 2 else 0)
-        return min(counts)
 
     found_by_tasks: list[int] = []
     find = disk.DroppedRows.of
@@ -439,28 +436,17 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
                    work_dir=tmp_path / "first", output=tmp_path / "first_out")
     runs = {}
     for documents in (2000, 6000):
-        corpus = clustered_corpus(tmp_path / f"in{documents}", documents)
-        seen: list[tuple[str, int]] = []
-        monkeypatch.setattr(stages, "announce_stage", lambda name, seen=seen: seen.append((name, held())))
-        monkeypatch.setattr(result_module, "write_outputs",
-                            lambda *a, seen=seen, **k: (write(*a, **k), seen.append(("written", held())))[0])
-        tracemalloc.start(1)
-        try:
-            result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client,
-                                    work_dir=tmp_path / f"work{documents}", output=tmp_path / f"out{documents}")
-        finally:
-            tracemalloc.stop()
+        result, runs[documents] = buffers_at_stages(client, monkeypatch,
+                                                    clustered_corpus(tmp_path / f"in{documents}", documents),
+                                                    tmp_path / f"work{documents}", tmp_path / f"out{documents}")
         results = result.report["results"]
         assert (results["clusters"], results["documents_in_clusters"], results["removed_documents"]) == \
             (documents // 2, documents, documents // 2)
-        runs[documents] = dict(seen)
     small, large = runs[2000], runs[6000]
     assert list(small) == list(large) and {"cluster", "write", "written"} <= set(small)
     for stage in small:
         assert large[stage] - small[stage] < 4000, (stage, small[stage], large[stage])
     assert found_by_tasks == []  # (patched in this process: the tasks ran on the workers)
-    monkeypatch.setattr(stages, "announce_stage", lambda name: None)
-    monkeypatch.setattr(result_module, "write_outputs", write)
     single = gpudedup.dedup(tmp_path / "in6000", id_field="id", backend="cpu", output=tmp_path / "single")
     assert_same_files(tmp_path / "single", tmp_path / "out6000", "parquet")
     assert_same_results(single, result)
