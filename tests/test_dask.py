@@ -197,6 +197,7 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
         results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
 
 
+@pytest.mark.timeout(90)  # two runs: about 11 s alone
 def test_the_client_keeps_no_array_it_sent_to_the_workers(client, tmp_path, monkeypatch):
     """The client keeps its last messages to the scheduler (distributed's low-level log), so an
     array sent inside a task's message stays in its memory after the task is done. A run sends
