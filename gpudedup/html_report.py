@@ -642,12 +642,6 @@ def exact_jaccard(first, second, spec: ShingleSpec) -> float:
     return common / union if union else 0.0
 
 
-def cluster_rows(result) -> np.ndarray:
-    """int64 (m,): the row of every entry of ``result.clusters`` (the run's own rows, which
-    the clusters table names by id in the same order)."""
-    return result.outcome.clusters.docs
-
-
 # --- formatting ---------------------------------------------------------------------------------
 
 

@@ -149,7 +149,7 @@ class DedupResult:
         from the parts it left in its work directory, which hold their ids)."""
         clustered = self.outcome.clustered
         if isinstance(clustered, ClusterParts):
-            return (clusters_table(clustered.work_at, pieces, self.wide_id_type)
+            return (clusters_table(clustered, pieces, self.wide_id_type)
                     for pieces in clustered.table_pieces())
         return clusters_parts(self.named, self.outcome.clusters)
 
@@ -401,16 +401,16 @@ def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: b
         write_table(result.clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
-    executor.map(write_clusters_part, [(clustered.work_at, pieces, result.wide_id_type,
+    executor.map(write_clusters_part, [(clustered, pieces, result.wide_id_type,
                                         child_name(folder, part_name(number)))
                                        for number, pieces in enumerate(clustered.table_pieces())],
                  "writing the clusters")
 
 
-def write_clusters_part(work_at: Any, pieces: list, id_type: pa.DataType, path: str) -> None:
+def write_clusters_part(clustered: ClusterParts, pieces: list, id_type: pa.DataType, path: str) -> None:
     """Task: a part of clusters/ (clusterparts.clusters_table of ``pieces``) written to
     ``path`` (a path or URL)."""
-    write_to(path, lambda local: write_parquet(clusters_table(work_at, pieces, id_type), local))
+    write_to(path, lambda local: write_parquet(clusters_table(clustered, pieces, id_type), local))
 
 
 def tasks_folder(staging: Path, out: Location, name: str) -> Location:

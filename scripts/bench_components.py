@@ -59,7 +59,7 @@ def main() -> None:
     import distributed
 
     from gpudedup.cluster import component_roots
-    from gpudedup.engine.components import PAIRS_PER_PART, dask_component_roots
+    from gpudedup.engine.components import PAIRS_PER_PART, dask_component_labels
 
     per_part = args.pairs_per_part or PAIRS_PER_PART
     # The cluster first, so that its workers do not start from this process's memory.
@@ -69,7 +69,9 @@ def main() -> None:
         figures: dict = {"pairs": int(first.shape[0]), "pairs_per_part": per_part,
                          "rss_after_graph_mb": round(peak_mb())}
         start = time.perf_counter()
-        spread = dask_component_roots(client, first, second, per_part)
+        labels = dask_component_labels(client, first, second, per_part).compute()  # (document a, root b)
+        order = np.argsort(labels["a"].to_numpy(np.int64), kind="stable")
+        spread = labels["a"].to_numpy(np.int64)[order], labels["b"].to_numpy(np.int64)[order]
         figures["dask_seconds"] = round(time.perf_counter() - start, 2)
         figures["dask_client_peak_mb"] = round(peak_mb())
         workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

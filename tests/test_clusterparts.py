@@ -94,7 +94,7 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
     rank = np.concatenate([np.load(unit / "rank.npy") for unit in units])
     assert np.array_equal(rank, np.argsort(pc.sort_indices(doc_ids).to_numpy()))
     # The clusters table, in parts of 7 rows cut across the parts: one process's.
-    tables = [clusters_table(parts.work_at, pieces, doc_ids.type) for pieces in parts.table_pieces(7)]
+    tables = [clusters_table(parts, pieces, doc_ids.type) for pieces in parts.table_pieces(7)]
     assert [table.num_rows for table in tables[:-1]] == [7] * (len(tables) - 1) and tables[-1].num_rows <= 7
     named_rows = NamedRows.of(ArrayIds(ids.take(np.arange(n_docs))), expected.docs)
     assert pa.concat_tables(tables).equals(whole_table(clusters_parts(named_rows, expected)))
@@ -129,9 +129,27 @@ def test_no_pair_and_more_ranges_than_documents(client, tmp_path):
     assert isinstance(parts, ClusterParts) and (parts.count, parts.in_clusters) == (0, 0)
     assert parts.read().docs.shape[0] == 0 and parts.removed_rows(0, 50).shape[0] == 0
     assert not (tmp_path / "work" / "clusters").exists()
-    (table,) = [clusters_table(parts.work_at, pieces, pa.large_string()) for pieces in parts.table_pieces()]
+    (table,) = [clusters_table(parts, pieces, pa.large_string()) for pieces in parts.table_pieces()]
     assert table.num_rows == 0 and table.schema.field("id").type == pa.large_string()
     assert range_starts(3, 8).tolist() == [0, 1, 2, 3]
     first, second = np.array([0, 1], np.int64), np.array([2, 2], np.int64)
     got = stored(client, tmp_path, first, second, 3, 8, np.ones(3, np.int64), "first").read()
     assert (got.docs.tolist(), got.cluster.tolist(), got.keep.tolist()) == ([0, 1, 2], [0, 0, 0], [True, False, False])
+
+
+def test_parts_made_again_by_a_later_run_are_refused(client, tmp_path):
+    """A result that reads its clusters after a later run of the same work directory made them
+    again (a --resume with other workers cuts other ranges) stops with an error rather than
+    read the other run's parts; the later run reads its own."""
+    from gpudedup.errors import OutputError
+
+    rng = np.random.default_rng(3)
+    first, second = random_pairs(rng, 200, 120)
+    lengths = np.ones(200, np.int64)
+    earlier = stored(client, tmp_path, first, second, 200, 5, lengths, "first")
+    later = stored(client, tmp_path, first, second, 200, 3, lengths, "first")
+    assert later.read().docs.shape[0] == earlier.in_clusters
+    for read in (earlier.read, lambda: earlier.removed_rows(0, 200), lambda: earlier.members(earlier.largest[:2]),
+                 lambda: earlier.named_rows(pa.large_string())):
+        with pytest.raises(OutputError, match="made again by a later run"):
+            read()

@@ -23,13 +23,15 @@ partition r holds exactly the rows of range r:
    and its kept document's (id, kept_id; string ids wide).
 
 The client gets, per part, its documents and its removed documents, and the largest clusters
-(report.html shows them). From the parts, tasks write the clusters table (clusters_table), the
+(report.html shows them). Every part carries its run's token (run.npy), which every reader
+checks: a result that reads its clusters after a later run of the same work directory wrote
+them again (a --resume with other workers cuts other ranges) stops with an error rather than
+read another run's parts. From the parts, tasks write the clusters table (clusters_table), the
 kept rows (ClusterParts.removed_rows: a shard's task reads the parts of its rows alone) and
 name the pairs of the pairs table (named_end: the pairs set on one document, then the other,
 each partition reading the part of its rows). The clusters are never a stage that --resume
-trusts: every run makes them again from the verified pairs and writes every part, and a part
-that holds no document by the run's counts is never read (so neither is one that another run
-left).
+trusts: every run makes them again from the verified pairs and writes every part (parts beyond its ranges, another
+run's, are never read).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..cluster import Clusters, KeepPolicy, clusters_of_roots, kept_documents
+from ..errors import OutputError
 from .workdir import WorkAt, WorkDir
 
 if TYPE_CHECKING:
@@ -76,7 +79,8 @@ class ClusterParts:
     starts: int64 (r + 1,), the first row of each part's range (range_starts); sizes: int64
     (r,), the documents in clusters of each part; removed: int64 (r,), those of them removed;
     count: the clusters; largest: int64 (k,), the numbers of the LARGEST_KNOWN largest
-    clusters, largest first (the smaller number first among equals); all host.
+    clusters, largest first (the smaller number first among equals); all host. token: the
+    run's, in every part (read_part checks it).
     """
 
     work_at: WorkAt
@@ -85,6 +89,25 @@ class ClusterParts:
     removed: np.ndarray
     count: int
     largest: np.ndarray
+    token: int
+
+    def read_part(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> dict[str, np.ndarray]:
+        """The arrays ``names`` of part ``number`` (read_dir; work: the work directory, where
+        attached already), checked to be this run's."""
+        return self.checked(number, (work or WorkDir.attach(self.work_at)).read_dir(part_unit(number),
+                                                                                    names + ["run"]))
+
+    def read_parts(self, numbers: list[int], names: list[str], work: WorkDir) -> list[dict[str, np.ndarray]]:
+        """read_part of each part of ``numbers``, side by side on object storage (read_dirs)."""
+        read = work.read_dirs([part_unit(number) for number in numbers], names + ["run"])
+        return [self.checked(number, part) for number, part in zip(numbers, read)]
+
+    def checked(self, number: int, part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``part`` (part ``number``'s arrays, "run" among them), if it is this run's."""
+        if int(part.pop("run")[0]) != self.token:
+            raise OutputError(f"{WorkDir.attach(self.work_at).shown}: its clusters were made again by a later run "
+                              "(a --resume); this result can no longer read them: use that run's result")
+        return part
 
     @property
     def in_clusters(self) -> int:
@@ -98,7 +121,7 @@ class ClusterParts:
         """Every part as one Clusters, in this process (parts ascend by row)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
-        parts = work.read_dirs([part_unit(number) for number in numbers], list(CLUSTER_COLUMNS))
+        parts = self.read_parts(numbers, list(CLUSTER_COLUMNS), work)
         if not parts:
             empty = np.zeros(0, np.int64)
             return Clusters(empty, empty, np.zeros(0, bool))
@@ -112,7 +135,7 @@ class ClusterParts:
         work, found = WorkDir.attach(self.work_at), [np.zeros(0, np.int64)]
         for number in range(max(first, 0), min(last, self.sizes.shape[0])):
             if self.removed[number]:
-                part = work.read_dir(part_unit(number), ["docs", "keep"])
+                part = self.read_part(number, ["docs", "keep"], work)
                 docs = part["docs"][~part["keep"]]
                 found.append(docs[(docs >= start) & (docs < stop)])
         return np.concatenate(found)
@@ -144,7 +167,7 @@ class ClusterParts:
         parts here (result.NamedRows of a cluster's run; id_type: the ids' wide type)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
-        docs = work.read_dirs([part_unit(number) for number in numbers], ["docs", "rank"])
+        docs = self.read_parts(numbers, ["docs", "rank"], work)
         ids = [work.table(part_unit(number), "ids.parquet")["id"] for number in numbers]
         if not docs:
             return np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64)
@@ -155,7 +178,7 @@ class ClusterParts:
         """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
         a task per part that holds any clustered document, on ``executor`` where it is a
         connected cluster's, else here."""
-        arguments = [(self.work_at, number, numbers) for number in np.flatnonzero(self.sizes).tolist()]
+        arguments = [(self, number, numbers) for number in np.flatnonzero(self.sizes).tolist()]
         if executor is None or executor.in_process or not executor.connected():
             found = [part_members(*a) for a in arguments]
         else:
@@ -169,10 +192,10 @@ class ClusterParts:
 def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, lengths: Any, ids: Any,
                   policy: KeepPolicy, pinned: int = 0) -> ClusterParts:
     """The clusters of the components ``labels`` (components.dask_component_labels, or None:
-    no pair) decided and stored by tasks on ``client``'s workers in ``ranges`` parts (the
-    module docstring); lengths: what gives the documents' lengths in a task (disk.LengthsAt),
-    read where ``policy`` is "longest"; ids: what gives their ids (disk.IdsAt). Returns the
-    parts' ClusterParts."""
+    no pair) decided and stored by tasks on ``client``'s workers in ``ranges`` parts (at most
+    one per document: range_starts; the module docstring); lengths: what gives the documents'
+    lengths in a task (disk.LengthsAt), read where ``policy`` is "longest"; ids: what gives
+    their ids (disk.IdsAt). Returns the parts' ClusterParts."""
     import dask
     import dask.dataframe as dd
 
@@ -180,9 +203,10 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     from .dask import cluster_failure, frame_of, scatter_once
 
     starts = range_starts(n_docs, ranges)
+    token = int(np.random.default_rng().integers(1, 2**62))  # (the run's: ClusterParts.checked)
     if labels is None:  # (no part is read where none holds a document: nothing to write)
         none = np.zeros(starts.shape[0] - 1, np.int64)
-        return ClusterParts(work_at, starts, none, none, 0, np.zeros(0, np.int64))
+        return ClusterParts(work_at, starts, none, none, 0, np.zeros(0, np.int64), token)
     divisions = range_divisions(starts)  # (partition r: the rows of range r)
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
@@ -190,8 +214,8 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
         if labels.npartitions == 1:  # the components were one task's: so are their clusters
             (labels_part,) = labels.to_delayed()
             sizes, removed, count, largest_numbers = client.compute(dask.delayed(clusters_in_one_task)(
-                labels_part, ids, lengths, policy, pinned, work_at, starts, id_type)).result()
-            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers)
+                labels_part, ids, lengths, policy, pinned, work_at, starts, id_type, token)).result()
+            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, token)
         ids_sent, lengths_sent = scatter_once(client, [ids, lengths], broadcast=True)
         # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
@@ -213,21 +237,22 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                      meta=frame_of({"doc": "int64", "rank": "int64"}))
         # 4. The parts: both collections set on the document have the same partitions.
         written = dd.map_partitions(write_cluster_part, decided.set_index("doc", divisions=divisions),
-                                    ranks.set_index("doc", divisions=divisions), work_at, id_type,
+                                    ranks.set_index("doc", divisions=divisions), work_at, id_type, token,
                                     meta=frame_of({"docs": "int64", "removed": "int64"}),
                                     align_dataframes=False).compute()
     except Exception as error:  # noqa: BLE001 -- as in dask.computed
         raise cluster_failure("the clusters", error) from None
     top = np.lexsort((largest["cluster"].to_numpy(np.int64), -largest["size"].to_numpy(np.int64)))[:LARGEST_KNOWN]
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),
-                        int(roots.sum()), largest["cluster"].to_numpy(np.int64)[top])
+                        int(roots.sum()), largest["cluster"].to_numpy(np.int64)[top], token)
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
 def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pinned: int, work_at: WorkAt,
-                         starts: np.ndarray, id_type: pa.DataType) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+                         starts: np.ndarray, id_type: pa.DataType,
+                         token: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Task: dask_clusters' steps over every label at once (a pandas DataFrame of a: document,
     b: its root), the parts cut by the ranges ``starts``: where the components were found by
     one task, their clusters fit one. Returns the parts' sizes, their removed documents, the
@@ -243,7 +268,8 @@ def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pin
     ranks = pd.DataFrame({"rank": rank}, index=by_doc.index)
     bounds = np.searchsorted(by_doc.index.to_numpy(np.int64), starts)
     written = [write_cluster_part(by_doc.iloc[bounds[number]:bounds[number + 1]],
-                                  ranks.iloc[bounds[number]:bounds[number + 1]], work_at, id_type, {"number": number})
+                                  ranks.iloc[bounds[number]:bounds[number + 1]], work_at, id_type, token,
+                                  {"number": number})
                for number in range(starts.shape[0] - 1)]
     largest = largest_clusters(decided, LARGEST_KNOWN)
     return (np.array([int(part["docs"].iloc[0]) for part in written], np.int64),
@@ -323,18 +349,18 @@ def id_ranks(by_id, before: np.ndarray, partition_info: Optional[dict] = None):
                          "rank": np.arange(start, start + len(by_id), dtype=np.int64)})
 
 
-def named_end(pairs, end: str, work_at: WorkAt, partition_info: Optional[dict] = None):
+def named_end(pairs, end: str, clustered: ClusterParts, partition_info: Optional[dict] = None):
     """A partition of pairs set on their document ``end`` ("a" or "b": a range of rows, every
     one a document in clusters) with that document's rank and id (rank_<end>, id_<end>) from
     the range's part, the document itself left out: the pairs table's lookup."""
     assert partition_info is not None, "Dask names the partition"
     rows = pairs.index.to_numpy(np.int64)
     named = pairs.reset_index(drop=True)
-    relative = part_unit(partition_info["number"])
-    work = WorkDir.attach(work_at)
-    part = work.read_dir(relative, ["docs", "rank"])
+    number = partition_info["number"]
+    work = WorkDir.attach(clustered.work_at)
+    part = clustered.read_part(number, ["docs", "rank"], work)
     at = np.searchsorted(part["docs"], rows)
-    ids = work.table(relative, "ids.parquet")["id"].take(pa.array(at)).to_pandas()
+    ids = work.table(part_unit(number), "ids.parquet")["id"].take(pa.array(at)).to_pandas()
     return named.assign(**{f"rank_{end}": part["rank"][at], f"id_{end}": ids})
 
 
@@ -368,21 +394,21 @@ def in_id_order(pairs):
                         | {"jaccard": pairs["jaccard"].to_numpy(np.float64)})
 
 
-def part_members(work_at: WorkAt, number: int, numbers: np.ndarray) -> Clusters:
+def part_members(clustered: ClusterParts, number: int, numbers: np.ndarray) -> Clusters:
     """The documents of part ``number`` in the clusters ``numbers`` (int64)."""
-    part = WorkDir.attach(work_at).read_dir(part_unit(number), list(CLUSTER_COLUMNS))
+    part = clustered.read_part(number, list(CLUSTER_COLUMNS))
     mine = np.isin(part["cluster"], numbers)
     return Clusters(part["docs"][mine], part["cluster"][mine], part["keep"][mine])
 
 
-def clusters_table(work_at: WorkAt, pieces: list[tuple[int, int, int]], id_type: pa.DataType) -> pa.Table:
+def clusters_table(clustered: ClusterParts, pieces: list[tuple[int, int, int]], id_type: pa.DataType) -> pa.Table:
     """A part of the clusters table (id, cluster, keep, kept_id: result.clusters_parts') from
     the slices (part, start, stop) of the parts that hold its rows (ClusterParts.table_pieces);
     id_type: the ids' (wide) type, for a part of none."""
-    work = WorkDir.attach(work_at)
+    work = WorkDir.attach(clustered.work_at)
     slices = []
     for number, start, stop in pieces:
-        arrays = work.read_dir(part_unit(number), ["cluster", "keep"])
+        arrays = clustered.read_part(number, ["cluster", "keep"], work)
         named = work.table(part_unit(number), "ids.parquet").slice(start, stop - start)
         slices.append(pa.table({"id": named["id"], "cluster": pa.array(arrays["cluster"][start:stop], pa.int64()),
                                 "keep": pa.array(arrays["keep"][start:stop], pa.bool_()),
@@ -394,7 +420,8 @@ def clusters_table(work_at: WorkAt, pieces: list[tuple[int, int, int]], id_type:
     return pa.concat_tables(slices).combine_chunks()
 
 
-def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, partition_info: Optional[dict] = None):
+def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, token: int,
+                       partition_info: Optional[dict] = None):
     """Store a partition of decide_clusters' rows set on the document (the clustered documents
     of one range) with their ranks (id_ranks' rows set on the document: the same documents)
     as its part, in row order; returns its documents and removed documents."""
@@ -412,7 +439,7 @@ def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, par
         work.remove(relative)
     arrays = {"docs": docs[order], "cluster": by_doc["cluster"].to_numpy(np.int64)[order], "keep": keep,
               "kept_doc": by_doc["kept_doc"].to_numpy(np.int64)[order],
-              "rank": ranks["rank"].to_numpy(np.int64)[rank_order]}
+              "rank": ranks["rank"].to_numpy(np.int64)[rank_order], "run": np.array([token], np.int64)}
     named = pa.table({name: pa.Array.from_pandas(by_doc[name].iloc[order], type=id_type) for name in ("id", "kept_id")})
     work.write_dir(relative, arrays, {"ids": named})
     return pd.DataFrame({"docs": [int(docs.shape[0])], "removed": [int((~keep).sum())]})

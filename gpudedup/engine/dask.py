@@ -148,7 +148,8 @@ class DaskExecutor:
     """Runs a store's tasks (job.Executor) on ``client``'s workers: the candidate stage and the
     identical-copies grouping as shuffles of what the work directory holds, the signature
     filter as tasks reading its signatures, the connected components as rounds of shuffles
-    (engine/components.py)."""
+    (engine/components.py), the clusters and the tables by tasks over parts of the work
+    directory (engine/clusterparts.py)."""
 
     in_process = False
 
@@ -271,8 +272,8 @@ class DaskExecutor:
         range partition from a sample), and a task per part of the table writes it from the
         slices of the sorted partitions that hold its rows (result.write_pairs_part; id_type:
         the ids' wide type): the parts are those of one process. Up to
-        components.PAIRS_PER_PART pairs, as for the components, one task names and sorts them
-        all (clusterparts.named_pairs), and a task per part writes it."""
+        components.PAIRS_PER_PART pairs (the components' part size) one task names and sorts
+        them all (clusterparts.named_pairs), and a task per part writes it."""
         import dask
         import dask.dataframe as dd
         import pyarrow as pa
@@ -307,9 +308,9 @@ class DaskExecutor:
             rows = dd.from_delayed(frames, meta=frame_of({"a": "int64", "b": "int64", "jaccard": "float64"}),
                                    verify_meta=False)
             rows = rows.set_index("a", divisions=clustered.divisions).map_partitions(
-                named_end, "a", clustered.work_at, meta=frame_of(named_a))
+                named_end, "a", clustered, meta=frame_of(named_a))
             rows = rows.set_index("b", divisions=clustered.divisions).map_partitions(
-                named_end, "b", clustered.work_at, meta=frame_of(named_b))
+                named_end, "b", clustered, meta=frame_of(named_b))
             # Named once (persisted): the sort reads its input twice, for its sample and to sort.
             ranked = rows.map_partitions(in_id_order, meta=frame_of(columns)).persist()
             ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()

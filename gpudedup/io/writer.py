@@ -29,7 +29,8 @@ a half-written directory that looks complete. ``atomic_output_dir`` does it in t
 
 On object storage (OUT a URL: ``remote_output_dir``) there is no rename, so the commit is made
 by order instead, and report.json is what marks a complete output. Every file is written into
-a local staging directory first, except the kept rows of a staged or Dask run, which its tasks
+a local staging directory first, except the kept rows of a staged or Dask run (and a Dask
+run's pairs and clusters tables), which its tasks
 upload into a hidden staging prefix under OUT (``remote_staging``); a failure before the
 commit leaves OUT's own objects untouched and the staging prefix is removed. The commit: where
 OUT already holds objects (``--overwrite``), its report.json is deleted first, so that it
