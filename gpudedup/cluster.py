@@ -138,3 +138,10 @@ def kept_documents(clusters: Clusters) -> np.ndarray:
     # Reversed, so that the first kept document of a cluster is the one written last.
     kept_doc[clusters.cluster[clusters.keep][::-1]] = clusters.docs[clusters.keep][::-1]
     return np.where(clusters.keep, clusters.docs, kept_doc[clusters.cluster])
+
+
+def largest_first(numbers: np.ndarray, sizes: np.ndarray, count: int) -> np.ndarray:
+    """int64: the places in ``numbers`` (cluster numbers, distinct) of the ``count`` largest
+    clusters by ``sizes``, largest first, the smaller number first among equals (the order
+    report.html shows them in)."""
+    return np.lexsort((numbers, -sizes))[:count]

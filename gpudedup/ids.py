@@ -53,3 +53,13 @@ def wide(ids: pa.Array) -> pa.Array:
 def id_source(ids: Union[pa.Array, IdSource]) -> IdSource:
     """``ids`` as an IdSource (an Arrow array wrapped)."""
     return ArrayIds(ids) if isinstance(ids, (pa.Array, pa.ChunkedArray)) else ids
+
+
+def order_ranks(ids: pa.Array) -> np.ndarray:
+    """int64 (k,): each id's place in the ids' ascending order (ids unique; Arrow's order,
+    which Dask's sort_values keeps too: numbers, or strings by code point)."""
+    import pyarrow.compute as pc
+
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[pc.sort_indices(ids).to_numpy()] = np.arange(len(ids), dtype=np.int64)
+    return rank

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, U
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .copies import implied_pairs
 from .cluster import Clusters, kept_documents
@@ -18,7 +17,7 @@ from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.job import Outcome
 from .engine.kept import Kept
 from .errors import OutputError, ParameterError
-from .ids import IdSource, id_source, wide
+from .ids import IdSource, id_source, order_ranks, wide
 from .io.storage import Given, Location, Remote, child_name, location_of
 from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
                         write_kept_files)
@@ -249,9 +248,7 @@ class NamedRows:
     @classmethod
     def of(cls, source: IdSource, rows: np.ndarray) -> "NamedRows":
         ids = source.take(rows)  # (one take: a staged run reads each of its shards once)
-        rank = np.empty(len(ids), dtype=np.int64)
-        rank[pc.sort_indices(ids).to_numpy()] = np.arange(len(ids), dtype=np.int64)
-        return cls(rows, ids, rank)
+        return cls(rows, ids, order_ranks(ids))
 
     def positions(self, rows: np.ndarray) -> np.ndarray:
         """int64: the places in ``self.rows`` of ``rows`` (each one of them)."""

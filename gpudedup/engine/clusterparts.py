@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..cluster import Clusters, KeepPolicy, clusters_of_roots, kept_documents
+from ..cluster import Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first
 from ..errors import OutputError
+from ..ids import order_ranks
 from .workdir import WorkAt, WorkDir
 
 if TYPE_CHECKING:
@@ -242,9 +243,10 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                     align_dataframes=False).compute()
     except Exception as error:  # noqa: BLE001 -- as in dask.computed
         raise cluster_failure("the clusters", error) from None
-    top = np.lexsort((largest["cluster"].to_numpy(np.int64), -largest["size"].to_numpy(np.int64)))[:LARGEST_KNOWN]
+    numbers = largest["cluster"].to_numpy(np.int64)
+    top = largest_first(numbers, largest["size"].to_numpy(np.int64), LARGEST_KNOWN)
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),
-                        int(roots.sum()), largest["cluster"].to_numpy(np.int64)[top], token)
+                        int(roots.sum()), numbers[top], token)
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
@@ -262,8 +264,7 @@ def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pin
     everything = {"number": 0}
     decided = decide_clusters(named_labels(labels.set_index("a"), ids).set_index("root"), np.zeros(1, np.int64),
                               lengths, policy, pinned, everything)  # (ascending by document)
-    rank = np.empty(len(decided), np.int64)
-    rank[id_order(decided["id"])] = np.arange(len(decided), dtype=np.int64)
+    rank = order_ranks(pa.Array.from_pandas(decided["id"]))
     by_doc = decided.set_index("doc")
     ranks = pd.DataFrame({"rank": rank}, index=by_doc.index)
     bounds = np.searchsorted(by_doc.index.to_numpy(np.int64), starts)
@@ -275,14 +276,6 @@ def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pin
     return (np.array([int(part["docs"].iloc[0]) for part in written], np.int64),
             np.array([int(part["removed"].iloc[0]) for part in written], np.int64),
             int(decided["cluster"].max()) + 1 if len(decided) else 0, largest["cluster"].to_numpy(np.int64))
-
-
-def id_order(ids) -> np.ndarray:
-    """int64: the order of ids (a pandas Series of int64 or str; unique) as Arrow sorts them,
-    and so as Dask's sort_values does (numbers, or strings by code point)."""
-    import pyarrow.compute as pc
-
-    return pc.sort_indices(pa.Array.from_pandas(ids)).to_numpy()
 
 
 def named_labels(by_doc, ids: Any):
@@ -334,7 +327,7 @@ def largest_clusters(decided, count: int):
 
     number = decided["cluster"].to_numpy(np.int64)
     clusters, sizes = np.unique(number, return_counts=True)
-    top = np.lexsort((clusters, -sizes))[:count]
+    top = largest_first(clusters, sizes, count)
     return pd.DataFrame({"cluster": clusters[top], "size": sizes[top].astype(np.int64)})
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, U
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots
+from ..cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots, largest_first
 from ..copies import Copies, identical_copies, same_signature_rows
 from ..hashing import Permutations, draw_permutations
 from ..lsh import Banding, candidate_pairs
@@ -120,7 +120,7 @@ class Outcome:
             return numbers, self.clustered.members(numbers, self.executor)
         c = self.clusters
         sizes = np.bincount(c.cluster)
-        numbers = np.lexsort((np.arange(sizes.shape[0]), -sizes))[:count]
+        numbers = largest_first(np.arange(sizes.shape[0]), sizes, count)
         shown = np.isin(c.cluster, numbers)
         return numbers, Clusters(c.docs[shown], c.cluster[shown], c.keep[shown])
 
