@@ -28,7 +28,7 @@ check is not reported (LSH may pair it with the group's first document again).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import scipy.sparse
@@ -46,17 +46,34 @@ class Copies:
 
     first: int64 (c,) the first document of a group; member: int64 (c,) a later document with
     the same shingle set (first < member), ascending by (first, member); jaccard: float64 (c,),
-    all 1.0 (the exact Jaccard that confirmed them).
+    all 1.0 (the exact Jaccard that confirmed them); host.
+    parts: None, or (a cluster's run) the three are empty and the copies lie in the parts of
+    its work directory (engine.pairparts.PairParts of kind "copies", their sizes known:
+    engine/copyparts.py), where its tasks read them.
     """
 
     first: np.ndarray
     member: np.ndarray
     jaccard: np.ndarray
+    parts: Optional[Any] = None
 
     @classmethod
     def none(cls) -> "Copies":
         empty = np.zeros(0, np.int64)
         return cls(empty, empty, np.zeros(0, np.float64))
+
+    @property
+    def count(self) -> int:
+        """How many copies, held or in parts."""
+        return int(self.first.shape[0] if self.parts is None else self.parts.sizes.sum())
+
+    def held(self) -> "Copies":
+        """These copies with first, member and jaccard here (read from their parts, if they
+        are in any)."""
+        if self.parts is None:
+            return self
+        stored = self.parts.read()
+        return Copies(stored["first"], stored["second"], stored["jaccard"])
 
 
 def band_key_row_hash(keys: Any, xp=np) -> Any:
@@ -117,8 +134,8 @@ def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths
     of them, up to COPY_ROUNDS rounds.
 
     groups: same_signature_rows of the signatures of the documents ``active`` (int64 (m,),
-    ascending corpus rows): (first, member) int64 positions into active (job.Executor's
-    same_signature_rows: here, or as a shuffle on a cluster); lengths: int64 (n,) text lengths
+    ascending corpus rows): (first, member) int64 positions into active (a cluster's tasks
+    group and check their parts of the groups: engine/copyparts.py); lengths: int64 (n,) text lengths
     in code points over the corpus; both are only indexed (job.Store.active, lengths).
     set_reader(docs) is called once with every document of the groups (int64, ascending corpus
     rows) and gives sets(part): the shingle sets of a part of them (int64, ascending) as
@@ -131,12 +148,19 @@ def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths
     one batch however many copies there are, and a document is shingled once unless its group
     is larger than a batch or needs another round after such a part.
     """
-    progress = progress or Progress()
     first, member = groups
+    return confirmed_copies(active[first], active[member], lengths, batch_cost, set_reader, progress)
+
+
+def confirmed_copies(first: np.ndarray, member: np.ndarray, lengths: Any, batch_cost: int,
+                     set_reader: Callable[[np.ndarray], SetReader], progress: Progress | None = None) -> Copies:
+    """identical_copies of the groups given as corpus rows: first, member int64 (q,), first <
+    member, ascending by (first, member), a group's members all with its first row (a
+    cluster's task checks a part of the groups so: engine/copyparts.py)."""
+    progress = progress or Progress()
     progress.start("Checking identical copies", first.shape[0])
     if first.shape[0] == 0:
         return Copies.none()
-    first, member = active[first], active[member]
     confirmed_first, confirmed_member = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     sets_of = set_reader(sorted_unique(np.concatenate([first, member])))
     for done in range(COPY_ROUNDS):

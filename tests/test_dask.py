@@ -24,7 +24,7 @@ from gpudedup.engine.dask import message_bytes
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io import layout
 
-from stage_events import cli_process, finish, wait_for_stage, with_stage_events
+from stage_events import cli_process, finish, kill_then_resume, wait_for_stage, with_stage_events
 from test_api import write_jsonl
 from test_streaming import (assert_same_files, assert_same_results, empty_repeats_corpus, finished_work,
                             make_texts, mixed_corpus, rm, rules_corpus, sample_records, staged_run, write_shards)
@@ -139,7 +139,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
 
     gathered: list[int] = []
     gather = disk.SpilledSignatures.__getitem__
-    for name in ("likely_pairs", "same_signature_rows", "clusters"):
+    for name in ("likely_pairs", "copies", "clusters"):
         monkeypatch.setattr(LocalExecutor, name, refused)
     monkeypatch.setattr(components, "PAIRS_PER_PART", 40)
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
@@ -150,7 +150,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     assert_same_results(single, spread)
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
     keys = [str(task["key"]) for task in stream.data]
-    for task in ("likely_part", "spill_part_documents", "check_part", "signature_groups", "part_stars",
+    for task in ("likely_part", "spill_part_documents", "check_part", "group_part", "check_groups", "part_stars",
                  "large_star", "small_star", "decide_clusters", "write_cluster_part"):
         assert any(task in key for key in keys), (task, sorted({k.split("-")[0] for k in keys}))
     assert sum(gathered) == 0
@@ -172,7 +172,7 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
     read: list[str] = []
     read_parts = pairparts.read_parts
     monkeypatch.setattr(pairparts, "read_parts",
-                        lambda work, kind, count: read.append(kind) or read_parts(work, kind, count))
+                        lambda work, parts: read.extend(kind for kind, _ in parts.kinds) or read_parts(work, parts))
     for name in ("active_rows_at", "exact_jaccard"):
         monkeypatch.setattr(disk.WorkDirStore, name, lambda *a: pytest.fail("the client handled the pairs"))
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
@@ -191,7 +191,7 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
     assert results["candidate_pairs"] == expected["candidate_pairs"]
     assert results["exactly_checked_pairs"] == expected["exactly_checked_pairs"]
     assert np.array_equal(np.sort(spread.checked_jaccard), np.sort(single.checked_jaccard))
-    assert read == [pairparts.VERIFIED]
+    assert read == [pairparts.VERIFIED, pairparts.COPIES]
     parts = sorted((tmp_path / "work" / "pairs" / pairparts.LIKELY).iterdir())
     assert len(parts) > 1 and sum(np.load(part / "first.npy").shape[0] for part in parts) == \
         results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
@@ -405,44 +405,49 @@ def test_the_client_holds_nothing_per_document_between_stages(client, tmp_path, 
         assert large[stage] - small[stage] < 6000, (stage, small[stage], large[stage])
 
 
-def clustered_corpus(root: Path, documents: int, files: int = 8) -> Path:
+def clustered_corpus(root: Path, documents: int, files: int = 8, identical: bool = False) -> Path:
     """``documents`` random texts of 40 words in ``files`` JSONL files (ids "doc-N"), in
-    near-duplicate pairs (a text, then it with a word added): every document in a cluster of
-    two, half of them removed."""
+    near-duplicate pairs (a text, then it with a word added; identical: then a copy of it):
+    every document in a cluster of two, half of them removed."""
     rng = np.random.default_rng(documents)
     texts = []
     for _ in range(documents // 2):
         text = " ".join(f"w{word}" for word in rng.integers(0, 5000, 40))
-        texts += [text, text + " extra"]
+        texts += [text, text if identical else text + " extra"]
     return corpus_files(root, texts, files)
 
 
 @pytest.mark.timeout(180)  # three runs, two under tracemalloc
-def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monkeypatch):
+@pytest.mark.parametrize("identical", [False, True], ids=["near", "identical"])
+def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monkeypatch, identical):
     """The clusters of a Dask run are decided and kept by its tasks (engine/clusterparts.py):
     the client holds counts per part, not the documents in clusters, their numbers, ids or
     which are kept; the tasks that write the kept rows read which rows are removed from the
     parts (disk.DroppedRows), and the pairs and clusters tables are named and written by tasks.
-    Counted with tracemalloc as each stage starts and after the output is written, in runs of
-    2,000 and 6,000 documents that are all in clusters (after a first run, unmeasured): less
-    than a byte more per clustered document added (at 4616a1a the clusters alone were 17 bytes
-    per clustered document, the removed rows 8 per removed one, and the ids and their ranks
-    held for the tables more). The outputs are the single process's."""
+    Nor, where the pairs are identical copies, the copies (engine/copyparts.py: grouped,
+    checked and kept as parts by tasks; their places reach the candidates' shard tasks by
+    tasks). Counted with tracemalloc as each stage starts and after the output is written, in
+    runs of 2,000 and 6,000 documents that are all in clusters (after a first run, unmeasured):
+    less than a byte more per clustered document added (at 4616a1a the clusters alone were 17
+    bytes per clustered document, the removed rows 8 per removed one, and the ids and their
+    ranks held for the tables more; at 71e36d4 the copies were 32 bytes per copy from the
+    candidates stage on). The outputs are the single process's."""
     from gpudedup.engine import disk
 
     found_by_tasks: list[int] = []
     find = disk.DroppedRows.of
     monkeypatch.setattr(disk.DroppedRows, "of", lambda self, index: found_by_tasks.append(index) or find(self, index))
-    gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200), id_field="id", backend="cpu", client=client,
-                   work_dir=tmp_path / "first", output=tmp_path / "first_out")
+    gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200, identical=identical), id_field="id", backend="cpu",
+                   client=client, work_dir=tmp_path / "first", output=tmp_path / "first_out")
     runs = {}
     for documents in (2000, 6000):
-        result, runs[documents] = buffers_at_stages(client, monkeypatch,
-                                                    clustered_corpus(tmp_path / f"in{documents}", documents),
-                                                    tmp_path / f"work{documents}", tmp_path / f"out{documents}")
+        corpus = clustered_corpus(tmp_path / f"in{documents}", documents, identical=identical)
+        result, runs[documents] = buffers_at_stages(client, monkeypatch, corpus, tmp_path / f"work{documents}",
+                                                    tmp_path / f"out{documents}")
         results = result.report["results"]
-        assert (results["clusters"], results["documents_in_clusters"], results["removed_documents"]) == \
-            (documents // 2, documents, documents // 2)
+        assert (results["clusters"], results["documents_in_clusters"], results["removed_documents"],
+                results["identical_copies"]) == (documents // 2, documents, documents // 2,
+                                                 documents // 2 if identical else 0)
     small, large = runs[2000], runs[6000]
     assert list(small) == list(large) and {"cluster", "write", "written"} <= set(small)
     for stage in small:
@@ -593,6 +598,49 @@ def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finishe
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask-again", format="jsonl")
     assert_same_files(tmp_path / "dask-again", finished / "reference")
+    # And finds the candidates without the copies one process kept (held, not in parts).
+    for path in (work / "stages" / "copies", work / "stages" / "candidates", work / "stages" / "pairs"):
+        rm(path)
+    staged_run(mixed, work, tmp_path / "single-copies", resume=True)
+    rm(work / "stages" / "candidates")
+    rm(work / "stages" / "pairs")
+    gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
+                   batch_bytes=3000).write(tmp_path / "dask-held-copies", format="jsonl")
+    assert_same_files(tmp_path / "dask-held-copies", finished / "reference")
+
+
+@pytest.mark.parametrize("pairs_per_part", [None, 5])
+def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(client, tmp_path, monkeypatch,
+                                                                          pairs_per_part):
+    """The identical copies on a cluster (engine/copyparts.py): grouped by a shuffle on the row
+    hash, checked by a task per part of groups (in batches of a few documents; a member whose
+    signature agrees by chance is no copy), kept as parts, and left out of LSH by their
+    places, which reach the shards' tasks by ranges of shards: cut by one task, or (past
+    components.PAIRS_PER_PART copies) moved by Dask's set_index. The copies, pairs, clusters,
+    kept rows and report are the single process's."""
+    from gpudedup.engine import components
+    from test_copies import copies_corpus, copies_review_corpus
+
+    if pairs_per_part is not None:
+        monkeypatch.setattr(components, "PAIRS_PER_PART", pairs_per_part)
+    texts = [text or "" for seed in range(8) for text in copies_review_corpus(seed)] + copies_corpus(4, 9)
+    corpus = corpus_files(tmp_path / "in", texts, 5)
+    options = dict(id_field="id", backend="cpu", threshold=0.7, batch_bytes=200)
+    single = gpudedup.dedup(corpus, **options)
+    with distributed.get_task_stream(client) as stream:
+        spread = gpudedup.dedup(corpus, client=client, work_dir=tmp_path / "work", **options)
+    assert_same_results(single, spread)
+    expected, found = single.outcome.copies, spread.outcome.copies
+    assert found.parts is not None and found.first.shape[0] == 0  # (in parts, not held)
+    held = found.held()
+    for name in ("first", "member", "jaccard"):
+        np.testing.assert_array_equal(getattr(held, name), getattr(expected, name))
+    assert expected.first.shape[0] > 40
+    keys = " ".join(str(task["key"]) for task in stream.data)
+    for task in ("group_part", "check_groups", "copy_places"):
+        assert task in keys, task
+    assert ("places_in_ranges" in keys) == (pairs_per_part is None)
+    assert ("sorted_places" in keys) == (pairs_per_part is not None)
 
 
 def test_dask_runs_with_work_dirs_of_the_same_name_do_not_share_tasks(client, mixed, tmp_path):
@@ -684,6 +732,22 @@ def test_sigint_during_a_workers_run_gives_one_line(corpus, tmp_path):
     assert lines == ["interrupted: nothing was written"], lines[:5]
 
 
+@pytest.mark.timeout(240)  # six CLI runs in subprocesses
+def test_a_client_killed_mid_run_resumes_to_the_same_output(client, corpus, tmp_path):
+    """The client of a run on a cluster (the CLI with --scheduler: the cluster outlives it),
+    killed (SIGKILL) as each stage after the signatures begins, each time resumed with --resume
+    from its work directory: the finished output is the single process's, file for file."""
+    options = ["--backend", "cpu", "-q", "--threshold", "0.7", "--format", "jsonl",
+               "--scheduler", client.scheduler.address]
+    gpudedup.dedup(corpus, backend="cpu", threshold=0.7).write(tmp_path / "single", format="jsonl")
+    out = tmp_path / "out"
+    killed = kill_then_resume(["dedup", str(corpus), "-o", str(out), "--work-dir", str(tmp_path / "work"), "--resume",
+                               *options], tmp_path, tmp_path / "events",
+                              [(stage, 1) for stage in ("copies", "candidates", "verify", "cluster", "write")], out)
+    assert killed >= 4, f"{killed} of 5 runs were killed"
+    assert_same_files(tmp_path / "single", out)
+
+
 @pytest.mark.parametrize("pairs_count, one_task", [(0, False), (60, False), (60, True)])
 def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(client, tmp_path, monkeypatch,
                                                                                pairs_count, one_task):
@@ -728,7 +792,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
         write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
     executor = DaskExecutor(client)
     pairs = VerifiedPairs(first[held], second[held], jaccard[held],
-                          PairParts(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)), executor)
+                          PairParts.of(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)), executor)
 
     class RowIds:  # (disk.IdsAt's form: the ids of the 40 rows)
         type = pa.large_string()

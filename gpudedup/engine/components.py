@@ -131,11 +131,11 @@ def source_edges(first: np.ndarray, second: np.ndarray, stored: Optional[PairPar
                  numbers: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """One part's pairs (first, second: int64): those given, and those of the stored parts
     ``numbers`` (edge_sources)."""
-    from .pairparts import read_part
+    from .pairparts import PAIR_COLUMNS
 
     if stored is None or not numbers:
         return first, second
-    read = [read_part(stored.work_at, stored.kind, number) for number in numbers]
+    read = [stored.read_part(number, list(PAIR_COLUMNS)) for number in numbers]
     return (np.concatenate([first] + [part["first"] for part in read]),
             np.concatenate([second] + [part["second"] for part in read]))
 

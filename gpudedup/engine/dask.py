@@ -21,7 +21,6 @@ input files. Stages:
   partition writes the shingle sets of its shards' documents to the work directory (each
   shard read once); a task per part then computes its pairs' exact Jaccard from those sets
   and stores the pairs that reach the threshold as a part. The client gets counts, and then
-  reads the verified parts (for the components and the outputs, which it still makes).
   Pairs a run in one process kept in its stage are checked as there (a task per shard, a
   task per chunk of pairs).
 
@@ -29,13 +28,15 @@ input files. Stages:
   shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
   their ids exactly (disk.repeated_shard_ids); no process holds every id.
 
-- **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, position)
+- **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, place)
   rows, shuffled on the hash; a task per partition groups the documents with the same
-  signature (reading their signature rows from the work directory); the client takes the
-  groups and checks them exactly as the verification tasks check pairs.
+  signature (reading their signature rows from the work directory) into a part, their sets are
+  spilled as verification's are, and a task per part checks its groups exactly into a part of
+  copies (engine/copyparts.py). The candidates stage's shard tasks get the copies' places by
+  a range of shards each; the copies' parts join the verified ones. The client gets counts.
 
-- **clusters**: the connected components of the verified pairs as tasks (engine/components.py);
-  the client numbers the clusters and makes the keep decision from their roots.
+- **clusters**: the connected components of the verified pairs as tasks (engine/components.py),
+  the keep decision and the clusters' parts by tasks too (engine/clusterparts.py).
 
 dask and distributed are optional (``pip install 'gpudedup[dask]'``); nothing here is imported without them.
 """
@@ -200,24 +201,33 @@ class DaskExecutor:
                               {"row": "int64"}, stage)
         return np.sort(shared["row"].to_numpy(np.int64))
 
-    def likely_pairs(self, store, out_of_lsh: np.ndarray, window: int, threshold: float, backend,
-                     keep_every: bool = False):
+    def likely_pairs(self, store, copies, window: int, threshold: float, backend, keep_every: bool = False):
         """job.Executor.likely_pairs as two shuffles (the module docstring's candidates): the
-        client gets the pairs that pass the signature filter and a count per partition, not
-        every candidate pair. store: a disk.WorkDirStore, whose pinned is 0 (its shards' band
-        keys and signatures are read by the tasks; a store whose arrays tasks cannot read gives
-        its runs LocalExecutor here: Store.array_executor)."""
+        client gets a count per partition, not every candidate pair, nor the copies (each
+        shard's task gets their places by its range of shards: copyparts.range_places).
+        store: a disk.WorkDirStore, whose pinned is 0 (its shards' band keys and signatures are
+        read by the tasks; a store whose arrays tasks cannot read gives its runs LocalExecutor
+        here: Store.array_executor)."""
         import dask
 
         from ..lsh import pair_code_span
+        from . import components, copyparts
         from .job import LikelyPairs
 
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
+        count = store.shards.count
+        # Copies held here (a stage a run in one process kept) are left out as the input rules' rows are.
+        out_of_lsh = np.unique(store.active_positions(copies.member)) if copies.parts is None else np.zeros(0, np.int64)
+        copy_places: list = [None] * count
+        if copies.parts is not None and copies.count:
+            shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts,
+                                                          components.PAIRS_PER_PART)
+            copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = scattered(self.client, [(root, index, int(starts[index]), out)
                                             for index, out in store.band_key_parts(out_of_lsh)])
-        parts = [dask.delayed(band_key_rows)(*a) for a in keys_sent]
+        parts = [dask.delayed(band_key_rows)(*a, copy_places[a[1]]) for a in keys_sent]
         empty = np.zeros(0, np.int64)
         if not parts:
             return LikelyPairs(empty, empty, 0, empty, empty)
@@ -238,8 +248,7 @@ class DaskExecutor:
         sets, then a task per part checking its pairs into a verified part; the client gets
         counts. Pairs in memory (a stage a run in one process kept) are checked as there, by
         tasks (Store.exact_jaccard). store: a disk.WorkDirStore."""
-        import dask
-
+        from ..copies import Copies
         from . import pairparts
         from .job import CheckedPairs, checked_in_memory
         from .signatures import batch_bytes
@@ -247,20 +256,37 @@ class DaskExecutor:
         if not likely.parts:
             return checked_in_memory(store, likely, copies, exact)
         root, shard_rows, rows = store.work.location, store.shards.rows, store.rows
-        sent = scattered(self.client, [(root, number, shard_rows, rows) for number in range(likely.parts)])
-        documents = [dask.delayed(pairparts.part_documents)(*a) for a in sent]
-        backend = store.task_backend(self)
-        # Every partition's task reads the same reader, offsets and parameters: sent once.
-        shared = scatter_once(self.client, [root, store.reader, shard_rows, store.params], broadcast=True)
-        computed([shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"]).map_partitions(
-            pairparts.spill_part_documents, *shared, backend, meta=frame_of({"shards": "int64"}))], "the shingle sets")
+        self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs as in one process (disk.exact_by_spill).
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
         counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes)
                                                  for number in range(likely.parts)], "exact verification")
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
-        return CheckedPairs(copies.first, copies.member, copies.jaccard, likely.candidates, int(checked.sum()),
-                            int(rejected.sum()), part_sizes=checked - rejected)
+        held = copies if copies.parts is None else Copies.none()
+        return CheckedPairs(held.first, held.member, held.jaccard, likely.candidates, int(checked.sum()),
+                            int(rejected.sum()), part_sizes=checked - rejected,
+                            copy_sizes=np.zeros(0, np.int64) if copies.parts is None else copies.parts.sizes)
+
+    def spill_documents(self, store, kind: str, numbers: list[int], spill: str) -> None:
+        """The shingle sets of the documents of the ``kind`` pairs' parts ``numbers``, spilled
+        under WORK/sets/<spill>/: the parts' documents shuffled on their shard, and a task per
+        partition spilling those of its shards (pairparts.spill_part_documents: each shard read
+        once). store: a disk.WorkDirStore."""
+        import dask
+
+        from . import pairparts
+
+        if not numbers:
+            return
+        root, shard_rows = store.work.location, store.shards.rows
+        sent = scattered(self.client, [(root, kind, number, shard_rows, store.rows) for number in numbers])
+        documents = [dask.delayed(pairparts.part_documents)(*a) for a in sent]
+        backend = store.task_backend(self)
+        # Every partition's task reads the same reader, offsets and parameters: sent once.
+        shared = scatter_once(self.client, [root, store.reader, shard_rows, store.params], broadcast=True)
+        computed([shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"]).map_partitions(
+            pairparts.spill_part_documents, spill, *shared, backend, meta=frame_of({"shards": "int64"}))],
+            "the shingle sets")
 
     def write_pairs(self, pairs, clustered, folder, id_type) -> None:
         """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
@@ -338,30 +364,40 @@ class DaskExecutor:
         workers = len(self.client.scheduler_info().get("workers", {}))
         return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), workers, 1))
 
-    def same_signature_rows(self, store) -> tuple[np.ndarray, np.ndarray]:
-        """copies.same_signature_rows as a shuffle: every shard's row hashes become a Dask
-        DataFrame of (hash, position, spilled) rows, shuffled on the hash so that each group
-        of documents with one hash lies in one partition; a task per partition groups its rows
-        as same_signature_rows does, reading their signature rows from the work directory. The
-        client gets the groups' pairs only (not a hash per document); store: a
-        disk.WorkDirStore."""
+    def copies(self, store, executor, progress):
+        """job.Executor.copies by tasks (engine/copyparts.py): the row hashes shuffled on the
+        hash, a task per partition storing its same-signature groups as a part, their
+        documents' sets spilled (spill_documents), and a task per part that holds groups
+        checking them into a part of copies. The client gets a count per part (not a hash
+        per document, nor a pair per group or copy). store: a disk.WorkDirStore; executor: this."""
         import dask
 
-        root, starts = store.work.location, store.shards.active_starts
+        from ..copies import Copies
+        from . import copyparts
+        from .pairparts import COPIES, GROUPS
+
+        root, starts, shard_rows = store.work.location, store.shards.active_starts, store.shards.rows
         sent = scattered(self.client, [(root, index, int(starts[index]), array)
                                        for index, array in store.row_hash_parts()])
         parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
         if not parts:
-            empty = np.zeros(0, np.int64)
-            return empty, empty
-        # Every partition's task reads the same offsets and work directory: sent once, not in each.
-        root_at, starts_at = scatter_once(self.client, [root, starts], broadcast=True)
-        groups = shuffled_map(parts, {"hash": "uint64", "position": "int64", "spilled": "int64"}, ["hash"],
-                              signature_groups, (root_at, starts_at, store.signatures.shape[1]),
-                              {"first": "int64", "member": "int64"}, "the identical-copies shuffle")
-        first, member = groups["first"].to_numpy(np.int64), groups["member"].to_numpy(np.int64)
-        order = np.lexsort((member, first))
-        return first[order], member[order]
+            return Copies.none()
+        progress.start("Checking identical copies", len(parts))
+        # Every partition's task reads the same offsets, rows and work directory: sent once, not in each.
+        shared = scatter_once(self.client, [root, starts, shard_rows, store.rows], broadcast=True)
+        grouped = shuffled(parts, {"hash": "uint64", "spilled": "int64"}, ["hash"]).to_delayed()
+        groups = computed([dask.delayed(copyparts.group_part)(part, number, *shared, store.signatures.shape[1])
+                           for number, part in enumerate(grouped)], "the identical-copies shuffle")
+        holding = np.flatnonzero(groups).tolist()
+        self.spill_documents(store, GROUPS, holding, copyparts.SPILL)
+        lengths = store.lengths_at()  # (one object: sent once)
+        found = self.map(copyparts.check_groups, [(root, number, shard_rows, store.rows, lengths, store.copy_batch_cost)
+                                                for number in holding], "checking identical copies")
+        sizes = np.zeros(len(groups), np.int64)
+        sizes[holding] = found
+        progress.advance(len(parts))
+        empty = np.zeros(0, np.int64)
+        return Copies(empty, empty, np.zeros(0, np.float64), store.pair_parts(COPIES, len(groups), sizes))
 
 
 # Shards per partition of the candidate shuffle's second round (the first has one per shard).
@@ -531,53 +567,37 @@ def hash_sharing_rows(rows):
 
 
 def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: Optional[np.ndarray]):
-    """One shard's row hashes as (hash uint64, position int64, spilled int64) rows for the
-    active documents the run keeps: positions, the run's position of each of the shard's
-    spilled active rows (-1: left out by the input rules; None: none was, and each one's
-    position is its place); spilled, its place among the active rows of all shards
-    (first_spilled: the shard's first)."""
+    """One shard's row hashes as (hash uint64, spilled int64) rows for the active documents
+    the run keeps: positions, the run's position of each of the shard's spilled active rows
+    (-1: left out by the input rules; None: none was); spilled, its place among the active
+    rows of all shards (first_spilled: the shard's first)."""
     import pandas as pd
 
     from .workdir import WorkDir
 
     hashes = np.asarray(WorkDir.attach(work_at).shard_array(index, "row_hash"))
-    if positions is None:
-        positions = first_spilled + np.arange(hashes.shape[0], dtype=np.int64)
-    kept = np.flatnonzero(positions >= 0)
-    return pd.DataFrame({"hash": hashes[kept], "position": positions[kept], "spilled": first_spilled + kept})
+    kept = np.arange(hashes.shape[0], dtype=np.int64) if positions is None else np.flatnonzero(positions >= 0)
+    return pd.DataFrame({"hash": hashes[kept], "spilled": first_spilled + kept})
 
 
-def signature_groups(rows, work_at: WorkAt, active_starts: np.ndarray, width: int):
-    """The same-signature pairs (first, member: the run's positions) of one shuffled partition,
-    whose rows hold every document of their hashes: copies.same_signature_rows over the rows
-    in position order, their signature rows read from the shards' signatures.npy; so the
-    union over the partitions is same_signature_rows over all documents."""
-    import pandas as pd
-
-    from ..copies import same_signature_rows
-    from .disk import Shards, SpilledSignatures
-    from .kept import Kept
-
-    rows = rows.sort_values("position", kind="stable")
-    positions = rows["position"].to_numpy(np.int64)
-    spilled = rows["spilled"].to_numpy(np.int64)
-    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(spilled), spilled.shape[0])
-    first, member = same_signature_rows(signatures, rows["hash"].to_numpy(np.uint64))
-    return pd.DataFrame({"first": positions[first], "member": positions[member]})
-
-
-def band_key_rows(work_at: WorkAt, index: int, first_place: int, out_of_lsh: np.ndarray):
+def band_key_rows(work_at: WorkAt, index: int, first_place: int, out_of_lsh: np.ndarray,
+                  copy_places: Optional[np.ndarray] = None):
     """One shard's band keys as (band int32, key uint64, place int64) rows, for the documents
     that take part in LSH (all the shard's spilled active rows but those at out_of_lsh: int64,
-    places within the shard); place: the row's place among the spilled active rows of all
-    shards (first_place: the shard's first), which orders the documents as their corpus rows
-    do."""
+    places within the shard, and the copies among copy_places: int64 ascending places among
+    the spilled active rows of all shards, of this shard and maybe others); place: the row's
+    place among the spilled active rows of all shards (first_place: the shard's first), which
+    orders the documents as their corpus rows do."""
     import pandas as pd
 
     from .kept import Kept
     from .workdir import WorkDir
 
     keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))
+    if copy_places is not None:
+        mine = copy_places[np.searchsorted(copy_places, first_place):
+                           np.searchsorted(copy_places, first_place + keys.shape[1])]
+        out_of_lsh = np.union1d(out_of_lsh, mine - first_place)
     keep = Kept.leaving_out(out_of_lsh).mask(0, keys.shape[1])
     keys = keys[:, keep]  # (bands, m')
     bands, members = keys.shape

@@ -83,8 +83,9 @@ BackendOrName = Union[Backend, str]
 # 4: a shard may be a piece of a file, as WORK/plan.npy says; 5: a stage is a folder of .npy
 # files, WORK/stages/<name>/, as every unit of workdir.py is; 6: the candidates stage keeps the
 # pairs that pass the signature filter, and their count, not every candidate pair; 7: on a
-# cluster, those pairs and the verified ones lie in parts, WORK/pairs/, engine/pairparts.py).
-WORK_DIR_FORMAT = 7
+# cluster, those pairs and the verified ones lie in parts, WORK/pairs/, engine/pairparts.py;
+# 8: on a cluster, so do the identical copies, engine/copyparts.py).
+WORK_DIR_FORMAT = 8
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -1073,7 +1074,7 @@ class WorkDirStore:
     def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
         from .pairparts import PairParts
 
-        return PairParts(self.work.location, kind, count, sizes)
+        return PairParts.of(self.work.location, kind, count, sizes)
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:

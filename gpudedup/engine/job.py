@@ -36,7 +36,7 @@ from ..verify import BELOW_THRESHOLD, plausible
 from ..version import __version__
 from ..threads import map_parallel
 from .kept import Kept
-from .pairparts import LIKELY, VERIFIED
+from .pairparts import COPIES, LIKELY, VERIFIED
 from .signatures import batch_bytes
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ class Outcome:
     candidate_a, candidate_b: int64 (q,), a < b: every candidate pair (before the signature
         filter), for evaluation against exact ground truth; empty unless the run was asked to
         keep them (they can be many, and most runs do not need them).
-    copies: the documents taken out of LSH as identical copies (copies.py); each is also the
+    copies: the documents taken out of LSH as identical copies (copies.py; a cluster's run
+        leaves them in parts of its work directory: Copies.held reads them); each is also the
         pair (first, member) of pair_a, pair_b with Jaccard 1.0.
     executor: the run's, whose tasks read what a cluster's run left in parts (while it is
         connected).
@@ -219,16 +220,19 @@ class Executor(Protocol):
     def connected(self) -> bool:
         """Whether tasks can still be run (a cluster's client may be closed after its run)."""
 
-    def likely_pairs(self, store: Store, out_of_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
-        """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but those at
-        positions ``out_of_lsh`` (int64 ascending, into ``active``: the identical copies) that
-        pass the signature filter (verify.plausible), leaving out the pairs of two pinned rows
-        (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
+        """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
+        members of the identical ``copies`` (their group's first document stands for them)
+        that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
+        rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
-        """copies.same_signature_rows of the active documents' signatures (store.row_hashes
-        proposing the groups): (first, member) int64 positions into store.active, ascending."""
+    def copies(self, store: Store, executor: "Executor", progress: Progress) -> Copies:
+        """The identical copies among the active documents (copies.py): their groups by
+        copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
+        checked exactly (copies.identical_copies); held, or (a cluster's) kept in parts of the
+        store's work directory (engine/copyparts.py). executor: the run's, whose tasks spill
+        the shingle sets a store reads from its work directory (Store.set_reader)."""
 
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
@@ -260,8 +264,9 @@ class LocalExecutor:
     def connected(self) -> bool:
         return True
 
-    def likely_pairs(self, store: Store, out_of_lsh: np.ndarray, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
+        out_of_lsh = np.unique(store.active_positions(copies.member))
         in_lsh = Kept.leaving_out(out_of_lsh).mask(0, store.active.shape[0])
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
@@ -277,8 +282,10 @@ class LocalExecutor:
         return LikelyPairs(first[likely], second[likely], first.shape[0],
                            first if keep_every else empty, second if keep_every else empty)
 
-    def same_signature_rows(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
-        return same_signature_rows(store.signatures, store.row_hashes())
+    def copies(self, store: Store, executor: "Executor", progress: Progress) -> Copies:
+        return identical_copies(same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
+                                store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, executor),
+                                progress)
 
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
@@ -342,12 +349,14 @@ class CheckedPairs:
     first, second: int64 (c,) rows, host, first < second, ascending by (first, second); jaccard:
         float64 (c,), each one's exact Jaccard where it reaches the threshold, else
         verify.BELOW_THRESHOLD: every pair checked exactly, the identical copies (Jaccard 1.0)
-        merged in. Where parts > 0 (a cluster's run), only the copies: the pairs LSH found that
-        reach the threshold lie in as many parts of the work directory (engine/pairparts.py),
-        and ``rejected`` counts those that did not.
+        merged in. Where parts > 0 (a cluster's run), only the copies held (Copies): the pairs
+        LSH found that reach the threshold lie in as many parts of the work directory
+        (engine/pairparts.py), and ``rejected`` counts those that did not.
     candidates: how many distinct candidate pairs LSH found; checked: how many of them were
         checked exactly (those the signature filter passed).
     part_sizes: int64 (parts,), the verified pairs in each part (none: not in parts).
+    copy_sizes: int64 (c,), the identical copies in each of their parts where they lie in
+        parts too (engine/copyparts.py; none: held, or none).
     """
 
     first: np.ndarray
@@ -357,6 +366,7 @@ class CheckedPairs:
     checked: int
     rejected: int = 0
     part_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    copy_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def parts(self) -> int:
@@ -364,22 +374,25 @@ class CheckedPairs:
 
     def as_arrays(self) -> dict[str, np.ndarray]:
         return {"first": self.first, "second": self.second, "jaccard": self.jaccard, "part_sizes": self.part_sizes,
+                "copy_sizes": self.copy_sizes,
                 "counts": np.array([self.candidates, self.checked, self.rejected], np.int64)}
 
     @classmethod
     def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "CheckedPairs":
         candidates, checked, rejected = (int(count) for count in arrays["counts"])
         return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, rejected,
-                   arrays["part_sizes"])
+                   arrays["part_sizes"], arrays["copy_sizes"])
 
     def verified(self, store: Store, threshold: float, executor: "Executor") -> "VerifiedPairs":
         """The pairs that reach ``threshold`` (those in parts left where they are, for the
-        run's ``executor`` to read)."""
+        run's ``executor`` to read: verification's parts, then the copies' parts)."""
         if not self.parts:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
-        return VerifiedPairs(self.first, self.second, self.jaccard,
-                             store.pair_parts(VERIFIED, self.parts, self.part_sizes), executor)
+        parts = store.pair_parts(VERIFIED, self.parts, self.part_sizes)
+        if self.copy_sizes.shape[0]:
+            parts = parts.joined(store.pair_parts(COPIES, self.copy_sizes.shape[0], self.copy_sizes))
+        return VerifiedPairs(self.first, self.second, self.jaccard, parts, executor)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -417,24 +430,23 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
 
     store.sign(spec, banding, permutations, executor, log, progress)
-    active, lengths = store.active, store.lengths
+    active = store.active
 
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
         return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
     over_arrays = store.array_executor(executor)
     with log.stage("copies"):
-        stored = store.cached("copies", lambda: copies_arrays(identical_copies(
-            over_arrays.same_signature_rows(store), active, lengths, store.copy_batch_cost,
-            lambda docs: store.set_reader("copies", docs, executor), progress)))
-        copies = Copies(stored["first"], stored["member"], stored["jaccard"])
-        # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        out_of_lsh = np.unique(store.active_positions(copies.member))
+        copies = copies_of_arrays(store, store.cached("copies", lambda: copies_arrays(
+            over_arrays.copies(store, executor, progress))))
+        if over_arrays.in_process:  # (copies a cluster's run kept in parts, resumed in one process)
+            copies = copies.held()
 
     progress.start("Finding candidate pairs", banding.bands)
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
+        # Confirmed copies stay out of the buckets: their group's first document stands for them.
         likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: over_arrays.likely_pairs(
-            store, out_of_lsh, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
+            store, copies, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
         store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
@@ -457,7 +469,17 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
 
 def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
-    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard}
+    """The arrays a store keeps of the copies stage (Store.cached): the copies held, or the
+    sizes of their parts (sizes: none where held)."""
+    sizes = np.zeros(0, np.int64) if copies.parts is None else copies.parts.sizes
+    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard, "sizes": sizes}
+
+
+def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
+    """The copies of copies_arrays' arrays, those in parts found in the store's work directory."""
+    sizes = arrays["sizes"]
+    parts = store.pair_parts(COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
+    return Copies(arrays["first"], arrays["member"], arrays["jaccard"], parts)
 
 
 @dataclass
@@ -523,7 +545,7 @@ def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
     """The verification stage in this process: the exact check of the pairs the signature
     filter passed (exact: Store.exact_jaccard, the Jaccard where it reaches the threshold, else
     BELOW_THRESHOLD), the copies merged in (CheckedPairs)."""
-    likely = likely.in_memory(store)
+    likely, copies = likely.in_memory(store), copies.held()
     first, second = likely.first, likely.second
     jaccard = exact(first, second)
     # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
@@ -558,7 +580,7 @@ def build_report(summary: InputSummary, params: DedupParams, banding: Banding, b
     """The run's report (report.Report), the one place it is built."""
     removed = clusters.removed_count
     documents = summary.documents
-    identical = int(copies.first.shape[0])
+    identical = copies.count
     return Report(
         gpudedup_version=__version__,
         backend=backend.description,

@@ -17,7 +17,7 @@ class Kept:
 
     Held as one of two int64 ascending lists of places: ``left_out``, the items not kept (the
     input rules leave out few rows, if any, so a staged run's client holds nothing per
-    document), or ``positions``, the items kept (a task's few rows, dask.signature_groups).
+    document), or ``positions``, the items kept (a task's few rows, copyparts.group_part).
     Both None: every item is kept, the common case, and nothing per item is held.
     """
 

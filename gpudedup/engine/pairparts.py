@@ -33,6 +33,8 @@ from .workdir import WorkAt, WorkDir
 
 LIKELY = "likely"
 VERIFIED = "verified"
+GROUPS = "groups"  # the same-signature groups of the identical copies (copyparts.py)
+COPIES = "copies"  # the identical copies found among them (copyparts.py)
 # The spill of the likely pairs' documents (WORK/sets/<SPILL>/NNNNN): one set of documents per
 # run, since the candidates stage that names them is one (its parts are deterministic).
 SPILL = "pairs-parts"
@@ -41,22 +43,56 @@ PAIR_COLUMNS = ("first", "second")
 
 @dataclass
 class PairParts:
-    """Pairs kept as ``count`` parts of ``kind`` in the work directory at ``work_at``
-    (WorkDir.attach: its location, for tasks); sizes: int64 (count,), the pairs in each part,
-    where known."""
+    """Pairs kept as parts in the work directory at ``work_at`` (WorkDir.attach: its location,
+    for tasks): ``kinds``, (kind, count) of each kind's parts 0 .. count-1, numbered here one
+    kind after the other (a cluster's verified pairs: the verified parts, then the identical
+    copies' parts, engine/copyparts.py); sizes: int64 (count,), the pairs in each part, where
+    known."""
 
     work_at: WorkAt
-    kind: str
-    count: int
+    kinds: tuple[tuple[str, int], ...]
     sizes: Optional[np.ndarray] = None
+
+    @classmethod
+    def of(cls, work_at: WorkAt, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
+        """Parts 0 .. count-1 of one kind."""
+        return cls(work_at, ((kind, count),), sizes)
+
+    @property
+    def count(self) -> int:
+        return sum(count for _, count in self.kinds)
+
+    def joined(self, more: "PairParts") -> "PairParts":
+        """These parts, then ``more``'s (of the same work directory), numbered on."""
+        sizes = None if self.sizes is None or more.sizes is None else np.concatenate([self.sizes, more.sizes])
+        return PairParts(self.work_at, self.kinds + more.kinds, sizes)
+
+    def unit(self, number: int) -> tuple[str, str]:
+        """(kind, unit) of part ``number``."""
+        for kind, count in self.kinds:
+            if number < count:
+                return kind, part_unit(kind, number)
+            number -= count
+        raise IndexError(f"part {number} is past the parts' end")
+
+    def read_part(self, number: int, names: Optional[list[str]] = None) -> dict[str, np.ndarray]:
+        """Part ``number``'s arrays ``names``; None: first, second, and jaccard but of likely pairs."""
+        kind, unit = self.unit(number)
+        return WorkDir.attach(self.work_at).read_dir(unit, names or columns_of(kind))
 
     def read(self) -> dict[str, np.ndarray]:
         """read_parts of these parts, in this process."""
-        return read_parts(WorkDir.attach(self.work_at), self.kind, self.count)
+        return read_parts(WorkDir.attach(self.work_at), self)
 
 
 def part_unit(kind: str, number: int) -> str:
     return f"pairs/{kind}/{number:05d}"
+
+
+def columns_of(kind: str) -> list[str]:
+    """The arrays a part of ``kind`` pairs holds for its readers (a copies part has the
+    places of its members too, for the candidates stage: copyparts.py)."""
+    return list(PAIR_COLUMNS) + ([] if kind in (LIKELY, GROUPS) else ["jaccard"])
 
 
 def write_part(work_at: WorkAt, kind: str, number: int, arrays: dict[str, np.ndarray]) -> None:
@@ -69,17 +105,21 @@ def write_part(work_at: WorkAt, kind: str, number: int, arrays: dict[str, np.nda
 
 
 def read_part(work_at: WorkAt, kind: str, number: int) -> dict[str, np.ndarray]:
+    """Part ``number`` of the ``kind`` pairs, every array it holds."""
     return WorkDir.attach(work_at).read_dir(part_unit(kind, number))
 
 
-def read_parts(work: WorkDir, kind: str, count: int) -> dict[str, np.ndarray]:
-    """Every part of the ``kind`` pairs as one set of arrays, ascending by (first, second): for
-    a process that holds every pair anyway (a run in one process resuming a cluster's stage)."""
-    columns = PAIR_COLUMNS + (("jaccard",) if kind == VERIFIED else ())
-    parts = work.read_dirs([part_unit(kind, number) for number in range(count)], list(columns))
-    if not parts:
+def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
+    """Every one of ``parts`` as one set of arrays, ascending by (first, second): for a process
+    that holds every pair anyway (a run in one process resuming a cluster's stage, a notebook
+    asking for the pairs)."""
+    columns = columns_of(parts.kinds[0][0]) if parts.kinds else list(PAIR_COLUMNS)
+    assert all(columns_of(kind) == columns for kind, _ in parts.kinds), "the parts hold the same columns"
+    numbers = range(parts.count) if parts.sizes is None else np.flatnonzero(parts.sizes).tolist()
+    read = work.read_dirs([parts.unit(number)[1] for number in numbers], columns)
+    if not read:
         return {name: np.zeros(0, np.float64 if name == "jaccard" else np.int64) for name in columns}
-    joined = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    joined = {name: np.concatenate([part[name] for part in read]) for name in columns}
     order = np.lexsort((joined["second"], joined["first"]))
     return {name: values[order] for name, values in joined.items()}
 
@@ -87,22 +127,22 @@ def read_parts(work: WorkDir, kind: str, count: int) -> dict[str, np.ndarray]:
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
-def part_documents(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept):
-    """The documents of likely part ``number``'s pairs, distinct, as (shard, row) rows of a
-    pandas DataFrame: row, the document's spilled row (rows: the run's documents among the
+def part_documents(work_at: WorkAt, kind: str, number: int, shard_rows: np.ndarray, rows: Kept):
+    """The documents of part ``number`` of the ``kind`` pairs, distinct, as (shard, row) rows of
+    a pandas DataFrame: row, the document's spilled row (rows: the run's documents among the
     spilled rows, disk.ShardDocuments.rows); shard, the shard holding it (shard_rows:
     disk.Shards.rows)."""
     import pandas as pd
 
-    pairs = read_part(work_at, LIKELY, number)
+    pairs = read_part(work_at, kind, number)
     spilled = rows.spilled(np.unique(np.concatenate([pairs["first"], pairs["second"]])))
     return pd.DataFrame({"shard": np.searchsorted(shard_rows, spilled, side="right") - 1, "row": spilled})
 
 
-def spill_part_documents(documents, work_at: WorkAt, reader: Any, shard_rows: np.ndarray, params: Any,
+def spill_part_documents(documents, spill: str, work_at: WorkAt, reader: Any, shard_rows: np.ndarray, params: Any,
                          backend: str):
     """The shingle sets of one partition of part_documents' rows shuffled on the shard, which
-    holds every row of its shards: a shard's rows spilled under WORK/sets/<SPILL>/ as
+    holds every row of its shards: a shard's rows spilled under WORK/sets/<spill>/ as
     disk.spill_shard_sets does (the shard read once), unless an interrupted run did. Returns
     how many shards it spilled (a pandas DataFrame, for Dask)."""
     import pandas as pd
@@ -112,11 +152,11 @@ def spill_part_documents(documents, work_at: WorkAt, reader: Any, shard_rows: np
     work = WorkDir.attach(work_at)
     rows = np.unique(documents["row"].to_numpy(np.int64))
     holding = list(by_shard(shard_rows, rows))
-    done = work.done_of([f"sets/{SPILL}/{index:05d}" for index, _ in holding])
+    done = work.done_of([f"sets/{spill}/{index:05d}" for index, _ in holding])
     spilled = 0
     for (index, mine), finished in zip(holding, done, strict=True):
         if not finished:
-            spill_shard_sets(work_at, SPILL, reader, index, rows[mine] - shard_rows[index], params, backend)
+            spill_shard_sets(work_at, spill, reader, index, rows[mine] - shard_rows[index], params, backend)
             spilled += 1
     return pd.DataFrame({"shards": [spilled]})
 
@@ -162,6 +202,6 @@ def on_pairs(function: Any, first: np.ndarray, second: np.ndarray, jaccard: np.n
     """Task: ``function(first, second, jaccard, *arguments)`` of the verified pairs given, or
     of stored part ``number`` (job.VerifiedPairs.map)."""
     if stored is not None:
-        part = read_part(stored.work_at, stored.kind, number)
+        part = stored.read_part(number)
         first, second, jaccard = part["first"], part["second"], part["jaccard"]
     return function(first, second, jaccard, *arguments)
