@@ -7,7 +7,9 @@ The corpus is Parquet shards of the same size (``--shard-documents`` documents o
 words). The words are drawn from the bundled sample's words with their frequencies (real words,
 Zipf-like counts), or (``--vocabulary random``) uniformly from 100,000 made-up ones; a tenth of
 the documents are copies of another of their shard with one word changed, so that candidate
-pairs grow with the corpus as in real data. Each run is its own subprocess; the peak
+pairs grow with the corpus as in real data; ``--identical F`` makes a fraction F of each shard's
+documents exact copies of documents of the shard before (of the same shard, for the first), so
+that the identical-copies stage has work across shards too. Each run is its own subprocess; the peak
 (``peak_rss_mb``) is that process's resident high-water mark at its end (VmHWM: the client
 on a cluster). The report's own peak (``report_peak_rss_mb``, the largest of its
 per-stage peaks) is given beside it; it stops before report.html is written, which reads the
@@ -123,14 +125,16 @@ def sample_vocabulary() -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_corpus(root: Path, shards: int, shard_documents: int, words: int, vocabulary_kind: str = "sample",
-                 seed: int = 0) -> int:
-    """``shards`` Parquet files; returns the text bytes."""
+                 seed: int = 0, identical: float = 0.0) -> int:
+    """``shards`` Parquet files (identical: the fraction of each shard's documents that are
+    exact copies of the shard before's); returns the text bytes."""
     rng = np.random.default_rng(seed)
     if vocabulary_kind == "sample":
         vocabulary, weights = sample_vocabulary()
     else:
         vocabulary, weights = np.array([f"w{i}" for i in range(100_000)]), None
     text_bytes = 0
+    before: list[str] = []
     for shard in range(shards):
         tokens = vocabulary[rng.choice(vocabulary.size, size=(shard_documents, words), p=weights)]
         # A tenth of the documents copy another of their shard with one word changed.
@@ -138,6 +142,10 @@ def build_corpus(root: Path, shards: int, shard_documents: int, words: int, voca
         tokens[copies] = tokens[rng.integers(0, shard_documents, size=copies.size)]
         tokens[copies, rng.integers(0, words, size=copies.size)] = "edited"
         texts = [" ".join(row) for row in tokens]
+        source = before or list(texts)
+        for row in rng.choice(shard_documents, size=int(identical * shard_documents), replace=False).tolist():
+            texts[row] = source[(row + 1) % len(source)]  # (of the first shard: another row of its own)
+        before = texts
         text_bytes += sum(len(t) for t in texts)
         ids = np.arange(shard * shard_documents, (shard + 1) * shard_documents)
         pq.write_table(pa.table({"id": ids, "text": texts}), root / f"part-{shard:05d}.parquet")
@@ -207,6 +215,8 @@ def main() -> None:
                         default=["staged", "in-memory"])
     parser.add_argument("--vocabulary", choices=["sample", "random"], default="sample",
                         help="words drawn from the bundled sample's (with their frequencies) or made up")
+    parser.add_argument("--identical", type=float, default=0.0,
+                        help="the fraction of each shard's documents that are exact copies of the shard before's")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = []
@@ -224,7 +234,7 @@ def run_scale(args, scale: int, aws: dict) -> list[dict]:
         corpus = Path(scratch) / "corpus"
         corpus.mkdir()
         text_bytes = build_corpus(corpus, args.base_shards * scale, args.shard_documents, args.words,
-                                  args.vocabulary)
+                                  args.vocabulary, identical=args.identical)
         for mode in args.modes:
             out = Path(scratch) / mode
             out.mkdir()

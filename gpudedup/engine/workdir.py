@@ -7,8 +7,10 @@ Layout::
     WORK/plan.npy               the shards the input files are cut into (disk.encode_plan)
     WORK/shards/00000/          one finished shard: band keys, signatures, ids, ...
     WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
+                                (or in groups of identical copies)
     WORK/stages/<name>/         one finished whole-corpus stage (copies, candidates, pairs)
-    WORK/pairs/<kind>/00000/    on a cluster, one part of a stage's pairs (engine/pairparts.py)
+    WORK/pairs/<kind>/00000/    on a cluster, one part of a stage's pairs (engine/pairparts.py:
+                                likely, verified; engine/copyparts.py: groups, copies)
     WORK/clusters/00000/        on a cluster, the clusters of one range of rows
                                 (engine/clusterparts.py; made again by every run)
 
