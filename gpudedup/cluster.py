@@ -145,3 +145,52 @@ def largest_first(numbers: np.ndarray, sizes: np.ndarray, count: int) -> np.ndar
     clusters by ``sizes``, largest first, the smaller number first among equals (the order
     report.html shows them in)."""
     return np.lexsort((numbers, -sizes))[:count]
+
+
+def listed_members(clusters: Clusters, numbers: np.ndarray, listed: int) -> Clusters:
+    """Of the clusters ``numbers`` (int64), the documents a report lists: each one's first kept
+    document and its first ``listed`` documents (the lowest rows), ascending. Applied to the
+    listings of consecutive ranges of rows, joined, it gives the listing of them all."""
+    mine = np.isin(clusters.cluster, numbers)
+    docs, cluster, keep = clusters.docs[mine], clusters.cluster[mine], clusters.keep[mine]
+    by_cluster = np.lexsort((docs, cluster))  # each cluster's documents together, by row
+    sorted_cluster = cluster[by_cluster]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_cluster[1:] != sorted_cluster[:-1]])) \
+        if sorted_cluster.size else np.zeros(0, np.int64)
+    place = np.arange(sorted_cluster.shape[0]) - np.repeat(starts, np.diff(np.append(starts, sorted_cluster.shape[0])))
+    take = place < listed
+    # The first kept document of each cluster: where the running count of kept ones turns 1.
+    kept_sorted = keep[by_cluster]
+    kept_before = np.cumsum(kept_sorted) - np.repeat(np.cumsum(kept_sorted)[starts] - kept_sorted[starts],
+                                                     np.diff(np.append(starts, sorted_cluster.shape[0])))
+    take |= kept_sorted & (kept_before == 1)
+    chosen = np.sort(by_cluster[take])
+    return Clusters(docs[chosen], cluster[chosen], keep[chosen])
+
+
+def pairs_inside(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, docs: np.ndarray, which: np.ndarray,
+                 count: int, asked_a: np.ndarray, asked_b: np.ndarray):
+    """What some verified pairs (first, second int64 (p,), first < second, ascending by
+    (first, second); jaccard float64 (p,)) say of ``count`` clusters: per cluster 0 .. count-1,
+    the pairs inside it (int64), their least and greatest Jaccard (float64; inf and -inf where
+    none), where docs (int64 ascending) are the clusters' documents and which (int64) each
+    one's cluster among them (a pair is inside its first document's cluster: pairs never
+    cross clusters); and the Jaccard of each asked pair (asked_a[i], asked_b[i]) found among
+    them (float64, nan where not). Summed, least and greatest over parts of the pairs, the
+    figures of them all (report.html's largest clusters)."""
+    inside = np.zeros(count, np.int64)
+    low, high = np.full(count, np.inf), np.full(count, -np.inf)
+    if docs.shape[0] and first.shape[0]:
+        at = np.minimum(np.searchsorted(docs, first), docs.shape[0] - 1)
+        mine = docs[at] == first
+        shown_cluster, values = which[at[mine]], jaccard[mine]
+        inside = np.bincount(shown_cluster, minlength=count).astype(np.int64)
+        np.minimum.at(low, shown_cluster, values)
+        np.maximum.at(high, shown_cluster, values)
+    found = np.full(asked_a.shape[0], np.nan)
+    for i, (a, b) in enumerate(zip(asked_a.tolist(), asked_b.tolist())):  # (a few)
+        start, stop = np.searchsorted(first, a, side="left"), np.searchsorted(first, a, side="right")
+        at = start + int(np.searchsorted(second[start:stop], b))
+        if at < stop and second[at] == b:
+            found[i] = jaccard[at]
+    return inside, low, high, found

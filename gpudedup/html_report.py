@@ -446,7 +446,7 @@ def _clusters(result) -> str:
     if outcome.clustered.in_clusters == 0:
         out.append("<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
         return "".join(out)
-    order, clusters = outcome.largest_clusters(LARGEST_CLUSTERS)
+    order, sizes, clusters = outcome.largest_clusters(LARGEST_CLUSTERS, IDS_LISTED)
     number, kept, rows = clusters.cluster, clusters.keep, clusters.docs
     p = result.report["parameters"]
     shown = len(order)
@@ -457,16 +457,16 @@ def _clusters(result) -> str:
     blocks = [(int(c), np.flatnonzero(number == c)) for c in order]
     # The pairs each block names: its kept document with each example shown (_examples_of).
     asked = [pair for _, members in blocks for pair in _example_pairs(members, kept, rows)]
-    stats = _shown_pair_stats(outcome, clusters, [c for c, _ in blocks], asked)
-    for c, members in blocks:
-        out.append(_cluster_block(result, c, members, kept, rows, stats, p))
+    stats = _shown_pair_stats(outcome, order, asked)
+    for (c, members), size in zip(blocks, sizes.tolist()):
+        out.append(_cluster_block(result, c, members, size, kept, rows, stats, p))
     out.append("</section>\n")
     return "".join(out)
 
 
 def _examples_of(members, kept) -> tuple[int, list[int]]:
-    """A shown cluster's kept document and its examples: places in ``members`` (its documents'
-    places among the shown clusters' documents), the kept one first."""
+    """A shown cluster's kept document and its examples: places in ``members`` (its listed
+    documents' places among the shown clusters' listed documents), the kept one first."""
     keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
     others = [n for n in range(len(members)) if n != keep_position]
     return keep_position, others[: EXAMPLES_PER_CLUSTER - 1]
@@ -480,67 +480,36 @@ def _example_pairs(members, kept, rows) -> list[tuple[int, int]]:
     return [(min(kept_row, int(rows[members[n]])), max(kept_row, int(rows[members[n]]))) for n in examples]
 
 
-def _shown_pair_stats(outcome, clusters, shown: list[int], asked: list[tuple[int, int]]):
+def _shown_pair_stats(outcome, shown: np.ndarray, asked: list[tuple[int, int]]):
     """What the shown clusters' blocks say of the verified pairs: per cluster number of
-    ``shown``, {number: (pairs inside it, min and max Jaccard)}, and {(a, b): Jaccard} of the
-    pairs ``asked`` (rows, a < b) that are verified pairs. Counted over the pairs where they lie
-    (VerifiedPairs.map: on a cluster, by its tasks); a pair's cluster is its first document's
-    (pairs never cross clusters)."""
-    in_shown = np.isin(clusters.cluster, shown)
-    order = np.argsort(shown)  # each shown cluster's place in shown, by number
-    docs, which = clusters.docs[in_shown], order[np.searchsorted(shown, clusters.cluster[in_shown], sorter=order)]
+    ``shown`` (int64), {number: (pairs inside it, min and max Jaccard)}, and {(a, b): Jaccard}
+    of the pairs ``asked`` (rows, a < b) that are verified pairs. Counted over the pairs where
+    they lie (Outcome.pairs_inside: on a cluster, by its tasks)."""
     asked_a = np.array([a for a, _ in asked], np.int64)
     asked_b = np.array([b for _, b in asked], np.int64)
-    found = outcome.pairs.map(shown_pairs_summary, docs, which, len(shown), asked_a, asked_b)
+    found = outcome.pairs_inside(np.asarray(shown, np.int64), asked_a, asked_b)
     inside = np.sum([part[0] for part in found], axis=0)
     low = np.min([part[1] for part in found], axis=0)
     high = np.max([part[2] for part in found], axis=0)
     jaccard = np.fmax.reduce(np.stack([part[3] for part in found]), axis=0)
-    stats = {c: (int(inside[i]), float(low[i]), float(high[i])) for i, c in enumerate(shown)}
+    stats = {int(c): (int(inside[i]), float(low[i]), float(high[i])) for i, c in enumerate(shown)}
     return stats, {pair: float(j) for pair, j in zip(asked, jaccard.tolist()) if not math.isnan(j)}
-
-
-def shown_pairs_summary(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, docs: np.ndarray,
-                        cluster: np.ndarray, count: int, asked_a: np.ndarray, asked_b: np.ndarray):
-    """Task (VerifiedPairs.map) over some verified pairs (first, second int64 (p,), first <
-    second; jaccard float64 (p,)): per shown cluster 0 .. count-1, the pairs inside it (int64),
-    their least and greatest Jaccard (float64; inf and -inf where none), where docs (int64
-    ascending) are the shown clusters' documents and cluster (int64) each one's shown
-    cluster; and the Jaccard of each asked pair (asked_a[i], asked_b[i]) found among them
-    (float64, nan where not)."""
-    inside = np.zeros(count, np.int64)
-    low, high = np.full(count, np.inf), np.full(count, -np.inf)
-    if docs.shape[0] and first.shape[0]:
-        at = np.minimum(np.searchsorted(docs, first), docs.shape[0] - 1)
-        mine = docs[at] == first
-        shown_cluster, values = cluster[at[mine]], jaccard[mine]
-        inside = np.bincount(shown_cluster, minlength=count).astype(np.int64)
-        np.minimum.at(low, shown_cluster, values)
-        np.maximum.at(high, shown_cluster, values)
-    found = np.full(asked_a.shape[0], np.nan)
-    for i, (a, b) in enumerate(zip(asked_a.tolist(), asked_b.tolist())):  # (a few)
-        # The pairs ascend by (first, second) (VerifiedPairs): a search for each asked one.
-        start, stop = np.searchsorted(first, a, side="left"), np.searchsorted(first, a, side="right")
-        at = start + int(np.searchsorted(second[start:stop], b))
-        if at < stop and second[at] == b:
-            found[i] = jaccard[at]
-    return inside, low, high, found
 
 
 INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its text)"
 
 
-def _cluster_block(result, cluster: int, members, kept, rows, stats, p: dict) -> str:
+def _cluster_block(result, cluster: int, members, size: int, kept, rows, stats, p: dict) -> str:
     keep_position, examples = _examples_of(members, kept)
     others = [n for n in range(len(members)) if n != keep_position]
     kept_id, *listed_ids = result.ids_of(rows[members[[keep_position] + others[: IDS_LISTED - 1]]]).to_pylist()
     (inside, low, high), verified_pairs = stats[0][cluster], stats[1]
-    out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {len(members):,} documents</h3>\n']
+    out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {size:,} documents</h3>\n']
     if inside:
         out.append(f'<p class="ids">{inside:,} verified pairs inside it, exact Jaccard '
                    f"{low:.4f} to {high:.4f}.</p>\n")
     listed = [f"<strong>{_e(str(kept_id))}</strong> (kept)"] + [_e(str(i)) for i in listed_ids]
-    more = len(members) - len(listed)
+    more = size - len(listed)
     out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
     # The kept document and a few removed ones, with their similarity to the kept one.
     positions = [keep_position] + examples

@@ -150,3 +150,35 @@ def test_lengths_are_read_only_by_longest_and_keep_their_type():
     "first" (which never reads them) and cut float lengths under "longest"."""
     assert find_clusters(3, [0], [1], None, "first").keep.tolist() == [True, False]
     assert find_clusters(3, [0], [1], [1.2, 1.7], "longest").keep.tolist() == [False, True]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_listed_members_against_a_loop_and_over_cut_ranges(seed):
+    """cluster.listed_members (what report.html lists of a cluster: its first kept document
+    and its first documents) against a loop over each cluster's documents; the listings of
+    consecutive ranges of rows, joined and listed again, give the listing of them all (how a
+    cluster's parts are listed)."""
+    from gpudedup.cluster import Clusters, listed_members
+
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        n = int(rng.integers(0, 80))
+        docs = np.sort(rng.choice(300, n, replace=False)).astype(np.int64)
+        clusters = Clusters(docs, rng.integers(0, 7, n).astype(np.int64), rng.random(n) < 0.25)
+        numbers = rng.permutation(7)[:3].astype(np.int64)
+        listed = int(rng.integers(0, 6))
+        expected = set()
+        for number in numbers.tolist():
+            mine = clusters.docs[clusters.cluster == number]
+            kept = clusters.docs[(clusters.cluster == number) & clusters.keep]
+            expected |= set(mine[:listed].tolist()) | set(kept[:1].tolist())
+        got = listed_members(clusters, numbers, listed)
+        assert got.docs.tolist() == sorted(expected)
+        at = np.searchsorted(clusters.docs, got.docs)
+        assert np.array_equal(got.cluster, clusters.cluster[at]) and np.array_equal(got.keep, clusters.keep[at])
+        cut = int(rng.integers(0, 300))
+        low = clusters.docs < cut
+        pieces = [listed_members(Clusters(*(column[side] for column in clusters)), numbers, listed)
+                  for side in (low, ~low)]
+        joined = Clusters(*(np.concatenate(column) for column in zip(*pieces)))
+        assert listed_members(joined, numbers, listed).docs.tolist() == got.docs.tolist()

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gpudedup.cluster import clusters_of_roots, kept_documents
+from gpudedup.cluster import clusters_of_roots, kept_documents, listed_members
 from gpudedup.engine.clusterparts import ClusterParts, clusters_table, dask_clusters, range_starts
 from gpudedup.ids import ArrayIds
 from gpudedup.result import NamedRows, clusters_parts, whole_table
@@ -107,6 +107,12 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
     members = parts.members(shown)
     mine = np.isin(expected.cluster, shown)
     assert all(np.array_equal(a, b[mine]) for a, b in zip(members, expected))
+    # What report.html lists of them (a few documents each, by tasks over the parts), and their
+    # sizes: one process's listing, the sizes counted in the oracle's clusters.
+    for listed in (0, 2, 50):
+        sizes, listing = parts.shown(shown, listed)
+        assert sizes.tolist() == sizes_of(expected, shown)
+        assert all(np.array_equal(a, b) for a, b in zip(listing, listed_members(expected, shown, listed)))
 
 
 def test_pinned_rows_are_kept_as_in_one_process(client, tmp_path):
@@ -153,3 +159,7 @@ def test_parts_made_again_by_a_later_run_are_refused(client, tmp_path):
                  lambda: earlier.named_rows(pa.large_string())):
         with pytest.raises(OutputError, match="made again by a later run"):
             read()
+
+
+def sizes_of(clusters, numbers) -> list[int]:
+    return [int((clusters.cluster == number).sum()) for number in numbers.tolist()]

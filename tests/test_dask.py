@@ -100,23 +100,37 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
 def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client, corpus, tmp_path, monkeypatch,
                                                                          pairs_per_part):
     """The pairs and clusters tables in parts of 5 rows, written by tasks: one process's files.
-    With few pairs a part (components.PAIRS_PER_PART), the components, the clusters and the
-    pairs table take their shuffles rather than one task each."""
-    from gpudedup.engine import components
+    With few pairs a part (components.PAIRS_PER_PART), the components, the clusters, the
+    pairs table and report.html's count of the pairs inside its largest clusters take their
+    shuffles rather than one task each. report.html's clusters are one process's, the client
+    never reading every member of them (ClusterParts.members refused here)."""
+    from gpudedup.engine import clusterparts, components
 
     monkeypatch.setattr(layout, "PART_ROWS", 5)
     if pairs_per_part is not None:
         monkeypatch.setattr(components, "PAIRS_PER_PART", pairs_per_part)
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
+    monkeypatch.setattr(clusterparts.ClusterParts, "members",
+                        lambda *a: pytest.fail("the client read every member of the largest clusters"))
     with distributed.get_task_stream(client) as stream:
         gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
                        output=tmp_path / "spread")
     for name in ("pairs", "clusters"):
         assert len(list((tmp_path / "spread" / name).iterdir())) > 2, name
     assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
+    assert "verified pairs inside it" in clusters_section(tmp_path / "spread")
+    assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
     keys = " ".join(str(task["key"]) for task in stream.data)
-    for task in ("clusters_in_one_task", "named_pairs"):
+    for task in ("clusters_in_one_task", "named_pairs", "pairs_inside_all"):
         assert (task in keys) == (pairs_per_part is None), task
+    assert ("pairs_inside_part" in keys) == (pairs_per_part is not None)
+    assert "part_shown" in keys
+
+
+def clusters_section(out: Path) -> str:
+    """report.html's section of the largest clusters."""
+    page = (out / "report.html").read_text(encoding="utf-8")
+    return page[page.index('<section id="clusters">'):page.index("</section>", page.index('id="clusters"'))]
 
 
 def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,
@@ -179,11 +193,6 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
                             output=tmp_path / "spread")
     assert read == []
     assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
-
-    def clusters_section(out):
-        page = (out / "report.html").read_text(encoding="utf-8")
-        return page[page.index('<section id="clusters">'):page.index("</section>", page.index('id="clusters"'))]
-
     assert "verified pairs inside it" in clusters_section(tmp_path / "spread")
     assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
     assert_same_results(single, spread)
@@ -617,19 +626,23 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
     signature agrees by chance is no copy), kept as parts, and left out of LSH by their
     places, which reach the shards' tasks by ranges of shards: cut by one task, or (past
     components.PAIRS_PER_PART copies) moved by Dask's set_index. The copies, pairs, clusters,
-    kept rows and report are the single process's."""
+    kept rows, report and report.html's largest clusters are the single process's."""
     from gpudedup.engine import components
     from test_copies import copies_corpus, copies_review_corpus
 
     if pairs_per_part is not None:
         monkeypatch.setattr(components, "PAIRS_PER_PART", pairs_per_part)
-    texts = [text or "" for seed in range(8) for text in copies_review_corpus(seed)] + copies_corpus(4, 9)
+    texts = [text or "" for seed in range(8) for text in copies_review_corpus(seed)] + copies_corpus(4, 15)
     corpus = corpus_files(tmp_path / "in", texts, 5)
     options = dict(id_field="id", backend="cpu", threshold=0.7, batch_bytes=200)
-    single = gpudedup.dedup(corpus, **options)
+    single = gpudedup.dedup(corpus, output=tmp_path / "single", **options)
     with distributed.get_task_stream(client) as stream:
-        spread = gpudedup.dedup(corpus, client=client, work_dir=tmp_path / "work", **options)
+        spread = gpudedup.dedup(corpus, client=client, work_dir=tmp_path / "work", output=tmp_path / "spread",
+                                **options)
     assert_same_results(single, spread)
+    # report.html's largest clusters (of 16 documents: a dozen listed, "and 4 more"), as one process's.
+    assert "and 4 more" in clusters_section(tmp_path / "spread")
+    assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
     expected, found = single.outcome.copies, spread.outcome.copies
     assert found.parts is not None and found.first.shape[0] == 0  # (in parts, not held)
     held = found.held()

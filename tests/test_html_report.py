@@ -238,7 +238,9 @@ def test_report_renders_in_headless_chromium(sample_run, tmp_path):
 
 
 def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
-    """html_report.shown_pairs_summary, which the report's cluster blocks are made of (over
+    from gpudedup.cluster import pairs_inside
+
+    """cluster.pairs_inside, which the report's cluster blocks are made of (over
     every pair in one process, over each part of them on a cluster, then combined): per shown
     cluster the pairs inside it and their least and greatest Jaccard, and the Jaccard of asked
     pairs, against a plain loop over the pairs; cut into parts and combined as
@@ -262,8 +264,8 @@ def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
     verified = dict(zip(pairs, jaccard))
     for cuts in ([], [100, 400, 401]):  # one call, and parts
         bounds = [0, *cuts, first.shape[0]]
-        found = [html_report.shown_pairs_summary(first[a:b], second[a:b], jaccard[a:b], docs, place, len(shown),
-                                                 asked_a, asked_b) for a, b in zip(bounds[:-1], bounds[1:])]
+        found = [pairs_inside(first[a:b], second[a:b], jaccard[a:b], docs, place, len(shown), asked_a, asked_b)
+                 for a, b in zip(bounds[:-1], bounds[1:])]
         inside = np.sum([f[0] for f in found], axis=0)
         low, high = np.min([f[1] for f in found], axis=0), np.max([f[2] for f in found], axis=0)
         values = np.fmax.reduce(np.stack([f[3] for f in found]), axis=0)

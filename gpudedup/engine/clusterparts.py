@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..cluster import Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first
+from ..cluster import (Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first, listed_members,
+                       pairs_inside)
 from ..errors import OutputError
 from ..ids import order_ranks
 from .workdir import WorkAt, WorkDir
@@ -174,6 +175,22 @@ class ClusterParts:
             return np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64)
         return (np.concatenate([part["docs"] for part in docs]), pa.chunked_array(ids).combine_chunks(),
                 np.concatenate([part["rank"] for part in docs]))
+
+    def shown(self, numbers: np.ndarray, listed: int,
+              executor: Optional[Executor] = None) -> tuple[np.ndarray, Clusters]:
+        """Of the clusters ``numbers`` (int64; a few, for report.html): their sizes (int64) and
+        the documents a report lists (cluster.listed_members), held; a task per part that holds
+        any clustered document, on ``executor`` where it is a connected cluster's, else here:
+        the client gets a few documents per cluster and part, not every member."""
+        arguments = [(self, number, numbers, listed) for number in np.flatnonzero(self.sizes).tolist()]
+        if executor is None or executor.in_process or not executor.connected():
+            found = [part_shown(*a) for a in arguments]
+        else:
+            found = executor.map(part_shown, arguments, "reading the clusters") if arguments else []
+        sizes = np.sum([size for size, _ in found], axis=0) if found else np.zeros(numbers.shape[0], np.int64)
+        joined = Clusters(*(np.concatenate(column) for column in zip(*(part for _, part in found)))) if found \
+            else Clusters(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+        return np.asarray(sizes, np.int64), listed_members(joined, numbers, listed)
 
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
         """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
@@ -385,6 +402,51 @@ def in_id_order(pairs):
         columns[first], columns[second] = np.where(swap, b, a), np.where(swap, a, b)
     return pd.DataFrame({name: columns[name] for name in ("rank_a", "rank_b", "id_a", "id_b")}
                         | {"jaccard": pairs["jaccard"].to_numpy(np.float64)})
+
+
+def part_shown(clustered: ClusterParts, number: int, numbers: np.ndarray, listed: int) -> tuple[np.ndarray, Clusters]:
+    """Task: of part ``number``, the documents it holds of each cluster of ``numbers`` (int64
+    (k,)) and its listing of them (cluster.listed_members)."""
+    part = part_members(clustered, number, numbers)
+    order = np.argsort(numbers)
+    sizes = np.bincount(order[np.searchsorted(numbers, part.cluster, sorter=order)], minlength=numbers.shape[0])
+    return sizes.astype(np.int64), listed_members(part, numbers, listed)
+
+
+def pairs_inside_part(pairs, number: int, clustered: ClusterParts, numbers: np.ndarray, asked_a: np.ndarray,
+                      asked_b: np.ndarray):
+    """Task: cluster.pairs_inside of the clusters ``numbers`` (int64 (k,)) over a partition of
+    verified pairs (a pandas DataFrame of b, jaccard) set on their first document by the
+    clusters' ranges (partition ``number``: range ``number``, its part read for the clusters
+    of those documents)."""
+    first = pairs.index.to_numpy(np.int64)
+    second, jaccard = pairs["b"].to_numpy(np.int64), pairs["jaccard"].to_numpy(np.float64)
+    members = part_members(clustered, number, numbers) if first.shape[0] else Clusters(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+    return pairs_inside_of(first, second, jaccard, members, numbers, asked_a, asked_b)
+
+
+def pairs_inside_all(frames: list, clustered: ClusterParts, numbers: np.ndarray, asked_a: np.ndarray,
+                     asked_b: np.ndarray):
+    """Task: cluster.pairs_inside of the clusters ``numbers`` over every pair of ``frames``
+    (pandas DataFrames of a, b, jaccard), their members read here: where the pairs fit one
+    task."""
+    import pandas as pd
+
+    pairs = pd.concat(frames, ignore_index=True)
+    return pairs_inside_of(pairs["a"].to_numpy(np.int64), pairs["b"].to_numpy(np.int64),
+                           pairs["jaccard"].to_numpy(np.float64), clustered.members(numbers), numbers, asked_a, asked_b)
+
+
+def pairs_inside_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, members: Clusters,
+                    numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray):
+    """cluster.pairs_inside of pairs in any order, given the clusters' members (Clusters:
+    those of ``numbers`` among them, ascending)."""
+    order = np.lexsort((second, first))
+    by_number = np.argsort(numbers)
+    which = by_number[np.searchsorted(numbers, members.cluster, sorter=by_number)]
+    return pairs_inside(first[order], second[order], jaccard[order], members.docs, which, numbers.shape[0],
+                        asked_a, asked_b)
 
 
 def part_members(clustered: ClusterParts, number: int, numbers: np.ndarray) -> Clusters:

@@ -22,7 +22,7 @@ places, which reach each shard's task by the range of shards it lies in (range_p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -110,9 +110,10 @@ def sorted_places(frame) -> np.ndarray:
     return np.sort(frame["place"].to_numpy(np.int64))
 
 
-def range_places(copies: PairParts, shards: int, ranges: int, active_starts: np.ndarray,
+def range_places(copies: PairParts, shards: int, ranges: int, active_starts: Any,
                  one_task_below: int) -> tuple[np.ndarray, list]:
-    """The places of the copies in the parts ``copies`` (sizes known) cut by ranges of shards:
+    """The places of the copies in the parts ``copies`` (sizes known) cut by ranges of shards
+    (active_starts: disk.Shards.active_starts, or a future of it that every task reads):
     (shard_starts, int64 (r + 1,), the first shard of each of about ``ranges`` ranges of about
     equal shard counts, clusterparts.range_starts; and per range a Dask delayed int64 array,
     ascending, of the places of its shards' copies). Up to ``one_task_below`` copies one task

@@ -222,7 +222,9 @@ class DaskExecutor:
         out_of_lsh = np.unique(store.active_positions(copies.member)) if copies.parts is None else np.zeros(0, np.int64)
         copy_places: list = [None] * count
         if copies.parts is not None and copies.count:
-            shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts,
+            # (every part's task reads the offsets: sent once, not in each)
+            starts_at = scatter_once(self.client, [starts], broadcast=True)[0]
+            shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts_at,
                                                           components.PAIRS_PER_PART)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = scattered(self.client, [(root, index, int(starts[index]), out)
@@ -356,6 +358,39 @@ class DaskExecutor:
             writes.append(dask.delayed(write_pairs_part)(pieces, id_type, child_name(folder, part_name(number))))
         computed(writes, stage)
         forget_messages(self.client)  # (a result written after its run: the sorted pairs go when this returns)
+
+    def pairs_inside(self, pairs, clustered, numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray) -> list:
+        """job.Executor.pairs_inside by tasks: with the clusters in parts (engine/clusterparts.py),
+        a task per place the pairs lie makes them a frame, Dask sets them on their first
+        document by the clusters' ranges, and a task per range reads the members of its rows
+        from the range's part (clusterparts.pairs_inside_part); up to
+        components.PAIRS_PER_PART pairs one task reads them all (pairs_inside_all). The client
+        gets a few numbers per range, not the members. Clusters held go as in one process."""
+        import dask
+        import dask.dataframe as dd
+
+        from . import clusterparts, components
+        from .clusterparts import ClusterParts
+        from .job import LocalExecutor, pair_sources
+        from .pairparts import on_pairs, pair_frame
+
+        if not isinstance(clustered, ClusterParts):
+            return LocalExecutor().pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
+        stage = "counting the pairs of the largest clusters"
+        sent = scattered(self.client, [(pair_frame, *source) for source in pair_sources(pairs)])
+        frames = [dask.delayed(on_pairs)(*a) for a in sent]
+        if pairs.count <= components.PAIRS_PER_PART:
+            return computed([dask.delayed(clusterparts.pairs_inside_all)(frames, clustered, numbers, asked_a,
+                                                                           asked_b)], stage)
+        try:
+            rows = dd.from_delayed(frames, meta=frame_of({"a": "int64", "b": "int64", "jaccard": "float64"}),
+                                   verify_meta=False).set_index("a", divisions=clustered.divisions)
+        except Exception as error:  # noqa: BLE001 -- as in computed
+            raise cluster_failure(stage, error) from None
+        # Every range's task reads the same parts' description (a count per range): sent once.
+        shared = scatter_once(self.client, [clustered, numbers, asked_a, asked_b], broadcast=True)
+        return computed([dask.delayed(clusterparts.pairs_inside_part)(part, number, *shared)
+                         for number, part in enumerate(rows.to_delayed())], stage)
 
     def code_partitions(self, shards: int) -> int:
         """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, U
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots, largest_first
+from ..cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots, largest_first, listed_members
 from ..copies import Copies, identical_copies, same_signature_rows
 from ..hashing import Permutations, draw_permutations
 from ..lsh import Banding, candidate_pairs
@@ -109,21 +109,31 @@ class Outcome:
         self.pairs.read_now()
         self.clustered = self.clusters
 
-    def largest_clusters(self, count: int) -> tuple[np.ndarray, Clusters]:
-        """int64 (k,): the numbers of the ``count`` largest clusters (at most
-        clusterparts.LARGEST_KNOWN), largest first (the smaller number first among equals);
-        and their documents (Clusters, ascending), read from the parts where they lie."""
+    def largest_clusters(self, count: int, listed: int) -> tuple[np.ndarray, np.ndarray, Clusters]:
+        """The ``count`` largest clusters (at most clusterparts.LARGEST_KNOWN) as report.html
+        shows them: their numbers, int64 (k,), largest first (the smaller number first among
+        equals); their sizes, int64 (k,); and the documents it lists of them
+        (cluster.listed_members: each one's first kept and first ``listed`` documents), held;
+        read from the parts where they lie, by tasks, so that the client gets those alone."""
         from .clusterparts import LARGEST_KNOWN, ClusterParts
 
         assert count <= LARGEST_KNOWN, "a cluster's run learns of LARGEST_KNOWN clusters"
         if isinstance(self.clustered, ClusterParts):
             numbers = self.clustered.largest[:count]
-            return numbers, self.clustered.members(numbers, self.executor)
+            return (numbers, *self.clustered.shown(numbers, listed, self.executor))
         c = self.clusters
         sizes = np.bincount(c.cluster)
         numbers = largest_first(np.arange(sizes.shape[0]), sizes, count)
-        shown = np.isin(c.cluster, numbers)
-        return numbers, Clusters(c.docs[shown], c.cluster[shown], c.keep[shown])
+        return numbers, sizes[numbers].astype(np.int64), listed_members(c, numbers, listed)
+
+    def pairs_inside(self, numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray) -> list:
+        """cluster.pairs_inside of the clusters ``numbers`` (int64 (k,); a few) over the
+        verified pairs, a result per place the pairs lie (the caller sums them, takes their
+        least and greatest): by the run's executor while it is connected (Executor.pairs_inside),
+        else here."""
+        connected = self.executor is not None and self.executor.connected()
+        executor = self.executor if connected and self.executor is not None else LocalExecutor()
+        return executor.pairs_inside(self.pairs, self.clustered, numbers, asked_a, asked_b)
 
     @property
     def removed(self) -> np.ndarray:
@@ -253,6 +263,14 @@ class Executor(Protocol):
         work directory (engine/clusterparts.py), of which the client holds counts."""
 
 
+    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Union[Clusters, "ClusterParts"], numbers: np.ndarray,
+                     asked_a: np.ndarray, asked_b: np.ndarray) -> list:
+        """Outcome.pairs_inside: cluster.pairs_inside of the clusters ``numbers`` over the
+        ``pairs``, a result per place they lie; on a cluster, with the clusters in parts, the
+        pairs are set on their first document by the clusters' ranges so that no process holds
+        every member of those clusters."""
+
+
 class LocalExecutor:
     """Runs every task in this process, in order."""
 
@@ -297,6 +315,15 @@ class LocalExecutor:
             return np.zeros(0, np.int64)
         return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
                                  np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
+
+    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Union[Clusters, "ClusterParts"], numbers: np.ndarray,
+                     asked_a: np.ndarray, asked_b: np.ndarray) -> list:
+        from .clusterparts import pairs_inside_of
+
+        members = clustered if isinstance(clustered, Clusters) else clustered.members(numbers)
+        mine = np.isin(members.cluster, numbers)
+        members = Clusters(members.docs[mine], members.cluster[mine], members.keep[mine])
+        return pairs.map(pairs_inside_of, members, numbers, asked_a, asked_b)
 
     def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
         first, second, _ = verified.arrays
