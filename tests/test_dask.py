@@ -519,11 +519,15 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
 
 def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read(corpus):
     """workers= without work_dir runs in a temporary work directory, gone when dedup returns:
-    the result's ids (which a run with a work directory reads from its shards) were read
-    before that."""
+    the result's ids (which a run with a work directory reads from its shards) and the
+    identical copies (kept there as parts) were read before that."""
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, workers=2)
     assert spread.ids.equals(single.ids) and spread.all_pairs().equals(single.all_pairs())
+    copies, expected = spread.outcome.copies, single.outcome.copies
+    assert copies.parts is None and expected.first.shape[0] > 0
+    for name in ("first", "member", "jaccard"):
+        assert np.array_equal(getattr(copies, name), getattr(expected, name)), name
 
 
 def test_rows_left_out_without_shingles_on_a_cluster_give_the_in_memory_output(client, tmp_path):
@@ -586,6 +590,7 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
     assert_same_files(tmp_path / "reference", tmp_path / "out", "parquet")
 
 
+@pytest.mark.timeout(90)  # seven runs: 12-20 s alone
 def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finished, tmp_path):
     work = tmp_path / "work-mixed"
     shutil.copytree(finished / "work", work)

@@ -45,7 +45,8 @@ def group_part(rows, number: int, work_at: WorkAt, active_starts: np.ndarray, sh
     every row a document of the run's), stored as groups part ``number``: first, second int64
     rows (copies.same_signature_rows over the rows in document order, their signature rows
     read from the shards' signatures.npy); shard_rows, active_starts: disk.Shards'; documents:
-    disk.ShardDocuments.rows. Returns the pairs stored."""
+    disk.ShardDocuments.rows. A partition without groups stores nothing (its count, 0, says
+    so to every reader). Returns the pairs stored."""
     from ..copies import same_signature_rows
     from .disk import Shards, SpilledSignatures, rows_at_places
 
@@ -53,6 +54,8 @@ def group_part(rows, number: int, work_at: WorkAt, active_starts: np.ndarray, sh
     spilled = rows["spilled"].to_numpy(np.int64)
     signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(spilled), spilled.shape[0])
     first, member = same_signature_rows(signatures, rows["hash"].to_numpy(np.uint64))
+    if first.shape[0] == 0:
+        return 0
     shards = Shards.at(work_at, active_starts, shard_rows)
     write_part(work_at, GROUPS, number, {"first": rows_at_places(shards, documents, spilled[first]),
                                          "second": rows_at_places(shards, documents, spilled[member]),

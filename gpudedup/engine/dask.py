@@ -464,12 +464,14 @@ def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: 
 
 def computed(collections: list, stage: str) -> list:
     """The results of Dask ``collections`` (delayed values, DataFrames), computed together on
-    the default client (the run's). A failure of the cluster is one ClusterError naming
-    ``stage``."""
+    the default client (the run's). An error of ours raised in a task comes back as it is
+    (as in DaskExecutor.map), a failure of the cluster as one ClusterError naming ``stage``."""
     import dask
 
     try:
         return list(dask.compute(*collections))
+    except GpudedupError:
+        raise
     except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
         raise cluster_failure(stage, error) from None
 

@@ -104,10 +104,11 @@ class Outcome:
         return self.clustered if isinstance(self.clustered, Clusters) else self.clustered.read()
 
     def read_now(self) -> None:
-        """Hold the pairs and the clusters here from now on (a cluster's run: its work
-        directory is about to go)."""
+        """Hold the pairs, the clusters and the identical copies here from now on (a
+        cluster's run: its work directory is about to go)."""
         self.pairs.read_now()
         self.clustered = self.clusters
+        self.copies = self.copies.held()
 
     def largest_clusters(self, count: int, listed: int) -> tuple[np.ndarray, np.ndarray, Clusters]:
         """The ``count`` largest clusters (at most clusterparts.LARGEST_KNOWN) as report.html

@@ -69,11 +69,12 @@ class PairParts:
 
     def unit(self, number: int) -> tuple[str, str]:
         """(kind, unit) of part ``number``."""
+        left = number
         for kind, count in self.kinds:
-            if number < count:
-                return kind, part_unit(kind, number)
-            number -= count
-        raise IndexError(f"part {number} is past the parts' end")
+            if left < count:
+                return kind, part_unit(kind, left)
+            left -= count
+        raise IndexError(f"part {number} is past the parts' end ({self.count} parts)")
 
     def read_part(self, number: int, names: Optional[list[str]] = None) -> dict[str, np.ndarray]:
         """Part ``number``'s arrays ``names``; None: first, second, and jaccard but of likely pairs."""
