@@ -65,7 +65,12 @@ class Copies:
     @property
     def count(self) -> int:
         """How many copies, held or in parts."""
-        return int(self.first.shape[0] if self.parts is None else self.parts.sizes.sum())
+        return int(self.first.shape[0] if self.parts is None else self.part_sizes.sum())
+
+    @property
+    def part_sizes(self) -> np.ndarray:
+        """int64 (parts,): the copies in each part; none where they are held."""
+        return np.zeros(0, np.int64) if self.parts is None else self.parts.sizes
 
     def held(self) -> "Copies":
         """These copies with first, member and jaccard here (read from their parts, if they

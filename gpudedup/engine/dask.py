@@ -212,14 +212,14 @@ class DaskExecutor:
 
         from ..lsh import pair_code_span
         from . import components, copyparts
-        from .job import LikelyPairs
+        from .job import LikelyPairs, held_out_of_lsh
 
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
         count = store.shards.count
         # Copies held here (a stage a run in one process kept) are left out as the input rules' rows are.
-        out_of_lsh = np.unique(store.active_positions(copies.member)) if copies.parts is None else np.zeros(0, np.int64)
+        out_of_lsh = held_out_of_lsh(store, copies)
         copy_places: list = [None] * count
         if copies.parts is not None and copies.count:
             # (every part's task reads the offsets: sent once, not in each)
@@ -267,7 +267,7 @@ class DaskExecutor:
         held = copies if copies.parts is None else Copies.none()
         return CheckedPairs(held.first, held.member, held.jaccard, likely.candidates, int(checked.sum()),
                             int(rejected.sum()), part_sizes=checked - rejected,
-                            copy_sizes=np.zeros(0, np.int64) if copies.parts is None else copies.parts.sizes)
+                            copy_sizes=copies.part_sizes)
 
     def spill_documents(self, store, kind: str, numbers: list[int], spill: str) -> None:
         """The shingle sets of the documents of the ``kind`` pairs' parts ``numbers``, spilled
@@ -311,15 +311,12 @@ class DaskExecutor:
         from ..result import write_pairs_part
         from . import components
         from .clusterparts import in_id_order, named_end, named_pairs
-        from .job import pair_sources
-        from .pairparts import on_pairs, pair_frame
 
         stage = "writing the pairs"
         if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
             write_pairs_part([], id_type, child_name(folder, part_name(0)))
             return
-        sent = scattered(self.client, [(pair_frame, *source) for source in pair_sources(pairs)])
-        frames = [dask.delayed(on_pairs)(*a) for a in sent]
+        frames = self.pair_frames(pairs)
         if pairs.count <= components.PAIRS_PER_PART:  # (as the components: one task, where they fit one)
             ordered = dask.delayed(named_pairs)(frames, clustered, id_type)
             writes = [dask.delayed(write_pairs_part)([(ordered, start, start + length)], id_type,
@@ -333,8 +330,7 @@ class DaskExecutor:
         named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
         columns = {"rank_a": "int64", "rank_b": "int64", "id_a": id_dtype, "id_b": id_dtype, "jaccard": "float64"}
         try:
-            rows = dd.from_delayed(frames, meta=frame_of({"a": "int64", "b": "int64", "jaccard": "float64"}),
-                                   verify_meta=False)
+            rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False)
             rows = rows.set_index("a", divisions=clustered.divisions).map_partitions(
                 named_end, "a", clustered, meta=frame_of(named_a))
             rows = rows.set_index("b", divisions=clustered.divisions).map_partitions(
@@ -371,26 +367,35 @@ class DaskExecutor:
 
         from . import clusterparts, components
         from .clusterparts import ClusterParts
-        from .job import LocalExecutor, pair_sources
-        from .pairparts import on_pairs, pair_frame
+        from .job import LocalExecutor
 
         if not isinstance(clustered, ClusterParts):
             return LocalExecutor().pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
         stage = "counting the pairs of the largest clusters"
-        sent = scattered(self.client, [(pair_frame, *source) for source in pair_sources(pairs)])
-        frames = [dask.delayed(on_pairs)(*a) for a in sent]
+        frames = self.pair_frames(pairs)
         if pairs.count <= components.PAIRS_PER_PART:
             return computed([dask.delayed(clusterparts.pairs_inside_all)(frames, clustered, numbers, asked_a,
                                                                            asked_b)], stage)
         try:
-            rows = dd.from_delayed(frames, meta=frame_of({"a": "int64", "b": "int64", "jaccard": "float64"}),
-                                   verify_meta=False).set_index("a", divisions=clustered.divisions)
+            rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False).set_index(
+                "a", divisions=clustered.divisions)
         except Exception as error:  # noqa: BLE001 -- as in computed
             raise cluster_failure(stage, error) from None
         # Every range's task reads the same parts' description (a count per range): sent once.
         shared = scatter_once(self.client, [clustered, numbers, asked_a, asked_b], broadcast=True)
         return computed([dask.delayed(clusterparts.pairs_inside_part)(part, number, *shared)
                          for number, part in enumerate(rows.to_delayed())], stage)
+
+    def pair_frames(self, pairs) -> list:
+        """The verified ``pairs`` (job.VerifiedPairs) as Dask delayed pandas DataFrames of
+        PAIR_FRAME, a task per place they lie (those held, each stored part: job.pair_sources)."""
+        import dask
+
+        from .job import pair_sources
+        from .pairparts import on_pairs, pair_frame
+
+        sent = scattered(self.client, [(pair_frame, *source) for source in pair_sources(pairs)])
+        return [dask.delayed(on_pairs)(*a) for a in sent]
 
     def code_partitions(self, shards: int) -> int:
         """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
@@ -435,6 +440,7 @@ class DaskExecutor:
         return Copies(empty, empty, np.zeros(0, np.float64), store.pair_parts(COPIES, len(groups), sizes))
 
 
+PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pair_frame's columns)
 # Shards per partition of the candidate shuffle's second round (the first has one per shard).
 # Its rows are a pair code (8 B) per pair and band that found it: on the Linux sources about
 # 3 candidate pairs per document, against the first round's 16 band-key rows of 20 B, so its

@@ -285,7 +285,7 @@ class LocalExecutor:
 
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
-        out_of_lsh = np.unique(store.active_positions(copies.member))
+        out_of_lsh = held_out_of_lsh(store, copies)
         in_lsh = Kept.leaving_out(out_of_lsh).mask(0, store.active.shape[0])
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
@@ -499,8 +499,16 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
     """The arrays a store keeps of the copies stage (Store.cached): the copies held, or the
     sizes of their parts (sizes: none where held)."""
-    sizes = np.zeros(0, np.int64) if copies.parts is None else copies.parts.sizes
-    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard, "sizes": sizes}
+    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard, "sizes": copies.part_sizes}
+
+
+def held_out_of_lsh(store: Store, copies: Copies) -> np.ndarray:
+    """int64 ascending: the positions in store.active of the members of the copies held here
+    (their group's first document stands for them in LSH); none for copies kept in parts,
+    whose places a cluster's tasks read (copyparts.range_places)."""
+    if copies.parts is not None:
+        return np.zeros(0, np.int64)
+    return np.unique(store.active_positions(copies.member))
 
 
 def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
