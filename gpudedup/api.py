@@ -22,13 +22,14 @@ from .io.source import INT64_MAX, SourceFile, first_id_above_int64
 from .io import storage
 from .io.storage import Given, Location, is_path, location_of
 from .normalize import strings_to_arrow
-from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs
+from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs, check_apart_from_read, check_run_places
 from .cluster import KeepPolicy
 from .params import DedupParams
 from .shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .engine.job import Executor, Outcome, run_job
 from .engine.memory import dedup_corpus
+from .engine.workdir import work_dir_lock
 from .ids import id_source
 from .result import DedupResult
 from .stages import Progress, RichProgress, StageLog
@@ -120,9 +121,11 @@ def dedup(
                          shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
     # Below, the content column is "text_field" whatever it holds (io/content.py).
     text_field = content_field(params, text_field, token_field)
-    chosen_backend = get_backend(backend)
     if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+    if output is not None or work_dir is not None:  # where the run writes, before any work
+        check_run_places(given_paths(data), output, overwrite, work_dir)
+    chosen_backend = get_backend(backend)
 
     def written(result: DedupResult) -> DedupResult:
         if output is not None:
@@ -130,11 +133,13 @@ def dedup(
         return result
 
     if client is not None or scheduler is not None or workers is not None:
-        return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
-                          RichProgress() if progress else Progress(), client, scheduler, workers, finish=written)
+        with work_dir_lock(work_dir):  # (held while the results are written from it too)
+            return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
+                              RichProgress() if progress else Progress(), client, scheduler, workers, finish=written)
     if work_dir is not None:
-        return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field, id_field,
-                                    on_error, RichProgress() if progress else Progress()))
+        with work_dir_lock(work_dir):
+            return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field,
+                                        id_field, on_error, RichProgress() if progress else Progress()))
     if resume:
         raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
     log = StageLog()
@@ -151,6 +156,16 @@ def dedup(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error))
+
+
+def given_paths(data) -> list[Location]:
+    """The paths (and URLs) ``data`` names, as dedup takes them: one str or os.PathLike, or a
+    list of os.PathLike and Remote; [] for data of any other kind (texts, tables)."""
+    if isinstance(data, (str, os.PathLike)):
+        return [location_of(data)]
+    if isinstance(data, (list, tuple)) and data and all(is_path(item) for item in data):
+        return [location_of(item) for item in data]
+    return []
 
 
 def content_field(params: DedupParams, text_field: str, token_field: str) -> str:
@@ -223,23 +238,28 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
         raise ParameterError("work_dir (--work-dir) runs over files: pass a path or URL, or a list of "
                              "pathlib.Path (or gpudedup.Remote)")
     check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
+    if against is not None:
+        check_apart_from_inputs(work_dir, [against.reader.root], "the work directory", "--work-dir", "the index")
     found = scan_inputs(paths, on_error)
+    # The files found and the folders walked as they resolve, before any is read.
+    check_apart_from_read(work_dir, found.files, found.seen_dirs.values(), "the work directory", "--work-dir")
     try:
-        prints = fingerprint(found, params, text_field, id_field, on_error)
-        if against is not None:  # the stages kept belong to one state of the index
-            prints["index"] = against.fingerprint()
-        work = WorkDir(work_dir, prints, resume)
-        base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
-        store = base if against is None else against.wrap(base)
-        outcome = run_job(store, params, backend, executor, progress)
-        table = base.table(executor)
-        # The ids stay in the shards until the results take them (a run against an index joins its own).
-        ids = base.id_source if against is None else store.ids
-        return DedupResult.of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
-                              sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
-                              output_bases=output_bases(found.files, found.given))
+        with work_dir_lock(work_dir):  # from here on no other run uses it
+            prints = fingerprint(found, params, text_field, id_field, on_error)
+            if against is not None:  # the stages kept belong to one state of the index
+                prints["index"] = against.fingerprint()
+            work = WorkDir(work_dir, prints, resume)
+            base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
+            store = base if against is None else against.wrap(base)
+            outcome = run_job(store, params, backend, executor, progress)
+            table = base.table(executor)
+            # The ids stay in the shards until the results take them (a run against an index joins its own).
+            ids = base.id_source if against is None else store.ids
+            return DedupResult.of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
+                                  sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
+                                  output_bases=output_bases(found.files, found.given))
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
-        raise OutputError(f"{work_dir}: cannot write the work directory ({error.strerror or error}); the "
+        raise OutputError(f"{work_dir}: cannot write the work directory ({storage.os_reason(error)}); the "
                           "stages it finished are kept: run again with --resume") from None
     finally:
         # This machine's copies of a work directory on object storage (fetched again if asked for).
@@ -270,8 +290,10 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
             corpus.device_text = concat_device_utf8([device_utf8(data[text_field])])
         return corpus, lambda keep: data[keep]
     if module == "datasets" and hasattr(data, "select"):
-        table = data.data.table if hasattr(data.data, "table") else pa.table(data.data)
-        return table_corpus(table, text_field, id_field), lambda keep: data.select(np.flatnonzero(keep))
+        # The mask is over the rows the Dataset shows, and so is select (it composes with the
+        # Dataset's own indices mapping).
+        return (table_corpus(dataset_table(data), text_field, id_field),
+                lambda keep: data.select(np.flatnonzero(keep)))
     if module == "pandas":
         try:
             table = pa.Table.from_pandas(data, preserve_index=False)
@@ -292,6 +314,22 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         f"cannot deduplicate a {type(data).__name__}: pass a list of strings, paths, a pyarrow "
         "Table, a DataFrame (pandas, polars, cuDF) or an object with __arrow_c_stream__"
     )
+
+
+def dataset_table(data) -> pa.Table:
+    """The rows a Hugging Face ``datasets.Dataset`` shows, in its order, as one pyarrow Table.
+
+    shuffle, filter, train_test_split, select, sort and shard leave the Dataset's Arrow table
+    (``Dataset.data``) as it was and put an indices mapping over it (``Dataset._indices``: a
+    table whose one column holds, for each row shown, its row in ``data``). The table is taken
+    through it once; datasets' own formatting queries would gather one row at a time, and
+    flatten_indices converts every row to Python objects. Without a mapping the table itself
+    (memory-mapped where the Dataset is, no copy). A version of datasets that keeps its
+    mapping elsewhere is read through flatten_indices (in memory: no cache file is written)."""
+    if not hasattr(data, "_indices"):
+        return data.flatten_indices(keep_in_memory=True).data.table
+    table = data.data.table
+    return table if data._indices is None else table.take(data._indices.column(0))
 
 
 def list_corpus(items: Sequence, field: str) -> Corpus:

@@ -176,7 +176,8 @@ def dedup_command(
     workers: Annotated[Optional[int], typer.Option(
         help="Run them on a local Dask cluster of this many worker processes (one per GPU with the "
              "gpu backend, through dask-cuda).", show_default=False)] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).")] = False,
     against: Annotated[Optional[Path], typer.Option(
         help="Deduplicate against this persistent index too (gpudedup index), adding nothing to it; the index's "
              "parameters are used.", show_default=False)] = None,
@@ -191,18 +192,18 @@ def dedup_command(
     """
     from .api import dedup as run_api_dedup
     from .io.layout import check_output_names
-    from .io.writer import check_apart_from_inputs, check_output_dir
+    from .io.writer import check_run_places
 
     with user_errors() as guard:
         files, out, work = command_paths(inputs, output, work_dir)
-        check_output_dir(out, overwrite, files)
+        # Where the run writes, before any work: apart from the inputs and the index (what the
+        # inputs resolve to as well; without --against, api.dedup scans them).
+        check_run_places(files, out, overwrite, work, against, scan=against is not None)
         if not single_file:  # two inputs with one output name: refused before any work
             check_output_names(files, format.value, on_error.value)
-        if work is not None:  # replacing the output must never delete the work directory
-            check_apart_from_inputs(out, [work], "the output directory", "--output",
-                                    "the work directory", inside_allowed=True)
         started = time.perf_counter()
         if against is not None:
+            from .engine.workdir import work_dir_lock
             from .index import Index
 
             index = Index(against)
@@ -214,12 +215,13 @@ def dedup_command(
             given = {name: value for name, value in values.items()
                      if getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"}
             check_index_parameters(index.params(), given)
-            result = index.dedup(files, text_field=text_field, id_field=id_field, token_field=token_field,
-                                 backend=backend.value, progress=not quiet, on_error=on_error.value,
-                                 batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
-                                 work_dir=work, resume=resume,
-                                 scheduler=scheduler, workers=workers)
-            result.write(out, format=format.value, overwrite=overwrite, single_file=single_file)
+            with work_dir_lock(work):  # the run's work directory, held while its results are written from it
+                result = index.dedup(files, text_field=text_field, id_field=id_field, token_field=token_field,
+                                     backend=backend.value, progress=not quiet, on_error=on_error.value,
+                                     batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
+                                     work_dir=work, resume=resume,
+                                     scheduler=scheduler, workers=workers)
+                result.write(out, format=format.value, overwrite=overwrite, single_file=single_file)
             guard.written = out
             if not quiet:
                 print_summary(result.report, out, time.perf_counter() - started)
@@ -509,7 +511,9 @@ class user_errors:
     def __exit__(self, kind, error, traceback):
         set_phase("done")
         if isinstance(error, GpudedupError):
-            err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+            from .io.storage import scrubbed  # (a last guard: the message should name no credential)
+
+            err.print(f"[bold red]error:[/] {escape(scrubbed(str(error)))}", soft_wrap=True)
             raise typer.Exit(code=2)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)

@@ -88,7 +88,8 @@ def add_command(
     single_file: Annotated[bool, typer.Option("--single-file", help="As in dedup.")] = False,
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
     on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty output directory.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).")] = False,
     batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
     max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
     shard_bytes: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
@@ -105,11 +106,13 @@ def add_command(
     from .index import Index
     from .cli import command_paths
     from .io.layout import check_output_names
-    from .io.writer import check_output_dir
+    from .io.writer import check_run_places
 
     with user_errors() as guard:
         files, out, work = command_paths(inputs, output, work_dir)
-        check_output_dir(out, overwrite, files)
+        # Apart from the inputs and the index, before any work (Index.add looks at what the
+        # inputs resolve to).
+        check_run_places(files, out, overwrite, work, index, scan=False)
         if not single_file:
             check_output_names(files, format.value, on_error.value)
         started = time.perf_counter()

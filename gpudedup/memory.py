@@ -88,6 +88,15 @@ class MemoryBudget:
             from .errors import MemoryLimitError
 
             raise MemoryLimitError(
-                f"--max-memory {self.limit / 2**20:,.0f} MiB: {stage} needs about "
-                f"{need / 2**20:,.0f} MiB more, with {now / 2**20:,.0f} MiB in use; {advice}"
+                f"--max-memory {size_words(self.limit)}: {stage} needs about "
+                f"{size_words(need)} more, with {size_words(now)} in use; {advice}"
             )
+
+
+def size_words(count: float) -> str:
+    """A number of bytes for a message: whole MiB from 1 MiB up, whole KiB from 1 KiB, else
+    bytes (a limit of a few bytes is not "0 MiB")."""
+    for unit, name in ((2**20, "MiB"), (2**10, "KiB")):
+        if count >= unit:
+            return f"{count / unit:,.0f} {name}"
+    return f"{count:,.0f} {'byte' if count == 1 else 'bytes'}"

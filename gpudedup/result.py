@@ -18,6 +18,7 @@ from .engine.job import Outcome
 from .engine.kept import Kept
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source, order_ranks, wide
+from .io.stamps import check_unchanged
 from .io.storage import Given, Location, Remote, child_name, location_of
 from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
                         write_kept_files)
@@ -218,6 +219,15 @@ class DedupResult:
             return clustered
         return self.removed
 
+    def check_inputs_unchanged(self) -> None:
+        """Refuse (InputError naming it) an input file whose size or modification time is no
+        longer that of the run's read of it (io/stamps.py); in-memory data has no files."""
+        if hasattr(self.table, "check_unchanged"):  # a staged run's shards (disk.ShardedTable)
+            self.table.check_unchanged()
+            return
+        for source in self.sources:
+            check_unchanged(location_of(source.location), source.path, source.stamp, check_bytes=False)
+
     @property
     def input_files(self) -> list[Location]:
         """The files the kept rows are written back into, one output file each (absolute;
@@ -337,7 +347,10 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     if result.report.work_dir:
         check_apart_from_inputs(out, [result.report.work_dir], "the output directory", "--output",
                                 "the work directory", inside_allowed=True)
-    with atomic_output_dir(output_dir, overwrite, result.inputs) as staging:
+    # Apart from the inputs as given and the files read (links followed), and from the index a
+    # run against one read or wrote: replacing an output that holds them would delete them.
+    index = result.report["index"]["path"] if "index" in result.report else None
+    with atomic_output_dir(output_dir, overwrite, result.inputs, index, result.input_files) as staging:
         if names is not None:
             (staging / KEPT_DIR).mkdir()
             if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
@@ -372,6 +385,9 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         # report.json last: a directory with a report is a finished one (and locally the rename
         # makes the whole directory appear at once anyway; on object storage it goes up last).
         write_json(result.report.as_dict(), staging / "report.json")
+        # Last, before the commit: every input file as the run read it (the kept rows, and
+        # report.html's texts, may have been read from the files again while writing).
+        result.check_inputs_unchanged()
     return out
 
 

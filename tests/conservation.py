@@ -31,6 +31,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,8 @@ class InputRecord:
 
     file: the file as the run names it (report.json, errors.jsonl, ids), or "<memory>";
     line: JSONL line, Parquet row or 1 for a .txt file (from 1), or the position (from 0) of
-    in-memory data; id: the id the run must give it; text: str, a list of token ids, None (null
-    or missing), or UNREADABLE.
+    in-memory data; id: the id the run must give it; text: str, a list of token ids, None (null),
+    or UNREADABLE (a record without its text field included).
     """
 
     file: str
@@ -190,11 +191,35 @@ def content_bytes(text: Any) -> int:
 # --- the checker's own readers ------------------------------------------------------------------
 
 
-# --- files, local or at a URL (an object store's: read with pyarrow's own file systems, not
-# gpudedup's io/storage.py, which this checks) ---------------------------------------------------
+# --- files, local or at a URL (an object store's: read with pyarrow's own file systems, an
+# http(s) URL's with fsspec's, not gpudedup's io/storage.py, which this checks) ------------------
 
 def is_url(place) -> bool:
     return isinstance(place, str) and "://" in place
+
+
+def url_filesystem(place: str) -> tuple[pafs.FileSystem, str]:
+    """(file system, path in it) of a URL: pyarrow's for an object store's, fsspec's for an
+    http(s) URL (its path: the whole URL, query included)."""
+    if place.lower().startswith(("http://", "https://")):
+        import fsspec
+
+        return pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem("http"))), place
+    return pafs.FileSystem.from_uri(place)
+
+
+def url_path(place) -> str:
+    """A place's path as its name ends: a URL without its query."""
+    return str(place).split("?")[0] if is_url(place) else str(place)
+
+
+def shows_as(stated: str, asked: str) -> bool:
+    """Whether a report shows the place ``asked`` as ``stated``: the same, or a URL with its
+    credentials hidden (a user part with a password left out, option values shown as ***)."""
+    if stated == asked or not is_url(asked):
+        return stated == asked
+    without_user = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*:[^/?#@]*@", r"\1", asked)
+    return re.fullmatch("[^&#]+".join(re.escape(piece) for piece in stated.split("***")), without_user) is not None
 
 
 def absolute_place(place) -> str:
@@ -204,7 +229,7 @@ def absolute_place(place) -> str:
 
 def file_bytes(place) -> bytes:
     if is_url(place):
-        filesystem, path = pafs.FileSystem.from_uri(place)
+        filesystem, path = url_filesystem(place)
         with filesystem.open_input_stream(path, compression=None) as stream:
             return stream.read()
     return Path(place).read_bytes()
@@ -212,13 +237,13 @@ def file_bytes(place) -> bytes:
 
 def parquet_table(place) -> pa.Table:
     if is_url(place):
-        filesystem, path = pafs.FileSystem.from_uri(place)
+        filesystem, path = url_filesystem(place)
         return pq.read_table(path, filesystem=filesystem)
     return pq.read_table(place)
 
 
 def file_kind(path) -> Optional[str]:
-    name = (path.rsplit("/", 1)[-1] if is_url(path) else path.name).lower()
+    name = (url_path(path).rsplit("/", 1)[-1] if is_url(path) else path.name).lower()
     if name.endswith(JSONL_SUFFIXES):
         return "jsonl"
     if name.endswith(PARQUET_SUFFIXES):
@@ -239,7 +264,7 @@ def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]
     kind = file_kind(path)
     if kind == "jsonl":
         raw = file_bytes(path)
-        if str(path).lower().endswith(".gz"):
+        if url_path(path).lower().endswith(".gz"):
             raw = gzip.decompress(raw)
         raw = raw.removeprefix(b"\xef\xbb\xbf")
         records = []
@@ -253,9 +278,9 @@ def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]
             if not isinstance(fields, dict):
                 records.append(InputRecord(shown, number, UNREADABLE, UNREADABLE))
                 continue
-            text = fields.get(text_field)
-            records.append(InputRecord(shown, number, run_id(shown, number, fields, id_field),
-                                       content_of(text)))
+            # A record without its text field is a bad record; a null text is an empty document.
+            text = content_of(fields[text_field]) if text_field in fields else UNREADABLE
+            records.append(InputRecord(shown, number, run_id(shown, number, fields, id_field), text))
         return records
     if kind == "parquet":
         table = parquet_table(path)
@@ -468,13 +493,14 @@ def input_files_under(given) -> list:
     """The input files (by name: JSONL, Parquet, .txt) at or under ``given`` (absolute, or a
     URL: then the URLs of the objects below it, hidden names left out), sorted."""
     if is_url(given):
-        filesystem, root = pafs.FileSystem.from_uri(given)
+        filesystem, root = url_filesystem(given)
         if filesystem.get_file_info(root).type == pafs.FileType.File:
             return [given] if file_kind(given) else []
-        below = [os.path.relpath(entry.path, root) for entry in filesystem.get_file_info(
+        # Each object by its key as it is ("in//a", "in/./a" are objects of their own).
+        below = [entry.path[len(root.rstrip("/")) + 1:] for entry in filesystem.get_file_info(
             pafs.FileSelector(root, recursive=True)) if entry.type == pafs.FileType.File]
         return sorted(f"{given}/{relative}" for relative in below if file_kind(f"{given}/{relative}")
-                      and not any(part.startswith(".") for part in relative.split("/")))
+                      and not any(part.startswith(".") and part not in (".", "..") for part in relative.split("/")))
     if not given.is_dir():
         return [given] if file_kind(given) and given.is_file() else []
     found = []
@@ -575,6 +601,7 @@ def check_reading_as_asked(report: Any, text_field: str, id_field: Optional[str]
     reading = Reading.of(report)
     asked = (text_field, id_field, on_error, tuple(absolute_place(p) for p in paths))
     stated = (reading.text_field, reading.id_field, reading.on_error, reading.paths)
-    if stated != asked:
+    if stated[:3] != asked[:3] or len(stated[3]) != len(asked[3]) or \
+            not all(shows_as(shown, place) for shown, place in zip(stated[3], asked[3])):
         raise ConservationError(f"report.json states the reading (text_field, id_field, on_error, paths) "
                                 f"{stated}; the run was asked for {asked}")

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # The top-level names of an output directory, per layout (matplotlib is a dependency: the
-# figures are always there).
-FIGURES_AND_REPORT = ["candidates_histogram.png", "report.html", "report.json", "s_curve.png"]
+# figures are always there), and the marker every output carries (io/writer.py).
+FIGURES_AND_REPORT = [".gpudedup-output", "candidates_histogram.png", "report.html", "report.json", "s_curve.png"]
 FILES_LAYOUT = sorted(["clusters", "deduplicated", "pairs", *FIGURES_AND_REPORT])
 SINGLE_LAYOUT = sorted(["clusters.parquet", "deduplicated.parquet", "pairs.parquet", *FIGURES_AND_REPORT])
 

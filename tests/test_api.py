@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -270,6 +271,63 @@ def test_hugging_face_dataset():
     result = gpudedup.dedup(ds)
     check_planted(result)
     assert result.deduplicated["n"] == [0, 1, 3, 5, 7]
+
+
+def copies_dataset():
+    """Six distinct documents u0..u5, then dup0 and dup1, identical copies of u0 and u1."""
+    import datasets
+
+    texts = [paragraph(10 + i) for i in range(6)]
+    return datasets.Dataset.from_dict({"id": [f"u{i}" for i in range(6)] + ["dup0", "dup1"],
+                                       "text": texts + texts[:2]})
+
+
+DATASET_VIEWS = {
+    "shuffle": lambda ds: ds.shuffle(seed=1),
+    "filter": lambda ds: ds.filter(lambda row: row["id"] != "u5"),
+    "train_test_split": lambda ds: ds.train_test_split(test_size=0.5, seed=0)["train"],
+    "select_permutation": lambda ds: ds.select([7, 3, 0, 6, 1, 2, 5, 4]),
+    "sort": lambda ds: ds.sort("id"),
+    "shard": lambda ds: ds.shard(num_shards=2, index=0, contiguous=False),
+}
+
+
+@pytest.mark.parametrize("view", DATASET_VIEWS)
+def test_a_hugging_face_dataset_is_deduplicated_over_the_rows_it_shows_in_its_order(view):
+    """shuffle, filter, a split, select, sort and shard leave an indices mapping over the
+    Dataset's table: the run and its kept rows are those of the rows the Dataset shows, as the
+    same texts given as a list of strings (the oracle) give them."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    shown = DATASET_VIEWS[view](copies_dataset())
+    ids, texts = shown["id"][:], shown["text"][:]
+    result = gpudedup.dedup(shown, id_field="id", backend="cpu")
+    oracle = gpudedup.dedup(list(texts), backend="cpu")
+    assert result.keep.tolist() == oracle.keep.tolist()
+    assert len(result.keep) == len(ids)
+    # Of a document and its copy, the one the Dataset shows first is kept; nothing else goes.
+    seen: set[str] = set()
+    removed = [i for i, text in zip(ids, texts) if text in seen or seen.add(text)]
+    assert [i for i, kept in zip(ids, result.keep) if not kept] == removed
+    assert sorted(result.clusters.filter(pc.invert(result.clusters["keep"]))["id"].to_pylist()) == sorted(removed)
+    assert set(result.clusters["id"].to_pylist()) <= set(ids)
+    assert isinstance(result.deduplicated, datasets.Dataset)
+    assert result.deduplicated["id"][:] == [i for i in ids if i not in removed]
+    assert result.deduplicated["text"][:] == [t for t, kept in zip(texts, oracle.keep) if kept]
+
+
+def test_the_review_s_shuffled_dataset_keeps_every_unique_document():
+    """6 unique documents and 2 copies, shuffled (seed 1): the two copies shown after their
+    originals are removed, in the clusters and in the kept rows alike."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    shown = copies_dataset().shuffle(seed=1)
+    result = gpudedup.dedup(shown, id_field="id", backend="cpu")
+    assert shown["id"][:] == ["u5", "u0", "u1", "u4", "u2", "dup0", "u3", "dup1"]
+    assert result.clusters.filter(pc.invert(result.clusters["keep"]))["id"].to_pylist() == ["dup0", "dup1"]
+    assert result.deduplicated["id"][:] == ["u5", "u0", "u1", "u4", "u2", "u3"]
 
 
 # --- paths --------------------------------------------------------------------------------------

@@ -224,14 +224,18 @@ def test_bad_jsonl_line_names_file_and_line(in_tmp, bad_line, fragments):
     assert_user_error(result, "bad.jsonl:4", *fragments, where=in_tmp)
 
 
-def test_text_field_sometimes_missing_or_null_is_counted(in_tmp):
+def test_text_field_null_is_counted_and_missing_is_a_bad_record(in_tmp):
     rows = [{"text": paragraph(1)}, {"other": 1}, {"text": None}, {"text": paragraph(2)}, {"text": ""}]
     (in_tmp / "holes.jsonl").write_bytes(jsonl_bytes(rows))
-    report = run_ok("holes.jsonl")
-    assert report["input"]["documents"] == 5
-    assert report["input"]["null_texts"] == 2
-    assert report["input"]["empty_documents"] == 3  # null, null and ""
+    assert_user_error(invoke("dedup", "holes.jsonl", "-o", "out"), "holes.jsonl:2", "no field 'text'",
+                      "(its fields: other)", "as null", where=in_tmp)
+    report = run_ok("holes.jsonl", "--on-error", "skip")
+    assert report["input"]["documents"] == 4
+    assert report["input"]["null_texts"] == 1
+    assert report["input"]["empty_documents"] == 2  # null and ""
     assert report["results"]["removed_documents"] == 0
+    errors = [json.loads(line) for line in Path("out/errors.jsonl").read_text().splitlines()]
+    assert [(e["file"], e["line"]) for e in errors] == [("holes.jsonl", 2)]
 
 
 def test_id_of_the_wrong_type(in_tmp):

@@ -97,7 +97,7 @@ def test_column_with_mixed_types_is_accepted_or_explained(in_tmp):
 
 
 def test_all_texts_null_is_allowed(in_tmp):
-    write_jsonl(in_tmp / "nulls.jsonl", [{"text": None, "n": 1}, {"n": 2}, {"text": None, "n": 3}])
+    write_jsonl(in_tmp / "nulls.jsonl", [{"text": None, "n": 1}, {"text": None, "n": 2}, {"text": None, "n": 3}])
     result = invoke("dedup", "nulls.jsonl", "-o", "out", "-q")
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     report = json.loads((in_tmp / "out" / "report.json").read_text())
@@ -372,6 +372,7 @@ def test_bad_input_with_overwrite_keeps_old_output(in_tmp):
     out = in_tmp / "out"
     out.mkdir()
     (out / "report.json").write_text("{}")
+    (out / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # an output of ours
     before = tree_snapshot(out)
     (in_tmp / "bad.jsonl").write_text('{"text": "a"}\n{"text": \n')
     result = invoke("dedup", "bad.jsonl", "-o", "out", "--overwrite")
@@ -382,6 +383,7 @@ def test_bad_parameter_with_overwrite_keeps_old_output(happy):
     out = happy / "out"
     out.mkdir()
     (out / "report.json").write_text("{}")
+    (out / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # an output of ours
     before = tree_snapshot(out)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", "--threshold", "2")
     assert_user_error(result, "threshold", out=out, before=before)

@@ -158,10 +158,11 @@ def test_dedup_directory_of_mixed_formats(in_tmp):
     assert removed == {"corpus/a.jsonl:3", "corpus/b.parquet:2", "corpus/c.jsonl.gz:2"}
 
 
-def test_dedup_null_and_missing_text_allowed(happy):
-    records = happy_records() + [{"text": None, "n": 8, "tag": "t8", "score": 8.5},
-                                 {"n": 9, "tag": "t9", "score": 9.5}]
-    write_jsonl(happy / "nulls.jsonl", records)
+def test_dedup_null_text_allowed_and_missing_text_an_error(happy):
+    """A null text is an empty document; a record without its text field is a bad record: it
+    stops the run with its line, or under --on-error skip is left out and listed."""
+    nulls = [{"text": None, "n": 8, "tag": "t8", "score": 8.5}, {"text": None, "n": 9, "tag": "t9", "score": 9.5}]
+    write_jsonl(happy / "nulls.jsonl", happy_records() + nulls)
     result = invoke("dedup", "nulls.jsonl", "-o", "out", "-q")
     assert result.exit_code == 0, result.output
     report = json.loads((happy / "out" / "report.json").read_text())
@@ -172,6 +173,17 @@ def test_dedup_null_and_missing_text_allowed(happy):
     dedup = read_kept(happy / "out")
     assert dedup.num_rows == 7
     assert dedup["text"].to_pylist()[-2:] == [None, None]
+
+    write_jsonl(happy / "missing.jsonl", happy_records() + [nulls[0], {"n": 9, "tag": "t9", "score": 9.5}])
+    stopped = invoke("dedup", "missing.jsonl", "-o", "out2", "-q")
+    assert stopped.exit_code == 2
+    assert stopped.output.startswith("error: missing.jsonl:10: no field 'text'")
+    assert not (happy / "out2").exists()
+    skipped = invoke("dedup", "missing.jsonl", "-o", "out3", "-q", "--on-error", "skip")
+    assert skipped.exit_code == 0, skipped.output
+    errors = [json.loads(line) for line in (happy / "out3" / "errors.jsonl").read_text().splitlines()]
+    assert [(error["file"], error["line"]) for error in errors] == [("missing.jsonl", 10)]
+    assert json.loads((happy / "out3" / "report.json").read_text())["input"]["documents"] == 9
 
 
 def test_dedup_char_shingles_and_explicit_banding(happy):
@@ -187,8 +199,10 @@ def test_dedup_char_shingles_and_explicit_banding(happy):
 
 
 def test_overwrite_replaces_non_empty_output(happy, output_names):
+    """--overwrite replaces an earlier output, whatever it holds (here a file added to it);
+    a folder that is no gpudedup output it refuses (tests/test_output_safety.py)."""
     out = happy / "out"
-    out.mkdir()
+    assert invoke("dedup", "data.jsonl", "-o", "out", "-q").exit_code == 0
     (out / "stale.txt").write_text("old")
     result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--overwrite")
     assert result.exit_code == 0, result.output
@@ -209,6 +223,7 @@ def test_failed_write_leaves_no_temporary_directory_and_old_output(happy, monkey
     out = happy / "out"
     out.mkdir()
     (out / "previous.txt").write_text("previous run")
+    (out / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # an output of ours
     before = tree_snapshot(out)
 
     import gpudedup.result

@@ -118,8 +118,8 @@ def output_names() -> list[str]:
     """The files a dedup run over corpus.jsonl writes, by their paths under its output."""
     from gpudedup import plots
 
-    names = ["clusters/part-00000.parquet", "deduplicated/corpus.parquet", "pairs/part-00000.parquet", "report.html",
-             "report.json"]
+    names = [".gpudedup-output", "clusters/part-00000.parquet", "deduplicated/corpus.parquet",
+             "pairs/part-00000.parquet", "report.html", "report.json"]
     if plots.matplotlib_available():
         names += ["candidates_histogram.png", "s_curve.png"]
     return sorted(names)
@@ -543,7 +543,7 @@ def test_a_failed_second_rename_puts_the_old_output_back(tmp_path, monkeypatch):
     out = tmp_path / "out"
     with writer.atomic_output_dir(out, overwrite=False) as staging:
         (staging / "report.json").write_text("old")
-    monkeypatch.setattr(writer, "exchange_paths", lambda a, b: False)
+    monkeypatch.setattr(writer, "renameat2", lambda a, b, flags: False)  # neither exchange nor no-replace
     real_rename = Path.rename
 
     def rename(self, target):

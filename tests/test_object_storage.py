@@ -167,7 +167,7 @@ def test_staged_run_cuts_remote_files(corpus, monkeypatch, tmp_path):
     assert fetched.keys() == written.keys()
     assert {n: d for n, d in fetched.items() if n.startswith("deduplicated")} == \
         {n: d for n, d in written.items() if n.startswith("deduplicated")}
-    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
+    assert hidden_left(out) == []
 
 
 def test_dask_workers_read_the_bucket(corpus, monkeypatch, tmp_path):
@@ -230,6 +230,12 @@ def objects_under(url: str, files_only: bool = True) -> list[str]:
     return sorted(e.path[len(path) + 1:] for e in entries if e.type == pafs.FileType.File or not files_only)
 
 
+def hidden_left(url: str) -> list[str]:
+    """The hidden keys under an output URL other than its marker: what runs' staging left."""
+    return [name for name in objects_under(url, files_only=False)
+            if name.startswith(".") and name != writer.OUTPUT_MARKER]
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_output_on_object_storage(corpus, monkeypatch, tmp_path, fmt):
     """A result written to a URL is, object for object, the result written to a local folder
@@ -279,7 +285,7 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
         result.write(out, overwrite=True)
     left = objects_under(out)
     assert left and "report.json" not in left
-    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
+    assert hidden_left(out) == []
 
 
 def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, monkeypatch, tmp_path):
@@ -296,7 +302,67 @@ def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, 
     storage.upload(left, prefix.child("deduplicated/a.jsonl"))
     gpudedup.dedup(url + "/big", backend="cpu").write(out)
     assert "report.json" in objects_under(out)
-    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
+    assert hidden_left(out) == []
+
+
+def test_overwrite_on_object_storage_replaces_only_an_output_of_ours(corpus, monkeypatch):
+    """--overwrite on a URL: objects that are no gpudedup output are refused, named and kept;
+    an output of ours (its marker, or an earlier version's report.json) is replaced. Every
+    output carries the marker."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    result = gpudedup.dedup(url + "/big", backend="cpu")
+    mine = put_objects("users-files", {"notes.txt": b"precious", ".ssh/id_rsa": b"key"})
+    with pytest.raises(gpudedup.OutputError, match=r"holds files that are not a gpudedup output \(\.ssh, notes\.txt\)"):
+        result.write(mine, overwrite=True)
+    assert objects_under(mine) == [".ssh/id_rsa", "notes.txt"]
+    earlier = put_objects("earlier", {"report.json": json.dumps({"input": {}, "parameters": {}, "results": {},
+                                                                 "stages": {}}).encode(), "pairs.parquet": b"old"})
+    result.write(earlier, overwrite=True)
+    assert writer.OUTPUT_MARKER in objects_under(earlier) and "pairs.parquet" not in objects_under(earlier)
+    result.write(earlier, overwrite=True)  # (now by its marker)
+    assert "report.json" in objects_under(earlier) and hidden_left(earlier) == []
+
+
+def test_objects_that_appear_under_an_output_url_during_the_run_are_left_alone(corpus, monkeypatch):
+    """Object stores have no no-replace rename: the commit looks again. What appeared under the
+    output during the run is left as it is; the results go to a prefix beside it, named in the
+    error."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    result = gpudedup.dedup(url + "/big", backend="cpu")
+    out = f"s3://{BUCKET}/appearing"
+    real = writer.file_entries
+
+    def file_entries(remote):  # the commit's first look: someone's file arrives just before it
+        if not objects_under(out):
+            put_objects("appearing", {"notes.txt": b"precious"})
+        return real(remote)
+
+    monkeypatch.setattr(writer, "file_entries", file_entries)
+    with pytest.raises(gpudedup.OutputError, match="changed during the run") as refused:
+        result.write(out)
+    assert objects_under(out) == ["notes.txt"]
+    aside = str(refused.value).rsplit("the results were written to ", 1)[1]
+    assert aside.startswith(out + ".results-") and {"report.json", writer.OUTPUT_MARKER} <= set(objects_under(aside))
+
+
+def test_a_running_runs_staging_prefix_is_left_alone(corpus, monkeypatch):
+    """The commit removes the staging prefixes of killed runs of this machine, never those of
+    a run still going on (here: this process), nor another machine's."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    host, dead = writer._host_tag(), subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    prefixes = {"live": f".gpudedup-output-{host}-{os.getpid()}-aaaa",
+                "dead": f".gpudedup-output-{host}-{dead.pid}-bbbb",
+                "elsewhere": f".gpudedup-output-0badc0de-{os.getpid()}-cccc"}
+    out = put_objects("prefixes", {f"{prefix}/deduplicated/a.jsonl": b"{}" for prefix in prefixes.values()})
+    gpudedup.dedup(url + "/big", backend="cpu").write(out)
+    left = {name.split("/")[0] for name in objects_under(out) if name.startswith(".gpudedup-output-")}
+    assert left == {prefixes["live"], prefixes["elsewhere"]}
+    for prefix in left:  # (this test's own leftovers)
+        pafs.FileSystem.from_uri(out)[0].delete_dir(f"{BUCKET}/prefixes/{prefix}")
 
 
 class BrokenReads:
@@ -450,7 +516,7 @@ def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, tmp_pat
                               lambda: "report.json" in objects_under(out))
     assert killed >= 3, f"{killed} of 4 runs were killed"
     assert result_bytes(download(out, tmp_path / "fetched")) == result_bytes(tmp_path / "reference")
-    assert not [name for name in objects_under(out, files_only=False) if name.startswith(".")]
+    assert hidden_left(out) == []
 
 
 def test_failed_upload_is_an_error(corpus, monkeypatch, tmp_path):
@@ -479,12 +545,12 @@ def test_mixed_local_and_remote_inputs(corpus, monkeypatch, tmp_path):
 
 def test_secrets_in_a_url_are_never_shown():
     remote = storage.Remote("s3://b/k.jsonl?access_key=AKIA&secret_key=hush&region=eu-west-1")
-    assert str(remote) == "s3://b/k.jsonl?region=eu-west-1"
+    assert str(remote) == "s3://b/k.jsonl?access_key=***&secret_key=***&region=eu-west-1"
     assert storage.key_of(remote) == str(remote) and storage.full_name(remote) == remote.url
     inline = storage.Remote("s3://AKIA:hush@b/k.jsonl")  # (credentials before the bucket, as pyarrow takes them)
     assert str(inline) == "s3://b/k.jsonl" and storage.parts_of(inline) == ["b", "k.jsonl"]
     assert storage.full_name(inline) == inline.url
-    assert storage.scrubbed("cannot reach s3://AKIA:hush@b/ (hush)", inline.url) == "cannot reach s3://***@b/ (***)"
+    assert storage.scrubbed("cannot reach s3://AKIA:hush@b/ (hush)", inline.url) == "cannot reach s3://b/ (***)"
 
 
 def test_a_work_directory_url_with_credentials_is_shown_without_them(s3, monkeypatch, tmp_path):
@@ -501,6 +567,76 @@ def test_a_work_directory_url_with_credentials_is_shown_without_them(s3, monkeyp
     with pytest.raises(gpudedup.ParameterError) as refused:
         WorkDir(url, {"run": 1}, resume=False)
     assert "testing:" not in str(refused.value) and str(refused.value).startswith(work.shown)
+
+
+def test_an_s3_url_with_its_options_in_the_query_reads_the_same(corpus, monkeypatch):
+    """pyarrow's S3 options in the URL's query (endpoint_override, scheme): the query is the
+    file system's, each file's path the key below the prefix, as without them."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    query = f"?endpoint_override={endpoint.split('://')[1]}&scheme=http"
+    with_options = gpudedup.dedup(url + "/big" + query, backend="cpu")
+    plain = gpudedup.dedup(url + "/big", backend="cpu")
+    assert with_options.report["input"]["documents"] == plain.report["input"]["documents"] > 0
+    assert [f["path"].replace(query, "") for f in with_options.report["input"]["files"]] == \
+        [f["path"] for f in plain.report["input"]["files"]]
+    assert with_options.pairs.num_rows == plain.pairs.num_rows > 0
+
+
+# --- object keys taken as they are ---------------------------------------------------------------
+
+
+def put_objects(prefix: str, objects: dict[str, bytes]) -> str:
+    """Objects put under ``prefix`` in BUCKET by their keys exactly (boto3: pyarrow's client
+    rewrites a key with "./" or "//" before it sends it); the prefix's URL."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    for key, data in objects.items():
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=data)
+    return f"s3://{BUCKET}/{prefix}"
+
+
+def thirty(tag: str) -> bytes:
+    return "".join(json.dumps({"id": f"{tag}{i}", "text": f"{tag} {make_texts(30, seed=3)[i]}"}) + "\n"
+                   for i in range(30)).encode()
+
+
+# Keys below in/ that no file name stands for one-to-one: "./a.jsonl" beside "a.jsonl" (the
+# client reads a.jsonl for it), "sub/../../escape.jsonl" (read as a key outside in/, none), and
+# "/c.jsonl" (refused by the client).
+ODD_KEYS = ["./a.jsonl", "sub/../../escape.jsonl", "/c.jsonl"]
+
+
+@pytest.mark.parametrize("odd", ODD_KEYS)
+def test_an_object_key_with_dot_or_empty_parts_is_refused_by_name(s3, tmp_path, odd):
+    """The review's reproduction: in/a.jsonl (30 records) and one object of an odd key (30 other
+    records). The run stops with one line naming the odd object, never reads another object for
+    it, and never leaves it out unsaid."""
+    url = put_objects(f"odd-keys/stop-{ODD_KEYS.index(odd)}/in", {"a.jsonl": thirty("a"), odd: thirty("b")})
+    result = invoke("dedup", url + "/", "-o", tmp_path / "out", "--id-field", "id", "--backend", "cpu")
+    assert_user_error(result, f"{url}/{odd}: the object's key has", "rename the object, or pass --on-error skip",
+                      out=tmp_path / "out")
+
+
+def test_objects_of_odd_keys_are_skipped_records_under_skip(s3, tmp_path):
+    """Under --on-error skip each odd object is a skipped record of errors.jsonl, by its key as
+    it is; a.jsonl is read once, as itself, and nothing is written outside the output."""
+    url = put_objects("odd-keys/skip/in", {"a.jsonl": thirty("a"), **{odd: thirty(f"b{i}")
+                                                                       for i, odd in enumerate(ODD_KEYS)}})
+    result = invoke("dedup", url, "-o", tmp_path / "out", "--id-field", "id", "--backend", "cpu",
+                    "--on-error", "skip")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert [f["path"] for f in report["input"]["files"]] == [f"{url}/a.jsonl"]
+    assert report["input"]["documents"] == 30 and report["balance"]["skipped"] == len(ODD_KEYS)
+    skipped = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert sorted(r["file"] for r in skipped) == sorted(f"{url}/{odd}" for odd in ODD_KEYS)
+    assert all(r["line"] is None and "the object's key has" in r["reason"] for r in skipped)
+    kept = (tmp_path / "out" / "deduplicated" / "a.parquet")
+    assert all(id_.startswith("a") for id_ in pq.read_table(kept).column("id").to_pylist())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_index_must_be_local():

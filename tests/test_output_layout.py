@@ -5,6 +5,7 @@ files in memory, staged and on Dask; --single-file for the one-file layout."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -73,7 +74,8 @@ def runs(tree, tmp_path_factory) -> dict[str, Path]:
 def test_one_output_file_per_input_file_named_like_it(runs):
     out = runs["memory"]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["clusters", "deduplicated", "pairs", "candidates_histogram.png", "report.html", "report.json", "s_curve.png"])
+        [".gpudedup-output", "clusters", "deduplicated", "pairs", "candidates_histogram.png", "report.html",
+         "report.json", "s_curve.png"])
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.parent != out)
     assert files == ["clusters/part-00000.parquet", "deduplicated/a.parquet", "deduplicated/sub/b.parquet",
                      "deduplicated/sub/deeper/c.parquet", "deduplicated/z.parquet", "pairs/part-00000.parquet"]
@@ -277,12 +279,14 @@ def test_a_jsonl_file_changed_after_the_run_read_it_is_refused_at_the_write(tmp_
     (tmp_path / "in").mkdir()
     source = tmp_path / "in" / "odd.jsonl"
     source.write_bytes(b"".join(lines))
+    read = source.stat()
     result = gpudedup.dedup(source, backend="cpu")
     source.write_bytes(lines[0])  # the other kept lines are gone
     with pytest.raises(gpudedup.InputError, match="odd.jsonl: changed since the run read it"):
         result.write(tmp_path / "out", format="jsonl")
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["in"]
-    source.write_bytes(b"".join(lines))  # as it was: written
+    source.write_bytes(b"".join(lines))  # as it was, its modification time too: written
+    os.utime(source, ns=(read.st_atime_ns, read.st_mtime_ns))
     result.write(tmp_path / "out", format="jsonl")
     assert kept_files(tmp_path / "out")[0].read_bytes() == lines[0] + lines[1] + lines[4] + b"\n"
 

@@ -262,7 +262,8 @@ def type_change(path: Path) -> Path:
 
 
 def text_absent_later(path: Path) -> Path:
-    """No line after the tenth has the text field (a missing text is a null text)."""
+    """No line after the tenth has the text field (each such line is a bad record; a piece of
+    them alone is a file without the text field)."""
     return lines_file(path, [{"id": f"d{i}", "text": t} if i < 10 else {"id": f"d{i}", "note": "n"}
                              for i, t in enumerate(texts(20))])
 

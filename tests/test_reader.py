@@ -185,15 +185,18 @@ def test_duplicate_given_ids_are_rejected(in_tmp):
 # --- null / missing text --------------------------------------------------------------------------
 
 
-def test_null_and_missing_text_become_null(in_tmp):
+def test_null_text_becomes_null_and_a_missing_one_is_a_bad_record(in_tmp):
     lines = [{"text": paragraph(1), "n": 1}, {"text": None, "n": 2}, {"n": 3}, {"text": "", "n": 4}]
     write_jsonl(in_tmp / "docs.jsonl", lines)
-    corpus = read_corpus(["docs.jsonl"])
-    assert corpus.num_rows == 4
-    assert corpus.texts.to_pylist() == [paragraph(1), None, None, ""]
-    assert corpus.texts.null_count == 2
-    assert corpus.table["n"].to_pylist() == [1, 2, 3, 4]
-    assert ids_of(corpus) == [f"docs.jsonl:{i}" for i in range(1, 5)]
+    with pytest.raises(InputError, match="docs.jsonl:3: no field 'text' \\(its fields: n\\)"):
+        read_corpus(["docs.jsonl"])
+    corpus = read_corpus(["docs.jsonl"], on_error="skip")
+    assert corpus.num_rows == 3
+    assert corpus.texts.to_pylist() == [paragraph(1), None, ""]
+    assert corpus.texts.null_count == 1
+    assert corpus.table["n"].to_pylist() == [1, 2, 4]
+    assert ids_of(corpus) == ["docs.jsonl:1", "docs.jsonl:2", "docs.jsonl:4"]
+    assert [(r["line"], r["reason"][:16]) for r in corpus.skipped_records] == [(3, "no field 'text' ")]
 
 
 def test_all_text_null_is_allowed(in_tmp):
@@ -352,11 +355,13 @@ def test_json_null_line_is_not_an_object(in_tmp):
     assert "nulls.jsonl:4" in str(info.value) and "expected a JSON object" in str(info.value)
 
 
-def test_empty_object_line_is_a_row_with_null_text(in_tmp):
+def test_empty_object_line_is_a_record_without_text(in_tmp):
     (in_tmp / "objs.jsonl").write_text('{"text": "a b c"}\n{}\n{"text": "d e f"}\n')
-    corpus = read_corpus(["objs.jsonl"])
-    assert corpus.texts.to_pylist() == ["a b c", None, "d e f"]
-    assert ids_of(corpus) == ["objs.jsonl:1", "objs.jsonl:2", "objs.jsonl:3"]
+    with pytest.raises(InputError, match="objs.jsonl:2: no field 'text'"):
+        read_corpus(["objs.jsonl"])
+    corpus = read_corpus(["objs.jsonl"], on_error="skip")
+    assert corpus.texts.to_pylist() == ["a b c", "d e f"]
+    assert ids_of(corpus) == ["objs.jsonl:1", "objs.jsonl:3"]
 
 
 def test_date_like_strings_are_read_as_strings(in_tmp):
@@ -439,11 +444,13 @@ BAD_LINES = [
     (b"[1, 2]", "expected a JSON object, got an array"),
     (b'{"text": 42}', "field 'text' is a number, expected a string or a list of token ids"),
     (b'{"text": "c\xff"}', "invalid UTF-8 (byte 0xff at column 12)"),
-    (b'{"n": 7}', None),  # no text: a null text, kept
+    (b'{"text": null, "n": 7}', None),  # a null text: an empty document, kept
     (b'{"text": "d", "n": "seven"}',
      "field 'n' is a string, but a number on line 1; a field must hold values of one type"),
     (b"null", "expected a JSON object, got null"),
     (b'{"text": "e e e", "n": 9}', None),
+    (b'{"n": 11}', "no field 'text' (its fields: n); give a record without text as null, or choose the text "
+                   "field with --text-field (token ids: --token-field)"),
 ]
 
 
@@ -477,19 +484,21 @@ def test_skip_whole_files(in_tmp):
     (in_tmp / "d" / "3.parquet").write_bytes(b"PAR1 not really")
     (in_tmp / "d" / "4.txt").write_bytes(b"ok\nnot \xff ok\n")
     write_jsonl(in_tmp / "d" / "5.jsonl", [{"body": "no text field"}, {"body": "anywhere"}])
-    (in_tmp / "d" / "6.jsonl").write_bytes(b'{"body": "x"}\n{oops\n')  # a bad line, then no text field
+    (in_tmp / "d" / "6.jsonl").write_bytes(b'{"body": "x"}\n{oops\n')  # two bad lines: no text field, not JSON
     pq.write_table(pa.table({"text": ["p q r"]}), in_tmp / "d" / "7.parquet")
     corpus = read_corpus(["d"], on_error="skip")
     assert ids_of(corpus) == ["d/1.jsonl:1", "d/1.jsonl:2", "d/7.parquet:1"]
-    assert [f.path for f in corpus.files] == ["d/1.jsonl", "d/7.parquet"]
+    assert [f.path for f in corpus.files] == ["d/1.jsonl", "d/6.jsonl", "d/7.parquet"]
     records = corpus.skipped_records
     assert [(r["file"], r["line"]) for r in records] == [
-        ("d/2.jsonl.gz", None), ("d/3.parquet", None), ("d/4.txt", None), ("d/5.jsonl", None), ("d/6.jsonl", None)]
+        ("d/2.jsonl.gz", None), ("d/3.parquet", None), ("d/4.txt", None), ("d/5.jsonl", None), ("d/6.jsonl", 1),
+        ("d/6.jsonl", 2)]
     assert "corrupt or truncated gzip" in records[0]["reason"]
     assert "not a readable Parquet file" in records[1]["reason"]
     assert records[2]["reason"] == "line 2: invalid UTF-8 (byte 0xff at byte offset 7)"
     assert records[3]["reason"].startswith("no field 'text'")
     assert records[4]["reason"].startswith("no field 'text'")
+    assert records[5]["reason"].startswith("invalid JSON")
 
 
 def test_skip_everything_gives_an_empty_corpus(in_tmp):

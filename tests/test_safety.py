@@ -213,6 +213,7 @@ def test_pickled_payloads_in_inputs_and_in_the_previous_output_never_run(tmp_pat
     (out / "clusters.pkl").write_bytes(pickle.dumps(Payload(marker)))
     np.save(out / "pairs.npy", np.array([Payload(marker)], dtype=object), allow_pickle=True)
     (out / "__init__.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    (out / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # a previous output: --overwrite replaces it
 
     result = invoke("dedup", "in", "-o", "out", "--id-field", "id", "-q", "--overwrite")
     assert not marker.exists()
@@ -335,7 +336,8 @@ def test_an_unexpected_error_in_the_report_also_removes_the_staging_directory(tm
 
 
 def test_overwrite_never_deletes_outside_the_output(tmp_path, monkeypatch, output_names):
-    """A symlinked OUT is replaced by the new output; the directory it pointed to is untouched."""
+    """A symlinked OUT is replaced by the new output where it leads to a gpudedup output; the
+    directory it pointed to is untouched. Where it leads to someone's files it is refused."""
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "data.jsonl", sample_records())
     target = tmp_path / "precious"
@@ -343,8 +345,11 @@ def test_overwrite_never_deletes_outside_the_output(tmp_path, monkeypatch, outpu
     (target / "keep.txt").write_text("mine")
     (tmp_path / "out").symlink_to(target, target_is_directory=True)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
+    assert result.exit_code == 2 and "not a gpudedup output (keep.txt)" in result.output
+    (target / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # an output, with a file of ours
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
     assert result.exit_code == 0, result.output
-    assert tree(target) == {"keep.txt": b"mine"}
+    assert tree(target) == {"keep.txt": b"mine", ".gpudedup-output": b'{"written_by": "gpudedup"}'}
     out = tmp_path / "out"
     assert not out.is_symlink() and sorted(p.name for p in out.iterdir()) == output_names
     assert leftovers(out) == []

@@ -30,6 +30,7 @@ read at once (tests/test_streaming.py).
 from __future__ import annotations
 
 import hashlib
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
@@ -52,6 +53,7 @@ from ..io import storage
 from ..io.read import build_corpus, read_one_file
 from ..io.storage import Location
 from ..io.source import SourceFile, file_record
+from ..io.stamps import FileStamp, check_unchanged, read_stamp, unchanged_while
 from ..io.sizes import file_read_bytes, shard_read_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches, write_to
 from ..hashing import Permutations
@@ -68,7 +70,7 @@ from .job import Executor, LocalExecutor
 from .kept import Kept
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
 from .clusterparts import ClusterParts
-from .workdir import WorkAt, WorkDir
+from .workdir import MANIFEST, WorkAt, WorkDir
 
 if TYPE_CHECKING:
     from .pairparts import PairParts
@@ -84,8 +86,14 @@ BackendOrName = Union[Backend, str]
 # files, WORK/stages/<name>/, as every unit of workdir.py is; 6: the candidates stage keeps the
 # pairs that pass the signature filter, and their count, not every candidate pair; 7: on a
 # cluster, those pairs and the verified ones lie in parts, WORK/pairs/, engine/pairparts.py;
-# 8: on a cluster, so do the identical copies, engine/copyparts.py).
-WORK_DIR_FORMAT = 8
+# 8: on a cluster, so do the identical copies, engine/copyparts.py; 9: a shard's info holds the
+# stamp of what it read, io/stamps.py, which the write checks the file against).
+WORK_DIR_FORMAT = 9
+
+# What a write refused for an input file that changed says beside the change, where the run's
+# work directory is still there: a resume would take the stages of the file as it was (a
+# change of its bytes alone does not stop a resume).
+CHANGED_INPUT = "nothing was written: run again with an empty work directory"
 
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
@@ -189,7 +197,7 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     shards.work.fetch_shards(read, ["columns.parquet", "row_numbers.npy"])
     parts = [PartSummary(infos[index]["path"], infos[index]["format"],
                          pa.int64() if infos[index]["integer_ids"] else pa.string(), infos[index]["rows"],
-                         pq.read_schema(shards.work.shard_file(index, "columns.parquet")),
+                         shards.work.shard_schema(index),
                          row_numbers=np.asarray(shards.work.shard_array(index, "row_numbers")))
              for index in read]
     plan = plan_combination(parts, text_field, id_field, on_error,
@@ -511,6 +519,19 @@ class ShardReader:
         # part.table keeps the file's own columns, before the corpus casts the text column.
         return corpus, part.records, part.table.slice(0, 0)
 
+    def stamp(self, index: int) -> Optional[FileStamp]:
+        """What shard ``index`` is about to read, as the write checks it (io/stamps.py); None
+        for a shard that reads nothing (absorbed) or a file that cannot be looked at."""
+        shard = self.shards[index]
+        path = self.files[shard.file]
+        return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece)
+
+    def unchanged(self, index: int, stamp: Optional[FileStamp], consequence: str):
+        """A block that reads shard ``index`` again: its file is refused if it is not as
+        ``stamp`` says, before the block and after it (io/stamps.py: unchanged_while)."""
+        shard = self.shards[index]
+        return unchanged_while(self.files[shard.file], self.shown[shard.file], stamp, shard.piece, consequence)
+
     def _nothing(self) -> Corpus:
         """The empty corpus of a shard that holds no document."""
         return build_corpus([], self.text_field, self.id_field, InputFiles(), [])
@@ -569,9 +590,9 @@ def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.nd
     parts, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
         unit = f"sets/{name}/{index:05d}"
-        stored_rows = np.load(work.file(unit, "rows.npy"))
-        offsets = np.load(work.file(unit, "offsets.npy"))
-        stored = np.load(work.file(unit, "columns.npy"), mmap_mode="r")
+        stored_rows = work.array(unit, "rows.npy")
+        offsets = work.array(unit, "offsets.npy")
+        stored = work.array(unit, "columns.npy", mmap=True)
         wanted = rows[mine] - shard_rows[index]
         position = np.minimum(np.searchsorted(stored_rows, wanted), max(stored_rows.shape[0] - 1, 0))
         if stored_rows.shape[0] == 0 or not np.array_equal(stored_rows[position], wanted):
@@ -652,6 +673,7 @@ def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupPa
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
     path, shown = reader.files[reader.file_of(index)], reader.shown[reader.file_of(index)]
     with log.stage("read"):
+        stamp = reader.stamp(index)  # (before the read: a change while it reads is one the write refuses)
         try:
             corpus, records, raw = reader.read(index)
             if corpus.num_rows:  # (a file left out, or one without records, has no content type of its own)
@@ -679,7 +701,8 @@ def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupPa
               "null": corpus.texts.is_null().to_numpy(zero_copy_only=False)}
     info = {"path": shown, "format": format_of(path), "left_out": raw is None,
             "rows": corpus.num_rows, "active": int(active.shape[0]),
-            "records": records, "integer_ids": pa.types.is_integer(corpus.ids.type)}
+            "records": records, "integer_ids": pa.types.is_integer(corpus.ids.type),
+            "stamp": None if stamp is None else stamp.as_list()}
     with log.stage("spill"):
         tables = {"ids": pa.table({"id": corpus.ids})}
         if raw is not None:
@@ -695,9 +718,12 @@ class ShardedTable:
     gives a few texts (report.html)."""
 
     def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int],
-                 executor: Optional[Executor] = None):
+                 stamps: list[Optional[FileStamp]], executor: Optional[Executor] = None):
         self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
         self.left_out = left_out
+        # Each shard's stamp as it was read (io/stamps.py), held here: a run without a work
+        # directory writes after its temporary one is gone.
+        self.stamps = stamps
         self.executor = executor  # the run's, for write_files
 
     def __getitem__(self, name: str):
@@ -721,12 +747,35 @@ class ShardedTable:
     def kept_table(self, keep: np.ndarray) -> pa.Table:
         """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""
         schema = self.schema()
-        return pa.Table.from_batches(list(self._kept_batches(Kept.of_mask(keep), schema)), schema=schema)
+        return pa.Table.from_batches(list(self._kept_batches(Kept.of_mask(keep), schema,
+                                                             "the kept rows cannot be read from it again: run again")),
+                                     schema=schema)
 
-    def _kept_batches(self, kept: Kept, schema: pa.Schema):
+    def _kept_batches(self, kept: Kept, schema: pa.Schema, consequence: str):
+        """The kept rows, a shard at a time, each shard's file checked against its stamp
+        (consequence: what its error says beside the change)."""
         for index in self._shards_read():
-            table = self.reader.corpus(index).table.filter(pa.array(self._shard_keep(index, kept)))
-            yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
+            with self.reader.unchanged(index, self.stamps[index], consequence):
+                table = self.reader.corpus(index).table.filter(pa.array(self._shard_keep(index, kept)))
+                yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
+
+    def check_unchanged(self) -> None:
+        """Refuse (InputError) an input file whose size or modification time is no longer
+        that of the run's read of it (each file once, each of its stamps' times)."""
+        seen, consequence = set(), self.unwritten()
+        for index, stamp in enumerate(self.stamps):
+            file = self.reader.file_of(index)
+            if stamp is not None and (file, stamp.size, stamp.mtime_ns) not in seen:
+                seen.add((file, stamp.size, stamp.mtime_ns))
+                check_unchanged(self.reader.files[file], self.reader.shown[file], stamp, check_bytes=False,
+                                consequence=consequence)
+
+    def unwritten(self) -> str:
+        """What the error of a write refused for a changed input says beside the change: to
+        run again, in an empty work directory where the run's is still there (a temporary
+        one, a Dask run's without --work-dir, is gone by the time it writes)."""
+        left = self.shards.work.folder.read_small(MANIFEST) is not None
+        return CHANGED_INPUT if left else "nothing was written: run again"
 
     def _shard_keep(self, index: int, kept: Kept) -> np.ndarray:
         """bool over shard ``index``'s rows as read: the rows that are documents ``kept`` keeps
@@ -762,14 +811,16 @@ class ShardedTable:
         each worker once)."""
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
+        checks = [([self.stamps[i] for i in indices], self.unwritten()) for indices, _ in files]
         tasks: list[tuple]
         if isinstance(removed, ClusterParts):
             finder = DroppedRows(self.shards.rows, self.rows, removed)
-            tasks = [(self.reader, indices, None, path, format, finder) for indices, path in files]
+            tasks = [(self.reader, indices, None, path, format, finder, *check)
+                     for (indices, path), check in zip(files, checks)]
         else:
             kept = Kept.leaving_out(removed)
             tasks = [(self.reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
-                      path, format, None) for indices, path in files]
+                      path, format, None, *check) for (indices, path), check in zip(files, checks)]
         executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
@@ -777,13 +828,13 @@ class ShardedTable:
         """The kept rows (removed: int64 ascending, the documents removed), shard by shard, into
         one file."""
         # Every shard's rows get the unified columns, as the in-memory run's one table has them.
-        schema, kept = self.schema(), Kept.leaving_out(removed)
+        schema, kept, consequence = self.schema(), Kept.leaving_out(removed), self.unwritten()
         if format == "parquet":
             with pq.ParquetWriter(path, schema) as writer:
-                for batch in self._kept_batches(kept, schema):
+                for batch in self._kept_batches(kept, schema, consequence):
                     writer.write_batch(batch)
         else:
-            write_jsonl_batches(self._kept_batches(kept, schema), path)
+            write_jsonl_batches(self._kept_batches(kept, schema, consequence), path)
 
 
 def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
@@ -817,11 +868,15 @@ class DroppedRows:
 
 
 def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[list[np.ndarray]], path: str,
-                    format: str, finder: Optional[DroppedRows]) -> None:
+                    format: str, finder: Optional[DroppedRows], stamps: list[Optional[FileStamp]],
+                    consequence: str) -> None:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
     whole, or its pieces with records, in order; dropped: int64, each one's rows as read that
     are not written, or None where ``finder`` finds them), as layout.write_kept_file and
-    write_kept_pieces write them."""
+    write_kept_pieces write them. The file is refused (InputError, saying ``consequence``
+    beside the change) where it is not as each shard's stamp (``stamps``, in the order of
+    indices) says, before and after it is read again: the rows and lines written are those
+    the run read."""
 
     def rows(number: int) -> FileRows:
         index = indices[number]
@@ -831,10 +886,13 @@ def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[l
         return FileRows(corpus.files[0], corpus.table, Kept.leaving_out(drop).mask(0, corpus.table.num_rows))
 
     def write(local: Path) -> None:
-        if len(indices) == 1 and reader.shards[indices[0]].piece is None:
-            write_kept_file(rows(0), local, format)
-        else:
-            write_kept_pieces((rows(number) for number in range(len(indices))), local, format)
+        with ExitStack() as checks:
+            for index, stamp in zip(indices, stamps, strict=True):
+                checks.enter_context(reader.unchanged(index, stamp, consequence))
+            if len(indices) == 1 and reader.shards[indices[0]].piece is None:
+                write_kept_file(rows(0), local, format)
+            else:
+                write_kept_pieces((rows(number) for number in range(len(indices))), local, format)
 
     write_to(path, write)
 
@@ -959,7 +1017,7 @@ class WorkDirStore:
             if len(signed) < len(indices):
                 continue
             with_rows = [index for index, info in zip(signed, infos) if info.get("rows")]
-            schemas = [pq.read_schema(self.work.shard_file(index, "columns.parquet")) for index in with_rows]
+            schemas = [self.work.shard_schema(index) for index in with_rows]
             if not with_rows or any(not schema.equals(schemas[0]) for schema in schemas[1:]):
                 whole.append(file)
         return whole
@@ -1153,5 +1211,6 @@ class WorkDirStore:
     def table(self, executor: Optional[Executor] = None) -> "ShardedTable":
         """The input rows of the run's documents (DedupResult.table); executor: the run's,
         which writes the kept rows' files too while it is connected."""
-        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out,
+        stamps = [FileStamp.of_list(self.work.shard_info(index)["stamp"]) for index in range(self.shards.count)]
+        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out, stamps,
                             executor)

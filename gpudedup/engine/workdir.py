@@ -4,6 +4,7 @@
 Layout::
 
     WORK/manifest.json          the run's fingerprint: version, parameters, the input files
+    WORK/run.lock               flock'd by the run that uses it (work_dir_lock); says who
     WORK/plan.npy               the shards the input files are cut into (disk.encode_plan)
     WORK/shards/00000/          one finished shard: band keys, signatures, ids, ...
     WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
@@ -42,20 +43,25 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import uuid
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Iterator, Optional, TypeVar, Union
 
 import numpy as np
 import pyarrow.fs as pafs
 
-from ..errors import ParameterError
+from ..errors import GpudedupError, OutputError, ParameterError
 from ..io import storage
 from ..io.storage import Given, Location, Remote, location_of
+from ..locks import exclusive_lock
 from ..threads import map_parallel
 
 MANIFEST = "manifest.json"
 PLAN = "plan.npy"
+# The lock file of a local work directory (work_dir_lock).
+LOCK = "run.lock"
 TEMPORARY_PREFIX = ".tmp-"
 # The object a unit on object storage is complete with (written after its files).
 MARKER = "complete.json"
@@ -67,6 +73,26 @@ UPLOAD_THREADS = 8
 # How many requests about units (markers, small files) the client has in flight at once on
 # object storage: asked one after the other, a request per shard takes hours at 160,000 shards.
 REQUEST_THREADS = 16
+
+Read = TypeVar("Read")
+
+
+class DamagedWorkDirError(GpudedupError):
+    """A file of a work directory that cannot be read as a run wrote it (truncated, garbage, gone
+    from a finished unit): no run can go on from it (exit code 2, one line naming the file)."""
+
+
+def read_work_file(path: Union[Path, str, Remote], read: Callable[[], Read]) -> Read:
+    """``read()``, which reads the work directory's file ``path`` (a path or URL, as messages
+    name it); DamagedWorkDirError naming it where its contents are not what a run writes:
+    numpy's, Arrow's and json's errors over the bytes are ValueErrors."""
+    try:
+        return read()
+    except (ValueError, EOFError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
+        # numpy takes a file without the .npy magic for a pickle, and says so.
+        reason = "not a .npy file" if "pickled" in str(error) else storage.first_line(error)
+        raise DamagedWorkDirError(f"{path}: cannot be read ({reason}); the work directory is damaged: delete it, "
+                                  "or choose another --work-dir, and run again without --resume") from None
 
 
 class LocalFolder:
@@ -123,10 +149,12 @@ class LocalFolder:
     def read_table(self, relative: str, name: str):
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.root / relative / name)
+        path = self.root / relative / name
+        return read_work_file(path, lambda: pq.read_table(path))
 
     def read_array(self, relative: str, name: str) -> np.ndarray:
-        return np.load(self.root / relative / name, allow_pickle=False)
+        path = self.root / relative / name
+        return read_work_file(path, lambda: np.load(path, allow_pickle=False))
 
     def commit_unit(self, relative: str, staging: Path) -> None:
         final = self.root / relative
@@ -201,7 +229,8 @@ class BucketFolder:
         """The Parquet file ``name`` of the unit ``relative``, read from the store (not kept
         in the cache: a table needs no memory map, and results read ids after the run)."""
         self._marker_of(relative)  # (a complete unit's only)
-        return storage.read_parquet(self.remote.child(f"{relative}/{name}"))
+        remote = self.remote.child(f"{relative}/{name}")
+        return read_work_file(remote, lambda: storage.read_parquet(remote))
 
     def read_array(self, relative: str, name: str) -> np.ndarray:
         """The .npy file ``name`` of the unit ``relative``, read from the store (not kept in the
@@ -210,7 +239,8 @@ class BucketFolder:
         if len(data) != self._marker_of(relative)["sizes"][name]:
             raise OSError(f"{self.remote.child(relative)}/{name}: {len(data)} bytes, its unit's marker says "
                           f"{self._marker_of(relative)['sizes'][name]}")
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        return read_work_file(self.remote.child(f"{relative}/{name}"),
+                              lambda: np.load(io.BytesIO(data), allow_pickle=False))
 
     def unit_done(self, relative: str) -> bool:
         return self.marker(relative) is not None
@@ -299,6 +329,67 @@ def clear_cache(location: str) -> None:
         shutil.rmtree(cache_folder(remote), ignore_errors=True)
 
 
+def may_hold_a_run(path: Path) -> bool:
+    """Whether ``path`` is missing, or a directory that is empty or a work directory's (it holds
+    its manifest or lock file; a killed run's half-written units aside): what work_dir_lock may
+    make its lock file in."""
+    if not os.path.lexists(path):
+        return True
+    if not path.is_dir():  # a file, or a link to none
+        return False
+    names = {entry.name for entry in path.iterdir() if not entry.name.startswith(TEMPORARY_PREFIX)}
+    return not names or bool(names & {MANIFEST, LOCK})
+
+
+# The work directories this process holds (work_dir_lock): (thread, resolved path) -> depth.
+_held: dict[tuple[int, str], int] = {}
+
+
+@contextmanager
+def work_dir_lock(given: Optional[Given]) -> Iterator[None]:
+    """Hold the work directory ``given`` for the run that uses it, for the block: an flock on
+    its lock file (LOCK, made with the folder where missing), which goes with the process, so
+    that a killed run never leaves it locked. Another run (another process, or another thread
+    of this one) that asks for it meanwhile is refused at once, told who holds it. Blocks of
+    one thread over one folder nest (a run, the write of its results and an index's commit
+    each hold it), the outermost holding the lock. Nothing for None, nor for what cannot be a
+    work directory (may_hold_a_run: WorkDir refuses it, and nothing is written into it).
+
+    A work directory on object storage cannot be locked (an object store has no lock, and a
+    marker object would outlive a killed run): two runs must not share one there, and nothing
+    stops them. (A result written later, after the call that made it has returned, reads its
+    work directory without holding it.)"""
+    location = None if given is None else location_of(given)
+    if location is None or isinstance(location, Remote) or not may_hold_a_run(location):
+        yield
+        return
+    key = (threading.get_ident(), os.path.realpath(location))
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    shown = location.absolute()
+
+    def refused(holder: str) -> ParameterError:
+        return ParameterError(f"{shown}: the work directory is in use by another run ({holder}); wait for it or "
+                              "choose another --work-dir")
+
+    with ExitStack() as held:
+        try:
+            location.mkdir(parents=True, exist_ok=True)
+            held.enter_context(exclusive_lock(location / LOCK, refused))
+        except OSError as error:  # (the block's own errors are not these)
+            raise OutputError(f"{shown}: cannot write the work directory ({error.strerror or error})") from None
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
+
+
 class WorkDir:
     """A work directory bound to one run's fingerprint (a JSON-able dict)."""
 
@@ -327,7 +418,7 @@ class WorkDir:
             if not resume:
                 raise ParameterError(f"{shown}: the work directory holds an earlier run; pass --resume to "
                                      "go on with it, or choose an empty directory")
-            previous = json.loads(manifest.decode("utf-8"))
+            previous = read_work_file(f"{shown}/{MANIFEST}", lambda: json.loads(manifest.decode("utf-8")))
             started = started_elsewhere(previous, fingerprint)
             if started is not None:
                 where = f" ({started})" if started else ""
@@ -337,7 +428,7 @@ class WorkDir:
             if previous != fingerprint:
                 raise ParameterError(f"{shown}: the work directory belongs to another run "
                                      f"({describe_difference(previous, fingerprint)}); use a new directory")
-        elif folder.holds_more_than({MANIFEST}):
+        elif folder.holds_more_than({MANIFEST, LOCK}):
             raise ParameterError(f"{shown}: not a gpudedup work directory (no {MANIFEST}) and not empty")
         folder.prepare()
         if manifest is None:
@@ -445,10 +536,24 @@ class WorkDir:
         return self.folder.read_table(relative, name)
 
     def shard_array(self, index: int, name: str, mmap: bool = True) -> np.ndarray:
-        return np.load(self.shard_file(index, f"{name}.npy"), mmap_mode="r" if mmap else None, allow_pickle=False)
+        return self.array(self.shard_unit(index), f"{name}.npy", mmap)
 
     def shard_info(self, index: int) -> dict:
-        return json.loads(self.shard_file(index, "info.json").read_text(encoding="utf-8"))
+        path = self.shard_file(index, "info.json")
+        return read_work_file(path, lambda: json.loads(path.read_text(encoding="utf-8")))
+
+    def shard_schema(self, index: int):
+        """The schema of shard ``index``'s spilled columns (columns.parquet)."""
+        import pyarrow.parquet as pq
+
+        path = self.shard_file(index, "columns.parquet")
+        return read_work_file(path, lambda: pq.read_schema(path))
+
+    def array(self, relative: str, name: str, mmap: bool = False) -> np.ndarray:
+        """The .npy file ``name`` of the finished unit ``relative``, loaded or (mmap)
+        memory-mapped where this machine has it (file)."""
+        path = self.file(relative, name)
+        return read_work_file(path, lambda: np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False))
 
     def remove_shard(self, index: int) -> None:
         self.remove(self.shard_unit(index))
@@ -461,7 +566,8 @@ class WorkDir:
         import io
 
         data = self.folder.read_small(PLAN)
-        return None if data is None else np.load(io.BytesIO(data), allow_pickle=False)
+        return None if data is None else read_work_file(f"{self.shown}/{PLAN}",
+                                                        lambda: np.load(io.BytesIO(data), allow_pickle=False))
 
     def save_plan(self, shards: np.ndarray) -> None:
         """Store (or replace: a file found to need reading whole) the shards' plan at once."""
@@ -480,7 +586,7 @@ class WorkDir:
 
     def load_dir(self, relative: str) -> dict[str, np.ndarray]:
         """The arrays (.npy) of the finished unit ``relative``, by name, loaded."""
-        return {Path(file).stem: np.load(self.file(relative, file), allow_pickle=False)
+        return {Path(file).stem: self.array(relative, file)
                 for file in self.folder.unit_names(relative) if file.endswith(".npy")}
 
     def read_dir(self, relative: str, names: Optional[list[str]] = None) -> dict[str, np.ndarray]:

@@ -27,20 +27,21 @@ import pyarrow.compute as pc
 from ..backends import HOST_THREADS, Backend, get_backend
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
-from ..errors import InputError, ParameterError
+from ..errors import GpudedupError, InputError, ParameterError
 from ..hashing import Permutations, draw_permutations
 from ..io.content import check_content
-from ..engine.workdir import clear_cache
+from ..engine.workdir import clear_cache, work_dir_lock
 from ..io import storage
 from ..io.storage import Given, local_folder, location_of
+from ..io.writer import check_run_places
 from ..normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
 from ..threads import map_parallel
 from ..verify import csr_parts, pair_jaccard_at_least, stacked_sets
-from .files import (FORMAT, Manifest, collect_garbage, read_manifest, write_manifest, write_segment,
-                    write_tombstones, writer_lock)
+from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
+                    write_manifest, write_segment, write_tombstones, writer_lock)
 from ..ragged import offsets_from_counts
 from .reader import IndexReader, id_keys
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
@@ -85,13 +86,23 @@ class Index:
             raise ParameterError(f"unknown index parameters: {', '.join(sorted(unknown))}")
         params = DedupParams(**parameters)
         root = local_folder(path, "an index")
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        # A new or empty directory, or one where a create stopped before its commit (made again).
+        if root.exists() and (not root.is_dir() or any(root.iterdir()) and not interrupted_create(root)):
             raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
-        root.mkdir(parents=True, exist_ok=True)
         fixed = {name: value for name, value in params.result_parameters().items() if name != "keep"}
         fixed["id_type"] = None
-        with writer_lock(root):
-            write_manifest(root, Manifest(fixed, (), None, 0, verification))
+        again = f"run `gpudedup index create {root}` again once that is fixed"
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise index_os_error(root, error, writing=True, outcome=again) from None
+        with writer_lock(root, outcome=again), changing(root, again):
+            # Again under the lock: another create may have committed meanwhile.
+            if not interrupted_create(root):
+                raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
+            manifest = Manifest(fixed, (), None, 0, verification)
+            write_manifest(root, manifest)
+            collect_garbage(root, manifest)  # an interrupted create's temporary manifests
         return cls(root)
 
     # --- what it holds ------------------------------------------------------------------------
@@ -158,14 +169,21 @@ class Index:
         one new segment tagged ``tag``. With ``output`` the results are written there first
         (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``), so
         that an interrupted add never leaves an index that holds documents
-        whose results were not written."""
-        with writer_lock(self.path), tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
+        whose results were not written. The output and the work directory must not be, hold or
+        lie inside the index or an input (io.writer.check_run_places), checked before any work."""
+        from ..api import given_paths
+
+        if output is not None or work_dir is not None:
+            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path)
+        with writer_lock(self.path), work_dir_lock(work_dir), \
+                tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
             if work_dir is None and workers is not None:
                 # A local cluster's run spills into a work directory of its own, which dedup
                 # deletes when it returns; the commit reads the spills after it: this one lasts.
                 work_dir = os.path.join(temporary, "work")
             manifest = read_manifest(self.path)
-            collect_garbage(self.path, manifest)  # what a killed writer left
+            with changing(self.path):
+                collect_garbage(self.path, manifest)  # what a killed writer left
             reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
             self._reader = reader  # the state before this add: the next reader takes its segments over
             try:
@@ -181,7 +199,14 @@ class Index:
                                                          index_entry["indexed_documents_checked"], added=True)
                 if output is not None:
                     result.write(output, format=format, overwrite=overwrite, single_file=single_file)
-                self._commit_new(manifest, result, store, tag, kept, pointers)
+                try:
+                    with changing(self.path):
+                        self._commit_new(manifest, result, store, tag, kept, pointers)
+                except GpudedupError as error:
+                    if output is None:
+                        raise
+                    raise type(error)(f"{error}; the run's results are in {output}: once that is fixed, run the "
+                                      "add again with --overwrite") from None
             finally:
                 if work_dir is not None:  # the commit read the work directory again: this machine's copies
                     clear_cache(storage.full_name(location_of(work_dir)))
@@ -333,7 +358,7 @@ class Index:
         the index is read and dropped by ``compact``."""
         if (tag is None) == (ids is None):
             raise ParameterError("remove needs exactly one of tag= (--tag) and ids= (--ids)")
-        with writer_lock(self.path):
+        with writer_lock(self.path), changing(self.path):
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)
             reader = IndexReader(self.path, manifest)
@@ -368,7 +393,7 @@ class Index:
     def compact(self) -> None:
         """Merge every live segment into one, dropping removed documents, so that a run probes
         one segment; the index's documents and results are unchanged."""
-        with writer_lock(self.path):
+        with writer_lock(self.path), changing(self.path):
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)
             reader = IndexReader(self.path, manifest)

@@ -39,17 +39,14 @@ manifest names; the next writer removes those (``collect_garbage``).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import io
 import json
 import os
 import shutil
-import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -58,9 +55,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InputError, ParameterError
-from ..io import storage
-from ..io.storage import Location
+from ..errors import GpudedupError, InputError, OutputError, ParameterError
+from ..io.stamps import content_digest
+from ..io.storage import Location, os_reason
+from ..locks import exclusive_lock
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -68,6 +66,9 @@ LOCK = "writer.lock"
 TEMPORARY = ".tmp-"
 # Every segment's arrays; the arrays for exact verification are sources.VERIFICATION_ARRAYS'.
 SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "id_keys", "id_rows")
+# What a writer that fails leaves (its message says so): a reader sees nothing of a change
+# before its commit.
+UNCHANGED = "it stays as its last commit left it"
 
 
 class DamagedIndexError(InputError):
@@ -75,12 +76,9 @@ class DamagedIndexError(InputError):
 
 
 def file_digest(path: Location) -> str:
-    """SHA-256 of a file (local, or at a URL: io/storage.py), hex."""
-    digest = hashlib.sha256()
-    with storage.open_stream(path) as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """SHA-256 of a file (local, or at a URL: io/storage.py), hex: the digest a run checks its
+    input files by (io/stamps.py)."""
+    return content_digest(path)
 
 
 def fsync_path(path: Path) -> None:
@@ -138,10 +136,20 @@ def read_manifest(root: Path) -> Manifest:
     """The committed manifest of the index at ``root``; DamagedIndexError naming the file when it is
     missing, unreadable or of another format."""
     path = root / MANIFEST
-    if not path.is_file():
-        raise DamagedIndexError(f"{root}: not a gpudedup index (no {MANIFEST}); make one with `gpudedup index create`")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        if interrupted_create(root):
+            raise DamagedIndexError(f"{root}: an index whose creation was interrupted (no {MANIFEST}); run "
+                                    f"`gpudedup index create {root}` again") from None
+        raise DamagedIndexError(f"{root}: not a gpudedup index (no {MANIFEST}); make one with "
+                                "`gpudedup index create`") from None
+    except OSError as error:
+        raise index_os_error(root, error, writing=False) from None
+    except ValueError as error:  # (not UTF-8)
+        raise DamagedIndexError(f"{path}: not a valid index manifest ({type(error).__name__}: {error})") from None
+    try:
+        data = json.loads(text)
         if data.get("format") != FORMAT:
             raise DamagedIndexError(f"{path}: index format {data.get('format')!r}, this gpudedup reads {FORMAT}")
         if data.pop("checksum", None) != manifest_checksum(data):
@@ -280,23 +288,85 @@ def collect_garbage(root: Path, manifest: Manifest) -> list[Path]:
 
 
 @contextmanager
-def writer_lock(root: Path, wait: bool = False) -> Iterator[None]:
-    """Hold the index's writer lock (flock on INDEX/writer.lock) for the block. A second writer
-    is refused at once with a ParameterError naming the holder (or waits, with ``wait``). The
-    lock goes with the process, so a killed writer never leaves the index locked."""
-    path = root / LOCK
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+def writer_lock(root: Path, wait: bool = False, outcome: str = UNCHANGED) -> Iterator[None]:
+    """Hold the index's writer lock (locks.exclusive_lock on INDEX/writer.lock) for the block.
+    A second writer is refused at once with a ParameterError naming the holder (or waits, with
+    ``wait``). The lock goes with the process, so a killed writer never leaves the index
+    locked. outcome: what a failure to take it leaves, for the message (changing)."""
+    def refused(holder: str) -> Exception:
+        return ParameterError(f"{root}: the index is being changed by {holder}; try again when it is done")
+
+    with ExitStack() as held:
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except OSError as error:
-            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            holder = os.pread(descriptor, 256, 0).decode("utf-8", "replace").strip() or "another process"
-            raise ParameterError(f"{root}: the index is being changed by {holder}; try again when it is done") \
-                from None
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+            held.enter_context(exclusive_lock(root / LOCK, refused, wait))
+        except IsADirectoryError:
+            # No writer holds a directory: it is safe to remove.
+            raise DamagedIndexError(f"{root / LOCK}: a directory where the index has its lock file; remove it, "
+                                    "then run the command again") from None
+        except OSError as error:  # (a full disk, no permission, no locks on this file system)
+            raise index_os_error(root, error, writing=True, outcome=outcome) from None
         yield
-    finally:
-        os.close(descriptor)  # releases the lock
+
+
+def interrupted_create(root: Path) -> bool:
+    """Whether ``root`` holds what an ``index create`` stopped before its commit leaves, and
+    nothing else: no manifest.json, only the writer's lock file and temporary manifests (at
+    least one of them)."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return False
+    return bool(entries) and all(
+        entry.is_file() and not entry.is_symlink()
+        and (entry.name == LOCK or entry.name.startswith(TEMPORARY) and entry.name.endswith(f"-{MANIFEST}"))
+        for entry in entries)
+
+
+@contextmanager
+def changing(root: Path, outcome: str = UNCHANGED) -> Iterator[None]:
+    """A block of the writer that holds the lock of the index at ``root``, changing it: an
+    OSError it meets (a full disk, no permission, a file of the index of the wrong kind) becomes
+    one line naming the path, what is wrong and ``outcome``, what the failure leaves
+    (index_os_error). What the block wrote and no committed manifest names is removed first, as
+    the next writer would (collect_garbage): on a full disk it holds the room the next command
+    needs."""
+    try:
+        yield
+    except OSError as error:
+        try:  # the manifest committed now, whether or not the block got as far as its commit
+            collect_garbage(root, read_manifest(root))
+        except (GpudedupError, OSError):
+            pass  # (the next writer's, then)
+        raise index_os_error(root, error, writing=True, outcome=outcome) from None
+
+
+def index_os_error(root: Path, error: OSError, writing: bool, outcome: str = UNCHANGED) -> GpudedupError:
+    """The one-line error for an OSError met on the files of the index at ``root``:
+    DamagedIndexError where one of them is of the wrong kind (a file where a segment's
+    directory should be, a directory where a file should be); otherwise, writing, an
+    OutputError (a full disk, no permission) ending with ``outcome``, what the failure leaves;
+    reading, an InputError naming the file."""
+    kind = wrong_kind(error)
+    if kind is not None:
+        return DamagedIndexError(f"{kind}; the index is damaged")
+    where = f" at {os.fsdecode(error.filename)}" if error.filename is not None else ""
+    if writing:
+        return OutputError(f"{root}: cannot change the index ({os_reason(error)}{where}); {outcome}")
+    return InputError(f"{root}: cannot read the index ({os_reason(error)}{where})")
+
+
+def wrong_kind(error: OSError) -> Optional[str]:
+    """The path an OSError found of the wrong kind, and which, in words ("P: a file where the
+    index has a directory"); None where the error is of another sort. A path under a file
+    (NotADirectoryError, or mkdir's FileExistsError) names the file."""
+    if isinstance(error, IsADirectoryError) and error.filename is not None:
+        return f"{os.fsdecode(error.filename)}: a directory where the index has a file"
+    if isinstance(error, (NotADirectoryError, FileExistsError)):
+        for name in (error.filename, error.filename2):
+            if name is None:
+                continue
+            path = Path(os.fsdecode(name))
+            for step in [*reversed(path.parents), path]:
+                if step.exists() and not step.is_dir():
+                    return f"{step}: a file where the index has a directory"
+    return None

@@ -28,7 +28,7 @@ from ..ragged import ragged_arange, ragged_take
 from ..shingling import ShingleSpec
 from ..threads import map_parallel
 from ..verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
-from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, read_manifest
+from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
 
 
@@ -56,7 +56,7 @@ class OpenedFile:
 
     def __init__(self, path: Path, expected: str):
         self.path, self.expected = path, expected
-        self.handle = open(path, "rb")  # FileNotFoundError: the reader's caller decides
+        self.handle = open(path, "rb")  # an OSError (a file gone, a directory): the reader's caller decides
         self.checked = False
         self.stamp: Optional[tuple] = None  # the file's (inode, size, mtime) when it was checked
 
@@ -193,10 +193,14 @@ class IndexReader:
                 self._removed: Optional[dict[str, np.ndarray]] = None
                 self.removed()
                 return
-            except FileNotFoundError as error:
+            except OSError as error:
+                # A writer's garbage collection removes files of replaced states (files.py): a
+                # file gone while a later commit came is that, not damage; read the new state.
                 if manifest is not None or read_manifest(self.root).generation == self.manifest.generation:
-                    raise DamagedIndexError(f"{error.filename}: missing, but the index manifest names it; "
-                                            "the index is damaged") from None
+                    if isinstance(error, FileNotFoundError):
+                        raise DamagedIndexError(f"{error.filename}: missing, but the index manifest names it; "
+                                                "the index is damaged") from None
+                    raise index_os_error(self.root, error, writing=False) from None
         raise DamagedIndexError(f"{self.root}: the index changed three times while it was being opened; try again")
 
     @property

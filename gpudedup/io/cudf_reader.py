@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..normalize import text_buffers
-from .jsonl_lines import open_binary, record_line_numbers
+from .jsonl import text_missing
+from .jsonl_lines import object_line_numbers, open_binary
 from .source import SourceFile, check_columns
 
 
@@ -109,6 +110,14 @@ def read_file_with_cudf(path: Path, source: SourceFile, text_field: str,
                         id_field: Optional[str]) -> Optional[tuple[pa.Table, np.ndarray, Optional[tuple]]]:
     """(table, row numbers int64 from 1, device text or None) of a file read by cuDF, or None
     when cuDF cannot read it (then pyarrow reads it and reports what is wrong)."""
+    row_numbers = np.zeros(0, np.int64)
+    if source.format == "jsonl":
+        # Each record on a line of its own, none nested deeper than a record may: cuDF's parser
+        # is given only such files, as Arrow's is.
+        found = object_line_numbers(lambda: open_binary(path), path, source)
+        if found is None:
+            return None
+        row_numbers = found
     try:
         frame, table = read_table(path, source.format)
     except Exception:  # cuDF raises many kinds; the pyarrow path gives the user's error
@@ -116,8 +125,8 @@ def read_file_with_cudf(path: Path, source: SourceFile, text_field: str,
     if check_columns(table, source, text_field, id_field):
         return None
     if source.format == "jsonl":
-        row_numbers = record_line_numbers(lambda: open_binary(path), table.num_rows, path, source)
-        if row_numbers is None:
+        # (as many records as lines of one object each: one record a line)
+        if row_numbers.size != table.num_rows or text_missing(path, source, table, row_numbers, text_field):
             return None
     else:
         row_numbers = np.arange(1, table.num_rows + 1)

@@ -2,16 +2,26 @@
 recursively in sorted order (hidden entries and files of other types are skipped, and the
 skipped files are reported). Symbolic links are followed, except where following would loop or
 read a file or directory a second time; such paths are skipped and explained in the notes.
+A folder gpudedup wrote (an output, a persistent index, a work directory: ``our_folder``) holds
+no documents: inside a directory it is passed over with a note, and given by name it is
+refused.
 
 A file is shown (in ids, messages and skipped records) by ``display_path``: relative to the
-working directory when it lies below it, else absolute.
+working directory when it lies below it, else absolute; a URL without its credentials
+(storage.shown_url).
+
+Below a URL (an object store's prefix) each object is taken by its key as it is: a key that no
+file name can stand for one-to-one, one with an empty, "." or ".." part ("in//a.jsonl",
+"in/./a.jsonl", "in/x/../a.jsonl"), which object-store clients rewrite into another key and
+which deduplicated/ could not mirror, stops the run (on_error "stop") or is a skipped record
+(on_error "skip"), never read as another object or passed over unsaid.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
-import posixpath
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +34,7 @@ from ..errors import InputError
 from . import storage
 from .source import check_on_error
 from .storage import Given, Location, Remote, location_of
+from .writer import OUTPUT_MARKER
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -55,7 +66,7 @@ def format_of(path: Location) -> str:
 
 def display_path(path: Location) -> str:
     """The path as ids and messages show it: relative to the working directory when below it;
-    a URL as it is."""
+    a URL without its credentials (storage.shown_url)."""
     if isinstance(path, Remote):
         return str(path)
     absolute = path.absolute()
@@ -113,13 +124,17 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop") -> InputFiles:
     for given in paths:
         path = location_of(given)
         if isinstance(path, Remote):
-            scan_remote(given, path, found)
+            scan_remote(path, found, on_error)
             continue
         try:
             status = path.stat()
         except OSError as error:
             raise InputError(f"{given}: {missing_reason(path, error)}") from None
         if stat.S_ISDIR(status.st_mode):
+            ours = our_folder(path)
+            if ours is not None:
+                raise InputError(f"{given}: {ours}, not documents; give the files to deduplicate"
+                                 + (f" (its kept rows: {path / 'deduplicated'})" if ours == OUTPUT else ""))
             before = len(found.files)
             walked = walk_directory(path, status, found, on_error)
             if walked and len(found.files) == before and len(paths) > 1:
@@ -131,7 +146,7 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop") -> InputFiles:
         else:
             found.add_file(path, status)
     if not found.files and not found.records:
-        shown = ", ".join(str(p) for p in paths)
+        shown = ", ".join(storage.shown(p) for p in paths)
         raise InputError(
             f"no input files found in {shown} (looked for JSONL, Parquet and .txt files)"
         )
@@ -140,8 +155,37 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop") -> InputFiles:
 
 def unsupported_type(given) -> InputError:
     """The error for an input given by name that is no input file's type."""
-    return InputError(f"{given}: unsupported file type; expected one of "
+    return InputError(f"{storage.shown(given)}: unsupported file type; expected one of "
                       f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}")
+
+
+OUTPUT = "a gpudedup output"
+# The largest manifest.json our_folder reads to tell an index or a work directory (theirs are
+# a few kilobytes; a user's file of that name may be anything).
+MANIFEST_BYTES = 1 << 20
+
+
+def our_folder(directory: Path) -> Optional[str]:
+    """What gpudedup wrote ``directory`` as, in words, or None for any other folder: an output
+    (it holds OUTPUT_MARKER), a persistent index or a work directory (its manifest.json is an
+    object with the keys gpudedup writes there). Reading one as input would take its reports
+    and manifests for documents, and its kept rows for a second corpus."""
+    if os.path.isfile(directory / OUTPUT_MARKER):
+        return OUTPUT
+    manifest = directory / "manifest.json"
+    try:
+        if not manifest.is_file() or manifest.stat().st_size > MANIFEST_BYTES:
+            return None
+        data = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if {"format", "parameters", "verification"} <= data.keys():
+        return "a gpudedup index"
+    if {"work_dir_format", "gpudedup_version"} <= data.keys():
+        return "a gpudedup work directory"
+    return None
 
 
 def hidden(name: str) -> bool:
@@ -150,36 +194,54 @@ def hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def scan_remote(given, remote: Remote, found: InputFiles) -> None:
+def scan_remote(remote: Remote, found: InputFiles, on_error: str) -> None:
     """Add the input files at a URL: the file it names, or those below it (a folder, or an
     object store's prefix), in the order walk_directory gives a local folder's (each folder's
-    files, then its subfolders in turn, by name), hidden entries passed over as there."""
+    files, then its subfolders in turn, by name), hidden entries passed over as there. An
+    input file whose key has a part that no file name can be (unmirrorable_key) is an
+    InputError under on_error "stop", a skipped record under "skip"."""
     try:
         entry = storage.info(remote)
         if entry.type == pafs.FileType.NotFound:
-            raise InputError(f"{given}: no such file or directory")
+            raise InputError(f"{remote}: no such file or directory")
         if entry.type != pafs.FileType.Directory:
             if file_format(remote) is None:
-                raise unsupported_type(given)
+                raise unsupported_type(remote)
             found.add_file(remote, None)
             return
-        filesystem, root = remote.filesystem()
-        entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
+        relatives = remote.relative_files()
     except (OSError, pa.ArrowException) as error:
         raise InputError(f"{remote}: cannot read ({storage.first_line(error)})") from None
     before = len(found.files)
-    relatives = [posixpath.relpath(e.path, root) for e in entries if e.type == pafs.FileType.File]
     for relative in sorted(relatives, key=walk_order):
         parts = relative.split("/")
-        if any(hidden(part) for part in parts[:-1]):
-            continue  # inside a hidden folder: silently, as walk_directory
         path = remote.child(relative)
+        reason = unmirrorable_key(parts)
+        if reason is None and any(hidden(part) for part in parts[:-1]):
+            continue  # inside a hidden folder: silently, as walk_directory
         if hidden(parts[-1]) or file_format(path) is None:
             found.skipped.append(display_path(path))
-        else:
+        elif reason is None:
             found.add_file(path, None)
+        elif on_error == "stop":
+            raise InputError(f"{display_path(path)}: {reason}; rename the object, or pass --on-error skip to "
+                             "leave it out")
+        else:
+            found.records.append({"file": display_path(path), "line": None, "reason": reason})
     if len(found.files) == before and len(found.given) > 1:
-        found.notes.append(f"{given}: no input files in this directory")
+        found.notes.append(f"{remote}: no input files in this directory")
+
+
+def unmirrorable_key(parts: list[str]) -> Optional[str]:
+    """Why an object named by ``parts`` (its key below the folder given, split at "/") cannot
+    be read as itself and mirrored under deduplicated/, or None: an empty, "." or ".." part
+    is one that S3 clients rewrite (into a key that may be another object's, or none) and
+    that no file name below deduplicated/ can be."""
+    odd = [part for part in parts if part in ("", ".", "..")]
+    if not odd:
+        return None
+    shown = "an empty part (//)" if "" in odd else f"a {odd[0]!r} part"
+    return f"the object's key has {shown}, so it can be neither read as itself nor mirrored under deduplicated/"
 
 
 def walk_order(relative: str) -> tuple:
@@ -262,6 +324,8 @@ def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, o
                                            "that contains it (following it would loop)")
                 elif key in found.seen_dirs:
                     found.pass_over(shown, f"the same directory as {found.seen_dirs[key]}, already read")
+                elif (ours := our_folder(path)) is not None:
+                    found.pass_over(shown, f"{ours}, not documents")
                 else:
                     found.seen_dirs[key] = shown
                     subdirectories.append((path, ancestors + (key,)))

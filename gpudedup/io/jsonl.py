@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lines_of, longest_line,
+from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
 from .content import bad_token_rows, is_token_type
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
@@ -27,10 +27,11 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
     """(table, line numbers, skipped records) of a JSONL file.
 
     Clean files are parsed by Arrow in one go (the fast path). A file Arrow cannot read, or
-    whose records do not sit one to a line, or whose text or id column is not right, is read
-    again line by line: every line is checked (check_jsonl_line), the first bad one raises
-    (on_error "stop") or each bad one is recorded and left out ("skip"), and the good lines
-    are parsed by Arrow.
+    whose records do not sit one to a line (or nest deeper than a record may: Arrow is not
+    given those), or whose text or id column is not right (a record without the text field
+    included), is read again line by line: every line is checked (check_jsonl_line), the
+    first bad one raises (on_error "stop") or each bad one is recorded and left out ("skip"),
+    and the good lines are parsed by Arrow.
     """
     errors = RecordErrors(on_error)
     opener = lambda: open_binary(path, source.piece)  # noqa: E731
@@ -56,7 +57,8 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
                         or (id_field is not None and id_field not in table.column_names)):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
         if (not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH
-                and not bad_token_ids(table, text_field)):
+                and not bad_token_ids(table, text_field)
+                and not text_missing(path, source, table, row_numbers, text_field)):
             return table, row_numbers, []
     return read_jsonl_by_line(path, source, text_field, id_field, errors)
 
@@ -80,6 +82,17 @@ def bad_token_ids(table: pa.Table, text_field: str) -> bool:
     reading then names its line)."""
     column = table[text_field]
     return is_token_type(column.type) and len(bad_token_rows(column)[0]) > 0
+
+
+def text_missing(path: Location, source: SourceFile, table: pa.Table, row_numbers: np.ndarray,
+                 text_field: str) -> bool:
+    """Whether a record read as a null text lacks the text field in its line (a record without
+    text holds null there; the line-by-line reading names a line that lacks it)."""
+    column = table[text_field]
+    if not column.null_count:
+        return False
+    rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+    return lacks_field(path, source, row_numbers[rows], text_field)
 
 
 def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:

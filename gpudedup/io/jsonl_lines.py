@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -17,13 +18,23 @@ from ..errors import InputError
 from .content import token_list_problem
 from .pieces import Piece
 from . import storage
-from .source import SourceFile, file_error
+from .source import INT64_MAX, SourceFile, file_error, listed
 from .storage import Location
 
 UTF8_BOM = b"\xef\xbb\xbf"
 JSON_WHITESPACE = b" \t\r\n"
 CHUNK_BYTES = 1 << 24
-MAX_JSON_DEPTH = 200  # deeper records are refused: Python's and Arrow's recursion stay bounded
+# How deeply a record's values may nest (a top-level field is at depth 1, an item of a list in
+# it at depth 2, ...); a record nested deeper is a bad record. Real records nest a few levels.
+# Arrow's JSON parser recurses once per level, takes time quadratic in the depth of a list
+# (27 s at 10,000 levels) and overflows its stack (SIGSEGV) between 15,000 and 20,000; Python's
+# json stops at its recursion limit. A line is measured by its brackets before either parser
+# sees it (nesting_depths), so neither ever gets one nested much deeper than this.
+MAX_JSON_DEPTH = 200
+# The brackets of a line hold its record's own braces too: one level more than its values.
+MAX_BRACKET_DEPTH = MAX_JSON_DEPTH + 1
+OPENING = 0x7B  # '{'; '[' (0x5B) is the same byte with bit 0x20 cleared (as are '}' and ']')
+CLOSING = 0x7D
 
 
 def open_binary(path: Location, piece: Optional[Piece] = None):
@@ -99,17 +110,24 @@ def longest_line(open_stream: Callable) -> tuple[int, int]:
     return longest, where
 
 
-BLANK, OBJECT, OTHER = 0, 1, 2
+BLANK, OBJECT, OTHER, DEEP = 0, 1, 2, 3
 
 
 def line_shapes(open_stream: Callable, file_start: bool = True) -> np.ndarray:
     """For every line of a stream (split at b'\\n'; a last line without one counts; a UTF-8 BOM
     before the first is ignored where the stream is the start of its file), int8: BLANK (empty,
-    or a lone '\\r'), OBJECT (starts with '{' and ends with '}', before an optional '\\r') or
-    OTHER. Vectorised, in chunks."""
+    or a lone '\\r'), OBJECT (starts with '{' and ends with '}', before an optional '\\r'),
+    OTHER, or DEEP: a line whose brackets nest deeper than MAX_BRACKET_DEPTH, or may (a line
+    begun in an earlier chunk, of more opening brackets than that, in strings or not: too_deep
+    says). Vectorised, in chunks: the nesting is measured (nesting_depths) only in lines of
+    more opening brackets than MAX_BRACKET_DEPTH."""
     shapes: list[np.ndarray] = []
     length, head, tail = 0, b"", b""  # the line being read: bytes so far, first byte, last two
+    opened = 0  # the opening brackets of the line being read
+    deep: list[int] = []  # the lines (from 0) that are DEEP
+    done = 0  # the lines ended before this chunk
     first = file_start
+    scratch, found = np.empty(0, np.uint8), np.empty(0, bool)
     with open_stream() as stream:
         while chunk := stream.read(CHUNK_BYTES):
             if first:
@@ -117,11 +135,25 @@ def line_shapes(open_stream: Callable, file_start: bool = True) -> np.ndarray:
                 if not chunk:
                     continue
             buf = np.frombuffer(chunk, np.uint8)
+            if scratch.size < buf.size:  # (buffers for every chunk: fresh ones cost more than the scan)
+                size = max(buf.size, CHUNK_BYTES)
+                scratch, found = np.empty(size, np.uint8), np.empty(size, bool)
+            opens = opening_brackets(buf, scratch[:buf.size], found[:buf.size])
             ends = np.flatnonzero(buf == 10)
             if ends.size == 0:
                 head = head if length else chunk[:1]
                 tail, length = (tail + chunk[-2:])[-2:], length + len(chunk)
+                opened += opens.size
                 continue
+            if opened + opens.size > MAX_BRACKET_DEPTH:  # (otherwise no line here can have more)
+                per_line = np.bincount(np.searchsorted(ends, opens), minlength=ends.size + 1)
+                per_line[0] += opened
+                many = np.flatnonzero(per_line[:-1] > MAX_BRACKET_DEPTH)
+                deep.extend((deep_lines(chunk, ends, many, length > 0) + done).tolist())
+                opened = int(per_line[-1])
+            else:
+                opened = opens.size - int(np.searchsorted(opens, ends[-1]))
+            done += ends.size
             piece = chunk[:int(ends[0])]
             shapes.append(np.array([shape_of(length + len(piece), head if length else piece[:1],
                                              (tail + piece[-2:])[-2:])], np.int8))
@@ -138,7 +170,132 @@ def line_shapes(open_stream: Callable, file_start: bool = True) -> np.ndarray:
             length, head, tail = len(rest), rest[:1], rest[-2:]
     if length:
         shapes.append(np.array([shape_of(length, head, tail)], np.int8))
-    return np.concatenate(shapes) if shapes else np.zeros(0, np.int8)
+        if opened > MAX_BRACKET_DEPTH:
+            deep.append(done)
+    every = np.concatenate(shapes) if shapes else np.zeros(0, np.int8)
+    every[deep] = DEEP
+    return every
+
+
+def opening_brackets(buf: np.ndarray, scratch: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """The positions (int64, ascending) of the bytes '{' and '[' in ``buf`` (uint8), in strings
+    or not; scratch (uint8) and found (bool) of buf's size are overwritten."""
+    np.bitwise_or(buf, 0x20, out=scratch)
+    np.equal(scratch, OPENING, out=found)
+    return np.flatnonzero(found)
+
+
+def deep_lines(chunk: bytes, ends: np.ndarray, lines: np.ndarray, continued: bool) -> np.ndarray:
+    """Of ``lines`` (int64 ascending: lines of a chunk, the k-th ended by the newline at
+    ends[k]), those whose brackets nest deeper than MAX_BRACKET_DEPTH, and line 0 where it is
+    ``continued`` from an earlier chunk (it may: too_deep looks at it whole)."""
+    whole = (lines > 0) | (not continued)
+    measured = lines[whole]
+    starts = np.where(measured > 0, ends[np.maximum(measured - 1, 0)] + 1, 0)
+    depths = nesting_depths([chunk[start:stop] for start, stop in zip(starts.tolist(), ends[measured].tolist())])
+    return np.sort(np.concatenate([lines[~whole], measured[depths > MAX_BRACKET_DEPTH]]))
+
+
+def nesting_depths(lines: list[bytes]) -> np.ndarray:
+    """line_depths of lines given apart."""
+    if not lines:
+        return np.zeros(0, np.int64)
+    data = np.frombuffer(b"\n".join(lines) + b"\n", np.uint8)
+    return line_depths(data, np.cumsum([len(line) + 1 for line in lines]) - 1)
+
+
+def line_depths(data: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """int64 (ends.size,): how deeply the brackets ('{' and '[' against '}' and ']') of each
+    line of ``data`` (uint8, line k ended by the newline at ends[k]) nest outside JSON strings;
+    a quote escaped by an odd run of backslashes does not end a string. Exact for a valid JSON
+    line; for any other, exact up to where it stops being valid JSON, which is as far as a
+    parser goes into it. Vectorised; its work is in the quotes and the bytes outside strings
+    (few: a record's text is one string), besides one pass over the bytes for quotes."""
+    depths = np.zeros(ends.size, np.int64)
+    outside = outside_strings(data, ends)
+    level, step = outside.levels(data)
+    if level.size:
+        first = np.flatnonzero(np.diff(outside.line, prepend=-1))  # each line's first byte outside
+        deepest = np.maximum.reduceat(level, first) - (level[first] - step[first])
+        depths[outside.line[first]] = np.maximum(deepest, 0)
+    return depths
+
+
+@dataclass
+class Outside:
+    """The bytes of JSON lines outside their strings (outside_strings), in order.
+
+    at: int64, their positions; line: int64, the line of each (from 0); after: int64, for
+    each, the index in ``quotes`` of the quote that closes the string before it on its line
+    (-1: none); quotes: int64, the positions of the unescaped quotes; first_quote: int64, for
+    each line the index in ``quotes`` of its first quote."""
+
+    at: np.ndarray
+    line: np.ndarray
+    after: np.ndarray
+    quotes: np.ndarray
+    first_quote: np.ndarray
+
+    def levels(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(level, step), int64 each byte: how deeply the brackets nest just after it, counted
+        from the start of the whole data (subtract a line's level before its first byte), and
+        +1 for '{' or '[', -1 for '}' or ']', else 0."""
+        folded = data[self.at] | 0x20  # '{' and '[' alike, '}' and ']' alike
+        step = (folded == OPENING).astype(np.int64) - (folded == CLOSING)
+        return np.cumsum(step), step
+
+
+def outside_strings(data: np.ndarray, ends: np.ndarray) -> Outside:
+    """Outside of ``data`` (uint8: JSON lines, line k ended by the newline at ends[k], int64
+    ascending): each line is cut at its unescaped quotes, its strings running from a quote of
+    even rank to the next (an odd quote: to the end of the line)."""
+    lines = ends.size
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    quotes = unescaped_quotes(data)
+    quote_line = np.searchsorted(ends, quotes)
+    per_line = np.bincount(quote_line, minlength=lines)
+    first_quote = np.cumsum(per_line) - per_line
+    closing = np.flatnonzero((np.arange(quotes.size) - first_quote[quote_line]) % 2 == 1)
+    # A span outside strings starts at its line's start or after a closing quote, and stops at
+    # the line's next quote or newline.
+    start = np.concatenate([starts, quotes[closing] + 1])
+    line = np.concatenate([np.arange(lines), quote_line[closing]])
+    after = np.concatenate([np.full(lines, -1), closing])
+    following = np.concatenate([first_quote, closing + 1])  # the index of the quote that would stop it
+    stops_at_quote = following < (first_quote + per_line)[line]
+    stop = ends[line].copy()
+    stop[stops_at_quote] = quotes[following[stops_at_quote]]
+    order = np.argsort(start, kind="stable")
+    start, stop, line, after = start[order], stop[order], line[order], after[order]
+    lengths = stop - start
+    shift = np.cumsum(lengths) - lengths
+    at = np.repeat(start - shift, lengths) + np.arange(int(lengths.sum()))
+    return Outside(at, np.repeat(line, lengths), np.repeat(after, lengths), quotes, first_quote)
+
+
+def unescaped_quotes(data: np.ndarray) -> np.ndarray:
+    """The positions (int64, ascending) of the '"' bytes of ``data`` (uint8) that are not
+    escaped, that is not after an odd run of backslashes."""
+    quotes = np.flatnonzero(data == 0x22)
+    after = np.flatnonzero(data[np.maximum(quotes - 1, 0)] == 0x5C) if quotes.size else quotes
+    after = after[quotes[after] > 0]  # (the quotes right after a backslash)
+    if not after.size:
+        return quotes
+    backslashes = np.flatnonzero(data == 0x5C)
+    new_run = np.ones(backslashes.size, bool)
+    new_run[1:] = np.diff(backslashes) != 1
+    run_start = backslashes[np.maximum.accumulate(np.where(new_run, np.arange(backslashes.size), 0))]
+    run = quotes[after] - run_start[np.searchsorted(backslashes, quotes[after] - 1)]
+    keep = np.ones(quotes.size, bool)
+    keep[after[run % 2 == 1]] = False
+    return quotes[keep]
+
+
+def too_deep(line: bytes) -> bool:
+    """Whether a JSONL line's brackets nest deeper than MAX_BRACKET_DEPTH, so that its record
+    holds a value deeper than MAX_JSON_DEPTH (measured only where it has that many brackets)."""
+    return (line.count(b"{") + line.count(b"[") > MAX_BRACKET_DEPTH
+            and int(nesting_depths([line])[0]) > MAX_BRACKET_DEPTH)
 
 
 def shape_of(length: int, head: bytes, tail: bytes) -> int:
@@ -151,35 +308,45 @@ def shape_of(length: int, head: bytes, tail: bytes) -> int:
     return OBJECT if length >= 2 and head == b"{" and last == b"}" else OTHER
 
 
-def record_line_numbers(open_stream: Callable, rows: int, path: Location, source: SourceFile) -> Optional[np.ndarray]:
-    """The line number (from 1) of each of the ``rows`` records a parser read, or None when
-    the records do not sit one to a non-blank line (a line holding something other than one
-    object, or two objects on one line): then the slow path reads the file.
-
-    Every non-blank line must start with '{' and end with '}' (JSON white space aside), so
-    no record spans lines; with as many such lines as records, each holds exactly one."""
-    numbers = object_line_numbers(open_stream, path, source)
-    return numbers if numbers is not None and numbers.size == rows else None
-
-
 def object_line_numbers(open_stream: Callable, path: Location, source: SourceFile) -> Optional[np.ndarray]:
     """The numbers (from 1, int64, in the whole file where ``source`` reads a piece of it) of the
     non-blank lines, or None when one of them does not start with '{' and end with '}' (JSON
-    white space aside)."""
+    white space aside) or nests deeper than a record may (too_deep): Arrow's parser is given
+    a file only where this is not None."""
     shapes = line_shapes(open_stream, source.at_file_start)
-    other = np.flatnonzero(shapes == OTHER)
-    if other.size:  # white space around a record: look at those lines themselves
+    other = np.flatnonzero(shapes >= OTHER)
+    if other.size:  # white space around a record, or many brackets: look at those lines themselves
         wanted = set((other + 1).tolist())
         for number, line in enumerate(lines_of(path, source), start=1):
             if number in wanted:
                 stripped = line.strip(JSON_WHITESPACE)
                 if not stripped:
                     shapes[number - 1] = BLANK
-                elif stripped[:1] == b"{" and stripped[-1:] == b"}":
+                elif stripped[:1] == b"{" and stripped[-1:] == b"}" and not too_deep(stripped):
                     shapes[number - 1] = OBJECT
                 else:
                     return None
     return (np.flatnonzero(shapes == OBJECT) + 1 + source.numbers_before).astype(np.int64)
+
+
+def lacks_field(path: Location, source: SourceFile, numbers: np.ndarray, name: str) -> bool:
+    """Whether one of the lines ``numbers`` (int64 ascending, from 1, the whole file's) of a
+    JSONL file of records (lines a parser read) lacks the top-level field ``name``, where a
+    parser gives the same null for a field missing and a field holding null. A line Python's
+    parser does not take counts as lacking it: the line-by-line reading says what is wrong."""
+    wanted = iter(numbers.tolist())
+    next_number = next(wanted, None)
+    for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
+        if next_number is None:
+            break
+        if number == next_number:
+            try:
+                if name not in json.loads(line):
+                    return True
+            except (ValueError, RecursionError, TypeError):
+                return True
+            next_number = next(wanted, None)
+    return False
 
 
 class _Refused(ValueError):
@@ -219,6 +386,8 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
         return f"invalid UTF-8 (byte 0x{line[error.start]:02x} at column {error.start + 1})", {}
+    if too_deep(line):  # (before a parser recurses into it)
+        return f"JSON nested more than {MAX_JSON_DEPTH} levels deep", {}
     try:
         record = json.loads(text, object_pairs_hook=_unique_pairs, parse_float=_finite_float,
                             parse_int=_any_int)
@@ -234,7 +403,10 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         return f"JSON nested more than {MAX_JSON_DEPTH} levels deep", {}
     if not isinstance(record, dict):
         return f"expected a JSON object, got {json_type(record)}", {}
-    value = record.get(text_field)
+    if text_field not in record:  # (null is a record without text; a missing field is a mistake)
+        return (f"no field {text_field!r} (its fields: {listed(record)}); give a record without text "
+                "as null, or choose the text field with --text-field (token ids: --token-field)"), {}
+    value = record[text_field]
     if isinstance(value, list):  # token ids (content.check_content says whether they are wanted)
         problem = token_list_problem(value, json_type)
         if problem:
@@ -248,6 +420,10 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             kind = "a number that is not an integer" if isinstance(value, float) else json_type(value)
             return f"id field {id_field!r} is {kind}, expected a string or an integer", {}
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            digits = str(value) if len(str(value)) <= 40 else f"{str(value)[:40]}... ({len(str(value))} digits)"
+            return (f"id field {id_field!r} is {digits}, outside the range of integer ids "
+                    f"({-INT64_MAX - 1} to {INT64_MAX}); integer ids must fit a signed 64-bit integer"), {}
     kinds: dict[tuple, str] = {}
     # (field path, value, depth), popped in line order
     stack: list[tuple[tuple[str, ...], Any, int]] = [((name,), value, 1) for name, value in reversed(record.items())]

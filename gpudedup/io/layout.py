@@ -35,6 +35,7 @@ from . import storage
 from .jsonl_lines import lines_of
 from .inputs import display_path, input_suffix, scan_inputs
 from .source import SourceFile
+from .stamps import unchanged_while
 from .storage import Given, Location
 from .writer import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet
 
@@ -124,7 +125,8 @@ def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table``'s columns of ``schema``, in its order (a column it lacks: nulls), cast to its
     types: rows of a run's table (whose columns may be unified across files, the text column
     made plain) as their input file had them."""
-    return pa.table([cast_column(table[field.name], field.type) if field.name in table.column_names
+    present = set(table.column_names)  # (a set: a table may have tens of thousands of columns)
+    return pa.table([cast_column(table[field.name], field.type) if field.name in present
                      else pa.nulls(table.num_rows, field.type) for field in schema], schema=schema)
 
 
@@ -176,15 +178,19 @@ def write_kept_files(folder: Path, names: list[str], files: Iterator[FileRows], 
 
 def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
     """One input file's kept rows into ``path``, its folders made: from a JSONL file to JSONL,
-    the kept records' lines as they are in the file (copy_kept_lines); otherwise its kept rows
-    with its own columns and types (as_input; source.schema). A file that keeps no row is
-    written too, empty (with its columns, for Parquet)."""
+    the kept records' lines as they are in the file (copy_kept_lines), the file refused where
+    it is not as its stamp says, the one its run took as it read it (io/stamps.py); otherwise
+    its kept rows with its own columns and types (as_input; source.schema). A file that keeps
+    no row is written too, empty (with its columns, for Parquet)."""
     source = rows.source
     assert source.location is not None and source.schema is not None, "a file as read_one_file read it"
     path.parent.mkdir(parents=True, exist_ok=True)
     if format == "jsonl" and source.format == "jsonl":
         numbers = source.row_numbers if source.row_numbers is not None else np.arange(1, source.rows + 1)
-        copy_kept_lines(storage.location_of(source.location), source, np.asarray(numbers)[rows.keep], path)
+        location = storage.location_of(source.location)
+        # (A staged run's files have no stamp here: its task checks each shard's itself.)
+        with unchanged_while(location, source.path, source.stamp):
+            copy_kept_lines(location, source, np.asarray(numbers)[rows.keep], path)
         return
     # Filtered first: the kept rows of one file are copied once, their offsets from 0, and
     # types that Arrow cannot filter (string_view) are only cast to, never filtered.

@@ -4,6 +4,7 @@ pyarrow (host). A record's row number is its row in the file (from 1)."""
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from typing import Optional
 
 import numpy as np
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 
 from .content import bad_token_rows, is_token_type
 from . import storage
-from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
+from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
 from .storage import Location
 
 def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
@@ -22,13 +23,18 @@ def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: 
     are per-record problems, everything else is about the whole file."""
     errors = RecordErrors(on_error)
     try:
+        metadata = storage.parquet_metadata(path)
+        repeated = repeated_names(metadata.schema.to_arrow_schema().names)
+        if repeated:  # (Arrow's reader cannot tell them apart, and no output could hold both)
+            raise file_error(source.path, f"columns share a name ({listed(repeated, 5)}); each column of a "
+                                          "Parquet file needs a name of its own")
         if source.piece is None:
             table = storage.read_parquet(path)
         else:  # a run of its row groups (io/pieces.py)
             with storage.parquet_file(path) as file:
                 table = file.read_row_groups(range(source.piece.start, source.piece.stop))
         # The columns as the file holds them, before the text is made plain (the kept rows' schema).
-        source.schema = stored_schema(storage.parquet_metadata(path), table.schema)
+        source.schema = stored_schema(metadata, table.schema)
     except PermissionError:
         raise
     except (pa.ArrowException, OSError) as error:
@@ -63,6 +69,12 @@ def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: 
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise file_error(source.path, f"not a readable Parquet file ({error})") from None
     return table, row_numbers, errors.records
+
+
+def repeated_names(names: list[str]) -> list[str]:
+    """The names given to more than one column, quoted, in order of first use."""
+    counts = Counter(names)
+    return [repr(name) for name in dict.fromkeys(names) if counts[name] > 1]
 
 
 def stored_schema(metadata: pq.FileMetaData, read: pa.Schema) -> pa.Schema:

@@ -28,6 +28,7 @@ from .parquet import read_parquet
 from .rules import PartSummary, columns_error, combined_ids, ids_type, plan_combination, sorted_records
 from .sizes import read_bytes_estimate
 from .source import SourceFile, check_on_error, file_error, file_record
+from .stamps import read_stamp
 from . import storage
 from .storage import Location
 from .text import read_text
@@ -48,19 +49,22 @@ def read_corpus(
 
     * per record (that record is left out; "line" is the JSONL line or Parquet row, from 1):
       a JSONL line that is not valid UTF-8, not valid JSON (or two values on one line), not
-      an object, nested more than MAX_JSON_DEPTH deep, with a number too large for a double
-      or a field given twice; a text field that is neither a string nor null (missing is
-      null, kept and counted as a null text); an id field (id_field) that is missing, null,
-      or neither a string nor an integer; a field whose JSON type differs from its type on
-      the first line that had it; with id_field, a duplicate id (the first is kept); in
-      Parquet, a null id or a text that is not valid UTF-8;
+      an object, nested more than MAX_JSON_DEPTH deep (jsonl_lines.py: no parser sees such a
+      line), with a number too large for a double or a field given twice; a record without
+      the text field, or whose text is neither a string (token ids: a list of them) nor null
+      (null is kept and counted as a null text, an empty document); an id field (id_field)
+      that is missing, null, neither a string nor an integer, or an integer outside int64; a
+      field whose JSON type differs from its type on the first line that had it; with
+      id_field, a duplicate id (the first is kept); in Parquet, a null id or a text that is
+      not valid UTF-8;
     * per file (the whole file is left out, recorded once with line None, and per-record
       entries of that file are dropped): a file that cannot be opened or read (permission,
-      corrupt or truncated gzip, not Parquet, corrupt Parquet), a file without the text field
-      or id field at all or with a column of the wrong type (Parquet), a .txt file that is
-      not valid UTF-8 (or any .txt file when id_field is given: it has no fields), a JSONL
-      line over 1 GiB (Arrow's block limit), a file whose columns cannot be combined with the
-      files before it, and a directory inside the inputs that cannot be read.
+      corrupt or truncated gzip, not Parquet, corrupt Parquet, a Parquet file with two columns
+      of one name), a file without the text field or id field at all or with a column of the
+      wrong type (Parquet), a .txt file that is not valid UTF-8 (or any .txt file when
+      id_field is given: it has no fields), a JSONL line over 1 GiB (Arrow's block limit), a
+      file whose columns cannot be combined with the files before it, and a directory inside
+      the inputs that cannot be read.
 
     A path given that does not exist or has an unsupported type stops the run either way, as
     do inputs that hold no input files at all. Leaving records out never changes the ids of
@@ -71,16 +75,20 @@ def read_corpus(
     """
     check_on_error(on_error)
     skip = on_error == "skip"
-    given = [str(p) for p in paths]
+    # (A Remote by its whole URL: str() hides its credentials, which reading needs.)
+    given = [storage.full_name(p) if isinstance(p, storage.Remote) else str(p) for p in paths]
     found = scan_inputs(given, on_error)
     if budget is not None:
-        budget.check("reading the input", lambda: read_bytes_estimate([(p, format_of(p)) for p in found.files]),
+        budget.check("reading the input", lambda: read_bytes_estimate([(p, format_of(p)) for p in found.files],
+                                                                      path_ids=id_field is None),
                      "deduplicate the input in parts, or raise --max-memory")
     parts: list[FilePart] = []
     records = list(found.records)
     for path in found.files:
         source = SourceFile(display_path(path), format_of(path), location=storage.full_name(path.absolute()))
         try:
+            # Taken before the read: a change while it reads is one the write refuses.
+            source.stamp = read_stamp(path, source.format)
             part = read_one_file(path, source, text_field, id_field, use_cudf, on_error)
         except InputError as error:
             if not skip:
@@ -164,9 +172,7 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
     if source.schema is None:  # (a reader may have set it before making the text column plain)
         source.schema = table.schema
     if id_field is None:
-        ids = pc.binary_join_element_wise(
-            source.path, pa.array(row_numbers.astype(str)), ":"
-        ) if table.num_rows else pa.array([], pa.string())
+        ids = default_ids(source.path, row_numbers)
     elif id_field in table.column_names:
         ids = table[id_field].combine_chunks()
     elif table.num_rows == 0:  # a file without records (empty, blank lines, all left out)
@@ -174,6 +180,17 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
     else:
         raise file_error(source.path, f"no id field {id_field!r}")
     return FilePart(source, table, ids, device_part, records)
+
+
+def default_ids(path: str, row_numbers: np.ndarray) -> pa.Array:
+    """The ids of a file's rows without an id field: ``<path>:<row>`` (row_numbers int64, the
+    JSONL line or row of each row, from 1), as one string array however many rows there are
+    (Arrow writes the numbers: a numpy unicode array of them becomes a ChunkedArray once it
+    passes about 200 MB)."""
+    if not len(row_numbers):
+        return pa.array([], pa.string())
+    numbers = pa.array(np.asarray(row_numbers, dtype=np.int64)).cast(pa.string())
+    return pc.binary_join_element_wise(path, numbers, ":")
 
 
 def build_corpus(parts: list[FilePart], text_field: str, id_field: Optional[str],

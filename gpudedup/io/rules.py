@@ -250,9 +250,11 @@ def ids_type(parts: Sequence[PartSummary], id_field: Optional[str]) -> pa.DataTy
     return pa.int64() if kinds == {True} else pa.string()
 
 
-def combined_ids(ids: Sequence[pa.Array], id_type: pa.DataType) -> pa.Array:
-    """The parts' ids as one array of ``id_type`` (ids_type), in order."""
-    return pa.concat_arrays([part.cast(id_type) for part in ids]) if ids else pa.array([], id_type)
+def combined_ids(ids: Sequence[pa.Array | pa.ChunkedArray], id_type: pa.DataType) -> pa.Array:
+    """The parts' ids as one array of ``id_type`` (ids_type), in order (a part may come in
+    chunks: a column read in blocks)."""
+    arrays = [chunk for part in ids for chunk in (part.chunks if isinstance(part, pa.ChunkedArray) else [part])]
+    return pa.concat_arrays([array.cast(id_type) for array in arrays]) if arrays else pa.array([], id_type)
 
 
 def combined_schema(parts: Sequence[PartSummary], text_field: str) -> pa.Schema:

@@ -20,6 +20,7 @@ from .content import is_text_type, is_token_type
 
 if TYPE_CHECKING:
     from .pieces import Piece
+    from .stamps import FileStamp
 
 ON_ERROR_CHOICES = ("stop", "skip")
 
@@ -41,6 +42,7 @@ class SourceFile:
     schema: Optional[pa.Schema] = None  # a file's columns as it holds them, before any unifying
     piece: Optional["Piece"] = None  # the part of the file read (io/pieces.py); None: all of it
     line_by_line: bool = False  # the JSONL reader had to read it line by line (jsonl.read_jsonl_by_line)
+    stamp: Optional["FileStamp"] = None  # a file as read (io/stamps.py), which the write checks
 
     @property
     def numbers_before(self) -> int:
@@ -124,12 +126,19 @@ def first_id_above_int64(ids) -> Optional[tuple[int, int]]:
     return None if rows.size == 0 else (int(rows[0]), int(ids[int(rows[0])].as_py()))
 
 
+def listed(names, most: int = 10) -> str:
+    """Names for a message, comma-separated: the first ``most`` of them and how many more."""
+    names = list(names)
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most:,} more"
+
+
 def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field: Optional[str],
                   nulls: bool = True) -> str:
     """A message when the text or id column is missing or of the wrong type (or, with
     ``nulls``, an id is null), else ''."""
     if text_field not in table.column_names:
-        return (f"{source.path}: no field {text_field!r} (fields: {', '.join(table.column_names)}); "
+        return (f"{source.path}: no field {text_field!r} (fields: {listed(table.column_names)}); "
                 "choose the text field with --text-field (token ids: --token-field)")
     text_type = table.schema.field(text_field).type
     if not (is_text_type(text_type) or is_token_type(text_type)):
@@ -137,7 +146,7 @@ def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field
                 "or a list of token ids")
     if id_field is not None:
         if id_field not in table.column_names:
-            return f"{source.path}: no id field {id_field!r} (fields: {', '.join(table.column_names)})"
+            return f"{source.path}: no id field {id_field!r} (fields: {listed(table.column_names)})"
         id_column = table[id_field]
         id_type = id_column.type
         if not (pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type)):

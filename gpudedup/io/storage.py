@@ -9,6 +9,13 @@ know (S3, GCS, HDFS), and fsspec's, wrapped by pyarrow, any other. Credentials, 
 endpoints come from those libraries' usual configuration: for S3 the AWS environment
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION,
 AWS_ENDPOINT_URL) and ~/.aws files, or a URL's query (``s3://bucket/x?endpoint_override=...``).
+An http(s) URL is requested as it is written, its query included (a presigned S3 URL, an Azure
+SAS URL, a URL with a token).
+
+A URL's credentials (the password before its host, query options such as ``sig``,
+``X-Amz-Signature`` or ``client_secret``) are never shown: ``shown_url`` is what ids, messages,
+report.json, report.html and errors.jsonl name a URL by, and ``scrubbed`` takes them out of any
+other text (a library's error message); only ``full_name`` keeps them, to open the file again.
 
 An output directory may be a URL too (io/writer.py's ``remote_output_dir`` commits it without
 a rename, report.json last), and so may a work directory (engine/workdir.py's ``BucketFolder``
@@ -18,6 +25,7 @@ commits each unit with a marker written last, and reads through a local cache).
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import gc
 import os
@@ -25,8 +33,8 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
-from urllib.parse import urlsplit
+from typing import Callable, Optional, Union
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -38,8 +46,24 @@ from ..errors import ParameterError
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 # The schemes pyarrow's own file systems serve; any other goes to fsspec.
 PYARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file"})
-# Query options that carry secrets, left out wherever a URL is shown or recorded.
-SECRET_OPTIONS = frozenset({"access_key", "secret_key", "session_token"})
+# A query option whose value is a credential, by a word in its name (any case): AWS's
+# X-Amz-Signature, X-Amz-Credential and X-Amz-Security-Token, Google's X-Goog-Signature, Azure's
+# sig (SAS) and client_secret, pyarrow's access_key, secret_key and session_token, OAuth's
+# access_token and code, and any api_key, password or sas_token. Matching by word rather than by
+# a list of names errs towards hiding: an option that only looks like one (SignedHeaders) is
+# hidden too, which costs nothing but its value in what is shown.
+CREDENTIAL_OPTION = re.compile(r"secret|token|sig|credential|passw|pwd|key|auth|sas|code", re.IGNORECASE)
+# What a credential's value is replaced by wherever a URL is shown.
+HIDDEN = "***"
+# The schemes whose user part (before "@") names a place, not a user: abfs's container. Its
+# password (the account key) is hidden; the container stays.
+USER_NAMES_A_PLACE = frozenset({"abfs", "abfss"})
+# A URL inside a message: a scheme, "://", then up to a space, a quote, an angle bracket or a
+# parenthesis.
+URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://[^\s'\"<>()]+")
+# Credentials shorter than this are not searched for in free text (replacing every "a" of a
+# message would garble it); in URLs they are hidden whatever their length.
+SHORTEST_SEARCHED = 4
 UPLOAD_BLOCK = 8 << 20
 # The largest object S3's CopyObject (a server-side copy) takes: 5 GiB.
 SERVER_COPY_LIMIT = 5 << 30
@@ -51,6 +75,9 @@ class Remote:
     few questions the readers ask of a pathlib.Path (``name``, ``absolute()``, ``str()``)."""
 
     url: str
+
+    def __post_init__(self) -> None:
+        remember_credentials(self.url)
 
     @property
     def name(self) -> str:
@@ -69,11 +96,31 @@ class Remote:
         return Remote(parts._replace(path=path).geturl())
 
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
-        """(the pyarrow file system, this entry's path in it)."""
+        """(the pyarrow file system, this entry's path in it). pyarrow's schemes take the
+        query as the file system's options (``endpoint_override=...``); fsspec's take the URL
+        as fsspec names it, so that an http(s) URL is requested with its query."""
+        remember_credentials(self.url)  # (a Remote unpickled on a worker is made without __post_init__)
         parts = urlsplit(self.url)
-        filesystem, root = _filesystem(parts.scheme.lower(), parts.netloc, parts.query)
+        scheme = parts.scheme.lower()
+        if scheme not in PYARROW_SCHEMES:
+            return _fsspec_filesystem(self.url)
+        filesystem, root = _filesystem(scheme, parts.netloc, parts.query)
         inside = parts.path.strip("/")
         return filesystem, (posixpath.join(root, inside) if inside else root)
+
+    def relative_files(self) -> list[str]:
+        """The path below this folder of each file below it, "/"-separated, exactly as its
+        file system names it (an object's key is not normalised: "a//b", "./a" and "../a"
+        stay as they are). A listing's entry that does not lie below the folder (an http
+        page's link elsewhere) is none of its files."""
+        filesystem, root = self.filesystem()
+        # (An fsspec http(s) root is the URL with its query; the pages it links to are named
+        # without one.)
+        prefix = urlsplit(root)._replace(query="", fragment="").geturl() if URL.match(root) else root
+        prefix = prefix.rstrip("/") + "/"
+        return [entry.path[len(prefix):] for entry in
+                filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
+                if entry.type == pafs.FileType.File and entry.path.startswith(prefix)]
 
 
 Location = Union[Path, Remote]
@@ -127,39 +174,112 @@ def child_name(folder: Location, name: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """A URL as ids, messages and reports show it: credentials left out, those in its query
-    (access_key=...) and those before its host (s3://KEY:SECRET@bucket/...)."""
+    """A URL as ids, messages and reports show it, its credentials hidden: a user part with a
+    password (s3://KEY:SECRET@bucket/...) left out (abfs keeps its container: abfs://cont@account),
+    and the value of each credential option in its query or fragment (CREDENTIAL_OPTION:
+    ``sig=...``, ``X-Amz-Signature=...``, ``client_secret=...``) replaced by HIDDEN, its name
+    kept. The rule for what is a credential lives here and in ``credentials_of``."""
     parts = urlsplit(url)
-    if parts.query:
-        kept = "&".join(option for option in parts.query.split("&") if option.split("=")[0] not in SECRET_OPTIONS)
-        parts = parts._replace(query=kept)
-    return parts._replace(netloc=host_of(parts.netloc)).geturl()
+    return parts._replace(netloc=place_of(parts.scheme, parts.netloc), query=shown_options(parts.query),
+                          fragment=shown_options(parts.fragment)).geturl()
 
 
-def scrubbed(text: str, url: str) -> str:
-    """``text`` (a library's message about ``url``) with the URL's credentials replaced by ***."""
+def shown_options(options: str) -> str:
+    """A query (or fragment) of "&"-separated options, each credential's value HIDDEN. A value
+    hidden already keeps what follows it (in a message, an id's ":LINE")."""
+    if not options:
+        return options
+    return "&".join(f"{name}={hidden_value(value)}" if value and is_credential(name) else f"{name}{equals}{value}"
+                    for name, equals, value in (option.partition("=") for option in options.split("&")))
+
+
+def hidden_value(value: str) -> str:
+    """A credential's value as shown: HIDDEN; one that starts with HIDDEN (shown already) as it is."""
+    return value if value.startswith(HIDDEN) else HIDDEN
+
+
+def is_credential(option: str) -> bool:
+    """Whether a query option's name (as written, maybe percent-encoded) names a credential."""
+    return CREDENTIAL_OPTION.search(unquote_plus(option)) is not None
+
+
+def place_of(scheme: str, netloc: str) -> str:
+    """A URL's netloc as shown: the bucket or host[:port], without a user part that holds a
+    password; a user part without one is no credential (abfs's container, hdfs's user) and
+    stays, as does abfs's container before its password."""
+    user, at, host = netloc.rpartition("@")
+    if not at or ":" not in user:
+        return netloc
+    return f"{user.partition(':')[0]}@{host}" if scheme.lower() in USER_NAMES_A_PLACE else host
+
+
+@functools.lru_cache(maxsize=1024)
+def credentials_of(url: str) -> frozenset[str]:
+    """The credentials written in ``url`` (what shown_url hides), each as written and
+    percent-decoded: the user part and password before the host, and the credential options'
+    values."""
     parts = urlsplit(url)
     user = parts.netloc.rpartition("@")[0]
-    secrets = [user, user.partition(":")[2]] + [option.partition("=")[2] for option in parts.query.split("&")
-                                                if option.split("=")[0] in SECRET_OPTIONS]
-    for secret in filter(None, secrets):
-        text = text.replace(secret, "***")
+    found = {user, user.partition(":")[2]} if ":" in user else set()
+    for options in (parts.query, parts.fragment):
+        found |= {value for name, _, value in (option.partition("=") for option in options.split("&"))
+                  if value and is_credential(name)}
+    if parts.scheme.lower() in USER_NAMES_A_PLACE:
+        found.discard(user)  # (its container is shown; its password stays in the set)
+    return frozenset(form for secret in found for form in (secret, unquote(secret), unquote_plus(secret)) if form)
+
+
+# The credentials of every URL named in this process (remember_credentials), for scrubbed: a
+# library's message may quote one apart from its URL.
+_credentials: set[str] = set()
+
+
+def remember_credentials(url: str) -> None:
+    """Note ``url``'s credentials, for ``scrubbed`` to take out of any text from now on."""
+    _credentials.update(credentials_of(url))
+
+
+def scrubbed(text: str, url: Optional[str] = None) -> str:
+    """``text`` (a message; a library's may quote a URL, or a secret alone) with no credential
+    left in it: every URL in it shown as shown_url shows it, and every credential of ``url`` and
+    of the URLs this process has named (remember_credentials), wherever it stands, replaced by
+    HIDDEN."""
+    text = URL_IN_TEXT.sub(lambda found: shown_url(found.group()), text)
+    known = _credentials | (credentials_of(url) if url else frozenset())
+    for secret in sorted((s for s in known if len(s) >= SHORTEST_SEARCHED), key=len, reverse=True):
+        text = text.replace(secret, HIDDEN)
     return text
 
 
-def host_of(netloc: str) -> str:
-    """A URL's netloc without its user part (credentials): the bucket or host[:port]."""
-    return netloc.rpartition("@")[2]
+def shown(given: Given) -> str:
+    """A path or URL as a message names what was given: a URL as shown_url shows it, a path
+    as it was written."""
+    text = str(given) if isinstance(given, (str, Remote)) else os.fsdecode(given)
+    return shown_url(text) if is_url(text) else text
 
 
 def first_line(error: BaseException) -> str:
-    """An error's message, its first line only (some file systems' run to dozens)."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    """An error's message, its first line only (some file systems' run to dozens), with no
+    credential in it (scrubbed)."""
+    return scrubbed((str(error).strip().splitlines() or [type(error).__name__])[0])
+
+
+def os_reason(error: OSError) -> str:
+    """What went wrong in an OSError, in words for a message: its system's words, "No space
+    left on device" for a full disk however the library put it (Arrow's run to a paragraph);
+    numpy's short write ("N requested and M written"), which names no cause, is a full disk
+    too (a write to a local file stops short when the device has no room left)."""
+    if error.errno == errno.ENOSPC:
+        return os.strerror(errno.ENOSPC)
+    if error.errno is None and re.fullmatch(r"\d+ requested and \d+ written", str(error)):
+        return f"{os.strerror(errno.ENOSPC)}: a write stopped short, {error}"
+    return error.strerror or first_line(error)
 
 
 def key_of(given: Given) -> str:
     """A file's key in maps over the input files, and its place in reports: its absolute path,
-    or its URL."""
+    or its URL as shown (shown_url: two URLs that differ only in their credentials name one
+    file)."""
     location = location_of(given)
     return str(location) if isinstance(location, Remote) else os.path.abspath(location)
 
@@ -169,7 +289,7 @@ def parts_of(location: Location) -> list[str]:
     names relative to a common folder."""
     if isinstance(location, Remote):  # (no "scheme:", which would be a folder "s3:" in a name)
         parts = urlsplit(location.url)
-        return [host_of(parts.netloc)] + [p for p in parts.path.split("/") if p]
+        return [place_of(parts.scheme, parts.netloc)] + [p for p in parts.path.split("/") if p]
     return list(Path(os.path.abspath(location)).parts)
 
 
@@ -246,29 +366,100 @@ def upload(local: Path, remote: Remote) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _filesystem(scheme: str, netloc: str, query: str) -> tuple[pafs.FileSystem, str]:
-    """(file system, the path of the URL's root in it) for scheme://netloc/?query, made once
-    per process: an S3 file system resolves its bucket's region when it is made."""
+    """(file system, the path of the URL's root in it) for scheme://netloc/?query, a scheme of
+    pyarrow's own, made once per process: an S3 file system resolves its bucket's region when
+    it is made."""
     if scheme == "s3" and "allow_delayed_open" not in query:
         # An object smaller than a part goes up in one PutObject request rather than as a
         # multipart upload of three (most of an output's files are small).
         query = "&".join(filter(None, [query, "allow_delayed_open=true"]))
     root = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
-    shown = shown_url(root)
-    if scheme in PYARROW_SCHEMES:
-        try:
-            filesystem, path = pafs.FileSystem.from_uri(root)
-        except (pa.ArrowException, OSError) as error:
-            raise ParameterError(f"{shown}: cannot open its file system ({scrubbed(first_line(error), root)})") \
-                from None
-    else:  # fsspec's file system for the scheme, as a pyarrow one
-        try:
-            import fsspec
-
-            spec, path = fsspec.core.url_to_fs(root)
-        except (ImportError, ValueError) as error:
-            raise ParameterError(f"{shown}: {scheme}:// URLs cannot be read here ({first_line(error)})") from None
-        filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(spec))
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(root)
+    except (pa.ArrowException, OSError) as error:
+        raise ParameterError(f"{shown_url(root)}: cannot open its file system ({scrubbed(first_line(error), root)})") \
+            from None
     return filesystem, path.rstrip("/") if path.strip("/") else path
+
+
+def _fsspec_filesystem(url: str) -> tuple[pafs.FileSystem, str]:
+    """(file system, the path of ``url`` in it) for a scheme that fsspec serves, as fsspec
+    reads the whole URL: an http(s) URL is its own path, its query part of it."""
+    try:
+        import fsspec
+
+        spec, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as error:
+        scheme = urlsplit(url).scheme.lower()
+        raise ParameterError(f"{shown_url(url)}: {scheme}:// URLs cannot be read here ({first_line(error)})") \
+            from None
+    return _pyarrow_view(spec), path.rstrip("/") if path.strip("/") else path
+
+
+@functools.lru_cache(maxsize=64)
+def _pyarrow_view(spec) -> pafs.FileSystem:
+    """An fsspec file system as a pyarrow one, made once per process (fsspec's file systems
+    are equal when made with the same options), whose errors are plain ones (plain_errors)."""
+    return pafs.PyFileSystem(PlainErrorsHandler(PlainErrors(spec)))
+
+
+# OSError and the kinds of it that callers tell apart (FSSpecHandler's "not found" included).
+OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, OSError)
+
+
+def plain_errors(call: Callable) -> Callable:
+    """``call`` raising, for any error, an OSError (of the same builtin kind where it is one)
+    whose message is the first line of the original's, scrubbed: fsspec's file systems raise
+    their libraries' own errors (aiohttp's for an HTTP status, ValueError for a server without
+    range requests) and name the URL they failed on, query included, where gpudedup's
+    readers catch OSError and show the message. An HTTP status other than 404 (fsspec's http
+    reports any failure as a FileNotFoundError caused by it) is said as the server's answer: a
+    refused request (an expired presigned URL: 403) is no missing file."""
+    @functools.wraps(call)
+    def called(*args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            answer = next((cause for cause in (error, error.__cause__)
+                           if isinstance(getattr(cause, "status", None), int)), None)
+            status = getattr(answer, "status", 404)
+            if status != 404:
+                words = f"the server answered {status} {getattr(answer, 'message', '') or ''}".strip()
+                raise (PermissionError if status in (401, 403) else OSError)(words) from None
+            kind = next(kind for kind in OS_ERRORS if isinstance(error, kind) or kind is OSError)
+            raise kind(first_line(error)) from None  # (not chained: the original names the secrets)
+    return called
+
+
+class PlainErrors:
+    """An fsspec file system, or a file it opened, whose methods raise plain_errors; a file
+    that ``open`` returns is wrapped alike."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        value = getattr(self._inner, name)
+        if not callable(value):
+            return value
+        if name == "open":
+            return plain_errors(lambda *args, **kwargs: PlainErrors(value(*args, **kwargs)))
+        return plain_errors(value)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PlainErrors) and self._inner == other._inner
+
+    def __hash__(self) -> int:
+        return hash(self._inner)
+
+
+class PlainErrorsHandler(pafs.FSSpecHandler):
+    """pyarrow's handler for an fsspec file system, whose own errors (a FileNotFoundError that
+    names the path) are plain_errors too."""
+
+    def __getattribute__(self, name: str):
+        value = super().__getattribute__(name)
+        return plain_errors(value) if callable(value) and not name.startswith("_") else value
 
 
 def release_file_systems() -> None:
@@ -278,6 +469,7 @@ def release_file_systems() -> None:
     an S3 file system that outlives that finaliser, as the cache's would, is the case pyarrow's
     issues 41087 and 50188 describe, a process that aborts or hangs after its work is done."""
     _filesystem.cache_clear()
+    _pyarrow_view.cache_clear()
     gc.collect()  # (file handles in reference cycles hold their file system too)
     try:
         from pyarrow.fs import ensure_s3_finalized

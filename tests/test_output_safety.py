@@ -1,0 +1,597 @@
+"""Never delete what is not ours: where a run may write, and what its commit may replace.
+
+- The output and the work directory are refused (one line, exit code 2, before any work) when
+  they are, hold or lie inside an input, as given and as its scan resolves it (symbolic links
+  followed), or the persistent index the run reads or writes; in the CLI, the API
+  (gpudedup.dedup, DedupResult.write, Index.add) alike.
+- Without --overwrite the commit replaces nothing: what appears at the output during the run
+  is left as it is and the results go to a named folder beside it, which no clean-up removes.
+- --overwrite replaces only an empty directory or a gpudedup output (its marker, or an earlier
+  version's report.json), checked at the start and again at the commit.
+- A local work directory is held by the run that uses it; a second run is told who holds it.
+- Over random trees with symbolic links and outputs, work directories and an index placed
+  inside, beside and above the inputs: no file outside the run's own output and work
+  directories (and the index it adds to) is ever removed or changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import gpudedup
+from gpudedup.errors import GpudedupError, InputError, OutputError
+from gpudedup.index import Index
+from gpudedup.io import writer
+from gpudedup.io.inputs import scan_inputs
+from gpudedup.io.writer import OUTPUT_MARKER
+from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
+
+CPU = ("--backend", "cpu", "-q")
+
+
+def records(prefix: str, count: int = 6) -> list[dict]:
+    """``count`` documents with ids ``<prefix>0``...; every third is a near-copy of the one before."""
+    texts: list[str] = []
+    seed = sum(map(ord, prefix)) * 100
+    for number in range(count):
+        texts.append(variant(texts[-1], "qqqqqqq") if number % 3 == 2 else paragraph(seed + number))
+    return [{"id": f"{prefix}{number}", "text": text} for number, text in enumerate(texts)]
+
+
+def tree_state(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root``, links not followed: ("dir",), ("link", target) or ("file",
+    sha256 of its bytes), by its path relative to ``root``."""
+    state: dict[str, tuple] = {}
+    for folder, folders, files in os.walk(root):
+        for name in folders + files:
+            path = Path(folder) / name
+            relative = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                state[relative] = ("link", os.readlink(path))
+            elif path.is_dir():
+                state[relative] = ("dir",)
+            else:
+                state[relative] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+    return state
+
+
+def is_complete_output(folder: Path) -> bool:
+    return (folder / "report.json").is_file() and (folder / OUTPUT_MARKER).is_file()
+
+
+def set_aside_folder(line: str) -> Path:
+    """The folder an error line says the results were written to."""
+    found = re.search(r"the results were written to (\S+)$", line)
+    assert found, line
+    return Path(found[1])
+
+
+# --- the index is no place to write ------------------------------------------------------------
+
+
+@pytest.fixture
+def indexed(in_tmp):
+    """sub/idx: an index holding w1.jsonl's documents; w2.jsonl: new documents."""
+    write_jsonl(in_tmp / "w1.jsonl", records("a"))
+    write_jsonl(in_tmp / "w2.jsonl", records("b"))
+    Index.create(in_tmp / "sub" / "idx")
+    result = invoke("index", "add", "sub/idx", "w1.jsonl", "-o", "out1", "--id-field", "id", *CPU)
+    assert result.exit_code == 0, result.output
+    return in_tmp
+
+
+INDEX_PLACES = {
+    "add -o IDX --overwrite": ["index", "add", "sub/idx", "w2.jsonl", "-o", "sub/idx", "--overwrite"],
+    "dedup --against IDX -o IDX --overwrite": ["dedup", "w2.jsonl", "-o", "sub/idx", "--overwrite",
+                                               "--against", "sub/idx"],
+    "add -o a parent of IDX": ["index", "add", "sub/idx", "w2.jsonl", "-o", "sub", "--overwrite"],
+    "dedup --against IDX -o a parent of IDX": ["dedup", "w2.jsonl", "-o", "sub", "--overwrite", "--against", "sub/idx"],
+    "add -o inside IDX": ["index", "add", "sub/idx", "w2.jsonl", "-o", "sub/idx/segments/x"],
+    "add --work-dir IDX --resume": ["index", "add", "sub/idx", "w2.jsonl", "-o", "out2", "--work-dir", "sub/idx",
+                                    "--resume"],
+    "dedup --against IDX --work-dir IDX --resume": ["dedup", "w2.jsonl", "-o", "out2", "--work-dir", "sub/idx",
+                                                    "--resume", "--against", "sub/idx"],
+    "add --work-dir a parent of IDX": ["index", "add", "sub/idx", "w2.jsonl", "-o", "out2", "--work-dir", "sub"],
+}
+
+
+@pytest.mark.parametrize("args", INDEX_PLACES.values(), ids=INDEX_PLACES.keys())
+def test_the_index_is_never_an_output_or_a_work_directory(indexed, args):
+    """`index add IDX X -o IDX --overwrite`, `dedup --against IDX -o IDX`, -o a parent of IDX,
+    --work-dir IDX: refused before any work, naming the index, which stays as it is (and
+    still answers)."""
+    before = tree_state(indexed / "sub")
+    result = invoke(*args, "--id-field", "id", *CPU)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert "the index sub/idx" in line and ("--output" in line or "--work-dir" in line), line
+    assert tree_state(indexed / "sub") == before
+    assert not (indexed / "out2").exists()
+    assert Index(indexed / "sub" / "idx").info()["documents"] == 4  # (6 documents, 2 near-copies)
+
+
+def test_the_api_keeps_the_index_apart_too(indexed):
+    """Index.add(output=...), Index.add(work_dir=...) and DedupResult.write of a run against
+    the index: the same refusals, before anything is written."""
+    index, new = Index(indexed / "sub" / "idx"), Path("w2.jsonl")
+    before = tree_state(indexed / "sub")
+    for place in ("sub", "sub/idx"):
+        with pytest.raises(OutputError, match="must not be, hold or lie inside the index"):
+            index.add(new, id_field="id", backend="cpu", output=place, overwrite=True)
+        with pytest.raises(OutputError, match="the work directory must not be, hold or lie inside the index"):
+            index.add(new, id_field="id", backend="cpu", output="out2", work_dir=place, resume=True)
+        result = index.dedup(new, id_field="id", backend="cpu")
+        with pytest.raises(OutputError, match="must not be, hold or lie inside the index"):
+            result.write(place, overwrite=True)
+    assert tree_state(indexed / "sub") == before and not (indexed / "out2").exists()
+
+
+# --- inputs as their scan resolves them -------------------------------------------------------
+
+
+@pytest.fixture
+def linked_into_the_output(in_tmp):
+    """in/a.jsonl, and in/linked: a link to out/precious, a folder of input data inside out, a
+    gpudedup output (of an earlier run)."""
+    write_jsonl(in_tmp / "in" / "a.jsonl", records("a"))
+    result = invoke("dedup", "in", "-o", "out", "--id-field", "id", *CPU)
+    assert result.exit_code == 0, result.output
+    write_jsonl(in_tmp / "out" / "precious" / "userdata.jsonl", records("u"))
+    (in_tmp / "in" / "linked").symlink_to(Path("..") / "out" / "precious")
+    return in_tmp
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["in-memory", "work-dir"])
+def test_a_link_in_an_input_into_the_output_is_refused(linked_into_the_output, staged):
+    """The walk follows in/linked into out/: replacing out would delete input the run reads.
+    The files the scan finds are checked as they resolve, before any is read, and the run is
+    refused."""
+    root = linked_into_the_output
+    before = tree_state(root / "out")
+    extra = ["--work-dir", "work"] if staged else []
+    result = invoke("dedup", "in", "-o", "out", "--overwrite", "--id-field", "id", *extra, *CPU)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert "out: the output directory must not be or hold an input file" in line, line
+    assert f"in/linked/userdata.jsonl leads to {(root / 'out' / 'precious' / 'userdata.jsonl').resolve()}" in line
+    assert tree_state(root / "out") == before and not (root / "work").exists()
+    assert leftovers(root) == []
+
+
+def test_a_link_into_the_output_is_refused_by_the_api(linked_into_the_output):
+    root = linked_into_the_output
+    before = tree_state(root / "out")
+    with pytest.raises(OutputError, match="must not be or hold an input file"):
+        gpudedup.dedup(Path("in"), id_field="id", backend="cpu", output="out", overwrite=True)
+    result = gpudedup.dedup(Path("in"), id_field="id", backend="cpu")
+    with pytest.raises(OutputError, match="must not be or hold an input file"):
+        result.write("out", overwrite=True)
+    assert tree_state(root / "out") == before
+
+
+def test_a_work_directory_a_link_leads_the_scan_into_is_refused(in_tmp):
+    """A work directory inside a folder the inputs are read from through a link: its files
+    would be read as input; refused, and nothing is made there."""
+    write_jsonl(in_tmp / "in" / "a.jsonl", records("a"))
+    write_jsonl(in_tmp / "elsewhere" / "b.jsonl", records("b"))
+    (in_tmp / "in" / "linked").symlink_to(Path("..") / "elsewhere")
+    result = invoke("dedup", "in", "-o", "out", "--work-dir", "elsewhere/work", "--id-field", "id", *CPU)
+    assert result.exit_code == 2, result.output
+    assert "the work directory must not be, hold or lie inside a folder the inputs are read from" in \
+        error_line(result)
+    assert not (in_tmp / "elsewhere" / "work").exists() and not (in_tmp / "out").exists()
+
+
+# --- what appears at the output during the run -----------------------------------------------
+
+
+def appearing(monkeypatch, make) -> None:
+    """Run ``make()`` between the staging and the commit (the output appears during the run)."""
+    real = writer.replace_dir
+
+    def replace_dir(staging, out, overwrite=True):
+        make()
+        return real(staging, out, overwrite)
+
+    monkeypatch.setattr(writer, "replace_dir", replace_dir)
+
+
+def user_files(folder: Path) -> None:
+    (folder / ".config").mkdir(parents=True)
+    (folder / "notes.txt").write_text("precious")
+    (folder / ".config" / "settings").write_text("mine")
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
+def test_a_directory_that_appears_at_the_output_during_the_run_is_left_alone(happy, monkeypatch, overwrite):
+    """A directory made at -o while the run goes on (someone's files) is left as it is, with or
+    without --overwrite (exit code 2, one line); the results are in a named folder beside it,
+    which the stale-staging clean-up of later runs never removes."""
+    out = happy / "out"
+    appearing(monkeypatch, lambda: user_files(out))
+    result = invoke("dedup", "data.jsonl", "-o", "out", *(["--overwrite"] if overwrite else []), *CPU)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert "(it changed during the run); it was left as it is" in line, line
+    assert tree_snapshot(out) == {"notes.txt": b"precious", ".config/settings": b"mine"}
+    aside = set_aside_folder(line)
+    assert aside.parent == happy and aside.name.startswith("out.results-") and is_complete_output(aside)
+    assert writer.remove_stale_staging(happy, "out") == [] and aside.is_dir()
+    assert leftovers(happy) == []
+
+
+def test_an_empty_directory_that_appears_is_replaced_and_an_output_is_not(happy, monkeypatch):
+    """An empty directory at the output is fine at the start, so at the commit too; another
+    run's output that appeared there is not replaced without --overwrite."""
+    out = happy / "out"
+    appearing(monkeypatch, lambda: out.mkdir(exist_ok=True))
+    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    assert is_complete_output(out)
+    previous = tree_snapshot(out)
+    monkeypatch.setattr(writer, "check_output_dir", lambda path, *args: Path(path))  # as if it appeared later
+    result = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
+    assert result.exit_code == 2 and "not empty" in error_line(result)
+    assert tree_snapshot(out) == previous and is_complete_output(set_aside_folder(error_line(result)))
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_what_changes_between_the_commits_check_and_its_rename_is_put_back(happy, monkeypatch, exchange):
+    """The check at the commit and the exchange are two steps: what was taken out of the
+    output's place is checked again under its temporary name, and put back where it is not
+    what the check saw."""
+    out = happy / "out"
+    out.mkdir()
+    if not exchange:
+        monkeypatch.setattr(writer, "exchange_paths", lambda a, b: False)
+    real_occupied, seen = writer.occupied, []
+
+    def occupied(path, overwrite):  # the check at the commit sees it empty; then files arrive
+        if Path(path).absolute() == out and not seen:
+            seen.append(True)
+            user_files(out)
+            return None
+        return real_occupied(path, overwrite)
+
+    appearing(monkeypatch, lambda: None)
+    monkeypatch.setattr(writer, "occupied", occupied)
+    monkeypatch.setattr(writer, "check_output_dir", lambda path, *args: Path(path))
+    result = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
+    assert result.exit_code == 2, result.output
+    assert tree_snapshot(out) == {"notes.txt": b"precious", ".config/settings": b"mine"}
+    assert is_complete_output(set_aside_folder(error_line(result)))
+    assert leftovers(happy) == []
+
+
+BARRIER_DRIVER = r'''
+import os, pathlib, sys, time
+import gpudedup.io.writer as writer
+real = writer.replace_dir
+def replace_dir(staging, out, overwrite=True):
+    # Both runs have written their results before either commits.
+    barrier = pathlib.Path(os.environ["BARRIER"])
+    (barrier / str(os.getpid())).touch()
+    deadline = time.monotonic() + 60
+    while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return real(staging, out, overwrite)
+writer.replace_dir = replace_dir
+from gpudedup.cli import main
+sys.exit(main())
+'''
+
+
+@pytest.mark.timeout(120)
+def test_two_runs_to_one_new_output_commit_once(happy):
+    """Two runs started together to one new -o without --overwrite, both past the start's
+    check when either commits: exactly one commits; the other exits with code 2, its results
+    in a named folder beside the output, and neither replaces the other's."""
+    barrier = happy / "barrier"
+    barrier.mkdir()
+    command = [sys.executable, "-c", BARRIER_DRIVER, "dedup", "data.jsonl", "-o", "out", *CPU]
+    runs = [subprocess.Popen(command, cwd=happy, env={**os.environ, "BARRIER": str(barrier)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    done = [(run.wait(timeout=100), run.stderr.read()) for run in runs]
+    for run in runs:
+        run.stdout.close()
+        run.stderr.close()
+    assert sorted(code for code, _ in done) == [0, 2], done
+    message = next(stderr for code, stderr in done if code == 2).strip()
+    assert message.startswith("error: out: output directory exists and is not empty (it changed during the run)")
+    aside = set_aside_folder(message.replace("\n", " "))
+    assert is_complete_output(happy / "out") and is_complete_output(happy / aside)
+    assert leftovers(happy) == []
+
+
+# --- --overwrite replaces only an output of ours ----------------------------------------------
+
+
+def test_overwrite_refuses_a_folder_of_user_files(happy):
+    """`-o ~ --overwrite` on a home directory: a folder that is not a gpudedup output is refused,
+    naming what it holds (dotfiles included), and kept whole; by the CLI and the API."""
+    home = happy / "fakehome"
+    (home / "docs").mkdir(parents=True)
+    (home / ".ssh").mkdir()
+    (home / "docs" / "thesis.tex").write_text("years of work")
+    (home / ".ssh" / "id_rsa").write_text("key")
+    before = tree_state(home)
+    result = invoke("dedup", "data.jsonl", "-o", "fakehome", "--overwrite", *CPU)
+    assert result.exit_code == 2
+    assert error_line(result) == ("error: fakehome: holds files that are not a gpudedup output (.ssh, docs); "
+                                  "choose another --output or empty it")
+    with pytest.raises(OutputError, match="not a gpudedup output"):
+        gpudedup.dedup(Path("data.jsonl"), backend="cpu", output="fakehome", overwrite=True)
+    Index.create(happy / "idx")
+    with pytest.raises(OutputError, match="not a gpudedup output"):
+        Index(happy / "idx").add(Path("data.jsonl"), backend="cpu", output="fakehome", overwrite=True)
+    assert tree_state(home) == before and leftovers(happy, "fakehome") == []
+    (home / "report.json").write_text('{"results": 1}')  # a report.json, not gpudedup's
+    assert invoke("dedup", "data.jsonl", "-o", "fakehome", "--overwrite", *CPU).exit_code == 2
+
+
+EARLIER_REPORT = {"gpudedup_version": "0.0.9", "backend": "cpu", "input": {}, "parameters": {}, "results": {},
+                  "stages": {}}
+
+
+@pytest.mark.parametrize("previous", ["output", "earlier version", "empty", "marker only"])
+def test_overwrite_replaces_an_output_of_ours(happy, previous):
+    """What --overwrite replaces: an output (it carries the marker), one written by a version
+    before the marker (its report.json has gpudedup's keys), an empty folder."""
+    out = happy / "out"
+    out.mkdir()
+    if previous == "output":
+        assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU).exit_code == 0
+        (out / "stale.txt").write_text("part of the old output")
+    elif previous == "earlier version":
+        (out / "report.json").write_text(json.dumps(EARLIER_REPORT))
+        (out / "deduplicated.parquet").write_text("old")
+    elif previous == "marker only":
+        (out / OUTPUT_MARKER).write_text(json.dumps({"written_by": "gpudedup"}))
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
+    assert result.exit_code == 0, result.output
+    assert is_complete_output(out) and not (out / "stale.txt").exists()
+    assert not (out / "deduplicated.parquet").exists()
+    assert leftovers(happy) == []
+
+
+@pytest.mark.timeout(90)
+def test_demo_replaces_its_own_output_run_after_run(in_tmp):
+    for _ in range(2):
+        result = invoke("demo", "-o", "demo", "--backend", "cpu")
+        assert result.exit_code == 0, result.output
+    assert is_complete_output(in_tmp / "demo")
+
+
+# --- the work directory's lock ----------------------------------------------------------------
+
+
+HOLDING_DRIVER = r'''
+import os, pathlib, sys, time
+import gpudedup.api as api
+real = api.run_job
+def run_job(*args, **kwargs):
+    # The run holds its work directory here until told to go on.
+    pathlib.Path(os.environ["STARTED"]).touch()
+    deadline = time.monotonic() + 60
+    while not pathlib.Path(os.environ["GO"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return real(*args, **kwargs)
+api.run_job = run_job
+from gpudedup.cli import main
+sys.exit(main())
+'''
+
+
+@pytest.mark.timeout(120)
+def test_a_second_run_on_a_work_directory_in_use_is_told_who_holds_it(happy):
+    """Two runs sharing a --work-dir: the second, with or without --resume, is told that the
+    directory is in use and by which process; the first goes on, and a later run may resume
+    from it."""
+    started, go = happy / "started", happy / "go"
+    first = subprocess.Popen([sys.executable, "-c", HOLDING_DRIVER, "dedup", "data.jsonl", "-o", "first",
+                              "--work-dir", "work", *CPU], cwd=happy, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "STARTED": str(started), "GO": str(go)})
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert started.exists(), first.communicate()
+        for extra in ([], ["--resume"]):
+            second = invoke("dedup", "data.jsonl", "-o", "second", "--work-dir", "work", *extra, *CPU)
+            assert second.exit_code == 2, second.output
+            assert error_line(second) == (
+                f"error: {happy / 'work'}: the work directory is in use by another run (process {first.pid} on "
+                f"{socket.gethostname()}); wait for it or choose another --work-dir")
+        with pytest.raises(gpudedup.ParameterError, match="in use by another run"):
+            gpudedup.dedup(Path("data.jsonl"), backend="cpu", work_dir="work", resume=True)
+    finally:
+        go.touch()
+        _, stderr = first.communicate(timeout=100)
+    assert first.returncode == 0, stderr
+    assert not (happy / "second").exists()
+    resumed = invoke("dedup", "data.jsonl", "-o", "second", "--work-dir", "work", "--resume", *CPU)
+    assert resumed.exit_code == 0, resumed.output
+
+
+def test_a_folder_that_is_no_work_directory_gets_no_lock_file(happy):
+    """A work directory given that holds someone's files is refused as before, and nothing is
+    written into it (not even the lock file)."""
+    (happy / "mine").mkdir()
+    (happy / "mine" / "notes.txt").write_text("x")
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--work-dir", "mine", *CPU)
+    assert result.exit_code == 2 and "not a gpudedup work directory" in error_line(result)
+    assert sorted(p.name for p in (happy / "mine").iterdir()) == ["notes.txt"]
+
+
+# --- the property: nothing outside the run's own places changes --------------------------------
+
+# The folders of a random tree (each may hold input files, someone's files and links), and
+# where a run's output, work directory and index may be: inside, beside and above the inputs.
+# (Places listed twice are drawn more often: an earlier output, and new folders beside.)
+FOLDERS = ["a", "a/b", "c", "c/d", "prev"]
+PLACES = ["new", "new", "a", "a/new", "a/b", "c", "c/d/new", ".", "prev", "prev", "prev", "idx", "idx/new",
+          "a/link0", "c/link1"]
+TARGETS = FOLDERS + PLACES + ["c/d/x.jsonl", "prev/data", "prev/data", "prev/data/p.jsonl"]
+
+
+@st.composite
+def trees(draw):
+    inputs = draw(st.lists(st.sampled_from(["a", "a/b", "c", "c/d/x.jsonl", "a/b/y.jsonl"]), min_size=1,
+                           max_size=3, unique=True))
+    links = draw(st.lists(st.tuples(st.sampled_from(FOLDERS[:4]), st.sampled_from(TARGETS)), max_size=3))
+    return {
+        "inputs": inputs, "links": links,
+        "user_files": draw(st.lists(st.sampled_from(FOLDERS), max_size=3, unique=True)),
+        "output": draw(st.sampled_from(PLACES)),
+        "work": draw(st.one_of(st.none(), st.none(), st.sampled_from(PLACES))),
+        "index": draw(st.one_of(st.none(), st.none(), st.sampled_from(["idx", "a/idx"]))),
+        "overwrite": draw(st.sampled_from([True, True, False])),
+    }
+
+
+def make_tree(root: Path, tree: dict) -> None:
+    for number, folder in enumerate(FOLDERS[:4]):
+        write_jsonl(root / folder / f"f{number}.jsonl", records(f"r{number}", 3))
+    write_jsonl(root / "c" / "d" / "x.jsonl", records("x", 3))
+    write_jsonl(root / "a" / "b" / "y.jsonl", records("y", 3))
+    # prev: an earlier output (marker and report), with input data of someone's inside
+    (root / "prev").mkdir()
+    (root / "prev" / OUTPUT_MARKER).write_text(json.dumps({"written_by": "gpudedup"}))
+    (root / "prev" / "report.json").write_text(json.dumps(EARLIER_REPORT))
+    write_jsonl(root / "prev" / "data" / "p.jsonl", records("p", 3))
+    for folder in tree["user_files"]:
+        (root / folder / "notes.txt").write_text(f"notes in {folder}")
+        (root / folder / ".hidden").write_text("dotfile")
+    for number, (folder, target) in enumerate(tree["links"]):
+        link = root / folder / f"link{number}"
+        if not os.path.lexists(link):
+            link.symlink_to(os.path.relpath(root / target, root / folder))
+    if tree["index"] is not None:
+        Index.create(root / tree["index"])
+
+
+def run(root: Path, tree: dict) -> Optional[str]:
+    """The run the tree asks for (an Index.add where it has an index); None, or the refusal."""
+    inputs = [root / path for path in tree["inputs"]]
+    output = root / tree["output"]
+    work = None if tree["work"] is None else root / tree["work"]
+    try:
+        if tree["index"] is not None:
+            Index(root / tree["index"]).add(inputs, backend="cpu", output=output, overwrite=tree["overwrite"],
+                                            work_dir=work)
+        else:
+            gpudedup.dedup(inputs, backend="cpu", output=output, overwrite=tree["overwrite"], work_dir=work)
+    except GpudedupError as error:
+        return str(error)
+    return None
+
+
+def inside(relative: str, place: Optional[str]) -> bool:
+    if place is None:
+        return False
+    if place == ".":
+        return True
+    return relative == place or relative.startswith(place + "/")
+
+
+def read_entries(root: Path, inputs: list[Path]) -> set[str]:
+    """The entries under ``root`` that a run over ``inputs`` reads, as its scan resolves them
+    (links followed): the files found, and everything inside the folders walked."""
+    try:
+        found = scan_inputs(inputs, "skip")
+    except InputError:
+        return set()
+    files = {os.path.relpath(os.path.realpath(file), root) for file in found.files}
+    folders = [os.path.relpath(os.path.realpath(folder), root) for folder in found.seen_dirs.values()]
+    return files | {relative for relative in tree_state(root) if any(inside(relative, f) for f in folders)}
+
+
+# Explicit examples: a link from an input into an earlier output replaced with --overwrite,
+# the index as the output, an output holding the index, and the folder above the inputs (of
+# someone's files) as the output.
+LINK_INTO_OUTPUT = {"inputs": ["a"], "links": [("a", "prev/data")], "user_files": [], "output": "prev",
+                    "work": None, "index": None, "overwrite": True}
+INDEX_AS_OUTPUT = {"inputs": ["c"], "links": [], "user_files": [], "output": "idx", "work": None, "index": "idx",
+                   "overwrite": True}
+OUTPUT_HOLDS_INDEX = {**INDEX_AS_OUTPUT, "index": "a/idx", "output": "a", "inputs": ["c/d/x.jsonl"]}
+USER_FOLDER_AS_OUTPUT = {"inputs": ["c/d/x.jsonl"], "links": [], "user_files": ["a", "c"], "output": ".",
+                         "work": None, "index": None, "overwrite": True}
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=trees())
+@example(tree=LINK_INTO_OUTPUT)
+@example(tree=INDEX_AS_OUTPUT)
+@example(tree=OUTPUT_HOLDS_INDEX)
+@example(tree=USER_FOLDER_AS_OUTPUT)
+def test_no_file_outside_the_runs_own_places_is_ever_removed_or_changed(tree):
+    """Over random trees: every entry the run reads (as its scan resolves it), every file of
+    the index (its manifest and lock aside, which an add that succeeds replaces), and every
+    entry outside the run's output and work directory is what it was; after a refused run,
+    every entry at all. New entries appear only in the run's output, work directory and index."""
+    with tempfile.TemporaryDirectory(prefix="gpudedup-safety-") as folder:
+        root = Path(folder).resolve()
+        make_tree(root, tree)
+        before = tree_state(root)
+        read = read_entries(root, [root / path for path in tree["inputs"]])
+        refused = run(root, tree)
+        after = tree_state(root)
+        index = tree["index"]
+        for relative, entry in before.items():
+            if inside(relative, index):
+                kept = refused is not None or relative not in (f"{index}/manifest.json", f"{index}/writer.lock")
+            else:
+                kept = refused is not None or relative in read or \
+                    not any(inside(relative, place) for place in (tree["output"], tree["work"]))
+            if kept:
+                assert after.get(relative) == entry, (relative, refused, tree)
+        for relative in set(after) - set(before):  # (a work directory is made with its parents)
+            assert any(inside(relative, place) for place in (tree["output"], tree["work"], index)) or \
+                (tree["work"] is not None and inside(tree["work"], relative)), (relative, refused, tree)
+        if refused is None:
+            assert is_complete_output(root / tree["output"]), tree
+            if index is not None:
+                Index(root / index).info()  # (the index still answers)
+
+
+# --- folders gpudedup wrote, inside the inputs ------------------------------------------------
+
+
+def test_an_output_an_index_and_a_work_directory_inside_an_input_are_passed_over(indexed):
+    """An earlier output, an index and a work directory inside an input folder hold no
+    documents: the walk passes over each with a note that says what it is (never reading a
+    report or a manifest as JSON Lines); given by name, each is refused with one line."""
+    corpus = indexed / "corpus"
+    corpus.mkdir()
+    write_jsonl(corpus / "docs.jsonl", records("c"))
+    assert invoke("dedup", "corpus/docs.jsonl", "-o", "corpus/old", "--id-field", "id",
+                  "--work-dir", "corpus/work", *CPU).exit_code == 0
+    (indexed / "sub" / "idx").rename(corpus / "idx")
+    found = scan_inputs([corpus])
+    assert [Path(file).name for file in found.files] == ["docs.jsonl"]
+    assert sorted(found.notes) == ["corpus/idx: skipped: a gpudedup index, not documents",
+                                   "corpus/old: skipped: a gpudedup output, not documents",
+                                   "corpus/work: skipped: a gpudedup work directory, not documents"]
+    result = invoke("dedup", "corpus", "-o", "out2", "--id-field", "id", *CPU)
+    assert result.exit_code == 0, result.output
+    assert json.loads((indexed / "out2" / "report.json").read_text())["input"]["documents"] == 6
+    for folder, what in (("old", "a gpudedup output"), ("idx", "a gpudedup index"),
+                         ("work", "a gpudedup work directory")):
+        refused = invoke("dedup", f"corpus/{folder}", "-o", f"out-{folder}", *CPU)
+        assert refused.exit_code == 2
+        assert error_line(refused).startswith(f"error: corpus/{folder}: {what}, not documents")
