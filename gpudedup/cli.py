@@ -385,7 +385,8 @@ def evaluate_command(
 @app.command("demo")
 def demo_command(
     output: Annotated[Path, typer.Option(
-        "--output", "-o", help="Where to write the demo's results (replaced if it exists).")] = Path("gpudedup-demo"),
+        "--output", "-o", help="Where to write the demo's results (an earlier demo's or other gpudedup output there "
+                               "is replaced).")] = Path("gpudedup-demo"),
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
 ):
     """Deduplicate the bundled sample corpus and show what was found.
@@ -394,8 +395,10 @@ def demo_command(
     are near-identical revisions of one another.
     """
     from .api import dedup as run_api_dedup
+    from .io.writer import check_output_dir
 
     with user_errors() as guard:
+        check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
         started = time.perf_counter()
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
         with resources.as_file(sample) as path:

@@ -375,6 +375,21 @@ def test_demo_replaces_its_own_output_run_after_run(in_tmp):
     assert is_complete_output(in_tmp / "demo")
 
 
+def test_demo_refuses_a_folder_of_user_files_before_it_runs(in_tmp, monkeypatch):
+    """The demo replaces its own output, never someone's folder, and says so before the job."""
+    user_files(in_tmp / "mine")
+    before = tree_state(in_tmp / "mine")
+
+    def no_job(*args, **kwargs):
+        raise AssertionError("the demo ran its job before refusing its output")
+
+    monkeypatch.setattr("gpudedup.api.dedup", no_job)
+    result = invoke("demo", "-o", "mine", "--backend", "cpu")
+    assert result.exit_code == 2
+    assert error_line(result).startswith("error: mine: holds files that are not a gpudedup output")
+    assert tree_state(in_tmp / "mine") == before
+
+
 # --- the work directory's lock ----------------------------------------------------------------
 
 
