@@ -12,6 +12,12 @@
 #                                            -> sanitizer.txt, sanitize_memcheck.txt, sanitize_racecheck.txt
 #   bash scripts/gpu_session.sh bench-word   scripts/bench_gpu.py, word 5-grams -> bench_word.txt, .json
 #   bash scripts/gpu_session.sh bench-char   scripts/bench_gpu.py, char 5-grams -> bench_char.txt, .json
+#   bash scripts/gpu_session.sh job          the whole CLI job on the GPU (twice: kernels compiled, then
+#                                            cached) and on the CPU, timed, and the result tables of the
+#                                            two backends compared (scripts/compare_outputs.py) -> job.txt;
+#                                            JOB_CORPUS names another corpus
+#   bash scripts/gpu_session.sh all          tests, bench-word, job, sanitize, bench-char in one call,
+#                                            each within STEP_SECONDS, every file also in results.tgz
 #
 # Every step also writes setup.txt (the install of this checkout there). With --host-dry-run a
 # step runs here, without a GPU: the `gpu` tests skip, the sanitizer step runs its driver on
@@ -30,7 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-    echo "usage: bash scripts/gpu_session.sh tests|sanitize|bench-word|bench-char [--host-dry-run]" >&2
+    echo "usage: bash scripts/gpu_session.sh tests|sanitize|bench-word|bench-char|job|all [--host-dry-run]" >&2
     exit 2
 }
 [ $# -ge 1 ] || usage
@@ -43,7 +49,7 @@ for argument in "$@"; do
         *) usage ;;
     esac
 done
-case $step in tests|sanitize|bench-word|bench-char) ;; *) usage ;; esac
+case $step in tests|sanitize|bench-word|bench-char|job|all) ;; *) usage ;; esac
 
 OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
@@ -157,13 +163,76 @@ step_bench() {
         --ngram 5 --json "$OUT/bench_$shingle.json" "${extra[@]}"
 }
 
+# The whole job through the CLI, on the GPU and on the CPU, over the same corpus; the tables of
+# the two must be identical (the numpy backend is the GPU backend's oracle).
+step_job() {
+    local corpus=${JOB_CORPUS:-bench_data/bench.parquet} log="$OUT/job.txt" runs status=0 backend
+    [ -f "$corpus" ] || corpus=gpudedup/data/bible_sample.jsonl.gz
+    runs=$(mktemp -d)
+    : > "$log"
+    local backends=(gpu gpu cpu)
+    [ $dry = 1 ] && backends=(cpu cpu)
+    local index=0
+    for backend in "${backends[@]}"; do
+        local out="$runs/$index-$backend"
+        echo "run $index: $PYTHON -m gpudedup dedup $corpus -o $out --backend $backend -q" | tee -a "$log"
+        local start=$EPOCHREALTIME
+        bounded $((STEP_SECONDS / 4)) "$log" "$PYTHON" -m gpudedup dedup "$corpus" -o "$out" --backend "$backend" -q \
+            || status=1
+        echo "run $index: wall $(awk "BEGIN {printf \"%.2f\", $EPOCHREALTIME - $start}") s" | tee -a "$log"
+        "$PYTHON" - "$out/report.json" <<'PY' 2>&1 | tee -a "$log"
+import json, sys
+report = json.load(open(sys.argv[1]))
+print("  backend:", report["backend"])
+print("  results:", json.dumps(report["results"])[:600])
+print("  total_seconds:", report["total_seconds"], " peak_rss_mb:", report["peak_rss_mb"])
+for stage, figures in report["stages"].items():
+    print(f"  {stage}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+PY
+        index=$((index + 1))
+    done
+    echo "tables, run 0 against run $((index - 1)):" | tee -a "$log"
+    bounded 120 "$log" "$PYTHON" scripts/compare_outputs.py "$runs/0-${backends[0]}" "$runs/$((index - 1))-${backends[-1]}" \
+        || status=1
+    rm -rf "$runs"
+    return $status
+}
+
+# `all` writes the steps' files to a folder of its own and packs them into $OUT/results.tgz after
+# each step: the device tool brings back at most 8 files, and a call stopped at its limit still
+# returns the archive of the steps that finished.
+pack() {
+    tar czf "$1/results.tgz.part" -C "$OUT" . && mv "$1/results.tgz.part" "$1/results.tgz"
+}
+
+run_step() {
+    case $1 in
+        tests) step_tests ;;
+        sanitize) step_sanitize ;;
+        bench-word) step_bench word ;;
+        bench-char) step_bench char ;;
+        job) step_job ;;
+    esac
+}
+
+if [ "$step" = all ]; then
+    packed=$OUT
+    OUT=$(mktemp -d)
+fi
 setup
-case $step in
-    tests) step_tests ;;
-    sanitize) step_sanitize ;;
-    bench-word) step_bench word ;;
-    bench-char) step_bench char ;;
-esac
-status=$?
+if [ "$step" = all ]; then
+    status=0
+    for each in tests bench-word job sanitize bench-char; do
+        echo "=== $each" | tee -a "$OUT/setup.txt"
+        run_step "$each"
+        each_status=$?
+        [ $each_status = 0 ] || status=1
+        echo "=== $each: exit status $each_status" | tee -a "$OUT/setup.txt"
+        pack "$packed"
+    done
+else
+    run_step "$step"
+    status=$?
+fi
 echo "gpu_session.sh $step: exit status $status" | tee -a "$OUT/setup.txt"
 exit $status

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,35 @@ def test_session_bench_step_dry_run(tmp_path):
     results = json.loads((tmp_path / "bench_char.json").read_text())
     assert results["host_dry_run"] and results["stages"]["all_equal"] and results["stages"]["shingle"] == "char"
     assert "HOST DRY RUN" in (tmp_path / "bench_char.txt").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_session_job_step_dry_run_compares_the_tables(tmp_path):
+    # Without a GPU the step runs the command twice on the CPU; the comparison of the tables is
+    # the same one that holds the GPU's run against the CPU's.
+    sample = Path(__file__).parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
+    run = session("job", tmp_path, "--host-dry-run", JOB_CORPUS=str(sample))
+    assert run.returncode == 0, run.stdout + run.stderr
+    log = (tmp_path / "job.txt").read_text()
+    assert log.count("backend: numpy") == 2 and re.search(r"run 1: wall [0-9.]+ s", log)
+    for table in ("pairs", "clusters", "deduplicated"):
+        assert re.search(rf"{table}: [0-9,]+ rows in 1 files, identical", log)
+
+
+def test_compare_outputs_names_the_table_that_differs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for side, cluster in (("a", [0, 0, 1]), ("b", [0, 1, 1])):
+        for table, columns in (("pairs", {"a": [0], "b": [1]}), ("clusters", {"id": [0, 1, 2], "cluster": cluster})):
+            (tmp_path / side / table).mkdir(parents=True)
+            pq.write_table(pa.table(columns), tmp_path / side / table / "part-00000.parquet")
+    compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(tmp_path / "a"),
+                              str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
+    assert compare.returncode == 1
+    assert compare.stdout.splitlines() == ["pairs: 1 rows in 1 files, identical",
+                                           "clusters: DIFFERENT at clusters/part-00000.parquet",
+                                           "deduplicated: absent on both sides"]
 
 
 def test_session_step_stopped_by_its_limit_says_so(tmp_path):

@@ -1,0 +1,75 @@
+"""Compare the result tables of two gpudedup output folders, table by table.
+
+    python scripts/compare_outputs.py OUT_A OUT_B
+
+For each of ``pairs/``, ``clusters/`` and ``deduplicated/`` present in either folder, every file
+is read (Parquet, or JSON Lines as bytes) in path order and the two sides are compared exactly:
+the same files, the same rows in the same order, the same values. Prints one line per table
+(its rows and ``identical`` or ``DIFFERENT``, with the first file that differs) and exits 1 if
+any table differs or is missing on one side. Used to show that a change meant to keep results
+(another backend, another runner, a refactor) keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+TABLES = ("pairs", "clusters", "deduplicated")
+
+
+def table_files(root: Path, table: str) -> list[Path]:
+    """The files of one result table under ``root``, relative to it, sorted."""
+    base = root / table
+    if base.is_file():
+        return [Path(table)]
+    matches = sorted(p.relative_to(root) for p in root.glob(f"{table}*") if p.is_file())
+    if base.is_dir():
+        matches += sorted(p.relative_to(root) for p in base.rglob("*") if p.is_file())
+    return matches
+
+
+def file_rows(path: Path) -> tuple[int, object]:
+    """(rows, comparable contents) of one result file: an Arrow table, or the raw bytes."""
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+        return table.num_rows, table
+    data = path.read_bytes()
+    return data.count(b"\n"), data
+
+
+def compare_table(a: Path, b: Path, table: str) -> tuple[bool, str]:
+    files_a, files_b = table_files(a, table), table_files(b, table)
+    if not files_a and not files_b:
+        return True, f"{table}: absent on both sides"
+    if files_a != files_b:
+        return False, f"{table}: DIFFERENT files ({len(files_a)} against {len(files_b)})"
+    rows = 0
+    for relative in files_a:
+        rows_a, contents_a = file_rows(a / relative)
+        _, contents_b = file_rows(b / relative)
+        same = contents_a.equals(contents_b) if hasattr(contents_a, "equals") else contents_a == contents_b
+        if not same:
+            return False, f"{table}: DIFFERENT at {relative}"
+        rows += rows_a
+    return True, f"{table}: {rows:,} rows in {len(files_a)} files, identical"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a", type=Path)
+    parser.add_argument("b", type=Path)
+    args = parser.parse_args(argv)
+    all_same = True
+    for table in TABLES:
+        same, line = compare_table(args.a, args.b, table)
+        all_same &= same
+        print(line)
+    return 0 if all_same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
