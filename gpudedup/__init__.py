@@ -34,7 +34,8 @@ __all__ = [
 def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
-    from . import api, cluster, errors, hashing, index, lsh, minhash, normalize, params, result, shingling, verify
+    from . import api, errors, index, params, result
+    from .core import cluster, hashing, lsh, minhash, normalize, shingling, verify
     from .io import storage
 
     homes = {

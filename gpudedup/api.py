@@ -12,7 +12,7 @@ import pyarrow as pa
 from .backends import Backend, get_backend
 from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
-from .io.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
+from .core.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
 from .io.corpus import Corpus
 from .io.inputs import scan_inputs
 from .io.layout import output_bases
@@ -21,11 +21,11 @@ from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
 from .io import storage
 from .io.storage import Given, Location, is_path, location_of
-from .normalize import strings_to_arrow
+from .core.normalize import strings_to_arrow
 from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs, check_apart_from_read, check_run_places
-from .cluster import KeepPolicy
+from .core.cluster import KeepPolicy
 from .params import DedupParams
-from .shingling import ShingleKind, UnicodeForm
+from .core.shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .engine.job import Executor, Outcome, run_job
 from .engine.memory import dedup_corpus
@@ -119,7 +119,7 @@ def dedup(
                          batch_rows=batch_rows,
                          max_memory=None if max_memory is None else parse_size(max_memory),
                          shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
-    # Below, the content column is "text_field" whatever it holds (io/content.py).
+    # Below, the content column is "text_field" whatever it holds (core/content.py).
     text_field = content_field(params, text_field, token_field)
     if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")

@@ -27,7 +27,7 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .io.storage import Location
-    from .shingling import UnicodeForm
+    from .core.shingling import UnicodeForm
     from .report import Report
     from .result import DedupResult
 
@@ -271,7 +271,7 @@ def params_command(
     """
     from rich.table import Table
 
-    from .lsh import banding_summary
+    from .core.lsh import banding_summary
 
     with user_errors():
         params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,

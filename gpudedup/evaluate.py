@@ -50,21 +50,21 @@ import numpy as np
 import pyarrow as pa
 
 from .version import __version__
-from .allpairs import SimilarPairs, exact_similar_pairs
+from .core.allpairs import SimilarPairs, exact_similar_pairs
 from .backends import get_backend
-from .copies import implied_pairs
+from .core.copies import implied_pairs
 from .errors import InputError, ParameterError
-from .io.content import bad_token_rows, check_content, content_bytes, is_token_type
+from .core.content import bad_token_rows, check_content, content_bytes, is_token_type
 from .io.corpus import Corpus
 from .io.rules import row_locator
 from .io.source import SourceFile
-from .lsh import collision_probability
+from .core.lsh import collision_probability
 from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
                      DEFAULT_THRESHOLD, DedupParams)
 from .engine.memory import dedup_corpus
 from .engine.signatures import text_batches
 from .threads import map_parallel
-from .shingling import ShingleBatch, ShingleKind, ShingleSpec, UnicodeForm, unique_per_row, utf8_shingle_hashes
+from .core.shingling import ShingleBatch, ShingleKind, ShingleSpec, UnicodeForm, unique_per_row, utf8_shingle_hashes
 from .stages import Progress
 
 DEFAULT_BIN_WIDTH = 0.05

@@ -24,10 +24,10 @@ import numpy as np
 import pyarrow as pa
 
 from . import plots
-from .lsh import collision_probability, steepest_similarity
+from .core.lsh import collision_probability, steepest_similarity
 
 if TYPE_CHECKING:
-    from .shingling import ShingleSpec
+    from .core.shingling import ShingleSpec
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
@@ -521,7 +521,7 @@ def _cluster_block(result, cluster: int, members, size: int, kept, rows, stats, 
     for position, content in zip(table_rows, result.table[result.text_field].take(
             pa.array(outcome_rows[table_rows])).to_pylist()):
         contents[position] = content
-    from .shingling import ShingleSpec
+    from .core.shingling import ShingleSpec
 
     spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
                        bool(p.get("strip_symbols")))
@@ -601,7 +601,7 @@ def _highlight(text: str, reference: str) -> str:
 def exact_jaccard(first, second, spec: ShingleSpec) -> float:
     """The exact Jaccard similarity of two documents' shingle sets (the verification's measure);
     first, second: texts, or token-id lists for token shingles (None: empty)."""
-    from .shingling import shingle_sets
+    from .core.shingling import shingle_sets
 
     sets = shingle_sets([first, second], spec)
     offsets, hashes = sets.offsets, sets.hashes

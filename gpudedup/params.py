@@ -10,9 +10,9 @@ from .errors import ParameterError
 # The command line reads the defaults here before it knows whether a command runs at all:
 # numpy, scipy and pyarrow (lsh, cluster, shingling) are imported when they are used.
 if TYPE_CHECKING:
-    from .cluster import KeepPolicy
-    from .lsh import Banding
-    from .shingling import ShingleKind, ShingleSpec, UnicodeForm
+    from .core.cluster import KeepPolicy
+    from .core.lsh import Banding
+    from .core.shingling import ShingleKind, ShingleSpec, UnicodeForm
 
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_NUM_PERM = 128
@@ -129,13 +129,13 @@ class DedupParams:
 
     def shingle_spec(self) -> ShingleSpec:
         """What a document's shingles are (shingling.ShingleSpec)."""
-        from .shingling import ShingleSpec
+        from .core.shingling import ShingleSpec
 
         return ShingleSpec(self.shingle, self.ngram, self.unicode, self.strip_punctuation, self.strip_symbols)
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""
-        from .lsh import Banding, choose_bands
+        from .core.lsh import Banding, choose_bands
 
         if self.bands is not None and self.rows is not None:  # both or neither (checked above)
             return Banding(self.bands, self.rows, "given")
@@ -152,7 +152,7 @@ class DedupParams:
         banding = self.banding()
         recorded.update(bands=banding.bands, rows=banding.rows)
         if self.unicode is not None:
-            from .normalize import unicode_form_version
+            from .core.normalize import unicode_form_version
 
             recorded["unicode_version"] = unicode_form_version()
         return recorded

@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .lsh import collision_probability, steepest_similarity
+from .core.lsh import collision_probability, steepest_similarity
 
 INSTALL_HINT = "pip install matplotlib"
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, U
 import numpy as np
 import pyarrow as pa
 
-from .copies import implied_pairs
-from .cluster import Clusters, kept_documents
+from .core.copies import implied_pairs
+from .core.cluster import Clusters, kept_documents
 from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.job import Outcome
 from .engine.kept import Kept

@@ -58,7 +58,7 @@ def main() -> None:
 
     import distributed
 
-    from gpudedup.cluster import component_roots
+    from gpudedup.core.cluster import component_roots
     from gpudedup.engine.components import PAIRS_PER_PART, dask_component_labels
 
     per_part = args.pairs_per_part or PAIRS_PER_PART

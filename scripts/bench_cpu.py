@@ -12,7 +12,7 @@ The references stop at LSH candidates (no verification or output), so they do le
 Each pipeline's library is imported before its clock starts; the import is timed apart.
 
 Recall is measured against the exact set of pairs with Jaccard >= threshold, computed by
-gpudedup.allpairs (prefix filtering, exact) from the shingle-hash sets and cached under
+gpudedup.core.allpairs (prefix filtering, exact) from the shingle-hash sets and cached under
 bench_data/. Pair recall counts true pairs that a pipeline reports (gpudedup: verified pairs;
 references: candidate pairs); gpudedup's cluster recall counts true pairs whose documents
 share a cluster.
@@ -142,8 +142,8 @@ def exact_truth(path: Path, args) -> tuple[np.ndarray, np.ndarray]:
     if cache.exists():
         data = np.load(cache)
         return data["first"], data["second"]
-    from gpudedup.allpairs import exact_similar_pairs
-    from gpudedup.shingling import ShingleSpec, shingle_sets
+    from gpudedup.core.allpairs import exact_similar_pairs
+    from gpudedup.core.shingling import ShingleSpec, shingle_sets
 
     sets = shingle_sets(load_texts(path), ShingleSpec(args.shingle, args.ngram))
     truth = exact_similar_pairs(sets.offsets, sets.hashes, args.threshold)

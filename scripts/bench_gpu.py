@@ -83,13 +83,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run from a checkout without an install
     sys.path.insert(0, str(REPO))
 
-from gpudedup.hashing import EMPTY_SIGNATURE_VALUE, Permutations, draw_permutations  # noqa: E402
-from gpudedup.lsh import band_keys  # noqa: E402
-from gpudedup.normalize import (decode_utf8, host_tables, normalize_codepoints, tables_on,  # noqa: E402
+from gpudedup.core.hashing import EMPTY_SIGNATURE_VALUE, Permutations, draw_permutations  # noqa: E402
+from gpudedup.core.lsh import band_keys  # noqa: E402
+from gpudedup.core.normalize import (decode_utf8, host_tables, normalize_codepoints, tables_on,  # noqa: E402
                                 text_buffers)
 from gpudedup.params import DedupParams  # noqa: E402
 from gpudedup.engine.signatures import text_batches  # noqa: E402
-from gpudedup.shingling import ShingleBatch, ShingleSpec, base_powers, utf8_shingle_hashes  # noqa: E402
+from gpudedup.core.shingling import ShingleBatch, ShingleSpec, base_powers, utf8_shingle_hashes  # noqa: E402
 
 GB = 1e9
 SIGNATURE_KERNEL = "minhash_signatures_u64"

@@ -35,7 +35,7 @@ sets kept for exact verification; datasketch in memory: tracemalloc's count of w
 the final documents into a fresh index allocates; Redis: the growth of ``INFO memory``
 used_memory; Bloom: the filters' bits; rensa: the growth of the process's resident set while a
 fresh index takes the final documents, an approximation); and the quality of each increment's
-matches against the exact all-pairs truth (gpudedup.allpairs over the same shingle sets):
+matches against the exact all-pairs truth (gpudedup.core.allpairs over the same shingle sets):
 
 - pair precision / recall: the reported pairs (gpudedup: verified pairs; peers: candidates of
   each query) that touch the increment, against the true pairs (exact Jaccard >= threshold)
@@ -113,7 +113,7 @@ def load_texts(path: Path) -> list[str]:
 
 
 def spec_of(args):
-    from gpudedup.shingling import ShingleSpec
+    from gpudedup.core.shingling import ShingleSpec
 
     return ShingleSpec("word", args.ngram)
 
@@ -137,7 +137,7 @@ def found_pairs(result) -> tuple[np.ndarray, np.ndarray]:
     out. This is DedupResult.all_pairs, but over all the run's rows (len(result.ids)): all_pairs
     sizes its graph by result.keep, which for a run against an index leaves out the indexed
     rows (and fails on their pairs)."""
-    from gpudedup.copies import implied_pairs
+    from gpudedup.core.copies import implied_pairs
 
     outcome = result.outcome
     copy = outcome.jaccard == 1.0  # only identical sets have Jaccard 1.0
@@ -281,7 +281,7 @@ def redis_used_memory(port: int) -> int:
 
 def run_peer(name: str, texts: list[str], plan: Plan, args) -> dict:
     from gpudedup.backends import get_backend
-    from gpudedup.normalize import text_buffers
+    from gpudedup.core.normalize import text_buffers
 
     # The peers get gpudedup's fastest shingling on this machine: the CPU backend's sets.
     backend = get_backend("cpu")

@@ -45,7 +45,7 @@ def read_texts(path: Path, megabytes: float) -> list[str]:
 
 def parse_specs(text: str):
     """"word:5,char:5" -> ShingleSpecs (a third field, nfc or nfkc, asks for a Unicode form)."""
-    from gpudedup.shingling import ShingleSpec
+    from gpudedup.core.shingling import ShingleSpec
 
     specs = []
     for item in text.split(","):
@@ -84,10 +84,10 @@ def main() -> int:
 
     if args.fresh_cache:
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cache-")  # before numba loads
-    from gpudedup.normalize import text_buffers
+    from gpudedup.core.normalize import text_buffers
     from gpudedup.params import DEFAULT_BATCH_BYTES
-    from gpudedup.ragged import weighted_ranges
-    from gpudedup.shingling import unique_per_row, utf8_shingle_hashes
+    from gpudedup.core.ragged import weighted_ranges
+    from gpudedup.core.shingling import unique_per_row, utf8_shingle_hashes
 
     texts = read_texts(args.corpus, args.mb)
     data, offsets = text_buffers(texts)

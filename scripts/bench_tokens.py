@@ -35,7 +35,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
-    from gpudedup.shingling import ShingleKind
+    from gpudedup.core.shingling import ShingleKind
 
 
 def train_tokenizer(texts: list[str], vocab: int):
@@ -105,7 +105,7 @@ def exact_truth(path: Path, kind: str, n: int, threshold: float) -> tuple[np.nda
     """(row-pair codes with exact Jaccard >= threshold, seconds) for this shingle kind."""
     from gpudedup.evaluate import exact_ground_truth
     from gpudedup.io.read import read_corpus
-    from gpudedup.shingling import ShingleSpec
+    from gpudedup.core.shingling import ShingleSpec
 
     corpus = read_corpus([path], "input_ids" if kind == "token" else "text", "id")
     started = time.perf_counter()

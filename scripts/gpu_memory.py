@@ -24,10 +24,10 @@ from importlib import resources
 import cupy
 
 from gpudedup.backends import get_backend
-from gpudedup.hashing import draw_permutations
-from gpudedup.lsh import Banding
-from gpudedup.normalize import text_buffers
-from gpudedup.shingling import ShingleSpec
+from gpudedup.core.hashing import draw_permutations
+from gpudedup.core.lsh import Banding
+from gpudedup.core.normalize import text_buffers
+from gpudedup.core.shingling import ShingleSpec
 
 
 class LivePeak(cupy.cuda.MemoryHook):

@@ -39,10 +39,10 @@ if str(REPO) not in sys.path:  # run from a checkout without an install
     sys.path.insert(0, str(REPO))
 
 from gpudedup.backends.numpy_backend import NumpyBackend  # noqa: E402
-from gpudedup.hashing import draw_permutations  # noqa: E402
-from gpudedup.lsh import Banding  # noqa: E402
-from gpudedup.normalize import text_buffers  # noqa: E402
-from gpudedup.shingling import ShingleSpec  # noqa: E402
+from gpudedup.core.hashing import draw_permutations  # noqa: E402
+from gpudedup.core.lsh import Banding  # noqa: E402
+from gpudedup.core.normalize import text_buffers  # noqa: E402
+from gpudedup.core.shingling import ShingleSpec  # noqa: E402
 
 SAMPLE = REPO / "gpudedup" / "data" / "bible_sample.jsonl.gz"
 SPECS = (ShingleSpec("word", 5), ShingleSpec("char", 5))

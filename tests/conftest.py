@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from gpudedup.shingling import ShingleBatch
+from gpudedup.core.shingling import ShingleBatch
 
 from gpudedup.io.storage import Remote
 from conservation import ConservationError, absolute_place, check_output_dir, check_reading_as_asked, check_result

@@ -1,4 +1,4 @@
-"""Tests for gpudedup.allpairs: the prefix-filtering join and the package's own brute force,
+"""Tests for gpudedup.core.allpairs: the prefix-filtering join and the package's own brute force,
 each against the independent oracle (tests/oracles.py: every pair of Python sets compared, with
 the exact threshold rule), and the oracle's fast form against its brute force."""
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudedup import allpairs
-from gpudedup.allpairs import SimilarPairs, brute_force_similar_pairs, exact_similar_pairs
+from gpudedup.core import allpairs
+from gpudedup.core.allpairs import SimilarPairs, brute_force_similar_pairs, exact_similar_pairs
 from oracles import is_similar, similar_pairs, similar_pairs_matrix
 
 THRESHOLDS = [1 / 3, 0.5, 0.65, 0.7, 0.8, 0.9, 1.0]

@@ -27,10 +27,10 @@ import pytest
 
 from gpudedup.backends.kernel_backend import KernelBackend
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.hashing import draw_permutations, poly_hash64_scalar
-from gpudedup.minhash import minhash_signatures
-from gpudedup.normalize import text_buffers
-from gpudedup.shingling import ShingleSpec, utf8_shingle_hashes
+from gpudedup.core.hashing import draw_permutations, poly_hash64_scalar
+from gpudedup.core.minhash import minhash_signatures
+from gpudedup.core.normalize import text_buffers
+from gpudedup.core.shingling import ShingleSpec, utf8_shingle_hashes
 
 from cupy_like import cupy_like
 from kernel_host.host_kernels import HostKernels

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpudedup.cluster import find_clusters
+from gpudedup.core.cluster import find_clusters
 from oracles import oracle_clusters
 
 
@@ -111,7 +111,7 @@ def test_both_graphs_of_component_roots_agree_and_self_pairs_join_nothing(seed):
     """component_roots over the documents as numbered (n_docs within DIRECT_GRAPH_FACTOR of the
     pairs) and over the pairs' documents renumbered give the same (docs, root), the union-find
     oracle's; a pair of a document with itself makes no cluster (as before roots existed)."""
-    from gpudedup.cluster import DIRECT_GRAPH_FACTOR, component_roots
+    from gpudedup.core.cluster import DIRECT_GRAPH_FACTOR, component_roots
 
     rng = np.random.default_rng(seed)
     n_docs = int(rng.integers(20, 400))
@@ -132,7 +132,7 @@ def test_sparse_document_numbers_give_the_same_clusters(policy):
     """Documents numbered far apart (a cluster's rows spread over a large corpus: numbering
     by search rather than by a table over the numbers) give the clusters of the same graph
     numbered densely."""
-    from gpudedup.cluster import clusters_of_roots, component_roots
+    from gpudedup.core.cluster import clusters_of_roots, component_roots
 
     rng = np.random.default_rng(4)
     first, second = random_graph(rng, 300, 200)
@@ -158,7 +158,7 @@ def test_listed_members_against_a_loop_and_over_cut_ranges(seed):
     and its first documents) against a loop over each cluster's documents; the listings of
     consecutive ranges of rows, joined and listed again, give the listing of them all (how a
     cluster's parts are listed)."""
-    from gpudedup.cluster import Clusters, listed_members
+    from gpudedup.core.cluster import Clusters, listed_members
 
     rng = np.random.default_rng(seed)
     for _ in range(60):

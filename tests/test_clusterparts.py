@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gpudedup.cluster import clusters_of_roots, kept_documents, listed_members
+from gpudedup.core.cluster import clusters_of_roots, kept_documents, listed_members
 from gpudedup.engine.clusterparts import ClusterParts, clusters_table, dask_clusters, range_starts
 from gpudedup.ids import ArrayIds
 from gpudedup.result import NamedRows, clusters_parts, whole_table

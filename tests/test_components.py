@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpudedup.cluster import clusters_of_roots, component_roots
+from gpudedup.core.cluster import clusters_of_roots, component_roots
 from gpudedup.engine.components import dask_component_labels
 from oracles import oracle_clusters
 

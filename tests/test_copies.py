@@ -1,4 +1,4 @@
-"""Identical copies (gpudedup/copies.py): grouping by signature, exact confirmation, the star
+"""Identical copies (gpudedup/core/copies.py): grouping by signature, exact confirmation, the star
 they become in the pairs, and the pairs that star stands for, each against an oracle."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
-from gpudedup import copies as copies_module
+from gpudedup.core import copies as copies_module
 from gpudedup.api import strings_corpus
-from gpudedup.copies import identical_copies, implied_pairs, same_signature_rows
+from gpudedup.core.copies import identical_copies, implied_pairs, same_signature_rows
 from gpudedup.evaluate import Setting, evaluate
-from gpudedup.hashing import draw_permutations
+from gpudedup.core.hashing import draw_permutations
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.shingling import ShingleSpec
+from gpudedup.core.shingling import ShingleSpec
 
 from oracles import jaccard, oracle_clusters, shingle_set, similar_pairs
 
@@ -48,7 +48,7 @@ def test_a_hash_collision_never_groups_different_signatures(monkeypatch, given):
 @pytest.mark.parametrize("bands, rows", [(16, 1), (5, 3), (1, 12)])
 def test_band_key_row_hash_groups_as_a_dict_of_rows(bands, rows):
     """The stores' row hash (of the band keys) proposes exactly the groups of equal rows."""
-    from gpudedup.lsh import Banding, band_keys
+    from gpudedup.core.lsh import Banding, band_keys
 
     rng = np.random.default_rng(bands)
     # Distinct rows that differ in one column only (one band key) as well as at random.
@@ -72,7 +72,7 @@ WORD_5 = ShingleSpec("word", 5)
 
 
 def signatures_of(texts, num_perm=128, spec=WORD_5):
-    from gpudedup.normalize import utf8_buffers, strings_to_arrow
+    from gpudedup.core.normalize import utf8_buffers, strings_to_arrow
     backend = NumpyBackend()
     batch = backend.shingle_hashes(*utf8_buffers(strings_to_arrow(texts)), spec)
     return backend.signatures(batch, draw_permutations(num_perm, 42))

@@ -36,9 +36,9 @@ import gpudedup  # noqa: E402
 from gpudedup.backends import cpu_kernels, get_backend, numpy_backend  # noqa: E402
 from gpudedup.backends.numpy_backend import NumpyBackend, shingling_kernels  # noqa: E402
 from gpudedup.compiled import KERNEL_SWITCH  # noqa: E402
-from gpudedup.normalize import (WHITE_SPACE, normalize_utf8, punctuation_symbol_ranges,  # noqa: E402
+from gpudedup.core.normalize import (WHITE_SPACE, normalize_utf8, punctuation_symbol_ranges,  # noqa: E402
                                 simple_lowercase_pairs, text_buffers)
-from gpudedup.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes  # noqa: E402
+from gpudedup.core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes  # noqa: E402
 
 FORMS = [None, "nfc", "nfkc"]
 STRIPS = [(False, False), (True, False), (False, True), (True, True)]
@@ -240,9 +240,9 @@ def oracle_signature_row(hashes: list[int], a: np.ndarray, b: np.ndarray) -> lis
 @given(rows=st.lists(st.lists(hash_values, max_size=40), max_size=7), num_perm=st.sampled_from([1, 3, 96, 128]),
        seed=st.integers(0, 2**32 - 1))
 def test_signatures_match_numpy_and_the_definition(rows, num_perm, seed):
-    from gpudedup.hashing import draw_permutations
-    from gpudedup.minhash import minhash_signatures
-    from gpudedup.ragged import offsets_from_counts
+    from gpudedup.core.hashing import draw_permutations
+    from gpudedup.core.minhash import minhash_signatures
+    from gpudedup.core.ragged import offsets_from_counts
 
     permutations = draw_permutations(num_perm, seed)
     batch = ShingleBatch(offsets_from_counts(np.array([len(row) for row in rows], np.int64)),
@@ -257,8 +257,8 @@ def test_signatures_match_numpy_and_the_definition(rows, num_perm, seed):
 def test_signatures_of_real_text_match_numpy():
     """Both shingle kinds of the shipped sample's first 300 chapters, the numpy backend's
     128-permutation family: every signature equal."""
-    from gpudedup.hashing import draw_permutations
-    from gpudedup.minhash import minhash_signatures
+    from gpudedup.core.hashing import draw_permutations
+    from gpudedup.core.minhash import minhash_signatures
 
     with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
         import pyarrow.json as pajson
@@ -291,8 +291,8 @@ def test_the_backend_shingles_with_the_kernels(monkeypatch):
     assert calls == ["shingle_hashes"]
     assert_same_batch(backend.shingle_sets(data, offsets, spec), unique_per_row(reference))
     assert calls[1] == "shingle_sets"
-    from gpudedup.hashing import draw_permutations
-    from gpudedup.minhash import minhash_signatures
+    from gpudedup.core.hashing import draw_permutations
+    from gpudedup.core.minhash import minhash_signatures
 
     permutations = draw_permutations(16, 1)
     np.testing.assert_array_equal(backend.signatures(reference, permutations),
@@ -330,8 +330,8 @@ def test_without_numba_the_backend_runs_the_numpy_reference(monkeypatch):
 
 
 def test_importing_gpudedup_and_its_backends_does_not_import_numba():
-    code = ("import sys, gpudedup, gpudedup.backends, gpudedup.backends.numpy_backend, gpudedup.shingling, "
-            "gpudedup.verify, gpudedup.engine.job\n"
+    code = ("import sys, gpudedup, gpudedup.backends, gpudedup.backends.numpy_backend, gpudedup.core.shingling, "
+            "gpudedup.core.verify, gpudedup.engine.job\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m.endswith('_kernels')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -341,11 +341,11 @@ def test_importing_gpudedup_and_its_backends_does_not_import_numba():
 KERNEL_CACHE_PROBE = (
     "import numba, numpy as np\n"
     "from gpudedup.backends import cpu_kernels\n"
-    "from gpudedup.hashing import draw_permutations\n"
-    "from gpudedup.shingling import ShingleBatch\n"
+    "from gpudedup.core.hashing import draw_permutations\n"
+    "from gpudedup.core.shingling import ShingleBatch\n"
     "batch = ShingleBatch(np.array([0, 2], dtype=np.int64), np.array([1, 2], dtype=np.uint64))\n"
     "cpu_kernels.signatures(batch, draw_permutations(8, 1))\n"
-    "from gpudedup import verify_kernels\n"
+    "from gpudedup.core import verify_kernels\n"
     "pairs = np.zeros(1, dtype=np.int64)\n"
     "verify_kernels.intersections(np.array([0, 2]), np.array([1, 2]), pairs, pairs, np.zeros(1, dtype=np.int64))\n"
     "print(repr(numba.config.CACHE_DIR))")
@@ -390,7 +390,7 @@ def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkey
     rows, every checked pair's Jaccard and the report's counts identical with
     GPUDEDUP_CPU_KERNELS=numpy and with the kernels, and each route (shingling, and the exact
     check's intersections) really taken."""
-    from gpudedup import verify, verify_kernels
+    from gpudedup.core import verify, verify_kernels
 
     options = dict(options)
     staged = options.pop("staged", False)

@@ -36,7 +36,7 @@ from gpudedup.evaluate import (
     write_results,
 )
 from gpudedup.io.read import read_corpus
-from gpudedup.shingling import ShingleSpec
+from gpudedup.core.shingling import ShingleSpec
 from gpudedup.engine.memory import dedup_corpus
 from conservation import read_file_records
 from oracles import is_similar, oracle_banding, s_curve, shingle_set, similar_pairs, similar_pairs_matrix

@@ -14,12 +14,12 @@ import gpudedup
 from gpudedup.api import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.hashing import draw_permutations
-from gpudedup.lsh import Banding, candidate_pairs
-from gpudedup.normalize import text_buffers
+from gpudedup.core.hashing import draw_permutations
+from gpudedup.core.lsh import Banding, candidate_pairs
+from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
-from gpudedup.shingling import ShingleSpec
+from gpudedup.core.shingling import ShingleSpec
 
 from test_kernel_backend import (BYTES_PER_DOCUMENT, BYTES_PER_TEXT_BYTE, EDGE_TEXTS, random_texts,
                                  sample_texts)

@@ -8,8 +8,8 @@ functions are checked against them too.
 import numpy as np
 import pytest
 
-from gpudedup import hashing
-from gpudedup.hashing import (
+from gpudedup.core import hashing
+from gpudedup.core.hashing import (
     MASK32,
     MASK64,
     POLY_BASE,

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpudedup.shingling import ShingleSpec
+from gpudedup.core.shingling import ShingleSpec
 
 import gpudedup
-from gpudedup.lsh import steepest_similarity
+from gpudedup.core.lsh import steepest_similarity
 from gpudedup import html_report, plots
 
 SAMPLE = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
@@ -238,7 +238,7 @@ def test_report_renders_in_headless_chromium(sample_run, tmp_path):
 
 
 def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
-    from gpudedup.cluster import pairs_inside
+    from gpudedup.core.cluster import pairs_inside
 
     """cluster.pairs_inside, which the report's cluster blocks are made of (over
     every pair in one process, over each part of them on a cluster, then combined): per shown

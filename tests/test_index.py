@@ -515,8 +515,8 @@ def test_a_reader_keeps_its_state_while_a_writer_replaces_the_files(tmp_path):
 def index_keys_of(texts: list[str], index: Index) -> np.ndarray:
     """uint64 (n, bands): the band keys of texts under the index's parameters (numpy backend)."""
     from gpudedup.backends import get_backend
-    from gpudedup.hashing import draw_permutations
-    from gpudedup.normalize import text_buffers
+    from gpudedup.core.hashing import draw_permutations
+    from gpudedup.core.normalize import text_buffers
 
     params = index.params()
     banding = params.banding()

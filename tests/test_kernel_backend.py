@@ -26,14 +26,14 @@ from gpudedup.backends.cuda_kernels import (KERNEL_DEFAULTS, KERNEL_FILES, compi
 from gpudedup.backends.kernel_backend import KernelBackend, sorted_unique_rows
 from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES, MINHASH_LAUNCH_CHOICES
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.hashing import EMPTY_SIGNATURE_VALUE, draw_permutations
+from gpudedup.core.hashing import EMPTY_SIGNATURE_VALUE, draw_permutations
 from gpudedup.api import strings_corpus
-from gpudedup.lsh import Banding, candidate_pairs
-from gpudedup.normalize import text_buffers
+from gpudedup.core.lsh import Banding, candidate_pairs
+from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
-from gpudedup.shingling import ShingleBatch, ShingleSpec, hashes_to_columns, unique_per_row
-from gpudedup.verify import document_sets, pair_jaccard, rows_are_sets, set_columns
+from gpudedup.core.shingling import ShingleBatch, ShingleSpec, hashes_to_columns, unique_per_row
+from gpudedup.core.verify import document_sets, pair_jaccard, rows_are_sets, set_columns
 
 from cupy_like import cupy_like
 from kernel_host.host_kernels import REVERSE, SHUFFLED, HostKernels

@@ -30,9 +30,9 @@ from gpudedup.backends import get_backend
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.engine.memory import dedup_corpus
 from gpudedup.evaluate import Setting, evaluate
-from gpudedup.normalize import text_buffers
+from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
-from gpudedup.shingling import ShingleSpec
+from gpudedup.core.shingling import ShingleSpec
 
 from cupy_like import cupy_like
 from kernel_host import host_backend
@@ -202,8 +202,8 @@ def test_batch_scopes_hand_off_before_their_arrays_are_used_elsewhere(records):
 
     from gpudedup.engine.signatures import text_batches
     from gpudedup.threads import map_parallel
-    from gpudedup.hashing import draw_permutations
-    from gpudedup.lsh import Banding
+    from gpudedup.core.hashing import draw_permutations
+    from gpudedup.core.lsh import Banding
 
     backend = host_gpu_backend()
     data, offsets = text_buffers([r["text"] for r in records])
@@ -324,7 +324,7 @@ def test_the_permutation_cache_frees_nothing_a_scope_still_reads():
     from cupy_like import device_buffer
 
     from gpudedup.backends.kernel_backend import PERMUTATION_CACHE_SIZE
-    from gpudedup.hashing import draw_permutations
+    from gpudedup.core.hashing import draw_permutations
 
     backend = host_gpu_backend()
     families = [draw_permutations(16, seed=seed) for seed in range(PERMUTATION_CACHE_SIZE + 3)]

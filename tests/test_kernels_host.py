@@ -23,12 +23,12 @@ from gpudedup.backends.cuda_kernels import minhash_tunables, minhash_wasted_slot
 from gpudedup.backends.kernel_backend import KernelBackend
 from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES, MINHASH_ITEM_SHINGLES, MINHASH_LAUNCH_CHOICES
 
-from gpudedup import hashing
-from gpudedup.hashing import EMPTY_SIGNATURE_VALUE, Permutations, draw_permutations, poly_hash64_scalar
-from gpudedup.lsh import Banding, band_keys, choose_bands
-from gpudedup.minhash import minhash_signatures
-from gpudedup.normalize import encode_codepoints, normalize_codepoints
-from gpudedup.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
+from gpudedup.core import hashing
+from gpudedup.core.hashing import EMPTY_SIGNATURE_VALUE, Permutations, draw_permutations, poly_hash64_scalar
+from gpudedup.core.lsh import Banding, band_keys, choose_bands
+from gpudedup.core.minhash import minhash_signatures
+from gpudedup.core.normalize import encode_codepoints, normalize_codepoints
+from gpudedup.core.shingling import ShingleBatch, ShingleSpec, shingle_hashes, shingle_spans, span_hashes
 from kernel_host.host_kernels import (BAD_LAUNCH, CXXFLAGS, DEFAULTS, DIVERGENT_BARRIER, FORWARD, OK, REVERSE,
                                       SCHEDULES, SHUFFLED, HostKernels, build_library, ceil_div, host_library,
                                       load_library)

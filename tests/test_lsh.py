@@ -11,11 +11,11 @@ import re
 import numpy as np
 import pytest
 
-from gpudedup.cluster import find_clusters
+from gpudedup.core.cluster import find_clusters
 from gpudedup.errors import ParameterError
-from gpudedup.hashing import draw_permutations
+from gpudedup.core.hashing import draw_permutations
 from gpudedup.threads import map_parallel
-from gpudedup.lsh import (
+from gpudedup.core.lsh import (
     Banding,
     band_keys,
     bucket_pairs,
@@ -24,9 +24,9 @@ from gpudedup.lsh import (
     collision_probability,
     steepest_similarity,
 )
-from gpudedup.minhash import minhash_signatures
-from gpudedup.shingling import ShingleSpec, shingle_hashes
-from gpudedup.verify import document_sets, pair_jaccard
+from gpudedup.core.minhash import minhash_signatures
+from gpudedup.core.shingling import ShingleSpec, shingle_hashes
+from gpudedup.core.verify import document_sets, pair_jaccard
 from oracles import (min_bands, oracle_banding, oracle_bucket_pairs, oracle_candidate_pairs, oracle_poly_hash64,
                      s_curve)
 
@@ -326,7 +326,7 @@ def test_pair_codes_hold_every_pair_up_to_their_limit_and_refuse_more():
     """Pairs travel as codes a * span + b in 64 bits: the largest pair at the limit of
     documents decodes to itself; one document more is refused with a message, not wrapped."""
     from gpudedup.errors import ParameterError
-    from gpudedup.lsh import MOST_CODED_DOCUMENTS, pair_code_span
+    from gpudedup.core.lsh import MOST_CODED_DOCUMENTS, pair_code_span
 
     span = pair_code_span(MOST_CODED_DOCUMENTS)
     a, b = np.uint64(MOST_CODED_DOCUMENTS - 2), np.uint64(MOST_CODED_DOCUMENTS - 1)

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from gpudedup import minhash
-from gpudedup.hashing import Permutations, draw_permutations
-from gpudedup.minhash import minhash_signatures
-from gpudedup.shingling import ShingleSpec, shingle_hashes
+from gpudedup.core import minhash
+from gpudedup.core.hashing import Permutations, draw_permutations
+from gpudedup.core.minhash import minhash_signatures
+from gpudedup.core.shingling import ShingleSpec, shingle_hashes
 from oracles import EMPTY_SIGNATURE_VALUE, oracle_hashes, oracle_permutations, oracle_signatures
 
 def random_rows(rng, n_docs, max_len, empty_every=0):

@@ -29,12 +29,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudedup import normalize
+from gpudedup.core import normalize
 from gpudedup.backends.kernel_backend import KernelBackend
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.normalize import (PUNCTUATION, SYMBOL, NormalizationTables, normalize_text, normalize_utf8,
+from gpudedup.core.normalize import (PUNCTUATION, SYMBOL, NormalizationTables, normalize_text, normalize_utf8,
                                 text_buffers, unicode_form_utf8)
-from gpudedup.shingling import ShingleSpec, shingle_hashes, shingle_sets
+from gpudedup.core.shingling import ShingleSpec, shingle_hashes, shingle_sets
 
 from cupy_like import DeviceArray, cupy_like
 from kernel_host.host_kernels import HostKernels

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpudedup.cluster import find_clusters
+from gpudedup.core.cluster import find_clusters
 from gpudedup.ids import id_source
 from gpudedup.io import layout
 from gpudedup.result import NamedRows, clusters_parts, pairs_parts, whole_table

@@ -21,9 +21,9 @@ from gpudedup.errors import InputError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudedup import normalize, shingling
-from gpudedup.normalize import encode_codepoints, normalize_codepoints, normalize_text
-from gpudedup.shingling import ShingleSpec, shingle_hashes, shingle_sets
+from gpudedup.core import normalize, shingling
+from gpudedup.core.normalize import encode_codepoints, normalize_codepoints, normalize_text
+from gpudedup.core.shingling import ShingleSpec, shingle_hashes, shingle_sets
 from oracles import WHITE_SPACE, oracle_hashes, oracle_normalize, oracle_poly_hash64, oracle_shingles
 
 # --- comparing with the oracle --------------------------------------------------------------

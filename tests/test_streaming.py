@@ -223,14 +223,14 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     import gpudedup.engine.disk as disk
     import gpudedup.engine.memory
     import gpudedup.io.read
-    import gpudedup.verify
+    import gpudedup.core.verify
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a whole-corpus step ran in the staged run")
 
     monkeypatch.setattr(gpudedup.api, "read_corpus", forbidden)
     monkeypatch.setattr(gpudedup.io.read, "read_corpus", forbidden)
-    monkeypatch.setattr(gpudedup.verify, "document_sets", forbidden)
+    monkeypatch.setattr(gpudedup.core.verify, "document_sets", forbidden)
     monkeypatch.setattr(gpudedup.engine.memory, "document_sets", forbidden)
     built, chunks = [], []
     original_build, original_sets = disk.build_corpus, disk.spilled_sets
@@ -700,7 +700,7 @@ def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_pa
     from gpudedup.engine.job import LocalExecutor
     from gpudedup.engine.workdir import WorkDir
     from gpudedup.params import DedupParams
-    from gpudedup.verify import BELOW_THRESHOLD
+    from gpudedup.core.verify import BELOW_THRESHOLD
     from index_support import bible_records
     from oracles import jaccard, shingle_set
 

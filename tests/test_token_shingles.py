@@ -33,12 +33,12 @@ from gpudedup.backends.kernel_backend import KernelBackend
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.engine.memory import dedup_corpus
 from gpudedup.evaluate import Setting, TruthCache, evaluate
-from gpudedup.hashing import draw_permutations
-from gpudedup.io.content import unit_buffers
+from gpudedup.core.hashing import draw_permutations
+from gpudedup.core.content import unit_buffers
 from gpudedup.io.read import read_corpus
-from gpudedup.lsh import Banding
+from gpudedup.core.lsh import Banding
 from gpudedup.params import DedupParams
-from gpudedup.shingling import ShingleSpec, shingle_hashes
+from gpudedup.core.shingling import ShingleSpec, shingle_hashes
 
 from cli_support import assert_user_error, invoke
 from oracles import oracle_clusters, oracle_poly_hash64, shingle_set, similar_pairs

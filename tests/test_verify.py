@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from gpudedup.hashing import draw_permutations
-from gpudedup.minhash import minhash_signatures
-from gpudedup.shingling import ShingleSpec, shingle_hashes
-from gpudedup.ragged import weighted_ranges
-from gpudedup.verify import SIGNATURE_TAIL, agreement_cutoff, document_sets, pair_jaccard, plausible
+from gpudedup.core.hashing import draw_permutations
+from gpudedup.core.minhash import minhash_signatures
+from gpudedup.core.shingling import ShingleSpec, shingle_hashes
+from gpudedup.core.ragged import weighted_ranges
+from gpudedup.core.verify import SIGNATURE_TAIL, agreement_cutoff, document_sets, pair_jaccard, plausible
 from oracles import exact_cutoff, jaccard, shingle_set
 
 TOP = 1 << 63

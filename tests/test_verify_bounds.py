@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import gpudedup
-from gpudedup import verify
+from gpudedup.core import verify
 from gpudedup.compiled import KERNEL_SWITCH
-from gpudedup.verify import (BELOW_THRESHOLD, merge_kernels, needed_intersections, pair_jaccard,
+from gpudedup.core.verify import (BELOW_THRESHOLD, merge_kernels, needed_intersections, pair_jaccard,
                              pair_jaccard_at_least, sets_matrix)
 
 THRESHOLDS = [0.8, 0.5, 0.7, 0.75, 0.85, 0.9, 0.95, 0.99, 1.0, 1 / 3, 2 / 3, 0.1, 0.01]
@@ -200,7 +200,7 @@ def test_kernel_counts_with_any_needed_count():
     """The numba kernels called directly, intersections_at_least with arbitrary counts asked
     for (not only a threshold's): the exact count where it reaches the one asked, RULED_OUT
     where not (the merge stopped early, or never started: a count above the smaller size)."""
-    from gpudedup.verify_kernels import RULED_OUT, intersections, intersections_at_least
+    from gpudedup.core.verify_kernels import RULED_OUT, intersections, intersections_at_least
 
     rng = np.random.default_rng(5)
     rows = [set(rng.integers(-30, 30, size=int(rng.integers(0, 40))).tolist()) for _ in range(60)]
@@ -284,7 +284,7 @@ def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
 def test_routes_agree_bit_for_bit_on_shingle_sets(jaccard_pairs, batch_from_rows, monkeypatch):
     """Both routes on sets of 64-bit hashes (both column signs, intersections in the hundreds):
     the same float64 values, equal to the construction's exact Jaccard."""
-    from gpudedup.verify import document_sets
+    from gpudedup.core.verify import document_sets
 
     batches = [jaccard_pairs(30, target, union=500, seed=int(target * 100)) for target in (0.3, 0.79, 0.8, 1.0)]
     rows = [batch.hashes[batch.offsets[d]:batch.offsets[d + 1]] for batch, _ in batches for d in range(batch.n_docs)]
@@ -325,7 +325,7 @@ def test_no_numba_falls_back_to_scipy(monkeypatch):
     """Where numba cannot be imported (the GPU image has none), the scipy route counts."""
     monkeypatch.delenv(KERNEL_SWITCH, raising=False)
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
-    monkeypatch.delitem(sys.modules, "gpudedup.verify_kernels", raising=False)
+    monkeypatch.delitem(sys.modules, "gpudedup.core.verify_kernels", raising=False)
     monkeypatch.delattr(gpudedup, "verify_kernels", raising=False)
     assert merge_kernels() is None
     calls = []

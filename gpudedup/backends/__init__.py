@@ -28,8 +28,8 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from ..errors import BackendUnavailableError, ParameterError
-from ..hashing import Permutations
-from ..shingling import ShingleBatch, ShingleSpec
+from ..core.hashing import Permutations
+from ..core.shingling import ShingleBatch, ShingleSpec
 
 BACKEND_NAMES = ("auto", "cpu", "gpu")
 

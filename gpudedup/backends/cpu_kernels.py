@@ -30,10 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiled import kernel
-from ..hashing import EMPTY_SIGNATURE_VALUE, FMIX_C1, FMIX_C2, MASK64, POLY_BASE, POLY_OFFSET, Permutations
-from ..normalize import SPACE, host_tables, strip_flags, unicode_form_utf8
-from ..ragged import offsets_from_counts
-from ..shingling import ShingleBatch, ShingleSpec, ngram_counts, shingle_units
+from ..core.hashing import EMPTY_SIGNATURE_VALUE, FMIX_C1, FMIX_C2, MASK64, POLY_BASE, POLY_OFFSET, Permutations
+from ..core.normalize import SPACE, host_tables, strip_flags, unicode_form_utf8
+from ..core.ragged import offsets_from_counts
+from ..core.shingling import ShingleBatch, ShingleSpec, ngram_counts, shingle_units
 
 # Every integer in the hash arithmetic, and every array index, is a np.uint64. Numba types a
 # plain Python int as int64, and int64 mixed with uint64 gives float64 (numpy's rule), hence the

@@ -9,7 +9,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from ..normalize import NormalizationTables, tables_on
+from ..core.normalize import NormalizationTables, tables_on
 from .cuda_kernels import CupyKernels
 from .kernel_backend import KernelBackend
 

@@ -42,11 +42,11 @@ from typing import Any, Optional, Protocol
 
 import numpy as np
 
-from ..hashing import EMPTY_SIGNATURE_VALUE, Permutations
-from ..lsh import Banding
-from ..normalize import NormalizationTables, tables_on
-from ..ragged import offsets_from_counts, ragged_arange
-from ..shingling import ShingleBatch, ShingleSpec, shingle_spans, shingle_units
+from ..core.hashing import EMPTY_SIGNATURE_VALUE, Permutations
+from ..core.lsh import Banding
+from ..core.normalize import NormalizationTables, tables_on
+from ..core.ragged import offsets_from_counts, ragged_arange
+from ..core.shingling import ShingleBatch, ShingleSpec, shingle_spans, shingle_units
 from .cuda_kernels import grid_stride_blocks, minhash_chunk, minhash_tunables, minhash_work_items, tunable
 from .kernel_tunables import MINHASH_ITEM_SHINGLES
 

@@ -16,11 +16,11 @@ from typing import Optional
 import numpy as np
 
 from ..compiled import kernels_on
-from ..hashing import Permutations
-from ..lsh import Banding, band_keys
-from ..minhash import minhash_signatures
+from ..core.hashing import Permutations
+from ..core.lsh import Banding, band_keys
+from ..core.minhash import minhash_signatures
 from ..params import DEFAULT_BATCH_BYTES
-from ..shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
+from ..core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
 from . import HOST_THREADS
 
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..cluster import (Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first, listed_members,
+from ..core.cluster import (Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first, listed_members,
                        pairs_inside)
 from ..errors import OutputError
 from ..ids import order_ranks

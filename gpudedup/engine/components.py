@@ -144,7 +144,7 @@ def source_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairPa
                   n_docs: Optional[int]):
     """cluster.component_roots of one part's pairs (source_edges), as an edge_frame (a:
     document, b: its root): when there is one part."""
-    from ..cluster import component_roots
+    from ..core.cluster import component_roots
 
     return edge_frame(*component_roots(*source_edges(first, second, stored, numbers), n_docs))
 
@@ -152,7 +152,7 @@ def source_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairPa
 def part_stars(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int]):
     """One part's components as stars: an edge (document, root) for each document of a pair
     that is not its component's root (cluster.component_roots)."""
-    from ..cluster import component_roots
+    from ..core.cluster import component_roots
 
     docs, root = component_roots(*source_edges(first, second, stored, numbers))
     leaves = docs != root

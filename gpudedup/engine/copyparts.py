@@ -47,7 +47,7 @@ def group_part(rows, number: int, work_at: WorkAt, active_starts: np.ndarray, sh
     read from the shards' signatures.npy); shard_rows, active_starts: disk.Shards'; documents:
     disk.ShardDocuments.rows. A partition without groups stores nothing (its count, 0, says
     so to every reader). Returns the pairs stored."""
-    from ..copies import same_signature_rows
+    from ..core.copies import same_signature_rows
     from .disk import Shards, SpilledSignatures, rows_at_places
 
     rows = rows.sort_values("spilled", kind="stable")  # places ascend with the documents' rows
@@ -69,7 +69,7 @@ def check_groups(work_at: WorkAt, number: int, shard_rows: np.ndarray, documents
     to ``batch_cost`` code points of documents at a time; lengths: the documents' lengths),
     their sets read from the spill of the groups' documents, stored as copies part ``number``.
     Returns how many."""
-    from ..copies import confirmed_copies
+    from ..core.copies import confirmed_copies
     from .disk import spilled_sets
 
     groups = read_part(work_at, GROUPS, number)

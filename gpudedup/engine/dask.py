@@ -210,7 +210,7 @@ class DaskExecutor:
         here: Store.array_executor)."""
         import dask
 
-        from ..lsh import pair_code_span
+        from ..core.lsh import pair_code_span
         from . import components, copyparts
         from .job import LikelyPairs, held_out_of_lsh
 
@@ -250,7 +250,7 @@ class DaskExecutor:
         sets, then a task per part checking its pairs into a verified part; the client gets
         counts. Pairs in memory (a stage a run in one process kept) are checked as there, by
         tasks (Store.exact_jaccard). store: a disk.WorkDirStore."""
-        from ..copies import Copies
+        from ..core.copies import Copies
         from . import pairparts
         from .job import CheckedPairs, checked_in_memory
         from .signatures import batch_bytes
@@ -412,7 +412,7 @@ class DaskExecutor:
         per document, nor a pair per group or copy). store: a disk.WorkDirStore; executor: this."""
         import dask
 
-        from ..copies import Copies
+        from ..core.copies import Copies
         from . import copyparts
         from .pairparts import COPIES, GROUPS
 
@@ -655,7 +655,7 @@ def bucket_pair_codes(rows, window: int, span: np.uint64):
     A pair found in several bands is here as often."""
     import pandas as pd
 
-    from ..lsh import bucket_pairs, pair_codes
+    from ..core.lsh import bucket_pairs, pair_codes
 
     rows = rows.sort_values(["band", "place"], kind="stable")
     band = rows["band"].to_numpy()
@@ -678,7 +678,7 @@ def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, acti
     rows that are documents, disk.ShardDocuments.rows). Returns how many distinct pairs the
     partition holds (its candidate pairs: the shuffle put every copy of a pair in one
     partition)."""
-    from ..lsh import decoded_pairs, sorted_unique
+    from ..core.lsh import decoded_pairs, sorted_unique
     from .disk import Shards, rows_at_places, spilled_plausible
     from .pairparts import LIKELY, write_part
 

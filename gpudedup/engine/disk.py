@@ -40,11 +40,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..backends import HOST_THREADS, Backend, get_backend
-from ..copies import band_key_row_hash
+from ..core.copies import band_key_row_hash
 from ..errors import InputError
 from ..io.rules import PartSummary, id_groups, plan_combination
 from ..ids import wide
-from ..io.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
+from ..core.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.inputs import InputFiles, display_path, format_of
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
@@ -56,15 +56,15 @@ from ..io.source import SourceFile, file_record
 from ..io.stamps import FileStamp, check_unchanged, read_stamp, unchanged_while
 from ..io.sizes import file_read_bytes, shard_read_estimate
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches, write_to
-from ..hashing import Permutations
-from ..lsh import Banding
+from ..core.hashing import Permutations
+from ..core.lsh import Banding
 from ..memory import MemoryBudget, release_unused_memory
 from ..params import DedupParams
-from ..ragged import offsets_from_counts, weighted_ranges
+from ..core.ragged import offsets_from_counts, weighted_ranges
 from ..report import InputFile, InputSummary
-from ..shingling import ShingleSpec
+from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import plausible, rows_jaccard_at_least, sets_matrix
+from ..core.verify import plausible, rows_jaccard_at_least, sets_matrix
 from ..version import __version__
 from .job import Executor, LocalExecutor
 from .kept import Kept
@@ -564,7 +564,7 @@ def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
     verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
     batch at a time; only the hashes stay, on disk."""
-    from ..verify import set_columns
+    from ..core.verify import set_columns
 
     backend = get_backend(backend)
     spec = params.shingle_spec()
@@ -666,7 +666,7 @@ def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupPa
                log: Optional[StageLog] = None, progress: Optional[Progress] = None) -> None:
     """Task: read shard ``index``, sign it in batches and store what the later stages need;
     log and progress: this process's, or None on a worker."""
-    from ..hashing import draw_permutations
+    from ..core.hashing import draw_permutations
 
     backend, log, progress = get_backend(backend), log or StageLog(), progress or Progress()
     spec, banding = params.shingle_spec(), params.banding()

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, U
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots, largest_first, listed_members
-from ..copies import Copies, identical_copies, same_signature_rows
-from ..hashing import Permutations, draw_permutations
-from ..lsh import Banding, candidate_pairs
+from ..core.cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots, largest_first, listed_members
+from ..core.copies import Copies, identical_copies, same_signature_rows
+from ..core.hashing import Permutations, draw_permutations
+from ..core.lsh import Banding, candidate_pairs
 from ..params import DedupParams
 from ..report import Balance, InputSummary, Report, Results
-from ..shingling import ShingleSpec
+from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import BELOW_THRESHOLD, plausible
+from ..core.verify import BELOW_THRESHOLD, plausible
 from ..version import __version__
 from ..threads import map_parallel
 from .kept import Kept

@@ -12,17 +12,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..backends import HOST_THREADS, Backend
-from ..copies import band_key_row_hash
+from ..core.copies import band_key_row_hash
 from ..io.corpus import Corpus
-from ..hashing import Permutations
-from ..lsh import Banding, to_side
+from ..core.hashing import Permutations
+from ..core.lsh import Banding, to_side
 from ..memory import MemoryBudget, release_unused_memory
-from ..io.content import check_content, content_bytes, unit_buffers, unit_lengths
+from ..core.content import check_content, content_bytes, unit_buffers, unit_lengths
 from ..params import DedupParams
 from ..report import InputFile, InputSummary
-from ..shingling import ShingleBatch, ShingleSpec
+from ..core.shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_jaccard_at_least, rows_of
+from ..core.verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_jaccard_at_least, rows_of
 from .job import Executor, Outcome, run_job
 from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need

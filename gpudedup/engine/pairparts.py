@@ -168,8 +168,8 @@ def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept,
     spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text, as
     disk.exact_by_spill cuts them); the pairs that reach ``threshold`` stored as verified part
     ``number``. Returns (pairs checked, pairs below the threshold)."""
-    from ..ragged import weighted_ranges
-    from ..verify import BELOW_THRESHOLD
+    from ..core.ragged import weighted_ranges
+    from ..core.verify import BELOW_THRESHOLD
     from .disk import gathered_per_shard, spilled_jaccard
 
     work = WorkDir.attach(work_at)

@@ -9,14 +9,14 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..backends import Backend
-from ..hashing import Permutations
-from ..lsh import Banding
+from ..core.hashing import Permutations
+from ..core.lsh import Banding
 from ..params import DedupParams
-from ..ragged import weighted_ranges
-from ..shingling import ShingleSpec
+from ..core.ragged import weighted_ranges
+from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..threads import map_parallel
-from ..verify import SetsBuilder, set_columns
+from ..core.verify import SetsBuilder, set_columns
 
 def text_batches(offsets: np.ndarray, max_bytes: int, max_rows: int, unit_bytes: int = 1) -> Iterator[tuple[int, int]]:
     """(start, stop) row ranges of consecutive batches holding at most max_rows rows and, unless

@@ -28,21 +28,21 @@ from ..backends import HOST_THREADS, Backend, get_backend
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..errors import GpudedupError, InputError, ParameterError
-from ..hashing import Permutations, draw_permutations
-from ..io.content import check_content
+from ..core.hashing import Permutations, draw_permutations
+from ..core.content import check_content
 from ..engine.workdir import clear_cache, work_dir_lock
 from ..io import storage
 from ..io.storage import Given, local_folder, location_of
 from ..io.writer import check_run_places
-from ..normalize import unicode_form_version
+from ..core.normalize import unicode_form_version
 from ..params import RESULT_PARAMETERS, DedupParams
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
 from ..threads import map_parallel
-from ..verify import csr_parts, pair_jaccard_at_least, stacked_sets
+from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
                     write_manifest, write_segment, write_tombstones, writer_lock)
-from ..ragged import offsets_from_counts
+from ..core.ragged import offsets_from_counts
 from .reader import IndexReader, id_keys
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
@@ -304,7 +304,7 @@ class Index:
         the probe, and the exact Jaccard against the stored sets; nothing is written. The
         numpy backend by default: a handful of documents is not worth a device round trip."""
         from ..api import list_corpus
-        from ..shingling import ShingleBatch, set_rows
+        from ..core.shingling import ShingleBatch, set_rows
 
         queries = list(documents)
         if not queries:
@@ -472,7 +472,7 @@ def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, m
     sources.VERIFICATION_ARRAYS) from its documents' ids, signatures uint32 (n, K) and lengths
     int64 (n,): the band keys of the signatures (lsh.band_keys, on the host) and the id keys
     (reader.id_keys), each sorted with their rows."""
-    from ..lsh import band_keys
+    from ..core.lsh import band_keys
 
     keys = band_keys(signatures, params.banding()).T  # (bands, n)
     # Stable: a key's rows ascend (the probe takes each key's last rows). Bands on threads.

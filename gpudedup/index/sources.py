@@ -29,8 +29,8 @@ from pyarrow.fs import FileType
 
 from ..errors import InputError, ParameterError
 from ..io import storage
-from ..ragged import offsets_from_counts, ragged_arange
-from ..shingling import ShingleSpec
+from ..core.ragged import offsets_from_counts, ragged_arange
+from ..core.shingling import ShingleSpec
 from .files import DamagedIndexError, file_digest
 
 VERIFICATIONS = ("sets", "source")
@@ -144,10 +144,10 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
     each row sorted and distinct (verify.set_columns), in the order given. Each file is checked
     (size, SHA-256) and read once per call: a file changed since an earlier call is caught."""
     from ..backends import get_backend
-    from ..io.content import unit_buffers
+    from ..core.content import unit_buffers
     from ..io.read import read_one_file
     from ..io.source import SourceFile
-    from ..verify import set_columns
+    from ..core.verify import set_columns
 
     backend = get_backend("cpu")
     counts = np.zeros(file.shape[0], dtype=np.int64)

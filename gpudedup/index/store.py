@@ -19,14 +19,14 @@ import pyarrow as pa
 import scipy.sparse
 
 from ..backends import HOST_THREADS, Backend, host_threads
-from ..copies import band_key_row_hash
+from ..core.copies import band_key_row_hash
 from ..engine.job import Executor, LocalExecutor
-from ..hashing import Permutations
-from ..lsh import Banding, band_keys, to_side
+from ..core.hashing import Permutations
+from ..core.lsh import Banding, band_keys, to_side
 from ..report import InputSummary
-from ..shingling import ShingleSpec
+from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..verify import csr_parts, stacked_sets
+from ..core.verify import csr_parts, stacked_sets
 from .reader import IndexReader, Matched
 
 

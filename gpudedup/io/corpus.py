@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from .content import is_token_type, unit_buffers
+from ..core.content import is_token_type, unit_buffers
 from .source import SourceFile
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..normalize import text_buffers
+from ..core.normalize import text_buffers
 from .jsonl import text_missing
 from .jsonl_lines import object_line_numbers, open_binary
 from .source import SourceFile, check_columns
@@ -98,7 +98,7 @@ def concat_device_utf8(parts) -> tuple:
 
 def arrow_text_matches(table: pa.Table, text_field: str, data, offsets) -> bool:
     """Whether the device text equals the host table's text column (tests and debugging)."""
-    from ..normalize import text_buffers
+    from ..core.normalize import text_buffers
 
     host_data, host_offsets = text_buffers(table[text_field])
     return bool(np.array_equal(host_offsets, offsets) and np.array_equal(host_data, data.get()))

@@ -15,7 +15,7 @@ import pyarrow.json as pajson
 
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
-from .content import bad_token_rows, is_token_type
+from ..core.content import bad_token_rows, is_token_type
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
 from .storage import Location
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
-from .content import token_list_problem
+from ..core.content import token_list_problem
 from .pieces import Piece
 from . import storage
 from .source import INT64_MAX, SourceFile, file_error, listed

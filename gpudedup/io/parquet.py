@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .content import bad_token_rows, is_token_type
+from ..core.content import bad_token_rows, is_token_type
 from . import storage
 from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
 from .storage import Location

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, ParameterError
-from .content import is_text_type, is_token_type
+from ..core.content import is_text_type, is_token_type
 
 if TYPE_CHECKING:
     from .pieces import Piece

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from .errors import ParameterError
+from ..errors import ParameterError
 from .hashing import poly_hash64_rows
 from .ragged import ragged_arange
 

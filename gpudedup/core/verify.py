@@ -48,10 +48,10 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import numpy as np
 import scipy.sparse
 
-from .compiled import kernels_on
+from ..compiled import kernels_on
 from .ragged import offsets_from_counts, ragged_take, weighted_ranges
 from .shingling import ShingleBatch, hashes_to_columns, set_rows
-from .threads import map_parallel
+from ..threads import map_parallel
 
 SIGNATURE_TAIL = 1e-9
 

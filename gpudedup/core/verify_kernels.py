@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiled import kernel
+from ..compiled import kernel
 
 # intersections_at_least's count for a pair whose intersection cannot reach the count needed.
 RULED_OUT = -1

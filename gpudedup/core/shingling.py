@@ -194,7 +194,7 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
     need sets; exact verification builds them).
     """
     if spec.kind == "token":
-        from .io.content import token_lists_to_arrow, unit_buffers
+        from .content import token_lists_to_arrow, unit_buffers
 
         ids = texts if isinstance(texts, pa.Array) else token_lists_to_arrow(list(texts))
         return utf8_shingle_hashes(*unit_buffers(ids), spec)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from ..normalize import utf8_buffers
+from .normalize import utf8_buffers
 
 # Token ids are hashed as 32-bit units (docs/hash-spec.md), so every id must fit one.
 TOKEN_ID_MAX = 2**32 - 1

@@ -70,7 +70,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse
 
-from gpudedup.ragged import offsets_from_counts, ragged_arange, weighted_ranges
+from gpudedup.core.ragged import offsets_from_counts, ragged_arange, weighted_ranges
 
 MAX_THRESHOLD_DENOMINATOR = 1_000_000
 # Tokens added to both prefixes to make the heads (module docstring, steps 4-5). A dissimilar

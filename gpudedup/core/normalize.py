@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InputError
+from ..errors import InputError
 
 SPACE = 0x20
 WHITE_SPACE = (

@@ -36,7 +36,7 @@ import scipy.sparse
 from .hashing import poly_hash64_rows
 from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
-from .stages import Progress
+from ..stages import Progress
 from .verify import pair_jaccard_at_least, signature_agreements
 
 
