@@ -1,6 +1,6 @@
 """The `gpudedup` command's entry point: the signal handlers first, then everything else, so
 that a Ctrl-C or SIGTERM at any moment after start-up ends the command with one line and no
-traceback (interrupts.py). cli.py itself loads only typer and rich; a command that runs imports
+traceback (interrupts.py). The cli package itself loads only typer and rich; a command that runs imports
 numpy, pyarrow, scipy and the api when it starts (a few tenths of a second), still covered."""
 
 from __future__ import annotations

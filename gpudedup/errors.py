@@ -18,6 +18,10 @@ class InputError(GpudedupError):
     """An input file or record cannot be used: the message names the file, line or field."""
 
 
+class DamagedIndexError(InputError):
+    """A corrupt, truncated or foreign persistent index (exit code 2, one line naming the file)."""
+
+
 class OutputError(GpudedupError):
     """The output location cannot be written as asked (exists, not a directory, ...)."""
 

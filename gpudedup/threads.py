@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, TypeVar
+
+# Threads for work on the host whatever the backend (the numpy backend's batches, exact
+# verification's merges): numpy and the numba kernels release the GIL, so threads use every core.
+HOST_THREADS = os.cpu_count() or 1
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

@@ -3,7 +3,7 @@ was odd) or stops with exit code 2, one 'error:' line naming the file (and line)
 expected, no traceback, and no output directory.
 
 The reader's on_error="skip" mode is tested in tests/test_reader.py (the CLI option is wired
-in cli.py).
+in cli/__init__.py).
 """
 
 from __future__ import annotations

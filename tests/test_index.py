@@ -22,7 +22,7 @@ import pytest
 
 import gpudedup
 from gpudedup.index import Index
-from gpudedup.index.files import DamagedIndexError
+from gpudedup.errors import DamagedIndexError
 
 from cli_support import assert_user_error, invoke, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state

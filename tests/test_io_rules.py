@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from gpudedup.errors import InputError
-from gpudedup.io.inputs import display_path, file_format, scan_inputs
+from gpudedup.io.formats import file_format
+from gpudedup.io.inputs import display_path, scan_inputs
 from gpudedup.io.read import read_corpus, read_one_file
 from gpudedup.io.rules import PartSummary, plan_combination, sorted_records
 from gpudedup.io.source import SourceFile, file_record

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpudedup.io.inputs import file_format
+from gpudedup.io.formats import file_format
 from gpudedup.io.sizes import READER_BYTES, gzip_uncompressed_size, read_bytes_estimate
 
 MEASURE = r"""

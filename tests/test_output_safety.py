@@ -37,7 +37,7 @@ from gpudedup.errors import GpudedupError, InputError, OutputError
 from gpudedup.index import Index
 from gpudedup.io import writer
 from gpudedup.io.inputs import scan_inputs
-from gpudedup.io.writer import OUTPUT_MARKER
+from gpudedup.io.ours import OUTPUT_MARKER
 from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
 
 CPU = ("--backend", "cpu", "-q")

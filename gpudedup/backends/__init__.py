@@ -22,7 +22,6 @@ Nothing here imports cupy until a GPU backend is asked for.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
@@ -33,9 +32,6 @@ from ..core.shingling import ShingleBatch, ShingleSpec
 
 BACKEND_NAMES = ("auto", "cpu", "gpu")
 
-# Threads for work on the host whatever the backend (the numpy backend's batches, exact
-# verification's merges): numpy and the numba kernels release the GIL, so threads use every core.
-HOST_THREADS = os.cpu_count() or 1
 
 
 class Backend(Protocol):

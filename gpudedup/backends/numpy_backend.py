@@ -21,7 +21,7 @@ from ..core.lsh import Banding, band_keys
 from ..core.minhash import minhash_signatures
 from ..params import DEFAULT_BATCH_BYTES
 from ..core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
-from . import HOST_THREADS
+from ..threads import HOST_THREADS
 
 
 def shingling_kernels() -> Optional[ModuleType]:

@@ -39,14 +39,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..backends import HOST_THREADS, Backend, get_backend
+from ..backends import Backend, get_backend
+from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
 from ..errors import InputError
 from ..io.rules import PartSummary, id_groups, plan_combination
 from ..ids import wide
 from ..core.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
-from ..io.inputs import InputFiles, display_path, format_of
+from ..io.formats import format_of
+from ..io.inputs import InputFiles, display_path
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
 from ..io import storage

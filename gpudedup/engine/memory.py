@@ -11,7 +11,8 @@ import scipy.sparse
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..backends import HOST_THREADS, Backend
+from ..backends import Backend
+from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
 from ..io.corpus import Corpus
 from ..core.hashing import Permutations

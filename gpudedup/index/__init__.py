@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..backends import HOST_THREADS, Backend, get_backend
+from ..backends import Backend, get_backend
+from ..threads import HOST_THREADS
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..errors import GpudedupError, InputError, ParameterError

@@ -55,10 +55,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import GpudedupError, InputError, OutputError, ParameterError
+from ..errors import DamagedIndexError, GpudedupError, InputError, OutputError, ParameterError
 from ..io.stamps import content_digest
-from ..io.storage import Location, os_reason
+from ..io.storage import os_reason
 from ..locks import exclusive_lock
+from .sources import write_sources
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -69,16 +70,6 @@ SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "id_keys", "id_rows")
 # What a writer that fails leaves (its message says so): a reader sees nothing of a change
 # before its commit.
 UNCHANGED = "it stays as its last commit left it"
-
-
-class DamagedIndexError(InputError):
-    """A corrupt, truncated or foreign index (exit code 2, one line naming the file)."""
-
-
-def file_digest(path: Location) -> str:
-    """SHA-256 of a file (local, or at a URL: io/storage.py), hex: the digest a run checks its
-    input files by (io/stamps.py)."""
-    return content_digest(path)
 
 
 def fsync_path(path: Path) -> None:
@@ -203,8 +194,6 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     fsyncs the files (hashing and flushing are the two costs of a commit, and they overlap
     rather than add up): an array's from the bytes that were written, not read back; the ids'
     (written by Arrow) read back in blocks."""
-    from .sources import write_sources
-
     parent = root / "segments"
     parent.mkdir(exist_ok=True)
     temporary = parent / f"{TEMPORARY}{name}"
@@ -221,7 +210,7 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
         contents[path.name] = [written]
     stamps = {file: file_stamp(temporary / file) for file in contents}
     with ThreadPoolExecutor(max_workers=1) as hashing:
-        digests = {file: hashing.submit(file_digest, temporary / file) if pieces is None
+        digests = {file: hashing.submit(content_digest, temporary / file) if pieces is None
                    else hashing.submit(sha256_of, pieces) for file, pieces in contents.items()}
         for file in contents:
             fsync_path(temporary / file)
@@ -267,7 +256,7 @@ def write_tombstones(root: Path, name: str, removed: pa.Table) -> dict:
     final = parent / f"{name}.parquet"
     os.replace(temporary, final)
     fsync_path(parent)
-    return {"name": final.name, "sha256": file_digest(final)}
+    return {"name": final.name, "sha256": content_digest(final)}
 
 
 def collect_garbage(root: Path, manifest: Manifest) -> list[Path]:

@@ -28,7 +28,8 @@ from ..core.ragged import ragged_arange, ragged_take
 from ..core.shingling import ShingleSpec
 from ..threads import map_parallel
 from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
-from .files import DamagedIndexError, Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
+from ..errors import DamagedIndexError
+from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
 
 

@@ -27,11 +27,11 @@ import numpy as np
 import pyarrow as pa
 from pyarrow.fs import FileType
 
-from ..errors import InputError, ParameterError
+from ..errors import DamagedIndexError, InputError, ParameterError
 from ..io import storage
 from ..core.ragged import offsets_from_counts, ragged_arange
 from ..core.shingling import ShingleSpec
-from .files import DamagedIndexError, file_digest
+from ..io.stamps import content_digest
 
 VERIFICATIONS = ("sets", "source")
 SOURCES_FILE = "sources.json"
@@ -96,7 +96,7 @@ def pointer_arrays(pointers: SourcePointers) -> tuple[list[dict], dict[str, np.n
         path, format = pointers.files[int(position)]
         location = storage.location_of(path)
         entries.append({"path": path, "format": format, "field": pointers.field,
-                        "bytes": storage.file_size(location), "sha256": file_digest(location)})
+                        "bytes": storage.file_size(location), "sha256": content_digest(location)})
     return entries, {"source_file": file.reshape(-1).astype(np.uint32), "source_row": pointers.row_number}
 
 
@@ -184,6 +184,6 @@ def check_source(entry: dict) -> None:
     if storage.info(path).type != FileType.File:
         raise SourceChangedError(f"{path}: missing; the index verifies matches from this file (made with "
                                  "verification 'source'), so it must be kept as it was")
-    if storage.file_size(path) != entry["bytes"] or file_digest(path) != entry["sha256"]:
+    if storage.file_size(path) != entry["bytes"] or content_digest(path) != entry["sha256"]:
         raise SourceChangedError(f"{path}: changed since its documents were indexed (size or SHA-256 differs); "
                                  "the index verifies matches from it, so it must be kept as it was")

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse
 
-from ..backends import HOST_THREADS, Backend, host_threads
+from ..backends import Backend, host_threads
+from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
 from ..engine.job import Executor, LocalExecutor
 from ..core.hashing import Permutations

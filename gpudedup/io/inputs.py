@@ -20,7 +20,6 @@ which deduplicated/ could not mirror, stops the run (on_error "stop") or is a sk
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -32,37 +31,10 @@ import pyarrow.fs as pafs
 
 from ..errors import InputError
 from . import storage
+from .formats import JSONL_SUFFIXES, PARQUET_SUFFIXES, TEXT_SUFFIXES, file_format
+from .ours import OUTPUT, our_folder
 from .source import check_on_error
 from .storage import Given, Location, Remote, location_of
-from .writer import OUTPUT_MARKER
-
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
-PARQUET_SUFFIXES = (".parquet", ".pq")
-TEXT_SUFFIXES = (".txt",)
-FORMAT_OF_SUFFIX = {**dict.fromkeys(JSONL_SUFFIXES, "jsonl"), **dict.fromkeys(PARQUET_SUFFIXES, "parquet"),
-                    **dict.fromkeys(TEXT_SUFFIXES, "text")}
-INPUT_SUFFIXES = tuple(sorted(FORMAT_OF_SUFFIX, key=len, reverse=True))
-
-
-def input_suffix(name: str) -> str:
-    """The input extension that ``name`` ends with (``.jsonl.gz``, ``.parquet``, ..., any case;
-    the longest that matches), or "" for a name that is no input file's."""
-    lowered = name.lower()
-    return next((suffix for suffix in INPUT_SUFFIXES if lowered.endswith(suffix)), "")
-
-
-def file_format(path: Location) -> Optional[str]:
-    """The format by the file's name: "jsonl", "parquet", "text", or None for other files."""
-    return FORMAT_OF_SUFFIX.get(input_suffix(path.name))
-
-
-def format_of(path: Location) -> str:
-    """The format of a file scan_inputs found (it lists only files that have one)."""
-    format = file_format(path)
-    if format is None:
-        raise ValueError(f"{path}: not an input file")  # a caller's mistake, not the user's
-    return format
-
 
 def display_path(path: Location) -> str:
     """The path as ids and messages show it: relative to the working directory when below it;
@@ -157,35 +129,6 @@ def unsupported_type(given) -> InputError:
     """The error for an input given by name that is no input file's type."""
     return InputError(f"{storage.shown(given)}: unsupported file type; expected one of "
                       f"{', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)}")
-
-
-OUTPUT = "a gpudedup output"
-# The largest manifest.json our_folder reads to tell an index or a work directory (theirs are
-# a few kilobytes; a user's file of that name may be anything).
-MANIFEST_BYTES = 1 << 20
-
-
-def our_folder(directory: Path) -> Optional[str]:
-    """What gpudedup wrote ``directory`` as, in words, or None for any other folder: an output
-    (it holds OUTPUT_MARKER), a persistent index or a work directory (its manifest.json is an
-    object with the keys gpudedup writes there). Reading one as input would take its reports
-    and manifests for documents, and its kept rows for a second corpus."""
-    if os.path.isfile(directory / OUTPUT_MARKER):
-        return OUTPUT
-    manifest = directory / "manifest.json"
-    try:
-        if not manifest.is_file() or manifest.stat().st_size > MANIFEST_BYTES:
-            return None
-        data = json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    if {"format", "parameters", "verification"} <= data.keys():
-        return "a gpudedup index"
-    if {"work_dir_format", "gpudedup_version"} <= data.keys():
-        return "a gpudedup work directory"
-    return None
 
 
 def hidden(name: str) -> bool:

@@ -33,7 +33,8 @@ import pyarrow.parquet as pq
 from ..errors import InputError, ParameterError
 from . import storage
 from .jsonl_lines import lines_of
-from .inputs import display_path, input_suffix, scan_inputs
+from .formats import input_suffix
+from .inputs import display_path, scan_inputs
 from .source import SourceFile
 from .stamps import unchanged_while
 from .storage import Given, Location

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import storage
-from .inputs import format_of
+from .formats import format_of
 from .storage import Location
 
 DEFAULT_SHARD_BYTES = 512 * 2**20  # a piece's bytes in its file: a task's read, well under a worker's memory

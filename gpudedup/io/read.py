@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
-from .inputs import InputFiles, display_path, format_of, scan_inputs
+from .formats import format_of
+from .inputs import InputFiles, display_path, scan_inputs
 from .layout import output_bases
 from .jsonl import read_jsonl
 from .parquet import read_parquet

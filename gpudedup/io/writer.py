@@ -102,14 +102,13 @@ import pyarrow.parquet as pq
 from ..errors import InputError, OutputError
 from ..interrupts import note_replacing, note_written
 from ..version import __version__
+from .inputs import scan_inputs
+from .ours import OUTPUT_MARKER
 from .storage import (Given, Location, Remote, file_entries, files_below, first_line, location_of, move_object,
                       parts_of, read_bytes, upload)
 
 OUTPUT_FORMATS = ("parquet", "jsonl")
 
-# The file every output holds (written first), by which --overwrite tells a gpudedup output
-# from a folder of someone's files; its content: {"written_by": "gpudedup", ...}.
-OUTPUT_MARKER = ".gpudedup-output"
 # The keys every report.json gpudedup has written holds: an output of a version before the
 # marker is recognised by them.
 REPORT_KEYS = frozenset({"input", "parameters", "results", "stages"})
@@ -237,8 +236,6 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     local = [location for location in locations if not isinstance(location, Remote)]
     if not scan or not local or (out is None and work is None):
         return
-    from .inputs import scan_inputs
-
     try:
         found = scan_inputs(local, "skip")
     except InputError:

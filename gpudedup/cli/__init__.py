@@ -1,5 +1,6 @@
 """The command line: ``gpudedup dedup``, ``gpudedup params``, ``gpudedup evaluate``,
-``gpudedup demo``.
+``gpudedup demo``, and the ``gpudedup index`` group (cli/index.py); what the commands share is
+in cli/common.py.
 
 User errors (bad input, bad parameters, an occupied output directory) print one line on stderr
 and exit with code 2, without a traceback; SIGINT (Ctrl-C), SIGTERM and SIGHUP end a run with
@@ -8,35 +9,29 @@ one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 
 from __future__ import annotations
 
-import signal
 import time
-from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, List, Optional, cast
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from .errors import GpudedupError, ParameterError
-from .interrupts import interrupted_outcome, last_signal, note_written, set_phase, signal_word
-from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
+from ..errors import ParameterError
+from ..interrupts import interrupted_outcome, last_signal, signal_word
+from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
-from .version import __version__
+from ..version import __version__
+from .common import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, Keep, OnError, OutputFormat, Shingle,
+                     UnicodeChoice, command_paths, err, interrupt_told, out, print_summary, unicode_form,
+                     user_errors)
+from .index import index_app
 
 if TYPE_CHECKING:
-    from .io.storage import Location
-    from .core.shingling import UnicodeForm
-    from .report import Report
-    from .result import DedupResult
+    from ..result import DedupResult
 
 # What only a running command needs (numpy, pyarrow, scipy: the api, the writer, rich tables)
 # is imported inside the commands, so that `gpudedup --help` and argument errors stay fast.
-
-MAX_FN_HELP = "Largest acceptable miss probability at the threshold, 1 - P(threshold), when b and r are chosen."
-LOW_HELP = "A similarity below the threshold whose pairs should rarely become candidates (with --max-fp)."
-MAX_FP_HELP = "Largest acceptable P(low): the chance that a pair of similarity --low becomes a candidate."
 
 app = typer.Typer(
     name="gpudedup",
@@ -47,43 +42,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
-
-
-class Shingle(str, Enum):
-    word = "word"
-    char = "char"
-    token = "token"
-
-
-class UnicodeChoice(str, Enum):
-    none = "none"
-    nfc = "nfc"
-    nfkc = "nfkc"
-
-
-class Keep(str, Enum):
-    first = "first"
-    longest = "longest"
-
-
-class OutputFormat(str, Enum):
-    parquet = "parquet"
-    jsonl = "jsonl"
-
-
-class OnError(str, Enum):
-    stop = "stop"
-    skip = "skip"
-
-
-class BackendChoice(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    gpu = "gpu"
-
-
 def version_callback(value: bool):
     if value:
         out.print(f"gpudedup {__version__}")
@@ -190,9 +148,9 @@ def dedup_command(
     deduplicated.parquet (or .jsonl), pairs.parquet and clusters.parquet instead.
     Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
     """
-    from .api import dedup as run_api_dedup
-    from .io.layout import check_output_names
-    from .io.writer import check_run_places
+    from ..api import dedup as run_api_dedup
+    from ..io.layout import check_output_names
+    from ..io.writer import check_run_places
 
     with user_errors() as guard:
         files, out, work = command_paths(inputs, output, work_dir)
@@ -203,8 +161,8 @@ def dedup_command(
             check_output_names(files, format.value, on_error.value)
         started = time.perf_counter()
         if against is not None:
-            from .engine.workdir import work_dir_lock
-            from .index import Index
+            from ..engine.workdir import work_dir_lock
+            from ..index import Index
 
             index = Index(against)
             values = dict(threshold=threshold, shingle=shingle.value, ngram=ngram,
@@ -271,7 +229,7 @@ def params_command(
     """
     from rich.table import Table
 
-    from .core.lsh import banding_summary
+    from ..core.lsh import banding_summary
 
     with user_errors():
         params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,
@@ -345,8 +303,8 @@ def evaluate_command(
     recall_by_similarity.png into OUTPUT.
     Example: [bold]gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --shingle word,char --threshold 0.7,0.8[/]
     """
-    from . import evaluate as evaluation
-    from .io.read import read_corpus
+    from .. import evaluate as evaluation
+    from ..io.read import read_corpus
 
     with user_errors() as guard:
         settings, notes = evaluation.expand_grid(
@@ -394,8 +352,8 @@ def demo_command(
     The sample is Bible chapters from several public-domain English translations, some of which
     are near-identical revisions of one another.
     """
-    from .api import dedup as run_api_dedup
-    from .io.writer import check_output_dir
+    from ..api import dedup as run_api_dedup
+    from ..io.writer import check_output_dir
 
     with user_errors() as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
@@ -431,39 +389,6 @@ def describe_shingles(params: DedupParams) -> str:
             + (f" ({', '.join(steps)})" if steps else ""))
 
 
-def unicode_form(choice: str) -> Optional[UnicodeForm]:
-    """--unicode's value as DedupParams takes it ("none": None)."""
-    return None if choice == "none" else cast("UnicodeForm", choice)
-
-
-def command_paths(inputs: list[str], output: str,
-                  work_dir: Optional[str]) -> tuple[list[Location], Location, Optional[Location]]:
-    """A command's paths as the API takes them: the inputs, the output directory and the work
-    directory as paths or URLs (io/storage.py)."""
-    from .io.storage import location_of  # (pyarrow: not at start-up)
-
-    return [location_of(given) for given in inputs], location_of(output), \
-        None if work_dir is None else location_of(work_dir)
-
-
-def print_summary(report: Report, output: Location, seconds: float) -> None:
-    r, p, i = report["results"], report["parameters"], report["input"]
-    err.print(
-        f"\n[bold]{i['documents']:,}[/] documents in ({i['empty_documents']:,} empty), "
-        f"[bold]{r['clusters']:,}[/] clusters of near-duplicates, "
-        f"[bold]{r['removed_documents']:,}[/] removed, {r['kept_documents']:,} kept "
-        f"in {seconds:.1f} s on {report['backend'].split(' (')[0]}.\n"
-        f"Jaccard >= {p['threshold']} over {p['shingle']} {p['ngram']}-grams; "
-        f"{p['bands']} bands x {p['rows']} rows; {r['candidate_pairs']:,} candidate pairs, "
-        f"{r['verified_pairs']:,} verified.\nResults in {output}/ (open {output}/report.html for the report)"
-    )
-    if i.get("skipped_records"):
-        err.print(f"[bold yellow]{i['skipped_records']:,} records or files were skipped[/] "
-                  f"(--on-error skip): see {output}/errors.jsonl")
-    for note in i.get("notes", []):
-        err.print(f"note: {escape(note)}")
-
-
 def print_largest_clusters(result: DedupResult, count: int = 5) -> None:
     from rich.table import Table
 
@@ -484,49 +409,6 @@ def print_largest_clusters(result: DedupResult, count: int = 5) -> None:
     err.print(table)
 
 
-_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)
-
-
-class user_errors:
-    """Turn GpudedupError into one line on stderr and exit code 2; SIGINT (Ctrl-C), SIGTERM and
-    SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
-
-    def __init__(self):
-        self.written: Optional[Location] = None  # a command sets it once its output is in place
-
-    def done(self) -> None:
-        """The command's last step: a signal from here on is ignored (the work is finished).
-        Called inside the block, so a signal handled before it is still raised inside it,
-        not from __exit__ (whose KeyboardInterrupt typer would turn into a silent exit 130)."""
-        set_phase("done")
-
-    def __enter__(self):
-        # pyarrow imports pandas on its first conversion to numpy and swallows any exception
-        # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
-        # process at once.
-        import pyarrow as pa
-
-        pa.array([True]).to_numpy(zero_copy_only=False)
-        note_written(None)
-        set_phase("running")
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        set_phase("done")
-        if isinstance(error, GpudedupError):
-            from .io.storage import scrubbed  # (a last guard: the message should name no credential)
-
-            err.print(f"[bold red]error:[/] {escape(scrubbed(str(error)))}", soft_wrap=True)
-            raise typer.Exit(code=2)
-        if isinstance(error, KeyboardInterrupt):
-            signum = getattr(error, "signum", signal.SIGINT)
-            what = interrupted_outcome(self.written or getattr(error, "output_written", None))
-            err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
-            _told[0] = True
-            raise typer.Exit(code=128 + signum)
-        return False
-
-
 def main() -> None:
     """Run the command line; the entry point (console.main) has installed the signal handlers."""
     try:
@@ -535,13 +417,10 @@ def main() -> None:
         # Backstop: an Interrupted that escaped user_errors (typer turns it into a silent exit
         # 130) still ends with the signal's code and one line.
         signum = last_signal()
-        if leaving.code == 130 and signum is not None and not _told[0]:
+        if leaving.code == 130 and signum is not None and not interrupt_told[0]:
             err.print(f"[bold red]{signal_word(signum)}[/]: {escape(interrupted_outcome())}", soft_wrap=True)
             raise SystemExit(128 + signum) from None
         raise
 
-
-# The index's commands (a sub-command group; cli_index imports what it needs from this module).
-from .cli_index import index_app  # noqa: E402
 
 app.add_typer(index_app, name="index")

@@ -1,5 +1,5 @@
 """`gpudedup index ...`: the persistent index's commands (gpudedup/index/), a sub-command group of
-cli.py's app. Heavy modules are imported inside the commands, as in cli.py."""
+the command line's app. Heavy modules are imported inside the commands, as in cli/__init__.py."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Annotated, List, Optional
 import typer
 from rich.markup import escape
 
-from .cli import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError, OutputFormat, Shingle, UnicodeChoice,
-                  err, out, print_summary, unicode_form, user_errors)
-from .errors import InputError
-from .params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
+from ..errors import InputError
+from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
+from .common import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError, OutputFormat, Shingle, UnicodeChoice,
+                     err, out, print_summary, unicode_form, user_errors)
 
 index_app = typer.Typer(
     name="index",
@@ -57,7 +57,7 @@ def create_command(
 ):
     """Make an empty index that fixes the parameters results depend on (every later command
     uses them). Example: [bold]gpudedup index create idx/ --threshold 0.8 --shingle word --ngram 5[/]"""
-    from .index import Index
+    from ..index import Index
 
     with user_errors():
         made = Index.create(index, threshold=threshold, shingle=shingle.value, ngram=ngram,
@@ -103,10 +103,10 @@ def add_command(
     """Deduplicate new data against the index and within itself, write the results as
     [bold]dedup[/] does, then commit the kept new documents to the index.
     Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
-    from .index import Index
-    from .cli import command_paths
-    from .io.layout import check_output_names
-    from .io.writer import check_run_places
+    from ..index import Index
+    from .common import command_paths
+    from ..io.layout import check_output_names
+    from ..io.writer import check_run_places
 
     with user_errors() as guard:
         files, out, work = command_paths(inputs, output, work_dir)
@@ -142,15 +142,15 @@ def query_command(
 ):
     """Print, for each query, the indexed documents whose exact Jaccard with it reaches the
     index's threshold, as JSON lines {"query": N, "matches": [{"id": ..., "jaccard": ...}]}."""
-    from .index import Index
+    from ..index import Index
 
     with user_errors():
         opened = Index(index)
         documents = []
         for query in queries:
             if names_a_file(query):
-                from .api import content_field
-                from .io.read import read_corpus
+                from ..api import content_field
+                from ..io.read import read_corpus
 
                 field = content_field(opened.params(), text_field, token_field)
                 documents += read_corpus([Path(query)], field, None).texts.to_pylist()
@@ -179,7 +179,7 @@ def remove_command(
                                                      "one per line.", show_default=False)] = None,
 ):
     """Remove documents from the index (tombstones; [bold]compact[/] drops them for good)."""
-    from .index import Index
+    from ..index import Index
 
     with user_errors():
         listed = None
@@ -198,7 +198,7 @@ def remove_command(
 @index_app.command("compact")
 def compact_command(index: IndexPath):
     """Merge the index's segments into one and drop removed documents."""
-    from .index import Index
+    from ..index import Index
 
     with user_errors():
         Index(index).compact()
@@ -210,7 +210,7 @@ def compact_command(index: IndexPath):
 @index_app.command("info")
 def info_command(index: IndexPath):
     """Print the index's documents, segments, tags, bytes and parameters as JSON."""
-    from .index import Index
+    from ..index import Index
 
     with user_errors():
         out.print_json(data=Index(index).info())

@@ -1,0 +1,41 @@
+"""The folders gpudedup writes (outputs, persistent indexes, work directories), told apart
+from a user's folders: an input scan passes them over and --overwrite replaces only an output."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+# The file every output holds (written first), by which --overwrite tells a gpudedup output
+# from a folder of someone's files; its content: {"written_by": "gpudedup", ...}.
+OUTPUT_MARKER = ".gpudedup-output"
+
+OUTPUT = "a gpudedup output"
+# The largest manifest.json our_folder reads to tell an index or a work directory (theirs are
+# a few kilobytes; a user's file of that name may be anything).
+MANIFEST_BYTES = 1 << 20
+
+
+def our_folder(directory: Path) -> Optional[str]:
+    """What gpudedup wrote ``directory`` as, in words, or None for any other folder: an output
+    (it holds OUTPUT_MARKER), a persistent index or a work directory (its manifest.json is an
+    object with the keys gpudedup writes there). Reading one as input would take its reports
+    and manifests for documents, and its kept rows for a second corpus."""
+    if os.path.isfile(directory / OUTPUT_MARKER):
+        return OUTPUT
+    manifest = directory / "manifest.json"
+    try:
+        if not manifest.is_file() or manifest.stat().st_size > MANIFEST_BYTES:
+            return None
+        data = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if {"format", "parameters", "verification"} <= data.keys():
+        return "a gpudedup index"
+    if {"work_dir_format", "gpudedup_version"} <= data.keys():
+        return "a gpudedup work directory"
+    return None
