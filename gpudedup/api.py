@@ -14,8 +14,8 @@ from .errors import InputError, OutputError, ParameterError
 from .io.cudf_reader import concat_device_utf8, cudf_installed, device_utf8
 from .core.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
 from .io.corpus import Corpus
-from .io.inputs import scan_inputs
-from .io.layout import output_bases
+from .io.inputs import InputFiles, scan_inputs
+from .io.layout import check_output_names, output_bases
 from .io.read import read_corpus
 from .io.rules import check_unique_ids, sorted_records
 from .io.source import INT64_MAX, SourceFile, first_id_above_int64
@@ -123,8 +123,7 @@ def dedup(
     text_field = content_field(params, text_field, token_field)
     if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
         raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
-    if output is not None or work_dir is not None:  # where the run writes, before any work
-        check_run_places(given_paths(data), output, overwrite, work_dir)
+    found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file)
     chosen_backend = get_backend(backend)
 
     def written(result: DedupResult) -> DedupResult:
@@ -135,11 +134,13 @@ def dedup(
     if client is not None or scheduler is not None or workers is not None:
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
-                              RichProgress() if progress else Progress(), client, scheduler, workers, finish=written)
+                              RichProgress() if progress else Progress(), client, scheduler, workers, finish=written,
+                              found=found)
     if work_dir is not None:
         with work_dir_lock(work_dir):
             return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field,
-                                        id_field, on_error, RichProgress() if progress else Progress()))
+                                        id_field, on_error, RichProgress() if progress else Progress(),
+                                        found=found))
     if resume:
         raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
     log = StageLog()
@@ -150,12 +151,33 @@ def dedup(
                                     # (cuDF's readers would bring text, not token ids, to the device)
                                     use_cudf=chosen_backend.name == "gpu" and cudf_installed()
                                     and params.shingle != "token",
-                                    on_error=on_error, budget=budget)
+                                    on_error=on_error, budget=budget, found=found)
         release_unused_memory()
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
     outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error))
+
+
+def inputs_and_places(data, on_error: str, output=None, overwrite: bool = False, work_dir=None,
+                      format: str = "parquet", single_file: bool = False) -> Optional[InputFiles]:
+    """The run's one scan of the paths ``data`` names (None for data of another kind), with
+    every rule on where it writes checked against it before any work: the output and the work
+    directory apart from the inputs and from what they resolve to (check_run_places), and no
+    two input files with one output name (check_output_names)."""
+    paths = given_paths(data)
+    if not paths:
+        if output is not None or work_dir is not None:
+            check_run_places([], output, overwrite, work_dir)
+        return None
+    if output is not None or work_dir is not None:  # what needs no scan first: a wrong place costs nothing
+        check_run_places(paths, output, overwrite, work_dir, scan=False)
+    found = scan_inputs(paths, on_error)
+    if output is not None or work_dir is not None:
+        check_run_places(paths, output, overwrite, work_dir, found=found)
+    if output is not None and not single_file:
+        check_output_names(found, format)
+    return found
 
 
 def given_paths(data) -> list[Location]:
@@ -186,10 +208,12 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
-               against=None, finish: Callable[[DedupResult], DedupResult] = lambda result: result) -> DedupResult:
+               against=None, finish: Callable[[DedupResult], DedupResult] = lambda result: result,
+               found: Optional[InputFiles] = None) -> DedupResult:
     """``dedup`` through a work directory with its heavy stages on a Dask cluster; against: a
     run against a persistent index (index.store.Against), or None; finish: what to do with the
-    result while the cluster is still up (dedup's output)."""
+    result while the cluster is still up (dedup's output); found: the inputs' scan, where the
+    caller made it."""
     import tempfile
 
     from .engine.dask import DaskExecutor, clear_worker_caches, dask_client, forget_messages
@@ -205,14 +229,14 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         try:
             if work_dir is not None:
                 result = staged_dedup(data, params, backend, location_of(work_dir), resume, text_field, id_field,
-                                      on_error, progress, executor, against)
+                                      on_error, progress, executor, against, found)
             else:
                 # The result reads the input files again when it writes; of the spills it needs
                 # only the ids, the verified pairs and the clusters, read into memory before the
                 # temporary folder goes.
                 with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                     result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
-                                          id_field, on_error, progress, executor, against)
+                                          id_field, on_error, progress, executor, against, found)
                     result.id_source = id_source(result.ids)
                     result.outcome.read_now()
             result.report = result.report.with_dask(connected.scheduler.address,
@@ -226,10 +250,11 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,
                  id_field: Optional[str], on_error: str, progress: Progress,
-                 executor: Optional[Executor] = None, against=None) -> DedupResult:
+                 executor: Optional[Executor] = None, against=None, found: Optional[InputFiles] = None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
     runs the store's tasks (this process when None); against: a run against a persistent index
-    (index.store.Against: it wraps the store), or None."""
+    (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
+    caller made it (else it is made here)."""
     from .engine.disk import WorkDirStore, fingerprint
     from .engine.workdir import WorkDir, clear_cache
 
@@ -240,7 +265,8 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
     check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
     if against is not None:
         check_apart_from_inputs(work_dir, [against.reader.root], "the work directory", "--work-dir", "the index")
-    found = scan_inputs(paths, on_error)
+    if found is None:
+        found = scan_inputs(paths, on_error)
     # The files found and the folders walked as they resolve, before any is read.
     check_apart_from_read(work_dir, found.files, found.seen_dirs.values(), "the work directory", "--work-dir")
     try:
@@ -270,17 +296,19 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
 
 
 def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False, on_error: str = "stop",
-              budget: Optional[MemoryBudget] = None):
+              budget: Optional[MemoryBudget] = None, found: Optional[InputFiles] = None):
     """(Corpus, restore): restore(keep mask) gives the kept rows in the input's own type.
     use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text);
-    budget: --max-memory, checked before files are read."""
+    budget: --max-memory, checked before files are read; found: the scan of the paths
+    ``data`` names, where the caller made it."""
     # One str is a path (a single text has nothing to deduplicate against); a list of str is
     # texts; paths in a list must be pathlib.Path (or os.PathLike) objects, URLs Remote ones.
     if isinstance(data, (str, os.PathLike)):
         data = [location_of(data)]
     if isinstance(data, (list, tuple)):
         if data and all(is_path(item) for item in data):
-            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget)
+            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget,
+                                 found=found)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
         return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]

@@ -4,6 +4,8 @@ ids, formats, overwriting, a failed write, help, version and the demo."""
 from __future__ import annotations
 
 import gzip
+import os
+import traceback
 import json
 
 import pyarrow as pa
@@ -291,3 +293,31 @@ def test_demo(in_tmp):
         report["input"]["documents"] - report["results"]["removed_documents"])
     assert "Largest clusters" in result.output
     assert leftovers(in_tmp, "demo-out") == []
+
+
+@pytest.mark.parametrize("where", ["in memory", "work directory"])
+def test_a_run_lists_its_input_folder_once(tmp_path, monkeypatch, where):
+    # One scan of the inputs serves the checks of where the run writes, the output names and
+    # the reading: on object storage each listing is a request, on a large tree a walk.
+    shards = tmp_path / "shards"
+    (shards / "sub").mkdir(parents=True)
+    write_jsonl(shards / "a.jsonl", happy_records()[:4])
+    write_jsonl(shards / "sub" / "b.jsonl", happy_records()[4:])
+    listed: list[str] = []
+    real_scandir = os.scandir
+    package = os.path.dirname(gpudedup.__file__)
+
+    def counting_scandir(path="."):
+        # The run's listings only (the conservation checks of conftest.py walk the inputs too).
+        if os.path.realpath(path) == str(shards.resolve()) and \
+                traceback.extract_stack()[-2].filename.startswith(package):
+            listed.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counting_scandir)
+    monkeypatch.chdir(tmp_path)
+    extra = ["--work-dir", "work"] if where == "work directory" else []
+    result = invoke("dedup", "shards", "-o", "out", "--quiet", *extra)
+    assert result.exit_code == 0, result.output
+    assert len(read_kept(tmp_path / "out")) == 8 - len(REMOVED_ROWS)
+    assert len(listed) == 1, listed

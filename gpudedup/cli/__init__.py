@@ -149,20 +149,25 @@ def dedup_command(
     Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
     """
     from ..api import dedup as run_api_dedup
-    from ..io.layout import check_output_names
-    from ..io.writer import check_run_places
 
     with user_errors() as guard:
         files, out, work = command_paths(inputs, output, work_dir)
-        # Where the run writes, before any work: apart from the inputs and the index (what the
-        # inputs resolve to as well; without --against, api.dedup scans them).
-        check_run_places(files, out, overwrite, work, against, scan=against is not None)
-        if not single_file:  # two inputs with one output name: refused before any work
-            check_output_names(files, format.value, on_error.value)
         started = time.perf_counter()
         if against is not None:
             from ..engine.workdir import work_dir_lock
             from ..index import Index
+            from ..io.inputs import scan_inputs
+            from ..io.layout import check_output_names
+            from ..io.writer import check_run_places
+
+            # Where the run writes, before any work: apart from the inputs, what they resolve
+            # to and the index; two inputs with one output name refused. (Without --against,
+            # api.dedup checks the same with the scan it reads by.)
+            check_run_places(files, out, overwrite, work, against, scan=False)
+            found = scan_inputs(files, on_error.value)
+            check_run_places(files, out, overwrite, work, against, found=found)
+            if not single_file:
+                check_output_names(found, format.value)
 
             index = Index(against)
             values = dict(threshold=threshold, shingle=shingle.value, ngram=ngram,

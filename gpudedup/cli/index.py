@@ -104,9 +104,10 @@ def add_command(
     [bold]dedup[/] does, then commit the kept new documents to the index.
     Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
     from ..index import Index
-    from .common import command_paths
+    from ..io.inputs import scan_inputs
     from ..io.layout import check_output_names
     from ..io.writer import check_run_places
+    from .common import command_paths
 
     with user_errors() as guard:
         files, out, work = command_paths(inputs, output, work_dir)
@@ -114,7 +115,7 @@ def add_command(
         # inputs resolve to).
         check_run_places(files, out, overwrite, work, index, scan=False)
         if not single_file:
-            check_output_names(files, format.value, on_error.value)
+            check_output_names(scan_inputs(files, on_error.value), format.value)
         started = time.perf_counter()
         result = Index(index).add(files, tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,

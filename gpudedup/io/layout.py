@@ -34,7 +34,7 @@ from ..errors import InputError, ParameterError
 from . import storage
 from .jsonl_lines import lines_of
 from .formats import input_suffix
-from .inputs import display_path, scan_inputs
+from .inputs import InputFiles, display_path
 from .source import SourceFile
 from .stamps import unchanged_while
 from .storage import Given, Location
@@ -115,11 +115,10 @@ def output_names(files: list[Location], bases: dict[str, str], format: str) -> l
     return names
 
 
-def check_output_names(inputs: Iterable[Given], format: str, on_error: str = "stop") -> None:
-    """Refuse, before any work, inputs two of whose files would share an output name."""
-    inputs = list(inputs)
-    files = scan_inputs(inputs, on_error).files
-    output_names(files, output_bases(files, inputs), format)
+def check_output_names(found: InputFiles, format: str) -> None:
+    """Refuse, before any work, inputs two of whose files (``found``: the run's scan of them)
+    would share an output name."""
+    output_names(found.files, output_bases(found.files, found.given), format)
 
 
 def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:

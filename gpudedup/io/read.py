@@ -37,6 +37,7 @@ from .text import read_text
 def read_corpus(
     paths: Iterable[str | os.PathLike], text_field: str = "text", id_field: Optional[str] = None,
     use_cudf: bool = False, on_error: str = "stop", budget: Optional[MemoryBudget] = None,
+    found: Optional[InputFiles] = None,
 ) -> Corpus:
     """Read every document under ``paths`` into one Corpus.
 
@@ -73,12 +74,16 @@ def read_corpus(
 
     budget: --max-memory; reading stops before the first file with MemoryLimitError when the
     files' estimated size (io/sizes.py) does not fit.
+
+    found: the scan of ``paths`` (scan_inputs with ``on_error``) where the caller made it for
+    its checks before the run; else they are scanned here.
     """
     check_on_error(on_error)
     skip = on_error == "skip"
     # (A Remote by its whole URL: str() hides its credentials, which reading needs.)
     given = [storage.full_name(p) if isinstance(p, storage.Remote) else str(p) for p in paths]
-    found = scan_inputs(given, on_error)
+    if found is None:
+        found = scan_inputs(given, on_error)
     if budget is not None:
         budget.check("reading the input", lambda: read_bytes_estimate([(p, format_of(p)) for p in found.files],
                                                                       path_ids=id_field is None),

@@ -102,7 +102,7 @@ import pyarrow.parquet as pq
 from ..errors import InputError, OutputError
 from ..interrupts import note_replacing, note_written
 from ..version import __version__
-from .inputs import scan_inputs
+from .inputs import InputFiles, scan_inputs
 from .ours import OUTPUT_MARKER
 from .storage import (Given, Location, Remote, file_entries, files_below, first_line, location_of, move_object,
                       parts_of, read_bytes, upload)
@@ -211,16 +211,19 @@ def marker_content() -> dict:
 
 
 def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, overwrite: bool = False,
-                     work_dir: Optional[Given] = None, index: Optional[Given] = None, scan: bool = True) -> None:
+                     work_dir: Optional[Given] = None, index: Optional[Given] = None, scan: bool = True,
+                     found: Optional[InputFiles] = None) -> None:
     """Every rule on where a run writes, checked before any work: the output (check_output_dir)
     and the work directory must not be, hold or lie inside an input (as given) or the index
     (``index``: the persistent index the run reads or writes); the output must not be or hold
     the work directory (replacing it would delete what --resume needs; the work directory may
     lie inside it). With ``scan``, the same against what the local inputs resolve to: every
     file their scan finds and every folder it walks, symbolic links followed
-    (check_apart_from_read); an input a link leads out of its folder is as much an input. (The
-    run's own scan reports what is wrong with an input: a scan that fails here checks nothing.
-    Object stores have no links: their URLs as given say it all.)"""
+    (check_apart_from_read); an input a link leads out of its folder is as much an input:
+    ``found``, the run's own scan of ``inputs``, where the caller made it (one scan serves the
+    checks and the reading), else a scan of the local inputs made here. (The run's own scan
+    reports what is wrong with an input: a scan that fails here checks nothing. Object stores
+    have no links: their URLs as given say it all.)"""
     locations = [location_of(given) for given in inputs]
     out = None if output is None else location_of(output)
     work = None if work_dir is None else location_of(work_dir)
@@ -233,13 +236,16 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
                                     inside_allowed=True)
     if out is not None:
         check_output_dir(out, overwrite, locations, index)
-    local = [location for location in locations if not isinstance(location, Remote)]
-    if not scan or not local or (out is None and work is None):
+    if out is None and work is None:
         return
-    try:
-        found = scan_inputs(local, "skip")
-    except InputError:
-        return
+    if found is None:
+        local = [location for location in locations if not isinstance(location, Remote)]
+        if not scan or not local:
+            return
+        try:
+            found = scan_inputs(local, "skip")
+        except InputError:
+            return
     for place, what, option in ((out, "the output directory", "--output"), (work, "the work directory", "--work-dir")):
         if place is not None:
             check_apart_from_read(place, found.files, found.seen_dirs.values(), what, option)
