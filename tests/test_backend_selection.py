@@ -93,6 +93,11 @@ def test_wheel_ships_the_kernel_sources(tmp_path):
         assert f"gpudedup/kernels/{file_name}" in names
     # The loader finds them where the wheel puts them.
     assert "gpudedup/backends/cuda_kernels.py" in names
+    # Every package of the layers, the typing marker and the licence.
+    assert {"gpudedup/core/lsh.py", "gpudedup/cli/common.py", "gpudedup/io/formats.py", "gpudedup/py.typed"} <= names
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    assert metadata.replace("METADATA", "licenses/LICENSE") in names
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
 
 
 def test_a_gpu_backend_that_cannot_start_falls_back_or_says_why(monkeypatch):
