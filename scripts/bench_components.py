@@ -10,6 +10,10 @@ random order. Reported per route: seconds, and peak resident memory of the proce
 the job (for Dask: the client's, and each worker's at the end, from ``getrusage``).
 
     python scripts/bench_components.py --pairs 20000000 --pairs-per-part 4000000
+
+``--results bench-results/components.json`` writes the figures into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing those of the
+same graph and parts.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import json
 import logging
 import resource
 import time
+from pathlib import Path
 
 import numpy as np
+from bench_results import record, this_run
 
 
 def synthetic_pairs(pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,6 +60,7 @@ def main() -> None:
     parser.add_argument("--pairs-per-part", type=int, default=None, help="default: the engine's")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument("--results", type=Path, help="write the figures into this results file (bench-results/)")
     args = parser.parse_args()
 
     import distributed
@@ -87,6 +94,9 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(figures, handle, indent=1)
+    if args.results:
+        record(args.results, "bench_components", [{**figures, "seed": args.seed}],
+               key=("pairs", "pairs_per_part", "seed"), run=this_run("scipy", "dask", "distributed"))
     if not figures["same"]:
         raise SystemExit("the two routes disagree")
 

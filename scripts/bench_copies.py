@@ -7,6 +7,10 @@ Before copies.py, a million documents in groups of a thousand copies gave every 
 now the copies leave LSH and each group costs one pair per copy.
 
     python scripts/bench_copies.py --documents 1000000 --group 1000
+
+``--results bench-results/copies.json`` writes the rows into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing those of the
+same corpus.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_results import record, this_run
 
 CHILD = r"""
 import json, sys, time
@@ -53,6 +59,7 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=1000, help="copies of each text")
     parser.add_argument("--words", type=int, default=50, help="words per document")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--results", type=Path, help="write the rows into this results file (bench-results/)")
     args = parser.parse_args()
     rows = []
     for kind in ("distinct", "copies"):
@@ -65,6 +72,9 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.results:
+        record(args.results, "bench_copies", [{**row, "group": args.group, "words": args.words} for row in rows],
+               key=("kind", "documents", "group", "words"), run=this_run("numba"))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ share a cluster.
 Many short documents (every verse of 27 translations, 616,623 documents of 130 bytes):
     python scripts/build_short_corpus.py --documents 640000 bench_data/short640k.jsonl
     python scripts/bench_cpu.py bench_data/short640k.jsonl
+
+``--results bench-results/cpu.json`` writes the figures into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing the corpus's.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.json as pajson
+from bench_results import corpus_path, record, this_run
 
 WHITE_SPACE = re.compile("[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 PIPELINES = ("gpudedup", "datasketch", "rensa")
@@ -193,6 +197,25 @@ def run_one(name: str, path: Path, args) -> None:
     np.savez(args.result, **arrays, meta=json.dumps(meta))
 
 
+def results_row(args, documents: int, text_mb: float, rows: list[dict]) -> dict:
+    """The run's figures for its results file: the corpus, and each pipeline's figures (the
+    references' with their time over gpudedup's)."""
+    ours = next((row for row in rows if row["pipeline"] == "gpudedup"), None)
+    pipelines = {}
+    for row in rows:
+        figures = {"seconds": round(row["seconds"], 2), "import_seconds": round(row["import_seconds"], 2),
+                   "peak_rss_mb": round(row["peak_rss_mb"]), "bands_x_rows": row["bands x rows"],
+                   "reported_pairs": row["reported pairs"], "pair_recall": round(row["pair recall"], 4)}
+        if "cluster recall" in row:
+            figures["cluster_recall"] = round(row["cluster recall"], 4)
+            figures["stages"] = row["stages"]
+        if ours is not None and row is not ours:
+            figures["times_gpudedup"] = round(row["seconds"] / ours["seconds"], 2)
+        pipelines[row["pipeline"]] = figures
+    return {"corpus": corpus_path(args.corpus), "documents": documents, "text_mb": round(text_mb, 1),
+            "shingle": args.shingle, "ngram": args.ngram, "threshold": args.threshold, "pipelines": pipelines}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus", type=Path, help="JSONL with 'id' and 'text' fields")
@@ -206,6 +229,7 @@ def main() -> None:
     parser.add_argument("--bands", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--skip", nargs="*", default=[], choices=PIPELINES, help="pipelines to leave out")
+    parser.add_argument("--results", type=Path, help="write the figures into this results file (bench-results/)")
     args = parser.parse_args()
     if args.only:
         run_one(args.only, args.corpus, args)
@@ -264,6 +288,9 @@ def main() -> None:
                 with_imports = (row["seconds"] + row["import_seconds"]) / (ours["seconds"] + ours["import_seconds"])
                 print(f"gpudedup / {row['pipeline']}: {row['seconds'] / ours['seconds']:.2f}x faster (wall s, "
                       f"imports apart); {with_imports:.2f}x with them")
+    if args.results:
+        record(args.results, "bench_cpu", [results_row(args, n, text_mb, rows)],
+               key=("corpus", "shingle", "ngram", "threshold"), run=this_run("numba", "rensa", "datasketch"))
 
 if __name__ == "__main__":
     main()

@@ -54,6 +54,10 @@ duplicates of each other) to measure query latency and bytes per document on a l
 
     apt-get install -y redis-server; pip install redis 'datasketch[bloom]' rensa
     python scripts/bench_index.py bench_data/bench.jsonl --json bench_index.json
+
+``--results bench-results/index.json`` writes the figures into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing the tools' and
+the scale's that the run measured.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
+from bench_results import corpus_path, record, this_run
 
 TOOLS = ("gpudedup", "gpudedup-source", "datasketch", "datasketch-redis", "datasketch-bloom", "rensa")
 WARM_UP_QUERIES = 20
@@ -618,6 +623,7 @@ def main() -> None:
                              "and time queries on it")
     parser.add_argument("--work-dir", help="where the gpudedup indexes are written (default: the temp dir)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--results", type=Path, help="write the figures into this results file (bench-results/)")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--redis-port", type=int, help=argparse.SUPPRESS)
@@ -685,6 +691,44 @@ def main() -> None:
                                          "versions": versions, "skipped": skipped, "tools": results, "scale": scale},
                                         indent=2) + "\n")
         print(f"\nwrote {args.json}")
+    if args.results:
+        run = this_run("numba")
+        run["versions"].update(versions)
+        record(args.results, "bench_index", results_rows(args.corpus, results, scale), key=("tool", "scale"), run=run)
+
+
+def results_rows(corpus: Path, results: dict[str, dict], scale: Optional[dict]) -> list[dict]:
+    """The run's figures for its results file: a row per tool, and one for the scale run."""
+    rows = []
+    for name, outcome in results.items():
+        increments = [step["seconds"] for step in outcome["steps"][1:]]
+        row = {"tool": name, "corpus": corpus_path(corpus), "base_seconds": round(outcome["steps"][0]["seconds"], 2),
+               "increment_seconds": [round(value, 2) for value in increments],
+               "increments_total_seconds": round(sum(increments), 2),
+               "query_median_ms": round(outcome["query"]["median_ms"], 2),
+               "query_p99_ms": round(outcome["query"]["p99_ms"], 2),
+               "bytes_per_document": round(outcome["bytes_per_document"]),
+               "indexed_documents": outcome["index_documents"]}
+        scores = outcome.get("scores", [])
+        if scores and all(score.get("pair_precision") is not None and score.get("pair_recall") is not None
+                          for score in scores):
+            row["pair_precision"] = [round(score["pair_precision"], 4) for score in scores]
+            row["pair_recall"] = [round(score["pair_recall"], 4) for score in scores]
+        rows.append(row)
+    if scale is not None:
+        adds = [add["seconds"] for add in scale["adds"]]
+        row = {"tool": "gpudedup", "scale": scale["scale"], "corpus": corpus_path(corpus),
+               "indexed_documents": scale["documents"], "bytes_per_document": round(scale["bytes_per_document"]),
+               "first_add_seconds": round(adds[0], 1), "segments_before_compact": scale["segments_before_compact"],
+               "query_before_compact_median_ms": round(scale["query_before_compact"]["median_ms"], 2),
+               "query_before_compact_p99_ms": round(scale["query_before_compact"]["p99_ms"], 2),
+               "compact_seconds": round(scale["compact_s"], 1),
+               "query_median_ms": round(scale["query"]["median_ms"], 2),
+               "query_p99_ms": round(scale["query"]["p99_ms"], 2)}
+        if len(adds) > 1:
+            row["later_add_seconds"] = [round(min(adds[1:]), 1), round(max(adds[1:]), 1)]
+        rows.append(row)
+    return rows
 
 
 def report_tables(results: dict[str, dict], scale: Optional[dict]) -> None:

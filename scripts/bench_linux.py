@@ -10,6 +10,9 @@ all runs are compared: pairs.parquet and clusters.parquet must be byte-identical
 
     python scripts/build_linux_corpus.py
     python scripts/bench_linux.py bench_data/linux/shards --json bench_data/linux_bench.json
+
+``--results bench-results/linux.json`` writes the rows into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing the modes run.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_results import record, this_run
 
 MODES = {
     "in-memory": [],
@@ -103,6 +107,7 @@ def main() -> None:
     parser.add_argument("shards", type=Path)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--results", type=Path, help="write the rows into this results file (bench-results/)")
     args = parser.parse_args()
     rows, reference = [], None
     scratch = Path(tempfile.mkdtemp(prefix="bench-linux-"))
@@ -119,7 +124,10 @@ def main() -> None:
             if code:
                 raise SystemExit(f"{mode}: exit code {code}")
             report = json.loads((out / "report.json").read_text())
-            row = {"mode": mode, "wall_seconds": round(seconds, 1), "peak_tree_rss_mb": round(peak / 2**20),
+            row = {"mode": mode, "documents": report["input"]["documents"],
+                   "text_gb": round(report["input"]["text_bytes"] / 1e9, 2),
+                   "shards": len(list(args.shards.glob("*.parquet"))),
+                   "wall_seconds": round(seconds, 1), "peak_tree_rss_mb": round(peak / 2**20),
                    "client_peak_rss_mb": report["peak_rss_mb"],
                    "stage_seconds": {k: v["seconds"] for k, v in report["stages"].items() if "seconds" in v},
                    "results": report["results"]}
@@ -139,6 +147,8 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.results:
+        record(args.results, "bench_linux", rows, key=("mode",), run=this_run("numba", "dask", "distributed"))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ share it here), sampled every 0.2 s.
 
     python scripts/bench_streaming.py --scales 1 4 16 --modes staged dask in-memory \
         --json bench_data/streaming.json
+
+``--results bench-results/streaming.json`` writes the rows into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing the rows of the
+same mode, scale and corpus.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from bench_results import record, this_run
 
 # A local cluster of 2 single-threaded worker processes, its scheduler in this process: prints
 # the scheduler's address, then runs until its standard input closes.
@@ -218,6 +223,7 @@ def main() -> None:
     parser.add_argument("--identical", type=float, default=0.0,
                         help="the fraction of each shard's documents that are exact copies of the shard before's")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--results", type=Path, help="write the rows into this results file (bench-results/)")
     args = parser.parse_args()
     rows = []
     with moto_bucket("bench") if any(mode.endswith("-s3") for mode in args.modes) else nullcontext({}) as aws:
@@ -225,6 +231,12 @@ def main() -> None:
             rows.extend(run_scale(args, scale, aws))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.results:
+        # The corpus's parameters name the rows too: another corpus's rows are other figures.
+        corpus = {"identical": args.identical, "base_shards": args.base_shards,
+                  "shard_documents": args.shard_documents, "words": args.words, "vocabulary": args.vocabulary}
+        record(args.results, "bench_streaming", [{**row, **corpus} for row in rows],
+               key=("mode", "scale", *corpus), run=this_run("numba", "dask", "distributed"))
 
 
 def run_scale(args, scale: int, aws: dict) -> list[dict]:

@@ -8,6 +8,10 @@ per-shard offsets, so the bytes grew with the square of the shards. The referenc
 run's own smallest scale: bytes per shard that stay flat as the shards grow are linear.
 
     python scripts/bench_task_bytes.py --shards 100 400 --json bench_data/task_bytes.json
+
+``--results bench-results/task_bytes.json`` writes the rows into the results file that
+docs/performance.md is rendered from (scripts/render_performance.py), replacing those of the
+same shards.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_results import record, this_run
 
 import gpudedup
 from gpudedup.engine.dask import message_bytes
@@ -56,11 +61,19 @@ class Counted:
         return self.send(*messages)
 
 
+def results_rows(rows: list[dict], documents_per_shard: int) -> list[dict]:
+    """The rows for the results file, with the bytes in MB as the page shows them."""
+    return [{**row, "documents_per_shard": documents_per_shard,
+             "to_scheduler_mb": round(row["to_scheduler_bytes"] / 1e6, 2),
+             "to_workers_mb": round(row["to_workers_bytes"] / 1e6, 2)} for row in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, nargs="+", default=[25, 100, 400])
     parser.add_argument("--documents-per-shard", type=int, default=20)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--results", type=Path, help="write the rows into this results file (bench-results/)")
     args = parser.parse_args()
 
     from distributed import Client, LocalCluster
@@ -97,6 +110,9 @@ def main() -> None:
               f"{down / (first['to_workers_bytes'] / first['shards']):.2f}")
     if args.json:
         args.json.write_text(json.dumps({"gpudedup": gpudedup.__version__, "rows": rows}, indent=1) + "\n")
+    if args.results:
+        record(args.results, "bench_task_bytes", results_rows(rows, args.documents_per_shard),
+               key=("shards", "documents_per_shard"), run=this_run("numba", "dask", "distributed"))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ Steps, each timed apart:
    all-pairs truth of its own shingles (``gpudedup.evaluate.exact_ground_truth``, timed apart):
    precision and recall; and how the token jobs' pairs and truths overlap the word job's.
 
-Prints a table and writes JSON (``--json``).
+Prints a table and writes JSON (``--json``); ``--results bench-results/tokens.json`` writes the
+jobs' figures into the results file that docs/performance.md is rendered from
+(scripts/render_performance.py), replacing those of the same corpus and jobs.
 
     pip install -e '.[bench]'
     python scripts/bench_tokens.py bench_data/bench.jsonl --token-ngrams 5,8
@@ -33,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
+from bench_results import corpus_path, record, this_run
 
 if TYPE_CHECKING:
     from gpudedup.core.shingling import ShingleKind
@@ -113,6 +116,14 @@ def exact_truth(path: Path, kind: str, n: int, threshold: float) -> tuple[np.nda
     return pair_codes(truth.doc_a, truth.doc_b, corpus.num_rows), time.perf_counter() - started
 
 
+def results_rows(corpus: Path, threshold: float, jobs: list[dict]) -> list[dict]:
+    """The jobs' figures for the results file."""
+    fields = ("shingle", "ngram", "seconds", "peak_rss_mb", "bands", "rows", "candidate_pairs", "pairs_reported",
+              "truth_pairs", "precision", "recall", "pairs_shared_with_word", "truth_shared_with_word")
+    return [{"corpus": corpus_path(corpus), "threshold": threshold, **{field: job[field] for field in fields}}
+            for job in jobs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", type=Path, nargs="?", default=Path("bench_data/bench.jsonl"))
@@ -127,6 +138,7 @@ def main() -> None:
                         help="Take the tokenized corpus from --parquet as an earlier run wrote it (no training "
                              "or encoding, so no tokenization times) and run the jobs only.")
     parser.add_argument("--json", type=Path, help="Where the results go (default: beside the Parquet file).")
+    parser.add_argument("--results", type=Path, help="Write the jobs' figures into this results file (bench-results/).")
     args = parser.parse_args()
     token_ngrams = [int(x) for x in args.token_ngrams.split(",") if x.strip()]
     parquet_path = args.parquet or args.corpus.with_name(f"{args.corpus.stem}.tokens.parquet")
@@ -211,6 +223,9 @@ def main() -> None:
     }
     json_path.write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
     print(f"results in {json_path}")
+    if args.results:
+        record(args.results, "bench_tokens", results_rows(args.corpus, args.threshold, output["jobs"]),
+               key=("corpus", "shingle", "ngram", "threshold"), run=this_run("tokenizers"))
 
 
 if __name__ == "__main__":
