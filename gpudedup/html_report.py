@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from . import plots
 from .core.lsh import collision_probability, steepest_similarity
+from .io.fields import content_of
 
 if TYPE_CHECKING:
     from .core.shingling import ShingleSpec
@@ -36,6 +37,7 @@ LARGEST_CLUSTERS = 5
 EXAMPLES_PER_CLUSTER = 3  # the kept document and up to two removed ones
 EXCERPT_CHARS = 600
 IDS_LISTED = 12
+NOT_READ_LISTED = 1000  # entries under the inputs not read, listed by name (all are in report.json)
 
 PARAMETER_NOTES = {
     "threshold": "pairs whose exact Jaccard similarity is at least this are near-duplicates",
@@ -205,6 +207,8 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaV
 code { background: var(--soft); padding: 1px 5px; border-radius: 4px; }
 .sub { color: var(--muted); margin: 0; }
 .note { background: #fff8e6; border-left: 4px solid var(--orange); padding: 8px 12px; border-radius: 4px; }
+details.note { margin: 12px 0; }
+details.note summary { cursor: pointer; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 12px; margin: 24px 0 8px; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; background: var(--soft); }
 .card .value { font-size: 26px; font-weight: 700; font-variant-numeric: tabular-nums; line-height: 1.2; }
@@ -330,7 +334,7 @@ def _counts(report: dict) -> str:
         ("text", _bytes(i.get("text_bytes", 0), exact=True)),
         ("null texts", f"{i.get('null_texts', 0):,}"),
         ("empty documents (no shingles)", f"{i.get('empty_documents', 0):,}"),
-        ("skipped files", f"{len(skipped):,}"),
+        ("entries not read", f"{len(skipped):,}"),
     ]
     result_rows = [
         ("candidate pairs (share a band key)", r["candidate_pairs"]),
@@ -362,10 +366,30 @@ def _counts(report: dict) -> str:
                        f'<td class="num">{rest:,}</td></tr>\n')
         out.append("</tbody>\n</table>\n")
         if skipped:
-            listed = ", ".join(_e(str(s)) for s in skipped[:10])
-            more = f" and {len(skipped) - 10:,} more" if len(skipped) > 10 else ""
-            out.append(f'<p class="ids">Skipped (not JSONL, Parquet or .txt, or hidden): {listed}{more}</p>\n')
+            out.append(_not_read(i))
     out.append("</section>\n")
+    return "".join(out)
+
+
+def _not_read(i: Mapping) -> str:
+    """The entries inside the input directories that were not read, each with why, as a list
+    that opens on a click (report.json's input.skipped_file_reasons; a report written before
+    it had them gives the paths alone)."""
+    entries = i.get("skipped_file_reasons") or [{"path": str(path), "reason": ""} for path in i["skipped_files"]]
+    reasons: dict[str, int] = {}
+    for entry in entries:
+        reasons[entry["reason"]] = reasons.get(entry["reason"], 0) + 1
+    told = ", ".join(f"{count:,} {_e(reason)}" for reason, count in reasons.items() if reason)
+    out = [f'<details class="note">\n<summary><strong>{len(entries):,} '
+           f'{"entry" if len(entries) == 1 else "entries"} under the inputs not read</strong>'
+           + (f" ({told})" if told else "") + "</summary>\n"
+           '<table>\n<thead><tr><th>path</th><th>why not read</th></tr></thead>\n<tbody>\n']
+    out += [f'<tr><td class="mono">{_e(entry["path"] + ("/" if entry.get("folder") else ""))}</td>'
+            f'<td>{_e(entry["reason"])}</td></tr>\n' for entry in entries[:NOT_READ_LISTED]]
+    if len(entries) > NOT_READ_LISTED:
+        out.append(f'<tr><td colspan="2">and {len(entries) - NOT_READ_LISTED:,} more (all in report.json, '
+                   "input.skipped_file_reasons)</td></tr>\n")
+    out.append("</tbody>\n</table>\n</details>\n")
     return "".join(out)
 
 
@@ -518,7 +542,7 @@ def _cluster_block(result, cluster: int, members, size: int, kept, rows, stats, 
     outcome_rows = rows[members[positions]] - result.indexed_rows
     table_rows = np.flatnonzero(outcome_rows >= 0)
     contents: list = [None] * len(positions)
-    for position, content in zip(table_rows, result.table[result.text_field].take(
+    for position, content in zip(table_rows, content_of(result.table, result.text_field).take(
             pa.array(outcome_rows[table_rows])).to_pylist()):
         contents[position] = content
     from .core.shingling import ShingleSpec

@@ -6,6 +6,15 @@ inside a command, the output's staging directory is removed on the way out, and 
 with one line and exit code 128 + the signal (130, 143, 129). tests/test_interrupt.py kills
 real runs as seeded random stages start (gpudedup/stages.py announces them) and at chosen
 points, and checks what is left.
+
+Python runs a signal's handler in the main thread, between two of its bytecodes: a main thread
+blocked inside a C extension (a file system's client waiting on a network that never answers)
+would hold the signal until the call returns. A watcher thread (``_watch``) learns of each
+signal as it arrives (signal.set_wakeup_fd) and, when the main thread has not taken it within
+UNTAKEN_SIGNAL_S, ends the process itself with the same line and exit code. It does so only
+where an interrupt may end the command anyway: never while a commit or a clean-up holds signals
+back (io/writer.py's signals_held), so the output is the previous complete one or none, as
+after a SIGKILL (a staging directory left behind is removed by a later run).
 """
 
 from __future__ import annotations
@@ -16,6 +25,16 @@ import signal
 import sys
 import threading
 import time
+
+# How long a signal may wait for the main thread to take it before the process ends without
+# it: long enough for the main thread to come back to Python between two calls into numpy,
+# pyarrow or a kernel on one batch (well under a second each, a few on a loaded machine), so
+# that a run interrupted anywhere else still ends through its handler and its clean-up; short
+# enough that a supervisor's SIGTERM ends the process before its SIGKILL follows (docker stop
+# waits 10 s).
+UNTAKEN_SIGNAL_S = 5.0
+# The signals a command ends on, by number.
+ENDING_SIGNALS = frozenset(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -33,6 +52,7 @@ _written = None  # the output a command has committed (io.writer.atomic_output_d
 _replacing = None  # an output on object storage whose old objects a command has begun to delete
 _last_signal = None  # the signal last raised as Interrupted
 _in_hook = False  # inside _unraisable
+_taken = 0  # how many signals the main thread has taken (_on_signal has run), for _watch
 
 
 def set_phase(phase: str) -> None:
@@ -79,7 +99,8 @@ def signal_word(signum: int) -> str:
 
 
 def _on_signal(signum, frame):
-    global _last_signal
+    global _last_signal, _taken
+    _taken += 1
     if _in_hook:  # raised here it would be dropped like the one being resent: later, then
         _resend_later(signum)
         return
@@ -119,9 +140,67 @@ def _resend_later(signum: int) -> None:
     _thread.start_new_thread(resend, ())
 
 
+def _watch(reader: int) -> None:
+    """The watcher thread: read the number of each signal as it arrives (written to ``reader``
+    by Python's C-level handler, set_wakeup_fd) and, for one that ends a command, wait
+    UNTAKEN_SIGNAL_S for the main thread to take it. Where it has not and an interrupt is
+    what the main thread would do (untaken), write the command's line and end the process
+    with 128 + the signal, as _on_signal and the CLI would."""
+    while True:
+        seen = _taken
+        try:
+            arrived = os.read(reader, 64)
+        except OSError:
+            return
+        if not arrived:
+            return
+        ours = [signum for signum in arrived if signum in ENDING_SIGNALS]
+        if not ours:
+            continue
+        deadline = time.monotonic() + UNTAKEN_SIGNAL_S
+        while _taken == seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _taken == seen and untaken(ours[-1]):
+            os.write(2, f"{signal_word(ours[-1])}: {interrupted_outcome()}\n".encode())
+            os._exit(128 + ours[-1])
+
+
+def untaken(signum: int) -> bool:
+    """Whether a signal the main thread has not taken should end the process from the watcher:
+    a command is starting or running, no interrupt is already ending it (_last_signal), and
+    _on_signal is the signal's handler (not io/writer.py's signals_held, which holds signals
+    back while a commit or a clean-up must not be cut short, nor a handler of someone else's)."""
+    return _phase in ("starting", "running") and _last_signal is None and signal.getsignal(signum) is _on_signal
+
+
+def _stop_watching_in_child() -> None:
+    # A forked child shares the watcher's pipe but not its thread: its signals must not end
+    # the parent.
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # (forked from a thread other than the main one)
+        pass
+
+
+def watch_signals() -> None:
+    """Start the watcher thread (_watch) on a pipe that Python's C-level signal handler writes
+    each signal's number to, unless something else has a wakeup fd already. Main thread only."""
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)  # (set_wakeup_fd's requirement: a signal never blocks on it)
+    theirs = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    if theirs != -1:  # (someone else's: put it back, unwatched)
+        signal.set_wakeup_fd(theirs)
+        os.close(reader)
+        os.close(writer)
+        return
+    os.register_at_fork(after_in_child=_stop_watching_in_child)
+    threading.Thread(target=_watch, args=(reader,), name="gpudedup signal watcher", daemon=True).start()
+
+
 def install_signal_handlers() -> None:
-    """Ctrl-C, SIGTERM and SIGHUP end a run cleanly. Main thread only; handlers set by others,
-    and ignored signals (nohup), are left alone."""
+    """Ctrl-C, SIGTERM and SIGHUP end a run cleanly, a main thread blocked in a C extension
+    included (watch_signals). Main thread only; handlers set by others, and ignored signals
+    (nohup), are left alone."""
     if threading.current_thread() is not threading.main_thread():
         return
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
@@ -130,3 +209,4 @@ def install_signal_handlers() -> None:
             signal.signal(signum, _on_signal)
     if sys.unraisablehook is sys.__unraisablehook__:
         sys.unraisablehook = _unraisable
+    watch_signals()

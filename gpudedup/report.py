@@ -49,8 +49,11 @@ class InputSummary:
     """The report's "input" section.
 
     documents: records that became documents; files: the files they came from; skipped_files:
-    paths passed over while scanning directories (hidden, not a regular file, ...), as the
-    reader lists them; skipped_records: records and files left out under on_error="skip" (see
+    the entries inside input directories that were not read (io.inputs.PassedOver: a file of
+    no input type, a hidden file or folder, one the include / exclude patterns leave out, a
+    link that would loop, a pipe, ...), in the order met; report.json lists their paths as
+    "skipped_files" and each with its reason as "skipped_file_reasons" ({"path", "reason",
+    "folder"}); skipped_records: records and files left out under on_error="skip" (see
     errors.jsonl); notes: paths passed over for a reason (a link loop, a pipe, ...); text_bytes:
     UTF-8 bytes of all texts; null_texts: documents whose text is null; empty_documents:
     documents without shingles (kept, never compared); paths: the inputs as given, absolute
@@ -70,9 +73,19 @@ class InputSummary:
     def as_dict(self) -> dict:
         return {"documents": self.documents,
                 "files": [f.as_dict() for f in self.files],
-                "skipped_files": self.skipped_files, "skipped_records": self.skipped_records, "notes": self.notes,
+                "skipped_files": [str(entry) for entry in self.skipped_files],
+                "skipped_file_reasons": [skipped_entry(entry) for entry in self.skipped_files],
+                "skipped_records": self.skipped_records, "notes": self.notes,
                 "text_bytes": self.text_bytes, "null_texts": self.null_texts,
                 "empty_documents": self.empty_documents, "paths": list(self.paths)}
+
+
+def skipped_entry(entry: str) -> dict:
+    """One entry of report.json's input.skipped_file_reasons: its path as shown, why it was not
+    read (io.inputs's reasons: "unsupported type", "hidden", "excluded by --exclude", "not
+    matched by --include", or the words of its note) and whether it is a folder."""
+    return {"path": str(entry), "reason": getattr(entry, "reason", "skipped"),
+            "folder": bool(getattr(entry, "folder", False))}
 
 
 @dataclass(frozen=True)

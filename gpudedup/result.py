@@ -43,8 +43,10 @@ class DedupResult:
         when first asked for from ``removed`` (int64 ascending: the input rows removed, made
         when first asked for: a cluster's run that writes its kept rows on its workers never
         holds them).
-    deduplicated: the kept rows, in the input's own type (list, pandas, polars, pyarrow,
-        cuDF, Hugging Face Dataset; a pyarrow Table for paths).
+    deduplicated: the kept rows, in the input's own type (list, pandas or polars Series with
+        the kept rows' index, pandas, polars, pyarrow, cuDF, Hugging Face Dataset); a list of
+        the kept strings for an iterable of strings; a pyarrow Table for paths, an iterable
+        of dicts and an IterableDataset.
     report: counts, parameters used, time and memory per stage (report.Report; report.json).
     table: all input rows as a pyarrow Table (what ``write`` filters).
     text_field: the column of ``table`` holding the text.

@@ -11,6 +11,7 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -210,6 +211,11 @@ def _checked_dedup(original):
             # A stream is read once: the checker keeps the table, the run gets the same batches.
             table = data.read_all()
             data, kept_data = pa.RecordBatchReader.from_batches(table.schema, table.to_batches()), table
+        elif isinstance(data, Iterator):
+            # So is an iterator (a generator, a map object): the checker keeps its items, the run
+            # gets the same ones, one at a time.
+            items = list(data)
+            data, kept_data = iter(items), items
         else:
             kept_data = data
         paths = ([data] if isinstance(data, (str, os.PathLike)) else list(data)) if _is_path_input(data) else []

@@ -50,9 +50,12 @@ from gpudedup.report import IN_MEMORY_FORMATS
 WHITE_SPACE = frozenset(oracles.WHITE_SPACE)
 # Which files are inputs, stated here apart from gpudedup/io/inputs.py on purpose: the walk of
 # input.paths must not inherit a mistake of the reader it checks.
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz", ".zst")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+ARROW_SUFFIXES = (".arrow",)
 TEXT_SUFFIXES = (".txt",)
+# A Hugging Face save_to_disk folder holds these beside its data files: metadata, not inputs.
+DATASET_METADATA = ("state.json", "dataset_info.json")
 # The checker's reader could not read the record (not JSON, not UTF-8, ...): the run must
 # have skipped it.
 UNREADABLE = object()
@@ -248,6 +251,8 @@ def file_kind(path) -> Optional[str]:
         return "jsonl"
     if name.endswith(PARQUET_SUFFIXES):
         return "parquet"
+    if name.endswith(ARROW_SUFFIXES):
+        return "arrow"
     if name.endswith(TEXT_SUFFIXES):
         return "text"
     return None
@@ -255,7 +260,48 @@ def file_kind(path) -> Optional[str]:
 
 def run_id(shown: str, line: int, fields: dict, id_field: Optional[str]) -> Any:
     """The id the run gives a record: its id field, or ``<path>:<line>`` without one."""
-    return f"{shown}:{line}" if id_field is None else fields.get(id_field)
+    if id_field is None:
+        return f"{shown}:{line}"
+    value = field_value(fields, id_field)
+    return None if value is UNREADABLE else value
+
+
+def field_value(record: dict, name: str) -> Any:
+    """A record's field ``name`` (docs: a key, or a dotted path through objects where no key
+    is the whole name; null on the way gives null), UNREADABLE where it has none."""
+    if name in record:
+        return record[name]
+    value: Any = record
+    for part in name.split(".") if "." in name else [None]:
+        if value is None:
+            return None
+        if part is None or not isinstance(value, dict) or part not in value:
+            return UNREADABLE
+        value = value[part]
+    return value
+
+
+def column_values(columns: list[str], column: Any, name: str) -> Optional[list]:
+    """The values of field ``name`` of a table whose columns are ``columns`` and whose column
+    ``column(c)`` gives a list of Python values (structs as dicts): a column, or a dotted path
+    into a struct column; None where it has no such field."""
+    if name in columns:
+        return column(name)
+    first = name.split(".")[0]
+    if "." not in name or first not in columns:
+        return None
+    rest = name[len(first) + 1:]
+    values = [None if row is None else field_value(row, rest) for row in column(first)]
+    return None if any(value is UNREADABLE for value in values) else values
+
+
+def ipc_table(place) -> pa.Table:
+    """An Arrow IPC file's or stream's table (pyarrow.ipc)."""
+    source = pa.py_buffer(file_bytes(place))
+    try:
+        return pa.ipc.open_file(source).read_all()
+    except pa.ArrowInvalid:
+        return pa.ipc.open_stream(source).read_all()
 
 
 def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]) -> list[InputRecord]:
@@ -266,6 +312,8 @@ def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]
         raw = file_bytes(path)
         if url_path(path).lower().endswith(".gz"):
             raw = gzip.decompress(raw)
+        elif url_path(path).lower().endswith(".zst"):
+            raw = pa.input_stream(pa.BufferReader(raw), compression="zstd").read()
         raw = raw.removeprefix(b"\xef\xbb\xbf")
         records = []
         for number, line in enumerate(raw.split(b"\n"), start=1):
@@ -279,13 +327,15 @@ def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]
                 records.append(InputRecord(shown, number, UNREADABLE, UNREADABLE))
                 continue
             # A record without its text field is a bad record; a null text is an empty document.
-            text = content_of(fields[text_field]) if text_field in fields else UNREADABLE
+            text = field_value(fields, text_field)
+            text = text if text is UNREADABLE else content_of(text)
             records.append(InputRecord(shown, number, run_id(shown, number, fields, id_field), text))
         return records
-    if kind == "parquet":
-        table = parquet_table(path)
-        texts = table[text_field].to_pylist() if text_field in table.column_names else [None] * table.num_rows
-        ids = table[id_field].to_pylist() if id_field in (table.column_names if id_field else []) else None
+    if kind in ("parquet", "arrow"):
+        table = parquet_table(path) if kind == "parquet" else ipc_table(path)
+        column = lambda name: table[name].to_pylist()  # noqa: E731
+        texts = column_values(table.column_names, column, text_field) or [None] * table.num_rows
+        ids = column_values(table.column_names, column, id_field) if id_field else None
         records = []
         for row, text in enumerate(texts):
             if isinstance(text, bytes):
@@ -316,9 +366,20 @@ def memory_records(data: Any, text_field: str, id_field: Optional[str]) -> list[
 
 def memory_columns(data: Any, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list]]:
     """(texts, ids or None) of in-memory data or of its kept rows (the same types)."""
+    if isinstance(data, (list, tuple)) and any(isinstance(item, dict) for item in data):
+        # Records: a record without the text field (or an id field) is unreadable.
+        field = lambda record, name: (memory_content(record[name])  # noqa: E731
+                                      if isinstance(record, dict) and name in record else UNREADABLE)
+        ids = None if id_field is None else [
+            record[id_field] if isinstance(record, dict) and record.get(id_field) is not None else UNREADABLE
+            for record in data]
+        return [field(record, text_field) for record in data], ids
     if isinstance(data, (list, tuple)):
         return [memory_content(t) for t in data], None
     module = type(data).__module__.split(".")[0]
+    if module in ("pandas", "polars") and type(data).__name__ == "Series":  # texts, as a list's
+        return [memory_content(None if value is None or isinstance(value, float) and value != value else value)
+                for value in data.to_list()], None
     if module == "pandas":
         column = lambda name: [None if value is None or isinstance(value, float) and value != value  # noqa: E731
                                else value for value in data[name].tolist()]
@@ -330,8 +391,16 @@ def memory_columns(data: Any, text_field: str, id_field: Optional[str]) -> tuple
     else:
         table = data if isinstance(data, pa.Table) else pa.table(data)
         column = lambda name: table[name].to_pylist()  # noqa: E731
-    texts = [memory_content(t) for t in column(text_field)]
-    return texts, None if id_field is None else column(id_field)
+
+    def values(name: str) -> Optional[list]:
+        if "." not in name:
+            return column(name)
+        names = list(data.columns) if module in ("pandas", "polars", "cudf") else (
+            data.column_names if module == "datasets" else table.column_names)
+        return column_values(names, column, name)
+
+    texts = [memory_content(t) for t in values(text_field) or []]
+    return texts, None if id_field is None else values(id_field)
 
 
 def memory_content(value: Any) -> Any:
@@ -360,7 +429,8 @@ def check(records: Sequence[InputRecord], run: RunOutcome) -> None:
     for entry in run.skipped:
         if entry.get("line") is None:
             continue
-        place = (entry["file"], entry["line"])
+        # (In-memory records are named by their position, in whatever the run calls its input.)
+        place = ("<memory>" if run.reading.in_memory else entry["file"], entry["line"])
         skipped_places[place] += 1
         if place not in by_place:
             problems.append(f"errors.jsonl names {entry['file']}:{entry['line']}, which is no input record")
@@ -499,15 +569,20 @@ def input_files_under(given) -> list:
         # Each object by its key as it is ("in//a", "in/./a" are objects of their own).
         below = [entry.path[len(root.rstrip("/")) + 1:] for entry in filesystem.get_file_info(
             pafs.FileSelector(root, recursive=True)) if entry.type == pafs.FileType.File]
+        listed, folders = set(below), {relative.rpartition("/")[0] for relative in below}
+        metadata = {f"{folder}/{name}".lstrip("/") for folder in folders for name in DATASET_METADATA
+                    if all(f"{folder}/{other}".lstrip("/") in listed for other in DATASET_METADATA)}
         return sorted(f"{given}/{relative}" for relative in below if file_kind(f"{given}/{relative}")
+                      and relative not in metadata
                       and not any(part.startswith(".") and part not in (".", "..") for part in relative.split("/")))
     if not given.is_dir():
         return [given] if file_kind(given) and given.is_file() else []
     found = []
     for root, dirs, names in os.walk(given):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
+        metadata = DATASET_METADATA if all(name in names for name in DATASET_METADATA) else ()
         found += [Path(root) / name for name in names if not name.startswith(".") and file_kind(Path(name))
-                  and (Path(root) / name).is_file() and not (Path(root) / name).is_symlink()]
+                  and name not in metadata and (Path(root) / name).is_file() and not (Path(root) / name).is_symlink()]
     return sorted(found)
 
 
@@ -535,11 +610,11 @@ def input_records(reading: Reading, data: Any, where: str) -> list[InputRecord]:
 def table_columns(table: pa.Table, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list]]:
     """(texts, ids or None) of the kept rows as a pyarrow Table. Without the text column the
     texts read as nulls, which compare_kept finds wrong unless the input's texts were null too."""
-    columns = table.column_names
-    texts = table[text_field].to_pylist() if text_field in columns else [None] * table.num_rows
+    column = lambda name: table[name].to_pylist()  # noqa: E731
+    texts = column_values(table.column_names, column, text_field) or [None] * table.num_rows
     # Kept rows keep their file's types: a binary text column comes back as bytes.
     texts = [text.decode("utf-8") if isinstance(text, bytes) else text for text in texts]
-    return texts, table[id_field].to_pylist() if id_field in columns else None
+    return texts, column_values(table.column_names, column, id_field) if id_field else None
 
 
 def kept_rows(path: Path, text_field: str, id_field: Optional[str]) -> tuple[list, Optional[list]]:
@@ -547,8 +622,10 @@ def kept_rows(path: Path, text_field: str, id_field: Optional[str]) -> tuple[lis
     if path.suffix == ".parquet":
         return table_columns(pq.read_table(path), text_field, id_field)
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    ids = [row.get(id_field) for row in rows] if any(id_field in row for row in rows) else None
-    return [row.get(text_field) for row in rows], ids
+    value = lambda row, name: None if (v := field_value(row, name)) is UNREADABLE else v  # noqa: E731
+    ids = ([value(row, id_field) for row in rows]
+           if id_field and any(field_value(row, id_field) is not UNREADABLE for row in rows) else None)
+    return [value(row, text_field) for row in rows], ids
 
 
 def check_output_dir(out: Path, data: Any = None) -> None:

@@ -333,13 +333,12 @@ def test_names_do_not_depend_on_which_files_could_be_read(tmp_path):
         assert [p.name for p in kept_files(tmp_path / run)] == ["a.jsonl.parquet"], run
 
 
-def test_a_run_over_files_that_left_every_file_out_writes_an_empty_deduplicated_folder(tmp_path):
+def test_a_run_over_files_that_left_every_file_out_stops_and_writes_nothing(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.txt").write_bytes(b"\xff")
     result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu", "--on-error", "skip")
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "out" / "deduplicated").is_dir() and not any((tmp_path / "out" / "deduplicated").iterdir())
-    assert json.loads((tmp_path / "out" / "report.json").read_text())["output"]["kept_files"] == []
+    assert result.exit_code == 2 and "no document could be read from the inputs" in error_line(result)
+    assert not (tmp_path / "out").exists()
 
 
 def test_columns_widened_across_files_and_string_view_come_back_as_each_file_had_them(tmp_path):

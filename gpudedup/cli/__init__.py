@@ -22,9 +22,9 @@ from ..interrupts import interrupted_outcome, last_signal, signal_word
 from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
-from .common import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, Keep, OnError, OutputFormat, Shingle,
-                     UnicodeChoice, command_paths, err, interrupt_told, out, print_summary, unicode_form,
-                     user_errors)
+from .common import (Exclude, Include, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, Keep, OnError,
+                     OutputFormat, Shingle, UnicodeChoice, command_paths, err, interrupt_told, out, print_summary,
+                     unicode_form, user_errors)
 from .index import index_app
 
 if TYPE_CHECKING:
@@ -60,15 +60,18 @@ def main_options(
 def dedup_command(
     context: typer.Context,
     inputs: Annotated[List[str], typer.Argument(
-        help="JSONL (.jsonl, .jsonl.gz), Parquet or .txt files, or directories of them (read recursively, "
-             "in sorted order); or URLs of them (s3://bucket/prefix/, gs://..., any fsspec file system).",
+        help="JSONL (.jsonl, .jsonl.gz, .jsonl.zst), Parquet, Arrow (.arrow) or .txt files, Hugging Face "
+             "save_to_disk folders, or directories of them (read recursively, in sorted order); or URLs of them "
+             "(s3://bucket/prefix/, gs://..., any fsspec file system).",
         show_default=False)],
     output: Annotated[str, typer.Option("--output", "-o", help="Directory to write the results into.",
                                          show_default=False)],
-    text_field: Annotated[str, typer.Option(help="Field (column) holding the text.")] = "text",
+    text_field: Annotated[str, typer.Option(
+        help="Field (column) holding the text; a dotted path reaches into objects and structs (content.text).")
+    ] = "text",
     id_field: Annotated[Optional[str], typer.Option(
-        help="Field holding unique document ids. Default: '<file path>:<row>' (row counts from 1; the line "
-             "number for JSONL).",
+        help="Field holding unique document ids (a dotted path: meta.id). Default: '<file path>:<row>' (row "
+             "counts from 1; the line number for JSONL).",
         show_default=False)] = None,
     threshold: Annotated[float, typer.Option(
         help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].")] = DEFAULT_THRESHOLD,
@@ -117,6 +120,8 @@ def dedup_command(
     on_error: Annotated[OnError, typer.Option(
         help="stop: a bad record or unreadable file stops the run (exit code 2, nothing written); "
              "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
+    include: Include = None,
+    exclude: Exclude = None,
     work_dir: Annotated[Optional[str], typer.Option(
         help="Run in stages over one input file at a time, keeping each stage's results here (a folder, or "
              "a URL such as s3://bucket/work/), so the corpus is never in memory as a whole (see docs/scale.md).",
@@ -156,7 +161,7 @@ def dedup_command(
         if against is not None:
             from ..engine.workdir import work_dir_lock
             from ..index import Index
-            from ..io.inputs import scan_inputs
+            from ..io.inputs import Selection, scan_inputs
             from ..io.layout import check_output_names
             from ..io.writer import check_run_places
 
@@ -164,7 +169,7 @@ def dedup_command(
             # to and the index; two inputs with one output name refused. (Without --against,
             # api.dedup checks the same with the scan it reads by.)
             check_run_places(files, out, overwrite, work, against, scan=False)
-            found = scan_inputs(files, on_error.value)
+            found = scan_inputs(files, on_error.value, Selection.of(include, exclude))
             check_run_places(files, out, overwrite, work, against, found=found)
             if not single_file:
                 check_output_names(found, format.value)
@@ -183,7 +188,7 @@ def dedup_command(
                                      backend=backend.value, progress=not quiet, on_error=on_error.value,
                                      batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
                                      work_dir=work, resume=resume,
-                                     scheduler=scheduler, workers=workers)
+                                     scheduler=scheduler, workers=workers, include=include, exclude=exclude)
                 result.write(out, format=format.value, overwrite=overwrite, single_file=single_file)
             guard.written = out
             if not quiet:
@@ -198,6 +203,7 @@ def dedup_command(
             max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
             keep=keep.value, bucket_window=bucket_window, backend=backend.value, progress=not quiet,
             batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes, on_error=on_error.value,
+            include=include, exclude=exclude,
             work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
             # Written by the run: on a Dask cluster each worker writes its shards' kept rows.
             output=out, format=format.value, overwrite=overwrite, single_file=single_file,
@@ -266,8 +272,8 @@ def params_command(
 
 @app.command("evaluate")
 def evaluate_command(
-    inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet or .txt files, or directories "
-                                                      "of them.",
+    inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet, Arrow or .txt files, or "
+                                                      "directories of them.",
                                                   show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
                                          show_default=False)],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 from enum import Enum
-from typing import TYPE_CHECKING, Optional, cast
+from typing import TYPE_CHECKING, Annotated, List, Optional, cast
 
 import typer
 from rich.console import Console
@@ -22,6 +22,15 @@ if TYPE_CHECKING:
 MAX_FN_HELP = "Largest acceptable miss probability at the threshold, 1 - P(threshold), when b and r are chosen."
 LOW_HELP = "A similarity below the threshold whose pairs should rarely become candidates (with --max-fp)."
 MAX_FP_HELP = "Largest acceptable P(low): the chance that a pair of similarity --low becomes a candidate."
+INCLUDE_HELP = ("Read only the files inside input directories that match this glob pattern (repeatable; * ? "
+                "\\[seq], case-sensitive, * also matches /), matched against the path relative to the directory "
+                "given and against the file name, e.g. '*.jsonl' or 'en/*'. A file given by name is always read.")
+EXCLUDE_HELP = ("Leave out the files (and folders) inside input directories that match this glob pattern "
+                "(repeatable; matched as --include), e.g. '*.tmp' or 'old'. What is left out is listed in "
+                "report.json.")
+# The options of the commands that read input directories (dedup, index add).
+Include = Annotated[Optional[List[str]], typer.Option(help=INCLUDE_HELP, metavar="PATTERN", show_default=False)]
+Exclude = Annotated[Optional[List[str]], typer.Option(help=EXCLUDE_HELP, metavar="PATTERN", show_default=False)]
 
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -89,8 +98,35 @@ def print_summary(report: Report, output: Location, seconds: float) -> None:
     if i.get("skipped_records"):
         err.print(f"[bold yellow]{i['skipped_records']:,} records or files were skipped[/] "
                   f"(--on-error skip): see {output}/errors.jsonl")
+    unread = not_read_line(i.get("skipped_file_reasons", []), output)
+    if unread:
+        err.print(unread, soft_wrap=True)
     for note in i.get("notes", []):
         err.print(f"note: {escape(note)}")
+
+
+# How many of the entries not read the summary names.
+UNREAD_NAMED = 5
+
+
+def not_read_line(entries: list[dict], output: Location) -> Optional[str]:
+    """The summary's line (rich markup) on the entries inside the input directories that were
+    not read for a reason no note tells (report.json's input.skipped_file_reasons: a file of
+    no input type, a hidden file or folder, what --include / --exclude leave out): their
+    count, reasons and first few names. None when there are none."""
+    from ..io.inputs import UNNOTED
+
+    unread = [entry for entry in entries if entry.get("reason") in UNNOTED]
+    if not unread:
+        return None
+    folders = sum(bool(entry.get("folder")) for entry in unread)
+    kind = ("folder" if folders == 1 else "folders") if folders == len(unread) else \
+        ("file" if len(unread) == 1 else "files") + (" and folders" if folders else "")
+    reasons = ", ".join(reason for reason in UNNOTED if any(entry["reason"] == reason for entry in unread))
+    names = ", ".join(entry["path"] + ("/" if entry.get("folder") else "") for entry in unread[:UNREAD_NAMED])
+    more = ", ..." if len(unread) > UNREAD_NAMED else ""
+    return (f"note: [bold yellow]{len(unread):,} {kind} under the inputs {'was' if len(unread) == 1 else 'were'} "
+            f"not read[/] ({reasons}): {escape(names)}{more}; all in {escape(str(output))}/report.json")
 
 
 interrupt_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)

@@ -15,8 +15,8 @@ from rich.markup import escape
 from ..errors import InputError
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
-from .common import (LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError, OutputFormat, Shingle, UnicodeChoice,
-                     err, out, print_summary, unicode_form, user_errors)
+from .common import (Exclude, Include, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError,
+                     OutputFormat, Shingle, UnicodeChoice, err, out, print_summary, unicode_form, user_errors)
 
 index_app = typer.Typer(
     name="index",
@@ -74,8 +74,8 @@ def create_command(
 @index_app.command("add")
 def add_command(
     index: IndexPath,
-    inputs: Annotated[List[str], typer.Argument(help="JSONL, Parquet or .txt files, or directories of them, "
-                                                     "or their URLs.", show_default=False)],
+    inputs: Annotated[List[str], typer.Argument(help="JSONL, Parquet, Arrow or .txt files, or directories of "
+                                                     "them, or their URLs.", show_default=False)],
     output: Annotated[str, typer.Option("--output", "-o", help="Where the results of the run go.",
                                         show_default=False)],
     tag: Annotated[Optional[str], typer.Option(help="A name for what this add commits (index remove --tag).",
@@ -88,6 +88,8 @@ def add_command(
     single_file: Annotated[bool, typer.Option("--single-file", help="As in dedup.")] = False,
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
     on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
+    include: Include = None,
+    exclude: Exclude = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).")] = False,
     batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
@@ -104,7 +106,7 @@ def add_command(
     [bold]dedup[/] does, then commit the kept new documents to the index.
     Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
     from ..index import Index
-    from ..io.inputs import scan_inputs
+    from ..io.inputs import Selection, scan_inputs
     from ..io.layout import check_output_names
     from ..io.writer import check_run_places
     from .common import command_paths
@@ -115,14 +117,15 @@ def add_command(
         # inputs resolve to).
         check_run_places(files, out, overwrite, work, index, scan=False)
         if not single_file:
-            check_output_names(scan_inputs(files, on_error.value), format.value)
+            check_output_names(scan_inputs(files, on_error.value, Selection.of(include, exclude)), format.value)
         started = time.perf_counter()
         result = Index(index).add(files, tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
                                   on_error=on_error.value, output=out, format=format.value, overwrite=overwrite,
                                   single_file=single_file,
                                   work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
-                                  batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes)
+                                  batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
+                                  include=include, exclude=exclude)
         guard.written = out
         if not quiet:
             print_summary(result.report, out, time.perf_counter() - started)

@@ -85,16 +85,17 @@ def token_list_problem(values: list, kind_of: Callable[[object], str]) -> str:
     return ""
 
 
-def token_lists_to_arrow(items: Sequence) -> pa.Array:
+def token_lists_to_arrow(items: Sequence, first: int = 0) -> pa.Array:
     """Token-id lists as a large_list<int64> array; InputError naming the first item that is
-    not a list of integers from 0 to 2**32 - 1."""
+    not a list of integers from 0 to 2**32 - 1 (counted from ``first``: the position of
+    items[0] in the input, for a batch of a longer input)."""
     for position, item in enumerate(items):
         if item is None:
             continue
         values = item.tolist() if isinstance(item, np.ndarray) else list(item)
         problem = token_list_problem(values, lambda value: f"a {type(value).__name__}")
         if problem:
-            raise InputError(f"item {position} {problem}")
+            raise InputError(f"item {first + position} {problem}")
     return pa.array([None if item is None else np.asarray(item, dtype=np.int64) for item in items],
                     pa.large_list(pa.int64()))
 

@@ -136,12 +136,13 @@ def decode_utf8(data, offsets, xp=np):
     return codepoints, offsets - xp.searchsorted(continuation, offsets)
 
 
-def strings_to_arrow(texts) -> pa.Array:
+def strings_to_arrow(texts, first: int = 0) -> pa.Array:
     """A sequence of str / None as a large_string array.
 
     Raises InputError for an item that is not a string, or that holds a lone surrogate
     (possible in a Python str, e.g. from json.loads('"\\ud800"'), but not Unicode text: it has no
-    UTF-8 form, so no backend could shingle it).
+    UTF-8 form, so no backend could shingle it); first: the position of texts[0] in the
+    input, which the message counts from (a batch of a longer input).
     """
     texts = list(texts)
     try:
@@ -150,13 +151,13 @@ def strings_to_arrow(texts) -> pa.Array:
         pass
     for position, text in enumerate(texts):
         if text is not None and not isinstance(text, str):
-            raise InputError(f"text {position} is a {type(text).__name__}, expected a string or None")
+            raise InputError(f"text {first + position} is a {type(text).__name__}, expected a string or None")
         if text is not None:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as error:
                 raise InputError(
-                    f"text {position} holds a lone surrogate U+{ord(text[error.start]):04X} at "
+                    f"text {first + position} holds a lone surrogate U+{ord(text[error.start]):04X} at "
                     f"character {error.start}, which is not valid Unicode text"
                 ) from None
     raise InputError("the texts cannot be converted to Arrow strings")

@@ -542,7 +542,7 @@ def scatter_once(client, values: list, broadcast: bool) -> list:
     """Futures of ``values`` sent to the workers (to every one where ``broadcast``), each under
     a key of its own (hash=False): keys named by content would make a stage that sends what
     the last one sent (the reader, again) depend on that data being freed just then, and its
-    tasks fail as having lost their dependencies (distributed #8576)."""
+    tasks fail as having lost their dependencies (dask/distributed#8576)."""
     return client.scatter(values, broadcast=broadcast, hash=False) if values else []
 
 

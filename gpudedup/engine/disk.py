@@ -48,7 +48,7 @@ from ..ids import wide
 from ..core.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
 from ..io.corpus import Corpus
 from ..io.formats import format_of
-from ..io.inputs import InputFiles, display_path
+from ..io.inputs import InputFiles, display_path, documents_read
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
 from ..io import storage
@@ -952,6 +952,8 @@ class WorkDirStore:
         # keep, in order; so are the active documents among the spilled active rows.
         self.rows = self.combination.rows
         self.documents = self.rows.count(0, int(shards.rows[-1]))
+        # Inputs that gave no document stop the run (under either on_error) here, after reading.
+        documents_read(self.found, self.documents, self.reader.shown, self.skipped_records())
         # Which spilled active rows are documents (each Kept holds nothing where the input
         # rules left no row out); the active rows and lengths stay in the shards until asked.
         active_left_out = [np.zeros(0, np.int64)]

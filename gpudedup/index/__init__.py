@@ -18,7 +18,7 @@ import dataclasses
 import os
 import tempfile
 import uuid
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -149,13 +149,15 @@ class Index:
               backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
               batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
               shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
-              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None) -> DedupResult:
+              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
+              include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
-        client, scheduler, workers: as gpudedup.dedup takes them."""
+        client, scheduler, workers, include, exclude: as gpudedup.dedup takes them."""
         result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
-                              (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers)
+                              (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers,
+                              (include, exclude))
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
@@ -165,7 +167,8 @@ class Index:
             format: str = "parquet", overwrite: bool = False,
             work_dir: Given | None = None, resume: bool = False, client=None,
             scheduler: Optional[str] = None, workers: Optional[int] = None,
-            single_file: bool = False) -> DedupResult:
+            single_file: bool = False, include: str | Sequence[str] | None = None,
+            exclude: str | Sequence[str] | None = None) -> DedupResult:
         """``dedup``, then commit the new documents kept (those with shingles) to the index as
         one new segment tagged ``tag``. With ``output`` the results are written there first
         (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``), so
@@ -190,7 +193,7 @@ class Index:
             try:
                 result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress,
                                           on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
-                                          scheduler, workers)
+                                          scheduler, workers, (include, exclude))
                 # Everything that can refuse the commit, before anything is written.
                 check_id_type(manifest, store.inner.ids)
                 kept = self._kept_new_rows(result, store)
@@ -215,11 +218,13 @@ class Index:
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
              backend, progress: bool, on_error: str, speed: tuple, work_dir=None, resume: bool = False,
-             client=None, scheduler: Optional[str] = None,
-             workers: Optional[int] = None) -> tuple[DedupResult, IndexStore]:
+             client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
+             chosen_files: tuple = (None, None)) -> tuple[DedupResult, IndexStore]:
         """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
-        the api's own entry points with the store wrapped (store.Against)."""
-        from ..api import content_field, corpus_result, dask_dedup, staged_dedup, to_corpus
+        the api's own entry points with the store wrapped (store.Against); chosen_files: the
+        include and exclude patterns."""
+        from ..api import content_field, corpus_result, dask_dedup, inputs_and_places, staged_dedup, to_corpus
+        from ..io.inputs import Selection, documents_read
         from ..memory import MemoryBudget, parse_size
 
         batch_bytes, max_memory, shard_bytes = speed
@@ -230,19 +235,21 @@ class Index:
         field = content_field(params, text_field, token_field)
         against = Against(reader, chosen, params.bucket_window)
         shown = RichProgress() if progress else Progress()
+        found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)
         if client is not None or scheduler is not None or workers is not None:
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
-                                scheduler, workers, against)
+                                scheduler, workers, against, found=found)
         elif work_dir is not None:
             result = staged_dedup(data, params, chosen, location_of(work_dir), resume, field, id_field, on_error, shown,
-                                  against=against)
+                                  against=against, found=found)
         else:
             if resume:
                 raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
             log = StageLog()
             with log.stage("read"):
                 corpus, restore = to_corpus(data, field, id_field, on_error=on_error,
-                                            budget=MemoryBudget(params.max_memory))
+                                            budget=MemoryBudget(params.max_memory), found=found)
+            documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
             # The sets made while signing serve the copies, verification and the commit.
             outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, keep_sets=True)), params, chosen,
                               progress=shown,

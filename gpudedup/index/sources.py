@@ -84,7 +84,8 @@ def corpus_pointers(corpus, docs: np.ndarray) -> SourcePointers:
 
 
 NOT_FROM_FILES = ("this index verifies matches from the source files (made with verification 'source'): "
-                  "documents added to it must be read from files (JSONL, Parquet, text), not passed in as data")
+                  "documents added to it must be read from JSONL, Parquet or text files, not passed in as data "
+                  "or read from other formats")
 
 
 def pointer_arrays(pointers: SourcePointers) -> tuple[list[dict], dict[str, np.ndarray]]:
@@ -145,6 +146,7 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
     (size, SHA-256) and read once per call: a file changed since an earlier call is caught."""
     from ..backends import get_backend
     from ..core.content import unit_buffers
+    from ..io.fields import field_column
     from ..io.read import read_one_file
     from ..io.source import SourceFile
     from ..core.verify import set_columns
@@ -166,7 +168,7 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
             missing = int(row_number[mine][~found][0])
             raise SourceChangedError(f"{entry['path']}: record {missing}, which the index points at, cannot be read "
                                      "any more; the index needs its source files as they were")
-        texts = part.table[entry["field"]].combine_chunks().take(pa.array(local))
+        texts = field_column(part.table, entry["field"]).combine_chunks().take(pa.array(local))
         columns, counts[mine] = set_columns(backend.shingle_sets(*unit_buffers(texts), spec))
         pieces.append((mine, columns))
     # Each file's sets are in its documents' order; scatter them into the order given.

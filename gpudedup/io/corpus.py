@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.content import is_token_type, unit_buffers
+from .fields import field_column
 from .source import SourceFile
 
 @dataclass
@@ -17,8 +18,9 @@ class Corpus:
     """Documents in input order (host).
 
     table: every input column of every row (pyarrow Table, columns unified across files).
-    text_field: the name of the content column in ``table``: text (string or large_string) or,
-        for token shingles, token ids (a list of integers); null = an empty document.
+    text_field: the name of the content field in ``table``: a column, or a dotted path into a
+        struct column (io/fields.py); text (string or large_string) or, for token shingles,
+        token ids (a list of integers); null = an empty document.
     ids: pyarrow Array of unique document ids (string or int64), one per row.
     files: where the rows came from, in order; skipped: files passed over in directories.
     inputs: the paths the corpus was read from, as given (outputs must stay clear of them).
@@ -45,25 +47,32 @@ class Corpus:
     # Files: each scanned file's output name, absolute path -> name (io.layout.output_bases).
     output_bases: dict[str, str] = field(default_factory=dict)
 
+    # A nested content field's values (a struct's child), held apart so that the table keeps
+    # its columns as they are; None where the content field is a column of ``table``.
+    nested_texts: Optional[pa.ChunkedArray] = field(default=None, init=False, repr=False)
+
     def __post_init__(self):
         # The stages want the text as one string or large_string array: an all-null column
         # has Arrow's null type, newer producers may send string_view, and a column in many
         # chunks (one per block read) would make every take() concatenate all of them first.
-        texts = self.table[self.text_field]
+        nested = self.table.schema.get_field_index(self.text_field) < 0
+        texts = field_column(self.table, self.text_field)
         if is_token_type(texts.type):
             pass  # token ids stay as read (content.unit_buffers reads any integer width)
         elif plain_text_type(texts.type) != texts.type:
             texts = texts.cast(plain_text_type(texts.type))
         elif pa.types.is_string(texts.type) and texts.nbytes >= 2**31 - 2**20:
             texts = texts.cast(pa.large_string())  # 32-bit offsets cannot span > 2 GiB
-        if texts.num_chunks != 1 or texts is not self.table[self.text_field]:
-            single = texts.combine_chunks() if texts.num_chunks else pa.array([], texts.type)
+        single = texts.combine_chunks() if texts.num_chunks else pa.array([], texts.type)
+        if nested:
+            self.nested_texts = pa.chunked_array([single])
+        else:
             index = self.table.schema.get_field_index(self.text_field)
             self.table = self.table.set_column(index, self.text_field, pa.chunked_array([single]))
 
     @property
     def texts(self) -> pa.ChunkedArray:
-        return self.table[self.text_field]
+        return self.nested_texts if self.nested_texts is not None else self.table[self.text_field]
 
     def text_array(self) -> pa.Array:
         """The text column as one string or large_string array (no copy)."""

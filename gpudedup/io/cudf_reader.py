@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.normalize import text_buffers
+from .fields import field_column
 from .jsonl import text_missing
 from .jsonl_lines import object_line_numbers, open_binary
 from .source import SourceFile, check_columns
@@ -31,7 +32,8 @@ def cudf_installed() -> bool:
 
 
 def read_table(path: Path, file_format: str):
-    """(cudf.DataFrame, pyarrow.Table) of one JSONL (optionally .gz) or Parquet file."""
+    """(cudf.DataFrame, pyarrow.Table) of one JSONL (optionally .gz) or Parquet file (io/read.py
+    gives cuDF no other: zstd-compressed JSONL, Arrow IPC and nested text fields are pyarrow's)."""
     import cudf
 
     if file_format == "parquet":
@@ -145,7 +147,7 @@ def device_text_of(tables: list[pa.Table], text_field: str, device_parts: list) 
     parts = []
     for table, part in zip(tables, device_parts):
         if part is None:
-            data, offsets = text_buffers(pc.cast(table[text_field], pa.large_string()))
+            data, offsets = text_buffers(pc.cast(field_column(table, text_field), pa.large_string()))
             part = (cupy.asarray(data), cupy.asarray(offsets))
         parts.append(part)
     return concat_device_utf8(parts)

@@ -1,4 +1,5 @@
-"""The input formats by file name: which suffixes are JSON Lines, Parquet or plain text."""
+"""The input formats by file name: which suffixes are JSON Lines (plain, gzip- or
+zstd-compressed), Parquet, Arrow IPC or plain text, and how a file is compressed."""
 
 from __future__ import annotations
 
@@ -6,12 +7,21 @@ from typing import Optional
 
 from .storage import Location
 
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+# A bare .zst is JSON Lines too: that is how corpora are shipped (The Pile's 00.jsonl.zst).
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz",
+                  ".jsonl.zst", ".ndjson.zst", ".json.zst", ".zst")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+ARROW_SUFFIXES = (".arrow",)
 TEXT_SUFFIXES = (".txt",)
 FORMAT_OF_SUFFIX = {**dict.fromkeys(JSONL_SUFFIXES, "jsonl"), **dict.fromkeys(PARQUET_SUFFIXES, "parquet"),
-                    **dict.fromkeys(TEXT_SUFFIXES, "text")}
+                    **dict.fromkeys(ARROW_SUFFIXES, "arrow"), **dict.fromkeys(TEXT_SUFFIXES, "text")}
 INPUT_SUFFIXES = tuple(sorted(FORMAT_OF_SUFFIX, key=len, reverse=True))
+# Every input suffix, in the order messages list them.
+SUPPORTED_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES + ARROW_SUFFIXES + TEXT_SUFFIXES
+# The compressions of JSON Lines files, by the name's last suffix: pyarrow's codec names
+# (pa.Codec, pa.CompressedInputStream), with the bytes each compressed file starts with.
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
+MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd"}
 
 
 def input_suffix(name: str) -> str:
@@ -22,7 +32,8 @@ def input_suffix(name: str) -> str:
 
 
 def file_format(path: Location) -> Optional[str]:
-    """The format by the file's name: "jsonl", "parquet", "text", or None for other files."""
+    """The format by the file's name: "jsonl", "parquet", "arrow", "text", or None for other
+    files."""
     return FORMAT_OF_SUFFIX.get(input_suffix(path.name))
 
 
@@ -32,3 +43,9 @@ def format_of(path: Location) -> str:
     if format is None:
         raise ValueError(f"{path}: not an input file")  # a caller's mistake, not the user's
     return format
+
+
+def compression_of(path: Location) -> Optional[str]:
+    """How a JSON Lines file is compressed, by its name: "gzip" (.gz), "zstd" (.zst), or None."""
+    lowered = path.name.lower()
+    return next((codec for suffix, codec in COMPRESSIONS.items() if lowered.endswith(suffix)), None)

@@ -1,4 +1,4 @@
-"""Reading JSONL files (.jsonl, .ndjson, .json, each optionally .gz) with pyarrow (host).
+"""Reading JSONL files (.jsonl, .ndjson, .json, each optionally .gz or .zst) with pyarrow (host).
 
 A file whose every non-blank line is one object is parsed by Arrow in one go; anything else is
 read line by line (jsonl_lines.check_jsonl_line) so that each bad line is named ``FILE:LINE``
@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from .fields import empty_table, field_column, has_field
+from .formats import MAGIC, compression_of, input_suffix
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
 from ..core.content import bad_token_rows, is_token_type
@@ -53,18 +55,14 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
         if table.num_rows == 0:  # only blank lines: no records, and no columns to check
             return empty_table(text_field), np.zeros(0, np.int64), []
         problem = check_columns(table, source, text_field, id_field, nulls=False)
-        if problem and (text_field not in table.column_names
-                        or (id_field is not None and id_field not in table.column_names)):
+        if problem and (not has_field(table.schema, text_field)
+                        or (id_field is not None and not has_field(table.schema, id_field))):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
         if (not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH
                 and not bad_token_ids(table, text_field)
                 and not text_missing(path, source, table, row_numbers, text_field)):
             return table, row_numbers, []
     return read_jsonl_by_line(path, source, text_field, id_field, errors)
-
-
-def empty_table(text_field: str) -> pa.Table:
-    return pa.table({text_field: pa.array([], pa.string())})
 
 
 def type_depth(schema: pa.Schema) -> int:
@@ -80,7 +78,7 @@ def type_depth(schema: pa.Schema) -> int:
 def bad_token_ids(table: pa.Table, text_field: str) -> bool:
     """Whether a token-id column holds an id that is null or out of range (the line-by-line
     reading then names its line)."""
-    column = table[text_field]
+    column = field_column(table, text_field)
     return is_token_type(column.type) and len(bad_token_rows(column)[0]) > 0
 
 
@@ -88,7 +86,7 @@ def text_missing(path: Location, source: SourceFile, table: pa.Table, row_number
                  text_field: str) -> bool:
     """Whether a record read as a null text lacks the text field in its line (a record without
     text holds null there; the line-by-line reading names a line that lacks it)."""
-    column = table[text_field]
+    column = field_column(table, text_field)
     if not column.null_count:
         return False
     rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
@@ -96,7 +94,7 @@ def text_missing(path: Location, source: SourceFile, table: pa.Table, row_number
 
 
 def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:
-    return id_field is not None and table[id_field].null_count > 0
+    return id_field is not None and field_column(table, id_field).null_count > 0
 
 
 def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
@@ -107,9 +105,13 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
     kept: list[bytes] = []
     numbers: list[int] = []
     first_seen: dict[tuple, tuple[str, int]] = {}  # field path -> (JSON type, line)
+    first = source.at_file_start  # (the file's first record is to come)
     for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
         if not line.strip(JSON_WHITESPACE):
             continue
+        if first and opens_json_array(line):
+            raise file_error(source.path, json_array_problem(path))
+        first = False
         problem, kinds = check_jsonl_line(line, number, text_field, id_field, first_seen)
         if problem:
             if number == 1:
@@ -142,14 +144,37 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
     return table, np.asarray(numbers, dtype=np.int64), errors.records
 
 
+def json_array_problem(path: Location) -> str:
+    """The message for a file that holds a JSON array rather than JSON Lines."""
+    name = path.name
+    stem = name[:len(name) - len(input_suffix(name))] or name
+    return (f"a JSON array, not JSON Lines (one JSON object per line); convert it, e.g. "
+            f"jq -c '.[]' {name} > {stem}.jsonl")
+
+
+def opens_json_array(line: bytes) -> bool:
+    """Whether a file's first non-blank line opens a JSON array of records (a .json file of one
+    array, pretty-printed or on one line): a '[' followed by '{', by ']', or by nothing more
+    on that line. Told by those bytes alone, so that no parser is given a line as long as
+    the file; a line holding an array of other values stays a bad record of its own."""
+    stripped = line.strip(JSON_WHITESPACE)
+    if not stripped.startswith(b"["):
+        return False
+    rest = stripped[1:].lstrip(JSON_WHITESPACE)
+    return not rest or rest[:1] in (b"{", b"]")
+
+
 def compressed_hint(line: bytes, path: Location) -> str:
-    """A hint when a file's first line shows it is compressed or Parquet, not JSON text."""
-    for magic, what in ((b"\x1f\x8b", "gzip-compressed: name it .jsonl.gz"),
+    """A hint when a file's first line shows it is compressed, Parquet or Arrow, not JSON text."""
+    compression = compression_of(path)
+    for magic, what in ((MAGIC["gzip"], "gzip-compressed: name it .jsonl.gz"),
                         (b"PAR1", "a Parquet file: name it .parquet"),
-                        (b"\x28\xb5\x2f\xfd", "zstd-compressed, which is not supported"),
+                        (MAGIC["zstd"], "zstd-compressed: name it .jsonl.zst"),
+                        (b"ARROW1", "an Arrow IPC file: name it .arrow"),
+                        (b"\xff\xff\xff\xff", "an Arrow IPC stream: name it .arrow"),
                         (b"BZh", "bzip2-compressed, which is not supported"),
                         (b"\xfd7zXZ", "xz-compressed, which is not supported")):
-        if line.startswith(magic) and not (magic == b"\x1f\x8b" and path.name.lower().endswith(".gz")):
+        if line.startswith(magic) and not (compression is not None and magic == MAGIC[compression]):
             return f"; the file looks {what}"
     return ""
 

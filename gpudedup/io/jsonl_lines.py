@@ -1,4 +1,4 @@
-"""JSONL line by line (pyarrow streams, host): the bytes of a possibly gzipped file as lines,
+"""JSONL line by line (pyarrow streams, host): the bytes of a possibly compressed file as lines,
 the shape of every line (blank, one object, other) and so each record's line number, and the
 check of one line that says exactly what is wrong with it (check_jsonl_line), for the slow
 path of jsonl.read_jsonl and for cuDF's reads (which need the line numbers too).
@@ -16,6 +16,8 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..core.content import token_list_problem
+from .fields import MISSING, record_field_names, record_value
+from .formats import MAGIC, compression_of
 from .pieces import Piece
 from . import storage
 from .source import INT64_MAX, SourceFile, file_error, listed
@@ -38,17 +40,20 @@ CLOSING = 0x7D
 
 
 def open_binary(path: Location, piece: Optional[Piece] = None):
-    """The file's bytes as a stream, gunzipped for .gz names (pyarrow, no full copy in memory);
-    piece: only its byte range (a plain file's, io/pieces.py: a view of the file mapped in
-    memory, or one ranged read of a remote file)."""
+    """The file's bytes as a stream, decompressed for .gz and .zst names (formats.compression_of:
+    pyarrow's codecs, no full copy in memory); piece: only its byte range (a plain file's,
+    io/pieces.py: a view of the file mapped in memory, or one ranged read of a remote file)."""
     if piece is not None:
         return pa.BufferReader(storage.read_range(path, piece.start, piece.stop))
-    compression = "gzip" if path.name.lower().endswith(".gz") else None
+    compression = compression_of(path)
+    if compression is not None and not pa.Codec.is_available(compression):
+        raise OSError(f"this pyarrow is built without the {compression} codec; install a pyarrow that has it "
+                      "(the wheels on PyPI do)")
     return storage.open_stream(path, compression)
 
 
 def lines_of(path: Location, source: SourceFile) -> Iterator[bytes]:
-    """The lines of a (possibly gzipped) file, or of the piece of it ``source`` reads, split at
+    """The lines of a (possibly compressed) file, or of the piece of it ``source`` reads, split at
     b'\\n' (a UTF-8 BOM before the file's first is dropped), for the slow paths: diagnosis,
     skipping and line numbers."""
     try:
@@ -75,17 +80,21 @@ def lines_of(path: Location, source: SourceFile) -> Iterator[bytes]:
 
 
 def read_error(path: Location, source: SourceFile, error: Exception) -> InputError:
-    """The InputError for a file whose bytes cannot be read (I/O, gzip)."""
-    if path.name.lower().endswith(".gz"):
+    """The InputError for a file whose bytes cannot be read (I/O, gzip, zstd)."""
+    compression = compression_of(path)
+    if compression is not None and pa.Codec.is_available(compression):
+        signature = MAGIC[compression]
         try:
             with storage.open_stream(path) as raw:
-                magic = raw.read(2)
+                magic = raw.read(len(signature))
         except OSError:
-            magic = b"\x1f\x8b"
-        if magic != b"\x1f\x8b":
-            return file_error(source.path, "not gzip-compressed (it does not start with the gzip "
-                                           "signature 1f 8b); a plain JSONL file must not end in .gz")
-        return file_error(source.path, f"cannot decompress: corrupt or truncated gzip data ({error})")
+            magic = signature
+        if magic != signature:
+            suffix = path.name[path.name.rfind("."):]
+            return file_error(source.path, f"not {compression}-compressed (it does not start with the {compression} "
+                                           f"signature {signature.hex(' ')}); a plain JSONL file must not end in "
+                                           f"{suffix}")
+        return file_error(source.path, f"cannot decompress: corrupt or truncated {compression} data ({error})")
     return file_error(source.path, f"cannot read ({error})")
 
 
@@ -331,9 +340,10 @@ def object_line_numbers(open_stream: Callable, path: Location, source: SourceFil
 
 def lacks_field(path: Location, source: SourceFile, numbers: np.ndarray, name: str) -> bool:
     """Whether one of the lines ``numbers`` (int64 ascending, from 1, the whole file's) of a
-    JSONL file of records (lines a parser read) lacks the top-level field ``name``, where a
-    parser gives the same null for a field missing and a field holding null. A line Python's
-    parser does not take counts as lacking it: the line-by-line reading says what is wrong."""
+    JSONL file of records (lines a parser read) lacks the field ``name`` (a key, or a dotted
+    path through objects: fields.record_value), where a parser gives the same null for a field
+    missing and a field holding null. A line Python's parser does not take counts as lacking
+    it: the line-by-line reading says what is wrong."""
     wanted = iter(numbers.tolist())
     next_number = next(wanted, None)
     for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
@@ -341,9 +351,9 @@ def lacks_field(path: Location, source: SourceFile, numbers: np.ndarray, name: s
             break
         if number == next_number:
             try:
-                if name not in json.loads(line):
+                if record_value(json.loads(line), name) is MISSING:
                     return True
-            except (ValueError, RecursionError, TypeError):
+            except (ValueError, RecursionError, TypeError, AttributeError):
                 return True
             next_number = next(wanted, None)
     return False
@@ -403,10 +413,10 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         return f"JSON nested more than {MAX_JSON_DEPTH} levels deep", {}
     if not isinstance(record, dict):
         return f"expected a JSON object, got {json_type(record)}", {}
-    if text_field not in record:  # (null is a record without text; a missing field is a mistake)
-        return (f"no field {text_field!r} (its fields: {listed(record)}); give a record without text "
-                "as null, or choose the text field with --text-field (token ids: --token-field)"), {}
-    value = record[text_field]
+    value = record_value(record, text_field)
+    if value is MISSING:  # (null is a record without text; a missing field is a mistake)
+        return (f"no field {text_field!r} (its fields: {listed(record_field_names(record))}); give a record "
+                "without text as null, or choose the text field with --text-field (token ids: --token-field)"), {}
     if isinstance(value, list):  # token ids (content.check_content says whether they are wanted)
         problem = token_list_problem(value, json_type)
         if problem:
@@ -414,8 +424,8 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
     elif value is not None and not isinstance(value, str):
         return f"field {text_field!r} is {json_type(value)}, expected a string or a list of token ids", {}
     if id_field is not None:
-        value = record.get(id_field)
-        if value is None:
+        value = record_value(record, id_field)
+        if value is None or value is MISSING:
             return f"id field {id_field!r} is missing or null", {}
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             kind = "a number that is not an integer" if isinstance(value, float) else json_type(value)

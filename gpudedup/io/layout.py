@@ -2,8 +2,12 @@
 
 A run over files writes ``deduplicated/`` as a copy of the input's tree: each input file's kept
 rows go to ``deduplicated/<its name>``, where its name is its path relative to the inputs'
-common directory, its input extension (``.jsonl``, ``.json.gz``, ``.parquet``, ``.txt``, ...)
-replaced by the output format's (``.parquet`` or ``.jsonl``); ``pairs/`` and ``clusters/`` are
+common directory, its input extension (``.jsonl``, ``.json.gz``, ``.jsonl.zst``, ``.parquet``,
+``.arrow``, ``.txt``, ...) replaced by the output format's (``.parquet`` or ``.jsonl``): a JSONL
+file's kept lines are copied as they are (uncompressed) to JSONL, and every other input's kept
+rows (Parquet, Arrow IPC, text) are written in the run's output format, as a table of the file's
+own columns (a ``save_to_disk`` folder's ``data-00000-of-00001.arrow`` becomes
+``data-00000-of-00001.parquet`` in its folder); ``pairs/`` and ``clusters/`` are
 Parquet datasets (directories of ``part-NNNNN.parquet`` files) that ``pyarrow.parquet.read_table``
 and every Parquet reader take whole. So a downstream job finds the same files whichever way the
 run went, in one process, staged or on a cluster. ``--single-file`` (``single_file=True``)
@@ -229,7 +233,7 @@ def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str) -> No
 
 
 def copy_kept_lines(location: Location, source: SourceFile, kept_lines: np.ndarray, path: Path) -> None:
-    """The lines ``kept_lines`` (int64, ascending, from 1) of a JSONL file (gzipped or not), byte
+    """The lines ``kept_lines`` (int64, ascending, from 1) of a JSONL file (compressed or not), byte
     for byte, each ended with a newline, into ``path``: a kept record comes back exactly as it
     was written (its fields, their order, its numbers' spelling), not as Arrow typed it. A UTF-8
     BOM before the first line is dropped, as the reader drops it. The whole file is read, also

@@ -13,15 +13,16 @@ import pyarrow.parquet as pq
 
 from ..core.content import bad_token_rows, is_token_type
 from . import storage
+from .fields import field_column, has_field, with_field
 from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
 from .storage import Location
+
 
 def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
                  on_error: str = "stop"):
     """(table, row numbers, skipped records) of a Parquet file. A text column of binary or
     dictionary type is read as strings; rows with a null id or a text that is not valid UTF-8
-    are per-record problems, everything else is about the whole file."""
-    errors = RecordErrors(on_error)
+    are per-record problems, everything else is about the whole file (checked_rows)."""
     try:
         metadata = storage.parquet_metadata(path)
         repeated = repeated_names(metadata.schema.to_arrow_schema().names)
@@ -39,24 +40,38 @@ def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: 
         raise
     except (pa.ArrowException, OSError) as error:
         raise file_error(source.path, f"not a readable Parquet file ({error})") from None
-    if text_field in table.column_names:
+    return checked_rows(table, source, text_field, id_field, on_error, "not a readable Parquet file")
+
+
+def checked_rows(table: pa.Table, source: SourceFile, text_field: str, id_field: Optional[str], on_error: str,
+                 unreadable: str) -> tuple[pa.Table, np.ndarray, list[dict]]:
+    """(table, row numbers, skipped records) of a file's table of typed columns as read
+    (Parquet, Arrow IPC): the text field made plain (plain_text_column); a missing or
+    mistyped text or id field is about the whole file; a null id, a text that is not valid
+    UTF-8 or a bad token id is a per-record problem (its row raised, or recorded and left
+    out); a table that does not validate is about the whole file (``unreadable`` starts its
+    message)."""
+    errors = RecordErrors(on_error)
+    if has_field(table.schema, text_field):
         table = plain_text_column(table, text_field)
     problem = check_columns(table, source, text_field, id_field, nulls=False)
     if problem:
         raise file_error(source.path, strip_path(problem, source.path))
     keep = np.ones(table.num_rows, dtype=bool)
-    if is_token_type(table[text_field].type):
-        bad_text, reasons = bad_token_rows(table[text_field])
+    texts = field_column(table, text_field)
+    if is_token_type(texts.type):
+        bad_text, reasons = bad_token_rows(texts)
     else:
-        bad_text = invalid_utf8_rows(table[text_field])
+        bad_text = invalid_utf8_rows(texts)
         reasons = ["is not valid UTF-8"] * len(bad_text)
     row_numbers = np.arange(1, table.num_rows + 1) + source.numbers_before  # the file's rows, from 1
     for row, reason in zip(bad_text, reasons):
         number = int(row_numbers[row])
         errors.add(source.path, number, f"field {text_field!r} {reason}", f"{source.path}: row {number}")
     keep[bad_text] = False
-    if id_field is not None and table[id_field].null_count:
-        null_rows = np.flatnonzero(table[id_field].is_null().to_numpy(zero_copy_only=False) & keep)
+    ids = field_column(table, id_field) if id_field is not None else None
+    if ids is not None and ids.null_count:
+        null_rows = np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False) & keep)
         for row in null_rows:
             number = int(row_numbers[row])
             errors.add(source.path, number, f"id field {id_field!r} is null", f"{source.path}: row {number}")
@@ -67,7 +82,7 @@ def read_parquet(path: Location, source: SourceFile, text_field: str, id_field: 
     try:
         table.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise file_error(source.path, f"not a readable Parquet file ({error})") from None
+        raise file_error(source.path, f"{unreadable} ({error})") from None
     return table, row_numbers, errors.records
 
 
@@ -89,10 +104,11 @@ def stored_schema(metadata: pq.FileMetaData, read: pa.Schema) -> pa.Schema:
 
 
 def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
-    """The table with a dictionary-of-strings text column decoded, and a binary text column
+    """The table with a dictionary-of-strings text field decoded, and a binary text field
     (strings some writers store without their UTF-8 annotation) viewed as strings (not yet
-    validated: invalid_utf8_rows checks)."""
-    column = table[text_field]
+    validated: invalid_utf8_rows checks); the field a column or nested in one (io/fields.py)."""
+    column = field_column(table, text_field)
+    original = column
     data_type = column.type
     if pa.types.is_dictionary(data_type):
         value_type = data_type.value_type
@@ -104,9 +120,9 @@ def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
     if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
         target = pa.string() if pa.types.is_binary(data_type) else pa.large_string()
         column = pa.chunked_array([chunk.view(target) for chunk in column.chunks], target)
-    if column is table[text_field]:
+    if column is original:
         return table
-    return table.set_column(table.schema.get_field_index(text_field), text_field, column)
+    return with_field(table, text_field, column)
 
 
 def invalid_utf8_rows(column: pa.ChunkedArray) -> np.ndarray:

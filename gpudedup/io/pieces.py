@@ -1,11 +1,11 @@
 """Large input files cut into pieces, so that one file is not one task of a staged or Dask run.
 
-A piece is read as a shard of its own (engine/disk.py): a plain (not gzipped) JSONL file is cut
-by byte ranges that start right after a newline, a Parquet file by runs of whole row groups.
-Every other file (gzipped JSONL, which cannot be entered in the middle; text; a file under the
-shard size) is one shard, read whole. A piece's records keep the line (JSONL) or row (Parquet)
-numbers they have in the whole file, so ids (``<path>:<line>``), messages and the kept rows are
-those of the whole file read at once.
+A piece is read as a shard of its own (engine/disk.py): a plain (not compressed) JSONL file is
+cut by byte ranges that start right after a newline, a Parquet file by runs of whole row groups.
+Every other file (gzip- or zstd-compressed JSONL, which cannot be entered in the middle; Arrow
+IPC; text; a file under the shard size) is one shard, read whole. A piece's records keep the
+line (JSONL) or row (Parquet) numbers they have in the whole file, so ids (``<path>:<line>``),
+messages and the kept rows are those of the whole file read at once.
 
 How many lines come before a JSONL piece is known only by reading up to it: the cut points are
 found here (a short read at each), the newlines of each piece are counted by a task of their
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import storage
-from .formats import format_of
+from .formats import compression_of, format_of
 from .storage import Location
 
 DEFAULT_SHARD_BYTES = 512 * 2**20  # a piece's bytes in its file: a task's read, well under a worker's memory
@@ -59,9 +59,9 @@ class Shard:
 
 
 def cuttable(path: Location, format: str) -> bool:
-    """Whether a file can be cut: plain JSONL (a gzip stream cannot be entered in the middle) and
-    Parquet."""
-    return (format == "jsonl" and not path.name.lower().endswith(".gz")) or format == "parquet"
+    """Whether a file can be cut: plain JSONL (a gzip or zstd stream cannot be entered in the
+    middle) and Parquet."""
+    return (format == "jsonl" and compression_of(path) is None) or format == "parquet"
 
 
 def jsonl_cuts(path: Location, shard_bytes: int) -> list[int]:

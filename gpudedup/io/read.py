@@ -1,10 +1,10 @@
 """Reading input files into one Corpus (read_corpus, for a run in memory) or one file at a time
 (read_one_file, for a staged run): each file by its format's reader (jsonl.py, parquet.py,
-text.py, or cuDF's in cudf_reader.py), then the checks across files (rules.py).
+arrow.py, text.py, or cuDF's in cudf_reader.py), then the checks across files (rules.py).
 
-Document ids: the ``id_field`` column when given, else ``<path>:<row>``, where path is the file
-as shown (inputs.display_path) and row counts from 1 (for JSONL it is the line number). Leaving
-records out never changes the ids of the others.
+Document ids: the ``id_field`` column (or nested field: io/fields.py) when given, else
+``<path>:<row>``, where path is the file as shown (inputs.display_path) and row counts from 1
+(for JSONL it is the line number). Leaving records out never changes the ids of the others.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
-from .formats import format_of
+from .arrow import read_arrow
+from .fields import field_column, has_field
+from .formats import compression_of, format_of
 from .inputs import InputFiles, display_path, scan_inputs
 from .layout import output_bases
 from .jsonl import read_jsonl
@@ -57,16 +59,20 @@ def read_corpus(
       (null is kept and counted as a null text, an empty document); an id field (id_field)
       that is missing, null, neither a string nor an integer, or an integer outside int64; a
       field whose JSON type differs from its type on the first line that had it; with
-      id_field, a duplicate id (the first is kept); in Parquet, a null id or a text that is
-      not valid UTF-8;
+      id_field, a duplicate id (the first is kept); in Parquet and Arrow IPC, a null id or a
+      text that is not valid UTF-8;
     * per file (the whole file is left out, recorded once with line None, and per-record
       entries of that file are dropped): a file that cannot be opened or read (permission,
-      corrupt or truncated gzip, not Parquet, corrupt Parquet, a Parquet file with two columns
-      of one name), a file without the text field or id field at all or with a column of the
-      wrong type (Parquet), a .txt file that is not valid UTF-8 (or any .txt file when
-      id_field is given: it has no fields), a JSONL line over 1 GiB (Arrow's block limit), a
-      file whose columns cannot be combined with the files before it, and a directory inside
-      the inputs that cannot be read.
+      corrupt or truncated gzip or zstd, not Parquet, corrupt Parquet, not Arrow IPC, a
+      Parquet or Arrow file with two columns of one name), a .json file that holds a JSON
+      array rather than JSON Lines, a file without the text field or id field at all or with
+      a column of the wrong type (Parquet, Arrow), a .txt file that is not valid UTF-8 (or
+      any .txt file when id_field is given: it has no fields), a JSONL line over 1 GiB
+      (Arrow's block limit), a file whose columns cannot be combined with the files before
+      it, and a directory inside the inputs that cannot be read.
+
+    text_field and id_field name a column or a dotted path into struct columns and JSON
+    objects (io/fields.py: a top-level column of that very name wins).
 
     A path given that does not exist or has an unsupported type stops the run either way, as
     do inputs that hold no input files at all. Leaving records out never changes the ids of
@@ -155,8 +161,9 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
     records: list[dict] = []
     try:
         by_cudf = None
-        # (cuDF reads local files whole)
-        if use_cudf and source.format in ("jsonl", "parquet") and source.piece is None and isinstance(path, Path):
+        # (cuDF reads local files whole, plain or gzipped, with the text field a column)
+        if (use_cudf and source.format in ("jsonl", "parquet") and source.piece is None and isinstance(path, Path)
+                and compression_of(path) in (None, "gzip") and "." not in text_field):
             from .cudf_reader import read_file_with_cudf
 
             by_cudf = read_file_with_cudf(path, source, text_field, id_field)
@@ -179,8 +186,8 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
         source.schema = table.schema
     if id_field is None:
         ids = default_ids(source.path, row_numbers)
-    elif id_field in table.column_names:
-        ids = table[id_field].combine_chunks()
+    elif has_field(table.schema, id_field):
+        ids = field_column(table, id_field).combine_chunks()
     elif table.num_rows == 0:  # a file without records (empty, blank lines, all left out)
         ids = pa.array([], pa.string())
     else:
@@ -231,4 +238,6 @@ def read_file(path: Location, source: SourceFile, text_field: str, id_field: Opt
         return read_jsonl(path, source, text_field, id_field, on_error)
     if source.format == "parquet":
         return read_parquet(path, source, text_field, id_field, on_error)
+    if source.format == "arrow":
+        return read_arrow(path, source, text_field, id_field, on_error)
     return read_text(path, source, text_field, id_field)

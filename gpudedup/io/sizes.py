@@ -20,8 +20,11 @@ in memory:
   reading it once;
 - .gz: the same of the uncompressed bytes, counted by decompressing the file once without
   keeping anything (the trailer's ISIZE covers only the last member), plus the compressed
-  bytes while it is read;
+  bytes while it is read; .zst likewise (a zstd frame need not record its size), decompressed
+  by pyarrow's codec;
 - .txt: the file's size, twice, and one record;
+- Arrow IPC: the decoded size of its record batches (their buffers: a local file memory-mapped
+  costs no copy to measure) and their rows, and its size on disk while it is read;
 - Parquet: the decoded size of its columns (the footer's uncompressed sizes, at least a
   fixed-width value or an offset per row, null or not, and for dictionary-encoded string
   columns the lengths of the values the indices point to), and the same again while the
@@ -39,6 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import storage
+from .arrow import ipc_batches
+from .formats import compression_of
 from .jsonl_lines import outside_strings
 from .storage import Location
 
@@ -172,6 +177,37 @@ def gzip_uncompressed_size(path: Location, compressed: int, columns: Optional[Js
     return total
 
 
+def stream_uncompressed_size(path: Location, compression: str, compressed: int, columns: JsonlColumns) -> int:
+    """The bytes a file compressed with ``compression`` (a pyarrow codec: "zstd") decompresses
+    to, counted by decompressing it through pyarrow (nothing is kept); a file that cannot be
+    decompressed counts at 4x its size (reading will name the problem). columns: fed the bytes."""
+    total = 0
+    try:
+        with storage.open_stream(path, compression) as handle:
+            while chunk := handle.read(SCAN_BYTES):
+                total += len(chunk)
+                columns.feed(chunk)
+    except (OSError, pa.ArrowException):
+        return max(total, 4 * compressed)
+    finally:
+        columns.finish()
+    return total
+
+
+def arrow_decoded_size(path: Location, on_disk: int) -> tuple[int, int]:
+    """(bytes, rows) of an Arrow IPC file's or stream's record batches as pyarrow holds them,
+    read a batch at a time (io/arrow.py; memory-mapped where local: nothing is copied); a file
+    that cannot be read counts at 4x its size and no row (reading will name the problem)."""
+    size = rows = 0
+    try:
+        for batch in ipc_batches(path):
+            size += batch.nbytes
+            rows += batch.num_rows
+    except (OSError, pa.ArrowException):
+        return 4 * on_disk, 0
+    return size, rows
+
+
 def jsonl_columns(path: Location) -> JsonlColumns:
     """JsonlColumns of a plain JSONL file, read once (nothing is kept)."""
     columns = JsonlColumns()
@@ -231,11 +267,18 @@ def file_read_bytes(path: Location, format: str, path_ids: bool = True) -> tuple
     if format == "parquet":
         size = parquet_uncompressed_size(path, on_disk)
         return size + record * parquet_rows(path), size
+    if format == "arrow":
+        size, rows = arrow_decoded_size(path, on_disk)
+        return size + record * rows, int(PARSE_OVERHEAD * on_disk)
     if format != "jsonl":  # .txt: one record
         return on_disk + record, int(PARSE_OVERHEAD * on_disk)
-    if path.name.endswith(".gz"):
+    compression = compression_of(path)
+    if compression is not None:
         columns = JsonlColumns()
-        size = gzip_uncompressed_size(path, on_disk, columns)
+        if compression == "gzip":
+            size = gzip_uncompressed_size(path, on_disk, columns)
+        else:
+            size = stream_uncompressed_size(path, compression, on_disk, columns)
         during = int(PARSE_OVERHEAD * size) + on_disk
     else:
         columns = jsonl_columns(path)

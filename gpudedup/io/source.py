@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..errors import InputError, ParameterError
 from ..core.content import is_text_type, is_token_type
+from .fields import field_column, field_names, field_type, has_field
 
 if TYPE_CHECKING:
     from .pieces import Piece
@@ -135,19 +136,20 @@ def listed(names, most: int = 10) -> str:
 
 def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field: Optional[str],
                   nulls: bool = True) -> str:
-    """A message when the text or id column is missing or of the wrong type (or, with
-    ``nulls``, an id is null), else ''."""
-    if text_field not in table.column_names:
-        return (f"{source.path}: no field {text_field!r} (fields: {listed(table.column_names)}); "
+    """A message when the text or id field (a column, or a dotted path into struct columns:
+    io/fields.py) is missing or of the wrong type (or, with ``nulls``, an id is null), else ''."""
+    schema = table.schema
+    if not has_field(schema, text_field):
+        return (f"{source.path}: no field {text_field!r} (fields: {listed(field_names(schema))}); "
                 "choose the text field with --text-field (token ids: --token-field)")
-    text_type = table.schema.field(text_field).type
+    text_type = field_type(schema, text_field)
     if not (is_text_type(text_type) or is_token_type(text_type)):
         return (f"{source.path}: field {text_field!r} has type {text_type}, expected a string "
                 "or a list of token ids")
     if id_field is not None:
-        if id_field not in table.column_names:
-            return f"{source.path}: no id field {id_field!r} (fields: {listed(table.column_names)})"
-        id_column = table[id_field]
+        if not has_field(schema, id_field):
+            return f"{source.path}: no id field {id_field!r} (fields: {listed(field_names(schema))})"
+        id_column = field_column(table, id_field)
         id_type = id_column.type
         if not (pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type)):
             return f"{source.path}: id field {id_field!r} has type {id_type}, expected strings or integers"

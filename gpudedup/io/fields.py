@@ -1,0 +1,165 @@
+"""Field names that reach into nested data: ``--text-field``, ``--id-field`` and
+``--token-field`` (text_field=, id_field=, token_field=) name a top-level column or, with dots,
+a path through struct columns (Arrow, Parquet) or JSON objects (JSONL): ``content.text``,
+``meta.id``.
+
+A top-level column whose own name holds the dots wins: ``meta.id`` is the column of that name
+where the table (or the JSON record) has one, and the field ``id`` of the struct (object)
+``meta`` otherwise. A null anywhere on the path is a null value (a record whose ``meta`` is
+null has a null ``meta.id``); a path that runs into a missing field or into something that is
+not a struct (object) is a field the data does not have. Lists are not entered.
+
+The columns are resolved where they are read (``field_column``): a table keeps its columns as
+they are, so kept rows keep the input's own columns, a struct column as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def field_path(schema: pa.Schema, name: str) -> Optional[tuple[int, ...]]:
+    """The indices that lead to the field ``name`` in ``schema``: (column,) for a top-level
+    column of that name, (column, child, ...) for a dotted path through struct columns, None
+    where the schema has no such field."""
+    index = schema.get_field_index(name)
+    if index >= 0:
+        return (index,)
+    if "." not in name:
+        return None
+    first, *rest = name.split(".")
+    index = schema.get_field_index(first)
+    if index < 0:
+        return None
+    path, data_type = [index], schema.field(index).type
+    for part in rest:
+        if not pa.types.is_struct(data_type):
+            return None
+        child = data_type.get_field_index(part)
+        if child < 0:
+            return None
+        path.append(child)
+        data_type = data_type.field(child).type
+    return tuple(path)
+
+
+def has_field(schema: pa.Schema, name: str) -> bool:
+    """Whether ``schema`` has the field ``name`` (a column, or a dotted path into one)."""
+    return field_path(schema, name) is not None
+
+
+def field_type(schema: pa.Schema, name: str) -> pa.DataType:
+    """The type of the field ``name``, which ``schema`` has (has_field)."""
+    path = field_path(schema, name)
+    assert path is not None, f"no field {name!r}"
+    data_type = schema.field(path[0]).type
+    for child in path[1:]:
+        data_type = data_type.field(child).type
+    return data_type
+
+
+def field_column(table: pa.Table, name: str) -> pa.ChunkedArray:
+    """The values of the field ``name`` of ``table``: the column itself for a top-level one (no
+    copy), else the struct's child, null where a struct on the path is null (pc.struct_field).
+    KeyError where the table has no such field."""
+    path = field_path(table.schema, name)
+    if path is None:
+        raise KeyError(name)
+    column = table.column(path[0])
+    if len(path) == 1:
+        return column
+    return pc.struct_field(column, list(path[1:]))
+
+
+def content_of(table, name: str):
+    """The field ``name`` of a run's input rows: of a pyarrow Table by field_column (nested
+    too), of anything else (a staged run's ShardedTable) by its own ``[name]``."""
+    return field_column(table, name) if isinstance(table, pa.Table) else table[name]
+
+
+def with_field(table: pa.Table, name: str, values: pa.ChunkedArray) -> pa.Table:
+    """``table`` with the field ``name`` (which it has) holding ``values`` (as many rows, its
+    type may differ): the column replaced, or for a nested field its struct column rebuilt
+    with that child replaced (the other children and every struct's nulls as they were)."""
+    path = field_path(table.schema, name)
+    assert path is not None, f"no field {name!r}"
+    if len(path) == 1:
+        return table.set_column(path[0], name, values)
+    column = table.column(path[0])
+    # One chunk: a struct's children are cut by the struct's own chunks.
+    whole = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+    column = pa.chunked_array([replaced_child(whole, path[1:], values.combine_chunks())])
+    return table.set_column(path[0], table.schema.field(path[0]).with_type(column.type), column)
+
+
+def replaced_child(array: pa.StructArray, path: tuple[int, ...], values: pa.Array) -> pa.StructArray:
+    """A struct array with the child at ``path`` (indices, the first among its own children)
+    replaced by ``values``; its children are taken as the struct sees them (sliced to its
+    offset), its nulls kept."""
+    children = [array.field(i) for i in range(array.type.num_fields)]
+    index = path[0]
+    children[index] = values if len(path) == 1 else replaced_child(children[index], path[1:], values)
+    fields = [array.type.field(i).with_type(children[i].type) for i in range(array.type.num_fields)]
+    mask = array.is_null() if array.null_count else None
+    return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+
+def empty_table(name: str) -> pa.Table:
+    """A table of no rows whose one field is ``name``, of strings: the column of that name, or
+    for a dotted name the struct column that holds it, so that it joins the tables of files
+    whose field is nested (a top-level column "content.text" would win over their
+    content.text, all null)."""
+    first, *rest = name.split(".")
+    data_type: pa.DataType = pa.string()
+    for part in reversed(rest):
+        data_type = pa.struct([(part, data_type)])
+    return pa.table({first: pa.array([], data_type)})
+
+
+def field_names(schema: pa.Schema) -> list[str]:
+    """Every field of ``schema`` a field name can give, in order, for messages: each column,
+    and after a struct column its fields as dotted paths (``content``, ``content.text``)."""
+    names: list[str] = []
+    stack: list[tuple[str, pa.DataType]] = [(f.name, f.type) for f in reversed(schema)]
+    while stack:
+        name, data_type = stack.pop()
+        names.append(name)
+        if pa.types.is_struct(data_type):
+            stack.extend((f"{name}.{child.name}", child.type) for child in reversed(list(data_type)))
+    return names
+
+
+MISSING = object()
+
+
+def record_value(record: dict, name: str) -> Any:
+    """The value of the field ``name`` of one JSON record (a dict), the rules of field_path
+    over objects: the key itself where the record has it, else a dotted path through objects;
+    None where an object on the path is null; MISSING where the record has no such field."""
+    if name in record:
+        return record[name]
+    if "." not in name:
+        return MISSING
+    value: Any = record
+    for part in name.split("."):
+        if value is None:
+            return None
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def record_field_names(record: dict) -> list[str]:
+    """Every field of one JSON record a field name can give (field_names for a dict)."""
+    names: list[str] = []
+    stack: list[tuple[str, Any]] = [(str(key), value) for key, value in reversed(record.items())]
+    while stack:
+        name, value = stack.pop()
+        names.append(name)
+        if isinstance(value, dict):
+            stack.extend((f"{name}.{key}", item) for key, item in reversed(value.items()))
+    return names

@@ -1,0 +1,335 @@
+"""Data as notebooks hold it (api.to_corpus): iterables of texts or of records (generators, map
+objects), lists of records, Hugging Face IterableDatasets, pandas and polars Series, each
+against the same data as a list of strings, a pyarrow Table or a JSONL file; and the kinds
+refused with one line (a DatasetDict, a Series of numbers, a work directory for data in memory)."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import gpudedup
+import gpudedup.api
+from gpudedup import DedupResult, InputError, ParameterError
+
+datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is not installed (pip install -e '.[dev]')")
+pandas = pytest.importorskip("pandas", reason="pandas is not installed (pip install -e '.[dev]')")
+polars = pytest.importorskip("polars", reason="polars is not installed (pip install -e '.[dev]')")
+
+# Small batches, so that every input here is read in several (api.BATCH_ITEMS is 10,000).
+BATCH = 7
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch):
+    monkeypatch.setattr(gpudedup.api, "BATCH_ITEMS", BATCH)
+
+
+def paragraph(seed: int, words: int = 40) -> str:
+    rng = random.Random(seed)
+    return " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(6)) for _ in range(words))
+
+
+def variant(text: str, last: str) -> str:
+    """The last word replaced: word 5-grams keep 35 of 37 (J = 0.95)."""
+    words = text.split()
+    words[-1] = last
+    return " ".join(words)
+
+
+def corpus_texts() -> list:
+    """24 texts (three batches and more) with near-duplicates planted across batches, a None
+    and an empty text."""
+    texts: list = [paragraph(seed) for seed in range(20)]
+    texts[9] = variant(texts[1], "qqqqqq")  # a pair across the first two batches
+    texts[16] = variant(texts[1], "rrrrrr")  # and a third member in the third
+    texts[15] = variant(texts[14], "ssssss")
+    texts[5] = None
+    texts[11] = ""
+    return texts + [variant(texts[3], "tttttt"), paragraph(30), paragraph(31), variant(texts[14], "uuuuuu")]
+
+
+def corpus_records() -> list[dict]:
+    return [{"id": f"doc-{i}", "text": text, "n": i, "meta": {"source": f"s{i % 3}"}}
+            for i, text in enumerate(corpus_texts())]
+
+
+def pairs_and_clusters(result: DedupResult) -> tuple[list, list]:
+    return result.pairs.to_pylist(), result.clusters.to_pylist()
+
+
+def kept_texts(result: DedupResult) -> list:
+    kept = result.deduplicated
+    return kept["text"].to_pylist() if isinstance(kept, pa.Table) else list(kept)
+
+
+@pytest.fixture(scope="module")
+def by_position() -> DedupResult:
+    """The reference for texts: the list of strings (ids are positions)."""
+    return gpudedup.dedup(corpus_texts(), backend="cpu")
+
+
+@pytest.fixture(scope="module")
+def by_id() -> DedupResult:
+    """The reference for records: the same records as a pyarrow Table, ids from "id"."""
+    return gpudedup.dedup(pa.Table.from_pylist(corpus_records()), id_field="id", backend="cpu")
+
+
+def test_the_reference_finds_the_planted_clusters(by_position, by_id):
+    assert by_position.report["results"]["clusters"] == 3
+    assert [set(c) for c in by_position.clusters.group_by("cluster").aggregate([("id", "list")])["id_list"]
+            .to_pylist()] == [{1, 9, 16}, {3, 20}, {14, 15, 23}]
+    assert pairs_and_clusters(by_id)[1] == [{**row, "id": f"doc-{row['id']}", "kept_id": f"doc-{row['kept_id']}"}
+                                            for row in by_position.clusters.to_pylist()]
+
+
+@pytest.mark.parametrize("make", [
+    lambda texts: (text for text in texts),
+    lambda texts: iter(texts),
+    lambda texts: map(lambda text: text, texts),
+    lambda texts: tuple(texts),
+], ids=["generator", "iterator", "map", "tuple"])
+def test_an_iterable_of_strings_gives_what_the_list_gives(by_position, make):
+    result = gpudedup.dedup(make(corpus_texts()), backend="cpu")
+    assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
+    assert result.deduplicated == by_position.deduplicated  # a list of the kept strings
+    assert result.report["input"]["documents"] == 24 and result.report["input"]["null_texts"] == 1
+
+
+def test_a_generator_of_token_id_lists_gives_what_the_list_gives():
+    rng = random.Random(7)
+    lists = [[rng.randrange(50_000) for _ in range(30)] for _ in range(12)]
+    lists[8] = lists[2][:-1] + [7]
+    lists[4] = None
+    reference = gpudedup.dedup(lists, shingle="token", ngram=3, backend="cpu")
+    result = gpudedup.dedup((ids for ids in lists), shingle="token", ngram=3, backend="cpu")
+    assert reference.report["results"]["clusters"] == 1
+    assert pairs_and_clusters(result) == pairs_and_clusters(reference)
+    assert result.deduplicated == reference.deduplicated
+
+
+@pytest.mark.parametrize("kind", ["generator", "list", "map"])
+def test_records_give_what_the_table_gives(by_id, kind):
+    records = corpus_records()
+    data = {"generator": (r for r in records), "list": records, "map": map(dict, records)}[kind]
+    result = gpudedup.dedup(data, id_field="id", backend="cpu")
+    assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
+    kept = result.deduplicated
+    if kind == "list":  # the kept records themselves
+        assert kept == [records[i] for i in range(len(records)) if by_id.keep[i]]
+        assert all(a is b for a, b in zip(kept, (r for r, k in zip(records, by_id.keep) if k)))
+    else:  # read once and not held: the kept rows as a table, every field a column
+        assert isinstance(kept, pa.Table)
+        assert kept.to_pylist() == by_id.deduplicated.to_pylist()
+
+
+def test_records_give_what_their_jsonl_file_gives(tmp_path, by_id):
+    """An independent reference: the same records as JSON Lines, read by the file reader."""
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in corpus_records()), encoding="utf-8")
+    from_file = gpudedup.dedup(path, id_field="id", backend="cpu")
+    from_generator = gpudedup.dedup((r for r in corpus_records()), id_field="id", backend="cpu")
+    assert pairs_and_clusters(from_generator) == pairs_and_clusters(from_file)
+    assert kept_texts(from_generator) == kept_texts(from_file)
+    # Without an id field, ids are positions (from 0) for records passed in.
+    by_position = gpudedup.dedup((r for r in corpus_records()), backend="cpu")
+    assert by_position.clusters["id"].to_pylist() == [int(i.removeprefix("doc-")) for i in from_file.clusters["id"]
+                                                      .to_pylist()]
+
+
+def test_an_iterable_dataset_gives_what_the_dataset_gives(by_id):
+    records = corpus_records()
+    streaming = datasets.Dataset.from_list(records).to_iterable_dataset(num_shards=3)
+    result = gpudedup.dedup(streaming, id_field="id", backend="cpu")
+    assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
+    assert isinstance(result.deduplicated, pa.Table)  # the kept rows of a stream read once
+    assert result.deduplicated.select(["id", "text", "n"]).to_pylist() == \
+        by_id.deduplicated.select(["id", "text", "n"]).to_pylist()
+    # One made from a generator (features unknown until read) and one shuffled as it streams.
+    generated = datasets.IterableDataset.from_generator(lambda: iter(records))
+    assert pairs_and_clusters(gpudedup.dedup(generated, id_field="id", backend="cpu")) == pairs_and_clusters(by_id)
+    shuffled = streaming.shuffle(seed=3, buffer_size=5)
+    in_order = gpudedup.dedup(pa.Table.from_pylist(list(shuffled)), id_field="id", backend="cpu")
+    assert in_order.table["id"].to_pylist() != by_id.table["id"].to_pylist()
+    result = gpudedup.dedup(shuffled, id_field="id", backend="cpu")
+    assert pairs_and_clusters(result) == pairs_and_clusters(in_order)
+    assert result.deduplicated.to_pylist() == in_order.deduplicated.to_pylist()
+
+
+def test_an_empty_iterable_is_an_empty_run():
+    assert gpudedup.dedup(iter([]), backend="cpu").report["input"]["documents"] == 0
+    features = datasets.Features({"text": datasets.Value("string")})
+    for known in (features, None):
+        empty = datasets.IterableDataset.from_generator(lambda: iter([]), features=known)
+        assert gpudedup.dedup(empty, backend="cpu").report["input"]["documents"] == 0
+
+
+# --- bad records --------------------------------------------------------------------------------
+
+
+def records_with_bad_ones() -> tuple[list, dict[int, str]]:
+    """The corpus's records with bad ones put in, and (position: part of the reason) of each."""
+    records: list = corpus_records()
+    bad = {
+        2: ({"id": "x-2", "body": "no text field"}, "no field 'text' (its fields: id, body)"),
+        8: ({"id": "x-8", "text": 12}, "field 'text' holds a value of type int"),
+        10: ({"text": "an id is missing"}, "id field 'id' is missing or null"),
+        13: ("a string among records", "expected a dict (a record), got a value of type str"),
+        17: ({"id": "x-17", "text": "a field of another type", "n": "seventeen"},
+             "field 'n' is string, but int64 in the records before it"),
+        26: ({"id": 2**64, "text": "a large id"}, "outside the range of integer ids"),
+        27: ({"id": "x-27", "text": [1, -2]}, "token id -2, out of range"),
+    }
+    for position in sorted(bad):
+        records.insert(position, bad[position][0])
+    return records, {position: reason for position, (_, reason) in bad.items()}
+
+
+def test_bad_records_are_skipped_and_named_by_position(by_id, tmp_path):
+    records, reasons = records_with_bad_ones()
+    result = gpudedup.dedup((r for r in records), id_field="id", on_error="skip", backend="cpu")
+    result.write(tmp_path / "out")
+    assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
+    assert result.deduplicated.select(["id", "text"]).to_pylist() == \
+        by_id.deduplicated.select(["id", "text"]).to_pylist()
+    skipped = result.skipped_records
+    assert [entry["line"] for entry in skipped] == sorted(reasons)
+    for entry in skipped:
+        assert entry["file"] == "<iterable>" and reasons[entry["line"]] in entry["reason"], entry
+    assert result.report["balance"]["skipped"] == len(reasons) and result.report["balance"]["balanced"]
+    written = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert written == skipped
+    # A list of records: the same, its kept rows being the kept records themselves.
+    listed = gpudedup.dedup(records, id_field="id", on_error="skip", backend="cpu")
+    assert pairs_and_clusters(listed) == pairs_and_clusters(by_id)
+    assert [r["id"] for r in listed.deduplicated] == by_id.deduplicated["id"].to_pylist()
+    assert listed.skipped_records == [{**entry, "file": "<list>"} for entry in skipped]
+
+
+def test_a_bad_record_stops_the_run_with_one_line_naming_it():
+    records, reasons = records_with_bad_ones()
+    for position in sorted(reasons):
+        good = [r for i, r in enumerate(records) if i not in reasons or i == position]
+        at = good.index(records[position])
+        with pytest.raises(InputError) as raised:
+            gpudedup.dedup((r for r in good), id_field="id", backend="cpu")
+        message = str(raised.value)
+        assert message.startswith(f"record {at} (from 0): ") and reasons[position] in message, message
+        assert "\n" not in message
+
+
+def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says():
+    records = [{"body": f"text {i}"} for i in range(10)]
+    with pytest.raises(InputError, match=r"none of the 10 records could be read \(record 0 \(from 0\): no field"):
+        gpudedup.dedup(iter(records), on_error="skip", backend="cpu")
+
+
+def test_a_text_of_another_kind_is_named_by_its_position_across_batches():
+    texts = [paragraph(i) for i in range(20)]
+    texts[12] = 12
+    with pytest.raises(InputError, match=r"^text 12 is a int, expected a string or None$"):
+        gpudedup.dedup(t for t in texts)
+    with pytest.raises(InputError, match=r"^item 10 is of type str, expected a list of token ids"):
+        gpudedup.dedup(iter([[1, 2, 3]] * 10 + ["a text"]), shingle="token")
+
+
+# --- Series -------------------------------------------------------------------------------------
+
+
+def test_a_pandas_series_keeps_its_index(by_position):
+    texts = corpus_texts()
+    labels = [f"row-{i}" for i in range(len(texts))]
+    series = pandas.Series(texts, index=labels, name="body")
+    result = gpudedup.dedup(series, backend="cpu")
+    assert pairs_and_clusters(result) == pairs_and_clusters(by_position)  # ids are positions, as a list's
+    kept = result.deduplicated
+    assert isinstance(kept, pandas.Series) and kept.name == "body"
+    assert kept.index.tolist() == [label for label, keep in zip(labels, by_position.keep) if keep]
+    assert [None if pandas.isna(t) else t for t in kept.tolist()] == by_position.deduplicated
+    # An index of repeated integers, not in order: the labels of the kept rows, as they were.
+    odd = pandas.Series(texts, index=[7, 3, 3, 100] + list(range(20)))
+    assert gpudedup.dedup(odd, backend="cpu").deduplicated.index.tolist() == \
+        [label for label, keep in zip(odd.index, by_position.keep) if keep]
+
+
+def test_a_column_and_a_polars_series_read_as_a_list_does(by_position):
+    frame = pandas.DataFrame({"text": corpus_texts()})
+    assert pairs_and_clusters(gpudedup.dedup(frame["text"], backend="cpu")) == pairs_and_clusters(by_position)
+    result = gpudedup.dedup(polars.Series("text", corpus_texts()), backend="cpu")
+    assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
+    assert isinstance(result.deduplicated, polars.Series)
+    assert result.deduplicated.to_list() == by_position.deduplicated
+
+
+@pytest.mark.parametrize("series", [
+    lambda: pandas.Series([1, 2, 3]),
+    lambda: pandas.Series([0.5, 1.5]),
+    lambda: polars.Series([1, 2, 3]),
+], ids=["pandas-int", "pandas-float", "polars-int"])
+def test_a_series_of_numbers_is_refused_with_one_line(series):
+    with pytest.raises(InputError, match=r"^the Series holds (int64|float64|Int64) values; expected strings") as raised:
+        gpudedup.dedup(series())
+    assert "\n" not in str(raised.value)
+
+
+def test_a_series_mixing_texts_and_numbers_names_the_item():
+    with pytest.raises(InputError, match=r"^text 1 is a int, expected a string or None$"):
+        gpudedup.dedup(pandas.Series(["a text", 5], dtype=object))
+
+
+# --- refused ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda: datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]}),
+                                  "test": datasets.Dataset.from_dict({"text": ["b"]})}),
+    lambda: datasets.IterableDatasetDict({
+        "train": datasets.Dataset.from_dict({"text": ["a"]}).to_iterable_dataset(),
+        "test": datasets.Dataset.from_dict({"text": ["b"]}).to_iterable_dataset()}),
+], ids=["DatasetDict", "IterableDatasetDict"])
+def test_a_dataset_dict_is_refused_naming_its_splits(make):
+    data = make()
+    with pytest.raises(InputError) as raised:
+        gpudedup.dedup(data)
+    assert str(raised.value) == (f"a {type(data).__name__} holds splits (train, test), not one dataset: pick the "
+                                 "split to deduplicate, e.g. data['train']")
+
+
+@pytest.mark.parametrize("data", [{"text": ["a", "b"]}, b"bytes", 5], ids=["dict", "bytes", "int"])
+def test_other_kinds_are_refused_naming_what_is_accepted(data):
+    with pytest.raises(InputError) as raised:
+        gpudedup.dedup(data)
+    message = str(raised.value)
+    assert message.startswith(f"cannot deduplicate data of type {type(data).__name__}: pass texts")
+    assert "any iterable of strings" in message and "iterable of dicts" in message and "IterableDataset" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("options", [{"work_dir": "work"}, {"workers": 1}], ids=["work_dir", "workers"])
+def test_a_work_directory_or_cluster_for_a_generator_is_one_line(tmp_path, options):
+    options = {name: tmp_path / value if name == "work_dir" else value for name, value in options.items()}
+    with pytest.raises(ParameterError) as raised:
+        gpudedup.dedup((t for t in ["a text", "another"]), backend="cpu", **options)
+    message = str(raised.value)
+    assert "runs over files" in message and "here of type" in message and "\n" not in message
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_cli_reads_files_as_before(tmp_path, by_id):
+    """Paths still go to the file readers: the CLI's run over the records' JSONL file."""
+    from typer.testing import CliRunner
+
+    from gpudedup.cli import app
+
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in corpus_records()), encoding="utf-8")
+    ran = CliRunner().invoke(app, ["dedup", str(path), "-o", str(tmp_path / "out"), "--id-field", "id"])
+    assert ran.exit_code == 0, ran.output
+    report = json.loads(Path(tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert report["results"]["clusters"] == by_id.report["results"]["clusters"]
+    assert report["results"]["removed_documents"] == by_id.report["results"]["removed_documents"]
