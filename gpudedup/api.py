@@ -125,7 +125,7 @@ def dedup(
         (byte ranges at line ends, runs of row groups), each read by a task of its own. The
         results are those of the files read whole.
     client / scheduler / workers: run the staged job's signatures, candidates and verification
-        on a Dask cluster (distributed.py): a ``dask.distributed.Client``, a scheduler's
+        on a Dask cluster (engine/dask.py): a ``dask.distributed.Client``, a scheduler's
         address, or a local cluster of this many worker processes. The work directory (needed
         with client and scheduler; a temporary one otherwise) and the files must be visible to
         every worker at the same path or URL. The results are the single process's.

@@ -33,11 +33,10 @@ import numpy as np
 if TYPE_CHECKING:
     from .pairparts import PairParts
 
-# Pairs per part: a part's components take about 125 bytes per pair on its worker (1,503 MB
-# for 12 million pairs, scripts/bench_components.py), so about 1 GB here. Up to this many pairs
-# one task does it all, nearly as fast as the client would (14.8 s against 11.0 s for 12
-# million); past it every round costs two shuffles (24 s against 1.2 s for 2 million pairs cut
-# into 4 parts on 2 workers of this 2-core machine).
+# Pairs per part: a part's components take about 125 bytes per pair on its worker, so about
+# 1 GB here. Up to this many pairs one task does it all, nearly as fast as the client would;
+# past it every round costs two shuffles, many times slower (scripts/bench_components.py; the
+# figures are in docs/performance.md, "Connected components on a cluster").
 PAIRS_PER_PART = 8_000_000
 EDGE_COLUMNS = {"a": "int64", "b": "int64"}  # an edge a - b
 NODE_COLUMNS = {"u": "int64", "v": "int64"}  # a neighbour v of node u

@@ -490,9 +490,9 @@ def scattered(client, arguments: Sequence[tuple]) -> list[tuple]:
     Tasks made of them carry references, not values, for three reasons:
 
     - what every task shares (the shard reader, which describes every shard; the per-shard
-      offsets) would travel once per task: O(shards) bytes in each of O(shards) messages (for
-      400 shards of 20 documents, 63 MB to the scheduler where 0.75 MB do:
-      scripts/bench_task_bytes.py), growing with the square of the shards;
+      offsets) would travel once per task: O(shards) bytes in each of O(shards) messages,
+      growing with the square of the shards (scripts/bench_task_bytes.py; docs/performance.md,
+      "What a Dask run's tasks carry");
     - a task graph holding a document's worth of arrays per shard passes distributed's warning
       size at a few million documents;
     - the client keeps its last messages to the scheduler (distributed.admin.low-level-log-length:
