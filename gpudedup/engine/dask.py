@@ -444,8 +444,8 @@ PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pa
 # Shards per partition of the candidate shuffle's second round (the first has one per shard).
 # Its rows are a pair code (8 B) per pair and band that found it: on the Linux sources about
 # 3 candidate pairs per document, against the first round's 16 band-key rows of 20 B, so its
-# partitions stay about the size of the first round's, in fewer tasks (one per shard added
-# about 3 s to a run of 129 small shards on 2 workers).
+# partitions stay about the size of the first round's, in fewer tasks (a task per shard costs
+# seconds of scheduling on runs of many small shards).
 SHARDS_PER_CODE_PARTITION = 8
 
 

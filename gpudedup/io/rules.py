@@ -164,7 +164,7 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
     order = {part.path: i for i, part in enumerate(parts)}
     records = files_named_once(sorted(records, key=lambda r: (order[r["file"]], r["line"] or 0)))
     # The id checks' hash tables are Arrow's, and its default pool (mimalloc) keeps the pages
-    # it freed: about 300 MB for the rest of a run of 2.56 million ids (docs/performance.md).
+    # it freed for the rest of the run, hundreds of MB at millions of ids, unless handed back.
     release_unused_memory()
     return Combination(tuple(kept), tuple(left_out), repeated_by_part, records, combined_schema(chosen, text_field),
                        id_type)
