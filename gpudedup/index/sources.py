@@ -84,7 +84,7 @@ def corpus_pointers(corpus, docs: np.ndarray) -> SourcePointers:
 
 
 NOT_FROM_FILES = ("this index verifies matches from the source files (made with verification 'source'): "
-                  "documents added to it must be read from JSONL, Parquet or text files, not passed in as data "
+                  "documents added to it must be read from files (JSONL, Parquet or text), not passed in as data "
                   "or read from other formats")
 
 
