@@ -30,9 +30,11 @@ from .core.cluster import KeepPolicy
 from .params import DedupParams
 from .core.shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_size, release_unused_memory
-from .engine.job import Executor, Outcome, run_job
+from .engine.job import run_job
+from .engine.outcome import Outcome
+from .engine.protocols import Executor
 from .engine.memory import dedup_corpus
-from .engine.workdir import work_dir_lock
+from .engine.workdir import resume_without_work_dir, work_dir_lock
 from .ids import id_source
 from .result import DedupResult
 from .stages import Progress, RichProgress, StageLog
@@ -138,7 +140,7 @@ def dedup(
     The other parameters are described in README ("Command line") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
-        raise ParameterError(f"on_error must be 'stop' or 'skip'; got {on_error!r}")
+        raise ParameterError(f"on_error= must be 'stop' or 'skip'; got {on_error!r}")
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, unicode=unicode,
                          strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
@@ -149,7 +151,7 @@ def dedup(
     # Below, the content column is "text_field" whatever it holds (core/content.py).
     text_field = content_field(params, text_field, token_field)
     if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
-        raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+        raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file,
                               Selection.of(include, exclude))
     chosen_backend = get_backend(backend)
@@ -172,7 +174,7 @@ def dedup(
                                         id_field, on_error, RichProgress() if progress else Progress(),
                                         found=found))
     if resume:
-        raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
+        raise resume_without_work_dir()
     log = StageLog()
     budget = MemoryBudget(params.max_memory)
     with log.stage("read"):
@@ -185,7 +187,7 @@ def dedup(
         release_unused_memory()
     documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
     budget.check(
-        "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise --max-memory")
+        "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise max_memory=")
     outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error))
 
@@ -252,14 +254,15 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     caller made it."""
     import tempfile
 
-    from .engine.dask import DaskExecutor, clear_worker_caches, dask_client, forget_messages
+    from .engine.dask import DaskExecutor
+    from .engine.daskops import clear_worker_caches, dask_client
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
-        raise ParameterError("give one of client, scheduler (--scheduler) and workers (--workers)")
+        raise ParameterError("give one of client=, scheduler= and workers=")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise ParameterError(f"workers must be an integer >= 1; got {workers!r}")
+        raise ParameterError(f"workers= must be an integer >= 1; got {workers!r}")
     if work_dir is None and workers is None:
-        raise ParameterError("a Dask cluster needs a work directory (--work-dir) that every worker sees")
+        raise ParameterError("a Dask cluster needs a work directory (work_dir=) that every worker sees")
     with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
         executor = DaskExecutor(connected)
         try:
@@ -281,12 +284,11 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         finally:
             if work_dir is not None:  # the workers' copies of a work directory on object storage
                 clear_worker_caches(connected, location_of(work_dir))
-            forget_messages(connected)
 
 
 def files_only(data) -> ParameterError:
     """The error for in-memory ``data`` given to a run that reads files (a work directory, Dask)."""
-    return ParameterError(f"a run with work_dir (--work-dir) or on Dask runs over files: pass a path or URL, or a "
+    return ParameterError(f"a run with work_dir= or on Dask runs over files: pass a path or URL, or a "
                           f"list of pathlib.Path (or gpudedup.Remote); in-memory data (here of type "
                           f"{type(data).__name__}) is deduplicated without work_dir, client, scheduler and workers")
 
@@ -304,13 +306,13 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
     paths = [location_of(data)] if isinstance(data, (str, os.PathLike)) else data
     if not (isinstance(paths, (list, tuple)) and paths and all(is_path(p) for p in paths)):
         raise files_only(data)
-    check_apart_from_inputs(work_dir, paths, "the work directory", "--work-dir")
+    check_apart_from_inputs(work_dir, paths, "the work directory", "work_dir=")
     if against is not None:
-        check_apart_from_inputs(work_dir, [against.reader.root], "the work directory", "--work-dir", "the index")
+        check_apart_from_inputs(work_dir, [against.reader.root], "the work directory", "work_dir=", "the index")
     if found is None:
         found = scan_inputs(paths, on_error)
     # The files found and the folders walked as they resolve, before any is read.
-    check_apart_from_read(work_dir, found.files, found.seen_dirs.values(), "the work directory", "--work-dir")
+    check_apart_from_read(work_dir, found.files, found.seen_dirs.values(), "the work directory", "work_dir=")
     try:
         with work_dir_lock(work_dir):  # from here on no other run uses it
             prints = fingerprint(found, params, text_field, id_field, on_error)
@@ -328,7 +330,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
                                   output_bases=output_bases(found.files, found.given))
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({storage.os_reason(error)}); the "
-                          "stages it finished are kept: run again with --resume") from None
+                          "stages it finished are kept: run again with resume=True") from None
     finally:
         # This machine's copies of a work directory on object storage (fetched again if asked for).
         clear_cache(storage.full_name(work_dir))

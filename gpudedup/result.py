@@ -14,7 +14,7 @@ import pyarrow as pa
 from .core.copies import implied_pairs
 from .core.cluster import Clusters, kept_documents
 from .engine.clusterparts import ClusterParts, clusters_table
-from .engine.job import Outcome
+from .engine.outcome import Outcome
 from .engine.kept import Kept
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source, order_ranks, wide
@@ -53,7 +53,7 @@ class DedupResult:
     checked_jaccard: numpy float64 (c,): every candidate pair verification checked, verified
         or not (the report's histogram of candidates): its exact Jaccard where that reaches the
         threshold, verify.BELOW_THRESHOLD (-1.0) where it does not (the check stops there).
-    outcome: the engine's results over row numbers (engine.job.Outcome), which ``pairs`` and
+    outcome: the engine's results over row numbers (engine.outcome.Outcome), which ``pairs`` and
         ``clusters`` name by id.
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
         staged run's stay in its shards until then: ids.IdSource).
@@ -290,21 +290,6 @@ def pairs_table(ids: pa.Array, first: np.ndarray, second: np.ndarray, jaccard: n
                      "jaccard": pa.array(jaccard, pa.float64())})
 
 
-def write_pairs_part(pieces: list, id_type: pa.DataType, path: str) -> None:
-    """Task: a part of pairs/ (pairs_table's columns) from ``pieces``, the slices of sorted
-    pandas DataFrames (id_a, id_b, jaccard) that hold its rows, in order
-    (engine/dask.DaskExecutor.write_pairs), written to ``path`` (a path or URL); id_type: the
-    ids' wide type."""
-    import pandas as pd
-
-    rows = pd.concat([frame.iloc[start:stop] for frame, start, stop in pieces]) if pieces else None
-    table = pa.table({name: pa.array([], id_type) if rows is None else pa.Array.from_pandas(rows[name], type=id_type)
-                      for name in ("id_a", "id_b")}
-                     | {"jaccard": pa.array(np.zeros(0) if rows is None else rows["jaccard"].to_numpy(np.float64),
-                                            pa.float64())})
-    write_to(path, lambda local: write_parquet(table, local))
-
-
 def clusters_parts(named: NamedRows, clusters: Clusters) -> Iterator[pa.Table]:
     """(id, cluster, keep, kept_id) for every document in a cluster (named.rows are exactly
     them), in input order, in parts of layout.PART_ROWS rows: kept_id names the document its
@@ -327,7 +312,7 @@ def whole_table(parts: Iterable[pa.Table]) -> pa.Table:
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,
                   single_file: bool = False) -> Location:
     if format not in OUTPUT_FORMATS:
-        raise ParameterError(f"format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+        raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     # A run over files writes one file per input file (even none, when all were left out).
     # Before anything is written: two inputs that would share an output name are refused.
     names = None if single_file or not result.inputs else output_names(result.input_files, result.output_bases, format)
@@ -347,7 +332,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
     if result.report.work_dir:
-        check_apart_from_inputs(out, [result.report.work_dir], "the output directory", "--output",
+        check_apart_from_inputs(out, [result.report.work_dir], "the output directory", "output=",
                                 "the work directory", inside_allowed=True)
     # Apart from the inputs as given and the files read (links followed), and from the index a
     # run against one read or wrote: replacing an output that holds them would delete them.
@@ -416,7 +401,8 @@ def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: b
         write_table(result.clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
-    executor.map(write_clusters_part, [(clustered, pieces, result.wide_id_type,
+    parts, = executor.share(clustered)  # (every task reads the parts' description)
+    executor.map(write_clusters_part, [(parts, pieces, result.wide_id_type,
                                         child_name(folder, part_name(number)))
                                        for number, pieces in enumerate(clustered.table_pieces())],
                  "writing the clusters")

@@ -28,7 +28,7 @@ import numpy as np
 from bench_results import record, this_run
 
 import gpudedup
-from gpudedup.engine.dask import message_bytes
+from gpudedup.engine.daskops import message_bytes
 
 
 def write_corpus(root: Path, shards: int, per_shard: int, seed: int = 0) -> Path:

@@ -382,10 +382,15 @@ def happy(in_tmp):
 @pytest.fixture(scope="module")
 def client():
     """A Dask client of a LocalCluster of two worker processes of one thread (tasks cross
-    process boundaries as on real clusters), one per test module that asks for it."""
+    process boundaries as on real clusters), one per test module that asks for it; made as
+    docs/scale.md tells a user to make the client of a long-lived cluster (no log of its
+    last messages, which would hold on to what each run sent)."""
     import logging
 
     distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
+    import dask
+
+    with dask.config.set({"distributed.admin.low-level-log-length": 0}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                     silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as connected:
         yield connected

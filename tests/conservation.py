@@ -542,11 +542,13 @@ def unaccounted_input_files(run: RunOutcome) -> list[str]:
     nor listed as passed over: a reader cannot drop a whole file unnoticed."""
     reading = run.reading
     read = {absolute if is_url(absolute) else os.path.abspath(absolute) for _, absolute in reading.files}
+    # A file read under another name (an input folder given twice, once through a link) is read.
+    read_real = {os.path.realpath(place) for place in read if not is_url(place)}
     passed_over: Optional[list[str]] = None  # placed only when a file is not among those read
     problems = []
     for given in reading.paths:
         for path in input_files_under(given.rstrip("/") if is_url(given) else Path(given)):
-            if str(path) in read:
+            if str(path) in read or (not is_url(str(path)) and os.path.realpath(path) in read_real):
                 continue
             if passed_over is None:
                 shown = [e["file"] for e in run.skipped if e.get("line") is None]

@@ -174,17 +174,17 @@ def test_every_store_hashes_equal_rows_alike(tmp_path, monkeypatch):
     against an index with either inside, where indexed and new rows are hashed apart): equal
     signature rows share a hash, and different rows of this sample do not."""
     from cli_support import write_jsonl
-    from gpudedup.engine import job
+    from gpudedup.engine import local
     from gpudedup.index import Index
 
     seen = []
-    real = job.same_signature_rows
+    real = local.same_signature_rows
 
     def spy(signatures, row_hash=None):
         seen.append((np.asarray(signatures[np.arange(signatures.shape[0])]), row_hash))
         return real(signatures, row_hash)
 
-    monkeypatch.setattr(job, "same_signature_rows", spy)
+    monkeypatch.setattr(local, "same_signature_rows", spy)
     texts = copies_corpus(groups=3, copies=6) + [t or "" for t in copies_review_corpus(2)]
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     write_jsonl(paths[0], [{"text": t} for t in texts[::2]])

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
-from gpudedup.engine.dask import message_bytes
+from gpudedup.engine.daskops import message_bytes
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io import layout
 
@@ -144,7 +144,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     gatherer hands out no row; the results (identical copies among them) are the single
     process's."""
     from gpudedup.engine import components, disk
-    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.engine.local import LocalExecutor
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
 
@@ -207,21 +207,17 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
 
 
 @pytest.mark.timeout(90)  # two runs: about 11 s alone
-def test_the_client_keeps_no_array_it_sent_to_the_workers(client, tmp_path, monkeypatch):
-    """The client keeps its last messages to the scheduler (distributed's low-level log), so an
-    array sent inside a task's message stays in its memory after the task is done. A run sends
-    the arrays of its tasks (a shard's rows, mask or pairs) to the workers apart (engine/dask.py
-    scattered), and its messages carry references. Counted in the log after a run and writing
-    the result (which a run empties at its end, engine/dask.py forget_messages: kept here, to
-    count), in runs over 1,000 and 4,000 documents that are all in clusters: the arrays held
+def test_the_client_sends_no_array_inside_its_messages(client, tmp_path, monkeypatch):
+    """A client may keep its last messages to the scheduler (distributed's low-level log, on
+    by default), so an array sent inside a task's message would stay in its memory after the
+    task is done, and a task graph of a document's worth of arrays per shard grows past
+    distributed's warning size. A run sends the arrays of its tasks (a shard's rows, mask or
+    pairs) to the workers apart (engine/daskops.py arrays_sent), and its messages carry
+    references. Counted in every message the client sends the scheduler during a run and the
+    writing of its result, over 1,000 and 4,000 documents that are all in clusters: the arrays
     in its messages (pickle's out-of-band buffers: the task graphs' empty metas and per-shard
-    offsets, about 3 KB) grow by less than a byte per document added (before, 16 bytes per
-    document)."""
+    offsets, about 3 KB) grow by less than a byte per document added."""
     from distributed.protocol.serialize import Serialized
-
-    from gpudedup.engine import dask as dask_executor
-
-    monkeypatch.setattr(dask_executor, "forget_messages", lambda client: None)
 
     def buffered(message) -> int:
         if isinstance(message, Serialized):
@@ -232,7 +228,14 @@ def test_the_client_keeps_no_array_it_sent_to_the_workers(client, tmp_path, monk
             return sum(buffered(value) for value in message)
         return 0
 
-    messages = client.scheduler_comm.recent_message_log
+    messages: list = []
+    send = client.scheduler_comm.send
+
+    def kept(*sent):
+        messages.extend(sent)
+        return send(*sent)
+
+    monkeypatch.setattr(client.scheduler_comm, "send", kept)
     held = {}
     for documents in (1000, 4000):
         messages.clear()
@@ -245,11 +248,11 @@ def test_the_client_keeps_no_array_it_sent_to_the_workers(client, tmp_path, monk
 
 
 def test_a_run_leaves_nothing_on_the_cluster(client, corpus, tmp_path):
-    """What a run sends to the workers apart from its tasks (engine/dask.py scattered) and what
-    it persists (the sorted pairs it writes) is released when the run is done: the graphs
-    that name them stayed in the client's log of its last messages, and so did the values on
-    the workers, a run's worth more after each run on a long-lived cluster (2 values a run at
-    80335e2, 8 at 645b9fa). Counted on the scheduler after two runs that write their outputs."""
+    """What a run sends to the workers apart from its tasks (engine/daskops.py share and
+    arrays_sent) and what it persists (the sorted pairs it writes) is released when the run is
+    done, on a client made as docs/scale.md says (no log of its last messages, whose graphs
+    would name them): no value is left on a long-lived cluster. Counted on the scheduler after
+    two runs that write their outputs."""
     def held() -> int:
         return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
 
@@ -266,23 +269,28 @@ def test_a_run_leaves_nothing_on_the_cluster(client, corpus, tmp_path):
     assert held() <= before
 
 
-def test_scattered_sends_what_tasks_share_once_and_each_task_its_own_arrays(client):
-    """engine/dask.py scattered: an object two tasks share becomes one future, a task's arrays
-    (also in a list) futures of their own, the same array given twice one future; what one task
-    alone has, scalars, strings and lists themselves stay as they are; the tasks get the values."""
+def test_tasks_get_what_they_share_once_and_their_own_arrays_apart(client):
+    """DaskExecutor.share sends what every task reads to every worker once (futures, one per
+    value); the executor's map sends each task's arrays (also in a list) apart, as futures of
+    their own, and leaves scalars, strings, other objects and the shared futures as they are;
+    the tasks get the values."""
     from distributed import Future
 
-    from gpudedup.engine.dask import DaskExecutor, scattered
+    from gpudedup.engine.dask import DaskExecutor
+    from gpudedup.engine.daskops import arrays_sent
 
+    executor = DaskExecutor(client)
     reader, alone = {"shards": list(range(100))}, {"only": "one task"}
+    shared, = executor.share(reader)
+    assert isinstance(shared, Future) and client.gather(shared) == reader
     first, second = np.arange(3), np.arange(4)
-    sent = scattered(client, [(reader, first, [first, 5], 1, "x", alone), (reader, second, [second], 2, "x", None)])
-    assert isinstance(sent[0][0], Future) and sent[0][0] is sent[1][0]
-    assert isinstance(sent[0][1], Future) and sent[0][2][0] is sent[0][1] and sent[1][1] is not sent[0][1]
+    sent = arrays_sent(client, [(shared, first, [first, 5], 1, "x", alone), (shared, second, [second], 2, "x", None)])
+    assert sent[0][0] is shared and sent[1][0] is shared
+    assert isinstance(sent[0][1], Future) and isinstance(sent[0][2][0], Future) and sent[1][1] is not sent[0][1]
     assert sent[0][2][1] == 5 and sent[0][3:] == (1, "x", alone) and sent[1][3:] == (2, "x", None)
-    assert client.gather(sent[0][0]) == reader and client.gather(sent[1][1]).tolist() == [0, 1, 2, 3]
-    results = DaskExecutor(client).map(describe, [(reader, first, index) for index in range(20)], "a test")
-    assert results == [(100, 3, index) for index in range(20)]
+    assert client.gather(sent[0][2][0]).tolist() == [0, 1, 2] and client.gather(sent[1][1]).tolist() == [0, 1, 2, 3]
+    results = executor.map(describe, [(shared, np.arange(index), index) for index in range(20)], "a test")
+    assert results == [(100, index, index) for index in range(20)]
 
 
 def describe(reader: dict, array: np.ndarray, index: int) -> tuple:
@@ -295,7 +303,7 @@ def test_what_the_tasks_carry_grows_with_the_shards_not_their_square(client, tmp
     per-shard offsets: sent inside each task, the bytes of the tasks grew with the square of
     the shards (for 100 and 400 shards of 20 documents, the client sent the scheduler 2.25 and
     37 MB, and the scheduler the workers 3.9 and 44 MB). They are sent once (engine/dask.py
-    scattered). Counted: the bytes of every message the client sends the scheduler, and the
+    share). Counted: the bytes of every message the client sends the scheduler, and the
     scheduler the workers, in a run over 12 and over 48 files of the same documents; four times
     the shards may cost at most five times the bytes. Measured before: 172 KB to 1.58 MB to the
     scheduler, 389 KB to 2.48 MB to the workers; after: 68 to 223 KB, 290 KB to 1.13 MB."""
@@ -493,7 +501,7 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
     check is made to fail, as is reading every id for the results (pairs and clusters take
     the ids of their documents only)."""
     from gpudedup.engine import disk
-    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.engine.local import LocalExecutor
     from gpudedup.io import rules
 
     corpus = rules_corpus(tmp_path)
@@ -718,7 +726,7 @@ def test_the_error_named_on_a_cluster_is_the_first_in_input_order(client, tmp_pa
 def test_cluster_options_are_checked(corpus, tmp_path):
     with pytest.raises(ParameterError, match="needs a work directory"):
         gpudedup.dedup(corpus, backend="cpu", scheduler="tcp://127.0.0.1:1")
-    with pytest.raises(ParameterError, match="workers must be an integer"):
+    with pytest.raises(ParameterError, match="workers= must be an integer"):
         gpudedup.dedup(corpus, backend="cpu", workers=0)
     with pytest.raises(ParameterError, match="give one of"):
         gpudedup.dedup(corpus, backend="cpu", workers=2, scheduler="tcp://127.0.0.1:1", work_dir=tmp_path / "w")
@@ -782,7 +790,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from gpudedup.engine.clusterparts import dask_clusters
     from gpudedup.engine.components import dask_component_labels
     from gpudedup.engine.dask import DaskExecutor
-    from gpudedup.engine.job import VerifiedPairs
+    from gpudedup.engine.pairs import VerifiedPairs
     from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
     from gpudedup.io import layout
     from gpudedup.io.writer import write_parquet

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
-from gpudedup.engine.job import rows_sharing_hash
+from gpudedup.engine.pairs import rows_sharing_hash
 from gpudedup.errors import InputError
 from test_api import write_jsonl
 from test_streaming import assert_same_results, make_texts, rules_corpus

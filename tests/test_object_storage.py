@@ -261,7 +261,7 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     result = gpudedup.dedup(url + "/big", backend="cpu")
     out = f"s3://{BUCKET}/replaced"
     result.write(out)
-    with pytest.raises(gpudedup.OutputError, match="exists and is not empty; use --overwrite"):
+    with pytest.raises(gpudedup.OutputError, match="exists and is not empty; use overwrite=True"):
         result.write(out)
     stale = tmp_path / "stale"
     stale.mkdir()
@@ -810,7 +810,7 @@ def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, 
 
 
 @pytest.mark.parametrize("state, resume, message", [
-    ("earlier", False, "the work directory holds an earlier run; pass --resume"),
+    ("earlier", False, "the work directory holds an earlier run; pass resume=True"),
     ("other", True, "the work directory belongs to another run (run was 1, now 2)"),
     ("foreign", False, "not a gpudedup work directory (no manifest.json) and not empty"),
 ])

@@ -221,6 +221,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     read the spilled sets a chunk at a time."""
     import gpudedup.api
     import gpudedup.engine.disk as disk
+    import gpudedup.engine.shards as shards
     import gpudedup.engine.memory
     import gpudedup.io.read
     import gpudedup.core.verify
@@ -233,7 +234,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     monkeypatch.setattr(gpudedup.core.verify, "document_sets", forbidden)
     monkeypatch.setattr(gpudedup.engine.memory, "document_sets", forbidden)
     built, chunks = [], []
-    original_build, original_sets = disk.build_corpus, disk.spilled_sets
+    original_build, original_sets = disk.build_corpus, shards.spilled_sets
 
     def build(*args, **kwargs):
         corpus = original_build(*args, **kwargs)
@@ -245,7 +246,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
         return original_sets(work, name, shard_rows, rows)
 
     monkeypatch.setattr(disk, "build_corpus", build)
-    monkeypatch.setattr(disk, "spilled_sets", sets)
+    monkeypatch.setattr(shards, "spilled_sets", sets)
     result = gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "work", batch_bytes=600)
     result.write(tmp_path / "out")
     assert max(built) == 141  # the largest file, f.parquet
@@ -484,14 +485,14 @@ def test_resume_from_an_intermediate_state_gives_identical_output(mixed, finishe
 def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
     corpus = write_shards(tmp_path / "in", sample_records(), 4)
     first = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work")
-    from gpudedup.engine import disk, job
+    from gpudedup.engine import disk, local
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
 
     monkeypatch.setattr(disk, "signature_pass", must_not_run)
     for name in ("identical_copies", "candidate_pairs", "plausible"):
-        monkeypatch.setattr(job, name, must_not_run)
+        monkeypatch.setattr(local, name, must_not_run)
     again = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", resume=True)
     assert_same_results(first, again)
 
@@ -539,7 +540,7 @@ def test_the_work_directory_belongs_to_one_run(tmp_path):
     corpus = write_shards(tmp_path / "in", sample_records()[:300], 2)
     work = tmp_path / "work"
     gpudedup.dedup(corpus, backend="cpu", work_dir=work)
-    with pytest.raises(ParameterError, match="pass --resume"):
+    with pytest.raises(ParameterError, match="pass resume=True"):
         gpudedup.dedup(corpus, backend="cpu", work_dir=work)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
@@ -547,7 +548,7 @@ def test_the_work_directory_belongs_to_one_run(tmp_path):
         gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "other")
     with pytest.raises(OutputError, match="work directory must not be"):
         gpudedup.dedup(corpus, backend="cpu", work_dir=corpus / "work")
-    with pytest.raises(ParameterError, match="resume needs a work_dir"):
+    with pytest.raises(ParameterError, match="resume=True needs work_dir="):
         gpudedup.dedup(corpus, backend="cpu", resume=True)
     with pytest.raises(ParameterError, match="runs over files"):
         gpudedup.dedup(["a text", "another"], backend="cpu", work_dir=tmp_path / "w3")
@@ -685,7 +686,7 @@ def test_max_memory_is_checked_before_each_shard(tmp_path):
     from gpudedup.errors import MemoryLimitError
 
     corpus = write_shards(tmp_path / "in", sample_records(), 2)
-    with pytest.raises(MemoryLimitError, match=r"--max-memory 150 MiB: reading .*part-000.jsonl needs about"):
+    with pytest.raises(MemoryLimitError, match=r"max_memory=150 MiB: reading .*part-000.jsonl needs about"):
         gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", max_memory="150M")
     assert not (tmp_path / "work" / "shards").exists()
     enough = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work2", max_memory="4G")
@@ -697,7 +698,7 @@ def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_pa
     rounds, an index run's pairs with indexed documents): each request's Jaccard values are its
     own pairs' (Python sets), not values read from an earlier request's spill."""
     from gpudedup.engine.disk import ShardReader, exact_by_spill
-    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.engine.local import LocalExecutor
     from gpudedup.engine.workdir import WorkDir
     from gpudedup.params import DedupParams
     from gpudedup.core.verify import BELOW_THRESHOLD

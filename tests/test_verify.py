@@ -245,7 +245,7 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
     large as the text's set of shingles in Python."""
     from gpudedup.api import list_corpus
     from gpudedup.backends import get_backend
-    from gpudedup.engine.job import LocalExecutor
+    from gpudedup.engine.local import LocalExecutor
     from gpudedup.engine.memory import MemoryStore
     from gpudedup.params import DedupParams
     from gpudedup.stages import Progress, StageLog

@@ -1,2 +1,2 @@
 """The deduplication engine: the stage sequence (job.py) over a store (memory.py, disk.py) and an
-executor (job.LocalExecutor, dask.py). See job.py's docstring."""
+executor (local.LocalExecutor, dask.py). See job.py's docstring."""

@@ -43,31 +43,20 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cluster import (Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first, listed_members,
-                       pairs_inside)
+                            pairs_inside)
 from ..errors import OutputError
-from ..ids import order_ranks
+from ..ids import order_ranks, wide
+from ..io.layout import table_parts
+from .daskops import cluster_failure, frame_of, range_divisions, range_starts, share
 from .workdir import WorkAt, WorkDir
 
 if TYPE_CHECKING:
-    from .job import Executor
+    from .protocols import Executor
 
 CLUSTER_COLUMNS = ("docs", "cluster", "keep")  # (cluster.Clusters')
 DECIDED_COLUMNS = {"doc": "int64", "cluster": "int64", "keep": "bool", "kept_doc": "int64"}
 # The largest clusters the client learns of (report.html shows the first of them).
 LARGEST_KNOWN = 20
-
-
-def range_starts(n_docs: int, ranges: int) -> np.ndarray:
-    """int64 (r + 1,): the first row of each of ``ranges`` ranges of about equal length over
-    rows 0 .. n_docs-1, then n_docs (ranges is at most n_docs, so none is empty)."""
-    ranges = max(min(ranges, n_docs), 1)
-    return (np.arange(ranges + 1, dtype=np.int64) * n_docs) // ranges
-
-
-def range_divisions(starts: np.ndarray) -> list[int]:
-    """Dask's divisions of a collection set on a row so that partition r holds the rows of
-    range r (starts: range_starts; the last division is inclusive: n, which no row reaches)."""
-    return starts[:-1].tolist() + [int(starts[-1])]
 
 
 def part_unit(number: int) -> str:
@@ -108,7 +97,7 @@ class ClusterParts:
         """``part`` (part ``number``'s arrays, "run" among them), if it is this run's."""
         if int(part.pop("run")[0]) != self.token:
             raise OutputError(f"{WorkDir.attach(self.work_at).shown}: its clusters were made again by a later run "
-                              "(a --resume); this result can no longer read them: use that run's result")
+                              "(a run with resume=True); this result can no longer read them: use that run's result")
         return part
 
     @property
@@ -146,7 +135,6 @@ class ClusterParts:
         """The clusters table's parts (layout.table_parts of the documents in clusters, in
         row order; part_rows: its default, where None), each as the slices (part, start, stop)
         of the parts that hold its rows."""
-        from ..io.layout import table_parts
 
         before = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64).tolist()
         pieces = []
@@ -182,11 +170,13 @@ class ClusterParts:
         the documents a report lists (cluster.listed_members), held; a task per part that holds
         any clustered document, on ``executor`` where it is a connected cluster's, else here:
         the client gets a few documents per cluster and part, not every member."""
-        arguments = [(self, number, numbers, listed) for number in np.flatnonzero(self.sizes).tolist()]
+        holding = np.flatnonzero(self.sizes).tolist()
         if executor is None or executor.in_process or not executor.connected():
-            found = [part_shown(*a) for a in arguments]
+            found = [part_shown(self, number, numbers, listed) for number in holding]
         else:
-            found = executor.map(part_shown, arguments, "reading the clusters") if arguments else []
+            parts, asked = executor.share(self, numbers)
+            found = executor.map(part_shown, [(parts, number, asked, listed) for number in holding],
+                                 "reading the clusters") if holding else []
         sizes = np.sum([size for size, _ in found], axis=0) if found else np.zeros(numbers.shape[0], np.int64)
         joined = Clusters(*(np.concatenate(column) for column in zip(*(part for _, part in found)))) if found \
             else Clusters(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
@@ -196,11 +186,13 @@ class ClusterParts:
         """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
         a task per part that holds any clustered document, on ``executor`` where it is a
         connected cluster's, else here."""
-        arguments = [(self, number, numbers) for number in np.flatnonzero(self.sizes).tolist()]
+        holding = np.flatnonzero(self.sizes).tolist()
         if executor is None or executor.in_process or not executor.connected():
-            found = [part_members(*a) for a in arguments]
+            found = [part_members(self, number, numbers) for number in holding]
         else:
-            found = executor.map(part_members, arguments, "reading the clusters") if arguments else []
+            parts, asked = executor.share(self, numbers)
+            found = executor.map(part_members, [(parts, number, asked) for number in holding],
+                                 "reading the clusters") if holding else []
         if not found:
             empty = np.zeros(0, np.int64)
             return Clusters(empty, empty, np.zeros(0, bool))
@@ -217,9 +209,6 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     import dask
     import dask.dataframe as dd
 
-    from ..ids import wide
-    from .dask import cluster_failure, frame_of, scatter_once
-
     starts = range_starts(n_docs, ranges)
     token = int(np.random.default_rng().integers(1, 2**62))  # (the run's: ClusterParts.checked)
     if labels is None:  # (no part is read where none holds a document: nothing to write)
@@ -234,14 +223,14 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
             sizes, removed, count, largest_numbers = client.compute(dask.delayed(clusters_in_one_task)(
                 labels_part, ids, lengths, policy, pinned, work_at, starts, id_type, token)).result()
             return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, token)
-        ids_sent, lengths_sent = scatter_once(client, [ids, lengths], broadcast=True)
+        ids_sent, lengths_sent = share(client, ids, lengths)
         # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
             named_labels, ids_sent, meta=frame_of({"doc": "int64", "root": "int64", "id": id_dtype}))
         by_root = named.set_index("root", divisions=divisions).persist()
         roots = by_root.map_partitions(root_count, meta=("roots", "int64")).compute().to_numpy(np.int64)
         offsets = np.concatenate([[0], np.cumsum(roots)[:-1]]).astype(np.int64)
-        decided = by_root.map_partitions(decide_clusters, scatter_once(client, [offsets], broadcast=True)[0],
+        decided = by_root.map_partitions(decide_clusters, share(client, offsets)[0],
                                          lengths_sent, policy, pinned,
                                          meta=frame_of({**DECIDED_COLUMNS, "id": id_dtype, "kept_id": id_dtype})
                                          ).persist()
@@ -251,7 +240,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
         # 3. Each document's place in the ids' order, after the documents of the partitions before.
         by_id = decided[["doc", "id"]].sort_values("id").persist()
         before = np.concatenate([[0], np.cumsum(by_id.map_partitions(len_of, meta=("rows", "int64")).compute())])
-        ranks = by_id.map_partitions(id_ranks, scatter_once(client, [before.astype(np.int64)], broadcast=True)[0],
+        ranks = by_id.map_partitions(id_ranks, share(client, before.astype(np.int64))[0],
                                      meta=frame_of({"doc": "int64", "rank": "int64"}))
         # 4. The parts: both collections set on the document have the same partitions.
         written = dd.map_partitions(write_cluster_part, decided.set_index("doc", divisions=divisions),

@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import numpy as np
 
+from ..core.cluster import component_roots
+from .daskops import arrays_sent, cluster_failure, frame_of, share
+from .pairparts import PAIR_COLUMNS
+
 if TYPE_CHECKING:
     from .pairparts import PairParts
 
@@ -56,13 +60,13 @@ def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_p
     import dask
     import dask.dataframe as dd
 
-    from .dask import cluster_failure, scattered
-
     sources = edge_sources(first, second, pairs_per_part, stored)
     if not sources:
         return None
     try:
-        sent = scattered(client, sources)
+        stored_at = share(client, stored)[0] if stored is not None else None  # (every part's task reads it)
+        sent = arrays_sent(client, [(a, b, None if parts is None else stored_at, numbers)
+                                    for a, b, parts, numbers in sources])
         if len(sent) == 1:  # one part: one task does what the client would
             return dd.from_delayed([dask.delayed(source_labels)(*sent[0], n_docs)], meta=edge_frame(),
                                    verify_meta=False)
@@ -106,7 +110,6 @@ def edge_sources(first: np.ndarray, second: np.ndarray, pairs_per_part: int,
 def by_node(edges, partitions: int):
     """The edges (a, b) as (u, v) rows in both directions, shuffled on u: every neighbour v of
     a node u in u's partition; each partition's rows distinct and sorted by (u, v)."""
-    from .dask import frame_of
 
     rows = edges.map_partitions(both_ways, meta=frame_of(NODE_COLUMNS)).shuffle(on="u", npartitions=partitions)
     return rows.map_partitions(distinct_sorted, meta=frame_of(NODE_COLUMNS))
@@ -117,7 +120,6 @@ def by_node(edges, partitions: int):
 
 def edge_frame(a: Optional[np.ndarray] = None, b: Optional[np.ndarray] = None):
     """A pandas DataFrame of edges (a, b), int64 (without arrays, the empty one: Dask's meta)."""
-    from .dask import frame_of
 
     if a is None or b is None:
         return frame_of(EDGE_COLUMNS)
@@ -130,7 +132,6 @@ def source_edges(first: np.ndarray, second: np.ndarray, stored: Optional[PairPar
                  numbers: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """One part's pairs (first, second: int64): those given, and those of the stored parts
     ``numbers`` (edge_sources)."""
-    from .pairparts import PAIR_COLUMNS
 
     if stored is None or not numbers:
         return first, second
@@ -143,7 +144,6 @@ def source_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairPa
                   n_docs: Optional[int]):
     """cluster.component_roots of one part's pairs (source_edges), as an edge_frame (a:
     document, b: its root): when there is one part."""
-    from ..core.cluster import component_roots
 
     return edge_frame(*component_roots(*source_edges(first, second, stored, numbers), n_docs))
 
@@ -151,7 +151,6 @@ def source_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairPa
 def part_stars(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int]):
     """One part's components as stars: an edge (document, root) for each document of a pair
     that is not its component's root (cluster.component_roots)."""
-    from ..core.cluster import component_roots
 
     docs, root = component_roots(*source_edges(first, second, stored, numbers))
     leaves = docs != root

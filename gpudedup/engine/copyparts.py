@@ -22,16 +22,17 @@ places, which reach each shard's task by the range of shards it lies in (range_p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from ..core.copies import confirmed_copies, same_signature_rows
+from .daskops import frame_of, range_divisions, range_starts
 from .kept import Kept
 from .pairparts import COPIES, GROUPS, PairParts, read_part, write_part
+from .shards import LengthsAt, Shards, SpilledSignatures, rows_at_places, spilled_sets
 from .workdir import WorkAt
 
-if TYPE_CHECKING:
-    from .disk import LengthsAt
 
 # The spill of the groups' documents (WORK/sets/<SPILL>/NNNNN): one set of documents per run,
 # as the groups are (the shuffle on the hash puts each group in one part whatever the cut).
@@ -47,8 +48,6 @@ def group_part(rows, number: int, work_at: WorkAt, active_starts: np.ndarray, sh
     read from the shards' signatures.npy); shard_rows, active_starts: disk.Shards'; documents:
     disk.ShardDocuments.rows. A partition without groups stores nothing (its count, 0, says
     so to every reader). Returns the pairs stored."""
-    from ..core.copies import same_signature_rows
-    from .disk import Shards, SpilledSignatures, rows_at_places
 
     rows = rows.sort_values("spilled", kind="stable")  # places ascend with the documents' rows
     spilled = rows["spilled"].to_numpy(np.int64)
@@ -69,8 +68,6 @@ def check_groups(work_at: WorkAt, number: int, shard_rows: np.ndarray, documents
     to ``batch_cost`` code points of documents at a time; lengths: the documents' lengths),
     their sets read from the spill of the groups' documents, stored as copies part ``number``.
     Returns how many."""
-    from ..core.copies import confirmed_copies
-    from .disk import spilled_sets
 
     groups = read_part(work_at, GROUPS, number)
 
@@ -118,14 +115,12 @@ def range_places(copies: PairParts, shards: int, ranges: int, active_starts: Any
     """The places of the copies in the parts ``copies`` (sizes known) cut by ranges of shards
     (active_starts: disk.Shards.active_starts, or a future of it that every task reads):
     (shard_starts, int64 (r + 1,), the first shard of each of about ``ranges`` ranges of about
-    equal shard counts, clusterparts.range_starts; and per range a Dask delayed int64 array,
+    equal shard counts, daskops.range_starts; and per range a Dask delayed int64 array,
     ascending, of the places of its shards' copies). Up to ``one_task_below`` copies one task
     cuts them; past that Dask's set_index moves them, with the ranges as divisions."""
     import dask
     import dask.dataframe as dd
 
-    from .clusterparts import range_divisions, range_starts
-    from .dask import frame_of
 
     shard_starts = range_starts(shards, ranges)
     assert copies.sizes is not None, "the copies' sizes are known"

@@ -40,45 +40,46 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..backends import Backend, get_backend
-from ..threads import HOST_THREADS
+from ..core.content import check_content, content_bytes, gathered_type, unit_lengths
 from ..core.copies import band_key_row_hash
+from ..core.hashing import Permutations, draw_permutations
+from ..core.lsh import Banding
+from ..core.ragged import weighted_ranges
+from ..core.shingling import ShingleSpec
 from ..errors import InputError
-from ..io.rules import PartSummary, id_groups, plan_combination
 from ..ids import wide
-from ..core.content import check_content, content_bytes, gathered_type, unit_buffers, unit_lengths
+from ..io import storage
 from ..io.corpus import Corpus
 from ..io.formats import format_of
 from ..io.inputs import InputFiles, display_path, documents_read
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
+from ..io.pointers import SourcePointers
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
-from ..io import storage
 from ..io.read import build_corpus, read_one_file
-from ..io.storage import Location
+from ..io.rules import PartSummary, id_groups, plan_combination
+from ..io.sizes import file_read_bytes, shard_read_estimate
 from ..io.source import SourceFile, file_record
 from ..io.stamps import FileStamp, check_unchanged, read_stamp, unchanged_while
-from ..io.sizes import file_read_bytes, shard_read_estimate
+from ..io.storage import Location
 from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches, write_to
-from ..core.hashing import Permutations
-from ..core.lsh import Banding
 from ..memory import MemoryBudget, release_unused_memory
 from ..params import DedupParams
-from ..core.ragged import offsets_from_counts, weighted_ranges
 from ..report import InputFile, InputSummary
-from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..core.verify import plausible, rows_jaccard_at_least, sets_matrix
+from ..threads import HOST_THREADS
 from ..version import __version__
-from .job import Executor, LocalExecutor
-from .kept import Kept
-from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
 from .clusterparts import ClusterParts
+from .kept import Kept
+from .local import LocalExecutor
+from .pairparts import PairParts
+from .protocols import Executor
+from .shards import (BackendOrName, LengthsAt, Shards, SpilledActive, SpilledKeys, SpilledLengths, SpilledSignatures,
+                     by_shard, spill_shard_sets, spilled_jaccard, spilled_sets)
+from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass
 from .workdir import MANIFEST, WorkAt, WorkDir
 
 if TYPE_CHECKING:
     from .pairparts import PairParts
-
-# A task gets the backend itself in this process, or its name on a worker that makes its own.
-BackendOrName = Union[Backend, str]
 
 
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
@@ -114,56 +115,6 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
 def shard_bytes(params: DedupParams) -> int:
     """The size input files are cut at (io/pieces.py)."""
     return params.shard_bytes or DEFAULT_SHARD_BYTES
-
-
-def by_shard(starts: np.ndarray, positions: np.ndarray):
-    """(shard, indices into positions) for every shard holding some of ``positions`` (int64,
-    corpus rows or active positions); starts: int64 (s + 1,) the first of each shard. One
-    sort for all shards, so the cost does not grow with shards x positions."""
-    shard = np.searchsorted(starts, positions, side="right") - 1
-    order = np.argsort(shard, kind="stable")
-    bounds = np.flatnonzero(np.diff(shard[order])) + 1
-    for indices in np.split(order, bounds) if order.shape[0] else []:
-        yield int(shard[indices[0]]), indices
-
-
-@dataclass
-class Shards:
-    """The finished shards of a work directory, as one corpus of rows 0 .. n-1 (host).
-
-    rows: int64 (s + 1,) first corpus row of each shard; active_starts: int64 (s + 1,) first
-    position of each shard among the documents with shingles (``active``).
-    """
-
-    work: WorkDir
-    count: int
-    rows: np.ndarray
-    active_starts: np.ndarray
-
-    @classmethod
-    def of(cls, work: WorkDir, count: int) -> "Shards":
-        work.fetch_shards(range(count), ["info.json"])
-        infos = [work.shard_info(i) for i in range(count)]
-        rows = np.cumsum([0] + [info["rows"] for info in infos]).astype(np.int64)
-        active = np.cumsum([0] + [info["active"] for info in infos]).astype(np.int64)
-        return cls(work, count, rows, active)
-
-    @classmethod
-    def at(cls, work_at: WorkAt, active_starts: np.ndarray, rows: Optional[np.ndarray] = None) -> "Shards":
-        """The shards of the work directory at ``work_at`` (WorkDir.attach) as a task needs them to read
-        per-active-row arrays (active_starts: Shards.active_starts), and per-row ones where
-        given their ``rows`` (Shards.rows)."""
-        return cls(WorkDir.attach(work_at), active_starts.shape[0] - 1,
-                   np.zeros(0, np.int64) if rows is None else rows, active_starts)
-
-    def own(self, array: np.ndarray, index: int) -> np.ndarray:
-        """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
-        return array[self.rows[index]:self.rows[index + 1]]
-
-    def concat(self, name: str) -> np.ndarray:
-        """One spilled per-shard array over all shards (loaded, not mapped)."""
-        parts = [np.asarray(self.work.shard_array(i, name)) for i in range(self.count)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 @dataclass
@@ -310,164 +261,6 @@ class IdsAt:
         return gathered_ids(self.work_at, self.shard_rows, lambda index: index, spilled, self.type)
 
 
-def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
-                       gather: Callable[[int, np.ndarray], np.ndarray], row: tuple[int, ...] = ()) -> np.ndarray:
-    """``gather(index, local)`` for the items at ``places`` (int64, any shape and order) of a
-    sequence spilled shard by shard (starts: int64 (s + 1,), the first place of each shard),
-    each shard asked once for its items (local: int64, their places within it), put back in
-    the order of places: an array of ``dtype`` shaped as places, then ``row`` (the shape of
-    one item: (K,) for a signature row)."""
-    flat = places.reshape(-1)
-    out = np.empty((flat.shape[0], *row), dtype=dtype)
-    for index, mine in by_shard(starts, flat):
-        out[mine] = gather(index, flat[mine] - starts[index])
-    return out.reshape(places.shape + row)
-
-
-class SpilledSignatures:
-    """The signature rows of the active documents, gathered from the shards' memory-mapped
-    signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host, for positions
-    into the run's active documents; kept: which of the active rows spilled by every shard
-    they are (all of them, unless the input rules left some out); m: how many.
-
-    Each shard's map is opened for one gather and closed after it: the pages a map has touched
-    count in the process's resident set while it stays open, so maps kept open over every
-    shard made the process that gathers (a Dask worker filtering candidate pairs) hold in the
-    end about every signature of the corpus (4 bytes per permutation and document)."""
-
-    def __init__(self, shards: Shards, width: int, kept: Kept, m: int):
-        self.shards, self.kept = shards, kept
-        self.shape = (m, width)
-
-    def __getitem__(self, positions) -> np.ndarray:
-        positions = self.kept.spilled(np.asarray(positions, dtype=np.int64))
-        # The map lives only inside one shard's gather: unmapped after it (nothing else refers
-        # to it), its pages out of the resident set.
-        return gathered_per_shard(self.shards.active_starts, positions, np.uint32,
-                                  lambda index, local: self.shards.work.shard_array(index, "signatures")[local],
-                                  (self.shape[1],))
-
-
-def as_items(items, count: int) -> np.ndarray:
-    """Indices into ``count`` items as int64, for the gathers below: integers (none negative:
-    the gathers do not count from the end), or a bool mask over all of them (the indices where
-    it is True). Anything else (a slice, a mask of another length) raises IndexError."""
-    items = np.asarray(items)
-    if items.dtype == np.bool_:
-        if items.shape != (count,):
-            raise IndexError(f"a bool mask over {count} items has shape {items.shape}")
-        return np.flatnonzero(items)
-    if items.dtype.kind not in "iu":
-        raise IndexError(f"indices must be integers or a bool mask, not {items.dtype}")
-    items = items.astype(np.int64, copy=False)
-    if items.size and (items.min() < 0 or items.max() >= count):
-        raise IndexError(f"an index is outside 0 .. {count - 1}")
-    return items
-
-
-class SpilledColumn:
-    """What SpilledActive and SpilledLengths share: a length, and the whole column when numpy
-    asks for it (np.asarray: a persistent index's run, which holds every document anyway)."""
-
-    shape: tuple[int]
-
-    def __getitem__(self, items) -> np.ndarray:
-        raise NotImplementedError
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
-
-
-class SpilledActive(SpilledColumn):
-    """The run's active documents (job.Store.active) gathered from the shards' spilled
-    ``active`` arrays when asked, not held: ``active[positions]`` gives their rows (int64,
-    host) for positions into them (int64, or a bool mask over them); ``positions_of(rows)``
-    the inverse. rows, active_rows: the spilled rows and spilled active rows the run keeps
-    (Kept); m: how many active documents, of ``documents``. So the client of a cluster holds
-    nothing per document for them (docs/scale.md)."""
-
-    def __init__(self, shards: Shards, rows: Kept, active_rows: Kept, m: int, documents: int):
-        self.shards, self.rows, self.active_rows, self.documents = shards, rows, active_rows, documents
-        self.shape = (m,)
-
-    def __getitem__(self, positions) -> np.ndarray:
-        return self.at_places(self.active_rows.spilled(as_items(positions, self.shape[0])))
-
-    def at_places(self, places: np.ndarray) -> np.ndarray:
-        """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
-        spilled active rows of every shard (each one the run keeps)."""
-        return rows_at_places(self.shards, self.rows, places)
-
-    def positions_of(self, rows: np.ndarray) -> np.ndarray:
-        """int64: the positions among the active documents of ``rows`` (int64, each active)."""
-        shards = self.shards
-        places = gathered_per_shard(shards.rows, self.rows.spilled(as_items(rows, self.documents)), np.int64,
-                                    lambda index, local:
-                                    shards.active_starts[index]
-                                    + np.searchsorted(np.asarray(shards.work.shard_array(index, "active")), local))
-        return self.active_rows.kept_at(places)
-
-
-def rows_at_places(shards: Shards, rows: Kept, places: np.ndarray) -> np.ndarray:
-    """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
-    spilled active rows of every shard (each one a document: rows, ShardDocuments.rows, keeps
-    it), read from the shards' spilled ``active``."""
-    spilled = gathered_per_shard(shards.active_starts, places.astype(np.int64, copy=False), np.int64,
-                                 lambda index, local: shards.rows[index]
-                                 + np.asarray(shards.work.shard_array(index, "active"))[local])
-    return rows.kept_at(spilled)
-
-
-class SpilledLengths(SpilledColumn):
-    """The documents' text lengths (job.Store.lengths) gathered from the shards' spilled
-    ``lengths`` when asked, not held: ``lengths[rows]`` gives int64 code points per row (rows:
-    int64 of any shape, or a bool mask); rows: the spilled rows the run keeps (Kept)."""
-
-    def __init__(self, shards: Shards, rows: Kept, n: int):
-        self.shards, self.rows = shards, rows
-        self.shape = (n,)
-
-    def __getitem__(self, rows) -> np.ndarray:
-        work = self.shards.work
-        return gathered_per_shard(self.shards.rows, self.rows.spilled(as_items(rows, self.shape[0])), np.int64,
-                                  lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
-
-
-@dataclass
-class LengthsAt:
-    """What gives a task the documents' lengths (SpilledLengths) of the work directory at
-    ``work_at``: its shards' Shards.rows and active_starts, the run's documents among the
-    spilled rows (ShardDocuments.rows) and their count."""
-
-    work_at: WorkAt
-    shard_rows: np.ndarray
-    active_starts: np.ndarray
-    rows: Kept
-    documents: int
-
-    def open(self) -> SpilledLengths:
-        return SpilledLengths(Shards.at(self.work_at, self.active_starts, self.shard_rows), self.rows, self.documents)
-
-
-class SpilledKeys:
-    """Band keys of the active documents for lsh.candidate_pairs, one band at a time from the
-    shards' band-major keys.npy; ``keep``: bool (m,) the active documents that take part."""
-
-    def __init__(self, shards: Shards, bands: int, keep: np.ndarray):
-        self.shards, self.keep = shards, keep
-        self.shape = (int(keep.sum()), bands)
-
-    def __getitem__(self, index) -> np.ndarray:
-        _, band = index  # keys[:, band]
-        starts = self.shards.active_starts
-        parts = [np.asarray(self.shards.work.shard_array(i, "keys")[band])[self.keep[starts[i]:starts[i + 1]]]
-                 for i in range(self.shards.count)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-
-
 class PieceDoesNotStand(Exception):
     """A piece of a file that, read alone, does not give what reading the whole file gives for
     its lines (io/pieces.py): the file is to be read whole."""
@@ -560,61 +353,6 @@ class ShardReader:
 # --- shingle sets spilled for exact verification -----------------------------------------------
 
 
-def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
-                     params: DedupParams, backend: BackendOrName) -> None:
-    """Task: the shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
-    WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
-    verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
-    batch at a time; only the hashes stay, on disk."""
-    from ..core.verify import set_columns
-
-    backend = get_backend(backend)
-    spec = params.shingle_spec()
-    texts = reader.corpus(index).text_array().take(pa.array(local_rows))
-    lengths = unit_lengths(texts)
-    columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for start, stop in weighted_ranges(lengths, batch_bytes(params, backend)):
-        with backend.batch_scope():
-            batch = backend.shingle_sets(*unit_buffers(texts.slice(start, stop - start)), spec)
-        part, count = set_columns(batch)
-        columns.append(part)
-        counts.append(count)
-    WorkDir.attach(work_at).write_dir(f"sets/{name}/{index:05d}",
-                   {"columns": np.concatenate(columns), "offsets": offsets_from_counts(np.concatenate(counts)),
-                    "rows": local_rows})
-    release_unused_memory()
-
-
-def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.ndarray):
-    """The spilled sets of corpus rows ``rows`` (int64 (k,), ascending, all spilled) as one
-    canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
-    work = WorkDir.attach(work_at)
-    parts, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
-        unit = f"sets/{name}/{index:05d}"
-        stored_rows = work.array(unit, "rows.npy")
-        offsets = work.array(unit, "offsets.npy")
-        stored = work.array(unit, "columns.npy", mmap=True)
-        wanted = rows[mine] - shard_rows[index]
-        position = np.minimum(np.searchsorted(stored_rows, wanted), max(stored_rows.shape[0] - 1, 0))
-        if stored_rows.shape[0] == 0 or not np.array_equal(stored_rows[position], wanted):
-            raise RuntimeError(f"{work.shown}/{unit}: the spilled sets lack rows asked for (a spill is for one "
-                               "set of rows)")
-        starts, stops = offsets[position], offsets[position + 1]
-        counts.append(stops - starts)
-        parts.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
-    return sets_matrix(np.concatenate(parts), np.concatenate(counts))
-
-
-def spilled_jaccard(work_at: WorkAt, name: str, shard_rows: np.ndarray, first: np.ndarray,
-                    second: np.ndarray, threshold: float, threads: int) -> np.ndarray:
-    """Task: exact Jaccard (float64 (p,)) of the row pairs (first[i], second[i]) whose
-    documents' sets were spilled under ``name``, where it reaches ``threshold``; else
-    BELOW_THRESHOLD (verify.pair_jaccard_at_least, on ``threads`` threads)."""
-    return rows_jaccard_at_least(lambda docs: spilled_sets(work_at, name, shard_rows, docs), first, second,
-                                 threshold, threads)
-
-
 def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
                backend: BackendOrName, docs: np.ndarray, executor: Executor) -> str:
     """The shingle sets of spilled rows ``docs`` (int64, ascending) under WORK/sets/<spill>/, one
@@ -627,7 +365,10 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
     done = work.done_of([f"sets/{name}/{index:05d}" for index, _ in holding])
     todo = [(index, docs[mine] - shard_rows[index]) for (index, mine), finished in zip(holding, done, strict=True)
             if not finished]
+    if not todo:
+        return name
     root = work.for_tasks(executor.in_process)
+    reader, params = executor.share(reader, params)  # (what every shard's task reads)
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
     return name
@@ -645,30 +386,19 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
                       executor)
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
     root = work.for_tasks(executor.in_process)
-    # shard_rows is small (a row offset per shard): it travels inside each task.
     # In this process a task has every core; a cluster runs tasks side by side on its workers.
     threads = HOST_THREADS if executor.in_process else 1
+    shard_rows, = executor.share(shard_rows)  # (every chunk's task reads the offsets)
     parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold, threads)
                                            for a, b in chunks],
                          "exact verification")
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)
 
 
-def spilled_plausible(work_at: WorkAt, active_starts: np.ndarray, width: int, first: np.ndarray, second: np.ndarray,
-                      threshold: float) -> np.ndarray:
-    """Task: the signature filter (verify.plausible, bool (p,)) of pairs of spilled active rows
-    (first, second: int64 (p,) places among the active rows of all shards, Kept.spilled's),
-    their signature rows read from the shards' memory-mapped signatures.npy; active_starts:
-    Shards.active_starts; width: the signatures' columns."""
-    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(), int(active_starts[-1]))
-    return plausible(signatures, first, second, threshold)
-
-
 def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,
                log: Optional[StageLog] = None, progress: Optional[Progress] = None) -> None:
     """Task: read shard ``index``, sign it in batches and store what the later stages need;
     log and progress: this process's, or None on a worker."""
-    from ..core.hashing import draw_permutations
 
     backend, log, progress = get_backend(backend), log or StageLog(), progress or Progress()
     spec, banding = params.shingle_spec(), params.banding()
@@ -815,15 +545,16 @@ class ShardedTable:
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         checks = [([self.stamps[i] for i in indices], self.unwritten()) for indices, _ in files]
         tasks: list[tuple]
+        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         if isinstance(removed, ClusterParts):
-            finder = DroppedRows(self.shards.rows, self.rows, removed)
-            tasks = [(self.reader, indices, None, path, format, finder, *check)
+            reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
+            tasks = [(reader, indices, None, path, format, finder, *check)
                      for (indices, path), check in zip(files, checks)]
         else:
             kept = Kept.leaving_out(removed)
-            tasks = [(self.reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
+            reader, = executor.share(self.reader)
+            tasks = [(reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
                       path, format, None, *check) for (indices, path), check in zip(files, checks)]
-        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
     def write_kept(self, path: Path, format: str, removed: np.ndarray) -> None:
@@ -911,7 +642,7 @@ def encode_plan(shards: list[Shard]) -> np.ndarray:
 
 
 class WorkDirStore:
-    """The arrays of a run over files, spilled to a work directory (see job.Store and the
+    """The arrays of a run over files, spilled to a work directory (see protocols.Store and the
     module docstring). ``found``: the scanned inputs (io.inputs.scan_inputs)."""
 
     def __init__(self, work: WorkDir, found: InputFiles, params: DedupParams, backend: Backend, text_field: str,
@@ -923,7 +654,7 @@ class WorkDirStore:
         # The copies stage reads its groups' spilled sets back a chunk at a time, as exact_by_spill.
         self.copy_batch_cost = 8 * batch_bytes(params, backend)
         self.work_dir: Optional[str] = work.shown
-        self.pinned = 0  # no documents kept before (job.Store)
+        self.pinned = 0  # no documents kept before (protocols.Store)
 
     def task_backend(self, executor: Executor) -> BackendOrName:
         return self.backend if executor.in_process else self.backend.name
@@ -974,7 +705,10 @@ class WorkDirStore:
         root = self.work.for_tasks(executor.in_process)
         if not executor.in_process:
             with log.stage("signature_pass"):
-                executor.map(sign_shard, [(root, self.reader, index, self.params, self.backend.name)
+                if not pending:
+                    return
+                reader, params = executor.share(self.reader, self.params)  # (what every shard's task reads)
+                executor.map(sign_shard, [(root, reader, index, params, self.backend.name)
                                           for index in pending], "the signatures")
             return
         budget = MemoryBudget(self.params.max_memory)
@@ -991,8 +725,8 @@ class WorkDirStore:
 
             # A shard is read whole: the budget must hold it and the batches in flight.
             budget.check(f"reading {display_path(path)}", need,
-                         "lower --shard-bytes (large plain JSONL and Parquet files are cut at it), cut "
-                         "the input into smaller files, or raise --max-memory")
+                         "lower shard_bytes= (large plain JSONL and Parquet files are cut at it), cut "
+                         "the input into smaller files, or raise max_memory=")
             sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
 
     def read_whole_where_needed(self, executor: Executor, log: StageLog, progress: Progress) -> None:
@@ -1114,7 +848,6 @@ class WorkDirStore:
     def source_pointers(self, docs: np.ndarray):
         """Where rows ``docs`` (int64 (k,)) were read from (index/sources.py): each shard's file
         and the line or row its spilled row numbers give."""
-        from ..index.sources import SourcePointers
 
         spilled = self.rows.spilled(docs)
         file = np.empty(docs.shape[0], dtype=np.int64)
@@ -1134,7 +867,6 @@ class WorkDirStore:
         return stored
 
     def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
-        from .pairparts import PairParts
 
         return PairParts.of(self.work.location, kind, count, sizes)
 

@@ -15,6 +15,7 @@ from ..backends import Backend
 from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
 from ..io.corpus import Corpus
+from ..io.pointers import corpus_pointers
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, to_side
 from ..memory import MemoryBudget, release_unused_memory
@@ -24,7 +25,9 @@ from ..report import InputFile, InputSummary
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
 from ..core.verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_jaccard_at_least, rows_of
-from .job import Executor, Outcome, run_job
+from .job import run_job
+from .outcome import Outcome
+from .protocols import Executor
 from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
 
@@ -37,7 +40,7 @@ def dedup_corpus(corpus: Corpus, params: DedupParams, backend: Backend, progress
 
 
 class MemoryStore:
-    """The arrays of one corpus in memory (see job.Store for the contract).
+    """The arrays of one corpus in memory (see protocols.Store for the contract).
 
     keep_sets: keep every document's shingle set from the signature pass (8 bytes a shingle,
     on the host; host backends only), so that the copies, verification and an index's commit
@@ -57,7 +60,7 @@ class MemoryStore:
         self.copy_batch_cost = batch_bytes(params, backend)
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
-        self.pinned = 0  # no documents kept before (job.Store)
+        self.pinned = 0  # no documents kept before (protocols.Store)
         self.keep_sets = keep_sets and backend.xp is np
         self.sets: Optional[scipy.sparse.csr_matrix] = None  # every row's set, where kept
 
@@ -70,7 +73,7 @@ class MemoryStore:
         self.budget.check("the signature pass",
                           lambda: signature_pass_need(self.documents, banding, self.params, backend)
                           + (9 * self.shingles_at_most(np.arange(self.documents)) if self.keep_sets else 0),
-                          "lower --batch-bytes, or deduplicate the input in parts")
+                          "lower batch_bytes=, or deduplicate the input in parts")
         sets = SetsBuilder(self.lengths) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
                                                                  backend, log, progress, sets)
@@ -98,7 +101,6 @@ class MemoryStore:
     def source_pointers(self, docs: np.ndarray):
         """Where rows ``docs`` (int64 (k,)) were read from (index/sources.py; an index that
         verifies from source files commits these)."""
-        from ..index.sources import corpus_pointers
 
         return corpus_pointers(self.corpus, docs)
 
@@ -129,8 +131,8 @@ class MemoryStore:
             return jaccard
         if name == "pairs":
             self.budget.check("exact verification", lambda: self.verification_need(first, second),
-                              "raise --threshold or lower --bucket-window (fewer candidate pairs), "
-                              "or lower --batch-bytes")
+                              "raise threshold= or lower bucket_window= (fewer candidate pairs), "
+                              "or lower batch_bytes=")
 
         def sets_of(docs: np.ndarray) -> scipy.sparse.csr_matrix:
             progress.start("Verifying pairs (exact)", docs.shape[0])

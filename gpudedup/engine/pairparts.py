@@ -28,7 +28,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..core.ragged import weighted_ranges
+from ..core.verify import BELOW_THRESHOLD
 from .kept import Kept
+from .shards import by_shard, gathered_per_shard, spill_shard_sets, spilled_jaccard
 from .workdir import WorkAt, WorkDir
 
 LIKELY = "likely"
@@ -148,7 +151,6 @@ def spill_part_documents(documents, spill: str, work_at: WorkAt, reader: Any, sh
     how many shards it spilled (a pandas DataFrame, for Dask)."""
     import pandas as pd
 
-    from .disk import by_shard, spill_shard_sets
 
     work = WorkDir.attach(work_at)
     rows = np.unique(documents["row"].to_numpy(np.int64))
@@ -168,9 +170,6 @@ def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept,
     spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text, as
     disk.exact_by_spill cuts them); the pairs that reach ``threshold`` stored as verified part
     ``number``. Returns (pairs checked, pairs below the threshold)."""
-    from ..core.ragged import weighted_ranges
-    from ..core.verify import BELOW_THRESHOLD
-    from .disk import gathered_per_shard, spilled_jaccard
 
     work = WorkDir.attach(work_at)
     pairs = read_part(work, LIKELY, number)
@@ -201,7 +200,7 @@ def pair_frame(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray):
 def on_pairs(function: Any, first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
              number: int, *arguments):
     """Task: ``function(first, second, jaccard, *arguments)`` of the verified pairs given, or
-    of stored part ``number`` (job.VerifiedPairs.map)."""
+    of stored part ``number`` (pairs.VerifiedPairs.map)."""
     if stored is not None:
         part = stored.read_part(number)
         first, second, jaccard = part["first"], part["second"], part["jaccard"]

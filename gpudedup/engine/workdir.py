@@ -82,6 +82,11 @@ class DamagedWorkDirError(GpudedupError):
     from a finished unit): no run can go on from it (exit code 2, one line naming the file)."""
 
 
+def resume_without_work_dir() -> ParameterError:
+    """The error of a run asked to resume without a work directory (dedup, Index.add)."""
+    return ParameterError("resume=True needs work_dir=, the work directory to resume from")
+
+
 def read_work_file(path: Union[Path, str, Remote], read: Callable[[], Read]) -> Read:
     """``read()``, which reads the work directory's file ``path`` (a path or URL, as messages
     name it); DamagedWorkDirError naming it where its contents are not what a run writes:
@@ -92,7 +97,7 @@ def read_work_file(path: Union[Path, str, Remote], read: Callable[[], Read]) -> 
         # numpy takes a file without the .npy magic for a pickle, and says so.
         reason = "not a .npy file" if "pickled" in str(error) else storage.first_line(error)
         raise DamagedWorkDirError(f"{path}: cannot be read ({reason}); the work directory is damaged: delete it, "
-                                  "or choose another --work-dir, and run again without --resume") from None
+                                  "or choose another work_dir=, and run again without resume=True") from None
 
 
 class LocalFolder:
@@ -375,7 +380,7 @@ def work_dir_lock(given: Optional[Given]) -> Iterator[None]:
 
     def refused(holder: str) -> ParameterError:
         return ParameterError(f"{shown}: the work directory is in use by another run ({holder}); wait for it or "
-                              "choose another --work-dir")
+                              "choose another work_dir=")
 
     with ExitStack() as held:
         try:
@@ -416,7 +421,7 @@ class WorkDir:
         manifest = folder.read_small(MANIFEST)
         if manifest is not None:
             if not resume:
-                raise ParameterError(f"{shown}: the work directory holds an earlier run; pass --resume to "
+                raise ParameterError(f"{shown}: the work directory holds an earlier run; pass resume=True to "
                                      "go on with it, or choose an empty directory")
             previous = read_work_file(f"{shown}/{MANIFEST}", lambda: json.loads(manifest.decode("utf-8")))
             started = started_elsewhere(previous, fingerprint)

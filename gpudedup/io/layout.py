@@ -42,7 +42,7 @@ from .inputs import InputFiles, display_path
 from .source import SourceFile
 from .stamps import unchanged_while
 from .storage import Given, Location
-from .writer import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet
+from .writer import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
 
 KEPT_DIR = "deduplicated"
 PAIRS_DIR = "pairs"
@@ -100,7 +100,7 @@ def output_names(files: list[Location], bases: dict[str, str], format: str) -> l
         longest = max(Path(name).parts, key=lambda part: len(part.encode()))
         if len(longest.encode()) > NAME_BYTES:
             raise ParameterError(f"{display_path(path)}: its output name {longest!r} would be longer than "
-                                 f"{NAME_BYTES} bytes; rename it, or write one file of kept rows with --single-file")
+                                 f"{NAME_BYTES} bytes; rename it, or write one file of kept rows with single_file=True")
     as_files: dict[str, Location] = {}  # name (case folded) -> the input written there
     as_folders: dict[str, Location] = {}  # folder (case folded) -> an input written below it
     for path, name in zip(files, names):
@@ -112,7 +112,7 @@ def output_names(files: list[Location], bases: dict[str, str], format: str) -> l
                 raise ParameterError(
                     f"{display_path(other)} and {display_path(path)} would both be written as {KEPT_DIR}/{taken} "
                     "(a file, or a file and a folder); rename one of them, or write one file of kept rows with "
-                    "--single-file")
+                    "single_file=True")
         as_files[name.casefold()] = path
         for folder in folders:
             as_folders.setdefault(folder, path)
@@ -259,3 +259,18 @@ def rows_by_file(table: pa.Table, sources: list[SourceFile], keep: np.ndarray) -
     for source in sources:
         yield FileRows(source, table.slice(start, source.rows), keep[start:start + source.rows])
         start += source.rows
+
+
+def write_pairs_part(pieces: list, id_type: pa.DataType, path: str) -> None:
+    """Task: a part of pairs/ (result.pairs_table's columns) from ``pieces``, the slices of
+    sorted pandas DataFrames (id_a, id_b, jaccard) that hold its rows, in order
+    (engine/dask.DaskExecutor.write_pairs), written to ``path`` (a path or URL); id_type: the
+    ids' wide type."""
+    import pandas as pd  # (start-up: pandas only where a cluster's frames are)
+
+    rows = pd.concat([frame.iloc[start:stop] for frame, start, stop in pieces]) if pieces else None
+    table = pa.table({name: pa.array([], id_type) if rows is None else pa.Array.from_pandas(rows[name], type=id_type)
+                      for name in ("id_a", "id_b")}
+                     | {"jaccard": pa.array(np.zeros(0) if rows is None else rows["jaccard"].to_numpy(np.float64),
+                                            pa.float64())})
+    write_to(path, lambda local: write_parquet(table, local))

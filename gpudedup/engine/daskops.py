@@ -1,0 +1,228 @@
+"""Dask's side of a run on a cluster, shared by the stages that run there: the client
+(dask_client), what the stages' tasks share sent once (share), one ClusterError for a failure
+of the cluster itself (cluster_failure, computed), shuffles of pandas frames (shuffled,
+shuffled_map) and the row ranges that partitions are set on (range_starts, range_divisions).
+
+dask and distributed are optional (``pip install 'gpudedup[dask]'``): every import of them is
+inside the function that needs them, so that this module imports without them.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ..errors import ClusterError, GpudedupError, ParameterError
+from ..io.storage import Remote, full_name
+from .workdir import clear_cache
+
+
+def require_dask():
+    try:
+        import dask  # noqa: F401
+        import dask.dataframe  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ParameterError("scheduler=, workers= and client= need Dask: pip install 'gpudedup[dask]'") from None
+
+
+@contextmanager
+def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
+                gpu: bool = False) -> Iterator:
+    """The client to run on: ``client`` as given, one connected to ``scheduler``, or a local
+    cluster of ``workers`` processes (one per GPU with dask-cuda when ``gpu``), closed after.
+
+    A client and a scheduler keep their last messages (distributed.admin.low-level-log-length,
+    1,000 by default), and a run's messages name the futures of what it shares and persists, so
+    that those values would stay on the workers after the run, a run's worth more after each.
+    The clients and clusters made here keep none (the log is for debugging connections); a
+    user's client keeps its configuration (docs/scale.md says how to set it)."""
+    if client is not None:
+        yield client
+        return
+    require_dask()
+    import dask
+
+    # The shuffle extension logs every shuffle's start and end at WARNING level; asyncio logs
+    # "Task exception was never retrieved" for the client's waits that an interrupt cancels.
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+    try:
+        with dask.config.set({"distributed.admin.low-level-log-length": 0}), \
+                own_client(scheduler, workers, gpu) as connected:
+            yield connected
+    except BaseException:
+        # An error or an interrupt ends the run: the client's pending waits, cancelled as the
+        # cluster closes, would otherwise be logged as tracebacks after the run's one line.
+        for name in ("distributed", "tornado"):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        raise
+
+
+@contextmanager
+def own_client(scheduler: Optional[str], workers: Optional[int], gpu: bool) -> Iterator:
+    """dask_client's client of its own: connected to ``scheduler``, or of a local cluster."""
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        with Client(scheduler) as connected:
+            yield connected
+        return
+    if gpu:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise ParameterError("workers= with backend='gpu' needs dask-cuda (one worker per GPU): "
+                                 "pip install dask-cuda") from None
+        cluster = LocalCUDACluster(n_workers=workers)
+    else:
+        # One thread per worker process: the numpy stages use threads of their own per batch.
+        # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
+        # dashboard_address ":0": a free port (None still takes 8787, and warns where another
+        # cluster, a notebook's, has it).
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=":0", silence_logs=logging.CRITICAL)
+    with cluster, Client(cluster) as local:
+        yield local
+
+
+def clear_worker_caches(client, work_dir) -> None:
+    """Delete every worker's copies of the work directory ``work_dir`` (a Location; a worker
+    keeps them only for one on object storage: workdir.clear_cache). A cluster already gone
+    has nothing to clear."""
+
+    if isinstance(work_dir, Remote) and getattr(client, "status", None) == "running":
+        try:
+            client.run(clear_cache, full_name(work_dir))
+        except Exception:  # noqa: BLE001 -- a worker lost at the end: its temporary folder keeps them
+            pass
+
+
+def cluster_failure(stage: str, error: Exception) -> ClusterError:
+    return ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the finished "
+                        "stages are in the work directory: run again with resume=True")
+
+
+def first_error(futures: list, error: GpudedupError) -> GpudedupError:
+    """The error of the first task in input order that failed, as one process running the
+    tasks in order would meet it (``error``: the one the cluster reported first, maybe of a
+    later task). Only the tasks before the first failed one known are waited for."""
+    from distributed import wait
+
+    failed = [index for index, future in enumerate(futures) if future.status == "error"]
+    if not failed:
+        return error
+    wait(futures[:failed[0]])
+    for future in futures[:failed[0] + 1]:
+        raised = future.exception() if future.status == "error" else None
+        if isinstance(raised, GpudedupError):
+            return raised
+    return error
+
+
+def shuffled(parts: list, columns: dict[str, str], on: list[str]):
+    """The rows of ``parts`` (delayed pandas DataFrames of ``columns``: name -> dtype) as a
+    Dask DataFrame shuffled on the columns ``on``, so that rows with equal values share a
+    partition (as many partitions as parts: each about the size of one part); lazy."""
+    import dask.dataframe as dd
+
+    return dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False).shuffle(
+        on=on, npartitions=max(len(parts), 1))
+
+
+def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: Callable, arguments: tuple,
+                 result_columns: dict[str, str], stage: str):
+    """``function(partition, *arguments)`` (a DataFrame of ``result_columns``) on each
+    partition of shuffled(parts, columns, on), computed: one pandas DataFrame, in the client.
+    A failure of the cluster is one ClusterError naming ``stage``."""
+    mapped = shuffled(parts, columns, on).map_partitions(function, *arguments, meta=frame_of(result_columns))
+    return computed([mapped], stage)[0]
+
+
+def computed(collections: list, stage: str) -> list:
+    """The results of Dask ``collections`` (delayed values, DataFrames), computed together on
+    the default client (the run's). An error of ours raised in a task comes back as it is
+    (as in DaskExecutor.map), a failure of the cluster as one ClusterError naming ``stage``."""
+    import dask
+
+    try:
+        return list(dask.compute(*collections))
+    except GpudedupError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
+        raise cluster_failure(stage, error) from None
+
+
+def share(client, *values: Any) -> list:
+    """Futures of ``values``, what every task of a stage reads (the shard reader, which
+    describes every shard; the per-shard offsets), sent to every worker once
+    (``client.scatter(..., broadcast=True)``) so that the stage's tasks carry a reference each:
+    sent inside every task, they would make the bytes of a stage grow with the square of its
+    shards (scripts/bench_task_bytes.py). Each under a key of its own (hash=False): keys named
+    by content would make a stage that shares what the last one shared (the reader, again)
+    depend on that data being freed just then, and its tasks fail as having lost their
+    dependencies (dask/distributed#8576)."""
+    return client.scatter(list(values), broadcast=True, hash=False) if values else []
+
+
+def arrays_sent(client, arguments: Sequence[tuple]) -> list[tuple]:
+    """Tasks' arguments with each task's own numpy arrays (an argument, or an item of a list or
+    tuple argument) sent to the workers first (``client.scatter``) and replaced by their
+    futures: a task graph holding a document's worth of arrays per shard passes distributed's
+    size warning at a few million documents. What the tasks share goes by ``share``, not here:
+    each array found here is sent once per place it is found."""
+    found = [value for values in arguments for argument in values
+             for value in (argument if type(argument) in (list, tuple) else (argument,))
+             if isinstance(value, np.ndarray)]
+    if not found:
+        return [tuple(values) for values in arguments]
+    futures = iter(client.scatter(found, hash=False))
+
+    def sent(value):
+        if type(value) in (list, tuple):
+            return type(value)(next(futures) if isinstance(item, np.ndarray) else item for item in value)
+        return next(futures) if isinstance(value, np.ndarray) else value
+
+    return [tuple(sent(value) for value in values) for values in arguments]
+
+
+def message_bytes(message) -> int:
+    """The bytes of a distributed message as it goes out (for counting what tasks carry:
+    tests/test_dask.py, scripts/bench_task_bytes.py): a part to be pickled (a task graph) as
+    pickled, serialized frames as they are, containers as the sum of their items, anything
+    else 8."""
+    from distributed.protocol import pickle
+    from distributed.protocol.serialize import Serialized, ToPickle
+
+    if isinstance(message, ToPickle):
+        return len(pickle.dumps(message.data))
+    if isinstance(message, Serialized):
+        return sum(memoryview(frame).nbytes for frame in message.frames)
+    if isinstance(message, dict):
+        return sum(message_bytes(value) for value in message.values())
+    if isinstance(message, (list, tuple)):
+        return sum(message_bytes(value) for value in message)
+    return len(message) if isinstance(message, (str, bytes)) else 8
+
+
+def frame_of(dtypes: dict[str, str]):
+    """An empty pandas DataFrame of the columns ``dtypes`` (name -> dtype): a Dask meta."""
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
+
+
+def range_starts(n_docs: int, ranges: int) -> np.ndarray:
+    """int64 (r + 1,): the first row of each of ``ranges`` ranges of about equal length over
+    rows 0 .. n_docs-1, then n_docs (ranges is at most n_docs, so none is empty)."""
+    ranges = max(min(ranges, n_docs), 1)
+    return (np.arange(ranges + 1, dtype=np.int64) * n_docs) // ranges
+
+
+def range_divisions(starts: np.ndarray) -> list[int]:
+    """Dask's divisions of a collection set on a row so that partition r holds the rows of
+    range r (starts: range_starts; the last division is inclusive: n, which no row reaches)."""
+    return starts[:-1].tolist() + [int(starts[-1])]

@@ -1,0 +1,85 @@
+"""The executor that runs every task in this process, in order (protocols.Executor)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+
+import numpy as np
+
+from ..backends import Backend, host_threads
+from ..core.cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots
+from ..core.copies import Copies, identical_copies, same_signature_rows
+from ..core.lsh import candidate_pairs
+from ..stages import Progress
+from ..core.verify import plausible
+from ..threads import map_parallel
+from .kept import Kept
+
+
+from .clusterparts import pairs_inside_of
+from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory, held_out_of_lsh, rows_sharing_hash
+
+if TYPE_CHECKING:
+    from .clusterparts import ClusterParts
+    from .protocols import Executor, Store
+
+
+class LocalExecutor:
+    """Runs every task in this process, in order."""
+
+    in_process = True
+
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
+        return [task(*a) for a in arguments]
+
+    def share(self, *values: Any) -> tuple:
+        return values
+
+    def connected(self) -> bool:
+        return True
+
+    def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
+                     keep_every: bool = False) -> "LikelyPairs":
+        out_of_lsh = held_out_of_lsh(store, copies)
+        in_lsh = Kept.leaving_out(out_of_lsh).mask(0, store.active.shape[0])
+        # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
+        threads = host_threads(backend)
+        first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
+                                        lambda band_codes, bands: map_parallel(band_codes, list(bands), threads))
+        first, second = backend.to_host(first), backend.to_host(second)
+        if store.pinned:  # two documents kept before were checked when the second one came
+            fresh = second >= store.pinned
+            first, second = first[fresh], second[fresh]
+        likely = plausible(store.signatures, store.active_positions(first), store.active_positions(second),
+                           threshold)
+        empty = np.zeros(0, np.int64)
+        return LikelyPairs(first[likely], second[likely], first.shape[0],
+                           first if keep_every else empty, second if keep_every else empty)
+
+    def copies(self, store: Store, executor: "Executor", progress: Progress) -> Copies:
+        return identical_copies(same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
+                                store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, executor),
+                                progress)
+
+    def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
+                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
+        return checked_in_memory(store, likely, copies, exact)
+
+    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
+        frames = [task(*a) for a in arguments]
+        if not frames:
+            return np.zeros(0, np.int64)
+        return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
+                                 np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
+
+    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Union[Clusters, "ClusterParts"], numbers: np.ndarray,
+                     asked_a: np.ndarray, asked_b: np.ndarray) -> list:
+        members = clustered if isinstance(clustered, Clusters) else clustered.members(numbers)
+        mine = np.isin(members.cluster, numbers)
+        members = Clusters(members.docs[mine], members.cluster[mine], members.keep[mine])
+        return pairs.map(pairs_inside_of, members, numbers, asked_a, asked_b)
+
+    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
+        first, second, _ = verified.arrays
+        docs, root = component_roots(first, second, store.documents)
+        return clusters_of_roots(docs, root, store.lengths, policy, store.pinned)

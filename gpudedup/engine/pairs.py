@@ -1,0 +1,243 @@
+"""The pairs each stage hands the next (the candidates that pass the signature filter, the
+pairs checked exactly, the verified pairs), held as host arrays, or (a cluster's run) left in
+parts of the work directory (engine/pairparts.py) where tasks read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import numpy as np
+
+from ..core.copies import Copies
+from ..core.verify import BELOW_THRESHOLD
+from .pairparts import COPIES, LIKELY, VERIFIED
+
+
+from .pairparts import on_pairs
+
+if TYPE_CHECKING:
+    from .pairparts import PairParts
+    from .protocols import Executor, Store
+
+
+@dataclass
+class LikelyPairs:
+    """The candidate stage's result: the LSH candidate pairs that pass the signature filter.
+
+    first, second: int64 (q,) rows, host, first < second, ascending by (first, second).
+    candidates: how many distinct candidate pairs LSH found (the filter's drops among them).
+    every_first, every_second: int64 (c,) rows, host: every candidate pair, ascending; empty
+        unless asked for (Executor.likely_pairs' keep_every).
+    parts: 0, or (a cluster's run) first and second are empty and the pairs lie in as many
+        parts of the work directory (engine/pairparts.py), where tasks read them.
+    """
+
+    first: np.ndarray
+    second: np.ndarray
+    candidates: int
+    every_first: np.ndarray
+    every_second: np.ndarray
+    parts: int = 0
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a store keeps of the stage (Store.cached)."""
+        return {"first": self.first, "second": self.second, "candidates": np.array([self.candidates], np.int64),
+                "every_first": self.every_first, "every_second": self.every_second,
+                "parts": np.array([self.parts], np.int64)}
+
+    @classmethod
+    def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "LikelyPairs":
+        return cls(arrays["first"], arrays["second"], int(arrays["candidates"][0]), arrays["every_first"],
+                   arrays["every_second"], int(arrays["parts"][0]))
+
+    def in_memory(self, store: Store) -> "LikelyPairs":
+        """These pairs with first and second here (read from their parts, if they are in any)."""
+        if not self.parts:
+            return self
+        pairs = store.pair_parts(LIKELY, self.parts).read()
+        return LikelyPairs(pairs["first"], pairs["second"], self.candidates, self.every_first, self.every_second)
+
+
+@dataclass
+class CheckedPairs:
+    """The verification stage's result.
+
+    first, second: int64 (c,) rows, host, first < second, ascending by (first, second); jaccard:
+        float64 (c,), each one's exact Jaccard where it reaches the threshold, else
+        verify.BELOW_THRESHOLD: every pair checked exactly, the identical copies (Jaccard 1.0)
+        merged in. Where parts > 0 (a cluster's run), only the copies held (Copies): the pairs
+        LSH found that reach the threshold lie in as many parts of the work directory
+        (engine/pairparts.py), and ``rejected`` counts those that did not.
+    candidates: how many distinct candidate pairs LSH found; checked: how many of them were
+        checked exactly (those the signature filter passed).
+    part_sizes: int64 (parts,), the verified pairs in each part (none: not in parts).
+    copy_sizes: int64 (c,), the identical copies in each of their parts where they lie in
+        parts too (engine/copyparts.py; none: held, or none).
+    """
+
+    first: np.ndarray
+    second: np.ndarray
+    jaccard: np.ndarray
+    candidates: int
+    checked: int
+    rejected: int = 0
+    part_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    copy_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def parts(self) -> int:
+        return int(self.part_sizes.shape[0])
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        return {"first": self.first, "second": self.second, "jaccard": self.jaccard, "part_sizes": self.part_sizes,
+                "copy_sizes": self.copy_sizes,
+                "counts": np.array([self.candidates, self.checked, self.rejected], np.int64)}
+
+    @classmethod
+    def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "CheckedPairs":
+        candidates, checked, rejected = (int(count) for count in arrays["counts"])
+        return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, rejected,
+                   arrays["part_sizes"], arrays["copy_sizes"])
+
+    def verified(self, store: Store, threshold: float, executor: "Executor") -> "VerifiedPairs":
+        """The pairs that reach ``threshold`` (those in parts left where they are, for the
+        run's ``executor`` to read: verification's parts, then the copies' parts)."""
+        if not self.parts:
+            verified = self.jaccard >= threshold
+            return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
+        parts = store.pair_parts(VERIFIED, self.parts, self.part_sizes)
+        if self.copy_sizes.shape[0]:
+            parts = parts.joined(store.pair_parts(COPIES, self.copy_sizes.shape[0], self.copy_sizes))
+        return VerifiedPairs(self.first, self.second, self.jaccard, parts, executor)
+
+    def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
+        """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
+        verified ones' (verified's); in a run of parts, in another order than in one process."""
+        if not self.parts:
+            return self.jaccard
+        return np.concatenate([verified_jaccard, np.full(self.rejected, BELOW_THRESHOLD, np.float64)])
+
+
+def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int64 ascending: the rows (int64 (k,), distinct) whose hash (uint64 (k,)) another row
+    has too (Executor.colliding_rows)."""
+    order = np.argsort(hashes, kind="stable")
+    sorted_hashes = hashes[order]
+    same = sorted_hashes[1:] == sorted_hashes[:-1]
+    shared = np.zeros(hashes.shape[0], dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    return np.sort(rows[order[shared]])
+
+
+def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
+    """The arrays a store keeps of the copies stage (Store.cached): the copies held, or the
+    sizes of their parts (sizes: none where held)."""
+    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard, "sizes": copies.part_sizes}
+
+
+def held_out_of_lsh(store: Store, copies: Copies) -> np.ndarray:
+    """int64 ascending: the positions in store.active of the members of the copies held here
+    (their group's first document stands for them in LSH); none for copies kept in parts,
+    whose places a cluster's tasks read (copyparts.range_places)."""
+    if copies.parts is not None:
+        return np.zeros(0, np.int64)
+    return np.unique(store.active_positions(copies.member))
+
+
+def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
+    """The copies of copies_arrays' arrays, those in parts found in the store's work directory."""
+    sizes = arrays["sizes"]
+    parts = store.pair_parts(COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
+    return Copies(arrays["first"], arrays["member"], arrays["jaccard"], parts)
+
+
+@dataclass
+class VerifiedPairs:
+    """The verified pairs of a run: first, second int64 (p,) rows, first < second, ascending
+    by (first, second); jaccard float64 (p,), each at least the threshold; host. In a cluster's
+    run (``parts``) these are only the identical copies, and the pairs LSH found lie in the
+    parts of the work directory (engine/pairparts.py), where tasks read them; ``arrays`` reads
+    them into this process when first asked for."""
+
+    first: np.ndarray
+    second: np.ndarray
+    jaccard: np.ndarray
+    parts: Optional["PairParts"] = None
+    executor: Optional["Executor"] = None  # the run's: its tasks read the parts (while connected)
+
+    @property
+    def count(self) -> int:
+        """How many pairs, here and in the parts."""
+        stored = 0 if self.parts is None or self.parts.sizes is None else int(self.parts.sizes.sum())
+        return int(self.first.shape[0]) + stored
+
+    def map(self, function: Callable[..., Any], *arguments) -> list:
+        """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time:
+        by the run's tasks where the pairs lie in parts and its cluster is still up (each part
+        read where it lies: pairparts.on_pairs), else here, once over every pair. The caller
+        combines the results (a sum, a minimum), which must not depend on how the pairs are cut."""
+        executor = self.executor
+        if self.parts is None or executor is None or executor.in_process or not executor.connected():
+            return [function(*self.arrays, *arguments)]
+        return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
+
+    def read_now(self) -> None:
+        """Hold every pair here from now on, read from the parts (their work directory is
+        about to go)."""
+        self.first, self.second, self.jaccard = self.arrays
+        self.parts = None
+
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first, second, jaccard) of every pair, ascending, host."""
+        if self.parts is None:
+            return self.first, self.second, self.jaccard
+        stored = self.parts.read()
+        return merge_pairs((stored["first"], stored["second"], stored["jaccard"]),
+                           (self.first, self.second, self.jaccard))
+
+
+def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional["PairParts"], int]]:
+    """The arguments of pairparts.on_pairs (after its function) for each place the pairs lie:
+    those held, and each stored part that holds any."""
+    empty, stored = np.zeros(0, np.int64), pairs.parts
+    sizes = stored.sizes if stored is not None and stored.sizes is not None else np.zeros(0, np.int64)
+    return [(pairs.first, pairs.second, pairs.jaccard, None, -1)] + [
+        (empty, empty, np.zeros(0, np.float64), stored, number) for number in np.flatnonzero(sizes).tolist()]
+
+
+def pair_tasks(pairs: VerifiedPairs, executor: "Executor", function: Callable[..., Any],
+               *arguments: Any) -> list[tuple]:
+    """The arguments of pairparts.on_pairs, ``function`` over each place the pairs lie
+    (pair_sources), with what every task reads (the stored parts' description, ``arguments``)
+    shared through executor.share."""
+    shared = executor.share(*arguments)
+    stored = executor.share(pairs.parts)[0] if pairs.parts is not None else None
+    return [(function, first, second, jaccard, None if parts is None else stored, number, *shared)
+            for first, second, jaccard, parts, number in pair_sources(pairs)]
+
+
+def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
+                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> CheckedPairs:
+    """The verification stage in this process: the exact check of the pairs the signature
+    filter passed (exact: Store.exact_jaccard, the Jaccard where it reaches the threshold, else
+    BELOW_THRESHOLD), the copies merged in (CheckedPairs)."""
+    likely, copies = likely.in_memory(store), copies.held()
+    first, second = likely.first, likely.second
+    jaccard = exact(first, second)
+    # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
+    merged_first, merged_second, jaccard = merge_pairs((first, second, jaccard),
+                                                       (copies.first, copies.member, copies.jaccard))
+    return CheckedPairs(merged_first, merged_second, jaccard, likely.candidates, first.shape[0])
+
+
+def merge_pairs(pairs, more) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two disjoint sets of pairs (a int64 (p,), b int64 (p,), value (p,)) as one, ascending
+    by (a, b)."""
+    a, b, value = (np.concatenate([x, y]) for x, y in zip(pairs, more))
+    order = np.lexsort((b, a))
+    return a[order], b[order], value[order]

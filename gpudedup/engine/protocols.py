@@ -1,0 +1,161 @@
+"""The two interfaces a run's stages go through (engine/job.py runs them):
+
+- the **store** (``Store``): where the run's arrays live between stages and how a stage's
+  finished result is kept: in memory (engine/memory.py, host or device arrays of a corpus read
+  at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
+  at a time, stages kept for --resume);
+- the **executor** (``Executor``): who runs the per-shard and per-partition tasks: this
+  process (engine/local.py) or a Dask cluster (engine/dask.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union
+
+import numpy as np
+
+from ..backends import Backend
+from ..core.cluster import Clusters, KeepPolicy
+from ..core.copies import Copies
+from ..core.hashing import Permutations
+from ..core.lsh import Banding
+from ..report import InputSummary
+from ..core.shingling import ShingleSpec
+from ..stages import Progress, StageLog
+
+
+
+if TYPE_CHECKING:
+    from .clusterparts import ClusterParts
+    from .pairparts import PairParts
+    from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs
+
+
+class Store(Protocol):
+    """Where a run's arrays live between stages (engine/memory.py, engine/disk.py).
+
+    After ``sign``: ``documents`` rows; ``active``, the m rows with at least one shingle (the
+    only ones that can pair), ascending; ``lengths``, code points per row (n); ``signatures``,
+    ``signatures[positions]`` -> uint32 (k, K) host for positions into ``active``. ``active``
+    and ``lengths`` are int64 host arrays, or (a work directory's) objects that gather like
+    them, ``active[positions]``, ``lengths[rows]`` and ``.shape``, holding nothing per
+    document: the stages index them and never take them whole.
+
+    ``pinned``: the leading rows 0 .. pinned-1 are documents kept before (a persistent index's,
+    index/store.py): they are never removed, a cluster holding one removes its other rows, and
+    pairs of two of them are not sought (0 for every other store).
+    """
+
+    documents: int
+    pinned: int
+    active: Any  # int64 (m,), or what gathers like it (above)
+    lengths: Any  # int64 (n,), or what gathers like it
+    signatures: Any
+    copy_batch_cost: int  # how much text copies.identical_copies checks per call
+    work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
+
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
+             log: StageLog, progress: Progress) -> None:
+        """The signature stage: signatures and band keys of every document not yet signed."""
+
+    def active_positions(self, rows: np.ndarray) -> np.ndarray:
+        """int64: the positions in ``active`` of ``rows`` (int64, each an active row)."""
+
+    def row_hashes(self) -> Optional[np.ndarray]:
+        """uint64 (m,) host: copies.band_key_row_hash of the active documents' band keys, made
+        when they were signed (None: copies.same_signature_rows hashes the signature rows)."""
+
+    def band_keys(self, in_lsh: np.ndarray) -> Any:
+        """The band keys of the active documents where in_lsh (bool (m,)): ``keys[:, band]``
+        gives uint64 (m',) on the backend's side. The store may drop its own reference."""
+
+    def drop_signatures(self) -> None:
+        """The signature filter is done: the signatures are not read again."""
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: "Executor", progress: Progress) -> np.ndarray:
+        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]) that reach
+        ``threshold``, verify.BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least);
+        name: the stage asking ("pairs"), for what the store keeps of the work."""
+
+    def set_reader(self, name: str, docs: np.ndarray, executor: "Executor") -> Callable[[np.ndarray], Any]:
+        """For a stage that reads the shingle sets of rows ``docs`` (int64, ascending) a part at
+        a time: a function of a part (int64, ascending, rows of docs) giving their sets as one
+        binary CSR matrix, host (verify.document_sets). The store shingles each part when asked
+        (in memory), or every document of docs once, now (a work directory spills them); name:
+        the stage asking ("copies"), for what the store keeps of the work."""
+
+    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The arrays of a finished stage: computed now, or as an earlier run kept them."""
+
+    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
+        """The pairs a cluster's tasks kept in ``count`` parts of the work directory
+        (engine/pairparts.PairParts; kind "likely" or "verified"; sizes: int64 (count,), the
+        pairs in each, where known). Only a work directory's store has any."""
+
+    def input_summary(self, empty_documents: int) -> InputSummary:
+        """The report's "input" section."""
+
+    def array_executor(self, executor: "Executor") -> "Executor":
+        """Who runs the steps over the whole corpus's arrays (the identical-copies grouping,
+        the candidate pairs, the signature filter): ``executor`` where its tasks can read the
+        store's arrays (a work directory's shards), else this process (LocalExecutor)."""
+
+
+class Executor(Protocol):
+    """Who runs the per-shard and per-partition tasks of a store's stages. in_process: tasks
+    run in this process (they may get its backend, log and progress rather than names)."""
+
+    in_process: bool
+
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
+        """[task(*a) for a in arguments], each on its own; stage names the work for errors. On a
+        cluster each task's numpy arrays travel apart from its message; what every task reads
+        is given through ``share``."""
+
+    def share(self, *values: Any) -> tuple:
+        """``values`` as a stage's tasks take what they all read: sent to every worker once
+        (a cluster's futures of them), rather than inside every task; here, the values."""
+
+    def connected(self) -> bool:
+        """Whether tasks can still be run (a cluster's client may be closed after its run)."""
+
+    def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
+                     keep_every: bool = False) -> "LikelyPairs":
+        """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
+        members of the identical ``copies`` (their group's first document stands for them)
+        that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
+        rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
+
+    def copies(self, store: Store, executor: "Executor", progress: Progress) -> Copies:
+        """The identical copies among the active documents (copies.py): their groups by
+        copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
+        checked exactly (copies.identical_copies); held, or (a cluster's) kept in parts of the
+        store's work directory (engine/copyparts.py). executor: the run's, whose tasks spill
+        the shingle sets a store reads from its work directory (Store.set_reader)."""
+
+    def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
+                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
+        """The verification stage: the exact Jaccard of the ``likely`` pairs (exact(first,
+        second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
+        on a cluster, likely pairs kept in parts are checked by tasks into parts."""
+
+    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
+        """The rows whose hash another row shares (int64, ascending), of the rows that the
+        tasks ``task(*a)`` give as pandas DataFrames (hash uint64, row int64, rows distinct):
+        all of them in this process; on a cluster, a shuffle on the hash, so that no process
+        holds a hash per row."""
+
+    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
+        """The clusters of the ``verified`` pairs (where they lie: held, or a cluster's parts)
+        and the documents each keeps by ``policy`` (cluster.clusters_of_roots, with
+        store.lengths and store.pinned): held, or (a cluster's) kept in parts of the store's
+        work directory (engine/clusterparts.py), of which the client holds counts."""
+
+
+    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Union[Clusters, "ClusterParts"], numbers: np.ndarray,
+                     asked_a: np.ndarray, asked_b: np.ndarray) -> list:
+        """Outcome.pairs_inside: cluster.pairs_inside of the clusters ``numbers`` over the
+        ``pairs``, a result per place they lie; on a cluster, with the clusters in parts, the
+        pairs are set on their first document by the clusters' ranges so that no process holds
+        every member of those clusters."""
