@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from . import plots
 from .core.lsh import collision_probability, steepest_similarity
+from .engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED, examples_of
 from .io.fields import content_of
 
 if TYPE_CHECKING:
@@ -33,10 +34,7 @@ if TYPE_CHECKING:
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
 
-LARGEST_CLUSTERS = 5
-EXAMPLES_PER_CLUSTER = 3  # the kept document and up to two removed ones
 EXCERPT_CHARS = 600
-IDS_LISTED = 12
 NOT_READ_LISTED = 1000  # entries under the inputs not read, listed by name (all are in report.json)
 
 PARAMETER_NOTES = {
@@ -127,20 +125,15 @@ def write_report(result, directory, figures: Optional[Mapping[str, bytes]] = Non
 def _draw_figures(result) -> dict[str, bytes]:
     p, r = result.report["parameters"], result.report["results"]
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
-    # Counted over the verified pairs where they lie (on a cluster, by its tasks): the client
-    # need not hold them, nor a value per pair checked. The rest of those checked were rejected.
-    counts = np.sum(result.outcome.pairs.map(pairs_histogram, threshold), axis=0)
+    # Counted by the run over the verified pairs where they lay (engine/shown.py); the rest of
+    # those checked were rejected.
+    counts = result.outcome.shown.jaccard_counts
     rejected = r["exactly_checked_pairs"] - r["verified_pairs"]
     return {
         "s_curve": plots.s_curve_figure(bands, rows, threshold),
         "candidates_histogram": plots.candidates_histogram_figure(None, bands, rows, threshold,
                                                                   counted=(counts, rejected)),
     }
-
-
-def pairs_histogram(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float) -> np.ndarray:
-    """Task (VerifiedPairs.map): plots.verified_histogram of some verified pairs' Jaccard."""
-    return plots.verified_histogram(jaccard, threshold)
 
 
 def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
@@ -462,71 +455,36 @@ def _footer(report: dict, figures: Mapping[str, bytes]) -> str:
 
 
 def _clusters(result) -> str:
-    # From the run's rows (the shown clusters' alone: Outcome.largest_clusters, by a cluster's
-    # tasks where it left them in parts), not from result.clusters and result.pairs: a run that
-    # writes its results never builds those.
-    outcome = result.outcome
+    # What the run counted of its largest clusters (engine/shown.py), not result.clusters and
+    # result.pairs: a run that writes its results never builds those.
+    outcome, shown = result.outcome, result.outcome.shown
     out = ['<section id="clusters">\n<h2>Largest clusters</h2>\n']
     if outcome.clustered.in_clusters == 0:
         out.append("<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
         return "".join(out)
-    order, sizes, clusters = outcome.largest_clusters(LARGEST_CLUSTERS, IDS_LISTED)
-    number, kept, rows = clusters.cluster, clusters.keep, clusters.docs
+    members = shown.members
+    number, kept, rows = members.cluster, members.keep, members.docs
     p = result.report["parameters"]
-    shown = len(order)
-    out.append(f"<p>The {shown:,} largest of {outcome.clustered.count:,} clusters, by size. Each shows its kept "
-               f"document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
+    out.append(f"<p>The {shown.numbers.shape[0]:,} largest of {outcome.clustered.count:,} clusters, by size. Each "
+               f"shows its kept document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
                f"{EXCERPT_CHARS:,} characters; words that differ from the kept document are "
                "<mark>highlighted</mark>), with their exact Jaccard similarity to the kept one.</p>\n")
-    blocks = [(int(c), np.flatnonzero(number == c)) for c in order]
-    # The pairs each block names: its kept document with each example shown (_examples_of).
-    asked = [pair for _, members in blocks for pair in _example_pairs(members, kept, rows)]
-    stats = _shown_pair_stats(outcome, order, asked)
-    for (c, members), size in zip(blocks, sizes.tolist()):
-        out.append(_cluster_block(result, c, members, size, kept, rows, stats, p))
+    stats = ({int(c): (int(inside), float(low), float(high))
+              for c, inside, low, high in zip(shown.numbers, shown.inside, shown.low, shown.high)},
+             shown.example_jaccards())
+    for c, size in zip(shown.numbers.tolist(), shown.sizes.tolist()):
+        out.append(_cluster_block(result, c, np.flatnonzero(number == c), size, kept, rows, stats, p))
     out.append("</section>\n")
     return "".join(out)
-
-
-def _examples_of(members, kept) -> tuple[int, list[int]]:
-    """A shown cluster's kept document and its examples: places in ``members`` (its listed
-    documents' places among the shown clusters' listed documents), the kept one first."""
-    keep_position = int(np.flatnonzero(kept[members])[0]) if kept[members].any() else 0
-    others = [n for n in range(len(members)) if n != keep_position]
-    return keep_position, others[: EXAMPLES_PER_CLUSTER - 1]
-
-
-def _example_pairs(members, kept, rows) -> list[tuple[int, int]]:
-    """The (row, row) pairs, smaller row first, of a shown cluster's kept document with each
-    example (_examples_of)."""
-    keep_position, examples = _examples_of(members, kept)
-    kept_row = int(rows[members[keep_position]])
-    return [(min(kept_row, int(rows[members[n]])), max(kept_row, int(rows[members[n]]))) for n in examples]
-
-
-def _shown_pair_stats(outcome, shown: np.ndarray, asked: list[tuple[int, int]]):
-    """What the shown clusters' blocks say of the verified pairs: per cluster number of
-    ``shown`` (int64), {number: (pairs inside it, min and max Jaccard)}, and {(a, b): Jaccard}
-    of the pairs ``asked`` (rows, a < b) that are verified pairs. Counted over the pairs where
-    they lie (Outcome.pairs_inside: on a cluster, by its tasks)."""
-    asked_a = np.array([a for a, _ in asked], np.int64)
-    asked_b = np.array([b for _, b in asked], np.int64)
-    found = outcome.pairs_inside(np.asarray(shown, np.int64), asked_a, asked_b)
-    inside = np.sum([part[0] for part in found], axis=0)
-    low = np.min([part[1] for part in found], axis=0)
-    high = np.max([part[2] for part in found], axis=0)
-    jaccard = np.fmax.reduce(np.stack([part[3] for part in found]), axis=0)
-    stats = {int(c): (int(inside[i]), float(low[i]), float(high[i])) for i, c in enumerate(shown)}
-    return stats, {pair: float(j) for pair, j in zip(asked, jaccard.tolist()) if not math.isnan(j)}
 
 
 INDEXED_TEXT = "(a document of the index: the index keeps its shingles, not its text)"
 
 
 def _cluster_block(result, cluster: int, members, size: int, kept, rows, stats, p: dict) -> str:
-    keep_position, examples = _examples_of(members, kept)
+    keep_position, examples = examples_of(members, kept)
     others = [n for n in range(len(members)) if n != keep_position]
-    kept_id, *listed_ids = result.ids_of(rows[members[[keep_position] + others[: IDS_LISTED - 1]]]).to_pylist()
+    kept_id, *listed_ids = result.ids_of(rows[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
     (inside, low, high), verified_pairs = stats[0][cluster], stats[1]
     out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {size:,} documents</h3>\n']
     if inside:

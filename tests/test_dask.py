@@ -29,6 +29,7 @@ from test_api import write_jsonl
 from test_streaming import (assert_same_files, assert_same_results, empty_repeats_corpus, finished_work,
                             make_texts, mixed_corpus, rm, rules_corpus, sample_records, staged_run, write_shards)
 from output_support import kept_files, read_clusters, read_pairs
+from test_shown import assert_same_shown
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
@@ -86,6 +87,7 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert spread.report["dask"]["workers"] == 2
     assert_same_results(single, spread)
+    assert_same_shown(single.outcome.shown, spread.outcome.shown)
     single.write(tmp_path / "single")
     with distributed.get_task_stream(client) as stream:
         spread.write(tmp_path / "spread")
@@ -525,7 +527,7 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
     assert (tmp_path / "memory" / "errors.jsonl").read_bytes() == (tmp_path / "spread" / "errors.jsonl").read_bytes()
 
 
-def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read(corpus):
+def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read(corpus, tmp_path):
     """workers= without work_dir runs in a temporary work directory, gone when dedup returns:
     the result's ids (which a run with a work directory reads from its shards) and the
     identical copies (kept there as parts) were read before that."""
@@ -536,6 +538,12 @@ def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read
     assert copies.parts is None and expected.first.shape[0] > 0
     for name in ("first", "member", "jaccard"):
         assert np.array_equal(getattr(copies, name), getattr(expected, name)), name
+    # Its cluster has gone: report.html renders what the run counted, the single process's blocks.
+    single.write(tmp_path / "single")
+    spread.write(tmp_path / "spread")
+    blocks = [(tmp_path / side / "report.html").read_text(encoding="utf-8").split('<section id="clusters">')[1]
+              .split("</section>")[0] for side in ("single", "spread")]
+    assert blocks[0] == blocks[1] and blocks[0].count('<div class="cluster">') == 5
 
 
 def test_rows_left_out_without_shingles_on_a_cluster_give_the_in_memory_output(client, tmp_path):

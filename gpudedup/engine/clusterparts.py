@@ -47,7 +47,7 @@ from ..core.cluster import (Clusters, KeepPolicy, clusters_of_roots, kept_docume
 from ..errors import OutputError
 from ..ids import order_ranks, wide
 from ..io.layout import table_parts
-from .daskops import cluster_failure, frame_of, range_divisions, range_starts, share
+from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
 from .workdir import WorkAt, WorkDir
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     divisions = range_divisions(starts)  # (partition r: the rows of range r)
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
-    try:
+    with cluster_failures("the clusters"):
         if labels.npartitions == 1:  # the components were one task's: so are their clusters
             (labels_part,) = labels.to_delayed()
             sizes, removed, count, largest_numbers = client.compute(dask.delayed(clusters_in_one_task)(
@@ -247,8 +247,6 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                     ranks.set_index("doc", divisions=divisions), work_at, id_type, token,
                                     meta=frame_of({"docs": "int64", "removed": "int64"}),
                                     align_dataframes=False).compute()
-    except Exception as error:  # noqa: BLE001 -- as in dask.computed
-        raise cluster_failure("the clusters", error) from None
     numbers = largest["cluster"].to_numpy(np.int64)
     top = largest_first(numbers, largest["size"].to_numpy(np.int64), LARGEST_KNOWN)
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 import numpy as np
 
 from ..core.cluster import component_roots
-from .daskops import arrays_sent, cluster_failure, frame_of, share
+from .daskops import arrays_sent, cluster_failures, frame_of, share
 from .pairparts import PAIR_COLUMNS
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_p
     sources = edge_sources(first, second, pairs_per_part, stored)
     if not sources:
         return None
-    try:
+    with cluster_failures("the connected components"):
         stored_at = share(client, stored)[0] if stored is not None else None  # (every part's task reads it)
         sent = arrays_sent(client, [(a, b, None if parts is None else stored_at, numbers)
                                     for a, b, parts, numbers in sources])
@@ -78,8 +78,6 @@ def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_p
                 return grouped.map_partitions(star_labels, meta=edge_frame())
             edges = grouped.map_partitions(large_star, meta=edge_frame())
             edges = by_node(edges, len(parts)).map_partitions(small_star, meta=edge_frame())
-    except Exception as error:  # noqa: BLE001 -- as in dask.computed
-        raise cluster_failure("the connected components", error) from None
     raise RuntimeError(f"the connected components did not converge in {MOST_ROUNDS} rounds")
 
 

@@ -55,7 +55,8 @@ from ..io.layout import part_name, table_parts, write_pairs_part
 from ..io.storage import child_name
 from . import clusterparts, components, copyparts, pairparts
 from .clusterparts import ClusterParts, in_id_order, named_end, named_pairs
-from .daskops import arrays_sent, cluster_failure, computed, first_error, frame_of, share, shuffled, shuffled_map
+from .daskops import (arrays_sent, cluster_failure, cluster_failures, computed, first_error, frame_of, share, shuffled,
+                      shuffled_map)
 from .kept import Kept
 from .local import LocalExecutor
 from .pairparts import COPIES, GROUPS, LIKELY, on_pairs, pair_frame, write_part
@@ -236,7 +237,7 @@ class DaskExecutor:
         named_a = {"b": "int64", "jaccard": "float64", "rank_a": "int64", "id_a": id_dtype}
         named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
         columns = {"rank_a": "int64", "rank_b": "int64", "id_a": id_dtype, "id_b": id_dtype, "jaccard": "float64"}
-        try:
+        with cluster_failures(stage):
             rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False)
             rows = rows.set_index("a", divisions=clustered.divisions).map_partitions(
                 named_end, "a", clustered, meta=frame_of(named_a))
@@ -245,8 +246,6 @@ class DaskExecutor:
             # Named once (persisted): the sort reads its input twice, for its sample and to sort.
             ranked = rows.map_partitions(in_id_order, meta=frame_of(columns)).persist()
             ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()
-        except Exception as error:  # noqa: BLE001 -- as in computed
-            raise cluster_failure(stage, error) from None
         sorted_parts = ordered.to_delayed()
         lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
         offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
@@ -278,11 +277,9 @@ class DaskExecutor:
         if pairs.count <= components.PAIRS_PER_PART:
             return computed([dask.delayed(clusterparts.pairs_inside_all)(frames, clustered, numbers, asked_a,
                                                                            asked_b)], stage)
-        try:
+        with cluster_failures(stage):
             rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False).set_index(
                 "a", divisions=clustered.divisions)
-        except Exception as error:  # noqa: BLE001 -- as in computed
-            raise cluster_failure(stage, error) from None
         # Every range's task reads the same parts' description (a count per range): sent once.
         shared = self.share(clustered, numbers, asked_a, asked_b)
         return computed([dask.delayed(clusterparts.pairs_inside_part)(part, number, *shared)

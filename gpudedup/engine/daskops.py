@@ -101,7 +101,21 @@ def clear_worker_caches(client, work_dir) -> None:
             pass
 
 
+@contextmanager
+def cluster_failures(stage: str) -> Iterator[None]:
+    """Inside: an error of ours (raised in a task, or here) goes out as it is; any other, a
+    failure of the cluster itself (a worker lost, a connection closed: distributed's many
+    types), as one ClusterError naming ``stage`` and saying how to go on."""
+    try:
+        yield
+    except GpudedupError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- distributed's many failure types
+        raise cluster_failure(stage, error) from None
+
+
 def cluster_failure(stage: str, error: Exception) -> ClusterError:
+    """The one-line error of a failure of the cluster itself during ``stage``."""
     return ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the finished "
                         "stages are in the work directory: run again with resume=True")
 
@@ -148,12 +162,8 @@ def computed(collections: list, stage: str) -> list:
     (as in DaskExecutor.map), a failure of the cluster as one ClusterError naming ``stage``."""
     import dask
 
-    try:
+    with cluster_failures(stage):
         return list(dask.compute(*collections))
-    except GpudedupError:
-        raise
-    except Exception as error:  # noqa: BLE001 -- as in DaskExecutor.map
-        raise cluster_failure(stage, error) from None
 
 
 def share(client, *values: Any) -> list:

@@ -36,6 +36,7 @@ from .local import LocalExecutor
 from .outcome import Outcome
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, copies_arrays, copies_of_arrays, merge_pairs
 from .protocols import Executor, Store
+from .shown import Shown, shown_of
 
 if TYPE_CHECKING:
     from .clusterparts import ClusterParts
@@ -87,24 +88,27 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    clusters = cluster_verified(store, verified, params, log, progress, over_arrays)
+    clusters, shown = cluster_verified(store, verified, params, log, progress, over_arrays)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=checked.candidates, checked=checked.checked, verified=verified.count,
                           clusters=clusters, copies=copies, work_dir=store.work_dir)
-    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, executor)
+    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, shown,
+                   executor)
 
 
 def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams, log: StageLog, progress: Progress,
-                     executor: "Executor") -> Union[Clusters, "ClusterParts"]:
+                     executor: "Executor") -> tuple[Union[Clusters, "ClusterParts"], Shown]:
     """The clusters of the verified pairs, with the documents each keeps (Executor.clusters):
-    rows below store.pinned are kept, and so is nothing else of a cluster that holds one."""
+    rows below store.pinned are kept, and so is nothing else of a cluster that holds one; and
+    what the run shows of them (shown.shown_of), counted while the executor's cluster is up."""
     progress.start("Clustering", 1)
     with log.stage("cluster"):
         clusters = executor.clusters(store, verified, params.keep)
+        shown = shown_of(verified, clusters, executor, params.threshold)
     progress.advance(1)
     progress.stop()
-    return clusters
+    return clusters, shown
 
 
 def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,

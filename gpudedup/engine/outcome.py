@@ -8,18 +8,15 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 
-from ..core.cluster import Clusters, largest_first, listed_members
+from ..core.cluster import Clusters
 from ..core.copies import Copies
 from ..report import Report
+from .clusterparts import ClusterParts
 from .kept import Kept
-
-
-from .clusterparts import LARGEST_KNOWN, ClusterParts
-from .local import LocalExecutor
 from .pairs import CheckedPairs, VerifiedPairs
+from .shown import Shown
 
 if TYPE_CHECKING:
-    from .clusterparts import ClusterParts
     from .protocols import Executor
 
 
@@ -46,6 +43,8 @@ class Outcome:
     copies: the documents taken out of LSH as identical copies (copies.py; a cluster's run
         leaves them in parts of its work directory: Copies.held reads them); each is also the
         pair (first, member) of pair_a, pair_b with Jaccard 1.0.
+    shown: what report.html and the terminal show of the run (engine/shown.py), computed by
+        the run.
     executor: the run's, whose tasks read what a cluster's run left in parts (while it is
         connected).
     """
@@ -58,6 +57,7 @@ class Outcome:
     candidate_a: np.ndarray
     candidate_b: np.ndarray
     copies: Copies
+    shown: Shown
     executor: Optional["Executor"] = None
 
     @property
@@ -88,30 +88,6 @@ class Outcome:
         self.pairs.read_now()
         self.clustered = self.clusters
         self.copies = self.copies.held()
-
-    def largest_clusters(self, count: int, listed: int) -> tuple[np.ndarray, np.ndarray, Clusters]:
-        """The ``count`` largest clusters (at most clusterparts.LARGEST_KNOWN) as report.html
-        shows them: their numbers, int64 (k,), largest first (the smaller number first among
-        equals); their sizes, int64 (k,); and the documents it lists of them
-        (cluster.listed_members: each one's first kept and first ``listed`` documents), held;
-        read from the parts where they lie, by tasks, so that the client gets those alone."""
-        assert count <= LARGEST_KNOWN, "a cluster's run learns of LARGEST_KNOWN clusters"
-        if isinstance(self.clustered, ClusterParts):
-            numbers = self.clustered.largest[:count]
-            return (numbers, *self.clustered.shown(numbers, listed, self.executor))
-        c = self.clusters
-        sizes = np.bincount(c.cluster)
-        numbers = largest_first(np.arange(sizes.shape[0]), sizes, count)
-        return numbers, sizes[numbers].astype(np.int64), listed_members(c, numbers, listed)
-
-    def pairs_inside(self, numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray) -> list:
-        """cluster.pairs_inside of the clusters ``numbers`` (int64 (k,); a few) over the
-        verified pairs, a result per place the pairs lie (the caller sums them, takes their
-        least and greatest): by the run's executor while it is connected (Executor.pairs_inside),
-        else here."""
-        connected = self.executor is not None and self.executor.connected()
-        executor = self.executor if connected and self.executor is not None else LocalExecutor()
-        return executor.pairs_inside(self.pairs, self.clustered, numbers, asked_a, asked_b)
 
     @property
     def removed(self) -> np.ndarray:
