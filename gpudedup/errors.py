@@ -1,6 +1,13 @@
 """Errors that are the user's to fix: the CLI prints them as one line and exits with code 2.
 
 Anything else that escapes is a bug in gpudedup and keeps its traceback.
+
+A message names a parameter as the Python API takes it, a keyword argument: ``bands=`` alone, or
+with the value given, ``bands=10`` (the value's repr: ``backend='gpu'``; a flag given,
+``overwrite=True``). The command line shows the same message in its own words, each keyword
+argument that is an option of the running command as that option (``--bands``, ``--bands 10``,
+``--backend gpu``, ``--overwrite``): cli/common.py's in_option_words, in one place for every
+message. So a message is written once, and neither interface names the other's words.
 """
 
 from __future__ import annotations
@@ -27,11 +34,11 @@ class OutputError(GpudedupError):
 
 
 class BackendUnavailableError(GpudedupError):
-    """The requested backend cannot run here (for example --backend gpu without a GPU)."""
+    """The requested backend cannot run here (for example backend="gpu" without a GPU)."""
 
 
 class MemoryLimitError(GpudedupError):
-    """A stage would need more memory than --max-memory allows: said before it starts."""
+    """A stage would need more memory than max_memory allows: said before it starts."""
 
 
 class ClusterError(GpudedupError):

@@ -182,7 +182,7 @@ def expand_grid(
     targets = list(max_false_negative) if max_false_negative else [None]
     for target in targets:
         if target is not None and not 0 < target < 1:
-            raise ParameterError(f"max_false_negative must be in (0, 1); got {target!r}")
+            raise ParameterError(f"max_false_negative= must be in (0, 1); got {target!r}")
     for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
         for t in threshold:
             for k in num_perm:
@@ -225,7 +225,7 @@ def _bandings(num_perm: int, bands, rows):
     for name, values in (("bands", bands), ("rows", rows)):
         for value in values or ():
             if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
-                raise ParameterError(f"{name} must be integers >= 1 (or None: chosen); got {value!r}")
+                raise ParameterError(f"{name}= must be integers >= 1 (or None: chosen); got {value!r}")
     if not bands and not rows:
         yield None, None, ""
         return
@@ -293,7 +293,7 @@ def select_documents(corpus: Corpus, limit: Optional[int] = None, sample: Option
     rows = corpus.num_rows
     for name, value in (("limit", limit), ("sample", sample)):
         if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
-            raise ParameterError(f"{name} must be an integer >= 1; got {value!r}")
+            raise ParameterError(f"{name}= must be an integer >= 1; got {value!r}")
     chosen = np.arange(min(rows, limit) if limit is not None else rows, dtype=np.int64)
     described = [f"first {chosen.shape[0]} of {rows}"] if chosen.shape[0] < rows else []
     if sample is not None and sample < chosen.shape[0]:
@@ -316,7 +316,7 @@ def content_corpus(corpus: Corpus, shingle: str, token_field: Optional[str]) -> 
         return corpus
     if token_field not in corpus.table.column_names:
         raise InputError(f"no field {token_field!r} for token shingles (fields: "
-                         f"{', '.join(corpus.table.column_names)}); name it with --token-field")
+                         f"{', '.join(corpus.table.column_names)}); name it with token_field=")
     # The readers checked only the column read as content (the text): the ids get the same
     # checks here, or a negative or null id would be hashed as some other 32-bit unit.
     column = corpus.table[token_field]
@@ -463,7 +463,7 @@ def bin_edges(threshold: float, width: float = DEFAULT_BIN_WIDTH) -> np.ndarray:
     """float64 edges threshold, threshold + width, ..., 1.0 (the last bin may be narrower and
     includes 1.0); a threshold of 1 gives the one bin [1, 1 + width] (it holds J = 1 alone)."""
     if not 0 < width <= 1:
-        raise ParameterError(f"bin width must be in (0, 1]; got {width!r}")
+        raise ParameterError(f"bin_width= must be in (0, 1]; got {width!r}")
     count = max(1, math.ceil((1.0 - threshold) / width - 1e-9))
     edges = [round(threshold + i * width, 10) for i in range(count)] + [1.0]
     return np.array(edges if threshold < 1 else [1.0, 1.0 + width])
@@ -554,7 +554,7 @@ class SettingResult:
 
 def score_outcome(setting: Setting, outcome, truth: GroundTruth, n_docs: int,
                   bin_width: float = DEFAULT_BIN_WIDTH) -> SettingResult:
-    """Compare a run's candidates and verified pairs (engine.job.Outcome) with the truth."""
+    """Compare a run's candidates and verified pairs (engine.outcome.Outcome) with the truth."""
     _, _, true_jaccard, true_codes = truth.at(setting.threshold)
     # Identical copies are listed as a star around their group's first document; the truth
     # lists every pair of the group and every pair of each copy (copies.implied_pairs).
@@ -695,7 +695,7 @@ def criterion_field(criterion: str) -> tuple[str, bool]:
     try:
         return CRITERIA[criterion]
     except KeyError:
-        raise ParameterError(f"criterion must be one of {', '.join(CRITERIA)}; got {criterion!r}") from None
+        raise ParameterError(f"criterion= must be one of {', '.join(CRITERIA)}; got {criterion!r}") from None
 
 
 def best_result(results: Sequence[SettingResult], criterion: str = "f1") -> Optional[SettingResult]:

@@ -50,11 +50,11 @@ def parse_size(text, name: str = "max_memory") -> int:
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
         if not match or match.group(2).upper() not in _UNITS:
-            raise ParameterError(f"{name} must be a size like 8G, 512M or a number of bytes; got {text!r}")
+            raise ParameterError(f"{name}= must be a size like 8G, 512M or a number of bytes; got {text!r}")
         value, unit = float(match.group(1)), match.group(2).upper()
     size = int(value * _UNITS[unit])
     if size <= 0:
-        raise ParameterError(f"{name} must be positive; got {text!r}")
+        raise ParameterError(f"{name}= must be positive; got {text!r}")
     return size
 
 
@@ -88,7 +88,7 @@ class MemoryBudget:
             from .errors import MemoryLimitError
 
             raise MemoryLimitError(
-                f"--max-memory {size_words(self.limit)}: {stage} needs about "
+                f"max_memory={size_words(self.limit)}: {stage} needs about "
                 f"{size_words(need)} more, with {size_words(now)} in use; {advice}"
             )
 

@@ -95,21 +95,19 @@ class DedupParams:
                       "left out with token shingles (they normalise text; token ids are used as given)")
         check(_is_int(self.num_perm) and 1 <= self.num_perm <= 4096, "num_perm", self.num_perm,
               "an integer from 1 to 4096")
-        check((self.bands is None) == (self.rows is None), "bands/rows",
-              (self.bands, self.rows), "both given or both left out")
+        _check_together(self, "bands", "rows", "give both, or neither to have them chosen from the threshold")
         if self.bands is not None:
             check(_is_int(self.bands) and self.bands >= 1, "bands", self.bands, "an integer >= 1")
             check(_is_int(self.rows) and self.rows >= 1, "rows", self.rows, "an integer >= 1")
-            check(self.bands * self.rows <= self.num_perm, "bands * rows",
-                  f"{self.bands} * {self.rows} = {self.bands * self.rows}",
-                  f"at most num_perm = {self.num_perm}")
+            if self.bands * self.rows > self.num_perm:
+                raise ParameterError(f"bands x rows = {self.bands * self.rows} (bands={self.bands}, "
+                                     f"rows={self.rows}) must be at most num_perm={self.num_perm}")
         check(isinstance(self.max_fn, (int, float)) and 0 < self.max_fn < 1, "max_fn", self.max_fn,
               "a probability in (0, 1)")
-        check((self.low is None) == (self.max_fp is None), "low/max_fp", (self.low, self.max_fp),
-              "both given or both left out")
+        _check_together(self, "low", "max_fp", "give both or neither")
         if self.low is not None:
             check(isinstance(self.low, (int, float)) and 0 <= self.low < self.threshold, "low", self.low,
-                  f"a similarity in [0, threshold = {self.threshold})")
+                  f"a similarity in [0, {self.threshold}), below the threshold")
             check(isinstance(self.max_fp, (int, float)) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
                   "a probability in (0, 1)")
         check(_is_int(self.seed) and 0 <= self.seed < 2**64, "seed", self.seed,
@@ -163,5 +161,15 @@ def _is_int(value) -> bool:
 
 
 def _check(ok: bool, name: str, value, allowed: str) -> None:
+    """ParameterError naming the parameter ``name`` as a keyword argument (errors.py)."""
     if not ok:
-        raise ParameterError(f"{name} must be {allowed}; got {value!r}")
+        raise ParameterError(f"{name}= must be {allowed}; got {value!r}")
+
+
+def _check_together(params: DedupParams, first: str, second: str, otherwise: str) -> None:
+    """ParameterError when one of the parameters ``first`` and ``second`` is given without the
+    other; ``otherwise``: what to do instead."""
+    given = [name for name in (first, second) if getattr(params, name) is not None]
+    if len(given) == 1:
+        missing = second if given[0] == first else first
+        raise ParameterError(f"{given[0]}={getattr(params, given[0])!r} needs {missing}= too ({otherwise})")

@@ -433,7 +433,7 @@ def test_write_bad_format(tmp_path):
     ({"num_perm": 5000}, "num_perm"),
     ({"bands": 4}, "bands"),
     ({"rows": 4}, "rows"),
-    ({"bands": 20, "rows": 10}, "bands * rows"),
+    ({"bands": 20, "rows": 10}, "bands x rows"),
     ({"shingle": "sentence"}, "shingle"),
     ({"keep": "last"}, "keep"),
     ({"seed": -1}, "seed"),

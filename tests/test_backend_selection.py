@@ -1,8 +1,9 @@
 """Choosing a backend: auto / cpu / gpu, the messages when a GPU is asked for but absent, and the
-kernel sources shipped in the wheel."""
+kernel sources and the documentation shipped in the wheel."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -29,7 +30,7 @@ def test_gpu_backend_without_a_gpu_says_why_and_how_to_install():
     message = str(error.value)
     assert NO_GPU in message
     assert "pip install 'gpudedup[gpu]'" in message and "cupy-cuda12x" in message
-    assert "cupy-cuda13x" in message and "--backend cpu" in message
+    assert "cupy-cuda13x" in message and "backend='cpu'" in message
 
 
 @needs_no_gpu
@@ -98,6 +99,20 @@ def test_wheel_ships_the_kernel_sources(tmp_path):
     (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
     assert metadata.replace("METADATA", "licenses/LICENSE") in names
     assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+    # The documentation, which `gpudedup docs` prints: every file of the repository's docs/, as it is.
+    documents = sorted((REPO / "docs").glob("*.md"))
+    assert documents and {f"gpudedup/docs/{path.name}" for path in documents} <= names
+    for path in documents:
+        assert zipfile.ZipFile(wheel).read(f"gpudedup/docs/{path.name}") == path.read_bytes(), path.name
+    # ... and finds it where the wheel puts it (the unpacked wheel first on the path, away from
+    # the repository, before the editable install's finder).
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    shown = subprocess.run([sys.executable, "-c", "from gpudedup.cli import docs_directory; print(docs_directory())"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(unpacked)})
+    assert shown.returncode == 0, shown.stderr
+    assert Path(shown.stdout.strip()) == unpacked / "gpudedup" / "docs"
 
 
 def test_a_gpu_backend_that_cannot_start_falls_back_or_says_why(monkeypatch):

@@ -299,18 +299,18 @@ def test_directory_without_inputs(in_tmp):
 
 
 @pytest.mark.parametrize("args, fragments", [
-    (["--threshold", "0"], ["threshold", "(0, 1]", "0"]),
-    (["--threshold", "1.5"], ["threshold", "(0, 1]", "1.5"]),
-    (["--threshold", "-0.2"], ["threshold", "(0, 1]"]),
-    (["--ngram", "0"], ["ngram", ">= 1"]),
-    (["--num-perm", "0"], ["num_perm", "1 to 4096"]),
-    (["--bands", "20", "--rows", "10", "--num-perm", "128"], ["bands * rows", "200", "128"]),
-    (["--bands", "20"], ["bands", "rows", "both"]),
-    (["--rows", "4"], ["bands", "rows", "both"]),
-    (["--bands", "0", "--rows", "4"], ["bands", ">= 1"]),
-    (["--bucket-window", "0"], ["bucket_window", ">= 1"]),
-    (["--batch-bytes", "0"], ["batch_bytes", ">= 1"]),
-    (["--seed", "-1"], ["seed", "2**64"]),
+    (["--threshold", "0"], ["--threshold", "(0, 1]", "0"]),
+    (["--threshold", "1.5"], ["--threshold", "(0, 1]", "1.5"]),
+    (["--threshold", "-0.2"], ["--threshold", "(0, 1]"]),
+    (["--ngram", "0"], ["--ngram", ">= 1"]),
+    (["--num-perm", "0"], ["--num-perm", "1 to 4096"]),
+    (["--bands", "20", "--rows", "10", "--num-perm", "128"], ["bands x rows", "200", "--num-perm 128"]),
+    (["--bands", "20"], ["--bands 20 needs --rows", "both"]),
+    (["--rows", "4"], ["--rows 4 needs --bands", "both"]),
+    (["--bands", "0", "--rows", "4"], ["--bands", ">= 1"]),
+    (["--bucket-window", "0"], ["--bucket-window", ">= 1"]),
+    (["--batch-bytes", "0"], ["--batch-bytes", ">= 1"]),
+    (["--seed", "-1"], ["--seed", "2**64"]),
 ])
 def test_out_of_range_parameters(happy, args, fragments):
     result = invoke("dedup", "data.jsonl", "-o", "out", *args)

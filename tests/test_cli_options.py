@@ -42,15 +42,15 @@ def test_params_shows_the_shingles_and_refuses_text_options_with_token_ids():
     assert json.loads(result.output)["shingles"] == {"shingle": "word", "ngram": 5, "unicode": "nfkc",
                                                      "strip_punctuation": True, "strip_symbols": False}
     result = CliRunner().invoke(app, ["params", "--shingle", "token", "--strip-symbols"])
-    assert result.exit_code == 2 and "strip_symbols must be left out with token shingles" in result.output
+    assert result.exit_code == 2 and "--strip-symbols must be left out with token shingles" in result.output
 
 
 def test_params_refuses_impossible_targets_and_names_the_num_perm_that_would_do():
     result = CliRunner().invoke(app, ["params", "--threshold", "0.8", "--low", "0.5", "--max-fp", "0.05"])
     assert result.exit_code == 2
-    assert "num_perm=410 is the smallest" in result.output and "Traceback" not in result.output
+    assert "--num-perm 410 is the smallest" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(app, ["params", "--low", "0.5"])
-    assert result.exit_code == 2 and "low/max_fp" in result.output
+    assert result.exit_code == 2 and "--low 0.5 needs --max-fp too" in result.output
 
 
 def test_dedup_chooses_bands_from_the_targets_and_reports_why(tmp_path):
@@ -85,7 +85,7 @@ def test_evaluate_scores_a_grid_and_writes_json_and_csv(tmp_path):
 def test_evaluate_refuses_a_bad_criterion_before_any_work(tmp_path):
     result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "e"),
                                       "--criterion", "nope"])
-    assert result.exit_code == 2 and "criterion must be one of" in result.output
+    assert result.exit_code == 2 and "--criterion must be one of" in result.output
 
 
 # --- --max-memory -----------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_max_memory_stops_before_a_stage_that_would_exceed_it(happy):
 def test_max_memory_generous_limit_runs_and_bad_sizes_are_refused(happy):
     assert invoke("dedup", "data.jsonl", "-o", "out", "-q", "--max-memory", "64G").exit_code == 0
     result = invoke("dedup", "data.jsonl", "-o", "out2", "-q", "--max-memory", "lots")
-    assert result.exit_code == 2 and "max_memory must be a size like 8G" in result.output
+    assert result.exit_code == 2 and "--max-memory must be a size like 8G" in result.output
 
 
 def test_parse_size():

@@ -108,7 +108,7 @@ def test_a_source_index_takes_files_only_and_says_so_before_writing(tmp_path):
         index.add(table, id_field="id", output=tmp_path / "out")
     assert committed_state(index.path) == before and not (tmp_path / "out").exists()
     index.dedup(table, id_field="id")  # a run that adds nothing needs no pointers
-    with pytest.raises(gpudedup.ParameterError, match="verification must be 'sets' or 'source'"):
+    with pytest.raises(gpudedup.ParameterError, match="verification= must be 'sets' or 'source'"):
         Index.create(tmp_path / "other", verification="pointers")
 
 

@@ -457,7 +457,7 @@ def test_token_shingles_on_a_text_column_and_word_shingles_on_token_ids(tmp_path
 
 def test_text_options_are_refused_with_token_shingles(tmp_path):
     path = jsonl_with(tmp_path, [1, 2, 3])
-    assert_user_error(run_tokens(path, tmp_path / "out", "--strip-punctuation"), "strip_punctuation",
+    assert_user_error(run_tokens(path, tmp_path / "out", "--strip-punctuation"), "--strip-punctuation must be left out",
                       out=tmp_path / "out")
 
 

@@ -22,9 +22,10 @@ from ..interrupts import interrupted_outcome, last_signal, signal_word
 from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
-from .common import (Exclude, Include, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, Keep, OnError,
-                     OutputFormat, Shingle, UnicodeChoice, command_paths, err, interrupt_told, out, print_summary,
-                     unicode_form, user_errors)
+from .common import (INPUT_PANEL, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL,
+                     BackendChoice, Exclude, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
+                     command_paths, err, interrupt_told, out, print_error, print_summary, unicode_form,
+                     user_errors)
 from .index import index_app
 
 if TYPE_CHECKING:
@@ -35,13 +36,17 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="gpudedup",
-    help="Find and remove near-duplicate documents in large text collections "
-    "(MinHash LSH on the GPU or CPU, exact Jaccard verification).",
+    help="Find and remove near-duplicate documents in large text collections (MinHash LSH on the GPU or CPU, "
+         "exact Jaccard verification).\n\n"
+         "A command's options: `gpudedup COMMAND --help`; the documentation: `gpudedup docs`.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    # Markdown: help texts and docstrings are reflowed to the terminal's width (a single line
+    # break inside a paragraph is a space), and `code` marks commands and values.
+    rich_markup_mode="markdown",
 )
+
+
 def version_callback(value: bool):
     if value:
         out.print(f"gpudedup {__version__}")
@@ -60,102 +65,124 @@ def main_options(
 def dedup_command(
     context: typer.Context,
     inputs: Annotated[List[str], typer.Argument(
-        help="JSONL (.jsonl, .jsonl.gz, .jsonl.zst), Parquet, Arrow (.arrow) or .txt files, Hugging Face "
-             "save_to_disk folders, or directories of them (read recursively, in sorted order); or URLs of them "
-             "(s3://bucket/prefix/, gs://..., any fsspec file system).",
+        help="JSONL (also .gz, .zst), Parquet, Arrow or .txt files, Hugging Face save_to_disk folders, or "
+             "directories of them (read recursively); or their URLs (s3://, gs://, any fsspec file system).",
         show_default=False)],
-    output: Annotated[str, typer.Option("--output", "-o", help="Directory to write the results into.",
-                                         show_default=False)],
+    *,  # (keyword-only: the required --output sits in its panel, after options with defaults)
+    # Input: what is read, and what it is deduplicated against.
     text_field: Annotated[str, typer.Option(
-        help="Field (column) holding the text; a dotted path reaches into objects and structs (content.text).")
-    ] = "text",
+        help="Field (column) holding the text; a dotted path (content.text) reaches into objects.",
+        rich_help_panel=INPUT_PANEL)] = "text",
     id_field: Annotated[Optional[str], typer.Option(
-        help="Field holding unique document ids (a dotted path: meta.id). Default: '<file path>:<row>' (row "
-             "counts from 1; the line number for JSONL).",
-        show_default=False)] = None,
-    threshold: Annotated[float, typer.Option(
-        help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].")] = DEFAULT_THRESHOLD,
-    shingle: Annotated[Shingle, typer.Option(
-        help="Shingle on word n-grams or character n-grams of the text, or on n-grams of token ids "
-             "(--token-field).")] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units (words, characters or token ids) per shingle.")] = DEFAULT_NGRAM,
+        help="Field holding unique document ids. Default: `<file path>:<row>`, the row counted from 1 (the "
+             "line number for JSONL).",
+        show_default=False, rich_help_panel=INPUT_PANEL)] = None,
     token_field: Annotated[str, typer.Option(
-        help="With --shingle token: the field holding each document's token ids (a list of integers "
-             "from 0 to 2^32 - 1).")] = "input_ids",
-    unicode: Annotated[UnicodeChoice, typer.Option(
-        help="Unicode normalisation form applied to the text before lower-casing.")] = UnicodeChoice.none,
-    strip_punctuation: Annotated[bool, typer.Option(
-        "--strip-punctuation", help="Remove punctuation (Unicode categories P*) before white space is "
-                                    "collapsed.")] = False,
-    strip_symbols: Annotated[bool, typer.Option(
-        "--strip-symbols", help="Remove symbols (Unicode categories S*) likewise.")] = False,
-    num_perm: Annotated[int, typer.Option(
-        help="MinHash permutation budget K; bands * rows of them are computed.")] = DEFAULT_NUM_PERM,
-    bands: Annotated[Optional[int], typer.Option(
-        help="LSH bands b (with --rows). Default: chosen from the threshold so at most 1% of pairs at the "
-             "threshold are missed.", show_default=False)] = None,
-    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
-    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
-    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
-    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
-    keep: Annotated[Keep, typer.Option(
-        help="Which document of a cluster to keep: the first in input order, or the longest.")] = Keep.first,
-    bucket_window: Annotated[int, typer.Option(
-        help="In an LSH bucket, pair each document with at most this many following ones (bounds huge "
-             "buckets).")] = DEFAULT_BUCKET_WINDOW,
-    format: Annotated[OutputFormat, typer.Option("--format", help="Format of the kept rows' files.")] = \
-        OutputFormat.parquet,
-    single_file: Annotated[bool, typer.Option(
-        "--single-file", help="Write the kept rows into one file, deduplicated.<format>, and pairs and clusters "
-                              "as one file each, instead of one output file per input file.")] = False,
-    backend: Annotated[BackendChoice, typer.Option(
-        help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).")] = BackendChoice.auto,
-    batch_bytes: Annotated[Optional[int], typer.Option(
-        help="Text bytes per batch (memory, not results); default 2 MiB on cpu, 64 MiB on gpu.",
-        show_default=False)] = None,
-    max_memory: Annotated[Optional[str], typer.Option(
-        help="Host memory the run may use, e.g. 8G or 512M: a stage that would need more stops the "
-             "run before it starts (exit code 2, nothing written).", show_default=False)] = None,
-    on_error: Annotated[OnError, typer.Option(
-        help="stop: a bad record or unreadable file stops the run (exit code 2, nothing written); "
-             "skip: they are left out, counted in the report and listed in errors.jsonl.")] = OnError.stop,
+        help="With --shingle token: the field holding each document's token ids (integers from 0 to 2^32 - 1).",
+        rich_help_panel=INPUT_PANEL)] = "input_ids",
     include: Include = None,
     exclude: Exclude = None,
-    work_dir: Annotated[Optional[str], typer.Option(
-        help="Run in stages over one input file at a time, keeping each stage's results here (a folder, or "
-             "a URL such as s3://bucket/work/), so the corpus is never in memory as a whole (see docs/scale.md).",
-        show_default=False)] = None,
-    shard_bytes: Annotated[Optional[str], typer.Option(
-        help="With --work-dir or Dask: cut plain JSONL and Parquet files larger than this (e.g. 256M) into "
-             "pieces of about this size, each read by a task of its own; default 512M. Results do not "
-             "change.", show_default=False)] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir "
-                                                          "after an interruption.")] = False,
-    scheduler: Annotated[Optional[str], typer.Option(
-        help="Run the signatures, candidates and verification on this Dask scheduler's workers "
-             "(e.g. tcp://host:8786); needs --work-dir on a file system or object store every worker sees.",
-        show_default=False)] = None,
-    workers: Annotated[Optional[int], typer.Option(
-        help="Run them on a local Dask cluster of this many worker processes (one per GPU with the "
-             "gpu backend, through dask-cuda).", show_default=False)] = None,
-    overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).")] = False,
+    on_error: Annotated[OnError, typer.Option(
+        help="stop: a bad record or unreadable file stops the run (nothing written); skip: they are left out "
+             "and listed in errors.jsonl.",
+        rich_help_panel=INPUT_PANEL)] = OnError.stop,
     against: Annotated[Optional[Path], typer.Option(
-        help="Deduplicate against this persistent index too (gpudedup index), adding nothing to it; the index's "
-             "parameters are used.", show_default=False)] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
+        help="Deduplicate against this persistent index too (`gpudedup index`), adding nothing to it; the "
+             "index's parameters are used.", show_default=False, rich_help_panel=INPUT_PANEL)] = None,
+    # Shingles and LSH: what decides which documents are near-duplicates.
+    threshold: Annotated[float, typer.Option(
+        help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].",
+        rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
+    shingle: Annotated[Shingle, typer.Option(
+        help="Word or character n-grams of the text, or n-grams of token ids (--token-field).",
+        rich_help_panel=SIMILARITY_PANEL)] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units (words, characters or token ids) per shingle.",
+                                       rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NGRAM,
+    unicode: Annotated[UnicodeChoice, typer.Option(
+        help="Unicode normalisation form applied before lower-casing.",
+        rich_help_panel=SIMILARITY_PANEL)] = UnicodeChoice.none,
+    strip_punctuation: Annotated[bool, typer.Option(
+        "--strip-punctuation", help="Remove punctuation (Unicode categories P) before white space is collapsed.",
+        rich_help_panel=SIMILARITY_PANEL)] = False,
+    strip_symbols: Annotated[bool, typer.Option(
+        "--strip-symbols", help="Remove symbols (Unicode categories S) likewise.",
+        rich_help_panel=SIMILARITY_PANEL)] = False,
+    num_perm: Annotated[int, typer.Option(
+        help="MinHash permutation budget K; bands x rows of them are computed.",
+        rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
+    bands: Annotated[Optional[int], typer.Option(
+        help="LSH bands b (with --rows). Default: chosen from the threshold and the targets (`gpudedup "
+             "params`).", show_default=False,
+        rich_help_panel=SIMILARITY_PANEL)] = None,
+    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False,
+                                                rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_MAX_FN,
+    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
+                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
+                                                    rich_help_panel=SIMILARITY_PANEL)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.",
+                                      rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
+    bucket_window: Annotated[int, typer.Option(
+        help="Pair each document of an LSH bucket with at most this many that follow it.",
+        rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
+    # Output: what is written, and where.
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory (or URL) to write the results into.",
+                                        show_default=False, rich_help_panel=OUTPUT_PANEL)],
+    keep: Annotated[Keep, typer.Option(
+        help="Which document of a cluster to keep: the first in input order, or the longest.",
+        rich_help_panel=OUTPUT_PANEL)] = Keep.first,
+    format: Annotated[OutputFormat, typer.Option("--format", help="Format of the kept rows' files.",
+                                                 rich_help_panel=OUTPUT_PANEL)] = OutputFormat.parquet,
+    single_file: Annotated[bool, typer.Option(
+        "--single-file", help="Write the kept rows, the pairs and the clusters into one file each, instead "
+                              "of one file per input file.",
+        rich_help_panel=OUTPUT_PANEL)] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).",
+        rich_help_panel=OUTPUT_PANEL)] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.",
+                                        rich_help_panel=OUTPUT_PANEL)] = False,
+    # Scale: where and how the work runs (memory, stages, a cluster); results do not change.
+    backend: Annotated[BackendChoice, typer.Option(
+        help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).",
+        rich_help_panel=SCALE_PANEL)] = BackendChoice.auto,
+    batch_bytes: Annotated[Optional[int], typer.Option(
+        help="Text bytes per batch (memory, not results); default 2 MiB on cpu, 64 MiB on gpu.",
+        show_default=False, rich_help_panel=SCALE_PANEL)] = None,
+    max_memory: Annotated[Optional[str], typer.Option(
+        help="Host memory the run may use, e.g. 8G: a stage that would need more stops the run before it "
+             "starts.", show_default=False, rich_help_panel=SCALE_PANEL)] = None,
+    work_dir: Annotated[Optional[str], typer.Option(
+        help="Run in stages over one input file at a time, keeping each stage's results in this folder or URL, "
+             "so that the corpus is never in memory as a whole (`gpudedup docs scale`).", show_default=False,
+        rich_help_panel=SCALE_PANEL)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir after an "
+                                                          "interruption.", rich_help_panel=SCALE_PANEL)] = False,
+    shard_bytes: Annotated[Optional[str], typer.Option(
+        help="With --work-dir or Dask: cut JSONL and Parquet files larger than this (default 512M) into pieces "
+             "read by a task each.", show_default=False,
+        rich_help_panel=SCALE_PANEL)] = None,
+    scheduler: Annotated[Optional[str], typer.Option(
+        help="Run the work on this Dask scheduler's workers (tcp://host:8786); needs a --work-dir that every "
+             "worker sees.", show_default=False,
+        rich_help_panel=SCALE_PANEL)] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        help="Run the work on a local Dask cluster of this many worker processes (with gpu: one per GPU).",
+        show_default=False, rich_help_panel=SCALE_PANEL)] = None,
 ):
     """Deduplicate documents and write the results into OUTPUT.
 
     Writes deduplicated/ (the kept rows, one file per input file, named as the input files),
-    pairs/ and clusters/ (Parquet datasets) and report.json; --single-file writes
-    deduplicated.parquet (or .jsonl), pairs.parquet and clusters.parquet instead.
-    Example: [bold]gpudedup dedup shards/ -o out/ --threshold 0.8 --shingle word --ngram 5[/]
+    pairs/ and clusters/ (Parquet datasets), report.json and report.html; --single-file writes
+    deduplicated.parquet (or .jsonl), pairs.parquet and clusters.parquet instead. The options
+    and outputs: `gpudedup docs cli`, `gpudedup docs output-formats`.
+
+    Example: `gpudedup dedup shards/ -o out/ --threshold 0.8`
     """
     from ..api import dedup as run_api_dedup
 
-    with user_errors() as guard:
+    with user_errors(context) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         started = time.perf_counter()
         if against is not None:
@@ -216,33 +243,46 @@ def dedup_command(
 
 @app.command("params")
 def params_command(
-    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.")] = DEFAULT_THRESHOLD,
-    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K (b * r <= K).")] = DEFAULT_NUM_PERM,
-    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
-    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
-    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
+    context: typer.Context,
+    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.",
+                                             rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
+    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K (b x r <= K).",
+                                          rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
+    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_MAX_FN,
+    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
+                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
+                                                    rich_help_panel=SIMILARITY_PANEL)] = None,
     bands: Annotated[Optional[int], typer.Option(
-        help="Describe this b (with --rows) instead of choosing.", show_default=False)] = None,
-    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False)] = None,
-    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams (shown in the plan).")] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units per shingle.")] = DEFAULT_NGRAM,
-    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.")] = UnicodeChoice.none,
-    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove P* code points.")] = False,
-    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove S* code points.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+        help="Describe this b (with --rows) instead of choosing.", show_default=False,
+        rich_help_panel=SIMILARITY_PANEL)] = None,
+    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False,
+                                                rich_help_panel=SIMILARITY_PANEL)] = None,
+    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams (shown in the plan).",
+                                             rich_help_panel=SIMILARITY_PANEL)] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units per shingle.", rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NGRAM,
+    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.",
+                                                   rich_help_panel=SIMILARITY_PANEL)] = UnicodeChoice.none,
+    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove punctuation.",
+                                                    rich_help_panel=SIMILARITY_PANEL)] = False,
+    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove symbols.",
+                                                rich_help_panel=SIMILARITY_PANEL)] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.",
+                                              rich_help_panel=OUTPUT_PANEL)] = False,
 ):
     """Choose LSH bands and rows from explicit targets, and show what they do.
 
-    b and r are chosen as in [bold]dedup[/]: the steepest S-curve P(s) = 1 - (1 - s^r)^b with
-    b * r <= K whose miss probability at the threshold is at most --max-fn (and, with --low,
+    b and r are chosen as in `dedup`: the steepest S-curve P(s) = 1 - (1 - s^r)^b with
+    b x r <= K whose miss probability at the threshold is at most --max-fn (and, with --low,
     whose P(low) is at most --max-fp). Impossible targets are refused with the K that would do.
-    Example: [bold]gpudedup params --threshold 0.8 --low 0.5 --max-fp 0.05 --num-perm 512[/]
+
+    Example: `gpudedup params --threshold 0.8 --low 0.5 --max-fp 0.05 --num-perm 512`
     """
     from rich.table import Table
 
     from ..core.lsh import banding_summary
 
-    with user_errors():
+    with user_errors(context):
         params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,
                              max_fn=max_fn, low=low, max_fp=max_fp, shingle=shingle.value, ngram=ngram,
                              unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
@@ -272,52 +312,72 @@ def params_command(
 
 @app.command("evaluate")
 def evaluate_command(
+    context: typer.Context,
     inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet, Arrow or .txt files, or "
-                                                      "directories of them.",
-                                                  show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
-                                         show_default=False)],
-    text_field: Annotated[str, typer.Option(help="The field holding the text.")] = "text",
-    id_field: Annotated[Optional[str], typer.Option(help="The field holding unique ids.", show_default=False)] = None,
-    limit: Annotated[Optional[int], typer.Option(help="Use the first N documents.", show_default=False)] = None,
-    sample: Annotated[Optional[int], typer.Option(help="Then N of them at random.", show_default=False)] = None,
-    sample_seed: Annotated[int, typer.Option(help="Seed of --sample.")] = 0,
-    num_perm: Annotated[str, typer.Option(help="Comma list of K.")] = str(DEFAULT_NUM_PERM),
+                                                      "directories of them.", show_default=False)],
+    *,  # (keyword-only: the required --output sits in its panel, after options with defaults)
+    text_field: Annotated[str, typer.Option(help="The field holding the text.",
+                                            rich_help_panel=INPUT_PANEL)] = "text",
+    id_field: Annotated[Optional[str], typer.Option(help="The field holding unique ids.", show_default=False,
+                                                    rich_help_panel=INPUT_PANEL)] = None,
+    token_field: Annotated[str, typer.Option(help="The field of token ids that token shingles read.",
+                                             rich_help_panel=INPUT_PANEL)] = "input_ids",
+    limit: Annotated[Optional[int], typer.Option(help="Use the first N documents.", show_default=False,
+                                                 rich_help_panel=INPUT_PANEL)] = None,
+    sample: Annotated[Optional[int], typer.Option(help="Then N of them at random.", show_default=False,
+                                                  rich_help_panel=INPUT_PANEL)] = None,
+    sample_seed: Annotated[int, typer.Option(help="Seed of --sample.", rich_help_panel=INPUT_PANEL)] = 0,
+    threshold: Annotated[str, typer.Option(help="Comma list of thresholds.",
+                                           rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_THRESHOLD),
+    shingle: Annotated[str, typer.Option(help="Comma list of word, char, token.",
+                                         rich_help_panel=SIMILARITY_PANEL)] = "word",
+    ngram: Annotated[str, typer.Option(help="Comma list of n-gram sizes.",
+                                       rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_NGRAM),
+    unicode: Annotated[str, typer.Option(help="Comma list of Unicode forms for text shingles: none, nfc, nfkc.",
+                                         rich_help_panel=SIMILARITY_PANEL)] = "none",
+    strip_punctuation: Annotated[str, typer.Option(help="Comma list of no, yes: remove punctuation (text "
+                                                        "shingles).", rich_help_panel=SIMILARITY_PANEL)] = "no",
+    strip_symbols: Annotated[str, typer.Option(help="Comma list of no, yes: remove symbols (text shingles).",
+                                               rich_help_panel=SIMILARITY_PANEL)] = "no",
+    num_perm: Annotated[str, typer.Option(help="Comma list of K.",
+                                          rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_NUM_PERM),
     bands: Annotated[Optional[str], typer.Option(
-        help="Comma list of b ('auto': chosen from the threshold).", show_default=False)] = None,
-    rows: Annotated[Optional[str], typer.Option(help="Comma list of r ('auto' allowed).", show_default=False)] = None,
+        help="Comma list of b (`auto`: chosen from the threshold).", show_default=False,
+        rich_help_panel=SIMILARITY_PANEL)] = None,
+    rows: Annotated[Optional[str], typer.Option(help="Comma list of r (`auto` allowed).", show_default=False,
+                                                rich_help_panel=SIMILARITY_PANEL)] = None,
     max_fn: Annotated[Optional[str], typer.Option(
-        help="Comma list of miss-probability targets for chosen b and r.", show_default=False)] = None,
-    shingle: Annotated[str, typer.Option(help="Comma list of word, char, token.")] = "word",
-    ngram: Annotated[str, typer.Option(help="Comma list of n-gram sizes.")] = str(DEFAULT_NGRAM),
-    token_field: Annotated[str, typer.Option(help="The field of token ids that token shingles read.")] = "input_ids",
-    unicode: Annotated[str, typer.Option(help="Comma list of Unicode forms for text shingles: none, nfc, "
-                                              "nfkc.")] = "none",
-    strip_punctuation: Annotated[str, typer.Option(help="Comma list of no, yes: remove punctuation "
-                                                        "(text shingles).")] = "no",
-    strip_symbols: Annotated[str, typer.Option(help="Comma list of no, yes: remove symbols "
-                                                    "(text shingles).")] = "no",
-    threshold: Annotated[str, typer.Option(help="Comma list of thresholds.")] = str(DEFAULT_THRESHOLD),
+        help="Comma list of miss-probability targets for chosen b and r.", show_default=False,
+        rich_help_panel=SIMILARITY_PANEL)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the permutations.",
+                                      rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
+    bucket_window: Annotated[int, typer.Option(help="As in dedup.",
+                                               rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
+                                         show_default=False, rich_help_panel=OUTPUT_PANEL)],
     criterion: Annotated[str, typer.Option(help="What 'best' means: f1, recall, precision, time, memory, "
-                                                "candidate_recall, candidate_f1, cluster_recall.")] = "f1",
-    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
-    seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = DEFAULT_SEED,
-    bucket_window: Annotated[int, typer.Option(help="As in dedup.")] = DEFAULT_BUCKET_WINDOW,
-    bin_width: Annotated[float, typer.Option(help="Width of the similarity bins of recall by similarity.")] = 0.05,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+                                                "candidate_recall, candidate_f1, cluster_recall.",
+                                           rich_help_panel=OUTPUT_PANEL)] = "f1",
+    bin_width: Annotated[float, typer.Option(help="Width of the similarity bins of recall by similarity.",
+                                             rich_help_panel=OUTPUT_PANEL)] = 0.05,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.",
+                                        rich_help_panel=OUTPUT_PANEL)] = False,
+    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.",
+                                                   rich_help_panel=SCALE_PANEL)] = BackendChoice.auto,
 ):
     """Score a grid of settings on a sample against its exact all-pairs Jaccard.
 
     Every combination of the comma lists runs the real job; candidates and verified pairs are
     compared with the exact pairs at the setting's threshold. Prints a table and the best
-    setting for --criterion, and writes evaluation.json, evaluation.csv and (with matplotlib)
+    setting for --criterion, and writes evaluation.json, evaluation.csv and
     recall_by_similarity.png into OUTPUT.
-    Example: [bold]gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --shingle word,char --threshold 0.7,0.8[/]
+
+    Example: `gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --threshold 0.7,0.8`
     """
     from .. import evaluate as evaluation
     from ..io.read import read_corpus
 
-    with user_errors() as guard:
+    with user_errors(context) as guard:
         settings, notes = evaluation.expand_grid(
             evaluation.parse_list(num_perm),
             evaluation.parse_list(bands, allow_auto=True) if bands else None,
@@ -353,6 +413,7 @@ def evaluate_command(
 
 @app.command("demo")
 def demo_command(
+    context: typer.Context,
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Where to write the demo's results (an earlier demo's or other gpudedup output there "
                                "is replaced).")] = Path("gpudedup-demo"),
@@ -366,7 +427,7 @@ def demo_command(
     from ..api import dedup as run_api_dedup
     from ..io.writer import check_output_dir
 
-    with user_errors() as guard:
+    with user_errors(context) as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
         started = time.perf_counter()
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
@@ -377,6 +438,42 @@ def demo_command(
         print_summary(result.report, output, time.perf_counter() - started)
         print_largest_clusters(result)
         guard.done()
+
+
+@app.command("docs")
+def docs_command(
+    topic: Annotated[Optional[str], typer.Argument(
+        help="The document to print, e.g. `cli`, `index` or `scale`; without it, the list of documents.",
+        show_default=False)] = None,
+):
+    """Print a document of gpudedup's documentation, as installed with the package.
+
+    The documents are Markdown; a link to another one, such as (index.md), names the topic to
+    give here (`gpudedup docs index`).
+    """
+    documents = docs_directory()
+    topics = sorted(path.stem for path in documents.glob("*.md"))
+    if topic is None:
+        for name in topics:
+            heading = (documents / f"{name}.md").read_text(encoding="utf-8").partition("\n")[0].lstrip("# ")
+            out.print(f"{name:<16} {escape(heading)}")
+        return
+    name = topic.removesuffix(".md")
+    if name not in topics:
+        print_error(f"no document {topic!r}; the documents are {', '.join(topics)}")
+        raise typer.Exit(code=2)
+    typer.echo((documents / f"{name}.md").read_text(encoding="utf-8"), nl=False)  # as it is: a pipe gets the file
+
+
+def docs_directory() -> Path:
+    """The folder of the documentation's Markdown files: gpudedup/docs in an installed wheel (pyproject
+    maps the top-level docs/ there), the repository's docs/ in a source checkout or an editable install
+    (as backends/cuda_kernels.kernel_directory finds kernels/)."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "docs", package.parent / "docs"):
+        if (candidate / "cli.md").is_file():
+            return candidate
+    raise FileNotFoundError(f"the documentation (cli.md, ...) is missing from {package}; reinstall gpudedup")
 
 
 def check_index_parameters(fixed: DedupParams, given: dict) -> None:
@@ -400,30 +497,33 @@ def describe_shingles(params: DedupParams) -> str:
             + (f" ({', '.join(steps)})" if steps else ""))
 
 
-def print_largest_clusters(result: DedupResult, count: int = 5) -> None:
+def print_largest_clusters(result: DedupResult) -> None:
+    """The largest clusters as the run counted them (engine/shown.py): size, kept and removed ids."""
     from rich.table import Table
 
-    clusters = result.clusters.to_pydict()
-    members: dict[int, list] = {}
-    for doc_id, cluster, kept in zip(clusters["id"], clusters["cluster"], clusters["keep"]):
-        members.setdefault(cluster, []).append((doc_id, kept))
+    shown = result.outcome.shown
+    members = shown.members
+    ids = result.ids_of(members.docs).to_pylist()
     table = Table(title="Largest clusters", show_lines=False)
     table.add_column("cluster", justify="right")
     table.add_column("size", justify="right")
     table.add_column("kept")
     table.add_column("removed")
-    for cluster, docs in sorted(members.items(), key=lambda item: (-len(item[1]), item[0]))[:count]:
-        kept = [str(d) for d, k in docs if k]
-        removed = [str(d) for d, k in docs if not k]
-        table.add_row(str(cluster), str(len(docs)), ", ".join(kept),
-                      ", ".join(removed[:4]) + (" ..." if len(removed) > 4 else ""))
+    for cluster, size in zip(shown.numbers.tolist(), shown.sizes.tolist()):
+        mine = (members.cluster == cluster).tolist()
+        kept = [str(i) for i, m, k in zip(ids, mine, members.keep.tolist()) if m and k]
+        removed = [str(i) for i, m, k in zip(ids, mine, members.keep.tolist()) if m and not k]
+        table.add_row(str(cluster), str(size), ", ".join(kept),
+                      ", ".join(removed[:4]) + (" ..." if size - len(kept) > 4 else ""))
     err.print(table)
 
 
 def main() -> None:
     """Run the command line; the entry point (console.main) has installed the signal handlers."""
     try:
-        app()
+        # One name, also under `python -m gpudedup`: shell completion is for the installed command
+        # (its script and its _GPUDEDUP_COMPLETE variable), and the usage lines name it.
+        app(prog_name="gpudedup")
     except SystemExit as leaving:
         # Backstop: an Interrupted that escaped user_errors (typer turns it into a silent exit
         # 130) still ends with the signal's code and one line.

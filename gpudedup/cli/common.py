@@ -1,8 +1,10 @@
-"""What the commands of the command line share: the consoles, the option choices, the
-turning of errors and signals into one line and an exit code, and the summary of a run."""
+"""What the commands of the command line share: the consoles, the option choices and help
+panels, the turning of errors and signals into one line and an exit code (in the words of the
+command line), and the summary of a run."""
 
 from __future__ import annotations
 
+import re
 import signal
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, List, Optional, cast
@@ -19,18 +21,26 @@ if TYPE_CHECKING:
     from ..io.storage import Location
     from ..report import Report
 
+# The help panels the options of a command are grouped in (typer's rich_help_panel): what is
+# read, what decides which documents are near-duplicates, what is written, and how the work is
+# run (memory, stages, a cluster); options outside them stay in the panel of --help.
+INPUT_PANEL = "Input"
+SIMILARITY_PANEL = "Shingles and LSH"
+OUTPUT_PANEL = "Output"
+SCALE_PANEL = "Scale"
+
 MAX_FN_HELP = "Largest acceptable miss probability at the threshold, 1 - P(threshold), when b and r are chosen."
 LOW_HELP = "A similarity below the threshold whose pairs should rarely become candidates (with --max-fp)."
 MAX_FP_HELP = "Largest acceptable P(low): the chance that a pair of similarity --low becomes a candidate."
-INCLUDE_HELP = ("Read only the files inside input directories that match this glob pattern (repeatable; * ? "
-                "\\[seq], case-sensitive, * also matches /), matched against the path relative to the directory "
-                "given and against the file name, e.g. '*.jsonl' or 'en/*'. A file given by name is always read.")
-EXCLUDE_HELP = ("Leave out the files (and folders) inside input directories that match this glob pattern "
-                "(repeatable; matched as --include), e.g. '*.tmp' or 'old'. What is left out is listed in "
-                "report.json.")
+INCLUDE_HELP = ("Read only the files inside input directories that match this glob (repeatable; `*` also matches "
+                "`/`), e.g. `*.jsonl` or `en/*`. A file given by name is always read.")
+EXCLUDE_HELP = ("Leave out the files and folders inside input directories that match this glob (repeatable), e.g. "
+                "`*.tmp`; they are listed in report.json.")
 # The options of the commands that read input directories (dedup, index add).
-Include = Annotated[Optional[List[str]], typer.Option(help=INCLUDE_HELP, metavar="PATTERN", show_default=False)]
-Exclude = Annotated[Optional[List[str]], typer.Option(help=EXCLUDE_HELP, metavar="PATTERN", show_default=False)]
+Include = Annotated[Optional[List[str]], typer.Option(help=INCLUDE_HELP, metavar="PATTERN", show_default=False,
+                                                      rich_help_panel=INPUT_PANEL)]
+Exclude = Annotated[Optional[List[str]], typer.Option(help=EXCLUDE_HELP, metavar="PATTERN", show_default=False,
+                                                      rich_help_panel=INPUT_PANEL)]
 
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -129,14 +139,60 @@ def not_read_line(entries: list[dict], output: Location) -> Optional[str]:
             f"not read[/] ({reasons}): {escape(names)}{more}; all in {escape(str(output))}/report.json")
 
 
+# A message names a parameter as Python takes it (errors.py): ``name=`` alone, or with the value
+# given, ``name=value`` (a repr: strings quoted). Not inside a word, a path or a quoted text.
+KEYWORD = re.compile(r"(?<![\w.\-/'\"=])([a-z][a-z0-9_]*)=('[^'\n]*'|\"[^\"\n]*\"|[\w+\-][^\s,;)\]]*)?")
+# A quoted value that the shell takes as one word as it is, shown without its quotes.
+PLAIN_WORD = re.compile(r"[\w.,:/@%+\-]+")
+# The keyword arguments of the Python API whose option on the command line has another name.
+OPTION_OF_KEYWORD = {"verification": "verify_from", "max_false_negative": "max_fn"}
+
+
+def in_option_words(message: str, context: Optional[typer.Context]) -> str:
+    """``message`` as the command line says it: every keyword argument it names that is an option
+    of the command of ``context`` as that option (``bands=`` as ``--bands``, ``bands=10`` as
+    ``--bands 10``, ``overwrite=True`` of a flag as ``--overwrite``). Keyword arguments the
+    command has no option for (``client=``) stay as Python names them."""
+    if context is None:
+        return message
+    options: dict[str, tuple[str, bool]] = {}
+    for parameter in context.command.params:
+        names = [name for name in parameter.opts if name.startswith("--")]
+        if parameter.param_type_name == "option" and parameter.name and names:
+            options[parameter.name] = (names[0], bool(getattr(parameter, "is_flag", False)))
+
+    def option_words(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2)
+        found = options.get(OPTION_OF_KEYWORD.get(name, name))
+        if found is None:
+            return match.group(0)
+        option, is_flag = found
+        if value is None or (is_flag and value == "True"):
+            return option
+        if is_flag:  # (a flag has no value to give: False is its absence)
+            return match.group(0)
+        if value[0] in "'\"" and PLAIN_WORD.fullmatch(value[1:-1]):
+            value = value[1:-1]
+        return f"{option} {value}"
+
+    return KEYWORD.sub(option_words, message)
+
+
+def print_error(message: str) -> None:
+    """A user error's one line on stderr (the command then exits with code 2)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
 interrupt_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)
 
 
 class user_errors:
-    """Turn GpudedupError into one line on stderr and exit code 2; SIGINT (Ctrl-C), SIGTERM and
-    SIGHUP into one line and exit code 128 + the signal (130, 143, 129)."""
+    """Turn GpudedupError into one line on stderr, in the words of the options of the command of
+    ``context`` (in_option_words), and exit code 2; SIGINT (Ctrl-C), SIGTERM and SIGHUP into one
+    line and exit code 128 + the signal (130, 143, 129)."""
 
-    def __init__(self):
+    def __init__(self, context: typer.Context):
+        self.context = context
         self.written: Optional[Location] = None  # a command sets it once its output is in place
 
     def done(self) -> None:
@@ -161,7 +217,7 @@ class user_errors:
         if isinstance(error, GpudedupError):
             from ..io.storage import scrubbed  # (a last guard: the message should name no credential)
 
-            err.print(f"[bold red]error:[/] {escape(scrubbed(str(error)))}", soft_wrap=True)
+            print_error(in_option_words(scrubbed(str(error)), self.context))
             raise typer.Exit(code=2)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)

@@ -15,14 +15,15 @@ from rich.markup import escape
 from ..errors import InputError
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
-from .common import (Exclude, Include, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, BackendChoice, OnError,
-                     OutputFormat, Shingle, UnicodeChoice, err, out, print_summary, unicode_form, user_errors)
+from .common import (INPUT_PANEL, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL,
+                     BackendChoice, Exclude, Include, OnError, OutputFormat, Shingle, UnicodeChoice, err, out,
+                     print_summary, unicode_form, user_errors)
 
 index_app = typer.Typer(
     name="index",
-    help="A persistent index: deduplicate new data against everything kept before (docs/index.md).",
+    help="A persistent index: deduplicate new data against everything kept before (`gpudedup docs index`).",
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
 )
 
 IndexPath = Annotated[str, typer.Argument(help="The index directory (a local folder).", show_default=False)]
@@ -35,31 +36,46 @@ class VerifyFrom(str, Enum):
 
 @index_app.command("create")
 def create_command(
+    context: typer.Context,
     index: IndexPath,
-    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.")] = DEFAULT_THRESHOLD,
-    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams.")] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units per shingle.")] = DEFAULT_NGRAM,
-    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.")] = UnicodeChoice.none,
-    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove P* code points.")] = False,
-    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove S* code points.")] = False,
-    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K.")] = DEFAULT_NUM_PERM,
-    bands: Annotated[Optional[int], typer.Option(help="LSH bands (with --rows).", show_default=False)] = None,
-    rows: Annotated[Optional[int], typer.Option(help="Rows per band (with --bands).", show_default=False)] = None,
-    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP)] = DEFAULT_MAX_FN,
-    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False)] = None,
-    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False)] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.")] = DEFAULT_SEED,
-    bucket_window: Annotated[int, typer.Option(help="As in dedup.")] = DEFAULT_BUCKET_WINDOW,
+    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.",
+                                             rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
+    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams.",
+                                             rich_help_panel=SIMILARITY_PANEL)] = Shingle.word,
+    ngram: Annotated[int, typer.Option(help="Units per shingle.", rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NGRAM,
+    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.",
+                                                   rich_help_panel=SIMILARITY_PANEL)] = UnicodeChoice.none,
+    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove punctuation.",
+                                                    rich_help_panel=SIMILARITY_PANEL)] = False,
+    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove symbols.",
+                                                rich_help_panel=SIMILARITY_PANEL)] = False,
+    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K.",
+                                          rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
+    bands: Annotated[Optional[int], typer.Option(help="LSH bands (with --rows).", show_default=False,
+                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
+    rows: Annotated[Optional[int], typer.Option(help="Rows per band (with --bands).", show_default=False,
+                                                rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_MAX_FN,
+    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
+                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
+                                                    rich_help_panel=SIMILARITY_PANEL)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.",
+                                      rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
+    bucket_window: Annotated[int, typer.Option(help="As in dedup.",
+                                               rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
     verify_from: Annotated[VerifyFrom, typer.Option(
-        help="How matches with indexed documents are checked exactly: 'sets' stores each document's shingle "
-             "set; 'source' stores where it came from and reads it again (smaller; the files must be kept as "
-             "they were, and adds must come from files).")] = VerifyFrom.sets,
+        help="How matches with indexed documents are checked exactly: `sets` stores each document's shingle "
+             "set; `source` stores where it came from and reads it again (smaller; the files must be kept as "
+             "they were, and adds must come from files).", rich_help_panel=OUTPUT_PANEL)] = VerifyFrom.sets,
 ):
-    """Make an empty index that fixes the parameters results depend on (every later command
-    uses them). Example: [bold]gpudedup index create idx/ --threshold 0.8 --shingle word --ngram 5[/]"""
+    """Make an empty index that fixes the parameters results depend on (every later command uses them).
+
+    Example: `gpudedup index create idx/ --threshold 0.8 --shingle word --ngram 5`
+    """
     from ..index import Index
 
-    with user_errors():
+    with user_errors(context):
         made = Index.create(index, threshold=threshold, shingle=shingle.value, ngram=ngram,
                             unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
                             strip_symbols=strip_symbols, num_perm=num_perm, bands=bands, rows=rows, max_fn=max_fn,
@@ -73,45 +89,65 @@ def create_command(
 
 @index_app.command("add")
 def add_command(
+    context: typer.Context,
     index: IndexPath,
     inputs: Annotated[List[str], typer.Argument(help="JSONL, Parquet, Arrow or .txt files, or directories of "
                                                      "them, or their URLs.", show_default=False)],
-    output: Annotated[str, typer.Option("--output", "-o", help="Where the results of the run go.",
-                                        show_default=False)],
-    tag: Annotated[Optional[str], typer.Option(help="A name for what this add commits (index remove --tag).",
-                                               show_default=False)] = None,
-    text_field: Annotated[str, typer.Option(help="Field holding the text.")] = "text",
+    *,  # (keyword-only: the required --output sits in its panel, after options with defaults)
+    text_field: Annotated[str, typer.Option(help="Field holding the text.", rich_help_panel=INPUT_PANEL)] = "text",
     id_field: Annotated[Optional[str], typer.Option(help="Field holding unique ids (unique across the index).",
-                                                    show_default=False)] = None,
-    token_field: Annotated[str, typer.Option(help="Field holding token ids (token indexes).")] = "input_ids",
-    format: Annotated[OutputFormat, typer.Option("--format", help="As in dedup.")] = OutputFormat.parquet,
-    single_file: Annotated[bool, typer.Option("--single-file", help="As in dedup.")] = False,
-    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
-    on_error: Annotated[OnError, typer.Option(help="As in dedup.")] = OnError.stop,
+                                                    show_default=False, rich_help_panel=INPUT_PANEL)] = None,
+    token_field: Annotated[str, typer.Option(help="Field holding token ids (token indexes).",
+                                             rich_help_panel=INPUT_PANEL)] = "input_ids",
     include: Include = None,
     exclude: Exclude = None,
+    on_error: Annotated[OnError, typer.Option(help="As in dedup.", rich_help_panel=INPUT_PANEL)] = OnError.stop,
+    output: Annotated[str, typer.Option("--output", "-o", help="Where the results of the run go.",
+                                        show_default=False, rich_help_panel=OUTPUT_PANEL)],
+    tag: Annotated[Optional[str], typer.Option(help="A name for what this add commits (`index remove --tag`).",
+                                               show_default=False, rich_help_panel=OUTPUT_PANEL)] = None,
+    format: Annotated[OutputFormat, typer.Option("--format", help="As in dedup.",
+                                                 rich_help_panel=OUTPUT_PANEL)] = OutputFormat.parquet,
+    single_file: Annotated[bool, typer.Option("--single-file", help="As in dedup.",
+                                              rich_help_panel=OUTPUT_PANEL)] = False,
     overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).")] = False,
-    batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
-    max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
-    shard_bytes: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
+        "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).",
+        rich_help_panel=OUTPUT_PANEL)] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.",
+                                        rich_help_panel=OUTPUT_PANEL)] = False,
+    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.",
+                                                   rich_help_panel=SCALE_PANEL)] = BackendChoice.auto,
+    batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False,
+                                                       rich_help_panel=SCALE_PANEL)] = None,
+    max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False,
+                                                      rich_help_panel=SCALE_PANEL)] = None,
+    shard_bytes: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False,
+                                                       rich_help_panel=SCALE_PANEL)] = None,
     work_dir: Annotated[Optional[str], typer.Option(
-        help="Run in stages over one input file at a time, as dedup --work-dir.", show_default=False)] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Go on with the stages in --work-dir.")] = False,
-    scheduler: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False)] = None,
-    workers: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False)] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no summary.")] = False,
+        help="Run in stages over one input file at a time, as dedup --work-dir.", show_default=False,
+        rich_help_panel=SCALE_PANEL)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Go on with the stages in --work-dir.",
+                                         rich_help_panel=SCALE_PANEL)] = False,
+    scheduler: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False,
+                                                     rich_help_panel=SCALE_PANEL)] = None,
+    workers: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False,
+                                                   rich_help_panel=SCALE_PANEL)] = None,
 ):
-    """Deduplicate new data against the index and within itself, write the results as
-    [bold]dedup[/] does, then commit the kept new documents to the index.
-    Example: [bold]gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id[/]"""
+    """Deduplicate new data against the index and within itself, write the results as `dedup` does, then commit the
+    kept new documents to the index.
+
+    The new documents' ids are checked against the index before any other stage (with --work-dir,
+    once they are read): an id the index holds stops the add.
+
+    Example: `gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id`
+    """
     from ..index import Index
     from ..io.inputs import Selection, scan_inputs
     from ..io.layout import check_output_names
     from ..io.writer import check_run_places
     from .common import command_paths
 
-    with user_errors() as guard:
+    with user_errors(context) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         # Apart from the inputs and the index, before any work (Index.add looks at what the
         # inputs resolve to).
@@ -136,6 +172,7 @@ def add_command(
 
 @index_app.command("query")
 def query_command(
+    context: typer.Context,
     index: IndexPath,
     queries: Annotated[List[str], typer.Argument(help="Texts, or files whose documents are the queries "
                                                       "(an argument naming an existing file is a file).",
@@ -144,11 +181,13 @@ def query_command(
     token_field: Annotated[str, typer.Option(help="Field holding token ids in query files.")] = "input_ids",
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
 ):
-    """Print, for each query, the indexed documents whose exact Jaccard with it reaches the
-    index's threshold, as JSON lines {"query": N, "matches": [{"id": ..., "jaccard": ...}]}."""
+    """Print, for each query, the indexed documents whose exact Jaccard with it reaches the index's threshold.
+
+    One JSON line per query: `{"query": N, "matches": [{"id": ..., "jaccard": ...}]}`.
+    """
     from ..index import Index
 
-    with user_errors():
+    with user_errors(context):
         opened = Index(index)
         documents = []
         for query in queries:
@@ -176,16 +215,17 @@ def names_a_file(query: str) -> bool:
 
 @index_app.command("remove")
 def remove_command(
+    context: typer.Context,
     index: IndexPath,
     tag: Annotated[Optional[str], typer.Option(help="Remove the documents an add of this tag committed.",
                                                show_default=False)] = None,
     ids: Annotated[Optional[Path], typer.Option(help="Remove the documents whose ids are listed in this file, "
                                                      "one per line.", show_default=False)] = None,
 ):
-    """Remove documents from the index (tombstones; [bold]compact[/] drops them for good)."""
+    """Remove documents from the index (tombstones; `compact` drops them for good)."""
     from ..index import Index
 
-    with user_errors():
+    with user_errors(context):
         listed = None
         if ids is not None:
             try:
@@ -200,11 +240,11 @@ def remove_command(
 
 
 @index_app.command("compact")
-def compact_command(index: IndexPath):
+def compact_command(context: typer.Context, index: IndexPath):
     """Merge the index's segments into one and drop removed documents."""
     from ..index import Index
 
-    with user_errors():
+    with user_errors(context):
         Index(index).compact()
         info = Index(index).info()
         err.print(f"{escape(str(index))}: {info['documents']:,} documents in {info['segments']} segment(s), "
@@ -212,9 +252,9 @@ def compact_command(index: IndexPath):
 
 
 @index_app.command("info")
-def info_command(index: IndexPath):
+def info_command(context: typer.Context, index: IndexPath):
     """Print the index's documents, segments, tags, bytes and parameters as JSON."""
     from ..index import Index
 
-    with user_errors():
+    with user_errors(context):
         out.print_json(data=Index(index).info())

@@ -152,7 +152,7 @@ def check_content(data_type: pa.DataType, shingle: str, field: str, where: Optio
         if pa.types.is_null(data_type):
             return  # every value missing: empty documents of either kind
         raise InputError(f"{prefix}field {field!r} has type {data_type}, but token shingles need "
-                         f"{TOKEN_EXPECTED}; name the token column with --token-field (token_field=)")
+                         f"{TOKEN_EXPECTED}; name the token column with token_field=")
     if shingle != "token" and is_token_type(data_type):
         raise InputError(f"{prefix}field {field!r} holds token ids ({data_type}); {shingle} shingles need "
-                         "text: use --shingle token for token ids, or name the text column with --text-field")
+                         "text: use shingle='token' for token ids, or name the text column with text_field=")

@@ -113,10 +113,10 @@ def choose_bands(threshold: float, num_perm: int, max_false_negative: float = 0.
             targets += f" and P({low}) at or below {max_false_positive:.2%}"
         better = smallest_feasible_num_perm(threshold, max_false_negative, low, max_false_positive, num_perm + 1)
         hint = (f"num_perm={better} is the smallest that does" if better
-                else "no num_perm up to 4096 does; loosen the targets")
+                else "no num_perm= up to 4096 does; loosen the targets")
         raise ParameterError(
             f"no bands x rows within num_perm={num_perm} keeps {targets}; {hint} "
-            "(or give --bands and --rows)"
+            "(or give bands= and rows=)"
         )
     bands, rows = found
     miss = 1.0 - float(collision_probability(threshold, bands, rows))

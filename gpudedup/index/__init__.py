@@ -31,7 +31,7 @@ from ..engine.memory import MemoryStore
 from ..errors import GpudedupError, InputError, ParameterError
 from ..core.hashing import Permutations, draw_permutations
 from ..core.content import check_content
-from ..engine.workdir import clear_cache, work_dir_lock
+from ..engine.workdir import clear_cache, resume_without_work_dir, work_dir_lock
 from ..io import storage
 from ..io.storage import Given, local_folder, location_of
 from ..io.writer import check_run_places
@@ -210,7 +210,7 @@ class Index:
                     if output is None:
                         raise
                     raise type(error)(f"{error}; the run's results are in {output}: once that is fixed, run the "
-                                      "add again with --overwrite") from None
+                                      "add again with overwrite=True") from None
             finally:
                 if work_dir is not None:  # the commit read the work directory again: this machine's copies
                     clear_cache(storage.full_name(location_of(work_dir)))
@@ -244,7 +244,7 @@ class Index:
                                   against=against, found=found)
         else:
             if resume:
-                raise ParameterError("resume needs a work_dir (--work-dir) to resume from")
+                raise resume_without_work_dir()
             log = StageLog()
             with log.stage("read"):
                 corpus, restore = to_corpus(data, field, id_field, on_error=on_error,
@@ -256,14 +256,7 @@ class Index:
                               log=log)
             assert against.store is not None
             result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store)
-        assert against.store is not None
-        # Pairs and clusters name documents by id: one id for an indexed and a new document
-        # would make them ambiguous (and an add could not commit it).
-        taken = reader.first_indexed(result.ids.slice(against.store.pinned))
-        if taken is not None:
-            raise InputError(f"id {taken!r} of the new data is already in the index {self.path}: ids must be "
-                             "unique across the index (name an id field with --id-field / id_field=, or "
-                             "remove the indexed document first)")
+        assert against.store is not None  # (its first stage refused ids the index holds: store.refuse_indexed_ids)
         result.report = result.report.with_index(str(self.path.absolute()), reader.manifest.generation,
                                                  against.store.pinned, added=False)
         return result, against.store
@@ -365,7 +358,7 @@ class Index:
         pyarrow array); returns how many were removed. Removal is a tombstone, applied when
         the index is read and dropped by ``compact``."""
         if (tag is None) == (ids is None):
-            raise ParameterError("remove needs exactly one of tag= (--tag) and ids= (--ids)")
+            raise ParameterError("remove needs exactly one of tag= and ids=")
         with writer_lock(self.path), changing(self.path):
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)
@@ -470,7 +463,7 @@ def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
     id_type = "int64" if pa.types.is_integer(ids.type) else "string"
     if manifest.parameters.get("id_type") not in (None, id_type):
         raise InputError(f"the index holds {manifest.parameters['id_type']} ids, this input has {id_type} ids; "
-                         "choose --id-field to match")
+                         "choose id_field= to match")
     return id_type
 
 

@@ -12,16 +12,18 @@ its cost grows with the new data and its matches, not with the size of the index
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
-import scipy.sparse
 
 from ..backends import Backend, host_threads
 from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
-from ..engine.job import Executor, LocalExecutor
+from ..engine.local import LocalExecutor
+from ..engine.protocols import Executor
+from ..engine.memory import MemoryStore
+from ..errors import InputError
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys, to_side
 from ..report import InputSummary
@@ -29,6 +31,9 @@ from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..core.verify import csr_parts, stacked_sets
 from .reader import IndexReader, Matched
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 
 class IndexStore:
@@ -45,7 +50,15 @@ class IndexStore:
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
         inner = self.inner
+        # The new documents' ids against the index's, before any other work: a store in memory
+        # holds them before it signs; a work directory's store reads each shard and signs it in
+        # one pass, so its ids are checked as soon as they are read, before the index is probed.
+        read_before = isinstance(inner, MemoryStore)
+        if read_before:
+            refuse_indexed_ids(self.reader, inner.ids)
         inner.sign(spec, banding, permutations, executor, log, progress)
+        if not read_before:
+            refuse_indexed_ids(self.reader, inner.ids)
         # The new documents' keys, all of them, once (a memory store hands its keys over).
         self.new_keys = inner.band_keys(np.ones(inner.active.shape[0], dtype=bool))
         with log.stage("index_probe"):
@@ -140,6 +153,17 @@ class IndexStore:
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
+
+
+def refuse_indexed_ids(reader: IndexReader, ids: pa.Array) -> None:
+    """InputError when one of the new documents' ``ids`` is the id of a live indexed document:
+    pairs and clusters name documents by id, so one id for an indexed and a new document would
+    make them ambiguous (and an add could not commit it)."""
+    taken = reader.first_indexed(ids)
+    if taken is not None:
+        raise InputError(f"id {taken!r} of the new data is already in the index {reader.root}: ids must be unique "
+                         "across the index (remove the indexed document first, or name an id field whose ids the "
+                         "index does not hold with id_field=)")
 
 
 class JoinedRows:

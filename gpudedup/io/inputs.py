@@ -249,7 +249,7 @@ def documents_read(found: Optional[InputFiles], documents: int, sources: Iterabl
         first = skipped_records[0]
         place = first["file"] + (f":{first['line']}" if first.get("line") is not None else "")
         count = len(skipped_records)
-        why = (f"every record was left out under --on-error skip ({count:,} "
+        why = (f"every record was left out under on_error='skip' ({count:,} "
                f"{'record or file' if count == 1 else 'records or files'}; the first: {place}: {first['reason']})")
     else:
         read = list(sources)
@@ -323,7 +323,7 @@ def scan_remote(remote: Remote, found: InputFiles, on_error: str) -> None:
         elif reason is None:
             found.add_file(path, None)
         elif on_error == "stop":
-            raise InputError(f"{display_path(path)}: {reason}; rename the object, or pass --on-error skip to "
+            raise InputError(f"{display_path(path)}: {reason}; rename the object, or pass on_error='skip' to "
                              "leave it out")
         else:
             found.records.append({"file": display_path(path), "line": None, "reason": reason})

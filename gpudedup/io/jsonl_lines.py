@@ -416,7 +416,7 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
     value = record_value(record, text_field)
     if value is MISSING:  # (null is a record without text; a missing field is a mistake)
         return (f"no field {text_field!r} (its fields: {listed(record_field_names(record))}); give a record "
-                "without text as null, or choose the text field with --text-field (token ids: --token-field)"), {}
+                "without text as null, or choose the text field with text_field= (token ids: token_field=)"), {}
     if isinstance(value, list):  # token ids (content.check_content says whether they are wanted)
         problem = token_list_problem(value, json_type)
         if problem:

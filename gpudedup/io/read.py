@@ -93,7 +93,7 @@ def read_corpus(
     if budget is not None:
         budget.check("reading the input", lambda: read_bytes_estimate([(p, format_of(p)) for p in found.files],
                                                                       path_ids=id_field is None),
-                     "deduplicate the input in parts, or raise --max-memory")
+                     "deduplicate the input in parts, or raise max_memory=")
     parts: list[FilePart] = []
     records = list(found.records)
     for path in found.files:

@@ -96,7 +96,7 @@ class RecordErrors:
 def check_on_error(on_error: str) -> None:
     """ParameterError unless on_error is one of ON_ERROR_CHOICES."""
     if on_error not in ON_ERROR_CHOICES:
-        raise ParameterError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}; got {on_error!r}")
+        raise ParameterError(f"on_error= must be one of {', '.join(ON_ERROR_CHOICES)}; got {on_error!r}")
 
 
 def file_record(error: InputError, path: str) -> dict:
@@ -141,7 +141,7 @@ def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field
     schema = table.schema
     if not has_field(schema, text_field):
         return (f"{source.path}: no field {text_field!r} (fields: {listed(field_names(schema))}); "
-                "choose the text field with --text-field (token ids: --token-field)")
+                "choose the text field with text_field= (token ids: token_field=)")
     text_type = field_type(schema, text_field)
     if not (is_text_type(text_type) or is_token_type(text_type)):
         return (f"{source.path}: field {text_field!r} has type {text_type}, expected a string "

@@ -127,10 +127,10 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     nothing. A URL (object storage) is checked the same way, as far as object stores have
     folders: objects under it are a non-empty directory, an object of its own name a file."""
     out = location_of(path)
-    check_apart_from_inputs(out, inputs, "the output directory", "--output")
+    check_apart_from_inputs(out, inputs, "the output directory", "output=")
     if index is not None:
-        check_apart_from_inputs(out, [index], "the output directory", "--output", "the index")
-    check_apart_from_read(out, files, (), "the output directory", "--output")
+        check_apart_from_inputs(out, [index], "the output directory", "output=", "the index")
+    check_apart_from_read(out, files, (), "the output directory", "output=")
     if isinstance(out, Remote):
         check_remote_output(out, overwrite)
         return out
@@ -156,15 +156,15 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
     try:
         names = sorted(os.listdir(out))
     except OSError as error:
-        return f"cannot be listed ({error.strerror or error})", "choose another --output"
+        return f"cannot be listed ({error.strerror or error})", "choose another output="
     if names in ([], [OUTPUT_MARKER]):
         return None
     if not overwrite:
-        return "output directory exists and is not empty", "use --overwrite to replace it"
+        return "output directory exists and is not empty", "use overwrite=True to replace it"
     if is_gpudedup_output(lambda name: _regular_file_bytes(out / name)):
         return None
     return (f"holds files that are not a gpudedup output ({listed(names)})",
-            "choose another --output or empty it")
+            "choose another output= or empty it")
 
 
 def listed(names: Sequence[str]) -> str:
@@ -228,11 +228,11 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     out = None if output is None else location_of(output)
     work = None if work_dir is None else location_of(work_dir)
     if work is not None:
-        check_apart_from_inputs(work, locations, "the work directory", "--work-dir")
+        check_apart_from_inputs(work, locations, "the work directory", "work_dir=")
         if index is not None:
-            check_apart_from_inputs(work, [index], "the work directory", "--work-dir", "the index")
+            check_apart_from_inputs(work, [index], "the work directory", "work_dir=", "the index")
         if out is not None:  # replacing the output must never delete the work directory
-            check_apart_from_inputs(out, [work], "the output directory", "--output", "the work directory",
+            check_apart_from_inputs(out, [work], "the output directory", "output=", "the work directory",
                                     inside_allowed=True)
     if out is not None:
         check_output_dir(out, overwrite, locations, index)
@@ -246,7 +246,7 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
             found = scan_inputs(local, "skip")
         except InputError:
             return
-    for place, what, option in ((out, "the output directory", "--output"), (work, "the work directory", "--work-dir")):
+    for place, what, option in ((out, "the output directory", "output="), (work, "the work directory", "work_dir=")):
         if place is not None:
             check_apart_from_read(place, found.files, found.seen_dirs.values(), what, option)
 
@@ -295,7 +295,8 @@ def check_apart_from_inputs(out: Location, inputs: Iterable[Given], what: str, o
                             other: str = "the input", inside_allowed: bool = False) -> None:
     """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``
     (inside_allowed: only that is or holds one); a URL against the inputs' URLs, by their
-    components (storage.parts_of)."""
+    components (storage.parts_of). what: the directory in words; option: the keyword argument
+    that chooses it, as messages name parameters (``output=``; errors.py)."""
     if isinstance(out, Remote):
         place = parts_of(out)
         for given in inputs:
@@ -405,11 +406,11 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
     if relative <= {OUTPUT_MARKER}:
         return None
     if not overwrite:
-        return "output directory exists and is not empty", "use --overwrite to replace it"
+        return "output directory exists and is not empty", "use overwrite=True to replace it"
     if is_gpudedup_output(lambda name: read_bytes(out.child(name)) if name in relative else None):
         return None
     return (f"holds files that are not a gpudedup output ({listed(sorted({r.split('/')[0] for r in relative}))})",
-            "choose another --output or empty it")
+            "choose another output= or empty it")
 
 
 @contextmanager
