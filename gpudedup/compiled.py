@@ -1,36 +1,122 @@
-"""The one switch for the CPU's compiled (numba) kernels.
+"""The one switch for the CPU's compiled (numba) kernels, and when a process starts them.
 
 The numpy backend's shingling (backends/cpu_kernels.py) and the exact verification's merge
 (verify_kernels.py) each have a numba route and a numpy / scipy reference route that gives the
-same results bit for bit. The compiled route is taken where numba is installed, unless the
-environment sets GPUDEDUP_CPU_KERNELS=numpy (to compare, or to rule the kernels out). Numba is
-imported only when a kernel module is asked for, never when gpudedup is. Every kernel is made
+same results bit for bit. Starting the kernels costs a process a fixed time, cached machine
+code or not: importing numba, its type registries (which import SciPy's BLAS), the cached code
+itself; some tenths of a second, which the kernels win back only over megabytes of text. So a
+process takes the reference routes until its signature passes have read REFERENCE_WORK bytes
+of text (some megabytes a core), then the compiled route for everything after
+(``compiled_route``): a run on a few documents or a few thousand never imports numba, a large
+one pays for it once. The environment switch GPUDEDUP_CPU_KERNELS=numpy keeps every step on
+the reference route (to compare, or to rule the kernels out); =numba takes the compiled route
+for work of any size.
+Numba is imported only when a kernel module is, never when gpudedup is. Every kernel is made
 by ``kernel``, which keeps numba's cache of compiled code out of the package folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The environment switch: "numpy" (any case) keeps every CPU step on its reference route.
+from .threads import HOST_THREADS
+
+# The environment switch: "numpy" (any case) keeps every CPU step on its reference route;
+# "numba" takes the compiled route whatever the size of the work.
 KERNEL_SWITCH = "GPUDEDUP_CPU_KERNELS"
+
+# Bytes of text a process shingles on the reference route before it starts the kernels: per
+# host thread, the text on which the reference route spends, beyond what the kernels would, about
+# the time their start takes one core (scripts/bench_sizes.py measures both sides). The batches
+# run on every thread and the start on one, so the amount grows with the threads. Results are
+# the same on either route; this decides only how long a run takes.
+REFERENCE_WORK = (8 << 20) * HOST_THREADS
+
+
+class _Start:
+    """The process's account of the reference route's work, and whether the kernels are on."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reference_work = 0
+        self.started = False
+        self.announced = False
+
+
+_start = _Start()
 
 
 def kernels_on() -> bool:
-    """Whether a CPU step takes its numba route: numba is installed (the GPU image has none) and
+    """Whether the compiled route may be taken: numba is installed (the GPU image has none) and
     GPUDEDUP_CPU_KERNELS is not "numpy". Read on each call, so a switch set in the environment
-    later (a test) applies to the next caller, which then imports its kernel module itself."""
-    if os.environ.get(KERNEL_SWITCH, "").strip().lower() == "numpy":
+    later (a test) applies to the next caller, which then imports its kernel module itself.
+    Numba is looked up, not imported."""
+    if _switch() == "numpy":
         return False
     try:
-        import numba  # noqa: F401  (only to learn whether it is there)
-    except ImportError:
+        return importlib.util.find_spec("numba") is not None
+    except ValueError:  # sys.modules holds None for it: an import would fail
         return False
-    return True
+
+
+def compiled_route(work: int = 0) -> bool:
+    """Whether a step takes the compiled route: kernels_on(), and the kernels are started in
+    this process, or GPUDEDUP_CPU_KERNELS=numba asks for them, or the reference route's text
+    reaches REFERENCE_WORK with this step's ``work`` (bytes of text; a signature pass's batch),
+    which then starts them. Steps that read no text of their own (verification) pass 0 and
+    follow what the signature passes started."""
+    if not kernels_on():
+        return False
+    with _start.lock:
+        if not _start.started:
+            _start.reference_work += work
+            _start.started = _switch() == "numba" or _start.reference_work >= REFERENCE_WORK
+        return _start.started
+
+
+def expect_text(total: int) -> None:
+    """For a caller that knows a pass's whole text ahead (``total`` bytes; a signature pass):
+    where it reaches REFERENCE_WORK, the compiled route starts now, so that every batch runs on
+    it rather than the first ones on the reference route; otherwise nothing changes."""
+    if total >= REFERENCE_WORK:
+        start_kernels()
+
+
+def start_kernels() -> None:
+    """Take the compiled route from now on in this process (where kernels_on()): for a caller
+    that knows its work is large, or that holds the kernels already (NumpyBackend.kernels)."""
+    with _start.lock:
+        _start.started = True
+
+
+def announce_compiling(dispatcher: Any) -> None:
+    """One line on stderr, once per process, where numba's cache holds no compiled code for the
+    source of ``dispatcher`` (a kernel, before its first call): the first run after an install
+    or upgrade compiles the kernels, which takes seconds, and later runs load them. Reads
+    numba's cache index the way its dispatcher does; where that fails, says nothing."""
+    if _start.announced:
+        return
+    try:
+        # numba.core.caching: the index of a function's cached overloads, empty where the
+        # source file's stamp differs from the one they were compiled from.
+        cached = dispatcher._cache._cache_file._load_index()
+    except Exception:  # numba's internals moved: no line rather than a wrong one
+        return
+    if not cached:
+        _start.announced = True
+        print(f"gpudedup: compiling the CPU kernels (once after an install; later runs load them from "
+              f"{cache_folder()})", file=sys.stderr, flush=True)
+
+
+def _switch() -> str:
+    return os.environ.get(KERNEL_SWITCH, "").strip().lower()
 
 
 def cache_folder() -> Path:

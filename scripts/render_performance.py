@@ -344,6 +344,43 @@ def copies_section(data: Data) -> list[str]:
     return lines + [""] + provenance(data, rows)
 
 
+def sizes_section(data: Data) -> list[str]:
+    sizes = ("one document", "1 MB", "10 MB", "100 MB")
+    runs = [r for r in data["rows"] if r["input"] in sizes]
+    by_input = {name: {r["shingle"]: r for r in runs if r["input"] == name} for name in sizes}
+
+    def cell(row: Optional[Row], tool: str) -> str:
+        figures = row["tools"].get(tool) if row else None
+        if figures is None:
+            return "—"
+        times = figures.get("times_gpudedup")
+        text = seconds(figures["seconds"], 2)
+        return f"**{text}**" if tool == "gpudedup" else text + (f" ({ratio(times)})" if times is not None else "")
+
+    body = []
+    for name in sizes:
+        shingled = by_input[name]
+        if not shingled:
+            continue
+        first = next(iter(shingled.values()))
+        commits = sorted({run_of(data, r)["commit"] for r in shingled.values()})
+        dates = sorted({run_of(data, r)["date"] for r in shingled.values()})
+        text = first["text_mb"]
+        size = f"{number(text * 1e3, 1)} kB" if text < 0.1 else mb(round(text, 1))
+        body.append([name, number(first["documents"]), size,
+                     *[cell(shingled.get(kind), tool) for kind in ("word", "char")
+                       for tool in ("gpudedup", "rensa", "datasketch")], " / ".join(commits), " / ".join(dates)])
+    lines = table(["input", "documents", "text", "word: gpudedup", "rensa (× gpudedup)", "datasketch (× gpudedup)",
+                   "char: gpudedup", "rensa (× gpudedup)", "datasketch (× gpudedup)", "commit", "date"], body)
+    adds = [r for r in data["rows"] if r["input"] == "index add"]
+    for r in adds:
+        took = seconds(r["tools"]["gpudedup"]["seconds"], 2)
+        lines += ["", f"`gpudedup index add` of {number(r['documents'])} documents to an index of "
+                      f"{number(r['indexed_documents'])}, word 5-grams: **{took}** ({', '.join(run_cells(data, r))})."]
+    build = "python scripts/build_bench_corpus.py --install bench_data/bench.jsonl"
+    return lines + [""] + provenance(data, runs + adds, build)
+
+
 # --- the page ----------------------------------------------------------------------------------------
 
 INTRO = """\
@@ -388,6 +425,11 @@ Python; they verify, cluster and write nothing. Recall is against the exact pair
 the threshold (`gpudedup.core.allpairs`): pair recall counts the true pairs a pipeline reports
 (gpudedup's verified pairs, the others' candidates), cluster recall the true pairs whose two
 documents share a gpudedup cluster."""),
+    ("sizes.json", "CPU: a run at every size, start to exit", """\
+`scripts/bench_sizes.py` times whole processes from start to exit, each afresh, best of three:
+the `gpudedup dedup` command with its outputs, and bench_cpu.py's rensa and datasketch pipelines
+(up to their candidate pairs), on one document and 1 MB of the shipped sample and on 10 MB and
+100 MB of the benchmark corpus (the first part of each licence, rule and translation group)."""),
     ("gpu-h200", "GPU: strings to signatures and the whole job", """\
 `scripts/bench_gpu.py` times the GPU backend's stages from UTF-8 strings to band keys (the
 copy to the device, shingle hashing, the MinHash signatures, band keys), each with the device
@@ -458,7 +500,7 @@ distinct documents. Identical copies leave LSH and cost one pair each."""),
 RENDER: dict[str, Callable[[Any], list[str]]] = {
     "cpu.json": cpu_section, "gpu-h200": gpu_section, "index.json": index_section, "tokens.json": tokens_section,
     "streaming.json": streaming_section, "linux.json": linux_section, "task_bytes.json": task_bytes_section,
-    "components.json": components_section, "copies.json": copies_section,
+    "components.json": components_section, "copies.json": copies_section, "sizes.json": sizes_section,
 }
 
 

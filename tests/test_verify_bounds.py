@@ -32,7 +32,7 @@ def route(request, monkeypatch) -> str:
         monkeypatch.setenv(KERNEL_SWITCH, "numpy")
         assert merge_kernels() is None
     else:
-        monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+        monkeypatch.setenv(KERNEL_SWITCH, "numba")
         assert merge_kernels() is not None
     return request.param
 
@@ -233,7 +233,7 @@ def test_signature_agreements_kernel_against_a_python_count(monkeypatch):
     first, second = rng.integers(0, 50, size=(2, 3000)).astype(np.int64)
     expected = [sum(int(x == y) for x, y in zip(signatures[a], signatures[b]))
                 for a, b in zip(first.tolist(), second.tolist())]
-    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    monkeypatch.setenv(KERNEL_SWITCH, "numba")
     assert verify.signature_agreements(signatures, first, second).tolist() == expected
 
     class Gatherer:  # a staged store's signatures: rows by [positions] only
@@ -257,7 +257,7 @@ def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
         monkeypatch.setattr(verify, "as_set_matrix", lambda sets: whole(sets) if not isinstance(
             sets, verify.StoredSets) else pytest.fail("a matrix of every stored set was made"))
     else:
-        monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+        monkeypatch.setenv(KERNEL_SWITCH, "numba")
     rng = np.random.default_rng(11)
     base = [set(rng.integers(0, 60, size=int(rng.integers(1, 50))).tolist()) for _ in range(40)]
     # Near copies of stored sets, so that many pairs reach the threshold.
@@ -293,7 +293,7 @@ def test_routes_agree_bit_for_bit_on_shingle_sets(jaccard_pairs, batch_from_rows
     sets = document_sets(lambda part: batch_from_rows([rows[int(d)] for d in part]), docs,
                          np.full(len(rows), 500, np.int64), 10_000)
     first, second = docs[0::2], docs[1::2]  # views with a stride: the kernel route copes
-    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    monkeypatch.setenv(KERNEL_SWITCH, "numba")
     merged = pair_jaccard(sets, first, second)
     bounded = pair_jaccard_at_least(sets, first, second, 0.8)
     monkeypatch.setenv(KERNEL_SWITCH, "numpy")

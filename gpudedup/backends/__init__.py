@@ -22,6 +22,9 @@ Nothing here imports cupy until a GPU backend is asked for.
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import sys
 from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
@@ -40,7 +43,10 @@ class Backend(Protocol):
     def xp(self) -> Any:
         """The array module: numpy or cupy."""
 
-    description: str  # for the report, e.g. "numpy 2.4.6"
+    @property
+    def description(self) -> str:
+        """For the report, e.g. "numpy 2.4.6 + numba 0.68.1 kernels"."""
+
     parallel_batches: int  # batches processed at once (threads)
     default_batch_bytes: int  # text bytes per batch unless DedupParams.batch_bytes says
 
@@ -101,9 +107,9 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
     if not isinstance(name, str):
         if hasattr(name, "xp") and hasattr(name, "signatures"):
             return name
-        raise ParameterError(f"backend must be one of {', '.join(BACKEND_NAMES)} or a backend; got {name!r}")
+        raise ParameterError(f"backend= must be one of {', '.join(BACKEND_NAMES)} or a backend; got {name!r}")
     if name not in BACKEND_NAMES:
-        raise ParameterError(f"backend must be one of {', '.join(BACKEND_NAMES)}; got {name!r}")
+        raise ParameterError(f"backend= must be one of {', '.join(BACKEND_NAMES)}; got {name!r}")
     if name == "cpu":
         from .numpy_backend import NumpyBackend
 
@@ -120,9 +126,9 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
             reason = f"the GPU backend could not start ({type(error).__name__}: {error})"
     if name == "gpu":
         raise BackendUnavailableError(
-            f"--backend gpu needs a CUDA GPU with CuPy, but {reason}. Install CuPy for your CUDA "
+            f"backend='gpu' needs a CUDA GPU with CuPy, but {reason}. Install CuPy for your CUDA "
             "version: pip install 'gpudedup[gpu]' (cupy-cuda12x, CUDA 12) or "
-            "pip install 'gpudedup[gpu-cuda13]' (cupy-cuda13x, CUDA 13); or use --backend cpu."
+            "pip install 'gpudedup[gpu-cuda13]' (cupy-cuda13x, CUDA 13); or use backend='cpu'."
         )
     from .numpy_backend import NumpyBackend
 
@@ -131,6 +137,11 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
 
 def gpu_unavailable_reason() -> str | None:
     """None when a GPU backend can run here, else why not (for messages and the report)."""
+    if not installed("cupy"):
+        return "CuPy is not installed"
+    missing_driver = cuda_driver_missing()
+    if missing_driver is not None:
+        return missing_driver
     try:
         import cupy
     except ImportError:
@@ -143,3 +154,32 @@ def gpu_unavailable_reason() -> str | None:
     except Exception as error:
         return f"no usable CUDA device ({error})"
     return None
+
+
+# The CUDA driver's library, which CuPy loads (as does any CUDA program), by platform.
+CUDA_DRIVER = {"linux": "libcuda.so.1", "win32": "nvcuda.dll"}
+CUDA_ERROR_NO_DEVICE = 100  # cuInit's result where the driver sees no device
+
+
+def cuda_driver_missing() -> str | None:
+    """Why no CUDA device can be used here, learnt from the driver without importing CuPy (a few
+    tenths of a second, on every CPU run where it is installed): its library does not load, or
+    it sees no device. None where it may be used; CuPy's own checks follow."""
+    name = CUDA_DRIVER.get(sys.platform)
+    if name is None:
+        return None
+    try:
+        driver = ctypes.CDLL(name)
+    except OSError:
+        return f"no CUDA driver ({name} cannot be loaded)"
+    if driver.cuInit(0) == CUDA_ERROR_NO_DEVICE:
+        return "no CUDA device is visible"
+    return None
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, as far as finding it tells (it is not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # in sys.modules without a spec (a stand-in): there it is
+        return True

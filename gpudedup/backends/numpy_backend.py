@@ -1,21 +1,23 @@
 """The numpy backend: the reference implementation, host memory, always available.
 
 Shingling (shingle_hashes, shingle_sets) and the MinHash signatures run on numba kernels
-(cpu_kernels.py), bit for bit the numpy reference's results and faster, where numba imports and
-the environment does not set GPUDEDUP_CPU_KERNELS=numpy; otherwise on the numpy reference
-(shingling.py, minhash.py). Numba is
-imported when the backend is made, never when gpudedup is.
+(cpu_kernels.py), bit for bit the numpy reference's results and faster, where the compiled
+route is taken (compiled.compiled_route: numba installed, not switched off, and the process
+has shingled enough text for their start to pay); otherwise on the numpy reference
+(shingling.py, minhash.py). Numba is imported when the first batch takes the compiled route,
+never when gpudedup is or the backend is made.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from types import ModuleType
 from typing import Optional
 
 import numpy as np
 
-from ..compiled import kernels_on
+from ..compiled import announce_compiling, compiled_route, kernels_on, start_kernels
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys
 from ..core.minhash import minhash_signatures
@@ -28,8 +30,10 @@ def shingling_kernels() -> Optional[ModuleType]:
     """cpu_kernels (numba), or None where the compiled route is off (compiled.kernels_on)."""
     if not kernels_on():
         return None
+    # (numba is heavy: imported with the kernels, when a run takes the compiled route)
     from . import cpu_kernels
 
+    announce_compiling(cpu_kernels.normalize_batch)
     return cpu_kernels
 
 
@@ -40,28 +44,51 @@ class NumpyBackend:
     default_batch_bytes = DEFAULT_BATCH_BYTES
 
     def __init__(self, auto_reason: str | None = None):
-        self.kernels = shingling_kernels()
-        self.description = f"numpy {np.__version__}"
-        if self.kernels is not None:
-            import numba  # already imported by the kernels
+        self.auto_reason = auto_reason
+        self._kernels: Optional[ModuleType] = None  # cpu_kernels, once a batch has taken them
 
-            self.description += f" + numba {numba.__version__} kernels"
-        if auto_reason:
-            self.description += f" (auto: no GPU backend, {auto_reason})"
+    @property
+    def kernels(self) -> Optional[ModuleType]:
+        """cpu_kernels where the compiled route is on (kernels_on), else None. Asking for them
+        loads them and starts the compiled route in this process (compiled.start_kernels)."""
+        if self._kernels is None and kernels_on():
+            start_kernels()
+            self._kernels = shingling_kernels()
+        return self._kernels
+
+    @property
+    def description(self) -> str:
+        """For the report: numpy's version, and numba's where this backend's batches ran on the
+        kernels (a run too small to start them runs on the numpy reference alone)."""
+        text = f"numpy {np.__version__}"
+        if self._kernels is not None:
+            text += f" + numba {sys.modules['numba'].__version__} kernels"  # (imported by the kernels)
+        if self.auto_reason:
+            text += f" (auto: no GPU backend, {self.auto_reason})"
+        return text
+
+    def _route(self, work: int) -> Optional[ModuleType]:
+        """The kernels for a step of ``work`` bytes of text, or None: the numpy reference."""
+        if self._kernels is None and compiled_route(work):
+            self._kernels = shingling_kernels()
+        return self._kernels if kernels_on() else None
 
     def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-        if self.kernels is not None:
-            return self.kernels.shingle_hashes(data, offsets, spec)
+        kernels = self._route(data.nbytes)
+        if kernels is not None:
+            return kernels.shingle_hashes(data, offsets, spec)
         return utf8_shingle_hashes(data, offsets, spec)
 
     def shingle_sets(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-        if self.kernels is not None:
-            return self.kernels.shingle_sets(data, offsets, spec)
+        kernels = self._route(data.nbytes)
+        if kernels is not None:
+            return kernels.shingle_sets(data, offsets, spec)
         return unique_per_row(utf8_shingle_hashes(data, offsets, spec))
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
-        if self.kernels is not None:
-            return self.kernels.signatures(shingles, permutations)
+        kernels = self._route(0)  # (the batch's text was counted when it was shingled)
+        if kernels is not None:
+            return kernels.signatures(shingles, permutations)
         return minhash_signatures(shingles, permutations)
 
     def band_keys(self, signatures: np.ndarray, banding: Banding) -> np.ndarray:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Literal, NamedTuple, Optional
 
 import numpy as np
-import scipy.sparse
-from scipy.sparse.csgraph import connected_components
 
 KeepPolicy = Literal["first", "longest"]
 # component_roots makes its graph over the documents as numbered (no renumbering sort) where
@@ -80,6 +78,10 @@ def component_roots(first: np.ndarray, second: np.ndarray,
     else:
         docs, ends = np.unique(np.concatenate([first, second]), return_inverse=True)
         nodes, ends_first, ends_second = docs.shape[0], ends[:first.shape[0]], ends[first.shape[0]:]
+    # (heavy: loaded by the runs that have pairs, not by every start-up)
+    import scipy.sparse
+    from scipy.sparse.csgraph import connected_components
+
     graph = scipy.sparse.coo_matrix((np.ones(first.shape[0], dtype=np.int8), (ends_first, ends_second)),
                                     shape=(nodes, nodes))
     count, component = connected_components(graph, directed=False)
@@ -101,7 +103,7 @@ def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepP
     host, docs ascending, root the smallest document of each one's component;
     component_roots). Clusters are numbered in the order of their first document, so by root.
     ``policy`` chooses the kept document (find_clusters), ``"longest"`` by ``lengths[docs]``
-    (lengths: int64 (n,) host, or what gathers like it: job.Store.lengths); rows below
+    (lengths: int64 (n,) host, or what gathers like it: protocols.Store.lengths); rows below
     ``pinned`` are documents kept before (a persistent index's): never removed, and a cluster
     holding one keeps those and removes the rest (its root, its smallest row, is then one of
     them)."""

@@ -28,16 +28,18 @@ check is not reported (LSH may pair it with the group's first document again).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
-import scipy.sparse
 
 from .hashing import poly_hash64_rows
 from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
 from ..stages import Progress
 from .verify import pair_jaccard_at_least, signature_agreements
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 
 @dataclass
@@ -128,7 +130,7 @@ def same_signature_rows(signatures: Any, row_hash: np.ndarray | None = None) -> 
 COPY_ROUNDS = 4
 
 
-SetReader = Callable[[np.ndarray], scipy.sparse.csr_matrix]
+SetReader = Callable[[np.ndarray], "scipy.sparse.csr_matrix"]
 
 
 def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths: Any,
@@ -141,10 +143,10 @@ def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths
     groups: same_signature_rows of the signatures of the documents ``active`` (int64 (m,),
     ascending corpus rows): (first, member) int64 positions into active (a cluster's tasks
     group and check their parts of the groups: engine/copyparts.py); lengths: int64 (n,) text lengths
-    in code points over the corpus; both are only indexed (job.Store.active, lengths).
+    in code points over the corpus; both are only indexed (protocols.Store.active, lengths).
     set_reader(docs) is called once with every document of the groups (int64, ascending corpus
     rows) and gives sets(part): the shingle sets of a part of them (int64, ascending) as
-    verify.document_sets makes them (job.Store.set_reader).
+    verify.document_sets makes them (protocols.Store.set_reader).
 
     The groups go ``batch_cost`` code points of documents at a time, each document once: a
     batch of whole groups is shingled by one call and runs every round of its groups on those
@@ -265,6 +267,7 @@ def implied_pairs(a: np.ndarray, b: np.ndarray, first: np.ndarray, member: np.nd
     inside one group (Jaccard 1). Used where pairs are compared with an all-pairs truth
     (evaluate.py, tests); the output is quadratic in the size of a group.
     """
+    # (heavy, and only for comparisons with an all-pairs truth: not loaded by a run)
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Optional
+from typing import TYPE_CHECKING, Literal, NamedTuple, Optional
 
 import numpy as np
 import pyarrow as pa
-import scipy.sparse
 
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
 from .normalize import SPACE, normalize_utf8, text_buffers
 from .ragged import offsets_from_counts, ragged_arange
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 ShingleKind = Literal["word", "char", "token"]
 SHINGLE_KINDS = ("word", "char", "token")
@@ -249,6 +251,8 @@ def set_rows(batch: ShingleBatch) -> scipy.sparse.csr_matrix:
     CSR). scipy sorts and merges each row in C++, several times faster than any vectorised
     numpy route to a per-row sort (which needs a global argsort).
     """
+    import scipy.sparse  # (heavy: loaded by the runs that make sets, not by every start-up)
+
     matrix = scipy.sparse.csr_matrix(
         (np.ones(batch.hashes.shape[0], np.int8), hashes_to_columns(batch.hashes), batch.offsets.copy()),
         shape=(batch.n_docs, np.iinfo(np.int64).max),

@@ -43,15 +43,17 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 import numpy as np
-import scipy.sparse
 
-from ..compiled import kernels_on
+from ..compiled import announce_compiling, compiled_route
 from .ragged import offsets_from_counts, ragged_take, weighted_ranges
 from .shingling import ShingleBatch, hashes_to_columns, set_rows
 from ..threads import map_parallel
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 SIGNATURE_TAIL = 1e-9
 
@@ -221,6 +223,8 @@ def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_mat
     """Shingle sets as the binary CSR matrix pair_jaccard reads: columns int64, each row's
     sorted and distinct (shingling.hashes_to_columns), row i the next counts[i] of them
     (int64 (n,)); host. The one place this matrix is made from stored or spilled sets."""
+    import scipy.sparse  # (heavy: loaded by the runs that verify pairs, not by every start-up)
+
     matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets_from_counts(counts)),
                                      shape=(counts.shape[0], np.iinfo(np.int64).max))
     matrix.has_sorted_indices = True
@@ -228,12 +232,15 @@ def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_mat
 
 
 def merge_kernels() -> Optional[ModuleType]:
-    """verify_kernels (numba), or None where the compiled route is off (compiled.kernels_on):
-    then scipy_intersections counts."""
-    if not kernels_on():
+    """verify_kernels (numba) where the compiled route is taken (compiled.compiled_route: the
+    kernels started in this process by a signature pass, or asked for by the switch), else
+    None: then scipy_intersections counts, and numpy the signature agreements."""
+    if not compiled_route():
         return None
+    # (numba is heavy: imported with the kernels, when a run takes the compiled route)
     from . import verify_kernels
 
+    announce_compiling(verify_kernels.intersections_at_least)
     return verify_kernels
 
 
@@ -284,6 +291,8 @@ def rows_jaccard_at_least(sets_of: Callable[[np.ndarray], scipy.sparse.csr_matri
     store: sets_of(docs) gives the set matrix of its rows ``docs`` (int64, ascending, distinct),
     asked once for every row of the pairs. Returns float64 (p,), host."""
     first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
+    if first.shape[0] == 0:  # no sets to read (nor SciPy to load for them)
+        return np.zeros(0, dtype=np.float64)
     docs = np.unique(np.concatenate([first, second]))
     return pair_jaccard_at_least(sets_of(docs), np.searchsorted(docs, first), np.searchsorted(docs, second),
                                  threshold, threads)
@@ -404,7 +413,7 @@ class StoredSets(NamedTuple):
 
 
 # What pair_jaccard_at_least reads sets from: a set matrix, or the same two arrays.
-SetRows = Union[scipy.sparse.csr_matrix, StoredSets]
+SetRows = Union["scipy.sparse.csr_matrix", StoredSets]
 
 
 def as_set_matrix(sets: SetRows) -> scipy.sparse.csr_matrix:

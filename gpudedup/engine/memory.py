@@ -4,10 +4,9 @@ GPU backend). Nothing is kept between runs; ``dedup_corpus`` runs the job over i
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
-import scipy.sparse
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -28,6 +27,9 @@ from ..core.verify import SetsBuilder, document_sets, pair_jaccard_at_least, row
 from .job import run_job
 from .outcome import Outcome
 from .protocols import Executor
+
+if TYPE_CHECKING:
+    import scipy.sparse
 from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
 

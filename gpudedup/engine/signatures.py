@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from ..compiled import expect_text
 from ..backends import Backend
 from ..core.hashing import Permutations
 from ..core.lsh import Banding
@@ -48,6 +49,8 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     not depend on repeats or order.
     """
     data, offsets = texts
+    # A pass over enough text starts the compiled kernels now, not after its first batches.
+    expect_text(int(offsets[-1]) * data.dtype.itemsize)
     progress.start("Shingling + MinHash", offsets.shape[0] - 1)
     shingle = backend.shingle_hashes if sets is None else backend.shingle_sets
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import os
 
@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import scipy.sparse
 
 from ..core.lsh import sorted_unique
 from ..core.ragged import ragged_arange, ragged_take
@@ -31,6 +30,9 @@ from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matri
 from ..errors import DamagedIndexError
 from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 
 @dataclass(frozen=True)

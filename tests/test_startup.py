@@ -1,0 +1,163 @@
+"""A run's start-up: what a run on a few documents loads, and when the compiled kernels start.
+
+Checked by the modules a fresh interpreter has loaded and by the route each step takes, not by
+timing (scripts/bench_sizes.py times it). A run on little text takes the numpy reference
+routes, bit for bit the kernels' results, and never imports numba (whose start costs some
+tenths of a second however small the run); CuPy is not imported where no CUDA driver can load;
+matplotlib only draws figures, so a run that writes none does not load it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import gpudedup
+from gpudedup import compiled
+from gpudedup.backends import cuda_driver_missing, get_backend
+from gpudedup.compiled import KERNEL_SWITCH
+
+# Not loaded by a run on one document that writes nothing (where no CUDA driver loads: cupy).
+NOT_FOR_A_SMALL_RUN = ("numba", "llvmlite", "matplotlib", "scipy") + (("cupy",) if cuda_driver_missing() else ())
+
+
+def loaded_after(code: str, **environment: str) -> list[str]:
+    """The top-level modules a fresh interpreter has loaded after running ``code``."""
+    script = (f"{code}\nimport json, sys\n"
+              "print('LOADED=' + json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **environment})
+    assert done.returncode == 0, done.stderr
+    (line,) = [row for row in done.stdout.splitlines() if row.startswith("LOADED=")]
+    return json.loads(line.removeprefix("LOADED="))
+
+
+@pytest.fixture
+def fresh_start(monkeypatch):
+    """This process's account of the reference route's work, as a new process has it."""
+    start = compiled._Start()
+    monkeypatch.setattr(compiled, "_start", start)
+    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    return start
+
+
+def test_a_run_on_one_document_loads_no_kernels_and_no_figures():
+    loaded = loaded_after("import gpudedup\nbackend = gpudedup.dedup(['a b c d e f']).report['backend']\n"
+                          "assert backend.startswith('numpy') and 'numba' not in backend", **{KERNEL_SWITCH: ""})
+    assert "gpudedup" in loaded and "numpy" in loaded  # (the probe sees what a run loads)
+    assert sorted(set(NOT_FOR_A_SMALL_RUN) & set(loaded)) == []
+
+
+def test_the_kernels_start_once_the_reference_route_has_read_enough_text(fresh_start):
+    assert not compiled.compiled_route()  # verification follows the signature passes
+    assert not compiled.compiled_route(compiled.REFERENCE_WORK - 1)
+    assert not compiled.compiled_route(0)
+    assert compiled.compiled_route(1) and compiled.compiled_route(0)  # started: stays on
+
+
+def test_a_pass_that_knows_its_text_starts_the_kernels_before_its_first_batch(fresh_start):
+    compiled.expect_text(compiled.REFERENCE_WORK - 1)
+    assert not compiled.compiled_route(0)
+    compiled.expect_text(compiled.REFERENCE_WORK)
+    assert compiled.compiled_route(0)
+
+
+def test_the_switch_asks_for_either_route_at_any_size(fresh_start, monkeypatch):
+    monkeypatch.setenv(KERNEL_SWITCH, "numpy")
+    assert not compiled.compiled_route(compiled.REFERENCE_WORK)
+    monkeypatch.setenv(KERNEL_SWITCH, " Numba ")
+    assert compiled.compiled_route(0)
+    monkeypatch.setenv(KERNEL_SWITCH, "numpy")  # off again, started or not
+    assert not compiled.compiled_route(0)
+
+
+def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_start, monkeypatch, tmp_path):
+    """Part of the sample (about 0.7 MB) in a process whose earlier passes read enough text that
+    this run's first batches run on the numpy reference and the rest on the kernels (and
+    verification on them): the pairs, clusters, kept rows and every checked Jaccard of a run on
+    the reference routes alone. A pass that reaches REFERENCE_WORK by itself starts the
+    kernels before its first batch."""
+    from importlib import resources
+
+    import pyarrow.json as pajson
+
+    from gpudedup.backends import cpu_kernels
+    from gpudedup.core import shingling
+
+    with resources.as_file(resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")) as path:
+        sample = pajson.read_json(path)
+    # The first chapters in the order of their book and chapter, every translation of each
+    # together: near-duplicates among 300 documents (about 0.7 MB).
+    ids, every_text = sample.column("id").to_pylist(), sample.column("text").to_pylist()
+    order = sorted(range(len(ids)), key=lambda row: (ids[row].split(" ", 1)[1], ids[row]))
+    texts = [every_text[row] for row in order[:300]]
+    monkeypatch.setenv(KERNEL_SWITCH, "numpy")
+    reference = gpudedup.dedup(texts, backend="cpu", batch_bytes=64 << 10)
+    monkeypatch.delenv(KERNEL_SWITCH)
+    monkeypatch.setattr(compiled, "REFERENCE_WORK", 1 << 20)
+    fresh_start.reference_work = 700 << 10  # (earlier passes of this process)
+    taken: list[str] = []
+    by_kernels, by_numpy = cpu_kernels.shingle_hashes, shingling.utf8_shingle_hashes
+    monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: taken.append("kernels") or by_kernels(*args))
+    monkeypatch.setattr("gpudedup.backends.numpy_backend.utf8_shingle_hashes",
+                        lambda *args: taken.append("numpy") or by_numpy(*args))
+    mixed = gpudedup.dedup(texts, backend="cpu", batch_bytes=64 << 10)
+    # (The batches run on threads: the step that starts the kernels may overtake one more
+    # batch on the numpy route, so the order is checked at the ends.)
+    assert taken[0] == "numpy" and taken[-1] == "kernels"
+    assert "numba" in mixed.report["backend"] and "numba" not in reference.report["backend"]
+    assert mixed.pairs.equals(reference.pairs) and mixed.pairs.num_rows > 10
+    assert mixed.clusters.equals(reference.clusters)
+    assert np.array_equal(mixed.keep, reference.keep)
+    assert np.array_equal(mixed.checked_jaccard, reference.checked_jaccard)
+
+    taken.clear()
+    monkeypatch.setattr(compiled, "_start", compiled._Start())
+    monkeypatch.setattr(compiled, "REFERENCE_WORK", 200 << 10)
+    large = gpudedup.dedup(texts, backend="cpu", batch_bytes=64 << 10)
+    assert set(taken) == {"kernels"} and large.pairs.equals(reference.pairs)
+
+
+def test_a_backend_asked_for_its_kernels_starts_them(fresh_start):
+    backend = get_backend("cpu")
+    assert "numba" not in backend.description
+    assert backend.kernels is not None and "numba" in backend.description
+    assert compiled.compiled_route(0)
+
+
+def test_compiling_is_said_once_and_only_without_cached_code(fresh_start, capsys):
+    class Dispatcher:  # what announce_compiling reads of a numba dispatcher: its cache's index
+        def __init__(self, index: dict):
+            self._cache = SimpleNamespace(_cache_file=SimpleNamespace(_load_index=lambda: index))
+
+    compiled.announce_compiling(Dispatcher({"signature": "cached"}))
+    assert capsys.readouterr().err == ""
+    compiled.announce_compiling(Dispatcher({}))
+    compiled.announce_compiling(Dispatcher({}))
+    assert capsys.readouterr().err.count("compiling the CPU kernels") == 1
+    compiled.announce_compiling(object())  # numba's internals moved: nothing said, nothing raised
+
+
+def test_numba_s_cache_index_is_read_as_announce_compiling_expects(tmp_path, monkeypatch, fresh_start):
+    """A real kernel: its index is empty before its first call in a new cache folder, and holds
+    the compiled signature after it (so the next process says nothing)."""
+    import numba
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    source = tmp_path / "tiny_kernel.py"
+    source.write_text("from gpudedup.compiled import kernel\n\n\n@kernel()\ndef plus_one(x):\n    return x + 1\n")
+    spec = importlib.util.spec_from_file_location("tiny_kernel", source)
+    assert spec is not None and spec.loader is not None
+    tiny_kernel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny_kernel)
+
+    assert tiny_kernel.plus_one._cache._cache_file._load_index() == {}
+    assert tiny_kernel.plus_one(1) == 2
+    assert tiny_kernel.plus_one._cache._cache_file._load_index() != {}
