@@ -254,7 +254,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     caller made it."""
     import tempfile
 
-    from .engine.dask import DaskExecutor
+    from .engine.dask import DaskExecutor  # (Dask is optional: loaded by a run on a cluster)
     from .engine.daskops import clear_worker_caches, dask_client
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
@@ -300,7 +300,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
     runs the store's tasks (this process when None); against: a run against a persistent index
     (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here)."""
-    from .engine.disk import WorkDirStore, fingerprint
+    from .engine.disk import WorkDirStore, fingerprint  # (start-up: loaded by a run with a work directory)
     from .engine.workdir import WorkDir, clear_cache
 
     paths = [location_of(data)] if isinstance(data, (str, os.PathLike)) else data

@@ -10,6 +10,6 @@ def main() -> None:
     from .interrupts import install_signal_handlers  # the standard library only
 
     install_signal_handlers()
-    from .cli import main as run_command
+    from .cli import main as run_command  # (the signal handlers are installed before anything else is loaded)
 
     run_command()

@@ -49,23 +49,23 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from .version import __version__
 from .core.allpairs import SimilarPairs, exact_similar_pairs
-from .backends import get_backend
-from .core.copies import implied_pairs
-from .errors import InputError, ParameterError
 from .core.content import bad_token_rows, check_content, content_bytes, is_token_type
+from .core.copies import implied_pairs
+from .core.lsh import collision_probability
+from .core.shingling import ShingleBatch, ShingleKind, ShingleSpec, UnicodeForm, unique_per_row, utf8_shingle_hashes
+from .engine.memory import dedup_corpus
+from .engine.signatures import text_batches
 from .io.corpus import Corpus
 from .io.rules import row_locator
 from .io.source import SourceFile
-from .core.lsh import collision_probability
-from .params import (DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED,
-                     DEFAULT_THRESHOLD, DedupParams)
-from .engine.memory import dedup_corpus
-from .engine.signatures import text_batches
-from .threads import map_parallel
-from .core.shingling import ShingleBatch, ShingleKind, ShingleSpec, UnicodeForm, unique_per_row, utf8_shingle_hashes
+from . import plots
+from .backends import get_backend
+from .errors import InputError, ParameterError
+from .params import DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams
 from .stages import Progress
+from .threads import map_parallel
+from .version import __version__
 
 DEFAULT_BIN_WIDTH = 0.05
 # Text per batch when shingling the corpus for the ground truth (numpy, host).
@@ -782,7 +782,6 @@ def csv_text(results, criterion: str = "f1") -> str:
 def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
     """PNG of recall against exact similarity for one setting (candidates, verified, and the
     S-curve's prediction), or None without matplotlib or a result."""
-    from . import plots
 
     if result is None or result.recall_by_similarity is None or not plots.matplotlib_available():
         return None

@@ -18,18 +18,16 @@ import html
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 
-from . import plots
 from .core.lsh import collision_probability, steepest_similarity
+from .core.shingling import ShingleSpec, shingle_sets
 from .engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED, examples_of
 from .io.fields import content_of
-
-if TYPE_CHECKING:
-    from .core.shingling import ShingleSpec
+from . import plots
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
@@ -503,7 +501,6 @@ def _cluster_block(result, cluster: int, members, size: int, kept, rows, stats, 
     for position, content in zip(table_rows, content_of(result.table, result.text_field).take(
             pa.array(outcome_rows[table_rows])).to_pylist()):
         contents[position] = content
-    from .core.shingling import ShingleSpec
 
     spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
                        bool(p.get("strip_symbols")))
@@ -583,7 +580,6 @@ def _highlight(text: str, reference: str) -> str:
 def exact_jaccard(first, second, spec: ShingleSpec) -> float:
     """The exact Jaccard similarity of two documents' shingle sets (the verification's measure);
     first, second: texts, or token-id lists for token shingles (None: empty)."""
-    from .core.shingling import shingle_sets
 
     sets = shingle_sets([first, second], spec)
     offsets, hashes = sets.offsets, sets.hashes

@@ -8,6 +8,7 @@ from typing import Optional, Protocol, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class IdSource(Protocol):
@@ -58,7 +59,6 @@ def id_source(ids: Union[pa.Array, IdSource]) -> IdSource:
 def order_ranks(ids: pa.Array) -> np.ndarray:
     """int64 (k,): each id's place in the ids' ascending order (ids unique; Arrow's order,
     which Dask's sort_values keeps too: numbers, or strings by code point)."""
-    import pyarrow.compute as pc
 
     rank = np.empty(len(ids), dtype=np.int64)
     rank[pc.sort_indices(ids).to_numpy()] = np.arange(len(ids), dtype=np.int64)

@@ -14,6 +14,8 @@ import re
 
 import pyarrow as pa
 
+from .errors import MemoryLimitError, ParameterError
+
 
 def _load_glibc():
     try:
@@ -43,7 +45,6 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 
 def parse_size(text, name: str = "max_memory") -> int:
     """Bytes of a size like 4G, 512M, 1.5GiB or 1000000 (binary units: 1G = 2**30 bytes); name:
     the parameter's, for the error."""
-    from .errors import ParameterError
 
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value, unit = float(text), ""
@@ -85,7 +86,6 @@ class MemoryBudget:
         release_unused_memory()  # what is resident, not what the allocators keep for reuse
         now = resident_bytes()
         if now + need > self.limit:
-            from .errors import MemoryLimitError
 
             raise MemoryLimitError(
                 f"max_memory={size_words(self.limit)}: {stage} needs about "

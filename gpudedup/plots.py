@@ -234,6 +234,7 @@ def verified_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
 
 def _matplotlib():
     try:
+        # (start-up: matplotlib, heavy, is loaded to draw)
         import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -281,6 +282,7 @@ def _mark_steepest(axes, bands: int, rows: int) -> None:
 def _count_formatter():
     """Tick labels of counts in at most five characters (800, 9,500, 120k, 2.5M), so that the
     fixed margins (MARGINS) hold them."""
+    # (start-up: matplotlib, heavy, is loaded to draw)
     from matplotlib.ticker import FuncFormatter
 
     def label(value: float, _) -> str:

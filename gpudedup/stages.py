@@ -144,7 +144,7 @@ class RichProgress(Progress):
     """A progress bar per stage on stderr (rich), for the CLI and for notebooks."""
 
     def __init__(self):
-        from rich.console import Console
+        from rich.console import Console  # (start-up: a progress display is made only where it shows)
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bars,
                                    TextColumn, TimeElapsedColumn)
 

@@ -111,6 +111,7 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
     if name not in BACKEND_NAMES:
         raise ParameterError(f"backend= must be one of {', '.join(BACKEND_NAMES)}; got {name!r}")
     if name == "cpu":
+        # (start-up: the backend's module is loaded when it is chosen)
         from .numpy_backend import NumpyBackend
 
         return NumpyBackend()
@@ -119,7 +120,7 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
     reason = gpu_unavailable_reason()
     if reason is None:
         try:
-            from .cupy_backend import CupyBackend
+            from .cupy_backend import CupyBackend  # (CuPy is optional)
 
             return CupyBackend()
         except Exception as error:  # NVRTC missing, a device CuPy cannot compile for, ...
@@ -130,6 +131,7 @@ def get_backend(name: "str | Backend" = "auto") -> Backend:
             "version: pip install 'gpudedup[gpu]' (cupy-cuda12x, CUDA 12) or "
             "pip install 'gpudedup[gpu-cuda13]' (cupy-cuda13x, CUDA 13); or use backend='cpu'."
         )
+    # (start-up: the backend's module is loaded when it is chosen)
     from .numpy_backend import NumpyBackend
 
     return NumpyBackend(auto_reason=reason)

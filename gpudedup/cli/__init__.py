@@ -180,12 +180,13 @@ def dedup_command(
 
     Example: `gpudedup dedup shards/ -o out/ --threshold 0.8`
     """
-    from ..api import dedup as run_api_dedup
+    from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
 
     with user_errors(context) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         started = time.perf_counter()
         if against is not None:
+            # (start-up: `--help` and completion load no job)
             from ..engine.workdir import work_dir_lock
             from ..index import Index
             from ..io.inputs import Selection, scan_inputs
@@ -278,8 +279,10 @@ def params_command(
 
     Example: `gpudedup params --threshold 0.8 --low 0.5 --max-fp 0.05 --num-perm 512`
     """
+    # (start-up: `--help` and completion load no job)
     from rich.table import Table
 
+    # (start-up: `--help` and completion load no job)
     from ..core.lsh import banding_summary
 
     with user_errors(context):
@@ -374,6 +377,7 @@ def evaluate_command(
 
     Example: `gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --threshold 0.7,0.8`
     """
+    # (start-up: `--help` and completion load no job)
     from .. import evaluate as evaluation
     from ..io.read import read_corpus
 
@@ -424,7 +428,7 @@ def demo_command(
     The sample is Bible chapters from several public-domain English translations, some of which
     are near-identical revisions of one another.
     """
-    from ..api import dedup as run_api_dedup
+    from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
     from ..io.writer import check_output_dir
 
     with user_errors(context) as guard:
@@ -499,6 +503,7 @@ def describe_shingles(params: DedupParams) -> str:
 
 def print_largest_clusters(result: DedupResult) -> None:
     """The largest clusters as the run counted them (engine/shown.py): size, kept and removed ids."""
+    # (start-up: `--help` and completion load no job)
     from rich.table import Table
 
     shown = result.outcome.shown

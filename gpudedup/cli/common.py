@@ -124,7 +124,7 @@ def not_read_line(entries: list[dict], output: Location) -> Optional[str]:
     not read for a reason no note tells (report.json's input.skipped_file_reasons: a file of
     no input type, a hidden file or folder, what --include / --exclude leave out): their
     count, reasons and first few names. None when there are none."""
-    from ..io.inputs import UNNOTED
+    from ..io.inputs import UNNOTED  # (start-up: `--help` and completion load no job)
 
     unread = [entry for entry in entries if entry.get("reason") in UNNOTED]
     if not unread:

@@ -73,6 +73,7 @@ def create_command(
 
     Example: `gpudedup index create idx/ --threshold 0.8 --shingle word --ngram 5`
     """
+    # (start-up: `--help` and completion load no index)
     from ..index import Index
 
     with user_errors(context):
@@ -141,6 +142,7 @@ def add_command(
 
     Example: `gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id`
     """
+    # (start-up: `--help` and completion load no index)
     from ..index import Index
     from ..io.inputs import Selection, scan_inputs
     from ..io.layout import check_output_names
@@ -185,6 +187,7 @@ def query_command(
 
     One JSON line per query: `{"query": N, "matches": [{"id": ..., "jaccard": ...}]}`.
     """
+    # (start-up: `--help` and completion load no index)
     from ..index import Index
 
     with user_errors(context):
@@ -192,6 +195,7 @@ def query_command(
         documents = []
         for query in queries:
             if names_a_file(query):
+                # (start-up: `--help` and completion load no index)
                 from ..api import content_field
                 from ..io.read import read_corpus
 
@@ -223,6 +227,7 @@ def remove_command(
                                                      "one per line.", show_default=False)] = None,
 ):
     """Remove documents from the index (tombstones; `compact` drops them for good)."""
+    # (start-up: `--help` and completion load no index)
     from ..index import Index
 
     with user_errors(context):
@@ -242,6 +247,7 @@ def remove_command(
 @index_app.command("compact")
 def compact_command(context: typer.Context, index: IndexPath):
     """Merge the index's segments into one and drop removed documents."""
+    # (start-up: `--help` and completion load no index)
     from ..index import Index
 
     with user_errors(context):
@@ -254,6 +260,7 @@ def compact_command(context: typer.Context, index: IndexPath):
 @index_app.command("info")
 def info_command(context: typer.Context, index: IndexPath):
     """Print the index's documents, segments, tags, bytes and parameters as JSON."""
+    # (start-up: `--help` and completion load no index)
     from ..index import Index
 
     with user_errors(context):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Optional
 import numpy as np
 import pyarrow as pa
 
+from .content import token_lists_to_arrow, unit_buffers
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
 from .normalize import SPACE, normalize_utf8, text_buffers
 from .ragged import offsets_from_counts, ragged_arange
@@ -196,7 +197,6 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
     need sets; exact verification builds them).
     """
     if spec.kind == "token":
-        from .content import token_lists_to_arrow, unit_buffers
 
         ids = texts if isinstance(texts, pa.Array) else token_lists_to_arrow(list(texts))
         return utf8_shingle_hashes(*unit_buffers(ids), spec)

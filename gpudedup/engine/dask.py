@@ -47,6 +47,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from ..core.copies import Copies
 from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, sorted_unique
@@ -219,7 +220,6 @@ class DaskExecutor:
         them all (clusterparts.named_pairs), and a task per part writes it."""
         import dask
         import dask.dataframe as dd
-        import pyarrow as pa
 
         stage = "writing the pairs"
         if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part

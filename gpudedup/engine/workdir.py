@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar, Union
 
 import numpy as np
+import pyarrow.parquet as pq
 import pyarrow.fs as pafs
 
 from ..errors import GpudedupError, OutputError, ParameterError
@@ -152,7 +153,6 @@ class LocalFolder:
         return sorted(p.name for p in (self.root / relative).iterdir())
 
     def read_table(self, relative: str, name: str):
-        import pyarrow.parquet as pq
 
         path = self.root / relative / name
         return read_work_file(path, lambda: pq.read_table(path))
@@ -486,7 +486,6 @@ class WorkDir:
                   info: dict | None = None) -> None:
         """Store arrays (.npy), tables (.parquet) and info (info.json) as the unit
         WORK/relative, all at once."""
-        import pyarrow.parquet as pq
 
         staging = self.folder.staging()
         try:
@@ -549,7 +548,6 @@ class WorkDir:
 
     def shard_schema(self, index: int):
         """The schema of shard ``index``'s spilled columns (columns.parquet)."""
-        import pyarrow.parquet as pq
 
         path = self.shard_file(index, "columns.parquet")
         return read_work_file(path, lambda: pq.read_schema(path))

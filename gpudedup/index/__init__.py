@@ -24,26 +24,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..api import (content_field, corpus_result, dask_dedup, given_paths, inputs_and_places, list_corpus,
+                   staged_dedup, to_corpus)
 from ..backends import Backend, get_backend
-from ..threads import HOST_THREADS
+from ..core.content import check_content
+from ..core.hashing import Permutations, draw_permutations
+from ..core.lsh import band_keys
+from ..core.normalize import unicode_form_version
+from ..core.ragged import offsets_from_counts
+from ..core.shingling import ShingleBatch, set_rows
+from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
-from ..errors import GpudedupError, InputError, ParameterError
-from ..core.hashing import Permutations, draw_permutations
-from ..core.content import check_content
 from ..engine.workdir import clear_cache, resume_without_work_dir, work_dir_lock
+from ..errors import GpudedupError, InputError, ParameterError
 from ..io import storage
+from ..io.inputs import Selection, documents_read
 from ..io.storage import Given, local_folder, location_of
 from ..io.writer import check_run_places
-from ..core.normalize import unicode_form_version
-from ..params import RESULT_PARAMETERS, DedupParams
+from ..memory import MemoryBudget, parse_size
+from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
 from ..stages import Progress, RichProgress, StageLog
-from ..threads import map_parallel
-from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
+from ..threads import HOST_THREADS, map_parallel
 from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
                     write_manifest, write_segment, write_tombstones, writer_lock)
-from ..core.ragged import offsets_from_counts
 from .reader import IndexReader, id_keys
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
@@ -175,7 +180,6 @@ class Index:
         that an interrupted add never leaves an index that holds documents
         whose results were not written. The output and the work directory must not be, hold or
         lie inside the index or an input (io.writer.check_run_places), checked before any work."""
-        from ..api import given_paths
 
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path)
@@ -223,9 +227,6 @@ class Index:
         """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
         the api's own entry points with the store wrapped (store.Against); chosen_files: the
         include and exclude patterns."""
-        from ..api import content_field, corpus_result, dask_dedup, inputs_and_places, staged_dedup, to_corpus
-        from ..io.inputs import Selection, documents_read
-        from ..memory import MemoryBudget, parse_size
 
         batch_bytes, max_memory, shard_bytes = speed
         params = self.params(reader.manifest, batch_bytes=batch_bytes,
@@ -304,8 +305,6 @@ class Index:
         Jaccard first. A lookup, not a run: shingles, signatures and band keys of the queries,
         the probe, and the exact Jaccard against the stored sets; nothing is written. The
         numpy backend by default: a handful of documents is not worth a device round trip."""
-        from ..api import list_corpus
-        from ..core.shingling import ShingleBatch, set_rows
 
         queries = list(documents)
         if not queries:
@@ -473,7 +472,6 @@ def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, m
     sources.VERIFICATION_ARRAYS) from its documents' ids, signatures uint32 (n, K) and lengths
     int64 (n,): the band keys of the signatures (lsh.band_keys, on the host) and the id keys
     (reader.id_keys), each sorted with their rows."""
-    from ..core.lsh import band_keys
 
     keys = band_keys(signatures, params.banding()).T  # (bands, n)
     # Stable: a key's rows ascend (the probe takes each key's last rows). Bands on threads.

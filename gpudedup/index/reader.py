@@ -23,11 +23,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core.lsh import sorted_unique
+from ..core.normalize import utf8_buffers
 from ..core.ragged import ragged_arange, ragged_take
-from ..core.shingling import ShingleSpec
-from ..threads import map_parallel
+from ..core.shingling import ShingleSpec, span_hashes
 from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
 from ..errors import DamagedIndexError
+from ..threads import map_parallel
 from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
 
@@ -427,8 +428,6 @@ def id_keys(ids: pa.Array) -> np.ndarray:
     keys are confirmed on the ids, so a collision costs a comparison, never a wrong answer)."""
     if pa.types.is_integer(ids.type):
         return ids.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64)
-    from ..core.normalize import utf8_buffers
-    from ..core.shingling import span_hashes
 
     data, offsets = utf8_buffers(ids.cast(pa.large_string()))
     keys = np.full(len(ids), np.uint64(0), dtype=np.uint64)  # the empty string's key

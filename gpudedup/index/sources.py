@@ -26,11 +26,17 @@ import numpy as np
 import pyarrow as pa
 from pyarrow.fs import FileType
 
-from ..errors import DamagedIndexError, InputError, ParameterError
-from ..io import storage
+from ..backends import get_backend
+from ..core.content import unit_buffers
 from ..core.ragged import offsets_from_counts, ragged_arange
 from ..core.shingling import ShingleSpec
+from ..core.verify import set_columns
+from ..errors import DamagedIndexError, InputError, ParameterError
+from ..io import storage
+from ..io.fields import field_column
 from ..io.pointers import SourcePointers
+from ..io.read import read_one_file
+from ..io.source import SourceFile
 from ..io.stamps import content_digest
 
 VERIFICATIONS = ("sets", "source")
@@ -105,12 +111,6 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
     row_number int64 (k,)), read from their source files: (counts int64 (k,), columns int64),
     each row sorted and distinct (verify.set_columns), in the order given. Each file is checked
     (size, SHA-256) and read once per call: a file changed since an earlier call is caught."""
-    from ..backends import get_backend
-    from ..core.content import unit_buffers
-    from ..io.fields import field_column
-    from ..io.read import read_one_file
-    from ..io.source import SourceFile
-    from ..core.verify import set_columns
 
     backend = get_backend("cpu")
     counts = np.zeros(file.shape[0], dtype=np.int64)

@@ -100,7 +100,6 @@ def concat_device_utf8(parts) -> tuple:
 
 def arrow_text_matches(table: pa.Table, text_field: str, data, offsets) -> bool:
     """Whether the device text equals the host table's text column (tests and debugging)."""
-    from ..core.normalize import text_buffers
 
     host_data, host_offsets = text_buffers(table[text_field])
     return bool(np.array_equal(host_offsets, offsets) and np.array_equal(host_data, data.get()))

@@ -118,7 +118,7 @@ def read_corpus(
     corpus.output_bases = output_bases(found.files, found.given)
     corpus.skipped_records = sorted_records(records, found)
     if use_cudf and any(part.device_part is not None for part in parts):
-        from .cudf_reader import device_text_of
+        from .cudf_reader import device_text_of  # (cuDF is optional: its reader is loaded where it reads)
 
         corpus.device_text = device_text_of([p.table for p in parts], text_field,
                                             [p.device_part for p in parts])
@@ -164,7 +164,7 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
         # (cuDF reads local files whole, plain or gzipped, with the text field a column)
         if (use_cudf and source.format in ("jsonl", "parquet") and source.piece is None and isinstance(path, Path)
                 and compression_of(path) in (None, "gzip") and "." not in text_field):
-            from .cudf_reader import read_file_with_cudf
+            from .cudf_reader import read_file_with_cudf  # (cuDF is optional: its reader is loaded where it reads)
 
             by_cudf = read_file_with_cudf(path, source, text_field, id_field)
         if by_cudf is not None:

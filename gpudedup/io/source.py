@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InputError, ParameterError
 from ..core.content import is_text_type, is_token_type
@@ -120,7 +121,6 @@ def first_id_above_int64(ids) -> Optional[tuple[int, int]]:
     not fit int64, the type integer ids are kept in; None when there is none."""
     if not pa.types.is_uint64(ids.type) or len(ids) == 0:
         return None
-    import pyarrow.compute as pc
 
     above = pc.fill_null(pc.greater(ids, pa.scalar(INT64_MAX, pa.uint64())), False)
     rows = np.flatnonzero(above.to_numpy(zero_copy_only=False))

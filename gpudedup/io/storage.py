@@ -673,7 +673,7 @@ def release_file_systems() -> None:
     _pyarrow_view.cache_clear()
     gc.collect()  # (file handles in reference cycles hold their file system too)
     try:
-        from pyarrow.fs import ensure_s3_finalized
+        from pyarrow.fs import ensure_s3_finalized  # (pyarrow's S3 is loaded only by runs on S3)
     except ImportError:  # (a pyarrow built without S3)
         return
     ensure_s3_finalized()
