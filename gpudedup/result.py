@@ -16,6 +16,7 @@ from .core.cluster import Clusters, kept_documents
 from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
+from .display import result_html
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source, order_ranks, wide
 from .io.stamps import check_unchanged
@@ -180,6 +181,10 @@ class DedupResult:
         """The kept rows in the input's own type, made on first use (a copy of the kept rows,
         which a run that only writes its results never needs)."""
         return self.restore(self.keep)
+
+    def _repr_html_(self) -> str:
+        """The notebook's view: the counts, and the largest clusters' ids (display.py)."""
+        return result_html(self)
 
     def __repr__(self) -> str:
         r = self.report["results"]

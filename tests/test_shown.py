@@ -74,3 +74,49 @@ def test_a_run_without_pairs_shows_nothing(tmp_path):
     result = gpudedup.dedup(["one two three four five six", "seven eight nine ten eleven twelve"], backend="cpu")
     shown = result.outcome.shown
     assert shown.numbers.shape == (0,) and int(shown.jaccard_counts.sum()) == 0
+
+
+def test_a_result_shows_its_counts_and_largest_clusters_in_a_notebook(corpus):
+    """DedupResult._repr_html_ (display.py): the report's counts as cards, and per largest
+    cluster its number, size, kept id and removed ids, against the clusters table."""
+    from html.parser import HTMLParser
+
+    result = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.cards, self.rows, self.tag = [], [], None
+
+        def handle_starttag(self, tag, attrs):
+            self.tag = tag
+            if tag == "tr":
+                self.rows.append([])
+
+        def handle_endtag(self, tag):
+            self.tag = None
+
+        def handle_data(self, data):
+            if self.tag == "b":
+                self.cards.append(data)
+            elif self.tag == "td":
+                self.rows[-1].append(data)
+
+    cells = Cells()
+    cells.feed(result._repr_html_())
+    r = result.report["results"]
+    assert cells.cards == [f"{n:,}" for n in (result.report["input"]["documents"], r["kept_documents"],
+                                              r["removed_documents"], r["clusters"], r["verified_pairs"])]
+    clusters = result.clusters.to_pydict()
+    members: dict[int, list] = {}
+    for doc_id, cluster, keep in zip(clusters["id"], clusters["cluster"], clusters["keep"]):
+        members.setdefault(cluster, []).append((doc_id, keep))
+    body = [row for row in cells.rows if row]
+    assert len(body) == min(LARGEST_SHOWN, len(members))
+    for number, size, kept, removed in body:
+        mine = members[int(number.replace(",", ""))]
+        assert int(size.replace(",", "")) == len(mine)
+        assert kept == ", ".join(str(i) for i, k in mine if k)
+        listed = removed.split(" and ")[0].split(", ")
+        assert listed == [str(i) for i, k in mine if not k][:len(listed)]
+    assert "<script" not in result._repr_html_() and "DedupResult(" in repr(result)

@@ -22,6 +22,7 @@ from ..interrupts import interrupted_outcome, last_signal, signal_word
 from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
+from ..display import largest_cluster_rows
 from .common import (INPUT_PANEL, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL,
                      BackendChoice, Exclude, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
                      command_paths, err, interrupt_told, out, print_error, print_summary, unicode_form,
@@ -502,24 +503,18 @@ def describe_shingles(params: DedupParams) -> str:
 
 
 def print_largest_clusters(result: DedupResult) -> None:
-    """The largest clusters as the run counted them (engine/shown.py): size, kept and removed ids."""
-    # (start-up: `--help` and completion load no job)
+    """The largest clusters as the run counted them: size, kept and removed ids."""
+    # (start-up: `--help` and completion load no table)
     from rich.table import Table
 
-    shown = result.outcome.shown
-    members = shown.members
-    ids = result.ids_of(members.docs).to_pylist()
     table = Table(title="Largest clusters", show_lines=False)
     table.add_column("cluster", justify="right")
     table.add_column("size", justify="right")
     table.add_column("kept")
     table.add_column("removed")
-    for cluster, size in zip(shown.numbers.tolist(), shown.sizes.tolist()):
-        mine = (members.cluster == cluster).tolist()
-        kept = [str(i) for i, m, k in zip(ids, mine, members.keep.tolist()) if m and k]
-        removed = [str(i) for i, m, k in zip(ids, mine, members.keep.tolist()) if m and not k]
-        table.add_row(str(cluster), str(size), ", ".join(kept),
-                      ", ".join(removed[:4]) + (" ..." if size - len(kept) > 4 else ""))
+    for number, size, kept, removed, more in largest_cluster_rows(result):
+        table.add_row(str(number), str(size), ", ".join(map(str, kept)),
+                      ", ".join(map(str, removed)) + (" ..." if more else ""))
     err.print(table)
 
 
