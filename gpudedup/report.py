@@ -196,7 +196,9 @@ class Report(Mapping):
                                   "layout": "single" if kept_files is None else "files"}
         if kept_files is not None:
             output["kept_files"] = kept_files
+        # total_seconds is the whole run's, writing included: the one time a run reports.
         return replace(self, stages={**self.stages, "write": write_stage},
+                       total_seconds=round(self.total_seconds + write_stage["seconds"], 3),
                        peak_rss_mb=max(self.peak_rss_mb, write_stage["peak_rss_mb"]), output=output)
 
     @cached_property
@@ -237,3 +239,13 @@ class Report(Mapping):
 
     def __len__(self) -> int:
         return len(self._json)
+
+
+def seconds_text(value: float) -> str:
+    """A time in seconds as the terminal and report.html show it: three significant places
+    or so (0.842, 12.35, 123.4)."""
+    if value >= 100:
+        return f"{value:,.1f}"
+    if value >= 10:
+        return f"{value:.2f}"
+    return f"{value:.3f}"

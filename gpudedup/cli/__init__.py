@@ -9,7 +9,6 @@ one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 
 from __future__ import annotations
 
-import time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Optional
@@ -185,7 +184,6 @@ def dedup_command(
 
     with user_errors(context) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
-        started = time.perf_counter()
         if against is not None:
             # (start-up: `--help` and completion load no job)
             from ..engine.workdir import work_dir_lock
@@ -221,7 +219,7 @@ def dedup_command(
                 result.write(out, format=format.value, overwrite=overwrite, single_file=single_file)
             guard.written = out
             if not quiet:
-                print_summary(result.report, out, time.perf_counter() - started)
+                print_summary(result.report, out)
             guard.done()
             return
         result = run_api_dedup(
@@ -239,7 +237,7 @@ def dedup_command(
         )
         guard.written = out
         if not quiet:
-            print_summary(result.report, out, time.perf_counter() - started)
+            print_summary(result.report, out)
         guard.done()
 
 
@@ -434,13 +432,12 @@ def demo_command(
 
     with user_errors(context) as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
-        started = time.perf_counter()
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
         with resources.as_file(sample) as path:
             result = run_api_dedup([Path(path)], id_field="id", backend=backend.value, progress=True)
         result.write(output, overwrite=True)
         guard.written = output
-        print_summary(result.report, output, time.perf_counter() - started)
+        print_summary(result.report, output)
         print_largest_clusters(result)
         guard.done()
 

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ..report import seconds_text
 from ..errors import GpudedupError
 from ..interrupts import interrupted_outcome, note_written, set_phase, signal_word
 
@@ -94,13 +95,13 @@ def command_paths(inputs: list[str], output: str,
         None if work_dir is None else location_of(work_dir)
 
 
-def print_summary(report: Report, output: Location, seconds: float) -> None:
+def print_summary(report: Report, output: Location) -> None:
     r, p, i = report["results"], report["parameters"], report["input"]
     err.print(
         f"\n[bold]{i['documents']:,}[/] documents in ({i['empty_documents']:,} empty), "
         f"[bold]{r['clusters']:,}[/] clusters of near-duplicates, "
         f"[bold]{r['removed_documents']:,}[/] removed, {r['kept_documents']:,} kept "
-        f"in {seconds:.1f} s on {report['backend'].split(' (')[0]}.\n"
+        f"in {seconds_text(report['total_seconds'])} s on {report['backend'].split(' (')[0]}.\n"
         f"Jaccard >= {p['threshold']} over {p['shingle']} {p['ngram']}-grams; "
         f"{p['bands']} bands x {p['rows']} rows; {r['candidate_pairs']:,} candidate pairs, "
         f"{r['verified_pairs']:,} verified.\nResults in {output}/ (open {output}/report.html for the report)"

@@ -4,7 +4,6 @@ the command line's app. Heavy modules are imported inside the commands, as in cl
 from __future__ import annotations
 
 import json
-import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -156,7 +155,6 @@ def add_command(
         check_run_places(files, out, overwrite, work, index, scan=False)
         if not single_file:
             check_output_names(scan_inputs(files, on_error.value, Selection.of(include, exclude)), format.value)
-        started = time.perf_counter()
         result = Index(index).add(files, tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
                                   on_error=on_error.value, output=out, format=format.value, overwrite=overwrite,
@@ -166,7 +164,7 @@ def add_command(
                                   include=include, exclude=exclude)
         guard.written = out
         if not quiet:
-            print_summary(result.report, out, time.perf_counter() - started)
+            print_summary(result.report, out)
             err.print(f"{result.indexed_rows:,} indexed documents were near enough to be checked; the index now "
                       f"holds {Index(index).info()['documents']:,} documents.")
         guard.done()
