@@ -45,17 +45,27 @@ def write_corpus(root: Path) -> Path:
     return corpus
 
 
-@pytest.fixture
-def written(tmp_path, monkeypatch) -> Path:
-    """A real run's output directory (CLI in process, ids from the files' paths and lines)."""
-    monkeypatch.chdir(tmp_path)
-    write_corpus(tmp_path)
-    result = CliRunner().invoke(app, ["dedup", "corpus", "-o", "out", "-q", "--backend", "cpu",
-                                      "--threshold", "0.7", "--ngram", "3"])
+@pytest.fixture(scope="module")
+def written_once(tmp_path_factory) -> Path:
+    """A real run's output directory (CLI in process, ids from the files' paths and lines), made
+    once for the tests that check it or doctor a copy of it (copy_to_doctor)."""
+    root = tmp_path_factory.mktemp("written")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        write_corpus(root)
+        result = CliRunner().invoke(app, ["dedup", "corpus", "-o", "out", "-q", "--backend", "cpu",
+                                          "--threshold", "0.7", "--ngram", "3"])
     assert result.exit_code == 0, result.output
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = json.loads((root / "out" / "report.json").read_text())
     assert report["results"]["removed_documents"] == 2 and report["input"]["empty_documents"] == 2
-    return tmp_path / "out"
+    return root / "out"
+
+
+@pytest.fixture
+def written(written_once, monkeypatch) -> Path:
+    """written_once, with its run's working directory as the test's."""
+    monkeypatch.chdir(written_once.parent)
+    return written_once
 
 
 @pytest.fixture
@@ -81,9 +91,9 @@ def doctored(written, copy_to_doctor) -> Path:
     return copy_to_doctor(written)
 
 
-def test_real_run_passes(written, tmp_path, monkeypatch):
+def test_real_run_passes(written, monkeypatch):
     check_output_dir(written)
-    monkeypatch.chdir(tmp_path / "corpus")  # report.json alone says where the input is
+    monkeypatch.chdir(written.parent / "corpus")  # report.json alone says where the input is
     check_output_dir(written)
 
 
@@ -178,12 +188,13 @@ def test_in_memory_result_with_a_lost_row_is_caught():
 LONE = {"id": "g", "text": "a lone lighthouse keeper writes letters to ships that never answer"}
 
 
-@pytest.fixture
-def subprocess_run(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def subprocess_run(tmp_path_factory) -> Path:
     """The output directory of ``gpudedup dedup corpus -o out --on-error skip`` run in a
-    subprocess in ``tmp_path/run`` over write_corpus's files, a file of invalid UTF-8 (skipped
-    as a whole) and c.jsonl (LONE); files named relative to that directory."""
-    where = tmp_path / "run"
+    subprocess in a folder ``run`` over write_corpus's files, a file of invalid UTF-8 (skipped
+    as a whole) and c.jsonl (LONE); files named relative to that directory. Made once for the
+    tests that check it or doctor a copy of it (copy_to_doctor)."""
+    where = tmp_path_factory.mktemp("subprocess") / "run"
     where.mkdir()
     corpus = write_corpus(where)
     (corpus / "bad.txt").write_bytes(b"\xff\xfe not utf-8")

@@ -283,8 +283,7 @@ def test_shim_fills_shared_memory_in_a_second_library_on_every_thread(tmp_path):
 
 
 def tunables_id(tunables: dict) -> str:
-    """A test id that ``-k`` can select by (tests/test_kernels_sanitized.py groups by it):
-    block64-perms2-tile1024."""
+    """A test id that ``-k`` can select by: block64-perms2-tile1024."""
     values = {**DEFAULTS, **tunables}
     return f"block{values['BLOCK_SIZE']}-perms{values['PERMS_PER_THREAD']}-tile{values['TILE']}"
 

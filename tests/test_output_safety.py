@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -83,14 +84,25 @@ def set_aside_folder(line: str) -> Path:
 # --- the index is no place to write ------------------------------------------------------------
 
 
-@pytest.fixture
-def indexed(in_tmp):
-    """sub/idx: an index holding w1.jsonl's documents; w2.jsonl: new documents."""
-    write_jsonl(in_tmp / "w1.jsonl", records("a"))
-    write_jsonl(in_tmp / "w2.jsonl", records("b"))
-    Index.create(in_tmp / "sub" / "idx")
-    result = invoke("index", "add", "sub/idx", "w1.jsonl", "-o", "out1", "--id-field", "id", *CPU)
+@pytest.fixture(scope="module")
+def indexed_once(tmp_path_factory) -> Path:
+    """sub/idx: an index holding w1.jsonl's documents (added by the CLI, its output out1);
+    w2.jsonl: new documents. Made once for the tests that start from it (indexed)."""
+    root = tmp_path_factory.mktemp("indexed")
+    write_jsonl(root / "w1.jsonl", records("a"))
+    write_jsonl(root / "w2.jsonl", records("b"))
+    Index.create(root / "sub" / "idx")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        result = invoke("index", "add", "sub/idx", "w1.jsonl", "-o", "out1", "--id-field", "id", *CPU)
     assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture
+def indexed(indexed_once, in_tmp):
+    """indexed_once's folder copied into the test's working directory, for the test to change."""
+    shutil.copytree(indexed_once, in_tmp, symlinks=True, dirs_exist_ok=True)
     return in_tmp
 
 

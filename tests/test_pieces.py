@@ -20,8 +20,9 @@ import gpudedup
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io.pieces import Shard, count_newlines, jsonl_cuts, parquet_pieces, plan_shards
 
+from cli_support import invoke
 from output_support import kept_files, kept_lines, read_clusters, read_kept, read_pairs, result_bytes
-from stage_events import cli_process, finish, kill_then_resume
+from stage_events import kill_then_resume
 
 SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
 
@@ -127,32 +128,59 @@ def test_only_plain_jsonl_and_parquet_files_past_the_size_are_cut(tmp_path):
 # --- a run over cut files is the run over whole files -------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """cut_corpus, made once for the tests that only read it."""
+    return cut_corpus(tmp_path_factory.mktemp("pieces") / "in")
+
+
+@pytest.fixture(scope="module")
+def whole(inputs, tmp_path_factory) -> tuple[gpudedup.DedupResult, Path]:
+    """The in-memory run over ``inputs`` (each file read whole) at threshold 0.7, the reference
+    of the runs over cut files; and the folder of its outputs in each format (parquet/,
+    jsonl/), written as output= writes them (DedupResult.write)."""
+    out = tmp_path_factory.mktemp("whole")
+    result = gpudedup.dedup(inputs, backend="cpu", threshold=0.7)
+    for format in ("parquet", "jsonl"):
+        result.write(out / format, format=format)
+    return result, out
+
+
+@pytest.fixture(scope="module")
+def cut(inputs, tmp_path_factory) -> tuple[gpudedup.DedupResult, Path, list[Path]]:
+    """The staged run over ``inputs`` cut into pieces of 20,000 bytes at threshold 0.7, written
+    in each format while its work directory is there (parquet/ by output=, jsonl/ after); the
+    folder of its outputs and work/, and the shards it spilled."""
+    root = tmp_path_factory.mktemp("cut")
+    result = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=root / "work", shard_bytes=20_000,
+                            output=root / "parquet", format="parquet")
+    result.write(root / "jsonl", format="jsonl")
+    return result, root, sorted((root / "work").glob("shards/*"))
+
+
 @pytest.mark.parametrize("format", ["parquet", "jsonl"])
-def test_a_staged_run_over_cut_files_gives_the_whole_files_results(tmp_path, format):
-    inputs = cut_corpus(tmp_path / "in")
-    whole = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, output=tmp_path / "whole", format=format)
-    cut = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=tmp_path / "work", shard_bytes=20_000,
-                         output=tmp_path / "cut", format=format)
-    assert cut.report["results"] == whole.report["results"]
-    assert cut.report["input"] == whole.report["input"]
-    assert cut.ids.equals(whole.ids)  # ids <path>:<line> and <path>:<row>: the file's numbers
-    assert read_pairs(tmp_path / "cut").equals(read_pairs(tmp_path / "whole"))
-    assert read_clusters(tmp_path / "cut").equals(read_clusters(tmp_path / "whole"))
+def test_a_staged_run_over_cut_files_gives_the_whole_files_results(whole, cut, format):
+    (whole_result, whole_root), (cut_result, cut_root, spilled) = whole, cut
+    whole_out, cut_out = whole_root / format, cut_root / format
+    assert cut_result.report["results"] == whole_result.report["results"]
+    assert cut_result.report["input"] == whole_result.report["input"]
+    assert cut_result.ids.equals(whole_result.ids)  # ids <path>:<line> and <path>:<row>: the file's numbers
+    assert read_pairs(cut_out).equals(read_pairs(whole_out))
+    assert read_clusters(cut_out).equals(read_clusters(whole_out))
     if format == "parquet":
-        assert read_kept(tmp_path / "cut").equals(read_kept(tmp_path / "whole"))
+        assert read_kept(cut_out).equals(read_kept(whole_out))
     else:
-        assert kept_lines(tmp_path / "cut") == kept_lines(tmp_path / "whole")
-    names = [path.relative_to(tmp_path / "whole") for path in kept_files(tmp_path / "whole")]
-    assert names == [path.relative_to(tmp_path / "cut") for path in kept_files(tmp_path / "cut")]
+        assert kept_lines(cut_out) == kept_lines(whole_out)
+    names = [path.relative_to(whole_out) for path in kept_files(whole_out)]
+    assert names == [path.relative_to(cut_out) for path in kept_files(cut_out)]
     for name in names:
         if format == "jsonl":  # JSONL lines copied, Parquet rows written: the same bytes
-            assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+            assert (cut_out / name).read_bytes() == (whole_out / name).read_bytes()
         else:  # (the row groups differ: one per piece)
-            assert pq.read_table(tmp_path / "cut" / name).equals(pq.read_table(tmp_path / "whole" / name))
+            assert pq.read_table(cut_out / name).equals(pq.read_table(whole_out / name))
     # The run really was cut: many shards, the JSONL file's counted from its newlines.
-    spilled = sorted((tmp_path / "work").glob("shards/*"))
     assert len(spilled) > 10
-    assert whole.report["results"]["removed_documents"] > 100
+    assert whole_result.report["results"]["removed_documents"] > 100
 
 
 def test_lines_of_a_later_piece_are_named_as_in_the_whole_file(tmp_path):
@@ -174,13 +202,13 @@ def test_lines_of_a_later_piece_are_named_as_in_the_whole_file(tmp_path):
     assert [record["line"] for record in skipped_cut.skipped_records] == [458]
 
 
-def test_a_resumed_run_reads_the_same_pieces_and_another_size_is_refused(tmp_path):
-    inputs = cut_corpus(tmp_path / "in")
-    first = gpudedup.dedup(inputs, backend="cpu", work_dir=tmp_path / "work", shard_bytes=30_000)
-    again = gpudedup.dedup(inputs, backend="cpu", work_dir=tmp_path / "work", shard_bytes=30_000, resume=True)
+def test_a_resumed_run_reads_the_same_pieces_and_another_size_is_refused(inputs, cut):
+    first, root, _ = cut
+    again = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=root / "work", shard_bytes=20_000,
+                           resume=True)
     assert again.pairs.equals(first.pairs) and again.clusters.equals(first.clusters)
     with pytest.raises(ParameterError, match="shard_bytes"):
-        gpudedup.dedup(inputs, backend="cpu", work_dir=tmp_path / "work", shard_bytes=40_000, resume=True)
+        gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=root / "work", shard_bytes=40_000, resume=True)
 
 
 def test_a_shard_size_that_is_not_a_size_is_refused():
@@ -190,10 +218,9 @@ def test_a_shard_size_that_is_not_a_size_is_refused():
         gpudedup.dedup(["a b c"], backend="cpu", shard_bytes=0)
 
 
-def test_cut_pieces_never_overlap_a_record(tmp_path):
+def test_cut_pieces_never_overlap_a_record(inputs):
     """Every record of the file is read by exactly one piece: the pieces' row numbers are the
     whole file's, once each."""
-    inputs = cut_corpus(tmp_path / "in")
     path = inputs / "big.jsonl"
     shards = plan_shards([path], 7_000, serial_count)
     from gpudedup.io.read import read_one_file
@@ -207,14 +234,13 @@ def test_cut_pieces_never_overlap_a_record(tmp_path):
     assert np.array_equal(np.concatenate(numbers), whole.source.row_numbers)
 
 
-@pytest.mark.timeout(300)  # five CLI runs in subprocesses
-def test_a_run_over_cut_files_killed_in_chosen_stages_resumes_to_identical_output(tmp_path):
-    inputs = cut_corpus(tmp_path / "in")
+@pytest.mark.timeout(300)  # four CLI runs in subprocesses
+def test_a_run_over_cut_files_killed_in_chosen_stages_resumes_to_identical_output(inputs, tmp_path):
     options = ["--backend", "cpu", "-q", "--threshold", "0.7", "--shard-bytes", "20000", "--format", "jsonl"]
-    reference = cli_process(["dedup", str(inputs), "-o", str(tmp_path / "reference"), "--work-dir",
-                             str(tmp_path / "work-reference"), *options], tmp_path)
-    stderr = finish(reference)
-    assert reference.returncode == 0, stderr
+    # The reference, run in process (only the runs that are killed need processes of their own).
+    reference = invoke("dedup", inputs, "-o", tmp_path / "reference", "--work-dir", tmp_path / "work-reference",
+                       *options)
+    assert reference.exit_code == 0, reference.output
     out, work = tmp_path / "out", tmp_path / "work"
     killed = kill_then_resume(["dedup", str(inputs), "-o", str(out), "--work-dir", str(work), "--resume", *options],
                               tmp_path, tmp_path / "events", [("signature_pass", 3), ("read", 9), ("verify", 1)], out)
@@ -222,19 +248,18 @@ def test_a_run_over_cut_files_killed_in_chosen_stages_resumes_to_identical_outpu
     assert result_bytes(out) == result_bytes(tmp_path / "reference")  # (JSONL kept rows: byte for byte)
 
 
-def test_a_result_over_cut_files_is_written_after_its_work_directory_is_gone(tmp_path):
+def test_a_result_over_cut_files_is_written_after_its_work_directory_is_gone(inputs, whole, tmp_path):
     """A run on Dask without --work-dir uses a temporary one and writes after it is removed: the
-    written files come from the input files and what the result holds, not from the spills."""
+    written files come from the input files and what the result holds, not from the spills.
+    (A run of its own: the result has written nothing before its work directory is gone.)"""
     import shutil
 
-    inputs = cut_corpus(tmp_path / "in")
-    whole = gpudedup.dedup(inputs, backend="cpu", threshold=0.7)
-    whole.write(tmp_path / "whole")
+    whole_out = whole[1] / "parquet"
     cut = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=tmp_path / "work", shard_bytes=20_000)
     shutil.rmtree(tmp_path / "work")
     cut.write(tmp_path / "cut")
-    assert read_kept(tmp_path / "cut").equals(read_kept(tmp_path / "whole"))
-    for mine, theirs in zip(kept_files(tmp_path / "cut"), kept_files(tmp_path / "whole"), strict=True):
+    assert read_kept(tmp_path / "cut").equals(read_kept(whole_out))
+    for mine, theirs in zip(kept_files(tmp_path / "cut"), kept_files(whole_out), strict=True):
         assert pq.read_schema(mine).equals(pq.read_schema(theirs), check_metadata=False)
 
 
