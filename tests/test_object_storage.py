@@ -495,19 +495,30 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
             assert fetched[name] == data, name
 
 
-@pytest.mark.timeout(300)  # six CLI runs in subprocesses
+KILLED_RUN_OPTIONS = ["--backend", "cpu", "-q", "--on-error", "skip", "--shard-bytes", "3000", "--format", "jsonl"]
+
+
+@pytest.fixture(scope="module")
+def bucket_reference(corpus, tmp_path_factory) -> Path:
+    """The output of the killed runs' command, run once to its end (the same for both)."""
+    root, url = corpus
+    folder = tmp_path_factory.mktemp("bucket-reference")
+    reference = cli_process(["dedup", url, "-o", str(folder / "reference"), "--work-dir", str(folder / "work"),
+                             *KILLED_RUN_OPTIONS], root)
+    stderr = finish(reference)
+    assert reference.returncode == 0, stderr
+    return folder / "reference"
+
+
+@pytest.mark.timeout(300)  # five CLI runs in subprocesses
 @pytest.mark.parametrize("work_in_bucket", [False, True])
-def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, tmp_path, work_in_bucket):
+def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, bucket_reference, tmp_path, work_in_bucket):
     """A staged CLI run from the bucket into the bucket, its large files cut by ranged reads,
     killed (SIGKILL) as chosen stages begin, each time resumed with --resume from its work
     directory (a local folder, or a prefix of the bucket too): the finished output is the
     output of a run never killed, file for file, and no staging prefix is left in the bucket."""
     root, url = corpus
-    options = ["--backend", "cpu", "-q", "--on-error", "skip", "--shard-bytes", "3000", "--format", "jsonl"]
-    reference = cli_process(["dedup", url, "-o", str(tmp_path / "reference"), "--work-dir",
-                             str(tmp_path / "work-reference"), *options], root)
-    stderr = finish(reference)
-    assert reference.returncode == 0, stderr
+    options = KILLED_RUN_OPTIONS
     out = f"s3://{BUCKET}/resumed-{work_in_bucket}"
     work = f"s3://{BUCKET}/work-killed" if work_in_bucket else str(tmp_path / "work")
     killed = kill_then_resume(["dedup", url, "-o", out, "--work-dir", work, "--resume", *options],
@@ -515,7 +526,7 @@ def test_a_killed_run_over_the_bucket_resumes_to_the_same_output(corpus, tmp_pat
                                                           ("write", 1)],
                               lambda: "report.json" in objects_under(out))
     assert killed >= 3, f"{killed} of 4 runs were killed"
-    assert result_bytes(download(out, tmp_path / "fetched")) == result_bytes(tmp_path / "reference")
+    assert result_bytes(download(out, tmp_path / "fetched")) == result_bytes(bucket_reference)
     assert hidden_left(out) == []
 
 
