@@ -209,14 +209,14 @@ def sparse_lines(path: Path, lines: int) -> Path:
 def test_sparse_fields_stop_before_reading_under_max_memory(in_tmp, monkeypatch, staged):
     """20,000 lines (1.5 MB) of a field each make a table of 20,000 x 20,002 cells, 3 GB: the
     estimate counts them, so --max-memory 1G stops the run before anything is read."""
-    import gpudedup.engine.disk as disk
+    import gpudedup.engine.shardreader as shardreader
     import gpudedup.io.read as reader
 
     def must_not_read(*args, **kwargs):
         raise AssertionError("a file was read")
 
     monkeypatch.setattr(reader, "read_one_file", must_not_read)
-    monkeypatch.setattr(disk, "read_one_file", must_not_read)
+    monkeypatch.setattr(shardreader, "read_one_file", must_not_read)
     sparse_lines(in_tmp / "wide.jsonl", 20_000)
     result = invoke("dedup", "wide.jsonl", "-o", "out", "-q", "--backend", "cpu", "--id-field", "id",
                     "--max-memory", "1G", *(["--work-dir", "work"] if staged else []))

@@ -220,7 +220,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     largest file, the in-memory readers and set builders are never used, and the exact checks
     read the spilled sets a chunk at a time."""
     import gpudedup.api
-    import gpudedup.engine.disk as disk
+    import gpudedup.engine.shardreader as shardreader
     import gpudedup.engine.shards as shards
     import gpudedup.engine.memory
     import gpudedup.io.read
@@ -234,7 +234,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     monkeypatch.setattr(gpudedup.core.verify, "document_sets", forbidden)
     monkeypatch.setattr(gpudedup.engine.memory, "document_sets", forbidden)
     built, chunks = [], []
-    original_build, original_sets = disk.build_corpus, shards.spilled_sets
+    original_build, original_sets = shardreader.build_corpus, shards.spilled_sets
 
     def build(*args, **kwargs):
         corpus = original_build(*args, **kwargs)
@@ -245,7 +245,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
         chunks.append((name.rsplit("-", 1)[0], rows.shape[0]))  # "pairs-<digest of the rows>"
         return original_sets(work, name, shard_rows, rows)
 
-    monkeypatch.setattr(disk, "build_corpus", build)
+    monkeypatch.setattr(shardreader, "build_corpus", build)
     monkeypatch.setattr(shards, "spilled_sets", sets)
     result = gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "work", batch_bytes=600)
     result.write(tmp_path / "out")
@@ -485,12 +485,12 @@ def test_resume_from_an_intermediate_state_gives_identical_output(mixed, finishe
 def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
     corpus = write_shards(tmp_path / "in", sample_records(), 4)
     first = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work")
-    from gpudedup.engine import disk, local
+    from gpudedup.engine import local, shardreader
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
 
-    monkeypatch.setattr(disk, "signature_pass", must_not_run)
+    monkeypatch.setattr(shardreader, "signature_pass", must_not_run)
     for name in ("identical_copies", "candidate_pairs", "plausible"):
         monkeypatch.setattr(local, name, must_not_run)
     again = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", resume=True)

@@ -7,6 +7,7 @@ time from there (spilled_sets, spilled_jaccard).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Union
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from ..backends import Backend, get_backend
 from ..core.content import unit_buffers, unit_lengths
+from ..threads import HOST_THREADS
 from ..core.ragged import offsets_from_counts, weighted_ranges
 from ..core.verify import plausible, rows_jaccard_at_least, set_columns, sets_matrix
 from ..memory import release_unused_memory
@@ -25,7 +27,8 @@ from .workdir import WorkAt, WorkDir
 
 
 if TYPE_CHECKING:
-    from .disk import ShardReader
+    from .protocols import Executor
+    from .shardreader import ShardReader
 
 # A task gets the backend itself in this process, or its name on a worker that makes its own.
 BackendOrName = Union[Backend, str]
@@ -301,3 +304,45 @@ def spilled_plausible(work_at: WorkAt, active_starts: np.ndarray, width: int, fi
     Shards.active_starts; width: the signatures' columns."""
     signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(), int(active_starts[-1]))
     return plausible(signatures, first, second, threshold)
+
+
+def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
+               backend: BackendOrName, docs: np.ndarray, executor: Executor) -> str:
+    """The shingle sets of spilled rows ``docs`` (int64, ascending) under WORK/sets/<spill>/, one
+    task per shard that holds some of them (spill_shard_sets); returns <spill>: ``name`` and a
+    digest of ``docs``, so that every set of rows has its own spill (a stage may ask for sets
+    several times, as identical_copies' rounds do) and a shard already spilled for the same rows
+    (an earlier, interrupted run's) is not spilled again."""
+    name = f"{name}-{hashlib.sha256(np.ascontiguousarray(docs, dtype=np.int64).tobytes()).hexdigest()[:16]}"
+    holding = list(by_shard(shard_rows, docs))
+    done = work.done_of([f"sets/{name}/{index:05d}" for index, _ in holding])
+    todo = [(index, docs[mine] - shard_rows[index]) for (index, mine), finished in zip(holding, done, strict=True)
+            if not finished]
+    if not todo:
+        return name
+    root = work.for_tasks(executor.in_process)
+    reader, params = executor.share(reader, params)  # (what every shard's task reads)
+    executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
+                 "the shingle sets")
+    return name
+
+
+def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
+                   backend: BackendOrName, first: np.ndarray, second: np.ndarray, weights: np.ndarray,
+                   threshold: float, executor: Executor) -> np.ndarray:
+    """Exact Jaccard (float64 (p,)) of the pairs (first[i], second[i]) of spilled rows that
+    reach ``threshold``, BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least): the
+    sets of their documents are spilled shard by shard (each shard read once), then the pairs
+    are checked a chunk at a time from the spill, so memory holds one shard and one chunk of
+    sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
+    name = spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
+                      executor)
+    chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
+    root = work.for_tasks(executor.in_process)
+    # In this process a task has every core; a cluster runs tasks side by side on its workers.
+    threads = HOST_THREADS if executor.in_process else 1
+    shard_rows, = executor.share(shard_rows)  # (every chunk's task reads the offsets)
+    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold, threads)
+                                           for a, b in chunks],
+                         "exact verification")
+    return np.concatenate(parts) if parts else np.zeros(0, np.float64)

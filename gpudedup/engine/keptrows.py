@@ -1,0 +1,219 @@
+"""The kept rows of a run over files, written from the shards: each input file read again
+and its kept rows written, by a task per file (ShardedTable, write_file_rows), the removed
+rows taken from the clusters or, on a cluster, from their parts (DroppedRows)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Union, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..io import storage
+from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
+from ..io.stamps import FileStamp, check_unchanged
+from ..io.storage import Location
+from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches, write_to
+from .clusterparts import ClusterParts
+from .kept import Kept
+from .local import LocalExecutor
+from .protocols import Executor
+from .shards import Shards
+from .shardreader import ShardReader
+from .workdir import MANIFEST
+
+
+# What a write refused for an input file that changed says beside the change, where the run's
+# work directory is still there: a resume would take the stages of the file as it was (a
+# change of its bytes alone does not stop a resume).
+CHANGED_INPUT = "nothing was written: run again with an empty work directory"
+
+
+class ShardedTable:
+    """The input rows of a staged run, read again shard by shard when they are needed: the
+    ``table`` of its DedupResult. ``write_kept`` writes the kept rows; ``[text_field].take``
+    gives a few texts (report.html)."""
+
+    def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int],
+                 stamps: list[Optional[FileStamp]], executor: Optional[Executor] = None):
+        self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
+        self.left_out = left_out
+        # Each shard's stamp as it was read (io/stamps.py), held here: a run without a work
+        # directory writes after its temporary one is gone.
+        self.stamps = stamps
+        self.executor = executor  # the run's, for write_files
+
+    def __getitem__(self, name: str):
+        if name != self.reader.text_field:
+            raise KeyError(name)
+        outer = self
+
+        class Texts:
+            def take(self, rows) -> pa.Array:
+                rows = np.asarray(rows.to_numpy() if hasattr(rows, "to_numpy") else rows, dtype=np.int64)
+                order = np.argsort(rows, kind="stable")
+                texts = outer.reader.texts(outer.shards, outer.rows.spilled(rows[order]))
+                return texts.take(pa.array(np.argsort(order)))
+
+        return Texts()
+
+    def schema(self) -> pa.Schema:
+        """The columns of the files the documents come from, unified (the input rules')."""
+        return self._schema
+
+    def kept_table(self, keep: np.ndarray) -> pa.Table:
+        """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""
+        schema = self.schema()
+        return pa.Table.from_batches(list(self._kept_batches(Kept.of_mask(keep), schema,
+                                                             "the kept rows cannot be read from it again: run again")),
+                                     schema=schema)
+
+    def _kept_batches(self, kept: Kept, schema: pa.Schema, consequence: str):
+        """The kept rows, a shard at a time, each shard's file checked against its stamp
+        (consequence: what its error says beside the change)."""
+        for index in self._shards_read():
+            with self.reader.unchanged(index, self.stamps[index], consequence):
+                table = self.reader.corpus(index).table.filter(pa.array(self._shard_keep(index, kept)))
+                yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
+
+    def check_unchanged(self) -> None:
+        """Refuse (InputError) an input file whose size or modification time is no longer
+        that of the run's read of it (each file once, each of its stamps' times)."""
+        seen, consequence = set(), self.unwritten()
+        for index, stamp in enumerate(self.stamps):
+            file = self.reader.file_of(index)
+            if stamp is not None and (file, stamp.size, stamp.mtime_ns) not in seen:
+                seen.add((file, stamp.size, stamp.mtime_ns))
+                check_unchanged(self.reader.files[file], self.reader.shown[file], stamp, check_bytes=False,
+                                consequence=consequence)
+
+    def unwritten(self) -> str:
+        """What the error of a write refused for a changed input says beside the change: to
+        run again, in an empty work directory where the run's is still there (a temporary
+        one, a Dask run's without --work-dir, is gone by the time it writes)."""
+        left = self.shards.work.folder.read_small(MANIFEST) is not None
+        return CHANGED_INPUT if left else "nothing was written: run again"
+
+    def _shard_keep(self, index: int, kept: Kept) -> np.ndarray:
+        """bool over shard ``index``'s rows as read: the rows that are documents ``kept`` keeps
+        (kept: a Kept over the documents), made for this shard alone."""
+        return shard_keep(self.shards.rows, self.rows, index, kept.mask)
+
+    def _shards_read(self) -> list[int]:
+        """The shards whose rows the run read as input (all but those left out whole: their
+        columns are not the run's and none of their rows is a document)."""
+        return [index for index in range(self.shards.count) if index not in self.left_out]
+
+    def _files_read(self) -> list[tuple[int, list[int]]]:
+        """(input file, its shards read, in order) for every file with shards the run read."""
+        shards_of: dict[int, list[int]] = {}
+        for index in self._shards_read():
+            shards_of.setdefault(self.reader.file_of(index), []).append(index)
+        return list(shards_of.items())
+
+    def file_paths(self) -> list[Location]:
+        """The input files the run read (absolute; empty files too), in order: one output file
+        each."""
+        return [self.reader.files[file] for file, _ in self._files_read()]
+
+    def write_files(self, folder: Location, names: list[str], format: str,
+                    removed: Union[np.ndarray, ClusterParts]) -> None:
+        """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
+        int64 ascending, the documents removed, or the parts of a cluster's run that hold
+        them): one task per file, on the run's Dask workers while its client is still
+        connected (each worker reads the file's shards and writes its file; folder must be on a
+        file system they share, or on object storage), else in this process. A task gets the
+        rows of its shards not to write, not a mask over them, or (parts) finds them from the
+        parts of its shards' documents (DroppedRows, one object that every task shares: sent to
+        each worker once)."""
+        files = [(indices, storage.child_name(folder, name))
+                 for (_, indices), name in zip(self._files_read(), names, strict=True)]
+        checks = [([self.stamps[i] for i in indices], self.unwritten()) for indices, _ in files]
+        tasks: list[tuple]
+        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        if isinstance(removed, ClusterParts):
+            reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
+            tasks = [(reader, indices, None, path, format, finder, *check)
+                     for (indices, path), check in zip(files, checks)]
+        else:
+            kept = Kept.leaving_out(removed)
+            reader, = executor.share(self.reader)
+            tasks = [(reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
+                      path, format, None, *check) for (indices, path), check in zip(files, checks)]
+        executor.map(write_file_rows, tasks, "writing the kept rows")
+
+    def write_kept(self, path: Path, format: str, removed: np.ndarray) -> None:
+        """The kept rows (removed: int64 ascending, the documents removed), shard by shard, into
+        one file."""
+        # Every shard's rows get the unified columns, as the in-memory run's one table has them.
+        schema, kept, consequence = self.schema(), Kept.leaving_out(removed), self.unwritten()
+        if format == "parquet":
+            with pq.ParquetWriter(path, schema) as writer:
+                for batch in self._kept_batches(kept, schema, consequence):
+                    writer.write_batch(batch)
+        else:
+            write_jsonl_batches(self._kept_batches(kept, schema, consequence), path)
+
+
+def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
+               kept_mask: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """bool over shard ``index``'s rows as read (shard_rows: Shards.rows): the rows that are
+    documents (rows: ShardDocuments.rows) kept, where kept_mask(start, stop) gives which of
+    the documents start .. stop-1 are kept (bool (stop - start,))."""
+    start, stop = int(shard_rows[index]), int(shard_rows[index + 1])
+    keep = rows.mask(start, stop)
+    first = rows.count(0, start)  # the shard's first document
+    keep[keep] = kept_mask(first, first + int(keep.sum()))
+    return keep
+
+
+@dataclass
+class DroppedRows:
+    """What finds, in a write_file_rows task, the rows as read of a shard that it does not
+    write: those that are not documents (rows: ShardDocuments.rows; shard_rows: Shards.rows),
+    and the documents that the parts of a cluster's run remove (ClusterParts, read for the
+    shard's documents alone)."""
+
+    shard_rows: np.ndarray
+    rows: Kept
+    removed: ClusterParts
+
+    def of(self, index: int) -> np.ndarray:
+        def kept_mask(start: int, stop: int) -> np.ndarray:
+            return Kept.leaving_out(self.removed.removed_rows(start, stop)).mask(start, stop)
+
+        return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, index, kept_mask))
+
+
+def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[list[np.ndarray]], path: str,
+                    format: str, finder: Optional[DroppedRows], stamps: list[Optional[FileStamp]],
+                    consequence: str) -> None:
+    """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
+    whole, or its pieces with records, in order; dropped: int64, each one's rows as read that
+    are not written, or None where ``finder`` finds them), as layout.write_kept_file and
+    write_kept_pieces write them. The file is refused (InputError, saying ``consequence``
+    beside the change) where it is not as each shard's stamp (``stamps``, in the order of
+    indices) says, before and after it is read again: the rows and lines written are those
+    the run read."""
+
+    def rows(number: int) -> FileRows:
+        index = indices[number]
+        corpus = reader.corpus(index)
+        assert corpus.files, "a file that could not be read is left out"
+        drop = dropped[number] if dropped is not None else cast(DroppedRows, finder).of(index)
+        return FileRows(corpus.files[0], corpus.table, Kept.leaving_out(drop).mask(0, corpus.table.num_rows))
+
+    def write(local: Path) -> None:
+        with ExitStack() as checks:
+            for index, stamp in zip(indices, stamps, strict=True):
+                checks.enter_context(reader.unchanged(index, stamp, consequence))
+            if len(indices) == 1 and reader.shards[indices[0]].piece is None:
+                write_kept_file(rows(0), local, format)
+            else:
+                write_kept_pieces((rows(number) for number in range(len(indices))), local, format)
+
+    write_to(path, write)
