@@ -4,15 +4,13 @@
     html = render(result)          # a str: one HTML page, nothing outside it
 
 What it shows: the parameters and why b and r were chosen, the counts, the S-curve and the
-candidate pairs by exact Jaccard (PNG figures embedded as base64, when matplotlib is
-installed), the largest clusters with example documents side by side, and the time and memory
+candidate pairs by exact Jaccard (SVG figures, svg_figures.py, inline in the page), the largest clusters with example documents side by side, and the time and memory
 of every stage. Inline CSS only: no scripts, no fonts, no links, no external resources.
-``DedupResult.write`` writes it as report.html, with the figures as PNG files beside it.
+``DedupResult.write`` writes it as report.html, with the figures as SVG files beside it.
 """
 
 from __future__ import annotations
 
-import base64
 import difflib
 import html
 import math
@@ -26,11 +24,12 @@ import pyarrow as pa
 from .core.lsh import collision_probability, steepest_similarity
 from .core.shingling import ShingleSpec, shingle_sets
 from .engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED, examples_of
+from .report import seconds_text
 from .io.fields import content_of
-from . import plots
+from . import svg_figures
 
 # name -> file written beside report.html
-FIGURE_FILES = {"s_curve": "s_curve.png", "candidates_histogram": "candidates_histogram.png"}
+FIGURE_FILES = {"s_curve": "s_curve.svg", "candidates_histogram": "candidates_histogram.svg"}
 
 EXCERPT_CHARS = 600
 NOT_READ_LISTED = 1000  # entries under the inputs not read, listed by name (all are in report.json)
@@ -69,20 +68,25 @@ STAGE_NOTES = {
 # --- public API ---------------------------------------------------------------------------------
 
 
-def report_figures(result) -> dict[str, bytes]:
-    """The report's figures as PNG bytes, {name: png} (names as in FIGURE_FILES); empty when
-    matplotlib is not installed."""
-    try:
-        return _draw_figures(result)
-    except plots.PlottingUnavailable:
-        return {}
+def report_figures(result) -> dict[str, str]:
+    """The report's figures as SVG files' text, {name: svg} (names as in FIGURE_FILES)."""
+    p, r = result.report["parameters"], result.report["results"]
+    bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
+    # Counted by the run over the verified pairs where they lay (engine/shown.py); the rest of
+    # those checked were rejected.
+    counts = result.outcome.shown.jaccard_counts
+    rejected = r["exactly_checked_pairs"] - r["verified_pairs"]
+    return {
+        "s_curve": svg_figures.s_curve_svg(bands, rows, threshold),
+        "candidates_histogram": svg_figures.candidates_histogram_svg(bands, rows, threshold, counts, rejected),
+    }
 
 
-def render(result, figures: Optional[Mapping[str, bytes]] = None) -> str:
+def render(result, figures: Optional[Mapping[str, str]] = None) -> str:
     """The HTML report of a DedupResult, as one self-contained page.
 
-    figures: PNG bytes by name (``report_figures``); None draws them now. Without matplotlib
-    the page has no figures and says how to get them.
+    figures: SVG text by name (``report_figures``), shown inline; None draws them now, and an
+    empty mapping leaves the figures out.
     """
     if figures is None:
         figures = report_figures(result)
@@ -100,16 +104,16 @@ def render(result, figures: Optional[Mapping[str, bytes]] = None) -> str:
     return "".join(parts) + "</main>\n</body>\n</html>\n"
 
 
-def write_report(result, directory, figures: Optional[Mapping[str, bytes]] = None) -> list[Path]:
-    """Write report.html and the figures' PNG files (s_curve.png, candidates_histogram.png;
-    none without matplotlib) into ``directory``; returns the paths written."""
+def write_report(result, directory, figures: Optional[Mapping[str, str]] = None) -> list[Path]:
+    """Write report.html and the figures' SVG files (s_curve.svg, candidates_histogram.svg)
+    into ``directory``; returns the paths written."""
     directory = Path(directory)
     if figures is None:
         figures = report_figures(result)
     written = []
-    for name, png in figures.items():
+    for name, svg in figures.items():
         path = directory / FIGURE_FILES[name]
-        path.write_bytes(png)
+        path.write_text(svg, encoding="utf-8")
         written.append(path)
     path = directory / "report.html"
     path.write_text(render(result, figures), encoding="utf-8")
@@ -120,21 +124,7 @@ def write_report(result, directory, figures: Optional[Mapping[str, bytes]] = Non
 # --- figures ------------------------------------------------------------------------------------
 
 
-def _draw_figures(result) -> dict[str, bytes]:
-    p, r = result.report["parameters"], result.report["results"]
-    bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
-    # Counted by the run over the verified pairs where they lay (engine/shown.py); the rest of
-    # those checked were rejected.
-    counts = result.outcome.shown.jaccard_counts
-    rejected = r["exactly_checked_pairs"] - r["verified_pairs"]
-    return {
-        "s_curve": plots.s_curve_figure(bands, rows, threshold),
-        "candidates_histogram": plots.candidates_histogram_figure(None, bands, rows, threshold,
-                                                                  counted=(counts, rejected)),
-    }
-
-
-def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
+def _figures(report: dict, figures: Mapping[str, str]) -> str:
     p, r = report["parameters"], report["results"]
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
     at_threshold = float(collision_probability(threshold, bands, rows))
@@ -160,22 +150,14 @@ def _figures(report: dict, figures: Mapping[str, bytes]) -> str:
             "sizes differ too much, or too many shingles went unmatched), so their Jaccard is not computed.",
         ),
     }
-    out = ['<section id="figures">\n<h2>Figures</h2>\n']
     if not figures:
-        out.append(f'<p class="note">No figures: they need matplotlib. Install it with '
-                   f'<code>{_e(plots.INSTALL_HINT)}</code> and run again.</p>\n')
-    else:
-        out.append('<div class="figures">\n')
-        for name, (title, caption) in captions.items():
-            if name not in figures:
-                continue
-            data = base64.b64encode(figures[name]).decode("ascii")
-            out.append(
-                f'<figure>\n<img src="data:image/png;base64,{data}" alt="{_e(title)}" width="960" height="540">\n'
-                f"<figcaption><strong>{_e(title)}.</strong> {caption}</figcaption>\n</figure>\n"
-            )
-        out.append("</div>\n")
-    out.append("</section>\n")
+        return ""
+    out = ['<section id="figures">\n<h2>Figures</h2>\n<div class="figures">\n']
+    for name, (title, caption) in captions.items():
+        if name in figures:
+            out.append(f"<figure>\n{svg_figures.inline(figures[name])}\n"
+                       f"<figcaption><strong>{_e(title)}.</strong> {caption}</figcaption>\n</figure>\n")
+    out.append("</div>\n</section>\n")
     return "".join(out)
 
 
@@ -221,7 +203,7 @@ tr.total td { font-weight: 700; border-top: 2px solid var(--line); }
 .rule { background: var(--soft); border-radius: 6px; padding: 10px 14px; }
 .figures { display: grid; grid-template-columns: 1fr; gap: 28px; }
 figure { margin: 0; max-width: 880px; }
-figure img { width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
+figure svg { display: block; width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
 figcaption { color: var(--muted); font-size: 13.5px; margin-top: 6px; }
 .cluster { border: 1px solid var(--line); border-radius: 8px; padding: 4px 18px 16px; margin: 18px 0; }
 .cluster h3 { margin-top: 14px; }
@@ -274,7 +256,7 @@ def _summary(report: dict) -> str:
          f"Jaccard ≥ {_num(p['threshold'])} of {r['candidate_pairs']:,} candidates"),
     ]
     if report.get("total_seconds") is not None:
-        cards.append(("Time", f"{_seconds(_run_seconds(report))} s",
+        cards.append(("Time", f"{_seconds(report['total_seconds'])} s",
                       f"peak memory {_mib(report.get('peak_rss_mb'))}"))
     out = ['<section class="cards">\n']
     for label, value, detail in cards:
@@ -412,10 +394,7 @@ def _stages(report: dict) -> str:
         )
     total = report.get("total_seconds")
     if total is not None:
-        label = "total"
-        if _run_seconds(report) != total:
-            label = f"total before writing (with writing: {_seconds(_run_seconds(report))} s)"
-        out.append(f'<tr class="total"><td colspan="2">{_e(label)}</td><td class="num">{_seconds(total)}</td>'
+        out.append(f'<tr class="total"><td colspan="2">total</td><td class="num">{_seconds(total)}</td>'
                    f'<td></td><td class="num">{_mib(report.get("peak_rss_mb"))}</td></tr>\n')
     out.append("</tbody>\n</table>\n<p class=\"ids\">Peak RSS is the process's resident-memory high-water "
                "mark while the stage ran (everything alive then, not only what the stage allocated), "
@@ -423,18 +402,7 @@ def _stages(report: dict) -> str:
     return "".join(out)
 
 
-def _run_seconds(report: dict) -> float:
-    """The run's seconds including the write: report.json's total_seconds covers the stages
-    before writing (the write's own figures are taken while it runs)."""
-    total = report["total_seconds"]
-    stages = report.get("stages", {})
-    before_write = sum(s["seconds"] for name, s in stages.items() if "seconds" in s and name != "write")
-    if "write" in stages and abs(before_write - total) < 0.01:
-        return total + stages["write"]["seconds"]
-    return total
-
-
-def _footer(report: dict, figures: Mapping[str, bytes]) -> str:
+def _footer(report: dict, figures: Mapping[str, str]) -> str:
     out = report.get("output")
     format = out.get("format", "parquet") if out else "parquet"
     if out and out.get("layout") == "files":
@@ -641,11 +609,7 @@ def _mib(value) -> str:
 def _seconds(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if value >= 100:
-        return f"{value:,.1f}"
-    if value >= 10:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
+    return seconds_text(value)
 
 
 def _percent(fraction: float) -> str:

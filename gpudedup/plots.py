@@ -1,9 +1,10 @@
-"""Figures of a run, as PNG bytes: the LSH S-curve, the candidate pairs by exact Jaccard, and
-recall against similarity (for evaluations).
+"""The evaluation's figure, recall against similarity, as PNG bytes; the palette, size and
+margins every figure shares; the histogram of verified pairs the report's figure is drawn from.
 
-matplotlib is a dependency of the package (so the README's first command draws the figures).
-It is imported inside the functions, never by ``import gpudedup``; where it cannot be imported
-(a broken or stripped environment) they raise ``PlottingUnavailable`` with the install command.
+report.html's figures are SVG written directly (svg_figures.py), without matplotlib. matplotlib
+is a dependency of the package (so ``gpudedup evaluate`` draws its figure). It is imported
+inside the functions, never by ``import gpudedup`` nor by a run that writes its report; where it
+cannot be imported (a broken or stripped environment) they raise ``PlottingUnavailable`` with the install command.
 Figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg canvas, never through
 pyplot: no figure stays open, no backend is switched. Their style is set with
 ``matplotlib.rc_context``, which puts the global rcParams back when a figure is done.
@@ -17,7 +18,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .core.lsh import collision_probability, steepest_similarity
+from .core.lsh import collision_probability
 
 INSTALL_HINT = "pip install matplotlib"
 
@@ -29,9 +30,9 @@ GREY = "#9AA5B1"
 INK = "#1F2933"
 
 FIGURE_SIZE = (6.4, 3.6)  # inches
-# The report's figures have fixed margins, room for axis labels on both sides (a twin axis on
-# the right) with tick labels of at most five characters (_count_formatter): constrained layout
-# would fit them to the labels in about half of each figure's drawing time.
+# The report's figures (svg_figures.PLOT_BOX) have fixed margins, room for axis labels on both
+# sides (a twin axis on the right) with tick labels of at most five characters
+# (count_label).
 MARGINS = dict(left=0.11, right=0.91, bottom=0.12, top=0.92)
 DPI = 150  # 960 x 540 pixels: sharp when shown at half size on high-density screens
 
@@ -68,25 +69,6 @@ def matplotlib_available() -> bool:
     return True
 
 
-def s_curve_figure(bands: int, rows: int, threshold: Optional[float] = None) -> bytes:
-    """PNG of P(s) = 1 - (1 - s^r)^b for ``bands`` x ``rows``, with the threshold and the
-    steepest point marked."""
-    with _drawing() as (figure, axes):
-        s = np.linspace(0.0, 1.0, 501)
-        axes.plot(s, collision_probability(s, bands, rows), color=ORANGE, linewidth=2.2,
-                  label=f"$P(s) = 1 - (1 - s^{{{rows}}})^{{{bands}}}$")
-        _mark_steepest(axes, bands, rows)
-        if threshold is not None:
-            _mark_threshold(axes, threshold, bands, rows, label_point=True)
-        axes.set_xlim(0, 1)
-        axes.set_ylim(-0.02, 1.04)
-        axes.set_xlabel("Jaccard similarity s of a pair")
-        axes.set_ylabel("P(pair becomes a candidate)")
-        axes.set_title(f"LSH S-curve: {bands} bands × {rows} rows", loc="left")
-        axes.legend(loc="upper left", frameon=False, fontsize=8.5)
-        return _png(figure)
-
-
 def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float = 0.02) -> np.ndarray:
     """int64: how many of the values ``jaccard`` (float (c,)) fall in each bin of
     verified_edges(threshold, bin_width), the values below the threshold in none (a sum over
@@ -95,69 +77,6 @@ def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float =
     counts, _ = np.histogram(np.clip(jaccard[jaccard >= threshold], 0.0, 1.0),
                              bins=verified_edges(threshold, bin_width))  # the last bin is closed
     return counts.astype(np.int64)
-
-
-def candidates_histogram_figure(jaccard, bands: int, rows: int, threshold: float,
-                                bin_width: float = 0.02, log: Optional[bool] = None,
-                                counted: Optional[tuple[np.ndarray, int]] = None) -> bytes:
-    """PNG of the verified pairs by exact Jaccard, with the S-curve on a second axis.
-
-    jaccard: float (c,), every pair verification checked (DedupResult.checked_jaccard): its
-        exact Jaccard where that reaches ``threshold``, below it (verify.BELOW_THRESHOLD) for a
-        rejected pair, whose value is not computed. The verified pairs are a histogram from the
-        threshold (a bin edge) to 1; the rejected ones are a count written left of the threshold.
-    counted: in place of jaccard (then None), the histogram already counted: (verified_histogram
-        of the verified pairs, how many were rejected).
-    log: log-scale counts; None: when the fullest bin holds over 100 times the emptiest
-        non-empty one.
-    """
-    if counted is None:
-        jaccard = np.asarray(jaccard, dtype=np.float64)
-        counted = verified_histogram(jaccard, threshold, bin_width), int((jaccard < threshold).sum())
-    counts, rejected = counted
-    edges = verified_edges(threshold, bin_width)
-    checked = int(counts.sum()) + rejected
-    with _drawing() as (figure, axes):
-        left, widths = edges[:-1], np.diff(edges)
-        axes.bar(left, counts, width=widths, align="edge", color=BLUE, edgecolor="white", linewidth=0.4,
-                 label="at or above the threshold (verified)")
-        nonzero = counts[counts > 0]
-        if log is None:
-            log = nonzero.size > 0 and nonzero.max() > 100 * nonzero.min()
-        if log:
-            axes.set_yscale("log")
-            axes.set_ylim(0.7, max(nonzero.max(), 1) * 1.6 if nonzero.size else 10)
-        elif not nonzero.size:
-            axes.set_ylim(0, 1)
-        axes.set_xlim(0, max(edges[-1], 1.0))
-        axes.set_xlabel("exact Jaccard similarity of the candidate pair")
-        axes.set_ylabel("verified pairs" + (" (log scale)" if log else ""))
-        if not log:
-            axes.yaxis.set_major_formatter(_count_formatter())
-        axes.set_title(f"{checked:,} candidate pairs checked exactly, {rejected:,} rejected", loc="left")
-        axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2)
-        if threshold > 0.15:  # room left of the threshold for the count of rejected pairs
-            note = f"{rejected:,} rejected\n(Jaccard below {threshold:g},\nnot computed in full)"
-            axes.text(threshold / 2, 0.5, note, transform=axes.get_xaxis_transform(), ha="center", va="center",
-                      color=GREY, fontsize=9)
-
-        curve = axes.twinx()
-        s = np.linspace(0.0, 1.0, 501)
-        curve.plot(s, collision_probability(s, bands, rows), color=ORANGE, linewidth=2.0,
-                   label=f"S-curve P(s), b = {bands}, r = {rows}")
-        curve.grid(False)
-        curve.set_ylim(0, 1.04)
-        curve.set_ylabel("P(candidate)", color=ORANGE)
-        curve.tick_params(axis="y", colors=ORANGE)
-        curve.spines["right"].set_visible(True)
-        curve.spines["right"].set_color(ORANGE)
-        curve.spines["top"].set_visible(False)
-        # One legend for both axes.
-        handles, labels = axes.get_legend_handles_labels()
-        more_handles, more_labels = curve.get_legend_handles_labels()
-        axes.legend(handles + more_handles, labels + more_labels, loc="upper left", frameon=False,
-                    fontsize=8)
-        return _png(figure)
 
 
 def recall_by_similarity_figure(bin_edges, recall_per_bin: Union[Sequence[float], Mapping[str, Sequence[float]]],
@@ -239,7 +158,8 @@ def _matplotlib():
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:
-        raise PlottingUnavailable(f"the figures need matplotlib ({error}); install it with: {INSTALL_HINT}") from None
+        raise PlottingUnavailable(f"the recall figure needs matplotlib ({error}); "
+                                  f"install it with: {INSTALL_HINT}") from None
     return matplotlib, Figure, FigureCanvasAgg
 
 
@@ -260,25 +180,6 @@ def _drawing(fit_labels: bool = False):
         yield figure, axes
 
 
-def _mark_threshold(axes, threshold: float, bands: int, rows: int, label_point: bool) -> None:
-    axes.axvline(threshold, color=RED, linestyle="--", linewidth=1.2, label=f"threshold {threshold:g}")
-    if label_point:
-        p = float(collision_probability(threshold, bands, rows))
-        axes.plot([threshold], [p], marker="o", color=RED, markersize=5, zorder=5)
-        axes.annotate(f"P({threshold:g}) = {p:.4f}", (threshold, p), xytext=(-12, -18),
-                      textcoords="offset points", ha="right", fontsize=8.5, color=RED)
-
-
-def _mark_steepest(axes, bands: int, rows: int) -> None:
-    steepest = steepest_similarity(bands, rows)
-    p = float(collision_probability(steepest, bands, rows))
-    axes.plot([steepest], [p], marker="D", color=INK, markersize=4.5, zorder=5,
-              label=f"steepest point s = {steepest:.3f}")
-    left = steepest > 0.3  # the label on the left of the point, unless that is off the axes
-    axes.annotate(f"s = {steepest:.3f}, P = {p:.2f}", (steepest, p), xytext=(-8 if left else 8, 4),
-                  textcoords="offset points", ha="right" if left else "left", fontsize=8.5, color=INK)
-
-
 def _count_formatter():
     """Tick labels of counts in at most five characters (800, 9,500, 120k, 2.5M), so that the
     fixed margins (MARGINS) hold them."""
@@ -286,11 +187,7 @@ def _count_formatter():
     from matplotlib.ticker import FuncFormatter
 
     def label(value: float, _) -> str:
-        # (from, unit, suffix): thousands are written out up to 9,999.
-        for start, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
-            if abs(value) >= start:
-                return f"{value / unit:.3g}{suffix}"
-        return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
+        return count_label(value)
 
     return FuncFormatter(label)
 
@@ -299,3 +196,13 @@ def _png(figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
     return buffer.getvalue()
+
+
+def count_label(value: float) -> str:
+    """A count's tick label in at most five characters (800, 9,500, 120k, 2.5M), so that the
+    fixed margins (plots.MARGINS) hold it."""
+    # (from, unit, suffix): thousands are written out up to 9,999.
+    for start, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if abs(value) >= start:
+            return f"{value / unit:.3g}{suffix}"
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"

@@ -365,15 +365,15 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
         write_pairs(result, staging, out, names is not None)
-        # The report's figures (the slow part of report.html; none without matplotlib) are drawn
-        # within the write's time; the page itself needs the finished report, so it comes after.
+        # The report's figures are drawn within the write's time; the page itself needs the
+        # finished report, so it comes after.
         from .html_report import report_figures, write_report
 
         figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
         result.report = result.report.with_write(log.snapshot("write"), str(out), format,
                                                  None if names is None else [f"{KEPT_DIR}/{n}" for n in names])
-        write_report(result, staging, figures)  # report.html, s_curve.png, candidates_histogram.png
+        write_report(result, staging, figures)  # report.html, s_curve.svg, candidates_histogram.svg
         # report.json last: a directory with a report is a finished one (and locally the rename
         # makes the whole directory appear at once anyway; on object storage it goes up last).
         write_json(result.report.as_dict(), staging / "report.json")

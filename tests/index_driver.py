@@ -169,15 +169,6 @@ def serve() -> None:
     import gpudedup.html_report  # noqa: F401
     import gpudedup.index  # noqa: F401
     import gpudedup.interrupts  # noqa: F401
-    from gpudedup import plots
-
-    # The report's figures take most of an add's 2 s here, and are drawn before the add does
-    # anything to the index: these runs write their reports as without matplotlib (no
-    # figures; html_report's own path for that).
-    def no_matplotlib():
-        raise plots.PlottingUnavailable("left out by tests/index_driver.py --serve")
-
-    plots._matplotlib = no_matplotlib
 
     for request_line in sys.stdin:
         request = json.loads(request_line)

@@ -1,14 +1,15 @@
-"""report.html and the figures: the report's numbers, self-containment, escaping, the page
-without matplotlib (a dependency, but a broken install must still give a page), and a render in
-headless Chromium checked pixel by pixel (skipped without Chromium, a failure in CI)."""
+"""report.html and the figures: the report's numbers, self-containment, escaping, the SVG
+figures (well-formed, drawn to scale, written without matplotlib), the evaluation's matplotlib
+figure, and a render in headless Chromium checked pixel by pixel (skipped without Chromium, a
+failure in CI)."""
 
-import base64
 import html
 import json
 import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,8 @@ import pytest
 from gpudedup.core.shingling import ShingleSpec
 
 import gpudedup
-from gpudedup.core.lsh import steepest_similarity
-from gpudedup import html_report, plots
+from gpudedup.core.lsh import collision_probability, steepest_similarity
+from gpudedup import html_report, plots, svg_figures
 
 SAMPLE = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -35,9 +36,8 @@ def sample_run(tmp_path_factory):
 
 
 def visible_text(page: str) -> str:
-    """The page's text as a reader sees it: no tags, no embedded images, entities decoded."""
+    """The page's text as a reader sees it (the figures' text too): no tags, entities decoded."""
     page = re.sub(r"<style>.*?</style>", " ", page, flags=re.S)
-    page = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", " ", page)
     return html.unescape(re.sub(r"<[^>]+>", " ", page)).replace("\u00a0", " ")
 
 
@@ -50,7 +50,7 @@ def test_report_html_shows_the_numbers_of_report_json(sample_run):
     result, out = sample_run
     report = json.loads((out / "report.json").read_text())
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert page == html_report.render(result, {name: (out / file).read_bytes()
+    assert page == html_report.render(result, {name: (out / file).read_text(encoding="utf-8")
                                                for name, file in html_report.FIGURE_FILES.items()})
     text = visible_text(page)
     r, p = report["results"], report["parameters"]
@@ -83,13 +83,15 @@ def test_report_html_is_self_contained(sample_run):
     assert "http://" not in page and "https://" not in page
     for forbidden in ("<script", "<link", "<iframe", "@import", "url("):
         assert forbidden not in page.lower()
-    sources = re.findall(r'src="([^"]*)"', page)
-    assert all(src.startswith("data:image/png;base64,") for src in sources)
-    # Both figures embedded, and the same bytes written beside the page.
-    assert len(sources) == 2
-    embedded = {base64.b64decode(src.split(",", 1)[1]) for src in sources}
-    written = {(out / file).read_bytes() for file in html_report.FIGURE_FILES.values()}
-    assert embedded == written and all(png.startswith(PNG_SIGNATURE) for png in written)
+    assert "src=" not in page and "<img" not in page
+    # Both figures inline, each the very SVG written beside the page (less its XML declaration
+    # and namespace, which HTML supplies).
+    embedded = re.findall(r"<svg\b.*?</svg>", page, flags=re.S)
+    written = [(out / file).read_text(encoding="utf-8") for file in html_report.FIGURE_FILES.values()]
+    assert len(embedded) == 2 and embedded == [svg_figures.inline(svg) for svg in written]
+    for svg in written:
+        assert svg.startswith('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg"')
+        assert ET.fromstring(svg.encode("utf-8")).tag == "{http://www.w3.org/2000/svg}svg"
 
 
 def test_largest_clusters_show_members_and_exact_similarity(sample_run):
@@ -127,19 +129,74 @@ def test_texts_and_ids_are_escaped(tmp_path):
     assert "<mark>more</mark>" in page
 
 
-def test_report_without_matplotlib(tmp_path, monkeypatch):
+def test_the_report_s_figures_need_no_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert not plots.matplotlib_available()
     with pytest.raises(plots.PlottingUnavailable, match=re.escape(plots.INSTALL_HINT)):
-        plots.s_curve_figure(16, 6, 0.8)
+        plots.recall_by_similarity_figure(np.linspace(0, 1, 3), [0.5, 1.0])
     result = gpudedup.dedup(["the cat sat on the mat today", "the cat sat on the mat today!", "a dog"],
                             shingle="char", ngram=3, threshold=0.7, backend="cpu")
     result.write(tmp_path / "out")
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert "report.html" in names and not any(name.endswith(".png") for name in names)
+    assert "report.html" in names and set(html_report.FIGURE_FILES.values()) <= set(names)
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
-    assert "<img" not in page
-    assert "need matplotlib" in page and html.escape(plots.INSTALL_HINT) in page
+    assert page.count("<svg") == 2
+
+
+def svg_elements(svg: str, tag: str, attribute: str, value: str | None = None) -> list:
+    """The elements ``tag`` with ``attribute`` (equal to ``value`` where given) in an SVG file's
+    text (parsed: it is well-formed)."""
+    root = ET.fromstring(svg.encode("utf-8"))
+    return [e for e in root.iter(f"{{http://www.w3.org/2000/svg}}{tag}")
+            if e.get(attribute) is not None and value in (None, e.get(attribute))]
+
+
+def curve_values(svg: str, limits) -> tuple[np.ndarray, np.ndarray]:
+    """(s, P) of the drawn S-curve's points, read back from the axes' box and the P axis' limits."""
+    (polyline,) = svg_elements(svg, "polyline", "data-curve", "s-curve")
+    points = np.array([[float(v) for v in pair.split(",")] for pair in polyline.get("points").split()])
+    left, top, right, bottom = svg_figures.PLOT_BOX
+    s = (points[:, 0] - left) / (right - left)
+    return s, limits[0] + (bottom - points[:, 1]) / (bottom - top) * (limits[1] - limits[0])
+
+
+def test_svg_figures_are_well_formed_and_drawn_to_scale():
+    # The S-curve: at a few s, the height of the drawn point is P(s) (to the 0.01-unit rounding
+    # of the coordinates: under 1e-4 of the axis).
+    for bands, rows, threshold in [(16, 6, 0.8), (1, 1, None), (20, 5, 0.5)]:
+        svg = svg_figures.s_curve_svg(bands, rows, threshold)
+        s, p = curve_values(svg, svg_figures.S_CURVE_LIMITS)
+        assert len(s) == svg_figures.CURVE_POINTS and s[0] == pytest.approx(0, abs=1e-4)
+        for at in (0.3, 0.5, 0.62, 0.8, 0.9):
+            i = int(np.argmin(np.abs(s - at)))
+            assert s[i] == pytest.approx(at, abs=1e-3)
+            assert p[i] == pytest.approx(float(collision_probability(at, bands, rows)), abs=1e-3)
+        assert len(svg_elements(svg, "line", "data-mark", "threshold")) == (threshold is not None)
+    # The histogram: one bar per non-empty bin of plots.verified_histogram, in order, each as
+    # high as its count on the axis (linear: proportional; log: the log of the count, from 0.7).
+    rng = np.random.default_rng(3)
+    jaccard = np.concatenate([rng.random(4000), np.full(30, 0.97), np.full(7, 1.0)])
+    for log in (False, True):
+        svg = svg_figures.candidates_histogram_of(jaccard, 16, 6, 0.8, log=log)
+        counts = plots.verified_histogram(jaccard, 0.8)
+        bars = svg_elements(svg, "rect", "data-count")
+        assert [int(bar.get("data-count")) for bar in bars] == counts[counts > 0].tolist()
+        heights = np.array([float(bar.get("height")) for bar in bars])
+        shown = counts[counts > 0].astype(float)
+        scale = np.log(shown / 0.7) if log else shown
+        assert np.allclose(heights / scale, heights[0] / scale[0], rtol=1e-3)
+        assert ("log scale" in svg) == log
+        s, p = curve_values(svg, (0.0, 1.04))
+        assert p[int(np.argmin(np.abs(s - 0.7)))] == pytest.approx(float(collision_probability(0.7, 16, 6)), abs=1e-3)
+        rejected = int((jaccard < 0.8).sum())
+        assert f"{jaccard.size:,} candidate pairs checked exactly, {rejected:,} rejected" in svg
+    # The log rule: the fullest bin over 100 times the emptiest non-empty one.
+    assert "log scale" in svg_figures.candidates_histogram_svg(16, 6, 0.8, np.array([101] + [1] + [0] * 8), 0)
+    assert "log scale" not in svg_figures.candidates_histogram_svg(16, 6, 0.8, np.array([100] + [1] + [0] * 8), 0)
+    # Edge cases parse: every pair rejected, none checked at threshold 1.
+    for svg in (svg_figures.candidates_histogram_of(np.full(50, -1.0), 16, 6, 0.8),
+                svg_figures.candidates_histogram_of(np.zeros(0), 20, 5, 1.0)):
+        assert svg_elements(svg, "rect", "data-count") == []
 
 
 def test_render_from_a_notebook_result_without_write():
@@ -151,12 +208,12 @@ def test_render_from_a_notebook_result_without_write():
 
 
 def test_importing_gpudedup_does_not_import_matplotlib():
-    code = ("import sys, gpudedup, gpudedup.plots, gpudedup.html_report; "
+    code = ("import sys, gpudedup, gpudedup.plots, gpudedup.html_report, gpudedup.svg_figures; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=25)
 
 
-def test_plots_return_png_and_leave_pyplot_alone():
+def test_the_recall_figure_is_a_png_and_leaves_pyplot_alone():
     import matplotlib
 
     pyplot_imported = "matplotlib.pyplot" in sys.modules
@@ -167,11 +224,6 @@ def test_plots_return_png_and_leave_pyplot_alone():
     recall = np.linspace(0, 1, 10)
     recall[0] = np.nan
     images = [
-        plots.s_curve_figure(16, 6, 0.8),
-        plots.s_curve_figure(1, 1),
-        plots.candidates_histogram_figure(np.random.default_rng(0).random(1000), 16, 6, 0.8),
-        plots.candidates_histogram_figure(np.full(50, -1.0), 16, 6, 0.8),  # all rejected
-        plots.candidates_histogram_figure(np.zeros(0), 20, 5, 1.0),
         plots.recall_by_similarity_figure(edges, recall, "gpudedup", pair_counts=np.arange(10),
                                           threshold=0.8, bands=16, rows=6),
         plots.recall_by_similarity_figure(edges, {"a": recall, "b": recall / 2}),
@@ -232,7 +284,7 @@ def test_report_renders_in_headless_chromium(sample_run, tmp_path):
     assert len(np.unique(pixels.reshape(-1, 3) // 8, axis=0)) > 50, "the page has almost no detail"
     assert count((0x1F, 0x29, 0x33)) > 5_000  # text in the ink colour
     assert count((0xE3, 0xF2, 0xE8), 4) > 20_000  # the kept documents' green boxes
-    # The figures were decoded and drawn: the histogram's blue bars and the orange S-curve.
+    # The inline SVG figures were drawn: the histogram's blue bars and the orange S-curve.
     assert count((0x00, 0x72, 0xB2)) > 2_000
     assert count((0xE6, 0x9F, 0x00)) > 2_000
 

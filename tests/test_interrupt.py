@@ -116,13 +116,9 @@ sys.exit(cli.main())
 
 def output_names() -> list[str]:
     """The files a dedup run over corpus.jsonl writes, by their paths under its output."""
-    from gpudedup import plots
-
-    names = [".gpudedup-output", "clusters/part-00000.parquet", "deduplicated/corpus.parquet",
-             "pairs/part-00000.parquet", "report.html", "report.json"]
-    if plots.matplotlib_available():
-        names += ["candidates_histogram.png", "s_curve.png"]
-    return sorted(names)
+    return sorted([".gpudedup-output", "candidates_histogram.svg", "clusters/part-00000.parquet",
+                   "deduplicated/corpus.parquet", "pairs/part-00000.parquet", "report.html", "report.json",
+                   "s_curve.svg"])
 
 
 # --- the runs -----------------------------------------------------------------------------------

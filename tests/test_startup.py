@@ -4,7 +4,8 @@ Checked by the modules a fresh interpreter has loaded and by the route each step
 timing (scripts/bench_sizes.py times it). A run on little text takes the numpy reference
 routes, bit for bit the kernels' results, and never imports numba (whose start costs some
 tenths of a second however small the run); CuPy is not imported where no CUDA driver can load;
-matplotlib only draws figures, so a run that writes none does not load it.
+matplotlib draws only the evaluation's figure, so a run, even one that writes its report and
+figures (SVG written directly), does not load it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,20 @@ def test_a_run_on_one_document_loads_no_kernels_and_no_figures():
                           "assert backend.startswith('numpy') and 'numba' not in backend", **{KERNEL_SWITCH: ""})
     assert "gpudedup" in loaded and "numpy" in loaded  # (the probe sees what a run loads)
     assert sorted(set(NOT_FOR_A_SMALL_RUN) & set(loaded)) == []
+
+
+def test_a_cli_run_that_writes_its_output_loads_no_matplotlib(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": text}) + "\n" for i, text in
+                              enumerate(["the cat sat on the mat today", "the cat sat on the mat today!", "a dog"])))
+    out = tmp_path / "out"
+    loaded = loaded_after("import sys\nfrom gpudedup.console import main\n"
+                          f"sys.argv = ['gpudedup', 'dedup', {str(corpus)!r}, '-o', {str(out)!r}, '-q', "
+                          "'--backend', 'cpu', '--shingle', 'char', '--ngram', '3', '--threshold', '0.7']\n"
+                          "try:\n    main()\nexcept SystemExit as leaving:\n    assert not leaving.code, leaving.code")
+    assert {"s_curve.svg", "candidates_histogram.svg", "report.html"} <= {p.name for p in out.iterdir()}
+    assert json.loads((out / "report.json").read_text())["results"]["clusters"] == 1
+    assert "gpudedup" in loaded and "matplotlib" not in loaded
 
 
 def test_the_kernels_start_once_the_reference_route_has_read_enough_text(fresh_start):
