@@ -24,7 +24,7 @@ import pyarrow as pa
 from .core.lsh import collision_probability, steepest_similarity
 from .core.shingling import ShingleSpec, shingle_sets
 from .engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED, examples_of
-from .report import seconds_text
+from .stages import seconds_text
 from .io.fields import content_of
 from . import svg_figures
 

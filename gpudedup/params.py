@@ -5,9 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Optional
 
-from .core.lsh import Banding, choose_bands
-from .core.normalize import unicode_form_version
-from .core.shingling import ShingleSpec
 from .errors import ParameterError
 
 # The command line reads the defaults here before it knows whether a command runs at all:
@@ -130,11 +127,13 @@ class DedupParams:
 
     def shingle_spec(self) -> ShingleSpec:
         """What a document's shingles are (shingling.ShingleSpec)."""
+        from .core.shingling import ShingleSpec  # (start-up: the CLI reads the defaults here without numpy)
 
         return ShingleSpec(self.shingle, self.ngram, self.unicode, self.strip_punctuation, self.strip_symbols)
 
     def banding(self) -> Banding:
         """The (bands, rows) to use, and why."""
+        from .core.lsh import Banding, choose_bands  # (start-up: the CLI reads the defaults here without numpy)
 
         if self.bands is not None and self.rows is not None:  # both or neither (checked above)
             return Banding(self.bands, self.rows, "given")
@@ -151,6 +150,7 @@ class DedupParams:
         banding = self.banding()
         recorded.update(bands=banding.bands, rows=banding.rows)
         if self.unicode is not None:
+            from .core.normalize import unicode_form_version  # (start-up: as above)
 
             recorded["unicode_version"] = unicode_form_version()
         return recorded

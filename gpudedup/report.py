@@ -241,11 +241,3 @@ class Report(Mapping):
         return len(self._json)
 
 
-def seconds_text(value: float) -> str:
-    """A time in seconds as the terminal and report.html show it: three significant places
-    or so (0.842, 12.35, 123.4)."""
-    if value >= 100:
-        return f"{value:,.1f}"
-    if value >= 10:
-        return f"{value:.2f}"
-    return f"{value:.3f}"

@@ -166,3 +166,13 @@ class RichProgress(Progress):
         if self._task is not None:
             self._bars.update(self._task, completed=self._bars.tasks[self._task].total)
             self._bars.stop()
+
+
+def seconds_text(value: float) -> str:
+    """A time in seconds as the terminal and report.html show it: three significant places
+    or so (0.842, 12.35, 123.4)."""
+    if value >= 100:
+        return f"{value:,.1f}"
+    if value >= 10:
+        return f"{value:.2f}"
+    return f"{value:.3f}"

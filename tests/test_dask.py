@@ -442,7 +442,7 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
     """The clusters of a Dask run are decided and kept by its tasks (engine/clusterparts.py):
     the client holds counts per part, not the documents in clusters, their numbers, ids or
     which are kept; the tasks that write the kept rows read which rows are removed from the
-    parts (disk.DroppedRows), and the pairs and clusters tables are named and written by tasks.
+    parts (keptrows.DroppedRows), and the pairs and clusters tables are named and written by tasks.
     Nor, where the pairs are identical copies, the copies (engine/copyparts.py: grouped,
     checked and kept as parts by tasks; their places reach the candidates' shard tasks by
     tasks). Counted with tracemalloc as each stage starts and after the output is written, in
@@ -451,11 +451,12 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
     bytes per clustered document, the removed rows 8 per removed one, and the ids and their
     ranks held for the tables more; at 71e36d4 the copies were 32 bytes per copy from the
     candidates stage on). The outputs are the single process's."""
-    from gpudedup.engine import disk
+    from gpudedup.engine import keptrows
 
     found_by_tasks: list[int] = []
-    find = disk.DroppedRows.of
-    monkeypatch.setattr(disk.DroppedRows, "of", lambda self, index: found_by_tasks.append(index) or find(self, index))
+    find = keptrows.DroppedRows.of
+    monkeypatch.setattr(keptrows.DroppedRows, "of",
+                        lambda self, index: found_by_tasks.append(index) or find(self, index))
     gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200, identical=identical), id_field="id", backend="cpu",
                    client=client, work_dir=tmp_path / "first", output=tmp_path / "first_out")
     runs = {}

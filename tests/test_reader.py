@@ -450,7 +450,7 @@ BAD_LINES = [
     (b"null", "expected a JSON object, got null"),
     (b'{"text": "e e e", "n": 9}', None),
     (b'{"n": 11}', "no field 'text' (its fields: n); give a record without text as null, or choose the text "
-                   "field with --text-field (token ids: --token-field)"),
+                   "field with text_field= (token ids: token_field=)"),
 ]
 
 

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..report import seconds_text
+from ..stages import seconds_text
 from ..errors import GpudedupError
 from ..interrupts import interrupted_outcome, note_written, set_phase, signal_word
 
