@@ -629,3 +629,27 @@ def test_a_signal_while_the_command_is_still_importing_gives_one_line(small_runn
     word = "interrupted" if name == "SIGINT" else "terminated (SIGTERM)"
     assert (process.returncode, stderr.splitlines()) == (128 + SIGNALS[name], [f"{word}: nothing was written"]), stderr
     assert not os.path.lexists(out) and beside(out) == []
+
+
+def test_an_error_raised_as_a_signal_is_handled_ends_as_the_interrupt(capsys):
+    """A signal's exception raised inside Python's own lock handling (a thread starting) can
+    come out as another error with the interrupt as its context ("RuntimeError: release
+    unlocked lock", seen once in CI): the command ends as interrupted, one line, exit code
+    128 + the signal, no traceback."""
+    import typer
+
+    from gpudedup.cli.common import user_errors
+    from gpudedup.interrupts import Interrupted
+
+    with pytest.raises(typer.Exit) as leaving:
+        with user_errors(None):
+            try:
+                raise Interrupted(signal.SIGTERM)
+            except Interrupted:
+                raise RuntimeError("release unlocked lock")  # noqa: B904 -- as threading raises it
+    assert leaving.value.exit_code == 128 + signal.SIGTERM
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("terminated (SIGTERM)"), lines
+    with pytest.raises(RuntimeError):  # an error of its own, with no interrupt behind it, goes on
+        with user_errors(None):
+            raise RuntimeError("a bug")

@@ -187,6 +187,15 @@ def print_error(message: str) -> None:
 interrupt_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)
 
 
+def interrupt_behind(error: Optional[BaseException]) -> Optional[BaseException]:
+    """``error``, or the KeyboardInterrupt (an interrupt: interrupts.Interrupted) during whose
+    handling it was raised, where there is one in its chain of contexts."""
+    seen = error
+    while seen is not None and not isinstance(seen, KeyboardInterrupt):
+        seen = seen.__context__
+    return seen if seen is not None else error
+
+
 class user_errors:
     """Turn GpudedupError into one line on stderr, in the words of the options of the command of
     ``context`` (in_option_words), and exit code 2; SIGINT (Ctrl-C), SIGTERM and SIGHUP into one
@@ -220,6 +229,10 @@ class user_errors:
 
             print_error(in_option_words(scrubbed(str(error)), self.context))
             raise typer.Exit(code=2)
+        # A signal's exception raised inside Python's own lock handling (a thread starting, a
+        # condition's wait) can come out as another error, the interrupt as its context
+        # ("RuntimeError: release unlocked lock"): the run was interrupted all the same.
+        error = interrupt_behind(error)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)
             what = interrupted_outcome(self.written or getattr(error, "output_written", None))
