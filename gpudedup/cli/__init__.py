@@ -22,7 +22,7 @@ from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFA
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
 from ..display import largest_cluster_rows
-from .common import (INPUT_PANEL, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL,
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
                      BackendChoice, Exclude, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
                      command_paths, err, interrupt_told, out, print_error, print_summary, unicode_form,
                      user_errors)
@@ -116,11 +116,9 @@ def dedup_command(
         rich_help_panel=SIMILARITY_PANEL)] = None,
     rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False,
                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
-    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_MAX_FN,
-    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
-                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
-    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
-                                                    rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fn: MaxFnOption = DEFAULT_MAX_FN,
+    low: LowOption = None,
+    max_fp: MaxFpOption = None,
     seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.",
                                       rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
     bucket_window: Annotated[int, typer.Option(
@@ -248,11 +246,9 @@ def params_command(
                                              rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
     num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K (b x r <= K).",
                                           rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
-    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_MAX_FN,
-    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
-                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
-    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
-                                                    rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fn: MaxFnOption = DEFAULT_MAX_FN,
+    low: LowOption = None,
+    max_fp: MaxFpOption = None,
     bands: Annotated[Optional[int], typer.Option(
         help="Describe this b (with --rows) instead of choosing.", show_default=False,
         rich_help_panel=SIMILARITY_PANEL)] = None,

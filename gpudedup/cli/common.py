@@ -240,3 +240,12 @@ class user_errors:
             interrupt_told[0] = True
             raise typer.Exit(code=128 + signum)
         return False
+
+
+# The banding targets' options, alike in every command that chooses b and r (dedup, params,
+# index create): each declared once.
+MaxFnOption = Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)]
+LowOption = Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
+                                                    rich_help_panel=SIMILARITY_PANEL)]
+MaxFpOption = Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
+                                                      rich_help_panel=SIMILARITY_PANEL)]

@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..errors import InputError
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
-from .common import (INPUT_PANEL, LOW_HELP, MAX_FN_HELP, MAX_FP_HELP, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL,
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
                      BackendChoice, Exclude, Include, OnError, OutputFormat, Shingle, UnicodeChoice, err, out,
                      print_summary, unicode_form, user_errors)
 
@@ -54,11 +54,9 @@ def create_command(
                                                  rich_help_panel=SIMILARITY_PANEL)] = None,
     rows: Annotated[Optional[int], typer.Option(help="Rows per band (with --bands).", show_default=False,
                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
-    max_fn: Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_MAX_FN,
-    low: Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
-                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
-    max_fp: Annotated[Optional[float], typer.Option(help=MAX_FP_HELP, show_default=False,
-                                                    rich_help_panel=SIMILARITY_PANEL)] = None,
+    max_fn: MaxFnOption = DEFAULT_MAX_FN,
+    low: LowOption = None,
+    max_fp: MaxFpOption = None,
     seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.",
                                       rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
     bucket_window: Annotated[int, typer.Option(help="As in dedup.",
