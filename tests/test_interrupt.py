@@ -64,9 +64,15 @@ if hook == "__del__":  # a signal handled inside a __del__ (as the first file is
             os.kill(os.getpid(), getattr(signal, hook_signal))
             for _ in range(10000):  # the handler runs here, inside __del__
                 pass
+    import time
     real_write_parquet = api.write_parquet
     def write_parquet(*args, **kwargs):
         Dropped()
+        # The signal comes back a little later: wait for it here, before this file is written,
+        # so that the run stops at one known point (a lost signal lets the run finish).
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
         return real_write_parquet(*args, **kwargs)
     api.write_parquet = write_parquet
 elif hook == "after_commit":  # the signal is handled after the commit, on the way out of the write

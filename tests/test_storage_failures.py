@@ -29,8 +29,8 @@ from gpudedup.io import storage
 
 # The timeout the runs here are given (storage.REMOTE_TIMEOUT_VARIABLE), in seconds.
 BOUND = 2.0
-# What a run may take beyond the bound once the server has been contacted: its exit, on a
-# machine that other tests load.
+# What a run or a call may take beyond the bound once the server has been contacted (its exit,
+# the imports of a first call), on a machine that other tests load.
 SLACK = 3.0
 # The watcher's wait for the main thread (interrupts.UNTAKEN_SIGNAL_S) in the runs here.
 UNTAKEN = 1.0
@@ -192,7 +192,7 @@ def test_first_contact_is_bounded(silent, monkeypatch, scheme):
     with pytest.raises(OSError) as raised:
         storage.info(storage.Remote(url))
     took = time.monotonic() - started
-    assert took < 1 + (S3_OVER if scheme == "s3" else 0.5), took
+    assert took < 1 + (S3_OVER if scheme == "s3" else 0) + SLACK, took
     if scheme == "http":
         assert isinstance(raised.value, storage.NoAnswer)
         assert str(raised.value) == (f"no answer from http://{place} within 1 s; "
