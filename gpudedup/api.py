@@ -25,7 +25,9 @@ from .io.source import INT64_MAX, RecordErrors, SourceFile, first_id_above_int64
 from .io import storage
 from .io.storage import Given, Location, is_path, location_of
 from .core.normalize import strings_to_arrow
-from .io.writer import OUTPUT_FORMATS, check_apart_from_inputs, check_apart_from_read, check_run_places
+from .io.credentials import os_reason
+from .io.outputdir import check_apart_from_inputs, check_apart_from_read, check_run_places
+from .io.write import OUTPUT_FORMATS
 from .core.cluster import KeepPolicy
 from .params import DedupParams
 from .core.shingling import ShingleKind, UnicodeForm
@@ -301,7 +303,8 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
     (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here)."""
     from .engine.disk import WorkDirStore, fingerprint  # (start-up: loaded by a run with a work directory)
-    from .engine.workdir import WorkDir, clear_cache
+    from .engine.workdir import WorkDir
+    from .engine.workfolders import clear_cache
 
     paths = [location_of(data)] if isinstance(data, (str, os.PathLike)) else data
     if not (isinstance(paths, (list, tuple)) and paths and all(is_path(p) for p in paths)):
@@ -329,7 +332,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
                                   sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
                                   output_bases=output_bases(found.files, found.given))
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
-        raise OutputError(f"{work_dir}: cannot write the work directory ({storage.os_reason(error)}); the "
+        raise OutputError(f"{work_dir}: cannot write the work directory ({os_reason(error)}); the "
                           "stages it finished are kept: run again with resume=True") from None
     finally:
         # This machine's copies of a work directory on object storage (fetched again if asked for).

@@ -13,7 +13,7 @@ would hold the signal until the call returns. A watcher thread (``_watch``) lear
 signal as it arrives (signal.set_wakeup_fd) and, when the main thread has not taken it within
 UNTAKEN_SIGNAL_S, ends the process itself with the same line and exit code. It does so only
 where an interrupt may end the command anyway: never while a commit or a clean-up holds signals
-back (io/writer.py's signals_held), so the output is the previous complete one or none, as
+back (io/commit.py's signals_held), so the output is the previous complete one or none, as
 after a SIGKILL (a staging directory left behind is removed by a later run).
 """
 
@@ -48,7 +48,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 _phase = "starting"  # "running" inside a command, "done" after it
-_written = None  # the output a command has committed (io.writer.atomic_output_dir), if any
+_written = None  # the output a command has committed (io.commit.atomic_output_dir), if any
 _replacing = None  # an output on object storage whose old objects a command has begun to delete
 _last_signal = None  # the signal last raised as Interrupted
 _in_hook = False  # inside _unraisable
@@ -168,7 +168,7 @@ def _watch(reader: int) -> None:
 def untaken(signum: int) -> bool:
     """Whether a signal the main thread has not taken should end the process from the watcher:
     a command is starting or running, no interrupt is already ending it (_last_signal), and
-    _on_signal is the signal's handler (not io/writer.py's signals_held, which holds signals
+    _on_signal is the signal's handler (not io/commit.py's signals_held, which holds signals
     back while a commit or a clean-up must not be cut short, nor a handler of someone else's)."""
     return _phase in ("starting", "running") and _last_signal is None and signal.getsignal(signum) is _on_signal
 

@@ -23,8 +23,10 @@ from .io.stamps import check_unchanged
 from .io.storage import Given, Location, Remote, child_name, location_of
 from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
                         write_kept_files)
-from .io.writer import (OUTPUT_FORMATS, atomic_output_dir, check_apart_from_inputs, remote_staging, write_json,
-                        write_jsonl, write_parquet, write_to)
+from .io.commit import atomic_output_dir
+from .io.outputdir import check_apart_from_inputs
+from .io.staging import remote_staging
+from .io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet, write_to
 from .report import Report
 from .stages import StageLog
 
@@ -209,7 +211,7 @@ class DedupResult:
     def write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False,
               single_file: bool = False) -> Location:
         """Write the kept rows, clusters, pairs and report.json into ``output_dir`` (a folder, or
-        a URL on object storage: io/writer.py), atomically:
+        a URL on object storage: io/commit.py, io/remote_output.py), atomically:
         for a run over files, deduplicated/ with one file per input file and pairs/ and
         clusters/ as Parquet datasets; for in-memory data or with ``single_file``,
         deduplicated.{parquet,jsonl}, clusters.parquet and pairs.parquet (io/layout.py,

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # The top-level names of an output directory, per layout (the report's SVG figures are always
-# there), and the marker every output carries (io/writer.py).
-FIGURES_AND_REPORT = [".gpudedup-output", "candidates_histogram.svg", "report.html", "report.json", "s_curve.svg"]
+# there), and the marker every output carries (io/outputdir.py).
+FIGURES_AND_REPORT = [".gpudedup-output", "candidates_histogram.svg", "cluster_sizes.svg", "report.html", "report.json",
+                      "s_curve.svg"]
 FILES_LAYOUT = sorted(["clusters", "deduplicated", "pairs", *FIGURES_AND_REPORT])
 SINGLE_LAYOUT = sorted(["clusters.parquet", "deduplicated.parquet", "pairs.parquet", *FIGURES_AND_REPORT])
 

@@ -32,7 +32,7 @@ import pytest
 
 import gpudedup.index.files as index_files
 from gpudedup.index import Index
-from gpudedup.io.storage import os_reason
+from gpudedup.io.credentials import os_reason
 
 from cli_support import assert_user_error, error_line, invoke, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state

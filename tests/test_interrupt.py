@@ -39,7 +39,8 @@ from typing import Optional
 
 import pytest
 
-from gpudedup.io import writer
+from gpudedup.io import commit
+from gpudedup.io.staging import host_tag, remove_stale_staging, staging_pattern
 
 from stage_events import finish, stages_begun, wait_for_stage, wait_until, with_stage_events
 
@@ -76,9 +77,9 @@ if hook == "__del__":  # a signal handled inside a __del__ (as the first file is
         return real_write_parquet(*args, **kwargs)
     api.write_parquet = write_parquet
 elif hook == "after_commit":  # the signal is handled after the commit, on the way out of the write
-    import gpudedup.io.writer as writer, gpudedup.stages as stages
+    import gpudedup.io.commit as commit, gpudedup.stages as stages
     committed = []
-    real_replace, real_peak = writer.replace_dir, stages._read_peak_rss_bytes
+    real_replace, real_peak = commit.replace_dir, stages._read_peak_rss_bytes
     def replace_dir(*args, **kwargs):
         real_replace(*args, **kwargs)
         committed.append(True)
@@ -87,7 +88,7 @@ elif hook == "after_commit":  # the signal is handled after the commit, on the w
             committed.append(True)
             os.kill(os.getpid(), getattr(signal, hook_signal))  # its handler runs right here
         return real_peak()
-    writer.replace_dir, stages._read_peak_rss_bytes = replace_dir, peak
+    commit.replace_dir, stages._read_peak_rss_bytes = replace_dir, peak
 elif hook == "exit_entry":  # the signal is handled as the command ends (its last steps)
     import gpudedup.interrupts as interrupts
     ends = (cli.user_errors.done.__code__, cli.user_errors.__exit__.__code__)
@@ -100,8 +101,8 @@ elif hook == "exit_entry":  # the signal is handled as the command ends (its las
             os.kill(os.getpid(), getattr(signal, hook_signal))
     sys.setprofile(profile)
 elif hook:  # the run sends itself a signal at a chosen point of the write
-    import gpudedup.result as api, gpudedup.io.writer as writer  # result.py writes a run's files
-    module = api if hook == "write_json" else writer
+    import gpudedup.result as api, gpudedup.io.commit as commit  # result.py writes a run's files
+    module = api if hook == "write_json" else commit
     real = getattr(module, hook)
     def signalling(*args, **kwargs):
         if hook == "write_json":
@@ -253,7 +254,7 @@ def check_killed_run(run: Run, out: Path, previous: dict | None, signum: int) ->
         if run.returncode == 0:
             assert state == "new"
         for name in beside(out):  # only a staging directory can be left, never taken for output
-            assert writer.staging_pattern(out.name).fullmatch(name), name
+            assert staging_pattern(out.name).fullmatch(name), name
             assert name.startswith("."), name
         return state
     assert "Traceback" not in run.stderr, run.stderr
@@ -446,7 +447,7 @@ def test_sigkill_after_staging_leaves_only_a_hidden_directory_that_the_next_run_
     assert run.returncode == -signal.SIGKILL
     assert snapshot(out) == previous
     left = beside(out)
-    assert len(left) == 1 and writer.staging_pattern(out.name).fullmatch(left[0]), left
+    assert len(left) == 1 and staging_pattern(out.name).fullmatch(left[0]), left
     assert left[0].startswith(f".{out.name}.tmp-")  # hidden, and plainly temporary
     assert (out.parent / left[0] / "report.json").is_file()  # complete inside: only its name says not
     # Another output's run leaves it alone (see the stale-staging test below); the next run
@@ -487,7 +488,7 @@ def test_stage_events_are_appended_and_never_block_or_stop_a_run(tmp_path, monke
 def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    host = writer._host_tag()
+    host = host_tag()
     names = {
         f".out.tmp-{host}-{dead.pid}-0a1b2c3d": False,  # removed: its process is gone
         f".out.tmp-{host}-{os.getppid()}-0a1b2c3d": True,  # a running process: kept
@@ -502,7 +503,7 @@ def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(t
         (tmp_path / name).mkdir()
         (tmp_path / name / "report.json").write_text("{}")
     (tmp_path / f".out.tmp-{host}-{dead.pid}-ffffffff").symlink_to(tmp_path / "out")  # a link: kept
-    removed = writer.remove_stale_staging(tmp_path, "out")
+    removed = remove_stale_staging(tmp_path, "out")
     assert sorted(p.name for p in removed) == sorted(name for name, kept in names.items() if not kept)
     for name, kept in names.items():
         assert (tmp_path / name).exists() == kept, name
@@ -513,28 +514,28 @@ def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):
     """After a kill between the fallback's two renames the old output exists only as .old-."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    old = tmp_path / f".out.old-{writer._host_tag()}-{dead.pid}-0a1b2c3d"
+    old = tmp_path / f".out.old-{host_tag()}-{dead.pid}-0a1b2c3d"
     old.mkdir()
-    assert writer.remove_stale_staging(tmp_path, "out") == []
+    assert remove_stale_staging(tmp_path, "out") == []
     assert old.is_dir()
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
 def test_replace_keeps_the_old_output_until_the_new_one_is_in_place(tmp_path, monkeypatch, exchange):
     out = tmp_path / "out"
-    with writer.atomic_output_dir(out, overwrite=False) as staging:
+    with commit.atomic_output_dir(out, overwrite=False) as staging:
         (staging / "report.json").write_text("old")
     if not exchange:
-        monkeypatch.setattr(writer, "exchange_paths", lambda a, b: False)
+        monkeypatch.setattr(commit, "exchange_paths", lambda a, b: False)
     seen = []
-    real_remove = writer.remove_path
+    real_remove = commit.remove_path
 
     def remove(path):  # when the old output is deleted, the new one is already in place
         seen.append((out / "report.json").read_text())
         real_remove(path)
 
-    monkeypatch.setattr(writer, "remove_path", remove)
-    with writer.atomic_output_dir(out, overwrite=True) as staging:
+    monkeypatch.setattr(commit, "remove_path", remove)
+    with commit.atomic_output_dir(out, overwrite=True) as staging:
         (staging / "report.json").write_text("new")
     assert seen == ["new"]
     assert (out / "report.json").read_text() == "new"
@@ -543,9 +544,9 @@ def test_replace_keeps_the_old_output_until_the_new_one_is_in_place(tmp_path, mo
 
 def test_a_failed_second_rename_puts_the_old_output_back(tmp_path, monkeypatch):
     out = tmp_path / "out"
-    with writer.atomic_output_dir(out, overwrite=False) as staging:
+    with commit.atomic_output_dir(out, overwrite=False) as staging:
         (staging / "report.json").write_text("old")
-    monkeypatch.setattr(writer, "renameat2", lambda a, b, flags: False)  # neither exchange nor no-replace
+    monkeypatch.setattr(commit, "renameat2", lambda a, b, flags: False)  # neither exchange nor no-replace
     real_rename = Path.rename
 
     def rename(self, target):
@@ -555,7 +556,7 @@ def test_a_failed_second_rename_puts_the_old_output_back(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "rename", rename)
     with pytest.raises(OSError, match="No space"):
-        with writer.atomic_output_dir(out, overwrite=True) as staging:
+        with commit.atomic_output_dir(out, overwrite=True) as staging:
             (staging / "report.json").write_text("new")
     assert (out / "report.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -573,7 +574,7 @@ def test_signals_held_delivers_them_afterwards(tmp_path):
 
 def check_signals_held(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
-        with writer.signals_held() as received:
+        with commit.signals_held() as received:
             # To the main thread, whose Python handler (here the one that holds it back) runs at
             # its next check for pending calls: the loop's jumps are such checks. (A signal to the
             # process may land on another thread, an earlier test's, and be handled later.)

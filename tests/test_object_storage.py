@@ -25,7 +25,9 @@ import pytest
 
 import gpudedup
 from cli_support import assert_user_error, invoke, write_jsonl
-from gpudedup.io import storage, writer
+from gpudedup.io import credentials, filesystems, outputdir, remote_output, storage
+from gpudedup.io.ours import OUTPUT_MARKER
+from gpudedup.io.staging import host_tag, remote_staging
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
 from stage_events import cli_process, finish, kill_then_resume
@@ -76,7 +78,7 @@ def s3(tmp_path_factory):
         server.terminate()
         server.wait(timeout=30)
         log.close()
-        storage._filesystem.cache_clear()  # (file systems of this server's endpoint)
+        filesystems._filesystem.cache_clear()  # (file systems of this server's endpoint)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -233,7 +235,7 @@ def objects_under(url: str, files_only: bool = True) -> list[str]:
 def hidden_left(url: str) -> list[str]:
     """The hidden keys under an output URL other than its marker: what runs' staging left."""
     return [name for name in objects_under(url, files_only=False)
-            if name.startswith(".") and name != writer.OUTPUT_MARKER]
+            if name.startswith(".") and name != OUTPUT_MARKER]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -270,8 +272,6 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     result.write(out, overwrite=True)
     assert "old.txt" not in objects_under(out) and "report.json" in objects_under(out)
 
-    from gpudedup.io import writer
-
     uploads = []
 
     def failing_upload(local, remote):
@@ -280,7 +280,7 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
             raise OSError("connection reset")
         return storage.upload(local, remote)
 
-    monkeypatch.setattr(writer, "upload", failing_upload)
+    monkeypatch.setattr(remote_output, "upload", failing_upload)
     with pytest.raises(gpudedup.OutputError, match="cannot write the results"):
         result.write(out, overwrite=True)
     left = objects_under(out)
@@ -291,8 +291,6 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
 def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, monkeypatch, tmp_path):
     """What a killed run left in its hidden staging prefix under an output URL is no output:
     the next write there needs no --overwrite, and its commit removes the leftover."""
-    from gpudedup.io.writer import remote_staging
-
     root, url = corpus
     monkeypatch.chdir(root)
     out = f"s3://{BUCKET}/out-after-a-kill"
@@ -319,7 +317,7 @@ def test_overwrite_on_object_storage_replaces_only_an_output_of_ours(corpus, mon
     earlier = put_objects("earlier", {"report.json": json.dumps({"input": {}, "parameters": {}, "results": {},
                                                                  "stages": {}}).encode(), "pairs.parquet": b"old"})
     result.write(earlier, overwrite=True)
-    assert writer.OUTPUT_MARKER in objects_under(earlier) and "pairs.parquet" not in objects_under(earlier)
+    assert OUTPUT_MARKER in objects_under(earlier) and "pairs.parquet" not in objects_under(earlier)
     result.write(earlier, overwrite=True)  # (now by its marker)
     assert "report.json" in objects_under(earlier) and hidden_left(earlier) == []
 
@@ -332,19 +330,19 @@ def test_objects_that_appear_under_an_output_url_during_the_run_are_left_alone(c
     monkeypatch.chdir(root)
     result = gpudedup.dedup(url + "/big", backend="cpu")
     out = f"s3://{BUCKET}/appearing"
-    real = writer.file_entries
+    real = remote_output.file_entries
 
     def file_entries(remote):  # the commit's first look: someone's file arrives just before it
         if not objects_under(out):
             put_objects("appearing", {"notes.txt": b"precious"})
         return real(remote)
 
-    monkeypatch.setattr(writer, "file_entries", file_entries)
+    monkeypatch.setattr(remote_output, "file_entries", file_entries)
     with pytest.raises(gpudedup.OutputError, match="changed during the run") as refused:
         result.write(out)
     assert objects_under(out) == ["notes.txt"]
     aside = str(refused.value).rsplit("the results were written to ", 1)[1]
-    assert aside.startswith(out + ".results-") and {"report.json", writer.OUTPUT_MARKER} <= set(objects_under(aside))
+    assert aside.startswith(out + ".results-") and {"report.json", OUTPUT_MARKER} <= set(objects_under(aside))
 
 
 def test_a_running_runs_staging_prefix_is_left_alone(corpus, monkeypatch):
@@ -352,7 +350,7 @@ def test_a_running_runs_staging_prefix_is_left_alone(corpus, monkeypatch):
     a run still going on (here: this process), nor another machine's."""
     root, url = corpus
     monkeypatch.chdir(root)
-    host, dead = writer._host_tag(), subprocess.Popen([sys.executable, "-c", "pass"])
+    host, dead = host_tag(), subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     prefixes = {"live": f".gpudedup-output-{host}-{os.getpid()}-aaaa",
                 "dead": f".gpudedup-output-{host}-{dead.pid}-bbbb",
@@ -425,7 +423,7 @@ def test_a_large_object_is_moved_by_streaming_and_never_left_short(s3, monkeypat
 
 
 def test_a_process_that_used_s3_drops_its_file_systems_and_exits_cleanly(s3, tmp_path):
-    """The exit hook (storage.release_file_systems) runs before pyarrow's own S3 finaliser: at
+    """The exit hook (filesystems.release_file_systems) runs before pyarrow's own S3 finaliser: at
     the end of a process that read from the bucket, the cached file systems are gone and S3 is
     shut down by the time later exit functions run (registered first, so run last), and the
     process exits with 0."""
@@ -433,9 +431,9 @@ def test_a_process_that_used_s3_drops_its_file_systems_and_exits_cleanly(s3, tmp
     script = f"""
 import atexit
 def after():
-    from gpudedup.io import storage
+    from gpudedup.io import filesystems
     import pyarrow.fs as pafs
-    cached = storage._filesystem.cache_info().currsize
+    cached = filesystems._filesystem.cache_info().currsize
     try:
         pafs.S3FileSystem()
         state = "running"
@@ -468,7 +466,8 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
     monkeypatch.setattr(storage, "SERVER_COPY_LIMIT", 2000)
     sizes: list[int] = []
     move = storage.move_object
-    monkeypatch.setattr(writer, "move_object", lambda fs, entry, to: sizes.append(entry.size) or move(fs, entry, to))
+    monkeypatch.setattr(remote_output, "move_object",
+                        lambda fs, entry, to: sizes.append(entry.size) or move(fs, entry, to))
     monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))  # (the workers inherit it)
     out = f"s3://{BUCKET}/out-dask-{work_in_bucket}"
     work = f"s3://{BUCKET}/work-dask" if work_in_bucket else tmp_path / "work"
@@ -536,9 +535,7 @@ def test_failed_upload_is_an_error(corpus, monkeypatch, tmp_path):
     root, url = corpus
     monkeypatch.chdir(root)
     result = gpudedup.dedup(url + "/big", backend="cpu")
-    from gpudedup.io import writer
-
-    monkeypatch.setattr(writer, "check_remote_output", lambda out, overwrite: None)
+    monkeypatch.setattr(outputdir, "check_remote_output", lambda out, overwrite: None)
     with pytest.raises(gpudedup.OutputError, match="s3://no-such-bucket/out: cannot write the results"):
         result.write("s3://no-such-bucket/out")
 
@@ -561,7 +558,7 @@ def test_secrets_in_a_url_are_never_shown():
     inline = storage.Remote("s3://AKIA:hush@b/k.jsonl")  # (credentials before the bucket, as pyarrow takes them)
     assert str(inline) == "s3://b/k.jsonl" and storage.parts_of(inline) == ["b", "k.jsonl"]
     assert storage.full_name(inline) == inline.url
-    assert storage.scrubbed("cannot reach s3://AKIA:hush@b/ (hush)", inline.url) == "cannot reach s3://b/ (***)"
+    assert credentials.scrubbed("cannot reach s3://AKIA:hush@b/ (hush)", inline.url) == "cannot reach s3://b/ (***)"
 
 
 def test_a_work_directory_url_with_credentials_is_shown_without_them(s3, monkeypatch, tmp_path):
@@ -874,26 +871,24 @@ def test_an_interrupt_while_an_output_in_the_bucket_is_replaced_says_so(corpus, 
     """Ctrl-C after the old output's objects began to be deleted (object stores have no rename)
     ends the CLI with one line that says the previous output is gone and the new one has no
     report.json, not "nothing was written"; before that point, "nothing was written"."""
-    from gpudedup.io import writer
-
     root, url = corpus
     monkeypatch.chdir(root)
     out = f"s3://{BUCKET}/interrupted"
     args = ["dedup", url + "/big", "-o", out, "--backend", "cpu", "--overwrite"]
     assert invoke(*args).exit_code == 0
-    upload = writer.upload
+    upload = remote_output.upload
 
     def interrupted(local, remote):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer, "upload", interrupted)
+    monkeypatch.setattr(remote_output, "upload", interrupted)
     result = invoke(*args)
     assert result.exit_code == 130
     assert result.stderr.strip().splitlines()[-1] == (
         f"interrupted: the previous output at {out} was removed and the new one is incomplete (it has no "
         "report.json)")
     assert "report.json" not in objects_under(out)
-    monkeypatch.setattr(writer, "upload", upload)
-    monkeypatch.setattr(writer, "file_entries", lambda remote: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(remote_output, "upload", upload)
+    monkeypatch.setattr(remote_output, "file_entries", lambda remote: (_ for _ in ()).throw(KeyboardInterrupt))
     result = invoke(*args)
     assert result.exit_code == 130 and result.stderr.strip().splitlines()[-1] == "interrupted: nothing was written"

@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 import gpudedup
 from gpudedup.errors import GpudedupError, InputError, OutputError
 from gpudedup.index import Index
-from gpudedup.io import writer
+from gpudedup.io import commit, outputdir
+from gpudedup.io.staging import remove_stale_staging
 from gpudedup.io.inputs import scan_inputs
 from gpudedup.io.ours import OUTPUT_MARKER
 from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
@@ -213,13 +214,21 @@ def test_a_work_directory_a_link_leads_the_scan_into_is_refused(in_tmp):
 
 def appearing(monkeypatch, make) -> None:
     """Run ``make()`` between the staging and the commit (the output appears during the run)."""
-    real = writer.replace_dir
+    real = commit.replace_dir
 
     def replace_dir(staging, out, overwrite=True):
         make()
         return real(staging, out, overwrite)
 
-    monkeypatch.setattr(writer, "replace_dir", replace_dir)
+    monkeypatch.setattr(commit, "replace_dir", replace_dir)
+
+
+def skip_output_checks(monkeypatch) -> None:
+    """Pass every output over the checks made before the work (outputdir.check_output_dir, as
+    check_run_places calls it) and at the start of the write (as io/commit.py's
+    atomic_output_dir calls it): the output is what it becomes during the run."""
+    for module in (outputdir, commit):
+        monkeypatch.setattr(module, "check_output_dir", lambda path, *args: Path(path))
 
 
 def user_files(folder: Path) -> None:
@@ -242,7 +251,7 @@ def test_a_directory_that_appears_at_the_output_during_the_run_is_left_alone(hap
     assert tree_snapshot(out) == {"notes.txt": b"precious", ".config/settings": b"mine"}
     aside = set_aside_folder(line)
     assert aside.parent == happy and aside.name.startswith("out.results-") and is_complete_output(aside)
-    assert writer.remove_stale_staging(happy, "out") == [] and aside.is_dir()
+    assert remove_stale_staging(happy, "out") == [] and aside.is_dir()
     assert leftovers(happy) == []
 
 
@@ -254,7 +263,7 @@ def test_an_empty_directory_that_appears_is_replaced_and_an_output_is_not(happy,
     assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
     assert is_complete_output(out)
     previous = tree_snapshot(out)
-    monkeypatch.setattr(writer, "check_output_dir", lambda path, *args: Path(path))  # as if it appeared later
+    skip_output_checks(monkeypatch)  # as if it appeared later
     result = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
     assert result.exit_code == 2 and "not empty" in error_line(result)
     assert tree_snapshot(out) == previous and is_complete_output(set_aside_folder(error_line(result)))
@@ -268,8 +277,8 @@ def test_what_changes_between_the_commits_check_and_its_rename_is_put_back(happy
     out = happy / "out"
     out.mkdir()
     if not exchange:
-        monkeypatch.setattr(writer, "exchange_paths", lambda a, b: False)
-    real_occupied, seen = writer.occupied, []
+        monkeypatch.setattr(commit, "exchange_paths", lambda a, b: False)
+    real_occupied, seen = commit.occupied, []
 
     def occupied(path, overwrite):  # the check at the commit sees it empty; then files arrive
         if Path(path).absolute() == out and not seen:
@@ -279,8 +288,8 @@ def test_what_changes_between_the_commits_check_and_its_rename_is_put_back(happy
         return real_occupied(path, overwrite)
 
     appearing(monkeypatch, lambda: None)
-    monkeypatch.setattr(writer, "occupied", occupied)
-    monkeypatch.setattr(writer, "check_output_dir", lambda path, *args: Path(path))
+    monkeypatch.setattr(commit, "occupied", occupied)
+    skip_output_checks(monkeypatch)
     result = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
     assert result.exit_code == 2, result.output
     assert tree_snapshot(out) == {"notes.txt": b"precious", ".config/settings": b"mine"}
@@ -290,8 +299,8 @@ def test_what_changes_between_the_commits_check_and_its_rename_is_put_back(happy
 
 BARRIER_DRIVER = r'''
 import os, pathlib, sys, time
-import gpudedup.io.writer as writer
-real = writer.replace_dir
+import gpudedup.io.commit as commit
+real = commit.replace_dir
 def replace_dir(staging, out, overwrite=True):
     # Both runs have written their results before either commits.
     barrier = pathlib.Path(os.environ["BARRIER"])
@@ -300,7 +309,7 @@ def replace_dir(staging, out, overwrite=True):
     while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     return real(staging, out, overwrite)
-writer.replace_dir = replace_dir
+commit.replace_dir = replace_dir
 from gpudedup.cli import main
 sys.exit(main())
 '''

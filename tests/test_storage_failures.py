@@ -1,7 +1,7 @@
-"""A file system that cannot be reached fails like a missing local file (io/storage.py): an
+"""A file system that cannot be reached fails like a missing local file (io/filesystems.py): an
 endpoint that refuses connections, a server that accepts them and never answers, an unknown
 scheme and a scheme whose package is not installed each end a run with one line and exit
-code 2, within the timeout (storage.remote_timeout, shortened here through its environment
+code 2, within the timeout (filesystems.remote_timeout, shortened here through its environment
 variable); and SIGTERM or Ctrl-C ends a run blocked on such a server at once, even while its
 main thread waits inside a file system's C++ client (interrupts.py's watcher).
 
@@ -25,9 +25,10 @@ from typing import Optional
 import pytest
 
 from cli_support import assert_user_error, invoke
-from gpudedup.io import storage
+from gpudedup.io import filesystems, storage
+from gpudedup.io.credentials import shown_url
 
-# The timeout the runs here are given (storage.REMOTE_TIMEOUT_VARIABLE), in seconds.
+# The timeout the runs here are given (filesystems.REMOTE_TIMEOUT_VARIABLE), in seconds.
 BOUND = 2.0
 # What a run or a call may take beyond the bound once the server has been contacted (its exit,
 # the imports of a first call), on a machine that other tests load.
@@ -37,7 +38,7 @@ UNTAKEN = 1.0
 # What an S3 request may wait beyond the bound, which its attempts share: each attempt up to
 # a second or two longer (curl checks the request timeout once a second, in whole seconds),
 # and the client's pauses between attempts.
-S3_OVER = storage.S3_ATTEMPTS * 2.5
+S3_OVER = filesystems.S3_ATTEMPTS * 2.5
 SECRET = "s3cr3t-T0KEN"
 # The command the `gpudedup` entry point runs, after what a test puts before it.
 ENTRY = "from gpudedup.console import main; main()"
@@ -96,7 +97,7 @@ def refused_port() -> int:
 def cli(tmp_path: Path, *args: str, env: Optional[dict] = None, before: str = "") -> subprocess.Popen:
     """``gpudedup dedup ARGS -o OUT`` as the entry point runs it, in a subprocess, with the
     timeout BOUND and AWS credentials of no account; ``before``: Python run first."""
-    settings = {**os.environ, storage.REMOTE_TIMEOUT_VARIABLE: str(BOUND), "AWS_ACCESS_KEY_ID": "testing",
+    settings = {**os.environ, filesystems.REMOTE_TIMEOUT_VARIABLE: str(BOUND), "AWS_ACCESS_KEY_ID": "testing",
                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", **(env or {})}
     return subprocess.Popen([sys.executable, "-c", f"{before}\n{ENTRY}", "dedup", *args, "-o", str(tmp_path / "out")],
                             cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -158,7 +159,7 @@ def test_silent_server_ends_within_the_bound(tmp_path, silent, scheme):
     assert silent.first is not None, f"the server was never contacted: {stderr}"
     assert end - silent.first < BOUND + over + SLACK, stderr
     assert code == 2
-    line = one_line(stderr, f"error: {storage.shown_url(url)}: cannot read")
+    line = one_line(stderr, f"error: {shown_url(url)}: cannot read")
     if scheme != "s3":
         assert f"no answer from {scheme}://" in line and f"within {BOUND:g} s" in line
     assert not (tmp_path / "out").exists()
@@ -180,8 +181,8 @@ def test_gcs_without_an_answer_is_one_line(tmp_path, silent):
 def test_first_contact_is_bounded(silent, monkeypatch, scheme):
     """The same in this process, timed from the call: NoAnswer naming the server and the bound
     (S3: pyarrow's own error, its options bounding each attempt)."""
-    monkeypatch.setenv(storage.REMOTE_TIMEOUT_VARIABLE, "1")
-    monkeypatch.setattr(storage, "_reached", set())
+    monkeypatch.setenv(filesystems.REMOTE_TIMEOUT_VARIABLE, "1")
+    monkeypatch.setattr(filesystems, "_reached", set())
     place = f"127.0.0.1:{silent.port}"
     url = {"http": f"http://{place}/a.jsonl?sig={SECRET}",
            "gs": f"gs://corpora/a.jsonl?endpoint_override={place}&scheme=http",
@@ -194,30 +195,30 @@ def test_first_contact_is_bounded(silent, monkeypatch, scheme):
     took = time.monotonic() - started
     assert took < 1 + (S3_OVER if scheme == "s3" else 0) + SLACK, took
     if scheme == "http":
-        assert isinstance(raised.value, storage.NoAnswer)
+        assert isinstance(raised.value, filesystems.NoAnswer)
         assert str(raised.value) == (f"no answer from http://{place} within 1 s; "
-                                     f"{storage.REMOTE_TIMEOUT_VARIABLE} sets how long to wait")
+                                     f"{filesystems.REMOTE_TIMEOUT_VARIABLE} sets how long to wait")
     assert SECRET not in str(raised.value)
 
 
 def test_file_systems_get_the_timeout_through_their_options(monkeypatch):
     """What each file system is given: S3 its connect and request timeouts (a share of the
     bound per attempt, as pyarrow pickles them), GCS its retry limit, http aiohttp's timeouts."""
-    monkeypatch.setenv(storage.REMOTE_TIMEOUT_VARIABLE, "6")
+    monkeypatch.setenv(filesystems.REMOTE_TIMEOUT_VARIABLE, "6")
     s3, _ = storage.Remote("s3://corpora/a.jsonl?endpoint_override=127.0.0.1:9&scheme=http&region=eu-west-3").filesystem()
     options = s3.__reduce__()[1][0]
     assert (options["connect_timeout"], options["request_timeout"]) == (2.0, 2.0)
     assert (options["endpoint_override"], options["scheme"], options["region"]) == ("127.0.0.1:9", "http", "eu-west-3")
-    assert storage.http_options(6.0)["client_kwargs"]["timeout"].sock_read == 6.0
-    assert storage.with_option("a=1", "retry_limit_seconds", "6") == "a=1&retry_limit_seconds=6"
-    assert storage.with_option("retry_limit_seconds=60", "retry_limit_seconds", "6") == "retry_limit_seconds=60"
+    assert filesystems.http_options(6.0)["client_kwargs"]["timeout"].sock_read == 6.0
+    assert filesystems.with_option("a=1", "retry_limit_seconds", "6") == "a=1&retry_limit_seconds=6"
+    assert filesystems.with_option("retry_limit_seconds=60", "retry_limit_seconds", "6") == "retry_limit_seconds=60"
 
 
 def test_a_bad_timeout_setting_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv(storage.REMOTE_TIMEOUT_VARIABLE, "soon")
+    monkeypatch.setenv(filesystems.REMOTE_TIMEOUT_VARIABLE, "soon")
     out = tmp_path / "out"
     assert_user_error(invoke("dedup", "http://127.0.0.1:9/a.jsonl", "-o", out),
-                      f"{storage.REMOTE_TIMEOUT_VARIABLE}='soon': expected a number of seconds above 0", out=out)
+                      f"{filesystems.REMOTE_TIMEOUT_VARIABLE}='soon': expected a number of seconds above 0", out=out)
 
 
 # Signals while a call blocks ----------------------------------------------------------------
@@ -232,7 +233,7 @@ def test_signal_ends_a_run_blocked_on_a_silent_server(tmp_path, silent, scheme, 
     endpoint = f"http://127.0.0.1:{silent.port}"
     url, env = {"s3": ("s3://corpora/in/a.jsonl", {"AWS_ENDPOINT_URL": endpoint}),
                 "http": (f"{endpoint}/in/a.jsonl", {})}[scheme]
-    run = cli(tmp_path, url, env={**env, storage.REMOTE_TIMEOUT_VARIABLE: "60"},
+    run = cli(tmp_path, url, env={**env, filesystems.REMOTE_TIMEOUT_VARIABLE: "60"},
               before=f"import gpudedup.interrupts as interrupts; interrupts.UNTAKEN_SIGNAL_S = {UNTAKEN}")
     assert silent.contacted.wait(30), run.communicate(timeout=60)
     time.sleep(0.3)  # (inside the call)
@@ -247,14 +248,14 @@ def test_signal_ends_a_run_blocked_on_a_silent_server(tmp_path, silent, scheme, 
 
 
 def test_a_held_signal_is_not_cut_short(tmp_path, silent):
-    """A signal that comes while io/writer.py's signals_held holds signals back (a commit), the
+    """A signal that comes while io/commit.py's signals_held holds signals back (a commit), the
     main thread blocked in C++ meanwhile, waits for the block's end however long the watcher
     waited: then the handler raises it."""
     script = f"""
 import os, signal, sys, threading
 import pyarrow.fs as pafs
 from gpudedup import interrupts
-from gpudedup.io.writer import signals_held
+from gpudedup.io.commit import signals_held
 interrupts.UNTAKEN_SIGNAL_S = 0.3
 interrupts.install_signal_handlers()
 interrupts.set_phase("running")
@@ -294,7 +295,8 @@ def test_a_missing_package_is_named(tmp_path, url, package):
     """gs:// goes to fsspec's gcsfs where pyarrow is built without GCS, hf:// always goes to
     huggingface_hub: without the package, one line that says what to install."""
     before = (f"import sys; sys.modules[{package!r}] = None  # (not installed)\n"
-              "from gpudedup.io import storage; storage.pyarrow_serves = lambda scheme: False  # (no GCS in pyarrow)")
+              "from gpudedup.io import filesystems\n"
+              "filesystems.pyarrow_serves = lambda scheme: False  # (no GCS in pyarrow)")
     code, stderr, _ = ended(cli(tmp_path, url, before=before))
     assert code == 2
     scheme = url.partition(":")[0]

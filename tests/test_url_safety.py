@@ -1,4 +1,4 @@
-"""URLs that carry credentials (io/storage.py).
+"""URLs that carry credentials (io/credentials.py, io/storage.py).
 
 - An http(s) URL with a query (a presigned S3 URL, an Azure SAS URL, a token URL) is read as
   it names: the file at its path, requested with its query. Served here by a local HTTP server
@@ -6,8 +6,8 @@
   serves byte ranges (Parquet footers).
 - Its credentials (the user part's password, credential options of its query) are shown
   nowhere: not in messages, ids, report.json, report.html, errors.jsonl or the command's
-  output; storage.shown_url is what shows a URL, storage.scrubbed what takes credentials out
-  of a library's message.
+  output; credentials.shown_url is what shows a URL, credentials.scrubbed what takes
+  credentials out of a library's message.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pytest
 import gpudedup
 from cli_support import assert_user_error, error_line, invoke, paragraph, variant, write_jsonl
 from gpudedup.errors import InputError
-from gpudedup.io import storage
+from gpudedup.io import credentials, storage
 from gpudedup.io.inputs import scan_inputs
 
 SECRETS = ("SECRETSIG2", "AKIAFAKE", "SECRETTOKEN4", "EXPIREDSECRET")
@@ -128,7 +128,7 @@ def test_a_presigned_url_reads_its_file_and_its_secrets_are_shown_nowhere(host, 
     assert files_holding(tmp_path / "out") == []
     assert not any(secret in run.stdout + run.stderr for secret in SECRETS)
     # Ids name the file by its URL as shown: the credentials hidden, the other options kept.
-    shown = storage.shown_url(url)
+    shown = credentials.shown_url(url)
     assert "X-Amz-Signature=***" in shown and "X-Amz-Credential=***" in shown and "X-Amz-Expires=3600" in shown
     assert report["input"]["paths"] == [shown] and report["input"]["files"][0]["path"] == shown
     ids = pq.read_table(tmp_path / "out" / "clusters").column("id").to_pylist()
@@ -219,8 +219,8 @@ def test_a_scheme_that_cannot_be_read_is_named_with_its_path_and_without_its_sec
     ("https://h/k.jsonl#access_token=abc", "https://h/k.jsonl#access_token=***"),
 ])
 def test_shown_url_hides_every_credential(url, shown):
-    assert storage.shown_url(url) == shown
-    assert storage.shown_url(shown) == shown  # (what is shown already is shown as it is)
+    assert credentials.shown_url(url) == shown
+    assert credentials.shown_url(shown) == shown  # (what is shown already is shown as it is)
     remote = storage.Remote(url)
     assert str(remote) == shown and storage.key_of(remote) == shown and storage.full_name(remote) == url
 
@@ -232,11 +232,11 @@ def test_a_library_message_is_scrubbed_of_the_credentials_it_quotes():
     storage.Remote(url)  # (a URL named in this process: its credentials are looked for from now on)
     message = ("403, message='Forbidden', url='https://h/a.jsonl?X-Amz-Credential=AKIA/SCOPE&"
                "X-Amz-Signature=SIGNATURE9' (SIGNATURE9 expired)")
-    scrubbed = storage.scrubbed(message)
+    scrubbed = credentials.scrubbed(message)
     assert "SIGNATURE9" not in scrubbed and "AKIA" not in scrubbed
     assert scrubbed.startswith("403, message='Forbidden', url='https://h/a.jsonl?X-Amz-Credential=***&")
-    assert storage.scrubbed("https://h/a.jsonl?token=***:5: not JSON") == "https://h/a.jsonl?token=***:5: not JSON"
-    assert storage.first_line(OSError("cannot reach https://u:PASSWORD1@h/a.jsonl\nmore")) == \
+    assert credentials.scrubbed("https://h/a.jsonl?token=***:5: not JSON") == "https://h/a.jsonl?token=***:5: not JSON"
+    assert credentials.first_line(OSError("cannot reach https://u:PASSWORD1@h/a.jsonl\nmore")) == \
         "cannot reach https://h/a.jsonl"
 
 

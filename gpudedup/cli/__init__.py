@@ -188,7 +188,7 @@ def dedup_command(
             from ..index import Index
             from ..io.inputs import Selection, scan_inputs
             from ..io.layout import check_output_names
-            from ..io.writer import check_run_places
+            from ..io.outputdir import check_run_places
 
             # Where the run writes, before any work: apart from the inputs, what they resolve
             # to and the index; two inputs with one output name refused. (Without --against,
@@ -424,7 +424,7 @@ def demo_command(
     are near-identical revisions of one another.
     """
     from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
-    from ..io.writer import check_output_dir
+    from ..io.outputdir import check_output_dir
 
     with user_errors(context) as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)

@@ -225,7 +225,7 @@ class user_errors:
     def __exit__(self, kind, error, traceback):
         set_phase("done")
         if isinstance(error, GpudedupError):
-            from ..io.storage import scrubbed  # (a last guard: the message should name no credential)
+            from ..io.credentials import scrubbed  # (a last guard: the message should name no credential)
 
             print_error(in_option_words(scrubbed(str(error)), self.context))
             raise typer.Exit(code=2)

@@ -143,7 +143,7 @@ def add_command(
     from ..index import Index
     from ..io.inputs import Selection, scan_inputs
     from ..io.layout import check_output_names
-    from ..io.writer import check_run_places
+    from ..io.outputdir import check_run_places
     from .common import command_paths
 
     with user_errors(context) as guard:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ClusterError, GpudedupError, ParameterError
 from ..io.storage import Remote, full_name
-from .workdir import clear_cache
+from .workfolders import clear_cache
 
 
 def require_dask():
@@ -91,7 +91,7 @@ def own_client(scheduler: Optional[str], workers: Optional[int], gpu: bool) -> I
 
 def clear_worker_caches(client, work_dir) -> None:
     """Delete every worker's copies of the work directory ``work_dir`` (a Location; a worker
-    keeps them only for one on object storage: workdir.clear_cache). A cluster already gone
+    keeps them only for one on object storage: workfolders.clear_cache). A cluster already gone
     has nothing to clear."""
 
     if isinstance(work_dir, Remote) and getattr(client, "status", None) == "running":

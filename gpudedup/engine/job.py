@@ -12,7 +12,7 @@ Two things vary between runs, and each behind one small interface:
   process (``LocalExecutor``) or a Dask cluster (engine/dask.py).
 
 Every stage works on row numbers 0 .. n-1 of the documents; ids are attached where results
-leave the engine (result.py). Reading (io/) and writing (result.py, io/writer.py) are outside.
+leave the engine (result.py). Reading (io/) and writing (result.py, io/commit.py) are outside.
 """
 
 from __future__ import annotations

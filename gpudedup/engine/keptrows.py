@@ -17,7 +17,7 @@ from ..io import storage
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.stamps import FileStamp, check_unchanged
 from ..io.storage import Location
-from ..io.writer import ROWS_PER_WRITE, write_jsonl_batches, write_to
+from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
 from .clusterparts import ClusterParts
 from .kept import Kept
 from .local import LocalExecutor

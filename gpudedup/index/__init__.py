@@ -36,12 +36,13 @@ from ..core.shingling import ShingleBatch, set_rows
 from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
-from ..engine.workdir import clear_cache, resume_without_work_dir, work_dir_lock
+from ..engine.workdir import resume_without_work_dir, work_dir_lock
+from ..engine.workfolders import clear_cache
 from ..errors import GpudedupError, InputError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
 from ..io.storage import Given, local_folder, location_of
-from ..io.writer import check_run_places
+from ..io.outputdir import check_run_places
 from ..memory import MemoryBudget, parse_size
 from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
@@ -179,7 +180,7 @@ class Index:
         (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``), so
         that an interrupted add never leaves an index that holds documents
         whose results were not written. The output and the work directory must not be, hold or
-        lie inside the index or an input (io.writer.check_run_places), checked before any work."""
+        lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
 
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path)

@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DamagedIndexError, GpudedupError, InputError, OutputError, ParameterError
 from ..io.stamps import content_digest
-from ..io.storage import os_reason
+from ..io.credentials import os_reason
 from ..locks import exclusive_lock
 from .sources import write_sources
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 from . import storage
 from .parquet import checked_rows, repeated_names
 from .source import SourceFile, file_error, listed
+from .credentials import first_line
 from .storage import Location
 
 FILE_MAGIC = b"ARROW1"  # the start of an IPC file (a stream starts with a message)
@@ -42,7 +43,7 @@ def read_arrow(path: Location, source: SourceFile, text_field: str, id_field: Op
     except PermissionError:
         raise
     except (pa.ArrowException, OSError) as error:
-        raise file_error(source.path, f"{UNREADABLE} ({storage.first_line(error)})") from None
+        raise file_error(source.path, f"{UNREADABLE} ({first_line(error)})") from None
     return checked_rows(table, source, text_field, id_field, on_error, UNREADABLE)
 
 

@@ -12,7 +12,7 @@ refused.
 
 A file is shown (in ids, messages and skipped records) by ``display_path``: relative to the
 working directory when it lies below it, else absolute; a URL without its credentials
-(storage.shown_url).
+(credentials.shown_url).
 
 Below a URL (an object store's prefix) each object is taken by its key as it is: a key that no
 file name can stand for one-to-one, one with an empty, "." or ".." part ("in//a.jsonl",
@@ -40,6 +40,7 @@ from .dataset_folder import dataset_folder_files, remote_dataset_order
 from .formats import SUPPORTED_SUFFIXES, file_format
 from .ours import OUTPUT, our_folder
 from .source import check_on_error
+from .credentials import first_line
 from .storage import Given, Location, Remote, location_of
 
 # Why an entry inside an input directory was not read (PassedOver.reason; report.json's
@@ -129,7 +130,7 @@ def patterns(option: str, given: Optional[Iterable[str] | str]) -> tuple[str, ..
 
 def display_path(path: Location) -> str:
     """The path as ids and messages show it: relative to the working directory when below it;
-    a URL without its credentials (storage.shown_url)."""
+    a URL without its credentials (credentials.shown_url)."""
     if isinstance(path, Remote):
         return str(path)
     absolute = path.absolute()
@@ -296,7 +297,7 @@ def scan_remote(remote: Remote, found: InputFiles, on_error: str) -> None:
             return
         relatives = remote.relative_files()
     except (OSError, pa.ArrowException) as error:
-        raise InputError(f"{remote}: cannot read ({storage.first_line(error)})") from None
+        raise InputError(f"{remote}: cannot read ({first_line(error)})") from None
     before = len(found.files)
     folders_left_out: set[str] = set()
     # A datasets save_to_disk folder: its data files in its order, its metadata not read.

@@ -42,7 +42,7 @@ from .inputs import InputFiles, display_path
 from .source import SourceFile
 from .stamps import unchanged_while
 from .storage import Given, Location
-from .writer import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
+from .write import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
 
 KEPT_DIR = "deduplicated"
 PAIRS_DIR = "pairs"

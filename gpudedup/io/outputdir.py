@@ -1,0 +1,282 @@
+"""Where a run may write, checked before any work and again at the commit: an output
+directory (local or a URL) that is not, does not hold and does not lie inside an input or the
+persistent index, and that is absent, empty, or (``--overwrite``) a gpudedup output, told by
+the marker OUTPUT_MARKER every output carries (``write_marker``) or a report.json of
+gpudedup's (outputs of versions before the marker); a work directory apart from both.
+io/commit.py's docstring gives the whole sequence of a write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ..errors import InputError, OutputError
+from ..version import __version__
+from .credentials import first_line
+from .inputs import InputFiles, scan_inputs
+from .ours import OUTPUT_MARKER
+from .staging import in_staging_prefix
+from .storage import Given, Location, Remote, files_below, location_of, parts_of, read_bytes
+from .write import write_json
+
+# The keys every report.json gpudedup has written holds: an output of a version before the
+# marker is recognised by them.
+REPORT_KEYS = frozenset({"input", "parameters", "results", "stages"})
+# How many of the names a refused OUT holds its message lists.
+NAMES_SHOWN = 5
+
+
+def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
+                     index: Optional[Given] = None, files: Iterable[Location] = ()) -> Location:
+    """Refuse an output location that exists as a file; or as a directory that is not empty,
+    without ``overwrite``, and with it unless it is a gpudedup output (``occupied``); or that
+    is, holds or lies inside one of the ``inputs`` (replacing it would delete input, and outputs
+    inside an input directory would be read as input next time) or the persistent ``index`` a
+    run reads or writes; or that is or holds one of ``files``, the input files a run has read,
+    as they resolve (check_apart_from_read). Called before any work, so a refused run costs
+    nothing. A URL (object storage) is checked the same way, as far as object stores have
+    folders: objects under it are a non-empty directory, an object of its own name a file."""
+    out = location_of(path)
+    check_apart_from_inputs(out, inputs, "the output directory", "output=")
+    if index is not None:
+        check_apart_from_inputs(out, [index], "the output directory", "output=", "the index")
+    check_apart_from_read(out, files, (), "the output directory", "output=")
+    if isinstance(out, Remote):
+        check_remote_output(out, overwrite)
+        return out
+    refused = occupied(out, overwrite)
+    if refused is not None:
+        raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise OutputError(f"{out}: parent directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{out}: cannot write in {parent} (permission denied)")
+    return out
+
+
+def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
+    """Why what is at ``out`` may not be replaced by an output, as (what it is, what to do),
+    or None where nothing is there, or an empty directory, or (``overwrite``) a gpudedup output
+    (is_gpudedup_output). A directory that holds only the marker counts as empty."""
+    if not os.path.lexists(out):
+        return None
+    if not out.is_dir():  # a file, or a link to none (broken, a loop)
+        return "exists and is not a directory", ""
+    try:
+        names = sorted(os.listdir(out))
+    except OSError as error:
+        return f"cannot be listed ({error.strerror or error})", "choose another output="
+    if names in ([], [OUTPUT_MARKER]):
+        return None
+    if not overwrite:
+        return "output directory exists and is not empty", "use overwrite=True to replace it"
+    if is_gpudedup_output(lambda name: _regular_file_bytes(out / name)):
+        return None
+    return (f"holds files that are not a gpudedup output ({listed(names)})",
+            "choose another output= or empty it")
+
+
+def listed(names: Sequence[str]) -> str:
+    """The first NAMES_SHOWN of ``names``, comma-separated, with "..." for the rest."""
+    return ", ".join(list(names[:NAMES_SHOWN]) + (["..."] if len(names) > NAMES_SHOWN else []))
+
+
+def is_gpudedup_output(read: Callable[[str], Optional[bytes]]) -> bool:
+    """Whether a folder is an output gpudedup wrote, from ``read(name)``: the bytes of its file
+    ``name``, or None where it has none. It holds OUTPUT_MARKER, or a report.json whose object
+    has gpudedup's REPORT_KEYS (an output of a version before the marker)."""
+    for name, holds in ((OUTPUT_MARKER, lambda data: data.get("written_by") == "gpudedup"),
+                        ("report.json", lambda data: REPORT_KEYS <= data.keys())):
+        content = read(name)
+        if content is None:
+            continue
+        try:
+            data = json.loads(content)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and holds(data):
+            return True
+    return False
+
+
+def _regular_file_bytes(path: Path) -> Optional[bytes]:
+    """The bytes of ``path`` where it is a regular file (not a link: a link's target is not
+    what the folder holds), else None."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def write_marker(folder: Path) -> None:
+    """Write the marker OUTPUT_MARKER into the staging folder ``folder`` of an output."""
+    write_json(marker_content(), folder / OUTPUT_MARKER)
+
+
+def marker_content() -> dict:
+    return {"written_by": "gpudedup", "gpudedup_version": __version__}
+
+
+def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, overwrite: bool = False,
+                     work_dir: Optional[Given] = None, index: Optional[Given] = None, scan: bool = True,
+                     found: Optional[InputFiles] = None) -> None:
+    """Every rule on where a run writes, checked before any work: the output (check_output_dir)
+    and the work directory must not be, hold or lie inside an input (as given) or the index
+    (``index``: the persistent index the run reads or writes); the output must not be or hold
+    the work directory (replacing it would delete what --resume needs; the work directory may
+    lie inside it). With ``scan``, the same against what the local inputs resolve to: every
+    file their scan finds and every folder it walks, symbolic links followed
+    (check_apart_from_read); an input a link leads out of its folder is as much an input:
+    ``found``, the run's own scan of ``inputs``, where the caller made it (one scan serves the
+    checks and the reading), else a scan of the local inputs made here. (The run's own scan
+    reports what is wrong with an input: a scan that fails here checks nothing. Object stores
+    have no links: their URLs as given say it all.)"""
+    locations = [location_of(given) for given in inputs]
+    out = None if output is None else location_of(output)
+    work = None if work_dir is None else location_of(work_dir)
+    if work is not None:
+        check_apart_from_inputs(work, locations, "the work directory", "work_dir=")
+        if index is not None:
+            check_apart_from_inputs(work, [index], "the work directory", "work_dir=", "the index")
+        if out is not None:  # replacing the output must never delete the work directory
+            check_apart_from_inputs(out, [work], "the output directory", "output=", "the work directory",
+                                    inside_allowed=True)
+    if out is not None:
+        check_output_dir(out, overwrite, locations, index)
+    if out is None and work is None:
+        return
+    if found is None:
+        local = [location for location in locations if not isinstance(location, Remote)]
+        if not scan or not local:
+            return
+        try:
+            found = scan_inputs(local, "skip")
+        except InputError:
+            return
+    for place, what, option in ((out, "the output directory", "output="), (work, "the work directory", "work_dir=")):
+        if place is not None:
+            check_apart_from_read(place, found.files, found.seen_dirs.values(), what, option)
+
+
+def check_apart_from_read(place: Location, files: Iterable[Location], folders: Iterable[str], what: str,
+                          option: str) -> None:
+    """Refuse a local directory to write in (``place``) that is or holds one of the input
+    ``files`` a run reads, or is, holds or lies inside one of the ``folders`` its scan walks
+    (paths), each as it resolves, symbolic links followed: where a link in an input directory
+    leads into the output, replacing the output would delete input. Files on object storage
+    are passed over."""
+    if isinstance(place, Remote):
+        return
+    target = _resolve(place)
+    if target is None:
+        return
+    text = str(target)
+    below = os.path.join(text, "")
+    for file, real in _real_paths(files):
+        if real == text or real.startswith(below):
+            raise OutputError(f"{place}: {what} must not be or hold an input file: the input {file} leads to "
+                              f"{real}; choose another {option}")
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if real == text or real.startswith(below) or text.startswith(os.path.join(real, "")):
+            raise OutputError(f"{place}: {what} must not be, hold or lie inside a folder the inputs are read "
+                              f"from: {folder} leads to {real}; choose another {option}")
+
+
+def _real_paths(files: Iterable[Location]) -> Iterator[tuple[Path, str]]:
+    """(file, the path it resolves to) for the local ``files``: each folder resolved once, then
+    the file itself where it is a symbolic link."""
+    folders: dict[str, str] = {}
+    for file in files:
+        if isinstance(file, Remote):
+            continue
+        folder, name = os.path.split(os.fspath(file))
+        real_folder = folders.get(folder)
+        if real_folder is None:
+            real_folder = folders[folder] = os.path.realpath(folder or ".")
+        joined = os.path.join(real_folder, name)
+        yield file, os.path.realpath(joined) if os.path.islink(joined) else joined
+
+
+def check_apart_from_inputs(out: Location, inputs: Iterable[Given], what: str, option: str,
+                            other: str = "the input", inside_allowed: bool = False) -> None:
+    """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``
+    (inside_allowed: only that is or holds one); a URL against the inputs' URLs, by their
+    components (storage.parts_of). what: the directory in words; option: the keyword argument
+    that chooses it, as messages name parameters (``output=``; errors.py)."""
+    if isinstance(out, Remote):
+        place = parts_of(out)
+        for given in inputs:
+            location = location_of(given)
+            if not isinstance(location, Remote):
+                continue
+            theirs = parts_of(location)
+            shorter = min(len(place), len(theirs))
+            if place[:shorter] == theirs[:shorter] and not (inside_allowed and len(place) > len(theirs)):
+                where = "be or hold" if inside_allowed else "be, hold or lie inside"
+                raise OutputError(f"{out}: {what} must not {where} {other} {location}; choose another {option}")
+        return
+    resolved = _resolve(out)
+    for given in inputs:
+        local = location_of(given)
+        if isinstance(local, Remote):  # an object store's files cannot be a local folder's
+            continue
+        source = _resolve(local)
+        if source is None or resolved is None:  # a symbolic link loop: the reader explains it
+            continue
+        inside = source.is_dir() and source in resolved.parents and not inside_allowed
+        if source == resolved or resolved in source.parents or inside:
+            where = "be or hold" if inside_allowed else "be, hold or lie inside"
+            raise OutputError(f"{out}: {what} must not {where} {other} {given}; choose another {option}")
+
+
+def _resolve(path: Path) -> Optional[Path]:
+    """``path.resolve()``, or None for a symbolic link loop (RuntimeError before Python 3.13)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
+def check_remote_output(out: Remote, overwrite: bool) -> None:
+    """check_output_dir for a URL: its bucket (the first part of its path) must exist; objects
+    under it, other than what runs left in hidden staging prefixes, are a non-empty directory
+    (remote_occupied), an object of its own name a file. A file system's error is one line
+    naming the URL."""
+    try:
+        filesystem, path = out.filesystem()
+        bucket = path.strip("/").split("/")[0]
+        if not bucket or filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise OutputError(f"{out}: {bucket or 'its bucket'} does not exist")
+        refused = remote_occupied(out, overwrite)
+    except (OSError, pa.ArrowException) as error:
+        raise OutputError(f"{out}: cannot write there ({first_line(error)})") from None
+    if refused is not None:
+        raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
+
+
+def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
+    """``occupied`` for a URL: what is under ``out``, runs' staging prefixes left out."""
+    _, path = out.filesystem()
+    found = [name for name in files_below(out) if not in_staging_prefix(name[len(path) + 1:])]
+    if found == [path]:
+        return "exists and is not a directory", ""
+    relative = {name[len(path) + 1:] for name in found}
+    if relative <= {OUTPUT_MARKER}:
+        return None
+    if not overwrite:
+        return "output directory exists and is not empty", "use overwrite=True to replace it"
+    if is_gpudedup_output(lambda name: read_bytes(out.child(name)) if name in relative else None):
+        return None
+    return (f"holds files that are not a gpudedup output ({listed(sorted({r.split('/')[0] for r in relative}))})",
+            "choose another output= or empty it")

@@ -1,0 +1,120 @@
+"""The names of what a run writes beside or under its output before the commit, and the
+clean-up of what killed runs left: local staging folders
+``.<OUT name>.tmp-<host>-<pid>-<random>`` (and ``.old-`` for an old output moved aside), the
+hidden prefix under an output URL that tasks upload into, and the names of results set aside
+(``<OUT name>.results-...``), which no clean-up matches. The host and process in a name tell
+whether its run may still be going on.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import socket
+from pathlib import Path
+from typing import Iterable
+
+from .storage import Remote
+
+# The local staging folders of outputs on object storage (then host, process and a random
+# part), and (with a "." before) the hidden prefixes under the outputs that tasks upload into.
+REMOTE_STAGING = "gpudedup-output-"
+# The folders beside OUT that results go to when OUT may not be replaced at the commit
+# ("<OUT name>.results-<pid>-<random>"), and what was at OUT where it could not be put back
+# (".kept-"): not hidden, and no clean-up matches them.
+ASIDE, KEPT = "results", "kept"
+
+
+def host_tag() -> str:
+    """This machine in staging names: 8 hex digits of its host name's SHA-256."""
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def new_staging_dir(parent: Path, name: str, kind: str, create: bool = True) -> Path:
+    """A new name ``.<name>.<kind>-<host>-<pid>-<random>`` in ``parent`` (hidden, and plainly
+    temporary, so never mistaken for an output); made as a directory with mode 0o777 less the
+    umask unless ``create`` is False."""
+    for _ in range(100):
+        candidate = parent / f".{name}.{kind}-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+        if not create:
+            if not os.path.lexists(candidate):
+                return candidate
+            continue
+        try:
+            candidate.mkdir(mode=0o777)  # the umask applies, as to any directory the user makes
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(parent / f".{name}.{kind}-*"))
+
+
+def staging_pattern(name: str) -> re.Pattern:
+    """The names ``new_staging_dir`` gives for outputs called ``name``: kind, host, pid."""
+    return re.compile(rf"\.{re.escape(name)}\.(tmp|old)-([0-9a-f]{{8}})-([0-9]+)-[0-9a-f]+")
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 only checks; POSIX only)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # someone else's process; a pid no system has: keep
+        return True
+    return True
+
+
+def remove_stale_staging(parent: Path, name: str) -> list[Path]:
+    """Remove what runs killed before they could clean up left beside the output ``name``:
+    staging directories (``.tmp-``) of processes of this machine that are no longer running,
+    and moved-aside old outputs (``.old-``) of such processes when the output exists (without
+    it, an .old- directory may hold the only copy of the previous results: it is left alone).
+    Directories of running processes, of other machines (a shared file system) or with other
+    names (results set aside, ``<name>.results-*``, included) are never touched; on systems
+    without POSIX processes nothing is removed. Returns what was removed."""
+    if os.name != "posix":
+        return []
+    pattern, host, removed = staging_pattern(name), host_tag(), []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    output_exists = os.path.lexists(parent / name)
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or match[2] != host or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(match[3])
+        if pid == os.getpid() or process_running(pid) or (match[1] == "old" and not output_exists):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def remote_staging(out: Remote, staging: Path) -> Remote:
+    """The prefix under ``out`` that the run writing into the local ``staging`` uploads files
+    into before its commit (hidden, as local staging folders are)."""
+    return out.child(f".{staging.name}")
+
+
+def in_staging_prefix(relative: str) -> bool:
+    """Whether an object's path relative to an output URL lies in a run's staging prefix
+    (remote_staging's: "." and the name of a local staging folder), a killed run's included."""
+    return relative.startswith(f".{REMOTE_STAGING}")
+
+
+def stale_remote_staging(prefixes: Iterable[str]) -> list[str]:
+    """Of runs' staging prefixes under an output (their names), those that no run may still
+    write into: this machine's whose process is gone, and those of versions that named no
+    process. Another machine's are left alone: its run may be going on."""
+    pattern, host, stale = re.compile(rf"\.{re.escape(REMOTE_STAGING)}([0-9a-f]{{8}})-([0-9]+)-"), host_tag(), []
+    for name in sorted(prefixes):
+        match = pattern.match(name)
+        if match is None or (match[1] == host and not process_running(int(match[2]))):
+            stale.append(name)
+    return stale
