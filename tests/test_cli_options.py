@@ -73,7 +73,7 @@ def test_evaluate_scores_a_grid_and_writes_json_and_csv(tmp_path):
     result = CliRunner().invoke(app, ["evaluate", str(sample), "-o", str(tmp_path / "eval"), "--id-field", "id",
                                       "--limit", "400", "--num-perm", "64,128", "--threshold", "0.8", "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "best for f1" in result.output
+    assert "recommended for f1 at word5 t=0.8" in result.output
     evaluation = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
     assert len(evaluation["results"]) == 2
     csv_lines = (tmp_path / "eval" / "evaluation.csv").read_text().splitlines()

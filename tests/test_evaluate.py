@@ -1,5 +1,6 @@
 """gpudedup.evaluate: exact ground truth against brute force, recall figures against an
-independent count, grid expansion, the choice of the best setting, and the output files.
+independent count, grid expansion, the choice of the best setting and of the recommended one
+per ground truth, the output files, and the display in a terminal and a notebook.
 
 The truth expected is tests/oracles.py's: the canonical shingles as Python strings (never
 gpudedup's normalisation or hashes), every pair's exact Jaccard under the exact threshold rule,
@@ -21,12 +22,15 @@ from gpudedup.errors import ParameterError
 from gpudedup import plots
 from gpudedup.evaluate import (
     CSV_FIELDS,
+    FIGURE,
     Setting,
     SettingResult,
     TruthCache,
     best_result,
     bin_edges,
+    csv_text,
     evaluate,
+    evaluation_dict,
     expand_grid,
     format_table,
     found_in,
@@ -376,9 +380,9 @@ def test_json_and_csv_written_and_readable(small_evaluation, subset_texts, tmp_p
     assert len(data["results"]) == len(results) == 2  # auto and 8x8; 8x16 > 64 is a note
     assert data["notes"] == small_evaluation.notes and len(data["notes"]) == 1
     assert data["criterion"]["name"] == "recall"
-    best = best_result(results, "recall")
-    assert data["best"]["index"] == results.index(best)
-    assert [r["best"] for r in data["results"]] == [r is best for r in results]
+    best = best_result(results, "recall")  # one threshold: its recommendation is the best of all
+    assert [r["index"] for r in data["recommended"]] == [results.index(best)]
+    assert [r["recommended"] for r in data["results"]] == [r is best for r in results]
     assert data["ground_truth"][0]["pairs"] > 0 and data["corpus"]["documents"] == len(subset_texts)
     first = data["results"][0]
     assert first["setting"] == results[0].setting.as_dict()
@@ -393,11 +397,12 @@ def test_json_and_csv_written_and_readable(small_evaluation, subset_texts, tmp_p
     for row, result in zip(rows, results):
         assert float(row["verified_recall"]) == result.verified_recall
         assert int(row["candidate_pairs"]) == result.candidate_pairs
-        assert row["best"] == str(result is best)
+        assert row["recommended"] == str(result is best)
 
     table = format_table(small_evaluation, "recall")
     assert len(table.splitlines()) == 2 + 2 + 1
-    assert "best for recall" in table and best.setting.label in table.splitlines()[-1]
+    assert table.splitlines()[-1].startswith("recommended for recall at word5 t=0.8 ")
+    assert f"#{results.index(best)} K=64 b x r={best.setting.banding_label}" in table.splitlines()[-1]
     assert [line.startswith("*") for line in table.splitlines()[2:4]] == [r is best for r in results]
 
 
@@ -436,4 +441,125 @@ def test_empty_corpus_and_no_true_pairs():
     result = evaluation.results[0]
     assert result.true_pairs == 0 and result.verified_recall is None and result.verified_f1 is None
     assert result.recall_by_similarity.candidate_recall == [None] * 4
-    assert "best for f1" in format_table(evaluation)
+    assert "recommended for f1 at word5 t=0.8" in format_table(evaluation)
+
+
+# --- a recommendation per ground truth --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_thresholds(subset_corpus):
+    """Four settings at each of two thresholds: each threshold is scored against its own pairs."""
+    settings, notes = expand_grid(num_perm=[32, 64], bands=[None, 4], threshold=[0.7, 0.9])
+    return evaluate(subset_corpus, settings, backend="cpu", notes=notes, warmup=False)
+
+
+def recommended_by_hand(rows: list, criterion: str) -> dict:
+    """{(shingles, threshold): index} from the scored rows of evaluation.json: per ground truth,
+    the largest value of the criterion's field (the smallest for time), ties to the shorter
+    time, then to the earlier setting; undefined values last."""
+    name, larger = {"f1": ("verified_f1", True), "recall": ("verified_recall", True),
+                    "precision": ("candidate_precision", True), "time": ("seconds", False)}[criterion]
+    groups: dict = {}
+    for row in rows:
+        s = row["setting"]
+        key = (s["shingle"], s["ngram"], s["unicode"], s["strip_punctuation"], s["strip_symbols"], s["threshold"])
+        groups.setdefault(key, []).append(row)
+
+    def rank(row):
+        value = row[name]
+        if value is None:
+            return (1, 0.0, row["seconds"], row["index"])
+        return (0, -value if larger else value, row["seconds"], row["index"])
+
+    return {key: min(members, key=rank)["index"] for key, members in groups.items()}
+
+
+@pytest.mark.parametrize("criterion", ["f1", "recall", "precision", "time"])
+def test_a_setting_is_recommended_per_threshold(two_thresholds, criterion):
+    results = two_thresholds.results
+    assert len(results) == 8 and [r.setting.threshold for r in results] == [0.7] * 4 + [0.9] * 4
+    data = evaluation_dict(two_thresholds, criterion)
+    expected = list(recommended_by_hand(data["results"], criterion).values())
+    assert len(expected) == 2
+
+    chosen = two_thresholds.recommended(criterion)
+    assert [r.index for r in chosen] == expected and [r.threshold for r in chosen] == [0.7, 0.9]
+    for r in chosen:
+        assert r.indices == tuple(i for i, x in enumerate(results) if x.setting.threshold == r.threshold)
+        assert r.result is results[r.index] and r.label == f"word5 t={r.threshold:g}"
+    assert [e["index"] for e in data["recommended"]] == expected
+    assert [e["settings"] for e in data["recommended"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [row["index"] for row in data["results"] if row["recommended"]] == expected
+    rows = list(csv.DictReader(csv_text(two_thresholds, criterion).splitlines()))
+    assert [int(row["index"]) for row in rows if row["recommended"] == "True"] == expected
+
+    table = format_table(two_thresholds, criterion).splitlines()
+    assert [int(line.split()[1]) for line in table[2:10] if line.startswith("*")] == expected
+    assert [line.split(": #")[1].split()[0] for line in table[10:]] == [str(i) for i in expected]
+    assert [line.split(" (")[0] for line in table[10:]] == [
+        f"recommended for {criterion} at word5 t=0.7", f"recommended for {criterion} at word5 t=0.9"]
+
+
+def test_the_evaluation_recommends_by_its_criterion(subset_corpus, two_thresholds):
+    by_time = evaluate(subset_corpus, [r.setting for r in two_thresholds.results], backend="cpu",
+                       warmup=False, criterion="time")
+    assert by_time.criterion == "time"
+    expected = recommended_by_hand(evaluation_dict(by_time)["results"], "time")
+    assert [r.index for r in by_time.recommended()] == list(expected.values())
+    by_f1 = recommended_by_hand(evaluation_dict(by_time, "f1")["results"], "f1")
+    assert [r.index for r in by_time.recommended("f1")] == list(by_f1.values())
+    assert format_table(by_time) == format_table(by_time, "time")
+    with pytest.raises(ParameterError):
+        evaluate(subset_corpus, [Setting(64)], backend="cpu", criterion="speed")
+
+
+def test_a_figure_per_threshold_and_none_left_from_before(small_evaluation, two_thresholds, tmp_path):
+    out = tmp_path / "out"
+    drawn = plots.matplotlib_available()
+    write_results(small_evaluation, out)  # one threshold: one figure, as named before
+    assert (out / FIGURE).exists() == drawn
+    json_path, _ = write_results(two_thresholds, out)
+    figures = [e["figure"] for e in json.loads(json_path.read_text())["recommended"]]
+    named = ["recall_by_similarity_word5_t0.7.png", "recall_by_similarity_word5_t0.9.png"]
+    assert figures == (named if drawn else [None, None])
+    written = sorted(p.name for p in out.iterdir())
+    assert written == sorted(["evaluation.csv", "evaluation.json"] + (named if drawn else []))
+    assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in figures if name)
+
+
+def test_the_evaluation_shows_its_recommendations_in_a_terminal_and_a_notebook(two_thresholds):
+    from xml.etree import ElementTree
+
+    chosen = two_thresholds.recommended()
+    text = repr(two_thresholds)
+    lines = text.splitlines()
+    assert lines[0] == f"Evaluation(8 settings on {two_thresholds.corpus['documents']:,} documents; " \
+                       "recommended for f1, per threshold:"
+    assert max(len(line) for line in lines) <= 80 and lines[-1] == ")"
+    for r, line in zip(chosen, lines[1:3]):
+        setting = r.result.setting
+        assert line.startswith(f"  word5 t={r.threshold:g}: #{r.index} K={setting.num_perm} "
+                               f"b x r={setting.banding_label}")
+        assert f"verified_f1 {r.result.verified_f1:.4f}" in line
+
+    page = two_thresholds._repr_html_()
+    assert "<script" not in page
+    root = ElementTree.fromstring(f"<root>{page}</root>")  # well-formed, so any HTML parser reads it
+    tables = root.findall(".//table[@class='gpudedup-settings']")
+    assert len(tables) == len(chosen) == 2
+    for table, r in zip(tables, chosen):
+        rows = table.findall("./tbody/tr")
+        assert [int(row.findall("td")[1].text) for row in rows] == list(r.indices)  # one row per setting
+        marked = [row for row in rows if row.get("class") == "gpudedup-recommended"]
+        assert [int(row.findall("td")[1].text) for row in marked] == [r.index]
+        assert [row.findall("td")[0].text for row in rows] == ["\u2605" if row in marked else None for row in rows]
+    headings = [p.find("b").text for p in root.findall(".//p[@class='gpudedup-truth']")]
+    assert headings == ["word5 t=0.7", "word5 t=0.9"]
+
+
+def test_an_evaluation_of_no_settings_shows_so():
+    evaluation = evaluate(strings_corpus(["one two three", "four five six", ""]), [], backend="cpu")
+    assert repr(evaluation) == "Evaluation(0 settings on 3 documents)"
+    assert "No settings were evaluated" in evaluation._repr_html_()
+    assert evaluation.recommended() == [] and format_table(evaluation).endswith("no settings were evaluated")

@@ -353,8 +353,9 @@ def evaluate_command(
                                                rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
                                          show_default=False, rich_help_panel=OUTPUT_PANEL)],
-    criterion: Annotated[str, typer.Option(help="What 'best' means: f1, recall, precision, time, memory, "
-                                                "candidate_recall, candidate_f1, cluster_recall.",
+    criterion: Annotated[str, typer.Option(help="What the setting recommended per threshold is best at: f1, "
+                                                "recall, precision, time, memory, candidate_recall, "
+                                                "candidate_f1, cluster_recall.",
                                            rich_help_panel=OUTPUT_PANEL)] = "f1",
     bin_width: Annotated[float, typer.Option(help="Width of the similarity bins of recall by similarity.",
                                              rich_help_panel=OUTPUT_PANEL)] = 0.05,
@@ -366,9 +367,10 @@ def evaluate_command(
     """Score a grid of settings on a sample against its exact all-pairs Jaccard.
 
     Every combination of the comma lists runs the real job; candidates and verified pairs are
-    compared with the exact pairs at the setting's threshold. Prints a table and the best
-    setting for --criterion, and writes evaluation.json, evaluation.csv and
-    recall_by_similarity.png into OUTPUT.
+    compared with the exact pairs at the setting's threshold. Each threshold is scored against
+    its own exact pairs, so it gets its own recommended setting (the best for --criterion).
+    Prints a table with those marked, and writes evaluation.json, evaluation.csv and a
+    recall-by-similarity figure per recommended setting into OUTPUT.
 
     Example: `gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --threshold 0.7,0.8`
     """
@@ -400,7 +402,7 @@ def evaluate_command(
 
         results = evaluation.evaluate(corpus, settings, backend=backend.value, seed=seed,
                                       bucket_window=bucket_window, bin_width=bin_width, notes=notes,
-                                      token_field=token_field,
+                                      token_field=token_field, criterion=criterion,
                                       on_result=progress)
         typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
         json_path, csv_path = evaluation.write_results(results, output, criterion)

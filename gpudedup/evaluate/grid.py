@@ -1,0 +1,203 @@
+"""The grid of ``gpudedup evaluate``: one Setting per point (permutation budget, banding or the
+rule that chooses it, shingles and their normalisation, threshold), the expansion of the CLI's
+comma lists into settings, and the parsing of those lists."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..core.shingling import ShingleKind, ShingleSpec, UnicodeForm
+from ..errors import ParameterError
+from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the grid.
+
+    num_perm: the permutation budget K. bands, rows: LSH banding, both given or both None; None
+    means chosen from the threshold (lsh.choose_bands, at most ``max_false_negative`` of the
+    pairs at the threshold missed: 1% when None, the pipeline's rule). shingle ("word", "char"
+    or "token") and ngram: the shingles; unicode, strip_punctuation, strip_symbols: their text
+    normalisation (DedupParams). threshold: verified pairs have exact Jaccard >= it.
+    """
+
+    num_perm: int = DEFAULT_NUM_PERM
+    bands: Optional[int] = None
+    rows: Optional[int] = None
+    shingle: ShingleKind = "word"
+    ngram: int = DEFAULT_NGRAM
+    threshold: float = DEFAULT_THRESHOLD
+    max_false_negative: Optional[float] = None
+    unicode: Optional[UnicodeForm] = None
+    strip_punctuation: bool = False
+    strip_symbols: bool = False
+
+    def params(self, **extra) -> DedupParams:
+        """The DedupParams of this setting (``extra``: seed, bucket_window, batch_bytes, ...)."""
+        targets: dict[str, Any] = {} if self.max_false_negative is None else {"max_fn": self.max_false_negative}
+        return DedupParams(threshold=self.threshold, shingle=self.shingle, ngram=self.ngram,
+                           unicode=self.unicode, strip_punctuation=self.strip_punctuation,
+                           strip_symbols=self.strip_symbols, num_perm=self.num_perm, bands=self.bands,
+                           rows=self.rows, **targets, **extra)
+
+    def spec(self) -> ShingleSpec:
+        """What the shingles are: settings of one spec share their ground truth."""
+        return ShingleSpec(self.shingle, self.ngram, self.unicode, self.strip_punctuation, self.strip_symbols)
+
+    @property
+    def banding_label(self) -> str:
+        if self.bands is not None:
+            return f"{self.bands}x{self.rows}"
+        return "auto" if self.max_false_negative is None else f"auto(fn<={self.max_false_negative:g})"
+
+    @property
+    def label(self) -> str:
+        return (f"{spec_label(self.spec())} t={self.threshold:g} K={self.num_perm} "
+                f"b x r={self.banding_label}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def spec_label(spec: ShingleSpec) -> str:
+    """'word5', 'char5+nfkc-punct-sym', 'token3': a shingle spec in a table cell."""
+    label = f"{spec.kind}{spec.n}" + (f"+{spec.unicode}" if spec.unicode else "")
+    return label + ("-punct" if spec.strip_punctuation else "") + ("-sym" if spec.strip_symbols else "")
+
+
+def expand_grid(
+    num_perm: Sequence[int] = (DEFAULT_NUM_PERM,),
+    bands: Optional[Sequence[Optional[int]]] = None,
+    rows: Optional[Sequence[Optional[int]]] = None,
+    shingle: Sequence[ShingleKind] = ("word",),
+    ngram: Sequence[int] = (DEFAULT_NGRAM,),
+    threshold: Sequence[float] = (DEFAULT_THRESHOLD,),
+    max_false_negative: Optional[Sequence[Optional[float]]] = None,
+    unicode: Sequence[Optional[UnicodeForm]] = (None,),
+    strip_punctuation: Sequence[bool] = (False,),
+    strip_symbols: Sequence[bool] = (False,),
+) -> tuple[list[Setting], list[str]]:
+    """Every combination of the lists, as Settings, and notes on the combinations skipped.
+
+    Banding, for each num_perm:
+      - neither ``bands`` nor ``rows``: chosen from the threshold (one setting per target in
+        ``max_false_negative``; None there, or no list, is the pipeline's 1% rule);
+      - ``bands`` only: rows = num_perm // bands (the seed's "num_bands" grid);
+      - ``rows`` only: bands = num_perm // rows;
+      - both: every (bands, rows) pair.
+      A None in ``bands`` or ``rows`` adds the chosen banding ("auto") to the explicit ones.
+    Combinations that cannot run are skipped with a note: bands * rows > num_perm, a derived
+    bands or rows of 0, and targets no banding within num_perm meets. Values that are wrong on
+    their own (a threshold of 2, an unknown shingle kind, num_perm 0) raise ParameterError.
+    The normalisation lists (unicode, strip_punctuation, strip_symbols) apply to text
+    shingles; token shingles take ids as given and get one setting each.
+    Settings come out in a stable order, shingles outermost (the ground truth is computed per
+    shingle spec), duplicates removed.
+    """
+    settings: list[Setting] = []
+    notes: list[str] = []
+    targets = list(max_false_negative) if max_false_negative else [None]
+    for target in targets:
+        if target is not None and not 0 < target < 1:
+            raise ParameterError(f"max_false_negative= must be in (0, 1); got {target!r}")
+    for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
+        for t in threshold:
+            for k in num_perm:
+                # Checks each value on its own (and its name in the message).
+                DedupParams(threshold=t, shingle=kind, ngram=n, num_perm=k, **forms)
+                for b, r, why in _bandings(k, bands, rows):
+                    if why:
+                        notes.append(f"skipped shingle={kind} ngram={n} threshold={t:g} num_perm={k}: {why}")
+                        continue
+                    if b is not None:
+                        settings.append(Setting(k, b, r, kind, n, t, **forms))
+                        continue
+                    for target in targets:
+                        setting = Setting(k, None, None, kind, n, t, target, **forms)
+                        try:
+                            setting.params().banding()  # targets no b x r <= K meets
+                        except ParameterError as error:
+                            notes.append(f"skipped {setting.label}: {error}")
+                            continue
+                        settings.append(setting)
+    return list(dict.fromkeys(settings)), list(dict.fromkeys(notes))
+
+
+def _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
+    """(kind, n, normalisation keywords) of every shingle spec of the grid."""
+    for kind in shingle:
+        for n in ngram:
+            if kind == "token":
+                yield kind, n, {}
+                continue
+            for form in unicode:
+                for punctuation in strip_punctuation:
+                    for symbols in strip_symbols:
+                        yield kind, n, {"unicode": form, "strip_punctuation": punctuation,
+                                        "strip_symbols": symbols}
+
+
+def _bandings(num_perm: int, bands, rows):
+    """(bands, rows, why-skipped) for one num_perm; (None, None, "") is the chosen banding."""
+    for name, values in (("bands", bands), ("rows", rows)):
+        for value in values or ():
+            if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
+                raise ParameterError(f"{name}= must be integers >= 1 (or None: chosen); got {value!r}")
+    if not bands and not rows:
+        yield None, None, ""
+        return
+    if bands and rows:
+        pairs = [(b, r) for b in bands for r in rows]
+    elif bands:
+        pairs = [(b, None if b is None else num_perm // b) for b in bands]
+    else:
+        pairs = [(None if r is None else num_perm // r, r) for r in rows]
+    for b, r in pairs:
+        if b is None or r is None:  # "auto" in either list
+            yield None, None, ""
+            continue
+        b, r = int(b), int(r)
+        if b == 0 or r == 0:
+            what = "bands" if b == 0 else "rows"
+            yield b, r, f"{what} = num_perm // {'rows' if b == 0 else 'bands'} is 0"
+        elif b * r > num_perm:
+            yield b, r, f"bands * rows = {b} * {r} = {b * r} > num_perm"
+        else:
+            yield b, r, ""
+
+
+def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = False) -> list:
+    """A comma-separated CLI value as a list: "64,128" -> [64, 128]; with ``allow_auto``,
+    "auto" becomes None ("8,16,auto" -> [8, 16, None]). Raises ParameterError on a bad item."""
+    values: list = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if allow_auto and item.lower() == "auto":
+            values.append(None)
+            continue
+        try:
+            values.append(kind(item))
+        except ValueError:
+            raise ParameterError(f"cannot read {item!r} in {text!r} as {getattr(kind, '__name__', kind)}") from None
+    if not values:
+        raise ParameterError(f"an empty list: {text!r}")
+    return values
+
+
+def unicode_form(text: str) -> Optional[str]:
+    """A --unicode list item: "none" -> None, "nfc", "nfkc" as they are (DedupParams checks)."""
+    return None if text.lower() == "none" else text.lower()
+
+
+def yes_no(text: str) -> bool:
+    """A --strip-punctuation / --strip-symbols list item: yes/no, true/false, 1/0."""
+    value = {"yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}.get(text.lower())
+    if value is None:
+        raise ValueError(text)
+    return value

@@ -1,0 +1,181 @@
+"""What ``gpudedup evaluate`` writes and prints: evaluation.json (everything), evaluation.csv (one
+row per setting), a recall-by-similarity figure per recommended setting, and the terminal
+table. Every setting is listed; the recommended setting of each ground truth (shingle spec and
+threshold, scoring.recommendations) is marked and named."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+from .. import plots
+from ..version import __version__
+from .grid import spec_label
+from .run import Evaluation
+from .scoring import Recommendation, SettingResult, criterion_field, recommendations
+from .view import TABLE_COLUMNS, recommendation_line, table_cells
+
+# The figure of the recommended setting when the grid has one ground truth; with several, one
+# figure per ground truth (figure_name).
+FIGURE = "recall_by_similarity.png"
+
+CSV_FIELDS = ["index", "recommended", "label", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols",
+              "threshold", "num_perm", "banding",
+              "max_false_negative", "bands", "rows", "documents", "true_pairs", "candidate_pairs",
+              "checked_pairs", "verified_pairs", "candidate_true_pairs", "verified_true_pairs",
+              "candidate_precision", "candidate_recall", "candidate_f1", "verified_precision",
+              "verified_recall", "verified_f1", "cluster_recall", "candidates_per_document",
+              "seconds", "peak_rss_mb"]
+
+
+def _results_of(results) -> list[SettingResult]:
+    return list(results.results) if isinstance(results, Evaluation) else list(results)
+
+
+def _criterion_of(results, criterion: Optional[str]) -> str:
+    """The criterion given, else the Evaluation's own, else f1 (a plain list of results)."""
+    if criterion is not None:
+        return criterion
+    return results.criterion if isinstance(results, Evaluation) else "f1"
+
+
+def evaluation_dict(results, criterion: Optional[str] = None,
+                    figures: Optional[Mapping[int, str]] = None) -> dict:
+    """The JSON document of an Evaluation (or a plain list of SettingResults): ``recommended``
+    holds one entry per ground truth (its shingle spec, threshold, the grid positions scored
+    against it, the recommended one and its value), and each result says whether it is its
+    truth's recommendation. figures: {grid position: file name} of the figures written beside
+    (write_results)."""
+    items = _results_of(results)
+    criterion = _criterion_of(results, criterion)
+    chosen = recommendations(items, criterion)
+    data: dict[str, Any] = {"gpudedup_version": __version__}
+    if isinstance(results, Evaluation):
+        data.update(corpus=results.corpus, backend=results.backend, run=results.run,
+                    ground_truth=results.ground_truth, notes=results.notes)
+    data["criterion"] = {"name": criterion, "field": criterion_field(criterion)[0]}
+    data["recommended"] = [
+        {"shingle": spec_label(r.spec), "threshold": r.threshold, "settings": list(r.indices),
+         "true_pairs": r.result.true_pairs, "index": r.index, "label": r.result.setting.label,
+         "setting": r.result.setting.as_dict(), "value": r.value, "figure": (figures or {}).get(r.index)}
+        for r in chosen]
+    marked = {r.index for r in chosen}
+    data["results"] = [dict(r.as_dict(), index=i, recommended=i in marked) for i, r in enumerate(items)]
+    return data
+
+
+def csv_text(results, criterion: Optional[str] = None) -> str:
+    """One CSV row per setting: CSV_FIELDS, then seconds_<stage>, peak_rss_mb_<stage> and
+    busy_seconds_<part> for every stage any run reported. Undefined values are empty."""
+    items = _results_of(results)
+    marked = {r.index for r in recommendations(items, _criterion_of(results, criterion))}
+    stages = list(dict.fromkeys(k for r in items for k in r.stage_seconds))
+    busy = list(dict.fromkeys(k for r in items for k in r.busy_seconds))
+    columns = (CSV_FIELDS + [f"seconds_{s}" for s in stages] + [f"peak_rss_mb_{s}" for s in stages]
+               + [f"busy_seconds_{p}" for p in busy])
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
+    writer.writeheader()
+    for i, r in enumerate(items):
+        s = r.setting
+        row = {name: getattr(r, name) for name in CSV_FIELDS if hasattr(r, name)}
+        row.update(index=i, recommended=i in marked, label=s.label, shingle=s.shingle, ngram=s.ngram,
+                   unicode=s.unicode or "", strip_punctuation=s.strip_punctuation, strip_symbols=s.strip_symbols,
+                   threshold=s.threshold, num_perm=s.num_perm, banding=s.banding_label,
+                   max_false_negative=s.max_false_negative)
+        row.update({f"seconds_{k}": v for k, v in r.stage_seconds.items()})
+        row.update({f"peak_rss_mb_{k}": v for k, v in r.stage_peak_rss_mb.items()})
+        row.update({f"busy_seconds_{k}": v for k, v in r.busy_seconds.items()})
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
+    """PNG of recall against exact similarity for one setting (candidates, verified, and the
+    S-curve's prediction), or None without matplotlib or a result."""
+
+    if result is None or result.recall_by_similarity is None or not plots.matplotlib_available():
+        return None
+    bins = result.recall_by_similarity
+    nan = float("nan")
+    series = {"candidates (LSH)": [nan if v is None else v for v in bins.candidate_recall],
+              "verified (exact)": [nan if v is None else v for v in bins.verified_recall]}
+    setting = result.setting
+    return plots.recall_by_similarity_figure(
+        bins.edges, series, pair_counts=bins.true_pairs, threshold=setting.threshold,
+        bands=result.bands, rows=result.rows, title=f"Recall by similarity: {setting.label}")
+
+
+def figure_name(recommendation: Recommendation, truths: int) -> str:
+    """The file of a recommended setting's figure: FIGURE when the grid has one ground truth,
+    else recall_by_similarity_<shingle spec>_t<threshold>.png."""
+    if truths == 1:
+        return FIGURE
+    return f"recall_by_similarity_{spec_label(recommendation.spec)}_t{recommendation.threshold:g}.png"
+
+
+def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional[str] = None) -> tuple[Path, Path]:
+    """Write ``evaluation.json`` (everything: corpus, ground truth, notes, every setting with
+    its recall bins, the recommended setting of each ground truth), ``evaluation.csv`` (one row
+    per setting) and, with matplotlib, the recall figure of each recommended setting
+    (figure_name) into ``out_dir`` (created if missing); figures of an earlier evaluation there
+    that this one does not draw are removed. Atomic: every file is written to a temporary file
+    in out_dir and renamed over the old one only when all are complete; on an error no file is
+    touched and no temporary file is left. criterion: None for the Evaluation's own. Returns
+    (json path, csv path)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    criterion = _criterion_of(results, criterion)
+    chosen = recommendations(_results_of(results), criterion)
+    drawn = {r.index: (figure_name(r, len(chosen)), recall_figure(r.result)) for r in chosen}
+    figures = {index: name for index, (name, png) in drawn.items() if png is not None}
+    contents = {
+        "evaluation.json": (json.dumps(evaluation_dict(results, criterion, figures), indent=2,
+                                       allow_nan=False) + "\n").encode(),
+        "evaluation.csv": csv_text(results, criterion).encode(),
+    }
+    contents.update((name, png) for name, png in drawn.values() if png is not None)
+    temporary: dict[str, str] = {}
+    try:
+        for name, data in contents.items():
+            handle, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+            temporary[name] = path
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+        for name, path in temporary.items():
+            os.replace(path, out / name)
+    finally:
+        for path in temporary.values():
+            if os.path.exists(path):
+                os.unlink(path)
+    # An earlier evaluation's figures would stand beside results they do not belong to.
+    for stale in out.glob("recall_by_similarity*.png"):
+        if stale.name not in contents:
+            stale.unlink()
+    return out / "evaluation.json", out / "evaluation.csv"
+
+
+def format_table(results, criterion: Optional[str] = None) -> str:
+    """A plain-text table, one line per setting, the recommended setting of each ground truth
+    (shingle spec and threshold) marked with '*' and named on a line of its own at the end."""
+    items = _results_of(results)
+    criterion = _criterion_of(results, criterion)
+    chosen = recommendations(items, criterion)
+    marked = {r.index for r in chosen}
+    rows = [["*" if i in marked else ""] + table_cells(i, r) for i, r in enumerate(items)]
+    header = [""] + TABLE_COLUMNS
+    widths = [max(len(x) for x in column) for column in zip(header, *rows)]
+    left = {2, 5}
+    lines = ["  ".join(x.ljust(w) if j in left else x.rjust(w) for j, (x, w) in enumerate(zip(line, widths)))
+             for line in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [recommendation_line(r) for r in chosen] or ["no settings were evaluated"]
+    return "\n".join(lines)
+

@@ -1,0 +1,116 @@
+"""The grid run of ``gpudedup evaluate``: the real job (``engine.memory.dedup_corpus``) once
+per setting on the sample, each run scored against the exact ground truth of its shingle spec
+and threshold, and the Evaluation that holds the scores and recommends a setting per truth."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from ..backends import get_backend
+from ..core.content import content_bytes
+from ..engine.memory import dedup_corpus
+from ..io.corpus import Corpus
+from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_SEED
+from ..stages import Progress
+from .grid import Setting
+from .scoring import DEFAULT_BIN_WIDTH, Recommendation, SettingResult, criterion_field, recommendations, score_outcome
+from .truth import TruthCache, content_corpus, select_documents
+from .view import evaluation_html, evaluation_text
+
+# Documents of the untimed warm-up run before the first measured setting (kernel compilation,
+# lookup tables, first-touch allocations would otherwise land in the first setting's time).
+WARMUP_DOCUMENTS = 256
+
+
+@dataclass(repr=False)
+class Evaluation:
+    """Everything ``evaluate`` measured: one SettingResult per setting (in grid order), the
+    ground truths' summaries, notes (skipped combinations), the corpus and the backend.
+    criterion: what the recommendations, the display and the output files rank by (CRITERIA)."""
+
+    results: list[SettingResult]
+    ground_truth: list[dict]
+    notes: list[str]
+    corpus: dict
+    backend: str
+    run: dict = field(default_factory=dict)
+    criterion: str = "f1"
+
+    def recommended(self, criterion: Optional[str] = None) -> list[Recommendation]:
+        """The setting recommended for each ground truth (shingle spec and threshold): the best
+        for ``criterion`` (None: self.criterion) among the settings scored against it."""
+        return recommendations(self.results, criterion or self.criterion)
+
+    def __repr__(self) -> str:
+        return evaluation_text(self)
+
+    def _repr_html_(self) -> str:
+        return evaluation_html(self)
+
+
+def evaluate(
+    corpus: Corpus,
+    settings: Sequence[Setting],
+    *,
+    backend="auto",
+    seed: int = DEFAULT_SEED,
+    bucket_window: int = DEFAULT_BUCKET_WINDOW,
+    batch_bytes: Optional[int] = None,
+    bin_width: float = DEFAULT_BIN_WIDTH,
+    notes: Sequence[str] = (),
+    truth_cache: Optional[TruthCache] = None,
+    token_field: Optional[str] = None,
+    warmup: bool = True,
+    criterion: str = "f1",
+    on_result: Optional[Callable[[int, int, SettingResult], None]] = None,
+) -> Evaluation:
+    """Run the pipeline once per setting on ``corpus`` and score it against exact Jaccard.
+
+    backend: "auto" | "cpu" | "gpu" or a backend object (backends.get_backend). seed,
+    bucket_window, batch_bytes: passed to every run (DedupParams). notes: carried into the
+    output (expand_grid's skipped combinations). truth_cache: reuse ground truth computed
+    before on the same corpus. token_field: the column token shingles read (content_corpus;
+    None: the corpus's own content column). warmup: one untimed run on the first WARMUP_DOCUMENTS documents
+    first (so that kernel compilation and first-use costs are not charged to one setting).
+    criterion: what the Evaluation recommends by (CRITERIA; Evaluation.recommended).
+    on_result(i, total, result): called after each setting (progress for the CLI).
+    """
+    settings = list(settings)
+    chosen = get_backend(backend)
+    extra = {"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes}
+    for s in settings:
+        s.params(**extra)  # every parameter error before any work
+    criterion_field(criterion)
+    cache = truth_cache or TruthCache(corpus, token_field)
+    started = time.perf_counter()
+    cache.prepare(settings)
+    truth_seconds = time.perf_counter() - started
+    if warmup and settings and corpus.num_rows:
+        dedup_corpus(select_documents(content_corpus(corpus, settings[0].shingle, token_field),
+                                      limit=WARMUP_DOCUMENTS), settings[0].params(**extra),
+                  chosen, Progress())
+    n_docs = corpus.num_rows
+    results = []
+    for i, s in enumerate(settings):
+        outcome = dedup_corpus(content_corpus(corpus, s.shingle, token_field), s.params(**extra), chosen,
+                               Progress(), keep_candidates=True)
+        result = score_outcome(s, outcome, cache.get(s.spec(), s.threshold), n_docs, bin_width)
+        del outcome
+        results.append(result)
+        if on_result is not None:
+            on_result(i, len(settings), result)
+    data, offsets = corpus.units()
+    return Evaluation(
+        results=results,
+        ground_truth=cache.summaries(),
+        notes=list(notes),
+        corpus={"documents": n_docs, "text_bytes": int(content_bytes((data, offsets)).sum()),
+                "files": [f.path for f in corpus.files]},
+        backend=chosen.description,
+        run={"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes,
+             "bin_width": bin_width, "ground_truth_seconds": round(truth_seconds, 4),
+             "total_seconds": round(time.perf_counter() - started, 4)},
+        criterion=criterion,
+    )
