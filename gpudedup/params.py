@@ -33,6 +33,41 @@ RESULT_PARAMETERS = ("threshold", "shingle", "ngram", "unicode", "strip_punctuat
                      "max_fn", "low", "max_fp", "seed", "keep", "bucket_window")
 
 
+# What each parameter of a run means, in a line, as a user reads it: report.html's parameter
+# table (one place for these words; report.json's parameters are DedupParams', the banding
+# chosen and the fields read).
+MEANINGS = {
+    "threshold": "pairs whose exact Jaccard similarity is at least this are near-duplicates",
+    "shingle": "what a shingle is made of: word or character n-grams of the normalised text, or n-grams of "
+               "token ids",
+    "ngram": "units (words, characters or token ids) per shingle",
+    "unicode": "Unicode normalisation form applied before lower-casing (none: the canonical normalisation only)",
+    "strip_punctuation": "punctuation (Unicode categories P) removed before white space is collapsed",
+    "strip_symbols": "symbols (Unicode categories S) removed likewise",
+    "num_perm": "MinHash permutation budget K; bands × rows of them are computed",
+    "bands": "LSH bands b: a pair becomes a candidate when its signatures agree on every row of one band",
+    "rows": "signature rows r per band",
+    "max_fn": "target when b and r are chosen: the largest miss probability at the threshold",
+    "low": "target when b and r are chosen: a similarity whose pairs should rarely be candidates",
+    "max_fp": "target when b and r are chosen: the largest chance that a pair at low becomes a candidate",
+    "seed": "seed of the MinHash permutations (and of the report's random sample of clusters)",
+    "keep": "which document of a cluster is kept: the first in input order, or the longest",
+    "bucket_window": "each document of an LSH bucket is paired with at most this many that follow it",
+    "batch_bytes": "text bytes per batch (memory, not results)",
+    "batch_rows": "rows per batch at most (memory, not results)",
+    "max_memory": "host memory the run may use (none: no limit); a stage that would need more stops the run "
+                  "before it starts",
+    "shard_bytes": "with a work directory or Dask: larger JSONL and Parquet files are read in pieces of about "
+                   "this size (memory and tasks, not results; none: 512 MiB)",
+    "permutations_computed": "b × r: the permutations actually computed",
+    "banding_rule": "how b and r were chosen",
+    "text_field": "field (column) holding the text",
+    "id_field": "field holding unique document ids (none: <file path>:<row>, the row counted from 1)",
+    "on_error": "stop: a bad record or unreadable file stops the run; skip: they are left out and listed in "
+                "errors.jsonl",
+}
+
+
 @dataclass(frozen=True)
 class DedupParams:
     """Everything that decides the result of a run (and a few knobs that only decide speed).

@@ -375,7 +375,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         # Time and memory of the write so far (the report itself is all that is left to write).
         result.report = result.report.with_write(log.snapshot("write"), str(out), format,
                                                  None if names is None else [f"{KEPT_DIR}/{n}" for n in names])
-        write_report(result, staging, figures)  # report.html, s_curve.svg, candidates_histogram.svg
+        write_report(result, staging, figures)  # report.html and its figures (html_report.FIGURE_FILES)
         # report.json last: a directory with a report is a finished one (and locally the rename
         # makes the whole directory appear at once anyway; on object storage it goes up last).
         write_json(result.report.as_dict(), staging / "report.json")

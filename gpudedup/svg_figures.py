@@ -1,5 +1,5 @@
-"""The report's figures as SVG text, written directly: the LSH S-curve, and the verified pairs by
-exact Jaccard with the S-curve over them.
+"""The report's figures as SVG text, written directly: the LSH S-curve, the verified pairs by
+exact Jaccard with the S-curve over them, and the clusters by size.
 
 The figures are plain string building over numpy, no plotting library: drawing them takes a few
 milliseconds, and a run that writes its report does not load matplotlib. They keep the look of
@@ -144,6 +144,63 @@ def candidates_histogram_of(jaccard: np.ndarray, bands: int, rows: int, threshol
     jaccard = np.asarray(jaccard, dtype=np.float64)
     return candidates_histogram_svg(bands, rows, threshold, verified_histogram(jaccard, threshold, bin_width),
                                     int((jaccard < threshold).sum()), bin_width, log)
+
+
+def size_bins(largest: int) -> list[tuple[int, int]]:
+    """The cluster-size histogram's bins up to a cluster of ``largest`` documents, as
+    (smallest, largest size) inclusive: 2, 3, 4 and 5 alone, then 6-9, 10-19, 20-49, 50-99,
+    100-199, ... (1, 2, 5 times powers of ten)."""
+    bins = [(size, size) for size in range(2, 6)]
+    low, power = 6, 10
+    while low <= largest:
+        for high in (power, 2 * power, 5 * power):
+            if high > low and low <= largest:
+                bins.append((low, high - 1))
+                low = high
+        power *= 10
+    return bins
+
+
+def cluster_sizes_svg(sizes: np.ndarray, clusters: np.ndarray, log: Optional[bool] = None) -> str:
+    """SVG of the clusters by size: a bar per bin of size_bins, its height the clusters whose
+    size falls in it. sizes: int (m,), every size that occurs; clusters: int (m,), how many
+    clusters have it (engine/shown.Shown.size_values, size_clusters). log: log-scale counts;
+    None: as candidates_histogram_svg decides."""
+    sizes, clusters = np.asarray(sizes, np.int64), np.asarray(clusters, np.int64)
+    bins = size_bins(int(sizes.max(initial=2)))
+    counts = np.array([int(clusters[(sizes >= low) & (sizes <= high)].sum()) for low, high in bins], np.int64)
+    nonzero = counts[counts > 0]
+    if log is None:
+        log = bool(nonzero.size > 0 and nonzero.max() > 100 * nonzero.min())
+    x_limits = (0.0, float(len(bins)))
+    if log:
+        axes = Axes(x_limits, (0.7, max(float(nonzero.max()) * 1.6, 10.0)), log=True)
+        y_ticks = [10.0 ** k for k in range(0, int(math.floor(math.log10(axes.y_limits[1]))) + 1)]
+    else:
+        top = float(nonzero.max()) * 1.08 if nonzero.size else 1.0
+        axes = Axes(x_limits, (0.0, top))
+        y_ticks = linear_ticks(0.0, top, whole=bool(nonzero.size))
+    parts = [axes.grid_and_ticks([], y_ticks, decimal_label, count_label)]
+    bars = []
+    for place, ((low, high), count) in enumerate(zip(bins, counts.tolist())):
+        x0, x1 = axes.x(place + 0.12), axes.x(place + 0.88)
+        label = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+        parts.append(_text((x0 + x1) / 2, axes.bottom + 19.5, label, SMALL, "middle", EDGE))
+        if count <= 0:
+            continue
+        y = axes.y(float(count))
+        bars.append(f'<rect x="{x0:.3f}" y="{y:.3f}" width="{x1 - x0:.3f}" height="{axes.bottom - y:.3f}" '
+                    f'data-count="{count}" data-sizes="{low}-{high}"/>')
+        parts.append(_text((x0 + x1) / 2, y - 4, f"{count:,}", SMALL, "middle", GREY))
+    parts.append(f'<g fill="{BLUE}">{"".join(bars)}</g>')
+    if not nonzero.size:
+        parts.append(_text((axes.left + axes.right) / 2, (axes.top + axes.bottom) / 2, "no clusters", 12.5,
+                           "middle", GREY))
+    parts.append(axes.spines())
+    parts.append(axes.labels("documents in the cluster", "clusters" + (" (log scale)" if log else "")))
+    parts.append(axes.title(f"{int(clusters.sum()):,} clusters by size, {int((sizes * clusters).sum()):,} documents "
+                            "in them"))
+    return _document("Clusters by size", parts)
 
 
 def inline(svg: str) -> str:

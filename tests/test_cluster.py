@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpudedup.core.cluster import find_clusters
+from gpudedup.core.cluster import clusters_by_size, find_clusters, merged_by_size
 from oracles import oracle_clusters
 
 
@@ -182,3 +182,22 @@ def test_listed_members_against_a_loop_and_over_cut_ranges(seed):
                   for side in (low, ~low)]
         joined = Clusters(*(np.concatenate(column) for column in zip(*pieces)))
         assert listed_members(joined, numbers, listed).docs.tolist() == got.docs.tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_clusters_by_size_counts_as_a_counter_does_whole_and_in_ranges(seed):
+    """The sizes of a run's clusters, counted at once and over ranges of cluster numbers then
+    merged (as a cluster's tasks count them), against collections.Counter."""
+    from collections import Counter
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, 9, size=200)
+    cluster = rng.permutation(np.repeat(np.arange(sizes.shape[0]), sizes))
+    expected = sorted(Counter(Counter(cluster.tolist()).values()).items())
+    assert list(zip(*[a.tolist() for a in clusters_by_size(cluster)])) == expected
+    cuts = np.sort(rng.choice(np.arange(1, 200), size=5, replace=False))
+    ranges = [cluster[(cluster >= low) & (cluster < high)] for low, high in zip([0, *cuts], [*cuts, 200])]
+    counted = [clusters_by_size(part) for part in ranges]
+    merged = merged_by_size(np.concatenate([c[0] for c in counted]), np.concatenate([c[1] for c in counted]))
+    assert list(zip(*[a.tolist() for a in merged])) == expected
+    assert [a.tolist() for a in clusters_by_size(np.zeros(0, np.int64))] == [[], []]

@@ -127,12 +127,18 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
         assert (task in keys) == (pairs_per_part is None), task
     assert ("pairs_inside_part" in keys) == (pairs_per_part is not None)
     assert "part_shown" in keys
+    # The clusters by size, counted where the clusters are decided: by each range's task.
+    assert ("sizes_of_clusters" in keys) == (pairs_per_part is not None)
+    assert 'id="sampled"' in clusters_section(tmp_path / "spread")
+    figure = [(tmp_path / side / "cluster_sizes.svg").read_text(encoding="utf-8") for side in ("single", "spread")]
+    assert figure[0] == figure[1]
 
 
 def clusters_section(out: Path) -> str:
-    """report.html's section of the largest clusters."""
+    """report.html's sections of example documents: the largest clusters, the pairs just above
+    the threshold and the sampled clusters."""
     page = (out / "report.html").read_text(encoding="utf-8")
-    return page[page.index('<section id="clusters">'):page.index("</section>", page.index('id="clusters"'))]
+    return page[page.index('<section id="clusters">'):page.index('<section id="stages">')]
 
 
 def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,

@@ -35,6 +35,13 @@ def sample_run(tmp_path_factory):
     return result, out
 
 
+def section(page: str, name: str) -> str:
+    """The page's section (or folded section) of id ``name``."""
+    start = page.index(f'id="{name}"')
+    tag = page[page.rfind("<", 0, start) + 1:start].split()[0]  # (section or details)
+    return page[start:page.index(f"</{tag}>\n<", start)]
+
+
 def visible_text(page: str) -> str:
     """The page's text as a reader sees it (the figures' text too): no tags, entities decoded."""
     page = re.sub(r"<style>.*?</style>", " ", page, flags=re.S)
@@ -88,7 +95,7 @@ def test_report_html_is_self_contained(sample_run):
     # and namespace, which HTML supplies).
     embedded = re.findall(r"<svg\b.*?</svg>", page, flags=re.S)
     written = [(out / file).read_text(encoding="utf-8") for file in html_report.FIGURE_FILES.values()]
-    assert len(embedded) == 2 and embedded == [svg_figures.inline(svg) for svg in written]
+    assert len(embedded) == len(html_report.FIGURE_FILES) and embedded == [svg_figures.inline(svg) for svg in written]
     for svg in written:
         assert svg.startswith('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg"')
         assert ET.fromstring(svg.encode("utf-8")).tag == "{http://www.w3.org/2000/svg}svg"
@@ -114,7 +121,8 @@ def test_largest_clusters_show_members_and_exact_similarity(sample_run):
         computed = html_report.exact_jaccard(texts[int(row_of[a])].as_py(), texts[int(row_of[b])].as_py(),
                                              ShingleSpec("word", 5))
         assert computed == pytest.approx(j, abs=1e-12)
-    assert len(re.findall(r'class="doc kept"', page)) == min(5, sizes.shape[0])
+    largest_section = section(page, "clusters")
+    assert len(re.findall(r'class="doc kept"', largest_section)) == min(5, sizes.shape[0])
 
 
 def test_texts_and_ids_are_escaped(tmp_path):
@@ -140,7 +148,7 @@ def test_the_report_s_figures_need_no_matplotlib(tmp_path, monkeypatch):
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert "report.html" in names and set(html_report.FIGURE_FILES.values()) <= set(names)
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
-    assert page.count("<svg") == 2
+    assert page.count("<svg") == len(html_report.FIGURE_FILES)
 
 
 def svg_elements(svg: str, tag: str, attribute: str, value: str | None = None) -> list:
@@ -289,6 +297,68 @@ def test_report_renders_in_headless_chromium(sample_run, tmp_path):
     assert count((0xE6, 0x9F, 0x00)) > 2_000
 
 
+def screenshot(browser: str, page: Path, where: Path, size=(1200, 1000)) -> np.ndarray:
+    """Headless Chromium's screenshot of ``page``, RGB."""
+    from PIL import Image  # Pillow comes with matplotlib, a dependency
+
+    shot = where / f"{page.stem}.png"
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--hide-scrollbars", "--no-first-run", f"--user-data-dir={where / 'profile'}",
+               f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", page.resolve().as_uri()]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=25)
+    assert shot.exists(), f"no screenshot; chromium said:\n{run.stdout}\n{run.stderr}"
+    return np.asarray(Image.open(shot).convert("RGB")).astype(np.int16)
+
+
+def alone(page: str, name: str, where: Path) -> Path:
+    """A page of report.html's head (its style sheet) and its element of id ``name`` alone:
+    that part as a reader who scrolls to it sees it (Chromium's headless screenshot does not
+    scroll to a URL's fragment)."""
+    start = page.rfind("<", 0, page.index(f'id="{name}"'))
+    tag = page[start + 1:].split()[0]
+    end = page.index(f"</{tag}>\n<", start) + len(f"</{tag}>\n")
+    path = where / f"{name}.html"
+    path.write_text(page[:page.index("<main>\n") + len("<main>\n")] + page[start:end] + "</main>\n</body>\n</html>\n",
+                    encoding="utf-8")
+    return path
+
+
+def pixels_of(pixels: np.ndarray, colour, tolerance=16) -> int:
+    return int((np.abs(pixels - np.array(colour)).max(axis=2) <= tolerance).sum())
+
+
+def test_the_new_sections_render_in_headless_chromium(sample_run, tmp_path):
+    """Each new part of the page as Chromium draws it with the page's style sheet: the
+    cluster-size figure's blue bars, the near-threshold pairs' blue tags beside their texts
+    with words marked, the sampled clusters' green kept boxes, where every record went, and
+    the parameters folded to a line (opened, their table)."""
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("needs Chromium (apt-get install chromium) to render report.html")
+    _, out = sample_run
+    page = (out / "report.html").read_text(encoding="utf-8")
+    sizes = screenshot(browser, alone(page, "figure-cluster_sizes", tmp_path), tmp_path)
+    assert pixels_of(sizes, (0x00, 0x72, 0xB2)) > 2_000  # the bars
+    near = screenshot(browser, alone(page, "near-threshold", tmp_path), tmp_path)
+    assert pixels_of(near, (0x00, 0x72, 0xB2), 8) > 200  # the pairs' tags
+    assert pixels_of(near, (0xFF, 0xE0, 0x8A), 8) > 200  # words marked
+    assert pixels_of(near, (0x1F, 0x29, 0x33)) > 5_000  # text
+    sampled = screenshot(browser, alone(page, "sampled", tmp_path), tmp_path)
+    assert pixels_of(sampled, (0xE3, 0xF2, 0xE8), 4) > 20_000  # kept documents' green boxes
+    balance = screenshot(browser, alone(page, "balance", tmp_path), tmp_path)
+    assert pixels_of(balance, (0x2F, 0x85, 0x5A), 8) > 5_000  # the bar's kept part
+    assert pixels_of(balance, (0xD5, 0x5E, 0x00), 8) > 200  # and its removed part
+
+    def inked_rows(pixels):
+        return int((np.abs(pixels - 255).max(axis=2) > 40).any(axis=1).sum())
+
+    folded = screenshot(browser, alone(page, "parameters", tmp_path), tmp_path)
+    opened_page = alone(page.replace('<details class="section" id="parameters">',
+                                     '<details class="section" id="parameters" open>'), "parameters", tmp_path)
+    opened = screenshot(browser, opened_page, tmp_path)
+    assert 10 < inked_rows(folded) < 60 and inked_rows(opened) > 400
+
+
 def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
     from gpudedup.core.cluster import pairs_inside
 
@@ -323,3 +393,117 @@ def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
         values = np.fmax.reduce(np.stack([f[3] for f in found]), axis=0)
         assert {i: (int(inside[i]), low[i], high[i]) for i in range(len(shown))} == expected
         assert [None if np.isnan(v) else v for v in values] == [verified.get(pair) for pair in asked]
+
+
+# --- what the page shows, in order -------------------------------------------------------------
+
+
+def test_results_come_first_and_the_parameters_after_folded_each_explained(sample_run):
+    result, out = sample_run
+    page = (out / "report.html").read_text(encoding="utf-8")
+    order = ['class="cards"', 'id="balance"', 'id="counts"', 'id="figures"', 'id="clusters"', 'id="near-threshold"',
+             'id="sampled"', 'id="stages"', 'id="parameters"', "<footer>"]
+    places = [page.index(marker) for marker in order]
+    assert places == sorted(places), order
+    # The parameters are folded (a <details> not open), every row with what it means.
+    assert '<details class="section" id="parameters">' in page
+    rows = re.findall(r'<tr><td class="key mono">(.*?)</td><td class="num">.*?</td><td class="why">(.*?)</td></tr>',
+                      section(page, "parameters"))
+    report = json.loads((out / "report.json").read_text())
+    assert [key for key, _ in rows] == [key for key in report["parameters"] if key != "banding_rule"]
+    assert all(meaning.strip() for _, meaning in rows), [key for key, meaning in rows if not meaning.strip()]
+    # Where every record went: report.json's balance, adding up to the records read.
+    text = " ".join(visible_text(section(page, "balance")).split())
+    balance = report["balance"]
+    for label, key in (("kept", "kept"), ("removed as duplicates", "removed_duplicates"),
+                       ("input records", "input_records")):
+        assert f"{label} {balance[key]:,}" in text
+
+
+def test_the_cluster_size_figure_counts_the_clusters_table(sample_run):
+    result, out = sample_run
+    svg = (out / "cluster_sizes.svg").read_text(encoding="utf-8")
+    ET.fromstring(svg.encode("utf-8"))
+    sizes = np.bincount(result.clusters["cluster"].to_numpy())
+    bars = re.findall(r'<rect [^>]*data-count="(\d+)" data-sizes="(\d+)-(\d+)"', svg)
+    assert bars and sum(int(count) for count, _, _ in bars) == sizes.shape[0]
+    for count, low, high in bars:  # each bar: the clusters whose size is in its range, recounted
+        assert int(count) == int(((sizes >= int(low)) & (sizes <= int(high))).sum()), (low, high)
+    assert f"{sizes.shape[0]:,} clusters by size" in svg
+
+
+def test_pairs_just_above_the_threshold_and_a_sample_of_clusters(sample_run):
+    """The near-threshold pairs are the verified pairs of the lowest Jaccard (pairs.parquet),
+    each with both texts; the sample is of clusters other than the largest, each shown as the
+    largest are, and the same in a second run."""
+    result, out = sample_run
+    page = (out / "report.html").read_text(encoding="utf-8")
+    pairs = result.pairs.to_pydict()
+    lowest = sorted(zip(pairs["jaccard"], pairs["id_a"], pairs["id_b"]))[:5]
+    near = section(page, "near-threshold")
+    shown = re.findall(r"<h3>Pair \d+ · exact Jaccard ([\d.]+)</h3>", near)
+    assert shown == [f"{j:.4f}" for j, _, _ in lowest]
+    ids = re.findall(r'<span class="tag">(?:first|second)</span><span class="mono">(.*?)</span>', near)
+    verified = {frozenset((a, b)): j for a, b, j in zip(pairs["id_a"], pairs["id_b"], pairs["jaccard"])}
+    assert [verified[frozenset((html.unescape(a), html.unescape(b)))] for a, b in zip(ids[::2], ids[1::2])] == \
+        [j for j, _, _ in lowest]
+    sampled = section(page, "sampled")
+    numbers = [int(n.replace(",", "")) for n in re.findall(r"<h3>Cluster ([\d,]+) ·", sampled)]
+    largest = [int(n.replace(",", "")) for n in re.findall(r"<h3>Cluster ([\d,]+) ·", section(page, "clusters"))]
+    assert len(numbers) == 5 and not set(numbers) & set(largest)
+    sizes = np.bincount(result.clusters["cluster"].to_numpy())
+    for number in numbers:
+        assert f"Cluster {number:,} · {sizes[number]:,} documents" in sampled
+    assert sampled.count('class="doc kept"') == 5
+    again = gpudedup.dedup(SAMPLE, id_field="id", backend="cpu")
+    assert section(html_report.render(again, figures={}), "sampled") == sampled  # seeded: reproducible
+
+
+def test_inputs_not_read_and_files_left_out_are_named(tmp_path):
+    folder = tmp_path / "in"
+    (folder / ".hidden").mkdir(parents=True)
+    words = " ".join(f"w{i}" for i in range(30))
+    for name in ("a.jsonl", "b.jsonl", ".hidden/c.jsonl"):
+        (folder / name).write_text(json.dumps({"text": words}) + "\n" + json.dumps({"text": "other " + words}) + "\n")
+    (folder / "README.md").write_text("not documents")
+    (folder / "broken.jsonl.gz").write_bytes(b"not gzip at all")
+    (folder / "c.jsonl").write_text(json.dumps({"text": "fine " + words}) + "\n{broken\n")
+    result = gpudedup.dedup(folder, backend="cpu", on_error="skip")
+    page = html_report.render(result, figures={})
+    text = " ".join(visible_text(section(page, "balance")).split())
+    for entry in result.report["input"]["skipped_file_reasons"]:
+        assert f"{entry['path']}{'/' if entry['folder'] else ''} {entry['reason']}" in text
+    assert "README.md unsupported type" in text and ".hidden/ hidden" in text
+    left_out = [r for r in result.skipped_records if r["line"] is None]
+    assert [Path(r["file"]).name for r in left_out] == ["broken.jsonl.gz"]
+    assert "1 file left out whole (on_error=skip)" in text and f"{left_out[0]['file']} {left_out[0]['reason']}" in text
+    assert "1 record was left out (on_error=skip)" in text
+    assert f"skipped records {result.report['balance']['skipped']:,}" in text
+
+
+@pytest.mark.timeout(90)
+def test_an_indexed_document_shows_that_its_text_is_not_stored(tmp_path):
+    """With an index, an indexed document has no text here: its box says so (no length), and
+    the new documents beside it are not marked against a text that is not there."""
+    from gpudedup.index import Index
+
+    def text(n: int) -> str:
+        return " ".join(f"w{n}x{i}" for i in range(40))
+
+    base, new = tmp_path / "base.jsonl", tmp_path / "new.jsonl"
+    base.write_text("".join(json.dumps({"id": f"old{n}", "text": text(n)}) + "\n" for n in range(3)))
+    new.write_text("".join(json.dumps({"id": f"new{n}", "text": text(n) + " extra"}) + "\n" for n in range(3)))
+    index = Index.create(tmp_path / "idx", threshold=0.8)
+    index.add(base, id_field="id", backend="cpu")
+    result = index.dedup(new, id_field="id", backend="cpu")
+    assert result.report["results"]["removed_documents"] == 3
+    page = html_report.render(result, figures={})
+    for name in ("clusters", "near-threshold"):
+        part = section(page, name)
+        indexed = re.findall(r'<span class="tag">(?:kept|first)</span><span class="mono">(old\d)</span> '
+                             r'<span class="sim">· (.*?)</span></div>\n(?:<div class="sim">.*?</div>\n)?(<p.*?</p>)',
+                             part)
+        assert len(indexed) == 3, name
+        assert all(length == "text not stored in the index" and "absent" in body for _, length, body in indexed)
+        texts = re.findall(r'<p class="text">(.*?)</p>', part, flags=re.S)
+        assert len(texts) == 3 and all(t.endswith(" extra") and "<mark>" not in t for t in texts)  # new, unmarked

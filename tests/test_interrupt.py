@@ -123,7 +123,7 @@ sys.exit(cli.main())
 
 def output_names() -> list[str]:
     """The files a dedup run over corpus.jsonl writes, by their paths under its output."""
-    return sorted([".gpudedup-output", "candidates_histogram.svg", "clusters/part-00000.parquet",
+    return sorted([".gpudedup-output", "candidates_histogram.svg", "cluster_sizes.svg", "clusters/part-00000.parquet",
                    "deduplicated/corpus.parquet", "pairs/part-00000.parquet", "report.html", "report.json",
                    "s_curve.svg"])
 

@@ -74,8 +74,8 @@ def runs(tree, tmp_path_factory) -> dict[str, Path]:
 def test_one_output_file_per_input_file_named_like_it(runs):
     out = runs["memory"]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [".gpudedup-output", "clusters", "deduplicated", "pairs", "candidates_histogram.svg", "report.html",
-         "report.json", "s_curve.svg"])
+        [".gpudedup-output", "clusters", "deduplicated", "pairs", "candidates_histogram.svg", "cluster_sizes.svg",
+         "report.html", "report.json", "s_curve.svg"])
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.parent != out)
     assert files == ["clusters/part-00000.parquet", "deduplicated/a.parquet", "deduplicated/sub/b.parquet",
                      "deduplicated/sub/deeper/c.parquet", "deduplicated/z.parquet", "pairs/part-00000.parquet"]

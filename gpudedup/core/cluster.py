@@ -149,6 +149,26 @@ def largest_first(numbers: np.ndarray, sizes: np.ndarray, count: int) -> np.ndar
     return np.lexsort((numbers, -sizes))[:count]
 
 
+def clusters_by_size(cluster: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every cluster size that occurs among the documents' cluster numbers ``cluster`` (int64
+    (n,), host; each cluster's documents all among them), ascending, and how many clusters
+    have it: int64 (m,) each. (Clusters are numbered densely, and a group of them over a
+    range of numbers: counted over that range.)"""
+    if cluster.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    sizes = np.bincount(cluster - cluster.min())
+    values, clusters = np.unique(sizes[sizes > 0], return_counts=True)
+    return values.astype(np.int64), clusters.astype(np.int64)
+
+
+def merged_by_size(values: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """clusters_by_size's counts of several groups of whole clusters, concatenated (``values``,
+    ``clusters``: int64 (m,) each, a size may repeat), summed by size."""
+    merged, place = np.unique(values, return_inverse=True)
+    totals = np.bincount(place, weights=clusters, minlength=merged.shape[0])
+    return merged.astype(np.int64), totals.astype(np.int64)
+
+
 def listed_members(clusters: Clusters, numbers: np.ndarray, listed: int) -> Clusters:
     """Of the clusters ``numbers`` (int64), the documents a report lists: each one's first kept
     document and its first ``listed`` documents (the lowest rows), ascending. Applied to the

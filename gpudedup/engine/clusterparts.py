@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..core.cluster import (Clusters, KeepPolicy, clusters_of_roots, kept_documents, largest_first, listed_members,
+from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_roots, kept_documents, largest_first,
+                            listed_members, merged_by_size,
                             pairs_inside)
 from ..errors import OutputError
 from ..ids import order_ranks, wide
@@ -70,8 +71,10 @@ class ClusterParts:
     starts: int64 (r + 1,), the first row of each part's range (range_starts); sizes: int64
     (r,), the documents in clusters of each part; removed: int64 (r,), those of them removed;
     count: the clusters; largest: int64 (k,), the numbers of the LARGEST_KNOWN largest
-    clusters, largest first (the smaller number first among equals); all host. token: the
-    run's, in every part (read_part checks it).
+    clusters, largest first (the smaller number first among equals); size_values,
+    size_clusters: int64 (m,) each, every cluster size that occurs, ascending, and how many
+    clusters have it (core.cluster.clusters_by_size); all host. token: the run's, in every
+    part (read_part checks it).
     """
 
     work_at: WorkAt
@@ -80,6 +83,8 @@ class ClusterParts:
     removed: np.ndarray
     count: int
     largest: np.ndarray
+    size_values: np.ndarray
+    size_clusters: np.ndarray
     token: int
 
     def read_part(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> dict[str, np.ndarray]:
@@ -213,16 +218,17 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     token = int(np.random.default_rng().integers(1, 2**62))  # (the run's: ClusterParts.checked)
     if labels is None:  # (no part is read where none holds a document: nothing to write)
         none = np.zeros(starts.shape[0] - 1, np.int64)
-        return ClusterParts(work_at, starts, none, none, 0, np.zeros(0, np.int64), token)
+        nothing = np.zeros(0, np.int64)
+        return ClusterParts(work_at, starts, none, none, 0, nothing, nothing, nothing, token)
     divisions = range_divisions(starts)  # (partition r: the rows of range r)
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     with cluster_failures("the clusters"):
         if labels.npartitions == 1:  # the components were one task's: so are their clusters
             (labels_part,) = labels.to_delayed()
-            sizes, removed, count, largest_numbers = client.compute(dask.delayed(clusters_in_one_task)(
+            sizes, removed, count, largest_numbers, by_size = client.compute(dask.delayed(clusters_in_one_task)(
                 labels_part, ids, lengths, policy, pinned, work_at, starts, id_type, token)).result()
-            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, token)
+            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, *by_size, token)
         ids_sent, lengths_sent = share(client, ids, lengths)
         # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
@@ -235,8 +241,11 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                          meta=frame_of({**DECIDED_COLUMNS, "id": id_dtype, "kept_id": id_dtype})
                                          ).persist()
         del by_root  # (released on the workers once decided)
-        largest = decided.map_partitions(largest_clusters, LARGEST_KNOWN,
-                                         meta=frame_of({"cluster": "int64", "size": "int64"})).compute()
+        # (Each partition holds its clusters whole: their largest and their sizes are its own.)
+        largest, by_size = dask.compute(
+            decided.map_partitions(largest_clusters, LARGEST_KNOWN,
+                                   meta=frame_of({"cluster": "int64", "size": "int64"})),
+            decided.map_partitions(sizes_of_clusters, meta=frame_of({"size": "int64", "clusters": "int64"})))
         # 3. Each document's place in the ids' order, after the documents of the partitions before.
         by_id = decided[["doc", "id"]].sort_values("id").persist()
         before = np.concatenate([[0], np.cumsum(by_id.map_partitions(len_of, meta=("rows", "int64")).compute())])
@@ -250,7 +259,8 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     numbers = largest["cluster"].to_numpy(np.int64)
     top = largest_first(numbers, largest["size"].to_numpy(np.int64), LARGEST_KNOWN)
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),
-                        int(roots.sum()), numbers[top], token)
+                        int(roots.sum()), numbers[top], *merged_by_size(by_size["size"].to_numpy(np.int64),
+                                                                        by_size["clusters"].to_numpy(np.int64)), token)
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
@@ -258,11 +268,11 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
 
 def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pinned: int, work_at: WorkAt,
                          starts: np.ndarray, id_type: pa.DataType,
-                         token: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+                         token: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Task: dask_clusters' steps over every label at once (a pandas DataFrame of a: document,
     b: its root), the parts cut by the ranges ``starts``: where the components were found by
     one task, their clusters fit one. Returns the parts' sizes, their removed documents, the
-    clusters' count and the numbers of the largest (ClusterParts')."""
+    clusters' count, the numbers of the largest and the clusters by size (ClusterParts')."""
     import pandas as pd
 
     everything = {"number": 0}
@@ -279,7 +289,8 @@ def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pin
     largest = largest_clusters(decided, LARGEST_KNOWN)
     return (np.array([int(part["docs"].iloc[0]) for part in written], np.int64),
             np.array([int(part["removed"].iloc[0]) for part in written], np.int64),
-            int(decided["cluster"].max()) + 1 if len(decided) else 0, largest["cluster"].to_numpy(np.int64))
+            int(decided["cluster"].max()) + 1 if len(decided) else 0, largest["cluster"].to_numpy(np.int64),
+            clusters_by_size(decided["cluster"].to_numpy(np.int64)))
 
 
 def named_labels(by_doc, ids: Any):
@@ -333,6 +344,15 @@ def largest_clusters(decided, count: int):
     clusters, sizes = np.unique(number, return_counts=True)
     top = largest_first(clusters, sizes, count)
     return pd.DataFrame({"cluster": clusters[top], "size": sizes[top].astype(np.int64)})
+
+
+def sizes_of_clusters(decided):
+    """Task: core.cluster.clusters_by_size of a partition of decide_clusters' rows (clusters lie
+    whole in one): a pandas DataFrame of (size, clusters)."""
+    import pandas as pd
+
+    values, clusters = clusters_by_size(decided["cluster"].to_numpy(np.int64))
+    return pd.DataFrame({"size": values, "clusters": clusters})
 
 
 def id_ranks(by_id, before: np.ndarray, partition_info: Optional[dict] = None):

@@ -105,7 +105,7 @@ def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams,
     progress.start("Clustering", 1)
     with log.stage("cluster"):
         clusters = executor.clusters(store, verified, params.keep)
-        shown = shown_of(verified, clusters, executor, params.threshold)
+        shown = shown_of(verified, clusters, executor, params.threshold, params.seed)
     progress.advance(1)
     progress.stop()
     return clusters, shown

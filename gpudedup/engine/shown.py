@@ -1,6 +1,8 @@
 """What a run shows of its results, computed as its last stage (shown_of): the histogram of the
-verified pairs' Jaccard, and the largest clusters with a few members each, how many verified
-pairs lie inside each, and the Jaccard of each example member to its cluster's kept document.
+verified pairs' Jaccard, the clusters by size, the verified pairs just above the threshold, and
+the largest clusters and a random sample of the others (drawn with the run's seed, so that a
+report is reproducible) with a few members each, how many verified pairs lie inside each, and
+the Jaccard of each example member to its cluster's kept document.
 
 report.html and the terminal summary render these arrays and nothing else: they are computed
 where the pairs and clusters lie (on a cluster, by its tasks while it is up), so that a result
@@ -15,15 +17,34 @@ from typing import Union
 
 import numpy as np
 
-from ..core.cluster import Clusters, largest_first, listed_members
+from ..core.cluster import Clusters, clusters_by_size, largest_first, listed_members
 from ..plots import verified_histogram
 from .clusterparts import LARGEST_KNOWN, ClusterParts
 from .pairs import VerifiedPairs
 from .protocols import Executor
 
 LARGEST_SHOWN = 5  # clusters, largest first
+SAMPLED_SHOWN = 5  # clusters drawn at random from the others
+NEAR_SHOWN = 5  # verified pairs, the lowest Jaccard first
 EXAMPLES_PER_CLUSTER = 3  # the kept document and up to two removed ones
 MEMBERS_LISTED = 12  # ids named per cluster: its first kept document and the first others
+
+
+@dataclass
+class Sampled:
+    """A random sample of a run's clusters (host arrays): numbers, int64 (s,), ascending;
+    sizes, inside, low, high as Shown's of the largest clusters."""
+
+    numbers: np.ndarray
+    sizes: np.ndarray
+    inside: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def none(cls) -> "Sampled":
+        empty = np.zeros(0, np.int64)
+        return cls(empty, empty, empty, np.zeros(0), np.zeros(0))
 
 
 @dataclass
@@ -33,13 +54,21 @@ class Shown:
     jaccard_counts: int64 (bins,), plots.verified_histogram of every verified pair's Jaccard.
     numbers: int64 (k,), the largest clusters (at most LARGEST_SHOWN), largest first, the
         smaller number first among equals; sizes: int64 (k,), their documents.
-    members: the documents listed of them (cluster.listed_members: each one's first kept and
-        first MEMBERS_LISTED documents), ascending by row.
+    members: the documents listed of the shown clusters, the largest and the sampled ones
+        (cluster.listed_members: each one's first kept and first MEMBERS_LISTED documents),
+        ascending by row.
     inside: int64 (k,), the verified pairs inside each; low, high: float64 (k,), their least
         and greatest Jaccard (inf and -inf where none).
     example_a, example_b: int64 (e,) rows, a < b: each shown cluster's kept document with each
         of its examples (examples_of); example_jaccard: float64 (e,), their Jaccard where they
         are a verified pair, else NaN.
+    sampled: up to SAMPLED_SHOWN clusters other than the largest, drawn with the run's seed
+        (sampled_numbers).
+    size_values, size_clusters: int64 (m,), every cluster size that occurs, ascending, and how
+        many clusters have it (the clusters by size).
+    near_a, near_b: int64 (q,) rows, a < b, near_jaccard: float64 (q,): the NEAR_SHOWN verified
+        pairs of the lowest Jaccard (those just above the threshold), the lowest first, by
+        (jaccard, a, b).
     """
 
     jaccard_counts: np.ndarray
@@ -52,6 +81,12 @@ class Shown:
     example_a: np.ndarray
     example_b: np.ndarray
     example_jaccard: np.ndarray
+    sampled: Sampled
+    size_values: np.ndarray
+    size_clusters: np.ndarray
+    near_a: np.ndarray
+    near_b: np.ndarray
+    near_jaccard: np.ndarray
 
     def example_jaccards(self) -> dict[tuple[int, int], float]:
         """{(a, b): Jaccard} of the example pairs that are verified pairs."""
@@ -81,17 +116,48 @@ def pairs_histogram(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, 
     return verified_histogram(jaccard, threshold)
 
 
+def lowest_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray,
+                 count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Task (VerifiedPairs.map): the ``count`` pairs of the lowest Jaccard, the lowest first
+    (ties by first, then second row). Of the lowest of each part, the lowest are those of them
+    all."""
+    mine = np.arange(jaccard.shape[0])
+    if jaccard.shape[0] > count:  # (those at most the count-th lowest Jaccard, ties too: no sort of them all)
+        mine = np.flatnonzero(jaccard <= np.partition(jaccard, count - 1)[count - 1])
+    order = mine[np.lexsort((second[mine], first[mine], jaccard[mine]))[:count]]
+    return (np.asarray(first[order], np.int64), np.asarray(second[order], np.int64),
+            np.asarray(jaccard[order], np.float64))
+
+
+def sampled_numbers(count: int, shown: np.ndarray, seed: int, sampled: int = SAMPLED_SHOWN) -> np.ndarray:
+    """int64, ascending: up to ``sampled`` of the clusters 0 .. count-1 other than ``shown``,
+    drawn at random by ``seed`` (the run's: the same clusters in every run of the same
+    parameters, whichever way it ran)."""
+    drawn = np.random.default_rng(seed).choice(count, size=min(count, sampled + shown.shape[0]), replace=False)
+    return np.sort(drawn[~np.isin(drawn, shown)][:sampled]).astype(np.int64)
+
+
 def shown_of(pairs: VerifiedPairs, clustered: Union[Clusters, ClusterParts], executor: Executor,
-             threshold: float) -> Shown:
+             threshold: float, seed: int) -> Shown:
     """The Shown of a run's verified ``pairs`` and ``clustered`` clusters, counted where they
     lie by the run's ``executor`` (on a cluster, by its tasks: the client gets a few numbers
-    per part, not the pairs or the members)."""
+    per part, not the pairs or the members); seed: the run's, which draws the sampled
+    clusters."""
     counts = np.sum(pairs.map(pairs_histogram, threshold), axis=0).astype(np.int64)
     empty = np.zeros(0, np.int64)
     if clustered.in_clusters == 0:
         none = Clusters(empty, empty, np.zeros(0, bool))
-        return Shown(counts, empty, empty, none, empty, np.zeros(0), np.zeros(0), empty, empty, np.zeros(0))
-    numbers, sizes, members = largest_clusters(clustered, executor, LARGEST_SHOWN, MEMBERS_LISTED)
+        return Shown(counts, empty, empty, none, empty, np.zeros(0), np.zeros(0), empty, empty, np.zeros(0),
+                     Sampled.none(), empty, empty, empty, empty, np.zeros(0))
+    lowest = pairs.map(lowest_pairs, NEAR_SHOWN)
+    near_a, near_b, near_jaccard = lowest_pairs(np.concatenate([part[0] for part in lowest]),
+                                                np.concatenate([part[1] for part in lowest]),
+                                                np.concatenate([part[2] for part in lowest]), NEAR_SHOWN)
+    size_values, size_clusters = sizes_shown(clustered)
+    largest = largest_numbers(clustered, LARGEST_SHOWN)
+    sampled = sampled_numbers(clustered.count, largest, seed)
+    numbers = np.concatenate([largest, sampled])
+    sizes, members = clusters_shown(clustered, executor, numbers, MEMBERS_LISTED)
     asked = [pair for number in numbers.tolist()
              for pair in example_pairs(np.flatnonzero(members.cluster == number), members.keep, members.docs)]
     asked_a = np.array([a for a, _ in asked], np.int64)
@@ -101,20 +167,36 @@ def shown_of(pairs: VerifiedPairs, clustered: Union[Clusters, ClusterParts], exe
     low = np.min([part[1] for part in found], axis=0).astype(np.float64)
     high = np.max([part[2] for part in found], axis=0).astype(np.float64)
     jaccard = np.fmax.reduce(np.stack([part[3] for part in found]), axis=0).astype(np.float64)
-    return Shown(counts, numbers, sizes, members, inside, low, high, asked_a, asked_b, jaccard)
+    k = largest.shape[0]
+    return Shown(counts, largest, sizes[:k], members, inside[:k], low[:k], high[:k], asked_a, asked_b, jaccard,
+                 Sampled(sampled, sizes[k:], inside[k:], low[k:], high[k:]), size_values, size_clusters,
+                 near_a, near_b, near_jaccard)
 
 
-def largest_clusters(clustered: Union[Clusters, ClusterParts], executor: Executor, count: int,
-                     listed: int) -> tuple[np.ndarray, np.ndarray, Clusters]:
-    """The ``count`` largest clusters (at most clusterparts.LARGEST_KNOWN): their numbers,
-    int64 (k,), largest first (the smaller number first among equals); their sizes, int64
-    (k,); and the documents listed of them (cluster.listed_members: each one's first kept and
-    first ``listed`` documents), held; read from the parts where they lie, by tasks."""
+def largest_numbers(clustered: Union[Clusters, ClusterParts], count: int) -> np.ndarray:
+    """int64 (k,): the ``count`` largest clusters (at most clusterparts.LARGEST_KNOWN), largest
+    first (the smaller number first among equals)."""
     assert count <= LARGEST_KNOWN, "a cluster's run learns of LARGEST_KNOWN clusters"
     if isinstance(clustered, ClusterParts):
-        numbers = clustered.largest[:count]
-        sizes, members = clustered.shown(numbers, listed, executor)
-        return np.asarray(numbers, np.int64), sizes, members
+        return np.asarray(clustered.largest[:count], np.int64)
     sizes = np.bincount(clustered.cluster)
-    numbers = largest_first(np.arange(sizes.shape[0]), sizes, count)
-    return numbers.astype(np.int64), sizes[numbers].astype(np.int64), listed_members(clustered, numbers, listed)
+    return largest_first(np.arange(sizes.shape[0]), sizes, count).astype(np.int64)
+
+
+def clusters_shown(clustered: Union[Clusters, ClusterParts], executor: Executor, numbers: np.ndarray,
+                   listed: int) -> tuple[np.ndarray, Clusters]:
+    """Of the clusters ``numbers`` (int64 (k,)): their sizes, int64 (k,), and the documents
+    listed of them (cluster.listed_members), held; read from the parts where they lie, by
+    tasks."""
+    if isinstance(clustered, ClusterParts):
+        return clustered.shown(numbers, listed, executor)
+    sizes = np.bincount(clustered.cluster, minlength=int(numbers.max(initial=-1)) + 1)
+    return sizes[numbers].astype(np.int64), listed_members(clustered, numbers, listed)
+
+
+def sizes_shown(clustered: Union[Clusters, ClusterParts]) -> tuple[np.ndarray, np.ndarray]:
+    """Every cluster size that occurs, ascending, and how many clusters have it (int64 (m,)
+    each): counted where the clusters were decided (ClusterParts), or here."""
+    if isinstance(clustered, ClusterParts):
+        return clustered.size_values, clustered.size_clusters
+    return clusters_by_size(clustered.cluster)
