@@ -81,6 +81,7 @@ def dedup(
     format: str = "parquet",
     overwrite: bool = False,
     single_file: bool = False,
+    write_removed: bool = False,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -135,10 +136,11 @@ def dedup(
         every worker at the same path or URL. The results are the single process's.
     backend: "auto", "cpu" or "gpu", or a backend made before (gpudedup.backends.get_backend), to
         reuse its start-up (numba's kernels, a device's compiled kernels) across calls.
-    output / format / overwrite / single_file: write the results there too, as
-        ``DedupResult.write`` does; on a Dask cluster that this call starts or connects to,
-        before it closes, so that each worker writes the kept rows of the shards it reads (a
-        result written later, after the cluster is gone, is written by this process).
+    output / format / overwrite / single_file / write_removed: write the results there too, as
+        ``DedupResult.write`` does (write_removed: the removed rows too, under removed/); on a
+        Dask cluster that this call starts or connects to, before it closes, so that each worker
+        writes the kept rows of the shards it reads (a result written later, after the cluster
+        is gone, is written by this process).
     The other parameters are described in README ("Command line") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
@@ -162,7 +164,8 @@ def dedup(
 
     def written(result: DedupResult) -> DedupResult:
         if output is not None:
-            result.write(output, format=format, overwrite=overwrite, single_file=single_file)
+            result.write(output, format=format, overwrite=overwrite, single_file=single_file,
+                         write_removed=write_removed)
         return result
 
     if client is not None or scheduler is not None or workers is not None:

@@ -187,15 +187,19 @@ class Report(Mapping):
                                     "indexed_documents_checked": indexed_documents_checked, "added": added})
 
     def with_write(self, write_stage: dict, directory: str, format: str,
-                   kept_files: Optional[list[str]] = None) -> "Report":
+                   kept_files: Optional[list[str]] = None,
+                   removed_files: Optional[list[str]] = None) -> "Report":
         """This report once its results are written: the write stage's figures (seconds,
         peak_rss_mb), the output directory and format, and the layout: "files" with the kept
         rows' files (kept_files: paths under the directory, one per input file, in input
-        order), or "single" (kept_files None: one file; io/layout.py)."""
+        order), or "single" (kept_files None: one file; io/layout.py); removed_files: the
+        removed rows' files, where they were written (paths under the directory)."""
         output: dict[str, Any] = {"directory": directory, "format": format,
                                   "layout": "single" if kept_files is None else "files"}
         if kept_files is not None:
             output["kept_files"] = kept_files
+        if removed_files is not None:
+            output["removed_files"] = removed_files
         # total_seconds is the whole run's, writing included: the one time a run reports.
         return replace(self, stages={**self.stages, "write": write_stage},
                        total_seconds=round(self.total_seconds + write_stage["seconds"], 3),

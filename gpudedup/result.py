@@ -16,9 +16,12 @@ from .core.cluster import Clusters, kept_documents
 from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
+from .engine.removedrows import (REMOVED_DIR, PartsRemoved, RemovedOf, held_removed, in_memory_removed,
+                                 removed_schema, shingle_spec, write_tables)
 from .display import result_html
 from .errors import OutputError, ParameterError
 from .ids import IdSource, id_source, order_ranks, wide
+from .io.fields import content_of
 from .io.stamps import check_unchanged
 from .io.storage import Given, Location, Remote, child_name, location_of
 from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, table_parts,
@@ -209,14 +212,16 @@ class DedupResult:
         return whole_table(pairs_parts(self.named, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0)))
 
     def write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False,
-              single_file: bool = False) -> Location:
+              single_file: bool = False, write_removed: bool = False) -> Location:
         """Write the kept rows, clusters, pairs and report.json into ``output_dir`` (a folder, or
         a URL on object storage: io/commit.py, io/remote_output.py), atomically:
         for a run over files, deduplicated/ with one file per input file and pairs/ and
         clusters/ as Parquet datasets; for in-memory data or with ``single_file``,
         deduplicated.{parquet,jsonl}, clusters.parquet and pairs.parquet (io/layout.py,
-        docs/output-formats.md)."""
-        return write_outputs(output_dir, self, format, overwrite, single_file)
+        docs/output-formats.md). write_removed: also the removed rows, with kept_id, cluster and
+        jaccard added, as removed/ beside deduplicated/ (or removed.{parquet,jsonl}:
+        engine/removedrows.py)."""
+        return write_outputs(output_dir, self, format, overwrite, single_file, write_removed)
 
     def removal(self) -> Union[np.ndarray, ClusterParts]:
         """What tells the writers of the kept rows which rows to leave out: ``removed``, or the
@@ -317,7 +322,7 @@ def whole_table(parts: Iterable[pa.Table]) -> pa.Table:
 
 
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,
-                  single_file: bool = False) -> Location:
+                  single_file: bool = False, write_removed: bool = False) -> Location:
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     # A run over files writes one file per input file (even none, when all were left out).
@@ -326,15 +331,16 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     log = StageLog()
     try:
         with log.stage("write"):
-            return _write_files(output_dir, result, format, overwrite, log, names)
+            return _write_files(output_dir, result, format, overwrite, log, names, write_removed)
     except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
         raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
                           "nothing was written") from None
 
 
 def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite: bool, log: StageLog,
-                 names: Optional[list[str]]) -> Location:
-    """names: the sharded layout's output names (output_names), or None for one file each."""
+                 names: Optional[list[str]], write_removed: bool = False) -> Location:
+    """names: the sharded layout's output names (output_names), or None for one file each;
+    write_removed: the removed rows too (write_removed_rows)."""
     out = location_of(output_dir)
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
@@ -362,6 +368,8 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
+        if write_removed:
+            write_removed_rows(result, staging, out, format, names)
         write_clusters(result, staging, out, names is not None)
         if result.on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
@@ -373,8 +381,10 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
 
         figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
-        result.report = result.report.with_write(log.snapshot("write"), str(out), format,
-                                                 None if names is None else [f"{KEPT_DIR}/{n}" for n in names])
+        result.report = result.report.with_write(
+            log.snapshot("write"), str(out), format, None if names is None else [f"{KEPT_DIR}/{n}" for n in names],
+            None if not write_removed else [f"{REMOVED_DIR}/{n}" for n in names] if names is not None
+            else [f"{REMOVED_DIR}.{format}"])
         write_report(result, staging, figures)  # report.html and its figures (html_report.FIGURE_FILES)
         # report.json last: a directory with a report is a finished one (and locally the rename
         # makes the whole directory appear at once anyway; on object storage it goes up last).
@@ -383,6 +393,39 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         # report.html's texts, may have been read from the files again while writing).
         result.check_inputs_unchanged()
     return out
+
+
+def write_removed_rows(result: DedupResult, staging: Path, out: Location, format: str,
+                       names: Optional[list[str]]) -> None:
+    """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
+    input file under removed/, named as under deduplicated/ (names), by the tasks that write
+    the kept rows where a staged run writes them so; or one file removed.<format>."""
+    clustered = result.outcome.clustered
+    if isinstance(clustered, ClusterParts):
+        removed_of: RemovedOf = PartsRemoved(clustered, result.wide_id_type)
+    else:
+        o = result.outcome
+        pair_a, pair_b, jaccard = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else (None, None, None)
+        removed_of = held_removed(o.clusters, result.ids_of, result.indexed_rows, pair_a, pair_b, jaccard)
+    spec = shingle_spec(result.report["parameters"])
+    staged = hasattr(result.table, "write_removed_files")  # a staged run's shards (keptrows.ShardedTable)
+    if names is None:
+        path = staging / f"{REMOVED_DIR}.{format}"
+        if staged:
+            result.table.write_removed(path, format, removed_of, spec)
+        else:
+            write_tables([in_memory_removed(result.table, content_of(result.table, result.text_field), 0,
+                                            result.documents, removed_of, spec, result.table.schema)],
+                         path, format, removed_schema(result.table.schema, removed_of))
+        return
+    if staged:
+        result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed_of, spec)
+        return
+    texts, start = content_of(result.table, result.text_field), 0
+    for name, source in zip(names, result.sources, strict=True):
+        write_tables([in_memory_removed(result.table, texts, start, start + source.rows, removed_of, spec,
+                                        source.schema)], staging / REMOVED_DIR / name, format)
+        start += source.rows
 
 
 def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:

@@ -136,6 +136,9 @@ def dedup_command(
         "--single-file", help="Write the kept rows, the pairs and the clusters into one file each, instead "
                               "of one file per input file.",
         rich_help_panel=OUTPUT_PANEL)] = False,
+    write_removed: Annotated[bool, typer.Option(
+        "--write-removed", help="Also write the removed rows, with kept_id, cluster and jaccard, under removed/.",
+        rich_help_panel=OUTPUT_PANEL)] = False,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).",
         rich_help_panel=OUTPUT_PANEL)] = False,
@@ -214,7 +217,8 @@ def dedup_command(
                                      batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
                                      work_dir=work, resume=resume,
                                      scheduler=scheduler, workers=workers, include=include, exclude=exclude)
-                result.write(out, format=format.value, overwrite=overwrite, single_file=single_file)
+                result.write(out, format=format.value, overwrite=overwrite, single_file=single_file,
+                             write_removed=write_removed)
             guard.written = out
             if not quiet:
                 print_summary(result.report, out)
@@ -232,6 +236,7 @@ def dedup_command(
             work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
             # Written by the run: on a Dask cluster each worker writes its shards' kept rows.
             output=out, format=format.value, overwrite=overwrite, single_file=single_file,
+            write_removed=write_removed,
         )
         guard.written = out
         if not quiet:

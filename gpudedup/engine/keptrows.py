@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..core.shingling import ShingleSpec
 from ..io import storage
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.stamps import FileStamp, check_unchanged
@@ -22,6 +23,7 @@ from .clusterparts import ClusterParts
 from .kept import Kept
 from .local import LocalExecutor
 from .protocols import Executor
+from .removedrows import RemovedOf, removed_schema, shard_removed, write_file_removed, write_tables
 from .shards import Shards
 from .shardreader import ShardReader
 from .workdir import MANIFEST
@@ -145,6 +147,32 @@ class ShardedTable:
             tasks = [(reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
                       path, format, None, *check) for (indices, path), check in zip(files, checks)]
         executor.map(write_file_rows, tasks, "writing the kept rows")
+
+    def write_removed_files(self, folder: Location, names: list[str], format: str, removed_of: RemovedOf,
+                            spec: ShingleSpec) -> None:
+        """Each of file_paths' removed rows into folder/<its name> (removedrows.py; removed_of
+        gives the removed documents of a range, spec the run's shingling): one task per file,
+        where write_files runs its tasks."""
+        files = [(indices, storage.child_name(folder, name))
+                 for (_, indices), name in zip(self._files_read(), names, strict=True)]
+        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        reader, rows, finder = executor.share(self.reader, self.rows, removed_of)
+        consequence = self.unwritten()
+        executor.map(write_file_removed, [(reader, self.shards.rows, rows, indices, path, format, finder, spec,
+                                           [self.stamps[i] for i in indices], consequence)
+                                          for indices, path in files], "writing the removed rows")
+
+    def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
+        """The removed rows, shard by shard, into one file, with the unified columns (as
+        write_kept)."""
+        consequence, schema = self.unwritten(), self.schema()
+
+        def tables():
+            for index in self._shards_read():
+                with self.reader.unchanged(index, self.stamps[index], consequence):
+                    yield shard_removed(self.reader, self.shards.rows, self.rows, index, removed_of, spec, schema)
+
+        write_tables(tables(), path, format, removed_schema(schema, removed_of))
 
     def write_kept(self, path: Path, format: str, removed: np.ndarray) -> None:
         """The kept rows (removed: int64 ascending, the documents removed), shard by shard, into

@@ -1,0 +1,280 @@
+"""The removed documents as an output (``removed/`` beside ``deduplicated/``, or one file
+``removed.<format>``): each removed row with every column of its input, and three columns
+added: ``kept_id``, the id of the document its cluster keeps; ``cluster``, the cluster's number
+(clusters/'s); ``jaccard``, the exact Jaccard of the two documents' shingle sets.
+
+The Jaccard is computed here from the two texts, by the verification's own code (the shingle
+sets of core/shingling.py, core.verify.pair_jaccard), because a removed document need not be a
+verified pair with the kept one (a cluster is a connected component of the pairs). Where the
+kept document is a persistent index's (a run against an index keeps the indexed documents; the
+index keeps their shingles, not their text), the verified pair's Jaccard is given where the
+two are a pair, else null.
+
+Which documents are removed, their clusters and their kept documents come from the clusters
+held (HeldRemoved) or, in a cluster's run, from the parts its tasks left in the work directory
+(PartsRemoved): a task that writes an input file's removed rows reads the parts of its own
+documents alone, and the texts of their kept documents from the shards that hold them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Union
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..backends import get_backend
+from ..core.cluster import Clusters, kept_documents
+from ..core.content import gathered_type
+from ..core.content import unit_buffers
+from ..core.shingling import ShingleBatch, ShingleSpec
+from ..core.verify import document_sets, pair_jaccard
+from ..errors import OutputError
+from ..io.layout import as_input
+from ..io.stamps import FileStamp
+from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
+from .clusterparts import ClusterParts, part_unit
+from .kept import Kept
+from .workdir import WorkDir
+
+REMOVED_DIR = "removed"
+ADDED_COLUMNS = ("kept_id", "cluster", "jaccard")
+# Text units (bytes, or token ids) shingled at once for the removed rows' Jaccard.
+SET_BATCH_UNITS = 1 << 24
+
+
+@dataclass
+class RemovedDocs:
+    """Removed documents, ascending: docs, int64 (k,), numbered as the input's (a run against
+    an index: its own rows, after the indexed ones); cluster, int64 (k,); kept, int64 (k,), the
+    document each one's cluster keeps, numbered as docs (negative: an indexed document);
+    kept_id, its id (pyarrow Array (k,)); jaccard, float64 (k,): nan where it is computed from
+    the texts (kept >= 0), else the verified pair's, nan where there is none."""
+
+    docs: np.ndarray
+    cluster: np.ndarray
+    kept: np.ndarray
+    kept_id: pa.Array
+    jaccard: np.ndarray
+
+    def within(self, start: int, stop: int) -> "RemovedDocs":
+        """Those among the documents start .. stop-1."""
+        first, last = np.searchsorted(self.docs, [start, stop])
+        return RemovedDocs(self.docs[first:last], self.cluster[first:last], self.kept[first:last],
+                           self.kept_id.slice(first, last - first), self.jaccard[first:last])
+
+
+@dataclass
+class HeldRemoved:
+    """The removed documents of clusters held in this process (sent once to each worker)."""
+
+    removed: RemovedDocs
+
+    @property
+    def id_type(self) -> pa.DataType:
+        return self.removed.kept_id.type
+
+    def of(self, start: int, stop: int) -> RemovedDocs:
+        """The removed documents among start .. stop-1."""
+        return self.removed.within(start, stop)
+
+
+@dataclass
+class PartsRemoved:
+    """The removed documents of a cluster's run, read from the parts of its work directory
+    (clusterparts.py: docs, cluster, keep, kept_doc and ids.parquet's kept_id) that hold the
+    documents asked for. A run against an index clusters in one process: no document here is
+    an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold."""
+
+    clustered: ClusterParts
+    id_type: pa.DataType
+
+    def of(self, start: int, stop: int) -> RemovedDocs:
+        parts = self.clustered
+        first = int(np.searchsorted(parts.starts, start, side="right")) - 1
+        last = int(np.searchsorted(parts.starts, stop, side="left"))
+        work = WorkDir.attach(parts.work_at)
+        found: list[RemovedDocs] = []
+        for number in range(max(first, 0), min(last, parts.sizes.shape[0])):
+            if not parts.removed[number]:
+                continue
+            part = parts.read_part(number, ["docs", "cluster", "keep", "kept_doc"], work)
+            chosen = np.flatnonzero(~part["keep"] & (part["docs"] >= start) & (part["docs"] < stop))
+            kept_ids = work.table(part_unit(number), "ids.parquet")["kept_id"].combine_chunks()
+            found.append(RemovedDocs(part["docs"][chosen], part["cluster"][chosen], part["kept_doc"][chosen],
+                                     kept_ids.take(pa.array(chosen, pa.int64())),
+                                     np.full(chosen.shape[0], np.nan)))
+        if not found:
+            empty = np.zeros(0, np.int64)
+            return RemovedDocs(empty, empty, empty, pa.array([], self.id_type), np.zeros(0))
+        return RemovedDocs(np.concatenate([f.docs for f in found]), np.concatenate([f.cluster for f in found]),
+                           np.concatenate([f.kept for f in found]), pa.concat_arrays([f.kept_id for f in found]),
+                           np.concatenate([f.jaccard for f in found]))
+
+
+RemovedOf = Union[HeldRemoved, PartsRemoved]
+
+
+def held_removed(clusters: Clusters, ids_of: Callable[[np.ndarray], pa.Array], indexed_rows: int,
+                 pair_a: Optional[np.ndarray] = None, pair_b: Optional[np.ndarray] = None,
+                 pair_jaccards: Optional[np.ndarray] = None) -> HeldRemoved:
+    """HeldRemoved of ``clusters`` (over the outcome's rows, the first ``indexed_rows`` of them
+    an index's documents); ids_of(rows) gives the ids of documents in clusters; pair_a, pair_b,
+    pair_jaccards: the verified pairs (a < b), whose Jaccard is given where the kept document
+    is an indexed one (needed where indexed_rows is not 0)."""
+    gone = ~clusters.keep
+    docs, cluster, kept = clusters.docs[gone], clusters.cluster[gone], kept_documents(clusters)[gone]
+    jaccard = np.full(docs.shape[0], np.nan)
+    indexed = np.flatnonzero(kept < indexed_rows)
+    if indexed.shape[0]:
+        assert pair_a is not None and pair_b is not None and pair_jaccards is not None, "a run against an index"
+        jaccard[indexed] = verified_jaccard(pair_a, pair_b, pair_jaccards, kept[indexed], docs[indexed])
+    return HeldRemoved(RemovedDocs(docs - indexed_rows, cluster.astype(np.int64, copy=False), kept - indexed_rows,
+                                   ids_of(kept), jaccard))
+
+
+def verified_jaccard(pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray, first: np.ndarray,
+                     second: np.ndarray) -> np.ndarray:
+    """float64: the Jaccard of the verified pair (first[i], second[i]) (first < second), nan
+    where the two are no verified pair."""
+    pairs, asked = pair_keys(pair_a, pair_b), pair_keys(first, second)
+    order = np.argsort(pairs, kind="stable")  # (structured: ordered by a, then b)
+    if order.shape[0] == 0:
+        return np.full(first.shape[0], np.nan)
+    at = np.minimum(np.searchsorted(pairs[order], asked), order.shape[0] - 1)
+    return np.where(pairs[order][at] == asked, jaccard[order][at], np.nan)
+
+
+def pair_keys(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The pairs (a[i], b[i]) as one structured array, which sorts and compares as tuples."""
+    keys = np.empty(a.shape[0], dtype=[("a", np.int64), ("b", np.int64)])
+    keys["a"], keys["b"] = a, b
+    return keys
+
+
+def shingle_spec(parameters: Mapping) -> ShingleSpec:
+    """The shingling of a run, from its report's parameters."""
+    p = parameters
+    return ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
+                       bool(p.get("strip_symbols")))
+
+
+def removed_schema(schema: pa.Schema, removed_of: RemovedOf) -> pa.Schema:
+    """The columns of removed/'s files of inputs of columns ``schema``: those, then ADDED_COLUMNS."""
+    return pa.schema(list(schema) + [pa.field("kept_id", removed_of.id_type), pa.field("cluster", pa.int64()),
+                                     pa.field("jaccard", pa.float64())])
+
+
+def removed_table(rows: pa.Table, texts: pa.Array, removed: RemovedDocs, kept_texts: Callable[[np.ndarray], pa.Array],
+                  spec: ShingleSpec, schema: pa.Schema) -> pa.Table:
+    """The rows of removed/ for ``removed``: ``rows``, their input rows (in that order), with
+    the columns of ``schema`` (layout.as_input), then ADDED_COLUMNS; texts: their content
+    (text, or token ids); kept_texts(docs) gives the content of the kept documents ``docs``
+    (int64 ascending, distinct)."""
+    clash = [name for name in ADDED_COLUMNS if name in schema.names]
+    if clash:
+        raise OutputError(f"the input has a column {clash[0]!r}, which removed/ adds; rename it to write the "
+                          "removed documents")
+    jaccard = removed.jaccard.copy()
+    here = np.flatnonzero(removed.kept >= 0)
+    if here.shape[0]:
+        kept, at = np.unique(removed.kept[here], return_inverse=True)
+        jaccard[here] = texts_jaccard(texts.take(pa.array(here)), kept_texts(kept), at, spec)
+    table = as_input(rows, schema)
+    added = [removed.kept_id, pa.array(removed.cluster, pa.int64()),
+             pa.array(jaccard, pa.float64(), mask=np.isnan(jaccard))]
+    for name, column in zip(ADDED_COLUMNS, added):
+        table = table.append_column(name, column)
+    return table
+
+
+def texts_jaccard(first: pa.Array, second: pa.Array, at: np.ndarray, spec: ShingleSpec) -> np.ndarray:
+    """float64 (k,): the exact Jaccard of the shingle sets of first[i] and second[at[i]] (text
+    or token ids; null: the empty document), as verification computes it (two empty sets:
+    nan): the sets made by the CPU backend's kernels, a batch at a time, as a run's are."""
+    content = pa.concat_arrays([plain(first), plain(second)])
+    backend = get_backend("cpu")
+    units = np.diff(unit_buffers(content)[1])  # (a bound on each document's shingles)
+
+    def shingles_of(docs: np.ndarray) -> ShingleBatch:
+        return backend.shingle_sets(*unit_buffers(content.take(pa.array(docs, pa.int64()))), spec)
+
+    sets = document_sets(shingles_of, np.arange(len(content), dtype=np.int64), units, SET_BATCH_UNITS)
+    return pair_jaccard(sets, np.arange(len(first)), len(first) + np.asarray(at, np.int64))
+
+
+def plain(content: Union[pa.Array, pa.ChunkedArray]) -> pa.Array:
+    """Content as one array of the type content gathered from several files has."""
+    if isinstance(content, pa.ChunkedArray):
+        content = content.combine_chunks()
+    return content.cast(gathered_type(content.type))
+
+
+def in_memory_removed(table: pa.Table, texts: pa.ChunkedArray, start: int, stop: int, removed_of: RemovedOf,
+                      spec: ShingleSpec, schema: pa.Schema) -> pa.Table:
+    """removed_table of the rows start .. stop-1 of an in-memory run's ``table`` (every row a
+    document; texts: its content column whole, which the kept documents are read from)."""
+    removed = removed_of.of(start, stop)
+    local = pa.array(removed.docs - start, pa.int64())
+    rows = table.slice(start, stop - start).take(local)
+    return removed_table(rows, texts.slice(start, stop - start).take(local), removed,
+                         lambda docs: texts.take(pa.array(docs, pa.int64())), spec, schema)
+
+
+def shard_removed(reader, shard_rows: np.ndarray, rows: Kept, index: int, removed_of: RemovedOf, spec: ShingleSpec,
+                  schema: Optional[pa.Schema] = None) -> pa.Table:
+    """removed_table of shard ``index`` of a staged run (reader: its shardreader.ShardReader;
+    shard_rows: Shards.rows; rows: which rows are documents, ShardDocuments.rows), the kept
+    documents' texts read from the shards that hold them; schema: the columns written, the
+    shard's file's own where None."""
+    start, stop = int(shard_rows[index]), int(shard_rows[index + 1])
+    documents = np.flatnonzero(rows.mask(start, stop))  # the shard's rows that are documents
+    first = rows.count(0, start)  # the shard's first document
+    removed = removed_of.of(first, first + documents.shape[0])
+    corpus = reader.corpus(index)
+    local = pa.array(documents[removed.docs - first], pa.int64())
+    if schema is None:
+        assert corpus.files and corpus.files[0].schema is not None, "a file as read_one_file read it"
+        schema = corpus.files[0].schema
+    return removed_table(corpus.table.take(local), corpus.text_array().take(local), removed,
+                         lambda docs: reader.texts_of_rows(shard_rows, rows.spilled(docs)), spec, schema)
+
+
+def write_file_removed(reader, shard_rows: np.ndarray, rows: Kept, indices: list[int], path: str, format: str,
+                       removed_of: RemovedOf, spec: ShingleSpec, stamps: list[Optional[FileStamp]],
+                       consequence: str) -> None:
+    """Task: one input file's removed rows (shard_removed of each of its shards ``indices``,
+    in order) into ``path`` (a path or URL), refused as keptrows.write_file_rows refuses a
+    file that is no longer as each shard's stamp says."""
+
+    def write(local: Path) -> None:
+        with ExitStack() as checks:
+            for index, stamp in zip(indices, stamps, strict=True):
+                checks.enter_context(reader.unchanged(index, stamp, consequence))
+            write_tables((shard_removed(reader, shard_rows, rows, index, removed_of, spec) for index in indices),
+                         local, format)
+
+    write_to(path, write)
+
+
+def write_tables(tables, path: Path, format: str, schema: Optional[pa.Schema] = None) -> None:
+    """Tables of one file's rows (an iterator, read one at a time; the columns of the first,
+    or ``schema``) into ``path`` as Parquet or JSON Lines, its folders made; a file with no row
+    is written too (with its columns, for Parquet)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tables = iter(tables)
+    if format == "jsonl":
+        write_jsonl_batches((batch for table in tables for batch in table.to_batches(ROWS_PER_WRITE)), path)
+        return
+    first = next(tables, None)
+    columns = schema if schema is not None else first.schema if first is not None else None
+    assert columns is not None, "a file with no table has a schema given"
+    with pq.ParquetWriter(path, columns) as writer:
+        for table in itertools.chain([first] if first is not None else [], tables):
+            if table.num_rows:  # (no empty row groups)
+                writer.write_table(table)
