@@ -39,7 +39,7 @@ from .engine.memory import dedup_corpus
 from .engine.workdir import resume_without_work_dir, work_dir_lock
 from .ids import id_source
 from .result import DedupResult
-from .stages import Progress, RichProgress, StageLog
+from .stages import Progress, StageLog, progress_display
 
 
 def dedup(
@@ -64,7 +64,7 @@ def dedup(
     keep: KeepPolicy = DedupParams.keep,
     bucket_window: int = DedupParams.bucket_window,
     backend: str | Backend = "auto",
-    progress: bool = False,
+    progress: Optional[bool] = None,
     batch_bytes: Optional[int] = None,
     batch_rows: int = DedupParams.batch_rows,
     max_memory: int | str | None = None,
@@ -136,6 +136,9 @@ def dedup(
         every worker at the same path or URL. The results are the single process's.
     backend: "auto", "cpu" or "gpu", or a backend made before (gpudedup.backends.get_backend), to
         reuse its start-up (numba's kernels, a device's compiled kernels) across calls.
+    progress: a progress display per stage: True, False, or None (the default) where a notebook
+        shows it (an IPython kernel; lines of text where ipywidgets, which rich's bars need
+        there, is not installed).
     output / format / overwrite / single_file / write_removed: write the results there too, as
         ``DedupResult.write`` does (write_removed: the removed rows too, under removed/); on a
         Dask cluster that this call starts or connects to, before it closes, so that each worker
@@ -171,12 +174,12 @@ def dedup(
     if client is not None or scheduler is not None or workers is not None:
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
-                              RichProgress() if progress else Progress(), client, scheduler, workers, finish=written,
+                              progress_display(progress), client, scheduler, workers, finish=written,
                               found=found)
     if work_dir is not None:
         with work_dir_lock(work_dir):
             return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field,
-                                        id_field, on_error, RichProgress() if progress else Progress(),
+                                        id_field, on_error, progress_display(progress),
                                         found=found))
     if resume:
         raise resume_without_work_dir()
@@ -193,7 +196,7 @@ def dedup(
     documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise max_memory=")
-    outcome = dedup_corpus(corpus, params, chosen_backend, RichProgress() if progress else Progress(), log)
+    outcome = dedup_corpus(corpus, params, chosen_backend, progress_display(progress), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error))
 
 

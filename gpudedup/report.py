@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator, Optional
 
+from .display import report_html, report_text
 from .io.storage import key_of
 
 # The "format" of an input that is not a file (api: list_corpus, table_corpus).
@@ -243,5 +244,13 @@ class Report(Mapping):
 
     def __len__(self) -> int:
         return len(self._json)
+
+    def _repr_html_(self) -> str:
+        """The notebook's view: the counts as cards, the parameters, the time (display.py)."""
+        return report_html(self)
+
+    def __repr__(self) -> str:
+        """A few lines that fit a terminal (display.py); ``as_dict()`` is the whole of it."""
+        return report_text(self)
 
 

@@ -20,6 +20,7 @@ from .engine.removedrows import (REMOVED_DIR, PartsRemoved, RemovedOf, held_remo
                                  removed_schema, shingle_spec, write_tables)
 from .display import result_html
 from .errors import OutputError, ParameterError
+from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
 from .ids import IdSource, id_source, order_ranks, wide
 from .io.fields import content_of
 from .io.stamps import check_unchanged
@@ -195,6 +196,29 @@ class DedupResult:
         r = self.report["results"]
         return (f"DedupResult({self.report['input']['documents']} documents, {r['clusters']} clusters, "
                 f"{r['removed_documents']} removed, {r['verified_pairs']} verified pairs)")
+
+    def cluster(self, number: Optional[int] = None, *, id: Any = None) -> ClusterView:
+        """A cluster with its documents' texts side by side, the words of each removed one that
+        the kept one lacks marked (HTML in a notebook, text in a terminal): the cluster
+        ``number`` (clusters' ``cluster`` column), or the cluster of the document whose id is
+        ``id``. Every member is named; the texts of the first inspection.MEMBERS_SHOWN are
+        shown, each with its exact Jaccard to the kept document (inspection.ClusterView)."""
+        return cluster_view(self, number, id)
+
+    def pair(self, id_a: Any, id_b: Any) -> PairView:
+        """Two documents by their ids, a verified pair or not, their texts side by side with the
+        words of each that the other lacks marked, their exact Jaccard, whether they are a
+        verified pair and their clusters (inspection.PairView)."""
+        return pair_view(self, id_a, id_b)
+
+    def removed_rows(self) -> Any:
+        """The removed rows, in input order, in the input's own type (as ``deduplicated``; a
+        list as a list of dicts, a Series as a DataFrame), with the columns kept_id (the id
+        of the document its cluster kept), cluster and jaccard (the exact Jaccard of the two
+        shingle sets; null where the kept document is an indexed one that is no verified pair
+        with it), and id where the ids are not a column of the rows (id_field=None): the
+        columns of the removed/ output (write_removed)."""
+        return removed_rows(self)
 
     def all_pairs(self) -> pa.Table:
         """``pairs`` with every group of identical copies spelled out.

@@ -9,13 +9,15 @@ long run can tail it. Unset, it costs one dictionary look-up per stage.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import resource
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 
 def _read_peak_rss_bytes() -> int:
@@ -166,6 +168,82 @@ class RichProgress(Progress):
         if self._task is not None:
             self._bars.update(self._task, completed=self._bars.tasks[self._task].total)
             self._bars.stop()
+
+
+class NotebookTextProgress(Progress):
+    """Progress as plain text in a notebook cell, one line per stage (description, done of
+    total, seconds), the cell's output updated in place (IPython's display handles): the display
+    where rich's bars, which need ipywidgets in a notebook, cannot draw."""
+
+    INTERVAL = 0.25  # seconds between two updates of the cell (each is a message to the front end)
+
+    def __init__(self) -> None:
+        self._lines: list[list] = []  # [description, completed, total, start, end or None] per stage
+        self._handle = None
+        self._shown_at = 0.0
+        self._lock = threading.Lock()
+
+    def start(self, description: str, total: int) -> None:
+        with self._lock:
+            self._finish_last()
+            self._lines.append([description, 0, max(total, 1), time.perf_counter(), None])
+            self._show(force=True)
+
+    def advance(self, amount: int) -> None:
+        with self._lock:
+            if self._lines:
+                self._lines[-1][1] += amount
+                self._show(force=False)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._finish_last()
+            self._show(force=True)
+
+    def text(self) -> str:
+        """The lines as shown: each stage's description, done of total and seconds."""
+        width = max((len(str(line[2])) for line in self._lines), default=1)
+        now = time.perf_counter()
+        return "\n".join(f"{d:<28} {c:>{width}}/{t}  {seconds_text((end or now) - start)} s"
+                         for d, c, t, start, end in self._lines)
+
+    def _finish_last(self) -> None:
+        if self._lines and self._lines[-1][4] is None:
+            last = self._lines[-1]
+            last[1], last[4] = last[2], time.perf_counter()
+
+    def _show(self, force: bool) -> None:
+        now = time.perf_counter()
+        if not force and now - self._shown_at < self.INTERVAL:
+            return
+        self._shown_at = now
+        from IPython.display import display  # (loaded: the caller runs in an IPython kernel)
+
+        content = {"text/plain": self.text()}
+        if self._handle is None:
+            self._handle = display(content, raw=True, display_id=True)
+        else:
+            self._handle.update(content, raw=True)
+
+
+def in_notebook() -> bool:
+    """Whether this process is an IPython kernel (Jupyter, VS Code, Colab): a notebook shows
+    what the code displays. IPython is not imported here: a kernel has loaded it already."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def progress_display(shown: Optional[bool]) -> Progress:
+    """The progress display of ``progress=``: True shows one, False none, None (the Python
+    API's default) one where a notebook shows it (in_notebook). In a notebook rich's bars draw
+    in a widget (ipywidgets); without ipywidgets, lines of text (NotebookTextProgress)."""
+    notebook = in_notebook()
+    if not (notebook if shown is None else shown):
+        return Progress()
+    if notebook and importlib.util.find_spec("ipywidgets") is None:
+        return NotebookTextProgress()
+    return RichProgress()
 
 
 def seconds_text(value: float) -> str:

@@ -34,6 +34,7 @@ from ..core.normalize import unicode_form_version
 from ..core.ragged import offsets_from_counts
 from ..core.shingling import ShingleBatch, set_rows
 from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
+from ..display import index_html, index_text
 from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..engine.workdir import resume_without_work_dir, work_dir_lock
@@ -46,7 +47,7 @@ from ..io.outputdir import check_run_places
 from ..memory import MemoryBudget, parse_size
 from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
-from ..stages import Progress, RichProgress, StageLog
+from ..stages import Progress, StageLog, progress_display
 from ..threads import HOST_THREADS, map_parallel
 from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
                     write_manifest, write_segment, write_tombstones, writer_lock)
@@ -149,10 +150,27 @@ class Index:
                 "generation": manifest.generation, "parameters": manifest.parameters,
                 "verification": manifest.verification}
 
+    def _overview(self) -> dict:
+        """What the index's displays show: info() without the tags (which read every
+        segment's ids), from the manifest and the tombstones alone."""
+        reader = IndexReader(self.path)
+        manifest = reader.manifest
+        return {"path": str(self.path), "documents": reader.documents, "segments": len(manifest.segments),
+                "bytes": sum(s.bytes for s in manifest.segments), "generation": manifest.generation,
+                "parameters": manifest.parameters, "verification": manifest.verification}
+
+    def _repr_html_(self) -> str:
+        """The notebook's view: path, documents, size, parameters (display.py)."""
+        return index_html(self._overview())
+
+    def __repr__(self) -> str:
+        """A few lines that fit a terminal: path, documents, size, parameters (display.py)."""
+        return index_text(self._overview())
+
     # --- runs against it ----------------------------------------------------------------------
 
     def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
-              backend: str | Backend = "auto", progress: bool = False, on_error: str = "stop",
+              backend: str | Backend = "auto", progress: Optional[bool] = None, on_error: str = "stop",
               batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
               shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
@@ -167,7 +185,7 @@ class Index:
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
-            token_field: str = "input_ids", backend: str | Backend = "auto", progress: bool = False,
+            token_field: str = "input_ids", backend: str | Backend = "auto", progress: Optional[bool] = None,
             on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
             shard_bytes: int | str | None = None, output: Optional[Given] = None,
             format: str = "parquet", overwrite: bool = False,
@@ -222,7 +240,7 @@ class Index:
         return result
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
-             backend, progress: bool, on_error: str, speed: tuple, work_dir=None, resume: bool = False,
+             backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
              chosen_files: tuple = (None, None)) -> tuple[DedupResult, IndexStore]:
         """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
@@ -236,7 +254,7 @@ class Index:
         chosen = get_backend(backend)
         field = content_field(params, text_field, token_field)
         against = Against(reader, chosen, params.bucket_window)
-        shown = RichProgress() if progress else Progress()
+        shown = progress_display(progress)
         found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)
         if client is not None or scheduler is not None or workers is not None:
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
