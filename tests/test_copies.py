@@ -12,7 +12,7 @@ import pytest
 
 import gpudedup
 from gpudedup.core import copies as copies_module
-from gpudedup.api import strings_corpus
+from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.core.copies import identical_copies, implied_pairs, same_signature_rows
 from gpudedup.evaluate import Setting, evaluate
 from gpudedup.core.hashing import draw_permutations

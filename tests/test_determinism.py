@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import gpudedup
-from gpudedup.api import corpus_result, to_corpus
+from gpudedup.api import corpus_result
+from gpudedup.io.python_inputs import to_corpus
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
 from output_support import result_bytes

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudedup.api import strings_corpus
+from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.errors import ParameterError
 from gpudedup import plots

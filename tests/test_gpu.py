@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpudedup
-from gpudedup.api import strings_corpus
+from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.core.hashing import draw_permutations

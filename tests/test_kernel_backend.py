@@ -27,7 +27,7 @@ from gpudedup.backends.kernel_backend import KernelBackend, sorted_unique_rows
 from gpudedup.backends.kernel_tunables import KERNEL_TUNABLES, MINHASH_LAUNCH_CHOICES
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.core.hashing import EMPTY_SIGNATURE_VALUE, draw_permutations
-from gpudedup.api import strings_corpus
+from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.core.lsh import Banding, candidate_pairs
 from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams

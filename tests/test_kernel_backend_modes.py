@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import gpudedup
-from gpudedup.api import strings_corpus
+from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.engine.memory import dedup_corpus

@@ -1,4 +1,4 @@
-"""Data as notebooks hold it (api.to_corpus): iterables of texts or of records (generators, map
+"""Data as notebooks hold it (io.python_inputs.to_corpus): iterables of texts or of records (generators, map
 objects), lists of records, Hugging Face IterableDatasets, pandas and polars Series, each
 against the same data as a list of strings, a pyarrow Table or a JSONL file; and the kinds
 refused with one line (a DatasetDict, a Series of numbers, a work directory for data in memory)."""
@@ -14,20 +14,20 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
-import gpudedup.api
+import gpudedup.io.python_inputs
 from gpudedup import DedupResult, InputError, ParameterError
 
 datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is not installed (pip install -e '.[dev]')")
 pandas = pytest.importorskip("pandas", reason="pandas is not installed (pip install -e '.[dev]')")
 polars = pytest.importorskip("polars", reason="polars is not installed (pip install -e '.[dev]')")
 
-# Small batches, so that every input here is read in several (api.BATCH_ITEMS is 10,000).
+# Small batches, so that every input here is read in several (python_inputs.BATCH_ITEMS is 10,000).
 BATCH = 7
 
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch):
-    monkeypatch.setattr(gpudedup.api, "BATCH_ITEMS", BATCH)
+    monkeypatch.setattr(gpudedup.io.python_inputs, "BATCH_ITEMS", BATCH)
 
 
 def paragraph(seed: int, words: int = 40) -> str:

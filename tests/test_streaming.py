@@ -219,7 +219,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     """Structural memory check: no corpus built during a staged run holds more rows than its
     largest file, the in-memory readers and set builders are never used, and the exact checks
     read the spilled sets a chunk at a time."""
-    import gpudedup.api
+    import gpudedup.io.python_inputs
     import gpudedup.engine.shardreader as shardreader
     import gpudedup.engine.shards as shards
     import gpudedup.engine.memory
@@ -229,7 +229,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     def forbidden(*args, **kwargs):
         raise AssertionError("a whole-corpus step ran in the staged run")
 
-    monkeypatch.setattr(gpudedup.api, "read_corpus", forbidden)
+    monkeypatch.setattr(gpudedup.io.python_inputs, "read_corpus", forbidden)
     monkeypatch.setattr(gpudedup.io.read, "read_corpus", forbidden)
     monkeypatch.setattr(gpudedup.core.verify, "document_sets", forbidden)
     monkeypatch.setattr(gpudedup.engine.memory, "document_sets", forbidden)

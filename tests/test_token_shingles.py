@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpudedup
-from gpudedup.api import list_corpus
+from gpudedup.io.python_inputs import list_corpus
 from gpudedup.backends.kernel_backend import KernelBackend
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.engine.memory import dedup_corpus

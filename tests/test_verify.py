@@ -243,7 +243,7 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
     its set rather than its hashes with repeats, and the store hands out the sets it kept. Band
     keys, signatures and the sets handed out are a re-shingling store's, and each set is as
     large as the text's set of shingles in Python."""
-    from gpudedup.api import list_corpus
+    from gpudedup.io.python_inputs import list_corpus
     from gpudedup.backends import get_backend
     from gpudedup.engine.local import LocalExecutor
     from gpudedup.engine.memory import MemoryStore

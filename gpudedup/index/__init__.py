@@ -24,8 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..api import (content_field, corpus_result, dask_dedup, given_paths, inputs_and_places, list_corpus,
-                   staged_dedup, to_corpus)
+from ..api import content_field, corpus_result, dask_dedup, given_paths, inputs_and_places, staged_dedup
 from ..backends import Backend, get_backend
 from ..core.content import check_content
 from ..core.hashing import Permutations, draw_permutations
@@ -42,6 +41,7 @@ from ..engine.workfolders import clear_cache
 from ..errors import GpudedupError, InputError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
+from ..io.python_inputs import list_corpus, to_corpus
 from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
 from ..memory import MemoryBudget, parse_size

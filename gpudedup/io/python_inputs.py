@@ -1,0 +1,445 @@
+"""Data as a notebook holds it, as a Corpus (``to_corpus``): lists and iterables of texts or of
+records (read in batches), pandas and polars Series, pyarrow Tables, pandas, polars and cuDF
+DataFrames, Hugging Face Datasets, anything with the Arrow PyCapsule stream interface, and paths
+(io/read.py reads those)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
+from ..core.normalize import strings_to_arrow
+from ..errors import InputError
+from ..memory import MemoryBudget
+from .corpus import Corpus
+from .cudf_reader import concat_device_utf8, device_utf8
+from .fields import field_column, field_names, field_type, has_field
+from .inputs import InputFiles
+from .read import read_corpus
+from .rules import check_unique_ids
+from .source import INT64_MAX, RecordErrors, SourceFile, first_id_above_int64, listed
+from .storage import is_path, location_of
+
+
+def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = False, on_error: str = "stop",
+              budget: Optional[MemoryBudget] = None, found: Optional[InputFiles] = None):
+    """(Corpus, restore): restore(keep mask) gives the kept rows (dedup's ``deduplicated``):
+    in the input's own type (a list, a pandas or polars Series, a DataFrame, a Dataset), or
+    for input read once and not held (an iterable of dicts, an IterableDataset) a pyarrow
+    Table of the rows read, for an iterable of strings a list of the kept strings.
+    use_cudf: keep the text of files and cuDF frames on the GPU (Corpus.device_text);
+    budget: --max-memory, checked before files are read; found: the scan of the paths
+    ``data`` names, where the caller made it; on_error: also for records (dicts) passed in."""
+    # One str is a path (a single text has nothing to deduplicate against); a list of str is
+    # texts; paths in a list must be pathlib.Path (or os.PathLike) objects, URLs Remote ones.
+    if isinstance(data, (str, os.PathLike)):
+        data = [location_of(data)]
+    if isinstance(data, (list, tuple)):
+        if data and all(is_path(item) for item in data):
+            corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget,
+                                 found=found)
+            return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+        if holds_records(data):
+            corpus, read = records_corpus(batches_of(data), "<list>", text_field, id_field, on_error)
+            return corpus, lambda keep: [data[position] for position in read[keep]]
+        return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]
+    module = type(data).__module__.split(".")[0]
+    if module == "cudf":
+        corpus = table_corpus(data.to_arrow(), text_field, id_field)
+        if use_cudf and text_field in data.columns:  # (a nested text field is read on the host)
+            corpus.device_text = concat_device_utf8([device_utf8(data[text_field])])
+        return corpus, lambda keep: data[keep]
+    if module == "datasets":
+        import datasets
+
+        if isinstance(data, dict):  # DatasetDict, IterableDatasetDict: {split name: dataset}
+            splits = [str(name) for name in data]
+            example = f"data[{splits[0]!r}]" if splits else "data['train']"
+            raise InputError(f"a {type(data).__name__} holds splits ({listed(splits) or 'none'}), not one dataset: "
+                             f"pick the split to deduplicate, e.g. {example}")
+        if isinstance(data, datasets.IterableDataset):
+            if data.features is None:
+                # Without features datasets guesses each Arrow batch's types apart (and cannot
+                # join batches that differ, such as one whose texts are all None): its rows
+                # are read as records are.
+                corpus, _ = records_corpus(batches_of(data.with_format(None)), "<IterableDataset>", text_field,
+                                           id_field, on_error)
+            else:
+                table = iterable_dataset_table(data)
+                corpus = table_corpus(table, text_field, id_field,
+                                      SourceFile("<IterableDataset>", "table", table.num_rows))
+            return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+        if hasattr(data, "select"):
+            # The mask is over the rows the Dataset shows, and so is select (it composes with
+            # the Dataset's own indices mapping).
+            return (table_corpus(dataset_table(data), text_field, id_field),
+                    lambda keep: data.select(np.flatnonzero(keep)))
+    if module == "pandas":
+        import pandas
+
+        if isinstance(data, pandas.Series):
+            return series_corpus(data, text_field), lambda keep: data[keep]
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+            raise InputError(f"cannot read the DataFrame: {error}") from None
+        return table_corpus(table, text_field, id_field), lambda keep: data[keep]
+    if module == "polars":
+        import polars
+
+        if isinstance(data, polars.Series):
+            return series_corpus(data, text_field), lambda keep: data.filter(polars.Series(keep))
+        return table_corpus(data.to_arrow(), text_field, id_field), lambda keep: data.filter(polars.Series(keep))
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table) or hasattr(data, "__arrow_c_stream__"):
+        corpus = table_corpus(data if isinstance(data, pa.Table) else pa.table(data), text_field, id_field)
+        # The corpus table, whose text column may have been cast (string_view -> large_string).
+        return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+    if isinstance(data, Iterable) and not isinstance(data, (bytes, bytearray, memoryview, Mapping)):
+        return iterable_corpus(iter(data), text_field, id_field, on_error)
+    raise InputError(
+        f"cannot deduplicate data of type {type(data).__name__}: pass texts (a list, a pandas or polars Series, "
+        "or any iterable of strings), records (a list or iterable of dicts), a path or a list of pathlib.Path, "
+        "a pyarrow Table, a DataFrame (pandas, polars, cuDF), a Hugging Face Dataset or IterableDataset, or an "
+        "object with __arrow_c_stream__"
+    )
+
+
+def dataset_table(data) -> pa.Table:
+    """The rows a Hugging Face ``datasets.Dataset`` shows, in its order, as one pyarrow Table.
+
+    shuffle, filter, train_test_split, select, sort and shard leave the Dataset's Arrow table
+    (``Dataset.data``) as it was and put an indices mapping over it (``Dataset._indices``: a
+    table whose one column holds, for each row shown, its row in ``data``). The table is taken
+    through it once; datasets' own formatting queries would gather one row at a time, and
+    flatten_indices converts every row to Python objects. Without a mapping the table itself
+    (memory-mapped where the Dataset is, no copy). A version of datasets that keeps its
+    mapping elsewhere is read through flatten_indices (in memory: no cache file is written)."""
+    if not hasattr(data, "_indices"):
+        return data.flatten_indices(keep_in_memory=True).data.table
+    table = data.data.table
+    return table if data._indices is None else table.take(data._indices.column(0))
+
+
+def list_corpus(items: Sequence, field: str) -> Corpus:
+    """The corpus of a list of texts (str or None), or of token-id lists (each a list, tuple or
+    numpy array of integers, or None), in column ``field``; ids are the positions."""
+    given = [item for item in items if item is not None]  # all None: empty texts, as ever
+    if given and all(isinstance(item, (list, tuple, np.ndarray)) for item in given):
+        content = token_lists_to_arrow(items)
+    else:
+        content = strings_to_arrow(items)
+    ids = pa.array(np.arange(len(items), dtype=np.int64))
+    return Corpus(pa.table({field: content}), field, ids, [SourceFile("<list>", "list", len(items))])
+
+
+def strings_corpus(texts: Sequence) -> Corpus:
+    """The corpus of a list of texts, in column "text" (list_corpus)."""
+    return list_corpus(texts, "text")
+
+
+def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], source: Optional[SourceFile] = None,
+                 positions: Optional[pa.Array] = None) -> Corpus:
+    """The corpus of a table of documents: the text (or token ids) in column text_field, the
+    ids in column id_field, else ``positions`` (int64; default the row numbers from 0);
+    source: where the rows came from (default "<table>")."""
+    if not has_field(table.schema, text_field):  # (a column, or a path into struct columns: io/fields.py)
+        raise InputError(f"no column {text_field!r} (columns: {', '.join(field_names(table.schema))}); "
+                         "choose it with text_field=")
+    text_type = field_type(table.schema, text_field)
+    if not (is_text_type(text_type) or is_token_type(text_type)):
+        raise InputError(f"column {text_field!r} has type {text_type}, expected strings or lists of token ids")
+    if is_token_type(text_type):
+        rows, reasons = bad_token_rows(field_column(table, text_field))
+        if len(rows):
+            raise InputError(f"column {text_field!r} at row {int(rows[0])} (from 0) {reasons[0]}")
+    if id_field is None:
+        ids = positions if positions is not None else pa.array(np.arange(table.num_rows, dtype=np.int64))
+    elif not has_field(table.schema, id_field):
+        raise InputError(f"no column {id_field!r} for ids (columns: {', '.join(field_names(table.schema))})")
+    else:
+        ids = field_column(table, id_field).combine_chunks()
+        too_large = first_id_above_int64(ids)
+        if too_large is not None:
+            raise InputError(f"id column {id_field!r} row {too_large[0]} (from 0) holds {too_large[1]}, above the "
+                             f"largest integer id ({INT64_MAX}); integer ids must fit a signed 64-bit integer")
+        if ids.null_count:
+            raise InputError(f"id column {id_field!r} has {ids.null_count} null values; ids must be unique")
+    corpus = Corpus(table, text_field, ids, [source or SourceFile("<table>", "table", table.num_rows)])
+    check_unique_ids(corpus)
+    return corpus
+
+
+# --- in-memory data read in batches: iterables, records, Series -----------------------------------
+
+
+# Items of an iterable (or of a list of records) converted to Arrow at a time, and rows of an
+# IterableDataset read at a time: large enough for Arrow's conversion to dominate, small
+# enough that the Python objects of one batch are a small part of the corpus.
+BATCH_ITEMS = 10_000
+
+
+def batches_of(items: Iterable) -> Iterator[list]:
+    """The items as lists of up to BATCH_ITEMS, in order."""
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, BATCH_ITEMS)):
+        yield batch
+
+
+def holds_records(items: Iterable) -> bool:
+    """Whether the first item that is not None is a dict: the items are records, not texts."""
+    return isinstance(next((item for item in items if item is not None), None), dict)
+
+
+def iterable_corpus(items: Iterator, text_field: str, id_field: Optional[str],
+                    on_error: str) -> tuple[Corpus, Callable[[np.ndarray], Any]]:
+    """(Corpus, restore) of an iterable read once, in batches: of dicts (records_corpus;
+    restore gives a pyarrow Table of the kept rows) or of texts or token-id lists
+    (texts_corpus; restore gives a list of the kept items, token ids as lists of int)."""
+    batches = batches_of(items)
+    first = next(batches, [])
+    batches = itertools.chain([first], batches)
+    if holds_records(first):
+        corpus, _ = records_corpus(batches, "<iterable>", text_field, id_field, on_error)
+        return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+    corpus = texts_corpus(batches, text_field, "<iterable>")
+    return corpus, lambda keep: corpus.texts.filter(pa.array(keep)).to_pylist()
+
+
+def texts_corpus(batches: Iterable[list], field: str, name: str) -> Corpus:
+    """The corpus of texts (str or None) or token-id lists (list, tuple or numpy array of
+    integers, or None) given in batches, in column ``field``; ids are the positions. The
+    first item that is not None says which; each batch is converted to Arrow as it comes."""
+    chunks: list = []
+    tokens: Optional[bool] = None  # not known while every item so far is None
+    count = 0
+    for batch in batches:
+        if tokens is None:
+            given = next((item for item in batch if item is not None), None)
+            if given is not None:
+                tokens = isinstance(given, TOKEN_LIST_TYPES)
+        if tokens:
+            wrong = next((i for i, item in enumerate(batch)
+                          if item is not None and not isinstance(item, TOKEN_LIST_TYPES)), None)
+            if wrong is not None:
+                raise InputError(f"item {count + wrong} is of type {type(batch[wrong]).__name__}, expected a list "
+                                 "of token ids (as the items before it) or None")
+            chunks.append(token_lists_to_arrow(batch, count))
+        else:
+            chunks.append(strings_to_arrow(batch, count))
+        count += len(batch)
+    content_type = pa.large_list(pa.int64()) if tokens else pa.large_string()
+    # Batches of None only, read before the first item said which: nulls of the content's type.
+    content = pa.chunked_array([chunk if chunk.type == content_type else pa.nulls(len(chunk), content_type)
+                                for chunk in chunks], content_type)
+    ids = pa.array(np.arange(count, dtype=np.int64))
+    return Corpus(pa.table({field: content}), field, ids, [SourceFile(name, "list", count)])
+
+
+TOKEN_LIST_TYPES = (list, tuple, np.ndarray)
+
+
+def series_corpus(series, field: str) -> Corpus:
+    """The corpus of a pandas or polars Series of texts (or of token-id lists), as a list's:
+    ids are the positions (its index is left to the caller, whose kept rows keep it)."""
+    name = f"<{type(series).__name__}>"
+    try:
+        content = series.to_arrow() if hasattr(series, "to_arrow") else pa.array(series, from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        content = strings_to_arrow(series.to_list())  # names the first item that is not a string
+    if isinstance(content, pa.ChunkedArray):
+        content = content.combine_chunks() if content.num_chunks else pa.array([], content.type)
+    if pa.types.is_dictionary(content.type) and is_text_type(content.type.value_type):  # categorical texts
+        content = content.dictionary_decode()
+    if not (is_text_type(content.type) or is_token_type(content.type)):
+        raise InputError(f"the Series holds {series.dtype} values; expected strings (or lists of token ids), "
+                         "or None for a missing text")
+    if is_token_type(content.type):
+        rows, reasons = bad_token_rows(content)
+        if len(rows):
+            raise InputError(f"the Series' item {int(rows[0])} (from 0) {reasons[0]}")
+    ids = pa.array(np.arange(len(content), dtype=np.int64))
+    return Corpus(pa.table({field: content}), field, ids, [SourceFile(name, "list", len(content))])
+
+
+def records_corpus(batches: Iterable[list], name: str, text_field: str, id_field: Optional[str],
+                   on_error: str) -> tuple[Corpus, np.ndarray]:
+    """(Corpus, positions read) of records (dicts) given in batches, as a JSONL file's records
+    are read: the text in text_field (a string, None for a record without text, or a list of
+    token ids), the id in id_field (a string or an integer; positions without it). A record
+    that is not a dict, lacks the text field or has a bad text or id stops the run with an
+    InputError naming it by its position (from 0), or under on_error "skip" is left out and
+    recorded as {"file": name, "line": position, "reason": ...}. positions read: int64, the
+    position of each row of the corpus among the records given."""
+    errors = RecordErrors(on_error)
+    tables: list[pa.Table] = []
+    positions: list[np.ndarray] = []
+    schema = pa.schema([])  # the columns of every record read so far
+    count = 0
+    for batch in batches:
+        table, read, problems, schema = records_batch(batch, count, schema, text_field, id_field)
+        for position, reason in problems:
+            errors.add(name, position, reason, f"record {position} (from 0)")
+        tables.append(table)
+        positions.append(read)
+        count += len(batch)
+    read_positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+    if count and not read_positions.size:  # nothing to deduplicate is never a result
+        first = errors.records[0]
+        raise InputError(f"none of the {count:,} records could be read (record {first['line']} (from 0): "
+                         f"{first['reason']})")
+    table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table(
+        {text_field: pa.array([], pa.large_string())})
+    ids = pa.array(read_positions) if id_field is None else None
+    source = SourceFile(name, "list", table.num_rows, row_numbers=read_positions + 1)
+    corpus = table_corpus(table, text_field, id_field, source, ids)
+    corpus.skipped_records = errors.records
+    return corpus, read_positions
+
+
+def records_batch(batch: list, start: int, schema: pa.Schema, text_field: str,
+                  id_field: Optional[str]) -> tuple[pa.Table, np.ndarray, list[tuple[int, str]], pa.Schema]:
+    """(table, positions read, problems, schema) of one batch of records whose first is
+    record ``start``; problems: (position, reason) of each record left out, in order; schema:
+    ``schema`` (that of the records before) unified with the batch's. The batch is converted
+    by Arrow as a whole where every record is right and its types agree with the records
+    before; otherwise record by record, to name each one that is not."""
+    if all(type(record) is dict for record in batch):
+        try:
+            table = pa.Table.from_struct_array(pa.array(batch))
+            if records_right(table, batch, text_field, id_field):
+                unified = pa.unify_schemas([schema, table.schema], promote_options="permissive")
+                return table, np.arange(start, start + len(batch), dtype=np.int64), [], unified
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass  # named below, record by record
+    problems: list[tuple[int, str]] = []
+    kept: list[dict] = []
+    read: list[int] = []
+    for offset, record in enumerate(batch):
+        problem, single = record_problem(record, text_field, id_field)
+        if single is not None:
+            try:
+                schema = pa.unify_schemas([schema, single.schema], promote_options="permissive")
+            except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+                problem = type_conflict(schema, single.schema, error)
+        if problem:
+            problems.append((start + offset, problem))
+        else:
+            kept.append(record)
+            read.append(start + offset)
+    table = pa.Table.from_struct_array(pa.array(kept, pa.struct(schema))) if kept else schema.empty_table()
+    return table, np.asarray(read, dtype=np.int64), problems, schema
+
+
+def records_right(table: pa.Table, records: list[dict], text_field: str, id_field: Optional[str]) -> bool:
+    """Whether every record of a batch converted to ``table`` has its text field, a text of
+    a text or token-id type (good token ids), and an id of a string or integer type that fits
+    int64: the checks of record_problem, made on the batch's columns."""
+    if not has_field(table.schema, text_field):
+        return False
+    text = field_column(table, text_field)
+    if not (is_text_type(text.type) or is_token_type(text.type)):
+        return False
+    if is_token_type(text.type) and len(bad_token_rows(text)[0]):
+        return False
+    if text.null_count:  # a null is a record without text only where the record has the field
+        nulls = np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))
+        if not all(field_value(records[row], text_field)[0] for row in nulls.tolist()):
+            return False
+    if id_field is None:
+        return True
+    if not has_field(table.schema, id_field):
+        return False
+    ids = field_column(table, id_field)
+    id_type = ids.type
+    return ((pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type))
+            and not ids.null_count and first_id_above_int64(ids) is None)
+
+
+def record_problem(record: Any, text_field: str, id_field: Optional[str]) -> tuple[str, Optional[pa.Table]]:
+    """(problem, table) of one record: problem is '' when it is a usable record (the rules of
+    a JSONL line's record, jsonl_lines.check_jsonl_line, on Python values), and then table is
+    the record as a one-row table (for its types), else None."""
+    if not isinstance(record, dict):
+        return f"expected a dict (a record), got a value of type {type(record).__name__}", None
+    found, text = field_value(record, text_field)
+    if not found:
+        return (f"no field {text_field!r} (its fields: {listed([str(key) for key in record]) or 'none'}); give a "
+                "record without text as None, or choose the text field with text_field= (token ids: "
+                "token_field=)"), None
+    if text is not None and not isinstance(text, (str,) + TOKEN_LIST_TYPES):
+        return (f"field {text_field!r} holds a value of type {type(text).__name__}, expected a string or a list "
+                "of token ids"), None
+    if id_field is not None:
+        _, value = field_value(record, id_field)
+        if value is None:
+            return f"id field {id_field!r} is missing or null", None
+        if isinstance(value, np.integer):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return (f"id field {id_field!r} holds a value of type {type(value).__name__}, expected a string or an "
+                    "integer"), None
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            return (f"id field {id_field!r} is {value}, outside the range of integer ids ({-INT64_MAX - 1} to "
+                    f"{INT64_MAX}); integer ids must fit a signed 64-bit integer"), None
+    try:
+        single = pa.Table.from_struct_array(pa.array([record]))
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
+        return f"cannot be converted to Arrow ({error})", None
+    if has_field(single.schema, text_field):
+        column = field_column(single, text_field)
+        if not (is_text_type(column.type) or is_token_type(column.type)):
+            return f"field {text_field!r} is {column.type}, expected a string or a list of token ids", None
+        if is_token_type(column.type):
+            rows, reasons = bad_token_rows(column)
+            if len(rows):
+                return f"field {text_field!r} {reasons[0]}", None
+    return "", single
+
+
+def field_value(record: dict, name: str) -> tuple[bool, Any]:
+    """(found, value) of the field ``name`` of a record, by the rule of io/fields.py: its key,
+    else a dotted path through the dicts it holds ("meta.id"), a None on the way giving None."""
+    if name in record:
+        return True, record[name]
+    value: Any = record
+    for part in name.split("."):
+        if value is None:
+            return True, None
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def type_conflict(schema: pa.Schema, other: pa.Schema, error: Exception) -> str:
+    """Why a record of columns ``other`` cannot join the records before it (of ``schema``)."""
+    for field in other:
+        if field.name in schema.names:
+            before = schema.field(field.name)
+            try:
+                pa.unify_schemas([pa.schema([before]), pa.schema([field])], promote_options="permissive")
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                return (f"field {field.name!r} is {field.type}, but {before.type} in the records before it; a "
+                        "field must hold values of one type")
+    return f"cannot be combined with the records before it ({error})"
+
+
+def iterable_dataset_table(data) -> pa.Table:
+    """The rows of a Hugging Face ``datasets.IterableDataset`` whose features are known (a
+    streaming one included), read once in Arrow batches of BATCH_ITEMS rows (datasets' own
+    "arrow" format, which casts each batch to the features), as one table."""
+    batches = list(data.with_format("arrow").iter(batch_size=BATCH_ITEMS))
+    if not batches:  # no rows: the columns its features declare
+        return data.features.arrow_schema.empty_table()
+    try:
+        return pa.concat_tables(batches, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+        raise InputError(f"the IterableDataset's batches do not combine into one table ({error})") from None
