@@ -228,7 +228,9 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
             (labels_part,) = labels.to_delayed()
             sizes, removed, count, largest_numbers, by_size = client.compute(dask.delayed(clusters_in_one_task)(
                 labels_part, ids, lengths, policy, pinned, work_at, starts, id_type, token)).result()
-            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, *by_size, token)
+            size_values, size_clusters = by_size
+            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, size_values, size_clusters,
+                                token)
         ids_sent, lengths_sent = share(client, ids, lengths)
         # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
@@ -258,9 +260,10 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                     align_dataframes=False).compute()
     numbers = largest["cluster"].to_numpy(np.int64)
     top = largest_first(numbers, largest["size"].to_numpy(np.int64), LARGEST_KNOWN)
+    size_values, size_clusters = merged_by_size(by_size["size"].to_numpy(np.int64),
+                                                by_size["clusters"].to_numpy(np.int64))
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),
-                        int(roots.sum()), numbers[top], *merged_by_size(by_size["size"].to_numpy(np.int64),
-                                                                        by_size["clusters"].to_numpy(np.int64)), token)
+                        int(roots.sum()), numbers[top], size_values, size_clusters, token)
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
