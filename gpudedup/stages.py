@@ -130,9 +130,11 @@ class StageLog:
 
 
 class Progress:
-    """Progress of the long stages; this base class shows nothing (library use, --quiet)."""
+    """Progress of the long stages; this base class shows nothing (library use, --quiet).
+    A stage's bar counts ``total`` of what ``unit`` names (documents, pairs, bands), so that
+    its figures read as what they are beside the run's summary."""
 
-    def start(self, description: str, total: int) -> None:
+    def start(self, description: str, total: int, unit: str = "documents") -> None:
         pass
 
     def advance(self, amount: int) -> None:
@@ -151,15 +153,16 @@ class RichProgress(Progress):
                                    TextColumn, TimeElapsedColumn)
 
         self._bars = Bars(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+                          TextColumn("{task.fields[unit]:<9}"), TimeElapsedColumn(), console=Console(stderr=True),
+                          transient=False)
         self._task = None
 
-    def start(self, description: str, total: int) -> None:
+    def start(self, description: str, total: int, unit: str = "documents") -> None:
         if self._task is None:
             self._bars.start()
         elif not self._bars.tasks[self._task].finished:
             self._bars.update(self._task, completed=self._bars.tasks[self._task].total)
-        self._task = self._bars.add_task(description, total=max(total, 1))
+        self._task = self._bars.add_task(description, total=max(total, 1), unit=unit)
 
     def advance(self, amount: int) -> None:
         self._bars.advance(self._task, amount)
@@ -178,15 +181,15 @@ class NotebookTextProgress(Progress):
     INTERVAL = 0.25  # seconds between two updates of the cell (each is a message to the front end)
 
     def __init__(self) -> None:
-        self._lines: list[list] = []  # [description, completed, total, start, end or None] per stage
+        self._lines: list[list] = []  # [description, completed, total, unit, start, end or None] per stage
         self._handle = None
         self._shown_at = 0.0
         self._lock = threading.Lock()
 
-    def start(self, description: str, total: int) -> None:
+    def start(self, description: str, total: int, unit: str = "documents") -> None:
         with self._lock:
             self._finish_last()
-            self._lines.append([description, 0, max(total, 1), time.perf_counter(), None])
+            self._lines.append([description, 0, max(total, 1), unit, time.perf_counter(), None])
             self._show(force=True)
 
     def advance(self, amount: int) -> None:
@@ -201,16 +204,16 @@ class NotebookTextProgress(Progress):
             self._show(force=True)
 
     def text(self) -> str:
-        """The lines as shown: each stage's description, done of total and seconds."""
+        """The lines as shown: each stage's description, done of total, unit and seconds."""
         width = max((len(str(line[2])) for line in self._lines), default=1)
         now = time.perf_counter()
-        return "\n".join(f"{d:<28} {c:>{width}}/{t}  {seconds_text((end or now) - start)} s"
-                         for d, c, t, start, end in self._lines)
+        return "\n".join(f"{d:<28} {c:>{width}}/{t} {u:<9}  {seconds_text((end or now) - start)} s"
+                          for d, c, t, u, start, end in self._lines)
 
     def _finish_last(self) -> None:
-        if self._lines and self._lines[-1][4] is None:
+        if self._lines and self._lines[-1][5] is None:
             last = self._lines[-1]
-            last[1], last[4] = last[2], time.perf_counter()
+            last[1], last[5] = last[2], time.perf_counter()
 
     def _show(self, force: bool) -> None:
         now = time.perf_counter()

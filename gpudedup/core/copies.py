@@ -165,7 +165,7 @@ def confirmed_copies(first: np.ndarray, member: np.ndarray, lengths: Any, batch_
     member, ascending by (first, member), a group's members all with its first row (a
     cluster's task checks a part of the groups so: engine/copyparts.py)."""
     progress = progress or Progress()
-    progress.start("Checking identical copies", first.shape[0])
+    progress.start("Checking identical copies", first.shape[0], "copies")
     if first.shape[0] == 0:
         return Copies.none()
     confirmed_first, confirmed_member = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]

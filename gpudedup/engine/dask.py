@@ -313,7 +313,7 @@ class DaskExecutor:
         parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
         if not parts:
             return Copies.none()
-        progress.start("Checking identical copies", len(parts))
+        progress.start("Checking identical copies", len(parts), "parts")
         # Every partition's task reads the same offsets, rows and work directory: sent once, not in each.
         starts_at, rows_at, kept_at, lengths_at = self.share(starts, shard_rows, store.rows, store.lengths_at())
         shared = (root, starts_at, rows_at, kept_at)

@@ -70,7 +70,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         if over_arrays.in_process:  # (copies a cluster's run kept in parts, resumed in one process)
             copies = copies.held()
 
-    progress.start("Finding candidate pairs", banding.bands)
+    progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
         likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: over_arrays.likely_pairs(
@@ -102,7 +102,7 @@ def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams,
     """The clusters of the verified pairs, with the documents each keeps (Executor.clusters):
     rows below store.pinned are kept, and so is nothing else of a cluster that holds one; and
     what the run shows of them (shown.shown_of), counted while the executor's cluster is up."""
-    progress.start("Clustering", 1)
+    progress.start("Clustering", 1, "stage")
     with log.stage("cluster"):
         clusters = executor.clusters(store, verified, params.keep)
         shown = shown_of(verified, clusters, executor, params.threshold, params.seed)

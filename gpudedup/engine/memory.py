@@ -127,7 +127,7 @@ class MemoryStore:
         their hashes come to the host.
         """
         if self.sets is not None:  # kept (counted by the signature pass): merged where they are
-            progress.start("Verifying pairs (exact)", first.shape[0])
+            progress.start("Verifying pairs (exact)", first.shape[0], "pairs")
             jaccard = pair_jaccard_at_least(self.sets, first, second, threshold, HOST_THREADS)
             progress.advance(first.shape[0])
             return jaccard
