@@ -26,6 +26,7 @@ from .params import DedupParams
 from .core.shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_size, release_unused_memory
 from .engine.job import run_job
+from .engine.sourcecounts import check_group_field, with_source_counts
 from .engine.outcome import Outcome
 from .engine.protocols import Executor
 from .engine.memory import dedup_corpus
@@ -75,6 +76,7 @@ def dedup(
     overwrite: bool = False,
     single_file: bool = False,
     write_removed: bool = False,
+    group_field: Optional[str] = None,
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
@@ -137,6 +139,10 @@ def dedup(
         Dask cluster that this call starts or connects to, before it closes, so that each worker
         writes the kept rows of the shards it reads (a result written later, after the cluster
         is gone, is written by this process).
+    group_field: a column (a dotted path as text_field takes) whose values the report counts
+        by, beside its counts per input file: documents in, kept and removed, removed as
+        duplicates of the same value or another, and which values' documents were removed as
+        duplicates of which (report.json's "groups"); an input without it is an InputError.
     The other parameters are described in README ("Command line") and params.DedupParams.
     """
     if on_error not in ("stop", "skip"):
@@ -168,12 +174,12 @@ def dedup(
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
                               progress_display(progress), client, scheduler, workers, finish=written,
-                              found=found)
+                              found=found, group_field=group_field)
     if work_dir is not None:
         with work_dir_lock(work_dir):
             return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field,
                                         id_field, on_error, progress_display(progress),
-                                        found=found))
+                                        found=found, group_field=group_field))
     if resume:
         raise resume_without_work_dir()
     log = StageLog()
@@ -189,8 +195,9 @@ def dedup(
     documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise max_memory=")
+    check_group_field(corpus, group_field)
     outcome = dedup_corpus(corpus, params, chosen_backend, progress_display(progress), log)
-    return written(corpus_result(corpus, outcome, restore, id_field, on_error))
+    return written(corpus_result(corpus, outcome, restore, id_field, on_error, group_field=group_field))
 
 
 def inputs_and_places(data, on_error: str, output=None, overwrite: bool = False, work_dir=None,
@@ -235,24 +242,28 @@ def content_field(params: DedupParams, text_field: str, token_field: str) -> str
 
 
 def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarray], Any],
-                  id_field: Optional[str] = None, on_error: str = "stop", store=None) -> DedupResult:
+                  id_field: Optional[str] = None, on_error: str = "stop", store=None,
+                  group_field: Optional[str] = None) -> DedupResult:
     """The result of the in-memory run over ``corpus``; restore(keep) gives the kept rows in the
     input's own type (to_corpus); store: the run's store when it holds rows besides the
-    corpus's (a run against a persistent index: its ids, and how many rows lead)."""
+    corpus's (a run against a persistent index: its ids, and how many rows lead); its report
+    counts by input and by group_field (engine/sourcecounts.py)."""
     ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
-    return DedupResult.of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
-                          corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
-                          output_bases=corpus.output_bases)
+    result = DedupResult.of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
+                            corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
+                            output_bases=corpus.output_bases)
+    with_source_counts(result, group_field)
+    return result
 
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
                against=None, finish: Callable[[DedupResult], DedupResult] = lambda result: result,
-               found: Optional[InputFiles] = None) -> DedupResult:
+               found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
     """``dedup`` through a work directory with its heavy stages on a Dask cluster; against: a
     run against a persistent index (index.store.Against), or None; finish: what to do with the
     result while the cluster is still up (dedup's output); found: the inputs' scan, where the
-    caller made it."""
+    caller made it; group_field: as staged_dedup takes it."""
     import tempfile
 
     from .engine.dask import DaskExecutor  # (Dask is optional: loaded by a run on a cluster)
@@ -269,14 +280,14 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         try:
             if work_dir is not None:
                 result = staged_dedup(data, params, backend, location_of(work_dir), resume, text_field, id_field,
-                                      on_error, progress, executor, against, found)
+                                      on_error, progress, executor, against, found, group_field)
             else:
                 # The result reads the input files again when it writes; of the spills it needs
                 # only the ids, the verified pairs and the clusters, read into memory before the
                 # temporary folder goes.
                 with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                     result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
-                                          id_field, on_error, progress, executor, against, found)
+                                          id_field, on_error, progress, executor, against, found, group_field)
                     result.id_source = id_source(result.ids)
                     result.outcome.read_now()
             result.report = result.report.with_dask(connected.scheduler.address,
@@ -296,11 +307,14 @@ def files_only(data) -> ParameterError:
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,
                  id_field: Optional[str], on_error: str, progress: Progress,
-                 executor: Optional[Executor] = None, against=None, found: Optional[InputFiles] = None) -> DedupResult:
+                 executor: Optional[Executor] = None, against=None, found: Optional[InputFiles] = None,
+                 group_field: Optional[str] = None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
     runs the store's tasks (this process when None); against: a run against a persistent index
     (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
-    caller made it (else it is made here)."""
+    caller made it (else it is made here); group_field: the column the report counts by, beside
+    the input files (engine/sourcecounts.py: a task per file, while the work directory is
+    there)."""
     from .engine.disk import WorkDirStore, fingerprint  # (start-up: loaded by a run with a work directory)
     from .engine.workdir import WorkDir
     from .engine.workfolders import clear_cache
@@ -323,13 +337,15 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
             work = WorkDir(work_dir, prints, resume)
             base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
             store = base if against is None else against.wrap(base)
-            outcome = run_job(store, params, backend, executor, progress)
+            outcome = run_job(store, params, backend, executor, progress, group_field=group_field)
             table = base.table(executor)
             # The ids stay in the shards until the results take them (a run against an index joins its own).
             ids = base.id_source if against is None else store.ids
-            return DedupResult.of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field, id_field,
-                                  sorted_records(base.skipped_records(), found), on_error, indexed_rows=store.pinned,
-                                  output_bases=output_bases(found.files, found.given))
+            result = DedupResult.of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field,
+                                    id_field, sorted_records(base.skipped_records(), found), on_error,
+                                    indexed_rows=store.pinned, output_bases=output_bases(found.files, found.given))
+            with_source_counts(result, group_field)
+            return result
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({os_reason(error)}); the "
                           "stages it finished are kept: run again with resume=True") from None

@@ -8,12 +8,14 @@ names they share with report.json."""
 
 from __future__ import annotations
 
+import json
 from html import escape
 from typing import Any, Mapping, Optional
 
 from .stages import seconds_text
 
 REMOVED_LISTED = 4  # removed ids named per cluster (the rest are counted)
+SOURCES_LISTED = 5  # files and groups with most removed, shown in a notebook and the terminal
 
 STYLE = ("<style>.gpudedup-cards{display:flex;gap:.5em;flex-wrap:wrap;margin:.3em 0}"
          ".gpudedup-card{border:1px solid #ccc;border-radius:4px;padding:.3em .7em;min-width:7em}"
@@ -46,6 +48,7 @@ def result_html(result: Any) -> str:
     without the time: report.html's); the largest clusters (number, size, kept ids, removed ids)."""
     cards = [card for card in summary_cards(result.report) if card[0] != "seconds"]
     out = [STYLE, '<div class="gpudedup-result">', cards_html(cards)]
+    out.append(sources_html(result.report))
     rows = largest_cluster_rows(result)
     if rows:
         out.append('<table class="gpudedup-clusters"><thead><tr><th>cluster</th><th>size</th><th>kept</th>'
@@ -63,6 +66,46 @@ def result_html(result: Any) -> str:
     return "".join(out)
 
 
+def group_label(row: Mapping) -> str:
+    """A row of report.json's groups as it is named where shown: its value, "(null)" for the
+    null group, "other (N groups)" for the groups folded into one row."""
+    if row.get("other"):
+        return f"other ({row.get('groups', 0):,} groups)"
+    value = row.get("group")
+    return "(null)" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def source_rows(report: Mapping, listed: int = SOURCES_LISTED) -> tuple[str, list[tuple[str, list[str]]]]:
+    """(what the rows are, [(name, [documents, kept, removed, within, across])]) of the files,
+    or of the groups where the report counts by a column, with most removed (the first
+    ``listed``): what a notebook and the terminal show of where duplicates come from."""
+    groups = report.get("groups")
+    if groups:
+        rows = [(group_label(row), row) for row in groups["rows"]]
+        kind = f"by {groups['field']}"
+    else:
+        files = [f for f in report["input"].get("files", []) if "removed" in f]
+        rows = [(f["path"], f) for f in sorted(files, key=lambda f: -f["removed"])]
+        kind = "by file"
+    return kind, [(name, [f"{row[key]:,}" for key in ("documents", "kept", "removed", "removed_within",
+                                                        "removed_across")]) for name, row in rows[:listed]]
+
+
+SOURCE_HEADINGS = ("documents", "kept", "removed", "of the same", "of another")
+
+
+def sources_html(report: Mapping) -> str:
+    """source_rows as a small table ('' where there is nothing to show: one input, no column)."""
+    kind, rows = source_rows(report)
+    if len(rows) < 2 and not report.get("groups"):
+        return ""
+    head = "".join(f"<th>{escape(name)}</th>" for name in SOURCE_HEADINGS)
+    body = "".join(f"<tr><td>{escape(name)}</td>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>"
+                   for name, values in rows)
+    return (f'<table class="gpudedup-clusters"><caption>Removed {escape(kind)} (most first)</caption>'
+            f"<thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
 def parameters_line(parameters: Mapping) -> str:
     """The parameters results depend on, in one line: threshold, shingles, bands × rows, seed,
     and keep where it is one (an index's runs keep "first")."""
@@ -75,7 +118,7 @@ def parameters_line(parameters: Mapping) -> str:
 
 def report_html(report: Mapping) -> str:
     """A Report as HTML: summary_cards, the parameters in a line, where its outputs are."""
-    out = [STYLE, '<div class="gpudedup-report">', cards_html(summary_cards(report)),
+    out = [STYLE, '<div class="gpudedup-report">', cards_html(summary_cards(report)), sources_html(report),
            f'<p class="gpudedup-note">{escape(parameters_line(report["parameters"]))}; '
            f'backend {escape(short_backend(report.get("backend", "")))}.</p>']
     written = report.get("output")

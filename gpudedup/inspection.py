@@ -338,6 +338,7 @@ def removed_rows(result) -> Any:
     columns: dict[str, pa.Array] = {}
     if result.report["parameters"].get("id_field") is None:
         columns["id"] = result.ids_of(removed.docs + result.indexed_rows)
+    assert removed.kept_id is not None, "held_removed was given ids_of"
     columns.update(zip(ADDED_COLUMNS, (removed.kept_id, pa.array(removed.cluster, pa.int64()),
                                        pa.array(jaccard, pa.float64(), mask=np.isnan(jaccard)))))
     mask = np.zeros(result.documents, bool)

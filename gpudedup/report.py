@@ -24,12 +24,14 @@ IN_MEMORY_FORMATS = ("list", "table")
 class InputFile:
     """One input that documents came from: its path as shown (ids, messages), format and
     document count; absolute_path: where the file is (None for in-memory data), so that the
-    report can be read from another working directory."""
+    report can be read from another working directory; counts: its documents kept and removed
+    (Report.with_sources: engine/sourcecounts.py), None until counted."""
 
     path: str
     format: str
     documents: int
     absolute_path: Optional[str] = None
+    counts: Optional[dict] = None
 
     @classmethod
     def of(cls, path: str, format: str, documents: int) -> "InputFile":
@@ -42,6 +44,8 @@ class InputFile:
         out = {"path": self.path, "format": self.format, "documents": self.documents}
         if self.absolute_path is not None:
             out["absolute_path"] = self.absolute_path
+        if self.counts is not None:
+            out.update(self.counts)
         return out
 
 
@@ -149,7 +153,8 @@ class Report(Mapping):
     a local Dask cluster); dask: the cluster's scheduler and worker count; output: where the
     results were written (set by the write); index: a run against a persistent index (its
     path, the commit generation it saw, the indexed documents it checked, and whether the run
-    added its kept documents).
+    added its kept documents); groups: the counts by the values of a column (group_field;
+    Report.with_sources), None without one.
     """
 
     gpudedup_version: str
@@ -166,6 +171,7 @@ class Report(Mapping):
     dask: Optional[dict] = None
     output: Optional[dict] = field(default=None)
     index: Optional[dict] = None
+    groups: Optional[dict] = None
 
     def with_reading(self, text_field: str, id_field: Optional[str], on_error: str,
                      paths: list[str]) -> "Report":
@@ -175,6 +181,27 @@ class Report(Mapping):
         reading = {"text_field": text_field, "id_field": id_field, "on_error": on_error}
         return replace(self, parameters={**self.parameters, **reading},
                        input=replace(self.input, paths=tuple(key_of(p) for p in paths)))
+
+    def with_sources(self, file_counts: list[dict], groups: Optional[dict] = None) -> "Report":
+        """This report with where its duplicates come from (engine/sourcecounts.py): each input
+        file's counts (file_counts, in the order of input.files: "kept", "removed",
+        "removed_within", "removed_across" as duplicates of a document of the same file or
+        not, "bytes" and "kept_bytes" of text, or "tokens" and "kept_tokens" with token
+        shingles), and the "groups" section of a group column:
+
+        {"field": its name, "count": the distinct values that occur (null one of them),
+         "rows": [{"group": value (null: the null group), "documents", "kept", "removed",
+                   "removed_within", "removed_across" (as duplicates of a document of the same
+                   group or not), "bytes"/"tokens", "kept_bytes"/"kept_tokens"}, ...] most
+                 removed first, at most sourcecounts.MAX_GROUPS; beyond, the rest as one last
+                 row {"group": null, "other": true, "groups": how many, ...},
+         "matrix": [[int]]: matrix[i][j], the documents of rows[i] removed as duplicates of a
+                   kept document of rows[j],
+         "matrix_index": [int] (a run against an index only): those of rows[i] removed as
+                   duplicates of an indexed document}."""
+        assert len(file_counts) == len(self.input.files), "a count per input file"
+        files = tuple(replace(f, counts=counts) for f, counts in zip(self.input.files, file_counts))
+        return replace(self, input=replace(self.input, files=files), groups=groups)
 
     def with_dask(self, scheduler: str, workers: int, work_dir_kept: bool) -> "Report":
         """This report of a run on a Dask cluster; work_dir_kept False: the work directory was
@@ -215,6 +242,7 @@ class Report(Mapping):
             "parameters": self.parameters,
             "results": {name: getattr(self.results, name) for name in Results.__dataclass_fields__},
             "balance": self.balance.as_dict(),
+            **({"groups": self.groups} if self.groups is not None else {}),
             "stages": self.stages,
             "total_seconds": self.total_seconds,
             "peak_rss_mb": self.peak_rss_mb,

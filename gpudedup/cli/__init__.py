@@ -86,6 +86,9 @@ def dedup_command(
         help="stop: a bad record or unreadable file stops the run (nothing written); skip: they are left out "
              "and listed in errors.jsonl.",
         rich_help_panel=INPUT_PANEL)] = OnError.stop,
+    group_field: Annotated[Optional[str], typer.Option(
+        help="Also count kept and removed documents by the values of this column (e.g. source, lang).",
+        show_default=False, rich_help_panel=INPUT_PANEL)] = None,
     against: Annotated[Optional[Path], typer.Option(
         help="Deduplicate against this persistent index too (`gpudedup index`), adding nothing to it; the "
              "index's parameters are used.", show_default=False, rich_help_panel=INPUT_PANEL)] = None,
@@ -216,7 +219,8 @@ def dedup_command(
                                      backend=backend.value, progress=not quiet, on_error=on_error.value,
                                      batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
                                      work_dir=work, resume=resume,
-                                     scheduler=scheduler, workers=workers, include=include, exclude=exclude)
+                                     scheduler=scheduler, workers=workers, include=include, exclude=exclude,
+                                     group_field=group_field)
                 result.write(out, format=format.value, overwrite=overwrite, single_file=single_file,
                              write_removed=write_removed)
             guard.written = out
@@ -236,7 +240,7 @@ def dedup_command(
             work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
             # Written by the run: on a Dask cluster each worker writes its shards' kept rows.
             output=out, format=format.value, overwrite=overwrite, single_file=single_file,
-            write_removed=write_removed,
+            write_removed=write_removed, group_field=group_field,
         )
         guard.written = out
         if not quiet:

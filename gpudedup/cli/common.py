@@ -114,6 +114,23 @@ def print_summary(report: Report, output: Location) -> None:
         err.print(unread, soft_wrap=True)
     for note in i.get("notes", []):
         err.print(f"note: {escape(note)}")
+    for line in sources_lines(report):
+        err.print(escape(line), soft_wrap=True)
+
+
+def sources_lines(report: Report) -> list[str]:
+    """The summary's lines on where duplicates come from: the files (or the groups, with
+    --group-field) with most removed, each with its documents, removed, and removed as
+    duplicates of the same file (group) and of another; none for one input without groups."""
+    from ..display import source_rows  # (start-up: loaded once a run has a report)
+
+    kind, rows = source_rows(report)
+    if len(rows) < 2 and not report.get("groups"):
+        return []
+    lines = [f"Removed {kind} (most first; documents, removed, of the same / of another):"]
+    lines += [f"  {name}: {documents} documents, {removed} removed ({within} / {across})"
+              for name, (documents, _, removed, within, across) in rows]
+    return lines
 
 
 # How many of the entries not read the summary names.

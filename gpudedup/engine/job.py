@@ -37,6 +37,7 @@ from .outcome import Outcome
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, copies_arrays, copies_of_arrays, merge_pairs
 from .protocols import Executor, Store
 from .shown import Shown, shown_of
+from .sourcecounts import check_group_field
 
 if TYPE_CHECKING:
     from .clusterparts import ClusterParts
@@ -44,11 +45,12 @@ if TYPE_CHECKING:
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
             progress: Optional[Progress] = None, log: Optional[StageLog] = None,
-            keep_candidates: bool = False) -> Outcome:
+            keep_candidates: bool = False, group_field: Optional[str] = None) -> Outcome:
     """Deduplicate the documents of ``store``: the stage sequence of the module docstring.
 
     log may already hold stages (reading) to report with these; keep_candidates: return every
-    candidate pair on the outcome (evaluate.py).
+    candidate pair on the outcome (evaluate.py); group_field: the column the report counts by,
+    refused once the inputs are read where an input lacks it (sourcecounts.check_group_field).
     """
     executor = executor or LocalExecutor()
     progress = progress or Progress()
@@ -58,6 +60,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
 
     store.sign(spec, banding, permutations, executor, log, progress)
+    check_group_field(store, group_field)  # (a work directory's columns are known once its shards are read)
     active = store.active
 
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from ..core.shingling import ShingleSpec
 from ..io import storage
+from ..io.fields import field_type
 from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.stamps import FileStamp, check_unchanged
 from ..io.storage import Location
@@ -26,6 +27,7 @@ from .protocols import Executor
 from .removedrows import RemovedOf, removed_schema, shard_removed, write_file_removed, write_tables
 from .shards import Shards
 from .shardreader import ShardReader
+from .sourcecounts import Tally, file_tally
 from .workdir import MANIFEST
 
 
@@ -161,6 +163,19 @@ class ShardedTable:
         executor.map(write_file_removed, [(reader, self.shards.rows, rows, indices, path, format, finder, spec,
                                            [self.stamps[i] for i in indices], consequence)
                                           for indices, path in files], "writing the removed rows")
+
+    def tally_files(self, removed_of: RemovedOf, size_name: str, field: Optional[str]) -> list[Tally]:
+        """Each of file_paths' counts (sourcecounts.file_tally; removed_of: the removed
+        documents with their kept ones; size_name: the spilled sizes counted; field: the group
+        column, or None): one task per file, where write_files runs its tasks."""
+        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        value_type = field_type(self.schema(), field) if field is not None else None
+        reader, rows, finder = executor.share(self.reader, self.rows, removed_of)
+        consequence = self.unwritten()
+        work_at = self.shards.work.for_tasks(executor.in_process)
+        return executor.map(file_tally, [(reader, work_at, self.shards.rows, rows, indices, finder, size_name, field,
+                                          value_type, [self.stamps[i] for i in indices], consequence)
+                                         for _, indices in self._files_read()], "counting by file")
 
     def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
         """The removed rows, shard by shard, into one file, with the unified columns (as

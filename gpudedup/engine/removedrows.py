@@ -53,20 +53,22 @@ class RemovedDocs:
     """Removed documents, ascending: docs, int64 (k,), numbered as the input's (a run against
     an index: its own rows, after the indexed ones); cluster, int64 (k,); kept, int64 (k,), the
     document each one's cluster keeps, numbered as docs (negative: an indexed document);
-    kept_id, its id (pyarrow Array (k,)); jaccard, float64 (k,): nan where it is computed from
-    the texts (kept >= 0), else the verified pair's, nan where there is none."""
+    kept_id, its id (pyarrow Array (k,); None where not asked for); jaccard, float64 (k,): nan
+    where it is computed from the texts (kept >= 0), else the verified pair's, nan where there
+    is none or it was not asked for."""
 
     docs: np.ndarray
     cluster: np.ndarray
     kept: np.ndarray
-    kept_id: pa.Array
+    kept_id: Optional[pa.Array]
     jaccard: np.ndarray
 
     def within(self, start: int, stop: int) -> "RemovedDocs":
         """Those among the documents start .. stop-1."""
         first, last = np.searchsorted(self.docs, [start, stop])
-        return RemovedDocs(self.docs[first:last], self.cluster[first:last], self.kept[first:last],
-                           self.kept_id.slice(first, last - first), self.jaccard[first:last])
+        kept_id = None if self.kept_id is None else self.kept_id.slice(first, last - first)
+        return RemovedDocs(self.docs[first:last], self.cluster[first:last], self.kept[first:last], kept_id,
+                           self.jaccard[first:last])
 
 
 @dataclass
@@ -77,6 +79,7 @@ class HeldRemoved:
 
     @property
     def id_type(self) -> pa.DataType:
+        assert self.removed.kept_id is not None, "the kept documents' ids were asked for"
         return self.removed.kept_id.type
 
     def of(self, start: int, stop: int) -> RemovedDocs:
@@ -89,10 +92,12 @@ class PartsRemoved:
     """The removed documents of a cluster's run, read from the parts of its work directory
     (clusterparts.py: docs, cluster, keep, kept_doc and ids.parquet's kept_id) that hold the
     documents asked for. A run against an index clusters in one process: no document here is
-    an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold."""
+    an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
+    read the kept documents' ids (kept_id) too."""
 
     clustered: ClusterParts
     id_type: pa.DataType
+    with_ids: bool = True
 
     def of(self, start: int, stop: int) -> RemovedDocs:
         parts = self.clustered
@@ -105,37 +110,37 @@ class PartsRemoved:
                 continue
             part = parts.read_part(number, ["docs", "cluster", "keep", "kept_doc"], work)
             chosen = np.flatnonzero(~part["keep"] & (part["docs"] >= start) & (part["docs"] < stop))
-            kept_ids = work.table(part_unit(number), "ids.parquet")["kept_id"].combine_chunks()
+            kept_ids = (work.table(part_unit(number), "ids.parquet")["kept_id"].combine_chunks()
+                        .take(pa.array(chosen, pa.int64())) if self.with_ids else None)
             found.append(RemovedDocs(part["docs"][chosen], part["cluster"][chosen], part["kept_doc"][chosen],
-                                     kept_ids.take(pa.array(chosen, pa.int64())),
-                                     np.full(chosen.shape[0], np.nan)))
+                                     kept_ids, np.full(chosen.shape[0], np.nan)))
         if not found:
             empty = np.zeros(0, np.int64)
-            return RemovedDocs(empty, empty, empty, pa.array([], self.id_type), np.zeros(0))
+            return RemovedDocs(empty, empty, empty, pa.array([], self.id_type) if self.with_ids else None, np.zeros(0))
         return RemovedDocs(np.concatenate([f.docs for f in found]), np.concatenate([f.cluster for f in found]),
-                           np.concatenate([f.kept for f in found]), pa.concat_arrays([f.kept_id for f in found]),
+                           np.concatenate([f.kept for f in found]),
+                           pa.concat_arrays([f.kept_id for f in found]) if self.with_ids else None,
                            np.concatenate([f.jaccard for f in found]))
 
 
 RemovedOf = Union[HeldRemoved, PartsRemoved]
 
 
-def held_removed(clusters: Clusters, ids_of: Callable[[np.ndarray], pa.Array], indexed_rows: int,
+def held_removed(clusters: Clusters, ids_of: Optional[Callable[[np.ndarray], pa.Array]], indexed_rows: int,
                  pair_a: Optional[np.ndarray] = None, pair_b: Optional[np.ndarray] = None,
                  pair_jaccards: Optional[np.ndarray] = None) -> HeldRemoved:
     """HeldRemoved of ``clusters`` (over the outcome's rows, the first ``indexed_rows`` of them
-    an index's documents); ids_of(rows) gives the ids of documents in clusters; pair_a, pair_b,
-    pair_jaccards: the verified pairs (a < b), whose Jaccard is given where the kept document
-    is an indexed one (needed where indexed_rows is not 0)."""
+    an index's documents); ids_of(rows) gives the ids of documents in clusters (None: no
+    kept_id); pair_a, pair_b, pair_jaccards: the verified pairs (a < b), whose Jaccard is given
+    where the kept document is an indexed one (None: not asked for)."""
     gone = ~clusters.keep
     docs, cluster, kept = clusters.docs[gone], clusters.cluster[gone], kept_documents(clusters)[gone]
     jaccard = np.full(docs.shape[0], np.nan)
     indexed = np.flatnonzero(kept < indexed_rows)
-    if indexed.shape[0]:
-        assert pair_a is not None and pair_b is not None and pair_jaccards is not None, "a run against an index"
+    if indexed.shape[0] and pair_a is not None and pair_b is not None and pair_jaccards is not None:
         jaccard[indexed] = verified_jaccard(pair_a, pair_b, pair_jaccards, kept[indexed], docs[indexed])
     return HeldRemoved(RemovedDocs(docs - indexed_rows, cluster.astype(np.int64, copy=False), kept - indexed_rows,
-                                   ids_of(kept), jaccard))
+                                   None if ids_of is None else ids_of(kept), jaccard))
 
 
 def verified_jaccard(pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray, first: np.ndarray,
@@ -186,6 +191,7 @@ def removed_table(rows: pa.Table, texts: pa.Array, removed: RemovedDocs, kept_te
         kept, at = np.unique(removed.kept[here], return_inverse=True)
         jaccard[here] = texts_jaccard(texts.take(pa.array(here)), kept_texts(kept), at, spec)
     table = as_input(rows, schema)
+    assert removed.kept_id is not None, "removed/ names the kept documents"
     added = [removed.kept_id, pa.array(removed.cluster, pa.int64()),
              pa.array(jaccard, pa.float64(), mask=np.isnan(jaccard))]
     for name, column in zip(ADDED_COLUMNS, added):

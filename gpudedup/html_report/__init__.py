@@ -61,6 +61,7 @@ def render(result, figures: Optional[Mapping[str, str]] = None) -> str:
         sections.head(report),
         sections.summary(report),
         sections.balance(report, result.skipped_records),
+        sections.sources(report),
         sections.counts(report),
         sections.figures_section(report, figures, svg_figures.inline),
         cluster_sections(result),

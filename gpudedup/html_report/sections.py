@@ -106,6 +106,84 @@ def balance(report: Mapping, skipped_records: list) -> str:
     return "".join(out)
 
 
+# Groups whose rows and columns the matrix shows one by one; the rest are summed into "other".
+MATRIX_LISTED = 10
+
+
+def sources(report: Mapping) -> str:
+    """Where the removed documents come from: per input file (with more than one) and per
+    group (report.json's input.files[] and groups), the documents in, kept and removed, and
+    removed as duplicates of the same file (group) or another; the sizes in and kept; and
+    which groups' documents were removed as duplicates of which (the matrix)."""
+    files = [f for f in report["input"].get("files", []) if "removed" in f]
+    groups = report.get("groups")
+    if len(files) < 2 and not groups:
+        return ""
+    out = ['<section id="sources">\n<h2>Where the duplicates come from</h2>\n']
+    if len(files) > 1:
+        ranked = sorted(files, key=lambda f: -f["removed"])
+        out.append(source_table("Files, most removed first", [(f["path"], f) for f in ranked[:FILES_LISTED]],
+                                "file", len(files) - FILES_LISTED))
+    if groups:
+        from ..display import group_label
+
+        out.append(source_table(f"By {groups['field']} ({groups['count']:,} values)",
+                                [(group_label(row), row) for row in groups["rows"]], "group", 0))
+        out.append(matrix_table(groups, group_label))
+    out.append("</section>\n")
+    return "".join(out)
+
+
+def source_table(caption: str, rows: list, kind: str, more: int) -> str:
+    """A table of counts (report.json's files or groups rows, each with its name)."""
+    unit = next((u for u in ("bytes", "tokens") if rows and u in rows[0][1]), None)
+    heads = ["documents", "kept", "removed", f"of the same {kind}", f"of another {kind}"]
+    keys = ["documents", "kept", "removed", "removed_within", "removed_across"]
+    if unit:
+        heads += [unit, f"{unit} kept"]
+        keys += [unit, f"kept_{unit}"]
+    out = [f'<table>\n<caption>{escaped(caption)}</caption>\n<thead><tr><th>{kind}</th>'
+           + "".join(f'<th class="num">{escaped(h)}</th>' for h in heads) + "</tr></thead>\n<tbody>\n"]
+    for name, row in rows:
+        out.append(f'<tr><td class="mono">{escaped(name)}</td>'
+                   + "".join(f'<td class="num">{row.get(k, 0):,}</td>' for k in keys) + "</tr>\n")
+    if more > 0:
+        out.append(f'<tr><td colspan="{len(keys) + 1}">and {more:,} more (all in report.json)</td></tr>\n')
+    out.append("</tbody>\n</table>\n")
+    return "".join(out)
+
+
+def matrix_table(groups: Mapping, label) -> str:
+    """The groups' matrix: a row per removed document's group, a column per its kept
+    document's group (the first MATRIX_LISTED rows of report.json's, the rest summed)."""
+    rows, matrix = groups["rows"], groups["matrix"]
+    shown = min(len(rows), MATRIX_LISTED)
+    rest = len(rows) > shown
+
+    def at(i: int) -> int:
+        return min(i, shown)  # (the rows and columns beyond are summed into one)
+
+    size = shown + rest
+    cells = [[0] * size for _ in range(size)]
+    for i, line in enumerate(matrix):
+        for j, count in enumerate(line):
+            cells[at(i)][at(j)] += count
+    names = [label(row) for row in rows[:shown]] + (["the rest"] if rest else [])
+    index = groups.get("matrix_index")
+    out = ['<table class="matrix">\n<caption>Removed (row: the removed document\'s group) as duplicates of '
+           "(column: its kept document's group)</caption>\n<thead><tr><th></th>"
+           + "".join(f'<th class="num">{escaped(n)}</th>' for n in names)
+           + ('<th class="num">indexed</th>' if index else "") + "</tr></thead>\n<tbody>\n"]
+    for i, name in enumerate(names):
+        extra = ""
+        if index:
+            extra = f'<td class="num">{sum(index[k] for k in range(len(index)) if at(k) == i):,}</td>'
+        out.append(f'<tr><th class="mono">{escaped(name)}</th>'
+                   + "".join(f'<td class="num">{count:,}</td>' for count in cells[i]) + extra + "</tr>\n")
+    out.append("</tbody>\n</table>\n")
+    return "".join(out)
+
+
 def not_read(i: Mapping) -> str:
     """The entries inside the input directories that were not read, each with why, by name
     (report.json's input.skipped_file_reasons; a report written before it had them gives the

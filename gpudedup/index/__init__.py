@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..engine.sourcecounts import check_group_field
 from ..api import content_field, corpus_result, dask_dedup, given_paths, inputs_and_places, staged_dedup
 from ..backends import Backend, get_backend
 from ..core.content import check_content
@@ -174,14 +175,15 @@ class Index:
               batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
               shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
-              include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None) -> DedupResult:
+              include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
+              group_field: Optional[str] = None) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
-        client, scheduler, workers, include, exclude: as gpudedup.dedup takes them."""
+        client, scheduler, workers, include, exclude, group_field: as gpudedup.dedup takes them."""
         result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
                               (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers,
-                              (include, exclude))
+                              (include, exclude), group_field)
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
@@ -242,7 +244,7 @@ class Index:
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
              backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
-             chosen_files: tuple = (None, None)) -> tuple[DedupResult, IndexStore]:
+             chosen_files: tuple = (None, None), group_field: Optional[str] = None) -> tuple[DedupResult, IndexStore]:
         """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
         the api's own entry points with the store wrapped (store.Against); chosen_files: the
         include and exclude patterns."""
@@ -258,10 +260,10 @@ class Index:
         found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)
         if client is not None or scheduler is not None or workers is not None:
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
-                                scheduler, workers, against, found=found)
+                                scheduler, workers, against, found=found, group_field=group_field)
         elif work_dir is not None:
             result = staged_dedup(data, params, chosen, location_of(work_dir), resume, field, id_field, on_error, shown,
-                                  against=against, found=found)
+                                  against=against, found=found, group_field=group_field)
         else:
             if resume:
                 raise resume_without_work_dir()
@@ -270,12 +272,14 @@ class Index:
                 corpus, restore = to_corpus(data, field, id_field, on_error=on_error,
                                             budget=MemoryBudget(params.max_memory), found=found)
             documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
+            check_group_field(corpus, group_field)
             # The sets made while signing serve the copies, verification and the commit.
             outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, keep_sets=True)), params, chosen,
                               progress=shown,
                               log=log)
             assert against.store is not None
-            result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store)
+            result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store,
+                                   group_field=group_field)
         assert against.store is not None  # (its first stage refused ids the index holds: store.refuse_indexed_ids)
         result.report = result.report.with_index(str(self.path.absolute()), reader.manifest.generation,
                                                  against.store.pinned, added=False)
