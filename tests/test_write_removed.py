@@ -225,3 +225,21 @@ def test_against_an_index_names_the_indexed_document(tmp_path):
             assert row["jaccard"] == pair  # (None where the two are no pair)
         else:
             assert row["jaccard"] == jaccard(shingle_set(texts[row["id"]]), shingle_set(texts[row["kept_id"]]))
+
+
+def test_index_add_writes_the_removed_rows_and_counts_by_group(corpus, tmp_path):
+    """`index add --write-removed --group-field source` into an empty index: the same removed/
+    as dedup's, and report.json counts each source's documents against the test's own count."""
+    index = tmp_path / "idx"
+    assert invoke("index", "create", index, "--threshold", THRESHOLD).exit_code == 0
+    result = invoke("index", "add", index, corpus, "-o", tmp_path / "added", "--id-field", "id", "--backend", "cpu",
+                    "--write-removed", "--group-field", "source", "--quiet")
+    assert result.exit_code == 0, result.output
+    records = input_records(corpus)
+    check_removed(tmp_path / "added", records)
+    groups = json.loads((tmp_path / "added" / "report.json").read_text(encoding="utf-8"))["groups"]
+    assert groups["field"] == "source"
+    expected = {}
+    for record in records.values():
+        expected[record["source"]] = expected.get(record["source"], 0) + 1
+    assert {row["group"]: row["documents"] for row in groups["rows"]} == expected

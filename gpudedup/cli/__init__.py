@@ -23,9 +23,9 @@ from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFA
 from ..version import __version__
 from ..display import largest_cluster_rows
 from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
-                     BackendChoice, Exclude, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
+                     BackendChoice, Exclude, GroupField, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
                      command_paths, err, interrupt_told, out, print_error, print_summary, unicode_form,
-                     user_errors)
+                     user_errors, WriteRemoved)
 from .index import index_app
 
 if TYPE_CHECKING:
@@ -86,9 +86,7 @@ def dedup_command(
         help="stop: a bad record or unreadable file stops the run (nothing written); skip: they are left out "
              "and listed in errors.jsonl.",
         rich_help_panel=INPUT_PANEL)] = OnError.stop,
-    group_field: Annotated[Optional[str], typer.Option(
-        help="Also count kept and removed documents by the values of this column (e.g. source, lang).",
-        show_default=False, rich_help_panel=INPUT_PANEL)] = None,
+    group_field: GroupField = None,
     against: Annotated[Optional[Path], typer.Option(
         help="Deduplicate against this persistent index too (`gpudedup index`), adding nothing to it; the "
              "index's parameters are used.", show_default=False, rich_help_panel=INPUT_PANEL)] = None,
@@ -139,9 +137,7 @@ def dedup_command(
         "--single-file", help="Write the kept rows, the pairs and the clusters into one file each, instead "
                               "of one file per input file.",
         rich_help_panel=OUTPUT_PANEL)] = False,
-    write_removed: Annotated[bool, typer.Option(
-        "--write-removed", help="Also write the removed rows, with kept_id, cluster and jaccard, under removed/.",
-        rich_help_panel=OUTPUT_PANEL)] = False,
+    write_removed: WriteRemoved = False,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).",
         rich_help_panel=OUTPUT_PANEL)] = False,

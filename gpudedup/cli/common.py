@@ -42,6 +42,13 @@ Include = Annotated[Optional[List[str]], typer.Option(help=INCLUDE_HELP, metavar
                                                       rich_help_panel=INPUT_PANEL)]
 Exclude = Annotated[Optional[List[str]], typer.Option(help=EXCLUDE_HELP, metavar="PATTERN", show_default=False,
                                                       rich_help_panel=INPUT_PANEL)]
+GroupField = Annotated[Optional[str], typer.Option(
+    help="Also count kept and removed documents by the values of this column (e.g. source, lang).",
+    show_default=False, rich_help_panel=INPUT_PANEL)]
+# The options of the commands that write a run's results (dedup, index add).
+WriteRemoved = Annotated[bool, typer.Option(
+    "--write-removed", help="Also write the removed rows, with kept_id, cluster and jaccard, under removed/.",
+    rich_help_panel=OUTPUT_PANEL)]
 
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)

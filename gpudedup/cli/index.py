@@ -15,8 +15,8 @@ from ..errors import InputError
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
 from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
-                     BackendChoice, Exclude, Include, OnError, OutputFormat, Shingle, UnicodeChoice, err, out,
-                     print_summary, unicode_form, user_errors)
+                     BackendChoice, Exclude, GroupField, Include, OnError, OutputFormat, Shingle, UnicodeChoice,
+                     WriteRemoved, err, out, print_summary, unicode_form, user_errors)
 
 index_app = typer.Typer(
     name="index",
@@ -100,6 +100,7 @@ def add_command(
     include: Include = None,
     exclude: Exclude = None,
     on_error: Annotated[OnError, typer.Option(help="As in dedup.", rich_help_panel=INPUT_PANEL)] = OnError.stop,
+    group_field: GroupField = None,
     output: Annotated[str, typer.Option("--output", "-o", help="Where the results of the run go.",
                                         show_default=False, rich_help_panel=OUTPUT_PANEL)],
     tag: Annotated[Optional[str], typer.Option(help="A name for what this add commits (`index remove --tag`).",
@@ -108,6 +109,7 @@ def add_command(
                                                  rich_help_panel=OUTPUT_PANEL)] = OutputFormat.parquet,
     single_file: Annotated[bool, typer.Option("--single-file", help="As in dedup.",
                                               rich_help_panel=OUTPUT_PANEL)] = False,
+    write_removed: WriteRemoved = False,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an earlier gpudedup output (never a folder of other files).",
         rich_help_panel=OUTPUT_PANEL)] = False,
@@ -156,7 +158,7 @@ def add_command(
         result = Index(index).add(files, tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
                                   on_error=on_error.value, output=out, format=format.value, overwrite=overwrite,
-                                  single_file=single_file,
+                                  single_file=single_file, write_removed=write_removed, group_field=group_field,
                                   work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
                                   batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
                                   include=include, exclude=exclude)

@@ -194,10 +194,12 @@ class Index:
             work_dir: Given | None = None, resume: bool = False, client=None,
             scheduler: Optional[str] = None, workers: Optional[int] = None,
             single_file: bool = False, include: str | Sequence[str] | None = None,
-            exclude: str | Sequence[str] | None = None) -> DedupResult:
+            exclude: str | Sequence[str] | None = None, write_removed: bool = False,
+            group_field: Optional[str] = None) -> DedupResult:
         """``dedup``, then commit the new documents kept (those with shingles) to the index as
         one new segment tagged ``tag``. With ``output`` the results are written there first
-        (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``), so
+        (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``,
+        ``write_removed``; group_field: as gpudedup.dedup takes it), so
         that an interrupted add never leaves an index that holds documents
         whose results were not written. The output and the work directory must not be, hold or
         lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
@@ -218,7 +220,7 @@ class Index:
             try:
                 result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress,
                                           on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
-                                          scheduler, workers, (include, exclude))
+                                          scheduler, workers, (include, exclude), group_field)
                 # Everything that can refuse the commit, before anything is written.
                 check_id_type(manifest, store.inner.ids)
                 kept = self._kept_new_rows(result, store)
@@ -227,7 +229,8 @@ class Index:
                 result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
                                                          index_entry["indexed_documents_checked"], added=True)
                 if output is not None:
-                    result.write(output, format=format, overwrite=overwrite, single_file=single_file)
+                    result.write(output, format=format, overwrite=overwrite, single_file=single_file,
+                                 write_removed=write_removed)
                 try:
                     with changing(self.path):
                         self._commit_new(manifest, result, store, tag, kept, pointers)
