@@ -249,9 +249,9 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
     corpus's (a run against a persistent index: its ids, and how many rows lead); its report
     counts by input and by group_field (engine/sourcecounts.py)."""
     ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
-    result = DedupResult.of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
-                            corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
-                            output_bases=corpus.output_bases)
+    result = DedupResult._of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
+                             corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
+                             output_bases=corpus.output_bases)
     with_source_counts(result, group_field)
     return result
 
@@ -288,8 +288,8 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                 with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                     result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
                                           id_field, on_error, progress, executor, against, found, group_field)
-                    result.id_source = id_source(result.ids)
-                    result.outcome.read_now()
+                    result._id_source = id_source(result.ids)
+                    result._outcome.read_now()
             result.report = result.report.with_dask(connected.scheduler.address,
                                                     len(connected.scheduler_info()["workers"]), work_dir is not None)
             return finish(result)
@@ -341,9 +341,9 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
             table = base.table(executor)
             # The ids stay in the shards until the results take them (a run against an index joins its own).
             ids = base.id_source if against is None else store.ids
-            result = DedupResult.of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field,
-                                    id_field, sorted_records(base.skipped_records(), found), on_error,
-                                    indexed_rows=store.pinned, output_bases=output_bases(found.files, found.given))
+            result = DedupResult._of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field,
+                                     id_field, sorted_records(base.skipped_records(), found), on_error,
+                                     indexed_rows=store.pinned, output_bases=output_bases(found.files, found.given))
             with_source_counts(result, group_field)
             return result
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory

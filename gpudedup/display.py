@@ -102,7 +102,7 @@ def sources_html(report: Mapping) -> str:
     head = "".join(f"<th>{escape(name)}</th>" for name in SOURCE_HEADINGS)
     body = "".join(f"<tr><td>{escape(name)}</td>" + "".join(f"<td>{v}</td>" for v in values) + "</tr>"
                    for name, values in rows)
-    return (f'<table class="gpudedup-clusters"><caption>Removed {escape(kind)} (most first)</caption>'
+    return (f'<table class="gpudedup-clusters gpudedup-sources"><caption>Removed {escape(kind)} (most first)</caption>'
             f"<thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
@@ -193,9 +193,9 @@ def short_backend(backend: str) -> str:
 def largest_cluster_rows(result: Any) -> list[tuple[int, int, list, list, int]]:
     """(cluster, size, kept ids, the first REMOVED_LISTED removed ids, how many more were removed)
     for each of the run's largest clusters, largest first (Outcome.shown)."""
-    shown = result.outcome.shown
+    shown = result._outcome.shown
     members = shown.members
-    ids = result.ids_of(members.docs).to_pylist()
+    ids = result._ids_of(members.docs).to_pylist()
     rows = []
     for number, size in zip(shown.numbers.tolist(), shown.sizes.tolist()):
         mine = [(i, k) for i, c, k in zip(ids, members.cluster.tolist(), members.keep.tolist()) if c == number]

@@ -250,7 +250,7 @@ def _jaccard(result, first: np.ndarray, second: np.ndarray) -> list[Optional[flo
 
 def _verified(result, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """float64: the verified pair's Jaccard of rows first[i], second[i], nan where none."""
-    o = result.outcome
+    o = result._outcome
     return verified_jaccard(o.pair_a, o.pair_b, o.jaccard, np.minimum(first, second), np.maximum(first, second))
 
 
@@ -286,7 +286,7 @@ def cluster_view(result, number: Optional[int] = None, doc_id: Any = None) -> Cl
     """The cluster ``number``, or the cluster of the document whose id is ``doc_id``."""
     if (number is None) == (doc_id is None):
         raise ParameterError("cluster() takes a cluster's number, or id= of one of its documents (one of the two)")
-    clusters = result.outcome.clusters
+    clusters = result._outcome.clusters
     if doc_id is not None:
         at = _place_in_clusters(clusters, _row_of(result, doc_id))
         if at is None:
@@ -299,7 +299,7 @@ def cluster_view(result, number: Optional[int] = None, doc_id: Any = None) -> Cl
     kept_at = members[np.flatnonzero(clusters.docs[members] == kept_documents(clusters)[members[0]])[0]]
     order = np.concatenate([[kept_at], members[members != kept_at]])
     rows = clusters.docs[order]
-    ids = result.ids_of(rows).to_pylist()
+    ids = result._ids_of(rows).to_pylist()
     shown = rows[:MEMBERS_SHOWN]
     texts = _texts(result, shown)
     jaccard = [None] + _jaccard(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])
@@ -314,7 +314,7 @@ def pair_view(result, id_a: Any, id_b: Any) -> PairView:
     rows = np.array([_row_of(result, id_a), _row_of(result, id_b)], np.int64)
     if rows[0] == rows[1]:
         raise ParameterError(f"pair() takes two documents; got the id {id_a!r} twice")
-    clusters = result.outcome.clusters
+    clusters = result._outcome.clusters
     texts = _texts(result, rows)
     first, second = (_doc_of(int(row), doc_id, text, clusters)
                      for row, doc_id, text in zip(rows, (id_a, id_b), texts))
@@ -326,8 +326,8 @@ def removed_rows(result) -> Any:
     """The removed rows in the input's own type (DedupResult.removed_rows), in input order,
     with the columns ``id`` (where the ids are not a column of the rows: id_field=None),
     kept_id, cluster and jaccard."""
-    o, spec = result.outcome, shingle_spec(result.report["parameters"])
-    removed = held_removed(o.clusters, result.ids_of, result.indexed_rows, o.pair_a, o.pair_b, o.jaccard).removed
+    o, spec = result._outcome, shingle_spec(result.report["parameters"])
+    removed = held_removed(o.clusters, result._ids_of, result.indexed_rows, o.pair_a, o.pair_b, o.jaccard).removed
     jaccard = removed.jaccard.copy()
     here = np.flatnonzero(removed.kept >= 0)  # kept documents of the input (not indexed ones)
     if here.shape[0]:
@@ -337,13 +337,13 @@ def removed_rows(result) -> Any:
                                       at, spec)
     columns: dict[str, pa.Array] = {}
     if result.report["parameters"].get("id_field") is None:
-        columns["id"] = result.ids_of(removed.docs + result.indexed_rows)
+        columns["id"] = result._ids_of(removed.docs + result.indexed_rows)
     assert removed.kept_id is not None, "held_removed was given ids_of"
     columns.update(zip(ADDED_COLUMNS, (removed.kept_id, pa.array(removed.cluster, pa.int64()),
                                        pa.array(jaccard, pa.float64(), mask=np.isnan(jaccard)))))
     mask = np.zeros(result.documents, bool)
     mask[removed.docs] = True
-    return with_columns(result.restore(mask), columns, result.text_field)
+    return with_columns(result._restore(mask), columns, result.text_field)
 
 
 def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> Any:

@@ -60,11 +60,11 @@ class DedupResult:
     checked_jaccard: numpy float64 (c,): every candidate pair verification checked, verified
         or not (the report's histogram of candidates): its exact Jaccard where that reaches the
         threshold, verify.BELOW_THRESHOLD (-1.0) where it does not (the check stops there).
-    outcome: the engine's results over row numbers (engine.outcome.Outcome), which ``pairs`` and
+    _outcome: the engine's results over row numbers (engine.outcome.Outcome), which ``pairs`` and
         ``clusters`` name by id.
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
         staged run's stay in its shards until then: ids.IdSource).
-    named: the ids of the documents in clusters, the only ones pairs and clusters name
+    _named: the ids of the documents in clusters, the only ones pairs and clusters name
         (NamedRows): read when the result is made where its clusters are held (a run in one
         process, whose work directory may be gone when it writes), else from a cluster's parts
         when first asked for (a cluster's run that writes its results never asks).
@@ -73,25 +73,25 @@ class DedupResult:
     documents: int  # the input's rows (n)
     report: Report
     table: pa.Table = field(repr=False)
-    outcome: Outcome = field(repr=False)
-    id_source: IdSource = field(repr=False)  # the id of every row (ids.py)
-    inputs: list = field(default_factory=list, repr=False)
+    _outcome: Outcome = field(repr=False)
+    _id_source: IdSource = field(repr=False)  # the id of every row (ids.py)
+    _inputs: list = field(default_factory=list, repr=False)
     text_field: str = "text"
     skipped_records: list = field(default_factory=list, repr=False)  # on_error="skip": what and why
-    on_error: str = "stop"
-    restore: Optional[Callable[[np.ndarray], Any]] = field(default=None, repr=False)
+    _on_error: str = "stop"
+    _restore: Optional[Callable[[np.ndarray], Any]] = field(default=None, repr=False)
     # A run against a persistent index: the outcome's rows 0 .. indexed_rows-1 are indexed
     # documents (in ids, pairs and clusters, not in table or keep); the input's rows follow.
     indexed_rows: int = 0
     # An in-memory run over files: the files the rows of ``table`` came from, in order
     # (io.source.SourceFile), which ``write`` writes the kept rows back into (io/layout.py).
-    sources: list = field(default_factory=list, repr=False)
+    _sources: list = field(default_factory=list, repr=False)
     # A run over files: every scanned file's output name (io.layout.output_bases).
-    output_bases: dict = field(default_factory=dict, repr=False)
-    names_read: Optional["NamedRows"] = field(default=None, repr=False)  # ``named``, where read already
+    _output_bases: dict = field(default_factory=dict, repr=False)
+    _names_read: Optional["NamedRows"] = field(default=None, repr=False)  # ``named``, where read already
 
     @classmethod
-    def of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
+    def _of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
            inputs: list, text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
            indexed_rows: int = 0, sources: Optional[list] = None,
            output_bases: Optional[dict] = None) -> "DedupResult":
@@ -105,72 +105,72 @@ class DedupResult:
         source = id_source(ids)
         names_read = None if isinstance(outcome.clustered, ClusterParts) else NamedRows.of(source,
                                                                                              outcome.clusters.docs)
-        return cls(documents=outcome.documents - indexed_rows, report=report, table=table, inputs=inputs,
-                   text_field=text_field, id_source=source, skipped_records=skipped_records, on_error=on_error,
-                   names_read=names_read,
-                   restore=restore, outcome=outcome,
-                   indexed_rows=indexed_rows, sources=[s for s in sources or [] if s.location is not None],
-                   output_bases=output_bases or {})
+        return cls(documents=outcome.documents - indexed_rows, report=report, table=table, _inputs=inputs,
+                   text_field=text_field, _id_source=source, skipped_records=skipped_records, _on_error=on_error,
+                   _names_read=names_read,
+                   _restore=restore, _outcome=outcome,
+                   indexed_rows=indexed_rows, _sources=[s for s in sources or [] if s.location is not None],
+                   _output_bases=output_bases or {})
 
     @cached_property
     def removed(self) -> np.ndarray:
         """int64 ascending: the input rows removed as duplicates (made when first asked for)."""
-        removed = self.outcome.removed  # (an indexed document is never removed)
+        removed = self._outcome.removed  # (an indexed document is never removed)
         return removed[removed >= self.indexed_rows] - self.indexed_rows
 
     @cached_property
-    def named(self) -> "NamedRows":
+    def _named(self) -> "NamedRows":
         """The ids of the documents in clusters (the class docstring)."""
-        if self.names_read is not None:
-            return self.names_read
-        clustered = self.outcome.clustered
+        if self._names_read is not None:
+            return self._names_read
+        clustered = self._outcome.clustered
         if isinstance(clustered, ClusterParts):
-            return NamedRows(*clustered.named_rows(self.wide_id_type))
-        return NamedRows.of(self.id_source, self.outcome.clusters.docs)  # (read into memory since: read_now)
+            return NamedRows(*clustered.named_rows(self._wide_id_type))
+        return NamedRows.of(self._id_source, self._outcome.clusters.docs)  # (read into memory since: read_now)
 
-    def ids_of(self, rows: np.ndarray) -> pa.Array:
+    def _ids_of(self, rows: np.ndarray) -> pa.Array:
         """The ids of some documents in clusters (rows: int64, of the outcome): a cluster's
         run's from its shards (its named would be every clustered document's), else from
         ``named``."""
-        if isinstance(self.outcome.clustered, ClusterParts):
-            return self.id_source.take(rows)
-        return self.named.ids.take(pa.array(self.named.positions(rows)))
+        if isinstance(self._outcome.clustered, ClusterParts):
+            return self._id_source.take(rows)
+        return self._named.ids.take(pa.array(self._named.positions(rows)))
 
     @cached_property
     def pairs(self) -> pa.Table:
         """(id_a, id_b, jaccard): every verified pair, id_a < id_b, sorted; made when first asked
         for (a run that only writes its results writes it a part at a time)."""
-        return whole_table(self.pairs_parts())
+        return whole_table(self._pairs_parts())
 
     @cached_property
     def clusters(self) -> pa.Table:
         """(id, cluster, keep, kept_id): every document in a cluster of two or more, in input
         order; made when first asked for, as ``pairs``."""
-        return whole_table(self.clusters_parts())
+        return whole_table(self._clusters_parts())
 
-    def pairs_parts(self) -> Iterator[pa.Table]:
+    def _pairs_parts(self) -> Iterator[pa.Table]:
         """``pairs`` in parts of layout.PART_ROWS rows, in order."""
-        o = self.outcome
-        return pairs_parts(self.named, o.pair_a, o.pair_b, o.jaccard)
+        o = self._outcome
+        return pairs_parts(self._named, o.pair_a, o.pair_b, o.jaccard)
 
-    def clusters_parts(self) -> Iterator[pa.Table]:
+    def _clusters_parts(self) -> Iterator[pa.Table]:
         """``clusters`` in parts of layout.PART_ROWS rows, in order (a cluster's run's made
         from the parts it left in its work directory, which hold their ids)."""
-        clustered = self.outcome.clustered
+        clustered = self._outcome.clustered
         if isinstance(clustered, ClusterParts):
-            return (clusters_table(clustered, pieces, self.wide_id_type)
+            return (clusters_table(clustered, pieces, self._wide_id_type)
                     for pieces in clustered.table_pieces())
-        return clusters_parts(self.named, self.outcome.clusters)
+        return clusters_parts(self._named, self._outcome.clusters)
 
     @property
-    def wide_id_type(self) -> pa.DataType:
+    def _wide_id_type(self) -> pa.DataType:
         """The ids' type as the tables hold them (ids.wide)."""
-        return wide(pa.array([], self.id_source.type)).type
+        return wide(pa.array([], self._id_source.type)).type
 
     @property
     def checked_jaccard(self) -> np.ndarray:
         """float64 (c,): every pair verification checked (the class docstring)."""
-        return self.outcome.checked_jaccard
+        return self._outcome.checked_jaccard
 
     @cached_property
     def keep(self) -> np.ndarray:
@@ -180,13 +180,13 @@ class DedupResult:
     @cached_property
     def ids(self) -> pa.Array:
         """The id of every row, in row order (pyarrow Array)."""
-        return self.id_source.all()
+        return self._id_source.all()
 
     @cached_property
     def deduplicated(self):
         """The kept rows in the input's own type, made on first use (a copy of the kept rows,
         which a run that only writes its results never needs)."""
-        return self.restore(self.keep)
+        return self._restore(self.keep)
 
     def _repr_html_(self) -> str:
         """The notebook's view: the counts, and the largest clusters' ids (display.py)."""
@@ -229,11 +229,11 @@ class DedupResult:
         Jaccard: every pair at or above the threshold that the run found. Quadratic in the size
         of a group of copies; for inspection and for comparison with an all-pairs truth.
         """
-        a, b, jaccard = self.outcome.pair_a, self.outcome.pair_b, self.outcome.jaccard
+        a, b, jaccard = self._outcome.pair_a, self._outcome.pair_b, self._outcome.jaccard
         copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
-        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self.id_source))  # indexed rows too
+        a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self._id_source))  # indexed rows too
         # (Every document of an implied pair is in a cluster: named holds its id.)
-        return whole_table(pairs_parts(self.named, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0)))
+        return whole_table(pairs_parts(self._named, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0)))
 
     def write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False,
               single_file: bool = False, write_removed: bool = False) -> Location:
@@ -247,32 +247,32 @@ class DedupResult:
         engine/removedrows.py)."""
         return write_outputs(output_dir, self, format, overwrite, single_file, write_removed)
 
-    def removal(self) -> Union[np.ndarray, ClusterParts]:
+    def _removal(self) -> Union[np.ndarray, ClusterParts]:
         """What tells the writers of the kept rows which rows to leave out: ``removed``, or the
         parts of a cluster's run (clusterparts.ClusterParts), which its tasks read a shard's
         rows of (the client need not hold the removed rows)."""
-        clustered = self.outcome.clustered
+        clustered = self._outcome.clustered
         if isinstance(clustered, ClusterParts):
             assert self.indexed_rows == 0, "a run against an index clusters in one process"
             return clustered
         return self.removed
 
-    def check_inputs_unchanged(self) -> None:
+    def _check_inputs_unchanged(self) -> None:
         """Refuse (InputError naming it) an input file whose size or modification time is no
         longer that of the run's read of it (io/stamps.py); in-memory data has no files."""
         if hasattr(self.table, "check_unchanged"):  # a staged run's shards (disk.ShardedTable)
             self.table.check_unchanged()
             return
-        for source in self.sources:
+        for source in self._sources:
             check_unchanged(location_of(source.location), source.path, source.stamp, check_bytes=False)
 
     @property
-    def input_files(self) -> list[Location]:
+    def _input_files(self) -> list[Location]:
         """The files the kept rows are written back into, one output file each (absolute;
         empty for in-memory data)."""
         if hasattr(self.table, "file_paths"):  # a staged run's shards (disk.ShardedTable)
             return self.table.file_paths()
-        return [location_of(source.location) for source in self.sources]
+        return [location_of(source.location) for source in self._sources]
 
 
 
@@ -351,7 +351,8 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     # A run over files writes one file per input file (even none, when all were left out).
     # Before anything is written: two inputs that would share an output name are refused.
-    names = None if single_file or not result.inputs else output_names(result.input_files, result.output_bases, format)
+    names = (None if single_file or not result._inputs
+             else output_names(result._input_files, result._output_bases, format))
     log = StageLog()
     try:
         with log.stage("write"):
@@ -374,7 +375,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     # Apart from the inputs as given and the files read (links followed), and from the index a
     # run against one read or wrote: replacing an output that holds them would delete them.
     index = result.report["index"]["path"] if "index" in result.report else None
-    with atomic_output_dir(output_dir, overwrite, result.inputs, index, result.input_files) as staging:
+    with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._input_files) as staging:
         if names is not None:
             (staging / KEPT_DIR).mkdir()
             if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
@@ -382,9 +383,9 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 # is this machine's own), and the commit moves them into place.
                 kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
                     remote_staging(out, staging).child(KEPT_DIR)
-                result.table.write_files(kept, names, format, result.removal())
+                result.table.write_files(kept, names, format, result._removal())
             else:
-                write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result.sources, result.keep),
+                write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result._sources, result.keep),
                                  format)
         elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
             result.table.write_kept(staging / f"deduplicated.{format}", format, result.removed)
@@ -395,7 +396,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         if write_removed:
             write_removed_rows(result, staging, out, format, names)
         write_clusters(result, staging, out, names is not None)
-        if result.on_error == "skip":  # written even when empty: "nothing was skipped"
+        if result._on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
         write_pairs(result, staging, out, names is not None)
@@ -415,7 +416,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         write_json(result.report.as_dict(), staging / "report.json")
         # Last, before the commit: every input file as the run read it (the kept rows, and
         # report.html's texts, may have been read from the files again while writing).
-        result.check_inputs_unchanged()
+        result._check_inputs_unchanged()
     return out
 
 
@@ -424,13 +425,13 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
     input file under removed/, named as under deduplicated/ (names), by the tasks that write
     the kept rows where a staged run writes them so; or one file removed.<format>."""
-    clustered = result.outcome.clustered
+    clustered = result._outcome.clustered
     if isinstance(clustered, ClusterParts):
-        removed_of: RemovedOf = PartsRemoved(clustered, result.wide_id_type)
+        removed_of: RemovedOf = PartsRemoved(clustered, result._wide_id_type)
     else:
-        o = result.outcome
+        o = result._outcome
         pair_a, pair_b, jaccard = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else (None, None, None)
-        removed_of = held_removed(o.clusters, result.ids_of, result.indexed_rows, pair_a, pair_b, jaccard)
+        removed_of = held_removed(o.clusters, result._ids_of, result.indexed_rows, pair_a, pair_b, jaccard)
     spec = shingle_spec(result.report["parameters"])
     staged = hasattr(result.table, "write_removed_files")  # a staged run's shards (keptrows.ShardedTable)
     if names is None:
@@ -446,7 +447,7 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
         result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed_of, spec)
         return
     texts, start = content_of(result.table, result.text_field), 0
-    for name, source in zip(names, result.sources, strict=True):
+    for name, source in zip(names, result._sources, strict=True):
         write_tables([in_memory_removed(result.table, texts, start, start + source.rows, removed_of, spec,
                                         source.schema)], staging / REMOVED_DIR / name, format)
         start += source.rows
@@ -456,27 +457,27 @@ def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool
     """Write pairs (write_table), by the run's cluster where it left its clusters in its work
     directory's parts and is still up (DaskExecutor.write_pairs: the client holds none of the
     pairs or their ids), else here, a part at a time."""
-    clustered, executor = result.outcome.clustered, result.outcome.executor
+    clustered, executor = result._outcome.clustered, result._outcome.executor
     if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process
             and executor.connected()):
-        write_table(result.pairs_parts(), staging, PAIRS_DIR, dataset)
+        write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
-    cast("DaskExecutor", executor).write_pairs(result.outcome.pairs, clustered, tasks_folder(staging, out, PAIRS_DIR),
-                                               result.wide_id_type)
+    cast("DaskExecutor", executor).write_pairs(result._outcome.pairs, clustered, tasks_folder(staging, out, PAIRS_DIR),
+                                               result._wide_id_type)
 
 
 def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:
     """Write clusters (write_table), a task per part on the run's cluster where it left its
     clusters in its work directory's parts and is still up (each part made from the parts
     that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
-    clustered, executor = result.outcome.clustered, result.outcome.executor
+    clustered, executor = result._outcome.clustered, result._outcome.executor
     if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process
             and executor.connected()):
-        write_table(result.clusters_parts(), staging, CLUSTERS_DIR, dataset)
+        write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
     parts, = executor.share(clustered)  # (every task reads the parts' description)
-    executor.map(write_clusters_part, [(parts, pieces, result.wide_id_type,
+    executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type,
                                         child_name(folder, part_name(number)))
                                        for number, pieces in enumerate(clustered.table_pieces())],
                  "writing the clusters")

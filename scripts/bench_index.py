@@ -144,7 +144,7 @@ def found_pairs(result) -> tuple[np.ndarray, np.ndarray]:
     rows (and fails on their pairs)."""
     from gpudedup.core.copies import implied_pairs
 
-    outcome = result.outcome
+    outcome = result._outcome
     copy = outcome.jaccard == 1.0  # only identical sets have Jaccard 1.0
     a, b, _ = implied_pairs(outcome.pair_a, outcome.pair_b, outcome.pair_a[copy], outcome.pair_b[copy],
                             len(result.ids))

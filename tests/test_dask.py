@@ -87,7 +87,7 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert spread.report["dask"]["workers"] == 2
     assert_same_results(single, spread)
-    assert_same_shown(single.outcome.shown, spread.outcome.shown)
+    assert_same_shown(single._outcome.shown, spread._outcome.shown)
     single.write(tmp_path / "single")
     with distributed.get_task_stream(client) as stream:
         spread.write(tmp_path / "spread")
@@ -541,7 +541,7 @@ def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, workers=2)
     assert spread.ids.equals(single.ids) and spread.all_pairs().equals(single.all_pairs())
-    copies, expected = spread.outcome.copies, single.outcome.copies
+    copies, expected = spread._outcome.copies, single._outcome.copies
     assert copies.parts is None and expected.first.shape[0] > 0
     for name in ("first", "member", "jaccard"):
         assert np.array_equal(getattr(copies, name), getattr(expected, name)), name
@@ -671,7 +671,7 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
     # report.html's largest clusters (of 16 documents: a dozen listed, "and 4 more"), as one process's.
     assert "and 4 more" in clusters_section(tmp_path / "spread")
     assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
-    expected, found = single.outcome.copies, spread.outcome.copies
+    expected, found = single._outcome.copies, spread._outcome.copies
     assert found.parts is not None and found.first.shape[0] == 0  # (in parts, not held)
     held = found.held()
     for name in ("first", "member", "jaccard"):
@@ -794,7 +794,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
                                                                                pairs_count, one_task):
     """DaskExecutor.write_pairs (a task per place the pairs lie makes them a frame, two lookups
     in the clusters' parts name them, Dask sorts them, a task per part of the table writes it)
-    against result.pairs_parts, the table one process makes of the same pairs: the same
+    against result._pairs_parts, the table one process makes of the same pairs: the same
     files, byte for byte, with ids whose order is not the rows' order, parts of 7 rows cut
     across the sorted partitions, an empty part among the stored ones, and no pair at all (one
     empty part, as one process writes); and where the pairs are few enough for one task

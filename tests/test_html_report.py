@@ -113,7 +113,7 @@ def test_largest_clusters_show_members_and_exact_similarity(sample_run):
     assert f"kept {kept[0]}" in " ".join(text.split())  # the kept document's tag and id
     # Every similarity on the page is the exact Jaccard of the two texts: the verified pairs'
     # from pairs.parquet, the others computed again.
-    rows = result.outcome.clusters.docs  # (the clusters table names them by id, in this order)
+    rows = result._outcome.clusters.docs  # (the clusters table names them by id, in this order)
     row_of = dict(zip(clusters["id"], rows))
     texts = result.table["text"]
     pairs = result.pairs.to_pydict()

@@ -74,7 +74,7 @@ def test_shard_ids_take_what_all_ids_hold(tmp_path):
     with rows the input rules left out (repeated ids, a file) not among the documents."""
     corpus = rules_corpus(tmp_path)
     staged = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip", work_dir=tmp_path / "work")
-    source = staged.id_source
+    source = staged._id_source
     every = source.all()
     assert len(source) == len(every) == staged.report["input"]["documents"]
     assert every.equals(gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip").ids)
@@ -85,6 +85,6 @@ def test_shard_ids_take_what_all_ids_hold(tmp_path):
     texts = make_texts(10, seed=1)
     strings = gpudedup.dedup(write_jsonl(tmp_path / "s.jsonl", [{"text": t} for t in texts]), backend="cpu",
                              work_dir=tmp_path / "work-strings")
-    taken = strings.id_source.take(np.array([3, 1, 3], np.int64))
+    taken = strings._id_source.take(np.array([3, 1, 3], np.int64))
     assert taken.type == pa.large_string()
     assert taken.to_pylist() == [strings.ids[3].as_py(), strings.ids[1].as_py(), strings.ids[3].as_py()]

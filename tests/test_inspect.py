@@ -288,7 +288,7 @@ def test_a_dask_run_shows_its_clusters_pairs_and_removed_rows_from_its_work_dire
     path.write_text("".join(json.dumps({"id": n, "text": t}) + "\n" for n, t in enumerate(TEXTS)))
     run = gpudedup.dedup(path, id_field="id", backend="cpu", threshold=THRESHOLD, client=client,
                          work_dir=tmp_path / "work")
-    assert type(run.outcome.clustered).__name__ == "ClusterParts"
+    assert type(run._outcome.clustered).__name__ == "ClusterParts"
     assert [(r["id"], r["kept_id"], r["cluster"], r["jaccard"]) for r in run.removed_rows().to_pylist()] == \
         expected_removed(result)
     for number in members_of(result):

@@ -42,7 +42,7 @@ def test_the_shown_figures_are_those_of_the_pairs_and_clusters_tables(corpus, tm
     threshold = 0.7
     options = {"work_dir": tmp_path / "work"} if staged else {}
     result = gpudedup.dedup(corpus, backend="cpu", threshold=threshold, **options)
-    shown = result.outcome.shown
+    shown = result._outcome.shown
     clusters = result.clusters.to_pydict()
     pairs = result.pairs.to_pydict()
     assert len(pairs["id_a"]) > 0
@@ -58,7 +58,7 @@ def test_the_shown_figures_are_those_of_the_pairs_and_clusters_tables(corpus, tm
         mine = [j for a, j in zip(pairs["id_a"], pairs["jaccard"]) if cluster_of[a] == c]
         assert (inside, low, high) == (len(mine), min(mine), max(mine))
 
-    listed = result.ids_of(shown.members.docs).to_pylist()
+    listed = result._ids_of(shown.members.docs).to_pylist()
     for c in largest:
         mine = [i for i, n in zip(listed, shown.members.cluster.tolist()) if n == c]
         assert all(cluster_of[i] == c for i in mine)
@@ -67,7 +67,7 @@ def test_the_shown_figures_are_those_of_the_pairs_and_clusters_tables(corpus, tm
 
     verified = {(a, b): j for a, b, j in zip(pairs["id_a"], pairs["id_b"], pairs["jaccard"])}
     for a, b, j in zip(shown.example_a, shown.example_b, shown.example_jaccard):
-        id_a, id_b = result.ids_of(np.array([a, b])).to_pylist()
+        id_a, id_b = result._ids_of(np.array([a, b])).to_pylist()
         assert cluster_of[id_a] == cluster_of[id_b] and (id_a in kept or id_b in kept)
         expected = verified.get((id_a, id_b), verified.get((id_b, id_a)))
         assert (np.isnan(j) and expected is None) or j == expected
@@ -80,7 +80,7 @@ def test_the_shown_figures_are_those_of_the_pairs_and_clusters_tables(corpus, tm
     near = sorted(pairs["jaccard"])[:NEAR_SHOWN]
     assert shown.near_jaccard.tolist() == near
     for a, b, j in zip(shown.near_a, shown.near_b, shown.near_jaccard):
-        id_a, id_b = result.ids_of(np.array([a, b])).to_pylist()
+        id_a, id_b = result._ids_of(np.array([a, b])).to_pylist()
         assert a < b and verified.get((id_a, id_b), verified.get((id_b, id_a))) == j
     # The sampled clusters: others than the largest, with their figures from the tables.
     sampled = shown.sampled
@@ -92,7 +92,7 @@ def test_the_shown_figures_are_those_of_the_pairs_and_clusters_tables(corpus, tm
     for c, inside, low, high in zip(sampled.numbers.tolist(), sampled.inside, sampled.low, sampled.high):
         mine = [j for a, j in zip(pairs["id_a"], pairs["jaccard"]) if cluster_of[a] == c]
         assert (inside, low, high) == (len(mine), min(mine), max(mine))
-        listed = [i for i, n in zip(result.ids_of(shown.members.docs).to_pylist(), shown.members.cluster.tolist())
+        listed = [i for i, n in zip(result._ids_of(shown.members.docs).to_pylist(), shown.members.cluster.tolist())
                   if n == c]
         assert listed and all(cluster_of[i] == c for i in listed) and any(i in kept for i in listed)
 
@@ -113,7 +113,7 @@ def test_the_sampled_clusters_are_drawn_by_the_seed_among_the_others():
 
 def test_a_run_without_pairs_shows_nothing(tmp_path):
     result = gpudedup.dedup(["one two three four five six", "seven eight nine ten eleven twelve"], backend="cpu")
-    shown = result.outcome.shown
+    shown = result._outcome.shown
     assert shown.numbers.shape == (0,) and int(shown.jaccard_counts.sum()) == 0
 
 
@@ -127,11 +127,13 @@ def test_a_result_shows_its_counts_and_largest_clusters_in_a_notebook(corpus):
     class Cells(HTMLParser):
         def __init__(self):
             super().__init__()
-            self.cards, self.rows, self.tag = [], [], None
+            self.cards, self.rows, self.tag, self.table = [], [], None, None
 
         def handle_starttag(self, tag, attrs):
             self.tag = tag
-            if tag == "tr":
+            if tag == "table":
+                self.table = dict(attrs).get("class")
+            if tag == "tr" and self.table == "gpudedup-clusters":  # (the largest clusters' table)
                 self.rows.append([])
 
         def handle_endtag(self, tag):
@@ -140,7 +142,7 @@ def test_a_result_shows_its_counts_and_largest_clusters_in_a_notebook(corpus):
         def handle_data(self, data):
             if self.tag == "b":
                 self.cards.append(data)
-            elif self.tag == "td":
+            elif self.tag == "td" and self.table == "gpudedup-clusters":
                 self.rows[-1].append(data)
 
     cells = Cells()

@@ -319,7 +319,7 @@ def with_source_counts(result: Any, field: Optional[str]) -> None:
     tally_files), else counted here over the rows held."""
     report = result.report
     tokens = report["parameters"]["shingle"] == "token"
-    removed = removed_kept(result.outcome.clustered, result.indexed_rows)
+    removed = removed_kept(result._outcome.clustered, result.indexed_rows)
     if hasattr(result.table, "tally_files"):  # a staged run's shards (keptrows.ShardedTable)
         tallies = result.table.tally_files(removed, "lengths" if tokens else "text_bytes", field)
     else:

@@ -38,7 +38,7 @@ def report_figures(result) -> dict[str, str]:
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
     # Counted by the run where the pairs and clusters lay (engine/shown.py); the rest of the
     # pairs checked were rejected.
-    shown = result.outcome.shown
+    shown = result._outcome.shown
     rejected = r["exactly_checked_pairs"] - r["verified_pairs"]
     return {
         "s_curve": svg_figures.s_curve_svg(bands, rows, threshold),

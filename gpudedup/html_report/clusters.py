@@ -27,7 +27,7 @@ def cluster_sections(result) -> str:
     threshold, a random sample of the other clusters."""
     # What the run counted of them (engine/shown.py), not result.clusters and result.pairs: a
     # run that writes its results never builds those.
-    outcome, shown = result.outcome, result.outcome.shown
+    outcome, shown = result._outcome, result._outcome.shown
     if outcome.clustered.in_clusters == 0:
         return ('<section id="clusters">\n<h2>Clusters</h2>\n'
                 "<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
@@ -58,7 +58,7 @@ def cluster_sections(result) -> str:
 
 def near_pairs(result, view: "ClusterView") -> str:
     """The verified pairs of the lowest Jaccard, each with its two texts side by side."""
-    shown = result.outcome.shown
+    shown = result._outcome.shown
     if not shown.near_a.shape[0]:
         return ""
     threshold = result.report["parameters"]["threshold"]
@@ -68,7 +68,7 @@ def near_pairs(result, view: "ClusterView") -> str:
            "duplicates, the threshold is not too low. Words of the second document that differ from the first "
            "are <mark>highlighted</mark>.</p>\n"]
     rows = np.concatenate([shown.near_a, shown.near_b])
-    ids = result.ids_of(rows).to_pylist()
+    ids = result._ids_of(rows).to_pylist()
     texts, _ = view.texts(rows)
     count = shown.near_a.shape[0]
     for n, jaccard in enumerate(shown.near_jaccard.tolist()):
@@ -116,12 +116,12 @@ class ClusterView:
     def block(self, cluster: int, size: int) -> str:
         """A cluster: its pairs' figures, its members' ids, and its kept document beside a few
         removed ones."""
-        members_all = self.result.outcome.shown.members
+        members_all = self.result._outcome.shown.members
         kept, rows = members_all.keep, members_all.docs
         members = np.flatnonzero(members_all.cluster == cluster)
         keep_position, examples = examples_of(members, kept)
         others = [n for n in range(len(members)) if n != keep_position]
-        kept_id, *listed_ids = self.result.ids_of(
+        kept_id, *listed_ids = self.result._ids_of(
             rows[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
         inside, low, high = self.stats[cluster]
         out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {size:,} documents</h3>\n']
