@@ -1,6 +1,7 @@
 """What a notebook shows, through a real Jupyter kernel (nbclient, ipykernel): one notebook,
 run once for the module, that deduplicates a few documents and displays the result, its report,
-an index, a cluster and a pair, with the progress gpudedup shows by default in a notebook. The
+an index, a cluster, a pair and an evaluation, with the progress gpudedup shows by default in a
+notebook. The
 outputs are checked against the result's own tables, printed by the notebook's last cell."""
 
 from __future__ import annotations
@@ -29,8 +30,14 @@ CELLS = {
              "index.add(texts[:10], backend='cpu', progress=False)\nindex",
     "cluster": "result.cluster(0)",
     "pair": "first = result.pairs.to_pylist()[0]\nresult.pair(first['id_a'], first['id_b'])",
+    "evaluation": "from gpudedup.evaluate import evaluate, expand_grid\n"
+                  "from gpudedup.io.python_inputs import strings_corpus\n"
+                  "settings, notes = expand_grid(num_perm=[32, 64], bands=[None], rows=[None], shingle=['word'], "
+                  "ngram=[5], threshold=[0.5, 0.8])\n"
+                  "evaluation = evaluate(strings_corpus(texts), settings, backend='cpu', notes=notes)\nevaluation",
     "tables": "print(json.dumps({'clusters': result.clusters.to_pylist(), 'pairs': result.pairs.to_pylist(), "
-              "'report': result.report.as_dict(), 'index': index.info()}))",
+              "'report': result.report.as_dict(), 'index': index.info(), "
+              "'recommended': [[r.threshold, r.index, list(r.indices)] for r in evaluation.recommended()]}))",
 }
 
 
@@ -158,3 +165,44 @@ def test_a_pair_shows_both_texts_and_their_jaccard(outputs, tables):
     assert f"exact Jaccard {first['jaccard']:.4f} (a verified pair" in parsed.text
     text = shown(outputs["pair"], "text/plain").replace("\n", " ")
     assert f"Documents {first['id_a']} and {first['id_b']}: exact Jaccard {first['jaccard']:.4f}" in text
+
+
+def test_an_evaluation_shows_a_table_per_threshold_with_its_recommended_setting(outputs, tables):
+    """One table per threshold, a row per setting scored against that threshold's exact pairs,
+    the recommended one marked, as Evaluation.recommended() says (printed by the kernel)."""
+    html = shown(outputs["evaluation"], "text/html")
+    page(html)
+
+    class Rows(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables: list[list[tuple[bool, list[str]]]] = []
+            self.cell: list[str] | None = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table" and dict(attrs).get("class") == "gpudedup-settings":
+                self.tables.append([])
+            elif tag == "tr" and self.tables and dict(attrs).get("class") != "head":
+                self.tables[-1].append((dict(attrs).get("class") == "gpudedup-recommended", []))
+            elif tag == "td":
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag == "td" and self.cell is not None:
+                self.tables[-1][-1][1].append("".join(self.cell))
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    rows = Rows()
+    rows.feed(html)
+    found = [[(marked, cells) for marked, cells in table if cells] for table in rows.tables]
+    assert len(found) == len(tables["recommended"]) == 2
+    assert [threshold for threshold, _, _ in tables["recommended"]] == [0.5, 0.8]
+    for table, (_, index, indices) in zip(found, tables["recommended"]):
+        assert [int(cells[1]) for _, cells in table] == indices  # a row per setting of that threshold
+        assert [int(cells[1]) for marked, cells in table if marked] == [index]
+    text = shown(outputs["evaluation"], "text/plain")
+    assert text.startswith("Evaluation(4 settings") and all(len(line) <= 80 for line in text.splitlines())
