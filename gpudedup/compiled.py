@@ -22,10 +22,12 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .stages import add_compile_seconds
 from .threads import HOST_THREADS
 
 # The environment switch: "numpy" (any case) keeps every CPU step on its reference route;
@@ -51,6 +53,7 @@ class _Start:
 
 
 _start = _Start()
+_timing = False  # whether numba's compilations are timed in this process (time_compilations)
 
 
 def kernels_on() -> bool:
@@ -101,18 +104,50 @@ def announce_compiling(dispatcher: Any) -> None:
     source of ``dispatcher`` (a kernel, before its first call): the first run after an install
     or upgrade compiles the kernels, which takes seconds, and later runs load them. Reads
     numba's cache index the way its dispatcher does; where that fails, says nothing."""
-    if _start.announced:
+    with _start.lock:  # (batches on threads load the kernels at once: one line, one timer)
+        if _start.announced:
+            return
+        try:
+            # numba.core.caching: the index of a function's cached overloads, empty where the
+            # source file's stamp differs from the one they were compiled from.
+            cached = dispatcher._cache._cache_file._load_index()
+        except Exception:  # numba's internals moved: no line rather than a wrong one
+            return
+        if not cached:
+            _start.announced = True
+            print(f"gpudedup: compiling the CPU kernels (once after an install; later runs load them from "
+                  f"{cache_folder()})", file=sys.stderr, flush=True)
+            time_compilations()
+
+
+def time_compilations() -> None:
+    """Count the wall seconds during which numba compiles from now on in this process
+    (stages.py's compile_seconds; numba's event API, numba.core.event): from the start of a
+    compilation while none was going on to the end of the last one going on, so that nested
+    compilations, and threads that compile or wait for one at once, count once."""
+    global _timing
+    if _timing:  # (once per process: a second listener would count each compilation twice)
         return
-    try:
-        # numba.core.caching: the index of a function's cached overloads, empty where the
-        # source file's stamp differs from the one they were compiled from.
-        cached = dispatcher._cache._cache_file._load_index()
-    except Exception:  # numba's internals moved: no line rather than a wrong one
-        return
-    if not cached:
-        _start.announced = True
-        print(f"gpudedup: compiling the CPU kernels (once after an install; later runs load them from "
-              f"{cache_folder()})", file=sys.stderr, flush=True)
+    _timing = True
+    from numba.core import event  # (loaded with the kernels already)
+
+    class CompileTimer(event.Listener):
+        def __init__(self) -> None:
+            self.going, self.started, self.lock = 0, 0.0, threading.Lock()
+
+        def on_start(self, happened) -> None:
+            with self.lock:
+                if self.going == 0:
+                    self.started = time.perf_counter()
+                self.going += 1
+
+        def on_end(self, happened) -> None:
+            with self.lock:
+                self.going -= 1
+                if self.going == 0:
+                    add_compile_seconds(time.perf_counter() - self.started)
+
+    event.register("numba:compile", CompileTimer())
 
 
 def _switch() -> str:

@@ -65,13 +65,33 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+# Seconds this process has spent compiling kernels (compiled.py adds them, as numba reports its
+# compilations): a stage's seconds leave them out, and a run's log gives them as "compile".
+_compiling = {"seconds": 0.0}
+_compiling_lock = threading.Lock()
+
+
+def add_compile_seconds(seconds: float) -> None:
+    """Count ``seconds`` of kernel compilation (compiled.py's listener of numba's compilations)."""
+    with _compiling_lock:
+        _compiling["seconds"] += seconds
+
+
+def compile_seconds() -> float:
+    """The seconds this process has spent compiling kernels so far."""
+    with _compiling_lock:
+        return _compiling["seconds"]
+
+
 class StageLog:
     """Seconds and peak resident memory of each named stage, accumulated over its runs.
 
     Peak memory is the process's high-water mark while the stage ran (everything alive then,
     not only what the stage allocated); where the mark cannot be reset it is the high-water
     mark of the run so far. Parts of a parallel stage are ``timed``: their busy seconds add up
-    over the threads and have no memory figure of their own.
+    over the threads and have no memory figure of their own. The first run after an install
+    compiles the CPU kernels inside whichever stage first calls each: those seconds are taken
+    out of that stage and logged as "compile" (compile_seconds).
     """
 
     def __init__(self) -> None:
@@ -87,12 +107,18 @@ class StageLog:
         (announce_stage)."""
         _reset_peak_rss()
         start = self._started[name] = time.perf_counter()
+        compiled_before = compile_seconds()
         announce_stage(name)
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            self.peak_bytes[name] = max(self.peak_bytes.get(name, 0), _read_peak_rss_bytes())
+            peak = _read_peak_rss_bytes()
+            compiling = compile_seconds() - compiled_before
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start - compiling
+            self.peak_bytes[name] = max(self.peak_bytes.get(name, 0), peak)
+            if compiling > 0:
+                self.seconds["compile"] = self.seconds.get("compile", 0.0) + compiling
+                self.peak_bytes["compile"] = max(self.peak_bytes.get("compile", 0), peak)
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:

@@ -394,7 +394,8 @@ def test_write_matches_cli(corpus_dir, output_names):
     assert set(api_report) == set(cli_report)
     for key in ["input", "parameters", "results", "backend", "gpudedup_version"]:
         assert api_report[key] == cli_report[key], key
-    assert set(api_report["stages"]) == set(cli_report["stages"])
+    # (a first run after an install has a "compile" stage: whichever of the two compiles)
+    assert set(api_report["stages"]) - {"compile"} == set(cli_report["stages"]) - {"compile"}
     assert api_report["output"]["format"] == "parquet"
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import resources
 from types import SimpleNamespace
 
 import numpy as np
@@ -176,3 +177,24 @@ def test_numba_s_cache_index_is_read_as_announce_compiling_expects(tmp_path, mon
     assert tiny_kernel.plus_one._cache._cache_file._load_index() == {}
     assert tiny_kernel.plus_one(1) == 2
     assert tiny_kernel.plus_one._cache._cache_file._load_index() != {}
+
+
+@pytest.mark.timeout(180)  # (the kernels compile: about 10 s on 2 cores)
+def test_a_first_run_gives_its_compilation_as_a_stage_of_its_own(tmp_path):
+    """A run whose kernels are not cached yet (a new NUMBA_CACHE_DIR) says so once, and its
+    report gives the compilation's seconds as "compile", out of the other stages (which still
+    add up with it to the run's time); the next run, cached, has no such stage."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "GPUDEDUP_CPU_KERNELS": "numba"}
+    sample = resources.files("gpudedup") / "data" / "bible_sample.jsonl.gz"
+    reports = []
+    for run in ("first", "second"):
+        done = subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(sample), "-o", str(tmp_path / run),
+                               "--id-field", "id", "--quiet"], capture_output=True, text=True, env=env, timeout=170)
+        assert done.returncode == 0, done.stderr
+        reports.append((json.loads((tmp_path / run / "report.json").read_text()), done.stderr))
+    (first, said), (second, said_again) = reports
+    assert said.count("compiling the CPU kernels") == 1 and "compiling" not in said_again
+    seconds = {name: stage["seconds"] for name, stage in first["stages"].items() if "seconds" in stage}
+    assert seconds["compile"] > 0 and min(seconds.values()) >= 0
+    assert abs(sum(seconds.values()) - first["total_seconds"]) < 0.01
+    assert "compile" not in second["stages"]

@@ -26,6 +26,7 @@ STAGE_NOTES = {
     "verify": "exact Jaccard of the pairs the signature filter passed",
     "cluster": "connected components; the kept document of each; what this page shows of them",
     "write": "writing the outputs (before report.json)",
+    "compile": "compiling the CPU kernels, the first run after an install (taken out of the stages)",
 }
 
 # Where every record went (report.json's balance), each with its colour in the bar.
