@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..core.lsh import collision_probability, steepest_similarity
+from ..display import group_label
 from ..params import MEANINGS
 from .markup import byte_count, escaped, mib, number, percent, ratio, seconds, value_of
 from .style import CSS
@@ -126,8 +127,6 @@ def sources(report: Mapping) -> str:
         out.append(source_table("Files, most removed first", [(f["path"], f) for f in ranked[:FILES_LISTED]],
                                 "file", len(files) - FILES_LISTED))
     if groups:
-        from ..display import group_label
-
         out.append(source_table(f"By {groups['field']} ({groups['count']:,} values)",
                                 [(group_label(row), row) for row in groups["rows"]], "group", 0))
         out.append(matrix_table(groups, group_label))
