@@ -528,6 +528,18 @@ def test_a_figure_per_threshold_and_none_left_from_before(small_evaluation, two_
     assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in figures if name)
 
 
+def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluation, two_thresholds, tmp_path):
+    """A file of the user's beside the results, named like a figure, stays: only the figures
+    the earlier evaluation.json names are taken away."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "recall_by_similarity_mine.png").write_bytes(b"the user's")
+    write_results(small_evaluation, out)
+    write_results(two_thresholds, out)
+    assert (out / "recall_by_similarity_mine.png").read_bytes() == b"the user's"
+    assert not (out / FIGURE).exists()
+
+
 def test_the_evaluation_shows_its_recommendations_in_a_terminal_and_a_notebook(two_thresholds):
     from xml.etree import ElementTree
 

@@ -123,11 +123,11 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
     """Write ``evaluation.json`` (everything: corpus, ground truth, notes, every setting with
     its recall bins, the recommended setting of each ground truth), ``evaluation.csv`` (one row
     per setting) and, with matplotlib, the recall figure of each recommended setting
-    (figure_name) into ``out_dir`` (created if missing); figures of an earlier evaluation there
-    that this one does not draw are removed. Atomic: every file is written to a temporary file
-    in out_dir and renamed over the old one only when all are complete; on an error no file is
-    touched and no temporary file is left. criterion: None for the Evaluation's own. Returns
-    (json path, csv path)."""
+    (figure_name) into ``out_dir`` (created if missing); the figures that an earlier
+    evaluation.json there names and this one does not draw are removed (no other file).
+    Atomic: every file is written to a temporary file in out_dir and renamed over the old one
+    only when all are complete; on an error no file is touched and no temporary file is left.
+    criterion: None for the Evaluation's own. Returns (json path, csv path)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     criterion = _criterion_of(results, criterion)
@@ -140,6 +140,7 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
         "evaluation.csv": csv_text(results, criterion).encode(),
     }
     contents.update((name, png) for name, png in drawn.values() if png is not None)
+    earlier = figures_named(out / "evaluation.json")
     temporary: dict[str, str] = {}
     try:
         for name, data in contents.items():
@@ -156,10 +157,22 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
             if os.path.exists(path):
                 os.unlink(path)
     # An earlier evaluation's figures would stand beside results they do not belong to.
-    for stale in out.glob("recall_by_similarity*.png"):
-        if stale.name not in contents:
-            stale.unlink()
+    for stale in earlier - set(contents):
+        (out / stale).unlink(missing_ok=True)
     return out / "evaluation.json", out / "evaluation.csv"
+
+
+def figures_named(path: Path) -> set[str]:
+    """The figures an evaluation.json written by write_results names (its recommended[].figure,
+    plain file names beside it); none where there is no such file, or it is not one of ours."""
+    try:
+        recommended = json.loads(path.read_text(encoding="utf-8")).get("recommended")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    names = {entry.get("figure") for entry in recommended if isinstance(entry, dict)} \
+        if isinstance(recommended, list) else set()
+    return {name for name in names if isinstance(name, str) and name == Path(name).name
+            and name.startswith("recall_by_similarity") and name.endswith(".png")}
 
 
 def format_table(results, criterion: Optional[str] = None) -> str:
