@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import math
 
+from ..display import bytes_shown
 from ..stages import seconds_text
 
 
@@ -43,15 +44,11 @@ def value_of(key: str, value) -> str:
 
 
 def byte_count(count, exact: bool = False) -> str:
-    """Bytes in binary units (3.4 MiB); exact: the byte count first, the short form after."""
+    """Bytes in binary units (3.4 MiB: display.bytes_shown); exact: the byte count first, the
+    short form after."""
     count = int(count or 0)
-    units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
-    value, unit = float(count), 0
-    while value >= 1024 and unit < len(units) - 1:
-        value /= 1024
-        unit += 1
-    short = f"{count:,} bytes" if unit == 0 else f"{value:,.1f} {units[unit]}"
-    return f"{count:,} bytes ({short})" if exact and unit else short
+    short = bytes_shown(count)
+    return f"{count:,} bytes ({short})" if exact and count >= 1024 else short
 
 
 def mib(value) -> str:
