@@ -37,7 +37,7 @@ run's, are never read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -123,18 +123,23 @@ class ClusterParts:
             return Clusters(empty, empty, np.zeros(0, bool))
         return Clusters(*(np.concatenate([part[name] for part in parts]) for name in CLUSTER_COLUMNS))
 
-    def removed_rows(self, start: int, stop: int) -> np.ndarray:
-        """int64 ascending: the removed documents among rows start .. stop-1, read from the
-        parts of those rows (in a task, or here)."""
+    def removed_in(self, start: int, stop: int,
+                   names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray], np.ndarray]]:
+        """For each part that holds some of rows start .. stop-1 and removes documents: its
+        number, its arrays ``names`` ("docs" and "keep" among them) and the positions in them
+        (int64 ascending) of the removed documents among those rows (in a task, or here)."""
         first = int(np.searchsorted(self.starts, start, side="right")) - 1
         last = int(np.searchsorted(self.starts, stop, side="left"))
-        work, found = WorkDir.attach(self.work_at), [np.zeros(0, np.int64)]
+        work = WorkDir.attach(self.work_at)
         for number in range(max(first, 0), min(last, self.sizes.shape[0])):
             if self.removed[number]:
-                part = self.read_part(number, ["docs", "keep"], work)
-                docs = part["docs"][~part["keep"]]
-                found.append(docs[(docs >= start) & (docs < stop)])
-        return np.concatenate(found)
+                part = self.read_part(number, names, work)
+                yield number, part, np.flatnonzero(~part["keep"] & (part["docs"] >= start) & (part["docs"] < stop))
+
+    def removed_rows(self, start: int, stop: int) -> np.ndarray:
+        """int64 ascending: the removed documents among rows start .. stop-1 (removed_in)."""
+        return np.concatenate([np.zeros(0, np.int64)] + [part["docs"][chosen] for _, part, chosen in
+                                                          self.removed_in(start, stop, ["docs", "keep"])])
 
     def table_pieces(self, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
         """The clusters table's parts (layout.table_parts of the documents in clusters, in

@@ -100,16 +100,9 @@ class PartsRemoved:
     with_ids: bool = True
 
     def of(self, start: int, stop: int) -> RemovedDocs:
-        parts = self.clustered
-        first = int(np.searchsorted(parts.starts, start, side="right")) - 1
-        last = int(np.searchsorted(parts.starts, stop, side="left"))
-        work = WorkDir.attach(parts.work_at)
+        work = WorkDir.attach(self.clustered.work_at)
         found: list[RemovedDocs] = []
-        for number in range(max(first, 0), min(last, parts.sizes.shape[0])):
-            if not parts.removed[number]:
-                continue
-            part = parts.read_part(number, ["docs", "cluster", "keep", "kept_doc"], work)
-            chosen = np.flatnonzero(~part["keep"] & (part["docs"] >= start) & (part["docs"] < stop))
+        for number, part, chosen in self.clustered.removed_in(start, stop, ["docs", "cluster", "keep", "kept_doc"]):
             kept_ids = (work.table(part_unit(number), "ids.parquet")["kept_id"].combine_chunks()
                         .take(pa.array(chosen, pa.int64())) if self.with_ids else None)
             found.append(RemovedDocs(part["docs"][chosen], part["cluster"][chosen], part["kept_doc"][chosen],
