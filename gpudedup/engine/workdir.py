@@ -44,7 +44,7 @@ from ..io.storage import Given, Remote, location_of
 from ..locks import exclusive_lock
 from ..threads import map_parallel
 from .workfolders import (REQUEST_THREADS, TEMPORARY_PREFIX, BucketFolder, Folder,
-                          folder_of, read_work_file)
+                          folder_of, load_npy, read_work_file)
 
 MANIFEST = "manifest.json"
 PLAN = "plan.npy"
@@ -277,7 +277,7 @@ class WorkDir:
         """The .npy file ``name`` of the finished unit ``relative``, loaded or (mmap)
         memory-mapped where this machine has it (file)."""
         path = self.file(relative, name)
-        return read_work_file(path, lambda: np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False))
+        return read_work_file(path, lambda: load_npy(path, mmap))
 
     def remove_shard(self, index: int) -> None:
         self.remove(self.shard_unit(index))
@@ -289,7 +289,7 @@ class WorkDir:
         before they are planned."""
         data = self.folder.read_small(PLAN)
         return None if data is None else read_work_file(f"{self.shown}/{PLAN}",
-                                                        lambda: np.load(io.BytesIO(data), allow_pickle=False))
+                                                        lambda: load_npy(io.BytesIO(data)))
 
     def save_plan(self, shards: np.ndarray) -> None:
         """Store (or replace: a file found to need reading whole) the shards' plan at once."""

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 from typing import Callable, Optional, TypeVar, Union
@@ -59,6 +60,20 @@ Read = TypeVar("Read")
 class DamagedWorkDirError(GpudedupError):
     """A file of a work directory that cannot be read as a run wrote it (truncated, garbage, gone
     from a finished unit): no run can go on from it (exit code 2, one line naming the file)."""
+
+
+# numpy parses a .npy header with ast.literal_eval, whose AST construction in CPython 3.11 keeps
+# its recursion depth per interpreter, not per thread: two threads parsing at once can fail with
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905). The loads
+# of this process's threads take turns.
+NPY_LOAD_LOCK = threading.Lock()
+
+
+def load_npy(source: Union[Path, str, io.BytesIO], mmap: bool = False) -> np.ndarray:
+    """The array of the .npy file (or bytes) ``source``, loaded or (mmap) memory-mapped; one
+    thread at a time (NPY_LOAD_LOCK)."""
+    with NPY_LOAD_LOCK:
+        return np.load(source, mmap_mode="r" if mmap else None, allow_pickle=False)
 
 
 def read_work_file(path: Union[Path, str, Remote], read: Callable[[], Read]) -> Read:
@@ -132,7 +147,7 @@ class LocalFolder:
 
     def read_array(self, relative: str, name: str) -> np.ndarray:
         path = self.root / relative / name
-        return read_work_file(path, lambda: np.load(path, allow_pickle=False))
+        return read_work_file(path, lambda: load_npy(path))
 
     def commit_unit(self, relative: str, staging: Path) -> None:
         final = self.root / relative
@@ -218,7 +233,7 @@ class BucketFolder:
             raise OSError(f"{self.remote.child(relative)}/{name}: {len(data)} bytes, its unit's marker says "
                           f"{self._marker_of(relative)['sizes'][name]}")
         return read_work_file(self.remote.child(f"{relative}/{name}"),
-                              lambda: np.load(io.BytesIO(data), allow_pickle=False))
+                              lambda: load_npy(io.BytesIO(data)))
 
     def unit_done(self, relative: str) -> bool:
         return self.marker(relative) is not None
