@@ -164,10 +164,11 @@ def dedup(
     if found is None and not (work_dir is None and client is None and scheduler is None and workers is None):
         raise files_only(data)  # before a work directory is made or a cluster started
 
-    def written(result: DedupResult) -> DedupResult:
+    def written(result: DedupResult, executor: Optional[Executor] = None) -> DedupResult:
+        """The result, its outputs written where ``output`` is given (on a cluster's run, by
+        its ``executor``'s tasks where they can be)."""
         if output is not None:
-            result.write(output, format=format, overwrite=overwrite, single_file=single_file,
-                         write_removed=write_removed)
+            result._write(output, format, overwrite, single_file, write_removed, executor)
         return result
 
     if client is not None or scheduler is not None or workers is not None:
@@ -258,11 +259,12 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
 
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
-               against=None, finish: Callable[[DedupResult], DedupResult] = lambda result: result,
+               against=None, finish: Callable[[DedupResult, Executor], DedupResult] = lambda result, _: result,
                found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
     """``dedup`` through a work directory with its heavy stages on a Dask cluster; against: a
     run against a persistent index (index.store.Against), or None; finish: what to do with the
-    result while the cluster is still up (dedup's output); found: the inputs' scan, where the
+    result while the cluster is still up (dedup's output), given the run's executor (the result
+    holds none); found: the inputs' scan, where the
     caller made it; group_field: as staged_dedup takes it."""
     import tempfile
 
@@ -292,7 +294,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                     result._outcome.read_now()
             result.report = result.report.with_dask(connected.scheduler.address,
                                                     len(connected.scheduler_info()["workers"]), work_dir is not None)
-            return finish(result)
+            return finish(result, executor)
         finally:
             if work_dir is not None:  # the workers' copies of a work directory on object storage
                 clear_worker_caches(connected, location_of(work_dir))
@@ -338,13 +340,13 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
             base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
             store = base if against is None else against.wrap(base)
             outcome = run_job(store, params, backend, executor, progress, group_field=group_field)
-            table = base.table(executor)
+            table = base.table()
             # The ids stay in the shards until the results take them (a run against an index joins its own).
             ids = base.id_source if against is None else store.ids
             result = DedupResult._of(outcome, ids, table, table.kept_table, [str(p) for p in paths], text_field,
                                      id_field, sorted_records(base.skipped_records(), found), on_error,
                                      indexed_rows=store.pinned, output_bases=output_bases(found.files, found.given))
-            with_source_counts(result, group_field)
+            with_source_counts(result, group_field, executor)
             return result
     except OSError as error:  # a full disk, a lost mount or bucket, no permission in the work directory
         raise OutputError(f"{work_dir}: cannot write the work directory ({os_reason(error)}); the "

@@ -36,6 +36,7 @@ from .stages import StageLog
 
 if TYPE_CHECKING:
     from .engine.dask import DaskExecutor
+    from .engine.protocols import Executor
 
 
 @dataclass
@@ -245,7 +246,13 @@ class DedupResult:
         docs/output-formats.md). write_removed: also the removed rows, with kept_id, cluster and
         jaccard added, as removed/ beside deduplicated/ (or removed.{parquet,jsonl}:
         engine/removedrows.py)."""
-        return write_outputs(output_dir, self, format, overwrite, single_file, write_removed)
+        return self._write(output_dir, format, overwrite, single_file, write_removed)
+
+    def _write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False, single_file: bool = False,
+               write_removed: bool = False, executor: Optional[Executor] = None) -> Location:
+        """``write``, by the tasks of ``executor`` (the run's, where it is a cluster's still up:
+        write_outputs) where they can, else in this process."""
+        return write_outputs(output_dir, self, format, overwrite, single_file, write_removed, executor)
 
     def _removal(self) -> Union[np.ndarray, ClusterParts]:
         """What tells the writers of the kept rows which rows to leave out: ``removed``, or the
@@ -346,7 +353,11 @@ def whole_table(parts: Iterable[pa.Table]) -> pa.Table:
 
 
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,
-                  single_file: bool = False, write_removed: bool = False) -> Location:
+                  single_file: bool = False, write_removed: bool = False,
+                  executor: Optional[Executor] = None) -> Location:
+    """DedupResult.write; executor: the run's, where it is a cluster's that is still up and
+    its tasks are to write the files they can (the kept rows, removed rows, pairs and
+    clusters of a staged run), else None: this process writes everything."""
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     # A run over files writes one file per input file (even none, when all were left out).
@@ -356,16 +367,17 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     log = StageLog()
     try:
         with log.stage("write"):
-            return _write_files(output_dir, result, format, overwrite, log, names, write_removed)
+            return _write_files(output_dir, result, format, overwrite, log, names, write_removed, executor)
     except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
         raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
                           "nothing was written") from None
 
 
 def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite: bool, log: StageLog,
-                 names: Optional[list[str]], write_removed: bool = False) -> Location:
+                 names: Optional[list[str]], write_removed: bool = False,
+                 executor: Optional[Executor] = None) -> Location:
     """names: the sharded layout's output names (output_names), or None for one file each;
-    write_removed: the removed rows too (write_removed_rows)."""
+    write_removed: the removed rows too (write_removed_rows); executor: write_outputs'."""
     out = location_of(output_dir)
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
@@ -378,12 +390,12 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._input_files) as staging:
         if names is not None:
             (staging / KEPT_DIR).mkdir()
-            if hasattr(result.table, "write_files"):  # a staged run's shards, on its workers if any
+            if hasattr(result.table, "write_files"):  # a staged run's shards, on the executor's workers if any
                 # On object storage the tasks upload their files beside the staging folder (which
                 # is this machine's own), and the commit moves them into place.
                 kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
                     remote_staging(out, staging).child(KEPT_DIR)
-                result.table.write_files(kept, names, format, result._removal())
+                result.table.write_files(kept, names, format, result._removal(), executor)
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result._sources, result.keep),
                                  format)
@@ -394,12 +406,12 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         else:
             write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
         if write_removed:
-            write_removed_rows(result, staging, out, format, names)
-        write_clusters(result, staging, out, names is not None)
+            write_removed_rows(result, staging, out, format, names, executor)
+        write_clusters(result, staging, out, names is not None, executor)
         if result._on_error == "skip":  # written even when empty: "nothing was skipped"
             write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
                         staging / "errors.jsonl")
-        write_pairs(result, staging, out, names is not None)
+        write_pairs(result, staging, out, names is not None, executor)
         # The report's figures are drawn within the write's time; the page itself needs the
         # finished report, so it comes after.
         from .html_report import report_figures, write_report
@@ -421,10 +433,10 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
 
 
 def write_removed_rows(result: DedupResult, staging: Path, out: Location, format: str,
-                       names: Optional[list[str]]) -> None:
+                       names: Optional[list[str]], executor: Optional[Executor] = None) -> None:
     """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
-    input file under removed/, named as under deduplicated/ (names), by the tasks that write
-    the kept rows where a staged run writes them so; or one file removed.<format>."""
+    input file under removed/, named as under deduplicated/ (names), by ``executor``'s tasks
+    where a staged run writes its kept rows so; or one file removed.<format>."""
     clustered = result._outcome.clustered
     if isinstance(clustered, ClusterParts):
         removed_of: RemovedOf = PartsRemoved(clustered, result._wide_id_type)
@@ -444,7 +456,8 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
                          path, format, removed_schema(result.table.schema, removed_of))
         return
     if staged:
-        result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed_of, spec)
+        result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed_of, spec,
+                                         executor)
         return
     texts, start = content_of(result.table, result.text_field), 0
     for name, source in zip(names, result._sources, strict=True):
@@ -453,26 +466,26 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
         start += source.rows
 
 
-def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:
-    """Write pairs (write_table), by the run's cluster where it left its clusters in its work
-    directory's parts and is still up (DaskExecutor.write_pairs: the client holds none of the
-    pairs or their ids), else here, a part at a time."""
-    clustered, executor = result._outcome.clustered, result._outcome.executor
-    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process
-            and executor.connected()):
+def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool,
+                executor: Optional[Executor] = None) -> None:
+    """Write pairs (write_table), by ``executor``'s tasks where it is a cluster's and the run
+    left its clusters in its work directory's parts (DaskExecutor.write_pairs: the client holds
+    none of the pairs or their ids), else here, a part at a time."""
+    clustered = result._outcome.clustered
+    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process):
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
     cast("DaskExecutor", executor).write_pairs(result._outcome.pairs, clustered, tasks_folder(staging, out, PAIRS_DIR),
                                                result._wide_id_type)
 
 
-def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool) -> None:
-    """Write clusters (write_table), a task per part on the run's cluster where it left its
-    clusters in its work directory's parts and is still up (each part made from the parts
+def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool,
+                   executor: Optional[Executor] = None) -> None:
+    """Write clusters (write_table), a task per part on ``executor`` where it is a cluster's
+    and the run left its clusters in its work directory's parts (each part made from the parts
     that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
-    clustered, executor = result._outcome.clustered, result._outcome.executor
-    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process
-            and executor.connected()):
+    clustered = result._outcome.clustered
+    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process):
         write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
     folder = tasks_folder(staging, out, CLUSTERS_DIR)

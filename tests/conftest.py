@@ -168,8 +168,9 @@ def output_names():
 # of the CLI in process is checked against its input, read again by conservation.py, and its
 # report must state the reading the caller asked for, which is what lets the checker take the
 # reading of a subprocess's run from its report.json);
-# DedupResult.write is wrapped (every output directory written in process is checked from its
-# files, wherever it is, even in a temporary directory gone before the test ends); and after
+# DedupResult._write, which every write goes through, is wrapped (every output directory written
+# in process is checked from its files, wherever it is, even in a temporary directory gone
+# before the test ends); and after
 # every test, and again at the end of the session, pytest's temporary directories are searched
 # for output directories not checked yet (CLI runs in subprocesses, module- and session-scoped
 # fixtures, results made by the engine's internal functions and then written).
@@ -276,9 +277,9 @@ def pytest_configure(config):
     import gpudedup.result
 
     _originals["dedup"] = gpudedup.api.dedup
-    _originals["write"] = gpudedup.result.DedupResult.write
+    _originals["write"] = gpudedup.result.DedupResult._write
     gpudedup.api.dedup = gpudedup.dedup = _checked_dedup(_originals["dedup"])
-    gpudedup.result.DedupResult.write = _checked_write(_originals["write"])
+    gpudedup.result.DedupResult._write = _checked_write(_originals["write"])
 
 
 def pytest_unconfigure(config):
@@ -288,7 +289,7 @@ def pytest_unconfigure(config):
         import gpudedup.result
 
         gpudedup.api.dedup = gpudedup.dedup = _originals["dedup"]
-        gpudedup.result.DedupResult.write = _originals["write"]
+        gpudedup.result.DedupResult._write = _originals["write"]
 
 
 def _is_run_report(report: Path) -> bool:

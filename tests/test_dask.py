@@ -84,18 +84,23 @@ def written_by_workers(stream) -> int:
 
 def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tmp_path):
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
-    spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
+    with distributed.get_task_stream(client) as stream:
+        spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
+                                output=tmp_path / "spread")
     assert spread.report["dask"]["workers"] == 2
     assert_same_results(single, spread)
     assert_same_shown(single._outcome.shown, spread._outcome.shown)
     single.write(tmp_path / "single")
-    with distributed.get_task_stream(client) as stream:
-        spread.write(tmp_path / "spread")
     assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
     # The workers wrote every shard's spill into the work directory, and each shard's kept rows
     # into its output file.
     assert len(list((tmp_path / "work" / "shards").iterdir())) == 6
     assert written_by_workers(stream) == 6
+    # A result holds no client: written again after its run, this process writes the same files.
+    with distributed.get_task_stream(client) as later_stream:
+        spread.write(tmp_path / "later")
+    assert written_by_workers(later_stream) == 0
+    assert_same_files(tmp_path / "single", tmp_path / "later", "parquet")
 
 
 @pytest.mark.parametrize("pairs_per_part", [None, 30])
@@ -833,7 +838,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
         write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
     executor = DaskExecutor(client)
     pairs = VerifiedPairs(first[held], second[held], jaccard[held],
-                          PairParts.of(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)), executor)
+                          PairParts.of(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)))
 
     class RowIds:  # (disk.IdsAt's form: the ids of the 40 rows)
         type = pa.large_string()

@@ -151,13 +151,13 @@ def test_the_cli_refuses_a_file_changed_before_its_write_with_one_line(tmp_path,
     """The file rewritten right as the CLI's write begins (after every stage read it): exit 2,
     one line, no output directory."""
     source = write_corpus(tmp_path / "in")
-    write = DedupResult.write
+    write = DedupResult._write  # (the write of the CLI's run goes through it)
 
     def rewritten_first(self, *args, **options):
         rewrite_in_place(source, keep_size_and_time=True)
         return write(self, *args, **options)
 
-    monkeypatch.setattr(DedupResult, "write", rewritten_first)
+    monkeypatch.setattr(DedupResult, "_write", rewritten_first)
     staged = ["--work-dir", str(tmp_path / "work")] if how == "staged" else []
     result = CliRunner().invoke(app, ["dedup", str(source), "-o", str(tmp_path / "out"), "--id-field", "id",
                                       "--format", "jsonl", "-q", "--backend", "cpu", *staged])
@@ -166,16 +166,21 @@ def test_the_cli_refuses_a_file_changed_before_its_write_with_one_line(tmp_path,
 
 
 @pytest.mark.timeout(90)  # a staged run on two workers: 15 s beside other work
-def test_dask_workers_check_the_bytes_of_the_files_they_copy(client, tmp_path):
+def test_dask_workers_check_the_bytes_of_the_files_they_copy(client, tmp_path, monkeypatch):
     """On a cluster each worker copies its files' kept lines (disk.write_file_rows); only the
-    bytes tell this change, and the worker's check says so."""
+    bytes tell this change (made as the run's write begins), and the worker's check says so."""
     source = write_corpus(tmp_path / "in")
-    result = run(source, "staged", tmp_path, client=client)
-    rewrite_in_place(source, keep_size_and_time=True)
+    write = DedupResult._write  # (the write of a run with output= goes through it)
+
+    def rewritten_first(self, *args, **options):
+        rewrite_in_place(source, keep_size_and_time=True)
+        return write(self, *args, **options)
+
+    monkeypatch.setattr(DedupResult, "_write", rewritten_first)
     distributed = pytest.importorskip("distributed")
     with distributed.get_task_stream(client) as stream, \
             pytest.raises(gpudedup.InputError, match=r"a\.jsonl: changed since the run read it \(its bytes differ\)"):
-        result.write(tmp_path / "out", format="jsonl")
+        run(source, "staged", tmp_path, client=client, output=tmp_path / "out", format="jsonl")
     assert [task["status"] for task in stream.data if str(task["key"]).startswith("write_file_rows")] == ["error"]
     assert_nothing_written(tmp_path)
 

@@ -178,10 +178,10 @@ class ClusterParts:
               executor: Optional[Executor] = None) -> tuple[np.ndarray, Clusters]:
         """Of the clusters ``numbers`` (int64; a few, for report.html): their sizes (int64) and
         the documents a report lists (cluster.listed_members), held; a task per part that holds
-        any clustered document, on ``executor`` where it is a connected cluster's, else here:
+        any clustered document, on ``executor`` where it is a cluster's, else here:
         the client gets a few documents per cluster and part, not every member."""
         holding = np.flatnonzero(self.sizes).tolist()
-        if executor is None or executor.in_process or not executor.connected():
+        if executor is None or executor.in_process:
             found = [part_shown(self, number, numbers, listed) for number in holding]
         else:
             parts, asked = executor.share(self, numbers)
@@ -195,9 +195,9 @@ class ClusterParts:
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
         """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
         a task per part that holds any clustered document, on ``executor`` where it is a
-        connected cluster's, else here."""
+        cluster's, else here."""
         holding = np.flatnonzero(self.sizes).tolist()
-        if executor is None or executor.in_process or not executor.connected():
+        if executor is None or executor.in_process:
             found = [part_members(self, number, numbers) for number in holding]
         else:
             parts, asked = executor.share(self, numbers)

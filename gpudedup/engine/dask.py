@@ -98,9 +98,6 @@ class DaskExecutor:
         """protocols.Executor.share: futures of ``values``, sent to every worker once (daskops.share)."""
         return tuple(share(self.client, *values))
 
-    def connected(self) -> bool:
-        return getattr(self.client, "status", None) == "running"
-
     def clusters(self, store, verified, policy):
         """protocols.Executor.clusters as tasks: the connected components as rounds of shuffles
         (engine/components.py), then the keep decision and the parts by two more

@@ -420,9 +420,7 @@ class WorkDirStore:
         rules decided (each shard's own, a file left out whole, a repeated id)."""
         return list(self.found.records) + self.combination.records
 
-    def table(self, executor: Optional[Executor] = None) -> "ShardedTable":
-        """The input rows of the run's documents (DedupResult.table); executor: the run's,
-        which writes the kept rows' files too while it is connected."""
+    def table(self) -> "ShardedTable":
+        """The input rows of the run's documents (DedupResult.table)."""
         stamps = [FileStamp.of_list(self.work.shard_info(index)["stamp"]) for index in range(self.shards.count)]
-        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out, stamps,
-                            executor)
+        return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out, stamps)

@@ -85,7 +85,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: over_arrays.checked_pairs(
             store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
-        verified = checked.verified(store, params.threshold, executor)
+        verified = checked.verified(store, params.threshold)
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
@@ -96,8 +96,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=checked.candidates, checked=checked.checked, verified=verified.count,
                           clusters=clusters, copies=copies, work_dir=store.work_dir)
-    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, shown,
-                   executor)
+    return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, shown)
 
 
 def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams, log: StageLog, progress: Progress,

@@ -43,13 +43,12 @@ class ShardedTable:
     gives a few texts (report.html)."""
 
     def __init__(self, shards: Shards, reader: ShardReader, rows: Kept, schema: pa.Schema, left_out: set[int],
-                 stamps: list[Optional[FileStamp]], executor: Optional[Executor] = None):
+                 stamps: list[Optional[FileStamp]]):
         self.shards, self.reader, self.rows, self._schema = shards, reader, rows, schema
         self.left_out = left_out
         # Each shard's stamp as it was read (io/stamps.py), held here: a run without a work
         # directory writes after its temporary one is gone.
         self.stamps = stamps
-        self.executor = executor  # the run's, for write_files
 
     def __getitem__(self, name: str):
         if name != self.reader.text_field:
@@ -125,12 +124,12 @@ class ShardedTable:
         return [self.reader.files[file] for file, _ in self._files_read()]
 
     def write_files(self, folder: Location, names: list[str], format: str,
-                    removed: Union[np.ndarray, ClusterParts]) -> None:
+                    removed: Union[np.ndarray, ClusterParts], executor: Optional[Executor] = None) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
         int64 ascending, the documents removed, or the parts of a cluster's run that hold
-        them): one task per file, on the run's Dask workers while its client is still
-        connected (each worker reads the file's shards and writes its file; folder must be on a
-        file system they share, or on object storage), else in this process. A task gets the
+        them): one task per file, on ``executor``'s workers where given (each worker reads the
+        file's shards and writes its file; folder must be on a file system they share, or on
+        object storage), else in this process. A task gets the
         rows of its shards not to write, not a mask over them, or (parts) finds them from the
         parts of its shards' documents (DroppedRows, one object that every task shares: sent to
         each worker once)."""
@@ -138,7 +137,7 @@ class ShardedTable:
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         checks = [([self.stamps[i] for i in indices], self.unwritten()) for indices, _ in files]
         tasks: list[tuple]
-        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        executor = executor or LocalExecutor()
         if isinstance(removed, ClusterParts):
             reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
             tasks = [(reader, indices, None, path, format, finder, *check)
@@ -151,24 +150,25 @@ class ShardedTable:
         executor.map(write_file_rows, tasks, "writing the kept rows")
 
     def write_removed_files(self, folder: Location, names: list[str], format: str, removed_of: RemovedOf,
-                            spec: ShingleSpec) -> None:
+                            spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
         """Each of file_paths' removed rows into folder/<its name> (removedrows.py; removed_of
         gives the removed documents of a range, spec the run's shingling): one task per file,
-        where write_files runs its tasks."""
+        on ``executor`` as write_files runs them."""
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
-        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        executor = executor or LocalExecutor()
         reader, rows, finder = executor.share(self.reader, self.rows, removed_of)
         consequence = self.unwritten()
         executor.map(write_file_removed, [(reader, self.shards.rows, rows, indices, path, format, finder, spec,
                                            [self.stamps[i] for i in indices], consequence)
                                           for indices, path in files], "writing the removed rows")
 
-    def tally_files(self, removed_of: RemovedOf, size_name: str, field: Optional[str]) -> list[Tally]:
+    def tally_files(self, removed_of: RemovedOf, size_name: str, field: Optional[str],
+                    executor: Optional[Executor] = None) -> list[Tally]:
         """Each of file_paths' counts (sourcecounts.file_tally; removed_of: the removed
         documents with their kept ones; size_name: the spilled sizes counted; field: the group
-        column, or None): one task per file, where write_files runs its tasks."""
-        executor = self.executor if self.executor is not None and self.executor.connected() else LocalExecutor()
+        column, or None): one task per file, on ``executor`` as write_files runs them."""
+        executor = executor or LocalExecutor()
         value_type = field_type(self.schema(), field) if field is not None else None
         reader, rows, finder = executor.share(self.reader, self.rows, removed_of)
         consequence = self.unwritten()

@@ -35,9 +35,6 @@ class LocalExecutor:
     def share(self, *values: Any) -> tuple:
         return values
 
-    def connected(self) -> bool:
-        return True
-
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         out_of_lsh = held_out_of_lsh(store, copies)
@@ -77,7 +74,7 @@ class LocalExecutor:
         members = clustered if isinstance(clustered, Clusters) else clustered.members(numbers)
         mine = np.isin(members.cluster, numbers)
         members = Clusters(members.docs[mine], members.cluster[mine], members.keep[mine])
-        return pairs.map(pairs_inside_of, members, numbers, asked_a, asked_b)
+        return pairs.map(self, pairs_inside_of, members, numbers, asked_a, asked_b)
 
     def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
         first, second, _ = verified.arrays

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Union
 
 import numpy as np
 
@@ -15,9 +15,6 @@ from .clusterparts import ClusterParts
 from .kept import Kept
 from .pairs import CheckedPairs, VerifiedPairs
 from .shown import Shown
-
-if TYPE_CHECKING:
-    from .protocols import Executor
 
 
 @dataclass
@@ -45,8 +42,10 @@ class Outcome:
         pair (first, member) of pair_a, pair_b with Jaccard 1.0.
     shown: what report.html and the terminal show of the run (engine/shown.py), computed by
         the run.
-    executor: the run's, whose tasks read what a cluster's run left in parts (while it is
-        connected).
+
+    An outcome holds no executor: what reads a cluster's parts after the run (writing the
+    outputs, a notebook's questions) is given the executor to read them with, or reads them in
+    this process.
     """
 
     pairs: "VerifiedPairs"
@@ -58,7 +57,6 @@ class Outcome:
     candidate_b: np.ndarray
     copies: Copies
     shown: Shown
-    executor: Optional["Executor"] = None
 
     @property
     def pair_a(self) -> np.ndarray:

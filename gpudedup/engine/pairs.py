@@ -102,16 +102,16 @@ class CheckedPairs:
         return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, rejected,
                    arrays["part_sizes"], arrays["copy_sizes"])
 
-    def verified(self, store: Store, threshold: float, executor: "Executor") -> "VerifiedPairs":
-        """The pairs that reach ``threshold`` (those in parts left where they are, for the
-        run's ``executor`` to read: verification's parts, then the copies' parts)."""
+    def verified(self, store: Store, threshold: float) -> "VerifiedPairs":
+        """The pairs that reach ``threshold`` (those in parts left where they are: verification's
+        parts, then the copies' parts)."""
         if not self.parts:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
         parts = store.pair_parts(VERIFIED, self.parts, self.part_sizes)
         if self.copy_sizes.shape[0]:
             parts = parts.joined(store.pair_parts(COPIES, self.copy_sizes.shape[0], self.copy_sizes))
-        return VerifiedPairs(self.first, self.second, self.jaccard, parts, executor)
+        return VerifiedPairs(self.first, self.second, self.jaccard, parts)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -167,7 +167,6 @@ class VerifiedPairs:
     second: np.ndarray
     jaccard: np.ndarray
     parts: Optional["PairParts"] = None
-    executor: Optional["Executor"] = None  # the run's: its tasks read the parts (while connected)
 
     @property
     def count(self) -> int:
@@ -175,13 +174,13 @@ class VerifiedPairs:
         stored = 0 if self.parts is None or self.parts.sizes is None else int(self.parts.sizes.sum())
         return int(self.first.shape[0]) + stored
 
-    def map(self, function: Callable[..., Any], *arguments) -> list:
+    def map(self, executor: "Executor", function: Callable[..., Any], *arguments) -> list:
         """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time:
-        by the run's tasks where the pairs lie in parts and its cluster is still up (each part
-        read where it lies: pairparts.on_pairs), else here, once over every pair. The caller
-        combines the results (a sum, a minimum), which must not depend on how the pairs are cut."""
-        executor = self.executor
-        if self.parts is None or executor is None or executor.in_process or not executor.connected():
+        by ``executor``'s tasks where the pairs lie in parts and it runs tasks elsewhere (each
+        part read where it lies: pairparts.on_pairs), else here, once over every pair. The
+        caller combines the results (a sum, a minimum), which must not depend on how the pairs
+        are cut."""
+        if self.parts is None or executor.in_process:
             return [function(*self.arrays, *arguments)]
         return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
 

@@ -117,9 +117,6 @@ class Executor(Protocol):
         """``values`` as a stage's tasks take what they all read: sent to every worker once
         (a cluster's futures of them), rather than inside every task; here, the values."""
 
-    def connected(self) -> bool:
-        """Whether tasks can still be run (a cluster's client may be closed after its run)."""
-
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the

@@ -16,7 +16,7 @@ A null group value is a group of its own (null in report.json, "(null)" where sh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,9 @@ from .kept import Kept
 from .removedrows import HeldRemoved, PartsRemoved, RemovedDocs, RemovedOf, held_removed
 from .shards import by_shard
 from .workdir import WorkDir
+
+if TYPE_CHECKING:
+    from .protocols import Executor
 
 # A file's or a group's counts, in this order (Tally.counts; "size" is bytes or tokens).
 COUNTS = ("documents", "kept", "removed", "removed_within", "removed_across", "size", "kept_size")
@@ -313,15 +316,15 @@ def input_schemas(store: Any) -> list[tuple[str, pa.Schema]]:
             for file, found in schemas.items()]
 
 
-def with_source_counts(result: Any, field: Optional[str]) -> None:
+def with_source_counts(result: Any, field: Optional[str], executor: Optional["Executor"] = None) -> None:
     """Set ``result``'s report (a DedupResult's, as made) to one with where its duplicates come
     from (Report.with_sources): a task per input file of a staged run (the table's
-    tally_files), else counted here over the rows held."""
+    tally_files, on the run's ``executor``), else counted here over the rows held."""
     report = result.report
     tokens = report["parameters"]["shingle"] == "token"
     removed = removed_kept(result._outcome.clustered, result.indexed_rows)
     if hasattr(result.table, "tally_files"):  # a staged run's shards (keptrows.ShardedTable)
-        tallies = result.table.tally_files(removed, "lengths" if tokens else "text_bytes", field)
+        tallies = result.table.tally_files(removed, "lengths" if tokens else "text_bytes", field, executor)
     else:
         assert isinstance(removed, HeldRemoved), "a run in memory holds its clusters"
         content = field_column(result.table, result.text_field)
