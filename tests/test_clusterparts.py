@@ -16,7 +16,7 @@ import pytest
 from gpudedup.core.cluster import clusters_of_roots, kept_documents, listed_members
 from gpudedup.engine.clusterparts import ClusterParts, clusters_table, dask_clusters, range_starts
 from gpudedup.ids import ArrayIds
-from gpudedup.result import NamedRows, clusters_parts, whole_table
+from gpudedup.tables import NamedRows, clusters_parts, whole_table
 from gpudedup.engine.components import dask_component_labels
 from test_components import oracle_roots, random_pairs
 

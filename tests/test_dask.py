@@ -814,7 +814,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
     from gpudedup.io import layout
     from gpudedup.io.write import write_parquet
-    from gpudedup.result import NamedRows, pairs_parts
+    from gpudedup.tables import NamedRows, pairs_parts
     from test_clusterparts import HeldLengths
 
     monkeypatch.setattr(layout, "PART_ROWS", 7)

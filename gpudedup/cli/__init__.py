@@ -26,6 +26,7 @@ from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, L
                      BackendChoice, Exclude, GroupField, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
                      command_paths, err, interrupt_told, out, print_error, print_summary, unicode_form,
                      user_errors, WriteRemoved)
+from .evaluate import evaluate_command
 from .index import index_app
 
 if TYPE_CHECKING:
@@ -313,108 +314,7 @@ def params_command(
         out.print(table)
 
 
-@app.command("evaluate")
-def evaluate_command(
-    context: typer.Context,
-    inputs: Annotated[List[Path], typer.Argument(help="The sample: JSONL, Parquet, Arrow or .txt files, or "
-                                                      "directories of them.", show_default=False)],
-    *,  # (keyword-only: the required --output sits in its panel, after options with defaults)
-    text_field: Annotated[str, typer.Option(help="The field holding the text.",
-                                            rich_help_panel=INPUT_PANEL)] = "text",
-    id_field: Annotated[Optional[str], typer.Option(help="The field holding unique ids.", show_default=False,
-                                                    rich_help_panel=INPUT_PANEL)] = None,
-    token_field: Annotated[str, typer.Option(help="The field of token ids that token shingles read.",
-                                             rich_help_panel=INPUT_PANEL)] = "input_ids",
-    limit: Annotated[Optional[int], typer.Option(help="Use the first N documents.", show_default=False,
-                                                 rich_help_panel=INPUT_PANEL)] = None,
-    sample: Annotated[Optional[int], typer.Option(help="Then N of them at random.", show_default=False,
-                                                  rich_help_panel=INPUT_PANEL)] = None,
-    sample_seed: Annotated[int, typer.Option(help="Seed of --sample.", rich_help_panel=INPUT_PANEL)] = 0,
-    threshold: Annotated[str, typer.Option(help="Comma list of thresholds.",
-                                           rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_THRESHOLD),
-    shingle: Annotated[str, typer.Option(help="Comma list of word, char, token.",
-                                         rich_help_panel=SIMILARITY_PANEL)] = "word",
-    ngram: Annotated[str, typer.Option(help="Comma list of n-gram sizes.",
-                                       rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_NGRAM),
-    unicode: Annotated[str, typer.Option(help="Comma list of Unicode forms for text shingles: none, nfc, nfkc.",
-                                         rich_help_panel=SIMILARITY_PANEL)] = "none",
-    strip_punctuation: Annotated[str, typer.Option(help="Comma list of no, yes: remove punctuation (text "
-                                                        "shingles).", rich_help_panel=SIMILARITY_PANEL)] = "no",
-    strip_symbols: Annotated[str, typer.Option(help="Comma list of no, yes: remove symbols (text shingles).",
-                                               rich_help_panel=SIMILARITY_PANEL)] = "no",
-    num_perm: Annotated[str, typer.Option(help="Comma list of K.",
-                                          rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_NUM_PERM),
-    bands: Annotated[Optional[str], typer.Option(
-        help="Comma list of b (`auto`: chosen from the threshold).", show_default=False,
-        rich_help_panel=SIMILARITY_PANEL)] = None,
-    rows: Annotated[Optional[str], typer.Option(help="Comma list of r (`auto` allowed).", show_default=False,
-                                                rich_help_panel=SIMILARITY_PANEL)] = None,
-    max_fn: Annotated[Optional[str], typer.Option(
-        help="Comma list of miss-probability targets for chosen b and r.", show_default=False,
-        rich_help_panel=SIMILARITY_PANEL)] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the permutations.",
-                                      rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
-    bucket_window: Annotated[int, typer.Option(help="As in dedup.",
-                                               rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
-                                         show_default=False, rich_help_panel=OUTPUT_PANEL)],
-    criterion: Annotated[str, typer.Option(help="What the setting recommended per threshold is best at: f1, "
-                                                "recall, precision, time, memory, candidate_recall, "
-                                                "candidate_f1, cluster_recall.",
-                                           rich_help_panel=OUTPUT_PANEL)] = "f1",
-    bin_width: Annotated[float, typer.Option(help="Width of the similarity bins of recall by similarity.",
-                                             rich_help_panel=OUTPUT_PANEL)] = 0.05,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.",
-                                        rich_help_panel=OUTPUT_PANEL)] = False,
-    backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.",
-                                                   rich_help_panel=SCALE_PANEL)] = BackendChoice.auto,
-):
-    """Score a grid of settings on a sample against its exact all-pairs Jaccard.
-
-    Every combination of the comma lists runs the real job; candidates and verified pairs are
-    compared with the exact pairs at the setting's threshold. Each threshold is scored against
-    its own exact pairs, so it gets its own recommended setting (the best for --criterion).
-    Prints a table with those marked, and writes evaluation.json, evaluation.csv and a
-    recall-by-similarity figure per recommended setting into OUTPUT.
-
-    Example: `gpudedup evaluate sample.jsonl -o eval/ --num-perm 64,128 --threshold 0.7,0.8`
-    """
-    # (start-up: `--help` and completion load no job)
-    from .. import evaluate as evaluation
-    from ..io.read import read_corpus
-
-    with user_errors(context) as guard:
-        settings, notes = evaluation.expand_grid(
-            evaluation.parse_list(num_perm),
-            evaluation.parse_list(bands, allow_auto=True) if bands else None,
-            evaluation.parse_list(rows, allow_auto=True) if rows else None,
-            evaluation.parse_list(shingle, str), evaluation.parse_list(ngram),
-            evaluation.parse_list(threshold, float),
-            evaluation.parse_list(max_fn, float) if max_fn else None,
-            evaluation.parse_list(unicode, evaluation.unicode_form),
-            evaluation.parse_list(strip_punctuation, evaluation.yes_no),
-            evaluation.parse_list(strip_symbols, evaluation.yes_no),
-        )
-        evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
-        # Only token shingles: the token ids are the content read (no text needed).
-        content = token_field if all(s.shingle == "token" for s in settings) else text_field
-        corpus = evaluation.select_documents(read_corpus(list(inputs), content, id_field), limit, sample,
-                                             sample_seed)
-
-        def progress(done: int, total: int, result) -> None:
-            if not quiet:
-                err.print(f"[{done}/{total}] {escape(result.setting.label)}")
-
-        results = evaluation.evaluate(corpus, settings, backend=backend.value, seed=seed,
-                                      bucket_window=bucket_window, bin_width=bin_width, notes=notes,
-                                      token_field=token_field, criterion=criterion,
-                                      on_result=progress)
-        typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
-        json_path, csv_path = evaluation.write_results(results, output, criterion)
-        guard.written = output
-        if not quiet:
-            err.print(f"Results in {json_path} and {csv_path}")
-        guard.done()
+app.command("evaluate")(evaluate_command)
 
 
 @app.command("demo")

@@ -164,7 +164,7 @@ class ClusterParts:
 
     def named_rows(self, id_type: pa.DataType) -> tuple[np.ndarray, pa.Array, np.ndarray]:
         """(docs, ids, rank) of every document in clusters, ascending by row, read from the
-        parts here (result.NamedRows of a cluster's run; id_type: the ids' wide type)."""
+        parts here (tables.NamedRows of a cluster's run; id_type: the ids' wide type)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
         docs = self.read_parts(numbers, ["docs", "rank"], work)
@@ -472,7 +472,7 @@ def part_members(clustered: ClusterParts, number: int, numbers: np.ndarray) -> C
 
 
 def clusters_table(clustered: ClusterParts, pieces: list[tuple[int, int, int]], id_type: pa.DataType) -> pa.Table:
-    """A part of the clusters table (id, cluster, keep, kept_id: result.clusters_parts') from
+    """A part of the clusters table (id, cluster, keep, kept_id: tables.clusters_parts') from
     the slices (part, start, stop) of the parts that hold its rows (ClusterParts.table_pieces);
     id_type: the ids' (wide) type, for a part of none."""
     work = WorkDir.attach(clustered.work_at)

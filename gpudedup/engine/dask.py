@@ -205,7 +205,7 @@ class DaskExecutor:
 
     def write_pairs(self, pairs, clustered, folder, id_type) -> None:
         """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
-        result.pairs_parts makes them) written into ``folder`` (a Location) by tasks, the
+        tables.pairs_parts makes them) written into ``folder`` (a Location) by tasks, the
         client holding none of the pairs or their ids: a task per place the pairs lie (the
         copies held here, each verified part) makes them a frame, two lookups (the pairs set on
         one document, then the other, by the rows of the clusters' parts ``clustered``: their
