@@ -39,6 +39,11 @@ installed package has it, whatever PYTHONDONTWRITEBYTECODE says here.
 
     python scripts/build_bench_corpus.py --install bench_data/bench.jsonl
     python scripts/bench_sizes.py bench_data/bench.jsonl --results bench-results/sizes.json
+
+``--gpudedup-python VENV/bin/python`` runs gpudedup with another interpreter: a venv made with
+``pip install .`` alone has gpudedup's dependencies and nothing else, as a user's install has
+(the development extras bring pandas, which pyarrow imports on its first conversion wherever it
+is installed). The runs still start in the checkout, so they run its code.
 """
 
 from __future__ import annotations
@@ -184,10 +189,20 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 def tool_command(tool: str, path: Path, shingle: str, out: Path, args) -> list[str]:
     if tool == "gpudedup":
-        return [sys.executable, "-m", "gpudedup", "dedup", str(path), "-o", str(out), "--overwrite", "--id-field",
+        return [args.gpudedup_python, "-m", "gpudedup", "dedup", str(path), "-o", str(out), "--overwrite", "--id-field",
                 "id", "--shingle", shingle, "--ngram", str(args.ngram), "--threshold", str(args.threshold)]
     return [sys.executable, __file__, "--child", tool, str(path), "--shingle", shingle, "--ngram", str(args.ngram),
             "--threshold", str(args.threshold), "--bands", str(args.bands), "--rows", str(args.rows)]
+
+
+def interpreter_said(python: str) -> str:
+    """What the run's conditions say of the interpreter that runs gpudedup: this one, or another
+    (a venv of gpudedup alone), and whether pandas is installed there (pyarrow imports it on its
+    first conversion where it is: gpudedup then imports it at start, about 0.3 s here)."""
+    found = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('pandas') is not None)"],
+                           capture_output=True, text=True, check=True).stdout.strip() == "True"
+    where = "this interpreter" if python == sys.executable else python
+    return f"gpudedup run by {where} ({'with' if found else 'without'} pandas installed)"
 
 
 def run_child(args) -> None:
@@ -219,7 +234,7 @@ def index_add(base: Path, added: Path, folder: Path, env: dict[str, str], args) 
     work = Path(tempfile.mkdtemp(dir=folder))
     try:
         index, copy = work / "index", work / "copy"
-        gpudedup = [sys.executable, "-m", "gpudedup"]
+        gpudedup = [args.gpudedup_python, "-m", "gpudedup"]
         timed(gpudedup + ["index", "create", str(index), "--threshold", str(args.threshold), "--shingle", "word",
                           "--ngram", str(args.ngram)], env)
         timed(gpudedup + ["index", "add", str(index), str(base), "-o", str(work / "base-out"), "--id-field", "id"],
@@ -265,6 +280,9 @@ def main() -> None:
                         help="where the inputs, the index and the bytecode cache go")
     parser.add_argument("--results", type=Path, help="write the figures into this results file (bench-results/)")
     parser.add_argument("--note", default="", help="words added to the run's conditions (what else ran, ...)")
+    parser.add_argument("--gpudedup-python", default=sys.executable,
+                        help="the interpreter that runs gpudedup (default: this one), e.g. a venv's made with "
+                             "`pip install .` alone, as a user installs it")
     parser.add_argument("--child", choices=("rensa", "datasketch"), help=argparse.SUPPRESS)
     parser.add_argument("--shingle", choices=SHINGLES, help=argparse.SUPPRESS)
     parser.add_argument("--bands", type=int, help=argparse.SUPPRESS)
@@ -322,7 +340,8 @@ def main() -> None:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     conditions = (f"every run a fresh process timed from outside, best of up to {args.repeat}; load average "
-                  f"{load_before} before the runs, {load_average()} after" + (f"; {args.note}" if args.note else ""))
+                  f"{load_before} before the runs, {load_average()} after; {interpreter_said(args.gpudedup_python)}"
+                  + (f"; {args.note}" if args.note else ""))
     print(conditions)
     if args.results:
         run = {**this_run("numba", "rensa", "datasketch"), "conditions": conditions}
