@@ -1,4 +1,4 @@
-"""Persistent-index benchmark (issue 14): gpudedup's Index against datasketch and rensa LSH
+"""Persistent-index benchmark: gpudedup's Index against datasketch and rensa LSH
 indexes, on a real corpus cut into a base and weekly-style increments, all in the same run.
 
 The corpus (JSONL with a 'text' field) is shuffled with --seed and cut into a base (--base, a

@@ -1,7 +1,7 @@
 """Peak memory of the staged run (--work-dir), of a run on a 2-worker Dask cluster and of the
 in-memory run on 1x, 4x, 16x (...) the same synthetic corpus: the staged run's peak should stay
 nearly flat, the in-memory run's should grow with the corpus; on the cluster, the client's peak
-and each worker's are measured apart (issue 15's scale benchmark).
+and each worker's are measured apart (the scale benchmark of docs/scale.md).
 
 The corpus is Parquet shards of the same size (``--shard-documents`` documents of ``--words``
 words). The words are drawn from the bundled sample's words with their frequencies (real words,
@@ -13,13 +13,11 @@ that the identical-copies stage has work across shards too. Each run is its own 
 (``peak_rss_mb``) is that process's resident high-water mark at its end (VmHWM: the client
 on a cluster). The report's own peak (``report_peak_rss_mb``, the largest of its
 per-stage peaks) is given beside it; it stops before report.html is written, which reads the
-texts of the largest clusters (until 2026-11-27's sixth session the benchmark gave only the
-report's peak, 48 MB under the process's at 16× on a cluster). The cluster's scheduler and workers run in a process of
-their own, as on a real cluster, so the client's peak is its own (before 2026-11-27's fifth
-session the scheduler shared the client's process). A worker's and the scheduler's peak is its
-process's resident high-water mark at the end of the run (VmHWM, through ``Client.run``
-and ``Client.run_on_scheduler``; until the sixth session ``getrusage``'s ru_maxrss, which
-Linux carries across exec: a worker's then counted the process that started it).
+texts of the largest clusters. The cluster's scheduler and workers run in a process of their
+own, as on a real cluster, so the client's peak is its own. A worker's and the scheduler's
+peak is its process's resident high-water mark at the end of the run (VmHWM, through
+``Client.run`` and ``Client.run_on_scheduler``; not ``getrusage``'s ru_maxrss, which Linux
+carries across exec, so that a worker's would count the process that started it).
 
 The modes ``staged-s3`` and ``dask-s3`` keep the work directory on object storage: a moto
 server started here (``python -m moto.server``, the tests' S3-compatible server; its speed is

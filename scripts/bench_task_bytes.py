@@ -1,11 +1,12 @@
 """The bytes a Dask run's tasks carry, against the number of shards: what the client sends the
 scheduler, and what the scheduler sends the workers, in runs over 25, 100, 400 (...) JSONL
-files of the same small documents on a 2-worker LocalCluster (issue 15: the client must hold
-what grows with the shards and tasks, not more).
+files of the same small documents on a 2-worker LocalCluster (the client must hold what grows
+with the shards and tasks, not more).
 
-Each task of a stage once carried the shard reader (a description of every shard) and the
-per-shard offsets, so the bytes grew with the square of the shards. The reference is the
-run's own smallest scale: bytes per shard that stay flat as the shards grow are linear.
+A stage whose every task carried the shard reader (a description of every shard) and the
+per-shard offsets would send bytes growing with the square of the shards; the stages send them
+to the workers once (engine/daskops.share). The reference is the run's own smallest scale:
+bytes per shard that stay flat as the shards grow are linear.
 
     python scripts/bench_task_bytes.py --shards 100 400 --json bench_data/task_bytes.json
 

@@ -9,7 +9,7 @@ documents; the documents are then shuffled (--seed), so that a verse's translati
 over the file as unrelated records of a registry would be.
 
 Why: scripts/bench_cpu.py should also run on many short texts (tens to a few hundred bytes),
-where the cost per document rather than per byte decides (issue 17). Verses across translations
+where the cost per document rather than per byte decides. Verses across translations
 have natural near-duplicates and identical copies: the King James family (KJV, AKJV, UKJV, WBS,
 RWEBSTER, ...) differ in a word or two or not at all, WEB and NHEB are revisions of one text, and
 the other translations say the same verse in other words.

@@ -458,10 +458,10 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
     checked and kept as parts by tasks; their places reach the candidates' shard tasks by
     tasks). Counted with tracemalloc as each stage starts and after the output is written, in
     runs of 2,000 and 6,000 documents that are all in clusters (after a first run, unmeasured):
-    less than a byte more per clustered document added (at 4616a1a the clusters alone were 17
-    bytes per clustered document, the removed rows 8 per removed one, and the ids and their
-    ranks held for the tables more; at 71e36d4 the copies were 32 bytes per copy from the
-    candidates stage on). The outputs are the single process's."""
+    less than a byte more per clustered document added (held in the client, the clusters
+    would be 17 bytes per clustered document, the removed rows 8 per removed one, and the ids
+    and their ranks for the tables more; the copies 32 bytes per copy from the candidates stage
+    on). The outputs are the single process's."""
     from gpudedup.engine import keptrows
 
     found_by_tasks: list[int] = []
