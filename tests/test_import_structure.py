@@ -1,7 +1,11 @@
-"""Imports inside functions are for what a run may not need: an optional dependency (Dask,
+"""The package's shape, beside the layers import-linter checks (pyproject.toml).
+
+Imports inside functions are for what a run may not need: an optional dependency (Dask,
 CuPy, cuDF, numba, pandas, ...), whose absence must not stop ``import gpudedup``, or a module
 kept off the start-up path; each of the second kind says why in a comment. Any other import
-belongs at the top of its module, where the layers checked by import-linter see it."""
+belongs at the top of its module, where the layers checked by import-linter see it.
+
+A module owns one stage or one concern, in about 500 lines at most (LONGEST_MODULE)."""
 
 from __future__ import annotations
 
@@ -53,6 +57,16 @@ def function_local_imports(path: Path) -> list[tuple[int, str, bool]]:
 
     Visitor().visit(ast.parse("\n".join(lines)))
     return found
+
+
+# "About 500 lines": a module past this owns more than one thing and is to be split.
+LONGEST_MODULE = 520
+
+
+def test_no_module_is_longer_than_about_500_lines():
+    long = {str(path.relative_to(PACKAGE.parent)): lines for path in sorted(PACKAGE.rglob("*.py"))
+            if (lines := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE}
+    assert long == {}, f"modules over {LONGEST_MODULE} lines: {long}"
 
 
 def test_every_import_inside_a_function_is_optional_or_says_why():
