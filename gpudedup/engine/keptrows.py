@@ -129,10 +129,9 @@ class ShardedTable:
         int64 ascending, the documents removed, or the parts of a cluster's run that hold
         them): one task per file, on ``executor``'s workers where given (each worker reads the
         file's shards and writes its file; folder must be on a file system they share, or on
-        object storage), else in this process. A task gets the
-        rows of its shards not to write, not a mask over them, or (parts) finds them from the
-        parts of its shards' documents (DroppedRows, one object that every task shares: sent to
-        each worker once)."""
+        object storage), else in this process. A task gets the rows of its shards not to write,
+        not a mask over them, or (parts) finds them from the parts of its shards' documents
+        (DroppedRows, one object that every task shares: sent to each worker once)."""
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         checks = [([self.stamps[i] for i in indices], self.unwritten()) for indices, _ in files]
