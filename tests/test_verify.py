@@ -239,10 +239,11 @@ def test_plausible_keeps_pairs_at_the_threshold_and_drops_far_ones(jaccard_pairs
 
 @pytest.mark.parametrize("shingle", ["word", "char"])
 def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shingle):
-    """MemoryStore(keep_sets=True) (an index add's store): the signature pass cuts each text into
-    its set rather than its hashes with repeats, and the store hands out the sets it kept. Band
-    keys, signatures and the sets handed out are a re-shingling store's, and each set is as
-    large as the text's set of shingles in Python."""
+    """MemoryStore's kept_sets_bytes: a store that keeps its sets (all of them, as an index
+    add's does, or where their bound is within its limit) cuts each text into its set rather
+    than its hashes with repeats, and hands out the sets it kept; one whose bound passes its
+    limit keeps none. Band keys, signatures and the sets handed out are a re-shingling store's,
+    and each set is as large as the text's set of shingles in Python."""
     from gpudedup.io.python_inputs import list_corpus
     from gpudedup.backends import get_backend
     from gpudedup.engine.local import LocalExecutor
@@ -255,15 +256,45 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
     corpus = list_corpus(texts, "text")
     params = DedupParams(shingle=shingle, ngram=5, batch_bytes=50_000)  # several batches
     permutations = draw_permutations(params.banding().bands * params.banding().rows, params.seed)
-    stores = [MemoryStore(corpus, params, get_backend("cpu"), keep_sets=keep) for keep in (False, True)]
-    for store in stores:
+    bound = sum(len(text) for text in texts) + len(texts)  # (shingles_bound's for char; word's is lower)
+    limits = {"none": 0, "all": None, "under its limit": 9 * bound, "past its limit": 9 * bound // 10}
+    stores = {name: MemoryStore(corpus, params, get_backend("cpu"), limit) for name, limit in limits.items()}
+    for store in stores.values():
         store.sign(params.shingle_spec(), params.banding(), permutations, LocalExecutor(), StageLog(), Progress())
-    plain, keeping = stores
-    assert plain.sets is None and keeping.sets is not None
-    assert np.array_equal(plain.active, keeping.active) and plain.active.shape[0] == 301  # "" has no shingle
-    assert np.array_equal(plain.signatures, keeping.signatures)
-    assert np.array_equal(plain.keys, keeping.keys)
+    plain = stores["none"]
+    assert [name for name, store in stores.items() if store.sets is not None] == ["all", "under its limit"]
     docs = np.array([0, 5, 17, 299, 300, 301])
-    again, kept = plain.document_sets(docs, Progress()), keeping.document_sets(docs, Progress())
-    assert np.array_equal(again.indptr, kept.indptr) and np.array_equal(again.indices, kept.indices)
-    assert np.diff(kept.indptr).tolist() == [len(shingle_set(texts[d], shingle)) for d in docs]
+    again = plain.document_sets(docs, Progress())
+    for store in stores.values():
+        assert np.array_equal(plain.active, store.active) and store.active.shape[0] == 301  # "" has no shingle
+        assert np.array_equal(plain.signatures, store.signatures)
+        assert np.array_equal(plain.keys, store.keys)
+        kept = store.document_sets(docs, Progress())
+        assert np.array_equal(again.indptr, kept.indptr) and np.array_equal(again.indices, kept.indices)
+    assert np.diff(again.indptr).tolist() == [len(shingle_set(texts[d], shingle)) for d in docs]
+
+
+def test_a_run_gives_the_same_whether_its_store_keeps_the_sets_or_not():
+    """The same job over one corpus (run_job), its store keeping every set or none: the same
+    pairs, Jaccards, checked pairs and clusters. The corpus holds identical copies and
+    near-duplicates, so that the copies stage and verification both read sets."""
+    from gpudedup.io.python_inputs import list_corpus
+    from gpudedup.backends import get_backend
+    from gpudedup.engine.job import run_job
+    from gpudedup.engine.memory import MemoryStore
+    from gpudedup.params import DedupParams
+    from index_support import bible_records
+
+    texts = [record["text"] for record in bible_records()[:400]]
+    texts += texts[:20] + [text + " amen" for text in texts[20:60]]  # copies and near-duplicates
+    corpus = list_corpus(texts, "text")
+    params = DedupParams(shingle="word", ngram=3, threshold=0.7, batch_bytes=50_000)
+    outcomes = [run_job(MemoryStore(corpus, params, get_backend("cpu"), limit), params, get_backend("cpu"))
+                for limit in (0, None)]
+    first = outcomes[0]
+    assert first.pairs.count > 40 and first.clusters.count > 0
+    for outcome in outcomes[1:]:
+        assert np.array_equal(first.pair_a, outcome.pair_a) and np.array_equal(first.pair_b, outcome.pair_b)
+        assert np.array_equal(first.jaccard, outcome.jaccard)
+        assert np.array_equal(first.checked_jaccard, outcome.checked_jaccard)
+        assert all(np.array_equal(a, b) for a, b in zip(first.clusters, outcome.clusters))

@@ -7,12 +7,14 @@ Two steps:
    probability at most BinomCDF(x; K, t). Only pairs below a cut-off whose tail is under
    SIGNATURE_TAIL (1e-9) are dropped; this costs K comparisons per pair and removes most of
    the false candidates before the expensive step.
-2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. Shingle sets are not kept from the
-   signature pass (8 bytes per shingle of the whole corpus, 8x the text for char n-grams;
-   except by an index add's in-memory store, engine.memory.MemoryStore's keep_sets): the
-   documents that appear in candidate pairs are shingled once more, by the backend, whose
-   ``shingle_sets`` makes each document's set (on the device, for the GPU backend) so that
-   only the distinct hashes cross to the host, already in the order the sparse rows need.
+2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. A run in memory on the host keeps the
+   shingle sets of its signature pass where they are bound to be small, and an index add
+   keeps them whatever they take (engine.memory.MemoryStore's kept_sets_bytes); they are read
+   in place. Otherwise (SET_ELEMENT_BYTES per shingle of the whole corpus, up to 9x the text
+   for char n-grams; a run on a work directory or a GPU) the documents that appear in
+   candidate pairs are shingled once more, by the backend, whose ``shingle_sets`` makes each
+   document's set (on the device, for the GPU backend) so that only the distinct hashes cross
+   to the host, already in the order the sparse rows need.
 
 Intersections are counted by a sorted merge of the two rows per pair, read in place from the
 CSR arrays (verify_kernels.py, numba). scipy's row-wise product (``scipy_intersections``) is
@@ -158,6 +160,10 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     for columns, counts in map_batches(batch_sets, list(weighted_ranges(doc_cost, batch_cost))):
         sets.append(columns, counts)
     return sets.matrix()
+
+
+# Bytes per shingle of a set matrix (sets_matrix): its int64 column and its int8 value.
+SET_ELEMENT_BYTES = 9
 
 
 class SetsBuilder:

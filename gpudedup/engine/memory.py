@@ -23,7 +23,8 @@ from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..core.verify import SetsBuilder, document_sets, pair_jaccard_at_least, rows_jaccard_at_least, rows_of
+from ..core.verify import (SET_ELEMENT_BYTES, SetsBuilder, document_sets, pair_jaccard_at_least,
+                           rows_jaccard_at_least, rows_of)
 from .job import run_job
 from .outcome import Outcome
 from .protocols import Executor
@@ -34,24 +35,35 @@ from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
 
 
+# The most bytes of shingle sets a run in memory keeps from its signature pass (a bound on
+# them, MemoryStore.shingles_bound, at SET_ELEMENT_BYTES a shingle): up to it, the copies and
+# the verification read them in place instead of cutting the documents of pairs into shingles
+# again, which on the benchmark corpus's first 10 MB (word 5-grams) took those two stages from
+# about 1 s to 0.07 s and lowered the peak (scripts/bench_sizes.py). Past it the memory is not
+# spent: the sets would be a large part of the run's. About 57 MB of text for word n-grams,
+# 28 MB for char n-grams.
+KEPT_SETS_BYTES = 256 << 20
+
+
 def dedup_corpus(corpus: Corpus, params: DedupParams, backend: Backend, progress: Optional[Progress] = None,
                  log: Optional[StageLog] = None, keep_candidates: bool = False) -> Outcome:
     """Deduplicate a corpus held in memory (rows are the corpus rows); see job.run_job."""
-    return run_job(MemoryStore(corpus, params, backend), params, backend, progress=progress, log=log,
-                   keep_candidates=keep_candidates)
+    return run_job(MemoryStore(corpus, params, backend, KEPT_SETS_BYTES), params, backend, progress=progress,
+                   log=log, keep_candidates=keep_candidates)
 
 
 class MemoryStore:
     """The arrays of one corpus in memory (see protocols.Store for the contract).
 
-    keep_sets: keep every document's shingle set from the signature pass (8 bytes a shingle,
-    on the host; host backends only), so that the copies, verification and an index's commit
-    read them rather than shingle again. Worth it where the data is small next to what is
-    done with it: an index add, whose commit stores the sets anyway. Otherwise the sets of
-    the documents in pairs are made again when they are checked (verify.py's docstring).
+    kept_sets_bytes: keep the documents' shingle sets from the signature pass (on the host;
+    host backends only) where a bound on them (shingles_bound, at SET_ELEMENT_BYTES a
+    shingle) is at most this many bytes, or (None) whatever they take; so that the copies,
+    verification and an index's commit read them rather than shingle again. An index add keeps
+    them all (its commit stores them anyway). Where none are kept, the sets of the documents in
+    pairs are made again when they are checked (verify.py's docstring).
     """
 
-    def __init__(self, corpus: Corpus, params: DedupParams, backend: Backend, keep_sets: bool = False):
+    def __init__(self, corpus: Corpus, params: DedupParams, backend: Backend, kept_sets_bytes: Optional[int] = 0):
         self.corpus, self.params, self.backend = corpus, params, backend
         self.documents = corpus.num_rows
         self.budget = MemoryBudget(params.max_memory)
@@ -63,7 +75,8 @@ class MemoryStore:
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
         self.pinned = 0  # no documents kept before (protocols.Store)
-        self.keep_sets = keep_sets and backend.xp is np
+        self.keep_sets = backend.xp is np and (
+            kept_sets_bytes is None or SET_ELEMENT_BYTES * self.shingles_bound() <= kept_sets_bytes)
         self.sets: Optional[scipy.sparse.csr_matrix] = None  # every row's set, where kept
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
@@ -74,7 +87,8 @@ class MemoryStore:
         texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
         self.budget.check("the signature pass",
                           lambda: signature_pass_need(self.documents, banding, self.params, backend)
-                          + (9 * self.shingles_at_most(np.arange(self.documents)) if self.keep_sets else 0),
+                          + (SET_ELEMENT_BYTES * self.shingles_at_most(np.arange(self.documents))
+                             if self.keep_sets else 0),
                           "lower batch_bytes=, or deduplicate the input in parts")
         sets = SetsBuilder(self.lengths) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
@@ -183,15 +197,23 @@ class MemoryStore:
 
     def verification_need(self, first: np.ndarray, second: np.ndarray) -> int:
         """Estimated host bytes exact verification adds: the shingle sets of every document of the
-        pairs to check (shingles_at_most, 9 bytes each in the sparse matrix), plus the batches
+        pairs to check (shingles_at_most, SET_ELEMENT_BYTES each in the sparse matrix), plus the batches
         shingled at a time."""
         docs = np.unique(np.concatenate([first, second]))
         in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend) // 4)
-        return 9 * self.shingles_at_most(docs) + 24 * first.shape[0] + in_flight
+        return SET_ELEMENT_BYTES * self.shingles_at_most(docs) + 24 * first.shape[0] + in_flight
+
+    def shingles_bound(self) -> int:
+        """A bound on the shingles of every row from the lengths alone, nothing read: at most one
+        per code point (char n-grams) or token id (token n-grams), one per two code points for
+        word n-grams (a word and the space after it), and one for a text shorter than n.
+        (A Unicode form can lengthen a text: then the bound is one for the usual text.)"""
+        units = (self.lengths + 1) // 2 if self.spec.kind == "word" else self.lengths
+        return int(units.sum()) + self.documents
 
     def shingles_at_most(self, docs: np.ndarray) -> int:
         """A bound on the shingles of rows ``docs`` (int64): one per code point (char n-grams,
-        token n-grams) or per token (word n-grams); each takes 9 bytes in a set matrix."""
+        token n-grams) or per token (word n-grams); each takes SET_ELEMENT_BYTES in a set matrix."""
         if self.spec.kind != "word":
             return int(self.lengths[docs].sum())
         # Tokens are at most the runs of white space plus one (counted without splitting).

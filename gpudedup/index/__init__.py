@@ -277,9 +277,8 @@ class Index:
             documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
             check_group_field(corpus, group_field)
             # The sets made while signing serve the copies, verification and the commit.
-            outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, keep_sets=True)), params, chosen,
-                              progress=shown,
-                              log=log)
+            outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, kept_sets_bytes=None)), params,
+                              chosen, progress=shown, log=log)
             assert against.store is not None
             result = corpus_result(corpus, outcome, restore, id_field, on_error, store=against.store,
                                    group_field=group_field)
