@@ -75,9 +75,11 @@ class MemoryStore:
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
         self.pinned = 0  # no documents kept before (protocols.Store)
-        self.keep_sets = backend.xp is np and (
+        # (One document has no pair: none would read its set, and making sets loads scipy.sparse.)
+        self.keep_sets = backend.xp is np and self.documents > 1 and (
             kept_sets_bytes is None or SET_ELEMENT_BYTES * self.shingles_bound() <= kept_sets_bytes)
-        self.sets: Optional[scipy.sparse.csr_matrix] = None  # every row's set, where kept
+        self.kept_sets: Optional[SetsBuilder] = None  # every row's set, where kept (sets makes them a matrix)
+        self.sets_matrix: Optional[scipy.sparse.csr_matrix] = None
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
@@ -93,10 +95,19 @@ class MemoryStore:
         sets = SetsBuilder(self.lengths) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
                                                                  backend, log, progress, sets)
-        self.sets = None if sets is None else sets.matrix()
+        self.kept_sets = sets
         # Hashed here, on the keys' side: an index run takes the keys before the copies stage.
         self.row_hash = backend.to_host(band_key_row_hash(self.keys, backend.xp))
         release_unused_memory()
+
+    @property
+    def sets(self) -> Optional[scipy.sparse.csr_matrix]:
+        """Every row's shingle set as one set matrix (verify.sets_matrix), where the signature
+        pass kept them, else None; made when first asked for, so that a run with nothing to
+        check never loads scipy.sparse."""
+        if self.kept_sets is not None:
+            self.sets_matrix, self.kept_sets = self.kept_sets.matrix(), None
+        return self.sets_matrix
 
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.active, rows)
