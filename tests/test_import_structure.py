@@ -60,7 +60,7 @@ def function_local_imports(path: Path) -> list[tuple[int, str, bool]]:
 
 
 # "About 500 lines": a module past this owns more than one thing and is to be split.
-LONGEST_MODULE = 520
+LONGEST_MODULE = 500
 
 
 def test_no_module_is_longer_than_about_500_lines():

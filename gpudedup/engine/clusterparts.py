@@ -26,10 +26,10 @@ The client gets, per part, its documents and its removed documents, and the larg
 (report.html shows them). Every part carries its run's token (run.npy), which every reader
 checks: a result that reads its clusters after a later run of the same work directory wrote
 them again (a --resume with other workers cuts other ranges) stops with an error rather than
-read another run's parts. From the parts, tasks write the clusters table (clusters_table), the
-kept rows (ClusterParts.removed_rows: a shard's task reads the parts of its rows alone) and
-name the pairs of the pairs table (named_end: the pairs set on one document, then the other,
-each partition reading the part of its rows). The clusters are never a stage that --resume
+read another run's parts. From the parts, tasks write the clusters table (clusters_table) and the
+kept rows (ClusterParts.removed_rows: a shard's task reads the parts of its rows alone), and
+name the pairs of the pairs table and count those inside the largest clusters
+(engine/clusterpairs.py). The clusters are never a stage that --resume
 trusts: every run makes them again from the verified pairs and writes every part (parts beyond its ranges, another
 run's, are never read).
 """
@@ -43,8 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_roots, kept_documents, largest_first,
-                            listed_members, merged_by_size,
-                            pairs_inside)
+                            listed_members, merged_by_size)
 from ..errors import OutputError
 from ..ids import order_ranks, wide
 from ..io.layout import table_parts
@@ -374,51 +373,6 @@ def id_ranks(by_id, before: np.ndarray, partition_info: Optional[dict] = None):
                          "rank": np.arange(start, start + len(by_id), dtype=np.int64)})
 
 
-def named_end(pairs, end: str, clustered: ClusterParts, partition_info: Optional[dict] = None):
-    """A partition of pairs set on their document ``end`` ("a" or "b": a range of rows, every
-    one a document in clusters) with that document's rank and id (rank_<end>, id_<end>) from
-    the range's part, the document itself left out: the pairs table's lookup."""
-    assert partition_info is not None, "Dask names the partition"
-    rows = pairs.index.to_numpy(np.int64)
-    named = pairs.reset_index(drop=True)
-    number = partition_info["number"]
-    work = WorkDir.attach(clustered.work_at)
-    part = clustered.read_part(number, ["docs", "rank"], work)
-    at = np.searchsorted(part["docs"], rows)
-    ids = work.table(part_unit(number), "ids.parquet")["id"].take(pa.array(at)).to_pandas()
-    return named.assign(**{f"rank_{end}": part["rank"][at], f"id_{end}": ids})
-
-
-def named_pairs(frames: list, clustered: ClusterParts, id_type: pa.DataType):
-    """Task: the pairs of ``frames`` (pandas DataFrames of a, b, jaccard) named as named_end
-    names them, every one at once (the clusters' parts all read here), in in_id_order's form,
-    sorted by (rank_a, rank_b): the pairs table's rows where they fit one task."""
-    import pandas as pd
-
-    pairs = pd.concat(frames, ignore_index=True)
-    docs, ids, rank = clustered.named_rows(id_type)
-    columns = {"jaccard": pairs["jaccard"].to_numpy(np.float64)}
-    for end in ("a", "b"):
-        at = np.searchsorted(docs, pairs[end].to_numpy(np.int64))
-        columns[f"rank_{end}"], columns[f"id_{end}"] = rank[at], ids.take(pa.array(at)).to_pandas()
-    named = in_id_order(pd.DataFrame(columns))
-    return named.iloc[np.lexsort((named["rank_b"].to_numpy(np.int64), named["rank_a"].to_numpy(np.int64)))]
-
-
-def in_id_order(pairs):
-    """Named pairs (rank_a, id_a, rank_b, id_b, jaccard) with the first id the smaller: a
-    pandas DataFrame of rank_a, rank_b, id_a, id_b, jaccard (the pairs table's order)."""
-    import pandas as pd
-
-    swap = pairs["rank_a"].to_numpy(np.int64) > pairs["rank_b"].to_numpy(np.int64)
-    columns = {}
-    for first, second in (("rank_a", "rank_b"), ("id_a", "id_b")):
-        a, b = pairs[first].to_numpy(), pairs[second].to_numpy()
-        columns[first], columns[second] = np.where(swap, b, a), np.where(swap, a, b)
-    return pd.DataFrame({name: columns[name] for name in ("rank_a", "rank_b", "id_a", "id_b")}
-                        | {"jaccard": pairs["jaccard"].to_numpy(np.float64)})
-
-
 def part_shown(clustered: ClusterParts, number: int, numbers: np.ndarray, listed: int) -> tuple[np.ndarray, Clusters]:
     """Task: of part ``number``, the documents it holds of each cluster of ``numbers`` (int64
     (k,)) and its listing of them (cluster.listed_members)."""
@@ -426,42 +380,6 @@ def part_shown(clustered: ClusterParts, number: int, numbers: np.ndarray, listed
     order = np.argsort(numbers)
     sizes = np.bincount(order[np.searchsorted(numbers, part.cluster, sorter=order)], minlength=numbers.shape[0])
     return sizes.astype(np.int64), listed_members(part, numbers, listed)
-
-
-def pairs_inside_part(pairs, number: int, clustered: ClusterParts, numbers: np.ndarray, asked_a: np.ndarray,
-                      asked_b: np.ndarray):
-    """Task: cluster.pairs_inside of the clusters ``numbers`` (int64 (k,)) over a partition of
-    verified pairs (a pandas DataFrame of b, jaccard) set on their first document by the
-    clusters' ranges (partition ``number``: range ``number``, its part read for the clusters
-    of those documents)."""
-    first = pairs.index.to_numpy(np.int64)
-    second, jaccard = pairs["b"].to_numpy(np.int64), pairs["jaccard"].to_numpy(np.float64)
-    members = part_members(clustered, number, numbers) if first.shape[0] else Clusters(
-        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
-    return pairs_inside_of(first, second, jaccard, members, numbers, asked_a, asked_b)
-
-
-def pairs_inside_all(frames: list, clustered: ClusterParts, numbers: np.ndarray, asked_a: np.ndarray,
-                     asked_b: np.ndarray):
-    """Task: cluster.pairs_inside of the clusters ``numbers`` over every pair of ``frames``
-    (pandas DataFrames of a, b, jaccard), their members read here: where the pairs fit one
-    task."""
-    import pandas as pd
-
-    pairs = pd.concat(frames, ignore_index=True)
-    return pairs_inside_of(pairs["a"].to_numpy(np.int64), pairs["b"].to_numpy(np.int64),
-                           pairs["jaccard"].to_numpy(np.float64), clustered.members(numbers), numbers, asked_a, asked_b)
-
-
-def pairs_inside_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, members: Clusters,
-                    numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray):
-    """cluster.pairs_inside of pairs in any order, given the clusters' members (Clusters:
-    those of ``numbers`` among them, ascending)."""
-    order = np.lexsort((second, first))
-    by_number = np.argsort(numbers)
-    which = by_number[np.searchsorted(numbers, members.cluster, sorter=by_number)]
-    return pairs_inside(first[order], second[order], jaccard[order], members.docs, which, numbers.shape[0],
-                        asked_a, asked_b)
 
 
 def part_members(clustered: ClusterParts, number: int, numbers: np.ndarray) -> Clusters:

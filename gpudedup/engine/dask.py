@@ -55,7 +55,8 @@ from ..errors import GpudedupError, ParameterError
 from ..io.layout import part_name, table_parts, write_pairs_part
 from ..io.storage import child_name
 from . import clusterparts, components, copyparts, pairparts
-from .clusterparts import ClusterParts, in_id_order, named_end, named_pairs
+from .clusterpairs import in_id_order, named_end, named_pairs, pairs_inside_all, pairs_inside_part
+from .clusterparts import ClusterParts
 from .daskops import (arrays_sent, cluster_failure, cluster_failures, computed, first_error, frame_of, share, shuffled,
                       shuffled_map)
 from .kept import Kept
@@ -209,12 +210,12 @@ class DaskExecutor:
         client holding none of the pairs or their ids: a task per place the pairs lie (the
         copies held here, each verified part) makes them a frame, two lookups (the pairs set on
         one document, then the other, by the rows of the clusters' parts ``clustered``: their
-        ranks and ids, clusterparts.named_end) name them, Dask sorts them by the ids' ranks (a
+        ranks and ids, clusterpairs.named_end) name them, Dask sorts them by the ids' ranks (a
         range partition from a sample), and a task per part of the table writes it from the
         slices of the sorted partitions that hold its rows (layout.write_pairs_part; id_type:
         the ids' wide type): the parts are those of one process. Up to
         components.PAIRS_PER_PART pairs (the components' part size) one task names and sorts
-        them all (clusterparts.named_pairs), and a task per part writes it."""
+        them all (clusterpairs.named_pairs), and a task per part writes it."""
         import dask
         import dask.dataframe as dd
 
@@ -261,7 +262,7 @@ class DaskExecutor:
         """protocols.Executor.pairs_inside by tasks: with the clusters in parts (engine/clusterparts.py),
         a task per place the pairs lie makes them a frame, Dask sets them on their first
         document by the clusters' ranges, and a task per range reads the members of its rows
-        from the range's part (clusterparts.pairs_inside_part); up to
+        from the range's part (clusterpairs.pairs_inside_part); up to
         components.PAIRS_PER_PART pairs one task reads them all (pairs_inside_all). The client
         gets a few numbers per range, not the members. Clusters held go as in one process."""
         import dask
@@ -272,14 +273,14 @@ class DaskExecutor:
         stage = "counting the pairs of the largest clusters"
         frames = self.pair_frames(pairs)
         if pairs.count <= components.PAIRS_PER_PART:
-            return computed([dask.delayed(clusterparts.pairs_inside_all)(frames, clustered, numbers, asked_a,
+            return computed([dask.delayed(pairs_inside_all)(frames, clustered, numbers, asked_a,
                                                                            asked_b)], stage)
         with cluster_failures(stage):
             rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False).set_index(
                 "a", divisions=clustered.divisions)
         # Every range's task reads the same parts' description (a count per range): sent once.
         shared = self.share(clustered, numbers, asked_a, asked_b)
-        return computed([dask.delayed(clusterparts.pairs_inside_part)(part, number, *shared)
+        return computed([dask.delayed(pairs_inside_part)(part, number, *shared)
                          for number, part in enumerate(rows.to_delayed())], stage)
 
     def pair_frames(self, pairs) -> list:

@@ -16,7 +16,7 @@ from ..threads import map_parallel
 from .kept import Kept
 
 
-from .clusterparts import pairs_inside_of
+from .clusterpairs import pairs_inside_of
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory, held_out_of_lsh, rows_sharing_hash
 
 if TYPE_CHECKING:

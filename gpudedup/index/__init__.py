@@ -39,7 +39,7 @@ from ..engine.job import run_job
 from ..engine.memory import MemoryStore
 from ..engine.workdir import resume_without_work_dir, work_dir_lock
 from ..engine.workfolders import clear_cache
-from ..errors import GpudedupError, InputError, ParameterError
+from ..errors import GpudedupError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
 from ..io.python_inputs import list_corpus, to_corpus
@@ -52,7 +52,7 @@ from ..stages import Progress, StageLog, progress_display
 from ..threads import HOST_THREADS, map_parallel
 from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
                     write_manifest, write_segment, write_tombstones, writer_lock)
-from .reader import IndexReader, id_keys
+from .reader import IndexReader, as_index_ids, check_id_type, id_keys
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
 
@@ -465,30 +465,6 @@ class Index:
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))
-
-
-def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
-    """``ids`` as the index's kind of id (an ids file gives strings; an index of integer ids
-    takes them as integers); InputError naming the first that is not one."""
-    target = reader.id_type()
-    try:
-        return ids.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        for value in ids.to_pylist():
-            try:
-                pa.array([value]).cast(target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise InputError(f"id {value!r} cannot be an id of this index, whose ids are integers") from None
-        raise
-
-
-def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
-    """The kind of ``ids`` ("int64" or "string"); InputError when the index holds the other."""
-    id_type = "int64" if pa.types.is_integer(ids.type) else "string"
-    if manifest.parameters.get("id_type") not in (None, id_type):
-        raise InputError(f"the index holds {manifest.parameters['id_type']} ids, this input has {id_type} ids; "
-                         "choose id_field= to match")
-    return id_type
 
 
 def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, material: dict[str, np.ndarray],

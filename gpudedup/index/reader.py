@@ -27,7 +27,7 @@ from ..core.normalize import utf8_buffers
 from ..core.ragged import ragged_arange, ragged_take
 from ..core.shingling import ShingleSpec, span_hashes
 from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
-from ..errors import DamagedIndexError
+from ..errors import DamagedIndexError, InputError
 from ..threads import map_parallel
 from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
@@ -435,3 +435,27 @@ def id_keys(ids: pa.Array) -> np.ndarray:
     if nonempty.size:
         keys[nonempty] = span_hashes(data.astype(np.uint32), offsets[:-1][nonempty], offsets[1:][nonempty])
     return keys
+
+
+def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
+    """``ids`` as the index's kind of id (an ids file gives strings; an index of integer ids
+    takes them as integers); InputError naming the first that is not one."""
+    target = reader.id_type()
+    try:
+        return ids.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        for value in ids.to_pylist():
+            try:
+                pa.array([value]).cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InputError(f"id {value!r} cannot be an id of this index, whose ids are integers") from None
+        raise
+
+
+def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
+    """The kind of ``ids`` ("int64" or "string"); InputError when the index holds the other."""
+    id_type = "int64" if pa.types.is_integer(ids.type) else "string"
+    if manifest.parameters.get("id_type") not in (None, id_type):
+        raise InputError(f"the index holds {manifest.parameters['id_type']} ids, this input has {id_type} ids; "
+                         "choose id_field= to match")
+    return id_type
