@@ -144,3 +144,23 @@ def test_keep_decision_from_roots_matches_the_oracle(policy):
     clusters = clusters_of_roots(*component_roots(first, second), lengths, policy)
     expected = oracle_clusters(400, zip(first.tolist(), second.tolist()), lengths.tolist(), policy)
     assert (clusters.docs.tolist(), clusters.cluster.tolist(), clusters.keep.tolist()) == expected
+
+
+def test_the_pairs_one_task_takes_are_dask_s_setting():
+    """components.pairs_per_part: PAIRS_PER_PART, or Dask's setting gpudedup.pairs-per-part
+    (set in code, or DASK_GPUDEDUP__PAIRS_PER_PART in the environment, as Dask reads it); a
+    setting that is no positive integer is refused naming it."""
+    import dask
+
+    from gpudedup.engine.components import PAIRS_PER_PART, pairs_per_part
+    from gpudedup.errors import ParameterError
+
+    assert pairs_per_part() == PAIRS_PER_PART
+    with dask.config.set({"gpudedup.pairs-per-part": 40}):
+        assert pairs_per_part() == 40
+    with dask.config.set(dask.config.collect_env({"DASK_GPUDEDUP__PAIRS_PER_PART": "25"})):
+        assert pairs_per_part() == 25
+    for wrong in (0, -3, "many", 2.5, True):
+        with dask.config.set({"gpudedup.pairs-per-part": wrong}), pytest.raises(ParameterError) as raised:
+            pairs_per_part()
+        assert "gpudedup.pairs-per-part" in str(raised.value) and repr(wrong) in str(raised.value)

@@ -5,6 +5,7 @@ and interrupts end a workers run with one line."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -107,19 +109,17 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
 def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client, corpus, tmp_path, monkeypatch,
                                                                          pairs_per_part):
     """The pairs and clusters tables in parts of 5 rows, written by tasks: one process's files.
-    With few pairs a part (components.PAIRS_PER_PART), the components, the clusters, the
-    pairs table and report.html's count of the pairs inside its largest clusters take their
-    shuffles rather than one task each. report.html's clusters are one process's, the client
-    never reading every member of them (ClusterParts.members refused here)."""
-    from gpudedup.engine import clusterparts, components
+    With few pairs a task (Dask's setting gpudedup.pairs-per-part), the components, the
+    clusters, the pairs table and report.html's count of the pairs inside its largest clusters
+    take their shuffles rather than one task each. report.html's clusters are one process's,
+    the client never reading every member of them (ClusterParts.members refused here)."""
+    from gpudedup.engine import clusterparts
 
     monkeypatch.setattr(layout, "PART_ROWS", 5)
-    if pairs_per_part is not None:
-        monkeypatch.setattr(components, "PAIRS_PER_PART", pairs_per_part)
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
     monkeypatch.setattr(clusterparts.ClusterParts, "members",
                         lambda *a: pytest.fail("the client read every member of the largest clusters"))
-    with distributed.get_task_stream(client) as stream:
+    with distributed.get_task_stream(client) as stream, pairs_per_task(pairs_per_part):
         gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
                        output=tmp_path / "spread")
     for name in ("pairs", "clusters"):
@@ -139,6 +139,16 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
     assert figure[0] == figure[1]
 
 
+def pairs_per_task(count: Optional[int]):
+    """Dask's setting of the most pairs one task takes (components.PAIRS_PER_PART_SETTING) made
+    ``count`` inside, as a user sets it (None: the default)."""
+    import dask
+
+    from gpudedup.engine.components import PAIRS_PER_PART_SETTING
+
+    return contextlib.nullcontext() if count is None else dask.config.set({PAIRS_PER_PART_SETTING: count})
+
+
 def clusters_section(out: Path) -> str:
     """report.html's sections of example documents: the largest clusters, the pairs just above
     the threshold and the sampled clusters."""
@@ -156,7 +166,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     clusters are made to fail, as is reading every document's row hash, and its signature
     gatherer hands out no row; the results (identical copies among them) are the single
     process's."""
-    from gpudedup.engine import components, disk
+    from gpudedup.engine import disk
     from gpudedup.engine.local import LocalExecutor
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
@@ -168,11 +178,10 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     gather = disk.SpilledSignatures.__getitem__
     for name in ("likely_pairs", "copies", "clusters"):
         monkeypatch.setattr(LocalExecutor, name, refused)
-    monkeypatch.setattr(components, "PAIRS_PER_PART", 40)
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
     monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
                         lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
-    with distributed.get_task_stream(client) as stream:
+    with distributed.get_task_stream(client) as stream, pairs_per_task(40):
         spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert_same_results(single, spread)
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
@@ -657,19 +666,17 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
     """The identical copies on a cluster (engine/copyparts.py): grouped by a shuffle on the row
     hash, checked by a task per part of groups (in batches of a few documents; a member whose
     signature agrees by chance is no copy), kept as parts, and left out of LSH by their
-    places, which reach the shards' tasks by ranges of shards: cut by one task, or (past
-    components.PAIRS_PER_PART copies) moved by Dask's set_index. The copies, pairs, clusters,
-    kept rows, report and report.html's largest clusters are the single process's."""
-    from gpudedup.engine import components
+    places, which reach the shards' tasks by ranges of shards: cut by one task, or (past the
+    pairs one task takes, Dask's setting gpudedup.pairs-per-part) moved by Dask's set_index.
+    The copies, pairs, clusters, kept rows, report and report.html's largest clusters are the
+    single process's."""
     from test_copies import copies_corpus, copies_review_corpus
 
-    if pairs_per_part is not None:
-        monkeypatch.setattr(components, "PAIRS_PER_PART", pairs_per_part)
     texts = [text or "" for seed in range(8) for text in copies_review_corpus(seed)] + copies_corpus(4, 15)
     corpus = corpus_files(tmp_path / "in", texts, 5)
     options = dict(id_field="id", backend="cpu", threshold=0.7, batch_bytes=200)
     single = gpudedup.dedup(corpus, output=tmp_path / "single", **options)
-    with distributed.get_task_stream(client) as stream:
+    with distributed.get_task_stream(client) as stream, pairs_per_task(pairs_per_part):
         spread = gpudedup.dedup(corpus, client=client, work_dir=tmp_path / "work", output=tmp_path / "spread",
                                 **options)
     assert_same_results(single, spread)
@@ -803,8 +810,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     files, byte for byte, with ids whose order is not the rows' order, parts of 7 rows cut
     across the sorted partitions, an empty part among the stored ones, and no pair at all (one
     empty part, as one process writes); and where the pairs are few enough for one task
-    (components.PAIRS_PER_PART), which names and sorts them all."""
-    from gpudedup.engine import components
+    (Dask's setting gpudedup.pairs-per-part), which names and sorts them all."""
     import pyarrow.compute as pc
 
     from gpudedup.engine.clusterparts import dask_clusters
@@ -818,7 +824,6 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from test_clusterparts import HeldLengths
 
     monkeypatch.setattr(layout, "PART_ROWS", 7)
-    monkeypatch.setattr(components, "PAIRS_PER_PART", 1000 if one_task else 20)
     rng = np.random.default_rng(9)
     rows = np.sort(rng.choice(1000, 40, replace=False)).astype(np.int64)
     ids = pa.array([f"doc-{value}" for value in rng.permutation(40)], pa.large_string())
@@ -849,7 +854,8 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     labels = dask_component_labels(client, first, second, 10_000, 1000)
     clustered = dask_clusters(client, labels, 1000, 4, work, HeldLengths(np.ones(1000, np.int64)), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
-    executor.write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
+    with pairs_per_task(1000 if one_task else 20):
+        executor.write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
     (tmp_path / "one").mkdir()
     for number, table in enumerate(pairs_parts(named, first, second, jaccard)):
         write_parquet(table, tmp_path / "one" / layout.part_name(number))

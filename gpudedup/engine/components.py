@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 import numpy as np
 
 from ..core.cluster import component_roots
+from ..errors import ParameterError
 from .daskops import arrays_sent, cluster_failures, frame_of, share
 from .pairparts import PAIR_COLUMNS
 
@@ -40,15 +41,31 @@ if TYPE_CHECKING:
 # Pairs per part: a part's components take about 125 bytes per pair on its worker, so about
 # 1 GB here. Up to this many pairs one task does it all, nearly as fast as the client would;
 # past it every round costs two shuffles, many times slower (scripts/bench_components.py; the
-# figures are in docs/performance.md, "Connected components on a cluster").
+# figures are in docs/performance.md, "Connected components on a cluster"). Dask's setting
+# PAIRS_PER_PART_SETTING changes it, for workers of more or less memory (pairs_per_part).
 PAIRS_PER_PART = 8_000_000
+PAIRS_PER_PART_SETTING = "gpudedup.pairs-per-part"
 EDGE_COLUMNS = {"a": "int64", "b": "int64"}  # an edge a - b
 NODE_COLUMNS = {"u": "int64", "v": "int64"}  # a neighbour v of node u
 # The alternating steps converge in O(log^2 n) rounds; a run that has not is a bug, not data.
 MOST_ROUNDS = 200
 
 
-def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int = PAIRS_PER_PART,
+def pairs_per_part() -> int:
+    """The most pairs one task takes (PAIRS_PER_PART), or what Dask's configuration sets as
+    PAIRS_PER_PART_SETTING (``dask.config.set``, a Dask YAML file, or the client's environment:
+    DASK_GPUDEDUP__PAIRS_PER_PART). Up to this many verified pairs, one task finds the
+    components, decides the clusters and names the pairs (engine/clusterparts.py,
+    engine/clusterpairs.py), and the identical copies are placed by one (copyparts.py)."""
+    import dask
+
+    value = dask.config.get(PAIRS_PER_PART_SETTING, PAIRS_PER_PART)
+    if type(value) is not int or value < 1:
+        raise ParameterError(f"Dask's setting {PAIRS_PER_PART_SETTING} must be an integer >= 1; got {value!r}")
+    return value
+
+
+def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int,
                           n_docs: Optional[int] = None, stored: Optional[PairParts] = None):
     """The connected components of the pairs (first[i], second[i]) (int64 (p,), host) and those
     ``stored`` in a work directory's parts (their sizes known; read by the tasks), found by
