@@ -9,7 +9,6 @@ one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Optional
 
@@ -335,6 +334,8 @@ def demo_command(
 
     with user_errors(context) as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
+        from importlib import resources  # (start-up: only the demo reads the shipped sample)
+
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
         with resources.as_file(sample) as path:
             result = run_api_dedup([Path(path)], id_field="id", backend=backend.value, progress=True)

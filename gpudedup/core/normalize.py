@@ -22,13 +22,17 @@ A batch is the concatenation of the documents' code points with CSR offsets:
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+
+# The package's tables, by path as the kernels and the docs are found: importlib.resources
+# would cost every run about 16 ms of imports (python -X importtime).
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 SPACE = 0x20
 WHITE_SPACE = (
@@ -42,7 +46,7 @@ WHITE_SPACE = (
 @cache
 def simple_lowercase_pairs() -> np.ndarray:
     """The shipped lowercase table: uint32, shape (m, 2), rows (code point, lowercase)."""
-    text = resources.files("gpudedup").joinpath("data/simple_lowercase.txt").read_text("ascii")
+    text = (DATA / "simple_lowercase.txt").read_text("ascii")
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     return np.array([[int(cp, 16), int(lower, 16)] for cp, lower in rows], dtype=np.uint32)
 
@@ -71,7 +75,7 @@ SYMBOL = 2  # general categories Sm Sc Sk So
 def punctuation_symbol_ranges() -> list[tuple[int, int, str]]:
     """The shipped category table: (first, last, category) for inclusive code point ranges whose
     general category (Unicode 14.0.0) is one of P* or S*, ascending."""
-    text = resources.files("gpudedup").joinpath("data/general_category_ps.txt").read_text("ascii")
+    text = (DATA / "general_category_ps.txt").read_text("ascii")
     rows = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     return [(int(first, 16), int(last, 16), category) for first, last, category in rows]
 
