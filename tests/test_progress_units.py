@@ -1,13 +1,16 @@
 """The progress bars count what their labels and units say: the documents signed, the bands
-searched for candidate pairs, the documents whose sets the exact check builds, against the
-figures the run's own report and tables give."""
+searched for candidate pairs, the pairs the exact check merges from the kept sets or the
+documents whose sets it builds, against the figures the run's own report and tables give."""
 
 from __future__ import annotations
 
 import numpy as np
 
+import pytest
+
 from gpudedup.backends import get_backend
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.engine.job import run_job
+from gpudedup.engine.memory import KEPT_SETS_BYTES, MemoryStore
 from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.params import DedupParams
 from gpudedup.stages import NotebookTextProgress, Progress
@@ -42,11 +45,17 @@ class Recorded(Progress):
         self.stages[-1][3] += amount
 
 
-def test_each_bar_counts_what_its_unit_names():
+@pytest.mark.parametrize("kept_sets_bytes", [KEPT_SETS_BYTES, 0], ids=["sets kept", "sets made again"])
+def test_each_bar_counts_what_its_unit_names(kept_sets_bytes):
+    """A run in memory as dedup runs it (its signature pass keeps these few sets), and one whose
+    store keeps none."""
     texts = near_duplicate_texts(np.random.default_rng(3), 120)
     params = DedupParams(threshold=0.5, shingle="word", ngram=3)
     progress = Recorded()
-    outcome = dedup_corpus(strings_corpus(texts), params, get_backend("cpu"), progress)
+    backend = get_backend("cpu")
+    store = MemoryStore(strings_corpus(texts), params, backend, kept_sets_bytes)
+    outcome = run_job(store, params, backend, progress=progress)
+    assert (store.sets is not None) == (kept_sets_bytes > 0)
     stages = {description: (total, unit, done) for description, total, unit, done in progress.stages}
     assert stages["Shingling + MinHash"] == (len(texts), "documents", len(texts))
     # The copy candidates (documents whose signature another shares), each checked exactly.
@@ -54,13 +63,14 @@ def test_each_bar_counts_what_its_unit_names():
     assert unit == "copies" and total >= outcome.copies.count > 0
     bands = outcome.report["parameters"]["bands"]
     assert stages["Finding candidate pairs"] == (bands, "bands", bands)
-    # The exact check shingles each document of the pairs it checks once (the identical
-    # copies, checked before, are not among them).
+    # The exact check merges each pair it checks from the kept sets, or shingles each document of
+    # those pairs once (the identical copies, checked before, are not among them).
     checked = set(zip(outcome.checked.first.tolist(), outcome.checked.second.tolist()))
     copies = set(zip(outcome.copies.first.tolist(), outcome.copies.member.tolist()))
-    documents = {row for pair in checked - copies for row in pair}
-    total, unit, done = stages["Verifying pairs (exact)"]
-    assert (total, unit, done) == (len(documents), "documents", len(documents)) and documents
+    pairs = checked - copies
+    documents = {row for pair in pairs for row in pair}
+    expected = (len(pairs), "pairs", len(pairs)) if kept_sets_bytes else (len(documents), "documents", len(documents))
+    assert stages["Verifying pairs (exact)"] == expected and documents
 
 
 def test_the_notebook_lines_give_the_unit():

@@ -38,10 +38,10 @@ from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, si
 # The most bytes of shingle sets a run in memory keeps from its signature pass (a bound on
 # them, MemoryStore.shingles_bound, at SET_ELEMENT_BYTES a shingle): up to it, the copies and
 # the verification read them in place instead of cutting the documents of pairs into shingles
-# again, which on the benchmark corpus's first 10 MB (word 5-grams) took those two stages from
-# about 1 s to 0.07 s and lowered the peak (scripts/bench_sizes.py). Past it the memory is not
-# spent: the sets would be a large part of the run's. About 57 MB of text for word n-grams,
-# 28 MB for char n-grams.
+# again, which on scripts/bench_sizes.py's 10 MB input (word 5-grams, 2 cores) took those two
+# stages from about 1 s to 0.07 s and the run's peak from about 380 MB to 280 MB. Past it the
+# memory is not spent: the sets would be a large part of the run's. About 57 MB of text for
+# word n-grams, 28 MB for char n-grams.
 KEPT_SETS_BYTES = 256 << 20
 
 
@@ -208,8 +208,8 @@ class MemoryStore:
 
     def verification_need(self, first: np.ndarray, second: np.ndarray) -> int:
         """Estimated host bytes exact verification adds: the shingle sets of every document of the
-        pairs to check (shingles_at_most, SET_ELEMENT_BYTES each in the sparse matrix), plus the batches
-        shingled at a time."""
+        pairs to check (shingles_at_most, SET_ELEMENT_BYTES each in the sparse matrix), plus the
+        batches shingled at a time."""
         docs = np.unique(np.concatenate([first, second]))
         in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend) // 4)
         return SET_ELEMENT_BYTES * self.shingles_at_most(docs) + 24 * first.shape[0] + in_flight
