@@ -841,7 +841,6 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
         mine = stored[start:stop]
         write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
-    executor = DaskExecutor(client)
     pairs = VerifiedPairs(first[held], second[held], jaccard[held],
                           PairParts.of(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)))
 
@@ -854,8 +853,8 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     labels = dask_component_labels(client, first, second, 10_000, 1000)
     clustered = dask_clusters(client, labels, 1000, 4, work, HeldLengths(np.ones(1000, np.int64)), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
-    with pairs_per_task(1000 if one_task else 20):
-        executor.write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
+    with pairs_per_task(1000 if one_task else 20):  # (the executor reads the setting when made)
+        DaskExecutor(client).write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
     (tmp_path / "one").mkdir()
     for number, table in enumerate(pairs_parts(named, first, second, jaccard)):
         write_parquet(table, tmp_path / "one" / layout.part_name(number))

@@ -79,6 +79,9 @@ class DaskExecutor:
 
     def __init__(self, client):
         self.client = client
+        # Read once, so that every stage of the run cuts at the same size, and a wrong setting
+        # is refused before any work.
+        self.pairs_per_part = components.pairs_per_part()
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """The tasks' results; an error of ours raised in a task comes back as it is, a failure
@@ -106,7 +109,7 @@ class DaskExecutor:
         0: a run against an index clusters in its own process, IndexStore.array_executor)."""
 
         labels = components.dask_component_labels(self.client, verified.first, verified.second,
-                                                  components.pairs_per_part(), store.documents, verified.parts)
+                                                  self.pairs_per_part, store.documents, verified.parts)
         ranges = self.code_partitions(store.shards.count)
         return clusterparts.dask_clusters(self.client, labels, store.documents, ranges, store.work.location,
                                           store.lengths_at(), store.ids_at(), policy, store.pinned)
@@ -143,7 +146,7 @@ class DaskExecutor:
         if copies.parts is not None and copies.count:
             starts_at, = self.share(starts)  # (every part's task reads the offsets)
             shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts_at,
-                                                          components.pairs_per_part())
+                                                          self.pairs_per_part)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = arrays_sent(self.client, [(root, index, int(starts[index]), out)
                                             for index, out in store.band_key_parts(out_of_lsh)])
@@ -213,8 +216,8 @@ class DaskExecutor:
         ranks and ids, clusterpairs.named_end) name them, Dask sorts them by the ids' ranks (a
         range partition from a sample), and a task per part of the table writes it from the
         slices of the sorted partitions that hold its rows (layout.write_pairs_part; id_type:
-        the ids' wide type): the parts are those of one process. Up to
-        components.pairs_per_part() pairs (the components' part size) one task names and sorts
+        the ids' wide type): the parts are those of one process. Up to self.pairs_per_part
+        pairs (components.pairs_per_part: the components' part size) one task names and sorts
         them all (clusterpairs.named_pairs), and a task per part writes it."""
         import dask
         import dask.dataframe as dd
@@ -224,7 +227,7 @@ class DaskExecutor:
             write_pairs_part([], id_type, child_name(folder, part_name(0)))
             return
         frames = self.pair_frames(pairs)
-        if pairs.count <= components.pairs_per_part():  # (as the components: one task, where they fit one)
+        if pairs.count <= self.pairs_per_part:  # (as the components: one task, where they fit one)
             ordered = dask.delayed(named_pairs)(frames, clustered, id_type)
             writes = [dask.delayed(write_pairs_part)([(ordered, start, start + length)], id_type,
                                                      child_name(folder, part_name(number)))
@@ -263,7 +266,7 @@ class DaskExecutor:
         a task per place the pairs lie makes them a frame, Dask sets them on their first
         document by the clusters' ranges, and a task per range reads the members of its rows
         from the range's part (clusterpairs.pairs_inside_part); up to
-        components.pairs_per_part() pairs one task reads them all (pairs_inside_all). The client
+        self.pairs_per_part pairs one task reads them all (pairs_inside_all). The client
         gets a few numbers per range, not the members. Clusters held go as in one process."""
         import dask
         import dask.dataframe as dd
@@ -272,7 +275,7 @@ class DaskExecutor:
             return LocalExecutor().pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
         stage = "counting the pairs of the largest clusters"
         frames = self.pair_frames(pairs)
-        if pairs.count <= components.pairs_per_part():
+        if pairs.count <= self.pairs_per_part:
             return computed([dask.delayed(pairs_inside_all)(frames, clustered, numbers, asked_a,
                                                                            asked_b)], stage)
         with cluster_failures(stage):
