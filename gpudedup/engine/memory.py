@@ -38,8 +38,8 @@ from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, si
 # The most bytes of shingle sets a run in memory keeps from its signature pass (a bound on
 # them, MemoryStore.shingles_bound, at SET_ELEMENT_BYTES a shingle): up to it, the copies and
 # the verification read them in place instead of cutting the documents of pairs into shingles
-# again, which on scripts/bench_sizes.py's 10 MB input (word 5-grams, 2 cores) took those two
-# stages from about 1 s to 0.07 s and the run's peak from about 380 MB to 280 MB. Past it the
+# again, which on a small input runs on the numpy reference route and costs more than the rest
+# of the job, and holds those sets besides (scripts/bench_sizes.py shows the runs). Past it the
 # memory is not spent: the sets would be a large part of the run's. About 57 MB of text for
 # word n-grams, 28 MB for char n-grams.
 KEPT_SETS_BYTES = 256 << 20
