@@ -83,16 +83,16 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
         (expected.count, expected.in_clusters, expected.removed_count)
     assert parts.starts.tolist() == range_starts(n_docs, ranges).tolist()
     assert parts.sizes.shape[0] == ranges
-    units = [tmp_path / "work" / "clusters" / f"{number:05d}" for number in np.flatnonzero(parts.sizes)]
-    kept_doc = np.concatenate([np.load(unit / "kept_doc.npy") for unit in units])
+    # The parts' folder is a Parquet dataset, as a user reads it: every clustered document's row,
+    # the document its cluster keeps, its id, its kept document's, and its place in the ids' order.
+    named = pq.read_table(tmp_path / "work" / "clusters").sort_by("docs")
+    assert np.array_equal(named["docs"].to_numpy(), expected.docs)
+    kept_doc = named["kept_doc"].to_numpy()
     assert np.array_equal(kept_doc, kept_documents(expected))
-    # Each document's id, its kept document's, and its place in the ids' order.
-    named = pa.concat_tables([pq.read_table(unit / "ids.parquet") for unit in units])
     doc_ids = ids.take(expected.docs)
     assert named["id"].combine_chunks().equals(doc_ids)
     assert named["kept_id"].combine_chunks().equals(ids.take(kept_doc))
-    rank = np.concatenate([np.load(unit / "rank.npy") for unit in units])
-    assert np.array_equal(rank, np.argsort(pc.sort_indices(doc_ids).to_numpy()))
+    assert np.array_equal(named["rank"].to_numpy(), np.argsort(pc.sort_indices(doc_ids).to_numpy()))
     # The clusters table, in parts of 7 rows cut across the parts: one process's.
     tables = [clusters_table(parts, pieces, doc_ids.type) for pieces in parts.table_pieces(7)]
     assert [table.num_rows for table in tables[:-1]] == [7] * (len(tables) - 1) and tables[-1].num_rows <= 7

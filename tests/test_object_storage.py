@@ -27,6 +27,7 @@ import gpudedup
 from cli_support import assert_user_error, invoke, write_jsonl
 from gpudedup.io import credentials, filesystems, outputdir, remote_output, storage
 from gpudedup.io.ours import OUTPUT_MARKER
+from gpudedup.engine.workfolders import MARKER
 from gpudedup.io.staging import host_tag, remote_staging
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
@@ -680,8 +681,8 @@ def put(url: str, data: bytes) -> None:
 
 def units_under(url: str) -> dict[str, dict]:
     """The complete units of a work directory in the bucket: folder -> its marker."""
-    markers = [name for name in objects_under(url) if name.endswith("/complete.json")]
-    return {name[:-len("/complete.json")]: json.loads(storage.read_bytes(storage.Remote(f"{url}/{name}")))
+    markers = [name for name in objects_under(url) if name.endswith(f"/{MARKER}")]
+    return {name[:-len(f"/{MARKER}")]: json.loads(storage.read_bytes(storage.Remote(f"{url}/{name}")))
             for name in markers}
 
 
@@ -720,7 +721,7 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
     assert any(unit.startswith("sets/") for unit in units)
     for unit, marker in units.items():  # every file of a unit, as big as its marker says
         sizes = {name[len(unit) + 1:]: storage.file_size(storage.Remote(f"{work}/{name}"))
-                 for name in names if name.startswith(unit + "/") and not name.endswith("/complete.json")}
+                 for name in names if name.startswith(unit + "/") and not name.endswith(f"/{MARKER}")}
         assert sizes == marker["sizes"], unit
     assert not list((tmp_path / "cache").glob("*/*")), "the cache outlived the run"
     assert local_ids(pa.table({"id": staged.ids}), url)["id"].combine_chunks().equals(local.ids)
@@ -781,7 +782,7 @@ def test_units_without_their_marker_are_written_again(corpus, monkeypatch, tmp_p
     first = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
     filesystem, path = pafs.FileSystem.from_uri(work)
     for unit in ("shards/00002", "stages/pairs"):
-        filesystem.delete_file(f"{path}/{unit}/complete.json")
+        filesystem.delete_file(f"{path}/{unit}/{MARKER}")
     put(f"{work}/shards/00002/stray.npy", b"half a file")
     signed = counting_signs(monkeypatch)
     again = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cluster import Clusters, pairs_inside
-from .clusterparts import ClusterParts, part_members, part_unit
+from .clusterparts import ClusterParts, part_members
 from .workdir import WorkDir
 
 
@@ -27,10 +27,10 @@ def named_end(pairs, end: str, clustered: ClusterParts, partition_info: Optional
     named = pairs.reset_index(drop=True)
     number = partition_info["number"]
     work = WorkDir.attach(clustered.work_at)
-    part = clustered.read_part(number, ["docs", "rank"], work)
-    at = np.searchsorted(part["docs"], rows)
-    ids = work.table(part_unit(number), "ids.parquet")["id"].take(pa.array(at)).to_pandas()
-    return named.assign(**{f"rank_{end}": part["rank"][at], f"id_{end}": ids})
+    part = clustered.read_table(number, ["docs", "rank", "id"], work)
+    at = np.searchsorted(part["docs"].to_numpy(), rows)
+    return named.assign(**{f"rank_{end}": part["rank"].to_numpy()[at],
+                           f"id_{end}": part["id"].take(pa.array(at)).to_pandas()})
 
 
 def named_pairs(frames: list, clustered: ClusterParts, id_type: pa.DataType):

@@ -17,15 +17,16 @@ partition r holds exactly the rows of range r:
 3. a sort by id (Dask's sort_values) gives each document its place in the ids' order (ids are
    unique), by which the pairs table is sorted;
 4. on the document again: partition r holds the clustered documents of range r, stored as
-   WORK/clusters/NNNNN/ (part r) in row order: docs.npy, int64 ascending; cluster.npy, int64;
-   keep.npy, bool; kept_doc.npy, int64, the document its cluster keeps (the first of them
-   where a cluster keeps several); rank.npy, int64, the place of its id; ids.parquet, its id
-   and its kept document's (id, kept_id; string ids wide).
+   WORK/clusters/NNNNN/part.parquet (part r; the folder is a Parquet dataset) in row order,
+   with the columns docs, int64 ascending (the document's row); cluster, int64; keep, bool;
+   kept_doc, int64, the document its cluster keeps (the first of them where a cluster keeps
+   several); rank, int64, the place of its id; id and kept_id, its id and its kept
+   document's (string ids wide).
 
 The client gets, per part, its documents and its removed documents, and the largest clusters
-(report.html shows them). Every part carries its run's token (run.npy), which every reader
-checks: a result that reads its clusters after a later run of the same work directory wrote
-them again (a --resume with other workers cuts other ranges) stops with an error rather than
+(report.html shows them). Every part carries its run's token (its metadata's RUN_KEY), which
+every reader checks: a result that reads its clusters after a later run of the same work
+directory wrote them again (a --resume with other workers cuts other ranges) stops with an error rather than
 read another run's parts. From the parts, tasks write the clusters table (clusters_table) and the
 kept rows (ClusterParts.removed_rows: a shard's task reads the parts of its rows alone), and
 name the pairs of the pairs table and count those inside the largest clusters
@@ -47,8 +48,10 @@ from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_
 from ..errors import OutputError
 from ..ids import order_ranks, wide
 from ..io.layout import table_parts
+from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
-from .workdir import WorkAt, WorkDir
+from .workdir import WorkAt, WorkDir, arrays_of
+from .workfolders import DamagedWorkDirError
 
 if TYPE_CHECKING:
     from .protocols import Executor
@@ -57,10 +60,14 @@ CLUSTER_COLUMNS = ("docs", "cluster", "keep")  # (cluster.Clusters')
 DECIDED_COLUMNS = {"doc": "int64", "cluster": "int64", "keep": "bool", "kept_doc": "int64"}
 # The largest clusters the client learns of (report.html shows the first of them).
 LARGEST_KNOWN = 20
+# The parts' folder in the work directory: a Parquet dataset.
+FOLDER = "clusters"
+# The key of a part's metadata that names the run that wrote it (ClusterParts.checked).
+RUN_KEY = b"gpudedup.run"
 
 
 def part_unit(number: int) -> str:
-    return f"clusters/{number:05d}"
+    return f"{FOLDER}/{number:05d}"
 
 
 @dataclass
@@ -86,23 +93,39 @@ class ClusterParts:
     size_clusters: np.ndarray
     token: int
 
+    def read_table(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> pa.Table:
+        """The columns ``names`` of part ``number`` (WorkDir.read_part; work: the work
+        directory, where attached already), checked to be this run's."""
+        work = work or WorkDir.attach(self.work_at)
+        try:
+            return self.checked(work.read_part(part_unit(number), names))
+        except DamagedWorkDirError:
+            if work.done(part_unit(number)):
+                raise
+            raise self.made_again() from None  # (a later run of fewer ranges removed it)
+
     def read_part(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> dict[str, np.ndarray]:
-        """The arrays ``names`` of part ``number`` (read_dir; work: the work directory, where
-        attached already), checked to be this run's."""
-        return self.checked(number, (work or WorkDir.attach(self.work_at)).read_dir(part_unit(number),
-                                                                                    names + ["run"]))
+        """read_table's columns of numbers as arrays."""
+        return arrays_of(self.read_table(number, names, work))
+
+    def read_tables(self, numbers: list[int], names: list[str], work: WorkDir) -> list[pa.Table]:
+        """read_table of each part of ``numbers``, side by side on object storage."""
+        return list(map_parallel(lambda number: self.read_table(number, names, work), numbers,
+                                 work.request_threads))
 
     def read_parts(self, numbers: list[int], names: list[str], work: WorkDir) -> list[dict[str, np.ndarray]]:
-        """read_part of each part of ``numbers``, side by side on object storage (read_dirs)."""
-        read = work.read_dirs([part_unit(number) for number in numbers], names + ["run"])
-        return [self.checked(number, part) for number, part in zip(numbers, read)]
+        """read_part of each part of ``numbers``, side by side on object storage."""
+        return [arrays_of(part) for part in self.read_tables(numbers, names, work)]
 
-    def checked(self, number: int, part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``part`` (part ``number``'s arrays, "run" among them), if it is this run's."""
-        if int(part.pop("run")[0]) != self.token:
-            raise OutputError(f"{WorkDir.attach(self.work_at).shown}: its clusters were made again by a later run "
-                              "(a run with resume=True); this result can no longer read them: use that run's result")
+    def checked(self, part: pa.Table) -> pa.Table:
+        """``part`` (a part's table), if it is this run's (its RUN_KEY metadata)."""
+        if int((part.schema.metadata or {}).get(RUN_KEY, b"0")) != self.token:
+            raise self.made_again()
         return part
+
+    def made_again(self) -> OutputError:
+        return OutputError(f"{WorkDir.attach(self.work_at).shown}: its clusters were made again by a later run "
+                           "(a run with resume=True); this result can no longer read them: use that run's result")
 
     @property
     def in_clusters(self) -> int:
@@ -166,12 +189,12 @@ class ClusterParts:
         parts here (tables.NamedRows of a cluster's run; id_type: the ids' wide type)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
-        docs = self.read_parts(numbers, ["docs", "rank"], work)
-        ids = [work.table(part_unit(number), "ids.parquet")["id"] for number in numbers]
-        if not docs:
+        parts = self.read_tables(numbers, ["docs", "rank", "id"], work)
+        if not parts:
             return np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64)
-        return (np.concatenate([part["docs"] for part in docs]), pa.chunked_array(ids).combine_chunks(),
-                np.concatenate([part["rank"] for part in docs]))
+        return (np.concatenate([part["docs"].to_numpy() for part in parts]),
+                pa.chunked_array([part["id"] for part in parts]).combine_chunks(),
+                np.concatenate([part["rank"].to_numpy() for part in parts]))
 
     def shown(self, numbers: np.ndarray, listed: int,
               executor: Optional[Executor] = None) -> tuple[np.ndarray, Clusters]:
@@ -220,7 +243,9 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
 
     starts = range_starts(n_docs, ranges)
     token = int(np.random.default_rng().integers(1, 2**62))  # (the run's: ClusterParts.checked)
+    work = WorkDir.attach(work_at)
     if labels is None:  # (no part is read where none holds a document: nothing to write)
+        work.keep_parts(FOLDER, [])
         none = np.zeros(starts.shape[0] - 1, np.int64)
         nothing = np.zeros(0, np.int64)
         return ClusterParts(work_at, starts, none, none, 0, nothing, nothing, nothing, token)
@@ -232,6 +257,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
             (labels_part,) = labels.to_delayed()
             sizes, removed, count, largest_numbers, by_size = client.compute(dask.delayed(clusters_in_one_task)(
                 labels_part, ids, lengths, policy, pinned, work_at, starts, id_type, token)).result()
+            work.keep_parts(FOLDER, range(starts.shape[0] - 1))
             size_values, size_clusters = by_size
             return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, size_values, size_clusters,
                                 token)
@@ -262,6 +288,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                     ranks.set_index("doc", divisions=divisions), work_at, id_type, token,
                                     meta=frame_of({"docs": "int64", "removed": "int64"}),
                                     align_dataframes=False).compute()
+    work.keep_parts(FOLDER, range(starts.shape[0] - 1))
     numbers = largest["cluster"].to_numpy(np.int64)
     top = largest_first(numbers, largest["size"].to_numpy(np.int64), LARGEST_KNOWN)
     size_values, size_clusters = merged_by_size(by_size["size"].to_numpy(np.int64),
@@ -396,11 +423,8 @@ def clusters_table(clustered: ClusterParts, pieces: list[tuple[int, int, int]], 
     work = WorkDir.attach(clustered.work_at)
     slices = []
     for number, start, stop in pieces:
-        arrays = clustered.read_part(number, ["cluster", "keep"], work)
-        named = work.table(part_unit(number), "ids.parquet").slice(start, stop - start)
-        slices.append(pa.table({"id": named["id"], "cluster": pa.array(arrays["cluster"][start:stop], pa.int64()),
-                                "keep": pa.array(arrays["keep"][start:stop], pa.bool_()),
-                                "kept_id": named["kept_id"]}))
+        slices.append(clustered.read_table(number, ["id", "cluster", "keep", "kept_id"], work)
+                      .slice(start, stop - start).replace_schema_metadata(None))
     if not slices:
         empty = pa.array([], id_type)
         return pa.table({"id": empty, "cluster": pa.array([], pa.int64()), "keep": pa.array([], pa.bool_()),
@@ -421,13 +445,10 @@ def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, tok
     rank_order = np.argsort(ranks.index.to_numpy(np.int64), kind="stable")
     assert np.array_equal(ranks.index.to_numpy(np.int64)[rank_order], docs[order]), "a rank for every document"
     keep = by_doc["keep"].to_numpy(bool)[order]
-    relative = part_unit(partition_info["number"])
-    work = WorkDir.attach(work_at)
-    if work.done(relative):
-        work.remove(relative)
-    arrays = {"docs": docs[order], "cluster": by_doc["cluster"].to_numpy(np.int64)[order], "keep": keep,
-              "kept_doc": by_doc["kept_doc"].to_numpy(np.int64)[order],
-              "rank": ranks["rank"].to_numpy(np.int64)[rank_order], "run": np.array([token], np.int64)}
-    named = pa.table({name: pa.Array.from_pandas(by_doc[name].iloc[order], type=id_type) for name in ("id", "kept_id")})
-    work.write_dir(relative, arrays, {"ids": named})
+    columns = {"docs": docs[order], "cluster": by_doc["cluster"].to_numpy(np.int64)[order], "keep": keep,
+               "kept_doc": by_doc["kept_doc"].to_numpy(np.int64)[order],
+               "rank": ranks["rank"].to_numpy(np.int64)[rank_order]}
+    named = {name: pa.Array.from_pandas(by_doc[name].iloc[order], type=id_type) for name in ("id", "kept_id")}
+    table = pa.table({**columns, **named}).replace_schema_metadata({RUN_KEY: str(token)})
+    WorkDir.attach(work_at).write_part(part_unit(partition_info["number"]), table)
     return pd.DataFrame({"docs": [int(docs.shape[0])], "removed": [int((~keep).sum())]})

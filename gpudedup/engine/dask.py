@@ -163,6 +163,7 @@ class DaskExecutor:
         shared = self.share(store.shards.rows, starts, store.rows)  # (what every partition's task reads)
         candidates = computed([dask.delayed(likely_part)(part, number, root, *shared, width, span, threshold)
                                for number, part in enumerate(codes.to_delayed())], "the candidate shuffle")
+        pairparts.keep_parts(store.work, LIKELY, range(len(candidates)))
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
 
     def checked_pairs(self, store, likely, copies, threshold: float, exact: Callable):
@@ -181,6 +182,7 @@ class DaskExecutor:
         shard_rows, rows = self.share(shard_rows, rows)
         counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes)
                                                  for number in range(likely.parts)], "exact verification")
+        pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
         held = copies if copies.parts is None else Copies.none()
         return CheckedPairs(held.first, held.member, held.jaccard, likely.candidates, int(checked.sum()),
@@ -322,9 +324,11 @@ class DaskExecutor:
         groups = computed([dask.delayed(copyparts.group_part)(part, number, *shared, store.signatures.shape[1])
                            for number, part in enumerate(grouped)], "the identical-copies shuffle")
         holding = np.flatnonzero(groups).tolist()
+        pairparts.keep_parts(store.work, GROUPS, holding)
         self.spill_documents(store, GROUPS, holding, copyparts.SPILL)
         found = self.map(copyparts.check_groups, [(root, number, rows_at, kept_at, lengths_at, store.copy_batch_cost)
                                                 for number in holding], "checking identical copies")
+        pairparts.keep_parts(store.work, COPIES, holding)
         sizes = np.zeros(len(groups), np.int64)
         sizes[holding] = found
         progress.advance(len(parts))

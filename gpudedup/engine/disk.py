@@ -82,8 +82,10 @@ from .workdir import WorkDir
 # pairs that pass the signature filter, and their count, not every candidate pair; 7: on a
 # cluster, those pairs and the verified ones lie in parts, WORK/pairs/, engine/pairparts.py;
 # 8: on a cluster, so do the identical copies, engine/copyparts.py; 9: a shard's info holds the
-# stamp of what it read, io/stamps.py, which the write checks the file against).
-WORK_DIR_FORMAT = 9
+# stamp of what it read, io/stamps.py, which the write checks the file against; 10: a
+# cluster's parts are Parquet files, part.parquet, and a unit on object storage is complete
+# with _complete.json).
+WORK_DIR_FORMAT = 10
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:

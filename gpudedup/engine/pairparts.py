@@ -1,7 +1,8 @@
 """The pairs of a run on a cluster, kept as parts in its work directory, written and read by
 the workers' tasks so that the client holds none of them (docs/scale.md).
 
-WORK/pairs/<kind>/NNNNN/ holds part NNNNN of a stage's pairs, as .npy files:
+WORK/pairs/<kind>/NNNNN/part.parquet holds part NNNNN of a stage's pairs (each kind's folder a
+Parquet dataset), with the columns:
 
 - ``likely``: the candidate pairs that pass the signature filter, a part per partition of the
   candidate shuffle's second round (dask.likely_part): first, second, int64 (q,) rows,
@@ -24,15 +25,16 @@ written again (write_part), and parts beyond the count are never read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
+import pyarrow as pa
 
 from ..core.ragged import weighted_ranges
 from ..core.verify import BELOW_THRESHOLD
 from .kept import Kept
 from .shards import by_shard, gathered_per_shard, spill_shard_sets, spilled_jaccard
-from .workdir import WorkAt, WorkDir
+from .workdir import WorkAt, WorkDir, arrays_of
 
 LIKELY = "likely"
 VERIFIED = "verified"
@@ -82,7 +84,7 @@ class PairParts:
     def read_part(self, number: int, names: Optional[list[str]] = None) -> dict[str, np.ndarray]:
         """Part ``number``'s arrays ``names``; None: first, second, and jaccard but of likely pairs."""
         kind, unit = self.unit(number)
-        return WorkDir.attach(self.work_at).read_dir(unit, names or columns_of(kind))
+        return arrays_of(WorkDir.attach(self.work_at).read_part(unit, names or columns_of(kind)))
 
     def read(self) -> dict[str, np.ndarray]:
         """read_parts of these parts, in this process."""
@@ -90,7 +92,17 @@ class PairParts:
 
 
 def part_unit(kind: str, number: int) -> str:
-    return f"pairs/{kind}/{number:05d}"
+    return f"{kind_folder(kind)}/{number:05d}"
+
+
+def kind_folder(kind: str) -> str:
+    """The folder of the ``kind`` pairs' parts: a Parquet dataset."""
+    return f"pairs/{kind}"
+
+
+def keep_parts(work_at: WorkAt, kind: str, numbers: Iterable[int]) -> None:
+    """The ``kind`` pairs' parts ``numbers`` written, remove any other (WorkDir.keep_parts)."""
+    WorkDir.attach(work_at).keep_parts(kind_folder(kind), numbers)
 
 
 def columns_of(kind: str) -> list[str]:
@@ -101,16 +113,12 @@ def columns_of(kind: str) -> list[str]:
 
 def write_part(work_at: WorkAt, kind: str, number: int, arrays: dict[str, np.ndarray]) -> None:
     """Store part ``number`` of the ``kind`` pairs; one an interrupted run left is replaced."""
-    work = WorkDir.attach(work_at)
-    relative = part_unit(kind, number)
-    if work.done(relative):
-        work.remove(relative)
-    work.write_dir(relative, arrays)
+    WorkDir.attach(work_at).write_part(part_unit(kind, number), pa.table(arrays))
 
 
 def read_part(work_at: WorkAt, kind: str, number: int) -> dict[str, np.ndarray]:
     """Part ``number`` of the ``kind`` pairs, every array it holds."""
-    return WorkDir.attach(work_at).read_dir(part_unit(kind, number))
+    return arrays_of(WorkDir.attach(work_at).read_part(part_unit(kind, number)))
 
 
 def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
@@ -120,7 +128,7 @@ def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
     columns = columns_of(parts.kinds[0][0]) if parts.kinds else list(PAIR_COLUMNS)
     assert all(columns_of(kind) == columns for kind, _ in parts.kinds), "the parts hold the same columns"
     numbers = range(parts.count) if parts.sizes is None else np.flatnonzero(parts.sizes).tolist()
-    read = work.read_dirs([parts.unit(number)[1] for number in numbers], columns)
+    read = [arrays_of(table) for table in work.read_parts([parts.unit(number)[1] for number in numbers], columns)]
     if not read:
         return {name: np.zeros(0, np.float64 if name == "jaccard" else np.int64) for name in columns}
     joined = {name: np.concatenate([part[name] for part in read]) for name in columns}

@@ -38,7 +38,7 @@ from ..errors import OutputError
 from ..io.layout import as_input
 from ..io.stamps import FileStamp
 from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
-from .clusterparts import ClusterParts, part_unit
+from .clusterparts import ClusterParts
 from .kept import Kept
 from .workdir import WorkDir
 
@@ -103,7 +103,7 @@ class PartsRemoved:
         work = WorkDir.attach(self.clustered.work_at)
         found: list[RemovedDocs] = []
         for number, part, chosen in self.clustered.removed_in(start, stop, ["docs", "cluster", "keep", "kept_doc"]):
-            kept_ids = (work.table(part_unit(number), "ids.parquet")["kept_id"].combine_chunks()
+            kept_ids = (self.clustered.read_table(number, ["kept_id"], work)["kept_id"].combine_chunks()
                         .take(pa.array(chosen, pa.int64())) if self.with_ids else None)
             found.append(RemovedDocs(part["docs"][chosen], part["cluster"][chosen], part["kept_doc"][chosen],
                                      kept_ids, np.full(chosen.shape[0], np.nan)))

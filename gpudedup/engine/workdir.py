@@ -15,6 +15,9 @@ Layout::
     WORK/clusters/00000/        on a cluster, the clusters of one range of rows
                                 (engine/clusterparts.py; made again by every run)
 
+A part is one Parquet file, part.parquet, so that each stage's folder under pairs/ and
+clusters/ is a Parquet dataset that pyarrow.dataset or dask.dataframe.read_parquet reads whole.
+
 Each folder under shards/, sets/, stages/, pairs/ and clusters/ is a **unit**: its files are written together,
 and a unit that exists is a complete one; a run killed half way leaves at most units that do
 not count, which the next run removes or writes again. The manifest ties the directory to one
@@ -34,9 +37,10 @@ import shutil
 import threading
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import OutputError, ParameterError
@@ -47,6 +51,11 @@ from .workfolders import (REQUEST_THREADS, TEMPORARY_PREFIX, BucketFolder, Folde
                           folder_of, load_npy, read_work_file)
 
 MANIFEST = "manifest.json"
+# The file of a part of a cluster's stage (WorkDir.write_part). Written without dictionaries or
+# compression: parts of distinct integers gain little from either, and pyarrow's defaults make
+# the write about three times slower (scripts/bench_work_formats.py, docs/performance.md).
+PART_FILE = "part.parquet"
+PART_OPTIONS = {"compression": "none", "use_dictionary": False}
 PLAN = "plan.npy"
 # The lock file of a local work directory (work_dir_lock).
 LOCK = "run.lock"
@@ -309,18 +318,40 @@ class WorkDir:
         return {Path(file).stem: self.array(relative, file)
                 for file in self.folder.unit_names(relative) if file.endswith(".npy")}
 
-    def read_dir(self, relative: str, names: Optional[list[str]] = None) -> dict[str, np.ndarray]:
-        """The arrays (.npy) of the finished unit ``relative`` (those ``names``, without
-        ".npy", where given), by name, read from where they are: on object storage not through
-        the cache, for a unit read once, often after the run (whose end empties the caches),
-        as a cluster's parts are (engine/pairparts.py, engine/clusterparts.py)."""
-        if names is None:
-            names = [Path(file).stem for file in self.folder.unit_names(relative) if file.endswith(".npy")]
-        return {name: self.folder.read_array(relative, f"{name}.npy") for name in names}
+    # --- a cluster's parts: Parquet datasets -----------------------------------------------
 
-    def read_dirs(self, relatives: list[str], names: Optional[list[str]] = None) -> list[dict[str, np.ndarray]]:
-        """read_dir of each unit of ``relatives``, side by side on object storage."""
-        return list(map_parallel(lambda relative: self.read_dir(relative, names), relatives, self.request_threads))
+    def write_part(self, relative: str, table: pa.Table) -> None:
+        """Store ``table`` as the unit ``relative``, one file (PART_FILE) of a stage's dataset
+        (WORK/pairs/<kind>/, WORK/clusters/: pyarrow.dataset or dask.dataframe.read_parquet
+        reads the folder whole); a unit an interrupted run left is replaced."""
+        if self.done(relative):
+            self.remove(relative)
+        staging = self.folder.staging()
+        try:
+            pq.write_table(table, staging / PART_FILE, **PART_OPTIONS)
+            self.folder.commit_unit(relative, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # (gone already once committed)
+
+    def read_part(self, relative: str, columns: Optional[list[str]] = None) -> pa.Table:
+        """The table of the part ``relative`` (its ``columns``, where given), read from where
+        it is: on object storage not through the cache, for a part read once, often after the
+        run (whose end empties the caches)."""
+        return self.folder.read_table(relative, PART_FILE, columns)
+
+    def keep_parts(self, folder: str, numbers: Iterable[int]) -> None:
+        """Remove the units under ``folder`` but parts ``numbers`` (those a stage has just
+        written): what an interrupted run that cut the stage otherwise left, so that the
+        folder read as a dataset holds this run's parts alone."""
+        kept = {f"{number:05d}" for number in numbers}
+        for name in self.folder.unit_children(folder):
+            if name not in kept:
+                self.remove(f"{folder}/{name}")
+
+    def read_parts(self, relatives: list[str], columns: Optional[list[str]] = None) -> list[pa.Table]:
+        """read_part of each part of ``relatives``, side by side on object storage."""
+        return list(map_parallel(lambda relative: self.read_part(relative, columns), relatives,
+                                 self.request_threads))
 
     def save_stage(self, name: str, arrays: dict[str, np.ndarray]) -> None:
         self.write_dir(f"stages/{name}", arrays)
@@ -328,6 +359,11 @@ class WorkDir:
 
 # A task's way to the work directory (WorkDir.attach): the run's own WorkDir, or its location.
 WorkAt = Union[WorkDir, str]
+
+
+def arrays_of(table: pa.Table) -> dict[str, np.ndarray]:
+    """A part's columns of numbers (WorkDir.read_part) as numpy arrays, host, by name."""
+    return {name: table[name].to_numpy() for name in table.column_names}
 
 
 def describe_difference(previous: dict, now: dict) -> str:

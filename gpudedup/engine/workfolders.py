@@ -36,8 +36,9 @@ from ..threads import map_parallel
 TEMPORARY_PREFIX = ".tmp-"
 
 
-# The object a unit on object storage is complete with (written after its files).
-MARKER = "complete.json"
+# The object a unit on object storage is complete with (written after its files). Its leading
+# "_" keeps it out of a Parquet dataset over the units (pyarrow.dataset's ignore_prefixes).
+MARKER = "_complete.json"
 
 
 # Where a machine keeps its copies of a remote work directory's files: this variable's folder,
@@ -140,14 +141,13 @@ class LocalFolder:
     def unit_names(self, relative: str) -> list[str]:
         return sorted(p.name for p in (self.root / relative).iterdir())
 
-    def read_table(self, relative: str, name: str):
-
+    def read_table(self, relative: str, name: str, columns: Optional[list[str]] = None):
         path = self.root / relative / name
-        return read_work_file(path, lambda: pq.read_table(path))
+        return read_work_file(path, lambda: pq.read_table(path, columns=columns))
 
-    def read_array(self, relative: str, name: str) -> np.ndarray:
-        path = self.root / relative / name
-        return read_work_file(path, lambda: load_npy(path))
+    def unit_children(self, relative: str) -> list[str]:
+        folder = self.root / relative
+        return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
     def commit_unit(self, relative: str, staging: Path) -> None:
         final = self.root / relative
@@ -218,28 +218,25 @@ class BucketFolder:
             self.markers[relative] = marker
         return self.markers[relative]
 
-    def read_table(self, relative: str, name: str):
-        """The Parquet file ``name`` of the unit ``relative``, read from the store (not kept
-        in the cache: a table needs no memory map, and results read ids after the run)."""
+    def read_table(self, relative: str, name: str, columns: Optional[list[str]] = None):
+        """The Parquet file ``name`` of the unit ``relative`` (its ``columns``, where given),
+        read from the store (not kept in the cache: a table needs no memory map, and results
+        read their parts after the run)."""
         self._marker_of(relative)  # (a complete unit's only)
         remote = self.remote.child(f"{relative}/{name}")
-        return read_work_file(remote, lambda: storage.read_parquet(remote))
-
-    def read_array(self, relative: str, name: str) -> np.ndarray:
-        """The .npy file ``name`` of the unit ``relative``, read from the store (not kept in the
-        cache, as read_table)."""
-        data = storage.read_bytes(self.remote.child(f"{relative}/{name}"))
-        if len(data) != self._marker_of(relative)["sizes"][name]:
-            raise OSError(f"{self.remote.child(relative)}/{name}: {len(data)} bytes, its unit's marker says "
-                          f"{self._marker_of(relative)['sizes'][name]}")
-        return read_work_file(self.remote.child(f"{relative}/{name}"),
-                              lambda: load_npy(io.BytesIO(data)))
+        return read_work_file(remote, lambda: storage.read_parquet(remote, columns))
 
     def unit_done(self, relative: str) -> bool:
         return self.marker(relative) is not None
 
     def unit_names(self, relative: str) -> list[str]:
         return sorted(self._marker_of(relative)["sizes"])
+
+    def unit_children(self, relative: str) -> list[str]:
+        """The folders under ``relative``, units complete or not (a listing: one request)."""
+        filesystem, path = self.remote.child(relative).filesystem()
+        entries = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        return sorted(entry.base_name for entry in entries if entry.type == pafs.FileType.Directory)
 
     def unit_file(self, relative: str, name: str) -> Path:
         marker = self._marker_of(relative)

@@ -28,7 +28,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -298,12 +298,12 @@ def read_bytes(location: Location) -> bytes:
     return Path(location).read_bytes()
 
 
-def read_parquet(path: Location) -> pa.Table:
-    """A whole Parquet file, local or at a URL."""
+def read_parquet(path: Location, columns: Optional[list[str]] = None) -> pa.Table:
+    """A Parquet file (its ``columns``, where given, else whole), local or at a URL."""
     if isinstance(path, Remote):
         filesystem, inside = path.filesystem()
-        return pq.read_table(inside, filesystem=filesystem)
-    return pq.read_table(path)
+        return pq.read_table(inside, filesystem=filesystem, columns=columns)
+    return pq.read_table(path, columns=columns)
 
 
 def parquet_metadata(path: Location) -> pq.FileMetaData:
