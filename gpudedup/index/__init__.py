@@ -18,6 +18,7 @@ import dataclasses
 import os
 import tempfile
 import uuid
+from contextlib import ExitStack
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -206,11 +207,11 @@ class Index:
 
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path)
-        with writer_lock(self.path), work_dir_lock(work_dir), \
-                tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
+        with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
             if work_dir is None and workers is not None:
                 # A local cluster's run spills into a work directory of its own, which dedup
                 # deletes when it returns; the commit reads the spills after it: this one lasts.
+                temporary = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpudedup-work-"))
                 work_dir = os.path.join(temporary, "work")
             manifest = read_manifest(self.path)
             with changing(self.path):
