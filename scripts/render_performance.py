@@ -327,6 +327,20 @@ def components_section(data: Data) -> list[str]:
     return lines + [""] + provenance(data, rows)
 
 
+def work_formats_section(data: Data) -> list[str]:
+    rows = sorted(data["rows"], key=lambda r: r["case"])
+
+    def what(r: Row) -> str:
+        if r["case"] == "pairs":
+            return f"a part of {number(r['rows'])} pairs"
+        return f"{number(r['lookups'])} of {number(r['rows'])} signature rows ({number(r['width'])} columns)"
+
+    lines = table(["data", "format", "write", "read", "size", "commit", "date"],
+                  [[what(r), r["format"], seconds(r.get("write_s"), 3), seconds(r["read_s"], 3), mb(r["mb"]),
+                    *run_cells(data, r)] for r in rows])
+    return lines + [""] + provenance(data, rows)
+
+
 def copies_section(data: Data) -> list[str]:
     rows = sorted(data["rows"], key=lambda r: (r["documents"], r["kind"] != "distinct"))
     labels = {"distinct": "distinct documents", "copies": "texts in groups of identical copies"}
@@ -495,12 +509,17 @@ checks that both give the same components."""),
 `scripts/bench_copies.py` runs the job in memory, each case in a process of its own, on
 synthetic documents of 50 random words: a corpus in groups of identical copies against as many
 distinct documents. Identical copies leave LSH and cost one pair each."""),
+    ("work_formats.json", "The work directory's file formats", """\
+`scripts/bench_work_formats.py` times each format of a work directory against the other, on
+random data in the page cache: a cluster's parts are Parquet files (datasets for Dask and
+pyarrow), and a shard's signatures a memory-mapped `.npy` file, which the filter reads by row."""),
 ]
 
 RENDER: dict[str, Callable[[Any], list[str]]] = {
     "cpu.json": cpu_section, "gpu-h200": gpu_section, "index.json": index_section, "tokens.json": tokens_section,
     "streaming.json": streaming_section, "linux.json": linux_section, "task_bytes.json": task_bytes_section,
     "components.json": components_section, "copies.json": copies_section, "sizes.json": sizes_section,
+    "work_formats.json": work_formats_section,
 }
 
 
