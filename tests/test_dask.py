@@ -109,18 +109,19 @@ def test_a_two_worker_cluster_gives_the_single_process_output(client, corpus, tm
 @pytest.mark.parametrize("pairs_per_part", [None, 30])
 def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client, corpus, tmp_path, monkeypatch,
                                                                          pairs_per_part):
-    """The pairs and clusters tables in parts of 5 rows, written by tasks: one process's files.
-    With few pairs a task (Dask's setting gpudedup.pairs-per-part), the components, the
-    clusters, the pairs table and report.html's count of the pairs inside its largest clusters
-    take their shuffles rather than one task each. report.html's clusters are one process's,
-    the client never reading every member of them (ClusterParts.members refused here)."""
+    """The pairs and clusters tables in parts of 5 rows, written by tasks: one process's files,
+    the components found in one part or (few pairs a part: Dask's setting
+    gpudedup.pairs-per-part) in rounds over several. The clusters, the pairs table and
+    report.html's count of the pairs inside its largest clusters take their shuffles at any
+    size. report.html's clusters are one process's, the client never reading every member of
+    them (ClusterParts.members refused here)."""
     from gpudedup.engine import clusterparts
 
     monkeypatch.setattr(layout, "PART_ROWS", 5)
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
     monkeypatch.setattr(clusterparts.ClusterParts, "members",
                         lambda *a: pytest.fail("the client read every member of the largest clusters"))
-    with distributed.get_task_stream(client) as stream, pairs_per_task(pairs_per_part):
+    with distributed.get_task_stream(client) as stream, pairs_a_part(pairs_per_part):
         gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
                        output=tmp_path / "spread")
     for name in ("pairs", "clusters"):
@@ -129,20 +130,19 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
     assert "verified pairs inside it" in clusters_section(tmp_path / "spread")
     assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
     keys = " ".join(str(task["key"]) for task in stream.data)
-    for task in ("clusters_in_one_task", "named_pairs", "pairs_inside_all"):
-        assert (task in keys) == (pairs_per_part is None), task
-    assert ("pairs_inside_part" in keys) == (pairs_per_part is not None)
-    assert "part_shown" in keys
     # The clusters by size, counted where the clusters are decided: by each range's task.
-    assert ("sizes_of_clusters" in keys) == (pairs_per_part is not None)
+    for task in ("decide_clusters", "named_end", "pairs_inside_part", "part_shown", "sizes_of_clusters"):
+        assert task in keys, task
+    assert ("large_star" in keys) == (pairs_per_part is not None)  # (one part's stars are the components)
     assert 'id="sampled"' in clusters_section(tmp_path / "spread")
     figure = [(tmp_path / side / "cluster_sizes.svg").read_text(encoding="utf-8") for side in ("single", "spread")]
     assert figure[0] == figure[1]
 
 
-def pairs_per_task(count: Optional[int]):
-    """Dask's setting of the most pairs one task takes (components.PAIRS_PER_PART_SETTING) made
-    ``count`` inside, as a user sets it (None: the default)."""
+def pairs_a_part(count: Optional[int]):
+    """Dask's setting of the most pairs a part of the components takes
+    (components.PAIRS_PER_PART_SETTING) made ``count`` inside, as a user sets it (None: the
+    default)."""
     import dask
 
     from gpudedup.engine.components import PAIRS_PER_PART_SETTING
@@ -182,7 +182,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
     monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
                         lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
-    with distributed.get_task_stream(client) as stream, pairs_per_task(40):
+    with distributed.get_task_stream(client) as stream, pairs_a_part(40):
         spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert_same_results(single, spread)
     assert spread.report["results"]["identical_copies"] == single.report["results"]["identical_copies"] > 0
@@ -668,17 +668,17 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
     """The identical copies on a cluster (engine/copyparts.py): grouped by a shuffle on the row
     hash, checked by a task per part of groups (in batches of a few documents; a member whose
     signature agrees by chance is no copy), kept as parts, and left out of LSH by their
-    places, which reach the shards' tasks by ranges of shards: cut by one task, or (past the
-    pairs one task takes, Dask's setting gpudedup.pairs-per-part) moved by Dask's set_index.
-    The copies, pairs, clusters, kept rows, report and report.html's largest clusters are the
-    single process's."""
+    places, which reach the shards' tasks by ranges of shards, moved by Dask's set_index; the
+    components in one part or (Dask's setting gpudedup.pairs-per-part) several. The copies,
+    pairs, clusters, kept rows, report and report.html's largest clusters are the single
+    process's."""
     from test_copies import copies_corpus, copies_review_corpus
 
     texts = [text or "" for seed in range(8) for text in copies_review_corpus(seed)] + copies_corpus(4, 15)
     corpus = corpus_files(tmp_path / "in", texts, 5)
     options = dict(id_field="id", backend="cpu", threshold=0.7, batch_bytes=200)
     single = gpudedup.dedup(corpus, output=tmp_path / "single", **options)
-    with distributed.get_task_stream(client) as stream, pairs_per_task(pairs_per_part):
+    with distributed.get_task_stream(client) as stream, pairs_a_part(pairs_per_part):
         spread = gpudedup.dedup(corpus, client=client, work_dir=tmp_path / "work", output=tmp_path / "spread",
                                 **options)
     assert_same_results(single, spread)
@@ -692,10 +692,8 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
         np.testing.assert_array_equal(getattr(held, name), getattr(expected, name))
     assert expected.first.shape[0] > 40
     keys = " ".join(str(task["key"]) for task in stream.data)
-    for task in ("group_part", "check_groups", "copy_places"):
+    for task in ("group_part", "check_groups", "copy_places", "sorted_places"):
         assert task in keys, task
-    assert ("places_in_ranges" in keys) == (pairs_per_part is None)
-    assert ("sorted_places" in keys) == (pairs_per_part is not None)
 
 
 def test_dask_runs_with_work_dirs_of_the_same_name_do_not_share_tasks(client, mixed, tmp_path):
@@ -803,16 +801,15 @@ def test_a_client_killed_mid_run_resumes_to_the_same_output(client, corpus, tmp_
     assert_same_files(tmp_path / "single", out)
 
 
-@pytest.mark.parametrize("pairs_count, one_task", [(0, False), (60, False), (60, True)])
+@pytest.mark.parametrize("pairs_count", [0, 60])
 def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(client, tmp_path, monkeypatch,
-                                                                               pairs_count, one_task):
+                                                                               pairs_count):
     """DaskExecutor.write_pairs (a task per place the pairs lie makes them a frame, two lookups
     in the clusters' parts name them, Dask sorts them, a task per part of the table writes it)
     against result._pairs_parts, the table one process makes of the same pairs: the same
     files, byte for byte, with ids whose order is not the rows' order, parts of 7 rows cut
     across the sorted partitions, an empty part among the stored ones, and no pair at all (one
-    empty part, as one process writes); and where the pairs are few enough for one task
-    (Dask's setting gpudedup.pairs-per-part), which names and sorts them all."""
+    empty part, as one process writes)."""
     import pyarrow.compute as pc
 
     from gpudedup.engine.clusterparts import dask_clusters
@@ -855,8 +852,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     labels = dask_component_labels(client, first, second, 10_000, 1000)
     clustered = dask_clusters(client, labels, 1000, 4, work, HeldLengths(np.ones(1000, np.int64)), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
-    with pairs_per_task(1000 if one_task else 20):  # (the executor reads the setting when made)
-        DaskExecutor(client).write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
+    DaskExecutor(client).write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
     (tmp_path / "one").mkdir()
     for number, table in enumerate(pairs_parts(named, first, second, jaccard)):
         write_parquet(table, tmp_path / "one" / layout.part_name(number))

@@ -1,9 +1,9 @@
 """The verified pairs read against the clusters' parts (engine/clusterparts.py), by the tasks
 of a run on a cluster: each pair named by its documents' ranks and ids for the pairs table
 (named_end: the pairs set on one document, then the other, each partition reading the part of
-its rows; named_pairs where they fit one task), and the pairs inside the largest clusters
-counted for report.html (pairs_inside_part, a task per range; pairs_inside_all in one task),
-so that the client holds neither the pairs nor the members of those clusters.
+its rows), and the pairs inside the largest clusters counted for report.html
+(pairs_inside_part, a task per range), so that the client holds neither the pairs nor the
+members of those clusters.
 """
 
 from __future__ import annotations
@@ -33,22 +33,6 @@ def named_end(pairs, end: str, clustered: ClusterParts, partition_info: Optional
                            f"id_{end}": part["id"].take(pa.array(at)).to_pandas()})
 
 
-def named_pairs(frames: list, clustered: ClusterParts, id_type: pa.DataType):
-    """Task: the pairs of ``frames`` (pandas DataFrames of a, b, jaccard) named as named_end
-    names them, every one at once (the clusters' parts all read here), in in_id_order's form,
-    sorted by (rank_a, rank_b): the pairs table's rows where they fit one task."""
-    import pandas as pd
-
-    pairs = pd.concat(frames, ignore_index=True)
-    docs, ids, rank = clustered.named_rows(id_type)
-    columns = {"jaccard": pairs["jaccard"].to_numpy(np.float64)}
-    for end in ("a", "b"):
-        at = np.searchsorted(docs, pairs[end].to_numpy(np.int64))
-        columns[f"rank_{end}"], columns[f"id_{end}"] = rank[at], ids.take(pa.array(at)).to_pandas()
-    named = in_id_order(pd.DataFrame(columns))
-    return named.iloc[np.lexsort((named["rank_b"].to_numpy(np.int64), named["rank_a"].to_numpy(np.int64)))]
-
-
 def in_id_order(pairs):
     """Named pairs (rank_a, id_a, rank_b, id_b, jaccard) with the first id the smaller: a
     pandas DataFrame of rank_a, rank_b, id_a, id_b, jaccard (the pairs table's order)."""
@@ -74,18 +58,6 @@ def pairs_inside_part(pairs, number: int, clustered: ClusterParts, numbers: np.n
     members = part_members(clustered, number, numbers) if first.shape[0] else Clusters(
         np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
     return pairs_inside_of(first, second, jaccard, members, numbers, asked_a, asked_b)
-
-
-def pairs_inside_all(frames: list, clustered: ClusterParts, numbers: np.ndarray, asked_a: np.ndarray,
-                     asked_b: np.ndarray):
-    """Task: cluster.pairs_inside of the clusters ``numbers`` over every pair of ``frames``
-    (pandas DataFrames of a, b, jaccard), their members read here: where the pairs fit one
-    task."""
-    import pandas as pd
-
-    pairs = pd.concat(frames, ignore_index=True)
-    return pairs_inside_of(pairs["a"].to_numpy(np.int64), pairs["b"].to_numpy(np.int64),
-                           pairs["jaccard"].to_numpy(np.float64), clustered.members(numbers), numbers, asked_a, asked_b)
 
 
 def pairs_inside_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, members: Clusters,

@@ -46,7 +46,7 @@ import pyarrow as pa
 from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_roots, kept_documents, largest_first,
                             listed_members, merged_by_size)
 from ..errors import OutputError
-from ..ids import order_ranks, wide
+from ..ids import wide
 from ..io.layout import table_parts
 from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
@@ -253,14 +253,6 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     with cluster_failures("the clusters"):
-        if labels.npartitions == 1:  # the components were one task's: so are their clusters
-            (labels_part,) = labels.to_delayed()
-            sizes, removed, count, largest_numbers, by_size = client.compute(dask.delayed(clusters_in_one_task)(
-                labels_part, ids, lengths, policy, pinned, work_at, starts, id_type, token)).result()
-            work.keep_parts(FOLDER, range(starts.shape[0] - 1))
-            size_values, size_clusters = by_size
-            return ClusterParts(work_at, starts, sizes, removed, count, largest_numbers, size_values, size_clusters,
-                                token)
         ids_sent, lengths_sent = share(client, ids, lengths)
         # 1. The documents' ids; 2. whole components, their numbers after the roots before.
         named = labels.set_index("a", divisions=divisions).map_partitions(
@@ -298,33 +290,6 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
-
-
-def clusters_in_one_task(labels, ids: Any, lengths: Any, policy: KeepPolicy, pinned: int, work_at: WorkAt,
-                         starts: np.ndarray, id_type: pa.DataType,
-                         token: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Task: dask_clusters' steps over every label at once (a pandas DataFrame of a: document,
-    b: its root), the parts cut by the ranges ``starts``: where the components were found by
-    one task, their clusters fit one. Returns the parts' sizes, their removed documents, the
-    clusters' count, the numbers of the largest and the clusters by size (ClusterParts')."""
-    import pandas as pd
-
-    everything = {"number": 0}
-    decided = decide_clusters(named_labels(labels.set_index("a"), ids).set_index("root"), np.zeros(1, np.int64),
-                              lengths, policy, pinned, everything)  # (ascending by document)
-    rank = order_ranks(pa.Array.from_pandas(decided["id"]))
-    by_doc = decided.set_index("doc")
-    ranks = pd.DataFrame({"rank": rank}, index=by_doc.index)
-    bounds = np.searchsorted(by_doc.index.to_numpy(np.int64), starts)
-    written = [write_cluster_part(by_doc.iloc[bounds[number]:bounds[number + 1]],
-                                  ranks.iloc[bounds[number]:bounds[number + 1]], work_at, id_type, token,
-                                  {"number": number})
-               for number in range(starts.shape[0] - 1)]
-    largest = largest_clusters(decided, LARGEST_KNOWN)
-    return (np.array([int(part["docs"].iloc[0]) for part in written], np.int64),
-            np.array([int(part["removed"].iloc[0]) for part in written], np.int64),
-            int(decided["cluster"].max()) + 1 if len(decided) else 0, largest["cluster"].to_numpy(np.int64),
-            clusters_by_size(decided["cluster"].to_numpy(np.int64)))
 
 
 def named_labels(by_doc, ids: Any):

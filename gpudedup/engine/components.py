@@ -4,13 +4,12 @@ document of its component (its root).
 
 The pairs are cut into parts of at most ``pairs_per_part`` (pairs the client holds, and a
 cluster's verified parts in the work directory, which the tasks read: engine/pairparts.py,
-grouped by their sizes). A task per part finds the part's
-own components (cluster.component_roots) and hands on a star per component: an edge from each
-of its documents to its root. One part needs nothing more (its task's roots are the answer).
-Otherwise the stars of the parts
-are joined by the alternating large-star and small-star steps of Kiveris et al., "Connected
-Components in MapReduce and Beyond" (SoCC 2014), each a shuffle of the edges on a node so that
-a task sees every neighbour of its nodes:
+grouped by their sizes). A task per part finds the part's own components
+(cluster.component_roots): where there is one part, they are the answer. Otherwise each part
+hands on a star per component, an edge from each of its documents to its root, and the stars
+of the parts are joined by the alternating large-star and small-star steps of Kiveris et al.,
+"Connected Components in MapReduce and Beyond" (SoCC 2014), each a shuffle of the edges on a
+node so that a task sees every neighbour of its nodes:
 
 - large star: each node u links its larger neighbours to m(u), the smallest of u and its
   neighbours;
@@ -39,9 +38,9 @@ if TYPE_CHECKING:
     from .pairparts import PairParts
 
 # Pairs per part: a part's components take about 125 bytes per pair on its worker, so about
-# 1 GB here. Up to this many pairs one task does it all, nearly as fast as the client would;
-# past it every round costs two shuffles, many times slower (scripts/bench_components.py; the
-# figures are in docs/performance.md, "Connected components on a cluster"). Dask's setting
+# 1 GB here. Up to this many pairs one task finds the components, nearly as fast as the client
+# would; past it every round costs two shuffles, many times slower (scripts/bench_components.py;
+# the figures are in docs/performance.md, "Connected components on a cluster"). Dask's setting
 # PAIRS_PER_PART_SETTING changes it, for workers of more or less memory (pairs_per_part).
 PAIRS_PER_PART = 8_000_000
 PAIRS_PER_PART_SETTING = "gpudedup.pairs-per-part"
@@ -52,11 +51,9 @@ MOST_ROUNDS = 200
 
 
 def pairs_per_part() -> int:
-    """The most pairs one task takes (PAIRS_PER_PART), or what Dask's configuration sets as
-    PAIRS_PER_PART_SETTING (``dask.config.set``, a Dask YAML file, or the client's environment:
-    DASK_GPUDEDUP__PAIRS_PER_PART). Up to this many verified pairs, one task finds the
-    components, decides the clusters and names the pairs (engine/clusterparts.py,
-    engine/clusterpairs.py), and the identical copies are placed by one (copyparts.py)."""
+    """The most pairs a part of the components takes (PAIRS_PER_PART), or what Dask's
+    configuration sets as PAIRS_PER_PART_SETTING (``dask.config.set``, a Dask YAML file, or the
+    client's environment: DASK_GPUDEDUP__PAIRS_PER_PART)."""
     import dask
 
     value = dask.config.get(PAIRS_PER_PART_SETTING, PAIRS_PER_PART)
@@ -73,7 +70,7 @@ def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_p
     collections computed here): a Dask DataFrame of edge_frame rows (a: document, b: its
     root), one for every document of a pair, left on the workers (its rounds computed, the
     labels themselves not); None when there is no pair. n_docs: the documents' count, where
-    known."""
+    known (component_roots' hint)."""
     import dask
     import dask.dataframe as dd
 
@@ -84,8 +81,8 @@ def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_p
         stored_at = share(client, stored)[0] if stored is not None else None  # (every part's task reads it)
         sent = arrays_sent(client, [(a, b, None if parts is None else stored_at, numbers)
                                     for a, b, parts, numbers in sources])
-        if len(sent) == 1:  # one part: one task does what the client would
-            return dd.from_delayed([dask.delayed(source_labels)(*sent[0], n_docs)], meta=edge_frame(),
+        if len(sent) == 1:  # one part's components are the whole graph's: no round joins them
+            return dd.from_delayed([dask.delayed(part_labels)(*sent[0], n_docs)], meta=edge_frame(),
                                    verify_meta=False)
         parts = [dask.delayed(part_stars)(*source) for source in sent]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
@@ -155,21 +152,19 @@ def source_edges(first: np.ndarray, second: np.ndarray, stored: Optional[PairPar
             np.concatenate([second] + [part["second"] for part in read]))
 
 
-def source_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int],
-                  n_docs: Optional[int]):
-    """cluster.component_roots of one part's pairs (source_edges), as an edge_frame (a:
-    document, b: its root): when there is one part."""
+def part_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int],
+                n_docs: Optional[int] = None):
+    """One part's components (cluster.component_roots of its pairs, source_edges; n_docs: its
+    hint) as an edge_frame: (document, root) for each document of a pair."""
 
     return edge_frame(*component_roots(*source_edges(first, second, stored, numbers), n_docs))
 
 
 def part_stars(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int]):
-    """One part's components as stars: an edge (document, root) for each document of a pair
-    that is not its component's root (cluster.component_roots)."""
+    """One part's components as stars: part_labels' edges but the roots' own."""
 
-    docs, root = component_roots(*source_edges(first, second, stored, numbers))
-    leaves = docs != root
-    return edge_frame(docs[leaves], root[leaves])
+    labels = part_labels(first, second, stored, numbers)
+    return labels[labels["a"] != labels["b"]]
 
 
 def both_ways(edges):

@@ -93,31 +93,18 @@ def copy_places(work_at: WorkAt, number: int, active_starts: np.ndarray):
     return pd.DataFrame({"shard": np.searchsorted(active_starts, place, side="right") - 1, "place": place})
 
 
-def places_in_ranges(frames: list, shard_starts: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Task: copy_places' frames cut by ranges of shards (shard_starts: int64 (r + 1,), the
-    first shard of each range): for each range, the places of its shards' copies, int64
-    ascending. What one task does where the copies are few (range_places)."""
-    import pandas as pd
-
-    joined = pd.concat(frames) if frames else pd.DataFrame({"shard": [], "place": []}, dtype="int64")
-    shard, place = joined["shard"].to_numpy(np.int64), joined["place"].to_numpy(np.int64)
-    cut = np.searchsorted(shard_starts, shard, side="right") - 1
-    return tuple(np.sort(place[cut == r]) for r in range(shard_starts.shape[0] - 1))
-
-
 def sorted_places(frame) -> np.ndarray:
     """Task: the places (int64 ascending) of a partition of copy_places' rows."""
     return np.sort(frame["place"].to_numpy(np.int64))
 
 
-def range_places(copies: PairParts, shards: int, ranges: int, active_starts: Any,
-                 one_task_below: int) -> tuple[np.ndarray, list]:
+def range_places(copies: PairParts, shards: int, ranges: int, active_starts: Any) -> tuple[np.ndarray, list]:
     """The places of the copies in the parts ``copies`` (sizes known) cut by ranges of shards
     (active_starts: disk.Shards.active_starts, or a future of it that every task reads):
     (shard_starts, int64 (r + 1,), the first shard of each of about ``ranges`` ranges of about
     equal shard counts, daskops.range_starts; and per range a Dask delayed int64 array,
-    ascending, of the places of its shards' copies). Up to ``one_task_below`` copies one task
-    cuts them; past that Dask's set_index moves them, with the ranges as divisions."""
+    ascending, of the places of its shards' copies): Dask's set_index moves them, with the
+    ranges as divisions."""
     import dask
     import dask.dataframe as dd
 
@@ -127,9 +114,6 @@ def range_places(copies: PairParts, shards: int, ranges: int, active_starts: Any
     assert copies.kinds == ((COPIES, copies.count),), "the copies' own parts"
     frames = [dask.delayed(copy_places)(copies.work_at, number, active_starts)
               for number in np.flatnonzero(copies.sizes).tolist()]
-    if int(copies.sizes.sum()) <= one_task_below:
-        cut = dask.delayed(places_in_ranges, nout=shard_starts.shape[0] - 1)(frames, shard_starts)
-        return shard_starts, list(cut)
     by_shard = dd.from_delayed(frames, meta=frame_of({"shard": "int64", "place": "int64"}), verify_meta=False)
     moved = by_shard.set_index("shard", divisions=range_divisions(shard_starts))
     return shard_starts, [dask.delayed(sorted_places)(part) for part in moved.to_delayed()]

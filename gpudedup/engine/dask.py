@@ -55,7 +55,7 @@ from ..errors import GpudedupError, ParameterError
 from ..io.layout import part_name, table_parts, write_pairs_part
 from ..io.storage import child_name
 from . import clusterparts, components, copyparts, pairparts
-from .clusterpairs import in_id_order, named_end, named_pairs, pairs_inside_all, pairs_inside_part
+from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
 from .daskops import (arrays_sent, cluster_failure, cluster_failures, computed, first_error, frame_of, share, shuffled,
                       shuffled_map)
@@ -145,8 +145,7 @@ class DaskExecutor:
         copy_places: list = [None] * count
         if copies.parts is not None and copies.count:
             starts_at, = self.share(starts)  # (every part's task reads the offsets)
-            shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts_at,
-                                                          self.pairs_per_part)
+            shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts_at)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = arrays_sent(self.client, [(root, index, int(starts[index]), out)
                                             for index, out in store.band_key_parts(out_of_lsh)])
@@ -218,9 +217,7 @@ class DaskExecutor:
         ranks and ids, clusterpairs.named_end) name them, Dask sorts them by the ids' ranks (a
         range partition from a sample), and a task per part of the table writes it from the
         slices of the sorted partitions that hold its rows (layout.write_pairs_part; id_type:
-        the ids' wide type): the parts are those of one process. Up to self.pairs_per_part
-        pairs (components.pairs_per_part: the components' part size) one task names and sorts
-        them all (clusterpairs.named_pairs), and a task per part writes it."""
+        the ids' wide type): the parts are those of one process."""
         import dask
         import dask.dataframe as dd
 
@@ -229,13 +226,6 @@ class DaskExecutor:
             write_pairs_part([], id_type, child_name(folder, part_name(0)))
             return
         frames = self.pair_frames(pairs)
-        if pairs.count <= self.pairs_per_part:  # (as the components: one task, where they fit one)
-            ordered = dask.delayed(named_pairs)(frames, clustered, id_type)
-            writes = [dask.delayed(write_pairs_part)([(ordered, start, start + length)], id_type,
-                                                     child_name(folder, part_name(number)))
-                      for number, (start, length) in enumerate(table_parts(pairs.count))]
-            computed(writes, stage)
-            return
         id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
         named_a = {"b": "int64", "jaccard": "float64", "rank_a": "int64", "id_a": id_dtype}
         named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
@@ -267,9 +257,8 @@ class DaskExecutor:
         """protocols.Executor.pairs_inside by tasks: with the clusters in parts (engine/clusterparts.py),
         a task per place the pairs lie makes them a frame, Dask sets them on their first
         document by the clusters' ranges, and a task per range reads the members of its rows
-        from the range's part (clusterpairs.pairs_inside_part); up to
-        self.pairs_per_part pairs one task reads them all (pairs_inside_all). The client
-        gets a few numbers per range, not the members. Clusters held go as in one process."""
+        from the range's part (clusterpairs.pairs_inside_part). The client gets a few numbers
+        per range, not the members. Clusters held go as in one process."""
         import dask
         import dask.dataframe as dd
 
@@ -277,9 +266,6 @@ class DaskExecutor:
             return LocalExecutor().pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
         stage = "counting the pairs of the largest clusters"
         frames = self.pair_frames(pairs)
-        if pairs.count <= self.pairs_per_part:
-            return computed([dask.delayed(pairs_inside_all)(frames, clustered, numbers, asked_a,
-                                                                           asked_b)], stage)
         with cluster_failures(stage):
             rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False).set_index(
                 "a", divisions=clustered.divisions)
