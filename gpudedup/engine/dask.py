@@ -61,7 +61,7 @@ from .daskops import (arrays_sent, cluster_failure, cluster_failures, computed, 
                       shuffled_map)
 from .kept import Kept
 from .local import LocalExecutor
-from .pairparts import COPIES, GROUPS, LIKELY, on_pairs, pair_frame, write_part
+from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
 from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, held_out_of_lsh, pair_tasks, rows_sharing_hash
 from .shards import Shards, rows_at_places, spilled_plausible
 from .signatures import batch_bytes
@@ -319,7 +319,7 @@ class DaskExecutor:
         sizes[holding] = found
         progress.advance(len(parts))
         empty = np.zeros(0, np.int64)
-        return Copies(empty, empty, np.zeros(0, np.float64), store.pair_parts(COPIES, len(groups), sizes))
+        return Copies(empty, empty, np.zeros(0, np.float64), PairParts.of(root, COPIES, len(groups), sizes))
 
 
 PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pair_frame's columns)

@@ -54,7 +54,6 @@ from ..version import __version__
 from .kept import Kept
 from .keptrows import ShardedTable
 from .local import LocalExecutor
-from .pairparts import PairParts
 from .protocols import Executor
 from .shardids import IdsAt, ShardIds, shard_documents
 from .shardreader import ShardReader, sign_shard
@@ -132,6 +131,7 @@ class WorkDirStore:
         # The copies stage reads its groups' spilled sets back a chunk at a time, as exact_by_spill.
         self.copy_batch_cost = 8 * batch_bytes(params, backend)
         self.work_dir: Optional[str] = work.shown
+        self.parts_at: Optional[str] = work.location
         self.pinned = 0  # no documents kept before (protocols.Store)
 
     def task_backend(self, executor: Executor) -> BackendOrName:
@@ -343,10 +343,6 @@ class WorkDirStore:
             stored = compute()
             self.work.save_stage(stage, stored)
         return stored
-
-    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
-
-        return PairParts.of(self.work.location, kind, count, sizes)
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:

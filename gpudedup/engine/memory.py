@@ -74,6 +74,7 @@ class MemoryStore:
         self.copy_batch_cost = batch_bytes(params, backend)
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
+        self.parts_at: Optional[str] = None
         self.pinned = 0  # no documents kept before (protocols.Store)
         # (One document has no pair: none would read its set, and making sets loads scipy.sparse.)
         self.keep_sets = backend.xp is np and self.documents > 1 and (
@@ -133,9 +134,6 @@ class MemoryStore:
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return compute()
-
-    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> Any:
-        raise AssertionError("a run in memory keeps its pairs in memory, not in parts")
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of ``docs``: taken from the kept sets (keep_sets), or each part

@@ -13,13 +13,9 @@ import numpy as np
 
 from ..core.copies import Copies
 from ..core.verify import BELOW_THRESHOLD
-from .pairparts import COPIES, LIKELY, VERIFIED
-
-
-from .pairparts import on_pairs
+from .pairparts import COPIES, LIKELY, VERIFIED, PairParts, on_pairs
 
 if TYPE_CHECKING:
-    from .pairparts import PairParts
     from .protocols import Executor, Store
 
 
@@ -57,7 +53,7 @@ class LikelyPairs:
         """These pairs with first and second here (read from their parts, if they are in any)."""
         if not self.parts:
             return self
-        pairs = store.pair_parts(LIKELY, self.parts).read()
+        pairs = stored_parts(store, LIKELY, self.parts).read()
         return LikelyPairs(pairs["first"], pairs["second"], self.candidates, self.every_first, self.every_second)
 
 
@@ -108,9 +104,9 @@ class CheckedPairs:
         if not self.parts:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
-        parts = store.pair_parts(VERIFIED, self.parts, self.part_sizes)
+        parts = stored_parts(store, VERIFIED, self.parts, self.part_sizes)
         if self.copy_sizes.shape[0]:
-            parts = parts.joined(store.pair_parts(COPIES, self.copy_sizes.shape[0], self.copy_sizes))
+            parts = parts.joined(stored_parts(store, COPIES, self.copy_sizes.shape[0], self.copy_sizes))
         return VerifiedPairs(self.first, self.second, self.jaccard, parts)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
@@ -148,10 +144,17 @@ def held_out_of_lsh(store: Store, copies: Copies) -> np.ndarray:
     return np.unique(store.active_positions(copies.member))
 
 
+def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> PairParts:
+    """The ``kind`` pairs a cluster's tasks kept in ``count`` parts of the store's work
+    directory (sizes: int64 (count,), the pairs in each, where known)."""
+    assert store.parts_at is not None, "only a work directory's runs keep pairs in parts"
+    return PairParts.of(store.parts_at, kind, count, sizes)
+
+
 def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
     """The copies of copies_arrays' arrays, those in parts found in the store's work directory."""
     sizes = arrays["sizes"]
-    parts = store.pair_parts(COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
+    parts = stored_parts(store, COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
     return Copies(arrays["first"], arrays["member"], arrays["jaccard"], parts)
 
 
@@ -166,7 +169,7 @@ class VerifiedPairs:
     first: np.ndarray
     second: np.ndarray
     jaccard: np.ndarray
-    parts: Optional["PairParts"] = None
+    parts: Optional[PairParts] = None
 
     @property
     def count(self) -> int:
@@ -200,7 +203,7 @@ class VerifiedPairs:
                            (self.first, self.second, self.jaccard))
 
 
-def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional["PairParts"], int]]:
+def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional[PairParts], int]]:
     """The arguments of pairparts.on_pairs (after its function) for each place the pairs lie:
     those held, and each stored part that holds any."""
     empty, stored = np.zeros(0, np.int64), pairs.parts

@@ -27,7 +27,6 @@ from ..stages import Progress, StageLog
 
 if TYPE_CHECKING:
     from .clusterparts import ClusterParts
-    from .pairparts import PairParts
     from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs
 
 
@@ -53,6 +52,9 @@ class Store(Protocol):
     signatures: Any
     copy_batch_cost: int  # how much text copies.identical_copies checks per call
     work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
+    # Where a cluster's tasks keep pairs in parts (engine/pairparts.py: the work directory's
+    # location, as tasks attach it); None for a store whose runs keep none.
+    parts_at: Optional[str]
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
              log: StageLog, progress: Progress) -> None:
@@ -87,11 +89,6 @@ class Store(Protocol):
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of a finished stage: computed now, or as an earlier run kept them."""
-
-    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
-        """The pairs a cluster's tasks kept in ``count`` parts of the work directory
-        (engine/pairparts.PairParts; kind "likely" or "verified"; sizes: int64 (count,), the
-        pairs in each, where known). Only a work directory's store has any."""
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         """The report's "input" section."""

@@ -43,6 +43,7 @@ class IndexStore:
         self.inner, self.reader, self.backend, self.window = inner, reader, backend, window
         self.copy_batch_cost = inner.copy_batch_cost
         self.work_dir: Optional[str] = inner.work_dir
+        self.parts_at: Optional[str] = None  # (its runs find their pairs in this process)
         self.pinned = 0
         self.matched: Optional[Matched] = None
         self.signatures: Any = None
@@ -119,9 +120,6 @@ class IndexStore:
         old = docs[docs < self.pinned]
         return stacked_sets(self.reader.set_parts(self.matched.segment[old], self.matched.row[old])
                             + [csr_parts(new_sets)])
-
-    def pair_parts(self, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> Any:
-        raise AssertionError("a run against an index finds its pairs in this process, not in parts")
 
     def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
                       executor: Executor, progress: Progress) -> np.ndarray:
