@@ -37,7 +37,7 @@ import shutil
 import threading
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -217,14 +217,22 @@ class WorkDir:
         """Store arrays (.npy), tables (.parquet) and info (info.json) as the unit
         WORK/relative, all at once."""
 
-        staging = self.folder.staging()
-        try:
+        def fill(staging: Path) -> None:
             for name, array in arrays.items():
                 np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
             for name, table in (tables or {}).items():
                 pq.write_table(table, staging / f"{name}.parquet")
             if info is not None:
                 (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+
+        self.write_unit(relative, fill)
+
+    def write_unit(self, relative: str, fill: Callable[[Path], None]) -> None:
+        """The unit WORK/relative, its files made by ``fill`` in a staging folder, committed at
+        once (the folder's way: a rename, or a marker last)."""
+        staging = self.folder.staging()
+        try:
+            fill(staging)
             self.folder.commit_unit(relative, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)  # (gone already once committed)
@@ -326,12 +334,7 @@ class WorkDir:
         reads the folder whole); a unit an interrupted run left is replaced."""
         if self.done(relative):
             self.remove(relative)
-        staging = self.folder.staging()
-        try:
-            pq.write_table(table, staging / PART_FILE, **PART_OPTIONS)
-            self.folder.commit_unit(relative, staging)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)  # (gone already once committed)
+        self.write_unit(relative, lambda staging: pq.write_table(table, staging / PART_FILE, **PART_OPTIONS))
 
     def read_part(self, relative: str, columns: Optional[list[str]] = None) -> pa.Table:
         """The table of the part ``relative`` (its ``columns``, where given), read from where
