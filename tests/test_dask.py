@@ -629,37 +629,43 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
     assert_same_files(tmp_path / "reference", tmp_path / "out", "parquet")
 
 
-@pytest.mark.timeout(90)  # seven runs: 12-20 s alone
+@pytest.mark.timeout(90)  # five runs: 12-20 s alone
 def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finished, tmp_path):
+    """A work directory moved between one process and a cluster keeps its signed shards, and
+    each resumes the stages after them that it kept itself (one process's held, a cluster's in
+    parts: WORK/stages/<name>-parts/), never the other's: the same files every time."""
     work = tmp_path / "work-mixed"
     shutil.copytree(finished / "work", work)
-    for path in (work / "stages", work / "sets", work / "shards" / "00003"):
-        rm(path)
+    rm(work / "shards" / "00003")
+    signed_before = shard_markers(work)
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask", format="jsonl")
     assert_same_files(tmp_path / "dask", finished / "reference")
-    # The cluster's stages keep their pairs in parts (engine/pairparts.py): one process reads them.
+    after = shard_markers(work)
+    assert {name: after[name] for name in signed_before} == signed_before and "00003" in after
+    # The cluster's stages keep their pairs in parts (engine/pairparts.py), beside one process's.
     assert (work / "pairs" / "verified").is_dir()
+    stages = {"copies", "candidates", "pairs"}
+    assert {path.name for path in (work / "stages").iterdir()} == stages | {f"{name}-parts" for name in stages}
+    # One process resumes from its own stages, and does them again where they are gone.
     staged_run(mixed, work, tmp_path / "single-resumed", resume=True)
     assert_same_files(tmp_path / "single-resumed", finished / "reference")
-    for path in (work / "stages" / "candidates", work / "stages" / "pairs", work / "sets"):
-        rm(path)
+    for name in stages:
+        rm(work / "stages" / name)
     staged_run(mixed, work, tmp_path / "single", resume=True)
     assert_same_files(tmp_path / "single", finished / "reference")
-    # And a cluster verifies the pairs one process kept in its candidates stage.
-    rm(work / "stages" / "pairs")
+    # And a cluster resumes from its parts: verification done again from its candidates.
+    rm(work / "stages" / "pairs-parts")
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask-again", format="jsonl")
     assert_same_files(tmp_path / "dask-again", finished / "reference")
-    # And finds the candidates without the copies one process kept (held, not in parts).
-    for path in (work / "stages" / "copies", work / "stages" / "candidates", work / "stages" / "pairs"):
-        rm(path)
-    staged_run(mixed, work, tmp_path / "single-copies", resume=True)
-    rm(work / "stages" / "candidates")
-    rm(work / "stages" / "pairs")
-    gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
-                   batch_bytes=3000).write(tmp_path / "dask-held-copies", format="jsonl")
-    assert_same_files(tmp_path / "dask-held-copies", finished / "reference")
+    assert shard_markers(work) == after
+
+
+def shard_markers(work: Path) -> dict[str, int]:
+    """The modification time (ns) of each signed shard's files in ``work``, by shard."""
+    return {shard.name: max(path.stat().st_mtime_ns for path in shard.iterdir())
+            for shard in (work / "shards").iterdir()}
 
 
 @pytest.mark.parametrize("pairs_per_part", [None, 5])

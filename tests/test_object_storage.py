@@ -476,7 +476,7 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
                    output=out, format="jsonl")
     assert min(sizes) <= 2000 < max(sizes), sizes  # both ways of moving
     if work_in_bucket:
-        assert {"stages/pairs", "shards/00000", "clusters/00000"} <= set(units_under(work))
+        assert {"stages/pairs-parts", "shards/00000", "clusters/00000"} <= set(units_under(work))
         assert not list((tmp_path / "cache").glob("*/*")), "a cache outlived the run"
         # A run stopped by an error on the workers (a repeated id) clears their caches too.
         texts = make_texts(20, seed=3)

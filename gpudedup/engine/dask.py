@@ -20,9 +20,7 @@ input files. Stages:
 - **verification**: the parts' documents are shuffled on their shard, and a task per
   partition writes the shingle sets of its shards' documents to the work directory (each
   shard read once); a task per part then computes its pairs' exact Jaccard from those sets
-  and stores the pairs that reach the threshold as a part. The client gets counts, and then
-  Pairs a run in one process kept in its stage are checked as there (a task per shard, a
-  task per chunk of pairs).
+  and stores the pairs that reach the threshold as a part. The client gets counts.
 
 - **the input rules' id check**: a task per shard hashes its ids; the (hash, row) rows are
   shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
@@ -62,7 +60,7 @@ from .daskops import (arrays_sent, cluster_failure, cluster_failures, computed, 
 from .kept import Kept
 from .local import LocalExecutor
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
-from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, held_out_of_lsh, pair_tasks, rows_sharing_hash
+from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks, rows_sharing_hash
 from .shards import Shards, rows_at_places, spilled_plausible
 from .signatures import batch_bytes
 from .workdir import WorkAt, WorkDir
@@ -140,15 +138,13 @@ class DaskExecutor:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
         root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
         count = store.shards.count
-        # Copies held here (a stage a run in one process kept) are left out as the input rules' rows are.
-        out_of_lsh = held_out_of_lsh(store, copies)
         copy_places: list = [None] * count
         if copies.parts is not None and copies.count:
             starts_at, = self.share(starts)  # (every part's task reads the offsets)
             shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts_at)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = arrays_sent(self.client, [(root, index, int(starts[index]), out)
-                                            for index, out in store.band_key_parts(out_of_lsh)])
+                                            for index, out in store.band_key_parts()])
         parts = [dask.delayed(band_key_rows)(*a, copy_places[a[1]]) for a in keys_sent]
         empty = np.zeros(0, np.int64)
         if not parts:
@@ -169,11 +165,11 @@ class DaskExecutor:
         """protocols.Executor.checked_pairs of likely pairs kept in parts (engine/pairparts.py): the
         parts' documents shuffled on their shard, a task per partition spilling its shards'
         sets, then a task per part checking its pairs into a verified part; the client gets
-        counts. Pairs in memory (a stage a run in one process kept) are checked as there, by
-        tasks (Store.exact_jaccard). store: a disk.WorkDirStore."""
+        counts. The identical copies are in parts too (DaskExecutor.copies), which
+        CheckedPairs.verified joins to the verified ones. store: a disk.WorkDirStore."""
 
-        if not likely.parts:
-            return checked_in_memory(store, likely, copies, exact)
+        if not likely.parts:  # (no document had band keys: nothing to check)
+            return checked_in_memory(likely, copies, exact)
         root, shard_rows, rows = store.work.location, store.shards.rows, store.rows
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs as in one process (disk.exact_by_spill).
@@ -183,8 +179,8 @@ class DaskExecutor:
                                                  for number in range(likely.parts)], "exact verification")
         pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
-        held = copies if copies.parts is None else Copies.none()
-        return CheckedPairs(held.first, held.member, held.jaccard, likely.candidates, int(checked.sum()),
+        none = Copies.none()
+        return CheckedPairs(none.first, none.member, none.jaccard, likely.candidates, int(checked.sum()),
                             int(rejected.sum()), part_sizes=checked - rejected,
                             copy_sizes=copies.part_sizes)
 

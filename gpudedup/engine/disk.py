@@ -83,8 +83,9 @@ from .workdir import WorkDir
 # 8: on a cluster, so do the identical copies, engine/copyparts.py; 9: a shard's info holds the
 # stamp of what it read, io/stamps.py, which the write checks the file against; 10: a
 # cluster's parts are Parquet files, part.parquet, and a unit on object storage is complete
-# with _complete.json).
-WORK_DIR_FORMAT = 10
+# with _complete.json; 11: a cluster's stages are WORK/stages/<name>-parts/, apart from one
+# process's).
+WORK_DIR_FORMAT = 11
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:
@@ -306,19 +307,14 @@ class WorkDirStore:
         positions = self.active_rows.spread(np.arange(self.active.shape[0]), int(starts[-1]), -1)
         return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
 
-    def band_key_parts(self, out_of_lsh: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """Per shard (index, int64 places within its spilled active rows) of the rows that take
-        no part in LSH: the active documents at positions ``out_of_lsh`` (int64 ascending), and
-        the active rows the input rules left out; for a task that reads the shard's keys
-        (dask.band_key_rows). Made a shard at a time: nothing per document is held."""
-        starts, spilled = self.shards.active_starts, self.active_rows.spilled(out_of_lsh)
-        parts = []
-        for index in range(self.shards.count):
-            start, stop = int(starts[index]), int(starts[index + 1])
-            keep = self.active_rows.mask(start, stop)
-            keep[spilled[np.searchsorted(spilled, start):np.searchsorted(spilled, stop)] - start] = False
-            parts.append((index, np.flatnonzero(~keep)))
-        return parts
+    def band_key_parts(self) -> list[tuple[int, np.ndarray]]:
+        """Per shard (index, int64 places within its spilled active rows) of the active rows the
+        input rules left out, which take no part in LSH; for a task that reads the shard's keys
+        (dask.band_key_rows, which leaves out the identical copies too). Made a shard at a
+        time: nothing per document is held."""
+        starts = self.shards.active_starts
+        return [(index, np.flatnonzero(~self.active_rows.mask(int(starts[index]), int(starts[index + 1]))))
+                for index in range(self.shards.count)]
 
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held

@@ -67,22 +67,28 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
     over_arrays = store.array_executor(executor)
+
+    def cached(stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        # A stage that a cluster's tasks kept (its pairs in parts of the work directory) and one
+        # that this process kept (its pairs held) are different results: a work directory
+        # resumed the other way does them again from the signatures, and no stage reads the
+        # other form.
+        return store.cached(stage if over_arrays.in_process else f"{stage}-parts", compute)
+
     with log.stage("copies"):
-        copies = copies_of_arrays(store, store.cached("copies", lambda: copies_arrays(
+        copies = copies_of_arrays(store, cached("copies", lambda: copies_arrays(
             over_arrays.copies(store, executor, progress))))
-        if over_arrays.in_process:  # (copies a cluster's run kept in parts, resumed in one process)
-            copies = copies.held()
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: over_arrays.likely_pairs(
+        likely = LikelyPairs.of_arrays(cached("candidates", lambda: over_arrays.likely_pairs(
             store, copies, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
         store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: over_arrays.checked_pairs(
+        checked = CheckedPairs.of_arrays(cached("pairs", lambda: over_arrays.checked_pairs(
             store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
         verified = checked.verified(store, params.threshold)

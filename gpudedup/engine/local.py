@@ -17,7 +17,7 @@ from .kept import Kept
 
 
 from .clusterpairs import pairs_inside_of
-from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory, held_out_of_lsh, rows_sharing_hash
+from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory, rows_sharing_hash
 
 if TYPE_CHECKING:
     from .clusterparts import ClusterParts
@@ -37,8 +37,8 @@ class LocalExecutor:
 
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
-        out_of_lsh = held_out_of_lsh(store, copies)
-        in_lsh = Kept.leaving_out(out_of_lsh).mask(0, store.active.shape[0])
+        # The copies' group's first document stands for them in LSH.
+        in_lsh = Kept.leaving_out(np.unique(store.active_positions(copies.member))).mask(0, store.active.shape[0])
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
@@ -60,7 +60,7 @@ class LocalExecutor:
 
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
-        return checked_in_memory(store, likely, copies, exact)
+        return checked_in_memory(likely, copies, exact)
 
     def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
         frames = [task(*a) for a in arguments]

@@ -123,8 +123,8 @@ def read_part(work_at: WorkAt, kind: str, number: int) -> dict[str, np.ndarray]:
 
 def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
     """Every one of ``parts`` as one set of arrays, ascending by (first, second): for a process
-    that holds every pair anyway (a run in one process resuming a cluster's stage, a notebook
-    asking for the pairs)."""
+    that holds every pair anyway (a notebook asking for the pairs, a result outliving its work
+    directory)."""
     columns = columns_of(parts.kinds[0][0]) if parts.kinds else list(PAIR_COLUMNS)
     assert all(columns_of(kind) == columns for kind, _ in parts.kinds), "the parts hold the same columns"
     numbers = range(parts.count) if parts.sizes is None else np.flatnonzero(parts.sizes).tolist()

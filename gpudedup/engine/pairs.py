@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.copies import Copies
 from ..core.verify import BELOW_THRESHOLD
-from .pairparts import COPIES, LIKELY, VERIFIED, PairParts, on_pairs
+from .pairparts import COPIES, VERIFIED, PairParts, on_pairs
 
 if TYPE_CHECKING:
     from .protocols import Executor, Store
@@ -49,13 +49,6 @@ class LikelyPairs:
         return cls(arrays["first"], arrays["second"], int(arrays["candidates"][0]), arrays["every_first"],
                    arrays["every_second"], int(arrays["parts"][0]))
 
-    def in_memory(self, store: Store) -> "LikelyPairs":
-        """These pairs with first and second here (read from their parts, if they are in any)."""
-        if not self.parts:
-            return self
-        pairs = stored_parts(store, LIKELY, self.parts).read()
-        return LikelyPairs(pairs["first"], pairs["second"], self.candidates, self.every_first, self.every_second)
-
 
 @dataclass
 class CheckedPairs:
@@ -64,14 +57,14 @@ class CheckedPairs:
     first, second: int64 (c,) rows, host, first < second, ascending by (first, second); jaccard:
         float64 (c,), each one's exact Jaccard where it reaches the threshold, else
         verify.BELOW_THRESHOLD: every pair checked exactly, the identical copies (Jaccard 1.0)
-        merged in. Where parts > 0 (a cluster's run), only the copies held (Copies): the pairs
-        LSH found that reach the threshold lie in as many parts of the work directory
-        (engine/pairparts.py), and ``rejected`` counts those that did not.
+        merged in. Where parts > 0 (a cluster's run), none: the pairs LSH found that reach the
+        threshold lie in as many parts of the work directory (engine/pairparts.py), and
+        ``rejected`` counts those that did not.
     candidates: how many distinct candidate pairs LSH found; checked: how many of them were
         checked exactly (those the signature filter passed).
     part_sizes: int64 (parts,), the verified pairs in each part (none: not in parts).
     copy_sizes: int64 (c,), the identical copies in each of their parts where they lie in
-        parts too (engine/copyparts.py; none: held, or none).
+        parts too (engine/copyparts.py; none: held, or none found).
     """
 
     first: np.ndarray
@@ -135,15 +128,6 @@ def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
     return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard, "sizes": copies.part_sizes}
 
 
-def held_out_of_lsh(store: Store, copies: Copies) -> np.ndarray:
-    """int64 ascending: the positions in store.active of the members of the copies held here
-    (their group's first document stands for them in LSH); none for copies kept in parts,
-    whose places a cluster's tasks read (copyparts.range_places)."""
-    if copies.parts is not None:
-        return np.zeros(0, np.int64)
-    return np.unique(store.active_positions(copies.member))
-
-
 def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> PairParts:
     """The ``kind`` pairs a cluster's tasks kept in ``count`` parts of the store's work
     directory (sizes: int64 (count,), the pairs in each, where known)."""
@@ -162,9 +146,9 @@ def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
 class VerifiedPairs:
     """The verified pairs of a run: first, second int64 (p,) rows, first < second, ascending
     by (first, second); jaccard float64 (p,), each at least the threshold; host. In a cluster's
-    run (``parts``) these are only the identical copies, and the pairs LSH found lie in the
-    parts of the work directory (engine/pairparts.py), where tasks read them; ``arrays`` reads
-    them into this process when first asked for."""
+    run (``parts``) the pairs, the identical copies among them, lie in the parts of the work
+    directory (engine/pairparts.py), where tasks read them, and those held here are none until
+    ``read_now``; ``arrays`` reads them into this process when first asked for."""
 
     first: np.ndarray
     second: np.ndarray
@@ -223,12 +207,11 @@ def pair_tasks(pairs: VerifiedPairs, executor: "Executor", function: Callable[..
             for first, second, jaccard, parts, number in pair_sources(pairs)]
 
 
-def checked_in_memory(store: Store, likely: LikelyPairs, copies: Copies,
+def checked_in_memory(likely: LikelyPairs, copies: Copies,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> CheckedPairs:
     """The verification stage in this process: the exact check of the pairs the signature
     filter passed (exact: Store.exact_jaccard, the Jaccard where it reaches the threshold, else
-    BELOW_THRESHOLD), the copies merged in (CheckedPairs)."""
-    likely, copies = likely.in_memory(store), copies.held()
+    BELOW_THRESHOLD), the copies merged in (CheckedPairs). likely and copies: held."""
     first, second = likely.first, likely.second
     jaccard = exact(first, second)
     # The copies join the pairs LSH found (they were never in its buckets), in (a, b) order.
