@@ -145,22 +145,22 @@ class ClusterParts:
             return Clusters(empty, empty, np.zeros(0, bool))
         return Clusters(*(np.concatenate([part[name] for part in parts]) for name in CLUSTER_COLUMNS))
 
-    def removed_in(self, start: int, stop: int,
-                   names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray], np.ndarray]]:
+    def removed_in(self, start: int, stop: int, names: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
         """For each part that holds some of rows start .. stop-1 and removes documents: its
-        number, its arrays ``names`` ("docs" and "keep" among them) and the positions in them
+        columns ``names`` ("docs" and "keep" among them), read once, and the positions in them
         (int64 ascending) of the removed documents among those rows (in a task, or here)."""
         first = int(np.searchsorted(self.starts, start, side="right")) - 1
         last = int(np.searchsorted(self.starts, stop, side="left"))
         work = WorkDir.attach(self.work_at)
         for number in range(max(first, 0), min(last, self.sizes.shape[0])):
             if self.removed[number]:
-                part = self.read_part(number, names, work)
-                yield number, part, np.flatnonzero(~part["keep"] & (part["docs"] >= start) & (part["docs"] < stop))
+                part = self.read_table(number, names, work)
+                docs, keep = part["docs"].to_numpy(), part["keep"].to_numpy()
+                yield part, np.flatnonzero(~keep & (docs >= start) & (docs < stop))
 
     def removed_rows(self, start: int, stop: int) -> np.ndarray:
         """int64 ascending: the removed documents among rows start .. stop-1 (removed_in)."""
-        return np.concatenate([np.zeros(0, np.int64)] + [part["docs"][chosen] for _, part, chosen in
+        return np.concatenate([np.zeros(0, np.int64)] + [part["docs"].to_numpy()[chosen] for part, chosen in
                                                           self.removed_in(start, stop, ["docs", "keep"])])
 
     def table_pieces(self, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:

@@ -40,7 +40,6 @@ from ..io.stamps import FileStamp
 from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
 from .clusterparts import ClusterParts
 from .kept import Kept
-from .workdir import WorkDir
 
 REMOVED_DIR = "removed"
 ADDED_COLUMNS = ("kept_id", "cluster", "jaccard")
@@ -90,7 +89,7 @@ class HeldRemoved:
 @dataclass
 class PartsRemoved:
     """The removed documents of a cluster's run, read from the parts of its work directory
-    (clusterparts.py: docs, cluster, keep, kept_doc and ids.parquet's kept_id) that hold the
+    (clusterparts.py: docs, cluster, keep, kept_doc and kept_id) that hold the
     documents asked for. A run against an index clusters in one process: no document here is
     an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
     read the kept documents' ids (kept_id) too."""
@@ -100,13 +99,12 @@ class PartsRemoved:
     with_ids: bool = True
 
     def of(self, start: int, stop: int) -> RemovedDocs:
-        work = WorkDir.attach(self.clustered.work_at)
         found: list[RemovedDocs] = []
-        for number, part, chosen in self.clustered.removed_in(start, stop, ["docs", "cluster", "keep", "kept_doc"]):
-            kept_ids = (self.clustered.read_table(number, ["kept_id"], work)["kept_id"].combine_chunks()
-                        .take(pa.array(chosen, pa.int64())) if self.with_ids else None)
-            found.append(RemovedDocs(part["docs"][chosen], part["cluster"][chosen], part["kept_doc"][chosen],
-                                     kept_ids, np.full(chosen.shape[0], np.nan)))
+        names = ["docs", "cluster", "keep", "kept_doc"] + (["kept_id"] if self.with_ids else [])
+        for part, chosen in self.clustered.removed_in(start, stop, names):
+            docs, cluster, kept = (part[name].to_numpy()[chosen] for name in ("docs", "cluster", "kept_doc"))
+            kept_ids = part["kept_id"].combine_chunks().take(pa.array(chosen, pa.int64())) if self.with_ids else None
+            found.append(RemovedDocs(docs, cluster, kept, kept_ids, np.full(chosen.shape[0], np.nan)))
         if not found:
             empty = np.zeros(0, np.int64)
             return RemovedDocs(empty, empty, empty, pa.array([], self.id_type) if self.with_ids else None, np.zeros(0))
