@@ -321,6 +321,29 @@ def describe(reader: dict, array: np.ndarray, index: int) -> tuple:
     return len(reader["shards"]), int(array.shape[0]), index
 
 
+def test_a_failing_map_raises_the_first_error_of_ours_in_input_order_else_one_cluster_error(client):
+    """DaskExecutor.map: where tasks raise errors of ours, the first task's in input order
+    (as one process running them in order meets it), whichever the cluster reported first;
+    any other failure is one ClusterError that names the stage and says to resume."""
+    from gpudedup.engine.dask import DaskExecutor
+    from gpudedup.errors import ClusterError
+
+    executor = DaskExecutor(client)
+    with pytest.raises(InputError, match="task 3"):
+        executor.map(fail_from, [(index, 3, 0.5) for index in range(8)], "a test")
+    with pytest.raises(ClusterError, match="failed during a test .*OSError: a lost connection.*resume=True"):
+        executor.map(fail_from, [(index, 2, 0.0, OSError) for index in range(4)], "a test")
+
+
+def fail_from(index: int, first: int, pause: float, error: type = InputError) -> int:
+    """Task: ``index``, or ``error`` where index >= first (the first failing one slowest, so
+    that a later failure reaches the cluster first)."""
+    if index >= first:
+        time.sleep(pause if index == first else 0)
+        raise error(f"task {index}") if error is InputError else error("a lost connection")
+    return index
+
+
 @pytest.mark.timeout(120)  # two runs over 12 and 48 small shards
 def test_what_the_tasks_carry_grows_with_the_shards_not_their_square(client, tmp_path, monkeypatch):
     """Every task of a stage shares the shard reader (a description of every shard) and the

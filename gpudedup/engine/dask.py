@@ -55,7 +55,7 @@ from ..io.storage import child_name
 from . import clusterparts, components, copyparts, pairparts
 from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
-from .daskops import (arrays_sent, cluster_failure, cluster_failures, computed, first_error, frame_of, share, shuffled,
+from .daskops import (arrays_sent, cluster_failures, computed, first_error, frame_of, share, shuffled,
                       shuffled_map)
 from .kept import Kept
 from .local import LocalExecutor
@@ -86,15 +86,14 @@ class DaskExecutor:
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
         assert all(len(a) == len(arguments[0]) > 0 for a in arguments), "every task takes arguments, as many"
         futures: list = []
-        try:
-            sent = arrays_sent(self.client, arguments)
-            # One message for all the tasks (client.map), rather than one per task (submit).
-            futures = self.client.map(task, *zip(*sent), pure=False) if sent else []
-            return self.client.gather(futures)
-        except GpudedupError as error:
-            raise first_error(futures, error) from None
-        except Exception as error:  # noqa: BLE001 -- distributed's many failure types
-            raise cluster_failure(stage, error) from None
+        with cluster_failures(stage):
+            try:
+                sent = arrays_sent(self.client, arguments)
+                # One message for all the tasks (client.map), rather than one per task (submit).
+                futures = self.client.map(task, *zip(*sent), pure=False) if sent else []
+                return self.client.gather(futures)
+            except GpudedupError as error:
+                raise first_error(futures, error) from None
 
     def share(self, *values: Any) -> tuple:
         """protocols.Executor.share: futures of ``values``, sent to every worker once (daskops.share)."""

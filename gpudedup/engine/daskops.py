@@ -1,6 +1,6 @@
 """Dask's side of a run on a cluster, shared by the stages that run there: the client
 (dask_client), what the stages' tasks share sent once (share), one ClusterError for a failure
-of the cluster itself (cluster_failure, computed), shuffles of pandas frames (shuffled,
+of the cluster itself (cluster_failures, computed), shuffles of pandas frames (shuffled,
 shuffled_map) and the row ranges that partitions are set on (range_starts, range_divisions).
 
 dask and distributed are optional (``pip install 'gpudedup[dask]'``): every import of them is
@@ -111,13 +111,8 @@ def cluster_failures(stage: str) -> Iterator[None]:
     except GpudedupError:
         raise
     except Exception as error:  # noqa: BLE001 -- distributed's many failure types
-        raise cluster_failure(stage, error) from None
-
-
-def cluster_failure(stage: str, error: Exception) -> ClusterError:
-    """The one-line error of a failure of the cluster itself during ``stage``."""
-    return ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the finished "
-                        "stages are in the work directory: run again with resume=True")
+        raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the "
+                           "finished stages are in the work directory: run again with resume=True") from None
 
 
 def first_error(futures: list, error: GpudedupError) -> GpudedupError:
