@@ -862,15 +862,15 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     first = np.array([a for a, _ in chosen], np.int64)
     second = np.array([b for _, b in chosen], np.int64)
     jaccard = rng.random(first.shape[0])
-    held = np.arange(first.shape[0]) % 5 == 0  # (as the identical copies are held)
-    stored = np.flatnonzero(~held)
-    bounds = [0, stored.shape[0] // 3, stored.shape[0] // 3, stored.shape[0]]  # (an empty part)
+    # Parts that interleave (each a third of the pairs, every third one), and an empty one.
+    stored = [np.arange(first.shape[0])[start::3] for start in range(3)]
+    stored.insert(1, np.zeros(0, np.int64))
     work = str(tmp_path / "work")
-    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
-        mine = stored[start:stop]
+    for number, mine in enumerate(stored):
         write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
-    pairs = VerifiedPairs(first[held], second[held], jaccard[held],
-                          PairParts.of(work, VERIFIED, 3, np.diff(bounds).astype(np.int64)))
+    empty = np.zeros(0, np.int64)
+    pairs = VerifiedPairs(empty, empty, np.zeros(0), PairParts.of(work, VERIFIED, len(stored),
+                                                                  np.array([len(mine) for mine in stored], np.int64)))
 
     class RowIds:  # (disk.IdsAt's form: the ids of the 40 rows)
         type = pa.large_string()

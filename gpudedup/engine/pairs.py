@@ -100,7 +100,8 @@ class CheckedPairs:
         parts = stored_parts(store, VERIFIED, self.parts, self.part_sizes)
         if self.copy_sizes.shape[0]:
             parts = parts.joined(stored_parts(store, COPIES, self.copy_sizes.shape[0], self.copy_sizes))
-        return VerifiedPairs(self.first, self.second, self.jaccard, parts)
+        empty = np.zeros(0, np.int64)
+        return VerifiedPairs(empty, empty, np.zeros(0, np.float64), parts)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -144,22 +145,27 @@ def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
 
 @dataclass
 class VerifiedPairs:
-    """The verified pairs of a run: first, second int64 (p,) rows, first < second, ascending
-    by (first, second); jaccard float64 (p,), each at least the threshold; host. In a cluster's
-    run (``parts``) the pairs, the identical copies among them, lie in the parts of the work
-    directory (engine/pairparts.py), where tasks read them, and those held here are none until
-    ``read_now``; ``arrays`` reads them into this process when first asked for."""
+    """The verified pairs of a run, held or in parts, never both: first, second int64 (p,) rows,
+    first < second, ascending by (first, second); jaccard float64 (p,), each at least the
+    threshold; host. In a cluster's run (``parts``) the pairs, the identical copies among them,
+    lie in the parts of the work directory (engine/pairparts.py), where tasks read them, and
+    none is held until ``read_now``; ``arrays`` reads them into this process when first asked
+    for."""
 
     first: np.ndarray
     second: np.ndarray
     jaccard: np.ndarray
     parts: Optional[PairParts] = None
 
+    def __post_init__(self) -> None:
+        assert self.parts is None or self.first.shape[0] == 0, "pairs are held or in parts, not both"
+
     @property
     def count(self) -> int:
-        """How many pairs, here and in the parts."""
-        stored = 0 if self.parts is None or self.parts.sizes is None else int(self.parts.sizes.sum())
-        return int(self.first.shape[0]) + stored
+        """How many pairs, held or in the parts (their sizes known)."""
+        if self.parts is None:
+            return int(self.first.shape[0])
+        return 0 if self.parts.sizes is None else int(self.parts.sizes.sum())
 
     def map(self, executor: "Executor", function: Callable[..., Any], *arguments) -> list:
         """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time:
@@ -182,18 +188,18 @@ class VerifiedPairs:
         """(first, second, jaccard) of every pair, ascending, host."""
         if self.parts is None:
             return self.first, self.second, self.jaccard
-        stored = self.parts.read()
-        return merge_pairs((stored["first"], stored["second"], stored["jaccard"]),
-                           (self.first, self.second, self.jaccard))
+        stored = self.parts.read()  # (pairparts.read_parts: ascending)
+        return stored["first"], stored["second"], stored["jaccard"]
 
 
 def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional[PairParts], int]]:
     """The arguments of pairparts.on_pairs (after its function) for each place the pairs lie:
-    those held, and each stored part that holds any."""
+    each stored part that holds any, else (held, or no part holds any) those held."""
     empty, stored = np.zeros(0, np.int64), pairs.parts
-    sizes = stored.sizes if stored is not None and stored.sizes is not None else np.zeros(0, np.int64)
-    return [(pairs.first, pairs.second, pairs.jaccard, None, -1)] + [
-        (empty, empty, np.zeros(0, np.float64), stored, number) for number in np.flatnonzero(sizes).tolist()]
+    holding = [] if stored is None or stored.sizes is None else np.flatnonzero(stored.sizes).tolist()
+    if not holding:
+        return [(pairs.first, pairs.second, pairs.jaccard, None, -1)]
+    return [(empty, empty, np.zeros(0, np.float64), stored, number) for number in holding]
 
 
 def pair_tasks(pairs: VerifiedPairs, executor: "Executor", function: Callable[..., Any],
