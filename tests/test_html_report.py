@@ -507,3 +507,28 @@ def test_an_indexed_document_shows_that_its_text_is_not_stored(tmp_path):
         assert all(length == "text not stored in the index" and "absent" in body for _, length, body in indexed)
         texts = re.findall(r'<p class="text">(.*?)</p>', part, flags=re.S)
         assert len(texts) == 3 and all(t.endswith(" extra") and "<mark>" not in t for t in texts)  # new, unmarked
+
+
+def bytes_read_by_this_process() -> int:
+    """What this process has read through read system calls so far (Linux's /proc/self/io
+    rchar: file reads whether or not the page cache held them)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts reads through Linux's /proc/self/io")
+def test_a_staged_runs_report_reads_its_input_once_for_every_text_it_shows(tmp_path):
+    """The texts report.html shows of a staged run (the largest clusters, a sample of clusters,
+    the pairs near the threshold: tens of documents in over ten clusters) come from its input
+    file read again once for all of them, not once per cluster: a write reads a few times the
+    file's size in all (the kept rows, the texts shown, the work directory's ids), where a read
+    per cluster shown would be over 20 times."""
+    result = gpudedup.dedup(SAMPLE, id_field="id", backend="cpu", work_dir=tmp_path / "work")
+    shown = result._outcome.shown
+    assert shown.numbers.shape[0] + shown.sampled.numbers.shape[0] >= 10  # (a read each would show)
+    result.write(tmp_path / "first")  # (what a first write imports is read once per process)
+    before = bytes_read_by_this_process()
+    result.write(tmp_path / "out")
+    assert (bytes_read_by_this_process() - before) < 10 * SAMPLE.stat().st_size

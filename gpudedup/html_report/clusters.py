@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -32,11 +32,12 @@ def cluster_sections(result) -> str:
         return ('<section id="clusters">\n<h2>Clusters</h2>\n'
                 "<p>No near-duplicates were found: every document was kept.</p>\n</section>\n")
     p = result.report["parameters"]
+    every = np.concatenate([shown.numbers, shown.sampled.numbers]).tolist()  # (the clusters shown)
     stats = {int(c): (int(inside), float(low), float(high)) for c, inside, low, high in
-             zip(np.concatenate([shown.numbers, shown.sampled.numbers]),
-                 np.concatenate([shown.inside, shown.sampled.inside]),
+             zip(every, np.concatenate([shown.inside, shown.sampled.inside]),
                  np.concatenate([shown.low, shown.sampled.low]), np.concatenate([shown.high, shown.sampled.high]))}
     view = ClusterView(result, stats, shown.example_jaccards())
+    view.read_all(np.concatenate([shown.near_a, shown.near_b] + [view.example_rows(c)[1] for c in every]))
     out = ['<section id="clusters">\n<h2>Largest clusters</h2>\n',
            f"<p>The {shown.numbers.shape[0]:,} largest of {outcome.clustered.count:,} clusters, by size. Each "
            f"shows its kept document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
@@ -90,8 +91,29 @@ class ClusterView:
         p = result.report["parameters"]
         self.spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
                                 bool(p.get("strip_symbols")))
+        self.read: dict[int, tuple[Optional[str], Any]] = {}  # (texts_at's, by row)
+
+    def example_rows(self, cluster: int) -> tuple[np.ndarray, np.ndarray]:
+        """Of a shown cluster: its members' positions in shown.members (int64 ascending), and
+        the rows whose texts its block shows (int64: the kept document, then the examples)."""
+        members_all = self.result._outcome.shown.members
+        members = np.flatnonzero(members_all.cluster == cluster)
+        keep_position, examples = examples_of(members, members_all.keep)
+        return members, members_all.docs[members[[keep_position] + examples]]
+
+    def read_all(self, rows: np.ndarray) -> None:
+        """Read the texts of every row the page shows (int64) at once: a staged run reads
+        them from its input files, each file once for all of them rather than once per
+        cluster."""
+        rows = np.unique(rows)
+        self.read = dict(zip(rows.tolist(), zip(*self.texts_at(rows))))
 
     def texts(self, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
+        """texts_at of ``rows``, from those read_all read."""
+        shown, contents = zip(*(self.read[row] for row in rows.tolist())) if rows.shape[0] else ((), ())
+        return list(shown), list(contents)
+
+    def texts_at(self, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
         """The texts of the outcome's ``rows`` as shown (token ids as numbers separated by
         spaces; None for an indexed document, whose text the index does not keep), and their
         contents as shingled (exact_jaccard's input)."""
@@ -117,12 +139,11 @@ class ClusterView:
         """A cluster: its pairs' figures, its members' ids, and its kept document beside a few
         removed ones."""
         members_all = self.result._outcome.shown.members
-        kept, rows = members_all.keep, members_all.docs
-        members = np.flatnonzero(members_all.cluster == cluster)
-        keep_position, examples = examples_of(members, kept)
+        members, example_rows = self.example_rows(cluster)
+        keep_position, _ = examples_of(members, members_all.keep)
         others = [n for n in range(len(members)) if n != keep_position]
         kept_id, *listed_ids = self.result._ids_of(
-            rows[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
+            members_all.docs[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
         inside, low, high = self.stats[cluster]
         out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {size:,} documents</h3>\n']
         if inside:
@@ -132,7 +153,6 @@ class ClusterView:
         more = size - len(listed)
         out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
         # The kept document and a few removed ones, with their similarity to the kept one.
-        example_rows = rows[members[[keep_position] + examples]]
         texts, contents = self.texts(example_rows)
         out.append('<div class="docs">\n')
         out.append(document(kept_id, texts[0], None, None, "kept", "kept"))
