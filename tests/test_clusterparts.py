@@ -18,6 +18,7 @@ from gpudedup.engine.clusterparts import ClusterParts, clusters_table, dask_clus
 from gpudedup.ids import ArrayIds
 from gpudedup.tables import NamedRows, clusters_parts, whole_table
 from gpudedup.engine.components import dask_component_labels
+from gpudedup.engine.heldclusters import HeldClusters
 from test_components import oracle_roots, random_pairs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
@@ -113,6 +114,33 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
         sizes, listing = parts.shown(shown, listed)
         assert sizes.tolist() == sizes_of(expected, shown)
         assert all(np.array_equal(a, b) for a, b in zip(listing, listed_members(expected, shown, listed)))
+
+
+@pytest.mark.parametrize("policy, ranges", [("first", 1), ("longest", 5)])
+def test_held_clusters_answer_what_the_parts_answer(client, tmp_path, policy, ranges):
+    """One process's clusters (HeldClusters) and a cluster's parts (ClusterParts) of the same
+    pairs give the same answers to what the report and report.html ask: the counts, the
+    clusters by size, the largest clusters, the members of some and a listing of them; both
+    hold the union-find oracle's clusters."""
+    rng = np.random.default_rng(ranges)
+    n_docs = 500
+    first, second = random_pairs(rng, n_docs, 300)
+    lengths = rng.integers(0, 6, n_docs).astype(np.int64)
+    held = HeldClusters(oracle(first, second, lengths, policy, 0))
+    parts = stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy)
+    assert all(np.array_equal(a, b) for a, b in zip(held.read(), parts.read()))
+    assert (held.count, held.in_clusters, held.removed_count) == (parts.count, parts.in_clusters,
+                                                                   parts.removed_count)
+    assert all(np.array_equal(a, b) for a, b in zip(held.by_size(), parts.by_size()))
+    for count in (1, 5, 20):
+        assert held.largest_numbers(count).tolist() == parts.largest_numbers(count).tolist()
+    for numbers in (held.largest_numbers(5), np.array([0, 3, held.count - 1], np.int64), np.zeros(0, np.int64)):
+        assert all(np.array_equal(a, b) for a, b in zip(held.members(numbers), parts.members(numbers)))
+        for listed in (1, 12):
+            (held_sizes, held_listing), (part_sizes, part_listing) = (held.shown(numbers, listed),
+                                                                      parts.shown(numbers, listed))
+            assert held_sizes.tolist() == part_sizes.tolist() == sizes_of(held.read(), numbers)
+            assert all(np.array_equal(a, b) for a, b in zip(held_listing, part_listing))
 
 
 def test_pinned_rows_are_kept_as_in_one_process(client, tmp_path):

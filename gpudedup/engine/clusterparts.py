@@ -131,6 +131,17 @@ class ClusterParts:
     def in_clusters(self) -> int:
         return int(self.sizes.sum())
 
+    def by_size(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every cluster size that occurs, ascending, and how many clusters have it (counted
+        where the clusters were decided)."""
+        return self.size_values, self.size_clusters
+
+    def largest_numbers(self, count: int) -> np.ndarray:
+        """int64 (k,): the ``count`` largest clusters (at most LARGEST_KNOWN), largest first
+        (the smaller number first among equals)."""
+        assert count <= LARGEST_KNOWN, "a cluster's run learns of LARGEST_KNOWN clusters"
+        return np.asarray(self.largest[:count], np.int64)
+
     @property
     def removed_count(self) -> int:
         return int(self.removed.sum())

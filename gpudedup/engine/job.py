@@ -17,12 +17,11 @@ leave the engine (result.py). Reading (io/) and writing (result.py, io/commit.py
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
 from ..backends import Backend
-from ..core.cluster import Clusters
 from ..core.copies import Copies
 from ..core.hashing import draw_permutations
 from ..core.lsh import Banding
@@ -40,7 +39,7 @@ from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
 
 if TYPE_CHECKING:
-    from .clusterparts import ClusterParts
+    from .heldclusters import Clustered
 
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
@@ -106,7 +105,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
 
 def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams, log: StageLog, progress: Progress,
-                     executor: "Executor") -> tuple[Union[Clusters, "ClusterParts"], Shown]:
+                     executor: "Executor") -> tuple["Clustered", Shown]:
     """The clusters of the verified pairs, with the documents each keeps (Executor.clusters):
     rows below store.pinned are kept, and so is nothing else of a cluster that holds one; and
     what the run shows of them (shown.shown_of), counted while the executor's cluster is up."""
@@ -120,7 +119,7 @@ def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams,
 
 
 def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,
-                 candidates: int, checked: int, verified: int, clusters: Union[Clusters, "ClusterParts"],
+                 candidates: int, checked: int, verified: int, clusters: "Clustered",
                  copies: Copies, work_dir: Optional[str]) -> Report:
     """The run's report (report.Report), the one place it is built."""
     removed = clusters.removed_count

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..core.cluster import Clusters, KeepPolicy, clusters_of_roots, component_roots
+from ..core.cluster import KeepPolicy, clusters_of_roots, component_roots
 from ..core.copies import Copies, identical_copies, same_signature_rows
 from ..core.lsh import candidate_pairs
 from ..stages import Progress
 from ..core.verify import plausible
 from ..threads import map_parallel
+from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
 
 
@@ -20,7 +21,6 @@ from .clusterpairs import pairs_inside_of
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory, rows_sharing_hash
 
 if TYPE_CHECKING:
-    from .clusterparts import ClusterParts
     from .protocols import Executor, Store
 
 
@@ -69,14 +69,11 @@ class LocalExecutor:
         return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
                                  np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
 
-    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Union[Clusters, "ClusterParts"], numbers: np.ndarray,
+    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Clustered, numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
-        members = clustered if isinstance(clustered, Clusters) else clustered.members(numbers)
-        mine = np.isin(members.cluster, numbers)
-        members = Clusters(members.docs[mine], members.cluster[mine], members.keep[mine])
-        return pairs.map(self, pairs_inside_of, members, numbers, asked_a, asked_b)
+        return pairs.map(self, pairs_inside_of, clustered.members(numbers), numbers, asked_a, asked_b)
 
-    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
+    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Clustered:
         first, second, _ = verified.arrays
         docs, root = component_roots(first, second, store.documents)
-        return clusters_of_roots(docs, root, store.lengths, policy, store.pinned)
+        return HeldClusters(clusters_of_roots(docs, root, store.lengths, policy, store.pinned))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Union
 
 import numpy as np
 
 from ..core.cluster import Clusters
 from ..core.copies import Copies
 from ..report import Report
-from .clusterparts import ClusterParts
+from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
 from .pairs import CheckedPairs, VerifiedPairs
 from .shown import Shown
@@ -24,10 +23,11 @@ class Outcome:
     pairs: the verified pairs (VerifiedPairs), whose arrays ``pair_a``, ``pair_b`` (int64
         (p,), a < b) and ``jaccard`` (float64 (p,), >= threshold) are read when first asked for
         where a cluster's run left them in its work directory.
-    clustered: the clusters (documents in clusters of two or more): held as cluster.Clusters,
-        or (a cluster's run) in parts of its work directory (engine/clusterparts.ClusterParts);
-        either gives the counts (``count``, ``in_clusters``, ``removed_count``), and
-        ``clusters`` is them held (read from the parts when first asked for).
+    clustered: the clusters (documents in clusters of two or more): held (HeldClusters), or
+        (a cluster's run) in parts of its work directory (engine/clusterparts.ClusterParts);
+        either gives the counts (``count``, ``in_clusters``, ``removed_count``) and what a
+        report shows of them, and ``clusters`` is them held (read from the parts when first
+        asked for).
     documents: n, the documents' count (``keep`` is made of it and the clusters when asked for).
     report: the run's report (report.Report; docs/output-formats.md).
     checked: the verification stage's result (CheckedPairs), whose ``checked_jaccard`` is
@@ -49,7 +49,7 @@ class Outcome:
     """
 
     pairs: "VerifiedPairs"
-    clustered: Union[Clusters, "ClusterParts"]
+    clustered: Clustered
     documents: int
     report: Report
     checked: "CheckedPairs"
@@ -78,13 +78,13 @@ class Outcome:
     @cached_property
     def clusters(self) -> Clusters:
         """The clusters, held (read from the work directory's parts when first asked for)."""
-        return self.clustered if isinstance(self.clustered, Clusters) else self.clustered.read()
+        return self.clustered.read()
 
     def read_now(self) -> None:
         """Hold the pairs, the clusters and the identical copies here from now on (a
         cluster's run: its work directory is about to go)."""
         self.pairs.read_now()
-        self.clustered = self.clusters
+        self.clustered = HeldClusters(self.clusters)
         self.copies = self.copies.held()
 
     @property

@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
 from ..backends import Backend
-from ..core.cluster import Clusters, KeepPolicy
+from ..core.cluster import KeepPolicy
 from ..core.copies import Copies
 from ..core.hashing import Permutations
 from ..core.lsh import Banding
@@ -26,7 +26,7 @@ from ..stages import Progress, StageLog
 
 
 if TYPE_CHECKING:
-    from .clusterparts import ClusterParts
+    from .heldclusters import Clustered
     from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs
 
 
@@ -140,14 +140,14 @@ class Executor(Protocol):
         all of them in this process; on a cluster, a shuffle on the hash, so that no process
         holds a hash per row."""
 
-    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Union[Clusters, "ClusterParts"]:
+    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> "Clustered":
         """The clusters of the ``verified`` pairs (where they lie: held, or a cluster's parts)
         and the documents each keeps by ``policy`` (cluster.clusters_of_roots, with
         store.lengths and store.pinned): held, or (a cluster's) kept in parts of the store's
         work directory (engine/clusterparts.py), of which the client holds counts."""
 
 
-    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Union[Clusters, "ClusterParts"], numbers: np.ndarray,
+    def pairs_inside(self, pairs: "VerifiedPairs", clustered: "Clustered", numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
         """Outcome.pairs_inside: cluster.pairs_inside of the clusters ``numbers`` over the
         ``pairs``, a result per place they lie; on a cluster, with the clusters in parts, the

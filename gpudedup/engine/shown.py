@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
-
 import numpy as np
 
-from ..core.cluster import Clusters, clusters_by_size, largest_first, listed_members
+from ..core.cluster import Clusters
 from ..plots import verified_histogram
-from .clusterparts import LARGEST_KNOWN, ClusterParts
+from .heldclusters import Clustered
 from .pairs import VerifiedPairs
 from .protocols import Executor
 
@@ -137,7 +135,7 @@ def sampled_numbers(count: int, shown: np.ndarray, seed: int, sampled: int = SAM
     return np.sort(drawn[~np.isin(drawn, shown)][:sampled]).astype(np.int64)
 
 
-def shown_of(pairs: VerifiedPairs, clustered: Union[Clusters, ClusterParts], executor: Executor,
+def shown_of(pairs: VerifiedPairs, clustered: Clustered, executor: Executor,
              threshold: float, seed: int) -> Shown:
     """The Shown of a run's verified ``pairs`` and ``clustered`` clusters, counted where they
     lie by the run's ``executor`` (on a cluster, by its tasks: the client gets a few numbers
@@ -153,11 +151,11 @@ def shown_of(pairs: VerifiedPairs, clustered: Union[Clusters, ClusterParts], exe
     near_a, near_b, near_jaccard = lowest_pairs(np.concatenate([part[0] for part in lowest]),
                                                 np.concatenate([part[1] for part in lowest]),
                                                 np.concatenate([part[2] for part in lowest]), NEAR_SHOWN)
-    size_values, size_clusters = sizes_shown(clustered)
-    largest = largest_numbers(clustered, LARGEST_SHOWN)
+    size_values, size_clusters = clustered.by_size()
+    largest = clustered.largest_numbers(LARGEST_SHOWN)
     sampled = sampled_numbers(clustered.count, largest, seed)
     numbers = np.concatenate([largest, sampled])
-    sizes, members = clusters_shown(clustered, executor, numbers, MEMBERS_LISTED)
+    sizes, members = clustered.shown(numbers, MEMBERS_LISTED, executor)
     asked = [pair for number in numbers.tolist()
              for pair in example_pairs(np.flatnonzero(members.cluster == number), members.keep, members.docs)]
     asked_a = np.array([a for a, _ in asked], np.int64)
@@ -172,31 +170,3 @@ def shown_of(pairs: VerifiedPairs, clustered: Union[Clusters, ClusterParts], exe
                  Sampled(sampled, sizes[k:], inside[k:], low[k:], high[k:]), size_values, size_clusters,
                  near_a, near_b, near_jaccard)
 
-
-def largest_numbers(clustered: Union[Clusters, ClusterParts], count: int) -> np.ndarray:
-    """int64 (k,): the ``count`` largest clusters (at most clusterparts.LARGEST_KNOWN), largest
-    first (the smaller number first among equals)."""
-    assert count <= LARGEST_KNOWN, "a cluster's run learns of LARGEST_KNOWN clusters"
-    if isinstance(clustered, ClusterParts):
-        return np.asarray(clustered.largest[:count], np.int64)
-    sizes = np.bincount(clustered.cluster)
-    return largest_first(np.arange(sizes.shape[0]), sizes, count).astype(np.int64)
-
-
-def clusters_shown(clustered: Union[Clusters, ClusterParts], executor: Executor, numbers: np.ndarray,
-                   listed: int) -> tuple[np.ndarray, Clusters]:
-    """Of the clusters ``numbers`` (int64 (k,)): their sizes, int64 (k,), and the documents
-    listed of them (cluster.listed_members), held; read from the parts where they lie, by
-    tasks."""
-    if isinstance(clustered, ClusterParts):
-        return clustered.shown(numbers, listed, executor)
-    sizes = np.bincount(clustered.cluster, minlength=int(numbers.max(initial=-1)) + 1)
-    return sizes[numbers].astype(np.int64), listed_members(clustered, numbers, listed)
-
-
-def sizes_shown(clustered: Union[Clusters, ClusterParts]) -> tuple[np.ndarray, np.ndarray]:
-    """Every cluster size that occurs, ascending, and how many clusters have it (int64 (m,)
-    each): counted where the clusters were decided (ClusterParts), or here."""
-    if isinstance(clustered, ClusterParts):
-        return clustered.size_values, clustered.size_clusters
-    return clusters_by_size(clustered.cluster)

@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.cluster import Clusters
 from ..core.content import unit_lengths
 from ..errors import InputError
 from ..io.fields import field_column, field_names, field_type, has_field
 from ..io.source import listed
 from .clusterparts import ClusterParts
+from .heldclusters import Clustered
 from .kept import Kept
 from .removedrows import HeldRemoved, PartsRemoved, RemovedDocs, RemovedOf, held_removed
 from .shards import by_shard
@@ -42,12 +42,12 @@ COUNTS = ("documents", "kept", "removed", "removed_within", "removed_across", "s
 MAX_GROUPS = 50
 
 
-def removed_kept(clustered: Union[Clusters, ClusterParts], indexed_rows: int) -> RemovedOf:
+def removed_kept(clustered: Clustered, indexed_rows: int) -> RemovedOf:
     """What gives the removed documents of a range with their kept documents (removedrows.py's,
     without the kept documents' ids)."""
     if isinstance(clustered, ClusterParts):
         return PartsRemoved(clustered, pa.null(), with_ids=False)
-    return held_removed(clustered, None, indexed_rows)
+    return held_removed(clustered.read(), None, indexed_rows)
 
 
 @dataclass

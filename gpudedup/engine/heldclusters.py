@@ -1,0 +1,67 @@
+"""The clusters of a run held in this process (HeldClusters), with the interface of those a
+cluster's run keeps in parts of its work directory (clusterparts.ClusterParts): what reads a
+run's clusters (the report's counts, what report.html shows, the pairs inside the largest
+clusters) asks either the same questions and never which of the two it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Union
+
+import numpy as np
+
+from ..core.cluster import Clusters, clusters_by_size, largest_first, listed_members
+
+if TYPE_CHECKING:
+    from .clusterparts import ClusterParts
+    from .protocols import Executor
+
+
+@dataclass
+class HeldClusters:
+    """The clusters (cluster.Clusters: host arrays over the documents in clusters) of a run in
+    one process. The methods take the executor that ClusterParts' read with, and need none."""
+
+    clusters: Clusters
+
+    @property
+    def count(self) -> int:
+        return self.clusters.count
+
+    @property
+    def in_clusters(self) -> int:
+        return self.clusters.in_clusters
+
+    @property
+    def removed_count(self) -> int:
+        return self.clusters.removed_count
+
+    def read(self) -> Clusters:
+        return self.clusters
+
+    def by_size(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every cluster size that occurs, ascending, and how many clusters have it (int64 (m,)
+        each: cluster.clusters_by_size)."""
+        return clusters_by_size(self.clusters.cluster)
+
+    def largest_numbers(self, count: int) -> np.ndarray:
+        """int64 (k,): the ``count`` largest clusters, largest first (the smaller number first
+        among equals)."""
+        sizes = np.bincount(self.clusters.cluster)
+        return largest_first(np.arange(sizes.shape[0]), sizes, count).astype(np.int64)
+
+    def shown(self, numbers: np.ndarray, listed: int,
+              executor: Optional[Executor] = None) -> tuple[np.ndarray, Clusters]:
+        """Of the clusters ``numbers`` (int64 (k,)): their sizes (int64 (k,)) and the documents a
+        report lists (cluster.listed_members)."""
+        sizes = np.bincount(self.clusters.cluster, minlength=int(numbers.max(initial=-1)) + 1)
+        return sizes[numbers].astype(np.int64), listed_members(self.clusters, numbers, listed)
+
+    def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
+        """The documents of the clusters ``numbers`` (int64), ascending."""
+        mine = np.isin(self.clusters.cluster, numbers)
+        return Clusters(self.clusters.docs[mine], self.clusters.cluster[mine], self.clusters.keep[mine])
+
+
+# A run's clusters where they lie: held, or a cluster's parts.
+Clustered = Union[HeldClusters, "ClusterParts"]
