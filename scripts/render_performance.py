@@ -285,6 +285,18 @@ def streaming_section(data: Data) -> list[str]:
     return lines + [""] + provenance(data, rows)
 
 
+def staged_section(data: Data) -> list[str]:
+    rows = sorted(data["rows"], key=lambda r: (r["corpus"], r["shingle"]))
+    lines = table(["corpus", "shingles", "documents", "reference", "its seconds", "its peak", "seconds", "peak",
+                   "time / reference", "same results", "commit", "date"],
+                  [[corpus_label(r["corpus"]), f"{r['shingle']} {r['ngram']}-grams", number(r["documents"]),
+                    r["reference"]["revision"], seconds(r["reference"]["seconds"], 2),
+                    mb(r["reference"]["peak_rss_mb"]), seconds(r["this"]["seconds"], 2), mb(r["this"]["peak_rss_mb"]),
+                    ratio(r["times_reference"]), "yes" if r["identical"] else "NO", *run_cells(data, r)]
+                   for r in rows])
+    return lines + [""] + provenance(data, rows)
+
+
 def linux_section(data: Data) -> list[str]:
     modes = ("in-memory", "staged", "dask, 1 worker", "dask, 2 workers")
     rows = sorted(data["rows"], key=lambda r: modes.index(r["mode"]) if r["mode"] in modes else len(modes))
@@ -486,6 +498,10 @@ processes of one thread, its scheduler and workers in a process apart from the c
 its outputs from the workers. The process peak is the client's own high-water mark (VmHWM); the
 report's is the largest of its per-stage peaks, which stop before report.html is written;
 the workers' are theirs at the end of the run."""),
+    ("staged.json", "A work directory against a reference commit", """\
+`scripts/bench_staged.py` runs the whole `gpudedup dedup CORPUS --work-dir WORK` process (no
+workers) of this checkout and of a reference commit's install, taking turns after an untimed run
+each: the best wall time, the largest VmHWM, and whether both wrote the same results."""),
     ("linux.json", "The Linux kernel sources", """\
 `scripts/bench_linux.py` runs `gpudedup dedup` on the shards four ways, each a process of its
 own on the same shards: in memory, staged (`--work-dir`), and on local Dask clusters of one and
@@ -517,7 +533,8 @@ pyarrow), and a shard's signatures a memory-mapped `.npy` file, which the filter
 
 RENDER: dict[str, Callable[[Any], list[str]]] = {
     "cpu.json": cpu_section, "gpu-h200": gpu_section, "index.json": index_section, "tokens.json": tokens_section,
-    "streaming.json": streaming_section, "linux.json": linux_section, "task_bytes.json": task_bytes_section,
+    "streaming.json": streaming_section, "staged.json": staged_section, "linux.json": linux_section,
+    "task_bytes.json": task_bytes_section,
     "components.json": components_section, "copies.json": copies_section, "sizes.json": sizes_section,
     "work_formats.json": work_formats_section,
 }
