@@ -58,7 +58,6 @@ from .clusterparts import ClusterParts
 from .daskops import (arrays_sent, cluster_failures, computed, first_error, frame_of, share, shuffled,
                       shuffled_map)
 from .kept import Kept
-from .local import LocalExecutor
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
 from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks, rows_sharing_hash
 from .shards import Shards, rows_at_places, spilled_plausible
@@ -253,12 +252,11 @@ class DaskExecutor:
         a task per place the pairs lie makes them a frame, Dask sets them on their first
         document by the clusters' ranges, and a task per range reads the members of its rows
         from the range's part (clusterpairs.pairs_inside_part). The client gets a few numbers
-        per range, not the members. Clusters held go as in one process."""
+        per range, not the members. clustered: this executor's (DaskExecutor.clusters), in parts."""
         import dask
         import dask.dataframe as dd
 
-        if not isinstance(clustered, ClusterParts):
-            return LocalExecutor().pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
+        assert isinstance(clustered, ClusterParts), "a cluster's run keeps its clusters in parts"
         stage = "counting the pairs of the largest clusters"
         frames = self.pair_frames(pairs)
         with cluster_failures(stage):

@@ -37,7 +37,6 @@ def cluster_sections(result) -> str:
              zip(every, np.concatenate([shown.inside, shown.sampled.inside]),
                  np.concatenate([shown.low, shown.sampled.low]), np.concatenate([shown.high, shown.sampled.high]))}
     view = ClusterView(result, stats, shown.example_jaccards())
-    view.read_all(np.concatenate([shown.near_a, shown.near_b] + [view.example_rows(c)[1] for c in every]))
     out = ['<section id="clusters">\n<h2>Largest clusters</h2>\n',
            f"<p>The {shown.numbers.shape[0]:,} largest of {outcome.clustered.count:,} clusters, by size. Each "
            f"shows its kept document and up to {EXAMPLES_PER_CLUSTER - 1} removed ones (the first "
@@ -84,32 +83,31 @@ def near_pairs(result, view: "ClusterView") -> str:
 
 class ClusterView:
     """Cluster blocks of one result: stats, {cluster: (verified pairs inside, least and
-    greatest Jaccard)}; verified, {(a, b): Jaccard} of the examples that are verified pairs."""
+    greatest Jaccard)} of every cluster shown; verified, {(a, b): Jaccard} of the examples that
+    are verified pairs. The texts of every row the page shows (those clusters' examples, the
+    pairs near the threshold) are read when it is made, at once: a staged run reads them from
+    its input files, each file once for all of them rather than once per cluster."""
 
     def __init__(self, result, stats: dict, verified: dict):
         self.result, self.stats, self.verified = result, stats, verified
         p = result.report["parameters"]
         self.spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
                                 bool(p.get("strip_symbols")))
-        self.read: dict[int, tuple[Optional[str], Any]] = {}  # (texts_at's, by row)
+        shown = result._outcome.shown
+        rows = np.unique(np.concatenate([shown.near_a, shown.near_b] + [self.example_rows(c)[2] for c in stats]))
+        self.read: dict[int, tuple[Optional[str], Any]] = dict(zip(rows.tolist(), zip(*self.texts_at(rows))))
 
-    def example_rows(self, cluster: int) -> tuple[np.ndarray, np.ndarray]:
-        """Of a shown cluster: its members' positions in shown.members (int64 ascending), and
-        the rows whose texts its block shows (int64: the kept document, then the examples)."""
+    def example_rows(self, cluster: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """Of a shown cluster: its members' positions in shown.members (int64 ascending), the
+        kept one's place among them, and the rows whose texts its block shows (int64: the kept
+        document, then the examples: shown.examples_of)."""
         members_all = self.result._outcome.shown.members
         members = np.flatnonzero(members_all.cluster == cluster)
         keep_position, examples = examples_of(members, members_all.keep)
-        return members, members_all.docs[members[[keep_position] + examples]]
-
-    def read_all(self, rows: np.ndarray) -> None:
-        """Read the texts of every row the page shows (int64) at once: a staged run reads
-        them from its input files, each file once for all of them rather than once per
-        cluster."""
-        rows = np.unique(rows)
-        self.read = dict(zip(rows.tolist(), zip(*self.texts_at(rows))))
+        return members, keep_position, members_all.docs[members[[keep_position] + examples]]
 
     def texts(self, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
-        """texts_at of ``rows``, from those read_all read."""
+        """texts_at of ``rows``, from those read when the view was made."""
         shown, contents = zip(*(self.read[row] for row in rows.tolist())) if rows.shape[0] else ((), ())
         return list(shown), list(contents)
 
@@ -139,8 +137,7 @@ class ClusterView:
         """A cluster: its pairs' figures, its members' ids, and its kept document beside a few
         removed ones."""
         members_all = self.result._outcome.shown.members
-        members, example_rows = self.example_rows(cluster)
-        keep_position, _ = examples_of(members, members_all.keep)
+        members, keep_position, example_rows = self.example_rows(cluster)
         others = [n for n in range(len(members)) if n != keep_position]
         kept_id, *listed_ids = self.result._ids_of(
             members_all.docs[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
