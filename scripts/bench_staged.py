@@ -3,7 +3,7 @@ install of gpudedup, in the same run: the whole process of
 
     gpudedup dedup CORPUS -o OUT --work-dir WORK --id-field id --backend cpu --shingle S --ngram 5
 
-its wall time and its peak resident memory (VmHWM at its end), the two installs taking turns
+its wall time and its peak resident memory, the two installs taking turns
 so that they share the machine's noise, and whether they wrote the same pairs, clusters and
 kept rows (scripts/compare_outputs.py). The reference is another checkout's Python, for
 example a virtual environment holding ``pip install -e <checkout>`` of an older commit;
@@ -33,7 +33,9 @@ from bench_results import corpus_path, record
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 # The CLI in this process, then its resident high-water mark (VmHWM: getrusage's ru_maxrss is
-# carried across exec, so it would count the benchmark that started the process).
+# carried across exec, so it would count the benchmark that started the process). The run
+# starts a new mark at each stage (stages.py), so this is the mark since its last stage began;
+# run_once takes the larger of it and the report's peak, the largest of its stages' marks.
 CHILD = r"""
 import json, sys
 sys.argv = ["gpudedup"] + sys.argv[1:]
@@ -58,7 +60,8 @@ def revision(python: str) -> str:
 
 
 def run_once(python: str, corpus: Path, shingle: str, out: Path) -> dict:
-    """One process's run: wall seconds, peak resident memory (MB) and its report's documents.
+    """One process's run: wall seconds, peak resident memory (MB: CHILD's) and its report's
+    documents.
     Run from a temporary directory, so that ``python`` imports its own gpudedup, not this
     checkout's."""
     shutil.rmtree(out, ignore_errors=True)
@@ -69,7 +72,8 @@ def run_once(python: str, corpus: Path, shingle: str, out: Path) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
     seconds = time.perf_counter() - started
     report = json.loads((out / "result" / "report.json").read_text())
-    return {"seconds": round(seconds, 2), **json.loads(done.stdout.strip().splitlines()[-1]),
+    since_last_stage = json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+    return {"seconds": round(seconds, 2), "peak_rss_mb": max(since_last_stage, report["peak_rss_mb"]),
             "documents": report["input"]["documents"]}
 
 
