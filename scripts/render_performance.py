@@ -501,7 +501,8 @@ the workers' are theirs at the end of the run."""),
     ("staged.json", "A work directory against a reference commit", """\
 `scripts/bench_staged.py` runs the whole `gpudedup dedup CORPUS --work-dir WORK` process (no
 workers) of this checkout and of a reference commit's install, taking turns after an untimed run
-each: the best wall time, the largest VmHWM, and whether both wrote the same results."""),
+each: the best wall time, the largest peak (of its stages' marks and the mark after the last
+one began), and whether both wrote the same results."""),
     ("linux.json", "The Linux kernel sources", """\
 `scripts/bench_linux.py` runs `gpudedup dedup` on the shards four ways, each a process of its
 own on the same shards: in memory, staged (`--work-dir`), and on local Dask clusters of one and
