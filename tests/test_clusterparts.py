@@ -5,6 +5,7 @@ ranges the rows are cut into, for both keep policies and a persistent index's pi
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,6 +188,20 @@ def test_parts_made_again_by_a_later_run_are_refused(client, tmp_path):
                  lambda: earlier.named_rows(pa.large_string())):
         with pytest.raises(OutputError, match="made again by a later run"):
             read()
+
+
+def test_parts_whose_work_directory_is_gone_say_so(client, tmp_path):
+    """A result that reads its clusters after its work directory was removed names the folder
+    and what to do, rather than blame a later run."""
+    from gpudedup.errors import OutputError
+
+    rng = np.random.default_rng(4)
+    first, second = random_pairs(rng, 200, 120)
+    parts = stored(client, tmp_path, first, second, 200, 3, np.ones(200, np.int64), "first")
+    shutil.rmtree(tmp_path / "work")
+    with pytest.raises(OutputError, match="the work directory is gone.*write the result before removing it") as gone:
+        parts.read()
+    assert str(tmp_path / "work") in str(gone.value)
 
 
 def sizes_of(clusters, numbers) -> list[int]:

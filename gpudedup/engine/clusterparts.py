@@ -102,6 +102,9 @@ class ClusterParts:
         except DamagedWorkDirError:
             if work.done(part_unit(number)):
                 raise
+            if not work.folder.unit_children(FOLDER):  # (no part at all: the folder went)
+                raise OutputError(f"{work.shown}: the work directory is gone; the result of a run with "
+                                  "work_dir= reads its clusters there: write the result before removing it") from None
             raise self.made_again() from None  # (a later run of fewer ranges removed it)
 
     def read_part(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> dict[str, np.ndarray]:
