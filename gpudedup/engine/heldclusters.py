@@ -6,6 +6,7 @@ clusters) asks either the same questions and never which of the two it holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
@@ -44,18 +45,21 @@ class HeldClusters:
         each: cluster.clusters_by_size)."""
         return clusters_by_size(self.clusters.cluster)
 
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """int64 (count,): each cluster's size, by its number (largest_numbers and shown ask)."""
+        return np.bincount(self.clusters.cluster, minlength=self.clusters.count).astype(np.int64)
+
     def largest_numbers(self, count: int) -> np.ndarray:
         """int64 (k,): the ``count`` largest clusters, largest first (the smaller number first
         among equals)."""
-        sizes = np.bincount(self.clusters.cluster)
-        return largest_first(np.arange(sizes.shape[0]), sizes, count).astype(np.int64)
+        return largest_first(np.arange(self.sizes.shape[0]), self.sizes, count).astype(np.int64)
 
     def shown(self, numbers: np.ndarray, listed: int,
               executor: Optional[Executor] = None) -> tuple[np.ndarray, Clusters]:
         """Of the clusters ``numbers`` (int64 (k,)): their sizes (int64 (k,)) and the documents a
         report lists (cluster.listed_members)."""
-        sizes = np.bincount(self.clusters.cluster, minlength=int(numbers.max(initial=-1)) + 1)
-        return sizes[numbers].astype(np.int64), listed_members(self.clusters, numbers, listed)
+        return self.sizes[numbers], listed_members(self.clusters, numbers, listed)
 
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
         """The documents of the clusters ``numbers`` (int64), ascending."""

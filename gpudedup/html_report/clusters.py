@@ -94,7 +94,9 @@ class ClusterView:
         self.spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
                                 bool(p.get("strip_symbols")))
         shown = result._outcome.shown
-        rows = np.unique(np.concatenate([shown.near_a, shown.near_b] + [self.example_rows(c)[2] for c in stats]))
+        # Each shown cluster's examples, chosen once: their texts are read now, their blocks later.
+        self.examples = {cluster: self.example_rows(cluster) for cluster in stats}
+        rows = np.unique(np.concatenate([shown.near_a, shown.near_b] + [e[2] for e in self.examples.values()]))
         self.read: dict[int, tuple[Optional[str], Any]] = dict(zip(rows.tolist(), zip(*self.texts_at(rows))))
 
     def example_rows(self, cluster: int) -> tuple[np.ndarray, int, np.ndarray]:
@@ -137,7 +139,7 @@ class ClusterView:
         """A cluster: its pairs' figures, its members' ids, and its kept document beside a few
         removed ones."""
         members_all = self.result._outcome.shown.members
-        members, keep_position, example_rows = self.example_rows(cluster)
+        members, keep_position, example_rows = self.examples[cluster]
         others = [n for n in range(len(members)) if n != keep_position]
         kept_id, *listed_ids = self.result._ids_of(
             members_all.docs[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
