@@ -116,10 +116,12 @@ def dedup(
         and no exclude pattern; a folder matching an exclude pattern is left out whole. A file
         given by name is always read. What is not read is listed in the report
         (``input.skipped_files``, with reasons in ``input.skipped_file_reasons``).
-    work_dir: files only -- run in stages over one input file at a time, keeping each stage's
-        results in this directory (engine/disk.py), so that the corpus is never in memory as a
-        whole; resume=True goes on with the finished stages of an interrupted run there. A
-        folder, or a URL on object storage (engine/workdir.py).
+    work_dir: files only -- run in stages on Dask (its local scheduler, without client=,
+        scheduler= or workers=) over one input file at a time, keeping each stage's results in
+        this directory (engine/disk.py), so that the corpus is never in memory as a whole; the
+        result reads it (write it before the directory goes); resume=True goes on with the
+        finished stages of an interrupted run there. A folder, or a URL on object storage
+        (engine/workdir.py).
     shard_bytes: in a staged or Dask run, plain JSONL and Parquet files larger than this (bytes,
         or a size such as "256MB"; default 512 MiB) are cut into pieces of about this size
         (byte ranges at line ends, runs of row groups), each read by a task of its own. The
@@ -171,16 +173,11 @@ def dedup(
             result._write(output, format, overwrite, single_file, write_removed, executor)
         return result
 
-    if client is not None or scheduler is not None or workers is not None:
+    if work_dir is not None or client is not None or scheduler is not None or workers is not None:
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
                               progress_display(progress), client, scheduler, workers, finish=written,
                               found=found, group_field=group_field)
-    if work_dir is not None:
-        with work_dir_lock(work_dir):
-            return written(staged_dedup(data, params, chosen_backend, location_of(work_dir), resume, text_field,
-                                        id_field, on_error, progress_display(progress),
-                                        found=found, group_field=group_field))
     if resume:
         raise resume_without_work_dir()
     log = StageLog()
@@ -261,11 +258,12 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
                against=None, finish: Callable[[DedupResult, Executor], DedupResult] = lambda result, _: result,
                found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
-    """``dedup`` through a work directory with its heavy stages on a Dask cluster; against: a
-    run against a persistent index (index.store.Against), or None; finish: what to do with the
-    result while the cluster is still up (dedup's output), given the run's executor (the result
-    holds none); found: the inputs' scan, where the
-    caller made it; group_field: as staged_dedup takes it."""
+    """``dedup`` through a work directory with its heavy stages on Dask: a cluster's (client,
+    scheduler, workers), or without one Dask's local scheduler (daskops.dask_client); against:
+    a run against a persistent index (index.store.Against), or None; finish: what to do with
+    the result while the cluster is still up (dedup's output), given the run's executor (the
+    result holds none); found: the inputs' scan, where the caller made it; group_field: as
+    staged_dedup takes it."""
     import tempfile
 
     from .engine.dask import DaskExecutor  # (Dask is optional: loaded by a run on a cluster)
@@ -292,8 +290,10 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                                           id_field, on_error, progress, executor, against, found, group_field)
                     result._id_source = id_source(result.ids)
                     result._outcome.read_now()
-            result.report = result.report.with_dask(connected.scheduler.address,
-                                                    len(connected.scheduler_info()["workers"]), work_dir is not None)
+            if connected is not None:
+                result.report = result.report.with_dask(connected.scheduler.address,
+                                                        len(connected.scheduler_info()["workers"]),
+                                                        work_dir is not None)
             return finish(result, executor)
         finally:
             if work_dir is not None:  # the workers' copies of a work directory on object storage
@@ -308,11 +308,10 @@ def files_only(data) -> ParameterError:
 
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,
-                 id_field: Optional[str], on_error: str, progress: Progress,
-                 executor: Optional[Executor] = None, against=None, found: Optional[InputFiles] = None,
-                 group_field: Optional[str] = None) -> DedupResult:
-    """``dedup`` through a work directory (engine/disk.py); data: paths only; executor: who
-    runs the store's tasks (this process when None); against: a run against a persistent index
+                 id_field: Optional[str], on_error: str, progress: Progress, executor: Executor,
+                 against=None, found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
+    """``dedup`` through a work directory (engine/disk.py), dask_dedup's; data: paths only;
+    executor: who runs the store's tasks (engine.dask.DaskExecutor); against: a run against a persistent index
     (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here); group_field: the column the report counts by, beside
     the input files (engine/sourcecounts.py: a task per file, while the work directory is

@@ -492,10 +492,10 @@ so their pairs are not the word job's pairs."""),
 documents of 100 words (`--shard-documents`, `--words`) drawn from the bundled sample's words
 with their frequencies, two shards at 1× (`--base-shards`), a tenth of each shard's documents
 copies of another with one word changed, and with `--identical F` a fraction F exact copies of
-the shard before's documents. Each run is a process of its own: *staged* is the job in one
-process with a work directory (`--work-dir`); *dask* runs it on a local cluster of two worker
-processes of one thread, its scheduler and workers in a process apart from the client, writing
-its outputs from the workers. The process peak is the client's own high-water mark (VmHWM); the
+the shard before's documents. Each run is a process of its own: *staged* is the job with a
+work directory (`--work-dir`) and no workers, on Dask's local scheduler; *dask* runs it on a
+local cluster of two worker processes of one thread, its scheduler and workers in a process
+apart from the client, writing its outputs from the workers. The process peak is the client's own high-water mark (VmHWM); the
 report's is the largest of its per-stage peaks, which stop before report.html is written;
 the workers' are theirs at the end of the run."""),
     ("staged.json", "A work directory against a reference commit", """\

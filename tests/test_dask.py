@@ -653,31 +653,31 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
 
 
 @pytest.mark.timeout(90)  # five runs: 12-20 s alone
-def test_a_work_dir_moves_between_single_process_and_dask(client, mixed, finished, tmp_path):
-    """A work directory moved between one process and a cluster keeps its signed shards, and
-    each resumes the stages after them that it kept itself (one process's held, a cluster's in
-    parts: WORK/stages/<name>-parts/), never the other's: the same files every time."""
+def test_a_work_dir_moves_between_the_local_scheduler_and_a_cluster(client, mixed, finished, tmp_path):
+    """A work directory moves between Dask's local scheduler (a run without a cluster) and a
+    cluster: both keep the same stages, their pairs in parts (WORK/stages/<name>-parts/), so
+    each resumes what the other finished and does again what is gone, its signed shards
+    untouched: the same files every time."""
     work = tmp_path / "work-mixed"
-    shutil.copytree(finished / "work", work)
+    shutil.copytree(finished / "work", work)  # (finished on the local scheduler)
+    stages = {"copies-parts", "candidates-parts", "pairs-parts"}
+    assert {path.name for path in (work / "stages").iterdir()} == stages
     rm(work / "shards" / "00003")
+    rm(work / "stages" / "pairs-parts")
     signed_before = shard_markers(work)
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask", format="jsonl")
     assert_same_files(tmp_path / "dask", finished / "reference")
     after = shard_markers(work)
     assert {name: after[name] for name in signed_before} == signed_before and "00003" in after
-    # The cluster's stages keep their pairs in parts (engine/pairparts.py), beside one process's.
-    assert (work / "pairs" / "verified").is_dir()
-    stages = {"copies", "candidates", "pairs"}
-    assert {path.name for path in (work / "stages").iterdir()} == stages | {f"{name}-parts" for name in stages}
-    # One process resumes from its own stages, and does them again where they are gone.
-    staged_run(mixed, work, tmp_path / "single-resumed", resume=True)
-    assert_same_files(tmp_path / "single-resumed", finished / "reference")
-    for name in stages:
-        rm(work / "stages" / name)
-    staged_run(mixed, work, tmp_path / "single", resume=True)
-    assert_same_files(tmp_path / "single", finished / "reference")
-    # And a cluster resumes from its parts: verification done again from its candidates.
+    assert {path.name for path in (work / "stages").iterdir()} == stages
+    # The local scheduler resumes from the cluster's stages, and does them again where gone.
+    staged_run(mixed, work, tmp_path / "local-resumed", resume=True)
+    assert_same_files(tmp_path / "local-resumed", finished / "reference")
+    rm(work / "stages" / "candidates-parts")
+    staged_run(mixed, work, tmp_path / "local", resume=True)
+    assert_same_files(tmp_path / "local", finished / "reference")
+    # And the cluster resumes from those: verification done again from the candidates.
     rm(work / "stages" / "pairs-parts")
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask-again", format="jsonl")

@@ -457,17 +457,17 @@ def rm(path: Path) -> None:
 
 
 MUTATIONS = {
-    "no_pairs": lambda w: rm(w / "stages" / "pairs"),
-    "no_candidates": lambda w: rm(w / "stages" / "candidates"),
-    "no_copies": lambda w: rm(w / "stages" / "copies"),
+    "no_pairs": lambda w: rm(w / "stages" / "pairs-parts"),
+    "no_candidates": lambda w: rm(w / "stages" / "candidates-parts"),
+    "no_copies": lambda w: rm(w / "stages" / "copies-parts"),
     "no_stages": lambda w: rm(w / "stages"),
     "some_shards": lambda w: [rm(w / "shards" / f"{i:05d}") for i in (0, 4, 7)],
     "some_shards_and_stages": lambda w: [rm(p) for p in [w / "stages", w / "shards" / "00001", w / "shards" / "00009"]],
     "no_sets": lambda w: rm(w / "sets"),
-    "no_sets_no_pairs": lambda w: [rm(w / "sets"), rm(w / "stages" / "pairs")],
+    "no_sets_no_pairs": lambda w: [rm(w / "sets"), rm(w / "stages" / "pairs-parts")],
     "half_sets_no_stages": lambda w: [rm(p) for p in sorted((w / "sets").glob("*/*"))[::2] + [w / "stages"]],
     "temporary_leftovers": lambda w: [(w / ".tmp-half").mkdir(), (w / ".tmp-half" / "keys.npy").write_bytes(b"x"),
-                                      (w / ".tmp-file").write_bytes(b"x"), rm(w / "stages" / "pairs")],
+                                      (w / ".tmp-file").write_bytes(b"x"), rm(w / "stages" / "pairs-parts")],
     "manifest_only": lambda w: [rm(p) for p in w.iterdir() if p.is_dir()],
 }
 
@@ -483,16 +483,20 @@ def test_resume_from_an_intermediate_state_gives_identical_output(mixed, finishe
 
 
 def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
+    """A resume of a finished run signs nothing, checks no copies, finds no candidates and
+    verifies no pair again (the tasks of each, made to fail), and gives the same results."""
     corpus = write_shards(tmp_path / "in", sample_records(), 4)
     first = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work")
-    from gpudedup.engine import local, shardreader
+    _ = first.pairs, first.clusters, first.keep  # (read now: a resume makes the clusters again)
+    from gpudedup.engine import copyparts, dask, pairparts, shardreader
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
 
     monkeypatch.setattr(shardreader, "signature_pass", must_not_run)
-    for name in ("identical_copies", "candidate_pairs", "plausible"):
-        monkeypatch.setattr(local, name, must_not_run)
+    for module, name in ((copyparts, "group_part"), (copyparts, "check_groups"), (dask, "band_key_rows"),
+                         (dask, "likely_part"), (pairparts, "check_part")):
+        monkeypatch.setattr(module, name, must_not_run)
     again = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work", resume=True)
     assert_same_results(first, again)
 
@@ -552,6 +556,21 @@ def test_the_work_directory_belongs_to_one_run(tmp_path):
         gpudedup.dedup(corpus, backend="cpu", resume=True)
     with pytest.raises(ParameterError, match="runs over files"):
         gpudedup.dedup(["a text", "another"], backend="cpu", work_dir=tmp_path / "w3")
+
+
+def test_a_result_whose_work_directory_is_gone_says_so_and_writes_nothing(tmp_path):
+    """A run with work_dir= leaves its clusters and pairs in the work directory, which its
+    result reads: written after the directory is removed, it names the directory and what to do,
+    and no output is left."""
+    corpus = write_shards(tmp_path / "in", sample_records(), 2)
+    work = tmp_path / "work"
+    result = gpudedup.dedup(corpus, backend="cpu", work_dir=work)
+    assert result.report.results.clusters > 0
+    shutil.rmtree(work)
+    with pytest.raises(OutputError, match="the work directory is gone.*write the result before removing it") as gone:
+        result.write(tmp_path / "out")
+    assert str(work) in str(gone.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_output_inside_the_work_directory_works_and_resumes(mixed, tmp_path):
@@ -618,6 +637,7 @@ def test_a_resume_from_another_working_directory_is_refused_naming_the_first(bib
     start = bible_shards.parent
     monkeypatch.chdir(start)
     first = gpudedup.dedup(bible_shards, backend="cpu", work_dir=tmp_path / "work")
+    _ = first.pairs, first.clusters  # (read now: the resume below makes the clusters again)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ParameterError) as refused:
         gpudedup.dedup(bible_shards, backend="cpu", work_dir=tmp_path / "work", resume=True)

@@ -129,6 +129,12 @@ class KernelBackend:
         self._permutations: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __dask_tokenize__(self):
+        """What Dask names a task by where this backend is an argument (a run with a work
+        directory on Dask's local scheduler hands tasks the backend itself): its kind and
+        description, on which its results alone depend; its locks and streams cannot be."""
+        return type(self).__name__, self.description
+
     # --- the Backend interface ------------------------------------------------------------
 
     @contextlib.contextmanager

@@ -154,8 +154,9 @@ def dedup_command(
         help="Host memory the run may use, e.g. 8G: a stage that would need more stops the run before it "
              "starts.", show_default=False, rich_help_panel=SCALE_PANEL)] = None,
     work_dir: Annotated[Optional[str], typer.Option(
-        help="Run in stages over one input file at a time, keeping each stage's results in this folder or URL, "
-             "so that the corpus is never in memory as a whole (`gpudedup docs scale`).", show_default=False,
+        help="Run in stages on Dask (its local scheduler without --workers or --scheduler) over one input file at "
+             "a time, keeping each stage's results in this folder or URL, so that the corpus is never in memory as "
+             "a whole (`gpudedup docs scale`).", show_default=False,
         rich_help_panel=SCALE_PANEL)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Go on with the finished stages in --work-dir after an "
                                                           "interruption.", rich_help_panel=SCALE_PANEL)] = False,

@@ -1,5 +1,6 @@
-"""Executor: the work-directory store's tasks on a Dask cluster (--scheduler ADDRESS, --workers N, or a
-``dask.distributed.Client`` in ``gpudedup.dedup``).
+"""Executor: the work-directory store's tasks on Dask: a cluster's (--scheduler ADDRESS,
+--workers N, or a ``dask.distributed.Client`` in ``gpudedup.dedup``), or for --work-dir alone
+Dask's local scheduler, the tasks and shuffles on this process's threads (daskops.dask_client).
 
 The work directory (workdir.py) is the meeting point: it must be on a file system that the
 client and every worker see at the same path (one machine, or a shared mount), as must the
@@ -36,8 +37,8 @@ input files. Stages:
 - **clusters**: the connected components of the verified pairs as tasks (engine/components.py),
   the keep decision and the clusters' parts by tasks too (engine/clusterparts.py).
 
-dask and distributed are optional (``pip install 'gpudedup[dask]'``): every import of them is inside
-the function that needs them.
+dask (a dependency) and distributed (optional: ``pip install 'gpudedup[dask]'``) are imported
+inside the functions that need them: an in-memory run never loads them (start-up).
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, 
 from ..errors import GpudedupError, ParameterError
 from ..io.layout import part_name, table_parts, write_pairs_part
 from ..io.storage import child_name
+from ..threads import HOST_THREADS, map_parallel
 from . import clusterparts, components, copyparts, pairparts
 from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
-from .daskops import (arrays_sent, cluster_failures, computed, first_error, frame_of, share, shuffled,
+from .daskops import (arrays_sent, cluster_failures, computed, first_error, frame_of, moved, share, shuffled,
                       shuffled_map)
 from .kept import Kept
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
@@ -66,16 +68,20 @@ from .workdir import WorkAt, WorkDir
 
 
 class DaskExecutor:
-    """Runs a store's tasks (protocols.Executor) on ``client``'s workers: the candidate stage and the
-    identical-copies grouping as shuffles of what the work directory holds, the signature
-    filter as tasks reading its signatures, the connected components as rounds of shuffles
-    (engine/components.py), the clusters and the tables by tasks over parts of the work
-    directory (engine/clusterparts.py)."""
+    """Runs a store's tasks (protocols.Executor) on ``client``'s workers, or without a client on
+    Dask's local scheduler (daskops.dask_client: the tasks in this process): the candidate
+    stage and the identical-copies grouping as shuffles of what the work directory holds, the
+    signature filter as tasks reading its signatures, the connected components as rounds of
+    shuffles (engine/components.py), the clusters and the tables by tasks over parts of the
+    work directory (engine/clusterparts.py)."""
 
-    in_process = False
+    in_parts = True
 
-    def __init__(self, client):
+    def __init__(self, client=None):
         self.client = client
+        self.in_process = client is None  # (Dask's local scheduler: dask_client)
+        # In this process a task has every core; a cluster's workers run theirs side by side.
+        self.task_threads = HOST_THREADS if self.in_process else 1
         # Read once, so that every stage of the run cuts at the same size, and a wrong setting
         # is refused before any work.
         self.pairs_per_part = components.pairs_per_part()
@@ -85,6 +91,8 @@ class DaskExecutor:
         of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
         assert all(len(a) == len(arguments[0]) > 0 for a in arguments), "every task takes arguments, as many"
         futures: list = []
+        if self.client is None:  # (the first error in input order, as first_error puts a cluster's)
+            return [task(*values) for values in arguments]
         with cluster_failures(stage):
             try:
                 sent = arrays_sent(self.client, arguments)
@@ -143,15 +151,21 @@ class DaskExecutor:
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = arrays_sent(self.client, [(root, index, int(starts[index]), out)
                                             for index, out in store.band_key_parts()])
-        parts = [dask.delayed(band_key_rows)(*a, copy_places[a[1]]) for a in keys_sent]
         empty = np.zeros(0, np.int64)
-        if not parts:
+        if not keys_sent:
             return LikelyPairs(empty, empty, 0, empty, empty)
         span = pair_code_span(int(starts[-1]))  # pairs (a, b) of places as codes a * span + b
-        # Every (band, key) bucket in one partition, then every copy of a pair in one partition.
-        codes = shuffled(parts, {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
-            bucket_pair_codes, window, span, meta=frame_of({"code": "uint64"}))
-        codes = codes.shuffle(on="code", npartitions=self.code_partitions(len(parts)))
+        # Every (band, key) bucket in one partition, a round of bands at a time (the rounds' pair
+        # codes held, far fewer than their band keys); then every copy of a pair in one partition.
+        rounds = band_rounds(store.params.banding().bands, int(starts[-1]))
+        codes = [shuffled([dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
+                          {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"],
+                          self.shuffle_partitions(len(keys_sent))).map_partitions(
+            bucket_pair_codes, window, span, self.task_threads, meta=frame_of({"code": "uint64"})) for bands in rounds]
+        if len(codes) > 1:
+            with cluster_failures("the candidate shuffle"):
+                codes = [round_codes.persist() for round_codes in codes]  # (one round after another)
+        codes = moved(concatenated(codes), ["code"], self.code_partitions(len(keys_sent)))
         # Each partition's pairs that pass the filter stay in the work directory, a part each.
         shared = self.share(store.shards.rows, starts, store.rows)  # (what every partition's task reads)
         candidates = computed([dask.delayed(likely_part)(part, number, root, *shared, width, span, threshold)
@@ -173,7 +187,9 @@ class DaskExecutor:
         # Chunks of pairs as in one process (disk.exact_by_spill).
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
         shard_rows, rows = self.share(shard_rows, rows)
-        counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes)
+        # In this process a task has every core (shards.exact_by_spill); a worker runs its own side by side.
+        threads = HOST_THREADS if self.in_process else 1
+        counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes, threads)
                                                  for number in range(likely.parts)], "exact verification")
         pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
@@ -198,7 +214,9 @@ class DaskExecutor:
                      for number in numbers]
         backend = store.task_backend(self)
         shared = (root, reader_at, rows_at, params_at)
-        computed([shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"]).map_partitions(
+        by_shard = shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"],
+                            self.shuffle_partitions(len(documents)))
+        computed([by_shard.map_partitions(
             pairparts.spill_part_documents, spill, *shared, backend, meta=frame_of({"shards": "int64"}))],
             "the shingle sets")
 
@@ -274,10 +292,19 @@ class DaskExecutor:
 
         return [dask.delayed(on_pairs)(*a) for a in arrays_sent(self.client, pair_tasks(pairs, self, pair_frame))]
 
+    def shuffle_partitions(self, parts: int) -> int:
+        """Partitions of a first-round shuffle of ``parts`` parts (one per shard): as many on a
+        cluster; on the local scheduler as code_partitions cuts, since there a partition per
+        shard makes a unit of files per shard and stage, each a round of requests to a work
+        directory on object storage."""
+        return parts if self.client is not None else 1
+
     def code_partitions(self, shards: int) -> int:
         """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
         shards, but at least one per worker (where there are as many shards), so that every
         worker filters."""
+        if self.client is None:
+            return 1
         workers = len(self.client.scheduler_info().get("workers", {}))
         return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), workers, 1))
 
@@ -299,7 +326,8 @@ class DaskExecutor:
         # Every partition's task reads the same offsets, rows and work directory: sent once, not in each.
         starts_at, rows_at, kept_at, lengths_at = self.share(starts, shard_rows, store.rows, store.lengths_at())
         shared = (root, starts_at, rows_at, kept_at)
-        grouped = shuffled(parts, {"hash": "uint64", "spilled": "int64"}, ["hash"]).to_delayed()
+        grouped = shuffled(parts, {"hash": "uint64", "spilled": "int64"}, ["hash"],
+                           self.shuffle_partitions(len(parts))).to_delayed()
         groups = computed([dask.delayed(copyparts.group_part)(part, number, *shared, store.signatures.shape[1])
                            for number, part in enumerate(grouped)], "the identical-copies shuffle")
         holding = np.flatnonzero(groups).tolist()
@@ -347,45 +375,75 @@ def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: Op
     return pd.DataFrame({"hash": hashes[kept], "spilled": first_spilled + kept})
 
 
+# The band keys one round of the candidate shuffle moves: (band, key, place) rows of 20 bytes,
+# which the shuffle holds several times over (its pieces, their join, the sort). A round of all
+# 16 bands of 640,000 documents (10 million rows) raised the candidate stage's peak from about
+# 450 MB to 1,000 MB in the scale benchmark; a round of this many keeps it near the others'.
+ROUND_ROWS = 2_000_000
+
+
+def band_rounds(bands: int, documents: int) -> list[tuple[int, int]]:
+    """The bands in rounds of at most ROUND_ROWS band keys (at least one band each): (first,
+    stop) ranges, in order."""
+    per_round = max(1, ROUND_ROWS // max(documents, 1))
+    return [(first, min(first + per_round, bands)) for first in range(0, bands, per_round)]
+
+
+def concatenated(frames: list):
+    """One Dask DataFrame of the partitions of ``frames`` (Dask DataFrames of the same columns)."""
+    import dask.dataframe as dd
+
+    return frames[0] if len(frames) == 1 else dd.concat(frames)
+
+
 def band_key_rows(work_at: WorkAt, index: int, first_place: int, out_of_lsh: np.ndarray,
-                  copy_places: Optional[np.ndarray] = None):
-    """One shard's band keys as (band int32, key uint64, place int64) rows, for the documents
-    that take part in LSH (all the shard's spilled active rows but those at out_of_lsh: int64,
-    places within the shard, and the copies among copy_places: int64 ascending places among
-    the spilled active rows of all shards, of this shard and maybe others); place: the row's
-    place among the spilled active rows of all shards (first_place: the shard's first), which
-    orders the documents as their corpus rows do."""
+                  copy_places: Optional[np.ndarray], bands: tuple[int, int]):
+    """One shard's band keys of the bands ``bands`` (first, stop) as (band int32, key uint64,
+    place int64) rows, for the documents that take part in LSH (all the shard's spilled active
+    rows but those at out_of_lsh: int64, places within the shard, and the copies among
+    copy_places: int64 ascending places among the spilled active rows of all shards, of this
+    shard and maybe others); place: the row's place among the spilled active rows of all shards
+    (first_place: the shard's first), which orders the documents as their corpus rows do."""
     import pandas as pd
 
-    keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys"))
+    first_band, stop_band = bands
+    keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys")[first_band:stop_band])
     if copy_places is not None:
         mine = copy_places[np.searchsorted(copy_places, first_place):
                            np.searchsorted(copy_places, first_place + keys.shape[1])]
         out_of_lsh = np.union1d(out_of_lsh, mine - first_place)
     keep = Kept.leaving_out(out_of_lsh).mask(0, keys.shape[1])
     keys = keys[:, keep]  # (bands, m')
-    bands, members = keys.shape
-    return pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), members),
-                         "key": keys.reshape(-1), "place": np.tile(first_place + np.flatnonzero(keep), bands)})
+    count, members = keys.shape
+    return pd.DataFrame({"band": np.repeat(np.arange(first_band, stop_band, dtype=np.int32), members),
+                         "key": keys.reshape(-1), "place": np.tile(first_place + np.flatnonzero(keep), count)})
 
 
-def bucket_pair_codes(rows, window: int, span: np.uint64):
+def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     """Candidate pairs of one shuffled partition of band_key_rows, as codes a * span + b of
     places: per band, the partition's rows in document order go through lsh.bucket_pairs, which
-    pairs each bucket's members in input order within the window, as the single process does.
-    A pair found in several bands is here as often."""
+    pairs each bucket's members in input order within the window, as the single process does;
+    the bands on ``threads`` threads. A pair found in several bands is here as often."""
     import pandas as pd
 
-    rows = rows.sort_values(["band", "place"], kind="stable")
-    band = rows["band"].to_numpy()
-    keys = rows["key"].to_numpy(dtype=np.uint64)
+    band = rows["band"].to_numpy(dtype=np.int64)
     docs = rows["place"].to_numpy(dtype=np.int64)
-    codes = [np.zeros(0, np.uint64)]
+    keys = rows["key"].to_numpy(dtype=np.uint64)
+    # By band, then place (places are below span: one key); rows joined in shard order from
+    # one band are in that order already.
+    combined = band * np.int64(span) + docs
+    if combined.shape[0] > 1 and not bool((combined[1:] > combined[:-1]).all()):
+        order = np.argsort(combined, kind="stable")
+        band, docs, keys = band[order], docs[order], keys[order]
+    del combined
     bounds = np.flatnonzero(np.diff(band)) + 1
-    for start, stop in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [band.shape[0]]])):
-        first, second = bucket_pairs(keys[start:stop], docs[start:stop], window)
-        codes.append(pair_codes(first, second, span))
-    return pd.DataFrame({"code": np.concatenate(codes)})
+    ranges = list(zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [band.shape[0]]]).tolist()))
+
+    def band_codes(bounds: tuple[int, int]) -> np.ndarray:
+        first, second = bucket_pairs(keys[bounds[0]:bounds[1]], docs[bounds[0]:bounds[1]], window)
+        return pair_codes(first, second, span)
+
+    return pd.DataFrame({"code": np.concatenate([np.zeros(0, np.uint64), *map_parallel(band_codes, ranges, threads)])})
 
 
 def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, active_starts: np.ndarray,

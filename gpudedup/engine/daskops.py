@@ -20,20 +20,33 @@ from ..io.storage import Remote, full_name
 from .workfolders import clear_cache
 
 
-def require_dask():
+def require_dask(distributed: bool = True):
+    """Refuse a run on Dask where Dask is not installed: its dataframes always (a dependency
+    of gpudedup), and ``distributed`` for a cluster (the dask extra)."""
     try:
         import dask  # noqa: F401
         import dask.dataframe  # noqa: F401
-        import distributed  # noqa: F401
     except ImportError:
-        raise ParameterError("scheduler=, workers= and client= need Dask: pip install 'gpudedup[dask]'") from None
+        raise ParameterError("a run with work_dir= runs on Dask: pip install 'dask[dataframe]'") from None
+    if distributed:
+        try:
+            import distributed as _  # noqa: F401
+        except ImportError:
+            raise ParameterError("scheduler=, workers= and client= need Dask: pip install 'gpudedup[dask]'") from None
+
+
+# Dask's settings for a run without a cluster: its threaded scheduler, and shuffles as tasks
+# in memory (the local default, "disk", writes every shuffle's rows through partd files).
+LOCAL_SCHEDULER = {"scheduler": "threads", "dataframe.shuffle.method": "tasks"}
 
 
 @contextmanager
 def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
                 gpu: bool = False) -> Iterator:
-    """The client to run on: ``client`` as given, one connected to ``scheduler``, or a local
-    cluster of ``workers`` processes (one per GPU with dask-cuda when ``gpu``), closed after.
+    """The client to run on: ``client`` as given, one connected to ``scheduler``, a local
+    cluster of ``workers`` processes (one per GPU with dask-cuda when ``gpu``), closed after;
+    or, given none of them, None: Dask's local scheduler, the run's tasks on this process's
+    threads (LOCAL_SCHEDULER).
 
     A client and a scheduler keep their last messages (distributed.admin.low-level-log-length,
     1,000 by default), and a run's messages name the futures of what it shares and persists, so
@@ -42,6 +55,13 @@ def dask_client(client=None, scheduler: Optional[str] = None, workers: Optional[
     user's client keeps its configuration (docs/scale.md says how to set it)."""
     if client is not None:
         yield client
+        return
+    if scheduler is None and workers is None:
+        require_dask(distributed=False)
+        import dask
+
+        with dask.config.set(LOCAL_SCHEDULER):
+            yield None
         return
     require_dask()
     import dask
@@ -132,14 +152,21 @@ def first_error(futures: list, error: GpudedupError) -> GpudedupError:
     return error
 
 
-def shuffled(parts: list, columns: dict[str, str], on: list[str]):
+def shuffled(parts: list, columns: dict[str, str], on: list[str], partitions: int = 0):
     """The rows of ``parts`` (delayed pandas DataFrames of ``columns``: name -> dtype) as a
     Dask DataFrame shuffled on the columns ``on``, so that rows with equal values share a
     partition (as many partitions as parts: each about the size of one part); lazy."""
     import dask.dataframe as dd
 
-    return dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False).shuffle(
-        on=on, npartitions=max(len(parts), 1))
+    return moved(dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False), on,
+                 max(partitions or len(parts), 1))
+
+
+def moved(frame, on: list[str], partitions: int):
+    """``frame`` (a Dask DataFrame) shuffled on the columns ``on`` into ``partitions``
+    partitions; into one, its partitions joined (what a shuffle into one partition does,
+    without hashing every row)."""
+    return frame.repartition(npartitions=1) if partitions == 1 else frame.shuffle(on=on, npartitions=partitions)
 
 
 def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: Callable, arguments: tuple,
@@ -169,7 +196,9 @@ def share(client, *values: Any) -> list:
     shards (scripts/bench_task_bytes.py). Each under a key of its own (hash=False): keys named
     by content would make a stage that shares what the last one shared (the reader, again)
     depend on that data being freed just then, and its tasks fail as having lost their
-    dependencies (dask/distributed#8576)."""
+    dependencies (dask/distributed#8576). Without a client (Dask's local scheduler): the values."""
+    if client is None:
+        return list(values)
     return client.scatter(list(values), broadcast=True, hash=False) if values else []
 
 
@@ -178,7 +207,10 @@ def arrays_sent(client, arguments: Sequence[tuple]) -> list[tuple]:
     tuple argument) sent to the workers first (``client.scatter``) and replaced by their
     futures: a task graph holding a document's worth of arrays per shard passes distributed's
     size warning at a few million documents. What the tasks share goes by ``share``, not here:
-    each array found here is sent once per place it is found."""
+    each array found here is sent once per place it is found. Without a client (Dask's local
+    scheduler) the arguments stay as they are."""
+    if client is None:
+        return [tuple(values) for values in arguments]
     found = [value for values in arguments for argument in values
              for value in (argument if type(argument) in (list, tuple) else (argument,))
              if isinstance(value, np.ndarray)]

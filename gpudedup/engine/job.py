@@ -68,11 +68,10 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     over_arrays = store.array_executor(executor)
 
     def cached(stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        # A stage that a cluster's tasks kept (its pairs in parts of the work directory) and one
-        # that this process kept (its pairs held) are different results: a work directory
-        # resumed the other way does them again from the signatures, and no stage reads the
-        # other form.
-        return store.cached(stage if over_arrays.in_process else f"{stage}-parts", compute)
+        # A stage that Dask's tasks kept (its pairs in parts of the work directory) and one that
+        # this process kept (its pairs held: a run against an index) are different results: no
+        # stage reads the other form.
+        return store.cached(f"{stage}-parts" if over_arrays.in_parts else stage, compute)
 
     with log.stage("copies"):
         copies = copies_of_arrays(store, cached("copies", lambda: copies_arrays(

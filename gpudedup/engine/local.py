@@ -28,6 +28,7 @@ class LocalExecutor:
     """Runs every task in this process, in order."""
 
     in_process = True
+    in_parts = False
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         return [task(*a) for a in arguments]

@@ -173,11 +173,11 @@ def spill_part_documents(documents, spill: str, work_at: WorkAt, reader: Any, sh
 
 
 def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept, threshold: float,
-               chunk_bytes: int) -> tuple[int, int]:
+               chunk_bytes: int, threads: int) -> tuple[int, int]:
     """Task: the exact Jaccard of likely part ``number``'s pairs, from the spill of
     spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text, as
-    disk.exact_by_spill cuts them); the pairs that reach ``threshold`` stored as verified part
-    ``number``. Returns (pairs checked, pairs below the threshold)."""
+    disk.exact_by_spill cuts them) on ``threads`` threads; the pairs that reach ``threshold``
+    stored as verified part ``number``. Returns (pairs checked, pairs below the threshold)."""
 
     work = WorkDir.attach(work_at)
     pairs = read_part(work, LIKELY, number)
@@ -190,7 +190,7 @@ def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept,
     jaccard = np.full(first.shape[0], BELOW_THRESHOLD, np.float64)
     for start, stop in weighted_ranges(lengths(first) + lengths(second), chunk_bytes):
         jaccard[start:stop] = spilled_jaccard(work, SPILL, shard_rows, first[start:stop], second[start:stop],
-                                              threshold, 1)
+                                              threshold, threads)
     verified = jaccard >= threshold
     write_part(work, VERIFIED, number, {"first": pairs["first"][verified], "second": pairs["second"][verified],
                                         "jaccard": jaccard[verified]})
