@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ClusterError, GpudedupError, ParameterError
 from ..io.storage import Remote, full_name
+from ..memory import release_unused_memory
 from .workfolders import clear_cache
 
 
@@ -185,7 +186,9 @@ def computed(collections: list, stage: str) -> list:
     import dask
 
     with cluster_failures(stage):
-        return list(dask.compute(*collections))
+        results = list(dask.compute(*collections))
+    release_unused_memory()
+    return results
 
 
 def share(client, *values: Any) -> list:

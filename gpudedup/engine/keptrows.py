@@ -20,6 +20,7 @@ from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
 from ..io.stamps import FileStamp, check_unchanged
 from ..io.storage import Location
 from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
+from ..memory import release_unused_memory
 from .clusterparts import ClusterParts
 from .kept import Kept
 from .local import LocalExecutor
@@ -259,3 +260,4 @@ def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[l
                 write_kept_pieces((rows(number) for number in range(len(indices))), local, format)
 
     write_to(path, write)
+    release_unused_memory()  # (the file's read leaves several times its size free in Arrow's pool)

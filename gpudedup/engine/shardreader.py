@@ -117,6 +117,8 @@ class ShardReader:
             local = rows[mine] - shard_rows[index]
             texts = self.corpus(index).text_array()
             parts.append(texts.take(pa.array(local)).cast(gathered_type(texts.type)))
+            del texts
+            release_unused_memory()  # (a shard's read leaves several times its size free in Arrow's pool)
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 
 
