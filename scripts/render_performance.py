@@ -33,6 +33,7 @@ CORPORA = {
     "bench_data/bench.parquet": "benchmark corpus",
     "bench_data/short640k.jsonl": "every verse",
     "bench_data/short.jsonl": "a sample of verses",
+    "bench_data/linux/shards": "Linux sources",
 }
 
 
