@@ -92,8 +92,11 @@ def shard_figures(work: Path, report: dict) -> dict:
     infos = [json.loads((s / "info.json").read_text()) for s in shards]
     spill = [sum(f.stat().st_size for f in s.iterdir()) for s in shards]
     text = [int(np.load(s / "text_bytes.npy").sum()) for s in shards]  # (per row since work-dir format 2)
-    stages = {name: sum(f.stat().st_size for f in (work / "stages").glob(f"{name}.npz")) for name in
-              ("copies", "candidates", "pairs")}
+    # Each stage's pairs, in parts of the work directory (engine/pairparts.py's folders).
+    stages = {name: sum(f.stat().st_size for folder in folders for f in (work / "pairs" / folder).rglob("*")
+                        if f.is_file())
+              for name, folders in (("copies", ("copies", "groups")), ("candidates", ("likely",)),
+                                    ("pairs", ("verified",)))}
     return {"shards": len(shards), "mean_text_mb": round(sum(text) / len(text) / 2**20, 1),
             "mean_documents": round(sum(i["rows"] for i in infos) / len(infos)),
             "mean_spill_mb": round(sum(spill) / len(spill) / 2**20, 2),
