@@ -11,7 +11,8 @@ A results file holds the latest figures of one benchmark:
 Each row is one measured configuration (a corpus, a mode, a scale, a tool), its figures in the
 units the page shows, and ``run`` the index of the run that measured it in ``runs``. A run
 records where its figures come from: the commit of the code (``-dirty`` when tracked files
-differed from it), the UTC date, the machine, the command line, and optionally the versions of
+outside bench-results/ differed from it: results written by an earlier benchmark of the same
+session are not code), the UTC date, the machine, the command line, and optionally the versions of
 the libraries compared and the conditions (what else ran beside it).
 
 A benchmark's ``--results FILE`` writes its run's rows into FILE with :func:`record`: a row
@@ -38,11 +39,13 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def git_commit() -> str:
-    """The short hash of the checkout's HEAD, ``-dirty`` when tracked files differ from it."""
+    """The short hash of the checkout's HEAD, ``-dirty`` when tracked files but the results
+    files (bench-results/) differ from it."""
     try:
         head = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(REPOSITORY), "status", "--porcelain", "--untracked-files=no"],
+        changed = subprocess.run(["git", "-C", str(REPOSITORY), "status", "--porcelain", "--untracked-files=no",
+                                  "--", ".", ":(exclude)bench-results"],
                                  capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
