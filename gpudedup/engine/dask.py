@@ -155,9 +155,12 @@ class DaskExecutor:
         if not keys_sent:
             return LikelyPairs(empty, empty, 0, empty, empty)
         span = pair_code_span(int(starts[-1]))  # pairs (a, b) of places as codes a * span + b
-        # Every (band, key) bucket in one partition, a round of bands at a time (the rounds' pair
-        # codes held, far fewer than their band keys); then every copy of a pair in one partition.
-        rounds = band_rounds(store.params.banding().bands, int(starts[-1]))
+        # Every (band, key) bucket in one partition; then every copy of a pair in one partition.
+        # In this process a round of bands at a time (the rounds' pair codes held, far fewer than
+        # their band keys): its one partition would hold every band key. A cluster's partitions
+        # are a shard's worth each, and a shuffle per round would cost as much as the one.
+        band_count = store.params.banding().bands
+        rounds = band_rounds(band_count, int(starts[-1])) if self.in_process else [(0, band_count)]
         codes = [shuffled([dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
                           {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"],
                           self.shuffle_partitions(len(keys_sent))).map_partitions(
