@@ -890,3 +890,30 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     assert sorted(path.name for path in (tmp_path / "tasks").iterdir()) == written
     for name in written:
         assert (tmp_path / "tasks" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("bands, threads", [(1, 1), (1, 2), (2, 3), (2, 8)])
+def test_a_partitions_candidate_codes_are_every_bands_bucket_pairs(bands, threads):
+    """bucket_pair_codes, with its bands on threads and a band's buckets cut by key where bands
+    are fewer than threads, gives the multiset of pair codes that pairing each band's buckets
+    in document order within the window gives (written here from Python dicts)."""
+    import pandas as pd
+
+    from gpudedup.engine.dask import bucket_pair_codes
+
+    rng = np.random.default_rng(threads)
+    window, span, documents = 3, np.uint64(1000), 400
+    rows = pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), documents),
+                         "key": rng.integers(0, 40, bands * documents).astype(np.uint64),
+                         "place": np.tile(np.arange(documents, dtype=np.int64), bands)}).sample(frac=1, random_state=1)
+    expected: list[int] = []
+    for band in range(bands):
+        buckets: dict[int, list[int]] = {}
+        mine = rows[rows["band"] == band].sort_values("place")
+        for key, place in zip(mine["key"].tolist(), mine["place"].tolist()):
+            buckets.setdefault(key, []).append(place)
+        for members in buckets.values():
+            expected += [a * int(span) + b for i, a in enumerate(members) for b in members[i + 1:i + 1 + window]]
+    codes = bucket_pair_codes(rows, window, span, threads)["code"].to_numpy()
+    assert sorted(codes.tolist()) == sorted(expected)
+    assert len(expected) > documents  # (buckets of several members: the window matters)

@@ -426,7 +426,9 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     """Candidate pairs of one shuffled partition of band_key_rows, as codes a * span + b of
     places: per band, the partition's rows in document order go through lsh.bucket_pairs, which
     pairs each bucket's members in input order within the window, as the single process does;
-    the bands on ``threads`` threads. A pair found in several bands is here as often."""
+    the bands on ``threads`` threads, and where there are fewer bands than threads each band's
+    buckets cut in as many groups by key. A pair found in several bands is here as often, and
+    the codes come in no particular order (likely_part sorts them)."""
     import pandas as pd
 
     band = rows["band"].to_numpy(dtype=np.int64)
@@ -441,12 +443,20 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     del combined
     bounds = np.flatnonzero(np.diff(band)) + 1
     ranges = list(zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [band.shape[0]]]).tolist()))
+    # A bucket's members share their key, so a group of keys holds whole buckets, in document order.
+    groups = max(1, threads // max(len(ranges), 1))
 
-    def band_codes(bounds: tuple[int, int]) -> np.ndarray:
-        first, second = bucket_pairs(keys[bounds[0]:bounds[1]], docs[bounds[0]:bounds[1]], window)
+    def group_codes(task: tuple[int, int, int]) -> np.ndarray:
+        start, stop, group = task
+        band_keys, band_docs = keys[start:stop], docs[start:stop]
+        if groups > 1:
+            mine = band_keys % np.uint64(groups) == group
+            band_keys, band_docs = band_keys[mine], band_docs[mine]
+        first, second = bucket_pairs(band_keys, band_docs, window)
         return pair_codes(first, second, span)
 
-    return pd.DataFrame({"code": np.concatenate([np.zeros(0, np.uint64), *map_parallel(band_codes, ranges, threads)])})
+    tasks = [(start, stop, group) for start, stop in ranges for group in range(groups)]
+    return pd.DataFrame({"code": np.concatenate([np.zeros(0, np.uint64), *map_parallel(group_codes, tasks, threads)])})
 
 
 def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, active_starts: np.ndarray,
