@@ -374,3 +374,25 @@ def test_an_output_name_too_long_for_the_file_system_is_refused_before_any_work(
     assert not (tmp_path / "out").exists()
     jsonl = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "-q", "--backend", "cpu", "--format", "jsonl")
     assert jsonl.exit_code == 0, jsonl.output  # x...x.jsonl: 255 bytes
+
+
+def test_a_pairs_part_has_the_same_bytes_however_its_rows_were_cut(tmp_path):
+    """write_pairs_part writes a part of pairs/ from slices of sorted frames (a Dask run's):
+    the file's bytes are those of the rows, not of where the sort cut them (Arrow-backed
+    strings keep a chunk per slice, and the Parquet writer's pages follow chunks)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    count = 120_000
+    frame = pd.DataFrame({"id_a": pd.Series([f"linux/{n:09d}/{'x' * int(n % 37)}" for n in rng.permutation(count)],
+                                            dtype="string[pyarrow]"),
+                          "id_b": pd.Series([f"linux/{n:09d}" for n in rng.permutation(count)], dtype="string[pyarrow]"),
+                          "jaccard": rng.random(count)})
+    whole, cut = tmp_path / "whole.parquet", tmp_path / "cut.parquet"
+    layout.write_pairs_part([(frame, 0, count)], pa.large_string(), str(whole))
+    pieces = [frame.iloc[start:stop] for start, stop in ((0, 1_000), (1_000, 70_001), (70_001, count))]
+    joined = pd.concat(pieces)  # (one frame of three chunks, as a sorted partition may be)
+    layout.write_pairs_part([(joined, 0, 50_000), (joined, 50_000, count)], pa.large_string(), str(cut))
+    assert pq.read_table(cut).equals(pq.read_table(whole))
+    assert cut.read_bytes() == whole.read_bytes()

@@ -273,4 +273,7 @@ def write_pairs_part(pieces: list, id_type: pa.DataType, path: str) -> None:
                       for name in ("id_a", "id_b")}
                      | {"jaccard": pa.array(np.zeros(0) if rows is None else rows["jaccard"].to_numpy(np.float64),
                                             pa.float64())})
+    # One chunk per column, as one process writes it: Arrow-backed pandas strings keep a chunk
+    # per piece, and the Parquet writer's pages (their bytes) follow the chunks.
+    table = table.combine_chunks()
     write_to(path, lambda local: write_parquet(table, local))
