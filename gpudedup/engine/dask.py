@@ -431,31 +431,29 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     the codes come in no particular order (likely_part sorts them)."""
     import pandas as pd
 
-    band = rows["band"].to_numpy(dtype=np.int64)
+    band = rows["band"].to_numpy()
     docs = rows["place"].to_numpy(dtype=np.int64)
     keys = rows["key"].to_numpy(dtype=np.uint64)
-    # By band, then place (places are below span: one key); rows joined in shard order from
-    # one band are in that order already.
-    combined = band * np.int64(span) + docs
-    if combined.shape[0] > 1 and not bool((combined[1:] > combined[:-1]).all()):
-        order = np.argsort(combined, kind="stable")
-        band, docs, keys = band[order], docs[order], keys[order]
-    del combined
-    bounds = np.flatnonzero(np.diff(band)) + 1
-    ranges = list(zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [band.shape[0]]]).tolist()))
+    bands = np.unique(band).tolist()
     # A bucket's members share their key, so a group of keys holds whole buckets, in document order.
-    groups = max(1, threads // max(len(ranges), 1))
+    groups = max(1, threads // max(len(bands), 1))
 
-    def group_codes(task: tuple[int, int, int]) -> np.ndarray:
-        start, stop, group = task
-        band_keys, band_docs = keys[start:stop], docs[start:stop]
+    def group_codes(task: tuple[int, int]) -> np.ndarray:
+        number, group = task
+        mine = band == number
         if groups > 1:
-            mine = band_keys % np.uint64(groups) == group
-            band_keys, band_docs = band_keys[mine], band_docs[mine]
-        first, second = bucket_pairs(band_keys, band_docs, window)
+            mine &= keys % np.uint64(groups) == group
+        group_keys, group_docs = keys[mine], docs[mine]
+        del mine
+        # A band's rows joined in shard order are in document order already; a cluster's
+        # shuffle mixes them.
+        if group_docs.shape[0] > 1 and not bool((group_docs[1:] > group_docs[:-1]).all()):
+            order = np.argsort(group_docs, kind="stable")
+            group_keys, group_docs = group_keys[order], group_docs[order]
+        first, second = bucket_pairs(group_keys, group_docs, window)
         return pair_codes(first, second, span)
 
-    tasks = [(start, stop, group) for start, stop in ranges for group in range(groups)]
+    tasks = [(number, group) for number in bands for group in range(groups)]
     return pd.DataFrame({"code": np.concatenate([np.zeros(0, np.uint64), *map_parallel(group_codes, tasks, threads)])})
 
 
