@@ -204,6 +204,24 @@ def test_compare_outputs_names_the_table_that_differs(tmp_path):
                                            "deduplicated: absent on both sides"]
 
 
+def test_compare_outputs_holds_pairs_and_clusters_to_their_bytes(tmp_path):
+    # The same rows in other bytes (here another compression) are the same kept rows in
+    # Parquet, and a difference in pairs/ or clusters/, which every runner writes byte for byte.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for side, compression in (("a", "snappy"), ("b", "zstd")):
+        for table, columns in (("pairs", {"a": [0], "b": [1]}), ("deduplicated", {"text": ["x", "y"]})):
+            (tmp_path / side / table).mkdir(parents=True)
+            pq.write_table(pa.table(columns), tmp_path / side / table / "part-00000.parquet", compression=compression)
+    compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(tmp_path / "a"),
+                              str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
+    assert compare.returncode == 1
+    assert compare.stdout.splitlines() == ["pairs: DIFFERENT at pairs/part-00000.parquet (the same rows, other bytes)",
+                                           "clusters: absent on both sides",
+                                           "deduplicated: 2 rows in 1 files, identical"]
+
+
 def test_session_step_stopped_by_its_limit_says_so(tmp_path):
     # A step that outlives STEP_SECONDS is stopped, and what it wrote stays, with a line saying so.
     # The step's Python is a stand-in that writes a line and then never ends, so the limit is
