@@ -85,7 +85,8 @@ def same_outputs(a: Path, b: Path) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("corpus", type=Path, help="a corpus with an id field (the benchmark corpus, the Linux sources' shards)")
+    parser.add_argument("corpus", type=Path,
+                        help="a corpus with an id field (the benchmark corpus, the Linux sources' shards)")
     parser.add_argument("--reference-python", required=True, help="the Python of the reference install")
     parser.add_argument("--shingles", nargs="+", default=["word"], choices=["word", "char"])
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each install, taking turns")

@@ -496,9 +496,9 @@ copies of another with one word changed, and with `--identical F` a fraction F e
 the shard before's documents. Each run is a process of its own: *staged* is the job with a
 work directory (`--work-dir`) and no workers, on Dask's local scheduler; *dask* runs it on a
 local cluster of two worker processes of one thread, its scheduler and workers in a process
-apart from the client, writing its outputs from the workers. The process peak is the client's own high-water mark (VmHWM); the
-report's is the largest of its per-stage peaks, which stop before report.html is written;
-the workers' are theirs at the end of the run."""),
+apart from the client, writing its outputs from the workers. The process peak is the client's
+own high-water mark (VmHWM); the report's is the largest of its per-stage peaks, which stop
+before report.html is written; the workers' are theirs at the end of the run."""),
     ("staged.json", "A work directory against a reference commit", """\
 `scripts/bench_staged.py` runs the whole `gpudedup dedup CORPUS --work-dir WORK` process (no
 workers) of this checkout and of a reference commit's install, taking turns after an untimed run

@@ -387,7 +387,8 @@ def test_a_pairs_part_has_the_same_bytes_however_its_rows_were_cut(tmp_path):
     count = 120_000
     frame = pd.DataFrame({"id_a": pd.Series([f"linux/{n:09d}/{'x' * int(n % 37)}" for n in rng.permutation(count)],
                                             dtype="string[pyarrow]"),
-                          "id_b": pd.Series([f"linux/{n:09d}" for n in rng.permutation(count)], dtype="string[pyarrow]"),
+                          "id_b": pd.Series([f"linux/{n:09d}" for n in rng.permutation(count)],
+                                            dtype="string[pyarrow]"),
                           "jaccard": rng.random(count)})
     whole, cut = tmp_path / "whole.parquet", tmp_path / "cut.parquet"
     layout.write_pairs_part([(frame, 0, count)], pa.large_string(), str(whole))
