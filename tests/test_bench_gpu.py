@@ -188,38 +188,40 @@ def test_session_job_step_dry_run_compares_the_tables(tmp_path):
         assert re.search(rf"{table}: [0-9,]+ rows in 1 files, identical", log)
 
 
-def test_compare_outputs_names_the_table_that_differs(tmp_path):
+def compared_outputs(root: Path, tables: dict[str, dict[str, tuple[dict, str]]]) -> tuple[int, list[str]]:
+    """compare_outputs.py's exit code and lines over two folders ``root``/a and ``root``/b,
+    made from ``tables``: side -> table -> (its columns, the Parquet compression)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for side, cluster in (("a", [0, 0, 1]), ("b", [0, 1, 1])):
-        for table, columns in (("pairs", {"a": [0], "b": [1]}), ("clusters", {"id": [0, 1, 2], "cluster": cluster})):
-            (tmp_path / side / table).mkdir(parents=True)
-            pq.write_table(pa.table(columns), tmp_path / side / table / "part-00000.parquet")
-    compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(tmp_path / "a"),
-                              str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
-    assert compare.returncode == 1
-    assert compare.stdout.splitlines() == ["pairs: 1 rows in 1 files, identical",
-                                           "clusters: DIFFERENT at clusters/part-00000.parquet",
-                                           "deduplicated: absent on both sides"]
+    for side, written in tables.items():
+        for table, (columns, compression) in written.items():
+            (root / side / table).mkdir(parents=True)
+            pq.write_table(pa.table(columns), root / side / table / "part-00000.parquet", compression=compression)
+    compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(root / "a"),
+                              str(root / "b")], capture_output=True, text=True, timeout=60)
+    return compare.returncode, compare.stdout.splitlines()
+
+
+def test_compare_outputs_names_the_table_that_differs(tmp_path):
+    pairs = ({"a": [0], "b": [1]}, "snappy")
+    code, lines = compared_outputs(tmp_path, {
+        side: {"pairs": pairs, "clusters": ({"id": [0, 1, 2], "cluster": cluster}, "snappy")}
+        for side, cluster in (("a", [0, 0, 1]), ("b", [0, 1, 1]))})
+    assert code == 1
+    assert lines == ["pairs: 1 rows in 1 files, identical", "clusters: DIFFERENT at clusters/part-00000.parquet",
+                     "deduplicated: absent on both sides"]
 
 
 def test_compare_outputs_holds_pairs_and_clusters_to_their_bytes(tmp_path):
     # The same rows in other bytes (here another compression) are the same kept rows in
     # Parquet, and a difference in pairs/ or clusters/, which every runner writes byte for byte.
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    for side, compression in (("a", "snappy"), ("b", "zstd")):
-        for table, columns in (("pairs", {"a": [0], "b": [1]}), ("deduplicated", {"text": ["x", "y"]})):
-            (tmp_path / side / table).mkdir(parents=True)
-            pq.write_table(pa.table(columns), tmp_path / side / table / "part-00000.parquet", compression=compression)
-    compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(tmp_path / "a"),
-                              str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
-    assert compare.returncode == 1
-    assert compare.stdout.splitlines() == ["pairs: DIFFERENT at pairs/part-00000.parquet (the same rows, other bytes)",
-                                           "clusters: absent on both sides",
-                                           "deduplicated: 2 rows in 1 files, identical"]
+    code, lines = compared_outputs(tmp_path, {
+        side: {"pairs": ({"a": [0], "b": [1]}, compression), "deduplicated": ({"text": ["x", "y"]}, compression)}
+        for side, compression in (("a", "snappy"), ("b", "zstd"))})
+    assert code == 1
+    assert lines == ["pairs: DIFFERENT at pairs/part-00000.parquet (the same rows, other bytes)",
+                     "clusters: absent on both sides", "deduplicated: 2 rows in 1 files, identical"]
 
 
 def test_session_step_stopped_by_its_limit_says_so(tmp_path):
