@@ -173,7 +173,7 @@ def dedup(
             result._write(output, format, overwrite, single_file, write_removed, executor)
         return result
 
-    if work_dir is not None or client is not None or scheduler is not None or workers is not None:
+    if on_dask(work_dir, client, scheduler, workers):
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
                               progress_display(progress), client, scheduler, workers, finish=written,
@@ -298,6 +298,12 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         finally:
             if work_dir is not None:  # the workers' copies of a work directory on object storage
                 clear_worker_caches(connected, location_of(work_dir))
+
+
+def on_dask(work_dir, client, scheduler, workers) -> bool:
+    """Whether a run goes through dask_dedup: every run with a work directory (without a
+    cluster on Dask's local scheduler) and every run on a cluster."""
+    return any(given is not None for given in (work_dir, client, scheduler, workers))
 
 
 def files_only(data) -> ParameterError:

@@ -80,8 +80,7 @@ class DaskExecutor:
     def __init__(self, client=None):
         self.client = client
         self.in_process = client is None  # (Dask's local scheduler: dask_client)
-        # In this process a task has every core; a cluster's workers run theirs side by side.
-        self.task_threads = HOST_THREADS if self.in_process else 1
+        self.task_threads = HOST_THREADS if self.in_process else 1  # (protocols.Executor)
         # Read once, so that every stage of the run cuts at the same size, and a wrong setting
         # is refused before any work.
         self.pairs_per_part = components.pairs_per_part()
@@ -190,9 +189,8 @@ class DaskExecutor:
         # Chunks of pairs as in one process (disk.exact_by_spill).
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
         shard_rows, rows = self.share(shard_rows, rows)
-        # In this process a task has every core (shards.exact_by_spill); a worker runs its own side by side.
-        threads = HOST_THREADS if self.in_process else 1
-        counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes, threads)
+        counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes,
+                                                  self.task_threads)
                                                  for number in range(likely.parts)], "exact verification")
         pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))

@@ -12,7 +12,7 @@ from ..core.copies import Copies, identical_copies, same_signature_rows
 from ..core.lsh import candidate_pairs
 from ..stages import Progress
 from ..core.verify import plausible
-from ..threads import map_parallel
+from ..threads import HOST_THREADS, map_parallel
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
 
@@ -29,6 +29,7 @@ class LocalExecutor:
 
     in_process = True
     in_parts = False
+    task_threads = HOST_THREADS
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         return [task(*a) for a in arguments]

@@ -102,10 +102,13 @@ class Store(Protocol):
 class Executor(Protocol):
     """Who runs the per-shard and per-partition tasks of a store's stages. in_process: tasks
     run in this process (they may get its backend, log and progress rather than names);
-    in_parts: its stages keep their pairs in parts of the work directory (Dask's), not held."""
+    in_parts: its stages keep their pairs in parts of the work directory (Dask's), not held;
+    task_threads: the threads one task may use (every core in this process, where tasks run
+    one after another; one on a cluster's workers, which run theirs side by side)."""
 
     in_process: bool
     in_parts: bool
+    task_threads: int
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
         """[task(*a) for a in arguments], each on its own; stage names the work for errors. On a

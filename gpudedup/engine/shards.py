@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from ..backends import Backend, get_backend
 from ..core.content import unit_buffers, unit_lengths
-from ..threads import HOST_THREADS
 from ..core.ragged import offsets_from_counts, weighted_ranges
 from ..core.verify import plausible, rows_jaccard_at_least, set_columns, sets_matrix
 from ..memory import release_unused_memory
@@ -339,10 +338,9 @@ def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np
                       executor)
     chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
     root = work.for_tasks(executor.in_process)
-    # In this process a task has every core; a cluster runs tasks side by side on its workers.
-    threads = HOST_THREADS if executor.in_process else 1
     shard_rows, = executor.share(shard_rows)  # (every chunk's task reads the offsets)
-    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold, threads)
+    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold,
+                                            executor.task_threads)
                                            for a, b in chunks],
                          "exact verification")
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)

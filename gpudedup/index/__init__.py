@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..engine.sourcecounts import check_group_field
-from ..api import content_field, corpus_result, dask_dedup, given_paths, inputs_and_places
+from ..api import content_field, corpus_result, dask_dedup, given_paths, inputs_and_places, on_dask
 from ..backends import Backend, get_backend
 from ..core.content import check_content
 from ..core.hashing import Permutations, draw_permutations
@@ -262,7 +262,7 @@ class Index:
         against = Against(reader, chosen, params.bucket_window)
         shown = progress_display(progress)
         found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)
-        if work_dir is not None or client is not None or scheduler is not None or workers is not None:
+        if on_dask(work_dir, client, scheduler, workers):
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
                                 scheduler, workers, against, found=found, group_field=group_field)
         else:
