@@ -266,7 +266,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     staged_dedup takes it."""
     import tempfile
 
-    from .engine.dask import DaskExecutor  # (Dask is optional: loaded by a run on a cluster)
+    from .engine.daskops import DaskExecutor  # (Dask is loaded by a run on Dask only)
     from .engine.daskops import clear_worker_caches, dask_client
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
@@ -317,7 +317,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
                  id_field: Optional[str], on_error: str, progress: Progress, executor: Executor,
                  against=None, found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py), dask_dedup's; data: paths only;
-    executor: who runs the store's tasks (engine.dask.DaskExecutor); against: a run against a persistent index
+    executor: who runs the store's tasks (engine.daskops.DaskExecutor); against: a run against a persistent index
     (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here); group_field: the column the report counts by, beside
     the input files (engine/sourcecounts.py: a task per file, while the work directory is

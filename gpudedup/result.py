@@ -34,7 +34,7 @@ from .report import Report
 from .stages import StageLog
 
 if TYPE_CHECKING:
-    from .engine.dask import DaskExecutor
+    from .engine.daskops import DaskExecutor
     from .engine.protocols import Executor
 
 
@@ -403,14 +403,16 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
 def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool,
                 executor: Optional[Executor] = None) -> None:
     """Write pairs (write_table), by ``executor``'s tasks where it is a cluster's and the run
-    left its clusters in its work directory's parts (DaskExecutor.write_pairs: the client holds
+    left its clusters in its work directory's parts (engine/dask.write_pairs: the client holds
     none of the pairs or their ids), else here, a part at a time."""
     clustered = result._outcome.clustered
     if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process):
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
-    cast("DaskExecutor", executor).write_pairs(result._outcome.pairs, clustered, tasks_folder(staging, out, PAIRS_DIR),
-                                               result._wide_id_type)
+    from .engine.dask import write_pairs_by_tasks  # (Dask is loaded by a run on Dask only)
+
+    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
+                         tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
 
 
 def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool,

@@ -168,7 +168,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     gatherer hands out no row; the results (identical copies among them) are the single
     process's."""
     from gpudedup.engine import disk
-    from gpudedup.engine.local import LocalExecutor
+    from gpudedup.engine.local import HeldStages
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
 
@@ -178,7 +178,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     gathered: list[int] = []
     gather = disk.SpilledSignatures.__getitem__
     for name in ("likely_pairs", "copies", "clusters"):
-        monkeypatch.setattr(LocalExecutor, name, refused)
+        monkeypatch.setattr(HeldStages, name, refused)
     monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
     monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
                         lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
@@ -300,7 +300,7 @@ def test_tasks_get_what_they_share_once_and_their_own_arrays_apart(client):
     the tasks get the values."""
     from distributed import Future
 
-    from gpudedup.engine.dask import DaskExecutor
+    from gpudedup.engine.daskops import DaskExecutor
     from gpudedup.engine.daskops import arrays_sent
 
     executor = DaskExecutor(client)
@@ -325,7 +325,7 @@ def test_a_failing_map_raises_the_first_error_of_ours_in_input_order_else_one_cl
     """DaskExecutor.map: where tasks raise errors of ours, the first task's in input order
     (as one process running them in order meets it), whichever the cluster reported first;
     any other failure is one ClusterError that names the stage and says to resume."""
-    from gpudedup.engine.dask import DaskExecutor
+    from gpudedup.engine.daskops import DaskExecutor
     from gpudedup.errors import ClusterError
 
     executor = DaskExecutor(client)
@@ -549,7 +549,6 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
     check is made to fail, as is reading every id for the results (pairs and clusters take
     the ids of their documents only)."""
     from gpudedup.engine import disk
-    from gpudedup.engine.local import LocalExecutor
     from gpudedup.io import rules
 
     corpus = rules_corpus(tmp_path)
@@ -558,7 +557,6 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
     def refused(*args):
         raise AssertionError("the client did a step that belongs to the workers")
 
-    monkeypatch.setattr(LocalExecutor, "colliding_rows", refused)
     monkeypatch.setattr(rules, "repeated_in_parts", refused)
     monkeypatch.setattr(disk.ShardIds, "all", refused)
     with distributed.get_task_stream(client) as stream:
@@ -833,7 +831,7 @@ def test_a_client_killed_mid_run_resumes_to_the_same_output(client, corpus, tmp_
 @pytest.mark.parametrize("pairs_count", [0, 60])
 def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(client, tmp_path, monkeypatch,
                                                                                pairs_count):
-    """DaskExecutor.write_pairs (a task per place the pairs lie makes them a frame, two lookups
+    """dask.write_pairs_by_tasks (a task per place the pairs lie makes them a frame, two lookups
     in the clusters' parts name them, Dask sorts them, a task per part of the table writes it)
     against result._pairs_parts, the table one process makes of the same pairs: the same
     files, byte for byte, with ids whose order is not the rows' order, parts of 7 rows cut
@@ -843,7 +841,8 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
 
     from gpudedup.engine.clusterparts import dask_clusters
     from gpudedup.engine.components import dask_component_labels
-    from gpudedup.engine.dask import DaskExecutor
+    from gpudedup.engine.dask import write_pairs_by_tasks
+    from gpudedup.engine.daskops import DaskExecutor
     from gpudedup.engine.pairs import VerifiedPairs
     from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
     from gpudedup.io import layout
@@ -881,7 +880,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     labels = dask_component_labels(client, first, second, 10_000, 1000)
     clustered = dask_clusters(client, labels, 1000, 4, work, HeldLengths(np.ones(1000, np.int64)), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
-    DaskExecutor(client).write_pairs(pairs, clustered, tmp_path / "tasks", pa.large_string())
+    write_pairs_by_tasks(DaskExecutor(client), pairs, clustered, tmp_path / "tasks", pa.large_string())
     (tmp_path / "one").mkdir()
     for number, table in enumerate(pairs_parts(named, first, second, jaccard)):
         write_parquet(table, tmp_path / "one" / layout.part_name(number))

@@ -1,6 +1,7 @@
-"""Executor: the work-directory store's tasks on Dask: a cluster's (--scheduler ADDRESS,
---workers N, or a ``dask.distributed.Client`` in ``gpudedup.dedup``), or for --work-dir alone
-Dask's local scheduler, the tasks and shuffles on this process's threads (daskops.dask_client).
+"""The stages of a run on Dask (DaskStages), over its work directory: run by a cluster's
+workers (--scheduler ADDRESS, --workers N, or a ``dask.distributed.Client`` in
+``gpudedup.dedup``), or for --work-dir alone by Dask's local scheduler, the tasks and shuffles
+on this process's threads (daskops.DaskExecutor, daskops.dask_client).
 
 The work directory (workdir.py) is the meeting point: it must be on a file system that the
 client and every worker see at the same path (one machine, or a shared mount), as must the
@@ -25,7 +26,7 @@ input files. Stages:
 
 - **the input rules' id check**: a task per shard hashes its ids; the (hash, row) rows are
   shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
-  their ids exactly (disk.repeated_shard_ids); no process holds every id.
+  their ids exactly (shardids.repeated_shard_ids); no process holds every id.
 
 - **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, place)
   rows, shuffled on the hash; a task per partition groups the documents with the same
@@ -43,100 +44,66 @@ inside the functions that need them: an in-memory run never loads them (start-up
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from ..core.copies import Copies
 from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, sorted_unique
-from ..errors import GpudedupError, ParameterError
+from ..errors import ParameterError
 from ..io.layout import part_name, table_parts, write_pairs_part
 from ..io.storage import child_name
-from ..threads import HOST_THREADS, map_parallel
+from ..threads import map_parallel
 from . import clusterparts, components, copyparts, pairparts
 from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
-from .daskops import (arrays_sent, cluster_failures, computed, first_error, frame_of, moved, share, shuffled,
-                      shuffled_map)
+from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
 from .kept import Kept
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
-from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks, rows_sharing_hash
+from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks
 from .shards import Shards, rows_at_places, spilled_plausible
 from .signatures import batch_bytes
 from .workdir import WorkAt, WorkDir
 
 
-class DaskExecutor:
-    """Runs a store's tasks (protocols.Executor) on ``client``'s workers, or without a client on
-    Dask's local scheduler (daskops.dask_client: the tasks in this process): the candidate
-    stage and the identical-copies grouping as shuffles of what the work directory holds, the
-    signature filter as tasks reading its signatures, the connected components as rounds of
-    shuffles (engine/components.py), the clusters and the tables by tasks over parts of the
-    work directory (engine/clusterparts.py)."""
+class DaskStages:
+    """The stages over a work directory as Dask's shuffles and tasks (protocols.Stages), run by
+    ``executor`` (daskops.DaskExecutor: a cluster's workers, or Dask's local scheduler): the
+    candidate stage and the identical-copies grouping as shuffles of what the work directory
+    holds, the signature filter as tasks reading its signatures, the connected components as
+    rounds of shuffles (engine/components.py), the clusters by tasks over parts of the work
+    directory (engine/clusterparts.py). The store each method takes is a disk.WorkDirStore,
+    whose shards the tasks read."""
 
     in_parts = True
 
-    def __init__(self, client=None):
-        self.client = client
-        self.in_process = client is None  # (Dask's local scheduler: dask_client)
-        self.task_threads = HOST_THREADS if self.in_process else 1  # (protocols.Executor)
+    def __init__(self, executor: DaskExecutor):
+        self.executor = executor
+        self.client = executor.client
         # Read once, so that every stage of the run cuts at the same size, and a wrong setting
-        # is refused before any work.
+        # is refused before any work (run_job asks for its stages first).
         self.pairs_per_part = components.pairs_per_part()
 
-    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
-        """The tasks' results; an error of ours raised in a task comes back as it is, a failure
-        of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
-        assert all(len(a) == len(arguments[0]) > 0 for a in arguments), "every task takes arguments, as many"
-        futures: list = []
-        if self.client is None:  # (the first error in input order, as first_error puts a cluster's)
-            return [task(*values) for values in arguments]
-        with cluster_failures(stage):
-            try:
-                sent = arrays_sent(self.client, arguments)
-                # One message for all the tasks (client.map), rather than one per task (submit).
-                futures = self.client.map(task, *zip(*sent), pure=False) if sent else []
-                return self.client.gather(futures)
-            except GpudedupError as error:
-                raise first_error(futures, error) from None
-
-    def share(self, *values: Any) -> tuple:
-        """protocols.Executor.share: futures of ``values``, sent to every worker once (daskops.share)."""
-        return tuple(share(self.client, *values))
-
     def clusters(self, store, verified, policy):
-        """protocols.Executor.clusters as tasks: the connected components as rounds of shuffles
+        """protocols.Stages.clusters as tasks: the connected components as rounds of shuffles
         (engine/components.py), then the keep decision and the parts by two more
         (engine/clusterparts.py); the client gets counts. store: a disk.WorkDirStore (pinned
-        0: a run against an index clusters in its own process, IndexStore.array_executor)."""
+        0: a run against an index clusters in its own process, IndexStore.stages)."""
 
         labels = components.dask_component_labels(self.client, verified.first, verified.second,
                                                   self.pairs_per_part, store.documents, verified.parts)
-        ranges = self.code_partitions(store.shards.count)
+        ranges = self.executor.code_partitions(store.shards.count)
         return clusterparts.dask_clusters(self.client, labels, store.documents, ranges, store.work.location,
                                           store.lengths_at(), store.ids_at(), policy, store.pinned)
 
-    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
-        """protocols.Executor.colliding_rows as a shuffle: the tasks' (hash, row) frames shuffled on
-        the hash, so that equal hashes share a partition; each partition gives back its rows
-        whose hash repeats, and only those reach the client."""
-        import dask
-
-        parts = [dask.delayed(task)(*a) for a in arrays_sent(self.client, arguments)]
-        if not parts:
-            return np.zeros(0, np.int64)
-        shared = shuffled_map(parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
-                              {"row": "int64"}, stage)
-        return np.sort(shared["row"].to_numpy(np.int64))
-
     def likely_pairs(self, store, copies, window: int, threshold: float, backend, keep_every: bool = False):
-        """protocols.Executor.likely_pairs as two shuffles (the module docstring's candidates): the
+        """protocols.Stages.likely_pairs as two shuffles (the module docstring's candidates): the
         client gets a count per partition, not every candidate pair, nor the copies (each
         shard's task gets their places by its range of shards: copyparts.range_places).
         store: a disk.WorkDirStore, whose pinned is 0 (its shards' band keys and signatures are
         read by the tasks; a store whose arrays tasks cannot read gives its runs LocalExecutor
-        here: Store.array_executor)."""
+        here: Store.stages)."""
         import dask
 
         if keep_every:
@@ -145,8 +112,9 @@ class DaskExecutor:
         count = store.shards.count
         copy_places: list = [None] * count
         if copies.parts is not None and copies.count:
-            starts_at, = self.share(starts)  # (every part's task reads the offsets)
-            shard_starts, places = copyparts.range_places(copies.parts, count, self.code_partitions(count), starts_at)
+            starts_at, = self.executor.share(starts)  # (every part's task reads the offsets)
+            shard_starts, places = copyparts.range_places(copies.parts, count, self.executor.code_partitions(count),
+                                                          starts_at)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = arrays_sent(self.client, [(root, index, int(starts[index]), out)
                                             for index, out in store.band_key_parts()])
@@ -159,27 +127,28 @@ class DaskExecutor:
         # their band keys): its one partition would hold every band key. A cluster's partitions
         # are a shard's worth each, and a shuffle per round would cost as much as the one.
         band_count = store.params.banding().bands
-        rounds = band_rounds(band_count, int(starts[-1])) if self.in_process else [(0, band_count)]
+        rounds = band_rounds(band_count, int(starts[-1])) if self.executor.in_process else [(0, band_count)]
         codes = [shuffled([dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
                           {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"],
-                          self.shuffle_partitions(len(keys_sent))).map_partitions(
-            bucket_pair_codes, window, span, self.task_threads, meta=frame_of({"code": "uint64"})) for bands in rounds]
+                          self.executor.shuffle_partitions(len(keys_sent))).map_partitions(
+            bucket_pair_codes, window, span, self.executor.task_threads, meta=frame_of({"code": "uint64"}))
+            for bands in rounds]
         if len(codes) > 1:
             with cluster_failures("the candidate shuffle"):
                 codes = [round_codes.persist() for round_codes in codes]  # (one round after another)
-        codes = moved(concatenated(codes), ["code"], self.code_partitions(len(keys_sent)))
+        codes = moved(concatenated(codes), ["code"], self.executor.code_partitions(len(keys_sent)))
         # Each partition's pairs that pass the filter stay in the work directory, a part each.
-        shared = self.share(store.shards.rows, starts, store.rows)  # (what every partition's task reads)
+        shared = self.executor.share(store.shards.rows, starts, store.rows)  # (what every partition's task reads)
         candidates = computed([dask.delayed(likely_part)(part, number, root, *shared, width, span, threshold)
                                for number, part in enumerate(codes.to_delayed())], "the candidate shuffle")
         pairparts.keep_parts(store.work, LIKELY, range(len(candidates)))
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
 
     def checked_pairs(self, store, likely, copies, threshold: float, exact: Callable):
-        """protocols.Executor.checked_pairs of likely pairs kept in parts (engine/pairparts.py): the
+        """protocols.Stages.checked_pairs of likely pairs kept in parts (engine/pairparts.py): the
         parts' documents shuffled on their shard, a task per partition spilling its shards'
         sets, then a task per part checking its pairs into a verified part; the client gets
-        counts. The identical copies are in parts too (DaskExecutor.copies), which
+        counts. The identical copies are in parts too (DaskStages.copies), which
         CheckedPairs.verified joins to the verified ones. store: a disk.WorkDirStore."""
 
         if not likely.parts:  # (no document had band keys: nothing to check)
@@ -188,9 +157,9 @@ class DaskExecutor:
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs as in one process (disk.exact_by_spill).
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
-        shard_rows, rows = self.share(shard_rows, rows)
-        counts = self.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes,
-                                                  self.task_threads)
+        shard_rows, rows = self.executor.share(shard_rows, rows)
+        counts = self.executor.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes,
+                                                  self.executor.task_threads)
                                                  for number in range(likely.parts)], "exact verification")
         pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
@@ -210,111 +179,43 @@ class DaskExecutor:
             return
         root, shard_rows = store.work.location, store.shards.rows
         # Every task reads the same offsets, rows, reader and parameters: sent once.
-        rows_at, kept_at, reader_at, params_at = self.share(shard_rows, store.rows, store.reader, store.params)
+        rows_at, kept_at, reader_at, params_at = self.executor.share(shard_rows, store.rows, store.reader, store.params)
         documents = [dask.delayed(pairparts.part_documents)(root, kind, number, rows_at, kept_at)
                      for number in numbers]
-        backend = store.task_backend(self)
+        backend = store.task_backend(self.executor)
         shared = (root, reader_at, rows_at, params_at)
         by_shard = shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"],
-                            self.shuffle_partitions(len(documents)))
+                            self.executor.shuffle_partitions(len(documents)))
         computed([by_shard.map_partitions(
             pairparts.spill_part_documents, spill, *shared, backend, meta=frame_of({"shards": "int64"}))],
             "the shingle sets")
 
-    def write_pairs(self, pairs, clustered, folder, id_type) -> None:
-        """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
-        tables.pairs_parts makes them) written into ``folder`` (a Location) by tasks, the
-        client holding none of the pairs or their ids: a task per place the pairs lie (the
-        copies held here, each verified part) makes them a frame, two lookups (the pairs set on
-        one document, then the other, by the rows of the clusters' parts ``clustered``: their
-        ranks and ids, clusterpairs.named_end) name them, Dask sorts them by the ids' ranks (a
-        range partition from a sample), and a task per part of the table writes it from the
-        slices of the sorted partitions that hold its rows (layout.write_pairs_part; id_type:
-        the ids' wide type): the parts are those of one process."""
-        import dask
-        import dask.dataframe as dd
-
-        stage = "writing the pairs"
-        if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
-            write_pairs_part([], id_type, child_name(folder, part_name(0)))
-            return
-        frames = self.pair_frames(pairs)
-        id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
-        named_a = {"b": "int64", "jaccard": "float64", "rank_a": "int64", "id_a": id_dtype}
-        named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
-        columns = {"rank_a": "int64", "rank_b": "int64", "id_a": id_dtype, "id_b": id_dtype, "jaccard": "float64"}
-        with cluster_failures(stage):
-            rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False)
-            rows = rows.set_index("a", divisions=clustered.divisions).map_partitions(
-                named_end, "a", clustered, meta=frame_of(named_a))
-            rows = rows.set_index("b", divisions=clustered.divisions).map_partitions(
-                named_end, "b", clustered, meta=frame_of(named_b))
-            # Named once (persisted): the sort reads its input twice, for its sample and to sort.
-            ranked = rows.map_partitions(in_id_order, meta=frame_of(columns)).persist()
-            ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()
-        sorted_parts = ordered.to_delayed()
-        lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
-        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-        writes = []
-        for number, (start, length) in enumerate(table_parts(int(offsets[-1]))):
-            stop = start + length
-            # The sorted partitions that hold rows start .. stop-1, each one's slice of them.
-            first, last = np.searchsorted(offsets, start, side="right") - 1, np.searchsorted(offsets, stop)
-            pieces = [(sorted_parts[index], max(start - int(offsets[index]), 0),
-                       min(stop, int(offsets[index + 1])) - int(offsets[index])) for index in range(first, last)
-                      if length and index < len(sorted_parts)]
-            writes.append(dask.delayed(write_pairs_part)(pieces, id_type, child_name(folder, part_name(number))))
-        computed(writes, stage)
-
     def pairs_inside(self, pairs, clustered, numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray) -> list:
-        """protocols.Executor.pairs_inside by tasks: with the clusters in parts (engine/clusterparts.py),
+        """protocols.Stages.pairs_inside by tasks: with the clusters in parts (engine/clusterparts.py),
         a task per place the pairs lie makes them a frame, Dask sets them on their first
         document by the clusters' ranges, and a task per range reads the members of its rows
         from the range's part (clusterpairs.pairs_inside_part). The client gets a few numbers
-        per range, not the members. clustered: this executor's (DaskExecutor.clusters), in parts."""
+        per range, not the members. clustered: these stages' (DaskStages.clusters), in parts."""
         import dask
         import dask.dataframe as dd
 
         assert isinstance(clustered, ClusterParts), "a cluster's run keeps its clusters in parts"
         stage = "counting the pairs of the largest clusters"
-        frames = self.pair_frames(pairs)
+        frames = pair_frames(self.executor, pairs)
         with cluster_failures(stage):
             rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False).set_index(
                 "a", divisions=clustered.divisions)
         # Every range's task reads the same parts' description (a count per range): sent once.
-        shared = self.share(clustered, numbers, asked_a, asked_b)
+        shared = self.executor.share(clustered, numbers, asked_a, asked_b)
         return computed([dask.delayed(pairs_inside_part)(part, number, *shared)
                          for number, part in enumerate(rows.to_delayed())], stage)
 
-    def pair_frames(self, pairs) -> list:
-        """The verified ``pairs`` (pairs.VerifiedPairs) as Dask delayed pandas DataFrames of
-        PAIR_FRAME, a task per place they lie (those held, each stored part: pairs.pair_tasks)."""
-        import dask
-
-        return [dask.delayed(on_pairs)(*a) for a in arrays_sent(self.client, pair_tasks(pairs, self, pair_frame))]
-
-    def shuffle_partitions(self, parts: int) -> int:
-        """Partitions of a first-round shuffle of ``parts`` parts (one per shard): as many on a
-        cluster; on the local scheduler as code_partitions cuts, since there a partition per
-        shard makes a unit of files per shard and stage, each a round of requests to a work
-        directory on object storage."""
-        return parts if self.client is not None else 1
-
-    def code_partitions(self, shards: int) -> int:
-        """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
-        shards, but at least one per worker (where there are as many shards), so that every
-        worker filters."""
-        if self.client is None:
-            return 1
-        workers = len(self.client.scheduler_info().get("workers", {}))
-        return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), workers, 1))
-
     def copies(self, store, executor, progress):
-        """protocols.Executor.copies by tasks (engine/copyparts.py): the row hashes shuffled on the
+        """protocols.Stages.copies by tasks (engine/copyparts.py): the row hashes shuffled on the
         hash, a task per partition storing its same-signature groups as a part, their
         documents' sets spilled (spill_documents), and a task per part that holds groups
         checking them into a part of copies. The client gets a count per part (not a hash
-        per document, nor a pair per group or copy). store: a disk.WorkDirStore; executor: this."""
+        per document, nor a pair per group or copy). store: a disk.WorkDirStore; executor: the run's (this one's)."""
         import dask
 
         root, starts, shard_rows = store.work.location, store.shards.active_starts, store.shards.rows
@@ -325,17 +226,19 @@ class DaskExecutor:
             return Copies.none()
         progress.start("Checking identical copies", len(parts), "parts")
         # Every partition's task reads the same offsets, rows and work directory: sent once, not in each.
-        starts_at, rows_at, kept_at, lengths_at = self.share(starts, shard_rows, store.rows, store.lengths_at())
+        starts_at, rows_at, kept_at, lengths_at = self.executor.share(starts, shard_rows, store.rows,
+                                                                      store.lengths_at())
         shared = (root, starts_at, rows_at, kept_at)
         grouped = shuffled(parts, {"hash": "uint64", "spilled": "int64"}, ["hash"],
-                           self.shuffle_partitions(len(parts))).to_delayed()
+                           self.executor.shuffle_partitions(len(parts))).to_delayed()
         groups = computed([dask.delayed(copyparts.group_part)(part, number, *shared, store.signatures.shape[1])
                            for number, part in enumerate(grouped)], "the identical-copies shuffle")
         holding = np.flatnonzero(groups).tolist()
         pairparts.keep_parts(store.work, GROUPS, holding)
         self.spill_documents(store, GROUPS, holding, copyparts.SPILL)
-        found = self.map(copyparts.check_groups, [(root, number, rows_at, kept_at, lengths_at, store.copy_batch_cost)
-                                                for number in holding], "checking identical copies")
+        found = self.executor.map(copyparts.check_groups,
+                                  [(root, number, rows_at, kept_at, lengths_at, store.copy_batch_cost)
+                                   for number in holding], "checking identical copies")
         pairparts.keep_parts(store.work, COPIES, holding)
         sizes = np.zeros(len(groups), np.int64)
         sizes[holding] = found
@@ -345,23 +248,63 @@ class DaskExecutor:
 
 
 PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pair_frame's columns)
-# Shards per partition of the candidate shuffle's second round (the first has one per shard).
-# Its rows are a pair code (8 B) per pair and band that found it: on the Linux sources about
-# 3 candidate pairs per document, against the first round's 16 band-key rows of 20 B, so its
-# partitions stay about the size of the first round's, in fewer tasks (a task per shard costs
-# seconds of scheduling on runs of many small shards).
-SHARDS_PER_CODE_PARTITION = 8
+
+
+def write_pairs_by_tasks(executor: DaskExecutor, pairs, clustered, folder, id_type) -> None:
+    """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
+    tables.pairs_parts makes them) written into ``folder`` (a Location) by tasks, the
+    client holding none of the pairs or their ids: a task per place the pairs lie (the
+    copies held here, each verified part) makes them a frame, two lookups (the pairs set on
+    one document, then the other, by the rows of the clusters' parts ``clustered``: their
+    ranks and ids, clusterpairs.named_end) name them, Dask sorts them by the ids' ranks (a
+    range partition from a sample), and a task per part of the table writes it from the
+    slices of the sorted partitions that hold its rows (layout.write_pairs_part; id_type:
+    the ids' wide type): the parts are those of one process."""
+    import dask
+    import dask.dataframe as dd
+
+    stage = "writing the pairs"
+    if pairs.count == 0:  # (nothing to sort: Dask's sort samples its rows) the one empty part
+        write_pairs_part([], id_type, child_name(folder, part_name(0)))
+        return
+    frames = pair_frames(executor, pairs)
+    id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
+    named_a = {"b": "int64", "jaccard": "float64", "rank_a": "int64", "id_a": id_dtype}
+    named_b = {"jaccard": "float64", "rank_a": "int64", "id_a": id_dtype, "rank_b": "int64", "id_b": id_dtype}
+    columns = {"rank_a": "int64", "rank_b": "int64", "id_a": id_dtype, "id_b": id_dtype, "jaccard": "float64"}
+    with cluster_failures(stage):
+        rows = dd.from_delayed(frames, meta=frame_of(PAIR_FRAME), verify_meta=False)
+        rows = rows.set_index("a", divisions=clustered.divisions).map_partitions(
+            named_end, "a", clustered, meta=frame_of(named_a))
+        rows = rows.set_index("b", divisions=clustered.divisions).map_partitions(
+            named_end, "b", clustered, meta=frame_of(named_b))
+        # Named once (persisted): the sort reads its input twice, for its sample and to sort.
+        ranked = rows.map_partitions(in_id_order, meta=frame_of(columns)).persist()
+        ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()
+    sorted_parts = ordered.to_delayed()
+    lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    writes = []
+    for number, (start, length) in enumerate(table_parts(int(offsets[-1]))):
+        stop = start + length
+        # The sorted partitions that hold rows start .. stop-1, each one's slice of them.
+        first, last = np.searchsorted(offsets, start, side="right") - 1, np.searchsorted(offsets, stop)
+        pieces = [(sorted_parts[index], max(start - int(offsets[index]), 0),
+                   min(stop, int(offsets[index + 1])) - int(offsets[index])) for index in range(first, last)
+                  if length and index < len(sorted_parts)]
+        writes.append(dask.delayed(write_pairs_part)(pieces, id_type, child_name(folder, part_name(number))))
+    computed(writes, stage)
+
+
+def pair_frames(executor: DaskExecutor, pairs) -> list:
+    """The verified ``pairs`` (pairs.VerifiedPairs) as Dask delayed pandas DataFrames of
+    PAIR_FRAME, a task per place they lie (those held, each stored part: pairs.pair_tasks)."""
+    import dask
+
+    return [dask.delayed(on_pairs)(*a) for a in arrays_sent(executor.client, pair_tasks(pairs, executor, pair_frame))]
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
-
-
-def hash_sharing_rows(rows):
-    """The rows (a DataFrame of "row") of one shuffled partition of (hash, row) rows whose hash
-    another row of it has (job.rows_sharing_hash)."""
-    import pandas as pd
-
-    return pd.DataFrame({"row": rows_sharing_hash(rows["hash"].to_numpy(np.uint64), rows["row"].to_numpy(np.int64))})
 
 
 def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: Optional[np.ndarray]):

@@ -1,5 +1,5 @@
-"""Dask's side of a run on a cluster, shared by the stages that run there: the client
-(dask_client), what the stages' tasks share sent once (share), one ClusterError for a failure
+"""Dask's side of a run on Dask, shared by the stages that run there: the executor
+(DaskExecutor), the client (dask_client), what the stages' tasks share sent once (share), one ClusterError for a failure
 of the cluster itself (cluster_failures, computed), shuffles of pandas frames (shuffled,
 shuffled_map) and the row ranges that partitions are set on (range_starts, range_divisions).
 
@@ -18,7 +18,63 @@ import numpy as np
 from ..errors import ClusterError, GpudedupError, ParameterError
 from ..io.storage import Remote, full_name
 from ..memory import release_unused_memory
+from ..threads import HOST_THREADS
 from .workfolders import clear_cache
+
+
+class DaskExecutor:
+    """Runs a store's tasks (protocols.Executor) on ``client``'s workers, or without a client on
+    Dask's local scheduler (dask_client: the tasks in this process, one after another, each
+    with every core); the stages over its work directory are dask.DaskStages."""
+
+    def __init__(self, client=None):
+        self.client = client
+        self.in_process = client is None  # (Dask's local scheduler: dask_client)
+        self.task_threads = HOST_THREADS if self.in_process else 1  # (protocols.Executor)
+
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
+        """The tasks' results; an error of ours raised in a task comes back as it is, a failure
+        of the cluster itself (a worker lost, a connection closed) as one ClusterError."""
+        assert all(len(a) == len(arguments[0]) > 0 for a in arguments), "every task takes arguments, as many"
+        futures: list = []
+        if self.client is None:  # (the first error in input order, as first_error puts a cluster's)
+            return [task(*values) for values in arguments]
+        with cluster_failures(stage):
+            try:
+                sent = arrays_sent(self.client, arguments)
+                # One message for all the tasks (client.map), rather than one per task (submit).
+                futures = self.client.map(task, *zip(*sent), pure=False) if sent else []
+                return self.client.gather(futures)
+            except GpudedupError as error:
+                raise first_error(futures, error) from None
+
+    def share(self, *values: Any) -> tuple:
+        """protocols.Executor.share: futures of ``values``, sent to every worker once (daskops.share)."""
+        return tuple(share(self.client, *values))
+
+    def shuffle_partitions(self, parts: int) -> int:
+        """Partitions of a first-round shuffle of ``parts`` parts (one per shard): as many on a
+        cluster; on the local scheduler as code_partitions cuts, since there a partition per
+        shard makes a unit of files per shard and stage, each a round of requests to a work
+        directory on object storage."""
+        return parts if self.client is not None else 1
+
+    def code_partitions(self, shards: int) -> int:
+        """Partitions of the candidate shuffle's second round: one per SHARDS_PER_CODE_PARTITION
+        shards, but at least one per worker (where there are as many shards), so that every
+        worker filters."""
+        if self.client is None:
+            return 1
+        workers = len(self.client.scheduler_info().get("workers", {}))
+        return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), workers, 1))
+
+
+# Shards per partition of the candidate shuffle's second round (the first has one per shard).
+# Its rows are a pair code (8 B) per pair and band that found it: on the Linux sources about
+# 3 candidate pairs per document, against the first round's 16 band-key rows of 20 B, so its
+# partitions stay about the size of the first round's, in fewer tasks (a task per shard costs
+# seconds of scheduling on runs of many small shards).
+SHARDS_PER_CODE_PARTITION = 8
 
 
 def require_dask(distributed: bool = True):

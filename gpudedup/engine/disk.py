@@ -29,7 +29,7 @@ read at once (tests/test_streaming.py).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,8 @@ from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..stages import Progress, StageLog
 from ..version import __version__
+from .dask import DaskStages
+from .daskops import DaskExecutor
 from .kept import Kept
 from .keptrows import ShardedTable
 from .local import LocalExecutor
@@ -153,7 +155,9 @@ class WorkDirStore:
         self.read_whole_where_needed(executor, log, progress)
         self.bands = banding.bands
         self.shards = shards = Shards.of(self.work, self.reader.count)
-        self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error, executor)
+        # (A work directory's runs are on Dask: api.on_dask.)
+        self.combination = shard_documents(shards, self.text_field, self.id_field, self.reader.on_error,
+                                           cast(DaskExecutor, executor))
         # The shards none of whose rows is a document: files that could not be read, and files
         # the input rules left out whole (on_error "skip").
         self.files_left_out = {index for index in range(shards.count) if shards.work.shard_info(index)["left_out"]}
@@ -370,8 +374,8 @@ class WorkDirStore:
         gives, for a store that keeps no sets in memory."""
         return self.document_sets(docs, progress, executor, name), np.arange(docs.shape[0])
 
-    def array_executor(self, executor: Executor) -> Executor:
-        return executor  # (its tasks read the shards)
+    def stages(self, executor: Executor) -> DaskStages:
+        return DaskStages(cast(DaskExecutor, executor))  # (its tasks read the shards)
 
     def lengths_at(self) -> LengthsAt:
         """``lengths`` as a task opens it (LengthsAt)."""

@@ -2,14 +2,18 @@
 
     signatures -> identical copies -> candidates -> verification -> clusters -> report
 
-Two things vary between runs, and each behind one small interface:
+Between runs vary where the arrays live and who works on them, behind the small interfaces
+of engine/protocols.py:
 
 - the **store** (``Store``): where the run's arrays live between stages and how a stage's
   finished result is kept: in memory (engine/memory.py, host or device arrays of a corpus read
   at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
   at a time, stages kept for --resume);
-- the **executor** (``Executor``): who runs the per-shard and per-partition tasks: this
-  process (``LocalExecutor``) or a Dask cluster (engine/dask.py).
+- the **executor** (``Executor``): who runs the per-shard tasks: this process
+  (``LocalExecutor``) or Dask (engine/daskops.py);
+- the **stages** (``Stages``, which the store gives): the steps over the whole corpus over
+  held arrays in this process (engine/local.py) or as Dask's shuffles and tasks over the work
+  directory (engine/dask.py).
 
 Every stage works on row numbers 0 .. n-1 of the documents; ids are attached where results
 leave the engine (result.py). Reading (io/) and writing (result.py, io/commit.py) are outside.
@@ -34,7 +38,7 @@ from .signatures import batch_bytes
 from .local import LocalExecutor
 from .outcome import Outcome
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, copies_arrays, copies_of_arrays, merge_pairs
-from .protocols import Executor, Store
+from .protocols import Executor, Stages, Store
 from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
 
@@ -52,6 +56,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     refused once the inputs are read where an input lacks it (sourcecounts.check_group_field).
     """
     executor = executor or LocalExecutor()
+    stages = store.stages(executor)
     progress = progress or Progress()
     log = log or StageLog()
     spec = params.shingle_spec()
@@ -65,28 +70,26 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
         return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
-    over_arrays = store.array_executor(executor)
-
     def cached(stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         # A stage that Dask's tasks kept (its pairs in parts of the work directory) and one that
         # this process kept (its pairs held: a run against an index) are different results: no
         # stage reads the other form.
-        return store.cached(f"{stage}-parts" if over_arrays.in_parts else stage, compute)
+        return store.cached(f"{stage}-parts" if stages.in_parts else stage, compute)
 
     with log.stage("copies"):
         copies = copies_of_arrays(store, cached("copies", lambda: copies_arrays(
-            over_arrays.copies(store, executor, progress))))
+            stages.copies(store, executor, progress))))
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        likely = LikelyPairs.of_arrays(cached("candidates", lambda: over_arrays.likely_pairs(
+        likely = LikelyPairs.of_arrays(cached("candidates", lambda: stages.likely_pairs(
             store, copies, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
         store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        checked = CheckedPairs.of_arrays(cached("pairs", lambda: over_arrays.checked_pairs(
+        checked = CheckedPairs.of_arrays(cached("pairs", lambda: stages.checked_pairs(
             store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
         verified = checked.verified(store, params.threshold)
@@ -95,7 +98,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
                                                       (copies.first, copies.member, copies.first))
 
-    clusters, shown = cluster_verified(store, verified, params, log, progress, over_arrays)
+    clusters, shown = cluster_verified(store, verified, params, log, progress, stages)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=checked.candidates, checked=checked.checked, verified=verified.count,
@@ -104,14 +107,14 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
 
 def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams, log: StageLog, progress: Progress,
-                     executor: "Executor") -> tuple["Clustered", Shown]:
-    """The clusters of the verified pairs, with the documents each keeps (Executor.clusters):
+                     stages: Stages) -> tuple["Clustered", Shown]:
+    """The clusters of the verified pairs, with the documents each keeps (Stages.clusters):
     rows below store.pinned are kept, and so is nothing else of a cluster that holds one; and
-    what the run shows of them (shown.shown_of), counted while the executor's cluster is up."""
+    what the run shows of them (shown.shown_of), counted while the stages' cluster is up."""
     progress.start("Clustering", 1, "stage")
     with log.stage("cluster"):
-        clusters = executor.clusters(store, verified, params.keep)
-        shown = shown_of(verified, clusters, executor, params.threshold, params.seed)
+        clusters = stages.clusters(store, verified, params.keep)
+        shown = shown_of(verified, clusters, stages, params.threshold, params.seed)
     progress.advance(1)
     progress.stop()
     return clusters, shown

@@ -1,4 +1,6 @@
-"""The executor that runs every task in this process, in order (protocols.Executor)."""
+"""The run in this process: the executor that runs every task here, in order
+(protocols.Executor), and the stages over the whole corpus's held arrays (protocols.Stages):
+an in-memory run's, and a run against an index (index/store.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,8 @@ from ..core.verify import plausible
 from ..threads import HOST_THREADS, map_parallel
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-
-
 from .clusterpairs import pairs_inside_of
-from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory, rows_sharing_hash
+from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory
 
 if TYPE_CHECKING:
     from .protocols import Executor, Store
@@ -28,7 +28,6 @@ class LocalExecutor:
     """Runs every task in this process, in order."""
 
     in_process = True
-    in_parts = False
     task_threads = HOST_THREADS
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
@@ -36,6 +35,17 @@ class LocalExecutor:
 
     def share(self, *values: Any) -> tuple:
         return values
+
+
+class HeldStages:
+    """The stages over held arrays, in this process (protocols.Stages): the store's arrays
+    gathered whole (the candidate pairs, the identical copies, the components), each result
+    held."""
+
+    in_parts = False
+
+    def __init__(self) -> None:
+        self.executor = LocalExecutor()
 
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
@@ -64,16 +74,9 @@ class LocalExecutor:
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
         return checked_in_memory(likely, copies, exact)
 
-    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
-        frames = [task(*a) for a in arguments]
-        if not frames:
-            return np.zeros(0, np.int64)
-        return rows_sharing_hash(np.concatenate([f["hash"].to_numpy(np.uint64) for f in frames]),
-                                 np.concatenate([f["row"].to_numpy(np.int64) for f in frames]))
-
     def pairs_inside(self, pairs: "VerifiedPairs", clustered: Clustered, numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
-        return pairs.map(self, pairs_inside_of, clustered.members(numbers), numbers, asked_a, asked_b)
+        return pairs.map(self.executor, pairs_inside_of, clustered.members(numbers), numbers, asked_a, asked_b)
 
     def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Clustered:
         first, second, _ = verified.arrays

@@ -26,6 +26,7 @@ from ..stages import Progress, StageLog
 from ..core.verify import (SET_ELEMENT_BYTES, SetsBuilder, document_sets, pair_jaccard_at_least,
                            rows_jaccard_at_least, rows_of)
 from .job import run_job
+from .local import HeldStages
 from .outcome import Outcome
 from .protocols import Executor
 
@@ -229,8 +230,8 @@ class MemoryStore:
         runs = pc.count_substring_regex(self.corpus.text_array().take(pa.array(docs)), r"\s+")
         return int(pc.sum(runs).as_py() or 0) + docs.shape[0]
 
-    def array_executor(self, executor: Executor) -> Executor:
-        return executor  # (this process's: a corpus in memory is never on a cluster)
+    def stages(self, executor: Executor) -> HeldStages:
+        return HeldStages()  # (a corpus in memory is never on a cluster)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         corpus = self.corpus

@@ -26,7 +26,7 @@ class LikelyPairs:
     first, second: int64 (q,) rows, host, first < second, ascending by (first, second).
     candidates: how many distinct candidate pairs LSH found (the filter's drops among them).
     every_first, every_second: int64 (c,) rows, host: every candidate pair, ascending; empty
-        unless asked for (Executor.likely_pairs' keep_every).
+        unless asked for (Stages.likely_pairs' keep_every).
     parts: 0, or (a cluster's run) first and second are empty and the pairs lie in as many
         parts of the work directory (engine/pairparts.py), where tasks read them.
     """
@@ -113,7 +113,7 @@ class CheckedPairs:
 
 def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """int64 ascending: the rows (int64 (k,), distinct) whose hash (uint64 (k,)) another row
-    has too (Executor.colliding_rows)."""
+    has too (shardids.colliding_rows)."""
     order = np.argsort(hashes, kind="stable")
     sorted_hashes = hashes[order]
     same = sorted_hashes[1:] == sorted_hashes[:-1]

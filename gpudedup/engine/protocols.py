@@ -1,11 +1,14 @@
-"""The two interfaces a run's stages go through (engine/job.py runs them):
+"""The interfaces a run's stages go through (engine/job.py runs them):
 
 - the **store** (``Store``): where the run's arrays live between stages and how a stage's
   finished result is kept: in memory (engine/memory.py, host or device arrays of a corpus read
   at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
   at a time, stages kept for --resume);
-- the **executor** (``Executor``): who runs the per-shard and per-partition tasks: this
-  process (engine/local.py) or a Dask cluster (engine/dask.py).
+- the **executor** (``Executor``): who runs the per-shard tasks: this process
+  (engine/local.py) or Dask, a cluster or its local scheduler (engine/daskops.py);
+- the **stages** (``Stages``): how the steps over the whole corpus are done, one way per
+  runner: over held arrays in this process (engine/local.py's HeldStages) or as Dask's shuffles
+  and tasks over the work directory (engine/dask.py's DaskStages).
 """
 
 from __future__ import annotations
@@ -93,21 +96,19 @@ class Store(Protocol):
     def input_summary(self, empty_documents: int) -> InputSummary:
         """The report's "input" section."""
 
-    def array_executor(self, executor: "Executor") -> "Executor":
-        """Who runs the steps over the whole corpus's arrays (the identical-copies grouping,
-        the candidate pairs, the signature filter): ``executor`` where its tasks can read the
-        store's arrays (a work directory's shards), else this process (LocalExecutor)."""
+    def stages(self, executor: "Executor") -> "Stages":
+        """How the steps over the whole corpus run: as ``executor``'s Dask tasks where they can
+        read the store's arrays (a work directory's shards), else over held arrays in this
+        process (HeldStages)."""
 
 
 class Executor(Protocol):
-    """Who runs the per-shard and per-partition tasks of a store's stages. in_process: tasks
-    run in this process (they may get its backend, log and progress rather than names);
-    in_parts: its stages keep their pairs in parts of the work directory (Dask's), not held;
-    task_threads: the threads one task may use (every core in this process, where tasks run
-    one after another; one on a cluster's workers, which run theirs side by side)."""
+    """Who runs a store's per-shard tasks. in_process: tasks run in this process (they may get
+    its backend, log and progress rather than names); task_threads: the threads one task may
+    use (every core in this process, where tasks run one after another; one on a cluster's
+    workers, which run theirs side by side)."""
 
     in_process: bool
-    in_parts: bool
     task_threads: int
 
     def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
@@ -119,6 +120,18 @@ class Executor(Protocol):
         """``values`` as a stage's tasks take what they all read: sent to every worker once
         (a cluster's futures of them), rather than inside every task; here, the values."""
 
+
+class Stages(Protocol):
+    """The steps over the whole corpus, as one runner does them (the module docstring).
+    executor: whose tasks run them; in_parts: the stages keep their pairs in parts of the work
+    directory (Dask's), not held."""
+
+    in_parts: bool
+
+    @property
+    def executor(self) -> Executor:
+        """Who runs the stages' tasks."""
+
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
@@ -126,10 +139,10 @@ class Executor(Protocol):
         that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
         rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def copies(self, store: Store, executor: "Executor", progress: Progress) -> Copies:
+    def copies(self, store: Store, executor: Executor, progress: Progress) -> Copies:
         """The identical copies among the active documents (copies.py): their groups by
         copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
-        checked exactly (copies.identical_copies); held, or (a cluster's) kept in parts of the
+        checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
         store's work directory (engine/copyparts.py). executor: the run's, whose tasks spill
         the shingle sets a store reads from its work directory (Store.set_reader)."""
 
@@ -137,24 +150,17 @@ class Executor(Protocol):
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
         """The verification stage: the exact Jaccard of the ``likely`` pairs (exact(first,
         second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
-        on a cluster, likely pairs kept in parts are checked by tasks into parts."""
-
-    def colliding_rows(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> np.ndarray:
-        """The rows whose hash another row shares (int64, ascending), of the rows that the
-        tasks ``task(*a)`` give as pandas DataFrames (hash uint64, row int64, rows distinct):
-        all of them in this process; on a cluster, a shuffle on the hash, so that no process
-        holds a hash per row."""
+        on Dask, likely pairs kept in parts are checked by tasks into parts."""
 
     def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> "Clustered":
-        """The clusters of the ``verified`` pairs (where they lie: held, or a cluster's parts)
-        and the documents each keeps by ``policy`` (cluster.clusters_of_roots, with
-        store.lengths and store.pinned): held, or (a cluster's) kept in parts of the store's
-        work directory (engine/clusterparts.py), of which the client holds counts."""
-
+        """The clusters of the ``verified`` pairs (where they lie: held, or Dask's parts) and
+        the documents each keeps by ``policy`` (cluster.clusters_of_roots, with store.lengths
+        and store.pinned): held, or (Dask's) kept in parts of the store's work directory
+        (engine/clusterparts.py), of which the client holds counts."""
 
     def pairs_inside(self, pairs: "VerifiedPairs", clustered: "Clustered", numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
         """Outcome.pairs_inside: cluster.pairs_inside of the clusters ``numbers`` over the
-        ``pairs``, a result per place they lie; on a cluster, with the clusters in parts, the
-        pairs are set on their first document by the clusters' ranges so that no process holds
+        ``pairs``, a result per place they lie; on Dask, with the clusters in parts, the pairs
+        are set on their first document by the clusters' ranges so that no process holds
         every member of those clusters."""

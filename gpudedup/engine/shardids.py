@@ -13,7 +13,8 @@ import pyarrow as pa
 from ..ids import wide
 from ..io.rules import PartSummary, id_groups, plan_combination
 from .kept import Kept
-from .protocols import Executor
+from .daskops import DaskExecutor, arrays_sent, shuffled_map
+from .pairs import rows_sharing_hash
 from .shards import Shards, by_shard
 from .workdir import WorkAt, WorkDir
 
@@ -41,7 +42,7 @@ class ShardDocuments:
 
 
 def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on_error: str,
-                    executor: Executor) -> ShardDocuments:
+                    executor: DaskExecutor) -> ShardDocuments:
     """The input rules over every shard's spilled columns, line numbers and ids (see
     ShardDocuments); under on_error="stop" their InputError, naming the files and lines. The
     ids are not read here: only the rows whose ids' hashes collide come back, from the
@@ -94,19 +95,42 @@ def id_hash_rows(work: WorkAt, index: int, start: int, id_type: str):
 
 
 def repeated_shard_ids(work: WorkDir, indices: list[int], rows: list[int], id_type: pa.DataType,
-                       executor: Executor) -> list:
+                       executor: DaskExecutor) -> list:
     """rules.RepeatedIds over the ids of shards ``indices`` (in order; rows: how many each
-    has): the executor finds the rows whose ids' hashes collide (a task per shard hashes its
-    ids; on a cluster, a shuffle on the hash), and only those rows' ids are read here and
+    has): the rows whose ids' hashes collide are found by the executor's tasks (a task per
+    shard hashes its ids, a shuffle on the hash: colliding_rows), and only those rows' ids are read here and
     grouped exactly (rules.id_groups), so that no hash collision counts as a repeat."""
     starts = np.cumsum([0] + rows).astype(np.int64)
     work_at = work.for_tasks(executor.in_process)
-    colliding = executor.colliding_rows(id_hash_rows, [(work_at, index, int(start), str(id_type))
-                                                       for index, start in zip(indices, starts)], "the id check")
+    colliding = colliding_rows(executor, [(work_at, index, int(start), str(id_type))
+                                          for index, start in zip(indices, starts)])
     if colliding.shape[0] == 0:
         return []
     ids = gathered_ids(work, starts, lambda part: indices[part], colliding, id_type)
     return [(identifier, colliding[members]) for identifier, members in id_groups(ids)]
+
+
+def colliding_rows(executor: DaskExecutor, arguments: list[tuple]) -> np.ndarray:
+    """The rows whose id hash another row shares (int64, ascending), of the (hash, row) frames
+    of the tasks id_hash_rows(*a): the frames shuffled on the hash, so that equal hashes share
+    a partition; each partition gives back its rows whose hash repeats, and only those reach
+    the client (no process holds a hash per row)."""
+    import dask
+
+    parts = [dask.delayed(id_hash_rows)(*a) for a in arrays_sent(executor.client, arguments)]
+    if not parts:
+        return np.zeros(0, np.int64)
+    shared = shuffled_map(parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
+                          {"row": "int64"}, "the id check")
+    return np.sort(shared["row"].to_numpy(np.int64))
+
+
+def hash_sharing_rows(rows):
+    """Task: the rows (a DataFrame of "row") of one shuffled partition of (hash, row) rows
+    whose hash another row of it has (pairs.rows_sharing_hash)."""
+    import pandas as pd
+
+    return pd.DataFrame({"row": rows_sharing_hash(rows["hash"].to_numpy(np.uint64), rows["row"].to_numpy(np.int64))})
 
 
 def gathered_ids(work: WorkAt, starts: np.ndarray, shard_of: Callable[[int], int], rows: np.ndarray,

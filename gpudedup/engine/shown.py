@@ -20,7 +20,7 @@ from ..core.cluster import Clusters
 from ..plots import verified_histogram
 from .heldclusters import Clustered
 from .pairs import VerifiedPairs
-from .protocols import Executor
+from .protocols import Stages
 
 LARGEST_SHOWN = 5  # clusters, largest first
 SAMPLED_SHOWN = 5  # clusters drawn at random from the others
@@ -136,12 +136,13 @@ def sampled_numbers(count: int, shown: np.ndarray, seed: int, sampled: int = SAM
     return np.sort(drawn[~np.isin(drawn, shown)][:sampled]).astype(np.int64)
 
 
-def shown_of(pairs: VerifiedPairs, clustered: Clustered, executor: Executor,
+def shown_of(pairs: VerifiedPairs, clustered: Clustered, stages: Stages,
              threshold: float, seed: int) -> Shown:
     """The Shown of a run's verified ``pairs`` and ``clustered`` clusters, counted where they
-    lie by the run's ``executor`` (on a cluster, by its tasks: the client gets a few numbers
+    lie by the run's ``stages`` (on a cluster, by its tasks: the client gets a few numbers
     per part, not the pairs or the members); seed: the run's, which draws the sampled
     clusters."""
+    executor = stages.executor
     counts = np.sum(pairs.map(executor, pairs_histogram, threshold), axis=0).astype(np.int64)
     empty = np.zeros(0, np.int64)
     if clustered.in_clusters == 0:
@@ -161,7 +162,7 @@ def shown_of(pairs: VerifiedPairs, clustered: Clustered, executor: Executor,
              for pair in example_pairs(np.flatnonzero(members.cluster == number), members.keep, members.docs)]
     asked_a = np.array([a for a, _ in asked], np.int64)
     asked_b = np.array([b for _, b in asked], np.int64)
-    found = executor.pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
+    found = stages.pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
     inside = np.sum([part[0] for part in found], axis=0).astype(np.int64)
     low = np.min([part[1] for part in found], axis=0).astype(np.float64)
     high = np.max([part[2] for part in found], axis=0).astype(np.float64)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..backends import Backend, host_threads
 from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
-from ..engine.local import LocalExecutor
+from ..engine.local import HeldStages
 from ..engine.protocols import Executor
 from ..engine.memory import MemoryStore
 from ..errors import InputError
@@ -143,11 +143,11 @@ class IndexStore:
                                                               threshold, HOST_THREADS)
         return jaccard
 
-    def array_executor(self, executor: Executor) -> Executor:
-        """This process: the indexed documents' arrays are here, not in a work directory's
-        shards that a cluster's tasks could read (the new documents' exact checks still run
-        as the inner store's tasks: exact_jaccard)."""
-        return LocalExecutor()
+    def stages(self, executor: Executor) -> HeldStages:
+        """Over held arrays in this process: the indexed documents' arrays are here, not in a
+        work directory's shards that Dask's tasks could read (the new documents' exact checks
+        still run as the inner store's tasks: exact_jaccard)."""
+        return HeldStages()
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
