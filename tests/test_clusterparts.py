@@ -103,8 +103,12 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
     sizes = np.bincount(expected.cluster)
     assert parts.largest.tolist() == np.lexsort((np.arange(sizes.shape[0]), -sizes))[:20].tolist()
     removed = expected.docs[~expected.keep]
+    read: dict = {}  # (the parts read by earlier asks, which later ones take rather than read again)
     for start, stop in ((0, n_docs), (0, 1), (37, 290), (290, 291), (599, 600), (250, 250)):
-        assert parts.removed_rows(start, stop).tolist() == removed[(removed >= start) & (removed < stop)].tolist()
+        within = removed[(removed >= start) & (removed < stop)].tolist()
+        assert parts.removed_rows(start, stop).tolist() == within
+        assert parts.removed_rows(start, stop, read).tolist() == within
+    assert sorted(read) == np.flatnonzero(parts.removed).tolist()
     shown = parts.largest[:3]
     members = parts.members(shown)
     mine = np.isin(expected.cluster, shown)

@@ -5,7 +5,7 @@ rows taken from the clusters or, on a cluster, from their parts (DroppedRows).""
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union, cast
 
@@ -219,17 +219,23 @@ class DroppedRows:
     """What finds, in a write_file_rows task, the rows as read of a shard that it does not
     write: those that are not documents (rows: ShardDocuments.rows; shard_rows: Shards.rows),
     and the documents that the parts of a cluster's run remove (ClusterParts, read for the
-    shard's documents alone)."""
+    shard's documents alone).
+
+    removed_by_part: the removed documents of each part read so far, by its number. Neighbouring
+    shards share parts (on Dask's local scheduler one part holds every clustered document), and
+    the tasks that share this object (in this process, or on one worker) read each part once."""
 
     shard_rows: np.ndarray
     rows: Kept
     removed: ClusterParts
+    removed_by_part: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def of(self, index: int) -> np.ndarray:
-        def kept_mask(start: int, stop: int) -> np.ndarray:
-            return Kept.leaving_out(self.removed.removed_rows(start, stop)).mask(start, stop)
+        return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, index, self.kept_mask))
 
-        return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, index, kept_mask))
+    def kept_mask(self, start: int, stop: int) -> np.ndarray:
+        """bool (stop - start,): False at the removed documents among rows start .. stop-1."""
+        return Kept.leaving_out(self.removed.removed_rows(start, stop, self.removed_by_part)).mask(start, stop)
 
 
 def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[list[np.ndarray]], path: str,
