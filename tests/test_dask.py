@@ -891,10 +891,10 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
         assert (tmp_path / "tasks" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("bands, threads", [(1, 1), (1, 2), (2, 3), (2, 8)])
+@pytest.mark.parametrize("bands, threads", [(1, 1), (1, 2), (2, 3), (2, 8), (3, 2), (16, 12)])
 def test_a_partitions_candidate_codes_are_every_bands_bucket_pairs(bands, threads):
-    """bucket_pair_codes, with its bands on threads and a band's buckets cut by key where bands
-    are fewer than threads, gives the multiset of pair codes that pairing each band's buckets
+    """bucket_pair_codes, with its bands on threads and a band's buckets cut by key where the
+    bands alone would leave threads idle, gives the multiset of pair codes that pairing each band's buckets
     in document order within the window gives (written here from Python dicts)."""
     import pandas as pd
 

@@ -44,6 +44,7 @@ inside the functions that need them: an in-memory run never loads them (start-up
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import numpy as np
@@ -367,9 +368,9 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     """Candidate pairs of one shuffled partition of band_key_rows, as codes a * span + b of
     places: per band, the partition's rows in document order go through lsh.bucket_pairs, which
     pairs each bucket's members in input order within the window, as the single process does;
-    the bands on ``threads`` threads, and where there are fewer bands than threads each band's
-    buckets cut in as many groups by key. A pair found in several bands is here as often, and
-    the codes come in no particular order (likely_part sorts them)."""
+    the bands on ``threads`` threads, each band's buckets cut in groups by key where the bands
+    alone would leave threads idle (band_groups). A pair found in several bands is here as
+    often, and the codes come in no particular order (likely_part sorts them)."""
     import pandas as pd
 
     band = rows["band"].to_numpy()
@@ -377,15 +378,18 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     keys = rows["key"].to_numpy(dtype=np.uint64)
     bands = np.unique(band).tolist()
     # A bucket's members share their key, so a group of keys holds whole buckets, in document order.
-    groups = max(1, threads // max(len(bands), 1))
+    groups = band_groups(len(bands), threads)
+    # Each band's rows, found once (a round of one band: all of them).
+    rows_of = ({bands[0]: slice(None)} if len(bands) == 1 else
+               dict(zip(bands, map_parallel(lambda number: np.flatnonzero(band == number), bands, threads))))
 
     def group_codes(task: tuple[int, int]) -> np.ndarray:
         number, group = task
-        mine = band == number
+        group_keys, group_docs = keys[rows_of[number]], docs[rows_of[number]]
         if groups > 1:
-            mine &= keys % np.uint64(groups) == group
-        group_keys, group_docs = keys[mine], docs[mine]
-        del mine
+            mine = group_keys % np.uint64(groups) == group
+            group_keys, group_docs = group_keys[mine], group_docs[mine]
+            del mine
         # A band's rows joined in shard order are in document order already; a cluster's
         # shuffle mixes them.
         if group_docs.shape[0] > 1 and not bool((group_docs[1:] > group_docs[:-1]).all()):
@@ -396,6 +400,15 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
 
     tasks = [(number, group) for number in bands for group in range(groups)]
     return pd.DataFrame({"code": np.concatenate([np.zeros(0, np.uint64), *map_parallel(group_codes, tasks, threads)])})
+
+
+def band_groups(bands: int, threads: int) -> int:
+    """The groups by key to cut each of ``bands`` bands into, so that the bands' groups share
+    out evenly over ``threads`` threads (a multiple of them): 3 bands on 2 threads as 6 groups,
+    rather than 2 bands and then 1 with a thread idle; 16 bands on 12 threads as 48. A group
+    scans its band's rows for its keys: the scans of a band's groups on all threads together
+    read it ``groups`` times, at most once a thread."""
+    return threads // math.gcd(max(bands, 1), threads) if threads > 1 else 1
 
 
 def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, active_starts: np.ndarray,
