@@ -158,9 +158,11 @@ def test_shell_completion_is_offered_and_completes():
 
 def test_python_m_completes_the_installed_command():
     """Under `python -m gpudedup` the command is still `gpudedup`: the completion script it
-    shows is for that command (not for `python`), and it runs."""
-    shown = subprocess.run([sys.executable, "-m", "gpudedup", "--show-completion", "bash"], capture_output=True,
-                           text=True, timeout=60)
+    shows is for that command (not for `python`), and it runs. (The script is for the shell
+    that started the command, found among its parent processes: here a bash that waits for
+    it, so that the test does not depend on how pytest itself was started.)"""
+    shown = subprocess.run(["bash", "-c", '"$0" -m gpudedup --show-completion; exit $?', sys.executable],
+                           capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.rstrip().splitlines()[-1] == "complete -o default -F _gpudedup_completion gpudedup"
     assert "_GPUDEDUP_COMPLETE=complete_bash" in shown.stdout
