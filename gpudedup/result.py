@@ -15,8 +15,8 @@ from .core.copies import implied_pairs
 from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
-from .engine.removedrows import (REMOVED_DIR, PartsRemoved, RemovedOf, held_removed, in_memory_removed,
-                                 removed_schema, shingle_spec, write_tables)
+from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, removed_schema, shingle_spec,
+                                 write_tables)
 from .display import result_html
 from .errors import OutputError, ParameterError
 from .tables import NamedRows, clusters_parts, pairs_parts, whole_table
@@ -371,31 +371,28 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
     input file under removed/, named as under deduplicated/ (names), by ``executor``'s tasks
     where a staged run writes its kept rows so; or one file removed.<format>."""
-    clustered = result._outcome.clustered
-    if isinstance(clustered, ClusterParts):
-        removed_of: RemovedOf = PartsRemoved(clustered, result._wide_id_type)
-    else:
-        o = result._outcome
-        pair_a, pair_b, jaccard = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else (None, None, None)
-        removed_of = held_removed(o.clusters, result._ids_of, result.indexed_rows, pair_a, pair_b, jaccard)
+    o = result._outcome
+    # The verified pairs give the Jaccard where the kept document is an indexed one.
+    pairs = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else None
+    removed = removed_of(o.clustered, result._ids_of, result._wide_id_type, result.indexed_rows, pairs)
     spec = shingle_spec(result.report["parameters"])
     staged = hasattr(result.table, "write_removed_files")  # a staged run's shards (keptrows.ShardedTable)
     if names is None:
         path = staging / f"{REMOVED_DIR}.{format}"
         if staged:
-            result.table.write_removed(path, format, removed_of, spec)
+            result.table.write_removed(path, format, removed, spec)
         else:
             write_tables([in_memory_removed(result.table, content_of(result.table, result.text_field), 0,
-                                            result.documents, removed_of, spec, result.table.schema)],
-                         path, format, removed_schema(result.table.schema, removed_of))
+                                            result.documents, removed, spec, result.table.schema)],
+                         path, format, removed_schema(result.table.schema, removed))
         return
     if staged:
-        result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed_of, spec,
+        result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed, spec,
                                          executor)
         return
     texts, start = content_of(result.table, result.text_field), 0
     for name, source in zip(names, result._sources, strict=True):
-        write_tables([in_memory_removed(result.table, texts, start, start + source.rows, removed_of, spec,
+        write_tables([in_memory_removed(result.table, texts, start, start + source.rows, removed, spec,
                                         source.schema)], staging / REMOVED_DIR / name, format)
         start += source.rows
 

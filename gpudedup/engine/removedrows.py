@@ -39,6 +39,7 @@ from ..io.layout import as_input
 from ..io.stamps import FileStamp
 from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
 from .clusterparts import ClusterParts
+from .heldclusters import Clustered
 from .kept import Kept
 
 REMOVED_DIR = "removed"
@@ -115,6 +116,17 @@ class PartsRemoved:
 
 
 RemovedOf = Union[HeldRemoved, PartsRemoved]
+
+
+def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.Array]], id_type: pa.DataType,
+               indexed_rows: int, pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> RemovedOf:
+    """What gives the removed documents of a range with their kept documents, wherever the
+    clusters lie: held (held_removed), or in a cluster's parts (PartsRemoved, which hold the
+    ids of type id_type). ids_of: held_removed's (None: no kept_id); pairs: the verified pairs
+    (a, b, jaccard), for the kept documents that are indexed ones (None: not asked for)."""
+    if isinstance(clustered, ClusterParts):
+        return PartsRemoved(clustered, id_type, with_ids=ids_of is not None)
+    return held_removed(clustered.read(), ids_of, indexed_rows, *(pairs or (None, None, None)))
 
 
 def held_removed(clusters: Clusters, ids_of: Optional[Callable[[np.ndarray], pa.Array]], indexed_rows: int,

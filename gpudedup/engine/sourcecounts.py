@@ -26,10 +26,8 @@ from ..core.content import unit_lengths
 from ..errors import InputError
 from ..io.fields import field_column, field_names, field_type, has_field
 from ..io.source import listed
-from .clusterparts import ClusterParts
-from .heldclusters import Clustered
 from .kept import Kept
-from .removedrows import HeldRemoved, PartsRemoved, RemovedDocs, RemovedOf, held_removed
+from .removedrows import HeldRemoved, RemovedDocs, RemovedOf, removed_of
 from .shards import by_shard
 from .workdir import WorkDir
 
@@ -40,14 +38,6 @@ if TYPE_CHECKING:
 COUNTS = ("documents", "kept", "removed", "removed_within", "removed_across", "size", "kept_size")
 # Groups listed one by one at most; beyond, those with fewest removed are folded into one row.
 MAX_GROUPS = 50
-
-
-def removed_kept(clustered: Clustered, indexed_rows: int) -> RemovedOf:
-    """What gives the removed documents of a range with their kept documents (removedrows.py's,
-    without the kept documents' ids)."""
-    if isinstance(clustered, ClusterParts):
-        return PartsRemoved(clustered, pa.null(), with_ids=False)
-    return held_removed(clustered.read(), None, indexed_rows)
 
 
 @dataclass
@@ -322,7 +312,8 @@ def with_source_counts(result: Any, field: Optional[str], executor: Optional["Ex
     tally_files, on the run's ``executor``), else counted here over the rows held."""
     report = result.report
     tokens = report["parameters"]["shingle"] == "token"
-    removed = removed_kept(result._outcome.clustered, result.indexed_rows)
+    # (the kept documents' ids are not counted)
+    removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
     if hasattr(result.table, "tally_files"):  # a staged run's shards (keptrows.ShardedTable)
         tallies = result.table.tally_files(removed, "lengths" if tokens else "text_bytes", field, executor)
     else:
