@@ -15,6 +15,7 @@ from .core.copies import implied_pairs
 from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
+from .engine.keptrows import HeldRemovedRows, RemovedRows
 from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, removed_schema, shingle_spec,
                                  write_tables)
 from .display import result_html
@@ -253,7 +254,7 @@ class DedupResult:
         write_outputs) where they can, else in this process."""
         return write_outputs(output_dir, self, format, overwrite, single_file, write_removed, executor)
 
-    def _removal(self) -> Union[np.ndarray, ClusterParts]:
+    def _removal(self) -> RemovedRows:
         """What tells the writers of the kept rows which rows to leave out: ``removed``, or the
         parts of a cluster's run (clusterparts.ClusterParts), which its tasks read a shard's
         rows of (the client need not hold the removed rows)."""
@@ -261,7 +262,7 @@ class DedupResult:
         if isinstance(clustered, ClusterParts):
             assert self.indexed_rows == 0, "a run against an index clusters in one process"
             return clustered
-        return self.removed
+        return HeldRemovedRows(self.removed)
 
     def _check_inputs_unchanged(self) -> None:
         """Refuse (InputError naming it) an input file whose size or modification time is no

@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union, cast
+from typing import Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -124,30 +124,20 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Location, names: list[str], format: str,
-                    removed: Union[np.ndarray, ClusterParts], executor: Optional[Executor] = None) -> None:
+    def write_files(self, folder: Location, names: list[str], format: str, removed: RemovedRows,
+                    executor: Optional[Executor] = None) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
-        int64 ascending, the documents removed, or the parts of a cluster's run that hold
-        them): one task per file, on ``executor``'s workers where given (each worker reads the
-        file's shards and writes its file; folder must be on a file system they share, or on
-        object storage), else in this process. A task gets the rows of its shards not to write,
-        not a mask over them, or (parts) finds them from the parts of its shards' documents
-        (DroppedRows, one object that every task shares: sent to each worker once)."""
+        what gives the documents removed, held or in the parts of a cluster's run): one task
+        per file, on ``executor``'s workers where given (each worker reads the file's shards
+        and writes its file; folder must be on a file system they share, or on object storage),
+        else in this process. A task finds the rows of its shards not to write (DroppedRows,
+        one object that every task shares: sent to each worker once)."""
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
-        checks = [([self.stamps[i] for i in indices], self.unwritten()) for indices, _ in files]
-        tasks: list[tuple]
         executor = executor or LocalExecutor()
-        if isinstance(removed, ClusterParts):
-            reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
-            tasks = [(reader, indices, None, path, format, finder, *check)
-                     for (indices, path), check in zip(files, checks)]
-        else:
-            kept = Kept.leaving_out(removed)
-            reader, = executor.share(self.reader)
-            tasks = [(reader, indices, [np.flatnonzero(~self._shard_keep(index, kept)) for index in indices],
-                      path, format, None, *check) for (indices, path), check in zip(files, checks)]
-        executor.map(write_file_rows, tasks, "writing the kept rows")
+        reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
+        executor.map(write_file_rows, [(reader, indices, path, format, finder, [self.stamps[i] for i in indices],
+                                        self.unwritten()) for indices, path in files], "writing the kept rows")
 
     def write_removed_files(self, folder: Location, names: list[str], format: str, removed_of: RemovedOf,
                             spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
@@ -215,11 +205,28 @@ def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
 
 
 @dataclass
+class HeldRemovedRows:
+    """The removed documents of clusters held in this process, as ClusterParts gives those of
+    its parts: removed, int64 ascending."""
+
+    removed: np.ndarray
+
+    def removed_rows(self, start: int, stop: int, read: Optional[dict] = None) -> np.ndarray:
+        """int64 ascending: the removed documents among rows start .. stop-1."""
+        first, last = np.searchsorted(self.removed, [start, stop])
+        return self.removed[first:last]
+
+
+# What gives the removed documents of a range of rows: held, or read from a cluster's parts.
+RemovedRows = Union[HeldRemovedRows, ClusterParts]
+
+
+@dataclass
 class DroppedRows:
     """What finds, in a write_file_rows task, the rows as read of a shard that it does not
     write: those that are not documents (rows: ShardDocuments.rows; shard_rows: Shards.rows),
-    and the documents that the parts of a cluster's run remove (ClusterParts, read for the
-    shard's documents alone).
+    and the documents removed (held, or in the parts of a cluster's run, read for the shard's
+    documents alone).
 
     removed_by_part: the removed documents of each part read so far, by its number. Neighbouring
     shards share parts (on Dask's local scheduler one part holds every clustered document), and
@@ -227,7 +234,7 @@ class DroppedRows:
 
     shard_rows: np.ndarray
     rows: Kept
-    removed: ClusterParts
+    removed: RemovedRows
     removed_by_part: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def of(self, index: int) -> np.ndarray:
@@ -238,23 +245,21 @@ class DroppedRows:
         return Kept.leaving_out(self.removed.removed_rows(start, stop, self.removed_by_part)).mask(start, stop)
 
 
-def write_file_rows(reader: ShardReader, indices: list[int], dropped: Optional[list[np.ndarray]], path: str,
-                    format: str, finder: Optional[DroppedRows], stamps: list[Optional[FileStamp]],
-                    consequence: str) -> None:
+def write_file_rows(reader: ShardReader, indices: list[int], path: str, format: str, finder: DroppedRows,
+                    stamps: list[Optional[FileStamp]], consequence: str) -> None:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
-    whole, or its pieces with records, in order; dropped: int64, each one's rows as read that
-    are not written, or None where ``finder`` finds them), as layout.write_kept_file and
-    write_kept_pieces write them. The file is refused (InputError, saying ``consequence``
-    beside the change) where it is not as each shard's stamp (``stamps``, in the order of
-    indices) says, before and after it is read again: the rows and lines written are those
-    the run read."""
+    whole, or its pieces with records, in order; finder: which of each one's rows as read are
+    not written), as layout.write_kept_file and write_kept_pieces write them. The file is
+    refused (InputError, saying ``consequence`` beside the change) where it is not as each
+    shard's stamp (``stamps``, in the order of indices) says, before and after it is read
+    again: the rows and lines written are those the run read."""
 
     def rows(number: int) -> FileRows:
         index = indices[number]
         corpus = reader.corpus(index)
         assert corpus.files, "a file that could not be read is left out"
-        drop = dropped[number] if dropped is not None else cast(DroppedRows, finder).of(index)
-        return FileRows(corpus.files[0], corpus.table, Kept.leaving_out(drop).mask(0, corpus.table.num_rows))
+        return FileRows(corpus.files[0], corpus.table,
+                        Kept.leaving_out(finder.of(index)).mask(0, corpus.table.num_rows))
 
     def write(local: Path) -> None:
         with ExitStack() as checks:
