@@ -204,7 +204,10 @@ def gpu_section(files: Sequence[Data]) -> list[str]:
     lines += ["", f"Corpus: `{first['corpus']}`, {number(stages['documents'])} documents, "
                   f"{number(stages['text_bytes'] / 1e6, 1)} MB of text in {stages['batches']} batches; "
                   f"K = {stages['num_perm']} permutations, the median of {stages['repeats']} repeats; "
-                  f"the CPU job on {first['job_cpu']['backend']}.", ""]
+                  f"the CPU job on {first['job_cpu']['backend']}."]
+    # What a run's conditions add (environment "note"): how its commit was named, a cold cache.
+    notes = [f"{column(d)}: {d['environment']['note']}." for d in files if d["environment"].get("note")]
+    lines += ([" ".join(notes)] if notes else []) + [""]
     lines += ["```bash"] + [gpu_command(d) + f"  # {d['environment']['gpudedup_commit']}, "
                                               f"{d['environment']['date'][:10]}" for d in files] + ["```", ""]
     clock = environment["clock_khz"] / 1e6
