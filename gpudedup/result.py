@@ -15,7 +15,6 @@ from .core.copies import implied_pairs
 from .engine.clusterparts import ClusterParts, clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
-from .engine.keptrows import HeldRemovedRows, RemovedRows
 from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, removed_schema, shingle_spec,
                                  write_tables)
 from .display import result_html
@@ -254,16 +253,6 @@ class DedupResult:
         write_outputs) where they can, else in this process."""
         return write_outputs(output_dir, self, format, overwrite, single_file, write_removed, executor)
 
-    def _removal(self) -> RemovedRows:
-        """What tells the writers of the kept rows which rows to leave out: ``removed``, or the
-        parts of a cluster's run (clusterparts.ClusterParts), which its tasks read a shard's
-        rows of (the client need not hold the removed rows)."""
-        clustered = self._outcome.clustered
-        if isinstance(clustered, ClusterParts):
-            assert self.indexed_rows == 0, "a run against an index clusters in one process"
-            return clustered
-        return HeldRemovedRows(self.removed)
-
     def _check_inputs_unchanged(self) -> None:
         """Refuse (InputError naming it) an input file whose size or modification time is no
         longer that of the run's read of it (io/stamps.py); in-memory data has no files."""
@@ -330,7 +319,9 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 # is this machine's own), and the commit moves them into place.
                 kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
                     remote_staging(out, staging).child(KEPT_DIR)
-                result.table.write_files(kept, names, format, result._removal(), executor)
+                # (the kept rows need the removed documents alone, not their kept documents' ids)
+                removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
+                result.table.write_files(kept, names, format, removed, executor)
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result._sources, result.keep),
                                  format)

@@ -20,7 +20,14 @@ from gpudedup.ids import ArrayIds
 from gpudedup.tables import NamedRows, clusters_parts, whole_table
 from gpudedup.engine.components import dask_component_labels
 from gpudedup.engine.heldclusters import HeldClusters
+from gpudedup.engine.removedrows import PartsRemoved
 from test_components import oracle_roots, random_pairs
+
+
+def removed_rows(parts: ClusterParts, start: int, stop: int) -> np.ndarray:
+    """The removed documents among rows start .. stop-1, as a shard's task reads them from the
+    parts (a reader of its own)."""
+    return PartsRemoved(parts, pa.null(), with_ids=False).of(start, stop).docs
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
@@ -103,12 +110,13 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
     sizes = np.bincount(expected.cluster)
     assert parts.largest.tolist() == np.lexsort((np.arange(sizes.shape[0]), -sizes))[:20].tolist()
     removed = expected.docs[~expected.keep]
-    read: dict = {}  # (the parts read by earlier asks, which later ones take rather than read again)
+    # One reader for every range: later asks take the parts earlier ones read.
+    shared = PartsRemoved(parts, pa.null(), with_ids=False)
     for start, stop in ((0, n_docs), (0, 1), (37, 290), (290, 291), (599, 600), (250, 250)):
         within = removed[(removed >= start) & (removed < stop)].tolist()
-        assert parts.removed_rows(start, stop).tolist() == within
-        assert parts.removed_rows(start, stop, read).tolist() == within
-    assert sorted(read) == np.flatnonzero(parts.removed).tolist()
+        assert removed_rows(parts, start, stop).tolist() == within
+        assert shared.of(start, stop).docs.tolist() == within
+    assert sorted(shared.read) == np.flatnonzero(parts.removed).tolist()
     shown = parts.largest[:3]
     members = parts.members(shown)
     mine = np.isin(expected.cluster, shown)
@@ -166,7 +174,7 @@ def test_no_pair_and_more_ranges_than_documents(client, tmp_path):
     parts = dask_clusters(client, None, 50, 4, str(tmp_path / "work"), HeldLengths(np.ones(50, np.int64)),
                           HeldIds(True), "first")
     assert isinstance(parts, ClusterParts) and (parts.count, parts.in_clusters) == (0, 0)
-    assert parts.read().docs.shape[0] == 0 and parts.removed_rows(0, 50).shape[0] == 0
+    assert parts.read().docs.shape[0] == 0 and removed_rows(parts, 0, 50).shape[0] == 0
     assert not (tmp_path / "work" / "clusters").exists()
     (table,) = [clusters_table(parts, pieces, pa.large_string()) for pieces in parts.table_pieces()]
     assert table.num_rows == 0 and table.schema.field("id").type == pa.large_string()
@@ -188,7 +196,7 @@ def test_parts_made_again_by_a_later_run_are_refused(client, tmp_path):
     earlier = stored(client, tmp_path, first, second, 200, 5, lengths, "first")
     later = stored(client, tmp_path, first, second, 200, 3, lengths, "first")
     assert later.read().docs.shape[0] == earlier.in_clusters
-    for read in (earlier.read, lambda: earlier.removed_rows(0, 200), lambda: earlier.members(earlier.largest[:2]),
+    for read in (earlier.read, lambda: removed_rows(earlier, 0, 200), lambda: earlier.members(earlier.largest[:2]),
                  lambda: earlier.named_rows(pa.large_string())):
         with pytest.raises(OutputError, match="made again by a later run"):
             read()

@@ -28,7 +28,7 @@ The client gets, per part, its documents and its removed documents, and the larg
 every reader checks: a result that reads its clusters after a later run of the same work
 directory wrote them again (a --resume with other workers cuts other ranges) stops with an error rather than
 read another run's parts. From the parts, tasks write the clusters table (clusters_table) and the
-kept rows (keptrows.DroppedRows: a shard's task reads the parts of its rows alone), and
+kept rows (removedrows.PartsRemoved: a shard's task reads the parts of its rows alone), and
 name the pairs of the pairs table and count those inside the largest clusters
 (engine/clusterpairs.py). The clusters are never a stage that --resume
 trusts: every run makes them again from the verified pairs and writes every part (parts beyond its ranges, another
@@ -38,7 +38,7 @@ run's, are never read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -164,30 +164,6 @@ class ClusterParts:
         first = int(np.searchsorted(self.starts, start, side="right")) - 1
         last = int(np.searchsorted(self.starts, stop, side="left"))
         return [number for number in range(max(first, 0), min(last, self.sizes.shape[0])) if self.removed[number]]
-
-    def removed_in(self, start: int, stop: int, names: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
-        """For each part that holds some of rows start .. stop-1 and removes documents: its
-        columns ``names`` ("docs" and "keep" among them), read once, and the positions in them
-        (int64 ascending) of the removed documents among those rows (in a task, or here)."""
-        work = WorkDir.attach(self.work_at)
-        for number in self.parts_removing(start, stop):
-            part = self.read_table(number, names, work)
-            docs, keep = part["docs"].to_numpy(), part["keep"].to_numpy()
-            yield part, np.flatnonzero(~keep & (docs >= start) & (docs < stop))
-
-    def removed_rows(self, start: int, stop: int, read: Optional[dict[int, np.ndarray]] = None) -> np.ndarray:
-        """int64 ascending: the removed documents among rows start .. stop-1. read: the removed
-        documents of the parts read before, by number, which this adds to (so that a caller
-        asking of neighbouring ranges reads each part once)."""
-        read = {} if read is None else read
-        removed = [np.zeros(0, np.int64)]
-        for number in self.parts_removing(start, stop):
-            if number not in read:
-                part = self.read_part(number, ["docs", "keep"])
-                read[number] = part["docs"][~part["keep"]]
-            docs = read[number]
-            removed.append(docs[(docs >= start) & (docs < stop)])
-        return np.concatenate(removed)
 
     def table_pieces(self, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
         """The clusters table's parts (layout.table_parts of the documents in clusters, in

@@ -5,9 +5,9 @@ rows taken from the clusters or, on a cluster, from their parts (DroppedRows).""
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +21,6 @@ from ..io.stamps import FileStamp, check_unchanged
 from ..io.storage import Location
 from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
 from ..memory import release_unused_memory
-from .clusterparts import ClusterParts
 from .kept import Kept
 from .local import LocalExecutor
 from .protocols import Executor
@@ -124,10 +123,10 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Location, names: list[str], format: str, removed: RemovedRows,
+    def write_files(self, folder: Location, names: list[str], format: str, removed: RemovedOf,
                     executor: Optional[Executor] = None) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
-        what gives the documents removed, held or in the parts of a cluster's run): one task
+        what gives the documents removed, removedrows.removed_of): one task
         per file, on ``executor``'s workers where given (each worker reads the file's shards
         and writes its file; folder must be on a file system they share, or on object storage),
         else in this process. A task finds the rows of its shards not to write (DroppedRows,
@@ -205,44 +204,22 @@ def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
 
 
 @dataclass
-class HeldRemovedRows:
-    """The removed documents of clusters held in this process, as ClusterParts gives those of
-    its parts: removed, int64 ascending."""
-
-    removed: np.ndarray
-
-    def removed_rows(self, start: int, stop: int, read: Optional[dict] = None) -> np.ndarray:
-        """int64 ascending: the removed documents among rows start .. stop-1."""
-        first, last = np.searchsorted(self.removed, [start, stop])
-        return self.removed[first:last]
-
-
-# What gives the removed documents of a range of rows: held, or read from a cluster's parts.
-RemovedRows = Union[HeldRemovedRows, ClusterParts]
-
-
-@dataclass
 class DroppedRows:
     """What finds, in a write_file_rows task, the rows as read of a shard that it does not
     write: those that are not documents (rows: ShardDocuments.rows; shard_rows: Shards.rows),
-    and the documents removed (held, or in the parts of a cluster's run, read for the shard's
-    documents alone).
-
-    removed_by_part: the removed documents of each part read so far, by its number. Neighbouring
-    shards share parts (on Dask's local scheduler one part holds every clustered document), and
-    the tasks that share this object (in this process, or on one worker) read each part once."""
+    and the documents removed (removedrows.removed_of: held, or read from the parts of a
+    cluster's run for the shard's documents alone)."""
 
     shard_rows: np.ndarray
     rows: Kept
-    removed: RemovedRows
-    removed_by_part: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    removed: RemovedOf
 
     def of(self, index: int) -> np.ndarray:
         return np.flatnonzero(~shard_keep(self.shard_rows, self.rows, index, self.kept_mask))
 
     def kept_mask(self, start: int, stop: int) -> np.ndarray:
         """bool (stop - start,): False at the removed documents among rows start .. stop-1."""
-        return Kept.leaving_out(self.removed.removed_rows(start, stop, self.removed_by_part)).mask(start, stop)
+        return Kept.leaving_out(self.removed.of(start, stop).docs).mask(start, stop)
 
 
 def write_file_rows(reader: ShardReader, indices: list[int], path: str, format: str, finder: DroppedRows,

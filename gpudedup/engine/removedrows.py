@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Union
 
@@ -93,19 +93,19 @@ class PartsRemoved:
     (clusterparts.py: docs, cluster, keep, kept_doc and kept_id) that hold the
     documents asked for. A run against an index clusters in one process: no document here is
     an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
-    read the kept documents' ids (kept_id) too."""
+    read the kept documents' ids (kept_id) too.
+
+    read: the removed documents of each part read so far, by its number. Neighbouring ranges
+    share parts (on Dask's local scheduler one part holds every clustered document), and the
+    tasks that share this object (in this process, or on one worker) read each part once."""
 
     clustered: ClusterParts
     id_type: pa.DataType
     with_ids: bool = True
+    read: dict[int, RemovedDocs] = field(default_factory=dict, repr=False, compare=False)
 
     def of(self, start: int, stop: int) -> RemovedDocs:
-        found: list[RemovedDocs] = []
-        names = ["docs", "cluster", "keep", "kept_doc"] + (["kept_id"] if self.with_ids else [])
-        for part, chosen in self.clustered.removed_in(start, stop, names):
-            docs, cluster, kept = (part[name].to_numpy()[chosen] for name in ("docs", "cluster", "kept_doc"))
-            kept_ids = part["kept_id"].combine_chunks().take(pa.array(chosen, pa.int64())) if self.with_ids else None
-            found.append(RemovedDocs(docs, cluster, kept, kept_ids, np.full(chosen.shape[0], np.nan)))
+        found = [self.part(number).within(start, stop) for number in self.clustered.parts_removing(start, stop)]
         if not found:
             empty = np.zeros(0, np.int64)
             return RemovedDocs(empty, empty, empty, pa.array([], self.id_type) if self.with_ids else None, np.zeros(0))
@@ -113,6 +113,17 @@ class PartsRemoved:
                            np.concatenate([f.kept for f in found]),
                            pa.concat_arrays([f.kept_id for f in found]) if self.with_ids else None,
                            np.concatenate([f.jaccard for f in found]))
+
+    def part(self, number: int) -> RemovedDocs:
+        """The removed documents of part ``number`` (ascending, as the part holds its rows)."""
+        if number not in self.read:
+            names = ["docs", "cluster", "keep", "kept_doc"] + (["kept_id"] if self.with_ids else [])
+            part = self.clustered.read_table(number, names)
+            chosen = np.flatnonzero(~part["keep"].to_numpy())
+            docs, cluster, kept = (part[name].to_numpy()[chosen] for name in ("docs", "cluster", "kept_doc"))
+            kept_ids = part["kept_id"].combine_chunks().take(pa.array(chosen, pa.int64())) if self.with_ids else None
+            self.read[number] = RemovedDocs(docs, cluster, kept, kept_ids, np.full(chosen.shape[0], np.nan))
+        return self.read[number]
 
 
 RemovedOf = Union[HeldRemoved, PartsRemoved]
