@@ -163,7 +163,7 @@ def dedup(
     found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file,
                               Selection.of(include, exclude))
     chosen_backend = get_backend(backend)
-    if found is None and not (work_dir is None and client is None and scheduler is None and workers is None):
+    if found is None and on_dask(work_dir, client, scheduler, workers):
         raise files_only(data)  # before a work directory is made or a cluster started
 
     def written(result: DedupResult, executor: Optional[Executor] = None) -> DedupResult:

@@ -392,7 +392,7 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
 def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool,
                 executor: Optional[Executor] = None) -> None:
     """Write pairs (write_table), by ``executor``'s tasks where it is a cluster's and the run
-    left its clusters in its work directory's parts (engine/dask.write_pairs: the client holds
+    left its clusters in its work directory's parts (engine/dask.write_pairs_by_tasks: the client holds
     none of the pairs or their ids), else here, a part at a time."""
     clustered = result._outcome.clustered
     if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process):

@@ -81,7 +81,6 @@ class DaskStages:
 
     def __init__(self, executor: DaskExecutor):
         self.executor = executor
-        self.client = executor.client
         # Read once, so that every stage of the run cuts at the same size, and a wrong setting
         # is refused before any work (run_job asks for its stages first).
         self.pairs_per_part = components.pairs_per_part()
@@ -92,10 +91,10 @@ class DaskStages:
         (engine/clusterparts.py); the client gets counts. store: a disk.WorkDirStore (pinned
         0: a run against an index clusters in its own process, IndexStore.stages)."""
 
-        labels = components.dask_component_labels(self.client, verified.first, verified.second,
+        labels = components.dask_component_labels(self.executor.client, verified.first, verified.second,
                                                   self.pairs_per_part, store.documents, verified.parts)
         ranges = self.executor.code_partitions(store.shards.count)
-        return clusterparts.dask_clusters(self.client, labels, store.documents, ranges, store.work.location,
+        return clusterparts.dask_clusters(self.executor.client, labels, store.documents, ranges, store.work.location,
                                           store.lengths_at(), store.ids_at(), policy, store.pinned)
 
     def likely_pairs(self, store, copies, window: int, threshold: float, backend, keep_every: bool = False):
@@ -103,7 +102,7 @@ class DaskStages:
         client gets a count per partition, not every candidate pair, nor the copies (each
         shard's task gets their places by its range of shards: copyparts.range_places).
         store: a disk.WorkDirStore, whose pinned is 0 (its shards' band keys and signatures are
-        read by the tasks; a store whose arrays tasks cannot read gives its runs LocalExecutor
+        read by the tasks; a store whose arrays tasks cannot read gives its runs HeldStages
         here: Store.stages)."""
         import dask
 
@@ -117,7 +116,7 @@ class DaskStages:
             shard_starts, places = copyparts.range_places(copies.parts, count, self.executor.code_partitions(count),
                                                           starts_at)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
-        keys_sent = arrays_sent(self.client, [(root, index, int(starts[index]), out)
+        keys_sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), out)
                                             for index, out in store.band_key_parts()])
         empty = np.zeros(0, np.int64)
         if not keys_sent:
@@ -127,7 +126,7 @@ class DaskStages:
         # In this process a round of bands at a time (the rounds' pair codes held, far fewer than
         # their band keys): its one partition would hold every band key. A cluster's partitions
         # are a shard's worth each, and a shuffle per round would cost as much as the one.
-        band_count = store.params.banding().bands
+        band_count = store.bands
         rounds = band_rounds(band_count, int(starts[-1])) if self.executor.in_process else [(0, band_count)]
         codes = [shuffled([dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
                           {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"],
@@ -220,7 +219,7 @@ class DaskStages:
         import dask
 
         root, starts, shard_rows = store.work.location, store.shards.active_starts, store.shards.rows
-        sent = arrays_sent(self.client, [(root, index, int(starts[index]), array)
+        sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), array)
                                          for index, array in store.row_hash_parts()])
         parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
         if not parts:
@@ -322,8 +321,9 @@ def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: Op
 
 # The band keys one round of the candidate shuffle moves: (band, key, place) rows of 20 bytes,
 # which the shuffle holds several times over (its pieces, their join, the sort). A round of all
-# 16 bands of 640,000 documents (10 million rows) raised the candidate stage's peak from about
-# 450 MB to 1,000 MB in the scale benchmark; a round of this many keeps it near the others'.
+# 16 bands of 640,000 documents (10 million rows) takes the candidate stage's peak to about
+# 1,000 MB in the scale benchmark, against about 450 MB for the other stages; a round of this
+# many keeps it near theirs.
 ROUND_ROWS = 2_000_000
 
 

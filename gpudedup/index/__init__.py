@@ -249,7 +249,7 @@ class Index:
              backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
              chosen_files: tuple = (None, None), group_field: Optional[str] = None) -> tuple[DedupResult, IndexStore]:
-        """The run against ``reader``'s state, in memory, staged (work_dir) or on Dask, through
+        """The run against ``reader``'s state, in memory or on Dask (a work directory or a cluster), through
         the api's own entry points with the store wrapped (store.Against); chosen_files: the
         include and exclude patterns."""
 
