@@ -128,9 +128,8 @@ class DaskStages:
         # are a shard's worth each, and a shuffle per round would cost as much as the one.
         band_count = store.bands
         rounds = band_rounds(band_count, int(starts[-1])) if self.executor.in_process else [(0, band_count)]
-        codes = [shuffled([dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
-                          {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"],
-                          self.executor.shuffle_partitions(len(keys_sent))).map_partitions(
+        codes = [shuffled(self.executor, [dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
+                          {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, self.executor.task_threads, meta=frame_of({"code": "uint64"}))
             for bands in rounds]
         if len(codes) > 1:
@@ -184,8 +183,7 @@ class DaskStages:
                      for number in numbers]
         backend = store.task_backend(self.executor)
         shared = (root, reader_at, rows_at, params_at)
-        by_shard = shuffled(documents, {"shard": "int64", "row": "int64"}, ["shard"],
-                            self.executor.shuffle_partitions(len(documents)))
+        by_shard = shuffled(self.executor, documents, {"shard": "int64", "row": "int64"}, ["shard"])
         computed([by_shard.map_partitions(
             pairparts.spill_part_documents, spill, *shared, backend, meta=frame_of({"shards": "int64"}))],
             "the shingle sets")
@@ -229,8 +227,7 @@ class DaskStages:
         starts_at, rows_at, kept_at, lengths_at = self.executor.share(starts, shard_rows, store.rows,
                                                                       store.lengths_at())
         shared = (root, starts_at, rows_at, kept_at)
-        grouped = shuffled(parts, {"hash": "uint64", "spilled": "int64"}, ["hash"],
-                           self.executor.shuffle_partitions(len(parts))).to_delayed()
+        grouped = shuffled(self.executor, parts, {"hash": "uint64", "spilled": "int64"}, ["hash"]).to_delayed()
         groups = computed([dask.delayed(copyparts.group_part)(part, number, *shared, store.signatures.shape[1])
                            for number, part in enumerate(grouped)], "the identical-copies shuffle")
         holding = np.flatnonzero(groups).tolist()

@@ -209,14 +209,15 @@ def first_error(futures: list, error: GpudedupError) -> GpudedupError:
     return error
 
 
-def shuffled(parts: list, columns: dict[str, str], on: list[str], partitions: int = 0):
+def shuffled(executor: DaskExecutor, parts: list, columns: dict[str, str], on: list[str]):
     """The rows of ``parts`` (delayed pandas DataFrames of ``columns``: name -> dtype) as a
     Dask DataFrame shuffled on the columns ``on``, so that rows with equal values share a
-    partition (as many partitions as parts: each about the size of one part); lazy."""
+    partition: a first-round shuffle, into executor.shuffle_partitions(len(parts)) partitions;
+    lazy."""
     import dask.dataframe as dd
 
     return moved(dd.from_delayed(parts, meta=frame_of(columns), verify_meta=False), on,
-                 max(partitions or len(parts), 1))
+                 max(executor.shuffle_partitions(len(parts)), 1))
 
 
 def moved(frame, on: list[str], partitions: int):
@@ -226,12 +227,12 @@ def moved(frame, on: list[str], partitions: int):
     return frame.repartition(npartitions=1) if partitions == 1 else frame.shuffle(on=on, npartitions=partitions)
 
 
-def shuffled_map(parts: list, columns: dict[str, str], on: list[str], function: Callable, arguments: tuple,
-                 result_columns: dict[str, str], stage: str):
+def shuffled_map(executor: DaskExecutor, parts: list, columns: dict[str, str], on: list[str], function: Callable,
+                 arguments: tuple, result_columns: dict[str, str], stage: str):
     """``function(partition, *arguments)`` (a DataFrame of ``result_columns``) on each
-    partition of shuffled(parts, columns, on), computed: one pandas DataFrame, in the client.
-    A failure of the cluster is one ClusterError naming ``stage``."""
-    mapped = shuffled(parts, columns, on).map_partitions(function, *arguments, meta=frame_of(result_columns))
+    partition of shuffled(executor, parts, columns, on), computed: one pandas DataFrame, in the
+    client. A failure of the cluster is one ClusterError naming ``stage``."""
+    mapped = shuffled(executor, parts, columns, on).map_partitions(function, *arguments, meta=frame_of(result_columns))
     return computed([mapped], stage)[0]
 
 

@@ -120,7 +120,7 @@ def colliding_rows(executor: DaskExecutor, arguments: list[tuple]) -> np.ndarray
     parts = [dask.delayed(id_hash_rows)(*a) for a in arrays_sent(executor.client, arguments)]
     if not parts:
         return np.zeros(0, np.int64)
-    shared = shuffled_map(parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
+    shared = shuffled_map(executor, parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
                           {"row": "int64"}, "the id check")
     return np.sort(shared["row"].to_numpy(np.int64))
 
