@@ -208,12 +208,12 @@ class DaskStages:
         return computed([dask.delayed(pairs_inside_part)(part, number, *shared)
                          for number, part in enumerate(rows.to_delayed())], stage)
 
-    def copies(self, store, executor, progress):
+    def copies(self, store, progress):
         """protocols.Stages.copies by tasks (engine/copyparts.py): the row hashes shuffled on the
         hash, a task per partition storing its same-signature groups as a part, their
         documents' sets spilled (spill_documents), and a task per part that holds groups
         checking them into a part of copies. The client gets a count per part (not a hash
-        per document, nor a pair per group or copy). store: a disk.WorkDirStore; executor: the run's (this one's)."""
+        per document, nor a pair per group or copy). store: a disk.WorkDirStore."""
         import dask
 
         root, starts, shard_rows = store.work.location, store.shards.active_starts, store.shards.rows

@@ -78,7 +78,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     with log.stage("copies"):
         copies = copies_of_arrays(store, cached("copies", lambda: copies_arrays(
-            stages.copies(store, executor, progress))))
+            stages.copies(store, progress))))
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them

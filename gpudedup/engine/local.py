@@ -4,7 +4,7 @@ an in-memory run's, and a run against an index (index/store.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -40,12 +40,13 @@ class LocalExecutor:
 class HeldStages:
     """The stages over held arrays, in this process (protocols.Stages): the store's arrays
     gathered whole (the candidate pairs, the identical copies, the components), each result
-    held."""
+    held. executor: the run's, whose tasks spill the shingle sets a store reads from its work
+    directory (Store.set_reader); a held result is read here whatever it is."""
 
     in_parts = False
 
-    def __init__(self) -> None:
-        self.executor = LocalExecutor()
+    def __init__(self, executor: Optional[Executor] = None) -> None:
+        self.executor = executor or LocalExecutor()
 
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
@@ -65,9 +66,9 @@ class HeldStages:
         return LikelyPairs(first[likely], second[likely], first.shape[0],
                            first if keep_every else empty, second if keep_every else empty)
 
-    def copies(self, store: Store, executor: "Executor", progress: Progress) -> Copies:
+    def copies(self, store: Store, progress: Progress) -> Copies:
         return identical_copies(same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
-                                store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, executor),
+                                store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, self.executor),
                                 progress)
 
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,

@@ -231,7 +231,7 @@ class MemoryStore:
         return int(pc.sum(runs).as_py() or 0) + docs.shape[0]
 
     def stages(self, executor: Executor) -> HeldStages:
-        return HeldStages()  # (a corpus in memory is never on a cluster)
+        return HeldStages(executor)  # (a corpus in memory is never on a cluster)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         corpus = self.corpus

@@ -139,12 +139,11 @@ class Stages(Protocol):
         that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
         rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def copies(self, store: Store, executor: Executor, progress: Progress) -> Copies:
+    def copies(self, store: Store, progress: Progress) -> Copies:
         """The identical copies among the active documents (copies.py): their groups by
         copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
         checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
-        store's work directory (engine/copyparts.py). executor: the run's, whose tasks spill
-        the shingle sets a store reads from its work directory (Store.set_reader)."""
+        store's work directory (engine/copyparts.py)."""
 
     def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":

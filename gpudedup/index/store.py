@@ -146,8 +146,8 @@ class IndexStore:
     def stages(self, executor: Executor) -> HeldStages:
         """Over held arrays in this process: the indexed documents' arrays are here, not in a
         work directory's shards that Dask's tasks could read (the new documents' exact checks
-        still run as the inner store's tasks: exact_jaccard)."""
-        return HeldStages()
+        still run as the inner store's tasks: exact_jaccard, set_reader)."""
+        return HeldStages(executor)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
