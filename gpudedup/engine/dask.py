@@ -376,17 +376,26 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     bands = np.unique(band).tolist()
     # A bucket's members share their key, so a group of keys holds whole buckets, in document order.
     groups = band_groups(len(bands), threads)
-    # Each band's rows, found once (a round of one band: all of them).
-    rows_of = ({bands[0]: slice(None)} if len(bands) == 1 else
-               dict(zip(bands, map_parallel(lambda number: np.flatnonzero(band == number), bands, threads))))
+
+    def grouped_band(number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Band ``number``'s keys and places (uint64, int64; n rows) ordered by their group,
+        key % groups, each group's rows in the order they came (a stable sort), and the
+        groups' bounds (int64, groups + 1): one gather of the band for all its groups."""
+        where = slice(None) if len(bands) == 1 else np.flatnonzero(band == number)
+        band_keys, band_docs = keys[where], docs[where]
+        if groups == 1:
+            return band_keys, band_docs, np.array([0, band_keys.shape[0]], np.int64)
+        group_of = (band_keys % np.uint64(groups)).astype(np.min_scalar_type(groups - 1))
+        order = np.argsort(group_of, kind="stable")  # (a radix sort of small integers)
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(group_of, minlength=groups))]).astype(np.int64)
+        return band_keys[order], band_docs[order], bounds
+
+    grouped = dict(zip(bands, map_parallel(grouped_band, bands, threads)))
 
     def group_codes(task: tuple[int, int]) -> np.ndarray:
         number, group = task
-        group_keys, group_docs = keys[rows_of[number]], docs[rows_of[number]]
-        if groups > 1:
-            mine = group_keys % np.uint64(groups) == group
-            group_keys, group_docs = group_keys[mine], group_docs[mine]
-            del mine
+        band_keys, band_docs, bounds = grouped[number]
+        group_keys, group_docs = band_keys[bounds[group]:bounds[group + 1]], band_docs[bounds[group]:bounds[group + 1]]
         # A band's rows joined in shard order are in document order already; a cluster's
         # shuffle mixes them.
         if group_docs.shape[0] > 1 and not bool((group_docs[1:] > group_docs[:-1]).all()):
@@ -402,9 +411,7 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
 def band_groups(bands: int, threads: int) -> int:
     """The groups by key to cut each of ``bands`` bands into, so that the bands' groups share
     out evenly over ``threads`` threads (a multiple of them): 3 bands on 2 threads as 6 groups,
-    rather than 2 bands and then 1 with a thread idle; 16 bands on 12 threads as 48. A group
-    scans its band's rows for its keys: the scans of a band's groups on all threads together
-    read it ``groups`` times, at most once a thread."""
+    rather than 2 bands and then 1 with a thread idle; 16 bands on 12 threads as 48."""
     return threads // math.gcd(max(bands, 1), threads) if threads > 1 else 1
 
 
