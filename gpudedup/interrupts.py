@@ -74,10 +74,6 @@ def note_replacing(path) -> None:
     _replacing = path
 
 
-def written_output():
-    return _written
-
-
 def interrupted_outcome(written=None) -> str:
     """What an interrupted command leaves, in words: its output (``written``, or the one it
     recorded), an output on object storage half replaced, or nothing."""

@@ -290,12 +290,6 @@ class WorkDirStore:
     def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
         return SpilledKeys(self.shards, self.bands, self.spilled_keep(in_lsh))
 
-    def active_rows_at(self, places: np.ndarray) -> np.ndarray:
-        """int64 (k,): the rows of the active documents at ``places`` (int64 or uint64 (k,))
-        among the spilled active rows of every shard (Kept.spilled's places; each one the run
-        keeps)."""
-        return self.active.at_places(places)
-
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return self.active.positions_of(rows)
 

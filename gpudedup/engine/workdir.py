@@ -247,11 +247,9 @@ class WorkDir:
     def shard_unit(index: int) -> str:
         return f"shards/{index:05d}"
 
-    def shard_done(self, index: int) -> bool:
-        return self.done(self.shard_unit(index))
-
     def shards_done(self, indices) -> list[bool]:
-        """shard_done of each shard of ``indices``, asked side by side (done_of)."""
+        """Whether each shard of ``indices`` is done (its unit, shard_unit), asked side by side
+        (done_of)."""
         return self.done_of([self.shard_unit(index) for index in indices])
 
     def fetch_shards(self, indices, names: list[str]) -> None:
