@@ -31,7 +31,6 @@ from .engine.outcome import Outcome
 from .engine.protocols import Executor
 from .engine.memory import dedup_corpus
 from .engine.workdir import resume_without_work_dir, work_dir_lock
-from .ids import id_source
 from .result import DedupResult
 from .stages import Progress, StageLog, progress_display
 
@@ -288,8 +287,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                 with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
                     result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
                                           id_field, on_error, progress, executor, against, found, group_field)
-                    result._id_source = id_source(result.ids)
-                    result._outcome.read_now()
+                    result._hold_here()
             if connected is not None:
                 result.report = result.report.with_dask(connected.scheduler.address,
                                                         len(connected.scheduler_info()["workers"]),

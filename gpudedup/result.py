@@ -12,14 +12,14 @@ import numpy as np
 import pyarrow as pa
 
 from .core.copies import implied_pairs
-from .engine.clusterparts import ClusterParts, clusters_table
+from .engine.clusterparts import clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
 from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, removed_schema, shingle_spec,
                                  write_tables)
 from .display import result_html
 from .errors import OutputError, ParameterError
-from .tables import NamedRows, clusters_parts, pairs_parts, whole_table
+from .tables import NamedRows, pairs_parts, whole_table
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
 from .ids import IdSource, id_source, wide
 from .io.fields import content_of
@@ -34,6 +34,7 @@ from .report import Report
 from .stages import StageLog
 
 if TYPE_CHECKING:
+    from .engine.clusterparts import ClusterParts
     from .engine.daskops import DaskExecutor
     from .engine.protocols import Executor
 
@@ -103,14 +104,20 @@ class DedupResult:
         (DedupResult.sources); output_bases: a run over files' output names."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         source = id_source(ids)
-        names_read = None if isinstance(outcome.clustered, ClusterParts) else NamedRows.of(source,
-                                                                                             outcome.clusters.docs)
+        names_read = outcome.clustered.held_names(source)
         return cls(documents=outcome.documents - indexed_rows, report=report, table=table, _inputs=inputs,
                    text_field=text_field, _id_source=source, skipped_records=skipped_records, _on_error=on_error,
                    _names_read=names_read,
                    _restore=restore, _outcome=outcome,
                    indexed_rows=indexed_rows, _sources=[s for s in sources or [] if s.location is not None],
                    _output_bases=output_bases or {})
+
+    def _hold_here(self) -> None:
+        """Hold the ids, the pairs, the clusters and the copies in this process from now on
+        (a cluster's run without a work directory of its own: its temporary one is about to
+        go; the input files are read again when the result writes)."""
+        self._id_source = id_source(self.ids)
+        self._outcome.read_now()
 
     @cached_property
     def removed(self) -> np.ndarray:
@@ -123,18 +130,15 @@ class DedupResult:
         """The ids of the documents in clusters (the class docstring)."""
         if self._names_read is not None:
             return self._names_read
-        clustered = self._outcome.clustered
-        if isinstance(clustered, ClusterParts):
-            return NamedRows(*clustered.named_rows(self._wide_id_type))
-        return NamedRows.of(self._id_source, self._outcome.clusters.docs)  # (read into memory since: read_now)
+        return self._outcome.clustered.names(self._id_source, self._wide_id_type)
 
     def _ids_of(self, rows: np.ndarray) -> pa.Array:
-        """The ids of some documents in clusters (rows: int64, of the outcome): a cluster's
-        run's from its shards (its named would be every clustered document's), else from
-        ``named``."""
-        if isinstance(self._outcome.clustered, ClusterParts):
+        """The ids of some documents in clusters (rows: int64, of the outcome): from ``named``
+        where the result holds it from when it was made, else from the id source (a cluster's
+        run's shards: its named would be every clustered document's)."""
+        if self._names_read is None:
             return self._id_source.take(rows)
-        return self._named.ids.take(pa.array(self._named.positions(rows)))
+        return self._names_read.ids.take(pa.array(self._names_read.positions(rows)))
 
     @cached_property
     def pairs(self) -> pa.Table:
@@ -156,11 +160,7 @@ class DedupResult:
     def _clusters_parts(self) -> Iterator[pa.Table]:
         """``clusters`` in parts of layout.PART_ROWS rows, in order (a cluster's run's made
         from the parts it left in its work directory, which hold their ids)."""
-        clustered = self._outcome.clustered
-        if isinstance(clustered, ClusterParts):
-            return (clusters_table(clustered, pieces, self._wide_id_type)
-                    for pieces in clustered.table_pieces())
-        return clusters_parts(self._named, self._outcome.clusters)
+        return self._outcome.clustered.table_in_parts(lambda: self._named, self._wide_id_type)
 
     @property
     def _wide_id_type(self) -> pa.DataType:
@@ -395,12 +395,12 @@ def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool
     left its clusters in its work directory's parts (engine/dask.write_pairs_by_tasks: the client holds
     none of the pairs or their ids), else here, a part at a time."""
     clustered = result._outcome.clustered
-    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process):
+    if not (dataset and clustered.in_parts and executor is not None and not executor.in_process):
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
     from .engine.dask import write_pairs_by_tasks  # (Dask is loaded by a run on Dask only)
 
-    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
+    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, cast("ClusterParts", clustered),
                          tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
 
 
@@ -410,14 +410,14 @@ def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: b
     and the run left its clusters in its work directory's parts (each part made from the parts
     that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
     clustered = result._outcome.clustered
-    if not (dataset and isinstance(clustered, ClusterParts) and executor is not None and not executor.in_process):
+    if not (dataset and clustered.in_parts and executor is not None and not executor.in_process):
         write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
     parts, = executor.share(clustered)  # (every task reads the parts' description)
     executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type,
                                         child_name(folder, part_name(number)))
-                                       for number, pieces in enumerate(clustered.table_pieces())],
+                                       for number, pieces in enumerate(cast("ClusterParts", clustered).table_pieces())],
                  "writing the clusters")
 
 

@@ -197,7 +197,7 @@ def test_parts_made_again_by_a_later_run_are_refused(client, tmp_path):
     later = stored(client, tmp_path, first, second, 200, 3, lengths, "first")
     assert later.read().docs.shape[0] == earlier.in_clusters
     for read in (earlier.read, lambda: removed_rows(earlier, 0, 200), lambda: earlier.members(earlier.largest[:2]),
-                 lambda: earlier.named_rows(pa.large_string())):
+                 lambda: earlier.names(ArrayIds(pa.array([], pa.large_string())), pa.large_string())):
         with pytest.raises(OutputError, match="made again by a later run"):
             read()
 

@@ -38,7 +38,7 @@ run's, are never read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -46,8 +46,9 @@ import pyarrow as pa
 from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_roots, kept_documents, largest_first,
                             listed_members, merged_by_size)
 from ..errors import OutputError
-from ..ids import wide
+from ..ids import IdSource, wide
 from ..io.layout import table_parts
+from ..tables import NamedRows
 from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
 from .workdir import WorkAt, WorkDir, arrays_of
@@ -92,6 +93,7 @@ class ClusterParts:
     size_values: np.ndarray
     size_clusters: np.ndarray
     token: int
+    in_parts = True  # (HeldClusters: False)
 
     def read_table(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> pa.Table:
         """The columns ``names`` of part ``number`` (WorkDir.read_part; work: the work
@@ -186,17 +188,26 @@ class ClusterParts:
         """range_divisions of the parts' ranges."""
         return range_divisions(self.starts)
 
-    def named_rows(self, id_type: pa.DataType) -> tuple[np.ndarray, pa.Array, np.ndarray]:
-        """(docs, ids, rank) of every document in clusters, ascending by row, read from the
-        parts here (tables.NamedRows of a cluster's run; id_type: the ids' wide type)."""
+    def held_names(self, source: IdSource) -> None:
+        """HeldClusters.held_names: none (the parts hold the ids, read where they lie)."""
+        return None
+
+    def names(self, source: IdSource, id_type: pa.DataType) -> NamedRows:
+        """The ids of every document in clusters (with their ranks), read from the parts here
+        (id_type: the ids' wide type, for parts of none; not from ``source``)."""
         work = WorkDir.attach(self.work_at)
         numbers = np.flatnonzero(self.sizes).tolist()
         parts = self.read_tables(numbers, ["docs", "rank", "id"], work)
         if not parts:
-            return np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64)
-        return (np.concatenate([part["docs"].to_numpy() for part in parts]),
-                pa.chunked_array([part["id"] for part in parts]).combine_chunks(),
-                np.concatenate([part["rank"].to_numpy() for part in parts]))
+            return NamedRows(np.zeros(0, np.int64), pa.array([], id_type), np.zeros(0, np.int64))
+        return NamedRows(np.concatenate([part["docs"].to_numpy() for part in parts]),
+                         pa.chunked_array([part["id"] for part in parts]).combine_chunks(),
+                         np.concatenate([part["rank"].to_numpy() for part in parts]))
+
+    def table_in_parts(self, named: Callable[[], NamedRows], id_type: pa.DataType) -> Iterator[pa.Table]:
+        """The clusters table in parts, each made from the parts that hold its rows (which
+        hold their ids: ``named`` is not asked)."""
+        return (clusters_table(self, pieces, id_type) for pieces in self.table_pieces())
 
     def shown(self, numbers: np.ndarray, listed: int,
               executor: Optional[Executor] = None) -> tuple[np.ndarray, Clusters]:

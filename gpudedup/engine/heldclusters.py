@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
 import numpy as np
+import pyarrow as pa
 
 from ..core.cluster import Clusters, clusters_by_size, largest_first, listed_members
+from ..ids import IdSource
+from ..tables import NamedRows, clusters_parts
 
 if TYPE_CHECKING:
     from .clusterparts import ClusterParts
@@ -24,6 +27,7 @@ class HeldClusters:
     one process. The methods take the executor that ClusterParts' read with, and need none."""
 
     clusters: Clusters
+    in_parts = False  # (ClusterParts: True)
 
     @property
     def count(self) -> int:
@@ -65,6 +69,20 @@ class HeldClusters:
         """The documents of the clusters ``numbers`` (int64), ascending."""
         mine = np.isin(self.clusters.cluster, numbers)
         return Clusters(self.clusters.docs[mine], self.clusters.cluster[mine], self.clusters.keep[mine])
+
+    def held_names(self, source: IdSource) -> Optional[NamedRows]:
+        """The ids of the documents in clusters that a result holds from when it is made (a
+        run in one process: its work directory may be gone when the result writes), taken
+        from ``source`` (every row's ids) now; ClusterParts': None."""
+        return self.names(source)
+
+    def names(self, source: IdSource, id_type: Optional[pa.DataType] = None) -> NamedRows:
+        """The ids of the documents in clusters, taken from ``source`` (id_type: ClusterParts')."""
+        return NamedRows.of(source, self.clusters.docs)
+
+    def table_in_parts(self, named: Callable[[], NamedRows], id_type: pa.DataType) -> Iterator[pa.Table]:
+        """The clusters table in parts (tables.clusters_parts), its ids from ``named()``."""
+        return clusters_parts(named(), self.clusters)
 
 
 # A run's clusters where they lie: held, or a cluster's parts.
