@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -397,3 +398,42 @@ def test_a_pairs_part_has_the_same_bytes_however_its_rows_were_cut(tmp_path):
     layout.write_pairs_part([(joined, 0, 50_000), (joined, 50_000, count)], pa.large_string(), str(cut))
     assert pq.read_table(cut).equals(pq.read_table(whole))
     assert cut.read_bytes() == whole.read_bytes()
+
+
+def test_files_at_once_is_the_most_whose_largest_fit_a_quarter():
+    """files_at_once against a search over every choice of files: the most files (at most the
+    threads, at least one) such that any that many of them hold at most a quarter of all the
+    bytes."""
+    import itertools
+    import random
+
+    rng = random.Random(5)
+    for _ in range(300):
+        sizes = [rng.choice([0, 1, 10, 100, 1000]) * rng.randint(1, 9) for _ in range(rng.randint(1, 9))]
+        threads = rng.randint(1, 12)
+        fits = [k for k in range(1, min(threads, len(sizes)) + 1)
+                if all(sum(chosen) <= sum(sizes) // 4 for chosen in itertools.combinations(sizes, k))]
+        assert layout.files_at_once(sizes, threads) == max(fits + [1]), (sizes, threads)
+
+
+@pytest.mark.parametrize("format", ["parquet", "jsonl"])
+def test_kept_files_written_side_by_side_are_those_written_one_by_one(tmp_path, format):
+    """Sixteen files written by write_kept_files (several at once on a machine of two cores or
+    more: files_at_once) hold the bytes write_kept_file gives each alone."""
+    from gpudedup.io.read import read_corpus
+    from gpudedup.io.layout import write_kept_file, write_kept_files
+
+    records = sample_records()[:320]
+    paths = []
+    for number in range(16):
+        paths.append(tmp_path / "in" / f"part-{number:02d}.jsonl")
+        write_jsonl(paths[-1], records[number * 20:(number + 1) * 20])
+    corpus = read_corpus(paths, "text", "id")
+    keep = np.arange(corpus.num_rows) % 3 != 1
+    names = [path.name.replace(".jsonl", f".{format}") for path in paths]
+    assert layout.files_at_once([1] * 16, 2) == 2  # (so that two cores write two at once)
+    write_kept_files(tmp_path / "together", names, layout.rows_by_file(corpus.table, corpus.files, keep), format)
+    for name, rows in zip(names, layout.rows_by_file(corpus.table, corpus.files, keep), strict=True):
+        write_kept_file(rows, tmp_path / "alone" / name, format)
+    for name in names:
+        assert (tmp_path / "together" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes()

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
+from ..threads import HOST_THREADS, map_parallel
 from . import storage
 from .jsonl_lines import lines_of
 from .formats import input_suffix
@@ -175,9 +176,25 @@ class FileRows:
 
 def write_kept_files(folder: Path, names: list[str], files: Iterator[FileRows], format: str) -> None:
     """Each input file's kept rows into folder/<its name> (output_names; ``files`` in the same
-    order)."""
-    for name, rows in zip(names, files, strict=True):
-        write_kept_file(rows, folder / name, format)
+    order), several files at once where cores are free (files_at_once: Arrow's writers and the
+    line copies release the GIL). An error is the first file's in order, raised once the files
+    in flight are done."""
+    jobs = list(zip(names, files, strict=True))
+    at_once = files_at_once([rows.table.nbytes for _, rows in jobs], HOST_THREADS)
+    for _ in map_parallel(lambda job: write_kept_file(job[1], folder / job[0], format), jobs, at_once):
+        pass
+
+
+def files_at_once(sizes: list[int], threads: int) -> int:
+    """How many kept files to write at once, of files of ``sizes`` bytes: as many as
+    ``threads``, while the largest that many files together hold at most a quarter of all the
+    bytes (each file's kept rows are copied before they are written, so that writing adds at
+    most a quarter of the table, or one file, to the run's memory); at least one."""
+    largest = sorted(sizes, reverse=True)
+    at_once = 1
+    while at_once < min(threads, len(largest)) and sum(largest[:at_once + 1]) <= sum(largest) // 4:
+        at_once += 1
+    return at_once
 
 
 def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
