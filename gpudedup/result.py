@@ -67,8 +67,9 @@ class DedupResult:
         staged run's stay in its shards until then: ids.IdSource).
     _named: the ids of the documents in clusters, the only ones pairs and clusters name
         (NamedRows): read when the result is made where its clusters are held (a run in one
-        process, whose work directory may be gone when it writes), else from a cluster's parts
-        when first asked for (a cluster's run that writes its results never asks).
+        process, whose work directory may be gone when it writes), else when first asked for,
+        from a cluster's parts or, once the result holds everything here (_hold_here), from the
+        ids in memory (a cluster's run that writes its results never asks).
     """
 
     documents: int  # the input's rows (n)
@@ -135,7 +136,8 @@ class DedupResult:
     def _ids_of(self, rows: np.ndarray) -> pa.Array:
         """The ids of some documents in clusters (rows: int64, of the outcome): from ``named``
         where the result holds it from when it was made, else from the id source (a cluster's
-        run's shards: its named would be every clustered document's)."""
+        run's shards, whose named would be every clustered document's; or the ids in memory
+        after _hold_here)."""
         if self._names_read is None:
             return self._id_source.take(rows)
         return self._names_read.ids.take(pa.array(self._names_read.positions(rows)))

@@ -418,8 +418,8 @@ def test_files_at_once_is_the_most_whose_largest_fit_a_quarter():
 
 @pytest.mark.parametrize("format", ["parquet", "jsonl"])
 def test_kept_files_written_side_by_side_are_those_written_one_by_one(tmp_path, format):
-    """Sixteen files written by write_kept_files (several at once on a machine of two cores or
-    more: files_at_once) hold the bytes write_kept_file gives each alone."""
+    """Sixteen files written by write_kept_files (as Parquet several at once on a machine of
+    two cores or more: files_at_once) hold the bytes write_kept_file gives each alone."""
     from gpudedup.io.read import read_corpus
     from gpudedup.io.layout import write_kept_file, write_kept_files
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 @dataclass
 class HeldClusters:
     """The clusters (cluster.Clusters: host arrays over the documents in clusters) of a run in
-    one process. The methods take the executor that ClusterParts' read with, and need none."""
+    one process. shown and members take the executor that ClusterParts' read with, and need
+    none."""
 
     clusters: Clusters
     in_parts = False  # (ClusterParts: True)

@@ -22,7 +22,7 @@ import itertools
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -135,8 +135,8 @@ def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.
     clusters lie: held (held_removed), or in a cluster's parts (PartsRemoved, which hold the
     ids of type id_type). ids_of: held_removed's (None: no kept_id); pairs: the verified pairs
     (a, b, jaccard), for the kept documents that are indexed ones (None: not asked for)."""
-    if isinstance(clustered, ClusterParts):
-        return PartsRemoved(clustered, id_type, with_ids=ids_of is not None)
+    if clustered.in_parts:
+        return PartsRemoved(cast(ClusterParts, clustered), id_type, with_ids=ids_of is not None)
     return held_removed(clustered.read(), ids_of, indexed_rows, *(pairs or (None, None, None)))
 
 

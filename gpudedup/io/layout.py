@@ -176,11 +176,12 @@ class FileRows:
 
 def write_kept_files(folder: Path, names: list[str], files: Iterator[FileRows], format: str) -> None:
     """Each input file's kept rows into folder/<its name> (output_names; ``files`` in the same
-    order), several files at once where cores are free (files_at_once: Arrow's writers and the
-    line copies release the GIL). An error is the first file's in order, raised once the files
-    in flight are done."""
+    order): as Parquet, several files at once where cores are free (files_at_once: Arrow's
+    Parquet writer releases the GIL); as JSONL one after another (json.dumps and the line
+    copies hold it, so threads would add memory and no speed). An error is the first file's
+    in order, raised once the files in flight are done."""
     jobs = list(zip(names, files, strict=True))
-    at_once = files_at_once([rows.table.nbytes for _, rows in jobs], HOST_THREADS)
+    at_once = files_at_once([rows.table.nbytes for _, rows in jobs], HOST_THREADS) if format == "parquet" else 1
     for _ in map_parallel(lambda job: write_kept_file(job[1], folder / job[0], format), jobs, at_once):
         pass
 
@@ -188,8 +189,9 @@ def write_kept_files(folder: Path, names: list[str], files: Iterator[FileRows], 
 def files_at_once(sizes: list[int], threads: int) -> int:
     """How many kept files to write at once, of files of ``sizes`` bytes: as many as
     ``threads``, while the largest that many files together hold at most a quarter of all the
-    bytes (each file's kept rows are copied before they are written, so that writing adds at
-    most a quarter of the table, or one file, to the run's memory); at least one."""
+    bytes; at least one. Each file in flight holds a copy of its kept rows and their encoded
+    row group beside it, so the files written at once add a small multiple of a quarter of
+    the table (or of one file) to the run's memory, not the whole table's."""
     largest = sorted(sizes, reverse=True)
     at_once = 1
     while at_once < min(threads, len(largest)) and sum(largest[:at_once + 1]) <= sum(largest) // 4:
