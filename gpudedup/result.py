@@ -396,13 +396,13 @@ def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool
     """Write pairs (write_table), by ``executor``'s tasks where it is a cluster's and the run
     left its clusters in its work directory's parts (engine/dask.write_pairs_by_tasks: the client holds
     none of the pairs or their ids), else here, a part at a time."""
-    clustered = result._outcome.clustered
-    if not (dataset and clustered.in_parts and executor is not None and not executor.in_process):
+    clustered = parts_written_by_tasks(result, dataset, executor)
+    if clustered is None:
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
     from .engine.dask import write_pairs_by_tasks  # (Dask is loaded by a run on Dask only)
 
-    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, cast("ClusterParts", clustered),
+    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
                          tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
 
 
@@ -411,16 +411,27 @@ def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: b
     """Write clusters (write_table), a task per part on ``executor`` where it is a cluster's
     and the run left its clusters in its work directory's parts (each part made from the parts
     that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
-    clustered = result._outcome.clustered
-    if not (dataset and clustered.in_parts and executor is not None and not executor.in_process):
+    clustered = parts_written_by_tasks(result, dataset, executor)
+    if clustered is None or executor is None:
         write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
     parts, = executor.share(clustered)  # (every task reads the parts' description)
     executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type,
                                         child_name(folder, part_name(number)))
-                                       for number, pieces in enumerate(cast("ClusterParts", clustered).table_pieces())],
+                                       for number, pieces in enumerate(clustered.table_pieces())],
                  "writing the clusters")
+
+
+def parts_written_by_tasks(result: DedupResult, dataset: bool,
+                           executor: Optional[Executor]) -> Optional["ClusterParts"]:
+    """The run's clusters where its pairs and clusters tables are written by ``executor``'s
+    tasks (a dataset, the clusters in a work directory's parts, a cluster's executor), else
+    None: this process writes them."""
+    clustered = result._outcome.clustered
+    if dataset and clustered.in_parts and executor is not None and not executor.in_process:
+        return cast("ClusterParts", clustered)
+    return None
 
 
 def write_clusters_part(clustered: ClusterParts, pieces: list, id_type: pa.DataType, path: str) -> None:

@@ -390,11 +390,12 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
         bounds = np.concatenate([[0], np.cumsum(np.bincount(group_of, minlength=groups))]).astype(np.int64)
         return band_keys[order], band_docs[order], bounds
 
-    grouped = dict(zip(bands, map_parallel(grouped_band, bands, threads)))
+    # With one group a band's task gathers it itself: no copy of every band is held at once.
+    grouped = dict(zip(bands, map_parallel(grouped_band, bands, threads))) if groups > 1 else {}
 
     def group_codes(task: tuple[int, int]) -> np.ndarray:
         number, group = task
-        band_keys, band_docs, bounds = grouped[number]
+        band_keys, band_docs, bounds = grouped[number] if groups > 1 else grouped_band(number)
         group_keys, group_docs = band_keys[bounds[group]:bounds[group + 1]], band_docs[bounds[group]:bounds[group + 1]]
         # A band's rows joined in shard order are in document order already; a cluster's
         # shuffle mixes them.

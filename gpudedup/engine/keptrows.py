@@ -135,8 +135,9 @@ class ShardedTable:
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = executor or LocalExecutor()
         reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
+        consequence = self.unwritten()
         executor.map(write_file_rows, [(reader, indices, path, format, finder, [self.stamps[i] for i in indices],
-                                        self.unwritten()) for indices, path in files], "writing the kept rows")
+                                        consequence) for indices, path in files], "writing the kept rows")
 
     def write_removed_files(self, folder: Location, names: list[str], format: str, removed_of: RemovedOf,
                             spec: ShingleSpec, executor: Optional[Executor] = None) -> None:

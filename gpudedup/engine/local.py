@@ -4,7 +4,7 @@ an in-memory run's, and a run against an index (index/store.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -45,8 +45,8 @@ class HeldStages:
 
     in_parts = False
 
-    def __init__(self, executor: Optional[Executor] = None) -> None:
-        self.executor = executor or LocalExecutor()
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
 
     def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":

@@ -193,8 +193,8 @@ def files_at_once(sizes: list[int], threads: int) -> int:
     row group beside it, so the files written at once add a small multiple of a quarter of
     the table (or of one file) to the run's memory, not the whole table's."""
     largest = sorted(sizes, reverse=True)
-    at_once = 1
-    while at_once < min(threads, len(largest)) and sum(largest[:at_once + 1]) <= sum(largest) // 4:
+    quarter, at_once = sum(largest) // 4, 1
+    while at_once < min(threads, len(largest)) and sum(largest[:at_once + 1]) <= quarter:
         at_once += 1
     return at_once
 
