@@ -20,6 +20,7 @@ from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, rem
 from .display import result_html
 from .errors import OutputError, ParameterError
 from .tables import NamedRows, pairs_parts, whole_table
+from .html_report import report_figures, texts_read, write_report
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
 from .ids import IdSource, id_source, wide
 from .io.fields import content_of
@@ -323,7 +324,8 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                     remote_staging(out, staging).child(KEPT_DIR)
                 # (the kept rows need the removed documents alone, not their kept documents' ids)
                 removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
-                result.table.write_files(kept, names, format, removed, executor)
+                # The tasks that read the shards again take report.html's texts on the way.
+                result.table.write_files(kept, names, format, removed, executor, texts_read(result))
             else:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result._sources, result.keep),
                                  format)
@@ -342,8 +344,6 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         write_pairs(result, staging, out, names is not None, executor)
         # The report's figures are drawn within the write's time; the page itself needs the
         # finished report, so it comes after.
-        from .html_report import report_figures, write_report
-
         figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
         result.report = result.report.with_write(

@@ -25,8 +25,8 @@ from .kept import Kept
 from .local import LocalExecutor
 from .protocols import Executor
 from .removedrows import RemovedOf, removed_schema, shard_removed, write_file_removed, write_tables
-from .shards import Shards
-from .shardreader import ShardReader
+from .shards import Shards, by_shard
+from .shardreader import ShardReader, texts_at
 from .sourcecounts import Tally, file_tally
 from .workdir import MANIFEST
 
@@ -35,6 +35,8 @@ from .workdir import MANIFEST
 # work directory is still there: a resume would take the stages of the file as it was (a
 # change of its bytes alone does not stop a resume).
 CHANGED_INPUT = "nothing was written: run again with an empty work directory"
+
+NO_ROWS = np.zeros(0, np.int64)
 
 
 class ShardedTable:
@@ -49,6 +51,9 @@ class ShardedTable:
         # Each shard's stamp as it was read (io/stamps.py), held here: a run without a work
         # directory writes after its temporary one is gone.
         self.stamps = stamps
+        # Rows (int64 ascending) and their texts that the kept rows' write took as it read
+        # their shards (write_files' texts_of), so that report.html reads no shard again.
+        self.texts_taken: tuple[np.ndarray, pa.Array] = (NO_ROWS, pa.array([], pa.large_string()))
 
     def __getitem__(self, name: str):
         if name != self.reader.text_field:
@@ -58,6 +63,10 @@ class ShardedTable:
         class Texts:
             def take(self, rows) -> pa.Array:
                 rows = np.asarray(rows.to_numpy() if hasattr(rows, "to_numpy") else rows, dtype=np.int64)
+                taken_rows, taken = outer.texts_taken
+                at = np.searchsorted(taken_rows, rows)
+                if (at < taken_rows.shape[0]).all() and np.array_equal(taken_rows[at], rows):
+                    return taken.take(pa.array(at))
                 order = np.argsort(rows, kind="stable")
                 texts = outer.reader.texts(outer.shards, outer.rows.spilled(rows[order]))
                 return texts.take(pa.array(np.argsort(order)))
@@ -124,20 +133,30 @@ class ShardedTable:
         return [self.reader.files[file] for file, _ in self._files_read()]
 
     def write_files(self, folder: Location, names: list[str], format: str, removed: RemovedOf,
-                    executor: Optional[Executor] = None) -> None:
+                    executor: Optional[Executor] = None, texts_of: np.ndarray = NO_ROWS) -> None:
         """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
         what gives the documents removed, removedrows.removed_of): one task
         per file, on ``executor``'s workers where given (each worker reads the file's shards
         and writes its file; folder must be on a file system they share, or on object storage),
         else in this process. A task finds the rows of its shards not to write (DroppedRows,
-        one object that every task shares: sent to each worker once)."""
+        one object that every task shares: sent to each worker once). texts_of: int64
+        ascending, documents whose texts the tasks take as they read their shards (report.html's:
+        texts_taken)."""
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
+        spilled = self.rows.spilled(texts_of)
+        wanted = {index: spilled[mine] - self.shards.rows[index] for index, mine in by_shard(self.shards.rows, spilled)}
         executor = executor or LocalExecutor()
         reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
         consequence = self.unwritten()
-        executor.map(write_file_rows, [(reader, indices, path, format, finder, [self.stamps[i] for i in indices],
-                                        consequence) for indices, path in files], "writing the kept rows")
+        taken = executor.map(write_file_rows, [(reader, indices, path, format, finder,
+                                                [self.stamps[i] for i in indices], consequence,
+                                                [wanted.get(i, NO_ROWS) for i in indices])
+                                               for indices, path in files], "writing the kept rows")
+        # The files' shards ascend, and so do the rows of texts_of in them.
+        parts = [texts for file_texts in taken for texts in file_texts]
+        if parts:
+            self.texts_taken = (texts_of, pa.concat_arrays(parts))
 
     def write_removed_files(self, folder: Location, names: list[str], format: str, removed_of: RemovedOf,
                             spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
@@ -224,18 +243,23 @@ class DroppedRows:
 
 
 def write_file_rows(reader: ShardReader, indices: list[int], path: str, format: str, finder: DroppedRows,
-                    stamps: list[Optional[FileStamp]], consequence: str) -> None:
+                    stamps: list[Optional[FileStamp]], consequence: str, wanted: list[np.ndarray]) -> list[pa.Array]:
     """Task: one input file's kept rows into ``path``, from its shards ``indices`` (the file
     whole, or its pieces with records, in order; finder: which of each one's rows as read are
     not written), as layout.write_kept_file and write_kept_pieces write them. The file is
     refused (InputError, saying ``consequence`` beside the change) where it is not as each
     shard's stamp (``stamps``, in the order of indices) says, before and after it is read
-    again: the rows and lines written are those the run read."""
+    again: the rows and lines written are those the run read. Returns the texts of each
+    shard's ``wanted`` rows (int64, ascending places among its rows as read; shardreader.texts_at),
+    those of the shards that have any, in order."""
+    taken: list[pa.Array] = []
 
     def rows(number: int) -> FileRows:
         index = indices[number]
         corpus = reader.corpus(index)
         assert corpus.files, "a file that could not be read is left out"
+        if wanted[number].shape[0]:
+            taken.append(texts_at(corpus, wanted[number]))
         return FileRows(corpus.files[0], corpus.table,
                         Kept.leaving_out(finder.of(index)).mask(0, corpus.table.num_rows))
 
@@ -250,3 +274,4 @@ def write_file_rows(reader: ShardReader, indices: list[int], path: str, format: 
 
     write_to(path, write)
     release_unused_memory()  # (the file's read leaves several times its size free in Arrow's pool)
+    return taken

@@ -114,12 +114,16 @@ class ShardReader:
         row of each shard."""
         parts = []
         for index, mine in by_shard(shard_rows, rows):
-            local = rows[mine] - shard_rows[index]
-            texts = self.corpus(index).text_array()
-            parts.append(texts.take(pa.array(local)).cast(gathered_type(texts.type)))
-            del texts
+            parts.append(texts_at(self.corpus(index), rows[mine] - shard_rows[index]))
             release_unused_memory()  # (a shard's read leaves several times its size free in Arrow's pool)
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
+
+
+def texts_at(corpus: Corpus, local: np.ndarray) -> pa.Array:
+    """The content of a shard's rows ``local`` (int64, places among its rows as read), in that
+    order, as content.gathered_type (one type for every shard's)."""
+    texts = corpus.text_array()
+    return texts.take(pa.array(local)).cast(gathered_type(texts.type))
 
 
 def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupParams, backend: BackendOrName,

@@ -87,6 +87,21 @@ class Shown:
     near_b: np.ndarray
     near_jaccard: np.ndarray
 
+    def example_rows(self, cluster: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """Of shown cluster ``cluster``: its members' places in ``members`` (int64 ascending),
+        the kept one's place among them, and the rows whose texts its block shows (int64: the
+        kept document, then its examples: examples_of)."""
+        members = np.flatnonzero(self.members.cluster == cluster)
+        keep_position, examples = examples_of(members, self.members.keep)
+        return members, keep_position, self.members.docs[members[[keep_position] + examples]]
+
+    def rows_shown(self) -> np.ndarray:
+        """int64, ascending: every row whose text report.html shows (each shown cluster's
+        example_rows, and the pairs near the threshold)."""
+        clusters = np.concatenate([self.numbers, self.sampled.numbers]).tolist()
+        return np.unique(np.concatenate([self.near_a, self.near_b, np.zeros(0, np.int64)]
+                                        + [self.example_rows(cluster)[2] for cluster in clusters]))
+
     def example_jaccards(self) -> dict[tuple[int, int], float]:
         """{(a, b): Jaccard} of the example pairs that are verified pairs."""
         return {(a, b): j for a, b, j in zip(self.example_a.tolist(), self.example_b.tolist(),

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.shingling import ShingleSpec, shingle_sets
-from ..engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED, examples_of
+from ..engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED
 from ..io.fields import content_of
 from .markup import escaped
 
@@ -56,6 +56,13 @@ def cluster_sections(result) -> str:
     return "".join(out)
 
 
+def texts_read(result) -> np.ndarray:
+    """int64, ascending: the rows of ``result.table`` whose texts the page shows (Shown.rows_shown,
+    less the indexed documents of a run against an index: their texts are not stored)."""
+    rows = result._outcome.shown.rows_shown() - result.indexed_rows
+    return rows[rows >= 0]
+
+
 def near_pairs(result, view: "ClusterView") -> str:
     """The verified pairs of the lowest Jaccard, each with its two texts side by side."""
     shown = result._outcome.shown
@@ -84,9 +91,10 @@ def near_pairs(result, view: "ClusterView") -> str:
 class ClusterView:
     """Cluster blocks of one result: stats, {cluster: (verified pairs inside, least and
     greatest Jaccard)} of every cluster shown; verified, {(a, b): Jaccard} of the examples that
-    are verified pairs. The texts of every row the page shows (those clusters' examples, the
-    pairs near the threshold) are read when it is made, at once: a staged run reads them from
-    its input files, each file once for all of them rather than once per cluster."""
+    are verified pairs. The texts of every row the page shows (Shown.rows_shown) are read when
+    it is made, at once: a staged run's were taken as its kept rows were written
+    (keptrows.ShardedTable.write_files), or else are read from its input files, each file once
+    for all of them rather than once per cluster."""
 
     def __init__(self, result, stats: dict, verified: dict):
         self.result, self.stats, self.verified = result, stats, verified
@@ -95,18 +103,9 @@ class ClusterView:
                                 bool(p.get("strip_symbols")))
         shown = result._outcome.shown
         # Each shown cluster's examples, chosen once: their texts are read now, their blocks later.
-        self.examples = {cluster: self.example_rows(cluster) for cluster in stats}
-        rows = np.unique(np.concatenate([shown.near_a, shown.near_b] + [e[2] for e in self.examples.values()]))
+        self.examples = {cluster: shown.example_rows(cluster) for cluster in stats}
+        rows = shown.rows_shown()
         self.read: dict[int, tuple[Optional[str], Any]] = dict(zip(rows.tolist(), zip(*self.texts_at(rows))))
-
-    def example_rows(self, cluster: int) -> tuple[np.ndarray, int, np.ndarray]:
-        """Of a shown cluster: its members' positions in shown.members (int64 ascending), the
-        kept one's place among them, and the rows whose texts its block shows (int64: the kept
-        document, then the examples: shown.examples_of)."""
-        members_all = self.result._outcome.shown.members
-        members = np.flatnonzero(members_all.cluster == cluster)
-        keep_position, examples = examples_of(members, members_all.keep)
-        return members, keep_position, members_all.docs[members[[keep_position] + examples]]
 
     def texts(self, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
         """texts_at of ``rows``, from those read when the view was made."""
