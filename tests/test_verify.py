@@ -240,10 +240,12 @@ def test_plausible_keeps_pairs_at_the_threshold_and_drops_far_ones(jaccard_pairs
 @pytest.mark.parametrize("shingle", ["word", "char"])
 def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shingle):
     """MemoryStore's kept_sets_bytes: a store that keeps its sets (all of them, as an index
-    add's does, or where their bound is within its limit) cuts each text into its set rather
-    than its hashes with repeats, and hands out the sets it kept; one whose bound passes its
-    limit keeps none. Band keys, signatures and the sets handed out are a re-shingling store's,
-    and each set is as large as the text's set of shingles in Python."""
+    add's does, or where they take well within its limit, at 9 bytes a shingle of the texts'
+    sets in Python) cuts each text into its set rather than its hashes with repeats, and hands
+    out the sets it kept; one whose sets take a byte more than its limit keeps none (it lets
+    them go during its pass, which then makes hashes only). Band keys, signatures and the sets
+    handed out are a re-shingling store's, and each set is as large as the text's set of
+    shingles in Python."""
     from gpudedup.io.python_inputs import list_corpus
     from gpudedup.backends import get_backend
     from gpudedup.engine.local import LocalExecutor
@@ -256,13 +258,13 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
     corpus = list_corpus(texts, "text")
     params = DedupParams(shingle=shingle, ngram=5, batch_bytes=50_000)  # several batches
     permutations = draw_permutations(params.banding().bands * params.banding().rows, params.seed)
-    bound = sum(len(text) for text in texts) + len(texts)  # (shingles_bound's for char; word's is lower)
-    limits = {"none": 0, "all": None, "under its limit": 9 * bound, "past its limit": 9 * bound // 10}
+    taken = 9 * sum(len(shingle_set(text, shingle)) for text in texts)  # (SET_ELEMENT_BYTES a shingle)
+    limits = {"none": 0, "all": None, "within its limit": 2 * taken, "past its limit": taken - 1}
     stores = {name: MemoryStore(corpus, params, get_backend("cpu"), limit) for name, limit in limits.items()}
     for store in stores.values():
         store.sign(params.shingle_spec(), params.banding(), permutations, LocalExecutor(), StageLog(), Progress())
     plain = stores["none"]
-    assert [name for name, store in stores.items() if store.sets is not None] == ["all", "under its limit"]
+    assert [name for name, store in stores.items() if store.sets is not None] == ["all", "within its limit"]
     docs = np.array([0, 5, 17, 299, 300, 301])
     again = plain.document_sets(docs, Progress())
     for store in stores.values():
@@ -272,6 +274,39 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
         kept = store.document_sets(docs, Progress())
         assert np.array_equal(again.indptr, kept.indptr) and np.array_equal(again.indices, kept.indices)
     assert np.diff(again.indptr).tolist() == [len(shingle_set(texts[d], shingle)) for d in docs]
+
+
+def test_sets_past_their_limit_are_let_go_as_soon_as_the_rate_so_far_says_so():
+    """SetsBuilder's limit: the sets of the rows so far, projected over the units still to come
+    at their rate, are let go as soon as that passes the limit (so that a pass whose sets will
+    not fit stops making them early), and never kept past it; within it every row is kept."""
+    from gpudedup.core.verify import SET_ELEMENT_BYTES, SetsBuilder
+
+    lengths = np.full(100, 50, np.int64)  # 100 documents of 50 units
+    ten_each = (np.arange(100, dtype=np.int64), np.full(10, 10, np.int64))  # 10 rows of 10 elements
+
+    def fed(limit: int, batches: int = 10) -> tuple[bool, int]:
+        builder = SetsBuilder(lengths, limit)
+        for batch in range(batches):
+            builder.append(*ten_each)
+            if not builder.kept:
+                return False, batch + 1
+        return True, batches
+
+    every = SET_ELEMENT_BYTES * 1000  # 100 rows of 10 elements
+    assert fed(every) == (True, 10)
+    assert fed(every - 1) == (False, 1)  # the first tenth projects them all
+    builder = SetsBuilder(lengths, every)
+    for _ in range(10):
+        builder.append(*ten_each)
+    matrix = builder.matrix()
+    assert matrix.shape[0] == 100 and matrix.nnz == 1000
+    # A rate that rises late: let go at the batch that passes, not kept past the limit.
+    builder = SetsBuilder(lengths, SET_ELEMENT_BYTES * 300)
+    builder.append(np.arange(10, dtype=np.int64), np.ones(10, np.int64))  # 1 element a row
+    assert builder.kept
+    builder.append(np.arange(200, dtype=np.int64), np.full(10, 20, np.int64))  # (10 + 200) / 20 rows -> 1,050
+    assert not builder.kept
 
 
 def test_a_run_gives_the_same_whether_its_store_keeps_the_sets_or_not():

@@ -8,7 +8,7 @@ Two steps:
    SIGNATURE_TAIL (1e-9) are dropped; this costs K comparisons per pair and removes most of
    the false candidates before the expensive step.
 2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. A run in memory on the host keeps the
-   shingle sets of its signature pass where they are bound to be small, and an index add
+   shingle sets of its signature pass where they turn out small, and an index add
    keeps them whatever they take (engine.memory.MemoryStore's kept_sets_bytes); they are read
    in place. Otherwise (SET_ELEMENT_BYTES per shingle of the whole corpus, up to 9x the text
    for char n-grams; a run on a work directory or a GPU) the documents that appear in
@@ -172,18 +172,35 @@ class SetsBuilder:
     The columns are written straight into one int64 array sized by an upper bound on the
     elements: its pages are committed only as they are written, so the sets are never held
     twice, and the bound costs address space only. Used by document_sets and by a signature
-    pass that keeps the sets it made (engine.signatures.signature_pass).
+    pass that keeps the sets it made (engine.signatures.signature_pass), which gives a
+    ``limit``: the sets are let go (``kept`` turns False) as soon as they would take more than
+    that many bytes (SET_ELEMENT_BYTES a shingle), counted as they come and projected over the
+    units still to come at the rate so far, so that a pass whose sets will not fit stops
+    making them after its first batches. (A projection that overshoots loses a saving, never
+    memory: the last one is the sets' own size.)
     """
 
-    def __init__(self, lengths: np.ndarray):
+    def __init__(self, lengths: np.ndarray, limit: Optional[int] = None):
         """lengths: int64 (n,), each document's code points (or tokens) to come, in row order:
-        a document has at most one shingle per unit, plus one."""
+        a document has at most one shingle per unit, plus one; limit: bytes, or None for none."""
+        self.lengths, self.limit = lengths, limit
         self.columns = np.empty(int(np.sum(lengths)) + lengths.shape[0], dtype=np.int64)
         self.counts: list[np.ndarray] = []
-        self.used = 0
+        self.used = self.rows = self.units = 0
+        self.kept = True
 
     def append(self, columns: np.ndarray, counts: np.ndarray) -> None:
-        """The next rows: set_columns' (columns int64, counts int64 (rows,)) of a batch."""
+        """The next rows: set_columns' (columns int64, counts int64 (rows,)) of a batch; past
+        the limit (as projected), every set so far is let go, and later rows are not kept."""
+        if not self.kept:
+            return
+        self.units += int(self.lengths[self.rows : self.rows + counts.shape[0]].sum())
+        self.rows += counts.shape[0]
+        if self.limit is not None:
+            projected = (self.used + columns.shape[0]) * max(int(self.lengths.sum()), 1) / max(self.units, 1)
+            if SET_ELEMENT_BYTES * projected > self.limit:
+                self.kept, self.columns, self.counts = False, np.zeros(0, np.int64), []
+                return
         if self.used + columns.shape[0] > self.columns.shape[0]:  # the bound was not one after all
             grown = np.empty(self.used + max(self.used, columns.shape[0]), np.int64)
             grown[: self.used] = self.columns[: self.used]
@@ -194,6 +211,7 @@ class SetsBuilder:
 
     def matrix(self) -> scipy.sparse.csr_matrix:
         """The rows appended so far, as sets_matrix makes them; the builder is spent."""
+        assert self.kept, "sets let go past their limit"
         # Shrink in place (realloc) rather than slice: scipy copies an index array that is a
         # small view of a larger buffer, which would hold the sets twice after all.
         columns, self.columns = self.columns, np.zeros(0, np.int64)

@@ -36,13 +36,14 @@ from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
 
 
-# The most bytes of shingle sets a run in memory keeps from its signature pass (a bound on
-# them, MemoryStore.shingles_bound, at SET_ELEMENT_BYTES a shingle): up to it, the copies and
-# the verification read them in place instead of cutting the documents of pairs into shingles
-# again, which on a small input runs on the numpy reference route and costs more than the rest
-# of the job, and holds those sets besides (scripts/bench_sizes.py shows the runs). Past it the
-# memory is not spent: the sets would be a large part of the run's. About 57 MB of text for
-# word n-grams, 28 MB for char n-grams.
+# The most bytes of shingle sets a run in memory keeps from its signature pass (at
+# SET_ELEMENT_BYTES a shingle, counted as the pass makes them): up to it, the copies and the
+# verification read them in place instead of cutting the documents of pairs into shingles
+# again, which costs more than the rest of the job (on a small input, on the numpy reference
+# route) and holds the sets of the documents of pairs besides (scripts/bench_sizes.py shows the
+# runs). Past it the pass lets them go and makes hashes only: the sets would be a large part of
+# the run's memory. On the benchmark corpus's text the sets take about 1.6 bytes per byte of
+# text for word 5-grams and 5 for char 5-grams: kept up to about 160 MB and 50 MB of text.
 KEPT_SETS_BYTES = 256 << 20
 
 
@@ -57,11 +58,11 @@ class MemoryStore:
     """The arrays of one corpus in memory (see protocols.Store for the contract).
 
     kept_sets_bytes: keep the documents' shingle sets from the signature pass (on the host;
-    host backends only) where a bound on them (shingles_bound, at SET_ELEMENT_BYTES a
-    shingle) is at most this many bytes, or (None) whatever they take; so that the copies,
-    verification and an index's commit read them rather than shingle again. An index add keeps
-    them all (its commit stores them anyway). Where none are kept, the sets of the documents in
-    pairs are made again when they are checked (verify.py's docstring).
+    host backends only) where they take at most this many bytes (at SET_ELEMENT_BYTES a
+    shingle), or (None) whatever they take; so that the copies, verification and an index's
+    commit read them rather than shingle again. An index add keeps them all (its commit stores
+    them anyway). Where none are kept, the sets of the documents in pairs are made again when
+    they are checked (verify.py's docstring).
     """
 
     def __init__(self, corpus: Corpus, params: DedupParams, backend: Backend, kept_sets_bytes: Optional[int] = 0):
@@ -78,8 +79,8 @@ class MemoryStore:
         self.parts_at: Optional[str] = None
         self.pinned = 0  # no documents kept before (protocols.Store)
         # (One document has no pair: none would read its set, and making sets loads scipy.sparse.)
-        self.keep_sets = backend.xp is np and self.documents > 1 and (
-            kept_sets_bytes is None or SET_ELEMENT_BYTES * self.shingles_bound() <= kept_sets_bytes)
+        self.keep_sets = backend.xp is np and self.documents > 1 and kept_sets_bytes != 0
+        self.kept_sets_bytes = kept_sets_bytes
         self.kept_sets: Optional[SetsBuilder] = None  # every row's set, where kept (sets makes them a matrix)
         self.sets_matrix: Optional[scipy.sparse.csr_matrix] = None
 
@@ -91,13 +92,12 @@ class MemoryStore:
         texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
         self.budget.check("the signature pass",
                           lambda: signature_pass_need(self.documents, banding, self.params, backend)
-                          + (SET_ELEMENT_BYTES * self.shingles_at_most(np.arange(self.documents))
-                             if self.keep_sets else 0),
+                          + (self.kept_sets_need() if self.keep_sets else 0),
                           "lower batch_bytes=, or deduplicate the input in parts")
-        sets = SetsBuilder(self.lengths) if self.keep_sets else None
+        sets = SetsBuilder(self.lengths, self.kept_sets_bytes) if self.keep_sets else None
         self.keys, self.active, self.signatures = signature_pass(texts, spec, banding, permutations, self.params,
                                                                  backend, log, progress, sets)
-        self.kept_sets = sets
+        self.kept_sets = sets if sets is not None and sets.kept else None
         # Hashed here, on the keys' side: an index run takes the keys before the copies stage.
         self.row_hash = backend.to_host(band_key_row_hash(self.keys, backend.xp))
         release_unused_memory()
@@ -213,13 +213,11 @@ class MemoryStore:
         in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend) // 4)
         return SET_ELEMENT_BYTES * self.shingles_at_most(docs) + 24 * first.shape[0] + in_flight
 
-    def shingles_bound(self) -> int:
-        """A bound on the shingles of every row from the lengths alone, nothing read: at most one
-        per code point (char n-grams) or token id (token n-grams), one per two code points for
-        word n-grams (a word and the space after it), and one for a text shorter than n.
-        (A Unicode form can lengthen a text: then the bound is one for the usual text.)"""
-        units = (self.lengths + 1) // 2 if self.spec.kind == "word" else self.lengths
-        return int(units.sum()) + self.documents
+    def kept_sets_need(self) -> int:
+        """Bytes the kept sets may take: a bound on the sets of every row (shingles_at_most, at
+        SET_ELEMENT_BYTES a shingle), or kept_sets_bytes where that is less."""
+        bound = SET_ELEMENT_BYTES * self.shingles_at_most(np.arange(self.documents))
+        return bound if self.kept_sets_bytes is None else min(bound, self.kept_sets_bytes)
 
     def shingles_at_most(self, docs: np.ndarray) -> int:
         """A bound on the shingles of rows ``docs`` (int64): one per code point (char n-grams,

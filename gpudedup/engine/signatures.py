@@ -45,24 +45,26 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     sets: where given (a host backend only), each document is cut into its set of shingles
     (backend.shingle_sets) rather than its hashes with repeats, and the sets of every document
     are appended there in row order, for stores that keep them (engine.memory.MemoryStore's
-    keep_sets). The signatures are the same either way: a minimum over a set of hashes does
+    keep_sets), until the builder lets them go (its limit): the batches after that make
+    hashes only. The signatures are the same either way: a minimum over a set of hashes does
     not depend on repeats or order.
     """
     data, offsets = texts
     # A pass over enough text starts the compiled kernels now, not after its first batches.
     expect_text(int(offsets[-1]) * data.dtype.itemsize)
     progress.start("Shingling + MinHash", offsets.shape[0] - 1)
-    shingle = backend.shingle_hashes if sets is None else backend.shingle_sets
 
     def one_batch(rows: tuple[int, int]):
         start, stop = rows
+        making_sets = sets is not None and sets.kept
         with backend.batch_scope():
             # The stage timers see launches, not the device work they queue: on a GPU the
             # device time lands in band_keys, whose to_host waits for everything before it.
             with log.timed("shingle"):
                 first, last = offsets[start], offsets[stop]
+                shingle = backend.shingle_sets if making_sets else backend.shingle_hashes
                 shingles = shingle(data[first:last], offsets[start : stop + 1] - first, spec)
-                kept = None if sets is None else set_columns(shingles)
+                kept = set_columns(shingles) if making_sets else None
             with log.timed("signatures"):
                 signatures = backend.signatures(shingles, permutations)
             with log.timed("band_keys"):
@@ -92,7 +94,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
         batches = list(text_batches(offsets, batch_bytes(params, backend), params.batch_rows, data.dtype.itemsize))
         for batch_keys, batch_active, batch_signatures, batch_sets in map_parallel(one_batch, batches,
                                                                                     backend.parallel_batches):
-            if sets is not None:
+            if sets is not None and batch_sets is not None:
                 sets.append(*batch_sets)
             signatures[used : used + batch_signatures.shape[0]] = batch_signatures
             used += batch_signatures.shape[0]
