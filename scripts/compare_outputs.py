@@ -8,7 +8,9 @@ the same files, the same rows in the same order, the same values; ``pairs/`` and
 byte for byte too, as every runner writes them (docs/guarantees.md), where Parquet kept rows
 are the same by content. Prints one line per table (its rows and ``identical`` or
 ``DIFFERENT``, with the first file that differs and how) and exits 1 if any table differs or
-is missing on one side. Used to show that a change meant to keep results
+is missing on one side; a folder that is not a finished output (no report.json: a run that
+failed, or one still writing) is refused with exit code 2, so that two runs that wrote nothing
+never compare as the same. Used to show that a change meant to keep results
 (another backend, another runner, a refactor) keeps them.
 """
 
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
     args = parser.parse_args(argv)
+    unfinished = [str(side) for side in (args.a, args.b) if not (side / "report.json").is_file()]
+    if unfinished:
+        print(f"not a finished gpudedup output (no report.json): {', '.join(unfinished)}", file=sys.stderr)
+        return 2
     all_same = True
     for table in TABLES:
         same, line = compare_table(args.a, args.b, table)

@@ -195,8 +195,10 @@ def compared_outputs(root: Path, tables: dict[str, dict[str, tuple[dict, str]]])
     import pyarrow.parquet as pq
 
     for side, written in tables.items():
+        (root / side).mkdir(parents=True)
+        (root / side / "report.json").write_text("{}")  # (a finished output has one)
         for table, (columns, compression) in written.items():
-            (root / side / table).mkdir(parents=True)
+            (root / side / table).mkdir()
             pq.write_table(pa.table(columns), root / side / table / "part-00000.parquet", compression=compression)
     compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(root / "a"),
                               str(root / "b")], capture_output=True, text=True, timeout=60)
@@ -211,6 +213,14 @@ def test_compare_outputs_names_the_table_that_differs(tmp_path):
     assert code == 1
     assert lines == ["pairs: 1 rows in 1 files, identical", "clusters: DIFFERENT at clusters/part-00000.parquet",
                      "deduplicated: absent on both sides"]
+
+
+def test_compare_outputs_refuses_a_folder_that_is_not_a_finished_output(tmp_path):
+    # Two runs that failed wrote nothing (outputs appear whole or not at all): no match.
+    compare = subprocess.run([sys.executable, str(SCRIPT.parent / "compare_outputs.py"), str(tmp_path / "a"),
+                              str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
+    assert compare.returncode == 2 and compare.stdout == ""
+    assert compare.stderr == f"not a finished gpudedup output (no report.json): {tmp_path / 'a'}, {tmp_path / 'b'}\n"
 
 
 def test_compare_outputs_holds_pairs_and_clusters_to_their_bytes(tmp_path):

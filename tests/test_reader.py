@@ -451,6 +451,7 @@ BAD_LINES = [
     (b'{"text": "e e e", "n": 9}', None),
     (b'{"n": 11}', "no field 'text' (its fields: n); give a record without text as null, or choose the text "
                    "field with text_field= (token ids: token_field=)"),
+    (b'{"text": "unterminated}', "invalid JSON (Unterminated string starting at column 10)"),
 ]
 
 

@@ -402,7 +402,8 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         record = json.loads(text, object_pairs_hook=_unique_pairs, parse_float=_finite_float,
                             parse_int=_any_int)
     except json.JSONDecodeError as error:
-        problem = f"invalid JSON ({error.msg} at column {error.colno})"
+        # (Some of json's messages end in "at" already: "Unterminated string starting at".)
+        problem = f"invalid JSON ({error.msg.removesuffix(' at')} at column {error.colno})"
         if "\r" in text.rstrip("\r\n"):
             problem += ("; the line holds a carriage return (\\r) that does not end it: lines must "
                         "end with \\n or \\r\\n")
