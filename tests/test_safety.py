@@ -324,12 +324,12 @@ def test_a_write_failing_half_way_leaves_no_staging_directory_and_no_new_output(
 def test_an_unexpected_error_in_the_report_also_removes_the_staging_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "data.jsonl", sample_records())
-    import gpudedup.html_report
+    import gpudedup.result
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the report")
 
-    monkeypatch.setattr(gpudedup.html_report, "write_report", broken)
+    monkeypatch.setattr(gpudedup.result, "write_report", broken)  # (as the write looks it up)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q")
     assert isinstance(result.exception, RuntimeError)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl"]
