@@ -107,7 +107,8 @@ def provenance(data: Data, rows: Sequence[Row], build: Optional[str] = None) -> 
             words += "; " + run["conditions"]
         for text, commits in described:
             if text == words:
-                commits.append(run["commit"])
+                if run["commit"] not in commits:  # (several runs of one commit name it once)
+                    commits.append(run["commit"])
                 break
         else:
             described.append((words, [run["commit"]]))
@@ -446,15 +447,14 @@ and, where outputs are written, writing them); a peak is a resident high-water m
 
 SECTIONS: list[tuple[str, str, str]] = [
     ("cpu.json", "CPU: the whole job against rensa and datasketch", """\
-`scripts/bench_cpu.py` runs three pipelines on the same JSONL file, each in its own process with
-its library imported before its clock starts: gpudedup's whole job, writing its outputs with
-report.html; and the datasketch (`MinHash.update_batch`, `MinHashLSH` with its own bands for the
-threshold) and rensa (`RMinHash`, `RMinHashLSH` with gpudedup's bands and rows) pipelines from
-reading the file to their last candidate pair, fed by the same canonical shingling in plain
-Python; they verify, cluster and write nothing. Recall is against the exact pairs at or above
-the threshold (`gpudedup.core.allpairs`): pair recall counts the true pairs a pipeline reports
-(gpudedup's verified pairs, the others' candidates), cluster recall the true pairs whose two
-documents share a gpudedup cluster."""),
+`scripts/bench_cpu.py` runs three pipelines on one JSONL file, each in its own process, its
+library imported before its clock starts: gpudedup's whole job, writing its outputs and
+report.html; datasketch (`MinHash.update_batch`, `MinHashLSH` with its own bands for the
+threshold) and rensa (`RMinHash`, `RMinHashLSH` with gpudedup's bands and rows) from reading the
+file to their last candidate pair, fed by the same canonical shingling in plain Python (they
+verify, cluster and write nothing). Recall is against the exact pairs at or above the threshold
+(`gpudedup.core.allpairs`): pair recall counts the true pairs a pipeline reports (gpudedup's
+verified pairs, the others' candidates), cluster recall those whose documents share a cluster."""),
     ("sizes.json", "CPU: a run at every size, start to exit", """\
 `scripts/bench_sizes.py` times whole processes from start to exit, each afresh, best of three:
 the `gpudedup dedup` command with its outputs, and bench_cpu.py's rensa and datasketch pipelines
