@@ -330,7 +330,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result._sources, result.keep),
                                  format)
         elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
-            result.table.write_kept(staging / f"deduplicated.{format}", format, result.removed)
+            result.table.write_kept(staging / f"deduplicated.{format}", format, result.removed, texts_read(result))
         elif format == "parquet":
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
         else:

@@ -520,7 +520,8 @@ def bytes_read_by_this_process() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts reads through Linux's /proc/self/io")
-def test_a_staged_runs_report_takes_the_texts_it_shows_from_the_kept_rows_read(tmp_path):
+@pytest.mark.parametrize("single_file", [False, True], ids=["a file per input", "one file"])
+def test_a_staged_runs_report_takes_the_texts_it_shows_from_the_kept_rows_read(tmp_path, single_file):
     """The texts report.html shows of a staged run (the largest clusters, a sample of clusters,
     the pairs near the threshold: tens of documents in over ten clusters) are taken as the
     kept rows' write reads the input file again, not read once more: a write reads about three
@@ -530,9 +531,9 @@ def test_a_staged_runs_report_takes_the_texts_it_shows_from_the_kept_rows_read(t
     result = gpudedup.dedup(SAMPLE, id_field="id", backend="cpu", work_dir=tmp_path / "work")
     shown = result._outcome.shown
     assert shown.numbers.shape[0] + shown.sampled.numbers.shape[0] >= 10  # (a read each would show)
-    result.write(tmp_path / "first")  # (what a first write imports is read once per process)
+    result.write(tmp_path / "first", single_file=single_file)  # (what a first write imports is read once)
     before = bytes_read_by_this_process()
-    result.write(tmp_path / "out")
+    result.write(tmp_path / "out", single_file=single_file)
     written = bytes_read_by_this_process() - before
     # Less what the suite's check of every written output (conftest.py) reads.
     before = bytes_read_by_this_process()

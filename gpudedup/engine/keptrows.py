@@ -84,13 +84,26 @@ class ShardedTable:
                                                              "the kept rows cannot be read from it again: run again")),
                                      schema=schema)
 
-    def _kept_batches(self, kept: Kept, schema: pa.Schema, consequence: str):
+    def _kept_batches(self, kept: Kept, schema: pa.Schema, consequence: str, texts_of: np.ndarray = NO_ROWS):
         """The kept rows, a shard at a time, each shard's file checked against its stamp
-        (consequence: what its error says beside the change)."""
+        (consequence: what its error says beside the change); the texts of documents
+        ``texts_of`` (int64 ascending) taken on the way (texts_taken)."""
+        wanted, taken = self._wanted(texts_of), []
         for index in self._shards_read():
             with self.reader.unchanged(index, self.stamps[index], consequence):
-                table = self.reader.corpus(index).table.filter(pa.array(self._shard_keep(index, kept)))
+                corpus = self.reader.corpus(index)
+                if index in wanted:
+                    taken.append(texts_at(corpus, wanted[index]))
+                table = corpus.table.filter(pa.array(self._shard_keep(index, kept)))
                 yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
+        if taken:
+            self.texts_taken = (texts_of, pa.concat_arrays(taken))
+
+    def _wanted(self, documents: np.ndarray) -> dict[int, np.ndarray]:
+        """{shard: int64 places among its rows as read} of ``documents`` (int64 ascending), for
+        the shards that hold some of them."""
+        spilled = self.rows.spilled(documents)
+        return {index: spilled[mine] - self.shards.rows[index] for index, mine in by_shard(self.shards.rows, spilled)}
 
     def check_unchanged(self) -> None:
         """Refuse (InputError) an input file whose size or modification time is no longer
@@ -144,8 +157,7 @@ class ShardedTable:
         texts_taken)."""
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
-        spilled = self.rows.spilled(texts_of)
-        wanted = {index: spilled[mine] - self.shards.rows[index] for index, mine in by_shard(self.shards.rows, spilled)}
+        wanted = self._wanted(texts_of)
         executor = executor or LocalExecutor()
         reader, finder = executor.share(self.reader, DroppedRows(self.shards.rows, self.rows, removed))
         consequence = self.unwritten()
@@ -198,17 +210,18 @@ class ShardedTable:
 
         write_tables(tables(), path, format, removed_schema(schema, removed_of))
 
-    def write_kept(self, path: Path, format: str, removed: np.ndarray) -> None:
+    def write_kept(self, path: Path, format: str, removed: np.ndarray, texts_of: np.ndarray = NO_ROWS) -> None:
         """The kept rows (removed: int64 ascending, the documents removed), shard by shard, into
-        one file."""
+        one file; texts_of: as write_files takes it."""
         # Every shard's rows get the unified columns, as the in-memory run's one table has them.
         schema, kept, consequence = self.schema(), Kept.leaving_out(removed), self.unwritten()
+        batches = self._kept_batches(kept, schema, consequence, texts_of)
         if format == "parquet":
             with pq.ParquetWriter(path, schema) as writer:
-                for batch in self._kept_batches(kept, schema, consequence):
+                for batch in batches:
                     writer.write_batch(batch)
         else:
-            write_jsonl_batches(self._kept_batches(kept, schema, consequence), path)
+            write_jsonl_batches(batches, path)
 
 
 def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,
