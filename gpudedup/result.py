@@ -412,9 +412,10 @@ def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: b
     and the run left its clusters in its work directory's parts (each part made from the parts
     that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
     clustered = parts_written_by_tasks(result, dataset, executor)
-    if clustered is None or executor is None:
+    if clustered is None:
         write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
         return
+    assert executor is not None  # (parts_written_by_tasks: a cluster's executor)
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
     parts, = executor.share(clustered)  # (every task reads the parts' description)
     executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type,

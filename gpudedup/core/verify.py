@@ -184,7 +184,8 @@ class SetsBuilder:
         """lengths: int64 (n,), each document's code points (or tokens) to come, in row order:
         a document has at most one shingle per unit, plus one; limit: bytes, or None for none."""
         self.lengths, self.limit = lengths, limit
-        self.columns = np.empty(int(np.sum(lengths)) + lengths.shape[0], dtype=np.int64)
+        self.total_units = int(np.sum(lengths))
+        self.columns = np.empty(self.total_units + lengths.shape[0], dtype=np.int64)
         self.counts: list[np.ndarray] = []
         self.used = self.rows = self.units = 0
         self.kept = True
@@ -197,7 +198,7 @@ class SetsBuilder:
         self.units += int(self.lengths[self.rows : self.rows + counts.shape[0]].sum())
         self.rows += counts.shape[0]
         if self.limit is not None:
-            projected = (self.used + columns.shape[0]) * max(int(self.lengths.sum()), 1) / max(self.units, 1)
+            projected = (self.used + columns.shape[0]) * max(self.total_units, 1) / max(self.units, 1)
             if SET_ELEMENT_BYTES * projected > self.limit:
                 self.kept, self.columns, self.counts = False, np.zeros(0, np.int64), []
                 return
