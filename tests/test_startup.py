@@ -57,7 +57,7 @@ def test_a_run_on_one_document_loads_no_kernels_and_no_figures():
     assert sorted(set(NOT_FOR_A_SMALL_RUN) & set(loaded)) == []
 
 
-def test_a_cli_run_that_writes_its_output_loads_no_matplotlib(tmp_path):
+def test_a_cli_run_that_writes_its_output_loads_no_matplotlib_and_no_pandas(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(i), "text": text}) + "\n" for i, text in
                               enumerate(["the cat sat on the mat today", "the cat sat on the mat today!", "a dog"])))
@@ -68,7 +68,23 @@ def test_a_cli_run_that_writes_its_output_loads_no_matplotlib(tmp_path):
                           "try:\n    main()\nexcept SystemExit as leaving:\n    assert not leaving.code, leaving.code")
     assert {"s_curve.svg", "candidates_histogram.svg", "report.html"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "report.json").read_text())["results"]["clusters"] == 1
-    assert "gpudedup" in loaded and "matplotlib" not in loaded
+    assert "gpudedup" in loaded and "pyarrow" in loaded
+    assert "matplotlib" not in loaded and "pandas" not in loaded
+
+
+def test_pyarrow_settled_without_pandas_still_converts_to_and_from_pandas():
+    """A command in this process tells pyarrow there is no pandas (cli.common.settle_pyarrow);
+    a conversion that needs pandas afterwards imports it and gives what it always gives."""
+    loaded_after("from gpudedup.cli.common import settle_pyarrow\n"
+                 "import sys\n"
+                 "settle_pyarrow(pandas=False)\n"
+                 "import pyarrow as pa\n"
+                 "assert pa.array([1, 2]).to_numpy().tolist() == [1, 2] and 'pandas' not in sys.modules\n"
+                 "assert pa.array([1, None]).to_pandas().isna().tolist() == [False, True]\n"
+                 "import pandas as pd\n"
+                 "table = pa.Table.from_pandas(pd.DataFrame({'a': [1.0, None]}), preserve_index=False)\n"
+                 "assert table.column('a').null_count == 1\n"
+                 "assert pa.array(pd.Series(['x', None])).to_pylist() == ['x', None]\n")
 
 
 def test_the_kernels_start_once_the_reference_route_has_read_enough_text(fresh_start):

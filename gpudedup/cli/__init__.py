@@ -182,8 +182,9 @@ def dedup_command(
     Example: `gpudedup dedup shards/ -o out/ --threshold 0.8`
     """
     from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
+    from ..api import on_dask
 
-    with user_errors(context) as guard:
+    with user_errors(context, pandas=on_dask(work_dir, None, scheduler, workers)) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         if against is not None:
             # (start-up: `--help` and completion load no job)
@@ -333,7 +334,7 @@ def demo_command(
     from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
     from ..io.outputdir import check_output_dir
 
-    with user_errors(context) as guard:
+    with user_errors(context, pandas=False) as guard:  # (a run in this process)
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
         from importlib import resources  # (start-up: only the demo reads the shipped sample)
 

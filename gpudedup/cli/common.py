@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, List, Optional, cast
 
@@ -220,13 +221,44 @@ def interrupt_behind(error: Optional[BaseException]) -> Optional[BaseException]:
     return seen if seen is not None else error
 
 
+def settle_pyarrow(pandas: bool) -> None:
+    """Make pyarrow's first conversion now. pyarrow looks for pandas on its first conversion of
+    any array, and swallows whatever is raised meanwhile, a KeyboardInterrupt included: so it
+    is made before a signal turns into an exception. Where the command has no use for pandas
+    (pandas False), pandas is out of reach during it: pyarrow then takes pandas for absent and
+    does not import it (about 0.12 s of a run's start) until a conversion that needs pandas,
+    which imports it then."""
+    import pyarrow as pa  # (start-up: --help and argument errors load no pyarrow)
+
+    hidden = not pandas and "pandas" not in sys.modules
+    if hidden:
+        sys.meta_path.insert(0, _NoPandas)
+    try:
+        pa.array([True]).to_numpy(zero_copy_only=False)
+    finally:
+        if hidden:
+            sys.meta_path.remove(_NoPandas)
+
+
+class _NoPandas:
+    """A finder (sys.meta_path) for which pandas is not installed (settle_pyarrow)."""
+
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if name == "pandas":
+            raise ModuleNotFoundError("No module named 'pandas'", name=name)
+        return None
+
+
 class user_errors:
     """Turn GpudedupError into one line on stderr, in the words of the options of the command of
     ``context`` (in_option_words), and exit code 2; SIGINT (Ctrl-C), SIGTERM and SIGHUP into one
     line and exit code 128 + the signal (130, 143, 129)."""
 
-    def __init__(self, context: typer.Context):
-        self.context = context
+    def __init__(self, context: typer.Context, pandas: bool = True):
+        """pandas: whether the command may convert to or from pandas (a run on Dask, whose
+        frames are pandas'); False for a run in this process over files (settle_pyarrow)."""
+        self.context, self.pandas = context, pandas
         self.written: Optional[Location] = None  # a command sets it once its output is in place
 
     def done(self) -> None:
@@ -236,12 +268,7 @@ class user_errors:
         set_phase("done")
 
     def __enter__(self):
-        # pyarrow imports pandas on its first conversion to numpy and swallows any exception
-        # raised meanwhile, a KeyboardInterrupt included: do it while a signal still ends the
-        # process at once.
-        import pyarrow as pa
-
-        pa.array([True]).to_numpy(zero_copy_only=False)
+        settle_pyarrow(self.pandas)  # (while a signal still ends the process at once)
         note_written(None)
         set_phase("running")
         return self

@@ -142,13 +142,14 @@ def add_command(
     Example: `gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id`
     """
     # (start-up: `--help` and completion load no index)
+    from ..api import on_dask
     from ..index import Index
     from ..io.inputs import Selection, scan_inputs
     from ..io.layout import check_output_names
     from ..io.outputdir import check_run_places
     from .common import command_paths
 
-    with user_errors(context) as guard:
+    with user_errors(context, pandas=on_dask(work_dir, None, scheduler, workers)) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         # Apart from the inputs and the index, before any work (Index.add looks at what the
         # inputs resolve to).
