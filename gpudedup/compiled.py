@@ -34,12 +34,25 @@ from .threads import HOST_THREADS
 # "numba" takes the compiled route whatever the size of the work.
 KERNEL_SWITCH = "GPUDEDUP_CPU_KERNELS"
 
-# Bytes of text a process shingles on the reference route before it starts the kernels: per
-# host thread, the text on which the reference route spends, beyond what the kernels would, about
+# The work (text_work) a process does on the reference route before it starts the kernels: per
+# host thread, the work on which the reference route spends, beyond what the kernels would, about
 # the time their start takes one core (scripts/bench_sizes.py measures both sides). The batches
 # run on every thread and the start on one, so the amount grows with the threads. Results are
 # the same on either route; this decides only how long a run takes.
 REFERENCE_WORK = (8 << 20) * HOST_THREADS
+
+# The reference route's work per byte of text, by shingle kind: it costs per shingle, and a
+# char n-gram starts at every code point, a word n-gram at every word. Where the whole command
+# took as long on either route (cuts of the benchmark corpus, 5-grams, 2 cores, each route
+# forced with GPUDEDUP_CPU_KERNELS): char 6-8 MB of text, word 25-30 MB; these weights put
+# the start at 8 and 27 MB there. Token ids (4 bytes each, one shingle each) count as bytes.
+TEXT_WORK_PER_BYTE = {"char": 2.0, "word": 0.6, "token": 1.0}
+
+
+def text_work(text_bytes: int, kind: str) -> int:
+    """The reference route's work (compiled_route, expect_text) for ``text_bytes`` bytes of
+    text cut into ``kind`` shingles (ShingleSpec.kind)."""
+    return int(text_bytes * TEXT_WORK_PER_BYTE[kind])
 
 
 class _Start:
@@ -71,8 +84,8 @@ def kernels_on() -> bool:
 
 def compiled_route(work: int = 0) -> bool:
     """Whether a step takes the compiled route: kernels_on(), and the kernels are started in
-    this process, or GPUDEDUP_CPU_KERNELS=numba asks for them, or the reference route's text
-    reaches REFERENCE_WORK with this step's ``work`` (bytes of text; a signature pass's batch),
+    this process, or GPUDEDUP_CPU_KERNELS=numba asks for them, or the reference route's work
+    reaches REFERENCE_WORK with this step's ``work`` (text_work of a signature pass's batch),
     which then starts them. Steps that read no text of their own (verification) pass 0 and
     follow what the signature passes started."""
     if not kernels_on():
@@ -85,9 +98,9 @@ def compiled_route(work: int = 0) -> bool:
 
 
 def expect_text(total: int) -> None:
-    """For a caller that knows a pass's whole text ahead (``total`` bytes; a signature pass):
-    where it reaches REFERENCE_WORK, the compiled route starts now, so that every batch runs on
-    it rather than the first ones on the reference route; otherwise nothing changes."""
+    """For a caller that knows a pass's whole text ahead (``total``: its text_work; a signature
+    pass): where it reaches REFERENCE_WORK, the compiled route starts now, so that every batch
+    runs on it rather than the first ones on the reference route; otherwise nothing changes."""
     if total >= REFERENCE_WORK:
         start_kernels()
 

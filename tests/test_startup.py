@@ -101,6 +101,17 @@ def test_a_pass_that_knows_its_text_starts_the_kernels_before_its_first_batch(fr
     assert compiled.compiled_route(0)
 
 
+@pytest.mark.parametrize("kind", ["char", "word"])
+def test_a_pass_counts_its_text_by_the_shingles_it_makes(fresh_start, monkeypatch, kind):
+    """The same text is more work for the reference route in char n-grams (one per code point)
+    than in word n-grams (one per word): a pass over it starts the kernels for the one only."""
+    monkeypatch.setattr(compiled, "REFERENCE_WORK", 1 << 20)
+    text = ["the quick brown fox jumps over the lazy dog " * 1000] * 20  # (880 kB)
+    backend = gpudedup.dedup(text, shingle=kind, backend="cpu").report["backend"]
+    assert ("numba" in backend) == (kind == "char")
+    assert compiled.text_work(1000, "char") > compiled.text_work(1000, "word")
+
+
 def test_the_switch_asks_for_either_route_at_any_size(fresh_start, monkeypatch):
     monkeypatch.setenv(KERNEL_SWITCH, "numpy")
     assert not compiled.compiled_route(compiled.REFERENCE_WORK)

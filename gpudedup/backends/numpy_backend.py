@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..compiled import announce_compiling, compiled_route, kernels_on, start_kernels
+from ..compiled import announce_compiling, compiled_route, kernels_on, start_kernels, text_work
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys
 from ..core.minhash import minhash_signatures
@@ -68,19 +68,19 @@ class NumpyBackend:
         return text
 
     def _route(self, work: int) -> Optional[ModuleType]:
-        """The kernels for a step of ``work`` bytes of text, or None: the numpy reference."""
+        """The kernels for a step of ``work`` (compiled.text_work), or None: the numpy reference."""
         if self._kernels is None and compiled_route(work):
             self._kernels = shingling_kernels()
         return self._kernels if kernels_on() else None
 
     def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-        kernels = self._route(data.nbytes)
+        kernels = self._route(text_work(data.nbytes, spec.kind))
         if kernels is not None:
             return kernels.shingle_hashes(data, offsets, spec)
         return utf8_shingle_hashes(data, offsets, spec)
 
     def shingle_sets(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-        kernels = self._route(data.nbytes)
+        kernels = self._route(text_work(data.nbytes, spec.kind))
         if kernels is not None:
             return kernels.shingle_sets(data, offsets, spec)
         return unique_per_row(utf8_shingle_hashes(data, offsets, spec))

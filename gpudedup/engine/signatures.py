@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ..compiled import expect_text
+from ..compiled import expect_text, text_work
 from ..backends import Backend
 from ..core.hashing import Permutations
 from ..core.lsh import Banding
@@ -51,7 +51,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     """
     data, offsets = texts
     # A pass over enough text starts the compiled kernels now, not after its first batches.
-    expect_text(int(offsets[-1]) * data.dtype.itemsize)
+    expect_text(text_work(int(offsets[-1]) * data.dtype.itemsize, spec.kind))
     progress.start("Shingling + MinHash", offsets.shape[0] - 1)
 
     def one_batch(rows: tuple[int, int]):
