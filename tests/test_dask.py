@@ -657,10 +657,10 @@ def test_a_work_dir_moves_between_the_local_scheduler_and_a_cluster(client, mixe
     untouched: the same files every time."""
     work = tmp_path / "work-mixed"
     shutil.copytree(finished / "work", work)  # (finished on the local scheduler)
-    stages = {"copies-parts", "candidates-parts", "pairs-parts"}
+    stages = {"copies", "candidates", "pairs"}
     assert {path.name for path in (work / "stages").iterdir()} == stages
     rm(work / "shards" / "00003")
-    rm(work / "stages" / "pairs-parts")
+    rm(work / "stages" / "pairs")
     signed_before = shard_markers(work)
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask", format="jsonl")
@@ -671,11 +671,11 @@ def test_a_work_dir_moves_between_the_local_scheduler_and_a_cluster(client, mixe
     # The local scheduler resumes from the cluster's stages, and does them again where gone.
     staged_run(mixed, work, tmp_path / "local-resumed", resume=True)
     assert_same_files(tmp_path / "local-resumed", finished / "reference")
-    rm(work / "stages" / "candidates-parts")
+    rm(work / "stages" / "candidates")
     staged_run(mixed, work, tmp_path / "local", resume=True)
     assert_same_files(tmp_path / "local", finished / "reference")
     # And the cluster resumes from those: verification done again from the candidates.
-    rm(work / "stages" / "pairs-parts")
+    rm(work / "stages" / "pairs")
     gpudedup.dedup(mixed, backend="cpu", work_dir=work, resume=True, client=client,
                    batch_bytes=3000).write(tmp_path / "dask-again", format="jsonl")
     assert_same_files(tmp_path / "dask-again", finished / "reference")

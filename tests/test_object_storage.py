@@ -476,7 +476,7 @@ def test_dask_run_writes_to_object_storage(corpus, monkeypatch, tmp_path, work_i
                    output=out, format="jsonl")
     assert min(sizes) <= 2000 < max(sizes), sizes  # both ways of moving
     if work_in_bucket:
-        assert {"stages/pairs-parts", "shards/00000", "clusters/00000"} <= set(units_under(work))
+        assert {"stages/pairs", "shards/00000", "clusters/00000"} <= set(units_under(work))
         assert not list((tmp_path / "cache").glob("*/*")), "a cache outlived the run"
         # A run stopped by an error on the workers (a repeated id) clears their caches too.
         texts = make_texts(20, seed=3)
@@ -716,7 +716,7 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
     units = units_under(work)
     plan = np.load(pa.BufferReader(storage.read_bytes(storage.Remote(f"{work}/plan.npy"))))
     assert sorted(signed) == list(range(plan.shape[0])) and plan.shape[0] > 8
-    stages = {"stages/copies-parts", "stages/candidates-parts", "stages/pairs-parts"}
+    stages = {"stages/copies", "stages/candidates", "stages/pairs"}
     assert {f"shards/{index:05d}" for index in signed} | stages <= set(units)
     assert any(unit.startswith("sets/") for unit in units)
     for unit, marker in units.items():  # every file of a unit, as big as its marker says
@@ -783,7 +783,7 @@ def test_units_without_their_marker_are_written_again(corpus, monkeypatch, tmp_p
     first = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
     _ = first.pairs, first.clusters, first.keep  # (read now: the resume makes the clusters again)
     filesystem, path = pafs.FileSystem.from_uri(work)
-    for unit in ("shards/00002", "stages/pairs-parts"):
+    for unit in ("shards/00002", "stages/pairs"):
         filesystem.delete_file(f"{path}/{unit}/{MARKER}")
     put(f"{work}/shards/00002/stray.npy", b"half a file")
     signed = counting_signs(monkeypatch)
@@ -792,7 +792,7 @@ def test_units_without_their_marker_are_written_again(corpus, monkeypatch, tmp_p
     assert again.pairs.equals(first.pairs) and again.clusters.equals(first.clusters)
     np.testing.assert_array_equal(again.keep, first.keep)
     assert "shards/00002/stray.npy" not in objects_under(work)
-    assert {"shards/00002", "stages/pairs-parts"} <= set(units_under(work))
+    assert {"shards/00002", "stages/pairs"} <= set(units_under(work))
 
 
 def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, tmp_path):

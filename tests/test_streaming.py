@@ -457,17 +457,17 @@ def rm(path: Path) -> None:
 
 
 MUTATIONS = {
-    "no_pairs": lambda w: rm(w / "stages" / "pairs-parts"),
-    "no_candidates": lambda w: rm(w / "stages" / "candidates-parts"),
-    "no_copies": lambda w: rm(w / "stages" / "copies-parts"),
+    "no_pairs": lambda w: rm(w / "stages" / "pairs"),
+    "no_candidates": lambda w: rm(w / "stages" / "candidates"),
+    "no_copies": lambda w: rm(w / "stages" / "copies"),
     "no_stages": lambda w: rm(w / "stages"),
     "some_shards": lambda w: [rm(w / "shards" / f"{i:05d}") for i in (0, 4, 7)],
     "some_shards_and_stages": lambda w: [rm(p) for p in [w / "stages", w / "shards" / "00001", w / "shards" / "00009"]],
     "no_sets": lambda w: rm(w / "sets"),
-    "no_sets_no_pairs": lambda w: [rm(w / "sets"), rm(w / "stages" / "pairs-parts")],
+    "no_sets_no_pairs": lambda w: [rm(w / "sets"), rm(w / "stages" / "pairs")],
     "half_sets_no_stages": lambda w: [rm(p) for p in sorted((w / "sets").glob("*/*"))[::2] + [w / "stages"]],
     "temporary_leftovers": lambda w: [(w / ".tmp-half").mkdir(), (w / ".tmp-half" / "keys.npy").write_bytes(b"x"),
-                                      (w / ".tmp-file").write_bytes(b"x"), rm(w / "stages" / "pairs-parts")],
+                                      (w / ".tmp-file").write_bytes(b"x"), rm(w / "stages" / "pairs")],
     "manifest_only": lambda w: [rm(p) for p in w.iterdir() if p.is_dir()],
 }
 

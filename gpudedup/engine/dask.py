@@ -77,8 +77,6 @@ class DaskStages:
     directory (engine/clusterparts.py). The store each method takes is a disk.WorkDirStore,
     whose shards the tasks read."""
 
-    in_parts = True
-
     def __init__(self, executor: DaskExecutor):
         self.executor = executor
         # Read once, so that every stage of the run cuts at the same size, and a wrong setting

@@ -85,9 +85,9 @@ from .workdir import WorkDir
 # 8: on a cluster, so do the identical copies, engine/copyparts.py; 9: a shard's info holds the
 # stamp of what it read, io/stamps.py, which the write checks the file against; 10: a
 # cluster's parts are Parquet files, part.parquet, and a unit on object storage is complete
-# with _complete.json; 11: a cluster's stages are WORK/stages/<name>-parts/, apart from one
-# process's).
-WORK_DIR_FORMAT = 11
+# with _complete.json; 12: every run's stages are WORK/stages/<name>/, in the one form its
+# runner keeps).
+WORK_DIR_FORMAT = 12
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:

@@ -70,26 +70,22 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
         return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
-    def cached(stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        # A stage that Dask's tasks kept (its pairs in parts of the work directory) and one that
-        # this process kept (its pairs held: a run against an index) are different results: no
-        # stage reads the other form.
-        return store.cached(f"{stage}-parts" if stages.in_parts else stage, compute)
-
+    # A work directory keeps its stages in one form: in parts where Dask's tasks made them, held
+    # in a run against an index, whose work directories are apart (api.staged_dedup's fingerprint).
     with log.stage("copies"):
-        copies = copies_of_arrays(store, cached("copies", lambda: copies_arrays(
+        copies = copies_of_arrays(store, store.cached("copies", lambda: copies_arrays(
             stages.copies(store, progress))))
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        likely = LikelyPairs.of_arrays(cached("candidates", lambda: stages.likely_pairs(
+        likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: stages.likely_pairs(
             store, copies, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
         store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        checked = CheckedPairs.of_arrays(cached("pairs", lambda: stages.checked_pairs(
+        checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: stages.checked_pairs(
             store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
         verified = checked.verified(store, params.threshold)

@@ -43,8 +43,6 @@ class HeldStages:
     held. executor: the run's, whose tasks spill the shingle sets a store reads from its work
     directory (Store.set_reader); a held result is read here whatever it is."""
 
-    in_parts = False
-
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 

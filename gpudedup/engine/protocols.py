@@ -123,10 +123,7 @@ class Executor(Protocol):
 
 class Stages(Protocol):
     """The steps over the whole corpus, as one runner does them (the module docstring).
-    executor: whose tasks run them; in_parts: the stages keep their pairs in parts of the work
-    directory (Dask's), not held."""
-
-    in_parts: bool
+    executor: whose tasks run them."""
 
     @property
     def executor(self) -> Executor:
