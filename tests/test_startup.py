@@ -72,6 +72,18 @@ def test_a_cli_run_that_writes_its_output_loads_no_matplotlib_and_no_pandas(tmp_
     assert "matplotlib" not in loaded and "pandas" not in loaded
 
 
+def test_pandas_is_kept_out_only_of_runs_in_this_process_that_cudf_cannot_read(monkeypatch):
+    from gpudedup.cli.common import pandas_wanted
+    from gpudedup.io import cudf_reader
+
+    monkeypatch.setattr(cudf_reader, "cudf_installed", lambda: False)
+    assert not pandas_wanted(None, None, None, "cpu") and not pandas_wanted(None, None, None, "auto")
+    assert pandas_wanted("work", None, None, "cpu")  # Dask's frames are pandas'
+    assert pandas_wanted(None, "tcp://scheduler:8786", None, "cpu") and pandas_wanted(None, None, 2, "cpu")
+    monkeypatch.setattr(cudf_reader, "cudf_installed", lambda: True)  # (cuDF brings pandas itself)
+    assert pandas_wanted(None, None, None, "auto") and not pandas_wanted(None, None, None, "cpu")
+
+
 def test_pyarrow_settled_without_pandas_still_converts_to_and_from_pandas():
     """A command in this process tells pyarrow there is no pandas (cli.common.settle_pyarrow);
     a conversion that needs pandas afterwards imports it and gives what it always gives."""

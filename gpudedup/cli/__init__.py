@@ -23,8 +23,8 @@ from ..version import __version__
 from ..display import largest_cluster_rows
 from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
                      BackendChoice, Exclude, GroupField, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
-                     command_paths, err, interrupt_told, out, print_error, print_summary, unicode_form,
-                     user_errors, WriteRemoved)
+                     command_paths, err, interrupt_told, out, pandas_wanted, print_error, print_summary,
+                     unicode_form, user_errors, WriteRemoved)
 from .evaluate import evaluate_command
 from .index import index_app
 
@@ -182,9 +182,8 @@ def dedup_command(
     Example: `gpudedup dedup shards/ -o out/ --threshold 0.8`
     """
     from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
-    from ..api import on_dask
 
-    with user_errors(context, pandas=on_dask(work_dir, None, scheduler, workers)) as guard:
+    with user_errors(context, pandas_wanted(work_dir, scheduler, workers, backend.value)) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         if against is not None:
             # (start-up: `--help` and completion load no job)
@@ -334,7 +333,7 @@ def demo_command(
     from ..api import dedup as run_api_dedup  # (start-up: `--help` and completion load no job)
     from ..io.outputdir import check_output_dir
 
-    with user_errors(context, pandas=False) as guard:  # (a run in this process)
+    with user_errors(context, pandas_wanted(None, None, None, backend.value)) as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
         from importlib import resources  # (start-up: only the demo reads the shipped sample)
 

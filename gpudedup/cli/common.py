@@ -240,6 +240,17 @@ def settle_pyarrow(pandas: bool) -> None:
             sys.meta_path.remove(_NoPandas)
 
 
+def pandas_wanted(work_dir: Optional[str], scheduler: Optional[str], workers: Optional[int], backend: str) -> bool:
+    """Whether a command's run may convert to or from pandas (user_errors' pandas): one on Dask,
+    whose frames are pandas', or one that may read with cuDF (a GPU backend where cuDF is
+    installed), which brings pandas with it."""
+    # (start-up: --help and argument errors load neither the api nor pyarrow)
+    from ..api import on_dask
+    from ..io.cudf_reader import cudf_installed
+
+    return on_dask(work_dir, None, scheduler, workers) or (backend != "cpu" and cudf_installed())
+
+
 class _NoPandas:
     """A finder (sys.meta_path) for which pandas is not installed (settle_pyarrow)."""
 
@@ -256,8 +267,8 @@ class user_errors:
     line and exit code 128 + the signal (130, 143, 129)."""
 
     def __init__(self, context: typer.Context, pandas: bool = True):
-        """pandas: whether the command may convert to or from pandas (a run on Dask, whose
-        frames are pandas'); False for a run in this process over files (settle_pyarrow)."""
+        """pandas: whether the command may convert to or from pandas (pandas_wanted); False
+        for a run in this process over files (settle_pyarrow)."""
         self.context, self.pandas = context, pandas
         self.written: Optional[Location] = None  # a command sets it once its output is in place
 

@@ -16,7 +16,7 @@ from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAU
     DEFAULT_THRESHOLD
 from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
                      BackendChoice, Exclude, GroupField, Include, OnError, OutputFormat, Shingle, UnicodeChoice,
-                     WriteRemoved, err, out, print_summary, unicode_form, user_errors)
+                     WriteRemoved, err, out, pandas_wanted, print_summary, unicode_form, user_errors)
 
 index_app = typer.Typer(
     name="index",
@@ -142,14 +142,13 @@ def add_command(
     Example: `gpudedup index add idx/ week1/ -o out/ --tag week1 --id-field id`
     """
     # (start-up: `--help` and completion load no index)
-    from ..api import on_dask
     from ..index import Index
     from ..io.inputs import Selection, scan_inputs
     from ..io.layout import check_output_names
     from ..io.outputdir import check_run_places
     from .common import command_paths
 
-    with user_errors(context, pandas=on_dask(work_dir, None, scheduler, workers)) as guard:
+    with user_errors(context, pandas_wanted(work_dir, scheduler, workers, backend.value)) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         # Apart from the inputs and the index, before any work (Index.add looks at what the
         # inputs resolve to).
