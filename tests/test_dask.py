@@ -652,7 +652,7 @@ def test_the_cli_starts_a_local_cluster(corpus, tmp_path):
 @pytest.mark.timeout(90)  # five runs: 12-20 s alone
 def test_a_work_dir_moves_between_the_local_scheduler_and_a_cluster(client, mixed, finished, tmp_path):
     """A work directory moves between Dask's local scheduler (a run without a cluster) and a
-    cluster: both keep the same stages, their pairs in parts (WORK/stages/<name>-parts/), so
+    cluster: both keep the same stages, their pairs in parts (WORK/stages/<name>/), so
     each resumes what the other finished and does again what is gone, its signed shards
     untouched: the same files every time."""
     work = tmp_path / "work-mixed"

@@ -342,8 +342,8 @@ def staged(tmp_path_factory) -> Path:
 
 DAMAGES = {
     "truncated plan": ("plan.npy", lambda data: data[:50]),
-    "garbage stage array": ("stages/pairs-parts/first.npy", lambda data: bytes(range(256)) * 4),
-    "truncated stage array": ("stages/candidates-parts/first.npy", lambda data: data[:len(data) - 9]),
+    "garbage stage array": ("stages/pairs/first.npy", lambda data: bytes(range(256)) * 4),
+    "truncated stage array": ("stages/candidates/first.npy", lambda data: data[:len(data) - 9]),
     "truncated shard info": ("shards/00000/info.json", lambda data: data[:len(data) // 2]),
     "garbage shard ids": ("shards/00000/ids.parquet", lambda data: b"not parquet" * 20),
     "truncated manifest": ("manifest.json", lambda data: data[:40]),
