@@ -226,8 +226,9 @@ def settle_pyarrow(pandas: bool) -> None:
     any array, and swallows whatever is raised meanwhile, a KeyboardInterrupt included: so it
     is made before a signal turns into an exception. Where the command has no use for pandas
     (pandas False), pandas is out of reach during it: pyarrow then takes pandas for absent and
-    does not import it (about 0.12 s of a run's start) until a conversion that needs pandas,
-    which imports it then."""
+    does not import it (with its teardown, about 0.2 s of a fresh process) until a conversion
+    that needs pandas, which imports it then. Meanwhile pyarrow takes a pandas object for a
+    plain sequence: a command that hides pandas hands pyarrow none (pandas_wanted)."""
     import pyarrow as pa  # (start-up: --help and argument errors load no pyarrow)
 
     hidden = not pandas and "pandas" not in sys.modules
