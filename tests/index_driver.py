@@ -172,6 +172,8 @@ def serve() -> None:
 
     for request_line in sys.stdin:
         request = json.loads(request_line)
+        # Made here, not by the child: a child killed before it opens its stderr leaves it empty.
+        os.close(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         pid = os.fork()
         if pid == 0:
             try:
