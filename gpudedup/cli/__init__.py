@@ -21,7 +21,9 @@ from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFA
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
 from ..display import largest_cluster_rows
-from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BandsOption, BucketWindowOption,
+                     LowOption, MaxFnOption, MaxFpOption, NgramOption, NumPermOption, RowsOption, SeedOption,
+                     ShingleOption, StripPunctuationOption, StripSymbolsOption, ThresholdOption, UnicodeOption,
                      BackendChoice, Exclude, GroupField, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
                      command_paths, err, interrupt_told, out, pandas_wanted, print_error, print_summary,
                      unicode_form, user_errors, WriteRemoved)
@@ -91,40 +93,20 @@ def dedup_command(
         help="Deduplicate against this persistent index too (`gpudedup index`), adding nothing to it; the "
              "index's parameters are used.", show_default=False, rich_help_panel=INPUT_PANEL)] = None,
     # Shingles and LSH: what decides which documents are near-duplicates.
-    threshold: Annotated[float, typer.Option(
-        help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].",
-        rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
-    shingle: Annotated[Shingle, typer.Option(
-        help="Word or character n-grams of the text, or n-grams of token ids (--token-field).",
-        rich_help_panel=SIMILARITY_PANEL)] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units (words, characters or token ids) per shingle.",
-                                       rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NGRAM,
-    unicode: Annotated[UnicodeChoice, typer.Option(
-        help="Unicode normalisation form applied before lower-casing.",
-        rich_help_panel=SIMILARITY_PANEL)] = UnicodeChoice.none,
-    strip_punctuation: Annotated[bool, typer.Option(
-        "--strip-punctuation", help="Remove punctuation (Unicode categories P) before white space is collapsed.",
-        rich_help_panel=SIMILARITY_PANEL)] = False,
-    strip_symbols: Annotated[bool, typer.Option(
-        "--strip-symbols", help="Remove symbols (Unicode categories S) likewise.",
-        rich_help_panel=SIMILARITY_PANEL)] = False,
-    num_perm: Annotated[int, typer.Option(
-        help="MinHash permutation budget K; bands x rows of them are computed.",
-        rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
-    bands: Annotated[Optional[int], typer.Option(
-        help="LSH bands b (with --rows). Default: chosen from the threshold and the targets (`gpudedup "
-             "params`).", show_default=False,
-        rich_help_panel=SIMILARITY_PANEL)] = None,
-    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False,
-                                                rich_help_panel=SIMILARITY_PANEL)] = None,
+    threshold: ThresholdOption = DEFAULT_THRESHOLD,
+    shingle: ShingleOption = Shingle.word,
+    ngram: NgramOption = DEFAULT_NGRAM,
+    unicode: UnicodeOption = UnicodeChoice.none,
+    strip_punctuation: StripPunctuationOption = False,
+    strip_symbols: StripSymbolsOption = False,
+    num_perm: NumPermOption = DEFAULT_NUM_PERM,
+    bands: BandsOption = None,
+    rows: RowsOption = None,
     max_fn: MaxFnOption = DEFAULT_MAX_FN,
     low: LowOption = None,
     max_fp: MaxFpOption = None,
-    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.",
-                                      rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
-    bucket_window: Annotated[int, typer.Option(
-        help="Pair each document of an LSH bucket with at most this many that follow it.",
-        rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
+    seed: SeedOption = DEFAULT_SEED,
+    bucket_window: BucketWindowOption = DEFAULT_BUCKET_WINDOW,
     # Output: what is written, and where.
     output: Annotated[str, typer.Option("--output", "-o", help="Directory (or URL) to write the results into.",
                                         show_default=False, rich_help_panel=OUTPUT_PANEL)],
@@ -248,27 +230,20 @@ def dedup_command(
 @app.command("params")
 def params_command(
     context: typer.Context,
-    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.",
-                                             rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
-    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K (b x r <= K).",
-                                          rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
+    threshold: ThresholdOption = DEFAULT_THRESHOLD,
+    num_perm: NumPermOption = DEFAULT_NUM_PERM,
     max_fn: MaxFnOption = DEFAULT_MAX_FN,
     low: LowOption = None,
     max_fp: MaxFpOption = None,
     bands: Annotated[Optional[int], typer.Option(
         help="Describe this b (with --rows) instead of choosing.", show_default=False,
         rich_help_panel=SIMILARITY_PANEL)] = None,
-    rows: Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False,
-                                                rich_help_panel=SIMILARITY_PANEL)] = None,
-    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams (shown in the plan).",
-                                             rich_help_panel=SIMILARITY_PANEL)] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units per shingle.", rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NGRAM,
-    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.",
-                                                   rich_help_panel=SIMILARITY_PANEL)] = UnicodeChoice.none,
-    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove punctuation.",
-                                                    rich_help_panel=SIMILARITY_PANEL)] = False,
-    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove symbols.",
-                                                rich_help_panel=SIMILARITY_PANEL)] = False,
+    rows: RowsOption = None,
+    shingle: ShingleOption = Shingle.word,
+    ngram: NgramOption = DEFAULT_NGRAM,
+    unicode: UnicodeOption = UnicodeChoice.none,
+    strip_punctuation: StripPunctuationOption = False,
+    strip_symbols: StripSymbolsOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.",
                                               rich_help_panel=OUTPUT_PANEL)] = False,
 ):

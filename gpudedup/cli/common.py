@@ -305,8 +305,33 @@ class user_errors:
         return False
 
 
-# The banding targets' options, alike in every command that chooses b and r (dedup, params,
-# index create): each declared once.
+# The options that decide results, alike in every command that fixes them (dedup, index
+# create; params for the banding targets): each declared once.
+ThresholdOption = Annotated[float, typer.Option(
+    help="Keep pairs whose exact Jaccard similarity is at least this, in (0, 1].", rich_help_panel=SIMILARITY_PANEL)]
+ShingleOption = Annotated[Shingle, typer.Option(
+    help="Word or character n-grams of the text, or n-grams of token ids (--token-field).",
+    rich_help_panel=SIMILARITY_PANEL)]
+NgramOption = Annotated[int, typer.Option(help="Units (words, characters or token ids) per shingle.",
+                                          rich_help_panel=SIMILARITY_PANEL)]
+UnicodeOption = Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form applied before lower-casing.",
+                                                      rich_help_panel=SIMILARITY_PANEL)]
+StripPunctuationOption = Annotated[bool, typer.Option(
+    "--strip-punctuation", help="Remove punctuation (Unicode categories P) before white space is collapsed.",
+    rich_help_panel=SIMILARITY_PANEL)]
+StripSymbolsOption = Annotated[bool, typer.Option("--strip-symbols", help="Remove symbols (Unicode categories S) "
+                                                  "likewise.", rich_help_panel=SIMILARITY_PANEL)]
+NumPermOption = Annotated[int, typer.Option(help="MinHash permutation budget K; bands x rows of them are computed.",
+                                            rich_help_panel=SIMILARITY_PANEL)]
+BandsOption = Annotated[Optional[int], typer.Option(
+    help="LSH bands b (with --rows). Default: chosen from the threshold and the targets (`gpudedup params`).",
+    show_default=False, rich_help_panel=SIMILARITY_PANEL)]
+RowsOption = Annotated[Optional[int], typer.Option(help="Rows r per band (with --bands).", show_default=False,
+                                                   rich_help_panel=SIMILARITY_PANEL)]
+SeedOption = Annotated[int, typer.Option(help="Seed of the MinHash permutations.", rich_help_panel=SIMILARITY_PANEL)]
+BucketWindowOption = Annotated[int, typer.Option(
+    help="Pair each document of an LSH bucket with at most this many that follow it.",
+    rich_help_panel=SIMILARITY_PANEL)]
 MaxFnOption = Annotated[float, typer.Option(help=MAX_FN_HELP, rich_help_panel=SIMILARITY_PANEL)]
 LowOption = Annotated[Optional[float], typer.Option(help=LOW_HELP, show_default=False,
                                                     rich_help_panel=SIMILARITY_PANEL)]

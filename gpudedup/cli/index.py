@@ -14,7 +14,9 @@ from rich.markup import escape
 from ..errors import InputError
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
-from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, LowOption, MaxFnOption, MaxFpOption,
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, BandsOption, BucketWindowOption,
+                     LowOption, MaxFnOption, MaxFpOption, NgramOption, NumPermOption, RowsOption, SeedOption,
+                     ShingleOption, StripPunctuationOption, StripSymbolsOption, ThresholdOption, UnicodeOption,
                      BackendChoice, Exclude, GroupField, Include, OnError, OutputFormat, Shingle, UnicodeChoice,
                      WriteRemoved, err, out, pandas_wanted, print_summary, unicode_form, user_errors)
 
@@ -37,30 +39,20 @@ class VerifyFrom(str, Enum):
 def create_command(
     context: typer.Context,
     index: IndexPath,
-    threshold: Annotated[float, typer.Option(help="Jaccard similarity that pairs must reach.",
-                                             rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_THRESHOLD,
-    shingle: Annotated[Shingle, typer.Option(help="word, char or token n-grams.",
-                                             rich_help_panel=SIMILARITY_PANEL)] = Shingle.word,
-    ngram: Annotated[int, typer.Option(help="Units per shingle.", rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NGRAM,
-    unicode: Annotated[UnicodeChoice, typer.Option(help="Unicode normalisation form.",
-                                                   rich_help_panel=SIMILARITY_PANEL)] = UnicodeChoice.none,
-    strip_punctuation: Annotated[bool, typer.Option("--strip-punctuation", help="Remove punctuation.",
-                                                    rich_help_panel=SIMILARITY_PANEL)] = False,
-    strip_symbols: Annotated[bool, typer.Option("--strip-symbols", help="Remove symbols.",
-                                                rich_help_panel=SIMILARITY_PANEL)] = False,
-    num_perm: Annotated[int, typer.Option(help="MinHash permutation budget K.",
-                                          rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_NUM_PERM,
-    bands: Annotated[Optional[int], typer.Option(help="LSH bands (with --rows).", show_default=False,
-                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
-    rows: Annotated[Optional[int], typer.Option(help="Rows per band (with --bands).", show_default=False,
-                                                rich_help_panel=SIMILARITY_PANEL)] = None,
+    threshold: ThresholdOption = DEFAULT_THRESHOLD,
+    shingle: ShingleOption = Shingle.word,
+    ngram: NgramOption = DEFAULT_NGRAM,
+    unicode: UnicodeOption = UnicodeChoice.none,
+    strip_punctuation: StripPunctuationOption = False,
+    strip_symbols: StripSymbolsOption = False,
+    num_perm: NumPermOption = DEFAULT_NUM_PERM,
+    bands: BandsOption = None,
+    rows: RowsOption = None,
     max_fn: MaxFnOption = DEFAULT_MAX_FN,
     low: LowOption = None,
     max_fp: MaxFpOption = None,
-    seed: Annotated[int, typer.Option(help="Seed of the MinHash permutations.",
-                                      rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
-    bucket_window: Annotated[int, typer.Option(help="As in dedup.",
-                                               rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
+    seed: SeedOption = DEFAULT_SEED,
+    bucket_window: BucketWindowOption = DEFAULT_BUCKET_WINDOW,
     verify_from: Annotated[VerifyFrom, typer.Option(
         help="How matches with indexed documents are checked exactly: `sets` stores each document's shingle "
              "set; `source` stores where it came from and reads it again (smaller; the files must be kept as "
