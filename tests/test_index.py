@@ -526,6 +526,29 @@ def index_keys_of(texts: list[str], index: Index) -> np.ndarray:
     return backend.band_keys(signatures, banding)
 
 
+def test_a_run_against_an_index_refuses_ids_of_the_other_kind(tmp_path):
+    """Integer ids against an index of string ids (and the other way round) are refused by a
+    run against it as by an add: cast to one type for the results, 0 and "0" would name two
+    documents by one id."""
+    text = "the cat sat on the mat and then it left the house"
+    strings = Index.create(tmp_path / "strings", threshold=0.7)
+    strings.add([{"id": "0", "text": text}], id_field="id", progress=False)
+    with pytest.raises(gpudedup.InputError, match="the index holds string ids, this input has int64 ids"):
+        strings.dedup([text + " again"], progress=False)
+    new = tmp_path / "new.jsonl"
+    write_jsonl(new, [{"id": 0, "text": text + " again"}])
+    refused = invoke("dedup", str(new), "-o", str(tmp_path / "out"), "--id-field", "id", "--against",
+                     str(strings.path))
+    assert_user_error(refused, "the index holds string ids, this input has int64 ids", out=tmp_path / "out")
+    numbers = Index.create(tmp_path / "numbers", threshold=0.7)
+    numbers.add([{"id": 0, "text": text}], id_field="id", progress=False)
+    with pytest.raises(gpudedup.InputError, match="the index holds int64 ids, this input has string ids"):
+        numbers.dedup([{"id": "0", "text": text + " again"}], id_field="id", progress=False)
+    # The same kind is taken: the indexed document is found.
+    found = strings.dedup([{"id": "1", "text": text + " again"}], id_field="id", progress=False)
+    assert found.pairs.to_pylist() == [{"id_a": "0", "id_b": "1", "jaccard": found.pairs["jaccard"][0].as_py()}]
+
+
 def test_review_cases(tmp_path):
     """What a review found: all_pairs of a run against an index; a query of the wrong kind; an
     add refused for its kind of ids writes nothing; remove --ids takes the index's kind of id;

@@ -30,7 +30,7 @@ from ..report import InputSummary
 from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..core.verify import csr_parts, stacked_sets
-from .reader import IndexReader, Matched
+from .reader import IndexReader, Matched, check_id_type
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -154,9 +154,12 @@ class IndexStore:
 
 
 def refuse_indexed_ids(reader: IndexReader, ids: pa.Array) -> None:
-    """InputError when one of the new documents' ``ids`` is the id of a live indexed document:
-    pairs and clusters name documents by id, so one id for an indexed and a new document would
-    make them ambiguous (and an add could not commit it)."""
+    """InputError when the new documents' ``ids`` are of the other kind than the index's
+    (integers against strings: cast to one type for the results, 0 and "0" would be one id), or
+    one of them is the id of a live indexed document: pairs and clusters name documents by id,
+    so one id for an indexed and a new document would make them ambiguous (and an add could not
+    commit it)."""
+    check_id_type(reader.manifest, ids)
     taken = reader.first_indexed(ids)
     if taken is not None:
         raise InputError(f"id {taken!r} of the new data is already in the index {reader.root}: ids must be unique "
