@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -270,8 +271,9 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client=, scheduler= and workers=")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+    if workers is not None and (not isinstance(workers, numbers.Integral) or isinstance(workers, bool) or workers < 1):
         raise ParameterError(f"workers= must be an integer >= 1; got {workers!r}")
+    workers = None if workers is None else int(workers)  # (numpy's integers as Python's, for Dask)
     if work_dir is None and workers is None:
         raise ParameterError("a Dask cluster needs a work directory (work_dir=) that every worker sees")
     with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import numbers
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Optional
 
 from .errors import ParameterError
@@ -116,11 +117,20 @@ class DedupParams:
     shard_bytes: Optional[int] = None
 
     def __post_init__(self):
+        # numpy's scalars (a notebook's np.arange of n-gram sizes) as Python's: the checks, the
+        # fingerprints and the report take Python numbers.
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, numbers.Integral) and type(value) not in (int, bool):
+                object.__setattr__(self, field.name, int(value))
+            elif isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) \
+                    and type(value) is not float:
+                object.__setattr__(self, field.name, float(value))
         check = _check
-        check(isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1,
+        check(_is_number(self.threshold) and 0 < self.threshold <= 1,
               "threshold", self.threshold, "a number in (0, 1]")
         check(self.shingle in ("word", "char", "token"), "shingle", self.shingle, "'word', 'char' or 'token'")
-        check(_is_int(self.ngram) and self.ngram >= 1, "ngram", self.ngram, "an integer >= 1")
+        check(_is_int(self.ngram) and self.ngram >= 1, "ngram", self.ngram, "an integer >= 1 (below 2**63)")
         check(self.unicode in (None, "nfc", "nfkc"), "unicode", self.unicode, "'nfc', 'nfkc' or None")
         check(isinstance(self.strip_punctuation, bool), "strip_punctuation", self.strip_punctuation, "True or False")
         check(isinstance(self.strip_symbols, bool), "strip_symbols", self.strip_symbols, "True or False")
@@ -137,19 +147,19 @@ class DedupParams:
             if self.bands * self.rows > self.num_perm:
                 raise ParameterError(f"bands x rows = {self.bands * self.rows} (bands={self.bands}, "
                                      f"rows={self.rows}) must be at most num_perm={self.num_perm}")
-        check(isinstance(self.max_fn, (int, float)) and 0 < self.max_fn < 1, "max_fn", self.max_fn,
+        check(_is_number(self.max_fn) and 0 < self.max_fn < 1, "max_fn", self.max_fn,
               "a probability in (0, 1)")
         _check_together(self, "low", "max_fp", "give both or neither")
         if self.low is not None:
-            check(isinstance(self.low, (int, float)) and 0 <= self.low < self.threshold, "low", self.low,
+            check(_is_number(self.low) and 0 <= self.low < self.threshold, "low", self.low,
                   f"a similarity in [0, {self.threshold}), below the threshold")
-            check(isinstance(self.max_fp, (int, float)) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
+            check(_is_number(self.max_fp) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
                   "a probability in (0, 1)")
-        check(_is_int(self.seed) and 0 <= self.seed < 2**64, "seed", self.seed,
+        check(_is_int(self.seed, 2**64) and 0 <= self.seed, "seed", self.seed,
               "an integer in [0, 2**64)")
         check(self.keep in ("first", "longest"), "keep", self.keep, "'first' or 'longest'")
         check(_is_int(self.bucket_window) and self.bucket_window >= 1, "bucket_window",
-              self.bucket_window, "an integer >= 1")
+              self.bucket_window, "an integer >= 1 (below 2**63)")
         check(self.batch_bytes is None or (_is_int(self.batch_bytes) and self.batch_bytes >= 1),
               "batch_bytes", self.batch_bytes, "an integer >= 1 (or None: the backend's default)")
         check(_is_int(self.batch_rows) and self.batch_rows >= 1, "batch_rows", self.batch_rows,
@@ -191,8 +201,15 @@ class DedupParams:
         return recorded
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int(value, below: int = 2**63) -> bool:
+    """An integer, not a bool, under ``below``: by default one that numpy holds as int64 (the
+    arrays it sizes or offsets would overflow on a larger one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value < below
+
+
+def _is_number(value) -> bool:
+    """A real number, not a bool (True is not a threshold)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check(ok: bool, name: str, value, allowed: str) -> None:

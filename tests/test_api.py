@@ -442,12 +442,30 @@ def test_write_bad_format(tmp_path):
     ({"batch_bytes": 0}, "batch_bytes"),
     ({"batch_rows": 0}, "batch_rows"),
     ({"backend": "tpu"}, "backend"),
+    ({"threshold": True}, "threshold"),  # (a bool is not a number here)
+    ({"ngram": 2**70}, "ngram"),  # (past int64: numpy's arrays would overflow)
+    ({"bucket_window": 2**70}, "bucket_window"),
+    ({"seed": 2**64}, "seed"),
 ])
 def test_bad_parameters(kwargs, name):
     with pytest.raises(ParameterError) as info:
         gpudedup.dedup(planted_texts(), **kwargs)
     assert name in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_numpy_scalars_are_taken_as_numbers():
+    """A notebook's numpy scalars (``for n in np.arange(3, 8)``) give the run of the same Python
+    numbers, and the report holds Python's numbers."""
+    texts = planted_texts()
+    numbered = gpudedup.dedup(texts, threshold=np.float32(0.75), ngram=np.int64(3), num_perm=np.int32(64),
+                              seed=np.uint64(2**64 - 1), max_fn=np.float64(0.02), progress=False)
+    plain = gpudedup.dedup(texts, threshold=float(np.float32(0.75)), ngram=3, num_perm=64, seed=2**64 - 1,
+                           max_fn=0.02, progress=False)
+    assert numbered.pairs.equals(plain.pairs) and numbered.clusters.equals(plain.clusters)
+    assert numbered.report.parameters == plain.report.parameters
+    assert {type(numbered.report.parameters[name]) for name in ("threshold", "max_fn")} == {float}
+    assert {type(numbered.report.parameters[name]) for name in ("ngram", "num_perm", "seed")} == {int}
 
 
 def test_parameters_checked_before_reading(tmp_path):
