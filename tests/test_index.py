@@ -549,6 +549,27 @@ def test_a_run_against_an_index_refuses_ids_of_the_other_kind(tmp_path):
     assert found.pairs.to_pylist() == [{"id_a": "0", "id_b": "1", "jaccard": found.pairs["jaccard"][0].as_py()}]
 
 
+def test_one_string_where_a_list_is_asked_is_refused(tmp_path):
+    """query and remove take lists: one string given alone is refused (a string iterates as its
+    characters: 49 empty answers, or nothing removed), and so is a tag that is not a string,
+    before an add does any work."""
+    text = "the cat sat on the mat and then it left the house"
+    index = Index.create(tmp_path / "index", threshold=0.7)
+    index.add([{"id": "doc-1", "text": text}], id_field="id", tag="a", progress=False)
+    with pytest.raises(gpudedup.ParameterError, match=r"pass \[text\]"):
+        index.query(text)
+    with pytest.raises(gpudedup.ParameterError, match=r"pass \['doc-1'\] to remove one"):
+        index.remove(ids="doc-1")
+    with pytest.raises(gpudedup.ParameterError, match="tag= must be a string"):
+        index.remove(tag=5)
+    out = tmp_path / "out"
+    with pytest.raises(gpudedup.ParameterError, match="tag= must be a string"):
+        index.add([text + " again"], tag=5, output=out, progress=False)
+    assert not out.exists() and index.info()["documents"] == 1
+    assert index.query([text])[0] == [("doc-1", 1.0)]
+    assert index.remove(ids=["doc-1"]) == 1
+
+
 def test_review_cases(tmp_path):
     """What a review found: all_pairs of a run against an index; a query of the wrong kind; an
     add refused for its kind of ids writes nothing; remove --ids takes the index's kind of id;

@@ -67,6 +67,12 @@ __all__ = ["Index"]
 UNTAGGED = "(untagged)"
 
 
+def check_tag(tag) -> None:
+    """ParameterError unless ``tag`` (an add's, a remove's) is a string or None."""
+    if tag is not None and not isinstance(tag, str):
+        raise ParameterError(f"tag= must be a string (or None); got {tag!r}")
+
+
 class Index:
     """A persistent index at ``path`` (made by ``Index.create``); see the module docstring."""
 
@@ -205,6 +211,7 @@ class Index:
         whose results were not written. The output and the work directory must not be, hold or
         lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
 
+        check_tag(tag)
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path)
         with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
@@ -329,6 +336,9 @@ class Index:
         the probe, and the exact Jaccard against the stored sets; nothing is written. The
         numpy backend by default: a handful of documents is not worth a device round trip."""
 
+        if isinstance(documents, (str, bytes)):
+            raise ParameterError("query takes a list of documents and gives a list of matches per document; got "
+                                 "one string: pass [text]")
         queries = list(documents)
         if not queries:
             return []
@@ -381,6 +391,10 @@ class Index:
         the index is read and dropped by ``compact``."""
         if (tag is None) == (ids is None):
             raise ParameterError("remove needs exactly one of tag= and ids=")
+        check_tag(tag)
+        if ids is not None and (isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__")):
+            raise ParameterError(f"ids= takes a list of ids (or a pyarrow array); got {ids!r}: pass [{ids!r}] to "
+                                 "remove one")
         with writer_lock(self.path), changing(self.path):
             manifest = read_manifest(self.path)
             collect_garbage(self.path, manifest)
