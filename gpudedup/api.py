@@ -157,7 +157,7 @@ def dedup(
                          max_memory=None if max_memory is None else parse_size(max_memory),
                          shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
     # Below, the content column is "text_field" whatever it holds (core/content.py).
-    text_field = content_field(params, text_field, token_field)
+    text_field = content_field(params, text_field, token_field, id_field)
     if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file,
@@ -234,8 +234,12 @@ def given_paths(data) -> list[Location]:
     return []
 
 
-def content_field(params: DedupParams, text_field: str, token_field: str) -> str:
-    """The column the shingles are cut from: token_field for token shingles, else text_field."""
+def content_field(params: DedupParams, text_field: str, token_field: str, id_field: Optional[str] = None) -> str:
+    """The column the shingles are cut from: token_field for token shingles, else text_field;
+    ParameterError unless the fields are names (id_field None: the row numbers or positions)."""
+    for name, value in (("text_field", text_field), ("token_field", token_field), ("id_field", id_field)):
+        if not (isinstance(value, str) or (value is None and name == "id_field")):
+            raise ParameterError(f"{name}= must be a column or field name (a string); got {value!r}")
     return token_field if params.shingle == "token" else text_field
 
 

@@ -358,8 +358,8 @@ def read_file_records(path, shown: str, text_field: str, id_field: Optional[str]
 
 
 def memory_records(data: Any, text_field: str, id_field: Optional[str]) -> list[InputRecord]:
-    """The records of in-memory data (a list of strings, a pyarrow Table, a pandas, polars or
-    cuDF DataFrame, a Hugging Face Dataset, an Arrow stream), read column by column."""
+    """The records of in-memory data (a list of strings, a pyarrow Table or Array, a pandas,
+    polars or cuDF DataFrame, a Hugging Face Dataset, an Arrow stream), read column by column."""
     texts, ids = memory_columns(data, text_field, id_field)
     return [InputRecord("<memory>", i, i if ids is None else ids[i], text) for i, text in enumerate(texts)]
 
@@ -376,6 +376,8 @@ def memory_columns(data: Any, text_field: str, id_field: Optional[str]) -> tuple
         return [field(record, text_field) for record in data], ids
     if isinstance(data, (list, tuple)):
         return [memory_content(t) for t in data], None
+    if isinstance(data, (pa.Array, pa.ChunkedArray)):  # texts, as a list's
+        return [memory_content(t) for t in data.to_pylist()], None
     module = type(data).__module__.split(".")[0]
     if module in ("pandas", "polars") and type(data).__name__ == "Series":  # texts, as a list's
         return [memory_content(None if value is None or isinstance(value, float) and value != value else value)

@@ -300,3 +300,22 @@ def test_jsonl_of_other_arrays_is_still_read_line_by_line(tmp_path):
     path.write_text('[1, 2]\n{"text": "a b"}\n')
     with pytest.raises(InputError, match=r"a.jsonl:1: expected a JSON object, got an array"):
         read_corpus([path])
+
+
+def test_a_parquet_file_of_categorical_texts_reads_as_its_strings(tmp_path):
+    """pandas writes a categorical column as an Arrow dictionary: its texts are read as the
+    plain strings are, and the kept rows written keep the file's own column type."""
+    records = happy_records()
+    plain, encoded = tmp_path / "plain.parquet", tmp_path / "categorical.parquet"
+    table = pa.Table.from_pylist(records)
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, plain)
+    index = table.schema.get_field_index("text")
+    pq.write_table(table.set_column(index, "text", table["text"].dictionary_encode()), encoded)
+    results = [gpudedup.dedup(path, backend="cpu") for path in (plain, encoded)]
+    assert results[0].pairs["jaccard"].equals(results[1].pairs["jaccard"])
+    assert results[0].keep.tolist() == results[1].keep.tolist() and results[0].report["results"]["clusters"] > 0
+    results[1].write(tmp_path / "out")
+    assert pa.types.is_dictionary(pq.read_schema(tmp_path / "out" / "deduplicated" / "categorical.parquet")
+                                  .field("text").type)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 from pathlib import Path
 
@@ -264,6 +265,60 @@ def test_a_column_and_a_polars_series_read_as_a_list_does(by_position):
     assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
     assert isinstance(result.deduplicated, polars.Series)
     assert result.deduplicated.to_list() == by_position.deduplicated
+
+
+def test_a_column_in_arrow_or_categorical_reads_as_a_list_does(by_position, by_id):
+    """A table's column as an Arrow array (chunked or not), and categorical texts and ids (a
+    pandas categorical column, an Arrow dictionary), give the list's and the table's results;
+    the kept rows come back in the input's own type."""
+    table = pa.Table.from_pylist(corpus_records())
+    for column in (table["text"], table["text"].combine_chunks(), table["text"].dictionary_encode()):
+        result = gpudedup.dedup(column, backend="cpu")
+        assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
+        assert result.deduplicated.type == column.type
+        assert result.deduplicated.to_pylist() == by_position.deduplicated
+    frame = table.select(["id", "text"]).to_pandas()
+    frame["id"], frame["text"] = frame["id"].astype("category"), frame["text"].astype("category")
+    assert pairs_and_clusters(gpudedup.dedup(frame, id_field="id", backend="cpu")) == pairs_and_clusters(by_id)
+    encoded = table.set_column(0, "id", table["id"].dictionary_encode())
+    assert pairs_and_clusters(gpudedup.dedup(encoded, id_field="id", backend="cpu")) == pairs_and_clusters(by_id)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: pandas.DataFrame({"text": ["a b", "c d"], "c": [1j, 2j]}), "column 'c' (complex128) cannot be read"),
+    (lambda: pandas.DataFrame({"text": ["a b", "c d"], "m": pandas.Series([2**70, 1], dtype=object)}),
+     "column 'm' (object) cannot be read"),
+    (lambda: pandas.DataFrame([["a b", "x"], ["c d", "y"]], columns=["text", "text"]),
+     "more than one column named 'text'"),
+], ids=["complex", "past-int64", "repeated-name"])
+def test_a_frame_column_arrow_cannot_take_is_named(make, words):
+    with pytest.raises(InputError, match=re.escape(words)):
+        gpudedup.dedup(make())
+
+
+@pytest.mark.parametrize("ids, words", [
+    ([[1], [2]], "id column 'id' has type list<item: int64>, expected strings or integers"),
+    ([1.5, 2.5], "id column 'id' has type double, expected strings or integers"),
+], ids=["lists", "floats"])
+def test_ids_of_a_table_are_strings_or_integers_as_in_files(ids, words):
+    with pytest.raises(InputError, match=words):
+        gpudedup.dedup(pa.table({"text": ["a b", "c d"], "id": ids}), id_field="id")
+
+
+@pytest.mark.parametrize("data", [["a b", "c d"], ("a b" for _ in range(2)), pa.array(["a b", "c d"])],
+                         ids=["list", "generator", "arrow"])
+def test_an_id_field_for_texts_is_refused(data):
+    with pytest.raises(ParameterError, match="id_field='doc' names a field of records or a column of a table"):
+        gpudedup.dedup(data, id_field="doc")
+    with pytest.raises(ParameterError, match="id_field='doc' names"):
+        gpudedup.dedup(pandas.Series(["a b", "c d"]), id_field="doc")
+
+
+@pytest.mark.parametrize("options", [{"text_field": None}, {"text_field": 0}, {"id_field": 3}],
+                         ids=["text-None", "text-int", "id-int"])
+def test_a_field_that_is_not_a_name_is_refused(options):
+    with pytest.raises(ParameterError, match="must be a column or field name"):
+        gpudedup.dedup([{"text": "a b"}], **options)
 
 
 @pytest.mark.parametrize("series", [

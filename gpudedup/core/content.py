@@ -34,9 +34,17 @@ def is_token_type(data_type: pa.DataType) -> bool:
 
 def is_text_type(data_type: pa.DataType) -> bool:
     """Whether a column of ``data_type`` holds text (string, large_string, string_view; null:
-    every text missing)."""
+    every text missing; a dictionary of text: pandas' categorical texts)."""
+    if pa.types.is_dictionary(data_type):
+        return is_text_type(data_type.value_type)
     return (pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or pa.types.is_null(data_type)
             or getattr(pa.types, "is_string_view", bool)(data_type))
+
+
+def is_id_type(data_type: pa.DataType) -> bool:
+    """Whether a column of ``data_type`` holds ids as every input gives them: integers, or
+    strings (string, large_string)."""
+    return pa.types.is_integer(data_type) or pa.types.is_string(data_type) or pa.types.is_large_string(data_type)
 
 
 def bad_token_rows(column) -> tuple[np.ndarray, list[str]]:

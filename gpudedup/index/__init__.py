@@ -265,7 +265,7 @@ class Index:
                              max_memory=None if max_memory is None else parse_size(max_memory),
                              shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
         chosen = get_backend(backend)
-        field = content_field(params, text_field, token_field)
+        field = content_field(params, text_field, token_field, id_field)
         against = Against(reader, chosen, params.bucket_window)
         shown = progress_display(progress)
         found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)

@@ -96,7 +96,8 @@ class Corpus:
 
 def plain_text_type(data_type: pa.DataType) -> pa.DataType:
     """The type a text column of ``data_type`` has in a Corpus: string and large_string stay,
-    anything else a reader lets through (null: all texts null; string_view) is large_string.
+    anything else a reader lets through (null: all texts null; string_view; a dictionary of
+    texts) is large_string.
     (A string column of 2 GiB or more is made large_string too, by its size.)"""
     if pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or is_token_type(data_type):
         return data_type

@@ -13,11 +13,11 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..core.content import bad_token_rows, is_text_type, is_token_type, token_lists_to_arrow
+from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, token_lists_to_arrow
 from ..core.normalize import strings_to_arrow
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
-from .corpus import Corpus
+from .corpus import Corpus, plain_text_type
 from .cudf_reader import concat_device_utf8, device_utf8
 from .fields import field_column, field_names, field_type, has_field
 from .inputs import InputFiles
@@ -48,6 +48,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         if holds_records(data):
             corpus, read = records_corpus(batches_of(data), "<list>", text_field, id_field, on_error)
             return corpus, lambda keep: [data[position] for position in read[keep]]
+        refuse_id_field(id_field, "a list of texts")
         return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]
     if module == "cudf":
@@ -84,18 +85,22 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         import pandas
 
         if isinstance(data, pandas.Series):
+            refuse_id_field(id_field, "a Series")
             return series_corpus(data, text_field), lambda keep: data[keep]
-        try:
-            table = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
-            raise InputError(f"cannot read the DataFrame: {error}") from None
-        return table_corpus(table, text_field, id_field), lambda keep: data[keep]
+        return table_corpus(frame_table(data), text_field, id_field), lambda keep: data[keep]
     if module == "polars":
         import polars
 
         if isinstance(data, polars.Series):
+            refuse_id_field(id_field, "a Series")
             return series_corpus(data, text_field), lambda keep: data.filter(polars.Series(keep))
         return table_corpus(data.to_arrow(), text_field, id_field), lambda keep: data.filter(polars.Series(keep))
+    if isinstance(data, (pa.Array, pa.ChunkedArray)):  # (a table's column: texts, as a Series')
+        refuse_id_field(id_field, "an Arrow array")
+        corpus = series_corpus(data, text_field)
+        # Kept as given, but string_view (which Arrow's filter lacks) as the corpus holds it.
+        given = corpus.texts if getattr(pa.types, "is_string_view", bool)(data.type) else data
+        return corpus, lambda keep: given.filter(pa.array(keep))
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table) or hasattr(data, "__arrow_c_stream__"):
@@ -106,10 +111,31 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         return iterable_corpus(iter(data), text_field, id_field, on_error)
     raise InputError(
         f"cannot deduplicate data of type {type(data).__name__}: pass texts (a list, a pandas or polars Series, "
-        "or any iterable of strings), records (a list or iterable of dicts), a path or a list of pathlib.Path, "
-        "a pyarrow Table, a DataFrame (pandas, polars, cuDF), a Hugging Face Dataset or IterableDataset, or an "
-        "object with __arrow_c_stream__"
+        "a pyarrow Array, or any iterable of strings), records (a list or iterable of dicts), a path or a list of "
+        "pathlib.Path, a pyarrow Table, a DataFrame (pandas, polars, cuDF), a Hugging Face Dataset or "
+        "IterableDataset, or an object with __arrow_c_stream__"
     )
+
+
+def frame_table(frame) -> pa.Table:
+    """A pandas DataFrame as a pyarrow Table (its index left out); InputError naming the column
+    Arrow cannot take (complex numbers, sparse data, Python integers past int64, a name given
+    twice), whose own message may not name it."""
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
+        reason = str(error)
+    if not frame.columns.is_unique:
+        repeated = sorted({str(name) for name in frame.columns[frame.columns.duplicated()]})
+        raise InputError(f"the DataFrame has more than one column named {', '.join(map(repr, repeated))}; "
+                         "column names must be unique")
+    for name in frame.columns:
+        try:
+            pa.array(frame[name], from_pandas=True)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
+            raise InputError(f"the DataFrame's column {name!r} ({frame[name].dtype}) cannot be read ({error}); "
+                             "drop or convert it") from None
+    raise InputError(f"cannot read the DataFrame: {reason}")
 
 
 def dataset_table(data) -> pa.Table:
@@ -166,6 +192,12 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
         raise InputError(f"no column {id_field!r} for ids (columns: {', '.join(field_names(table.schema))})")
     else:
         ids = field_column(table, id_field).combine_chunks()
+        # Strings as a table in memory may hold them (string_view from polars or DuckDB, a
+        # pandas categorical), then the rule of files (content.is_id_type).
+        if is_text_type(ids.type) and not pa.types.is_null(ids.type):
+            ids = ids.cast(plain_text_type(ids.type))
+        if not (is_id_type(ids.type) or pa.types.is_null(ids.type)):  # (all null: counted below)
+            raise InputError(f"id column {id_field!r} has type {ids.type}, expected strings or integers")
         too_large = first_id_above_int64(ids)
         if too_large is not None:
             raise InputError(f"id column {id_field!r} row {too_large[0]} (from 0) holds {too_large[1]}, above the "
@@ -209,8 +241,17 @@ def iterable_corpus(items: Iterator, text_field: str, id_field: Optional[str],
     if holds_records(first):
         corpus, _ = records_corpus(batches, "<iterable>", text_field, id_field, on_error)
         return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+    refuse_id_field(id_field, "an iterable of texts")
     corpus = texts_corpus(batches, text_field, "<iterable>")
     return corpus, lambda keep: corpus.texts.filter(pa.array(keep)).to_pylist()
+
+
+def refuse_id_field(id_field: Optional[str], what: str) -> None:
+    """ParameterError for an id_field given with data that has no fields (``what``): it would be
+    passed over, the documents numbered from 0."""
+    if id_field is not None:
+        raise ParameterError(f"id_field={id_field!r} names a field of records or a column of a table; {what} "
+                             "has none (its documents are numbered from 0): pass records or a table to give ids")
 
 
 def texts_corpus(batches: Iterable[list], field: str, name: str) -> Corpus:
@@ -247,20 +288,22 @@ TOKEN_LIST_TYPES = (list, tuple, np.ndarray)
 
 
 def series_corpus(series, field: str) -> Corpus:
-    """The corpus of a pandas or polars Series of texts (or of token-id lists), as a list's:
-    ids are the positions (its index is left to the caller, whose kept rows keep it)."""
+    """The corpus of a pandas or polars Series, or an Arrow array, of texts (or of token-id
+    lists), as a list's: ids are the positions (its index is left to the caller, whose kept
+    rows keep it)."""
     name = f"<{type(series).__name__}>"
-    try:
-        content = series.to_arrow() if hasattr(series, "to_arrow") else pa.array(series, from_pandas=True)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        content = strings_to_arrow(series.to_list())  # names the first item that is not a string
+    if isinstance(series, (pa.Array, pa.ChunkedArray)):
+        content = series
+    else:
+        try:
+            content = series.to_arrow() if hasattr(series, "to_arrow") else pa.array(series, from_pandas=True)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            content = strings_to_arrow(series.to_list())  # names the first item that is not a string
     if isinstance(content, pa.ChunkedArray):
         content = content.combine_chunks() if content.num_chunks else pa.array([], content.type)
-    if pa.types.is_dictionary(content.type) and is_text_type(content.type.value_type):  # categorical texts
-        content = content.dictionary_decode()
     if not (is_text_type(content.type) or is_token_type(content.type)):
-        raise InputError(f"the Series holds {series.dtype} values; expected strings (or lists of token ids), "
-                         "or None for a missing text")
+        raise InputError(f"the {name[1:-1]} holds {getattr(series, 'dtype', content.type)} values; expected "
+                         "strings (or lists of token ids), or None for a missing text")
     if is_token_type(content.type):
         rows, reasons = bad_token_rows(content)
         if len(rows):

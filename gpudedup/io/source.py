@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError, ParameterError
-from ..core.content import is_text_type, is_token_type
+from ..core.content import is_id_type, is_text_type, is_token_type
 from .fields import field_column, field_names, field_type, has_field
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def check_columns(table: pa.Table, source: SourceFile, text_field: str, id_field
             return f"{source.path}: no id field {id_field!r} (fields: {listed(field_names(schema))})"
         id_column = field_column(table, id_field)
         id_type = id_column.type
-        if not (pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type)):
+        if not is_id_type(id_type):
             return f"{source.path}: id field {id_field!r} has type {id_type}, expected strings or integers"
         too_large = first_id_above_int64(id_column)
         if too_large is not None:
