@@ -258,6 +258,11 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
     return result
 
 
+# The most local Dask workers a run starts per core: each is a process of some 100 MB before it
+# works, and more of them than this only share the cores (a cluster of its own: scheduler=).
+LOCAL_WORKERS_PER_CORE = 4
+
+
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
                against=None, finish: Callable[[DedupResult, Executor], DedupResult] = lambda result, _: result,
@@ -275,8 +280,11 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client=, scheduler= and workers=")
-    if workers is not None and (not isinstance(workers, numbers.Integral) or isinstance(workers, bool) or workers < 1):
-        raise ParameterError(f"workers= must be an integer >= 1; got {workers!r}")
+    most = LOCAL_WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if workers is not None and (not isinstance(workers, numbers.Integral) or isinstance(workers, bool)
+                                or not 1 <= int(workers) <= most):
+        raise ParameterError(f"workers= must be an integer from 1 to {most} ({LOCAL_WORKERS_PER_CORE} per core of "
+                             f"this machine: each is a process of its own); got {workers!r}")
     workers = None if workers is None else int(workers)  # (numpy's integers as Python's, for Dask)
     if work_dir is None and workers is None:
         raise ParameterError("a Dask cluster needs a work directory (work_dir=) that every worker sees")

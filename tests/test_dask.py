@@ -915,3 +915,20 @@ def test_a_partitions_candidate_codes_are_every_bands_bucket_pairs(bands, thread
     codes = bucket_pair_codes(rows, window, span, threads)["code"].to_numpy()
     assert sorted(codes.tolist()) == sorted(expected)
     assert len(expected) > documents  # (buckets of several members: the window matters)
+
+
+def test_a_scheduler_that_does_not_answer_and_too_many_workers_are_one_line(tmp_path):
+    """An address no scheduler answers at is named in one ParameterError (after distributed's
+    connect timeout, shortened here), and a local cluster of more workers than the machine
+    can start (4 per core) is refused before any is started."""
+    import dask
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "a b c d e f"}\n')
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(ParameterError, match=r"cannot connect to the Dask scheduler at tcp://127\.0\.0\.1:1 \("):
+        gpudedup.dedup(data, scheduler="tcp://127.0.0.1:1", work_dir=tmp_path / "work")
+    most = 4 * (os.cpu_count() or 1)
+    for workers in (most + 1, 10**20):
+        with pytest.raises(ParameterError, match=f"workers= must be an integer from 1 to {most} "):
+            gpudedup.dedup(data, workers=workers)

@@ -289,6 +289,10 @@ def test_json_array_is_refused_naming_the_format(tmp_path, monkeypatch, indent):
     out = tmp_path / "out"
     assert_user_error(invoke("dedup", "array.json", "-o", out), "error: array.json: a JSON array, not JSON Lines "
                       "(one JSON object per line); convert it, e.g. jq -c '.[]' array.json > array.jsonl", out=out)
+    # An array named .jsonl: the advice never writes into the file it reads (the shell would empty it).
+    Path("array.jsonl").write_text(json.dumps(records(), indent=indent))
+    assert_user_error(invoke("dedup", "array.jsonl", "-o", out), "jq -c '.[]' array.jsonl > array.lines.jsonl",
+                      out=out)
     write_jsonl(Path("b.jsonl"), records())
     corpus = read_corpus([Path("array.json"), Path("b.jsonl")], on_error="skip")  # left out whole, once
     assert [(r["file"], r["line"]) for r in corpus.skipped_records] == [("array.json", None)]

@@ -363,6 +363,26 @@ def test_overwrite_refuses_a_folder_of_user_files(happy):
     assert invoke("dedup", "data.jsonl", "-o", "fakehome", "--overwrite", *CPU).exit_code == 2
 
 
+def test_an_output_that_is_a_link_to_a_directory_is_written_into_it(happy):
+    """`-o out` where out is a link to an empty folder on another disk: the results go into that
+    folder and the link stays (by the CLI and the API); once the folder holds them, the link
+    is refused with --overwrite (nothing is deleted through a link) and the folder itself is
+    replaced as any output."""
+    target = happy / "elsewhere" / "results"
+    target.mkdir(parents=True)
+    (happy / "out").symlink_to(target, target_is_directory=True)
+    result = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
+    assert result.exit_code == 0, result.output
+    assert (happy / "out").is_symlink() and is_complete_output(target)
+    again = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
+    assert again.exit_code == 2 and f"give {target} itself" in error_line(again)
+    with pytest.raises(OutputError, match="which is not empty"):
+        gpudedup.dedup(Path("data.jsonl"), backend="cpu", output=happy / "out", overwrite=True)
+    assert invoke("dedup", "data.jsonl", "-o", str(target), "--overwrite", *CPU).exit_code == 0
+    assert (happy / "out").is_symlink() and is_complete_output(target)
+    assert leftovers(happy) == [] and leftovers(target.parent) == []
+
+
 EARLIER_REPORT = {"gpudedup_version": "0.0.9", "backend": "cpu", "input": {}, "parameters": {}, "results": {},
                   "stages": {}}
 

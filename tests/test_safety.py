@@ -336,23 +336,30 @@ def test_an_unexpected_error_in_the_report_also_removes_the_staging_directory(tm
 
 
 def test_overwrite_never_deletes_outside_the_output(tmp_path, monkeypatch, output_names):
-    """A symlinked OUT is replaced by the new output where it leads to a gpudedup output; the
-    directory it pointed to is untouched. Where it leads to someone's files it is refused."""
+    """Nothing is deleted through a symlinked OUT: where it leads to a directory that holds
+    anything (someone's files, or one marked as a gpudedup output) it is refused, even with
+    --overwrite, and both stay as they were; where it leads to an empty directory the results
+    go into that directory and the link stays."""
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "data.jsonl", sample_records())
     target = tmp_path / "precious"
     target.mkdir()
     (target / "keep.txt").write_text("mine")
     (tmp_path / "out").symlink_to(target, target_is_directory=True)
-    result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
-    assert result.exit_code == 2 and "not a gpudedup output (keep.txt)" in result.output
-    (target / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # an output, with a file of ours
-    result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
-    assert result.exit_code == 0, result.output
+    for marked in (False, True):
+        if marked:  # an output, with a file of ours
+            (target / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')
+        result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
+        assert result.exit_code == 2 and "a link to" in result.output and "which is not empty" in result.output
+        assert (tmp_path / "out").is_symlink()
     assert tree(target) == {"keep.txt": b"mine", ".gpudedup-output": b'{"written_by": "gpudedup"}'}
-    out = tmp_path / "out"
-    assert not out.is_symlink() and sorted(p.name for p in out.iterdir()) == output_names
-    assert leftovers(out) == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "to-empty").symlink_to(empty, target_is_directory=True)
+    result = invoke("dedup", "data.jsonl", "-o", "to-empty", "--id-field", "id", "-q")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "to-empty").is_symlink() and sorted(p.name for p in empty.iterdir()) == output_names
+    assert leftovers(tmp_path) == []
 
 
 def test_inputs_are_never_modified(tmp_path):

@@ -151,7 +151,8 @@ def dedup_command(
              "worker sees.", show_default=False,
         rich_help_panel=SCALE_PANEL)] = None,
     workers: Annotated[Optional[int], typer.Option(
-        help="Run the work on a local Dask cluster of this many worker processes (with gpu: one per GPU).",
+        help="Run the work on a local Dask cluster of this many worker processes (with gpu: one per GPU); at "
+             "most 4 per core.",
         show_default=False, rich_help_panel=SCALE_PANEL)] = None,
 ):
     """Deduplicate documents and write the results into OUTPUT.

@@ -145,7 +145,12 @@ def own_client(scheduler: Optional[str], workers: Optional[int], gpu: bool) -> I
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
-        with Client(scheduler) as connected:
+        try:
+            connected = Client(scheduler)
+        except (OSError, ValueError, TypeError) as error:  # (refused, timed out; an address of no protocol)
+            raise ParameterError(f"cannot connect to the Dask scheduler at {scheduler} ({error}); start it "
+                                 "(dask scheduler) or give its address as it prints it") from None
+        with connected:
             yield connected
         return
     if gpu:

@@ -148,8 +148,10 @@ def json_array_problem(path: Location) -> str:
     """The message for a file that holds a JSON array rather than JSON Lines."""
     name = path.name
     stem = name[:len(name) - len(input_suffix(name))] or name
+    # Never the file itself as the target: the shell would empty it before jq reads it.
+    target = f"{stem}.jsonl" if f"{stem}.jsonl" != name else f"{stem}.lines.jsonl"
     return (f"a JSON array, not JSON Lines (one JSON object per line); convert it, e.g. "
-            f"jq -c '.[]' {name} > {stem}.jsonl")
+            f"jq -c '.[]' {name} > {target}")
 
 
 def opens_json_array(line: bytes) -> bool:

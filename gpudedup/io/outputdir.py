@@ -51,6 +51,16 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     if isinstance(out, Remote):
         check_remote_output(out, overwrite)
         return out
+    if out.is_symlink() and out.is_dir():
+        # A link to an empty directory (an output kept on a larger disk): the results go into
+        # it and the link stays (replacing the link would put them beside it, on this disk).
+        # Nothing is ever deleted through a link: a link to a directory that holds anything,
+        # an earlier output included, is refused (the directory itself may be given).
+        target = Path(os.path.realpath(out))  # (the checks above resolve links already)
+        if occupied(target, False) is not None:
+            raise OutputError(f"{out}: a link to {target}, which is not empty; nothing is replaced through a "
+                              f"link: give {target} itself to replace an output there, or choose another output=")
+        out = target
     refused = occupied(out, overwrite)
     if refused is not None:
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
