@@ -363,12 +363,20 @@ def test_a_damaged_work_directory_file_is_named_with_what_to_do(staged, tmp_path
                       "choose another --work-dir", out=tmp_path / "out")
 
 
-def test_a_short_write_in_the_work_directory_is_a_full_disk(staged, tmp_path, monkeypatch):
-    def short(*args, **kwargs):
-        raise OSError("960000 requested and 463840 written")
+@pytest.mark.parametrize("stage", ["signatures", "shingle sets"])
+def test_a_short_write_in_the_work_directory_is_a_full_disk(tmp_path, monkeypatch, stage):
+    """In the signature stage, and in a stage of Dask's tasks (the shingle sets' spill of the
+    pairs' documents), whose other failures are the cluster's."""
+    write_jsonl(tmp_path / "data.jsonl", bible_records())  # (its near-duplicates: pairs to verify)
+    save = np.save
+
+    def short(path, *args, **kwargs):
+        if stage == "signatures" or getattr(path, "name", None) == "columns.npy":  # (a spill of sets)
+            raise OSError("960000 requested and 463840 written")
+        return save(path, *args, **kwargs)
 
     monkeypatch.setattr(np, "save", short)
-    result = invoke("dedup", staged / "data.jsonl", "-o", tmp_path / "out", "--work-dir", tmp_path / "work",
+    result = invoke("dedup", tmp_path / "data.jsonl", "-o", tmp_path / "out", "--work-dir", tmp_path / "work",
                     "--id-field", "id", "-q", "--backend", "cpu")
     assert_user_error(result, str(tmp_path / "work"), f"{FULL}: a write stopped short, 960000 requested",
                       out=tmp_path / "out")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from ..errors import ClusterError, GpudedupError, ParameterError
+from ..io.credentials import is_full_disk
 from ..io.storage import Remote, full_name
 from ..memory import release_unused_memory
 from ..threads import HOST_THREADS
@@ -185,14 +186,17 @@ def clear_worker_caches(client, work_dir) -> None:
 
 @contextmanager
 def cluster_failures(stage: str) -> Iterator[None]:
-    """Inside: an error of ours (raised in a task, or here) goes out as it is; any other, a
-    failure of the cluster itself (a worker lost, a connection closed: distributed's many
-    types), as one ClusterError naming ``stage`` and saying how to go on."""
+    """Inside: an error of ours (raised in a task, or here) goes out as it is, and so does a
+    full disk (a task's write into the work directory, which api.staged_dedup names); any
+    other, a failure of the cluster itself (a worker lost, a connection closed: distributed's
+    many types), as one ClusterError naming ``stage`` and saying how to go on."""
     try:
         yield
     except GpudedupError:
         raise
     except Exception as error:  # noqa: BLE001 -- distributed's many failure types
+        if isinstance(error, OSError) and is_full_disk(error):
+            raise
         raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); the "
                            "finished stages are in the work directory: run again with resume=True") from None
 

@@ -127,6 +127,13 @@ def os_reason(error: OSError) -> str:
     too (a write to a local file stops short when the device has no room left)."""
     if error.errno == errno.ENOSPC:
         return os.strerror(errno.ENOSPC)
-    if error.errno is None and re.fullmatch(r"\d+ requested and \d+ written", str(error)):
+    if is_full_disk(error):
         return f"{os.strerror(errno.ENOSPC)}: a write stopped short, {error}"
     return error.strerror or first_line(error)
+
+
+def is_full_disk(error: OSError) -> bool:
+    """Whether an OSError is a write that found no room: ENOSPC or a quota, or numpy's short
+    write (os_reason says why that is one)."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT) or (
+        error.errno is None and re.fullmatch(r"\d+ requested and \d+ written", str(error)) is not None)
