@@ -556,9 +556,10 @@ def unaccounted_input_files(run: RunOutcome) -> list[str]:
                 shown = [e["file"] for e in run.skipped if e.get("line") is None]
                 shown += run.report["input"]["skipped_files"]
                 passed_over = [s if is_url(s) else os.path.abspath(reading.locate(s)) for s in shown]
-            # A skipped directory (one that could not be read) accounts for everything below it.
-            if not any(str(path) == place or str(path).startswith(place.rstrip("/") + "/")
-                       for place in passed_over):
+            # A skipped directory (one that could not be read) accounts for everything below it;
+            # a name that is not UTF-8 is shown with U+FFFD for each byte that is not.
+            name = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            if not any(name == place or name.startswith(place.rstrip("/") + "/") for place in passed_over):
                 problems.append(f"{path}: an input file under {given} that the run neither read nor skipped")
     return problems
 

@@ -5,6 +5,7 @@ writes nothing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +23,34 @@ from output_support import kept_lines, read_kept, read_pairs
 def test_missing_path(in_tmp):
     result = invoke("dedup", "missing.jsonl", "-o", "out")
     assert_user_error(result, "missing.jsonl", "no such file or directory", out=in_tmp / "out")
+
+
+def test_a_name_that_is_not_utf8_is_one_line(in_tmp):
+    """A file name of bytes that are not UTF-8 (common on Linux) cannot name ids, reports or
+    output files: a file given, or found in a folder, is refused in one line (left out under
+    --on-error skip, with a record); an output or work directory of such a name too."""
+    import os
+
+    folder = in_tmp / "corpus"
+    write_jsonl(folder / "good.jsonl", happy_records())
+    odd = Path(os.fsdecode(bytes(folder) + b"/bad\xffname.jsonl"))
+    write_jsonl(odd, happy_records())
+    shown = "bad\ufffdname.jsonl"
+    assert_user_error(invoke("dedup", "corpus", "-o", "out"), f"corpus/{shown}: the name is not valid UTF-8",
+                      "--on-error skip", out=in_tmp / "out")
+    assert_user_error(invoke("dedup", str(odd), "-o", "out"), f"{shown}: the name is not valid UTF-8",
+                      out=in_tmp / "out")
+    skipped = invoke("dedup", "corpus", "-o", "out", "--on-error", "skip", "-q")
+    assert skipped.exit_code == 0, skipped.output
+    records = [json.loads(line) for line in (in_tmp / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(r["file"], r["line"]) for r in records] == [(f"corpus/{shown}", None)]
+    assert len(read_kept(in_tmp / "out")) == 5  # (good.jsonl's eight rows, three of them near-duplicates)
+    for option in ("-o", "--work-dir"):
+        place = os.fsdecode(bytes(in_tmp) + b"/place\xff")
+        arguments = ["-o", place] if option == "-o" else ["-o", "out2", "--work-dir", place]
+        result = invoke("dedup", "corpus/good.jsonl", *arguments)
+        assert result.exit_code == 2 and "place\ufffd: the name is not valid UTF-8" in error_line(result)
+        assert not os.path.lexists(place) and not (in_tmp / "out2").exists()
 
 
 @pytest.mark.parametrize("name", ["secret.jsonl", "secret.jsonl.gz", "secret.txt", "secret.parquet"])

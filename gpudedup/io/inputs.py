@@ -215,6 +215,8 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop", selection: Selec
             raise unsupported_type(given)
         elif not stat.S_ISREG(status.st_mode):
             raise InputError(f"{given}: not a regular file ({special_kind(status)}); expected a file")
+        elif (odd := not_utf8(display_path(path))) is not None:
+            raise InputError(f"{readable(display_path(path))}: {odd}; rename it")
         else:
             found.add_file(path, status)
     if not found.files and not found.records:
@@ -465,7 +467,26 @@ def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, o
                 found.leave_out(shown, why)
             elif not stat.S_ISREG(status.st_mode):
                 found.pass_over(shown, f"not a regular file ({special_kind(status)})")
+            elif (odd := not_utf8(shown)) is not None:
+                if on_error == "stop":
+                    raise InputError(f"{readable(shown)}: {odd}; rename it, or pass on_error='skip' to leave it out")
+                found.records.append({"file": readable(shown), "line": None, "reason": odd})
             else:
                 found.add_file(path, status)
         stack.extend(reversed(subdirectories))
     return True
+
+
+def not_utf8(shown: str) -> Optional[str]:
+    """Why a path as shown can be neither an input nor an output, where UTF-8 cannot write it
+    (a file name of other bytes, which Python holds as surrogates); None for every other path."""
+    try:
+        shown.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not valid UTF-8, in which ids, reports and output files name paths"
+    return None
+
+
+def readable(shown: str) -> str:
+    """``shown`` with each byte that is not UTF-8 as U+FFFD, for a message."""
+    return shown.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

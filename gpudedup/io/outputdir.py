@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 from ..errors import InputError, OutputError
 from ..version import __version__
 from .credentials import first_line
-from .inputs import InputFiles, scan_inputs
+from .inputs import InputFiles, not_utf8, readable, scan_inputs
 from .ours import OUTPUT_MARKER
 from .staging import in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, parts_of, read_bytes
@@ -44,6 +44,8 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     nothing. A URL (object storage) is checked the same way, as far as object stores have
     folders: objects under it are a non-empty directory, an object of its own name a file."""
     out = location_of(path)
+    if (odd := not_utf8(str(out))) is not None:
+        raise OutputError(f"{readable(str(out))}: {odd}; choose another output=")
     check_apart_from_inputs(out, inputs, "the output directory", "output=")
     if index is not None:
         check_apart_from_inputs(out, [index], "the output directory", "output=", "the index")
@@ -155,6 +157,8 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     out = None if output is None else location_of(output)
     work = None if work_dir is None else location_of(work_dir)
     if work is not None:
+        if (odd := not_utf8(str(work))) is not None:
+            raise OutputError(f"{readable(str(work))}: {odd}; choose another work_dir=")
         check_apart_from_inputs(work, locations, "the work directory", "work_dir=")
         if index is not None:
             check_apart_from_inputs(work, [index], "the work directory", "work_dir=", "the index")
