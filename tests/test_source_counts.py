@@ -147,3 +147,25 @@ def test_many_groups_fold_into_other():
     assert sum(row["documents"] for row in groups["rows"]) == 130
     assert sum(map(sum, groups["matrix"])) == sum(row["removed"] for row in groups["rows"]) == 65
     assert len(groups["matrix"]) == MAX_GROUPS and all(len(line) == MAX_GROUPS for line in groups["matrix"])
+
+
+def test_float_groups_nan_infinities_and_signed_zeros(tmp_path):
+    """Float group values JSON has no number for are groups by their text, every NaN one group;
+    0.0 and -0.0 (equal numbers) are one group; the groups' documents add up to the input's,
+    in memory and staged, and report.json is strict JSON."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    same, other = "a b c d e f g h i j", "p q r s t u v w x y"
+    values = [float("nan"), float("nan"), 0.0, -0.0, -0.0, float("inf"), float("-inf"), 1.0]
+    texts = [same, same, other, other, "k l m n o p q", same + " z", "x y z w v u t", "one two three four five"]
+    path = tmp_path / "floats.parquet"
+    pq.write_table(pa.table({"text": texts, "g": values}), path)
+    reports = [gpudedup.dedup(path, group_field="g", backend="cpu", **options).report
+               for options in ({}, {"work_dir": tmp_path / "work"})]
+    groups = reports[0]["groups"]
+    assert reports[1]["groups"] == groups
+    counts = {row["group"]: row["documents"] for row in groups["rows"]}
+    assert counts == {"nan": 2, 0.0: 3, "inf": 1, "-inf": 1, 1.0: 1}
+    assert sum(counts.values()) == len(texts) == groups["count"] + 3
+    json.loads(json.dumps(reports[0].as_dict(), allow_nan=False))

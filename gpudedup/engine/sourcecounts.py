@@ -230,7 +230,13 @@ def named_counts(values: list[int], tokens: bool) -> dict:
 
 
 def json_value(value: Any) -> Any:
-    """A group value as JSON holds it: itself where JSON has its type, else its text."""
+    """A group value as JSON holds it: itself where JSON has its type, else its text; a float
+    JSON has no number for (NaN, infinities) as its text, and -0.0 as 0.0 (equal numbers, one
+    group, as every NaN is one)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if isinstance(value, float) and value == 0:
+        return 0.0
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     return str(value)
@@ -244,8 +250,11 @@ def groups_section(field: str, tallies: list[Tally], tokens: bool) -> dict:
     stats: dict[Any, list[int]] = {}
     if tables:
         for row in summed(pa.concat_tables(tables), ["group"]).to_pylist():
-            stats[json_value(row["group"])] = [row["documents"], row["documents"] - row["removed"], row["removed"],
-                                               0, 0, row["size"], row["kept_size"]]
+            # (Values Arrow keeps apart may be one group here: json_value's.)
+            counts = stats.setdefault(json_value(row["group"]), [0] * 7)
+            for at, count in zip((0, 1, 2, 5, 6), (row["documents"], row["documents"] - row["removed"],
+                                                   row["removed"], row["size"], row["kept_size"])):
+                counts[at] += count
     cells: dict[tuple, int] = {}
     for row in (summed(pa.concat_tables(matrices), ["group", "kept_group", "indexed"]).to_pylist()
                 if matrices else []):
