@@ -305,6 +305,24 @@ def oracle_banding(threshold: float, num_perm: int, max_fn: float = 0.01, low: O
     return min(b for b, r in feasible if r == best_r), best_r
 
 
+def precise_banding(threshold: float, num_perm: int, max_fn: float, low: Optional[float] = None,
+                    max_fp: Optional[float] = None) -> Optional[tuple[int, int]]:
+    """oracle_banding in 60-digit decimal arithmetic, for targets so small (1e-17, 1e-300) that
+    floats' 1 - (1 - x) would round them away."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as context:
+        context.prec = 60
+        t, fn = Decimal(threshold), Decimal(max_fn)
+        feasible = [(b, r) for r in range(1, num_perm + 1) for b in range(1, num_perm // r + 1)
+                    if (1 - t**r) ** b <= fn
+                    and (low is None or 1 - (1 - Decimal(low) ** r) ** b <= Decimal(max_fp))]
+    if not feasible:
+        return None
+    best_r = max(r for _, r in feasible)
+    return min(b for b, r in feasible if r == best_r), best_r
+
+
 def oracle_bucket_pairs(keys: Sequence[int], docs: Sequence[int], window: int) -> list[tuple[int, int]]:
     """The pairs one band's buckets give: documents with equal keys, each paired with the next
     ``window`` members of its bucket (in the order given)."""

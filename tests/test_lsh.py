@@ -28,7 +28,7 @@ from gpudedup.core.minhash import minhash_signatures
 from gpudedup.core.shingling import ShingleSpec, shingle_hashes
 from gpudedup.core.verify import document_sets, pair_jaccard
 from oracles import (min_bands, oracle_banding, oracle_bucket_pairs, oracle_candidate_pairs, oracle_poly_hash64,
-                     s_curve)
+                     precise_banding, s_curve)
 
 # --- the S-curve --------------------------------------------------------------------------
 
@@ -336,3 +336,27 @@ def test_pair_codes_hold_every_pair_up_to_their_limit_and_refuse_more():
     assert pair_code_span(0) == 1
     with pytest.raises(ParameterError, match="split the corpus"):
         pair_code_span(MOST_CODED_DOCUMENTS + 1)
+
+
+@pytest.mark.parametrize("threshold, num_perm, max_fn, low, max_fp", [
+    (0.8, 128, 1e-17, None, None),
+    (0.8, 128, 1e-30, None, None),
+    (0.8, 430, 1e-300, None, None),
+    (0.8, 429, 1e-300, None, None),
+    (0.95, 512, 0.01, 0.2, 1e-40),
+    (0.8, 256, 0.01, 0.1, 1e-25),
+], ids=["fn-1e-17", "fn-1e-30", "fn-1e-300", "fn-1e-300-K429", "fp-1e-40", "fp-1e-25"])
+def test_choose_bands_meets_tiny_targets_exactly(threshold, num_perm, max_fn, low, max_fp):
+    """Targets below float's 1e-16 resolution of 1 - P: the rule's answer is the exhaustive
+    search's in 60-digit arithmetic, or none where that search finds none (and the smallest
+    K named is the first that has one)."""
+    expected = precise_banding(threshold, num_perm, max_fn, low, max_fp)
+    if expected is None:
+        with pytest.raises(ParameterError) as info:
+            choose_bands(threshold, num_perm, max_fn, low, max_fp)
+        named = re.search(r"num_perm=(\d+) is the smallest", str(info.value))
+        if named is not None:
+            assert precise_banding(threshold, int(named.group(1)), max_fn, low, max_fp) is not None
+            assert precise_banding(threshold, int(named.group(1)) - 1, max_fn, low, max_fp) is None
+        return
+    assert choose_bands(threshold, num_perm, max_fn, low, max_fp)[:2] == expected

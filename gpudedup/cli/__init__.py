@@ -260,7 +260,7 @@ def params_command(
     from rich.table import Table
 
     # (start-up: `--help` and completion load no job)
-    from ..core.lsh import banding_summary
+    from ..core.lsh import banding_summary, percent
 
     with user_errors(context):
         params = DedupParams(threshold=threshold, num_perm=num_perm, bands=bands, rows=rows,
@@ -279,7 +279,7 @@ def params_command(
         out.print(f"why: {escape(summary['rule'])}")
         out.print(f"shingles: {escape(describe_shingles(params))}")
         out.print(f"S-curve steepest at s = {summary['steepest_similarity']:.3f}; "
-                  f"miss probability at the threshold {threshold}: {summary['miss_probability_at_threshold']:.4%}")
+                  f"miss probability at the threshold {threshold}: {percent(summary['miss_probability_at_threshold'])}")
         table = Table("similarity s", "P(s): share of pairs at s that become candidates", "missed 1 - P(s)")
         for similarity, probability in summary["candidate_probability"].items():
             if float(similarity) == threshold:

@@ -25,8 +25,18 @@ class Banding(NamedTuple):
 
 
 def collision_probability(similarity, bands: int, rows: int):
-    """P(s) = 1 - (1 - s**r)**b: the chance that a pair of Jaccard s becomes a candidate."""
-    return 1.0 - (1.0 - np.asarray(similarity, dtype=float) ** rows) ** bands
+    """P(s) = 1 - (1 - s**r)**b: the chance that a pair of Jaccard s becomes a candidate, as
+    -expm1(b * log1p(-s**r)), which keeps the digits of a P near 0 (1 - (1 - x) loses those
+    below 1e-16, and a target as small as that would look met)."""
+    with np.errstate(divide="ignore"):  # (s = 1: log1p(-1) is -inf, and P is 1)
+        return -np.expm1(bands * np.log1p(-(np.asarray(similarity, dtype=float) ** rows)))
+
+
+def miss_probability(similarity, bands: int, rows: int):
+    """1 - P(s) = (1 - s**r)**b: the chance that a pair of Jaccard s is not a candidate, as
+    exp(b * log1p(-s**r)) (its digits near 0 kept, as collision_probability's)."""
+    with np.errstate(divide="ignore"):
+        return np.exp(bands * np.log1p(-(np.asarray(similarity, dtype=float) ** rows)))
 
 
 def steepest_similarity(bands: int, rows: int) -> float:
@@ -51,9 +61,9 @@ def fewest_bands(threshold: float, rows: int, max_false_negative: float, most: i
     if not estimate <= most + 1:  # also inf, when hit is below float resolution
         return None  # far beyond the budget (and too large to settle by single steps)
     bands = max(1, math.ceil(estimate))
-    while 1.0 - collision_probability(threshold, bands, rows) > max_false_negative:
+    while miss_probability(threshold, bands, rows) > max_false_negative:
         bands += 1
-    while bands > 1 and 1.0 - collision_probability(threshold, bands - 1, rows) <= max_false_negative:
+    while bands > 1 and miss_probability(threshold, bands - 1, rows) <= max_false_negative:
         bands -= 1
     return bands if bands <= most else None
 
@@ -108,9 +118,9 @@ def choose_bands(threshold: float, num_perm: int, max_false_negative: float = 0.
         raise ParameterError("low needs max_fp, the largest acceptable P(low)")
     found = feasible_banding(threshold, num_perm, max_false_negative, low, max_false_positive)
     if found is None:
-        targets = f"the miss probability at threshold {threshold} at or below {max_false_negative:.2%}"
-        if low is not None:
-            targets += f" and P({low}) at or below {max_false_positive:.2%}"
+        targets = f"the miss probability at threshold {threshold} at or below {percent(max_false_negative)}"
+        if low is not None and max_false_positive is not None:  # (both or neither: checked above)
+            targets += f" and P({low}) at or below {percent(max_false_positive)}"
         better = smallest_feasible_num_perm(threshold, max_false_negative, low, max_false_positive, num_perm + 1)
         hint = (f"num_perm={better} is the smallest that does" if better
                 else "no num_perm= up to 4096 does; loosen the targets")
@@ -119,16 +129,28 @@ def choose_bands(threshold: float, num_perm: int, max_false_negative: float = 0.
             "(or give bands= and rows=)"
         )
     bands, rows = found
-    miss = 1.0 - float(collision_probability(threshold, bands, rows))
+    miss = float(miss_probability(threshold, bands, rows))
     rule = (f"largest r with some b*r <= num_perm={num_perm} missing at most "
-            f"{max_false_negative:.0%} of pairs at the threshold {threshold}")
+            f"{percent(max_false_negative)} of pairs at the threshold {threshold}")
+    if low is not None and max_false_positive is not None:
+        rule += f" and making at most {percent(max_false_positive)} of pairs at similarity {low} candidates"
+    rule += f"; smallest such b (miss probability at the threshold {small(miss)}"
     if low is not None:
-        rule += f" and making at most {max_false_positive:.2%} of pairs at similarity {low} candidates"
-    rule += f"; smallest such b (miss probability at the threshold {miss:.4f}"
-    if low is not None:
-        rule += f", P({low}) = {float(collision_probability(low, bands, rows)):.4f}"
+        rule += f", P({low}) = {small(float(collision_probability(low, bands, rows)))}"
     rule += ")"
     return Banding(bands, rows, rule)
+
+
+def percent(probability: float) -> str:
+    """A target probability in a rule or message, as a percentage of 4 significant digits:
+    "1%", "99.99%", "1e-15%" (a fixed number of decimals says 0% of a tiny target)."""
+    return f"{probability * 100:.4g}%"
+
+
+def small(probability: float) -> str:
+    """A probability in a rule: 4 decimals, or 3 significant digits below 0.0001 (which 4
+    decimals would show as 0)."""
+    return f"{probability:.4f}" if probability >= 1e-4 or probability == 0 else f"{probability:.3g}"
 
 
 def banding_summary(threshold: float, banding: Banding, low: float | None = None,
@@ -149,7 +171,7 @@ def banding_summary(threshold: float, banding: Banding, low: float | None = None
         "permutations_computed": b * r,
         "rule": banding.rule,
         "steepest_similarity": round(steepest_similarity(b, r), 4),
-        "miss_probability_at_threshold": float(1.0 - collision_probability(threshold, b, r)),
+        "miss_probability_at_threshold": float(miss_probability(threshold, b, r)),
         "candidate_probability": {f"{s:g}": float(collision_probability(s, b, r)) for s in similarities},
     }
     if low is not None:
