@@ -286,6 +286,36 @@ def test_grid_rejects_invalid_values(grid):
         expand_grid(**grid)
 
 
+def test_a_grid_none_of_whose_settings_can_run_is_refused_naming_why():
+    with pytest.raises(ParameterError, match=r"^no setting of the grid can run: skipped word5 t=0.01 K=128 .*"
+                                             r"num_perm=459 is the smallest"):
+        expand_grid(num_perm=[128], threshold=[0.01])
+
+
+def test_the_evaluation_folder_is_checked_before_the_run(tmp_path, monkeypatch):
+    """evaluate -o: not an input folder or inside one (its evaluation.json would be read as
+    input next time), not a file or under one; each one line, exit 2, nothing written. Notes on
+    settings skipped are printed, in the command line's words."""
+    from cli_support import assert_user_error, happy_records, invoke, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", happy_records())
+    before = sorted(p.name for p in (tmp_path / "corpus").iterdir())
+    for out, words in [("corpus", "the evaluation's folder must not be, hold or lie inside the input corpus"),
+                       ("corpus/eval", "must not be, hold or lie inside the input corpus"),
+                       ("corpus/a.jsonl", "must not be, hold or lie inside the input"),
+                       ("corpus/a.jsonl/sub", "must not be, hold or lie inside the input")]:
+        assert_user_error(invoke("evaluate", "corpus", "-o", out, "-q"), words, out=tmp_path / "nothing")
+    assert sorted(p.name for p in (tmp_path / "corpus").iterdir()) == before
+    (tmp_path / "file").write_text("x")
+    for out, words in [("file", "file: exists and is not a directory"), ("file/sub", "lies under file, a file")]:
+        assert_user_error(invoke("evaluate", "corpus", "-o", out, "-q"), words, out=tmp_path / "nothing")
+    done = invoke("evaluate", "corpus", "-o", "eval", "--threshold", "0.01,0.8", "-q")
+    assert done.exit_code == 0, done.output
+    assert "note: skipped word5 t=0.01 K=128 b x r=auto: no bands x rows within --num-perm 128" in done.output
+    assert (tmp_path / "eval" / "evaluation.json").is_file()
+
+
 def test_parse_list():
     assert parse_list("64, 128") == [64, 128]
     assert parse_list("8,auto,16", allow_auto=True) == [8, None, 16]

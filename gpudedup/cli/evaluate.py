@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, DEFAULT_THRESHOLD
-from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BackendChoice, err, user_errors)
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BackendChoice, err, in_option_words,
+                     user_errors)
 
 
 def evaluate_command(
@@ -95,7 +96,10 @@ def evaluate_command(
             evaluation.parse_list(strip_punctuation, evaluation.yes_no),
             evaluation.parse_list(strip_symbols, evaluation.yes_no),
         )
+        for note in notes:  # (evaluation.json keeps them too)
+            err.print(f"[yellow]note:[/] {escape(in_option_words(note, context))}", soft_wrap=True)
         evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
+        evaluation.check_results_folder(output, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
         corpus = evaluation.select_documents(read_corpus(list(inputs), content, id_field), limit, sample,

@@ -30,6 +30,7 @@ from .grid import Setting, expand_grid, parse_list, spec_label, unicode_form, ye
 from .output import (
     CSV_FIELDS,
     FIGURE,
+    check_results_folder,
     csv_text,
     evaluation_dict,
     figure_name,
@@ -69,5 +70,5 @@ __all__ = [
     "TruthCache", "best_result", "bin_edges", "content_corpus", "corpus_shingle_sets", "criterion_field",
     "csv_text", "evaluate", "evaluation_dict", "exact_ground_truth", "expand_grid", "figure_name", "format_table",
     "found_in", "pair_codes", "parse_list", "recall_figure", "recommendations", "score_outcome",
-    "select_documents", "spec_label", "unicode_form", "write_results", "yes_no",
+    "select_documents", "spec_label", "unicode_form", "write_results", "yes_no", "check_results_folder",
 ]

@@ -91,7 +91,8 @@ def expand_grid(
       - both: every (bands, rows) pair.
       A None in ``bands`` or ``rows`` adds the chosen banding ("auto") to the explicit ones.
     Combinations that cannot run are skipped with a note: bands * rows > num_perm, a derived
-    bands or rows of 0, and targets no banding within num_perm meets. Values that are wrong on
+    bands or rows of 0, and targets no banding within num_perm meets (ParameterError, with the
+    notes, where that leaves no setting). Values that are wrong on
     their own (a threshold of 2, an unknown shingle kind, num_perm 0) raise ParameterError.
     The normalisation lists (unicode, strip_punctuation, strip_symbols) apply to text
     shingles; token shingles take ids as given and get one setting each.
@@ -124,7 +125,10 @@ def expand_grid(
                             notes.append(f"skipped {setting.label}: {error}")
                             continue
                         settings.append(setting)
-    return list(dict.fromkeys(settings)), list(dict.fromkeys(notes))
+    notes = list(dict.fromkeys(notes))
+    if not settings:
+        raise ParameterError(f"no setting of the grid can run: {'; '.join(notes)}")
+    return list(dict.fromkeys(settings)), notes
 
 
 def _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):

@@ -11,9 +11,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from .. import plots
+from ..errors import OutputError
+from ..io.credentials import os_reason
+from ..io.outputdir import check_apart_from_inputs
 from ..version import __version__
 from .grid import spec_label
 from .run import Evaluation
@@ -119,6 +122,21 @@ def figure_name(recommendation: Recommendation, truths: int) -> str:
     return f"recall_by_similarity_{spec_label(recommendation.spec)}_t{recommendation.threshold:g}.png"
 
 
+def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = ()) -> Path:
+    """``out_dir`` as a folder write_results may write into, or OutputError: it must not be a
+    file, lie under one, or be, hold or lie inside one of the ``inputs`` (what is written there
+    would be read as input by the next run)."""
+    out = Path(out_dir)
+    check_apart_from_inputs(out, inputs, "the evaluation's folder", "output=")
+    for place in (out, *out.parents):
+        if place.exists():
+            if not place.is_dir():
+                what = "exists and is not a directory" if place == out else f"lies under {place}, a file"
+                raise OutputError(f"{out}: {what}; choose another output=")
+            break
+    return out
+
+
 def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional[str] = None) -> tuple[Path, Path]:
     """Write ``evaluation.json`` (everything: corpus, ground truth, notes, every setting with
     its recall bins, the recommended setting of each ground truth), ``evaluation.csv`` (one row
@@ -128,8 +146,11 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
     Atomic: every file is written to a temporary file in out_dir and renamed over the old one
     only when all are complete; on an error no file is touched and no temporary file is left.
     criterion: None for the Evaluation's own. Returns (json path, csv path)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_results_folder(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{out}: cannot make the folder ({os_reason(error)})") from None
     criterion = _criterion_of(results, criterion)
     chosen = recommendations(_results_of(results), criterion)
     drawn = {r.index: (figure_name(r, len(chosen)), recall_figure(r.result)) for r in chosen}
