@@ -437,3 +437,35 @@ def test_kept_files_written_side_by_side_are_those_written_one_by_one(tmp_path, 
         write_kept_file(rows, tmp_path / "alone" / name, format)
     for name in names:
         assert (tmp_path / "together" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes()
+
+
+def test_jsonl_from_arrow_values_is_strict_json_that_reads_back(tmp_path):
+    """Parquet rows written as JSONL: NaN and infinities as null, bytes as their text (UTF-8)
+    or base64, a map of distinct keys as an object, timestamps as text; every line strict JSON
+    (no NaN), and the output a valid input again."""
+    import base64
+    import math
+
+    texts = ["one two three four five six", "alpha beta gamma delta epsilon", "red green blue cyan magenta"]
+    table = pa.table({"text": texts, "f": [float("nan"), float("inf"), 1.5],
+                      "bin": pa.array([b"\xff\x00abc", b"hello", None], pa.binary()),
+                      "m": pa.array([[("k", 1)], [("a", 2)], None], pa.map_(pa.string(), pa.int64())),
+                      "ts": pa.array([1, 2, 3], pa.timestamp("s")), "nested": [{"x": float("-inf")}, {"x": 1.0}, None]})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "types.parquet")
+    result = invoke("dedup", tmp_path / "in", "-o", tmp_path / "out", "--format", "jsonl", "-q", "--backend", "cpu")
+    assert result.exit_code == 0, result.output
+
+    def strict(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    lines = (tmp_path / "out" / "deduplicated" / "types.jsonl").read_text().splitlines()
+    rows = [json.loads(line, parse_constant=strict) for line in lines]
+    assert [row["f"] for row in rows] == [None, None, 1.5]
+    assert [row["bin"] for row in rows] == [base64.b64encode(b"\xff\x00abc").decode(), "hello", None]
+    assert [row["m"] for row in rows] == [{"k": 1}, {"a": 2}, None]
+    assert [row["ts"] for row in rows] == ["1970-01-01 00:00:01", "1970-01-01 00:00:02", "1970-01-01 00:00:03"]
+    assert [row["nested"] for row in rows] == [{"x": None}, {"x": 1.0}, None]
+    assert not any(isinstance(v, float) and not math.isfinite(v) for row in rows for v in row.values())
+    again = invoke("dedup", tmp_path / "out" / "deduplicated", "-o", tmp_path / "again", "-q", "--backend", "cpu")
+    assert again.exit_code == 0, again.output

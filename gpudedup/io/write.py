@@ -5,7 +5,9 @@ storage, written locally and uploaded once).
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -55,7 +57,7 @@ def write_parquet(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None
 
 def write_jsonl(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
     """One JSON object per row (only the rows where ``keep`` is True, when given), columns in
-    table order, UTF-8; values JSON cannot hold (dates, bytes) are written as strings."""
+    table order, UTF-8, strict JSON (json_value's rules for what JSON has no value for)."""
     write_jsonl_batches(kept_batches(table, keep) if keep is not None else table.to_batches(ROWS_PER_WRITE), path)
 
 
@@ -63,9 +65,48 @@ def write_jsonl_batches(batches, path: Path) -> None:
     """Record batches as JSON lines into one file (see write_jsonl)."""
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for batch in batches:
-            handle.writelines(
-                json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in batch.to_pylist()
-            )
+            # (Most tables hold strings and integers only: their rows go as Arrow gives them.)
+            rows = batch_rows(batch) if needs_json_values(batch.schema) else batch.to_pylist()
+            handle.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+
+
+def needs_json_values(schema: pa.Schema) -> bool:
+    """Whether a schema holds a type json_value changes: floats, binary, maps (at any depth)."""
+    def changed(data_type: pa.DataType) -> bool:
+        if pa.types.is_floating(data_type) or pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type) \
+                or pa.types.is_fixed_size_binary(data_type) or pa.types.is_map(data_type):
+            return True
+        return any(changed(data_type.field(i).type) for i in range(data_type.num_fields))
+
+    return any(changed(field.type) for field in schema)
+
+
+def batch_rows(batch: pa.RecordBatch) -> list[dict]:
+    """A batch's rows as json_value makes them, maps as objects where their keys are distinct."""
+    try:
+        rows = batch.to_pylist(maps_as_pydicts="strict")
+    except (pa.ArrowException, KeyError, ValueError):  # (a map that repeats a key: its pairs)
+        rows = batch.to_pylist()
+    return [json_value(row) for row in rows]
+
+
+def json_value(value):
+    """A value as strict JSON holds it: a float JSON has no number for (NaN, infinities) as
+    null; bytes as their text where they are UTF-8 (a text column stored as binary), else as
+    base64; lists, tuples and dicts item by item; anything else as it is (json.dumps writes
+    what JSON has no type for, dates and decimals, as its text)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {key: json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(item) for item in value]
+    return value
 
 
 def write_json(data: dict, path: Path) -> None:
