@@ -249,9 +249,26 @@ def _jaccard(result, first: np.ndarray, second: np.ndarray) -> list[Optional[flo
 
 
 def _verified(result, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """float64: the verified pair's Jaccard of rows first[i], second[i], nan where none."""
+    """float64: the Jaccard of rows first[i], second[i] where the run found them a pair, nan
+    where it did not: a verified pair, or one the pairs imply through identical copies (listed
+    as a star around the first copy, Jaccard 1.0: a copy pairs as its first does, and with the
+    other copies), as DedupResult.all_pairs spells them out."""
     o = result._outcome
-    return verified_jaccard(o.pair_a, o.pair_b, o.jaccard, np.minimum(first, second), np.maximum(first, second))
+    copy = o.jaccard == 1.0  # only identical sets have Jaccard 1.0
+    members, firsts = o.pair_b[copy], o.pair_a[copy]
+    order = np.argsort(members, kind="stable")
+    members, firsts = members[order], firsts[order]
+
+    def standing(rows: np.ndarray) -> np.ndarray:
+        """The first copy of each row's group of copies; the row itself where it is none's."""
+        if members.shape[0] == 0:
+            return rows
+        at = np.minimum(np.searchsorted(members, rows), members.shape[0] - 1)
+        return np.where(members[at] == rows, firsts[at], rows)
+
+    a, b = standing(first), standing(second)
+    jaccard = verified_jaccard(o.pair_a, o.pair_b, o.jaccard, np.minimum(a, b), np.maximum(a, b))
+    return np.where(a == b, 1.0, jaccard)
 
 
 def _row_of(result, doc_id: Any) -> int:

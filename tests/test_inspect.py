@@ -169,6 +169,23 @@ def test_a_pair_gives_the_exact_jaccard_of_its_shingle_sets(result):
     assert TEXTS[alone[0]] in shown.text and TEXTS[alone[1]] in shown.text
 
 
+def test_a_pair_implied_by_identical_copies_is_a_pair_as_all_pairs_lists_it():
+    """A copy pairs as the first copy of its group does (pairs lists copies as a star around it):
+    pair() of a document and the copy of its verified partner, and of two copies, says what
+    all_pairs() says, with the Jaccard of Python sets."""
+    base = "the quick brown fox jumps over the lazy dog and runs far away into the deep green forest"
+    near = base.replace("deep", "dark")
+    texts = [base, near, "entirely different words make up this one text here today ok", near, near]
+    result = gpudedup.dedup(texts, backend="cpu", threshold=0.5)
+    listed = {(row["id_a"], row["id_b"]): row["jaccard"] for row in result.all_pairs().to_pylist()}
+    assert (0, 3) in listed and (3, 4) in listed and (0, 3) not in {
+        (row["id_a"], row["id_b"]) for row in result.pairs.to_pylist()}
+    for (a, b), value in listed.items():
+        view = result.pair(a, b)
+        assert view.verified and view.jaccard == pytest.approx(value) and value == set_jaccard(texts[a], texts[b])
+    assert not result.pair(0, 2).verified
+
+
 def expected_removed(result) -> list[tuple]:
     """(id, kept_id, cluster, Jaccard of Python sets) of every removed document, in input order."""
     return [(i, k, c, set_jaccard(TEXTS[k], TEXTS[i]))
