@@ -96,6 +96,9 @@ def test_max_memory_stops_before_a_stage_that_would_exceed_it(happy):
     assert result.exit_code == 2
     assert "--max-memory 1 MiB" in result.output and "Traceback" not in result.output
     assert not (happy / "out").exists() and leftovers(happy) == []
+    # A work directory's shard read: the advice names what takes most of the need, the batches.
+    staged = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--max-memory", "1M", "--work-dir", "work")
+    assert staged.exit_code == 2 and "; lower --batch-bytes (the batches in flight take" in staged.output
 
 
 def test_max_memory_generous_limit_runs_and_bad_sizes_are_refused(happy):

@@ -46,7 +46,7 @@ from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_
 from ..io.pointers import SourcePointers
 from ..io.sizes import file_read_bytes, shard_read_estimate
 from ..io.stamps import FileStamp
-from ..memory import MemoryBudget
+from ..memory import MemoryBudget, size_words
 from ..params import DedupParams
 from ..report import InputFile, InputSummary
 from ..stages import Progress, StageLog
@@ -207,9 +207,11 @@ class WorkDirStore:
                         + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)))
 
             # A shard is read whole: the budget must hold it and the batches in flight.
+            in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend))
             budget.check(f"reading {display_path(path)}", need,
-                         "lower shard_bytes= (large plain JSONL and Parquet files are cut at it), cut "
-                         "the input into smaller files, or raise max_memory=")
+                         f"lower batch_bytes= (the batches in flight take {size_words(in_flight)} of it) or "
+                         "shard_bytes= (large plain JSONL and Parquet files are cut at it), cut the input into "
+                         "smaller files, or raise max_memory=")
             sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
 
     def read_whole_where_needed(self, executor: Executor, log: StageLog, progress: Progress) -> None:
