@@ -12,6 +12,30 @@ message. So a message is written once, and neither interface names the other's w
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator
+
+# How the interface running now says a message (the identity for the Python API; the command
+# line's in_option_words inside a command): for the messages a run writes into its outputs
+# (errors.jsonl's reasons), which the command line does not print itself.
+_words: ContextVar[Callable[[str], str]] = ContextVar("message_words", default=lambda message: message)
+
+
+def in_interface_words(message: str) -> str:
+    """``message`` as the interface running now says it (the module docstring)."""
+    return _words.get()(message)
+
+
+@contextmanager
+def spoken_as(words: Callable[[str], str]) -> Iterator[None]:
+    """Inside: in_interface_words is ``words`` (a command line's, for its command)."""
+    token = _words.set(words)
+    try:
+        yield
+    finally:
+        _words.reset(token)
+
 
 class GpudedupError(Exception):
     """A problem with the input, the parameters or the environment, explained in its message."""

@@ -18,7 +18,7 @@ from .engine.kept import Kept
 from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, removed_schema, shingle_spec,
                                  write_tables)
 from .display import result_html
-from .errors import OutputError, ParameterError
+from .errors import OutputError, ParameterError, in_interface_words
 from .tables import NamedRows, pairs_parts, whole_table
 from .html_report import report_figures, texts_read, write_report
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
@@ -339,8 +339,8 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
             write_removed_rows(result, staging, out, format, names, executor)
         write_clusters(result, staging, out, names is not None, executor)
         if result._on_error == "skip":  # written even when empty: "nothing was skipped"
-            write_jsonl(pa.Table.from_pylist(result.skipped_records, schema=SKIPPED_RECORD_SCHEMA),
-                        staging / "errors.jsonl")
+            records = [{**record, "reason": in_interface_words(record["reason"])} for record in result.skipped_records]
+            write_jsonl(pa.Table.from_pylist(records, schema=SKIPPED_RECORD_SCHEMA), staging / "errors.jsonl")
         write_pairs(result, staging, out, names is not None, executor)
         # The report's figures are drawn within the write's time; the page itself needs the
         # finished report, so it comes after.

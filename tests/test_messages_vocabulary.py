@@ -182,3 +182,18 @@ def test_cli_index_add_refuses_ids_the_index_holds_before_any_stage(tmp_path):
         "index (remove the indexed document first, or name an id field whose ids the index does not hold with "
         "--id-field)")
     assert "Shingling + MinHash" not in again.output and not (tmp_path / "out2").exists()
+
+
+def test_errors_jsonl_says_its_reasons_in_the_words_of_the_interface(tmp_path):
+    """The reasons a run writes into errors.jsonl are said as the interface that ran it says
+    them: --text-field from the command line, text_field= from Python."""
+    data = write_jsonl(tmp_path / "data.jsonl", records(4) + [{"id": "odd", "body": "no text here"}])
+    done = CliRunner().invoke(app, ["dedup", data, "-o", str(tmp_path / "cli"), "--on-error", "skip", "-q"])
+    assert done.exit_code == 0, done.output
+    gpudedup.dedup(Path(data), on_error="skip", output=tmp_path / "api", backend="cpu")
+    reasons = {place: [json.loads(line)["reason"] for line in (tmp_path / place / "errors.jsonl").open()]
+               for place in ("cli", "api")}
+    assert len(reasons["cli"]) == len(reasons["api"]) == 1
+    assert "--text-field" in reasons["cli"][0] and "text_field=" not in reasons["cli"][0]
+    assert "text_field=" in reasons["api"][0] and "--text-field" not in reasons["api"][0]
+    assert reasons["cli"][0] == in_option_words(reasons["api"][0], command_context("dedup"))

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..stages import seconds_text
-from ..errors import GpudedupError
+from ..errors import GpudedupError, spoken_as
 from ..interrupts import interrupted_outcome, note_written, set_phase, signal_word
 
 if TYPE_CHECKING:
@@ -282,11 +282,15 @@ class user_errors:
     def __enter__(self):
         settle_pyarrow(self.pandas)  # (while a signal still ends the process at once)
         note_written(None)
+        # What the run writes in words (errors.jsonl's reasons) is said as the command says it.
+        self.spoken = spoken_as(lambda message: in_option_words(message, self.context))
+        self.spoken.__enter__()
         set_phase("running")
         return self
 
     def __exit__(self, kind, error, traceback):
         set_phase("done")
+        self.spoken.__exit__(None, None, None)
         if isinstance(error, GpudedupError):
             from ..io.credentials import scrubbed  # (a last guard: the message should name no credential)
 
