@@ -128,14 +128,21 @@ def test_tokens_with_token_shingles():
     assert result.report["groups"]["matrix"] == [[0, 6], [0, 0]]
 
 
-def test_a_missing_group_column_is_named_before_the_run(tmp_path):
+def test_a_group_column_no_input_has_is_named_before_the_run(tmp_path):
+    """A group field no input has (a name mistyped) is refused before the run; a file without
+    it counts its documents as null, as a record without it does, in memory and staged."""
     paths = corpus_files(tmp_path)
-    paths[1].write_text(json.dumps({"id": "x", "text": "a text"}) + "\n", encoding="utf-8")
     for where in ({}, {"work_dir": tmp_path / "work"}):
-        with pytest.raises(InputError, match=r"part1\.jsonl: no field 'source' to count by"):
-            gpudedup.dedup(paths, id_field="id", group_field="source", **where)
+        with pytest.raises(InputError, match=r"part0\.jsonl: no field 'sourc' to count by, nor in any other input"):
+            gpudedup.dedup(paths, id_field="id", group_field="sourc", **where)
     with pytest.raises(InputError, match="no field 'nope'"):
         gpudedup.dedup(["a b c", "a b c"], group_field="nope")
+    paths[1].write_text(json.dumps({"id": "x", "text": "a text of its own here"}) + "\n", encoding="utf-8")
+    reports = [gpudedup.dedup(paths, id_field="id", group_field="source", backend="cpu", **where).report
+               for where in ({}, {"work_dir": tmp_path / "work2"})]
+    assert reports[0]["groups"] == reports[1]["groups"]
+    rows = {row["group"]: row["documents"] for row in reports[0]["groups"]["rows"]}
+    assert sum(rows.values()) == reports[0]["input"]["documents"] and rows.get(None, 0) >= 1
 
 
 def test_many_groups_fold_into_other():

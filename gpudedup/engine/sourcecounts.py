@@ -109,14 +109,20 @@ def group_values(table: pa.Table, field: str, value_type: pa.DataType) -> pa.Arr
 
 
 def check_group_field(store: Any, field: Optional[str]) -> None:
-    """InputError naming the first input of ``store`` (input_schemas) that has no field
-    ``field`` or holds lists or structs in it (a group is one value); nothing without one."""
+    """InputError where no input of ``store`` (input_schemas) has the field ``field`` (a name
+    mistyped: named with the first input's fields), or one holds lists or structs in it (a
+    group is one value); nothing without one. An input without the field counts its documents
+    as null, as a record without it does."""
     if field is None:
         return
-    for path, schema in input_schemas(store):
+    schemas = input_schemas(store)
+    if schemas and not any(has_field(schema, field) for _, schema in schemas):
+        path, schema = schemas[0]
+        raise InputError(f"{path}: no field {field!r} to count by, nor in any other input (fields: "
+                         f"{listed(field_names(schema))}); choose it with group_field=")
+    for path, schema in schemas:
         if not has_field(schema, field):
-            raise InputError(f"{path}: no field {field!r} to count by (fields: {listed(field_names(schema))}); "
-                             "choose it with group_field=")
+            continue
         value_type = field_type(schema, field)
         if pa.types.is_nested(value_type):
             raise InputError(f"{path}: field {field!r} is {value_type}; group_field= takes a field of single "
