@@ -469,3 +469,18 @@ def test_jsonl_from_arrow_values_is_strict_json_that_reads_back(tmp_path):
     assert not any(isinstance(v, float) and not math.isfinite(v) for row in rows for v in row.values())
     again = invoke("dedup", tmp_path / "out" / "deduplicated", "-o", tmp_path / "again", "-q", "--backend", "cpu")
     assert again.exit_code == 0, again.output
+
+
+def test_single_file_kept_rows_are_the_same_bytes_staged_and_in_memory(tmp_path):
+    """--single-file of JSONL with a list column: the work directory's spilled columns keep the
+    list's item name as read, so the staged file is the in-memory one byte for byte."""
+    rows = [{**row, "tags": [n, n + 1]} for n, row in enumerate(sample_records()[:120])]
+    write_jsonl(tmp_path / "in.jsonl", rows)
+    outputs = []
+    for name, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        out = tmp_path / name
+        result = invoke("dedup", tmp_path / "in.jsonl", "-o", out, "--single-file", "-q", "--backend", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        outputs.append((out / "deduplicated.parquet").read_bytes())
+    assert outputs[0] == outputs[1]
+    assert pq.read_schema(tmp_path / "staged" / "deduplicated.parquet").field("tags").type == pa.list_(pa.int64())

@@ -221,7 +221,9 @@ class WorkDir:
             for name, array in arrays.items():
                 np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
             for name, table in (tables or {}).items():
-                pq.write_table(table, staging / f"{name}.parquet")
+                # Lists keep their item's name as read (Parquet's compliant "element" would
+                # read back as another type than the in-memory run's reader gives).
+                pq.write_table(table, staging / f"{name}.parquet", use_compliant_nested_type=False)
             if info is not None:
                 (staging / "info.json").write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
 
