@@ -25,6 +25,27 @@ def test_missing_path(in_tmp):
     assert_user_error(result, "missing.jsonl", "no such file or directory", out=in_tmp / "out")
 
 
+def test_names_from_the_data_never_steer_the_terminal(in_tmp):
+    """File names, an output path and group values print as they are: rich markup in them is
+    not read as markup (a name like x[/b] once crashed the summary after the output was
+    written), and a control character (ESC, which starts colours and links) shows as its
+    escape."""
+    esc = "\x1b"
+    rows = happy_records()
+    write_jsonl(in_tmp / "corpus" / f"a{esc}[41mred.jsonl", [{**row, "g": f"{esc}]8;;evil{esc}\\g"} for row in rows])
+    write_jsonl(in_tmp / "corpus" / "b[bold].jsonl", rows)
+    (in_tmp / "x[").mkdir()  # (x[/b] is b inside x[)
+    for out, by in (("x[/b]", []), (f"o{esc}[7mrev", ["--group-field", "g"])):
+        result = invoke("dedup", "corpus", "-o", out, *by)
+        assert result.exit_code == 0, result.output
+        assert esc not in result.output and "\\x1b" in result.output
+        said = " ".join(result.output.split())  # (the summary wraps at the terminal's width)
+        shown = out.replace(esc, "\\x1b")
+        assert f"Results in {shown}/" in said
+        assert ("\\x1b]8;;evil" if by else "b[bold].jsonl") in said
+        assert (in_tmp / out / "report.json").is_file()
+
+
 def test_a_name_that_is_not_utf8_is_one_line(in_tmp):
     """A file name of bytes that are not UTF-8 (common on Linux) cannot name ids, reports or
     output files: a file given, or found in a folder, is refused in one line (left out under

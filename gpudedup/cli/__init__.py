@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import ParameterError
 from ..interrupts import interrupted_outcome, last_signal, signal_word
@@ -21,7 +20,7 @@ from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFA
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
 from ..display import largest_cluster_rows
-from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BandsOption, BucketWindowOption,
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, escape, SIMILARITY_PANEL, BandsOption, BucketWindowOption,
                      LowOption, MaxFnOption, MaxFpOption, NgramOption, NumPermOption, RowsOption, SeedOption,
                      ShingleOption, StripPunctuationOption, StripSymbolsOption, ThresholdOption, UnicodeOption,
                      BackendChoice, Exclude, GroupField, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, List, Optional, cast
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 
 from ..stages import seconds_text
 from ..errors import GpudedupError, spoken_as
@@ -22,6 +22,18 @@ if TYPE_CHECKING:
     from ..core.shingling import UnicodeForm
     from ..io.storage import Location
     from ..report import Report
+
+# Characters that steer a terminal rather than print: C0 and C1 controls (ESC starts colours,
+# hyperlinks and cursor moves), DEL, and the bidirectional overrides and isolates.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape(text: str) -> str:
+    """``text`` for rich to print as it is: its markup escaped, and each character that would
+    steer the terminal shown as its escape ("\\x1b"): names and values from the data (file
+    names, ids, group values, the output's path) never colour, link or move the terminal."""
+    return escape_markup(CONTROL.sub(lambda found: ascii(found.group())[1:-1], text))
+
 
 # The help panels the options of a command are grouped in (typer's rich_help_panel): what is
 # read, what decides which documents are near-duplicates, what is written, and how the work is
@@ -112,11 +124,12 @@ def print_summary(report: Report, output: Location) -> None:
         f"in {seconds_text(report['total_seconds'])} s on {report['backend'].split(' (')[0]}.\n"
         f"Jaccard >= {p['threshold']} over {p['shingle']} {p['ngram']}-grams; "
         f"{p['bands']} bands x {p['rows']} rows; {r['candidate_pairs']:,} candidate pairs, "
-        f"{r['verified_pairs']:,} verified.\nResults in {output}/ (open {output}/report.html for the report)"
+        f"{r['verified_pairs']:,} verified.\nResults in {escape(str(output))}/ (open "
+        f"{escape(str(output))}/report.html for the report)"
     )
     if i.get("skipped_records"):
         err.print(f"[bold yellow]{i['skipped_records']:,} records or files were skipped[/] "
-                  f"(--on-error skip): see {output}/errors.jsonl")
+                  f"(--on-error skip): see {escape(str(output))}/errors.jsonl")
     unread = not_read_line(i.get("skipped_file_reasons", []), output)
     if unread:
         err.print(unread, soft_wrap=True)

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
-from rich.markup import escape
 
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, DEFAULT_THRESHOLD
-from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BackendChoice, err, in_option_words,
-                     user_errors)
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BackendChoice, err, escape,
+                     in_option_words, user_errors)
 
 
 def evaluate_command(
@@ -117,5 +116,5 @@ def evaluate_command(
         json_path, csv_path = evaluation.write_results(results, output, criterion)
         guard.written = output
         if not quiet:
-            err.print(f"Results in {json_path} and {csv_path}")
+            err.print(f"Results in {escape(str(json_path))} and {escape(str(csv_path))}")
         guard.done()

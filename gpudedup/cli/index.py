@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import InputError
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, \
     DEFAULT_THRESHOLD
-from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, BandsOption, BucketWindowOption,
+from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, escape, BandsOption, BucketWindowOption,
                      LowOption, MaxFnOption, MaxFpOption, NgramOption, NumPermOption, RowsOption, SeedOption,
                      ShingleOption, StripPunctuationOption, StripSymbolsOption, ThresholdOption, UnicodeOption,
                      BackendChoice, Exclude, GroupField, Include, OnError, OutputFormat, Shingle, UnicodeChoice,
