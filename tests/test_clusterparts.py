@@ -144,6 +144,9 @@ def test_held_clusters_answer_what_the_parts_answer(client, tmp_path, policy, ra
     assert all(np.array_equal(a, b) for a, b in zip(held.read(), parts.read()))
     assert (held.count, held.in_clusters, held.removed_count) == (parts.count, parts.in_clusters,
                                                                    parts.removed_count)
+    for first_row in (0, 1, 37, 250, n_docs):  # (a run against an index counts the rows from its first new one)
+        expected = int((held.read().docs >= first_row).sum())
+        assert held.in_clusters_from(first_row) == parts.in_clusters_from(first_row) == expected
     assert all(np.array_equal(a, b) for a, b in zip(held.by_size(), parts.by_size()))
     for count in (1, 5, 20):
         assert held.largest_numbers(count).tolist() == parts.largest_numbers(count).tolist()

@@ -549,6 +549,19 @@ def test_a_run_against_an_index_refuses_ids_of_the_other_kind(tmp_path):
     assert found.pairs.to_pylist() == [{"id_a": "0", "id_b": "1", "jaccard": found.pairs["jaccard"][0].as_py()}]
 
 
+def test_a_run_against_an_index_counts_the_new_documents_only(tmp_path):
+    """report.json's results count the new data only (output-formats.md): its documents in
+    clusters leave out the indexed documents the clusters hold."""
+    text = "the cat sat on the mat and then it left the house for a walk in the park"
+    index = Index.create(tmp_path / "index", threshold=0.5)
+    index.add([{"id": "a", "text": text}, {"id": "b", "text": text + " again today"}], id_field="id",
+              progress=False)
+    result = index.dedup([{"id": "n", "text": text + " again"}], id_field="id", progress=False)
+    r = result.report["results"]
+    assert result.indexed_rows == 1 and r["clusters"] == 1  # (b went as a near-duplicate of a)
+    assert r["documents_in_clusters"] == 1 == r["removed_documents"] and r["kept_documents"] == 0
+
+
 def test_one_string_where_a_list_is_asked_is_refused(tmp_path):
     """query and remove take lists: one string given alone is refused (a string iterates as its
     characters: 49 empty answers, or nothing removed), and so is a tag that is not a string,

@@ -136,6 +136,14 @@ class ClusterParts:
     def in_clusters(self) -> int:
         return int(self.sizes.sum())
 
+    def in_clusters_from(self, first: int) -> int:
+        """The documents in clusters of rows ``first`` and after (a run against an index: its
+        new documents): the parts whose range starts below ``first`` read for their rows."""
+        below = 0
+        for number in np.flatnonzero(self.sizes[:int(np.searchsorted(self.starts, first))]).tolist():
+            below += int((self.read_part(number, ["docs"])["docs"] < first).sum())
+        return self.in_clusters - below
+
     def by_size(self) -> tuple[np.ndarray, np.ndarray]:
         """Every cluster size that occurs, ascending, and how many clusters have it (counted
         where the clusters were decided)."""

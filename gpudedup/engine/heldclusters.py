@@ -38,6 +38,10 @@ class HeldClusters:
     def in_clusters(self) -> int:
         return self.clusters.in_clusters
 
+    def in_clusters_from(self, first: int) -> int:
+        """The documents in clusters of rows ``first`` and after (ClusterParts')."""
+        return self.clusters.in_clusters - int(np.searchsorted(self.clusters.docs, first))
+
     @property
     def removed_count(self) -> int:
         return self.clusters.removed_count

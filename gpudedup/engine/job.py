@@ -98,7 +98,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
     report = build_report(store.input_summary(store.documents - active.shape[0]), params, banding, backend, log,
                           candidates=checked.candidates, checked=checked.checked, verified=verified.count,
-                          clusters=clusters, copies=copies, work_dir=store.work_dir)
+                          clusters=clusters, copies=copies, work_dir=store.work_dir, pinned=store.pinned)
     return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, shown)
 
 
@@ -118,8 +118,9 @@ def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams,
 
 def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,
                  candidates: int, checked: int, verified: int, clusters: "Clustered",
-                 copies: Copies, work_dir: Optional[str]) -> Report:
-    """The run's report (report.Report), the one place it is built."""
+                 copies: Copies, work_dir: Optional[str], pinned: int = 0) -> Report:
+    """The run's report (report.Report), the one place it is built; pinned: the leading rows
+    that are an index's documents (Store.pinned), which its counts leave out."""
     removed = clusters.removed_count
     documents = summary.documents
     identical = copies.count
@@ -137,7 +138,7 @@ def build_report(summary: InputSummary, params: DedupParams, banding: Banding, b
         },
         results=Results(candidate_pairs=int(candidates) + identical, exactly_checked_pairs=int(checked) + identical,
                         identical_copies=identical, verified_pairs=int(verified), clusters=clusters.count,
-                        documents_in_clusters=clusters.in_clusters, removed_documents=removed,
+                        documents_in_clusters=clusters.in_clusters_from(pinned), removed_documents=removed,
                         kept_documents=documents - removed),
         balance=Balance.of(documents, summary.skipped_records, summary.empty_documents, removed),
         stages=log.as_dict(),
