@@ -23,6 +23,17 @@ STYLE = ("<style>.gpudedup-cards{display:flex;gap:.5em;flex-wrap:wrap;margin:.3e
          ".gpudedup-clusters td,.gpudedup-clusters th{text-align:left;padding:.1em .6em}"
          ".gpudedup-note{color:#616e7c;margin:.2em 0}</style>")
 
+# The characters of an id a page shows (report.json and the tables hold it whole): an id of
+# megabytes would make every page that names it as large.
+ID_CHARS = 120
+
+
+def shown_id(value) -> str:
+    """An id as a page shows it: escaped, cut to ID_CHARS characters ("…"), and isolated from
+    the text around it (<bdi>: a right-to-left override in an id stays inside it)."""
+    text = str(value)
+    return f"<bdi>{escape(text if len(text) <= ID_CHARS else text[:ID_CHARS] + '…')}</bdi>"
+
 
 def summary_cards(report: Mapping) -> list[tuple[str, str]]:
     """(name, value) of the cards a result and its report show: documents in, kept, removed,
@@ -54,8 +65,8 @@ def result_html(result: Any) -> str:
         out.append('<table class="gpudedup-clusters"><thead><tr><th>cluster</th><th>size</th><th>kept</th>'
                    "<th>removed</th></tr></thead><tbody>")
         for number, size, kept, removed, more in rows:
-            listed = ", ".join(escape(str(i)) for i in removed) + (f" and {more:,} more" if more else "")
-            out.append(f"<tr><td>{number:,}</td><td>{size:,}</td><td>{escape(', '.join(map(str, kept)))}</td>"
+            listed = ", ".join(shown_id(i) for i in removed) + (f" and {more:,} more" if more else "")
+            out.append(f"<tr><td>{number:,}</td><td>{size:,}</td><td>{', '.join(map(shown_id, kept))}</td>"
                        f"<td>{listed}</td></tr>")
         out.append("</tbody></table>")
         out.append('<p class="gpudedup-note">result.cluster(number) shows a cluster\'s texts side by side; '

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from .core.cluster import kept_documents
 from .engine.removedrows import ADDED_COLUMNS, held_removed, plain, shingle_spec, texts_jaccard, verified_jaccard
 from .errors import ParameterError
-from .html_report import CSS, EXCERPT_CHARS, NOT_STORED, document, highlight, text_excerpt
+from .html_report import CSS, EXCERPT_CHARS, NOT_STORED, document, highlight, shown_id, text_excerpt
 from .io.fields import content_of
 
 MEMBERS_SHOWN = 20  # documents of a cluster shown with their texts (every member is named)
@@ -102,8 +102,7 @@ class ClusterView:
 
     def _repr_html_(self) -> str:
         kept, *others = self.documents
-        listed = [f"<strong>{html.escape(str(self.ids[0]))}</strong> (kept)"] + [html.escape(str(i))
-                                                                                 for i in self.ids[1:]]
+        listed = [f"<strong>{shown_id(self.ids[0])}</strong> (kept)"] + [shown_id(i) for i in self.ids[1:]]
         notes = [f'<p class="ids">Members: {", ".join(listed)}.</p>']
         if len(self.ids) > len(self.documents):
             notes.append(f'<p class="ids">The texts of the first {len(self.documents):,} are shown.</p>')
@@ -163,7 +162,7 @@ class PairView:
         a, b = self.first, self.second
         cards = [document(d.id, d.text, None, other.text, "kept" if d.kept else "removed",
                           "kept" if d.kept else "removed") for d, other in ((a, b), (b, a))]
-        title = f"Documents {html.escape(str(a.id))} and {html.escape(str(b.id))}"
+        title = f"Documents {shown_id(a.id)} and {shown_id(b.id)}"
         notes = [f'<p class="ids">{html.escape(self._summary())}; the words of each that the other lacks are '
                  "highlighted.</p>"]
         return _view_html(title, notes, cards, escape_title=False)

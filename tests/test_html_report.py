@@ -138,6 +138,26 @@ def test_texts_and_ids_are_escaped(tmp_path):
     assert "<mark>more</mark>" in page
 
 
+def test_ids_are_cut_and_isolated_and_the_footer_names_every_file(tmp_path):
+    """An id of megabytes is cut on the page (report.json keeps it whole) and every id is
+    isolated (<bdi>: a right-to-left override in one does not turn the text after it), in
+    report.html and the notebook's views; the footer names removed rows and errors.jsonl
+    where they were written."""
+    text = " ".join(f"word{i}" for i in range(40))
+    long_id, rtl_id = "x" * 2_000_000, "rtl\u202e"
+    table = pa.table({"doc_id": [long_id, rtl_id, "c"], "text": [text, text + " more", "other words entirely"]})
+    result = gpudedup.dedup(table, id_field="doc_id", backend="cpu", threshold=0.5, on_error="skip")
+    result.write(tmp_path / "out", write_removed=True)
+    page = (tmp_path / "out" / "report.html").read_text()
+    views = [result._repr_html_(), result.cluster(0)._repr_html_(), result.pair(long_id, rtl_id)._repr_html_()]
+    for markup in [page, *views]:
+        assert len(markup) < 200_000 and "x" * 121 not in markup and "x" * 120 + "…" in markup
+        assert f"<bdi>{rtl_id}</bdi>" in markup
+    footer = re.sub("<[^>]*>", "", page[page.index("Files of this run"):])
+    assert "removed.parquet" in footer and "errors.jsonl" in footer
+    assert result.clusters["id"].to_pylist().count(long_id) == 1  # (the tables hold it whole)
+
+
 def test_the_report_s_figures_need_no_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert not plots.matplotlib_available()
@@ -444,7 +464,7 @@ def test_pairs_just_above_the_threshold_and_a_sample_of_clusters(sample_run):
     near = section(page, "near-threshold")
     shown = re.findall(r"<h3>Pair \d+ · exact Jaccard ([\d.]+)</h3>", near)
     assert shown == [f"{j:.4f}" for j, _, _ in lowest]
-    ids = re.findall(r'<span class="tag">(?:first|second)</span><span class="mono">(.*?)</span>', near)
+    ids = re.findall(r'<span class="tag">(?:first|second)</span><span class="mono"><bdi>(.*?)</bdi></span>', near)
     verified = {frozenset((a, b)): j for a, b, j in zip(pairs["id_a"], pairs["id_b"], pairs["jaccard"])}
     assert [verified[frozenset((html.unescape(a), html.unescape(b)))] for a, b in zip(ids[::2], ids[1::2])] == \
         [j for j, _, _ in lowest]
@@ -501,7 +521,7 @@ def test_an_indexed_document_shows_that_its_text_is_not_stored(tmp_path):
     page = html_report.render(result, figures={})
     for name in ("clusters", "near-threshold"):
         part = section(page, name)
-        indexed = re.findall(r'<span class="tag">(?:kept|first)</span><span class="mono">(old\d)</span> '
+        indexed = re.findall(r'<span class="tag">(?:kept|first)</span><span class="mono"><bdi>(old\d)</bdi></span> '
                              r'<span class="sim">· (.*?)</span></div>\n(?:<div class="sim">.*?</div>\n)?(<p.*?</p>)',
                              part)
         assert len(indexed) == 3, name

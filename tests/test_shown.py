@@ -128,6 +128,7 @@ def test_a_result_shows_its_counts_and_largest_clusters_in_a_notebook(corpus):
         def __init__(self):
             super().__init__()
             self.cards, self.rows, self.tag, self.table = [], [], None, None
+            self.cell: list[str] | None = None  # (a cell's text, its ids inside <bdi> too)
 
         def handle_starttag(self, tag, attrs):
             self.tag = tag
@@ -135,15 +136,20 @@ def test_a_result_shows_its_counts_and_largest_clusters_in_a_notebook(corpus):
                 self.table = dict(attrs).get("class")
             if tag == "tr" and self.table == "gpudedup-clusters":  # (the largest clusters' table)
                 self.rows.append([])
+            if tag == "td" and self.table == "gpudedup-clusters":
+                self.cell = []
 
         def handle_endtag(self, tag):
             self.tag = None
+            if tag == "td" and self.cell is not None:
+                self.rows[-1].append("".join(self.cell))
+                self.cell = None
 
         def handle_data(self, data):
-            if self.tag == "b":
+            if self.tag == "b" and self.cell is None:
                 self.cards.append(data)
-            elif self.tag == "td" and self.table == "gpudedup-clusters":
-                self.rows[-1].append(data)
+            elif self.cell is not None:
+                self.cell.append(data)
 
     cells = Cells()
     cells.feed(result._repr_html_())

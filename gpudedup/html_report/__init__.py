@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from .. import svg_figures
+from ..display import shown_id
 from . import sections
 from .clusters import (EXCERPT_CHARS, NOT_STORED, cluster_sections, document, exact_jaccard, highlight, text_excerpt,
                        texts_read)
 from .style import CSS
 
 __all__ = ["CSS", "EXCERPT_CHARS", "FIGURE_FILES", "NOT_STORED", "document", "exact_jaccard", "highlight", "render",
-           "report_figures", "text_excerpt", "texts_read", "write_report"]
+           "report_figures", "shown_id", "text_excerpt", "texts_read", "write_report"]
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.svg", "candidates_histogram": "candidates_histogram.svg",

@@ -15,6 +15,7 @@ import pyarrow as pa
 from ..core.shingling import ShingleSpec, shingle_sets
 from ..engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED
 from ..io.fields import content_of
+from ..display import shown_id
 from .markup import escaped
 
 EXCERPT_CHARS = 600
@@ -147,7 +148,7 @@ class ClusterView:
         if inside:
             out.append(f'<p class="ids">{inside:,} verified pairs inside it, exact Jaccard '
                        f"{low:.4f} to {high:.4f}.</p>\n")
-        listed = [f"<strong>{escaped(str(kept_id))}</strong> (kept)"] + [escaped(str(i)) for i in listed_ids]
+        listed = [f"<strong>{shown_id(kept_id)}</strong> (kept)"] + [shown_id(i) for i in listed_ids]
         more = size - len(listed)
         out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
         # The kept document and a few removed ones, with their similarity to the kept one.
@@ -187,7 +188,7 @@ def document(doc_id, text: Optional[str], similarity: Optional[tuple[float, str]
                                                                                            2 * EXCERPT_CHARS)[0])
         length, body = f"{len(text):,} characters", f'<p class="text">{marked}{"…" if truncated else ""}</p>\n'
     return (f'<div class="doc {kind}">\n'
-            f'<div class="head"><span class="tag">{tag}</span><span class="mono">{escaped(str(doc_id))}</span> '
+            f'<div class="head"><span class="tag">{tag}</span><span class="mono">{shown_id(doc_id)}</span> '
             f'<span class="sim">· {length}</span></div>\n{sim}{body}</div>\n')
 
 

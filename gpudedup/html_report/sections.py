@@ -399,10 +399,15 @@ def parameters(report: Mapping) -> str:
 def footer(report: Mapping, figure_files: list[str]) -> str:
     out = report.get("output")
     format = out.get("format", "parquet") if out else "parquet"
-    if out and out.get("layout") == "files":
+    in_files = out is not None and out.get("layout") == "files"
+    if in_files:
         files = ["deduplicated/", "clusters/", "pairs/"]
     else:
         files = [f"deduplicated.{format}", "clusters.parquet", "pairs.parquet"]
+    if out and out.get("removed_files") is not None:  # (written with --write-removed)
+        files.append("removed/" if in_files else f"removed.{format}")
+    if report.get("parameters", {}).get("on_error") == "skip":  # (written even when nothing was skipped)
+        files.append("errors.jsonl")
     files += ["report.json", "report.html"] + figure_files
     where = f" in <code>{escaped(out['directory'])}</code>" if out and out.get("directory") else ""
     return (f"<footer>Backend: {escaped(report.get('backend', ''))}.<br>"

@@ -12,7 +12,8 @@ h1 { font-size: 28px; line-height: 1.2; margin: 0 0 4px; letter-spacing: -0.01em
 h2 { font-size: 20px; margin: 40px 0 12px; padding-bottom: 6px; border-bottom: 2px solid var(--line); }
 h3 { font-size: 16px; margin: 22px 0 8px; }
 p { margin: 8px 0; }
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 0.9em; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 0.9em;
+              unicode-bidi: isolate; }
 code { background: var(--soft); padding: 1px 5px; border-radius: 4px; }
 .sub { color: var(--muted); margin: 0; }
 .note { background: #fff8e6; border-left: 4px solid var(--orange); padding: 8px 12px; border-radius: 4px; }
