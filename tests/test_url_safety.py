@@ -257,3 +257,21 @@ def test_an_abfs_secret_is_not_in_the_error_that_names_it(monkeypatch, tmp_path)
                                          "client_secret=***: cannot read (")
     result = invoke("dedup", url, "-o", tmp_path / "out", "--backend", "cpu")
     assert "AZSECRET9" not in error_line(result) and result.exit_code == 2
+
+
+@pytest.mark.parametrize("place", ["s3://corpora/inout/./in/out", "s3://corpora/chain/x/../out"],
+                         ids=["dot", "dot-dot"])
+def test_an_output_or_work_directory_url_with_dot_parts_is_refused(tmp_path, place):
+    """pyarrow's S3 client rewrites a/./b and x/../b into another key: the checks of where a run
+    writes would see one place and its writes land in another (inside an input, beside someone's
+    objects, over an old output). Such an output or work directory is one line, before any
+    work (no object store is asked)."""
+    write_jsonl(tmp_path / "data.jsonl", [{"text": paragraph(1)}, {"text": variant(paragraph(1), "x")}])
+    for option in ("-o", "--work-dir"):
+        arguments = ["-o", place] if option == "-o" else ["-o", str(tmp_path / "out"), "--work-dir", place]
+        result = invoke("dedup", str(tmp_path / "data.jsonl"), *arguments)
+        assert result.exit_code == 2, result.output
+        part = "'.'" if "/./" in place else "'..'"
+        assert f"the URL has a {part} part, which the object store's client rewrites into another key" in \
+            error_line(result)
+        assert not (tmp_path / "out").exists()

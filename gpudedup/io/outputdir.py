@@ -12,6 +12,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
@@ -46,6 +47,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     out = location_of(path)
     if (odd := not_utf8(str(out))) is not None:
         raise OutputError(f"{readable(str(out))}: {odd}; choose another output=")
+    check_url_parts(out, "output=")
     check_apart_from_inputs(out, inputs, "the output directory", "output=")
     if index is not None:
         check_apart_from_inputs(out, [index], "the output directory", "output=", "the index")
@@ -72,6 +74,18 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{out}: cannot write in {parent} (permission denied)")
     return out
+
+
+def check_url_parts(place: Location, option: str) -> None:
+    """OutputError for a URL to write under with a "." or ".." part: object stores' clients
+    (pyarrow's S3) rewrite a/./b and x/../b into another key, so that the checks of where a
+    run writes would see one place and its writes go to another (inside an input, or beside
+    someone's objects)."""
+    if isinstance(place, Remote):
+        odd = [part for part in urlsplit(place.url).path.split("/") if part in (".", "..")]
+        if odd:
+            raise OutputError(f"{place}: the URL has a {odd[0]!r} part, which the object store's client rewrites "
+                              f"into another key; give {option} without it")
 
 
 def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
@@ -159,6 +173,7 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     if work is not None:
         if (odd := not_utf8(str(work))) is not None:
             raise OutputError(f"{readable(str(work))}: {odd}; choose another work_dir=")
+        check_url_parts(work, "work_dir=")
         check_apart_from_inputs(work, locations, "the work directory", "work_dir=")
         if index is not None:
             check_apart_from_inputs(work, [index], "the work directory", "work_dir=", "the index")
