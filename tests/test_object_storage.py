@@ -614,8 +614,8 @@ def thirty(tag: str) -> bytes:
 
 # Keys below in/ that no file name stands for one-to-one: "./a.jsonl" beside "a.jsonl" (the
 # client reads a.jsonl for it), "sub/../../escape.jsonl" (read as a key outside in/, none), and
-# "/c.jsonl" (refused by the client).
-ODD_KEYS = ["./a.jsonl", "sub/../../escape.jsonl", "/c.jsonl"]
+# "/c.jsonl" (refused by the client); and keys no URL names, "#" and "?" ending its path.
+ODD_KEYS = ["./a.jsonl", "sub/../../escape.jsonl", "/c.jsonl", "hash#1.jsonl", "q?x.jsonl"]
 
 
 @pytest.mark.parametrize("odd", ODD_KEYS)
@@ -625,7 +625,7 @@ def test_an_object_key_with_dot_or_empty_parts_is_refused_by_name(s3, tmp_path, 
     it, and never leaves it out unsaid."""
     url = put_objects(f"odd-keys/stop-{ODD_KEYS.index(odd)}/in", {"a.jsonl": thirty("a"), odd: thirty("b")})
     result = invoke("dedup", url + "/", "-o", tmp_path / "out", "--id-field", "id", "--backend", "cpu")
-    assert_user_error(result, f"{url}/{odd}: the object's key has", "rename the object, or pass --on-error skip",
+    assert_user_error(result, f"{url}/{odd}: the object's key h", "rename the object, or pass --on-error skip",
                       out=tmp_path / "out")
 
 
@@ -642,7 +642,7 @@ def test_objects_of_odd_keys_are_skipped_records_under_skip(s3, tmp_path):
     assert report["input"]["documents"] == 30 and report["balance"]["skipped"] == len(ODD_KEYS)
     skipped = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert sorted(r["file"] for r in skipped) == sorted(f"{url}/{odd}" for odd in ODD_KEYS)
-    assert all(r["line"] is None and "the object's key has" in r["reason"] for r in skipped)
+    assert all(r["line"] is None and "the object's key h" in r["reason"] for r in skipped)
     kept = (tmp_path / "out" / "deduplicated" / "a.parquet")
     assert all(id_.startswith("a") for id_ in pq.read_table(kept).column("id").to_pylist())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

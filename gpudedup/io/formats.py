@@ -3,7 +3,8 @@ zstd-compressed), Parquet, Arrow IPC or plain text, and how a file is compressed
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import PurePath
+from typing import Optional, Union
 
 from .storage import Location
 
@@ -31,9 +32,9 @@ def input_suffix(name: str) -> str:
     return next((suffix for suffix in INPUT_SUFFIXES if lowered.endswith(suffix)), "")
 
 
-def file_format(path: Location) -> Optional[str]:
+def file_format(path: Union[Location, PurePath]) -> Optional[str]:
     """The format by the file's name: "jsonl", "parquet", "arrow", "text", or None for other
-    files."""
+    files (path: anything with the name, an object's key as a PurePosixPath too)."""
     return FORMAT_OF_SUFFIX.get(input_suffix(path.name))
 
 

@@ -28,7 +28,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterable, Optional
 
 import pyarrow as pa
@@ -319,7 +319,8 @@ def scan_remote(remote: Remote, found: InputFiles, on_error: str) -> None:
                 found.leave_out(display_path(remote.child(folder)), folder_why, folder=True)
             continue
         why = left_out(found, relative, folder=False)
-        if why is None and file_format(path) is None:
+        # (The type by the key's own name: a URL cuts an odd key's at "#" or "?".)
+        if why is None and file_format(PurePosixPath(relative)) is None:
             why = UNSUPPORTED
         if why is not None:
             found.leave_out(display_path(path), why)
@@ -349,12 +350,17 @@ def unmirrorable_key(parts: list[str]) -> Optional[str]:
     """Why an object named by ``parts`` (its key below the folder given, split at "/") cannot
     be read as itself and mirrored under deduplicated/, or None: an empty, "." or ".." part
     is one that S3 clients rewrite (into a key that may be another object's, or none) and
-    that no file name below deduplicated/ can be."""
+    that no file name below deduplicated/ can be; a "#" or "?" is where a URL's path ends."""
     odd = [part for part in parts if part in ("", ".", "..")]
-    if not odd:
-        return None
-    shown = "an empty part (//)" if "" in odd else f"a {odd[0]!r} part"
-    return f"the object's key has {shown}, so it can be neither read as itself nor mirrored under deduplicated/"
+    if odd:
+        shown = "an empty part (//)" if "" in odd else f"a {odd[0]!r} part"
+        return f"the object's key has {shown}, so it can be neither read as itself nor mirrored under deduplicated/"
+    # A URL ends its path at "?" (the query) and "#" (the fragment): no URL names such a key.
+    marks = sorted({mark for part in parts for mark in "#?" if mark in part})
+    if marks:
+        held = " and ".join(repr(mark) for mark in marks)
+        return f"the object's key holds {held}, which end a URL's path, so no URL names it"
+    return None
 
 
 def walk_order(relative: str) -> tuple:
