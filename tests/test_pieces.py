@@ -202,6 +202,34 @@ def test_lines_of_a_later_piece_are_named_as_in_the_whole_file(tmp_path):
     assert [record["line"] for record in skipped_cut.skipped_records] == [458]
 
 
+@pytest.mark.parametrize("on_error", ["stop", "skip"])
+def test_a_piece_that_fails_when_its_kept_rows_are_read_again_is_one_line(tmp_path, monkeypatch, on_error):
+    """A piece read again once signed (its kept rows, at the write) that fails to read (a
+    network timeout, a file gone) is that failure, one InputError, under either on_error: not
+    the signature pass's signal to read the file whole, which nothing after it catches (a
+    traceback), nor an empty piece whose kept rows go missing."""
+    import gpudedup.engine.shardreader as shardreader
+
+    lines = [json.dumps({"id": f"d{i}", "text": f"text number {i} " * 8}) for i in range(600)]
+    path = tmp_path / "in" / "f.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    read = shardreader.read_one_file
+    calls = []
+
+    def failing_later(path, source, *args, **kwargs):
+        if source.piece is not None and source.piece in calls:  # (signed: read again by the write)
+            raise InputError(f"{source.path}: cannot read (timed out)")
+        calls.append(source.piece)
+        return read(path, source, *args, **kwargs)
+
+    monkeypatch.setattr(shardreader, "read_one_file", failing_later)
+    result = invoke("dedup", path, "-o", tmp_path / "out", "--id-field", "id", "--work-dir", tmp_path / "work",
+                    "--shard-bytes", "10KB", "--on-error", on_error, "--backend", "cpu", "-q")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "f.jsonl: cannot read (timed out)" in result.output and not (tmp_path / "out").exists()
+
+
 def test_a_resumed_run_reads_the_same_pieces_and_another_size_is_refused(inputs, cut):
     first, root, _ = cut
     again = gpudedup.dedup(inputs, backend="cpu", threshold=0.7, work_dir=root / "work", shard_bytes=20_000,

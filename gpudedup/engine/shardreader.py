@@ -58,10 +58,12 @@ class ShardReader:
         """The input file shard ``index`` reads (an index into files)."""
         return self.shards[index].file
 
-    def read(self, index: int) -> tuple[Corpus, list[dict], Optional[pa.Table]]:
+    def read(self, index: int, again: bool = False) -> tuple[Corpus, list[dict], Optional[pa.Table]]:
         """Shard ``index`` as (corpus, skipped records, its own columns as an empty table).
         Under on_error "skip" a file that cannot be read is an empty corpus, one record
-        naming it, and no columns (None); otherwise its InputError is raised."""
+        naming it, and no columns (None); otherwise its InputError is raised. again: a read
+        after the shard was signed (its kept rows, its texts), where a failure (the file
+        changed, a network timeout) is the InputError itself, under either on_error."""
         shard = self.shards[index]
         path, shown = self.files[shard.file], self.shown[shard.file]
         if shard.absorbed:
@@ -70,6 +72,8 @@ class ShardReader:
             source = SourceFile(shown, format_of(path), location=storage.full_name(path), piece=shard.piece)
             part = read_one_file(path, source, self.text_field, self.id_field, False, self.on_error)
         except InputError as error:
+            if again:
+                raise
             if shard.piece is not None:  # the whole file's read says what is wrong, and where first
                 raise PieceDoesNotStand(index) from None
             if self.on_error != "skip":
@@ -102,7 +106,8 @@ class ShardReader:
         return build_corpus([], self.text_field, self.id_field, InputFiles(), [])
 
     def corpus(self, index: int) -> Corpus:
-        return self.read(index)[0]
+        """Shard ``index``'s corpus, read again after it was signed (read's again)."""
+        return self.read(index, again=True)[0]
 
     def texts(self, shards: Shards, rows: np.ndarray) -> pa.Array:
         return self.texts_of_rows(shards.rows, rows)
