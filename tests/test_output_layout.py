@@ -484,3 +484,22 @@ def test_single_file_kept_rows_are_the_same_bytes_staged_and_in_memory(tmp_path)
         outputs.append((out / "deduplicated.parquet").read_bytes())
     assert outputs[0] == outputs[1]
     assert pq.read_schema(tmp_path / "staged" / "deduplicated.parquet").field("tags").type == pa.list_(pa.int64())
+
+
+
+def test_jsonl_keys_of_maps_and_dictionaries_of_floats_are_strict_json(tmp_path):
+    """A map keyed by dates writes its keys as their text, and a dictionary of floats its NaN as
+    null: every line strict JSON."""
+    import datetime
+
+    from gpudedup.io.write import write_jsonl as write_rows
+
+    table = pa.table({"m": pa.array([[(datetime.date(2024, 1, 1), 1)], None], pa.map_(pa.date32(), pa.int64())),
+                      "x": pa.array([float("nan"), 1.0]).dictionary_encode()})
+    write_rows(table, tmp_path / "rows.jsonl")
+
+    def strict(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    rows = [json.loads(line, parse_constant=strict) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert rows == [{"m": {"2024-01-01": 1}, "x": None}, {"m": None, "x": 1.0}]

@@ -76,6 +76,8 @@ def needs_json_values(schema: pa.Schema) -> bool:
         if pa.types.is_floating(data_type) or pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type) \
                 or pa.types.is_fixed_size_binary(data_type) or pa.types.is_map(data_type):
             return True
+        if pa.types.is_dictionary(data_type):
+            return changed(data_type.value_type)
         return any(changed(data_type.field(i).type) for i in range(data_type.num_fields))
 
     return any(changed(field.type) for field in schema)
@@ -85,9 +87,14 @@ def batch_rows(batch: pa.RecordBatch) -> list[dict]:
     """A batch's rows as json_value makes them, maps as objects where their keys are distinct."""
     try:
         rows = batch.to_pylist(maps_as_pydicts="strict")
-    except (pa.ArrowException, KeyError, ValueError):  # (a map that repeats a key: its pairs)
+    except (pa.ArrowException, KeyError, ValueError, TypeError):  # (a key repeated; pyarrow < 20: pairs)
         rows = batch.to_pylist()
     return [json_value(row) for row in rows]
+
+
+def text_of(value) -> str:
+    """A value json_value made, as a JSON object's key: itself where a string, else its text."""
+    return value if isinstance(value, str) else str(value)
 
 
 def json_value(value):
@@ -102,8 +109,9 @@ def json_value(value):
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict):
-        return {key: json_value(item) for key, item in value.items()}
+    if isinstance(value, dict):  # (a map's keys of other types, dates or bytes, as their JSON text)
+        return {key if isinstance(key, (str, int, float, bool)) or key is None else text_of(json_value(key)):
+                json_value(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_value(item) for item in value]
     return value
