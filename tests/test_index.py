@@ -562,6 +562,17 @@ def test_a_run_against_an_index_counts_the_new_documents_only(tmp_path):
     assert r["documents_in_clusters"] == 1 == r["removed_documents"] and r["kept_documents"] == 0
 
 
+def test_no_document_against_an_index_of_string_ids_is_no_document(tmp_path):
+    """Nothing to deduplicate has no ids of either kind: an empty list or iterable, with an id
+    field or not, runs against an index of string ids as an empty run."""
+    index = Index.create(tmp_path / "index", threshold=0.7)
+    index.add([{"id": "a", "text": "the cat sat on the mat and then it left the house"}], id_field="id",
+              progress=False)
+    for data, options in (([], {}), (iter([]), {}), ([], {"id_field": "id"})):
+        assert index.dedup(data, progress=False, **options).documents == 0
+    assert index.add([], id_field="id", progress=False).documents == 0 and index.info()["documents"] == 1
+
+
 def test_one_string_where_a_list_is_asked_is_refused(tmp_path):
     """query and remove take lists: one string given alone is refused (a string iterates as its
     characters: 49 empty answers, or nothing removed), and so is a tag that is not a string,

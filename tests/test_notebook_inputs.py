@@ -284,6 +284,18 @@ def test_a_column_in_arrow_or_categorical_reads_as_a_list_does(by_position, by_i
     assert pairs_and_clusters(gpudedup.dedup(encoded, id_field="id", backend="cpu")) == pairs_and_clusters(by_id)
 
 
+def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path):
+    """A frame of categorical ids saved with to_parquet (a dictionary column) gives the table's
+    results read from the file, in memory and with a work directory."""
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(corpus_records()).select(["id", "text"])
+    pq.write_table(table.set_column(0, "id", table["id"].dictionary_encode()), tmp_path / "ids.parquet")
+    for options in ({}, {"work_dir": tmp_path / "work"}):
+        result = gpudedup.dedup(tmp_path / "ids.parquet", id_field="id", backend="cpu", **options)
+        assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda: pandas.DataFrame({"text": ["a b", "c d"], "c": [1j, 2j]}), "column 'c' (complex128) cannot be read"),
     (lambda: pandas.DataFrame({"text": ["a b", "c d"], "m": pandas.Series([2**70, 1], dtype=object)}),
@@ -308,6 +320,8 @@ def test_ids_of_a_table_are_strings_or_integers_as_in_files(ids, words):
 @pytest.mark.parametrize("data", [["a b", "c d"], ("a b" for _ in range(2)), pa.array(["a b", "c d"])],
                          ids=["list", "generator", "arrow"])
 def test_an_id_field_for_texts_is_refused(data):
+    """(Nothing at all is records or texts alike: an empty list with an id field runs.)"""
+    assert gpudedup.dedup([], id_field="doc").documents == 0
     with pytest.raises(ParameterError, match="id_field='doc' names a field of records or a column of a table"):
         gpudedup.dedup(data, id_field="doc")
     with pytest.raises(ParameterError, match="id_field='doc' names"):

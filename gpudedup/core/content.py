@@ -42,9 +42,20 @@ def is_text_type(data_type: pa.DataType) -> bool:
 
 
 def is_id_type(data_type: pa.DataType) -> bool:
-    """Whether a column of ``data_type`` holds ids as every input gives them: integers, or
-    strings (string, large_string)."""
-    return pa.types.is_integer(data_type) or pa.types.is_string(data_type) or pa.types.is_large_string(data_type)
+    """Whether a column of ``data_type`` holds ids: integers, or strings in any of Arrow's forms
+    (string_view from polars or DuckDB, a dictionary: pandas' categorical; plain_ids makes them
+    string or large_string)."""
+    return pa.types.is_integer(data_type) or (is_text_type(data_type) and not pa.types.is_null(data_type))
+
+
+def plain_ids(ids):
+    """An id column (pa.Array or ChunkedArray) of strings in another form than string or
+    large_string (string_view, a dictionary) as large_string, which Arrow's take and hash
+    kernels all take; any other column as it is."""
+    if is_text_type(ids.type) and not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)
+                                       or pa.types.is_null(ids.type)):
+        return ids.cast(pa.large_string())
+    return ids
 
 
 def bad_token_rows(column) -> tuple[np.ndarray, list[str]]:

@@ -453,8 +453,11 @@ def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
 
 
 def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
-    """The kind of ``ids`` ("int64" or "string"); InputError when the index holds the other."""
+    """The kind of ``ids`` ("int64" or "string"; of none, the index's); InputError when the
+    index holds the other."""
     id_type = "int64" if pa.types.is_integer(ids.type) else "string"
+    if len(ids) == 0:  # (no document: no id of either kind)
+        return manifest.parameters.get("id_type") or id_type
     if manifest.parameters.get("id_type") not in (None, id_type):
         raise InputError(f"the index holds {manifest.parameters['id_type']} ids, this input has {id_type} ids; "
                          "choose id_field= to match")

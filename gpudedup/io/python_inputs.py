@@ -13,11 +13,11 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, token_lists_to_arrow
+from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, plain_ids, token_lists_to_arrow
 from ..core.normalize import strings_to_arrow
 from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
-from .corpus import Corpus, plain_text_type
+from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
 from .fields import field_column, field_names, field_type, has_field
 from .inputs import InputFiles
@@ -48,7 +48,8 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         if holds_records(data):
             corpus, read = records_corpus(batches_of(data), "<list>", text_field, id_field, on_error)
             return corpus, lambda keep: [data[position] for position in read[keep]]
-        refuse_id_field(id_field, "a list of texts")
+        if data:  # (an empty list is records or texts alike)
+            refuse_id_field(id_field, "a list of texts")
         return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]
     module = type(data).__module__.split(".")[0]
     if module == "cudf":
@@ -192,12 +193,9 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
         raise InputError(f"no column {id_field!r} for ids (columns: {', '.join(field_names(table.schema))})")
     else:
         ids = field_column(table, id_field).combine_chunks()
-        # Strings as a table in memory may hold them (string_view from polars or DuckDB, a
-        # pandas categorical), then the rule of files (content.is_id_type).
-        if is_text_type(ids.type) and not pa.types.is_null(ids.type):
-            ids = ids.cast(plain_text_type(ids.type))
         if not (is_id_type(ids.type) or pa.types.is_null(ids.type)):  # (all null: counted below)
             raise InputError(f"id column {id_field!r} has type {ids.type}, expected strings or integers")
+        ids = plain_ids(ids)
         too_large = first_id_above_int64(ids)
         if too_large is not None:
             raise InputError(f"id column {id_field!r} row {too_large[0]} (from 0) holds {too_large[1]}, above the "
@@ -241,7 +239,8 @@ def iterable_corpus(items: Iterator, text_field: str, id_field: Optional[str],
     if holds_records(first):
         corpus, _ = records_corpus(batches, "<iterable>", text_field, id_field, on_error)
         return corpus, lambda keep: corpus.table.filter(pa.array(keep))
-    refuse_id_field(id_field, "an iterable of texts")
+    if first:  # (an empty iterable is records or texts alike)
+        refuse_id_field(id_field, "an iterable of texts")
     corpus = texts_corpus(batches, text_field, "<iterable>")
     return corpus, lambda keep: corpus.texts.filter(pa.array(keep)).to_pylist()
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.content import plain_ids
 from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
@@ -187,7 +188,7 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
     if id_field is None:
         ids = default_ids(source.path, row_numbers)
     elif has_field(table.schema, id_field):
-        ids = field_column(table, id_field).combine_chunks()
+        ids = plain_ids(field_column(table, id_field).combine_chunks())
     elif table.num_rows == 0:  # a file without records (empty, blank lines, all left out)
         ids = pa.array([], pa.string())
     else:
