@@ -125,7 +125,9 @@ class DedupParams:
                 object.__setattr__(self, field.name, int(value))
             elif isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) \
                     and type(value) is not float:
-                object.__setattr__(self, field.name, float(value))
+                # By its shortest text: np.float32(0.8) is 0.8 as typed, not 0.800000011920929
+                # (which would drop the pairs at exactly the threshold).
+                object.__setattr__(self, field.name, _as_float(value))
         check = _check
         check(_is_number(self.threshold) and 0 < self.threshold <= 1,
               "threshold", self.threshold, "a number in (0, 1]")
@@ -205,6 +207,15 @@ def _is_int(value, below: int = 2**63) -> bool:
     """An integer, not a bool, under ``below``: by default one that numpy holds as int64 (the
     arrays it sizes or offsets would overflow on a larger one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value < below
+
+
+def _as_float(value: numbers.Real) -> float:
+    """A real number as Python's float by its shortest text where it has one (numpy's floats),
+    else by value (a Fraction)."""
+    try:
+        return float(str(value))
+    except ValueError:
+        return float(value)
 
 
 def _is_number(value) -> bool:

@@ -466,6 +466,9 @@ def test_numpy_scalars_are_taken_as_numbers():
     assert numbered.report.parameters == plain.report.parameters
     assert {type(numbered.report.parameters[name]) for name in ("threshold", "max_fn")} == {float}
     assert {type(numbered.report.parameters[name]) for name in ("ngram", "num_perm", "seed")} == {int}
+    # np.float32(0.8) is 0.8 as typed (not 0.800000011920929): a pair at exactly 0.8 is found.
+    exact = {"ngram": 1, "bands": 32, "rows": 1, "num_perm": 32, "progress": False}
+    assert gpudedup.dedup(["a b c d", "a b c d e"], threshold=np.float32(0.8), **exact).pairs.num_rows == 1
 
 
 def test_parameters_checked_before_reading(tmp_path):
