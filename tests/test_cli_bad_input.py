@@ -27,8 +27,8 @@ def test_missing_path(in_tmp):
 
 def test_names_from_the_data_never_steer_the_terminal(in_tmp):
     """File names, an output path and group values print as they are: rich markup in them is
-    not read as markup (a name like x[/b] once crashed the summary after the output was
-    written), and a control character (ESC, which starts colours and links) shows as its
+    not read as markup (a name like x[/b] is a closing tag to rich, which raises on one it did
+    not open), and a control character (ESC, which starts colours and links) shows as its
     escape."""
     esc = "\x1b"
     rows = happy_records()

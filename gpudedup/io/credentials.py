@@ -127,7 +127,7 @@ def os_reason(error: OSError) -> str:
     too (a write to a local file stops short when the device has no room left)."""
     if error.errno == errno.ENOSPC:
         return os.strerror(errno.ENOSPC)
-    if is_full_disk(error):
+    if error.errno is None and is_full_disk(error):  # (numpy's short write; a quota has its own words)
         return f"{os.strerror(errno.ENOSPC)}: a write stopped short, {error}"
     return error.strerror or first_line(error)
 
