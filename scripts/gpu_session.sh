@@ -145,10 +145,26 @@ step_sanitize() {
         elif [ -z "$sanitizer" ]; then
             echo "NOT RUN: compute-sanitizer was not found on this machine (see sanitizer.txt); no $tool result" | tee -a "$log"
             status=2
-        else
+        elif [ "$tool" = memcheck ]; then
             echo "$sanitizer --tool $tool --error-exitcode 3 $PYTHON scripts/gpu_sanitize.py" | tee -a "$log"
             bounded $((STEP_SECONDS / 2)) "$log" "$sanitizer" --tool "$tool" --error-exitcode 3 --print-limit 50 \
                 "$PYTHON" scripts/gpu_sanitize.py || status=1
+        else
+            # racecheck instruments only our kernels, one per run: unfiltered, it spends the
+            # step on CuPy's own scan kernels (whose reports are CuPy's, not ours) and never
+            # reaches the end. A run filtered to one of CuPy's kernels is the control that the
+            # filter takes hold: it must report that kernel's hazards.
+            local kernel
+            for kernel in minhash_signatures_u64 band_keys_u32 span_hashes_u32 cupy_nonzero_kernel; do
+                echo "$sanitizer --tool $tool --racecheck-report all --kernel-name kns=$kernel $PYTHON scripts/gpu_sanitize.py" \
+                    | tee -a "$log"
+                local expect=0
+                [ "$kernel" = cupy_nonzero_kernel ] && expect=control
+                bounded $((STEP_SECONDS / 8)) "$log" "$sanitizer" --tool "$tool" --racecheck-report all --error-exitcode 3 \
+                    --print-limit 5 --kernel-name "kns=$kernel" "$PYTHON" scripts/gpu_sanitize.py
+                local kernel_status=$?
+                if [ $expect = 0 ] && [ $kernel_status != 0 ]; then status=1; fi
+            done
         fi
     done
     return $status
