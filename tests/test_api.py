@@ -212,6 +212,21 @@ def test_arrow_stream_with_string_view_text():
     assert result.deduplicated.num_rows == 5
     assert [str(t) for t in result.deduplicated["text"].to_pylist()] == [
         t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
+    # The kept and removed rows come in the caller's types, the texts as string_view too.
+    assert result.deduplicated.schema == view.schema
+    assert result.removed_rows()["text"].type == pa.string_view()
+
+
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
+def test_string_view_array_and_table_keep_their_type():
+    table = planted_table()
+    view = table.set_column(1, "text", table["text"].cast(pa.string_view()))
+    kept = gpudedup.dedup(view).deduplicated
+    assert kept.schema == view.schema
+    assert kept["n"].to_pylist() == [0, 1, 3, 5, 7]
+    texts = gpudedup.dedup(view["text"].combine_chunks()).deduplicated
+    assert texts.type == pa.string_view()
+    assert texts.to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
 
 
 def test_pandas_dataframe():

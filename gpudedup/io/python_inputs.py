@@ -21,6 +21,7 @@ from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
 from .fields import field_column, field_names, field_type, has_field
 from .inputs import InputFiles
+from .layout import as_input
 from .read import read_corpus
 from .rules import check_unique_ids
 from .source import INT64_MAX, RecordErrors, SourceFile, first_id_above_int64, listed
@@ -99,15 +100,19 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     if isinstance(data, (pa.Array, pa.ChunkedArray)):  # (a table's column: texts, as a Series')
         refuse_id_field(id_field, "an Arrow array")
         corpus = series_corpus(data, text_field)
-        # Kept as given, but string_view (which Arrow's filter lacks) as the corpus holds it.
-        given = corpus.texts if getattr(pa.types, "is_string_view", bool)(data.type) else data
-        return corpus, lambda keep: given.filter(pa.array(keep))
+        # A type Arrow's filter lacks (string_view) is filtered as the corpus holds it, then
+        # cast back: the kept texts come in the caller's type.
+        if getattr(pa.types, "is_string_view", bool)(data.type):
+            return corpus, lambda keep: corpus.texts.filter(pa.array(keep)).cast(data.type)
+        return corpus, lambda keep: data.filter(pa.array(keep))
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table) or hasattr(data, "__arrow_c_stream__"):
-        corpus = table_corpus(data if isinstance(data, pa.Table) else pa.table(data), text_field, id_field)
-        # The corpus table, whose text column may have been cast (string_view -> large_string).
-        return corpus, lambda keep: corpus.table.filter(pa.array(keep))
+        given = data if isinstance(data, pa.Table) else pa.table(data)
+        corpus = table_corpus(given, text_field, id_field)
+        # The corpus table, whose text column may have been cast (string_view -> large_string),
+        # filtered, then cast back to the caller's schema (layout.as_input).
+        return corpus, lambda keep: as_input(corpus.table.filter(pa.array(keep)), given.schema)
     if isinstance(data, Iterable) and not isinstance(data, (bytes, bytearray, memoryview, Mapping)):
         return iterable_corpus(iter(data), text_field, id_field, on_error)
     raise InputError(
