@@ -287,6 +287,12 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     left = objects_under(out)
     assert left and "report.json" not in left
     assert hidden_left(out) == []
+    # Written again without overwrite, the leftover is named for what it is.
+    monkeypatch.setattr(remote_output, "upload", storage.upload)
+    with pytest.raises(gpudedup.OutputError, match=r"holds an unfinished gpudedup output \(no report.json"):
+        result.write(out)
+    result.write(out, overwrite=True)
+    assert "report.json" in objects_under(out)
 
 
 def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, monkeypatch, tmp_path):

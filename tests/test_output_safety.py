@@ -408,6 +408,22 @@ def test_overwrite_replaces_an_output_of_ours(happy, previous):
     assert leftovers(happy) == []
 
 
+def test_an_unfinished_output_of_ours_is_named_and_replaced_with_overwrite(happy):
+    """A folder with gpudedup's marker but no report.json (what a run stopped while writing to
+    object storage leaves) is named as such; --overwrite replaces it, and only it."""
+    out = happy / "out"
+    out.mkdir()
+    (out / OUTPUT_MARKER).write_text(json.dumps({"written_by": "gpudedup"}))
+    (out / "pairs.parquet").write_text("half written")
+    refused = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
+    assert refused.exit_code != 0
+    assert error_line(refused) == ("error: out: holds an unfinished gpudedup output (no report.json: a run stopped "
+                                   "while it wrote there); use --overwrite to replace it")
+    assert (out / "pairs.parquet").read_text() == "half written"
+    assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU).exit_code == 0
+    assert is_complete_output(out)
+
+
 @pytest.mark.timeout(90)
 def test_demo_replaces_its_own_output_run_after_run(in_tmp):
     for _ in range(2):

@@ -102,12 +102,23 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
         return f"cannot be listed ({error.strerror or error})", "choose another output="
     if names in ([], [OUTPUT_MARKER]):
         return None
+    ours = is_gpudedup_output(lambda name: _regular_file_bytes(out / name))
     if not overwrite:
-        return "output directory exists and is not empty", "use overwrite=True to replace it"
-    if is_gpudedup_output(lambda name: _regular_file_bytes(out / name)):
+        return not_empty(ours, "report.json" in names)
+    if ours:
         return None
     return (f"holds files that are not a gpudedup output ({listed(names)})",
             "choose another output= or empty it")
+
+
+def not_empty(ours: bool, complete: bool) -> tuple[str, str]:
+    """``occupied``'s answer for a folder that holds something, without overwrite: where it is a
+    gpudedup output without report.json (which the commit writes last), it says so, as a run
+    stopped while writing it (on object storage, its old output already gone) leaves one."""
+    advice = "use overwrite=True to replace it"
+    if ours and not complete:
+        return ("holds an unfinished gpudedup output (no report.json: a run stopped while it wrote there)", advice)
+    return "output directory exists and is not empty", advice
 
 
 def listed(names: Sequence[str]) -> str:
@@ -303,9 +314,10 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
     relative = {name[len(path) + 1:] for name in found}
     if relative <= {OUTPUT_MARKER}:
         return None
+    ours = is_gpudedup_output(lambda name: read_bytes(out.child(name)) if name in relative else None)
     if not overwrite:
-        return "output directory exists and is not empty", "use overwrite=True to replace it"
-    if is_gpudedup_output(lambda name: read_bytes(out.child(name)) if name in relative else None):
+        return not_empty(ours, "report.json" in relative)
+    if ours:
         return None
     return (f"holds files that are not a gpudedup output ({listed(sorted({r.split('/')[0] for r in relative}))})",
             "choose another output= or empty it")
