@@ -843,6 +843,24 @@ def test_a_work_directory_in_the_bucket_is_checked_like_a_folder(s3, tmp_path, s
         WorkDir(url, {"run": 2 if state == "other" else 1}, resume=resume)
 
 
+def test_an_input_the_store_cannot_answer_for_is_named_as_the_input(corpus, monkeypatch, tmp_path):
+    """An input file whose store times out when a work directory's run looks at it again (its
+    size and time, for the fingerprint) is an InputError naming that file, not a failure to
+    write the work directory."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    real = storage.size_and_time
+
+    def timing_out(location):
+        if isinstance(location, storage.Remote):
+            raise OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: timeout")
+        return real(location)
+
+    monkeypatch.setattr(storage, "size_and_time", timing_out)
+    with pytest.raises(gpudedup.InputError, match=rf"^{url}/big/\S+: cannot read \(AWS Error NETWORK_CONNECTION"):
+        gpudedup.dedup(url + "/big", backend="cpu", work_dir=tmp_path / "work")
+
+
 @pytest.mark.timeout(120)
 def test_a_failed_upload_to_the_work_directory_stops_the_run_and_resumes(corpus, monkeypatch, tmp_path):
     """An object of the work directory that the store refuses part way through the signatures

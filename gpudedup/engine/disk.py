@@ -40,6 +40,7 @@ from ..core.lsh import Banding
 from ..core.shingling import ShingleSpec
 from ..errors import InputError
 from ..io import storage
+from ..io.credentials import os_reason
 from ..io.formats import format_of
 from ..io.inputs import InputFiles, display_path, documents_read
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
@@ -95,7 +96,10 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
     modification time), the parameters that decide results, and the version."""
     inputs = []
     for path in found.files:
-        inputs.append([display_path(path), *storage.size_and_time(path)])
+        try:
+            inputs.append([display_path(path), *storage.size_and_time(path)])
+        except OSError as error:  # gone since the scan, or its store unreachable: not the work directory's fault
+            raise InputError(f"{display_path(path)}: cannot read ({os_reason(error)})") from None
     # The shard size decides how the files are cut, so which shard a spilled directory holds.
     return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
             "parameters": params.result_parameters(), "shard_bytes": shard_bytes(params),
