@@ -503,3 +503,19 @@ def test_jsonl_keys_of_maps_and_dictionaries_of_floats_are_strict_json(tmp_path)
 
     rows = [json.loads(line, parse_constant=strict) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert rows == [{"m": {"2024-01-01": 1}, "x": None}, {"m": None, "x": 1.0}]
+
+
+def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
+    """Top-level float columns (made JSON's by Arrow compute, not row by row) give the lines the
+    row-by-row rule (json_value) gives: NaN and infinities null, -0.0 and nulls kept."""
+    from gpudedup.io.write import json_value
+    from gpudedup.io.write import write_jsonl as write_rows
+
+    values = [float("nan"), float("inf"), float("-inf"), -0.0, None, 1.5, 1e300, 0.1]
+    table = pa.table({"f64": pa.array(values, pa.float64()), "f32": pa.array(values[:-2] + [2.5, 0.25], pa.float32()),
+                      "f16": pa.array(np.array([v if v not in (None, 1e300) else 0 for v in values], np.float16)),
+                      "text": [str(n) for n in range(len(values))]})
+    write_rows(table, tmp_path / "rows.jsonl")
+    expected = [json.dumps(json_value(row), ensure_ascii=False) for row in table.to_pylist()]
+    assert (tmp_path / "rows.jsonl").read_text().splitlines() == expected
+    assert json.loads(expected[0])["f64"] is None and json.loads(expected[3])["f64"] == 0.0

@@ -14,6 +14,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .storage import location_of, upload
@@ -65,13 +66,26 @@ def write_jsonl_batches(batches, path: Path) -> None:
     """Record batches as JSON lines into one file (see write_jsonl)."""
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for batch in batches:
-            # (Most tables hold strings and integers only: their rows go as Arrow gives them.)
+            # (Most tables hold strings, integers and plain floats: their rows go as Arrow gives
+            # them, the floats' NaNs and infinities made null by Arrow first.)
+            batch = finite_floats(batch)
             rows = batch_rows(batch) if needs_json_values(batch.schema) else batch.to_pylist()
             handle.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
 
 
+def finite_floats(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with the NaNs and infinities of its top-level float columns made null (what
+    json_value makes of them), by Arrow compute rather than row by row."""
+    columns = list(batch.columns)
+    for number, column in enumerate(columns):
+        if pa.types.is_floating(column.type):
+            columns[number] = pc.if_else(pc.is_finite(column), column, None)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
 def needs_json_values(schema: pa.Schema) -> bool:
-    """Whether a schema holds a type json_value changes: floats, binary, maps (at any depth)."""
+    """Whether a schema holds a type json_value changes that finite_floats leaves: floats
+    inside lists and structs, binary, maps (at any depth)."""
     def changed(data_type: pa.DataType) -> bool:
         if pa.types.is_floating(data_type) or pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type) \
                 or pa.types.is_fixed_size_binary(data_type) or pa.types.is_map(data_type):
@@ -80,7 +94,7 @@ def needs_json_values(schema: pa.Schema) -> bool:
             return changed(data_type.value_type)
         return any(changed(data_type.field(i).type) for i in range(data_type.num_fields))
 
-    return any(changed(field.type) for field in schema)
+    return any(changed(field.type) for field in schema if not pa.types.is_floating(field.type))
 
 
 def batch_rows(batch: pa.RecordBatch) -> list[dict]:
