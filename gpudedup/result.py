@@ -188,7 +188,10 @@ class DedupResult:
     @cached_property
     def deduplicated(self):
         """The kept rows in the input's own type, made on first use (a copy of the kept rows,
-        which a run that only writes its results never needs)."""
+        which a run that only writes its results never needs) from the input as it was when
+        the run read it: a list is copied then, a pandas or cuDF frame shallow-copied (with
+        pandas' copy-on-write, pandas 3's default, changes made to the frame afterwards do not
+        reach it)."""
         return self._restore(self.keep)
 
     def _repr_html_(self) -> str:

@@ -240,6 +240,29 @@ def test_pandas_dataframe():
     assert result.deduplicated["text"].tolist() == [t for t, k in zip(frame["text"], EXPECTED_KEEP) if k]
 
 
+def test_kept_rows_are_those_of_the_input_as_it_was_read():
+    """Changing the caller's list or frame after the run (sorting it, writing into it) does not
+    change which rows ``deduplicated`` and ``removed_rows`` give, nor their contents."""
+    texts = planted_texts()
+    expected = [t for t, k in zip(texts, EXPECTED_KEEP) if k]
+    given = list(texts)
+    result = gpudedup.dedup(given)
+    given.sort(reverse=True)
+    given.append("one more")
+    assert result.deduplicated == expected
+    records = [{"text": t, "n": n} for n, t in enumerate(texts)]
+    result = gpudedup.dedup(records)
+    records.reverse()
+    assert [row["text"] for row in result.deduplicated] == expected
+    frame = planted_table().to_pandas()
+    result = gpudedup.dedup(frame)
+    frame.loc[0, "text"] = "changed"
+    frame["n"] = frame["n"] * -1
+    assert result.deduplicated["text"].tolist() == expected
+    assert result.deduplicated["n"].tolist() == [0, 1, 3, 5, 7]
+    assert result.removed_rows()["n"].tolist() == [2, 4, 6]
+
+
 def test_pandas_non_string_text_is_an_input_error():
     import pandas as pd
     frame = pd.DataFrame({"text": ["a b c", 7, "d e f"]})

@@ -46,13 +46,20 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
             corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget,
                                  found=found)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
-        if holds_records(data):
-            corpus, read = records_corpus(batches_of(data), "<list>", text_field, id_field, on_error)
-            return corpus, lambda keep: [data[position] for position in read[keep]]
-        if data:  # (an empty list is records or texts alike)
+        # The kept rows come from the caller's object when asked: from a copy of the list (8
+        # bytes an item), so that sorting or appending to it afterwards changes nothing.
+        given = list(data)
+        if holds_records(given):
+            corpus, read = records_corpus(batches_of(given), "<list>", text_field, id_field, on_error)
+            return corpus, lambda keep: [given[position] for position in read[keep]]
+        if given:  # (an empty list is records or texts alike)
             refuse_id_field(id_field, "a list of texts")
-        return list_corpus(data, text_field), lambda keep: [t for t, k in zip(data, keep) if k]
+        return list_corpus(given, text_field), lambda keep: [t for t, k in zip(given, keep) if k]
     module = type(data).__module__.split(".")[0]
+    if module in ("pandas", "cudf"):
+        # A shallow copy, to take the kept rows from when asked: with copy-on-write (pandas 3)
+        # a change the caller makes to their frame afterwards, in place, does not reach it.
+        data = data.copy(deep=False)
     if module == "cudf":
         corpus = table_corpus(data.to_arrow(), text_field, id_field)
         if use_cudf and text_field in data.columns:  # (a nested text field is read on the host)
