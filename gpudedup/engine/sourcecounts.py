@@ -235,10 +235,11 @@ def named_counts(values: list[int], tokens: bool) -> dict:
     return {names.get(name, name): int(value) for name, value in zip(COUNTS, values) if name != "documents"}
 
 
-def json_value(value: Any) -> Any:
-    """A group value as JSON holds it: itself where JSON has its type, else its text; a float
-    JSON has no number for (NaN, infinities) as its text, and -0.0 as 0.0 (equal numbers, one
-    group, as every NaN is one)."""
+def group_key(value: Any) -> Any:
+    """A group value as report.json's groups key it: itself where JSON has its type, else its
+    text; a float JSON has no number for (NaN, infinities) as its text, and -0.0 as 0.0 (equal
+    numbers, one group, as every NaN is one). (Output rows follow io.write.json_value instead:
+    a NaN there is null, as it is no group name.)"""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return str(value)
     if isinstance(value, float) and value == 0:
@@ -256,15 +257,15 @@ def groups_section(field: str, tallies: list[Tally], tokens: bool) -> dict:
     stats: dict[Any, list[int]] = {}
     if tables:
         for row in summed(pa.concat_tables(tables), ["group"]).to_pylist():
-            # (Values Arrow keeps apart may be one group here: json_value's.)
-            counts = stats.setdefault(json_value(row["group"]), [0] * 7)
+            # (Values Arrow keeps apart may be one group here: group_key's.)
+            counts = stats.setdefault(group_key(row["group"]), [0] * 7)
             for at, count in zip((0, 1, 2, 5, 6), (row["documents"], row["documents"] - row["removed"],
                                                    row["removed"], row["size"], row["kept_size"])):
                 counts[at] += count
     cells: dict[tuple, int] = {}
     for row in (summed(pa.concat_tables(matrices), ["group", "kept_group", "indexed"]).to_pylist()
                 if matrices else []):
-        key = (json_value(row["group"]), None if row["indexed"] else json_value(row["kept_group"]), row["indexed"])
+        key = (group_key(row["group"]), None if row["indexed"] else group_key(row["kept_group"]), row["indexed"])
         cells[key] = cells.get(key, 0) + row["documents"]
     for (group, kept, indexed), count in cells.items():
         stats[group][3 if not indexed and kept == group else 4] += count
