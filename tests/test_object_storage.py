@@ -329,6 +329,20 @@ def test_overwrite_on_object_storage_replaces_only_an_output_of_ours(corpus, mon
     assert "report.json" in objects_under(earlier) and hidden_left(earlier) == []
 
 
+def test_overwrite_on_object_storage_leaves_no_folder_of_the_old_output(corpus, monkeypatch):
+    """Replacing an output whose folders the new one lacks (removed/, written by --write-removed)
+    leaves no empty folder marker of them: the old output's folders go whole."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    out = f"s3://{BUCKET}/folders"
+    assert invoke("dedup", url + "/big", "-o", out, "--backend", "cpu", "--write-removed").exit_code == 0
+    assert any(name.startswith("removed/") for name in objects_under(out))
+    assert invoke("dedup", url + "/big", "-o", out, "--backend", "cpu", "--overwrite").exit_code == 0
+    left = objects_under(out, files_only=False)
+    assert not any(name == "removed" or name.startswith("removed/") for name in left), left
+    assert "report.json" in left
+
+
 def test_objects_that_appear_under_an_output_url_during_the_run_are_left_alone(corpus, monkeypatch):
     """Object stores have no no-replace rename: the commit looks again. What appeared under the
     output during the run is left as it is; the results go to a prefix beside it, named in the

@@ -82,6 +82,10 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
             note_replacing(out)  # (what an interrupt now leaves: interrupts.interrupted_outcome)
             for name in sorted(old, key=lambda n: n != f"{root}/report.json"):  # the old report first
                 filesystem.delete_file(name)
+            # A folder whose last object goes keeps a marker (Arrow's S3 client writes one, so
+            # that the folder stays): the old output's folders go whole, markers and all.
+            for folder in sorted({name[len(root) + 1:].split("/")[0] for name in old if "/" in name[len(root) + 1:]}):
+                filesystem.delete_dir(f"{root}/{folder}")
             # Killed runs' staging prefixes, with the folder markers some stores keep for them.
             for stale in stale_remote_staging({name[len(root) + 1:].split("/")[0] for name in present
                                                if in_staging_prefix(name[len(root) + 1:])}):
