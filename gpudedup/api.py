@@ -253,7 +253,7 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
     ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
     result = DedupResult._of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
                              corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
-                             output_bases=corpus.output_bases)
+                             output_bases=corpus.output_bases, given_rows=corpus.given_rows)
     with_source_counts(result, group_field)
     return result
 

@@ -15,8 +15,8 @@ from .core.copies import implied_pairs
 from .engine.clusterparts import clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
-from .engine.removedrows import (REMOVED_DIR, in_memory_removed, removed_of, removed_schema, shingle_spec,
-                                 write_tables)
+from .engine.removedrows import (REMOVED_DIR, in_memory_removed, refuse_other_ids_beside, removed_of, removed_schema,
+                                 shingle_spec, write_tables)
 from .display import result_html
 from .errors import OutputError, ParameterError, in_interface_words
 from .tables import NamedRows, pairs_parts, whole_table
@@ -48,10 +48,10 @@ class DedupResult:
         first asked for (``write`` writes it a part at a time: pairs_parts).
     clusters: pyarrow Table (id, cluster, keep, kept_id): every document in a cluster of two or
         more, with the id of its cluster's kept document; made when first asked for.
-    keep: numpy bool (n,), aligned with the input: False for the removed duplicates; made
-        when first asked for from ``removed`` (int64 ascending: the input rows removed, made
-        when first asked for: a cluster's run that writes its kept rows on its workers never
-        holds them).
+    keep: numpy bool (n,), aligned with the input: False for the removed duplicates (and for
+        records given that on_error="skip" left out); made when first asked for from
+        ``removed`` (int64 ascending: the input rows removed, made when first asked for: a
+        cluster's run that writes its kept rows on its workers never holds them).
     deduplicated: the kept rows, in the input's own type (list, pandas or polars Series with
         the kept rows' index, pandas, polars, pyarrow, cuDF, Hugging Face Dataset); a list of
         the kept strings for an iterable of strings; a pyarrow Table for paths, an iterable
@@ -92,18 +92,23 @@ class DedupResult:
     # A run over files: every scanned file's output name (io.layout.output_bases).
     _output_bases: dict = field(default_factory=dict, repr=False)
     _names_read: Optional["NamedRows"] = field(default=None, repr=False)  # ``named``, where read already
+    # Records given from Python of which on_error="skip" left some out: (int64 (n,), the
+    # position among them of each row of ``table``; how many were given). None: every one read.
+    _given_rows: Optional[tuple[np.ndarray, int]] = field(default=None, repr=False)
 
     @classmethod
     def _of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
            inputs: list, text_field: str, id_field: Optional[str], skipped_records: list, on_error: str,
            indexed_rows: int = 0, sources: Optional[list] = None,
-           output_bases: Optional[dict] = None) -> "DedupResult":
+           output_bases: Optional[dict] = None,
+           given_rows: Optional[tuple[np.ndarray, int]] = None) -> "DedupResult":
         """The result of a run: ``ids`` (the id of every row, in row order: an Arrow array or
         an ids.IdSource) attached to the outcome's rows, here and nowhere else; inputs: the paths read, as given ([] for
         in-memory data), which the report names with the fields read (Report.with_reading);
         indexed_rows: the leading rows that are a persistent index's documents, not the input's
         (``keep`` is the input's rows only); sources: the files of an in-memory run over files
-        (DedupResult.sources); output_bases: a run over files' output names."""
+        (DedupResult.sources); output_bases: a run over files' output names; given_rows:
+        records given of which some were left out (DedupResult._given_rows)."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         source = id_source(ids)
         names_read = outcome.clustered.held_names(source)
@@ -112,7 +117,7 @@ class DedupResult:
                    _names_read=names_read,
                    _restore=restore, _outcome=outcome,
                    indexed_rows=indexed_rows, _sources=[s for s in sources or [] if s.location is not None],
-                   _output_bases=output_bases or {})
+                   _output_bases=output_bases or {}, _given_rows=given_rows)
 
     def _hold_here(self) -> None:
         """Hold the ids, the pairs, the clusters and the copies in this process from now on
@@ -122,10 +127,23 @@ class DedupResult:
         self._outcome.read_now()
 
     @cached_property
-    def removed(self) -> np.ndarray:
-        """int64 ascending: the input rows removed as duplicates (made when first asked for)."""
+    def _removed_rows(self) -> np.ndarray:
+        """int64 ascending: the rows of ``table`` removed as duplicates."""
         removed = self._outcome.removed  # (an indexed document is never removed)
         return removed[removed >= self.indexed_rows] - self.indexed_rows
+
+    @cached_property
+    def _kept_rows(self) -> np.ndarray:
+        """bool (documents,): the rows of ``table`` kept (``keep``, over the rows read)."""
+        return Kept.leaving_out(self._removed_rows).mask(0, self.documents)
+
+    @cached_property
+    def removed(self) -> np.ndarray:
+        """int64 ascending: the input rows removed as duplicates (made when first asked for);
+        positions among the records given where on_error="skip" left some of them out."""
+        if self._given_rows is None:
+            return self._removed_rows
+        return self._given_rows[0][self._removed_rows]
 
     @cached_property
     def _named(self) -> "NamedRows":
@@ -177,8 +195,15 @@ class DedupResult:
 
     @cached_property
     def keep(self) -> np.ndarray:
-        """bool (n,): False for the removed duplicates, aligned with the input."""
-        return Kept.leaving_out(self.removed).mask(0, self.documents)
+        """bool, aligned with the input: False for the removed duplicates, and for the records
+        given that on_error="skip" left out (``skipped_records``), so that the input where
+        ``keep`` is what ``deduplicated`` holds."""
+        if self._given_rows is None:
+            return self._kept_rows
+        positions, given = self._given_rows
+        keep = np.zeros(given, dtype=bool)
+        keep[positions[self._kept_rows]] = True
+        return keep
 
     @cached_property
     def ids(self) -> pa.Array:
@@ -192,7 +217,7 @@ class DedupResult:
         the run read it: a list is copied then, a pandas or cuDF frame shallow-copied (with
         pandas' copy-on-write, pandas 3's default, changes made to the frame afterwards do not
         reach it)."""
-        return self._restore(self.keep)
+        return self._restore(self._kept_rows)
 
     def _repr_html_(self) -> str:
         """The notebook's view: the counts, and the largest clusters' ids (display.py)."""
@@ -330,14 +355,14 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 # The tasks that read the shards again take report.html's texts on the way.
                 result.table.write_files(kept, names, format, removed, executor, texts_read(result))
             else:
-                write_kept_files(staging / KEPT_DIR, names, rows_by_file(result.table, result._sources, result.keep),
-                                 format)
+                write_kept_files(staging / KEPT_DIR, names,
+                                 rows_by_file(result.table, result._sources, result._kept_rows), format)
         elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
             result.table.write_kept(staging / f"deduplicated.{format}", format, result.removed, texts_read(result))
         elif format == "parquet":
-            write_parquet(result.table, staging / "deduplicated.parquet", keep=result.keep)
+            write_parquet(result.table, staging / "deduplicated.parquet", keep=result._kept_rows)
         else:
-            write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result.keep)
+            write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result._kept_rows)
         if write_removed:
             write_removed_rows(result, staging, out, format, names, executor)
         write_clusters(result, staging, out, names is not None, executor)
@@ -368,6 +393,7 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
     input file under removed/, named as under deduplicated/ (names), by ``executor``'s tasks
     where a staged run writes its kept rows so; or one file removed.<format>."""
+    refuse_other_ids_beside(result.table.schema, result.report["parameters"].get("id_field"))
     o = result._outcome
     # The verified pairs give the Jaccard where the kept document is an indexed one.
     pairs = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else None

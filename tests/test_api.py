@@ -240,6 +240,28 @@ def test_pandas_dataframe():
     assert result.deduplicated["text"].tolist() == [t for t, k in zip(frame["text"], EXPECTED_KEEP) if k]
 
 
+@pytest.mark.parametrize("given", [list, iter])
+def test_keep_is_aligned_with_the_records_given_when_some_are_left_out(given, tmp_path):
+    """on_error="skip" leaves bad records out: ``keep`` and ``removed`` still speak of the
+    records given (a record left out is not kept), so that the records where ``keep`` is True
+    are those ``deduplicated`` holds, and the written rows are the same."""
+    texts = planted_texts()
+    records = [{"text": t, "n": n} for n, t in enumerate(texts)]
+    records.insert(1, {"body": "no text field"})
+    records.insert(4, "not a record")
+    result = gpudedup.dedup(given(records), on_error="skip")
+    assert len(result.skipped_records) == 2 and result.documents == len(texts)
+    assert result.keep.shape == (len(records),)
+    kept = [record for record, k in zip(records, result.keep) if k]
+    assert [record["n"] for record in kept] == [0, 1, 3, 5, 7]
+    deduplicated = result.deduplicated
+    rows = deduplicated.to_pylist() if isinstance(deduplicated, pa.Table) else deduplicated
+    assert [row["n"] for row in rows] == [0, 1, 3, 5, 7]
+    assert [records[position]["n"] for position in result.removed] == [2, 4, 6]
+    result.write(tmp_path / "out")
+    assert pq.read_table(tmp_path / "out" / "deduplicated.parquet")["n"].to_pylist() == [0, 1, 3, 5, 7]
+
+
 def test_kept_rows_are_those_of_the_input_as_it_was_read():
     """Changing the caller's list or frame after the run (sorting it, writing into it) does not
     change which rows ``deduplicated`` and ``removed_rows`` give, nor their contents."""

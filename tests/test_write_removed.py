@@ -200,6 +200,24 @@ def test_a_column_named_as_an_added_one_is_refused(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_an_id_column_that_is_not_the_runs_ids_is_refused(corpus, tmp_path):
+    """Rows with a column ``id`` that the run does not take as its ids (no id_field): removed/'s
+    kept_id (row positions, or file:line) would stand beside ids of another kind, and join to
+    the wrong rows by them. The write is refused, saying to pass id_field, and nothing is
+    written, in memory and from the command line; with id_field it goes through."""
+    records = records_of(3)
+    result = gpudedup.dedup(pa.Table.from_pylist(records), threshold=THRESHOLD, backend="cpu")
+    with pytest.raises(gpudedup.errors.OutputError, match=r"column 'id', but the run's ids are not it .*id_field='id'"):
+        result.write(tmp_path / "o", write_removed=True)
+    assert not (tmp_path / "o").exists()
+    refused = invoke("dedup", corpus, "-o", tmp_path / "cli", "--backend", "cpu", "--write-removed", "--quiet")
+    assert refused.exit_code != 0 and "--id-field id" in refused.output and not (tmp_path / "cli").exists()
+    result.write(tmp_path / "plain")  # (without removed/ there is nothing to mistake)
+    named = gpudedup.dedup(pa.Table.from_pylist(records), id_field="id", threshold=THRESHOLD, backend="cpu")
+    named.write(tmp_path / "named", write_removed=True)
+    check_removed(tmp_path / "named", {r["id"]: r for r in records})
+
+
 def test_against_an_index_names_the_indexed_document(tmp_path):
     """dedup --against: a new document removed as a duplicate of an indexed one has that
     document's id as kept_id, and as jaccard the verified pair's where the two are one (the

@@ -73,13 +73,15 @@ class ShardedTable:
 
         return Texts()
 
+    @property
     def schema(self) -> pa.Schema:
-        """The columns of the files the documents come from, unified (the input rules')."""
+        """The columns of the files the documents come from, unified (the input rules'), as
+        a Table's ``schema``."""
         return self._schema
 
     def kept_table(self, keep: np.ndarray) -> pa.Table:
         """The kept rows as one table (DedupResult.deduplicated): as large as what is kept."""
-        schema = self.schema()
+        schema = self.schema
         return pa.Table.from_batches(list(self._kept_batches(Kept.of_mask(keep), schema,
                                                              "the kept rows cannot be read from it again: run again")),
                                      schema=schema)
@@ -190,7 +192,7 @@ class ShardedTable:
         documents with their kept ones; size_name: the spilled sizes counted; field: the group
         column, or None): one task per file, on ``executor`` as write_files runs them."""
         executor = executor or LocalExecutor()
-        value_type = field_type(self.schema(), field) if field is not None else None
+        value_type = field_type(self.schema, field) if field is not None else None
         reader, rows, finder = executor.share(self.reader, self.rows, removed_of)
         consequence = self.unwritten()
         work_at = self.shards.work.for_tasks(executor.in_process)
@@ -201,7 +203,7 @@ class ShardedTable:
     def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
         """The removed rows, shard by shard, into one file, with the unified columns (as
         write_kept)."""
-        consequence, schema = self.unwritten(), self.schema()
+        consequence, schema = self.unwritten(), self.schema
 
         def tables():
             for index in self._shards_read():
@@ -214,7 +216,7 @@ class ShardedTable:
         """The kept rows (removed: int64 ascending, the documents removed), shard by shard, into
         one file; texts_of: as write_files takes it."""
         # Every shard's rows get the unified columns, as the in-memory run's one table has them.
-        schema, kept, consequence = self.schema(), Kept.leaving_out(removed), self.unwritten()
+        schema, kept, consequence = self.schema, Kept.leaving_out(removed), self.unwritten()
         batches = self._kept_batches(kept, schema, consequence, texts_of)
         if format == "parquet":
             with pq.ParquetWriter(path, schema) as writer:

@@ -183,6 +183,16 @@ def shingle_spec(parameters: Mapping) -> ShingleSpec:
                        bool(p.get("strip_symbols")))
 
 
+def refuse_other_ids_beside(schema: pa.Schema, id_field: Optional[str]) -> None:
+    """OutputError where the rows have a column ``id`` but the run's ids are not it (id_field
+    None: row positions, or file:line): removed/'s kept_id would stand beside ids of another
+    kind, and join to the wrong rows by them."""
+    if id_field is None and "id" in schema.names:
+        raise OutputError("the input has a column 'id', but the run's ids are not it (id_field=None): removed/'s "
+                          "kept_id would name the kept documents by other ids than that column; pass id_field='id' "
+                          "to name documents by it, or rename the column")
+
+
 def removed_schema(schema: pa.Schema, removed_of: RemovedOf) -> pa.Schema:
     """The columns of removed/'s files of inputs of columns ``schema``: those, then ADDED_COLUMNS."""
     return pa.schema(list(schema) + [pa.field("kept_id", removed_of.id_type), pa.field("cluster", pa.int64()),

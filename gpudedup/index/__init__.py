@@ -297,7 +297,7 @@ class Index:
         """int64 (k,) ascending: the new documents' rows that an add commits (kept, with
         shingles)."""
         active = np.asarray(store.inner.active)
-        return active[result.keep[active]]
+        return active[result._kept_rows[active]]
 
     def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str],
                     rows: np.ndarray, pointers: Optional[SourcePointers]) -> None:

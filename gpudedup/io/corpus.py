@@ -31,6 +31,8 @@ class Corpus:
         would loop or read something twice, a broken link, a pipe or device, an input
         directory without input files).
     output_bases: for files, each scanned file's name under deduplicated/ (io/layout.py).
+    given_rows: records given from Python of which on_error="skip" left some out: (int64
+        (n,), the position among them of each row; how many were given); else None.
     """
 
     table: pa.Table
@@ -42,6 +44,7 @@ class Corpus:
     # The text column already on the GPU when cuDF read it (io/cudf_reader.py): (UTF-8 bytes,
     # cupy uint8 (B,); byte offsets, host int64 (n + 1,)). None: the text is on the host only.
     device_text: Optional[tuple] = None
+    given_rows: Optional[tuple[np.ndarray, int]] = None
     skipped_records: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Files: each scanned file's output name, absolute path -> name (io.layout.output_bases).

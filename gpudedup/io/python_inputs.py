@@ -355,6 +355,8 @@ def records_corpus(batches: Iterable[list], name: str, text_field: str, id_field
     source = SourceFile(name, "list", table.num_rows, row_numbers=read_positions + 1)
     corpus = table_corpus(table, text_field, id_field, source, ids)
     corpus.skipped_records = errors.records
+    if read_positions.shape[0] < count:  # (keep is then over the records given: DedupResult.keep)
+        corpus.given_rows = (read_positions, count)
     return corpus, read_positions
 
 
