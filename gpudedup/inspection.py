@@ -364,9 +364,9 @@ def removed_rows(result) -> Any:
 
 def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> Any:
     """``rows`` (what DedupResult.restore gives: a list, a pandas or polars Series or
-    DataFrame, a pyarrow Table, a Hugging Face Dataset, a cuDF DataFrame) with ``columns``
-    added, in its own type: a list as a list of dicts (a text under ``text_field``), a Series as
-    a DataFrame (its values under ``text_field``)."""
+    DataFrame, a pyarrow Table or Array, a Hugging Face Dataset, a cuDF DataFrame) with
+    ``columns`` added, in its own type: a list as a list of dicts (a text under ``text_field``),
+    a Series as a DataFrame and an Arrow array as a Table (its values under ``text_field``)."""
     module = type(rows).__module__.split(".")[0]
     if isinstance(rows, list):
         items = [dict(item) if isinstance(item, dict) else {text_field: item} for item in rows]
@@ -399,6 +399,8 @@ def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> An
         for name, column in columns.items():
             frame[name] = cudf.Series.from_arrow(column).values
         return frame
+    if isinstance(rows, (pa.Array, pa.ChunkedArray)):  # texts, as a Series' (a table of them)
+        rows = pa.table({text_field: rows})
     assert isinstance(rows, pa.Table), f"rows of type {type(rows).__name__}"
     _refuse_clash(set(rows.column_names), columns)
     for name, column in columns.items():

@@ -229,6 +229,18 @@ def test_string_view_array_and_table_keep_their_type():
     assert texts.to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
 
 
+@pytest.mark.parametrize("arrow", [pa.array, lambda texts: pa.chunked_array([texts[:3], texts[3:]])])
+def test_removed_rows_of_an_arrow_array_are_a_table(arrow):
+    """An Arrow array of texts gives its removed rows as a Series does: a table of the texts
+    (under "text") with id, kept_id, cluster and jaccard."""
+    texts = planted_texts()
+    removed = gpudedup.dedup(arrow(texts)).removed_rows()
+    assert isinstance(removed, pa.Table)
+    assert removed.column_names == ["text", "id", "kept_id", "cluster", "jaccard"]
+    assert removed["id"].to_pylist() == [2, 4, 6]
+    assert removed["text"].to_pylist() == [texts[2], texts[4], texts[6]]
+
+
 def test_pandas_dataframe():
     import pandas as pd
     frame = planted_table().to_pandas()
