@@ -274,6 +274,25 @@ def test_keep_is_aligned_with_the_records_given_when_some_are_left_out(given, tm
     assert pq.read_table(tmp_path / "out" / "deduplicated.parquet")["n"].to_pylist() == [0, 1, 3, 5, 7]
 
 
+def test_a_repeated_id_in_data_passed_in():
+    """Data passed in counts its rows from 0 in the repeated-id error, as in every other error
+    about it; records (dicts) under on_error="skip" leave a repeated id's later records out,
+    the first kept, as a file's lines are, each named in skipped_records."""
+    import pandas as pd
+
+    records = [{"text": t, "k": k} for t, k in zip(planted_texts(), "abcadefb")]
+    for data, where in ((pd.DataFrame(records), "<table>"), (records, "<list>")):
+        with pytest.raises(InputError, match=rf"duplicate id 'a': documents {where} row 0 \(from 0\), {where} "
+                                             rf"row 3 \(from 0\) share it"):
+            gpudedup.dedup(data, id_field="k")
+    result = gpudedup.dedup(records, id_field="k", on_error="skip")
+    assert [(r["line"], r["reason"]) for r in result.skipped_records] == [
+        (3, "duplicate id 'a': the same id as record 0 (from 0), which is kept"),
+        (7, "duplicate id 'b': the same id as record 1 (from 0), which is kept")]
+    assert result.ids.to_pylist() == list("abcdef")
+    assert result.keep.shape == (8,) and not result.keep[3] and not result.keep[7]
+
+
 def test_kept_rows_are_those_of_the_input_as_it_was_read():
     """Changing the caller's list or frame after the run (sorting it, writing into it) does not
     change which rows ``deduplicated`` and ``removed_rows`` give, nor their contents."""

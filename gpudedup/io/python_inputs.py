@@ -23,7 +23,7 @@ from .fields import field_column, field_names, field_type, has_field
 from .inputs import InputFiles
 from .layout import as_input
 from .read import read_corpus
-from .rules import check_unique_ids
+from .rules import check_unique_ids, id_groups
 from .source import INT64_MAX, RecordErrors, SourceFile, first_id_above_int64, listed
 from .storage import is_path, location_of
 
@@ -351,6 +351,8 @@ def records_corpus(batches: Iterable[list], name: str, text_field: str, id_field
                          f"{first['reason']})")
     table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table(
         {text_field: pa.array([], pa.large_string())})
+    if errors.skip and id_field is not None and has_field(table.schema, id_field):
+        table, read_positions = first_of_each_id(table, read_positions, id_field, name, errors)
     ids = pa.array(read_positions) if id_field is None else None
     source = SourceFile(name, "list", table.num_rows, row_numbers=read_positions + 1)
     corpus = table_corpus(table, text_field, id_field, source, ids)
@@ -358,6 +360,25 @@ def records_corpus(batches: Iterable[list], name: str, text_field: str, id_field
     if read_positions.shape[0] < count:  # (keep is then over the records given: DedupResult.keep)
         corpus.given_rows = (read_positions, count)
     return corpus, read_positions
+
+
+def first_of_each_id(table: pa.Table, positions: np.ndarray, id_field: str, name: str,
+                     errors: RecordErrors) -> tuple[pa.Table, np.ndarray]:
+    """(the rows of ``table`` whose id no earlier row has, their positions among the records
+    given): on_error "skip" leaves a repeated id's later records out, the first kept, as a
+    file's are (rules.plan_combination), each recorded in ``errors`` (in order of position).
+    positions: int64, the position of each row of ``table`` among the records given."""
+    groups = id_groups(plain_ids(field_column(table, id_field).combine_chunks()))
+    if not groups:
+        return table, positions
+    for identifier, rows in groups:
+        for row in rows[1:]:
+            errors.add(name, int(positions[row]), f"duplicate id {identifier!r}: the same id as record "
+                       f"{int(positions[rows[0]])} (from 0), which is kept", "")
+    errors.records.sort(key=lambda record: record["line"])
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[np.concatenate([rows[1:] for _, rows in groups])] = False
+    return table.filter(pa.array(keep)), positions[keep]
 
 
 def records_batch(batch: list, start: int, schema: pa.Schema, text_field: str,

@@ -28,7 +28,10 @@ ON_ERROR_CHOICES = ("stop", "skip")
 
 
 def locate(path: str, format: str, number: int) -> str:
-    """Where a record is, in messages: 'FILE:LINE' for JSONL, else 'FILE row N' (number from 1)."""
+    """Where a record is, in messages: 'FILE:LINE' for JSONL, else 'FILE row N' (number from
+    1); data passed in ("<list>", "<table>") by its position from 0, as Python counts it."""
+    if format in ("list", "table"):
+        return f"{path} row {number - 1} (from 0)"
     return f"{path}:{number}" if format == "jsonl" else f"{path} row {number}"
 
 
