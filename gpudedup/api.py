@@ -80,7 +80,7 @@ def dedup(
 ) -> DedupResult:
     """Find near-duplicate documents and keep one per cluster.
 
-    data: a list of strings, a pandas or polars Series of strings, or any other iterable of
+    data: a list of strings, a pandas or polars Series (or a pandas Index) of strings, or any other iterable of
         strings (a generator, an iterator, a map object; ids are the positions 0..n-1); a list
         or any iterable of dicts, records read as JSON Lines records are (text_field, id_field);
         one path (str or pathlib.Path) or a list of pathlib.Path, to JSONL / Parquet / .txt

@@ -379,7 +379,7 @@ def memory_columns(data: Any, text_field: str, id_field: Optional[str]) -> tuple
     if isinstance(data, (pa.Array, pa.ChunkedArray)):  # texts, as a list's
         return [memory_content(t) for t in data.to_pylist()], None
     module = type(data).__module__.split(".")[0]
-    if module in ("pandas", "polars") and type(data).__name__ == "Series":  # texts, as a list's
+    if module in ("pandas", "polars") and type(data).__name__ in ("Series", "Index"):  # texts, as a list's
         return [memory_content(None if value is None or isinstance(value, float) and value != value else value)
                 for value in data.to_list()], None
     if module == "pandas":

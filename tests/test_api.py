@@ -316,6 +316,21 @@ def test_kept_rows_are_those_of_the_input_as_it_was_read():
     assert result.removed_rows()["n"].tolist() == [2, 4, 6]
 
 
+def test_a_pandas_index_of_texts_and_a_polars_lazy_frame():
+    """A pandas Index of texts is taken as a Series is (its kept texts an Index); a polars
+    LazyFrame, a query, is refused with the advice to collect it."""
+    import pandas as pd
+    import polars as pl
+
+    texts = planted_texts()
+    result = gpudedup.dedup(pd.Index(texts))
+    assert isinstance(result.deduplicated, pd.Index)
+    assert list(result.deduplicated) == [t for t, k in zip(texts, EXPECTED_KEEP) if k]
+    assert result.removed_rows()["id"].tolist() == [2, 4, 6]
+    with pytest.raises(InputError, match=r"LazyFrame is a query, not rows: collect\(\) it"):
+        gpudedup.dedup(pl.LazyFrame({"text": texts}))
+
+
 def test_pandas_non_string_text_is_an_input_error():
     import pandas as pd
     frame = pd.DataFrame({"text": ["a b c", 7, "d e f"]})

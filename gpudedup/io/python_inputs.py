@@ -93,13 +93,15 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     if module == "pandas":
         import pandas
 
-        if isinstance(data, pandas.Series):
-            refuse_id_field(id_field, "a Series")
+        if isinstance(data, (pandas.Series, pandas.Index)):
+            refuse_id_field(id_field, f"a {type(data).__name__}")
             return series_corpus(data, text_field), lambda keep: data[keep]
         return table_corpus(frame_table(data), text_field, id_field), lambda keep: data[keep]
     if module == "polars":
         import polars
 
+        if isinstance(data, polars.LazyFrame):
+            raise InputError("a polars LazyFrame is a query, not rows: collect() it and pass the DataFrame")
         if isinstance(data, polars.Series):
             refuse_id_field(id_field, "a Series")
             return series_corpus(data, text_field), lambda keep: data.filter(polars.Series(keep))
