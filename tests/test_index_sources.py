@@ -18,7 +18,7 @@ import gpudedup
 from gpudedup.index import Index
 from gpudedup.index.sources import SourceChangedError
 
-from cli_support import assert_user_error, invoke, write_jsonl
+from cli_support import assert_user_error, invoke, tree_snapshot, write_jsonl
 from index_support import bible_records, committed_state
 from oracles import jaccard, shingle_set
 
@@ -98,6 +98,32 @@ def test_a_source_file_changed_or_gone_is_refused_naming_it(tmp_path, in_tmp):
                       out=tmp_path / "out")
     parts[0].write_bytes(original)  # as it was: usable again
     assert index.query(query)[0]
+
+
+def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, in_tmp):
+    """The kept rows of an output, indexed with verification "source", are the index's source
+    files: an add, or a run against the index, that would write its output (even with
+    --overwrite) or its work directory over them is refused before any work, from the API and
+    the command line, and the files and the index stay as they were."""
+    parts = source_parts(tmp_path / "in")
+    first = gpudedup.dedup(parts[0], id_field="id", backend="cpu", output=tmp_path / "out1", format="jsonl")
+    kept = tmp_path / "out1" / "deduplicated" / "part0.jsonl"
+    assert first.report["results"]["kept_documents"] and kept.is_file()
+    index = Index.create(tmp_path / "index", verification="source")
+    index.add(kept, id_field="id")
+    assert index.source_files() == [str(kept.absolute())]
+    before, sources = committed_state(index.path), tree_snapshot(tmp_path / "out1")
+    with pytest.raises(gpudedup.OutputError, match=rf"must not be or hold a file the index verifies its documents "
+                                                   rf"from: the index's source file {kept}"):
+        index.add(parts[1], id_field="id", output=tmp_path / "out1", overwrite=True)
+    with pytest.raises(gpudedup.OutputError, match="the work directory must not be or hold a file the index verifies"):
+        index.add(parts[1], id_field="id", output=tmp_path / "out2", work_dir=tmp_path / "out1")
+    for command in (["index", "add", index.path, parts[1]], ["dedup", parts[1], "--against", index.path]):
+        result = invoke(*command, "-o", tmp_path / "out1", "--id-field", "id", "--overwrite")
+        assert_user_error(result, "a file the index verifies its documents from", out=tmp_path / "out1",
+                          before=sources)
+    assert committed_state(index.path) == before and tree_snapshot(tmp_path / "out1") == sources
+    assert Index.create(tmp_path / "stored").source_files() == []
 
 
 def test_a_source_index_takes_files_only_and_says_so_before_writing(tmp_path):

@@ -176,15 +176,15 @@ def dedup_command(
             from ..io.outputdir import check_run_places
 
             # Where the run writes, before any work: apart from the inputs, what they resolve
-            # to and the index; two inputs with one output name refused. (Without --against,
-            # api.dedup checks the same with the scan it reads by.)
+            # to, the index and the files it verifies from; two inputs with one output name
+            # refused. (Without --against, api.dedup checks the same with the scan it reads by.)
             check_run_places(files, out, overwrite, work, against, scan=False)
+            index = Index(against)
             found = scan_inputs(files, on_error.value, Selection.of(include, exclude))
-            check_run_places(files, out, overwrite, work, against, found=found)
+            check_run_places(files, out, overwrite, work, against, found=found, index_files=index.source_files())
             if not single_file:
                 check_output_names(found, format.value)
 
-            index = Index(against)
             values = dict(threshold=threshold, shingle=shingle.value, ngram=ngram,
                           unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
                           strip_symbols=strip_symbols, num_perm=num_perm, max_fn=max_fn, low=low, max_fp=max_fp,

@@ -219,6 +219,13 @@ class IndexReader:
         """Live documents: those of the segments less the removed ones."""
         return self.manifest.documents - sum(len(rows) for rows in self.removed().values())
 
+    def source_files(self) -> list[str]:
+        """The files the documents' sets are read from (verification "source": every segment's
+        sources.json's paths, each once, in order); [] for an index that stores the sets."""
+        if self.manifest.verification != "source":
+            return []
+        return list(dict.fromkeys(entry["path"] for segment in self.segments for entry in segment.sources()))
+
     def removed(self) -> dict[str, np.ndarray]:
         """Segment name -> int64 ascending rows removed by ``index remove`` (tombstones)."""
         if self._removed is None:

@@ -166,7 +166,7 @@ def marker_content() -> dict:
 
 def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, overwrite: bool = False,
                      work_dir: Optional[Given] = None, index: Optional[Given] = None, scan: bool = True,
-                     found: Optional[InputFiles] = None) -> None:
+                     found: Optional[InputFiles] = None, index_files: Sequence[Given] = ()) -> None:
     """Every rule on where a run writes, checked before any work: the output (check_output_dir)
     and the work directory must not be, hold or lie inside an input (as given) or the index
     (``index``: the persistent index the run reads or writes); the output must not be or hold
@@ -177,7 +177,10 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     ``found``, the run's own scan of ``inputs``, where the caller made it (one scan serves the
     checks and the reading), else a scan of the local inputs made here. (The run's own scan
     reports what is wrong with an input: a scan that fails here checks nothing. Object stores
-    have no links: their URLs as given say it all.)"""
+    have no links: their URLs as given say it all.) Nor may either be or hold one of
+    ``index_files``, the files an index made with verification "source" reads its documents'
+    sets from (Index.source_files): replacing an output that holds them would break the index
+    for good."""
     locations = [location_of(given) for given in inputs]
     out = None if output is None else location_of(output)
     work = None if work_dir is None else location_of(work_dir)
@@ -193,6 +196,10 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
                                     inside_allowed=True)
     if out is not None:
         check_output_dir(out, overwrite, locations, index)
+    for place, what, option in ((out, "the output directory", "output="), (work, "the work directory", "work_dir=")):
+        if place is not None and index_files:
+            check_apart_from_read(place, [location_of(file) for file in index_files], (), what, option,
+                                  "a file the index verifies its documents from", "the index's source file")
     if out is None and work is None:
         return
     if found is None:
@@ -209,12 +216,12 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
 
 
 def check_apart_from_read(place: Location, files: Iterable[Location], folders: Iterable[str], what: str,
-                          option: str) -> None:
+                          option: str, file_is: str = "an input file", file_named: str = "the input") -> None:
     """Refuse a local directory to write in (``place``) that is or holds one of the input
     ``files`` a run reads, or is, holds or lies inside one of the ``folders`` its scan walks
     (paths), each as it resolves, symbolic links followed: where a link in an input directory
     leads into the output, replacing the output would delete input. Files on object storage
-    are passed over."""
+    are passed over. file_is, file_named: what the files are, in the message."""
     if isinstance(place, Remote):
         return
     target = _resolve(place)
@@ -224,8 +231,9 @@ def check_apart_from_read(place: Location, files: Iterable[Location], folders: I
     below = os.path.join(text, "")
     for file, real in _real_paths(files):
         if real == text or real.startswith(below):
-            raise OutputError(f"{place}: {what} must not be or hold an input file: the input {file} leads to "
-                              f"{real}; choose another {option}")
+            shown = str(file) if os.path.abspath(file) == real else f"{file} leads to {real}"
+            raise OutputError(f"{place}: {what} must not be or hold {file_is}: {file_named} {shown}; choose another "
+                              f"{option}")
     for folder in folders:
         real = os.path.realpath(folder)
         if real == text or real.startswith(below) or text.startswith(os.path.join(real, "")):
