@@ -347,6 +347,11 @@ DAMAGES = {
     "truncated shard info": ("shards/00000/info.json", lambda data: data[:len(data) // 2]),
     "garbage shard ids": ("shards/00000/ids.parquet", lambda data: b"not parquet" * 20),
     "truncated manifest": ("manifest.json", lambda data: data[:40]),
+    # (None: the file deleted; a finished stage's info.json names its arrays)
+    "missing pairs array": ("stages/pairs/jaccard.npy", None),
+    "missing copies array": ("stages/copies/member.npy", None),
+    "missing candidates array": ("stages/candidates/first.npy", None),
+    "stage info without its list": ("stages/pairs/info.json", lambda data: b"{}"),
 }
 
 
@@ -356,7 +361,10 @@ def test_a_damaged_work_directory_file_is_named_with_what_to_do(staged, tmp_path
     work = tmp_path / "work"
     shutil.copytree(staged / "work", work)
     path = work / name
-    path.write_bytes(change(path.read_bytes()))
+    if change is None:
+        path.unlink()
+    else:
+        path.write_bytes(change(path.read_bytes()))
     result = invoke("dedup", staged / "data.jsonl", "-o", tmp_path / "out", "--work-dir", work, "--id-field", "id",
                     "-q", "--backend", "cpu", "--resume")
     assert_user_error(result, f"{path}: cannot be read", "the work directory is damaged",

@@ -317,9 +317,17 @@ class WorkDir:
     # --- whole-corpus stages ---------------------------------------------------------------
 
     def load_stage(self, name: str) -> Optional[dict[str, np.ndarray]]:
-        """A finished stage's arrays, or None when it has not finished."""
+        """A finished stage's arrays, or None when it has not finished; every array its
+        info.json names (save_stage) must be there, or the work directory is damaged
+        (DamagedWorkDirError naming the file, as for one that cannot be read)."""
         relative = f"stages/{name}"
-        return self.load_dir(relative) if self.done(relative) else None
+        if not self.done(relative):
+            return None
+        if "info.json" not in self.folder.unit_names(relative):  # (a stage of a run before the list)
+            return self.load_dir(relative)
+        path = self.file(relative, "info.json")
+        names = read_work_file(path, lambda: json.loads(path.read_text(encoding="utf-8"))["arrays"])
+        return {array: self.array(relative, f"{array}.npy") for array in names}
 
     def load_dir(self, relative: str) -> dict[str, np.ndarray]:
         """The arrays (.npy) of the finished unit ``relative``, by name, loaded."""
@@ -357,7 +365,8 @@ class WorkDir:
                                  self.request_threads))
 
     def save_stage(self, name: str, arrays: dict[str, np.ndarray]) -> None:
-        self.write_dir(f"stages/{name}", arrays)
+        """The stage's arrays as WORK/stages/<name>/, with an info.json naming them (load_stage)."""
+        self.write_dir(f"stages/{name}", arrays, info={"arrays": sorted(arrays)})
 
 
 # A task's way to the work directory (WorkDir.attach): the run's own WorkDir, or its location.

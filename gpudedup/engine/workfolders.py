@@ -80,12 +80,16 @@ def load_npy(source: Union[Path, str, io.BytesIO], mmap: bool = False) -> np.nda
 def read_work_file(path: Union[Path, str, Remote], read: Callable[[], Read]) -> Read:
     """``read()``, which reads the work directory's file ``path`` (a path or URL, as messages
     name it); DamagedWorkDirError naming it where its contents are not what a run writes:
-    numpy's, Arrow's and json's errors over the bytes are ValueErrors."""
+    numpy's, Arrow's and json's errors over the bytes are ValueErrors; a JSON file without the
+    fields a run writes gives KeyError or TypeError."""
     try:
         return read()
-    except (ValueError, EOFError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
+    except (ValueError, EOFError, FileNotFoundError, IsADirectoryError, NotADirectoryError, KeyError,
+            TypeError) as error:
         # numpy takes a file without the .npy magic for a pickle, and says so.
-        reason = "not a .npy file" if "pickled" in str(error) else first_line(error)
+        reason = ("not a .npy file" if "pickled" in str(error) else "it is missing"
+                  if isinstance(error, FileNotFoundError) else f"it has no field {error}"
+                  if isinstance(error, KeyError) else first_line(error))
         raise DamagedWorkDirError(f"{path}: cannot be read ({reason}); the work directory is damaged: delete it, "
                                   "or choose another work_dir=, and run again without resume=True") from None
 
