@@ -101,3 +101,26 @@ def test_max_memory_stops_before_reading_anything(inputs, tmp_path, monkeypatch)
     assert result.exit_code == 2, result.output
     assert "--max-memory 100 MiB: reading the input needs about" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_batches_in_flight_of_a_small_shard_are_its_text_at_most(inputs):
+    """A shard whose text is less than the batches that can be in flight at once fills fewer
+    of them: the estimate charges the text it has (bounded by what its table keeps), not
+    parallel_batches full batches, so that a small --shard-bytes fits a --max-memory that full
+    batches would not."""
+    from gpudedup.backends import get_backend
+    from gpudedup.engine.signatures import HOST_BYTES_PER_BATCH_BYTE, batches_in_flight_bytes
+    from gpudedup.io.pieces import Piece
+    from gpudedup.io.sizes import file_read_bytes, shard_read_bytes
+
+    backend = get_backend("cpu")
+    batch = 2**21
+    full = batches_in_flight_bytes(backend, batch)
+    assert full == backend.parallel_batches * batch * HOST_BYTES_PER_BATCH_BYTE["cpu"]
+    assert batches_in_flight_bytes(backend, batch, 10_000) == 10_000 * HOST_BYTES_PER_BATCH_BYTE["cpu"]
+    assert batches_in_flight_bytes(backend, batch, 10**12) == full
+    path = inputs / "a.jsonl"
+    whole = file_read_bytes(path, "jsonl")
+    kept, _ = shard_read_bytes(path, "jsonl", Piece(0, path.stat().st_size // 10, 0), whole)
+    text = sum(len(json.loads(line)["text"].encode()) for line in path.read_text().splitlines()[:2_000])
+    assert text * 0.8 <= kept < whole[0] // 5  # a tenth of the file: about its text, bounded above

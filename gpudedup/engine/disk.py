@@ -45,7 +45,7 @@ from ..io.formats import format_of
 from ..io.inputs import InputFiles, display_path, documents_read
 from ..io.pieces import DEFAULT_SHARD_BYTES, Piece, Shard, count_newlines, plan_shards
 from ..io.pointers import SourcePointers
-from ..io.sizes import file_read_bytes, shard_read_estimate
+from ..io.sizes import file_read_bytes, reading_estimate, shard_read_bytes
 from ..io.stamps import FileStamp
 from ..memory import MemoryBudget, size_words
 from ..params import DedupParams
@@ -203,19 +203,17 @@ class WorkDirStore:
         for index in pending:
             shard = self.reader.shards[index]
             path = self.reader.files[shard.file]
-
-            def need(shard=shard, path=path) -> int:
+            if budget.limit is not None:
+                # A shard is read whole: the budget must hold it and the batches in flight,
+                # which its text (bounded by what its table keeps) may not fill.
                 if shard.file not in file_bytes:
                     file_bytes[shard.file] = file_read_bytes(path, format_of(path))
-                return (shard_read_estimate(path, format_of(path), shard.piece, file_bytes[shard.file])
-                        + batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend)))
-
-            # A shard is read whole: the budget must hold it and the batches in flight.
-            in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend))
-            budget.check(f"reading {display_path(path)}", need,
-                         f"lower batch_bytes= (the batches in flight take {size_words(in_flight)} of it) or "
-                         "shard_bytes= (large plain JSONL and Parquet files are cut at it), cut the input into "
-                         "smaller files, or raise max_memory=")
+                reading = shard_read_bytes(path, format_of(path), shard.piece, file_bytes[shard.file])
+                in_flight = batches_in_flight_bytes(self.backend, batch_bytes(self.params, self.backend), reading[0])
+                budget.check(f"reading {display_path(path)}", reading_estimate([reading]) + in_flight,
+                             f"lower batch_bytes= (the batches in flight take {size_words(in_flight)} of it) or "
+                             "shard_bytes= (large plain JSONL and Parquet files are cut at it), cut the input into "
+                             "smaller files, or raise max_memory=")
             sign_shard(root, self.reader, index, self.params, self.backend, log, progress)
 
     def read_whole_where_needed(self, executor: Executor, log: StageLog, progress: Progress) -> None:

@@ -121,9 +121,11 @@ def signature_pass_need(n_docs: int, banding: Banding, params: DedupParams, back
     return n_docs * per_document + batches_in_flight_bytes(backend, batch_bytes(params, backend))
 
 
-def batches_in_flight_bytes(backend: Backend, bytes_per_batch: int) -> int:
-    """Host bytes of the batches in flight at once, each of ``bytes_per_batch`` text."""
-    return backend.parallel_batches * HOST_BYTES_PER_BATCH_BYTE[backend.name] * bytes_per_batch
+def batches_in_flight_bytes(backend: Backend, bytes_per_batch: int, text_bytes: Optional[int] = None) -> int:
+    """Host bytes of the batches in flight at once, each of ``bytes_per_batch`` text; of no
+    more text than ``text_bytes`` where given (a small shard fills fewer batches, or one in part)."""
+    in_flight = backend.parallel_batches * bytes_per_batch
+    return HOST_BYTES_PER_BATCH_BYTE[backend.name] * (in_flight if text_bytes is None else min(in_flight, text_bytes))
 
 
 def batch_bytes(params: DedupParams, backend: Backend) -> int:

@@ -307,14 +307,15 @@ def piece_share(path: Location, format: str, piece) -> float:
         return 1.0  # reading will name the problem
 
 
-def shard_read_estimate(path: Location, format: str, piece, file_bytes: tuple[int, int]) -> int:
-    """read_bytes_estimate of one file read whole (piece None) or of one piece of it;
-    file_bytes: the file's file_read_bytes (computed once for all its pieces)."""
+def shard_read_bytes(path: Location, format: str, piece, file_bytes: tuple[int, int]) -> tuple[int, int]:
+    """file_read_bytes of one file read whole (piece None) or of one piece of it: (bytes its
+    table keeps, which bound its text, bytes alive only while it is read); file_bytes: the
+    file's file_read_bytes (computed once for all its pieces)."""
     kept, during = file_bytes
     if piece is not None:
         share = piece_share(path, format, piece)
         kept, during = int(kept * share), int(during * share)
-    return reading_estimate([(kept, during)])
+    return kept, during
 
 
 def read_bytes_estimate(files: list[tuple[Location, str]], path_ids: bool = True) -> int:
