@@ -111,7 +111,7 @@ def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, 
     assert first.report["results"]["kept_documents"] and kept.is_file()
     index = Index.create(tmp_path / "index", verification="source")
     index.add(kept, id_field="id")
-    assert index.source_files() == [str(kept.absolute())]
+    assert index.reader().source_files() == [str(kept.absolute())]
     before, sources = committed_state(index.path), tree_snapshot(tmp_path / "out1")
     with pytest.raises(gpudedup.OutputError, match=rf"must not be or hold a file the index verifies its documents "
                                                    rf"from: the index's source file {kept}"):
@@ -123,7 +123,7 @@ def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, 
         assert_user_error(result, "a file the index verifies its documents from", out=tmp_path / "out1",
                           before=sources)
     assert committed_state(index.path) == before and tree_snapshot(tmp_path / "out1") == sources
-    assert Index.create(tmp_path / "stored").source_files() == []
+    assert Index.create(tmp_path / "stored").reader().source_files() == []
 
 
 def test_a_source_index_takes_files_only_and_says_so_before_writing(tmp_path):

@@ -181,7 +181,8 @@ def dedup_command(
             check_run_places(files, out, overwrite, work, against, scan=False)
             index = Index(against)
             found = scan_inputs(files, on_error.value, Selection.of(include, exclude))
-            check_run_places(files, out, overwrite, work, against, found=found, index_files=index.source_files())
+            check_run_places(files, out, overwrite, work, against, found=found,
+                             index_files=index.reader().source_files())
             if not single_file:
                 check_output_names(found, format.value)
 

@@ -214,7 +214,7 @@ class Index:
         check_tag(tag)
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
-                             index_files=self.source_files())
+                             index_files=self.reader().source_files())
         with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
             if work_dir is None and workers is not None:
                 # A local cluster's run spills into a work directory of its own, which dedup
@@ -369,12 +369,6 @@ class Index:
         for q, code, value in zip(query[hit], inverse[hit], jaccard[hit]):
             found[int(q)].append((ids[int(code)], float(value)))
         return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]
-
-    def source_files(self) -> list[str]:
-        """The files an index made with verification "source" reads its documents' sets from
-        (absolute paths, as sources.json names them); [] for one that stores the sets. A run
-        must not write over them (io.outputdir.check_run_places)."""
-        return self.reader().source_files()
 
     def reader(self) -> IndexReader:
         """A reader of the last committed state, kept while no commit follows (its files are

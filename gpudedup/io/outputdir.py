@@ -179,7 +179,7 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     reports what is wrong with an input: a scan that fails here checks nothing. Object stores
     have no links: their URLs as given say it all.) Nor may either be or hold one of
     ``index_files``, the files an index made with verification "source" reads its documents'
-    sets from (Index.source_files): replacing an output that holds them would break the index
+    sets from (IndexReader.source_files): replacing an output that holds them would break the index
     for good."""
     locations = [location_of(given) for given in inputs]
     out = None if output is None else location_of(output)
