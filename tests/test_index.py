@@ -321,6 +321,14 @@ def test_cli_end_to_end(in_tmp, output_names):
     lines = [json.loads(line) for line in queried.stdout.splitlines()]
     assert [line["query"] for line in lines] == [0, 1]
     assert {"id": records[0]["id"], "jaccard": 1.0} in lines[1]["matches"]
+    # A folder is read as the files in it; a path-like text that names nothing is said to be a text.
+    (in_tmp / "queries").mkdir()
+    write_jsonl(in_tmp / "queries" / "a.jsonl", [{"text": records[0]["text"]}])
+    queried = invoke("index", "query", "idx", "queries", "queries/a.jsnl")
+    assert queried.exit_code == 0, queried.output
+    lines = [json.loads(line) for line in queried.stdout.splitlines()]
+    assert {"id": records[0]["id"], "jaccard": 1.0} in lines[0]["matches"] and lines[1]["matches"] == []
+    assert "note: queries/a.jsnl names no file or folder here: it is queried as a text" in queried.stderr
 
     # Ids already in the index: refused with one line, nothing written, index unchanged.
     before = committed_state(Path("idx"))

@@ -165,8 +165,9 @@ def add_command(
 def query_command(
     context: typer.Context,
     index: IndexPath,
-    queries: Annotated[List[str], typer.Argument(help="Texts, or files whose documents are the queries "
-                                                      "(an argument naming an existing file is a file).",
+    queries: Annotated[List[str], typer.Argument(help="Texts, or files and folders whose documents are the "
+                                                      "queries (an argument naming an existing file or folder "
+                                                      "is read as one).",
                                                  show_default=False)],
     text_field: Annotated[str, typer.Option(help="Field holding the text in query files.")] = "text",
     token_field: Annotated[str, typer.Option(help="Field holding token ids in query files.")] = "input_ids",
@@ -183,7 +184,7 @@ def query_command(
         opened = Index(index)
         documents = []
         for query in queries:
-            if names_a_file(query):
+            if names_a_path(query):
                 # (start-up: `--help` and completion load no index)
                 from ..api import content_field
                 from ..io.read import read_corpus
@@ -191,19 +192,31 @@ def query_command(
                 field = content_field(opened.params(), text_field, token_field)
                 documents += read_corpus([Path(query)], field, None).texts.to_pylist()
             else:
+                if looks_like_a_path(query):
+                    err.print(f"note: {escape(query)} names no file or folder here: it is queried as a text",
+                              soft_wrap=True)
                 documents.append(query)
         for number, hits in enumerate(opened.query(documents, backend=backend.value)):
             out.print_json(json.dumps({"query": number, "matches": [{"id": i, "jaccard": j} for i, j in hits]}),
                            indent=None)
 
 
-def names_a_file(query: str) -> bool:
-    """Whether a query argument names an existing file (else it is a text). A text longer than
-    a path may be (ENAMETOOLONG) or holding a NUL names none."""
+def names_a_path(query: str) -> bool:
+    """Whether a query argument names an existing file or folder (else it is a text). A text
+    longer than a path may be (ENAMETOOLONG) or holding a NUL names none."""
     try:
-        return Path(query).is_file()
+        return Path(query).exists()
     except (OSError, ValueError):
         return False
+
+
+def looks_like_a_path(query: str) -> bool:
+    """Whether a query text that names nothing looks like a path all the same (one word with a
+    "/" or an input file's suffix): a mistyped file name, which the command says it takes as
+    a text."""
+    from ..io.formats import input_suffix  # (start-up: gpudedup.io loads pyarrow)
+
+    return bool(query) and not any(c.isspace() for c in query) and ("/" in query or bool(input_suffix(query)))
 
 
 @index_app.command("remove")
