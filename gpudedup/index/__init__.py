@@ -30,7 +30,6 @@ from ..api import content_field, corpus_result, dask_dedup, given_paths, inputs_
 from ..backends import Backend, get_backend
 from ..core.content import check_content
 from ..core.hashing import Permutations, draw_permutations
-from ..core.lsh import band_keys
 from ..core.normalize import unicode_form_version
 from ..core.ragged import offsets_from_counts
 from ..core.shingling import ShingleBatch, set_rows
@@ -50,10 +49,9 @@ from ..memory import MemoryBudget, parse_size
 from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
 from ..stages import Progress, StageLog, progress_display
-from ..threads import HOST_THREADS, map_parallel
 from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
                     write_manifest, write_segment, write_tombstones, writer_lock)
-from .reader import IndexReader, as_index_ids, check_id_type, id_keys
+from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .store import Against, IndexStore
 
@@ -68,9 +66,13 @@ UNTAGGED = "(untagged)"
 
 
 def check_tag(tag) -> None:
-    """ParameterError unless ``tag`` (an add's, a remove's) is a string or None."""
+    """ParameterError unless ``tag`` (an add's, a remove's) is None or a string that is not
+    empty and not UNTAGGED, the name info() gives the adds without one."""
     if tag is not None and not isinstance(tag, str):
         raise ParameterError(f"tag= must be a string (or None); got {tag!r}")
+    if tag in ("", UNTAGGED):
+        raise ParameterError(f"tag= {tag!r} is not a tag: info() counts the documents added without one as "
+                             f"{UNTAGGED!r}; give a name, or none")
 
 
 class Index:
@@ -478,21 +480,3 @@ class Index:
             write_manifest(self.path, dataclasses.replace(manifest, segments=entries, tombstones=None,
                                                           generation=generation))
             collect_garbage(self.path, read_manifest(self.path))
-
-
-def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, material: dict[str, np.ndarray],
-                   params: DedupParams) -> dict[str, np.ndarray]:
-    """A segment's arrays (files.SEGMENT_ARRAYS, then ``material``: the verification arrays,
-    sources.VERIFICATION_ARRAYS) from its documents' ids, signatures uint32 (n, K) and lengths
-    int64 (n,): the band keys of the signatures (lsh.band_keys, on the host) and the id keys
-    (reader.id_keys), each sorted with their rows."""
-
-    keys = band_keys(signatures, params.banding()).T  # (bands, n)
-    # Stable: a key's rows ascend (the probe takes each key's last rows). Bands on threads.
-    order = np.stack(list(map_parallel(lambda band: np.argsort(keys[band], kind="stable"), list(range(keys.shape[0])),
-                                       HOST_THREADS))) if keys.shape[0] else np.zeros(keys.shape, np.int64)
-    identities = id_keys(ids)
-    id_order = np.argsort(identities, kind="stable")
-    return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),
-            "signatures": signatures, "lengths": lengths, "id_keys": identities[id_order],
-            "id_rows": id_order.astype(np.uint32), **material}

@@ -6,7 +6,8 @@ segment's rows in order), tombstoned ones included (they are skipped where they 
 A reader opens every file of the manifest it read when it is made, so a writer that removes
 files no later manifest names (files.collect_garbage) never pulls them from under it (an open or
 memory-mapped file outlives its name on POSIX); each file is checked against its SHA-256 the
-first time it is used, through the open file.
+first time it is used, through the open file. The arrays a segment stores are made here too
+(segment_arrays), sorted as the probe reads them.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.lsh import sorted_unique
+from ..core.lsh import band_keys, sorted_unique
 from ..core.normalize import utf8_buffers
 from ..core.ragged import ragged_arange, ragged_take
 from ..core.shingling import ShingleSpec, span_hashes
 from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
 from ..errors import DamagedIndexError, InputError
-from ..threads import map_parallel
+from ..params import DedupParams
+from ..threads import HOST_THREADS, map_parallel
 from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, read_sources, source_sets
 
@@ -469,3 +471,21 @@ def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
         raise InputError(f"the index holds {manifest.parameters['id_type']} ids, this input has {id_type} ids; "
                          "choose id_field= to match")
     return id_type
+
+
+def segment_arrays(ids: pa.Array, signatures: np.ndarray, lengths: np.ndarray, material: dict[str, np.ndarray],
+                   params: DedupParams) -> dict[str, np.ndarray]:
+    """A segment's arrays (files.SEGMENT_ARRAYS, then ``material``: the verification arrays,
+    sources.VERIFICATION_ARRAYS) from its documents' ids, signatures uint32 (n, K) and lengths
+    int64 (n,): the band keys of the signatures (lsh.band_keys, on the host) and the id keys
+    (reader.id_keys), each sorted with their rows."""
+
+    keys = band_keys(signatures, params.banding()).T  # (bands, n)
+    # Stable: a key's rows ascend (the probe takes each key's last rows). Bands on threads.
+    order = np.stack(list(map_parallel(lambda band: np.argsort(keys[band], kind="stable"), list(range(keys.shape[0])),
+                                       HOST_THREADS))) if keys.shape[0] else np.zeros(keys.shape, np.int64)
+    identities = id_keys(ids)
+    id_order = np.argsort(identities, kind="stable")
+    return {"keys": np.take_along_axis(keys, order, axis=1), "rows": order.astype(np.uint32),
+            "signatures": signatures, "lengths": lengths, "id_keys": identities[id_order],
+            "id_rows": id_order.astype(np.uint32), **material}
