@@ -225,8 +225,14 @@ def test_remove_and_compact(query_index, tmp_path):
     info = index.info()
     assert info["documents"] == len(indexed) and info["segments"] == 2
 
-    # Removing what is not there: 0, nothing changed.
+    # Removing what is not there: 0, nothing changed; the name info() gives the untagged, and
+    # an empty name, are no tags (to add or to remove by).
     before = committed_state(index.path)
+    for name in ("", "(untagged)"):
+        with pytest.raises(gpudedup.ParameterError, match="is not a tag: info.. counts the documents added without"):
+            index.remove(tag=name)
+        with pytest.raises(gpudedup.ParameterError, match="is not a tag"):
+            index.add(pa.Table.from_pylist([{"id": "t", "text": "a b c d e f"}]), id_field="id", tag=name)
     assert index.remove(tag="no such tag") == 0
     assert index.remove(ids=["no such id", "nor this"]) == 0
     assert committed_state(index.path) == before
@@ -341,9 +347,11 @@ def test_cli_end_to_end(in_tmp, output_names):
     # remove by ids (a file) and by tag, compact.
     ids_file = in_tmp / "ids.txt"
     removed_ids = index_ids_of_tag(Index("idx"), "w2")[:3]
-    ids_file.write_text("\n".join(removed_ids) + "\n")
+    # Each line an id as it stands (" x" is not "x"); ids that name no document are counted.
+    ids_file.write_text("\n".join(removed_ids) + f"\n\n {removed_ids[0]}\nno such id\n")
     removed = invoke("index", "remove", "idx", "--ids", ids_file)
     assert removed.exit_code == 0 and "Removed 3 documents" in removed.output, removed.output
+    assert "note: 2 of the 5 ids listed name no document the index holds" in removed.stderr
     removed = invoke("index", "remove", "idx", "--tag", "w1")
     assert removed.exit_code == 0, removed.output
     compacted = invoke("index", "compact", "idx")

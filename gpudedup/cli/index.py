@@ -240,10 +240,16 @@ def remove_command(
             except (OSError, UnicodeDecodeError) as error:
                 raise InputError(f"{ids}: cannot read the ids file ({getattr(error, 'strerror', None) or error})") \
                     from None
-            # As strings: the index casts them to its own kind of id ("007" stays "007").
-            listed = [line.strip() for line in text.splitlines() if line.strip()]
+            # As strings: the index casts them to its own kind of id ("007" stays "007"). Each
+            # line is an id as it stands, spaces included (an id may hold them); only empty
+            # lines are no ids.
+            listed = [line for line in text.splitlines() if line]
         removed = Index(index).remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
+        unmatched = 0 if listed is None else len(set(listed)) - removed
+        if unmatched:
+            err.print(f"note: {unmatched:,} of the {len(set(listed)):,} ids listed name no document the index holds "
+                      "(ids are matched exactly, spaces included)", soft_wrap=True)
 
 
 @index_app.command("compact")
