@@ -108,7 +108,7 @@ def add_command(
                                         rich_help_panel=OUTPUT_PANEL)] = False,
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.",
                                                    rich_help_panel=SCALE_PANEL)] = BackendChoice.auto,
-    batch_bytes: Annotated[Optional[int], typer.Option(help="As in dedup.", show_default=False,
+    batch_bytes: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False,
                                                        rich_help_panel=SCALE_PANEL)] = None,
     max_memory: Annotated[Optional[str], typer.Option(help="As in dedup.", show_default=False,
                                                       rich_help_panel=SCALE_PANEL)] = None,
@@ -246,9 +246,9 @@ def remove_command(
             listed = [line for line in text.splitlines() if line]
         removed = Index(index).remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
-        unmatched = 0 if listed is None else len(set(listed)) - removed
-        if unmatched:
-            err.print(f"note: {unmatched:,} of the {len(set(listed)):,} ids listed name no document the index holds "
+        distinct = 0 if listed is None else len(set(listed))
+        if distinct > removed:
+            err.print(f"note: {distinct - removed:,} of the {distinct:,} ids listed name no document the index holds "
                       "(ids are matched exactly, spaces included)", soft_wrap=True)
 
 
