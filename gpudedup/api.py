@@ -25,7 +25,7 @@ from .io.write import OUTPUT_FORMATS
 from .core.cluster import KeepPolicy
 from .params import DedupParams
 from .core.shingling import ShingleKind, UnicodeForm
-from .memory import MemoryBudget, parse_size, release_unused_memory
+from .memory import MemoryBudget, parse_sizes, release_unused_memory
 from .engine.job import run_job
 from .engine.sourcecounts import check_group_field, with_source_counts
 from .engine.outcome import Outcome
@@ -59,7 +59,7 @@ def dedup(
     bucket_window: int = DedupParams.bucket_window,
     backend: str | Backend = "auto",
     progress: Optional[bool] = None,
-    batch_bytes: Optional[int] = None,
+    batch_bytes: int | str | None = None,
     batch_rows: int = DedupParams.batch_rows,
     max_memory: int | str | None = None,
     shard_bytes: int | str | None = None,
@@ -152,10 +152,8 @@ def dedup(
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, unicode=unicode,
                          strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
-                         keep=keep, bucket_window=bucket_window, batch_bytes=batch_bytes,
-                         batch_rows=batch_rows,
-                         max_memory=None if max_memory is None else parse_size(max_memory),
-                         shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
+                         keep=keep, bucket_window=bucket_window, batch_rows=batch_rows,
+                         **parse_sizes(batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes))
     # Below, the content column is "text_field" whatever it holds (core/content.py).
     text_field = content_field(params, text_field, token_field, id_field)
     if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it

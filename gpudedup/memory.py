@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from typing import Optional
 
 import pyarrow as pa
 
@@ -40,6 +41,12 @@ def release_unused_memory() -> None:
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def parse_sizes(**sizes) -> dict[str, Optional[int]]:
+    """The sizes given by name (None, or what parse_size takes), in bytes: batch_bytes,
+    max_memory, shard_bytes as every entry point takes them."""
+    return {name: None if text is None else parse_size(text, name) for name, text in sizes.items()}
 
 
 def parse_size(text, name: str = "max_memory") -> int:

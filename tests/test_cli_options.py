@@ -107,6 +107,22 @@ def test_max_memory_generous_limit_runs_and_bad_sizes_are_refused(happy):
     assert result.exit_code == 2 and "--max-memory must be a size like 8G" in result.output
 
 
+def test_batch_bytes_takes_a_size_as_the_other_sizes_do(happy):
+    """--batch-bytes 256K is the same run as --batch-bytes 262144 (the pairs and kept rows of
+    every batch size are the same), and a bad size is refused naming the option."""
+    for name, size in (("k", "256K"), ("bytes", "262144")):
+        result = invoke("dedup", "data.jsonl", "-o", name, "-q", "--batch-bytes", size, "--backend", "cpu")
+        assert result.exit_code == 0, result.output
+    assert (happy / "k" / "deduplicated").exists()
+    assert sorted((happy / "k").rglob("*.parquet")) and all(
+        path.read_bytes() == (happy / "bytes" / path.relative_to(happy / "k")).read_bytes()
+        for path in (happy / "k").rglob("*.parquet"))
+    refused = invoke("dedup", "data.jsonl", "-o", "bad", "-q", "--batch-bytes", "lots")
+    assert refused.exit_code == 2 and "--batch-bytes must be a size like 8G" in refused.output
+    twins = gpudedup.dedup(["a b c d e f", "a b c d e f"], batch_bytes="1K", backend="cpu")
+    assert twins.keep.tolist() == [True, False]
+
+
 def test_parse_size():
     from gpudedup.errors import ParameterError
     from gpudedup.memory import parse_size

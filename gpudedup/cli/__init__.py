@@ -128,8 +128,8 @@ def dedup_command(
     backend: Annotated[BackendChoice, typer.Option(
         help="gpu (CuPy), cpu (numpy) or auto (gpu when a GPU is usable).",
         rich_help_panel=SCALE_PANEL)] = BackendChoice.auto,
-    batch_bytes: Annotated[Optional[int], typer.Option(
-        help="Text bytes per batch (memory, not results); default 2 MiB on cpu, 64 MiB on gpu.",
+    batch_bytes: Annotated[Optional[str], typer.Option(
+        help="Text bytes per batch, e.g. 256K (memory, not results); default 2M on cpu, 64M on gpu.",
         show_default=False, rich_help_panel=SCALE_PANEL)] = None,
     max_memory: Annotated[Optional[str], typer.Option(
         help="Host memory the run may use, e.g. 8G: a stage that would need more stops the run before it "

@@ -45,7 +45,7 @@ from ..io.inputs import Selection, documents_read
 from ..io.python_inputs import list_corpus, to_corpus
 from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
-from ..memory import MemoryBudget, parse_size
+from ..memory import MemoryBudget, parse_sizes
 from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
 from ..stages import Progress, StageLog, progress_display
@@ -181,7 +181,7 @@ class Index:
 
     def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
               backend: str | Backend = "auto", progress: Optional[bool] = None, on_error: str = "stop",
-              batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
+              batch_bytes: int | str | None = None, max_memory: int | str | None = None,
               shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
               include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
@@ -197,7 +197,7 @@ class Index:
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
             token_field: str = "input_ids", backend: str | Backend = "auto", progress: Optional[bool] = None,
-            on_error: str = "stop", batch_bytes: Optional[int] = None, max_memory: int | str | None = None,
+            on_error: str = "stop", batch_bytes: int | str | None = None, max_memory: int | str | None = None,
             shard_bytes: int | str | None = None, output: Optional[Given] = None,
             format: str = "parquet", overwrite: bool = False,
             work_dir: Given | None = None, resume: bool = False, client=None,
@@ -264,9 +264,8 @@ class Index:
         include and exclude patterns."""
 
         batch_bytes, max_memory, shard_bytes = speed
-        params = self.params(reader.manifest, batch_bytes=batch_bytes,
-                             max_memory=None if max_memory is None else parse_size(max_memory),
-                             shard_bytes=None if shard_bytes is None else parse_size(shard_bytes, "shard_bytes"))
+        params = self.params(reader.manifest,
+                             **parse_sizes(batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes))
         chosen = get_backend(backend)
         field = content_field(params, text_field, token_field, id_field)
         against = Against(reader, chosen, params.bucket_window)
