@@ -176,3 +176,17 @@ def test_draw_permutations_differ_between_seeds():
 def test_draw_permutations_rejects_zero():
     with pytest.raises(ValueError):
         draw_permutations(0, seed=1)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, True, 1.5, "42", None])
+def test_draw_permutations_refuses_a_seed_outside_its_range(seed):
+    """The seed is SplitMix64's initial state, an integer below 2**64: another is refused, not
+    reduced (-1 would be 2**64 - 1, and True would be 1)."""
+    with pytest.raises(ValueError, match="seed must be an integer from 0 to 2\\*\\*64 - 1"):
+        draw_permutations(4, seed=seed)
+
+
+def test_draw_permutations_takes_every_seed_in_its_range():
+    for seed in (0, np.uint64(2**64 - 1), 2**64 - 1, np.int64(7)):
+        assert draw_permutations(2, seed=seed).a.shape == (2,)
+    assert np.array_equal(draw_permutations(3, seed=np.uint64(5)).a, draw_permutations(3, seed=5).a)

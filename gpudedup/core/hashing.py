@@ -112,10 +112,14 @@ class Permutations(NamedTuple):
 
 
 def draw_permutations(num_perm: int, seed: int) -> Permutations:
-    """Draw ``num_perm`` permutations from ``seed`` (SplitMix64, see the module docstring)."""
+    """Draw ``num_perm`` permutations from ``seed`` (SplitMix64, see the module docstring):
+    an integer 0 <= seed < 2**64, SplitMix64's initial state (another is refused, not reduced:
+    -1 and 2**64 - 1 would be one seed)."""
     if num_perm < 1:
         raise ValueError(f"num_perm must be >= 1, got {num_perm}")
-    draws = np.array(splitmix64_scalar(seed, num_perm), dtype=np.uint64)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer from 0 to 2**64 - 1, got {seed!r}")
+    draws = np.array(splitmix64_scalar(int(seed), num_perm), dtype=np.uint64)
     a = ((draws & np.uint64(MASK32)) | np.uint64(1)).astype(np.uint32)
     b = (draws >> np.uint64(32)).astype(np.uint32)
     return Permutations(a=a, b=b)
