@@ -519,3 +519,31 @@ def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
     expected = [json.dumps(json_value(row), ensure_ascii=False) for row in table.to_pylist()]
     assert (tmp_path / "rows.jsonl").read_text().splitlines() == expected
     assert json.loads(expected[0])["f64"] is None and json.loads(expected[3])["f64"] == 0.0
+
+
+def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
+    """A JSONL column of integers with one past int64 (a uint64 hash) would be read as doubles,
+    exact only below 2**53: it is read as whole decimals instead, so the Parquet output, the
+    removed rows written as JSONL and ``deduplicated`` hold every value exactly, and a file of
+    small integers beside it combines with it (--single-file)."""
+    records = sample_records()[:240]
+    big = [{**r, "hash": 2**53 + 1 + n if n != 7 else 2**64 - 1} for n, r in enumerate(records[:160])]
+    small = [{**r, "hash": n} for n, r in enumerate(records[160:])]
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "big.jsonl", big)
+    write_jsonl(tmp_path / "in" / "small.jsonl", small)
+    expected = {r["id"]: r["hash"] for r in big + small}
+    for extra in ([], ["--format", "jsonl", "--write-removed"], ["--single-file"]):
+        out = tmp_path / f"out{len(extra)}"
+        result = invoke("dedup", tmp_path / "in", "-o", out, "--id-field", "id", "-q", "--backend", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        written = [path for path in out.rglob("*") if path.suffix in (".parquet", ".jsonl") and "pairs" not in
+                   path.parts and "clusters" not in path.parts and path.name != "errors.jsonl"]
+        assert written
+        for path in written:
+            rows = pq.read_table(path).to_pylist() if path.suffix == ".parquet" else [
+                json.loads(line) for line in path.read_text().splitlines()]
+            assert all(int(row["hash"]) == expected[row["id"]] for row in rows), path
+    kept = gpudedup.dedup(tmp_path / "in" / "big.jsonl", id_field="id", backend="cpu").deduplicated
+    assert kept.schema.field("hash").type == pa.decimal128(38, 0)
+    assert all(int(row["hash"]) == expected[row["id"]] for row in kept.to_pylist())

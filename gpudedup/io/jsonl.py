@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from .fields import empty_table, field_column, has_field
@@ -208,7 +209,36 @@ def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
     as_strings = strings_for_timestamps(table.schema)
     if as_strings != table.schema:
         table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=as_strings))
+    # Nor round a number: integers past int64 (a uint64 hash) make the reader type their column
+    # double, which holds none past 2**53 exactly. Such a column is read again as whole
+    # decimals, which hold them all (a value a decimal cannot take keeps the doubles).
+    exact = exact_integers(table)
+    if exact != table.schema:
+        try:
+            table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=exact))
+        except pa.ArrowInvalid:
+            pass
     return table
+
+
+# Whole numbers from here up are not all doubles: 2**53 + 1 reads as 2**53.
+EXACT_DOUBLE_LIMIT = 2.0**53
+WHOLE_NUMBERS = pa.decimal128(38, 0)
+
+
+def exact_integers(table: pa.Table) -> pa.Schema:
+    """The table's schema with each top-level double column whose values are all whole
+    numbers, some at or past 2**53 in magnitude, made WHOLE_NUMBERS: integers the reader
+    typed double (one past int64, or among such), which a double cannot keep."""
+    fields = []
+    for field, column in zip(table.schema, table.columns):
+        if pa.types.is_floating(field.type) and column.null_count < len(column):
+            largest = pc.max(pc.abs(column)).as_py()
+            whole = pc.all(pc.equal(column, pc.floor(column))).as_py()
+            if whole and largest >= EXACT_DOUBLE_LIMIT:
+                field = field.with_type(WHOLE_NUMBERS)
+        fields.append(field)
+    return pa.schema(fields, metadata=table.schema.metadata)
 
 
 def read_json(open_stream: Callable, read_options=None, parse_options=None) -> pa.Table:

@@ -9,6 +9,7 @@ import base64
 import json
 import math
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -85,10 +86,11 @@ def finite_floats(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def needs_json_values(schema: pa.Schema) -> bool:
     """Whether a schema holds a type json_value changes that finite_floats leaves: floats
-    inside lists and structs, binary, maps (at any depth)."""
+    inside lists and structs, binary, maps, decimals (at any depth)."""
     def changed(data_type: pa.DataType) -> bool:
         if pa.types.is_floating(data_type) or pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type) \
-                or pa.types.is_fixed_size_binary(data_type) or pa.types.is_map(data_type):
+                or pa.types.is_fixed_size_binary(data_type) or pa.types.is_map(data_type) \
+                or pa.types.is_decimal(data_type):
             return True
         if pa.types.is_dictionary(data_type):
             return changed(data_type.value_type)
@@ -114,10 +116,13 @@ def text_of(value) -> str:
 def json_value(value):
     """A value as strict JSON holds it: a float JSON has no number for (NaN, infinities) as
     null; bytes as their text where they are UTF-8 (a text column stored as binary), else as
-    base64; lists, tuples and dicts item by item; anything else as it is (json.dumps writes
-    what JSON has no type for, dates and decimals, as its text)."""
+    base64; a decimal of scale 0 as the integer it is; lists, tuples and dicts item by item;
+    anything else as it is (json.dumps writes what JSON has no type for, dates and other
+    decimals, as its text)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, Decimal) and value.is_finite() and value.as_tuple().exponent >= 0:
+        return int(value)  # (scale 0: an integer, such as a JSONL one past int64 read exactly)
     if isinstance(value, (bytes, bytearray)):
         try:
             return bytes(value).decode("utf-8")
