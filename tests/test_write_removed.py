@@ -207,11 +207,13 @@ def test_an_id_column_that_is_not_the_runs_ids_is_refused(corpus, tmp_path):
     written, in memory and from the command line; with id_field it goes through."""
     records = records_of(3)
     result = gpudedup.dedup(pa.Table.from_pylist(records), threshold=THRESHOLD, backend="cpu")
-    with pytest.raises(gpudedup.errors.OutputError, match=r"column 'id', but the run's ids are not it .*id_field='id'"):
+    refusal = r"column 'id', but the run's ids are not it \(no id_field= given\).*id_field='id'"
+    with pytest.raises(gpudedup.errors.OutputError, match=refusal):
         result.write(tmp_path / "o", write_removed=True)
     assert not (tmp_path / "o").exists()
     refused = invoke("dedup", corpus, "-o", tmp_path / "cli", "--backend", "cpu", "--write-removed", "--quiet")
-    assert refused.exit_code != 0 and "--id-field id" in refused.output and not (tmp_path / "cli").exists()
+    assert refused.exit_code != 0 and "(no --id-field given)" in refused.output and "--id-field id" in refused.output
+    assert not (tmp_path / "cli").exists()
     result.write(tmp_path / "plain")  # (without removed/ there is nothing to mistake)
     named = gpudedup.dedup(pa.Table.from_pylist(records), id_field="id", threshold=THRESHOLD, backend="cpu")
     named.write(tmp_path / "named", write_removed=True)

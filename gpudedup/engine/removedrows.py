@@ -188,7 +188,7 @@ def refuse_other_ids_beside(schema: pa.Schema, id_field: Optional[str]) -> None:
     None: row positions, or file:line): removed/'s kept_id would stand beside ids of another
     kind, and join to the wrong rows by them."""
     if id_field is None and "id" in schema.names:
-        raise OutputError("the input has a column 'id', but the run's ids are not it (id_field=None): removed/'s "
+        raise OutputError("the input has a column 'id', but the run's ids are not it (no id_field= given): removed/'s "
                           "kept_id would name the kept documents by other ids than that column; pass id_field='id' "
                           "to name documents by it, or rename the column")
 
