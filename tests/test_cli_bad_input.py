@@ -46,6 +46,15 @@ def test_names_from_the_data_never_steer_the_terminal(in_tmp):
         assert (in_tmp / out / "report.json").is_file()
 
 
+def test_an_error_about_a_file_whose_name_holds_a_newline_is_one_line(in_tmp):
+    """A newline in a file's name (legal on Linux) shows as its escape in the error's one line."""
+    (in_tmp / "corpus").mkdir()
+    (in_tmp / "corpus" / "new\nline.jsonl").write_text('{"text": "one two three four five six"}\n{"text": "cut\n')
+    result = invoke("dedup", "corpus", "-o", "out")
+    assert_user_error(result, "corpus/new\\nline.jsonl:2: invalid JSON", out=in_tmp / "out")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_a_name_that_is_not_utf8_is_one_line(in_tmp):
     """A file name of bytes that are not UTF-8 (common on Linux) cannot name ids, reports or
     output files: a file given, or found in a folder, is refused in one line (left out under
@@ -359,7 +368,7 @@ def test_directory_without_inputs(in_tmp):
     (["--rows", "4"], ["--rows 4 needs --bands", "both"]),
     (["--bands", "0", "--rows", "4"], ["--bands", ">= 1"]),
     (["--bucket-window", "0"], ["--bucket-window", ">= 1"]),
-    (["--batch-bytes", "0"], ["--batch-bytes", ">= 1"]),
+    (["--batch-bytes", "0"], ["--batch-bytes", "must be positive"]),
     (["--seed", "-1"], ["--seed", "2**64"]),
 ])
 def test_out_of_range_parameters(happy, args, fragments):

@@ -218,8 +218,10 @@ def in_option_words(message: str, context: Optional[typer.Context]) -> str:
 
 
 def print_error(message: str) -> None:
-    """A user error's one line on stderr (the command then exits with code 2)."""
-    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    """A user error's one line on stderr (the command then exits with code 2): a newline the
+    message holds (from a file's name, an id) is shown as its escape, as the other controls are."""
+    line = escape(message).replace("\n", "\\n")
+    err.print(f"[bold red]error:[/] {line}", soft_wrap=True)
 
 
 interrupt_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)
