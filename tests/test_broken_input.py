@@ -196,6 +196,7 @@ def test_concatenated_gzip_members_are_one_file(in_tmp):
 
 @pytest.mark.parametrize("bad_line, fragments", [
     (b'{"text": "a b c"', ["invalid JSON"]),
+    (b'{"text": "cut', ["invalid JSON", "Unterminated string"]),
     (b'{"text": "a"} {"text": "b"}', ["invalid JSON", "Extra data"]),
     (b'{"text": "a"}\r{"text": "b"}', ["carriage return"]),
     (b'[1, 2, 3]', ["expected a JSON object", "an array"]),
@@ -212,7 +213,7 @@ def test_concatenated_gzip_members_are_one_file(in_tmp):
     (b'{"text": true}', ["'text'", "a boolean", "expected a string"]),
     (b'{"text": "a", "n": "three"}', ["'n'", "a string", "a number on line 1", "one type"]),
     (b'{"text": "a", "meta": {"k": "v"}}', ["'meta.k'", "a string", "a number on line 2"]),
-], ids=["unclosed", "two-objects", "bare-cr", "array", "string", "null", "duplicate-key", "1e400",
+], ids=["unclosed", "cut-string", "two-objects", "bare-cr", "array", "string", "null", "duplicate-key", "1e400",
         "lone-surrogate", "too-deep", "cut-utf8", "binary", "text-object", "text-array", "text-bool",
         "type-change", "nested-type-change"])
 def test_bad_jsonl_line_names_file_and_line(in_tmp, bad_line, fragments):
@@ -220,7 +221,11 @@ def test_bad_jsonl_line_names_file_and_line(in_tmp, bad_line, fragments):
             json.dumps({"text": paragraph(2), "n": 2, "meta": {"k": 7}}).encode()]
     (in_tmp / "bad.jsonl").write_bytes(b"\n".join(good + [b"", bad_line, good[0]]) + b"\n")
     result = invoke("dedup", "bad.jsonl", "-o", "out")
-    assert_user_error(result, "bad.jsonl:4", *fragments, where=in_tmp)
+    line = assert_user_error(result, "bad.jsonl:4", *fragments, where=in_tmp)
+    # The same file with \r\n line ends: the same message, the \r no part of the line.
+    (in_tmp / "crlf.jsonl").write_bytes(b"\r\n".join(good + [b"", bad_line, good[0]]) + b"\r\n")
+    crlf = invoke("dedup", "crlf.jsonl", "-o", "out")
+    assert_user_error(crlf, line.replace("bad.jsonl", "crlf.jsonl"), where=in_tmp)
 
 
 def test_text_field_null_is_counted_and_missing_is_a_bad_record(in_tmp):

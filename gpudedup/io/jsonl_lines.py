@@ -398,6 +398,9 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         return f"invalid UTF-8 (byte 0x{line[error.start]:02x} at column {error.start + 1})", {}
     if too_deep(line):  # (before a parser recurses into it)
         return f"JSON nested more than {MAX_JSON_DEPTH} levels deep", {}
+    # The \r of a \r\n line end is no part of the line: a line cut inside a string is then
+    # "unterminated", as with \n alone, not "invalid control character" at its \r.
+    text = text.removesuffix("\r")
     try:
         record = json.loads(text, object_pairs_hook=_unique_pairs, parse_float=_finite_float,
                             parse_int=_any_int)
