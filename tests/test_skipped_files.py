@@ -115,6 +115,13 @@ def test_a_file_given_by_name_is_read_whatever_the_globs(tree):
     report, _ = dedup_ok("in/b.jsonl", "in/sub", "-o", "out", "-q", "--exclude", "*.jsonl", "--include", "a*")
     assert [f["path"] for f in report["input"]["files"]] == ["in/b.jsonl"]
     assert [e["path"] for e in report["input"]["skipped_file_reasons"]] == ["in/sub/c.jsonl", "in/sub/d.txt"]
+    # Given by name and met in a folder the globs leave it out of (before or after): read, and
+    # not listed as not read.
+    for order in (("in/sub/d.txt", "in"), ("in", "in/sub/d.txt")):
+        report, _ = dedup_ok(*order, "-o", "out2", "-q", "--overwrite", "--include", "*.jsonl")
+        assert "in/sub/d.txt" in [f["path"] for f in report["input"]["files"]]
+        assert "in/sub/d.txt" not in report["input"]["skipped_files"]
+        assert "in/sub/d.txt" not in [e["path"] for e in report["input"]["skipped_file_reasons"]]
 
 
 def test_globs_are_refused_for_data_that_is_not_files_and_must_be_patterns(tree):

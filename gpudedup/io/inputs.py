@@ -219,6 +219,10 @@ def scan_inputs(paths: Iterable[Given], on_error: str = "stop", selection: Selec
             raise InputError(f"{readable(display_path(path))}: {odd}; rename it")
         else:
             found.add_file(path, status)
+    # A file given by name is read whatever --include and --exclude say, so it is not among the
+    # entries a directory's walk passed over, though the walk met it (before or after).
+    read = set(found.seen_files.values())
+    found.skipped = [entry for entry in found.skipped if getattr(entry, "folder", False) or str(entry) not in read]
     if not found.files and not found.records:
         shown = ", ".join(storage.shown(p) for p in paths)
         raise nothing_read(found, f"no input files found in {shown} (looked for JSONL, Parquet, Arrow and .txt files)")
