@@ -80,6 +80,16 @@ def test_dedup_options_are_in_four_panels():
     assert sorted(listed) == sorted(p.opts[0] if p.opts[0].startswith("--") else p.opts[1] for p in options_of(dedup))
 
 
+def test_docs_cli_names_every_option_of_every_command():
+    """docs/cli.md (the README's "every option" page) names each option of each command: a
+    new option without its line there fails here."""
+    page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", page))
+    missing = [(" ".join(words), name) for words, command in commands() for option in options_of(command)
+               for name in option.opts if name.startswith("--") and name not in named]
+    assert not missing, missing
+
+
 def test_every_command_with_many_options_groups_all_of_them():
     for words, command in commands():
         options = options_of(command)
