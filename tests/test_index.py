@@ -677,8 +677,8 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
     with pytest.raises(gpudedup.ParameterError, match="another run") as refused:
         indexes["staged"].dedup(parts[0], id_field="id", backend="cpu", work_dir=tmp_path / "work0", resume=True)
     # (Which may be this add's own commit: the message says so.)
-    assert "against generation 0 of the index, now at 2: another add committed since, or this very add" \
-        in str(refused.value)
+    assert "against generation 0 of the index, now at 2: an add, remove or compact committed since (this run's " \
+        "own add too" in str(refused.value)
 
 
 def test_an_add_on_a_local_cluster_without_a_work_dir_commits_what_the_in_memory_add_does(tmp_path):

@@ -264,7 +264,8 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
     result = gpudedup.dedup(url + "/big", backend="cpu")
     out = f"s3://{BUCKET}/replaced"
     result.write(out)
-    with pytest.raises(gpudedup.OutputError, match="exists and is not empty; use overwrite=True"):
+    with pytest.raises(gpudedup.OutputError, match=r"holds a finished gpudedup output \(its report.json is there\); "
+                                                   "use overwrite=True"):
         result.write(out)
     stale = tmp_path / "stale"
     stale.mkdir()

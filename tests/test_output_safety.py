@@ -265,7 +265,7 @@ def test_an_empty_directory_that_appears_is_replaced_and_an_output_is_not(happy,
     previous = tree_snapshot(out)
     skip_output_checks(monkeypatch)  # as if it appeared later
     result = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
-    assert result.exit_code == 2 and "not empty" in error_line(result)
+    assert result.exit_code == 2 and "holds a finished gpudedup output" in error_line(result)
     assert tree_snapshot(out) == previous and is_complete_output(set_aside_folder(error_line(result)))
 
 
@@ -331,7 +331,8 @@ def test_two_runs_to_one_new_output_commit_once(happy):
         run.stderr.close()
     assert sorted(code for code, _ in done) == [0, 2], done
     message = next(stderr for code, stderr in done if code == 2).strip()
-    assert message.startswith("error: out: output directory exists and is not empty (it changed during the run)")
+    assert message.startswith("error: out: holds a finished gpudedup output (its report.json is there) (it changed "
+                              "during the run)")
     aside = set_aside_folder(message.replace("\n", " "))
     assert is_complete_output(happy / "out") and is_complete_output(happy / aside)
     assert leftovers(happy) == []
@@ -406,6 +407,18 @@ def test_overwrite_replaces_an_output_of_ours(happy, previous):
     assert is_complete_output(out) and not (out / "stale.txt").exists()
     assert not (out / "deduplicated.parquet").exists()
     assert leftovers(happy) == []
+
+
+def test_a_finished_output_of_ours_is_named_as_such(happy):
+    """Written twice without --overwrite: the second run says the folder holds a finished
+    gpudedup output (what a resumed add that had committed meets), and replaces it only with
+    --overwrite."""
+    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    before = tree_snapshot(happy / "out")
+    refused = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
+    assert error_line(refused) == ("error: out: holds a finished gpudedup output (its report.json is there); use "
+                                   "--overwrite to replace it")
+    assert tree_snapshot(happy / "out") == before
 
 
 def test_an_unfinished_output_of_ours_is_named_and_replaced_with_overwrite(happy):

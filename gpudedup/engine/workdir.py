@@ -388,8 +388,8 @@ def describe_difference(previous: dict, now: dict) -> str:
             if key == "index" and isinstance(previous.get(key), dict) and isinstance(now.get(key), dict) \
                     and {**previous[key], "generation": None} == {**now[key], "generation": None}:
                 return (f"it ran against generation {previous[key].get('generation')} of the index, now at "
-                        f"{now[key].get('generation')}: another add committed since, or this very add, stopped "
-                        "after its commit, whose output was written before it")
+                        f"{now[key].get('generation')}: an add, remove or compact committed since (this run's "
+                        "own add too, if it stopped after its commit: its output, written before, is complete)")
             if isinstance(previous.get(key), dict) and isinstance(now.get(key), dict):
                 return describe_difference(previous[key], now[key])
             return f"{key} was {previous.get(key)!r}, now {now.get(key)!r}"

@@ -113,11 +113,14 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
 
 def not_empty(ours: bool, complete: bool) -> tuple[str, str]:
     """``occupied``'s answer for a folder that holds something, without overwrite: where it is a
-    gpudedup output without report.json (which the commit writes last), it says so, as a run
-    stopped while writing it (on object storage, its old output already gone) leaves one."""
+    gpudedup output, it says so, and whether it is finished (report.json, which the commit
+    writes last, is there) or not (a run stopped while writing it, on object storage, its old
+    output already gone, leaves one)."""
     advice = "use overwrite=True to replace it"
     if ours and not complete:
         return ("holds an unfinished gpudedup output (no report.json: a run stopped while it wrote there)", advice)
+    if ours:  # (a resumed add that had committed finds its own output here)
+        return "holds a finished gpudedup output (its report.json is there)", advice
     return "output directory exists and is not empty", advice
 
 
