@@ -741,3 +741,18 @@ def test_a_long_lived_index_checks_each_segment_once_and_still_sees_a_file_chang
     own.write_bytes(bytes(data))
     with pytest.raises(DamagedIndexError, match=f"{manifest['segments'][1]['name']}/keys.npy"):
         index.add(pa.Table.from_pylist(records[1800:]), id_field="id", tag="d")
+
+
+def test_report_says_whether_an_add_commits(tmp_path):
+    """report.json's index.added: true for an add that commits kept documents, false for one
+    that keeps none (every new document a copy of an indexed one: nothing is committed) and
+    for a run against the index."""
+    records = bible_records()[:60]
+    index = Index.create(tmp_path / "index")
+    first = index.add(pa.Table.from_pylist(records), id_field="id")
+    assert first.report["index"]["added"] is True and index.info()["generation"] == 1
+    copies = pa.Table.from_pylist([{"id": f"copy-{r['id']}", "text": r["text"]} for r in records])
+    again = index.add(copies, id_field="id")
+    assert not again.keep.any() and again.report["index"]["added"] is False
+    assert index.info()["generation"] == 1
+    assert index.dedup(copies, id_field="id").report["index"]["added"] is False

@@ -238,7 +238,8 @@ class Index:
                 pointers = store.inner.source_pointers(kept) if manifest.verification == "source" else None
                 index_entry = result.report["index"]
                 result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
-                                                         index_entry["indexed_documents_checked"], added=True)
+                                                         index_entry["indexed_documents_checked"],
+                                                         added=kept.shape[0] > 0)  # (none kept: no commit)
                 if output is not None:
                     result.write(output, format=format, overwrite=overwrite, single_file=single_file,
                                  write_removed=write_removed)
