@@ -512,7 +512,7 @@ def test_write_jsonl_and_overwrite(tmp_path):
     result.write(out, format="jsonl")
     rows = [json.loads(line) for line in kept_lines(out)]
     assert rows == [{"text": t} for t, k in zip(texts, EXPECTED_KEEP) if k]
-    with pytest.raises(gpudedup.OutputError, match="not empty"):
+    with pytest.raises(gpudedup.OutputError, match="holds a finished gpudedup output"):
         result.write(out)
     result.write(out, overwrite=True)
     assert (out / "deduplicated.parquet").is_file() and not (out / "deduplicated.jsonl").exists()

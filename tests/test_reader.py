@@ -14,7 +14,7 @@ import pytest
 
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io.corpus import Corpus
-from gpudedup.io.inputs import display_path, find_input_files
+from gpudedup.io.inputs import display_path, scan_inputs
 from gpudedup.io.read import read_corpus
 
 
@@ -265,9 +265,10 @@ def test_directory_recursive_sorted_and_skips(in_tmp):
     assert "hidden" not in corpus.texts.to_pylist()
 
 
-def test_find_input_files_matches_read_corpus(in_tmp):
+def test_the_scan_matches_read_corpus(in_tmp):
     make_tree(in_tmp / "corpus")
-    files, skipped = find_input_files(["corpus"])
+    found = scan_inputs(["corpus"])
+    files, skipped = found.files, found.skipped
     assert [p.name for p in files] == ["a.jsonl", "b.txt", "d.parquet", "e.jsonl", "g.jsonl"]
     assert {Path(s).name for s in skipped} >= {".hidden.jsonl", "README.md", "table.csv"}
 

@@ -175,12 +175,6 @@ class InputFiles:
         self.files.append(path)
 
 
-def find_input_files(paths: Iterable[Given]) -> tuple[list[Location], list[str]]:
-    """The files to read, in order, and the entries skipped inside directories."""
-    found = scan_inputs(paths)
-    return found.files, found.skipped
-
-
 def scan_inputs(paths: Iterable[Given], on_error: str = "stop", selection: Selection = EVERY_FILE) -> InputFiles:
     """The input files under ``paths`` (see the module docstring); ``selection``: the include
     and exclude patterns that choose the files inside directories.
