@@ -95,6 +95,9 @@ class DedupResult:
     # Records given from Python of which on_error="skip" left some out: (int64 (n,), the
     # position among them of each row of ``table``; how many were given). None: every one read.
     _given_rows: Optional[tuple[np.ndarray, int]] = field(default=None, repr=False)
+    # A run against an index made with verification "source": the files it reads its
+    # documents from, which ``write`` must not write over (IndexReader.source_files).
+    _index_files: list = field(default_factory=list, repr=False)
 
     @classmethod
     def _of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
@@ -342,7 +345,8 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     # Apart from the inputs as given and the files read (links followed), and from the index a
     # run against one read or wrote: replacing an output that holds them would delete them.
     index = result.report["index"]["path"] if "index" in result.report else None
-    with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._input_files) as staging:
+    with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._input_files,
+                           result._index_files) as staging:
         if names is not None:
             (staging / KEPT_DIR).mkdir()
             if hasattr(result.table, "write_files"):  # a staged run's shards, on the executor's workers if any

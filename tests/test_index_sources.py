@@ -118,6 +118,11 @@ def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, 
         index.add(parts[1], id_field="id", output=tmp_path / "out1", overwrite=True)
     with pytest.raises(gpudedup.OutputError, match="the work directory must not be or hold a file the index verifies"):
         index.add(parts[1], id_field="id", output=tmp_path / "out2", work_dir=tmp_path / "out1")
+    # A run against the index that adds nothing keeps off them when its result is written, too.
+    against = index.dedup(parts[1], id_field="id")
+    with pytest.raises(gpudedup.OutputError, match="a file the index verifies its documents from"):
+        against.write(tmp_path / "out1", overwrite=True)
+    against.write(tmp_path / "elsewhere")
     for command in (["index", "add", index.path, parts[1]], ["dedup", parts[1], "--against", index.path]):
         result = invoke(*command, "-o", tmp_path / "out1", "--id-field", "id", "--overwrite")
         assert_user_error(result, "a file the index verifies its documents from", out=tmp_path / "out1",

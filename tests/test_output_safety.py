@@ -228,7 +228,7 @@ def skip_output_checks(monkeypatch) -> None:
     check_run_places calls it) and at the start of the write (as io/commit.py's
     atomic_output_dir calls it): the output is what it becomes during the run."""
     for module in (outputdir, commit):
-        monkeypatch.setattr(module, "check_output_dir", lambda path, *args: Path(path))
+        monkeypatch.setattr(module, "check_output_dir", lambda path, *args, **kwargs: Path(path))
 
 
 def user_files(folder: Path) -> None:

@@ -293,6 +293,7 @@ class Index:
         assert against.store is not None  # (its first stage refused ids the index holds: store.refuse_indexed_ids)
         result.report = result.report.with_index(str(self.path.absolute()), reader.manifest.generation,
                                                  against.store.pinned, added=False)
+        result._index_files = reader.source_files()  # (what its write must keep off)
         return result, against.store
 
     @staticmethod

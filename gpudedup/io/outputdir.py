@@ -35,13 +35,15 @@ NAMES_SHOWN = 5
 
 
 def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
-                     index: Optional[Given] = None, files: Iterable[Location] = ()) -> Location:
+                     index: Optional[Given] = None, files: Iterable[Location] = (),
+                     index_files: Sequence[Given] = ()) -> Location:
     """Refuse an output location that exists as a file; or as a directory that is not empty,
     without ``overwrite``, and with it unless it is a gpudedup output (``occupied``); or that
     is, holds or lies inside one of the ``inputs`` (replacing it would delete input, and outputs
     inside an input directory would be read as input next time) or the persistent ``index`` a
     run reads or writes; or that is or holds one of ``files``, the input files a run has read,
-    as they resolve (check_apart_from_read). Called before any work, so a refused run costs
+    as they resolve (check_apart_from_read), or of ``index_files``, those the index reads its
+    documents from (check_apart_from_index). Called before any work, so a refused run costs
     nothing. A URL (object storage) is checked the same way, as far as object stores have
     folders: objects under it are a non-empty directory, an object of its own name a file."""
     out = location_of(path)
@@ -52,6 +54,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     if index is not None:
         check_apart_from_inputs(out, [index], "the output directory", "output=", "the index")
     check_apart_from_read(out, files, (), "the output directory", "output=")
+    check_apart_from_index(out, index_files, "the output directory", "output=")
     if isinstance(out, Remote):
         check_remote_output(out, overwrite)
         return out
@@ -197,12 +200,10 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
         if out is not None:  # replacing the output must never delete the work directory
             check_apart_from_inputs(out, [work], "the output directory", "output=", "the work directory",
                                     inside_allowed=True)
+    if work is not None:
+        check_apart_from_index(work, index_files, "the work directory", "work_dir=")
     if out is not None:
-        check_output_dir(out, overwrite, locations, index)
-    for place, what, option in ((out, "the output directory", "output="), (work, "the work directory", "work_dir=")):
-        if place is not None and index_files:
-            check_apart_from_read(place, [location_of(file) for file in index_files], (), what, option,
-                                  "a file the index verifies its documents from", "the index's source file")
+        check_output_dir(out, overwrite, locations, index, index_files=index_files)
     if out is None and work is None:
         return
     if found is None:
@@ -242,6 +243,15 @@ def check_apart_from_read(place: Location, files: Iterable[Location], folders: I
         if real == text or real.startswith(below) or text.startswith(os.path.join(real, "")):
             raise OutputError(f"{place}: {what} must not be, hold or lie inside a folder the inputs are read "
                               f"from: {folder} leads to {real}; choose another {option}")
+
+
+def check_apart_from_index(place: Location, index_files: Sequence[Given], what: str, option: str) -> None:
+    """check_apart_from_read for the files an index made with verification "source" reads its
+    documents' sets from (IndexReader.source_files): replacing an output that holds them would
+    break the index for good."""
+    if index_files:
+        check_apart_from_read(place, [location_of(file) for file in index_files], (), what, option,
+                              "a file the index verifies its documents from", "the index's source file")
 
 
 def _real_paths(files: Iterable[Location]) -> Iterator[tuple[Path, str]]:
