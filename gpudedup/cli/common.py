@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from ..io.storage import Location
     from ..report import Report
 
-# Characters that steer a terminal rather than print: C0 and C1 controls (ESC starts colours,
-# hyperlinks and cursor moves), DEL, and the bidirectional overrides and isolates.
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Characters that steer a terminal rather than print: C0 controls but the tab (ESC starts
+# colours, hyperlinks and cursor moves; a newline would make one line two), C1 controls, DEL,
+# and the bidirectional overrides and isolates.
+CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape(text: str) -> str:
@@ -218,10 +219,8 @@ def in_option_words(message: str, context: Optional[typer.Context]) -> str:
 
 
 def print_error(message: str) -> None:
-    """A user error's one line on stderr (the command then exits with code 2): a newline the
-    message holds (from a file's name, an id) is shown as its escape, as the other controls are."""
-    line = escape(message).replace("\n", "\\n")
-    err.print(f"[bold red]error:[/] {line}", soft_wrap=True)
+    """A user error's one line on stderr (the command then exits with code 2)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 interrupt_told = [False]  # user_errors has printed the line of an interrupt (main's backstop must not)
