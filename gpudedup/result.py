@@ -322,6 +322,8 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     # Before anything is written: two inputs that would share an output name are refused.
     names = (None if single_file or not result._inputs
              else output_names(result._input_files, result._output_bases, format))
+    if write_removed:
+        refuse_other_ids_beside(result.table.schema, result.report["parameters"].get("id_field"))
     log = StageLog()
     try:
         with log.stage("write"):
@@ -362,7 +364,8 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                 write_kept_files(staging / KEPT_DIR, names,
                                  rows_by_file(result.table, result._sources, result._kept_rows), format)
         elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
-            result.table.write_kept(staging / f"deduplicated.{format}", format, result.removed, texts_read(result))
+            result.table.write_kept(staging / f"deduplicated.{format}", format, result._removed_rows,
+                                    texts_read(result))
         elif format == "parquet":
             write_parquet(result.table, staging / "deduplicated.parquet", keep=result._kept_rows)
         else:
@@ -397,7 +400,6 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
     input file under removed/, named as under deduplicated/ (names), by ``executor``'s tasks
     where a staged run writes its kept rows so; or one file removed.<format>."""
-    refuse_other_ids_beside(result.table.schema, result.report["parameters"].get("id_field"))
     o = result._outcome
     # The verified pairs give the Jaccard where the kept document is an indexed one.
     pairs = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else None

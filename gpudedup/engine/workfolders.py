@@ -86,10 +86,14 @@ def read_work_file(path: Union[Path, str, Remote], read: Callable[[], Read]) -> 
         return read()
     except (ValueError, EOFError, FileNotFoundError, IsADirectoryError, NotADirectoryError, KeyError,
             TypeError) as error:
-        # numpy takes a file without the .npy magic for a pickle, and says so.
-        reason = ("not a .npy file" if "pickled" in str(error) else "it is missing"
-                  if isinstance(error, FileNotFoundError) else f"it has no field {error}"
-                  if isinstance(error, KeyError) else first_line(error))
+        if "pickled" in str(error):  # (numpy takes a file without the .npy magic for a pickle)
+            reason = "not a .npy file"
+        elif isinstance(error, FileNotFoundError):
+            reason = "it is missing"
+        elif isinstance(error, KeyError):
+            reason = f"it has no field {error}"
+        else:
+            reason = first_line(error)
         raise DamagedWorkDirError(f"{path}: cannot be read ({reason}); the work directory is damaged: delete it, "
                                   "or choose another work_dir=, and run again without resume=True") from None
 

@@ -232,11 +232,10 @@ def exact_integers(table: pa.Table) -> pa.Schema:
     typed double (one past int64, or among such), which a double cannot keep."""
     fields = []
     for field, column in zip(table.schema, table.columns):
-        if pa.types.is_floating(field.type) and column.null_count < len(column):
-            largest = pc.max(pc.abs(column)).as_py()
-            whole = pc.all(pc.equal(column, pc.floor(column))).as_py()
-            if whole and largest >= EXACT_DOUBLE_LIMIT:
-                field = field.with_type(WHOLE_NUMBERS)
+        if pa.types.is_floating(field.type) and column.null_count < len(column) \
+                and pc.max(pc.abs(column)).as_py() >= EXACT_DOUBLE_LIMIT \
+                and pc.all(pc.equal(column, pc.floor(column))).as_py():
+            field = field.with_type(WHOLE_NUMBERS)
         fields.append(field)
     return pa.schema(fields, metadata=table.schema.metadata)
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..core.content import bad_token_rows, is_text_type, is_token_type, plain_ids
+from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, plain_ids
 from ..errors import InputError
 from .fields import field_column, has_field
 from .rules import id_groups
@@ -128,9 +128,7 @@ def records_right(table: pa.Table, records: list[dict], text_field: str, id_fiel
     if not has_field(table.schema, id_field):
         return False
     ids = field_column(table, id_field)
-    id_type = ids.type
-    return ((pa.types.is_string(id_type) or pa.types.is_large_string(id_type) or pa.types.is_integer(id_type))
-            and not ids.null_count and first_id_above_int64(ids) is None)
+    return is_id_type(ids.type) and not ids.null_count and first_id_above_int64(ids) is None
 
 
 def record_problem(record: Any, text_field: str, id_field: Optional[str]) -> tuple[str, Optional[pa.Table]]:
