@@ -267,7 +267,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
     """``dedup`` through a work directory with its heavy stages on Dask: a cluster's (client,
     scheduler, workers), or without one Dask's local scheduler (daskops.dask_client); against:
-    a run against a persistent index (index.store.Against), or None; finish: what to do with
+    a run against a persistent index (index.against.Against), or None; finish: what to do with
     the result while the cluster is still up (dedup's output), given the run's executor (the
     result holds none); found: the inputs' scan, where the caller made it; group_field: as
     staged_dedup takes it."""
@@ -328,7 +328,7 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
                  against=None, found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
     """``dedup`` through a work directory (engine/disk.py), dask_dedup's; data: paths only;
     executor: who runs the store's tasks (engine.daskops.DaskExecutor); against: a run against a persistent index
-    (index.store.Against: it wraps the store), or None; found: the scan of the paths, where the
+    (index.against.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here); group_field: the column the report counts by, beside
     the input files (engine/sourcecounts.py: a task per file, while the work directory is
     there)."""
@@ -355,6 +355,10 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
             base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
             store = base if against is None else against.wrap(base)
             outcome = run_job(store, params, backend, executor, progress, group_field=group_field)
+            if against is not None:
+                # Its results are held, as a run in memory's: an add commits from them, and a
+                # removed row whose kept document is an indexed one takes their pair's Jaccard.
+                outcome.read_now()
             table = base.table()
             # The ids stay in the shards until the results take them (a run against an index joins its own).
             ids = base.id_source if against is None else store.ids

@@ -164,8 +164,7 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     do these, reading signatures and hashes from the work directory, the components in parts
     of a few pairs (so that the rounds of engine/components.py run), the clusters by
     engine/clusterparts.py. Counted in the client: its in-process filter, grouping and
-    clusters are made to fail, as is reading every document's row hash, and its signature
-    gatherer hands out no row; the results (identical copies among them) are the single
+    clusters are made to fail, and its signature gatherer hands out no row; the results (identical copies among them) are the single
     process's."""
     from gpudedup.engine import disk
     from gpudedup.engine.local import HeldStages
@@ -179,7 +178,6 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     gather = disk.SpilledSignatures.__getitem__
     for name in ("likely_pairs", "copies", "clusters"):
         monkeypatch.setattr(HeldStages, name, refused)
-    monkeypatch.setattr(disk.WorkDirStore, "row_hashes", refused)
     monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
                         lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
     with distributed.get_task_stream(client) as stream, pairs_a_part(40):

@@ -648,16 +648,19 @@ def test_review_cases(tmp_path):
 
 
 def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
-    """An add over files in stages (a work directory) and on a 2-worker Dask cluster keeps, pairs
-    and commits what the in-memory add does; the staged add's work directory records the
-    index's state, so resuming it after another commit is refused."""
+    """An add over files in stages (a work directory) and on a 2-worker Dask cluster keeps, pairs,
+    removes (with the Jaccard of a removed row whose kept document is an indexed one) and
+    commits what the in-memory add does, the indexed documents it meets read by the workers'
+    tasks as every document of a work directory is; the staged add's work directory records
+    the index's state, so resuming it after another commit is refused."""
     import logging
 
     distributed = pytest.importorskip("distributed")
     records = bible_records()[:240]
     again = [{"id": r["id"] + " again", "text": r["text"] + " amen"} for r in records[:40]]  # near-copies
+    copies = [{"id": r["id"] + " copy", "text": r["text"]} for r in records[40:60]]  # identical copies
     parts = [write_jsonl(tmp_path / "part0.jsonl", records[:120]),
-             write_jsonl(tmp_path / "part1.jsonl", records[120:] + again)]
+             write_jsonl(tmp_path / "part1.jsonl", records[120:] + again + copies)]
     indexes = {how: Index.create(tmp_path / how) for how in ("memory", "staged", "dask")}
     results: dict[str, list] = {how: [] for how in indexes}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
@@ -666,14 +669,25 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
             results["memory"].append(indexes["memory"].add(part, id_field="id", backend="cpu"))
             results["staged"].append(indexes["staged"].add(part, id_field="id", backend="cpu",
                                                            work_dir=tmp_path / f"work{number}"))
-            results["dask"].append(indexes["dask"].add(part, id_field="id", backend="cpu", client=client,
-                                                       work_dir=tmp_path / f"dask-work{number}"))
+            with distributed.get_task_stream(client) as stream:
+                results["dask"].append(indexes["dask"].add(part, id_field="id", backend="cpu", client=client,
+                                                           work_dir=tmp_path / f"dask-work{number}"))
     for how in ("staged", "dask"):
         for ours, reference in zip(results[how], results["memory"]):
             assert np.array_equal(ours.keep, reference.keep)
             assert ours.pairs.equals(reference.pairs) and ours.clusters.equals(reference.clusters)
+            assert ours.removed_rows().equals(reference.removed_rows())
         assert indexes[how].info()["documents"] == indexes["memory"].info()["documents"]
-    assert results["memory"][1].indexed_rows > 0  # the second add did meet the first's documents
+    second = results["memory"][1]
+    assert second.indexed_rows > 0  # the second add did meet the first's documents
+    assert second.report["results"]["identical_copies"] > 0
+    removed = second.removed_rows()
+    assert set(removed.column("kept_id").to_pylist()) & {r["id"] for r in records[:120]}  # indexed ones kept
+    assert not np.isnan(removed.column("jaccard").to_numpy(zero_copy_only=False)).any()
+    keys = {str(task["key"]) for task in stream.data}  # (the second add's)
+    for task in ("likely_part", "spill_part_documents", "check_part", "group_part", "check_groups",
+                 "decide_clusters"):
+        assert any(task in key for key in keys), task
     with pytest.raises(gpudedup.ParameterError, match="another run") as refused:
         indexes["staged"].dedup(parts[0], id_field="id", backend="cpu", work_dir=tmp_path / "work0", resume=True)
     # (Which may be this add's own commit: the message says so.)

@@ -86,27 +86,28 @@ class DaskStages:
     def clusters(self, store, verified, policy):
         """protocols.Stages.clusters as tasks: the connected components as rounds of shuffles
         (engine/components.py), then the keep decision and the parts by two more
-        (engine/clusterparts.py); the client gets counts. store: a disk.WorkDirStore (pinned
-        0: a run against an index clusters in its own process, IndexStore.stages)."""
+        (engine/clusterparts.py); the client gets counts. store: a disk.WorkDirStore, or a run
+        against an index's (index/staged.py), whose leading ``pinned`` rows are kept."""
 
         labels = components.dask_component_labels(self.executor.client, verified.first, verified.second,
                                                   self.pairs_per_part, store.documents, verified.parts)
         ranges = self.executor.code_partitions(store.shards.count)
-        return clusterparts.dask_clusters(self.executor.client, labels, store.documents, ranges, store.work.location,
-                                          store.lengths_at(), store.ids_at(), policy, store.pinned)
+        return clusterparts.dask_clusters(self.executor.client, labels, store.documents, ranges,
+                                          store.work.task_location, store.lengths_at(), store.ids_at(), policy,
+                                          store.pinned)
 
     def likely_pairs(self, store, copies, window: int, threshold: float, backend, keep_every: bool = False):
         """protocols.Stages.likely_pairs as two shuffles (the module docstring's candidates): the
         client gets a count per partition, not every candidate pair, nor the copies (each
         shard's task gets their places by its range of shards: copyparts.range_places).
-        store: a disk.WorkDirStore, whose pinned is 0 (its shards' band keys and signatures are
-        read by the tasks; a store whose arrays tasks cannot read gives its runs HeldStages
-        here: Store.stages)."""
+        store: a disk.WorkDirStore, or a run against an index's (index/staged.py: pairs of two
+        of its ``pinned`` rows are left out); the tasks read its shards' band keys and
+        signatures."""
         import dask
 
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
-        root, starts, width = store.work.location, store.shards.active_starts, store.signatures.shape[1]
+        root, starts, width = store.work.task_location, store.shards.active_starts, store.signatures.shape[1]
         count = store.shards.count
         copy_places: list = [None] * count
         if copies.parts is not None and copies.count:
@@ -136,7 +137,8 @@ class DaskStages:
         codes = moved(concatenated(codes), ["code"], self.executor.code_partitions(len(keys_sent)))
         # Each partition's pairs that pass the filter stay in the work directory, a part each.
         shared = self.executor.share(store.shards.rows, starts, store.rows)  # (what every partition's task reads)
-        candidates = computed([dask.delayed(likely_part)(part, number, root, *shared, width, span, threshold)
+        candidates = computed([dask.delayed(likely_part)(part, number, root, *shared, width, span, threshold,
+                                                         store.pinned)
                                for number, part in enumerate(codes.to_delayed())], "the candidate shuffle")
         pairparts.keep_parts(store.work, LIKELY, range(len(candidates)))
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
@@ -150,7 +152,7 @@ class DaskStages:
 
         if not likely.parts:  # (no document had band keys: nothing to check)
             return checked_in_memory(likely, copies, exact)
-        root, shard_rows, rows = store.work.location, store.shards.rows, store.rows
+        root, shard_rows, rows = store.work.task_location, store.shards.rows, store.rows
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs as in one process (disk.exact_by_spill).
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
@@ -174,7 +176,7 @@ class DaskStages:
 
         if not numbers:
             return
-        root, shard_rows = store.work.location, store.shards.rows
+        root, shard_rows = store.work.task_location, store.shards.rows
         # Every task reads the same offsets, rows, reader and parameters: sent once.
         rows_at, kept_at, reader_at, params_at = self.executor.share(shard_rows, store.rows, store.reader, store.params)
         documents = [dask.delayed(pairparts.part_documents)(root, kind, number, rows_at, kept_at)
@@ -214,7 +216,7 @@ class DaskStages:
         per document, nor a pair per group or copy). store: a disk.WorkDirStore."""
         import dask
 
-        root, starts, shard_rows = store.work.location, store.shards.active_starts, store.shards.rows
+        root, starts, shard_rows = store.work.task_location, store.shards.active_starts, store.shards.rows
         sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), array)
                                          for index, array in store.row_hash_parts()])
         parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
@@ -415,17 +417,22 @@ def band_groups(bands: int, threads: int) -> int:
 
 
 def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, active_starts: np.ndarray,
-                documents: Kept, width: int, span: np.uint64, threshold: float) -> int:
+                documents: Kept, width: int, span: np.uint64, threshold: float, pinned: int = 0) -> int:
     """Partition ``number`` of the pairs shuffled on their code (bucket_pair_codes): its
     distinct pairs that pass the signature filter, their signature rows read from the shards
     (disk.spilled_plausible), stored as likely part ``number`` (engine/pairparts.py) as the
     rows of their documents (shard_rows, active_starts: disk.Shards'; documents: the spilled
-    rows that are documents, disk.ShardDocuments.rows). Returns how many distinct pairs the
-    partition holds (its candidate pairs: the shuffle put every copy of a pair in one
-    partition)."""
+    rows that are documents, disk.ShardDocuments.rows). pinned: the leading rows that are an
+    index's documents (protocols.Store.pinned; all of them active, so also the leading
+    places), whose pairs of two are left out: they were checked when the later one came.
+    Returns how many distinct pairs the partition holds (its candidate pairs: the shuffle put
+    every copy of a pair in one partition)."""
 
     codes = sorted_unique(rows["code"].to_numpy(dtype=np.uint64))
     places = decoded_pairs(codes, span)
+    if pinned:
+        fresh = places[1] >= pinned
+        codes, places = codes[fresh], (places[0][fresh], places[1][fresh])
     likely = spilled_plausible(work_at, active_starts, width, *places, threshold)
     # Codes ascend, and rows ascend with places: the part is ascending by (first, second).
     shards = Shards.at(work_at, active_starts, shard_rows)

@@ -87,8 +87,9 @@ from .workdir import WorkDir
 # stamp of what it read, io/stamps.py, which the write checks the file against; 10: a
 # cluster's parts are Parquet files, part.parquet, and a unit on object storage is complete
 # with _complete.json; 12: every run's stages are WORK/stages/<name>/, in the one form its
-# runner keeps).
-WORK_DIR_FORMAT = 12
+# runner keeps; 13: a run against an index reads the indexed documents it matched as the lead
+# shard, WORK/indexed/, and keeps its stages in parts as every other run here does).
+WORK_DIR_FORMAT = 13
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:
@@ -283,9 +284,6 @@ class WorkDirStore:
                       absorbed=start == ABSORBED)
                 for file, start, stop, before in stored]
 
-    def row_hashes(self) -> np.ndarray:
-        return self.active_rows.taken(self.shards.concat("row_hash"))
-
     def spilled_keep(self, in_lsh: np.ndarray) -> np.ndarray:
         """bool over the spilled active rows of every shard: the run's active documents where
         in_lsh (bool (m,))."""
@@ -366,22 +364,17 @@ class WorkDirStore:
         progress.advance(int(docs.shape[0]))
         return sets_of(docs)
 
-    def set_rows(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
-                 name: str = "documents") -> tuple[Any, np.ndarray]:
-        """(document_sets(docs), positions 0 .. len(docs)-1): the form MemoryStore.set_rows
-        gives, for a store that keeps no sets in memory."""
-        return self.document_sets(docs, progress, executor, name), np.arange(docs.shape[0])
-
     def stages(self, executor: Executor) -> DaskStages:
         return DaskStages(cast(DaskExecutor, executor))  # (its tasks read the shards)
 
     def lengths_at(self) -> LengthsAt:
         """``lengths`` as a task opens it (LengthsAt)."""
-        return LengthsAt(self.work.location, self.shards.rows, self.shards.active_starts, self.rows, self.documents)
+        shards = self.shards
+        return LengthsAt(self.work.task_location, shards.rows, shards.active_starts, self.rows, self.documents)
 
     def ids_at(self) -> IdsAt:
         """The documents' ids as a task reads them (IdsAt)."""
-        return IdsAt(self.work.location, self.shards.rows, self.rows, self.combination.id_type)
+        return IdsAt(self.work.task_location, self.shards.rows, self.rows, self.combination.id_type)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards = self.shards

@@ -70,8 +70,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
         return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
 
-    # A work directory keeps its stages in one form: in parts where Dask's tasks made them, held
-    # in a run against an index, whose work directories are apart (api.staged_dedup's fingerprint).
+    # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).
     with log.stage("copies"):
         copies = copies_of_arrays(store, store.cached("copies", lambda: copies_arrays(
             stages.copies(store, progress))))

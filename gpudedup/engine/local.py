@@ -21,7 +21,7 @@ from .clusterpairs import pairs_inside_of
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory
 
 if TYPE_CHECKING:
-    from .protocols import Executor, Store
+    from .protocols import Executor, HeldStore
 
 
 class LocalExecutor:
@@ -40,13 +40,12 @@ class LocalExecutor:
 class HeldStages:
     """The stages over held arrays, in this process (protocols.Stages): the store's arrays
     gathered whole (the candidate pairs, the identical copies, the components), each result
-    held. executor: the run's, whose tasks spill the shingle sets a store reads from its work
-    directory (Store.set_reader); a held result is read here whatever it is."""
+    held. executor: the run's (this process's)."""
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 
-    def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: HeldStore, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         # The copies' group's first document stands for them in LSH.
         in_lsh = Kept.leaving_out(np.unique(store.active_positions(copies.member))).mask(0, store.active.shape[0])
@@ -64,12 +63,12 @@ class HeldStages:
         return LikelyPairs(first[likely], second[likely], first.shape[0],
                            first if keep_every else empty, second if keep_every else empty)
 
-    def copies(self, store: Store, progress: Progress) -> Copies:
+    def copies(self, store: HeldStore, progress: Progress) -> Copies:
         return identical_copies(same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
                                 store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, self.executor),
                                 progress)
 
-    def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
+    def checked_pairs(self, store: HeldStore, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
         return checked_in_memory(likely, copies, exact)
 
@@ -77,7 +76,7 @@ class HeldStages:
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
         return pairs.map(self.executor, pairs_inside_of, clustered.members(numbers), numbers, asked_a, asked_b)
 
-    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> Clustered:
+    def clusters(self, store: HeldStore, verified: "VerifiedPairs", policy: KeepPolicy) -> Clustered:
         first, second, _ = verified.arrays
         docs, root = component_roots(first, second, store.documents)
         return HeldClusters(clusters_of_roots(docs, root, store.lengths, policy, store.pinned))

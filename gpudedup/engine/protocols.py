@@ -34,26 +34,21 @@ if TYPE_CHECKING:
 
 
 class Store(Protocol):
-    """Where a run's arrays live between stages (engine/memory.py, engine/disk.py).
+    """Where a run's arrays live between stages (engine/memory.py, engine/disk.py), as the
+    stage sequence (engine/job.py) reads it.
 
     After ``sign``: ``documents`` rows; ``active``, the m rows with at least one shingle (the
-    only ones that can pair), ascending; ``lengths``, code points per row (n); ``signatures``,
-    ``signatures[positions]`` -> uint32 (k, K) host for positions into ``active``. ``active``
-    and ``lengths`` are int64 host arrays, or (a work directory's) objects that gather like
-    them, ``active[positions]``, ``lengths[rows]`` and ``.shape``, holding nothing per
-    document: the stages index them and never take them whole.
+    only ones that can pair), ascending: an int64 host array, or (a work directory's) an object
+    that gathers like it, ``active[positions]`` and ``.shape``, holding nothing per document.
 
     ``pinned``: the leading rows 0 .. pinned-1 are documents kept before (a persistent index's,
-    index/store.py): they are never removed, a cluster holding one removes its other rows, and
-    pairs of two of them are not sought (0 for every other store).
+    index/store.py and index/staged.py): they are never removed, a cluster holding one removes
+    its other rows, and pairs of two of them are not sought (0 for every other store).
     """
 
     documents: int
     pinned: int
     active: Any  # int64 (m,), or what gathers like it (above)
-    lengths: Any  # int64 (n,), or what gathers like it
-    signatures: Any
-    copy_batch_cost: int  # how much text copies.identical_copies checks per call
     work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
     # Where a cluster's tasks keep pairs in parts (engine/pairparts.py: the work directory's
     # location, as tasks attach it); None for a store whose runs keep none.
@@ -62,6 +57,40 @@ class Store(Protocol):
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
              log: StageLog, progress: Progress) -> None:
         """The signature stage: signatures and band keys of every document not yet signed."""
+
+    def drop_signatures(self) -> None:
+        """The signature filter is done: the signatures are not read again."""
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: "Executor", progress: Progress) -> np.ndarray:
+        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]) that reach
+        ``threshold``, verify.BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least);
+        name: the stage asking ("pairs"), for what the store keeps of the work."""
+
+    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The arrays of a finished stage: computed now, or as an earlier run kept them."""
+
+    def input_summary(self, empty_documents: int) -> InputSummary:
+        """The report's "input" section."""
+
+    def stages(self, executor: "Executor") -> "Stages":
+        """How the steps over the whole corpus run: over held arrays in this process
+        (HeldStages: a store in memory), or as ``executor``'s Dask tasks over a work
+        directory's shards (DaskStages, which reads them itself)."""
+
+
+class HeldStore(Store, Protocol):
+    """A store whose arrays the stages take whole, in this process (engine/local.py's
+    HeldStages): a corpus in memory (engine/memory.py), with a persistent index's documents
+    or without (index/store.py).
+
+    ``lengths``: int64 (n,) code points per row; ``signatures``: ``signatures[positions]`` ->
+    uint32 (k, K) host for positions into ``active``.
+    """
+
+    lengths: Any
+    signatures: Any
+    copy_batch_cost: int  # how much text copies.identical_copies checks per call
 
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         """int64: the positions in ``active`` of ``rows`` (int64, each an active row)."""
@@ -74,32 +103,11 @@ class Store(Protocol):
         """The band keys of the active documents where in_lsh (bool (m,)): ``keys[:, band]``
         gives uint64 (m',) on the backend's side. The store may drop its own reference."""
 
-    def drop_signatures(self) -> None:
-        """The signature filter is done: the signatures are not read again."""
-
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
-                      executor: "Executor", progress: Progress) -> np.ndarray:
-        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]) that reach
-        ``threshold``, verify.BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least);
-        name: the stage asking ("pairs"), for what the store keeps of the work."""
-
     def set_reader(self, name: str, docs: np.ndarray, executor: "Executor") -> Callable[[np.ndarray], Any]:
         """For a stage that reads the shingle sets of rows ``docs`` (int64, ascending) a part at
         a time: a function of a part (int64, ascending, rows of docs) giving their sets as one
-        binary CSR matrix, host (verify.document_sets). The store shingles each part when asked
-        (in memory), or every document of docs once, now (a work directory spills them); name:
-        the stage asking ("copies"), for what the store keeps of the work."""
-
-    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """The arrays of a finished stage: computed now, or as an earlier run kept them."""
-
-    def input_summary(self, empty_documents: int) -> InputSummary:
-        """The report's "input" section."""
-
-    def stages(self, executor: "Executor") -> "Stages":
-        """How the steps over the whole corpus run: as ``executor``'s Dask tasks where they can
-        read the store's arrays (a work directory's shards), else over held arrays in this
-        process (HeldStages)."""
+        binary CSR matrix, host (verify.document_sets), each part shingled when asked; name:
+        the stage asking ("copies")."""
 
 
 class Executor(Protocol):
@@ -123,32 +131,34 @@ class Executor(Protocol):
 
 class Stages(Protocol):
     """The steps over the whole corpus, as one runner does them (the module docstring).
-    executor: whose tasks run them."""
+    executor: whose tasks run them. Each step takes the store that gave the stages
+    (Store.stages), which reads as they need it: a HeldStore for HeldStages, a work directory's
+    store for DaskStages."""
 
     @property
     def executor(self) -> Executor:
         """Who runs the stages' tasks."""
 
-    def likely_pairs(self, store: Store, copies: Copies, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Any, copies: Copies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
         members of the identical ``copies`` (their group's first document stands for them)
         that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
         rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def copies(self, store: Store, progress: Progress) -> Copies:
+    def copies(self, store: Any, progress: Progress) -> Copies:
         """The identical copies among the active documents (copies.py): their groups by
         copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
         checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
         store's work directory (engine/copyparts.py)."""
 
-    def checked_pairs(self, store: Store, likely: "LikelyPairs", copies: Copies, threshold: float,
+    def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: Copies, threshold: float,
                       exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
         """The verification stage: the exact Jaccard of the ``likely`` pairs (exact(first,
         second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
         on Dask, likely pairs kept in parts are checked by tasks into parts."""
 
-    def clusters(self, store: Store, verified: "VerifiedPairs", policy: KeepPolicy) -> "Clustered":
+    def clusters(self, store: Any, verified: "VerifiedPairs", policy: KeepPolicy) -> "Clustered":
         """The clusters of the ``verified`` pairs (where they lie: held, or Dask's parts) and
         the documents each keeps by ``policy`` (cluster.clusters_of_roots, with store.lengths
         and store.pinned): held, or (Dask's) kept in parts of the store's work directory

@@ -91,8 +91,8 @@ class HeldRemoved:
 class PartsRemoved:
     """The removed documents of a cluster's run, read from the parts of its work directory
     (clusterparts.py: docs, cluster, keep, kept_doc and kept_id) that hold the
-    documents asked for. A run against an index clusters in one process: no document here is
-    an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
+    documents asked for. A run against an index holds its results (api.staged_dedup): no
+    document here is an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
     read the kept documents' ids (kept_id) too.
 
     read: the removed documents of each part read so far, by its number. Neighbouring ranges

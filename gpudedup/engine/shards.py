@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ..backends import Backend, get_backend
 from ..core.content import unit_buffers, unit_lengths
-from ..core.ragged import offsets_from_counts, weighted_ranges
+from ..core.ragged import offsets_from_counts, ragged_take, weighted_ranges
 from ..core.verify import plausible, rows_jaccard_at_least, set_columns, sets_matrix
 from ..memory import release_unused_memory
 from ..params import DedupParams
@@ -76,11 +76,6 @@ class Shards:
     def own(self, array: np.ndarray, index: int) -> np.ndarray:
         """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
         return array[self.rows[index]:self.rows[index + 1]]
-
-    def concat(self, name: str) -> np.ndarray:
-        """One spilled per-shard array over all shards (loaded, not mapped)."""
-        parts = [np.asarray(self.work.shard_array(i, name)) for i in range(self.count)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
@@ -246,11 +241,18 @@ def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int
     """Task: the shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
     verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
-    batch at a time; only the hashes stay, on disk."""
+    batch at a time; only the hashes stay, on disk. The lead of a run against an index
+    (WorkDir.lead) has no text: its documents' stored sets are copied (lead_sets)."""
 
+    work = WorkDir.attach(work_at)
+    if work.lead and index == 0:
+        lead_columns, lead_counts = lead_sets(work, local_rows)
+        work.write_dir(f"sets/{name}/{index:05d}", {"columns": lead_columns, "rows": local_rows,
+                                                     "offsets": offsets_from_counts(lead_counts)})
+        return
     backend = get_backend(backend)
     spec = params.shingle_spec()
-    texts = reader.corpus(index).text_array().take(pa.array(local_rows))
+    texts = reader.corpus(index - work.lead).text_array().take(pa.array(local_rows))
     lengths = unit_lengths(texts)
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for start, stop in weighted_ranges(lengths, batch_bytes(params, backend)):
@@ -259,10 +261,19 @@ def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int
         part, count = set_columns(batch)
         columns.append(part)
         counts.append(count)
-    WorkDir.attach(work_at).write_dir(f"sets/{name}/{index:05d}",
-                   {"columns": np.concatenate(columns), "offsets": offsets_from_counts(np.concatenate(counts)),
-                    "rows": local_rows})
+    work.write_dir(f"sets/{name}/{index:05d}", {"columns": np.concatenate(columns),
+                                                "offsets": offsets_from_counts(np.concatenate(counts)),
+                                                "rows": local_rows})
     release_unused_memory()
+
+
+def lead_sets(work: WorkDir, local_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The stored shingle sets of the lead's rows ``local_rows`` (int64, ascending): (columns
+    int64, counts int64 (k,)), as spill_shard_sets spills them; the lead keeps its documents'
+    sets as set_columns.npy and set_offsets.npy (index/staged.py writes them)."""
+    counts, columns = ragged_take(np.asarray(work.shard_array(0, "set_offsets")), work.shard_array(0, "set_columns"),
+                                  local_rows)
+    return columns, counts
 
 
 def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.ndarray):

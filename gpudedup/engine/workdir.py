@@ -7,6 +7,8 @@ Layout::
     WORK/run.lock               flock'd by the run that uses it (work_dir_lock); says who
     WORK/plan.npy               the shards the input files are cut into (disk.encode_plan)
     WORK/shards/00000/          one finished shard: band keys, signatures, ids, ...
+    WORK/indexed/               a run against a persistent index: the indexed documents it
+                                matched, as a shard that leads the input's (WorkDir.lead)
     WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
                                 (or in groups of identical copies)
     WORK/stages/<name>/         one finished whole-corpus stage (copies, candidates, pairs)
@@ -30,12 +32,14 @@ path) or a URL on object storage; engine/workfolders.py writes and reads its uni
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
 import shutil
 import threading
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
 
@@ -57,6 +61,8 @@ MANIFEST = "manifest.json"
 PART_FILE = "part.parquet"
 PART_OPTIONS = {"compression": "none", "use_dictionary": False}
 PLAN = "plan.npy"
+# The unit of the indexed documents a run against an index matched (WorkDir.lead).
+LEAD_UNIT = "indexed"
 # The lock file of a local work directory (work_dir_lock).
 LOCK = "run.lock"
 def resume_without_work_dir() -> ParameterError:
@@ -126,20 +132,28 @@ def work_dir_lock(given: Optional[Given]) -> Iterator[None]:
 
 
 class WorkDir:
-    """A work directory bound to one run's fingerprint (a JSON-able dict)."""
+    """A work directory bound to one run's fingerprint (a JSON-able dict).
+
+    lead: whether the shards its stages read start with the indexed documents a run against a
+    persistent index matched (LEAD_UNIT, written after the probe): shard 0 is that unit, shard
+    i the input's shard i - 1, so that those documents are rows 0 .. k-1 and every stage reads
+    them as it reads a shard (with_lead). The input side reads the input's shards alone."""
 
     fingerprint: Optional[dict]  # None when attached (a worker): the client checked it
     folder: Folder
+    lead = False
 
     @classmethod
-    def attach(cls, location: Union["WorkDir", Given]) -> "WorkDir":
+    def attach(cls, location: Union["WorkDir", "LeadAt", Given]) -> "WorkDir":
         """The work directory a run has already opened (checked), as a task sees it:
         ``location`` is WorkDir.location on a worker, or the run's WorkDir itself in its own
         process (which then shares what it has read: a remote unit's marker is read once)."""
         if isinstance(location, WorkDir):
             return location
         work = cls.__new__(cls)
-        work.folder, work.fingerprint = folder_of(location_of(location)), None
+        given = location.location if isinstance(location, LeadAt) else location
+        work.folder, work.fingerprint = folder_of(location_of(given)), None
+        work.lead = isinstance(location, LeadAt)
         return work
 
     def __init__(self, given: Given, fingerprint: dict, resume: bool):
@@ -171,8 +185,20 @@ class WorkDir:
 
     def for_tasks(self, in_process: bool) -> "WorkAt":
         """What a task is given to attach this work directory by: itself, to a task in this
-        process; its location, to a worker."""
-        return self if in_process else self.location
+        process; task_location, to a worker."""
+        return self if in_process else self.task_location
+
+    @property
+    def task_location(self) -> "WorkAt":
+        """The work directory as a worker's task attaches it: its location, marked where its
+        shards have a lead (LeadAt)."""
+        return LeadAt(self.location) if self.lead else self.location
+
+    def with_lead(self) -> "WorkDir":
+        """This work directory as the stages of a run against an index read it (lead)."""
+        work = copy.copy(self)
+        work.lead = True
+        return work
 
     @property
     def location(self) -> str:
@@ -245,8 +271,9 @@ class WorkDir:
 
     # --- shards -----------------------------------------------------------------------------
 
-    @staticmethod
-    def shard_unit(index: int) -> str:
+    def shard_unit(self, index: int) -> str:
+        if self.lead:
+            return LEAD_UNIT if index == 0 else f"shards/{index - 1:05d}"
         return f"shards/{index:05d}"
 
     def shards_done(self, indices) -> list[bool]:
@@ -370,7 +397,14 @@ class WorkDir:
 
 
 # A task's way to the work directory (WorkDir.attach): the run's own WorkDir, or its location.
-WorkAt = Union[WorkDir, str]
+@dataclass(frozen=True)
+class LeadAt:
+    """A work directory whose shards have a lead (WorkDir.lead), as a worker's task is given it."""
+
+    location: str
+
+
+WorkAt = Union[WorkDir, str, LeadAt]
 
 
 def arrays_of(table: pa.Table) -> dict[str, np.ndarray]:

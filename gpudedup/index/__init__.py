@@ -9,7 +9,8 @@
 Semantics (docs/index.md): adding new data is the batch job over (the indexed documents, then
 the new data) with keep "first", except that an indexed document is never removed. Files and
 the commit protocol: index/files.py; reading and the probe: index/reader.py; the engine's store
-over indexed and new documents: index/store.py.
+over indexed and new documents: index/store.py in memory, index/staged.py through a work
+directory (index/against.py chooses).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error,
                     write_manifest, write_segment, write_tombstones, writer_lock)
 from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
-from .store import Against, IndexStore
+from .against import Against, AgainstStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
 # them). keep is not among them: a run against an index keeps "first" (indexed documents first).
@@ -259,7 +260,7 @@ class Index:
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
              backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
-             chosen_files: tuple = (None, None), group_field: Optional[str] = None) -> tuple[DedupResult, IndexStore]:
+             chosen_files: tuple = (None, None), group_field: Optional[str] = None) -> tuple[DedupResult, AgainstStore]:
         """The run against ``reader``'s state, in memory or on Dask (a work directory or a cluster), through
         the api's own entry points with the store wrapped (store.Against); chosen_files: the
         include and exclude patterns."""
@@ -297,13 +298,13 @@ class Index:
         return result, against.store
 
     @staticmethod
-    def _kept_new_rows(result: DedupResult, store: IndexStore) -> np.ndarray:
+    def _kept_new_rows(result: DedupResult, store: AgainstStore) -> np.ndarray:
         """int64 (k,) ascending: the new documents' rows that an add commits (kept, with
         shingles)."""
         active = np.asarray(store.inner.active)
         return active[result._kept_rows[active]]
 
-    def _commit_new(self, manifest: Manifest, result: DedupResult, store: IndexStore, tag: Optional[str],
+    def _commit_new(self, manifest: Manifest, result: DedupResult, store: AgainstStore, tag: Optional[str],
                     rows: np.ndarray, pointers: Optional[SourcePointers]) -> None:
         """Write the kept new documents that have shingles (``rows``) as a segment and commit it;
         ``pointers``: where they came from (verification "source")."""

@@ -1,10 +1,10 @@
-"""Store: new documents (in memory, or staged in a work directory) together with the indexed
-documents they may be near-duplicates of, so that the engine's one stage sequence
-(engine/job.py) deduplicates new data against everything kept before.
+"""Store: new documents in memory together with the indexed documents they may be
+near-duplicates of, so that the engine's one stage sequence (engine/job.py) deduplicates new
+data against everything kept before (a run through a work directory: index/staged.py).
 
 Rows: 0 .. k-1 are the indexed documents the probe matched (IndexReader.probe: those sharing a
 band key with a new document), in index order; k .. k+n-1 are the new documents of the inner
-store (engine/memory.py or engine/disk.py), in input order. The first k rows are ``pinned``:
+store (engine/memory.py), in input order. The first k rows are ``pinned``:
 never removed, never paired with each other. The job over these rows is the batch job over
 (every indexed document, then the new data) restricted to what can involve a new document, so
 its cost grows with the new data and its matches, not with the size of the index.
@@ -22,7 +22,6 @@ from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
 from ..engine.local import HeldStages
 from ..engine.protocols import Executor
-from ..engine.memory import MemoryStore
 from ..errors import InputError
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys, to_side
@@ -51,29 +50,17 @@ class IndexStore:
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
         inner = self.inner
-        # The new documents' ids against the index's, before any other work: a store in memory
-        # holds them before it signs; a work directory's store reads each shard and signs it in
-        # one pass, so its ids are checked as soon as they are read, before the index is probed.
-        read_before = isinstance(inner, MemoryStore)
-        if read_before:
-            refuse_indexed_ids(self.reader, inner.ids)
+        # The new documents' ids against the index's, before any other work.
+        refuse_indexed_ids(self.reader, inner.ids)
         inner.sign(spec, banding, permutations, executor, log, progress)
-        if not read_before:
-            refuse_indexed_ids(self.reader, inner.ids)
-        # The new documents' keys, all of them, once (a memory store hands its keys over).
+        # The new documents' keys, all of them, once (the store hands its keys over).
         self.new_keys = inner.band_keys(np.ones(inner.active.shape[0], dtype=bool))
-        with log.stage("index_probe"):
-            segment, row = self.reader.probe(self.new_keys, self.window, host_threads(self.backend))
-            matched = self.matched = self.reader.gather(segment, row)
+        matched = self.matched = probe_index(self.reader, self.new_keys, self.window, self.backend, log)
         k = self.pinned = matched.count
         self.documents = k + inner.documents
-        # Every row's, held (a work directory's inner store gathers its own whole here).
         self.active = np.concatenate([np.arange(k, dtype=np.int64), np.asarray(inner.active) + k])
         self.lengths = np.concatenate([matched.lengths, np.asarray(inner.lengths)])
-        if isinstance(inner.signatures, np.ndarray):  # in memory: one array, as the stages expect
-            self.signatures = np.concatenate([matched.signatures, inner.signatures])
-        else:  # memory-mapped spills: gathered on demand
-            self.signatures = JoinedRows(matched.signatures, inner.signatures)
+        self.signatures = np.concatenate([matched.signatures, inner.signatures])
         # The indexed documents' band keys are those of their stored signatures.
         self.old_keys = band_keys(matched.signatures, banding)
 
@@ -81,10 +68,7 @@ class IndexStore:
     def ids(self) -> pa.Array:
         """The id of every row: the matched indexed documents', then the new ones'."""
         assert self.matched is not None
-        indexed, new = self.matched.ids, self.inner.ids
-        both_int = pa.types.is_integer(new.type) and (len(indexed) == 0 or pa.types.is_integer(indexed.type))
-        target = pa.int64() if both_int else pa.large_string()
-        return pa.concat_arrays([indexed.cast(target), new.cast(target)])
+        return joined_ids(self.matched.ids, self.inner.ids)
 
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.active, rows)
@@ -144,13 +128,27 @@ class IndexStore:
         return jaccard
 
     def stages(self, executor: Executor) -> HeldStages:
-        """Over held arrays in this process: the indexed documents' arrays are here, not in a
-        work directory's shards that Dask's tasks could read (the new documents' exact checks
-        still run as the inner store's tasks: exact_jaccard, set_reader)."""
-        return HeldStages(executor)
+        return HeldStages(executor)  # (over the held arrays of a run in memory)
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
+
+
+def probe_index(reader: IndexReader, keys: Any, window: int, backend: Backend, log: StageLog) -> Matched:
+    """The indexed documents that share a band key with the new documents (IndexReader.probe
+    of their band ``keys``: uint64 (m, bands), or what gives ``keys[:, band]``), gathered."""
+    with log.stage("index_probe"):
+        segment, row = reader.probe(keys, window, host_threads(backend))
+        return reader.gather(segment, row)
+
+
+def joined_ids(indexed: pa.Array, new: pa.Array) -> pa.Array:
+    """The ids of a run's rows: the matched ``indexed`` documents', then the ``new`` ones', of
+    one type (int64 where both are integers, else large_string: 0 and "0" are refused apart,
+    refuse_indexed_ids)."""
+    both_int = pa.types.is_integer(new.type) and (len(indexed) == 0 or pa.types.is_integer(indexed.type))
+    target = pa.int64() if both_int else pa.large_string()
+    return pa.concat_arrays([indexed.cast(target), new.cast(target)])
 
 
 def refuse_indexed_ids(reader: IndexReader, ids: pa.Array) -> None:
@@ -165,26 +163,6 @@ def refuse_indexed_ids(reader: IndexReader, ids: pa.Array) -> None:
         raise InputError(f"id {taken!r} of the new data is already in the index {reader.root}: ids must be unique "
                          "across the index (remove the indexed document first, or name an id field whose ids the "
                          "index does not hold with id_field=)")
-
-
-class JoinedRows:
-    """Signature rows of the indexed documents (uint32 (k, K), host) followed by an inner
-    store's (anything that gathers rows by ``[positions]``): ``rows[positions]`` -> uint32
-    (len(positions), K), host."""
-
-    def __init__(self, old: np.ndarray, new: Any):
-        self.old, self.new = old, new
-        self.shape = (old.shape[0] + new.shape[0], old.shape[1])
-
-    def __getitem__(self, positions) -> np.ndarray:
-        positions = np.asarray(positions, dtype=np.int64)
-        k = self.old.shape[0]
-        out = np.empty((positions.shape[0], self.shape[1]), dtype=np.uint32)
-        old = positions < k
-        out[old] = self.old[positions[old]]
-        if (~old).any():
-            out[~old] = np.asarray(self.new[positions[~old] - k])
-        return out
 
 
 class JoinedKeys:
@@ -203,20 +181,3 @@ class JoinedKeys:
         if not self.new_mask.all():
             new = new[to_side(self.new_mask, xp)]
         return xp.concatenate([to_side(np.ascontiguousarray(self.old[self.old_mask, band]), xp), new])
-
-
-class Against:
-    """A run against an index: wraps the run's own store (engine/memory.py, engine/disk.py) in an
-    IndexStore over one committed state of the index, and keeps it for the commit (index add)."""
-
-    def __init__(self, reader: IndexReader, backend: Backend, window: int):
-        self.reader, self.backend, self.window = reader, backend, window
-        self.store: Optional[IndexStore] = None
-
-    def wrap(self, store: Any) -> IndexStore:
-        self.store = IndexStore(store, self.reader, self.backend, self.window)
-        return self.store
-
-    def fingerprint(self) -> dict:
-        """What a work directory's kept stages depend on besides the input: this state."""
-        return {"path": str(self.reader.root.absolute()), "generation": self.reader.manifest.generation}

@@ -1,0 +1,35 @@
+"""A run against a persistent index (Against): the run's own store wrapped with the indexed
+documents its new documents may be near-duplicates of, in memory (index/store.py) or through
+a work directory (index/staged.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from ..backends import Backend
+from ..engine.disk import WorkDirStore
+from .reader import IndexReader
+from .staged import StagedIndexStore
+from .store import IndexStore
+
+# The store of a run against an index: the matched indexed documents are its rows 0 .. pinned-1.
+AgainstStore = Union[IndexStore, StagedIndexStore]
+
+
+class Against:
+    """A run against an index: wraps the run's own store (engine/memory.py, engine/disk.py) in an
+    IndexStore or a StagedIndexStore over one committed state of the index, and keeps it for the
+    commit (index add)."""
+
+    def __init__(self, reader: IndexReader, backend: Backend, window: int):
+        self.reader, self.backend, self.window = reader, backend, window
+        self.store: Optional[AgainstStore] = None
+
+    def wrap(self, store: Any) -> AgainstStore:
+        wrapper = StagedIndexStore if isinstance(store, WorkDirStore) else IndexStore
+        self.store = wrapper(store, self.reader, self.backend, self.window)
+        return self.store
+
+    def fingerprint(self) -> dict:
+        """What a work directory's kept stages depend on besides the input: this state."""
+        return {"path": str(self.reader.root.absolute()), "generation": self.reader.manifest.generation}

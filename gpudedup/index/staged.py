@@ -1,0 +1,143 @@
+"""A run against a persistent index through a work directory: the stages every work
+directory's run takes (engine/dask.py's DaskStages, on a cluster's workers or Dask's local
+scheduler), over shards that start with the indexed documents the probe matched.
+
+The matched documents become one more shard, the lead (WorkDir.lead: WORK/indexed/), written
+once the new documents are signed and the index probed with their band keys: their stored
+band keys, signatures, lengths, ids and shingle sets, every one of them active. The stages
+read the work directory through WorkDir.with_lead, where shard 0 is the lead and shard i the
+input's shard i - 1, so rows 0 .. k-1 are the matched documents and k .. the new ones, as in a
+run in memory (index/store.py); the input side (reading, the input rules, the results' rows)
+reads the input's shards alone. The lead's sets stand in for its texts where a stage reads
+sets (shards.spill_shard_sets), and pairs of two lead rows are left out
+(dask.likely_part's pinned).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, cast
+
+import numpy as np
+import pyarrow as pa
+
+from ..backends import Backend
+from ..core.copies import band_key_row_hash
+from ..core.hashing import Permutations
+from ..core.lsh import Banding, band_keys
+from ..core.verify import stacked_sets
+from ..engine.dask import DaskStages
+from ..engine.daskops import DaskExecutor
+from ..engine.disk import WorkDirStore
+from ..engine.kept import Kept
+from ..engine.protocols import Executor
+from ..engine.shards import LengthsAt, Shards, SpilledActive
+from ..engine.shardids import IdsAt
+from ..engine.workdir import LEAD_UNIT
+from ..core.shingling import ShingleSpec
+from ..report import InputSummary
+from ..stages import Progress, StageLog
+from .reader import IndexReader, Matched
+from .store import joined_ids, probe_index, refuse_indexed_ids
+
+
+class StagedIndexStore:
+    """The matched indexed documents as the lead shard of a work directory's run, then the new
+    documents of ``inner`` (see the module): protocols.Store for DaskStages."""
+
+    def __init__(self, inner: WorkDirStore, index: IndexReader, backend: Backend, window: int):
+        self.inner, self.index, self.backend, self.window = inner, index, backend, window
+        self.work = inner.work.with_lead()
+        self.params, self.reader = inner.params, inner.reader  # (the input's shards, read by the stages' tasks)
+        self.copy_batch_cost = inner.copy_batch_cost
+        self.work_dir: Optional[str] = inner.work_dir
+        self.parts_at: Optional[str] = inner.parts_at
+        self.pinned = 0
+        self.matched: Optional[Matched] = None
+
+    def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
+             log: StageLog, progress: Progress) -> None:
+        inner = self.inner
+        # A work directory's store reads each shard and signs it in one pass, so its ids are
+        # checked as soon as they are read, before the index is probed.
+        inner.sign(spec, banding, permutations, executor, log, progress)
+        refuse_indexed_ids(self.index, inner.ids)
+        matched = self.matched = probe_index(self.index, inner.band_keys(np.ones(inner.active.shape[0], dtype=bool)),
+                                             self.window, self.backend, log)
+        k = self.pinned = matched.count
+        if not self.work.done(LEAD_UNIT):  # (a resumed run's is the same: its fingerprint holds the generation)
+            self.write_lead(matched, banding)
+        self.bands = inner.bands
+        self.documents = k + inner.documents
+        # The lead shard, then the input's; the lead's rows are all documents, all active.
+        self.shards = Shards(self.work, inner.shards.count + 1, np.concatenate([[0], inner.shards.rows + k]),
+                             np.concatenate([[0], inner.shards.active_starts + k]))
+        self.rows, self.active_rows = shifted(inner.rows, k), shifted(inner.active_rows, k)
+        self.active = SpilledActive(self.shards, self.rows, self.active_rows, k + inner.active.shape[0],
+                                    self.documents)
+        self.signatures = inner.signatures  # (the stages read its width: each task gathers its own rows)
+
+    def write_lead(self, matched: Matched, banding: Banding) -> None:
+        """The lead unit (the module docstring): the matched documents' stored band keys (as a
+        shard keeps them, band-major), signatures, lengths, ids (the run's id type) and sets."""
+        k = matched.count
+        keys = band_keys(matched.signatures, banding)  # (k, bands)
+        sets = stacked_sets(self.index.set_parts(matched.segment, matched.row))
+        arrays = {"keys": np.ascontiguousarray(keys.T), "signatures": matched.signatures,
+                  "row_hash": band_key_row_hash(keys), "active": np.arange(k, dtype=np.int64),
+                  "lengths": matched.lengths, "set_offsets": sets.indptr.astype(np.int64, copy=False),
+                  "set_columns": sets.indices.astype(np.int64, copy=False)}
+        ids = pa.table({"id": matched.ids.cast(self.id_type)})
+        self.work.write_dir(LEAD_UNIT, arrays, {"ids": ids}, {"rows": k, "active": k})
+
+    @property
+    def id_type(self) -> pa.DataType:
+        """The type of every row's id: the matched documents' and the new ones' (joined_ids)."""
+        return self.ids.type
+
+    @property
+    def ids(self) -> pa.Array:
+        """The id of every row: the matched indexed documents', then the new ones'."""
+        assert self.matched is not None
+        return joined_ids(self.matched.ids, self.inner.ids)
+
+    def task_backend(self, executor: Executor) -> Any:
+        return self.inner.task_backend(executor)
+
+    def row_hash_parts(self) -> list[tuple[int, Optional[np.ndarray]]]:
+        """WorkDirStore.row_hash_parts, the lead's first (every one of its rows taken)."""
+        return [(0, None)] + [(index + 1, positions) for index, positions in self.inner.row_hash_parts()]
+
+    def band_key_parts(self) -> list[tuple[int, np.ndarray]]:
+        """WorkDirStore.band_key_parts, the lead's first (none of its rows left out)."""
+        return [(0, np.zeros(0, np.int64))] + [(index + 1, out) for index, out in self.inner.band_key_parts()]
+
+    def lengths_at(self) -> LengthsAt:
+        return LengthsAt(self.work.task_location, self.shards.rows, self.shards.active_starts, self.rows,
+                         self.documents)
+
+    def ids_at(self) -> IdsAt:
+        return IdsAt(self.work.task_location, self.shards.rows, self.rows, self.id_type)
+
+    def drop_signatures(self) -> None:
+        pass  # memory maps: nothing is held
+
+    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return self.inner.cached(stage, compute)
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: Executor, progress: Progress) -> np.ndarray:
+        # DaskStages checks its likely pairs by tasks; it asks here only when no document had band keys.
+        assert first.shape[0] == 0, "a staged run checks its pairs in parts"
+        return np.zeros(0, np.float64)
+
+    def stages(self, executor: Executor) -> DaskStages:
+        return DaskStages(cast(DaskExecutor, executor))  # (a work directory's runs are on Dask)
+
+    def input_summary(self, empty_documents: int) -> InputSummary:
+        return self.inner.input_summary(empty_documents)
+
+
+def shifted(kept: Kept, k: int) -> Kept:
+    """``kept`` (over the input's spilled items) over the lead's k items and then those: the
+    lead's are all kept."""
+    return kept if kept.left_out is None else Kept(left_out=kept.left_out + k)
