@@ -690,6 +690,25 @@ def test_index_verifies_from_remote_sources(corpus, monkeypatch, tmp_path):
     assert jaccard == 1.0 and texts[int(best[len(prefix):]) - 1] == texts[3]
 
 
+def test_an_add_with_its_work_directory_in_the_bucket_is_the_add_in_memory(corpus, monkeypatch, tmp_path):
+    """An add over objects whose work directory is in the bucket too (the matched indexed
+    documents as its lead shard, read by the stages from there) keeps, pairs and commits what
+    the in-memory add of the same objects does, with an index verifying from the sources."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    indexes = {how: gpudedup.Index.create(tmp_path / how, verification="source", threshold=0.8)
+               for how in ("memory", "staged")}
+    for index in indexes.values():
+        index.add(url + "/big/i.parquet", backend="cpu")
+    reference = indexes["memory"].add(url + "/big/h.jsonl", backend="cpu")
+    staged = indexes["staged"].add(url + "/big/h.jsonl", backend="cpu", work_dir=f"{url}/work-index",
+                                   shard_bytes="4KB")
+    assert reference.indexed_rows > 0 and reference.removed.shape[0] > 0
+    assert staged.pairs.equals(reference.pairs) and staged.clusters.equals(reference.clusters)
+    np.testing.assert_array_equal(staged.keep, reference.keep)
+    assert indexes["staged"].info()["documents"] == indexes["memory"].info()["documents"]
+
+
 # --- the work directory on object storage (engine/workdir.py's BucketFolder) -----------------
 
 
