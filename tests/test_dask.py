@@ -164,8 +164,8 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     do these, reading signatures and hashes from the work directory, the components in parts
     of a few pairs (so that the rounds of engine/components.py run), the clusters by
     engine/clusterparts.py. Counted in the client: its in-process filter, grouping and
-    clusters are made to fail, and its signature gatherer hands out no row; the results (identical copies among them) are the single
-    process's."""
+    clusters are made to fail, and its signature gatherer hands out no row; the results
+    (identical copies among them) are the single process's."""
     from gpudedup.engine import disk
     from gpudedup.engine.local import HeldStages
 
