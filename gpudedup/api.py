@@ -355,10 +355,6 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
             base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
             store = base if against is None else against.wrap(base)
             outcome = run_job(store, params, backend, executor, progress, group_field=group_field)
-            if against is not None:
-                # Its results are held, as a run in memory's: an add commits from them, and a
-                # removed row whose kept document is an indexed one takes their pair's Jaccard.
-                outcome.read_now()
             table = base.table()
             # The ids stay in the shards until the results take them (a run against an index joins its own).
             ids = base.id_source if against is None else store.ids

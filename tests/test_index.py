@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import gpudedup
@@ -678,6 +679,12 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
             assert ours.pairs.equals(reference.pairs) and ours.clusters.equals(reference.clusters)
             assert ours.removed_rows().equals(reference.removed_rows())
         assert indexes[how].info()["documents"] == indexes["memory"].info()["documents"]
+        # The kept and removed rows as the tasks write them from the clusters' parts.
+        for name, result in ((how, results[how][1]), ("memory", results["memory"][1])):
+            if not (tmp_path / f"out-{name}").exists():
+                result.write(tmp_path / f"out-{name}", write_removed=True)
+        for table in ("deduplicated", "removed"):
+            assert pq.read_table(tmp_path / f"out-{how}" / table).equals(pq.read_table(tmp_path / "out-memory" / table))
     second = results["memory"][1]
     assert second.indexed_rows > 0  # the second add did meet the first's documents
     assert second.report["results"]["identical_copies"] > 0

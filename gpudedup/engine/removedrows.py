@@ -91,9 +91,12 @@ class HeldRemoved:
 class PartsRemoved:
     """The removed documents of a cluster's run, read from the parts of its work directory
     (clusterparts.py: docs, cluster, keep, kept_doc and kept_id) that hold the
-    documents asked for. A run against an index holds its results (api.staged_dedup): no
-    document here is an indexed one. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
-    read the kept documents' ids (kept_id) too.
+    documents asked for. id_type: the ids' wide type (ids.wide), which the parts hold; with_ids:
+    read the kept documents' ids (kept_id) too. indexed_rows: the leading rows of the parts
+    that are a persistent index's documents (none of them removed), numbered out of the
+    RemovedDocs as held_removed does; indexed_pairs: the verified pairs (a, b, jaccard) whose a
+    is one of them, for the Jaccard of a removed document whose kept one is (None: not asked
+    for).
 
     read: the removed documents of each part read so far, by its number. Neighbouring ranges
     share parts (on Dask's local scheduler one part holds every clustered document), and the
@@ -102,10 +105,13 @@ class PartsRemoved:
     clustered: ClusterParts
     id_type: pa.DataType
     with_ids: bool = True
+    indexed_rows: int = 0
+    indexed_pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None
     read: dict[int, RemovedDocs] = field(default_factory=dict, repr=False, compare=False)
 
     def of(self, start: int, stop: int) -> RemovedDocs:
-        found = [self.part(number).within(start, stop) for number in self.clustered.parts_removing(start, stop)]
+        k = self.indexed_rows
+        found = [self.part(number).within(start, stop) for number in self.clustered.parts_removing(start + k, stop + k)]
         if not found:
             empty = np.zeros(0, np.int64)
             return RemovedDocs(empty, empty, empty, pa.array([], self.id_type) if self.with_ids else None, np.zeros(0))
@@ -122,7 +128,12 @@ class PartsRemoved:
             chosen = np.flatnonzero(~part["keep"].to_numpy())
             docs, cluster, kept = (part[name].to_numpy()[chosen] for name in ("docs", "cluster", "kept_doc"))
             kept_ids = part["kept_id"].combine_chunks().take(pa.array(chosen, pa.int64())) if self.with_ids else None
-            self.read[number] = RemovedDocs(docs, cluster, kept, kept_ids, np.full(chosen.shape[0], np.nan))
+            jaccard = np.full(chosen.shape[0], np.nan)
+            indexed = np.flatnonzero(kept < self.indexed_rows)
+            if indexed.shape[0] and self.indexed_pairs is not None:
+                jaccard[indexed] = verified_jaccard(*self.indexed_pairs, kept[indexed], docs[indexed])
+            k = self.indexed_rows
+            self.read[number] = RemovedDocs(docs - k, cluster, kept - k, kept_ids, jaccard)
         return self.read[number]
 
 
@@ -136,7 +147,11 @@ def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.
     ids of type id_type). ids_of: held_removed's (None: no kept_id); pairs: the verified pairs
     (a, b, jaccard), for the kept documents that are indexed ones (None: not asked for)."""
     if clustered.in_parts:
-        return PartsRemoved(cast(ClusterParts, clustered), id_type, with_ids=ids_of is not None)
+        indexed_pairs = None
+        if pairs is not None and indexed_rows:  # (those of an indexed document: few, sent to each task)
+            indexed = pairs[0] < indexed_rows
+            indexed_pairs = (pairs[0][indexed], pairs[1][indexed], pairs[2][indexed])
+        return PartsRemoved(cast(ClusterParts, clustered), id_type, ids_of is not None, indexed_rows, indexed_pairs)
     return held_removed(clustered.read(), ids_of, indexed_rows, *(pairs or (None, None, None)))
 
 

@@ -219,11 +219,12 @@ class Index:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
                              index_files=self.reader().source_files())
         with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
-            if work_dir is None and workers is not None:
+            temporary = work_dir is None and workers is not None
+            if temporary:
                 # A local cluster's run spills into a work directory of its own, which dedup
                 # deletes when it returns; the commit reads the spills after it: this one lasts.
-                temporary = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpudedup-work-"))
-                work_dir = os.path.join(temporary, "work")
+                work_dir = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpudedup-work-")),
+                                        "work")
             manifest = read_manifest(self.path)
             with changing(self.path):
                 collect_garbage(self.path, manifest)  # what a killed writer left
@@ -252,6 +253,8 @@ class Index:
                         raise
                     raise type(error)(f"{error}; the run's results are in {output}: once that is fixed, run the "
                                       "add again with overwrite=True") from None
+                if temporary:
+                    result._hold_here()  # (the work directory goes with this call)
             finally:
                 if work_dir is not None:  # the commit read the work directory again: this machine's copies
                     clear_cache(storage.full_name(location_of(work_dir)))
