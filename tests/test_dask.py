@@ -201,14 +201,13 @@ def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, 
     figure and clusters are made by tasks; the candidates' count (each pair once, though found
     in several bands and partitions), the checked pairs' count, the outputs (report.html's
     clusters included) and the results are the single process's."""
-    from gpudedup.engine import disk, pairparts
+    from gpudedup.engine import pairparts
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
     read: list[str] = []
     read_parts = pairparts.read_parts
     monkeypatch.setattr(pairparts, "read_parts",
                         lambda work, parts: read.extend(kind for kind, _ in parts.kinds) or read_parts(work, parts))
-    monkeypatch.setattr(disk.WorkDirStore, "exact_jaccard", lambda *a: pytest.fail("the client handled the pairs"))
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
                             output=tmp_path / "spread")
     assert read == []

@@ -714,10 +714,11 @@ def test_max_memory_is_checked_before_each_shard(tmp_path):
 
 
 def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_path):
-    """exact_by_spill under one stage name with different sets of rows (identical_copies' later
-    rounds, an index run's pairs with indexed documents): each request's Jaccard values are its
-    own pairs' (Python sets), not values read from an earlier request's spill."""
-    from gpudedup.engine.disk import ShardReader, exact_by_spill
+    """Sets spilled under one name for different sets of rows (an index add's commit, asked
+    again): each request's spill is its own, and the Jaccard values read from it are its own
+    pairs' (Python sets), not values read from an earlier request's spill."""
+    from gpudedup.engine.disk import ShardReader
+    from gpudedup.engine.shards import spill_sets, spilled_jaccard
     from gpudedup.engine.local import LocalExecutor
     from gpudedup.engine.workdir import WorkDir
     from gpudedup.params import DedupParams
@@ -736,8 +737,9 @@ def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_pa
         second = rng.choice(300, 40).astype(np.int64)
         second[:8] = first[:8]  # pairs with a Jaccard of 1, next to pairs of unrelated verses
         # A threshold this low keeps the Jaccard of every pair that shares a shingle.
-        got = exact_by_spill(work, "copies", reader, shard_rows, DedupParams(), "cpu", first, second,
-                             np.ones(40, np.int64), 1e-9, LocalExecutor())
+        spill = spill_sets(work, "copies", reader, shard_rows, DedupParams(), "cpu",
+                           np.unique(np.concatenate([first, second])), LocalExecutor())
+        got = spilled_jaccard(work, spill, shard_rows, first, second, 1e-9, 1)
         expected = [jaccard(shingle_set(records[a]["text"]), shingle_set(records[b]["text"]))
                     for a, b in zip(first, second)]
         assert got.tolist() == [value if value > 0 else BELOW_THRESHOLD for value in expected]

@@ -45,7 +45,7 @@ inside the functions that need them: an in-memory run never loads them (start-up
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -143,18 +143,18 @@ class DaskStages:
         pairparts.keep_parts(store.work, LIKELY, range(len(candidates)))
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
 
-    def checked_pairs(self, store, likely, copies, threshold: float, exact: Callable):
+    def checked_pairs(self, store, likely, copies, threshold: float, progress):
         """protocols.Stages.checked_pairs of likely pairs kept in parts (engine/pairparts.py): the
         parts' documents shuffled on their shard, a task per partition spilling its shards'
         sets, then a task per part checking its pairs into a verified part; the client gets
         counts. The identical copies are in parts too (DaskStages.copies), which
         CheckedPairs.verified joins to the verified ones. store: a disk.WorkDirStore."""
 
-        if not likely.parts:  # (no document had band keys: nothing to check)
-            return checked_in_memory(likely, copies, exact)
+        if not likely.parts:  # (no document had band keys: no pair, no copy)
+            return checked_in_memory(likely, copies, lambda first, second: np.zeros(0, np.float64))
         root, shard_rows, rows = store.work.task_location, store.shards.rows, store.rows
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
-        # Chunks of pairs as in one process (disk.exact_by_spill).
+        # Chunks of pairs of about 8 batches' text each.
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
         shard_rows, rows = self.executor.share(shard_rows, rows)
         counts = self.executor.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes,

@@ -12,18 +12,18 @@ keeps (workdir.py for the layout):
    text length, as memory-mappable .npy files; the ids go to a small Parquet file. A task per
    shard (the executor's). Right after, the ids and columns of all shards are checked as one
    input by the input rules (io/rules.py), as the in-memory run checks its files.
-2. **copies** (identical copies), 3. **candidates** (band by band, the keys of that band from
-   every shard, 8 bytes per document) and 4. **pairs** (the signature filter reads the
-   candidates' rows from the spilled signatures) are kept in WORK/stages/.
-   Exact Jaccard (of the copies and of the pairs) reads each shard holding documents of pairs
-   once, spills those documents' shingle sets to WORK/sets/ (a task per shard), and checks the
-   pairs a chunk at a time from there (a task per chunk): exact_by_spill.
+2. **copies** (identical copies), 3. **candidates** (the signature filter reads the
+   candidates' rows from the spilled signatures) and 4. **pairs** run as Dask's shuffles and
+   tasks over the shards (engine/dask.py), each kept as parts (WORK/pairs/) and marked done
+   in WORK/stages/. Exact Jaccard (of the copies and of the pairs) reads each shard holding
+   documents of pairs once, spills those documents' shingle sets to WORK/sets/ (a task per
+   shard), and checks each part's pairs a chunk at a time from there.
 5. clusters, then the outputs (ShardedTable), which re-read each shard once more to write its
    kept rows.
 
-Peak memory is a batch and one shard's table, the per-document arrays (about 24 bytes per
-document plus 16 while a band is bucketed), the candidate pairs, and one chunk of pairs'
-shingle sets: not the corpus. The results are those of the in-memory store on the same files
+Peak memory is a batch and one shard's table in a signature task, a partition of a shuffle or
+one chunk of pairs' shingle sets in a stage's task, and in the client a few numbers per shard
+or part rather than per document (docs/scale.md): not the corpus. The results are those of the in-memory store on the same files
 read at once (tests/test_streaming.py).
 """
 
@@ -69,7 +69,6 @@ from .shards import (
     SpilledLengths,
     SpilledSignatures,
     by_shard,
-    exact_by_spill,
     spill_sets,
     spilled_sets,
 )
@@ -339,12 +338,6 @@ class WorkDirStore:
             stored = compute()
             self.work.save_stage(stage, stored)
         return stored
-
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
-                      executor: Executor, progress: Progress) -> np.ndarray:
-        return exact_by_spill(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
-                              self.rows.spilled(first), self.rows.spilled(second),
-                              self.lengths[first] + self.lengths[second], threshold, executor)
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of rows ``docs`` (int64, ascending): all of them spilled now under

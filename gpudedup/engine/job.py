@@ -21,9 +21,8 @@ leave the engine (result.py). Reading (io/) and writing (result.py, io/commit.py
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
 
 from ..backends import Backend
 from ..core.copies import Copies
@@ -67,9 +66,6 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     check_group_field(store, group_field)  # (a work directory's columns are known once its shards are read)
     active = store.active
 
-    def exact(name: str, shown: Progress) -> Callable[..., np.ndarray]:
-        return lambda first, second: store.exact_jaccard(name, first, second, params.threshold, executor, shown)
-
     # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).
     with log.stage("copies"):
         copies = copies_of_arrays(store, store.cached("copies", lambda: copies_arrays(
@@ -85,7 +81,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     with log.stage("verify"):
         checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: stages.checked_pairs(
-            store, likely, copies, params.threshold, exact("pairs", progress)).as_arrays()))
+            store, likely, copies, params.threshold, progress).as_arrays()))
         candidate_a, candidate_b = likely.every_first, likely.every_second
         verified = checked.verified(store, params.threshold)
         if keep_candidates:

@@ -69,8 +69,9 @@ class HeldStages:
                                 progress)
 
     def checked_pairs(self, store: HeldStore, likely: "LikelyPairs", copies: Copies, threshold: float,
-                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
-        return checked_in_memory(likely, copies, exact)
+                      progress: Progress) -> "CheckedPairs":
+        return checked_in_memory(likely, copies, lambda first, second: store.exact_jaccard(
+            "pairs", first, second, threshold, self.executor, progress))
 
     def pairs_inside(self, pairs: "VerifiedPairs", clustered: Clustered, numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:

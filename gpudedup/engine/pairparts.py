@@ -11,8 +11,8 @@ Parquet dataset), with the columns:
 - ``verified``: of each likely part, the pairs whose exact Jaccard reaches the threshold
   (check_part): first, second as above, jaccard float64.
 
-Verification reads each pair's two shingle sets from a spill, as in one process
-(disk.exact_by_spill), but without the client gathering the pairs' documents: every likely
+Verification reads each pair's two shingle sets from a spill (shards.spilled_jaccard), the
+client gathering none of the pairs' documents: every likely
 part's documents are shuffled on their shard (part_documents), a task per shuffled partition
 spills the sets of its shards' documents (spill_part_documents: every shard read once, by one
 task), then a task per likely part checks its pairs from the spill (check_part).
@@ -175,8 +175,8 @@ def spill_part_documents(documents, spill: str, work_at: WorkAt, reader: Any, sh
 def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept, threshold: float,
                chunk_bytes: int, threads: int) -> tuple[int, int]:
     """Task: the exact Jaccard of likely part ``number``'s pairs, from the spill of
-    spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text, as
-    disk.exact_by_spill cuts them) on ``threads`` threads; the pairs that reach ``threshold``
+    spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text) on
+    ``threads`` threads; the pairs that reach ``threshold``
     stored as verified part ``number``. Returns (pairs checked, pairs below the threshold)."""
 
     work = WorkDir.attach(work_at)

@@ -61,12 +61,6 @@ class Store(Protocol):
     def drop_signatures(self) -> None:
         """The signature filter is done: the signatures are not read again."""
 
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
-                      executor: "Executor", progress: Progress) -> np.ndarray:
-        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]) that reach
-        ``threshold``, verify.BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least);
-        name: the stage asking ("pairs"), for what the store keeps of the work."""
-
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of a finished stage: computed now, or as an earlier run kept them."""
 
@@ -102,6 +96,12 @@ class HeldStore(Store, Protocol):
     def band_keys(self, in_lsh: np.ndarray) -> Any:
         """The band keys of the active documents where in_lsh (bool (m,)): ``keys[:, band]``
         gives uint64 (m',) on the backend's side. The store may drop its own reference."""
+
+    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
+                      executor: "Executor", progress: Progress) -> np.ndarray:
+        """float64 (p,), host: the exact Jaccard of the row pairs (first[i], second[i]) that reach
+        ``threshold``, verify.BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least);
+        name: the stage asking ("pairs"), for what the store keeps of the work."""
 
     def set_reader(self, name: str, docs: np.ndarray, executor: "Executor") -> Callable[[np.ndarray], Any]:
         """For a stage that reads the shingle sets of rows ``docs`` (int64, ascending) a part at
@@ -153,10 +153,11 @@ class Stages(Protocol):
         store's work directory (engine/copyparts.py)."""
 
     def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: Copies, threshold: float,
-                      exact: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> "CheckedPairs":
-        """The verification stage: the exact Jaccard of the ``likely`` pairs (exact(first,
-        second): Store.exact_jaccard's), the identical copies joined to them (checked_in_memory);
-        on Dask, likely pairs kept in parts are checked by tasks into parts."""
+                      progress: Progress) -> "CheckedPairs":
+        """The verification stage: the exact Jaccard of the ``likely`` pairs where it reaches
+        ``threshold`` and the identical copies joined to them: in this process
+        (HeldStore.exact_jaccard, checked_in_memory), or on Dask, likely pairs kept in parts
+        checked by tasks into parts."""
 
     def clusters(self, store: Any, verified: "VerifiedPairs", policy: KeepPolicy) -> "Clustered":
         """The clusters of the ``verified`` pairs (where they lie: held, or Dask's parts) and

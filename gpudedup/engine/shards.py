@@ -335,23 +335,3 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
     return name
-
-
-def exact_by_spill(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
-                   backend: BackendOrName, first: np.ndarray, second: np.ndarray, weights: np.ndarray,
-                   threshold: float, executor: Executor) -> np.ndarray:
-    """Exact Jaccard (float64 (p,)) of the pairs (first[i], second[i]) of spilled rows that
-    reach ``threshold``, BELOW_THRESHOLD for the others (verify.pair_jaccard_at_least): the
-    sets of their documents are spilled shard by shard (each shard read once), then the pairs
-    are checked a chunk at a time from the spill, so memory holds one shard and one chunk of
-    sets; weights: int64 (p,) the code points of each pair's two texts, to cut the chunks."""
-    name = spill_sets(work, name, reader, shard_rows, params, backend, np.unique(np.concatenate([first, second])),
-                      executor)
-    chunks = weighted_ranges(weights, 8 * batch_bytes(params, get_backend(backend)))
-    root = work.for_tasks(executor.in_process)
-    shard_rows, = executor.share(shard_rows)  # (every chunk's task reads the offsets)
-    parts = executor.map(spilled_jaccard, [(root, name, shard_rows, first[a:b], second[a:b], threshold,
-                                            executor.task_threads)
-                                           for a, b in chunks],
-                         "exact verification")
-    return np.concatenate(parts) if parts else np.zeros(0, np.float64)

@@ -124,12 +124,6 @@ class StagedIndexStore:
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         return self.inner.cached(stage, compute)
 
-    def exact_jaccard(self, name: str, first: np.ndarray, second: np.ndarray, threshold: float,
-                      executor: Executor, progress: Progress) -> np.ndarray:
-        # DaskStages checks its likely pairs by tasks; it asks here only when no document had band keys.
-        assert first.shape[0] == 0, "a staged run checks its pairs in parts"
-        return np.zeros(0, np.float64)
-
     def stages(self, executor: Executor) -> DaskStages:
         return DaskStages(cast(DaskExecutor, executor))  # (a work directory's runs are on Dask)
 
