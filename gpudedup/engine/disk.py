@@ -23,8 +23,8 @@ keeps (workdir.py for the layout):
 
 Peak memory is a batch and one shard's table in a signature task, a partition of a shuffle or
 one chunk of pairs' shingle sets in a stage's task, and in the client a few numbers per shard
-or part rather than per document (docs/scale.md): not the corpus. The results are those of the in-memory store on the same files
-read at once (tests/test_streaming.py).
+or part rather than per document (docs/scale.md): not the corpus. The results are those of
+the in-memory store on the same files read at once (tests/test_streaming.py).
 """
 
 from __future__ import annotations
@@ -283,13 +283,10 @@ class WorkDirStore:
                       absorbed=start == ABSORBED)
                 for file, start, stop, before in stored]
 
-    def spilled_keep(self, in_lsh: np.ndarray) -> np.ndarray:
-        """bool over the spilled active rows of every shard: the run's active documents where
-        in_lsh (bool (m,))."""
-        return self.active_rows.spread(in_lsh, int(self.shards.active_starts[-1]), False)
-
-    def band_keys(self, in_lsh: np.ndarray) -> "SpilledKeys":
-        return SpilledKeys(self.shards, self.bands, self.spilled_keep(in_lsh))
+    def probe_keys(self) -> SpilledKeys:
+        """The band keys of the run's active documents, a band at a time (the probe of a run
+        against an index, index/staged.py)."""
+        return SpilledKeys(self.shards, self.bands, self.active_rows.mask(0, int(self.shards.active_starts[-1])))
 
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return self.active.positions_of(rows)

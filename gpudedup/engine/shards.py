@@ -221,8 +221,9 @@ class LengthsAt:
 
 
 class SpilledKeys:
-    """Band keys of the active documents for lsh.candidate_pairs, one band at a time from the
-    shards' band-major keys.npy; ``keep``: bool (m,) the active documents that take part."""
+    """Band keys of the active documents for a persistent index's probe (IndexReader.probe),
+    one band at a time from the shards' band-major keys.npy; ``keep``: bool (m,) the active
+    documents that take part."""
 
     def __init__(self, shards: Shards, bands: int, keep: np.ndarray):
         self.shards, self.keep = shards, keep

@@ -61,8 +61,7 @@ class StagedIndexStore:
         # checked as soon as they are read, before the index is probed.
         inner.sign(spec, banding, permutations, executor, log, progress)
         refuse_indexed_ids(self.index, inner.ids)
-        matched = self.matched = probe_index(self.index, inner.band_keys(np.ones(inner.active.shape[0], dtype=bool)),
-                                             self.window, self.backend, log)
+        matched = self.matched = probe_index(self.index, inner.probe_keys(), self.window, self.backend, log)
         k = self.pinned = matched.count
         if not self.work.done(LEAD_UNIT):  # (a resumed run's is the same: its fingerprint holds the generation)
             self.write_lead(matched, banding)
