@@ -82,6 +82,20 @@ def test_a_file_rewritten_with_as_many_lines_between_the_read_and_the_write_is_r
     assert_nothing_written(tmp_path)
 
 
+def test_a_staged_results_views_refuse_a_file_changed_since_the_run(tmp_path):
+    """A staged run's views of its clusters and pairs read their texts from the files again:
+    a file changed since the run is refused there as at the write, rather than its new texts
+    shown (and scored) as the run's. The in-memory result shows the texts it read."""
+    source = write_corpus(tmp_path / "in")
+    held, staged = run(source, "memory", tmp_path), run(source, "staged", tmp_path)
+    rewrite_in_place(source, keep_size_and_time=False)
+    assert "Jaccard 1.0000" in repr(held.pair("y0", "y6"))
+    for view in (lambda: staged.pair("y0", "y6"), lambda: repr(staged.cluster(0))):
+        with pytest.raises(gpudedup.InputError, match=r"a\.jsonl: changed since the run read it .*the texts cannot "
+                                                      "be read from it again"):
+            view()
+
+
 @pytest.mark.parametrize("format", ["jsonl", "parquet"])
 @pytest.mark.parametrize("how", ["staged", "pieces"])
 def test_other_bytes_under_the_same_size_and_time_are_caught_when_a_staged_run_reads_the_file_again(

@@ -573,6 +573,22 @@ def test_a_result_whose_work_directory_is_gone_says_so_and_writes_nothing(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_a_result_whose_work_directory_is_gone_or_reused_reads_none_of_another_runs_ids(tmp_path):
+    """A staged result reads its ids, pairs and clusters in its work directory after the run:
+    once the directory is removed each says so, and once another run has made it again the
+    result does not answer with that run's ids."""
+    corpus = write_shards(tmp_path / "in", sample_records(), 2)
+    work = tmp_path / "work"
+    result = gpudedup.dedup(corpus, backend="cpu", work_dir=work, id_field="id")
+    shutil.rmtree(work)
+    for read in (lambda: result.ids, lambda: result.pairs, result._repr_html_):
+        with pytest.raises(OutputError, match="the work directory is gone.*write the result before removing it"):
+            read()
+    gpudedup.dedup(corpus, backend="cpu", work_dir=work, threshold=0.9)  # another run, ids file:line
+    with pytest.raises(OutputError, match="the work directory holds another run now.*reads its ids there"):
+        _ = result.ids
+
+
 def test_an_output_inside_the_work_directory_works_and_resumes(mixed, tmp_path):
     (tmp_path / "work").mkdir()
     first = invoke(str(mixed), "-o", str(tmp_path / "work" / "out"), "--work-dir", str(tmp_path / "work"))

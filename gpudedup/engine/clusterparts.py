@@ -105,8 +105,7 @@ class ClusterParts:
             if work.done(part_unit(number)):
                 raise
             if not work.folder.unit_children(FOLDER):  # (no part at all: the folder went)
-                raise OutputError(f"{work.shown}: the work directory is gone; the result of a run with "
-                                  "work_dir= reads its clusters there: write the result before removing it") from None
+                raise work.gone("its clusters") from None
             raise self.made_again() from None  # (a later run of fewer ranges removed it)
 
     def read_part(self, number: int, names: list[str], work: Optional[WorkDir] = None) -> dict[str, np.ndarray]:
@@ -129,8 +128,8 @@ class ClusterParts:
         return part
 
     def made_again(self) -> OutputError:
-        return OutputError(f"{WorkDir.attach(self.work_at).shown}: its clusters were made again by a later run "
-                           "(a run with resume=True); this result can no longer read them: use that run's result")
+        return OutputError(f"{WorkDir.attach(self.work_at).shown}: its clusters were made again by a later run in "
+                           "that work directory; this result can no longer read them: use that run's result")
 
     @property
     def in_clusters(self) -> int:

@@ -68,7 +68,8 @@ class ShardedTable:
                 if (at < taken_rows.shape[0]).all() and np.array_equal(taken_rows[at], rows):
                     return taken.take(pa.array(at))
                 order = np.argsort(rows, kind="stable")
-                texts = outer.reader.texts(outer.shards, outer.rows.spilled(rows[order]))
+                texts = outer.reader.texts_of_rows(outer.shards.rows, outer.rows.spilled(rows[order]), outer.stamps,
+                                                   "the texts cannot be read from it again: run again")
                 return texts.take(pa.array(np.argsort(order)))
 
         return Texts()

@@ -34,7 +34,8 @@ from ..core.ragged import weighted_ranges
 from ..core.verify import BELOW_THRESHOLD
 from .kept import Kept
 from .shards import by_shard, gathered_per_shard, spill_shard_sets, spilled_jaccard
-from .workdir import WorkAt, WorkDir, arrays_of
+from .workdir import MANIFEST, WorkAt, WorkDir, arrays_of
+from .workfolders import DamagedWorkDirError
 
 LIKELY = "likely"
 VERIFIED = "verified"
@@ -128,7 +129,12 @@ def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
     columns = columns_of(parts.kinds[0][0]) if parts.kinds else list(PAIR_COLUMNS)
     assert all(columns_of(kind) == columns for kind, _ in parts.kinds), "the parts hold the same columns"
     numbers = range(parts.count) if parts.sizes is None else np.flatnonzero(parts.sizes).tolist()
-    read = [arrays_of(table) for table in work.read_parts([parts.unit(number)[1] for number in numbers], columns)]
+    try:
+        read = [arrays_of(table) for table in work.read_parts([parts.unit(number)[1] for number in numbers], columns)]
+    except DamagedWorkDirError:
+        if work.folder.read_small(MANIFEST) is None:  # (not damaged: gone, after the run)
+            raise work.gone("its pairs") from None
+        raise
     if not read:
         return {name: np.zeros(0, np.float64 if name == "jaccard" else np.int64) for name in columns}
     joined = {name: np.concatenate([part[name] for part in read]) for name in columns}

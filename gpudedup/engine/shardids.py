@@ -162,9 +162,11 @@ class ShardIds:
         return self.count
 
     def take(self, rows: np.ndarray) -> pa.Array:
+        self.shards.work.check_holds_this_run("its ids")
         return IdsAt(self.shards.work, self.shards.rows, self.rows, self.type).take(rows)
 
     def all(self) -> pa.Array:
+        self.shards.work.check_holds_this_run("its ids")
         return self.documents.all_ids()
 
 

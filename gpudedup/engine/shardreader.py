@@ -4,6 +4,7 @@ shard into the work directory (sign_shard)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 import numpy as np
@@ -26,7 +27,7 @@ from ..io.storage import Location
 from ..memory import release_unused_memory
 from ..params import DedupParams
 from ..stages import Progress, StageLog
-from .shards import BackendOrName, Shards, by_shard
+from .shards import BackendOrName, by_shard
 from .signatures import signature_pass
 from .workdir import WorkAt, WorkDir
 
@@ -109,17 +110,17 @@ class ShardReader:
         """Shard ``index``'s corpus, read again after it was signed (read's again)."""
         return self.read(index, again=True)[0]
 
-    def texts(self, shards: Shards, rows: np.ndarray) -> pa.Array:
-        return self.texts_of_rows(shards.rows, rows)
-
-    def texts_of_rows(self, shard_rows: np.ndarray, rows: np.ndarray) -> pa.Array:
+    def texts_of_rows(self, shard_rows: np.ndarray, rows: np.ndarray, stamps: Optional[list] = None,
+                      consequence: str = "") -> pa.Array:
         """The content of corpus rows ``rows`` (int64 (k,), ascending), as one array in that
         order (content.gathered_type: large_string, or large_list<int64> of token ids), reading
         each shard that holds some of them once; shard_rows: int64 (s + 1,) the first corpus
-        row of each shard."""
+        row of each shard. stamps: each shard's as the run read it, where its file is to be
+        refused if it changed since (unchanged; consequence: what the error says beside it)."""
         parts = []
         for index, mine in by_shard(shard_rows, rows):
-            parts.append(texts_at(self.corpus(index), rows[mine] - shard_rows[index]))
+            with self.unchanged(index, stamps[index], consequence) if stamps is not None else nullcontext():
+                parts.append(texts_at(self.corpus(index), rows[mine] - shard_rows[index]))
             release_unused_memory()  # (a shard's read leaves several times its size free in Arrow's pool)
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
 

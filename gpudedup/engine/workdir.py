@@ -200,6 +200,26 @@ class WorkDir:
         work.lead = True
         return work
 
+    def check_holds_this_run(self, what: str) -> None:
+        """OutputError unless the work directory still holds the run it was opened for (its
+        manifest, the run's fingerprint): a result that reads ``what`` there after its run
+        would otherwise read another run's, or fail on files that are gone. A task's
+        attached work directory (no fingerprint) is its run's."""
+        if self.fingerprint is None:
+            return
+        manifest = self.folder.read_small(MANIFEST)
+        if manifest is None:
+            raise self.gone(what)
+        if json.loads(manifest) != json.loads(json.dumps(self.fingerprint)):
+            raise OutputError(f"{self.shown}: the work directory holds another run now; the result of a run with "
+                              f"work_dir= reads {what} there: write the result before its work directory is reused")
+
+    def gone(self, what: str) -> OutputError:
+        """The error of a result that reads ``what`` in its work directory after its run, once
+        the work directory is gone."""
+        return OutputError(f"{self.shown}: the work directory is gone; the result of a run with work_dir= reads {what} "
+                           "there: write the result before removing it")
+
     @property
     def location(self) -> str:
         """The work directory as tasks are given it (WorkDir.attach): a path, or the whole URL."""
