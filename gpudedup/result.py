@@ -62,6 +62,8 @@ class DedupResult:
     checked_jaccard: numpy float64 (c,): every candidate pair verification checked, verified
         or not (the report's histogram of candidates): its exact Jaccard where that reaches the
         threshold, verify.BELOW_THRESHOLD (-1.0) where it does not (the check stops there).
+        The same values in every runner, not in one order: a run with a work directory gives
+        the verified pairs' first, then the others'.
     _outcome: the engine's results over row numbers (engine.outcome.Outcome), which ``pairs`` and
         ``clusters`` name by id.
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
