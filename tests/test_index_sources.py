@@ -76,6 +76,32 @@ def test_verifying_from_source_files_gives_what_stored_sets_give(tmp_path):
     assert again.indexed_rows > 0 and again.pairs.equals(sets.dedup(parts[1], id_field="id").pairs)
 
 
+def test_a_run_reads_the_sources_of_the_indexed_documents_it_checks_alone(tmp_path):
+    """The probe matches indexed documents that merely share a band key with a new one; only
+    those in a candidate pair or a group of copies are checked, and only their source files are
+    read. A file whose documents are matched but never checked is not read, in memory or
+    through a work directory (where the matched documents are the work directory's lead
+    shard): here it was edited after indexing, which reading it would refuse."""
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(3000)]
+    far = [{"id": f"x{i}", "text": " ".join(rng.choice(words) for _ in range(200))} for i in range(100)]
+    near = [{"id": f"y{i}", "text": " ".join(rng.choice(words) for _ in range(200))} for i in range(100)]
+    new = [{"id": f"nx{i}", "text": " ".join(d["text"].split()[:110] + [rng.choice(words) for _ in range(90)])}
+           for i, d in enumerate(far)]  # about half of an indexed document's shingles: matched, not checked
+    new += [{"id": f"ny{i}", "text": d["text"].replace(d["text"].split()[100], "changed", 1)}
+            for i, d in enumerate(near[:30])]  # near copies: checked and verified
+    index = Index.create(tmp_path / "index", verification="source")
+    index.add([write_jsonl(tmp_path / "far.jsonl", far), write_jsonl(tmp_path / "near.jsonl", near)], id_field="id")
+    (tmp_path / "far.jsonl").write_text('{"id": "x0", "text": "edited"}\n', encoding="utf-8")
+    part = write_jsonl(tmp_path / "new.jsonl", new)
+    held = index.dedup(part, id_field="id")
+    staged = index.dedup(part, id_field="id", work_dir=tmp_path / "work")
+    assert held.indexed_rows > 30 and held.pairs.num_rows == 30  # (more matched than checked)
+    assert staged.pairs.equals(held.pairs) and staged.clusters.equals(held.clusters)
+
+
 def test_a_source_file_changed_or_gone_is_refused_naming_it(tmp_path, in_tmp):
     parts = source_parts(tmp_path / "in")
     index = Index.create(tmp_path / "index", verification="source")

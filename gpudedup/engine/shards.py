@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 
 from ..backends import Backend, get_backend
 from ..core.content import unit_buffers, unit_lengths
-from ..core.ragged import offsets_from_counts, ragged_take, weighted_ranges
+from ..core.ragged import offsets_from_counts, weighted_ranges
 from ..core.verify import plausible, rows_jaccard_at_least, set_columns, sets_matrix
 from ..memory import release_unused_memory
 from ..params import DedupParams
@@ -237,23 +237,25 @@ class SpilledKeys:
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
-def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int, local_rows: np.ndarray,
+def spill_shard_sets(work_at: WorkAt, name: str, reader: Any, index: int, local_rows: np.ndarray,
                      params: DedupParams, backend: BackendOrName) -> None:
     """Task: the shingle sets of rows ``local_rows`` (int64, ascending, of shard ``index``) into
     WORK/sets/<name>/NNNNN/: columns.npy int64 (sorted, distinct per row; see
     verify.document_sets) and offsets.npy int64 (k + 1,). The shard is read once and shingled a
-    batch at a time; only the hashes stay, on disk. The lead of a run against an index
-    (WorkDir.lead) has no text: its documents' stored sets are copied (lead_sets)."""
+    batch at a time; only the hashes stay, on disk. reader: the run's ShardReader; a run
+    against an index gives its own (index/staged.py's LeadReader), which maps the stages'
+    shards to the input's and gives the sets of the lead's documents, which have no text
+    here (WorkDir.lead)."""
 
     work = WorkDir.attach(work_at)
+    spec = params.shingle_spec()
     if work.lead and index == 0:
-        lead_columns, lead_counts = lead_sets(work, local_rows)
+        lead_counts, lead_columns = reader.lead_sets(work, local_rows, spec)
         work.write_dir(f"sets/{name}/{index:05d}", {"columns": lead_columns, "rows": local_rows,
                                                      "offsets": offsets_from_counts(lead_counts)})
         return
     backend = get_backend(backend)
-    spec = params.shingle_spec()
-    texts = reader.corpus(index - work.lead).text_array().take(pa.array(local_rows))
+    texts = reader.corpus(index).text_array().take(pa.array(local_rows))
     lengths = unit_lengths(texts)
     columns, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for start, stop in weighted_ranges(lengths, batch_bytes(params, backend)):
@@ -266,15 +268,6 @@ def spill_shard_sets(work_at: WorkAt, name: str, reader: ShardReader, index: int
                                                 "offsets": offsets_from_counts(np.concatenate(counts)),
                                                 "rows": local_rows})
     release_unused_memory()
-
-
-def lead_sets(work: WorkDir, local_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The stored shingle sets of the lead's rows ``local_rows`` (int64, ascending): (columns
-    int64, counts int64 (k,)), as spill_shard_sets spills them; the lead keeps its documents'
-    sets as set_columns.npy and set_offsets.npy (index/staged.py writes them)."""
-    counts, columns = ragged_take(np.asarray(work.shard_array(0, "set_offsets")), work.shard_array(0, "set_columns"),
-                                  local_rows)
-    return columns, counts
 
 
 def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.ndarray):

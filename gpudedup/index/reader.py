@@ -32,7 +32,7 @@ from ..errors import DamagedIndexError, InputError
 from ..params import DedupParams
 from ..threads import HOST_THREADS, map_parallel
 from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
-from .sources import SOURCES_FILE, read_sources, source_sets
+from .sources import SOURCES_FILE, merge_sources, read_sources, source_sets
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -378,6 +378,18 @@ class IndexReader:
         """The sets of ``sets`` before they are joined (verify.stacked_sets): per segment,
         (counts int64, columns int64) of its rows, in index order."""
         return [self.segments[position].sets(row[mine], self.spec) for position, mine in self._by_segment(segment)]
+
+    def source_pointers(self, segment: np.ndarray, row: np.ndarray) -> tuple[list[dict], np.ndarray, np.ndarray]:
+        """Where the documents (segment, row) (index order) of an index that verifies from
+        its source files are read from: (sources.json entries, file int64 (k,) into them,
+        row_number int64 (k,)), sources.source_sets' input."""
+        parts, numbers = [], [np.zeros(0, np.int64)]
+        for position, mine in self._by_segment(segment):
+            source, local = self.segments[position], row[mine]
+            parts.append((source.sources(), np.asarray(source.array("source_file")[local])))
+            numbers.append(np.asarray(source.array("source_row")[local], np.int64))
+        entries, file = merge_sources(parts)
+        return entries, file.astype(np.int64), np.concatenate(numbers)
 
     def first_indexed(self, ids: pa.Array) -> Optional[object]:
         """The first of ``ids`` that a live indexed document has, or None: a binary search of

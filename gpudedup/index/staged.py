@@ -4,17 +4,19 @@ scheduler), over shards that start with the indexed documents the probe matched.
 
 The matched documents become one more shard, the lead (WorkDir.lead: WORK/indexed/), written
 once the new documents are signed and the index probed with their band keys: their stored
-band keys, signatures, lengths, ids and shingle sets, every one of them active. The stages
+band keys, signatures, lengths, ids and shingle sets (or, for an index that verifies from its
+source files, where each is read from), every one of them active. The stages
 read the work directory through WorkDir.with_lead, where shard 0 is the lead and shard i the
 input's shard i - 1, so rows 0 .. k-1 are the matched documents and k .. the new ones, as in a
 run in memory (index/store.py); the input side (reading, the input rules, the results' rows)
 reads the input's shards alone. The lead's sets stand in for its texts where a stage reads
-sets (shards.spill_shard_sets), and pairs of two lead rows are left out
+sets (shards.spill_shard_sets, through LeadReader), and pairs of two lead rows are left out
 (dask.likely_part's pinned).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, cast
 
 import numpy as np
@@ -32,11 +34,15 @@ from ..engine.kept import Kept
 from ..engine.protocols import Executor
 from ..engine.shards import LengthsAt, Shards, SpilledActive
 from ..engine.shardids import IdsAt
-from ..engine.workdir import LEAD_UNIT
+from ..engine.shardreader import ShardReader
+from ..engine.workdir import LEAD_UNIT, WorkDir
+from ..io.corpus import Corpus
+from ..core.ragged import ragged_take
 from ..core.shingling import ShingleSpec
 from ..report import InputSummary
 from ..stages import Progress, StageLog
 from .reader import IndexReader, Matched
+from .sources import source_sets
 from .store import joined_ids, probe_index, refuse_indexed_ids
 
 
@@ -47,7 +53,7 @@ class StagedIndexStore:
     def __init__(self, inner: WorkDirStore, index: IndexReader, backend: Backend, window: int):
         self.inner, self.index, self.backend, self.window = inner, index, backend, window
         self.work = inner.work.with_lead()
-        self.params, self.reader = inner.params, inner.reader  # (the input's shards, read by the stages' tasks)
+        self.params, self.reader = inner.params, LeadReader(inner.reader)  # (what the stages' tasks read)
         self.copy_batch_cost = inner.copy_batch_cost
         self.work_dir: Optional[str] = inner.work_dir
         self.parts_at: Optional[str] = inner.parts_at
@@ -77,16 +83,25 @@ class StagedIndexStore:
 
     def write_lead(self, matched: Matched, banding: Banding) -> None:
         """The lead unit (the module docstring): the matched documents' stored band keys (as a
-        shard keeps them, band-major), signatures, lengths, ids (the run's id type) and sets."""
+        shard keeps them, band-major), signatures, lengths, ids (the run's id type), and their
+        sets: stored ones, or where an index verifies from its source files, where each one
+        is read from (LeadReader.lead_sets reads only those a stage asks for, as a run in
+        memory does)."""
         k = matched.count
         keys = band_keys(matched.signatures, banding)  # (k, bands)
-        sets = stacked_sets(self.index.set_parts(matched.segment, matched.row))
         arrays = {"keys": np.ascontiguousarray(keys.T), "signatures": matched.signatures,
                   "row_hash": band_key_row_hash(keys), "active": np.arange(k, dtype=np.int64),
-                  "lengths": matched.lengths, "set_offsets": sets.indptr.astype(np.int64, copy=False),
-                  "set_columns": sets.indices.astype(np.int64, copy=False)}
+                  "lengths": matched.lengths}
+        info: dict[str, Any] = {"rows": k, "active": k}
+        if self.index.manifest.verification == "source":
+            info["sources"], arrays["source_file"], arrays["source_row"] = self.index.source_pointers(
+                matched.segment, matched.row)
+        else:
+            sets = stacked_sets(self.index.set_parts(matched.segment, matched.row))
+            arrays["set_offsets"] = sets.indptr.astype(np.int64, copy=False)
+            arrays["set_columns"] = sets.indices.astype(np.int64, copy=False)
         ids = pa.table({"id": matched.ids.cast(self.id_type)})
-        self.work.write_dir(LEAD_UNIT, arrays, {"ids": ids}, {"rows": k, "active": k})
+        self.work.write_dir(LEAD_UNIT, arrays, {"ids": ids}, info)
 
     @property
     def id_type(self) -> pa.DataType:
@@ -134,3 +149,28 @@ def shifted(kept: Kept, k: int) -> Kept:
     """``kept`` (over the input's spilled items) over the lead's k items and then those: the
     lead's are all kept."""
     return kept if kept.left_out is None else Kept(left_out=kept.left_out + k)
+
+
+@dataclass
+class LeadReader:
+    """What the stages' tasks of a run against an index read the shards' texts by
+    (shards.spill_shard_sets): the input's ShardReader, ``inner``, for shard i >= 1 (the
+    input's shard i - 1), and for the lead, which has no text, its documents' sets."""
+
+    inner: ShardReader
+
+    def corpus(self, index: int) -> Corpus:
+        return self.inner.corpus(index - 1)
+
+    @staticmethod
+    def lead_sets(work: WorkDir, rows: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(counts int64 (k,), columns int64): the shingle sets of the lead's ``rows`` (int64,
+        ascending), as verify.set_columns gives them: stored in the lead, or read from the
+        source files each one is indexed from (sources.source_sets, which checks each file)."""
+        sources = work.shard_info(0).get("sources")
+        if sources is not None:
+            return source_sets(sources, np.asarray(work.shard_array(0, "source_file"))[rows],
+                               np.asarray(work.shard_array(0, "source_row"))[rows], spec)
+        counts, columns = ragged_take(np.asarray(work.shard_array(0, "set_offsets")),
+                                      work.shard_array(0, "set_columns"), rows)
+        return counts, np.asarray(columns, np.int64)
