@@ -698,8 +698,14 @@ def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):
     with pytest.raises(gpudedup.ParameterError, match="another run") as refused:
         indexes["staged"].dedup(parts[0], id_field="id", backend="cpu", work_dir=tmp_path / "work0", resume=True)
     # (Which may be this add's own commit: the message says so.)
-    assert "against generation 0 of the index, now at 2: an add, remove or compact committed since (this run's " \
-        "own add too" in str(refused.value)
+    assert "against generation 0 of the index, now at 2: an add, remove or compact committed since (if it was an " \
+        "add that stopped after its commit, that one" in str(refused.value)
+    # An index made again at the same path, to the same generation, is another index.
+    shutil.rmtree(indexes["staged"].path)
+    again = Index.create(indexes["staged"].path)
+    again.add(parts[0], id_field="id", backend="cpu", tag="again")  # generation 1, as work1's add saw it
+    with pytest.raises(gpudedup.ParameterError, match="the index at that path was made again since it ran"):
+        again.dedup(parts[1], id_field="id", backend="cpu", work_dir=tmp_path / "work1", resume=True)
 
 
 def test_an_add_on_a_local_cluster_without_a_work_dir_commits_what_the_in_memory_add_does(tmp_path):
@@ -714,6 +720,7 @@ def test_an_add_on_a_local_cluster_without_a_work_dir_commits_what_the_in_memory
     added = spread.add(part, id_field="id", backend="cpu", workers=2)
     assert np.array_equal(added.keep, reference.keep) and added.pairs.equals(reference.pairs)
     assert spread.info()["documents"] == memory.info()["documents"] == int(reference.keep.sum())
+    assert added.report["work_dir"] is None  # (its temporary one is gone)
 
 
 def test_a_long_lived_index_checks_each_segment_once_and_still_sees_a_file_changed_since(tmp_path, monkeypatch):

@@ -440,10 +440,13 @@ def describe_difference(previous: dict, now: dict) -> str:
             if key == "inputs":
                 return describe_inputs(previous.get(key) or [], now.get(key) or [])
             if key == "index" and isinstance(previous.get(key), dict) and isinstance(now.get(key), dict) \
-                    and {**previous[key], "generation": None} == {**now[key], "generation": None}:
-                return (f"it ran against generation {previous[key].get('generation')} of the index, now at "
-                        f"{now[key].get('generation')}: an add, remove or compact committed since (this run's "
-                        "own add too, if it stopped after its commit: its output, written before, is complete)")
+                    and previous[key].get("path") == now[key].get("path"):
+                before, after = previous[key].get("generation"), now[key].get("generation")
+                if before == after:
+                    return "the index at that path was made again since it ran (the same generation, other segments)"
+                return (f"it ran against generation {before} of the index, now at {after}: an add, remove or "
+                        "compact committed since (if it was an add that stopped after its commit, that one: its "
+                        "output, written before, is complete)")
             if isinstance(previous.get(key), dict) and isinstance(now.get(key), dict):
                 return describe_difference(previous[key], now[key])
             return f"{key} was {previous.get(key)!r}, now {now.get(key)!r}"

@@ -234,6 +234,8 @@ class Index:
                 result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress,
                                           on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
                                           scheduler, workers, (include, exclude), group_field)
+                if temporary:  # (gone with this call: reported as dedup reports a temporary one)
+                    result.report = dataclasses.replace(result.report, work_dir=None)
                 # Everything that can refuse the commit, before anything is written.
                 check_id_type(manifest, store.inner.ids)
                 kept = self._kept_new_rows(result, store)

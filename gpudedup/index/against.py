@@ -4,6 +4,8 @@ a work directory (index/staged.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Optional, Union
 
 from ..backends import Backend
@@ -31,5 +33,9 @@ class Against:
         return self.store
 
     def fingerprint(self) -> dict:
-        """What a work directory's kept stages depend on besides the input: this state."""
-        return {"path": str(self.reader.root.absolute()), "generation": self.reader.manifest.generation}
+        """What a work directory's kept stages depend on besides the input: this state (its
+        generation, and a digest of its manifest, which names its segments: an index made
+        again at the same path reaches the same generation with other segments)."""
+        manifest = self.reader.manifest
+        state = hashlib.sha256(json.dumps(manifest.as_dict(), sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        return {"path": str(self.reader.root.absolute()), "generation": manifest.generation, "state": state}
