@@ -380,16 +380,12 @@ class IndexReader:
         return [self.segments[position].sets(row[mine], self.spec) for position, mine in self._by_segment(segment)]
 
     def source_pointers(self, segment: np.ndarray, row: np.ndarray) -> tuple[list[dict], np.ndarray, np.ndarray]:
-        """Where the documents (segment, row) (index order) of an index that verifies from
-        its source files are read from: (sources.json entries, file int64 (k,) into them,
-        row_number int64 (k,)), sources.source_sets' input."""
-        parts, numbers = [], [np.zeros(0, np.int64)]
-        for position, mine in self._by_segment(segment):
-            source, local = self.segments[position], row[mine]
-            parts.append((source.sources(), np.asarray(source.array("source_file")[local])))
-            numbers.append(np.asarray(source.array("source_row")[local], np.int64))
-        entries, file = merge_sources(parts)
-        return entries, file.astype(np.int64), np.concatenate(numbers)
+        """Where documents (segment, row) of an index verifying from source files are read from,
+        in index order: sources.source_sets' (entries, file int64 (k,), row_number int64 (k,))."""
+        picked = [(self.segments[position], row[mine]) for position, mine in self._by_segment(segment)]
+        entries, file = merge_sources([(s.sources(), np.asarray(s.array("source_file")[rows])) for s, rows in picked])
+        numbers = [np.asarray(s.array("source_row")[rows], np.int64) for s, rows in picked]
+        return entries, file.astype(np.int64), np.concatenate([np.zeros(0, np.int64), *numbers])
 
     def first_indexed(self, ids: pa.Array) -> Optional[object]:
         """The first of ``ids`` that a live indexed document has, or None: a binary search of
