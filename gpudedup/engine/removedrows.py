@@ -128,11 +128,10 @@ class PartsRemoved:
             chosen = np.flatnonzero(~part["keep"].to_numpy())
             docs, cluster, kept = (part[name].to_numpy()[chosen] for name in ("docs", "cluster", "kept_doc"))
             kept_ids = part["kept_id"].combine_chunks().take(pa.array(chosen, pa.int64())) if self.with_ids else None
-            jaccard = np.full(chosen.shape[0], np.nan)
-            indexed = np.flatnonzero(kept < self.indexed_rows)
+            k, jaccard = self.indexed_rows, np.full(chosen.shape[0], np.nan)
+            indexed = np.flatnonzero(kept < k)
             if indexed.shape[0] and self.indexed_pairs is not None:
                 jaccard[indexed] = verified_jaccard(*self.indexed_pairs, kept[indexed], docs[indexed])
-            k = self.indexed_rows
             self.read[number] = RemovedDocs(docs - k, cluster, kept - k, kept_ids, jaccard)
         return self.read[number]
 

@@ -25,14 +25,14 @@ import pyarrow.parquet as pq
 
 from ..core.lsh import band_keys, sorted_unique
 from ..core.normalize import utf8_buffers
-from ..core.ragged import ragged_arange, ragged_take
+from ..core.ragged import ragged_arange
 from ..core.shingling import ShingleSpec, span_hashes
 from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
 from ..errors import DamagedIndexError, InputError
 from ..params import DedupParams
 from ..threads import HOST_THREADS, map_parallel
 from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
-from .sources import SOURCES_FILE, merge_sources, read_sources, source_sets
+from .sources import SOURCES_FILE, merge_sources, read_sources, rows_sets
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -165,13 +165,8 @@ class Segment:
     def sets(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
         """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``, stored
         ones, or (verification "source") shingled from the source files, each checked first as
-        it is read (sources.source_sets)."""
-        if self.verification == "source":
-            return source_sets(self.sources(), np.asarray(self.array("source_file")[rows], np.int64),
-                               np.asarray(self.array("source_row")[rows], np.int64), spec)
-        # A compaction's rows are one run or a few: a copy of each range (ragged_take).
-        counts, columns = ragged_take(self.array("set_offsets"), self.array("set_columns"), rows)
-        return counts, np.asarray(columns, dtype=np.int64)
+        it is read (sources.rows_sets)."""
+        return rows_sets(self.array, self.sources() if self.verification == "source" else None, rows, spec)
 
 
 class IndexReader:

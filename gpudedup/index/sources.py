@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,7 @@ from pyarrow.fs import FileType
 
 from ..backends import get_backend
 from ..core.content import unit_buffers
-from ..core.ragged import offsets_from_counts, ragged_arange
+from ..core.ragged import offsets_from_counts, ragged_arange, ragged_take
 from ..core.shingling import ShingleSpec
 from ..core.verify import set_columns
 from ..errors import DamagedIndexError, InputError, ParameterError
@@ -103,6 +104,20 @@ def read_sources(handle, path: Path) -> list[dict]:
     except (ValueError, KeyError, TypeError) as error:
         raise DamagedIndexError(f"{path}: not a valid list of source files ({type(error).__name__}: {error})") \
             from None
+
+
+def rows_sets(array: Callable[[str], np.ndarray], sources: Optional[list[dict]], rows: np.ndarray,
+              spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows`` of a set of
+    documents whose arrays ``array(name)`` gives (a segment's, or a staged run's lead shard):
+    stored ones, or where ``sources`` (sources.json's entries) is given, shingled from the source
+    files (source_file, source_row), each checked first as it is read (source_sets)."""
+    if sources is not None:
+        return source_sets(sources, np.asarray(array("source_file")[rows], np.int64),
+                           np.asarray(array("source_row")[rows], np.int64), spec)
+    # A compaction's rows are one run or a few: a copy of each range (ragged_take).
+    counts, columns = ragged_take(array("set_offsets"), array("set_columns"), rows)
+    return counts, np.asarray(columns, dtype=np.int64)
 
 
 def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,

@@ -37,12 +37,11 @@ from ..engine.shardids import IdsAt
 from ..engine.shardreader import ShardReader
 from ..engine.workdir import LEAD_UNIT, WorkDir
 from ..io.corpus import Corpus
-from ..core.ragged import ragged_take
 from ..core.shingling import ShingleSpec
 from ..report import InputSummary
 from ..stages import Progress, StageLog
 from .reader import IndexReader, Matched
-from .sources import source_sets
+from .sources import rows_sets
 from .store import joined_ids, probe_index, refuse_indexed_ids
 
 
@@ -167,10 +166,4 @@ class LeadReader:
         """(counts int64 (k,), columns int64): the shingle sets of the lead's ``rows`` (int64,
         ascending), as verify.set_columns gives them: stored in the lead, or read from the
         source files each one is indexed from (sources.source_sets, which checks each file)."""
-        sources = work.shard_info(0).get("sources")
-        if sources is not None:
-            return source_sets(sources, np.asarray(work.shard_array(0, "source_file"))[rows],
-                               np.asarray(work.shard_array(0, "source_row"))[rows], spec)
-        counts, columns = ragged_take(np.asarray(work.shard_array(0, "set_offsets")),
-                                      work.shard_array(0, "set_columns"), rows)
-        return counts, np.asarray(columns, np.int64)
+        return rows_sets(lambda name: work.shard_array(0, name), work.shard_info(0).get("sources"), rows, spec)
