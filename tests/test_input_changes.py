@@ -1,7 +1,7 @@
 """An input file that changes between a run's read and its write is refused with one line, and
 nothing is written (gpudedup/io/stamps.py): by its size or modification time, and where its
 bytes are read again at write time (a JSONL file: its kept lines copied, or a staged run's
-rows), by the bytes themselves, also when the size and the time are set back as they were.
+rows, Parquet's too), by the bytes themselves, also when the size and the time are set back as they were.
 In memory, staged (--work-dir, a file cut into pieces too) and on Dask workers; to JSONL and
 Parquet output; through the API and the CLI."""
 
@@ -135,14 +135,37 @@ def test_a_file_removed_before_the_write_is_refused(tmp_path, how):
     assert_nothing_written(tmp_path)
 
 
+def write_parquet(path: Path, prefix: str, seed: int = 0, words: int = 60) -> Path:
+    """corpus_lines' records as a Parquet file of row groups of three rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = [json.loads(line) for line in corpus_lines(prefix, seed, words)]
+    pq.write_table(pa.Table.from_pylist(records), path, row_group_size=3)
+    return path
+
+
 def test_a_parquet_file_rewritten_with_as_many_rows_is_refused_by_a_staged_run(tmp_path):
     """A staged run reads a Parquet file's kept rows again too: its size and time are checked."""
-    (tmp_path / "in").mkdir()
-    source = tmp_path / "in" / "a.parquet"
-    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in corpus_lines("y")]), source)
+    source = write_parquet(tmp_path / "in" / "a.parquet", "y")
     result = run(source, "staged", tmp_path)
-    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in corpus_lines("x", seed=1, words=50)]), source)
+    write_parquet(source, "x", seed=1, words=50)
     with pytest.raises(gpudedup.InputError, match=r"a\.parquet: changed since the run read it"):
+        result.write(tmp_path / "out")
+    assert_nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("how", ["staged", "pieces"])
+def test_a_parquet_file_of_other_rows_under_the_same_size_and_time_is_refused_by_a_staged_run(tmp_path, how):
+    """Other ids of the same length give a file of the same size; its time set back, only
+    the bytes of the row groups a shard read tell, a file cut into pieces a piece at a time."""
+    source = write_parquet(tmp_path / "in" / "a.parquet", "y")
+    before = source.stat()
+    options = {"shard_bytes": 2000} if how == "pieces" else {}
+    result = run(source, "staged", tmp_path, **options)
+    write_parquet(source, "x")
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (source.stat().st_size, source.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(gpudedup.InputError, match=r"a\.parquet: changed since the run read it \(its bytes differ\); "
+                                                  "nothing was written: run again with an empty work directory"):
         result.write(tmp_path / "out")
     assert_nothing_written(tmp_path)
 
@@ -199,7 +222,10 @@ def test_dask_workers_check_the_bytes_of_the_files_they_copy(client, tmp_path, m
     assert_nothing_written(tmp_path)
 
 
-def test_the_digest_is_of_the_bytes_a_shard_reads_and_taken_for_jsonl_only(tmp_path):
+def test_the_digest_is_of_the_bytes_a_shard_reads(tmp_path):
+    """A JSONL piece's digest is of its byte range; a Parquet piece's of its row groups' column
+    chunks and the footer; in memory it is taken for JSONL only (a Parquet file's kept rows
+    are held), in a staged run's shard for every format."""
     source = write_corpus(tmp_path / "in")
     data = source.read_bytes()
     assert content_digest(source) == hashlib.sha256(data).hexdigest()
@@ -207,8 +233,17 @@ def test_the_digest_is_of_the_bytes_a_shard_reads_and_taken_for_jsonl_only(tmp_p
     stamp = read_stamp(source, "jsonl", Piece(100, 700, 0))
     assert stamp is not None and stamp.digest == hashlib.sha256(data[100:700]).hexdigest()
     assert (stamp.size, stamp.mtime_ns) == (source.stat().st_size, source.stat().st_mtime_ns)
-    parquet = tmp_path / "a.parquet"
-    pq.write_table(pa.table({"text": ["one two"]}), parquet)
+    parquet = write_parquet(tmp_path / "a.parquet", "y")
     stamp = read_stamp(parquet, "parquet")
     assert stamp is not None and stamp.digest is None
+    stamp = read_stamp(parquet, "parquet", read_again=True)
+    assert stamp is not None and stamp.digest == hashlib.sha256(parquet.read_bytes()).hexdigest()
+    metadata, data = pq.read_metadata(parquet), parquet.read_bytes()
+    chunks = [metadata.row_group(1).column(i) for i in range(metadata.num_columns)]
+    start = min(chunk.dictionary_page_offset or chunk.data_page_offset for chunk in chunks)
+    stop = max((chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+               for chunk in chunks)
+    footer = data[len(data) - metadata.serialized_size - 8:]
+    assert footer.endswith(b"PAR1")
+    assert content_digest(parquet, Piece(1, 2, 3)) == hashlib.sha256(data[start:stop] + footer).hexdigest()
     assert read_stamp(tmp_path / "gone.jsonl", "jsonl") is None  # (the read says what is wrong)

@@ -90,11 +90,12 @@ class ShardReader:
         return corpus, part.records, part.table.slice(0, 0)
 
     def stamp(self, index: int) -> Optional[FileStamp]:
-        """What shard ``index`` is about to read, as the write checks it (io/stamps.py); None
-        for a shard that reads nothing (absorbed) or a file that cannot be looked at."""
+        """What shard ``index`` is about to read, as the write checks it (io/stamps.py), with
+        the digest of its bytes whatever the format: its kept rows are read again; None for a
+        shard that reads nothing (absorbed) or a file that cannot be looked at."""
         shard = self.shards[index]
         path = self.files[shard.file]
-        return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece)
+        return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece, read_again=True)
 
     def unchanged(self, index: int, stamp: Optional[FileStamp], consequence: str):
         """A block that reads shard ``index`` again: its file is refused if it is not as

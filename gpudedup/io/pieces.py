@@ -117,6 +117,27 @@ def parquet_pieces(path: Location, shard_bytes: int) -> list[Piece]:
     return pieces
 
 
+def byte_ranges(path: Location, piece: Piece) -> list[tuple[int, int]]:
+    """The byte ranges [start, stop) of a file that hold what ``piece`` reads: a JSONL piece's
+    own range; for a Parquet piece, the span of its row groups' column chunks and the footer
+    (whose schema and offsets say how those bytes are read), so that a digest of them
+    (io/stamps.py) changes where the rows the piece reads do."""
+    if format_of(path) != "parquet":
+        return [(piece.start, piece.stop)]
+    metadata = storage.parquet_metadata(path)
+    starts, stops = [], []
+    for group in range(piece.start, piece.stop):
+        group_meta = metadata.row_group(group)
+        for column in range(group_meta.num_columns):
+            chunk = group_meta.column(column)
+            first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            starts.append(first)
+            stops.append(first + chunk.total_compressed_size)
+    size = storage.file_size(path)
+    footer = (size - metadata.serialized_size - 8, size)  # (metadata, its 4-byte length, "PAR1")
+    return [(min(starts), max(stops)), footer] if starts else [footer]
+
+
 CountTask = Callable[[list[tuple[str, int, int]]], list[int]]
 
 

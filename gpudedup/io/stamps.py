@@ -6,7 +6,8 @@ where it does not hold them (the lines of a JSONL file written as JSONL; every r
 or Dask run). A file rewritten in between would give kept rows that were never deduplicated,
 or that the clusters name as removed. So each file's ``FileStamp`` is taken just before it is
 read: its size and modification time (``storage.size_and_time``, as ``--resume`` compares
-them), and, where the file's bytes are read again at write time (JSONL), a SHA-256 of the
+them), and, where the file's bytes are read again at write time (a JSONL file's kept lines
+copied; every file of a staged or Dask run, whose kept rows are read again), a SHA-256 of the
 bytes read, since a local file's modification time can be set back (``os.utime``, ``touch
 -r``, ``cp -p``, ``rsync -t``). Object stores replace an object whole with a modification
 time no client sets, so there the digest is taken only where the store keeps no time at all
@@ -19,14 +20,13 @@ from __future__ import annotations
 import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 from ..errors import InputError
 from . import storage
+from .pieces import Piece, byte_ranges
 from .storage import Location, Remote
 
-if TYPE_CHECKING:
-    from .pieces import Piece
 
 DIGEST_BLOCK = 1 << 22  # bytes read at a time for the digest
 
@@ -34,8 +34,8 @@ DIGEST_BLOCK = 1 << 22  # bytes read at a time for the digest
 @dataclass(frozen=True)
 class FileStamp:
     """An input file as a run read it: size in bytes, modification time in ns (0 where its file
-    system keeps none), and the SHA-256 (hex) of the bytes read (the whole file, or a JSONL
-    piece's byte range: io/pieces.py), or None where its bytes are not checked."""
+    system keeps none), and the SHA-256 (hex) of the bytes read (the whole file, or those
+    that hold a piece of it: pieces.byte_ranges), or None where its bytes are not checked."""
 
     size: int
     mtime_ns: int
@@ -51,7 +51,7 @@ class FileStamp:
         return None if values is None else cls(int(values[0]), int(values[1]), values[2])
 
 
-def stamp_of(location: Location, piece: Optional["Piece"] = None, digest: bool = False) -> FileStamp:
+def stamp_of(location: Location, piece: Optional[Piece] = None, digest: bool = False) -> FileStamp:
     """The stamp of a file about to be read (or of the part ``piece`` of it a shard reads);
     digest: whether its bytes are read again at write time, so that they are to be checked
     then (taken where the file's modification time may be set back or is not kept: the
@@ -61,38 +61,39 @@ def stamp_of(location: Location, piece: Optional["Piece"] = None, digest: bool =
     return FileStamp(size, mtime_ns, content_digest(location, piece) if wanted else None)
 
 
-def read_stamp(location: Location, format: str, piece: Optional["Piece"] = None) -> Optional[FileStamp]:
+def read_stamp(location: Location, format: str, piece: Optional[Piece] = None,
+               read_again: bool = False) -> Optional[FileStamp]:
     """The stamp of a file of ``format`` (or of the part ``piece`` of it a shard reads) about
-    to be read: with the digest of its bytes where they are copied again at write time, that
-    is for JSONL (stamp_of). None where the file cannot be looked at: the read that follows
-    says what is wrong with it."""
+    to be read: with the digest of its bytes where they are read again at write time, that is
+    for JSONL (its kept lines are copied) and wherever ``read_again`` (a staged run's shard)
+    (stamp_of). None where the file cannot be looked at: the read that follows says what is
+    wrong with it."""
     try:
-        return stamp_of(location, piece, digest=format == "jsonl")
+        return stamp_of(location, piece, digest=read_again or format == "jsonl")
     except OSError:
         return None
 
 
-def content_digest(location: Location, piece: Optional["Piece"] = None) -> str:
-    """SHA-256 (hex) of a file's bytes as stored, or of the byte range of a JSONL ``piece``,
-    read a block at a time (local, or at a URL)."""
+def content_digest(location: Location, piece: Optional[Piece] = None) -> str:
+    """SHA-256 (hex) of a file's bytes as stored, or of the bytes that hold a ``piece`` of it
+    (pieces.byte_ranges), read a block at a time (local, or at a URL)."""
     digest = hashlib.sha256()
     # A whole file as a stream: some file systems (http's) read ranges only where the server does.
     if piece is None:
-        opened, start, stop = storage.open_stream(location), 0, None
-    else:
-        opened, start, stop = storage.open_random(location), piece.start, piece.stop
-        opened.seek(start)
-    with opened as handle:
-        while stop is None or start < stop:
-            block = handle.read(DIGEST_BLOCK if stop is None else min(DIGEST_BLOCK, stop - start))
-            if not block:
-                break
-            digest.update(block)
-            start += len(block)
+        with storage.open_stream(location) as handle:
+            while block := handle.read(DIGEST_BLOCK):
+                digest.update(block)
+        return digest.hexdigest()
+    with storage.open_random(location) as handle:
+        for start, stop in byte_ranges(location, piece):
+            handle.seek(start)
+            while start < stop and (block := handle.read(min(DIGEST_BLOCK, stop - start))):
+                digest.update(block)
+                start += len(block)
     return digest.hexdigest()
 
 
-def change(location: Location, stamp: FileStamp, piece: Optional["Piece"] = None,
+def change(location: Location, stamp: FileStamp, piece: Optional[Piece] = None,
            check_bytes: bool = True) -> Optional[str]:
     """How a file now differs from its ``stamp``, as a message's words ("changed since the run
     read it (its size differs)", "removed since the run read it", ...), or None where it does
@@ -114,7 +115,7 @@ def change(location: Location, stamp: FileStamp, piece: Optional["Piece"] = None
     return f"changed since the run read it (its {what})"
 
 
-def check_unchanged(location: Location, shown: str, stamp: Optional[FileStamp], piece: Optional["Piece"] = None,
+def check_unchanged(location: Location, shown: str, stamp: Optional[FileStamp], piece: Optional[Piece] = None,
                     check_bytes: bool = True, consequence: str = "nothing was written: run again") -> None:
     """Refuse a file that is not as its ``stamp`` says: an InputError naming ``shown`` (the
     file as messages name it), what changed and ``consequence``; a stamp None (a shard that
@@ -127,7 +128,7 @@ def check_unchanged(location: Location, shown: str, stamp: Optional[FileStamp], 
 
 
 @contextmanager
-def unchanged_while(location: Location, shown: str, stamp: Optional[FileStamp], piece: Optional["Piece"] = None,
+def unchanged_while(location: Location, shown: str, stamp: Optional[FileStamp], piece: Optional[Piece] = None,
                     consequence: str = "nothing was written: run again") -> Iterator[None]:
     """A block that reads a file again (its kept rows, or lines, copied): the file is checked
     against its ``stamp`` by size and time before the block, and fully (its bytes too, where
