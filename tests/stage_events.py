@@ -82,14 +82,17 @@ def finish(process: subprocess.Popen, limit: float = WAIT_LIMIT) -> str:
     return stderr or ""
 
 
-def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None) -> subprocess.Popen:
-    """``gpudedup ARGS`` in a subprocess (stderr piped as text, stdout discarded). Python's
+def cli_process(args: list[str], cwd: Path, env: Optional[dict] = None, own_group: bool = False) -> subprocess.Popen:
+    """``gpudedup ARGS`` in a subprocess, through the entry point (console.main: its signal
+    handlers), stderr piped as text, stdout discarded. Python's
     fault handler is on, so a process that aborts (SIGABRT, SIGSEGV) prints every thread's
-    stack into the stderr a failing assertion shows."""
+    stack into the stderr a failing assertion shows. own_group: in a process group of its own
+    (a session: its pid is the group's id), which the test signals as a terminal signals its
+    foreground group."""
     return subprocess.Popen([sys.executable, "-X", "faulthandler", "-c",
-                             "import sys; from gpudedup.cli import main; sys.exit(main())", *args],
+                             "from gpudedup.console import main; main()", *args],
                             cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, start_new_session=own_group)
 
 
 def kill_then_resume(args: list[str], cwd: Path, events_dir: Path, points: list[tuple[str, int]],

@@ -10,6 +10,7 @@ inside the function that needs them, so that this module imports without them.
 from __future__ import annotations
 
 import logging
+import signal
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -160,16 +161,44 @@ def own_client(scheduler: Optional[str], workers: Optional[int], gpu: bool) -> I
         except ImportError:
             raise ParameterError("workers= with backend='gpu' needs dask-cuda (one worker per GPU): "
                                  "pip install dask-cuda") from None
-        cluster = LocalCUDACluster(n_workers=workers)
+        cluster = LocalCUDACluster(n_workers=workers, preload=[__name__])
     else:
         # One thread per worker process: the numpy stages use threads of their own per batch.
         # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
         # dashboard_address ":0": a free port (None still takes 8787, and warns where another
-        # cluster, a notebook's, has it).
+        # cluster, a notebook's, has it). preload: dask_setup below, in each worker.
+        start_resource_tracker()
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", silence_logs=logging.CRITICAL)
+                               dashboard_address=":0", silence_logs=logging.CRITICAL, preload=[__name__])
     with cluster, Client(cluster) as local:
         yield local
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the process that the workers' spawn starts
+    first) with SIGHUP blocked, as it inherits it: it ignores SIGINT and SIGTERM itself, but a
+    closed terminal would end it, and the workers would print its loss. Blocked, not ignored,
+    here: a SIGHUP to this process meanwhile is delivered once the tracker has started."""
+    from multiprocessing import resource_tracker
+
+    if not hasattr(signal, "SIGHUP"):
+        resource_tracker.ensure_running()
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def dask_setup(worker) -> None:
+    """Dask's preload hook, run in each worker of the local cluster own_client starts, as the
+    worker starts. Ctrl-C and a closed terminal signal every process of the terminal's group:
+    the run's own process ends the run (one line; closing the cluster stops the workers), so
+    the workers ignore SIGINT and SIGHUP rather than each print a traceback of their own."""
+    for name in ("SIGINT", "SIGHUP"):
+        if hasattr(signal, name):  # (Windows has no SIGHUP)
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 def clear_worker_caches(client, work_dir) -> None:
