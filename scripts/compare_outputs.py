@@ -5,13 +5,14 @@
 For each of ``pairs/``, ``clusters/`` and ``deduplicated/`` present in either folder, every file
 is read (Parquet, or JSON Lines as bytes) in path order and the two sides are compared exactly:
 the same files, the same rows in the same order, the same values; ``pairs/`` and ``clusters/``
-byte for byte too, as every runner writes them (docs/guarantees.md), where Parquet kept rows
-are the same by content. Prints one line per table (its rows and ``identical`` or
-``DIFFERENT``, with the first file that differs and how) and exits 1 if any table differs or
-is missing on one side; a folder that is not a finished output (no report.json: a run that
-failed, or one still writing) is refused with exit code 2, so that two runs that wrote nothing
-never compare as the same. Used to show that a change meant to keep results
-(another backend, another runner, a refactor) keeps them.
+byte for byte too, as every runner writes them (docs/guarantees.md), where Parquet kept rows are
+the same by content: a dictionary-encoded column as its values (a file written piece by piece
+may hold one dictionary per piece), a NaN equal to a NaN at the same place. Prints one line per
+table (its rows and ``identical`` or ``DIFFERENT``, with the first file that differs and how)
+and exits 1 if any table differs or is missing on one side; a folder that is not a finished
+output (no report.json: a run that failed, or one still writing) is refused with exit code 2, so
+that two runs that wrote nothing never compare as the same. Used to show that a change meant to
+keep results (another backend, another runner, a refactor) keeps them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 TABLES = ("pairs", "clusters", "deduplicated")
@@ -37,11 +40,30 @@ def table_files(root: Path, table: str) -> list[Path]:
     return matches
 
 
+def by_content(table: pa.Table) -> pa.Table:
+    """``table`` in a form that equals another's exactly where their rows hold the same
+    values: dictionary-encoded columns decoded, and each floating column beside its NaN mask
+    with NaN read as 0 (Arrow's equality holds NaN unequal to itself)."""
+    columns, names = [], []
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        if pa.types.is_floating(column.type):
+            nan = pc.is_nan(column)
+            columns.append(nan)
+            names.append(f"{name} is NaN")
+            column = pc.if_else(nan, pa.scalar(0, column.type), column)
+        columns.append(column)
+        names.append(name)
+    return pa.table(columns, names=names)
+
+
 def file_rows(path: Path) -> tuple[int, object]:
-    """(rows, comparable contents) of one result file: an Arrow table, or the raw bytes."""
+    """(rows, comparable contents) of one result file: an Arrow table (by_content), or the raw
+    bytes."""
     if path.suffix == ".parquet":
         table = pq.read_table(path)
-        return table.num_rows, table
+        return table.num_rows, by_content(table)
     data = path.read_bytes()
     return data.count(b"\n"), data
 

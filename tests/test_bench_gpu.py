@@ -234,6 +234,26 @@ def test_compare_outputs_holds_pairs_and_clusters_to_their_bytes(tmp_path):
                      "clusters: absent on both sides", "deduplicated: 2 rows in 1 files, identical"]
 
 
+def test_compare_outputs_reads_kept_rows_by_content(tmp_path):
+    # A NaN is equal to a NaN at the same place, and a dictionary-encoded column to its values
+    # (a file written piece by piece holds one dictionary per piece); a NaN beside a number, or
+    # other values, still differ.
+    import pyarrow as pa
+
+    texts = pa.chunked_array([pa.array(["x", "y"]).dictionary_encode(), pa.array(["y", "z"]).dictionary_encode()])
+    same = {"text": texts, "score": [float("nan"), 1.0, 2.0, float("nan")]}
+    code, lines = compared_outputs(tmp_path / "same", {
+        "a": {"deduplicated": (same, "zstd")},
+        "b": {"deduplicated": ({"text": ["x", "y", "y", "z"], "score": [float("nan"), 1.0, 2.0, float("nan")]},
+                               "zstd")}})
+    assert (code, lines[2]) == (0, "deduplicated: 4 rows in 1 files, identical")
+    for number, other in enumerate(({"text": ["x", "y", "y", "z"], "score": [0.0, 1.0, 2.0, float("nan")]},
+                                    {"text": ["x", "y", "y", "w"], "score": [float("nan"), 1.0, 2.0, float("nan")]})):
+        code, lines = compared_outputs(tmp_path / f"other{number}", {
+            "a": {"deduplicated": (same, "zstd")}, "b": {"deduplicated": (other, "zstd")}})
+        assert (code, lines[2]) == (1, "deduplicated: DIFFERENT at deduplicated/part-00000.parquet")
+
+
 def test_session_step_stopped_by_its_limit_says_so(tmp_path):
     # A step that outlives STEP_SECONDS is stopped, and what it wrote stays, with a line saying so.
     # The step's Python is a stand-in that writes a line and then never ends, so the limit is
