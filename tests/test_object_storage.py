@@ -27,7 +27,9 @@ import gpudedup
 from cli_support import assert_user_error, invoke, write_jsonl
 from gpudedup.io import credentials, filesystems, outputdir, remote_output, storage
 from gpudedup.io.ours import OUTPUT_MARKER
-from gpudedup.engine.workfolders import MARKER
+from gpudedup.engine.disk import WORK_DIR_FORMAT
+from gpudedup.engine.workdir import FORMAT_KEY
+from gpudedup.engine.workfolders import MARKER, TEMPORARY_PREFIX
 from gpudedup.io.staging import host_tag, remote_staging
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
@@ -592,10 +594,10 @@ def test_a_work_directory_url_with_credentials_is_shown_without_them(s3, monkeyp
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     query = f"?scheme=http&endpoint_override={endpoint.split('://')[1]}"
     url = f"s3://testing:testing@{BUCKET}/work-credentials{query}"
-    work = WorkDir(url, {"run": 1}, resume=False)
+    work = WorkDir(url, run_fingerprint(1), resume=False)
     assert work.shown == f"s3://{BUCKET}/work-credentials{query}" and "testing:" not in work.shown
     with pytest.raises(gpudedup.ParameterError) as refused:
-        WorkDir(url, {"run": 1}, resume=False)
+        WorkDir(url, run_fingerprint(1), resume=False)
     assert "testing:" not in str(refused.value) and str(refused.value).startswith(work.shown)
 
 
@@ -843,7 +845,7 @@ def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, 
 
     monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
     url = f"s3://{BUCKET}/work-units"
-    WorkDir(url, {"run": 1}, resume=False).write_dir("stages/x", {"a": np.arange(5)})
+    WorkDir(url, run_fingerprint(1), resume=False).write_dir("stages/x", {"a": np.arange(5)})
     reader = WorkDir.attach(url)
     np.testing.assert_array_equal(reader.load_stage("x")["a"], np.arange(5))  # now in the cache
     writer = WorkDir.attach(url)
@@ -857,12 +859,19 @@ def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, 
         cached.unlink()
     with pytest.raises(OSError, match="stages/x/a.npy: 6 bytes, its unit's marker says"):
         fresh.load_stage("x")
-    assert not list((tmp_path / "cache").rglob("a.npy")) and not list((tmp_path / "cache").rglob(".tmp-*"))
+    assert not list((tmp_path / "cache").rglob("a.npy"))
+    assert not list((tmp_path / "cache").rglob(f"{TEMPORARY_PREFIX}*"))
+
+
+def run_fingerprint(run: int) -> dict:
+    """A work directory's fingerprint for a test: a run's (it names the format) numbered ``run``."""
+    return {FORMAT_KEY: WORK_DIR_FORMAT, "run": run}
 
 
 @pytest.mark.parametrize("state, resume, message", [
     ("earlier", False, "the work directory holds an earlier run; pass resume=True"),
     ("other", True, "the work directory belongs to another run (run was 1, now 2)"),
+    ("index", False, "not a gpudedup work directory (its manifest.json is not a run's) and not empty"),
     ("foreign", False, "not a gpudedup work directory (no manifest.json) and not empty"),
 ])
 def test_a_work_directory_in_the_bucket_is_checked_like_a_folder(s3, tmp_path, state, resume, message):
@@ -871,10 +880,12 @@ def test_a_work_directory_in_the_bucket_is_checked_like_a_folder(s3, tmp_path, s
     url = f"s3://{BUCKET}/work-checked-{state}"
     if state == "foreign":
         put(f"{url}/notes.txt", b"someone else's")
+    elif state == "index":
+        put(f"{url}/manifest.json", b'{"format": 1, "segments": []}')
     else:
-        WorkDir(url, {"run": 1}, resume=False)
+        WorkDir(url, run_fingerprint(1), resume=False)
     with pytest.raises(gpudedup.ParameterError, match=f"{url}: {message}".replace("(", r"\(").replace(")", r"\)")):
-        WorkDir(url, {"run": 2 if state == "other" else 1}, resume=resume)
+        WorkDir(url, run_fingerprint(2 if state == "other" else 1), resume=resume)
 
 
 def test_an_input_the_store_cannot_answer_for_is_named_as_the_input(corpus, monkeypatch, tmp_path):

@@ -512,14 +512,19 @@ def test_a_second_run_on_a_work_directory_in_use_is_told_who_holds_it(happy):
     assert resumed.exit_code == 0, resumed.output
 
 
-def test_a_folder_that_is_no_work_directory_gets_no_lock_file(happy):
-    """A work directory given that holds someone's files is refused as before, and nothing is
-    written into it (not even the lock file)."""
-    (happy / "mine").mkdir()
-    (happy / "mine" / "notes.txt").write_text("x")
+@pytest.mark.parametrize("names", [["notes.txt"], [".tmp-notes.txt", ".tmp-backup/f"], ["manifest.json"],
+                                   ["manifest.json", "segments/a"]])
+def test_a_folder_that_is_no_work_directory_gets_no_lock_file(happy, names):
+    """A work directory given that holds someone's files is refused, and nothing is written
+    into it or taken out of it (not even the lock file): files named as temporary files
+    commonly are, and a manifest.json that is not a run's (an index's, another tool's)."""
+    for name in names:
+        (happy / "mine" / name).parent.mkdir(parents=True, exist_ok=True)
+        (happy / "mine" / name).write_text('{"format": 1}' if name == "manifest.json" else "x")
     result = invoke("dedup", "data.jsonl", "-o", "out", "--work-dir", "mine", *CPU)
     assert result.exit_code == 2 and "not a gpudedup work directory" in error_line(result)
-    assert sorted(p.name for p in (happy / "mine").iterdir()) == ["notes.txt"]
+    left = sorted(str(p.relative_to(happy / "mine")) for p in (happy / "mine").rglob("*") if p.is_file())
+    assert left == sorted(names)
 
 
 # --- the property: nothing outside the run's own places changes --------------------------------

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 import gpudedup
 from gpudedup.cli import app
 from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterError
+from gpudedup.engine.workfolders import TEMPORARY_PREFIX
 
 from stage_events import cli_process, finish, kill_then_resume, wait_for_stage, with_stage_events
 from test_api import write_jsonl
@@ -466,8 +467,9 @@ MUTATIONS = {
     "no_sets": lambda w: rm(w / "sets"),
     "no_sets_no_pairs": lambda w: [rm(w / "sets"), rm(w / "stages" / "pairs")],
     "half_sets_no_stages": lambda w: [rm(p) for p in sorted((w / "sets").glob("*/*"))[::2] + [w / "stages"]],
-    "temporary_leftovers": lambda w: [(w / ".tmp-half").mkdir(), (w / ".tmp-half" / "keys.npy").write_bytes(b"x"),
-                                      (w / ".tmp-file").write_bytes(b"x"), rm(w / "stages" / "pairs")],
+    "temporary_leftovers": lambda w: [(w / f"{TEMPORARY_PREFIX}half").mkdir(),
+                                      (w / f"{TEMPORARY_PREFIX}half" / "keys.npy").write_bytes(b"x"),
+                                      (w / f"{TEMPORARY_PREFIX}file").write_bytes(b"x"), rm(w / "stages" / "pairs")],
     "manifest_only": lambda w: [rm(p) for p in w.iterdir() if p.is_dir()],
 }
 

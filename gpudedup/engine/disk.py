@@ -73,7 +73,7 @@ from .shards import (
     spilled_sets,
 )
 from .signatures import batch_bytes, batches_in_flight_bytes
-from .workdir import WorkDir
+from .workdir import FORMAT_KEY, WorkDir
 
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;
@@ -87,8 +87,9 @@ from .workdir import WorkDir
 # cluster's parts are Parquet files, part.parquet, and a unit on object storage is complete
 # with _complete.json; 12: every run's stages are WORK/stages/<name>/, in the one form its
 # runner keeps; 13: a run against an index reads the indexed documents it matched as the lead
-# shard, WORK/indexed/, and keeps its stages in parts as every other run here does).
-WORK_DIR_FORMAT = 13
+# shard, WORK/indexed/, and keeps its stages in parts as every other run here does; 14: what a
+# run writes before it is complete is named .gpudedup-tmp-*, workfolders.TEMPORARY_PREFIX).
+WORK_DIR_FORMAT = 14
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:
@@ -101,7 +102,7 @@ def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_fiel
         except OSError as error:  # gone since the scan, or its store unreachable: not the work directory's fault
             raise InputError(f"{display_path(path)}: cannot read ({os_reason(error)})") from None
     # The shard size decides how the files are cut, so which shard a spilled directory holds.
-    return {"gpudedup_version": __version__, "work_dir_format": WORK_DIR_FORMAT,
+    return {"gpudedup_version": __version__, FORMAT_KEY: WORK_DIR_FORMAT,
             "parameters": params.result_parameters(), "shard_bytes": shard_bytes(params),
             "text_field": text_field, "id_field": id_field, "on_error": on_error, "inputs": inputs}
 

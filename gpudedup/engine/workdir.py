@@ -63,6 +63,8 @@ PART_OPTIONS = {"compression": "none", "use_dictionary": False}
 PLAN = "plan.npy"
 # The unit of the indexed documents a run against an index matched (WorkDir.lead).
 LEAD_UNIT = "indexed"
+# The field of a run's manifest that names the work directory's format (disk.fingerprint).
+FORMAT_KEY = "work_dir_format"
 # The lock file of a local work directory (work_dir_lock).
 LOCK = "run.lock"
 def resume_without_work_dir() -> ParameterError:
@@ -70,16 +72,32 @@ def resume_without_work_dir() -> ParameterError:
     return ParameterError("resume=True needs work_dir=, the work directory to resume from")
 
 
+def is_run_manifest(data: bytes) -> bool:
+    """Whether the bytes of a folder's MANIFEST are a work directory's: a JSON object that
+    names its format (FORMAT_KEY), where an index's manifest or another tool's is not. Bytes
+    that are not JSON count as one, damaged: the run that reads them says so."""
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return True
+    return isinstance(manifest, dict) and FORMAT_KEY in manifest
+
+
 def may_hold_a_run(path: Path) -> bool:
     """Whether ``path`` is missing, or a directory that is empty or a work directory's (it holds
-    its manifest or lock file; a killed run's half-written units aside): what work_dir_lock may
-    make its lock file in."""
+    a run's manifest, or the lock file; a killed run's half-written units aside): what
+    work_dir_lock may make its lock file in."""
     if not os.path.lexists(path):
         return True
     if not path.is_dir():  # a file, or a link to none
         return False
     names = {entry.name for entry in path.iterdir() if not entry.name.startswith(TEMPORARY_PREFIX)}
-    return not names or bool(names & {MANIFEST, LOCK})
+    if MANIFEST in names:
+        try:
+            return is_run_manifest((path / MANIFEST).read_bytes())
+        except OSError:
+            return True  # (WorkDir says what is wrong with it)
+    return not names or LOCK in names
 
 
 # The work directories this process holds (work_dir_lock): (thread, resolved path) -> depth.
@@ -163,6 +181,9 @@ class WorkDir:
         if folder.is_file():
             raise ParameterError(f"{shown}: the work directory exists and is not a directory")
         manifest = folder.read_small(MANIFEST)
+        if manifest is not None and not is_run_manifest(manifest):
+            raise ParameterError(f"{shown}: not a gpudedup work directory (its {MANIFEST} is not a run's) and not "
+                                 "empty; choose another directory")
         if manifest is not None:
             if not resume:
                 raise ParameterError(f"{shown}: the work directory holds an earlier run; pass resume=True to "

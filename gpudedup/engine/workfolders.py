@@ -33,7 +33,10 @@ from ..io.storage import Location, Remote, location_of
 from ..threads import map_parallel
 
 
-TEMPORARY_PREFIX = ".tmp-"
+# The names of what a run writes before it is complete (a unit, a small file): a killed run's
+# are removed by the next run (prepare), and a folder that holds nothing else counts as empty,
+# so the prefix is one that only gpudedup makes, never a user's own ".tmp-" file.
+TEMPORARY_PREFIX = ".gpudedup-tmp-"
 
 
 # The object a unit on object storage is complete with (written after its files). Its leading
