@@ -403,8 +403,8 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     input file under removed/, named as under deduplicated/ (names), by ``executor``'s tasks
     where a staged run writes its kept rows so; or one file removed.<format>."""
     o = result._outcome
-    # The verified pairs give the Jaccard where the kept document is an indexed one.
-    pairs = (o.pair_a, o.pair_b, o.jaccard) if result.indexed_rows else None
+    # The verified pairs of indexed documents give the Jaccard where the kept document is one.
+    pairs = o.pairs.with_first_below(result.indexed_rows, executor) if result.indexed_rows else None
     removed = removed_of(o.clustered, result._ids_of, result._wide_id_type, result.indexed_rows, pairs)
     spec = shingle_spec(result.report["parameters"])
     staged = hasattr(result.table, "write_removed_files")  # a staged run's shards (keptrows.ShardedTable)

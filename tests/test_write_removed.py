@@ -220,16 +220,19 @@ def test_an_id_column_that_is_not_the_runs_ids_is_refused(corpus, tmp_path):
     check_removed(tmp_path / "named", {r["id"]: r for r in records})
 
 
-def test_against_an_index_names_the_indexed_document(tmp_path):
+@pytest.mark.parametrize("how", ["memory", "staged"])
+def test_against_an_index_names_the_indexed_document(tmp_path, how):
     """dedup --against: a new document removed as a duplicate of an indexed one has that
     document's id as kept_id, and as jaccard the verified pair's where the two are one (the
-    index keeps no text to compute it from), else null."""
+    index keeps no text to compute it from), else null; in memory, and staged, where the
+    verified pairs lie in the work directory's parts."""
     records = records_of(5)
     old, new = records[::2], [{**r, "id": f"new-{r['id']}"} for r in records]
     index = gpudedup.Index.create(tmp_path / "idx", threshold=THRESHOLD)
     index.add(pa.Table.from_pylist(old), id_field="id", backend="cpu")
     write_jsonl(tmp_path / "new.jsonl", new)
-    result = index.dedup(tmp_path / "new.jsonl", id_field="id", backend="cpu")
+    staged = {"work_dir": tmp_path / "work"} if how == "staged" else {}
+    result = index.dedup(tmp_path / "new.jsonl", id_field="id", backend="cpu", **staged)
     result.write(tmp_path / "out", write_removed=True)
     rows = read_rows(tmp_path / "out" / "removed" / "new.parquet")
     clusters = {row["id"]: row for row in result.clusters.to_pylist()}

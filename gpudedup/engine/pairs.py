@@ -167,15 +167,26 @@ class VerifiedPairs:
             return int(self.first.shape[0])
         return 0 if self.parts.sizes is None else int(self.parts.sizes.sum())
 
-    def map(self, executor: "Executor", function: Callable[..., Any], *arguments) -> list:
-        """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time:
-        by ``executor``'s tasks where the pairs lie in parts and it runs tasks elsewhere (each
-        part read where it lies: pairparts.on_pairs), else here, once over every pair. The
-        caller combines the results (a sum, a minimum), which must not depend on how the pairs
-        are cut."""
-        if self.parts is None or executor.in_process:
+    def map(self, executor: Optional["Executor"], function: Callable[..., Any], *arguments) -> list:
+        """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time
+        where they lie in parts (each part read where it lies: pairparts.on_pairs): by
+        ``executor``'s tasks where it runs tasks elsewhere, else here (executor None: after the
+        run, its cluster gone), one part after another; once over every pair where they are
+        held. The caller combines the results (a sum, a minimum), which must not depend on how
+        the pairs are cut."""
+        if self.parts is None or "arrays" in self.__dict__:  # (held, or already read here)
             return [function(*self.arrays, *arguments)]
+        if executor is None or executor.in_process:
+            return [on_pairs(function, *source, *arguments) for source in pair_sources(self)]
         return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
+
+    def with_first_below(self, bound: int, executor: Optional["Executor"]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first, second, jaccard) of the pairs whose first row is below ``bound``, in no
+        particular order, host: a run against an index asks for those of its indexed documents
+        (its leading rows), read a part at a time (map) rather than every pair at once."""
+        found = self.map(executor, first_below, bound)
+        first, second, jaccard = (np.concatenate([part[i] for part in found]) for i in range(3))
+        return first, second, jaccard
 
     def read_now(self) -> None:
         """Hold every pair here from now on, read from the parts (their work directory is
@@ -190,6 +201,13 @@ class VerifiedPairs:
             return self.first, self.second, self.jaccard
         stored = self.parts.read()  # (pairparts.read_parts: ascending)
         return stored["first"], stored["second"], stored["jaccard"]
+
+
+def first_below(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray,
+                bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Task (VerifiedPairs.with_first_below): the pairs given whose first row is below ``bound``."""
+    chosen = first < bound
+    return first[chosen], second[chosen], jaccard[chosen]
 
 
 def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional[PairParts], int]]:

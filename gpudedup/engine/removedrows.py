@@ -144,13 +144,10 @@ def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.
     """What gives the removed documents of a range with their kept documents, wherever the
     clusters lie: held (held_removed), or in a cluster's parts (PartsRemoved, which hold the
     ids of type id_type). ids_of: held_removed's (None: no kept_id); pairs: the verified pairs
-    (a, b, jaccard), for the kept documents that are indexed ones (None: not asked for)."""
+    (a, b, jaccard) of indexed documents (a below indexed_rows: few, sent to each task), for
+    the kept documents that are indexed ones (None: not asked for)."""
     if clustered.in_parts:
-        indexed_pairs = None
-        if pairs is not None and indexed_rows:  # (those of an indexed document: few, sent to each task)
-            indexed = pairs[0] < indexed_rows
-            indexed_pairs = (pairs[0][indexed], pairs[1][indexed], pairs[2][indexed])
-        return PartsRemoved(cast(ClusterParts, clustered), id_type, ids_of is not None, indexed_rows, indexed_pairs)
+        return PartsRemoved(cast(ClusterParts, clustered), id_type, ids_of is not None, indexed_rows, pairs)
     return held_removed(clustered.read(), ids_of, indexed_rows, *(pairs or (None, None, None)))
 
 
@@ -159,8 +156,9 @@ def held_removed(clusters: Clusters, ids_of: Optional[Callable[[np.ndarray], pa.
                  pair_jaccards: Optional[np.ndarray] = None) -> HeldRemoved:
     """HeldRemoved of ``clusters`` (over the outcome's rows, the first ``indexed_rows`` of them
     an index's documents); ids_of(rows) gives the ids of documents in clusters (None: no
-    kept_id); pair_a, pair_b, pair_jaccards: the verified pairs (a < b), whose Jaccard is given
-    where the kept document is an indexed one (None: not asked for)."""
+    kept_id); pair_a, pair_b, pair_jaccards: the verified pairs (a < b; those of indexed
+    documents suffice), whose Jaccard is given where the kept document is an indexed one
+    (None: not asked for)."""
     gone = ~clusters.keep
     docs, cluster, kept = clusters.docs[gone], clusters.cluster[gone], kept_documents(clusters)[gone]
     jaccard = np.full(docs.shape[0], np.nan)
