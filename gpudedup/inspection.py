@@ -366,7 +366,8 @@ def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> An
     """``rows`` (what DedupResult.restore gives: a list, a pandas or polars Series or
     DataFrame, a pyarrow Table or Array, a Hugging Face Dataset, a cuDF DataFrame) with
     ``columns`` added, in its own type: a list as a list of dicts (a text under ``text_field``),
-    a Series as a DataFrame and an Arrow array as a Table (its values under ``text_field``)."""
+    a Series as a DataFrame (its values under its name, where it has one, else ``text_field``)
+    and an Arrow array as a Table (its values under ``text_field``)."""
     module = type(rows).__module__.split(".")[0]
     if isinstance(rows, list):
         items = [dict(item) if isinstance(item, dict) else {text_field: item} for item in rows]
@@ -376,14 +377,14 @@ def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> An
             item.update((name, column[n]) for name, column in values.items())
         return items
     if module == "pandas":
-        frame = rows.to_frame(name=text_field) if rows.ndim == 1 else rows
+        frame = rows.to_frame(name=text_field if rows.name is None else rows.name) if rows.ndim == 1 else rows
         _refuse_clash(set(frame.columns), columns)
         return frame.assign(**{name: column.to_numpy(zero_copy_only=False) if pa.types.is_floating(column.type)
                                else column.to_pylist() for name, column in columns.items()})
     if module == "polars":
         import polars
 
-        frame = rows.to_frame(text_field) if isinstance(rows, polars.Series) else rows
+        frame = rows.to_frame(rows.name or text_field) if isinstance(rows, polars.Series) else rows
         _refuse_clash(set(frame.columns), columns)
         return frame.with_columns([polars.Series(name, column) for name, column in columns.items()])
     if module == "datasets":

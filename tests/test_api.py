@@ -241,6 +241,21 @@ def test_removed_rows_of_an_arrow_array_are_a_table(arrow):
     assert removed["text"].to_pylist() == [texts[2], texts[4], texts[6]]
 
 
+@pytest.mark.parametrize("name, column", [("body", "body"), (None, "text")])
+def test_removed_rows_of_a_series_are_a_frame_under_its_name(name, column):
+    """A pandas or polars Series gives its removed rows as a DataFrame with the texts under the
+    Series' name (as its deduplicated rows keep it), else under "text"."""
+    import pandas as pd
+    polars = pytest.importorskip("polars")
+    texts = planted_texts()
+    for series in (pd.Series(texts, name=name), polars.Series(name or "", texts)):
+        result = gpudedup.dedup(series)
+        removed = result.removed_rows()
+        assert list(removed.columns) == [column, "id", "kept_id", "cluster", "jaccard"], type(series)
+        assert list(removed[column]) == [texts[2], texts[4], texts[6]]
+        assert (result.deduplicated.name or None) == name
+
+
 def test_pandas_dataframe():
     import pandas as pd
     frame = planted_table().to_pandas()
