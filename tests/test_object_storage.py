@@ -28,7 +28,7 @@ from cli_support import assert_user_error, invoke, write_jsonl
 from gpudedup.io import credentials, filesystems, outputdir, remote_output, storage
 from gpudedup.io.ours import OUTPUT_MARKER
 from gpudedup.engine.disk import WORK_DIR_FORMAT
-from gpudedup.engine.workdir import FORMAT_KEY
+from gpudedup.engine.manifest import FORMAT_KEY
 from gpudedup.engine.workfolders import MARKER, TEMPORARY_PREFIX
 from gpudedup.io.staging import host_tag, remote_staging
 from gpudedup.io.inputs import scan_inputs

@@ -73,7 +73,8 @@ from .shards import (
     spilled_sets,
 )
 from .signatures import batch_bytes, batches_in_flight_bytes
-from .workdir import FORMAT_KEY, WorkDir
+from .manifest import FORMAT_KEY
+from .workdir import WorkDir
 
 # The layout of the spilled shards (workdir.py); a work directory of another layout is refused
 # as another run's (2: per-row line numbers, text bytes and null flags for the input rules;

@@ -51,10 +51,10 @@ from ..errors import OutputError, ParameterError
 from ..io.storage import Given, Remote, location_of
 from ..locks import exclusive_lock
 from ..threads import map_parallel
+from .manifest import MANIFEST, describe_difference, is_run_manifest, started_elsewhere
 from .workfolders import (REQUEST_THREADS, TEMPORARY_PREFIX, BucketFolder, Folder,
                           folder_of, load_npy, read_work_file)
 
-MANIFEST = "manifest.json"
 # The file of a part of a cluster's stage (WorkDir.write_part). Written without dictionaries or
 # compression: parts of distinct integers gain little from either, and pyarrow's defaults make
 # the write about three times slower (scripts/bench_work_formats.py, docs/performance.md).
@@ -63,24 +63,13 @@ PART_OPTIONS = {"compression": "none", "use_dictionary": False}
 PLAN = "plan.npy"
 # The unit of the indexed documents a run against an index matched (WorkDir.lead).
 LEAD_UNIT = "indexed"
-# The field of a run's manifest that names the work directory's format (disk.fingerprint).
-FORMAT_KEY = "work_dir_format"
 # The lock file of a local work directory (work_dir_lock).
 LOCK = "run.lock"
+
+
 def resume_without_work_dir() -> ParameterError:
     """The error of a run asked to resume without a work directory (dedup, Index.add)."""
     return ParameterError("resume=True needs work_dir=, the work directory to resume from")
-
-
-def is_run_manifest(data: bytes) -> bool:
-    """Whether the bytes of a folder's MANIFEST are a work directory's: a JSON object that
-    names its format (FORMAT_KEY), where an index's manifest or another tool's is not. Bytes
-    that are not JSON count as one, damaged: the run that reads them says so."""
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except ValueError:
-        return True
-    return isinstance(manifest, dict) and FORMAT_KEY in manifest
 
 
 def may_hold_a_run(path: Path) -> bool:
@@ -451,67 +440,3 @@ WorkAt = Union[WorkDir, str, LeadAt]
 def arrays_of(table: pa.Table) -> dict[str, np.ndarray]:
     """A part's columns of numbers (WorkDir.read_part) as numpy arrays, host, by name."""
     return {name: table[name].to_numpy() for name in table.column_names}
-
-
-def describe_difference(previous: dict, now: dict) -> str:
-    """The first field that differs between two fingerprints, for the message (in the order
-    of ``now``, where the parameters a user gives come before those derived from them)."""
-    for key in list(now) + [key for key in previous if key not in now]:
-        if previous.get(key) != now.get(key):
-            if key == "inputs":
-                return describe_inputs(previous.get(key) or [], now.get(key) or [])
-            if key == "index" and isinstance(previous.get(key), dict) and isinstance(now.get(key), dict) \
-                    and previous[key].get("path") == now[key].get("path"):
-                before, after = previous[key].get("generation"), now[key].get("generation")
-                if before == after:
-                    return "the index at that path was made again since it ran (the same generation, other segments)"
-                return (f"it ran against generation {before} of the index, now at {after}: an add, remove or "
-                        "compact committed since (if it was an add that stopped after its commit, that one: its "
-                        "output, written before, is complete)")
-            if isinstance(previous.get(key), dict) and isinstance(now.get(key), dict):
-                return describe_difference(previous[key], now[key])
-            return f"{key} was {previous.get(key)!r}, now {now.get(key)!r}"
-    return "the fingerprints differ"
-
-
-def started_elsewhere(previous: dict, now: dict) -> Optional[str]:
-    """Where the run of a work directory was started, if its fingerprint (``previous``) differs
-    from this run's (``now``) only in how the input files are named: the same files named from
-    another working directory (ids and messages name them relative to it:
-    io/inputs.display_path). "" where that directory cannot be told (the files were named by
-    absolute paths there); None when the runs differ otherwise."""
-    old, new = previous.get("inputs") or [], now.get("inputs") or []
-    if old == new or len(old) != len(new) or {**previous, "inputs": None} != {**now, "inputs": None}:
-        return None
-    roots = set()
-    for (old_path, *old_stat), (new_path, *new_stat) in zip(old, new):
-        if old_stat != new_stat or "://" in new_path:
-            return None
-        absolute = str(Path(new_path).absolute())
-        if Path(old_path).is_absolute():
-            if old_path != absolute:
-                return None
-        elif absolute.endswith(os.sep + old_path):
-            roots.add(absolute[: -len(old_path) - 1])
-        else:
-            return None
-    if len(roots) > 1:
-        return None
-    return roots.pop() if roots else ""
-
-
-def describe_inputs(previous: list, now: list) -> str:
-    """Which input file was added, removed or changed ([path, size, mtime_ns] lists)."""
-    before, after = {p[0]: p[1:] for p in previous}, {p[0]: p[1:] for p in now}
-    for path in after:
-        if path not in before:
-            return f"the input files differ: {path} was added"
-    for path in before:
-        if path not in after:
-            return f"the input files differ: {path} was removed"
-        if before[path] != after[path]:
-            what = "size" if before[path][0] != after[path][0] else "modification time"
-            return f"the input files differ: {path} changed ({what})"
-    return "the input files differ"
-
-
