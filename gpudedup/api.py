@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -286,28 +287,30 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     workers = None if workers is None else int(workers)  # (numpy's integers as Python's, for Dask)
     if work_dir is None and workers is None:
         raise ParameterError("a Dask cluster needs a work directory (work_dir=) that every worker sees")
-    with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
-        executor = DaskExecutor(connected)
-        try:
-            if work_dir is not None:
-                result = staged_dedup(data, params, backend, location_of(work_dir), resume, text_field, id_field,
-                                      on_error, progress, executor, against, found, group_field)
-            else:
-                # The result reads the input files again when it writes; of the spills it needs
-                # only the ids, the verified pairs and the clusters, read into memory before the
-                # temporary folder goes.
-                with tempfile.TemporaryDirectory(prefix="gpudedup-work-") as temporary:
-                    result = staged_dedup(data, params, backend, Path(temporary) / "work", False, text_field,
-                                          id_field, on_error, progress, executor, against, found, group_field)
+    with ExitStack() as temporary_dirs:
+        # Without a work directory (workers of the run's own) the run works in a temporary one,
+        # removed once its cluster is closed: the tasks of a stage that failed may be writing.
+        temporary = None if work_dir is not None else Path(temporary_dirs.enter_context(
+            tempfile.TemporaryDirectory(prefix="gpudedup-work-"))) / "work"
+        with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
+            executor = DaskExecutor(connected)
+            try:
+                result = staged_dedup(data, params, backend, temporary or location_of(work_dir),
+                                      resume and temporary is None, text_field, id_field, on_error, progress,
+                                      executor, against, found, group_field)
+                if temporary is not None:
+                    # The result reads the input files again when it writes; of the spills it
+                    # needs only the ids, the verified pairs and the clusters, read into memory
+                    # before the temporary folder goes.
                     result._hold_here()
-            if connected is not None:
-                result.report = result.report.with_dask(connected.scheduler.address,
-                                                        len(connected.scheduler_info()["workers"]),
-                                                        work_dir is not None)
-            return finish(result, executor)
-        finally:
-            if work_dir is not None:  # the workers' copies of a work directory on object storage
-                clear_worker_caches(connected, location_of(work_dir))
+                if connected is not None:
+                    result.report = result.report.with_dask(connected.scheduler.address,
+                                                            len(connected.scheduler_info()["workers"]),
+                                                            work_dir is not None)
+                return finish(result, executor)
+            finally:
+                if work_dir is not None:  # the workers' copies of a work directory on object storage
+                    clear_worker_caches(connected, location_of(work_dir))
 
 
 def on_dask(work_dir, client, scheduler, workers) -> bool:

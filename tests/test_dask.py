@@ -793,6 +793,25 @@ def test_bad_input_with_workers_gives_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: in/a.jsonl:2"), lines
 
 
+@pytest.mark.timeout(120)  # CLI runs that start a cluster of their own
+def test_a_bad_record_in_one_piece_of_a_run_without_a_work_directory_gives_one_line(tmp_path):
+    """Workers and no --work-dir: the run works in a temporary folder. One piece of a file cut
+    in many fails while the other pieces' tasks still write there; the run ends with the
+    record's one line, and its temporary folder goes once the workers are gone."""
+    lines = [json.dumps({"text": " ".join(f"w{(i * 7 + j) % 301}" for j in range(60))}) + "\n" for i in range(600)]
+    lines.insert(301, '{"text": 5}\n')
+    (tmp_path / "bad.jsonl").write_text("".join(lines), encoding="utf-8")
+    (tmp_path / "tmp").mkdir()
+    for _attempt in range(2):  # (a race with the tasks showed in most runs, not in every one)
+        run = cli_process(["dedup", "bad.jsonl", "-o", "out", "--backend", "cpu", "-q", "--workers", "2",
+                           "--shard-bytes", "7K"], tmp_path, {**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+        stderr = finish(run)
+        assert run.returncode == 2, stderr
+        assert cli_stderr_lines(stderr) == ["error: bad.jsonl:302: field 'text' is a number, expected a string or a "
+                                            "list of token ids"], stderr[-3000:]
+        assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("gpudedup-work-")] == []
+
+
 @pytest.mark.timeout(120)  # a CLI run that starts a cluster of its own
 @pytest.mark.parametrize("name, code, line", [("SIGINT", 130, "interrupted"), ("SIGHUP", 129, "terminated (SIGHUP)")])
 def test_ctrl_c_or_a_closed_terminal_during_a_workers_run_gives_one_line(corpus, tmp_path, name, code, line):
