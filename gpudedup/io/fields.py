@@ -4,8 +4,10 @@ a path through struct columns (Arrow, Parquet) or JSON objects (JSONL): ``conten
 ``meta.id``.
 
 A top-level column whose own name holds the dots wins: ``meta.id`` is the column of that name
-where the table (or the JSON record) has one, and the field ``id`` of the struct (object)
-``meta`` otherwise. A null anywhere on the path is a null value (a record whose ``meta`` is
+where the table has one, and the field ``id`` of the struct (object) ``meta`` otherwise. The
+columns of a JSONL file are the keys of its records: where any record has the key ``meta.id``
+it names that key in every record, and a record without it lacks the field (record_value),
+as reading the file's table gives. A null anywhere on the path is a null value (a record whose ``meta`` is
 null has a null ``meta.id``); a path that runs into a missing field or into something that is
 not a struct (object) is a field the data does not have. Lists are not entered.
 
@@ -44,6 +46,15 @@ def field_path(schema: pa.Schema, name: str) -> Optional[tuple[int, ...]]:
         path.append(child)
         data_type = data_type.field(child).type
     return tuple(path)
+
+
+def named_both_ways(schema: pa.Schema, name: str) -> bool:
+    """Whether ``schema`` has a top-level column ``name`` (dotted) and the dotted path through
+    struct columns too: a JSONL file whose records name the field in both ways."""
+    if "." not in name or schema.get_field_index(name) < 0:
+        return False
+    index = schema.get_field_index(name.partition(".")[0])
+    return index >= 0 and field_path(pa.schema([schema.field(index)]), name) is not None
 
 
 def has_field(schema: pa.Schema, name: str) -> bool:
@@ -135,12 +146,14 @@ def field_names(schema: pa.Schema) -> list[str]:
 MISSING = object()
 
 
-def record_value(record: dict, name: str) -> Any:
+def record_value(record: dict, name: str, columns: Optional[set[str]] = None) -> Any:
     """The value of the field ``name`` of one JSON record (a dict), the rules of field_path
     over objects: the key itself where the record has it, else a dotted path through objects;
-    None where an object on the path is null; MISSING where the record has no such field."""
-    if name in record:
-        return record[name]
+    None where an object on the path is null; MISSING where the record has no such field.
+    columns: the top-level columns of the record's file where they are known (the keys of all
+    its records): a name among them is that key alone, MISSING where the record lacks it."""
+    if name in record or (columns is not None and name in columns):
+        return record.get(name, MISSING)
     if "." not in name:
         return MISSING
     value: Any = record

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from .fields import empty_table, field_column, has_field
+from .fields import empty_table, field_column, has_field, named_both_ways
 from .formats import MAGIC, compression_of, input_suffix
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
@@ -63,7 +63,9 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
                 and not bad_token_ids(table, text_field)
                 and not text_missing(path, source, table, row_numbers, text_field)):
             return table, row_numbers, []
-    return read_jsonl_by_line(path, source, text_field, id_field, errors)
+    # The columns of a table read whole tell what a dotted field name names (fields.py).
+    columns = None if table is None else set(table.column_names)
+    return read_jsonl_by_line(path, source, text_field, id_field, errors, columns)
 
 
 def type_depth(schema: pa.Schema) -> int:
@@ -91,7 +93,7 @@ def text_missing(path: Location, source: SourceFile, table: pa.Table, row_number
     if not column.null_count:
         return False
     rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
-    return lacks_field(path, source, row_numbers[rows], text_field)
+    return lacks_field(path, source, row_numbers[rows], text_field, set(table.column_names))
 
 
 def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:
@@ -99,7 +101,7 @@ def null_ids(table: pa.Table, id_field: Optional[str]) -> bool:
 
 
 def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
-                       errors: RecordErrors):
+                       errors: RecordErrors, columns: Optional[set[str]] = None):
     """The slow path of read_jsonl: check every line, leave out (or stop at) the bad ones,
     parse the good ones with Arrow."""
     source.line_by_line = True
@@ -113,7 +115,7 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
         if first and opens_json_array(line):
             raise file_error(source.path, json_array_problem(path))
         first = False
-        problem, kinds = check_jsonl_line(line, number, text_field, id_field, first_seen)
+        problem, kinds = check_jsonl_line(line, number, text_field, id_field, first_seen, columns)
         if problem:
             if number == 1:
                 problem += compressed_hint(line, path)
@@ -142,6 +144,11 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
     problem = check_columns(table, source, text_field, id_field)
     if problem:
         raise file_error(source.path, strip_path(problem, source.path))
+    if columns is None:  # (the lines were checked field by field, not knowing the file's columns)
+        both = [name for name in (text_field, id_field) if name is not None and named_both_ways(table.schema, name)]
+        if both:
+            raise file_error(source.path, f"field {both[0]!r} is a key of its own in some records and a path "
+                                          "through objects in others: give every record the one form")
     return table, np.asarray(numbers, dtype=np.int64), errors.records
 
 

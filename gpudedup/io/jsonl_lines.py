@@ -338,12 +338,12 @@ def object_line_numbers(open_stream: Callable, path: Location, source: SourceFil
     return (np.flatnonzero(shapes == OBJECT) + 1 + source.numbers_before).astype(np.int64)
 
 
-def lacks_field(path: Location, source: SourceFile, numbers: np.ndarray, name: str) -> bool:
+def lacks_field(path: Location, source: SourceFile, numbers: np.ndarray, name: str, columns: set[str]) -> bool:
     """Whether one of the lines ``numbers`` (int64 ascending, from 1, the whole file's) of a
-    JSONL file of records (lines a parser read) lacks the field ``name`` (a key, or a dotted
-    path through objects: fields.record_value), where a parser gives the same null for a field
-    missing and a field holding null. A line Python's parser does not take counts as lacking
-    it: the line-by-line reading says what is wrong."""
+    JSONL file of records (lines a parser read, into a table of ``columns``) lacks the field
+    ``name`` (a key, or a dotted path through objects: fields.record_value), where a parser
+    gives the same null for a field missing and a field holding null. A line Python's parser
+    does not take counts as lacking it: the line-by-line reading says what is wrong."""
     wanted = iter(numbers.tolist())
     next_number = next(wanted, None)
     for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
@@ -351,7 +351,7 @@ def lacks_field(path: Location, source: SourceFile, numbers: np.ndarray, name: s
             break
         if number == next_number:
             try:
-                if record_value(json.loads(line), name) is MISSING:
+                if record_value(json.loads(line), name, columns) is MISSING:
                     return True
             except (ValueError, RecursionError, TypeError, AttributeError):
                 return True
@@ -388,10 +388,11 @@ def _any_int(text: str):
 
 
 def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Optional[str],
-                     first_seen: dict) -> tuple[str, dict]:
+                     first_seen: dict, columns: Optional[set[str]] = None) -> tuple[str, dict]:
     """(problem, field types) of one non-blank JSONL line: problem is '' when the line is a
     usable record, else what is wrong with it; field types maps every field path (a tuple,
-    '[]' for list items) with a non-null value to its JSON type, for the next lines."""
+    '[]' for list items) with a non-null value to its JSON type, for the next lines.
+    columns: the file's columns where known (fields.record_value)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -417,7 +418,7 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         return f"JSON nested more than {MAX_JSON_DEPTH} levels deep", {}
     if not isinstance(record, dict):
         return f"expected a JSON object, got {json_type(record)}", {}
-    value = record_value(record, text_field)
+    value = record_value(record, text_field, columns)
     if value is MISSING:  # (null is a record without text; a missing field is a mistake)
         return (f"no field {text_field!r} (its fields: {listed(record_field_names(record))}); give a record "
                 "without text as null, or choose the text field with text_field= (token ids: token_field=)"), {}
@@ -428,7 +429,7 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
     elif value is not None and not isinstance(value, str):
         return f"field {text_field!r} is {json_type(value)}, expected a string or a list of token ids", {}
     if id_field is not None:
-        value = record_value(record, id_field)
+        value = record_value(record, id_field, columns)
         if value is None or value is MISSING:
             return f"id field {id_field!r} is missing or null", {}
         if not isinstance(value, (str, int)) or isinstance(value, bool):
