@@ -218,6 +218,31 @@ def test_arrow_stream_with_string_view_text():
 
 
 @pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
+def test_view_columns_beside_the_text_keep_their_type(tmp_path):
+    """Columns of view types beside the text (string_view, binary_view, a struct or list of
+    them: DuckDB's and polars' exports), which Arrow cannot filter: the kept and removed rows
+    have them in their own types, and a Parquet file of them is written as any other."""
+    table = planted_table()
+    n = table.num_rows
+    view = table.append_column("url", pa.array([f"u{i}" for i in range(n)], pa.string_view())) \
+        .append_column("blob", pa.array([bytes([i]) for i in range(n)], pa.binary_view())) \
+        .append_column("meta", pa.array([{"tag": f"t{i}"} for i in range(n)], pa.struct([("tag", pa.string_view())]))) \
+        .append_column("tags", pa.array([[f"t{i}"] for i in range(n)], pa.list_(pa.string_view())))
+    result = gpudedup.dedup(view)
+    check_planted(result)
+    kept = result.deduplicated
+    assert kept.schema == view.schema
+    assert kept["url"].to_pylist() == [f"u{i}" for i, k in enumerate(EXPECTED_KEEP) if k]
+    removed = result.removed_rows()
+    assert removed.schema.field("tags").type == pa.list_(pa.string_view())
+    assert removed["url"].to_pylist() == [f"u{i}" for i, k in enumerate(EXPECTED_KEEP) if not k]
+    pq.write_table(view, tmp_path / "views.parquet")
+    gpudedup.dedup(tmp_path / "views.parquet", output=tmp_path / "out")
+    written = pq.read_table(tmp_path / "out" / "deduplicated" / "views.parquet")
+    assert written["url"].to_pylist() == kept["url"].to_pylist()
+
+
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
 def test_string_view_array_and_table_keep_their_type():
     table = planted_table()
     view = table.set_column(1, "text", table["text"].cast(pa.string_view()))

@@ -55,6 +55,12 @@ class Corpus:
     nested_texts: Optional[pa.ChunkedArray] = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
+        # Arrow filters and takes no view type (string_view, binary_view, within structs and
+        # lists too): such columns are held as their plain large types, and the kept rows
+        # cast back to the input's schema (layout.as_input).
+        plain = pa.schema([field.with_type(without_views(field.type)) for field in self.table.schema])
+        if plain != self.table.schema:
+            self.table = self.table.cast(plain)
         # The stages want the text as one string or large_string array: an all-null column
         # has Arrow's null type, newer producers may send string_view, and a column in many
         # chunks (one per block read) would make every take() concatenate all of them first.
@@ -95,6 +101,23 @@ class Corpus:
     @property
     def num_rows(self) -> int:
         return self.table.num_rows
+
+
+def without_views(data_type: pa.DataType) -> pa.DataType:
+    """``data_type`` with every string_view and binary_view in it (a column's own type, or a
+    struct's field, a list's items) made large_string and large_binary: types Arrow's filter
+    and take have kernels for."""
+    if pa.types.is_string_view(data_type):
+        return pa.large_string()
+    if pa.types.is_binary_view(data_type):
+        return pa.large_binary()
+    if pa.types.is_struct(data_type):
+        return pa.struct([field.with_type(without_views(field.type)) for field in data_type])
+    if pa.types.is_list(data_type):
+        return pa.list_(data_type.value_field.with_type(without_views(data_type.value_type)))
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(data_type.value_field.with_type(without_views(data_type.value_type)))
+    return data_type
 
 
 def plain_text_type(data_type: pa.DataType) -> pa.DataType:
