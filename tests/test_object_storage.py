@@ -175,6 +175,7 @@ def test_staged_run_cuts_remote_files(corpus, monkeypatch, tmp_path):
     assert hidden_left(out) == []
 
 
+@pytest.mark.timeout(120)  # a run that starts a cluster of its own: 23 s alone, more beside other work
 def test_dask_workers_read_the_bucket(corpus, monkeypatch, tmp_path):
     """Two local Dask workers (processes that inherit the AWS environment) read their shards
     from the bucket themselves."""
