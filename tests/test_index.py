@@ -218,6 +218,29 @@ def test_query_finds_exactly_the_indexed_documents_at_the_threshold(query_index)
     assert some >= len(texts) // 2
 
 
+@pytest.mark.parametrize("seed, adds", [(None, 1), (7, 2)])
+def test_an_index_object_answers_for_the_index_now_at_its_path(tmp_path, seed, adds):
+    """An Index kept (a notebook's, a service's) while its index is made again at the path:
+    deleted, or restored from a backup, reaching the generation it had read (one add), or
+    another with other permutations (another seed, two adds). It answers as a new Index
+    over the path does, never from the index it read before."""
+    a = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
+    b = "one two three four five six seven eight nine ten eleven twelve"
+    kept = Index.create(tmp_path / "idx", threshold=0.8, ngram=3)
+    kept.add(pa.table({"id": ["a"], "text": [a]}), id_field="id", backend="cpu")
+    assert kept.query([a, b], backend="cpu") == [[("a", 1.0)], []]
+    shutil.rmtree(tmp_path / "idx")
+    made = Index.create(tmp_path / "idx", threshold=0.8, ngram=3, **({} if seed is None else {"seed": seed}))
+    made.add(pa.table({"id": ["b"], "text": [b]}), id_field="id", backend="cpu")
+    if adds == 2:
+        made.add(pa.table({"id": ["c"], "text": ["x y z w v u t s r q p o"]}), id_field="id", backend="cpu")
+    expected = [[], [("b", 1.0)]]
+    assert Index(tmp_path / "idx").query([a, b], backend="cpu") == expected
+    assert kept.query([a, b], backend="cpu") == expected
+    result = kept.dedup(pa.table({"id": ["q1", "q2"], "text": [a, b]}), id_field="id", backend="cpu")
+    assert result.deduplicated["id"].to_pylist() == ["q1"]
+
+
 def test_remove_and_compact(query_index, tmp_path):
     source, indexed = query_index
     shutil.copytree(source.path, tmp_path / "index")
@@ -336,6 +359,10 @@ def test_cli_end_to_end(in_tmp, output_names):
     lines = [json.loads(line) for line in queried.stdout.splitlines()]
     assert {"id": records[0]["id"], "jaccard": 1.0} in lines[0]["matches"] and lines[1]["matches"] == []
     assert "note: queries/a.jsnl names no file or folder here: it is queried as a text" in queried.stderr
+    # An empty text is a text (a path, "", would be the current folder, which holds queries/).
+    queried = invoke("index", "query", "idx", "")
+    assert queried.exit_code == 0, queried.output
+    assert [json.loads(line) for line in queried.stdout.splitlines()] == [{"query": 0, "matches": []}]
 
     # Ids already in the index: refused with one line, nothing written, index unchanged.
     before = committed_state(Path("idx"))

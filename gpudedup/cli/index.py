@@ -203,9 +203,10 @@ def query_command(
 
 def names_a_path(query: str) -> bool:
     """Whether a query argument names an existing file or folder (else it is a text). A text
-    longer than a path may be (ENAMETOOLONG) or holding a NUL names none."""
+    longer than a path may be (ENAMETOOLONG) or holding a NUL names none, and so does an empty
+    one (which Path reads as the current folder)."""
     try:
-        return Path(query).exists()
+        return query != "" and Path(query).exists()
     except (OSError, ValueError):
         return False
 

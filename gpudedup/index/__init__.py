@@ -86,7 +86,7 @@ class Index:
         # Segments this object wrote: name -> each file's stamp once written and hashed, so that
         # its next reader does not hash them again (reader.Segment).
         self._written: dict[str, dict[str, Optional[tuple]]] = {}
-        self._cached_permutations: Optional[Permutations] = None
+        self._cached_permutations: Optional[tuple[tuple[int, int], Permutations]] = None  # (count, seed), drawn
 
     # --- making one ---------------------------------------------------------------------------
 
@@ -380,18 +380,23 @@ class Index:
         return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]
 
     def reader(self) -> IndexReader:
-        """A reader of the last committed state, kept while no commit follows (its files are
-        checked once, on first use)."""
+        """A reader of the last committed state, kept while that state is the committed one (its
+        files are checked once, on first use): the whole manifest is compared, since an index
+        made again at the path (deleted, or restored from a backup) may reach the generation of
+        the one read."""
         manifest = read_manifest(self.path)
-        if self._reader is None or self._reader.manifest.generation != manifest.generation:
+        if self._reader is None or self._reader.manifest != manifest:
             self._reader = IndexReader(self.path, manifest, earlier=self._reader, written=self._written)
         return self._reader
 
     def _permutations(self, params: DedupParams) -> Permutations:
-        if self._cached_permutations is None:
-            banding = params.banding()
-            self._cached_permutations = draw_permutations(banding.bands * banding.rows, params.seed)
-        return self._cached_permutations
+        """The MinHash permutations of ``params`` (the index's), drawn again only where their
+        count or seed differs from the last drawn (an index made again at the path)."""
+        banding = params.banding()
+        key = (banding.bands * banding.rows, params.seed)
+        if self._cached_permutations is None or self._cached_permutations[0] != key:
+            self._cached_permutations = (key, draw_permutations(*key))
+        return self._cached_permutations[1]
 
     # --- changes ------------------------------------------------------------------------------
 
