@@ -241,6 +241,42 @@ def test_an_index_object_answers_for_the_index_now_at_its_path(tmp_path, seed, a
     assert result.deduplicated["id"].to_pylist() == ["q1"]
 
 
+def test_a_query_takes_the_bucket_window_over_the_whole_index(tmp_path):
+    """A query takes, per band key, the last bucket_window live documents of the whole index
+    (segment order, then row), not of each segment: its answers are the same over three
+    segments with removed documents, after compact, and from an index of those documents
+    added at once."""
+    rng = random.Random(3)
+    base = [f"w{rng.randrange(100000)}" for _ in range(40)]
+
+    def variant(name: str, changes: int) -> str:
+        words = list(base)
+        for place in rng.sample(range(40), changes):
+            words[place] = f"v{name}_{place}"
+        return " ".join(words)
+
+    params = dict(threshold=0.5, shingle="word", ngram=1, bands=32, rows=1, bucket_window=3)
+    batches = [[(f"s{s}_{k}", variant(f"{s}_{k}", 12)) for k in range(8)] for s in range(3)]
+    queries = [variant(f"q{k}", 1) for k in range(10)] + [text for batch in batches for _, text in batch][:10]
+    removed = [i for i, _ in batches[2][:3]] + [i for i, _ in batches[0][5:]]
+
+    def made(path: Path, adds: list) -> Index:
+        index = Index.create(path, **params)
+        for batch in adds:
+            index.add(pa.table({"id": [i for i, _ in batch], "text": [t for _, t in batch]}), id_field="id",
+                      backend="cpu")
+        return index
+
+    spread = made(tmp_path / "spread", batches)
+    assert spread.remove(ids=removed) == len(removed)
+    answers = spread.query(queries, backend="cpu")
+    assert sum(map(len, answers)) > 0
+    spread.compact()
+    assert spread.query(queries, backend="cpu") == answers
+    live = [(i, t) for batch in batches for i, t in batch if i not in removed]
+    assert made(tmp_path / "whole", [live]).query(queries, backend="cpu") == answers
+
+
 def test_remove_and_compact(query_index, tmp_path):
     source, indexed = query_index
     shutil.copytree(source.path, tmp_path / "index")

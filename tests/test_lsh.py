@@ -15,6 +15,7 @@ from gpudedup.core.cluster import find_clusters
 from gpudedup.errors import ParameterError
 from gpudedup.core.hashing import draw_permutations
 from gpudedup.threads import map_parallel
+from gpudedup.core.ragged import last_of_runs, last_over_parts
 from gpudedup.core.lsh import (
     Banding,
     band_keys,
@@ -360,3 +361,23 @@ def test_choose_bands_meets_tiny_targets_exactly(threshold, num_perm, max_fn, lo
             assert precise_banding(threshold, int(named.group(1)) - 1, max_fn, low, max_fp) is None
         return
     assert choose_bands(threshold, num_perm, max_fn, low, max_fp)[:2] == expected
+
+
+def test_last_over_parts_keeps_what_one_part_of_them_all_keeps():
+    """The last ``count`` entries of each group over parts in order (an index's segments): the
+    entries one part holding them all, in part then position order, keeps (a Python oracle)."""
+    rng = np.random.default_rng(5)
+    for count in (1, 2, 3):
+        parts = []
+        for _ in range(4):
+            group = np.sort(rng.integers(0, 5, rng.integers(0, 12)))
+            parts.append((group, np.arange(group.shape[0], dtype=np.int64) * 3))
+        every = sorted((int(g), number, int(p)) for number, (gs, ps) in enumerate(parts) for g, p in zip(gs, ps))
+        expected = set()
+        for value in {g for g, _, _ in every}:
+            expected |= set([entry for entry in every if entry[0] == value][-count:])
+        kept = last_over_parts(parts, count)
+        assert {(int(g), number, int(p)) for number, (gs, ps) in enumerate(kept) for g, p in zip(gs, ps)} == expected
+        for group, _ in parts:  # one part alone: the last ``count`` of each run
+            runs = [int(g) for g in group]
+            assert last_of_runs(group, count).tolist() == [runs[i + 1:].count(g) < count for i, g in enumerate(runs)]

@@ -68,3 +68,24 @@ def ragged_take(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tu
     begins = offsets[rows[np.concatenate([[0], breaks])]]
     ends = offsets[rows[np.concatenate([breaks - 1, [rows.shape[0] - 1]])] + 1]
     return counts, np.concatenate([values[a:b] for a, b in zip(begins.tolist(), ends.tolist())])
+
+
+def last_of_runs(runs: np.ndarray, count: int) -> np.ndarray:
+    """bool (n,): which entries of ``runs`` (int64 (n,), ascending: equal values consecutive)
+    are among the last ``count`` of their run."""
+    ends = np.searchsorted(runs, runs, side="right")
+    return np.arange(runs.shape[0]) >= ends - count
+
+
+def last_over_parts(parts: list[tuple[np.ndarray, np.ndarray]], count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``parts`` (each (group int64 (k,), position int64 (k,)), in order) cut to the last
+    ``count`` entries of each group over all of them, ordered by part and then position, as
+    one part holding them all in that order would give them; each part's kept entries in its
+    own order."""
+    part = np.concatenate([np.full(group.shape[0], number, np.int64) for number, (group, _) in enumerate(parts)])
+    group = np.concatenate([group for group, _ in parts])
+    position = np.concatenate([position for _, position in parts])
+    order = np.lexsort((position, part, group))
+    kept = np.zeros(group.shape[0], bool)
+    kept[order] = last_of_runs(group[order], count)
+    return [(g[kept[part == number]], p[kept[part == number]]) for number, (g, p) in enumerate(parts)]

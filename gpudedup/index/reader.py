@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from ..core.lsh import band_keys, sorted_unique
 from ..core.normalize import utf8_buffers
-from ..core.ragged import ragged_arange
+from ..core.ragged import last_of_runs, last_over_parts, ragged_arange
 from ..core.shingling import ShingleSpec, span_hashes
 from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
 from ..errors import DamagedIndexError, InputError
@@ -266,9 +266,13 @@ class IndexReader:
     def _code_span(self) -> int:
         return max([segment.entry.documents for segment in self.segments] + [1])
 
-    def probe_pairs(self, keys, window: int, threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def probe_pairs(self, keys, window: int, threads: int = 1,
+                    over_index: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which new document matched which indexed one (see probe): (new int64, segment int64,
-        row int64), one entry per distinct triple, live documents only. threads: the bands are
+        row int64), one entry per distinct triple, live documents only. over_index: the last
+        ``window`` of each key over the whole index (segment order, then row), as one segment
+        would give them (a query's answer, which no candidate stage follows), not of each
+        segment. threads: the bands are
         looked up on this many threads (numpy's sorts and searches release the GIL): an add's
         on the host (IndexStore.sign), not a query's few documents, for which starting threads
         costs more than the searches (it doubled a query's median latency)."""
@@ -281,6 +285,8 @@ class IndexReader:
         # keys[:, band] is read on the threads, as the host's candidate stage reads it.
         for matches in map_parallel(lambda band: self.band_matches(band, keys[:, band], window, removed),
                                     list(range(bands)), threads):
+            if over_index and matches:
+                matches = last_over_parts(matches, window)
             for position, (query, rows) in enumerate(matches):
                 new[position].append(query)
                 local[position].append(rows)
@@ -323,9 +329,7 @@ class IndexReader:
             if gone.shape[0]:
                 live = ~np.isin(rows, gone)
                 run, rows = run[live], rows[live]
-                # Rank from the end of its key's run (runs are grouped, positions ascending).
-                ends = np.searchsorted(run, run, side="right")
-                last = np.arange(run.shape[0]) >= ends - window
+                last = last_of_runs(run, window)  # (runs are grouped, positions ascending)
                 run, rows = run[last], rows[last]
             matches.append((query[run], rows))
         return matches
