@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.content import is_token_type, unit_buffers
-from .fields import field_column
+from .fields import field_column, with_leaf_types
 from .source import SourceFile
 
 @dataclass
@@ -107,17 +107,8 @@ def without_views(data_type: pa.DataType) -> pa.DataType:
     """``data_type`` with every string_view and binary_view in it (a column's own type, or a
     struct's field, a list's items) made large_string and large_binary: types Arrow's filter
     and take have kernels for."""
-    if pa.types.is_string_view(data_type):
-        return pa.large_string()
-    if pa.types.is_binary_view(data_type):
-        return pa.large_binary()
-    if pa.types.is_struct(data_type):
-        return pa.struct([field.with_type(without_views(field.type)) for field in data_type])
-    if pa.types.is_list(data_type):
-        return pa.list_(data_type.value_field.with_type(without_views(data_type.value_type)))
-    if pa.types.is_large_list(data_type):
-        return pa.large_list(data_type.value_field.with_type(without_views(data_type.value_type)))
-    return data_type
+    return with_leaf_types(data_type, lambda leaf: pa.large_string() if pa.types.is_string_view(leaf)
+                           else pa.large_binary() if pa.types.is_binary_view(leaf) else leaf)
 
 
 def plain_text_type(data_type: pa.DataType) -> pa.DataType:

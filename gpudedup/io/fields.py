@@ -17,7 +17,7 @@ they are, so kept rows keep the input's own columns, a struct column as it was.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,6 +60,17 @@ def named_both_ways(schema: pa.Schema, name: str) -> bool:
 def has_field(schema: pa.Schema, name: str) -> bool:
     """Whether ``schema`` has the field ``name`` (a column, or a dotted path into one)."""
     return field_path(schema, name) is not None
+
+
+def with_leaf_types(data_type: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
+    """``data_type`` with ``leaf`` applied to every type in it that is no struct or list (a
+    column's own, a struct's fields', a list's items'), the nesting kept."""
+    if pa.types.is_struct(data_type):
+        return pa.struct([field.with_type(with_leaf_types(field.type, leaf)) for field in data_type])
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        items = data_type.value_field.with_type(with_leaf_types(data_type.value_type, leaf))
+        return pa.list_(items) if pa.types.is_list(data_type) else pa.large_list(items)
+    return leaf(data_type)
 
 
 def field_type(schema: pa.Schema, name: str) -> pa.DataType:

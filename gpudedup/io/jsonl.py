@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from .fields import empty_table, field_column, has_field, named_both_ways
+from .fields import empty_table, field_column, has_field, named_both_ways, with_leaf_types
 from .formats import MAGIC, compression_of, input_suffix
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
@@ -262,14 +262,6 @@ def read_json(open_stream: Callable, read_options=None, parse_options=None) -> p
 
 def strings_for_timestamps(schema: pa.Schema) -> pa.Schema:
     """The schema with every timestamp type, also inside structs and lists, made a string."""
-
-    def fix(data_type: pa.DataType) -> pa.DataType:
-        if pa.types.is_timestamp(data_type):
-            return pa.string()
-        if pa.types.is_struct(data_type):
-            return pa.struct([field.with_type(fix(field.type)) for field in data_type])
-        if pa.types.is_list(data_type):
-            return pa.list_(data_type.value_field.with_type(fix(data_type.value_type)))
-        return data_type
-
-    return pa.schema([field.with_type(fix(field.type)) for field in schema])
+    return pa.schema([field.with_type(with_leaf_types(field.type, lambda leaf: pa.string()
+                                                      if pa.types.is_timestamp(leaf) else leaf))
+                      for field in schema])
