@@ -219,15 +219,18 @@ def test_arrow_stream_with_string_view_text():
 
 @pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
 def test_view_columns_beside_the_text_keep_their_type(tmp_path):
-    """Columns of view types beside the text (string_view, binary_view, a struct or list of
-    them: DuckDB's and polars' exports), which Arrow cannot filter: the kept and removed rows
+    """Columns of view types beside the text (string_view, binary_view, a struct, list or map
+    of them: DuckDB's and polars' exports), which Arrow cannot filter: the kept and removed rows
     have them in their own types, and a Parquet file of them is written as any other."""
     table = planted_table()
     n = table.num_rows
     view = table.append_column("url", pa.array([f"u{i}" for i in range(n)], pa.string_view())) \
         .append_column("blob", pa.array([bytes([i]) for i in range(n)], pa.binary_view())) \
         .append_column("meta", pa.array([{"tag": f"t{i}"} for i in range(n)], pa.struct([("tag", pa.string_view())]))) \
-        .append_column("tags", pa.array([[f"t{i}"] for i in range(n)], pa.list_(pa.string_view())))
+        .append_column("tags", pa.array([[f"t{i}"] for i in range(n)], pa.list_(pa.string_view()))) \
+        .append_column("pair", pa.array([[f"p{i}"] for i in range(n)], pa.list_(pa.string_view(), 1))) \
+        .append_column("labels", pa.array([[(f"k{i}", f"v{i}")] for i in range(n)],
+                                          pa.map_(pa.string_view(), pa.string_view())))
     result = gpudedup.dedup(view)
     check_planted(result)
     kept = result.deduplicated

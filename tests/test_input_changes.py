@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import gpudedup
 from gpudedup.cli import app
 from gpudedup.io.pieces import Piece
-from gpudedup.io.stamps import content_digest, read_stamp
+from gpudedup.io.stamps import FileStamp, change, check_unchanged, content_digest, read_stamp
 from gpudedup.result import DedupResult
 
 from cli_support import assert_user_error, leftovers
@@ -247,3 +247,24 @@ def test_the_digest_is_of_the_bytes_a_shard_reads(tmp_path):
     assert footer.endswith(b"PAR1")
     assert content_digest(parquet, Piece(1, 2, 3)) == hashlib.sha256(data[start:stop] + footer).hexdigest()
     assert read_stamp(tmp_path / "gone.jsonl", "jsonl") is None  # (the read says what is wrong)
+
+
+def test_a_parquet_piece_whose_file_no_longer_holds_it_is_a_change(tmp_path):
+    """A Parquet file cut into pieces, rewritten at the same size and time with a footer that
+    no longer parses, or with fewer row groups than the piece's: the piece's bytes cannot be
+    found, and that is the change, said in one line (not Arrow's error)."""
+    path = tmp_path / "b.parquet"
+    table = pa.table({"text": [f"doc {i} " * 20 for i in range(4000)]})
+    pq.write_table(table, path, row_group_size=500)
+    piece = Piece(6, 8, 3000)  # the last two of eight row groups
+    stamp = read_stamp(path, "parquet", piece, read_again=True)
+    before = path.stat()
+    damaged = bytearray(path.read_bytes())
+    damaged[-8:-4] = b"\xff\xff\xff\x7f"  # the footer's length
+    path.write_bytes(bytes(damaged))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(gpudedup.InputError, match=r"b\.parquet: changed since the run read it \(its bytes differ\)"):
+        check_unchanged(path, "b.parquet", stamp, piece)
+    pq.write_table(table, path, row_group_size=1000)  # four row groups: the piece's are gone
+    assert change(path, FileStamp(path.stat().st_size, path.stat().st_mtime_ns, stamp.digest), piece) == \
+        "changed since the run read it (its bytes differ)"

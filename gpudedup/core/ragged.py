@@ -88,4 +88,5 @@ def last_over_parts(parts: list[tuple[np.ndarray, np.ndarray]], count: int) -> l
     order = np.lexsort((position, part, group))
     kept = np.zeros(group.shape[0], bool)
     kept[order] = last_of_runs(group[order], count)
-    return [(g[kept[part == number]], p[kept[part == number]]) for number, (g, p) in enumerate(parts)]
+    cuts = np.cumsum([group.shape[0] for group, _ in parts])[:-1]
+    return [(g[mine], p[mine]) for (g, p), mine in zip(parts, np.split(kept, cuts))]

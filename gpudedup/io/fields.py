@@ -63,12 +63,18 @@ def has_field(schema: pa.Schema, name: str) -> bool:
 
 
 def with_leaf_types(data_type: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
-    """``data_type`` with ``leaf`` applied to every type in it that is no struct or list (a
-    column's own, a struct's fields', a list's items'), the nesting kept."""
+    """``data_type`` with ``leaf`` applied to every type in it that is no struct, list or map
+    (a column's own, a struct's fields', a list's items', a map's keys and values), the
+    nesting kept."""
     if pa.types.is_struct(data_type):
         return pa.struct([field.with_type(with_leaf_types(field.type, leaf)) for field in data_type])
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+    if pa.types.is_map(data_type):
+        return pa.map_(data_type.key_field.with_type(with_leaf_types(data_type.key_type, leaf)),
+                       data_type.item_field.with_type(with_leaf_types(data_type.item_type, leaf)))
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) or pa.types.is_fixed_size_list(data_type):
         items = data_type.value_field.with_type(with_leaf_types(data_type.value_type, leaf))
+        if pa.types.is_fixed_size_list(data_type):
+            return pa.list_(items, data_type.list_size)
         return pa.list_(items) if pa.types.is_list(data_type) else pa.large_list(items)
     return leaf(data_type)
 

@@ -93,6 +93,16 @@ def content_digest(location: Location, piece: Optional[Piece] = None) -> str:
     return digest.hexdigest()
 
 
+def digest_now(location: Location, piece: Optional[Piece]) -> Optional[str]:
+    """content_digest of a file read before, or None where the bytes that hold the piece can no
+    longer be found (a Parquet file rewritten with another footer or fewer row groups: Arrow's
+    ValueError, a row group out of range): it changed."""
+    try:
+        return content_digest(location, piece)
+    except (ValueError, IndexError):
+        return None
+
+
 def change(location: Location, stamp: FileStamp, piece: Optional[Piece] = None,
            check_bytes: bool = True) -> Optional[str]:
     """How a file now differs from its ``stamp``, as a message's words ("changed since the run
@@ -104,7 +114,7 @@ def change(location: Location, stamp: FileStamp, piece: Optional[Piece] = None,
             what = {(False, True): "size differs", (True, False): "modification time differs",
                     (False, False): "size and modification time differ"}[(size == stamp.size,
                                                                            mtime_ns == stamp.mtime_ns)]
-        elif check_bytes and stamp.digest is not None and content_digest(location, piece) != stamp.digest:
+        elif check_bytes and stamp.digest is not None and digest_now(location, piece) != stamp.digest:
             what = "bytes differ"
         else:
             return None
