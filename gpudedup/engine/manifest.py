@@ -15,6 +15,12 @@ MANIFEST = "manifest.json"
 FORMAT_KEY = "work_dir_format"
 
 
+def manifest_bytes(fingerprint: dict) -> bytes:
+    """A run's MANIFEST as written: its fingerprint as JSON, keys sorted (so that the same
+    fingerprint always gives the same bytes, which a result compares with what it finds)."""
+    return (json.dumps(fingerprint, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
 def is_run_manifest(data: bytes) -> bool:
     """Whether the bytes of a folder's MANIFEST are a work directory's: a JSON object that
     names its format (FORMAT_KEY), where an index's manifest or another tool's is not. Bytes

@@ -51,7 +51,7 @@ from ..errors import OutputError, ParameterError
 from ..io.storage import Given, Remote, location_of
 from ..locks import exclusive_lock
 from ..threads import map_parallel
-from .manifest import MANIFEST, describe_difference, is_run_manifest, started_elsewhere
+from .manifest import MANIFEST, describe_difference, is_run_manifest, manifest_bytes, started_elsewhere
 from .workfolders import (REQUEST_THREADS, TEMPORARY_PREFIX, BucketFolder, Folder,
                           folder_of, load_npy, read_work_file)
 
@@ -191,7 +191,7 @@ class WorkDir:
             raise ParameterError(f"{shown}: not a gpudedup work directory (no {MANIFEST}) and not empty")
         folder.prepare()
         if manifest is None:
-            folder.write_small(MANIFEST, (json.dumps(fingerprint, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+            folder.write_small(MANIFEST, manifest_bytes(fingerprint))
 
     def for_tasks(self, in_process: bool) -> "WorkAt":
         """What a task is given to attach this work directory by: itself, to a task in this
@@ -220,7 +220,7 @@ class WorkDir:
         manifest = self.folder.read_small(MANIFEST)
         if manifest is None:
             raise self.gone(what)
-        if json.loads(manifest) != json.loads(json.dumps(self.fingerprint)):
+        if manifest != manifest_bytes(self.fingerprint):
             raise OutputError(f"{self.shown}: the work directory holds another run now; the result of a run with "
                               f"work_dir= reads {what} there: write the result before its work directory is reused")
 

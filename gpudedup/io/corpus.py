@@ -55,8 +55,8 @@ class Corpus:
     nested_texts: Optional[pa.ChunkedArray] = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        # Arrow filters and takes no view type (string_view, binary_view, within structs and
-        # lists too): such columns are held as their plain large types, and the kept rows
+        # Arrow filters and takes no view type (string_view, binary_view, within structs, lists
+        # and maps too): such columns are held as their plain large types, and the kept rows
         # cast back to the input's schema (layout.as_input).
         plain = pa.schema([field.with_type(without_views(field.type)) for field in self.table.schema])
         if plain != self.table.schema:
@@ -105,7 +105,7 @@ class Corpus:
 
 def without_views(data_type: pa.DataType) -> pa.DataType:
     """``data_type`` with every string_view and binary_view in it (a column's own type, or a
-    struct's field, a list's items) made large_string and large_binary: types Arrow's filter
+    struct's field, a list's items, a map's keys and values) made large_string and large_binary: types Arrow's filter
     and take have kernels for."""
     return with_leaf_types(data_type, lambda leaf: pa.large_string() if pa.types.is_string_view(leaf)
                            else pa.large_binary() if pa.types.is_binary_view(leaf) else leaf)

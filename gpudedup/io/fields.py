@@ -5,11 +5,12 @@ a path through struct columns (Arrow, Parquet) or JSON objects (JSONL): ``conten
 
 A top-level column whose own name holds the dots wins: ``meta.id`` is the column of that name
 where the table has one, and the field ``id`` of the struct (object) ``meta`` otherwise. The
-columns of a JSONL file are the keys of its records: where any record has the key ``meta.id``
-it names that key in every record, and a record without it lacks the field (record_value),
-as reading the file's table gives. A null anywhere on the path is a null value (a record whose ``meta`` is
-null has a null ``meta.id``); a path that runs into a missing field or into something that is
-not a struct (object) is a field the data does not have. Lists are not entered.
+columns of a JSONL file are the keys of its records: where any record has the key ``meta.id`` it
+names that key in every record, and a record without it lacks the field (record_value), as
+reading the file's table gives. A null anywhere on the path is a null value (a record whose
+``meta`` is null has a null ``meta.id``); a path that runs into a missing field or into
+something that is not a struct (object) is a field the data does not have. Lists are not
+entered.
 
 The columns are resolved where they are read (``field_column``): a table keeps its columns as
 they are, so kept rows keep the input's own columns, a struct column as it was.
