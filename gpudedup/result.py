@@ -15,21 +15,19 @@ from .core.copies import implied_pairs
 from .engine.clusterparts import clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
-from .engine.removedrows import (REMOVED_DIR, in_memory_removed, refuse_other_ids_beside, removed_of, removed_schema,
-                                 shingle_spec, write_tables)
+from .engine.keptrows import HeldRows, ShardedTable
+from .engine.removedrows import (REMOVED_DIR, refuse_other_ids_beside, removed_of, shingle_spec)
 from .display import result_html
 from .errors import OutputError, ParameterError, in_interface_words
 from .tables import NamedRows, pairs_parts, whole_table
 from .html_report import report_figures, texts_read, write_report
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
 from .ids import IdSource, id_source, wide
-from .io.fields import content_of
-from .io.stamps import check_unchanged
-from .io.storage import Given, Location, Remote, child_name, location_of
-from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, rows_by_file, write_kept_files)
+from .io.storage import Given, Location, child_name, location_of
+from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name)
 from .io.commit import atomic_output_dir
 from .io.outputdir import check_apart_from_inputs
-from .io.staging import remote_staging
+from .io.staging import tasks_folder
 from .io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet, write_to
 from .report import Report
 from .stages import StageLog
@@ -289,22 +287,13 @@ class DedupResult:
         write_outputs) where they can, else in this process."""
         return write_outputs(output_dir, self, format, overwrite, single_file, write_removed, executor)
 
-    def _check_inputs_unchanged(self) -> None:
-        """Refuse (InputError naming it) an input file whose size or modification time is no
-        longer that of the run's read of it (io/stamps.py); in-memory data has no files."""
-        if hasattr(self.table, "check_unchanged"):  # a staged run's shards (disk.ShardedTable)
-            self.table.check_unchanged()
-            return
-        for source in self._sources:
-            check_unchanged(location_of(source.location), source.path, source.stamp, check_bytes=False)
-
-    @property
-    def _input_files(self) -> list[Location]:
-        """The files the kept rows are written back into, one output file each (absolute;
-        empty for in-memory data)."""
-        if hasattr(self.table, "file_paths"):  # a staged run's shards (disk.ShardedTable)
-            return self.table.file_paths()
-        return [location_of(source.location) for source in self._sources]
+    @cached_property
+    def _rows(self) -> Union[HeldRows, ShardedTable]:
+        """The input rows as ``write`` writes them, one form per runner (engine/keptrows.py): a
+        staged run's shards, or an in-memory run's table."""
+        if isinstance(self.table, ShardedTable):
+            return self.table
+        return HeldRows(self.table, self.text_field, self._sources, [f.documents for f in self.report.input.files])
 
 
 
@@ -323,7 +312,7 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     # A run over files writes one file per input file (even none, when all were left out).
     # Before anything is written: two inputs that would share an output name are refused.
     names = (None if single_file or not result._inputs
-             else output_names(result._input_files, result._output_bases, format))
+             else output_names(result._rows.file_paths(), result._output_bases, format))
     if write_removed:
         refuse_other_ids_beside(result.table.schema, result.report["parameters"].get("id_field"))
     log = StageLog()
@@ -349,29 +338,16 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     # Apart from the inputs as given and the files read (links followed), and from the index a
     # run against one read or wrote: replacing an output that holds them would delete them.
     index = result.report["index"]["path"] if "index" in result.report else None
-    with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._input_files,
+    with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._rows.file_paths(),
                            result._index_files) as staging:
         if names is not None:
-            (staging / KEPT_DIR).mkdir()
-            if hasattr(result.table, "write_files"):  # a staged run's shards, on the executor's workers if any
-                # On object storage the tasks upload their files beside the staging folder (which
-                # is this machine's own), and the commit moves them into place.
-                kept: Location = staging / KEPT_DIR if not isinstance(out, Remote) else \
-                    remote_staging(out, staging).child(KEPT_DIR)
-                # (the kept rows need the removed documents alone, not their kept documents' ids)
-                removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
-                # The tasks that read the shards again take report.html's texts on the way.
-                result.table.write_files(kept, names, format, removed, executor, texts_read(result))
-            else:
-                write_kept_files(staging / KEPT_DIR, names,
-                                 rows_by_file(result.table, result._sources, result._kept_rows), format)
-        elif hasattr(result.table, "write_kept"):  # a staged run's shards (disk.ShardedTable)
-            result.table.write_kept(staging / f"deduplicated.{format}", format, result._removed_rows,
-                                    texts_read(result))
-        elif format == "parquet":
-            write_parquet(result.table, staging / "deduplicated.parquet", keep=result._kept_rows)
+            # (the kept rows need the removed documents alone, not their kept documents' ids)
+            removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
+            # A staged run's tasks take report.html's texts as they read the shards.
+            result._rows.write_files(staging, out, names, format, removed, executor, texts_read(result))
         else:
-            write_jsonl(result.table, staging / "deduplicated.jsonl", keep=result._kept_rows)
+            result._rows.write_kept(staging / f"deduplicated.{format}", format, result._removed_rows,
+                                    texts_read(result))
         if write_removed:
             write_removed_rows(result, staging, out, format, names, executor)
         write_clusters(result, staging, out, names is not None, executor)
@@ -393,7 +369,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         write_json(result.report.as_dict(), staging / "report.json")
         # Last, before the commit: every input file as the run read it (the kept rows, and
         # report.html's texts, may have been read from the files again while writing).
-        result._check_inputs_unchanged()
+        result._rows.check_unchanged()
     return out
 
 
@@ -407,25 +383,10 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     pairs = o.pairs.with_first_below(result.indexed_rows, executor) if result.indexed_rows else None
     removed = removed_of(o.clustered, result._ids_of, result._wide_id_type, result.indexed_rows, pairs)
     spec = shingle_spec(result.report["parameters"])
-    staged = hasattr(result.table, "write_removed_files")  # a staged run's shards (keptrows.ShardedTable)
     if names is None:
-        path = staging / f"{REMOVED_DIR}.{format}"
-        if staged:
-            result.table.write_removed(path, format, removed, spec)
-        else:
-            write_tables([in_memory_removed(result.table, content_of(result.table, result.text_field), 0,
-                                            result.documents, removed, spec, result.table.schema)],
-                         path, format, removed_schema(result.table.schema, removed))
-        return
-    if staged:
-        result.table.write_removed_files(tasks_folder(staging, out, REMOVED_DIR), names, format, removed, spec,
-                                         executor)
-        return
-    texts, start = content_of(result.table, result.text_field), 0
-    for name, source in zip(names, result._sources, strict=True):
-        write_tables([in_memory_removed(result.table, texts, start, start + source.rows, removed, spec,
-                                        source.schema)], staging / REMOVED_DIR / name, format)
-        start += source.rows
+        result._rows.write_removed(staging / f"{REMOVED_DIR}.{format}", format, removed, spec)
+    else:
+        result._rows.write_removed_files(staging, out, names, format, removed, spec, executor)
 
 
 def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool,
@@ -437,7 +398,7 @@ def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool
     if clustered is None:
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
-    from .engine.dask import write_pairs_by_tasks  # (Dask is loaded by a run on Dask only)
+    from .engine.dask import write_pairs_by_tasks  # (start-up: a run in memory loads none of the Dask runner)
 
     write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
                          tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
@@ -476,14 +437,6 @@ def write_clusters_part(clustered: ClusterParts, pieces: list, id_type: pa.DataT
     """Task: a part of clusters/ (clusterparts.clusters_table of ``pieces``) written to
     ``path`` (a path or URL)."""
     write_to(path, lambda local: write_parquet(clusters_table(clustered, pieces, id_type), local))
-
-
-def tasks_folder(staging: Path, out: Location, name: str) -> Location:
-    """The folder ``name`` of the output that a cluster's tasks write their parts into: in
-    the staging folder, or on object storage beside it (its commit moves them into place, as
-    the kept rows')."""
-    (staging / name).mkdir()
-    return staging / name if not isinstance(out, Remote) else remote_staging(out, staging).child(name)
 
 
 def write_table(parts: Iterator[pa.Table], staging: Path, name: str, dataset: bool) -> None:

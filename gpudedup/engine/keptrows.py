@@ -1,6 +1,8 @@
-"""The kept rows of a run over files, written from the shards: each input file read again
-and its kept rows written, by a task per file (ShardedTable, write_file_rows), the removed
-rows taken from the clusters or, on a cluster, from their parts (DroppedRows)."""
+"""The input rows of a run as its result writes them (the kept rows, the removed rows, the
+counts by file), one class per runner with the same methods: an in-memory run's table
+(HeldRows), and a staged run's shards, each input file read again and its rows written by a
+task per file (ShardedTable, write_file_rows), the removed rows taken from the clusters or,
+on a cluster, from their parts (DroppedRows)."""
 
 from __future__ import annotations
 
@@ -16,18 +18,22 @@ import pyarrow.parquet as pq
 from ..core.shingling import ShingleSpec
 from ..io import storage
 from ..io.fields import field_type
-from ..io.layout import FileRows, as_input, write_kept_file, write_kept_pieces
+from ..io.fields import field_column
+from ..io.layout import KEPT_DIR, FileRows, as_input, rows_by_file, write_kept_file, write_kept_files, write_kept_pieces
+from ..io.source import SourceFile
 from ..io.stamps import FileStamp, check_unchanged
-from ..io.storage import Location
-from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
+from ..io.staging import tasks_folder
+from ..io.storage import Location, location_of
+from ..io.write import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
 from ..memory import release_unused_memory
 from .kept import Kept
 from .local import LocalExecutor
 from .protocols import Executor
-from .removedrows import RemovedOf, removed_schema, shard_removed, write_file_removed, write_tables
+from .removedrows import (REMOVED_DIR, RemovedOf, in_memory_removed, removed_schema, shard_removed, write_file_removed,
+                          write_tables)
 from .shards import Shards, by_shard
 from .shardreader import ShardReader, texts_at
-from .sourcecounts import Tally, file_tally
+from .sourcecounts import Tally, file_tally, memory_tallies
 from .workdir import MANIFEST
 
 
@@ -148,16 +154,17 @@ class ShardedTable:
         each."""
         return [self.reader.files[file] for file, _ in self._files_read()]
 
-    def write_files(self, folder: Location, names: list[str], format: str, removed: RemovedOf,
+    def write_files(self, staging: Path, out: Location, names: list[str], format: str, removed: RemovedOf,
                     executor: Optional[Executor] = None, texts_of: np.ndarray = NO_ROWS) -> None:
-        """Each of file_paths' kept rows into folder/<its name> (layout.output_names; removed:
-        what gives the documents removed, removedrows.removed_of): one task
-        per file, on ``executor``'s workers where given (each worker reads the file's shards
-        and writes its file; folder must be on a file system they share, or on object storage),
-        else in this process. A task finds the rows of its shards not to write (DroppedRows,
-        one object that every task shares: sent to each worker once). texts_of: int64
-        ascending, documents whose texts the tasks take as they read their shards (report.html's:
-        texts_taken)."""
+        """Each of file_paths' kept rows into deduplicated/<its name> of the output ``out``
+        staged in ``staging`` (layout.output_names; removed: what gives the documents removed,
+        removedrows.removed_of): one task per file, on ``executor``'s workers where given (each
+        worker reads the file's shards and writes its file; the output must be on a file system
+        they share, or on object storage: staging.tasks_folder), else in this process. A task
+        finds the rows of its shards not to write (DroppedRows, one object that every task
+        shares: sent to each worker once). texts_of: int64 ascending, documents whose texts the
+        tasks take as they read their shards (report.html's: texts_taken)."""
+        folder = tasks_folder(staging, out, KEPT_DIR)
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         wanted = self._wanted(texts_of)
@@ -173,11 +180,12 @@ class ShardedTable:
         if parts:
             self.texts_taken = (texts_of, pa.concat_arrays(parts))
 
-    def write_removed_files(self, folder: Location, names: list[str], format: str, removed_of: RemovedOf,
-                            spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
-        """Each of file_paths' removed rows into folder/<its name> (removedrows.py; removed_of
-        gives the removed documents of a range, spec the run's shingling): one task per file,
-        on ``executor`` as write_files runs them."""
+    def write_removed_files(self, staging: Path, out: Location, names: list[str], format: str,
+                            removed_of: RemovedOf, spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
+        """Each of file_paths' removed rows into removed/<its name> of the output (removedrows.py;
+        removed_of gives the removed documents of a range, spec the run's shingling): one task
+        per file, on ``executor`` as write_files runs them."""
+        folder = tasks_folder(staging, out, REMOVED_DIR)
         files = [(indices, storage.child_name(folder, name))
                  for (_, indices), name in zip(self._files_read(), names, strict=True)]
         executor = executor or LocalExecutor()
@@ -225,6 +233,71 @@ class ShardedTable:
                     writer.write_batch(batch)
         else:
             write_jsonl_batches(batches, path)
+
+
+@dataclass
+class HeldRows:
+    """The input rows of an in-memory run, as its result writes them (ShardedTable's methods):
+    ``table``, every row a document, in the order of the files of ``sources`` it was read
+    from (io.source.SourceFile, none for data given in Python), ``file_documents`` rows each;
+    ``text_field`` its content column. Everything is written by this process (an executor
+    given is not used)."""
+
+    table: pa.Table
+    text_field: str
+    sources: list[SourceFile]
+    file_documents: list[int]
+
+    @property
+    def documents(self) -> int:
+        return self.table.num_rows
+
+    def file_paths(self) -> list[Location]:
+        """ShardedTable.file_paths: the files read, in order."""
+        return [location_of(source.location) for source in self.sources if source.location is not None]
+
+    def check_unchanged(self) -> None:
+        """ShardedTable.check_unchanged: each file as the run's read of it, by size and time."""
+        for source in self.sources:
+            if source.location is not None:
+                check_unchanged(location_of(source.location), source.path, source.stamp, check_bytes=False)
+
+    def _kept(self, removed: RemovedOf) -> np.ndarray:
+        """bool (documents,): the rows not among the removed documents."""
+        return Kept.leaving_out(removed.of(0, self.documents).docs).mask(0, self.documents)
+
+    def write_files(self, staging: Path, out: Location, names: list[str], format: str, removed: RemovedOf,
+                    executor: Optional[Executor] = None, texts_of: np.ndarray = NO_ROWS) -> None:
+        """ShardedTable.write_files: each file's kept rows into staging/deduplicated/<its name>."""
+        (staging / KEPT_DIR).mkdir()
+        write_kept_files(staging / KEPT_DIR, names, rows_by_file(self.table, self.sources, self._kept(removed)),
+                         format)
+
+    def write_kept(self, path: Path, format: str, removed: np.ndarray, texts_of: np.ndarray = NO_ROWS) -> None:
+        """ShardedTable.write_kept: the kept rows (removed: int64 ascending) into one file."""
+        keep = Kept.leaving_out(removed).mask(0, self.documents)
+        (write_parquet if format == "parquet" else write_jsonl)(self.table, path, keep=keep)
+
+    def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
+        """ShardedTable.write_removed: the removed rows into one file."""
+        write_tables([in_memory_removed(self.table, field_column(self.table, self.text_field), 0, self.documents,
+                                        removed_of, spec, self.table.schema)],
+                     path, format, removed_schema(self.table.schema, removed_of))
+
+    def write_removed_files(self, staging: Path, out: Location, names: list[str], format: str,
+                            removed_of: RemovedOf, spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
+        """ShardedTable.write_removed_files: each file's removed rows into staging/removed/<its name>."""
+        texts, start = field_column(self.table, self.text_field), 0
+        for name, source in zip(names, self.sources, strict=True):
+            write_tables([in_memory_removed(self.table, texts, start, start + source.rows, removed_of, spec,
+                                            source.schema)], staging / REMOVED_DIR / name, format)
+            start += source.rows
+
+    def tally_files(self, removed_of: RemovedOf, size_name: str, field: Optional[str],
+                    executor: Optional[Executor] = None) -> list[Tally]:
+        """ShardedTable.tally_files, counted over the table."""
+        return memory_tallies(self.table, field_column(self.table, self.text_field), self.file_documents,
+                              removed_of.of(0, self.documents), size_name == "lengths", field)
 
 
 def shard_keep(shard_rows: np.ndarray, rows: Kept, index: int,

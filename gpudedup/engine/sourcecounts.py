@@ -27,7 +27,7 @@ from ..errors import InputError
 from ..io.fields import field_column, field_names, field_type, has_field
 from ..io.source import listed
 from .kept import Kept
-from .removedrows import HeldRemoved, RemovedDocs, RemovedOf, removed_of
+from .removedrows import RemovedDocs, RemovedOf, removed_of
 from .shards import by_shard
 from .workdir import WorkDir
 
@@ -324,18 +324,12 @@ def input_schemas(store: Any) -> list[tuple[str, pa.Schema]]:
 
 def with_source_counts(result: Any, field: Optional[str], executor: Optional["Executor"] = None) -> None:
     """Set ``result``'s report (a DedupResult's, as made) to one with where its duplicates come
-    from (Report.with_sources): a task per input file of a staged run (the table's
-    tally_files, on the run's ``executor``), else counted here over the rows held."""
+    from (Report.with_sources): counted by its rows (keptrows.HeldRows: here; ShardedTable: a
+    task per input file of a staged run, on the run's ``executor``)."""
     report = result.report
     tokens = report["parameters"]["shingle"] == "token"
     # (the kept documents' ids are not counted)
     removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
-    if hasattr(result.table, "tally_files"):  # a staged run's shards (keptrows.ShardedTable)
-        tallies = result.table.tally_files(removed, "lengths" if tokens else "text_bytes", field, executor)
-    else:
-        assert isinstance(removed, HeldRemoved), "a run in memory holds its clusters"
-        content = field_column(result.table, result.text_field)
-        tallies = memory_tallies(result.table, content, [f.documents for f in report.input.files], removed.removed,
-                                 tokens, field)
+    tallies = result._rows.tally_files(removed, "lengths" if tokens else "text_bytes", field, executor)
     result.report = report.with_sources([file_counts(t, tokens) for t in tallies],
                                         groups_section(field, tallies, tokens) if field is not None else None)

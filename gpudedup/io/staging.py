@@ -18,7 +18,7 @@ import socket
 from pathlib import Path
 from typing import Iterable
 
-from .storage import Remote
+from .storage import Location, Remote
 
 # The local staging folders of outputs on object storage (then host, process and a random
 # part), and (with a "." before) the hidden prefixes under the outputs that tasks upload into.
@@ -100,6 +100,14 @@ def remote_staging(out: Remote, staging: Path) -> Remote:
     """The prefix under ``out`` that the run writing into the local ``staging`` uploads files
     into before its commit (hidden, as local staging folders are)."""
     return out.child(f".{staging.name}")
+
+
+def tasks_folder(staging: Path, out: Location, name: str) -> Location:
+    """The folder ``name`` of an output that a run's tasks write their files into (made in the
+    local ``staging`` folder): there, or for an output on object storage the same name under
+    remote_staging, which the commit moves into place."""
+    (staging / name).mkdir()
+    return staging / name if not isinstance(out, Remote) else remote_staging(out, staging).child(name)
 
 
 def in_staging_prefix(relative: str) -> bool:
