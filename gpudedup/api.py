@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -272,9 +273,8 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     the result while the cluster is still up (dedup's output), given the run's executor (the
     result holds none); found: the inputs' scan, where the caller made it; group_field: as
     staged_dedup takes it."""
-    import tempfile
-
-    from .engine.daskops import DaskExecutor  # (Dask is loaded by a run on Dask only)
+    # (start-up: a run in memory loads none of the Dask runner)
+    from .engine.daskops import DaskExecutor
     from .engine.daskops import clear_worker_caches, dask_client
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:

@@ -5,11 +5,11 @@ numpy, pyarrow, scipy and the api when it starts (a few tenths of a second), sti
 
 from __future__ import annotations
 
+from .interrupts import install_signal_handlers  # (the standard library only)
+
 
 def main() -> None:
-    from .interrupts import install_signal_handlers  # the standard library only
-
     install_signal_handlers()
-    from .cli import main as run_command  # (the signal handlers are installed before anything else is loaded)
+    from .cli import main as run_command  # (start-up: the signal handlers are installed before the rest loads)
 
     run_command()

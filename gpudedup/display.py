@@ -9,6 +9,7 @@ names they share with report.json."""
 from __future__ import annotations
 
 import json
+import textwrap
 from html import escape
 from typing import Any, Mapping, Optional
 
@@ -176,8 +177,6 @@ def index_text(overview: Mapping) -> str:
 
 def wrapped(text: str, indent: str, width: int = 80) -> list[str]:
     """``text`` in lines of at most ``width`` columns, each after ``indent``."""
-    import textwrap
-
     return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent)
 
 

@@ -72,7 +72,7 @@ def resident_bytes() -> int:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        import resource
+        import resource  # (optional: a module of Unix only, where /proc is not)
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 

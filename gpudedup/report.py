@@ -8,6 +8,7 @@ keys. The keys are described in docs/output-formats.md; fields are added, never 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -259,8 +260,6 @@ class Report(Mapping):
 
     def as_dict(self) -> dict:
         """report.json: a fresh copy of the JSON object (nested dicts and lists)."""
-        import copy
-
         return copy.deepcopy(self._json)
 
     # Mapping: read access by report.json's keys.

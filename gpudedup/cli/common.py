@@ -17,6 +17,7 @@ from rich.markup import escape as escape_markup
 from ..stages import seconds_text
 from ..errors import GpudedupError, spoken_as
 from ..interrupts import interrupted_outcome, note_written, set_phase, signal_word
+from ..io.credentials import scrubbed
 
 if TYPE_CHECKING:
     from ..core.shingling import UnicodeForm
@@ -306,8 +307,7 @@ class user_errors:
         set_phase("done")
         self.spoken.__exit__(None, None, None)
         if isinstance(error, GpudedupError):
-            from ..io.credentials import scrubbed  # (a last guard: the message should name no credential)
-
+            # (a last guard: the message should name no credential)
             print_error(in_option_words(scrubbed(str(error)), self.context))
             raise typer.Exit(code=2)
         # A signal's exception raised inside Python's own lock handling (a thread starting, a

@@ -12,6 +12,7 @@ first time it is used, through the open file. The arrays a segment stores are ma
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
@@ -74,8 +75,6 @@ class OpenedFile:
         if self.checked:
             return
         stamp = file_stamp(self.path)
-        import hashlib
-
         digest, offset, descriptor = hashlib.sha256(), 0, self.handle.fileno()
         while True:
             block = os.pread(descriptor, 1 << 20, offset)

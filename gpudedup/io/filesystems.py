@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
+import importlib.util
 import os
 import posixpath
 import threading
@@ -255,8 +256,6 @@ def missing_package(scheme: str, error: ImportError) -> str:
     package to install where it is not installed (fsspec's registry names the module of its
     class: gcsfs, huggingface_hub, adlfs), else the import's own words (a file system of
     fsspec's own whose dependency is missing names it)."""
-    import importlib.util
-
     from fsspec.registry import known_implementations
 
     module = known_implementations.get(scheme, {}).get("class", "").partition(".")[0]
@@ -347,7 +346,7 @@ def release_file_systems() -> None:
     _pyarrow_view.cache_clear()
     gc.collect()  # (file handles in reference cycles hold their file system too)
     try:
-        from pyarrow.fs import ensure_s3_finalized  # (pyarrow's S3 is loaded only by runs on S3)
+        from pyarrow.fs import ensure_s3_finalized  # (start-up: pyarrow's S3 is loaded only by runs on S3)
     except ImportError:  # (a pyarrow built without S3)
         return
     ensure_s3_finalized()
