@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -518,10 +518,25 @@ def test_a_folder_that_is_no_work_directory_gets_no_lock_file(happy, names):
     """A work directory given that holds someone's files is refused, and nothing is written
     into it or taken out of it (not even the lock file): files named as temporary files
     commonly are, and a manifest.json that is not a run's (an index's, another tool's)."""
-    for name in names:
+    refused_untouched(happy, {name: '{"format": 1}' if name == "manifest.json" else "x" for name in names})
+
+
+@pytest.mark.parametrize("manifest", ['// notes\n{"name": "app",}\n', "", "\xff"])
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_manifest_that_is_no_json_is_no_runs(happy, manifest, resume):
+    """A run writes its manifest whole: a manifest.json that is not JSON is someone else's
+    file, refused as the folder is, resumed or not, and nothing written beside it."""
+    refused_untouched(happy, {"manifest.json": manifest, "notes.txt": "x"}, ["--resume"] if resume else [])
+
+
+def refused_untouched(happy: Path, files: dict[str, str], options: Sequence[str] = ()) -> None:
+    """A run with --work-dir mine, a folder of ``files`` (name -> text), is refused as no work
+    directory, and the folder holds those files alone after it."""
+    names = list(files)
+    for name, text in files.items():
         (happy / "mine" / name).parent.mkdir(parents=True, exist_ok=True)
-        (happy / "mine" / name).write_text('{"format": 1}' if name == "manifest.json" else "x")
-    result = invoke("dedup", "data.jsonl", "-o", "out", "--work-dir", "mine", *CPU)
+        (happy / "mine" / name).write_text(text)
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--work-dir", "mine", *CPU, *options)
     assert result.exit_code == 2 and "not a gpudedup work directory" in error_line(result)
     left = sorted(str(p.relative_to(happy / "mine")) for p in (happy / "mine").rglob("*") if p.is_file())
     assert left == sorted(names)

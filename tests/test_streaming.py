@@ -591,6 +591,18 @@ def test_a_result_whose_work_directory_is_gone_or_reused_reads_none_of_another_r
         _ = result.ids
 
 
+def test_a_resume_with_the_same_parameters_spelled_otherwise_writes_its_result(tmp_path):
+    """The parameters decide whether a work directory is a run's, as values: a threshold of 1
+    resumed as 1.0 (the same run) is accepted, and its result reads the work directory and
+    writes the same files as the first run's."""
+    corpus = write_shards(tmp_path / "in", sample_records(), 2)
+    work = tmp_path / "work"
+    gpudedup.dedup(corpus, backend="cpu", work_dir=work, threshold=1, output=tmp_path / "first")
+    again = gpudedup.dedup(corpus, backend="cpu", work_dir=work, threshold=1.0, resume=True)
+    again.write(tmp_path / "again")
+    assert_same_files(tmp_path / "first", tmp_path / "again", "parquet")
+
+
 def test_an_output_inside_the_work_directory_works_and_resumes(mixed, tmp_path):
     (tmp_path / "work").mkdir()
     first = invoke(str(mixed), "-o", str(tmp_path / "work" / "out"), "--work-dir", str(tmp_path / "work"))

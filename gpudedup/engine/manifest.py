@@ -24,12 +24,24 @@ def manifest_bytes(fingerprint: dict) -> bytes:
 def is_run_manifest(data: bytes) -> bool:
     """Whether the bytes of a folder's MANIFEST are a work directory's: a JSON object that
     names its format (FORMAT_KEY), where an index's manifest or another tool's is not. Bytes
-    that are not JSON count as one, damaged: the run that reads them says so."""
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except ValueError:
-        return True
+    that are not JSON are not a run's (a run writes its manifest whole, or not at all): the
+    folder is someone else's."""
+    manifest = manifest_of(data)
     return isinstance(manifest, dict) and FORMAT_KEY in manifest
+
+
+def manifest_of(data: bytes) -> object:
+    """The JSON value of a MANIFEST's bytes, or None where they are not JSON."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except ValueError:  # (UnicodeDecodeError is one)
+        return None
+
+
+def holds_fingerprint(data: bytes, fingerprint: dict) -> bool:
+    """Whether a MANIFEST's bytes hold ``fingerprint`` (compared as JSON values, as a resume
+    compares them: a threshold given as 1 holds one written as 1.0)."""
+    return manifest_of(data) == manifest_of(manifest_bytes(fingerprint))
 
 
 def describe_difference(previous: dict, now: dict) -> str:

@@ -51,7 +51,8 @@ from ..errors import OutputError, ParameterError
 from ..io.storage import Given, Remote, location_of
 from ..locks import exclusive_lock
 from ..threads import map_parallel
-from .manifest import MANIFEST, describe_difference, is_run_manifest, manifest_bytes, started_elsewhere
+from .manifest import (MANIFEST, describe_difference, holds_fingerprint, is_run_manifest, manifest_bytes,
+                       started_elsewhere)
 from .workfolders import (REQUEST_THREADS, TEMPORARY_PREFIX, BucketFolder, Folder,
                           folder_of, load_npy, read_work_file)
 
@@ -220,7 +221,7 @@ class WorkDir:
         manifest = self.folder.read_small(MANIFEST)
         if manifest is None:
             raise self.gone(what)
-        if manifest != manifest_bytes(self.fingerprint):
+        if not holds_fingerprint(manifest, self.fingerprint):
             raise OutputError(f"{self.shown}: the work directory holds another run now; the result of a run with "
                               f"work_dir= reads {what} there: write the result before its work directory is reused")
 
