@@ -358,6 +358,30 @@ def test_columns_widened_across_files_and_string_view_come_back_as_each_file_had
         assert a.equals(narrow) and b.equals(wide), run
 
 
+def test_an_arrow_file_of_view_columns_and_a_categorical_is_written_and_counted_by_group(tmp_path):
+    """An Arrow file as polars writes one (every string column string_view, a Categorical as a
+    dictionary of string_view): its kept rows are written as Parquet, the dictionary with plain
+    values (Parquet has no dictionary of views), and --group-field on a view column counts in
+    memory and staged alike."""
+    records = sample_records()[:40]
+    (tmp_path / "in").mkdir()
+    table = pa.table({"text": pa.array([r["text"] for r in records], pa.string_view()),
+                      "source": pa.array([r["id"][:1] for r in records], pa.string_view()),
+                      "kind": pa.array([r["id"][:1] for r in records], pa.string_view()).dictionary_encode()})
+    with pa.ipc.new_file(tmp_path / "in" / "a.arrow", table.schema) as writer:
+        writer.write_table(table)
+    groups = []
+    for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        result = invoke("dedup", tmp_path / "in", "-o", tmp_path / run, "--group-field", "source", "-q",
+                        "--backend", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        written, = (pq.read_table(path) for path in kept_files(tmp_path / run))
+        assert pa.types.is_dictionary(written.schema.field("kind").type)
+        assert written["kind"].to_pylist() == written["source"].to_pylist()
+        groups.append(json.loads((tmp_path / run / "report.json").read_text())["groups"])
+    assert groups[0] == groups[1] and groups[0]["rows"]
+
+
 def test_a_result_is_written_by_the_names_of_its_run_after_a_change_of_directory(tree, tmp_path, monkeypatch):
     monkeypatch.chdir(tree.parent)
     result = gpudedup.dedup(Path(tree.name), id_field="id", backend="cpu")

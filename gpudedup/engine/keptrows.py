@@ -17,8 +17,7 @@ import pyarrow.parquet as pq
 
 from ..core.shingling import ShingleSpec
 from ..io import storage
-from ..io.fields import field_type
-from ..io.fields import field_column
+from ..io.fields import field_column, field_type, without_views
 from ..io.layout import KEPT_DIR, FileRows, as_input, rows_by_file, write_kept_file, write_kept_files, write_kept_pieces
 from ..io.source import SourceFile
 from ..io.stamps import FileStamp, check_unchanged
@@ -201,7 +200,8 @@ class ShardedTable:
         documents with their kept ones; size_name: the spilled sizes counted; field: the group
         column, or None): one task per file, on ``executor`` as write_files runs them."""
         executor = executor or LocalExecutor()
-        value_type = field_type(self.schema, field) if field is not None else None
+        # (as the rows read hold it: io.corpus.Corpus holds no view type)
+        value_type = without_views(field_type(self.schema, field)) if field is not None else None
         reader, rows, finder = executor.share(self.reader, self.rows, removed_of)
         consequence = self.unwritten()
         work_at = self.shards.work.for_tasks(executor.in_process)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.content import is_token_type, unit_buffers
-from .fields import field_column, with_leaf_types
+from .fields import field_column, without_views
 from .source import SourceFile
 
 @dataclass
@@ -101,14 +101,6 @@ class Corpus:
     @property
     def num_rows(self) -> int:
         return self.table.num_rows
-
-
-def without_views(data_type: pa.DataType) -> pa.DataType:
-    """``data_type`` with every string_view and binary_view in it (a column's own type, or a
-    struct's field, a list's items, a map's keys and values) made large_string and large_binary: types Arrow's filter
-    and take have kernels for."""
-    return with_leaf_types(data_type, lambda leaf: pa.large_string() if pa.types.is_string_view(leaf)
-                           else pa.large_binary() if pa.types.is_binary_view(leaf) else leaf)
 
 
 def plain_text_type(data_type: pa.DataType) -> pa.DataType:

@@ -80,6 +80,31 @@ def with_leaf_types(data_type: pa.DataType, leaf: Callable[[pa.DataType], pa.Dat
     return leaf(data_type)
 
 
+def without_views(data_type: pa.DataType) -> pa.DataType:
+    """``data_type`` with every string_view and binary_view in it (a column's own type, or a
+    struct's field, a list's items, a map's keys and values, a dictionary's values) made
+    large_string and large_binary: types Arrow's filter and take have kernels for."""
+
+    def plain(leaf: pa.DataType) -> pa.DataType:
+        if pa.types.is_dictionary(leaf):
+            return pa.dictionary(leaf.index_type, without_views(leaf.value_type), leaf.ordered)
+        return (pa.large_string() if pa.types.is_string_view(leaf) else pa.large_binary()
+                if pa.types.is_binary_view(leaf) else leaf)
+
+    return with_leaf_types(data_type, plain)
+
+
+def writable_schema(schema: pa.Schema) -> pa.Schema:
+    """An input's columns as its kept rows are written: as they are, but a dictionary of view
+    values (polars' Categorical in an Arrow file) with plain ones (without_views), which
+    Arrow's Parquet writer can write."""
+    def writable(leaf: pa.DataType) -> pa.DataType:
+        return without_views(leaf) if pa.types.is_dictionary(leaf) else leaf
+
+    fields = [field.with_type(with_leaf_types(field.type, writable)) for field in schema]
+    return schema if all(a.type == b.type for a, b in zip(fields, schema)) else pa.schema(fields, schema.metadata)
+
+
 def field_type(schema: pa.Schema, name: str) -> pa.DataType:
     """The type of the field ``name``, which ``schema`` has (has_field)."""
     path = field_path(schema, name)

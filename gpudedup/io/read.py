@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .arrow import read_arrow
-from .fields import field_column, has_field
+from .fields import field_column, has_field, writable_schema
 from .formats import compression_of, format_of
 from .inputs import InputFiles, display_path, scan_inputs
 from .layout import output_bases
@@ -183,8 +183,9 @@ def read_one_file(path: Location, source: SourceFile, text_field: str, id_field:
         # the file for anything else the libraries raise on content they cannot read.
         raise file_error(source.path, f"cannot read ({type(error).__name__}: {error})") from None
     source.rows, source.row_numbers = table.num_rows, row_numbers
-    if source.schema is None:  # (a reader may have set it before making the text column plain)
-        source.schema = table.schema
+    # (A reader may have set it before making the text column plain.) The kept rows are
+    # written with these columns.
+    source.schema = writable_schema(source.schema if source.schema is not None else table.schema)
     if id_field is None:
         ids = default_ids(source.path, row_numbers)
     elif has_field(table.schema, id_field):
