@@ -268,3 +268,19 @@ def test_a_parquet_piece_whose_file_no_longer_holds_it_is_a_change(tmp_path):
     pq.write_table(table, path, row_group_size=1000)  # four row groups: the piece's are gone
     assert change(path, FileStamp(path.stat().st_size, path.stat().st_mtime_ns, stamp.digest), piece) == \
         "changed since the run read it (its bytes differ)"
+
+
+def test_a_planned_piece_gone_before_its_read_is_a_change_said_in_one_line(tmp_path):
+    """A shard about to read a Parquet piece that its file no longer holds (the file rewritten
+    with fewer row groups after the run cut it, at the same size and time, as before a
+    --resume): the stamp taken before the read says the file changed, naming it."""
+    from gpudedup.engine.shardreader import ShardReader
+    from gpudedup.io.pieces import Shard
+
+    path = tmp_path / "b.parquet"
+    table = pa.table({"text": [f"doc {i} " * 20 for i in range(4000)]})
+    pq.write_table(table, path, row_group_size=1000)  # four row groups
+    reader = ShardReader([path], "text", None, "stop")
+    reader.shards = [Shard(0, Piece(6, 8, 3000))]  # the last two of the eight it was cut from
+    with pytest.raises(gpudedup.InputError, match=r"b\.parquet: changed since the run cut it into pieces"):
+        reader.stamp(0)

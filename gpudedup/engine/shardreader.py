@@ -95,7 +95,11 @@ class ShardReader:
         shard that reads nothing (absorbed) or a file that cannot be looked at."""
         shard = self.shards[index]
         path = self.files[shard.file]
-        return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece, read_again=True)
+        try:
+            return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece, read_again=True)
+        except (ValueError, IndexError):  # (pieces.byte_ranges: the row groups planned are not the file's)
+            raise InputError(f"{self.shown[shard.file]}: changed since the run cut it into pieces (its row groups "
+                             "are not those planned); run again with an empty work directory") from None
 
     def unchanged(self, index: int, stamp: Optional[FileStamp], consequence: str):
         """A block that reads shard ``index`` again: its file is refused if it is not as
