@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from .backends import Backend, get_backend
-from .errors import OutputError, ParameterError
+from .errors import ClusterError, OutputError, ParameterError
 from .io.cudf_reader import cudf_installed
 from .io.corpus import Corpus
 from .io.python_inputs import to_corpus
@@ -275,7 +275,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     staged_dedup takes it."""
     # (start-up: a run in memory loads none of the Dask runner)
     from .engine.daskops import DaskExecutor
-    from .engine.daskops import clear_worker_caches, dask_client
+    from .engine.daskops import clear_worker_caches, dask_client, in_temporary_work_dir
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client=, scheduler= and workers=")
@@ -287,6 +287,8 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     workers = None if workers is None else int(workers)  # (numpy's integers as Python's, for Dask)
     if work_dir is None and workers is None:
         raise ParameterError("a Dask cluster needs a work directory (work_dir=) that every worker sees")
+    if work_dir is None and resume:
+        raise resume_without_work_dir()
     with ExitStack() as temporary_dirs:
         # Without a work directory (workers of the run's own) the run works in a temporary one,
         # removed once its cluster is closed: the tasks of a stage that failed may be writing.
@@ -296,7 +298,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
             executor = DaskExecutor(connected)
             try:
                 result = staged_dedup(data, params, backend, temporary or location_of(work_dir),
-                                      resume and temporary is None, text_field, id_field, on_error, progress,
+                                      resume, text_field, id_field, on_error, progress,
                                       executor, against, found, group_field)
                 if temporary is not None:
                     # The result reads the input files again when it writes; of the spills it
@@ -308,6 +310,10 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                                                             len(connected.scheduler_info()["workers"]),
                                                             work_dir is not None)
                 return finish(result, executor)
+            except ClusterError as error:
+                if temporary is None:
+                    raise
+                raise in_temporary_work_dir(error) from None
             finally:
                 if work_dir is not None:  # the workers' copies of a work directory on object storage
                     clear_worker_caches(connected, location_of(work_dir))

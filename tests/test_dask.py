@@ -321,14 +321,17 @@ def test_a_failing_map_raises_the_first_error_of_ours_in_input_order_else_one_cl
     """DaskExecutor.map: where tasks raise errors of ours, the first task's in input order
     (as one process running them in order meets it), whichever the cluster reported first;
     any other failure is one ClusterError that names the stage and says to resume."""
-    from gpudedup.engine.daskops import DaskExecutor
+    from gpudedup.engine.daskops import DaskExecutor, in_temporary_work_dir
     from gpudedup.errors import ClusterError
 
     executor = DaskExecutor(client)
     with pytest.raises(InputError, match="task 3"):
         executor.map(fail_from, [(index, 3, 0.5) for index in range(8)], "a test")
-    with pytest.raises(ClusterError, match="failed during a test .*OSError: a lost connection.*resume=True"):
+    with pytest.raises(ClusterError, match="failed during a test .*OSError: a lost connection.*resume=True") as failed:
         executor.map(fail_from, [(index, 2, 0.0, OSError) for index in range(4)], "a test")
+    # A run in a temporary work directory (workers without work_dir) has nothing to resume.
+    temporary = str(in_temporary_work_dir(failed.value))
+    assert "resume" not in temporary and temporary.startswith("the Dask cluster failed during a test (OSError: a lost")
 
 
 def fail_from(index: int, first: int, pause: float, error: type = InputError) -> int:

@@ -554,8 +554,9 @@ def test_the_work_directory_belongs_to_one_run(tmp_path):
         gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "other")
     with pytest.raises(OutputError, match="work directory must not be"):
         gpudedup.dedup(corpus, backend="cpu", work_dir=corpus / "work")
-    with pytest.raises(ParameterError, match="resume=True needs work_dir="):
-        gpudedup.dedup(corpus, backend="cpu", resume=True)
+    for cluster in ({}, {"workers": 2}):  # (refused before a cluster starts)
+        with pytest.raises(ParameterError, match="resume=True needs work_dir="):
+            gpudedup.dedup(corpus, backend="cpu", resume=True, **cluster)
     with pytest.raises(ParameterError, match="runs over files"):
         gpudedup.dedup(["a text", "another"], backend="cpu", work_dir=tmp_path / "w3")
 
