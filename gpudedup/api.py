@@ -193,7 +193,7 @@ def dedup(
     documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
     budget.check(
         "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise max_memory=")
-    check_group_field(corpus, group_field)
+    check_group_field(corpus.input_schemas(), group_field)
     outcome = dedup_corpus(corpus, params, chosen_backend, progress_display(progress), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error, group_field=group_field))
 

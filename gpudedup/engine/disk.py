@@ -368,6 +368,15 @@ class WorkDirStore:
         """The documents' ids as a task reads them (IdsAt)."""
         return IdsAt(self.work.task_location, self.shards.rows, self.rows, self.combination.id_type)
 
+    def input_schemas(self) -> list[tuple[str, pa.Schema]]:
+        """Each input file's columns, its shards' unified (once signed), but those left out."""
+        schemas: dict[int, list[pa.Schema]] = {}
+        for index in range(self.shards.count):
+            if index not in self.files_left_out:
+                schemas.setdefault(self.reader.file_of(index), []).append(self.work.shard_schema(index))
+        return [(self.reader.shown[file], pa.unify_schemas(found, promote_options="permissive"))
+                for file, found in schemas.items()]
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         shards = self.shards
         documents: dict[int, int] = {}  # input file -> its documents, over the shards read

@@ -63,7 +63,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     permutations = draw_permutations(banding.bands * banding.rows, params.seed)
 
     store.sign(spec, banding, permutations, executor, log, progress)
-    check_group_field(store, group_field)  # (a work directory's columns are known once its shards are read)
+    # (a work directory's columns are known once its shards are read)
+    check_group_field(store.input_schemas(), group_field)
     active = store.active
 
     # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).

@@ -231,6 +231,9 @@ class MemoryStore:
     def stages(self, executor: Executor) -> HeldStages:
         return HeldStages(executor)  # (a corpus in memory is never on a cluster)
 
+    def input_schemas(self) -> list[tuple[str, pa.Schema]]:
+        return self.corpus.input_schemas()
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         corpus = self.corpus
         return InputSummary(

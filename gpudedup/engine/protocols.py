@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from ..backends import Backend
 from ..core.cluster import KeepPolicy
@@ -63,6 +64,9 @@ class Store(Protocol):
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The arrays of a finished stage: computed now, or as an earlier run kept them."""
+
+    def input_schemas(self) -> list[tuple[str, pa.Schema]]:
+        """(path as shown, columns) of each input (once signed, for a work directory's)."""
 
     def input_summary(self, empty_documents: int) -> InputSummary:
         """The report's "input" section."""

@@ -108,14 +108,13 @@ def group_values(table: pa.Table, field: str, value_type: pa.DataType) -> pa.Arr
     return column.cast(value_type)
 
 
-def check_group_field(store: Any, field: Optional[str]) -> None:
-    """InputError where no input of ``store`` (input_schemas) has the field ``field`` (a name
-    mistyped: named with the first input's fields), or one holds lists or structs in it (a
-    group is one value); nothing without one. An input without the field counts its documents
-    as null, as a record without it does."""
+def check_group_field(schemas: list[tuple[str, pa.Schema]], field: Optional[str]) -> None:
+    """InputError where no input of a run (``schemas``: each one's path as shown and columns,
+    Store.input_schemas) has the field ``field`` (a name mistyped: named with the first input's
+    fields), or one holds lists or structs in it (a group is one value); nothing without one.
+    An input without the field counts its documents as null, as a record without it does."""
     if field is None:
         return
-    schemas = input_schemas(store)
     if schemas and not any(has_field(schema, field) for _, schema in schemas):
         path, schema = schemas[0]
         raise InputError(f"{path}: no field {field!r} to count by, nor in any other input (fields: "
@@ -302,24 +301,6 @@ def ordered(row: dict) -> dict:
 
 
 # --- the run's counts --------------------------------------------------------------------------
-
-
-def input_schemas(store: Any) -> list[tuple[str, pa.Schema]]:
-    """(path as shown, columns) of each input of a run: of a corpus (io.corpus.Corpus), of an
-    in-memory store's corpus, or (a work directory's store, once signed) of each input file,
-    its shards' columns unified; a store wrapped for a run against an index, of the store it
-    wraps."""
-    store = getattr(store, "inner", store)
-    corpus = getattr(store, "corpus", store)
-    if hasattr(corpus, "files") and hasattr(corpus, "table"):
-        return [(f.path, f.schema if getattr(f, "schema", None) is not None else corpus.table.schema)
-                for f in corpus.files]
-    schemas: dict[int, list[pa.Schema]] = {}
-    for index in range(store.shards.count):
-        if index not in store.files_left_out:
-            schemas.setdefault(store.reader.file_of(index), []).append(store.shards.work.shard_schema(index))
-    return [(store.reader.shown[file], pa.unify_schemas(found, promote_options="permissive"))
-            for file, found in schemas.items()]
 
 
 def with_source_counts(result: Any, field: Optional[str], executor: Optional["Executor"] = None) -> None:

@@ -289,7 +289,7 @@ class Index:
                 corpus, restore = to_corpus(data, field, id_field, on_error=on_error,
                                             budget=MemoryBudget(params.max_memory), found=found)
             documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
-            check_group_field(corpus, group_field)
+            check_group_field(corpus.input_schemas(), group_field)
             # The sets made while signing serve the copies, verification and the commit.
             outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, kept_sets_bytes=None)), params,
                               chosen, progress=shown, log=log)

@@ -140,6 +140,9 @@ class StagedIndexStore:
     def stages(self, executor: Executor) -> DaskStages:
         return DaskStages(cast(DaskExecutor, executor))  # (a work directory's runs are on Dask)
 
+    def input_schemas(self) -> list[tuple[str, pa.Schema]]:
+        return self.inner.input_schemas()
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
 

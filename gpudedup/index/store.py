@@ -130,6 +130,9 @@ class IndexStore:
     def stages(self, executor: Executor) -> HeldStages:
         return HeldStages(executor)  # (over the held arrays of a run in memory)
 
+    def input_schemas(self) -> list[tuple[str, pa.Schema]]:
+        return self.inner.input_schemas()
+
     def input_summary(self, empty_documents: int) -> InputSummary:
         return self.inner.input_summary(empty_documents)
 

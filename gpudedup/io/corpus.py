@@ -102,6 +102,10 @@ class Corpus:
     def num_rows(self) -> int:
         return self.table.num_rows
 
+    def input_schemas(self) -> list[tuple[str, pa.Schema]]:
+        """(path as shown, columns) of each input read: a file's own, else the table's."""
+        return [(f.path, f.schema if f.schema is not None else self.table.schema) for f in self.files]
+
 
 def plain_text_type(data_type: pa.DataType) -> pa.DataType:
     """The type a text column of ``data_type`` has in a Corpus: string and large_string stay,
