@@ -24,7 +24,7 @@ from .html_report import report_figures, texts_read, write_report
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
 from .ids import IdSource, id_source, wide
 from .io.storage import Given, Location, child_name, location_of
-from .io.layout import (CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name)
+from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, part_rows
 from .io.commit import atomic_output_dir
 from .io.outputdir import check_apart_from_inputs
 from .io.staging import tasks_folder
@@ -177,12 +177,12 @@ class DedupResult:
         return whole_table(self._clusters_parts())
 
     def _pairs_parts(self) -> Iterator[pa.Table]:
-        """``pairs`` in parts of layout.PART_ROWS rows, in order."""
+        """``pairs`` in parts of layout.part_rows() rows, in order."""
         o = self._outcome
         return pairs_parts(self._named, o.pair_a, o.pair_b, o.jaccard)
 
     def _clusters_parts(self) -> Iterator[pa.Table]:
-        """``clusters`` in parts of layout.PART_ROWS rows, in order (a cluster's run's made
+        """``clusters`` in parts of layout.part_rows() rows, in order (a cluster's run's made
         from the parts it left in its work directory, which hold their ids)."""
         return self._outcome.clustered.table_in_parts(lambda: self._named, self._wide_id_type)
 
@@ -309,6 +309,7 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     clusters of a staged run), else None: this process writes everything."""
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+    part_rows()  # (a bad setting refused before anything is written)
     # A run over files writes one file per input file (even none, when all were left out).
     # Before anything is written: two inputs that would share an output name are refused.
     names = (None if single_file or not result._inputs

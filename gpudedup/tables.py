@@ -41,7 +41,7 @@ class NamedRows:
 def pairs_parts(named: NamedRows, pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray) -> Iterator[pa.Table]:
     """(id_a, id_b, jaccard) with id_a < id_b, sorted by (id_a, id_b), for the pairs of rows
     (pair_a[i], pair_b[i]) (int64 (p,), host, rows of ``named``) of Jaccard jaccard[i]
-    (float64 (p,)), in parts of layout.PART_ROWS rows: each part's ids are taken when it is
+    (float64 (p,)), in parts of layout.part_rows() rows: each part's ids are taken when it is
     made, so that the ids of every pair are never held at once. Sorted by the ids' ranks,
     which order the pairs as their ids do."""
     a, b = named.positions(pair_a), named.positions(pair_b)
@@ -63,7 +63,7 @@ def pairs_table(ids: pa.Array, first: np.ndarray, second: np.ndarray, jaccard: n
 
 def clusters_parts(named: NamedRows, clusters: Clusters) -> Iterator[pa.Table]:
     """(id, cluster, keep, kept_id) for every document in a cluster (named.rows are exactly
-    them), in input order, in parts of layout.PART_ROWS rows: kept_id names the document its
+    them), in input order, in parts of layout.part_rows() rows: kept_id names the document its
     cluster kept (itself for a kept one; where a cluster keeps several, indexed documents in a
     run against an index, the first of them)."""
     c = clusters

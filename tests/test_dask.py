@@ -117,7 +117,7 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
     them (ClusterParts.members refused here)."""
     from gpudedup.engine import clusterparts
 
-    monkeypatch.setattr(layout, "PART_ROWS", 5)
+    monkeypatch.setenv("GPUDEDUP_PART_ROWS", "5")
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
     monkeypatch.setattr(clusterparts.ClusterParts, "members",
                         lambda *a: pytest.fail("the client read every member of the largest clusters"))
@@ -866,12 +866,11 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from gpudedup.engine.daskops import DaskExecutor
     from gpudedup.engine.pairs import VerifiedPairs
     from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
-    from gpudedup.io import layout
     from gpudedup.io.write import write_parquet
     from gpudedup.tables import NamedRows, pairs_parts
     from test_clusterparts import HeldLengths
 
-    monkeypatch.setattr(layout, "PART_ROWS", 7)
+    monkeypatch.setenv("GPUDEDUP_PART_ROWS", "7")
     rng = np.random.default_rng(9)
     rows = np.sort(rng.choice(1000, 40, replace=False)).astype(np.int64)
     ids = pa.array([f"doc-{value}" for value in rng.permutation(40)], pa.large_string())

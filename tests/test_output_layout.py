@@ -90,8 +90,8 @@ def test_one_output_file_per_input_file_named_like_it(runs):
 
 def test_pairs_and_clusters_are_cut_into_parts_of_part_rows_in_their_order(tree, tmp_path, monkeypatch):
     """Oracle: the result's own tables (DedupResult.pairs, clusters): part k holds rows
-    k * PART_ROWS onwards, every part but the last is full, and the dataset reads back whole."""
-    monkeypatch.setattr(layout, "PART_ROWS", 7)
+    k * GPUDEDUP_PART_ROWS onwards, every part but the last is full, and the dataset reads back whole."""
+    monkeypatch.setenv("GPUDEDUP_PART_ROWS", "7")
     result = gpudedup.dedup(tree, id_field="id", backend="cpu")
     result.write(tmp_path / "out")
     for name, table in (("pairs", result.pairs), ("clusters", result.clusters)):
@@ -104,8 +104,17 @@ def test_pairs_and_clusters_are_cut_into_parts_of_part_rows_in_their_order(tree,
         assert pq.read_table(tmp_path / "out" / name).equals(table), name
 
 
+@pytest.mark.parametrize("given", ["0", "-3", "7.5", "many"])
+def test_a_part_size_that_is_no_row_count_is_refused_before_anything_is_written(tree, tmp_path, monkeypatch, given):
+    monkeypatch.setenv("GPUDEDUP_PART_ROWS", given)
+    result = invoke("dedup", tree, "-o", tmp_path / "out", "--id-field", "id", "-q", "--backend", "cpu")
+    assert result.exit_code == 2
+    assert error_line(result) == f"error: GPUDEDUP_PART_ROWS={given!r}: expected a whole number of rows, 1 or more"
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_parts_are_the_same_in_memory_and_staged(tree, tmp_path, monkeypatch):
-    monkeypatch.setattr(layout, "PART_ROWS", 7)
+    monkeypatch.setenv("GPUDEDUP_PART_ROWS", "7")
     options = ["--id-field", "id", "-q", "--backend", "cpu"]
     for name, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work"), "--shard-bytes", "4K"])):
         done = invoke("dedup", tree, "-o", tmp_path / name, *options, *extra)

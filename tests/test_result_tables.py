@@ -13,7 +13,6 @@ import pytest
 
 from gpudedup.core.cluster import find_clusters
 from gpudedup.ids import id_source
-from gpudedup.io import layout
 from gpudedup.tables import NamedRows, clusters_parts, pairs_parts, whole_table
 
 
@@ -46,7 +45,7 @@ def random_run(seed: int, kind: str):
 @pytest.mark.parametrize("kind", ["int", "string"])
 @pytest.mark.parametrize("part_rows", [1, 3, 1000])
 def test_tables_match_python_sorting_whole_or_in_parts(kind, part_rows, monkeypatch):
-    monkeypatch.setattr(layout, "PART_ROWS", part_rows)
+    monkeypatch.setenv("GPUDEDUP_PART_ROWS", str(part_rows))
     for seed in range(40):
         ids, a, b, jaccard, clusters = random_run(seed, kind)
         named = NamedRows.of(id_source(ids), clusters.docs)

@@ -57,6 +57,21 @@ NAME_BYTES = 255  # the longest file name most file systems take (ext4, XFS, APF
 # pair takes about 7 bytes in Parquet and 100 in memory (ids of 40 characters): a part is
 # tens of MB on disk and about 200 MB to build.
 PART_ROWS = 2_000_000
+# Replaces PART_ROWS where set: files of fewer rows (smaller files for a reader that takes one
+# at a time; a small corpus in many parts, as the tests make one).
+PART_ROWS_VARIABLE = "GPUDEDUP_PART_ROWS"
+
+
+def part_rows() -> int:
+    """The rows of a part of pairs/ and clusters/: PART_ROWS_VARIABLE where set (an integer
+    >= 1), else PART_ROWS. Read by the process that cuts the tables (the client of a cluster's
+    run), on each call."""
+    given = os.environ.get(PART_ROWS_VARIABLE, "").strip()
+    if not given:
+        return PART_ROWS
+    if not given.isdigit() or int(given) < 1:
+        raise ParameterError(f"{PART_ROWS_VARIABLE}={given!r}: expected a whole number of rows, 1 or more")
+    return int(given)
 
 
 def part_name(number: int) -> str:
@@ -64,12 +79,12 @@ def part_name(number: int) -> str:
     return f"part-{number:05d}.parquet"
 
 
-def table_parts(rows: int, part_rows: Optional[int] = None) -> list[tuple[int, int]]:
+def table_parts(rows: int, size: Optional[int] = None) -> list[tuple[int, int]]:
     """(start, length) of each part of a table of ``rows`` rows: consecutive slices of
-    ``part_rows`` (default PART_ROWS) rows, the last one shorter; one empty part for an empty
+    ``size`` (default part_rows()) rows, the last one shorter; one empty part for an empty
     table (a dataset always has a file, which holds its columns)."""
-    part_rows = part_rows or PART_ROWS
-    return [(start, min(part_rows, rows - start)) for start in range(0, rows, part_rows)] or [(0, 0)]
+    size = size or part_rows()
+    return [(start, min(size, rows - start)) for start in range(0, rows, size)] or [(0, 0)]
 
 
 def output_bases(files: list[Location], inputs: Iterable[Given]) -> dict[str, str]:
