@@ -367,6 +367,27 @@ def test_columns_widened_across_files_and_string_view_come_back_as_each_file_had
         assert a.equals(narrow) and b.equals(wide), run
 
 
+def test_every_column_type_of_a_parquet_input_is_written_as_read(tmp_path):
+    """Columns beside the text come back with their types as read, those Arrow rebuilds to
+    look into included (a map with sorted keys, a struct, lists, a dictionary), in memory and
+    staged."""
+    records = sample_records()[:12]
+    n = len(records)
+    table = pa.table({"text": [r["text"] for r in records],
+                      "m": pa.array([[("k", i)] for i in range(n)], pa.map_(pa.string(), pa.int64(), keys_sorted=True)),
+                      "s": pa.array([{"a": [i], "b": "x"} for i in range(n)]),
+                      "f": pa.array([[i, i] for i in range(n)], pa.list_(pa.int32(), 2)),
+                      "d": pa.array(["x", "y"] * (n // 2)).dictionary_encode()})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "a.parquet")
+    stored = pq.read_schema(tmp_path / "in" / "a.parquet")
+    for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        result = invoke("dedup", tmp_path / "in", "-o", tmp_path / run, "-q", "--backend", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        written, = kept_files(tmp_path / run)
+        assert pq.read_schema(written).equals(stored, check_metadata=True), run
+
+
 def test_an_arrow_file_of_view_columns_and_a_categorical_is_written_and_counted_by_group(tmp_path):
     """An Arrow file as polars writes one (every string column string_view, a Categorical as a
     dictionary of string_view): its kept rows are written as Parquet, the dictionary with plain

@@ -71,7 +71,8 @@ def with_leaf_types(data_type: pa.DataType, leaf: Callable[[pa.DataType], pa.Dat
         return pa.struct([field.with_type(with_leaf_types(field.type, leaf)) for field in data_type])
     if pa.types.is_map(data_type):
         return pa.map_(data_type.key_field.with_type(with_leaf_types(data_type.key_type, leaf)),
-                       data_type.item_field.with_type(with_leaf_types(data_type.item_type, leaf)))
+                       data_type.item_field.with_type(with_leaf_types(data_type.item_type, leaf)),
+                       keys_sorted=data_type.keys_sorted)
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) or pa.types.is_fixed_size_list(data_type):
         items = data_type.value_field.with_type(with_leaf_types(data_type.value_type, leaf))
         if pa.types.is_fixed_size_list(data_type):
