@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-from multiprocessing import resource_tracker
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -180,6 +179,8 @@ def start_resource_tracker() -> None:
     first) with SIGHUP blocked, as it inherits it: it ignores SIGINT and SIGTERM itself, but a
     closed terminal would end it, and the workers would print its loss. Blocked, not ignored,
     here: a SIGHUP to this process meanwhile is delivered once the tracker has started."""
+    from multiprocessing import resource_tracker  # (start-up: a run in memory starts no process)
+
     if not hasattr(signal, "SIGHUP"):
         resource_tracker.ensure_running()
         return
