@@ -97,9 +97,9 @@ class ShardReader:
         path = self.files[shard.file]
         try:
             return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece, read_again=True)
-        except (ValueError, IndexError):  # (pieces.byte_ranges: the row groups planned are not the file's)
-            raise InputError(f"{self.shown[shard.file]}: changed since the run cut it into pieces (its row groups "
-                             "are not those planned); run again with an empty work directory") from None
+        except (ValueError, IndexError):  # (pieces.byte_ranges: no footer, or fewer row groups than planned)
+            raise InputError(f"{self.shown[shard.file]}: changed since the run cut it into pieces (the row groups "
+                             "planned cannot be found in it); run again with an empty work directory") from None
 
     def unchanged(self, index: int, stamp: Optional[FileStamp], consequence: str):
         """A block that reads shard ``index`` again: its file is refused if it is not as
