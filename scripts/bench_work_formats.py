@@ -7,7 +7,13 @@
 - **signature rows read by row** (the signature filter, engine/shards.py): the rows of the
   documents of some pairs, ascending, gathered from a shard's memory-mapped signatures.npy,
   against a Parquet file of the same signatures (a fixed-size list column, row groups of 65,536
-  rows) whose row groups that hold the rows are read.
+  rows) whose row groups that hold the rows are read;
+- **shingle sets read by row** (exact verification, engine/shards.spilled_sets): the sets of
+  some documents of a shard's spill, gathered from its memory-mapped columns.npy by its
+  offsets.npy, against a Parquet file of the same sets (a list column, row groups of 65,536
+  rows) whose row groups that hold the rows are read;
+- **one band's keys** (the candidate shuffle, dask.band_key_rows): a band of a shard's
+  band-major keys.npy, memory-mapped, against a Parquet file with a column per band.
 
 Each figure is the best of ``--repeats`` timings, files in the page cache (both formats alike).
 
@@ -102,12 +108,72 @@ def signature_rows(root: Path, documents: int, width: int, lookups: int, repeats
              "mb": megabytes(parquet)}]
 
 
+def set_rows(root: Path, documents: int, shingles: int, lookups: int, repeats: int,
+             rng: np.random.Generator) -> list[dict]:
+    """The shingle sets of ``lookups`` documents of a spill of ``documents`` sets (about
+    ``shingles`` int64 hashes each) gathered from each format: seconds, size."""
+    counts = rng.integers(shingles // 2, shingles * 3 // 2, documents)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    columns = rng.integers(0, 2**62, int(offsets[-1]), dtype=np.int64)
+    wanted = np.unique(rng.integers(0, documents, lookups))
+    np.save(root / "columns.npy", columns)
+    np.save(root / "offsets.npy", offsets)
+    parquet = root / "sets.parquet"
+    values = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(columns))
+    pq.write_table(pa.table({"set": values}), parquet, row_group_size=ROW_GROUP, **PART_OPTIONS)
+
+    def from_npy() -> np.ndarray:  # (as shards.spilled_sets gathers them)
+        stored, at = np.load(root / "columns.npy", mmap_mode="r"), np.load(root / "offsets.npy", mmap_mode="r")
+        return np.concatenate([np.asarray(stored[a:b]) for a, b in zip(at[wanted], at[wanted + 1])])
+
+    def from_parquet() -> np.ndarray:
+        groups = np.unique(wanted // ROW_GROUP)
+        table = pq.ParquetFile(parquet).read_row_groups(groups.tolist(), columns=["set"])
+        starts = np.concatenate([[0], np.cumsum(np.minimum(ROW_GROUP, documents - groups * ROW_GROUP))])
+        at = starts[np.searchsorted(groups, wanted // ROW_GROUP)] + wanted % ROW_GROUP
+        return table["set"].combine_chunks().take(pa.array(at)).flatten().to_numpy()
+
+    assert np.array_equal(from_npy(), from_parquet()), "both formats give the same sets"
+    common = {"case": "shingle sets", "rows": documents, "shingles": int(columns.shape[0]),
+              "lookups": int(wanted.shape[0])}
+    return [{**common, "format": ".npy, memory-mapped", "read_s": round(best(from_npy, repeats), 3),
+             "mb": megabytes(root / "columns.npy", root / "offsets.npy")},
+            {**common, "format": "Parquet, row groups read", "read_s": round(best(from_parquet, repeats), 3),
+             "mb": megabytes(parquet)}]
+
+
+def band_rows(root: Path, documents: int, bands: int, repeats: int, rng: np.random.Generator) -> list[dict]:
+    """One band's keys of a shard of ``documents`` read from each format: seconds, size."""
+    keys = rng.integers(0, 2**64, (bands, documents), dtype=np.uint64)
+    npy = root / "keys.npy"
+    np.save(npy, keys)
+    parquet = root / "keys.parquet"
+    pq.write_table(pa.table({f"band{b}": keys[b] for b in range(bands)}), parquet, **PART_OPTIONS)
+    band = bands // 2
+
+    def from_npy() -> np.ndarray:
+        return np.asarray(np.load(npy, mmap_mode="r")[band])
+
+    def from_parquet() -> np.ndarray:
+        return pq.read_table(parquet, columns=[f"band{band}"]).column(0).to_numpy()
+
+    assert np.array_equal(from_npy(), from_parquet()), "both formats give the same keys"
+    common = {"case": "one band's keys", "rows": documents, "bands": bands}
+    return [{**common, "format": ".npy, memory-mapped", "read_s": round(best(from_npy, repeats), 4),
+             "mb": megabytes(npy)},
+            {**common, "format": "Parquet, a column per band", "read_s": round(best(from_parquet, repeats), 4),
+             "mb": megabytes(parquet)}]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--documents", type=int, default=200_000, help="signature rows in the file")
     parser.add_argument("--width", type=int, default=128, help="signature columns (bands x rows)")
     parser.add_argument("--lookups", type=int, default=20_000, help="rows asked for (before duplicates go)")
+    parser.add_argument("--set-documents", type=int, default=20_000, help="shingle sets in the spill")
+    parser.add_argument("--shingles", type=int, default=300, help="shingles of a set, on average")
+    parser.add_argument("--bands", type=int, default=16, help="bands of the band keys")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--results", type=Path, help="write the rows into this results file (bench-results/)")
     args = parser.parse_args()
@@ -116,6 +182,8 @@ def main() -> None:
         root = Path(temporary)
         rows = pair_rows(root, args.pairs, args.repeats, rng)
         rows += signature_rows(root, args.documents, args.width, args.lookups, args.repeats, rng)
+        rows += set_rows(root, args.set_documents, args.shingles, args.lookups // 10, args.repeats, rng)
+        rows += band_rows(root, args.documents, args.bands, args.repeats, rng)
     for row in rows:
         print(row)
     if args.results:

@@ -350,6 +350,11 @@ def work_formats_section(data: Data) -> list[str]:
     def what(r: Row) -> str:
         if r["case"] == "pairs":
             return f"a part of {number(r['rows'])} pairs"
+        if r["case"] == "shingle sets":
+            return f"the sets of {number(r['lookups'])} of {number(r['rows'])} documents ({number(r['shingles'])} " \
+                   "shingles)"
+        if r["case"] == "one band's keys":
+            return f"one band of {number(r['rows'])} documents' keys ({number(r['bands'])} bands)"
         return f"{number(r['lookups'])} of {number(r['rows'])} signature rows ({number(r['width'])} columns)"
 
     lines = table(["data", "format", "write", "read", "size", "commit", "date"],
@@ -533,7 +538,10 @@ distinct documents. Identical copies leave LSH and cost one pair each."""),
     ("work_formats.json", "The work directory's file formats", """\
 `scripts/bench_work_formats.py` times each format of a work directory against the other, on
 random data in the page cache: a cluster's parts are Parquet files (datasets for Dask and
-pyarrow), and a shard's signatures a memory-mapped `.npy` file, which the filter reads by row."""),
+pyarrow); a shard's signatures and a spill's shingle sets are memory-mapped `.npy` files, which
+the signature filter and exact verification read by row (Parquet reads whole row groups); a
+shard's band keys are `.npy` too, one band at a time, where Parquet with a column per band
+would do about as well."""),
 ]
 
 RENDER: dict[str, Callable[[Any], list[str]]] = {
