@@ -358,7 +358,8 @@ def work_formats_section(data: Data) -> list[str]:
         return f"{number(r['lookups'])} of {number(r['rows'])} signature rows ({number(r['width'])} columns)"
 
     lines = table(["data", "format", "write", "read", "size", "commit", "date"],
-                  [[what(r), r["format"], seconds(r.get("write_s"), 3), seconds(r["read_s"], 3), mb(r["mb"]),
+                  [[what(r), r["format"], seconds(r.get("write_s"), 3),
+                    seconds(r["read_s"], 4 if r["case"] == "one band's keys" else 3), mb(r["mb"]),
                     *run_cells(data, r)] for r in rows])
     return lines + [""] + provenance(data, rows)
 
@@ -423,16 +424,13 @@ INTRO = """\
 # Performance
 
 What each benchmark measures, on which corpus, with which command and machine, and its latest
-figures. The figures are in the results files of [`bench-results/`](../bench-results/), which the
-benchmark scripts write (`--results FILE`; `--json` for the GPU benchmark), and this page is
-rendered from them by `python scripts/render_performance.py`; a test checks that the two agree.
-Every row names the commit and the date of the run that measured it; earlier figures are in git
-history.
+figures, rendered by `python scripts/render_performance.py` from the results files the
+benchmarks write into [`bench-results/`](../bench-results/) (`--results FILE`; `--json` for the
+GPU); a test checks that the two agree. Every row names the commit and date of its run.
 
-Unless a section says otherwise: threshold 0.8, 128 permutations of which the threshold's 16
-bands × 6 rows are used, word 5-grams, the CPU backend (numpy with its numba kernels); seconds
-are wall-clock seconds of the whole job (reading, every stage, exact verification, clustering,
-and, where outputs are written, writing them); a peak is a resident high-water mark.
+Unless a section says otherwise: threshold 0.8, 16 bands × 6 rows of 128 permutations, word
+5-grams, the CPU backend (numpy with its numba kernels); seconds are wall-clock seconds of the
+whole job, from reading to writing where it writes; a peak is a resident high-water mark.
 
 ## Corpora
 
@@ -509,9 +507,8 @@ own high-water mark (VmHWM); the report's is the largest of its per-stage peaks,
 before report.html is written; the workers' are theirs at the end of the run."""),
     ("staged.json", "A work directory against a reference commit", """\
 `scripts/bench_staged.py` runs the whole `gpudedup dedup CORPUS --work-dir WORK` process (no
-workers) of this checkout and of a reference commit's install, taking turns after an untimed run
-each: the best wall time, the largest peak (of its stages' marks and the mark after the last
-one began), and whether both wrote the same results."""),
+workers) of this checkout and of a reference commit's install, in turns after an untimed run each:
+the best wall time, the largest peak of its stages' marks, and whether both wrote the same results."""),
     ("linux.json", "The Linux kernel sources", """\
 `scripts/bench_linux.py` runs `gpudedup dedup` on the shards four ways, each a process of its
 own on the same shards: in memory, staged (`--work-dir`), and on local Dask clusters of one and
@@ -537,11 +534,8 @@ synthetic documents of 50 random words: a corpus in groups of identical copies a
 distinct documents. Identical copies leave LSH and cost one pair each."""),
     ("work_formats.json", "The work directory's file formats", """\
 `scripts/bench_work_formats.py` times each format of a work directory against the other, on
-random data in the page cache: a cluster's parts are Parquet files (datasets for Dask and
-pyarrow); a shard's signatures and a spill's shingle sets are memory-mapped `.npy` files, which
-the signature filter and exact verification read by row (Parquet reads whole row groups); a
-shard's band keys are `.npy` too, one band at a time, where Parquet with a column per band
-would do about as well."""),
+random data in the page cache: parts are Parquet; signatures and shingle sets, read by row,
+memory-mapped `.npy` (Parquet reads whole row groups); band keys `.npy`, read a band at a time."""),
 ]
 
 RENDER: dict[str, Callable[[Any], list[str]]] = {
