@@ -24,10 +24,17 @@ def manifest_bytes(fingerprint: dict) -> bytes:
 def is_run_manifest(data: bytes) -> bool:
     """Whether the bytes of a folder's MANIFEST are a work directory's: a JSON object that
     names its format (FORMAT_KEY), where an index's manifest or another tool's is not. Bytes
-    that are not JSON are not a run's (a run writes its manifest whole, or not at all): the
-    folder is someone else's."""
+    that are not JSON are a run's, damaged (a disk's fault: a run writes its manifest whole),
+    only where they hold a run's first key (manifest_bytes sorts them): then the run that reads
+    them says the work directory is damaged; any other are someone else's file."""
     manifest = manifest_of(data)
+    if manifest is None:
+        return DAMAGED_MARK in data
     return isinstance(manifest, dict) and FORMAT_KEY in manifest
+
+
+# What the bytes of a run's manifest begin with ({"gpudedup_version": ...}, its keys sorted).
+DAMAGED_MARK = b'{\n  "gpudedup_version"'
 
 
 def manifest_of(data: bytes) -> object:
