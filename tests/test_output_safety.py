@@ -512,6 +512,32 @@ def test_a_second_run_on_a_work_directory_in_use_is_told_who_holds_it(happy):
     assert resumed.exit_code == 0, resumed.output
 
 
+@pytest.mark.parametrize("inside", ["idx", "deduplicated/sub/idx", "work", "old-out"])
+def test_overwrite_refuses_an_output_that_holds_an_index_work_directory_or_output(happy, inside):
+    """--overwrite replaces a gpudedup output, but not what was put into it since that gpudedup
+    made and the user owns: a persistent index, a work directory or another output, at any
+    depth. The run is refused before any work and the folder is left as it was."""
+    first = invoke("dedup", "data.jsonl", "-o", "out", *CPU)
+    assert first.exit_code == 0, first.output
+    place = happy / "out" / inside
+    place.parent.mkdir(parents=True, exist_ok=True)
+    if inside.endswith("idx"):
+        made = invoke("index", "create", str(place))
+    elif inside == "work":
+        made = invoke("dedup", "data.jsonl", "-o", "out2", "--work-dir", str(place), *CPU)
+    else:
+        made = invoke("dedup", "data.jsonl", "-o", str(place), *CPU)
+    assert made.exit_code == 0, made.output
+    before = tree_snapshot(happy / "out")
+    for command in (["dedup", "data.jsonl"], ["index", "add", "other-idx", "data.jsonl"]):
+        if command[0] == "index":
+            assert invoke("index", "create", "other-idx").exit_code == 0
+        result = invoke(*command, "-o", "out", "--overwrite", *CPU)
+        assert result.exit_code == 2
+        assert "replacing the output would delete" in error_line(result) and inside in error_line(result)
+        assert tree_snapshot(happy / "out") == before
+
+
 @pytest.mark.parametrize("names", [["notes.txt"], [".tmp-notes.txt", ".tmp-backup/f"], ["manifest.json"],
                                    ["manifest.json", "segments/a"]])
 def test_a_folder_that_is_no_work_directory_gets_no_lock_file(happy, names):

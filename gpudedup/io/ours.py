@@ -39,3 +39,16 @@ def our_folder(directory: Path) -> Optional[str]:
     if {"work_dir_format", "gpudedup_version"} <= data.keys():
         return "a gpudedup work directory"
     return None
+
+
+def ours_within(folder: Path) -> Optional[tuple[Path, str]]:
+    """The first folder under ``folder``, at any depth (links not followed), that gpudedup
+    wrote as something of its own (our_folder: an index, a work directory, another output),
+    with what it is in words; None where there is none. An output holds none of these, so one
+    found in it was put there: replacing the output would delete it."""
+    for parent, subfolders, _ in os.walk(folder):
+        for name in sorted(subfolders):
+            what = our_folder(Path(parent) / name)
+            if what is not None:
+                return Path(parent) / name, what
+    return None

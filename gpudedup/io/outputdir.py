@@ -22,7 +22,7 @@ from ..errors import InputError, OutputError
 from ..version import __version__
 from .credentials import first_line
 from .inputs import InputFiles, not_utf8, readable, scan_inputs
-from .ours import OUTPUT_MARKER
+from .ours import OUTPUT_MARKER, ours_within
 from .staging import in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, parts_of, read_bytes
 from .write import write_json
@@ -94,7 +94,8 @@ def check_url_parts(place: Location, option: str) -> None:
 def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
     """Why what is at ``out`` may not be replaced by an output, as (what it is, what to do),
     or None where nothing is there, or an empty directory, or (``overwrite``) a gpudedup output
-    (is_gpudedup_output). A directory that holds only the marker counts as empty."""
+    (is_gpudedup_output) that holds no index, work directory or other output put into it
+    (ours_within). A directory that holds only the marker counts as empty."""
     if not os.path.lexists(out):
         return None
     if not out.is_dir():  # a file, or a link to none (broken, a loop)
@@ -109,7 +110,11 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
     if not overwrite:
         return not_empty(ours, "report.json" in names)
     if ours:
-        return None
+        inside = ours_within(out)
+        if inside is None:
+            return None
+        return (f"holds {inside[1]} ({inside[0]}), which replacing the output would delete",
+                "move it out, or choose another output=")
     return (f"holds files that are not a gpudedup output ({listed(names)})",
             "choose another output= or empty it")
 
