@@ -233,6 +233,18 @@ def test_a_path_of_the_wrong_kind_is_named_by_every_command(copy, what):
     assert not any(".tmp-" in p.name for p in copy.rglob("*"))
 
 
+def test_an_index_under_a_file_is_refused_naming_the_file(tmp_path):
+    """A path whose parent is a file (an input file taken for a folder): no index exists, so
+    none is called damaged; the file is named and left as it was."""
+    write_jsonl(tmp_path / "data.jsonl", bible_records()[:3])
+    before = (tmp_path / "data.jsonl").read_bytes()
+    result = invoke("index", "create", tmp_path / "data.jsonl" / "idx")
+    assert result.exit_code == 2
+    assert error_line(result) == (f"error: {tmp_path / 'data.jsonl' / 'idx'}: {tmp_path / 'data.jsonl'} is a file, "
+                                  "not a directory; choose another path for the index")
+    assert (tmp_path / "data.jsonl").read_bytes() == before
+
+
 def test_a_lock_file_that_is_a_directory_says_to_remove_it(copy):
     before = committed_state(copy)
     (copy / "writer.lock").unlink()

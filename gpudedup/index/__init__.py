@@ -108,6 +108,8 @@ class Index:
         # A new or empty directory, or one where a create stopped before its commit (made again).
         if root.exists() and (not root.is_dir() or any(root.iterdir()) and not interrupted_create(root)):
             raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
+        if (file := next((p for p in reversed(root.parents) if p.exists() and not p.is_dir()), None)) is not None:
+            raise ParameterError(f"{root}: {file} is a file, not a directory; choose another path for the index")
         fixed = {name: value for name, value in params.result_parameters().items() if name != "keep"}
         fixed["id_type"] = None
         again = f"run `gpudedup index create {root}` again once that is fixed"
