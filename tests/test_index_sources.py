@@ -25,17 +25,22 @@ from oracles import jaccard, shingle_set
 
 def source_parts(root: Path) -> list[Path]:
     """The shipped sample cut round-robin into three files of three formats (JSONL, gzip'd
-    JSONL, Parquet): each part holds other translations of the others' chapters, so later
-    parts match indexed documents, some as exact copies (the "again" records)."""
+    JSONL, Parquet), and a fourth, Arrow IPC: each part holds other translations of the
+    others' chapters, so later parts match indexed documents, some as exact copies (the
+    "again" records)."""
     records = bible_records()[:900]
     chunks = [records[i::3] for i in range(3)]
     chunks[2] += [{"id": r["id"] + " again", "text": r["text"]} for r in chunks[0][:30]]
+    arrow = bible_records()[1000:1060] + [{"id": r["id"] + " again", "text": r["text"]} for r in chunks[1][:20]]
     root.mkdir(parents=True, exist_ok=True)
     write_jsonl(root / "part0.jsonl", chunks[0])
     with gzip.open(root / "part1.jsonl.gz", "wt", encoding="utf-8") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in chunks[1])
     pq.write_table(pa.Table.from_pylist(chunks[2]), root / "part2.parquet", row_group_size=50)
-    return [root / "part0.jsonl", root / "part1.jsonl.gz", root / "part2.parquet"]
+    table = pa.Table.from_pylist(arrow)
+    with pa.ipc.new_file(root / "part3.arrow", table.schema) as writer:
+        writer.write_table(table)
+    return [root / "part0.jsonl", root / "part1.jsonl.gz", root / "part2.parquet", root / "part3.arrow"]
 
 
 @pytest.mark.timeout(180)

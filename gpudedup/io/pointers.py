@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from . import storage
+from .formats import FORMAT_OF_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def corpus_pointers(corpus, docs: np.ndarray) -> SourcePointers:
     numbers = np.empty(docs.shape[0], dtype=np.int64)
     files = []
     for position, source in enumerate(corpus.files):
-        if source.format not in ("jsonl", "parquet", "text"):
+        if source.format not in FORMAT_OF_SUFFIX.values():  # (a file's, which the reader reads again)
             raise ParameterError(NOT_FROM_FILES)
         files.append((storage.key_of(source.path), source.format))
         mine = file == position
@@ -46,5 +47,5 @@ def corpus_pointers(corpus, docs: np.ndarray) -> SourcePointers:
 
 
 NOT_FROM_FILES = ("this index verifies matches from the source files (made with verification 'source'): "
-                  "documents added to it must be read from files (JSONL, Parquet or text), not passed in as data "
-                  "or read from other formats")
+                  "documents added to it must be read from files (JSONL, Parquet, Arrow or text), not passed in "
+                  "as data or read from other formats")
