@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numbers
 import os
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -19,6 +18,7 @@ from .io.python_inputs import to_corpus
 from .io.inputs import EVERY_FILE, InputFiles, Selection, documents_read, scan_inputs
 from .io.layout import check_output_names, output_bases
 from .io.rules import sorted_records
+from .io.staging import temporary_work_dir
 from .io import storage
 from .io.storage import Given, Location, is_path, location_of
 from .io.credentials import os_reason
@@ -293,7 +293,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         # Without a work directory (workers of the run's own) the run works in a temporary one,
         # removed once its cluster is closed: the tasks of a stage that failed may be writing.
         temporary = None if work_dir is not None else Path(temporary_dirs.enter_context(
-            tempfile.TemporaryDirectory(prefix="gpudedup-work-"))) / "work"
+            temporary_work_dir())) / "work"
         with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:
             executor = DaskExecutor(connected)
             try:

@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from typing import Optional
 import pytest
 
 from gpudedup.io import commit
-from gpudedup.io.staging import host_tag, remove_stale_staging, staging_pattern
+from gpudedup.io.staging import host_tag, remove_stale_staging, staging_pattern, temporary_work_dir
 
 from stage_events import finish, stages_begun, wait_for_stage, wait_until, with_stage_events
 
@@ -518,6 +519,30 @@ def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):
     old.mkdir()
     assert remove_stale_staging(tmp_path, "out") == []
     assert old.is_dir()
+
+
+def test_a_killed_runs_temporary_work_directory_goes_with_the_next_run(tmp_path, monkeypatch):
+    """A run on workers without --work-dir spills into a temporary folder named by its machine
+    and process; one that SIGKILL left (no clean-up ran) is removed when the next such run
+    makes its own, and no other folder is touched."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # (the system's temporary folder, here)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = host_tag()
+    names = {
+        f"gpudedup-work-{host}-{dead.pid}-x7_k2m9q": False,  # removed: its process is gone
+        f"gpudedup-work-{host}-{os.getppid()}-x7_k2m9q": True,  # a running process: kept
+        f"gpudedup-work-ffffffff-{dead.pid}-x7_k2m9q": host != "ffffffff",  # another machine: kept
+        "gpudedup-work-cache": True,  # the work cache (workfolders.py)
+        "gpudedup-work-a1b2c3d4": True,  # a name that says no machine or process
+    }
+    for name in names:
+        (tmp_path / name / "shards").mkdir(parents=True)
+    with temporary_work_dir() as made:
+        assert Path(made).name.startswith(f"gpudedup-work-{host}-{os.getpid()}-")
+        for name, kept in names.items():
+            assert (tmp_path / name).exists() == kept, name
+    assert not Path(made).exists()
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])

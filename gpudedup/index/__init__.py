@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import uuid
 from contextlib import ExitStack
 from typing import Any, Optional, Sequence
@@ -46,6 +45,7 @@ from ..io.inputs import Selection, documents_read
 from ..io.python_inputs import list_corpus, to_corpus
 from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
+from ..io.staging import temporary_work_dir
 from ..memory import MemoryBudget, parse_sizes
 from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
@@ -225,8 +225,7 @@ class Index:
             if temporary:
                 # A local cluster's run spills into a work directory of its own, which dedup
                 # deletes when it returns; the commit reads the spills after it: this one lasts.
-                work_dir = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpudedup-work-")),
-                                        "work")
+                work_dir = os.path.join(stack.enter_context(temporary_work_dir()), "work")
             manifest = read_manifest(self.path)
             with changing(self.path):
                 collect_garbage(self.path, manifest)  # what a killed writer left

@@ -15,6 +15,7 @@ import re
 import secrets
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -76,20 +77,42 @@ def remove_stale_staging(parent: Path, name: str) -> list[Path]:
     Directories of running processes, of other machines (a shared file system) or with other
     names (results set aside, ``<name>.results-*``, included) are never touched; on systems
     without POSIX processes nothing is removed. Returns what was removed."""
+    output_exists = os.path.lexists(parent / name)
+    return remove_stale(parent, staging_pattern(name), lambda match: match[1] == "tmp" or output_exists)
+
+
+# The system's temporary folder holds the work directory of a run on workers without one of its
+# own: this prefix, then host, process and a random part (temporary_work_dir).
+TEMPORARY_WORK = "gpudedup-work-"
+
+
+def temporary_work_dir() -> tempfile.TemporaryDirectory:
+    """A temporary folder for a run's work directory, named by this machine and process, so
+    that one a killed run left (SIGKILL: no clean-up) is removed by the next run here, which
+    first removes those (remove_stale)."""
+    parent = Path(tempfile.gettempdir())
+    remove_stale(parent, re.compile(rf"{TEMPORARY_WORK}()([0-9a-f]{{8}})-([0-9]+)-[a-z0-9_]+"))
+    return tempfile.TemporaryDirectory(prefix=f"{TEMPORARY_WORK}{host_tag()}-{os.getpid()}-")
+
+
+def remove_stale(parent: Path, pattern: re.Pattern, removable=lambda match: True) -> list[Path]:
+    """Remove the directories in ``parent`` whose names ``pattern`` matches in full (groups:
+    kind, host, pid) of processes of this machine that are no longer running, where
+    ``removable(match)``; others (running, another machine's, links) are never touched, and on
+    systems without POSIX processes nothing is. Returns what was removed."""
     if os.name != "posix":
         return []
-    pattern, host, removed = staging_pattern(name), host_tag(), []
+    host, removed = host_tag(), []
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return []
-    output_exists = os.path.lexists(parent / name)
     for entry in entries:
         match = pattern.fullmatch(entry.name)
         if match is None or match[2] != host or not entry.is_dir(follow_symlinks=False):
             continue
         pid = int(match[3])
-        if pid == os.getpid() or process_running(pid) or (match[1] == "old" and not output_exists):
+        if pid == os.getpid() or process_running(pid) or not removable(match):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
