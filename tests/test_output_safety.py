@@ -547,7 +547,19 @@ def test_a_folder_that_is_no_work_directory_gets_no_lock_file(happy, names):
     refused_untouched(happy, {name: '{"format": 1}' if name == "manifest.json" else "x" for name in names})
 
 
-@pytest.mark.parametrize("manifest", ['// notes\n{"name": "app",}\n', "", "\xff"])
+def test_a_link_in_an_output_to_an_index_goes_with_the_output_and_the_index_stays(happy):
+    """A link inside an output is the output's entry, not what it points to: --overwrite
+    replaces the output, the link with it, and the index it pointed to is left as it was."""
+    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    assert invoke("index", "create", "idx").exit_code == 0
+    (happy / "out" / "lidx").symlink_to(happy / "idx")
+    before = tree_snapshot(happy / "idx")
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
+    assert result.exit_code == 0, result.output
+    assert not os.path.lexists(happy / "out" / "lidx") and tree_snapshot(happy / "idx") == before
+
+
+@pytest.mark.parametrize("manifest", ['// notes\n{"name": "app",}\n', "", "\xff", 'notes:\n{\n  "gpudedup_version": 1'])
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_manifest_that_is_no_json_is_no_runs(happy, manifest, resume):
     """A run writes its manifest whole: a manifest.json that is not JSON is someone else's

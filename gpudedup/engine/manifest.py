@@ -29,7 +29,7 @@ def is_run_manifest(data: bytes) -> bool:
     them says the work directory is damaged; any other are someone else's file."""
     manifest = manifest_of(data)
     if manifest is None:
-        return DAMAGED_MARK in data
+        return data.startswith(DAMAGED_MARK)
     return isinstance(manifest, dict) and FORMAT_KEY in manifest
 
 

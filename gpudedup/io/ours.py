@@ -48,6 +48,8 @@ def ours_within(folder: Path) -> Optional[tuple[Path, str]]:
     found in it was put there: replacing the output would delete it."""
     for parent, subfolders, _ in os.walk(folder):
         for name in sorted(subfolders):
+            if os.path.islink(os.path.join(parent, name)):  # (replacing the output removes the link alone)
+                continue
             what = our_folder(Path(parent) / name)
             if what is not None:
                 return Path(parent) / name, what
