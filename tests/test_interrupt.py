@@ -486,9 +486,15 @@ def test_stage_events_are_appended_and_never_block_or_stop_a_run(tmp_path, monke
 # --- the writer's pieces, in process --------------------------------------------------------------
 
 
-def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(tmp_path):
+def gone_process() -> subprocess.Popen:
+    """A process that has ended: its pid names no running process."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
+    return dead
+
+
+def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(tmp_path):
+    dead = gone_process()
     host = host_tag()
     names = {
         f".out.tmp-{host}-{dead.pid}-0a1b2c3d": False,  # removed: its process is gone
@@ -513,8 +519,7 @@ def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(t
 
 def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):
     """After a kill between the fallback's two renames the old output exists only as .old-."""
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead = gone_process()
     old = tmp_path / f".out.old-{host_tag()}-{dead.pid}-0a1b2c3d"
     old.mkdir()
     assert remove_stale_staging(tmp_path, "out") == []
@@ -526,8 +531,7 @@ def test_a_killed_runs_temporary_work_directory_goes_with_the_next_run(tmp_path,
     and process; one that SIGKILL left (no clean-up ran) is removed when the next such run
     makes its own, and no other folder is touched."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # (the system's temporary folder, here)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead = gone_process()
     host = host_tag()
     names = {
         f"gpudedup-work-{host}-{dead.pid}-x7_k2m9q": False,  # removed: its process is gone
