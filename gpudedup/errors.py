@@ -66,5 +66,14 @@ class MemoryLimitError(GpudedupError):
 
 
 class ClusterError(GpudedupError):
-    """The Dask cluster failed under a run (a worker lost, the scheduler gone): the stages it
-    finished stay in the work directory, so the run can be resumed."""
+    """The Dask cluster failed under a run (a worker lost, the scheduler gone): ``failure``,
+    what failed, and ``advice``, how to go on (by default: the stages it finished stay in the
+    work directory, so the run can be resumed)."""
+
+    def __init__(self, failure: str,
+                 advice: str = "the finished stages are in the work directory: run again with resume=True"):
+        super().__init__(failure, advice)
+        self.failure = failure
+
+    def __str__(self) -> str:
+        return "; ".join(self.args)

@@ -226,19 +226,14 @@ def cluster_failures(stage: str) -> Iterator[None]:
     except Exception as error:  # noqa: BLE001 -- distributed's many failure types
         if isinstance(error, OSError) and is_full_disk(error):
             raise
-        raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error}); "
-                           f"{RESUMABLE}") from None
-
-
-# How a run goes on after its cluster failed, where its work directory is the user's.
-RESUMABLE = "the finished stages are in the work directory: run again with resume=True"
+        raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error})") from None
 
 
 def in_temporary_work_dir(error: ClusterError) -> ClusterError:
     """``error`` of a run whose work directory is a temporary one (workers without work_dir),
     which goes with the run: nothing is left to resume."""
-    return ClusterError(str(error).replace(RESUMABLE, "the run kept nothing (its work directory was a temporary "
-                                                      "one, work_dir= keeps one): run again"))
+    return ClusterError(error.failure, "the run kept nothing (its work directory was a temporary one, work_dir= "
+                                       "keeps one): run again")
 
 
 def first_error(futures: list, error: GpudedupError) -> GpudedupError:

@@ -19,7 +19,7 @@ from ..io import storage
 from ..io.corpus import Corpus
 from ..io.formats import format_of
 from ..io.inputs import InputFiles, display_path
-from ..io.pieces import Shard
+from ..io.pieces import PieceGone, Shard
 from ..io.read import build_corpus, read_one_file
 from ..io.source import SourceFile, file_record
 from ..io.stamps import FileStamp, read_stamp, unchanged_while
@@ -97,7 +97,7 @@ class ShardReader:
         path = self.files[shard.file]
         try:
             return None if shard.absorbed else read_stamp(path, format_of(path), shard.piece, read_again=True)
-        except (ValueError, IndexError):  # (pieces.byte_ranges: no footer, or fewer row groups than planned)
+        except PieceGone:
             raise InputError(f"{self.shown[shard.file]}: changed since the run cut it into pieces (the row groups "
                              "planned cannot be found in it); run again with an empty work directory") from None
 

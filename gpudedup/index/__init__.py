@@ -50,8 +50,8 @@ from ..memory import MemoryBudget, parse_sizes
 from ..params import DedupParams, RESULT_PARAMETERS
 from ..result import DedupResult
 from ..stages import Progress, StageLog, progress_display
-from .files import (FORMAT, Manifest, changing, collect_garbage, index_os_error, interrupted_create, read_manifest,
-                    write_manifest, write_segment, write_tombstones, writer_lock)
+from .files import (FORMAT, Manifest, changing, collect_garbage, file_on, index_os_error, interrupted_create,
+                    read_manifest, write_manifest, write_segment, write_tombstones, writer_lock)
 from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .against import Against, AgainstStore
@@ -108,7 +108,7 @@ class Index:
         # A new or empty directory, or one where a create stopped before its commit (made again).
         if root.exists() and (not root.is_dir() or any(root.iterdir()) and not interrupted_create(root)):
             raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
-        if (file := next((p for p in reversed(root.parents) if p.exists() and not p.is_dir()), None)) is not None:
+        if (file := file_on(root)) is not None:
             raise ParameterError(f"{root}: {file} is a file, not a directory; choose another path for the index")
         fixed = {name: value for name, value in params.result_parameters().items() if name != "keep"}
         fixed["id_type"] = None

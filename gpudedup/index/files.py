@@ -352,10 +352,13 @@ def wrong_kind(error: OSError) -> Optional[str]:
         return f"{os.fsdecode(error.filename)}: a directory where the index has a file"
     if isinstance(error, (NotADirectoryError, FileExistsError)):
         for name in (error.filename, error.filename2):
-            if name is None:
-                continue
-            path = Path(os.fsdecode(name))
-            for step in [*reversed(path.parents), path]:
-                if step.exists() and not step.is_dir():
-                    return f"{step}: a file where the index has a directory"
+            step = None if name is None else file_on(Path(os.fsdecode(name)))
+            if step is not None:
+                return f"{step}: a file where the index has a directory"
     return None
+
+
+def file_on(path: Path) -> Optional[Path]:
+    """The first of ``path``'s folders, from the root, or ``path`` itself, that exists and is
+    not a directory (a file where a directory would have to be); None where there is none."""
+    return next((step for step in [*reversed(path.parents), path] if step.exists() and not step.is_dir()), None)

@@ -117,17 +117,26 @@ def parquet_pieces(path: Location, shard_bytes: int) -> list[Piece]:
     return pieces
 
 
+class PieceGone(Exception):
+    """The bytes that hold a piece cannot be found in its file any more: a Parquet file
+    rewritten with a footer that does not parse, or with fewer row groups (byte_ranges)."""
+
+
 def byte_ranges(path: Location, piece: Piece) -> list[tuple[int, int]]:
     """The byte ranges [start, stop) of a file that hold what ``piece`` reads: a JSONL piece's
     own range; for a Parquet piece, the span of its row groups' column chunks and the footer
     (whose schema and offsets say how those bytes are read), so that a digest of them
-    (io/stamps.py) changes where the rows the piece reads do."""
+    (io/stamps.py) changes where the rows the piece reads do. PieceGone where the file no
+    longer holds the piece's row groups."""
     if format_of(path) != "parquet":
         return [(piece.start, piece.stop)]
-    metadata = storage.parquet_metadata(path)
+    try:
+        metadata = storage.parquet_metadata(path)
+        groups = [metadata.row_group(group) for group in range(piece.start, piece.stop)]
+    except (ValueError, IndexError) as error:  # (Arrow's ArrowInvalid is a ValueError)
+        raise PieceGone(str(error)) from None
     starts, stops = [], []
-    for group in range(piece.start, piece.stop):
-        group_meta = metadata.row_group(group)
+    for group_meta in groups:
         for column in range(group_meta.num_columns):
             chunk = group_meta.column(column)
             first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset

@@ -55,7 +55,7 @@ def new_staging_dir(parent: Path, name: str, kind: str, create: bool = True) -> 
 
 def staging_pattern(name: str) -> re.Pattern:
     """The names ``new_staging_dir`` gives for outputs called ``name``: kind, host, pid."""
-    return re.compile(rf"\.{re.escape(name)}\.(tmp|old)-([0-9a-f]{{8}})-([0-9]+)-[0-9a-f]+")
+    return re.compile(rf"\.{re.escape(name)}\.(?P<kind>tmp|old)-(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-[0-9a-f]+")
 
 
 def process_running(pid: int) -> bool:
@@ -78,7 +78,7 @@ def remove_stale_staging(parent: Path, name: str) -> list[Path]:
     names (results set aside, ``<name>.results-*``, included) are never touched; on systems
     without POSIX processes nothing is removed. Returns what was removed."""
     output_exists = os.path.lexists(parent / name)
-    return remove_stale(parent, staging_pattern(name), lambda match: match[1] == "tmp" or output_exists)
+    return remove_stale(parent, staging_pattern(name), lambda match: match["kind"] == "tmp" or output_exists)
 
 
 # The system's temporary folder holds the work directory of a run on workers without one of its
@@ -91,15 +91,16 @@ def temporary_work_dir() -> tempfile.TemporaryDirectory:
     that one a killed run left (SIGKILL: no clean-up) is removed by the next run here, which
     first removes those (remove_stale)."""
     parent = Path(tempfile.gettempdir())
-    remove_stale(parent, re.compile(rf"{TEMPORARY_WORK}()([0-9a-f]{{8}})-([0-9]+)-[a-z0-9_]+"))
+    remove_stale(parent, re.compile(rf"{TEMPORARY_WORK}(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-[a-z0-9_]+"))
     return tempfile.TemporaryDirectory(prefix=f"{TEMPORARY_WORK}{host_tag()}-{os.getpid()}-")
 
 
 def remove_stale(parent: Path, pattern: re.Pattern, removable=lambda match: True) -> list[Path]:
-    """Remove the directories in ``parent`` whose names ``pattern`` matches in full (groups:
-    kind, host, pid) of processes of this machine that are no longer running, where
-    ``removable(match)``; others (running, another machine's, links) are never touched, and on
-    systems without POSIX processes nothing is. Returns what was removed."""
+    """Remove the directories in ``parent`` whose names ``pattern`` matches in full (its groups
+    ``host`` and ``pid`` naming the run's machine and process) of processes of this machine that
+    are no longer running, where ``removable(match)``; others (running, another machine's, links)
+    are never touched, and on systems without POSIX processes nothing is. Returns what was
+    removed."""
     if os.name != "posix":
         return []
     host, removed = host_tag(), []
@@ -109,9 +110,9 @@ def remove_stale(parent: Path, pattern: re.Pattern, removable=lambda match: True
         return []
     for entry in entries:
         match = pattern.fullmatch(entry.name)
-        if match is None or match[2] != host or not entry.is_dir(follow_symlinks=False):
+        if match is None or match["host"] != host or not entry.is_dir(follow_symlinks=False):
             continue
-        pid = int(match[3])
+        pid = int(match["pid"])
         if pid == os.getpid() or process_running(pid) or not removable(match):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)

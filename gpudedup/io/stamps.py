@@ -24,7 +24,7 @@ from typing import Iterator, Optional
 
 from ..errors import InputError
 from . import storage
-from .pieces import Piece, byte_ranges
+from .pieces import Piece, PieceGone, byte_ranges
 from .storage import Location, Remote
 
 
@@ -95,11 +95,10 @@ def content_digest(location: Location, piece: Optional[Piece] = None) -> str:
 
 def digest_now(location: Location, piece: Optional[Piece]) -> Optional[str]:
     """content_digest of a file read before, or None where the bytes that hold the piece can no
-    longer be found (a Parquet file rewritten with another footer or fewer row groups: Arrow's
-    ValueError, a row group out of range): it changed."""
+    longer be found (pieces.PieceGone): it changed."""
     try:
         return content_digest(location, piece)
-    except (ValueError, IndexError):
+    except PieceGone:
         return None
 
 
