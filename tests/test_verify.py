@@ -248,7 +248,7 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
     shingles in Python."""
     from gpudedup.io.python_inputs import list_corpus
     from gpudedup.backends import get_backend
-    from gpudedup.engine.local import LocalExecutor
+    from gpudedup.engine.protocols import LocalExecutor
     from gpudedup.engine.memory import MemoryStore
     from gpudedup.params import DedupParams
     from gpudedup.stages import Progress, StageLog

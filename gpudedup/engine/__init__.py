@@ -1,2 +1,2 @@
 """The deduplication engine: the stage sequence (job.py) over a store (memory.py, disk.py), an
-executor (local.py, daskops.py) and a runner's stages (local.py, dask.py). See job.py's docstring."""
+executor (protocols.py, daskops.py) and a runner's stages (local.py, dask.py). See job.py's docstring."""

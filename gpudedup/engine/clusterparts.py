@@ -51,6 +51,7 @@ from ..io.layout import table_parts
 from ..tables import NamedRows
 from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
+from .protocols import LocalExecutor
 from .workdir import WorkAt, WorkDir, arrays_of
 from .workfolders import DamagedWorkDirError
 
@@ -223,12 +224,10 @@ class ClusterParts:
         any clustered document, on ``executor`` where it is a cluster's, else here:
         the client gets a few documents per cluster and part, not every member."""
         holding = np.flatnonzero(self.sizes).tolist()
-        if executor is None or executor.in_process:
-            found = [part_shown(self, number, numbers, listed) for number in holding]
-        else:
-            parts, asked = executor.share(self, numbers)
-            found = executor.map(part_shown, [(parts, number, asked, listed) for number in holding],
-                                 "reading the clusters") if holding else []
+        executor = executor or LocalExecutor()
+        parts, asked = executor.share(self, numbers)
+        found = executor.map(part_shown, [(parts, number, asked, listed) for number in holding],
+                             "reading the clusters") if holding else []
         sizes = np.sum([size for size, _ in found], axis=0) if found else np.zeros(numbers.shape[0], np.int64)
         joined = Clusters(*(np.concatenate(column) for column in zip(*(part for _, part in found)))) if found \
             else Clusters(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
@@ -239,12 +238,10 @@ class ClusterParts:
         a task per part that holds any clustered document, on ``executor`` where it is a
         cluster's, else here."""
         holding = np.flatnonzero(self.sizes).tolist()
-        if executor is None or executor.in_process:
-            found = [part_members(self, number, numbers) for number in holding]
-        else:
-            parts, asked = executor.share(self, numbers)
-            found = executor.map(part_members, [(parts, number, asked) for number in holding],
-                                 "reading the clusters") if holding else []
+        executor = executor or LocalExecutor()
+        parts, asked = executor.share(self, numbers)
+        found = executor.map(part_members, [(parts, number, asked) for number in holding],
+                             "reading the clusters") if holding else []
         if not found:
             empty = np.zeros(0, np.int64)
             return Clusters(empty, empty, np.zeros(0, bool))

@@ -56,8 +56,7 @@ from .dask import DaskStages
 from .daskops import DaskExecutor
 from .kept import Kept
 from .keptrows import ShardedTable
-from .local import LocalExecutor
-from .protocols import Executor
+from .protocols import Executor, LocalExecutor
 from .shardids import IdsAt, ShardIds, shard_documents
 from .shardreader import ShardReader, sign_shard
 from .shards import (

@@ -34,10 +34,9 @@ from ..stages import Progress, StageLog
 from ..version import __version__
 from .signatures import batch_bytes
 
-from .local import LocalExecutor
 from .outcome import Outcome
 from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, copies_arrays, copies_of_arrays, merge_pairs
-from .protocols import Executor, Stages, Store
+from .protocols import Executor, LocalExecutor, Stages, Store
 from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
 

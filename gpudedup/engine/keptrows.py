@@ -26,8 +26,7 @@ from ..io.storage import Location, location_of
 from ..io.write import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
 from ..memory import release_unused_memory
 from .kept import Kept
-from .local import LocalExecutor
-from .protocols import Executor
+from .protocols import Executor, LocalExecutor
 from .removedrows import (REMOVED_DIR, RemovedOf, in_memory_removed, removed_schema, shard_removed, write_file_removed,
                           write_tables)
 from .shards import Shards, by_shard

@@ -1,10 +1,10 @@
-"""The run in this process: the executor that runs every task here, in order
-(protocols.Executor), and the stages over the whole corpus's held arrays (protocols.Stages):
-an in-memory run's, and a run against an index (index/store.py)."""
+"""The stages of a run in this process, over the whole corpus's held arrays (protocols.Stages):
+an in-memory run's, and a run against an index (index/store.py). Its tasks run here, in order
+(protocols.LocalExecutor)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from ..core.copies import Copies, identical_copies, same_signature_rows
 from ..core.lsh import candidate_pairs
 from ..stages import Progress
 from ..core.verify import plausible
-from ..threads import HOST_THREADS, map_parallel
+from ..threads import map_parallel
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
 from .clusterpairs import pairs_inside_of
@@ -22,19 +22,6 @@ from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory
 
 if TYPE_CHECKING:
     from .protocols import Executor, HeldStore
-
-
-class LocalExecutor:
-    """Runs every task in this process, in order."""
-
-    in_process = True
-    task_threads = HOST_THREADS
-
-    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
-        return [task(*a) for a in arguments]
-
-    def share(self, *values: Any) -> tuple:
-        return values
 
 
 class HeldStages:

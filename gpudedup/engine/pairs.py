@@ -14,6 +14,7 @@ import numpy as np
 from ..core.copies import Copies
 from ..core.verify import BELOW_THRESHOLD
 from .pairparts import COPIES, VERIFIED, PairParts, on_pairs
+from .protocols import LocalExecutor
 
 if TYPE_CHECKING:
     from .protocols import Executor, Store
@@ -176,8 +177,7 @@ class VerifiedPairs:
         the pairs are cut."""
         if self.parts is None or "arrays" in self.__dict__:  # (held, or already read here)
             return [function(*self.arrays, *arguments)]
-        if executor is None or executor.in_process:
-            return [on_pairs(function, *source, *arguments) for source in pair_sources(self)]
+        executor = executor or LocalExecutor()
         return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
 
     def with_first_below(self, bound: int, executor: Optional["Executor"]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

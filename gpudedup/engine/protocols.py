@@ -5,7 +5,7 @@
   at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
   at a time, stages kept for --resume);
 - the **executor** (``Executor``): who runs the per-shard tasks: this process
-  (engine/local.py) or Dask, a cluster or its local scheduler (engine/daskops.py);
+  (``LocalExecutor``, here) or Dask, a cluster or its local scheduler (engine/daskops.py);
 - the **stages** (``Stages``): how the steps over the whole corpus are done, one way per
   runner: over held arrays in this process (engine/local.py's HeldStages) or as Dask's shuffles
   and tasks over the work directory (engine/dask.py's DaskStages).
@@ -26,6 +26,7 @@ from ..core.lsh import Banding
 from ..report import InputSummary
 from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
+from ..threads import HOST_THREADS
 
 
 
@@ -131,6 +132,20 @@ class Executor(Protocol):
     def share(self, *values: Any) -> tuple:
         """``values`` as a stage's tasks take what they all read: sent to every worker once
         (a cluster's futures of them), rather than inside every task; here, the values."""
+
+
+class LocalExecutor:
+    """Runs every task in this process, in order (Executor): an in-memory run's, and what
+    reads a run's parts after the run, its cluster gone."""
+
+    in_process = True
+    task_threads = HOST_THREADS
+
+    def map(self, task: Callable[..., Any], arguments: Sequence[tuple], stage: str) -> list:
+        return [task(*a) for a in arguments]
+
+    def share(self, *values: Any) -> tuple:
+        return values
 
 
 class Stages(Protocol):
