@@ -13,8 +13,9 @@
 #   bash scripts/gpu_session.sh bench-word   scripts/bench_gpu.py, word 5-grams -> bench_word.txt, .json
 #   bash scripts/gpu_session.sh bench-char   scripts/bench_gpu.py, char 5-grams -> bench_char.txt, .json
 #   bash scripts/gpu_session.sh job          the whole CLI job on the GPU (twice: kernels compiled, then
-#                                            cached) and on the CPU, timed, and the result tables of the
-#                                            two backends compared (scripts/compare_outputs.py) -> job.txt;
+#                                            cached), on the CPU, and on the GPU with a work directory,
+#                                            timed, and each GPU run's result tables compared with the
+#                                            CPU run's (scripts/compare_outputs.py) -> job.txt;
 #                                            JOB_CORPUS names another corpus
 #   bash scripts/gpu_session.sh all          tests, bench-word, job, sanitize, bench-char in one call,
 #                                            each within STEP_SECONDS, every file also in results.tgz
@@ -182,22 +183,26 @@ step_bench() {
         --ngram 5 --json "$OUT/bench_$shingle.json" "${extra[@]}"
 }
 
-# The whole job through the CLI, on the GPU and on the CPU, over the same corpus; the tables of
-# the two must be identical (the numpy backend is the GPU backend's oracle).
+# The whole job through the CLI, on the GPU and on the CPU, over the same corpus, and on the GPU
+# with a work directory (Dask's local scheduler, the shards signed on the device): the tables of
+# each GPU run must be the CPU run's (the numpy backend is the GPU backend's oracle).
 step_job() {
-    local corpus=${JOB_CORPUS:-bench_data/bench.parquet} log="$OUT/job.txt" runs status=0 backend
+    local corpus=${JOB_CORPUS:-bench_data/bench.parquet} log="$OUT/job.txt" runs status=0 run
     [ -f "$corpus" ] || corpus=gpudedup/data/bible_sample.jsonl.gz
     runs=$(mktemp -d)
     : > "$log"
-    local backends=(gpu gpu cpu)
-    [ $dry = 1 ] && backends=(cpu cpu)
-    local index=0
-    for backend in "${backends[@]}"; do
-        local out="$runs/$index-$backend"
-        echo "run $index: $PYTHON -m gpudedup dedup $corpus -o $out --backend $backend -q" | tee -a "$log"
+    # Each run: its backend, and "work" for a run with a work directory.
+    local plan=(gpu gpu cpu gpu:work)
+    [ $dry = 1 ] && plan=(cpu cpu cpu cpu:work)
+    local index=0 names=()
+    for run in "${plan[@]}"; do
+        local backend=${run%%:*} out="$runs/$index-${run/:/-}" extra=()
+        [ "$run" != "$backend" ] && extra=(--work-dir "$runs/work-$index")
+        names+=("$out")
+        echo "run $index: $PYTHON -m gpudedup dedup $corpus -o $out --backend $backend ${extra[*]} -q" | tee -a "$log"
         local start=$EPOCHREALTIME
-        bounded $((STEP_SECONDS / 4)) "$log" "$PYTHON" -m gpudedup dedup "$corpus" -o "$out" --backend "$backend" -q \
-            || status=1
+        bounded $((STEP_SECONDS / 4)) "$log" "$PYTHON" -m gpudedup dedup "$corpus" -o "$out" --backend "$backend" \
+            "${extra[@]}" -q || status=1
         echo "run $index: wall $(awk "BEGIN {printf \"%.2f\", $EPOCHREALTIME - $start}") s" | tee -a "$log"
         "$PYTHON" - "$out/report.json" <<'PY' 2>&1 | tee -a "$log"
 import json, sys
@@ -210,9 +215,12 @@ for stage, figures in report["stages"].items():
 PY
         index=$((index + 1))
     done
-    echo "tables, run 0 against run $((index - 1)):" | tee -a "$log"
-    bounded 120 "$log" "$PYTHON" scripts/compare_outputs.py "$runs/0-${backends[0]}" "$runs/$((index - 1))-${backends[-1]}" \
-        || status=1
+    # The CPU run is the third; each other run's tables against it.
+    local other
+    for other in 0 3; do
+        echo "tables, run $other against run 2:" | tee -a "$log"
+        bounded 120 "$log" "$PYTHON" scripts/compare_outputs.py "${names[$other]}" "${names[2]}" || status=1
+    done
     rm -rf "$runs"
     return $status
 }

@@ -177,15 +177,17 @@ def test_session_bench_step_dry_run(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_session_job_step_dry_run_compares_the_tables(tmp_path):
-    # Without a GPU the step runs the command twice on the CPU; the comparison of the tables is
-    # the same one that holds the GPU's run against the CPU's.
+    # Without a GPU the step runs each of its commands on the CPU, the last with a work
+    # directory; the comparisons of the tables are the ones that hold the GPU's runs against the
+    # CPU's.
     sample = Path(__file__).parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
     run = session("job", tmp_path, "--host-dry-run", JOB_CORPUS=str(sample))
     assert run.returncode == 0, run.stdout + run.stderr
     log = (tmp_path / "job.txt").read_text()
-    assert log.count("backend: numpy") == 2 and re.search(r"run 1: wall [0-9.]+ s", log)
+    assert log.count("backend: numpy") == 4 and re.search(r"run 3: wall [0-9.]+ s", log)
+    assert re.search(r"run 3: .* --work-dir ", log) and "  spill: seconds" in log
     for table in ("pairs", "clusters", "deduplicated"):
-        assert re.search(rf"{table}: [0-9,]+ rows in 1 files, identical", log)
+        assert len(re.findall(rf"{table}: [0-9,]+ rows in 1 files, identical", log)) == 2
 
 
 def compared_outputs(root: Path, tables: dict[str, dict[str, tuple[dict, str]]]) -> tuple[int, list[str]]:

@@ -20,7 +20,9 @@ from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
 from gpudedup.engine.memory import dedup_corpus
 from gpudedup.core.shingling import ShingleSpec
+from test_streaming import write_shards
 
+from backend_runs import THRESHOLD, assert_same_outputs, index_add_outputs, mode_records
 from test_kernel_backend import (BYTES_PER_DOCUMENT, BYTES_PER_TEXT_BYTE, EDGE_TEXTS, random_texts,
                                  sample_texts)
 
@@ -101,6 +103,24 @@ def test_whole_runs_equal_numpy(gpu, shingle, ngram, threshold):
             np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name))
         np.testing.assert_array_equal(ours.clusters.cluster, reference.clusters.cluster)
         assert ours.report["results"] == reference.report["results"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return write_shards(tmp_path_factory.mktemp("files") / "in", mode_records(), 3)
+
+
+def test_a_run_with_a_work_directory_equals_numpy(gpu, shards, tmp_path):
+    """Over files with a work directory: Dask's local scheduler, each shard signed on the
+    device in this process, its spills read back by the stages."""
+    ours = gpudedup.dedup(shards, backend="gpu", threshold=THRESHOLD, id_field="id", work_dir=tmp_path / "work",
+                          batch_bytes=60_000)
+    reference = gpudedup.dedup(shards, backend="cpu", threshold=THRESHOLD, id_field="id")
+    assert_same_outputs(ours, reference, tmp_path, "cupy")
+
+
+def test_index_adds_equal_numpy(gpu, shards, tmp_path):
+    index_add_outputs(shards, tmp_path, "cupy")
 
 
 def test_auto_picks_the_gpu_and_the_report_says_so():

@@ -38,8 +38,8 @@ from cupy_like import cupy_like
 from kernel_host import host_backend
 from kernel_host.host_backend import StandInStream, gpu_stand_in, host_gpu_backend
 from kernel_host.host_kernels import GXX
+from backend_runs import assert_same_outputs as assert_same_as_numpy, index_add_outputs, mode_records
 from test_streaming import sample_records, write_shards
-from output_support import result_bytes
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ is not installed: the host kernels are built with g++")
 
@@ -53,10 +53,7 @@ def stand_in():
 
 @pytest.fixture(scope="module")
 def records() -> list[dict]:
-    records = sample_records()[:360]
-    records += [{**r, "id": f"{r['id']}-near", "text": r["text"].replace("the", "teh", 1)} for r in records[:40]]
-    records[100]["text"] = records[7]["text"]  # an identical copy
-    return records
+    return mode_records()
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +62,7 @@ def shards(records, tmp_path_factory) -> Path:
 
 
 def assert_same_outputs(ours: gpudedup.DedupResult, reference: gpudedup.DedupResult, root: Path) -> None:
-    """The written pairs, clusters and kept rows are the same bytes; and something was found."""
-    assert ours.report["backend"].startswith("kernel backend on the host")
-    assert reference.report["backend"].startswith("numpy")
-    assert reference.pairs.num_rows > 20
-    ours.write(root / "ours")
-    reference.write(root / "reference")
-    assert result_bytes(root / "ours") == result_bytes(root / "reference")
-    assert ours.report["results"] == reference.report["results"]
+    assert_same_as_numpy(ours, reference, root, "kernel backend on the host")
 
 
 def test_the_stand_in_is_what_gpu_names():
@@ -92,6 +82,10 @@ def test_staged_run(shards, tmp_path):
                           batch_bytes=60_000)
     assert_same_outputs(ours, gpudedup.dedup(shards, backend="cpu", threshold=0.7, id_field="id"), tmp_path)
     assert len(list((tmp_path / "work" / "shards").iterdir())) == 3
+
+
+def test_index_adds(shards, tmp_path):
+    index_add_outputs(shards, tmp_path, "kernel backend on the host")
 
 
 def test_dask_run(shards, tmp_path, monkeypatch):
