@@ -377,7 +377,10 @@ def test_every_column_type_of_a_parquet_input_is_written_as_read(tmp_path):
                       "m": pa.array([[("k", i)] for i in range(n)], pa.map_(pa.string(), pa.int64(), keys_sorted=True)),
                       "s": pa.array([{"a": [i], "b": "x"} for i in range(n)]),
                       "f": pa.array([[i, i] for i in range(n)], pa.list_(pa.int32(), 2)),
-                      "d": pa.array(["x", "y"] * (n // 2)).dictionary_encode()})
+                      "d": pa.array(["x", "y"] * (n // 2)).dictionary_encode(),
+                      # (read back as their values: Arrow casts values to a dictionary of strings only)
+                      "di": pa.array([1, 2] * (n // 2)).dictionary_encode(),
+                      "dd": pa.array([0, 19_000] * (n // 2), pa.date32()).dictionary_encode()})
     (tmp_path / "in").mkdir()
     pq.write_table(table, tmp_path / "in" / "a.parquet")
     stored = pq.read_schema(tmp_path / "in" / "a.parquet")
@@ -523,6 +526,40 @@ def test_jsonl_from_arrow_values_is_strict_json_that_reads_back(tmp_path):
     assert not any(isinstance(v, float) and not math.isfinite(v) for row in rows for v in row.values())
     again = invoke("dedup", tmp_path / "out" / "deduplicated", "-o", tmp_path / "again", "-q", "--backend", "cpu")
     assert again.exit_code == 0, again.output
+
+
+def test_nanosecond_times_are_written_as_jsonl_with_every_digit(tmp_path):
+    """Timestamps, durations and times of day in nanoseconds, which Python's types hold to the
+    microsecond, are written as text with their nanoseconds: by the command, which keeps pandas
+    out of pyarrow's conversions, as by the API, the same lines; microseconds written as
+    before."""
+    import subprocess
+    import sys
+
+    texts = ["one two three four five six", "alpha beta gamma delta epsilon", "red green blue cyan magenta"]
+    table = pa.table({"text": texts, "ts": pa.array([1_000_000_007, 5_000, None], pa.timestamp("ns")),
+                      "tz": pa.array([-1, 0, 7], pa.timestamp("ns", tz="UTC")),
+                      "du": pa.array([1, -1, 5_000], pa.duration("ns")),
+                      "t": pa.array([1_500, 5_000, 86_399_999_999_999], pa.time64("ns")),
+                      "dict": pa.array([3, 3, 1_000], pa.timestamp("ns")).dictionary_encode(),
+                      "list": pa.array([[7], [], None], pa.list_(pa.timestamp("ns")))})
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "times.parquet")
+    command = subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(tmp_path / "in"), "-o",
+                              str(tmp_path / "cli"), "--format", "jsonl", "-q", "--backend", "cpu"],
+                             capture_output=True, text=True)
+    assert command.returncode == 0, command.stderr
+    gpudedup.dedup(tmp_path / "in", backend="cpu", progress=False).write(tmp_path / "api", format="jsonl")
+    lines = (tmp_path / "cli" / "deduplicated" / "times.jsonl").read_text(encoding="utf-8")
+    assert lines == (tmp_path / "api" / "deduplicated" / "times.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in lines.splitlines()]
+    assert [row["ts"] for row in rows] == ["1970-01-01 00:00:01.000000007", "1970-01-01 00:00:00.000005", None]
+    assert [row["tz"] for row in rows] == ["1969-12-31 23:59:59.999999999+00:00", "1970-01-01 00:00:00+00:00",
+                                           "1970-01-01 00:00:00.000000007+00:00"]
+    assert [row["du"] for row in rows] == ["0:00:00.000000001", "-1 day, 23:59:59.999999999", "0:00:00.000005"]
+    assert [row["t"] for row in rows] == ["00:00:00.000001500", "00:00:00.000005", "23:59:59.999999999"]
+    assert [row["dict"] for row in rows] == ["1970-01-01 00:00:00.000000003"] * 2 + ["1970-01-01 00:00:00.000001"]
+    assert [row["list"] for row in rows] == [["1970-01-01 00:00:00.000000007"], [], None]
 
 
 def test_single_file_kept_rows_are_the_same_bytes_staged_and_in_memory(tmp_path):

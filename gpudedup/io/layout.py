@@ -157,6 +157,10 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
     at 0."""
     if pa.types.is_null(target):
         return pa.chunked_array([pa.nulls(len(column))], pa.null())
+    if pa.types.is_dictionary(target) and not pa.types.is_dictionary(column.type):
+        # (a dictionary column read back as its values) Arrow casts values to a dictionary of
+        # strings only: the values are encoded, then the indices cast.
+        return cast_column(column, target.value_type).dictionary_encode().cast(target)
     try:
         return column.cast(target)
     except pa.ArrowInvalid:

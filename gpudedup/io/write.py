@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .fields import with_leaf_types
 from .storage import location_of, upload
 
 # The formats the kept rows are written in (format=, --format).
@@ -69,7 +70,7 @@ def write_jsonl_batches(batches, path: Path) -> None:
         for batch in batches:
             # (Most tables hold strings, integers and plain floats: their rows go as Arrow gives
             # them, the floats' NaNs and infinities made null by Arrow first.)
-            batch = finite_floats(batch)
+            batch = finite_floats(nanoseconds_as_text(batch))
             rows = batch_rows(batch) if needs_json_values(batch.schema) else batch.to_pylist()
             handle.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
 
@@ -82,6 +83,61 @@ def finite_floats(batch: pa.RecordBatch) -> pa.RecordBatch:
         if pa.types.is_floating(column.type):
             columns[number] = pc.if_else(pc.is_finite(column), column, None)
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
+def is_nanosecond_time(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` is a timestamp, duration or time of day in nanoseconds: Python's
+    datetime, timedelta and time hold microseconds, and pyarrow makes such values Python's only
+    through pandas (or, for times of day, loses their nanoseconds)."""
+    return (pa.types.is_timestamp(data_type) or pa.types.is_duration(data_type)
+            or pa.types.is_time64(data_type)) and data_type.unit == "ns"
+
+
+def nanoseconds_as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its nanosecond values (is_nanosecond_time) as text, every digit kept: a
+    column of them (or of a dictionary of them) as nanosecond_texts writes them; those inside
+    lists, structs and maps as Arrow's cast to string writes them."""
+    columns = list(batch.columns)
+    for number, column in enumerate(columns):
+        data_type = column.type
+        if pa.types.is_dictionary(data_type) and is_nanosecond_time(data_type.value_type):
+            column, data_type = column.dictionary_decode(), data_type.value_type
+        if is_nanosecond_time(data_type):
+            columns[number] = nanosecond_texts(column)
+        else:
+            textual = with_leaf_types(data_type, lambda leaf: pa.string() if is_nanosecond_time(leaf) else leaf)
+            if textual != data_type:
+                columns[number] = column.cast(textual)
+    if all(new is old for new, old in zip(columns, batch.columns)):
+        return batch
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def nanosecond_texts(column: pa.Array) -> pa.Array:
+    """string (n,): each value of a nanosecond timestamp, duration or time of day ``column``
+    as Python writes its microseconds (``str``: what a microsecond column's values are written
+    as), with the three digits of its nanoseconds added where they are not 000; nulls stay."""
+    nanoseconds = pc.cast(column, pa.int64())
+    counts = nanoseconds.fill_null(0).to_numpy()
+    micro, rest = np.divmod(counts, 1000)  # (floor: the rest is 0 .. 999 before 1970 too)
+    unit_type = column.type
+    micro_type = (pa.timestamp("us", unit_type.tz) if pa.types.is_timestamp(unit_type)
+                  else pa.duration("us") if pa.types.is_duration(unit_type) else pa.time64("us"))
+    values = pa.array(micro, pa.int64()).cast(micro_type).to_pylist()
+    texts: list[Optional[str]] = []
+    for value, extra, missing in zip(values, rest.tolist(), nanoseconds.is_null().to_pylist()):
+        if missing:
+            texts.append(None)
+        elif not extra:
+            texts.append(str(value))
+        elif pa.types.is_duration(unit_type):  # "[-]D day[s], H:MM:SS[.ffffff]"
+            texts.append(f"{value}{'' if value.microseconds else '.000000'}{extra:03d}")
+        else:  # "[YYYY-MM-DD ]HH:MM:SS.ffffff[+HH:MM]": the digits after the microseconds
+            text = value.isoformat(sep=" ", timespec="microseconds") if pa.types.is_timestamp(unit_type) \
+                else value.isoformat(timespec="microseconds")
+            cut = text.index(".") + 7
+            texts.append(f"{text[:cut]}{extra:03d}{text[cut:]}")
+    return pa.array(texts, pa.string())
 
 
 def needs_json_values(schema: pa.Schema) -> bool:
