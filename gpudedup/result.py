@@ -250,8 +250,8 @@ class DedupResult:
         list as a list of dicts, a Series as a DataFrame), with the columns kept_id (the id
         of the document its cluster kept), cluster and jaccard (the exact Jaccard of the two
         shingle sets; null where the kept document is an indexed one that is no verified pair
-        with it), and id where the ids are not a column of the rows (id_field=None): the
-        columns of the removed/ output (write_removed)."""
+        with it): the columns of the removed/ output (write_removed); and before them id, where
+        the ids are not a column of the rows (id_field=None), which removed/ leaves out."""
         return removed_rows(self)
 
     def all_pairs(self) -> pa.Table:
