@@ -750,7 +750,7 @@ def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_pa
     pairs' (Python sets), not values read from an earlier request's spill."""
     from gpudedup.engine.disk import ShardReader
     from gpudedup.engine.shards import spill_sets, spilled_jaccard
-    from gpudedup.engine.local import LocalExecutor
+    from gpudedup.engine.protocols import LocalExecutor
     from gpudedup.engine.workdir import WorkDir
     from gpudedup.params import DedupParams
     from gpudedup.core.verify import BELOW_THRESHOLD
