@@ -218,6 +218,33 @@ def test_a_missing_path_is_one_line_naming_the_file_and_its_fields(tmp_path, mon
                        id_field="meta.id")
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["memory", "work-dir"])
+def test_a_field_named_one_way_in_one_file_and_the_other_in_another_is_refused(tmp_path, monkeypatch, staged):
+    """A dotted field that is a key of that very name in one file and a path into objects in
+    another would be found each file's own way, and the files combined in memory would find
+    only the key (the other file's texts null, its duplicates kept): the run stops, in memory
+    and with a work directory alike, naming both files, for the text, the token ids and the
+    group alike."""
+    monkeypatch.chdir(tmp_path)
+    text = "the quick brown fox jumps over the lazy dog again and again"
+    write_jsonl(Path("in/a.jsonl"), [{"n": n, "content": {"text": text}, "meta": {"g": "x"}, "tok": {"ids": [1, 2, 3]}}
+                                     for n in (1, 2)])
+    write_jsonl(Path("in/b.jsonl"), [{"n": 3, "content.text": "another text altogether", "content": {"x": 1},
+                                      "meta.g": "y", "meta": {"h": 1}, "tok.ids": [4, 5, 6]}])
+    out = tmp_path / "out"
+    for number, (options, field) in enumerate( ((["--text-field", "content.text"], "the content field 'content.text'"),
+                           (["--shingle", "token", "--token-field", "tok.ids", "--ngram", "2"],
+                            "the content field 'tok.ids'"),
+                           (["--text-field", "content.text", "--group-field", "meta.g"], "group_field 'meta.g'"))):
+        staging = ["--work-dir", f"work{number}"] if staged else []
+        if "group_field" in field:  # (the texts named one way: only the group is not)
+            write_jsonl(Path("in/b.jsonl"), [{"n": 3, "content": {"text": "another text"}, "meta.g": "y",
+                                              "meta": {"h": 1}}])
+        assert_user_error(invoke("dedup", "in", "-o", out, "--id-field", "n", *options, *staging),
+                          f"error: {field} is a column of that name in in/b.jsonl but a field inside the column",
+                          "in/a.jsonl: name it one way in every input file", out=out)
+
+
 def test_with_field_keeps_the_struct_and_its_nulls():
     content = pa.array([{"text": b"a", "k": 1}, None, {"text": b"c", "k": 3}, {"text": None, "k": 4}],
                        pa.struct([("text", pa.binary()), ("k", pa.int64())]))

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from ..core.content import unit_lengths
 from ..errors import InputError
 from ..io.fields import field_column, field_names, field_type, has_field
+from ..io.rules import check_named_one_way
 from ..io.source import listed
 from .kept import Kept
 from .removedrows import RemovedDocs, RemovedOf, removed_of
@@ -119,6 +120,7 @@ def check_group_field(schemas: list[tuple[str, pa.Schema]], field: Optional[str]
         path, schema = schemas[0]
         raise InputError(f"{path}: no field {field!r} to count by, nor in any other input (fields: "
                          f"{listed(field_names(schema))}); choose it with group_field=")
+    check_named_one_way(schemas, field, "group_field")
     for path, schema in schemas:
         if not has_field(schema, field):
             continue

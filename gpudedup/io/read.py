@@ -73,7 +73,8 @@ def read_corpus(
       it, and a directory inside the inputs that cannot be read.
 
     text_field and id_field name a column or a dotted path into struct columns and JSON
-    objects (io/fields.py: a top-level column of that very name wins).
+    objects (io/fields.py: a top-level column of that very name wins; files that name the text
+    field one way and the other are refused, rules.check_named_one_way).
 
     A path given that does not exist or has an unsupported type stops the run either way, as
     do inputs that hold no input files at all. Leaving records out never changes the ids of

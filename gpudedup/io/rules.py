@@ -25,6 +25,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..memory import release_unused_memory
 from .corpus import plain_text_type
+from .fields import has_field
 from .inputs import InputFiles, display_path
 from .source import check_on_error, locate
 
@@ -143,6 +144,7 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
     the repeated ids (RepeatedIds); by default from the parts' own ``ids``.
     """
     check_on_error(on_error)
+    check_named_one_way([(part.path, part.schema) for part in parts], text_field, "the content field")
     skip = on_error == "skip"
     if skip:
         kept, left_out, records = compatible(parts, id_field)
@@ -196,6 +198,21 @@ def id_kind(part: PartSummary, id_field: Optional[str]) -> Optional[bool]:
     """True (integers) or False (strings) for a part's ids; None when it has none or there is
     no id_field (then every id is a string)."""
     return pa.types.is_integer(part.id_type) if id_field is not None and part.rows else None
+
+
+def check_named_one_way(inputs: Sequence[tuple[str, pa.Schema]], name: str, option: str) -> None:
+    """InputError where the dotted field ``name`` (option: the option that names it) is a
+    column of that very name in some inputs (each one's path as shown, columns) and a field
+    inside a struct column in others: each file would find it its own way (a column of that
+    name wins, io/fields.py), and the files combined would find only the column, the others'
+    values null."""
+    if "." not in name:
+        return
+    column = [path for path, schema in inputs if schema.get_field_index(name) >= 0]
+    inside = [path for path, schema in inputs if schema.get_field_index(name) < 0 and has_field(schema, name)]
+    if column and inside:
+        raise InputError(f"{option} {name!r} is a column of that name in {column[0]} but a field inside the column "
+                         f"{name.partition('.')[0]!r} in {inside[0]}: name it one way in every input file")
 
 
 def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> None:
