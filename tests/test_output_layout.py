@@ -528,6 +528,22 @@ def test_jsonl_from_arrow_values_is_strict_json_that_reads_back(tmp_path):
     assert again.exit_code == 0, again.output
 
 
+def test_a_field_all_null_in_one_file_comes_back_with_its_null_type(tmp_path):
+    """A struct's field (and a list's items) all null in one JSONL file have Arrow's null type
+    there and another file's type in the run's table, which Arrow casts nothing back to: the
+    kept rows come back as their file had them, in memory as with a work directory."""
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"c": {"text": "the quick brown fox jumps over the lazy dog"},
+                                              "l": ["x"]}])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"c": {"text": None}, "l": [None]}, {"c": None, "l": None}])
+    for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / "work")])):
+        result = invoke("dedup", tmp_path / "in", "-o", tmp_path / run, "-q", "--backend", "cpu",
+                        "--text-field", "c.text", *extra)
+        assert result.exit_code == 0, result.output
+        written = pq.read_table(tmp_path / run / "deduplicated" / "b.parquet")
+        assert written.schema.field("c").type == pa.struct([("text", pa.null())]), run
+        assert written.to_pylist() == [{"c": {"text": None}, "l": [None]}, {"c": None, "l": None}], run
+
+
 def test_nanosecond_times_are_written_as_jsonl_with_every_digit(tmp_path):
     """Timestamps, durations and times of day in nanoseconds, which Python's types hold to the
     microsecond, are written as text with their nanoseconds: by the command, which keeps pandas

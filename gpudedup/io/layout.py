@@ -163,6 +163,13 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
         return cast_column(column, target.value_type).dictionary_encode().cast(target)
     try:
         return column.cast(target)
+    except pa.ArrowNotImplementedError:
+        if not is_nested(target):
+            raise
+        # (a struct or list whose field is all null in the file, of Arrow's null type there,
+        # given a type by another file) Arrow casts nothing to the null type: the nesting is
+        # rebuilt, such a field made nulls.
+        return pa.chunked_array([nested_cast(chunk, target) for chunk in column.chunks], target)
     except pa.ArrowInvalid:
         if not (pa.types.is_string(target) or pa.types.is_binary(target)):
             raise
@@ -177,6 +184,27 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
             pieces.append(piece.take(pa.array(np.arange(len(piece)))).cast(target))
             start = stop
     return pa.chunked_array(pieces, target)
+
+
+def is_nested(data_type: pa.DataType) -> bool:
+    return pa.types.is_struct(data_type) or pa.types.is_list(data_type) or pa.types.is_large_list(data_type)
+
+
+def nested_cast(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` cast to ``target``, through its structs and lists (is_nested) one field at a
+    time, a field of the null type given nulls."""
+    if pa.types.is_null(target):
+        return pa.nulls(len(array))
+    if not is_nested(target) or not is_nested(array.type):
+        return array.cast(target)
+    missing = array.is_null() if array.null_count else None
+    if pa.types.is_struct(target):
+        fields = array.flatten()  # (each field of the struct's rows, its slice applied)
+        return pa.StructArray.from_arrays([nested_cast(fields[array.type.get_field_index(field.name)], field.type)
+                                           for field in target], fields=list(target), mask=missing)
+    list_type = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+    offsets = array.offsets.cast(pa.int64() if pa.types.is_large_list(target) else pa.int32())
+    return list_type.from_arrays(offsets, nested_cast(array.values, target.value_type), type=target, mask=missing)
 
 
 @dataclass
