@@ -544,6 +544,37 @@ def test_a_field_all_null_in_one_file_comes_back_with_its_null_type(tmp_path):
         assert written.to_pylist() == [{"c": {"text": None}, "l": [None]}, {"c": None, "l": None}], run
 
 
+def test_columns_parquet_has_no_type_for_are_written_as_jsonl_or_refused_in_one_line(tmp_path):
+    """A JSONL field holding only empty objects (a struct of no fields) and an Arrow file's
+    interval of months, days and nanoseconds have no Parquet type: the kept rows as Parquet
+    are refused with one line naming the column, in memory and with a work directory alike
+    (whose spill keeps each file's columns in Arrow's own format); as JSONL they are written,
+    the same either way."""
+    import pyarrow.ipc as ipc
+
+    from cli_support import assert_user_error
+
+    text = "the quick brown fox jumps over the lazy dog again"
+    write_jsonl(tmp_path / "objects" / "a.jsonl", [{"text": text, "meta": {}}, {"text": text + " x", "meta": {}}])
+    (tmp_path / "intervals").mkdir()
+    table = pa.table({"text": [text, text], "span": pa.array([pa.MonthDayNano([1, 2, 3])] * 2,
+                                                              pa.month_day_nano_interval())})
+    with ipc.new_file(tmp_path / "intervals" / "x.arrow", table.schema) as writer:
+        writer.write_table(table)
+    for folder, column in (("objects", "'meta' (struct<>)"), ("intervals", "'span' (month_day_nano_interval)")):
+        written = {}
+        for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / f"work-{folder}")])):
+            out = tmp_path / f"{folder}-{run}"
+            assert_user_error(invoke("dedup", tmp_path / folder, "-o", out, "--backend", "cpu", *extra),
+                              "the kept rows cannot be written as Parquet, which has no type for column " + column,
+                              "write them as JSONL (--format jsonl)", out=out)
+            result = invoke("dedup", tmp_path / folder, "-o", out, "-q", "--backend", "cpu", "--format", "jsonl",
+                            *extra, *(["--resume"] if extra else []))
+            assert result.exit_code == 0, result.output
+            written[run] = result_bytes(out)
+        assert written["memory"] == written["staged"]
+
+
 def test_nanosecond_times_are_written_as_jsonl_with_every_digit(tmp_path):
     """Timestamps, durations and times of day in nanoseconds, which Python's types hold to the
     microsecond, are written as text with their nanoseconds: by the command, which keeps pandas

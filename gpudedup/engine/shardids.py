@@ -49,7 +49,7 @@ def shard_documents(shards: Shards, text_field: str, id_field: Optional[str], on
     executor's tasks (repeated_shard_ids)."""
     infos = [shards.work.shard_info(index) for index in range(shards.count)]  # (fetched by Shards.of)
     read = [index for index in range(shards.count) if not infos[index]["left_out"]]  # a file that could be read
-    shards.work.fetch_shards(read, ["columns.parquet", "row_numbers.npy"])
+    shards.work.fetch_shards(read, ["columns.arrow", "row_numbers.npy"])
     parts = [PartSummary(infos[index]["path"], infos[index]["format"],
                          pa.int64() if infos[index]["integer_ids"] else pa.string(), infos[index]["rows"],
                          shards.work.shard_schema(index),

@@ -178,9 +178,7 @@ def sign_shard(work_at: WorkAt, reader: ShardReader, index: int, params: DedupPa
             "records": records, "integer_ids": pa.types.is_integer(corpus.ids.type),
             "stamp": None if stamp is None else stamp.as_list()}
     with log.stage("spill"):
-        tables = {"ids": pa.table({"id": corpus.ids})}
-        if raw is not None:
-            tables["columns"] = raw
-        WorkDir.attach(work_at).write_shard(index, arrays, info, tables)
+        WorkDir.attach(work_at).write_shard(index, arrays, info, {"ids": pa.table({"id": corpus.ids})},
+                                            None if raw is None else raw.schema)
     del corpus, keys, signatures
     release_unused_memory()

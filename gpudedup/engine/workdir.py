@@ -270,11 +270,13 @@ class WorkDir:
         return REQUEST_THREADS if isinstance(self.folder, BucketFolder) else 1
 
     def write_dir(self, relative: str, arrays: dict[str, np.ndarray], tables: dict | None = None,
-                  info: dict | None = None) -> None:
-        """Store arrays (.npy), tables (.parquet) and info (info.json) as the unit
-        WORK/relative, all at once."""
+                  info: dict | None = None, more: Optional[Callable[[Path], None]] = None) -> None:
+        """Store arrays (.npy), tables (.parquet), info (info.json) and what ``more`` writes
+        into the folder as the unit WORK/relative, all at once."""
 
         def fill(staging: Path) -> None:
+            if more is not None:
+                more(staging)
             for name, array in arrays.items():
                 np.save(staging / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
             for name, table in (tables or {}).items():
@@ -317,10 +319,16 @@ class WorkDir:
         self.fetch([self.shard_unit(index) for index in indices], names)
 
     def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
-                    tables: dict | None = None) -> None:
-        """Store one shard's arrays (.npy, memory-mappable), tables (Parquet) and info (JSON)
-        at once."""
-        self.write_dir(self.shard_unit(index), arrays, tables, info)
+                    tables: dict | None = None, columns: Optional[pa.Schema] = None) -> None:
+        """Store one shard's arrays (.npy, memory-mappable), tables (Parquet), info (JSON) and
+        the columns it read (an Arrow IPC file of no rows, columns.arrow: Arrow stores every
+        type, Parquet not some, a struct of no fields among them) at once."""
+
+        def schema_file(staging: Path) -> None:
+            if columns is not None:
+                pa.ipc.new_file(str(staging / "columns.arrow"), columns).close()
+
+        self.write_dir(self.shard_unit(index), arrays, tables, info, schema_file)
 
     def shard_file(self, index: int, name: str) -> Path:
         return self.file(self.shard_unit(index), name)
@@ -343,10 +351,10 @@ class WorkDir:
         return read_work_file(path, lambda: json.loads(path.read_text(encoding="utf-8")))
 
     def shard_schema(self, index: int):
-        """The schema of shard ``index``'s spilled columns (columns.parquet)."""
+        """The schema of shard ``index``'s spilled columns (columns.arrow, write_shard)."""
 
-        path = self.shard_file(index, "columns.parquet")
-        return read_work_file(path, lambda: pq.read_schema(path))
+        path = self.shard_file(index, "columns.arrow")
+        return read_work_file(path, lambda: pa.ipc.open_file(str(path)).schema)
 
     def array(self, relative: str, name: str, mmap: bool = False) -> np.ndarray:
         """The .npy file ``name`` of the finished unit ``relative``, loaded or (mmap)

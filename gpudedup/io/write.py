@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import OutputError
 from .fields import with_leaf_types
 from .storage import location_of, upload
 
@@ -49,13 +50,34 @@ def write_to(target: str, write: Callable[[Path], None]) -> None:
 
 
 def write_parquet(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
-    """Write ``table`` (only the rows where ``keep`` is True, when given) as Parquet."""
-    if keep is None:
-        pq.write_table(table, path)
-        return
-    with pq.ParquetWriter(path, table.schema) as writer:
-        for batch in kept_batches(table, keep):
-            writer.write_batch(batch)
+    """Write ``table`` (only the rows where ``keep`` is True, when given) as Parquet; an
+    OutputError where a column's type is one Parquet has none for (not_in_parquet)."""
+    try:
+        if keep is None:
+            pq.write_table(table, path)
+            return
+        with pq.ParquetWriter(path, table.schema) as writer:
+            for batch in kept_batches(table, keep):
+                writer.write_batch(batch)
+    except pa.ArrowNotImplementedError:
+        unstorable = not_in_parquet(table.schema)
+        if not unstorable:
+            raise
+        raise OutputError(f"{path.name}: the kept rows cannot be written as Parquet, which has no type for "
+                          f"column {unstorable[0].name!r} ({unstorable[0].type}); write them as JSONL "
+                          "(format='jsonl')") from None
+
+
+def not_in_parquet(schema: pa.Schema) -> list[pa.Field]:
+    """The fields of ``schema`` that Parquet cannot store (a struct of no fields, an interval
+    of months, days and nanoseconds, a union, ...): each tried alone as a file of no rows."""
+    unstorable = []
+    for field in schema:
+        try:
+            pq.write_table(pa.table([pa.array([], field.type)], names=[field.name]), pa.BufferOutputStream())
+        except pa.ArrowNotImplementedError:
+            unstorable.append(field)
+    return unstorable
 
 
 def write_jsonl(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
