@@ -200,8 +200,8 @@ def id_kind(part: PartSummary, id_field: Optional[str]) -> Optional[bool]:
     return pa.types.is_integer(part.id_type) if id_field is not None and part.rows else None
 
 
-def check_named_one_way(inputs: Sequence[tuple[str, pa.Schema]], name: str, option: str) -> None:
-    """InputError where the dotted field ``name`` (option: the option that names it) is a
+def check_named_one_way(inputs: Sequence[tuple[str, pa.Schema]], name: str, what: str) -> None:
+    """InputError where the dotted field ``name`` (what: how the message calls it) is a
     column of that very name in some inputs (each one's path as shown, columns) and a field
     inside a struct column in others: each file would find it its own way (a column of that
     name wins, io/fields.py), and the files combined would find only the column, the others'
@@ -211,7 +211,7 @@ def check_named_one_way(inputs: Sequence[tuple[str, pa.Schema]], name: str, opti
     column = [path for path, schema in inputs if schema.get_field_index(name) >= 0]
     inside = [path for path, schema in inputs if schema.get_field_index(name) < 0 and has_field(schema, name)]
     if column and inside:
-        raise InputError(f"{option} {name!r} is a column of that name in {column[0]} but a field inside the column "
+        raise InputError(f"{what} {name!r} is a column of that name in {column[0]} but a field inside the column "
                          f"{name.partition('.')[0]!r} in {inside[0]}: name it one way in every input file")
 
 
