@@ -546,22 +546,26 @@ def test_a_field_all_null_in_one_file_comes_back_with_its_null_type(tmp_path):
 
 def test_columns_parquet_has_no_type_for_are_written_as_jsonl_or_refused_in_one_line(tmp_path):
     """A JSONL field holding only empty objects (a struct of no fields) and an Arrow file's
-    interval of months, days and nanoseconds have no Parquet type: the kept rows as Parquet
-    are refused with one line naming the column, in memory and with a work directory alike
-    (whose spill keeps each file's columns in Arrow's own format); as JSONL they are written,
-    the same either way."""
+    interval of months, days and nanoseconds or run-end encoded column have no Parquet type:
+    the kept rows as Parquet are refused with one line naming the column, in memory and with a
+    work directory alike (whose spill keeps each file's columns in Arrow's own format); as
+    JSONL they are written, the same either way."""
     import pyarrow.ipc as ipc
 
     from cli_support import assert_user_error
 
     text = "the quick brown fox jumps over the lazy dog again"
     write_jsonl(tmp_path / "objects" / "a.jsonl", [{"text": text, "meta": {}}, {"text": text + " x", "meta": {}}])
-    (tmp_path / "intervals").mkdir()
-    table = pa.table({"text": [text, text], "span": pa.array([pa.MonthDayNano([1, 2, 3])] * 2,
-                                                              pa.month_day_nano_interval())})
-    with ipc.new_file(tmp_path / "intervals" / "x.arrow", table.schema) as writer:
-        writer.write_table(table)
-    for folder, column in (("objects", "'meta' (struct<>)"), ("intervals", "'span' (month_day_nano_interval)")):
+    arrow_columns = {"intervals": pa.array([pa.MonthDayNano([1, 2, 3])] * 2, pa.month_day_nano_interval()),
+                     # (held decoded: Arrow takes no rows of it; encoded again as written)
+                     "runs": pa.RunEndEncodedArray.from_arrays(pa.array([2], pa.int32()), pa.array(["r"]))}
+    for folder, values in arrow_columns.items():
+        (tmp_path / folder).mkdir()
+        table = pa.table({"text": [text, text + " y"], "span": values})
+        with ipc.new_file(tmp_path / folder / "x.arrow", table.schema) as writer:
+            writer.write_table(table)
+    for folder, column in (("objects", "'meta' (struct<>)"), ("intervals", "'span' (month_day_nano_interval)"),
+                           ("runs", "'span' (run_end_encoded<run_ends: int32, values: string>)")):
         written = {}
         for run, extra in (("memory", []), ("staged", ["--work-dir", str(tmp_path / f"work-{folder}")])):
             out = tmp_path / f"{folder}-{run}"

@@ -84,7 +84,10 @@ def with_leaf_types(data_type: pa.DataType, leaf: Callable[[pa.DataType], pa.Dat
 def without_views(data_type: pa.DataType) -> pa.DataType:
     """``data_type`` with every string_view and binary_view in it (a column's own type, or a
     struct's field, a list's items, a map's keys and values, a dictionary's values) made
-    large_string and large_binary: types Arrow's filter and take have kernels for."""
+    large_string and large_binary, and a run-end encoded column its values' type: types
+    Arrow's filter and take have kernels for."""
+    if pa.types.is_run_end_encoded(data_type):  # (decoded by plain_columns: Arrow casts none)
+        return without_views(data_type.value_type)
 
     def plain(leaf: pa.DataType) -> pa.DataType:
         if pa.types.is_dictionary(leaf):
@@ -93,6 +96,15 @@ def without_views(data_type: pa.DataType) -> pa.DataType:
                 if pa.types.is_binary_view(leaf) else leaf)
 
     return with_leaf_types(data_type, plain)
+
+
+def plain_columns(table: pa.Table) -> pa.Table:
+    """``table`` with its run-end encoded columns (an Arrow file's) decoded, which Arrow
+    neither casts nor takes rows of (without_views gives their type)."""
+    for index, field in enumerate(table.schema):
+        if pa.types.is_run_end_encoded(field.type):
+            table = table.set_column(index, field.name, pc.run_end_decode(table.column(index)))
+    return table
 
 
 def writable_schema(schema: pa.Schema) -> pa.Schema:

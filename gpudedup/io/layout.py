@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
@@ -157,6 +158,11 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
     at 0."""
     if pa.types.is_null(target):
         return pa.chunked_array([pa.nulls(len(column))], pa.null())
+    if pa.types.is_run_end_encoded(target) and not pa.types.is_run_end_encoded(column.type):
+        # (a run-end encoded column held decoded, fields.plain_columns) Arrow casts to none
+        values = cast_column(column, target.value_type)
+        return pa.chunked_array([pc.run_end_encode(chunk, run_end_type=target.run_end_type)
+                                 for chunk in values.chunks], target)
     if pa.types.is_dictionary(target) and not pa.types.is_dictionary(column.type):
         # (a dictionary column read back as its values) Arrow casts values to a dictionary of
         # strings only: the values are encoded, then the indices cast.
