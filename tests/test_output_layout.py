@@ -582,8 +582,8 @@ def test_columns_parquet_has_no_type_for_are_written_as_jsonl_or_refused_in_one_
 def test_nanosecond_times_are_written_as_jsonl_with_every_digit(tmp_path):
     """Timestamps, durations and times of day in nanoseconds, which Python's types hold to the
     microsecond, are written as text with their nanoseconds: by the command, which keeps pandas
-    out of pyarrow's conversions, as by the API, the same lines; microseconds written as
-    before."""
+    out of pyarrow's conversions, as by the API, the same lines; whole microseconds (in lists
+    too) written as before."""
     import subprocess
     import sys
 
@@ -593,7 +593,8 @@ def test_nanosecond_times_are_written_as_jsonl_with_every_digit(tmp_path):
                       "du": pa.array([1, -1, 5_000], pa.duration("ns")),
                       "t": pa.array([1_500, 5_000, 86_399_999_999_999], pa.time64("ns")),
                       "dict": pa.array([3, 3, 1_000], pa.timestamp("ns")).dictionary_encode(),
-                      "list": pa.array([[7], [], None], pa.list_(pa.timestamp("ns")))})
+                      "list": pa.array([[7], [], None], pa.list_(pa.timestamp("ns"))),
+                      "whole": pa.array([[1_000], [2_000_000], None], pa.list_(pa.duration("ns")))})
     (tmp_path / "in").mkdir()
     pq.write_table(table, tmp_path / "in" / "times.parquet")
     command = subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(tmp_path / "in"), "-o",
@@ -611,6 +612,7 @@ def test_nanosecond_times_are_written_as_jsonl_with_every_digit(tmp_path):
     assert [row["t"] for row in rows] == ["00:00:00.000001500", "00:00:00.000005", "23:59:59.999999999"]
     assert [row["dict"] for row in rows] == ["1970-01-01 00:00:00.000000003"] * 2 + ["1970-01-01 00:00:00.000001"]
     assert [row["list"] for row in rows] == [["1970-01-01 00:00:00.000000007"], [], None]
+    assert [row["whole"] for row in rows] == [["0:00:00.000001"], ["0:00:00.002000"], None]  # (as microseconds)
 
 
 def test_single_file_kept_rows_are_the_same_bytes_staged_and_in_memory(tmp_path):

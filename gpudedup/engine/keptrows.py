@@ -13,7 +13,6 @@ from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..core.shingling import ShingleSpec
 from ..io import storage
@@ -23,7 +22,7 @@ from ..io.source import SourceFile
 from ..io.stamps import FileStamp, check_unchanged
 from ..io.staging import tasks_folder
 from ..io.storage import Location, location_of
-from ..io.write import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
+from ..io.write import ROWS_PER_WRITE, parquet_writer, write_jsonl, write_jsonl_batches, write_parquet, write_to
 from ..memory import release_unused_memory
 from .kept import Kept
 from .protocols import Executor, LocalExecutor
@@ -227,7 +226,7 @@ class ShardedTable:
         schema, kept, consequence = self.schema, Kept.leaving_out(removed), self.unwritten()
         batches = self._kept_batches(kept, schema, consequence, texts_of)
         if format == "parquet":
-            with pq.ParquetWriter(path, schema) as writer:
+            with parquet_writer(path, schema) as writer:
                 for batch in batches:
                     writer.write_batch(batch)
         else:

@@ -26,7 +26,6 @@ from typing import Callable, Mapping, Optional, Union, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..backends import get_backend
 from ..core.cluster import Clusters, kept_documents
@@ -37,7 +36,7 @@ from ..core.verify import document_sets, pair_jaccard
 from ..errors import OutputError
 from ..io.layout import as_input
 from ..io.stamps import FileStamp
-from ..io.write import ROWS_PER_WRITE, write_jsonl_batches, write_to
+from ..io.write import ROWS_PER_WRITE, parquet_writer, write_jsonl_batches, write_to
 from .clusterparts import ClusterParts
 from .heldclusters import Clustered
 from .kept import Kept
@@ -316,7 +315,7 @@ def write_tables(tables, path: Path, format: str, schema: Optional[pa.Schema] = 
     first = next(tables, None)
     columns = schema if schema is not None else first.schema if first is not None else None
     assert columns is not None, "a file with no table has a schema given"
-    with pq.ParquetWriter(path, columns) as writer:
+    with parquet_writer(path, columns) as writer:
         for table in itertools.chain([first] if first is not None else [], tables):
             if table.num_rows:  # (no empty row groups)
                 writer.write_table(table)

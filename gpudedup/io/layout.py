@@ -33,7 +33,6 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import InputError, ParameterError
 from ..threads import HOST_THREADS, map_parallel
@@ -44,7 +43,7 @@ from .inputs import InputFiles, display_path
 from .source import SourceFile
 from .stamps import unchanged_while
 from .storage import Given, Location
-from .write import ROWS_PER_WRITE, write_jsonl, write_jsonl_batches, write_parquet, write_to
+from .write import ROWS_PER_WRITE, parquet_writer, write_jsonl, write_jsonl_batches, write_parquet, write_to
 
 KEPT_DIR = "deduplicated"
 PAIRS_DIR = "pairs"
@@ -296,7 +295,7 @@ def write_kept_pieces(pieces: Iterator[FileRows], path: Path, format: str) -> No
         return
     tables = (as_input(rows.table.filter(pa.array(rows.keep)), columns) for rows in every)
     if format == "parquet":
-        with pq.ParquetWriter(path, columns) as writer:
+        with parquet_writer(path, columns) as writer:
             for table in tables:
                 if table.num_rows:  # (no empty row groups)
                     writer.write_table(table)

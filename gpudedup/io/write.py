@@ -50,17 +50,23 @@ def write_to(target: str, write: Callable[[Path], None]) -> None:
 
 
 def write_parquet(table: pa.Table, path: Path, keep: Optional[np.ndarray] = None) -> None:
-    """Write ``table`` (only the rows where ``keep`` is True, when given) as Parquet; an
-    OutputError where a column's type is one Parquet has none for (not_in_parquet)."""
-    try:
+    """Write ``table`` (only the rows where ``keep`` is True, when given) as Parquet."""
+    with parquet_writer(path, table.schema) as writer:
         if keep is None:
-            pq.write_table(table, path)
+            writer.write_table(table)  # (as pq.write_table: its row groups)
             return
-        with pq.ParquetWriter(path, table.schema) as writer:
-            for batch in kept_batches(table, keep):
-                writer.write_batch(batch)
+        for batch in kept_batches(table, keep):
+            writer.write_batch(batch)
+
+
+def parquet_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet writer of kept rows of ``schema`` into ``path``; an OutputError where a
+    column's type is one Parquet has none for (not_in_parquet), in the words of the option
+    that writes them otherwise."""
+    try:
+        return pq.ParquetWriter(path, schema)
     except pa.ArrowNotImplementedError:
-        unstorable = not_in_parquet(table.schema)
+        unstorable = not_in_parquet(schema)
         if not unstorable:
             raise
         raise OutputError(f"{path.name}: the kept rows cannot be written as Parquet, which has no type for "
@@ -118,7 +124,8 @@ def is_nanosecond_time(data_type: pa.DataType) -> bool:
 def nanoseconds_as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` with its nanosecond values (is_nanosecond_time) as text, every digit kept: a
     column of them (or of a dictionary of them) as nanosecond_texts writes them; those inside
-    lists, structs and maps as Arrow's cast to string writes them."""
+    lists, structs and maps cast to microseconds where every one is a whole number of them
+    (then written as a microsecond column's are), else as Arrow's cast to string writes them."""
     columns = list(batch.columns)
     for number, column in enumerate(columns):
         data_type = column.type
@@ -126,13 +133,25 @@ def nanoseconds_as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
             column, data_type = column.dictionary_decode(), data_type.value_type
         if is_nanosecond_time(data_type):
             columns[number] = nanosecond_texts(column)
-        else:
-            textual = with_leaf_types(data_type, lambda leaf: pa.string() if is_nanosecond_time(leaf) else leaf)
-            if textual != data_type:
-                columns[number] = column.cast(textual)
+            continue
+        micro = with_leaf_types(data_type, lambda leaf: micro_type(leaf) if is_nanosecond_time(leaf) else leaf)
+        if micro == data_type:
+            continue
+        try:
+            columns[number] = column.cast(micro)  # (a safe cast: refused where a digit would go)
+        except pa.ArrowInvalid:
+            columns[number] = column.cast(with_leaf_types(
+                data_type, lambda leaf: pa.string() if is_nanosecond_time(leaf) else leaf))
     if all(new is old for new, old in zip(columns, batch.columns)):
         return batch
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def micro_type(data_type: pa.DataType) -> pa.DataType:
+    """The microsecond type of a nanosecond one (is_nanosecond_time)."""
+    if pa.types.is_timestamp(data_type):
+        return pa.timestamp("us", data_type.tz)
+    return pa.duration("us") if pa.types.is_duration(data_type) else pa.time64("us")
 
 
 def nanosecond_texts(column: pa.Array) -> pa.Array:
@@ -143,9 +162,7 @@ def nanosecond_texts(column: pa.Array) -> pa.Array:
     counts = nanoseconds.fill_null(0).to_numpy()
     micro, rest = np.divmod(counts, 1000)  # (floor: the rest is 0 .. 999 before 1970 too)
     unit_type = column.type
-    micro_type = (pa.timestamp("us", unit_type.tz) if pa.types.is_timestamp(unit_type)
-                  else pa.duration("us") if pa.types.is_duration(unit_type) else pa.time64("us"))
-    values = pa.array(micro, pa.int64()).cast(micro_type).to_pylist()
+    values = pa.array(micro, pa.int64()).cast(micro_type(unit_type)).to_pylist()
     texts: list[Optional[str]] = []
     for value, extra, missing in zip(values, rest.tolist(), nanoseconds.is_null().to_pylist()):
         if missing:
