@@ -235,9 +235,9 @@ def test_a_field_named_one_way_in_one_file_and_the_other_in_another_is_refused(t
     for number, (options, field) in enumerate( ((["--text-field", "content.text"], "the content field 'content.text'"),
                            (["--shingle", "token", "--token-field", "tok.ids", "--ngram", "2"],
                             "the content field 'tok.ids'"),
-                           (["--text-field", "content.text", "--group-field", "meta.g"], "group_field 'meta.g'"))):
+                           (["--text-field", "content.text", "--group-field", "meta.g"], "--group-field meta.g"))):
         staging = ["--work-dir", f"work{number}"] if staged else []
-        if "group_field" in field:  # (the texts named one way: only the group is not)
+        if "group" in field:  # (the texts named one way: only the group is not)
             write_jsonl(Path("in/b.jsonl"), [{"n": 3, "content": {"text": "another text"}, "meta.g": "y",
                                               "meta": {"h": 1}}])
         assert_user_error(invoke("dedup", "in", "-o", out, "--id-field", "n", *options, *staging),

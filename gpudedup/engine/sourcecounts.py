@@ -120,7 +120,7 @@ def check_group_field(schemas: list[tuple[str, pa.Schema]], field: Optional[str]
         path, schema = schemas[0]
         raise InputError(f"{path}: no field {field!r} to count by, nor in any other input (fields: "
                          f"{listed(field_names(schema))}); choose it with group_field=")
-    check_named_one_way(schemas, field, "group_field")
+    check_named_one_way(schemas, field, "group_field=")
     for path, schema in schemas:
         if not has_field(schema, field):
             continue

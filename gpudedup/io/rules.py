@@ -144,7 +144,8 @@ def plan_combination(parts: Sequence[PartSummary], text_field: str, id_field: Op
     the repeated ids (RepeatedIds); by default from the parts' own ``ids``.
     """
     check_on_error(on_error)
-    check_named_one_way([(part.path, part.schema) for part in parts], text_field, "the content field")
+    check_named_one_way([(part.path if part.format != "text" else f"{part.path} (a .txt file: its text is a column of "
+                          "the name given)", part.schema) for part in parts], text_field, "the content field")
     skip = on_error == "skip"
     if skip:
         kept, left_out, records = compatible(parts, id_field)
@@ -211,7 +212,8 @@ def check_named_one_way(inputs: Sequence[tuple[str, pa.Schema]], name: str, what
     column = [path for path, schema in inputs if schema.get_field_index(name) >= 0]
     inside = [path for path, schema in inputs if schema.get_field_index(name) < 0 and has_field(schema, name)]
     if column and inside:
-        raise InputError(f"{what} {name!r} is a column of that name in {column[0]} but a field inside the column "
+        named = f"{what}{name!r}" if what.endswith("=") else f"{what} {name!r}"  # (group_field='x': --group-field x)
+        raise InputError(f"{named} is a column of that name in {column[0]} but a field inside the column "
                          f"{name.partition('.')[0]!r} in {inside[0]}: name it one way in every input file")
 
 
