@@ -380,7 +380,10 @@ def test_every_column_type_of_a_parquet_input_is_written_as_read(tmp_path):
                       "d": pa.array(["x", "y"] * (n // 2)).dictionary_encode(),
                       # (read back as their values: Arrow casts values to a dictionary of strings only)
                       "di": pa.array([1, 2] * (n // 2)).dictionary_encode(),
-                      "dd": pa.array([0, 19_000] * (n // 2), pa.date32()).dictionary_encode()})
+                      "dd": pa.array([0, 19_000] * (n // 2), pa.date32()).dictionary_encode(),
+                      "sd": pa.StructArray.from_arrays([pa.array([5, None] * (n // 2)).dictionary_encode()], ["a"]),
+                      "ld": pa.ListArray.from_arrays(pa.array(range(n + 1), pa.int32()),
+                                                     pa.array(range(n)).dictionary_encode())})
     (tmp_path / "in").mkdir()
     pq.write_table(table, tmp_path / "in" / "a.parquet")
     stored = pq.read_schema(tmp_path / "in" / "a.parquet")

@@ -172,8 +172,9 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
         if not is_nested(target):
             raise
         # (a struct or list whose field is all null in the file, of Arrow's null type there,
-        # given a type by another file) Arrow casts nothing to the null type: the nesting is
-        # rebuilt, such a field made nulls.
+        # given a type by another file, or a dictionary read back as its values) Arrow casts
+        # nothing to the null type, values to a dictionary of strings only: the nesting is
+        # rebuilt a field at a time.
         return pa.chunked_array([nested_cast(chunk, target) for chunk in column.chunks], target)
     except pa.ArrowInvalid:
         if not (pa.types.is_string(target) or pa.types.is_binary(target)):
@@ -197,9 +198,11 @@ def is_nested(data_type: pa.DataType) -> bool:
 
 def nested_cast(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` cast to ``target``, through its structs and lists (is_nested) one field at a
-    time, a field of the null type given nulls."""
+    time, a field of the null type given nulls, one of a dictionary type encoded."""
     if pa.types.is_null(target):
         return pa.nulls(len(array))
+    if pa.types.is_dictionary(target) and not pa.types.is_dictionary(array.type):  # (as cast_column)
+        return nested_cast(array, target.value_type).dictionary_encode().cast(target)
     if not is_nested(target) or not is_nested(array.type):
         return array.cast(target)
     missing = array.is_null() if array.null_count else None
