@@ -157,24 +157,13 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
     at 0."""
     if pa.types.is_null(target):
         return pa.chunked_array([pa.nulls(len(column))], pa.null())
-    if pa.types.is_run_end_encoded(target) and not pa.types.is_run_end_encoded(column.type):
-        # (a run-end encoded column held decoded, fields.plain_columns) Arrow casts to none
-        values = cast_column(column, target.value_type)
-        return pa.chunked_array([pc.run_end_encode(chunk, run_end_type=target.run_end_type)
-                                 for chunk in values.chunks], target)
-    if pa.types.is_dictionary(target) and not pa.types.is_dictionary(column.type):
-        # (a dictionary column read back as its values) Arrow casts values to a dictionary of
-        # strings only: the values are encoded, then the indices cast.
-        return cast_column(column, target.value_type).dictionary_encode().cast(target)
     try:
         return column.cast(target)
     except pa.ArrowNotImplementedError:
-        if not is_nested(target):
-            raise
-        # (a struct or list whose field is all null in the file, of Arrow's null type there,
-        # given a type by another file, or a dictionary read back as its values) Arrow casts
-        # nothing to the null type, values to a dictionary of strings only: the nesting is
-        # rebuilt a field at a time.
+        # (a field all null in the file, of Arrow's null type there, given a type by another
+        # file; a dictionary read back as its values; a run-end encoded column held decoded,
+        # fields.plain_columns) Arrow casts nothing to the null type or to run-end encoding,
+        # and values to a dictionary of strings only: nested_cast makes these.
         return pa.chunked_array([nested_cast(chunk, target) for chunk in column.chunks], target)
     except pa.ArrowInvalid:
         if not (pa.types.is_string(target) or pa.types.is_binary(target)):
@@ -198,11 +187,14 @@ def is_nested(data_type: pa.DataType) -> bool:
 
 def nested_cast(array: pa.Array, target: pa.DataType) -> pa.Array:
     """``array`` cast to ``target``, through its structs and lists (is_nested) one field at a
-    time, a field of the null type given nulls, one of a dictionary type encoded."""
+    time: a field of the null type given nulls, one of a dictionary type encoded (then its
+    indices cast), one of a run-end encoded type encoded; the rest as Arrow casts them."""
     if pa.types.is_null(target):
         return pa.nulls(len(array))
-    if pa.types.is_dictionary(target) and not pa.types.is_dictionary(array.type):  # (as cast_column)
+    if pa.types.is_dictionary(target) and not pa.types.is_dictionary(array.type):
         return nested_cast(array, target.value_type).dictionary_encode().cast(target)
+    if pa.types.is_run_end_encoded(target) and not pa.types.is_run_end_encoded(array.type):
+        return pc.run_end_encode(nested_cast(array, target.value_type), run_end_type=target.run_end_type)
     if not is_nested(target) or not is_nested(array.type):
         return array.cast(target)
     missing = array.is_null() if array.null_count else None
