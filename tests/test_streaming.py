@@ -352,14 +352,13 @@ def captured_stores(monkeypatch) -> list:
 def test_the_kept_rows_map_places_as_a_mask_does_whichever_list_holds_them(seed):
     """disk.Kept, held as the places left out (the input rules') or the places kept (a task's
     rows), against a bool mask over the spilled items and numpy's own indexing of it: kept
-    items to places and back, counts and masks of any span, and values taken and spread."""
+    items to places and back, counts and masks of any span."""
     from gpudedup.engine.disk import Kept
 
     rng = np.random.default_rng(seed)
     size = int(rng.integers(0, 60))
     mask = rng.random(size) < [1.0, 0.97, 0.5, 0.03, 0.0][seed % 5]
     kept = np.flatnonzero(mask)
-    values = rng.integers(0, 1000, size)
     for held in (Kept.of_mask(mask), Kept(positions=kept)):
         assert np.array_equal(held.spilled(np.arange(kept.shape[0])), kept)
         assert np.array_equal(held.kept_at(kept.astype(np.uint64)), np.arange(kept.shape[0]))
@@ -368,8 +367,6 @@ def test_the_kept_rows_map_places_as_a_mask_does_whichever_list_holds_them(seed)
             stop = int(rng.integers(start, size + 1))
             assert held.count(start, stop) == int(mask[start:stop].sum())
             assert np.array_equal(held.mask(start, stop), mask[start:stop])
-        assert np.array_equal(held.taken(values), values[mask])
-        assert np.array_equal(held.spread(values[mask], size, -1), np.where(mask, values, -1))
     assert Kept.of_mask(mask).every == bool(mask.all()) and Kept.of_mask(mask).positions is None
 
 

@@ -116,7 +116,7 @@ class DaskStages:
                                                           starts_at)
             copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
         keys_sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), out)
-                                            for index, out in store.band_key_parts()])
+                                            for index, out in store.left_out_parts()])
         empty = np.zeros(0, np.int64)
         if not keys_sent:
             return LikelyPairs(empty, empty, 0, empty, empty)
@@ -217,8 +217,8 @@ class DaskStages:
         import dask
 
         root, starts, shard_rows = store.work.task_location, store.shards.active_starts, store.shards.rows
-        sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), array)
-                                         for index, array in store.row_hash_parts()])
+        sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), out)
+                                         for index, out in store.left_out_parts()])
         parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
         if not parts:
             return Copies.none()
@@ -304,15 +304,15 @@ def pair_frames(executor: DaskExecutor, pairs) -> list:
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
-def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, positions: Optional[np.ndarray]):
+def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, out_of_copies: np.ndarray):
     """One shard's row hashes as (hash uint64, spilled int64) rows for the active documents
-    the run keeps: positions, the run's position of each of the shard's spilled active rows
-    (-1: left out by the input rules; None: none was); spilled, its place among the active
-    rows of all shards (first_spilled: the shard's first)."""
+    the run keeps: all the shard's spilled active rows but those at out_of_copies (int64,
+    places within the shard, left out by the input rules); spilled, the row's place among the
+    active rows of all shards (first_spilled: the shard's first)."""
     import pandas as pd
 
     hashes = np.asarray(WorkDir.attach(work_at).shard_array(index, "row_hash"))
-    kept = np.arange(hashes.shape[0], dtype=np.int64) if positions is None else np.flatnonzero(positions >= 0)
+    kept = np.flatnonzero(Kept.leaving_out(out_of_copies).mask(0, hashes.shape[0]))
     return pd.DataFrame({"hash": hashes[kept], "spilled": first_spilled + kept})
 
 

@@ -29,7 +29,7 @@ the in-memory store on the same files read at once (tests/test_streaming.py).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, cast
+from typing import Callable, Optional, cast
 
 import numpy as np
 import pyarrow as pa
@@ -293,23 +293,11 @@ class WorkDirStore:
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return self.active.positions_of(rows)
 
-    def row_hash_parts(self) -> list[tuple[int, Optional[np.ndarray]]]:
-        """Per shard (index, positions int64) over its spilled active rows: the run's position
-        of each among the active documents (-1 where the input rules left it out), for a task
-        that reads the shard's row hashes (dask.row_hash_rows). positions None: the place
-        itself, as every place is where the input rules left no row out (the common case: then
-        nothing per document is made here and sent)."""
-        starts = self.shards.active_starts
-        if self.active_rows.every:
-            return [(index, None) for index in range(self.shards.count)]
-        positions = self.active_rows.spread(np.arange(self.active.shape[0]), int(starts[-1]), -1)
-        return [(index, positions[starts[index]:starts[index + 1]]) for index in range(self.shards.count)]
-
-    def band_key_parts(self) -> list[tuple[int, np.ndarray]]:
+    def left_out_parts(self) -> list[tuple[int, np.ndarray]]:
         """Per shard (index, int64 places within its spilled active rows) of the active rows the
-        input rules left out, which take no part in LSH; for a task that reads the shard's keys
-        (dask.band_key_rows, which leaves out the identical copies too). Made a shard at a
-        time: nothing per document is held."""
+        input rules left out, for the tasks that read the shard's row hashes or band keys
+        (dask.row_hash_rows, dask.band_key_rows): they take no part in the copies or LSH. Made
+        a shard at a time: nothing per document is held."""
         starts = self.shards.active_starts
         return [(index, np.flatnonzero(~self.active_rows.mask(int(starts[index]), int(starts[index + 1]))))
                 for index in range(self.shards.count)]
@@ -338,23 +326,17 @@ class WorkDirStore:
             self.work.save_stage(stage, stored)
         return stored
 
-    def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
-        """The sets of parts of rows ``docs`` (int64, ascending): all of them spilled now under
-        WORK/sets/<name>-<digest>/ shard by shard (spill_sets: each shard read once), each part
-        read back from the spill when asked."""
-        spill = spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
-                           self.rows.spilled(docs), executor)
-        root, shard_rows = self.work, self.shards.rows  # (read here, in this process)
-        return lambda part: spilled_sets(root, spill, shard_rows, self.rows.spilled(part))
-
     def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
                       name: str = "documents"):
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
-        verify.document_sets): spilled under WORK/sets/<name>/ shard by shard, then read back.
-        A name is for one set of rows (spill_sets)."""
-        sets_of = self.set_reader(name, docs, executor or LocalExecutor())
+        verify.document_sets): spilled under WORK/sets/<name>-<digest>/ shard by shard
+        (spill_sets: each shard read once, a spill per set of rows), then read back."""
+        executor = executor or LocalExecutor()
+        spilled = self.rows.spilled(docs)
+        spill = spill_sets(self.work, name, self.reader, self.shards.rows, self.params, self.task_backend(executor),
+                           spilled, executor)
         progress.advance(int(docs.shape[0]))
-        return sets_of(docs)
+        return spilled_sets(self.work, spill, self.shards.rows, spilled)
 
     def stages(self, executor: Executor) -> DaskStages:
         return DaskStages(cast(DaskExecutor, executor))  # (its tasks read the shards)

@@ -76,19 +76,3 @@ class Kept:
             mask[self.left_out[np.searchsorted(self.left_out, start):np.searchsorted(self.left_out, stop)]
                  - start] = False
         return mask
-
-    def taken(self, values: np.ndarray) -> np.ndarray:
-        """The kept items' entries of ``values`` (over every spilled item): values itself where
-        every item is kept."""
-        if self.positions is not None:
-            return values[self.positions]
-        return values if self.left_out is None else np.delete(values, self.left_out)
-
-    def spread(self, values: np.ndarray, spilled: int, fill) -> np.ndarray:
-        """``values`` (over the kept items) over all ``spilled`` items, ``fill`` at the items
-        not kept: values itself where every item is kept (no copy: the caller only reads it)."""
-        if self.every:
-            return values
-        spread = np.full(spilled, fill, dtype=values.dtype)
-        spread[self.mask(0, spilled)] = values
-        return spread

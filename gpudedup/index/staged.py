@@ -116,13 +116,9 @@ class StagedIndexStore:
     def task_backend(self, executor: Executor) -> Any:
         return self.inner.task_backend(executor)
 
-    def row_hash_parts(self) -> list[tuple[int, Optional[np.ndarray]]]:
-        """WorkDirStore.row_hash_parts, the lead's first (every one of its rows taken)."""
-        return [(0, None)] + [(index + 1, positions) for index, positions in self.inner.row_hash_parts()]
-
-    def band_key_parts(self) -> list[tuple[int, np.ndarray]]:
-        """WorkDirStore.band_key_parts, the lead's first (none of its rows left out)."""
-        return [(0, np.zeros(0, np.int64))] + [(index + 1, out) for index, out in self.inner.band_key_parts()]
+    def left_out_parts(self) -> list[tuple[int, np.ndarray]]:
+        """WorkDirStore.left_out_parts, the lead's first (none of its rows left out)."""
+        return [(0, np.zeros(0, np.int64))] + [(index + 1, out) for index, out in self.inner.left_out_parts()]
 
     def lengths_at(self) -> LengthsAt:
         return LengthsAt(self.work.task_location, self.shards.rows, self.shards.active_starts, self.rows,
