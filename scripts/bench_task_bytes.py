@@ -29,7 +29,9 @@ import numpy as np
 from bench_results import record, this_run
 
 import gpudedup
-from gpudedup.engine.daskops import message_bytes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from dask_messages import message_bytes  # noqa: E402  (tests/dask_messages.py, found through the path above)
 
 
 def write_corpus(root: Path, shards: int, per_shard: int, seed: int = 0) -> Path:

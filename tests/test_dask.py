@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpudedup
-from gpudedup.engine.daskops import message_bytes
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io import layout
 
@@ -31,6 +30,7 @@ from stage_events import cli_process, finish, kill_then_resume, wait_for_stage, 
 from test_api import write_jsonl
 from test_streaming import (assert_same_files, assert_same_results, empty_repeats_corpus, finished_work,
                             make_texts, mixed_corpus, rm, rules_corpus, sample_records, staged_run, write_shards)
+from dask_messages import message_bytes
 from output_support import kept_files, read_clusters, read_pairs
 from test_shown import assert_same_shown
 

@@ -330,25 +330,6 @@ def arrays_sent(client, arguments: Sequence[tuple]) -> list[tuple]:
     return [tuple(sent(value) for value in values) for values in arguments]
 
 
-def message_bytes(message) -> int:
-    """The bytes of a distributed message as it goes out (for counting what tasks carry:
-    tests/test_dask.py, scripts/bench_task_bytes.py): a part to be pickled (a task graph) as
-    pickled, serialized frames as they are, containers as the sum of their items, anything
-    else 8."""
-    from distributed.protocol import pickle
-    from distributed.protocol.serialize import Serialized, ToPickle
-
-    if isinstance(message, ToPickle):
-        return len(pickle.dumps(message.data))
-    if isinstance(message, Serialized):
-        return sum(memoryview(frame).nbytes for frame in message.frames)
-    if isinstance(message, dict):
-        return sum(message_bytes(value) for value in message.values())
-    if isinstance(message, (list, tuple)):
-        return sum(message_bytes(value) for value in message)
-    return len(message) if isinstance(message, (str, bytes)) else 8
-
-
 def frame_of(dtypes: dict[str, str]):
     """An empty pandas DataFrame of the columns ``dtypes`` (name -> dtype): a Dask meta."""
     import pandas as pd
