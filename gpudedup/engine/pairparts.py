@@ -33,7 +33,7 @@ import pyarrow as pa
 from ..core.ragged import weighted_ranges
 from ..core.verify import BELOW_THRESHOLD
 from .kept import Kept
-from .shards import by_shard, gathered_per_shard, spill_shard_sets, spilled_jaccard
+from .shards import gathered_per_shard, spill_shard_sets, spilled_jaccard, unspilled
 from .workdir import MANIFEST, WorkAt, WorkDir, arrays_of
 from .workfolders import DamagedWorkDirError
 
@@ -165,17 +165,10 @@ def spill_part_documents(documents, spill: str, work_at: WorkAt, reader: Any, sh
     how many shards it spilled (a pandas DataFrame, for Dask)."""
     import pandas as pd
 
-
-    work = WorkDir.attach(work_at)
-    rows = np.unique(documents["row"].to_numpy(np.int64))
-    holding = list(by_shard(shard_rows, rows))
-    done = work.done_of([f"sets/{spill}/{index:05d}" for index, _ in holding])
-    spilled = 0
-    for (index, mine), finished in zip(holding, done, strict=True):
-        if not finished:
-            spill_shard_sets(work_at, spill, reader, index, rows[mine] - shard_rows[index], params, backend)
-            spilled += 1
-    return pd.DataFrame({"shards": [spilled]})
+    todo = unspilled(WorkDir.attach(work_at), spill, shard_rows, np.unique(documents["row"].to_numpy(np.int64)))
+    for index, local in todo:
+        spill_shard_sets(work_at, spill, reader, index, local, params, backend)
+    return pd.DataFrame({"shards": [len(todo)]})
 
 
 def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept, threshold: float,

@@ -318,10 +318,7 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
     several times, as identical_copies' rounds do) and a shard already spilled for the same rows
     (an earlier, interrupted run's) is not spilled again."""
     name = f"{name}-{hashlib.sha256(np.ascontiguousarray(docs, dtype=np.int64).tobytes()).hexdigest()[:16]}"
-    holding = list(by_shard(shard_rows, docs))
-    done = work.done_of([f"sets/{name}/{index:05d}" for index, _ in holding])
-    todo = [(index, docs[mine] - shard_rows[index]) for (index, mine), finished in zip(holding, done, strict=True)
-            if not finished]
+    todo = unspilled(work, name, shard_rows, docs)
     if not todo:
         return name
     root = work.for_tasks(executor.in_process)
@@ -329,3 +326,13 @@ def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.nda
     executor.map(spill_shard_sets, [(root, name, reader, index, local, params, backend) for index, local in todo],
                  "the shingle sets")
     return name
+
+
+def unspilled(work: WorkDir, name: str, shard_rows: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard index, int64 rows within the shard) of each shard that holds some of the spilled
+    rows ``rows`` (int64, ascending) and whose sets under WORK/sets/<name>/ are not spilled yet
+    (an interrupted run's finished shards are not spilled again)."""
+    holding = list(by_shard(shard_rows, rows))
+    done = work.done_of([f"sets/{name}/{index:05d}" for index, _ in holding])
+    return [(index, rows[mine] - shard_rows[index]) for (index, mine), finished in zip(holding, done, strict=True)
+            if not finished]
