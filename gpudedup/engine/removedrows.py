@@ -124,14 +124,11 @@ class PartsRemoved:
         if number not in self.read:
             names = ["docs", "cluster", "keep", "kept_doc"] + (["kept_id"] if self.with_ids else [])
             part = self.clustered.read_table(number, names)
-            chosen = np.flatnonzero(~part["keep"].to_numpy())
-            docs, cluster, kept = (part[name].to_numpy()[chosen] for name in ("docs", "cluster", "kept_doc"))
-            kept_ids = part["kept_id"].combine_chunks().take(pa.array(chosen, pa.int64())) if self.with_ids else None
-            k, jaccard = self.indexed_rows, np.full(chosen.shape[0], np.nan)
-            indexed = np.flatnonzero(kept < k)
-            if indexed.shape[0] and self.indexed_pairs is not None:
-                jaccard[indexed] = verified_jaccard(*self.indexed_pairs, kept[indexed], docs[indexed])
-            self.read[number] = RemovedDocs(docs - k, cluster, kept - k, kept_ids, jaccard)
+            docs, cluster, keep, kept = (part[name].to_numpy() for name in ("docs", "cluster", "keep", "kept_doc"))
+            ids = part["kept_id"].combine_chunks() if self.with_ids else None
+            self.read[number] = removed_docs(docs, cluster, keep, kept,
+                                             lambda gone: None if ids is None else ids.take(pa.array(gone, pa.int64())),
+                                             self.indexed_rows, self.indexed_pairs)
         return self.read[number]
 
 
@@ -158,14 +155,29 @@ def held_removed(clusters: Clusters, ids_of: Optional[Callable[[np.ndarray], pa.
     kept_id); pair_a, pair_b, pair_jaccards: the verified pairs (a < b; those of indexed
     documents suffice), whose Jaccard is given where the kept document is an indexed one
     (None: not asked for)."""
-    gone = ~clusters.keep
-    docs, cluster, kept = clusters.docs[gone], clusters.cluster[gone], kept_documents(clusters)[gone]
+    kept = kept_documents(clusters)
+    pairs = None if pair_a is None or pair_b is None or pair_jaccards is None else (pair_a, pair_b, pair_jaccards)
+    return HeldRemoved(removed_docs(clusters.docs, clusters.cluster, clusters.keep, kept,
+                                    lambda gone: None if ids_of is None else ids_of(kept[gone]), indexed_rows, pairs))
+
+
+def removed_docs(docs: np.ndarray, cluster: np.ndarray, keep: np.ndarray, kept: np.ndarray,
+                 kept_ids: Callable[[np.ndarray], Optional[pa.Array]], indexed_rows: int,
+                 pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> RemovedDocs:
+    """The removed documents among clustered ones (docs int64, cluster, keep bool, kept: the
+    document each one's cluster keeps, all (c,) over the outcome's rows, the first
+    ``indexed_rows`` of them an index's documents, which RemovedDocs numbers out); kept_ids(gone):
+    the ids of the kept documents of the removed ones at ``gone`` (int64 positions among the
+    c), or None; pairs: the verified pairs (a, b, jaccard) for the Jaccard where the kept
+    document is an indexed one (None: not asked for, nan)."""
+    gone = np.flatnonzero(~keep)
+    docs, cluster, kept = docs[gone], cluster[gone], kept[gone]
     jaccard = np.full(docs.shape[0], np.nan)
     indexed = np.flatnonzero(kept < indexed_rows)
-    if indexed.shape[0] and pair_a is not None and pair_b is not None and pair_jaccards is not None:
-        jaccard[indexed] = verified_jaccard(pair_a, pair_b, pair_jaccards, kept[indexed], docs[indexed])
-    return HeldRemoved(RemovedDocs(docs - indexed_rows, cluster.astype(np.int64, copy=False), kept - indexed_rows,
-                                   None if ids_of is None else ids_of(kept), jaccard))
+    if indexed.shape[0] and pairs is not None:
+        jaccard[indexed] = verified_jaccard(*pairs, kept[indexed], docs[indexed])
+    return RemovedDocs(docs - indexed_rows, cluster.astype(np.int64, copy=False), kept - indexed_rows,
+                       kept_ids(gone), jaccard)
 
 
 def verified_jaccard(pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray, first: np.ndarray,
