@@ -237,14 +237,16 @@ def remove_command(
         listed = None
         if ids is not None:
             try:
-                text = ids.read_text(encoding="utf-8")
+                text = ids.read_text(encoding="utf-8-sig")  # (a byte-order mark is no part of the first id)
             except (OSError, UnicodeDecodeError) as error:
                 raise InputError(f"{ids}: cannot read the ids file ({getattr(error, 'strerror', None) or error})") \
                     from None
             # As strings: the index casts them to its own kind of id ("007" stays "007"). Each
             # line is an id as it stands, spaces included (an id may hold them); only empty
-            # lines are no ids.
-            listed = [line for line in text.splitlines() if line]
+            # lines are no ids. Lines end at "\n" (or "\r\n") alone: str.splitlines would also
+            # cut at U+0085, U+2028 and other characters an id may hold, and remove other ids.
+            listed = [line.removesuffix("\r") for line in text.split("\n")]
+            listed = [line for line in listed if line]
         removed = Index(index).remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
         distinct = 0 if listed is None else len(set(listed))
