@@ -22,7 +22,8 @@ import pytest
 from gpudedup.core.shingling import ShingleBatch
 
 from gpudedup.io.storage import Remote
-from conservation import ConservationError, absolute_place, check_output_dir, check_reading_as_asked, check_result
+from conservation import (ConservationError, absolute_place, check_output_dir, check_reading_as_asked, check_result,
+                          url_filesystem)
 
 
 @pytest.fixture(autouse=True)
@@ -245,7 +246,7 @@ def _checked_write(original):
         written = original(self, output_dir, *args, **kwargs)
         if isinstance(written, Remote):  # on object storage: checked in a local copy
             with tempfile.TemporaryDirectory() as copy:
-                filesystem, path = pafs.FileSystem.from_uri(written.url)
+                filesystem, path = url_filesystem(written.url)
                 pafs.copy_files(path, copy, source_filesystem=filesystem)
                 _check_written(self, Path(copy))
             return written

@@ -203,12 +203,19 @@ def is_url(place) -> bool:
 
 def url_filesystem(place: str) -> tuple[pafs.FileSystem, str]:
     """(file system, path in it) of a URL: pyarrow's for an object store's, fsspec's for an
-    http(s) URL (its path: the whole URL, query included)."""
+    http(s) URL (its path: the whole URL, query included) and for a scheme pyarrow lacks
+    (memory://)."""
     if place.lower().startswith(("http://", "https://")):
         import fsspec
 
         return pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem("http"))), place
-    return pafs.FileSystem.from_uri(place)
+    try:
+        return pafs.FileSystem.from_uri(place)
+    except pa.ArrowInvalid:
+        import fsspec
+
+        filesystem, path = fsspec.core.url_to_fs(place)
+        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), path
 
 
 def url_path(place) -> str:

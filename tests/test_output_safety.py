@@ -409,6 +409,25 @@ def test_overwrite_replaces_an_output_of_ours(happy, previous):
     assert leftovers(happy) == []
 
 
+def test_overwrite_on_a_store_without_folders_replaces_the_output(happy):
+    """An fsspec store whose folders go with their last object (its in-memory one here): the
+    old output's files deleted, --overwrite finds its folders gone and writes the new output,
+    rather than stop with neither."""
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    url = "memory://overwrite-folders/out"
+    memory.mkdir("/overwrite-folders")  # (the bucket)
+    try:
+        for run in range(2):
+            result = invoke("dedup", "data.jsonl", "-o", url, "--write-removed", *CPU,
+                            *(["--overwrite"] if run else []))
+            assert result.exit_code == 0, result.output
+            written = {name.removeprefix("/overwrite-folders/out/") for name in memory.find("/overwrite-folders/out")}
+            assert {"report.json", "pairs/part-00000.parquet", "clusters/part-00000.parquet"} <= written, written
+    finally:
+        memory.rm("/overwrite-folders", recursive=True)
+
+
 def test_a_finished_output_of_ours_is_named_as_such(happy):
     """Written twice without --overwrite: the second run says the folder holds a finished
     gpudedup output (what a resumed add that had committed meets), and replaces it only with

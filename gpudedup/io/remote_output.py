@@ -85,11 +85,11 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
             # A folder whose last object goes keeps a marker (Arrow's S3 client writes one, so
             # that the folder stays): the old output's folders go whole, markers and all.
             for folder in sorted({name[len(root) + 1:].split("/")[0] for name in old if "/" in name[len(root) + 1:]}):
-                filesystem.delete_dir(f"{root}/{folder}")
+                delete_folder(filesystem, f"{root}/{folder}")
             # Killed runs' staging prefixes, with the folder markers some stores keep for them.
             for stale in stale_remote_staging({name[len(root) + 1:].split("/")[0] for name in present
                                                if in_staging_prefix(name[len(root) + 1:])}):
-                filesystem.delete_dir(f"{root}/{stale}")
+                delete_folder(filesystem, f"{root}/{stale}")
         for entry in moved:
             move_object(filesystem, entry, f"{target_root}/{entry.path[len(prefix) + 1:]}")
         written = sorted(file for file in staging.rglob("*")
@@ -112,6 +112,16 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
             filesystem.delete_dir(prefix)
         except (OSError, pa.ArrowException):
             pass  # absent, or unreachable: the original error, if any, is what to report
+
+
+def delete_folder(filesystem: pafs.FileSystem, path: str) -> None:
+    """Delete the folder ``path`` of ``filesystem`` and what it holds, where it is still there:
+    on stores without folder markers (fsspec's memory, many others) a folder goes with its
+    last object."""
+    try:
+        filesystem.delete_dir(path)
+    except FileNotFoundError:
+        pass
 
 
 def write_remote_marker(filesystem: pafs.FileSystem, root: str) -> None:
