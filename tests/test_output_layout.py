@@ -18,7 +18,7 @@ from gpudedup.errors import ParameterError
 from gpudedup.io import layout
 from gpudedup.io.layout import output_bases, output_names
 
-from cli_support import error_line, invoke, write_jsonl
+from cli_support import assert_user_error, error_line, invoke, write_jsonl
 from output_support import SINGLE_LAYOUT, kept_files, kept_lines, read_kept, result_bytes
 from test_streaming import sample_records
 
@@ -555,8 +555,6 @@ def test_columns_parquet_has_no_type_for_are_written_as_jsonl_or_refused_in_one_
     JSONL they are written, the same either way."""
     import pyarrow.ipc as ipc
 
-    from cli_support import assert_user_error
-
     text = "the quick brown fox jumps over the lazy dog again"
     write_jsonl(tmp_path / "objects" / "a.jsonl", [{"text": text, "meta": {}}, {"text": text + " x", "meta": {}}])
     arrow_columns = {"intervals": pa.array([pa.MonthDayNano([1, 2, 3])] * 2, pa.month_day_nano_interval()),
@@ -670,16 +668,19 @@ def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
 
 def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
     """A JSONL column of integers with one past int64 (a uint64 hash) would be read as doubles,
-    exact only below 2**53: it is read as whole decimals instead, so the Parquet output, the
-    removed rows written as JSONL and ``deduplicated`` hold every value exactly, and a file of
-    small integers beside it combines with it (--single-file)."""
+    exact only below 2**53: it is read as whole decimals instead (of 76 digits where one is
+    past 38), so the Parquet output, the removed rows written as JSONL and ``deduplicated``
+    hold every value exactly, and a file of small integers beside it combines with it
+    (--single-file). A number longer than 76 digits is refused in one line, not rounded."""
     records = sample_records()[:240]
-    big = [{**r, "hash": 2**53 + 1 + n if n != 7 else 2**64 - 1} for n, r in enumerate(records[:160])]
+    big = [{**r, "hash": 2**53 + 1 + n if n != 7 else 2**64 - 1} for n, r in enumerate(records[:120])]
+    longer = [{**r, "hash": 10**39 + n} for n, r in enumerate(records[120:160])]
     small = [{**r, "hash": n} for n, r in enumerate(records[160:])]
     (tmp_path / "in").mkdir()
     write_jsonl(tmp_path / "in" / "big.jsonl", big)
+    write_jsonl(tmp_path / "in" / "longer.jsonl", longer)
     write_jsonl(tmp_path / "in" / "small.jsonl", small)
-    expected = {r["id"]: r["hash"] for r in big + small}
+    expected = {r["id"]: r["hash"] for r in big + longer + small}
     for extra in ([], ["--format", "jsonl", "--write-removed"], ["--single-file"]):
         out = tmp_path / f"out{len(extra)}"
         result = invoke("dedup", tmp_path / "in", "-o", out, "--id-field", "id", "-q", "--backend", "cpu", *extra)
@@ -691,6 +692,10 @@ def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
             rows = pq.read_table(path).to_pylist() if path.suffix == ".parquet" else [
                 json.loads(line) for line in path.read_text().splitlines()]
             assert all(int(row["hash"]) == expected[row["id"]] for row in rows), path
-    kept = gpudedup.dedup(tmp_path / "in" / "big.jsonl", id_field="id", backend="cpu").deduplicated
-    assert kept.schema.field("hash").type == pa.decimal128(38, 0)
-    assert all(int(row["hash"]) == expected[row["id"]] for row in kept.to_pylist())
+    for name, decimal in (("big", pa.decimal128(38, 0)), ("longer", pa.decimal256(76, 0))):
+        kept = gpudedup.dedup(tmp_path / "in" / f"{name}.jsonl", id_field="id", backend="cpu").deduplicated
+        assert kept.schema.field("hash").type == decimal
+        assert all(int(row["hash"]) == expected[row["id"]] for row in kept.to_pylist())
+    write_jsonl(tmp_path / "huge.jsonl", [{**records[0], "hash": 10**80}])
+    assert_user_error(invoke("dedup", tmp_path / "huge.jsonl", "-o", tmp_path / "huge", "-q", "--backend", "cpu"),
+                      "huge.jsonl: field 'hash' holds a whole number of more than 76 digits", out=tmp_path / "huge")

@@ -218,33 +218,39 @@ def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
         table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=as_strings))
     # Nor round a number: integers past int64 (a uint64 hash) make the reader type their column
     # double, which holds none past 2**53 exactly. Such a column is read again as whole
-    # decimals, which hold them all (a value a decimal cannot take keeps the doubles).
-    exact = exact_integers(table)
-    if exact != table.schema:
+    # decimals of 38 digits, or of 76 where one is longer; longer still, no Arrow number holds
+    # it, and the file is refused rather than its values rounded.
+    whole = whole_number_fields(table)
+    for decimal in WHOLE_NUMBERS:
+        if not whole:
+            break
+        exact = pa.schema([field.with_type(decimal) if field.name in whole else field for field in table.schema],
+                          metadata=table.schema.metadata)
         try:
-            table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=exact))
+            return read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=exact))
         except pa.ArrowInvalid:
-            pass
+            continue
+    if whole:
+        raise file_error(source.path, f"field {', '.join(repr(name) for name in whole)} holds a whole number of "
+                                      f"more than {WHOLE_NUMBERS[-1].precision} digits, which no Arrow number holds "
+                                      "exactly; give such numbers as strings")
     return table
 
 
 # Whole numbers from here up are not all doubles: 2**53 + 1 reads as 2**53.
 EXACT_DOUBLE_LIMIT = 2.0**53
-WHOLE_NUMBERS = pa.decimal128(38, 0)
+# The types whole numbers past int64 are read as, the first that holds every value of the column.
+WHOLE_NUMBERS = (pa.decimal128(38, 0), pa.decimal256(76, 0))
 
 
-def exact_integers(table: pa.Table) -> pa.Schema:
-    """The table's schema with each top-level double column whose values are all whole
-    numbers, some at or past 2**53 in magnitude, made WHOLE_NUMBERS: integers the reader
-    typed double (one past int64, or among such), which a double cannot keep."""
-    fields = []
-    for field, column in zip(table.schema, table.columns):
-        if pa.types.is_floating(field.type) and column.null_count < len(column) \
-                and pc.max(pc.abs(column)).as_py() >= EXACT_DOUBLE_LIMIT \
-                and pc.all(pc.equal(column, pc.floor(column))).as_py():
-            field = field.with_type(WHOLE_NUMBERS)
-        fields.append(field)
-    return pa.schema(fields, metadata=table.schema.metadata)
+def whole_number_fields(table: pa.Table) -> list[str]:
+    """The names of the table's top-level double columns whose values are all whole numbers,
+    some at or past 2**53 in magnitude: integers the reader typed double (one past int64, or
+    among such), which a double cannot keep."""
+    return [field.name for field, column in zip(table.schema, table.columns)
+            if pa.types.is_floating(field.type) and column.null_count < len(column)
+            and pc.max(pc.abs(column)).as_py() >= EXACT_DOUBLE_LIMIT
+            and pc.all(pc.equal(column, pc.floor(column))).as_py()]
 
 
 def read_json(open_stream: Callable, read_options=None, parse_options=None) -> pa.Table:
