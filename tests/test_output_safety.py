@@ -479,6 +479,17 @@ def test_demo_refuses_a_folder_of_user_files_before_it_runs(in_tmp, monkeypatch)
     assert tree_state(in_tmp / "mine") == before
 
 
+def test_demo_leaves_another_runs_results_alone(happy):
+    """The demo replaces its own output, not the results of another run, and says so before
+    its job; a folder of such results stays as it was."""
+    assert invoke("dedup", "data.jsonl", "-o", "results", *CPU).exit_code == 0
+    before = tree_state(happy / "results")
+    result = invoke("demo", "-o", "results", "--backend", "cpu")
+    assert error_line(result) == ("error: results: holds the results of another gpudedup run, which the demo does "
+                                  "not replace; choose another -o for the demo")
+    assert result.exit_code == 2 and tree_state(happy / "results") == before
+
+
 # --- the work directory's lock ----------------------------------------------------------------
 
 

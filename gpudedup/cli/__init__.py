@@ -9,12 +9,13 @@ one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 
-from ..errors import ParameterError
+from ..errors import OutputError, ParameterError
 from ..interrupts import interrupted_outcome, last_signal, signal_word
 from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
@@ -297,8 +298,8 @@ app.command("evaluate")(evaluate_command)
 def demo_command(
     context: typer.Context,
     output: Annotated[Path, typer.Option(
-        "--output", "-o", help="Where to write the demo's results (an earlier demo's or other gpudedup output there "
-                               "is replaced).")] = Path("gpudedup-demo"),
+        "--output", "-o", help="Where to write the demo's results (an earlier demo's output there is "
+                               "replaced).")] = Path("gpudedup-demo"),
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
 ):
     """Deduplicate the bundled sample corpus and show what was found.
@@ -311,6 +312,7 @@ def demo_command(
 
     with user_errors(context, pandas_wanted(None, None, None, backend.value)) as guard:
         check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
+        check_demo_output(output)
         from importlib import resources  # (start-up: only the demo reads the shipped sample)
 
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
@@ -321,6 +323,26 @@ def demo_command(
         print_summary(result.report, output)
         print_largest_clusters(result)
         guard.done()
+
+
+# The shipped sample, as a demo's report.json names its one input.
+DEMO_SAMPLE = "bible_sample.jsonl.gz"
+
+
+def check_demo_output(output: Path) -> None:
+    """OutputError where ``output`` holds the finished output of a run other than a demo's
+    (its report.json names other inputs than the shipped sample): the demo replaces its own
+    output, or an unfinished one, and no other run's results."""
+    try:
+        files = json.loads((output / "report.json").read_text(encoding="utf-8"))["input"]["files"]
+        demo = bool(files) and all(str(file["path"]).endswith(DEMO_SAMPLE) for file in files)
+    except FileNotFoundError:
+        return  # (nothing there, or no finished output)
+    except (OSError, ValueError, KeyError, TypeError):
+        demo = False
+    if not demo:
+        raise OutputError(f"{output}: holds the results of another gpudedup run, which the demo does not replace; "
+                          "choose another -o for the demo")
 
 
 @app.command("docs")
