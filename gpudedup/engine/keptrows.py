@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -277,19 +277,27 @@ class HeldRows:
         (write_parquet if format == "parquet" else write_jsonl)(self.table, path, keep=keep)
 
     def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
-        """ShardedTable.write_removed: the removed rows into one file."""
-        write_tables([in_memory_removed(self.table, field_column(self.table, self.text_field), 0, self.documents,
-                                        removed_of, spec, self.table.schema)],
-                     path, format, removed_schema(self.table.schema, removed_of))
+        """ShardedTable.write_removed: the removed rows into one file, a file's at a time (the
+        row groups a staged run writes, shard by shard)."""
+        write_tables(self._removed_by_file(removed_of, spec, self.table.schema), path, format,
+                     removed_schema(self.table.schema, removed_of))
 
     def write_removed_files(self, staging: Path, out: Location, names: list[str], format: str,
                             removed_of: RemovedOf, spec: ShingleSpec, executor: Optional[Executor] = None) -> None:
         """ShardedTable.write_removed_files: each file's removed rows into staging/removed/<its name>."""
+        for name, table in zip(names, self._removed_by_file(removed_of, spec), strict=True):
+            write_tables([table], staging / REMOVED_DIR / name, format)
+
+    def _removed_by_file(self, removed_of: RemovedOf, spec: ShingleSpec,
+                         schema: Optional[pa.Schema] = None) -> Iterator[pa.Table]:
+        """The removed rows of each file of ``sources`` in turn (of the whole table, for data
+        given in Python), with the columns of ``schema``, or each file's own."""
         texts, start = field_column(self.table, self.text_field), 0
-        for name, source in zip(names, self.sources, strict=True):
-            write_tables([in_memory_removed(self.table, texts, start, start + source.rows, removed_of, spec,
-                                            source.schema)], staging / REMOVED_DIR / name, format)
-            start += source.rows
+        spans = [(source.rows, source.schema) for source in self.sources] or [(self.documents, None)]
+        for rows, own in spans:
+            yield in_memory_removed(self.table, texts, start, start + rows, removed_of, spec,
+                                    schema or own or self.table.schema)
+            start += rows
 
     def tally_files(self, removed_of: RemovedOf, size_name: str, field: Optional[str],
                     executor: Optional[Executor] = None) -> list[Tally]:
