@@ -280,6 +280,7 @@ def test_grid_bandings_derived_automatic_and_deduplicated():
 @pytest.mark.parametrize("grid", [
     {"threshold": [1.5]}, {"shingle": ["byte"]}, {"ngram": [0]}, {"num_perm": [0]},
     {"bands": [0]}, {"rows": [-1]}, {"max_false_negative": [1.0]},
+    {"bands": [None], "rows": [4]}, {"bands": [8, 16], "rows": [None]},  # (numbers paired with auto alone)
 ])
 def test_grid_rejects_invalid_values(grid):
     with pytest.raises(ParameterError):

@@ -727,6 +727,10 @@ def test_an_ids_file_is_cut_at_its_line_ends_alone(tmp_path):
     assert removed.exit_code == 0 and "Removed 3 documents" in removed.output, removed.output
     still = [bool(matches) for matches in index.query(texts)]
     assert still == [False, True, True, False, False]
+    # A tag no add committed removes nothing, and says so.
+    untagged = invoke("index", "remove", str(index.path), "--tag", "w9")
+    assert untagged.exit_code == 0 and "Removed 0 documents" in untagged.output
+    assert "note: no document of the index has the tag 'w9' (its tags: none)" in untagged.stderr
 
 
 def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):

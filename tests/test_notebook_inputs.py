@@ -235,6 +235,9 @@ def test_a_text_of_another_kind_is_named_by_its_position_across_batches():
     texts[12] = 12
     with pytest.raises(InputError, match=r"^text 12 is a int, expected a string or None$"):
         gpudedup.dedup(t for t in texts)
+    # Bytes that are UTF-8 are texts; the first that are not is named, not the first bytes.
+    with pytest.raises(InputError, match=r"^text 2 is bytes that are not UTF-8 \(byte 3\); expected a string or None$"):
+        gpudedup.dedup([b"one two three", "four five six", b"abc\xff def"], backend="cpu")
     with pytest.raises(InputError, match=r"^item 10 is of type str, expected a list of token ids"):
         gpudedup.dedup(iter([[1, 2, 3]] * 10 + ["a text"]), shingle="token")
 
@@ -302,7 +305,9 @@ def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path
      "column 'm' (object) cannot be read"),
     (lambda: pandas.DataFrame([["a b", "x"], ["c d", "y"]], columns=["text", "text"]),
      "more than one column named 'text'"),
-], ids=["complex", "past-int64", "repeated-name"])
+    (lambda: pa.Table.from_arrays([pa.array(["a b", "c d"]), pa.array([1, 2])], names=["text", "text"]),
+     "the table has more than one column named 'text'; column names must be unique"),
+], ids=["complex", "past-int64", "repeated-name", "repeated-arrow-name"])
 def test_a_frame_column_arrow_cannot_take_is_named(make, words):
     with pytest.raises(InputError, match=re.escape(words)):
         gpudedup.dedup(make())

@@ -384,6 +384,19 @@ def test_an_output_that_is_a_link_to_a_directory_is_written_into_it(happy):
     assert leftovers(happy) == [] and leftovers(target.parent) == []
 
 
+def test_an_output_that_is_a_link_to_nothing_is_named_as_one(happy):
+    """A link to nothing (its target gone) or a loop of links: refused as the link it is, and
+    left as it is."""
+    (happy / "gone").symlink_to(happy / "no" / "such" / "folder")
+    (happy / "loop_a").symlink_to("loop_b")
+    (happy / "loop_b").symlink_to("loop_a")
+    for name, target in (("gone", str(happy / "no" / "such" / "folder")), ("loop_a", "loop_b")):
+        refused = invoke("dedup", "data.jsonl", "-o", name, "--overwrite", *CPU)
+        assert error_line(refused) == (f"error: {name}: is a link to {target}, which is no directory; choose "
+                                       "another --output")
+        assert refused.exit_code == 2 and (happy / name).is_symlink()
+
+
 EARLIER_REPORT = {"gpudedup_version": "0.0.9", "backend": "cpu", "input": {}, "parameters": {}, "results": {},
                   "stages": {}}
 

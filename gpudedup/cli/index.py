@@ -231,7 +231,7 @@ def remove_command(
 ):
     """Remove documents from the index (tombstones; `compact` drops them for good)."""
     # (start-up: `--help` and completion load no index)
-    from ..index import Index
+    from ..index import UNTAGGED, Index
 
     with user_errors(context):
         listed = None
@@ -250,6 +250,11 @@ def remove_command(
         removed = Index(index).remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
         distinct = 0 if listed is None else len(set(listed))
+        if tag is not None and not removed:
+            tags = [name for name in Index(index).info()["tags"] if name != UNTAGGED]
+            if tag not in tags:
+                err.print(f"note: no document of the index has the tag {escape(repr(tag))} (its tags: "
+                          f"{escape(', '.join(map(repr, tags))) or 'none'})", soft_wrap=True)
         if distinct > removed:
             err.print(f"note: {distinct - removed:,} of the {distinct:,} ids listed name no document the index holds "
                       "(ids are matched exactly, spaces included)", soft_wrap=True)

@@ -154,6 +154,13 @@ def strings_to_arrow(texts, first: int = 0) -> pa.Array:
     except (pa.ArrowException, UnicodeEncodeError):
         pass
     for position, text in enumerate(texts):
+        if isinstance(text, bytes):  # (Arrow takes bytes that are UTF-8 as strings)
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(f"text {first + position} is bytes that are not UTF-8 (byte {error.start}); "
+                                 "expected a string or None") from None
+            continue
         if text is not None and not isinstance(text, str):
             raise InputError(f"text {first + position} is a {type(text).__name__}, expected a string or None")
         if text is not None:

@@ -155,6 +155,11 @@ def _bandings(num_perm: int, bands, rows):
         yield None, None, ""
         return
     if bands and rows:
+        for name, values, other, others in (("bands", bands, "rows", rows), ("rows", rows, "bands", bands)):
+            if all(value is None for value in others) and any(value is not None for value in values):
+                # (auto chooses bands and rows both: the explicit values would pair with nothing)
+                raise ParameterError(f"{name}= is paired only with {other}= auto, which chooses both bands and "
+                                     f"rows; give {other}= numbers too, or leave {name}= out")
         pairs = [(b, r) for b in bands for r in rows]
     elif bands:
         pairs = [(b, None if b is None else num_perm // b) for b in bands]

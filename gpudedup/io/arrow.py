@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from . import storage
-from .parquet import checked_rows, repeated_names
+from .fields import repeated_names
+from .parquet import checked_rows
 from .source import SourceFile, file_error, listed
 from .credentials import first_line
 from .storage import Location

@@ -18,6 +18,7 @@ they are, so kept rows keep the input's own columns, a struct column as it was.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable, Optional
 
 import pyarrow as pa
@@ -232,3 +233,9 @@ def record_field_names(record: dict) -> list[str]:
         if isinstance(value, dict):
             stack.extend((f"{name}.{key}", item) for key, item in reversed(value.items()))
     return names
+
+
+def repeated_names(names: list[str]) -> list[str]:
+    """The names given to more than one column, quoted, in order of first use."""
+    counts = Counter(names)
+    return [repr(name) for name in dict.fromkeys(names) if counts[name] > 1]

@@ -98,7 +98,9 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
     (ours_within). A directory that holds only the marker counts as empty."""
     if not os.path.lexists(out):
         return None
-    if not out.is_dir():  # a file, or a link to none (broken, a loop)
+    if out.is_symlink() and not out.exists():  # (a link to nothing, or a loop of links)
+        return f"is a link to {os.readlink(out)}, which is no directory", "choose another output="
+    if not out.is_dir():
         return "exists and is not a directory", ""
     try:
         names = sorted(os.listdir(out))

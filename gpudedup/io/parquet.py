@@ -4,7 +4,6 @@ pyarrow (host). A record's row number is its row in the file (from 1)."""
 from __future__ import annotations
 
 import base64
-from collections import Counter
 from typing import Optional
 
 import numpy as np
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 
 from ..core.content import bad_token_rows, is_token_type
 from . import storage
-from .fields import field_column, has_field, with_field
+from .fields import field_column, has_field, repeated_names, with_field
 from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
 from .storage import Location
 
@@ -84,12 +83,6 @@ def checked_rows(table: pa.Table, source: SourceFile, text_field: str, id_field:
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise file_error(source.path, f"{unreadable} ({error})") from None
     return table, row_numbers, errors.records
-
-
-def repeated_names(names: list[str]) -> list[str]:
-    """The names given to more than one column, quoted, in order of first use."""
-    counts = Counter(names)
-    return [repr(name) for name in dict.fromkeys(names) if counts[name] > 1]
 
 
 def stored_schema(metadata: pq.FileMetaData, read: pa.Schema) -> pa.Schema:

@@ -19,7 +19,7 @@ from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
-from .fields import field_column, field_names, field_type, has_field
+from .fields import field_column, field_names, field_type, has_field, repeated_names
 from .inputs import InputFiles
 from .layout import as_input
 from .read import read_corpus
@@ -192,6 +192,9 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
     """The corpus of a table of documents: the text (or token ids) in column text_field, the
     ids in column id_field, else ``positions`` (int64; default the row numbers from 0);
     source: where the rows came from (default "<table>")."""
+    if repeated := repeated_names(table.schema.names):  # (no output could hold both)
+        raise InputError(f"the table has more than one column named {', '.join(repeated)}; column names must be "
+                         "unique")
     if not has_field(table.schema, text_field):  # (a column, or a path into struct columns: io/fields.py)
         raise InputError(f"no column {text_field!r} (columns: {', '.join(field_names(table.schema))}); "
                          "choose it with text_field=")
