@@ -669,9 +669,9 @@ def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
 def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
     """A JSONL column of integers with one past int64 (a uint64 hash) would be read as doubles,
     exact only below 2**53: it is read as whole decimals instead (of 76 digits where one is
-    past 38), so the Parquet output, the removed rows written as JSONL and ``deduplicated``
-    hold every value exactly, and a file of small integers beside it combines with it
-    (--single-file). A number longer than 76 digits is refused in one line, not rounded."""
+    past 38, each column its own), so the Parquet output, the removed rows written as JSONL and
+    ``deduplicated`` hold every value exactly, and a file of small integers beside it combines
+    with it (--single-file). Floats written with an exponent stay doubles."""
     records = sample_records()[:240]
     big = [{**r, "hash": 2**53 + 1 + n if n != 7 else 2**64 - 1} for n, r in enumerate(records[:120])]
     longer = [{**r, "hash": 10**39 + n} for n, r in enumerate(records[120:160])]
@@ -696,6 +696,11 @@ def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
         kept = gpudedup.dedup(tmp_path / "in" / f"{name}.jsonl", id_field="id", backend="cpu").deduplicated
         assert kept.schema.field("hash").type == decimal
         assert all(int(row["hash"]) == expected[row["id"]] for row in kept.to_pylist())
-    write_jsonl(tmp_path / "huge.jsonl", [{**records[0], "hash": 10**80}])
-    assert_user_error(invoke("dedup", tmp_path / "huge.jsonl", "-o", tmp_path / "huge", "-q", "--backend", "cpu"),
-                      "huge.jsonl: field 'hash' holds a whole number of more than 76 digits", out=tmp_path / "huge")
+    # Each column its own type; a column of floats with an exponent, doubles as written.
+    both = [{**r, "hash": 2**64 - 1 - n, "wide": 10**39 + n, "mass": 1e80 * (n + 1)} for n, r in enumerate(records[:5])]
+    write_jsonl(tmp_path / "both.jsonl", both)
+    kept = gpudedup.dedup(tmp_path / "both.jsonl", id_field="id", backend="cpu").deduplicated
+    assert [kept.schema.field(name).type for name in ("hash", "wide", "mass")] == \
+        [pa.decimal128(38, 0), pa.decimal256(76, 0), pa.float64()]
+    assert [(int(row["hash"]), int(row["wide"]), row["mass"]) for row in kept.to_pylist()] == \
+        [(r["hash"], r["wide"], r["mass"]) for r in both if r["id"] in set(kept["id"].to_pylist())]

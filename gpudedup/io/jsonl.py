@@ -218,28 +218,26 @@ def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
         table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=as_strings))
     # Nor round a number: integers past int64 (a uint64 hash) make the reader type their column
     # double, which holds none past 2**53 exactly. Such a column is read again as whole
-    # decimals of 38 digits, or of 76 where one is longer; longer still, no Arrow number holds
-    # it, and the file is refused rather than its values rounded.
-    whole = whole_number_fields(table)
-    for decimal in WHOLE_NUMBERS:
-        if not whole:
+    # decimals of 38 digits, or of 76 where one is longer, each column on its own (every read
+    # keeps the columns chosen before it). A column no decimal takes (a number written with an
+    # exponent, 1e80, or an integer longer still) keeps the doubles.
+    exact, chosen = table, dict[str, pa.DataType]()
+    for name in whole_number_fields(table):
+        for decimal in WHOLE_NUMBERS:
+            schema = pa.schema([field.with_type(chosen.get(field.name, decimal if field.name == name else field.type))
+                                for field in table.schema], metadata=table.schema.metadata)
+            try:
+                exact = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=schema))
+            except pa.ArrowInvalid:
+                continue
+            chosen[name] = decimal
             break
-        exact = pa.schema([field.with_type(decimal) if field.name in whole else field for field in table.schema],
-                          metadata=table.schema.metadata)
-        try:
-            return read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=exact))
-        except pa.ArrowInvalid:
-            continue
-    if whole:
-        raise file_error(source.path, f"field {', '.join(repr(name) for name in whole)} holds a whole number of "
-                                      f"more than {WHOLE_NUMBERS[-1].precision} digits, which no Arrow number holds "
-                                      "exactly; give such numbers as strings")
-    return table
+    return exact
 
 
 # Whole numbers from here up are not all doubles: 2**53 + 1 reads as 2**53.
 EXACT_DOUBLE_LIMIT = 2.0**53
-# The types whole numbers past int64 are read as, the first that holds every value of the column.
+# The types a column of whole numbers past int64 is read as: the first that holds all its values.
 WHOLE_NUMBERS = (pa.decimal128(38, 0), pa.decimal256(76, 0))
 
 
