@@ -713,20 +713,20 @@ def test_review_cases(tmp_path):
 
 def test_an_ids_file_is_cut_at_its_line_ends_alone(tmp_path):
     """`index remove --ids`: a line ends at "\n" or "\r\n", so an id that holds another
-    Unicode line break (U+0085, U+2028, a form feed) is one id, not two that remove other
-    documents; a byte-order mark is no part of the first id."""
+    Unicode line break (U+0085, U+2028, a form feed, a lone carriage return) is one id, not two
+    that remove other documents; a byte-order mark is no part of the first id."""
     texts = ["alpha beta gamma delta epsilon zeta eta theta", "one two three four five six seven eight",
              "red orange yellow green blue indigo violet", "north south east west up down left right",
-             "spring summer autumn winter rain snow wind sun"]
-    ids = ["c\u0085d", "c", "d", "e\u2028f\x0cg", "bom"]
+             "spring summer autumn winter rain snow wind sun", "black white grey silver gold bronze copper"]
+    ids = ["c\u0085d", "c", "d", "e\u2028f\x0cg", "bom", "c\rd"]
     index = Index.create(tmp_path / "idx")
     index.add(pa.Table.from_pylist([{"id": i, "text": t} for i, t in zip(ids, texts)]), id_field="id")
     listed = tmp_path / "ids.txt"
-    listed.write_bytes("\ufeffbom\r\nc\u0085d\ne\u2028f\x0cg\r\n".encode("utf-8"))
+    listed.write_bytes("\ufeffbom\r\nc\u0085d\ne\u2028f\x0cg\r\nc\rd\n".encode("utf-8"))
     removed = invoke("index", "remove", str(index.path), "--ids", str(listed))
-    assert removed.exit_code == 0 and "Removed 3 documents" in removed.output, removed.output
+    assert removed.exit_code == 0 and "Removed 4 documents" in removed.output, removed.output
     still = [bool(matches) for matches in index.query(texts)]
-    assert still == [False, True, True, False, False]
+    assert still == [False, True, True, False, False, False]
     # A tag no add committed removes nothing, and says so.
     untagged = invoke("index", "remove", str(index.path), "--tag", "w9")
     assert untagged.exit_code == 0 and "Removed 0 documents" in untagged.output

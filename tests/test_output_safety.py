@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -498,9 +499,13 @@ def test_demo_leaves_another_runs_results_alone(happy):
     assert invoke("dedup", "data.jsonl", "-o", "results", *CPU).exit_code == 0
     before = tree_state(happy / "results")
     result = invoke("demo", "-o", "results", "--backend", "cpu")
-    assert error_line(result) == ("error: results: holds the results of another gpudedup run, which the demo does "
-                                  "not replace; choose another -o for the demo")
+    assert error_line(result) == ("error: results: holds a gpudedup output that is not the demo's, which the demo "
+                                  "does not replace; choose another -o for the demo")
     assert result.exit_code == 2 and tree_state(happy / "results") == before
+    # An input whose name only ends as the sample's does is another run's too.
+    (happy / "my_bible_sample.jsonl.gz").write_bytes(gzip.compress((happy / "data.jsonl").read_bytes()))
+    assert invoke("dedup", "my_bible_sample.jsonl.gz", "-o", "mine", *CPU).exit_code == 0
+    assert invoke("demo", "-o", "mine", "--backend", "cpu").exit_code == 2
 
 
 # --- the work directory's lock ----------------------------------------------------------------

@@ -10,7 +10,7 @@ one line and codes 130, 143 and 129, leaving no partial output (interrupts.py).
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
@@ -335,14 +335,14 @@ def check_demo_output(output: Path) -> None:
     output, or an unfinished one, and no other run's results."""
     try:
         files = json.loads((output / "report.json").read_text(encoding="utf-8"))["input"]["files"]
-        demo = bool(files) and all(str(file["path"]).endswith(DEMO_SAMPLE) for file in files)
+        demo = bool(files) and all(PurePath(str(file["path"])).name == DEMO_SAMPLE for file in files)
     except FileNotFoundError:
         return  # (nothing there, or no finished output)
     except (OSError, ValueError, KeyError, TypeError):
         demo = False
     if not demo:
-        raise OutputError(f"{output}: holds the results of another gpudedup run, which the demo does not replace; "
-                          "choose another -o for the demo")
+        raise OutputError(f"{output}: holds a gpudedup output that is not the demo's, which the demo does not "
+                          "replace; choose another -o for the demo")
 
 
 @app.command("docs")

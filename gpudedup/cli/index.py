@@ -237,7 +237,9 @@ def remove_command(
         listed = None
         if ids is not None:
             try:
-                text = ids.read_text(encoding="utf-8-sig")  # (a byte-order mark is no part of the first id)
+                # (bytes: read_text would turn a lone "\r" into a line end; a byte-order mark is
+                # no part of the first id)
+                text = ids.read_bytes().decode("utf-8-sig")
             except (OSError, UnicodeDecodeError) as error:
                 raise InputError(f"{ids}: cannot read the ids file ({getattr(error, 'strerror', None) or error})") \
                     from None

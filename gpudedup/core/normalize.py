@@ -141,12 +141,12 @@ def decode_utf8(data, offsets, xp=np):
 
 
 def strings_to_arrow(texts, first: int = 0) -> pa.Array:
-    """A sequence of str / None as a large_string array.
+    """A sequence of str / None (or bytes that are UTF-8) as a large_string array.
 
-    Raises InputError for an item that is not a string, or that holds a lone surrogate
-    (possible in a Python str, e.g. from json.loads('"\\ud800"'), but not Unicode text: it has no
-    UTF-8 form, so no backend could shingle it); first: the position of texts[0] in the
-    input, which the message counts from (a batch of a longer input).
+    Raises InputError for an item that is not a string, bytes that are not UTF-8, or a string
+    that holds a lone surrogate (possible in a Python str, e.g. from json.loads('"\\ud800"'), but
+    not Unicode text: it has no UTF-8 form, so no backend could shingle it); first: the position
+    of texts[0] in the input, which the message counts from (a batch of a longer input).
     """
     texts = list(texts)
     try:

@@ -278,7 +278,7 @@ class HeldRows:
 
     def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
         """ShardedTable.write_removed: the removed rows into one file, a file's at a time (the
-        row groups a staged run writes, shard by shard)."""
+        row groups a staged run writes where each file is one shard)."""
         write_tables(self._removed_by_file(removed_of, spec, self.table.schema), path, format,
                      removed_schema(self.table.schema, removed_of))
 
