@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -664,6 +666,47 @@ def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
     expected = [json.dumps(json_value(row), ensure_ascii=False) for row in table.to_pylist()]
     assert (tmp_path / "rows.jsonl").read_text().splitlines() == expected
     assert json.loads(expected[0])["f64"] is None and json.loads(expected[3])["f64"] == 0.0
+
+
+@pytest.mark.parametrize("values", ["decimal", "uint64"])
+def test_a_column_whose_values_the_combined_type_cannot_hold_is_never_rounded(tmp_path, values):
+    """A column of a file whose values the type of the files combined does not hold (a long
+    decimal or a uint64 in one file, doubles in another): a run in memory, which holds the files
+    as one table, refuses in one line rather than write them back rounded; a run with a work
+    directory writes each file's rows in its own types, exactly, and refuses one file of them
+    all (--single-file) in one line."""
+    from decimal import Decimal
+
+    records = sample_records()[:6]
+    exact = [Decimal("12345678901234567890.12"), Decimal("98765432109876543210.99")] if values == "decimal" \
+        else [2**64 - 59, 2**63 + 7]
+    kind = pa.decimal128(24, 2) if values == "decimal" else pa.uint64()
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": [r["id"] for r in records[:2]], "text": [r["text"] for r in records[:2]],
+                             "n": pa.array(exact, kind)}), tmp_path / "in" / "a.parquet")
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{**r, "n": 0.5} for r in records[2:]])
+    common = ("--id-field", "id", "-q", "--backend", "cpu")
+    memory = invoke("dedup", tmp_path / "in", "-o", tmp_path / "memory", *common)
+    # (a uint64 past 2**53 Arrow itself refuses to combine with doubles)
+    assert_user_error(memory, "a.parquet: column 'n' holds values that its type in the files combined (double, "
+                      "which another file's values give it) does not hold exactly" if values == "decimal" else
+                      "the input files have columns of incompatible types and cannot be combined",
+                      out=tmp_path / "memory")
+
+    def command(*args: object) -> subprocess.CompletedProcess:
+        # (a process of its own: the tests' check of every result reads its kept rows as one table)
+        return subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(tmp_path / "in"), *map(str, args),
+                               *common], capture_output=True, text=True, timeout=120)
+
+    staged = command("-o", tmp_path / "staged", "--work-dir", tmp_path / "w")
+    assert staged.returncode == 0, staged.stderr
+    kept = pq.read_table(tmp_path / "staged" / "deduplicated" / "a.parquet")
+    assert kept.schema.field("n").type == kind and kept["n"].to_pylist() == exact
+    one = command("-o", tmp_path / "one", "--work-dir", tmp_path / "w1", "--single-file")
+    assert one.returncode == 2 and not (tmp_path / "one").exists()
+    assert one.stderr.strip() == ("error: column 'n' holds values that its type in the files combined (double) does "
+                                  "not hold exactly, so their rows are no one table or file: write each input "
+                                  "file's rows apart, without --single-file")
 
 
 def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):

@@ -239,3 +239,32 @@ def repeated_names(names: list[str]) -> list[str]:
     """The names given to more than one column, quoted, in order of first use."""
     counts = Counter(names)
     return [repr(name) for name in dict.fromkeys(names) if counts[name] > 1]
+
+
+def lossy_columns(table: pa.Table, schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    """(name, type in ``schema``) of each top-level column of ``table`` whose integers,
+    decimals or times would not come back the same from their type in ``schema``: a column of
+    files combined whose values another file's type does not hold (a uint64 beside doubles, a
+    decimal of 20 digits beside doubles, milliseconds of the year 3000 beside nanoseconds).
+    Only such columns cast to a number or time are cast, twice; floats, dictionaries and nested
+    columns are not checked."""
+    lossy = []
+    for field in schema:
+        index = table.schema.get_field_index(field.name)
+        if index < 0:
+            continue
+        column = table.column(index)
+        kind = column.type
+        if kind == field.type or not all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+                                         or pa.types.is_temporal(t) for t in (kind, field.type)) \
+                or pa.types.is_floating(kind):
+            continue
+        try:
+            same = column.cast(field.type).cast(kind).equals(column)
+        except pa.ArrowInvalid:  # (a value out of the other type's range)
+            same = False
+        except pa.ArrowNotImplementedError:  # (cast_column's own way: nothing to lose)
+            continue
+        if not same:
+            lossy.append((field.name, field.type))
+    return lossy

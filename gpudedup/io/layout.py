@@ -34,10 +34,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InputError, ParameterError
+from ..errors import InputError, OutputError, ParameterError
 from ..threads import HOST_THREADS, map_parallel
 from . import storage
 from .jsonl_lines import lines_of
+from .fields import lossy_columns
 from .formats import input_suffix
 from .inputs import InputFiles, display_path
 from .source import SourceFile
@@ -146,6 +147,10 @@ def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
     types: rows of a run's table (whose columns may be unified across files, the text column
     made plain) as their input file had them."""
     present = set(table.column_names)  # (a set: a table may have tens of thousands of columns)
+    for name, kind in lossy_columns(table, schema):  # (a file's rows cast to the types of files combined)
+        raise OutputError(f"column {name!r} holds values that its type in the files combined ({kind}) does not "
+                          "hold exactly, so their rows are no one table or file: write each input file's rows "
+                          "apart, without single_file=True")
     return pa.table([cast_column(table[field.name], field.type) if field.name in present
                      else pa.nulls(table.num_rows, field.type) for field in schema], schema=schema)
 

@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .arrow import read_arrow
-from .fields import field_column, has_field, writable_schema
+from .fields import field_column, has_field, lossy_columns, writable_schema
 from .formats import compression_of, format_of
 from .inputs import InputFiles, display_path, scan_inputs
 from .layout import output_bases
@@ -229,9 +229,18 @@ def concat_tables(tables: list[pa.Table], sources: list[SourceFile]) -> pa.Table
     if len(tables) == 1:
         return tables[0]
     try:
-        return pa.concat_tables(tables, promote_options="permissive")
+        combined = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise columns_error(error, [s.path for s in sources]) from None
+    # Each file's rows are written back in its own types from these: values the combined type
+    # does not hold (a uint64 or a long decimal beside doubles) would come back changed.
+    for table, source in zip(tables, sources, strict=True):
+        for name, kind in lossy_columns(table, combined.schema):
+            raise InputError(f"{source.path}: column {name!r} holds values that its type in the files combined "
+                             f"({kind}, which another file's values give it) does not hold exactly; deduplicate "
+                             "such files in separate runs, or with a work directory (each file then keeps its "
+                             "own types)")
+    return combined
 
 
 def read_file(path: Location, source: SourceFile, text_field: str, id_field: Optional[str],
