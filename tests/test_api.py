@@ -245,6 +245,31 @@ def test_view_columns_beside_the_text_keep_their_type(tmp_path):
     assert written["url"].to_pylist() == kept["url"].to_pylist()
 
 
+def test_a_view_column_combines_with_the_plain_column_of_another_file(tmp_path):
+    """An Arrow file of string_view columns (polars' write_ipc) beside a Parquet file of the same
+    columns as large strings: the files combine, each keeps its own types, and a run with a work
+    directory writes the same."""
+    import pyarrow.ipc as ipc
+
+    table = planted_table()
+    half = table.num_rows // 2
+    (tmp_path / "in").mkdir()
+    views = table.slice(0, half)
+    views = pa.table({name: views[name].cast(pa.string_view()) if pa.types.is_string(views[name].type)
+                      else views[name] for name in views.column_names})
+    with ipc.new_file(tmp_path / "in" / "a.arrow", views.schema) as writer:
+        writer.write_table(views)
+    pq.write_table(table.slice(half).cast(pa.schema([field.with_type(pa.large_string())
+                                                      if pa.types.is_string(field.type) else field
+                                                      for field in table.schema])), tmp_path / "in" / "b.parquet")
+    memory = gpudedup.dedup(tmp_path / "in", output=tmp_path / "memory")
+    staged = gpudedup.dedup(tmp_path / "in", output=tmp_path / "staged", work_dir=tmp_path / "work")
+    assert memory.report["results"] == staged.report["results"] and memory.report["results"]["verified_pairs"]
+    for name, kind in (("a", pa.string_view()), ("b", pa.large_string())):
+        written = [pq.read_table(tmp_path / side / "deduplicated" / f"{name}.parquet") for side in ("memory", "staged")]
+        assert written[0].equals(written[1]) and written[0].schema.field("text").type == kind
+
+
 @pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
 def test_string_view_array_and_table_keep_their_type():
     table = planted_table()

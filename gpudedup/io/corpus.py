@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.content import is_token_type, unit_buffers
-from .fields import field_column, plain_columns, without_views
+from .fields import field_column, held_table
 from .source import SourceFile
 
 @dataclass
@@ -58,9 +58,7 @@ class Corpus:
         # Arrow filters and takes no view type (string_view, binary_view, within structs, lists
         # and maps too): such columns are held as their plain large types, and the kept rows
         # cast back to the input's schema (layout.as_input).
-        plain = pa.schema([field.with_type(without_views(field.type)) for field in self.table.schema])
-        if plain != self.table.schema:
-            self.table = plain_columns(self.table).cast(plain)
+        self.table = held_table(self.table)
         # The stages want the text as one string or large_string array: an all-null column
         # has Arrow's null type, newer producers may send string_view, and a column in many
         # chunks (one per block read) would make every take() concatenate all of them first.

@@ -108,6 +108,19 @@ def plain_columns(table: pa.Table) -> pa.Table:
     return table
 
 
+def held_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as a run holds such columns (without_views: Arrow filters and takes no view
+    type), and as columns of files combine (a polars string_view with a large_string)."""
+    return pa.schema([field.with_type(without_views(field.type)) for field in schema], metadata=schema.metadata)
+
+
+def held_table(table: pa.Table) -> pa.Table:
+    """``table`` with the columns of held_schema: run-end encoded ones decoded, view types
+    plain (the kept rows are cast back to the input's schema: layout.as_input)."""
+    held = held_schema(table.schema)
+    return table if held == table.schema else plain_columns(table).cast(held)
+
+
 def writable_schema(schema: pa.Schema) -> pa.Schema:
     """An input's columns as its kept rows are written: as they are, but a dictionary of view
     values (polars' Categorical in an Arrow file) with plain ones (without_views), which

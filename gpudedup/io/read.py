@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .arrow import read_arrow
-from .fields import field_column, has_field, lossy_columns, writable_schema
+from .fields import field_column, has_field, held_table, lossy_columns, writable_schema
 from .formats import compression_of, format_of
 from .inputs import InputFiles, display_path, scan_inputs
 from .layout import output_bases
@@ -228,6 +228,7 @@ def concat_tables(tables: list[pa.Table], sources: list[SourceFile]) -> pa.Table
     this still names the files if Arrow cannot cast some values to the unified types)."""
     if len(tables) == 1:
         return tables[0]
+    tables = [held_table(table) for table in tables]  # (a string_view beside a large_string: Corpus holds neither)
     try:
         combined = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:

@@ -25,7 +25,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..memory import release_unused_memory
 from .corpus import plain_text_type
-from .fields import has_field
+from .fields import has_field, held_schema
 from .inputs import InputFiles, display_path
 from .source import check_on_error, locate
 
@@ -222,7 +222,7 @@ def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> N
     paths = list(dict.fromkeys(part.path for part in parts))  # (a file cut into pieces, once)
     if len(parts) > 1:
         try:
-            pa.unify_schemas([part.schema for part in parts], promote_options="permissive")
+            pa.unify_schemas([held_schema(part.schema) for part in parts], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             raise columns_error(error, paths) from None
     kinds = {id_kind(part, id_field) for part in parts} - {None}
@@ -242,8 +242,8 @@ def compatible(parts: Sequence[PartSummary], id_field: Optional[str]) -> tuple[l
     kind_so_far: Optional[bool] = None
     for index, part in enumerate(parts):
         try:
-            merged = part.schema if schema is None else pa.unify_schemas([schema, part.schema],
-                                                                          promote_options="permissive")
+            held = held_schema(part.schema)
+            merged = held if schema is None else pa.unify_schemas([schema, held], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             left_out.append(index)
             records.append({"file": part.path, "line": None,
@@ -281,7 +281,7 @@ def combined_schema(parts: Sequence[PartSummary], text_field: str) -> pa.Schema:
     if not parts:
         return pa.schema([(text_field, pa.large_string())])
     try:
-        schema = pa.unify_schemas([part.schema for part in parts], promote_options="permissive")
+        schema = pa.unify_schemas([held_schema(part.schema) for part in parts], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:  # only a part by part check let them through
         raise columns_error(error, [part.path for part in parts]) from None
     index = schema.get_field_index(text_field)
