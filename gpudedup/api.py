@@ -191,8 +191,8 @@ def dedup(
                                     on_error=on_error, budget=budget, found=found)
         release_unused_memory()
     documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
-    budget.check(
-        "the run", 0, "the input alone fills the budget: deduplicate it in parts or raise max_memory=")
+    budget.check("the run", 0, "the process (its libraries and the input read) fills the budget: raise "
+                 "max_memory=, or deduplicate the input in parts")
     check_group_field(corpus.input_schemas(), group_field)
     outcome = dedup_corpus(corpus, params, chosen_backend, progress_display(progress), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error, group_field=group_field))

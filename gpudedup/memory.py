@@ -93,11 +93,8 @@ class MemoryBudget:
         release_unused_memory()  # what is resident, not what the allocators keep for reuse
         now = resident_bytes()
         if now + need > self.limit:
-
-            raise MemoryLimitError(
-                f"max_memory={size_words(self.limit)}: {stage} needs about "
-                f"{size_words(need)} more, with {size_words(now)} in use; {advice}"
-            )
+            needs = f"{stage} needs about {size_words(need)} more, with" if need else f"before {stage},"
+            raise MemoryLimitError(f"max_memory={size_words(self.limit)}: {needs} {size_words(now)} in use; {advice}")
 
 
 def size_words(count: float) -> str:

@@ -103,6 +103,32 @@ def test_max_memory_stops_before_reading_anything(inputs, tmp_path, monkeypatch)
     assert not (tmp_path / "out").exists()
 
 
+def test_the_signature_pass_of_a_small_corpus_charges_its_text_not_full_batches():
+    """In memory too, the signature pass's estimate charges the batches that the corpus's text
+    fills, so that a small corpus fits a budget that parallel_batches full batches would not."""
+    from gpudedup.backends import get_backend
+    from gpudedup.core.lsh import Banding
+    from gpudedup.engine.signatures import HOST_BYTES_PER_BATCH_BYTE, batch_bytes, signature_pass_need
+    from gpudedup.params import DedupParams
+
+    backend, params, banding = get_backend("cpu"), DedupParams(), Banding(16, 6, "")
+    rows, per_byte = 1_000 * (4 * 96 + 8 * 16 + 8), HOST_BYTES_PER_BATCH_BYTE["cpu"]
+    assert signature_pass_need(1_000, 86_000, banding, params, backend) == rows + 86_000 * per_byte
+    full = backend.parallel_batches * batch_bytes(params, backend) * per_byte
+    assert signature_pass_need(1_000, 10**12, banding, params, backend) == rows + full
+
+
+def test_a_budget_the_process_fills_before_the_run_is_named_as_such():
+    """A budget below what the process holds once the input is read: the process fills it,
+    not "the input alone", and the run needs nothing more yet."""
+    import gpudedup
+    from gpudedup.errors import MemoryLimitError
+
+    with pytest.raises(MemoryLimitError, match=r"^max_memory=1 MiB: before the run, [\d,]+ MiB in use; the process "
+                                               r"\(its libraries and the input read\) fills the budget"):
+        gpudedup.dedup(["a b c d e f g", "a b c d e f h"], backend="cpu", max_memory="1M")
+
+
 def test_the_batches_in_flight_of_a_small_shard_are_its_text_at_most(inputs):
     """A shard whose text is less than the batches that can be in flight at once fills fewer
     of them: the estimate charges the text it has (bounded by what its table keeps), not

@@ -91,7 +91,8 @@ class MemoryStore:
         corpus = self.corpus
         texts = corpus.device_text if corpus.device_text is not None and backend.name == "gpu" else corpus.units()
         self.budget.check("the signature pass",
-                          lambda: signature_pass_need(self.documents, banding, self.params, backend)
+                          lambda: signature_pass_need(self.documents, int(texts[0].nbytes), banding, self.params,
+                                                      backend)
                           + (self.kept_sets_need() if self.keep_sets else 0),
                           "lower batch_bytes=, or deduplicate the input in parts")
         sets = SetsBuilder(self.lengths, self.kept_sets_bytes) if self.keep_sets else None

@@ -114,11 +114,13 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
 HOST_BYTES_PER_BATCH_BYTE = {"cpu": 100, "gpu": 4}
 
 
-def signature_pass_need(n_docs: int, banding: Banding, params: DedupParams, backend: Backend) -> int:
-    """Estimated host bytes the signature pass adds: batches in flight, and per document its
-    signature row (4 bytes per permutation), band keys (8 per band) and row index."""
+def signature_pass_need(n_docs: int, text_bytes: int, banding: Banding, params: DedupParams,
+                        backend: Backend) -> int:
+    """Estimated host bytes the signature pass over ``text_bytes`` of text adds: batches in
+    flight (no more than that text fills), and per document its signature row (4 bytes per
+    permutation), band keys (8 per band) and row index."""
     per_document = 4 * banding.bands * banding.rows + 8 * banding.bands + 8
-    return n_docs * per_document + batches_in_flight_bytes(backend, batch_bytes(params, backend))
+    return n_docs * per_document + batches_in_flight_bytes(backend, batch_bytes(params, backend), text_bytes)
 
 
 def batches_in_flight_bytes(backend: Backend, bytes_per_batch: int, text_bytes: Optional[int] = None) -> int:
