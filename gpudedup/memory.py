@@ -9,8 +9,10 @@ benchmark corpus: 1.4 GB resident for 0.7 GB alive).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import re
+from fractions import Fraction
 from typing import Optional
 
 import pyarrow as pa
@@ -53,16 +55,19 @@ def parse_size(text, name: str = "max_memory") -> int:
     """Bytes of a size like 4G, 512M, 1.5GiB or 1000000 (binary units: 1G = 2**30 bytes); name:
     the parameter's, for the error."""
 
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value, unit = float(text), ""
+    # (exact fractions: a float would turn 99999999999999999999 into 10**20)
+    if isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text):
+        value, unit = Fraction(text), ""
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
         if not match or match.group(2).upper() not in _UNITS:
             raise ParameterError(f"{name}= must be a size like 8G, 512M or a number of bytes; got {text!r}")
-        value, unit = float(match.group(1)), match.group(2).upper()
+        value, unit = Fraction(match.group(1)), match.group(2).upper()
     size = int(value * _UNITS[unit])
     if size <= 0:
         raise ParameterError(f"{name}= must be positive; got {text!r}")
+    if size >= 2**63:  # (numpy's int64 sizes and offsets would overflow)
+        raise ParameterError(f"{name}= must be below 2**63 bytes (8 EiB); got {text!r}")
     return size
 
 

@@ -129,9 +129,14 @@ def test_parse_size():
 
     assert parse_size("4G") == 4 << 30 and parse_size("512m") == 512 << 20 and parse_size("1.5GiB") == 3 << 29
     assert parse_size("1000") == 1000 and parse_size(2048) == 2048 and parse_size("2 TB") == 2 << 40
-    for bad in ("", "-1G", "0", "1X", "G"):
+    for bad in ("", "-1G", "0", "1X", "G", float("nan")):
         with pytest.raises(ParameterError):
             parse_size(bad)
+    # Exact, whatever the digits: a size past int64 is named as such, not rounded first.
+    assert parse_size("9007199254740993") == 2**53 + 1 and parse_size(2**62 + 1) == 2**62 + 1
+    with pytest.raises(ParameterError, match=r"^batch_bytes= must be below 2\*\*63 bytes \(8 EiB\); got "
+                                             r"'99999999999999999999'$"):
+        parse_size("99999999999999999999", "batch_bytes")
 
 
 # --- --on-error skip --------------------------------------------------------------------------
