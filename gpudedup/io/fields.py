@@ -261,6 +261,9 @@ def lossy_columns(table: pa.Table, schema: pa.Schema) -> list[tuple[str, pa.Data
     decimal of 20 digits beside doubles, milliseconds of the year 3000 beside nanoseconds).
     Only such columns cast to a number or time are cast, twice; floats, dictionaries and nested
     columns are not checked."""
+    def exact_number(data_type: pa.DataType) -> bool:
+        return pa.types.is_integer(data_type) or pa.types.is_decimal(data_type) or pa.types.is_temporal(data_type)
+
     lossy = []
     for field in schema:
         index = table.schema.get_field_index(field.name)
@@ -268,9 +271,8 @@ def lossy_columns(table: pa.Table, schema: pa.Schema) -> list[tuple[str, pa.Data
             continue
         column = table.column(index)
         kind = column.type
-        if kind == field.type or not all(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-                                         or pa.types.is_temporal(t) for t in (kind, field.type)) \
-                or pa.types.is_floating(kind):
+        if kind == field.type or not exact_number(kind) or not (exact_number(field.type)
+                                                                or pa.types.is_floating(field.type)):
             continue
         try:
             same = column.cast(field.type).cast(kind).equals(column)
