@@ -56,10 +56,10 @@ def parse_size(text, name: str = "max_memory") -> int:
     the parameter's, for the error."""
 
     # (exact fractions: a float would turn 99999999999999999999 into 10**20)
-    if isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text):
+    if isinstance(text, int) and not isinstance(text, bool) or isinstance(text, float) and math.isfinite(text):
         value, unit = Fraction(text), ""
     else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+        match = re.fullmatch(r"\s*([0-9]{0,40}\.?[0-9]{1,40})\s*([A-Za-z]*)\s*", str(text))
         if not match or match.group(2).upper() not in _UNITS:
             raise ParameterError(f"{name}= must be a size like 8G, 512M or a number of bytes; got {text!r}")
         value, unit = Fraction(match.group(1)), match.group(2).upper()

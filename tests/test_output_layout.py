@@ -672,9 +672,10 @@ def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
 def test_a_column_whose_values_the_combined_type_cannot_hold_is_never_rounded(tmp_path, values):
     """A column of a file whose values the type of the files combined does not hold (a long
     decimal or a uint64 in one file, doubles in another): a run in memory, which holds the files
-    as one table, refuses in one line rather than write them back rounded; a run with a work
-    directory writes each file's rows in its own types, exactly, and refuses one file of them
-    all (--single-file) in one line."""
+    as one table, refuses in one line to write that file's rows back rounded, kept or removed
+    (a JSONL file's kept lines, copied as they are, and a run that writes nothing are not
+    refused); a run with a work directory writes each file's rows in its own types, exactly, and
+    refuses one file of them all (--single-file) in one line."""
     from decimal import Decimal
 
     records = sample_records()[:6]
@@ -686,18 +687,21 @@ def test_a_column_whose_values_the_combined_type_cannot_hold_is_never_rounded(tm
                              "n": pa.array(exact, kind)}), tmp_path / "in" / "a.parquet")
     write_jsonl(tmp_path / "in" / "b.jsonl", [{**r, "n": 0.5} for r in records[2:]])
     common = ("--id-field", "id", "-q", "--backend", "cpu")
-    memory = invoke("dedup", tmp_path / "in", "-o", tmp_path / "memory", *common)
-    # (a uint64 past 2**53 Arrow itself refuses to combine with doubles)
-    assert_user_error(memory, "a.parquet: column 'n' holds values that its type in the files combined (double, "
-                      "which another file's values give it) does not hold exactly" if values == "decimal" else
-                      "the input files have columns of incompatible types and cannot be combined",
-                      out=tmp_path / "memory")
 
     def command(*args: object) -> subprocess.CompletedProcess:
         # (a process of its own: the tests' check of every result reads its kept rows as one table)
         return subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(tmp_path / "in"), *map(str, args),
                                *common], capture_output=True, text=True, timeout=120)
 
+    for extra in ([], ["--write-removed", "--format", "jsonl"]):
+        memory = command("-o", tmp_path / "memory", *extra)
+        assert memory.returncode == 2 and not (tmp_path / "memory").exists()
+        # (a uint64 past 2**53 Arrow itself refuses to combine with doubles)
+        assert (f"{tmp_path / 'in' / 'a.parquet'}: column 'n' holds values that its type in the files combined "
+                "(double, which another file's values give it) does not hold exactly" if values == "decimal" else
+                "the input files have columns of incompatible types and cannot be combined") in memory.stderr
+    if values == "decimal":
+        assert gpudedup.dedup(tmp_path / "in", id_field="id", backend="cpu").documents == 6
     staged = command("-o", tmp_path / "staged", "--work-dir", tmp_path / "w")
     assert staged.returncode == 0, staged.stderr
     kept = pq.read_table(tmp_path / "staged" / "deduplicated" / "a.parquet")
@@ -705,8 +709,24 @@ def test_a_column_whose_values_the_combined_type_cannot_hold_is_never_rounded(tm
     one = command("-o", tmp_path / "one", "--work-dir", tmp_path / "w1", "--single-file")
     assert one.returncode == 2 and not (tmp_path / "one").exists()
     assert one.stderr.strip() == ("error: column 'n' holds values that its type in the files combined (double) does "
-                                  "not hold exactly, so their rows are no one table or file: write each input "
+                                  "not take unchanged, so their rows are no one table or file: write each input "
                                   "file's rows apart, without --single-file")
+
+
+def test_a_jsonl_file_beside_a_rounding_type_is_copied_as_it_is(tmp_path):
+    """A JSONL column of integers past int64 (read as decimals) beside a file of doubles in the
+    same column: the JSONL kept lines are copied byte for byte (--format jsonl), so the run in
+    memory writes them; written as Parquet from the rounded values, it is refused."""
+    records = sample_records()[:6]
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{**r, "h": 2**64 - 59 - n} for n, r in enumerate(records[:3])])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{**r, "h": 0.5} for r in records[3:]])
+    copied = invoke("dedup", tmp_path / "in", "-o", tmp_path / "copied", "--format", "jsonl", "-q", "--backend", "cpu")
+    assert copied.exit_code == 0, copied.output
+    assert (tmp_path / "copied" / "deduplicated" / "a.jsonl").read_bytes() == (tmp_path / "in" / "a.jsonl").read_bytes()
+    refused = invoke("dedup", tmp_path / "in", "-o", tmp_path / "parquet", "-q", "--backend", "cpu")
+    assert_user_error(refused, "a.jsonl: column 'h' holds values that its type in the files combined (double",
+                      out=tmp_path / "parquet")
 
 
 def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):

@@ -293,10 +293,13 @@ class HeldRows:
         """The removed rows of each file of ``sources`` in turn (of the whole table, for data
         given in Python), with the columns of ``schema``, or each file's own."""
         texts, start = field_column(self.table, self.text_field), 0
-        spans = [(source.rows, source.schema) for source in self.sources] or [(self.documents, None)]
-        for rows, own in spans:
+        sources: list[Optional[SourceFile]] = list(self.sources) or [None]  # (None: data given in Python)
+        for source in sources:
+            rows = self.documents if source is None else source.rows
+            if schema is None and source is not None:  # (written back in its own types)
+                source.check_not_rounded()
             yield in_memory_removed(self.table, texts, start, start + rows, removed_of, spec,
-                                    schema or own or self.table.schema)
+                                    schema or (source.schema if source is not None else None) or self.table.schema)
             start += rows
 
     def tally_files(self, removed_of: RemovedOf, size_name: str, field: Optional[str],

@@ -149,7 +149,7 @@ def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
     present = set(table.column_names)  # (a set: a table may have tens of thousands of columns)
     for name, kind in lossy_columns(table, schema):  # (a file's rows cast to the types of files combined)
         raise OutputError(f"column {name!r} holds values that its type in the files combined ({kind}) does not "
-                          "hold exactly, so their rows are no one table or file: write each input file's rows "
+                          "take unchanged, so their rows are no one table or file: write each input file's rows "
                           "apart, without single_file=True")
     return pa.table([cast_column(table[field.name], field.type) if field.name in present
                      else pa.nulls(table.num_rows, field.type) for field in schema], schema=schema)
@@ -267,6 +267,7 @@ def write_kept_file(rows: FileRows, path: Path, format: str) -> None:
         with unchanged_while(location, source.path, source.stamp):
             copy_kept_lines(location, source, np.asarray(numbers)[rows.keep], path)
         return
+    source.check_not_rounded()
     # Filtered first: the kept rows of one file are copied once, their offsets from 0, and
     # types that Arrow cannot filter (string_view) are only cast to, never filtered.
     table = as_input(rows.table.filter(pa.array(rows.keep)), source.schema)

@@ -234,13 +234,10 @@ def concat_tables(tables: list[pa.Table], sources: list[SourceFile]) -> pa.Table
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise columns_error(error, [s.path for s in sources]) from None
     # Each file's rows are written back in its own types from these: values the combined type
-    # does not hold (a uint64 or a long decimal beside doubles) would come back changed.
+    # does not hold (a long decimal beside doubles) would come back changed, so such a file's
+    # rows are refused where they are written from them (SourceFile.check_not_rounded).
     for table, source in zip(tables, sources, strict=True):
-        for name, kind in lossy_columns(table, combined.schema):
-            raise InputError(f"{source.path}: column {name!r} holds values that its type in the files combined "
-                             f"({kind}, which another file's values give it) does not hold exactly; deduplicate "
-                             "such files in separate runs, or with a work directory (each file then keeps its "
-                             "own types)")
+        source.rounded = tuple(lossy_columns(table, combined.schema))
     return combined
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InputError, ParameterError
+from ..errors import InputError, OutputError, ParameterError
 from ..core.content import is_id_type, is_text_type, is_token_type
 from .fields import field_column, field_names, field_type, has_field
 
@@ -48,6 +48,18 @@ class SourceFile:
     piece: Optional["Piece"] = None  # the part of the file read (io/pieces.py); None: all of it
     line_by_line: bool = False  # the JSONL reader had to read it line by line (jsonl.read_jsonl_by_line)
     stamp: Optional["FileStamp"] = None  # a file as read (io/stamps.py), which the write checks
+    # Columns held in a type of the files combined that rounds some of this file's values
+    # (name, that type; io/read.py concat_tables): its rows cannot be written back in its types.
+    rounded: tuple[tuple[str, pa.DataType], ...] = ()
+
+    def check_not_rounded(self) -> None:
+        """OutputError where this file's rows would be written back from rounded values."""
+        if self.rounded:
+            name, kind = self.rounded[0]
+            raise OutputError(f"{self.path}: column {name!r} holds values that its type in the files combined "
+                              f"({kind}, which another file's values give it) does not hold exactly, so its rows "
+                              "cannot be written back as they were: deduplicate such files in separate runs, or "
+                              "with a work directory (each file then keeps its own types)")
 
     @property
     def numbers_before(self) -> int:
