@@ -68,6 +68,11 @@ def test_stop_names_the_files_whose_columns_cannot_be_combined():
     assert str(caught.value) == ("the input files have columns of incompatible types and cannot be combined "
                                  "(Unable to merge: Field m has incompatible types: int64 vs string); "
                                  "files: a.jsonl, b.jsonl")
+    # Among many files, the two that do not combine are named.
+    many = [part(f"{name}.jsonl", [i], {"m": pa.int64()}) for i, name in enumerate("cdefg")]
+    many[3] = part("f.jsonl", [3], {"m": pa.string()})
+    with pytest.raises(InputError, match=r"; files: c\.jsonl, f\.jsonl$"):
+        plan_combination(many, "text", "id", "stop")
 
 
 def test_stop_refuses_integer_and_string_ids():

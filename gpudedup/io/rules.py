@@ -224,11 +224,31 @@ def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> N
         try:
             pa.unify_schemas([held_schema(part.schema) for part in parts], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            raise columns_error(error, paths) from None
+            raise columns_error(error, conflicting(parts)) from None
     kinds = {id_kind(part, id_field) for part in parts} - {None}
     if len(kinds) > 1:
         raise InputError(f"id field {id_field!r} holds integers in some files and strings in others "
                          f"(files: {', '.join(paths)})")
+
+
+def conflicting(parts: Sequence[PartSummary]) -> list[str]:
+    """The paths of two parts whose columns do not combine, for the message: the first part
+    that does not combine with those before it, after the first of them it does not combine
+    with alone (or all of them, where only together they do not)."""
+    schemas = [held_schema(part.schema) for part in parts]
+    for index in range(1, len(parts)):
+        try:
+            pa.unify_schemas(schemas[:index + 1], promote_options="permissive")
+            continue
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+        for before in range(index):
+            try:
+                pa.unify_schemas([schemas[before], schemas[index]], promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return [parts[before].path, parts[index].path]
+        return list(dict.fromkeys(part.path for part in parts[:index + 1]))
+    return list(dict.fromkeys(part.path for part in parts))
 
 
 def compatible(parts: Sequence[PartSummary], id_field: Optional[str]) -> tuple[list[int], list[int], list[dict]]:
