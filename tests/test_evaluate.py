@@ -315,6 +315,11 @@ def test_the_evaluation_folder_is_checked_before_the_run(tmp_path, monkeypatch):
     assert done.exit_code == 0, done.output
     assert "note: skipped word5 t=0.01 K=128 b x r=auto: no bands x rows within --num-perm 128" in done.output
     assert (tmp_path / "eval" / "evaluation.json").is_file()
+    # A sample of no fewer documents than chosen samples nothing, and says so.
+    whole = invoke("evaluate", "corpus", "-o", "eval2", "--limit", "5", "--sample", "10", "-q")
+    assert whole.exit_code == 0, whole.output
+    assert "note: --sample 10 is no fewer than the 5 documents chosen: every one of them is evaluated" in whole.output
+    assert "sample=10 is no fewer" in (tmp_path / "eval2" / "evaluation.json").read_text()  # (in Python's words)
 
 
 def test_parse_list():

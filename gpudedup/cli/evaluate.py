@@ -103,6 +103,10 @@ def evaluate_command(
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
         corpus = evaluation.select_documents(read_corpus(list(inputs), content, id_field), limit, sample,
                                              sample_seed)
+        if sample is not None and sample >= corpus.num_rows:  # (a sample of all there is: no sample)
+            notes = notes + [f"sample={sample} is no fewer than the {corpus.num_rows:,} documents chosen: every one "
+                             "of them is evaluated"]
+            err.print(f"[yellow]note:[/] {escape(in_option_words(notes[-1], context))}", soft_wrap=True)
 
         def progress(done: int, total: int, result) -> None:
             if not quiet:
