@@ -326,6 +326,19 @@ def test_staged_run_equals_the_in_memory_run(memory_run, token_files, tmp_path):
     assert_same_written(memory_run, staged, tmp_path)
 
 
+def test_an_empty_file_beside_token_files_is_read_as_no_records(memory_run, token_files, tmp_path):
+    """An empty JSONL file in the folder of token files: it has no records, and no columns that
+    could clash with the token ids (a text column it never had); the run is the one without it,
+    in memory and with a work directory."""
+    shutil.copytree(token_files, tmp_path / "in")
+    (tmp_path / "in" / "zz-empty.jsonl").write_bytes(b"")
+    for options in ({}, {"work_dir": tmp_path / "work"}):
+        run = gpudedup.dedup(tmp_path / "in", shingle="token", ngram=3, threshold=0.6, id_field="id", backend="cpu",
+                             **options)
+        assert run.pairs.equals(memory_run.pairs) and run.clusters.equals(memory_run.clusters)
+        assert run.report["results"] == memory_run.report["results"]
+
+
 def test_deduplicated_output_keeps_every_column(memory_run, token_files, tmp_path):
     memory_run.write(tmp_path / "out")
     kept = read_kept(tmp_path / "out")

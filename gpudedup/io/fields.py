@@ -189,12 +189,13 @@ def replaced_child(array: pa.StructArray, path: tuple[int, ...], values: pa.Arra
 
 
 def empty_table(name: str) -> pa.Table:
-    """A table of no rows whose one field is ``name``, of strings: the column of that name, or
-    for a dotted name the struct column that holds it, so that it joins the tables of files
-    whose field is nested (a top-level column "content.text" would win over their
-    content.text, all null)."""
+    """A table of no rows whose one field is ``name``, of Arrow's null type (which combines
+    with the texts or token ids of other files alike): the column of that name, or for a
+    dotted name the struct column that holds it, so that it joins the tables of files whose
+    field is nested (a top-level column "content.text" would win over their content.text,
+    all null)."""
     first, *rest = name.split(".")
-    data_type: pa.DataType = pa.string()
+    data_type: pa.DataType = pa.null()
     for part in reversed(rest):
         data_type = pa.struct([(part, data_type)])
     return pa.table({first: pa.array([], data_type)})

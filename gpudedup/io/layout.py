@@ -162,6 +162,8 @@ def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray
     at 0."""
     if pa.types.is_null(target):
         return pa.chunked_array([pa.nulls(len(column))], pa.null())
+    if len(column) == 0:  # (no values to cast: an empty file's column of strings made token ids)
+        return pa.chunked_array([], target)
     try:
         return column.cast(target)
     except pa.ArrowNotImplementedError:
