@@ -95,8 +95,11 @@ def evaluate_command(
             evaluation.parse_list(strip_punctuation, evaluation.yes_no),
             evaluation.parse_list(strip_symbols, evaluation.yes_no),
         )
-        for note in notes:  # (evaluation.json keeps them too)
+        def say(note: str) -> None:  # (evaluation.json keeps the notes too, in Python's words)
             err.print(f"[yellow]note:[/] {escape(in_option_words(note, context))}", soft_wrap=True)
+
+        for note in notes:
+            say(note)
         evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
         evaluation.check_results_folder(output, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
@@ -106,7 +109,7 @@ def evaluate_command(
         if sample is not None and sample >= corpus.num_rows:  # (a sample of all there is: no sample)
             notes = notes + [f"sample={sample} is no fewer than the {corpus.num_rows:,} documents chosen: every one "
                              "of them is evaluated"]
-            err.print(f"[yellow]note:[/] {escape(in_option_words(notes[-1], context))}", soft_wrap=True)
+            say(notes[-1])
 
         def progress(done: int, total: int, result) -> None:
             if not quiet:

@@ -249,11 +249,12 @@ def remove_command(
             # cut at U+0085, U+2028 and other characters an id may hold, and remove other ids.
             listed = [line.removesuffix("\r") for line in text.split("\n")]
             listed = [line for line in listed if line]
-        removed = Index(index).remove(tag=tag, ids=listed)
+        opened = Index(index)
+        removed = opened.remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
         distinct = 0 if listed is None else len(set(listed))
         if tag is not None and not removed:
-            tags = [name for name in Index(index).info()["tags"] if name != UNTAGGED]
+            tags = [name for name in opened.info()["tags"] if name != UNTAGGED]
             if tag not in tags:
                 err.print(f"note: no document of the index has the tag {escape(repr(tag))} (its tags: "
                           f"{escape(', '.join(map(repr, tags))) or 'none'})", soft_wrap=True)

@@ -17,6 +17,7 @@ from 1), which is what messages and skipped records show (``FILE:LINE`` / ``FILE
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 import numpy as np
@@ -59,6 +60,12 @@ class PartSummary:
     schema: pa.Schema
     ids: Optional[pa.Array] = None
     row_numbers: Optional[np.ndarray] = None
+
+    @cached_property
+    def held(self) -> pa.Schema:
+        """``schema`` as a run holds the part's rows (fields.held_schema), as the parts' columns
+        combine."""
+        return held_schema(self.schema)
 
     @classmethod
     def of_ids(cls, path: str, format: str, ids: pa.Array, schema: pa.Schema,
@@ -222,7 +229,7 @@ def check_combinable(parts: Sequence[PartSummary], id_field: Optional[str]) -> N
     paths = list(dict.fromkeys(part.path for part in parts))  # (a file cut into pieces, once)
     if len(parts) > 1:
         try:
-            pa.unify_schemas([held_schema(part.schema) for part in parts], promote_options="permissive")
+            pa.unify_schemas([part.held for part in parts], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             raise columns_error(error, conflicting(parts)) from None
     kinds = {id_kind(part, id_field) for part in parts} - {None}
@@ -235,16 +242,16 @@ def conflicting(parts: Sequence[PartSummary]) -> list[str]:
     """The paths of two parts whose columns do not combine, for the message: the first part
     that does not combine with those before it, after the first of them it does not combine
     with alone (or all of them, where only together they do not)."""
-    schemas = [held_schema(part.schema) for part in parts]
+    merged = parts[0].held
     for index in range(1, len(parts)):
         try:
-            pa.unify_schemas(schemas[:index + 1], promote_options="permissive")
+            merged = pa.unify_schemas([merged, parts[index].held], promote_options="permissive")
             continue
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
         for before in range(index):
             try:
-                pa.unify_schemas([schemas[before], schemas[index]], promote_options="permissive")
+                pa.unify_schemas([parts[before].held, parts[index].held], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 return [parts[before].path, parts[index].path]
         return list(dict.fromkeys(part.path for part in parts[:index + 1]))
@@ -262,8 +269,8 @@ def compatible(parts: Sequence[PartSummary], id_field: Optional[str]) -> tuple[l
     kind_so_far: Optional[bool] = None
     for index, part in enumerate(parts):
         try:
-            held = held_schema(part.schema)
-            merged = held if schema is None else pa.unify_schemas([schema, held], promote_options="permissive")
+            merged = part.held if schema is None else pa.unify_schemas([schema, part.held],
+                                                                       promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             left_out.append(index)
             records.append({"file": part.path, "line": None,
@@ -301,7 +308,7 @@ def combined_schema(parts: Sequence[PartSummary], text_field: str) -> pa.Schema:
     if not parts:
         return pa.schema([(text_field, pa.large_string())])
     try:
-        schema = pa.unify_schemas([held_schema(part.schema) for part in parts], promote_options="permissive")
+        schema = pa.unify_schemas([part.held for part in parts], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:  # only a part by part check let them through
         raise columns_error(error, [part.path for part in parts]) from None
     index = schema.get_field_index(text_field)
