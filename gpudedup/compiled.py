@@ -44,9 +44,9 @@ REFERENCE_WORK = (8 << 20) * HOST_THREADS
 # The reference route's work per byte of text, by shingle kind: it costs per shingle, and a
 # char n-gram starts at every code point, a word n-gram at every word. Where the whole command
 # took as long on either route (cuts of the benchmark corpus, 5-grams, 2 cores, each route
-# forced with GPUDEDUP_CPU_KERNELS): char 6-8 MB of text, word 25-30 MB; these weights put
-# the start at 8 and 27 MB there. Token ids (4 bytes each, one shingle each) count as bytes.
-TEXT_WORK_PER_BYTE = {"char": 2.0, "word": 0.6, "token": 1.0}
+# forced with GPUDEDUP_CPU_KERNELS): char 6-8 MB of text, word 35-55 MB; these weights put
+# the start at 8 and 40 MB there. Token ids (4 bytes each, one shingle each) count as bytes.
+TEXT_WORK_PER_BYTE = {"char": 2.0, "word": 0.4, "token": 1.0}
 
 
 def text_work(text_bytes: int, kind: str) -> int:

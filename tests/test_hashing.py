@@ -108,7 +108,7 @@ def test_poly_hash64_rows_accepts_non_contiguous_band_slices():
 
 
 @pytest.mark.parametrize("base", [POLY_BASE, POLY_BASE_INV, 3, 2, 0, 1, MASK64])
-@pytest.mark.parametrize("count", [0, 1, 2, 70])
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 64, 65, 70, 1000])
 def test_powers_mod64(base, count):
     got = powers_mod64(base, count)
     assert got.dtype == np.uint64 and got.shape == (count,)

@@ -155,8 +155,16 @@ def poly_hash64_rows(units, xp=np):
 
 def powers_mod64(base: int, count: int) -> np.ndarray:
     """base**0, base**1, ... base**(count-1) modulo 2**64; uint64, shape (count,) (host)."""
-    powers = np.full(count, base, dtype=np.uint64)
-    if count:
-        powers[0] = 1
-    # Integer cumprod wraps modulo 2**64, which is exactly the arithmetic we want.
-    return np.cumprod(powers, dtype=np.uint64)
+    powers = np.empty(count, dtype=np.uint64)
+    powers[:1] = 1
+    # Doubling: powers[k:2k] = powers[:k] * base**k, log2(count) vectorised products rather than
+    # a cumprod, which numpy runs element by element. uint64 products wrap modulo 2**64, which
+    # is exactly the arithmetic we want.
+    filled, step = 1, np.uint64(base)  # step: base**filled
+    with np.errstate(over="ignore"):
+        while filled < count:
+            more = min(filled, count - filled)
+            np.multiply(powers[:more], step, out=powers[filled:filled + more])
+            filled += more
+            step = step * step
+    return powers
