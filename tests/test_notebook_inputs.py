@@ -307,10 +307,33 @@ def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path
      "more than one column named 'text'"),
     (lambda: pa.Table.from_arrays([pa.array(["a b", "c d"]), pa.array([1, 2])], names=["text", "text"]),
      "the table has more than one column named 'text'; column names must be unique"),
-], ids=["complex", "past-int64", "repeated-name", "repeated-arrow-name"])
+    (lambda: polars.DataFrame({"text": ["a b", "c d"], "big": polars.Series([1, 2], dtype=polars.Int128)}),
+     "column 'big' (Int128) cannot be read"),
+    # (polars exports an Object column as its objects' addresses: written out, they would be
+    # 8 bytes of a pointer, another each run)
+    (lambda: polars.DataFrame({"text": ["a b", "c d"], "meta": polars.Series([object(), {}], dtype=polars.Object)}),
+     "column 'meta' holds Python objects (Object)"),
+], ids=["complex", "past-int64", "repeated-name", "repeated-arrow-name", "polars-int128", "polars-object"])
 def test_a_frame_column_arrow_cannot_take_is_named(make, words):
     with pytest.raises(InputError, match=re.escape(words)):
         gpudedup.dedup(make())
+
+
+def test_a_polars_frame_changed_after_the_run_keeps_the_rows_read():
+    """The kept rows are those the run read: a change made in place to the caller's polars
+    frame or Series afterwards does not reach them (as for pandas). (Read by to_corpus itself:
+    the suite's check of every dedup run reads the frame too, which makes polars copy it at the
+    change.)"""
+    texts = ["a b c d e f g", "a b c d e f g", "x y z"]
+    frame = polars.DataFrame({"text": texts, "n": [0, 1, 2]})
+    series = polars.Series("text", texts)
+    (_, frame_rows), (_, series_rows) = (gpudedup.io.python_inputs.to_corpus(data, "text", None)
+                                         for data in (frame, series))
+    frame[0, "text"] = "changed after the run"
+    series[0] = "changed after the run"
+    keep = [True, False, True]
+    assert frame_rows(keep).to_dicts() == [{"text": texts[0], "n": 0}, {"text": texts[2], "n": 2}]
+    assert series_rows(keep).to_list() == [texts[0], texts[2]]
 
 
 @pytest.mark.parametrize("ids, words", [

@@ -61,6 +61,8 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         # A shallow copy, to take the kept rows from when asked: with copy-on-write (pandas 3)
         # a change the caller makes to their frame afterwards, in place, does not reach it.
         data = data.copy(deep=False)
+    if module == "polars" and hasattr(data, "clone"):  # (the same for polars: a clone shares the buffers)
+        data = data.clone()
     if module == "cudf":
         corpus = table_corpus(data.to_arrow(), text_field, id_field)
         if use_cudf and text_field in data.columns:  # (a nested text field is read on the host)
@@ -106,7 +108,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         if isinstance(data, polars.Series):
             refuse_id_field(id_field, "a Series")
             return series_corpus(data, text_field), lambda keep: data.filter(polars.Series(keep))
-        return table_corpus(data.to_arrow(), text_field, id_field), lambda keep: data.filter(polars.Series(keep))
+        return table_corpus(frame_table(data), text_field, id_field), lambda keep: data.filter(polars.Series(keep))
     if isinstance(data, (pa.Array, pa.ChunkedArray)):  # (a table's column: texts, as a Series')
         refuse_id_field(id_field, "an Arrow array")
         corpus = series_corpus(data, text_field)
@@ -134,20 +136,33 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
 
 
 def frame_table(frame) -> pa.Table:
-    """A pandas DataFrame as a pyarrow Table (its index left out); InputError naming the column
-    Arrow cannot take (complex numbers, sparse data, Python integers past int64, a name given
-    twice), whose own message may not name it."""
+    """A pandas DataFrame (its index left out) or a polars one as a pyarrow Table; InputError
+    naming the column Arrow cannot take (complex numbers, sparse data, Python integers past
+    int64, a name given twice; polars' 128-bit integers and its Object columns, which it would
+    export as their objects' addresses), whose own message may not name it."""
+    polars = type(frame).__module__.split(".")[0] == "polars"
+    if polars:
+        import polars as pl  # (the caller's frame is one: imported already)
+
+        objects = [name for name, dtype in frame.schema.items() if dtype == pl.Object]
+        if objects:
+            raise InputError(f"the DataFrame's column {objects[0]!r} holds Python objects (Object), which Arrow "
+                             "cannot hold; drop or convert it")
+
+    def table_of(part) -> pa.Table:
+        return part.to_arrow() if polars else pa.Table.from_pandas(part, preserve_index=False)
+
     try:
-        return pa.Table.from_pandas(frame, preserve_index=False)
+        return table_of(frame)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
         reason = str(error)
-    if not frame.columns.is_unique:
+    if not polars and not frame.columns.is_unique:
         repeated = sorted({str(name) for name in frame.columns[frame.columns.duplicated()]})
         raise InputError(f"the DataFrame has more than one column named {', '.join(map(repr, repeated))}; "
                          "column names must be unique")
     for name in frame.columns:
         try:
-            pa.array(frame[name], from_pandas=True)
+            table_of(frame[[name]])
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
             raise InputError(f"the DataFrame's column {name!r} ({frame[name].dtype}) cannot be read ({error}); "
                              "drop or convert it") from None
