@@ -98,6 +98,8 @@ class DedupResult:
     # A run against an index made with verification "source": the files it reads its
     # documents from, which ``write`` must not write over (IndexReader.source_files).
     _index_files: list = field(default_factory=list, repr=False)
+    # A table given in Python: its columns, in whose types ``write`` writes its rows back.
+    _given_schema: Optional[pa.Schema] = field(default=None, repr=False)
 
     @classmethod
     def _of(cls, outcome: Outcome, ids: Union[pa.Array, IdSource], table: Any, restore: Callable[[np.ndarray], Any],
@@ -120,7 +122,8 @@ class DedupResult:
                    _names_read=names_read,
                    _restore=restore, _outcome=outcome,
                    indexed_rows=indexed_rows, _sources=[s for s in sources or [] if s.location is not None],
-                   _output_bases=output_bases or {}, _given_rows=given_rows)
+                   _output_bases=output_bases or {}, _given_rows=given_rows,
+                   _given_schema=next((s.schema for s in sources or [] if s.location is None), None))
 
     def _hold_here(self) -> None:
         """Hold the ids, the pairs, the clusters and the copies in this process from now on
@@ -293,7 +296,8 @@ class DedupResult:
         staged run's shards, or an in-memory run's table."""
         if isinstance(self.table, ShardedTable):
             return self.table
-        return HeldRows(self.table, self.text_field, self._sources, [f.documents for f in self.report.input.files])
+        return HeldRows(self.table, self.text_field, self._sources, [f.documents for f in self.report.input.files],
+                        self._given_schema)
 
 
 

@@ -245,6 +245,33 @@ def test_view_columns_beside_the_text_keep_their_type(tmp_path):
     assert written["url"].to_pylist() == kept["url"].to_pylist()
 
 
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
+@pytest.mark.parametrize("format", ["parquet", "jsonl"])
+def test_a_table_given_in_python_is_written_in_its_own_types(tmp_path, format):
+    """A table given in Python is written back in its columns' types, as its kept rows are
+    given back and as a run over the same table in a Parquet file writes it: a dictionary text
+    column and a string_view column stay so in deduplicated.parquet and removed.parquet."""
+    table = planted_table()
+    given = table.set_column(1, "text", table["text"].dictionary_encode()) \
+        .append_column("url", pa.array([f"u{i}" for i in range(table.num_rows)], pa.string_view()))
+    result = gpudedup.dedup(given)
+    check_planted(result)
+    result.write(tmp_path / "out", format=format, write_removed=True)
+    kept, removed = (read_rows(tmp_path / "out" / f"{name}.{format}") for name in ("deduplicated", "removed"))
+    if format == "parquet":
+        assert kept.schema == given.schema
+        assert removed.schema.names == given.schema.names + ["kept_id", "cluster", "jaccard"]
+        assert [removed.schema.field(name).type for name in given.schema.names] == given.schema.types
+    assert kept["url"].to_pylist() == [f"u{i}" for i, k in enumerate(EXPECTED_KEEP) if k]
+    assert removed["text"].to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if not k]
+
+
+def read_rows(path: Path) -> pa.Table:
+    """The rows of a Parquet or JSONL output file."""
+    return pq.read_table(path) if path.suffix == ".parquet" else pa.Table.from_pylist(
+        [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()])
+
+
 def test_a_view_column_combines_with_the_plain_column_of_another_file(tmp_path):
     """An Arrow file of string_view columns (polars' write_ipc) beside a Parquet file of the same
     columns as large strings: the files combine, each keeps its own types, and a run with a work

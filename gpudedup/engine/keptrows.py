@@ -22,7 +22,8 @@ from ..io.source import SourceFile
 from ..io.stamps import FileStamp, check_unchanged
 from ..io.staging import tasks_folder
 from ..io.storage import Location, location_of
-from ..io.write import ROWS_PER_WRITE, parquet_writer, write_jsonl, write_jsonl_batches, write_parquet, write_to
+from ..io.write import (ROWS_PER_WRITE, kept_batches, parquet_writer, write_jsonl, write_jsonl_batches, write_parquet,
+                        write_to)
 from ..memory import release_unused_memory
 from .kept import Kept
 from .protocols import Executor, LocalExecutor
@@ -238,13 +239,15 @@ class HeldRows:
     """The input rows of an in-memory run, as its result writes them (ShardedTable's methods):
     ``table``, every row a document, in the order of the files of ``sources`` it was read
     from (io.source.SourceFile, none for data given in Python), ``file_documents`` rows each;
-    ``text_field`` its content column. Everything is written by this process (an executor
-    given is not used)."""
+    ``text_field`` its content column; ``schema``: for a table given in Python, its columns,
+    in whose types its rows are written back (as its kept rows are given back: layout.as_input),
+    else None. Everything is written by this process (an executor given is not used)."""
 
     table: pa.Table
     text_field: str
     sources: list[SourceFile]
     file_documents: list[int]
+    schema: Optional[pa.Schema] = None
 
     @property
     def documents(self) -> int:
@@ -274,13 +277,17 @@ class HeldRows:
     def write_kept(self, path: Path, format: str, removed: np.ndarray, texts_of: np.ndarray = NO_ROWS) -> None:
         """ShardedTable.write_kept: the kept rows (removed: int64 ascending) into one file."""
         keep = Kept.leaving_out(removed).mask(0, self.documents)
-        (write_parquet if format == "parquet" else write_jsonl)(self.table, path, keep=keep)
+        if self.schema is None:
+            (write_parquet if format == "parquet" else write_jsonl)(self.table, path, keep=keep)
+            return
+        kept = (pa.Table.from_batches([batch]) for batch in kept_batches(self.table, keep))
+        write_tables((as_input(table, self.schema) for table in kept), path, format, self.schema)
 
     def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
         """ShardedTable.write_removed: the removed rows into one file, a file's at a time (the
         row groups a staged run writes where each file is one shard)."""
-        write_tables(self._removed_by_file(removed_of, spec, self.table.schema), path, format,
-                     removed_schema(self.table.schema, removed_of))
+        schema = self.schema or self.table.schema
+        write_tables(self._removed_by_file(removed_of, spec, schema), path, format, removed_schema(schema, removed_of))
 
     def write_removed_files(self, staging: Path, out: Location, names: list[str], format: str,
                             removed_of: RemovedOf, spec: ShingleSpec, executor: Optional[Executor] = None) -> None:

@@ -235,7 +235,9 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
                              f"largest integer id ({INT64_MAX}); integer ids must fit a signed 64-bit integer")
         if ids.null_count:
             raise InputError(f"id column {id_field!r} has {ids.null_count} null values; ids must be unique")
-    corpus = Corpus(table, text_field, ids, [source or SourceFile("<table>", "table", table.num_rows)])
+    # (its columns as given: the rows are written back in their types, DedupResult.write)
+    corpus = Corpus(table, text_field, ids, [source or SourceFile("<table>", "table", table.num_rows,
+                                                                  schema=table.schema)])
     check_unique_ids(corpus)
     return corpus
 
