@@ -146,8 +146,14 @@ def test_pyarrow_large_string_and_chunked():
 
 
 def test_record_batch():
+    """A RecordBatch gives its kept rows back as one RecordBatch (none kept: its columns)."""
     batch = planted_table().to_batches()[0]
-    check_planted(gpudedup.dedup(batch))
+    result = gpudedup.dedup(batch)
+    check_planted(result)
+    assert isinstance(result.deduplicated, pa.RecordBatch) and result.deduplicated.schema == batch.schema
+    assert result.deduplicated["n"].to_pylist() == [0, 1, 3, 5, 7]
+    empty = gpudedup.dedup(batch.slice(0, 0)).deduplicated
+    assert isinstance(empty, pa.RecordBatch) and empty.num_rows == 0 and empty.schema == batch.schema
 
 
 def test_table_errors():
@@ -305,7 +311,7 @@ def test_string_view_array_and_table_keep_their_type():
     assert kept.schema == view.schema
     assert kept["n"].to_pylist() == [0, 1, 3, 5, 7]
     texts = gpudedup.dedup(view["text"].combine_chunks()).deduplicated
-    assert texts.type == pa.string_view()
+    assert isinstance(texts, pa.Array) and texts.type == pa.string_view()  # (an Array, as given)
     assert texts.to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
 
 

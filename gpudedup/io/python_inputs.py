@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -115,16 +115,15 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         # A type Arrow's filter lacks (string_view) is filtered as the corpus holds it, then
         # cast back: the kept texts come in the caller's type.
         if getattr(pa.types, "is_string_view", bool)(data.type):
-            return corpus, lambda keep: corpus.texts.filter(pa.array(keep)).cast(data.type)
+            return corpus, lambda keep: as_given(corpus.texts.filter(pa.array(keep)).cast(data.type), data)
         return corpus, lambda keep: data.filter(pa.array(keep))
-    if isinstance(data, pa.RecordBatch):
-        data = pa.Table.from_batches([data])
-    if isinstance(data, pa.Table) or hasattr(data, "__arrow_c_stream__"):
-        given = data if isinstance(data, pa.Table) else pa.table(data)
+    if isinstance(data, (pa.Table, pa.RecordBatch)) or hasattr(data, "__arrow_c_stream__"):
+        given = data if isinstance(data, pa.Table) else \
+            pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else pa.table(data)
         corpus = table_corpus(given, text_field, id_field)
         # The corpus table, whose text column may have been cast (string_view -> large_string),
         # filtered, then cast back to the caller's schema (layout.as_input).
-        return corpus, lambda keep: as_input(corpus.table.filter(pa.array(keep)), given.schema)
+        return corpus, lambda keep: as_given(as_input(corpus.table.filter(pa.array(keep)), given.schema), data)
     if isinstance(data, Iterable) and not isinstance(data, (bytes, bytearray, memoryview, Mapping)):
         return iterable_corpus(iter(data), text_field, id_field, on_error)
     raise InputError(
@@ -133,6 +132,16 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         "pathlib.Path, a pyarrow Table, a DataFrame (pandas, polars, cuDF), a Hugging Face Dataset or "
         "IterableDataset, or an object with __arrow_c_stream__"
     )
+
+
+def as_given(kept: Union[pa.Table, pa.ChunkedArray], data: Any) -> Any:
+    """Kept rows of Arrow data in the form ``data`` was given: one Array for an Array, one
+    RecordBatch for a RecordBatch (else as they are: a Table, a ChunkedArray)."""
+    if isinstance(data, pa.Array):
+        return kept.combine_chunks()
+    if isinstance(data, pa.RecordBatch):
+        return kept.combine_chunks().to_batches()[0] if kept.num_rows else data.slice(0, 0)
+    return kept
 
 
 def frame_table(frame) -> pa.Table:
