@@ -230,6 +230,15 @@ def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says()
         gpudedup.dedup(iter(records), on_error="skip", backend="cpu")
 
 
+@pytest.mark.parametrize("data", [[Path("a.jsonl"), "b.parquet"], ["a text", Path("a.jsonl")]],
+                         ids=["path-then-str", "str-then-path"])
+def test_a_list_of_paths_and_texts_is_refused(data):
+    """A str in a list is a text: beside paths, the likely mistake is a path given as a str."""
+    with pytest.raises(InputError, match=r"^the list holds paths and other items \(item \d is a str\): give files "
+                                         r"as pathlib.Path each"):
+        gpudedup.dedup(data)
+
+
 def test_a_text_of_another_kind_is_named_by_its_position_across_batches():
     texts = [paragraph(i) for i in range(20)]
     texts[12] = 12

@@ -43,7 +43,12 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     if isinstance(data, (str, os.PathLike)):
         data = [location_of(data)]
     if isinstance(data, (list, tuple)):
-        if data and all(is_path(item) for item in data):
+        paths = [is_path(item) for item in data]
+        if any(paths) and not all(paths):
+            other = paths.index(False)
+            raise InputError(f"the list holds paths and other items (item {other} is a {type(data[other]).__name__}): "
+                             "give files as pathlib.Path each (a str in a list is a text), or texts alone")
+        if data and all(paths):
             corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget,
                                  found=found)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
