@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .core.cluster import kept_documents
+from .core.copies import first_copies
 from .engine.removedrows import ADDED_COLUMNS, held_removed, plain, shingle_spec, texts_jaccard, verified_jaccard
 from .errors import ParameterError
 from .html_report import CSS, EXCERPT_CHARS, NOT_STORED, document, highlight, shown_id, text_excerpt
@@ -254,18 +255,7 @@ def _verified(result, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     other copies), as DedupResult.all_pairs spells them out."""
     o = result._outcome
     copy = o.jaccard == 1.0  # only identical sets have Jaccard 1.0
-    members, firsts = o.pair_b[copy], o.pair_a[copy]
-    order = np.argsort(members, kind="stable")
-    members, firsts = members[order], firsts[order]
-
-    def standing(rows: np.ndarray) -> np.ndarray:
-        """The first copy of each row's group of copies; the row itself where it is none's."""
-        if members.shape[0] == 0:
-            return rows
-        at = np.minimum(np.searchsorted(members, rows), members.shape[0] - 1)
-        return np.where(members[at] == rows, firsts[at], rows)
-
-    a, b = standing(first), standing(second)
+    a, b = (first_copies(o.pair_a[copy], o.pair_b[copy], rows) for rows in (first, second))
     jaccard = verified_jaccard(o.pair_a, o.pair_b, o.jaccard, np.minimum(a, b), np.maximum(a, b))
     return np.where(a == b, 1.0, jaccard)
 

@@ -13,7 +13,7 @@ import pytest
 import gpudedup
 from gpudedup.core import copies as copies_module
 from gpudedup.io.python_inputs import strings_corpus
-from gpudedup.core.copies import identical_copies, implied_pairs, same_signature_rows
+from gpudedup.core.copies import first_copies, identical_copies, implied_pairs, same_signature_rows
 from gpudedup.evaluate import Setting, evaluate
 from gpudedup.core.hashing import draw_permutations
 from gpudedup.params import DedupParams
@@ -122,6 +122,22 @@ def test_only_identical_sets_are_confirmed_copies():
                              batch_cost=10_000, set_reader=python_set_reader(shingles))
     assert list(zip(found.first.tolist(), found.member.tolist())) == [(0, 2), (1, 4)]
     assert (found.jaccard == 1.0).all()
+
+
+def test_first_copies_against_a_dict():
+    """first_copies: a member's group's first document, the row itself (or the value given)
+    for any other row; the copies in any order."""
+    rng = np.random.default_rng(7)
+    first = rng.integers(0, 50, 40)
+    member = rng.choice(np.arange(50, 200), 40, replace=False)  # (a document is one group's member at most)
+    order = rng.permutation(40)
+    first, member = first[order], member[order]
+    rows = rng.integers(0, 220, 300)
+    expected = dict(zip(member.tolist(), first.tolist()))
+    assert first_copies(first, member, rows).tolist() == [expected.get(r, r) for r in rows.tolist()]
+    assert first_copies(first, member, rows, none=-1).tolist() == [expected.get(r, -1) for r in rows.tolist()]
+    empty = np.zeros(0, np.int64)
+    assert first_copies(empty, empty, rows, none=-1).tolist() == [-1] * rows.shape[0]
 
 
 def test_implied_pairs_against_python_sets():

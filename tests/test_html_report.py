@@ -380,6 +380,30 @@ def test_the_new_sections_render_in_headless_chromium(sample_run, tmp_path):
     assert 10 < inked_rows(folded) < 60 and inked_rows(opened) > 400
 
 
+@pytest.mark.parametrize("keep, texts", [
+    ("longest", ["BASE", "BASE", "BASE tail"]),  # the kept one pairs with the first copy only
+    ("first", ["BASE tail", "BASE", "BASE"]),
+])
+@pytest.mark.parametrize("staged", [False, True], ids=["in-memory", "work-dir"])
+def test_a_copy_pairs_with_the_kept_document_as_its_first_copy_does(tmp_path, keep, texts, staged):
+    """The pairs list a group of identical copies as a star around its first document; a copy
+    that is not its first is paired with the kept document as the first is (result.pair and
+    all_pairs say so), and the page calls it a verified pair too, not one joined through
+    others."""
+    base = " ".join(f"w{i}" for i in range(60))
+    path = tmp_path / "copies.jsonl"
+    path.write_text("".join(json.dumps({"text": t.replace("BASE", base)}) + "\n" for t in texts), encoding="utf-8")
+    options = {"work_dir": tmp_path / "work"} if staged else {}
+    result = gpudedup.dedup(path, keep=keep, backend="cpu", output=tmp_path / "out", **options)
+    assert result.report["results"]["removed_documents"] == 2
+    text = " ".join(visible_text((tmp_path / "out" / "report.html").read_text(encoding="utf-8")).split())
+    labels = re.findall(r"Jaccard with the kept document: ([\d.]+) \(([^)]*)\)", text)
+    assert sorted(labels) == [("0.9825", "a verified pair")] * 2
+    for removed in result.clusters.filter(pa.array([not k for k in result.clusters["keep"].to_pylist()]))["id"]:
+        kept = result.clusters.filter(result.clusters["keep"])["id"][0].as_py()
+        assert result.pair(removed.as_py(), kept).verified
+
+
 def test_the_shown_clusters_pair_figures_are_those_of_a_loop_over_the_pairs():
     from gpudedup.core.cluster import pairs_inside
 

@@ -252,6 +252,20 @@ def next_round(first: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.nd
     return new_first[~starts], member[~starts]
 
 
+def first_copies(first: np.ndarray, member: np.ndarray, rows: np.ndarray, none: Optional[int] = None) -> np.ndarray:
+    """int64 (r,): for each of ``rows`` (int64), the first document of its group of identical
+    copies where ``member`` holds it (first, member: int64 (c,), the copies as a star around
+    each group's first document, Copies'); where not, the row itself, or ``none`` where given.
+    A copy pairs as its first document does (implied_pairs), so this is the pair to look up."""
+    order = np.argsort(member, kind="stable")
+    members, firsts = member[order], first[order]
+    otherwise = rows if none is None else np.full(rows.shape[0], none, np.int64)
+    if members.shape[0] == 0:
+        return otherwise.astype(np.int64, copy=False)
+    at = np.minimum(np.searchsorted(members, rows), members.shape[0] - 1)
+    return np.where(members[at] == rows, firsts[at], otherwise).astype(np.int64, copy=False)
+
+
 def implied_pairs(a: np.ndarray, b: np.ndarray, first: np.ndarray, member: np.ndarray,
                   n_docs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every pair that a list of pairs stands for once groups of copies are spelled out.

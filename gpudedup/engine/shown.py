@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.cluster import Clusters
+from ..core.copies import first_copies
 from ..plots import verified_histogram
 from .heldclusters import Clustered
 from .pairs import VerifiedPairs
@@ -125,6 +126,15 @@ def example_pairs(members: np.ndarray, kept: np.ndarray, rows: np.ndarray) -> li
     return [(min(kept_row, int(rows[members[n]])), max(kept_row, int(rows[members[n]]))) for n in examples]
 
 
+def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Task (VerifiedPairs.map): int64, for each of ``rows``, the first document of its group of
+    identical copies where these pairs list it as a copy (a pair of Jaccard 1.0, which only
+    identical sets have), else -1 (copies.first_copies). A row's first copy is listed in one
+    part only; the largest over the parts is it (or -1)."""
+    copy = jaccard == 1.0
+    return first_copies(first[copy], second[copy], rows, none=-1)
+
+
 def pairs_histogram(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float) -> np.ndarray:
     """Task (VerifiedPairs.map): plots.verified_histogram of some verified pairs' Jaccard."""
     return verified_histogram(jaccard, threshold)
@@ -177,11 +187,19 @@ def shown_of(pairs: VerifiedPairs, clustered: Clustered, stages: Stages,
              for pair in example_pairs(np.flatnonzero(members.cluster == number), members.keep, members.docs)]
     asked_a = np.array([a for a, _ in asked], np.int64)
     asked_b = np.array([b for _, b in asked], np.int64)
-    found = stages.pairs_inside(pairs, clustered, numbers, asked_a, asked_b)
+    # A copy pairs as its group's first document does (the pairs list the copies as a star
+    # around it): an example pair is looked up as the pair of their first copies, and is one
+    # of Jaccard 1 where the two are copies of one document (inspection's rule, all_pairs').
+    rows = np.concatenate([asked_a, asked_b])
+    listed = np.max([np.full(rows.shape[0], -1, np.int64)] + pairs.map(executor, copy_firsts, rows), axis=0)
+    firsts = np.where(listed >= 0, listed, rows)
+    first_a, first_b = firsts[:asked_a.shape[0]], firsts[asked_a.shape[0]:]
+    found = stages.pairs_inside(pairs, clustered, numbers, np.minimum(first_a, first_b), np.maximum(first_a, first_b))
     inside = np.sum([part[0] for part in found], axis=0).astype(np.int64)
     low = np.min([part[1] for part in found], axis=0).astype(np.float64)
     high = np.max([part[2] for part in found], axis=0).astype(np.float64)
     jaccard = np.fmax.reduce(np.stack([part[3] for part in found]), axis=0).astype(np.float64)
+    jaccard[first_a == first_b] = 1.0
     k = largest.shape[0]
     return Shown(counts, largest, sizes[:k], members, inside[:k], low[:k], high[:k], asked_a, asked_b, jaccard,
                  Sampled(sampled, sizes[k:], inside[k:], low[k:], high[k:]), size_values, size_clusters,
