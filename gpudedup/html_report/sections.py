@@ -33,7 +33,7 @@ STAGE_NOTES = {
 # Where every record went (report.json's balance), each with its colour in the bar.
 BALANCE_PARTS = (
     ("kept", "kept", "var(--kept-line)", "documents kept, written to deduplicated"),
-    ("kept_empty", "kept, no shingles", "#9aa5b1", "documents too short for one shingle (or null): kept, never "
+    ("kept_empty", "kept, no shingles", "#9aa5b1", "documents empty once normalised (or null): kept, never "
                                                    "compared"),
     ("removed_duplicates", "removed as duplicates", "var(--red)", "each named with its cluster's kept document "
                                                                   "in clusters"),
