@@ -26,8 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .core.cluster import kept_documents
-from .core.copies import first_copies
-from .engine.removedrows import ADDED_COLUMNS, held_removed, plain, shingle_spec, texts_jaccard, verified_jaccard
+from .engine.removedrows import ADDED_COLUMNS, copies_jaccard, held_removed, plain, shingle_spec, texts_jaccard
 from .errors import ParameterError
 from .html_report import CSS, EXCERPT_CHARS, NOT_STORED, document, highlight, shown_id, text_excerpt
 from .io.fields import content_of
@@ -249,15 +248,9 @@ def _jaccard(result, first: np.ndarray, second: np.ndarray) -> list[Optional[flo
 
 
 def _verified(result, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """float64: the Jaccard of rows first[i], second[i] where the run found them a pair, nan
-    where it did not: a verified pair, or one the pairs imply through identical copies (listed
-    as a star around the first copy, Jaccard 1.0: a copy pairs as its first does, and with the
-    other copies), as DedupResult.all_pairs spells them out."""
+    """float64: removedrows.copies_jaccard of rows first[i], second[i] over the run's pairs."""
     o = result._outcome
-    copy = o.jaccard == 1.0  # only identical sets have Jaccard 1.0
-    a, b = (first_copies(o.pair_a[copy], o.pair_b[copy], rows) for rows in (first, second))
-    jaccard = verified_jaccard(o.pair_a, o.pair_b, o.jaccard, np.minimum(a, b), np.maximum(a, b))
-    return np.where(a == b, 1.0, jaccard)
+    return copies_jaccard(o.pair_a, o.pair_b, o.jaccard, first, second)
 
 
 def _row_of(result, doc_id: Any) -> int:

@@ -250,6 +250,26 @@ def test_against_an_index_names_the_indexed_document(tmp_path, how):
             assert row["jaccard"] == jaccard(shingle_set(texts[row["id"]]), shingle_set(texts[row["kept_id"]]))
 
 
+@pytest.mark.parametrize("how", ["memory", "staged"])
+def test_a_copy_of_a_document_paired_with_an_indexed_one_has_its_jaccard(tmp_path, how):
+    """Against an index: two identical new documents near an indexed one are listed as the
+    pair of the indexed one with the first copy and the copies' pair; the second copy pairs
+    with the indexed one as the first does, and removed/ gives it that pair's Jaccard, as
+    result.pair does (not null, as for documents joined through others)."""
+    base = " ".join(f"w{i}" for i in range(60))
+    index = gpudedup.Index.create(tmp_path / "idx", threshold=THRESHOLD)
+    index.add(pa.table({"id": ["k0"], "text": [base]}), id_field="id", backend="cpu")
+    write_jsonl(tmp_path / "new.jsonl", [{"id": f"n{i}", "text": base + " tail"} for i in range(2)])
+    staged = {"work_dir": tmp_path / "work"} if how == "staged" else {}
+    result = index.dedup(tmp_path / "new.jsonl", id_field="id", backend="cpu", **staged)
+    result.write(tmp_path / "out", write_removed=True)
+    rows = {row["id"]: row for row in read_rows(tmp_path / "out" / "removed" / "new.parquet")}
+    expected = jaccard(shingle_set(base), shingle_set(base + " tail"))
+    assert {i: (row["kept_id"], row["jaccard"]) for i, row in rows.items()} == {"n0": ("k0", expected),
+                                                                                "n1": ("k0", expected)}
+    assert result.pair("n1", "k0").verified
+
+
 def test_index_add_writes_the_removed_rows_and_counts_by_group(corpus, tmp_path):
     """`index add --write-removed --group-field source` into an empty index: the same removed/
     as dedup's, and report.json counts each source's documents against the test's own count."""

@@ -181,10 +181,14 @@ class VerifiedPairs:
         return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
 
     def with_first_below(self, bound: int, executor: Optional["Executor"]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(first, second, jaccard) of the pairs whose first row is below ``bound``, in no
-        particular order, host: a run against an index asks for those of its indexed documents
-        (its leading rows), read a part at a time (map) rather than every pair at once."""
+        """(first, second, jaccard) of the pairs whose first row is below ``bound``, and of the
+        identical copies of their second documents (pairs of Jaccard 1.0 around them, which a
+        copy's pairs go through: copies.first_copies), in no particular order, host: a run
+        against an index asks for those of its indexed documents (its leading rows), read a
+        part at a time (map) rather than every pair at once."""
         found = self.map(executor, first_below, bound)
+        seconds = np.unique(np.concatenate([part[1] for part in found]))
+        found += self.map(executor, copies_of, seconds, bound)
         first, second, jaccard = (np.concatenate([part[i] for part in found]) for i in range(3))
         return first, second, jaccard
 
@@ -207,6 +211,15 @@ def first_below(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray,
                 bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Task (VerifiedPairs.with_first_below): the pairs given whose first row is below ``bound``."""
     chosen = first < bound
+    return first[chosen], second[chosen], jaccard[chosen]
+
+
+def copies_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, firsts: np.ndarray,
+              bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Task (VerifiedPairs.with_first_below): the identical copies (pairs of Jaccard 1.0) among
+    the pairs given whose first row is one of ``firsts`` (int64, ascending) and at or past
+    ``bound`` (those below it are first_below's)."""
+    chosen = (jaccard == 1.0) & (first >= bound) & np.isin(first, firsts)
     return first[chosen], second[chosen], jaccard[chosen]
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 from ..backends import get_backend
 from ..core.cluster import Clusters, kept_documents
 from ..core.content import gathered_type
+from ..core.copies import first_copies
 from ..core.content import unit_buffers
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..core.verify import document_sets, pair_jaccard
@@ -175,9 +176,20 @@ def removed_docs(docs: np.ndarray, cluster: np.ndarray, keep: np.ndarray, kept: 
     jaccard = np.full(docs.shape[0], np.nan)
     indexed = np.flatnonzero(kept < indexed_rows)
     if indexed.shape[0] and pairs is not None:
-        jaccard[indexed] = verified_jaccard(*pairs, kept[indexed], docs[indexed])
+        jaccard[indexed] = copies_jaccard(*pairs, kept[indexed], docs[indexed])
     return RemovedDocs(docs - indexed_rows, cluster.astype(np.int64, copy=False), kept - indexed_rows,
                        kept_ids(gone), jaccard)
+
+
+def copies_jaccard(pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray, first: np.ndarray,
+                   second: np.ndarray) -> np.ndarray:
+    """float64: the Jaccard of rows first[i], second[i] where the run found them a pair, nan
+    where it did not: a verified pair, or one the pairs imply through identical copies (listed
+    as a star around the first copy, Jaccard 1.0: a copy pairs as its first does, and with the
+    other copies; copies.first_copies), as DedupResult.all_pairs spells them out."""
+    copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
+    a, b = (first_copies(pair_a[copy], pair_b[copy], rows) for rows in (first, second))
+    return np.where(a == b, 1.0, verified_jaccard(pair_a, pair_b, jaccard, np.minimum(a, b), np.maximum(a, b)))
 
 
 def verified_jaccard(pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray, first: np.ndarray,
