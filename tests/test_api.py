@@ -272,6 +272,26 @@ def test_a_table_given_in_python_is_written_in_its_own_types(tmp_path, format):
     assert removed["text"].to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if not k]
 
 
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
+def test_a_table_s_view_dictionary_and_binary_view_columns_are_written(tmp_path):
+    """A dictionary of string_view values (polars' Categorical through __arrow_c_stream__) is
+    written as a dictionary of plain strings, which Parquet takes; binary_view values are
+    written to JSONL as other bytes are (their text where UTF-8), not as Python's repr."""
+    table = planted_table()
+    n = table.num_rows
+    given = table.append_column("cat", pa.DictionaryArray.from_arrays(
+        pa.array([i % 2 for i in range(n)], pa.uint32()), pa.array(["p", "q"], pa.string_view()))) \
+        .append_column("blob", pa.array([str(i).encode() for i in range(n)], pa.binary_view()))
+    result = gpudedup.dedup(given)
+    result.write(tmp_path / "parquet", write_removed=True)
+    kept = pq.read_table(tmp_path / "parquet" / "deduplicated.parquet")
+    assert kept.schema.field("cat").type == pa.dictionary(pa.uint32(), pa.string())
+    assert kept["cat"].to_pylist() == ["pq"[i % 2] for i, k in enumerate(EXPECTED_KEEP) if k]
+    result.write(tmp_path / "jsonl", format="jsonl")
+    lines = (tmp_path / "jsonl" / "deduplicated.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["blob"] for line in lines] == [str(i) for i, k in enumerate(EXPECTED_KEEP) if k]
+
+
 def read_rows(path: Path) -> pa.Table:
     """The rows of a Parquet or JSONL output file."""
     return pq.read_table(path) if path.suffix == ".parquet" else pa.Table.from_pylist(

@@ -230,12 +230,16 @@ def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says()
         gpudedup.dedup(iter(records), on_error="skip", backend="cpu")
 
 
-@pytest.mark.parametrize("data", [[Path("a.jsonl"), "b.parquet"], ["a text", Path("a.jsonl")]],
-                         ids=["path-then-str", "str-then-path"])
-def test_a_list_of_paths_and_texts_is_refused(data):
+@pytest.mark.parametrize("data, words", [
+    ([Path("a.jsonl"), "b.parquet"], "the list holds paths and other items (item 1 is a str): files are given as "
+                                     "pathlib.Path objects alone (a str in a list is a text)"),
+    ([Path("a.jsonl"), {"text": "a b"}], "the list holds paths and other items (item 1 is a dict)"),
+    (["a text", Path("a.jsonl")], "text 1 is a PosixPath, expected a string or None; files are given as pathlib.Path "
+                                  "objects alone"),
+], ids=["path-then-str", "path-then-record", "str-then-path"])
+def test_a_list_of_paths_and_texts_is_refused(data, words):
     """A str in a list is a text: beside paths, the likely mistake is a path given as a str."""
-    with pytest.raises(InputError, match=r"^the list holds paths and other items \(item \d is a str\): give files "
-                                         r"as pathlib.Path each"):
+    with pytest.raises(InputError, match=re.escape(words)):
         gpudedup.dedup(data)
 
 

@@ -21,6 +21,7 @@ A batch is the concatenation of the documents' code points with CSR offsets:
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -162,7 +163,9 @@ def strings_to_arrow(texts, first: int = 0) -> pa.Array:
                                  "expected a string or None") from None
             continue
         if text is not None and not isinstance(text, str):
-            raise InputError(f"text {first + position} is a {type(text).__name__}, expected a string or None")
+            # (a path among texts: most likely a list of files with one given as a str)
+            hint = "; files are given as pathlib.Path objects alone" if isinstance(text, os.PathLike) else ""
+            raise InputError(f"text {first + position} is a {type(text).__name__}, expected a string or None{hint}")
         if text is not None:
             try:
                 text.encode("utf-8")

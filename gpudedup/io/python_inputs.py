@@ -19,7 +19,7 @@ from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
-from .fields import field_column, field_names, field_type, has_field, repeated_names
+from .fields import field_column, field_names, field_type, has_field, repeated_names, writable_schema
 from .inputs import InputFiles
 from .layout import as_input
 from .read import read_corpus
@@ -43,12 +43,12 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     if isinstance(data, (str, os.PathLike)):
         data = [location_of(data)]
     if isinstance(data, (list, tuple)):
-        paths = [is_path(item) for item in data]
-        if any(paths) and not all(paths):
-            other = paths.index(False)
-            raise InputError(f"the list holds paths and other items (item {other} is a {type(data[other]).__name__}): "
-                             "give files as pathlib.Path each (a str in a list is a text), or texts alone")
-        if data and all(paths):
+        if data and is_path(data[0]):
+            other = next((i for i, item in enumerate(data) if not is_path(item)), None)
+            if other is not None:  # (a list of texts with a path among them is named as a text)
+                raise InputError(f"the list holds paths and other items (item {other} is a "
+                                 f"{type(data[other]).__name__}): files are given as pathlib.Path objects alone "
+                                 "(a str in a list is a text)")
             corpus = read_corpus(data, text_field, id_field, use_cudf=use_cudf, on_error=on_error, budget=budget,
                                  found=found)
             return corpus, lambda keep: corpus.table.filter(pa.array(keep))
@@ -251,7 +251,7 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
             raise InputError(f"id column {id_field!r} has {ids.null_count} null values; ids must be unique")
     # (its columns as given: the rows are written back in their types, DedupResult.write)
     corpus = Corpus(table, text_field, ids, [source or SourceFile("<table>", "table", table.num_rows,
-                                                                  schema=table.schema)])
+                                                                  schema=writable_schema(table.schema))])
     check_unique_ids(corpus)
     return corpus
 
