@@ -652,6 +652,27 @@ def test_jsonl_keys_of_maps_and_dictionaries_of_floats_are_strict_json(tmp_path)
     assert rows == [{"m": {"2024-01-01": 1}, "x": None}, {"m": None, "x": 1.0}]
 
 
+def test_a_row_is_written_to_jsonl_the_same_in_any_batch(tmp_path):
+    """How a map whose keys repeat (pairs) and nanoseconds inside a list that are not whole
+    microseconds (Arrow's text) are written is decided row by row: a row's line is the same
+    whether its file is written whole (a run in memory) or in pieces (a staged run's), and a
+    map of distinct keys beside one that repeats them is an object."""
+    from gpudedup.io.write import write_jsonl_batches
+
+    table = pa.table({"m": pa.array([[("k", 2), ("k", 3)], [("k", 5)], [("a", 1), ("b", 2)], None],
+                                    pa.map_(pa.string(), pa.int64())),
+                      "ts": pa.array([[7], [3_000], [1_000_000_001], [2_000]], pa.list_(pa.timestamp("ns")))})
+    written = []
+    for size in (4, 2, 1):
+        write_jsonl_batches(table.to_batches(max_chunksize=size), tmp_path / f"{size}.jsonl")
+        written.append((tmp_path / f"{size}.jsonl").read_text(encoding="utf-8"))
+    assert written[0] == written[1] == written[2]
+    rows = [json.loads(line) for line in written[0].splitlines()]
+    assert [row["m"] for row in rows] == [[["k", 2], ["k", 3]], {"k": 5}, {"a": 1, "b": 2}, None]
+    assert [row["ts"] for row in rows] == [["1970-01-01 00:00:00.000000007"], ["1970-01-01 00:00:00.000003"],
+                                           ["1970-01-01 00:00:01.000000001"], ["1970-01-01 00:00:00.000002"]]
+
+
 def test_top_level_floats_are_written_as_json_value_writes_them(tmp_path):
     """Top-level float columns (made JSON's by Arrow compute, not row by row) give the lines the
     row-by-row rule (json_value) gives: NaN and infinities null, -0.0 and nulls kept."""

@@ -96,11 +96,30 @@ def write_jsonl_batches(batches, path: Path) -> None:
     """Record batches as JSON lines into one file (see write_jsonl)."""
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for batch in batches:
-            # (Most tables hold strings, integers and plain floats: their rows go as Arrow gives
-            # them, the floats' NaNs and infinities made null by Arrow first.)
-            batch = finite_floats(nanoseconds_as_text(batch))
-            rows = batch_rows(batch) if needs_json_values(batch.schema) else batch.to_pylist()
-            handle.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+            handle.writelines(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in json_rows(batch))
+
+
+def json_rows(batch: pa.RecordBatch, alone: bool = False) -> list[dict]:
+    """The rows of ``batch`` as JSON holds them (json_value's rules). Two choices depend on the
+    values: a map whose keys repeat is written as pairs (batch_rows), and nanosecond values
+    inside lists, structs and maps that are not whole microseconds as Arrow's text
+    (nanoseconds_as_text). Each is made per row, so that a row is written the same in whichever
+    batch it comes (an in-memory run's whole file, a staged run's pieces): a batch where either
+    applies is written a row at a time (alone: a batch of one row taken so)."""
+    converted, per_batch = nanoseconds_as_text(batch)
+    converted = finite_floats(converted)
+    # (Most tables hold strings, integers and plain floats: their rows go as Arrow gives them,
+    # the floats' NaNs and infinities made null by Arrow first.)
+    if needs_json_values(converted.schema):
+        rows, maps_per_batch = batch_rows(converted)
+        per_batch = per_batch and maps_per_batch
+    else:
+        rows = converted.to_pylist()
+    if per_batch or alone:
+        return rows
+    # (take, not slice: a slice's list column shares its parent's items, which Arrow's cast
+    # checks all of, also those of other rows)
+    return [row for number in range(batch.num_rows) for row in json_rows(batch.take(pa.array([number])), True)]
 
 
 def finite_floats(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -121,11 +140,14 @@ def is_nanosecond_time(data_type: pa.DataType) -> bool:
             or pa.types.is_time64(data_type)) and data_type.unit == "ns"
 
 
-def nanoseconds_as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
+def nanoseconds_as_text(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, bool]:
     """``batch`` with its nanosecond values (is_nanosecond_time) as text, every digit kept: a
     column of them (or of a dictionary of them) as nanosecond_texts writes them; those inside
     lists, structs and maps cast to microseconds where every one is a whole number of them
-    (then written as a microsecond column's are), else as Arrow's cast to string writes them."""
+    (then written as a microsecond column's are), else as Arrow's cast to string writes them;
+    and whether the batch's values were all written the first way (else the way a value is
+    written depends on the others of its column: json_rows writes such a batch row by row)."""
+    whole_microseconds = True
     columns = list(batch.columns)
     for number, column in enumerate(columns):
         data_type = column.type
@@ -140,11 +162,12 @@ def nanoseconds_as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
             columns[number] = column.cast(micro)  # (a safe cast: refused where a digit would go)
         except pa.ArrowInvalid:
+            whole_microseconds = False
             columns[number] = column.cast(with_leaf_types(
                 data_type, lambda leaf: pa.string() if is_nanosecond_time(leaf) else leaf))
     if all(new is old for new, old in zip(columns, batch.columns)):
-        return batch
-    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+        return batch, whole_microseconds
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names), whole_microseconds
 
 
 def micro_type(data_type: pa.DataType) -> pa.DataType:
@@ -194,13 +217,14 @@ def needs_json_values(schema: pa.Schema) -> bool:
     return any(changed(field.type) for field in schema if not pa.types.is_floating(field.type))
 
 
-def batch_rows(batch: pa.RecordBatch) -> list[dict]:
-    """A batch's rows as json_value makes them, maps as objects where their keys are distinct."""
+def batch_rows(batch: pa.RecordBatch) -> tuple[list[dict], bool]:
+    """A batch's rows as json_value makes them, maps as objects where the keys of every map of
+    the batch are distinct, else as pairs; and whether they are objects (or there are none)."""
     try:
-        rows = batch.to_pylist(maps_as_pydicts="strict")
+        rows, objects = batch.to_pylist(maps_as_pydicts="strict"), True
     except (pa.ArrowException, KeyError, ValueError, TypeError):  # (a key repeated; pyarrow < 20: pairs)
-        rows = batch.to_pylist()
-    return [json_value(row) for row in rows]
+        rows, objects = batch.to_pylist(), False
+    return [json_value(row) for row in rows], objects
 
 
 def text_of(value) -> str:
