@@ -2,8 +2,9 @@
 
     python scripts/compare_outputs.py OUT_A OUT_B
 
-For each of ``pairs/``, ``clusters/`` and ``deduplicated/`` present in either folder, every file
-is read (Parquet, or JSON Lines as bytes) in path order and the two sides are compared exactly:
+For each of ``pairs/``, ``clusters/``, ``deduplicated/`` and ``removed/`` present in either
+folder, every file is read (Parquet, or JSON Lines as bytes) in path order and the two sides are
+compared exactly:
 the same files, the same rows in the same order, the same values; ``pairs/`` and ``clusters/``
 byte for byte too, as every runner writes them (docs/guarantees.md), where Parquet kept rows are
 the same by content: a dictionary-encoded column as its values (a file written piece by piece
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-TABLES = ("pairs", "clusters", "deduplicated")
+TABLES = ("pairs", "clusters", "deduplicated", "removed")
 BYTE_FOR_BYTE = ("pairs", "clusters")  # (every runner's files are these bytes)
 
 

@@ -214,7 +214,7 @@ def test_compare_outputs_names_the_table_that_differs(tmp_path):
         for side, cluster in (("a", [0, 0, 1]), ("b", [0, 1, 1]))})
     assert code == 1
     assert lines == ["pairs: 1 rows in 1 files, identical", "clusters: DIFFERENT at clusters/part-00000.parquet",
-                     "deduplicated: absent on both sides"]
+                     "deduplicated: absent on both sides", "removed: absent on both sides"]
 
 
 def test_compare_outputs_refuses_a_folder_that_is_not_a_finished_output(tmp_path):
@@ -233,7 +233,8 @@ def test_compare_outputs_holds_pairs_and_clusters_to_their_bytes(tmp_path):
         for side, compression in (("a", "snappy"), ("b", "zstd"))})
     assert code == 1
     assert lines == ["pairs: DIFFERENT at pairs/part-00000.parquet (the same rows, other bytes)",
-                     "clusters: absent on both sides", "deduplicated: 2 rows in 1 files, identical"]
+                     "clusters: absent on both sides", "deduplicated: 2 rows in 1 files, identical",
+                     "removed: absent on both sides"]
 
 
 def test_compare_outputs_reads_kept_rows_by_content(tmp_path):
