@@ -30,8 +30,8 @@ import pyarrow as pa
 from ..backends import get_backend
 from ..core.cluster import Clusters, kept_documents
 from ..core.content import gathered_type
-from ..core.copies import first_copies
 from ..core.content import unit_buffers
+from ..core.copies import first_copies
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..core.verify import document_sets, pair_jaccard
 from ..errors import OutputError
