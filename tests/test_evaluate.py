@@ -320,6 +320,12 @@ def test_the_evaluation_folder_is_checked_before_the_run(tmp_path, monkeypatch):
     assert whole.exit_code == 0, whole.output
     assert "note: --sample 10 is no fewer than the 5 documents chosen: every one of them is evaluated" in whole.output
     assert "sample=10 is no fewer" in (tmp_path / "eval2" / "evaluation.json").read_text()  # (in Python's words)
+    # A sample of fewer draws them, without the note; a seed numpy cannot take is named.
+    drawn = invoke("evaluate", "corpus", "-o", "eval3", "--limit", "5", "--sample", "3", "-q")
+    assert drawn.exit_code == 0 and "no fewer" not in drawn.output, drawn.output
+    assert "no fewer" not in (tmp_path / "eval3" / "evaluation.json").read_text()
+    assert_user_error(invoke("evaluate", "corpus", "-o", "eval4", "--sample", "3", "--sample-seed", "-1", "-q"),
+                      "--sample-seed must be an integer >= 0; got -1", out=tmp_path / "eval4")
 
 
 def test_parse_list():

@@ -40,6 +40,8 @@ def test_collision_probability_formula():
     curve = collision_probability(np.linspace(0, 1, 101), 20, 5)
     assert curve.shape == (101,)
     assert np.all(np.diff(curve) >= 0) and curve[0] == 0 and curve[-1] == 1
+    with np.errstate(invalid="raise"):  # (a histogram's last bin past 1: evaluate --threshold 1)
+        assert collision_probability(np.array([1.0, 1.05]), 20, 5).tolist() == [1.0, 1.0]
 
 
 def any_band_equal(signatures, first, second, banding):

@@ -104,11 +104,12 @@ def evaluate_command(
         evaluation.check_results_folder(output, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
-        corpus = evaluation.select_documents(read_corpus(list(inputs), content, id_field), limit, sample,
-                                             sample_seed)
-        if sample is not None and sample >= corpus.num_rows:  # (a sample of all there is: no sample)
-            notes = notes + [f"sample={sample} is no fewer than the {corpus.num_rows:,} documents chosen: every one "
-                             "of them is evaluated"]
+        read = read_corpus(list(inputs), content, id_field)
+        corpus = evaluation.select_documents(read, limit, sample, sample_seed)
+        chosen = read.num_rows if limit is None else min(read.num_rows, limit)  # (what the sample is drawn from)
+        if sample is not None and sample >= chosen:  # (a sample of all there is: no sample)
+            notes = notes + [f"sample={sample} is no fewer than the {chosen:,} documents chosen: every one of them "
+                             "is evaluated"]
             say(notes[-1])
 
         def progress(done: int, total: int, result) -> None:

@@ -27,9 +27,10 @@ class Banding(NamedTuple):
 def collision_probability(similarity, bands: int, rows: int):
     """P(s) = 1 - (1 - s**r)**b: the chance that a pair of Jaccard s becomes a candidate, as
     -expm1(b * log1p(-s**r)), which keeps the digits of a P near 0 (1 - (1 - x) loses those
-    below 1e-16, and a target as small as that would look met)."""
+    below 1e-16, and a target as small as that would look met). A similarity past 1 (the
+    upper edge of a histogram's last bin) is 1."""
     with np.errstate(divide="ignore"):  # (s = 1: log1p(-1) is -inf, and P is 1)
-        return -np.expm1(bands * np.log1p(-(np.asarray(similarity, dtype=float) ** rows)))
+        return -np.expm1(bands * np.log1p(-(np.minimum(np.asarray(similarity, dtype=float), 1.0) ** rows)))
 
 
 def miss_probability(similarity, bands: int, rows: int):

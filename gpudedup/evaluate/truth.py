@@ -41,6 +41,8 @@ def select_documents(corpus: Corpus, limit: Optional[int] = None, sample: Option
     for name, value in (("limit", limit), ("sample", sample)):
         if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
             raise ParameterError(f"{name}= must be an integer >= 1; got {value!r}")
+    if isinstance(seed, bool) or not (isinstance(seed, (int, np.integer)) and seed >= 0):  # (numpy's seeds)
+        raise ParameterError(f"sample_seed= must be an integer >= 0; got {seed!r}")
     chosen = np.arange(min(rows, limit) if limit is not None else rows, dtype=np.int64)
     described = [f"first {chosen.shape[0]} of {rows}"] if chosen.shape[0] < rows else []
     if sample is not None and sample < chosen.shape[0]:
