@@ -157,7 +157,8 @@ def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_
     reference = gpudedup.dedup(texts, backend="cpu", batch_bytes=64 << 10)
     monkeypatch.delenv(KERNEL_SWITCH)
     monkeypatch.setattr(compiled, "REFERENCE_WORK", 1 << 20)
-    fresh_start.reference_work = 700 << 10  # (earlier passes of this process)
+    # (earlier passes of this process: what is left starts the kernels after about 0.3 MB of text)
+    fresh_start.reference_work = (1 << 20) - compiled.text_work(300_000, "word")
     taken: list[str] = []
     by_kernels, by_numpy = cpu_kernels.shingle_hashes, shingling.utf8_shingle_hashes
     monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: taken.append("kernels") or by_kernels(*args))
