@@ -338,6 +338,19 @@ def test_parse_list():
         parse_list(" , ")
 
 
+@pytest.mark.parametrize("options, words", [
+    (["--ngram", "5,x", "--num-perm", "64"], "error: cannot read 'x' in --ngram 5,x as int"),
+    (["--strip-punctuation", "maybe"], "error: cannot read 'maybe' in --strip-punctuation maybe as yes_no"),
+    (["--threshold", ","], "error: --threshold is an empty list (',')"),
+], ids=["ngram", "yes-no", "empty"])
+def test_a_list_item_that_cannot_be_read_is_named_with_its_option(tmp_path, options, words):
+    from cli_support import assert_user_error, happy_records, invoke, write_jsonl
+
+    write_jsonl(tmp_path / "a.jsonl", happy_records())
+    assert_user_error(invoke("evaluate", tmp_path / "a.jsonl", "-o", tmp_path / "eval", "-q", *options), words,
+                      out=tmp_path / "eval")
+
+
 # --- helpers ----------------------------------------------------------------------------------
 
 

@@ -85,15 +85,15 @@ def evaluate_command(
 
     with user_errors(context) as guard:
         settings, notes = evaluation.expand_grid(
-            evaluation.parse_list(num_perm),
-            evaluation.parse_list(bands, allow_auto=True) if bands else None,
-            evaluation.parse_list(rows, allow_auto=True) if rows else None,
-            evaluation.parse_list(shingle, str), evaluation.parse_list(ngram),
-            evaluation.parse_list(threshold, float),
-            evaluation.parse_list(max_fn, float) if max_fn else None,
-            evaluation.parse_list(unicode, evaluation.unicode_form),
-            evaluation.parse_list(strip_punctuation, evaluation.yes_no),
-            evaluation.parse_list(strip_symbols, evaluation.yes_no),
+            evaluation.parse_list(num_perm, name="num_perm"),
+            evaluation.parse_list(bands, allow_auto=True, name="bands") if bands else None,
+            evaluation.parse_list(rows, allow_auto=True, name="rows") if rows else None,
+            evaluation.parse_list(shingle, str, name="shingle"), evaluation.parse_list(ngram, name="ngram"),
+            evaluation.parse_list(threshold, float, name="threshold"),
+            evaluation.parse_list(max_fn, float, name="max_fn") if max_fn else None,
+            evaluation.parse_list(unicode, evaluation.unicode_form, name="unicode"),
+            evaluation.parse_list(strip_punctuation, evaluation.yes_no, name="strip_punctuation"),
+            evaluation.parse_list(strip_symbols, evaluation.yes_no, name="strip_symbols"),
         )
         def say(note: str) -> None:  # (evaluation.json keeps the notes too, in Python's words)
             err.print(f"[yellow]note:[/] {escape(in_option_words(note, context))}", soft_wrap=True)

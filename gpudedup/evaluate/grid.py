@@ -179,9 +179,11 @@ def _bandings(num_perm: int, bands, rows):
             yield b, r, ""
 
 
-def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = False) -> list:
+def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = False, name: str = "") -> list:
     """A comma-separated CLI value as a list: "64,128" -> [64, 128]; with ``allow_auto``,
-    "auto" becomes None ("8,16,auto" -> [8, 16, None]). Raises ParameterError on a bad item."""
+    "auto" becomes None ("8,16,auto" -> [8, 16, None]). Raises ParameterError on a bad item,
+    naming the keyword ``name`` where given (the command line says it as its option)."""
+    given = f"{name}={text}" if name else repr(text)
     values: list = []
     for item in text.split(","):
         item = item.strip()
@@ -193,9 +195,9 @@ def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = F
         try:
             values.append(kind(item))
         except ValueError:
-            raise ParameterError(f"cannot read {item!r} in {text!r} as {getattr(kind, '__name__', kind)}") from None
+            raise ParameterError(f"cannot read {item!r} in {given} as {getattr(kind, '__name__', kind)}") from None
     if not values:
-        raise ParameterError(f"an empty list: {text!r}")
+        raise ParameterError(f"{name}= is an empty list ({text!r})" if name else f"an empty list: {text!r}")
     return values
 
 
