@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union, cast
 import numpy as np
 import pyarrow as pa
 
-from .core.copies import implied_pairs
+from .core.copies import are_copies, implied_pairs
 from .engine.clusterparts import clusters_table
 from .engine.outcome import Outcome
 from .engine.kept import Kept
@@ -267,7 +267,7 @@ class DedupResult:
         of a group of copies; for inspection and for comparison with an all-pairs truth.
         """
         a, b, jaccard = self._outcome.pair_a, self._outcome.pair_b, self._outcome.jaccard
-        copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
+        copy = are_copies(jaccard)
         a, b, source = implied_pairs(a, b, a[copy], b[copy], len(self._id_source))  # indexed rows too
         # (Every document of an implied pair is in a cluster: named holds its id.)
         return whole_table(pairs_parts(self._named, a, b, np.where(source >= 0, jaccard[np.maximum(source, 0)], 1.0)))

@@ -106,7 +106,7 @@ def evaluate_command(
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
         read = read_corpus(list(inputs), content, id_field)
         corpus = evaluation.select_documents(read, limit, sample, sample_seed)
-        chosen = read.num_rows if limit is None else min(read.num_rows, limit)  # (what the sample is drawn from)
+        chosen = evaluation.first_rows(read.num_rows, limit)
         if sample is not None and sample >= chosen:  # (a sample of all there is: no sample)
             notes = notes + [f"sample={sample} is no fewer than the {chosen:,} documents chosen: every one of them "
                              "is evaluated"]

@@ -252,6 +252,13 @@ def next_round(first: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.nd
     return new_first[~starts], member[~starts]
 
 
+def are_copies(jaccard: np.ndarray) -> np.ndarray:
+    """bool (p,): which verified pairs (their Jaccard, float64 (p,)) are identical copies,
+    listed as a star around each group's first document: those of Jaccard 1.0, which only
+    identical shingle sets have."""
+    return jaccard == 1.0
+
+
 def first_copies(first: np.ndarray, member: np.ndarray, rows: np.ndarray, none: Optional[int] = None) -> np.ndarray:
     """int64 (r,): for each of ``rows`` (int64), the first document of its group of identical
     copies where ``member`` holds it (first, member: int64 (c,), the copies as a star around

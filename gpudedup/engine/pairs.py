@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from ..core.copies import Copies
+from ..core.copies import Copies, are_copies
 from ..core.verify import BELOW_THRESHOLD
 from .pairparts import COPIES, VERIFIED, PairParts, on_pairs
 from .protocols import LocalExecutor
@@ -219,7 +219,7 @@ def copies_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, firsts
     """Task (VerifiedPairs.with_first_below): the identical copies (pairs of Jaccard 1.0) among
     the pairs given whose first row is one of ``firsts`` (int64, ascending) and at or past
     ``bound`` (those below it are first_below's)."""
-    chosen = (jaccard == 1.0) & (first >= bound) & np.isin(first, firsts)
+    chosen = are_copies(jaccard) & (first >= bound) & np.isin(first, firsts)
     return first[chosen], second[chosen], jaccard[chosen]
 
 

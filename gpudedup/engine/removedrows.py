@@ -31,7 +31,7 @@ from ..backends import get_backend
 from ..core.cluster import Clusters, kept_documents
 from ..core.content import gathered_type
 from ..core.content import unit_buffers
-from ..core.copies import first_copies
+from ..core.copies import are_copies, first_copies
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..core.verify import document_sets, pair_jaccard
 from ..errors import OutputError
@@ -187,7 +187,7 @@ def copies_jaccard(pair_a: np.ndarray, pair_b: np.ndarray, jaccard: np.ndarray, 
     where it did not: a verified pair, or one the pairs imply through identical copies (listed
     as a star around the first copy, Jaccard 1.0: a copy pairs as its first does, and with the
     other copies; copies.first_copies), as DedupResult.all_pairs spells them out."""
-    copy = jaccard == 1.0  # only identical sets have Jaccard 1.0
+    copy = are_copies(jaccard)
     a, b = (first_copies(pair_a[copy], pair_b[copy], rows) for rows in (first, second))
     return np.where(a == b, 1.0, verified_jaccard(pair_a, pair_b, jaccard, np.minimum(a, b), np.maximum(a, b)))
 

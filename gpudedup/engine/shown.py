@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.cluster import Clusters
-from ..core.copies import first_copies
+from ..core.copies import are_copies, first_copies
 from ..plots import verified_histogram
 from .heldclusters import Clustered
 from .pairs import VerifiedPairs
@@ -131,7 +131,7 @@ def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows
     identical copies where these pairs list it as a copy (a pair of Jaccard 1.0, which only
     identical sets have), else -1 (copies.first_copies). A row's first copy is listed in one
     part only; the largest over the parts is it (or -1)."""
-    copy = jaccard == 1.0
+    copy = are_copies(jaccard)
     return first_copies(first[copy], second[copy], rows, none=-1)
 
 

@@ -59,6 +59,7 @@ from .truth import (
     content_corpus,
     corpus_shingle_sets,
     exact_ground_truth,
+    first_rows,
     found_in,
     pair_codes,
     select_documents,
@@ -69,6 +70,6 @@ __all__ = [
     "WARMUP_DOCUMENTS", "Evaluation", "GroundTruth", "RecallBins", "Recommendation", "Setting", "SettingResult",
     "TruthCache", "best_result", "bin_edges", "content_corpus", "corpus_shingle_sets", "criterion_field",
     "csv_text", "evaluate", "evaluation_dict", "exact_ground_truth", "expand_grid", "figure_name", "format_table",
-    "found_in", "pair_codes", "parse_list", "recall_figure", "recommendations", "score_outcome",
+    "first_rows", "found_in", "pair_codes", "parse_list", "recall_figure", "recommendations", "score_outcome",
     "select_documents", "spec_label", "unicode_form", "write_results", "yes_no", "check_results_folder",
 ]

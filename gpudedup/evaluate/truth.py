@@ -32,6 +32,11 @@ TRUTH_BATCH_BYTES = 4 << 20
 # --- the sample -------------------------------------------------------------------------------
 
 
+def first_rows(rows: int, limit: Optional[int]) -> int:
+    """How many of ``rows`` documents ``limit`` keeps (None: all): those a sample is drawn from."""
+    return rows if limit is None else min(rows, limit)
+
+
 def select_documents(corpus: Corpus, limit: Optional[int] = None, sample: Optional[int] = None,
                      seed: int = 0) -> Corpus:
     """The documents to evaluate on: the first ``limit`` rows, then ``sample`` of those drawn
@@ -43,7 +48,7 @@ def select_documents(corpus: Corpus, limit: Optional[int] = None, sample: Option
             raise ParameterError(f"{name}= must be an integer >= 1; got {value!r}")
     if isinstance(seed, bool) or not (isinstance(seed, (int, np.integer)) and seed >= 0):  # (numpy's seeds)
         raise ParameterError(f"sample_seed= must be an integer >= 0; got {seed!r}")
-    chosen = np.arange(min(rows, limit) if limit is not None else rows, dtype=np.int64)
+    chosen = np.arange(first_rows(rows, limit), dtype=np.int64)
     described = [f"first {chosen.shape[0]} of {rows}"] if chosen.shape[0] < rows else []
     if sample is not None and sample < chosen.shape[0]:
         picked = np.random.default_rng(seed).choice(chosen.shape[0], size=sample, replace=False)
