@@ -35,7 +35,8 @@ def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
     # (start-up: `import gpudedup` loads a module when a name of it is first used)
-    from . import api, errors, index, params, result
+    from . import api, errors, index, params
+    from .results import result
     from .core import cluster, hashing, lsh, minhash, normalize, shingling, verify
     from .io import storage
 

@@ -28,13 +28,13 @@ from .core.cluster import KeepPolicy
 from .params import DedupParams
 from .core.shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_sizes, release_unused_memory
-from .engine.job import run_job
-from .engine.sourcecounts import check_group_field, with_source_counts
-from .engine.outcome import Outcome
-from .engine.protocols import Executor
-from .engine.memory import dedup_corpus
-from .engine.workdir import resume_without_work_dir, work_dir_lock
-from .result import DedupResult
+from .pipeline.job import run_job
+from .pipeline.sourcecounts import check_group_field, with_source_counts
+from .pipeline.outcome import Outcome
+from .pipeline.protocols import Executor
+from .pipeline.memory import dedup_corpus
+from .pipeline.workdir import resume_without_work_dir, work_dir_lock
+from .results.result import DedupResult
 from .stages import Progress, StageLog, progress_display
 
 
@@ -120,16 +120,16 @@ def dedup(
         (``input.skipped_files``, with reasons in ``input.skipped_file_reasons``).
     work_dir: files only -- run in stages on Dask (its local scheduler, without client=,
         scheduler= or workers=) over one input file at a time, keeping each stage's results in
-        this directory (engine/disk.py), so that the corpus is never in memory as a whole; the
+        this directory (pipeline/disk.py), so that the corpus is never in memory as a whole; the
         result reads it (write it before the directory goes); resume=True goes on with the
         finished stages of an interrupted run there. A folder, or a URL on object storage
-        (engine/workdir.py).
+        (pipeline/workdir.py).
     shard_bytes: in a staged or Dask run, plain JSONL and Parquet files larger than this (bytes,
         or a size such as "256MB"; default 512 MiB) are cut into pieces of about this size
         (byte ranges at line ends, runs of row groups), each read by a task of its own. The
         results are those of the files read whole.
     client / scheduler / workers: run the staged job's signatures, candidates and verification
-        on a Dask cluster (engine/dask.py): a ``dask.distributed.Client``, a scheduler's
+        on a Dask cluster (pipeline/dask.py): a ``dask.distributed.Client``, a scheduler's
         address, or a local cluster of this many worker processes. The work directory (needed
         with client and scheduler; a temporary one otherwise) and the files must be visible to
         every worker at the same path or URL. The results are the single process's.
@@ -249,7 +249,7 @@ def corpus_result(corpus: Corpus, outcome: Outcome, restore: Callable[[np.ndarra
     """The result of the in-memory run over ``corpus``; restore(keep) gives the kept rows in the
     input's own type (to_corpus); store: the run's store when it holds rows besides the
     corpus's (a run against a persistent index: its ids, and how many rows lead); its report
-    counts by input and by group_field (engine/sourcecounts.py)."""
+    counts by input and by group_field (pipeline/sourcecounts.py)."""
     ids, indexed_rows = (corpus.ids, 0) if store is None else (store.ids, store.pinned)
     result = DedupResult._of(outcome, ids, corpus.table, restore, corpus.inputs, corpus.text_field, id_field,
                              corpus.skipped_records, on_error, indexed_rows=indexed_rows, sources=corpus.files,
@@ -274,8 +274,8 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     result holds none); found: the inputs' scan, where the caller made it; group_field: as
     staged_dedup takes it."""
     # (start-up: a run in memory loads none of the Dask runner)
-    from .engine.daskops import DaskExecutor
-    from .engine.daskops import clear_worker_caches, dask_client, in_temporary_work_dir
+    from .pipeline.daskops import DaskExecutor
+    from .pipeline.daskops import clear_worker_caches, dask_client, in_temporary_work_dir
 
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client=, scheduler= and workers=")
@@ -335,15 +335,15 @@ def files_only(data) -> ParameterError:
 def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,
                  id_field: Optional[str], on_error: str, progress: Progress, executor: Executor,
                  against=None, found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
-    """``dedup`` through a work directory (engine/disk.py), dask_dedup's; data: paths only;
-    executor: who runs the store's tasks (engine.daskops.DaskExecutor); against: a run against a persistent index
+    """``dedup`` through a work directory (pipeline/disk.py), dask_dedup's; data: paths only;
+    executor: who runs the store's tasks (pipeline.daskops.DaskExecutor); against: a run against a persistent index
     (index.against.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here); group_field: the column the report counts by, beside
-    the input files (engine/sourcecounts.py: a task per file, while the work directory is
+    the input files (pipeline/sourcecounts.py: a task per file, while the work directory is
     there)."""
-    from .engine.disk import WorkDirStore, fingerprint  # (start-up: loaded by a run with a work directory)
-    from .engine.workdir import WorkDir
-    from .engine.workfolders import clear_cache
+    from .pipeline.disk import WorkDirStore, fingerprint  # (start-up: loaded by a run with a work directory)
+    from .pipeline.workdir import WorkDir
+    from .pipeline.workfolders import clear_cache
 
     paths = [location_of(data)] if isinstance(data, (str, os.PathLike)) else data
     if not (isinstance(paths, (list, tuple)) and paths and all(is_path(p) for p in paths)):

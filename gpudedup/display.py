@@ -1,6 +1,6 @@
 """How results show themselves in a notebook and in a terminal: a DedupResult
 (``_repr_html_``: the run's counts as cards, then its largest clusters with the ids of their
-kept and removed documents, as the run counted them, engine/shown.py), a Report (the same
+kept and removed documents, as the run counted them, pipeline/shown.py), a Report (the same
 cards, the parameters in a line, the time) and an Index (its path, documents, size and
 parameters), each also as a few lines of text that fit a terminal. Small, self-contained HTML:
 no script, no external style. Nothing here imports the package: the objects are read by the

@@ -1,6 +1,6 @@
 """Where a run's document ids come from when its results name documents (result.py): an Arrow
 array held in memory (``ArrayIds``), or a staged run's shards, read when asked
-(engine/disk.py's ``ShardIds``), so that a run on a cluster never holds every id."""
+(pipeline/disk.py's ``ShardIds``), so that a run on a cluster never holds every id."""
 
 from __future__ import annotations
 

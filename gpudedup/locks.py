@@ -1,5 +1,5 @@
 """A lock file held by one process at a time: the index's writer lock (index/files.py) and a
-work directory's run lock (engine/workdir.py) are both this one, with their own words."""
+work directory's run lock (pipeline/workdir.py) are both this one, with their own words."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Connected components of verified pairs: in this process (cluster.component_roots, scipy)
-against a 2-worker Dask cluster (engine/components.py: a task per part of the pairs, then the
+against a 2-worker Dask cluster (pipeline/components.py: a task per part of the pairs, then the
 large-star / small-star shuffles), on the same synthetic graph in the same run; the two must
 give the same (docs, root).
 
@@ -66,7 +66,7 @@ def main() -> None:
     import distributed
 
     from gpudedup.core.cluster import component_roots
-    from gpudedup.engine.components import PAIRS_PER_PART, dask_component_labels
+    from gpudedup.pipeline.components import PAIRS_PER_PART, dask_component_labels
 
     per_part = args.pairs_per_part or PAIRS_PER_PART
     # The cluster first, so that its workers do not start from this process's memory.

@@ -88,7 +88,7 @@ from gpudedup.core.lsh import band_keys  # noqa: E402
 from gpudedup.core.normalize import (decode_utf8, host_tables, normalize_codepoints, tables_on,  # noqa: E402
                                 text_buffers)
 from gpudedup.params import DedupParams  # noqa: E402
-from gpudedup.engine.signatures import text_batches  # noqa: E402
+from gpudedup.pipeline.signatures import text_batches  # noqa: E402
 from gpudedup.core.shingling import ShingleBatch, ShingleSpec, base_powers, utf8_shingle_hashes  # noqa: E402
 
 GB = 1e9

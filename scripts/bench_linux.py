@@ -92,7 +92,7 @@ def shard_figures(work: Path, report: dict) -> dict:
     infos = [json.loads((s / "info.json").read_text()) for s in shards]
     spill = [sum(f.stat().st_size for f in s.iterdir()) for s in shards]
     text = [int(np.load(s / "text_bytes.npy").sum()) for s in shards]  # (per row since work-dir format 2)
-    # Each stage's pairs, in parts of the work directory (engine/pairparts.py's folders).
+    # Each stage's pairs, in parts of the work directory (pipeline/pairparts.py's folders).
     stages = {name: sum(f.stat().st_size for folder in folders for f in (work / "pairs" / folder).rglob("*")
                         if f.is_file())
               for name, folders in (("copies", ("copies", "groups")), ("candidates", ("likely",)),

@@ -22,7 +22,7 @@ carries across exec, so that a worker's would count the process that started it)
 The modes ``staged-s3`` and ``dask-s3`` keep the work directory on object storage: a moto
 server started here (``python -m moto.server``, the tests' S3-compatible server; its speed is
 not a real store's), the inputs and outputs local. For them ``cache_peak_mb`` is the largest
-the machine's cache of the work directory grew (engine/workdir.py; the client and both workers
+the machine's cache of the work directory grew (pipeline/workdir.py; the client and both workers
 share it here), sampled every 0.2 s.
 
     python scripts/bench_streaming.py --scales 1 4 16 --modes staged dask in-memory \

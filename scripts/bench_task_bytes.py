@@ -5,7 +5,7 @@ with the shards and tasks, not more).
 
 A stage whose every task carried the shard reader (a description of every shard) and the
 per-shard offsets would send bytes growing with the square of the shards; the stages send them
-to the workers once (engine/daskops.share). The reference is the run's own smallest scale:
+to the workers once (pipeline/daskops.share). The reference is the run's own smallest scale:
 bytes per shard that stay flat as the shards grow are linear.
 
     python scripts/bench_task_bytes.py --shards 100 400 --json bench_data/task_bytes.json

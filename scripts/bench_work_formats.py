@@ -1,14 +1,14 @@
 """The file formats of a work directory, each against the other choice, in the same run:
 
-- **a part of pairs** (engine/pairparts.py, engine/clusterparts.py): a million pairs (first,
+- **a part of pairs** (pipeline/pairparts.py, pipeline/clusterparts.py): a million pairs (first,
   second int64, ascending; jaccard float64) written and read as three .npy files, as a Parquet
   file with pyarrow's defaults, and as the Parquet file the work directory writes
   (workdir.PART_OPTIONS: no dictionary, no compression);
-- **signature rows read by row** (the signature filter, engine/shards.py): the rows of the
+- **signature rows read by row** (the signature filter, pipeline/shards.py): the rows of the
   documents of some pairs, ascending, gathered from a shard's memory-mapped signatures.npy,
   against a Parquet file of the same signatures (a fixed-size list column, row groups of 65,536
   rows) whose row groups that hold the rows are read;
-- **shingle sets read by row** (exact verification, engine/shards.spilled_sets): the sets of
+- **shingle sets read by row** (exact verification, pipeline/shards.spilled_sets): the sets of
   some documents of a shard's spill, gathered from its memory-mapped columns.npy by its
   offsets.npy, against a Parquet file of the same sets (a list column, row groups of 65,536
   rows) whose row groups that hold the rows are read;
@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from bench_results import record
 
-from gpudedup.engine.workdir import PART_OPTIONS
+from gpudedup.pipeline.workdir import PART_OPTIONS
 
 ROW_GROUP = 65_536
 

@@ -526,7 +526,7 @@ worker, so the bytes grow with the shards rather than with their square."""),
 pairs (small clusters of 2-5 documents as pairs to their first, one in fifty a chain of 20-200,
 edges in random order) and finds its connected components in the process
 (`cluster.component_roots`, scipy) and on a local cluster of two worker processes of one thread
-(`engine/components.py`: one task where the pairs fit one part, else rounds of shuffles), and
+(`pipeline/components.py`: one task where the pairs fit one part, else rounds of shuffles), and
 checks that both give the same components."""),
     ("copies.json", "Many identical copies", """\
 `scripts/bench_copies.py` runs the job in memory, each case in a process of its own, on

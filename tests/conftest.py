@@ -174,7 +174,7 @@ def output_names():
 # before the test ends); and after
 # every test, and again at the end of the session, pytest's temporary directories are searched
 # for output directories not checked yet (CLI runs in subprocesses, module- and session-scoped
-# fixtures, results made by the engine's internal functions and then written).
+# fixtures, results made by the pipeline's internal functions and then written).
 
 CONSERVATION_FAILURES: list[str] = []
 _checked_reports: dict[str, tuple] = {}  # report.json path -> (inode, mtime, size) when checked
@@ -275,22 +275,22 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
     import gpudedup
     import gpudedup.api
-    import gpudedup.result
+    import gpudedup.results.result
 
     _originals["dedup"] = gpudedup.api.dedup
-    _originals["write"] = gpudedup.result.DedupResult._write
+    _originals["write"] = gpudedup.results.result.DedupResult._write
     gpudedup.api.dedup = gpudedup.dedup = _checked_dedup(_originals["dedup"])
-    gpudedup.result.DedupResult._write = _checked_write(_originals["write"])
+    gpudedup.results.result.DedupResult._write = _checked_write(_originals["write"])
 
 
 def pytest_unconfigure(config):
     if _originals:
         import gpudedup
         import gpudedup.api
-        import gpudedup.result
+        import gpudedup.results.result
 
         gpudedup.api.dedup = gpudedup.dedup = _originals["dedup"]
-        gpudedup.result.DedupResult._write = _originals["write"]
+        gpudedup.results.result.DedupResult._write = _originals["write"]
 
 
 def _is_run_report(report: Path) -> bool:

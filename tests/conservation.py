@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 import oracles
 from output_support import kept_files, read_clusters
-from gpudedup.report import IN_MEMORY_FORMATS
+from gpudedup.pipeline.report import IN_MEMORY_FORMATS
 
 # Unicode's White_Space property (the oracles' list), which DESIGN.md's normalisation collapses
 # and strips: a document of only these (or a null text) has no shingles, an "empty document".

@@ -166,7 +166,7 @@ def serve() -> None:
     # computed here: a fork copies only the calling thread.
     import gpudedup.api  # noqa: F401
     import gpudedup.cli  # noqa: F401
-    import gpudedup.html_report  # noqa: F401
+    import gpudedup.results.html_report  # noqa: F401
     import gpudedup.index  # noqa: F401
     import gpudedup.interrupts  # noqa: F401
 

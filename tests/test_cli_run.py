@@ -228,12 +228,12 @@ def test_failed_write_leaves_no_temporary_directory_and_old_output(happy, monkey
     (out / ".gpudedup-output").write_text('{"written_by": "gpudedup"}')  # an output of ours
     before = tree_snapshot(out)
 
-    import gpudedup.result
+    import gpudedup.results.result
 
     def broken(table, path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(gpudedup.result, "write_parquet", broken)
+    monkeypatch.setattr(gpudedup.results.result, "write_parquet", broken)
     result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--overwrite")
     assert result.exit_code != 0
     assert tree_snapshot(out) == before

@@ -19,7 +19,7 @@ import pytest
 import gpudedup
 
 # Imported only by a command that runs (dedup, params, evaluate, demo), never at start-up.
-HEAVY = ("numpy", "pyarrow", "scipy", "pandas", "matplotlib", "cupy", "dask", "gpudedup.api", "gpudedup.engine")
+HEAVY = ("numpy", "pyarrow", "scipy", "pandas", "matplotlib", "cupy", "dask", "gpudedup.api", "gpudedup.pipeline")
 
 LOADED_HEAVY = (
     "import json, sys\n"
@@ -104,19 +104,19 @@ def names_taken_from_the_package(source: str, depth: int) -> list[str]:
 
 def test_the_package_scan_sees_its_modules():
     names = {path.relative_to(Path(gpudedup.__file__).parent).as_posix() for path in package_modules()}
-    assert {"cli/__init__.py", "version.py", "engine/job.py", "core/lsh.py"} <= names
+    assert {"cli/__init__.py", "version.py", "pipeline/job.py", "core/lsh.py"} <= names
 
 
 @pytest.mark.parametrize("path", package_modules(),
                          ids=lambda path: path.relative_to(Path(gpudedup.__file__).parent).as_posix())
 def test_no_module_imports_a_name_from_the_package_init(path):
-    depth = len(path.relative_to(Path(gpudedup.__file__).parent).parts) - 1  # 1 inside gpudedup/engine/
+    depth = len(path.relative_to(Path(gpudedup.__file__).parent).parts) - 1  # 1 inside gpudedup/pipeline/
     assert names_taken_from_the_package(path.read_text(), depth) == []
 
 
 def test_the_scan_finds_names_taken_from_the_package_init():
     """The scan itself, on planted sources: the version through the package is found, modules are not."""
-    assert names_taken_from_the_package("from . import __version__, plots\nfrom .version import x\n", 0) \
+    assert names_taken_from_the_package("from . import __version__, display\nfrom .version import x\n", 0) \
         == ["__version__"]
     assert names_taken_from_the_package("from .. import __version__, version\nfrom . import job\n", 1) \
         == ["__version__"]

@@ -1,4 +1,4 @@
-"""The clusters decided and kept by a cluster's tasks (engine/clusterparts.py) against the
+"""The clusters decided and kept by a cluster's tasks (pipeline/clusterparts.py) against the
 single process's decision (cluster.clusters_of_roots over the union-find oracle's roots of
 tests/oracles.py): the same documents, numbers and kept documents, whatever the number of
 ranges the rows are cut into, for both keep policies and a persistent index's pinned rows."""
@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpudedup.core.cluster import clusters_of_roots, kept_documents, listed_members
-from gpudedup.engine.clusterparts import ClusterParts, clusters_table, dask_clusters, range_starts
+from gpudedup.pipeline.clusterparts import ClusterParts, clusters_table, dask_clusters, range_starts
 from gpudedup.ids import ArrayIds
-from gpudedup.tables import NamedRows, clusters_parts, whole_table
-from gpudedup.engine.components import dask_component_labels
-from gpudedup.engine.heldclusters import HeldClusters
-from gpudedup.engine.removedrows import PartsRemoved
+from gpudedup.pipeline.tables import NamedRows, clusters_parts, whole_table
+from gpudedup.pipeline.components import dask_component_labels
+from gpudedup.pipeline.heldclusters import HeldClusters
+from gpudedup.pipeline.removedrows import PartsRemoved
 from test_components import oracle_roots, random_pairs
 
 

@@ -1,4 +1,4 @@
-"""Connected components on a Dask cluster (engine/components.py) against the union-find oracle
+"""Connected components on a Dask cluster (pipeline/components.py) against the union-find oracle
 of tests/oracles.py, with parts small enough that the large-star / small-star rounds run (a few
 parts: every round is a shuffle): long paths in shuffled order (the slowest to converge),
 random sparse graphs, stars, and one part."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpudedup.core.cluster import clusters_of_roots, component_roots
-from gpudedup.engine.components import dask_component_labels
+from gpudedup.pipeline.components import dask_component_labels
 from oracles import oracle_clusters
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
@@ -110,12 +110,12 @@ def test_one_part_and_no_pairs(client):
 
 
 def test_pairs_in_parts_of_a_work_directory_are_read_by_the_tasks(client, tmp_path):
-    """A cluster's verified pairs lie in parts of the work directory (engine/pairparts.py):
+    """A cluster's verified pairs lie in parts of the work directory (pipeline/pairparts.py):
     the tasks read them there, grouped by their sizes into parts of at most pairs_per_part
     (with the pairs the client holds, the identical copies, in the first), and the components
     are the oracle's of all the pairs, in one task and over rounds. Empty parts are left out."""
-    from gpudedup.engine.components import edge_sources
-    from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
+    from gpudedup.pipeline.components import edge_sources
+    from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
 
     rng = np.random.default_rng(11)
     first, second = random_pairs(rng, 900, 700)
@@ -152,7 +152,7 @@ def test_the_pairs_one_task_takes_are_dask_s_setting():
     setting that is no positive integer is refused naming it."""
     import dask
 
-    from gpudedup.engine.components import PAIRS_PER_PART, pairs_per_part
+    from gpudedup.pipeline.components import PAIRS_PER_PART, pairs_per_part
     from gpudedup.errors import ParameterError
 
     assert pairs_per_part() == PAIRS_PER_PART

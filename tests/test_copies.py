@@ -17,7 +17,7 @@ from gpudedup.core.copies import first_copies, identical_copies, implied_pairs, 
 from gpudedup.evaluate import Setting, evaluate
 from gpudedup.core.hashing import draw_permutations
 from gpudedup.params import DedupParams
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from gpudedup.backends.numpy_backend import NumpyBackend
 from gpudedup.core.shingling import ShingleSpec
 
@@ -191,7 +191,7 @@ def test_every_store_hashes_equal_rows_alike(tmp_path, monkeypatch):
     share a hash, and different rows of this sample do not. (A run with a work directory groups
     its copies by Dask's shuffle on the row hashes: tests/test_dask.py.)"""
     from cli_support import write_jsonl
-    from gpudedup.engine import local
+    from gpudedup.pipeline import local
     from gpudedup.index import Index
 
     seen = []

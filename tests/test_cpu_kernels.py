@@ -331,7 +331,7 @@ def test_without_numba_the_backend_runs_the_numpy_reference(monkeypatch):
 
 def test_importing_gpudedup_and_its_backends_does_not_import_numba():
     code = ("import sys, gpudedup, gpudedup.backends, gpudedup.backends.numpy_backend, gpudedup.core.shingling, "
-            "gpudedup.core.verify, gpudedup.engine.job\n"
+            "gpudedup.core.verify, gpudedup.pipeline.job\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m.endswith('_kernels')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""The Dask run (engine/dask.py): a LocalCluster of two worker processes gives the output of the
+"""The Dask run (pipeline/dask.py): a LocalCluster of two worker processes gives the output of the
 single-process run, byte for byte, through the API (a Client, a scheduler address, or
 workers=2) and the CLI; a work directory moves between single-process and Dask runs; errors
 and interrupts end a workers run with one line."""
@@ -115,7 +115,7 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
     report.html's count of the pairs inside its largest clusters take their shuffles at any
     size. report.html's clusters are one process's, the client never reading every member of
     them (ClusterParts.members refused here)."""
-    from gpudedup.engine import clusterparts
+    from gpudedup.pipeline import clusterparts
 
     monkeypatch.setenv("GPUDEDUP_PART_ROWS", "5")
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
@@ -145,7 +145,7 @@ def pairs_a_part(count: Optional[int]):
     default)."""
     import dask
 
-    from gpudedup.engine.components import PAIRS_PER_PART_SETTING
+    from gpudedup.pipeline.components import PAIRS_PER_PART_SETTING
 
     return contextlib.nullcontext() if count is None else dask.config.set({PAIRS_PER_PART_SETTING: count})
 
@@ -162,12 +162,12 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     """On a cluster the client neither filters candidate pairs by their signatures, nor groups
     documents by their row hashes, nor finds the connected components and the clusters: tasks
     do these, reading signatures and hashes from the work directory, the components in parts
-    of a few pairs (so that the rounds of engine/components.py run), the clusters by
-    engine/clusterparts.py. Counted in the client: its in-process filter, grouping and
+    of a few pairs (so that the rounds of pipeline/components.py run), the clusters by
+    pipeline/clusterparts.py. Counted in the client: its in-process filter, grouping and
     clusters are made to fail, and its signature gatherer hands out no row; the results
     (identical copies among them) are the single process's."""
-    from gpudedup.engine import disk
-    from gpudedup.engine.local import HeldStages
+    from gpudedup.pipeline import disk
+    from gpudedup.pipeline.local import HeldStages
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
 
@@ -194,14 +194,14 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
 def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, corpus, tmp_path, monkeypatch):
     """The candidate pairs stay on the workers: two shuffles find them, keep each once and
     filter them by their signatures, and each partition's pairs that pass are a part in the
-    work directory (engine/pairparts.py); their documents' sets are spilled by a shuffle on the
+    work directory (pipeline/pairparts.py); their documents' sets are spilled by a shuffle on the
     shard, and a task per part verifies it into a part of verified pairs. Counted in the
     client: it turns no place into a row, checks no pair, and reads no part but the verified
     ones where a notebook asks for the pairs: the components, the pairs table and the report's
     figure and clusters are made by tasks; the candidates' count (each pair once, though found
     in several bands and partitions), the checked pairs' count, the outputs (report.html's
     clusters included) and the results are the single process's."""
-    from gpudedup.engine import pairparts
+    from gpudedup.pipeline import pairparts
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
     read: list[str] = []
@@ -232,7 +232,7 @@ def test_the_client_sends_no_array_inside_its_messages(client, tmp_path, monkeyp
     by default), so an array sent inside a task's message would stay in its memory after the
     task is done, and a task graph of a document's worth of arrays per shard grows past
     distributed's warning size. A run sends the arrays of its tasks (a shard's rows, mask or
-    pairs) to the workers apart (engine/daskops.py arrays_sent), and its messages carry
+    pairs) to the workers apart (pipeline/daskops.py arrays_sent), and its messages carry
     references. Counted in every message the client sends the scheduler during a run and the
     writing of its result, over 1,000 and 4,000 documents that are all in clusters: the arrays
     in its messages (pickle's out-of-band buffers: the task graphs' empty metas and per-shard
@@ -268,7 +268,7 @@ def test_the_client_sends_no_array_inside_its_messages(client, tmp_path, monkeyp
 
 
 def test_a_run_leaves_nothing_on_the_cluster(client, corpus, tmp_path):
-    """What a run sends to the workers apart from its tasks (engine/daskops.py share and
+    """What a run sends to the workers apart from its tasks (pipeline/daskops.py share and
     arrays_sent) and what it persists (the sorted pairs it writes) is released when the run is
     done, on a client made as docs/scale.md says (no log of its last messages, whose graphs
     would name them): no value is left on a long-lived cluster. Counted on the scheduler after
@@ -296,8 +296,8 @@ def test_tasks_get_what_they_share_once_and_their_own_arrays_apart(client):
     the tasks get the values."""
     from distributed import Future
 
-    from gpudedup.engine.daskops import DaskExecutor
-    from gpudedup.engine.daskops import arrays_sent
+    from gpudedup.pipeline.daskops import DaskExecutor
+    from gpudedup.pipeline.daskops import arrays_sent
 
     executor = DaskExecutor(client)
     reader, alone = {"shards": list(range(100))}, {"only": "one task"}
@@ -321,7 +321,7 @@ def test_a_failing_map_raises_the_first_error_of_ours_in_input_order_else_one_cl
     """DaskExecutor.map: where tasks raise errors of ours, the first task's in input order
     (as one process running them in order meets it), whichever the cluster reported first;
     any other failure is one ClusterError that names the stage and says to resume."""
-    from gpudedup.engine.daskops import DaskExecutor, in_temporary_work_dir
+    from gpudedup.pipeline.daskops import DaskExecutor, in_temporary_work_dir
     from gpudedup.errors import ClusterError
 
     executor = DaskExecutor(client)
@@ -348,7 +348,7 @@ def test_what_the_tasks_carry_grows_with_the_shards_not_their_square(client, tmp
     """Every task of a stage shares the shard reader (a description of every shard) and the
     per-shard offsets: sent inside each task, the bytes of the tasks grew with the square of
     the shards (for 100 and 400 shards of 20 documents, the client sent the scheduler 2.25 and
-    37 MB, and the scheduler the workers 3.9 and 44 MB). They are sent once (engine/dask.py
+    37 MB, and the scheduler the workers 3.9 and 44 MB). They are sent once (pipeline/dask.py
     share). Counted: the bytes of every message the client sends the scheduler, and the
     scheduler the workers, in a run over 12 and over 48 files of the same documents; four times
     the shards may cost at most five times the bytes. Measured before: 172 KB to 1.58 MB to the
@@ -404,7 +404,8 @@ def buffers_at_stages(client, monkeypatch, corpus: Path, work: Path, out: Path) 
     the suite's own checks read the kept rows): (result, {stage: bytes})."""
     import tracemalloc
 
-    from gpudedup import result as result_module, stages
+    from gpudedup import stages
+    from gpudedup.results import result as result_module
 
     seen: list[tuple[str, int]] = []
     write = result_module.write_outputs
@@ -483,11 +484,11 @@ def clustered_corpus(root: Path, documents: int, files: int = 8, identical: bool
 @pytest.mark.timeout(180)  # three runs, two under tracemalloc
 @pytest.mark.parametrize("identical", [False, True], ids=["near", "identical"])
 def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monkeypatch, identical):
-    """The clusters of a Dask run are decided and kept by its tasks (engine/clusterparts.py):
+    """The clusters of a Dask run are decided and kept by its tasks (pipeline/clusterparts.py):
     the client holds counts per part, not the documents in clusters, their numbers, ids or
     which are kept; the tasks that write the kept rows read which rows are removed from the
     parts (keptrows.DroppedRows), and the pairs and clusters tables are named and written by tasks.
-    Nor, where the pairs are identical copies, the copies (engine/copyparts.py: grouped,
+    Nor, where the pairs are identical copies, the copies (pipeline/copyparts.py: grouped,
     checked and kept as parts by tasks; their places reach the candidates' shard tasks by
     tasks). Counted with tracemalloc as each stage starts and after the output is written, in
     runs of 2,000 and 6,000 documents that are all in clusters (after a first run, unmeasured):
@@ -495,7 +496,7 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
     would be 17 bytes per clustered document, the removed rows 8 per removed one, and the ids
     and their ranks for the tables more; the copies 32 bytes per copy from the candidates stage
     on). The outputs are the single process's."""
-    from gpudedup.engine import keptrows
+    from gpudedup.pipeline import keptrows
 
     found_by_tasks: list[int] = []
     find = keptrows.DroppedRows.of
@@ -547,7 +548,7 @@ def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, 
     does. The ids are checked on the workers (a shuffle on their hashes): the client's own
     check is made to fail, as is reading every id for the results (pairs and clusters take
     the ids of their documents only)."""
-    from gpudedup.engine import disk
+    from gpudedup.pipeline import disk
     from gpudedup.io import rules
 
     corpus = rules_corpus(tmp_path)
@@ -691,7 +692,7 @@ def shard_markers(work: Path) -> dict[str, int]:
 @pytest.mark.parametrize("pairs_per_part", [None, 5])
 def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(client, tmp_path, monkeypatch,
                                                                           pairs_per_part):
-    """The identical copies on a cluster (engine/copyparts.py): grouped by a shuffle on the row
+    """The identical copies on a cluster (pipeline/copyparts.py): grouped by a shuffle on the row
     hash, checked by a task per part of groups (in batches of a few documents; a member whose
     signature agrees by chance is no copy), kept as parts, and left out of LSH by their
     places, which reach the shards' tasks by ranges of shards, moved by Dask's set_index; the
@@ -860,14 +861,14 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     empty part, as one process writes)."""
     import pyarrow.compute as pc
 
-    from gpudedup.engine.clusterparts import dask_clusters
-    from gpudedup.engine.components import dask_component_labels
-    from gpudedup.engine.dask import write_pairs_by_tasks
-    from gpudedup.engine.daskops import DaskExecutor
-    from gpudedup.engine.pairs import VerifiedPairs
-    from gpudedup.engine.pairparts import VERIFIED, PairParts, write_part
+    from gpudedup.pipeline.clusterparts import dask_clusters
+    from gpudedup.pipeline.components import dask_component_labels
+    from gpudedup.pipeline.dask import write_pairs_by_tasks
+    from gpudedup.pipeline.daskops import DaskExecutor
+    from gpudedup.pipeline.pairs import VerifiedPairs
+    from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
     from gpudedup.io.write import write_parquet
-    from gpudedup.tables import NamedRows, pairs_parts
+    from gpudedup.pipeline.tables import NamedRows, pairs_parts
     from test_clusterparts import HeldLengths
 
     monkeypatch.setenv("GPUDEDUP_PART_ROWS", "7")
@@ -918,7 +919,7 @@ def test_a_partitions_candidate_codes_are_every_bands_bucket_pairs(bands, thread
     in document order within the window gives (written here from Python dicts)."""
     import pandas as pd
 
-    from gpudedup.engine.dask import bucket_pair_codes
+    from gpudedup.pipeline.dask import bucket_pair_codes
 
     rng = np.random.default_rng(threads)
     window, span, documents = 3, np.uint64(1000), 400

@@ -17,7 +17,7 @@ import gpudedup
 from gpudedup.api import corpus_result
 from gpudedup.io.python_inputs import to_corpus
 from gpudedup.params import DedupParams
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from output_support import result_bytes
 
 @pytest.fixture(scope="module")

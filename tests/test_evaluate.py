@@ -19,7 +19,7 @@ import pytest
 from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.errors import ParameterError
-from gpudedup import plots
+from gpudedup.results import plots
 from gpudedup.evaluate import (
     CSV_FIELDS,
     FIGURE,
@@ -41,7 +41,7 @@ from gpudedup.evaluate import (
 )
 from gpudedup.io.read import read_corpus
 from gpudedup.core.shingling import ShingleSpec
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from conservation import read_file_records
 from oracles import is_similar, oracle_banding, s_curve, shingle_set, similar_pairs, similar_pairs_matrix
 

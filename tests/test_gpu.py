@@ -18,7 +18,7 @@ from gpudedup.core.hashing import draw_permutations
 from gpudedup.core.lsh import Banding, candidate_pairs
 from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from gpudedup.core.shingling import ShingleSpec
 from test_streaming import write_shards
 

@@ -20,7 +20,8 @@ from gpudedup.core.shingling import ShingleSpec
 
 import gpudedup
 from gpudedup.core.lsh import collision_probability, steepest_similarity
-from gpudedup import html_report, plots, svg_figures
+from gpudedup.pipeline.shown import verified_edges, verified_histogram
+from gpudedup.results import html_report, plots, svg_figures
 from conservation import check_output_dir
 
 SAMPLE = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
@@ -201,13 +202,13 @@ def test_svg_figures_are_well_formed_and_drawn_to_scale():
             assert s[i] == pytest.approx(at, abs=1e-3)
             assert p[i] == pytest.approx(float(collision_probability(at, bands, rows)), abs=1e-3)
         assert len(svg_elements(svg, "line", "data-mark", "threshold")) == (threshold is not None)
-    # The histogram: one bar per non-empty bin of plots.verified_histogram, in order, each as
+    # The histogram: one bar per non-empty bin of verified_histogram, in order, each as
     # high as its count on the axis (linear: proportional; log: the log of the count, from 0.7).
     rng = np.random.default_rng(3)
     jaccard = np.concatenate([rng.random(4000), np.full(30, 0.97), np.full(7, 1.0)])
     for log in (False, True):
         svg = svg_figures.candidates_histogram_of(jaccard, 16, 6, 0.8, log=log)
-        counts = plots.verified_histogram(jaccard, 0.8)
+        counts = verified_histogram(jaccard, 0.8)
         bars = svg_elements(svg, "rect", "data-count")
         assert [int(bar.get("data-count")) for bar in bars] == counts[counts > 0].tolist()
         heights = np.array([float(bar.get("height")) for bar in bars])
@@ -237,7 +238,7 @@ def test_render_from_a_notebook_result_without_write():
 
 
 def test_importing_gpudedup_does_not_import_matplotlib():
-    code = ("import sys, gpudedup, gpudedup.plots, gpudedup.html_report, gpudedup.svg_figures; "
+    code = ("import sys, gpudedup, gpudedup.results.plots, gpudedup.results.html_report, gpudedup.results.svg_figures; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=25)
 
@@ -276,7 +277,7 @@ def test_steepest_point_and_histogram_edges():
         slope = np.gradient(gpudedup.collision_probability(s, bands, rows), s)
         assert steepest_similarity(bands, rows) == pytest.approx(s[np.argmax(slope)], abs=1e-3)
     for threshold in (0.8, 0.75, 0.5, 0.01, 0.999, 1.0):
-        edges = plots.verified_edges(threshold)
+        edges = verified_edges(threshold)
         assert edges[0] == threshold and edges[-1] >= 1.0 and np.all(np.diff(edges) > 0)
         assert np.diff(edges).max() < 0.03
 

@@ -1,4 +1,4 @@
-"""The ids of a staged run stay in its shards (engine/disk.py's ShardIds, ids.py) and are
+"""The ids of a staged run stay in its shards (pipeline/disk.py's ShardIds, ids.py) and are
 checked without holding them (disk.repeated_shard_ids: hashes first, exact values only for
 rows whose hashes collide). Oracles: Python's Counter for shared hashes, the in-memory run
 (Arrow's dictionary encoding over every id) for the rules' decisions and messages."""
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
-from gpudedup.engine.pairs import rows_sharing_hash
+from gpudedup.pipeline.pairs import rows_sharing_hash
 from gpudedup.errors import InputError
 from test_api import write_jsonl
 from test_streaming import assert_same_results, make_texts, rules_corpus

@@ -21,7 +21,7 @@ import gpudedup
 from gpudedup.cli import app
 from gpudedup.io.pieces import Piece
 from gpudedup.io.stamps import FileStamp, change, check_unchanged, content_digest, read_stamp
-from gpudedup.result import DedupResult
+from gpudedup.results.result import DedupResult
 
 from cli_support import assert_user_error, leftovers
 from output_support import kept_lines
@@ -274,7 +274,7 @@ def test_a_planned_piece_gone_before_its_read_is_a_change_said_in_one_line(tmp_p
     """A shard about to read a Parquet piece that its file no longer holds (the file rewritten
     with fewer row groups after the run cut it, at the same size and time, as before a
     --resume): the stamp taken before the read says the file changed, naming it."""
-    from gpudedup.engine.shardreader import ShardReader
+    from gpudedup.pipeline.shardreader import ShardReader
     from gpudedup.io.pieces import Shard
 
     path = tmp_path / "b.parquet"

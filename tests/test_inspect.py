@@ -1,4 +1,4 @@
-"""The inspection helpers of a result (gpudedup/inspection.py): ``cluster``, ``pair`` and
+"""The inspection helpers of a result (gpudedup/results/inspection.py): ``cluster``, ``pair`` and
 ``removed_rows`` against the result's own clusters and pairs tables, the texts given and an
 exact Jaccard of Python sets of shingles (tests/oracles.py), for in-memory inputs of several
 types and for a run through a work directory; the displays of a Report and an Index; and the
@@ -17,7 +17,7 @@ import pytest
 
 import gpudedup
 from gpudedup.errors import ParameterError
-from gpudedup.inspection import MEMBERS_SHOWN
+from gpudedup.results.inspection import MEMBERS_SHOWN
 from gpudedup.stages import NotebookTextProgress, Progress, RichProgress, progress_display
 
 from oracles import jaccard, shingle_set

@@ -60,7 +60,7 @@ if os.environ.get("TEST_SLOW_TIMER"):  # as under heavy load: the main thread ge
             self.finished.wait()
     threading.Timer = SlowStart
 if hook == "__del__":  # a signal handled inside a __del__ (as the first file is written)
-    import gpudedup.result as api  # the module that writes a run's files
+    import gpudedup.results.result as api  # the module that writes a run's files
     class Dropped:
         def __del__(self):
             os.kill(os.getpid(), getattr(signal, hook_signal))
@@ -102,7 +102,7 @@ elif hook == "exit_entry":  # the signal is handled as the command ends (its las
             os.kill(os.getpid(), getattr(signal, hook_signal))
     sys.setprofile(profile)
 elif hook:  # the run sends itself a signal at a chosen point of the write
-    import gpudedup.result as api, gpudedup.io.commit as commit  # result.py writes a run's files
+    import gpudedup.results.result as api, gpudedup.io.commit as commit  # result.py writes a run's files
     module = api if hook == "write_json" else commit
     real = getattr(module, hook)
     def signalling(*args, **kwargs):

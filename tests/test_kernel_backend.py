@@ -31,7 +31,7 @@ from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.core.lsh import Banding, candidate_pairs
 from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from gpudedup.core.shingling import ShingleBatch, ShingleSpec, hashes_to_columns, unique_per_row
 from gpudedup.core.verify import document_sets, pair_jaccard, rows_are_sets, set_columns
 

@@ -28,7 +28,7 @@ import gpudedup
 from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from gpudedup.evaluate import Setting, evaluate
 from gpudedup.core.normalize import text_buffers
 from gpudedup.params import DedupParams
@@ -194,7 +194,7 @@ def test_batch_scopes_hand_off_before_their_arrays_are_used_elsewhere(records):
     scope ends: before the main thread uses its arrays."""
     from cupy_like import get_current_stream, recording
 
-    from gpudedup.engine.signatures import text_batches
+    from gpudedup.pipeline.signatures import text_batches
     from gpudedup.threads import map_parallel
     from gpudedup.core.hashing import draw_permutations
     from gpudedup.core.lsh import Banding

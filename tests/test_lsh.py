@@ -170,7 +170,7 @@ def test_bucket_pairs_match_oracle(seed, window):
 @pytest.mark.parametrize("window", [1, 2, 5, 1000])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_candidate_pairs_match_oracle(seed, window, threads):
-    # threads: the bands on a thread pool, as the engine runs them on the host (bands finish
+    # threads: the bands on a thread pool, as the pipeline runs them on the host (bands finish
     # in any order; the map keeps theirs).
     rng = np.random.default_rng(100 + seed)
     n = int(rng.integers(0, 120))

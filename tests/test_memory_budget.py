@@ -108,7 +108,7 @@ def test_the_signature_pass_of_a_small_corpus_charges_its_text_not_full_batches(
     fills, so that a small corpus fits a budget that parallel_batches full batches would not."""
     from gpudedup.backends import get_backend
     from gpudedup.core.lsh import Banding
-    from gpudedup.engine.signatures import HOST_BYTES_PER_BATCH_BYTE, batch_bytes, signature_pass_need
+    from gpudedup.pipeline.signatures import HOST_BYTES_PER_BATCH_BYTE, batch_bytes, signature_pass_need
     from gpudedup.params import DedupParams
 
     backend, params, banding = get_backend("cpu"), DedupParams(), Banding(16, 6, "")
@@ -135,7 +135,7 @@ def test_the_batches_in_flight_of_a_small_shard_are_its_text_at_most(inputs):
     parallel_batches full batches, so that a small --shard-bytes fits a --max-memory that full
     batches would not."""
     from gpudedup.backends import get_backend
-    from gpudedup.engine.signatures import HOST_BYTES_PER_BATCH_BYTE, batches_in_flight_bytes
+    from gpudedup.pipeline.signatures import HOST_BYTES_PER_BATCH_BYTE, batches_in_flight_bytes
     from gpudedup.io.pieces import Piece
     from gpudedup.io.sizes import file_read_bytes, shard_read_bytes
 

@@ -27,9 +27,9 @@ import gpudedup
 from cli_support import assert_user_error, invoke, write_jsonl
 from gpudedup.io import credentials, filesystems, outputdir, remote_output, storage
 from gpudedup.io.ours import OUTPUT_MARKER
-from gpudedup.engine.disk import WORK_DIR_FORMAT
-from gpudedup.engine.manifest import FORMAT_KEY
-from gpudedup.engine.workfolders import MARKER, TEMPORARY_PREFIX
+from gpudedup.pipeline.disk import WORK_DIR_FORMAT
+from gpudedup.pipeline.manifest import FORMAT_KEY
+from gpudedup.pipeline.workfolders import MARKER, TEMPORARY_PREFIX
 from gpudedup.io.staging import host_tag, remote_staging
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
@@ -589,7 +589,7 @@ def test_secrets_in_a_url_are_never_shown():
 def test_a_work_directory_url_with_credentials_is_shown_without_them(s3, monkeypatch, tmp_path):
     """A work directory named with its credentials (s3://KEY:SECRET@bucket/...) is reported,
     and named in messages, without them."""
-    from gpudedup.engine.workdir import WorkDir
+    from gpudedup.pipeline.workdir import WorkDir
 
     monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
     endpoint = os.environ["AWS_ENDPOINT_URL"]
@@ -712,7 +712,7 @@ def test_an_add_with_its_work_directory_in_the_bucket_is_the_add_in_memory(corpu
     assert indexes["staged"].info()["documents"] == indexes["memory"].info()["documents"]
 
 
-# --- the work directory on object storage (engine/workdir.py's BucketFolder) -----------------
+# --- the work directory on object storage (pipeline/workdir.py's BucketFolder) -----------------
 
 
 def put(url: str, data: bytes) -> None:
@@ -731,7 +731,7 @@ def units_under(url: str) -> dict[str, dict]:
 
 def counting_signs(monkeypatch) -> list[int]:
     """The shards signed from now on (the in-process run calls disk.sign_shard once per shard)."""
-    from gpudedup.engine import disk
+    from gpudedup.pipeline import disk
 
     signed: list[int] = []
     sign = disk.sign_shard
@@ -781,7 +781,7 @@ def test_the_client_asks_the_bucket_about_many_shards_side_by_side(corpus, monke
     """Whether each shard is signed, and each shard's small files (info.json, the columns'
     schema, the line numbers): asked one after the other, a request per shard takes hours at
     160,000 shards (at 10-20 ms a request on S3). The client asks them side by side
-    (engine/workdir.py REQUEST_THREADS). Counted: the requests in flight at once (each held 20
+    (pipeline/workdir.py REQUEST_THREADS). Counted: the requests in flight at once (each held 20
     ms here so that side by side shows), which were never more than one before; the results
     are the local run's."""
     import threading
@@ -842,7 +842,7 @@ def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, 
     """Each process reads a unit's files through its cache, under the token of the unit's
     marker: a unit removed and written again by another process is read anew, and a file
     shorter than its marker says is refused, not cached."""
-    from gpudedup.engine.workdir import WorkDir
+    from gpudedup.pipeline.workdir import WorkDir
 
     monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
     url = f"s3://{BUCKET}/work-units"
@@ -876,7 +876,7 @@ def run_fingerprint(run: int) -> dict:
     ("foreign", False, "not a gpudedup work directory (no manifest.json) and not empty"),
 ])
 def test_a_work_directory_in_the_bucket_is_checked_like_a_folder(s3, tmp_path, state, resume, message):
-    from gpudedup.engine.workdir import WorkDir
+    from gpudedup.pipeline.workdir import WorkDir
 
     url = f"s3://{BUCKET}/work-checked-{state}"
     if state == "foreign":

@@ -208,7 +208,7 @@ def test_a_piece_that_fails_when_its_kept_rows_are_read_again_is_one_line(tmp_pa
     network timeout, a file gone) is that failure, one InputError, under either on_error: not
     the signature pass's signal to read the file whole, which nothing after it catches (a
     traceback), nor an empty piece whose kept rows go missing."""
-    import gpudedup.engine.shardreader as shardreader
+    import gpudedup.pipeline.shardreader as shardreader
 
     lines = [json.dumps({"id": f"d{i}", "text": f"text number {i} " * 8}) for i in range(600)]
     path = tmp_path / "in" / "f.jsonl"

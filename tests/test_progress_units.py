@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpudedup.backends import get_backend
-from gpudedup.engine.job import run_job
-from gpudedup.engine.memory import KEPT_SETS_BYTES, MemoryStore
+from gpudedup.pipeline.job import run_job
+from gpudedup.pipeline.memory import KEPT_SETS_BYTES, MemoryStore
 from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.params import DedupParams
 from gpudedup.stages import NotebookTextProgress, Progress

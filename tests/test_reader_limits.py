@@ -71,7 +71,7 @@ def test_a_file_of_2555475_records_without_ids_is_read_in_memory_and_staged(many
     assert corpus.num_rows == RECORDS and isinstance(corpus.ids, pa.StringArray)
     assert corpus.ids[RECORDS - 1].as_py() == f"{many_tiny}:{RECORDS}"
     del corpus
-    source = SourceFile("t.jsonl", "jsonl")  # (a staged run: one file at a time, engine/disk.py)
+    source = SourceFile("t.jsonl", "jsonl")  # (a staged run: one file at a time, pipeline/disk.py)
     part = read_one_file(many_tiny, source, "text", None, False, "stop")
     shard = build_corpus([part], "text", None, InputFiles(), [str(many_tiny)])
     assert shard.ids[RECORDS - 1].as_py() == f"t.jsonl:{RECORDS}"
@@ -209,7 +209,7 @@ def sparse_lines(path: Path, lines: int) -> Path:
 def test_sparse_fields_stop_before_reading_under_max_memory(in_tmp, monkeypatch, staged):
     """20,000 lines (1.5 MB) of a field each make a table of 20,000 x 20,002 cells, 3 GB: the
     estimate counts them, so --max-memory 1G stops the run before anything is read."""
-    import gpudedup.engine.shardreader as shardreader
+    import gpudedup.pipeline.shardreader as shardreader
     import gpudedup.io.read as reader
 
     def must_not_read(*args, **kwargs):

@@ -13,7 +13,7 @@ import pytest
 
 from gpudedup.core.cluster import find_clusters
 from gpudedup.ids import id_source
-from gpudedup.tables import NamedRows, clusters_parts, pairs_parts, whole_table
+from gpudedup.pipeline.tables import NamedRows, clusters_parts, pairs_parts, whole_table
 
 
 def random_ids(rng: random.Random, n: int, kind: str) -> pa.Array:

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 
 import gpudedup
 import gpudedup.io.layout
-import gpudedup.result
+import gpudedup.results.result
 from gpudedup.cli import app
 from oracles import is_similar, shingle_set
 from output_support import kept_files, read_pairs
@@ -280,7 +280,7 @@ def test_paths_in_ids_and_texts_never_decide_where_files_are_written(tmp_path, m
 
 def failing_after(calls: int, error: BaseException):
     """write_parquet that writes its first ``calls`` files, then raises ``error``."""
-    real = gpudedup.result.write_parquet
+    real = gpudedup.results.result.write_parquet
     done = []
 
     def write_parquet(*args, **kwargs):
@@ -306,7 +306,7 @@ def test_a_write_failing_half_way_leaves_no_staging_directory_and_no_new_output(
         before = tree(out)
     broken, written = failing_after(2, error)  # deduplicated/data.parquet and clusters/, then fails
     monkeypatch.setattr(gpudedup.io.layout, "write_parquet", broken)
-    monkeypatch.setattr(gpudedup.result, "write_parquet", broken)
+    monkeypatch.setattr(gpudedup.results.result, "write_parquet", broken)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q", "--overwrite")
     assert result.exit_code == code, result.output
     assert [p.relative_to(p.parent.parent).as_posix() for p in written] == [
@@ -324,12 +324,12 @@ def test_a_write_failing_half_way_leaves_no_staging_directory_and_no_new_output(
 def test_an_unexpected_error_in_the_report_also_removes_the_staging_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "data.jsonl", sample_records())
-    import gpudedup.result
+    import gpudedup.results.result
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the report")
 
-    monkeypatch.setattr(gpudedup.result, "write_report", broken)  # (as the write looks it up)
+    monkeypatch.setattr(gpudedup.results.result, "write_report", broken)  # (as the write looks it up)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--id-field", "id", "-q")
     assert isinstance(result.exception, RuntimeError)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl"]

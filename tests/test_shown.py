@@ -1,4 +1,4 @@
-"""What a run shows of its results (engine/shown.py), computed by the run itself: against the
+"""What a run shows of its results (pipeline/shown.py), computed by the run itself: against the
 same figures recounted from the pairs and clusters tables, in memory and with a work directory;
 report.html and the terminal summary render it (tests/test_dask.py: the same on a cluster, and
 after the cluster has gone)."""
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import gpudedup
-from gpudedup.engine.shown import (LARGEST_SHOWN, MEMBERS_LISTED, NEAR_SHOWN, SAMPLED_SHOWN, Shown, lowest_pairs,
+from gpudedup.pipeline.shown import (LARGEST_SHOWN, MEMBERS_LISTED, NEAR_SHOWN, SAMPLED_SHOWN, Shown, lowest_pairs,
                                   sampled_numbers)
-from gpudedup.plots import verified_histogram
+from gpudedup.pipeline.shown import verified_histogram
 
 from test_streaming import sample_records, write_shards
 

@@ -1,4 +1,4 @@
-"""Where duplicates come from (engine/sourcecounts.py): report.json's per-file counts
+"""Where duplicates come from (pipeline/sourcecounts.py): report.json's per-file counts
 (input.files[]) and, with group_field, the counts by a column's values and the matrix of which
 groups' documents were removed as duplicates of which, checked against counts made here from
 the input files and the run's clusters table, in memory, staged and on Dask (equal reports)."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gpudedup
-from gpudedup.engine.sourcecounts import MAX_GROUPS
+from gpudedup.pipeline.sourcecounts import MAX_GROUPS
 from gpudedup.errors import InputError
 
 WORDS = [f"w{n}" for n in range(5000)]

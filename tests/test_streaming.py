@@ -1,4 +1,4 @@
-"""The staged run (--work-dir, engine/disk.py) against independent oracles: the in-memory run
+"""The staged run (--work-dir, pipeline/disk.py) against independent oracles: the in-memory run
 ``gpudedup.dedup(path, backend="cpu")`` on the same files, and Python sets for every reported
 Jaccard; resume after interruptions (real runs killed in chosen stages) and from every
 intermediate state of a work directory; what the work directory refuses; and the input rules,
@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 import gpudedup
 from gpudedup.cli import app
 from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterError
-from gpudedup.engine.workfolders import TEMPORARY_PREFIX
+from gpudedup.pipeline.workfolders import TEMPORARY_PREFIX
 
 from stage_events import cli_process, finish, kill_then_resume, wait_for_stage, with_stage_events
 from test_api import write_jsonl
@@ -221,9 +221,9 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     largest file, the in-memory readers and set builders are never used, and the exact checks
     read the spilled sets a chunk at a time."""
     import gpudedup.io.python_inputs
-    import gpudedup.engine.shardreader as shardreader
-    import gpudedup.engine.shards as shards
-    import gpudedup.engine.memory
+    import gpudedup.pipeline.shardreader as shardreader
+    import gpudedup.pipeline.shards as shards
+    import gpudedup.pipeline.memory
     import gpudedup.io.read
     import gpudedup.core.verify
 
@@ -233,7 +233,7 @@ def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_p
     monkeypatch.setattr(gpudedup.io.python_inputs, "read_corpus", forbidden)
     monkeypatch.setattr(gpudedup.io.read, "read_corpus", forbidden)
     monkeypatch.setattr(gpudedup.core.verify, "document_sets", forbidden)
-    monkeypatch.setattr(gpudedup.engine.memory, "document_sets", forbidden)
+    monkeypatch.setattr(gpudedup.pipeline.memory, "document_sets", forbidden)
     built, chunks = [], []
     original_build, original_sets = shardreader.build_corpus, shards.spilled_sets
 
@@ -336,8 +336,8 @@ def test_rows_left_out_without_shingles_leave_every_active_row_in(tmp_path):
 
 def captured_stores(monkeypatch) -> list:
     """The stores of the runs that follow, in order, captured as they finish signing."""
-    from gpudedup.engine.disk import WorkDirStore
-    from gpudedup.engine.memory import MemoryStore
+    from gpudedup.pipeline.disk import WorkDirStore
+    from gpudedup.pipeline.memory import MemoryStore
 
     stores: list = []
     for store_class in (MemoryStore, WorkDirStore):
@@ -353,7 +353,7 @@ def test_the_kept_rows_map_places_as_a_mask_does_whichever_list_holds_them(seed)
     """disk.Kept, held as the places left out (the input rules') or the places kept (a task's
     rows), against a bool mask over the spilled items and numpy's own indexing of it: kept
     items to places and back, counts and masks of any span."""
-    from gpudedup.engine.disk import Kept
+    from gpudedup.pipeline.disk import Kept
 
     rng = np.random.default_rng(seed)
     size = int(rng.integers(0, 60))
@@ -487,7 +487,7 @@ def test_resume_reuses_every_finished_stage(tmp_path, monkeypatch):
     corpus = write_shards(tmp_path / "in", sample_records(), 4)
     first = gpudedup.dedup(corpus, backend="cpu", work_dir=tmp_path / "work")
     _ = first.pairs, first.clusters, first.keep  # (read now: a resume makes the clusters again)
-    from gpudedup.engine import copyparts, dask, pairparts, shardreader
+    from gpudedup.pipeline import copyparts, dask, pairparts, shardreader
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
@@ -745,10 +745,10 @@ def test_staged_sets_asked_for_twice_under_one_name_are_each_requests_own(tmp_pa
     """Sets spilled under one name for different sets of rows (an index add's commit, asked
     again): each request's spill is its own, and the Jaccard values read from it are its own
     pairs' (Python sets), not values read from an earlier request's spill."""
-    from gpudedup.engine.disk import ShardReader
-    from gpudedup.engine.shards import spill_sets, spilled_jaccard
-    from gpudedup.engine.protocols import LocalExecutor
-    from gpudedup.engine.workdir import WorkDir
+    from gpudedup.pipeline.disk import ShardReader
+    from gpudedup.pipeline.shards import spill_sets, spilled_jaccard
+    from gpudedup.pipeline.protocols import LocalExecutor
+    from gpudedup.pipeline.workdir import WorkDir
     from gpudedup.params import DedupParams
     from gpudedup.core.verify import BELOW_THRESHOLD
     from index_support import bible_records

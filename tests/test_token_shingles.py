@@ -31,7 +31,7 @@ import gpudedup
 from gpudedup.io.python_inputs import list_corpus
 from gpudedup.backends.kernel_backend import KernelBackend
 from gpudedup.backends.numpy_backend import NumpyBackend
-from gpudedup.engine.memory import dedup_corpus
+from gpudedup.pipeline.memory import dedup_corpus
 from gpudedup.evaluate import Setting, TruthCache, evaluate
 from gpudedup.core.hashing import draw_permutations
 from gpudedup.core.content import unit_buffers

@@ -248,8 +248,8 @@ def test_a_store_keeping_its_sets_signs_the_same_and_hands_out_the_same_sets(shi
     shingles in Python."""
     from gpudedup.io.python_inputs import list_corpus
     from gpudedup.backends import get_backend
-    from gpudedup.engine.protocols import LocalExecutor
-    from gpudedup.engine.memory import MemoryStore
+    from gpudedup.pipeline.protocols import LocalExecutor
+    from gpudedup.pipeline.memory import MemoryStore
     from gpudedup.params import DedupParams
     from gpudedup.stages import Progress, StageLog
     from index_support import bible_records
@@ -315,8 +315,8 @@ def test_a_run_gives_the_same_whether_its_store_keeps_the_sets_or_not():
     near-duplicates, so that the copies stage and verification both read sets."""
     from gpudedup.io.python_inputs import list_corpus
     from gpudedup.backends import get_backend
-    from gpudedup.engine.job import run_job
-    from gpudedup.engine.memory import MemoryStore
+    from gpudedup.pipeline.job import run_job
+    from gpudedup.pipeline.memory import MemoryStore
     from gpudedup.params import DedupParams
     from index_support import bible_records
 

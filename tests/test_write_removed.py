@@ -1,5 +1,5 @@
 """The removed documents as an output (--write-removed, write_removed=True;
-gpudedup/engine/removedrows.py): each removed row with every input column, and kept_id,
+gpudedup/pipeline/removedrows.py): each removed row with every input column, and kept_id,
 cluster and jaccard, laid out like deduplicated/ under removed/, checked against clusters/ and
 against a Jaccard computed here from the two texts by the test oracle's shingles."""
 

@@ -31,7 +31,7 @@ from .evaluate import evaluate_command
 from .index import index_app
 
 if TYPE_CHECKING:
-    from ..result import DedupResult
+    from ..results.result import DedupResult
 
 # What only a running command needs (numpy, pyarrow, scipy: the api, the writer, rich tables)
 # is imported inside the commands, so that `gpudedup --help` and argument errors stay fast.
@@ -170,7 +170,7 @@ def dedup_command(
         files, out, work = command_paths(inputs, output, work_dir)
         if against is not None:
             # (start-up: `--help` and completion load no job)
-            from ..engine.workdir import work_dir_lock
+            from ..pipeline.workdir import work_dir_lock
             from ..index import Index
             from ..io.inputs import Selection, scan_inputs
             from ..io.layout import check_output_names

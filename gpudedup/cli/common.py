@@ -22,7 +22,7 @@ from ..io.credentials import scrubbed
 if TYPE_CHECKING:
     from ..core.shingling import UnicodeForm
     from ..io.storage import Location
-    from ..report import Report
+    from ..pipeline.report import Report
 
 # Characters that steer a terminal rather than print: C0 controls but the tab (ESC starts
 # colours, hyperlinks and cursor moves; a newline would make one line two), C1 controls, DEL,

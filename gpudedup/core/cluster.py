@@ -62,7 +62,7 @@ def component_roots(first: np.ndarray, second: np.ndarray,
                     n_docs: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """The connected components of the pairs' graph, as (docs, root): int64 (m,), host; docs
     ascending, every document of some pair; root, the smallest document of its component (the
-    form engine/components.py computes on a cluster too). A pair of a document with itself
+    form pipeline/components.py computes on a cluster too). A pair of a document with itself
     joins nothing. n_docs (the documents' count, when known): where it is at most
     DIRECT_GRAPH_FACTOR times the pairs, the graph is made over the documents as they are
     numbered; otherwise (or unknown) over the pairs' documents alone, renumbered by a sort."""

@@ -50,8 +50,8 @@ class Copies:
     the same shingle set (first < member), ascending by (first, member); jaccard: float64 (c,),
     all 1.0 (the exact Jaccard that confirmed them); host.
     parts: None, or (a cluster's run) the three are empty and the copies lie in the parts of
-    its work directory (engine.pairparts.PairParts of kind "copies", their sizes known:
-    engine/copyparts.py), where its tasks read them.
+    its work directory (pipeline.pairparts.PairParts of kind "copies", their sizes known:
+    pipeline/copyparts.py), where its tasks read them.
     """
 
     first: np.ndarray
@@ -99,7 +99,7 @@ def same_signature_rows(signatures: Any, row_hash: np.ndarray | None = None) -> 
     """Rows with the same signature as an earlier row.
 
     signatures: uint32 (m, K), host, or anything that gathers rows by ``signatures[rows]``
-    (engine.disk.SpilledSignatures); row_hash: uint64 (m,) host, a hash of each row that equal
+    (pipeline.disk.SpilledSignatures); row_hash: uint64 (m,) host, a hash of each row that equal
     rows share (band_key_row_hash of their band keys, or any other); None: poly_hash64_rows of
     the rows. Returns (first, member), int64 (q,) row indices with first < member and equal
     signature rows; first is the lowest row of its group; ascending by (first, member).
@@ -142,7 +142,7 @@ def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths
 
     groups: same_signature_rows of the signatures of the documents ``active`` (int64 (m,),
     ascending corpus rows): (first, member) int64 positions into active (a cluster's tasks
-    group and check their parts of the groups: engine/copyparts.py); lengths: int64 (n,) text lengths
+    group and check their parts of the groups: pipeline/copyparts.py); lengths: int64 (n,) text lengths
     in code points over the corpus; both are only indexed (protocols.Store.active, lengths).
     set_reader(docs) is called once with every document of the groups (int64, ascending corpus
     rows) and gives sets(part): the shingle sets of a part of them (int64, ascending) as
@@ -163,7 +163,7 @@ def confirmed_copies(first: np.ndarray, member: np.ndarray, lengths: Any, batch_
                      set_reader: Callable[[np.ndarray], SetReader], progress: Progress | None = None) -> Copies:
     """identical_copies of the groups given as corpus rows: first, member int64 (q,), first <
     member, ascending by (first, member), a group's members all with its first row (a
-    cluster's task checks a part of the groups so: engine/copyparts.py)."""
+    cluster's task checks a part of the groups so: pipeline/copyparts.py)."""
     progress = progress or Progress()
     progress.start("Checking identical copies", first.shape[0], "copies")
     if first.shape[0] == 0:

@@ -9,7 +9,7 @@ Two steps:
    the false candidates before the expensive step.
 2. ``pair_jaccard`` computes |A ∩ B| / |A ∪ B| exactly. A run in memory on the host keeps the
    shingle sets of its signature pass where they turn out small, and an index add
-   keeps them whatever they take (engine.memory.MemoryStore's kept_sets_bytes); they are read
+   keeps them whatever they take (pipeline.memory.MemoryStore's kept_sets_bytes); they are read
    in place. Otherwise (SET_ELEMENT_BYTES per shingle of the whole corpus, up to 9x the text
    for char n-grams; a run on a work directory or a GPU) the documents that appear in
    candidate pairs are shingled once more, by the backend, whose ``shingle_sets`` makes each
@@ -35,7 +35,7 @@ float rounding in the start costs steps, never a wrong answer).
   more than a - needed elements of A (or b - needed of B) have been, the merge stops.
 A pair is ruled out only if its Jaccard, computed in full, would be below t; every other pair
 gets its exact Jaccard. No approximation is involved: the outcome is that of pair_jaccard
-followed by ``>= t``. The engine checks pairs this way wherever only the threshold matters
+followed by ``>= t``. The pipeline checks pairs this way wherever only the threshold matters
 (verification, identical copies at t = 1, index adds and queries), so a rejected pair's
 Jaccard is not known: DedupResult.checked_jaccard holds BELOW_THRESHOLD for it, and the
 report counts rejected pairs without a histogram of their values.
@@ -172,7 +172,7 @@ class SetsBuilder:
     The columns are written straight into one int64 array sized by an upper bound on the
     elements: its pages are committed only as they are written, so the sets are never held
     twice, and the bound costs address space only. Used by document_sets and by a signature
-    pass that keeps the sets it made (engine.signatures.signature_pass), which gives a
+    pass that keeps the sets it made (pipeline.signatures.signature_pass), which gives a
     ``limit``: the sets are let go (``kept`` turns False) as soon as they would take more than
     that many bytes (SET_ELEMENT_BYTES a shingle), counted as they come and projected over the
     units still to come at the rate so far, so that a pass whose sets will not fit stops

@@ -1,7 +1,7 @@
 """Scoring MinHash LSH settings against exact Jaccard: the grid search of ``gpudedup evaluate``.
 
 For every setting of a grid (permutation budget K, bands x rows or the rule that chooses them,
-shingle kind and size, threshold) the real job (``engine.memory.dedup_corpus``) runs on a sample
+shingle kind and size, threshold) the real job (``pipeline.memory.dedup_corpus``) runs on a sample
 corpus, and its LSH candidate pairs and verified pairs are compared with the exact set of pairs
 whose Jaccard similarity reaches the threshold (the ground truth). Each shingle spec and
 threshold has its own ground truth, so settings are compared, and one recommended, per truth.

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from .. import plots
+from ..results import plots
 from ..errors import OutputError
 from ..io.credentials import os_reason
 from ..io.outputdir import check_apart_from_inputs

@@ -1,4 +1,4 @@
-"""The grid run of ``gpudedup evaluate``: the real job (``engine.memory.dedup_corpus``) once
+"""The grid run of ``gpudedup evaluate``: the real job (``pipeline.memory.dedup_corpus``) once
 per setting on the sample, each run scored against the exact ground truth of its shingle spec
 and threshold, and the Evaluation that holds the scores and recommends a setting per truth."""
 
@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 
 from ..backends import get_backend
 from ..core.content import content_bytes
-from ..engine.memory import dedup_corpus
+from ..pipeline.memory import dedup_corpus
 from ..io.corpus import Corpus
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_SEED
 from ..stages import Progress

@@ -156,7 +156,7 @@ class SettingResult:
 
 def score_outcome(setting: Setting, outcome, truth: GroundTruth, n_docs: int,
                   bin_width: float = DEFAULT_BIN_WIDTH) -> SettingResult:
-    """Compare a run's candidates and verified pairs (engine.outcome.Outcome) with the truth."""
+    """Compare a run's candidates and verified pairs (pipeline.outcome.Outcome) with the truth."""
     _, _, true_jaccard, true_codes = truth.at(setting.threshold)
     # Identical copies are listed as a star around their group's first document; the truth
     # lists every pair of the group and every pair of each copy (copies.implied_pairs).

@@ -17,7 +17,7 @@ import pyarrow as pa
 from ..core.allpairs import SimilarPairs, exact_similar_pairs
 from ..core.content import bad_token_rows, check_content, is_token_type
 from ..core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
-from ..engine.signatures import text_batches
+from ..pipeline.signatures import text_batches
 from ..errors import InputError, ParameterError
 from ..io.corpus import Corpus
 from ..io.rules import row_locator

@@ -8,7 +8,7 @@
 
 Semantics (docs/index.md): adding new data is the batch job over (the indexed documents, then
 the new data) with keep "first", except that an indexed document is never removed. Files and
-the commit protocol: index/files.py; reading and the probe: index/reader.py; the engine's store
+the commit protocol: index/files.py; reading and the probe: index/reader.py; the pipeline's store
 over indexed and new documents: index/store.py in memory, index/staged.py through a work
 directory (index/against.py chooses).
 """
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engine.sourcecounts import check_group_field
+from ..pipeline.sourcecounts import check_group_field
 from ..api import content_field, corpus_result, dask_dedup, given_paths, inputs_and_places, on_dask
 from ..backends import Backend, get_backend
 from ..core.content import check_content
@@ -35,10 +35,10 @@ from ..core.ragged import offsets_from_counts
 from ..core.shingling import ShingleBatch, set_rows
 from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from ..display import index_html, index_text
-from ..engine.job import run_job
-from ..engine.memory import MemoryStore
-from ..engine.workdir import resume_without_work_dir, work_dir_lock
-from ..engine.workfolders import clear_cache
+from ..pipeline.job import run_job
+from ..pipeline.memory import MemoryStore
+from ..pipeline.workdir import resume_without_work_dir, work_dir_lock
+from ..pipeline.workfolders import clear_cache
 from ..errors import GpudedupError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
@@ -48,7 +48,7 @@ from ..io.outputdir import check_run_places
 from ..io.staging import temporary_work_dir
 from ..memory import MemoryBudget, parse_sizes
 from ..params import DedupParams, RESULT_PARAMETERS
-from ..result import DedupResult
+from ..results.result import DedupResult
 from ..stages import Progress, StageLog, progress_display
 from .files import (FORMAT, Manifest, changing, collect_garbage, file_on, index_os_error, interrupted_create,
                     read_manifest, write_manifest, write_segment, write_tombstones, writer_lock)

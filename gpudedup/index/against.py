@@ -9,7 +9,7 @@ import json
 from typing import Any, Optional, Union
 
 from ..backends import Backend
-from ..engine.disk import WorkDirStore
+from ..pipeline.disk import WorkDirStore
 from .reader import IndexReader
 from .staged import StagedIndexStore
 from .store import IndexStore
@@ -19,7 +19,7 @@ AgainstStore = Union[IndexStore, StagedIndexStore]
 
 
 class Against:
-    """A run against an index: wraps the run's own store (engine/memory.py, engine/disk.py) in an
+    """A run against an index: wraps the run's own store (pipeline/memory.py, pipeline/disk.py) in an
     IndexStore or a StagedIndexStore over one committed state of the index, and keeps it for the
     commit (index add)."""
 

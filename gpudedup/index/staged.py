@@ -1,5 +1,5 @@
 """A run against a persistent index through a work directory: the stages every work
-directory's run takes (engine/dask.py's DaskStages, on a cluster's workers or Dask's local
+directory's run takes (pipeline/dask.py's DaskStages, on a cluster's workers or Dask's local
 scheduler), over shards that start with the indexed documents the probe matched.
 
 The matched documents become one more shard, the lead (WorkDir.lead: WORK/indexed/), written
@@ -27,18 +27,18 @@ from ..core.copies import band_key_row_hash
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys
 from ..core.verify import stacked_sets
-from ..engine.dask import DaskStages
-from ..engine.daskops import DaskExecutor
-from ..engine.disk import WorkDirStore
-from ..engine.kept import Kept
-from ..engine.protocols import Executor
-from ..engine.shards import LengthsAt, Shards, SpilledActive
-from ..engine.shardids import IdsAt
-from ..engine.shardreader import ShardReader
-from ..engine.workdir import LEAD_UNIT, WorkDir
+from ..pipeline.dask import DaskStages
+from ..pipeline.daskops import DaskExecutor
+from ..pipeline.disk import WorkDirStore
+from ..pipeline.kept import Kept
+from ..pipeline.protocols import Executor
+from ..pipeline.shards import LengthsAt, Shards, SpilledActive
+from ..pipeline.shardids import IdsAt
+from ..pipeline.shardreader import ShardReader
+from ..pipeline.workdir import LEAD_UNIT, WorkDir
 from ..io.corpus import Corpus
 from ..core.shingling import ShingleSpec
-from ..report import InputSummary
+from ..pipeline.report import InputSummary
 from ..stages import Progress, StageLog
 from .reader import IndexReader, Matched
 from .sources import rows_sets

@@ -1,10 +1,10 @@
 """Store: new documents in memory together with the indexed documents they may be
-near-duplicates of, so that the engine's one stage sequence (engine/job.py) deduplicates new
+near-duplicates of, so that the pipeline's one stage sequence (pipeline/job.py) deduplicates new
 data against everything kept before (a run through a work directory: index/staged.py).
 
 Rows: 0 .. k-1 are the indexed documents the probe matched (IndexReader.probe: those sharing a
 band key with a new document), in index order; k .. k+n-1 are the new documents of the inner
-store (engine/memory.py), in input order. The first k rows are ``pinned``:
+store (pipeline/memory.py), in input order. The first k rows are ``pinned``:
 never removed, never paired with each other. The job over these rows is the batch job over
 (every indexed document, then the new data) restricted to what can involve a new document, so
 its cost grows with the new data and its matches, not with the size of the index.
@@ -20,12 +20,12 @@ import pyarrow as pa
 from ..backends import Backend, host_threads
 from ..threads import HOST_THREADS
 from ..core.copies import band_key_row_hash
-from ..engine.local import HeldStages
-from ..engine.protocols import Executor
+from ..pipeline.local import HeldStages
+from ..pipeline.protocols import Executor
 from ..errors import InputError
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys, to_side
-from ..report import InputSummary
+from ..pipeline.report import InputSummary
 from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..core.verify import csr_parts, stacked_sets

@@ -338,7 +338,7 @@ def rows_by_file(table: pa.Table, sources: list[SourceFile], keep: np.ndarray) -
 def write_pairs_part(pieces: list, id_type: pa.DataType, path: str) -> None:
     """Task: a part of pairs/ (tables.pairs_table's columns) from ``pieces``, the slices of
     sorted pandas DataFrames (id_a, id_b, jaccard) that hold its rows, in order
-    (engine/dask.write_pairs_by_tasks), written to ``path`` (a path or URL); id_type: the
+    (pipeline/dask.write_pairs_by_tasks), written to ``path`` (a path or URL); id_type: the
     ids' wide type."""
     import pandas as pd  # (start-up: pandas only where a cluster's frames are)
 

@@ -1,6 +1,6 @@
 """Large input files cut into pieces, so that one file is not one task of a staged or Dask run.
 
-A piece is read as a shard of its own (engine/disk.py): a plain (not compressed) JSONL file is
+A piece is read as a shard of its own (pipeline/disk.py): a plain (not compressed) JSONL file is
 cut by byte ranges that start right after a newline, a Parquet file by runs of whole row groups.
 Every other file (gzip- or zstd-compressed JSONL, which cannot be entered in the middle; Arrow
 IPC; text; a file under the shard size) is one shard, read whole. A piece's records keep the
@@ -19,7 +19,7 @@ with records have, in both cases with a content column that suits the shingles: 
 infers each piece's types from its own lines, and the checks that read a file line by line (a
 field's type against the line where it was first seen, a field missing from every line)
 depend on the lines before. When a piece of a file does not stand,
-the run reads that file whole instead (engine/disk.py: WorkDirStore.sign), so the results are
+the run reads that file whole instead (pipeline/disk.py: WorkDirStore.sign), so the results are
 always those of the files read whole; only its memory is then the whole file's.
 """
 

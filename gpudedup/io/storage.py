@@ -17,7 +17,7 @@ A URL's credentials are never shown (io/credentials.py: ``shown_url``, ``scrubbe
 ``full_name`` keeps them, to open the file again.
 
 An output directory may be a URL too (io/remote_output.py's ``remote_output_dir`` commits it
-without a rename, report.json last), and so may a work directory (engine/workfolders.py's
+without a rename, report.json last), and so may a work directory (pipeline/workfolders.py's
 ``BucketFolder`` commits each unit with a marker written last, and reads through a local cache).
 """
 

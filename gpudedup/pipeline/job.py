@@ -3,20 +3,20 @@
     signatures -> identical copies -> candidates -> verification -> clusters -> report
 
 Between runs vary where the arrays live and who works on them, behind the small interfaces
-of engine/protocols.py:
+of pipeline/protocols.py:
 
 - the **store** (``Store``): where the run's arrays live between stages and how a stage's
-  finished result is kept: in memory (engine/memory.py, host or device arrays of a corpus read
-  at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
+  finished result is kept: in memory (pipeline/memory.py, host or device arrays of a corpus read
+  at once) or in a work directory (pipeline/disk.py, memory-mapped spill files of one input file
   at a time, stages kept for --resume);
 - the **executor** (``Executor``): who runs the per-shard tasks: this process
-  (``LocalExecutor``) or Dask (engine/daskops.py);
+  (``LocalExecutor``) or Dask (pipeline/daskops.py);
 - the **stages** (``Stages``, which the store gives): the steps over the whole corpus over
-  held arrays in this process (engine/local.py) or as Dask's shuffles and tasks over the work
-  directory (engine/dask.py).
+  held arrays in this process (pipeline/local.py) or as Dask's shuffles and tasks over the work
+  directory (pipeline/dask.py).
 
 Every stage works on row numbers 0 .. n-1 of the documents; ids are attached where results
-leave the engine (result.py). Reading (io/) and writing (result.py, io/commit.py) are outside.
+leave the pipeline (results/result.py). Reading (io/) and writing (results/, io/commit.py) are outside.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..core.copies import Copies
 from ..core.hashing import draw_permutations
 from ..core.lsh import Banding
 from ..params import DedupParams
-from ..report import Balance, InputSummary, Report, Results
+from .report import Balance, InputSummary, Report, Results
 from ..stages import Progress, StageLog
 from ..version import __version__
 from .signatures import batch_bytes

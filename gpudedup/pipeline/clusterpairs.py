@@ -1,4 +1,4 @@
-"""The verified pairs read against the clusters' parts (engine/clusterparts.py), by the tasks
+"""The verified pairs read against the clusters' parts (pipeline/clusterparts.py), by the tasks
 of a run on a cluster: each pair named by its documents' ranks and ids for the pairs table
 (named_end: the pairs set on one document, then the other, each partition reading the part of
 its rows), and the pairs inside the largest clusters counted for report.html

@@ -1,4 +1,4 @@
-"""What a run gives back: the DedupResult (ids attached to the engine's row-level outcome, the
+"""What a run gives back: the DedupResult (ids attached to the pipeline's row-level outcome, the
 one place where rows become ids) and the writing of its outputs (docs/output-formats.md)."""
 
 from __future__ import annotations
@@ -11,31 +11,31 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union, cast
 import numpy as np
 import pyarrow as pa
 
-from .core.copies import are_copies, implied_pairs
-from .engine.clusterparts import clusters_table
-from .engine.outcome import Outcome
-from .engine.kept import Kept
-from .engine.keptrows import HeldRows, ShardedTable
-from .engine.removedrows import (REMOVED_DIR, refuse_other_ids_beside, removed_of, shingle_spec)
-from .display import result_html
-from .errors import OutputError, ParameterError, in_interface_words
-from .tables import NamedRows, pairs_parts, whole_table
+from ..core.copies import are_copies, implied_pairs
+from ..pipeline.clusterparts import clusters_table
+from ..pipeline.outcome import Outcome
+from ..pipeline.kept import Kept
+from ..pipeline.keptrows import HeldRows, ShardedTable
+from ..pipeline.removedrows import (REMOVED_DIR, refuse_other_ids_beside, removed_of, shingle_spec)
+from ..display import result_html
+from ..errors import OutputError, ParameterError, in_interface_words
+from ..pipeline.tables import NamedRows, pairs_parts, whole_table
 from .html_report import report_figures, texts_read, write_report
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
-from .ids import IdSource, id_source, wide
-from .io.storage import Given, Location, child_name, location_of
-from .io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, part_rows
-from .io.commit import atomic_output_dir
-from .io.outputdir import check_apart_from_inputs
-from .io.staging import tasks_folder
-from .io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet, write_to
-from .report import Report
-from .stages import StageLog
+from ..ids import IdSource, id_source, wide
+from ..io.storage import Given, Location, child_name, location_of
+from ..io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, part_rows
+from ..io.commit import atomic_output_dir
+from ..io.outputdir import check_apart_from_inputs
+from ..io.staging import tasks_folder
+from ..io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet, write_to
+from ..pipeline.report import Report
+from ..stages import StageLog
 
 if TYPE_CHECKING:
-    from .engine.clusterparts import ClusterParts
-    from .engine.daskops import DaskExecutor
-    from .engine.protocols import Executor
+    from ..pipeline.clusterparts import ClusterParts
+    from ..pipeline.daskops import DaskExecutor
+    from ..pipeline.protocols import Executor
 
 
 @dataclass
@@ -62,7 +62,7 @@ class DedupResult:
         threshold, verify.BELOW_THRESHOLD (-1.0) where it does not (the check stops there).
         The same values in every runner, not in one order: a run with a work directory gives
         the verified pairs' first, then the others'.
-    _outcome: the engine's results over row numbers (engine.outcome.Outcome), which ``pairs`` and
+    _outcome: the pipeline's results over row numbers (pipeline.outcome.Outcome), which ``pairs`` and
         ``clusters`` name by id.
     ids: the id of every row (pyarrow Array, in row order), read when first asked for (a
         staged run's stay in its shards until then: ids.IdSource).
@@ -281,7 +281,7 @@ class DedupResult:
         deduplicated.{parquet,jsonl}, clusters.parquet and pairs.parquet (io/layout.py,
         docs/output-formats.md). write_removed: also the removed rows, with kept_id, cluster and
         jaccard added, as removed/ beside deduplicated/ (or removed.{parquet,jsonl}:
-        engine/removedrows.py)."""
+        pipeline/removedrows.py)."""
         return self._write(output_dir, format, overwrite, single_file, write_removed)
 
     def _write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False, single_file: bool = False,
@@ -292,7 +292,7 @@ class DedupResult:
 
     @cached_property
     def _rows(self) -> Union[HeldRows, ShardedTable]:
-        """The input rows as ``write`` writes them, one form per runner (engine/keptrows.py): a
+        """The input rows as ``write`` writes them, one form per runner (pipeline/keptrows.py): a
         staged run's shards, or an in-memory run's table."""
         if isinstance(self.table, ShardedTable):
             return self.table
@@ -380,7 +380,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
 
 def write_removed_rows(result: DedupResult, staging: Path, out: Location, format: str,
                        names: Optional[list[str]], executor: Optional[Executor] = None) -> None:
-    """The removed rows with kept_id, cluster and jaccard (engine/removedrows.py): a file per
+    """The removed rows with kept_id, cluster and jaccard (pipeline/removedrows.py): a file per
     input file under removed/, named as under deduplicated/ (names), by ``executor``'s tasks
     where a staged run writes its kept rows so; or one file removed.<format>."""
     o = result._outcome
@@ -397,13 +397,13 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
 def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool,
                 executor: Optional[Executor] = None) -> None:
     """Write pairs (write_table), by ``executor``'s tasks where it is a cluster's and the run
-    left its clusters in its work directory's parts (engine/dask.write_pairs_by_tasks: the client holds
+    left its clusters in its work directory's parts (pipeline/dask.write_pairs_by_tasks: the client holds
     none of the pairs or their ids), else here, a part at a time."""
     clustered = parts_written_by_tasks(result, dataset, executor)
     if clustered is None:
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
-    from .engine.dask import write_pairs_by_tasks  # (start-up: a run in memory loads none of the Dask runner)
+    from ..pipeline.dask import write_pairs_by_tasks  # (start-up: a run in memory loads none of the Dask runner)
 
     write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
                          tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)

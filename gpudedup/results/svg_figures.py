@@ -22,8 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .core.lsh import collision_probability, steepest_similarity
-from .plots import BLUE, GREY, INK, MARGINS, ORANGE, RED, count_label, verified_edges, verified_histogram
+from ..core.lsh import collision_probability, steepest_similarity
+from ..pipeline.shown import verified_edges, verified_histogram
+from .plots import BLUE, GREY, INK, MARGINS, ORANGE, RED, count_label
 
 WIDTH, HEIGHT = 640.0, 360.0  # user units: plots.FIGURE_SIZE in hundredths of an inch
 FIGURE_PIXELS = (960, 540)  # as the figures are shown: plots.FIGURE_SIZE at plots.DPI
@@ -81,8 +82,8 @@ def candidates_histogram_svg(bands: int, rows: int, threshold: float, counts: np
                              bin_width: float = 0.02, log: Optional[bool] = None) -> str:
     """SVG of the verified pairs by exact Jaccard, with the S-curve on a second axis.
 
-    counts: int (k,), the verified pairs in each bin of plots.verified_edges(threshold,
-        bin_width) (plots.verified_histogram); rejected: how many pairs the exact check
+    counts: int (k,), the verified pairs in each bin of shown.verified_edges(threshold,
+        bin_width) (shown.verified_histogram); rejected: how many pairs the exact check
         rejected (their Jaccard below the threshold, not computed), written left of it.
     log: log-scale counts; None: when the fullest bin holds over 100 times the emptiest
         non-empty one.
@@ -164,7 +165,7 @@ def size_bins(largest: int) -> list[tuple[int, int]]:
 def cluster_sizes_svg(sizes: np.ndarray, clusters: np.ndarray, log: Optional[bool] = None) -> str:
     """SVG of the clusters by size: a bar per bin of size_bins, its height the clusters whose
     size falls in it. sizes: int (m,), every size that occurs; clusters: int (m,), how many
-    clusters have it (engine/shown.Shown.size_values, size_clusters). log: log-scale counts;
+    clusters have it (pipeline/shown.Shown.size_values, size_clusters). log: log-scale counts;
     None: as candidates_histogram_svg decides."""
     sizes, clusters = np.asarray(sizes, np.int64), np.asarray(clusters, np.int64)
     bins = size_bins(int(sizes.max(initial=2)))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import math
 
-from ..display import bytes_shown
-from ..stages import seconds_text
+from ...display import bytes_shown
+from ...stages import seconds_text
 
 
 def escaped(value) -> str:

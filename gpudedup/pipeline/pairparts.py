@@ -52,7 +52,7 @@ class PairParts:
     """Pairs kept as parts in the work directory at ``work_at`` (WorkDir.attach: its location,
     for tasks): ``kinds``, (kind, count) of each kind's parts 0 .. count-1, numbered here one
     kind after the other (a cluster's verified pairs: the verified parts, then the identical
-    copies' parts, engine/copyparts.py); sizes: int64 (count,), the pairs in each part, where
+    copies' parts, pipeline/copyparts.py); sizes: int64 (count,), the pairs in each part, where
     known."""
 
     work_at: WorkAt

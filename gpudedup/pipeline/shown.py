@@ -18,7 +18,6 @@ import numpy as np
 
 from ..core.cluster import Clusters
 from ..core.copies import are_copies, first_copies
-from ..plots import verified_histogram
 from .heldclusters import Clustered
 from .pairs import VerifiedPairs
 from .protocols import Stages
@@ -205,3 +204,20 @@ def shown_of(pairs: VerifiedPairs, clustered: Clustered, stages: Stages,
                  Sampled(sampled, sizes[k:], inside[k:], low[k:], high[k:]), size_values, size_clusters,
                  near_a, near_b, near_jaccard)
 
+
+def verified_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
+    """Histogram bin edges of the verified pairs: from ``threshold`` to 1, about ``bin_width``
+    wide; [1, 1 + bin_width] for threshold 1 (one bin holding J = 1)."""
+    if threshold >= 1.0:
+        return np.array([1.0, 1.0 + bin_width])
+    return np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
+
+
+def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float = 0.02) -> np.ndarray:
+    """int64: how many of the values ``jaccard`` (float (c,)) fall in each bin of
+    verified_edges(threshold, bin_width), the values below the threshold in none (a sum over
+    parts of the pairs is the histogram of them all)."""
+    jaccard = np.asarray(jaccard, dtype=np.float64)
+    counts, _ = np.histogram(np.clip(jaccard[jaccard >= threshold], 0.0, 1.0),
+                             bins=verified_edges(threshold, bin_width))  # the last bin is closed
+    return counts.astype(np.int64)

@@ -20,7 +20,7 @@ from ..core.lsh import Banding, to_side
 from ..memory import MemoryBudget, release_unused_memory
 from ..core.content import check_content, content_bytes, unit_buffers, unit_lengths
 from ..params import DedupParams
-from ..report import InputFile, InputSummary
+from .report import InputFile, InputSummary
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
 from ..core.verify import (SET_ELEMENT_BYTES, SetsBuilder, document_sets, pair_jaccard_at_least,

@@ -2,7 +2,7 @@
 client holds a few numbers per part rather than the documents in clusters (docs/scale.md).
 
 The rows 0 .. n-1 are cut into ``ranges`` ranges of about equal length (range_starts). The
-components' labels (engine/components.py: a document and its root, the smallest document of
+components' labels (pipeline/components.py: a document and its root, the smallest document of
 its component) are moved by Dask's ``set_index`` with these ranges as divisions, so that
 partition r holds exactly the rows of range r:
 
@@ -30,7 +30,7 @@ directory wrote them again (a --resume with other workers cuts other ranges) sto
 read another run's parts. From the parts, tasks write the clusters table (clusters_table) and the
 kept rows (removedrows.PartsRemoved: a shard's task reads the parts of its rows alone), and
 name the pairs of the pairs table and count those inside the largest clusters
-(engine/clusterpairs.py). The clusters are never a stage that --resume
+(pipeline/clusterpairs.py). The clusters are never a stage that --resume
 trusts: every run makes them again from the verified pairs and writes every part (parts beyond its ranges, another
 run's, are never read).
 """
@@ -48,7 +48,7 @@ from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_
 from ..errors import OutputError
 from ..ids import IdSource, wide
 from ..io.layout import table_parts
-from ..tables import NamedRows
+from .tables import NamedRows
 from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
 from .protocols import LocalExecutor

@@ -1,14 +1,14 @@
-"""The interfaces a run's stages go through (engine/job.py runs them):
+"""The interfaces a run's stages go through (pipeline/job.py runs them):
 
 - the **store** (``Store``): where the run's arrays live between stages and how a stage's
-  finished result is kept: in memory (engine/memory.py, host or device arrays of a corpus read
-  at once) or in a work directory (engine/disk.py, memory-mapped spill files of one input file
+  finished result is kept: in memory (pipeline/memory.py, host or device arrays of a corpus read
+  at once) or in a work directory (pipeline/disk.py, memory-mapped spill files of one input file
   at a time, stages kept for --resume);
 - the **executor** (``Executor``): who runs the per-shard tasks: this process
-  (``LocalExecutor``, here) or Dask, a cluster or its local scheduler (engine/daskops.py);
+  (``LocalExecutor``, here) or Dask, a cluster or its local scheduler (pipeline/daskops.py);
 - the **stages** (``Stages``): how the steps over the whole corpus are done, one way per
-  runner: over held arrays in this process (engine/local.py's HeldStages) or as Dask's shuffles
-  and tasks over the work directory (engine/dask.py's DaskStages).
+  runner: over held arrays in this process (pipeline/local.py's HeldStages) or as Dask's shuffles
+  and tasks over the work directory (pipeline/dask.py's DaskStages).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..core.cluster import KeepPolicy
 from ..core.copies import Copies
 from ..core.hashing import Permutations
 from ..core.lsh import Banding
-from ..report import InputSummary
+from .report import InputSummary
 from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..threads import HOST_THREADS
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 
 class Store(Protocol):
-    """Where a run's arrays live between stages (engine/memory.py, engine/disk.py), as the
-    stage sequence (engine/job.py) reads it.
+    """Where a run's arrays live between stages (pipeline/memory.py, pipeline/disk.py), as the
+    stage sequence (pipeline/job.py) reads it.
 
     After ``sign``: ``documents`` rows; ``active``, the m rows with at least one shingle (the
     only ones that can pair), ascending: an int64 host array, or (a work directory's) an object
@@ -52,7 +52,7 @@ class Store(Protocol):
     pinned: int
     active: Any  # int64 (m,), or what gathers like it (above)
     work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
-    # Where a cluster's tasks keep pairs in parts (engine/pairparts.py: the work directory's
+    # Where a cluster's tasks keep pairs in parts (pipeline/pairparts.py: the work directory's
     # location, as tasks attach it); None for a store whose runs keep none.
     parts_at: Optional[str]
 
@@ -79,8 +79,8 @@ class Store(Protocol):
 
 
 class HeldStore(Store, Protocol):
-    """A store whose arrays the stages take whole, in this process (engine/local.py's
-    HeldStages): a corpus in memory (engine/memory.py), with a persistent index's documents
+    """A store whose arrays the stages take whole, in this process (pipeline/local.py's
+    HeldStages): a corpus in memory (pipeline/memory.py), with a persistent index's documents
     or without (index/store.py).
 
     ``lengths``: int64 (n,) code points per row; ``signatures``: ``signatures[positions]`` ->
@@ -169,7 +169,7 @@ class Stages(Protocol):
         """The identical copies among the active documents (copies.py): their groups by
         copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
         checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
-        store's work directory (engine/copyparts.py)."""
+        store's work directory (pipeline/copyparts.py)."""
 
     def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: Copies, threshold: float,
                       progress: Progress) -> "CheckedPairs":
@@ -182,7 +182,7 @@ class Stages(Protocol):
         """The clusters of the ``verified`` pairs (where they lie: held, or Dask's parts) and
         the documents each keeps by ``policy`` (cluster.clusters_of_roots, with store.lengths
         and store.pinned): held, or (Dask's) kept in parts of the store's work directory
-        (engine/clusterparts.py), of which the client holds counts."""
+        (pipeline/clusterparts.py), of which the client holds counts."""
 
     def pairs_inside(self, pairs: "VerifiedPairs", clustered: "Clustered", numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:

@@ -25,11 +25,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .core.cluster import kept_documents
-from .engine.removedrows import ADDED_COLUMNS, copies_jaccard, held_removed, plain, shingle_spec, texts_jaccard
-from .errors import ParameterError
+from ..core.cluster import kept_documents
+from ..pipeline.removedrows import ADDED_COLUMNS, copies_jaccard, held_removed, plain, shingle_spec, texts_jaccard
+from ..errors import ParameterError
 from .html_report import CSS, EXCERPT_CHARS, NOT_STORED, document, highlight, shown_id, text_excerpt
-from .io.fields import content_of
+from ..io.fields import content_of
 
 MEMBERS_SHOWN = 20  # documents of a cluster shown with their texts (every member is named)
 

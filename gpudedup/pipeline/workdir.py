@@ -12,10 +12,10 @@ Layout::
     WORK/sets/<spill>/00000/    the shingle sets of one shard's documents that are in pairs
                                 (or in groups of identical copies)
     WORK/stages/<name>/         one finished whole-corpus stage (copies, candidates, pairs)
-    WORK/pairs/<kind>/00000/    on a cluster, one part of a stage's pairs (engine/pairparts.py:
-                                likely, verified; engine/copyparts.py: groups, copies)
+    WORK/pairs/<kind>/00000/    on a cluster, one part of a stage's pairs (pipeline/pairparts.py:
+                                likely, verified; pipeline/copyparts.py: groups, copies)
     WORK/clusters/00000/        on a cluster, the clusters of one range of rows
-                                (engine/clusterparts.py; made again by every run)
+                                (pipeline/clusterparts.py; made again by every run)
 
 A part is one Parquet file, part.parquet, so that each stage's folder under pairs/ and
 clusters/ is a Parquet dataset that pyarrow.dataset or dask.dataframe.read_parquet reads whole.
@@ -27,7 +27,7 @@ run: a resume with other inputs (a file changed in size or time) or other parame
 refused, because the finished stages would not belong to it.
 
 The work directory is a local folder (or a shared mount every Dask worker sees at the same
-path) or a URL on object storage; engine/workfolders.py writes and reads its units in each.
+path) or a URL on object storage; pipeline/workfolders.py writes and reads its units in each.
 """
 
 from __future__ import annotations

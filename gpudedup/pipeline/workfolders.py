@@ -1,4 +1,4 @@
-"""Where a work directory's files live (engine/workdir.py's WorkDir goes through one of these):
+"""Where a work directory's files live (pipeline/workdir.py's WorkDir goes through one of these):
 
 - a **local folder** (or a shared mount that every Dask worker sees at the same path,
   ``LocalFolder``): a unit is written under a temporary name and renamed into place; the

@@ -44,7 +44,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
 
     sets: where given (a host backend only), each document is cut into its set of shingles
     (backend.shingle_sets) rather than its hashes with repeats, and the sets of every document
-    are appended there in row order, for stores that keep them (engine.memory.MemoryStore's
+    are appended there in row order, for stores that keep them (pipeline.memory.MemoryStore's
     keep_sets), until the builder lets them go (its limit): the batches after that make
     hashes only. The signatures are the same either way: a minimum over a set of hashes does
     not depend on repeats or order.

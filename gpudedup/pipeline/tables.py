@@ -10,9 +10,9 @@ from typing import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from .core.cluster import Clusters, kept_documents
-from .ids import IdSource, order_ranks
-from .io.layout import table_parts
+from ..core.cluster import Clusters, kept_documents
+from ..ids import IdSource, order_ranks
+from ..io.layout import table_parts
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The results of a run as the engine hands them to result.py (Outcome)."""
+"""The results of a run as the pipeline hands them to results/result.py (Outcome)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core.cluster import Clusters
 from ..core.copies import Copies
-from ..report import Report
+from .report import Report
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
 from .pairs import CheckedPairs, VerifiedPairs
@@ -24,7 +24,7 @@ class Outcome:
         (p,), a < b) and ``jaccard`` (float64 (p,), >= threshold) are read when first asked for
         where a cluster's run left them in its work directory.
     clustered: the clusters (documents in clusters of two or more): held (HeldClusters), or
-        (a cluster's run) in parts of its work directory (engine/clusterparts.ClusterParts);
+        (a cluster's run) in parts of its work directory (pipeline/clusterparts.ClusterParts);
         either gives the counts (``count``, ``in_clusters``, ``removed_count``) and what a
         report shows of them, and ``clusters`` is them held (read from the parts when first
         asked for).
@@ -40,7 +40,7 @@ class Outcome:
     copies: the documents taken out of LSH as identical copies (copies.py; a cluster's run
         leaves them in parts of its work directory: Copies.held reads them); each is also the
         pair (first, member) of pair_a, pair_b with Jaccard 1.0.
-    shown: what report.html and the terminal show of the run (engine/shown.py), computed by
+    shown: what report.html and the terminal show of the run (pipeline/shown.py), computed by
         the run.
 
     An outcome holds no executor: what reads a cluster's parts after the run (writing the

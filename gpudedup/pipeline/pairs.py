@@ -1,6 +1,6 @@
 """The pairs each stage hands the next (the candidates that pass the signature filter, the
 pairs checked exactly, the verified pairs), held as host arrays, or (a cluster's run) left in
-parts of the work directory (engine/pairparts.py) where tasks read them.
+parts of the work directory (pipeline/pairparts.py) where tasks read them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class LikelyPairs:
     every_first, every_second: int64 (c,) rows, host: every candidate pair, ascending; empty
         unless asked for (Stages.likely_pairs' keep_every).
     parts: 0, or (a cluster's run) first and second are empty and the pairs lie in as many
-        parts of the work directory (engine/pairparts.py), where tasks read them.
+        parts of the work directory (pipeline/pairparts.py), where tasks read them.
     """
 
     first: np.ndarray
@@ -59,13 +59,13 @@ class CheckedPairs:
         float64 (c,), each one's exact Jaccard where it reaches the threshold, else
         verify.BELOW_THRESHOLD: every pair checked exactly, the identical copies (Jaccard 1.0)
         merged in. Where parts > 0 (a cluster's run), none: the pairs LSH found that reach the
-        threshold lie in as many parts of the work directory (engine/pairparts.py), and
+        threshold lie in as many parts of the work directory (pipeline/pairparts.py), and
         ``rejected`` counts those that did not.
     candidates: how many distinct candidate pairs LSH found; checked: how many of them were
         checked exactly (those the signature filter passed).
     part_sizes: int64 (parts,), the verified pairs in each part (none: not in parts).
     copy_sizes: int64 (c,), the identical copies in each of their parts where they lie in
-        parts too (engine/copyparts.py; none: held, or none found).
+        parts too (pipeline/copyparts.py; none: held, or none found).
     """
 
     first: np.ndarray
@@ -149,7 +149,7 @@ class VerifiedPairs:
     """The verified pairs of a run, held or in parts, never both: first, second int64 (p,) rows,
     first < second, ascending by (first, second); jaccard float64 (p,), each at least the
     threshold; host. In a cluster's run (``parts``) the pairs, the identical copies among them,
-    lie in the parts of the work directory (engine/pairparts.py), where tasks read them, and
+    lie in the parts of the work directory (pipeline/pairparts.py), where tasks read them, and
     none is held until ``read_now``; ``arrays`` reads them into this process when first asked
     for."""
 

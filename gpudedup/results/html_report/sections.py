@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..core.lsh import collision_probability, steepest_similarity
-from ..display import group_label
-from ..params import MEANINGS
+from ...core.lsh import collision_probability, steepest_similarity
+from ...display import group_label
+from ...params import MEANINGS
 from .markup import byte_count, escaped, mib, number, percent, ratio, seconds, value_of
 from .style import CSS
 

@@ -17,7 +17,7 @@ input files. Stages:
   again, on the pair, so that the copies of a pair found in several bands meet; a task per
   partition keeps each pair once, applies the signature filter to them, reading their
   signature rows from the work directory, and stores those that pass as a part of the work
-  directory (engine/pairparts.py). Only a count per partition reaches the client. The pairs
+  directory (pipeline/pairparts.py). Only a count per partition reaches the client. The pairs
   are exactly those of the single process.
 - **verification**: the parts' documents are shuffled on their shard, and a task per
   partition writes the shingle sets of its shards' documents to the work directory (each
@@ -32,11 +32,11 @@ input files. Stages:
   rows, shuffled on the hash; a task per partition groups the documents with the same
   signature (reading their signature rows from the work directory) into a part, their sets are
   spilled as verification's are, and a task per part checks its groups exactly into a part of
-  copies (engine/copyparts.py). The candidates stage's shard tasks get the copies' places by
+  copies (pipeline/copyparts.py). The candidates stage's shard tasks get the copies' places by
   a range of shards each; the copies' parts join the verified ones. The client gets counts.
 
-- **clusters**: the connected components of the verified pairs as tasks (engine/components.py),
-  the keep decision and the clusters' parts by tasks too (engine/clusterparts.py).
+- **clusters**: the connected components of the verified pairs as tasks (pipeline/components.py),
+  the keep decision and the clusters' parts by tasks too (pipeline/clusterparts.py).
 
 dask (a dependency) and distributed (optional: ``pip install 'gpudedup[dask]'``) are imported
 inside the functions that need them: an in-memory run never loads them (start-up).
@@ -73,8 +73,8 @@ class DaskStages:
     ``executor`` (daskops.DaskExecutor: a cluster's workers, or Dask's local scheduler): the
     candidate stage and the identical-copies grouping as shuffles of what the work directory
     holds, the signature filter as tasks reading its signatures, the connected components as
-    rounds of shuffles (engine/components.py), the clusters by tasks over parts of the work
-    directory (engine/clusterparts.py). The store each method takes is a disk.WorkDirStore,
+    rounds of shuffles (pipeline/components.py), the clusters by tasks over parts of the work
+    directory (pipeline/clusterparts.py). The store each method takes is a disk.WorkDirStore,
     whose shards the tasks read."""
 
     def __init__(self, executor: DaskExecutor):
@@ -85,8 +85,8 @@ class DaskStages:
 
     def clusters(self, store, verified, policy):
         """protocols.Stages.clusters as tasks: the connected components as rounds of shuffles
-        (engine/components.py), then the keep decision and the parts by two more
-        (engine/clusterparts.py); the client gets counts. store: a disk.WorkDirStore, or a run
+        (pipeline/components.py), then the keep decision and the parts by two more
+        (pipeline/clusterparts.py); the client gets counts. store: a disk.WorkDirStore, or a run
         against an index's (index/staged.py), whose leading ``pinned`` rows are kept."""
 
         labels = components.dask_component_labels(self.executor.client, verified.first, verified.second,
@@ -144,7 +144,7 @@ class DaskStages:
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
 
     def checked_pairs(self, store, likely, copies, threshold: float, progress):
-        """protocols.Stages.checked_pairs of likely pairs kept in parts (engine/pairparts.py): the
+        """protocols.Stages.checked_pairs of likely pairs kept in parts (pipeline/pairparts.py): the
         parts' documents shuffled on their shard, a task per partition spilling its shards'
         sets, then a task per part checking its pairs into a verified part; the client gets
         counts. The identical copies are in parts too (DaskStages.copies), which
@@ -189,7 +189,7 @@ class DaskStages:
             "the shingle sets")
 
     def pairs_inside(self, pairs, clustered, numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray) -> list:
-        """protocols.Stages.pairs_inside by tasks: with the clusters in parts (engine/clusterparts.py),
+        """protocols.Stages.pairs_inside by tasks: with the clusters in parts (pipeline/clusterparts.py),
         a task per place the pairs lie makes them a frame, Dask sets them on their first
         document by the clusters' ranges, and a task per range reads the members of its rows
         from the range's part (clusterpairs.pairs_inside_part). The client gets a few numbers
@@ -209,7 +209,7 @@ class DaskStages:
                          for number, part in enumerate(rows.to_delayed())], stage)
 
     def copies(self, store, progress):
-        """protocols.Stages.copies by tasks (engine/copyparts.py): the row hashes shuffled on the
+        """protocols.Stages.copies by tasks (pipeline/copyparts.py): the row hashes shuffled on the
         hash, a task per partition storing its same-signature groups as a part, their
         documents' sets spilled (spill_documents), and a task per part that holds groups
         checking them into a part of copies. The client gets a count per part (not a hash
@@ -420,7 +420,7 @@ def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, acti
                 documents: Kept, width: int, span: np.uint64, threshold: float, pinned: int = 0) -> int:
     """Partition ``number`` of the pairs shuffled on their code (bucket_pair_codes): its
     distinct pairs that pass the signature filter, their signature rows read from the shards
-    (disk.spilled_plausible), stored as likely part ``number`` (engine/pairparts.py) as the
+    (disk.spilled_plausible), stored as likely part ``number`` (pipeline/pairparts.py) as the
     rows of their documents (shard_rows, active_starts: disk.Shards'; documents: the spilled
     rows that are documents, disk.ShardDocuments.rows). pinned: the leading rows that are an
     index's documents (protocols.Store.pinned; all of them active, so also the leading

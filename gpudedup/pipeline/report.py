@@ -1,4 +1,4 @@
-"""The run's report: a typed structure, built once by the engine (engine/job.py) and completed
+"""The run's report: a typed structure, built once by the pipeline (job.py) and completed
 only by ``with_*`` copies (the Dask details, the write stage); ``as_dict`` is report.json.
 
 A Report also reads like the JSON object it writes (``report["balance"]["kept"]``), so that
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterator, Optional
 
-from .display import report_html, report_text
-from .io.storage import key_of
+from ..display import report_html, report_text
+from ..io.storage import key_of
 
 # The "format" of an input that is not a file (api: list_corpus, table_corpus).
 IN_MEMORY_FORMATS = ("list", "table")
@@ -26,7 +26,7 @@ class InputFile:
     """One input that documents came from: its path as shown (ids, messages), format and
     document count; absolute_path: where the file is (None for in-memory data), so that the
     report can be read from another working directory; counts: its documents kept and removed
-    (Report.with_sources: engine/sourcecounts.py), None until counted."""
+    (Report.with_sources: pipeline/sourcecounts.py), None until counted."""
 
     path: str
     format: str
@@ -129,7 +129,7 @@ class Balance:
 
     @classmethod
     def of(cls, documents: int, skipped: int, empty: int, removed: int) -> "Balance":
-        """From the counts the engine has; kept = documents - empty - removed. (The test
+        """From the counts the pipeline has; kept = documents - empty - removed. (The test
         suite recounts every outcome from the written files, independently of this.)"""
         return cls(input_records=documents + skipped, kept=documents - empty - removed, kept_empty=empty,
                    removed_duplicates=removed, skipped=skipped)
@@ -184,7 +184,7 @@ class Report(Mapping):
                        input=replace(self.input, paths=tuple(key_of(p) for p in paths)))
 
     def with_sources(self, file_counts: list[dict], groups: Optional[dict] = None) -> "Report":
-        """This report with where its duplicates come from (engine/sourcecounts.py): each input
+        """This report with where its duplicates come from (pipeline/sourcecounts.py): each input
         file's counts (file_counts, in the order of input.files: "kept", "removed",
         "removed_within", "removed_across" as duplicates of a document of the same file or
         not, "bytes" and "kept_bytes" of text, or "tokens" and "kept_tokens" with token

@@ -14,7 +14,7 @@ keeps (workdir.py for the layout):
    input by the input rules (io/rules.py), as the in-memory run checks its files.
 2. **copies** (identical copies), 3. **candidates** (the signature filter reads the
    candidates' rows from the spilled signatures) and 4. **pairs** run as Dask's shuffles and
-   tasks over the shards (engine/dask.py), each kept as parts (WORK/pairs/) and marked done
+   tasks over the shards (pipeline/dask.py), each kept as parts (WORK/pairs/) and marked done
    in WORK/stages/. Exact Jaccard (of the copies and of the pairs) reads each shard holding
    documents of pairs once, spills those documents' shingle sets to WORK/sets/ (a task per
    shard), and checks each part's pairs a chunk at a time from there.
@@ -49,7 +49,7 @@ from ..io.sizes import file_read_bytes, reading_estimate, shard_read_bytes
 from ..io.stamps import FileStamp
 from ..memory import MemoryBudget, size_words
 from ..params import DedupParams
-from ..report import InputFile, InputSummary
+from .report import InputFile, InputSummary
 from ..stages import Progress, StageLog
 from ..version import __version__
 from .dask import DaskStages
@@ -81,8 +81,8 @@ from .workdir import WorkDir
 # 4: a shard may be a piece of a file, as WORK/plan.npy says; 5: a stage is a folder of .npy
 # files, WORK/stages/<name>/, as every unit of workdir.py is; 6: the candidates stage keeps the
 # pairs that pass the signature filter, and their count, not every candidate pair; 7: on a
-# cluster, those pairs and the verified ones lie in parts, WORK/pairs/, engine/pairparts.py;
-# 8: on a cluster, so do the identical copies, engine/copyparts.py; 9: a shard's info holds the
+# cluster, those pairs and the verified ones lie in parts, WORK/pairs/, pipeline/pairparts.py;
+# 8: on a cluster, so do the identical copies, pipeline/copyparts.py; 9: a shard's info holds the
 # stamp of what it read, io/stamps.py, which the write checks the file against; 10: a
 # cluster's parts are Parquet files, part.parquet, and a unit on object storage is complete
 # with _complete.json; 12: every run's stages are WORK/stages/<name>/, in the one form its

@@ -1,6 +1,6 @@
 """A work directory's manifest (WORK/manifest.json): the fingerprint of the run it belongs to,
 written when the directory is first used. Here: whether a folder's manifest is a run's at all,
-and how another run's differs from this one's, in the words of the refusal (engine/workdir.py
+and how another run's differs from this one's, in the words of the refusal (pipeline/workdir.py
 WorkDir)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """report.html's example documents: the largest clusters, the verified pairs just above the
 threshold and a random sample of clusters, each with its texts side by side and the words that
-differ marked. What is shown is what the run chose (engine/shown.py, Outcome.shown); the page
+differ marked. What is shown is what the run chose (pipeline/shown.py, Outcome.shown); the page
 reads the texts and ids of those few rows only."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..core.shingling import ShingleSpec, shingle_sets
-from ..engine.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED
-from ..io.fields import content_of
-from ..display import shown_id
+from ...core.shingling import ShingleSpec, shingle_sets
+from ...pipeline.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED
+from ...io.fields import content_of
+from ...display import shown_id
 from .markup import escaped
 
 EXCERPT_CHARS = 600
@@ -26,7 +26,7 @@ NOT_STORED = "text not stored in the index"
 def cluster_sections(result) -> str:
     """The sections of example documents: the largest clusters, the pairs just above the
     threshold, a random sample of the other clusters."""
-    # What the run counted of them (engine/shown.py), not result.clusters and result.pairs: a
+    # What the run counted of them (pipeline/shown.py), not result.clusters and result.pairs: a
     # run that writes its results never builds those.
     outcome, shown = result._outcome, result._outcome.shown
     if outcome.clustered.in_clusters == 0:

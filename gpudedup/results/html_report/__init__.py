@@ -1,6 +1,6 @@
 """report.html: a self-contained page describing one run.
 
-    from gpudedup.html_report import render
+    from gpudedup.results.html_report import render
     html = render(result)          # a str: one HTML page, nothing outside it
 
 What it shows, top to bottom: the summary cards; where every record went, with what under the
@@ -9,7 +9,7 @@ Jaccard and the clusters by size: SVG, svg_figures.py, inline in the page); exam
 side by side (the largest clusters, the pairs just above the threshold, a random sample of
 clusters: clusters.py); the time and memory of every stage; and, folded, the parameters with
 what each means and why b and r were chosen (sections.py). It renders what the run computed
-(the report, and Outcome.shown: engine/shown.py) and reads the texts and ids of the few
+(the report, and Outcome.shown: pipeline/shown.py) and reads the texts and ids of the few
 documents it shows. Inline CSS only: no scripts, no fonts, no links, no external resources.
 ``DedupResult.write`` writes it as report.html, with the figures as SVG files beside it.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from .. import svg_figures
-from ..display import shown_id
+from ...display import shown_id
 from . import sections
 from .clusters import (EXCERPT_CHARS, NOT_STORED, cluster_sections, document, exact_jaccard, highlight, text_excerpt,
                        texts_read)
@@ -38,7 +38,7 @@ def report_figures(result) -> dict[str, str]:
     """The report's figures as SVG files' text, {name: svg} (names as in FIGURE_FILES)."""
     p, r = result.report["parameters"], result.report["results"]
     bands, rows, threshold = p["bands"], p["rows"], p["threshold"]
-    # Counted by the run where the pairs and clusters lay (engine/shown.py); the rest of the
+    # Counted by the run where the pairs and clusters lay (pipeline/shown.py); the rest of the
     # pairs checked were rejected.
     shown = result._outcome.shown
     rejected = r["exactly_checked_pairs"] - r["verified_pairs"]

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..core.cluster import Clusters, clusters_by_size, largest_first, listed_members
 from ..ids import IdSource
-from ..tables import NamedRows, clusters_parts
+from .tables import NamedRows, clusters_parts
 
 if TYPE_CHECKING:
     from .clusterparts import ClusterParts

@@ -3,7 +3,7 @@ cluster.component_roots gives them in one process: every document of a pair with
 document of its component (its root).
 
 The pairs are cut into parts of at most ``pairs_per_part`` (pairs the client holds, and a
-cluster's verified parts in the work directory, which the tasks read: engine/pairparts.py,
+cluster's verified parts in the work directory, which the tasks read: pipeline/pairparts.py,
 grouped by their sizes). A task per part finds the part's own components
 (cluster.component_roots): where there is one part, they are the answer. Otherwise each part
 hands on a star per component, an edge from each of its documents to its root, and the stars
@@ -20,7 +20,7 @@ stars each centred on its component's smallest node. That state is recognised lo
 shuffle the next large star makes anyway: every node either has only larger neighbours (a
 centre) or exactly one neighbour, a smaller one (a leaf). The client holds a count per round
 and, at the end, a Dask DataFrame of the (document, root) of the documents in components, left
-on the workers for the keep decision (engine/clusterparts.py).
+on the workers for the keep decision (pipeline/clusterparts.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The evaluation's figure, recall against similarity, as PNG bytes; the palette, size and
-margins every figure shares; the histogram of verified pairs the report's figure is drawn from.
+margins every figure shares.
 
 report.html's figures are SVG written directly (svg_figures.py), without matplotlib. matplotlib
 is a dependency of the package (so ``gpudedup evaluate`` draws its figure). It is imported
@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .core.lsh import collision_probability
+from ..core.lsh import collision_probability
 
 INSTALL_HINT = "pip install matplotlib"
 
@@ -67,16 +67,6 @@ def matplotlib_available() -> bool:
     except PlottingUnavailable:
         return False
     return True
-
-
-def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float = 0.02) -> np.ndarray:
-    """int64: how many of the values ``jaccard`` (float (c,)) fall in each bin of
-    verified_edges(threshold, bin_width), the values below the threshold in none (a sum over
-    parts of the pairs is the histogram of them all)."""
-    jaccard = np.asarray(jaccard, dtype=np.float64)
-    counts, _ = np.histogram(np.clip(jaccard[jaccard >= threshold], 0.0, 1.0),
-                             bins=verified_edges(threshold, bin_width))  # the last bin is closed
-    return counts.astype(np.int64)
 
 
 def recall_by_similarity_figure(bin_edges, recall_per_bin: Union[Sequence[float], Mapping[str, Sequence[float]]],
@@ -138,14 +128,6 @@ def recall_by_similarity_figure(bin_edges, recall_per_bin: Union[Sequence[float]
         # Recall is mostly near 1, so the legend goes low, where it hides bars, not lines.
         axes.legend(loc="lower left", frameon=True, framealpha=0.9, edgecolor="none", fontsize=8.5)
         return _png(figure)
-
-
-def verified_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
-    """Histogram bin edges of the verified pairs: from ``threshold`` to 1, about ``bin_width``
-    wide; [1, 1 + bin_width] for threshold 1 (one bin holding J = 1)."""
-    if threshold >= 1.0:
-        return np.array([1.0, 1.0 + bin_width])
-    return np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
 
 
 # --- drawing helpers ----------------------------------------------------------------------------
