@@ -748,6 +748,13 @@ def test_a_jsonl_file_beside_a_rounding_type_is_copied_as_it_is(tmp_path):
     refused = invoke("dedup", tmp_path / "in", "-o", tmp_path / "parquet", "-q", "--backend", "cpu")
     assert_user_error(refused, "a.jsonl: column 'h' holds values that its type in the files combined (double",
                       out=tmp_path / "parquet")
+    # One file of every file's rows holds them in the types combined: refused in memory as with a
+    # work directory, kept rows or removed, whatever the format.
+    for format, extra in (("parquet", []), ("jsonl", ["--write-removed"])):
+        one = invoke("dedup", tmp_path / "in", "-o", tmp_path / f"one-{format}", "--single-file", "--format", format,
+                     "--id-field", "id", *extra, "-q", "--backend", "cpu")
+        assert_user_error(one, "column 'h' holds values that its type in the files combined (double) does not take "
+                               "unchanged", out=tmp_path / f"one-{format}")
 
 
 def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):

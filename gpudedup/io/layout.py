@@ -148,11 +148,17 @@ def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
     made plain) as their input file had them."""
     present = set(table.column_names)  # (a set: a table may have tens of thousands of columns)
     for name, kind in lossy_columns(table, schema):  # (a file's rows cast to the types of files combined)
-        raise OutputError(f"column {name!r} holds values that its type in the files combined ({kind}) does not "
-                          "take unchanged, so their rows are no one table or file: write each input file's rows "
-                          "apart, without single_file=True")
+        raise not_one_table(name, kind)
     return pa.table([cast_column(table[field.name], field.type) if field.name in present
                      else pa.nulls(table.num_rows, field.type) for field in schema], schema=schema)
+
+
+def not_one_table(name: str, kind: pa.DataType) -> OutputError:
+    """The refusal of one table or file of every input file's rows where the column ``name``
+    of one of them holds values that ``kind``, its type in the files combined, rounds."""
+    return OutputError(f"column {name!r} holds values that its type in the files combined ({kind}) does not take "
+                       "unchanged, so their rows are no one table or file: write each input file's rows apart, "
+                       "without single_file=True")
 
 
 def cast_column(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:

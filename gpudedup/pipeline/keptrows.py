@@ -17,7 +17,8 @@ import pyarrow as pa
 from ..core.shingling import ShingleSpec
 from ..io import storage
 from ..io.fields import field_column, field_type, without_views
-from ..io.layout import KEPT_DIR, FileRows, as_input, rows_by_file, write_kept_file, write_kept_files, write_kept_pieces
+from ..io.layout import (KEPT_DIR, FileRows, as_input, not_one_table, rows_by_file, write_kept_file, write_kept_files,
+                         write_kept_pieces)
 from ..io.source import SourceFile
 from ..io.stamps import FileStamp, check_unchanged
 from ..io.staging import tasks_folder
@@ -274,9 +275,18 @@ class HeldRows:
         write_kept_files(staging / KEPT_DIR, names, rows_by_file(self.table, self.sources, self._kept(removed)),
                          format)
 
+    def check_one_table(self) -> None:
+        """Refuse one file of every input file's rows where the files combined round some
+        values of one of them (io/read.concat_tables), as layout.as_input refuses a staged
+        run's rows cast to the types combined."""
+        for source in self.sources:
+            for name, kind in source.rounded:
+                raise not_one_table(name, kind)
+
     def write_kept(self, path: Path, format: str, removed: np.ndarray, texts_of: np.ndarray = NO_ROWS) -> None:
         """ShardedTable.write_kept: the kept rows (removed: int64 ascending) into one file."""
         keep = Kept.leaving_out(removed).mask(0, self.documents)
+        self.check_one_table()
         if self.schema is None:
             (write_parquet if format == "parquet" else write_jsonl)(self.table, path, keep=keep)
             return
@@ -286,6 +296,7 @@ class HeldRows:
     def write_removed(self, path: Path, format: str, removed_of: RemovedOf, spec: ShingleSpec) -> None:
         """ShardedTable.write_removed: the removed rows into one file, a file's at a time (the
         row groups a staged run writes where each file is one shard)."""
+        self.check_one_table()
         schema = self.schema or self.table.schema
         write_tables(self._removed_by_file(removed_of, spec, schema), path, format, removed_schema(schema, removed_of))
 
