@@ -151,6 +151,7 @@ def dedup(
     """
     if on_error not in ("stop", "skip"):
         raise ParameterError(f"on_error= must be 'stop' or 'skip'; got {on_error!r}")
+    check_cluster(max_memory, client, scheduler, workers)
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, unicode=unicode,
                          strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
@@ -277,8 +278,6 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     from .pipeline.daskops import DaskExecutor
     from .pipeline.daskops import clear_worker_caches, dask_client, in_temporary_work_dir
 
-    if sum(x is not None for x in (client, scheduler, workers)) > 1:
-        raise ParameterError("give one of client=, scheduler= and workers=")
     most = LOCAL_WORKERS_PER_CORE * (os.cpu_count() or 1)
     if workers is not None and (not isinstance(workers, numbers.Integral) or isinstance(workers, bool)
                                 or not 1 <= int(workers) <= most):
@@ -317,6 +316,18 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
             finally:
                 if work_dir is not None:  # the workers' copies of a work directory on object storage
                     clear_worker_caches(connected, location_of(work_dir))
+
+
+def check_cluster(max_memory, client, scheduler, workers) -> None:
+    """Refuse, before a work directory is made or a cluster started: more than one way to a
+    cluster; a memory budget (max_memory=, as given) on a cluster's run."""
+    if sum(x is not None for x in (client, scheduler, workers)) > 1:
+        raise ParameterError("give one of client=, scheduler= and workers=")
+    if max_memory is not None and (client, scheduler, workers) != (None, None, None):
+        # (the budget is checked against this process's memory, which a cluster's tasks do not use)
+        raise ParameterError("max_memory= bounds a run in this process, but on a Dask cluster the workers read and "
+                             "hash the input, each within Dask's own memory limit (dask worker --memory-limit): "
+                             "leave out max_memory=, or run without a cluster")
 
 
 def on_dask(work_dir, client, scheduler, workers) -> bool:

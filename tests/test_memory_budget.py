@@ -129,6 +129,23 @@ def test_a_budget_the_process_fills_before_the_run_is_named_as_such():
         gpudedup.dedup(["a b c d e f g", "a b c d e f h"], backend="cpu", max_memory="1M")
 
 
+@pytest.mark.parametrize("cluster", [{"workers": 1}, {"scheduler": "tcp://127.0.0.1:9"}])
+def test_a_budget_for_this_process_is_refused_for_a_cluster_s_run(tmp_path, cluster):
+    """--max-memory is checked against this process's memory, which a cluster's workers do not
+    use: asked of a run on a cluster, it is refused before any cluster starts or is reached,
+    rather than left unchecked."""
+    import gpudedup
+    from gpudedup.errors import ParameterError
+
+    (tmp_path / "a.txt").write_text("the quick brown fox jumps over the lazy dog\n")
+    index = gpudedup.Index.create(tmp_path / "index")
+    for run in (gpudedup.dedup, index.add):
+        with pytest.raises(ParameterError, match=r"^max_memory= bounds a run in this process, but on a Dask cluster"):
+            run(tmp_path / "a.txt", backend="cpu", max_memory="8G", work_dir=tmp_path / "work", **cluster)
+        assert not (tmp_path / "work").exists()
+    assert index.info()["documents"] == 0
+
+
 def test_the_batches_in_flight_of_a_small_shard_are_its_text_at_most(inputs):
     """A shard whose text is less than the batches that can be in flight at once fills fewer
     of them: the estimate charges the text it has (bounded by what its table keeps), not
