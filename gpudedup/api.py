@@ -139,7 +139,8 @@ def dedup(
         shows it (an IPython kernel; lines of text where ipywidgets, which rich's bars need
         there, is not installed).
     output / format / overwrite / single_file / write_removed: write the results there too, as
-        ``DedupResult.write`` does (write_removed: the removed rows too, under removed/); on a
+        ``DedupResult.write`` does (write_removed: the removed rows too, under removed/; the
+        four without output= are refused, as they would say nothing); on a
         Dask cluster that this call starts or connects to, before it closes, so that each worker
         writes the kept rows of the shards it reads (a result written later, after the cluster
         is gone, is written by this process).
@@ -159,8 +160,7 @@ def dedup(
                          **parse_sizes(batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes))
     # Below, the content column is "text_field" whatever it holds (core/content.py).
     text_field = content_field(params, text_field, token_field, id_field)
-    if output is not None and format not in OUTPUT_FORMATS:  # refused before the run, not after it
-        raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
+    check_output_options(output, format, overwrite, single_file, write_removed)
     found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file,
                               Selection.of(include, exclude))
     chosen_backend = get_backend(backend)
@@ -316,6 +316,20 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
             finally:
                 if work_dir is not None:  # the workers' copies of a work directory on object storage
                     clear_worker_caches(connected, location_of(work_dir))
+
+
+def check_output_options(output, format: str, overwrite: bool, single_file: bool, write_removed: bool) -> None:
+    """Refuse, before the run: a format that is none; options of how ``output`` is written
+    without it (a result written later takes its own: DedupResult.write)."""
+    if output is None:
+        given = [name for name, value in (("format=", format != "parquet"), ("overwrite=", overwrite),
+                                          ("single_file=", single_file), ("write_removed=", write_removed)) if value]
+        if given:
+            raise ParameterError(f"{', '.join(given)} {'says' if len(given) == 1 else 'say'} how output= is "
+                                 "written, and no output= is given: give output=, or pass "
+                                 f"{'it' if len(given) == 1 else 'them'} to result.write()")
+    elif format not in OUTPUT_FORMATS:
+        raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
 
 
 def check_cluster(max_memory, client, scheduler, workers) -> None:

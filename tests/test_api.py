@@ -648,6 +648,23 @@ def test_write_bad_format(tmp_path):
     assert not list(tmp_path.glob(".out.*"))
 
 
+@pytest.mark.parametrize("option", [{"format": "jsonl"}, {"overwrite": True}, {"single_file": True},
+                                    {"write_removed": True}])
+def test_how_to_write_an_output_without_one_is_refused(tmp_path, option):
+    """An option of how output= is written, given without output=, would be dropped (a result
+    written later takes its own): refused before the run, by dedup and by Index.add, with the
+    way to give it."""
+    (name,) = option
+    index = gpudedup.Index.create(tmp_path / "index")
+    for run in (gpudedup.dedup, index.add):
+        with pytest.raises(ParameterError, match=rf"^{name}= says how output= is written, and no output= is given: "
+                                                 r"give output=, or pass it to result\.write\(\)$"):
+            run(planted_texts(), backend="cpu", **option)
+    assert index.info()["documents"] == 0
+    with pytest.raises(ParameterError, match=r"^format=, write_removed= say how output= is written"):
+        gpudedup.dedup(planted_texts(), backend="cpu", format="jsonl", write_removed=True)
+
+
 # --- parameters ---------------------------------------------------------------------------------
 
 

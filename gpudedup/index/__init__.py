@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..pipeline.sourcecounts import check_group_field
-from ..api import (check_cluster, content_field, corpus_result, dask_dedup, given_paths, inputs_and_places,
-                   on_dask)
+from ..api import (check_cluster, check_output_options, content_field, corpus_result, dask_dedup, given_paths,
+                   inputs_and_places, on_dask)
 from ..backends import Backend, get_backend
 from ..core.content import check_content
 from ..core.hashing import Permutations, draw_permutations
@@ -218,6 +218,7 @@ class Index:
         lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
 
         check_tag(tag)
+        check_output_options(output, format, overwrite, single_file, write_removed)
         check_cluster(max_memory, client, scheduler, workers)
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
