@@ -235,12 +235,24 @@ def given_paths(data) -> list[Location]:
     return []
 
 
+# The content columns read by default: a text, or (shingle="token") token ids.
+TEXT_FIELD = "text"
+TOKEN_FIELD = "input_ids"
+
+
 def content_field(params: DedupParams, text_field: str, token_field: str, id_field: Optional[str] = None) -> str:
     """The column the shingles are cut from: token_field for token shingles, else text_field;
     ParameterError unless the fields are names (id_field None: the row numbers or positions)."""
     for name, value in (("text_field", text_field), ("token_field", token_field), ("id_field", id_field)):
         if not (isinstance(value, str) or (value is None and name == "id_field")):
             raise ParameterError(f"{name}= must be a column or field name (a string); got {value!r}")
+    # The other field, named other than by default, would be read by nothing.
+    if params.shingle == "token" and text_field != TEXT_FIELD:
+        raise ParameterError(f"text_field={text_field!r} names a text, but token shingles are cut from token ids: "
+                             "name their column with token_field=")
+    if params.shingle != "token" and token_field != TOKEN_FIELD:
+        raise ParameterError(f"token_field={token_field!r} names token ids, but {params.shingle} shingles are cut "
+                             "from a text: name its column with text_field=")
     return token_field if params.shingle == "token" else text_field
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import ParameterError
 from .stages import add_compile_seconds
 from .threads import HOST_THREADS
 
@@ -164,7 +165,12 @@ def time_compilations() -> None:
 
 
 def _switch() -> str:
-    return os.environ.get(KERNEL_SWITCH, "").strip().lower()
+    """The environment switch, "" where unset; ParameterError for any value but its two (a typo
+    would otherwise leave the choice to the work's size, unsaid)."""
+    value = os.environ.get(KERNEL_SWITCH, "").strip().lower()
+    if value not in ("", "numpy", "numba"):
+        raise ParameterError(f"{KERNEL_SWITCH} must be numpy or numba (or unset); got {os.environ[KERNEL_SWITCH]!r}")
+    return value
 
 
 def cache_folder() -> Path:

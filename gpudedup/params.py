@@ -157,6 +157,15 @@ class DedupParams:
                   f"a similarity in [0, {self.threshold}), below the threshold")
             check(_is_number(self.max_fp) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
                   "a probability in (0, 1)")
+        targets = [name for name, given in (("max_fn", self.max_fn != DEFAULT_MAX_FN), ("low", self.low is not None),
+                                            ("max_fp", self.max_fp is not None)) if given]
+        if self.bands is not None and targets:
+            names = [f"{name}=" for name in targets]
+            named = ", ".join(names[:-1]) + " and " + names[-1] if names[1:] else names[0]
+            one = len(targets) == 1
+            raise ParameterError(f"{named} {'is a target' if one else 'are targets'} that bands and rows are chosen "
+                                 f"to meet, so with bands= and rows= given {'it changes' if one else 'they change'} "
+                                 f"nothing: leave {'it' if one else 'them'} out, or leave out bands= and rows=")
         check(_is_int(self.seed, 2**64) and 0 <= self.seed, "seed", self.seed,
               "an integer in [0, 2**64)")
         check(self.keep in ("first", "longest"), "keep", self.keep, "'first' or 'longest'")

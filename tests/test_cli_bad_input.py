@@ -25,6 +25,20 @@ def test_missing_path(in_tmp):
     assert_user_error(result, "missing.jsonl", "no such file or directory", out=in_tmp / "out")
 
 
+@pytest.mark.parametrize("args", [["", "-o", "out"], ["data.jsonl", "-o", ""], ["data.jsonl", "-o", "out",
+                                                                                 "--work-dir", ""]])
+def test_an_empty_path_is_refused_not_read_as_this_folder(happy, args):
+    """An empty path (an unset shell variable) would name the working directory: as an input
+    it would deduplicate whatever lies there, as an output write into it. Refused in one line,
+    nothing written, the folder as it was."""
+    before = tree_snapshot(happy)
+    result = invoke("dedup", *args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert error_line(result) == ("error: a path is empty (an unset shell variable?): name a file or a folder ('.' "
+                                  "for this one)")
+    assert tree_snapshot(happy) == before
+
+
 def test_names_from_the_data_never_steer_the_terminal(in_tmp):
     """File names, an output path and group values print as they are: rich markup in them is
     not read as markup (a name like x[/b] is a closing tag to rich, which raises on one it did

@@ -53,6 +53,22 @@ def test_params_refuses_impossible_targets_and_names_the_num_perm_that_would_do(
     assert result.exit_code == 2 and "--low 0.5 needs --max-fp too" in result.output
 
 
+@pytest.mark.parametrize("command", [["params"], ["index", "create", "{tmp}/index"], ["dedup", "{tmp}/in.txt", "-o",
+                                                                                    "{tmp}/out"]])
+def test_targets_beside_given_bands_and_rows_are_refused(tmp_path, command):
+    """--max-fn, --low and --max-fp choose bands and rows: beside --bands and --rows they
+    would change nothing, and are refused, naming those given; nothing is made."""
+    (tmp_path / "in.txt").write_text("the quick brown fox jumps over the lazy dog\n")
+    words = [part.format(tmp=tmp_path) for part in command]
+    result = CliRunner().invoke(app, [*words, "--bands", "20", "--rows", "5", "--low", "0.5", "--max-fp", "0.01"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert ("--low and --max-fp are targets that bands and rows are chosen to meet, so with --bands and --rows given "
+            "they change nothing") in " ".join(result.output.split())
+    assert not (tmp_path / "index").exists() and not (tmp_path / "out").exists()
+    result = CliRunner().invoke(app, [*words, "--bands", "20", "--rows", "5", "--max-fn", "0.01"])
+    assert result.exit_code == 0, result.output  # (the default target, named: as good as left out)
+
+
 def test_dedup_chooses_bands_from_the_targets_and_reports_why(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"text": f"words {i} and more words here"}) + "\n" for i in range(5)))

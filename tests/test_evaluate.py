@@ -287,6 +287,21 @@ def test_grid_rejects_invalid_values(grid):
         expand_grid(**grid)
 
 
+def test_lists_that_no_setting_of_the_grid_reads_are_refused():
+    """Targets where every banding is given, and text normalisations where every setting cuts
+    token ids, would be dropped: refused, naming them. Beside a chosen banding (auto) or a
+    text shingle, they are read."""
+    with pytest.raises(ParameterError, match=r"^max_false_negative= is the target that bands and rows are chosen"):
+        expand_grid(bands=[20], rows=[5], max_false_negative=[0.1, 0.2])
+    assert len(expand_grid(bands=[20, None], rows=[5, None], max_false_negative=[0.1, 0.2])[0]) == 3
+    with pytest.raises(ParameterError, match=r"^unicode=, strip_punctuation= and strip_symbols= normalise text"):
+        expand_grid(shingle=["token"], unicode=["nfkc"])
+    with pytest.raises(ParameterError, match=r"normalise text"):
+        expand_grid(shingle=["token"], strip_punctuation=[False, True])
+    mixed, _ = expand_grid(shingle=["token", "word"], unicode=["nfkc"])
+    assert [(s.shingle, s.unicode) for s in mixed] == [("token", None), ("word", "nfkc")]
+
+
 def test_a_grid_none_of_whose_settings_can_run_is_refused_naming_why():
     with pytest.raises(ParameterError, match=r"^no setting of the grid can run: skipped word5 t=0.01 K=128 .*"
                                              r"num_perm=459 is the smallest"):

@@ -25,6 +25,7 @@ import gpudedup
 from gpudedup import compiled
 from gpudedup.backends import cuda_driver_missing, get_backend
 from gpudedup.compiled import KERNEL_SWITCH
+from gpudedup.errors import ParameterError
 
 # Not loaded by a run on one document that writes nothing (where no CUDA driver loads: cupy).
 NOT_FOR_A_SMALL_RUN = ("numba", "llvmlite", "matplotlib", "scipy") + (("cupy",) if cuda_driver_missing() else ())
@@ -131,6 +132,13 @@ def test_the_switch_asks_for_either_route_at_any_size(fresh_start, monkeypatch):
     assert compiled.compiled_route(0)
     monkeypatch.setenv(KERNEL_SWITCH, "numpy")  # off again, started or not
     assert not compiled.compiled_route(0)
+
+
+def test_a_switch_of_another_value_is_refused_in_one_line(fresh_start, monkeypatch):
+    """A mistyped switch would leave the route to the work's size, unsaid: refused, naming it."""
+    monkeypatch.setenv(KERNEL_SWITCH, "nmuba")
+    with pytest.raises(ParameterError, match=rf"^{KERNEL_SWITCH} must be numpy or numba \(or unset\); got 'nmuba'$"):
+        gpudedup.dedup(["the quick brown fox jumps over the lazy dog"], backend="cpu")
 
 
 def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_start, monkeypatch, tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Optional, Sequence
@@ -545,3 +546,19 @@ def test_evaluate_refuses_a_bad_token_id_in_the_other_column(tmp_path):
     result = invoke("evaluate", path, "-o", tmp_path / "eval", "--shingle", "word,token", "--id-field", "id",
                     "--backend", "cpu", "-q")
     assert_user_error(result, "sample.jsonl:5", "token id -1, out of range", out=tmp_path / "eval")
+
+
+@pytest.mark.parametrize("options, named", [({"shingle": "token", "text_field": "body"}, "text_field='body'"),
+                                            ({"shingle": "word", "token_field": "ids"}, "token_field='ids'"),
+                                            ({"shingle": "char", "token_field": "ids"}, "token_field='ids'")])
+def test_the_content_field_a_shingle_kind_does_not_read_is_refused(options, named):
+    """A text field named for token shingles, or a token field for word or char shingles, would
+    be read by nothing: refused, naming it (the field each kind reads by default is not)."""
+    from gpudedup.errors import ParameterError
+
+    with pytest.raises(ParameterError, match=f"^{re.escape(named)} names "):
+        gpudedup.dedup([[1, 2, 3, 4, 5, 6]] if options["shingle"] == "token" else ["a b c d e f"], backend="cpu",
+                       **options)
+    kept = gpudedup.dedup([[1, 2, 3, 4, 5, 6]], backend="cpu", shingle="token", text_field="text")
+    assert kept.documents == 1
+

@@ -45,9 +45,10 @@ def evaluate_command(
     num_perm: Annotated[str, typer.Option(help="Comma list of K.",
                                           rich_help_panel=SIMILARITY_PANEL)] = str(DEFAULT_NUM_PERM),
     bands: Annotated[Optional[str], typer.Option(
-        help="Comma list of b (`auto`: chosen from the threshold).", show_default=False,
+        help="Comma list of b (`auto`: chosen from the threshold; without --rows, r = K // b).", show_default=False,
         rich_help_panel=SIMILARITY_PANEL)] = None,
-    rows: Annotated[Optional[str], typer.Option(help="Comma list of r (`auto` allowed).", show_default=False,
+    rows: Annotated[Optional[str], typer.Option(help="Comma list of r (`auto` allowed; without --bands, b = K // r).",
+                                                show_default=False,
                                                 rich_help_panel=SIMILARITY_PANEL)] = None,
     max_fn: Annotated[Optional[str], typer.Option(
         help="Comma list of miss-probability targets for chosen b and r.", show_default=False,

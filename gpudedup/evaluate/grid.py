@@ -101,6 +101,15 @@ def expand_grid(
     """
     settings: list[Setting] = []
     notes: list[str] = []
+    # Lists that no setting of the grid would read are refused rather than dropped.
+    chosen = (not bands and not rows) or None in (bands or ()) or None in (rows or ())
+    if max_false_negative and any(target is not None for target in max_false_negative) and not chosen:
+        raise ParameterError("max_false_negative= is the target that bands and rows are chosen to meet, and the "
+                             "grid gives every banding (bands=, rows=): add the chosen one to them (auto; None in "
+                             "Python), or leave it out")
+    if all(kind == "token" for kind in shingle) and (any(unicode) or any(strip_punctuation) or any(strip_symbols)):
+        raise ParameterError("unicode=, strip_punctuation= and strip_symbols= normalise text, and every setting of "
+                             "the grid cuts token ids (shingle='token'): leave them out")
     targets = list(max_false_negative) if max_false_negative else [None]
     for target in targets:
         if target is not None and not 0 < target < 1:

@@ -48,7 +48,7 @@ from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
 from ..io.staging import temporary_work_dir
 from ..memory import MemoryBudget, parse_sizes
-from ..params import DedupParams, RESULT_PARAMETERS
+from ..params import DEFAULT_MAX_FN, RESULT_PARAMETERS, DedupParams
 from ..results.result import DedupResult
 from ..stages import Progress, StageLog, progress_display
 from .files import (FORMAT, Manifest, changing, collect_garbage, file_on, index_os_error, interrupted_create,
@@ -139,8 +139,10 @@ class Index:
                 f"{self.path}: the index's {fixed['unicode'].upper()} forms follow Unicode {recorded}, this pyarrow's "
                 f"follow Unicode {unicode_form_version()}: text with characters assigned in between would hash "
                 "differently; use the pyarrow the index was made with, or make a new index")
-        return DedupParams(**{name: fixed[name] for name in INDEX_PARAMETERS}, bands=fixed["bands"],
-                           rows=fixed["rows"], keep="first", **speed)
+        stored = {name: fixed[name] for name in INDEX_PARAMETERS}
+        if fixed["bands"] is not None:  # (targets choose nothing beside fixed bands: a manifest may hold any)
+            stored.update(max_fn=DEFAULT_MAX_FN, low=None, max_fp=None)
+        return DedupParams(**stored, bands=fixed["bands"], rows=fixed["rows"], keep="first", **speed)
 
     def info(self) -> dict:
         """Documents, segments, tags, bytes and parameters, as the last commit left them."""

@@ -112,6 +112,8 @@ def location_of(given: Given) -> Location:
     Path), else a Path."""
     if isinstance(given, Remote):
         return given
+    if isinstance(given, str) and not given:  # (Path("") is ".": an unset variable would name this folder)
+        raise ParameterError("a path is empty (an unset shell variable?): name a file or a folder ('.' for this one)")
     if is_url(given):
         text = str(given)
         if text.lower().startswith("file://"):
