@@ -354,10 +354,12 @@ def test_parse_list():
 
 
 @pytest.mark.parametrize("options, words", [
-    (["--ngram", "5,x", "--num-perm", "64"], "error: cannot read 'x' in --ngram 5,x as int"),
-    (["--strip-punctuation", "maybe"], "error: cannot read 'maybe' in --strip-punctuation maybe as yes_no"),
+    (["--ngram", "5,x", "--num-perm", "64"], "error: cannot read 'x' in --ngram 5,x: expected an integer"),
+    (["--strip-punctuation", "maybe"],
+     "error: cannot read 'maybe' in --strip-punctuation maybe: expected yes or no (true/false, 1/0)"),
+    (["--unicode", "nfc,nfd"], "error: cannot read 'nfd' in --unicode nfc,nfd: expected nfc, nfkc or none"),
     (["--threshold", ","], "error: --threshold is an empty list (',')"),
-], ids=["ngram", "yes-no", "empty"])
+], ids=["ngram", "yes-no", "unicode", "empty"])
 def test_a_list_item_that_cannot_be_read_is_named_with_its_option(tmp_path, options, words):
     from cli_support import assert_user_error, happy_records, invoke, write_jsonl
 

@@ -241,6 +241,20 @@ def test_an_index_object_answers_for_the_index_now_at_its_path(tmp_path, seed, a
     assert result.deduplicated["id"].to_pylist() == ["q1"]
 
 
+def test_queries_of_the_other_kind_than_the_index_cuts_are_refused(query_index, tmp_path):
+    """A word index's queries are texts, a token index's lists of token ids: the other kind is
+    refused in the index's words."""
+    index, _ = query_index
+    with pytest.raises(gpudedup.ParameterError, match=r"^the index cuts word shingles: its queries are texts, and "
+                                                      r"these are token ids$"):
+        index.query([[1, 2, 3, 4, 5]])
+    tokens = Index.create(tmp_path / "tokens", shingle="token", ngram=3)
+    with pytest.raises(gpudedup.ParameterError, match=r"^the index cuts token shingles: its queries are lists of "
+                                                      r"token ids, and these are texts$"):
+        tokens.query(["one two three four"])
+    assert tokens.query([[1, 2, 3, 4]]) == [[]]
+
+
 def test_a_query_takes_the_bucket_window_over_the_whole_index(tmp_path):
     """A query takes, per band key, the last bucket_window live documents of the whole index
     (segment order, then row), not of each segment: its answers are the same over three
@@ -289,7 +303,8 @@ def test_remove_and_compact(query_index, tmp_path):
     # an empty name, are no tags (to add or to remove by).
     before = committed_state(index.path)
     for name in ("", "(untagged)"):
-        with pytest.raises(gpudedup.ParameterError, match="is not a tag: info.. counts the documents added without"):
+        with pytest.raises(gpudedup.ParameterError,
+                           match="is not a tag: the index's info counts the documents added without"):
             index.remove(tag=name)
         with pytest.raises(gpudedup.ParameterError, match="is not a tag"):
             index.add(pa.Table.from_pylist([{"id": "t", "text": "a b c d e f"}]), id_field="id", tag=name)

@@ -387,8 +387,18 @@ def check_index_parameters(fixed: DedupParams, given: dict) -> None:
     for name, value in given.items():
         if value != getattr(fixed, name):
             option = "--" + name.replace("_", "-")
-            raise ParameterError(f"the index fixes {option} {getattr(fixed, name)!r}; leave out the option or give "
-                                 f"the same value (got {value!r})")
+            if fixed.bands is not None and name in ("max_fn", "low", "max_fp"):
+                raise ParameterError(f"the index fixes --bands {fixed.bands} and --rows {fixed.rows}, so {option} "
+                                     "would change nothing; leave it out")
+            raise ParameterError(f"the index fixes {option} {option_value(getattr(fixed, name))}; leave out the "
+                                 f"option or give the same value (got {option_value(value)})")
+
+
+def option_value(value) -> str:
+    """A parameter's value as the command line gives it: on or off for a flag, none for no value."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else str(value)
 
 
 def describe_shingles(params: DedupParams) -> str:

@@ -204,14 +204,17 @@ def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = F
         try:
             values.append(kind(item))
         except ValueError:
-            raise ParameterError(f"cannot read {item!r} in {given} as {getattr(kind, '__name__', kind)}") from None
+            what = ITEM_WORDS.get(kind, getattr(kind, "__name__", str(kind)))
+            raise ParameterError(f"cannot read {item!r} in {given}: expected {what}") from None
     if not values:
         raise ParameterError(f"{name}= is an empty list ({text!r})" if name else f"an empty list: {text!r}")
     return values
 
 
 def unicode_form(text: str) -> Optional[str]:
-    """A --unicode list item: "none" -> None, "nfc", "nfkc" as they are (DedupParams checks)."""
+    """A --unicode list item: "none" -> None, "nfc", "nfkc" as they are; ValueError for others."""
+    if text.lower() not in ("none", "nfc", "nfkc"):
+        raise ValueError(text)
     return None if text.lower() == "none" else text.lower()
 
 
@@ -221,3 +224,9 @@ def yes_no(text: str) -> bool:
     if value is None:
         raise ValueError(text)
     return value
+
+
+# What each kind of list item is, as parse_list's refusal says it.
+ITEM_WORDS: dict[Callable[[str], Any], str] = {
+    int: "an integer", float: "a number", yes_no: "yes or no (true/false, 1/0)", unicode_form: "nfc, nfkc or none"}
+

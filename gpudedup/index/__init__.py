@@ -29,7 +29,7 @@ from ..pipeline.sourcecounts import check_group_field
 from ..api import (check_cluster, check_output_options, content_field, corpus_result, dask_dedup, given_paths,
                    inputs_and_places, on_dask)
 from ..backends import Backend, get_backend
-from ..core.content import check_content
+from ..core.content import is_token_type
 from ..core.hashing import Permutations, draw_permutations
 from ..core.normalize import unicode_form_version
 from ..core.ragged import offsets_from_counts
@@ -73,8 +73,8 @@ def check_tag(tag) -> None:
     if tag is not None and not isinstance(tag, str):
         raise ParameterError(f"tag= must be a string (or None); got {tag!r}")
     if tag in ("", UNTAGGED):
-        raise ParameterError(f"tag= {tag!r} is not a tag: info() counts the documents added without one as "
-                             f"{UNTAGGED!r}; give a name, or none")
+        raise ParameterError(f"tag= {tag!r} is not a tag: the index's info counts the documents added without one "
+                             f"as {UNTAGGED!r}; name a tag")
 
 
 class Index:
@@ -364,8 +364,10 @@ class Index:
         permutations = self._permutations(params)
         chosen = get_backend(backend)
         corpus = list_corpus(queries, "query")
-        if corpus.num_rows:
-            check_content(corpus.texts.type, params.shingle, "query")
+        if corpus.num_rows and is_token_type(corpus.texts.type) != (params.shingle == "token"):
+            wanted = "lists of token ids" if params.shingle == "token" else "texts"
+            raise ParameterError(f"the index cuts {params.shingle} shingles: its queries are {wanted}, and these "
+                                 f"are {'texts' if params.shingle == 'token' else 'token ids'}")
         shingles = chosen.shingle_hashes(*corpus.units(), spec)
         shingles = ShingleBatch(chosen.to_host(shingles.offsets), chosen.to_host(shingles.hashes))
         keys = chosen.to_host(chosen.band_keys(chosen.signatures(shingles, permutations), banding))
