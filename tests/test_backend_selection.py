@@ -4,6 +4,7 @@ kernel sources and the documentation shipped in the wheel."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -82,9 +83,18 @@ def test_cupy_loader_launches_only_proven_tunables():
 
 
 def test_wheel_ships_the_kernel_sources(tmp_path):
+    # Built from a copy of what the build reads: an editable install's egg-info (its SOURCES.txt)
+    # would add the files of a package the list in pyproject.toml leaves out, as package data.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "gpudedup", "kernels", "docs"):
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / name, source / name)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
-         str(REPO)],
+         str(source)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
@@ -94,8 +104,10 @@ def test_wheel_ships_the_kernel_sources(tmp_path):
         assert f"gpudedup/kernels/{file_name}" in names
     # The loader finds them where the wheel puts them.
     assert "gpudedup/backends/cuda_kernels.py" in names
-    # Every package of the layers, the typing marker and the licence.
-    assert {"gpudedup/core/lsh.py", "gpudedup/cli/common.py", "gpudedup/io/formats.py", "gpudedup/py.typed"} <= names
+    # Every module of the source tree (each package listed in pyproject.toml), the typing marker
+    # and the licence.
+    modules = {path.relative_to(REPO).as_posix() for path in (REPO / "gpudedup").rglob("*.py")}
+    assert modules and modules | {"gpudedup/py.typed"} <= names, sorted(modules - names)
     (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
     assert metadata.replace("METADATA", "licenses/LICENSE") in names
     assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
