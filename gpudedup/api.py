@@ -25,7 +25,7 @@ from .io.credentials import os_reason
 from .io.outputdir import check_apart_from_inputs, check_apart_from_read, check_run_places
 from .io.write import OUTPUT_FORMATS
 from .core.cluster import KeepPolicy
-from .params import DedupParams
+from .params import DedupParams, check_targets_read, listed
 from .core.shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_sizes, release_unused_memory
 from .pipeline.job import run_job
@@ -158,6 +158,7 @@ def dedup(
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
                          keep=keep, bucket_window=bucket_window, batch_rows=batch_rows,
                          **parse_sizes(batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes))
+    check_targets_read(params)
     # Below, the content column is "text_field" whatever it holds (core/content.py).
     text_field = content_field(params, text_field, token_field, id_field)
     check_output_options(output, format, overwrite, single_file, write_removed)
@@ -337,7 +338,7 @@ def check_output_options(output, format: str, overwrite: bool, single_file: bool
         given = [name for name, value in (("format=", format != "parquet"), ("overwrite=", overwrite),
                                           ("single_file=", single_file), ("write_removed=", write_removed)) if value]
         if given:
-            raise ParameterError(f"{', '.join(given)} {'says' if len(given) == 1 else 'say'} how output= is "
+            raise ParameterError(f"{listed(given)} {'says' if len(given) == 1 else 'say'} how output= is "
                                  "written, and no output= is given: give output=, or pass "
                                  f"{'it' if len(given) == 1 else 'them'} to result.write()")
     elif format not in OUTPUT_FORMATS:
@@ -352,8 +353,8 @@ def check_cluster(max_memory, client, scheduler, workers) -> None:
     if max_memory is not None and (client, scheduler, workers) != (None, None, None):
         # (the budget is checked against this process's memory, which a cluster's tasks do not use)
         raise ParameterError("max_memory= bounds a run in this process, but on a Dask cluster the workers read and "
-                             "hash the input, each within Dask's own memory limit (dask worker --memory-limit): "
-                             "leave out max_memory=, or run without a cluster")
+                             "hash the input, each within its Dask memory limit: leave out max_memory=, or run "
+                             "without a cluster")
 
 
 def on_dask(work_dir, client, scheduler, workers) -> bool:

@@ -157,15 +157,6 @@ class DedupParams:
                   f"a similarity in [0, {self.threshold}), below the threshold")
             check(_is_number(self.max_fp) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
                   "a probability in (0, 1)")
-        targets = [name for name, given in (("max_fn", self.max_fn != DEFAULT_MAX_FN), ("low", self.low is not None),
-                                            ("max_fp", self.max_fp is not None)) if given]
-        if self.bands is not None and targets:
-            names = [f"{name}=" for name in targets]
-            named = ", ".join(names[:-1]) + " and " + names[-1] if names[1:] else names[0]
-            one = len(targets) == 1
-            raise ParameterError(f"{named} {'is a target' if one else 'are targets'} that bands and rows are chosen "
-                                 f"to meet, so with bands= and rows= given {'it changes' if one else 'they change'} "
-                                 f"nothing: leave {'it' if one else 'them'} out, or leave out bands= and rows=")
         check(_is_int(self.seed, 2**64) and 0 <= self.seed, "seed", self.seed,
               "an integer in [0, 2**64)")
         check(self.keep in ("first", "longest"), "keep", self.keep, "'first' or 'longest'")
@@ -236,6 +227,25 @@ def _check(ok: bool, name: str, value, allowed: str) -> None:
     """ParameterError naming the parameter ``name`` as a keyword argument (errors.py)."""
     if not ok:
         raise ParameterError(f"{name}= must be {allowed}; got {value!r}")
+
+
+def check_targets_read(params: DedupParams) -> None:
+    """Refuse targets (max_fn, low, max_fp) given beside bands and rows, which they would not
+    choose: where a run's or an index's parameters are given (an index's own hold its chosen
+    bands beside its targets; ``params`` reads low beside given bands)."""
+    targets = [name for name, given in (("max_fn", params.max_fn != DEFAULT_MAX_FN), ("low", params.low is not None),
+                                        ("max_fp", params.max_fp is not None)) if given]
+    if params.bands is not None and targets:
+        one = len(targets) == 1
+        raise ParameterError(f"{listed([f'{name}=' for name in targets])} {'is a target' if one else 'are targets'} "
+                             "that bands and rows are chosen to meet, so with bands= and rows= given "
+                             f"{'it changes' if one else 'they change'} nothing: leave {'it' if one else 'them'} "
+                             "out, or leave out bands= and rows=")
+
+
+def listed(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return ", ".join(names[:-1]) + " and " + names[-1] if names[1:] else names[0]
 
 
 def _check_together(params: DedupParams, first: str, second: str, otherwise: str) -> None:

@@ -661,7 +661,7 @@ def test_how_to_write_an_output_without_one_is_refused(tmp_path, option):
                                                  r"give output=, or pass it to result\.write\(\)$"):
             run(planted_texts(), backend="cpu", **option)
     assert index.info()["documents"] == 0
-    with pytest.raises(ParameterError, match=r"^format=, write_removed= say how output= is written"):
+    with pytest.raises(ParameterError, match=r"^format= and write_removed= say how output= is written"):
         gpudedup.dedup(planted_texts(), backend="cpu", format="jsonl", write_removed=True)
 
 

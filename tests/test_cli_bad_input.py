@@ -25,14 +25,16 @@ def test_missing_path(in_tmp):
     assert_user_error(result, "missing.jsonl", "no such file or directory", out=in_tmp / "out")
 
 
-@pytest.mark.parametrize("args", [["", "-o", "out"], ["data.jsonl", "-o", ""], ["data.jsonl", "-o", "out",
-                                                                                 "--work-dir", ""]])
+@pytest.mark.parametrize("args", [["dedup", "", "-o", "out"], ["dedup", "data.jsonl", "-o", ""],
+                                  ["dedup", "data.jsonl", "-o", "out", "--work-dir", ""],
+                                  ["dedup", "data.jsonl", "-o", "out", "--against", ""],
+                                  ["evaluate", "data.jsonl", "-o", ""], ["demo", "-o", ""], ["index", "info", ""]])
 def test_an_empty_path_is_refused_not_read_as_this_folder(happy, args):
     """An empty path (an unset shell variable) would name the working directory: as an input
     it would deduplicate whatever lies there, as an output write into it. Refused in one line,
     nothing written, the folder as it was."""
     before = tree_snapshot(happy)
-    result = invoke("dedup", *args)
+    result = invoke(*args)
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert error_line(result) == ("error: a path is empty (an unset shell variable?): name a file or a folder ('.' "
                                   "for this one)")

@@ -53,11 +53,11 @@ def test_params_refuses_impossible_targets_and_names_the_num_perm_that_would_do(
     assert result.exit_code == 2 and "--low 0.5 needs --max-fp too" in result.output
 
 
-@pytest.mark.parametrize("command", [["params"], ["index", "create", "{tmp}/index"], ["dedup", "{tmp}/in.txt", "-o",
-                                                                                    "{tmp}/out"]])
+@pytest.mark.parametrize("command", [["index", "create", "{tmp}/index"], ["dedup", "{tmp}/in.txt", "-o", "{tmp}/out"]])
 def test_targets_beside_given_bands_and_rows_are_refused(tmp_path, command):
     """--max-fn, --low and --max-fp choose bands and rows: beside --bands and --rows they
-    would change nothing, and are refused, naming those given; nothing is made."""
+    would change nothing, and are refused, naming those given; nothing is made. (params shows
+    P(low) of the bands given.)"""
     (tmp_path / "in.txt").write_text("the quick brown fox jumps over the lazy dog\n")
     words = [part.format(tmp=tmp_path) for part in command]
     result = CliRunner().invoke(app, [*words, "--bands", "20", "--rows", "5", "--low", "0.5", "--max-fp", "0.01"])

@@ -25,7 +25,7 @@ from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, escape, SIMILARITY_
                      LowOption, MaxFnOption, MaxFpOption, NgramOption, NumPermOption, RowsOption, SeedOption,
                      ShingleOption, StripPunctuationOption, StripSymbolsOption, ThresholdOption, UnicodeOption,
                      BackendChoice, Exclude, GroupField, Include, Keep, OnError, OutputFormat, Shingle, UnicodeChoice,
-                     command_paths, err, interrupt_told, out, pandas_wanted, print_error, print_summary,
+                     command_paths, err, local_path, interrupt_told, out, pandas_wanted, print_error, print_summary,
                      unicode_form, user_errors, WriteRemoved)
 from .evaluate import evaluate_command
 from .index import index_app
@@ -89,7 +89,7 @@ def dedup_command(
              "and listed in errors.jsonl.",
         rich_help_panel=INPUT_PANEL)] = OnError.stop,
     group_field: GroupField = None,
-    against: Annotated[Optional[Path], typer.Option(
+    against: Annotated[Optional[str], typer.Option(
         help="Deduplicate against this persistent index too (`gpudedup index`), adding nothing to it; the "
              "index's parameters are used.", show_default=False, rich_help_panel=INPUT_PANEL)] = None,
     # Shingles and LSH: what decides which documents are near-duplicates.
@@ -170,19 +170,22 @@ def dedup_command(
         files, out, work = command_paths(inputs, output, work_dir)
         if against is not None:
             # (start-up: `--help` and completion load no job)
+            from ..api import check_cluster
             from ..pipeline.workdir import work_dir_lock
             from ..index import Index
             from ..io.inputs import Selection, scan_inputs
             from ..io.layout import check_output_names
             from ..io.outputdir import check_run_places
 
+            check_cluster(max_memory, None, scheduler, workers)
+            index_path = local_path(against)
             # Where the run writes, before any work: apart from the inputs, what they resolve
             # to, the index and the files it verifies from; two inputs with one output name
             # refused. (Without --against, api.dedup checks the same with the scan it reads by.)
-            check_run_places(files, out, overwrite, work, against, scan=False)
-            index = Index(against)
+            check_run_places(files, out, overwrite, work, index_path, scan=False)
+            index = Index(index_path)
             found = scan_inputs(files, on_error.value, Selection.of(include, exclude))
-            check_run_places(files, out, overwrite, work, against, found=found,
+            check_run_places(files, out, overwrite, work, index_path, found=found,
                              index_files=index.reader().source_files())
             if not single_file:
                 check_output_names(found, format.value)
@@ -297,9 +300,9 @@ app.command("evaluate")(evaluate_command)
 @app.command("demo")
 def demo_command(
     context: typer.Context,
-    output: Annotated[Path, typer.Option(
+    output: Annotated[str, typer.Option(
         "--output", "-o", help="Where to write the demo's results (an earlier demo's output there is "
-                               "replaced).")] = Path("gpudedup-demo"),
+                               "replaced).")] = "gpudedup-demo",
     backend: Annotated[BackendChoice, typer.Option(help="gpu, cpu or auto.")] = BackendChoice.auto,
 ):
     """Deduplicate the bundled sample corpus and show what was found.
@@ -311,16 +314,17 @@ def demo_command(
     from ..io.outputdir import check_output_dir
 
     with user_errors(context, pandas_wanted(None, None, None, backend.value)) as guard:
-        check_output_dir(output, overwrite=True)  # (before the job: a folder of someone's files is refused)
-        check_demo_output(output)
+        folder = local_path(output)
+        check_output_dir(folder, overwrite=True)  # (before the job: a folder of someone's files is refused)
+        check_demo_output(folder)
         from importlib import resources  # (start-up: only the demo reads the shipped sample)
 
         sample = resources.files("gpudedup").joinpath("data/bible_sample.jsonl.gz")
         with resources.as_file(sample) as path:
             result = run_api_dedup([Path(path)], id_field="id", backend=backend.value, progress=True)
-        result.write(output, overwrite=True)
-        guard.written = output
-        print_summary(result.report, output)
+        result.write(folder, overwrite=True)
+        guard.written = folder
+        print_summary(result.report, folder)
         print_largest_clusters(result)
         guard.done()
 
@@ -387,11 +391,9 @@ def check_index_parameters(fixed: DedupParams, given: dict) -> None:
     for name, value in given.items():
         if value != getattr(fixed, name):
             option = "--" + name.replace("_", "-")
-            if fixed.bands is not None and name in ("max_fn", "low", "max_fp"):
-                raise ParameterError(f"the index fixes --bands {fixed.bands} and --rows {fixed.rows}, so {option} "
-                                     "would change nothing; leave it out")
+            same = "" if isinstance(value, bool) else " or give the same value"  # (a flag has no "off" to give)
             raise ParameterError(f"the index fixes {option} {option_value(getattr(fixed, name))}; leave out the "
-                                 f"option or give the same value (got {option_value(value)})")
+                                 f"option{same} (got {option_value(value)})")
 
 
 def option_value(value) -> str:

@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, List, Optional, cast
 
 import typer
@@ -115,6 +116,15 @@ def command_paths(inputs: list[str], output: str,
 
     return [location_of(given) for given in inputs], location_of(output), \
         None if work_dir is None else location_of(work_dir)
+
+
+def local_path(given: str) -> Path:
+    """A folder option's value as a Path, by location_of's rules (an empty one is refused: Path
+    would read it as this folder); typer's own Path type turns "" into "." first."""
+    from ..io.storage import location_of  # (pyarrow: not at start-up)
+
+    location_of(given)
+    return Path(given)
 
 
 def print_summary(report: Report, output: Location) -> None:

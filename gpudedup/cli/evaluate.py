@@ -11,7 +11,7 @@ import typer
 
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, DEFAULT_THRESHOLD
 from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BackendChoice, err, escape,
-                     in_option_words, user_errors)
+                     in_option_words, local_path, user_errors)
 
 
 def evaluate_command(
@@ -57,8 +57,8 @@ def evaluate_command(
                                       rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_SEED,
     bucket_window: Annotated[int, typer.Option(help="As in dedup.",
                                                rich_help_panel=SIMILARITY_PANEL)] = DEFAULT_BUCKET_WINDOW,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
-                                         show_default=False, rich_help_panel=OUTPUT_PANEL)],
+    output: Annotated[str, typer.Option("--output", "-o", help="Where evaluation.json and evaluation.csv go.",
+                                        show_default=False, rich_help_panel=OUTPUT_PANEL)],
     criterion: Annotated[str, typer.Option(help="What the setting recommended per threshold is best at: f1, "
                                                 "recall, precision, time, memory, candidate_recall, "
                                                 "candidate_f1, cluster_recall.",
@@ -102,7 +102,8 @@ def evaluate_command(
         for note in notes:
             say(note)
         evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
-        evaluation.check_results_folder(output, list(inputs))  # (and a folder it cannot write in)
+        folder = local_path(output)
+        evaluation.check_results_folder(folder, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
         read = read_corpus(list(inputs), content, id_field)
@@ -122,8 +123,8 @@ def evaluate_command(
                                       token_field=token_field, criterion=criterion,
                                       on_result=progress)
         typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
-        json_path, csv_path = evaluation.write_results(results, output, criterion)
-        guard.written = output
+        json_path, csv_path = evaluation.write_results(results, folder, criterion)
+        guard.written = folder
         if not quiet:
             err.print(f"Results in {escape(str(json_path))} and {escape(str(csv_path))}")
         guard.done()

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.shingling import ShingleKind, ShingleSpec, UnicodeForm
 from ..errors import ParameterError
-from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams
+from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, listed
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,14 @@ def expand_grid(
     chosen = (not bands and not rows) or None in (bands or ()) or None in (rows or ())
     if max_false_negative and any(target is not None for target in max_false_negative) and not chosen:
         raise ParameterError("max_false_negative= is the target that bands and rows are chosen to meet, and the "
-                             "grid gives every banding (bands=, rows=): add the chosen one to them (auto; None in "
-                             "Python), or leave it out")
-    if all(kind == "token" for kind in shingle) and (any(unicode) or any(strip_punctuation) or any(strip_symbols)):
-        raise ParameterError("unicode=, strip_punctuation= and strip_symbols= normalise text, and every setting of "
-                             "the grid cuts token ids (shingle='token'): leave them out")
+                             "grid gives every banding (bands=, rows=): add the chosen banding (auto) to them, or "
+                             "leave it out")
+    normalising = [f"{name}=" for name, values in (("unicode", unicode), ("strip_punctuation", strip_punctuation),
+                                                    ("strip_symbols", strip_symbols)) if any(values)]
+    if all(kind == "token" for kind in shingle) and normalising:
+        one = len(normalising) == 1
+        raise ParameterError(f"{listed(normalising)} {'normalises' if one else 'normalise'} text, and every setting "
+                             f"of the grid cuts token ids (shingle='token'): leave {'it' if one else 'them'} out")
     targets = list(max_false_negative) if max_false_negative else [None]
     for target in targets:
         if target is not None and not 0 < target < 1:
@@ -204,7 +207,7 @@ def parse_list(text: str, kind: Callable[[str], Any] = int, allow_auto: bool = F
         try:
             values.append(kind(item))
         except ValueError:
-            what = ITEM_WORDS.get(kind, getattr(kind, "__name__", str(kind)))
+            what = ITEM_WORDS.get(kind, getattr(kind, "__name__", str(kind))) + (" or auto" if allow_auto else "")
             raise ParameterError(f"cannot read {item!r} in {given}: expected {what}") from None
     if not values:
         raise ParameterError(f"{name}= is an empty list ({text!r})" if name else f"an empty list: {text!r}")

@@ -48,11 +48,11 @@ from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
 from ..io.staging import temporary_work_dir
 from ..memory import MemoryBudget, parse_sizes
-from ..params import DEFAULT_MAX_FN, RESULT_PARAMETERS, DedupParams
+from ..params import RESULT_PARAMETERS, DedupParams, check_targets_read
 from ..results.result import DedupResult
 from ..stages import Progress, StageLog, progress_display
-from .files import (FORMAT, Manifest, changing, collect_garbage, file_on, index_os_error, interrupted_create,
-                    read_manifest, write_manifest, write_segment, write_tombstones, writer_lock)
+from .files import (FORMAT, UNTAGGED, Manifest, changing, check_tag, collect_garbage, file_on, index_os_error,
+                    interrupted_create, read_manifest, write_manifest, write_segment, write_tombstones, writer_lock)
 from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .against import Against, AgainstStore
@@ -61,21 +61,7 @@ from .against import Against, AgainstStore
 # them). keep is not among them: a run against an index keeps "first" (indexed documents first).
 INDEX_PARAMETERS = tuple(name for name in RESULT_PARAMETERS if name != "keep")
 
-__all__ = ["Index"]
-
-# How info() counts the documents of adds given no tag.
-UNTAGGED = "(untagged)"
-
-
-def check_tag(tag) -> None:
-    """ParameterError unless ``tag`` (an add's, a remove's) is None or a string that is not
-    empty and not UNTAGGED, the name info() gives the adds without one."""
-    if tag is not None and not isinstance(tag, str):
-        raise ParameterError(f"tag= must be a string (or None); got {tag!r}")
-    if tag in ("", UNTAGGED):
-        raise ParameterError(f"tag= {tag!r} is not a tag: the index's info counts the documents added without one "
-                             f"as {UNTAGGED!r}; name a tag")
-
+__all__ = ["Index", "UNTAGGED"]
 
 class Index:
     """A persistent index at ``path`` (made by ``Index.create``); see the module docstring."""
@@ -105,6 +91,7 @@ class Index:
         if unknown:
             raise ParameterError(f"unknown index parameters: {', '.join(sorted(unknown))}")
         params = DedupParams(**parameters)
+        check_targets_read(params)
         root = local_folder(path, "an index")
         # A new or empty directory, or one where a create stopped before its commit (made again).
         if root.exists() and (not root.is_dir() or any(root.iterdir()) and not interrupted_create(root)):
@@ -139,10 +126,8 @@ class Index:
                 f"{self.path}: the index's {fixed['unicode'].upper()} forms follow Unicode {recorded}, this pyarrow's "
                 f"follow Unicode {unicode_form_version()}: text with characters assigned in between would hash "
                 "differently; use the pyarrow the index was made with, or make a new index")
-        stored = {name: fixed[name] for name in INDEX_PARAMETERS}
-        if fixed["bands"] is not None:  # (targets choose nothing beside fixed bands: a manifest may hold any)
-            stored.update(max_fn=DEFAULT_MAX_FN, low=None, max_fp=None)
-        return DedupParams(**stored, bands=fixed["bands"], rows=fixed["rows"], keep="first", **speed)
+        return DedupParams(**{name: fixed[name] for name in INDEX_PARAMETERS}, bands=fixed["bands"],
+                           rows=fixed["rows"], keep="first", **speed)
 
     def info(self) -> dict:
         """Documents, segments, tags, bytes and parameters, as the last commit left them."""
@@ -196,6 +181,7 @@ class Index:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
         client, scheduler, workers, include, exclude, group_field: as gpudedup.dedup takes them."""
+        check_cluster(max_memory, client, scheduler, workers)
         result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
                               (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers,
                               (include, exclude), group_field)

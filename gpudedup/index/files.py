@@ -362,3 +362,17 @@ def file_on(path: Path) -> Optional[Path]:
     """The first of ``path``'s folders, from the root, or ``path`` itself, that exists and is
     not a directory (a file where a directory would have to be); None where there is none."""
     return next((step for step in [*reversed(path.parents), path] if step.exists() and not step.is_dir()), None)
+
+
+# How an index's info counts the documents of adds given no tag.
+UNTAGGED = "(untagged)"
+
+
+def check_tag(tag) -> None:
+    """ParameterError unless ``tag`` (an add's, a remove's) is None or a string that is not
+    empty and not UNTAGGED, the name info() gives the adds without one."""
+    if tag is not None and not isinstance(tag, str):
+        raise ParameterError(f"tag= must be a string (or None); got {tag!r}")
+    if tag in ("", UNTAGGED):
+        raise ParameterError(f"tag= {tag!r} is not a tag: the index's info counts the documents added without one "
+                             f"as {UNTAGGED!r}; name a tag")

@@ -50,7 +50,7 @@ class Sampled:
 class Shown:
     """What report.html and the terminal show of a run (host arrays).
 
-    jaccard_counts: int64 (bins,), plots.verified_histogram of every verified pair's Jaccard.
+    jaccard_counts: int64 (bins,), verified_histogram of every verified pair's Jaccard.
     numbers: int64 (k,), the largest clusters (at most LARGEST_SHOWN), largest first, the
         smaller number first among equals; sizes: int64 (k,), their documents.
     members: the documents listed of the shown clusters, the largest and the sampled ones
@@ -135,7 +135,7 @@ def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows
 
 
 def pairs_histogram(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float) -> np.ndarray:
-    """Task (VerifiedPairs.map): plots.verified_histogram of some verified pairs' Jaccard."""
+    """Task (VerifiedPairs.map): verified_histogram of some verified pairs' Jaccard."""
     return verified_histogram(jaccard, threshold)
 
 
