@@ -294,7 +294,7 @@ def test_lists_that_no_setting_of_the_grid_reads_are_refused():
     with pytest.raises(ParameterError, match=r"^max_false_negative= is the target that bands and rows are chosen"):
         expand_grid(bands=[20], rows=[5], max_false_negative=[0.1, 0.2])
     assert len(expand_grid(bands=[20, None], rows=[5, None], max_false_negative=[0.1, 0.2])[0]) == 3
-    with pytest.raises(ParameterError, match=r"^unicode= normalises text, and every setting of the grid cuts token ids"):
+    with pytest.raises(ParameterError, match=r"^unicode= normalises text, and every setting of the grid cuts token"):
         expand_grid(shingle=["token"], unicode=["nfkc"])
     with pytest.raises(ParameterError, match=r"^strip_punctuation= normalises text"):
         expand_grid(shingle=["token"], strip_punctuation=[False, True])

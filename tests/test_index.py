@@ -245,12 +245,12 @@ def test_queries_of_the_other_kind_than_the_index_cuts_are_refused(query_index, 
     """A word index's queries are texts, a token index's lists of token ids: the other kind is
     refused in the index's words."""
     index, _ = query_index
-    with pytest.raises(gpudedup.ParameterError, match=r"^the index cuts word shingles: its queries are texts, and "
-                                                      r"these are token ids$"):
+    with pytest.raises(gpudedup.InputError, match=r"^the index cuts word shingles: its queries are texts, and these "
+                                                  r"are token ids$"):
         index.query([[1, 2, 3, 4, 5]])
     tokens = Index.create(tmp_path / "tokens", shingle="token", ngram=3)
-    with pytest.raises(gpudedup.ParameterError, match=r"^the index cuts token shingles: its queries are lists of "
-                                                      r"token ids, and these are texts$"):
+    with pytest.raises(gpudedup.InputError, match=r"^the index cuts token shingles: its queries are lists of token "
+                                                  r"ids, and these are texts$"):
         tokens.query(["one two three four"])
     assert tokens.query([[1, 2, 3, 4]]) == [[]]
 

@@ -40,7 +40,7 @@ from ..pipeline.job import run_job
 from ..pipeline.memory import MemoryStore
 from ..pipeline.workdir import resume_without_work_dir, work_dir_lock
 from ..pipeline.workfolders import clear_cache
-from ..errors import GpudedupError, ParameterError
+from ..errors import GpudedupError, InputError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
 from ..io.python_inputs import list_corpus, to_corpus
@@ -352,8 +352,8 @@ class Index:
         corpus = list_corpus(queries, "query")
         if corpus.num_rows and is_token_type(corpus.texts.type) != (params.shingle == "token"):
             wanted = "lists of token ids" if params.shingle == "token" else "texts"
-            raise ParameterError(f"the index cuts {params.shingle} shingles: its queries are {wanted}, and these "
-                                 f"are {'texts' if params.shingle == 'token' else 'token ids'}")
+            raise InputError(f"the index cuts {params.shingle} shingles: its queries are {wanted}, and these "
+                             f"are {'texts' if params.shingle == 'token' else 'token ids'}")
         shingles = chosen.shingle_hashes(*corpus.units(), spec)
         shingles = ShingleBatch(chosen.to_host(shingles.offsets), chosen.to_host(shingles.hashes))
         keys = chosen.to_host(chosen.band_keys(chosen.signatures(shingles, permutations), banding))
