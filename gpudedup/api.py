@@ -152,13 +152,13 @@ def dedup(
     """
     if on_error not in ("stop", "skip"):
         raise ParameterError(f"on_error= must be 'stop' or 'skip'; got {on_error!r}")
-    check_cluster(max_memory, client, scheduler, workers)
     params = DedupParams(threshold=threshold, shingle=shingle, ngram=ngram, unicode=unicode,
                          strip_punctuation=strip_punctuation, strip_symbols=strip_symbols, num_perm=num_perm,
                          bands=bands, rows=rows, max_fn=max_fn, low=low, max_fp=max_fp, seed=seed,
                          keep=keep, bucket_window=bucket_window, batch_rows=batch_rows,
                          **parse_sizes(batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes))
     check_targets_read(params)
+    check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, workers)
     # Below, the content column is "text_field" whatever it holds (core/content.py).
     text_field = content_field(params, text_field, token_field, id_field)
     check_output_options(output, format, overwrite, single_file, write_removed)
@@ -345,9 +345,13 @@ def check_output_options(output, format: str, overwrite: bool, single_file: bool
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
 
 
-def check_cluster(max_memory, client, scheduler, workers) -> None:
+def check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, workers) -> None:
     """Refuse, before a work directory is made or a cluster started: more than one way to a
-    cluster; a memory budget (max_memory=, as given) on a cluster's run."""
+    cluster; a memory budget (max_memory=, as given) on a cluster's run; shard_bytes= for a run
+    in memory, which reads each file whole."""
+    if shard_bytes is not None and not on_dask(work_dir, client, scheduler, workers):
+        raise ParameterError("shard_bytes= cuts the input files of a run with work_dir= or on Dask, and this run "
+                             "reads each file whole in memory: give work_dir=, or leave it out")
     if sum(x is not None for x in (client, scheduler, workers)) > 1:
         raise ParameterError("give one of client=, scheduler= and workers=")
     if max_memory is not None and (client, scheduler, workers) != (None, None, None):

@@ -246,6 +246,19 @@ def test_a_shard_size_that_is_not_a_size_is_refused():
         gpudedup.dedup(["a b c"], backend="cpu", shard_bytes=0)
 
 
+def test_a_shard_size_for_a_run_in_memory_is_refused(tmp_path):
+    """A run in memory reads each file whole: a shard size would be dropped, so it is refused,
+    by dedup, Index.dedup and Index.add alike."""
+    path = tmp_path / "a.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog\n")
+    index = gpudedup.Index.create(tmp_path / "index")
+    for run in (gpudedup.dedup, index.dedup, index.add):
+        with pytest.raises(ParameterError, match=r"^shard_bytes= cuts the input files of a run with work_dir= or on "
+                                                 r"Dask, and this run reads each file whole in memory"):
+            run(path, backend="cpu", shard_bytes="1M")
+    assert gpudedup.dedup(path, backend="cpu", shard_bytes="1M", work_dir=tmp_path / "work").documents == 1
+
+
 def test_cut_pieces_never_overlap_a_record(inputs):
     """Every record of the file is read by exactly one piece: the pieces' row numbers are the
     whole file's, once each."""

@@ -377,10 +377,10 @@ def test_a_work_dirs_active_rows_and_lengths_gather_as_the_in_memory_arrays(tmp_
     positions_of; and out-of-range indices, negative ones and masks of another length are
     refused rather than read from the wrong place. rules: the input rules leave rows out."""
     corpus = rules_corpus(tmp_path) if rules else write_shards(tmp_path / "in", sample_records()[:300], 4)
-    options = dict(backend="cpu", id_field="id", on_error="skip", shard_bytes=20_000)
+    options = dict(backend="cpu", id_field="id", on_error="skip")
     stores = captured_stores(monkeypatch)
     gpudedup.dedup(corpus, **options)
-    gpudedup.dedup(corpus, **options, work_dir=tmp_path / "work")
+    gpudedup.dedup(corpus, **options, work_dir=tmp_path / "work", shard_bytes=20_000)
     memory, staged = stores
     active, lengths = staged.active, staged.lengths
     assert staged.shards.count > 1 and staged.rows.every != rules

@@ -170,14 +170,14 @@ def dedup_command(
         files, out, work = command_paths(inputs, output, work_dir)
         if against is not None:
             # (start-up: `--help` and completion load no job)
-            from ..api import check_cluster
+            from ..api import check_run_options
             from ..pipeline.workdir import work_dir_lock
             from ..index import Index
             from ..io.inputs import Selection, scan_inputs
             from ..io.layout import check_output_names
             from ..io.outputdir import check_run_places
 
-            check_cluster(max_memory, None, scheduler, workers)
+            check_run_options(max_memory, shard_bytes, work, None, scheduler, workers)
             index_path = local_path(against)
             # Where the run writes, before any work: apart from the inputs, what they resolve
             # to, the index and the files it verifies from; two inputs with one output name

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..pipeline.sourcecounts import check_group_field
-from ..api import (check_cluster, check_output_options, content_field, corpus_result, dask_dedup, given_paths,
+from ..api import (check_output_options, check_run_options, content_field, corpus_result, dask_dedup, given_paths,
                    inputs_and_places, on_dask)
 from ..backends import Backend, get_backend
 from ..core.content import is_token_type
@@ -181,7 +181,7 @@ class Index:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
         client, scheduler, workers, include, exclude, group_field: as gpudedup.dedup takes them."""
-        check_cluster(max_memory, client, scheduler, workers)
+        check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, workers)
         result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
                               (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers,
                               (include, exclude), group_field)
@@ -207,7 +207,7 @@ class Index:
 
         check_tag(tag)
         check_output_options(output, format, overwrite, single_file, write_removed)
-        check_cluster(max_memory, client, scheduler, workers)
+        check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, workers)
         if output is not None or work_dir is not None:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
                              index_files=self.reader().source_files())
