@@ -124,10 +124,10 @@ def dedup(
         result reads it (write it before the directory goes); resume=True goes on with the
         finished stages of an interrupted run there. A folder, or a URL on object storage
         (pipeline/workdir.py).
-    shard_bytes: in a staged or Dask run, plain JSONL and Parquet files larger than this (bytes,
-        or a size such as "256MB"; default 512 MiB) are cut into pieces of about this size
-        (byte ranges at line ends, runs of row groups), each read by a task of its own. The
-        results are those of the files read whole.
+    shard_bytes: in a staged or Dask run (refused in memory), plain JSONL and Parquet files
+        larger than this (bytes, or a size such as "256MB"; default 512 MiB) are cut into pieces
+        of about this size (byte ranges at line ends, runs of row groups), each read by a task of
+        its own. The results are those of the files read whole.
     client / scheduler / workers: run the staged job's signatures, candidates and verification
         on a Dask cluster (pipeline/dask.py): a ``dask.distributed.Client``, a scheduler's
         address, or a local cluster of this many worker processes. The work directory (needed
