@@ -442,6 +442,51 @@ def test_overwrite_on_a_store_without_folders_replaces_the_output(happy):
         memory.rm("/overwrite-folders", recursive=True)
 
 
+@pytest.mark.parametrize("inside, what", [
+    ("inner/.gpudedup-output", "a gpudedup output"),
+    ("deep/work/manifest.json", "a gpudedup work directory"),
+])
+def test_overwrite_on_object_storage_keeps_what_was_put_into_the_output(happy, inside, what):
+    """An output on object storage that another output or a work directory was put into: as on
+    a local disk, --overwrite refuses, naming it, and deletes nothing; a file of another name
+    (a user's manifest.json of other keys) is no reason to refuse."""
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    url = "memory://overwrite-nested/out"
+    memory.mkdir("/overwrite-nested")
+    try:
+        assert invoke("dedup", "data.jsonl", "-o", url, *CPU).exit_code == 0
+        content = {"work_dir_format": 15, "gpudedup_version": "0"} if inside.endswith("manifest.json") else \
+            {"written_by": "gpudedup"}
+        memory.pipe(f"/overwrite-nested/out/{inside}", json.dumps(content).encode())
+        memory.pipe("/overwrite-nested/out/other/manifest.json", b'{"a": 1}')
+        before = sorted(memory.find("/overwrite-nested/out"))
+        refused = invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU)
+        folder = inside.rsplit("/", 1)[0]
+        assert error_line(refused) == (f"error: {url}: holds {what} ({url}/{folder}), which replacing the output "
+                                       "would delete; move it out, or choose another --output")
+        assert sorted(memory.find("/overwrite-nested/out")) == before
+        memory.rm(f"/overwrite-nested/out/{folder}", recursive=True)
+        assert invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU).exit_code == 0
+    finally:
+        memory.rm("/overwrite-nested", recursive=True)
+
+
+def test_an_output_on_object_storage_that_holds_an_index_s_source_file_is_refused():
+    """An index that verifies from its source files reads them again at every run: an output
+    on object storage that is or holds one of them is refused, as a local one is."""
+    from gpudedup.errors import OutputError
+    from gpudedup.io.outputdir import check_apart_from_index
+    from gpudedup.io.storage import Remote
+
+    sources = ["memory://b/srcout/deduplicated/a.parquet"]
+    for place in ("memory://b/srcout", "memory://b/srcout/deduplicated/a.parquet"):
+        with pytest.raises(OutputError, match="must not be or hold a file the index verifies its documents from"):
+            check_apart_from_index(Remote(place), sources, "the output directory", "output=")
+    for place in ("memory://b/srcout2", "memory://b/srcout/other", "memory://c/srcout"):
+        check_apart_from_index(Remote(place), sources, "the output directory", "output=")
+
+
 def test_a_finished_output_of_ours_is_named_as_such(happy):
     """Written twice without --overwrite: the second run says the folder holds a finished
     gpudedup output (what a resumed add that had committed meets), and replaces it only with

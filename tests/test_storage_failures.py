@@ -302,3 +302,23 @@ def test_a_missing_package_is_named(tmp_path, url, package):
     scheme = url.partition(":")[0]
     one_line(stderr, f"error: {url}: {scheme}:// URLs are read through the package {package}, which is not installed: "
                      f"pip install {package}")
+
+
+def test_an_upload_stopped_part_way_leaves_no_part_under_the_name(tmp_path, monkeypatch):
+    """An upload interrupted after some bytes (Ctrl-C while an output goes up): closing the
+    stream sends what it holds, so the object is deleted again rather than left cut short
+    under its final name; the interruption goes on."""
+    import fsspec
+
+    (tmp_path / "big.jsonl").write_bytes(b'{"text": "x"}\n' * 10_000)
+    remote = storage.Remote("memory://bucket/out/big.jsonl")
+
+    def cut(source, sink) -> None:
+        sink.write(source.read(4096))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(storage, "copy_stream", cut)
+    with pytest.raises(KeyboardInterrupt):
+        storage.upload(tmp_path / "big.jsonl", remote)
+    assert not fsspec.filesystem("memory").exists("/bucket/out/big.jsonl")
+

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 # The file every output holds (written first), by which --overwrite tells a gpudedup output
 # from a folder of someone's files; its content: {"written_by": "gpudedup", ...}.
@@ -23,14 +23,29 @@ def our_folder(directory: Path) -> Optional[str]:
     (it holds OUTPUT_MARKER), a persistent index or a work directory (its manifest.json is an
     object with the keys gpudedup writes there). Reading one as input would take its reports
     and manifests for documents, and its kept rows for a second corpus."""
-    if os.path.isfile(directory / OUTPUT_MARKER):
-        return OUTPUT
-    manifest = directory / "manifest.json"
-    try:
-        if not manifest.is_file() or manifest.stat().st_size > MANIFEST_BYTES:
+    def read(name: str) -> Optional[bytes]:
+        path = directory / name
+        if not path.is_file():
             return None
-        data = json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
+        if name != "manifest.json":  # (the marker is known by its name)
+            return b""
+        return path.read_bytes() if path.stat().st_size <= MANIFEST_BYTES else None
+
+    try:
+        return our_kind(read)
+    except OSError:
+        return None
+
+
+def our_kind(read: Callable[[str], Optional[bytes]]) -> Optional[str]:
+    """our_folder for a folder whose files ``read`` gives by name (None for none; the marker's
+    bytes need not be read), local or on object storage."""
+    if read(OUTPUT_MARKER) is not None:
+        return OUTPUT
+    manifest = read("manifest.json")
+    try:
+        data = json.loads(manifest) if manifest is not None else None
+    except ValueError:
         return None
     if not isinstance(data, dict):
         return None

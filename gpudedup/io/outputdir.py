@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Callable, Iterable, Iterator, Optional, Sequence
@@ -22,7 +23,7 @@ from ..errors import InputError, OutputError
 from ..version import __version__
 from .credentials import first_line
 from .inputs import InputFiles, not_utf8, readable, scan_inputs
-from .ours import OUTPUT_MARKER, ours_within
+from .ours import OUTPUT_MARKER, our_kind, ours_within
 from .staging import in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, parts_of, read_bytes
 from .write import write_json
@@ -231,9 +232,15 @@ def check_apart_from_read(place: Location, files: Iterable[Location], folders: I
     """Refuse a local directory to write in (``place``) that is or holds one of the input
     ``files`` a run reads, or is, holds or lies inside one of the ``folders`` its scan walks
     (paths), each as it resolves, symbolic links followed: where a link in an input directory
-    leads into the output, replacing the output would delete input. Files on object storage
-    are passed over. file_is, file_named: what the files are, in the message."""
+    leads into the output, replacing the output would delete input. A URL is checked against
+    the files' URLs by their components (storage.parts_of). file_is, file_named: what the files
+    are, in the message."""
     if isinstance(place, Remote):
+        mine = parts_of(place)
+        for file in files:
+            if isinstance(file, Remote) and parts_of(file)[:len(mine)] == mine:
+                raise OutputError(f"{place}: {what} must not be or hold {file_is}: {file_named} {file}; choose "
+                                  f"another {option}")
         return
     target = _resolve(place)
     if target is None:
@@ -333,6 +340,24 @@ def check_remote_output(out: Remote, overwrite: bool) -> None:
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
 
 
+def remote_ours_within(out: Remote, relative: set[str]) -> Optional[tuple[str, str]]:
+    """ours_within for a URL whose files below it are ``relative`` (paths from it): the first
+    folder under it that holds an output's marker or a manifest gpudedup wrote (our_kind)."""
+    folders = sorted({name.rsplit("/", 1)[0] for name in relative
+                      if "/" in name and name.rsplit("/", 1)[1] in (OUTPUT_MARKER, "manifest.json")})
+    for folder in folders:
+        what = our_kind(partial(read_present, out, relative, folder))
+        if what is not None:
+            return folder, what
+    return None
+
+
+def read_present(out: Remote, relative: set[str], folder: str, name: str) -> Optional[bytes]:
+    """The bytes of ``folder/name`` below ``out``, or None where it is not among ``relative``."""
+    path = f"{folder}/{name}"
+    return read_bytes(out.child(path)) if path in relative else None
+
+
 def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
     """``occupied`` for a URL: what is under ``out``, runs' staging prefixes left out."""
     _, path = out.filesystem()
@@ -346,6 +371,10 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
     if not overwrite:
         return not_empty(ours, "report.json" in relative)
     if ours:
-        return None
+        inside = remote_ours_within(out, relative)
+        if inside is None:
+            return None
+        return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
+                "move it out, or choose another output=")
     return (f"holds files that are not a gpudedup output ({listed(sorted({r.split('/')[0] for r in relative}))})",
             "choose another output= or empty it")

@@ -23,6 +23,7 @@ without a rename, report.json last), and so may a work directory (pipeline/workf
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -233,10 +234,20 @@ def copy_stream(reader, writer) -> int:
 def upload(local: Path, remote: Remote) -> None:
     """Copy a local file to ``remote`` (a whole object written, or none). The stream is closed
     here, so that a failed write raises (an S3 object opened lazily is only sent when it is
-    closed, and pyarrow's copy_files would leave that to a destructor that ignores errors)."""
+    closed, and pyarrow's copy_files would leave that to a destructor that ignores errors).
+    Closing a stream sends what it holds, and pyarrow has no abort: a copy that stops part way
+    (an error, Ctrl-C) deletes what its closing sent, rather than leave a part under the name."""
     filesystem, path = remote.filesystem()
-    with open(local, "rb") as source, filesystem.open_output_stream(path) as sink:
-        copy_stream(source, sink)
+    with open(local, "rb") as source:
+        sink = filesystem.open_output_stream(path)
+        try:
+            copy_stream(source, sink)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                sink.close()
+                filesystem.delete_file(path)
+            raise
+        sink.close()
 
 
 def info(location: Location) -> pafs.FileInfo:
