@@ -178,7 +178,7 @@ def dedup_command(
             from ..io.outputdir import check_run_places
 
             check_run_options(max_memory, shard_bytes, work, None, scheduler, workers)
-            index_path = local_path(against)
+            index_path = local_path(against, "an index")
             # Where the run writes, before any work: apart from the inputs, what they resolve
             # to, the index and the files it verifies from; two inputs with one output name
             # refused. (Without --against, api.dedup checks the same with the scan it reads by.)
@@ -314,7 +314,7 @@ def demo_command(
     from ..io.outputdir import check_output_dir
 
     with user_errors(context, pandas_wanted(None, None, None, backend.value)) as guard:
-        folder = local_path(output)
+        folder = local_path(output, "the demo's output")
         check_output_dir(folder, overwrite=True)  # (before the job: a folder of someone's files is refused)
         check_demo_output(folder)
         from importlib import resources  # (start-up: only the demo reads the shipped sample)

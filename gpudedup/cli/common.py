@@ -118,13 +118,13 @@ def command_paths(inputs: list[str], output: str,
         None if work_dir is None else location_of(work_dir)
 
 
-def local_path(given: str) -> Path:
-    """A folder option's value as a Path, by location_of's rules (an empty one is refused: Path
-    would read it as this folder); typer's own Path type turns "" into "." first."""
-    from ..io.storage import location_of  # (pyarrow: not at start-up)
+def local_path(given: str, what: str) -> Path:
+    """A local folder option's value as a Path, by storage.local_folder's rules: an empty one
+    and a URL are refused, naming ``what`` (typer's own Path type turns "" into "." and
+    "s3://b/x" into "s3:/b/x" first)."""
+    from ..io.storage import local_folder  # (pyarrow: not at start-up)
 
-    location_of(given)
-    return Path(given)
+    return local_folder(given, what)
 
 
 def print_summary(report: Report, output: Location) -> None:

@@ -102,7 +102,7 @@ def evaluate_command(
         for note in notes:
             say(note)
         evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
-        folder = local_path(output)
+        folder = local_path(output, "an evaluation's folder")
         evaluation.check_results_folder(folder, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
