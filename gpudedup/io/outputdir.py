@@ -229,7 +229,7 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
 
 def check_apart_from_read(place: Location, files: Iterable[Location], folders: Iterable[str], what: str,
                           option: str, file_is: str = "an input file", file_named: str = "the input") -> None:
-    """Refuse a local directory to write in (``place``) that is or holds one of the input
+    """Refuse a directory to write in (``place``) that is or holds one of the input
     ``files`` a run reads, or is, holds or lies inside one of the ``folders`` its scan walks
     (paths), each as it resolves, symbolic links followed: where a link in an input directory
     leads into the output, replacing the output would delete input. A URL is checked against
