@@ -25,7 +25,7 @@ from .io.credentials import os_reason
 from .io.outputdir import check_apart_from_inputs, check_apart_from_read, check_run_places
 from .io.write import OUTPUT_FORMATS
 from .core.cluster import KeepPolicy
-from .params import DedupParams, check_targets_read, listed
+from .params import DedupParams, and_listed, check_targets_read
 from .core.shingling import ShingleKind, UnicodeForm
 from .memory import MemoryBudget, parse_sizes, release_unused_memory
 from .pipeline.job import run_job
@@ -38,15 +38,19 @@ from .results.result import DedupResult
 from .stages import Progress, StageLog, progress_display
 
 
+# The content columns read by default: a text, or (shingle="token") token ids.
+TEXT_FIELD = "text"
+TOKEN_FIELD = "input_ids"
+
 def dedup(
     data,
     *,
-    text_field: str = "text",
+    text_field: str = TEXT_FIELD,
     id_field: Optional[str] = None,
     threshold: float = DedupParams.threshold,
     shingle: ShingleKind = DedupParams.shingle,
     ngram: int = DedupParams.ngram,
-    token_field: str = "input_ids",
+    token_field: str = TOKEN_FIELD,
     unicode: Optional[UnicodeForm] = None,
     strip_punctuation: bool = False,
     strip_symbols: bool = False,
@@ -236,11 +240,6 @@ def given_paths(data) -> list[Location]:
     return []
 
 
-# The content columns read by default: a text, or (shingle="token") token ids.
-TEXT_FIELD = "text"
-TOKEN_FIELD = "input_ids"
-
-
 def content_field(params: DedupParams, text_field: str, token_field: str, id_field: Optional[str] = None) -> str:
     """The column the shingles are cut from: token_field for token shingles, else text_field;
     ParameterError unless the fields are names (id_field None: the row numbers or positions)."""
@@ -338,7 +337,7 @@ def check_output_options(output, format: str, overwrite: bool, single_file: bool
         given = [name for name, value in (("format=", format != "parquet"), ("overwrite=", overwrite),
                                           ("single_file=", single_file), ("write_removed=", write_removed)) if value]
         if given:
-            raise ParameterError(f"{listed(given)} {'says' if len(given) == 1 else 'say'} how output= is "
+            raise ParameterError(f"{and_listed(given)} {'says' if len(given) == 1 else 'say'} how output= is "
                                  "written, and no output= is given: give output=, or pass "
                                  f"{'it' if len(given) == 1 else 'them'} to result.write()")
     elif format not in OUTPUT_FORMATS:

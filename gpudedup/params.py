@@ -237,13 +237,14 @@ def check_targets_read(params: DedupParams) -> None:
                                         ("max_fp", params.max_fp is not None)) if given]
     if params.bands is not None and targets:
         one = len(targets) == 1
-        raise ParameterError(f"{listed([f'{name}=' for name in targets])} {'is a target' if one else 'are targets'} "
+        raise ParameterError(f"{and_listed([f'{name}=' for name in targets])} "
+                             f"{'is a target' if one else 'are targets'} "
                              "that bands and rows are chosen to meet, so with bands= and rows= given "
                              f"{'it changes' if one else 'they change'} nothing: leave {'it' if one else 'them'} "
                              "out, or leave out bands= and rows=")
 
 
-def listed(names: list[str]) -> str:
+def and_listed(names: list[str]) -> str:
     """"a", "a and b", "a, b and c"."""
     return ", ".join(names[:-1]) + " and " + names[-1] if names[1:] else names[0]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.shingling import ShingleKind, ShingleSpec, UnicodeForm
 from ..errors import ParameterError
-from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, listed
+from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, and_listed
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def expand_grid(
     settings: list[Setting] = []
     notes: list[str] = []
     # Lists that no setting of the grid would read are refused rather than dropped.
-    chosen = (not bands and not rows) or None in (bands or ()) or None in (rows or ())
+    chosen = any(b is None for k in num_perm for b, _, _ in _bandings(k, bands, rows))  # ("auto": _bandings)
     if max_false_negative and any(target is not None for target in max_false_negative) and not chosen:
         raise ParameterError("max_false_negative= is the target that bands and rows are chosen to meet, and the "
                              "grid gives every banding (bands=, rows=): add the chosen banding (auto) to them, or "
@@ -111,8 +111,9 @@ def expand_grid(
                                                     ("strip_symbols", strip_symbols)) if any(values)]
     if all(kind == "token" for kind in shingle) and normalising:
         one = len(normalising) == 1
-        raise ParameterError(f"{listed(normalising)} {'normalises' if one else 'normalise'} text, and every setting "
-                             f"of the grid cuts token ids (shingle='token'): leave {'it' if one else 'them'} out")
+        raise ParameterError(f"{and_listed(normalising)} {'normalises' if one else 'normalise'} text, and every "
+                             f"setting of the grid cuts token ids (shingle='token'): leave {'it' if one else 'them'} "
+                             "out")
     targets = list(max_false_negative) if max_false_negative else [None]
     for target in targets:
         if target is not None and not 0 < target < 1:

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..pipeline.sourcecounts import check_group_field
-from ..api import (check_output_options, check_run_options, content_field, corpus_result, dask_dedup, given_paths,
-                   inputs_and_places, on_dask)
+from ..api import (TEXT_FIELD, TOKEN_FIELD, check_output_options, check_run_options, content_field, corpus_result,
+                   dask_dedup, given_paths, inputs_and_places, on_dask)
 from ..backends import Backend, get_backend
 from ..core.content import is_token_type
 from ..core.hashing import Permutations, draw_permutations
@@ -170,9 +170,9 @@ class Index:
 
     # --- runs against it ----------------------------------------------------------------------
 
-    def dedup(self, data, *, text_field: str = "text", id_field: Optional[str] = None, token_field: str = "input_ids",
-              backend: str | Backend = "auto", progress: Optional[bool] = None, on_error: str = "stop",
-              batch_bytes: int | str | None = None, max_memory: int | str | None = None,
+    def dedup(self, data, *, text_field: str = TEXT_FIELD, id_field: Optional[str] = None,
+              token_field: str = TOKEN_FIELD, backend: str | Backend = "auto", progress: Optional[bool] = None,
+              on_error: str = "stop", batch_bytes: int | str | None = None, max_memory: int | str | None = None,
               shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
               include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
@@ -187,8 +187,8 @@ class Index:
                               (include, exclude), group_field)
         return result
 
-    def add(self, data, *, tag: Optional[str] = None, text_field: str = "text", id_field: Optional[str] = None,
-            token_field: str = "input_ids", backend: str | Backend = "auto", progress: Optional[bool] = None,
+    def add(self, data, *, tag: Optional[str] = None, text_field: str = TEXT_FIELD, id_field: Optional[str] = None,
+            token_field: str = TOKEN_FIELD, backend: str | Backend = "auto", progress: Optional[bool] = None,
             on_error: str = "stop", batch_bytes: int | str | None = None, max_memory: int | str | None = None,
             shard_bytes: int | str | None = None, output: Optional[Given] = None,
             format: str = "parquet", overwrite: bool = False,

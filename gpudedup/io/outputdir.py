@@ -233,14 +233,10 @@ def check_apart_from_read(place: Location, files: Iterable[Location], folders: I
     ``files`` a run reads, or is, holds or lies inside one of the ``folders`` its scan walks
     (paths), each as it resolves, symbolic links followed: where a link in an input directory
     leads into the output, replacing the output would delete input. A URL is checked against
-    the files' URLs by their components (storage.parts_of). file_is, file_named: what the files
-    are, in the message."""
+    the files' URLs (check_apart_from_inputs). file_is, file_named: what the files are, in the
+    message."""
     if isinstance(place, Remote):
-        mine = parts_of(place)
-        for file in files:
-            if isinstance(file, Remote) and parts_of(file)[:len(mine)] == mine:
-                raise OutputError(f"{place}: {what} must not be or hold {file_is}: {file_named} {file}; choose "
-                                  f"another {option}")
+        check_apart_from_inputs(place, files, what, option, f"{file_is}: {file_named}", inside_allowed=True)
         return
     target = _resolve(place)
     if target is None:
