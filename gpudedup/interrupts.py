@@ -49,7 +49,7 @@ class Interrupted(KeyboardInterrupt):
 
 _phase = "starting"  # "running" inside a command, "done" after it
 _written = None  # the output a command has committed (io.commit.atomic_output_dir), if any
-_replacing = None  # an output on object storage whose old objects a command has begun to delete
+_replacing = None  # what a command leaves once it began to change an output on object storage (note_replacing)
 _last_signal = None  # the signal last raised as Interrupted
 _in_hook = False  # inside _unraisable
 _taken = 0  # how many signals the main thread has taken (_on_signal has run), for _watch
@@ -67,11 +67,17 @@ def note_written(path) -> None:
     _written, _replacing = path, None
 
 
-def note_replacing(path) -> None:
-    """Record that the old output at ``path`` (on object storage, which has no rename) is being
-    deleted to make room for the new one: from here on an interrupt leaves neither."""
+def note_replacing(path, previous: bool) -> str:
+    """Record that objects of an output on object storage (which has no rename) begin to change
+    at ``path``: the old output's deleted, where there is one (``previous``), then the new one's
+    moved in. Returns what a command stopped from here on leaves, in words."""
     global _replacing
-    _replacing = path
+    if previous:
+        _replacing = f"the previous output at {path} was removed and the new one is incomplete"
+    else:
+        _replacing = f"the output at {path} is incomplete"
+    _replacing += " (it has no report.json)"
+    return _replacing
 
 
 def interrupted_outcome(written=None) -> str:
@@ -81,8 +87,7 @@ def interrupted_outcome(written=None) -> str:
     if written:
         return f"the results were written to {written}"
     if _replacing:
-        return (f"the previous output at {_replacing} was removed and the new one is incomplete (it has no "
-                "report.json)")
+        return _replacing
     return "nothing was written"
 
 

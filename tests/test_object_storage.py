@@ -949,7 +949,7 @@ def test_an_interrupt_while_an_output_in_the_bucket_is_replaced_says_so(corpus, 
     out = f"s3://{BUCKET}/interrupted"
     args = ["dedup", url + "/big", "-o", out, "--backend", "cpu", "--overwrite"]
     assert invoke(*args).exit_code == 0
-    upload = remote_output.upload
+    upload, file_entries = remote_output.upload, remote_output.file_entries
 
     def interrupted(local, remote):
         raise KeyboardInterrupt
@@ -965,3 +965,12 @@ def test_an_interrupt_while_an_output_in_the_bucket_is_replaced_says_so(corpus, 
     monkeypatch.setattr(remote_output, "file_entries", lambda remote: (_ for _ in ()).throw(KeyboardInterrupt))
     result = invoke(*args)
     assert result.exit_code == 130 and result.stderr.strip().splitlines()[-1] == "interrupted: nothing was written"
+    # A new prefix has no previous output to lose: the new one is what is incomplete.
+    monkeypatch.setattr(remote_output, "file_entries", file_entries)
+    monkeypatch.setattr(remote_output, "upload", interrupted)
+    fresh = f"s3://{BUCKET}/interrupted-new"
+    result = invoke("dedup", url + "/big", "-o", fresh, "--backend", "cpu")
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"interrupted: the output at {fresh} is incomplete (it has no report.json)")
+    assert "report.json" not in objects_under(fresh)

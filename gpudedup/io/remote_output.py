@@ -31,7 +31,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -64,7 +64,7 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
     uploaded = remote_staging(out, staging)
     filesystem, root = out.filesystem()
     _, prefix = uploaded.filesystem()
-    replacing = False
+    landing: Optional[str] = None  # what a failure from here leaves, once objects land under the output
     try:
         yield staging
         moved = file_entries(uploaded)
@@ -78,8 +78,9 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
             present = [name for name in files_below(out) if not name.startswith(prefix + "/")]
             old = [name for name in present if not in_staging_prefix(name[len(root) + 1:])
                    and name != f"{root}/{OUTPUT_MARKER}"]
-            replacing = True  # from here on the old output is being taken apart
-            note_replacing(out)  # (what an interrupt now leaves: interrupts.interrupted_outcome)
+            # From here on objects under the output change: the old output's go (where there is
+            # one), then the new one's come. What an interrupt leaves: interrupts.interrupted_outcome.
+            landing = note_replacing(target, previous=bool(old))
             for name in sorted(old, key=lambda n: n != f"{root}/report.json"):  # the old report first
                 filesystem.delete_file(name)
             # A folder whose last object goes keeps a marker (Arrow's S3 client writes one, so
@@ -90,6 +91,8 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
             for stale in stale_remote_staging({name[len(root) + 1:].split("/")[0] for name in present
                                                if in_staging_prefix(name[len(root) + 1:])}):
                 delete_folder(filesystem, f"{root}/{stale}")
+        else:
+            landing = note_replacing(target, previous=False)
         for entry in moved:
             move_object(filesystem, entry, f"{target_root}/{entry.path[len(prefix) + 1:]}")
         written = sorted(file for file in staging.rglob("*")
@@ -102,9 +105,8 @@ def remote_output_dir(out: Remote, overwrite: bool = False) -> Iterator[Path]:
                               f"results were written to {target}")
         note_written(out)
     except (OSError, pa.ArrowException) as error:
-        if replacing:  # not "nothing was written": what was there is gone
-            raise OutputError(f"{out}: cannot write the results ({first_line(error)}); the previous output there "
-                              "was removed and the new one is incomplete (it has no report.json)") from None
+        if landing is not None:  # not "nothing was written"
+            raise OutputError(f"{out}: cannot write the results ({first_line(error)}); {landing}") from None
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
