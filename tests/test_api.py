@@ -96,6 +96,25 @@ def test_list_of_strings():
     assert "8 documents" in repr(result)
 
 
+def test_the_arrays_a_result_hands_out_are_read_only(tmp_path):
+    """keep, removed and checked_jaccard are the result's own: a caller's in-place edit (a mask
+    narrowed with ``&=``) is refused, and deduplicated and the written rows stay the run's."""
+    result = gpudedup.dedup(planted_texts(), backend="cpu", progress=False)
+    for array in (result.keep, result.removed, result.checked_jaccard):
+        with pytest.raises(ValueError, match="read-only"):
+            array[...] = array[::-1]
+    mask = result.keep
+    with pytest.raises(ValueError, match="read-only"):
+        mask &= np.zeros_like(mask)
+    narrowed = result.keep.copy()
+    narrowed[:] = False  # (a copy is the caller's to change)
+    assert result.keep.tolist() == EXPECTED_KEEP
+    assert result.deduplicated == [text for text, kept in zip(planted_texts(), EXPECTED_KEEP) if kept]
+    result.write(tmp_path / "out", format="jsonl")
+    written = [json.loads(line)["text"] for line in (tmp_path / "out" / "deduplicated.jsonl").read_text().splitlines()]
+    assert written == result.deduplicated
+
+
 def test_list_with_none_is_allowed():
     texts = planted_texts() + [None]
     result = gpudedup.dedup(texts)

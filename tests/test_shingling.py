@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpudedup.errors import InputError
+from gpudedup.errors import InputError, ParameterError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -117,6 +117,14 @@ def test_every_white_space_kind_separates_tokens(white):
     text = f"{white}Alpha{white}{white}beta{white}"
     assert normalize_text(text) == "alpha beta"
     check_batch([text, f"gamma{white}delta"], "word", 1)
+
+
+@pytest.mark.parametrize("stage", [shingle_hashes, shingle_sets])
+def test_one_string_is_refused_as_a_batch(stage):
+    """A str is a sequence of one-character texts; a batch of documents refuses it by name."""
+    with pytest.raises(ParameterError, match=r"got one string: pass \[text\]"):
+        stage("hello world", ShingleSpec())
+    assert stage(["hello world"], ShingleSpec()).n_docs == 1
 
 
 def test_normalize_batch_keeps_documents_apart():

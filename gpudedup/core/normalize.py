@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 
 # The package's tables, by path as the kernels and the docs are found: importlib.resources
 # would cost every run about 16 ms of imports (python -X importtime).
@@ -180,6 +180,8 @@ def strings_to_arrow(texts, first: int = 0) -> pa.Array:
 def text_buffers(texts) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes and byte offsets (see utf8_buffers) of a pyarrow string array or chunked
     array, or of a sequence of str / None."""
+    if isinstance(texts, (str, bytes)):  # (a str is a sequence: of one-character documents)
+        raise ParameterError("a batch of documents is a list of texts; got one string: pass [text]")
     if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
         texts = strings_to_arrow(texts)
     if isinstance(texts, pa.ChunkedArray):

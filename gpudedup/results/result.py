@@ -49,7 +49,8 @@ class DedupResult:
     keep: numpy bool (n,), aligned with the input: False for the removed duplicates (and for
         records given that on_error="skip" left out); made when first asked for from
         ``removed`` (int64 ascending: the input rows removed, made when first asked for: a
-        cluster's run that writes its kept rows on its workers never holds them).
+        cluster's run that writes its kept rows on its workers never holds them). Both
+        read-only, as ``checked_jaccard``: ``deduplicated`` and ``write`` read them.
     deduplicated: the kept rows, in the input's own type (list, pandas or polars Series with
         the kept rows' index, pandas, polars, pyarrow, cuDF, Hugging Face Dataset); a list of
         the kept strings for an iterable of strings; a pyarrow Table for paths, an iterable
@@ -146,10 +147,12 @@ class DedupResult:
     @cached_property
     def removed(self) -> np.ndarray:
         """int64 ascending: the input rows removed as duplicates (made when first asked for);
-        positions among the records given where on_error="skip" left some of them out."""
+        positions among the records given where on_error="skip" left some of them out.
+        Read-only, as ``keep`` and ``checked_jaccard``: the result's own arrays, which
+        ``deduplicated`` and ``write`` read (copy one to change it)."""
         if self._given_rows is None:
-            return self._removed_rows
-        return self._given_rows[0][self._removed_rows]
+            return read_only(self._removed_rows)
+        return read_only(self._given_rows[0][self._removed_rows])
 
     @cached_property
     def _named(self) -> "NamedRows":
@@ -196,20 +199,20 @@ class DedupResult:
 
     @property
     def checked_jaccard(self) -> np.ndarray:
-        """float64 (c,): every pair verification checked (the class docstring)."""
-        return self._outcome.checked_jaccard
+        """float64 (c,): every pair verification checked (the class docstring); read-only."""
+        return read_only(self._outcome.checked_jaccard)
 
     @cached_property
     def keep(self) -> np.ndarray:
         """bool, aligned with the input: False for the removed duplicates, and for the records
         given that on_error="skip" left out (``skipped_records``), so that the input where
-        ``keep`` is what ``deduplicated`` holds."""
+        ``keep`` is what ``deduplicated`` holds. Read-only (``removed``)."""
         if self._given_rows is None:
-            return self._kept_rows
+            return read_only(self._kept_rows)
         positions, given = self._given_rows
         keep = np.zeros(given, dtype=bool)
         keep[positions[self._kept_rows]] = True
-        return keep
+        return read_only(keep)
 
     @cached_property
     def ids(self) -> pa.Array:
@@ -454,3 +457,11 @@ def write_table(parts: Iterator[pa.Table], staging: Path, name: str, dataset: bo
     (staging / name).mkdir()
     for number, part in enumerate(parts):
         write_parquet(part, staging / name / part_name(number))
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that refuses writes: what a result hands out of its own arrays, so
+    that a caller's ``mask &= other`` cannot change the rows it keeps or writes."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
