@@ -32,6 +32,7 @@ from .pipeline.job import run_job
 from .pipeline.sourcecounts import check_group_field, with_source_counts
 from .pipeline.outcome import Outcome
 from .pipeline.protocols import Executor
+from .pipeline.removedrows import check_removed_columns
 from .pipeline.memory import dedup_corpus
 from .pipeline.workdir import resume_without_work_dir, work_dir_lock
 from .results.result import DedupResult
@@ -200,6 +201,8 @@ def dedup(
     budget.check("the run", 0, "the process (its libraries and the input read) fills the budget: raise "
                  "max_memory=, or deduplicate the input in parts")
     check_group_field(corpus.input_schemas(), group_field)
+    if output is not None and write_removed:  # (the write refuses the same; here, before the run)
+        check_removed_columns(corpus.table.schema, id_field)
     outcome = dedup_corpus(corpus, params, chosen_backend, progress_display(progress), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error, group_field=group_field))
 

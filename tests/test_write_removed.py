@@ -6,6 +6,7 @@ against a Jaccard computed here from the two texts by the test oracle's shingles
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +219,25 @@ def test_an_id_column_that_is_not_the_runs_ids_is_refused(corpus, tmp_path):
     named = gpudedup.dedup(pa.Table.from_pylist(records), id_field="id", threshold=THRESHOLD, backend="cpu")
     named.write(tmp_path / "named", write_removed=True)
     check_removed(tmp_path / "named", {r["id"]: r for r in records})
+
+
+@pytest.mark.parametrize("column, refusal", [("cluster", "'cluster', which removed/ adds"),
+                                              ("id", "column 'id', but the run's ids are not it")])
+def test_dedup_with_output_refuses_such_columns_before_the_run(tmp_path, monkeypatch, column, refusal):
+    """dedup(data, output=, write_removed=True) on data given in Python knows its columns before
+    the run: the refusals of the write come before it, not after the whole run."""
+    import gpudedup.api as api_module
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(api_module, "dedup_corpus", must_not_run)
+    records = [{**r, "cluster": "x"} for r in records_of(3)] if column == "cluster" else records_of(3)
+    id_field = "id" if column == "cluster" else None
+    with pytest.raises(gpudedup.errors.OutputError, match=re.escape(refusal)):
+        gpudedup.dedup(pa.Table.from_pylist(records), id_field=id_field, threshold=THRESHOLD, backend="cpu",
+                       output=tmp_path / "o", write_removed=True)
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("how", ["memory", "staged"])

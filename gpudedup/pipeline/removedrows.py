@@ -218,6 +218,22 @@ def shingle_spec(parameters: Mapping) -> ShingleSpec:
                        bool(p.get("strip_symbols")))
 
 
+def check_removed_columns(schema: pa.Schema, id_field: Optional[str]) -> None:
+    """OutputError where removed/ cannot stand beside input rows of columns ``schema``
+    (refuse_added_columns, refuse_other_ids_beside): checked where the rows are known, before
+    a run on data given in Python and before any write."""
+    refuse_added_columns(schema)
+    refuse_other_ids_beside(schema, id_field)
+
+
+def refuse_added_columns(schema: pa.Schema) -> None:
+    """OutputError where the rows have a column that removed/ adds (ADDED_COLUMNS)."""
+    clash = [name for name in ADDED_COLUMNS if name in schema.names]
+    if clash:
+        raise OutputError(f"the input has a column {clash[0]!r}, which removed/ adds; rename it to write the "
+                          "removed documents")
+
+
 def refuse_other_ids_beside(schema: pa.Schema, id_field: Optional[str]) -> None:
     """OutputError where the rows have a column ``id`` but the run's ids are not it (id_field
     None: row positions, or file:line): removed/'s kept_id would stand beside ids of another
@@ -240,10 +256,7 @@ def removed_table(rows: pa.Table, texts: pa.Array, removed: RemovedDocs, kept_te
     the columns of ``schema`` (layout.as_input), then ADDED_COLUMNS; texts: their content
     (text, or token ids); kept_texts(docs) gives the content of the kept documents ``docs``
     (int64 ascending, distinct)."""
-    clash = [name for name in ADDED_COLUMNS if name in schema.names]
-    if clash:
-        raise OutputError(f"the input has a column {clash[0]!r}, which removed/ adds; rename it to write the "
-                          "removed documents")
+    refuse_added_columns(schema)
     jaccard = removed.jaccard.copy()
     here = np.flatnonzero(removed.kept >= 0)
     if here.shape[0]:

@@ -16,7 +16,7 @@ from ..pipeline.clusterparts import clusters_table
 from ..pipeline.outcome import Outcome
 from ..pipeline.kept import Kept
 from ..pipeline.keptrows import HeldRows, ShardedTable
-from ..pipeline.removedrows import (REMOVED_DIR, refuse_other_ids_beside, removed_of, shingle_spec)
+from ..pipeline.removedrows import REMOVED_DIR, check_removed_columns, removed_of, shingle_spec
 from ..display import result_html
 from ..errors import OutputError, ParameterError, in_interface_words
 from ..pipeline.tables import NamedRows, pairs_parts, whole_table
@@ -322,7 +322,7 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     names = (None if single_file or not result._inputs
              else output_names(result._rows.file_paths(), result._output_bases, format))
     if write_removed:
-        refuse_other_ids_beside(result.table.schema, result.report["parameters"].get("id_field"))
+        check_removed_columns(result.table.schema, result.report["parameters"].get("id_field"))
     log = StageLog()
     try:
         with log.stage("write"):
