@@ -485,6 +485,10 @@ def test_an_output_on_object_storage_that_holds_an_index_s_source_file_is_refuse
             check_apart_from_index(Remote(place), sources, "the output directory", "output=")
     for place in ("memory://b/srcout2", "memory://b/srcout/other", "memory://c/srcout"):
         check_apart_from_index(Remote(place), sources, "the output directory", "output=")
+    # memory:///b/x is memory://b/x; s3://b/x is another store's b/x.
+    with pytest.raises(OutputError, match="must not be or hold a file the index verifies its documents from"):
+        check_apart_from_index(Remote("memory:///b/srcout"), sources, "the output directory", "output=")
+    check_apart_from_index(Remote("s3://b/srcout"), sources, "the output directory", "output=")
 
 
 def test_a_finished_output_of_ours_is_named_as_such(happy):

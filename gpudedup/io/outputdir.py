@@ -279,19 +279,25 @@ def _real_paths(files: Iterable[Location]) -> Iterator[tuple[Path, str]]:
         yield file, os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
+def url_place(location: Remote) -> list[str]:
+    """A URL's scheme (lower-case), then its components (storage.parts_of): what two URLs are
+    compared by, so that a bucket's name on one store is not taken for the same on another."""
+    return [urlsplit(location.url).scheme.lower()] + parts_of(location)
+
+
 def check_apart_from_inputs(out: Location, inputs: Iterable[Given], what: str, option: str,
                             other: str = "the input", inside_allowed: bool = False) -> None:
     """Refuse a directory to write in that is, holds or lies inside one of the ``inputs``
     (inside_allowed: only that is or holds one); a URL against the inputs' URLs, by their
-    components (storage.parts_of). what: the directory in words; option: the keyword argument
+    scheme and components (url_place). what: the directory in words; option: the keyword argument
     that chooses it, as messages name parameters (``output=``; errors.py)."""
     if isinstance(out, Remote):
-        place = parts_of(out)
+        place = url_place(out)
         for given in inputs:
             location = location_of(given)
             if not isinstance(location, Remote):
                 continue
-            theirs = parts_of(location)
+            theirs = url_place(location)
             shorter = min(len(place), len(theirs))
             if place[:shorter] == theirs[:shorter] and not (inside_allowed and len(place) > len(theirs)):
                 where = "be or hold" if inside_allowed else "be, hold or lie inside"

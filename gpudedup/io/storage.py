@@ -165,7 +165,10 @@ def parts_of(location: Location) -> list[str]:
     names relative to a common folder."""
     if isinstance(location, Remote):  # (no "scheme:", which would be a folder "s3:" in a name)
         parts = urlsplit(location.url)
-        return [place_of(parts.scheme, parts.netloc)] + [p for p in parts.path.split("/") if p]
+        netloc, segments = parts.netloc, [p for p in parts.path.split("/") if p]
+        if not netloc and segments:  # (memory:///b/x names the place memory://b/x does)
+            netloc, segments = segments[0], segments[1:]
+        return [place_of(parts.scheme, netloc)] + segments
     return list(Path(os.path.abspath(location)).parts)
 
 
