@@ -237,6 +237,13 @@ def record_value(record: dict, name: str, columns: Optional[set[str]] = None) ->
     return value
 
 
+def both_ways(name: str) -> str:
+    """The problem of a field ``name`` that some records of a file hold as a key of its own
+    and others as a path through objects."""
+    return (f"field {name!r} is a key of its own in some records and a path through objects in others: give "
+            "every record the one form")
+
+
 def record_field_names(record: dict) -> list[str]:
     """Every field of one JSON record a field name can give (field_names for a dict)."""
     names: list[str] = []

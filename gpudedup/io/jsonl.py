@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from .fields import empty_table, field_column, has_field, named_both_ways, with_leaf_types
+from .fields import both_ways, empty_table, field_column, has_field, named_both_ways, with_leaf_types
 from .formats import MAGIC, compression_of, input_suffix
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
@@ -147,8 +147,7 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
     if columns is None:  # (the lines were checked field by field, not knowing the file's columns)
         both = [name for name in (text_field, id_field) if name is not None and named_both_ways(table.schema, name)]
         if both:
-            raise file_error(source.path, f"field {both[0]!r} is a key of its own in some records and a path "
-                                          "through objects in others: give every record the one form")
+            raise file_error(source.path, both_ways(both[0]))
     return table, np.asarray(numbers, dtype=np.int64), errors.records
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..core.content import token_list_problem
-from .fields import MISSING, record_field_names, record_value
+from .fields import MISSING, both_ways, record_field_names, record_value
 from .formats import MAGIC, compression_of
 from .pieces import Piece
 from . import storage
@@ -418,6 +418,9 @@ def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Option
         return f"JSON nested more than {MAX_JSON_DEPTH} levels deep", {}
     if not isinstance(record, dict):
         return f"expected a JSON object, got {json_type(record)}", {}
+    for name in (text_field, id_field):  # (the file's key of that name is what the record lacks)
+        if columns is not None and name in columns and name not in record and record_value(record, name) is not MISSING:
+            return both_ways(name), {}
     value = record_value(record, text_field, columns)
     if value is MISSING:  # (null is a record without text; a missing field is a mistake)
         return (f"no field {text_field!r} (its fields: {listed(record_field_names(record))}); give a record "
