@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,37 @@ def test_a_source_file_changed_or_gone_is_refused_naming_it(tmp_path, in_tmp):
                       out=tmp_path / "out")
     parts[0].write_bytes(original)  # as it was: usable again
     assert index.query(query)[0]
+
+
+@pytest.mark.parametrize("how", ["memory", "staged"])
+def test_a_source_file_changed_while_an_add_runs_is_not_committed(tmp_path, monkeypatch, how):
+    """The index records a source file as the add read it: a JSONL file another process rewrites
+    (the same size and time, other bytes) after the read and before the commit is refused
+    naming it, the index left as it was, in memory and through a work directory."""
+    import gpudedup.index as index_module
+
+    parts = source_parts(tmp_path / "in")
+    index = Index.create(tmp_path / "index", verification="source")
+    before = committed_state(index.path)
+    original = parts[0].read_bytes()
+    stat = parts[0].stat()
+    recorded = index_module.pointer_arrays
+
+    def rewritten_first(pointers):
+        parts[0].write_bytes(original.replace(b"the", b"teh", 1))  # (as another process would)
+        os.utime(parts[0], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        return recorded(pointers)
+
+    monkeypatch.setattr(index_module, "pointer_arrays", rewritten_first)
+    staged = {"work_dir": tmp_path / "work"} if how == "staged" else {}
+    with pytest.raises(gpudedup.errors.InputError, match=rf"{parts[0]}: changed since the run read it.*nothing "
+                                                         "was added to the index"):
+        index.add(parts[0], id_field="id", **staged)
+    assert committed_state(index.path) == before
+    parts[0].write_bytes(original)
+    monkeypatch.setattr(index_module, "pointer_arrays", recorded)
+    index.add(parts[0], id_field="id")  # (the file as read: committed)
+    assert index.query([bible_records()[0]["text"]])[0]
 
 
 def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, in_tmp):

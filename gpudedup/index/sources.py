@@ -38,7 +38,7 @@ from ..io.fields import field_column
 from ..io.pointers import SourcePointers
 from ..io.read import read_one_file
 from ..io.source import SourceFile
-from ..io.stamps import content_digest
+from ..io.stamps import check_unchanged, content_digest
 
 VERIFICATIONS = ("sets", "source")
 SOURCES_FILE = "sources.json"
@@ -58,14 +58,23 @@ def check_verification(verification: str) -> str:
 
 def pointer_arrays(pointers: SourcePointers) -> tuple[list[dict], dict[str, np.ndarray]]:
     """A segment's sources.json entries (only the files some document points into, with each
-    one's size and SHA-256 now) and its arrays source_file uint32 (k,), source_row int64 (k,)."""
+    one's size and SHA-256) and its arrays source_file uint32 (k,), source_row int64 (k,).
+
+    A file's SHA-256 is taken now, then the file is checked to be as the run read it
+    (pointers.read_as; io/stamps.py): a file changed since (by another process while the add
+    ran) is refused with an InputError naming it, never recorded as the one the documents came
+    from."""
     used, file = np.unique(pointers.file, return_inverse=True)
     entries = []
     for position in used:
         path, format = pointers.files[int(position)]
         location = storage.location_of(path)
-        entries.append({"path": path, "format": format, "field": pointers.field,
-                        "bytes": storage.file_size(location), "sha256": content_digest(location)})
+        entry = {"path": path, "format": format, "field": pointers.field,
+                 "bytes": storage.file_size(location), "sha256": content_digest(location)}
+        for piece, stamp in pointers.read_as[int(position)]:
+            check_unchanged(location, storage.shown(path), stamp, piece,
+                            consequence="nothing was added to the index: run the add again")
+        entries.append(entry)
     return entries, {"source_file": file.reshape(-1).astype(np.uint32), "source_row": pointers.row_number}
 
 

@@ -317,7 +317,11 @@ class WorkDirStore:
             local = spilled[mine] - self.shards.rows[index]
             numbers[mine] = np.asarray(self.work.shard_array(index, "row_numbers"))[local]
         files = tuple((str(path), format_of(path)) for path in self.reader.files)
-        return SourcePointers(files, file, numbers, self.text_field)
+        read_as: list[list] = [[] for _ in files]
+        for index in range(self.shards.count):
+            read_as[self.reader.file_of(index)].append((self.reader.shards[index].piece,
+                                                        FileStamp.of_list(self.work.shard_info(index)["stamp"])))
+        return SourcePointers(files, file, numbers, self.text_field, tuple(tuple(reads) for reads in read_as))
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         stored = self.work.load_stage(stage)
