@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import gpudedup
 import gpudedup.index.files as index_files
 from gpudedup.index import Index
 from gpudedup.io.credentials import os_reason
@@ -243,6 +244,25 @@ def test_an_index_under_a_file_is_refused_naming_the_file(tmp_path):
     assert error_line(result) == (f"error: {tmp_path / 'data.jsonl' / 'idx'}: {tmp_path / 'data.jsonl'} is a file, "
                                   "not a directory; choose another path for the index")
     assert (tmp_path / "data.jsonl").read_bytes() == before
+
+
+def test_names_that_are_not_utf8_are_refused_before_any_work(tmp_path):
+    """An index folder or a tag of bytes that are not UTF-8 (Python holds them as surrogates)
+    cannot be written where the index and its reports name them: refused in one line before
+    anything is made or written, not a traceback after the outputs."""
+    folder = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/idx\xff"))
+    for call in (lambda: Index.create(folder), lambda: Index(folder)):
+        with pytest.raises(gpudedup.errors.ParameterError, match="the name is not valid UTF-8"):
+            call()
+    assert not any(tmp_path.iterdir())
+    result = invoke("index", "create", folder)
+    assert result.exit_code == 2 and "the name is not valid UTF-8" in error_line(result)
+    write_jsonl(tmp_path / "new.jsonl", bible_records()[:20])
+    index = Index.create(tmp_path / "idx")
+    before = committed_state(index.path)
+    with pytest.raises(gpudedup.errors.ParameterError, match="is not valid UTF-8, in which the index stores its tags"):
+        index.add(tmp_path / "new.jsonl", id_field="id", tag="w\udcf6che", output=tmp_path / "out")
+    assert committed_state(index.path) == before and not (tmp_path / "out").exists()
 
 
 def test_a_lock_file_that_is_a_directory_says_to_remove_it(copy):

@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DamagedIndexError, GpudedupError, InputError, OutputError, ParameterError
 from ..io.stamps import content_digest
+from ..io.storage import not_utf8, readable
 from ..io.credentials import os_reason
 from ..locks import exclusive_lock
 from .sources import write_sources
@@ -376,3 +377,6 @@ def check_tag(tag) -> None:
     if tag in ("", UNTAGGED):
         raise ParameterError(f"tag= {tag!r} is not a tag: the index's info counts the documents added without one "
                              f"as {UNTAGGED!r}; name a tag")
+    if tag is not None and not_utf8(tag) is not None:  # (a shell's bytes of another encoding)
+        raise ParameterError(f"tag= {readable(tag)!r} is not valid UTF-8, in which the index stores its tags; "
+                             "name a tag in UTF-8")

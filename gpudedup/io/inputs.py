@@ -41,7 +41,7 @@ from .formats import SUPPORTED_SUFFIXES, file_format
 from .ours import OUTPUT, our_folder
 from .source import check_on_error
 from .credentials import first_line
-from .storage import Given, Location, Remote, location_of
+from .storage import Given, Location, Remote, location_of, not_utf8, readable
 
 # Why an entry inside an input directory was not read (PassedOver.reason; report.json's
 # input.skipped_file_reasons). Other entries passed over carry the words of their note.
@@ -479,18 +479,3 @@ def walk_directory(root: Path, root_status: os.stat_result, found: InputFiles, o
                 found.add_file(path, status)
         stack.extend(reversed(subdirectories))
     return True
-
-
-def not_utf8(shown: str) -> Optional[str]:
-    """Why a path as shown can be neither an input nor an output, where UTF-8 cannot write it
-    (a file name of other bytes, which Python holds as surrogates); None for every other path."""
-    try:
-        shown.encode("utf-8")
-    except UnicodeEncodeError:
-        return "the name is not valid UTF-8, in which ids, reports and output files name paths"
-    return None
-
-
-def readable(shown: str) -> str:
-    """``shown`` with each byte that is not UTF-8 as U+FFFD, for a message."""
-    return shown.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -22,10 +22,10 @@ import pyarrow.fs as pafs
 from ..errors import InputError, OutputError
 from ..version import __version__
 from .credentials import first_line
-from .inputs import InputFiles, not_utf8, readable, scan_inputs
+from .inputs import InputFiles, scan_inputs
 from .ours import OUTPUT_MARKER, our_kind, ours_within
 from .staging import in_staging_prefix
-from .storage import Given, Location, Remote, files_below, location_of, parts_of, read_bytes
+from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
 
 # The keys every report.json gpudedup has written holds: an output of a version before the

@@ -124,13 +124,30 @@ def location_of(given: Given) -> Location:
 
 
 def local_folder(given: Given, what: str) -> Path:
-    """A folder that must be local (or on a mounted file system), as a Path; a URL is a
-    ParameterError naming ``what`` it was given for."""
+    """A folder that must be local (or on a mounted file system), as a Path; a URL, or a name
+    that is not UTF-8 (not_utf8), is a ParameterError naming ``what`` it was given for."""
     location = location_of(given)
     if isinstance(location, Remote):
         raise ParameterError(f"{location}: {what} must be a local folder (or a mounted file system); inputs, "
                              "outputs and work directories may be URLs, not it")
+    if (odd := not_utf8(str(location))) is not None:
+        raise ParameterError(f"{readable(str(location))}: {odd}; choose another folder for {what}")
     return location
+
+
+def not_utf8(shown: str) -> Optional[str]:
+    """Why a path as shown can be neither an input nor an output, where UTF-8 cannot write it
+    (a file name of other bytes, which Python holds as surrogates); None for every other path."""
+    try:
+        shown.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not valid UTF-8, in which ids, reports and output files name paths"
+    return None
+
+
+def readable(shown: str) -> str:
+    """``shown`` with each byte that is not UTF-8 as U+FFFD, for a message."""
+    return shown.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def full_name(location: Location) -> str:
