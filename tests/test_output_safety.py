@@ -154,6 +154,20 @@ def test_the_api_keeps_the_index_apart_too(indexed):
     assert tree_state(indexed / "sub") == before and not (indexed / "out2").exists()
 
 
+def test_a_plain_run_does_not_write_inside_an_index(indexed):
+    """dedup -o and --work-dir inside an index's folders (which the run does not read) are
+    refused before any work: the index's next writer removes what its manifest does not list."""
+    before = tree_state(indexed / "sub")
+    for option, place in (("-o", "sub/idx/segments/results"), ("--work-dir", "sub/idx/work")):
+        extra = [] if option == "-o" else ["-o", "out3"]
+        result = invoke("dedup", "w2.jsonl", option, place, *extra, "--id-field", "id", *CPU)
+        assert result.exit_code == 2
+        assert f"must not lie inside the index {(indexed / 'sub' / 'idx').absolute()}" in error_line(result)
+    with pytest.raises(OutputError, match="must not lie inside the index"):
+        gpudedup.dedup(["a b c d e"], output=indexed / "sub" / "idx" / "segments" / "x", backend="cpu")
+    assert tree_state(indexed / "sub") == before and not (indexed / "out3").exists()
+
+
 # --- inputs as their scan resolves them -------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 OUTPUT_MARKER = ".gpudedup-output"
 
 OUTPUT = "a gpudedup output"
+INDEX = "a gpudedup index"
 # The largest manifest.json our_folder reads to tell an index or a work directory (theirs are
 # a few kilobytes; a user's file of that name may be anything).
 MANIFEST_BYTES = 1 << 20
@@ -50,10 +51,17 @@ def our_kind(read: Callable[[str], Optional[bytes]]) -> Optional[str]:
     if not isinstance(data, dict):
         return None
     if {"format", "parameters", "verification"} <= data.keys():
-        return "a gpudedup index"
+        return INDEX
     if {"work_dir_format", "gpudedup_version"} <= data.keys():
         return "a gpudedup work directory"
     return None
+
+
+def index_holding(place: Path) -> Optional[Path]:
+    """The nearest folder above ``place`` (a local path) that is a gpudedup index, or None:
+    what an output or work directory must not lie in, since the index's next writer removes
+    what its manifest does not list there (index/files.collect_garbage)."""
+    return next((folder for folder in place.absolute().parents if our_folder(folder) == INDEX), None)
 
 
 def ours_within(folder: Path) -> Optional[tuple[Path, str]]:

@@ -23,7 +23,7 @@ from ..errors import InputError, OutputError
 from ..version import __version__
 from .credentials import first_line
 from .inputs import InputFiles, scan_inputs
-from .ours import OUTPUT_MARKER, our_kind, ours_within
+from .ours import OUTPUT_MARKER, index_holding, our_kind, ours_within
 from .staging import in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -59,6 +59,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     if isinstance(out, Remote):
         check_remote_output(out, overwrite)
         return out
+    check_outside_an_index(out, "the output directory", "output=")
     if out.is_symlink() and out.is_dir():
         # A link to an empty directory (an output kept on a larger disk): the results go into
         # it and the link stays (replacing the link would put them beside it, on this disk).
@@ -78,6 +79,15 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{out}: cannot write in {parent} (permission denied)")
     return out
+
+
+def check_outside_an_index(place: Path, what: str, option: str) -> None:
+    """OutputError where ``place`` lies inside a gpudedup index (ours.index_holding), whose next
+    writer would remove it."""
+    index = index_holding(place)
+    if index is not None:
+        raise OutputError(f"{place}: {what} must not lie inside the index {index}, whose next add, remove or "
+                          f"compact removes what the index does not list; choose another {option}")
 
 
 def check_url_parts(place: Location, option: str) -> None:
@@ -202,6 +212,8 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
         if (odd := not_utf8(str(work))) is not None:
             raise OutputError(f"{readable(str(work))}: {odd}; choose another work_dir=")
         check_url_parts(work, "work_dir=")
+        if not isinstance(work, Remote):
+            check_outside_an_index(work, "the work directory", "work_dir=")
         check_apart_from_inputs(work, locations, "the work directory", "work_dir=")
         if index is not None:
             check_apart_from_inputs(work, [index], "the work directory", "work_dir=", "the index")
