@@ -163,6 +163,20 @@ def test_a_source_file_changed_while_an_add_runs_is_not_committed(tmp_path, monk
     assert index.query([bible_records()[0]["text"]])[0]
 
 
+def test_compact_lists_only_the_source_files_its_documents_point_into(tmp_path):
+    """After the documents of a file are removed, compact lists only the files the documents
+    left point into (as an add lists its own): an output may then hold the other file again."""
+    parts = source_parts(tmp_path / "in")
+    index = Index.create(tmp_path / "index", verification="source")
+    index.add(parts[0], id_field="id", tag="first")
+    index.add(parts[2], id_field="id", tag="second")
+    assert sorted(index.reader().source_files()) == sorted(str(p) for p in (parts[0], parts[2]))
+    index.remove(tag="first")
+    index.compact()
+    assert index.reader().source_files() == [str(parts[2])]
+    assert index.query([bible_records()[2]["text"]])[0]  # (a document of the file kept, found from it)
+
+
 def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, in_tmp):
     """The kept rows of an output, indexed with verification "source", are the index's source
     files: an add, or a run against the index, that would write its output (even with

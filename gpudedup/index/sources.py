@@ -80,7 +80,8 @@ def pointer_arrays(pointers: SourcePointers) -> tuple[list[dict], dict[str, np.n
 
 def merge_sources(parts: list[tuple[list[dict], np.ndarray]]) -> tuple[list[dict], np.ndarray]:
     """Segments' sources.json entries and source_file arrays as one segment's (compaction):
-    each file listed once, the arrays renumbered."""
+    each file some document points into listed once (as pointer_arrays lists them: a file
+    whose documents were all removed goes), the arrays renumbered."""
     entries: list[dict] = []
     position: dict[str, int] = {}
     files = []
@@ -93,7 +94,8 @@ def merge_sources(parts: list[tuple[list[dict], np.ndarray]]) -> tuple[list[dict
                 entries.append(entry)
             renumber[index] = position[key]
         files.append(renumber[file] if file.size else np.zeros(0, np.uint32))
-    return entries, np.concatenate(files) if files else np.zeros(0, np.uint32)
+    used, file = np.unique(np.concatenate([np.zeros(0, np.uint32), *files]), return_inverse=True)
+    return [entries[int(position)] for position in used], file.reshape(-1).astype(np.uint32)
 
 
 def write_sources(folder: Path, entries: list[dict]) -> tuple[Path, bytes]:
