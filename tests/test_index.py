@@ -291,6 +291,33 @@ def test_a_query_takes_the_bucket_window_over_the_whole_index(tmp_path):
     assert made(tmp_path / "whole", [live]).query(queries, backend="cpu") == answers
 
 
+def test_a_run_takes_the_bucket_window_over_the_whole_index(tmp_path):
+    """A run against the index probes, per band key, the last bucket_window live documents of
+    the whole index, as a query does: with buckets far over the window, its kept rows and pairs
+    are the same over four segments, after compact, and through a work directory."""
+    rng = random.Random(3)
+    vocabulary = [f"w{i}" for i in range(10)]
+
+    def texts(count: int) -> list[str]:
+        return [" ".join(rng.sample(vocabulary, rng.randint(4, 7))) for _ in range(count)]
+
+    index = Index.create(tmp_path / "idx", threshold=0.6, ngram=1, bucket_window=1, bands=6, rows=1)
+    for segment in range(4):
+        index.add(pa.table({"id": [f"s{segment}_{k}" for k in range(30)], "text": texts(30)}), id_field="id",
+                  backend="cpu")
+    new = tmp_path / "new.parquet"
+    pq.write_table(pa.table({"id": [f"n{k}" for k in range(60)], "text": texts(60)}), new)
+
+    def run(**staged) -> tuple:
+        result = index.dedup(new, id_field="id", backend="cpu", **staged)
+        return result.keep.tolist(), result.pairs.to_pylist()
+
+    spread = run()
+    assert spread[1] and run(work_dir=tmp_path / "work") == spread
+    index.compact()
+    assert index.info()["segments"] == 1 and run() == spread
+
+
 def test_remove_and_compact(query_index, tmp_path):
     source, indexed = query_index
     shutil.copytree(source.path, tmp_path / "index")

@@ -358,7 +358,7 @@ class Index:
         shingles = ShingleBatch(chosen.to_host(shingles.offsets), chosen.to_host(shingles.hashes))
         keys = chosen.to_host(chosen.band_keys(chosen.signatures(shingles, permutations), banding))
         nonempty = np.flatnonzero(shingles.counts() > 0)  # an empty query matches nothing
-        query, segment, row = reader.probe_pairs(keys[nonempty], params.bucket_window, over_index=True)
+        query, segment, row = reader.probe_pairs(keys[nonempty], params.bucket_window)
         query = nonempty[query]
         found: list[list[tuple[Any, float]]] = [[] for _ in queries]
         if query.size == 0:

@@ -244,8 +244,8 @@ class IndexReader:
 
         window: the --bucket-window bound. A batch run over (indexed, then new documents) pairs
         each document of a bucket with the ``window`` documents after it, so the indexed
-        documents a new one can pair with are at most the last ``window`` of its key; the probe
-        takes those, and the run's own candidate stage applies the window again. (So a run
+        documents a new one can pair with are at most the last ``window`` of its key over the
+        index; the probe takes those, and the run's own candidate stage applies the window again. (So a run
         against the index pairs exactly what the batch run pairs wherever no bucket holds more
         than ``window`` documents.)
         """
@@ -265,13 +265,12 @@ class IndexReader:
     def _code_span(self) -> int:
         return max([segment.entry.documents for segment in self.segments] + [1])
 
-    def probe_pairs(self, keys, window: int, threads: int = 1,
-                    over_index: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def probe_pairs(self, keys, window: int, threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which new document matched which indexed one (see probe): (new int64, segment int64,
-        row int64), one entry per distinct triple, live documents only. over_index: the last
-        ``window`` of each key over the whole index (segment order, then row), as one segment
-        would give them (a query's answer, which no candidate stage follows), not of each
-        segment. threads: the bands are
+        row int64), one entry per distinct triple, live documents only: the last ``window`` of
+        each key over the whole index (segment order, then row), as one segment would give them,
+        so that neither a run's nor a query's answer depends on how many segments the index has
+        (compact changes nothing). threads: the bands are
         looked up on this many threads (numpy's sorts and searches release the GIL): an add's
         on the host (IndexStore.sign), not a query's few documents, for which starting threads
         costs more than the searches (it doubled a query's median latency)."""
@@ -284,7 +283,7 @@ class IndexReader:
         # keys[:, band] is read on the threads, as the host's candidate stage reads it.
         for matches in map_parallel(lambda band: self.band_matches(band, keys[:, band], window, removed),
                                     list(range(bands)), threads):
-            if over_index and matches:
+            if matches:
                 matches = last_over_parts(matches, window)
             for position, (query, rows) in enumerate(matches):
                 new[position].append(query)
