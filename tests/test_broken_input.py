@@ -204,6 +204,8 @@ def test_concatenated_gzip_members_are_one_file(in_tmp):
     (b'null', ["expected a JSON object", "null"]),
     (b'{"text": "a", "text": "b"}', ["'text'", "appears twice"]),
     (b'{"text": "a", "x": 1e400}', ["too large for a double"]),
+    (b'{"text": "a", "x": -1' + b"0" * 310 + b'}', ["-1000", "(311 digits) is too large for a double"]),
+    (b'{"text": "a", "meta": {"k": 1' + b"0" * 5000 + b'}}', ["(5001 digits) is too large for a double"]),
     (b'{"text": "a\\ud800"}', ["surrogate"]),
     (b'{"text": "a", "deep": ' + b"[" * 300 + b"]" * 300 + b"}", ["nested more than"]),
     (b'{"text": "caf\xc3"}', ["invalid UTF-8", "0xc3"]),
@@ -214,7 +216,8 @@ def test_concatenated_gzip_members_are_one_file(in_tmp):
     (b'{"text": "a", "n": "three"}', ["'n'", "a string", "a number on line 1", "one type"]),
     (b'{"text": "a", "meta": {"k": "v"}}', ["'meta.k'", "a string", "a number on line 2"]),
 ], ids=["unclosed", "cut-string", "two-objects", "bare-cr", "array", "string", "null", "duplicate-key", "1e400",
-        "lone-surrogate", "too-deep", "cut-utf8", "binary", "text-object", "text-array", "text-bool",
+        "311-digits", "5001-digits-nested", "lone-surrogate", "too-deep", "cut-utf8", "binary", "text-object",
+        "text-array", "text-bool",
         "type-change", "nested-type-change"])
 def test_bad_jsonl_line_names_file_and_line(in_tmp, bad_line, fragments):
     good = [json.dumps({"text": paragraph(1), "n": 1}).encode(),
@@ -226,6 +229,17 @@ def test_bad_jsonl_line_names_file_and_line(in_tmp, bad_line, fragments):
     (in_tmp / "crlf.jsonl").write_bytes(b"\r\n".join(good + [b"", bad_line, good[0]]) + b"\r\n")
     crlf = invoke("dedup", "crlf.jsonl", "-o", "out")
     assert_user_error(crlf, line.replace("bad.jsonl", "crlf.jsonl"), where=in_tmp)
+
+
+def test_infinity_literals_are_read_and_kept(in_tmp):
+    """An Infinity literal is a double (Arrow and Python take it), unlike an integer too large
+    for one: read, and a float column's values written back as they were."""
+    rows = [b'{"text": "' + paragraph(k).encode() + b'", "x": ' + value + b'}'
+            for k, value in ((1, b"Infinity"), (2, b"-Infinity"), (3, b"1.5"))]
+    (in_tmp / "inf.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+    run_ok("inf.jsonl")
+    kept = pq.read_table("out/deduplicated/inf.parquet")
+    assert kept["x"].to_pylist() == [float("inf"), float("-inf"), 1.5]
 
 
 def test_text_field_null_is_counted_and_missing_is_a_bad_record(in_tmp):

@@ -60,12 +60,29 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
                         or (id_field is not None and not has_field(table.schema, id_field))):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
         if (not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH
-                and not bad_token_ids(table, text_field)
+                and not bad_token_ids(table, text_field) and not holds_infinity(table)
                 and not text_missing(path, source, table, row_numbers, text_field)):
             return table, row_numbers, []
     # The columns of a table read whole tell what a dotted field name names (fields.py).
     columns = None if table is None else set(table.column_names)
     return read_jsonl_by_line(path, source, text_field, id_field, errors, columns)
+
+
+def holds_infinity(table: pa.Table) -> bool:
+    """Whether a floating column, at any depth, holds an infinity: an Infinity literal, or an
+    integer too large for a double, which Arrow reads as one and the line-by-line reading
+    refuses (jsonl_lines._any_int)."""
+    stack = [chunk for column in table.columns for chunk in column.chunks]
+    while stack:
+        array = stack.pop()
+        if pa.types.is_floating(array.type):
+            if pc.any(pc.is_inf(array)).as_py():
+                return True
+        elif pa.types.is_struct(array.type):
+            stack.extend(array.field(i) for i in range(array.type.num_fields))
+        elif pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+            stack.append(array.flatten())
+    return False
 
 
 def type_depth(schema: pa.Schema) -> int:

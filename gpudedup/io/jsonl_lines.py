@@ -381,10 +381,21 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# The digits from which an integer may be past the largest double (1.8e308).
+DOUBLE_DIGITS = 309
+
+
 def _any_int(text: str):
-    # Arrow reads an integer too large for a double as infinity (and a float as an error);
-    # Python refuses to convert integers of more than 4,300 digits.
-    return int(text) if len(text) <= 4000 else float("inf")
+    # Arrow reads an integer too large for a double as infinity, where it refuses the same
+    # number with an exponent; both are refused here. (Python converts integers of at most
+    # 4,300 digits: a longer one is past every double anyway.)
+    if len(text.lstrip("-")) >= DOUBLE_DIGITS:
+        try:
+            float(int(text))
+        except (OverflowError, ValueError):
+            raise _Refused(f"the number {text[:40]}... ({len(text.lstrip('-'))} digits) is too large for a "
+                           "double") from None
+    return int(text)
 
 
 def check_jsonl_line(line: bytes, number: int, text_field: str, id_field: Optional[str],
