@@ -5,6 +5,7 @@ writes nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -420,7 +421,20 @@ def test_non_empty_output_without_overwrite(happy):
     (out / "keep-me.txt").write_text("precious")
     before = tree_snapshot(out)
     result = invoke("dedup", "data.jsonl", "-o", "out")
-    assert_user_error(result, "out", "not empty", "--overwrite", out=out, before=before)
+    # (not "use --overwrite": it replaces only a gpudedup output, and refuses this folder too)
+    assert_user_error(result, "out", "holds files that are not a gpudedup output (keep-me.txt)", "empty it",
+                      out=out, before=before)
+    assert "--overwrite" not in result.output
+
+
+def test_the_current_folder_as_the_output(happy):
+    """-o . names an empty folder by its own name: it is replaced as -o with its path would
+    be, not refused at the commit after the whole run."""
+    (happy / "here").mkdir()
+    os.chdir(happy / "here")
+    result = invoke("dedup", "../data.jsonl", "-o", ".")
+    assert result.exit_code == 0, result.output
+    assert (happy / "here" / "report.json").is_file()
 
 
 def test_output_is_an_existing_file(happy):

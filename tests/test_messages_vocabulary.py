@@ -112,7 +112,7 @@ CASES = {
         {"strip_symbols=": "--strip-symbols"}),
     "an output that holds files": (lambda data, full, out: gpudedup.dedup(data, output=full),
                                    lambda data, full, out: ("dedup", data, "-o", full),
-                                   {"overwrite=True": "--overwrite"}),
+                                   {"output=": "--output"}),
     "a memory size": (lambda data, full, out: gpudedup.dedup(data, max_memory="lots"),
                       lambda data, full, out: ("dedup", data, "-o", out, "--max-memory", "lots"),
                       {"max_memory=": "--max-memory"}),

@@ -47,7 +47,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     documents from (check_apart_from_index). Called before any work, so a refused run costs
     nothing. A URL (object storage) is checked the same way, as far as object stores have
     folders: objects under it are a non-empty directory, an object of its own name a file."""
-    out = location_of(path)
+    out = output_location(path)
     if (odd := not_utf8(str(out))) is not None:
         raise OutputError(f"{readable(str(out))}: {odd}; choose another output=")
     check_url_parts(out, "output=")
@@ -90,6 +90,13 @@ def check_outside_an_index(place: Path, what: str, option: str) -> None:
                           f"compact removes what the index does not list; choose another {option}")
 
 
+def output_location(given: Given) -> Location:
+    """An output as location_of gives it, but "." or "a/.." (no name of its own, which the
+    staging beside it and the rename into place need) as its absolute path."""
+    out = location_of(given)
+    return Path(os.path.abspath(out)) if isinstance(out, Path) and out.name in ("", "..") else out
+
+
 def check_url_parts(place: Location, option: str) -> None:
     """OutputError for a URL to write under with a "." or ".." part: object stores' clients
     (pyarrow's S3) rewrite a/./b and x/../b into another key, so that the checks of where a
@@ -119,30 +126,32 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
         return f"cannot be listed ({error.strerror or error})", "choose another output="
     if names in ([], [OUTPUT_MARKER]):
         return None
-    ours = is_gpudedup_output(lambda name: _regular_file_bytes(out / name))
+    if not is_gpudedup_output(lambda name: _regular_file_bytes(out / name)):
+        return not_ours(names)
     if not overwrite:
-        return not_empty(ours, "report.json" in names)
-    if ours:
-        inside = ours_within(out)
-        if inside is None:
-            return None
-        return (f"holds {inside[1]} ({inside[0]}), which replacing the output would delete",
-                "move it out, or choose another output=")
-    return (f"holds files that are not a gpudedup output ({listed(names)})",
-            "choose another output= or empty it")
+        return not_empty("report.json" in names)
+    inside = ours_within(out)
+    if inside is None:
+        return None
+    return (f"holds {inside[1]} ({inside[0]}), which replacing the output would delete",
+            "move it out, or choose another output=")
 
 
-def not_empty(ours: bool, complete: bool) -> tuple[str, str]:
-    """``occupied``'s answer for a folder that holds something, without overwrite: where it is a
-    gpudedup output, it says so, and whether it is finished (report.json, which the commit
-    writes last, is there) or not (a run stopped while writing it, on object storage, its old
-    output already gone, leaves one)."""
+def not_ours(names: Sequence[str]) -> tuple[str, str]:
+    """``occupied``'s answer for a folder of someone's files (``names``, sorted), with overwrite
+    or without: overwrite replaces only a gpudedup output, so it is no way out."""
+    return (f"holds files that are not a gpudedup output ({listed(names)})", "choose another output= or empty it")
+
+
+def not_empty(complete: bool) -> tuple[str, str]:
+    """``occupied``'s answer for a gpudedup output, without overwrite: whether it is finished
+    (report.json, which the commit writes last, is there; a resumed add that had committed
+    finds its own output so) or not (a run stopped while writing it, on object storage, its
+    old output already gone, leaves one)."""
     advice = "use overwrite=True to replace it"
-    if ours and not complete:
+    if not complete:
         return ("holds an unfinished gpudedup output (no report.json: a run stopped while it wrote there)", advice)
-    if ours:  # (a resumed add that had committed finds its own output here)
-        return "holds a finished gpudedup output (its report.json is there)", advice
-    return "output directory exists and is not empty", advice
+    return "holds a finished gpudedup output (its report.json is there)", advice
 
 
 def listed(names: Sequence[str]) -> str:
@@ -381,14 +390,12 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
     relative = {name[len(path) + 1:] for name in found}
     if relative <= {OUTPUT_MARKER}:
         return None
-    ours = is_gpudedup_output(lambda name: read_bytes(out.child(name)) if name in relative else None)
+    if not is_gpudedup_output(lambda name: read_bytes(out.child(name)) if name in relative else None):
+        return not_ours(sorted({name.split("/")[0] for name in relative}))
     if not overwrite:
-        return not_empty(ours, "report.json" in relative)
-    if ours:
-        inside = remote_ours_within(out, relative)
-        if inside is None:
-            return None
-        return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
-                "move it out, or choose another output=")
-    return (f"holds files that are not a gpudedup output ({listed(sorted({r.split('/')[0] for r in relative}))})",
-            "choose another output= or empty it")
+        return not_empty("report.json" in relative)
+    inside = remote_ours_within(out, relative)
+    if inside is None:
+        return None
+    return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
+            "move it out, or choose another output=")

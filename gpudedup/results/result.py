@@ -23,10 +23,10 @@ from ..pipeline.tables import NamedRows, pairs_parts, whole_table
 from .html_report import report_figures, texts_read, write_report
 from .inspection import ClusterView, PairView, cluster_view, pair_view, removed_rows
 from ..ids import IdSource, id_source, wide
-from ..io.storage import Given, Location, child_name, location_of
+from ..io.storage import Given, Location, child_name
 from ..io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_name, part_rows
 from ..io.commit import atomic_output_dir
-from ..io.outputdir import check_apart_from_inputs
+from ..io.outputdir import check_apart_from_inputs, output_location
 from ..io.staging import tasks_folder
 from ..io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet, write_to
 from ..pipeline.report import Report
@@ -337,7 +337,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                  executor: Optional[Executor] = None) -> Location:
     """names: the sharded layout's output names (output_names), or None for one file each;
     write_removed: the removed rows too (write_removed_rows); executor: write_outputs'."""
-    out = location_of(output_dir)
+    out = output_location(output_dir)
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
     if result.report.work_dir:
