@@ -18,6 +18,7 @@ from .io.python_inputs import to_corpus
 from .io.inputs import EVERY_FILE, InputFiles, Selection, documents_read, scan_inputs
 from .io.layout import check_output_names, output_bases
 from .io.rules import sorted_records
+from .io.commit import remove_abandoned
 from .io.staging import temporary_work_dir
 from .io import storage
 from .io.storage import Given, Location, is_path, location_of
@@ -305,7 +306,9 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
         raise resume_without_work_dir()
     with ExitStack() as temporary_dirs:
         # Without a work directory (workers of the run's own) the run works in a temporary one,
-        # removed once its cluster is closed: the tasks of a stage that failed may be writing.
+        # removed once its cluster is closed: the tasks of a stage that failed may be writing;
+        # so may the tasks of an output's write that failed, into its staging directory.
+        temporary_dirs.callback(remove_abandoned)
         temporary = None if work_dir is not None else Path(temporary_dirs.enter_context(
             temporary_work_dir())) / "work"
         with dask_client(client, scheduler, workers, gpu=backend.name == "gpu") as connected:

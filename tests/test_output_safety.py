@@ -168,6 +168,20 @@ def test_a_plain_run_does_not_write_inside_an_index(indexed):
     assert tree_state(indexed / "sub") == before and not (indexed / "out3").exists()
 
 
+def test_a_failed_write_s_staging_is_removed_again_once_its_cluster_is_closed(tmp_path):
+    """A cluster's tasks may write into the staging directory of a write that failed or was
+    interrupted after the client removed it (the interrupt does not stop them): a run on Dask
+    calls remove_abandoned once its cluster is closed, which removes what they left."""
+    with pytest.raises(KeyboardInterrupt):
+        with commit.atomic_output_dir(tmp_path / "out", False) as staging:
+            raise KeyboardInterrupt
+    assert not staging.exists()
+    (staging / "deduplicated").mkdir(parents=True)  # a task's write, after the removal
+    (staging / "deduplicated" / "a.parquet").write_bytes(b"late")
+    commit.remove_abandoned()
+    assert list(tmp_path.iterdir()) == []
+
+
 # --- inputs as their scan resolves them -------------------------------------------------------
 
 

@@ -116,7 +116,21 @@ def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()
         if staging is not None and _identity(staging) == made:  # (set aside: the name holds nothing now)
             with signals_held():
                 remove_path(staging)
+            _abandoned.append(staging)
         raise
+
+
+# Staging directories of writes that failed or were interrupted: a cluster's tasks may still be
+# writing into one as it is removed (they are not stopped by the client's interrupt), so a run
+# on Dask removes them again once its cluster is closed (remove_abandoned).
+_abandoned: list[Path] = []
+
+
+def remove_abandoned() -> None:
+    """Remove again the staging directories of this process's failed writes (what a cluster's
+    tasks wrote into them after they were removed): called once the cluster is closed."""
+    while _abandoned:
+        remove_path(_abandoned.pop())
 
 
 def _identity(path: Path) -> Optional[tuple[int, int]]:
