@@ -427,14 +427,19 @@ def test_non_empty_output_without_overwrite(happy):
     assert "--overwrite" not in result.output
 
 
-def test_the_current_folder_as_the_output(happy):
-    """-o . names an empty folder by its own name: it is replaced as -o with its path would
-    be, not refused at the commit after the whole run."""
-    (happy / "here").mkdir()
-    os.chdir(happy / "here")
-    result = invoke("dedup", "../data.jsonl", "-o", ".")
-    assert result.exit_code == 0, result.output
-    assert (happy / "here" / "report.json").is_file()
+@pytest.mark.parametrize("given", [".", "{here}", "..", "../here/sub/.."])
+def test_the_current_folder_as_the_output_is_refused_before_any_work(happy, given):
+    """An output that is or holds the current folder (-o ., its path, or a folder above it) is
+    refused before any work: the write puts a new folder in the output's place, which would
+    leave the process and its shell in a folder that is gone."""
+    here = happy / "a" / "here"
+    (here / "sub").mkdir(parents=True)
+    os.chdir(here)
+    before = tree_snapshot(happy)
+    result = invoke("dedup", "../../data.jsonl", "-o", given.format(here=here))
+    assert result.exit_code == 2 and "Shingling" not in result.output
+    assert f"is or holds the current folder ({here})" in error_line(result)
+    assert tree_snapshot(happy) == before and Path.cwd() == here
 
 
 def test_output_is_an_existing_file(happy):

@@ -165,7 +165,17 @@ def test_a_plain_run_does_not_write_inside_an_index(indexed):
         assert f"must not lie inside the index {(indexed / 'sub' / 'idx').absolute()}" in error_line(result)
     with pytest.raises(OutputError, match="must not lie inside the index"):
         gpudedup.dedup(["a b c d e"], output=indexed / "sub" / "idx" / "segments" / "x", backend="cpu")
+    # The index itself: named as one (not "empty it"), with --overwrite or without.
+    for overwrite in ((), ("--overwrite",)):
+        result = invoke("dedup", "w2.jsonl", "-o", "sub/idx", "--id-field", "id", *CPU, *overwrite)
+        assert error_line(result) == "error: sub/idx: is a gpudedup index; choose another --output"
+    # Where the file system puts it: through a link into the index, refused; beside it by "..", not.
+    os.symlink(indexed / "sub" / "idx" / "segments", indexed / "seglink")
+    with pytest.raises(OutputError, match="must not lie inside the index"):
+        gpudedup.dedup(["a b c d e"], output=indexed / "seglink" / "x", backend="cpu")
     assert tree_state(indexed / "sub") == before and not (indexed / "out3").exists()
+    gpudedup.dedup(Path("w2.jsonl"), id_field="id", output=indexed / "sub" / "idx" / ".." / "beside", backend="cpu")
+    assert (indexed / "sub" / "beside" / "report.json").is_file()
 
 
 def test_a_failed_write_s_staging_is_removed_again_once_its_cluster_is_closed(tmp_path):
@@ -517,6 +527,11 @@ def test_an_output_on_object_storage_that_holds_an_index_s_source_file_is_refuse
     with pytest.raises(OutputError, match="must not be or hold a file the index verifies its documents from"):
         check_apart_from_index(Remote("memory:///b/srcout"), sources, "the output directory", "output=")
     check_apart_from_index(Remote("s3://b/srcout"), sources, "the output directory", "output=")
+    # One store under two names: gcs:// is gs://, s3a:// is s3://.
+    from gpudedup.io.outputdir import check_apart_from_inputs
+    for out, into in (("gcs://b/x", "gs://b/x/in.jsonl"), ("s3a://b/x/out", "s3://b/x")):
+        with pytest.raises(OutputError, match="must not be, hold or lie inside the input"):
+            check_apart_from_inputs(Remote(out), [into], "the output directory", "output=")
 
 
 def test_a_finished_output_of_ours_is_named_as_such(happy):

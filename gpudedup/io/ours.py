@@ -61,7 +61,8 @@ def index_holding(place: Path) -> Optional[Path]:
     """The nearest folder above ``place`` (a local path) that is a gpudedup index, or None:
     what an output or work directory must not lie in, since the index's next writer removes
     what its manifest does not list there (index/files.collect_garbage)."""
-    return next((folder for folder in place.absolute().parents if our_folder(folder) == INDEX), None)
+    # (as the file system resolves it: "idx/../out" is beside the index, a link may lead into it)
+    return next((folder for folder in Path(os.path.realpath(place)).parents if our_folder(folder) == INDEX), None)
 
 
 def ours_within(folder: Path) -> Optional[tuple[Path, str]]:

@@ -22,8 +22,9 @@ import pyarrow.fs as pafs
 from ..errors import InputError, OutputError
 from ..version import __version__
 from .credentials import first_line
+from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
-from .ours import OUTPUT_MARKER, index_holding, our_kind, ours_within
+from .ours import OUTPUT_MARKER, index_holding, our_folder, our_kind, ours_within
 from .staging import in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -60,6 +61,12 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         check_remote_output(out, overwrite)
         return out
     check_outside_an_index(out, "the output directory", "output=")
+    here = os.path.realpath(os.getcwd())
+    if os.path.commonpath([here, os.path.realpath(out)]) == os.path.realpath(out):
+        # (the write puts a new folder in its place: the process, and the shell it was started
+        # from, would be left in a folder that is gone)
+        raise OutputError(f"{out}: the output directory is or holds the current folder ({here}), which the write "
+                          "replaces; run from another folder, or choose another output=")
     if out.is_symlink() and out.is_dir():
         # A link to an empty directory (an output kept on a larger disk): the results go into
         # it and the link stays (replacing the link would put them beside it, on this disk).
@@ -127,7 +134,8 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
     if names in ([], [OUTPUT_MARKER]):
         return None
     if not is_gpudedup_output(lambda name: _regular_file_bytes(out / name)):
-        return not_ours(names)
+        kind = our_folder(out)  # (an index or a work directory: not to be emptied either)
+        return (f"is {kind}", "choose another output=") if kind is not None else not_ours(names)
     if not overwrite:
         return not_empty("report.json" in names)
     inside = ours_within(out)
@@ -301,9 +309,11 @@ def _real_paths(files: Iterable[Location]) -> Iterator[tuple[Path, str]]:
 
 
 def url_place(location: Remote) -> list[str]:
-    """A URL's scheme (lower-case), then its components (storage.parts_of): what two URLs are
-    compared by, so that a bucket's name on one store is not taken for the same on another."""
-    return [urlsplit(location.url).scheme.lower()] + parts_of(location)
+    """A URL's store (its scheme, lower-case, as filesystems.SAME_STORE names it), then its
+    components (storage.parts_of): what two URLs are compared by, so that a bucket's name on
+    one store is not taken for the same on another, nor gcs://b for another place than gs://b."""
+    scheme = urlsplit(location.url).scheme.lower()
+    return [SAME_STORE.get(scheme, scheme)] + parts_of(location)
 
 
 def check_apart_from_inputs(out: Location, inputs: Iterable[Given], what: str, option: str,
