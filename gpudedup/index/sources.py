@@ -61,20 +61,21 @@ def pointer_arrays(pointers: SourcePointers) -> tuple[list[dict], dict[str, np.n
     one's size and SHA-256) and its arrays source_file uint32 (k,), source_row int64 (k,).
 
     A file's SHA-256 is taken now, then the file is checked to be as the run read it
-    (pointers.read_as; io/stamps.py): a file changed since (by another process while the add
-    ran) is refused with an InputError naming it, never recorded as the one the documents came
-    from."""
+    (pointers.read_as; io/stamps.py): by size and time, and by that SHA-256 where the run took
+    the bytes' digest (a JSONL file's, every file of a staged run): a file changed since (by
+    another process while the add ran) is refused with an InputError naming it, not recorded
+    as the one the documents came from."""
     used, file = np.unique(pointers.file, return_inverse=True)
     entries = []
     for position in used:
         path, format = pointers.files[int(position)]
         location = storage.location_of(path)
-        entry = {"path": path, "format": format, "field": pointers.field,
-                 "bytes": storage.file_size(location), "sha256": content_digest(location)}
+        digest = content_digest(location)
+        entries.append({"path": path, "format": format, "field": pointers.field,
+                        "bytes": storage.file_size(location), "sha256": digest})
         for piece, stamp in pointers.read_as[int(position)]:
             check_unchanged(location, storage.shown(path), stamp, piece,
-                            consequence="nothing was added to the index: run the add again")
-        entries.append(entry)
+                            consequence="nothing was added to the index: run the add again", digest=digest)
     return entries, {"source_file": file.reshape(-1).astype(np.uint32), "source_row": pointers.row_number}
 
 

@@ -103,17 +103,19 @@ def digest_now(location: Location, piece: Optional[Piece]) -> Optional[str]:
 
 
 def change(location: Location, stamp: FileStamp, piece: Optional[Piece] = None,
-           check_bytes: bool = True) -> Optional[str]:
+           check_bytes: bool = True, digest: Optional[str] = None) -> Optional[str]:
     """How a file now differs from its ``stamp``, as a message's words ("changed since the run
     read it (its size differs)", "removed since the run read it", ...), or None where it does
-    not; check_bytes: its bytes too, where the stamp holds their digest."""
+    not; check_bytes: its bytes too, where the stamp holds their digest; digest: the whole
+    file's SHA-256 as the caller just took it, compared rather than read again."""
     try:
         size, mtime_ns = storage.size_and_time(location)
         if (size, mtime_ns) != (stamp.size, stamp.mtime_ns):
             what = {(False, True): "size differs", (True, False): "modification time differs",
                     (False, False): "size and modification time differ"}[(size == stamp.size,
                                                                            mtime_ns == stamp.mtime_ns)]
-        elif check_bytes and stamp.digest is not None and digest_now(location, piece) != stamp.digest:
+        elif check_bytes and stamp.digest is not None and (
+                digest if digest is not None and piece is None else digest_now(location, piece)) != stamp.digest:
             what = "bytes differ"
         else:
             return None
@@ -125,13 +127,14 @@ def change(location: Location, stamp: FileStamp, piece: Optional[Piece] = None,
 
 
 def check_unchanged(location: Location, shown: str, stamp: Optional[FileStamp], piece: Optional[Piece] = None,
-                    check_bytes: bool = True, consequence: str = "nothing was written: run again") -> None:
+                    check_bytes: bool = True, consequence: str = "nothing was written: run again",
+                    digest: Optional[str] = None) -> None:
     """Refuse a file that is not as its ``stamp`` says: an InputError naming ``shown`` (the
     file as messages name it), what changed and ``consequence``; a stamp None (a shard that
-    read nothing) passes."""
+    read nothing) passes. digest: change's."""
     if stamp is None:
         return
-    what = change(location, stamp, piece, check_bytes)
+    what = change(location, stamp, piece, check_bytes, digest)
     if what is not None:
         raise InputError(f"{shown}: {what}; {consequence}")
 

@@ -319,9 +319,12 @@ class WorkDirStore:
         files = tuple((str(path), format_of(path)) for path in self.reader.files)
         read_as: list[list] = [[] for _ in files]
         for index in range(self.shards.count):
-            read_as[self.reader.file_of(index)].append((self.reader.shards[index].piece,
-                                                        FileStamp.of_list(self.work.shard_info(index)["stamp"])))
+            read_as[self.reader.file_of(index)].append((self.reader.shards[index].piece, self.shard_stamp(index)))
         return SourcePointers(files, file, numbers, self.text_field, tuple(tuple(reads) for reads in read_as))
+
+    def shard_stamp(self, index: int) -> Optional[FileStamp]:
+        """What shard ``index`` read of its file, as its sign stored it (io/stamps.py)."""
+        return FileStamp.of_list(self.work.shard_info(index)["stamp"])
 
     def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         stored = self.work.load_stage(stage)
@@ -398,5 +401,5 @@ class WorkDirStore:
 
     def table(self) -> "ShardedTable":
         """The input rows of the run's documents (DedupResult.table)."""
-        stamps = [FileStamp.of_list(self.work.shard_info(index)["stamp"]) for index in range(self.shards.count)]
+        stamps = [self.shard_stamp(index) for index in range(self.shards.count)]
         return ShardedTable(self.shards, self.reader, self.rows, self.combination.schema, self.files_left_out, stamps)
