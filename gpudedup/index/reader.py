@@ -280,11 +280,13 @@ class IndexReader:
             segment.array("keys"), segment.array("rows")
         new: list[list[np.ndarray]] = [[] for _ in self.segments]
         local: list[list[np.ndarray]] = [[] for _ in self.segments]
+        def over_index(band: int) -> list[tuple[np.ndarray, np.ndarray]]:
+            matches = self.band_matches(band, keys[:, band], window, removed)
+            # Each segment's matches are its last ``window`` already: one segment's are the index's.
+            return last_over_parts(matches, window) if len(matches) > 1 else matches
+
         # keys[:, band] is read on the threads, as the host's candidate stage reads it.
-        for matches in map_parallel(lambda band: self.band_matches(band, keys[:, band], window, removed),
-                                    list(range(bands)), threads):
-            if matches:
-                matches = last_over_parts(matches, window)
+        for matches in map_parallel(over_index, list(range(bands)), threads):
             for position, (query, rows) in enumerate(matches):
                 new[position].append(query)
                 local[position].append(rows)
