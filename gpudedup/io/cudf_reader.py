@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..core.normalize import text_buffers
 from .fields import field_column
-from .jsonl import text_missing
+from .jsonl import whole_table_stands
 from .jsonl_lines import object_line_numbers, open_binary
 from .source import SourceFile, check_columns
 
@@ -127,7 +127,8 @@ def read_file_with_cudf(path: Path, source: SourceFile, text_field: str,
         return None
     if source.format == "jsonl":
         # (as many records as lines of one object each: one record a line)
-        if row_numbers.size != table.num_rows or text_missing(path, source, table, row_numbers, text_field):
+        if row_numbers.size != table.num_rows or not whole_table_stands(path, source, table, row_numbers, text_field,
+                                                                        id_field):
             return None
     else:
         row_numbers = np.arange(1, table.num_rows + 1)

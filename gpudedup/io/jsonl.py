@@ -59,13 +59,23 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
         if problem and (not has_field(table.schema, text_field)
                         or (id_field is not None and not has_field(table.schema, id_field))):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
-        if (not problem and not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH
-                and not bad_token_ids(table, text_field) and not holds_infinity(table)
-                and not text_missing(path, source, table, row_numbers, text_field)):
+        if not problem and whole_table_stands(path, source, table, row_numbers, text_field, id_field):
             return table, row_numbers, []
     # The columns of a table read whole tell what a dotted field name names (fields.py).
     columns = None if table is None else set(table.column_names)
     return read_jsonl_by_line(path, source, text_field, id_field, errors, columns)
+
+
+def whole_table_stands(path: Location, source: SourceFile, table: pa.Table, row_numbers: np.ndarray,
+                       text_field: str, id_field: Optional[str]) -> bool:
+    """Whether a JSONL file's table as a parser read it whole (Arrow's, or cuDF's), its text and
+    id columns as check_columns wants them, is the file's records as the line-by-line reading
+    takes them: no null id, nothing nested deeper than a record may be, no bad token id, no
+    infinity (which may be an integer too large for a double), no record without its text
+    field. Otherwise the file is read line by line, which names the line."""
+    return (not null_ids(table, id_field) and type_depth(table.schema) <= MAX_JSON_DEPTH
+            and not bad_token_ids(table, text_field) and not holds_infinity(table)
+            and not text_missing(path, source, table, row_numbers, text_field))
 
 
 def holds_infinity(table: pa.Table) -> bool:

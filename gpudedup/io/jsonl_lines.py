@@ -381,15 +381,11 @@ def _finite_float(text: str) -> float:
     return value
 
 
-# The digits from which an integer may be past the largest double (1.8e308).
-DOUBLE_DIGITS = 309
-
-
 def _any_int(text: str):
-    # Arrow reads an integer too large for a double as infinity, where it refuses the same
-    # number with an exponent; both are refused here. (Python converts integers of at most
-    # 4,300 digits: a longer one is past every double anyway.)
-    if len(text.lstrip("-")) >= DOUBLE_DIGITS:
+    # Arrow reads an integer past the largest double (1.8e308: 309 digits or more) as infinity,
+    # where it refuses the same number with an exponent; both are refused here. (Python converts
+    # integers of at most 4,300 digits: a longer one is past every double anyway.)
+    if len(text.lstrip("-")) >= 309:
         try:
             float(int(text))
         except (OverflowError, ValueError):
