@@ -553,6 +553,13 @@ def test_an_indexed_document_shows_that_its_text_is_not_stored(tmp_path):
         assert all(length == "text not stored in the index" and "absent" in body for _, length, body in indexed)
         texts = re.findall(r'<p class="text">(.*?)</p>', part, flags=re.S)
         assert len(texts) == 3 and all(t.endswith(" extra") and "<mark>" not in t for t in texts)  # new, unmarked
+    # The clusters hold the indexed documents too: the count of the run's says new documents.
+    assert "3 new documents in them" in page and "<td>new documents in clusters</td>" in page
+    # Every stage of a staged run against the index says what it does.
+    staged = index.dedup(new, id_field="id", backend="cpu", work_dir=tmp_path / "work")
+    stages = html_report.render(staged, figures={})
+    assert '<td class="mono">index_probe</td>' in stages and '<td class="mono">spill</td>' in stages
+    assert '<td class="why"></td>' not in stages
 
 
 def bytes_read_by_this_process() -> int:

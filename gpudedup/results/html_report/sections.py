@@ -28,6 +28,8 @@ STAGE_NOTES = {
     "cluster": "connected components; the kept document of each; what this page shows of them",
     "write": "writing the outputs (before report.json)",
     "compile": "compiling the CPU kernels, the first run after an install (taken out of the stages)",
+    "spill": "writing each shard's band keys, signatures, ids and row facts to the work directory",
+    "index_probe": "the indexed documents that share a band key with a new one",
 }
 
 # Where every record went (report.json's balance), each with its colour in the bar.
@@ -60,12 +62,18 @@ def head(report: Mapping) -> str:
     )
 
 
+def in_clusters_words(report: Mapping) -> str:
+    """What results.documents_in_clusters counts, in words: against an index, the new documents
+    alone (its clusters hold indexed ones too, which the cluster-size figure counts)."""
+    return "new documents" if "index" in report else "documents"
+
+
 def summary(report: Mapping) -> str:
     i, r, p = report["input"], report["results"], report["parameters"]
     documents = i["documents"]
     cards = [
         ("Documents", f"{documents:,}", f"{byte_count(i.get('text_bytes', 0))} of text"),
-        ("Clusters", f"{r['clusters']:,}", f"{r['documents_in_clusters']:,} documents in them"),
+        ("Clusters", f"{r['clusters']:,}", f"{r['documents_in_clusters']:,} {in_clusters_words(report)} in them"),
         ("Removed", f"{r['removed_documents']:,}",
          f"{percent(ratio(r['removed_documents'], documents))} of the documents"),
         ("Kept", f"{r['kept_documents']:,}", "written to deduplicated"),
@@ -249,7 +257,7 @@ def counts(report: Mapping) -> str:
         ("exactly checked (after the signature filter)", r["exactly_checked_pairs"]),
         ("verified pairs (Jaccard ≥ threshold)", r["verified_pairs"]),
         ("clusters", r["clusters"]),
-        ("documents in clusters", r["documents_in_clusters"]),
+        (f"{in_clusters_words(report)} in clusters", r["documents_in_clusters"]),
         ("removed documents", r["removed_documents"]),
         ("kept documents", r["kept_documents"]),
     ]
