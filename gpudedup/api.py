@@ -178,7 +178,7 @@ def dedup(
         """The result, its outputs written where ``output`` is given (on a cluster's run, by
         its ``executor``'s tasks where they can be)."""
         if output is not None:
-            result._write(output, format, overwrite, single_file, write_removed, executor)
+            result._write(output, format, overwrite, single_file, write_removed, executor, checked=True)
         return result
 
     if on_dask(work_dir, client, scheduler, workers):

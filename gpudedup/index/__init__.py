@@ -237,8 +237,8 @@ class Index:
                                                          index_entry["indexed_documents_checked"],
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
                 if output is not None:
-                    result.write(output, format=format, overwrite=overwrite, single_file=single_file,
-                                 write_removed=write_removed)
+                    result._write(output, format, overwrite, single_file, write_removed,
+                                  checked=True)  # (checked before the run: check_run_places)
                 try:
                     with changing(self.path):
                         self._commit_new(manifest, result, store, tag, kept, pointers)

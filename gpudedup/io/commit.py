@@ -82,13 +82,13 @@ from .storage import Given, Location, Remote
 @contextmanager
 def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
                       index: Optional[Given] = None, files: Iterable[Location] = (),
-                      index_files: Sequence[Given] = ()) -> Iterator[Path]:
+                      index_files: Sequence[Given] = (), checked: bool = False) -> Iterator[Path]:
     """Yield a new staging directory (holding the marker only) to fill; when the block ends
     without an exception it takes the place of ``path`` (see the module's docstring for the
     exact sequence, and ``replace_dir``); when it raises (KeyboardInterrupt included) the
     staging directory is removed and ``path`` is untouched. inputs, index, files,
-    index_files: check_output_dir's. A URL: remote_output_dir."""
-    out = check_output_dir(path, overwrite, inputs, index, files, index_files)
+    index_files, checked: check_output_dir's. A URL: remote_output_dir."""
+    out = check_output_dir(path, overwrite, inputs, index, files, index_files, checked)
     if isinstance(out, Remote):
         with remote_output_dir(out, overwrite) as local_staging:
             yield local_staging

@@ -38,7 +38,7 @@ NAMES_SHOWN = 5
 
 def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
                      index: Optional[Given] = None, files: Iterable[Location] = (),
-                     index_files: Sequence[Given] = ()) -> Location:
+                     index_files: Sequence[Given] = (), checked: bool = False) -> Location:
     """Refuse an output location that exists as a file; or as a directory that is not empty,
     without ``overwrite``, and with it unless it is a gpudedup output (``occupied``); or that
     is, holds or lies inside one of the ``inputs`` (replacing it would delete input, and outputs
@@ -46,8 +46,11 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     run reads or writes; or that is or holds one of ``files``, the input files a run has read,
     as they resolve (check_apart_from_read), or of ``index_files``, those the index reads its
     documents from (check_apart_from_index). Called before any work, so a refused run costs
-    nothing. A URL (object storage) is checked the same way, as far as object stores have
-    folders: objects under it are a non-empty directory, an object of its own name a file."""
+    nothing; and again at the write, where ``checked`` (the run checked this output before its
+    work) leaves a local folder that appeared meanwhile to the commit, which puts the results
+    beside it (commit.replace_dir) rather than losing them. A URL (object storage) is checked
+    the same way, as far as object stores have folders: objects under it are a non-empty
+    directory, an object of its own name a file."""
     out = output_location(path)
     if (odd := not_utf8(str(out))) is not None:
         raise OutputError(f"{readable(str(out))}: {odd}; choose another output=")
@@ -77,7 +80,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
             raise OutputError(f"{out}: a link to {target}, which is not empty; nothing is replaced through a "
                               f"link: give {target} itself to replace an output there, or choose another output=")
         out = target
-    refused = occupied(out, overwrite)
+    refused = None if checked else occupied(out, overwrite)
     if refused is not None:
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
     parent = out.absolute().parent

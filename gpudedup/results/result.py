@@ -288,10 +288,11 @@ class DedupResult:
         return self._write(output_dir, format, overwrite, single_file, write_removed)
 
     def _write(self, output_dir: Given, format: str = "parquet", overwrite: bool = False, single_file: bool = False,
-               write_removed: bool = False, executor: Optional[Executor] = None) -> Location:
+               write_removed: bool = False, executor: Optional[Executor] = None, checked: bool = False) -> Location:
         """``write``, by the tasks of ``executor`` (the run's, where it is a cluster's still up:
-        write_outputs) where they can, else in this process."""
-        return write_outputs(output_dir, self, format, overwrite, single_file, write_removed, executor)
+        write_outputs) where they can, else in this process; checked: the run that made this
+        result checked ``output_dir`` before its work (outputdir.check_output_dir)."""
+        return write_outputs(output_dir, self, format, overwrite, single_file, write_removed, executor, checked)
 
     @cached_property
     def _rows(self) -> Union[HeldRows, ShardedTable]:
@@ -310,10 +311,10 @@ SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), 
 
 def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite: bool,
                   single_file: bool = False, write_removed: bool = False,
-                  executor: Optional[Executor] = None) -> Location:
+                  executor: Optional[Executor] = None, checked: bool = False) -> Location:
     """DedupResult.write; executor: the run's, where it is a cluster's that is still up and
     its tasks are to write the files they can (the kept rows, removed rows, pairs and
-    clusters of a staged run), else None: this process writes everything."""
+    clusters of a staged run), else None: this process writes everything; checked: _write's."""
     if format not in OUTPUT_FORMATS:
         raise ParameterError(f"format= must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
     part_rows()  # (a bad setting refused before anything is written)
@@ -326,7 +327,7 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     log = StageLog()
     try:
         with log.stage("write"):
-            return _write_files(output_dir, result, format, overwrite, log, names, write_removed, executor)
+            return _write_files(output_dir, result, format, overwrite, log, names, write_removed, executor, checked)
     except OSError as error:  # a full disk, a lost mount: the staging directory is already gone
         raise OutputError(f"{output_dir}: cannot write the results ({error.strerror or error}); "
                           "nothing was written") from None
@@ -334,9 +335,9 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
 
 def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite: bool, log: StageLog,
                  names: Optional[list[str]], write_removed: bool = False,
-                 executor: Optional[Executor] = None) -> Location:
+                 executor: Optional[Executor] = None, checked: bool = False) -> Location:
     """names: the sharded layout's output names (output_names), or None for one file each;
-    write_removed: the removed rows too (write_removed_rows); executor: write_outputs'."""
+    write_removed: the removed rows too (write_removed_rows); executor, checked: write_outputs'."""
     out = output_location(output_dir)
     # A staged run's work directory is kept apart from the output like an input: replacing an
     # output that holds it would delete what --resume needs.
@@ -347,7 +348,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
     # run against one read or wrote: replacing an output that holds them would delete them.
     index = result.report["index"]["path"] if "index" in result.report else None
     with atomic_output_dir(output_dir, overwrite, result._inputs, index, result._rows.file_paths(),
-                           result._index_files) as staging:
+                           result._index_files, checked) as staging:
         if names is not None:
             # (the kept rows need the removed documents alone, not their kept documents' ids)
             removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
