@@ -139,6 +139,18 @@ def test_texts_and_ids_are_escaped(tmp_path):
     assert "<mark>more</mark>" in page
 
 
+def test_a_word_the_excerpt_cuts_off_is_not_marked():
+    """Two copies holding a word longer than the excerpt: the excerpt ends in part of it, which
+    is not a difference (the reference, cut longer, holds more of it)."""
+    long_word = "x" * 3000
+    texts = [f"some words before {long_word} after", f"some words before {long_word} after"]
+    result = gpudedup.dedup(texts, backend="cpu", progress=False)
+    assert result.report["results"]["removed_documents"] == 1
+    page = html_report.render(result, figures={})
+    shown = re.findall(r'<p class="text">(.*?)</p>', section(page, "clusters"), flags=re.S)
+    assert len(shown) == 2 and all("xxxx" in text and "<mark>" not in text for text in shown)
+
+
 def test_ids_are_cut_and_isolated_and_the_footer_names_every_file(tmp_path):
     """An id of megabytes is cut on the page (report.json keeps it whole) and every id is
     isolated (<bdi>: a right-to-left override in one does not turn the text after it), in

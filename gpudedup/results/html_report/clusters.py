@@ -184,8 +184,10 @@ def document(doc_id, text: Optional[str], similarity: Optional[tuple[float, str]
         length, body = NOT_STORED, f'<p class="text absent">({NOT_STORED}: the index keeps its shingles)</p>\n'
     else:
         excerpt, truncated = text_excerpt(text, EXCERPT_CHARS)
-        marked = escaped(excerpt) if reference is None else highlight(excerpt, text_excerpt(reference,
-                                                                                           2 * EXCERPT_CHARS)[0])
+        # (a word the excerpt cuts off is not compared: its part would differ from the whole)
+        cut_word = truncated and not text[len(excerpt)].isspace()
+        marked = escaped(excerpt) if reference is None else highlight(
+            excerpt, text_excerpt(reference, 2 * EXCERPT_CHARS)[0], cut_word)
         length, body = f"{len(text):,} characters", f'<p class="text">{marked}{"…" if truncated else ""}</p>\n'
     return (f'<div class="doc {kind}">\n'
             f'<div class="head"><span class="tag">{tag}</span><span class="mono">{shown_id(doc_id)}</span> '
@@ -207,11 +209,11 @@ def text_excerpt(text: str, limit: int) -> tuple[str, bool]:
 _TOKEN = re.compile(r"\S+|\s+")
 
 
-def highlight(text: str, reference: str) -> str:
+def highlight(text: str, reference: str, cut_word: bool = False) -> str:
     """``text`` HTML-escaped, its words that are not aligned with equal words of ``reference``
     (compared lower-cased, as shingling does) wrapped in <mark>. The caller passes a reference
     longer than ``text``, so that the end of ``text`` is not marked for words the reference
-    merely did not reach."""
+    merely did not reach; cut_word: ``text`` ends in part of a word, which is left unmarked."""
     tokens = _TOKEN.findall(text)
     words = [n for n, t in enumerate(tokens) if not t.isspace()]
     reference_words = [t.lower() for t in _TOKEN.findall(reference) if not t.isspace()]
@@ -220,6 +222,8 @@ def highlight(text: str, reference: str) -> str:
     for op, _, _, start, stop in matcher.get_opcodes():
         if op in ("replace", "insert"):
             marked.update(words[start:stop])
+    if cut_word and words:
+        marked.discard(words[-1])
     return "".join(f"<mark>{escaped(token)}</mark>" if n in marked else escaped(token)
                    for n, token in enumerate(tokens))
 
