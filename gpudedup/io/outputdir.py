@@ -64,12 +64,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         check_remote_output(out, overwrite)
         return out
     check_outside_an_index(out, "the output directory", "output=")
-    here = os.path.realpath(os.getcwd())
-    if os.path.commonpath([here, os.path.realpath(out)]) == os.path.realpath(out):
-        # (the write puts a new folder in its place: the process, and the shell it was started
-        # from, would be left in a folder that is gone)
-        raise OutputError(f"{out}: the output directory is or holds the current folder ({here}), which the write "
-                          "replaces; run from another folder, or choose another output=")
+    check_apart_from_here(out)
     if out.is_symlink() and out.is_dir():
         # A link to an empty directory (an output kept on a larger disk): the results go into
         # it and the link stays (replacing the link would put them beside it, on this disk).
@@ -98,6 +93,19 @@ def check_outside_an_index(place: Path, what: str, option: str) -> None:
     if index is not None:
         raise OutputError(f"{place}: {what} must not lie inside the index {index}, whose next add, remove or "
                           f"compact removes what the index does not list; choose another {option}")
+
+
+def check_apart_from_here(out: Path) -> None:
+    """OutputError where the output is or holds this process's current folder: the write puts
+    a new folder in the output's place, which would leave the process, and the shell it was
+    started from, in a folder that is gone."""
+    try:
+        here = os.path.realpath(os.getcwd())
+    except FileNotFoundError:  # (gone already: nothing left to keep)
+        return
+    if os.path.commonpath([here, os.path.realpath(out)]) == os.path.realpath(out):
+        raise OutputError(f"{out}: the output directory is or holds the current folder ({here}), which the write "
+                          "replaces; run from another folder, or choose another output=")
 
 
 def output_location(given: Given) -> Location:
