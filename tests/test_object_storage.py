@@ -560,7 +560,7 @@ def test_failed_upload_is_an_error(corpus, monkeypatch, tmp_path):
     root, url = corpus
     monkeypatch.chdir(root)
     result = gpudedup.dedup(url + "/big", backend="cpu")
-    monkeypatch.setattr(outputdir, "check_remote_output", lambda out, overwrite: None)
+    monkeypatch.setattr(outputdir, "check_remote_output", lambda out, overwrite, checked=False: None)
     with pytest.raises(gpudedup.OutputError, match="s3://no-such-bucket/out: cannot write the results"):
         result.write("s3://no-such-bucket/out")
 

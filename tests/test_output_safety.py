@@ -192,12 +192,12 @@ def test_a_failed_write_s_staging_is_removed_again_once_its_cluster_is_closed(tm
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("staged", [False, True], ids=["in-memory", "work-dir"])
-def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, monkeypatch, staged):
+@pytest.mark.parametrize("how", ["in-memory", "work-dir", "index-add"])
+def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, monkeypatch, how):
     """Someone's folder that appears at the output while the run verifies pairs (before its
     write) is left as it is, and the results go beside it, named in the error: the output was
     checked free before the run, so the write stages its results and the commit sets them aside,
-    rather than losing them at the write's own check."""
+    rather than losing them at the write's own check. An add says that it added nothing."""
     from gpudedup import stages
 
     out = tmp_path / "out"
@@ -209,10 +209,16 @@ def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, m
 
     monkeypatch.setattr(stages, "announce_stage", appear)
     sample = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
-    work = {"work_dir": tmp_path / "work"} if staged else {}
+    index = Index.create(tmp_path / "idx") if how == "index-add" else None
     with pytest.raises(OutputError, match=r"\(it changed during the run\); it was left as it is, and the results "
-                                          r"were written to .*out\.results-"):
-        gpudedup.dedup(sample, output=out, backend="cpu", **work)
+                                          r"were written to .*out\.results-[^;]*" +
+                                          ("; nothing was added to the index$" if index is not None else "$")):
+        if index is not None:
+            index.add(sample, output=out, backend="cpu")
+        else:
+            gpudedup.dedup(sample, output=out, backend="cpu",
+                           **({"work_dir": tmp_path / "work"} if how == "work-dir" else {}))
+    assert index is None or index.info()["documents"] == 0
     assert sorted(os.listdir(out)) == ["notes.txt"] and (out / "notes.txt").read_text() == "someone's"
     aside = [path for path in tmp_path.iterdir() if path.name.startswith("out.results-")]
     assert len(aside) == 1 and (aside[0] / "report.json").is_file()

@@ -40,7 +40,7 @@ from ..pipeline.job import run_job
 from ..pipeline.memory import MemoryStore
 from ..pipeline.workdir import resume_without_work_dir, work_dir_lock
 from ..pipeline.workfolders import clear_cache
-from ..errors import GpudedupError, InputError, ParameterError
+from ..errors import GpudedupError, InputError, OutputError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
 from ..io.python_inputs import list_corpus, to_corpus
@@ -237,8 +237,11 @@ class Index:
                                                          index_entry["indexed_documents_checked"],
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
                 if output is not None:
-                    result._write(output, format, overwrite, single_file, write_removed,
-                                  checked=True)  # (checked before the run: check_run_places)
+                    try:
+                        result._write(output, format, overwrite, single_file, write_removed,
+                                      checked=True)  # (checked before the run: check_run_places)
+                    except OutputError as error:  # (the outputs come before the commit)
+                        raise OutputError(f"{error}; nothing was added to the index") from None
                 try:
                     with changing(self.path):
                         self._commit_new(manifest, result, store, tag, kept, pointers)

@@ -46,9 +46,9 @@ REMOTE_TIMEOUT_VARIABLE = "GPUDEDUP_REMOTE_TIMEOUT"
 # (curl checks a request's timeout once a second).
 S3_ATTEMPTS = 3
 # Schemes that name the same store as another, by the one they are compared as (where an
-# output may lie, outputdir.url_place): gcs:// is gs://, abfss:// abfs:// over TLS, s3a:// and
-# s3n:// Hadoop's names for s3://.
-SAME_STORE = {"gcs": "gs", "abfss": "abfs", "s3a": "s3", "s3n": "s3"}
+# output may lie, outputdir.url_place): gcs:// is gs://, abfss:// abfs:// over TLS (az://
+# adlfs's name for it), s3a:// and s3n:// Hadoop's names for s3://.
+SAME_STORE = {"gcs": "gs", "abfss": "abfs", "az": "abfs", "s3a": "s3", "s3n": "s3"}
 # The class each scheme of PYARROW_SCHEMES needs in pyarrow.fs; a pyarrow built without it
 # leaves the scheme to fsspec (s3fs, gcsfs, adlfs).
 PYARROW_CLASSES = {"s3": "S3FileSystem", "gs": "GcsFileSystem", "gcs": "GcsFileSystem", "hdfs": "HadoopFileSystem",

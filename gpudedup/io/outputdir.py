@@ -61,7 +61,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     check_apart_from_read(out, files, (), "the output directory", "output=")
     check_apart_from_index(out, index_files, "the output directory", "output=")
     if isinstance(out, Remote):
-        check_remote_output(out, overwrite)
+        check_remote_output(out, overwrite, checked)
         return out
     check_outside_an_index(out, "the output directory", "output=")
     check_apart_from_here(out)
@@ -367,17 +367,18 @@ def _resolve(path: Path) -> Optional[Path]:
         return None
 
 
-def check_remote_output(out: Remote, overwrite: bool) -> None:
+def check_remote_output(out: Remote, overwrite: bool, checked: bool = False) -> None:
     """check_output_dir for a URL: its bucket (the first part of its path) must exist; objects
     under it, other than what runs left in hidden staging prefixes, are a non-empty directory
-    (remote_occupied), an object of its own name a file. A file system's error is one line
-    naming the URL."""
+    (remote_occupied), an object of its own name a file; where ``checked`` (check_output_dir's),
+    what came there during the run is left to the commit (remote_output_dir puts the results
+    beside it). A file system's error is one line naming the URL."""
     try:
         filesystem, path = out.filesystem()
         bucket = path.strip("/").split("/")[0]
         if not bucket or filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
             raise OutputError(f"{out}: {bucket or 'its bucket'} does not exist")
-        refused = remote_occupied(out, overwrite)
+        refused = None if checked else remote_occupied(out, overwrite)
     except (OSError, pa.ArrowException) as error:
         raise OutputError(f"{out}: cannot write there ({first_line(error)})") from None
     if refused is not None:
