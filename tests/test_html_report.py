@@ -149,6 +149,17 @@ def test_a_word_the_excerpt_cuts_off_is_not_marked():
     page = html_report.render(result, figures={})
     shown = re.findall(r'<p class="text">(.*?)</p>', section(page, "clusters"), flags=re.S)
     assert len(shown) == 2 and all("xxxx" in text and "<mark>" not in text for text in shown)
+    assert "[x" not in str(result.cluster(0))  # (the terminal's view of the same excerpt)
+    # A cut word that does differ from the kept text's is marked: another long word, and a
+    # short one cut mid-word where the text has no space near the cut (tabs).
+    marked, _ = html_report.marked_excerpt(f"some words before {'y' * 3000}", f"some words before {'x' * 3000}")
+    assert marked.endswith("</mark>")
+    words = [f"w{i:03d}" for i in range(200)]
+    changed = list(words)
+    changed[119] = "zzzz"
+    marked, cut = html_report.marked_excerpt("ab" + "\t".join(changed), "ab" + "\t".join(words))
+    assert cut and marked.endswith("<mark>zzz</mark>")
+    assert "<mark>" not in html_report.marked_excerpt("ab" + "\t".join(words), "ab" + "\t".join(words))[0]
 
 
 def test_ids_are_cut_and_isolated_and_the_footer_names_every_file(tmp_path):

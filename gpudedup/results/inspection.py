@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from ..core.cluster import kept_documents
 from ..pipeline.removedrows import ADDED_COLUMNS, copies_jaccard, held_removed, plain, shingle_spec, texts_jaccard
 from ..errors import ParameterError
-from .html_report import CSS, EXCERPT_CHARS, NOT_STORED, document, highlight, shown_id, text_excerpt
+from .html_report import CSS, NOT_STORED, document, marked_excerpt, shown_id
 from ..io.fields import content_of
 
 MEMBERS_SHOWN = 20  # documents of a cluster shown with their texts (every member is named)
@@ -196,10 +196,7 @@ def _marked_text(text: Optional[str], reference: Optional[str]) -> str:
     where either is an indexed document's (None: its text is not stored)."""
     if text is None:
         return f"({NOT_STORED}: the index keeps its shingles)"
-    excerpt, truncated = text_excerpt(text, EXCERPT_CHARS)
-    if reference is None:
-        return excerpt + ("…" if truncated else "")
-    marked = highlight(excerpt, text_excerpt(reference, 2 * EXCERPT_CHARS)[0])
+    marked, truncated = marked_excerpt(text, reference)
     marked = re.sub(r"</mark>(\s+)<mark>", r"\1", marked)
     marked = re.sub(r"<mark>(.*?)</mark>", r"[\1]", marked, flags=re.S)
     return html.unescape(marked) + ("…" if truncated else "")

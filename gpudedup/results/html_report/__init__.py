@@ -22,12 +22,12 @@ from typing import Mapping, Optional
 from .. import svg_figures
 from ...display import shown_id
 from . import sections
-from .clusters import (EXCERPT_CHARS, NOT_STORED, cluster_sections, document, exact_jaccard, highlight, text_excerpt,
+from .clusters import (NOT_STORED, cluster_sections, document, exact_jaccard, highlight, marked_excerpt,
                        texts_read)
 from .style import CSS
 
-__all__ = ["CSS", "EXCERPT_CHARS", "FIGURE_FILES", "NOT_STORED", "document", "exact_jaccard", "highlight", "render",
-           "report_figures", "shown_id", "text_excerpt", "texts_read", "write_report"]
+__all__ = ["CSS", "FIGURE_FILES", "NOT_STORED", "document", "exact_jaccard", "highlight", "marked_excerpt", "render",
+           "report_figures", "shown_id", "texts_read", "write_report"]
 
 # name -> file written beside report.html
 FIGURE_FILES = {"s_curve": "s_curve.svg", "candidates_histogram": "candidates_histogram.svg",

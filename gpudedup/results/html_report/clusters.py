@@ -183,15 +183,22 @@ def document(doc_id, text: Optional[str], similarity: Optional[tuple[float, str]
     if text is None:
         length, body = NOT_STORED, f'<p class="text absent">({NOT_STORED}: the index keeps its shingles)</p>\n'
     else:
-        excerpt, truncated = text_excerpt(text, EXCERPT_CHARS)
-        # (a word the excerpt cuts off is not compared: its part would differ from the whole)
-        cut_word = truncated and not text[len(excerpt)].isspace()
-        marked = escaped(excerpt) if reference is None else highlight(
-            excerpt, text_excerpt(reference, 2 * EXCERPT_CHARS)[0], cut_word)
+        marked, truncated = marked_excerpt(text, reference)
         length, body = f"{len(text):,} characters", f'<p class="text">{marked}{"…" if truncated else ""}</p>\n'
     return (f'<div class="doc {kind}">\n'
             f'<div class="head"><span class="tag">{tag}</span><span class="mono">{shown_id(doc_id)}</span> '
             f'<span class="sim">· {length}</span></div>\n{sim}{body}</div>\n')
+
+
+def marked_excerpt(text: str, reference: Optional[str]) -> tuple[str, bool]:
+    """The excerpt of ``text`` that report.html and a terminal show (text_excerpt), HTML-escaped,
+    its words that differ from ``reference`` marked (highlight; none where it is None), and
+    whether it was cut."""
+    excerpt, truncated = text_excerpt(text, EXCERPT_CHARS)
+    if reference is None:
+        return escaped(excerpt), truncated
+    cut_word = truncated and not text[len(excerpt)].isspace()  # (it ends in part of a word)
+    return highlight(excerpt, text_excerpt(reference, 2 * EXCERPT_CHARS)[0], cut_word), truncated
 
 
 def text_excerpt(text: str, limit: int) -> tuple[str, bool]:
@@ -213,17 +220,20 @@ def highlight(text: str, reference: str, cut_word: bool = False) -> str:
     """``text`` HTML-escaped, its words that are not aligned with equal words of ``reference``
     (compared lower-cased, as shingling does) wrapped in <mark>. The caller passes a reference
     longer than ``text``, so that the end of ``text`` is not marked for words the reference
-    merely did not reach; cut_word: ``text`` ends in part of a word, which is left unmarked."""
+    merely did not reach; cut_word: ``text`` ends in part of a word, which is marked only where
+    it does not begin the reference's word it stands against."""
     tokens = _TOKEN.findall(text)
     words = [n for n, t in enumerate(tokens) if not t.isspace()]
     reference_words = [t.lower() for t in _TOKEN.findall(reference) if not t.isspace()]
     matcher = difflib.SequenceMatcher(None, reference_words, [tokens[n].lower() for n in words], autojunk=False)
     marked = set()
-    for op, _, _, start, stop in matcher.get_opcodes():
+    last = len(words) - 1
+    for op, first, end, start, stop in matcher.get_opcodes():
         if op in ("replace", "insert"):
             marked.update(words[start:stop])
-    if cut_word and words:
-        marked.discard(words[-1])
+        if (cut_word and op == "replace" and start <= last < stop and first + last - start < end
+                and reference_words[first + last - start].startswith(tokens[words[last]].lower())):
+            marked.discard(words[last])
     return "".join(f"<mark>{escaped(token)}</mark>" if n in marked else escaped(token)
                    for n, token in enumerate(tokens))
 
