@@ -245,9 +245,9 @@ class IndexReader:
         window: the --bucket-window bound. A batch run over (indexed, then new documents) pairs
         each document of a bucket with the ``window`` documents after it, so the indexed
         documents a new one can pair with are at most the last ``window`` of its key over the
-        index; the probe takes those, and the run's own candidate stage applies the window again. (So a run
-        against the index pairs exactly what the batch run pairs wherever no bucket holds more
-        than ``window`` documents.)
+        index; the probe takes those, and the run's own candidate stage applies the window
+        again. (So a run against the index pairs exactly what the batch run pairs wherever no
+        bucket holds more than ``window`` documents.)
         """
         _, segment, row = self.probe_pairs(keys, window, threads)
         return self.documents_of(sorted_unique(self.document_codes(segment, row)))
@@ -280,6 +280,7 @@ class IndexReader:
             segment.array("keys"), segment.array("rows")
         new: list[list[np.ndarray]] = [[] for _ in self.segments]
         local: list[list[np.ndarray]] = [[] for _ in self.segments]
+
         def over_index(band: int) -> list[tuple[np.ndarray, np.ndarray]]:
             matches = self.band_matches(band, keys[:, band], window, removed)
             # Each segment's matches are its last ``window`` already: one segment's are the index's.

@@ -47,10 +47,10 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     as they resolve (check_apart_from_read), or of ``index_files``, those the index reads its
     documents from (check_apart_from_index). Called before any work, so a refused run costs
     nothing; and again at the write, where ``checked`` (the run checked this output before its
-    work) leaves a local folder that appeared meanwhile to the commit, which puts the results
-    beside it (commit.replace_dir) rather than losing them. A URL (object storage) is checked
-    the same way, as far as object stores have folders: objects under it are a non-empty
-    directory, an object of its own name a file."""
+    work) leaves what appeared there meanwhile to the commit, which puts the results beside it
+    (commit.replace_dir, remote_output.remote_output_dir) rather than losing them. A URL
+    (object storage) is checked the same way, as far as object stores have folders: objects
+    under it are a non-empty directory, an object of its own name a file."""
     out = output_location(path)
     if (odd := not_utf8(str(out))) is not None:
         raise OutputError(f"{readable(str(out))}: {odd}; choose another output=")
