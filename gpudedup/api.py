@@ -292,7 +292,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
     staged_dedup takes it."""
     # (start-up: a run in memory loads none of the Dask runner)
     from .pipeline.daskops import DaskExecutor
-    from .pipeline.daskops import clear_worker_caches, dask_client, in_temporary_work_dir
+    from .pipeline.daskops import clear_worker_caches, dask_client, in_temporary_work_dir, worker_count
 
     most = LOCAL_WORKERS_PER_CORE * (os.cpu_count() or 1)
     if workers is not None and (not isinstance(workers, numbers.Integral) or isinstance(workers, bool)
@@ -324,7 +324,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
                     result._hold_here()
                 if connected is not None:
                     result.report = result.report.with_dask(connected.scheduler.address,
-                                                            len(connected.scheduler_info()["workers"]),
+                                                            worker_count(connected),
                                                             work_dir is not None)
                 return finish(result, executor)
             except ClusterError as error:

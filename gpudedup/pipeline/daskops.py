@@ -67,8 +67,7 @@ class DaskExecutor:
         worker filters."""
         if self.client is None:
             return 1
-        workers = len(self.client.scheduler_info().get("workers", {}))
-        return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), workers, 1))
+        return min(shards, max(-(-shards // SHARDS_PER_CODE_PARTITION), worker_count(self.client), 1))
 
 
 # Shards per partition of the candidate shuffle's second round (the first has one per shard).
@@ -229,6 +228,12 @@ def cluster_failures(stage: str) -> Iterator[None]:
         raise ClusterError(f"the Dask cluster failed during {stage} ({type(error).__name__}: {error})") from None
 
 
+def worker_count(client) -> int:
+    """The workers of ``client``'s cluster now."""
+    with cluster_failures("asking the scheduler for its workers"):
+        return len(client.scheduler_info().get("workers", {}))
+
+
 def in_temporary_work_dir(error: ClusterError) -> ClusterError:
     """``error`` of a run whose work directory is a temporary one (workers without work_dir),
     which goes with the run: nothing is left to resume."""
@@ -292,6 +297,10 @@ def computed(collections: list, stage: str) -> list:
     return results
 
 
+# What a failure while values go to the workers (share, arrays_sent) names as its stage.
+SENDING = "sending a stage's data to the workers"
+
+
 def share(client, *values: Any) -> list:
     """Futures of ``values``, what every task of a stage reads (the shard reader, which
     describes every shard; the per-shard offsets), sent to every worker once
@@ -303,7 +312,8 @@ def share(client, *values: Any) -> list:
     dependencies (dask/distributed#8576). Without a client (Dask's local scheduler): the values."""
     if client is None:
         return list(values)
-    return client.scatter(list(values), broadcast=True, hash=False) if values else []
+    with cluster_failures(SENDING):
+        return client.scatter(list(values), broadcast=True, hash=False) if values else []
 
 
 def arrays_sent(client, arguments: Sequence[tuple]) -> list[tuple]:
@@ -320,7 +330,8 @@ def arrays_sent(client, arguments: Sequence[tuple]) -> list[tuple]:
              if isinstance(value, np.ndarray)]
     if not found:
         return [tuple(values) for values in arguments]
-    futures = iter(client.scatter(found, hash=False))
+    with cluster_failures(SENDING):
+        futures = iter(client.scatter(found, hash=False))
 
     def sent(value):
         if type(value) in (list, tuple):
