@@ -795,3 +795,31 @@ def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
         [pa.decimal128(38, 0), pa.decimal256(76, 0), pa.float64()]
     assert [(int(row["hash"]), int(row["wide"]), row["mass"]) for row in kept.to_pylist()] == \
         [(r["hash"], r["wide"], r["mass"]) for r in both if r["id"] in set(kept["id"].to_pylist())]
+
+
+def test_jsonl_integers_past_int64_inside_structs_and_lists_are_kept_exactly(tmp_path):
+    """The same holds inside a column: a struct field or list item of integers with one past
+    int64 is read as whole decimals, each on its own, in memory and with a work directory, and a
+    file whose field holds small integers combines with it; a list of whole numbers beside
+    fractions stays doubles."""
+    records = sample_records()[:60]
+    nested = [{**r, "meta": {"hash": 2**64 - 1 - n, "n": n, "hashes": [2**63 + n, n], "mass": [1.5, 2.0]}}
+              for n, r in enumerate(records[:40])]
+    small = [{**r, "meta": {"hash": n, "n": n, "hashes": [n], "mass": [0.5]}} for n, r in enumerate(records[40:])]
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "nested.jsonl", nested)
+    write_jsonl(tmp_path / "in" / "small.jsonl", small)
+    expected = {r["id"]: r["meta"] for r in nested + small}
+    for extra in ([], ["--single-file"], ["--single-file", "--work-dir", str(tmp_path / "work")]):
+        out = tmp_path / f"out{len(extra)}"
+        result = invoke("dedup", tmp_path / "in", "-o", out, "--id-field", "id", "-q", "--backend", "cpu", *extra)
+        assert result.exit_code == 0, result.output
+        for path in (out / "deduplicated").rglob("*.parquet") if not extra else [out / "deduplicated.parquet"]:
+            rows = pq.read_table(path).to_pylist()
+            assert rows and all({**row["meta"], "hash": int(row["meta"]["hash"]),
+                                 "hashes": [int(h) for h in row["meta"]["hashes"]]} == expected[row["id"]]
+                                for row in rows), path
+    meta = gpudedup.dedup(tmp_path / "in" / "nested.jsonl", id_field="id", backend="cpu").deduplicated.schema.field(
+        "meta").type
+    assert [meta.field(name).type for name in ("hash", "n", "hashes", "mass")] == \
+        [pa.decimal128(38, 0), pa.int64(), pa.list_(pa.decimal128(38, 0)), pa.list_(pa.float64())]

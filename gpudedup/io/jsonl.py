@@ -242,21 +242,23 @@ def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
     as_strings = strings_for_timestamps(table.schema)
     if as_strings != table.schema:
         table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=as_strings))
-    # Nor round a number: integers past int64 (a uint64 hash) make the reader type their column
-    # double, which holds none past 2**53 exactly. Such a column is read again as whole
-    # decimals of 38 digits, or of 76 where one is longer, each column on its own (every read
-    # keeps the columns chosen before it). A column no decimal takes (a number written with an
-    # exponent, 1e80, or an integer longer still) keeps the doubles.
-    exact, chosen = table, dict[str, pa.DataType]()
-    for name in whole_number_fields(table):
+    # Nor round a number: integers past int64 (a uint64 hash) make the reader type their column,
+    # or a struct field or list item of it, double, which holds none past 2**53 exactly. Such
+    # a column is read again with that value as whole decimals of 38 digits, or of 76 where one
+    # is longer, each on its own (every read keeps the types chosen before it). A value no
+    # decimal takes (a number written with an exponent, 1e80, or an integer longer still)
+    # keeps the doubles.
+    exact, chosen = table, {field.name: field.type for field in table.schema}
+    for name, leaf in whole_number_leaves(table):
         for decimal in WHOLE_NUMBERS:
-            schema = pa.schema([field.with_type(chosen.get(field.name, decimal if field.name == name else field.type))
+            tried = with_type_at(chosen[name], leaf, decimal)
+            schema = pa.schema([field.with_type(tried if field.name == name else chosen[field.name])
                                 for field in table.schema], metadata=table.schema.metadata)
             try:
                 exact = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=schema))
             except pa.ArrowInvalid:
                 continue
-            chosen[name] = decimal
+            chosen[name] = tried
             break
     return exact
 
@@ -267,14 +269,43 @@ EXACT_DOUBLE_LIMIT = 2.0**53
 WHOLE_NUMBERS = (pa.decimal128(38, 0), pa.decimal256(76, 0))
 
 
-def whole_number_fields(table: pa.Table) -> list[str]:
-    """The names of the table's top-level double columns whose values are all whole numbers,
-    some at or past 2**53 in magnitude: integers the reader typed double (one past int64, or
-    among such), which a double cannot keep."""
-    return [field.name for field, column in zip(table.schema, table.columns)
-            if pa.types.is_floating(field.type) and column.null_count < len(column)
-            and pc.max(pc.abs(column)).as_py() >= EXACT_DOUBLE_LIMIT
-            and pc.all(pc.equal(column, pc.floor(column))).as_py()]
+def whole_number_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...]]]:
+    """(column name, path) of the table's double values, at the top level or inside its
+    structs and lists, that are all whole numbers, some at or past 2**53 in magnitude:
+    integers the reader typed double (one past int64, or among such), which a double cannot
+    keep. A path is the struct fields' indices and the lists' items (-1) down to the value
+    (with_type_at)."""
+    found = []
+    for field, column in zip(table.schema, table.columns):
+        chunks = [leaves(chunk) for chunk in column.chunks]
+        for number, (path, _) in enumerate(chunks[0] if chunks else []):
+            values = pa.chunked_array([leaves_of[number][1] for leaves_of in chunks])
+            if pa.types.is_floating(values.type) and values.null_count < len(values) \
+                    and pc.max(pc.abs(values)).as_py() >= EXACT_DOUBLE_LIMIT \
+                    and pc.all(pc.equal(values, pc.floor(values))).as_py():
+                found.append((field.name, path))
+    return found
+
+
+def leaves(array: pa.Array, path: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], pa.Array]]:
+    """(path, values) of every value of ``array`` that is no struct or list, in the order of
+    its type's fields: a struct's fields by index (its nulls their nulls), a list's items (-1)."""
+    if pa.types.is_struct(array.type):
+        return [leaf for index, child in enumerate(array.flatten()) for leaf in leaves(child, path + (index,))]
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        return leaves(array.flatten(), path + (-1,))
+    return [(path, array)]
+
+
+def with_type_at(data_type: pa.DataType, path: tuple[int, ...], new: pa.DataType) -> pa.DataType:
+    """``data_type`` with the type at ``path`` (leaves') made ``new``."""
+    if not path:
+        return new
+    if path[0] == -1:
+        items = data_type.value_field.with_type(with_type_at(data_type.value_type, path[1:], new))
+        return pa.list_(items) if pa.types.is_list(data_type) else pa.large_list(items)
+    return pa.struct([field.with_type(with_type_at(field.type, path[1:], new)) if index == path[0] else field
+                      for index, field in enumerate(data_type)])
 
 
 def read_json(open_stream: Callable, read_options=None, parse_options=None) -> pa.Table:
