@@ -479,3 +479,19 @@ def test_bad_parameter_with_overwrite_keeps_old_output(happy):
     before = tree_snapshot(out)
     result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", "--threshold", "2")
     assert_user_error(result, "threshold", out=out, before=before)
+
+
+@pytest.mark.parametrize("command", [["dedup", "{input}", "-o", "out"], ["dedup", "{input}", "-o", "{tmp}/out"],
+                                     ["index", "info", "{tmp}/index"]])
+def test_a_current_folder_that_was_removed_is_one_error_line(tmp_path, monkeypatch, command):
+    """Run from a folder removed after the shell entered it (every relative path and every path
+    shown are taken from it): one error line, exit 2, nothing written, even where every path
+    given is absolute."""
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "a.jsonl", happy_records())
+    monkeypatch.chdir(tmp_path / "in")
+    (tmp_path / "gone").mkdir()
+    os.chdir(tmp_path / "gone")
+    os.rmdir(tmp_path / "gone")
+    arguments = [part.format(input=tmp_path / "in" / "a.jsonl", tmp=tmp_path) for part in command]
+    assert_user_error(invoke(*arguments), "the current folder no longer exists", out=tmp_path / "out")

@@ -4,6 +4,7 @@ command line), and the summary of a run."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -305,6 +306,12 @@ class user_errors:
         set_phase("done")
 
     def __enter__(self):
+        try:  # (every relative path, and every path shown, is taken from it)
+            os.getcwd()
+        except FileNotFoundError:
+            print_error("the current folder no longer exists (it was removed after the shell entered it): "
+                        "cd into one that does")
+            raise typer.Exit(code=2) from None
         settle_pyarrow(self.pandas)  # (while a signal still ends the process at once)
         note_written(None)
         # What the run writes in words (errors.jsonl's reasons) is said as the command says it.
