@@ -419,6 +419,11 @@ def memory_content(value: Any) -> Any:
         return None
     if isinstance(value, (list, tuple)) or type(value).__module__ == "numpy" and getattr(value, "ndim", 0) == 1:
         return content_of([v if isinstance(v, (int, float)) or v is None else int(v) for v in list(value)])
+    if isinstance(value, bytes):  # (texts stored as bytes are UTF-8 text, as in a Parquet file)
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return UNREADABLE
     return str(value)
 
 

@@ -300,6 +300,31 @@ def test_a_column_in_arrow_or_categorical_reads_as_a_list_does(by_position, by_i
     assert pairs_and_clusters(gpudedup.dedup(encoded, id_field="id", backend="cpu")) == pairs_and_clusters(by_id)
 
 
+def test_a_binary_text_column_reads_as_a_parquet_file_of_it_does(by_id, tmp_path):
+    """Texts stored as bytes (a binary column, as some writers store strings) are read as UTF-8
+    text in a table as in a Parquet file, written back in their own type; one not UTF-8 is
+    refused naming its row."""
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(corpus_records()).select(["id", "text"])
+    as_bytes = table.set_column(1, "text", table["text"].cast(pa.binary()))
+    pq.write_table(as_bytes, tmp_path / "bytes.parquet")
+    for data in (as_bytes, as_bytes.set_column(1, "text", as_bytes["text"].dictionary_encode()),
+                 tmp_path / "bytes.parquet"):
+        result = gpudedup.dedup(data, id_field="id", backend="cpu")
+        assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
+        result.write(tmp_path / "out", overwrite=True)
+        written = pq.read_table(next((tmp_path / "out").glob("deduplicated*/**/*.parquet"), None)
+                                or tmp_path / "out" / "deduplicated.parquet")
+        given = pq.read_schema(data) if isinstance(data, Path) else data.schema
+        assert written.schema.field("text").type == given.field("text").type
+        assert written["text"].to_pylist() == [None if text is None else text.encode()
+                                                 for text in by_id.deduplicated["text"].to_pylist()]
+    bad = pa.table({"text": pa.array([b"fine words", b"more words", b"\xff not utf-8", b"last"], pa.binary())})
+    with pytest.raises(InputError, match=re.escape("column 'text' at row 2 (from 0) is bytes that are not UTF-8")):
+        gpudedup.dedup(bad, backend="cpu")
+
+
 def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path):
     """A frame of categorical ids saved with to_parquet (a dictionary column) gives the table's
     results read from the file, in memory and with a work directory."""

@@ -22,6 +22,7 @@ from .cudf_reader import concat_device_utf8, device_utf8
 from .fields import field_column, field_names, field_type, has_field, repeated_names, writable_schema
 from .inputs import InputFiles
 from .layout import as_input
+from .parquet import invalid_utf8_rows, plain_text_column
 from .read import read_corpus
 from .records import TOKEN_LIST_TYPES, read_records
 from .rules import check_unique_ids
@@ -227,6 +228,13 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
     if not has_field(table.schema, text_field):  # (a column, or a path into struct columns: io/fields.py)
         raise InputError(f"no column {text_field!r} (columns: {', '.join(field_names(table.schema))}); "
                          "choose it with text_field=")
+    given = table.schema
+    # Bytes are text as a Parquet file's are (some writers store strings without their UTF-8
+    # annotation): viewed as strings, refused where one is not UTF-8; written back as given.
+    table = plain_text_column(table, text_field)
+    if (bad := invalid_utf8_rows(field_column(table, text_field))).shape[0]:
+        raise InputError(f"column {text_field!r} at row {int(bad[0])} (from 0) is bytes that are not UTF-8; "
+                         "expected text")
     text_type = field_type(table.schema, text_field)
     if not (is_text_type(text_type) or is_token_type(text_type)):
         raise InputError(f"column {text_field!r} has type {text_type}, expected strings or lists of token ids")
@@ -251,7 +259,7 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
             raise InputError(f"id column {id_field!r} has {ids.null_count} null values; ids must be unique")
     # (its columns as given: the rows are written back in their types, DedupResult.write)
     corpus = Corpus(table, text_field, ids, [source or SourceFile("<table>", "table", table.num_rows,
-                                                                  schema=writable_schema(table.schema))])
+                                                                  schema=writable_schema(given))])
     check_unique_ids(corpus)
     return corpus
 
