@@ -834,6 +834,34 @@ def test_ctrl_c_or_a_closed_terminal_during_a_workers_run_gives_one_line(corpus,
     assert cli_stderr_lines(stderr) == [f"{line}: nothing was written"], stderr[-3000:]
 
 
+@pytest.mark.timeout(120)  # a CLI run that starts a cluster of its own
+def test_ctrl_c_while_the_workers_start_gives_one_line(corpus, tmp_path):
+    """Ctrl-C (to the whole process group) as the first worker process appears, while it is
+    still importing: no worker prints a traceback of its own, the run ends with one line."""
+    run = cli_process(["dedup", str(corpus), "-o", str(tmp_path / "out"), "--backend", "cpu", "-q", "--workers", "2",
+                       "--work-dir", str(tmp_path / "work")], tmp_path, own_group=True)
+    deadline = time.monotonic() + 60
+    while not any(b"spawn_main" in command for command in group_commands(run.pid)):
+        assert run.poll() is None and time.monotonic() < deadline, "no worker process started"
+        time.sleep(0.005)
+    os.killpg(run.pid, signal.SIGINT)
+    stderr = finish(run)
+    assert run.returncode == 130, stderr
+    assert cli_stderr_lines(stderr) == ["interrupted: nothing was written"], stderr[-3000:]
+
+
+def group_commands(group: int) -> list[bytes]:
+    """The command lines of the processes of process group ``group`` (Linux's /proc)."""
+    commands = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getpgid(int(entry.name)) == group:
+                commands.append((entry / "cmdline").read_bytes())
+        except OSError:  # (gone meanwhile)
+            continue
+    return commands
+
+
 @pytest.mark.timeout(240)  # six CLI runs in subprocesses
 def test_a_client_killed_mid_run_resumes_to_the_same_output(client, corpus, tmp_path):
     """The client of a run on a cluster (the CLI with --scheduler: the cluster outlives it),

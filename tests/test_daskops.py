@@ -39,3 +39,29 @@ def test_without_a_client_nothing_is_sent():
     values = ({"shards": 3}, np.arange(2))
     assert share(None, *values) == list(values)
     assert arrays_sent(None, [values]) == [values]
+
+
+def test_terminal_signals_are_held_from_the_processes_a_cluster_starts_then_delivered():
+    """While a local cluster starts, a process it starts (a worker, still importing) has Ctrl-C
+    and a closed terminal blocked from birth, and this process gets a Ctrl-C sent meanwhile
+    once the cluster is up: the run ends as ever, and no worker dies printing a traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from gpudedup.pipeline.daskops import terminal_signals_held
+
+    blocked = "import signal; print(*(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"
+    with pytest.raises(KeyboardInterrupt):
+        with terminal_signals_held():
+            child = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, check=True)
+            # To this thread, which blocks it, and to the process, which any thread may take.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            held = True  # (reached: the signal waits for the block's end)
+    assert held and {int(signal.SIGINT), int(signal.SIGHUP)} <= set(map(int, child.stdout.split()))
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

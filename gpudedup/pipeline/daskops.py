@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import signal
-from contextlib import contextmanager
+import threading
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -160,34 +161,56 @@ def own_client(scheduler: Optional[str], workers: Optional[int], gpu: bool) -> I
         except ImportError:
             raise ParameterError("workers= with backend='gpu' needs dask-cuda (one worker per GPU): "
                                  "pip install dask-cuda") from None
-        cluster = LocalCUDACluster(n_workers=workers, preload=[__name__])
+        def start():
+            return LocalCUDACluster(n_workers=workers, preload=[__name__])
     else:
         # One thread per worker process: the numpy stages use threads of their own per batch.
         # silence_logs: a task's InputError reaches the user as one line, not the worker's log too.
         # dashboard_address ":0": a free port (None still takes 8787, and warns where another
         # cluster, a notebook's, has it). preload: dask_setup below, in each worker.
-        start_resource_tracker()
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", silence_logs=logging.CRITICAL, preload=[__name__])
-    with cluster, Client(cluster) as local:
-        yield local
+        def start():
+            # (start-up: a run in memory starts no process) The process the workers' spawn
+            # starts first: it ignores SIGINT and SIGTERM itself, not a closed terminal.
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
+            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                silence_logs=logging.CRITICAL, preload=[__name__])
+    with ExitStack() as started:
+        with terminal_signals_held():  # (a signal held meanwhile is raised with the cluster entered)
+            cluster = started.enter_context(start())
+        yield started.enter_context(Client(cluster))
 
 
-def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker (the process that the workers' spawn starts
-    first) with SIGHUP blocked, as it inherits it: it ignores SIGINT and SIGTERM itself, but a
-    closed terminal would end it, and the workers would print its loss. Blocked, not ignored,
-    here: a SIGHUP to this process meanwhile is delivered once the tracker has started."""
-    from multiprocessing import resource_tracker  # (start-up: a run in memory starts no process)
+# The signals a terminal sends its whole process group: Ctrl-C, and a closed terminal.
+TERMINAL_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGHUP") if hasattr(signal, name)}
 
-    if not hasattr(signal, "SIGHUP"):
-        resource_tracker.ensure_running()
+
+@contextmanager
+def terminal_signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and a closed terminal back from this process while a local cluster starts,
+    and from the processes it starts (the resource tracker, the workers): they inherit the
+    mask (and the thread that starts them, its own), so that a worker still importing, before
+    dask_setup makes it ignore them, does not die printing a traceback of its own, nor the
+    tracker end with a closed terminal. This process still ends the run on such a signal:
+    once the cluster is up, or at once where another of its threads takes it."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield  # (Windows: no masks, nor process groups; Python handles signals on its main thread)
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    # The mask holds them from this thread (and so from the threads and processes started from
+    # it); a signal that another thread of this process takes meanwhile is noted, not raised.
+    held: list[int] = []
+    handlers = {number: signal.signal(number, lambda number, frame: held.append(number))
+                for number in TERMINAL_SIGNALS}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
     try:
-        resource_tracker.ensure_running()
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # (one held on this thread is noted now)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(held):
+            signal.raise_signal(number)  # (to the run's own handler, as if sent now)
 
 
 def dask_setup(worker) -> None:
