@@ -321,8 +321,20 @@ def test_a_binary_text_column_reads_as_a_parquet_file_of_it_does(by_id, tmp_path
         assert written["text"].to_pylist() == [None if text is None else text.encode()
                                                  for text in by_id.deduplicated["text"].to_pylist()]
     bad = pa.table({"text": pa.array([b"fine words", b"more words", b"\xff not utf-8", b"last"], pa.binary())})
-    with pytest.raises(InputError, match=re.escape("column 'text' at row 2 (from 0) is bytes that are not UTF-8")):
+    with pytest.raises(InputError, match=re.escape("column 'text' at row 2 (from 0) is not valid UTF-8")):
         gpudedup.dedup(bad, backend="cpu")
+
+
+def test_texts_arrow_did_not_check_are_refused_naming_the_row():
+    """An Arrow string column made from buffers (or bytes viewed as strings) is not checked by
+    Arrow: one that is not UTF-8 is refused as a Parquet file's is, in a table, an array or a
+    chunked array, not cut into shingles of other texts."""
+    texts = pa.array([b"fine words", b"more words", b"a\x80b words"]).view(pa.string())
+    for data, words in ((pa.table({"text": texts}), "column 'text' at row 2 (from 0) is not valid UTF-8"),
+                        (texts, "the StringArray's item 2 (from 0) is not valid UTF-8"),
+                        (pa.chunked_array([texts]), "the ChunkedArray's item 2 (from 0) is not valid UTF-8")):
+        with pytest.raises(InputError, match=re.escape(words)):
+            gpudedup.dedup(data, backend="cpu")
 
 
 def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path):

@@ -13,6 +13,8 @@ normalize.py's docstring, and hashes with its own poly_hash64, not gpudedup's:
 - a shingle's hash is poly_hash64 of its code points.
 """
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -295,3 +297,20 @@ def test_arrow_arrays_give_the_same_shingles(arrow_type, kind, n):
     assert rows_of(shingle_hashes(pa.chunked_array([], arrow_type), spec)) == []
     sets = shingle_sets(array.slice(2), spec)
     assert rows_of(sets) == [sorted(set(row)) for row in expected[2:]]
+
+
+def test_arrow_arrays_the_readers_have_not_checked_are_refused_naming_the_item():
+    """What Arrow did not check (texts made from buffers, bytes viewed as strings) and token
+    ids of an Arrow list array (a negative id, one past 2**32 - 1, a null id) are refused as
+    the readers refuse them, not hashed as other texts or ids."""
+    texts = pa.array([b"fine words", b"a\x80b words"]).view(pa.string())
+    for batch in (texts, pa.chunked_array([texts])):
+        with pytest.raises(InputError, match=r"item 1 is not valid UTF-8"):
+            shingle_hashes(batch, ShingleSpec("char", 1))
+    token = ShingleSpec("token", 1)
+    for ids, what in ((pa.array([[1], [-1]], pa.list_(pa.int64())), "item 1 holds token id -1, out of range"),
+                      (pa.array([[2**32]], pa.list_(pa.uint64())), "item 0 holds token id 4294967296, out of range"),
+                      (pa.array([[None]], pa.list_(pa.int32())), "item 0 holds a null token id")):
+        with pytest.raises(InputError, match=re.escape(what)):
+            shingle_hashes(ids, token)
+    assert shingle_hashes(pa.array([[1, 2], None], pa.list_(pa.int64())), token).hashes.shape == (2,)

@@ -175,3 +175,28 @@ def check_content(data_type: pa.DataType, shingle: str, field: str, where: Optio
     if shingle != "token" and is_token_type(data_type):
         raise InputError(f"{prefix}field {field!r} holds token ids ({data_type}); {shingle} shingles need "
                          "text: use shingle='token' for token ids, or name the text column with text_field=")
+
+
+def invalid_utf8_rows(column) -> np.ndarray:
+    """Rows (int64, from 0) of a string column (pa.Array or ChunkedArray) whose value is not
+    valid UTF-8, which only what Arrow did not check holds (bytes viewed as strings, an array
+    made from buffers); none for a column of another type. Checked chunk by chunk; only a
+    chunk that fails is looked at row by row."""
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column])
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return np.zeros(0, np.int64)
+    bad, offset = [], 0
+    for chunk in column.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            raw = chunk.view(pa.binary() if pa.types.is_string(chunk.type) else pa.large_binary())
+            for i, value in enumerate(raw.to_pylist()):
+                if value is not None:
+                    try:
+                        value.decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad.append(offset + i)
+        offset += len(chunk)
+    return np.asarray(bad, dtype=np.int64)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.content import bad_token_rows, is_token_type
+from ..core.content import bad_token_rows, invalid_utf8_rows, is_token_type
 from . import storage
 from .fields import field_column, has_field, repeated_names, with_field
 from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
@@ -116,24 +116,3 @@ def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
     if column is original:
         return table
     return with_field(table, text_field, column)
-
-
-def invalid_utf8_rows(column: pa.ChunkedArray) -> np.ndarray:
-    """Rows (from 0) of a string column whose value is not valid UTF-8 (checked chunk by
-    chunk; only a chunk that fails is looked at row by row)."""
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        return np.zeros(0, np.int64)
-    bad, offset = [], 0
-    for chunk in column.chunks:
-        try:
-            chunk.validate(full=True)
-        except pa.ArrowInvalid:
-            raw = chunk.view(pa.binary() if pa.types.is_string(chunk.type) else pa.large_binary())
-            for i, value in enumerate(raw.to_pylist()):
-                if value is not None:
-                    try:
-                        value.decode("utf-8")
-                    except UnicodeDecodeError:
-                        bad.append(offset + i)
-        offset += len(chunk)
-    return np.asarray(bad, dtype=np.int64)

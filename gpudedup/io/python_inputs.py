@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, plain_ids, token_lists_to_arrow
+from ..core.content import (bad_token_rows, invalid_utf8_rows, is_id_type, is_text_type, is_token_type, plain_ids,
+                             token_lists_to_arrow)
 from ..core.normalize import strings_to_arrow
 from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
@@ -22,7 +23,7 @@ from .cudf_reader import concat_device_utf8, device_utf8
 from .fields import field_column, field_names, field_type, has_field, repeated_names, writable_schema
 from .inputs import InputFiles
 from .layout import as_input
-from .parquet import invalid_utf8_rows, plain_text_column
+from .parquet import plain_text_column
 from .read import read_corpus
 from .records import TOKEN_LIST_TYPES, read_records
 from .rules import check_unique_ids
@@ -233,8 +234,7 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
     # annotation): viewed as strings, refused where one is not UTF-8; written back as given.
     table = plain_text_column(table, text_field)
     if (bad := invalid_utf8_rows(field_column(table, text_field))).shape[0]:
-        raise InputError(f"column {text_field!r} at row {int(bad[0])} (from 0) is bytes that are not UTF-8; "
-                         "expected text")
+        raise InputError(f"column {text_field!r} at row {int(bad[0])} (from 0) is not valid UTF-8; expected text")
     text_type = field_type(table.schema, text_field)
     if not (is_text_type(text_type) or is_token_type(text_type)):
         raise InputError(f"column {text_field!r} has type {text_type}, expected strings or lists of token ids")
@@ -362,6 +362,8 @@ def series_corpus(series, field: str) -> Corpus:
         rows, reasons = bad_token_rows(content)
         if len(rows):
             raise InputError(f"the Series' item {int(rows[0])} (from 0) {reasons[0]}")
+    elif (bad := invalid_utf8_rows(content)).shape[0]:
+        raise InputError(f"the {name[1:-1]}'s item {int(bad[0])} (from 0) is not valid UTF-8; expected text")
     ids = pa.array(np.arange(len(content), dtype=np.int64))
     return Corpus(pa.table({field: content}), field, ids, [SourceFile(name, "list", len(content))])
 
