@@ -192,20 +192,25 @@ def test_a_failed_write_s_staging_is_removed_again_once_its_cluster_is_closed(tm
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("how", ["in-memory", "work-dir", "index-add"])
-def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, monkeypatch, how):
-    """Someone's folder that appears at the output while the run verifies pairs (before its
-    write) is left as it is, and the results go beside it, named in the error: the output was
-    checked free before the run, so the write stages its results and the commit sets them aside,
-    rather than losing them at the write's own check. An add says that it added nothing."""
+@pytest.mark.parametrize("how, appears", [("in-memory", "folder"), ("work-dir", "folder"), ("index-add", "folder"),
+                                          ("in-memory", "link"), ("index-add", "link")])
+def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, monkeypatch, how, appears):
+    """Someone's folder (or a link to one) that appears at the output while the run verifies
+    pairs (before its write) is left as it is, and the results go beside it, named in the
+    error: the output was checked free before the run, so the write stages its results and the
+    commit sets them aside, rather than losing them at the write's own check. An add says that
+    it added nothing."""
     from gpudedup import stages
 
     out = tmp_path / "out"
+    theirs = tmp_path / "theirs" if appears == "link" else out
 
     def appear(name: str) -> None:
-        if name == "verify" and not out.exists():
-            out.mkdir()
-            (out / "notes.txt").write_text("someone's")
+        if name == "verify" and not theirs.exists():
+            theirs.mkdir()
+            (theirs / "notes.txt").write_text("someone's")
+            if theirs != out:
+                out.symlink_to(theirs)
 
     monkeypatch.setattr(stages, "announce_stage", appear)
     sample = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
@@ -220,6 +225,7 @@ def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, m
                            **({"work_dir": tmp_path / "work"} if how == "work-dir" else {}))
     assert index is None or index.info()["documents"] == 0
     assert sorted(os.listdir(out)) == ["notes.txt"] and (out / "notes.txt").read_text() == "someone's"
+    assert out.is_symlink() == (appears == "link")
     aside = [path for path in tmp_path.iterdir() if path.name.startswith("out.results-")]
     assert len(aside) == 1 and (aside[0] / "report.json").is_file()
 

@@ -72,6 +72,8 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         # an earlier output included, is refused (the directory itself may be given).
         target = Path(os.path.realpath(out))  # (the checks above resolve links already)
         if occupied(target, False) is not None:
+            if checked:  # (it changed during the run: the commit sets the results beside the link)
+                return out
             raise OutputError(f"{out}: a link to {target}, which is not empty; nothing is replaced through a "
                               f"link: give {target} itself to replace an output there, or choose another output=")
         out = target
