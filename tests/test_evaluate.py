@@ -18,7 +18,7 @@ import pytest
 
 from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
-from gpudedup.errors import ParameterError
+from gpudedup.errors import OutputError, ParameterError
 from gpudedup.results import plots
 from gpudedup.evaluate import (
     CSV_FIELDS,
@@ -610,6 +610,36 @@ def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluati
     write_results(two_thresholds, out)
     assert (out / "recall_by_similarity_mine.png").read_bytes() == b"the user's"
     assert not (out / FIGURE).exists()
+
+
+def test_files_of_the_users_named_as_an_evaluation_writes_are_never_replaced(small_evaluation, tmp_path,
+                                                                             monkeypatch):
+    """The user's own evaluation.json, evaluation.csv or figure (one that no earlier
+    evaluation.json of ours names) is refused, the command before its run, naming the file,
+    each left as it was; an earlier evaluation's files are replaced, and every file is written
+    with the umask's mode, as any file the user makes."""
+    from cli_support import error_line, happy_records, invoke, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", happy_records())
+    for name in ("evaluation.json", "evaluation.csv", FIGURE):
+        out = tmp_path / name.replace(".", "-")
+        out.mkdir()
+        (out / name).write_text("mine")
+        before = sorted(os.listdir(out))
+        refused = invoke("evaluate", "corpus", "-o", out.name, "-q")
+        assert refused.exit_code == 2 and "Traceback" not in refused.output
+        assert f"holds {name}, which is not an earlier evaluation's" in error_line(refused)
+        with pytest.raises(OutputError, match=f"holds {name}"):
+            write_results(small_evaluation, out)
+        assert sorted(os.listdir(out)) == before and (out / name).read_text() == "mine"
+    old = os.umask(0o022)
+    try:
+        write_results(small_evaluation, tmp_path / "ours")
+        write_results(small_evaluation, tmp_path / "ours")  # (an earlier evaluation's: replaced)
+    finally:
+        os.umask(old)
+    assert {oct(path.stat().st_mode & 0o777) for path in (tmp_path / "ours").iterdir()} == {"0o644"}
 
 
 def test_the_evaluation_shows_its_recommendations_in_a_terminal_and_a_notebook(two_thresholds):

@@ -9,7 +9,7 @@ import csv
 import io
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -134,7 +134,24 @@ def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = ()
                 what = "exists and is not a directory" if place == out else f"lies under {place}, a file"
                 raise OutputError(f"{out}: {what}; choose another output=")
             break
+    check_not_theirs(out, TABLES)
     return out
+
+
+# The files every evaluation writes (its figures besides, named in evaluation.json).
+TABLES = ("evaluation.json", "evaluation.csv")
+
+
+def check_not_theirs(out: Path, names: Sequence[str]) -> None:
+    """OutputError where a file of ``names`` in ``out`` is not an earlier evaluation's, which an
+    evaluation may replace: evaluation.json of ours (ours_evaluation), the evaluation.csv beside
+    it, and the figures it names. Any other file of those names is the user's, never replaced."""
+    earlier = ours_evaluation(out / "evaluation.json")
+    replaced = set() if earlier is None else {*TABLES, *figures_of(earlier)}
+    theirs = [name for name in names if name not in replaced and os.path.lexists(out / name)]
+    if theirs:
+        raise OutputError(f"{out}: holds {theirs[0]}, which is not an earlier evaluation's and which an evaluation "
+                          "writes; move it, or choose another output=")
 
 
 def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional[str] = None) -> tuple[Path, Path]:
@@ -161,11 +178,14 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
         "evaluation.csv": csv_text(results, criterion).encode(),
     }
     contents.update((name, png) for name, png in drawn.values() if png is not None)
-    earlier = figures_named(out / "evaluation.json")
+    check_not_theirs(out, list(contents))
+    earlier = ours_evaluation(out / "evaluation.json")
     temporary: dict[str, str] = {}
     try:
         for name, data in contents.items():
-            handle, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+            path = str(out / f".{name}.{secrets.token_hex(4)}.tmp")
+            # (mode 0o666: the umask applies, as to any file the user makes; mkstemp's is 0o600)
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             temporary[name] = path
             with os.fdopen(handle, "wb") as file:
                 file.write(data)
@@ -178,20 +198,26 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
             if os.path.exists(path):
                 os.unlink(path)
     # An earlier evaluation's figures would stand beside results they do not belong to.
-    for stale in earlier - set(contents):
+    for stale in (set() if earlier is None else figures_of(earlier)) - set(contents):
         (out / stale).unlink(missing_ok=True)
     return out / "evaluation.json", out / "evaluation.csv"
 
 
-def figures_named(path: Path) -> set[str]:
-    """The figures an evaluation.json written by write_results names (its recommended[].figure,
-    plain file names beside it); none where there is no such file, or it is not one of ours."""
+def ours_evaluation(path: Path) -> Optional[dict]:
+    """The evaluation.json at ``path`` where write_results wrote it (a JSON object with its
+    gpudedup_version, recommended and results), else None (none there, or another file)."""
     try:
-        recommended = json.loads(path.read_text(encoding="utf-8")).get("recommended")
-    except (OSError, ValueError, AttributeError):
-        return set()
-    names = {entry.get("figure") for entry in recommended if isinstance(entry, dict)} \
-        if isinstance(recommended, list) else set()
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ours = isinstance(data, dict) and {"gpudedup_version", "recommended", "results"} <= data.keys()
+    return data if ours and isinstance(data["recommended"], list) else None
+
+
+def figures_of(evaluation: dict) -> set[str]:
+    """The figures an evaluation.json of ours names (its recommended[].figure: plain file names
+    beside it)."""
+    names = {entry.get("figure") for entry in evaluation["recommended"] if isinstance(entry, dict)}
     return {name for name in names if isinstance(name, str) and name == Path(name).name
             and name.startswith("recall_by_similarity") and name.endswith(".png")}
 
