@@ -636,6 +636,12 @@ def test_demo_leaves_another_runs_results_alone(happy):
     (happy / "my_bible_sample.jsonl.gz").write_bytes(gzip.compress((happy / "data.jsonl").read_bytes()))
     assert invoke("dedup", "my_bible_sample.jsonl.gz", "-o", "mine", *CPU).exit_code == 0
     assert invoke("demo", "-o", "mine", "--backend", "cpu").exit_code == 2
+    # So is an input of the sample's very name, not the shipped sample.
+    (happy / "bible_sample.jsonl.gz").write_bytes(gzip.compress((happy / "data.jsonl").read_bytes()))
+    assert invoke("dedup", "bible_sample.jsonl.gz", "-o", "named", *CPU).exit_code == 0
+    before = tree_state(happy / "named")
+    assert invoke("demo", "-o", "named", "--backend", "cpu").exit_code == 2
+    assert tree_state(happy / "named") == before
 
 
 # --- the work directory's lock ----------------------------------------------------------------

@@ -335,11 +335,13 @@ DEMO_SAMPLE = "bible_sample.jsonl.gz"
 
 def check_demo_output(output: Path) -> None:
     """OutputError where ``output`` holds the finished output of a run other than a demo's
-    (its report.json names other inputs than the shipped sample): the demo replaces its own
-    output, or an unfinished one, and no other run's results."""
+    (its report.json names another input than the shipped sample, in the package's data
+    folder wherever it is installed): the demo replaces its own output, or an unfinished one,
+    and no other run's results, not even one of a file of the sample's name."""
     try:
         files = json.loads((output / "report.json").read_text(encoding="utf-8"))["input"]["files"]
-        demo = bool(files) and all(PurePath(str(file["path"])).name == DEMO_SAMPLE for file in files)
+        demo = len(files) == 1 and PurePath(str(files[0]["absolute_path"])).parts[-3:] == ("gpudedup", "data",
+                                                                                          DEMO_SAMPLE)
     except FileNotFoundError:
         return  # (nothing there, or no finished output)
     except (OSError, ValueError, KeyError, TypeError):
