@@ -495,3 +495,19 @@ def test_a_current_folder_that_was_removed_is_one_error_line(tmp_path, monkeypat
     os.rmdir(tmp_path / "gone")
     arguments = [part.format(input=tmp_path / "in" / "a.jsonl", tmp=tmp_path) for part in command]
     assert_user_error(invoke(*arguments), "the current folder no longer exists", out=tmp_path / "out")
+
+
+@pytest.mark.parametrize("command", [["dedup", "{input}", "-o", "{long}"], ["dedup", "{tmp}/{long}", "-o", "out"],
+                                     ["evaluate", "{input}", "-o", "{long}"], ["index", "create", "{long}"],
+                                     ["demo", "-o", "{long}"]])
+def test_a_name_longer_than_the_file_system_takes_is_one_error_line(tmp_path, monkeypatch, command):
+    """A file or folder name past the file system's limit (255 bytes a name on most), given
+    anywhere: one error line naming it, exit 2, nothing written."""
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "a.jsonl", happy_records())
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 300
+    arguments = [part.format(input=tmp_path / "in" / "a.jsonl", tmp=tmp_path, long=long) for part in command]
+    line = assert_user_error(invoke(*arguments), "a name in this path is longer than the file system takes",
+                             out=tmp_path / "out")
+    assert long in line and sorted(os.listdir(tmp_path)) == ["in"]

@@ -4,6 +4,7 @@ command line), and the summary of a run."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -326,6 +327,11 @@ class user_errors:
         if isinstance(error, GpudedupError):
             # (a last guard: the message should name no credential)
             print_error(in_option_words(scrubbed(str(error)), self.context))
+            raise typer.Exit(code=2)
+        if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:  # (any path given, any check)
+            where = f"{error.filename}: " if error.filename else ""
+            print_error(f"{where}a name in this path is longer than the file system takes (most take 255 bytes a "
+                        "name); choose a shorter one")
             raise typer.Exit(code=2)
         # A signal's exception raised inside Python's own lock handling (a thread starting, a
         # condition's wait) can come out as another error, the interrupt as its context
