@@ -229,12 +229,14 @@ def _check(ok: bool, name: str, value, allowed: str) -> None:
         raise ParameterError(f"{name}= must be {allowed}; got {value!r}")
 
 
-def check_targets_read(params: DedupParams) -> None:
+def check_targets_read(params: DedupParams, low_shown: bool = False) -> None:
     """Refuse targets (max_fn, low, max_fp) given beside bands and rows, which they would not
     choose: where a run's or an index's parameters are given (an index's own hold its chosen
-    bands beside its targets; ``params`` reads low beside given bands)."""
-    targets = [name for name, given in (("max_fn", params.max_fn != DEFAULT_MAX_FN), ("low", params.low is not None),
-                                        ("max_fp", params.max_fp is not None)) if given]
+    bands beside its targets). low_shown: low and max_fp are read anyway (``gpudedup params``
+    shows P(low) of the bands given beside max_fp)."""
+    targets = [name for name, given in (("max_fn", params.max_fn != DEFAULT_MAX_FN),
+                                        ("low", params.low is not None and not low_shown),
+                                        ("max_fp", params.max_fp is not None and not low_shown)) if given]
     if params.bands is not None and targets:
         one = len(targets) == 1
         raise ParameterError(f"{and_listed([f'{name}=' for name in targets])} "

@@ -69,6 +69,21 @@ def test_targets_beside_given_bands_and_rows_are_refused(tmp_path, command):
     assert result.exit_code == 0, result.output  # (the default target, named: as good as left out)
 
 
+def test_params_refuses_a_miss_target_beside_given_bands_and_shows_p_low_of_them():
+    """params with --bands and --rows shows what they do: a --max-fn beside them (which they
+    were not chosen to meet, and which its table would seem to promise) is refused; --low with
+    --max-fp shows P(low) of the bands given."""
+    result = CliRunner().invoke(app, ["params", "--bands", "4", "--rows", "8", "--max-fn", "0.02"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--max-fn is a target that bands and rows are chosen to meet" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, ["params", "--bands", "4", "--rows", "8", "--low", "0.5", "--max-fp", "0.001",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert (plan["bands"], plan["rows"]) == (4, 8)
+    assert plan["candidate_probability_at_low"] == pytest.approx(1 - (1 - 0.5 ** 8) ** 4)
+
+
 def test_dedup_chooses_bands_from_the_targets_and_reports_why(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"text": f"words {i} and more words here"}) + "\n" for i in range(5)))

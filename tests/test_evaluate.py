@@ -612,6 +612,20 @@ def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluati
     assert not (out / FIGURE).exists()
 
 
+def test_inputs_that_hold_no_document_are_refused_as_dedup_refuses_them(tmp_path, monkeypatch):
+    """evaluate over files that hold no record (empty, blank lines only) scores nothing: one
+    line, exit 2, no folder written, as dedup over them."""
+    from cli_support import assert_user_error, invoke
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    for name in ("empty.jsonl", "blank.jsonl"):
+        assert_user_error(invoke("evaluate", name, "-o", "eval", "-q"),
+                          f"no document could be read from the inputs: the files read hold no records ({name})",
+                          out=tmp_path / "eval")
+
+
 def test_files_of_the_users_named_as_an_evaluation_writes_are_never_replaced(small_evaluation, tmp_path,
                                                                              monkeypatch):
     """The user's own evaluation.json, evaluation.csv or figure (one that no earlier

@@ -17,7 +17,7 @@ import typer
 
 from ..errors import OutputError, ParameterError
 from ..interrupts import interrupted_outcome, last_signal, signal_word
-from ..params import (DEFAULT_BUCKET_WINDOW, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
+from ..params import (DEFAULT_BUCKET_WINDOW, check_targets_read, DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM,
                      DEFAULT_SEED, DEFAULT_THRESHOLD, DedupParams)
 from ..version import __version__
 from ..display import largest_cluster_rows
@@ -271,6 +271,7 @@ def params_command(
                              max_fn=max_fn, low=low, max_fp=max_fp, shingle=shingle.value, ngram=ngram,
                              unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
                              strip_symbols=strip_symbols)
+        check_targets_read(params, low_shown=True)
         summary = banding_summary(threshold, params.banding(), low)
         # What the shingles are (the banding does not depend on them; a run's results do).
         summary["shingles"] = {name: getattr(params, name) for name in

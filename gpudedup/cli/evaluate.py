@@ -82,6 +82,7 @@ def evaluate_command(
     """
     # (start-up: `--help` and completion load no job)
     from .. import evaluate as evaluation
+    from ..io.inputs import documents_read, scan_inputs
     from ..io.read import read_corpus
 
     with user_errors(context) as guard:
@@ -106,7 +107,10 @@ def evaluate_command(
         evaluation.check_results_folder(folder, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
-        read = read_corpus(list(inputs), content, id_field)
+        found = scan_inputs(list(inputs))
+        read = read_corpus(list(inputs), content, id_field, found=found)
+        # (no document at all: nothing to score, as a dedup of it refuses to run)
+        documents_read(found, read.num_rows, [source.path for source in read.files], read.skipped_records)
         corpus = evaluation.select_documents(read, limit, sample, sample_seed)
         chosen = evaluation.first_rows(read.num_rows, limit)
         if sample is not None and sample >= chosen:  # (a sample of all there is: no sample)
