@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -610,6 +611,25 @@ def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluati
     write_results(two_thresholds, out)
     assert (out / "recall_by_similarity_mine.png").read_bytes() == b"the user's"
     assert not (out / FIGURE).exists()
+
+
+def test_values_of_other_types_are_taken_as_the_run_takes_them_or_refused(subset_corpus):
+    """A numpy float threshold is the run's (0.8 by its shortest text), so the ground truth is
+    cut where the run verifies; a target given as text, a bool as a banding or a limit, and
+    a bin width too narrow to draw are refused before any work, each naming the value."""
+    import numpy as np
+
+    settings, _ = expand_grid(threshold=[np.float32(0.8)], num_perm=[64])
+    assert [type(s.threshold) for s in settings] == [float] and settings[0].threshold == 0.8
+    direct = evaluate(subset_corpus, [Setting(num_perm=64, threshold=np.float32(0.8))], backend="cpu", warmup=False)
+    assert direct.results[0].setting.threshold == 0.8 and direct.results[0].verified_precision in (1.0, None)
+    for call, words in ((lambda: expand_grid(max_false_negative=["0.1"]), "max_false_negative= must be in (0, 1)"),
+                        (lambda: expand_grid(bands=[True], rows=[4]), "bands= must be integers >= 1"),
+                        (lambda: select_documents(subset_corpus, limit=True), "limit= must be"),
+                        (lambda: evaluate(subset_corpus, settings, backend="cpu", bin_width=1e-12),
+                         "bin_width= must be from 0.001 to 1")):
+        with pytest.raises(ParameterError, match=re.escape(words)):
+            call()
 
 
 def test_inputs_that_hold_no_document_are_refused_as_dedup_refuses_them(tmp_path, monkeypatch):

@@ -255,6 +255,8 @@ def test_wrong_numbers_and_ids_are_named(result):
              (lambda: result.cluster(), "a cluster's number, or id="),
              (lambda: result.cluster(0, id=1), "a cluster's number, or id="),
              (lambda: result.cluster(id=len(TEXTS)), f"no document of this run has the id {len(TEXTS)}"),
+             (lambda: result.cluster(id=2**64), f"no document of this run has the id {2**64}"),
+             (lambda: result.pair(2**70, 0), f"no document of this run has the id {2**70}"),
              (lambda: result.cluster(id="3"), "the ids of this run are integers; got '3'"),
              (lambda: result.cluster(id=alone), f"the document {alone} is in no cluster"),
              (lambda: result.pair(1, 1), "two documents; got the id 1 twice")]

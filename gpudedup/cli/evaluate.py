@@ -102,7 +102,8 @@ def evaluate_command(
 
         for note in notes:
             say(note)
-        evaluation.criterion_field(criterion)  # a wrong criterion fails before the work
+        evaluation.criterion_field(criterion)  # a wrong criterion or bin width fails before the work
+        evaluation.check_bin_width(bin_width)
         folder = local_path(output, "an evaluation's folder")
         evaluation.check_results_folder(folder, list(inputs))  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).

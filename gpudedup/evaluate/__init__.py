@@ -48,6 +48,7 @@ from .scoring import (
     SettingResult,
     best_result,
     bin_edges,
+    check_bin_width,
     criterion_field,
     recommendations,
     score_outcome,
@@ -68,7 +69,8 @@ from .truth import (
 __all__ = [
     "CRITERIA", "CSV_FIELDS", "DEFAULT_BIN_WIDTH", "FIGURE", "TIE_TOLERANCE", "TRUTH_BATCH_BYTES",
     "WARMUP_DOCUMENTS", "Evaluation", "GroundTruth", "RecallBins", "Recommendation", "Setting", "SettingResult",
-    "TruthCache", "best_result", "bin_edges", "content_corpus", "corpus_shingle_sets", "criterion_field",
+    "TruthCache", "best_result", "bin_edges", "check_bin_width", "content_corpus", "corpus_shingle_sets",
+    "criterion_field",
     "csv_text", "evaluate", "evaluation_dict", "exact_ground_truth", "expand_grid", "figure_name", "format_table",
     "first_rows", "found_in", "pair_codes", "parse_list", "recall_figure", "recommendations", "score_outcome",
     "select_documents", "spec_label", "unicode_form", "write_results", "yes_no", "check_results_folder",

@@ -4,6 +4,8 @@ comma lists into settings, and the parsing of those lists."""
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -116,13 +118,17 @@ def expand_grid(
                              "out")
     targets = list(max_false_negative) if max_false_negative else [None]
     for target in targets:
-        if target is not None and not 0 < target < 1:
+        if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
+                                   or not 0 < target < 1):
             raise ParameterError(f"max_false_negative= must be in (0, 1); got {target!r}")
+    targets = [None if target is None else DedupParams(max_fn=target).max_fn for target in targets]
     for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
-        for t in threshold:
+        for given in threshold:
             for k in num_perm:
-                # Checks each value on its own (and its name in the message).
-                DedupParams(threshold=t, shingle=kind, ngram=n, num_perm=k, **forms)
+                # Checks each value on its own (and its name in the message); a numpy float
+                # threshold is taken as the run takes it (by its shortest text: 0.8, not
+                # float32's 0.800000011920929, at which the ground truth would be cut).
+                t = DedupParams(threshold=given, shingle=kind, ngram=n, num_perm=k, **forms).threshold
                 for b, r, why in _bandings(k, bands, rows):
                     if why:
                         notes.append(f"skipped shingle={kind} ngram={n} threshold={t:g} num_perm={k}: {why}")
@@ -162,7 +168,8 @@ def _bandings(num_perm: int, bands, rows):
     """(bands, rows, why-skipped) for one num_perm; (None, None, "") is the chosen banding."""
     for name, values in (("bands", bands), ("rows", rows)):
         for value in values or ():
-            if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
+            if value is not None and (isinstance(value, bool) or not (isinstance(value, (int, np.integer))
+                                                                       and value >= 1)):
                 raise ParameterError(f"{name}= must be integers >= 1 (or None: chosen); got {value!r}")
     if not bands and not rows:
         yield None, None, ""

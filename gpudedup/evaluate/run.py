@@ -4,6 +4,7 @@ and threshold, and the Evaluation that holds the scores and recommends a setting
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -15,7 +16,8 @@ from ..io.corpus import Corpus
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_SEED
 from ..stages import Progress
 from .grid import Setting
-from .scoring import DEFAULT_BIN_WIDTH, Recommendation, SettingResult, criterion_field, recommendations, score_outcome
+from .scoring import (DEFAULT_BIN_WIDTH, Recommendation, SettingResult, check_bin_width, criterion_field,
+                      recommendations, score_outcome)
 from .truth import TruthCache, content_corpus, select_documents
 from .view import evaluation_html, evaluation_text
 
@@ -75,14 +77,16 @@ def evaluate(
     None: the corpus's own content column). warmup: one untimed run on the first WARMUP_DOCUMENTS documents
     first (so that kernel compilation and first-use costs are not charged to one setting).
     criterion: what the Evaluation recommends by (CRITERIA; Evaluation.recommended).
-    on_result(i, total, result): called after each setting (progress for the CLI).
+    on_result(done, total, result): called after each setting, done from 1 (progress for the CLI).
     """
     settings = list(settings)
     chosen = get_backend(backend)
     extra = {"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes}
-    for s in settings:
-        s.params(**extra)  # every parameter error before any work
+    # Every parameter error before any work; each threshold as the run takes it (a numpy float
+    # by its shortest text), which the ground truth is cut at too.
+    settings = [dataclasses.replace(s, threshold=s.params(**extra).threshold) for s in settings]
     criterion_field(criterion)
+    check_bin_width(bin_width)
     cache = truth_cache or TruthCache(corpus, token_field)
     started = time.perf_counter()
     cache.prepare(settings)
@@ -100,7 +104,7 @@ def evaluate(
         del outcome
         results.append(result)
         if on_result is not None:
-            on_result(i, len(settings), result)
+            on_result(i + 1, len(settings), result)
     data, offsets = corpus.units()
     return Evaluation(
         results=results,

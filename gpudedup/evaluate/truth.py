@@ -44,7 +44,7 @@ def select_documents(corpus: Corpus, limit: Optional[int] = None, sample: Option
     be None (all). Returns the corpus itself when nothing is dropped."""
     rows = corpus.num_rows
     for name, value in (("limit", limit), ("sample", sample)):
-        if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
+        if value is not None and (isinstance(value, bool) or not (isinstance(value, (int, np.integer)) and value >= 1)):
             raise ParameterError(f"{name}= must be an integer >= 1; got {value!r}")
     if isinstance(seed, bool) or not (isinstance(seed, (int, np.integer)) and seed >= 0):  # (numpy's seeds)
         raise ParameterError(f"sample_seed= must be an integer >= 0; got {seed!r}")

@@ -256,7 +256,10 @@ def _row_of(result, doc_id: Any) -> int:
     integers = pa.types.is_integer(ids.type)
     if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer) if integers else str):
         raise ParameterError(f"the ids of this run are {'integers' if integers else 'strings'}; got {doc_id!r}")
-    at = pc.index_in(pa.array([doc_id], ids.type), value_set=ids)[0].as_py()
+    try:
+        at = pc.index_in(pa.array([doc_id], ids.type), value_set=ids)[0].as_py()
+    except (OverflowError, pa.ArrowInvalid):  # (an integer no id of the run's type holds)
+        at = None
     if at is None:
         raise ParameterError(f"no document of this run has the id {doc_id!r}")
     return int(at)
