@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..errors import ClusterError, GpudedupError, ParameterError
+from ..io.commit import signals_held
 from ..io.credentials import is_full_disk
 from ..io.storage import Remote, full_name
 from ..memory import release_unused_memory
@@ -192,25 +192,18 @@ def terminal_signals_held() -> Iterator[None]:
     and from the processes it starts (the resource tracker, the workers): they inherit the
     mask (and the thread that starts them, its own), so that a worker still importing, before
     dask_setup makes it ignore them, does not die printing a traceback of its own, nor the
-    tracker end with a closed terminal. This process still ends the run on such a signal:
-    once the cluster is up, or at once where another of its threads takes it."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield  # (Windows: no masks, nor process groups; Python handles signals on its main thread)
-        return
-    # The mask holds them from this thread (and so from the threads and processes started from
-    # it); a signal that another thread of this process takes meanwhile is noted, not raised.
-    held: list[int] = []
-    handlers = {number: signal.signal(number, lambda number, frame: held.append(number))
-                for number in TERMINAL_SIGNALS}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # (one held on this thread is noted now)
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-        for number in dict.fromkeys(held):
-            signal.raise_signal(number)  # (to the run's own handler, as if sent now)
+    tracker end with a closed terminal. This process gets such a signal once the cluster is up
+    (commit.signals_held: one that another of its threads takes meanwhile is noted, then
+    delivered), and the run ends as it does any time after."""
+    with signals_held():
+        if not hasattr(signal, "pthread_sigmask"):  # (Windows: no masks, nor process groups)
+            yield
+            return
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)  # (one held on this thread is noted now)
 
 
 def dask_setup(worker) -> None:
