@@ -41,27 +41,50 @@ def test_without_a_client_nothing_is_sent():
     assert arrays_sent(None, [values]) == [values]
 
 
-def test_terminal_signals_are_held_from_the_processes_a_cluster_starts_then_delivered():
-    """While a local cluster starts, a process it starts (a worker, still importing) has Ctrl-C
-    and a closed terminal blocked from birth, and this process gets a Ctrl-C sent meanwhile
-    once the cluster is up: the run ends as ever, and no worker dies printing a traceback."""
-    import os
+def test_terminal_signals_are_held_from_the_processes_a_cluster_starts_then_delivered(tmp_path):
+    """While a local cluster starts, a process it spawns (a worker, still importing) has Ctrl-C
+    and a closed terminal blocked from birth (multiprocessing's resource tracker, started on
+    the way in a fresh process, unblocks them in the thread that starts it), and this process
+    gets a Ctrl-C sent meanwhile once the cluster is up: the run ends as ever, and no worker
+    dies printing a traceback of its own."""
     import signal
     import subprocess
     import sys
-    import threading
-    import time
 
-    from gpudedup.pipeline.daskops import terminal_signals_held
+    (tmp_path / "spawn_held.py").write_text(SPAWN_HELD)  # (a file: a spawned process imports its main module)
+    run = subprocess.run([sys.executable, str(tmp_path / "spawn_held.py")], capture_output=True, text=True,
+                         timeout=25)
+    assert run.returncode == 0, run.stderr
+    blocked, held = run.stdout.split(";")
+    assert held.strip() == "held then raised"
+    assert {int(signal.SIGINT), int(signal.SIGHUP)} <= {int(number) for number in blocked.split()}
 
-    blocked = "import signal; print(*(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"
-    with pytest.raises(KeyboardInterrupt):
+
+# A fresh process (no resource tracker yet, as the CLI's): the signals its spawned process
+# starts with blocked; whether a Ctrl-C sent to it (this thread, and the process) inside the
+# block waited for the block's end.
+SPAWN_HELD = """
+import multiprocessing, os, signal, threading, time
+from gpudedup.pipeline.daskops import terminal_signals_held
+
+def put_blocked(queue):
+    queue.put([int(number) for number in signal.pthread_sigmask(signal.SIG_BLOCK, [])])
+
+if __name__ == "__main__":
+    spawn = multiprocessing.get_context("spawn")
+    held = "not held"
+    try:
         with terminal_signals_held():
-            child = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, check=True)
-            # To this thread, which blocks it, and to the process, which any thread may take.
+            masks = spawn.Queue()  # (its semaphores start the resource tracker, as a cluster's do)
+            child = spawn.Process(target=put_blocked, args=(masks,))
+            child.start()
+            blocked = masks.get(timeout=60)
+            child.join()
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
-            held = True  # (reached: the signal waits for the block's end)
-    assert held and {int(signal.SIGINT), int(signal.SIGHUP)} <= set(map(int, child.stdout.split()))
-    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            held = "held"
+    except KeyboardInterrupt:
+        held += " then raised"
+    print(*blocked, ";", held)
+"""

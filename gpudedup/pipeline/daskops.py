@@ -169,11 +169,6 @@ def own_client(scheduler: Optional[str], workers: Optional[int], gpu: bool) -> I
         # dashboard_address ":0": a free port (None still takes 8787, and warns where another
         # cluster, a notebook's, has it). preload: dask_setup below, in each worker.
         def start():
-            # (start-up: a run in memory starts no process) The process the workers' spawn
-            # starts first: it ignores SIGINT and SIGTERM itself, not a closed terminal.
-            from multiprocessing import resource_tracker
-
-            resource_tracker.ensure_running()
             return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                 silence_logs=logging.CRITICAL, preload=[__name__])
     with ExitStack() as started:
@@ -190,17 +185,25 @@ TERMINAL_SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGHUP") if ha
 def terminal_signals_held() -> Iterator[None]:
     """Hold Ctrl-C and a closed terminal back from this process while a local cluster starts,
     and from the processes it starts (the resource tracker, the workers): they inherit the
-    mask (and the thread that starts them, its own), so that a worker still importing, before
+    mask (the threads this one starts take its own), so that a worker still importing, before
     dask_setup makes it ignore them, does not die printing a traceback of its own, nor the
     tracker end with a closed terminal. This process gets such a signal once the cluster is up
     (commit.signals_held: one that another of its threads takes meanwhile is noted, then
     delivered), and the run ends as it does any time after."""
+    # (start-up: a run in memory starts no process) The process the workers' spawn starts
+    # first, started here: it ignores SIGINT and SIGTERM itself, not a closed terminal; and it
+    # unblocks SIGINT and SIGTERM in the thread that starts it as it returns.
+    from multiprocessing import resource_tracker
+
     with signals_held():
         if not hasattr(signal, "pthread_sigmask"):  # (Windows: no masks, nor process groups)
+            resource_tracker.ensure_running()
             yield
             return
         before = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
         try:
+            resource_tracker.ensure_running()
+            signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)  # (again: the tracker's start unblocked some)
             yield
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)  # (one held on this thread is noted now)
