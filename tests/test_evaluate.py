@@ -613,6 +613,39 @@ def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluati
     assert not (out / FIGURE).exists()
 
 
+def test_a_ctrl_c_during_the_write_comes_after_every_file_is_in_place(small_evaluation, two_thresholds, tmp_path,
+                                                                      monkeypatch):
+    """A Ctrl-C as the first file of an evaluation takes its place waits until every file is
+    in place (not an earlier evaluation's csv beside this one's json), and is then raised with
+    the folder noted as written, so that the command says where the results are."""
+    import signal
+
+    from gpudedup import interrupts
+    from gpudedup.evaluate import output
+
+    out = tmp_path / "out"
+    write_results(small_evaluation, out)
+    replace, renamed = os.replace, []
+
+    def interrupted_replace(source, target):
+        replace(source, target)
+        renamed.append(target)
+        if len(renamed) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(output.os, "replace", interrupted_replace)
+    interrupts.note_written(None)
+    with pytest.raises(KeyboardInterrupt):
+        write_results(two_thresholds, out)
+    monkeypatch.undo()
+    assert {Path(target).name for target in renamed} == {path.name for path in out.iterdir()}
+    assert interrupts.interrupted_outcome() == f"the results were written to {out}"
+    interrupts.note_written(None)
+    written = json.loads((out / "evaluation.json").read_text())["results"]
+    with open(out / "evaluation.csv", newline="") as table:
+        assert len(list(csv.DictReader(table))) == len(written) == len(two_thresholds.results)
+
+
 def test_values_of_other_types_are_taken_as_the_run_takes_them_or_refused(subset_corpus):
     """A numpy float threshold is the run's (0.8 by its shortest text), so the ground truth is
     cut where the run verifies; a target given as text, a bool as a banding or a limit, and

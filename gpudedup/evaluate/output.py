@@ -15,6 +15,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from ..results import plots
 from ..errors import OutputError
+from ..interrupts import note_written
+from ..io.commit import signals_held
 from ..io.credentials import os_reason
 from ..io.outputdir import check_apart_from_inputs
 from ..version import __version__
@@ -191,15 +193,18 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
-        for name, path in temporary.items():
-            os.replace(path, out / name)
+        # Every file in place, and an earlier evaluation's figures that would stand beside
+        # results they do not belong to gone, or (a signal held until after) none of them.
+        with signals_held():
+            for name, path in temporary.items():
+                os.replace(path, out / name)
+            for stale in (set() if earlier is None else figures_of(earlier)) - set(contents):
+                (out / stale).unlink(missing_ok=True)
+            note_written(out)  # (a signal held till now must say that the results are there)
     finally:
         for path in temporary.values():
             if os.path.exists(path):
                 os.unlink(path)
-    # An earlier evaluation's figures would stand beside results they do not belong to.
-    for stale in (set() if earlier is None else figures_of(earlier)) - set(contents):
-        (out / stale).unlink(missing_ok=True)
     return out / "evaluation.json", out / "evaluation.csv"
 
 
