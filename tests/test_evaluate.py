@@ -601,6 +601,19 @@ def test_a_figure_per_threshold_and_none_left_from_before(small_evaluation, two_
     assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in figures if name)
 
 
+def test_thresholds_that_differ_have_labels_and_figures_of_their_own(subset_corpus, tmp_path):
+    """Two thresholds that ``:g`` would both show as 0.8 are two recommendations, each labelled
+    with its own threshold and drawn in a figure of its own (none overwrites the other)."""
+    settings, _ = expand_grid(threshold=[0.8, 0.8000001], num_perm=[64])
+    evaluation = evaluate(subset_corpus, settings, backend="cpu", warmup=False)
+    labels = [r.result.setting.label for r in evaluation.recommended()]
+    assert len(set(labels)) == 2 and any("t=0.8000001 " in label for label in labels)
+    write_results(evaluation, tmp_path / "out")
+    figures = json.loads((tmp_path / "out" / "evaluation.json").read_text())["recommended"]
+    named = [entry["figure"] for entry in figures]
+    assert len(set(named)) == 2 if plots.matplotlib_available() else named == [None, None]
+
+
 def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluation, two_thresholds, tmp_path):
     """A file of the user's beside the results, named like a figure, stays: only the figures
     the earlier evaluation.json names are taken away."""

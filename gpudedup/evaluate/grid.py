@@ -58,11 +58,17 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return (f"{spec_label(self.spec())} t={self.threshold:g} K={self.num_perm} "
+        return (f"{spec_label(self.spec())} t={threshold_text(self.threshold)} K={self.num_perm} "
                 f"b x r={self.banding_label}")
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def threshold_text(threshold: float) -> str:
+    """A threshold as labels and file names show it: shortest, and distinct for distinct
+    thresholds (0.8 and 0.8000001, which ``:g`` would both show as 0.8)."""
+    return f"{threshold:.12g}"
 
 
 def spec_label(spec: ShingleSpec) -> str:
@@ -131,7 +137,8 @@ def expand_grid(
                 t = DedupParams(threshold=given, shingle=kind, ngram=n, num_perm=k, **forms).threshold
                 for b, r, why in _bandings(k, bands, rows):
                     if why:
-                        notes.append(f"skipped shingle={kind} ngram={n} threshold={t:g} num_perm={k}: {why}")
+                        notes.append(f"skipped shingle={kind} ngram={n} threshold={threshold_text(t)} "
+                                     f"num_perm={k}: {why}")
                         continue
                     if b is not None:
                         settings.append(Setting(k, b, r, kind, n, t, **forms))

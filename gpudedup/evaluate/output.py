@@ -20,7 +20,7 @@ from ..io.commit import signals_held
 from ..io.credentials import os_reason
 from ..io.outputdir import check_apart_from_inputs
 from ..version import __version__
-from .grid import spec_label
+from .grid import spec_label, threshold_text
 from .run import Evaluation
 from .scoring import Recommendation, SettingResult, criterion_field, recommendations
 from .view import TABLE_COLUMNS, recommendation_line, table_cells
@@ -121,7 +121,7 @@ def figure_name(recommendation: Recommendation, truths: int) -> str:
     else recall_by_similarity_<shingle spec>_t<threshold>.png."""
     if truths == 1:
         return FIGURE
-    return f"recall_by_similarity_{spec_label(recommendation.spec)}_t{recommendation.threshold:g}.png"
+    return f"recall_by_similarity_{spec_label(recommendation.spec)}_t{threshold_text(recommendation.threshold)}.png"
 
 
 def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = ()) -> Path:
