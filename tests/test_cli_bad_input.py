@@ -482,11 +482,11 @@ def test_bad_parameter_with_overwrite_keeps_old_output(happy):
 
 
 @pytest.mark.parametrize("command", [["dedup", "{input}", "-o", "out"], ["dedup", "{input}", "-o", "{tmp}/out"],
-                                     ["index", "info", "{tmp}/index"]])
+                                     ["evaluate", "{input}", "-o", "{tmp}/out"]])
 def test_a_current_folder_that_was_removed_is_one_error_line(tmp_path, monkeypatch, command):
     """Run from a folder removed after the shell entered it (every relative path and every path
     shown are taken from it): one error line, exit 2, nothing written, even where every path
-    given is absolute."""
+    given is absolute; a command that needs no current folder runs."""
     (tmp_path / "in").mkdir()
     write_jsonl(tmp_path / "in" / "a.jsonl", happy_records())
     monkeypatch.chdir(tmp_path / "in")
@@ -495,6 +495,7 @@ def test_a_current_folder_that_was_removed_is_one_error_line(tmp_path, monkeypat
     os.rmdir(tmp_path / "gone")
     arguments = [part.format(input=tmp_path / "in" / "a.jsonl", tmp=tmp_path) for part in command]
     assert_user_error(invoke(*arguments), "the current folder no longer exists", out=tmp_path / "out")
+    assert invoke("params", "--threshold", "0.7").exit_code == 0
 
 
 @pytest.mark.parametrize("command", [["dedup", "{input}", "-o", "{long}"], ["dedup", "{tmp}/{long}", "-o", "out"],
@@ -508,6 +509,7 @@ def test_a_name_longer_than_the_file_system_takes_is_one_error_line(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     long = "a" * 300
     arguments = [part.format(input=tmp_path / "in" / "a.jsonl", tmp=tmp_path, long=long) for part in command]
-    line = assert_user_error(invoke(*arguments), "a name in this path is longer than the file system takes",
+    line = assert_user_error(invoke(*arguments), "a name in this path, or the whole path, is longer than the file "
+                             "system takes",
                              out=tmp_path / "out")
     assert long in line and sorted(os.listdir(tmp_path)) == ["in"]

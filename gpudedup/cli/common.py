@@ -289,6 +289,15 @@ class _NoPandas:
         return None
 
 
+def current_folder_exists() -> bool:
+    """Whether the process's current folder still exists (not removed after it was entered)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 class user_errors:
     """Turn GpudedupError into one line on stderr, in the words of the options of the command of
     ``context`` (in_option_words), and exit code 2; SIGINT (Ctrl-C), SIGTERM and SIGHUP into one
@@ -307,12 +316,6 @@ class user_errors:
         set_phase("done")
 
     def __enter__(self):
-        try:  # (every relative path, and every path shown, is taken from it)
-            os.getcwd()
-        except FileNotFoundError:
-            print_error("the current folder no longer exists (it was removed after the shell entered it): "
-                        "cd into one that does")
-            raise typer.Exit(code=2) from None
         settle_pyarrow(self.pandas)  # (while a signal still ends the process at once)
         note_written(None)
         # What the run writes in words (errors.jsonl's reasons) is said as the command says it.
@@ -330,8 +333,13 @@ class user_errors:
             raise typer.Exit(code=2)
         if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:  # (any path given, any check)
             where = f"{error.filename}: " if error.filename else ""
-            print_error(f"{where}a name in this path is longer than the file system takes (most take 255 bytes a "
-                        "name); choose a shorter one")
+            print_error(f"{where}a name in this path, or the whole path, is longer than the file system takes (most "
+                        "take 255 bytes a name and 4,096 a path); choose a shorter one")
+            raise typer.Exit(code=2)
+        if isinstance(error, FileNotFoundError) and error.filename is None and not current_folder_exists():
+            # (os.getcwd: every relative path, and every path shown, is taken from it)
+            print_error("the current folder no longer exists (it was removed after the shell entered it): "
+                        "cd into one that does")
             raise typer.Exit(code=2)
         # A signal's exception raised inside Python's own lock handling (a thread starting, a
         # condition's wait) can come out as another error, the interrupt as its context
