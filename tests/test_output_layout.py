@@ -819,6 +819,15 @@ def test_jsonl_integers_past_int64_inside_structs_and_lists_are_kept_exactly(tmp
             assert rows and all({**row["meta"], "hash": int(row["meta"]["hash"]),
                                  "hashes": [int(h) for h in row["meta"]["hashes"]]} == expected[row["id"]]
                                 for row in rows), path
+    # Beside a file whose field holds a fraction, the files combined type it double, which
+    # holds none of the hashes: refused, as a column of them is, in every layout.
+    (tmp_path / "mixed").mkdir()
+    write_jsonl(tmp_path / "mixed" / "nested.jsonl", nested)
+    write_jsonl(tmp_path / "mixed" / "fraction.jsonl", [{**small[0], "meta": {**small[0]["meta"], "hash": 0.5}}])
+    for extra in ([], ["--single-file"], ["--single-file", "--work-dir", str(tmp_path / "mixed-work")]):
+        out = tmp_path / f"mixed-out{len(extra)}"
+        refused = invoke("dedup", tmp_path / "mixed", "-o", out, "--id-field", "id", "-q", "--backend", "cpu", *extra)
+        assert_user_error(refused, "column 'meta' holds values that its type in the files combined (struct<", out=out)
     meta = gpudedup.dedup(tmp_path / "in" / "nested.jsonl", id_field="id", backend="cpu").deduplicated.schema.field(
         "meta").type
     assert [meta.field(name).type for name in ("hash", "n", "hashes", "mass")] == \

@@ -266,11 +266,22 @@ def lossy_columns(table: pa.Table, schema: pa.Schema) -> list[tuple[str, pa.Data
     """(name, type in ``schema``) of each top-level column of ``table`` whose integers,
     decimals or times would not come back the same from their type in ``schema``: a column of
     files combined whose values another file's type does not hold (a uint64 beside doubles, a
-    decimal of 20 digits beside doubles, milliseconds of the year 3000 beside nanoseconds).
-    Only such columns cast to a number or time are cast, twice; floats, dictionaries and nested
-    columns are not checked."""
+    decimal of 20 digits beside doubles, milliseconds of the year 3000 beside nanoseconds), at
+    the top level or inside its structs and lists (a uint64 hash in a struct beside doubles).
+    Only such columns cast to a number or time, or nested ones holding a number or time, are
+    cast, twice; floats and dictionaries are not checked."""
     def exact_number(data_type: pa.DataType) -> bool:
         return pa.types.is_integer(data_type) or pa.types.is_decimal(data_type) or pa.types.is_temporal(data_type)
+
+    def holds_exact_number(data_type: pa.DataType) -> bool:
+        leaves: list[pa.DataType] = []
+
+        def kept(leaf: pa.DataType) -> pa.DataType:
+            leaves.append(leaf)
+            return leaf
+
+        with_leaf_types(data_type, kept)
+        return any(exact_number(leaf) for leaf in leaves)
 
     lossy = []
     for field in schema:
@@ -279,8 +290,12 @@ def lossy_columns(table: pa.Table, schema: pa.Schema) -> list[tuple[str, pa.Data
             continue
         column = table.column(index)
         kind = column.type
-        if kind == field.type or not exact_number(kind) or not (exact_number(field.type)
-                                                                or pa.types.is_floating(field.type)):
+        if kind == field.type:
+            continue
+        if pa.types.is_nested(kind):
+            if not holds_exact_number(kind):
+                continue
+        elif not exact_number(kind) or not (exact_number(field.type) or pa.types.is_floating(field.type)):
             continue
         try:
             same = column.cast(field.type).cast(kind).equals(column)

@@ -246,20 +246,30 @@ def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
     # or a struct field or list item of it, double, which holds none past 2**53 exactly. Such
     # a column is read again with that value as whole decimals of 38 digits, or of 76 where one
     # is longer, each on its own (every read keeps the types chosen before it). A value no
-    # decimal takes (a number written with an exponent, 1e80, or an integer longer still)
-    # keeps the doubles.
+    # decimal takes (a fraction, or a number of more than 76 digits: 1e80) keeps the doubles.
     exact, chosen = table, {field.name: field.type for field in table.schema}
-    for name, leaf in whole_number_leaves(table):
+    found = whole_number_leaves(table)
+
+    def read_as(types: dict[str, pa.DataType]) -> Optional[pa.Table]:
+        schema = pa.schema([field.with_type(types[field.name]) for field in table.schema],
+                           metadata=table.schema.metadata)
+        try:
+            return read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=schema))
+        except pa.ArrowInvalid:
+            return None
+
+    # All at once first (one read again, where every one takes 38 digits), else one by one.
+    every = dict(chosen)
+    for name, leaf in found:
+        every[name] = with_type_at(every[name], leaf, WHOLE_NUMBERS[0])
+    if len(found) > 1 and (read := read_as(every)) is not None:
+        return read
+    for name, leaf in found:
         for decimal in WHOLE_NUMBERS:
-            tried = with_type_at(chosen[name], leaf, decimal)
-            schema = pa.schema([field.with_type(tried if field.name == name else chosen[field.name])
-                                for field in table.schema], metadata=table.schema.metadata)
-            try:
-                exact = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=schema))
-            except pa.ArrowInvalid:
-                continue
-            chosen[name] = tried
-            break
+            tried = {**chosen, name: with_type_at(chosen[name], leaf, decimal)}
+            if (read := read_as(tried)) is not None:
+                exact, chosen = read, tried
+                break
     return exact
 
 
