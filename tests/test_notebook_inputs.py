@@ -332,7 +332,10 @@ def test_texts_arrow_did_not_check_are_refused_naming_the_row():
     texts = pa.array([b"fine words", b"more words", b"a\x80b words"]).view(pa.string())
     for data, words in ((pa.table({"text": texts}), "column 'text' at row 2 (from 0) is not valid UTF-8"),
                         (texts, "the StringArray's item 2 (from 0) is not valid UTF-8"),
-                        (pa.chunked_array([texts]), "the ChunkedArray's item 2 (from 0) is not valid UTF-8")):
+                        (pa.chunked_array([texts]), "the ChunkedArray's item 2 (from 0) is not valid UTF-8"),
+                        (texts.dictionary_encode(), "the DictionaryArray's item 2 (from 0) is not valid UTF-8"),
+                        (pa.table({"text": pa.array([b"fine words", b"more words", b"a\x80b words"], pa.binary_view())
+                                   .view(pa.string_view())}), "column 'text' at row 2 (from 0) is not valid UTF-8")):
         with pytest.raises(InputError, match=re.escape(words)):
             gpudedup.dedup(data, backend="cpu")
 

@@ -304,9 +304,15 @@ def test_arrow_arrays_the_readers_have_not_checked_are_refused_naming_the_item()
     ids of an Arrow list array (a negative id, one past 2**32 - 1, a null id) are refused as
     the readers refuse them, not hashed as other texts or ids."""
     texts = pa.array([b"fine words", b"a\x80b words"]).view(pa.string())
-    for batch in (texts, pa.chunked_array([texts])):
+    views = pa.array([b"fine words", b"a\x80b words"], pa.binary_view()).view(pa.string_view())
+    for batch in (texts, pa.chunked_array([texts]), views, pa.DictionaryArray.from_arrays(pa.array([0, 1]), texts)):
         with pytest.raises(InputError, match=r"item 1 is not valid UTF-8"):
             shingle_hashes(batch, ShingleSpec("char", 1))
+    valid = pa.array(["fine words here", "more words"])
+    for same in (valid.dictionary_encode(), valid.cast(pa.string_view()),
+                 pa.chunked_array([valid.dictionary_encode()])):
+        assert shingle_hashes(same, ShingleSpec("word", 2)).hashes.tolist() == \
+            shingle_hashes(valid, ShingleSpec("word", 2)).hashes.tolist()
     token = ShingleSpec("token", 1)
     for ids, what in ((pa.array([[1], [-1]], pa.list_(pa.int64())), "item 1 holds token id -1, out of range"),
                       (pa.array([[2**32]], pa.list_(pa.uint64())), "item 0 holds token id 4294967296, out of range"),

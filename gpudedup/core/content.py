@@ -182,8 +182,7 @@ def invalid_utf8_rows(column) -> np.ndarray:
     valid UTF-8, which only what Arrow did not check holds (bytes viewed as strings, an array
     made from buffers); none for a column of another type. Checked chunk by chunk; only a
     chunk that fails is looked at row by row."""
-    if isinstance(column, pa.Array):
-        column = pa.chunked_array([column])
+    column = plain_strings(pa.chunked_array([column]) if isinstance(column, pa.Array) else column)
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return np.zeros(0, np.int64)
     bad, offset = [], 0
@@ -200,3 +199,17 @@ def invalid_utf8_rows(column) -> np.ndarray:
                         bad.append(offset + i)
         offset += len(chunk)
     return np.asarray(bad, dtype=np.int64)
+
+
+def plain_strings(texts):
+    """Texts (pa.Array or ChunkedArray) as a string or large_string array of the same kind: a
+    dictionary decoded, string_view cast to large_string (the bytes kept, not checked); any
+    other array as it is."""
+    if pa.types.is_dictionary(texts.type):
+        if isinstance(texts, pa.ChunkedArray):
+            texts = pa.chunked_array([chunk.dictionary_decode() for chunk in texts.chunks], texts.type.value_type)
+        else:
+            texts = texts.dictionary_decode()
+    if getattr(pa.types, "is_string_view", bool)(texts.type):  # (pyarrow 16 and later)
+        texts = texts.cast(pa.large_string())
+    return texts

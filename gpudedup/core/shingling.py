@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
-from .content import bad_token_rows, invalid_utf8_rows, token_lists_to_arrow, unit_buffers
+from .content import bad_token_rows, invalid_utf8_rows, plain_strings, token_lists_to_arrow, unit_buffers
 from .hashing import POLY_BASE, POLY_BASE_INV, POLY_OFFSET, fmix64, powers_mod64
 from .normalize import SPACE, normalize_utf8, text_buffers
 from .ragged import offsets_from_counts, ragged_arange
@@ -212,8 +212,10 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
         if len(rows):  # (an Arrow array's ids, which token_lists_to_arrow has not seen)
             raise InputError(f"item {int(rows[0])} {reasons[0]}")
         return utf8_shingle_hashes(*unit_buffers(ids), spec)
-    if isinstance(texts, (pa.Array, pa.ChunkedArray)) and (bad := invalid_utf8_rows(texts)).shape[0]:
-        raise InputError(f"item {int(bad[0])} is not valid UTF-8; expected text")
+    if isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        if (bad := invalid_utf8_rows(texts)).shape[0]:
+            raise InputError(f"item {int(bad[0])} is not valid UTF-8; expected text")
+        texts = plain_strings(texts)
     return utf8_shingle_hashes(*text_buffers(texts), spec)
 
 
