@@ -602,12 +602,13 @@ def test_a_figure_per_threshold_and_none_left_from_before(small_evaluation, two_
 
 
 def test_thresholds_that_differ_have_labels_and_figures_of_their_own(subset_corpus, tmp_path):
-    """Two thresholds that ``:g`` would both show as 0.8 are two recommendations, each labelled
-    with its own threshold and drawn in a figure of its own (none overwrites the other)."""
-    settings, _ = expand_grid(threshold=[0.8, 0.8000001], num_perm=[64])
+    """Two thresholds that ``:g`` (or twelve digits) would both show as 0.8 are two
+    recommendations, each labelled with its own threshold and drawn in a figure of its own
+    (none overwrites the other)."""
+    settings, _ = expand_grid(threshold=[0.8, 0.8000000000001], num_perm=[64])
     evaluation = evaluate(subset_corpus, settings, backend="cpu", warmup=False)
     labels = [r.result.setting.label for r in evaluation.recommended()]
-    assert len(set(labels)) == 2 and any("t=0.8000001 " in label for label in labels)
+    assert len(set(labels)) == 2 and any("t=0.8000000000001 " in label for label in labels)
     write_results(evaluation, tmp_path / "out")
     figures = json.loads((tmp_path / "out" / "evaluation.json").read_text())["recommended"]
     named = [entry["figure"] for entry in figures]

@@ -66,9 +66,10 @@ class Setting:
 
 
 def threshold_text(threshold: float) -> str:
-    """A threshold as labels and file names show it: shortest, and distinct for distinct
-    thresholds (0.8 and 0.8000001, which ``:g`` would both show as 0.8)."""
-    return f"{threshold:.12g}"
+    """A threshold as labels and file names show it: the shortest text that reads back as it
+    (0.8, 1; 0.8000001 and 0.8000000000001, which ``:g`` would show as 0.8 too)."""
+    short = f"{threshold:g}"
+    return short if float(short) == threshold else repr(float(threshold))
 
 
 def spec_label(spec: ShingleSpec) -> str:
