@@ -105,7 +105,7 @@ def evaluate_command(
         evaluation.criterion_field(criterion)  # a wrong criterion or bin width fails before the work
         evaluation.check_bin_width(bin_width)
         folder = local_path(output, "an evaluation's folder")
-        evaluation.check_results_folder(folder, list(inputs))  # (and a folder it cannot write in)
+        evaluation.check_results_folder(folder, list(inputs), settings)  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
         found = scan_inputs(list(inputs))

@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from ..core.shingling import ShingleSpec
 from ..results import plots
 from ..errors import OutputError
 from ..interrupts import note_written
@@ -20,9 +21,9 @@ from ..io.commit import signals_held
 from ..io.credentials import os_reason
 from ..io.outputdir import check_apart_from_inputs
 from ..version import __version__
-from .grid import spec_label, threshold_text
+from .grid import Setting, spec_label, threshold_text
 from .run import Evaluation
-from .scoring import Recommendation, SettingResult, criterion_field, recommendations
+from .scoring import SettingResult, criterion_field, recommendations
 from .view import TABLE_COLUMNS, recommendation_line, table_cells
 
 # The figure of the recommended setting when the grid has one ground truth; with several, one
@@ -116,18 +117,27 @@ def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
         bands=result.bands, rows=result.rows, title=f"Recall by similarity: {setting.label}")
 
 
-def figure_name(recommendation: Recommendation, truths: int) -> str:
-    """The file of a recommended setting's figure: FIGURE when the grid has one ground truth,
-    else recall_by_similarity_<shingle spec>_t<threshold>.png."""
+def figure_name(spec: ShingleSpec, threshold: float, truths: int) -> str:
+    """The file of the figure of the recommended setting of ground truth (``spec``,
+    ``threshold``): FIGURE when the grid has one ground truth (``truths``), else
+    recall_by_similarity_<shingle spec>_t<threshold>.png."""
     if truths == 1:
         return FIGURE
-    return f"recall_by_similarity_{spec_label(recommendation.spec)}_t{threshold_text(recommendation.threshold)}.png"
+    return f"recall_by_similarity_{spec_label(spec)}_t{threshold_text(threshold)}.png"
 
 
-def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = ()) -> Path:
+def figure_names(settings: Sequence[Setting]) -> list[str]:
+    """The files of the figures an evaluation of ``settings`` may draw, one per ground truth."""
+    truths = list(dict.fromkeys((s.spec(), s.threshold) for s in settings))
+    return [figure_name(spec, threshold, len(truths)) for spec, threshold in truths]
+
+
+def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = (),
+                         settings: Sequence[Setting] = ()) -> Path:
     """``out_dir`` as a folder write_results may write into, or OutputError: it must not be a
     file, lie under one, or be, hold or lie inside one of the ``inputs`` (what is written there
-    would be read as input by the next run)."""
+    would be read as input by the next run), nor hold a file of the user's that the evaluation
+    of ``settings`` would write (check_not_theirs)."""
     out = Path(out_dir)
     check_apart_from_inputs(out, inputs, "the evaluation's folder", "output=")
     for place in (out, *out.parents):
@@ -136,7 +146,7 @@ def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = ()
                 what = "exists and is not a directory" if place == out else f"lies under {place}, a file"
                 raise OutputError(f"{out}: {what}; choose another output=")
             break
-    check_not_theirs(out, TABLES)
+    check_not_theirs(out, [*TABLES, *figure_names(settings)])
     return out
 
 
@@ -172,7 +182,7 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
         raise OutputError(f"{out}: cannot make the folder ({os_reason(error)})") from None
     criterion = _criterion_of(results, criterion)
     chosen = recommendations(_results_of(results), criterion)
-    drawn = {r.index: (figure_name(r, len(chosen)), recall_figure(r.result)) for r in chosen}
+    drawn = {r.index: (figure_name(r.spec, r.threshold, len(chosen)), recall_figure(r.result)) for r in chosen}
     figures = {index: name for index, (name, png) in drawn.items() if png is not None}
     contents = {
         "evaluation.json": (json.dumps(evaluation_dict(results, criterion, figures), indent=2,
