@@ -230,6 +230,30 @@ def test_a_folder_that_appears_at_the_output_during_the_run_keeps_it(tmp_path, m
     assert len(aside) == 1 and (aside[0] / "report.json").is_file()
 
 
+def test_a_link_to_an_output_that_appears_during_an_overwrite_run_stays(tmp_path, monkeypatch):
+    """With overwrite, a link that appears at the output during the run, to an earlier
+    gpudedup output, is neither replaced nor followed (as one there before the run is
+    refused): the link and its output stay, and the results go beside it."""
+    from gpudedup import stages
+
+    sample = Path(gpudedup.__file__).parent / "data" / "bible_sample.jsonl.gz"
+    earlier, out = tmp_path / "earlier", tmp_path / "out"
+    gpudedup.dedup(sample, output=earlier, backend="cpu")
+    before = tree_state(earlier)
+
+    def appear(name: str) -> None:
+        if name == "verify" and not os.path.lexists(out):
+            out.symlink_to(earlier)
+
+    monkeypatch.setattr(stages, "announce_stage", appear)
+    with pytest.raises(OutputError, match=r"is a link to .*earlier, which is not replaced \(it changed during the "
+                                          r"run\); it was left as it is, and the results were written to "
+                                          r".*out\.results-"):
+        gpudedup.dedup(sample, output=out, backend="cpu", overwrite=True)
+    assert out.is_symlink() and os.readlink(out) == str(earlier) and tree_state(earlier) == before
+    assert len([path for path in tmp_path.iterdir() if path.name.startswith("out.results-")]) == 1
+
+
 # --- inputs as their scan resolves them -------------------------------------------------------
 
 

@@ -151,6 +151,9 @@ def replace_dir(staging: Path, out: Path, overwrite: bool = True) -> None:
     which a later run's clean-up would remove."""
     if rename_no_replace(staging, out):
         return
+    if out.is_symlink():  # (one that appeared during the run: nothing is replaced through a link, nor it)
+        raise results_beside(staging, out, f"is a link to {os.readlink(out)}, which is not replaced (it changed "
+                                           "during the run)")
     refused = occupied(out, overwrite)
     if refused is not None:
         raise results_beside(staging, out, f"{refused[0]} (it changed during the run)")
