@@ -569,10 +569,16 @@ def unaccounted_input_files(run: RunOutcome) -> list[str]:
                 shown = [e["file"] for e in run.skipped if e.get("line") is None]
                 shown += run.report["input"]["skipped_files"]
                 passed_over = [s if is_url(s) else os.path.abspath(reading.locate(s)) for s in shown]
+                # (a folder passed over under another name: an input folder given twice, once
+                # through a link, is walked once, and what it skips is named as first met)
+                passed_real = [os.path.realpath(place) for place in passed_over if not is_url(place)]
             # A skipped directory (one that could not be read) accounts for everything below it;
             # a name that is not UTF-8 is shown with U+FFFD for each byte that is not.
             name = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-            if not any(name == place or name.startswith(place.rstrip("/") + "/") for place in passed_over):
+            real = None if is_url(str(path)) else os.path.realpath(path)
+            if not any(name == place or name.startswith(place.rstrip("/") + "/") for place in passed_over) and \
+                    not (real is not None and any(real == place or real.startswith(place.rstrip("/") + "/")
+                                                  for place in passed_real)):
                 problems.append(f"{path}: an input file under {given} that the run neither read nor skipped")
     return problems
 

@@ -882,6 +882,10 @@ OUTPUT_HOLDS_INDEX = {**INDEX_AS_OUTPUT, "index": "a/idx", "output": "a", "input
 USER_FOLDER_AS_OUTPUT = {"inputs": ["c/d/x.jsonl"], "links": [], "user_files": ["a", "c"], "output": ".",
                          "work": None, "index": None, "overwrite": True}
 
+# An input given twice, once through a link, holding an index: passed over as first met.
+INDEX_IN_A_LINKED_INPUT = {"inputs": ["c", "a"], "links": [("c", "a")], "user_files": [], "output": "new", "work": None,
+                           "index": "a/idx", "overwrite": True}
+
 
 @pytest.mark.timeout(120)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -890,6 +894,7 @@ USER_FOLDER_AS_OUTPUT = {"inputs": ["c/d/x.jsonl"], "links": [], "user_files": [
 @example(tree=INDEX_AS_OUTPUT)
 @example(tree=OUTPUT_HOLDS_INDEX)
 @example(tree=USER_FOLDER_AS_OUTPUT)
+@example(tree=INDEX_IN_A_LINKED_INPUT)
 def test_no_file_outside_the_runs_own_places_is_ever_removed_or_changed(tree):
     """Over random trees: every entry the run reads (as its scan resolves it), every file of
     the index (its manifest and lock aside, which an add that succeeds replaces), and every
