@@ -190,10 +190,10 @@ def terminal_signals_held() -> Iterator[None]:
     tracker end with a closed terminal. This process gets such a signal once the cluster is up
     (commit.signals_held: one that another of its threads takes meanwhile is noted, then
     delivered), and the run ends as it does any time after."""
-    # (start-up: a run in memory starts no process) The process the workers' spawn starts
-    # first, started here: it ignores SIGINT and SIGTERM itself, not a closed terminal; and it
-    # unblocks SIGINT and SIGTERM in the thread that starts it as it returns.
-    from multiprocessing import resource_tracker
+    # The process the workers' spawn starts first, started here: it ignores SIGINT and SIGTERM
+    # itself, not a closed terminal; and it unblocks SIGINT and SIGTERM in the thread that
+    # starts it as it returns.
+    from multiprocessing import resource_tracker  # (start-up: a run in memory starts no process)
 
     with signals_held():
         if not hasattr(signal, "pthread_sigmask"):  # (Windows: no masks, nor process groups)
