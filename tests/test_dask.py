@@ -398,28 +398,68 @@ def numpy_buffers_held() -> int:
     return min(counts)
 
 
-def buffers_at_stages(client, monkeypatch, corpus: Path, work: Path, out: Path) -> tuple:
-    """A run on ``client`` writing to ``out``, and the numpy buffers the client held as each
-    stage started and as the output was written ("written": as the run's write returns, before
-    the suite's own checks read the kept rows): (result, {stage: bytes})."""
+# Every pool set as Arrow's default while a run's client is measured (client_memory_at_stages):
+# kept, since a buffer allocated from a pool frees itself through it, whenever that is.
+MEASURING_POOLS: list = []
+
+
+def client_memory_at_stages(client, monkeypatch, corpus: Path, work: Path, out: Path) -> tuple:
+    """A run on ``client`` writing to ``out``, and what the client's memory held: (result,
+    held, peaks). held: {stage: bytes}, the numpy buffers it held as each stage started and as
+    the output was written ("written": as the run's write returns, before the suite's own
+    checks read the kept rows). peaks: {stage: (traced, arrow)}, the most bytes it took at
+    once from a stage's start to the next one's (the write's: until it returns), above what
+    it held as the stage began: of every allocation tracemalloc traces (Python objects, numpy
+    buffers), and of Arrow's default pool (a table read, ids cast). The signature pass's
+    covers the client's input rules too."""
     import tracemalloc
+
+    import pyarrow as pa
 
     from gpudedup import stages
     from gpudedup.results import result as result_module
 
-    seen: list[tuple[str, int]] = []
+    held: dict[str, int] = {}
+    peaks: dict[str, tuple[int, int]] = {}
+    arrow = pa.default_memory_pool()
+    measured = {"stage": None, "pool": arrow, "traced": 0}
+
+    def mark(name: str) -> None:
+        if measured["stage"] is not None:
+            peaks[measured["stage"]] = (tracemalloc.get_traced_memory()[1] - measured["traced"],
+                                        measured["pool"].max_memory())
+        held[name] = numpy_buffers_held()
+        if name == "written":  # (what follows is the suite's: conftest.py's checks of the output)
+            measured["stage"] = None
+            return
+        tracemalloc.reset_peak()
+        measured["traced"] = tracemalloc.get_traced_memory()[0]
+        measured["stage"], measured["pool"] = name, pa.proxy_memory_pool(arrow)  # (its peak: from now)
+        MEASURING_POOLS.append(measured["pool"])
+        pa.set_memory_pool(measured["pool"])
+
     write = result_module.write_outputs
-    monkeypatch.setattr(stages, "announce_stage", lambda name: seen.append((name, numpy_buffers_held())))
-    monkeypatch.setattr(result_module, "write_outputs",
-                        lambda *a, **k: (write(*a, **k), seen.append(("written", numpy_buffers_held())))[0])
+    monkeypatch.setattr(stages, "announce_stage", mark)
+    monkeypatch.setattr(result_module, "write_outputs", lambda *a, **k: (write(*a, **k), mark("written"))[0])
     tracemalloc.start(1)
     try:
         result = gpudedup.dedup(corpus, id_field="id", backend="cpu", client=client, work_dir=work, output=out)
     finally:
         tracemalloc.stop()
+        pa.set_memory_pool(arrow)
         monkeypatch.setattr(stages, "announce_stage", lambda name: None)
         monkeypatch.setattr(result_module, "write_outputs", write)
-    return result, dict(seen)
+    return result, held, peaks
+
+
+def assert_grows_less(small: dict, large: dict, added: int) -> None:
+    """Every stage's peaks (client_memory_at_stages) in the run over ``added`` more documents
+    grow by less than PEAK_PER_DOCUMENT's bytes per document added, for each kind of memory."""
+    assert list(small) == list(large)
+    for stage in small:
+        bounds = {**PEAK_PER_DOCUMENT, **PEAK_PER_DOCUMENT_AT.get(stage, {})}
+        for kind, before, after in zip(("traced", "arrow"), small[stage], large[stage]):
+            assert after - before < bounds[kind] * added, (stage, kind, before, after)
 
 
 def unique_corpus(root: Path, documents: int, files: int = 8) -> Path:
@@ -443,6 +483,18 @@ def corpus_files(root: Path, texts: list[str], files: int) -> Path:
     return root
 
 
+# The most a Dask run's client may take at once in a stage, above what it held as the stage
+# began, per document added (client_memory_at_stages' peaks; assert_grows_less). Measured, the
+# runs of 3,000 and 9,000 documents (2,000 and 6,000 in clusters) differ by up to 165 KB either
+# way in tracemalloc's (what garbage waits for a collection), 41 bytes per document added; in
+# Arrow's not at all before the write, and by 8 bytes per document in the write's (report.html
+# reads the ids of the pairs it shows from their shards' ids, a shard's worth each). A
+# signature row is 384 bytes (16 bands of 6 rows), a pair 16 or more, and every id of these
+# corpora 12 to 16 as Arrow holds them.
+PEAK_PER_DOCUMENT = {"traced": 100, "arrow": 1}
+PEAK_PER_DOCUMENT_AT = {"write": {"arrow": 16}}
+
+
 @pytest.mark.timeout(240)  # three runs, two under tracemalloc
 def test_the_client_holds_nothing_per_document_between_stages(client, tmp_path, monkeypatch):
     """The client of a Dask run holds no array over the documents: not the input rules' rows,
@@ -451,22 +503,28 @@ def test_the_client_holds_nothing_per_document_between_stages(client, tmp_path, 
     starts, and after the result is written, in runs over 3,000 and 9,000 documents in the
     same 8 files with the same pairs (after a first run, unmeasured). They grow by less than 1
     byte per document added (a bool mask alone is 1 byte per document; the buffers held are
-    the same permutations, per-shard offsets and pairs in both runs)."""
+    the same permutations, per-shard offsets and pairs in both runs). Nor does it read them
+    for a while within a stage: not the signature rows (the signature filter and the copies'
+    grouping read them in tasks), nor every id (checked for repeats by tasks, which name the
+    pairs and clusters too): the most it holds at once in each stage grows by less than
+    PEAK_PER_DOCUMENT's bytes per document added (in Arrow's pool, by nothing before the
+    write)."""
     small_corpus = unique_corpus(tmp_path / "in3000", 3000)
     # A first run fills what a process makes once (caches, plotting's colour maps), unmeasured.
     gpudedup.dedup(small_corpus, id_field="id", backend="cpu", client=client, work_dir=tmp_path / "first",
                    output=tmp_path / "first_out")
-    runs = {}
+    runs, peaks = {}, {}
     for documents in (3000, 9000):
         corpus = small_corpus if documents == 3000 else unique_corpus(tmp_path / f"in{documents}", documents)
-        result, runs[documents] = buffers_at_stages(client, monkeypatch, corpus, tmp_path / f"work{documents}",
-                                                    tmp_path / f"out{documents}")
+        result, runs[documents], peaks[documents] = client_memory_at_stages(
+            client, monkeypatch, corpus, tmp_path / f"work{documents}", tmp_path / f"out{documents}")
         results = result.report["results"]
         assert (results["verified_pairs"], results["identical_copies"], results["removed_documents"]) == (11, 1, 11)
     small, large = runs[3000], runs[9000]
     assert list(small) == list(large) and {"candidates", "cluster", "write", "written"} <= set(small)
     for stage in small:
         assert large[stage] - small[stage] < 6000, (stage, small[stage], large[stage])
+    assert_grows_less(peaks[3000], peaks[9000], 6000)
 
 
 def clustered_corpus(root: Path, documents: int, files: int = 8, identical: bool = False) -> Path:
@@ -486,29 +544,28 @@ def clustered_corpus(root: Path, documents: int, files: int = 8, identical: bool
 def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monkeypatch, identical):
     """The clusters of a Dask run are decided and kept by its tasks (pipeline/clusterparts.py):
     the client holds counts per part, not the documents in clusters, their numbers, ids or
-    which are kept; the tasks that write the kept rows read which rows are removed from the
-    parts (keptrows.DroppedRows), and the pairs and clusters tables are named and written by tasks.
-    Nor, where the pairs are identical copies, the copies (pipeline/copyparts.py: grouped,
-    checked and kept as parts by tasks; their places reach the candidates' shard tasks by
-    tasks). Counted with tracemalloc as each stage starts and after the output is written, in
-    runs of 2,000 and 6,000 documents that are all in clusters (after a first run, unmeasured):
-    less than a byte more per clustered document added (held in the client, the clusters
-    would be 17 bytes per clustered document, the removed rows 8 per removed one, and the ids
-    and their ranks for the tables more; the copies 32 bytes per copy from the candidates stage
-    on). The outputs are the single process's."""
-    from gpudedup.pipeline import keptrows
-
-    found_by_tasks: list[int] = []
-    find = keptrows.DroppedRows.of
-    monkeypatch.setattr(keptrows.DroppedRows, "of",
-                        lambda self, index: found_by_tasks.append(index) or find(self, index))
-    gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200, identical=identical), id_field="id", backend="cpu",
-                   client=client, work_dir=tmp_path / "first", output=tmp_path / "first_out")
-    runs = {}
+    which are kept; the tasks that write the kept rows (a task per file, in the task stream)
+    read which rows are removed from the parts, and the pairs and clusters tables are named
+    and written by tasks. Nor, where the pairs are identical copies, the copies
+    (pipeline/copyparts.py: grouped, checked and kept as parts by tasks; their places reach the
+    candidates' shard tasks by tasks). Counted with tracemalloc as each stage starts and after
+    the output is written, in runs of 2,000 and 6,000 documents that are all in clusters (after
+    a first run, unmeasured): less than a byte more per clustered document added (held in the
+    client, the clusters would be 17 bytes per clustered document, the removed rows 8 per
+    removed one, and the ids and their ranks for the tables more; the copies 32 bytes per copy
+    from the candidates stage on). Every document is in a candidate pair: the signature rows
+    of the pairs, which the signature filter reads, stay with the tasks too, and so do the
+    parts of pairs (the most the client holds at once in a stage grows by less than
+    PEAK_PER_DOCUMENT's bytes per document added). The outputs are the single process's."""
+    with distributed.get_task_stream(client) as stream:
+        gpudedup.dedup(clustered_corpus(tmp_path / "in200", 200, identical=identical), id_field="id",
+                       backend="cpu", client=client, work_dir=tmp_path / "first", output=tmp_path / "first_out")
+    assert written_by_workers(stream) == 8
+    runs, peaks = {}, {}
     for documents in (2000, 6000):
         corpus = clustered_corpus(tmp_path / f"in{documents}", documents, identical=identical)
-        result, runs[documents] = buffers_at_stages(client, monkeypatch, corpus, tmp_path / f"work{documents}",
-                                                    tmp_path / f"out{documents}")
+        result, runs[documents], peaks[documents] = client_memory_at_stages(
+            client, monkeypatch, corpus, tmp_path / f"work{documents}", tmp_path / f"out{documents}")
         results = result.report["results"]
         assert (results["clusters"], results["documents_in_clusters"], results["removed_documents"],
                 results["identical_copies"]) == (documents // 2, documents, documents // 2,
@@ -517,7 +574,7 @@ def test_the_client_holds_nothing_per_clustered_document(client, tmp_path, monke
     assert list(small) == list(large) and {"cluster", "write", "written"} <= set(small)
     for stage in small:
         assert large[stage] - small[stage] < 4000, (stage, small[stage], large[stage])
-    assert found_by_tasks == []  # (patched in this process: the tasks ran on the workers)
+    assert_grows_less(peaks[2000], peaks[6000], 4000)
     single = gpudedup.dedup(tmp_path / "in6000", id_field="id", backend="cpu", output=tmp_path / "single")
     assert_same_files(tmp_path / "single", tmp_path / "out6000", "parquet")
     assert_same_results(single, result)
