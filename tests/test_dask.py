@@ -114,13 +114,10 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
     gpudedup.pairs-per-part) in rounds over several. The clusters, the pairs table and
     report.html's count of the pairs inside its largest clusters take their shuffles at any
     size. report.html's clusters are one process's, the client never reading every member of
-    them (ClusterParts.members refused here)."""
-    from gpudedup.pipeline import clusterparts
-
+    them: in the task stream, the documents it lists are read by a task per part of the
+    clusters (part_shown), none of which hands it every member of a cluster (part_members)."""
     monkeypatch.setenv("GPUDEDUP_PART_ROWS", "5")
     gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
-    monkeypatch.setattr(clusterparts.ClusterParts, "members",
-                        lambda *a: pytest.fail("the client read every member of the largest clusters"))
     with distributed.get_task_stream(client) as stream, pairs_a_part(pairs_per_part):
         gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
                        output=tmp_path / "spread")
@@ -133,6 +130,7 @@ def test_a_cluster_writes_the_single_process_parts_of_pairs_and_clusters(client,
     # The clusters by size, counted where the clusters are decided: by each range's task.
     for task in ("decide_clusters", "named_end", "pairs_inside_part", "part_shown", "sizes_of_clusters"):
         assert task in keys, task
+    assert "part_members" not in keys, "a task handed the client every member of some clusters"
     assert ("large_star" in keys) == (pairs_per_part is not None)  # (one part's stars are the components)
     assert 'id="sampled"' in clusters_section(tmp_path / "spread")
     figure = [(tmp_path / side / "cluster_sizes.svg").read_text(encoding="utf-8") for side in ("single", "spread")]
@@ -157,29 +155,16 @@ def clusters_section(out: Path) -> str:
     return page[page.index('<section id="clusters">'):page.index('<section id="stages">')]
 
 
-def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path,
-                                                                            monkeypatch):
+def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(client, corpus, tmp_path):
     """On a cluster the client neither filters candidate pairs by their signatures, nor groups
     documents by their row hashes, nor finds the connected components and the clusters: tasks
     do these, reading signatures and hashes from the work directory, the components in parts
     of a few pairs (so that the rounds of pipeline/components.py run), the clusters by
-    pipeline/clusterparts.py. Counted in the client: its in-process filter, grouping and
-    clusters are made to fail, and its signature gatherer hands out no row; the results
-    (identical copies among them) are the single process's."""
-    from gpudedup.pipeline import disk
-    from gpudedup.pipeline.local import HeldStages
-
+    pipeline/clusterparts.py: each step's tasks are in the task stream, and the results
+    (identical copies among them) are the single process's. That the client gathers no
+    signature row meanwhile is counted in its memory (the tests of what the client holds,
+    below: the peaks of its stages)."""
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
-
-    def refused(*args):
-        raise AssertionError("the client did a step that belongs to the workers")
-
-    gathered: list[int] = []
-    gather = disk.SpilledSignatures.__getitem__
-    for name in ("likely_pairs", "copies", "clusters"):
-        monkeypatch.setattr(HeldStages, name, refused)
-    monkeypatch.setattr(disk.SpilledSignatures, "__getitem__",
-                        lambda self, positions: gathered.append(len(positions)) or gather(self, positions))
     with distributed.get_task_stream(client) as stream, pairs_a_part(40):
         spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work")
     assert_same_results(single, spread)
@@ -188,42 +173,43 @@ def test_the_signature_filter_copy_grouping_and_components_run_on_the_workers(cl
     for task in ("likely_part", "spill_part_documents", "check_part", "group_part", "check_groups", "part_stars",
                  "large_star", "small_star", "decide_clusters", "write_cluster_part"):
         assert any(task in key for key in keys), (task, sorted({k.split("-")[0] for k in keys}))
-    assert sum(gathered) == 0
 
 
-def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, corpus, tmp_path, monkeypatch):
+def test_the_candidate_pairs_and_their_verification_stay_on_the_workers(client, corpus, tmp_path):
     """The candidate pairs stay on the workers: two shuffles find them, keep each once and
     filter them by their signatures, and each partition's pairs that pass are a part in the
     work directory (pipeline/pairparts.py); their documents' sets are spilled by a shuffle on the
-    shard, and a task per part verifies it into a part of verified pairs. Counted in the
-    client: it turns no place into a row, checks no pair, and reads no part but the verified
-    ones where a notebook asks for the pairs: the components, the pairs table and the report's
-    figure and clusters are made by tasks; the candidates' count (each pair once, though found
-    in several bands and partitions), the checked pairs' count, the outputs (report.html's
-    clusters included) and the results are the single process's."""
+    shard, and a task per part verifies it into a part of verified pairs. The client turns no
+    place into a row, checks no pair, and reads no part but the verified ones where a notebook
+    asks for the pairs: in the task stream, tasks find, check and name the pairs and make the
+    components, the pairs table and the report's figure and clusters from the parts; with the
+    likely pairs' parts gone after the run, the result still gives every pair. The candidates'
+    count (each pair once, though found in several bands and partitions), the checked pairs'
+    count, the outputs (report.html's clusters included) and the results are the single
+    process's."""
     from gpudedup.pipeline import pairparts
 
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, output=tmp_path / "single")
-    read: list[str] = []
-    read_parts = pairparts.read_parts
-    monkeypatch.setattr(pairparts, "read_parts",
-                        lambda work, parts: read.extend(kind for kind, _ in parts.kinds) or read_parts(work, parts))
-    spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
-                            output=tmp_path / "spread")
-    assert read == []
+    with distributed.get_task_stream(client) as stream:
+        spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, client=client, work_dir=tmp_path / "work",
+                                output=tmp_path / "spread")
+    keys = " ".join(str(task["key"]) for task in stream.data)
+    for task in ("likely_part", "spill_part_documents", "check_part", "part_labels", "on_pairs", "named_end",
+                 "write_pairs_part", "pairs_inside_part", "part_shown"):
+        assert task in keys, task
     assert_same_files(tmp_path / "single", tmp_path / "spread", "parquet")
     assert "verified pairs inside it" in clusters_section(tmp_path / "spread")
     assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
-    assert_same_results(single, spread)
     results, expected = spread.report["results"], single.report["results"]
     assert results["candidate_pairs"] == expected["candidate_pairs"]
     assert results["exactly_checked_pairs"] == expected["exactly_checked_pairs"]
-    assert np.array_equal(np.sort(spread.checked_jaccard), np.sort(single.checked_jaccard))
-    assert read == [pairparts.VERIFIED, pairparts.COPIES]
-    # The likely pairs' parts are a Parquet dataset, read here as a user would.
+    # The likely pairs' parts are a Parquet dataset, read here as a user would; then moved away.
     likely = tmp_path / "work" / "pairs" / pairparts.LIKELY
     assert len(list(likely.iterdir())) > 1 and pq.read_table(likely).num_rows == \
         results["exactly_checked_pairs"] - results["identical_copies"]  # (copies never were candidates)
+    likely.rename(tmp_path / "likely")
+    assert_same_results(single, spread)
+    assert np.array_equal(np.sort(spread.checked_jaccard), np.sort(single.checked_jaccard))
 
 
 @pytest.mark.timeout(90)  # two runs: about 11 s alone
@@ -600,27 +586,20 @@ def test_large_files_cut_into_pieces_on_a_cluster_give_the_single_process_output
     assert written_by_workers(stream) == 2  # one task per input file, over its pieces
 
 
-def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, tmp_path, monkeypatch):
+def test_skip_on_a_cluster_leaves_out_what_the_in_memory_run_leaves_out(client, tmp_path):
     """Under on_error="skip" a cluster leaves out the files and repeated ids the in-memory run
-    does. The ids are checked on the workers (a shuffle on their hashes): the client's own
-    check is made to fail, as is reading every id for the results (pairs and clusters take
-    the ids of their documents only)."""
-    from gpudedup.pipeline import disk
-    from gpudedup.io import rules
-
+    does. The ids are checked on the workers: in the task stream, a task per shard hashes its
+    ids and a shuffle on the hashes finds the rows that share one (that the client reads no
+    id but those rows' is counted in its memory: test_the_client_holds_nothing_per_document_between_stages)."""
     corpus = rules_corpus(tmp_path)
     memory = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip")
-
-    def refused(*args):
-        raise AssertionError("the client did a step that belongs to the workers")
-
-    monkeypatch.setattr(rules, "repeated_in_parts", refused)
-    monkeypatch.setattr(disk.ShardIds, "all", refused)
     with distributed.get_task_stream(client) as stream:
         spread = gpudedup.dedup(corpus, backend="cpu", id_field="id", on_error="skip", client=client,
                                 work_dir=tmp_path / "work")
-    assert any(str(task["key"]).startswith("id_hash_rows") for task in stream.data)
-    monkeypatch.undo()  # (assert_same_results compares ``ids``: every id, read now)
+    keys = [str(task["key"]) for task in stream.data]
+    shards = len(list((tmp_path / "work" / "shards").iterdir()))
+    assert sum(key.startswith("id_hash_rows") for key in keys) == shards - 1  # (but the file left out whole)
+    assert any("hash_sharing_rows" in key for key in keys)
     assert_same_results(memory, spread)
     memory.write(tmp_path / "memory")
     spread.write(tmp_path / "spread")
