@@ -25,8 +25,10 @@ import gpudedup
 from gpudedup.cli import app
 from gpudedup.errors import GpudedupError, InputError, OutputError, ParameterError
 from gpudedup.pipeline.workfolders import TEMPORARY_PREFIX
+from gpudedup.stages import STAGE_EVENTS_VARIABLE
 
-from stage_events import cli_process, finish, kill_then_resume, wait_for_stage, with_stage_events
+from stage_events import (cli_process, finish, kill_then_resume, stages_begun, wait_for_stage,
+                          with_stage_events)
 from test_api import write_jsonl
 from oracles import oracle_shingles
 from output_support import read_kept, result_bytes
@@ -216,45 +218,27 @@ def test_skip_with_broken_files_equals_the_in_memory_run(tmp_path):
         gpudedup.dedup(inp, backend="cpu", work_dir=tmp_path / "work-stop")
 
 
-def test_the_staged_run_never_holds_more_than_one_shard_or_all_sets(mixed, tmp_path, monkeypatch):
-    """Structural memory check: no corpus built during a staged run holds more rows than its
-    largest file, the in-memory readers and set builders are never used, and the exact checks
-    read the spilled sets a chunk at a time."""
-    import gpudedup.io.python_inputs
-    import gpudedup.pipeline.shardreader as shardreader
-    import gpudedup.pipeline.shards as shards
-    import gpudedup.pipeline.memory
-    import gpudedup.io.read
-    import gpudedup.core.verify
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a whole-corpus step ran in the staged run")
-
-    monkeypatch.setattr(gpudedup.io.python_inputs, "read_corpus", forbidden)
-    monkeypatch.setattr(gpudedup.io.read, "read_corpus", forbidden)
-    monkeypatch.setattr(gpudedup.core.verify, "document_sets", forbidden)
-    monkeypatch.setattr(gpudedup.pipeline.memory, "document_sets", forbidden)
-    built, chunks = [], []
-    original_build, original_sets = shardreader.build_corpus, shards.spilled_sets
-
-    def build(*args, **kwargs):
-        corpus = original_build(*args, **kwargs)
-        built.append(corpus.num_rows)
-        return corpus
-
-    def sets(work, name, shard_rows, rows):
-        chunks.append((name.rsplit("-", 1)[0], rows.shape[0]))  # "pairs-<digest of the rows>"
-        return original_sets(work, name, shard_rows, rows)
-
-    monkeypatch.setattr(shardreader, "build_corpus", build)
-    monkeypatch.setattr(shards, "spilled_sets", sets)
-    result = gpudedup.dedup(mixed, backend="cpu", work_dir=tmp_path / "work", batch_bytes=600)
+def test_the_staged_run_reads_a_shard_at_a_time_and_spills_only_the_sets_it_checks(mixed, tmp_path, monkeypatch):
+    """A staged run never holds the corpus, nor every document's shingle sets. As its stage
+    events say (GPUDEDUP_STAGE_EVENTS), it reads, signs and spills each shard (a file here)
+    before it reads the next, and never reads the input as one corpus; the exact checks take
+    the sets of the documents of the pairs they check from WORK/sets/, spilled there shard by
+    shard: a unit per shard that holds some of them, with their sets alone. (That the checks
+    read those a chunk at a time is too little memory to count beside a shard's read.)"""
+    events = tmp_path / "stages.txt"
+    monkeypatch.setenv(STAGE_EVENTS_VARIABLE, str(events))
+    work = tmp_path / "work"
+    result = gpudedup.dedup(mixed, backend="cpu", work_dir=work, batch_bytes=600)
     result.write(tmp_path / "out")
-    assert max(built) == 141  # the largest file, f.parquet
-    pair_docs = np.unique(np.concatenate([result.pairs["id_a"].to_numpy(zero_copy_only=False),
-                                          result.pairs["id_b"].to_numpy(zero_copy_only=False)]))
-    in_pairs = max(rows for name, rows in chunks if name == "pairs")
-    assert len([c for c in chunks if c[0] == "pairs"]) > 1 and in_pairs < pair_docs.shape[0]
+    shards = len(list((work / "shards").iterdir()))
+    assert shards == len(result.report["input"]["files"])  # (a file each)
+    assert stages_begun(events) == ["read", "signature_pass", "spill"] * shards + [
+        "copies", "candidates", "verify", "cluster", "write"]
+    likely = pq.read_table(work / "pairs" / "likely")  # (the pairs checked: a Parquet dataset)
+    checked = np.unique(np.concatenate([likely[side].to_numpy() for side in ("first", "second")]))
+    spilled = [np.load(unit / "rows.npy") for unit in sorted(work.glob("sets/pairs-*/*"))]
+    assert 1 < len(spilled) < shards
+    assert sum(rows.shape[0] for rows in spilled) == checked.shape[0] < result.report["input"]["documents"] / 4
 
 
 # --- what the in-memory run refuses or leaves out, the staged run must too ------------------------
