@@ -729,15 +729,10 @@ def units_under(url: str) -> dict[str, dict]:
             for name in markers}
 
 
-def counting_signs(monkeypatch) -> list[int]:
-    """The shards signed from now on (the in-process run calls disk.sign_shard once per shard)."""
-    from gpudedup.pipeline import disk
-
-    signed: list[int] = []
-    sign = disk.sign_shard
-    monkeypatch.setattr(disk, "sign_shard", lambda root, reader, index, *rest: signed.append(index) or
-                        sign(root, reader, index, *rest))
-    return signed
+def shard_tokens(url: str) -> dict[str, str]:
+    """The signed shards of the work directory ``url`` in the bucket: unit -> the token of its
+    marker, which a shard signed again is written with anew."""
+    return {unit: marker["token"] for unit, marker in units_under(url).items() if unit.startswith("shards/")}
 
 
 @pytest.mark.timeout(120)
@@ -750,7 +745,6 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
     monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
     work = f"s3://{BUCKET}/work-staged"
     local = gpudedup.dedup(Path("in"), backend="cpu", on_error="skip")
-    signed = counting_signs(monkeypatch)
     staged = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
     assert_same_as_local(staged, local, url)
     assert staged.report["work_dir"] == work
@@ -758,9 +752,9 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
     assert "manifest.json" in names and "plan.npy" in names
     units = units_under(work)
     plan = np.load(pa.BufferReader(storage.read_bytes(storage.Remote(f"{work}/plan.npy"))))
-    assert sorted(signed) == list(range(plan.shape[0])) and plan.shape[0] > 8
+    assert plan.shape[0] > 8
     stages = {"stages/copies", "stages/candidates", "stages/pairs"}
-    assert {f"shards/{index:05d}" for index in signed} | stages <= set(units)
+    assert {f"shards/{index:05d}" for index in range(plan.shape[0])} | stages <= set(units)
     assert any(unit.startswith("sets/") for unit in units)
     for unit, marker in units.items():  # every file of a unit, as big as its marker says
         sizes = {name[len(unit) + 1:]: storage.file_size(storage.Remote(f"{work}/{name}"))
@@ -770,9 +764,9 @@ def test_staged_run_keeps_its_stages_in_the_bucket(corpus, monkeypatch, tmp_path
     assert local_ids(pa.table({"id": staged.ids}), url)["id"].combine_chunks().equals(local.ids)
     assert local_ids(staged.all_pairs(), url).equals(local.all_pairs())
     assert not list((tmp_path / "cache").rglob("*.*")), "reading the ids after the run filled the cache again"
-    signed.clear()
+    signed = shard_tokens(work)
     resumed = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
-    assert signed == []
+    assert shard_tokens(work) == signed  # (no shard signed again)
     assert_same_as_local(resumed, local, url)
 
 
@@ -829,9 +823,11 @@ def test_units_without_their_marker_are_written_again(corpus, monkeypatch, tmp_p
     for unit in ("shards/00002", "stages/pairs"):
         filesystem.delete_file(f"{path}/{unit}/{MARKER}")
     put(f"{work}/shards/00002/stray.npy", b"half a file")
-    signed = counting_signs(monkeypatch)
+    signed = shard_tokens(work)
     again = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
-    assert signed == [2]
+    now = shard_tokens(work)
+    assert "shards/00002" not in signed and {unit: now[unit] for unit in signed} == signed and set(now) == \
+        set(signed) | {"shards/00002"}  # (that shard alone signed again)
     assert again.pairs.equals(first.pairs) and again.clusters.equals(first.clusters)
     np.testing.assert_array_equal(again.keep, first.keep)
     assert "shards/00002/stray.npy" not in objects_under(work)
@@ -931,12 +927,14 @@ def test_a_failed_upload_to_the_work_directory_stops_the_run_and_resumes(corpus,
                                                    r"the object\); the stages it finished are kept"):
         gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000)
     monkeypatch.setattr(storage, "upload", upload)
-    finished = {unit for unit in units_under(work) if unit.startswith("shards/")}
+    finished = shard_tokens(work)
     assert 0 < len(finished) < 20
-    signed = counting_signs(monkeypatch)
     resumed = gpudedup.dedup(url, backend="cpu", on_error="skip", work_dir=work, shard_bytes=3000, resume=True)
     plan = np.load(pa.BufferReader(storage.read_bytes(storage.Remote(f"{work}/plan.npy"))))
-    assert sorted(signed) == [index for index in range(plan.shape[0]) if f"shards/{index:05d}" not in finished]
+    now = shard_tokens(work)
+    # The shards without a marker signed, those with one not signed again.
+    assert set(now) == {f"shards/{index:05d}" for index in range(plan.shape[0])} and len(now) > len(finished)
+    assert {unit: now[unit] for unit in finished} == finished
     assert_same_as_local(resumed, local, url)
 
 
