@@ -185,40 +185,34 @@ def copies_corpus(groups: int, copies: int, seed: int = 5):
     return texts
 
 
-def test_every_store_hashes_equal_rows_alike(tmp_path, monkeypatch):
-    """The row hashes each store hands the copies stage of one process (in memory, and against
-    an index in memory, where indexed and new rows are hashed apart): equal signature rows
-    share a hash, and different rows of this sample do not. (A run with a work directory groups
-    its copies by Dask's shuffle on the row hashes: tests/test_dask.py.)"""
-    from cli_support import write_jsonl
-    from gpudedup.pipeline import local
-    from gpudedup.index import Index
+def test_the_row_hash_of_band_keys_groups_real_signatures_as_their_rows_do():
+    """The row hash every store hands the copies stage (copies.band_key_row_hash of the band
+    keys: in memory, in a work directory's shards, and against an index in memory, where the
+    indexed and the new rows are hashed apart), over the signatures of texts with copies, near
+    copies and empty texts at the run's banding, against the rows themselves: same_signature_rows
+    groups by it exactly as by the rows' own hash; equal rows share a hash, different rows of
+    this sample do not; and rows hashed in two parts hash as they do together. (A run with a
+    work directory groups its copies by Dask's shuffle on the row hashes: tests/test_dask.py.)"""
+    from gpudedup.core.lsh import band_keys
 
-    seen = []
-    real = local.same_signature_rows
-
-    def spy(signatures, row_hash=None):
-        seen.append((np.asarray(signatures[np.arange(signatures.shape[0])]), row_hash))
-        return real(signatures, row_hash)
-
-    monkeypatch.setattr(local, "same_signature_rows", spy)
     texts = copies_corpus(groups=3, copies=6) + [t or "" for t in copies_review_corpus(2)]
-    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
-    write_jsonl(paths[0], [{"text": t} for t in texts[::2]])
-    write_jsonl(paths[1], [{"text": t} for t in texts[1::2]])
-    options = dict(threshold=0.7, backend="cpu")
-    gpudedup.dedup(paths, **options)
-    index = Index.create(tmp_path / "index", threshold=0.7)
-    index.add(paths[0], backend="cpu")
-    index.dedup(paths[1], backend="cpu")
-    assert len(seen) == 3
-    for signatures, row_hash in seen:
-        assert row_hash is not None and row_hash.dtype == np.uint64 and row_hash.shape == (signatures.shape[0],)
-        hashes_of: dict = {}
-        for row, h in zip(map(tuple, signatures.tolist()), row_hash.tolist()):
-            hashes_of.setdefault(row, set()).add(h)
-        assert all(len(h) == 1 for h in hashes_of.values())
-        assert len(set().union(*hashes_of.values())) == len(hashes_of) < signatures.shape[0]
+    banding = DedupParams(threshold=0.7).banding()
+    signatures = signatures_of(texts, banding.bands * banding.rows)
+    keys = band_keys(signatures, banding)
+    row_hash = copies_module.band_key_row_hash(keys)
+    assert row_hash.dtype == np.uint64 and row_hash.shape == (len(texts),)
+    grouped = same_signature_rows(signatures, row_hash)
+    by_rows = same_signature_rows(signatures)
+    assert by_rows[0].shape[0] > 10 and all(np.array_equal(a, b) for a, b in zip(grouped, by_rows))
+    hashes_of: dict = {}
+    for row, h in zip(map(tuple, signatures.tolist()), row_hash.tolist()):
+        hashes_of.setdefault(row, set()).add(h)
+    assert all(len(h) == 1 for h in hashes_of.values())
+    assert len(set().union(*hashes_of.values())) == len(hashes_of) < signatures.shape[0]
+    for split in (1, 7, len(texts) // 2):  # (an index's indexed rows, then its new ones)
+        apart = np.concatenate([copies_module.band_key_row_hash(keys[:split]),
+                                copies_module.band_key_row_hash(keys[split:])])
+        assert np.array_equal(apart, row_hash)
 
 
 def test_copies_leave_lsh_and_everything_is_still_found():
