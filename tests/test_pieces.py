@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 import gpudedup
 from gpudedup.errors import InputError, ParameterError
 from gpudedup.io.pieces import Shard, count_newlines, jsonl_cuts, parquet_pieces, plan_shards
+from gpudedup.stages import STAGE_EVENTS_VARIABLE
 
 from cli_support import invoke
 from output_support import kept_files, kept_lines, read_clusters, read_kept, read_pairs, result_bytes
-from stage_events import kill_then_resume
+from stage_events import kill_then_resume, stages_begun
 
 SAMPLE = Path(__file__).resolve().parents[1] / "gpudedup" / "data" / "bible_sample.jsonl.gz"
 
@@ -202,32 +206,41 @@ def test_lines_of_a_later_piece_are_named_as_in_the_whole_file(tmp_path):
     assert [record["line"] for record in skipped_cut.skipped_records] == [458]
 
 
+class TimingOutOnceWriting(MemoryFileSystem):
+    """A store in memory (fsspec's, at URLs of this protocol): the user's storage, whose reads
+    time out once the run reading it has begun its write stage, as the file of stage events
+    (GPUDEDUP_STAGE_EVENTS) says: a network that fails after the signatures, as the kept rows
+    are read again."""
+
+    protocol = "timing-out-when-writing"
+    store: dict = {}  # (its own objects, not memory://'s)
+    pseudo_dirs = [""]
+
+    def _open(self, path, mode="rb", **kwargs):
+        events = os.environ.get(STAGE_EVENTS_VARIABLE)
+        if "r" in mode and events and "write" in stages_begun(Path(events)):
+            raise TimeoutError("timed out")
+        return super()._open(path, mode, **kwargs)
+
+
 @pytest.mark.parametrize("on_error", ["stop", "skip"])
 def test_a_piece_that_fails_when_its_kept_rows_are_read_again_is_one_line(tmp_path, monkeypatch, on_error):
     """A piece read again once signed (its kept rows, at the write) that fails to read (a
     network timeout, a file gone) is that failure, one InputError, under either on_error: not
     the signature pass's signal to read the file whole, which nothing after it catches (a
-    traceback), nor an empty piece whose kept rows go missing."""
-    import gpudedup.pipeline.shardreader as shardreader
-
+    traceback), nor an empty piece whose kept rows go missing. The file is on a store whose
+    reads time out from the run's write stage on (TimingOutOnceWriting)."""
+    fsspec.register_implementation(TimingOutOnceWriting.protocol, TimingOutOnceWriting, clobber=True)
     lines = [json.dumps({"id": f"d{i}", "text": f"text number {i} " * 8}) for i in range(600)]
-    path = tmp_path / "in" / "f.jsonl"
-    path.parent.mkdir()
-    path.write_text("\n".join(lines) + "\n")
-    read = shardreader.read_one_file
-    calls = []
-
-    def failing_later(path, source, *args, **kwargs):
-        if source.piece is not None and source.piece in calls:  # (signed: read again by the write)
-            raise InputError(f"{source.path}: cannot read (timed out)")
-        calls.append(source.piece)
-        return read(path, source, *args, **kwargs)
-
-    monkeypatch.setattr(shardreader, "read_one_file", failing_later)
-    result = invoke("dedup", path, "-o", tmp_path / "out", "--id-field", "id", "--work-dir", tmp_path / "work",
+    url = f"{TimingOutOnceWriting.protocol}://{tmp_path.name}-{on_error}/f.jsonl"
+    fsspec.filesystem(TimingOutOnceWriting.protocol).pipe_file(url, ("\n".join(lines) + "\n").encode())
+    monkeypatch.setenv(STAGE_EVENTS_VARIABLE, str(tmp_path / "stages.txt"))
+    result = invoke("dedup", url, "-o", tmp_path / "out", "--id-field", "id", "--work-dir", tmp_path / "work",
                     "--shard-bytes", "10KB", "--on-error", on_error, "--backend", "cpu", "-q")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "f.jsonl: cannot read (timed out)" in result.output and not (tmp_path / "out").exists()
+    assert "f.jsonl: cannot be read again (timed out)" in result.output and not (tmp_path / "out").exists()
+    shards = len(list((tmp_path / "work" / "shards").iterdir()))
+    assert shards > 3 and stages_begun(tmp_path / "stages.txt").count("spill") == shards  # (every piece signed)
 
 
 def test_a_resumed_run_reads_the_same_pieces_and_another_size_is_refused(inputs, cut):
