@@ -28,6 +28,8 @@ from gpudedup.io.read import build_corpus, default_ids, read_corpus, read_one_fi
 from gpudedup.io.rules import combined_ids
 from gpudedup.io.sizes import CELL_BYTES, JsonlColumns, file_read_bytes, read_bytes_estimate
 from gpudedup.io.source import SourceFile
+from gpudedup.stages import STAGE_EVENTS_VARIABLE
+from stage_events import stages_begun
 
 CLI = "import sys; from gpudedup.cli import main; sys.exit(main())"
 
@@ -208,20 +210,23 @@ def sparse_lines(path: Path, lines: int) -> Path:
 @pytest.mark.parametrize("staged", [False, True], ids=["in memory", "staged"])
 def test_sparse_fields_stop_before_reading_under_max_memory(in_tmp, monkeypatch, staged):
     """20,000 lines (1.5 MB) of a field each make a table of 20,000 x 20,002 cells, 3 GB: the
-    estimate counts them, so --max-memory 1G stops the run before anything is read."""
-    import gpudedup.pipeline.shardreader as shardreader
+    estimate counts them, so --max-memory 1G stops the run before anything is read. A staged
+    run begins no shard's read (its stage events, GPUDEDUP_STAGE_EVENTS) and spills none."""
     import gpudedup.io.read as reader
 
     def must_not_read(*args, **kwargs):
         raise AssertionError("a file was read")
 
-    monkeypatch.setattr(reader, "read_one_file", must_not_read)
-    monkeypatch.setattr(shardreader, "read_one_file", must_not_read)
+    if not staged:  # (in memory the estimate is taken within the read stage: the reader itself refuses)
+        monkeypatch.setattr(reader, "read_one_file", must_not_read)
+    monkeypatch.setenv(STAGE_EVENTS_VARIABLE, str(in_tmp / "stages.txt"))
     sparse_lines(in_tmp / "wide.jsonl", 20_000)
     result = invoke("dedup", "wide.jsonl", "-o", "out", "-q", "--backend", "cpu", "--id-field", "id",
                     "--max-memory", "1G", *(["--work-dir", "work"] if staged else []))
     line = assert_user_error(result, "--max-memory 1,024 MiB", "needs about", out=in_tmp / "out")
     assert "reading" in line
+    if staged:
+        assert stages_begun(in_tmp / "stages.txt") == [] and not list((in_tmp / "work").glob("shards/*"))
 
 
 def test_jsonl_columns_counts_the_null_cells_arrow_makes():
