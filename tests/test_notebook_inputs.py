@@ -325,6 +325,22 @@ def test_a_binary_text_column_reads_as_a_parquet_file_of_it_does(by_id, tmp_path
         gpudedup.dedup(bad, backend="cpu")
 
 
+def test_texts_as_bytes_in_an_array_or_a_series_read_as_the_list_does(by_position):
+    """Texts as UTF-8 bytes in an Arrow array (binary, large, view; chunked), a pandas Series of
+    bytes or a polars Binary Series give the list's results, the kept texts in the given type;
+    bytes that are not UTF-8 are refused naming the item."""
+    texts = [None if text is None else text.encode() for text in corpus_texts()]
+    kept = [None if text is None else text.encode() for text in by_position.deduplicated]
+    for data in (pa.array(texts), pa.array(texts, pa.large_binary()), pa.array(texts, pa.binary_view()),
+                 pa.chunked_array([pa.array(texts)]), pandas.Series(texts), polars.Series(texts)):
+        result = gpudedup.dedup(data, backend="cpu")
+        assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
+        given = result.deduplicated
+        assert (given.to_list() if hasattr(given, "to_list") else given.to_pylist()) == kept
+    with pytest.raises(InputError, match=re.escape("the Series's item 1 (from 0) is not valid UTF-8")):
+        gpudedup.dedup(pandas.Series([b"fine words", b"\xff not utf-8"]), backend="cpu")
+
+
 def test_texts_arrow_did_not_check_are_refused_naming_the_row():
     """An Arrow string column made from buffers (or bytes viewed as strings) is not checked by
     Arrow: one that is not UTF-8 is refused as a Parquet file's is, in a table, an array or a

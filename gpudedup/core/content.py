@@ -203,13 +203,20 @@ def invalid_utf8_rows(column) -> np.ndarray:
 
 def plain_strings(texts):
     """Texts (pa.Array or ChunkedArray) as a string or large_string array of the same kind: a
-    dictionary decoded, string_view cast to large_string (the bytes kept, not checked); any
-    other array as it is."""
+    dictionary decoded, string_view cast to large_string, bytes (binary, as some writers store
+    strings) viewed as strings (the bytes kept, not checked: invalid_utf8_rows); any other
+    array as it is."""
     if pa.types.is_dictionary(texts.type):
         if isinstance(texts, pa.ChunkedArray):
             texts = pa.chunked_array([chunk.dictionary_decode() for chunk in texts.chunks], texts.type.value_type)
         else:
             texts = texts.dictionary_decode()
-    if getattr(pa.types, "is_string_view", bool)(texts.type):  # (pyarrow 16 and later)
-        texts = texts.cast(pa.large_string())
+    kind = texts.type
+    if getattr(pa.types, "is_string_view", bool)(kind) or getattr(pa.types, "is_binary_view", bool)(kind):
+        texts = texts.cast(pa.large_binary() if pa.types.is_binary_view(kind) else pa.large_string())
+    if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
+        target = pa.string() if pa.types.is_binary(texts.type) else pa.large_string()
+        if isinstance(texts, pa.ChunkedArray):
+            return pa.chunked_array([chunk.view(target) for chunk in texts.chunks], target)
+        return texts.view(target)
     return texts

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.content import (bad_token_rows, invalid_utf8_rows, is_id_type, is_text_type, is_token_type, plain_ids,
-                             token_lists_to_arrow)
+                             plain_strings, token_lists_to_arrow)
 from ..core.normalize import strings_to_arrow
 from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
@@ -119,9 +119,9 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
     if isinstance(data, (pa.Array, pa.ChunkedArray)):  # (a table's column: texts, as a Series')
         refuse_id_field(id_field, "an Arrow array")
         corpus = series_corpus(data, text_field)
-        # A type Arrow's filter lacks (string_view) is filtered as the corpus holds it, then
-        # cast back: the kept texts come in the caller's type.
-        if getattr(pa.types, "is_string_view", bool)(data.type):
+        # A type Arrow's filter lacks (string_view, binary_view) is filtered as the corpus holds
+        # it, then cast back: the kept texts come in the caller's type.
+        if getattr(pa.types, "is_string_view", bool)(data.type) or getattr(pa.types, "is_binary_view", bool)(data.type):
             return corpus, lambda keep: as_given(corpus.texts.filter(pa.array(keep)).cast(data.type), data)
         return corpus, lambda keep: data.filter(pa.array(keep))
     if isinstance(data, (pa.Table, pa.RecordBatch)) or hasattr(data, "__arrow_c_stream__"):
@@ -355,6 +355,8 @@ def series_corpus(series, field: str) -> Corpus:
             content = strings_to_arrow(series.to_list())  # names the first item that is not a string
     if isinstance(content, pa.ChunkedArray):
         content = content.combine_chunks() if content.num_chunks else pa.array([], content.type)
+    if not is_token_type(content.type):  # (bytes are UTF-8 text, as a binary column's are)
+        content = plain_strings(content)
     if not (is_text_type(content.type) or is_token_type(content.type)):
         raise InputError(f"the {name[1:-1]} holds {getattr(series, 'dtype', content.type)} values; expected "
                          "strings (or lists of token ids), or None for a missing text")
