@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 from contextlib import ExitStack
@@ -33,7 +34,7 @@ from .pipeline.job import run_job
 from .pipeline.sourcecounts import check_group_field, with_source_counts
 from .pipeline.outcome import Outcome
 from .pipeline.protocols import Executor
-from .pipeline.removedrows import check_removed_columns
+from .pipeline.removedrows import check_removed_beside
 from .pipeline.memory import dedup_corpus
 from .pipeline.workdir import resume_without_work_dir, work_dir_lock
 from .results.result import DedupResult
@@ -185,7 +186,8 @@ def dedup(
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             return dask_dedup(data, params, chosen_backend, work_dir, resume, text_field, id_field, on_error,
                               progress_display(progress), client, scheduler, workers, finish=written,
-                              found=found, group_field=group_field)
+                              found=found, group_field=group_field,
+                              check_columns=removed_columns_check(output, write_removed, id_field))
     if resume:
         raise resume_without_work_dir()
     log = StageLog()
@@ -202,8 +204,8 @@ def dedup(
     budget.check("the run", 0, "the process (its libraries and the input read) fills the budget: raise "
                  "max_memory=, or deduplicate the input in parts")
     check_group_field(corpus.input_schemas(), group_field)
-    if output is not None and write_removed:  # (the write refuses the same; here, before the run)
-        check_removed_columns(corpus.table.schema, id_field)
+    if (check := removed_columns_check(output, write_removed, id_field)) is not None:
+        check(corpus.input_schemas())  # (the write refuses the same; here, before the run)
     outcome = dedup_corpus(corpus, params, chosen_backend, progress_display(progress), log)
     return written(corpus_result(corpus, outcome, restore, id_field, on_error, group_field=group_field))
 
@@ -283,13 +285,14 @@ LOCAL_WORKERS_PER_CORE = 4
 def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_field: str,
                id_field: Optional[str], on_error: str, progress: Progress, client, scheduler, workers,
                against=None, finish: Callable[[DedupResult, Executor], DedupResult] = lambda result, _: result,
-               found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
+               found: Optional[InputFiles] = None, group_field: Optional[str] = None,
+               check_columns: Optional[Callable] = None) -> DedupResult:
     """``dedup`` through a work directory with its heavy stages on Dask: a cluster's (client,
     scheduler, workers), or without one Dask's local scheduler (daskops.dask_client); against:
     a run against a persistent index (index.against.Against), or None; finish: what to do with
     the result while the cluster is still up (dedup's output), given the run's executor (the
-    result holds none); found: the inputs' scan, where the caller made it; group_field: as
-    staged_dedup takes it."""
+    result holds none); found: the inputs' scan, where the caller made it; group_field,
+    check_columns: as staged_dedup takes them."""
     # (start-up: a run in memory loads none of the Dask runner)
     from .pipeline.daskops import DaskExecutor
     from .pipeline.daskops import clear_worker_caches, dask_client, in_temporary_work_dir, worker_count
@@ -316,7 +319,7 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
             try:
                 result = staged_dedup(data, params, backend, temporary or location_of(work_dir),
                                       resume, text_field, id_field, on_error, progress,
-                                      executor, against, found, group_field)
+                                      executor, against, found, group_field, check_columns)
                 if temporary is not None:
                     # The result reads the input files again when it writes; of the spills it
                     # needs only the ids, the verified pairs and the clusters, read into memory
@@ -334,6 +337,15 @@ def dask_dedup(data, params: DedupParams, backend, work_dir, resume: bool, text_
             finally:
                 if work_dir is not None:  # the workers' copies of a work directory on object storage
                     clear_worker_caches(connected, location_of(work_dir))
+
+
+def removed_columns_check(output, write_removed: bool, id_field: Optional[str]) -> Optional[Callable]:
+    """Where the run writes removed/ (output= and write_removed=), the check of the inputs'
+    columns that the write would refuse (removedrows.check_removed_beside), for the run to
+    make as soon as it knows them rather than after its work; else None."""
+    if output is None or not write_removed:
+        return None
+    return functools.partial(check_removed_beside, id_field=id_field)
 
 
 def check_output_options(output, format: str, overwrite: bool, single_file: bool, write_removed: bool) -> None:
@@ -381,13 +393,14 @@ def files_only(data) -> ParameterError:
 
 def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume: bool, text_field: str,
                  id_field: Optional[str], on_error: str, progress: Progress, executor: Executor,
-                 against=None, found: Optional[InputFiles] = None, group_field: Optional[str] = None) -> DedupResult:
+                 against=None, found: Optional[InputFiles] = None, group_field: Optional[str] = None,
+                 check_columns: Optional[Callable] = None) -> DedupResult:
     """``dedup`` through a work directory (pipeline/disk.py), dask_dedup's; data: paths only;
     executor: who runs the store's tasks (pipeline.daskops.DaskExecutor); against: a run against a persistent index
     (index.against.Against: it wraps the store), or None; found: the scan of the paths, where the
     caller made it (else it is made here); group_field: the column the report counts by, beside
     the input files (pipeline/sourcecounts.py: a task per file, while the work directory is
-    there)."""
+    there); check_columns: what the inputs' columns must pass once read (job.run_job)."""
     from .pipeline.disk import WorkDirStore, fingerprint  # (start-up: loaded by a run with a work directory)
     from .pipeline.workdir import WorkDir
     from .pipeline.workfolders import clear_cache
@@ -410,7 +423,8 @@ def staged_dedup(data, params: DedupParams, backend, work_dir: Location, resume:
             work = WorkDir(work_dir, prints, resume)
             base = WorkDirStore(work, found, params, backend, text_field, id_field, on_error)
             store = base if against is None else against.wrap(base)
-            outcome = run_job(store, params, backend, executor, progress, group_field=group_field)
+            outcome = run_job(store, params, backend, executor, progress, group_field=group_field,
+                              check_columns=check_columns)
             table = base.table()
             # The ids stay in the shards until the results take them (a run against an index joins its own).
             ids = base.id_source if against is None else store.ids

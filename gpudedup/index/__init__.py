@@ -19,7 +19,7 @@ import dataclasses
 import os
 import uuid
 from contextlib import ExitStack
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from ..pipeline.sourcecounts import check_group_field
 from ..api import (TEXT_FIELD, TOKEN_FIELD, check_output_options, check_run_options, content_field, corpus_result,
-                   dask_dedup, given_paths, inputs_and_places, on_dask)
+                   dask_dedup, given_paths, inputs_and_places, on_dask, removed_columns_check)
 from ..backends import Backend, get_backend
 from ..core.content import is_token_type
 from ..core.hashing import Permutations, draw_permutations
@@ -225,7 +225,8 @@ class Index:
             try:
                 result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress,
                                           on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
-                                          scheduler, workers, (include, exclude), group_field)
+                                          scheduler, workers, (include, exclude), group_field,
+                                          removed_columns_check(output, write_removed, id_field))
                 if temporary:  # (gone with this call: reported as dedup reports a temporary one)
                     result.report = dataclasses.replace(result.report, work_dir=None)
                 # Everything that can refuse the commit, before anything is written.
@@ -260,10 +261,11 @@ class Index:
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
              backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
-             chosen_files: tuple = (None, None), group_field: Optional[str] = None) -> tuple[DedupResult, AgainstStore]:
+             chosen_files: tuple = (None, None), group_field: Optional[str] = None,
+             check_columns: Optional[Callable] = None) -> tuple[DedupResult, AgainstStore]:
         """The run against ``reader``'s state, in memory or on Dask (a work directory or a cluster), through
         the api's own entry points with the store wrapped (store.Against); chosen_files: the
-        include and exclude patterns."""
+        include and exclude patterns; check_columns: as api.staged_dedup takes it."""
 
         batch_bytes, max_memory, shard_bytes = speed
         params = self.params(reader.manifest,
@@ -275,7 +277,8 @@ class Index:
         found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)
         if on_dask(work_dir, client, scheduler, workers):
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
-                                scheduler, workers, against, found=found, group_field=group_field)
+                                scheduler, workers, against, found=found, group_field=group_field,
+                                check_columns=check_columns)
         else:
             if resume:
                 raise resume_without_work_dir()
@@ -285,6 +288,8 @@ class Index:
                                             budget=MemoryBudget(params.max_memory), found=found)
             documents_read(found, corpus.num_rows, [source.path for source in corpus.files], corpus.skipped_records)
             check_group_field(corpus.input_schemas(), group_field)
+            if check_columns is not None:
+                check_columns(corpus.input_schemas())
             # The sets made while signing serve the copies, verification and the commit.
             outcome = run_job(against.wrap(MemoryStore(corpus, params, chosen, kept_sets_bytes=None)), params,
                               chosen, progress=shown, log=log)

@@ -21,8 +21,10 @@ leave the pipeline (results/result.py). Reading (io/) and writing (results/, io/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
+
+import pyarrow as pa
 
 from ..backends import Backend
 from ..core.copies import Copies
@@ -46,12 +48,15 @@ if TYPE_CHECKING:
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
             progress: Optional[Progress] = None, log: Optional[StageLog] = None,
-            keep_candidates: bool = False, group_field: Optional[str] = None) -> Outcome:
+            keep_candidates: bool = False, group_field: Optional[str] = None,
+            check_columns: Optional[Callable[[list[tuple[str, pa.Schema]]], None]] = None) -> Outcome:
     """Deduplicate the documents of ``store``: the stage sequence of the module docstring.
 
     log may already hold stages (reading) to report with these; keep_candidates: return every
     candidate pair on the outcome (evaluate.py); group_field: the column the report counts by,
-    refused once the inputs are read where an input lacks it (sourcecounts.check_group_field).
+    refused once the inputs are read where an input lacks it (sourcecounts.check_group_field);
+    check_columns: what else the inputs' columns must pass, checked then too (the columns a
+    write asked for adds: removedrows.check_removed_beside).
     """
     executor = executor or LocalExecutor()
     stages = store.stages(executor)
@@ -64,6 +69,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     store.sign(spec, banding, permutations, executor, log, progress)
     # (a work directory's columns are known once its shards are read)
     check_group_field(store.input_schemas(), group_field)
+    if check_columns is not None:
+        check_columns(store.input_schemas())
     active = store.active
 
     # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).

@@ -226,6 +226,13 @@ def check_removed_columns(schema: pa.Schema, id_field: Optional[str]) -> None:
     refuse_other_ids_beside(schema, id_field)
 
 
+def check_removed_beside(schemas: list[tuple[str, pa.Schema]], id_field: Optional[str]) -> None:
+    """check_removed_columns of each input's columns (``schemas``: (path as shown, columns), as
+    Store.input_schemas gives them): a staged run's, once its signature stage has read them."""
+    for _, schema in schemas:
+        check_removed_columns(schema, id_field)
+
+
 def refuse_added_columns(schema: pa.Schema) -> None:
     """OutputError where the rows have a column that removed/ adds (ADDED_COLUMNS)."""
     clash = [name for name in ADDED_COLUMNS if name in schema.names]
