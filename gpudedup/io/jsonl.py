@@ -82,17 +82,8 @@ def holds_infinity(table: pa.Table) -> bool:
     """Whether a floating column, at any depth, holds an infinity: an Infinity literal, or an
     integer too large for a double, which Arrow reads as one and the line-by-line reading
     refuses (jsonl_lines._any_int)."""
-    stack = [chunk for column in table.columns for chunk in column.chunks]
-    while stack:
-        array = stack.pop()
-        if pa.types.is_floating(array.type):
-            if pc.any(pc.is_inf(array)).as_py():
-                return True
-        elif pa.types.is_struct(array.type):
-            stack.extend(array.field(i) for i in range(array.type.num_fields))
-        elif pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-            stack.append(array.flatten())
-    return False
+    return any(pa.types.is_floating(values.type) and pc.any(pc.is_inf(values)).as_py()
+               for column in table.columns for chunk in column.chunks for _, values in leaves(chunk))
 
 
 def type_depth(schema: pa.Schema) -> int:
