@@ -307,7 +307,9 @@ def test_a_killed_runs_staging_prefix_does_not_make_an_output_not_empty(corpus, 
     out = f"s3://{BUCKET}/out-after-a-kill"
     left = tmp_path / "left.jsonl"
     left.write_text('{"text": "from a killed run"}\n', encoding="utf-8")
-    prefix = remote_staging(storage.Remote(out), tmp_path / "gpudedup-output-killed")
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()
+    prefix = remote_staging(storage.Remote(out), tmp_path / f"gpudedup-output-{host_tag()}-{killed.pid}-k1lled_0")
     storage.upload(left, prefix.child("deduplicated/a.jsonl"))
     gpudedup.dedup(url + "/big", backend="cpu").write(out)
     assert "report.json" in objects_under(out)
@@ -377,15 +379,30 @@ def test_a_running_runs_staging_prefix_is_left_alone(corpus, monkeypatch):
     monkeypatch.chdir(root)
     host, dead = host_tag(), subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    prefixes = {"live": f".gpudedup-output-{host}-{os.getpid()}-aaaa",
-                "dead": f".gpudedup-output-{host}-{dead.pid}-bbbb",
-                "elsewhere": f".gpudedup-output-0badc0de-{os.getpid()}-cccc"}
+    prefixes = {"live": f".gpudedup-output-{host}-{os.getpid()}-aaaaaaaa",
+                "dead": f".gpudedup-output-{host}-{dead.pid}-bbbbbbbb",
+                "elsewhere": f".gpudedup-output-0badc0de-{os.getpid()}-cccccccc"}
     out = put_objects("prefixes", {f"{prefix}/deduplicated/a.jsonl": b"{}" for prefix in prefixes.values()})
     gpudedup.dedup(url + "/big", backend="cpu").write(out)
     left = {name.split("/")[0] for name in objects_under(out) if name.startswith(".gpudedup-output-")}
     assert left == {prefixes["live"], prefixes["elsewhere"]}
     for prefix in left:  # (this test's own leftovers)
         pafs.FileSystem.from_uri(out)[0].delete_dir(f"{BUCKET}/prefixes/{prefix}")
+
+
+def test_a_users_objects_named_like_a_staging_prefix_are_theirs(corpus, monkeypatch):
+    """Objects under an output URL whose names only start as a run's staging prefix does (no
+    host, process and random part) are the user's: they make the output not empty, and
+    --overwrite refuses them rather than delete them as a killed run's leftovers."""
+    root, url = corpus
+    monkeypatch.chdir(root)
+    names = [".gpudedup-output-notes/plan.txt", ".gpudedup-output-drafts.txt"]
+    out = put_objects("look-alikes", {name: b"precious" for name in names})
+    result = gpudedup.dedup(url + "/big", backend="cpu")
+    for overwrite in (False, True):
+        with pytest.raises(gpudedup.OutputError, match="not a gpudedup output"):
+            result.write(out, overwrite=overwrite)
+        assert objects_under(out) == sorted(names)
 
 
 class BrokenReads:

@@ -24,6 +24,10 @@ from .storage import Location, Remote
 # The local staging folders of outputs on object storage (then host, process and a random
 # part), and (with a "." before) the hidden prefixes under the outputs that tasks upload into.
 REMOTE_STAGING = "gpudedup-output-"
+# Such a prefix's name in full: host, process, then tempfile.mkdtemp's 8 random characters. A
+# user's object that merely starts like one is no run's: it is never skipped as staging, nor
+# removed as a killed run's.
+STAGING_PREFIX = re.compile(rf"\.{re.escape(REMOTE_STAGING)}(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-[a-z0-9_]{{8}}")
 # The folders beside OUT that results go to when OUT may not be replaced at the commit
 # ("<OUT name>.results-<pid>-<random>"), and what was at OUT where it could not be put back
 # (".kept-"): not hidden, and no clean-up matches them.
@@ -136,17 +140,16 @@ def tasks_folder(staging: Path, out: Location, name: str) -> Location:
 
 def in_staging_prefix(relative: str) -> bool:
     """Whether an object's path relative to an output URL lies in a run's staging prefix
-    (remote_staging's: "." and the name of a local staging folder), a killed run's included."""
-    return relative.startswith(f".{REMOTE_STAGING}")
+    (remote_staging's: "." and the name of a local staging folder, STAGING_PREFIX), a killed
+    run's included."""
+    folder, below, _ = relative.partition("/")
+    return bool(below) and STAGING_PREFIX.fullmatch(folder) is not None
 
 
 def stale_remote_staging(prefixes: Iterable[str]) -> list[str]:
-    """Of runs' staging prefixes under an output (their names), those that no run may still
-    write into: this machine's whose process is gone, and those of versions that named no
-    process. Another machine's are left alone: its run may be going on."""
-    pattern, host, stale = re.compile(rf"\.{re.escape(REMOTE_STAGING)}([0-9a-f]{{8}})-([0-9]+)-"), host_tag(), []
-    for name in sorted(prefixes):
-        match = pattern.match(name)
-        if match is None or (match[1] == host and not process_running(int(match[2]))):
-            stale.append(name)
-    return stale
+    """Of runs' staging prefixes under an output (their names, STAGING_PREFIX), those that no
+    run may still write into: this machine's whose process is gone. Another machine's are left
+    alone: its run may be going on."""
+    host = host_tag()
+    return [name for name in sorted(prefixes) if (match := STAGING_PREFIX.fullmatch(name)) is not None
+            and match["host"] == host and not process_running(int(match["pid"]))]
