@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpudedup
-from cli_support import invoke, write_jsonl
+from cli_support import assert_user_error, invoke, write_jsonl
 from oracles import jaccard, shingle_set
 from output_support import kept_files, output_section, table_path
 
@@ -240,26 +240,31 @@ def test_dedup_with_output_refuses_such_columns_before_the_run(tmp_path, monkeyp
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("how", ["staged", "index-add", "index-add-staged"])
+@pytest.mark.parametrize("how", ["staged", "index-add", "index-add-staged", "against", "against-staged",
+                                 "against-cli"])
 def test_a_run_over_files_refuses_such_columns_once_it_has_read_them(tmp_path, monkeypatch, how):
-    """A run over files with a work directory (or an index add) knows the columns once it has
-    read them (staged, in its signature stage): an ``id`` column that is not the run's ids, beside removed/,
-    is refused then, before the pairs are sought, not after the whole run; nothing is written
-    and nothing is added."""
+    """A run over files with a work directory (or against an index) knows the columns once it
+    has read them (staged, in its signature stage): an ``id`` column that is not the run's ids,
+    beside removed/, is refused then, before the pairs are sought, not after the whole run;
+    nothing is written and nothing is added."""
     from gpudedup import stages
 
     seen: list[str] = []
     monkeypatch.setattr(stages, "announce_stage", seen.append)
     write_jsonl(tmp_path / "in.jsonl", records_of(3))
-    staged = {"work_dir": tmp_path / "work"} if how != "index-add" else {}
+    staged = {"work_dir": tmp_path / "work"} if how.endswith("-staged") or how == "staged" else {}
     refusal = "column 'id', but the run's ids are not it"
-    with pytest.raises(gpudedup.errors.OutputError, match=re.escape(refusal)):
-        if how == "staged":
-            gpudedup.dedup(tmp_path / "in.jsonl", threshold=THRESHOLD, backend="cpu", output=tmp_path / "o",
-                           write_removed=True, **staged)
-        else:
-            index = gpudedup.Index.create(tmp_path / "idx", threshold=THRESHOLD)
-            index.add(tmp_path / "in.jsonl", backend="cpu", output=tmp_path / "o", write_removed=True, **staged)
+    if how != "staged":
+        index = gpudedup.Index.create(tmp_path / "idx", threshold=THRESHOLD)
+    if how == "against-cli":
+        assert_user_error(invoke("dedup", str(tmp_path / "in.jsonl"), "--against", str(tmp_path / "idx"), "-o",
+                                 str(tmp_path / "o"), "--write-removed", "--backend", "cpu"), refusal,
+                          out=tmp_path / "o")
+    else:
+        with pytest.raises(gpudedup.errors.OutputError, match=re.escape(refusal)):
+            run = {"staged": gpudedup.dedup}.get(how) or (index.add if how.startswith("index-add") else index.dedup)
+            extra = {"threshold": THRESHOLD} if how == "staged" else {}
+            run(tmp_path / "in.jsonl", backend="cpu", output=tmp_path / "o", write_removed=True, **staged, **extra)
     assert "read" in seen and "candidates" not in seen and "verify" not in seen
     assert not (tmp_path / "o").exists()
     assert how == "staged" or gpudedup.Index(tmp_path / "idx").info()["documents"] == 0

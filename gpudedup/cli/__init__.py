@@ -171,7 +171,6 @@ def dedup_command(
         if against is not None:
             # (start-up: `--help` and completion load no job)
             from ..api import check_run_options
-            from ..pipeline.workdir import work_dir_lock
             from ..index import Index
             from ..io.inputs import Selection, scan_inputs
             from ..io.layout import check_output_names
@@ -198,15 +197,13 @@ def dedup_command(
             given = {name: value for name, value in values.items()
                      if getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"}
             check_index_parameters(index.params(), given)
-            with work_dir_lock(work):  # the run's work directory, held while its results are written from it
-                result = index.dedup(files, text_field=text_field, id_field=id_field, token_field=token_field,
-                                     backend=backend.value, progress=not quiet, on_error=on_error.value,
-                                     batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
-                                     work_dir=work, resume=resume,
-                                     scheduler=scheduler, workers=workers, include=include, exclude=exclude,
-                                     group_field=group_field)
-                result.write(out, format=format.value, overwrite=overwrite, single_file=single_file,
-                             write_removed=write_removed)
+            result = index.dedup(files, text_field=text_field, id_field=id_field, token_field=token_field,
+                                 backend=backend.value, progress=not quiet, on_error=on_error.value,
+                                 batch_bytes=batch_bytes, max_memory=max_memory, shard_bytes=shard_bytes,
+                                 work_dir=work, resume=resume, scheduler=scheduler, workers=workers,
+                                 include=include, exclude=exclude, group_field=group_field, output=out,
+                                 format=format.value, overwrite=overwrite, single_file=single_file,
+                                 write_removed=write_removed)
             guard.written = out
             if not quiet:
                 print_summary(result.report, out)

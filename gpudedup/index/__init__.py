@@ -8,9 +8,9 @@
 
 Semantics (docs/index.md): adding new data is the batch job over (the indexed documents, then
 the new data) with keep "first", except that an indexed document is never removed. Files and
-the commit protocol: index/files.py; reading and the probe: index/reader.py; the pipeline's store
-over indexed and new documents: index/store.py in memory, index/staged.py through a work
-directory (index/against.py chooses).
+the commit protocol: index/files.py; reading and the probe: index/reader.py; a lookup
+(``query``): index/lookup.py; the pipeline's store over indexed and new documents:
+index/store.py in memory, index/staged.py through a work directory (index/against.py chooses).
 """
 
 from __future__ import annotations
@@ -29,21 +29,18 @@ from ..pipeline.sourcecounts import check_group_field
 from ..api import (TEXT_FIELD, TOKEN_FIELD, check_output_options, check_run_options, content_field, corpus_result,
                    dask_dedup, given_paths, inputs_and_places, on_dask, removed_columns_check)
 from ..backends import Backend, get_backend
-from ..core.content import is_token_type
 from ..core.hashing import Permutations, draw_permutations
 from ..core.normalize import unicode_form_version
 from ..core.ragged import offsets_from_counts
-from ..core.shingling import ShingleBatch, set_rows
-from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
 from ..display import index_html, index_text
 from ..pipeline.job import run_job
 from ..pipeline.memory import MemoryStore
 from ..pipeline.workdir import resume_without_work_dir, work_dir_lock
 from ..pipeline.workfolders import clear_cache
-from ..errors import GpudedupError, InputError, OutputError, ParameterError
+from ..errors import GpudedupError, OutputError, ParameterError
 from ..io import storage
 from ..io.inputs import Selection, documents_read
-from ..io.python_inputs import list_corpus, to_corpus
+from ..io.python_inputs import to_corpus
 from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
 from ..io.staging import temporary_work_dir
@@ -53,6 +50,7 @@ from ..results.result import DedupResult
 from ..stages import Progress, StageLog, progress_display
 from .files import (FORMAT, UNTAGGED, Manifest, changing, check_tag, collect_garbage, file_on, index_os_error,
                     interrupted_create, read_manifest, write_manifest, write_segment, write_tombstones, writer_lock)
+from .lookup import matches
 from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
 from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
 from .against import Against, AgainstStore
@@ -176,15 +174,24 @@ class Index:
               shard_bytes: int | str | None = None, work_dir: Given | None = None, resume: bool = False,
               client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
               include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
-              group_field: Optional[str] = None) -> DedupResult:
+              group_field: Optional[str] = None, output: Optional[Given] = None, format: str = "parquet",
+              overwrite: bool = False, single_file: bool = False, write_removed: bool = False) -> DedupResult:
         """Deduplicate ``data`` (what gpudedup.dedup takes) against the index, adding nothing:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
-        client, scheduler, workers, include, exclude, group_field: as gpudedup.dedup takes them."""
-        check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, workers)
-        result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress, on_error,
-                              (batch_bytes, max_memory, shard_bytes), work_dir, resume, client, scheduler, workers,
-                              (include, exclude), group_field)
+        client, scheduler, workers, include, exclude, group_field, and output with format,
+        overwrite, single_file and write_removed (the results written there): as gpudedup.dedup
+        takes them. The output and the work directory must not be, hold or lie inside the
+        index or an input (io.outputdir.check_run_places), checked before any work."""
+        self._check_places(data, (output, format, overwrite, single_file, write_removed),
+                           (max_memory, shard_bytes, work_dir, client, scheduler, workers))
+        with work_dir_lock(work_dir):  # (held while the results are written from it too)
+            result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress,
+                                  on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
+                                  scheduler, workers, (include, exclude), group_field,
+                                  removed_columns_check(output, write_removed, id_field))
+            if output is not None:
+                result._write(output, format, overwrite, single_file, write_removed, checked=True)
         return result
 
     def add(self, data, *, tag: Optional[str] = None, text_field: str = TEXT_FIELD, id_field: Optional[str] = None,
@@ -206,11 +213,8 @@ class Index:
         lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
 
         check_tag(tag)
-        check_output_options(output, format, overwrite, single_file, write_removed)
-        check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, workers)
-        if output is not None or work_dir is not None:
-            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
-                             index_files=self.reader().source_files())
+        self._check_places(data, (output, format, overwrite, single_file, write_removed),
+                           (max_memory, shard_bytes, work_dir, client, scheduler, workers))
         with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
             temporary = work_dir is None and workers is not None
             if temporary:
@@ -257,6 +261,19 @@ class Index:
                 if work_dir is not None:  # the commit read the work directory again: this machine's copies
                     clear_cache(storage.full_name(location_of(work_dir)))
         return result
+
+    def _check_places(self, data, writing: tuple, running: tuple) -> None:
+        """dedup's and add's checks before any work: the output options ``writing`` (output,
+        format, overwrite, single_file, write_removed), the run options ``running``
+        (api.check_run_options'), and the output and work directory apart from the index and
+        the inputs (check_run_places)."""
+        output, format, overwrite, single_file, write_removed = writing
+        check_output_options(output, format, overwrite, single_file, write_removed)
+        check_run_options(*running)
+        work_dir = running[2]
+        if output is not None or work_dir is not None:
+            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
+                             index_files=self.reader().source_files())
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
              backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
@@ -342,44 +359,11 @@ class Index:
     def query(self, documents, *, backend: str | Backend = "cpu") -> list[list[tuple[Any, float]]]:
         """For each query document (texts, or token-id lists for a token index), the indexed
         documents whose exact Jaccard with it reaches the threshold, as (id, jaccard), highest
-        Jaccard first. A lookup, not a run: shingles, signatures and band keys of the queries,
-        the probe, and the exact Jaccard against the stored sets; nothing is written. The
-        numpy backend by default: a handful of documents is not worth a device round trip."""
-
-        if isinstance(documents, (str, bytes)):
-            raise ParameterError("query takes a list of documents and gives a list of matches per document; got "
-                                 "one string: pass [text]")
-        queries = list(documents)
-        if not queries:
-            return []
+        Jaccard first (lookup.matches). A lookup, not a run: nothing is written. The numpy
+        backend by default: a handful of documents is not worth a device round trip."""
         reader = self.reader()
         params = self.params(reader.manifest)
-        spec, banding = params.shingle_spec(), params.banding()
-        permutations = self._permutations(params)
-        chosen = get_backend(backend)
-        corpus = list_corpus(queries, "query")
-        if corpus.num_rows and is_token_type(corpus.texts.type) != (params.shingle == "token"):
-            wanted = "lists of token ids" if params.shingle == "token" else "texts"
-            raise InputError(f"the index cuts {params.shingle} shingles: its queries are {wanted}, and these "
-                             f"are {'texts' if params.shingle == 'token' else 'token ids'}")
-        shingles = chosen.shingle_hashes(*corpus.units(), spec)
-        shingles = ShingleBatch(chosen.to_host(shingles.offsets), chosen.to_host(shingles.hashes))
-        keys = chosen.to_host(chosen.band_keys(chosen.signatures(shingles, permutations), banding))
-        nonempty = np.flatnonzero(shingles.counts() > 0)  # an empty query matches nothing
-        query, segment, row = reader.probe_pairs(keys[nonempty], params.bucket_window)
-        query = nonempty[query]
-        found: list[list[tuple[Any, float]]] = [[] for _ in queries]
-        if query.size == 0:
-            return found
-        codes, inverse = np.unique(reader.document_codes(segment, row), return_inverse=True)
-        matched_segment, matched_row = reader.documents_of(codes)
-        sets = stacked_sets([csr_parts(set_rows(shingles))] + reader.set_parts(matched_segment, matched_row))
-        jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse, params.threshold)
-        hit = jaccard >= params.threshold
-        ids = reader.gather(matched_segment, matched_row).ids.to_pylist()
-        for q, code, value in zip(query[hit], inverse[hit], jaccard[hit]):
-            found[int(q)].append((ids[int(code)], float(value)))
-        return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]
+        return matches(reader, params, self._permutations(params), documents, get_backend(backend))
 
     def reader(self) -> IndexReader:
         """A reader of the last committed state, kept while that state is the committed one (its
