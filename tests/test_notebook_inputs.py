@@ -301,16 +301,16 @@ def test_a_column_in_arrow_or_categorical_reads_as_a_list_does(by_position, by_i
 
 
 def test_a_binary_text_column_reads_as_a_parquet_file_of_it_does(by_id, tmp_path):
-    """Texts stored as bytes (a binary column, as some writers store strings) are read as UTF-8
-    text in a table as in a Parquet file, written back in their own type; one not UTF-8 is
-    refused naming its row."""
+    """Texts stored as bytes (a binary column, as some writers store strings; binary_view, as
+    polars' Binary exports) are read as UTF-8 text in a table as in a Parquet file, written back
+    in their own type; one not UTF-8 is refused naming its row."""
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist(corpus_records()).select(["id", "text"])
     as_bytes = table.set_column(1, "text", table["text"].cast(pa.binary()))
     pq.write_table(as_bytes, tmp_path / "bytes.parquet")
     for data in (as_bytes, as_bytes.set_column(1, "text", as_bytes["text"].dictionary_encode()),
-                 tmp_path / "bytes.parquet"):
+                 as_bytes.set_column(1, "text", as_bytes["text"].cast(pa.binary_view())), tmp_path / "bytes.parquet"):
         result = gpudedup.dedup(data, id_field="id", backend="cpu")
         assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
         result.write(tmp_path / "out", overwrite=True)
@@ -320,9 +320,10 @@ def test_a_binary_text_column_reads_as_a_parquet_file_of_it_does(by_id, tmp_path
         assert written.schema.field("text").type == given.field("text").type
         assert written["text"].to_pylist() == [None if text is None else text.encode()
                                                  for text in by_id.deduplicated["text"].to_pylist()]
-    bad = pa.table({"text": pa.array([b"fine words", b"more words", b"\xff not utf-8", b"last"], pa.binary())})
-    with pytest.raises(InputError, match=re.escape("column 'text' at row 2 (from 0) is not valid UTF-8")):
-        gpudedup.dedup(bad, backend="cpu")
+    for kind in (pa.binary(), pa.binary_view()):
+        bad = pa.table({"text": pa.array([b"fine words", b"more words", b"\xff not utf-8", b"last"], kind)})
+        with pytest.raises(InputError, match=re.escape("column 'text' at row 2 (from 0) is not valid UTF-8")):
+            gpudedup.dedup(bad, backend="cpu")
 
 
 def test_texts_as_bytes_in_an_array_or_a_series_read_as_the_list_does(by_position):

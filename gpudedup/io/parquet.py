@@ -97,8 +97,8 @@ def stored_schema(metadata: pq.FileMetaData, read: pa.Schema) -> pa.Schema:
 
 
 def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
-    """The table with a dictionary-of-strings text field decoded, and a binary text field
-    (strings some writers store without their UTF-8 annotation) viewed as strings (not yet
+    """The table with a dictionary-of-strings text field decoded, and a binary (or binary_view)
+    text field (strings some writers store without their UTF-8 annotation) viewed as strings (not yet
     validated: invalid_utf8_rows checks); the field a column or nested in one (io/fields.py)."""
     column = field_column(table, text_field)
     original = column
@@ -110,6 +110,9 @@ def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
             return table
         column = column.cast(value_type)
         data_type = value_type
+    if getattr(pa.types, "is_binary_view", bool)(data_type):  # (no view of it as strings: cast to bytes first)
+        column = column.cast(pa.large_binary())
+        data_type = column.type
     if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
         target = pa.string() if pa.types.is_binary(data_type) else pa.large_string()
         column = pa.chunked_array([chunk.view(target) for chunk in column.chunks], target)
