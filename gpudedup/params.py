@@ -129,7 +129,7 @@ class DedupParams:
                 # (which would drop the pairs at exactly the threshold).
                 object.__setattr__(self, field.name, _as_float(value))
         check = _check
-        check(_is_number(self.threshold) and 0 < self.threshold <= 1,
+        check(is_number(self.threshold) and 0 < self.threshold <= 1,
               "threshold", self.threshold, "a number in (0, 1]")
         check(self.shingle in ("word", "char", "token"), "shingle", self.shingle, "'word', 'char' or 'token'")
         check(_is_int(self.ngram) and self.ngram >= 1, "ngram", self.ngram, "an integer >= 1 (below 2**63)")
@@ -149,13 +149,13 @@ class DedupParams:
             if self.bands * self.rows > self.num_perm:
                 raise ParameterError(f"bands x rows = {self.bands * self.rows} (bands={self.bands}, "
                                      f"rows={self.rows}) must be at most num_perm={self.num_perm}")
-        check(_is_number(self.max_fn) and 0 < self.max_fn < 1, "max_fn", self.max_fn,
+        check(is_number(self.max_fn) and 0 < self.max_fn < 1, "max_fn", self.max_fn,
               "a probability in (0, 1)")
         _check_together(self, "low", "max_fp", "give both or neither")
         if self.low is not None:
-            check(_is_number(self.low) and 0 <= self.low < self.threshold, "low", self.low,
+            check(is_number(self.low) and 0 <= self.low < self.threshold, "low", self.low,
                   f"a similarity in [0, {self.threshold}), below the threshold")
-            check(_is_number(self.max_fp) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
+            check(is_number(self.max_fp) and 0 < self.max_fp < 1, "max_fp", self.max_fp,
                   "a probability in (0, 1)")
         check(_is_int(self.seed, 2**64) and 0 <= self.seed, "seed", self.seed,
               "an integer in [0, 2**64)")
@@ -218,9 +218,9 @@ def _as_float(value: numbers.Real) -> float:
         return float(value)
 
 
-def _is_number(value) -> bool:
-    """A real number, not a bool (True is not a threshold)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def is_number(value) -> bool:
+    """A real number (Python's or numpy's), not a bool (True is not a threshold)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check(ok: bool, name: str, value, allowed: str) -> None:

@@ -4,7 +4,6 @@ comma lists into settings, and the parsing of those lists."""
 
 from __future__ import annotations
 
-import numbers
 
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -13,7 +12,7 @@ import numpy as np
 
 from ..core.shingling import ShingleKind, ShingleSpec, UnicodeForm
 from ..errors import ParameterError
-from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, and_listed
+from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, and_listed, is_number
 
 
 @dataclass(frozen=True)
@@ -125,8 +124,7 @@ def expand_grid(
                              "out")
     targets = list(max_false_negative) if max_false_negative else [None]
     for target in targets:
-        if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
-                                   or not 0 < target < 1):
+        if target is not None and not (is_number(target) and 0 < target < 1):
             raise ParameterError(f"max_false_negative= must be in (0, 1); got {target!r}")
     targets = [None if target is None else DedupParams(max_fn=target).max_fn for target in targets]
     for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):

@@ -21,7 +21,6 @@ shingle spec and threshold): a recall against one truth says nothing against ano
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
@@ -31,6 +30,7 @@ from ..core.copies import implied_pairs
 from ..core.lsh import collision_probability
 from ..core.shingling import ShingleSpec
 from ..errors import ParameterError
+from ..params import is_number
 from .grid import Setting, spec_label, threshold_text
 from .truth import GroundTruth, found_in, pair_codes
 
@@ -69,7 +69,7 @@ MIN_BIN_WIDTH = 0.001
 
 def check_bin_width(width: float) -> None:
     """ParameterError unless ``width`` is a bin width from MIN_BIN_WIDTH to 1."""
-    if isinstance(width, bool) or not isinstance(width, numbers.Real) or not MIN_BIN_WIDTH <= width <= 1:
+    if not is_number(width) or not MIN_BIN_WIDTH <= width <= 1:
         raise ParameterError(f"bin_width= must be from {MIN_BIN_WIDTH} to 1; got {width!r}")
 
 
