@@ -369,8 +369,10 @@ def check_run_options(max_memory, shard_bytes, work_dir, client, scheduler, work
     if shard_bytes is not None and not on_dask(work_dir, client, scheduler, workers):
         raise ParameterError("shard_bytes= cuts the input files of a run with work_dir= or on Dask, and this run "
                              "reads each file whole in memory: give work_dir=, or leave it out")
-    if sum(x is not None for x in (client, scheduler, workers)) > 1:
-        raise ParameterError("give one of client=, scheduler= and workers=")
+    if client is not None and (scheduler, workers) != (None, None):
+        raise ParameterError("client= runs on that client's cluster: leave out scheduler= and workers=")
+    if scheduler is not None and workers is not None:  # (the command line has no client=)
+        raise ParameterError("give one of scheduler= and workers=")
     if max_memory is not None and (client, scheduler, workers) != (None, None, None):
         # (the budget is checked against this process's memory, which a cluster's tasks do not use)
         raise ParameterError("max_memory= bounds a run in this process, but on a Dask cluster the workers read and "

@@ -221,3 +221,14 @@ def test_unicode_and_punctuation_options_find_what_the_canonical_form_cannot(tmp
     assert (report["parameters"]["unicode"], report["parameters"]["strip_punctuation"],
             report["parameters"]["strip_symbols"]) == ("nfkc", True, False)
     assert result_bytes(tmp_path / "normalised") == result_bytes(tmp_path / "staged")
+
+
+def test_two_ways_to_a_cluster_are_refused_in_the_command_s_words(tmp_path):
+    """--scheduler with --workers: one line naming the two options, not the API's client=."""
+    (tmp_path / "in.jsonl").write_text('{"text": "a b c"}\n')
+    result = invoke("dedup", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out"), "--scheduler",
+                    "tcp://127.0.0.1:1", "--workers", "2", "--work-dir", str(tmp_path / "work"))
+    assert result.exit_code == 2
+    assert "give one of --scheduler and --workers" in result.output and "client=" not in result.output
+    with pytest.raises(gpudedup.errors.ParameterError, match="client= runs on that client's cluster"):
+        gpudedup.dedup(tmp_path / "in.jsonl", client=object(), workers=2, work_dir=tmp_path / "work")

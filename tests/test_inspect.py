@@ -247,6 +247,17 @@ def test_a_column_the_removed_rows_add_is_refused_when_the_input_has_it():
         result.removed_rows()
 
 
+def test_an_id_column_that_is_not_the_ids_is_named_as_such(tmp_path):
+    """A file's ``id`` column beside ids of the run's own (``path:line``, no id_field given):
+    the refusal says how to name the documents by it, not that the ids are row positions."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"id": n, "text": t}) + "\n" for n, t in enumerate(TEXTS)))
+    result = gpudedup.dedup(path, backend="cpu", threshold=THRESHOLD)
+    with pytest.raises(ParameterError, match="column 'id'") as refused:
+        result.removed_rows()
+    assert "pass id_field='id'" in str(refused.value) and "row positions" not in str(refused.value)
+
+
 def test_wrong_numbers_and_ids_are_named(result):
     count = result.report["results"]["clusters"]
     clustered = {i for mine in members_of(result).values() for i, _, _ in mine}

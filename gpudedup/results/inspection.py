@@ -395,7 +395,7 @@ def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> An
 def _refuse_clash(present: set, columns: dict) -> None:
     clash = [name for name in columns if name in present]
     if clash:
-        hint = (" (the run's ids are row positions: id_field=None; pass id_field to use the column as the ids)"
-                if clash[0] == "id" else "")
+        hint = (" (the run's ids are not that column, no id_field= given: pass id_field='id' to name the documents "
+                "by it)" if clash[0] == "id" else "")
         raise ParameterError(f"the input has a column {clash[0]!r}, which removed_rows() adds; rename it to see "
                              f"the removed rows{hint}")
