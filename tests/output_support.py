@@ -23,13 +23,14 @@ def output_section(out: Path) -> dict:
 
 
 def kept_files(out: Path) -> list[Path]:
-    """The kept rows' files, in input order. In the files layout they are report.json's
-    kept_files, checked to be exactly the files under deduplicated/."""
+    """The kept rows' files, in input order: report.json's kept_files, checked to be exactly
+    the files under deduplicated/ (in the files layout) or the one file (single)."""
     out = Path(out)
     output = output_section(out)
-    if output.get("layout") != "files":
-        return [out / f"deduplicated.{output['format']}"]
     listed = [out / name for name in output["kept_files"]]
+    if output.get("layout") != "files":
+        assert listed == [out / f"deduplicated.{output['format']}"], f"report.json lists {listed}"
+        return listed
     present = sorted(path for path in (out / "deduplicated").rglob("*") if path.is_file())
     assert sorted(listed) == present, f"report.json lists {listed}, deduplicated/ holds {present}"
     return listed

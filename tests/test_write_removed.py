@@ -151,6 +151,7 @@ def test_jsonl_and_single_file(corpus, tmp_path):
         gpudedup.dedup(corpus, id_field="id", threshold=THRESHOLD, backend="cpu", output=tmp_path / name,
                        single_file=True, work_dir=work, write_removed=True)
         assert output_section(tmp_path / name)["removed_files"] == ["removed.parquet"]
+        assert output_section(tmp_path / name)["kept_files"] == ["deduplicated.parquet"]
         assert not (tmp_path / name / "removed").exists()
         check_removed(tmp_path / name, records)
     for name in ("removed.parquet", "deduplicated.parquet"):

@@ -215,18 +215,15 @@ class Report(Mapping):
         return replace(self, index={"path": path, "generation": generation,
                                     "indexed_documents_checked": indexed_documents_checked, "added": added})
 
-    def with_write(self, write_stage: dict, directory: str, format: str,
-                   kept_files: Optional[list[str]] = None,
+    def with_write(self, write_stage: dict, directory: str, format: str, single: bool, kept_files: list[str],
                    removed_files: Optional[list[str]] = None) -> "Report":
         """This report once its results are written: the write stage's figures (seconds,
-        peak_rss_mb), the output directory and format, and the layout: "files" with the kept
-        rows' files (kept_files: paths under the directory, one per input file, in input
-        order), or "single" (kept_files None: one file; io/layout.py); removed_files: the
-        removed rows' files, where they were written (paths under the directory)."""
-        output: dict[str, Any] = {"directory": directory, "format": format,
-                                  "layout": "single" if kept_files is None else "files"}
-        if kept_files is not None:
-            output["kept_files"] = kept_files
+        peak_rss_mb), the output directory and format, the layout ("single": one file of kept
+        rows, else "files": one per input file; io/layout.py) and the kept rows' files
+        (kept_files: paths under the directory, in input order); removed_files: the removed
+        rows' files, where they were written (likewise)."""
+        output: dict[str, Any] = {"directory": directory, "format": format, "layout": "single" if single else "files",
+                                  "kept_files": kept_files}
         if removed_files is not None:
             output["removed_files"] = removed_files
         # total_seconds is the whole run's, writing included: the one time a run reports.

@@ -368,10 +368,11 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
         # finished report, so it comes after.
         figures = report_figures(result)
         # Time and memory of the write so far (the report itself is all that is left to write).
-        result.report = result.report.with_write(
-            log.snapshot("write"), str(out), format, None if names is None else [f"{KEPT_DIR}/{n}" for n in names],
-            None if not write_removed else [f"{REMOVED_DIR}/{n}" for n in names] if names is not None
-            else [f"{REMOVED_DIR}.{format}"])
+        def files_of(folder: str) -> list[str]:  # (of deduplicated/ or removed/)
+            return [f"{folder}/{name}" for name in names] if names is not None else [f"{folder}.{format}"]
+
+        result.report = result.report.with_write(log.snapshot("write"), str(out), format, names is None,
+                                                 files_of(KEPT_DIR), files_of(REMOVED_DIR) if write_removed else None)
         write_report(result, staging, figures)  # report.html and its figures (html_report.FIGURE_FILES)
         # report.json last: a directory with a report is a finished one (and locally the rename
         # makes the whole directory appear at once anyway; on object storage it goes up last).
