@@ -21,13 +21,15 @@ from typing import Iterable
 
 from .storage import Location, Remote
 
+# The part of a staging name that tells whose run it is: host_tag(), then the process.
+RUN_TAG = r"(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-"
 # The local staging folders of outputs on object storage (then host, process and a random
 # part), and (with a "." before) the hidden prefixes under the outputs that tasks upload into.
 REMOTE_STAGING = "gpudedup-output-"
 # Such a prefix's name in full: host, process, then tempfile.mkdtemp's 8 random characters. A
 # user's object that merely starts like one is no run's: it is never skipped as staging, nor
 # removed as a killed run's.
-STAGING_PREFIX = re.compile(rf"\.{re.escape(REMOTE_STAGING)}(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-[a-z0-9_]{{8}}")
+STAGING_PREFIX = re.compile(rf"\.{re.escape(REMOTE_STAGING)}{RUN_TAG}[a-z0-9_]{{8}}")
 # The folders beside OUT that results go to when OUT may not be replaced at the commit
 # ("<OUT name>.results-<pid>-<random>"), and what was at OUT where it could not be put back
 # (".kept-"): not hidden, and no clean-up matches them.
@@ -59,7 +61,7 @@ def new_staging_dir(parent: Path, name: str, kind: str, create: bool = True) -> 
 
 def staging_pattern(name: str) -> re.Pattern:
     """The names ``new_staging_dir`` gives for outputs called ``name``: kind, host, pid."""
-    return re.compile(rf"\.{re.escape(name)}\.(?P<kind>tmp|old)-(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-[0-9a-f]+")
+    return re.compile(rf"\.{re.escape(name)}\.(?P<kind>tmp|old)-{RUN_TAG}[0-9a-f]+")
 
 
 def process_running(pid: int) -> bool:
@@ -95,7 +97,7 @@ def temporary_work_dir() -> tempfile.TemporaryDirectory:
     that one a killed run left (SIGKILL: no clean-up) is removed by the next run here, which
     first removes those (remove_stale)."""
     parent = Path(tempfile.gettempdir())
-    remove_stale(parent, re.compile(rf"{TEMPORARY_WORK}(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-[a-z0-9_]+"))
+    remove_stale(parent, re.compile(rf"{TEMPORARY_WORK}{RUN_TAG}[a-z0-9_]+"))
     return tempfile.TemporaryDirectory(prefix=f"{TEMPORARY_WORK}{host_tag()}-{os.getpid()}-")
 
 
@@ -142,8 +144,8 @@ def in_staging_prefix(relative: str) -> bool:
     """Whether an object's path relative to an output URL lies in a run's staging prefix
     (remote_staging's: "." and the name of a local staging folder, STAGING_PREFIX), a killed
     run's included."""
-    folder, below, _ = relative.partition("/")
-    return bool(below) and STAGING_PREFIX.fullmatch(folder) is not None
+    # (the prefix's own folder marker, where a store lists one as an object, included)
+    return STAGING_PREFIX.fullmatch(relative.partition("/")[0]) is not None
 
 
 def stale_remote_staging(prefixes: Iterable[str]) -> list[str]:
