@@ -911,3 +911,22 @@ def test_report_says_whether_an_add_commits(tmp_path):
     assert not again.keep.any() and again.report["index"]["added"] is False
     assert index.info()["generation"] == 1
     assert index.dedup(copies, id_field="id").report["index"]["added"] is False
+
+
+@pytest.mark.parametrize("call", ["dedup", "add"])
+def test_two_inputs_with_one_output_name_are_refused_before_the_run(tmp_path, monkeypatch, call):
+    """Index.dedup(output=) and Index.add(output=) refuse inputs that would write one output file
+    (day.jsonl beside day.txt is written as deduplicated/day.jsonl.parquet, as a Parquet input
+    day.jsonl.parquet is) before any stage, as gpudedup.dedup(output=) does; nothing is written and nothing is added."""
+    from gpudedup import stages
+
+    seen: list[str] = []
+    monkeypatch.setattr(stages, "announce_stage", seen.append)
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "day.jsonl", [{"text": "one two three four five six"}])
+    (tmp_path / "in" / "day.txt").write_text("seven eight nine ten eleven twelve\n")
+    pq.write_table(pa.table({"text": ["thirteen fourteen fifteen"]}), tmp_path / "in" / "day.jsonl.parquet")
+    index = Index.create(tmp_path / "idx", threshold=0.8)
+    with pytest.raises(gpudedup.errors.ParameterError, match="day"):
+        getattr(index, call)(tmp_path / "in", backend="cpu", output=tmp_path / "out")
+    assert seen == [] and not (tmp_path / "out").exists() and index.info()["documents"] == 0

@@ -17,7 +17,7 @@ import pytest
 import gpudedup
 from cli_support import assert_user_error, invoke, write_jsonl
 from oracles import jaccard, shingle_set
-from output_support import kept_files, output_section, table_path
+from output_support import kept_files, output_section, result_bytes, table_path
 
 THRESHOLD = 0.6
 WORDS = [f"w{n}" for n in range(3000)]
@@ -285,6 +285,10 @@ def test_against_an_index_names_the_indexed_document(tmp_path, how):
     staged = {"work_dir": tmp_path / "work"} if how == "staged" else {}
     result = index.dedup(tmp_path / "new.jsonl", id_field="id", backend="cpu", **staged)
     result.write(tmp_path / "out", write_removed=True)
+    # Written by the call itself (output=), the same files.
+    index.dedup(tmp_path / "new.jsonl", id_field="id", backend="cpu", output=tmp_path / "direct", write_removed=True,
+                **({"work_dir": tmp_path / "work2"} if staged else {}))
+    assert result_bytes(tmp_path / "direct") == result_bytes(tmp_path / "out")
     rows = read_rows(tmp_path / "out" / "removed" / "new.parquet")
     clusters = {row["id"]: row for row in result.clusters.to_pylist()}
     pairs = {(p["id_a"], p["id_b"]): p["jaccard"] for p in result.pairs.to_pylist()}

@@ -169,26 +169,9 @@ def dedup_command(
     with user_errors(context, pandas_wanted(work_dir, scheduler, workers, backend.value)) as guard:
         files, out, work = command_paths(inputs, output, work_dir)
         if against is not None:
-            # (start-up: `--help` and completion load no job)
-            from ..api import check_run_options
-            from ..index import Index
-            from ..io.inputs import Selection, scan_inputs
-            from ..io.layout import check_output_names
-            from ..io.outputdir import check_run_places
+            from ..index import Index  # (start-up: `--help` and completion load no job)
 
-            check_run_options(max_memory, shard_bytes, work, None, scheduler, workers)
-            index_path = local_path(against, "an index")
-            # Where the run writes, before any work: apart from the inputs, what they resolve
-            # to, the index and the files it verifies from; two inputs with one output name
-            # refused. (Without --against, api.dedup checks the same with the scan it reads by.)
-            check_run_places(files, out, overwrite, work, index_path, scan=False)
-            index = Index(index_path)
-            found = scan_inputs(files, on_error.value, Selection.of(include, exclude))
-            check_run_places(files, out, overwrite, work, index_path, found=found,
-                             index_files=index.reader().source_files())
-            if not single_file:
-                check_output_names(found, format.value)
-
+            index = Index(local_path(against, "an index"))
             values = dict(threshold=threshold, shingle=shingle.value, ngram=ngram,
                           unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
                           strip_symbols=strip_symbols, num_perm=num_perm, max_fn=max_fn, low=low, max_fp=max_fp,

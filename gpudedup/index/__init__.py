@@ -39,7 +39,7 @@ from ..pipeline.workdir import resume_without_work_dir, work_dir_lock
 from ..pipeline.workfolders import clear_cache
 from ..errors import GpudedupError, OutputError, ParameterError
 from ..io import storage
-from ..io.inputs import Selection, documents_read
+from ..io.inputs import InputFiles, Selection, documents_read
 from ..io.python_inputs import to_corpus
 from ..io.storage import Given, local_folder, location_of
 from ..io.outputdir import check_run_places
@@ -180,15 +180,17 @@ class Index:
         the result's pairs and clusters name indexed documents by their ids; ``deduplicated``
         holds the new documents kept. batch_bytes, max_memory, shard_bytes, work_dir, resume,
         client, scheduler, workers, include, exclude, group_field, and output with format,
-        overwrite, single_file and write_removed (the results written there): as gpudedup.dedup
-        takes them. The output and the work directory must not be, hold or lie inside the
-        index or an input (io.outputdir.check_run_places), checked before any work."""
-        self._check_places(data, (output, format, overwrite, single_file, write_removed),
-                           (max_memory, shard_bytes, work_dir, client, scheduler, workers))
+        overwrite, single_file and write_removed: as gpudedup.dedup takes them, the results
+        written there by this process once the run is done (as ``add`` writes them). The output
+        and the work directory must not be, hold or lie inside the index or an input
+        (io.outputdir.check_run_places), checked before any work."""
+        found = self._check_places(data, (output, format, overwrite, single_file, write_removed),
+                                   (max_memory, shard_bytes, work_dir, client, scheduler, workers), on_error,
+                                   Selection.of(include, exclude))
         with work_dir_lock(work_dir):  # (held while the results are written from it too)
             result, _ = self._run(self.reader(), data, text_field, id_field, token_field, backend, progress,
                                   on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
-                                  scheduler, workers, (include, exclude), group_field,
+                                  scheduler, workers, found, group_field,
                                   removed_columns_check(output, write_removed, id_field))
             if output is not None:
                 result._write(output, format, overwrite, single_file, write_removed, checked=True)
@@ -213,8 +215,9 @@ class Index:
         lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
 
         check_tag(tag)
-        self._check_places(data, (output, format, overwrite, single_file, write_removed),
-                           (max_memory, shard_bytes, work_dir, client, scheduler, workers))
+        found = self._check_places(data, (output, format, overwrite, single_file, write_removed),
+                                   (max_memory, shard_bytes, work_dir, client, scheduler, workers), on_error,
+                                   Selection.of(include, exclude))
         with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
             temporary = work_dir is None and workers is not None
             if temporary:
@@ -229,7 +232,7 @@ class Index:
             try:
                 result, store = self._run(reader, data, text_field, id_field, token_field, backend, progress,
                                           on_error, (batch_bytes, max_memory, shard_bytes), work_dir, resume, client,
-                                          scheduler, workers, (include, exclude), group_field,
+                                          scheduler, workers, found, group_field,
                                           removed_columns_check(output, write_removed, id_field))
                 if temporary:  # (gone with this call: reported as dedup reports a temporary one)
                     result.report = dataclasses.replace(result.report, work_dir=None)
@@ -262,27 +265,34 @@ class Index:
                     clear_cache(storage.full_name(location_of(work_dir)))
         return result
 
-    def _check_places(self, data, writing: tuple, running: tuple) -> None:
+    def _check_places(self, data, writing: tuple, running: tuple, on_error: str,
+                      selection: Selection) -> Optional[InputFiles]:
         """dedup's and add's checks before any work: the output options ``writing`` (output,
         format, overwrite, single_file, write_removed), the run options ``running``
-        (api.check_run_options'), and the output and work directory apart from the index and
-        the inputs (check_run_places)."""
+        (api.check_run_options'), and where the run writes, as api.inputs_and_places checks it
+        (apart from the inputs, no two inputs with one output name), and apart from the index
+        and the files it verifies from too. Returns that scan of the inputs (None for data that
+        is not paths), which the run reads by."""
         output, format, overwrite, single_file, write_removed = writing
         check_output_options(output, format, overwrite, single_file, write_removed)
         check_run_options(*running)
-        work_dir = running[2]
-        if output is not None or work_dir is not None:
-            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path,
+        work_dir, writes = running[2], output is not None or running[2] is not None
+        if writes:  # (first what needs no scan, the index named where it is in the way)
+            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path, scan=False)
+        found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file, selection)
+        if writes:
+            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path, found=found,
                              index_files=self.reader().source_files())
+        return found
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
              backend, progress: Optional[bool], on_error: str, speed: tuple, work_dir=None, resume: bool = False,
              client=None, scheduler: Optional[str] = None, workers: Optional[int] = None,
-             chosen_files: tuple = (None, None), group_field: Optional[str] = None,
+             found: Optional[InputFiles] = None, group_field: Optional[str] = None,
              check_columns: Optional[Callable] = None) -> tuple[DedupResult, AgainstStore]:
         """The run against ``reader``'s state, in memory or on Dask (a work directory or a cluster), through
-        the api's own entry points with the store wrapped (store.Against); chosen_files: the
-        include and exclude patterns; check_columns: as api.staged_dedup takes it."""
+        the api's own entry points with the store wrapped (store.Against); found: the scan of
+        the inputs (_check_places); check_columns: as api.staged_dedup takes it."""
 
         batch_bytes, max_memory, shard_bytes = speed
         params = self.params(reader.manifest,
@@ -291,7 +301,6 @@ class Index:
         field = content_field(params, text_field, token_field, id_field)
         against = Against(reader, chosen, params.bucket_window)
         shown = progress_display(progress)
-        found = inputs_and_places(data, on_error, selection=Selection.of(*chosen_files))  # (paths: None otherwise)
         if on_dask(work_dir, client, scheduler, workers):
             result = dask_dedup(data, params, chosen, work_dir, resume, field, id_field, on_error, shown, client,
                                 scheduler, workers, against, found=found, group_field=group_field,
@@ -361,9 +370,12 @@ class Index:
         documents whose exact Jaccard with it reaches the threshold, as (id, jaccard), highest
         Jaccard first (lookup.matches). A lookup, not a run: nothing is written. The numpy
         backend by default: a handful of documents is not worth a device round trip."""
-        reader = self.reader()
-        params = self.params(reader.manifest)
-        return matches(reader, params, self._permutations(params), documents, get_backend(backend))
+        def state() -> tuple[IndexReader, DedupParams, Permutations]:
+            reader = self.reader()
+            params = self.params(reader.manifest)
+            return reader, params, self._permutations(params)
+
+        return matches(documents, backend, state)
 
     def reader(self) -> IndexReader:
         """A reader of the last committed state, kept while that state is the committed one (its

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..backends import Backend
+from ..backends import Backend, get_backend
 from ..core.content import is_token_type
 from ..core.hashing import Permutations
 from ..core.shingling import ShingleBatch, set_rows
@@ -17,19 +17,22 @@ from ..params import DedupParams
 from .reader import IndexReader
 
 
-def matches(reader: IndexReader, params: DedupParams, permutations: Permutations, documents,
-            backend: Backend) -> list[list[tuple[Any, float]]]:
-    """For each of ``documents`` (texts, or token-id lists for a token index), the documents of
-    ``reader``'s state whose exact Jaccard with it reaches params.threshold, as (id, jaccard),
-    highest Jaccard first: shingles, signatures (``permutations``, the index's) and band keys of
-    the queries on ``backend``, the probe of the index's buckets, and the exact Jaccard against
-    the stored sets."""
+def matches(documents, backend: str | Backend,
+            state: Callable[[], tuple[IndexReader, DedupParams, Permutations]]) -> list[list[tuple[Any, float]]]:
+    """For each of ``documents`` (texts, or token-id lists for a token index), the indexed
+    documents whose exact Jaccard with it reaches the index's threshold, as (id, jaccard),
+    highest Jaccard first: shingles, signatures and band keys of the queries on ``backend``, the
+    probe of the index's buckets, and the exact Jaccard against the stored sets. ``state``
+    gives the index's reader, parameters and permutations, asked for (as the backend is) once
+    the documents are known to be a list of some."""
     if isinstance(documents, (str, bytes)):
         raise ParameterError("query takes a list of documents and gives a list of matches per document; got "
                              "one string: pass [text]")
     queries = list(documents)
     if not queries:
         return []
+    reader, params, permutations = state()
+    backend = get_backend(backend)
     spec, banding = params.shingle_spec(), params.banding()
     corpus = list_corpus(queries, "query")
     if corpus.num_rows and is_token_type(corpus.texts.type) != (params.shingle == "token"):
