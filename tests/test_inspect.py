@@ -256,6 +256,11 @@ def test_an_id_column_that_is_not_the_ids_is_named_as_such(tmp_path):
     with pytest.raises(ParameterError, match="column 'id'") as refused:
         result.removed_rows()
     assert "pass id_field='id'" in str(refused.value) and "row positions" not in str(refused.value)
+    # Texts in a Series named "id": no id_field= would name documents by them.
+    series = gpudedup.dedup(pd.Series(TEXTS, name="id"), backend="cpu", threshold=THRESHOLD)
+    with pytest.raises(ParameterError, match="column 'id'") as refused:
+        series.removed_rows()
+    assert "id_field" not in str(refused.value)
 
 
 def test_wrong_numbers_and_ids_are_named(result):

@@ -4,7 +4,6 @@ comma lists into settings, and the parsing of those lists."""
 
 from __future__ import annotations
 
-
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 

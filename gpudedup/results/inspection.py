@@ -354,31 +354,33 @@ def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> An
     module = type(rows).__module__.split(".")[0]
     if isinstance(rows, list):
         items = [dict(item) if isinstance(item, dict) else {text_field: item} for item in rows]
-        _refuse_clash({name for item in items for name in item}, columns)
+        _refuse_clash({name for item in items for name in item}, columns, text_field)
         values = {name: column.to_pylist() for name, column in columns.items()}
         for n, item in enumerate(items):
             item.update((name, column[n]) for name, column in values.items())
         return items
     if module == "pandas":
-        frame = rows.to_frame(name=text_field if rows.name is None else rows.name) if rows.ndim == 1 else rows
-        _refuse_clash(set(frame.columns), columns)
+        texts = text_field if rows.ndim > 1 or rows.name is None else rows.name
+        frame = rows.to_frame(name=texts) if rows.ndim == 1 else rows
+        _refuse_clash(set(frame.columns), columns, texts)
         return frame.assign(**{name: column.to_numpy(zero_copy_only=False) if pa.types.is_floating(column.type)
                                else column.to_pylist() for name, column in columns.items()})
     if module == "polars":
         import polars
 
-        frame = rows.to_frame(rows.name or text_field) if isinstance(rows, polars.Series) else rows
-        _refuse_clash(set(frame.columns), columns)
+        texts = rows.name or text_field if isinstance(rows, polars.Series) else text_field
+        frame = rows.to_frame(texts) if isinstance(rows, polars.Series) else rows
+        _refuse_clash(set(frame.columns), columns, texts)
         return frame.with_columns([polars.Series(name, column) for name, column in columns.items()])
     if module == "datasets":
-        _refuse_clash(set(rows.column_names), columns)
+        _refuse_clash(set(rows.column_names), columns, text_field)
         for name, column in columns.items():
             rows = rows.add_column(name, column.to_pylist())
         return rows
     if module == "cudf":
         import cudf
 
-        _refuse_clash(set(rows.columns), columns)
+        _refuse_clash(set(rows.columns), columns, text_field)
         frame = rows.copy()
         for name, column in columns.items():
             frame[name] = cudf.Series.from_arrow(column).values
@@ -386,16 +388,18 @@ def with_columns(rows: Any, columns: dict[str, pa.Array], text_field: str) -> An
     if isinstance(rows, (pa.Array, pa.ChunkedArray)):  # texts, as a Series' (a table of them)
         rows = pa.table({text_field: rows})
     assert isinstance(rows, pa.Table), f"rows of type {type(rows).__name__}"
-    _refuse_clash(set(rows.column_names), columns)
+    _refuse_clash(set(rows.column_names), columns, text_field)
     for name, column in columns.items():
         rows = rows.append_column(name, column)
     return rows
 
 
-def _refuse_clash(present: set, columns: dict) -> None:
+def _refuse_clash(present: set, columns: dict, texts: str) -> None:
+    """ParameterError where the rows have a column (``present``) that ``columns`` would add;
+    texts: the column that holds the texts, which id_field= cannot name."""
     clash = [name for name in columns if name in present]
     if clash:
         hint = (" (the run's ids are not that column, no id_field= given: pass id_field='id' to name the documents "
-                "by it)" if clash[0] == "id" else "")
+                "by it)" if clash[0] == "id" != texts else "")
         raise ParameterError(f"the input has a column {clash[0]!r}, which removed_rows() adds; rename it to see "
                              f"the removed rows{hint}")
