@@ -38,7 +38,7 @@ def is_text_type(data_type: pa.DataType) -> bool:
     if pa.types.is_dictionary(data_type):
         return is_text_type(data_type.value_type)
     return (pa.types.is_string(data_type) or pa.types.is_large_string(data_type) or pa.types.is_null(data_type)
-            or getattr(pa.types, "is_string_view", bool)(data_type))
+            or pa.types.is_string_view(data_type))
 
 
 def is_id_type(data_type: pa.DataType) -> bool:
@@ -212,7 +212,7 @@ def plain_strings(texts):
         else:
             texts = texts.dictionary_decode()
     kind = texts.type
-    if getattr(pa.types, "is_string_view", bool)(kind) or getattr(pa.types, "is_binary_view", bool)(kind):
+    if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
         texts = texts.cast(pa.large_binary() if pa.types.is_binary_view(kind) else pa.large_string())
     if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
         target = pa.string() if pa.types.is_binary(texts.type) else pa.large_string()

@@ -110,7 +110,7 @@ def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
             return table
         column = column.cast(value_type)
         data_type = value_type
-    if getattr(pa.types, "is_binary_view", bool)(data_type):  # (no view of it as strings: cast to bytes first)
+    if pa.types.is_binary_view(data_type):  # (no view of it as strings: cast to bytes first)
         column = column.cast(pa.large_binary())
         data_type = column.type
     if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):

@@ -121,7 +121,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         corpus = series_corpus(data, text_field)
         # A type Arrow's filter lacks (string_view, binary_view) is filtered as the corpus holds
         # it, then cast back: the kept texts come in the caller's type.
-        if getattr(pa.types, "is_string_view", bool)(data.type) or getattr(pa.types, "is_binary_view", bool)(data.type):
+        if pa.types.is_string_view(data.type) or pa.types.is_binary_view(data.type):
             return corpus, lambda keep: as_given(corpus.texts.filter(pa.array(keep)).cast(data.type), data)
         return corpus, lambda keep: data.filter(pa.array(keep))
     if isinstance(data, (pa.Table, pa.RecordBatch)) or hasattr(data, "__arrow_c_stream__"):

@@ -207,7 +207,7 @@ def needs_json_values(schema: pa.Schema) -> bool:
     inside lists and structs, binary, maps, decimals (at any depth)."""
     def changed(data_type: pa.DataType) -> bool:
         if pa.types.is_floating(data_type) or pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type) \
-                or pa.types.is_fixed_size_binary(data_type) or getattr(pa.types, "is_binary_view", bool)(data_type) \
+                or pa.types.is_fixed_size_binary(data_type) or pa.types.is_binary_view(data_type) \
                 or pa.types.is_map(data_type) or pa.types.is_decimal(data_type):
             return True
         if pa.types.is_dictionary(data_type):
