@@ -201,19 +201,36 @@ def invalid_utf8_rows(column) -> np.ndarray:
     return np.asarray(bad, dtype=np.int64)
 
 
+def without_view(data_type: pa.DataType) -> pa.DataType:
+    """string_view as large_string, binary_view as large_binary (types Arrow's take, filter and
+    Parquet writer have kernels for); any other type as it is."""
+    if pa.types.is_string_view(data_type):
+        return pa.large_string()
+    return pa.large_binary() if pa.types.is_binary_view(data_type) else data_type
+
+
+def decoded_dictionary(array):
+    """A dictionary array (pa.DictionaryArray or ChunkedArray of them) as its values in row
+    order, of without_view(its value type): views are cast first, as Arrow takes none."""
+    value_type = without_view(array.type.value_type)
+
+    def decoded(chunk: pa.DictionaryArray) -> pa.Array:
+        return chunk.dictionary.cast(value_type).take(chunk.indices)
+
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([decoded(chunk) for chunk in array.chunks], value_type)
+    return decoded(array)
+
+
 def plain_strings(texts):
     """Texts (pa.Array or ChunkedArray) as a string or large_string array of the same kind: a
     dictionary decoded, string_view cast to large_string, bytes (binary, as some writers store
     strings) viewed as strings (the bytes kept, not checked: invalid_utf8_rows); any other
     array as it is."""
     if pa.types.is_dictionary(texts.type):
-        if isinstance(texts, pa.ChunkedArray):
-            texts = pa.chunked_array([chunk.dictionary_decode() for chunk in texts.chunks], texts.type.value_type)
-        else:
-            texts = texts.dictionary_decode()
-    kind = texts.type
-    if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
-        texts = texts.cast(pa.large_binary() if pa.types.is_binary_view(kind) else pa.large_string())
+        texts = decoded_dictionary(texts)
+    if without_view(texts.type) != texts.type:
+        texts = texts.cast(without_view(texts.type))
     if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
         target = pa.string() if pa.types.is_binary(texts.type) else pa.large_string()
         if isinstance(texts, pa.ChunkedArray):

@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.content import without_view
+
 
 def field_path(schema: pa.Schema, name: str) -> Optional[tuple[int, ...]]:
     """The indices that lead to the field ``name`` in ``schema``: (column,) for a top-level
@@ -93,8 +95,7 @@ def without_views(data_type: pa.DataType) -> pa.DataType:
     def plain(leaf: pa.DataType) -> pa.DataType:
         if pa.types.is_dictionary(leaf):
             return pa.dictionary(leaf.index_type, without_views(leaf.value_type), leaf.ordered)
-        return (pa.large_string() if pa.types.is_string_view(leaf) else pa.large_binary()
-                if pa.types.is_binary_view(leaf) else leaf)
+        return without_view(leaf)
 
     return with_leaf_types(data_type, plain)
 

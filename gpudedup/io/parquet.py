@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.content import bad_token_rows, invalid_utf8_rows, is_token_type
+from ..core.content import bad_token_rows, decoded_dictionary, invalid_utf8_rows, is_token_type, without_view
 from . import storage
 from .fields import field_column, has_field, repeated_names, with_field
 from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
@@ -104,11 +104,11 @@ def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
     original = column
     data_type = column.type
     if pa.types.is_dictionary(data_type):
-        value_type = data_type.value_type
+        value_type = without_view(data_type.value_type)
         if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
                 or pa.types.is_binary(value_type) or pa.types.is_large_binary(value_type)):
             return table
-        column = column.cast(value_type)
+        column = decoded_dictionary(column)
         data_type = value_type
     if pa.types.is_binary_view(data_type):  # (no view of it as strings: cast to bytes first)
         column = column.cast(pa.large_binary())
