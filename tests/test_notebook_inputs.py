@@ -349,6 +349,21 @@ def test_texts_as_bytes_in_an_array_or_a_series_read_as_the_list_does(by_positio
         gpudedup.dedup(pandas.Series([b"fine words", b"\xff not utf-8"]), backend="cpu")
 
 
+def test_a_dictionary_of_view_typed_texts_reads_as_its_values_do(by_position):
+    """Texts as a dictionary of string_view values (a table's column, an array, a chunked array,
+    one of no chunks) give the plain list's results, the kept texts in the given type."""
+    texts = corpus_texts()
+    dictionary = pa.DictionaryArray.from_arrays(pa.array(range(len(texts)), pa.int32()),
+                                                pa.array(texts, pa.string_view()))
+    for data in (pa.table({"text": dictionary}), dictionary, pa.chunked_array([dictionary])):
+        result = gpudedup.dedup(data, backend="cpu")
+        assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
+        kept = result.deduplicated["text"] if isinstance(data, pa.Table) else result.deduplicated
+        assert kept.type == dictionary.type and kept.to_pylist() == by_position.deduplicated
+    none = gpudedup.dedup(pa.chunked_array([], dictionary.type), backend="cpu")
+    assert none.deduplicated.type == dictionary.type and len(none.deduplicated) == 0
+
+
 def test_texts_arrow_did_not_check_are_refused_naming_the_row():
     """An Arrow string column made from buffers (or bytes viewed as strings) is not checked by
     Arrow: one that is not UTF-8 is refused as a Parquet file's is, in a table, an array or a

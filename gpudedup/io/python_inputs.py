@@ -353,10 +353,10 @@ def series_corpus(series, field: str) -> Corpus:
             content = series.to_arrow() if hasattr(series, "to_arrow") else pa.array(series, from_pandas=True)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             content = strings_to_arrow(series.to_list())  # names the first item that is not a string
+    if not is_token_type(content.type):  # (bytes are UTF-8 text, as a binary column's are)
+        content = plain_strings(content)  # (first: Arrow makes no empty array of a dictionary of views)
     if isinstance(content, pa.ChunkedArray):
         content = content.combine_chunks() if content.num_chunks else pa.array([], content.type)
-    if not is_token_type(content.type):  # (bytes are UTF-8 text, as a binary column's are)
-        content = plain_strings(content)
     if not (is_text_type(content.type) or is_token_type(content.type)):
         raise InputError(f"the {name[1:-1]} holds {getattr(series, 'dtype', content.type)} values; expected "
                          "strings (or lists of token ids), or None for a missing text")

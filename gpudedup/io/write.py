@@ -222,7 +222,7 @@ def batch_rows(batch: pa.RecordBatch) -> tuple[list[dict], bool]:
     the batch are distinct, else as pairs; and whether they are objects (or there are none)."""
     try:
         rows, objects = batch.to_pylist(maps_as_pydicts="strict"), True
-    except (pa.ArrowException, KeyError, ValueError, TypeError):  # (a key repeated; pyarrow < 20: pairs)
+    except (pa.ArrowException, KeyError, ValueError, TypeError):  # (a key repeated: pairs)
         rows, objects = batch.to_pylist(), False
     return [json_value(row) for row in rows], objects
 
