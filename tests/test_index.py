@@ -930,3 +930,13 @@ def test_two_inputs_with_one_output_name_are_refused_before_the_run(tmp_path, mo
     with pytest.raises(gpudedup.errors.ParameterError, match="day"):
         getattr(index, call)(tmp_path / "in", backend="cpu", output=tmp_path / "out")
     assert seen == [] and not (tmp_path / "out").exists() and index.info()["documents"] == 0
+
+
+def test_a_query_checks_its_documents_before_the_backend(tmp_path):
+    """Index.query: no queries is no matches, and one string is refused as such, whatever the
+    backend asked for (a GPU or a backend name that none has is not opened for nothing)."""
+    index = Index.create(tmp_path / "idx", threshold=0.8)
+    for backend in ("gpu", "no such backend"):
+        assert index.query([], backend=backend) == []
+        with pytest.raises(gpudedup.errors.ParameterError, match=r"one string: pass \[text\]"):
+            index.query("a text", backend=backend)

@@ -5,6 +5,8 @@ when the files it points into are gone or changed, or when documents do not come
 
 from __future__ import annotations
 
+import shutil
+
 import gzip
 import json
 import os
@@ -195,6 +197,14 @@ def test_an_output_or_work_directory_holding_a_source_file_is_refused(tmp_path, 
         index.add(parts[1], id_field="id", output=tmp_path / "out1", overwrite=True)
     with pytest.raises(gpudedup.OutputError, match="the work directory must not be or hold a file the index verifies"):
         index.add(parts[1], id_field="id", output=tmp_path / "out2", work_dir=tmp_path / "out1")
+    # A folder that is no gpudedup output, holding a source file: the source file is named.
+    (tmp_path / "mine").mkdir()
+    shutil.copy(kept, tmp_path / "mine" / "notes.jsonl")
+    index_of_mine = Index.create(tmp_path / "index-of-mine", verification="source")
+    index_of_mine.add(tmp_path / "mine" / "notes.jsonl", id_field="id")
+    for call in (index_of_mine.add, index_of_mine.dedup):
+        with pytest.raises(gpudedup.OutputError, match="a file the index verifies its documents from"):
+            call(parts[1], id_field="id", output=tmp_path / "mine", overwrite=True)
     # A run against the index that adds nothing keeps off them when its result is written, too.
     against = index.dedup(parts[1], id_field="id")
     with pytest.raises(gpudedup.OutputError, match="a file the index verifies its documents from"):

@@ -30,7 +30,7 @@ from gpudedup.io.ours import OUTPUT_MARKER
 from gpudedup.pipeline.disk import WORK_DIR_FORMAT
 from gpudedup.pipeline.manifest import FORMAT_KEY
 from gpudedup.pipeline.workfolders import MARKER, TEMPORARY_PREFIX
-from gpudedup.io.staging import host_tag, remote_staging
+from gpudedup.io.staging import host_tag, in_staging_prefix, remote_staging
 from gpudedup.io.inputs import scan_inputs
 from output_support import result_bytes
 from stage_events import cli_process, finish, kill_then_resume
@@ -370,6 +370,15 @@ def test_objects_that_appear_under_an_output_url_during_the_run_are_left_alone(c
     assert objects_under(out) == ["notes.txt"]
     aside = str(refused.value).rsplit("the results were written to ", 1)[1]
     assert aside.startswith(out + ".results-") and {"report.json", OUTPUT_MARKER} <= set(objects_under(aside))
+
+
+def test_a_staging_prefix_is_known_by_its_whole_name_and_its_folder_marker():
+    """A run's staging prefix: its objects and its own folder marker (listed as an object by
+    some stores, with or without a trailing slash), never a name that only starts like one."""
+    name = f".gpudedup-output-{host_tag()}-{os.getpid()}-ab12cd_3"
+    assert all(in_staging_prefix(path) for path in (name, name + "/", name + "/deduplicated/a.jsonl"))
+    assert not any(in_staging_prefix(path) for path in (".gpudedup-output-notes/a.txt", ".gpudedup-output-x",
+                                                        name + "x/a", "out/" + name + "/a"))
 
 
 def test_a_running_runs_staging_prefix_is_left_alone(corpus, monkeypatch):

@@ -277,12 +277,14 @@ class Index:
         check_output_options(output, format, overwrite, single_file, write_removed)
         check_run_options(*running)
         work_dir, writes = running[2], output is not None or running[2] is not None
-        if writes:  # (first what needs no scan, the index named where it is in the way)
-            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path, scan=False)
+        index_files = self.reader().source_files() if writes else []
+        if writes:  # (first what needs no scan, the index and its files named where they are in the way)
+            check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path, scan=False,
+                             index_files=index_files)
         found = inputs_and_places(data, on_error, output, overwrite, work_dir, format, single_file, selection)
         if writes:
             check_run_places(given_paths(data), output, overwrite, work_dir, index=self.path, found=found,
-                             index_files=self.reader().source_files())
+                             index_files=index_files)
         return found
 
     def _run(self, reader: IndexReader, data, text_field: str, id_field: Optional[str], token_field: str,
