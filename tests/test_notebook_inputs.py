@@ -339,7 +339,8 @@ def test_texts_as_bytes_in_an_array_or_a_series_read_as_the_list_does(by_positio
     texts = [None if text is None else text.encode() for text in corpus_texts()]
     kept = [None if text is None else text.encode() for text in by_position.deduplicated]
     for data in (pa.array(texts), pa.array(texts, pa.large_binary()), pa.array(texts, pa.binary_view()),
-                 pa.DictionaryArray.from_arrays(pa.array(range(len(texts)), pa.int32()), pa.array(texts, pa.binary_view())),
+                 pa.DictionaryArray.from_arrays(pa.array(range(len(texts)), pa.int32()),
+                                                pa.array(texts, pa.binary_view())),
                  pa.chunked_array([pa.array(texts)]), pandas.Series(texts), polars.Series(texts)):
         result = gpudedup.dedup(data, backend="cpu")
         assert pairs_and_clusters(result) == pairs_and_clusters(by_position)
