@@ -213,9 +213,9 @@ def shingle_hashes(texts, spec: ShingleSpec) -> ShingleBatch:
             raise InputError(f"item {int(rows[0])} {reasons[0]}")
         return utf8_shingle_hashes(*unit_buffers(ids), spec)
     if isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        texts = plain_strings(texts)
         if (bad := invalid_utf8_rows(texts)).shape[0]:
             raise InputError(f"item {int(bad[0])} is not valid UTF-8; expected text")
-        texts = plain_strings(texts)
     return utf8_shingle_hashes(*text_buffers(texts), spec)
 
 

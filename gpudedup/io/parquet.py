@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.content import bad_token_rows, decoded_dictionary, invalid_utf8_rows, is_token_type, without_view
+from ..core.content import bad_token_rows, invalid_utf8_rows, is_token_type, plain_strings, without_view
 from . import storage
 from .fields import field_column, has_field, repeated_names, with_field
 from .source import RecordErrors, SourceFile, check_columns, file_error, listed, strip_path
@@ -97,25 +97,16 @@ def stored_schema(metadata: pq.FileMetaData, read: pa.Schema) -> pa.Schema:
 
 
 def plain_text_column(table: pa.Table, text_field: str) -> pa.Table:
-    """The table with a dictionary-of-strings text field decoded, and a binary (or binary_view)
-    text field (strings some writers store without their UTF-8 annotation) viewed as strings (not yet
-    validated: invalid_utf8_rows checks); the field a column or nested in one (io/fields.py)."""
+    """The table with its text field made plain strings (plain_strings: a dictionary of texts
+    decoded, a binary or binary_view field, strings some writers store without their UTF-8
+    annotation, viewed as strings, not yet validated: invalid_utf8_rows checks); the field a
+    column or nested in one (io/fields.py). A string_view field stays (a table keeps it), and
+    a field of another type too (the reader names it)."""
     column = field_column(table, text_field)
-    original = column
-    data_type = column.type
-    if pa.types.is_dictionary(data_type):
-        value_type = without_view(data_type.value_type)
-        if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
-                or pa.types.is_binary(value_type) or pa.types.is_large_binary(value_type)):
-            return table
-        column = decoded_dictionary(column)
-        data_type = value_type
-    if pa.types.is_binary_view(data_type):  # (no view of it as strings: cast to bytes first)
-        column = column.cast(pa.large_binary())
-        data_type = column.type
-    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
-        target = pa.string() if pa.types.is_binary(data_type) else pa.large_string()
-        column = pa.chunked_array([chunk.view(target) for chunk in column.chunks], target)
-    if column is original:
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    plain = without_view(kind)
+    if pa.types.is_string_view(column.type) or not (pa.types.is_string(plain) or pa.types.is_large_string(plain)
+                                                    or pa.types.is_binary(plain) or pa.types.is_large_binary(plain)):
         return table
-    return with_field(table, text_field, column)
+    strings = plain_strings(column)
+    return table if strings is column else with_field(table, text_field, strings)
