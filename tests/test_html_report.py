@@ -230,8 +230,8 @@ def test_svg_figures_are_well_formed_and_drawn_to_scale():
     rng = np.random.default_rng(3)
     jaccard = np.concatenate([rng.random(4000), np.full(30, 0.97), np.full(7, 1.0)])
     for log in (False, True):
-        svg = svg_figures.candidates_histogram_of(jaccard, 16, 6, 0.8, log=log)
         counts = verified_histogram(jaccard, 0.8)
+        svg = svg_figures.candidates_histogram_svg(16, 6, 0.8, counts, int((jaccard < 0.8).sum()), log=log)
         bars = svg_elements(svg, "rect", "data-count")
         assert [int(bar.get("data-count")) for bar in bars] == counts[counts > 0].tolist()
         heights = np.array([float(bar.get("height")) for bar in bars])
@@ -247,8 +247,8 @@ def test_svg_figures_are_well_formed_and_drawn_to_scale():
     assert "log scale" in svg_figures.candidates_histogram_svg(16, 6, 0.8, np.array([101] + [1] + [0] * 8), 0)
     assert "log scale" not in svg_figures.candidates_histogram_svg(16, 6, 0.8, np.array([100] + [1] + [0] * 8), 0)
     # Edge cases parse: every pair rejected, none checked at threshold 1.
-    for svg in (svg_figures.candidates_histogram_of(np.full(50, -1.0), 16, 6, 0.8),
-                svg_figures.candidates_histogram_of(np.zeros(0), 20, 5, 1.0)):
+    for svg in (svg_figures.candidates_histogram_svg(16, 6, 0.8, verified_histogram(np.full(50, -1.0), 0.8), 50),
+                svg_figures.candidates_histogram_svg(20, 5, 1.0, verified_histogram(np.zeros(0), 1.0), 0)):
         assert svg_elements(svg, "rect", "data-count") == []
 
 

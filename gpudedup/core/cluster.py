@@ -40,6 +40,19 @@ class Clusters(NamedTuple):
         """The documents removed (in a cluster, not kept)."""
         return int((~self.keep).sum())
 
+    def members(self, numbers: np.ndarray) -> "Clusters":
+        """The documents of the clusters ``numbers`` (int64), ascending."""
+        mine = np.isin(self.cluster, numbers)
+        return Clusters(self.docs[mine], self.cluster[mine], self.keep[mine])
+
+    @classmethod
+    def joined(cls, parts: list["Clusters"]) -> "Clusters":
+        """Several parts' documents as one Clusters, in order (none: no document)."""
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return cls(empty, empty, np.zeros(0, bool))
+        return cls(*(np.concatenate(column) for column in zip(*parts)))
+
 
 def find_clusters(n_docs: int, first, second, lengths, policy: KeepPolicy = "first", pinned: int = 0) -> Clusters:
     """Connected components of the graph whose edges are the verified pairs.

@@ -55,8 +55,7 @@ def pairs_inside_part(pairs, number: int, clustered: ClusterParts, numbers: np.n
     of those documents)."""
     first = pairs.index.to_numpy(np.int64)
     second, jaccard = pairs["b"].to_numpy(np.int64), pairs["jaccard"].to_numpy(np.float64)
-    members = part_members(clustered, number, numbers) if first.shape[0] else Clusters(
-        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+    members = part_members(clustered, number, numbers) if first.shape[0] else Clusters.joined([])
     return pairs_inside_of(first, second, jaccard, members, numbers, asked_a, asked_b)
 
 

@@ -118,10 +118,6 @@ class ClusterParts:
         return list(map_parallel(lambda number: self.read_table(number, names, work), numbers,
                                  work.request_threads))
 
-    def read_parts(self, numbers: list[int], names: list[str], work: WorkDir) -> list[dict[str, np.ndarray]]:
-        """read_part of each part of ``numbers``, side by side on object storage."""
-        return [arrays_of(part) for part in self.read_tables(numbers, names, work)]
-
     def checked(self, part: pa.Table) -> pa.Table:
         """``part`` (a part's table), if it is this run's (its RUN_KEY metadata)."""
         if int((part.schema.metadata or {}).get(RUN_KEY, b"0")) != self.token:
@@ -162,12 +158,8 @@ class ClusterParts:
     def read(self) -> Clusters:
         """Every part as one Clusters, in this process (parts ascend by row)."""
         work = WorkDir.attach(self.work_at)
-        numbers = np.flatnonzero(self.sizes).tolist()
-        parts = self.read_parts(numbers, list(CLUSTER_COLUMNS), work)
-        if not parts:
-            empty = np.zeros(0, np.int64)
-            return Clusters(empty, empty, np.zeros(0, bool))
-        return Clusters(*(np.concatenate([part[name] for part in parts]) for name in CLUSTER_COLUMNS))
+        parts = self.read_tables(np.flatnonzero(self.sizes).tolist(), list(CLUSTER_COLUMNS), work)
+        return Clusters.joined([Clusters(*(part[name].to_numpy() for name in CLUSTER_COLUMNS)) for part in parts])
 
     def parts_removing(self, start: int, stop: int) -> list[int]:
         """The numbers of the parts that hold some of rows start .. stop-1 and remove documents."""
@@ -195,10 +187,6 @@ class ClusterParts:
     def divisions(self) -> list[int]:
         """range_divisions of the parts' ranges."""
         return range_divisions(self.starts)
-
-    def held_names(self, source: IdSource) -> None:
-        """HeldClusters.held_names: none (the parts hold the ids, read where they lie)."""
-        return None
 
     def names(self, source: IdSource, id_type: pa.DataType) -> NamedRows:
         """The ids of every document in clusters (with their ranks), read from the parts here
@@ -229,8 +217,7 @@ class ClusterParts:
         found = executor.map(part_shown, [(parts, number, asked, listed) for number in holding],
                              "reading the clusters") if holding else []
         sizes = np.sum([size for size, _ in found], axis=0) if found else np.zeros(numbers.shape[0], np.int64)
-        joined = Clusters(*(np.concatenate(column) for column in zip(*(part for _, part in found)))) if found \
-            else Clusters(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+        joined = Clusters.joined([part for _, part in found])
         return np.asarray(sizes, np.int64), listed_members(joined, numbers, listed)
 
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
@@ -240,12 +227,8 @@ class ClusterParts:
         holding = np.flatnonzero(self.sizes).tolist()
         executor = executor or LocalExecutor()
         parts, asked = executor.share(self, numbers)
-        found = executor.map(part_members, [(parts, number, asked) for number in holding],
-                             "reading the clusters") if holding else []
-        if not found:
-            empty = np.zeros(0, np.int64)
-            return Clusters(empty, empty, np.zeros(0, bool))
-        return Clusters(*(np.concatenate(column) for column in zip(*found)))
+        return Clusters.joined(executor.map(part_members, [(parts, number, asked) for number in holding],
+                                            "reading the clusters") if holding else [])
 
 
 def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, lengths: Any, ids: Any,
@@ -394,8 +377,7 @@ def part_shown(clustered: ClusterParts, number: int, numbers: np.ndarray, listed
 def part_members(clustered: ClusterParts, number: int, numbers: np.ndarray) -> Clusters:
     """The documents of part ``number`` in the clusters ``numbers`` (int64)."""
     part = clustered.read_part(number, list(CLUSTER_COLUMNS))
-    mine = np.isin(part["cluster"], numbers)
-    return Clusters(part["docs"][mine], part["cluster"][mine], part["keep"][mine])
+    return Clusters(*(part[name] for name in CLUSTER_COLUMNS)).members(numbers)
 
 
 def clusters_table(clustered: ClusterParts, pieces: list[tuple[int, int, int]], id_type: pa.DataType) -> pa.Table:

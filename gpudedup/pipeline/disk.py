@@ -256,7 +256,7 @@ class WorkDirStore:
         shards, first = self.reader.shards, set()
         for index, shard in enumerate(shards):
             if shard.file in files:
-                self.work.remove_shard(index)
+                self.work.remove(self.work.shard_unit(index))
                 shards[index] = Shard(shard.file, None, absorbed=shard.file in first)
                 first.add(shard.file)
         self.work.save_plan(encode_plan(shards))

@@ -72,14 +72,7 @@ class HeldClusters:
 
     def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
         """The documents of the clusters ``numbers`` (int64), ascending."""
-        mine = np.isin(self.clusters.cluster, numbers)
-        return Clusters(self.clusters.docs[mine], self.clusters.cluster[mine], self.clusters.keep[mine])
-
-    def held_names(self, source: IdSource) -> Optional[NamedRows]:
-        """The ids of the documents in clusters that a result holds from when it is made (a
-        run in one process: its work directory may be gone when the result writes), taken
-        from ``source`` (every row's ids) now; ClusterParts': None."""
-        return self.names(source)
+        return self.clusters.members(numbers)
 
     def names(self, source: IdSource, id_type: Optional[pa.DataType] = None) -> NamedRows:
         """The ids of the documents in clusters, taken from ``source`` (id_type: ClusterParts')."""

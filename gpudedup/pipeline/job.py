@@ -2,18 +2,9 @@
 
     signatures -> identical copies -> candidates -> verification -> clusters -> report
 
-Between runs vary where the arrays live and who works on them, behind the small interfaces
-of pipeline/protocols.py:
-
-- the **store** (``Store``): where the run's arrays live between stages and how a stage's
-  finished result is kept: in memory (pipeline/memory.py, host or device arrays of a corpus read
-  at once) or in a work directory (pipeline/disk.py, memory-mapped spill files of one input file
-  at a time, stages kept for --resume);
-- the **executor** (``Executor``): who runs the per-shard tasks: this process
-  (``LocalExecutor``) or Dask (pipeline/daskops.py);
-- the **stages** (``Stages``, which the store gives): the steps over the whole corpus over
-  held arrays in this process (pipeline/local.py) or as Dask's shuffles and tasks over the work
-  directory (pipeline/dask.py).
+Between runs vary where the arrays live (the store), who runs the per-shard tasks (the
+executor) and how the steps over the whole corpus are done (the stages): the small interfaces
+of pipeline/protocols.py, whose docstring names each one's implementations.
 
 Every stage works on row numbers 0 .. n-1 of the documents; ids are attached where results
 leave the pipeline (results/result.py). Reading (io/) and writing (results/, io/commit.py) are outside.

@@ -102,7 +102,7 @@ class ShardedTable:
                 corpus = self.reader.corpus(index)
                 if index in wanted:
                     taken.append(texts_at(corpus, wanted[index]))
-                table = corpus.table.filter(pa.array(self._shard_keep(index, kept)))
+                table = corpus.table.filter(pa.array(shard_keep(self.shards.rows, self.rows, index, kept.mask)))
                 yield from as_input(table, schema).to_batches(ROWS_PER_WRITE)
         if taken:
             self.texts_taken = (texts_of, pa.concat_arrays(taken))
@@ -130,11 +130,6 @@ class ShardedTable:
         one, a Dask run's without --work-dir, is gone by the time it writes)."""
         left = self.shards.work.folder.read_small(MANIFEST) is not None
         return CHANGED_INPUT if left else "nothing was written: run again"
-
-    def _shard_keep(self, index: int, kept: Kept) -> np.ndarray:
-        """bool over shard ``index``'s rows as read: the rows that are documents ``kept`` keeps
-        (kept: a Kept over the documents), made for this shard alone."""
-        return shard_keep(self.shards.rows, self.rows, index, kept.mask)
 
     def _shards_read(self) -> list[int]:
         """The shards whose rows the run read as input (all but those left out whole: their
@@ -264,16 +259,12 @@ class HeldRows:
             if source.location is not None:
                 check_unchanged(location_of(source.location), source.path, source.stamp, check_bytes=False)
 
-    def _kept(self, removed: RemovedOf) -> np.ndarray:
-        """bool (documents,): the rows not among the removed documents."""
-        return Kept.leaving_out(removed.of(0, self.documents).docs).mask(0, self.documents)
-
     def write_files(self, staging: Path, out: Location, names: list[str], format: str, removed: RemovedOf,
                     executor: Optional[Executor] = None, texts_of: np.ndarray = NO_ROWS) -> None:
         """ShardedTable.write_files: each file's kept rows into staging/deduplicated/<its name>."""
         (staging / KEPT_DIR).mkdir()
-        write_kept_files(staging / KEPT_DIR, names, rows_by_file(self.table, self.sources, self._kept(removed)),
-                         format)
+        kept = Kept.leaving_out(removed.of(0, self.documents).docs).mask(0, self.documents)
+        write_kept_files(staging / KEPT_DIR, names, rows_by_file(self.table, self.sources, kept), format)
 
     def check_one_table(self) -> None:
         """Refuse one file of every input file's rows where the files combined round some

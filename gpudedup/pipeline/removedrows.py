@@ -11,7 +11,7 @@ index keeps their shingles, not their text), the verified pair's Jaccard is give
 two are a pair, else null.
 
 Which documents are removed, their clusters and their kept documents come from the clusters
-held (HeldRemoved) or, in a cluster's run, from the parts its tasks left in the work directory
+held (held_removed) or, in a cluster's run, from the parts its tasks left in the work directory
 (PartsRemoved): a task that writes an input file's removed rows reads the parts of its own
 documents alone, and the texts of their kept documents from the shards that hold them.
 """
@@ -63,28 +63,17 @@ class RemovedDocs:
     kept_id: Optional[pa.Array]
     jaccard: np.ndarray
 
-    def within(self, start: int, stop: int) -> "RemovedDocs":
-        """Those among the documents start .. stop-1."""
+    def of(self, start: int, stop: int) -> "RemovedDocs":
+        """Those among the documents start .. stop-1 (RemovedOf's: held, sent once to each worker)."""
         first, last = np.searchsorted(self.docs, [start, stop])
         kept_id = None if self.kept_id is None else self.kept_id.slice(first, last - first)
         return RemovedDocs(self.docs[first:last], self.cluster[first:last], self.kept[first:last], kept_id,
                            self.jaccard[first:last])
 
-
-@dataclass
-class HeldRemoved:
-    """The removed documents of clusters held in this process (sent once to each worker)."""
-
-    removed: RemovedDocs
-
     @property
     def id_type(self) -> pa.DataType:
-        assert self.removed.kept_id is not None, "the kept documents' ids were asked for"
-        return self.removed.kept_id.type
-
-    def of(self, start: int, stop: int) -> RemovedDocs:
-        """The removed documents among start .. stop-1."""
-        return self.removed.within(start, stop)
+        assert self.kept_id is not None, "the kept documents' ids were asked for"
+        return self.kept_id.type
 
 
 @dataclass
@@ -111,7 +100,7 @@ class PartsRemoved:
 
     def of(self, start: int, stop: int) -> RemovedDocs:
         k = self.indexed_rows
-        found = [self.part(number).within(start, stop) for number in self.clustered.parts_removing(start + k, stop + k)]
+        found = [self.part(number).of(start, stop) for number in self.clustered.parts_removing(start + k, stop + k)]
         if not found:
             empty = np.zeros(0, np.int64)
             return RemovedDocs(empty, empty, empty, pa.array([], self.id_type) if self.with_ids else None, np.zeros(0))
@@ -133,7 +122,7 @@ class PartsRemoved:
         return self.read[number]
 
 
-RemovedOf = Union[HeldRemoved, PartsRemoved]
+RemovedOf = Union[RemovedDocs, PartsRemoved]
 
 
 def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.Array]], id_type: pa.DataType,
@@ -145,21 +134,18 @@ def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.
     the kept documents that are indexed ones (None: not asked for)."""
     if clustered.in_parts:
         return PartsRemoved(cast(ClusterParts, clustered), id_type, ids_of is not None, indexed_rows, pairs)
-    return held_removed(clustered.read(), ids_of, indexed_rows, *(pairs or (None, None, None)))
+    return held_removed(clustered.read(), ids_of, indexed_rows, pairs)
 
 
 def held_removed(clusters: Clusters, ids_of: Optional[Callable[[np.ndarray], pa.Array]], indexed_rows: int,
-                 pair_a: Optional[np.ndarray] = None, pair_b: Optional[np.ndarray] = None,
-                 pair_jaccards: Optional[np.ndarray] = None) -> HeldRemoved:
-    """HeldRemoved of ``clusters`` (over the outcome's rows, the first ``indexed_rows`` of them
-    an index's documents); ids_of(rows) gives the ids of documents in clusters (None: no
-    kept_id); pair_a, pair_b, pair_jaccards: the verified pairs (a < b; those of indexed
-    documents suffice), whose Jaccard is given where the kept document is an indexed one
-    (None: not asked for)."""
+                 pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> RemovedDocs:
+    """The removed documents of ``clusters`` (over the outcome's rows, the first ``indexed_rows``
+    of them an index's documents); ids_of(rows) gives the ids of documents in clusters (None: no
+    kept_id); pairs: the verified pairs (a < b, jaccard; those of indexed documents suffice),
+    whose Jaccard is given where the kept document is an indexed one (None: not asked for)."""
     kept = kept_documents(clusters)
-    pairs = None if pair_a is None or pair_b is None or pair_jaccards is None else (pair_a, pair_b, pair_jaccards)
-    return HeldRemoved(removed_docs(clusters.docs, clusters.cluster, clusters.keep, kept,
-                                    lambda gone: None if ids_of is None else ids_of(kept[gone]), indexed_rows, pairs))
+    return removed_docs(clusters.docs, clusters.cluster, clusters.keep, kept,
+                        lambda gone: None if ids_of is None else ids_of(kept[gone]), indexed_rows, pairs)
 
 
 def removed_docs(docs: np.ndarray, cluster: np.ndarray, keep: np.ndarray, kept: np.ndarray,

@@ -73,10 +73,6 @@ class Shards:
         return cls(WorkDir.attach(work_at), active_starts.shape[0] - 1,
                    np.zeros(0, np.int64) if rows is None else rows, active_starts)
 
-    def own(self, array: np.ndarray, index: int) -> np.ndarray:
-        """Shard ``index``'s part of a per-row array over the rows of every shard (a view)."""
-        return array[self.rows[index]:self.rows[index + 1]]
-
 
 def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
                        gather: Callable[[int, np.ndarray], np.ndarray], row: tuple[int, ...] = ()) -> np.ndarray:
@@ -162,12 +158,7 @@ class SpilledActive(SpilledColumn):
         self.shape = (m,)
 
     def __getitem__(self, positions) -> np.ndarray:
-        return self.at_places(self.active_rows.spilled(as_items(positions, self.shape[0])))
-
-    def at_places(self, places: np.ndarray) -> np.ndarray:
-        """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
-        spilled active rows of every shard (each one the run keeps)."""
-        return rows_at_places(self.shards, self.rows, places)
+        return rows_at_places(self.shards, self.rows, self.active_rows.spilled(as_items(positions, self.shape[0])))
 
     def positions_of(self, rows: np.ndarray) -> np.ndarray:
         """int64: the positions among the active documents of ``rows`` (int64, each active)."""

@@ -170,9 +170,8 @@ def shown_of(pairs: VerifiedPairs, clustered: Clustered, stages: Stages,
     counts = np.sum(pairs.map(executor, pairs_histogram, threshold), axis=0).astype(np.int64)
     empty = np.zeros(0, np.int64)
     if clustered.in_clusters == 0:
-        none = Clusters(empty, empty, np.zeros(0, bool))
-        return Shown(counts, empty, empty, none, empty, np.zeros(0), np.zeros(0), empty, empty, np.zeros(0),
-                     Sampled.none(), empty, empty, empty, empty, np.zeros(0))
+        return Shown(counts, empty, empty, Clusters.joined([]), empty, np.zeros(0), np.zeros(0), empty, empty,
+                     np.zeros(0), Sampled.none(), empty, empty, empty, empty, np.zeros(0))
     lowest = pairs.map(executor, lowest_pairs, NEAR_SHOWN)
     near_a, near_b, near_jaccard = lowest_pairs(np.concatenate([part[0] for part in lowest]),
                                                 np.concatenate([part[1] for part in lowest]),

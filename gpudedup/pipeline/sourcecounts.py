@@ -223,11 +223,6 @@ def rows_values(column: Callable[[int], pa.Array], shard_rows: np.ndarray, spill
 # --- the report's sections ----------------------------------------------------------------------
 
 
-def file_counts(tally: Tally, tokens: bool) -> dict:
-    """A file's counts as report.json's input.files[] adds them."""
-    return named_counts(tally.counts.tolist(), tokens)
-
-
 def named_counts(values: list[int], tokens: bool) -> dict:
     """COUNTS by report.json's names (size: "bytes" and "kept_bytes", or "tokens" and
     "kept_tokens"); documents left out (a file's entry has it already)."""
@@ -314,5 +309,5 @@ def with_source_counts(result: Any, field: Optional[str], executor: Optional["Ex
     # (the kept documents' ids are not counted)
     removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
     tallies = result._rows.tally_files(removed, "lengths" if tokens else "text_bytes", field, executor)
-    result.report = report.with_sources([file_counts(t, tokens) for t in tallies],
+    result.report = report.with_sources([named_counts(t.counts.tolist(), tokens) for t in tallies],
                                         groups_section(field, tallies, tokens) if field is not None else None)

@@ -256,15 +256,6 @@ class WorkDir:
         """``done`` of each unit, asked side by side on object storage (REQUEST_THREADS)."""
         return list(map_parallel(self.done, relatives, self.request_threads))
 
-    def fetch(self, relatives: list[str], names: list[str]) -> None:
-        """Bring the files ``names`` of each finished unit of ``relatives`` into this machine's
-        cache side by side (object storage; locally they are there), for a loop that reads them
-        in turn next."""
-        if self.request_threads > 1:
-            wanted = [(relative, name) for relative in relatives for name in names]
-            for _ in map_parallel(lambda unit: self.file(*unit), wanted, self.request_threads):
-                pass
-
     @property
     def request_threads(self) -> int:
         return REQUEST_THREADS if isinstance(self.folder, BucketFolder) else 1
@@ -315,8 +306,12 @@ class WorkDir:
         return self.done_of([self.shard_unit(index) for index in indices])
 
     def fetch_shards(self, indices, names: list[str]) -> None:
-        """fetch the files ``names`` of the shards ``indices``."""
-        self.fetch([self.shard_unit(index) for index in indices], names)
+        """Bring the files ``names`` of the shards ``indices`` into this machine's cache side by
+        side (object storage; locally they are there), for a loop that reads them in turn next."""
+        if self.request_threads > 1:
+            wanted = [(self.shard_unit(index), name) for index in indices for name in names]
+            for _ in map_parallel(lambda unit: self.file(*unit), wanted, self.request_threads):
+                pass
 
     def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
                     tables: dict | None = None, columns: Optional[pa.Schema] = None) -> None:
@@ -336,12 +331,7 @@ class WorkDir:
     def shard_table(self, index: int, name: str):
         """The Parquet file ``name`` of shard ``index`` (a pyarrow Table), read where it is
         (on object storage, not through the cache)."""
-        return self.table(self.shard_unit(index), name)
-
-    def table(self, relative: str, name: str):
-        """The Parquet file ``name`` of the finished unit ``relative`` (a pyarrow Table), read
-        where it is (on object storage, not through the cache)."""
-        return self.folder.read_table(relative, name)
+        return self.folder.read_table(self.shard_unit(index), name)
 
     def shard_array(self, index: int, name: str, mmap: bool = True) -> np.ndarray:
         return self.array(self.shard_unit(index), f"{name}.npy", mmap)
@@ -361,9 +351,6 @@ class WorkDir:
         memory-mapped where this machine has it (file)."""
         path = self.file(relative, name)
         return read_work_file(path, lambda: load_npy(path, mmap))
-
-    def remove_shard(self, index: int) -> None:
-        self.remove(self.shard_unit(index))
 
     # --- the shards' plan (io/pieces.py) -------------------------------------------------
 

@@ -29,6 +29,7 @@ from ..core.cluster import kept_documents
 from ..pipeline.removedrows import ADDED_COLUMNS, copies_jaccard, held_removed, plain, shingle_spec, texts_jaccard
 from ..errors import ParameterError
 from .html_report import CSS, NOT_STORED, document, marked_excerpt, shown_id
+from .html_report.clusters import texts_of
 from ..io.fields import content_of
 
 MEMBERS_SHOWN = 20  # documents of a cluster shown with their texts (every member is named)
@@ -209,19 +210,6 @@ def _terminal_width() -> int:
 # --- reading what the views show ---------------------------------------------------------------
 
 
-def _texts(result, rows: np.ndarray) -> list[Optional[str]]:
-    """The texts of the outcome's rows ``rows`` (token ids as numbers between spaces; None for
-    an indexed document)."""
-    rows = np.asarray(rows, np.int64)
-    texts: list[Optional[str]] = [None] * rows.shape[0]
-    here = np.flatnonzero(rows >= result.indexed_rows)
-    if here.shape[0]:
-        content = content_of(result.table, result.text_field).take(pa.array(rows[here] - result.indexed_rows))
-        for position, value in zip(here.tolist(), content.to_pylist()):
-            texts[position] = (" ".join(map(str, value)) if isinstance(value, list) else value) or ""
-    return texts
-
-
 def _content(result, rows: np.ndarray) -> pa.Array:
     """The content (text or token ids) of the outcome's rows ``rows``, none of them indexed."""
     return plain(content_of(result.table, result.text_field).take(pa.array(rows - result.indexed_rows, pa.int64())))
@@ -300,7 +288,7 @@ def cluster_view(result, number: Optional[int] = None, doc_id: Any = None) -> Cl
     rows = clusters.docs[order]
     ids = result._ids_of(rows).to_pylist()
     shown = rows[:MEMBERS_SHOWN]
-    texts = _texts(result, shown)
+    texts, _ = texts_of(result, shown)
     jaccard = [None] + _jaccard(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])
     verified = [False] + [not np.isnan(v) for v in _verified(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])]
     documents = tuple(Document(ids[n], texts[n], bool(clusters.keep[order[n]]), int(number))
@@ -314,7 +302,7 @@ def pair_view(result, id_a: Any, id_b: Any) -> PairView:
     if rows[0] == rows[1]:
         raise ParameterError(f"pair() takes two documents; got the id {id_a!r} twice")
     clusters = result._outcome.clusters
-    texts = _texts(result, rows)
+    texts, _ = texts_of(result, rows)
     first, second = (_doc_of(int(row), doc_id, text, clusters)
                      for row, doc_id, text in zip(rows, (id_a, id_b), texts))
     verified = not np.isnan(_verified(result, rows[:1], rows[1:])[0])
@@ -326,7 +314,7 @@ def removed_rows(result) -> Any:
     with the columns ``id`` (where the ids are not a column of the rows: id_field=None),
     kept_id, cluster and jaccard."""
     o, spec = result._outcome, shingle_spec(result.report["parameters"])
-    removed = held_removed(o.clusters, result._ids_of, result.indexed_rows, o.pair_a, o.pair_b, o.jaccard).removed
+    removed = held_removed(o.clusters, result._ids_of, result.indexed_rows, (o.pair_a, o.pair_b, o.jaccard))
     jaccard = removed.jaccard.copy()
     here = np.flatnonzero(removed.kept >= 0)  # kept documents of the input (not indexed ones)
     if here.shape[0]:

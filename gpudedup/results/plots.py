@@ -168,10 +168,7 @@ def _count_formatter():
     # (start-up: matplotlib, heavy, is loaded to draw)
     from matplotlib.ticker import FuncFormatter
 
-    def label(value: float, _) -> str:
-        return count_label(value)
-
-    return FuncFormatter(label)
+    return FuncFormatter(lambda value, _: count_label(value))
 
 
 def _png(figure) -> bytes:

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..core.lsh import collision_probability, steepest_similarity
-from ..pipeline.shown import verified_edges, verified_histogram
+from ..pipeline.shown import verified_edges
 from .plots import BLUE, GREY, INK, MARGINS, ORANGE, RED, count_label
 
 WIDTH, HEIGHT = 640.0, 360.0  # user units: plots.FIGURE_SIZE in hundredths of an inch
@@ -136,15 +136,6 @@ def candidates_histogram_svg(bands: int, rows: int, threshold: float, counts: np
                            "at or above the threshold (verified)"),
                           (_legend_line(ORANGE), escape(f"S-curve P(s), b = {bands}, r = {rows}"))], size=11.1))
     return _document("Verified pairs by exact Jaccard", parts)
-
-
-def candidates_histogram_of(jaccard: np.ndarray, bands: int, rows: int, threshold: float,
-                            bin_width: float = 0.02, log: Optional[bool] = None) -> str:
-    """candidates_histogram_svg of every pair verification checked (DedupResult.checked_jaccard:
-    float (c,), below the threshold for a rejected pair)."""
-    jaccard = np.asarray(jaccard, dtype=np.float64)
-    return candidates_histogram_svg(bands, rows, threshold, verified_histogram(jaccard, threshold, bin_width),
-                                    int((jaccard < threshold).sum()), bin_width, log)
 
 
 def size_bins(largest: int) -> list[tuple[int, int]]:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.shingling import ShingleSpec, shingle_sets
+from ...pipeline.removedrows import shingle_spec
 from ...pipeline.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED
 from ...io.fields import content_of
 from ...display import shown_id
@@ -99,41 +100,17 @@ class ClusterView:
 
     def __init__(self, result, stats: dict, verified: dict):
         self.result, self.stats, self.verified = result, stats, verified
-        p = result.report["parameters"]
-        self.spec = ShingleSpec(p["shingle"], int(p["ngram"]), p.get("unicode"), bool(p.get("strip_punctuation")),
-                                bool(p.get("strip_symbols")))
+        self.spec = shingle_spec(result.report["parameters"])
         shown = result._outcome.shown
         # Each shown cluster's examples, chosen once: their texts are read now, their blocks later.
         self.examples = {cluster: shown.example_rows(cluster) for cluster in stats}
         rows = shown.rows_shown()
-        self.read: dict[int, tuple[Optional[str], Any]] = dict(zip(rows.tolist(), zip(*self.texts_at(rows))))
+        self.read: dict[int, tuple[Optional[str], Any]] = dict(zip(rows.tolist(), zip(*texts_of(result, rows))))
 
     def texts(self, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
-        """texts_at of ``rows``, from those read when the view was made."""
+        """texts_of ``rows``, from those read when the view was made."""
         shown, contents = zip(*(self.read[row] for row in rows.tolist())) if rows.shape[0] else ((), ())
         return list(shown), list(contents)
-
-    def texts_at(self, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
-        """The texts of the outcome's ``rows`` as shown (token ids as numbers separated by
-        spaces; None for an indexed document, whose text the index does not keep), and their
-        contents as shingled (exact_jaccard's input)."""
-        result = self.result
-        # A run against an index: rows below indexed_rows are indexed documents.
-        table_rows = rows - result.indexed_rows
-        stored = np.flatnonzero(table_rows >= 0)
-        contents: list = [None] * rows.shape[0]
-        read = content_of(result.table, result.text_field).take(pa.array(table_rows[stored])).to_pylist()
-        for place, content in zip(stored.tolist(), read):
-            contents[place] = content
-        if self.spec.kind == "token":
-            shown = [None if c is None else " ".join(map(str, c)) for c in contents]
-        else:
-            shown = list(contents)
-        for place in np.flatnonzero(table_rows < 0).tolist():
-            shown[place] = None
-        for place in stored.tolist():
-            shown[place] = shown[place] or ""
-        return shown, contents
 
     def block(self, cluster: int, size: int) -> str:
         """A cluster: its pairs' figures, its members' ids, and its kept document beside a few
@@ -167,6 +144,22 @@ class ClusterView:
             out.append(document(doc_id, text, similarity, texts[0], "removed", "removed"))
         out.append("</div>\n</div>\n")
         return "".join(out)
+
+
+def texts_of(result, rows: np.ndarray) -> tuple[list[Optional[str]], list]:
+    """The texts of the outcome's ``rows`` as shown (token ids as numbers separated by spaces;
+    None for an indexed document, whose text the index does not keep), and their contents as
+    shingled (exact_jaccard's input)."""
+    # A run against an index: rows below indexed_rows are indexed documents.
+    table_rows = np.asarray(rows, np.int64) - result.indexed_rows
+    stored = np.flatnonzero(table_rows >= 0)
+    contents: list = [None] * table_rows.shape[0]
+    shown: list[Optional[str]] = [None] * table_rows.shape[0]
+    read = content_of(result.table, result.text_field).take(pa.array(table_rows[stored])).to_pylist()
+    for place, content in zip(stored.tolist(), read):
+        contents[place] = content
+        shown[place] = (" ".join(map(str, content)) if isinstance(content, list) else content) or ""
+    return shown, contents
 
 
 def document(doc_id, text: Optional[str], similarity: Optional[tuple[float, str]], reference: Optional[str],
