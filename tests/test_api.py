@@ -270,6 +270,39 @@ def test_view_columns_beside_the_text_keep_their_type(tmp_path):
     assert written["url"].to_pylist() == kept["url"].to_pylist()
 
 
+def test_pandas_view_columns_keep_their_type():
+    """pandas columns of Arrow view types (string_view, binary_view, and lists or structs of
+    them), which neither Arrow's filter nor pandas' casts take: the kept and removed rows come
+    back in them, with their own index, as a Series, a DataFrame and an Index."""
+    pd = pytest.importorskip("pandas")
+    table = planted_table()
+    n, index = table.num_rows, [f"r{i}" for i in range(table.num_rows)]
+    kept_index = [name for name, k in zip(index, EXPECTED_KEEP) if k]
+    texts = pd.Series(table["text"].to_pylist(), dtype=pd.ArrowDtype(pa.string_view()), index=index, name="body")
+    series = gpudedup.dedup(texts, progress=False)
+    check_planted(series)
+    assert series.deduplicated.dtype == texts.dtype and series.deduplicated.name == "body"
+    assert list(series.deduplicated.index) == kept_index
+    assert pa.array(series.deduplicated.array).to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
+    assert series.removed_rows().dtypes["body"] == texts.dtype
+    frame = pd.DataFrame({
+        "text": texts,
+        "blob": pd.Series([bytes([i]) for i in range(n)], dtype=pd.ArrowDtype(pa.binary_view()), index=index),
+        "n": pd.Series(range(n), index=index),
+        "tags": pd.Series([[f"t{i}"] for i in range(n)], dtype=pd.ArrowDtype(pa.list_(pa.string_view())),
+                          index=index)})
+    result = gpudedup.dedup(frame, progress=False)
+    check_planted(result)
+    kept = result.deduplicated
+    assert list(kept.columns) == list(frame.columns) and (kept.dtypes == frame.dtypes).all()
+    assert list(kept.index) == kept_index
+    assert pa.array(kept["tags"].array).to_pylist() == [[f"t{i}"] for i, k in enumerate(EXPECTED_KEEP) if k]
+    removed = result.removed_rows()
+    assert pa.array(removed["blob"].array).to_pylist() == [bytes([i]) for i, k in enumerate(EXPECTED_KEEP) if not k]
+    as_index = gpudedup.dedup(pd.Index(texts.array, name="i"), progress=False).deduplicated
+    assert isinstance(as_index, pd.Index) and as_index.dtype == texts.dtype and as_index.name == "i"
+
+
 @pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")
 @pytest.mark.parametrize("format", ["parquet", "jsonl"])
 def test_a_table_given_in_python_is_written_in_its_own_types(tmp_path, format):

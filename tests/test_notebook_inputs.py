@@ -251,8 +251,10 @@ def test_a_text_of_another_kind_is_named_by_its_position_across_batches():
     # Bytes that are UTF-8 are texts; the first that are not is named, not the first bytes.
     with pytest.raises(InputError, match=r"^text 2 is bytes that are not UTF-8 \(byte 3\); expected a string or None$"):
         gpudedup.dedup([b"one two three", "four five six", b"abc\xff def"], backend="cpu")
-    with pytest.raises(InputError, match=r"^item 10 is of type str, expected a list of token ids"):
-        gpudedup.dedup(iter([[1, 2, 3]] * 10 + ["a text"]), shingle="token")
+    # A list is read by the same rule: the first item that is not None says which.
+    for given in (iter([[1, 2, 3]] * 10 + ["a text"]), [None] + [[1, 2, 3]] * 9 + ["a text"]):
+        with pytest.raises(InputError, match=r"^item 10 is of type str, expected a list of token ids"):
+            gpudedup.dedup(given, shingle="token")
 
 
 # --- Series -------------------------------------------------------------------------------------

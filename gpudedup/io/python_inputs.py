@@ -20,7 +20,7 @@ from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
-from .fields import field_column, field_names, field_type, has_field, repeated_names, writable_schema
+from .fields import field_column, field_names, field_type, has_field, repeated_names, without_views, writable_schema
 from .inputs import InputFiles
 from .layout import as_input
 from .parquet import plain_text_column
@@ -105,8 +105,8 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
 
         if isinstance(data, (pandas.Series, pandas.Index)):
             refuse_id_field(id_field, f"a {type(data).__name__}")
-            return series_corpus(data, text_field), lambda keep: data[keep]
-        return table_corpus(frame_table(data), text_field, id_field), lambda keep: data[keep]
+            return series_corpus(data, text_field), lambda keep: pandas_rows(data, keep)
+        return table_corpus(frame_table(data), text_field, id_field), lambda keep: pandas_rows(data, keep)
     if module == "polars":
         import polars
 
@@ -139,6 +139,37 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         "pathlib.Path, a pyarrow Table, a DataFrame (pandas, polars, cuDF), a Hugging Face Dataset or "
         "IterableDataset, or an object with __arrow_c_stream__"
     )
+
+
+def pandas_rows(data, keep: np.ndarray):
+    """``data[keep]`` of a pandas Series, Index or DataFrame (keep: bool (n,)), in its own types:
+    an Arrow column of view types at any depth (string_view, binary_view), which neither
+    Arrow's filter nor pandas' casts take, is filtered in Arrow without them (without_views)
+    and cast back."""
+    import pandas
+
+    def viewed(dtype) -> bool:
+        return isinstance(dtype, pandas.ArrowDtype) and not pa.types.is_run_end_encoded(dtype.pyarrow_dtype) \
+            and without_views(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
+
+    def kept_values(values) -> Any:
+        arrow = pa.array(values.array)
+        return pandas.arrays.ArrowExtensionArray(
+            arrow.cast(without_views(arrow.type)).filter(pa.array(keep)).cast(arrow.type))
+
+    if isinstance(data, pandas.DataFrame):
+        views = [place for place, dtype in enumerate(data.dtypes) if viewed(dtype)]
+        if not views:
+            return data[keep]
+        kept = data.iloc[:, [place for place in range(data.shape[1]) if place not in views]][keep]
+        for place in views:  # (ascending: each goes back where it was)
+            kept.insert(place, data.columns[place], kept_values(data.iloc[:, place]))
+        return kept
+    if not viewed(data.dtype):
+        return data[keep]
+    if isinstance(data, pandas.Index):
+        return pandas.Index(kept_values(data), name=data.name)
+    return pandas.Series(kept_values(data), index=data.index[keep], name=data.name)
 
 
 def as_given(kept: Union[pa.Table, pa.ChunkedArray], data: Any) -> Any:
@@ -203,14 +234,9 @@ def dataset_table(data) -> pa.Table:
 
 def list_corpus(items: Sequence, field: str) -> Corpus:
     """The corpus of a list of texts (str or None), or of token-id lists (each a list, tuple or
-    numpy array of integers, or None), in column ``field``; ids are the positions."""
-    given = [item for item in items if item is not None]  # all None: empty texts, as ever
-    if given and all(isinstance(item, (list, tuple, np.ndarray)) for item in given):
-        content = token_lists_to_arrow(items)
-    else:
-        content = strings_to_arrow(items)
-    ids = pa.array(np.arange(len(items), dtype=np.int64))
-    return Corpus(pa.table({field: content}), field, ids, [SourceFile("<list>", "list", len(items))])
+    numpy array of integers, or None), in column ``field``; ids are the positions. The rule of
+    an iterable's items (texts_corpus): the first that is not None says which."""
+    return texts_corpus([items], field, "<list>")
 
 
 def strings_corpus(texts: Sequence) -> Corpus:
@@ -310,7 +336,7 @@ def refuse_id_field(id_field: Optional[str], what: str) -> None:
                              "has none (its documents are numbered from 0): pass records or a table to give ids")
 
 
-def texts_corpus(batches: Iterable[list], field: str, name: str) -> Corpus:
+def texts_corpus(batches: Iterable[Sequence], field: str, name: str) -> Corpus:
     """The corpus of texts (str or None) or token-id lists (list, tuple or numpy array of
     integers, or None) given in batches, in column ``field``; ids are the positions. The
     first item that is not None says which; each batch is converted to Arrow as it comes."""
