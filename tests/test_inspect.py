@@ -152,6 +152,17 @@ def test_the_changed_words_are_marked_in_html_and_in_text(result):
     assert any(f"[{w}" in text for w in changed)
 
 
+def test_control_characters_of_a_text_reach_the_terminal_as_escapes():
+    """A document's ESC, BEL, NUL or C1 CSI would be a command to the terminal that prints a
+    view: the text views write them as \\xNN (line breaks and tabs are the wrapping's)."""
+    text = "one two three four five six seven \x1b[31mred\x1b[0m \x07 bell \x00 nul \x9b[2J tab\tend"
+    result = gpudedup.dedup([text, text + " more"], threshold=0.5, backend="cpu")
+    for view in (result.pair(0, 1), result.cluster(0)):
+        shown = repr(view)
+        assert not any(ord(c) < 32 and c != "\n" or 0x7F <= ord(c) <= 0x9F for c in shown), ascii(shown)
+        assert all(escaped in shown for escaped in ("\\x1b[31mred\\x1b[0m", "\\x07", "\\x00", "\\x9b[2J"))
+
+
 def test_a_pair_gives_the_exact_jaccard_of_its_shingle_sets(result):
     pairs = verified_pairs(result)
     assert pairs

@@ -129,7 +129,7 @@ class ClusterView:
                                    subsequent_indent="  ") or ["  (empty)"]
         if len(self.ids) > len(self.documents):
             lines += ["", f"(the texts of the first {len(self.documents):,} of {len(self.ids):,} are shown)"]
-        return "\n".join(lines)
+        return _printable("\n".join(lines))
 
     __str__ = __repr__
 
@@ -178,7 +178,7 @@ class PairView:
             for d, other in ((a, b), (b, a))]
         lines.append("")
         lines += [f"{left:<{column}} | {right}".rstrip() for left, right in zip_longest(*sides, fillvalue="")]
-        return "\n".join(lines)
+        return _printable("\n".join(lines))
 
     __str__ = __repr__
 
@@ -201,6 +201,16 @@ def _marked_text(text: Optional[str], reference: Optional[str]) -> str:
     marked = re.sub(r"</mark>(\s+)<mark>", r"\1", marked)
     marked = re.sub(r"<mark>(.*?)</mark>", r"[\1]", marked, flags=re.S)
     return html.unescape(marked) + ("…" if truncated else "")
+
+
+# Control characters but the line breaks and tabs (C0, DEL, C1): a document's ESC or CSI would
+# reach the terminal as a command (colours, the window's title, ...), a BEL would ring it.
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters (CONTROL_CHARACTERS) written as \\xNN escapes."""
+    return CONTROL_CHARACTERS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def _terminal_width() -> int:
