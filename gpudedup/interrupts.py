@@ -51,6 +51,7 @@ _phase = "starting"  # "running" inside a command, "done" after it
 _written = None  # the output a command has committed (io.commit.atomic_output_dir), if any
 _replacing = None  # what a command leaves once it began to change an output on object storage (note_replacing)
 _last_signal = None  # the signal last raised as Interrupted
+_index_state = None  # what an index add leaves of its index, in words (note_index)
 _in_hook = False  # inside _unraisable
 _taken = 0  # how many signals the main thread has taken (_on_signal has run), for _watch
 
@@ -80,15 +81,20 @@ def note_replacing(path, previous: bool) -> str:
     return _replacing
 
 
+def note_index(state) -> None:
+    """Record what an index add leaves of its index from now on, in words, for an interrupt's
+    line (None: nothing to say): unchanged before its commit, the new generation after it."""
+    global _index_state
+    _index_state = state
+
+
 def interrupted_outcome(written=None) -> str:
     """What an interrupted command leaves, in words: its output (``written``, or the one it
-    recorded), an output on object storage half replaced, or nothing."""
+    recorded), an output on object storage half replaced, or nothing; and an index add's index
+    (note_index)."""
     written = written or _written
-    if written:
-        return f"the results were written to {written}"
-    if _replacing:
-        return _replacing
-    return "nothing was written"
+    outcome = f"the results were written to {written}" if written else _replacing or "nothing was written"
+    return outcome if _index_state is None else f"{outcome}; {_index_state}"
 
 
 def last_signal():

@@ -13,8 +13,9 @@ pyarrow.parquet.write_table. Environment of a run:
 - TEST_INDEX_AT: the step to stop at, its number (1 = the first step) or a text that the step's
   line contains (its first such step);
 - TEST_INDEX_ACTION: ``kill`` (SIGKILL itself before the step; at an np.save, after writing
-  half of the file's bytes, as a death in the middle of a write) or ``pause`` (write
-  "paused <step>" to stderr and wait for a line on stdin, then go on).
+  half of the file's bytes, as a death in the middle of a write), ``interrupt`` (send itself
+  SIGINT before the step, as Ctrl-C there) or ``pause`` (write "paused <step>" to stderr and
+  wait for a line on stdin, then go on).
 
 uuid.uuid4 gives the same sequence in every run, so an uninterrupted run and a killed one name
 their files alike, and their committed states can be compared byte for byte.
@@ -87,6 +88,9 @@ def _step(call: str, path, half_write=None) -> None:
         sys.stderr.write(f"paused {line}\n")
         sys.stderr.flush()
         sys.stdin.readline()
+        return
+    if CONFIG["action"] == "interrupt":
+        os.kill(os.getpid(), signal.SIGINT)  # (its handler runs here, or once a held block is over)
         return
     if half_write is not None:
         half_write()

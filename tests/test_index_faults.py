@@ -232,6 +232,25 @@ def test_sigkill_after_random_delays(base, server, command):
                          f"{command} killed after {delay:.3f} s")
 
 
+@pytest.mark.timeout(120)
+def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base, server):
+    """An add interrupted after its output is written says, besides that, whether its documents
+    went into the index: before the commit they did not (run it again with --overwrite); a
+    signal during the manifest's rename waits for it, and then they did."""
+    ref = reference(base, server, "add")
+    generation = json.loads((base.index / "manifest.json").read_text(encoding="utf-8"))["generation"]
+    segment = max(n for n, step in enumerate(ref.steps[:ref.commit], 1) if step.startswith("replace segments/"))
+    for at, state in ((segment, "before"), (ref.commit, "after")):
+        index = base.fresh(f"add-ctrl-c-{at}")
+        status, stderr = server.run(index, base.args("add", index),
+                                    {"TEST_INDEX_AT": str(at), "TEST_INDEX_ACTION": "interrupt"})
+        out = base.root / f"out-{index.name}"
+        said = (f"nothing was added to the index {index}: run the add again with --overwrite" if state == "before"
+                else f"the documents were added to the index {index} (generation {generation + 1})")
+        assert (status, stderr.splitlines()) == (130, [f"interrupted: the results were written to {out}; {said}"])
+        check_after_kill(base, index, ref, state, f"add interrupted at step {at} ({ref.steps[at - 1]})")
+
+
 # --- one writer at a time, readers see the last commit -------------------------------------------
 
 

@@ -19,7 +19,7 @@ from rich.markup import escape as escape_markup
 
 from ..stages import seconds_text
 from ..errors import GpudedupError, spoken_as
-from ..interrupts import interrupted_outcome, note_written, set_phase, signal_word
+from ..interrupts import interrupted_outcome, note_index, note_written, set_phase, signal_word
 from ..io.credentials import scrubbed
 
 if TYPE_CHECKING:
@@ -318,6 +318,7 @@ class user_errors:
     def __enter__(self):
         settle_pyarrow(self.pandas)  # (while a signal still ends the process at once)
         note_written(None)
+        note_index(None)
         # What the run writes in words (errors.jsonl's reasons) is said as the command says it.
         self.spoken = spoken_as(lambda message: in_option_words(message, self.context))
         self.spoken.__enter__()
@@ -347,7 +348,8 @@ class user_errors:
         error = interrupt_behind(error)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)
-            what = interrupted_outcome(self.written or getattr(error, "output_written", None))
+            what = in_option_words(interrupted_outcome(self.written or getattr(error, "output_written", None)),
+                                   self.context)
             err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
             interrupt_told[0] = True
             raise typer.Exit(code=128 + signum)

@@ -42,6 +42,8 @@ from ..io import storage
 from ..io.inputs import InputFiles, Selection, documents_read
 from ..io.python_inputs import to_corpus
 from ..io.storage import Given, local_folder, location_of
+from ..interrupts import note_index
+from ..io.commit import signals_held
 from ..io.outputdir import check_run_places
 from ..io.staging import temporary_work_dir
 from ..memory import MemoryBudget, parse_sizes
@@ -209,12 +211,12 @@ class Index:
         """``dedup``, then commit the new documents kept (those with shingles) to the index as
         one new segment tagged ``tag``. With ``output`` the results are written there first
         (atomically; DedupResult.write with ``format``, ``overwrite``, ``single_file``,
-        ``write_removed``; group_field: as gpudedup.dedup takes it), so
-        that an interrupted add never leaves an index that holds documents
-        whose results were not written. The output and the work directory must not be, hold or
-        lie inside the index or an input (io.outputdir.check_run_places), checked before any work."""
-
+        ``write_removed``; group_field: as gpudedup.dedup takes it), so that an interrupted add
+        never leaves an index that holds documents whose results were not written. The output
+        and the work directory must not be, hold or lie inside the index or an input
+        (io.outputdir.check_run_places), checked before any work."""
         check_tag(tag)
+        note_index(None)
         found = self._check_places(data, (output, format, overwrite, single_file, write_removed),
                                    (max_memory, shard_bytes, work_dir, client, scheduler, workers), on_error,
                                    Selection.of(include, exclude))
@@ -244,6 +246,8 @@ class Index:
                 result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
                                                          index_entry["indexed_documents_checked"],
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
+                note_index(None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}" + (
+                    ": run the add again with overwrite=True" if output is not None else ""))
                 if output is not None:
                     try:
                         result._write(output, format, overwrite, single_file, write_removed,
@@ -362,8 +366,10 @@ class Index:
         generation = manifest.generation + 1
         name = f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}"
         entry, self._written[name] = write_segment(self.path, name, table, arrays, sources)
-        write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
-                                                      segments=manifest.segments + (entry,), generation=generation))
+        with signals_held():  # (an interrupt's line says which side of the commit it came)
+            write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
+                                                          segments=manifest.segments + (entry,), generation=generation))
+            note_index(f"the documents were added to the index {self.path} (generation {generation})")
 
     # --- lookups ------------------------------------------------------------------------------
 
