@@ -458,6 +458,10 @@ def test_output_parent_missing(happy):
     result = invoke("dedup", "data.jsonl", "-o", "no/such/parent/out")
     assert_user_error(result, "parent", "does not exist", out=happy / "no" / "such" / "parent" / "out")
     assert not (happy / "no").exists()
+    (happy / "a-file").write_text("mine")
+    result = invoke("dedup", "data.jsonl", "-o", "a-file/out")
+    assert_user_error(result, "parent directory", "a-file is a file, not a directory", out=happy / "a-file" / "out")
+    assert (happy / "a-file").read_text() == "mine"
 
 
 def test_bad_input_with_overwrite_keeps_old_output(in_tmp):

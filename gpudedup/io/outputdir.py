@@ -82,9 +82,12 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
     parent = out.absolute().parent
     if not parent.is_dir():
-        raise OutputError(f"{out}: parent directory {parent} does not exist")
+        kind = "is a file, not a directory" if os.path.lexists(parent) else "does not exist"
+        raise OutputError(f"{out}: parent directory {parent} {kind}")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"{out}: cannot write in {parent} (permission denied)")
+        read_only = hasattr(os, "statvfs") and os.statvfs(parent).f_flag & os.ST_RDONLY
+        raise OutputError(f"{out}: cannot write in {parent} "
+                          f"({'a read-only file system' if read_only else 'permission denied'})")
     return out
 
 
