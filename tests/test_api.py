@@ -301,6 +301,11 @@ def test_pandas_view_columns_keep_their_type():
     assert pa.array(removed["blob"].array).to_pylist() == [bytes([i]) for i, k in enumerate(EXPECTED_KEEP) if not k]
     as_index = gpudedup.dedup(pd.Index(texts.array, name="i"), progress=False).deduplicated
     assert isinstance(as_index, pd.Index) and as_index.dtype == texts.dtype and as_index.name == "i"
+    # A row index of a view type (set_index on such a column) is filtered as the columns are.
+    by_view = pd.DataFrame({"text": table["text"].to_pylist(), "n": range(n)}, index=pd.Index(texts.array, name="key"))
+    kept = gpudedup.dedup(by_view, progress=False).deduplicated
+    assert kept.index.dtype == texts.dtype and kept.index.name == "key"
+    assert pa.array(kept.index.array).to_pylist() == [t for t, k in zip(planted_texts(), EXPECTED_KEEP) if k]
 
 
 @pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without string_view")

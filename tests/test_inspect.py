@@ -161,6 +161,9 @@ def test_control_characters_of_a_text_reach_the_terminal_as_escapes():
         shown = repr(view)
         assert not any(ord(c) < 32 and c != "\n" or 0x7F <= ord(c) <= 0x9F for c in shown), ascii(shown)
         assert all(escaped in shown for escaped in ("\\x1b[31mred\\x1b[0m", "\\x07", "\\x00", "\\x9b[2J"))
+    # Escaped before the layout: the two columns of the pair view stay apart at one place.
+    columns = {line.index(" | ") for line in repr(result.pair(0, 1)).splitlines() if " | " in line}
+    assert len(columns) == 1, repr(result.pair(0, 1))
 
 
 def test_a_pair_gives_the_exact_jaccard_of_its_shingle_sets(result):

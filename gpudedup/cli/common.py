@@ -348,8 +348,7 @@ class user_errors:
         error = interrupt_behind(error)
         if isinstance(error, KeyboardInterrupt):
             signum = getattr(error, "signum", signal.SIGINT)
-            what = in_option_words(interrupted_outcome(self.written or getattr(error, "output_written", None)),
-                                   self.context)
+            what = interrupted_outcome(self.written or getattr(error, "output_written", None))
             err.print(f"[bold red]{signal_word(signum)}[/]: {escape(what)}", soft_wrap=True)
             interrupt_told[0] = True
             raise typer.Exit(code=128 + signum)

@@ -246,14 +246,14 @@ class Index:
                 result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
                                                          index_entry["indexed_documents_checked"],
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
-                note_index(None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}" + (
-                    ": run the add again with overwrite=True" if output is not None else ""))
                 if output is not None:
                     try:
                         result._write(output, format, overwrite, single_file, write_removed,
                                       checked=True)  # (checked before the run: check_run_places)
                     except OutputError as error:  # (the outputs come before the commit)
                         raise OutputError(f"{error}; nothing was added to the index") from None
+                note_index(None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}" + (
+                    ": run the add again with --overwrite" if output is not None else ""))
                 try:
                     with changing(self.path):
                         self._commit_new(manifest, result, store, tag, kept, pointers)

@@ -82,7 +82,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
     parent = out.absolute().parent
     if not parent.is_dir():
-        kind = "is a file, not a directory" if os.path.lexists(parent) else "does not exist"
+        kind = "is a file, not a directory" if parent.exists() else "does not exist"  # (a dangling link: none)
         raise OutputError(f"{out}: parent directory {parent} {kind}")
     if not os.access(parent, os.W_OK):
         read_only = hasattr(os, "statvfs") and os.statvfs(parent).f_flag & os.ST_RDONLY

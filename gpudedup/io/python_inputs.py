@@ -143,9 +143,9 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
 
 def pandas_rows(data, keep: np.ndarray):
     """``data[keep]`` of a pandas Series, Index or DataFrame (keep: bool (n,)), in its own types:
-    an Arrow column of view types at any depth (string_view, binary_view), which neither
-    Arrow's filter nor pandas' casts take, is filtered in Arrow without them (without_views)
-    and cast back."""
+    a column or row index of Arrow view types at any depth (string_view, binary_view), which
+    neither Arrow's filter nor pandas' casts take, is filtered in Arrow without them
+    (without_views) and cast back."""
     import pandas
 
     def viewed(dtype) -> bool:
@@ -157,19 +157,21 @@ def pandas_rows(data, keep: np.ndarray):
         return pandas.arrays.ArrowExtensionArray(
             arrow.cast(without_views(arrow.type)).filter(pa.array(keep)).cast(arrow.type))
 
+    if isinstance(data, pandas.Index):
+        return pandas.Index(kept_values(data), name=data.name) if viewed(data.dtype) else data[keep]
+    index = pandas.Index(kept_values(data.index), name=data.index.name) if viewed(data.index.dtype) else None
+    if index is not None:  # (the rows are taken by position, the index put back after)
+        data = data.set_axis(pandas.RangeIndex(len(data)))
     if isinstance(data, pandas.DataFrame):
         views = [place for place, dtype in enumerate(data.dtypes) if viewed(dtype)]
-        if not views:
-            return data[keep]
         kept = data.iloc[:, [place for place in range(data.shape[1]) if place not in views]][keep]
         for place in views:  # (ascending: each goes back where it was)
             kept.insert(place, data.columns[place], kept_values(data.iloc[:, place]))
-        return kept
-    if not viewed(data.dtype):
-        return data[keep]
-    if isinstance(data, pandas.Index):
-        return pandas.Index(kept_values(data), name=data.name)
-    return pandas.Series(kept_values(data), index=data.index[keep], name=data.name)
+    elif viewed(data.dtype):
+        kept = pandas.Series(kept_values(data), index=data.index[keep], name=data.name)
+    else:
+        kept = data[keep]
+    return kept if index is None else kept.set_axis(index)
 
 
 def as_given(kept: Union[pa.Table, pa.ChunkedArray], data: Any) -> Any:

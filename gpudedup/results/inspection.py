@@ -200,7 +200,7 @@ def _marked_text(text: Optional[str], reference: Optional[str]) -> str:
     marked, truncated = marked_excerpt(text, reference)
     marked = re.sub(r"</mark>(\s+)<mark>", r"\1", marked)
     marked = re.sub(r"<mark>(.*?)</mark>", r"[\1]", marked, flags=re.S)
-    return html.unescape(marked) + ("…" if truncated else "")
+    return _printable(html.unescape(marked)) + ("…" if truncated else "")  # (escaped before the layout)
 
 
 # Control characters but the line breaks and tabs (C0, DEL, C1): a document's ESC or CSI would
