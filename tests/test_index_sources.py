@@ -130,6 +130,10 @@ def test_a_source_file_changed_or_gone_is_refused_naming_it(tmp_path, in_tmp):
     result = invoke("dedup", parts[1], "-o", tmp_path / "out", "--id-field", "id", "--against", index.path)
     assert_user_error(result, f"{parts[0].name}: missing; the index verifies matches from this file",
                       out=tmp_path / "out")
+    parts[0].mkdir()  # a folder where the file was: not missing, but no longer a file
+    with pytest.raises(SourceChangedError, match=rf"{parts[0]}: no longer a file; the index verifies"):
+        index.query(query)
+    parts[0].rmdir()
     parts[0].write_bytes(original)  # as it was: usable again
     assert index.query(query)[0]
 

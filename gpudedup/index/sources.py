@@ -171,8 +171,10 @@ def source_sets(entries: list[dict], file: np.ndarray, row_number: np.ndarray,
 def check_source(entry: dict) -> None:
     """Refuse a source file that is missing or not as it was when it was indexed."""
     path = storage.location_of(entry["path"])
-    if storage.info(path).type != FileType.File:
-        raise SourceChangedError(f"{path}: missing; the index verifies matches from this file (made with "
+    kind = storage.info(path).type
+    if kind != FileType.File:
+        what = "missing" if kind == FileType.NotFound else "no longer a file"
+        raise SourceChangedError(f"{path}: {what}; the index verifies matches from this file (made with "
                                  "verification 'source'), so it must be kept as it was")
     if storage.file_size(path) != entry["bytes"] or content_digest(path) != entry["sha256"]:
         raise SourceChangedError(f"{path}: changed since its documents were indexed (size or SHA-256 differs); "
