@@ -216,7 +216,6 @@ class Index:
         and the work directory must not be, hold or lie inside the index or an input
         (io.outputdir.check_run_places), checked before any work."""
         check_tag(tag)
-        note_index(None)
         found = self._check_places(data, (output, format, overwrite, single_file, write_removed),
                                    (max_memory, shard_bytes, work_dir, client, scheduler, workers), on_error,
                                    Selection.of(include, exclude))

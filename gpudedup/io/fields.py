@@ -100,6 +100,21 @@ def without_views(data_type: pa.DataType) -> pa.DataType:
     return with_leaf_types(data_type, plain)
 
 
+def holds_views(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` has a string_view or binary_view at any depth (without_views); a
+    run-end encoded type never counts (Arrow casts none: it is filtered as it is)."""
+    return not pa.types.is_run_end_encoded(data_type) and without_views(data_type) != data_type
+
+
+def filtered(values, keep) -> Any:
+    """``values`` (pa.Array or ChunkedArray) where ``keep`` (bool (n,)), in their own type: a
+    type that holds views, which Arrow's filter has no kernel for, is filtered without them
+    (without_views) and cast back."""
+    if not holds_views(values.type):
+        return values.filter(pa.array(keep))
+    return values.cast(without_views(values.type)).filter(pa.array(keep)).cast(values.type)
+
+
 def plain_columns(table: pa.Table) -> pa.Table:
     """``table`` with its run-end encoded columns (an Arrow file's) decoded, which Arrow
     neither casts nor takes rows of (without_views gives their type)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,8 @@ from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
-from .fields import field_column, field_names, field_type, has_field, repeated_names, without_views, writable_schema
+from .fields import (field_column, field_names, field_type, filtered, has_field, holds_views, repeated_names,
+                     writable_schema)
 from .inputs import InputFiles
 from .layout import as_input
 from .parquet import plain_text_column
@@ -118,12 +119,7 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
         return table_corpus(frame_table(data), text_field, id_field), lambda keep: data.filter(polars.Series(keep))
     if isinstance(data, (pa.Array, pa.ChunkedArray)):  # (a table's column: texts, as a Series')
         refuse_id_field(id_field, "an Arrow array")
-        corpus = series_corpus(data, text_field)
-        # A type Arrow's filter lacks (string_view, binary_view) is filtered as the corpus holds
-        # it, then cast back: the kept texts come in the caller's type.
-        if pa.types.is_string_view(data.type) or pa.types.is_binary_view(data.type):
-            return corpus, lambda keep: as_given(corpus.texts.filter(pa.array(keep)).cast(data.type), data)
-        return corpus, lambda keep: data.filter(pa.array(keep))
+        return series_corpus(data, text_field), lambda keep: filtered(data, keep)
     if isinstance(data, (pa.Table, pa.RecordBatch)) or hasattr(data, "__arrow_c_stream__"):
         given = data if isinstance(data, pa.Table) else \
             pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else pa.table(data)
@@ -144,18 +140,14 @@ def to_corpus(data, text_field: str, id_field: Optional[str], use_cudf: bool = F
 def pandas_rows(data, keep: np.ndarray):
     """``data[keep]`` of a pandas Series, Index or DataFrame (keep: bool (n,)), in its own types:
     a column or row index of Arrow view types at any depth (string_view, binary_view), which
-    neither Arrow's filter nor pandas' casts take, is filtered in Arrow without them
-    (without_views) and cast back."""
+    neither Arrow's filter nor pandas' casts take, is filtered in Arrow (fields.filtered)."""
     import pandas
 
     def viewed(dtype) -> bool:
-        return isinstance(dtype, pandas.ArrowDtype) and not pa.types.is_run_end_encoded(dtype.pyarrow_dtype) \
-            and without_views(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
+        return isinstance(dtype, pandas.ArrowDtype) and holds_views(dtype.pyarrow_dtype)
 
     def kept_values(values) -> Any:
-        arrow = pa.array(values.array)
-        return pandas.arrays.ArrowExtensionArray(
-            arrow.cast(without_views(arrow.type)).filter(pa.array(keep)).cast(arrow.type))
+        return pandas.arrays.ArrowExtensionArray(filtered(pa.array(values.array), keep))
 
     if isinstance(data, pandas.Index):
         return pandas.Index(kept_values(data), name=data.name) if viewed(data.dtype) else data[keep]
@@ -174,11 +166,9 @@ def pandas_rows(data, keep: np.ndarray):
     return kept if index is None else kept.set_axis(index)
 
 
-def as_given(kept: Union[pa.Table, pa.ChunkedArray], data: Any) -> Any:
-    """Kept rows of Arrow data in the form ``data`` was given: one Array for an Array, one
-    RecordBatch for a RecordBatch (else as they are: a Table, a ChunkedArray)."""
-    if isinstance(data, pa.Array):
-        return kept.combine_chunks()
+def as_given(kept: pa.Table, data: Any) -> Any:
+    """Kept rows of an Arrow table in the form ``data`` was given: one RecordBatch for a
+    RecordBatch, else a Table."""
     if isinstance(data, pa.RecordBatch):
         return kept.combine_chunks().to_batches()[0] if kept.num_rows else data.slice(0, 0)
     return kept
