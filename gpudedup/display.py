@@ -9,6 +9,7 @@ names they share with report.json."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from html import escape
 from typing import Any, Mapping, Optional
@@ -23,6 +24,23 @@ STYLE = ("<style>.gpudedup-cards{display:flex;gap:.5em;flex-wrap:wrap;margin:.3e
          ".gpudedup-card b{display:block;font-size:1.3em}"
          ".gpudedup-clusters td,.gpudedup-clusters th{text-align:left;padding:.1em .6em}"
          ".gpudedup-note{color:#616e7c;margin:.2em 0}</style>")
+
+# Characters that steer a terminal rather than print: C0 controls but the tab (ESC starts
+# colours, hyperlinks and cursor moves, BEL rings it, a carriage return writes over the line),
+# DEL and C1, the bidirectional embeddings, overrides and isolates (they reorder the text
+# around them) and the line and paragraph separators.
+_STEERING = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"  # (line feeds apart)
+STEERING = re.compile(f"[\n{_STEERING}]")
+STEERING_BUT_LINE_BREAKS = re.compile(f"[{_STEERING}]")
+
+
+def terminal_safe(text: str, line_breaks: bool = False) -> str:
+    """``text`` with each character that would steer a terminal (STEERING) written as its
+    escape (``\\x1b``, ``\\u202e``); line_breaks: keep its line breaks (a document's text,
+    which the views lay out in lines), else they are escaped too (a name on one line)."""
+    pattern = STEERING_BUT_LINE_BREAKS if line_breaks else STEERING
+    return pattern.sub(lambda found: ascii(found.group())[1:-1], text)
+
 
 # The characters of an id a page shows (report.json and the tables hold it whole): an id of
 # megabytes would make every page that names it as large.

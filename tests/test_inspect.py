@@ -154,13 +154,18 @@ def test_the_changed_words_are_marked_in_html_and_in_text(result):
 
 def test_control_characters_of_a_text_reach_the_terminal_as_escapes():
     """A document's ESC, BEL, NUL or C1 CSI would be a command to the terminal that prints a
-    view: the text views write them as \\xNN (line breaks and tabs are the wrapping's)."""
-    text = "one two three four five six seven \x1b[31mred\x1b[0m \x07 bell \x00 nul \x9b[2J tab\tend"
+    view, a right-to-left override would reverse the text after it, a line separator would
+    break the layout's line: the text views write them as escapes (\\x1b, \\u202e; line
+    breaks and tabs are the wrapping's)."""
+    text = ("one two three four five six seven \x1b[31mred\x1b[0m \x07 bell \x00 nul \x9b[2J tab\tend "
+            "\u202eoverride\u202c and\u2028separated")
     result = gpudedup.dedup([text, text + " more"], threshold=0.5, backend="cpu")
     for view in (result.pair(0, 1), result.cluster(0)):
         shown = repr(view)
-        assert not any(ord(c) < 32 and c != "\n" or 0x7F <= ord(c) <= 0x9F for c in shown), ascii(shown)
-        assert all(escaped in shown for escaped in ("\\x1b[31mred\\x1b[0m", "\\x07", "\\x00", "\\x9b[2J"))
+        assert not any(ord(c) < 32 and c != "\n" or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u202c\u2028"
+                       for c in shown), ascii(shown)
+        assert all(escaped in shown for escaped in ("\\x1b[31mred\\x1b[0m", "\\x07", "\\x00", "\\x9b[2J",
+                                                    "\\u202eoverride\\u202c", "and\\u2028separated"))
     # Escaped before the layout: the two columns of the pair view stay apart at one place.
     columns = {line.index(" | ") for line in repr(result.pair(0, 1)).splitlines() if " | " in line}
     assert len(columns) == 1, repr(result.pair(0, 1))

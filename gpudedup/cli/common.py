@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape as escape_markup
 
+from ..display import terminal_safe
 from ..stages import seconds_text
 from ..errors import GpudedupError, spoken_as
 from ..interrupts import interrupted_outcome, note_index, note_written, set_phase, signal_word
@@ -27,17 +28,11 @@ if TYPE_CHECKING:
     from ..io.storage import Location
     from ..pipeline.report import Report
 
-# Characters that steer a terminal rather than print: C0 controls but the tab (ESC starts
-# colours, hyperlinks and cursor moves; a newline would make one line two), C1 controls, DEL,
-# and the bidirectional overrides and isolates.
-CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
 def escape(text: str) -> str:
     """``text`` for rich to print as it is: its markup escaped, and each character that would
     steer the terminal shown as its escape ("\\x1b"): names and values from the data (file
     names, ids, group values, the output's path) never colour, link or move the terminal."""
-    return escape_markup(CONTROL.sub(lambda found: ascii(found.group())[1:-1], text))
+    return escape_markup(terminal_safe(text))
 
 
 # The help panels the options of a command are grouped in (typer's rich_help_panel): what is

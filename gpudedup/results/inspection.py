@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from ..core.cluster import kept_documents
 from ..pipeline.removedrows import ADDED_COLUMNS, copies_jaccard, held_removed, plain, shingle_spec, texts_jaccard
+from ..display import terminal_safe
 from ..errors import ParameterError
 from .html_report import CSS, NOT_STORED, document, marked_excerpt, shown_id
 from .html_report.clusters import texts_of
@@ -129,7 +130,7 @@ class ClusterView:
                                    subsequent_indent="  ") or ["  (empty)"]
         if len(self.ids) > len(self.documents):
             lines += ["", f"(the texts of the first {len(self.documents):,} of {len(self.ids):,} are shown)"]
-        return _printable("\n".join(lines))
+        return terminal_safe("\n".join(lines), line_breaks=True)
 
     __str__ = __repr__
 
@@ -178,7 +179,7 @@ class PairView:
             for d, other in ((a, b), (b, a))]
         lines.append("")
         lines += [f"{left:<{column}} | {right}".rstrip() for left, right in zip_longest(*sides, fillvalue="")]
-        return _printable("\n".join(lines))
+        return terminal_safe("\n".join(lines), line_breaks=True)
 
     __str__ = __repr__
 
@@ -200,17 +201,8 @@ def _marked_text(text: Optional[str], reference: Optional[str]) -> str:
     marked, truncated = marked_excerpt(text, reference)
     marked = re.sub(r"</mark>(\s+)<mark>", r"\1", marked)
     marked = re.sub(r"<mark>(.*?)</mark>", r"[\1]", marked, flags=re.S)
-    return _printable(html.unescape(marked)) + ("…" if truncated else "")  # (escaped before the layout)
-
-
-# Control characters but the line breaks and tabs (C0, DEL, C1): a document's ESC or CSI would
-# reach the terminal as a command (colours, the window's title, ...), a BEL would ring it.
-CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _printable(text: str) -> str:
-    """``text`` with its control characters (CONTROL_CHARACTERS) written as \\xNN escapes."""
-    return CONTROL_CHARACTERS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    # Escaped before the layout, so that an escape is counted in the columns it takes.
+    return terminal_safe(html.unescape(marked), line_breaks=True) + ("…" if truncated else "")
 
 
 def _terminal_width() -> int:
