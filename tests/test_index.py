@@ -25,7 +25,7 @@ import gpudedup
 from gpudedup.index import Index
 from gpudedup.errors import DamagedIndexError
 
-from cli_support import assert_user_error, invoke, write_jsonl
+from cli_support import assert_user_error, invoke, tree_snapshot, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state
 from oracles import is_similar, jaccard, shingle_set
 from output_support import read_kept, read_pairs, result_tables
@@ -773,6 +773,28 @@ def test_an_ids_file_is_cut_at_its_line_ends_alone(tmp_path):
     untagged = invoke("index", "remove", str(index.path), "--tag", "w9")
     assert untagged.exit_code == 0 and "Removed 0 documents" in untagged.output
     assert "note: no document of the index has the tag 'w9' (its tags: none)" in untagged.stderr
+
+
+def test_an_ids_file_of_json_lines_names_ids_no_plain_line_can(tmp_path):
+    """`index remove --ids FILE.jsonl`: a JSON string or integer per line, so the empty id and
+    one holding a line break can be removed from the command line (a plain file's empty line is
+    no id); a line that is no such value is refused with its file and line, removing nothing."""
+    texts = ["alpha beta gamma delta epsilon zeta eta theta", "one two three four five six seven eight",
+             "red orange yellow green blue indigo violet", "north south east west up down left right"]
+    ids = ["", "two\nlines", "7", "kept"]
+    index = Index.create(tmp_path / "idx")
+    index.add(pa.Table.from_pylist([{"id": i, "text": t} for i, t in zip(ids, texts)]), id_field="id")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('""\n\n{"id": "kept"}\n')
+    before = tree_snapshot(index.path)
+    refused = invoke("index", "remove", str(index.path), "--ids", str(bad))
+    assert_user_error(refused, f"{bad}:3: expected an id as a JSON string or integer", out=index.path, before=before)
+    listed = tmp_path / "ids.jsonl"
+    listed.write_text('""\n\n"two\\nlines"\n7\n"absent"\n')
+    removed = invoke("index", "remove", str(index.path), "--ids", str(listed))
+    assert removed.exit_code == 0 and "Removed 3 documents" in removed.output, removed.output
+    assert "note: 1 of the 4 ids listed name no document" in removed.stderr
+    assert [bool(matches) for matches in index.query(texts)] == [False, False, False, True]
 
 
 def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):

@@ -227,28 +227,15 @@ def remove_command(
     tag: Annotated[Optional[str], typer.Option(help="Remove the documents an add of this tag committed.",
                                                show_default=False)] = None,
     ids: Annotated[Optional[Path], typer.Option(help="Remove the documents whose ids are listed in this file, "
-                                                     "one per line.", show_default=False)] = None,
+                                                     "one per line (a .jsonl file: one JSON string or integer "
+                                                     "per line).", show_default=False)] = None,
 ):
     """Remove documents from the index (tombstones; `compact` drops them for good)."""
     # (start-up: `--help` and completion load no index)
     from ..index import UNTAGGED, Index
 
     with user_errors(context):
-        listed = None
-        if ids is not None:
-            try:
-                # (bytes: read_text would turn a lone "\r" into a line end; a byte-order mark is
-                # no part of the first id)
-                text = ids.read_bytes().decode("utf-8-sig")
-            except (OSError, UnicodeDecodeError) as error:
-                raise InputError(f"{ids}: cannot read the ids file ({getattr(error, 'strerror', None) or error})") \
-                    from None
-            # As strings: the index casts them to its own kind of id ("007" stays "007"). Each
-            # line is an id as it stands, spaces included (an id may hold them); only empty
-            # lines are no ids. Lines end at "\n" (or "\r\n") alone: str.splitlines would also
-            # cut at U+0085, U+2028 and other characters an id may hold, and remove other ids.
-            listed = [line.removesuffix("\r") for line in text.split("\n")]
-            listed = [line for line in listed if line]
+        listed = None if ids is None else ids_listed(ids)
         opened = Index(index)
         removed = opened.remove(tag=tag, ids=listed)
         err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
@@ -261,6 +248,37 @@ def remove_command(
         if distinct > removed:
             err.print(f"note: {distinct - removed:,} of the {distinct:,} ids listed name no document the index holds "
                       "(ids are matched exactly, spaces included)", soft_wrap=True)
+
+
+def ids_listed(path: Path) -> list[str]:
+    """The ids an ids file lists, as strings (the index casts them to its own kind of id: "007"
+    stays "007"). A plain file holds an id per line as it stands, spaces included (an id may
+    hold them); only empty lines are no ids. A ``.jsonl`` file holds a JSON string or integer
+    per line, for ids no plain line can hold (the empty id, one with a line break); blank lines
+    are skipped. InputError naming the file (and line) where it cannot be read."""
+    try:
+        # (bytes: read_text would turn a lone "\r" into a line end; a byte-order mark is no part
+        # of the first id)
+        text = path.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read the ids file ({getattr(error, 'strerror', None) or error})") from None
+    # Lines end at "\n" (or "\r\n") alone: str.splitlines would also cut at U+0085, U+2028 and
+    # other characters an id may hold, and remove other ids.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if path.suffix.lower() != ".jsonl":
+        return [line for line in lines if line]
+    listed = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise InputError(f"{path}:{number}: expected an id as a JSON string or integer, got {line[:80]!r}")
+        listed.append(str(value))
+    return listed
 
 
 @index_app.command("compact")
