@@ -16,6 +16,7 @@ from .errors import ClusterError, OutputError, ParameterError
 from .io.cudf_reader import cudf_installed
 from .io.corpus import Corpus
 from .io.python_inputs import to_corpus
+from .io.fields import TEXT_FIELD, TOKEN_FIELD, check_fields_read
 from .io.inputs import EVERY_FILE, InputFiles, Selection, documents_read, scan_inputs
 from .io.layout import check_output_names, output_bases
 from .io.rules import sorted_records
@@ -40,10 +41,6 @@ from .pipeline.workdir import resume_without_work_dir, work_dir_lock
 from .results.result import DedupResult
 from .stages import Progress, StageLog, progress_display
 
-
-# The content columns read by default: a text, or (shingle="token") token ids.
-TEXT_FIELD = "text"
-TOKEN_FIELD = "input_ids"
 
 def dedup(
     data,
@@ -252,13 +249,7 @@ def content_field(params: DedupParams, text_field: str, token_field: str, id_fie
     for name, value in (("text_field", text_field), ("token_field", token_field), ("id_field", id_field)):
         if not (isinstance(value, str) or (value is None and name == "id_field")):
             raise ParameterError(f"{name}= must be a column or field name (a string); got {value!r}")
-    # The other field, named other than by default, would be read by nothing.
-    if params.shingle == "token" and text_field != TEXT_FIELD:
-        raise ParameterError(f"text_field={text_field!r} names a text, but token shingles are cut from token ids: "
-                             "name their column with token_field=")
-    if params.shingle != "token" and token_field != TOKEN_FIELD:
-        raise ParameterError(f"token_field={token_field!r} names token ids, but {params.shingle} shingles are cut "
-                             "from a text: name its column with text_field=")
+    check_fields_read([params.shingle], text_field, token_field)  # (the other field would be read by nothing)
     return token_field if params.shingle == "token" else text_field
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
+from gpudedup import Index
 from gpudedup.errors import OutputError, ParameterError
 from gpudedup.results import plots
 from gpudedup.evaluate import (
@@ -327,6 +328,19 @@ def test_the_evaluation_folder_is_checked_before_the_run(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("x")
     for out, words in [("file", "file: exists and is not a directory"), ("file/sub", "lies under file, a file")]:
         assert_user_error(invoke("evaluate", "corpus", "-o", out, "-q"), words, out=tmp_path / "nothing")
+    # A folder the scan reads through a link, as dedup refuses it; a folder inside an index.
+    (tmp_path / "outer").mkdir()
+    (tmp_path / "outer" / "link").symlink_to(tmp_path / "corpus")
+    assert_user_error(invoke("evaluate", "outer", "-o", "corpus/eval", "-q"),
+                      "must not be, hold or lie inside a folder the inputs are read from: outer/link leads to",
+                      out=tmp_path / "corpus" / "eval")
+    Index.create(tmp_path / "idx")
+    assert_user_error(invoke("evaluate", "corpus", "-o", "idx/eval", "-q"), "must not lie inside the index",
+                      out=tmp_path / "idx" / "eval")
+    # A field named that no setting of the grid reads.
+    for options, words in [(["--token-field", "ids"], "--token-field ids names token ids, but word shingles"),
+                           (["--shingle", "token", "--text-field", "body"], "--text-field body names a text, but")]:
+        assert_user_error(invoke("evaluate", "corpus", "-o", "fields", "-q", *options), words, out=tmp_path / "fields")
     done = invoke("evaluate", "corpus", "-o", "eval", "--threshold", "0.01,0.8", "-q")
     assert done.exit_code == 0, done.output
     assert "note: skipped word5 t=0.01 K=128 b x r=auto: no bands x rows within --num-perm 128" in done.output

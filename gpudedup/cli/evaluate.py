@@ -82,6 +82,7 @@ def evaluate_command(
     """
     # (start-up: `--help` and completion load no job)
     from .. import evaluate as evaluation
+    from ..io.fields import check_fields_read
     from ..io.inputs import documents_read, scan_inputs
     from ..io.read import read_corpus
 
@@ -104,11 +105,12 @@ def evaluate_command(
             say(note)
         evaluation.criterion_field(criterion)  # a wrong criterion or bin width fails before the work
         evaluation.check_bin_width(bin_width)
+        check_fields_read([s.shingle for s in settings], text_field, token_field)
         folder = local_path(output, "an evaluation's folder")
-        evaluation.check_results_folder(folder, list(inputs), settings)  # (and a folder it cannot write in)
+        found = scan_inputs(list(inputs))
+        evaluation.check_results_folder(folder, list(inputs), settings, found)  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
-        found = scan_inputs(list(inputs))
         read = read_corpus(list(inputs), content, id_field, found=found)
         # (no document at all: nothing to score, as a dedup of it refuses to run)
         documents_read(found, read.num_rows, [source.path for source in read.files], read.skipped_records)

@@ -19,7 +19,8 @@ from ..errors import OutputError
 from ..interrupts import note_written
 from ..io.commit import signals_held
 from ..io.credentials import os_reason
-from ..io.outputdir import check_apart_from_inputs
+from ..io.inputs import InputFiles
+from ..io.outputdir import check_apart_from_inputs, check_apart_from_read, check_outside_an_index
 from ..version import __version__
 from .grid import Setting, spec_label, threshold_text
 from .run import Evaluation
@@ -133,13 +134,19 @@ def figure_names(settings: Sequence[Setting]) -> list[str]:
 
 
 def check_results_folder(out_dir: Union[str, os.PathLike], inputs: Sequence = (),
-                         settings: Sequence[Setting] = ()) -> Path:
+                         settings: Sequence[Setting] = (), found: Optional[InputFiles] = None) -> Path:
     """``out_dir`` as a folder write_results may write into, or OutputError: it must not be a
-    file, lie under one, or be, hold or lie inside one of the ``inputs`` (what is written there
-    would be read as input by the next run), nor hold a file of the user's that the evaluation
-    of ``settings`` would write (check_not_theirs)."""
+    file, lie under one, lie inside a persistent index (whose next writer removes what it does
+    not list there), or be, hold or lie inside one of the ``inputs`` or, where ``found`` (their
+    scan) is given, a folder the scan walks, links followed (what is written there would be
+    read as input by the next run), nor hold a file of the user's that the evaluation of
+    ``settings`` would write (check_not_theirs)."""
     out = Path(out_dir)
-    check_apart_from_inputs(out, inputs, "the evaluation's folder", "output=")
+    role = "the evaluation's folder"
+    check_apart_from_inputs(out, inputs, role, "output=")
+    if found is not None:
+        check_apart_from_read(out, found.files, found.seen_dirs.values(), role, "output=")
+    check_outside_an_index(out, role, "output=")
     for place in (out, *out.parents):
         if place.exists():
             if not place.is_dir():

@@ -13,6 +13,7 @@ from ..backends import get_backend
 from ..core.content import content_bytes
 from ..pipeline.memory import dedup_corpus
 from ..io.corpus import Corpus
+from ..io.fields import TEXT_FIELD, check_fields_read
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_SEED
 from ..stages import Progress
 from .grid import Setting
@@ -87,6 +88,8 @@ def evaluate(
     settings = [dataclasses.replace(s, threshold=s.params(**extra).threshold) for s in settings]
     criterion_field(criterion)
     check_bin_width(bin_width)
+    if token_field is not None:  # (named, some setting must read it)
+        check_fields_read([s.shingle for s in settings], TEXT_FIELD, token_field)
     cache = truth_cache or TruthCache(corpus, token_field)
     started = time.perf_counter()
     cache.prepare(settings)

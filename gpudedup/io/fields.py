@@ -19,12 +19,31 @@ they are, so kept rows keep the input's own columns, a struct column as it was.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.content import without_view
+from ..errors import ParameterError
+
+# The fields a run reads where none is named: the text, or (token shingles) the token ids.
+TEXT_FIELD = "text"
+TOKEN_FIELD = "input_ids"
+
+
+def check_fields_read(shingles: Iterable[str], text_field: str, token_field: str) -> None:
+    """ParameterError where a field named other than by default would be read by nothing:
+    text_field where every shingle kind of ``shingles`` is "token" (cut from token ids),
+    token_field where none is (cut from a text)."""
+    kinds = set(shingles)
+    if kinds == {"token"} and text_field != TEXT_FIELD:
+        raise ParameterError(f"text_field={text_field!r} names a text, but token shingles are cut from token ids: "
+                             "name their column with token_field=")
+    if "token" not in kinds and token_field != TOKEN_FIELD:
+        shingle = " and ".join(sorted(kinds))
+        raise ParameterError(f"token_field={token_field!r} names token ids, but {shingle} shingles are cut "
+                             "from a text: name its column with text_field=")
 
 
 def field_path(schema: pa.Schema, name: str) -> Optional[tuple[int, ...]]:
