@@ -127,6 +127,19 @@ def test_nesting_at_the_limit_is_judged_alike_on_every_path(in_tmp, lists, refus
         assert corpus.ids.to_pylist() == ["ok"] + ([] if refused else ["deep"])
 
 
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ('{"a":', "}")], ids=["lists", "objects"])
+def test_a_record_nested_to_the_limit_is_written_where_it_reads_back(tmp_path, opening, closing):
+    """The deepest record read (its value at MAX_JSON_DEPTH) is written as Parquet kept rows that
+    pyarrow reads back, in memory and through a work directory's shards (an Arrow IPC schema)."""
+    good = json.dumps({"id": "ok", "text": "a b c"}).encode()
+    (tmp_path / "d.jsonl").write_bytes(good + b"\n" + nested_line(MAX_JSON_DEPTH - 1, opening, closing) + b"\n")
+    for out, staged in (("memory", []), ("staged", ["--work-dir", "work"])):
+        done = cli(tmp_path, "dedup", "d.jsonl", "-o", out, "-q", "--backend", "cpu", "--id-field", "id", *staged)
+        assert done.returncode == 0, done.stdout + done.stderr
+        kept = pq.read_table(tmp_path / out / "deduplicated")
+        assert kept.column("id").to_pylist() == ["ok", "deep"]
+
+
 def test_brackets_in_strings_do_not_count(in_tmp):
     texts = ["[" * 5000 + "{" * 5000, '\\"' + "[" * 3000, "a \\\\" + "{" * 400, "q" + "]" * 300]
     write_jsonl(in_tmp / "s.jsonl", [{"text": t, "n": i} for i, t in enumerate(texts)])
