@@ -189,6 +189,46 @@ def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_
     assert set(taken) == {"kernels"} and large.pairs.equals(reference.pairs)
 
 
+def test_an_evaluation_times_every_setting_on_one_route_after_a_warm_up_that_clusters(fresh_start, monkeypatch):
+    """An evaluation's settings are timed against each other (--criterion time): a grid whose
+    signature passes together reach REFERENCE_WORK starts the kernels before its warm-up, so
+    that no setting runs on the reference route beside others on the kernels, nor carries
+    their start; the warm-up runs every stage a setting runs, pairs and clusters included."""
+    from gpudedup.backends import cpu_kernels
+    from gpudedup.evaluate import Setting, evaluate
+    from gpudedup.evaluate import run as evaluation_run
+    from gpudedup.io.python_inputs import strings_corpus
+
+    words = np.random.default_rng(5).integers(0, 5000, size=(200, 150))  # (no two documents alike)
+    texts = [" ".join(f"w{w}" for w in row) for row in words]
+    corpus = strings_corpus(texts)
+    one_pass = compiled.text_work(sum(len(t) for t in texts), "word")
+    monkeypatch.setattr(compiled, "REFERENCE_WORK", int(2.5 * one_pass))  # (reached in the third setting)
+    taken: list[str] = []
+    by_kernels = cpu_kernels.shingle_hashes
+    monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: taken.append("kernels") or by_kernels(*args))
+    runs: list[tuple[int, int]] = []  # (verified pairs, settings scored before it) of every run
+    scored: list[list[str]] = []
+    real_dedup = evaluation_run.dedup_corpus
+
+    def dedup_corpus(*args, **kwargs):
+        outcome = real_dedup(*args, **kwargs)
+        runs.append((outcome.pairs.count, len(scored)))
+        return outcome
+
+    monkeypatch.setattr(evaluation_run, "dedup_corpus", dedup_corpus)
+
+    def on_result(done, total, result):
+        scored.append(taken[:])
+        taken.clear()
+
+    evaluate(corpus, [Setting(num_perm=k, threshold=0.7) for k in (64, 65, 66, 67)], backend="cpu",
+             on_result=on_result)
+    assert len(scored) == 4 and all(routes and set(routes) == {"kernels"} for routes in scored), scored
+    warm_up = [pairs for pairs, before in runs if before == 0][:-1]  # (the last of them: setting 0)
+    assert warm_up and all(pairs > 0 for pairs in warm_up), runs
+
+
 def test_a_backend_asked_for_its_kernels_starts_them(fresh_start):
     backend = get_backend("cpu")
     assert "numba" not in backend.description
