@@ -36,6 +36,21 @@ def test_params_json_meets_the_targets():
     assert plan["candidate_probability"]["0.5"] == plan["candidate_probability_at_low"]
 
 
+def test_params_names_a_threshold_of_many_digits_apart_from_its_neighbours():
+    """A similarity is named by the shortest text that reads back as it: a threshold of more
+    than six significant digits keeps its row and its mark, and never takes the row of a
+    similarity it rounds to (0.30000001 beside 0.3)."""
+    from gpudedup.core.lsh import collision_probability
+
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.8765432"])
+    assert result.exit_code == 0 and "0.8765432  (threshold)" in result.output, result.output
+    result = CliRunner().invoke(app, ["params", "--threshold", "0.30000001", "--json"])
+    plan = json.loads(result.output)
+    curve = plan["candidate_probability"]
+    assert curve["0.3"] == collision_probability(0.3, plan["bands"], plan["rows"])
+    assert curve["0.30000001"] == collision_probability(0.30000001, plan["bands"], plan["rows"]) != curve["0.3"]
+
+
 def test_params_shows_the_shingles_and_refuses_text_options_with_token_ids():
     result = CliRunner().invoke(app, ["params", "--unicode", "nfkc", "--strip-punctuation", "--json"])
     assert result.exit_code == 0, result.output

@@ -154,6 +154,14 @@ def small(probability: float) -> str:
     return f"{probability:.4f}" if probability >= 1e-4 or probability == 0 else f"{probability:.3g}"
 
 
+def similarity_text(value: float) -> str:
+    """A similarity (a threshold) as labels, tables and file names show it: the shortest text
+    that reads back as it (0.8, 1; 0.8000001 and 0.8000000000001, which ``:g`` would show as 0.8
+    too, so that two thresholds never share a label)."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
 def banding_summary(threshold: float, banding: Banding, low: float | None = None,
                     similarities=None) -> dict:
     """What a banding does, for ``gpudedup params`` and the report: b, r, the permutations
@@ -173,7 +181,7 @@ def banding_summary(threshold: float, banding: Banding, low: float | None = None
         "rule": banding.rule,
         "steepest_similarity": round(steepest_similarity(b, r), 4),
         "miss_probability_at_threshold": float(miss_probability(threshold, b, r)),
-        "candidate_probability": {f"{s:g}": float(collision_probability(s, b, r)) for s in similarities},
+        "candidate_probability": {similarity_text(s): float(collision_probability(s, b, r)) for s in similarities},
     }
     if low is not None:
         summary["low"] = low

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from ..core.lsh import similarity_text
 from ..core.shingling import ShingleKind, ShingleSpec, UnicodeForm
 from ..errors import ParameterError
 from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, and_listed, is_number
@@ -56,18 +57,11 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return (f"{spec_label(self.spec())} t={threshold_text(self.threshold)} K={self.num_perm} "
+        return (f"{spec_label(self.spec())} t={similarity_text(self.threshold)} K={self.num_perm} "
                 f"b x r={self.banding_label}")
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def threshold_text(threshold: float) -> str:
-    """A threshold as labels and file names show it: the shortest text that reads back as it
-    (0.8, 1; 0.8000001 and 0.8000000000001, which ``:g`` would show as 0.8 too)."""
-    short = f"{threshold:g}"
-    return short if float(short) == threshold else repr(float(threshold))
 
 
 def spec_label(spec: ShingleSpec) -> str:
@@ -135,7 +129,7 @@ def expand_grid(
                 t = DedupParams(threshold=given, shingle=kind, ngram=n, num_perm=k, **forms).threshold
                 for b, r, why in _bandings(k, bands, rows):
                     if why:
-                        notes.append(f"skipped shingle={kind} ngram={n} threshold={threshold_text(t)} "
+                        notes.append(f"skipped shingle={kind} ngram={n} threshold={similarity_text(t)} "
                                      f"num_perm={k}: {why}")
                         continue
                     if b is not None:

@@ -22,7 +22,8 @@ from ..io.credentials import os_reason
 from ..io.inputs import InputFiles
 from ..io.outputdir import check_apart_from_inputs, check_apart_from_read, check_outside_an_index
 from ..version import __version__
-from .grid import Setting, spec_label, threshold_text
+from ..core.lsh import similarity_text
+from .grid import Setting, spec_label
 from .run import Evaluation
 from .scoring import SettingResult, criterion_field, recommendations
 from .view import TABLE_COLUMNS, recommendation_line, table_cells
@@ -124,7 +125,7 @@ def figure_name(spec: ShingleSpec, threshold: float, truths: int) -> str:
     recall_by_similarity_<shingle spec>_t<threshold>.png."""
     if truths == 1:
         return FIGURE
-    return f"recall_by_similarity_{spec_label(spec)}_t{threshold_text(threshold)}.png"
+    return f"recall_by_similarity_{spec_label(spec)}_t{similarity_text(threshold)}.png"
 
 
 def figure_names(settings: Sequence[Setting]) -> list[str]:

@@ -31,7 +31,8 @@ from ..core.lsh import collision_probability
 from ..core.shingling import ShingleSpec
 from ..errors import ParameterError
 from ..params import is_number
-from .grid import Setting, spec_label, threshold_text
+from ..core.lsh import similarity_text
+from .grid import Setting, spec_label
 from .truth import GroundTruth, found_in, pair_codes
 
 DEFAULT_BIN_WIDTH = 0.05
@@ -269,7 +270,7 @@ class Recommendation:
     @property
     def label(self) -> str:
         """'word5 t=0.8': the ground truth this recommendation is for."""
-        return f"{spec_label(self.spec)} t={threshold_text(self.threshold)}"
+        return f"{spec_label(self.spec)} t={similarity_text(self.threshold)}"
 
     @property
     def value(self) -> Optional[float]:

@@ -10,7 +10,8 @@ from html import escape
 from typing import TYPE_CHECKING, Optional
 
 from ..display import STYLE
-from .grid import spec_label, threshold_text
+from ..core.lsh import similarity_text
+from .grid import spec_label
 from .scoring import Recommendation, SettingResult, criterion_field
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def table_cells(index: int, r: SettingResult) -> list[str]:
     """The cells of one setting's row, in TABLE_COLUMNS order."""
     s = r.setting
     banding = f"{r.bands}x{r.rows}" + ("" if s.bands is not None else " (auto)")
-    return [str(index), spec_label(s.spec()), threshold_text(s.threshold), str(s.num_perm), banding, str(r.true_pairs),
+    return [str(index), spec_label(s.spec()), similarity_text(s.threshold), str(s.num_perm), banding, str(r.true_pairs),
             f"{r.candidates_per_document:.2f}", number(r.candidate_precision), number(r.candidate_recall),
             number(r.verified_precision), number(r.verified_recall), number(r.verified_f1),
             number(r.cluster_recall), f"{r.seconds:.3f}", f"{r.peak_rss_mb:.0f}"]
