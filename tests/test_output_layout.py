@@ -797,6 +797,32 @@ def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
         [(r["hash"], r["wide"], r["mass"]) for r in both if r["id"] in set(kept["id"].to_pylist())]
 
 
+def test_a_jsonl_integer_that_its_fields_fractions_would_round_is_refused_by_line(tmp_path):
+    """A field holding fractions is read as doubles; an integer past 2**53 among them (at the
+    top level, or inside a struct or list) would come back another number: refused naming its
+    line and field, in memory and with a work directory, where the doubles alone (1e300, 2**53
+    itself) are read and written back as they are."""
+    records = sample_records()[:6]
+    plain = [{**r, "y": value} for r, value in zip(records, [0.5, 1e300, 2**53, -2.25, 7, 0.125])]
+    write_jsonl(tmp_path / "plain.jsonl", plain)
+    kept = gpudedup.dedup(tmp_path / "plain.jsonl", id_field="id", backend="cpu").deduplicated
+    assert kept.schema.field("y").type == pa.float64()
+    assert kept.column("y").to_pylist() == [r["y"] for r in plain if r["id"] in set(kept["id"].to_pylist())]
+    for name, rounded in (("top", {"y": 2**53 + 1}), ("nested", {"meta": {"values": [0.5, -(2**60) - 1]}})):
+        rows = [{**r, "y": 0.5, "meta": {"values": [1.5]}} for r in records]
+        rows[3] = {**rows[3], **rounded}
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        field = "y" if name == "top" else "meta"
+        for extra in ([], ["--work-dir", str(tmp_path / f"work-{name}")]):
+            out = tmp_path / f"out-{name}{len(extra)}"
+            refused = invoke("dedup", tmp_path / f"{name}.jsonl", "-o", out, "--id-field", "id", "-q",
+                             "--backend", "cpu", *extra)
+            assert_user_error(refused, f"{name}.jsonl:4: field '{field}' holds the integer", "beside fractions",
+                              out=out)
+        with pytest.raises(gpudedup.InputError, match=f"{name}.jsonl:4: field '{field}'"):
+            gpudedup.dedup(tmp_path / f"{name}.jsonl", id_field="id", backend="cpu")
+
+
 def test_jsonl_integers_past_int64_inside_structs_and_lists_are_kept_exactly(tmp_path):
     """The same holds inside a column: a struct field or list item of integers with one past
     int64 is read as whole decimals, each on its own, in memory and with a work directory, and a

@@ -7,7 +7,8 @@ and stops the run or is left out. A record's row number is its line number (from
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import json
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,7 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
                         or (id_field is not None and not has_field(table.schema, id_field))):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
         if not problem and whole_table_stands(path, source, table, row_numbers, text_field, id_field):
+            check_doubles_hold(path, source, table)
             return table, row_numbers, []
     # The columns of a table read whole tell what a dotted field name names (fields.py).
     columns = None if table is None else set(table.column_names)
@@ -166,6 +168,7 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
         both = [name for name in (text_field, id_field) if name is not None and named_both_ways(table.schema, name)]
         if both:
             raise file_error(source.path, both_ways(both[0]))
+    check_doubles_hold(path, source, table)
     return table, np.asarray(numbers, dtype=np.int64), errors.records
 
 
@@ -276,16 +279,59 @@ def whole_number_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...]]]:
     integers the reader typed double (one past int64, or among such), which a double cannot
     keep. A path is the struct fields' indices and the lists' items (-1) down to the value
     (with_type_at)."""
+    return [(name, path) for name, path, whole in large_double_leaves(table) if whole]
+
+
+def large_double_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(column name, path, whether all are whole numbers) of the table's double values, at
+    the top level or inside its structs and lists (leaves), some at or past 2**53 in
+    magnitude: where integers may have been read as doubles that do not hold them."""
     found = []
     for field, column in zip(table.schema, table.columns):
         chunks = [leaves(chunk) for chunk in column.chunks]
         for number, (path, _) in enumerate(chunks[0] if chunks else []):
             values = pa.chunked_array([leaves_of[number][1] for leaves_of in chunks])
             if pa.types.is_floating(values.type) and values.null_count < len(values) \
-                    and pc.max(pc.abs(values)).as_py() >= EXACT_DOUBLE_LIMIT \
-                    and pc.all(pc.equal(values, pc.floor(values))).as_py():
-                found.append((field.name, path))
+                    and pc.max(pc.abs(values)).as_py() >= EXACT_DOUBLE_LIMIT:
+                found.append((field.name, path, pc.all(pc.equal(values, pc.floor(values))).as_py()))
     return found
+
+
+def check_doubles_hold(path: Location, source: SourceFile, table: pa.Table) -> None:
+    """FileError where a field of the file's table is double (it holds fractions) and a line
+    gives it an integer past 2**53 that a double does not hold (2**53 + 1 reads as 2**53): its
+    kept rows would be written back with another value. (Whole numbers alone are read as
+    decimals, parse_jsonl.) The lines are read again with Python's exact integers only where a
+    double field holds both a fraction and a value that large."""
+    mixed = [(name, at) for name, at, whole in large_double_leaves(table) if not whole]
+    if not mixed:
+        return
+    types = {field.name: field.type for field in table.schema}
+    for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
+        try:
+            record = json.loads(line)
+        except ValueError:  # (blank, or a bad record left out: not in the table)
+            continue
+        for name, at in mixed:
+            for value in values_at(record.get(name) if isinstance(record, dict) else None, at, types[name]):
+                if type(value) is int and float(value) != value:
+                    raise file_error(source.path, f"field {name!r} holds the integer {value} beside fractions, so "
+                                                  f"it is read as a double, {float(value):.17g}, and its rows "
+                                                  "would be written back changed: write such numbers as strings",
+                                     f"{source.path}:{number}")
+
+
+def values_at(value, at: tuple[int, ...], data_type: pa.DataType) -> Iterator:
+    """The values a JSON ``value`` of type ``data_type`` holds at the leaf path ``at`` (leaves'):
+    a struct's field by its index, every item of a list (-1)."""
+    if not at:
+        yield value
+    elif at[0] == -1 and isinstance(value, list):
+        for item in value:
+            yield from values_at(item, at[1:], data_type.value_type)
+    elif at[0] >= 0 and isinstance(value, dict):
+        field = data_type.field(at[0])
+        yield from values_at(value.get(field.name), at[1:], field.type)
 
 
 def leaves(array: pa.Array, path: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], pa.Array]]:
