@@ -615,6 +615,34 @@ def test_a_figure_per_threshold_and_none_left_from_before(small_evaluation, two_
     assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in figures if name)
 
 
+def test_an_evaluation_killed_between_its_renames_leaves_a_folder_the_next_one_takes(small_evaluation,
+                                                                                      two_thresholds, tmp_path,
+                                                                                      monkeypatch):
+    """A SIGKILL (no signal hold delays it) between write_results' renames: the earlier
+    figures are gone and the evaluation.json there names every figure that is, so the next
+    evaluation into the folder is not refused for a figure of ours it does not know."""
+    from gpudedup.evaluate import output
+
+    out = tmp_path / "out"
+    write_results(small_evaluation, out)  # one threshold: recall_by_similarity.png
+    real_replace, renamed = os.replace, []
+
+    def replace_then_die(source, target):
+        if renamed:
+            raise SystemExit("killed")  # (as the process dying after its first rename)
+        renamed.append(target)
+        real_replace(source, target)
+
+    monkeypatch.setattr(output.os, "replace", replace_then_die)
+    with pytest.raises(SystemExit):
+        write_results(two_thresholds, out)
+    monkeypatch.setattr(output.os, "replace", real_replace)
+    named = {e["figure"] for e in json.loads((out / "evaluation.json").read_text())["recommended"]}
+    assert {p.name for p in out.glob("*.png")} <= named
+    write_results(small_evaluation, out)
+    assert (out / FIGURE).exists() == plots.matplotlib_available()
+
+
 def test_thresholds_that_differ_have_labels_and_figures_of_their_own(subset_corpus, tmp_path):
     """Two thresholds that ``:g`` (or twelve digits) would both show as 0.8 are two
     recommendations, each labelled with its own threshold and drawn in a figure of its own

@@ -212,12 +212,15 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
                 file.flush()
                 os.fsync(file.fileno())
         # Every file in place, and an earlier evaluation's figures that would stand beside
-        # results they do not belong to gone, or (a signal held until after) none of them.
+        # results they do not belong to gone, or (a signal held until after) none of them. In
+        # this order, so that a process killed part way (SIGKILL, which no hold delays) leaves
+        # no figure that the evaluation.json there does not name: the stale figures go first,
+        # then evaluation.json (contents' first), which names the figures that follow it.
         with signals_held():
-            for name, path in temporary.items():
-                os.replace(path, out / name)
             for stale in (set() if earlier is None else figures_of(earlier)) - set(contents):
                 (out / stale).unlink(missing_ok=True)
+            for name, path in temporary.items():
+                os.replace(path, out / name)
             note_written(out)  # (a signal held till now must say that the results are there)
     finally:
         for path in temporary.values():
