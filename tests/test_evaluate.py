@@ -260,7 +260,9 @@ def test_grid_is_the_product_of_the_lists_with_invalid_bandings_skipped():
 def test_grid_bandings_derived_automatic_and_deduplicated():
     by_bands, notes = expand_grid(num_perm=[64, 128], bands=[16, 200])
     assert [(s.num_perm, s.bands, s.rows) for s in by_bands] == [(64, 16, 4), (128, 16, 8)]
-    assert len(notes) == 2 and all("rows = num_perm // bands is 0" in n for n in notes)
+    assert notes == ["skipped shingle=word ngram=5 threshold=0.8 num_perm=64: rows = num_perm // bands = 64 // 200 "
+                     "is 0", "skipped shingle=word ngram=5 threshold=0.8 num_perm=128: rows = num_perm // bands = "
+                     "128 // 200 is 0"]
     by_rows, _ = expand_grid(num_perm=[128], rows=[4, 8])
     assert [(s.bands, s.rows) for s in by_rows] == [(32, 4), (16, 8)]
     auto, notes = expand_grid(num_perm=[128], threshold=[0.8])
@@ -277,6 +279,9 @@ def test_grid_bandings_derived_automatic_and_deduplicated():
     loose = targets[1].params()
     assert loose.max_fn == 0.1 and loose.banding().bands * loose.banding().rows <= 128
     assert expand_grid(bands=[8, 8], rows=[4])[0] == [Setting(128, 8, 4)]
+    # The pipeline's own target (None) beside the same target given is one setting.
+    assert [s.max_false_negative for s in expand_grid(max_false_negative=[None, 0.01, 0.05])[0]] == [None, 0.05]
+    assert [s.max_false_negative for s in expand_grid(max_false_negative=[0.01, None])[0]] == [0.01]
 
 
 @pytest.mark.parametrize("grid", [
@@ -287,6 +292,21 @@ def test_grid_bandings_derived_automatic_and_deduplicated():
 def test_grid_rejects_invalid_values(grid):
     with pytest.raises(ParameterError):
         expand_grid(**grid)
+
+
+@pytest.mark.parametrize("grid, words", [
+    ({"threshold": []}, "threshold= is an empty list: give it a value or more, or leave it out"),
+    ({"bands": []}, "bands= is an empty list"), ({"max_false_negative": []}, "max_false_negative= is an empty list"),
+    ({"threshold": 0.8}, "threshold= takes a list of values; got 0.8: pass [0.8] for one"),
+    ({"shingle": "char"}, "shingle= takes a list of values; got 'char': pass ['char'] for one"),
+])
+def test_grid_lists_that_are_empty_or_no_lists_are_refused_by_name(grid, words):
+    """An empty list would leave the grid without its value (or, for bands=, take the chosen
+    banding unsaid); a string or a number where a list is asked would be read letter by letter
+    or fail in Python's words."""
+    with pytest.raises(ParameterError) as refused:
+        expand_grid(**grid)
+    assert str(refused.value).startswith(words), str(refused.value)
 
 
 def test_lists_that_no_setting_of_the_grid_reads_are_refused():

@@ -12,7 +12,8 @@ import numpy as np
 from ..core.lsh import similarity_text
 from ..core.shingling import ShingleKind, ShingleSpec, UnicodeForm
 from ..errors import ParameterError
-from ..params import DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, and_listed, is_number
+from ..params import (DEFAULT_MAX_FN, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_THRESHOLD, DedupParams, and_listed,
+                      is_number)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,16 @@ def expand_grid(
     """
     settings: list[Setting] = []
     notes: list[str] = []
+    lists = {"num_perm": num_perm, "bands": bands, "rows": rows, "shingle": shingle, "ngram": ngram,
+             "threshold": threshold, "max_false_negative": max_false_negative, "unicode": unicode,
+             "strip_punctuation": strip_punctuation, "strip_symbols": strip_symbols}
+    for name, values in lists.items():
+        if values is None and name in ("bands", "rows", "max_false_negative"):
+            continue
+        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+            raise ParameterError(f"{name}= takes a list of values; got {values!r}: pass [{values!r}] for one")
+        if len(values) == 0:
+            raise ParameterError(f"{name}= is an empty list: give it a value or more, or leave it out")
     # Lists that no setting of the grid would read are refused rather than dropped.
     chosen = any(b is None for k in num_perm for b, _, _ in _bandings(k, bands, rows))  # ("auto": _bandings)
     if max_false_negative and any(target is not None for target in max_false_negative) and not chosen:
@@ -120,6 +131,10 @@ def expand_grid(
         if target is not None and not (is_number(target) and 0 < target < 1):
             raise ParameterError(f"max_false_negative= must be in (0, 1); got {target!r}")
     targets = [None if target is None else DedupParams(max_fn=target).max_fn for target in targets]
+    # (None is the pipeline's own target: beside it, that target given is the same setting)
+    targets = [target for number, target in enumerate(targets)
+               if (DEFAULT_MAX_FN if target is None else target)
+               not in [DEFAULT_MAX_FN if earlier is None else earlier for earlier in targets[:number]]]
     for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
         for given in threshold:
             for k in num_perm:
@@ -189,9 +204,10 @@ def _bandings(num_perm: int, bands, rows):
             yield None, None, ""
             continue
         b, r = int(b), int(r)
-        if b == 0 or r == 0:
-            what = "bands" if b == 0 else "rows"
-            yield b, r, f"{what} = num_perm // {'rows' if b == 0 else 'bands'} is 0"
+        if b == 0:
+            yield b, r, f"bands = num_perm // rows = {num_perm} // {r} is 0"
+        elif r == 0:
+            yield b, r, f"rows = num_perm // bands = {num_perm} // {b} is 0"
         elif b * r > num_perm:
             yield b, r, f"bands * rows = {b} * {r} = {b * r} > num_perm"
         else:
