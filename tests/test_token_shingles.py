@@ -548,6 +548,21 @@ def test_evaluate_refuses_a_bad_token_id_in_the_other_column(tmp_path):
     assert_user_error(result, "sample.jsonl:5", "token id -1, out of range", out=tmp_path / "eval")
 
 
+def test_evaluate_names_the_files_of_a_token_column_that_is_missing_or_no_token_ids(tmp_path):
+    """A grid of word and token shingles reads the token column beside the text: where no file
+    has it, or it holds no token ids, the refusal names the files, as the reader's do."""
+    records = text_and_token_records()
+    (tmp_path / "in").mkdir()
+    for name, rows in (("a.jsonl", records[:3]), ("b.jsonl", records[3:])):
+        (tmp_path / "in" / name).write_text("".join(json.dumps({**r, "input_ids": " ".join(map(str, r["input_ids"]))})
+                                                    + "\n" for r in rows), encoding="utf-8")
+    for options, words in ((["--token-field", "absent"], "no field 'absent' for token shingles"),
+                           ([], "field 'input_ids' has type string, but token shingles need")):
+        result = invoke("evaluate", tmp_path / "in", "-o", tmp_path / "eval", "--shingle", "word,token",
+                        "--id-field", "id", "--backend", "cpu", "-q", *options)
+        assert_user_error(result, f"{tmp_path / 'in' / 'a.jsonl'} (and 1 more file): {words}", out=tmp_path / "eval")
+
+
 @pytest.mark.parametrize("options, named", [({"shingle": "token", "text_field": "body"}, "text_field='body'"),
                                             ({"shingle": "word", "token_field": "ids"}, "token_field='ids'"),
                                             ({"shingle": "char", "token_field": "ids"}, "token_field='ids'")])

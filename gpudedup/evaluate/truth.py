@@ -68,13 +68,17 @@ def content_corpus(corpus: Corpus, shingle: str, token_field: Optional[str]) -> 
     column token_field of the same rows (when the corpus reads another), else the corpus."""
     if shingle != "token" or token_field is None or token_field == corpus.text_field:
         return corpus
+    # (the files read: the column is the files' combined, which none of them has, or of a type of one)
+    files = [f.path for f in corpus.files]
+    more = len(files) - 1
+    where = None if not files else files[0] + (f" (and {more:,} more file{'s' * (more > 1)})" if more else "")
     if token_field not in corpus.table.column_names:
-        raise InputError(f"no field {token_field!r} for token shingles (fields: "
+        raise InputError(f"{where + ': ' if where else ''}no field {token_field!r} for token shingles (fields: "
                          f"{', '.join(corpus.table.column_names)}); name it with token_field=")
     # The readers checked only the column read as content (the text): the ids get the same
     # checks here, or a negative or null id would be hashed as some other 32-bit unit.
     column = corpus.table[token_field]
-    check_content(column.type, "token", token_field)
+    check_content(column.type, "token", token_field, where)
     if is_token_type(column.type):
         rows, reasons = bad_token_rows(column)
         if len(rows):
