@@ -591,7 +591,10 @@ def test_an_output_on_object_storage_that_holds_an_index_s_source_file_is_refuse
     check_apart_from_index(Remote("s3://b/srcout"), sources, "the output directory", "output=")
     # One store under two names: gcs:// is gs://, s3a:// is s3://.
     from gpudedup.io.outputdir import check_apart_from_inputs
-    for out, into in (("gcs://b/x", "gs://b/x/in.jsonl"), ("s3a://b/x/out", "s3://b/x")):
+    # An Azure container with its account and without it (taken from the environment).
+    for out, into in (("gcs://b/x", "gs://b/x/in.jsonl"), ("s3a://b/x/out", "s3://b/x"),
+                      ("abfs://c/x/out", "abfs://c@account.dfs.core.windows.net/x"),
+                      ("abfss://c:KEY@account.dfs.core.windows.net/x", "az://c/x/in.jsonl")):
         with pytest.raises(OutputError, match="must not be, hold or lie inside the input"):
             check_apart_from_inputs(Remote(out), [into], "the output directory", "output=")
 

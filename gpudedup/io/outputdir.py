@@ -327,9 +327,16 @@ def _real_paths(files: Iterable[Location]) -> Iterator[tuple[Path, str]]:
 def url_place(location: Remote) -> list[str]:
     """A URL's store (its scheme, lower-case, as filesystems.SAME_STORE names it), then its
     components (storage.parts_of): what two URLs are compared by, so that a bucket's name on
-    one store is not taken for the same on another, nor gcs://b for another place than gs://b."""
+    one store is not taken for the same on another, nor gcs://b for another place than gs://b.
+    An Azure container is compared by its name alone: abfs://c@account.dfs.core.windows.net/x
+    and abfs://c/x (the account from the environment) may be one place, and an output that
+    might lie in an input is refused rather than risked."""
     scheme = urlsplit(location.url).scheme.lower()
-    return [SAME_STORE.get(scheme, scheme)] + parts_of(location)
+    store = SAME_STORE.get(scheme, scheme)
+    parts = parts_of(location)
+    if store == "abfs" and parts:
+        parts[0] = parts[0].partition("@")[0]
+    return [store] + parts
 
 
 def check_apart_from_inputs(out: Location, inputs: Iterable[Given], what: str, option: str,
