@@ -5,14 +5,11 @@ numpy, pyarrow, scipy and the api when it starts (a few tenths of a second), sti
 
 from __future__ import annotations
 
-from .interrupts import ignore_ending_signals, install_signal_handlers  # (the standard library only)
+from .interrupts import install_signal_handlers  # (the standard library only)
 
 
 def main() -> None:
     install_signal_handlers()
     from .cli import main as run_command  # (start-up: the signal handlers are installed before the rest loads)
 
-    try:
-        run_command()
-    finally:
-        ignore_ending_signals()  # (the command has ended: nothing is left for a signal to stop)
+    run_command()

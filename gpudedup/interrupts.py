@@ -204,19 +204,6 @@ def watch_signals() -> None:
     threading.Thread(target=_watch, args=(reader,), name="gpudedup signal watcher", daemon=True).start()
 
 
-def ignore_ending_signals() -> None:
-    """The command has ended (it returned, or it is leaving with its exit code): from here to
-    the process's end an ending signal is ignored, as _on_signal ignores one once a command is
-    done. Python's finalization puts back the default action of every signal it handles, which
-    would end the finished command by the signal (exit -2 for SIGINT) with no line; a signal it
-    ignores stays ignored. Main thread only; a handler of someone else's is left alone."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in ENDING_SIGNALS:
-        if signal.getsignal(signum) is _on_signal:
-            signal.signal(signum, signal.SIG_IGN)
-
-
 def install_signal_handlers() -> None:
     """Ctrl-C, SIGTERM and SIGHUP end a run cleanly, a main thread blocked in a C extension
     included (watch_signals). Main thread only; handlers set by others, and ignored signals

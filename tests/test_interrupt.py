@@ -101,11 +101,6 @@ elif hook == "exit_entry":  # the signal is handled as the command ends (its las
             sys.setprofile(None)
             os.kill(os.getpid(), getattr(signal, hook_signal))
     sys.setprofile(profile)
-elif hook == "finalization":  # the signal arrives as Python finalizes, the command ended
-    class Last:
-        def __del__(self):  # run as this module's globals are cleared: after Python has put
-            os.kill(os.getpid(), getattr(signal, hook_signal))  # back its signals' defaults
-    last = Last()
 elif hook:  # the run sends itself a signal at a chosen point of the write
     import gpudedup.results.result as api, gpudedup.io.commit as commit  # result.py writes a run's files
     module = api if hook == "write_json" else commit
@@ -119,11 +114,11 @@ elif hook:  # the run sends itself a signal at a chosen point of the write
             real(*args, **kwargs)
     setattr(module, hook, signalling)
 
-import gpudedup.console, gpudedup.interrupts
-gpudedup.interrupts.install_signal_handlers()  # as the entry point does first (console.main, again below)
+import gpudedup.interrupts
+gpudedup.interrupts.install_signal_handlers()  # as the entry point (console.py) does before cli.main
 sys.stderr.write("ready\n")
 sys.stderr.flush()
-gpudedup.console.main()
+sys.exit(cli.main())
 '''
 
 
@@ -445,17 +440,6 @@ def test_signal_handled_as_the_command_ends_gives_its_code_and_one_line(small_ru
     # The command had finished: ending quietly with 0 would do, or with its code and one line.
     assert (run.returncode, run.stderr.splitlines()) in [
         (0, []), (128 + SIGNALS[name], [f"{word}: the results were written to {out}"])], (run.returncode, run.stderr)
-
-
-@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
-def test_signal_as_python_finalizes_a_finished_command_is_ignored(small_runner, name):
-    """A signal in the last instant, once Python's finalization has put back the default
-    actions of the signals it handled, would end the finished command by the signal (-2, -15)
-    with no line: the ending signals are ignored from the command's end on."""
-    out, previous = with_small_previous(small_runner, f"finalization-{name}")
-    run = small_runner.run(out, overwrite=True, env={"TEST_SIGNAL_IN": "finalization", "TEST_SIGNAL": name})
-    assert output_state(out, previous) == "new" and beside(out) == []
-    assert (run.returncode, run.stderr) == (0, ""), (run.returncode, run.stderr)
 
 
 def test_sigkill_after_staging_leaves_only_a_hidden_directory_that_the_next_run_removes(small_runner):
