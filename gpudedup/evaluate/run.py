@@ -29,18 +29,21 @@ from .view import evaluation_html, evaluation_text
 # Documents of the untimed warm-up run before the first measured setting (kernel compilation,
 # lookup tables, first-touch allocations would otherwise land in the first setting's time).
 WARMUP_DOCUMENTS = 256
+WARMUP_COPIES = 16  # of them again as they are: identical copies, a cluster at any threshold
 
 
 def warmup_corpus(content: Corpus) -> Corpus:
     """The warm-up's documents: the first WARMUP_DOCUMENTS of ``content`` (its content column
-    only), each followed by a near copy (a text without its last word; token ids as they are),
-    so that every stage a timed setting runs runs once before it: the candidates and their exact
-    check (identical copies, for token ids), the clusters (which import SciPy's at their first)."""
+    only), each followed by a near copy (a text without its last word; token ids as they are)
+    and the first WARMUP_COPIES again as they are, so that every stage a timed setting runs
+    runs once before it: the candidates and their exact check (near copies that reach the
+    threshold), the identical copies, the clusters (which import SciPy's at their first), which
+    the identical copies form at any threshold."""
     first = select_documents(content, limit=WARMUP_DOCUMENTS).texts.combine_chunks()
     near = first
     if pa.types.is_string(first.type) or pa.types.is_large_string(first.type):
         near = pc.replace_substring_regex(first, r"\s+\S+\s*$", "", max_replacements=1)
-    texts = pa.concat_arrays([first, near])
+    texts = pa.concat_arrays([first, near, first.slice(0, WARMUP_COPIES)])
     return Corpus(pa.table({"content": texts}), "content", pa.array(range(len(texts)), pa.int64()))
 
 
@@ -119,14 +122,17 @@ def evaluate(
     cache.prepare(settings)
     truth_seconds = time.perf_counter() - started
     contents = {s.shingle: content_corpus(corpus, s.shingle, token_field) for s in settings}
-    # One route for the whole grid (compiled.py), so that no setting is timed on another route
-    # than the rest or carries the kernels' start: where the grid's signature passes would
-    # start the kernels part way, they start before the warm-up.
-    start_before(sum(text_work(content_units_bytes(contents[s.shingle]), s.shingle) for s in settings))
-    if warmup and corpus.num_rows:
-        for shingle, content in contents.items():  # (each kind of shingles has kernels of its own)
-            first = next(s for s in settings if s.shingle == shingle)
-            dedup_corpus(warmup_corpus(content), first.params(**extra), chosen, Progress())
+    # (each kind of shingles has kernels of its own: a warm-up run each)
+    warmups = {shingle: warmup_corpus(content) for shingle, content in contents.items()} \
+        if warmup and corpus.num_rows else {}
+    # One route for the warm-up and the whole grid (compiled.py), so that no setting is timed
+    # on another route than the rest or carries the kernels' start: where their signature
+    # passes would start the kernels part way, they start before the warm-up.
+    start_before(sum(text_work(content_units_bytes(contents[s.shingle]), s.shingle) for s in settings)
+                 + sum(text_work(content_units_bytes(warm), shingle) for shingle, warm in warmups.items()))
+    for shingle, warm in warmups.items():
+        first = next(s for s in settings if s.shingle == shingle)
+        dedup_corpus(warm, first.params(**extra), chosen, Progress())
     n_docs = corpus.num_rows
     results = []
     for i, s in enumerate(settings):
