@@ -785,16 +785,35 @@ def test_an_ids_file_of_json_lines_names_ids_no_plain_line_can(tmp_path):
     index = Index.create(tmp_path / "idx")
     index.add(pa.Table.from_pylist([{"id": i, "text": t} for i, t in zip(ids, texts)]), id_field="id")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('""\n\n{"id": "kept"}\n')
     before = tree_snapshot(index.path)
-    refused = invoke("index", "remove", str(index.path), "--ids", str(bad))
-    assert_user_error(refused, f"{bad}:3: expected an id as a JSON string or integer", out=index.path, before=before)
+    for lines, words in (('""\n\n{"id": "kept"}\n', ":3: expected an id as a JSON string or integer"),
+                         ('"kept"\n"\\ud800"\n', ":2: the id holds an unpaired UTF-16 surrogate escape")):
+        bad.write_text(lines)
+        refused = invoke("index", "remove", str(index.path), "--ids", str(bad))
+        assert_user_error(refused, f"{bad}{words}", out=index.path, before=before)
     listed = tmp_path / "ids.jsonl"
     listed.write_text('""\n\n"two\\nlines"\n7\n"absent"\n')
     removed = invoke("index", "remove", str(index.path), "--ids", str(listed))
     assert removed.exit_code == 0 and "Removed 3 documents" in removed.output, removed.output
     assert "note: 1 of the 4 ids listed name no document" in removed.stderr
     assert [bool(matches) for matches in index.query(texts)] == [False, False, False, True]
+
+
+def test_index_query_and_info_print_an_id_s_steering_characters_as_escapes(tmp_path):
+    """`index query` and `index info` print JSON: an id or tag holding ESC, C1, a right-to-left
+    override or a line separator comes as its JSON escape (the same JSON to a parser), never as
+    the character that would steer the terminal."""
+    evil = "evil\u202eTXT.exe\u2028x\x1b[31mred\x85"
+    text = "alpha beta gamma delta epsilon zeta eta theta"
+    index = Index.create(tmp_path / "idx")
+    index.add(pa.Table.from_pylist([{"id": evil, "text": text}]), id_field="id", tag="w\u202eeek")
+    queried = invoke("index", "query", str(index.path), text)
+    info = invoke("index", "info", str(index.path))
+    for result in (queried, info):
+        assert result.exit_code == 0, result.output
+        assert not any(c in result.stdout for c in "\u202e\u2028\x1b\x85"), ascii(result.stdout)
+    assert json.loads(queried.stdout)["matches"][0]["id"] == evil
+    assert "w\u202eeek" in json.loads(info.stdout)["tags"]
 
 
 def test_staged_and_dask_adds_equal_the_in_memory_add(tmp_path):

@@ -197,8 +197,9 @@ def query_command(
                               soft_wrap=True)
                 documents.append(query)
         for number, hits in enumerate(opened.query(documents, backend=backend.value)):
+            # (ASCII: an id's characters that would steer the terminal come as JSON escapes)
             out.print_json(json.dumps({"query": number, "matches": [{"id": i, "jaccard": j} for i, j in hits]}),
-                           indent=None)
+                           indent=None, ensure_ascii=True)
 
 
 def names_a_path(query: str) -> bool:
@@ -277,6 +278,11 @@ def ids_listed(path: Path) -> list[str]:
             value = None
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise InputError(f"{path}:{number}: expected an id as a JSON string or integer, got {line[:80]!r}")
+        try:
+            str(value).encode("utf-8")  # (a JSON escape \\ud800 alone, which Python's parser takes)
+        except UnicodeEncodeError:
+            raise InputError(f"{path}:{number}: the id holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff), "
+                             "which no id of the index holds") from None
         listed.append(str(value))
     return listed
 
@@ -301,4 +307,4 @@ def info_command(context: typer.Context, index: IndexPath):
     from ..index import Index
 
     with user_errors(context):
-        out.print_json(data=Index(index).info())
+        out.print_json(data=Index(index).info(), ensure_ascii=True)  # (tags as escapes: index query's)
