@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import gpudedup
+
 from cli_support import assert_user_error, invoke, paragraph, write_jsonl
 from gpudedup.errors import InputError
 from gpudedup.io import jsonl_lines
@@ -138,6 +140,38 @@ def test_a_record_nested_to_the_limit_is_written_where_it_reads_back(tmp_path, o
         assert done.returncode == 0, done.stdout + done.stderr
         kept = pq.read_table(tmp_path / out / "deduplicated")
         assert kept.column("id").to_pylist() == ["ok", "deep"]
+
+
+def nested_lists(lists: int) -> pa.Array:
+    """Three values, each inside ``lists`` nested lists of one item."""
+    values = pa.array([1, 2, 3], pa.int64())
+    for _ in range(lists):
+        values = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), values)
+    return values
+
+
+@pytest.mark.parametrize("lists, refused", [(MAX_JSON_DEPTH - 1, False), (MAX_JSON_DEPTH, True)])
+def test_an_arrow_file_or_table_nested_past_the_limit_is_refused(tmp_path, lists, refused):
+    """An Arrow IPC file, or a table given in Python, is held to a JSONL record's depth: deeper,
+    its kept rows would be written as Parquet that pyarrow cannot read back."""
+    table = pa.table({"id": ["a", "b", "c"], "text": ["one two three four five", "six seven eight nine ten",
+                                                      "six seven eight nine ten"], "meta": nested_lists(lists)})
+    path = tmp_path / "deep.arrow"
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    done = cli(tmp_path, "dedup", "deep.arrow", "-o", "out", "-q", "--backend", "cpu", "--id-field", "id")
+    words = f"column 'meta' nests {lists + 1} levels deep, more than the {MAX_JSON_DEPTH} a record may"
+    if refused:
+        assert done.returncode == 2 and done.stderr.strip() == f"error: deep.arrow: {words} (deeper, its kept rows " \
+            "would be written as Parquet that cannot be read back)", done.stderr
+        with pytest.raises(gpudedup.InputError, match=f"the table's {words}"):
+            gpudedup.dedup(table, id_field="id", backend="cpu")
+        return
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(tmp_path / "out" / "deduplicated").column("id").to_pylist() == ["a", "b"]
+    kept = gpudedup.dedup(table, id_field="id", backend="cpu")
+    kept.write(tmp_path / "table-out")
+    assert pq.read_table(tmp_path / "table-out" / "deduplicated.parquet").num_rows == 2
 
 
 def test_brackets_in_strings_do_not_count(in_tmp):

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import storage
-from .fields import repeated_names
+from .fields import repeated_names, too_deep
 from .parquet import checked_rows
 from .source import SourceFile, file_error, listed
 from .credentials import first_line
@@ -40,6 +40,8 @@ def read_arrow(path: Location, source: SourceFile, text_field: str, id_field: Op
         if repeated:  # (no output could hold both)
             raise file_error(source.path, f"columns share a name ({listed(repeated, 5)}); each column of an "
                                           "Arrow file needs a name of its own")
+        if deep := too_deep(table.schema):
+            raise file_error(source.path, deep)
         source.schema = table.schema
     except PermissionError:
         raise

@@ -27,6 +27,42 @@ import pyarrow.compute as pc
 from ..core.content import without_view
 from ..errors import ParameterError
 
+# How deeply a record's values may nest (a top-level field is at depth 1, an item of a list in
+# it at depth 2, ...); a JSONL record nested deeper is a bad record, an Arrow file or a table
+# given in Python with a column that does is refused (too_deep). Real records nest a few levels.
+# The bound is what the formats the run writes take back: a Parquet schema nests at most 100
+# levels (pyarrow refuses to read a deeper one), two for each list, so a column of 50 nested
+# lists is written and cannot be read; an Arrow IPC schema (a work directory's shard columns)
+# nests at most 64. Lower than both, every record read is also written where it can be read
+# back. Arrow's JSON parser recurses once per level, takes time quadratic in the depth of a
+# list (27 s at 10,000 levels) and overflows its stack (SIGSEGV) between 15,000 and 20,000;
+# Python's json stops at its recursion limit. A line is measured by its brackets before either
+# parser sees it (nesting_depths), so neither ever gets one nested much deeper than this.
+MAX_JSON_DEPTH = 50
+
+
+def type_depth(schema: pa.Schema) -> int:
+    """How deeply the schema's types nest (a flat column counts 1), without recursion."""
+    deepest, stack = 0, [(f.type, 1) for f in schema]
+    while stack:
+        data_type, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((data_type.field(i).type, depth + 1) for i in range(data_type.num_fields))
+    return deepest
+
+
+def too_deep(schema: pa.Schema) -> Optional[str]:
+    """Why a table of ``schema`` cannot be read (a message naming its first column that nests
+    deeper than MAX_JSON_DEPTH, the depth a JSONL record may have), or None: its kept rows
+    would be written as Parquet that cannot be read back."""
+    for field in schema:
+        depth = type_depth(pa.schema([field]))
+        if depth > MAX_JSON_DEPTH:
+            return (f"column {field.name!r} nests {depth} levels deep, more than the {MAX_JSON_DEPTH} a record may "
+                    "(deeper, its kept rows would be written as Parquet that cannot be read back)")
+    return None
+
+
 # The fields a run reads where none is named: the text, or (token shingles) the token ids.
 TEXT_FIELD = "text"
 TOKEN_FIELD = "input_ids"

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from .fields import both_ways, empty_table, field_column, has_field, named_both_ways, with_leaf_types
+from .fields import both_ways, empty_table, field_column, has_field, named_both_ways, type_depth, with_leaf_types
 from .formats import MAGIC, compression_of, input_suffix
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
                           object_line_numbers, open_binary, read_error)
@@ -86,16 +86,6 @@ def holds_infinity(table: pa.Table) -> bool:
     refuses (jsonl_lines._any_int)."""
     return any(pa.types.is_floating(values.type) and pc.any(pc.is_inf(values)).as_py()
                for column in table.columns for chunk in column.chunks for _, values in leaves(chunk))
-
-
-def type_depth(schema: pa.Schema) -> int:
-    """How deeply the schema's types nest (a flat column counts 1), without recursion."""
-    deepest, stack = 0, [(f.type, 1) for f in schema]
-    while stack:
-        data_type, depth = stack.pop()
-        deepest = max(deepest, depth)
-        stack.extend((data_type.field(i).type, depth + 1) for i in range(data_type.num_fields))
-    return deepest
 
 
 def bad_token_ids(table: pa.Table, text_field: str) -> bool:

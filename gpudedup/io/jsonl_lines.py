@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..core.content import token_list_problem
-from .fields import MISSING, both_ways, record_field_names, record_value
+from .fields import MAX_JSON_DEPTH, MISSING, both_ways, record_field_names, record_value
 from .formats import MAGIC, compression_of
 from .pieces import Piece
 from . import storage
@@ -26,17 +26,6 @@ from .storage import Location
 UTF8_BOM = b"\xef\xbb\xbf"
 JSON_WHITESPACE = b" \t\r\n"
 CHUNK_BYTES = 1 << 24
-# How deeply a record's values may nest (a top-level field is at depth 1, an item of a list in
-# it at depth 2, ...); a record nested deeper is a bad record. Real records nest a few levels.
-# The bound is what the formats the run writes take back: a Parquet schema nests at most 100
-# levels (pyarrow refuses to read a deeper one), two for each list, so a column of 50 nested
-# lists is written and cannot be read; an Arrow IPC schema (a work directory's shard columns)
-# nests at most 64. Lower than both, every record read is also written where it can be read
-# back. Arrow's JSON parser recurses once per level, takes time quadratic in the depth of a
-# list (27 s at 10,000 levels) and overflows its stack (SIGSEGV) between 15,000 and 20,000;
-# Python's json stops at its recursion limit. A line is measured by its brackets before either
-# parser sees it (nesting_depths), so neither ever gets one nested much deeper than this.
-MAX_JSON_DEPTH = 50
 # The brackets of a line hold its record's own braces too: one level more than its values.
 MAX_BRACKET_DEPTH = MAX_JSON_DEPTH + 1
 OPENING = 0x7B  # '{'; '[' (0x5B) is the same byte with bit 0x20 cleared (as are '}' and ']')

@@ -20,7 +20,7 @@ from ..errors import InputError, ParameterError
 from ..memory import MemoryBudget
 from .corpus import Corpus
 from .cudf_reader import concat_device_utf8, device_utf8
-from .fields import (field_column, field_names, field_type, filtered, has_field, holds_views, repeated_names,
+from .fields import (field_column, field_names, field_type, filtered, has_field, holds_views, repeated_names, too_deep,
                      writable_schema)
 from .inputs import InputFiles
 from .layout import as_input
@@ -244,6 +244,8 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
     if repeated := repeated_names(table.schema.names):  # (no output could hold both)
         raise InputError(f"the table has more than one column named {', '.join(repeated)}; column names must be "
                          "unique")
+    if deep := too_deep(table.schema):
+        raise InputError(f"the table's {deep}")
     if not has_field(table.schema, text_field):  # (a column, or a path into struct columns: io/fields.py)
         raise InputError(f"no column {text_field!r} (columns: {', '.join(field_names(table.schema))}); "
                          "choose it with text_field=")
