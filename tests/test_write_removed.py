@@ -170,6 +170,13 @@ def test_notebook_input_writes_one_file(tmp_path):
     gpudedup.dedup(unique, id_field="id", backend="cpu").write(tmp_path / "none", write_removed=True)
     empty = pq.read_table(tmp_path / "none" / "removed.parquet")
     assert empty.num_rows == 0 and empty.column_names == unique.column_names + ["kept_id", "cluster", "jaccard"]
+    # A pandas frame's metadata (its dtypes) stays on removed.parquet, as on deduplicated.parquet.
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(records).assign(n=pd.array(range(len(records)), dtype="Int64"))
+    gpudedup.dedup(frame, id_field="id", threshold=THRESHOLD, backend="cpu").write(tmp_path / "p", write_removed=True)
+    for name in ("deduplicated.parquet", "removed.parquet"):
+        assert b"pandas" in pq.read_schema(tmp_path / "p" / name).metadata, name
+        assert str(pd.read_parquet(tmp_path / "p" / name).dtypes["n"]) == "Int64", name
 
 
 def test_without_the_option_nothing_changes(corpus, tmp_path):

@@ -238,9 +238,10 @@ def refuse_other_ids_beside(schema: pa.Schema, id_field: Optional[str]) -> None:
 
 
 def removed_schema(schema: pa.Schema, removed_of: RemovedOf) -> pa.Schema:
-    """The columns of removed/'s files of inputs of columns ``schema``: those, then ADDED_COLUMNS."""
+    """The columns of removed/'s files of inputs of columns ``schema``: those, then ADDED_COLUMNS;
+    the schema's metadata kept (pandas' own, which gives its columns their dtypes back)."""
     return pa.schema(list(schema) + [pa.field("kept_id", removed_of.id_type), pa.field("cluster", pa.int64()),
-                                     pa.field("jaccard", pa.float64())])
+                                     pa.field("jaccard", pa.float64())], metadata=schema.metadata)
 
 
 def removed_table(rows: pa.Table, texts: pa.Array, removed: RemovedDocs, kept_texts: Callable[[np.ndarray], pa.Array],
