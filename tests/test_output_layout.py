@@ -833,6 +833,27 @@ def test_a_jsonl_integer_that_its_fields_fractions_would_round_is_refused_by_lin
             gpudedup.dedup(tmp_path / f"{name}.jsonl", id_field="id", backend="cpu")
 
 
+@pytest.mark.parametrize("column", [pa.array([10**17, 1], pa.duration("ms")),
+                                    pa.array([10**12, 1], pa.timestamp("s")),
+                                    pa.array([{"t": 10**12}, {"t": 1}], pa.struct([("t", pa.timestamp("s"))]))],
+                         ids=["duration", "timestamp", "nested"])
+def test_a_time_past_python_s_range_is_refused_as_json_lines_by_column(tmp_path, column):
+    """JSON Lines are written through Python's values: a timestamp past the year 9999 or a
+    duration of more than a billion days has none, and is refused naming its column (nothing
+    written), where Parquet writes it as it is."""
+    table = pa.table({"id": ["a", "b"], "text": ["first document has some words", "second one has others"],
+                      "when": column})
+    with pa.ipc.new_file(tmp_path / "a.arrow", table.schema) as writer:
+        writer.write_table(table)
+    refused = invoke("dedup", tmp_path / "a.arrow", "-o", tmp_path / "out", "--format", "jsonl", "--id-field", "id",
+                     "-q", "--backend", "cpu")
+    assert_user_error(refused, f"column 'when' ({column.type}) holds a value past what Python's datetime takes",
+                      "write Parquet (--format parquet)", out=tmp_path / "out")
+    done = invoke("dedup", tmp_path / "a.arrow", "-o", tmp_path / "pq", "--id-field", "id", "-q", "--backend", "cpu")
+    kept = pq.read_table(tmp_path / "pq" / "deduplicated").column("when")  # (Parquet's seconds: milliseconds)
+    assert done.exit_code == 0 and kept.cast(column.type) == pa.chunked_array([column])
+
+
 def test_jsonl_integers_past_int64_inside_structs_and_lists_are_kept_exactly(tmp_path):
     """The same holds inside a column: a struct field or list item of integers with one past
     int64 is read as whole decimals, each on its own, in memory and with a work directory, and a

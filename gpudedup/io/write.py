@@ -106,15 +106,18 @@ def json_rows(batch: pa.RecordBatch, alone: bool = False) -> list[dict]:
     (nanoseconds_as_text). Each is made per row, so that a row is written the same in whichever
     batch it comes (an in-memory run's whole file, a staged run's pieces): a batch where either
     applies is written a row at a time (alone: a batch of one row taken so)."""
-    converted, per_batch = nanoseconds_as_text(batch)
-    converted = finite_floats(converted)
-    # (Most tables hold strings, integers and plain floats: their rows go as Arrow gives them,
-    # the floats' NaNs and infinities made null by Arrow first.)
-    if needs_json_values(converted.schema):
-        rows, maps_per_batch = batch_rows(converted)
-        per_batch = per_batch and maps_per_batch
-    else:
-        rows = converted.to_pylist()
+    try:
+        converted, per_batch = nanoseconds_as_text(batch)
+        converted = finite_floats(converted)
+        # (Most tables hold strings, integers and plain floats: their rows go as Arrow gives
+        # them, the floats' NaNs and infinities made null by Arrow first.)
+        if needs_json_values(converted.schema):
+            rows, maps_per_batch = batch_rows(converted)
+            per_batch = per_batch and maps_per_batch
+        else:
+            rows = converted.to_pylist()
+    except OverflowError:  # (a time or duration past Python's datetime, through which rows go)
+        raise OutputError(out_of_python_range(batch)) from None
     if per_batch or alone:
         return rows
     # (take, not slice: a slice's list column shares its parent's items, which Arrow's cast
@@ -225,6 +228,18 @@ def batch_rows(batch: pa.RecordBatch) -> tuple[list[dict], bool]:
     except (pa.ArrowException, KeyError, ValueError, TypeError):  # (a key repeated: pairs)
         rows, objects = batch.to_pylist(), False
     return [json_value(row) for row in rows], objects
+
+
+def out_of_python_range(batch: pa.RecordBatch) -> str:
+    """The message for a batch whose values Python cannot hold (a timestamp past the year
+    9999, a duration of more than a billion days), naming the first column that holds one."""
+    for name, column in zip(batch.schema.names, batch.columns):
+        try:
+            column.to_pylist()
+        except OverflowError:
+            return (f"column {name!r} ({column.type}) holds a value past what Python's datetime takes, through "
+                    "which JSON Lines are written: write Parquet (format='parquet')")
+    return "a value past what Python's datetime takes cannot be written as JSON Lines: write Parquet (format='parquet')"
 
 
 def text_of(value) -> str:
