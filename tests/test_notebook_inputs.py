@@ -5,6 +5,7 @@ refused with one line (a DatasetDict, a Series of numbers, a work directory for 
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import re
@@ -222,6 +223,29 @@ def test_a_bad_record_stops_the_run_with_one_line_naming_it():
         message = str(raised.value)
         assert message.startswith(f"record {at} (from 0): ") and reasons[position] in message, message
         assert "\n" not in message
+
+
+@pytest.mark.parametrize("values, reason", [
+    ((datetime.datetime(2024, 1, 1, 13, 45, 30), datetime.date(2024, 1, 2)),
+     "record 1 (from 0): field 'v' is date32[day], but timestamp[us] in the records before it"),
+    ((datetime.datetime(2024, 1, 1, 1), datetime.datetime(2024, 1, 1, 1, tzinfo=datetime.timezone.utc)),
+     "record 1 (from 0): field 'v' is timestamp[us, tz=UTC], but timestamp[us] in the records before it"),
+    ((2**53 + 1, 0.5), "record 0 (from 0): Integer value 9007199254740993 is outside of the range exactly"),
+], ids=["datetime-date", "naive-aware", "integer-fraction"])
+def test_records_whose_values_their_types_together_would_change_are_refused(values, reason):
+    """Arrow converts a field holding a datetime and a date as dates (the time of day lost) and
+    naive and aware datetimes as one (a wall time shifted); the records' types together, an
+    integer past 2**53 beside a fraction, would round it: each is refused naming the record, as
+    a list and as an iterable, not kept changed nor ended with Arrow's own error."""
+    records = [{"text": f"document {i} has some words of its own here", "v": value} for i, value in enumerate(values)]
+    for data in (records, iter(records)):
+        with pytest.raises(InputError) as raised:
+            gpudedup.dedup(data, backend="cpu")
+        assert str(raised.value).startswith(reason), str(raised.value)
+    # One kind of value in the field: kept as it is.
+    same = [{"text": "document one has some words of its own", "v": datetime.datetime(2024, 1, 1, 13, 45, 30)},
+            {"text": "document two has other words entirely", "v": datetime.datetime(2024, 1, 2, 8, 0)}]
+    assert gpudedup.dedup(iter(same), backend="cpu").deduplicated.column("v").to_pylist() == [r["v"] for r in same]
 
 
 def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says():

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, plain_ids
 from ..errors import InputError
-from .fields import field_column, has_field
+from .fields import field_column, has_field, with_leaf_types
 from .rules import id_groups
 from .source import INT64_MAX, RecordErrors, first_id_above_int64, listed
 
@@ -84,7 +84,7 @@ def records_batch(batch: list, start: int, schema: pa.Schema, text_field: str,
     if all(type(record) is dict for record in batch):
         try:
             table = pa.Table.from_struct_array(pa.array(batch))
-            if records_right(table, batch, text_field, id_field):
+            if records_right(table, batch, text_field, id_field) and times_kept(table, batch):
                 unified = pa.unify_schemas([schema, table.schema], promote_options="permissive")
                 return table, np.arange(start, start + len(batch), dtype=np.int64), [], unified
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -104,8 +104,43 @@ def records_batch(batch: list, start: int, schema: pa.Schema, text_field: str,
         else:
             kept.append(record)
             read.append(start + offset)
-    table = pa.Table.from_struct_array(pa.array(kept, pa.struct(schema))) if kept else schema.empty_table()
+    try:
+        table = pa.Table.from_struct_array(pa.array(kept, pa.struct(schema))) if kept else schema.empty_table()
+    except (pa.ArrowException, OverflowError) as error:  # (a value the records' type for it cannot hold)
+        raise InputError(value_not_held(kept, read, schema, error)) from None
     return table, np.asarray(read, dtype=np.int64), problems, schema
+
+
+def value_not_held(records: list[dict], positions: list[int], schema: pa.Schema, error: Exception) -> str:
+    """The message for records whose types combine (``schema``) but one of whose values the
+    combined type cannot hold (2**53 + 1 where another record makes the field double), naming
+    the first such record (positions: each record's, from 0)."""
+    for record, position in zip(records, positions):
+        try:
+            pa.array([record], pa.struct(schema))
+        except (pa.ArrowException, OverflowError) as own:
+            return (f"record {position} (from 0): {str(own).splitlines()[0]}, in the type the records give its "
+                    "fields together (one holds a value the type of another cannot)")
+    return f"the records cannot be combined ({str(error).splitlines()[0]})"
+
+
+def times_kept(table: pa.Table, records: list[dict]) -> bool:
+    """Whether Arrow's conversion of the records kept their dates and times as they are: a
+    field holding a datetime beside a date is made dates (the time of day lost), one holding a
+    naive datetime beside an aware one takes both as one (a wall time shifted). Only the
+    columns that hold a date or time are compared with the records, value by value."""
+    def holds_time(data_type: pa.DataType) -> bool:
+        found: list[bool] = []
+
+        def seen(leaf: pa.DataType) -> pa.DataType:
+            found.append(pa.types.is_temporal(leaf))
+            return leaf
+
+        with_leaf_types(data_type, seen)
+        return any(found)
+
+    return all(column.to_pylist() == [record.get(name) for record in records]
+               for name, column in zip(table.column_names, table.columns) if holds_time(column.type))
 
 
 def records_right(table: pa.Table, records: list[dict], text_field: str, id_field: Optional[str]) -> bool:
