@@ -5,7 +5,6 @@ files in memory, staged and on Dask; --single-file for the one-file layout."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -801,33 +800,24 @@ def test_jsonl_integers_past_int64_are_kept_exactly(tmp_path):
 def test_a_jsonl_integer_that_its_fields_fractions_would_round_is_refused_by_line(tmp_path):
     """A field holding fractions is read as doubles; an integer past 2**53 among them (at the
     top level, or inside a struct or list) would come back another number: refused naming its
-    line and field, in memory and with a work directory, where doubles that hold no such
-    integer (1e300, 2**53 itself; whole ones, 1e17, -0.0, 2.0) are read and written back as
-    they are, doubles."""
+    line and field, in memory and with a work directory, where the doubles alone (1e300, 2**53
+    itself) are read and written back as they are."""
     records = sample_records()[:6]
-    for values in ([0.5, 1e300, 2**53, -2.25, 7, 0.125], [1e17, -0.0, 2.0, 3e20, 2**53, 5.0]):
-        plain = [{**r, "y": value} for r, value in zip(records, values)]
-        write_jsonl(tmp_path / "plain.jsonl", plain)
-        kept = gpudedup.dedup(tmp_path / "plain.jsonl", id_field="id", backend="cpu").deduplicated
-        assert kept.schema.field("y").type == pa.float64()
-        written = [r["y"] for r in plain if r["id"] in set(kept["id"].to_pylist())]
-        assert [(v, math.copysign(1, v)) for v in kept.column("y").to_pylist()] == \
-            [(v, math.copysign(1, v)) for v in written]
-    # One that holds a fraction written as 18 digits and a point (its double whole) keeps no
-    # decimal either: the integer beside it is refused too.
-    for name, rounded in (("top", {"y": 2**53 + 1}), ("nested", {"meta": {"values": [0.5, -(2**60) - 1]}}),
-                          ("point", {"y": 2**64 - 1})):
-        rows = [{**r, "y": 0.5 if name != "point" else "POINT", "meta": {"values": [1.5]}} for r in records]
+    plain = [{**r, "y": value} for r, value in zip(records, [0.5, 1e300, 2**53, -2.25, 7, 0.125])]
+    write_jsonl(tmp_path / "plain.jsonl", plain)
+    kept = gpudedup.dedup(tmp_path / "plain.jsonl", id_field="id", backend="cpu").deduplicated
+    assert kept.schema.field("y").type == pa.float64()
+    assert kept.column("y").to_pylist() == [r["y"] for r in plain if r["id"] in set(kept["id"].to_pylist())]
+    for name, rounded in (("top", {"y": 2**53 + 1}), ("nested", {"meta": {"values": [0.5, -(2**60) - 1]}})):
+        rows = [{**r, "y": 0.5, "meta": {"values": [1.5]}} for r in records]
         rows[3] = {**rows[3], **rounded}
         write_jsonl(tmp_path / f"{name}.jsonl", rows)
-        text = (tmp_path / f"{name}.jsonl").read_text()  # (as written: json.dumps would give 1.2345678901234568e+17)
-        (tmp_path / f"{name}.jsonl").write_text(text.replace('"POINT"', "123456789012345678.9"))
-        field = "meta" if name == "nested" else "y"
+        field = "y" if name == "top" else "meta"
         for extra in ([], ["--work-dir", str(tmp_path / f"work-{name}")]):
             out = tmp_path / f"out-{name}{len(extra)}"
             refused = invoke("dedup", tmp_path / f"{name}.jsonl", "-o", out, "--id-field", "id", "-q",
                              "--backend", "cpu", *extra)
-            assert_user_error(refused, f"{name}.jsonl:4: field '{field}' holds the integer", "which its type, double",
+            assert_user_error(refused, f"{name}.jsonl:4: field '{field}' holds the integer", "beside fractions",
                               out=out)
         with pytest.raises(gpudedup.InputError, match=f"{name}.jsonl:4: field '{field}'"):
             gpudedup.dedup(tmp_path / f"{name}.jsonl", id_field="id", backend="cpu")

@@ -8,7 +8,6 @@ and stops the run or is left out. A record's row number is its line number (from
 from __future__ import annotations
 
 import json
-import re
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -19,7 +18,7 @@ import pyarrow.json as pajson
 from .fields import both_ways, empty_table, field_column, has_field, named_both_ways, type_depth, with_leaf_types
 from .formats import MAGIC, compression_of, input_suffix
 from .jsonl_lines import (JSON_WHITESPACE, MAX_JSON_DEPTH, check_jsonl_line, lacks_field, lines_of, longest_line,
-                          object_line_numbers, open_binary, read_error, stream_lines)
+                          object_line_numbers, open_binary, read_error)
 from ..core.content import bad_token_rows, is_token_type
 from .source import RecordErrors, SourceFile, check_columns, file_error, strip_path
 from .storage import Location
@@ -62,6 +61,7 @@ def read_jsonl(path: Location, source: SourceFile, text_field: str, id_field: Op
                         or (id_field is not None and not has_field(table.schema, id_field))):
             raise file_error(source.path, strip_path(problem, source.path))  # absent in every line
         if not problem and whole_table_stands(path, source, table, row_numbers, text_field, id_field):
+            check_doubles_hold(path, source, table)
             return table, row_numbers, []
     # The columns of a table read whole tell what a dotted field name names (fields.py).
     columns = None if table is None else set(table.column_names)
@@ -144,7 +144,7 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
     longest = (len(kept[at]), numbers[at])
     del kept
     try:
-        table = parse_jsonl(lambda: pa.BufferReader(data), path, source, longest=longest, numbers=numbers)
+        table = parse_jsonl(lambda: pa.BufferReader(data), path, source, longest=longest)
         table.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeError, RecursionError) as error:
         raise file_error(source.path, f"cannot read as JSON Lines ({error})") from None
@@ -158,6 +158,7 @@ def read_jsonl_by_line(path: Location, source: SourceFile, text_field: str, id_f
         both = [name for name in (text_field, id_field) if name is not None and named_both_ways(table.schema, name)]
         if both:
             raise file_error(source.path, both_ways(both[0]))
+    check_doubles_hold(path, source, table)
     return table, np.asarray(numbers, dtype=np.int64), errors.records
 
 
@@ -199,11 +200,9 @@ def compressed_hint(line: bytes, path: Location) -> str:
 
 
 def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
-                longest: Optional[tuple[int, int]] = None, numbers: Optional[list[int]] = None) -> pa.Table:
-    """The records of a JSONL stream as they are: strings stay strings, numbers keep their
-    values (exact_numbers). longest: (length, line) of the longest line when known (else
-    measured when needed); numbers: the file's line number of each line of the stream (None:
-    the stream is the file, or the piece of it read)."""
+                longest: Optional[tuple[int, int]] = None) -> pa.Table:
+    """The records of a JSONL stream as they are: strings stay strings.
+    longest: (length, line) of the longest line when known (else measured when needed)."""
     read_options = None
     try:
         table = read_json(open_stream, read_options)
@@ -227,25 +226,13 @@ def parse_jsonl(open_stream: Callable, path: Location, source: SourceFile,
     as_strings = strings_for_timestamps(table.schema)
     if as_strings != table.schema:
         table = read_json(open_stream, read_options, pajson.ParseOptions(explicit_schema=as_strings))
-    return exact_numbers(table, open_stream, read_options, source, numbers)
-
-
-def exact_numbers(table: pa.Table, open_stream: Callable, read_options, source: SourceFile,
-                  numbers: Optional[list[int]]) -> pa.Table:
-    """``table`` (the stream's records as Arrow read them) with no number changed. An integer a
-    double does not hold (past 2**53: a uint64 hash, or one beside numbers written as 2.0 or
-    1e5) makes the reader type its column, or a struct field or list item of it, double, which
-    would keep another number. Where a double field holds one (unkept_integers, on Python's
-    exact integers), the field is read again as whole decimals of 38 digits, or of 76 where one
-    is longer, each on its own (every read keeps the types chosen before it); one that holds a
-    fraction, or an integer of more than 76 digits, is refused naming its line. Doubles that
-    hold no such integer (1e17, -0.0) stay doubles."""
-    large = large_double_leaves(table)
-    if not large:
-        return table
-    unkept = unkept_integers(open_stream, source, numbers, table.schema, [(name, at) for name, at, _ in large])
-    found = [(name, at) for name, at, whole in large if whole and (name, at) in unkept]
+    # Nor round a number: integers past int64 (a uint64 hash) make the reader type their column,
+    # or a struct field or list item of it, double, which holds none past 2**53 exactly. Such
+    # a column is read again with that value as whole decimals of 38 digits, or of 76 where one
+    # is longer, each on its own (every read keeps the types chosen before it). A value no
+    # decimal takes (a fraction, or a number of more than 76 digits: 1e80) keeps the doubles.
     exact, chosen = table, {field.name: field.type for field in table.schema}
+    found = whole_number_leaves(table)
 
     def read_as(types: dict[str, pa.DataType]) -> Optional[pa.Table]:
         schema = pa.schema([field.with_type(types[field.name]) for field in table.schema],
@@ -261,60 +248,28 @@ def exact_numbers(table: pa.Table, open_stream: Callable, read_options, source: 
         every[name] = with_type_at(every[name], leaf, WHOLE_NUMBERS[0])
     if len(found) > 1 and (read := read_as(every)) is not None:
         return read
-    converted = set()
     for name, leaf in found:
         for decimal in WHOLE_NUMBERS:
             tried = {**chosen, name: with_type_at(chosen[name], leaf, decimal)}
             if (read := read_as(tried)) is not None:
                 exact, chosen = read, tried
-                converted.add((name, leaf))
                 break
-    for (name, leaf), (line, value) in unkept.items():
-        if (name, leaf) not in converted:
-            raise file_error(source.path, f"field {name!r} holds the integer {value}, which its type, double (for "
-                                          f"the fractions or the numbers of more than 76 digits beside it), would "
-                                          f"keep as {float(value):.17g}: write such numbers as strings",
-                             f"{source.path}:{line}")
     return exact
-
-
-# An integer of this many digits or more may be past 2**53 (16 digits): a line without one holds
-# no integer a double does not keep, and is not parsed again (unkept_integers).
-LONG_INTEGER = re.compile(rb"(?<![\w.+\-])-?\d{16,}(?![\d.eE])")
-
-
-def unkept_integers(open_stream: Callable, source: SourceFile, numbers: Optional[list[int]], schema: pa.Schema,
-                    at: list[tuple[str, tuple[int, ...]]]) -> dict[tuple[str, tuple[int, ...]], tuple[int, int]]:
-    """For each of the double fields ``at`` ((column name, leaf path): large_double_leaves)
-    that a line gives an integer a double does not hold: (line, that integer), the first such.
-    Only the lines with a long run of digits (LONG_INTEGER) are parsed, by Python's json
-    (exact integers); numbers: the file's line of each line of the stream (else counted)."""
-    types = {field.name: field.type for field in schema}
-    found: dict[tuple[str, tuple[int, ...]], tuple[int, int]] = {}
-    for index, line in enumerate(stream_lines(open_stream)):
-        if not LONG_INTEGER.search(line):
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:  # (a bad record: not in the table)
-            continue
-        if not isinstance(record, dict):
-            continue
-        for name, leaf in at:
-            if (name, leaf) in found:
-                continue
-            for value in values_at(record.get(name), leaf, types[name]):
-                if type(value) is int and not kept_as_double(value):
-                    number = numbers[index] if numbers is not None else index + 1 + source.numbers_before
-                    found[(name, leaf)] = (number, value)
-                    break
-    return found
 
 
 # Whole numbers from here up are not all doubles: 2**53 + 1 reads as 2**53.
 EXACT_DOUBLE_LIMIT = 2.0**53
 # The types a column of whole numbers past int64 is read as: the first that holds all its values.
 WHOLE_NUMBERS = (pa.decimal128(38, 0), pa.decimal256(76, 0))
+
+
+def whole_number_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...]]]:
+    """(column name, path) of the table's double values, at the top level or inside its
+    structs and lists, that are all whole numbers, some at or past 2**53 in magnitude:
+    integers the reader typed double (one past int64, or among such), which a double cannot
+    keep. A path is the struct fields' indices and the lists' items (-1) down to the value
+    (with_type_at)."""
+    return [(name, path) for name, path, whole in large_double_leaves(table) if whole]
 
 
 def large_double_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...], bool]]:
@@ -332,14 +287,28 @@ def large_double_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...], boo
     return found
 
 
-def kept_as_double(value: int) -> bool:
-    """Whether a double holds the integer ``value`` exactly; one past the largest double counts
-    as kept here: Arrow reads it as an infinity, which the line-by-line reading refuses
-    (holds_infinity)."""
-    try:
-        return float(value) == value
-    except OverflowError:
-        return True
+def check_doubles_hold(path: Location, source: SourceFile, table: pa.Table) -> None:
+    """FileError where a field of the file's table is double (it holds fractions) and a line
+    gives it an integer past 2**53 that a double does not hold (2**53 + 1 reads as 2**53): its
+    kept rows would be written back with another value. (Whole numbers alone are read as
+    decimals, parse_jsonl.) The lines are read again with Python's exact integers only where a
+    double field holds both a fraction and a value that large."""
+    mixed = [(name, at) for name, at, whole in large_double_leaves(table) if not whole]
+    if not mixed:
+        return
+    types = {field.name: field.type for field in table.schema}
+    for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
+        try:
+            record = json.loads(line)
+        except ValueError:  # (blank, or a bad record left out: not in the table)
+            continue
+        for name, at in mixed:
+            for value in values_at(record.get(name) if isinstance(record, dict) else None, at, types[name]):
+                if type(value) is int and float(value) != value:
+                    raise file_error(source.path, f"field {name!r} holds the integer {value} beside fractions, so "
+                                                  f"it is read as a double, {float(value):.17g}, and its rows "
+                                                  "would be written back changed: write such numbers as strings",
+                                     f"{source.path}:{number}")
 
 
 def values_at(value, at: tuple[int, ...], data_type: pa.DataType) -> Iterator:

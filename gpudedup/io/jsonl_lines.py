@@ -45,34 +45,27 @@ def open_binary(path: Location, piece: Optional[Piece] = None):
     return storage.open_stream(path, compression)
 
 
-def stream_lines(open_stream: Callable, at_start: bool = True) -> Iterator[bytes]:
-    """The lines of the binary stream open_stream() opens, split at b'\\n', a chunk read at a
-    time; at_start: the stream starts a file, so a UTF-8 BOM before its first line is dropped."""
-    with open_stream() as stream:
-        pending: list[bytes] = []  # the line read so far (a long line comes in many chunks)
-        first = at_start
-        while chunk := stream.read(CHUNK_BYTES):
-            chunk = bytes(chunk)
-            if first:
-                chunk, first = chunk.removeprefix(UTF8_BOM), False
-            pieces = chunk.split(b"\n")
-            if len(pieces) == 1:
-                pending.append(chunk)
-                continue
-            pending.append(pieces[0])
-            yield b"".join(pending)
-            yield from pieces[1:-1]
-            pending = [pieces[-1]] if pieces[-1] else []
-        if pending:
-            yield b"".join(pending)
-
-
 def lines_of(path: Location, source: SourceFile) -> Iterator[bytes]:
     """The lines of a (possibly compressed) file, or of the piece of it ``source`` reads, split at
     b'\\n' (a UTF-8 BOM before the file's first is dropped), for the slow paths: diagnosis,
     skipping and line numbers."""
     try:
-        yield from stream_lines(lambda: open_binary(path, source.piece), source.at_file_start)
+        with open_binary(path, source.piece) as stream:
+            pending: list[bytes] = []  # the line read so far (a long line comes in many chunks)
+            first = source.at_file_start
+            while chunk := stream.read(CHUNK_BYTES):
+                if first:
+                    chunk, first = chunk.removeprefix(UTF8_BOM), False
+                pieces = chunk.split(b"\n")
+                if len(pieces) == 1:
+                    pending.append(chunk)
+                    continue
+                pending.append(pieces[0])
+                yield b"".join(pending)
+                yield from pieces[1:-1]
+                pending = [pieces[-1]] if pieces[-1] else []
+            if pending:
+                yield b"".join(pending)
     except PermissionError:
         raise
     except (OSError, pa.ArrowInvalid) as error:
