@@ -808,16 +808,22 @@ def test_a_jsonl_integer_that_its_fields_fractions_would_round_is_refused_by_lin
     kept = gpudedup.dedup(tmp_path / "plain.jsonl", id_field="id", backend="cpu").deduplicated
     assert kept.schema.field("y").type == pa.float64()
     assert kept.column("y").to_pylist() == [r["y"] for r in plain if r["id"] in set(kept["id"].to_pylist())]
-    for name, rounded in (("top", {"y": 2**53 + 1}), ("nested", {"meta": {"values": [0.5, -(2**60) - 1]}})):
-        rows = [{**r, "y": 0.5, "meta": {"values": [1.5]}} for r in records]
+    # A fraction beside it; a value written with a point whose double is whole (no decimal takes
+    # it, so the field stays double); two other fields made decimals in one read.
+    for name, rounded in (("top", {"y": 2**53 + 1}), ("nested", {"meta": {"values": [0.5, -(2**60) - 1]}}),
+                          ("point", {"y": 2**64 - 1}), ("others", {"y": 2**53 + 1, "a": 2**64 - 1, "b": 2**64 - 2})):
+        rows = [{**r, "y": 0.5 if name != "point" else "POINT", "meta": {"values": [1.5]}, "a": 1, "b": 2}
+                for r in records]
         rows[3] = {**rows[3], **rounded}
         write_jsonl(tmp_path / f"{name}.jsonl", rows)
-        field = "y" if name == "top" else "meta"
+        text = (tmp_path / f"{name}.jsonl").read_text()  # (as written: json.dumps would give 1.2345678901234568e+17)
+        (tmp_path / f"{name}.jsonl").write_text(text.replace('"POINT"', "123456789012345678.9"))
+        field = "meta" if name == "nested" else "y"
         for extra in ([], ["--work-dir", str(tmp_path / f"work-{name}")]):
             out = tmp_path / f"out-{name}{len(extra)}"
             refused = invoke("dedup", tmp_path / f"{name}.jsonl", "-o", out, "--id-field", "id", "-q",
                              "--backend", "cpu", *extra)
-            assert_user_error(refused, f"{name}.jsonl:4: field '{field}' holds the integer", "beside fractions",
+            assert_user_error(refused, f"{name}.jsonl:4: field '{field}' holds the integer", "which its type, double",
                               out=out)
         with pytest.raises(gpudedup.InputError, match=f"{name}.jsonl:4: field '{field}'"):
             gpudedup.dedup(tmp_path / f"{name}.jsonl", id_field="id", backend="cpu")

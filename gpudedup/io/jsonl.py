@@ -288,13 +288,13 @@ def large_double_leaves(table: pa.Table) -> list[tuple[str, tuple[int, ...], boo
 
 
 def check_doubles_hold(path: Location, source: SourceFile, table: pa.Table) -> None:
-    """FileError where a field of the file's table is double (it holds fractions) and a line
-    gives it an integer past 2**53 that a double does not hold (2**53 + 1 reads as 2**53): its
-    kept rows would be written back with another value. (Whole numbers alone are read as
-    decimals, parse_jsonl.) The lines are read again with Python's exact integers only where a
-    double field holds both a fraction and a value that large."""
-    mixed = [(name, at) for name, at, whole in large_double_leaves(table) if not whole]
-    if not mixed:
+    """FileError where a field of the file's table is double and a line gives it an integer
+    past 2**53 that a double does not hold (2**53 + 1 reads as 2**53): its kept rows would be
+    written back with another value. Whole numbers alone are read as decimals (parse_jsonl); a
+    field stays double where it holds a fraction, or a number no decimal takes. The lines are
+    read again with Python's exact integers only where a double field reaches 2**53."""
+    large = [(name, at) for name, at, _ in large_double_leaves(table)]
+    if not large:
         return
     types = {field.name: field.type for field in table.schema}
     for number, line in enumerate(lines_of(path, source), start=1 + source.numbers_before):
@@ -302,13 +302,23 @@ def check_doubles_hold(path: Location, source: SourceFile, table: pa.Table) -> N
             record = json.loads(line)
         except ValueError:  # (blank, or a bad record left out: not in the table)
             continue
-        for name, at in mixed:
+        for name, at in large:
             for value in values_at(record.get(name) if isinstance(record, dict) else None, at, types[name]):
-                if type(value) is int and float(value) != value:
-                    raise file_error(source.path, f"field {name!r} holds the integer {value} beside fractions, so "
-                                                  f"it is read as a double, {float(value):.17g}, and its rows "
-                                                  "would be written back changed: write such numbers as strings",
-                                     f"{source.path}:{number}")
+                if type(value) is int and not kept_as_double(value):
+                    raise file_error(source.path, f"field {name!r} holds the integer {value}, which its type, double "
+                                                  "(for the fractions or the numbers of more than 76 digits beside "
+                                                  f"it), would keep as {float(value):.17g}: write such numbers as "
+                                                  "strings", f"{source.path}:{number}")
+
+
+def kept_as_double(value: int) -> bool:
+    """Whether a double holds the integer ``value`` exactly; one past the largest double counts
+    as kept here: Arrow reads it as an infinity, which the line-by-line reading refuses
+    (holds_infinity)."""
+    try:
+        return float(value) == value
+    except OverflowError:
+        return True
 
 
 def values_at(value, at: tuple[int, ...], data_type: pa.DataType) -> Iterator:
