@@ -246,6 +246,13 @@ def test_records_whose_values_their_types_together_would_change_are_refused(valu
     same = [{"text": "document one has some words of its own", "v": datetime.datetime(2024, 1, 1, 13, 45, 30)},
             {"text": "document two has other words entirely", "v": datetime.datetime(2024, 1, 2, 8, 0)}]
     assert gpudedup.dedup(iter(same), backend="cpu").deduplicated.column("v").to_pylist() == [r["v"] for r in same]
+    # Aware datetimes of two zones in structs with a NaN and a key one lacks: read in one go.
+    utc = datetime.datetime(2024, 1, 1, 13, 45, tzinfo=datetime.timezone.utc)
+    nested = [{"text": "document one has some words of its own", "v": {"t": utc, "f": float("nan")}},
+              {"text": "document two has other words entirely",
+               "v": {"t": utc.astimezone(datetime.timezone(datetime.timedelta(hours=2))), "f": 1.0, "x": 1}}]
+    kept = gpudedup.dedup(nested, backend="cpu").deduplicated  # (a list of records, as given)
+    assert [row["v"]["t"] for row in kept] == [utc, utc]
 
 
 def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says():

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, plain_ids
 from ..errors import InputError
-from .fields import field_column, has_field, with_leaf_types
+from .fields import field_column, has_field
 from .rules import id_groups
 from .source import INT64_MAX, RecordErrors, first_id_above_int64, listed
 
@@ -127,20 +127,11 @@ def value_not_held(records: list[dict], positions: list[int], schema: pa.Schema,
 def times_kept(table: pa.Table, records: list[dict]) -> bool:
     """Whether Arrow's conversion of the records kept their dates and times as they are: a
     field holding a datetime beside a date is made dates (the time of day lost), one holding a
-    naive datetime beside an aware one takes both as one (a wall time shifted). Only the
-    columns that hold a date or time are compared with the records, value by value."""
-    def holds_time(data_type: pa.DataType) -> bool:
-        found: list[bool] = []
-
-        def seen(leaf: pa.DataType) -> pa.DataType:
-            found.append(pa.types.is_temporal(leaf))
-            return leaf
-
-        with_leaf_types(data_type, seen)
-        return any(found)
-
+    naive datetime beside an aware one takes both as one (a wall time shifted). The columns of
+    a date or time type are compared with the records, value by value (a struct's are not:
+    its missing keys and NaNs would not compare equal)."""
     return all(column.to_pylist() == [record.get(name) for record in records]
-               for name, column in zip(table.column_names, table.columns) if holds_time(column.type))
+               for name, column in zip(table.column_names, table.columns) if pa.types.is_temporal(column.type))
 
 
 def records_right(table: pa.Table, records: list[dict], text_field: str, id_field: Optional[str]) -> bool:
