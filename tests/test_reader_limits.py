@@ -164,7 +164,7 @@ def test_an_arrow_file_or_table_nested_past_the_limit_is_refused(tmp_path, lists
     if refused:
         assert done.returncode == 2 and done.stderr.strip() == f"error: deep.arrow: {words} (deeper, its kept rows " \
             "would be written as Parquet that cannot be read back)", done.stderr
-        with pytest.raises(gpudedup.InputError, match=f"the table's {words}"):
+        with pytest.raises(gpudedup.InputError, match=f"^{words}"):
             gpudedup.dedup(table, id_field="id", backend="cpu")
         return
     assert done.returncode == 0, done.stderr

@@ -245,7 +245,7 @@ def table_corpus(table: pa.Table, text_field: str, id_field: Optional[str], sour
         raise InputError(f"the table has more than one column named {', '.join(repeated)}; column names must be "
                          "unique")
     if deep := too_deep(table.schema):
-        raise InputError(f"the table's {deep}")
+        raise InputError(deep)  # (a table's, or the records' fields)
     if not has_field(table.schema, text_field):  # (a column, or a path into struct columns: io/fields.py)
         raise InputError(f"no column {text_field!r} (columns: {', '.join(field_names(table.schema))}); "
                          "choose it with text_field=")
