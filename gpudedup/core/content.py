@@ -142,6 +142,13 @@ def token_values(array: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return values, offsets - offsets[0]
 
 
+def units_bytes(buffers: tuple[np.ndarray, np.ndarray]) -> int:
+    """The bytes of all the content's units, from its unit_buffers (what content_bytes gives
+    per document, summed): what a signature pass counts as its text (compiled.text_work)."""
+    values, offsets = buffers
+    return int(offsets[-1]) * values.dtype.itemsize
+
+
 def content_bytes(buffers: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """int64 (n,): the bytes of each document's content, from its unit_buffers: UTF-8 bytes of
     a text, 4 per token id (the 32-bit units the backends read)."""

@@ -132,9 +132,10 @@ def expand_grid(
             raise ParameterError(f"max_false_negative= must be in (0, 1); got {target!r}")
     targets = [None if target is None else DedupParams(max_fn=target).max_fn for target in targets]
     # (None is the pipeline's own target: beside it, that target given is the same setting)
-    targets = [target for number, target in enumerate(targets)
-               if (DEFAULT_MAX_FN if target is None else target)
-               not in [DEFAULT_MAX_FN if earlier is None else earlier for earlier in targets[:number]]]
+    unique: dict[float, Optional[float]] = {}
+    for target in targets:
+        unique.setdefault(DEFAULT_MAX_FN if target is None else target, target)
+    targets = list(unique.values())
     for kind, n, forms in _shingles(shingle, ngram, unicode, strip_punctuation, strip_symbols):
         for given in threshold:
             for k in num_perm:

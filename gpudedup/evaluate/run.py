@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from ..backends import get_backend
 from ..compiled import start_before, text_work
-from ..core.content import content_bytes
+from ..core.content import units_bytes
 from ..pipeline.memory import dedup_corpus
 from ..io.corpus import Corpus
 from ..io.fields import TEXT_FIELD, check_fields_read
@@ -45,13 +45,6 @@ def warmup_corpus(content: Corpus) -> Corpus:
         near = pc.replace_substring_regex(first, r"\s+\S+\s*$", "", max_replacements=1)
     texts = pa.concat_arrays([first, near, first.slice(0, WARMUP_COPIES)])
     return Corpus(pa.table({"content": texts}), "content", pa.array(range(len(texts)), pa.int64()))
-
-
-def content_units_bytes(content: Corpus) -> int:
-    """The bytes of ``content``'s content units (UTF-8 text, or 4 per token id): what a
-    signature pass over it counts as its text (compiled.text_work)."""
-    data, offsets = content.units()
-    return int(offsets[-1]) * data.dtype.itemsize
 
 
 @dataclass(repr=False)
@@ -121,34 +114,35 @@ def evaluate(
     started = time.perf_counter()
     cache.prepare(settings)
     truth_seconds = time.perf_counter() - started
-    contents = {s.shingle: content_corpus(corpus, s.shingle, token_field) for s in settings}
+    kinds = dict.fromkeys(s.shingle for s in settings)  # (each kind of shingles once, in grid order)
+    contents = {shingle: content_corpus(corpus, shingle, token_field) for shingle in kinds}
     # (each kind of shingles has kernels of its own: a warm-up run each)
     warmups = {shingle: warmup_corpus(content) for shingle, content in contents.items()} \
         if warmup and corpus.num_rows else {}
     # One route for the warm-up and the whole grid (compiled.py), so that no setting is timed
     # on another route than the rest or carries the kernels' start: where their signature
     # passes would start the kernels part way, they start before the warm-up.
-    start_before(sum(text_work(content_units_bytes(contents[s.shingle]), s.shingle) for s in settings)
-                 + sum(text_work(content_units_bytes(warm), shingle) for shingle, warm in warmups.items()))
+    text_bytes = {shingle: units_bytes(content.units()) for shingle, content in contents.items()}
+    start_before(sum(text_work(text_bytes[s.shingle], s.shingle) for s in settings)
+                 + sum(text_work(units_bytes(warm.units()), shingle) for shingle, warm in warmups.items()))
     for shingle, warm in warmups.items():
         first = next(s for s in settings if s.shingle == shingle)
         dedup_corpus(warm, first.params(**extra), chosen, Progress())
     n_docs = corpus.num_rows
     results = []
     for i, s in enumerate(settings):
-        outcome = dedup_corpus(content_corpus(corpus, s.shingle, token_field), s.params(**extra), chosen,
+        outcome = dedup_corpus(contents[s.shingle], s.params(**extra), chosen,
                                Progress(), keep_candidates=True)
         result = score_outcome(s, outcome, cache.get(s.spec(), s.threshold), n_docs, bin_width)
         del outcome
         results.append(result)
         if on_result is not None:
             on_result(i + 1, len(settings), result)
-    data, offsets = corpus.units()
     return Evaluation(
         results=results,
         ground_truth=cache.summaries(),
         notes=list(notes),
-        corpus={"documents": n_docs, "text_bytes": int(content_bytes((data, offsets)).sum()),
+        corpus={"documents": n_docs, "text_bytes": units_bytes(corpus.units()),
                 "files": [f.path for f in corpus.files]},
         backend=chosen.description,
         run={"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes,

@@ -27,11 +27,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..core.copies import implied_pairs
-from ..core.lsh import collision_probability
+from ..core.lsh import collision_probability, similarity_text
 from ..core.shingling import ShingleSpec
 from ..errors import ParameterError
 from ..params import is_number
-from ..core.lsh import similarity_text
 from .grid import Setting, spec_label
 from .truth import GroundTruth, found_in, pair_codes
 

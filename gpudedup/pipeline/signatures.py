@@ -14,6 +14,7 @@ from ..core.hashing import Permutations
 from ..core.lsh import Banding
 from ..params import DedupParams
 from ..core.ragged import weighted_ranges
+from ..core.content import units_bytes
 from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
 from ..threads import map_parallel
@@ -51,7 +52,7 @@ def signature_pass(texts: tuple[np.ndarray, np.ndarray], spec: ShingleSpec, band
     """
     data, offsets = texts
     # A pass over enough text starts the compiled kernels now, not after its first batches.
-    expect_text(text_work(int(offsets[-1]) * data.dtype.itemsize, spec.kind))
+    expect_text(text_work(units_bytes(texts), spec.kind))
     progress.start("Shingling + MinHash", offsets.shape[0] - 1)
 
     def one_batch(rows: tuple[int, int]):
