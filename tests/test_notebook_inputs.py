@@ -231,7 +231,16 @@ def test_a_bad_record_stops_the_run_with_one_line_naming_it():
     ((datetime.datetime(2024, 1, 1, 1), datetime.datetime(2024, 1, 1, 1, tzinfo=datetime.timezone.utc)),
      "record 1 (from 0): field 'v' is timestamp[us, tz=UTC], but timestamp[us] in the records before it"),
     ((2**53 + 1, 0.5), "record 0 (from 0): Integer value 9007199254740993 is outside of the range exactly"),
-], ids=["datetime-date", "naive-aware", "integer-fraction"])
+    (({"t": datetime.date(2024, 1, 2)}, {"t": datetime.datetime(2024, 1, 1, 13, 45, 30)}),
+     "record 1 (from 0): field 'v' is struct<t: timestamp[us]>, but struct<t: date32[day]> in the records before it"),
+    (([datetime.date(2024, 1, 2)], [{"a": 1}], [datetime.datetime(2024, 1, 1, 13, 45, 30)]),
+     "record 1 (from 0): field 'v' is list<item: struct<a: int64>>, but list<item: date32[day]> in the records"),
+    (([datetime.date(2024, 1, 2), datetime.datetime(2024, 1, 1, 13, 45, 30)],),
+     "record 0 (from 0): field 'v' holds dates beside datetimes, or naive beside aware datetimes, in one list"),
+    (([{"t": [datetime.datetime(2024, 1, 1, 1), datetime.datetime(2024, 1, 1, 1, tzinfo=datetime.timezone.utc)]}],),
+     "record 0 (from 0): field 'v' holds dates beside datetimes, or naive beside aware datetimes, in one list"),
+], ids=["datetime-date", "naive-aware", "integer-fraction", "in-a-struct", "in-lists", "in-one-list",
+        "in-a-list-in-a-struct"])
 def test_records_whose_values_their_types_together_would_change_are_refused(values, reason):
     """Arrow converts a field holding a datetime and a date as dates (the time of day lost) and
     naive and aware datetimes as one (a wall time shifted); the records' types together, an
@@ -425,6 +434,9 @@ def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path
         assert pairs_and_clusters(result) == pairs_and_clusters(by_id)
 
 
+DAY, DAY_AND_HOUR = datetime.date(2024, 1, 2), datetime.datetime(2024, 1, 2, 9)
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda: pandas.DataFrame({"text": ["a b", "c d"], "c": [1j, 2j]}), "column 'c' (complex128) cannot be read"),
     (lambda: pandas.DataFrame({"text": ["a b", "c d"], "m": pandas.Series([2**70, 1], dtype=object)}),
@@ -439,7 +451,16 @@ def test_categorical_ids_in_a_parquet_file_are_read_as_in_memory(by_id, tmp_path
     # 8 bytes of a pointer, another each run)
     (lambda: polars.DataFrame({"text": ["a b", "c d"], "meta": polars.Series([object(), {}], dtype=polars.Object)}),
      "column 'meta' holds Python objects (Object)"),
-], ids=["complex", "past-int64", "repeated-name", "repeated-arrow-name", "polars-int128", "polars-object"])
+    # (Arrow takes dates beside datetimes as dates and naive beside aware datetimes as one:
+    # written out, a time of day or a zone would be lost)
+    (lambda: pandas.DataFrame({"text": ["a b", "c d"], "t": [DAY, DAY_AND_HOUR]}),
+     "column 't' holds dates beside datetimes, or naive beside aware datetimes, which Arrow would take as one type "
+     "(date32[day])"),
+    (lambda: pandas.DataFrame({"text": ["a b", "c d"], "t": [[DAY, DAY_AND_HOUR], None]}),
+     "column 't' holds dates beside datetimes, or naive beside aware datetimes, which Arrow would take as one type "
+     "(list<item: date32[day]>)"),
+], ids=["complex", "past-int64", "repeated-name", "repeated-arrow-name", "polars-int128", "polars-object",
+        "date-datetime", "date-datetime-in-lists"])
 def test_a_frame_column_arrow_cannot_take_is_named(make, words):
     with pytest.raises(InputError, match=re.escape(words)):
         gpudedup.dedup(make())

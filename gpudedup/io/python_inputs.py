@@ -26,7 +26,7 @@ from .inputs import InputFiles
 from .layout import as_input
 from .parquet import plain_text_column
 from .read import read_corpus
-from .records import TOKEN_LIST_TYPES, read_records
+from .records import TOKEN_LIST_TYPES, holds_times, read_records, same_times
 from .rules import check_unique_ids
 from .source import INT64_MAX, SourceFile, first_id_above_int64, listed
 from .storage import is_path, location_of
@@ -192,9 +192,13 @@ def frame_table(frame) -> pa.Table:
         return part.to_arrow() if polars else pa.Table.from_pandas(part, preserve_index=False)
 
     try:
-        return table_of(frame)
+        table = table_of(frame)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
         reason = str(error)
+    else:
+        if not polars:
+            check_object_times(frame, table)
+        return table
     if not polars and not frame.columns.is_unique:
         repeated = sorted({str(name) for name in frame.columns[frame.columns.duplicated()]})
         raise InputError(f"the DataFrame has more than one column named {', '.join(map(repr, repeated))}; "
@@ -206,6 +210,18 @@ def frame_table(frame) -> pa.Table:
             raise InputError(f"the DataFrame's column {name!r} ({frame[name].dtype}) cannot be read ({error}); "
                              "drop or convert it") from None
     raise InputError(f"cannot read the DataFrame: {reason}")
+
+
+def check_object_times(frame, table: pa.Table) -> None:
+    """InputError naming a pandas column of Python objects whose dates and times Arrow's
+    conversion (``table``, the frame's columns in order) changed: dates beside datetimes are
+    made dates, naive beside aware datetimes one kind (records.times_changed's rule)."""
+    for (name, series), column in zip(frame.items(), table.columns):
+        if series.dtype == object and holds_times(column.type) and not same_times(
+                column.type, column.to_pylist(), series.tolist()):
+            raise InputError(f"the DataFrame's column {name!r} holds dates beside datetimes, or naive beside aware "
+                             f"datetimes, which Arrow would take as one type ({column.type}) and change; give the "
+                             "column values of one kind")
 
 
 def dataset_table(data) -> pa.Table:

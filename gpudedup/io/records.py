@@ -4,6 +4,7 @@ record at a time where one is not, so that the bad one is named by its position.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from typing import Any, Optional
 
@@ -84,7 +85,7 @@ def records_batch(batch: list, start: int, schema: pa.Schema, text_field: str,
     if all(type(record) is dict for record in batch):
         try:
             table = pa.Table.from_struct_array(pa.array(batch))
-            if records_right(table, batch, text_field, id_field) and times_kept(table, batch):
+            if records_right(table, batch, text_field, id_field) and times_changed(table, batch) is None:
                 unified = pa.unify_schemas([schema, table.schema], promote_options="permissive")
                 return table, np.arange(start, start + len(batch), dtype=np.int64), [], unified
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -124,14 +125,49 @@ def value_not_held(records: list[dict], positions: list[int], schema: pa.Schema,
     return f"the records cannot be combined ({str(error).splitlines()[0]})"
 
 
-def times_kept(table: pa.Table, records: list[dict]) -> bool:
-    """Whether Arrow's conversion of the records kept their dates and times as they are: a
+# The values whose conversion times_changed checks: a datetime is a date (pandas' Timestamp a datetime).
+PYTHON_TIMES = (datetime.date, datetime.time, datetime.timedelta)
+
+
+def times_changed(table: pa.Table, records: list[dict]) -> Optional[str]:
+    """The first column whose dates and times Arrow's conversion of the records changed, else
+    None (kept as they are): a
     field holding a datetime beside a date is made dates (the time of day lost), one holding a
-    naive datetime beside an aware one takes both as one (a wall time shifted). The columns of
-    a date or time type are compared with the records, value by value (a struct's are not:
-    its missing keys and NaNs would not compare equal)."""
-    return all(column.to_pylist() == [record.get(name) for record in records]
-               for name, column in zip(table.column_names, table.columns) if pa.types.is_temporal(column.type))
+    naive datetime beside an aware one takes both as one (a wall time shifted), whether the
+    two lie in one column, in a struct's field or in a list. Only the values of a date or time
+    type are compared with the records (a struct's missing keys and NaNs would not compare
+    equal), each column that holds any read back once."""
+    return next((name for name, column in zip(table.column_names, table.columns) if holds_times(column.type)
+                 and not same_times(column.type, column.to_pylist(), [record.get(name) for record in records])),
+                None)
+
+
+def holds_times(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` is, or has at any depth of structs and lists, a date or time type."""
+    if pa.types.is_struct(data_type):
+        return any(holds_times(field.type) for field in data_type)
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) or pa.types.is_fixed_size_list(data_type):
+        return holds_times(data_type.value_type)
+    return pa.types.is_temporal(data_type)
+
+
+def same_times(data_type: pa.DataType, converted: list, given: list) -> bool:
+    """Whether the dates and times Arrow holds (``converted``: values of ``data_type`` as
+    Python reads them back) are the records' own (``given``: the same values as the records
+    hold them), walking structs by key and lists item by item; a value Arrow holds as null,
+    or did not take as a dict or a list, has nothing to compare, nor has one the records give
+    as anything but Python's date, time or timedelta (pandas' NaT and numpy's datetime64 among
+    a DataFrame's objects are Arrow's as they are)."""
+    if pa.types.is_struct(data_type):
+        held = [(back, own) for back, own in zip(converted, given) if back is not None and isinstance(own, dict)]
+        return all(same_times(field.type, [back[field.name] for back, _ in held],
+                              [own.get(field.name) for _, own in held])
+                   for field in data_type if holds_times(field.type))
+    if pa.types.is_temporal(data_type):
+        return all(back == own for back, own in zip(converted, given)
+                   if back is not None and isinstance(own, PYTHON_TIMES))
+    return all(same_times(data_type.value_type, list(back), list(own)) for back, own in zip(converted, given)
+               if back is not None and isinstance(own, (list, tuple)))
 
 
 def records_right(table: pa.Table, records: list[dict], text_field: str, id_field: Optional[str]) -> bool:
@@ -187,6 +223,10 @@ def record_problem(record: Any, text_field: str, id_field: Optional[str]) -> tup
         single = pa.Table.from_struct_array(pa.array([record]))
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
         return f"cannot be converted to Arrow ({error})", None
+    changed = times_changed(single, [record])
+    if changed is not None:
+        return (f"field {changed!r} holds dates beside datetimes, or naive beside aware datetimes, in one list: "
+                "Arrow would take them as one type and change them (give a list values of one kind)"), None
     if has_field(single.schema, text_field):
         column = field_column(single, text_field)
         if not (is_text_type(column.type) or is_token_type(column.type)):
