@@ -124,8 +124,8 @@ def test_evaluate_scores_a_grid_and_writes_json_and_csv(tmp_path):
     assert len(evaluation["results"]) == 2
     csv_lines = (tmp_path / "eval" / "evaluation.csv").read_text().splitlines()
     assert len(csv_lines) == 3  # header and one row per setting
-    figure = (tmp_path / "eval" / "recall_by_similarity.png").read_bytes()  # matplotlib: dev extra
-    assert figure.startswith(b"\x89PNG")
+    figure = (tmp_path / "eval" / "recall_by_similarity.svg").read_text(encoding="utf-8")
+    assert figure.startswith("<?xml") and "Recall by similarity: " in figure
 
 
 def test_evaluate_refuses_a_bad_criterion_before_any_work(tmp_path):

@@ -21,7 +21,6 @@ from gpudedup.io.python_inputs import strings_corpus
 from gpudedup.backends import get_backend
 from gpudedup import Index
 from gpudedup.errors import OutputError, ParameterError
-from gpudedup.results import plots
 from gpudedup.evaluate import (
     CSV_FIELDS,
     FIGURE,
@@ -478,9 +477,7 @@ def small_evaluation(subset_corpus):
 
 def test_json_and_csv_written_and_readable(small_evaluation, subset_texts, tmp_path):
     json_path, csv_path = write_results(small_evaluation, tmp_path / "out", criterion="recall")
-    expected = ["evaluation.csv", "evaluation.json"]
-    if plots.matplotlib_available():
-        expected.append("recall_by_similarity.png")
+    expected = ["evaluation.csv", "evaluation.json", "recall_by_similarity.svg"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected
     data = json.loads(json_path.read_text())
     results = small_evaluation.results
@@ -623,16 +620,14 @@ def test_the_evaluation_recommends_by_its_criterion(subset_corpus, two_threshold
 
 def test_a_figure_per_threshold_and_none_left_from_before(small_evaluation, two_thresholds, tmp_path):
     out = tmp_path / "out"
-    drawn = plots.matplotlib_available()
     write_results(small_evaluation, out)  # one threshold: one figure, as named before
-    assert (out / FIGURE).exists() == drawn
+    assert (out / FIGURE).exists()
     json_path, _ = write_results(two_thresholds, out)
     figures = [e["figure"] for e in json.loads(json_path.read_text())["recommended"]]
-    named = ["recall_by_similarity_word5_t0.7.png", "recall_by_similarity_word5_t0.9.png"]
-    assert figures == (named if drawn else [None, None])
-    written = sorted(p.name for p in out.iterdir())
-    assert written == sorted(["evaluation.csv", "evaluation.json"] + (named if drawn else []))
-    assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in figures if name)
+    named = ["recall_by_similarity_word5_t0.7.svg", "recall_by_similarity_word5_t0.9.svg"]
+    assert figures == named
+    assert sorted(p.name for p in out.iterdir()) == sorted(["evaluation.csv", "evaluation.json"] + named)
+    assert all((out / name).read_text(encoding="utf-8").startswith("<?xml") for name in figures)
 
 
 def test_an_evaluation_killed_between_its_renames_leaves_a_folder_the_next_one_takes(small_evaluation,
@@ -644,7 +639,7 @@ def test_an_evaluation_killed_between_its_renames_leaves_a_folder_the_next_one_t
     from gpudedup.evaluate import output
 
     out = tmp_path / "out"
-    write_results(small_evaluation, out)  # one threshold: recall_by_similarity.png
+    write_results(small_evaluation, out)  # one threshold: recall_by_similarity.svg
     real_replace, renamed = os.replace, []
 
     def replace_then_die(source, target):
@@ -658,9 +653,9 @@ def test_an_evaluation_killed_between_its_renames_leaves_a_folder_the_next_one_t
         write_results(two_thresholds, out)
     monkeypatch.setattr(output.os, "replace", real_replace)
     named = {e["figure"] for e in json.loads((out / "evaluation.json").read_text())["recommended"]}
-    assert {p.name for p in out.glob("*.png")} <= named
+    assert {p.name for p in out.glob("*.svg")} <= named
     write_results(small_evaluation, out)
-    assert (out / FIGURE).exists() == plots.matplotlib_available()
+    assert (out / FIGURE).exists()
 
 
 def test_thresholds_that_differ_have_labels_and_figures_of_their_own(subset_corpus, tmp_path):
@@ -674,7 +669,7 @@ def test_thresholds_that_differ_have_labels_and_figures_of_their_own(subset_corp
     write_results(evaluation, tmp_path / "out")
     figures = json.loads((tmp_path / "out" / "evaluation.json").read_text())["recommended"]
     named = [entry["figure"] for entry in figures]
-    assert len(set(named)) == 2 if plots.matplotlib_available() else named == [None, None]
+    assert len(set(named)) == 2 and all((tmp_path / "out" / name).exists() for name in named)
 
 
 def test_only_the_figures_an_earlier_evaluation_wrote_are_removed(small_evaluation, two_thresholds, tmp_path):

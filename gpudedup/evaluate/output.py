@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ..core.shingling import ShingleSpec
-from ..results import plots
+from ..results.svg_figures import recall_by_similarity_svg
 from ..errors import OutputError
 from ..interrupts import note_written
 from ..io.commit import signals_held
@@ -30,7 +30,7 @@ from .view import TABLE_COLUMNS, recommendation_line, table_cells
 
 # The figure of the recommended setting when the grid has one ground truth; with several, one
 # figure per ground truth (figure_name).
-FIGURE = "recall_by_similarity.png"
+FIGURE = "recall_by_similarity.svg"
 
 CSV_FIELDS = ["index", "recommended", "label", "shingle", "ngram", "unicode", "strip_punctuation", "strip_symbols",
               "threshold", "num_perm", "banding",
@@ -103,18 +103,18 @@ def csv_text(results, criterion: Optional[str] = None) -> str:
     return buffer.getvalue()
 
 
-def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
-    """PNG of recall against exact similarity for one setting (candidates, verified, and the
-    S-curve's prediction), or None without matplotlib or a result."""
+def recall_figure(result: Optional[SettingResult]) -> Optional[str]:
+    """SVG of recall against exact similarity for one setting (candidates, verified, and the
+    S-curve's prediction), or None without a result."""
 
-    if result is None or result.recall_by_similarity is None or not plots.matplotlib_available():
+    if result is None or result.recall_by_similarity is None:
         return None
     bins = result.recall_by_similarity
     nan = float("nan")
     series = {"candidates (LSH)": [nan if v is None else v for v in bins.candidate_recall],
               "verified (exact)": [nan if v is None else v for v in bins.verified_recall]}
     setting = result.setting
-    return plots.recall_by_similarity_figure(
+    return recall_by_similarity_svg(
         bins.edges, series, pair_counts=bins.true_pairs, threshold=setting.threshold,
         bands=result.bands, rows=result.rows, title=f"Recall by similarity: {setting.label}")
 
@@ -122,10 +122,10 @@ def recall_figure(result: Optional[SettingResult]) -> Optional[bytes]:
 def figure_name(spec: ShingleSpec, threshold: float, truths: int) -> str:
     """The file of the figure of the recommended setting of ground truth (``spec``,
     ``threshold``): FIGURE when the grid has one ground truth (``truths``), else
-    recall_by_similarity_<shingle spec>_t<threshold>.png."""
+    recall_by_similarity_<shingle spec>_t<threshold>.svg."""
     if truths == 1:
         return FIGURE
-    return f"recall_by_similarity_{spec_label(spec)}_t{similarity_text(threshold)}.png"
+    return f"recall_by_similarity_{spec_label(spec)}_t{similarity_text(threshold)}.svg"
 
 
 def figure_names(settings: Sequence[Setting]) -> list[str]:
@@ -177,7 +177,7 @@ def check_not_theirs(out: Path, names: Sequence[str]) -> None:
 def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional[str] = None) -> tuple[Path, Path]:
     """Write ``evaluation.json`` (everything: corpus, ground truth, notes, every setting with
     its recall bins, the recommended setting of each ground truth), ``evaluation.csv`` (one row
-    per setting) and, with matplotlib, the recall figure of each recommended setting
+    per setting) and the recall figure (SVG) of each recommended setting
     (figure_name) into ``out_dir`` (created if missing); the figures that an earlier
     evaluation.json there names and this one does not draw are removed (no other file).
     Atomic: every file is written to a temporary file in out_dir and renamed over the old one
@@ -191,13 +191,13 @@ def write_results(results, out_dir: Union[str, os.PathLike], criterion: Optional
     criterion = _criterion_of(results, criterion)
     chosen = recommendations(_results_of(results), criterion)
     drawn = {r.index: (figure_name(r.spec, r.threshold, len(chosen)), recall_figure(r.result)) for r in chosen}
-    figures = {index: name for index, (name, png) in drawn.items() if png is not None}
+    figures = {index: name for index, (name, svg) in drawn.items() if svg is not None}
     contents = {
         "evaluation.json": (json.dumps(evaluation_dict(results, criterion, figures), indent=2,
                                        allow_nan=False) + "\n").encode(),
         "evaluation.csv": csv_text(results, criterion).encode(),
     }
-    contents.update((name, png) for name, png in drawn.values() if png is not None)
+    contents.update((name, svg.encode()) for name, svg in drawn.values() if svg is not None)
     check_not_theirs(out, list(contents))
     earlier = ours_evaluation(out / "evaluation.json")
     temporary: dict[str, str] = {}
@@ -242,10 +242,11 @@ def ours_evaluation(path: Path) -> Optional[dict]:
 
 def figures_of(evaluation: dict) -> set[str]:
     """The figures an evaluation.json of ours names (its recommended[].figure: plain file names
-    beside it)."""
+    beside it; PNG ones are an older gpudedup's, which an evaluation written over them replaces
+    as its own)."""
     names = {entry.get("figure") for entry in evaluation["recommended"] if isinstance(entry, dict)}
     return {name for name in names if isinstance(name, str) and name == Path(name).name
-            and name.startswith("recall_by_similarity") and name.endswith(".png")}
+            and name.startswith("recall_by_similarity") and name.endswith((".svg", ".png"))}
 
 
 def format_table(results, criterion: Optional[str] = None) -> str:

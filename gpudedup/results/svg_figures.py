@@ -1,44 +1,51 @@
-"""The report's figures as SVG text, written directly: the LSH S-curve, the verified pairs by
-exact Jaccard with the S-curve over them, and the clusters by size.
+"""The package's figures as SVG text, written directly: the LSH S-curve, the verified pairs by
+exact Jaccard with the S-curve over them and the clusters by size (report.html), and recall by
+similarity (the evaluation's).
 
-The figures are plain string building over numpy, no plotting library: drawing them takes a few
-milliseconds, and a run that writes its report does not load matplotlib. They keep the look of
-the package's matplotlib figures (plots.py: its palette, sizes and margins), so report.html and
-the evaluation's recall figure read alike.
+The figures are plain string building over numpy, no plotting library: drawing one takes a few
+milliseconds and loads nothing.
 
 Every figure is one ``<svg>`` element of FIGURE_PIXELS, drawn in a WIDTH x HEIGHT user space
-(1 unit = 1/100 inch of plots.FIGURE_SIZE) with the axes in PLOT_BOX. Nothing in it refers to
-anything outside it (no ids, no ``url()``, no fonts to fetch), so it is embedded in report.html
-as it is, and written beside it as a file with the XML declaration and the SVG namespace. Its
-parts are named by data-* attributes (the bars' data-count, data-curve, data-mark), never by
-classes, which the page's style sheet would reach.
+(1 unit = 1/100 inch of a 6.4 x 3.6 inch figure) with the axes in PLOT_BOX. Nothing in it refers
+to anything outside it (no ids, no ``url()``, no fonts to fetch), so it is embedded in
+report.html as it is, and written beside it as a file with the XML declaration and the SVG
+namespace. Its parts are named by data-* attributes (the bars' data-count, data-curve,
+data-mark), never by classes, which the page's style sheet would reach.
 """
 
 from __future__ import annotations
 
 import math
 from html import escape
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ..core.lsh import collision_probability, steepest_similarity
 from ..pipeline.shown import verified_edges
-from .plots import BLUE, GREY, INK, MARGINS, ORANGE, RED, count_label
 
-WIDTH, HEIGHT = 640.0, 360.0  # user units: plots.FIGURE_SIZE in hundredths of an inch
-FIGURE_PIXELS = (960, 540)  # as the figures are shown: plots.FIGURE_SIZE at plots.DPI
-# The axes' box (left, top, right, bottom) in user units: plots.MARGINS of the figure.
-PLOT_BOX = (MARGINS["left"] * WIDTH, (1 - MARGINS["top"]) * HEIGHT,
-            MARGINS["right"] * WIDTH, (1 - MARGINS["bottom"]) * HEIGHT)
-S_CURVE_LIMITS = (-0.02, 1.04)  # the S-curve figure's probability axis
+# One palette for every figure (colour-blind safe: Okabe-Ito blue, orange, vermillion, grey).
+BLUE = "#0072B2"
+ORANGE = "#E69F00"
+RED = "#D55E00"
+GREY = "#9AA5B1"
+INK = "#1F2933"
+SERIES_COLOURS = (BLUE, RED, "#009E73", "#CC79A7", "#56B4E9", INK)  # the recall figure's lines, in turn
+
+WIDTH, HEIGHT = 640.0, 360.0  # user units: hundredths of an inch
+FIGURE_PIXELS = (960, 540)  # as the figures are shown: sharp at half size on high-density screens
+# The axes' box (left, top, right, bottom) in user units: room for axis labels on both sides (a
+# second axis on the right) with tick labels of at most five characters (count_label).
+PLOT_BOX = (0.11 * WIDTH, (1 - 0.92) * HEIGHT, 0.91 * WIDTH, (1 - 0.12) * HEIGHT)
+S_CURVE_LIMITS = (-0.02, 1.04)  # the probability axis of every figure that has one
 CURVE_POINTS = 501  # points of every drawn S-curve, s from 0 to 1
 
 FONT = '"DejaVu Sans", "Liberation Sans", Arial, Helvetica, sans-serif'
-FONT_SIZE = 13.2  # 9.5 pt, as plots.STYLE
+FONT_SIZE = 13.2  # 9.5 pt
 SMALL = 11.8  # 8.5 pt: legends and annotations
 EDGE = "#52606D"  # spines, ticks and tick labels
 GRID = "#E4E7EB"
+DASHES = "6.2,2.7"  # a threshold's dashed line
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 
 
@@ -69,7 +76,7 @@ def s_curve_svg(bands: int, rows: int, threshold: Optional[float] = None) -> str
         x, y = axes.x(threshold), axes.y(p)
         parts.append(f'<circle cx="{x:.2f}" cy="{y:.2f}" r="3.5" fill="{RED}"/>')
         parts.append(_text(x - 17, y + 25 + 4, f"P({threshold:g}) = {p:.4f}", SMALL, "end", RED))
-        legend.append((_legend_line(RED, dashed=True), escape(f"threshold {threshold:g}")))
+        legend.append((_legend_line(RED, dashes=DASHES), escape(f"threshold {threshold:g}")))
 
     parts.append(axes.spines())
     parts.append(axes.labels("Jaccard similarity s of a pair", "P(pair becomes a candidate)"))
@@ -102,7 +109,7 @@ def candidates_histogram_svg(bands: int, rows: int, threshold: float, counts: np
         axes = Axes(x_limits, (0.7, max(top, 1.0)), log=True)
         y_ticks = [10.0 ** k for k in range(0, int(math.floor(math.log10(axes.y_limits[1]))) + 1)]
     else:
-        top = float(nonzero.max()) * 1.05 if nonzero.size else 1.0  # matplotlib's 5 % margin
+        top = float(nonzero.max()) * 1.05 if nonzero.size else 1.0  # (5 % above the fullest bin)
         axes = Axes(x_limits, (0.0, top))
         y_ticks = linear_ticks(0.0, top, whole=bool(nonzero.size))
     parts = [axes.grid_and_ticks(linear_ticks(*x_limits), y_ticks, decimal_label, count_label)]
@@ -195,6 +202,82 @@ def cluster_sizes_svg(sizes: np.ndarray, clusters: np.ndarray, log: Optional[boo
     return _document("Clusters by size", parts)
 
 
+def recall_by_similarity_svg(bin_edges, recall_per_bin: Union[Sequence[float], Mapping[str, Sequence[float]]],
+                             label: str = "recall", *, pair_counts=None, threshold: Optional[float] = None,
+                             bands: Optional[int] = None, rows: Optional[int] = None,
+                             title: Optional[str] = None) -> str:
+    """SVG of recall against similarity.
+
+    bin_edges: float (k + 1,), ascending similarity bin edges.
+    recall_per_bin: float (k,), recall in each bin (NaN where a bin has no true pairs), or a
+        mapping {label: float (k,)} to compare several pipelines on one figure; each a line
+        through its bins' centres, with a dot at each.
+    label: the legend entry of a single series.
+    pair_counts: optional int (k,), the true pairs in each bin, drawn as light bars on a
+        second axis.
+    threshold: marked with a dashed line. bands, rows: also draw the S-curve P(s), the recall
+        of the candidate stage that LSH theory predicts.
+    """
+    edges = np.asarray(bin_edges, dtype=np.float64)
+    if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError("bin_edges must be an ascending 1-D array of at least 2 edges")
+    series = dict(recall_per_bin) if isinstance(recall_per_bin, Mapping) else {label: recall_per_bin}
+    centers = (edges[:-1] + edges[1:]) / 2
+    x_limits = (float(edges[0]), float(edges[-1]))
+    axes = Axes(x_limits, S_CURVE_LIMITS)
+    parts = [axes.grid_and_ticks(linear_ticks(*x_limits), linear_ticks(0.0, 1.0), decimal_label, decimal_label)]
+    if pair_counts is not None:
+        counts = np.asarray(pair_counts, dtype=np.float64)
+        if counts.shape != centers.shape:
+            raise ValueError(f"pair_counts has {counts.shape[0]} bins, bin_edges give {centers.shape[0]}")
+        top = float(counts.max()) * 1.05 if counts.size and counts.max() > 0 else 1.0
+        bars_axes = Axes(x_limits, (0.0, top))
+        bars = [f'<rect x="{bars_axes.x(left):.3f}" y="{bars_axes.y(count):.3f}" '
+                f'width="{bars_axes.x(right) - bars_axes.x(left):.3f}" '
+                f'height="{bars_axes.bottom - bars_axes.y(count):.3f}" data-count="{int(count)}"/>'
+                for left, right, count in zip(edges[:-1].tolist(), edges[1:].tolist(), counts.tolist()) if count > 0]
+        # (behind the recall lines, which are drawn after them)
+        parts.append(f'<g fill="{GREY}" fill-opacity="0.35" stroke="#FFFFFF" stroke-width="0.55">{"".join(bars)}</g>')
+        parts.append(bars_axes.right_ticks(linear_ticks(0.0, top, whole=True), count_label, EDGE))
+    legend: list[tuple[str, str]] = []
+    for number, (name, listed) in enumerate(series.items()):
+        values = np.asarray(listed, dtype=np.float64)
+        if values.shape != centers.shape:
+            raise ValueError(f"recall of {name!r} has {values.shape[0]} bins, bin_edges give {centers.shape[0]}")
+        shown = ~np.isnan(values)
+        colour = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+        parts.append(axes.curve(centers[shown], values[shown], colour, 1.8 * 100 / 72, f"recall-{number}"))
+        parts.append(f'<g fill="{colour}">' + "".join(
+            f'<circle cx="{axes.x(x):.2f}" cy="{axes.y(y):.2f}" r="2.4"/>'
+            for x, y in zip(centers[shown].tolist(), values[shown].tolist())) + "</g>")
+        legend.append((_legend_line(colour), escape(str(name))))
+    if bands is not None and rows is not None:
+        s = np.linspace(x_limits[0], x_limits[1], CURVE_POINTS)
+        parts.append(axes.curve(s, collision_probability(s, bands, rows), ORANGE, 1.6 * 100 / 72, "s-curve",
+                                dashes="1.5,3.5"))
+        legend.append((_legend_line(ORANGE, dashes="1.5,3.5"), escape(f"S-curve P(s), b = {bands}, r = {rows}")))
+    if threshold is not None:
+        parts.append(axes.vertical(threshold, RED, "threshold"))
+        legend.append((_legend_line(RED, dashes=DASHES), escape(f"threshold {threshold:g}")))
+    parts.append(axes.spines(right=EDGE if pair_counts is not None else None))
+    parts.append(axes.labels("exact Jaccard similarity", "recall",
+                             right=("true pairs per bin", EDGE) if pair_counts is not None else None))
+    parts.append(axes.title(title or "Recall by similarity"))
+    # Recall is mostly near 1, so the legend goes low, where it hides bars, not lines.
+    parts.append(_legend(legend, low=True))
+    return _document(title or "Recall by similarity", parts)
+
+
+def count_label(value: float) -> str:
+    """A count's tick label in at most five characters (800, 9,500, 120k, 2.5M), so that the
+    axes' margins (PLOT_BOX) hold it."""
+    # (from, unit, suffix): thousands are written out up to 9,999.
+    for start, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if abs(value) >= start:
+            return f"{value / unit:.3g}{suffix}"
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
+
+
 def inline(svg: str) -> str:
     """A figure's file text as an element of an HTML page: no XML declaration, and no namespace
     attribute (HTML gives ``<svg>`` its namespace)."""
@@ -252,19 +335,22 @@ class Axes:
             value, low, high = math.log10(value), math.log10(low), math.log10(high)
         return self.bottom - (value - low) / (high - low) * (self.bottom - self.top)
 
-    def curve(self, x: np.ndarray, y: np.ndarray, colour: str, width: float, name: str) -> str:
-        """A polyline through the points (x, y) of the data."""
+    def curve(self, x: np.ndarray, y: np.ndarray, colour: str, width: float, name: str,
+              dashes: Optional[str] = None) -> str:
+        """A polyline through the points (x, y) of the data, dashed where ``dashes`` gives the
+        pattern."""
         xs = self.left + (x - self.x_limits[0]) / (self.x_limits[1] - self.x_limits[0]) * (self.right - self.left)
         ys = self.bottom - (y - self.y_limits[0]) / (self.y_limits[1] - self.y_limits[0]) * (self.bottom - self.top)
         points = " ".join(f"{a:.2f},{b:.2f}" for a, b in zip(xs.tolist(), ys.tolist()))
+        dash = f' stroke-dasharray="{dashes}"' if dashes else ""
         return (f'<polyline data-curve="{name}" points="{points}" fill="none" stroke="{colour}" '
-                f'stroke-width="{width:.2f}" stroke-linejoin="round" stroke-linecap="round"/>')
+                f'stroke-width="{width:.2f}" stroke-linejoin="round" stroke-linecap="round"{dash}/>')
 
     def vertical(self, value: float, colour: str, name: str) -> str:
         """A dashed line across the axes at x = ``value``."""
         x = self.x(value)
         return (f'<line data-mark="{name}" x1="{x:.2f}" y1="{self.top:.2f}" x2="{x:.2f}" y2="{self.bottom:.2f}" '
-                f'stroke="{colour}" stroke-width="1.67" stroke-dasharray="6.2,2.7"/>')
+                f'stroke="{colour}" stroke-width="1.67" stroke-dasharray="{DASHES}"/>')
 
     def grid_and_ticks(self, x_ticks: Sequence[float], y_ticks: Sequence[float], x_label, y_label) -> str:
         """Grid lines, tick marks and tick labels of the bottom and left axes."""
@@ -332,8 +418,8 @@ def _diamond(x: float, y: float, radius: float, colour: str) -> str:
             f'L{x - radius:.2f},{y:.2f} Z" fill="{colour}"/>')
 
 
-def _legend_line(colour: str, dashed: bool = False) -> str:
-    dash = ' stroke-dasharray="6.2,2.7"' if dashed else ""
+def _legend_line(colour: str, dashes: Optional[str] = None) -> str:
+    dash = f' stroke-dasharray="{dashes}"' if dashes else ""
     return f'<line x1="0" y1="-4" x2="18" y2="-4" stroke="{colour}" stroke-width="2.2"{dash}/>'
 
 
@@ -345,10 +431,12 @@ def _curve_formula(bands: int, rows: int) -> str:
     return f"P(s) = 1 − (1 − s{raised(rows)})</tspan>{raised(bands)}</tspan>"
 
 
-def _legend(entries: list[tuple[str, str]], size: float = SMALL) -> str:
-    """A frameless legend at the upper left of the axes: (symbol drawn about (9, -4), label
-    markup) per row."""
+def _legend(entries: list[tuple[str, str]], size: float = SMALL, low: bool = False) -> str:
+    """A frameless legend at the upper left of the axes (the lower left where ``low``): (symbol
+    drawn about (9, -4), label markup) per row."""
     left, top = PLOT_BOX[0] + 8, PLOT_BOX[1] + 18
+    if low:
+        top = PLOT_BOX[3] - 10 - (len(entries) - 1) * (size + 6)
     out = []
     for number, (symbol, label) in enumerate(entries):
         y = top + number * (size + 6)
