@@ -136,6 +136,18 @@ def test_ids_relative_below_cwd(tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "sub" / "x.jsonl", [{"text": "a b c"}])
     # given absolute, shown relative to the working directory
     assert ids_of(read_corpus([path.absolute()])) == [str(Path("sub") / "x.jsonl") + ":1"]
+    # named through "..": the same ids, unless a symbolic link before the ".." makes the
+    # shorter path another file
+    other = tmp_path.parent / "other"
+    other.mkdir(exist_ok=True)
+    (tmp_path / "link").symlink_to(other)
+    for spelled in (Path("..") / tmp_path.name / "sub" / "x.jsonl", tmp_path / "sub" / ".." / "sub" / "x.jsonl"):
+        assert display_path(spelled) == str(Path("sub") / "x.jsonl")
+        assert ids_of(read_corpus([spelled])) == [str(Path("sub") / "x.jsonl") + ":1"]
+    write_jsonl(other.parent / "y.jsonl", [{"text": "g h i"}])
+    write_jsonl(tmp_path / "y.jsonl", [{"text": "j k l"}])
+    beyond = Path("link") / ".." / "y.jsonl"  # (other's parent's y.jsonl, not the working directory's)
+    assert display_path(beyond) == str(beyond) and display_path(Path("y.jsonl")) == "y.jsonl"
 
 
 # --- id field -----------------------------------------------------------------------------------

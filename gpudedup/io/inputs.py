@@ -134,6 +134,12 @@ def display_path(path: Location) -> str:
     if isinstance(path, Remote):
         return str(path)
     absolute = path.absolute()
+    if ".." in absolute.parts:
+        # The same file named through "..", or not, is shown (and its ids made) alike; but not
+        # where a symbolic link before a ".." makes the shorter path another file.
+        shorter = Path(os.path.normpath(absolute))
+        if os.path.realpath(shorter) == os.path.realpath(absolute):
+            absolute = shorter
     try:
         return str(absolute.relative_to(Path.cwd()))
     except ValueError:
