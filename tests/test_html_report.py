@@ -297,6 +297,17 @@ def test_steepest_point_and_histogram_edges():
         edges = verified_edges(threshold)
         assert edges[0] == threshold and edges[-1] >= 1.0 and np.all(np.diff(edges) > 0)
         assert np.diff(edges).max() < 0.03
+    # A Jaccard that is an edge falls in the bin that starts there, whatever its fraction.
+    for threshold in (0.5, 0.8, 0.7):
+        edges = verified_edges(threshold)
+        for size in range(1, 201):
+            for shared in range(int(np.ceil(threshold * size)), size + 1):
+                jaccard = shared / size
+                counts = verified_histogram(np.array([jaccard]), threshold)
+                (bin_,) = np.flatnonzero(counts)
+                assert edges[bin_] <= jaccard <= edges[bin_ + 1]
+                if bin_ < len(counts) - 1:  # (the last bin is closed: J = 1 is in it)
+                    assert edges[bin_ + 1] - jaccard > 1e-12
 
 
 def find_browser():

@@ -209,7 +209,12 @@ def verified_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
     wide; [1, 1 + bin_width] for threshold 1 (one bin holding J = 1)."""
     if threshold >= 1.0:
         return np.array([1.0, 1.0 + bin_width])
-    return np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
+    edges = np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
+    # Inner edges to ten decimals, so that a Jaccard on an edge (21/25 = 0.84) falls in the bin
+    # that starts there, not in the one below a linspace edge of 0.8400000000000001; the outer
+    # ones stay as they are, so that every value from the threshold to 1 has a bin.
+    edges[1:-1] = np.round(edges[1:-1], 10)
+    return edges
 
 
 def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float = 0.02) -> np.ndarray:
