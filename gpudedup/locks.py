@@ -1,5 +1,7 @@
 """A lock file held by one process at a time: the index's writer lock (index/files.py) and a
-work directory's run lock (pipeline/workdir.py) are both this one, with their own words."""
+work directory's run lock (pipeline/workdir.py) are both this one, with their own words; and
+the lock a run holds on a staging folder of its own (io/commit.py), by which a clean-up tells
+a live run's folder from a killed one's (io/staging.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import os
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 
 def holder_name() -> str:
@@ -38,3 +40,37 @@ def exclusive_lock(path: Path, refused: Callable[[str], Exception], wait: bool =
         yield
     finally:
         os.close(descriptor)  # releases the lock
+
+
+def hold_folder(path: Path) -> Optional[int]:
+    """An open descriptor of the directory ``path`` with an exclusive flock on it, for the run
+    that made the folder to keep while it is its own (close it to let go); None where the
+    folder cannot be opened or its file system takes no such lock. The lock goes with the
+    process, so a killed run's folder is free."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def folder_held(path: str) -> bool:
+    """Whether a live process holds ``path`` (hold_folder): the one sign of a run that a clean-up
+    in another PID namespace (a container sharing the volume and the host name) can read, where
+    the process number in the folder's name tells nothing."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        return error.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(descriptor)  # (releases the lock this call took, if it took one)
+    return False

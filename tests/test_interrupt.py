@@ -41,6 +41,7 @@ from typing import Optional
 import pytest
 
 from gpudedup.io import commit
+from gpudedup.locks import folder_held
 from gpudedup.io.staging import host_tag, remove_stale_staging, staging_pattern, temporary_work_dir
 
 from stage_events import finish, stages_begun, wait_for_stage, wait_until, with_stage_events
@@ -515,6 +516,31 @@ def test_stale_staging_directories_are_removed_only_when_their_process_is_gone(t
     for name, kept in names.items():
         assert (tmp_path / name).exists() == kept, name
     assert (tmp_path / "out").is_dir()
+
+
+def test_a_staging_folder_whose_run_holds_it_is_kept_whatever_its_process_number(tmp_path):
+    """A run in another PID namespace (a container sharing the volume and the host name) names
+    a process this one cannot see: its folder is told live by the lock the run holds on it
+    (as atomic_output_dir holds one), and removed once the lock is let go."""
+    staging = tmp_path / f".out.tmp-{host_tag()}-{gone_process().pid}-0a1b2c3d"
+    staging.mkdir()
+    (tmp_path / "other").mkdir()
+    held = subprocess.Popen([sys.executable, "-c", "import sys; from gpudedup.locks import hold_folder; "
+                             f"held = hold_folder({str(staging)!r}); print(held is not None, flush=True); "
+                             "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline().strip() == "True"
+        assert remove_stale_staging(tmp_path, "out") == [] and staging.is_dir()
+    finally:
+        held.communicate("")  # (its end lets go of the lock)
+    assert remove_stale_staging(tmp_path, "out") == [staging] and not staging.exists()
+
+
+def test_a_run_holds_its_staging_folder_until_the_commit(tmp_path):
+    with commit.atomic_output_dir(tmp_path / "out", overwrite=False) as staging:
+        assert folder_held(str(staging))
+        (staging / "report.json").write_text("{}")
+    assert not folder_held(str(tmp_path / "out"))
 
 
 def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):

@@ -40,7 +40,7 @@ from gpudedup.index import Index
 from gpudedup.io import commit, outputdir
 from gpudedup.io.staging import remove_stale_staging
 from gpudedup.io.inputs import scan_inputs
-from gpudedup.io.ours import OUTPUT_MARKER
+from gpudedup.io.ours import OUTPUT_MARKER, mount_point_within
 from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
 
 CPU = ("--backend", "cpu", "-q")
@@ -259,13 +259,13 @@ def test_a_link_to_an_output_that_appears_during_an_overwrite_run_stays(tmp_path
 
 @pytest.fixture
 def linked_into_the_output(in_tmp):
-    """in/a.jsonl, and in/linked: a link to out/precious, a folder of input data inside out, a
-    gpudedup output (of an earlier run)."""
+    """in/a.jsonl, and in/linked: a link to out/deduplicated/precious, a folder of input data
+    inside out, a gpudedup output (of an earlier run)."""
     write_jsonl(in_tmp / "in" / "a.jsonl", records("a"))
     result = invoke("dedup", "in", "-o", "out", "--id-field", "id", *CPU)
     assert result.exit_code == 0, result.output
-    write_jsonl(in_tmp / "out" / "precious" / "userdata.jsonl", records("u"))
-    (in_tmp / "in" / "linked").symlink_to(Path("..") / "out" / "precious")
+    write_jsonl(in_tmp / "out" / "deduplicated" / "precious" / "userdata.jsonl", records("u"))
+    (in_tmp / "in" / "linked").symlink_to(Path("..") / "out" / "deduplicated" / "precious")
     return in_tmp
 
 
@@ -281,7 +281,8 @@ def test_a_link_in_an_input_into_the_output_is_refused(linked_into_the_output, s
     assert result.exit_code == 2, result.output
     line = error_line(result)
     assert "out: the output directory must not be or hold an input file" in line, line
-    assert f"in/linked/userdata.jsonl leads to {(root / 'out' / 'precious' / 'userdata.jsonl').resolve()}" in line
+    target = root / "out" / "deduplicated" / "precious" / "userdata.jsonl"
+    assert f"in/linked/userdata.jsonl leads to {target.resolve()}" in line
     assert tree_state(root / "out") == before and not (root / "work").exists()
     assert leftovers(root) == []
 
@@ -465,6 +466,59 @@ def test_overwrite_refuses_a_folder_of_user_files(happy):
     assert invoke("dedup", "data.jsonl", "-o", "fakehome", "--overwrite", *CPU).exit_code == 2
 
 
+@pytest.mark.parametrize("added", [["thesis.tex"], ["data/mixB.jsonl", "notes.md"], ["deduplicated.txt"]])
+def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(happy, added):
+    """A folder that is a gpudedup output (its marker, or a report.json of ours) and holds
+    anything else: the user's files put beside the results, or a folder with a copy of a report
+    in it, are not the output's, and replacing it would delete them."""
+    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    for name in added:
+        (happy / "out" / name).parent.mkdir(exist_ok=True)
+        (happy / "out" / name).write_text("the user's")
+    before = tree_snapshot(happy / "out")
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
+    shown = ", ".join(sorted({name.split("/")[0] for name in added}))
+    assert error_line(result) == (f"error: out: holds {shown} beside a gpudedup output, which replacing the output "
+                                  f"would delete; move {'it' if ',' not in shown else 'them'} out, or choose another "
+                                  "--output")
+    with pytest.raises(OutputError, match="beside a gpudedup output"):
+        gpudedup.dedup(Path("data.jsonl"), backend="cpu", output="out", overwrite=True)
+    assert tree_snapshot(happy / "out") == before and leftovers(happy) == []
+
+
+def test_a_mount_point_under_a_folder_is_found_in_the_kernel_s_table(tmp_path):
+    """mount_point_within reads /proc/self/mountinfo: a mount under a folder is found whatever
+    its device number (a bind mount of the same file system has the same one), none under a
+    folder that has none."""
+    if not Path("/proc/self/mountinfo").exists():
+        pytest.skip("no /proc/self/mountinfo (not Linux)")
+    points = [line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    point = next(Path(p) for p in points if p.count("/") >= 2 and "\\" not in p)  # (e.g. /dev/shm, /proc/sys)
+    found = mount_point_within(point.parent)
+    assert found is not None and str(found).startswith(str(point.parent) + os.sep)
+    assert mount_point_within(tmp_path) is None
+
+
+def test_overwrite_refuses_an_output_with_a_file_system_mounted_in_it(happy):
+    """A volume mounted inside an old output (a bind mount of the input folder, here): replacing
+    the output would delete the files of that file system through it; refused before any work,
+    nothing deleted."""
+    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    (happy / "data").mkdir()
+    shutil.copy(happy / "data.jsonl", happy / "data" / "mine.jsonl")
+    point = happy / "out" / "deduplicated" / "m nt"
+    point.mkdir()
+    if subprocess.run(["mount", "--bind", str(happy / "data"), str(point)], capture_output=True).returncode != 0:
+        pytest.skip("mount --bind is not permitted here (it needs CAP_SYS_ADMIN)")
+    try:
+        result = invoke("dedup", "data", "-o", "out", "--overwrite", *CPU)
+        assert error_line(result) == (f"error: out: holds a mount point ({point.resolve()}), which replacing the "
+                                      "output would delete; move it out, or choose another --output")
+        assert (happy / "data" / "mine.jsonl").exists() and leftovers(happy) == []
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+
+
 def test_an_output_that_is_a_link_to_a_directory_is_written_into_it(happy):
     """`-o out` where out is a link to an empty folder on another disk: the results go into that
     folder and the link stays (by the CLI and the API); once the folder holds them, the link
@@ -509,8 +563,8 @@ def test_overwrite_replaces_an_output_of_ours(happy, previous):
     out = happy / "out"
     out.mkdir()
     if previous == "output":
-        assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU).exit_code == 0
-        (out / "stale.txt").write_text("part of the old output")
+        assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", "--write-removed", *CPU).exit_code == 0
+        (out / "errors.jsonl").write_text("part of the old output")
     elif previous == "earlier version":
         (out / "report.json").write_text(json.dumps(EARLIER_REPORT))
         (out / "deduplicated.parquet").write_text("old")
@@ -518,7 +572,7 @@ def test_overwrite_replaces_an_output_of_ours(happy, previous):
         (out / OUTPUT_MARKER).write_text(json.dumps({"written_by": "gpudedup"}))
     result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
     assert result.exit_code == 0, result.output
-    assert is_complete_output(out) and not (out / "stale.txt").exists()
+    assert is_complete_output(out) and not (out / "errors.jsonl").exists() and not (out / "removed").exists()
     assert not (out / "deduplicated.parquet").exists()
     assert leftovers(happy) == []
 
@@ -548,8 +602,9 @@ def test_overwrite_on_a_store_without_folders_replaces_the_output(happy):
 ])
 def test_overwrite_on_object_storage_keeps_what_was_put_into_the_output(happy, inside, what):
     """An output on object storage that another output or a work directory was put into: as on
-    a local disk, --overwrite refuses, naming it, and deletes nothing; a file of another name
-    (a user's manifest.json of other keys) is no reason to refuse."""
+    a local disk, --overwrite refuses, naming it, and deletes nothing; so it does for a folder
+    of the user's own beside the output's files (a manifest.json of other keys: no work
+    directory, but not the output's either)."""
     fsspec = pytest.importorskip("fsspec")
     memory = fsspec.filesystem("memory")
     url = "memory://overwrite-nested/out"
@@ -567,6 +622,11 @@ def test_overwrite_on_object_storage_keeps_what_was_put_into_the_output(happy, i
                                        "would delete; move it out, or choose another --output")
         assert sorted(memory.find("/overwrite-nested/out")) == before
         memory.rm(f"/overwrite-nested/out/{folder}", recursive=True)
+        # A folder of the user's own beside the output's: refused too, then replaced without it.
+        assert error_line(invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU)) == (
+            f"error: {url}: holds other beside a gpudedup output, which replacing the output would delete; move it "
+            "out, or choose another --output")
+        memory.rm("/overwrite-nested/out/other", recursive=True)
         assert invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU).exit_code == 0
     finally:
         memory.rm("/overwrite-nested", recursive=True)
@@ -763,11 +823,11 @@ def test_a_link_in_an_output_to_an_index_goes_with_the_output_and_the_index_stay
     replaces the output, the link with it, and the index it pointed to is left as it was."""
     assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
     assert invoke("index", "create", "idx").exit_code == 0
-    (happy / "out" / "lidx").symlink_to(happy / "idx")
+    (happy / "out" / "deduplicated" / "lidx").symlink_to(happy / "idx")
     before = tree_snapshot(happy / "idx")
     result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
     assert result.exit_code == 0, result.output
-    assert not os.path.lexists(happy / "out" / "lidx") and tree_snapshot(happy / "idx") == before
+    assert not os.path.lexists(happy / "out" / "deduplicated" / "lidx") and tree_snapshot(happy / "idx") == before
 
 
 @pytest.mark.parametrize("manifest", ['// notes\n{"name": "app",}\n', "", "\xff", 'notes:\n{\n  "gpudedup_version": 1'])

@@ -73,6 +73,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import OutputError
 from ..interrupts import note_written
+from ..locks import hold_folder
 from .outputdir import check_output_dir, occupied, write_marker
 from .remote_output import remote_output_dir
 from .staging import ASIDE, KEPT, new_staging_dir, remove_stale_staging
@@ -97,10 +98,12 @@ def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()
     remove_stale_staging(parent, out.name)
     staging: Optional[Path] = None
     made: Optional[tuple[int, int]] = None  # (device, inode) of the staging directory this run made
+    held: Optional[int] = None  # the lock on it (locks.hold_folder), which clean-ups see
     committed = False
     try:
         with signals_held():
             staging = new_staging_dir(parent, out.name, "tmp")
+            held = hold_folder(staging)
             made = _identity(staging)
             write_marker(staging)
         yield staging
@@ -118,6 +121,9 @@ def atomic_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = ()
                 remove_path(staging)
             _abandoned.append(staging)
         raise
+    finally:
+        if held is not None:
+            os.close(held)
 
 
 # Staging directories of writes that failed or were interrupted: a cluster's tasks may still be

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable, Optional
 
 # The file every output holds (written first), by which --overwrite tells a gpudedup output
 # from a folder of someone's files; its content: {"written_by": "gpudedup", ...}.
 OUTPUT_MARKER = ".gpudedup-output"
+
+# The names an output holds at its top level (docs/output-formats.md), all that --overwrite
+# deletes with it: the tables, each a folder or one file of an output format (.parquet,
+# .jsonl), and the files beside them (the PNG figures: an older gpudedup's). Anything else in
+# the folder was put there by someone, and replacing the output would delete it.
+OUTPUT_TABLES = ("deduplicated", "removed", "pairs", "clusters")
+OUTPUT_FILES = frozenset({OUTPUT_MARKER, "report.json", "report.html", "errors.jsonl", "s_curve.svg",
+                          "candidates_histogram.svg", "cluster_sizes.svg", "s_curve.png", "candidates_histogram.png"})
 
 OUTPUT = "a gpudedup output"
 INDEX = "a gpudedup index"
@@ -57,6 +66,27 @@ def our_kind(read: Callable[[str], Optional[bytes]]) -> Optional[str]:
     return None
 
 
+def mount_point_within(folder: Path) -> Optional[Path]:
+    """The first mount point strictly under ``folder`` (as it resolves), from the kernel's
+    table of this process's mounts (/proc/self/mountinfo: a bind mount of the same file system
+    has no other device number to tell it by); None where there is none, or no such table
+    (not Linux)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    below = os.path.realpath(folder).rstrip(os.sep) + os.sep
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:
+            # (the mount point, its space, tab, newline and backslash written as \ooo)
+            point = re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), fields[4])
+            if point.startswith(below):
+                return Path(point)
+    return None
+
+
 def index_holding(place: Path) -> Optional[Path]:
     """The nearest folder above ``place`` (a local path) that is a gpudedup index, or None:
     what an output or work directory must not lie in, since the index's next writer removes
@@ -65,16 +95,28 @@ def index_holding(place: Path) -> Optional[Path]:
     return next((folder for folder in Path(os.path.realpath(place)).parents if our_folder(folder) == INDEX), None)
 
 
+def output_name(name: str) -> bool:
+    """Whether ``name`` is one an output holds at its top level (OUTPUT_TABLES, OUTPUT_FILES)."""
+    table, dot, suffix = name.partition(".")
+    return name in OUTPUT_FILES or (table in OUTPUT_TABLES and suffix in ("", "parquet", "jsonl") and
+                                    (dot == "") == (suffix == ""))
+
+
 def ours_within(folder: Path) -> Optional[tuple[Path, str]]:
     """The first folder under ``folder``, at any depth (links not followed), that gpudedup
-    wrote as something of its own (our_folder: an index, a work directory, another output),
-    with what it is in words; None where there is none. An output holds none of these, so one
-    found in it was put there: replacing the output would delete it."""
+    wrote as something of its own (our_folder: an index, a work directory, another output) or
+    that another file system is mounted on, with what it is in words; None where there is
+    none. An output holds none of these, so one found in it was put there: replacing the
+    output would delete it (a mount: the files of that file system)."""
+    mount = mount_point_within(folder)
+    if mount is not None:
+        return mount, "a mount point"
     for parent, subfolders, _ in os.walk(folder):
         for name in sorted(subfolders):
-            if os.path.islink(os.path.join(parent, name)):  # (replacing the output removes the link alone)
+            path = Path(parent) / name
+            if path.is_symlink():  # (replacing the output removes the link alone)
                 continue
-            what = our_folder(Path(parent) / name)
+            what = our_folder(path)
             if what is not None:
-                return Path(parent) / name, what
+                return path, what
     return None

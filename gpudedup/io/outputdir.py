@@ -24,7 +24,7 @@ from ..version import __version__
 from .credentials import first_line
 from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
-from .ours import OUTPUT_MARKER, index_holding, our_folder, our_kind, ours_within
+from .ours import OUTPUT_MARKER, index_holding, our_folder, our_kind, ours_within, output_name
 from .staging import in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -135,8 +135,9 @@ def check_url_parts(place: Location, option: str) -> None:
 def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
     """Why what is at ``out`` may not be replaced by an output, as (what it is, what to do),
     or None where nothing is there, or an empty directory, or (``overwrite``) a gpudedup output
-    (is_gpudedup_output) that holds no index, work directory or other output put into it
-    (ours_within). A directory that holds only the marker counts as empty."""
+    (is_gpudedup_output) that holds no index, work directory, other output or mount put into it
+    (ours_within), nor anything an output does not hold beside its own (others_beside). A
+    directory that holds only the marker counts as empty."""
     if not os.path.lexists(out):
         return None
     if out.is_symlink() and not out.exists():  # (a link to nothing, or a loop of links)
@@ -156,7 +157,7 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
         return not_empty("report.json" in names)
     inside = ours_within(out)
     if inside is None:
-        return None
+        return others_beside(names)
     return (f"holds {inside[1]} ({inside[0]}), which replacing the output would delete",
             "move it out, or choose another output=")
 
@@ -165,6 +166,17 @@ def not_ours(names: Sequence[str]) -> tuple[str, str]:
     """``occupied``'s answer for a folder of someone's files (``names``, sorted), with overwrite
     or without: overwrite replaces only a gpudedup output, so it is no way out."""
     return (f"holds files that are not a gpudedup output ({listed(names)})", "choose another output= or empty it")
+
+
+def others_beside(names: Sequence[str]) -> Optional[tuple[str, str]]:
+    """``occupied``'s answer for a gpudedup output (its top-level ``names``, sorted) that holds
+    anything an output does not (ours.output_name: a user's notes, a folder put there), which
+    replacing the output would delete; None where it holds nothing else."""
+    foreign = [name for name in names if not output_name(name)]
+    if not foreign:
+        return None
+    return (f"holds {listed(foreign)} beside a gpudedup output, which replacing the output would delete",
+            "move {} out, or choose another output=".format("it" if len(foreign) == 1 else "them"))
 
 
 def not_empty(complete: bool) -> tuple[str, str]:
@@ -430,6 +442,6 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
         return not_empty("report.json" in relative)
     inside = remote_ours_within(out, relative)
     if inside is None:
-        return None
+        return others_beside(sorted({name.split("/")[0] for name in relative}))
     return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
             "move it out, or choose another output=")

@@ -3,7 +3,8 @@ clean-up of what killed runs left: local staging folders
 ``.<OUT name>.tmp-<host>-<pid>-<random>`` (and ``.old-`` for an old output moved aside), the
 hidden prefix under an output URL that tasks upload into, and the names of results set aside
 (``<OUT name>.results-...``), which no clean-up matches. The host and process in a name tell
-whether its run may still be going on.
+whether its run may still be going on, and so does the lock a run holds on its folder
+(locks.hold_folder), which a run in another PID namespace can see.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from ..locks import folder_held
 from .storage import Location, Remote
 
 # The part of a staging name that tells whose run it is: host_tag(), then the process.
@@ -119,7 +121,7 @@ def remove_stale(parent: Path, pattern: re.Pattern, removable=lambda match: True
         if match is None or match["host"] != host or not entry.is_dir(follow_symlinks=False):
             continue
         pid = int(match["pid"])
-        if pid == os.getpid() or process_running(pid) or not removable(match):
+        if pid == os.getpid() or process_running(pid) or not removable(match) or folder_held(entry.path):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
