@@ -517,6 +517,35 @@ def test_overwrite_refuses_an_output_with_a_file_system_mounted_in_it(happy):
         assert (happy / "data" / "mine.jsonl").exists() and leftovers(happy) == []
     finally:
         subprocess.run(["umount", str(point)], check=True)
+    # An empty mount point as the output (a fresh volume): the results cannot be renamed onto
+    # it, which is said before any work.
+    (happy / "empty").mkdir()
+    (happy / "volume").mkdir()
+    subprocess.run(["mount", "--bind", str(happy / "empty"), str(happy / "volume")], check=True)
+    try:
+        result = invoke("dedup", "data.jsonl", "-o", "volume", *CPU)
+        assert error_line(result) == ("error: volume: is a mount point, which the results cannot be renamed onto; "
+                                      "give a folder inside it (for example volume/out)")
+        assert leftovers(happy) == []
+    finally:
+        subprocess.run(["umount", str(happy / "volume")], check=True)
+
+
+def test_an_output_name_too_long_for_its_staging_folder_is_refused_before_any_work(happy, monkeypatch):
+    """The results are written into a folder beside the output named after it and 31 bytes
+    more: a name past 224 bytes is refused at once (not after the run, with the system's
+    "File name too long"), one of 224 is written."""
+    for size, code in ((225, 2), (224, 0)):
+        name = "o" * size
+        result = invoke("dedup", "data.jsonl", "-o", name, *CPU)
+        assert result.exit_code == code, result.output
+        if code:
+            assert error_line(result) == (f"error: {name}: its name is 225 bytes long, and the folder the results are "
+                                          "written into beside it takes 31 more, past the 255 a file name may have; "
+                                          "give a name of at most 224 bytes")
+            assert leftovers(happy) == [] and not os.path.lexists(happy / name)
+        else:
+            assert is_complete_output(happy / name)
 
 
 def test_an_output_that_is_a_link_to_a_directory_is_written_into_it(happy):

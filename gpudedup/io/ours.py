@@ -66,25 +66,29 @@ def our_kind(read: Callable[[str], Optional[bytes]]) -> Optional[str]:
     return None
 
 
-def mount_point_within(folder: Path) -> Optional[Path]:
-    """The first mount point strictly under ``folder`` (as it resolves), from the kernel's
-    table of this process's mounts (/proc/self/mountinfo: a bind mount of the same file system
-    has no other device number to tell it by); None where there is none, or no such table
-    (not Linux)."""
+def mount_points() -> list[str]:
+    """Every mount point of this process's file systems, from the kernel's table
+    (/proc/self/mountinfo: a bind mount of the same file system has no other device number to
+    tell it by); none where there is no such table (not Linux)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
             lines = table.read().splitlines()
     except OSError:
-        return None
+        return []
+    # (the fifth field; its spaces, tabs, newlines and backslashes written as \ooo)
+    return [re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), fields[4])
+            for fields in (line.split(" ") for line in lines) if len(fields) > 4]
+
+
+def mount_point_within(folder: Path) -> Optional[Path]:
+    """The first mount point strictly under ``folder`` (as it resolves), or None."""
     below = os.path.realpath(folder).rstrip(os.sep) + os.sep
-    for line in lines:
-        fields = line.split(" ")
-        if len(fields) > 4:
-            # (the mount point, its space, tab, newline and backslash written as \ooo)
-            point = re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), fields[4])
-            if point.startswith(below):
-                return Path(point)
-    return None
+    return next((Path(point) for point in mount_points() if point.startswith(below)), None)
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether ``path`` (as it resolves) is a mount point."""
+    return os.path.ismount(path) or os.path.realpath(path) in mount_points()
 
 
 def index_holding(place: Path) -> Optional[Path]:

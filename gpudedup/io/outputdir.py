@@ -24,8 +24,9 @@ from ..version import __version__
 from .credentials import first_line
 from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
-from .ours import OUTPUT_MARKER, index_holding, our_folder, our_kind, ours_within, output_name
-from .staging import in_staging_prefix
+from .layout import NAME_BYTES
+from .ours import OUTPUT_MARKER, index_holding, is_mount_point, our_folder, our_kind, ours_within, output_name
+from .staging import STAGING_NAME_EXTRA, in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
 
@@ -80,6 +81,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     refused = None if checked else occupied(out, overwrite)
     if refused is not None:
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
+    check_renamable(out)
     parent = out.absolute().parent
     if not parent.is_dir():
         kind = "is a file, not a directory" if parent.exists() else "does not exist"  # (a dangling link: none)
@@ -89,6 +91,20 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         raise OutputError(f"{out}: cannot write in {parent} "
                           f"({'a read-only file system' if read_only else 'permission denied'})")
     return out
+
+
+def check_renamable(out: Path) -> None:
+    """OutputError where the results, written into a staging folder beside ``out``, could not
+    be renamed to ``out``: it is a mount point (a volume, a container's -v target), or its name
+    leaves no room for the staging folder's longer one (NAME_BYTES in all)."""
+    if os.path.lexists(out) and is_mount_point(out):
+        raise OutputError(f"{out}: is a mount point, which the results cannot be renamed onto; give a folder inside it "
+                          f"(for example {out / 'out'})")
+    size = len(os.fsencode(out.name))
+    if size + STAGING_NAME_EXTRA > NAME_BYTES:
+        raise OutputError(f"{out}: its name is {size} bytes long, and the folder the results are written into beside "
+                          f"it takes {STAGING_NAME_EXTRA} more, past the {NAME_BYTES} a file name may have; give a "
+                          f"name of at most {NAME_BYTES - STAGING_NAME_EXTRA} bytes")
 
 
 def check_outside_an_index(place: Path, what: str, option: str) -> None:

@@ -38,6 +38,11 @@ STAGING_PREFIX = re.compile(rf"\.{re.escape(REMOTE_STAGING)}{RUN_TAG}[a-z0-9_]{{
 ASIDE, KEPT = "results", "kept"
 
 
+# The bytes a staging name adds to its output's name: ".", ".tmp-" (or ".old-"), the host tag,
+# "-", a process number of up to 7 digits (Linux's largest pid_max), "-", 8 hex digits.
+STAGING_NAME_EXTRA = 1 + 5 + 8 + 1 + 7 + 1 + 8
+
+
 def host_tag() -> str:
     """This machine in staging names: 8 hex digits of its host name's SHA-256."""
     return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
