@@ -52,6 +52,7 @@ _written = None  # the output a command has committed (io.commit.atomic_output_d
 _replacing = None  # what a command leaves once it began to change an output on object storage (note_replacing)
 _last_signal = None  # the signal last raised as Interrupted
 _index_state = None  # what an index add leaves of its index, in words (note_index)
+_index_state_written = None  # the same once its output is written (note_index's once_written)
 _in_hook = False  # inside _unraisable
 _taken = 0  # how many signals the main thread has taken (_on_signal has run), for _watch
 
@@ -81,11 +82,13 @@ def note_replacing(path, previous: bool) -> str:
     return _replacing
 
 
-def note_index(state) -> None:
+def note_index(state, once_written=None) -> None:
     """Record what an index add leaves of its index from now on, in words, for an interrupt's
-    line (None: nothing to say): unchanged before its commit, the new generation after it."""
-    global _index_state
-    _index_state = state
+    line (None: nothing to say): unchanged before its commit, the new generation after it;
+    ``once_written``: what to say from the instant its output is written (note_written, in the
+    commit's held block), where ``state`` is None."""
+    global _index_state, _index_state_written
+    _index_state, _index_state_written = state, once_written
 
 
 def interrupted_outcome(written=None) -> str:
@@ -94,7 +97,8 @@ def interrupted_outcome(written=None) -> str:
     (note_index)."""
     written = written or _written
     outcome = f"the results were written to {written}" if written else _replacing or "nothing was written"
-    return outcome if _index_state is None else f"{outcome}; {_index_state}"
+    index_state = _index_state if _index_state is not None or not written else _index_state_written
+    return outcome if index_state is None else f"{outcome}; {index_state}"
 
 
 def last_signal():

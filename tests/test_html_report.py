@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -297,17 +298,16 @@ def test_steepest_point_and_histogram_edges():
         edges = verified_edges(threshold)
         assert edges[0] == threshold and edges[-1] >= 1.0 and np.all(np.diff(edges) > 0)
         assert np.diff(edges).max() < 0.03
-    # A Jaccard that is an edge falls in the bin that starts there, whatever its fraction.
-    for threshold in (0.5, 0.8, 0.7):
-        edges = verified_edges(threshold)
-        for size in range(1, 201):
-            for shared in range(int(np.ceil(threshold * size)), size + 1):
-                jaccard = shared / size
-                counts = verified_histogram(np.array([jaccard]), threshold)
-                (bin_,) = np.flatnonzero(counts)
-                assert edges[bin_] <= jaccard <= edges[bin_ + 1]
-                if bin_ < len(counts) - 1:  # (the last bin is closed: J = 1 is in it)
-                    assert edges[bin_ + 1] - jaccard > 1e-12
+    # A Jaccard on an edge falls in the bin that starts there: every fraction up to /150, at
+    # every threshold of two decimals, against the edges' own fractions.
+    for hundredths in range(1, 100):
+        threshold = Fraction(hundredths, 100)
+        bins = len(verified_edges(float(threshold))) - 1
+        fractions = sorted({Fraction(a, b) for b in range(1, 151) for a in range(b + 1) if Fraction(a, b) >= threshold})
+        counts = np.zeros(bins, np.int64)
+        for value in fractions:
+            counts[min(int((value - threshold) / (1 - threshold) * bins), bins - 1)] += 1
+        assert np.array_equal(verified_histogram(np.array([float(v) for v in fractions]), float(threshold)), counts)
 
 
 def find_browser():

@@ -221,9 +221,8 @@ class Index:
                                    Selection.of(include, exclude))
         with writer_lock(self.path), work_dir_lock(work_dir), ExitStack() as stack:
             temporary = work_dir is None and workers is not None
-            if temporary:
-                # A local cluster's run spills into a work directory of its own, which dedup
-                # deletes when it returns; the commit reads the spills after it: this one lasts.
+            if temporary:  # (a local cluster's run spills into a work directory of its own, which
+                # dedup deletes when it returns; the commit reads the spills after it: this one lasts)
                 work_dir = os.path.join(stack.enter_context(temporary_work_dir()), "work")
             manifest = read_manifest(self.path)
             with changing(self.path):
@@ -245,14 +244,16 @@ class Index:
                 result.report = result.report.with_index(index_entry["path"], index_entry["generation"],
                                                          index_entry["indexed_documents_checked"],
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
+                unchanged = None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}"
+                again = unchanged and f"{unchanged}: run the add again with --overwrite"
                 if output is not None:
+                    note_index(None, once_written=again)  # (said from the instant the output is written)
                     try:
                         result._write(output, format, overwrite, single_file, write_removed,
                                       checked=True)  # (checked before the run: check_run_places)
                     except OutputError as error:  # (the outputs come before the commit)
                         raise OutputError(f"{error}; nothing was added to the index") from None
-                note_index(None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}" + (
-                    ": run the add again with --overwrite" if output is not None else ""))
+                note_index(again if output is not None else unchanged)
                 try:
                     with changing(self.path):
                         self._commit_new(manifest, result, store, tag, kept, pointers)

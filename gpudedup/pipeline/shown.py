@@ -209,19 +209,24 @@ def verified_edges(threshold: float, bin_width: float = 0.02) -> np.ndarray:
     wide; [1, 1 + bin_width] for threshold 1 (one bin holding J = 1)."""
     if threshold >= 1.0:
         return np.array([1.0, 1.0 + bin_width])
-    edges = np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
-    # Inner edges to ten decimals, so that a Jaccard on an edge (21/25 = 0.84) falls in the bin
-    # that starts there, not in the one below a linspace edge of 0.8400000000000001; the outer
-    # ones stay as they are, so that every value from the threshold to 1 has a bin.
-    edges[1:-1] = np.round(edges[1:-1], 10)
-    return edges
+    return np.linspace(threshold, 1.0, max(1, int(round((1.0 - threshold) / bin_width))) + 1)
+
+
+# A Jaccard on an edge of verified_edges (21/25 = 0.84, where linspace gives 0.8400000000000001)
+# is a fraction that the floats of the value and the edge may each miss in their last digits;
+# a value within this share of a bin below an edge is taken as on it: two Jaccards of sets of
+# under a billion shingles each that differ lie further apart than this.
+EDGE_TOLERANCE = 1e-9
 
 
 def verified_histogram(jaccard: np.ndarray, threshold: float, bin_width: float = 0.02) -> np.ndarray:
     """int64: how many of the values ``jaccard`` (float (c,)) fall in each bin of
-    verified_edges(threshold, bin_width), the values below the threshold in none (a sum over
-    parts of the pairs is the histogram of them all)."""
+    verified_edges(threshold, bin_width) (a value on an edge in the bin that starts there, the
+    last bin closed, values below the threshold in none): a sum over parts of the pairs is the
+    histogram of them all."""
     jaccard = np.asarray(jaccard, dtype=np.float64)
-    counts, _ = np.histogram(np.clip(jaccard[jaccard >= threshold], 0.0, 1.0),
-                             bins=verified_edges(threshold, bin_width))  # the last bin is closed
-    return counts.astype(np.int64)
+    values = np.clip(jaccard[jaccard >= threshold], 0.0, 1.0)
+    bins = verified_edges(threshold, bin_width).shape[0] - 1
+    width = 1.0 - threshold if threshold < 1.0 else 1.0
+    places = np.floor((values - min(threshold, 1.0)) / width * bins + EDGE_TOLERANCE).astype(np.int64)
+    return np.bincount(np.clip(places, 0, bins - 1), minlength=bins).astype(np.int64)
