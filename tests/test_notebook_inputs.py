@@ -10,6 +10,7 @@ import json
 import random
 import re
 import string
+import zoneinfo
 from pathlib import Path
 
 import pyarrow as pa
@@ -236,11 +237,14 @@ def test_a_bad_record_stops_the_run_with_one_line_naming_it():
     (([datetime.date(2024, 1, 2)], [{"a": 1}], [datetime.datetime(2024, 1, 1, 13, 45, 30)]),
      "record 1 (from 0): field 'v' is list<item: struct<a: int64>>, but list<item: date32[day]> in the records"),
     (([datetime.date(2024, 1, 2), datetime.datetime(2024, 1, 1, 13, 45, 30)],),
-     "record 0 (from 0): field 'v' holds dates beside datetimes, or naive beside aware datetimes, in one list"),
+     "record 0 (from 0): field 'v' holds dates or times that Arrow would not keep as they are (a date beside a "
+     "datetime, a naive beside an aware datetime, nanoseconds, a time of day with a zone)"),
     (([{"t": [datetime.datetime(2024, 1, 1, 1), datetime.datetime(2024, 1, 1, 1, tzinfo=datetime.timezone.utc)]}],),
-     "record 0 (from 0): field 'v' holds dates beside datetimes, or naive beside aware datetimes, in one list"),
+     "record 0 (from 0): field 'v' holds dates or times that Arrow would not keep"),
+    ((pandas.Timestamp("2024-01-01 00:00:00.000000001"),), "record 0 (from 0): field 'v' holds dates or times that"),
+    ((datetime.time(1, 2, tzinfo=datetime.timezone.utc),), "record 0 (from 0): field 'v' holds dates or times that"),
 ], ids=["datetime-date", "naive-aware", "integer-fraction", "in-a-struct", "in-lists", "in-one-list",
-        "in-a-list-in-a-struct"])
+        "in-a-list-in-a-struct", "nanoseconds", "time-with-a-zone"])
 def test_records_whose_values_their_types_together_would_change_are_refused(values, reason):
     """Arrow converts a field holding a datetime and a date as dates (the time of day lost) and
     naive and aware datetimes as one (a wall time shifted); the records' types together, an
@@ -262,6 +266,15 @@ def test_records_whose_values_their_types_together_would_change_are_refused(valu
                "v": {"t": utc.astimezone(datetime.timezone(datetime.timedelta(hours=2))), "f": 1.0, "x": 1}}]
     kept = gpudedup.dedup(nested, backend="cpu").deduplicated  # (a list of records, as given)
     assert [row["v"]["t"] for row in kept] == [utc, utc]
+    # One zone's times of an ambiguous hour, and another zone's at the same instant: kept
+    # (``==`` calls them unequal, PEP 495; Arrow holds the instants).
+    paris = zoneinfo.ZoneInfo("Europe/Paris")
+    ambiguous = [datetime.datetime(2024, 10, 27, 2, 30, tzinfo=paris), datetime.datetime(2024, 1, 1, tzinfo=paris),
+                 datetime.datetime(2024, 10, 27, 0, 30, tzinfo=datetime.timezone.utc)]
+    zoned = [{"text": f"document {i} has words of its own, number {i}", "v": [value]}
+             for i, value in enumerate(ambiguous)]
+    kept = gpudedup.dedup(iter(zoned), backend="cpu").deduplicated
+    assert [row[0].timestamp() for row in kept.column("v").to_pylist()] == [v.timestamp() for v in ambiguous]
 
 
 def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says():
@@ -454,11 +467,11 @@ DAY, DAY_AND_HOUR = datetime.date(2024, 1, 2), datetime.datetime(2024, 1, 2, 9)
     # (Arrow takes dates beside datetimes as dates and naive beside aware datetimes as one:
     # written out, a time of day or a zone would be lost)
     (lambda: pandas.DataFrame({"text": ["a b", "c d"], "t": [DAY, DAY_AND_HOUR]}),
-     "column 't' holds dates beside datetimes, or naive beside aware datetimes, which Arrow would take as one type "
-     "(date32[day])"),
+     "column 't' holds dates or times that Arrow would not keep as they are (a date beside a datetime, a naive "
+     "beside an aware datetime, nanoseconds, a time of day with a zone), read as date32[day]"),
     (lambda: pandas.DataFrame({"text": ["a b", "c d"], "t": [[DAY, DAY_AND_HOUR], None]}),
-     "column 't' holds dates beside datetimes, or naive beside aware datetimes, which Arrow would take as one type "
-     "(list<item: date32[day]>)"),
+     "column 't' holds dates or times that Arrow would not keep as they are (a date beside a datetime, a naive "
+     "beside an aware datetime, nanoseconds, a time of day with a zone), read as list<item: date32[day]>"),
 ], ids=["complex", "past-int64", "repeated-name", "repeated-arrow-name", "polars-int128", "polars-object",
         "date-datetime", "date-datetime-in-lists"])
 def test_a_frame_column_arrow_cannot_take_is_named(make, words):

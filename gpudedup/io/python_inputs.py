@@ -26,7 +26,7 @@ from .inputs import InputFiles
 from .layout import as_input
 from .parquet import plain_text_column
 from .read import read_corpus
-from .records import TOKEN_LIST_TYPES, holds_times, read_records, same_times
+from .records import TIMES_CHANGED, TOKEN_LIST_TYPES, holds_times, read_records, same_times
 from .rules import check_unique_ids
 from .source import INT64_MAX, SourceFile, first_id_above_int64, listed
 from .storage import is_path, location_of
@@ -214,14 +214,12 @@ def frame_table(frame) -> pa.Table:
 
 def check_object_times(frame, table: pa.Table) -> None:
     """InputError naming a pandas column of Python objects whose dates and times Arrow's
-    conversion (``table``, the frame's columns in order) changed: dates beside datetimes are
-    made dates, naive beside aware datetimes one kind (records.times_changed's rule)."""
+    conversion (``table``, the frame's columns in order) changed (records.times_changed's
+    rule: dates beside datetimes are made dates, naive beside aware datetimes one kind)."""
     for (name, series), column in zip(frame.items(), table.columns):
         if series.dtype == object and holds_times(column.type) and not same_times(
                 column.type, column.to_pylist(), series.tolist()):
-            raise InputError(f"the DataFrame's column {name!r} holds dates beside datetimes, or naive beside aware "
-                             f"datetimes, which Arrow would take as one type ({column.type}) and change; give the "
-                             "column values of one kind")
+            raise InputError(f"the DataFrame's column {name!r} holds {TIMES_CHANGED}, read as {column.type}")
 
 
 def dataset_table(data) -> pa.Table:

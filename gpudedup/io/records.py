@@ -127,16 +127,18 @@ def value_not_held(records: list[dict], positions: list[int], schema: pa.Schema,
 
 # The values whose conversion times_changed checks: a datetime is a date (pandas' Timestamp a datetime).
 PYTHON_TIMES = (datetime.date, datetime.time, datetime.timedelta)
+# What times_changed finds, in a refusal's words.
+TIMES_CHANGED = ("dates or times that Arrow would not keep as they are (a date beside a datetime, a naive beside an "
+                 "aware datetime, nanoseconds, a time of day with a zone)")
 
 
 def times_changed(table: pa.Table, records: list[dict]) -> Optional[str]:
     """The first column whose dates and times Arrow's conversion of the records changed, else
-    None (kept as they are): a
-    field holding a datetime beside a date is made dates (the time of day lost), one holding a
-    naive datetime beside an aware one takes both as one (a wall time shifted), whether the
-    two lie in one column, in a struct's field or in a list. Only the values of a date or time
-    type are compared with the records (a struct's missing keys and NaNs would not compare
-    equal), each column that holds any read back once."""
+    None (kept as they are): a field holding a datetime beside a date is made dates (the time
+    of day lost), one holding a naive datetime beside an aware one takes both as one (a wall
+    time shifted), whether the two lie in one column, in a struct's field or in a list; a
+    Timestamp's nanoseconds and a time's zone are dropped. Only the values of a date or time
+    type are compared with the records, each column that holds any read back once."""
     return next((name for name, column in zip(table.column_names, table.columns) if holds_times(column.type)
                  and not same_times(column.type, column.to_pylist(), [record.get(name) for record in records])),
                 None)
@@ -154,20 +156,34 @@ def holds_times(data_type: pa.DataType) -> bool:
 def same_times(data_type: pa.DataType, converted: list, given: list) -> bool:
     """Whether the dates and times Arrow holds (``converted``: values of ``data_type`` as
     Python reads them back) are the records' own (``given``: the same values as the records
-    hold them), walking structs by key and lists item by item; a value Arrow holds as null,
-    or did not take as a dict or a list, has nothing to compare, nor has one the records give
-    as anything but Python's date, time or timedelta (pandas' NaT and numpy's datetime64 among
-    a DataFrame's objects are Arrow's as they are)."""
+    hold them, same_time), walking structs by key and lists item by item; a value Arrow holds
+    as null, or did not take as a dict or a list, has nothing to compare, nor has one the
+    records give as anything but Python's date, time or timedelta (pandas' NaT and numpy's
+    datetime64 among a DataFrame's objects are Arrow's as they are)."""
+    if converted == given:  # (the common case, compared at C speed; what differs is walked)
+        return True
     if pa.types.is_struct(data_type):
         held = [(back, own) for back, own in zip(converted, given) if back is not None and isinstance(own, dict)]
         return all(same_times(field.type, [back[field.name] for back, _ in held],
                               [own.get(field.name) for _, own in held])
                    for field in data_type if holds_times(field.type))
     if pa.types.is_temporal(data_type):
-        return all(back == own for back, own in zip(converted, given)
+        return all(same_time(back, own) for back, own in zip(converted, given)
                    if back is not None and isinstance(own, PYTHON_TIMES))
     return all(same_times(data_type.value_type, list(back), list(own)) for back, own in zip(converted, given)
                if back is not None and isinstance(own, (list, tuple)))
+
+
+def same_time(back: Any, own: Any) -> bool:
+    """Whether Arrow's value ``back`` is the date or time ``own``: a date no datetime, and a
+    datetime the same instant, both aware (compared by their difference: ``==`` calls two
+    zones' times of an ambiguous hour unequal, PEP 495), or the same wall time, both naive,
+    to the nanosecond (pandas' Timestamp)."""
+    if not isinstance(own, datetime.datetime):
+        return not isinstance(back, datetime.datetime) and back == own
+    if not isinstance(back, datetime.datetime) or (back.utcoffset() is None) != (own.utcoffset() is None):
+        return False
+    return back - own == datetime.timedelta(0) and getattr(back, "nanosecond", 0) == getattr(own, "nanosecond", 0)
 
 
 def records_right(table: pa.Table, records: list[dict], text_field: str, id_field: Optional[str]) -> bool:
@@ -225,8 +241,7 @@ def record_problem(record: Any, text_field: str, id_field: Optional[str]) -> tup
         return f"cannot be converted to Arrow ({error})", None
     changed = times_changed(single, [record])
     if changed is not None:
-        return (f"field {changed!r} holds dates beside datetimes, or naive beside aware datetimes, in one list: "
-                "Arrow would take them as one type and change them (give a list values of one kind)"), None
+        return f"field {changed!r} holds {TIMES_CHANGED}", None
     if has_field(single.schema, text_field):
         column = field_column(single, text_field)
         if not (is_text_type(column.type) or is_token_type(column.type)):
