@@ -286,6 +286,14 @@ def test_the_recall_figure_is_drawn_to_scale():
             svg_figures.recall_by_similarity_svg(edges, **wrong)
     with pytest.raises(ValueError):
         svg_figures.recall_by_similarity_svg([0.5, 0.5], [1.0])
+    # The similarity axis from a threshold: every tick's label its own value.
+    for low, high in ((0.8, 1.0), (0.9, 1.0), (1.0, 1.02), (0.0, 1.0)):
+        svg = svg_figures.recall_by_similarity_svg(np.linspace(low, high, 6), np.ones(5))
+        root = ET.fromstring(svg.encode("utf-8"))
+        baseline = f"{svg_figures.PLOT_BOX[3] + 19.5:.2f}"
+        labels = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text") if e.get("y") == baseline]
+        assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+        assert float(labels[0]) == pytest.approx(low) and float(labels[-1]) <= high + 1e-9
 
 
 def test_steepest_point_and_histogram_edges():

@@ -4,8 +4,7 @@ Checked by the modules a fresh interpreter has loaded and by the route each step
 timing (scripts/bench_sizes.py times it). A run on little text takes the numpy reference
 routes, bit for bit the kernels' results, and never imports numba (whose start costs some
 tenths of a second however small the run); CuPy is not imported where no CUDA driver can load;
-matplotlib draws only the evaluation's figure, so a run, even one that writes its report and
-figures (SVG written directly), does not load it.
+a run that writes its report and figures (SVG written directly) loads no plotting library.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ data-mark), never by classes, which the page's style sheet would reach.
 from __future__ import annotations
 
 import math
-from html import escape
+import re
+from html import escape, unescape
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -225,7 +226,8 @@ def recall_by_similarity_svg(bin_edges, recall_per_bin: Union[Sequence[float], M
     centers = (edges[:-1] + edges[1:]) / 2
     x_limits = (float(edges[0]), float(edges[-1]))
     axes = Axes(x_limits, S_CURVE_LIMITS)
-    parts = [axes.grid_and_ticks(linear_ticks(*x_limits), linear_ticks(0.0, 1.0), decimal_label, decimal_label)]
+    x_ticks = linear_ticks(*x_limits)
+    parts = [axes.grid_and_ticks(x_ticks, linear_ticks(0.0, 1.0), telling_label(x_ticks), decimal_label)]
     if pair_counts is not None:
         counts = np.asarray(pair_counts, dtype=np.float64)
         if counts.shape != centers.shape:
@@ -263,7 +265,8 @@ def recall_by_similarity_svg(bin_edges, recall_per_bin: Union[Sequence[float], M
     parts.append(axes.labels("exact Jaccard similarity", "recall",
                              right=("true pairs per bin", EDGE) if pair_counts is not None else None))
     parts.append(axes.title(title or "Recall by similarity"))
-    # Recall is mostly near 1, so the legend goes low, where it hides bars, not lines.
+    # Recall is mostly near 1, so the legend goes low, where it hides bars rather than lines,
+    # on a white ground that keeps it legible over what it does hide.
     parts.append(_legend(legend, low=True))
     return _document(title or "Recall by similarity", parts)
 
@@ -312,6 +315,13 @@ def linear_ticks(low: float, high: float, most: int = 7, whole: bool = False) ->
 def decimal_label(value: float) -> str:
     """A similarity or probability tick label: one decimal (0.0, 0.2, ..., 1.0)."""
     return f"{value:.1f}"
+
+
+def telling_label(ticks: Sequence[float]):
+    """The tick label of ``ticks`` with as few decimals as write each exactly, one at least
+    (0.80, 0.85, ..., 1.00 where an axis starts at a threshold of 0.8)."""
+    digits = next((d for d in range(1, 7) if all(abs(float(f"{v:.{d}f}") - v) < 1e-9 for v in ticks)), 6)
+    return lambda value: f"{value:.{digits}f}"
 
 
 # --- drawing ------------------------------------------------------------------------------------
@@ -435,9 +445,13 @@ def _legend(entries: list[tuple[str, str]], size: float = SMALL, low: bool = Fal
     """A frameless legend at the upper left of the axes (the lower left where ``low``): (symbol
     drawn about (9, -4), label markup) per row."""
     left, top = PLOT_BOX[0] + 8, PLOT_BOX[1] + 18
+    out = []
     if low:
         top = PLOT_BOX[3] - 10 - (len(entries) - 1) * (size + 6)
-    out = []
+        # (a white ground, as wide as the longest label's characters at about 0.55 em each)
+        longest = max((len(unescape(re.sub("<[^>]*>", "", label))) for _, label in entries), default=0)
+        out.append(f'<rect x="{left - 4:.2f}" y="{top - size - 4:.2f}" width="{30 + longest * size * 0.55:.2f}" '
+                   f'height="{len(entries) * (size + 6) + 4:.2f}" fill="#FFFFFF" fill-opacity="0.9"/>')
     for number, (symbol, label) in enumerate(entries):
         y = top + number * (size + 6)
         out.append(f'<g transform="translate({left:.2f} {y:.2f})">{symbol}'
