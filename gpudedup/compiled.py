@@ -64,6 +64,8 @@ class _Start:
         self.reference_work = 0
         self.started = False
         self.announced = False
+        self.cache_lock = threading.Lock()  # (apart: kernels are made while the other may be held)
+        self.cache_writable: bool | None = None  # cache_writable's answer, once asked
 
 
 _start = _Start()
@@ -216,11 +218,43 @@ def _numba_cache_dir(folder: Path) -> Iterator[None]:
         settings.CACHE_DIR = saved
 
 
+# The room the kernels' cache needs free where it is written (about 8 MB in all, measured on
+# Linux x86-64): where less is free, or the folder cannot be made or written to, the kernels are
+# compiled in each process (some seconds) rather than stop a run half-way through numba's save.
+CACHE_ROOM = 64 << 20
+
+
+def cache_writable() -> bool:
+    """Whether the kernels' cache (cache_folder) can be written, with CACHE_ROOM free there;
+    where not, says so once on stderr (the kernels are then compiled in each process). Asked
+    once per process."""
+    with _start.cache_lock:
+        if _start.cache_writable is None:
+            folder = cache_folder()
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                usage = os.statvfs(folder)
+                room = usage.f_bavail * usage.f_frsize
+                reason = "" if os.access(folder, os.W_OK) else "it cannot be written to"
+                if not reason and room < CACHE_ROOM:
+                    reason = f"{room / 2**20:.1f} MB free, {CACHE_ROOM >> 20} needed"
+            except OSError as error:
+                reason = error.strerror or str(error)
+            _start.cache_writable = not reason
+            if reason:
+                print(f"gpudedup: the CPU kernels' cache {folder} is not usable ({reason}): they are compiled in each "
+                      "run; set XDG_CACHE_HOME (or NUMBA_CACHE_DIR) to a folder with room", file=sys.stderr, flush=True)
+        return _start.cache_writable
+
+
 def kernel(**options: Any) -> Callable[[Callable[..., Any]], Any]:
-    """Decorator: ``numba.njit(cache=True, nogil=True, **options)``, cached in ``cache_folder()``."""
+    """Decorator: ``numba.njit(cache=True, nogil=True, **options)``, cached in ``cache_folder()``
+    where it can be written (cache_writable), else compiled afresh in each process."""
     import numba
 
     def decorate(function: Callable[..., Any]) -> Any:
+        if not cache_writable():
+            return numba.njit(nogil=True, **options)(function)
         with _numba_cache_dir(cache_folder()):
             return numba.njit(cache=True, nogil=True, **options)(function)
 

@@ -291,3 +291,24 @@ def test_a_first_run_gives_its_compilation_as_a_stage_of_its_own(tmp_path):
     assert seconds["compile"] > 0 and min(seconds.values()) >= 0
     assert abs(sum(seconds.values()) - first["total_seconds"]) < 0.01
     assert "compile" not in second["stages"]
+
+
+@pytest.mark.timeout(180)  # (the kernels compile: about 10 s on 2 cores)
+def test_a_cache_that_cannot_be_written_compiles_the_kernels_in_the_run(tmp_path):
+    """The kernels' cache folder cannot be made (a file stands in its path; a full disk or a
+    read-only home alike): one line says so, the kernels are compiled for the run alone, and
+    the results are the reference route's, rather than a traceback half-way through numba's
+    save of its cache."""
+    (tmp_path / "file").write_text("not a folder")
+    sample = resources.files("gpudedup") / "data" / "bible_sample.jsonl.gz"
+    pairs = []
+    for route, cache in (("numba", tmp_path / "file" / "cache"), ("numpy", tmp_path / "cache")):
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "GPUDEDUP_CPU_KERNELS": route}
+        done = subprocess.run([sys.executable, "-m", "gpudedup", "dedup", str(sample), "-o", str(tmp_path / route),
+                               "--id-field", "id", "--quiet"], capture_output=True, text=True, env=env, timeout=170)
+        assert done.returncode == 0, done.stderr
+        pairs.append((tmp_path / route / "pairs" / "part-00000.parquet").read_bytes())
+        if route == "numba":
+            assert done.stderr.startswith(f"gpudedup: the CPU kernels' cache {cache} is not usable (")
+            assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert pairs[0] == pairs[1]
