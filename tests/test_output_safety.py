@@ -40,7 +40,7 @@ from gpudedup.index import Index
 from gpudedup.io import commit, outputdir
 from gpudedup.io.staging import remove_stale_staging
 from gpudedup.io.inputs import scan_inputs
-from gpudedup.io.ours import OUTPUT_MARKER, mount_point_within
+from gpudedup.io.ours import OUTPUT_MARKER, WORK_ENTRIES, mount_point_within
 from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
 
 CPU = ("--backend", "cpu", "-q")
@@ -546,6 +546,24 @@ def test_an_output_name_too_long_for_its_staging_folder_is_refused_before_any_wo
             assert leftovers(happy) == [] and not os.path.lexists(happy / name)
         else:
             assert is_complete_output(happy / name)
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["work-dir", "workers"])
+def test_an_output_in_the_work_directory_is_refused_where_the_run_writes_its_own(happy, workers):
+    """An output inside the work directory is allowed, under another name than the entries
+    the run writes there itself (ours.WORK_ENTRIES, which a finished run's top level keeps to):
+    refused before any work at one of those, rather than after the run."""
+    (happy / "work").mkdir()
+    for inside in ("pairs", "stages/x", "clusters"):
+        result = invoke("dedup", "data.jsonl", "-o", f"work/{inside}", "--work-dir", "work", *workers, *CPU)
+        first = inside.split("/")[0]
+        assert error_line(result) == (f"error: work/{inside}: the output directory must not be the work directory's "
+                                      f"own {first} (the run writes it there); choose another --output (another "
+                                      "name inside work will do)")
+        assert list((happy / "work").iterdir()) == []
+    result = invoke("dedup", "data.jsonl", "-o", "work/out", "--work-dir", "work", "--write-removed", *workers, *CPU)
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in (happy / "work").iterdir()} - {"out"} <= WORK_ENTRIES
 
 
 def test_an_output_that_is_a_link_to_a_directory_is_written_into_it(happy):

@@ -21,6 +21,11 @@ OUTPUT_TABLES = ("deduplicated", "removed", "pairs", "clusters")
 OUTPUT_FILES = frozenset({OUTPUT_MARKER, "report.json", "report.html", "errors.jsonl", "s_curve.svg",
                           "candidates_histogram.svg", "cluster_sizes.svg", "s_curve.png", "candidates_histogram.png"})
 
+# The entries of a work directory's top level (pipeline/workdir.py's layout): an output put
+# inside a work directory must not be one of them, nor lie in one (the run writes them itself).
+WORK_ENTRIES = frozenset({"manifest.json", "run.lock", "plan.npy", "shards", "indexed", "sets", "stages", "pairs",
+                          "clusters"})
+
 OUTPUT = "a gpudedup output"
 INDEX = "a gpudedup index"
 # The largest manifest.json our_folder reads to tell an index or a work directory (theirs are

@@ -25,7 +25,8 @@ from .credentials import first_line
 from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
 from .layout import NAME_BYTES
-from .ours import OUTPUT_MARKER, index_holding, is_mount_point, our_folder, our_kind, ours_within, output_name
+from .ours import (OUTPUT_MARKER, WORK_ENTRIES, index_holding, is_mount_point, our_folder, our_kind, ours_within,
+                   output_name)
 from .staging import STAGING_NAME_EXTRA, in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -281,6 +282,7 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
         if out is not None:  # replacing the output must never delete the work directory
             check_apart_from_inputs(out, [work], "the output directory", "output=", "the work directory",
                                     inside_allowed=True)
+            check_apart_from_work_entries(out, work)
     if work is not None:
         check_apart_from_index(work, index_files, "the work directory", "work_dir=")
     if out is not None:
@@ -298,6 +300,21 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     for place, what, option in ((out, "the output directory", "output="), (work, "the work directory", "work_dir=")):
         if place is not None:
             check_apart_from_read(place, found.files, found.seen_dirs.values(), what, option)
+
+
+def check_apart_from_work_entries(out: Location, work: Location) -> None:
+    """Refuse an output inside the work directory ``work`` that is, or lies in, one of the
+    entries the run writes there itself (ours.WORK_ENTRIES: its pairs/, stages/, ...), as the
+    two resolve (URLs: as given)."""
+    if isinstance(out, Remote) or isinstance(work, Remote):
+        below = str(out)[len(str(work)):].strip("/") if str(out).startswith(str(work).rstrip("/") + "/") else ""
+    else:
+        real_out, real_work = Path(os.path.realpath(out)), Path(os.path.realpath(work))
+        below = str(real_out.relative_to(real_work)) if real_out.is_relative_to(real_work) else ""
+    first = below.split("/")[0] if below not in ("", ".") else ""
+    if first in WORK_ENTRIES:
+        raise OutputError(f"{out}: the output directory must not be the work directory's own {first} (the run "
+                          f"writes it there); choose another output= (another name inside {work} will do)")
 
 
 def check_apart_from_read(place: Location, files: Iterable[Location], folders: Iterable[str], what: str,
