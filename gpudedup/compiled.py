@@ -218,10 +218,11 @@ def _numba_cache_dir(folder: Path) -> Iterator[None]:
         settings.CACHE_DIR = saved
 
 
-# The room the kernels' cache needs free where it is written (about 8 MB in all, measured on
-# Linux x86-64): where less is free, or the folder cannot be made or written to, the kernels are
-# compiled in each process (some seconds) rather than stop a run half-way through numba's save.
-CACHE_ROOM = 64 << 20
+# The room the kernels' cache needs free where it is written (about 0.6 MB for one version's
+# kernels, measured on Linux x86-64): where less is free, or the folder cannot be made or written
+# to, the kernels are compiled in each process (some seconds) rather than stop a run half-way
+# through numba's save.
+CACHE_ROOM = 4 << 20
 
 
 def cache_writable() -> bool:

@@ -543,6 +543,15 @@ def test_a_run_holds_its_staging_folder_until_the_commit(tmp_path):
     assert not folder_held(str(tmp_path / "out"))
 
 
+def test_a_temporary_work_directory_is_held_while_it_is_in_use():
+    """A run's temporary work directory is held as its staging folder is, so that a clean-up in
+    another PID namespace leaves it; let go when it is cleaned up."""
+    temporary = temporary_work_dir()
+    assert folder_held(temporary.name)
+    temporary.cleanup()
+    assert not os.path.exists(temporary.name)
+
+
 def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):
     """After a kill between the fallback's two renames the old output exists only as .old-."""
     dead = gone_process()

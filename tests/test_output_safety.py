@@ -466,24 +466,36 @@ def test_overwrite_refuses_a_folder_of_user_files(happy):
     assert invoke("dedup", "data.jsonl", "-o", "fakehome", "--overwrite", *CPU).exit_code == 2
 
 
-@pytest.mark.parametrize("added", [["thesis.tex"], ["data/mixB.jsonl", "notes.md"], ["deduplicated.txt"]])
-def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(happy, added):
+@pytest.mark.parametrize("added, shown", [
+    (["thesis.tex"], "thesis.tex"),
+    (["data/mixB.jsonl", "notes.md"], "data, notes.md"),
+    (["deduplicated.txt"], "deduplicated.txt"),
+    (["deduplicated/my_notes.txt", "pairs/mine/keep.parquet"], "deduplicated/my_notes.txt, pairs/mine/keep.parquet"),
+])
+def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(happy, added, shown):
     """A folder that is a gpudedup output (its marker, or a report.json of ours) and holds
-    anything else: the user's files put beside the results, or a folder with a copy of a report
-    in it, are not the output's, and replacing it would delete them."""
-    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    anything else: the user's files put beside the results or among them, or a folder with a
+    copy of a report in it, are not the output's, and replacing it would delete them. (Finder's
+    .DS_Store is no one's work: replaced with the output.)"""
+    assert invoke("dedup", "data.jsonl", "-o", "out", "--write-removed", *CPU).exit_code == 0
+    (happy / "out" / ".DS_Store").write_bytes(b"\0")
+    (happy / "out" / "deduplicated" / ".DS_Store").write_bytes(b"\0")
     for name in added:
         (happy / "out" / name).parent.mkdir(exist_ok=True)
         (happy / "out" / name).write_text("the user's")
     before = tree_snapshot(happy / "out")
     result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
-    shown = ", ".join(sorted({name.split("/")[0] for name in added}))
     assert error_line(result) == (f"error: out: holds {shown} beside a gpudedup output, which replacing the output "
                                   f"would delete; move {'it' if ',' not in shown else 'them'} out, or choose another "
                                   "--output")
     with pytest.raises(OutputError, match="beside a gpudedup output"):
         gpudedup.dedup(Path("data.jsonl"), backend="cpu", output="out", overwrite=True)
     assert tree_snapshot(happy / "out") == before and leftovers(happy) == []
+    for name in added:
+        (happy / "out" / name).unlink()
+    if (happy / "out" / "data").exists():
+        (happy / "out" / "data").rmdir()
+    assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU).exit_code == 0
 
 
 def test_a_mount_point_under_a_folder_is_found_in_the_kernel_s_table(tmp_path):
@@ -674,6 +686,10 @@ def test_overwrite_on_object_storage_keeps_what_was_put_into_the_output(happy, i
             f"error: {url}: holds other beside a gpudedup output, which replacing the output would delete; move it "
             "out, or choose another --output")
         memory.rm("/overwrite-nested/out/other", recursive=True)
+        memory.pipe("/overwrite-nested/out/pairs/my_notes.txt", b"the user's")  # (among the output's files)
+        assert "holds pairs/my_notes.txt beside a gpudedup output" in error_line(
+            invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU))
+        memory.rm("/overwrite-nested/out/pairs/my_notes.txt")
         assert invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU).exit_code == 0
     finally:
         memory.rm("/overwrite-nested", recursive=True)

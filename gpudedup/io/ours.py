@@ -26,6 +26,8 @@ OUTPUT_FILES = frozenset({OUTPUT_MARKER, "report.json", "report.html", "errors.j
 WORK_ENTRIES = frozenset({"manifest.json", "run.lock", "plan.npy", "shards", "indexed", "sets", "stages", "pairs",
                           "clusters"})
 
+PART_FILE = re.compile(r"part-[0-9]{5,}\.parquet")  # a file of pairs/ and clusters/ (io/layout.py)
+
 OUTPUT = "a gpudedup output"
 INDEX = "a gpudedup index"
 # The largest manifest.json our_folder reads to tell an index or a work directory (theirs are
@@ -109,6 +111,34 @@ def output_name(name: str) -> bool:
     table, dot, suffix = name.partition(".")
     return name in OUTPUT_FILES or (table in OUTPUT_TABLES and suffix in ("", "parquet", "jsonl") and
                                     (dot == "") == (suffix == ""))
+
+
+def output_path(path: str) -> bool:
+    """Whether ``path`` (relative to an output, "/"-separated: a file, or a top-level entry) is
+    one an output holds: a top-level name (output_name); in pairs/ and clusters/ a part
+    (part-NNNNN.parquet); in deduplicated/ and removed/ a file of an output format, at any
+    depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store."""
+    parts = path.split("/")
+    if parts[-1] == ".DS_Store" or (len(parts) == 1 and output_name(path)):
+        return True
+    if parts[0] in ("pairs", "clusters"):
+        return len(parts) == 2 and PART_FILE.fullmatch(parts[1]) is not None
+    return parts[0] in ("deduplicated", "removed") and len(parts) > 1 and parts[-1].endswith((".parquet", ".jsonl"))
+
+
+def foreign_paths(folder: Path) -> list[str]:
+    """output_path's refusals among what the local output ``folder`` holds: its top-level
+    entries, and the files (not links: replacing the output removes a link alone) in its
+    tables' folders; each named by its top-level entry where that is not an output's."""
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not output_path(name):
+            found.append(name)
+        elif name in OUTPUT_TABLES and (folder / name).is_dir() and not (folder / name).is_symlink():
+            found += [path for parent, _, files in os.walk(folder / name) for file in sorted(files)
+                      if not output_path(path := Path(parent, file).relative_to(folder).as_posix())
+                      and not Path(parent, file).is_symlink()]
+    return found
 
 
 def ours_within(folder: Path) -> Optional[tuple[Path, str]]:

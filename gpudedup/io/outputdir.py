@@ -25,8 +25,8 @@ from .credentials import first_line
 from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
 from .layout import NAME_BYTES
-from .ours import (OUTPUT_MARKER, WORK_ENTRIES, index_holding, is_mount_point, our_folder, our_kind, ours_within,
-                   output_name)
+from .ours import (OUTPUT_MARKER, WORK_ENTRIES, foreign_paths, index_holding, is_mount_point, our_folder, our_kind,
+                   ours_within, output_name, output_path)
 from .staging import STAGING_NAME_EXTRA, in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -174,7 +174,7 @@ def occupied(out: Path, overwrite: bool) -> Optional[tuple[str, str]]:
         return not_empty("report.json" in names)
     inside = ours_within(out)
     if inside is None:
-        return others_beside(names)
+        return others_beside(foreign_paths(out))
     return (f"holds {inside[1]} ({inside[0]}), which replacing the output would delete",
             "move it out, or choose another output=")
 
@@ -185,11 +185,10 @@ def not_ours(names: Sequence[str]) -> tuple[str, str]:
     return (f"holds files that are not a gpudedup output ({listed(names)})", "choose another output= or empty it")
 
 
-def others_beside(names: Sequence[str]) -> Optional[tuple[str, str]]:
-    """``occupied``'s answer for a gpudedup output (its top-level ``names``, sorted) that holds
-    anything an output does not (ours.output_name: a user's notes, a folder put there), which
+def others_beside(foreign: Sequence[str]) -> Optional[tuple[str, str]]:
+    """``occupied``'s answer for a gpudedup output that holds ``foreign``, what an output does
+    not (ours.output_path: a user's notes, a folder put there; paths relative to it), which
     replacing the output would delete; None where it holds nothing else."""
-    foreign = [name for name in names if not output_name(name)]
     if not foreign:
         return None
     return (f"holds {listed(foreign)} beside a gpudedup output, which replacing the output would delete",
@@ -475,6 +474,7 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
         return not_empty("report.json" in relative)
     inside = remote_ours_within(out, relative)
     if inside is None:
-        return others_beside(sorted({name.split("/")[0] for name in relative}))
+        return others_beside(sorted({name if output_name(name.split("/")[0]) else name.split("/")[0]
+                                     for name in relative if not output_path(name)}))
     return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
             "move it out, or choose another output=")

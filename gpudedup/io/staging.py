@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from ..locks import folder_held
+from ..locks import folder_held, hold_folder
 from .storage import Location, Remote
 
 # The part of a staging name that tells whose run it is: host_tag(), then the process.
@@ -102,10 +102,26 @@ TEMPORARY_WORK = "gpudedup-work-"
 def temporary_work_dir() -> tempfile.TemporaryDirectory:
     """A temporary folder for a run's work directory, named by this machine and process, so
     that one a killed run left (SIGKILL: no clean-up) is removed by the next run here, which
-    first removes those (remove_stale)."""
+    first removes those (remove_stale); held by this process (locks.hold_folder) until it is
+    cleaned up."""
     parent = Path(tempfile.gettempdir())
     remove_stale(parent, re.compile(rf"{TEMPORARY_WORK}{RUN_TAG}[a-z0-9_]+"))
-    return tempfile.TemporaryDirectory(prefix=f"{TEMPORARY_WORK}{host_tag()}-{os.getpid()}-")
+    return HeldTemporaryDirectory(prefix=f"{TEMPORARY_WORK}{host_tag()}-{os.getpid()}-")
+
+
+class HeldTemporaryDirectory(tempfile.TemporaryDirectory):
+    """A TemporaryDirectory its process holds (locks.hold_folder) until ``cleanup``, so that a
+    clean-up in another PID namespace does not take it for a killed run's."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.held = hold_folder(Path(self.name))
+
+    def cleanup(self) -> None:
+        if self.held is not None:
+            os.close(self.held)
+            self.held = None
+        super().cleanup()
 
 
 def remove_stale(parent: Path, pattern: re.Pattern, removable=lambda match: True) -> list[Path]:
