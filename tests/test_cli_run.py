@@ -201,14 +201,15 @@ def test_dedup_char_shingles_and_explicit_banding(happy):
 
 
 def test_overwrite_replaces_non_empty_output(happy, output_names):
-    """--overwrite replaces an earlier output, whatever it holds (here a file added to it);
-    a folder that is no gpudedup output it refuses (tests/test_output_safety.py)."""
+    """--overwrite replaces an earlier output whole (here its errors.jsonl and removed rows,
+    which the new run does not write); a folder that is no gpudedup output, or an output that
+    holds someone's files too, it refuses (tests/test_output_safety.py)."""
     out = happy / "out"
-    assert invoke("dedup", "data.jsonl", "-o", "out", "-q").exit_code == 0
-    (out / "stale.txt").write_text("old")
+    assert invoke("dedup", "data.jsonl", "-o", "out", "-q", "--write-removed").exit_code == 0
+    (out / "errors.jsonl").write_text("old")
     result = invoke("dedup", "data.jsonl", "-o", "out", "-q", "--overwrite")
     assert result.exit_code == 0, result.output
-    assert not (out / "stale.txt").exists()
+    assert not (out / "errors.jsonl").exists() and not (out / "removed").exists()
     assert sorted(p.name for p in out.iterdir()) == output_names
     assert leftovers(happy) == []
 

@@ -272,10 +272,10 @@ def test_output_on_object_storage_is_replaced_in_order(corpus, monkeypatch, tmp_
         result.write(out)
     stale = tmp_path / "stale"
     stale.mkdir()
-    (stale / "old.txt").write_text("from an earlier run", encoding="utf-8")
-    storage.upload(stale / "old.txt", storage.Remote(out + "/old.txt"))
+    (stale / "errors.jsonl").write_text("from an earlier run", encoding="utf-8")  # (one this write does not make)
+    storage.upload(stale / "errors.jsonl", storage.Remote(out + "/errors.jsonl"))
     result.write(out, overwrite=True)
-    assert "old.txt" not in objects_under(out) and "report.json" in objects_under(out)
+    assert "errors.jsonl" not in objects_under(out) and "report.json" in objects_under(out)
 
     uploads = []
 
