@@ -42,6 +42,7 @@ import pytest
 
 from gpudedup.io import commit
 from gpudedup.locks import folder_held
+import gpudedup.interrupts as interrupts
 from gpudedup.io.staging import host_tag, remove_stale_staging, staging_pattern, temporary_work_dir
 
 from stage_events import finish, stages_begun, wait_for_stage, wait_until, with_stage_events
@@ -550,6 +551,25 @@ def test_a_temporary_work_directory_is_held_while_it_is_in_use():
     assert folder_held(temporary.name)
     temporary.cleanup()
     assert not os.path.exists(temporary.name)
+
+
+def test_an_add_s_words_for_its_index_hold_from_the_instant_its_output_is_written():
+    """Index.add says what its index is left as once its output is written: recorded before the
+    write (note_index's once_written), so that a signal delivered as the commit's held block
+    ends, before the add's next line, still says it; none while nothing is written."""
+    said = "nothing was added to the index idx: run the add again with --overwrite"
+    try:
+        interrupts.note_written(None)
+        interrupts.note_index(None, once_written=said)
+        assert interrupts.interrupted_outcome() == "nothing was written"
+        interrupts.note_written("o1")  # (the commit, in its held block)
+        assert interrupts.interrupted_outcome() == f"the results were written to o1; {said}"
+        interrupts.note_index("the documents were added to the index idx (generation 2)")
+        assert interrupts.interrupted_outcome() == ("the results were written to o1; the documents were added to "
+                                                    "the index idx (generation 2)")
+    finally:
+        interrupts.note_written(None)
+        interrupts.note_index(None)
 
 
 def test_an_old_output_is_kept_while_the_output_is_missing(tmp_path):
