@@ -139,6 +139,18 @@ def with_leaf_types(data_type: pa.DataType, leaf: Callable[[pa.DataType], pa.Dat
     return leaf(data_type)
 
 
+def leaf_types(data_type: pa.DataType) -> list[pa.DataType]:
+    """The types in ``data_type`` that are no struct, list or map (with_leaf_types' leaves)."""
+    leaves: list[pa.DataType] = []
+
+    def kept(leaf: pa.DataType) -> pa.DataType:
+        leaves.append(leaf)
+        return leaf
+
+    with_leaf_types(data_type, kept)
+    return leaves
+
+
 def without_views(data_type: pa.DataType) -> pa.DataType:
     """``data_type`` with every string_view and binary_view in it (a column's own type, or a
     struct's field, a list's items, a map's keys and values, a dictionary's values) made
@@ -345,14 +357,7 @@ def lossy_columns(table: pa.Table, schema: pa.Schema) -> list[tuple[str, pa.Data
         return pa.types.is_integer(data_type) or pa.types.is_decimal(data_type) or pa.types.is_temporal(data_type)
 
     def holds_exact_number(data_type: pa.DataType) -> bool:
-        leaves: list[pa.DataType] = []
-
-        def kept(leaf: pa.DataType) -> pa.DataType:
-            leaves.append(leaf)
-            return leaf
-
-        with_leaf_types(data_type, kept)
-        return any(exact_number(leaf) for leaf in leaves)
+        return any(exact_number(leaf) for leaf in leaf_types(data_type))
 
     lossy = []
     for field in schema:

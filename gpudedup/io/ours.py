@@ -7,7 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 # The file every output holds (written first), by which --overwrite tells a gpudedup output
 # from a folder of someone's files; its content: {"written_by": "gpudedup", ...}.
@@ -126,19 +126,23 @@ def output_path(path: str) -> bool:
     return parts[0] in ("deduplicated", "removed") and len(parts) > 1 and parts[-1].endswith((".parquet", ".jsonl"))
 
 
+def foreign_among(paths: Iterable[str]) -> list[str]:
+    """Of ``paths`` under an output (relative, "/"-separated: its files and top-level entries),
+    those output_path refuses, sorted, each named by its top-level entry where that is not an
+    output's name, else by itself."""
+    return sorted({path if output_name(path.split("/")[0]) else path.split("/")[0]
+                   for path in paths if not output_path(path)})
+
+
 def foreign_paths(folder: Path) -> list[str]:
-    """output_path's refusals among what the local output ``folder`` holds: its top-level
-    entries, and the files (not links: replacing the output removes a link alone) in its
-    tables' folders; each named by its top-level entry where that is not an output's."""
-    found = []
-    for name in sorted(os.listdir(folder)):
-        if not output_path(name):
-            found.append(name)
-        elif name in OUTPUT_TABLES and (folder / name).is_dir() and not (folder / name).is_symlink():
-            found += [path for parent, _, files in os.walk(folder / name) for file in sorted(files)
-                      if not output_path(path := Path(parent, file).relative_to(folder).as_posix())
-                      and not Path(parent, file).is_symlink()]
-    return found
+    """foreign_among of what the local output ``folder`` holds: its top-level entries, and the
+    files (not links: replacing the output removes a link alone) in its tables' folders."""
+    paths = os.listdir(folder)
+    for table in OUTPUT_TABLES:
+        if (folder / table).is_dir() and not (folder / table).is_symlink():
+            paths += [Path(parent, file).relative_to(folder).as_posix() for parent, _, files in os.walk(folder / table)
+                      for file in files if not Path(parent, file).is_symlink()]
+    return foreign_among(paths)
 
 
 def ours_within(folder: Path) -> Optional[tuple[Path, str]]:

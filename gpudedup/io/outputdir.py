@@ -25,8 +25,8 @@ from .credentials import first_line
 from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
 from .layout import NAME_BYTES
-from .ours import (OUTPUT_MARKER, WORK_ENTRIES, foreign_paths, index_holding, is_mount_point, our_folder, our_kind,
-                   ours_within, output_name, output_path)
+from .ours import (OUTPUT_MARKER, WORK_ENTRIES, foreign_among, foreign_paths, index_holding, is_mount_point, our_folder,
+                   our_kind, ours_within)
 from .staging import STAGING_NAME_EXTRA, in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -474,7 +474,6 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
         return not_empty("report.json" in relative)
     inside = remote_ours_within(out, relative)
     if inside is None:
-        return others_beside(sorted({name if output_name(name.split("/")[0]) else name.split("/")[0]
-                                     for name in relative if not output_path(name)}))
+        return others_beside(foreign_among(relative))
     return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
             "move it out, or choose another output=")

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..core.content import bad_token_rows, is_id_type, is_text_type, is_token_type, plain_ids
 from ..errors import InputError
-from .fields import field_column, has_field
+from .fields import field_column, has_field, leaf_types
 from .rules import id_groups
 from .source import INT64_MAX, RecordErrors, first_id_above_int64, listed
 
@@ -146,11 +146,7 @@ def times_changed(table: pa.Table, records: list[dict]) -> Optional[str]:
 
 def holds_times(data_type: pa.DataType) -> bool:
     """Whether ``data_type`` is, or has at any depth of structs and lists, a date or time type."""
-    if pa.types.is_struct(data_type):
-        return any(holds_times(field.type) for field in data_type)
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) or pa.types.is_fixed_size_list(data_type):
-        return holds_times(data_type.value_type)
-    return pa.types.is_temporal(data_type)
+    return any(pa.types.is_temporal(leaf) for leaf in leaf_types(data_type))
 
 
 def same_times(data_type: pa.DataType, converted: list, given: list) -> bool:
