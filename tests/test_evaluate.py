@@ -377,6 +377,34 @@ def test_the_evaluation_folder_is_checked_before_the_run(tmp_path, monkeypatch):
                       "--sample-seed must be an integer >= 0; got -1", out=tmp_path / "eval4")
 
 
+def test_an_evaluation_says_what_under_its_inputs_it_did_not_read(tmp_path, monkeypatch):
+    """Files of no input type, a hidden folder and a link that would loop, inside the sample's
+    folder: said as a dedup of the folder says them (a note for the link, a line naming the
+    rest), and listed in evaluation.json's corpus as report.json lists them."""
+    from cli_support import happy_records, invoke, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", happy_records())
+    (tmp_path / "corpus" / "README.md").write_text("not a sample")
+    (tmp_path / "corpus" / ".cache").mkdir()
+    (tmp_path / "corpus" / "loop").symlink_to(tmp_path / "corpus")
+    done = invoke("evaluate", "corpus", "-o", "eval")
+    assert done.exit_code == 0, done.output
+    output = " ".join(done.output.split())
+    assert ("note: 2 files and folders under the inputs were not read (unsupported type, hidden): corpus/README.md, "
+            "corpus/.cache/; all in eval/evaluation.json") in output
+    assert "note: corpus/loop: skipped: symbolic link to corpus" in output
+    listed = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
+    dedup = invoke("dedup", "corpus", "-o", "out", "-q")
+    assert dedup.exit_code == 0, dedup.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())["input"]
+    for key in ("skipped_files", "skipped_file_reasons"):
+        assert listed["corpus"][key] == report[key]
+    assert sorted(entry["path"] for entry in listed["corpus"]["skipped_file_reasons"]) == [
+        "corpus/.cache", "corpus/README.md", "corpus/loop"]
+    assert listed["notes"] == report["notes"]
+
+
 def test_parse_list():
     assert parse_list("64, 128") == [64, 128]
     assert parse_list("8,auto,16", allow_auto=True) == [8, None, 16]

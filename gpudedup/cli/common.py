@@ -167,11 +167,12 @@ def sources_lines(report: Report) -> list[str]:
 UNREAD_NAMED = 5
 
 
-def not_read_line(entries: list[dict], output: Location) -> Optional[str]:
+def not_read_line(entries: list[dict], output: Location, listed_in: str = "report.json") -> Optional[str]:
     """The summary's line (rich markup) on the entries inside the input directories that were
     not read for a reason no note tells (report.json's input.skipped_file_reasons: a file of
     no input type, a hidden file or folder, what --include / --exclude leave out): their
-    count, reasons and first few names. None when there are none."""
+    count, reasons and first few names; listed_in: the file of ``output`` that lists them all.
+    None when there are none."""
     from ..io.inputs import UNNOTED  # (start-up: `--help` and completion load no job)
 
     unread = [entry for entry in entries if entry.get("reason") in UNNOTED]
@@ -184,7 +185,7 @@ def not_read_line(entries: list[dict], output: Location) -> Optional[str]:
     names = ", ".join(entry["path"] + ("/" if entry.get("folder") else "") for entry in unread[:UNREAD_NAMED])
     more = ", ..." if len(unread) > UNREAD_NAMED else ""
     return (f"note: [bold yellow]{len(unread):,} {kind} under the inputs {'was' if len(unread) == 1 else 'were'} "
-            f"not read[/] ({reasons}): {escape(names)}{more}; all in {escape(str(output))}/report.json")
+            f"not read[/] ({reasons}): {escape(names)}{more}; all in {escape(str(output))}/{listed_in}")
 
 
 # A message names a parameter as Python takes it (errors.py): ``name=`` alone, or with the value

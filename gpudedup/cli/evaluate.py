@@ -11,7 +11,7 @@ import typer
 
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_NGRAM, DEFAULT_NUM_PERM, DEFAULT_SEED, DEFAULT_THRESHOLD
 from .common import (INPUT_PANEL, OUTPUT_PANEL, SCALE_PANEL, SIMILARITY_PANEL, BackendChoice, err, escape,
-                     in_option_words, local_path, user_errors)
+                     in_option_words, local_path, not_read_line, user_errors)
 
 
 def evaluate_command(
@@ -108,6 +108,9 @@ def evaluate_command(
         check_fields_read([s.shingle for s in settings], text_field, token_field)
         folder = local_path(output, "an evaluation's folder")
         found = scan_inputs(list(inputs))
+        for note in found.notes:  # (paths passed over for a reason: a link loop, a pipe, ...)
+            notes = notes + [note]
+            say(note)
         evaluation.check_results_folder(folder, list(inputs), settings, found)  # (and a folder it cannot write in)
         # Only token shingles: the token ids are the content read (no text needed).
         content = token_field if all(s.shingle == "token" for s in settings) else text_field
@@ -128,10 +131,13 @@ def evaluate_command(
         results = evaluation.evaluate(corpus, settings, backend=backend.value, seed=seed,
                                       bucket_window=bucket_window, bin_width=bin_width, notes=notes,
                                       token_field=token_field, criterion=criterion,
-                                      on_result=progress)
+                                      on_result=progress, skipped_files=found.skipped)
         typer.echo(evaluation.format_table(results, criterion))  # plain: a wide table must not wrap
         json_path, csv_path = evaluation.write_results(results, folder, criterion)
         guard.written = folder
         if not quiet:
             err.print(f"Results in {escape(str(json_path))} and {escape(str(csv_path))}")
+            unread = not_read_line(results.corpus["skipped_file_reasons"], folder, json_path.name)
+            if unread:
+                err.print(unread, soft_wrap=True)
         guard.done()

@@ -16,6 +16,7 @@ from ..backends import get_backend
 from ..compiled import start_before, text_work
 from ..core.content import units_bytes
 from ..pipeline.memory import dedup_corpus
+from ..pipeline.report import skipped_entry
 from ..io.corpus import Corpus
 from ..io.fields import TEXT_FIELD, check_fields_read
 from ..params import DEFAULT_BUCKET_WINDOW, DEFAULT_SEED
@@ -88,6 +89,7 @@ def evaluate(
     warmup: bool = True,
     criterion: str = "f1",
     on_result: Optional[Callable[[int, int, SettingResult], None]] = None,
+    skipped_files: Sequence[str] = (),
 ) -> Evaluation:
     """Run the pipeline once per setting on ``corpus`` and score it against exact Jaccard.
 
@@ -99,6 +101,8 @@ def evaluate(
     first (so that kernel compilation and first-use costs are not charged to one setting).
     criterion: what the Evaluation recommends by (CRITERIA; Evaluation.recommended).
     on_result(done, total, result): called after each setting, done from 1 (progress for the CLI).
+    skipped_files: the entries inside the input folders that were not read (io.inputs.InputFiles.skipped),
+    listed in the corpus section as report.json lists them.
     """
     settings = list(settings)
     chosen = get_backend(backend)
@@ -143,7 +147,8 @@ def evaluate(
         ground_truth=cache.summaries(),
         notes=list(notes),
         corpus={"documents": n_docs, "text_bytes": units_bytes(corpus.units()),
-                "files": [f.path for f in corpus.files]},
+                "files": [f.path for f in corpus.files], "skipped_files": [str(entry) for entry in skipped_files],
+                "skipped_file_reasons": [skipped_entry(entry) for entry in skipped_files]},
         backend=chosen.description,
         run={"seed": seed, "bucket_window": bucket_window, "batch_bytes": batch_bytes,
              "bin_width": bin_width, "ground_truth_seconds": round(truth_seconds, 4),
