@@ -47,6 +47,7 @@ SMALL = 11.8  # 8.5 pt: legends and annotations
 EDGE = "#52606D"  # spines, ticks and tick labels
 GRID = "#E4E7EB"
 DASHES = "6.2,2.7"  # a threshold's dashed line
+DOTS = "1.5,3.5"  # the S-curve's dotted line beside measured recall
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 
 
@@ -256,8 +257,8 @@ def recall_by_similarity_svg(bin_edges, recall_per_bin: Union[Sequence[float], M
     if bands is not None and rows is not None:
         s = np.linspace(x_limits[0], x_limits[1], CURVE_POINTS)
         parts.append(axes.curve(s, collision_probability(s, bands, rows), ORANGE, 1.6 * 100 / 72, "s-curve",
-                                dashes="1.5,3.5"))
-        legend.append((_legend_line(ORANGE, dashes="1.5,3.5"), escape(f"S-curve P(s), b = {bands}, r = {rows}")))
+                                dashes=DOTS))
+        legend.append((_legend_line(ORANGE, dashes=DOTS), escape(f"S-curve P(s), b = {bands}, r = {rows}")))
     if threshold is not None:
         parts.append(axes.vertical(threshold, RED, "threshold"))
         legend.append((_legend_line(RED, dashes=DASHES), escape(f"threshold {threshold:g}")))
