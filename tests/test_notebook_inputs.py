@@ -275,6 +275,12 @@ def test_records_whose_values_their_types_together_would_change_are_refused(valu
              for i, value in enumerate(ambiguous)]
     kept = gpudedup.dedup(iter(zoned), backend="cpu").deduplicated
     assert [row[0].timestamp() for row in kept.column("v").to_pylist()] == [v.timestamp() for v in ambiguous]
+    # Wall times a DST change skips (either fold), alone in their zone: Arrow holds their
+    # instants, which Python's subtraction of two times of one zone object does not compare.
+    gap = [datetime.datetime(2024, 3, 31, 2, 30, fold=fold, tzinfo=paris) for fold in (0, 1)]
+    skipped = [{"text": f"document {i} has words of its own, number {i}", "v": value} for i, value in enumerate(gap)]
+    kept = gpudedup.dedup(skipped, backend="cpu").deduplicated
+    assert [row["v"].timestamp() for row in kept] == [value.timestamp() for value in gap]
 
 
 def test_records_none_of_which_can_be_read_are_an_error_whatever_on_error_says():

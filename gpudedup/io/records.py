@@ -172,13 +172,16 @@ def same_times(data_type: pa.DataType, converted: list, given: list) -> bool:
 
 def same_time(back: Any, own: Any) -> bool:
     """Whether Arrow's value ``back`` is the date or time ``own``: a date no datetime, and a
-    datetime the same instant, both aware (compared by their difference: ``==`` calls two
-    zones' times of an ambiguous hour unequal, PEP 495), or the same wall time, both naive,
+    datetime the same instant, both aware (compared as UTC times: ``==`` calls two zones'
+    times of an ambiguous hour unequal, PEP 495, and two times of one zone object compare by
+    their wall times), or the same wall time, both naive,
     to the nanosecond (pandas' Timestamp)."""
     if not isinstance(own, datetime.datetime):
         return not isinstance(back, datetime.datetime) and back == own
     if not isinstance(back, datetime.datetime) or (back.utcoffset() is None) != (own.utcoffset() is None):
         return False
+    if own.utcoffset() is not None:
+        back, own = back.astimezone(datetime.timezone.utc), own.astimezone(datetime.timezone.utc)
     return back - own == datetime.timedelta(0) and getattr(back, "nanosecond", 0) == getattr(own, "nanosecond", 0)
 
 
