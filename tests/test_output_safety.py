@@ -259,13 +259,12 @@ def test_a_link_to_an_output_that_appears_during_an_overwrite_run_stays(tmp_path
 
 @pytest.fixture
 def linked_into_the_output(in_tmp):
-    """in/a.jsonl, and in/linked: a link to out/deduplicated/precious, a folder of input data
-    inside out, a gpudedup output (of an earlier run)."""
+    """in/a.jsonl, and in/linked: a link to out/deduplicated, the kept rows of out, a gpudedup
+    output (of an earlier run): its a.parquet is read as input through the link."""
     write_jsonl(in_tmp / "in" / "a.jsonl", records("a"))
     result = invoke("dedup", "in", "-o", "out", "--id-field", "id", *CPU)
     assert result.exit_code == 0, result.output
-    write_jsonl(in_tmp / "out" / "deduplicated" / "precious" / "userdata.jsonl", records("u"))
-    (in_tmp / "in" / "linked").symlink_to(Path("..") / "out" / "deduplicated" / "precious")
+    (in_tmp / "in" / "linked").symlink_to(Path("..") / "out" / "deduplicated")
     return in_tmp
 
 
@@ -281,8 +280,8 @@ def test_a_link_in_an_input_into_the_output_is_refused(linked_into_the_output, s
     assert result.exit_code == 2, result.output
     line = error_line(result)
     assert "out: the output directory must not be or hold an input file" in line, line
-    target = root / "out" / "deduplicated" / "precious" / "userdata.jsonl"
-    assert f"in/linked/userdata.jsonl leads to {target.resolve()}" in line
+    target = root / "out" / "deduplicated" / "a.parquet"
+    assert f"in/linked/a.parquet leads to {target.resolve()}" in line
     assert tree_state(root / "out") == before and not (root / "work").exists()
     assert leftovers(root) == []
 
@@ -292,7 +291,7 @@ def test_a_link_into_the_output_is_refused_by_the_api(linked_into_the_output):
     before = tree_state(root / "out")
     with pytest.raises(OutputError, match="must not be or hold an input file"):
         gpudedup.dedup(Path("in"), id_field="id", backend="cpu", output="out", overwrite=True)
-    result = gpudedup.dedup(Path("in"), id_field="id", backend="cpu")
+    result = gpudedup.dedup(Path("in"), backend="cpu")  # (ids by place: the kept rows repeat a.jsonl's ids)
     with pytest.raises(OutputError, match="must not be or hold an input file"):
         result.write("out", overwrite=True)
     assert tree_state(root / "out") == before
@@ -471,6 +470,10 @@ def test_overwrite_refuses_a_folder_of_user_files(happy):
     (["data/mixB.jsonl", "notes.md"], "data, notes.md"),
     (["deduplicated.txt"], "deduplicated.txt"),
     (["deduplicated/my_notes.txt", "pairs/mine/keep.parquet"], "deduplicated/my_notes.txt, pairs/mine/keep.parquet"),
+    # Named as an output's file, but a folder.
+    (["deduplicated.parquet/mine.txt", "errors.jsonl/mine.txt"], "deduplicated.parquet, errors.jsonl"),
+    # A file of an output format among the kept rows, which the output's report.json does not name.
+    (["deduplicated/mine/keep.parquet", "removed/keep.jsonl"], "deduplicated/mine/keep.parquet, removed/keep.jsonl"),
 ])
 def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(happy, added, shown):
     """A folder that is a gpudedup output (its marker, or a report.json of ours) and holds
@@ -480,8 +483,12 @@ def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(
     assert invoke("dedup", "data.jsonl", "-o", "out", "--write-removed", *CPU).exit_code == 0
     (happy / "out" / ".DS_Store").write_bytes(b"\0")
     (happy / "out" / "deduplicated" / ".DS_Store").write_bytes(b"\0")
+    made = []
     for name in added:
-        (happy / "out" / name).parent.mkdir(exist_ok=True)
+        for folder in reversed((happy / "out" / name).parents):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
         (happy / "out" / name).write_text("the user's")
     before = tree_snapshot(happy / "out")
     result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
@@ -493,9 +500,19 @@ def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(
     assert tree_snapshot(happy / "out") == before and leftovers(happy) == []
     for name in added:
         (happy / "out" / name).unlink()
-    if (happy / "out" / "data").exists():
-        (happy / "out" / "data").rmdir()
+    for folder in reversed(made):
+        folder.rmdir()
     assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU).exit_code == 0
+
+
+def test_overwrite_refuses_a_file_named_as_an_output_s_folder(happy):
+    """A user's file named removed (no extension) beside an output written without removed
+    rows: an output's removed is a folder, so the file is the user's; refused, kept."""
+    assert invoke("dedup", "data.jsonl", "-o", "out", *CPU).exit_code == 0
+    (happy / "out" / "removed").write_text("the user's")
+    result = invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU)
+    assert error_line(result).startswith("error: out: holds removed beside a gpudedup output"), result.output
+    assert (happy / "out" / "removed").read_text() == "the user's"
 
 
 def test_a_mount_point_under_a_folder_is_found_in_the_kernel_s_table(tmp_path):
@@ -690,6 +707,14 @@ def test_overwrite_on_object_storage_keeps_what_was_put_into_the_output(happy, i
         assert "holds pairs/my_notes.txt beside a gpudedup output" in error_line(
             invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU))
         memory.rm("/overwrite-nested/out/pairs/my_notes.txt")
+        # A file of an output format that report.json does not name; a file named as a table's folder.
+        for mine, shown in (("deduplicated/mine/keep.parquet", "deduplicated/mine/keep.parquet"),
+                            ("removed", "removed")):
+            memory.pipe(f"/overwrite-nested/out/{mine}", b"the user's")
+            assert f"holds {shown} beside a gpudedup output" in error_line(
+                invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU))
+            assert memory.cat(f"/overwrite-nested/out/{mine}") == b"the user's"
+            memory.rm(f"/overwrite-nested/out/{mine}")
         assert invoke("dedup", "data.jsonl", "-o", url, "--overwrite", *CPU).exit_code == 0
     finally:
         memory.rm("/overwrite-nested", recursive=True)

@@ -106,43 +106,75 @@ def index_holding(place: Path) -> Optional[Path]:
     return next((folder for folder in Path(os.path.realpath(place)).parents if our_folder(folder) == INDEX), None)
 
 
-def output_name(name: str) -> bool:
-    """Whether ``name`` is one an output holds at its top level (OUTPUT_TABLES, OUTPUT_FILES)."""
-    table, dot, suffix = name.partition(".")
-    return name in OUTPUT_FILES or (table in OUTPUT_TABLES and suffix in ("", "parquet", "jsonl") and
-                                    (dot == "") == (suffix == ""))
+def output_file_name(name: str) -> bool:
+    """Whether ``name`` is a file an output holds at its top level: OUTPUT_FILES, or a table
+    written as one file of an output format (deduplicated.parquet, pairs.jsonl, ...)."""
+    table, _, suffix = name.partition(".")
+    return name in OUTPUT_FILES or (table in OUTPUT_TABLES and suffix in ("parquet", "jsonl"))
 
 
-def output_path(path: str) -> bool:
-    """Whether ``path`` (relative to an output, "/"-separated: a file, or a top-level entry) is
-    one an output holds: a top-level name (output_name); in pairs/ and clusters/ a part
-    (part-NNNNN.parquet); in deduplicated/ and removed/ a file of an output format, at any
-    depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store."""
+def output_path(path: str, written: Optional[frozenset[str]] = None) -> bool:
+    """Whether ``path`` (relative to an output, "/"-separated) is one an output holds: a
+    top-level folder (written with a trailing "/") of OUTPUT_TABLES; a top-level file of
+    output_file_name; in pairs/ and clusters/ a part (part-NNNNN.parquet); in deduplicated/
+    and removed/ a file the output's report.json names (``written``: its kept_files and
+    removed_files), or, where it names none (None: an older report), a file of an output format
+    at any depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store."""
+    if path.endswith("/"):
+        return path[:-1] in OUTPUT_TABLES
     parts = path.split("/")
-    if parts[-1] == ".DS_Store" or (len(parts) == 1 and output_name(path)):
+    if parts[-1] == ".DS_Store":
         return True
+    if len(parts) == 1:
+        return output_file_name(path)
     if parts[0] in ("pairs", "clusters"):
         return len(parts) == 2 and PART_FILE.fullmatch(parts[1]) is not None
-    return parts[0] in ("deduplicated", "removed") and len(parts) > 1 and parts[-1].endswith((".parquet", ".jsonl"))
+    if parts[0] in ("deduplicated", "removed"):
+        return path in written if written is not None else parts[-1].endswith((".parquet", ".jsonl"))
+    return False
 
 
-def foreign_among(paths: Iterable[str]) -> list[str]:
-    """Of ``paths`` under an output (relative, "/"-separated: its files and top-level entries),
-    those output_path refuses, sorted, each named by its top-level entry where that is not an
-    output's name, else by itself."""
-    return sorted({path if output_name(path.split("/")[0]) else path.split("/")[0]
-                   for path in paths if not output_path(path)})
+def written_files(report: Optional[bytes]) -> Optional[frozenset[str]]:
+    """The files of deduplicated/ and removed/ an output's report.json (``report``: its bytes,
+    None where there is none) names as written (output.kept_files, output.removed_files), or
+    None where it names none (an older version's report, or one that cannot be read)."""
+    if report is None:
+        return None
+    try:
+        written = json.loads(report)["output"]
+        files = written["kept_files"] + written.get("removed_files", [])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return frozenset(files) if all(isinstance(name, str) for name in files) else None
+
+
+def foreign_among(paths: Iterable[str], written: Optional[frozenset[str]] = None) -> list[str]:
+    """Of ``paths`` under an output (relative, "/"-separated: its files, its top-level entries,
+    a folder with a trailing "/"), those output_path refuses (``written``: as it takes it),
+    sorted, each named by its top-level entry where that is no folder of an output, else by
+    itself."""
+    return sorted({path if path.split("/")[0] in OUTPUT_TABLES else path.split("/")[0]
+                   for path in paths if not output_path(path, written)})
 
 
 def foreign_paths(folder: Path) -> list[str]:
-    """foreign_among of what the local output ``folder`` holds: its top-level entries, and the
-    files (not links: replacing the output removes a link alone) in its tables' folders."""
-    paths = os.listdir(folder)
-    for table in OUTPUT_TABLES:
-        if (folder / table).is_dir() and not (folder / table).is_symlink():
-            paths += [Path(parent, file).relative_to(folder).as_posix() for parent, _, files in os.walk(folder / table)
+    """foreign_among of what the local output ``folder`` holds, by what its report.json names:
+    its top-level entries (a folder's name with "/", not a link's: replacing the output
+    removes a link alone), and the files (not links) at any depth of its tables' folders."""
+    paths = []
+    for entry in os.listdir(folder):
+        if not (folder / entry).is_dir() or (folder / entry).is_symlink():
+            paths.append(entry)
+            continue
+        paths.append(f"{entry}/")
+        if entry in OUTPUT_TABLES:  # (another folder is refused by its name)
+            paths += [Path(parent, file).relative_to(folder).as_posix() for parent, _, files in os.walk(folder / entry)
                       for file in files if not Path(parent, file).is_symlink()]
-    return foreign_among(paths)
+    try:
+        report: Optional[bytes] = (folder / "report.json").read_bytes()
+    except OSError:
+        report = None
+    return foreign_among(paths, written_files(report))
 
 
 def ours_within(folder: Path) -> Optional[tuple[Path, str]]:

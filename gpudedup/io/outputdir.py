@@ -26,7 +26,7 @@ from .filesystems import SAME_STORE
 from .inputs import InputFiles, scan_inputs
 from .layout import NAME_BYTES
 from .ours import (OUTPUT_MARKER, WORK_ENTRIES, foreign_among, foreign_paths, index_holding, is_mount_point, our_folder,
-                   our_kind, ours_within)
+                   our_kind, ours_within, written_files)
 from .staging import STAGING_NAME_EXTRA, in_staging_prefix
 from .storage import Given, Location, Remote, files_below, location_of, not_utf8, parts_of, read_bytes, readable
 from .write import write_json
@@ -474,6 +474,7 @@ def remote_occupied(out: Remote, overwrite: bool) -> Optional[tuple[str, str]]:
         return not_empty("report.json" in relative)
     inside = remote_ours_within(out, relative)
     if inside is None:
-        return others_beside(foreign_among(relative))
+        report = read_bytes(out.child("report.json")) if "report.json" in relative else None
+        return others_beside(foreign_among(relative, written_files(report)))
     return (f"holds {inside[1]} ({out.child(inside[0])}), which replacing the output would delete",
             "move it out, or choose another output=")
