@@ -334,11 +334,12 @@ def task_bytes_section(data: Data) -> list[str]:
 
 def components_section(data: Data) -> list[str]:
     rows = sorted(data["rows"], key=lambda r: -r["pairs"])
-    lines = table(["pairs", "pairs a part", "parts", "documents in clusters", "in process", "on the cluster",
-                   "client peak", "worker peaks", "commit", "date"],
+    lines = table(["pairs", "pairs a part", "parts", "documents in clusters", "in process", "SciPy in process",
+                   "on the cluster", "client peak", "worker peaks", "commit", "date"],
                   [[number(r["pairs"]), number(r["pairs_per_part"]),
                     number(math.ceil(r["pairs"] / r["pairs_per_part"])),
                     number(r["documents_in_clusters"]), seconds(r["in_process_seconds"], 2),
+                    seconds(r["scipy_seconds"], 2) if "scipy_seconds" in r else "-",
                     seconds(r["dask_seconds"], 2), mb(r["dask_client_peak_mb"]), peaks(r["dask_worker_peaks_mb"]),
                     *run_cells(data, r)] for r in rows])
     return lines + [""] + provenance(data, rows)
@@ -525,9 +526,10 @@ worker, so the bytes grow with the shards rather than with their square."""),
 `scripts/bench_components.py` makes a synthetic graph shaped like a deduplication's verified
 pairs (small clusters of 2-5 documents as pairs to their first, one in fifty a chain of 20-200,
 edges in random order) and finds its connected components in the process
-(`cluster.component_roots`, scipy) and on a local cluster of two worker processes of one thread
+(`cluster.component_roots`, numpy), on a local cluster of two worker processes of one thread
 (`pipeline/components.py`: one task where the pairs fit one part, else rounds of shuffles), and
-checks that both give the same components."""),
+by SciPy's `connected_components` in the process (the reference; its import not timed), and
+checks that all three give the same components."""),
     ("copies.json", "Many identical copies", """\
 `scripts/bench_copies.py` runs the job in memory, each case in a process of its own, on
 synthetic documents of 50 random words: a corpus in groups of identical copies against as many

@@ -201,3 +201,72 @@ def test_clusters_by_size_counts_as_a_counter_does_whole_and_in_ranges(seed):
     merged = merged_by_size(np.concatenate([c[0] for c in counted]), np.concatenate([c[1] for c in counted]))
     assert list(zip(*[a.tolist() for a in merged])) == expected
     assert [a.tolist() for a in clusters_by_size(np.zeros(0, np.int64))] == [[], []]
+
+
+def scipy_smallest(nodes: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The oracle: SciPy's connected components, each node's smallest fellow member."""
+    import scipy.sparse
+    from scipy.sparse.csgraph import connected_components
+
+    graph = scipy.sparse.coo_matrix((np.ones(first.shape[0], np.int8), (first, second)), shape=(nodes, nodes))
+    count, label = connected_components(graph, directed=False)
+    smallest = np.full(count, nodes, np.int64)
+    np.minimum.at(smallest, label, np.arange(nodes, dtype=np.int64))
+    return smallest[label]
+
+
+def bit_reversed(bits: int) -> np.ndarray:
+    """0 .. 2^bits - 1 in bit-reversed order: a path through them joins no two neighbours by
+    their order, the most rounds of hooking the smaller root."""
+    numbers = np.arange(1 << bits)
+    return sum(((numbers >> i) & 1) << (bits - 1 - i) for i in range(bits))
+
+
+def hard_graphs(rng) -> dict:
+    """Graphs whose numbering works against joining by the smaller root: paths numbered in
+    bit-reversed, zigzag and random order, a binary tree with its root numbered largest, a
+    caterpillar, a grid, a dense random graph, a star whose centre is numbered last; edges
+    listed both ways, repeated and as self-loops too."""
+    path = bit_reversed(12)
+    zigzag = np.empty(4001, np.int64)
+    zigzag[0::2], zigzag[1::2] = np.arange(2001), np.arange(4000, 2000, -1)
+    shuffled = rng.permutation(3000)
+    tree = np.arange(1, 4095)
+    spine, leaves = shuffled[:1500], shuffled[1500:]
+    grid = rng.permutation(2500).reshape(50, 50)
+    dense = rng.integers(0, 300, (3000, 2))
+    star = np.arange(999)
+    graphs = {
+        "bit-reversed path": (4096, path[:-1], path[1:]),
+        "descending path": (3000, np.arange(2999, 0, -1), np.arange(2998, -1, -1)),  # (one chain of hooks)
+        "descending paths joined at their tops": (3000, np.r_[np.arange(1, 1500), np.arange(1501, 3000), 1499],
+                                                   np.r_[np.arange(0, 1499), np.arange(1500, 2999), 2999]),
+        "zigzag path": (4001, zigzag[:-1], zigzag[1:]),
+        "random path": (3000, shuffled[:-1], shuffled[1:]),
+        "binary tree, root largest": (4095, 4094 - tree, 4094 - (tree - 1) // 2),
+        "caterpillar": (3000, np.concatenate([spine[:-1], spine]), np.concatenate([spine[1:], leaves])),
+        "grid": (2500, np.concatenate([grid[:, :-1].ravel(), grid[:-1].ravel()]),
+                 np.concatenate([grid[:, 1:].ravel(), grid[1:].ravel()])),
+        "dense": (300, dense[:, 0], dense[:, 1]),
+        "star, centre last": (1000, np.full(999, 999), star),
+    }
+    a, b = rng.integers(0, 500, 400), rng.integers(0, 500, 400)
+    graphs["both ways, repeated, self-loops"] = (500, np.concatenate([a, b, a, a]), np.concatenate([b, a, b, a]))
+    return {name: (nodes, np.asarray(x, np.int64), np.asarray(y, np.int64)) for name, (nodes, x, y) in graphs.items()}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_smallest_connected_is_scipys_components_on_hard_graphs(seed):
+    """cluster.smallest_connected against SciPy's connected components, on graphs numbered
+    against its rounds and on sparse random ones with isolated nodes; its edges untouched."""
+    from gpudedup.core.cluster import smallest_connected
+
+    rng = np.random.default_rng(seed)
+    graphs = hard_graphs(rng)
+    for size in (1, 2, 50, 2000):
+        graphs[f"random {size}"] = (size, rng.integers(0, size, size // 2), rng.integers(0, size, size // 2))
+    for name, (nodes, first, second) in graphs.items():
+        kept = first.copy(), second.copy()
+        assert np.array_equal(smallest_connected(nodes, first, second), scipy_smallest(nodes, first, second)), name
+        assert np.array_equal(first, kept[0]) and np.array_equal(second, kept[1]), name
+    assert np.array_equal(smallest_connected(4, np.zeros(0, np.int64), np.zeros(0, np.int64)), np.arange(4))

@@ -72,6 +72,21 @@ def test_a_cli_run_that_writes_its_output_loads_no_matplotlib_and_no_pandas(tmp_
     assert "matplotlib" not in loaded and "pandas" not in loaded
 
 
+def test_a_run_with_clusters_loads_no_graph_library():
+    """The components are numpy's (cluster.smallest_connected): SciPy's graph module and the
+    linear algebra its import brings are not loaded by a run that clusters (on the reference
+    routes; the compiled kernels' start imports SciPy's BLAS of its own)."""
+    code = ("import sys, gpudedup\n"
+            "result = gpudedup.dedup(['the cat sat on the mat today'] * 2 + ['a dog ran'], shingle='char', ngram=3)\n"
+            "assert result.report['results']['clusters'] == 1\n"
+            "graph = ('scipy.sparse.csgraph', 'scipy.linalg')\n"
+            "print('GRAPH=' + ','.join(sorted(m for m in graph if m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, KERNEL_SWITCH: "numpy"})
+    assert done.returncode == 0, done.stderr
+    assert "GRAPH=\n" in done.stdout + "\n", done.stdout
+
+
 def test_pandas_is_kept_out_only_of_runs_in_this_process_that_cudf_cannot_read(monkeypatch):
     from gpudedup.cli.common import pandas_wanted
     from gpudedup.io import cudf_reader

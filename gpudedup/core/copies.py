@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
+from .cluster import smallest_connected
 from .hashing import poly_hash64_rows
 from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
@@ -288,13 +289,8 @@ def implied_pairs(a: np.ndarray, b: np.ndarray, first: np.ndarray, member: np.nd
     inside one group (Jaccard 1). Used where pairs are compared with an all-pairs truth
     (evaluate.py, tests); the output is quadratic in the size of a group.
     """
-    # (heavy, and only for comparisons with an all-pairs truth: not loaded by a run)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = coo_matrix((np.ones(first.shape[0], np.int8), (first, member)), shape=(n_docs, n_docs))
-    _, group = connected_components(graph, directed=False)
-    # The documents of each group, as a ragged array over group numbers.
+    group = smallest_connected(n_docs, first.astype(np.int64, copy=False), member.astype(np.int64, copy=False))
+    # The documents of each group, as a ragged array over group numbers (its smallest document).
     by_group = np.argsort(group, kind="stable")
     size = np.bincount(group, minlength=n_docs)
     start = offsets_from_counts(size)[:-1]
