@@ -442,6 +442,21 @@ def test_the_current_folder_as_the_output_is_refused_before_any_work(happy, give
     assert tree_snapshot(happy) == before and Path.cwd() == here
 
 
+def test_an_output_named_by_dot_dot_after_a_link_is_the_folder_above_its_target(happy):
+    """-o sub/lnk/.. with sub/lnk a link to elsewhere/deep: the folder above the link's target
+    (elsewhere), as the file system takes sub/lnk/../x, not sub; it holds deep, so refused by
+    that name, and sub is left alone."""
+    (happy / "elsewhere" / "deep").mkdir(parents=True)
+    (happy / "sub").mkdir()
+    (happy / "sub" / "lnk").symlink_to(happy / "elsewhere" / "deep")
+    before = tree_snapshot(happy)
+    result = invoke("dedup", "data.jsonl", "-o", "sub/lnk/..")
+    assert result.exit_code == 2, result.output
+    assert error_line(result).startswith(f"error: {happy / 'elsewhere'}: holds files that are not a gpudedup output "
+                                         "(deep)"), result.output
+    assert tree_snapshot(happy) == before and leftovers(happy, "elsewhere") == [] and leftovers(happy, "sub") == []
+
+
 def test_output_is_an_existing_file(happy):
     out = happy / "out"
     out.write_text("a file")

@@ -132,9 +132,11 @@ def check_apart_from_here(out: Path) -> None:
 
 def output_location(given: Given) -> Location:
     """An output as location_of gives it, but "." or "a/.." (no name of its own, which the
-    staging beside it and the rename into place need) as its absolute path."""
+    staging beside it and the rename into place need) as the folder it is, its links followed
+    (a/.. after a link a is the folder above the link's target, as the file system takes
+    "a/../b")."""
     out = location_of(given)
-    return Path(os.path.abspath(out)) if isinstance(out, Path) and out.name in ("", "..") else out
+    return Path(os.path.realpath(out)) if isinstance(out, Path) and out.name in ("", "..") else out
 
 
 def check_url_parts(place: Location, option: str) -> None:
