@@ -40,7 +40,8 @@ NAMES_SHOWN = 5
 
 def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
                      index: Optional[Given] = None, files: Iterable[Location] = (),
-                     index_files: Sequence[Given] = (), checked: bool = False) -> Location:
+                     index_files: Sequence[Given] = (), checked: bool = False,
+                     made_first: Optional[Location] = None) -> Location:
     """Refuse an output location that exists as a file; or as a directory that is not empty,
     without ``overwrite``, and with it unless it is a gpudedup output (``occupied``); or that
     is, holds or lies inside one of the ``inputs`` (replacing it would delete input, and outputs
@@ -52,7 +53,9 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     work) leaves what appeared there meanwhile to the commit, which puts the results beside it
     (commit.replace_dir, remote_output.remote_output_dir) rather than losing them. A URL
     (object storage) is checked the same way, as far as object stores have folders: objects
-    under it are a non-empty directory, an object of its own name a file."""
+    under it are a non-empty directory, an object of its own name a file. made_first: the
+    work directory, which the run makes before it writes: the output's folder may be it, not
+    made yet."""
     out = output_location(path)
     if (odd := not_utf8(str(out))) is not None:
         raise OutputError(f"{readable(str(out))}: {odd}; choose another output=")
@@ -84,6 +87,9 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
         raise OutputError(f"{out}: {refused[0]}" + (f"; {refused[1]}" if refused[1] else ""))
     check_renamable(out)
     parent = out.absolute().parent
+    if isinstance(made_first, Path) and not os.path.lexists(made_first) and \
+            os.path.abspath(parent) == os.path.abspath(made_first):
+        return out  # (its own checks say whether it can be made; this output's are made again at the write)
     if not parent.is_dir():
         kind = "is a file, not a directory" if parent.exists() else "does not exist"  # (a dangling link: none)
         raise OutputError(f"{out}: parent directory {parent} {kind}")
@@ -287,7 +293,7 @@ def check_run_places(inputs: Sequence[Given], output: Optional[Given] = None, ov
     if work is not None:
         check_apart_from_index(work, index_files, "the work directory", "work_dir=")
     if out is not None:
-        check_output_dir(out, overwrite, locations, index, index_files=index_files)
+        check_output_dir(out, overwrite, locations, index, index_files=index_files, made_first=work)
     if out is None and work is None:
         return
     if found is None:
