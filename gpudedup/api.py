@@ -229,7 +229,7 @@ def inputs_and_places(data, on_error: str, output=None, overwrite: bool = False,
     if output is not None or work_dir is not None:
         check_run_places(paths, output, overwrite, work_dir, found=found)
     if output is not None and not single_file:
-        check_output_names(found, format)
+        check_output_names(found, format, location_of(output))
     return found
 
 

@@ -335,6 +335,39 @@ def test_overwrite_on_object_storage_replaces_only_an_output_of_ours(corpus, mon
     assert "report.json" in objects_under(earlier) and hidden_left(earlier) == []
 
 
+def test_an_output_name_no_url_below_the_output_can_name_is_refused_before_any_work(s3, tmp_path, monkeypatch):
+    """Local files named with "#" or "?" (where a URL's path ends) would have their kept rows
+    written to another key, and an earlier output there deleted before the write failed; with
+    "[" or "*" an fsspec store's deletion takes the name for a pattern. Each is refused before
+    any work, naming the file, and the earlier output is left whole; one file of kept rows is
+    written; brackets are names like any on S3, which pyarrow serves."""
+    fsspec = pytest.importorskip("fsspec")
+    fsspec.filesystem("memory").mkdir("/named-marks")
+    monkeypatch.chdir(tmp_path)
+    for name, text in (("b.jsonl", "x y z w v u"), ("h#.jsonl", "a b c d e f"), ("q?.jsonl", "g h i j k l")):
+        write_jsonl(tmp_path / "in" / name, [{"text": text}])
+    earlier = put_objects("named", {})
+    gpudedup.dedup(Path("in") / "b.jsonl", backend="cpu", output=earlier)
+    before = objects_under(earlier)
+    for url in (earlier, "memory://named-marks/out"):
+        with pytest.raises(gpudedup.ParameterError, match=r"in/h#\.jsonl: its output name 'h#\.parquet' holds '#', "
+                                                          r"which no file below .* can be named by \(a URL's path"):
+            gpudedup.dedup(Path("in"), backend="cpu", output=url, overwrite=True)
+        with pytest.raises(gpudedup.ParameterError, match="its output name 'h#.parquet' holds '#'"):
+            gpudedup.dedup(Path("in"), backend="cpu").write(url, overwrite=True)
+    assert objects_under(earlier) == before and not fsspec.filesystem("memory").exists("/named-marks/out")
+    (tmp_path / "in" / "h#.jsonl").unlink()
+    (tmp_path / "in" / "q?.jsonl").rename(tmp_path / "in" / "[q].jsonl")
+    with pytest.raises(gpudedup.ParameterError, match=r"holds '\[' and '\]', .* \(the store's deletion takes it for "
+                                                      r"a pattern\)"):
+        gpudedup.dedup(Path("in"), backend="cpu", output="memory://named-marks/out")
+    gpudedup.dedup(Path("in"), backend="cpu", output=earlier, overwrite=True)
+    assert "deduplicated/[q].parquet" in objects_under(earlier)
+    gpudedup.dedup(Path("in"), backend="cpu", output="memory://named-marks/out", single_file=True)
+    assert fsspec.filesystem("memory").exists("/named-marks/out/deduplicated.parquet")
+    fsspec.filesystem("memory").rm("/named-marks", recursive=True)
+
+
 def test_overwrite_on_object_storage_leaves_no_folder_of_the_old_output(corpus, monkeypatch):
     """Replacing an output whose folders the new one lacks (removed/, written by --write-removed)
     leaves no empty folder marker of them: the old output's folders go whole."""

@@ -145,7 +145,7 @@ def add_command(
         # inputs resolve to).
         check_run_places(files, out, overwrite, work, index, scan=False)
         if not single_file:
-            check_output_names(scan_inputs(files, on_error.value, Selection.of(include, exclude)), format.value)
+            check_output_names(scan_inputs(files, on_error.value, Selection.of(include, exclude)), format.value, out)
         result = Index(index).add(files, tag=tag, text_field=text_field, id_field=id_field,
                                   token_field=token_field, backend=backend.value, progress=not quiet,
                                   on_error=on_error.value, output=out, format=format.value, overwrite=overwrite,

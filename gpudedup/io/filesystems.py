@@ -91,6 +91,14 @@ def filesystem_of(url: str) -> tuple[pafs.FileSystem, str]:
     return filesystem, (posixpath.join(root, inside) if inside else root)
 
 
+def unnameable_marks(url: str) -> str:
+    """The characters that no entry's name below ``url`` may hold: "#" and "?", where a URL's
+    path ends (a name holding one would be written elsewhere); and where fsspec serves the
+    scheme, "*", "[" and "]" too, which its deletion (fs.rm) takes for a pattern of names."""
+    scheme = urlsplit(url).scheme.lower()
+    return "#?" if scheme in PYARROW_SCHEMES and pyarrow_serves(scheme) else "#?*[]"
+
+
 def pyarrow_serves(scheme: str) -> bool:
     """Whether this pyarrow has its own file system for ``scheme`` (one of PYARROW_SCHEMES):
     a pyarrow built without one (S3, GCS, HDFS or Azure) raises ImportError for its class."""

@@ -39,6 +39,7 @@ from ..threads import HOST_THREADS, map_parallel
 from . import storage
 from .jsonl_lines import lines_of
 from .fields import lossy_columns
+from .filesystems import unnameable_marks
 from .formats import input_suffix
 from .inputs import InputFiles, display_path
 from .source import SourceFile
@@ -107,12 +108,25 @@ def output_bases(files: list[Location], inputs: Iterable[Given]) -> dict[str, st
             for key, relative, stem in zip(keys, relatives, stems)}
 
 
-def output_names(files: list[Location], bases: dict[str, str], format: str) -> list[str]:
+def output_names(files: list[Location], bases: dict[str, str], format: str,
+                 out: Optional[Location] = None) -> list[str]:
     """The output names (output_bases, then ``format``'s extension) of ``files`` (in order).
     Two files whose names would still be one (compared without case), a name that another one
-    needs as a folder, or a name longer than a file system takes, are a ParameterError naming
-    the files."""
+    needs as a folder, a name longer than a file system takes, or, below an output ``out`` on
+    object storage, one that holds a character its URLs cannot name (unnameable_marks), are a
+    ParameterError naming the files."""
     names = [f"{bases[storage.key_of(path)]}.{format}" for path in files]
+    marks = unnameable_marks(out.url) if isinstance(out, storage.Remote) else ""
+    for path, name in zip(files, names):
+        held = [mark for mark in marks if mark in name]
+        if held:
+            why = [words for marks_of, words in (("#?", "a URL's path ends there"),
+                                                 ("*[]", "the store's deletion takes it for a pattern"))
+                   if any(mark in marks_of for mark in held)]
+            raise ParameterError(f"{display_path(path)}: its output name {name!r} holds "
+                                 f"{' and '.join(repr(mark) for mark in held)}, which no file below {out} can be "
+                                 f"named by ({'; '.join(why)}); rename it, or write one file of kept rows with "
+                                 "single_file=True")
     for path, name in zip(files, names):
         longest = max(Path(name).parts, key=lambda part: len(part.encode()))
         if len(longest.encode()) > NAME_BYTES:
@@ -136,10 +150,10 @@ def output_names(files: list[Location], bases: dict[str, str], format: str) -> l
     return names
 
 
-def check_output_names(found: InputFiles, format: str) -> None:
+def check_output_names(found: InputFiles, format: str, out: Optional[Location] = None) -> None:
     """Refuse, before any work, inputs two of whose files (``found``: the run's scan of them)
-    would share an output name."""
-    output_names(found.files, output_bases(found.files, found.given), format)
+    would share an output name, or one whose output name the output ``out`` cannot hold."""
+    output_names(found.files, output_bases(found.files, found.given), format, out)
 
 
 def as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:

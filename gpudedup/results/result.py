@@ -324,7 +324,7 @@ def write_outputs(output_dir: Given, result: DedupResult, format: str, overwrite
     # A run over files writes one file per input file (even none, when all were left out).
     # Before anything is written: two inputs that would share an output name are refused.
     names = (None if single_file or not result._inputs
-             else output_names(result._rows.file_paths(), result._output_bases, format))
+             else output_names(result._rows.file_paths(), result._output_bases, format, output_location(output_dir)))
     if write_removed:
         check_removed_columns(result.table.schema, result.report["parameters"].get("id_field"))
     log = StageLog()
