@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -40,7 +41,7 @@ from gpudedup.index import Index
 from gpudedup.io import commit, outputdir
 from gpudedup.io.staging import remove_stale_staging
 from gpudedup.io.inputs import scan_inputs
-from gpudedup.io.ours import OUTPUT_MARKER, WORK_ENTRIES, mount_point_within
+from gpudedup.io.ours import OUTPUT_MARKER, WORK_ENTRIES, mount_point_within, output_path, written_files
 from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
 
 CPU = ("--backend", "cpu", "-q")
@@ -483,6 +484,7 @@ def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(
     assert invoke("dedup", "data.jsonl", "-o", "out", "--write-removed", *CPU).exit_code == 0
     (happy / "out" / ".DS_Store").write_bytes(b"\0")
     (happy / "out" / "deduplicated" / ".DS_Store").write_bytes(b"\0")
+    (happy / "out" / "deduplicated" / "._data.parquet").write_bytes(b"\0")  # (macOS's AppleDouble on a share)
     made = []
     for name in added:
         for folder in reversed((happy / "out" / name).parents):
@@ -503,6 +505,16 @@ def test_overwrite_refuses_an_output_that_holds_the_user_s_files_beside_its_own(
     for folder in reversed(made):
         folder.rmdir()
     assert invoke("dedup", "data.jsonl", "-o", "out", "--overwrite", *CPU).exit_code == 0
+
+
+def test_an_output_s_files_are_told_by_the_names_its_report_gives_them_composed():
+    """A kept file's name listed decomposed (as HFS+ stores names) is the report's composed
+    one; a file the report does not name is not the output's; with no list, any of its format."""
+    report = json.dumps({"output": {"kept_files": ["deduplicated/caf\u00e9.parquet"]}}).encode()
+    written = written_files(report)
+    assert output_path(unicodedata.normalize("NFD", "deduplicated/café.parquet"), written)
+    assert not output_path("deduplicated/cafe.parquet", written)
+    assert output_path("deduplicated/cafe.parquet", written_files(b'{"output": {}}'))
 
 
 def test_overwrite_refuses_a_file_named_as_an_output_s_folder(happy):

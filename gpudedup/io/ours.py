@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -119,18 +120,21 @@ def output_path(path: str, written: Optional[frozenset[str]] = None) -> bool:
     output_file_name; in pairs/ and clusters/ a part (part-NNNNN.parquet); in deduplicated/
     and removed/ a file the output's report.json names (``written``: its kept_files and
     removed_files), or, where it names none (None: an older report), a file of an output format
-    at any depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store."""
+    at any depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store or
+    AppleDouble file (._NAME)."""
     if path.endswith("/"):
         return path[:-1] in OUTPUT_TABLES
     parts = path.split("/")
-    if parts[-1] == ".DS_Store":
+    if parts[-1] == ".DS_Store" or parts[-1].startswith("._"):  # (Finder's, and its AppleDouble files)
         return True
     if len(parts) == 1:
         return output_file_name(path)
     if parts[0] in ("pairs", "clusters"):
         return len(parts) == 2 and PART_FILE.fullmatch(parts[1]) is not None
     if parts[0] in ("deduplicated", "removed"):
-        return path in written if written is not None else parts[-1].endswith((".parquet", ".jsonl"))
+        # (by NFC: a disk that stores names decomposed, as HFS+ does, lists them so)
+        return unicodedata.normalize("NFC", path) in written if written is not None else \
+            parts[-1].endswith((".parquet", ".jsonl"))
     return False
 
 
@@ -145,7 +149,9 @@ def written_files(report: Optional[bytes]) -> Optional[frozenset[str]]:
         files = written["kept_files"] + written.get("removed_files", [])
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    return frozenset(files) if all(isinstance(name, str) for name in files) else None
+    if not all(isinstance(name, str) for name in files):
+        return None
+    return frozenset(unicodedata.normalize("NFC", name) for name in files)
 
 
 def foreign_among(paths: Iterable[str], written: Optional[frozenset[str]] = None) -> list[str]:
