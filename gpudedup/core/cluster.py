@@ -113,7 +113,13 @@ def smallest_connected(nodes: int, first: np.ndarray, second: np.ndarray) -> np.
     costs a short run more than its components do.
     """
     parent = np.arange(nodes, dtype=np.int64)
-    roots = parent.copy()
+    # Only the nodes the edges name ever move: the rounds and the last jumps walk them alone
+    # (a graph over a corpus's rows has many rows in no pair).
+    named = np.zeros(nodes, dtype=bool)
+    named[first] = True
+    named[second] = True
+    roots = np.flatnonzero(named)
+    named_nodes = roots if roots.shape[0] < nodes else slice(None)  # (every node: no gathers)
     low, high = first, second
     while True:
         low, high = parent[low], parent[high]  # (roots: every node an edge names is one, or points at one)
@@ -130,11 +136,11 @@ def smallest_connected(nodes: int, first: np.ndarray, second: np.ndarray) -> np.
             if np.array_equal(above, parent[moved]):
                 break
             parent[moved] = above
-    while True:  # every other node too (a node is at most one step per round below its root)
-        above = parent[parent]
-        if np.array_equal(above, parent):
+    while True:  # every other named node too (at most one step per round below its root)
+        above = parent[parent[named_nodes]]
+        if np.array_equal(above, parent[named_nodes]):
             return parent
-        parent = above
+        parent[named_nodes] = above
 
 
 def clusters_of_roots(docs: np.ndarray, root: np.ndarray, lengths, policy: KeepPolicy = "first",
