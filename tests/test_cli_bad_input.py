@@ -473,21 +473,27 @@ def test_output_parent_missing(happy):
     result = invoke("dedup", "data.jsonl", "-o", "no/such/parent/out")
     assert_user_error(result, "parent", "does not exist", out=happy / "no" / "such" / "parent" / "out")
     assert not (happy / "no").exists()
+    (happy / "a-file").write_text("mine")
+    result = invoke("dedup", "data.jsonl", "-o", "a-file/out")
+    assert_user_error(result, "parent directory", "a-file is a file, not a directory", out=happy / "a-file" / "out")
+    assert (happy / "a-file").read_text() == "mine"
 
 
 def test_an_output_in_a_work_directory_the_run_makes_is_written(happy):
     """-o WORK/out with --work-dir WORK, WORK not made yet: the run makes WORK before it
-    writes, so the output's folder is not missing; a folder below WORK still is."""
+    writes, so the output's folder is not missing; a folder below WORK still is, and so is
+    WORK named through a link that leads elsewhere (where the run would make it)."""
     result = invoke("dedup", "data.jsonl", "--work-dir", "work", "-o", "work/out", "-q")
     assert result.exit_code == 0, result.output
     assert (happy / "work" / "out" / "report.json").is_file() and (happy / "work" / "manifest.json").is_file()
     result = invoke("dedup", "data.jsonl", "--work-dir", "work2", "-o", "work2/below/out", "-q")
     assert_user_error(result, "parent directory", "does not exist", out=happy / "work2" / "below" / "out")
     assert not (happy / "work2").exists()
-    (happy / "a-file").write_text("mine")
-    result = invoke("dedup", "data.jsonl", "-o", "a-file/out")
-    assert_user_error(result, "parent directory", "a-file is a file, not a directory", out=happy / "a-file" / "out")
-    assert (happy / "a-file").read_text() == "mine"
+    (happy / "elsewhere" / "deep").mkdir(parents=True)
+    (happy / "link").symlink_to(happy / "elsewhere" / "deep")
+    result = invoke("dedup", "data.jsonl", "--work-dir", "link/../work3", "-o", "work3/out", "-q")
+    assert_user_error(result, "parent directory", "does not exist", out=happy / "work3" / "out")
+    assert not (happy / "elsewhere" / "work3").exists()
 
 
 def test_bad_input_with_overwrite_keeps_old_output(in_tmp):

@@ -88,7 +88,7 @@ def check_output_dir(path: Given, overwrite: bool, inputs: Iterable[Given] = (),
     check_renamable(out)
     parent = out.absolute().parent
     if isinstance(made_first, Path) and not os.path.lexists(made_first) and \
-            os.path.abspath(parent) == os.path.abspath(made_first):
+            os.path.realpath(parent) == os.path.realpath(made_first):  # (as links lead: link/.. too)
         return out  # (its own checks say whether it can be made; this output's are made again at the write)
     if not parent.is_dir():
         kind = "is a file, not a directory" if parent.exists() else "does not exist"  # (a dangling link: none)
