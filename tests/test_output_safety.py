@@ -41,7 +41,7 @@ from gpudedup.index import Index
 from gpudedup.io import commit, outputdir
 from gpudedup.io.staging import remove_stale_staging
 from gpudedup.io.inputs import scan_inputs
-from gpudedup.io.ours import OUTPUT_MARKER, WORK_ENTRIES, mount_point_within, output_path, written_files
+from gpudedup.io.ours import OUTPUT_MARKER, WORK_ENTRIES, foreign_among, mount_point_within, output_path, written_files
 from cli_support import error_line, invoke, leftovers, paragraph, tree_snapshot, variant, write_jsonl
 
 CPU = ("--backend", "cpu", "-q")
@@ -515,6 +515,17 @@ def test_an_output_s_files_are_told_by_the_names_its_report_gives_them_composed(
     assert output_path(unicodedata.normalize("NFD", "deduplicated/café.parquet"), written)
     assert not output_path("deduplicated/cafe.parquet", written)
     assert output_path("deduplicated/cafe.parquet", written_files(b'{"output": {}}'))
+
+
+def test_an_apple_double_file_goes_with_the_output_only_beside_what_it_describes():
+    """macOS's ._NAME beside one of the output's files or folders is the output's; a ._NAME
+    beside nothing of the output's (or beside a user's file) is a user's."""
+    written = written_files(json.dumps({"output": {"kept_files": ["deduplicated/a.parquet"]}}).encode())
+    listed = ["report.json", "._report.json", "deduplicated/", "._deduplicated", "deduplicated/a.parquet",
+              "deduplicated/._a.parquet", "._taxes.xlsx", "deduplicated/._b.parquet", "notes.txt", "._notes.txt"]
+    assert foreign_among(listed, written) == ["._notes.txt", "._taxes.xlsx", "deduplicated/._b.parquet", "notes.txt"]
+    # On object storage, where a folder is only the prefix of its objects.
+    assert foreign_among(["deduplicated/a.parquet", "._deduplicated", "notes/._draft"], written) == ["notes"]
 
 
 def test_overwrite_refuses_a_file_named_as_an_output_s_folder(happy):

@@ -120,12 +120,11 @@ def output_path(path: str, written: Optional[frozenset[str]] = None) -> bool:
     output_file_name; in pairs/ and clusters/ a part (part-NNNNN.parquet); in deduplicated/
     and removed/ a file the output's report.json names (``written``: its kept_files and
     removed_files), or, where it names none (None: an older report), a file of an output format
-    at any depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store or
-    AppleDouble file (._NAME)."""
+    at any depth (they are laid out as the inputs are); anywhere a Finder's .DS_Store."""
     if path.endswith("/"):
         return path[:-1] in OUTPUT_TABLES
     parts = path.split("/")
-    if parts[-1] == ".DS_Store" or parts[-1].startswith("._"):  # (Finder's, and its AppleDouble files)
+    if parts[-1] == ".DS_Store":
         return True
     if len(parts) == 1:
         return output_file_name(path)
@@ -157,10 +156,23 @@ def written_files(report: Optional[bytes]) -> Optional[frozenset[str]]:
 def foreign_among(paths: Iterable[str], written: Optional[frozenset[str]] = None) -> list[str]:
     """Of ``paths`` under an output (relative, "/"-separated: its files, its top-level entries,
     a folder with a trailing "/"), those output_path refuses (``written``: as it takes it),
-    sorted, each named by its top-level entry where that is no folder of an output, else by
-    itself."""
+    but for a Finder AppleDouble file ._NAME beside the output's NAME (one of its files, or a
+    folder in its tables), sorted, each named by its top-level entry where that is no folder of
+    an output, else by itself."""
+    listed = set(paths)
+
+    def ours(path: str) -> bool:
+        folder, _, name = path.rpartition("/")
+        if not name.startswith("._") or name == "._":
+            return output_path(path, written)
+        # An AppleDouble file (macOS's, on a share) beside a file or folder of the output's.
+        twin = f"{folder}/{name[2:]}" if folder else name[2:]
+        if twin in listed:
+            return output_path(twin, written)
+        return twin.split("/")[0] in OUTPUT_TABLES and any(entry.startswith(f"{twin}/") for entry in listed)
+
     return sorted({path if path.split("/")[0] in OUTPUT_TABLES else path.split("/")[0]
-                   for path in paths if not output_path(path, written)})
+                   for path in paths if not ours(path)})
 
 
 def foreign_paths(folder: Path) -> list[str]:
