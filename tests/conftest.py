@@ -268,11 +268,14 @@ def _check_written(result, out: Path) -> None:
 
 def pytest_configure(config):
     """Wrap the public entry points before any test module imports them by name; and give the
-    suite Python's own SIGINT handling. The interrupt tests send SIGINT to the runs they start
-    and expect it handled, but a shell starts a background job with SIGINT ignored, which the
-    runs would inherit (and rightly leave ignored, as nohup'd programs do)."""
+    suite Python's own SIGINT and the default SIGHUP handling. The interrupt tests send SIGINT
+    and SIGHUP to the runs they start and expect them handled, but a shell starts a background
+    job with SIGINT ignored, and nohup starts one with SIGHUP ignored, which the runs would
+    inherit (and rightly leave ignored, as nohup'd programs do)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     import gpudedup
     import gpudedup.api
     import gpudedup.results.result
