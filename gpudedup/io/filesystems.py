@@ -91,12 +91,19 @@ def filesystem_of(url: str) -> tuple[pafs.FileSystem, str]:
     return filesystem, (posixpath.join(root, inside) if inside else root)
 
 
+# Where a URL's path ends (the query, the fragment): no URL names a key or a name holding one.
+URL_PATH_ENDS = "#?"
+# What fsspec's deletion (fs.rm) takes for a pattern of names.
+PATTERN_MARKS = "*[]"
+
+
 def unnameable_marks(url: str) -> str:
     """The characters that no entry's name below ``url`` may hold: "#" and "?", where a URL's
     path ends (a name holding one would be written elsewhere); and where fsspec serves the
     scheme, "*", "[" and "]" too, which its deletion (fs.rm) takes for a pattern of names."""
     scheme = urlsplit(url).scheme.lower()
-    return "#?" if scheme in PYARROW_SCHEMES and pyarrow_serves(scheme) else "#?*[]"
+    served = scheme in PYARROW_SCHEMES and pyarrow_serves(scheme)
+    return URL_PATH_ENDS if served else URL_PATH_ENDS + PATTERN_MARKS
 
 
 def pyarrow_serves(scheme: str) -> bool:

@@ -37,6 +37,7 @@ import pyarrow.fs as pafs
 from ..errors import InputError, ParameterError
 from . import storage
 from .dataset_folder import dataset_folder_files, remote_dataset_order
+from .filesystems import URL_PATH_ENDS
 from .formats import SUPPORTED_SUFFIXES, file_format
 from .ours import OUTPUT, our_folder
 from .source import check_on_error
@@ -360,7 +361,7 @@ def unmirrorable_key(parts: list[str]) -> Optional[str]:
         shown = "an empty part (//)" if "" in odd else f"a {odd[0]!r} part"
         return f"the object's key has {shown}, so it can be neither read as itself nor mirrored under deduplicated/"
     # A URL ends its path at "?" (the query) and "#" (the fragment): no URL names such a key.
-    marks = sorted({mark for part in parts for mark in "#?" if mark in part})
+    marks = sorted({mark for part in parts for mark in URL_PATH_ENDS if mark in part})
     if marks:
         held = " and ".join(repr(mark) for mark in marks)
         return f"the object's key holds {held}, which end a URL's path, so no URL names it"

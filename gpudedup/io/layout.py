@@ -39,7 +39,7 @@ from ..threads import HOST_THREADS, map_parallel
 from . import storage
 from .jsonl_lines import lines_of
 from .fields import lossy_columns
-from .filesystems import unnameable_marks
+from .filesystems import PATTERN_MARKS, URL_PATH_ENDS, unnameable_marks
 from .formats import input_suffix
 from .inputs import InputFiles, display_path
 from .source import SourceFile
@@ -120,8 +120,8 @@ def output_names(files: list[Location], bases: dict[str, str], format: str,
     for path, name in zip(files, names):
         held = [mark for mark in marks if mark in name]
         if held:
-            why = [words for marks_of, words in (("#?", "a URL's path ends there"),
-                                                 ("*[]", "the store's deletion takes it for a pattern"))
+            why = [words for marks_of, words in ((URL_PATH_ENDS, "a URL's path ends there"),
+                                                 (PATTERN_MARKS, "the store's deletion takes it for a pattern"))
                    if any(mark in marks_of for mark in held)]
             raise ParameterError(f"{display_path(path)}: its output name {name!r} holds "
                                  f"{' and '.join(repr(mark) for mark in held)}, which no file below {out} can be "
