@@ -494,14 +494,17 @@ def runs_against(index: Path, new: Path, where: Path) -> list:
             invoke("index", "query", index, new)]
 
 
-@pytest.mark.parametrize("file_name", ["keys.npy", "signatures.npy", "set_columns.npy", "ids.arrow"])
+@pytest.mark.parametrize("file_name", ["keys.npy", "signatures.npy", "set_columns.npy", "ids.arrow",
+                                       "signatures.blocks", "set_columns.blocks"])
 @pytest.mark.parametrize("damage", ["flipped", "truncated", "missing"])
 def test_a_damaged_segment_file_is_refused_naming_it(damaged, damage, file_name):
     index, new, manifest = damaged
     path = segment_file(index, manifest, file_name)
     data = bytearray(path.read_bytes())
     if damage == "flipped":
-        data[len(data) // 2] ^= 0x01
+        # In the bytes the runs read: a file checked by blocks has only those checked (row 0,
+        # the indexed document the new ones are near, starts after the 128-byte header).
+        data[130 if file_name in ("signatures.npy", "set_columns.npy") else len(data) // 2] ^= 0x01
         path.write_bytes(bytes(data))
     elif damage == "truncated":
         path.write_bytes(bytes(data[:len(data) - 7]))
@@ -511,6 +514,53 @@ def test_a_damaged_segment_file_is_refused_naming_it(damaged, damage, file_name)
     for result in runs_against(index, new, index.parent):
         assert_user_error(result, str(path), out=index.parent / "out")
     assert {p: p.read_bytes() for p in index.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("file_name", ["signatures.npy", "set_columns.npy"])
+def test_damage_where_a_run_reads_nothing_is_found_by_what_reads_it(damaged, file_name):
+    """An add or a query checks the blocks of the documents it reads, not the whole file: a
+    block of another document damaged leaves their results as they were, and the command that
+    reads it (compact, which reads every document) is refused naming the file."""
+    index, new, manifest = damaged
+    copy = index.parent / "copy"
+    shutil.copytree(index, copy)
+    path = segment_file(copy, manifest, file_name)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # (the last document's: none of the runs reads it)
+    path.write_bytes(bytes(data))
+    outcomes = []
+    for root in (index, copy):
+        out = index.parent / f"out-{root.name}"
+        out.mkdir()
+        results = [invoke("dedup", new, "-o", out / "against", "--against", root, "--id-field", "id", "-q"),
+                   invoke("index", "add", root, new, "-o", out / "add", "--id-field", "id", "-q"),
+                   invoke("index", "query", root, new)]
+        assert [result.exit_code for result in results] == [0, 0, 0], [result.output for result in results]
+        outcomes.append(([read_pairs(out / kind) for kind in ("against", "add")], results[2].stdout))
+    assert outcomes[1] == outcomes[0]
+    assert_user_error(invoke("index", "compact", copy), str(path), out=index.parent / "out")
+
+
+def test_a_segment_without_block_digests_is_checked_whole(damaged):
+    """A segment written without .blocks files (as an index of an earlier version) is read, and
+    checked whole: damage to a document no run reads is refused."""
+    from gpudedup.index.files import manifest_checksum
+
+    index, new, manifest = damaged
+    for entry in manifest["segments"]:
+        for name in [name for name in entry["files"] if name.endswith(".blocks")]:
+            (index / "segments" / entry["name"] / name).unlink()
+            del entry["files"][name]
+    manifest.pop("checksum")
+    manifest["checksum"] = manifest_checksum(manifest)
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    result = invoke("index", "query", index, new)
+    assert result.exit_code == 0, result.output
+    path = segment_file(index, manifest, "set_columns.npy")
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert_user_error(invoke("index", "query", index, new), str(path), out=index.parent / "out")
 
 
 @pytest.mark.parametrize("damage", ["not json", "missing segment", "truncated", "no manifest", "edited"])

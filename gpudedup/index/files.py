@@ -12,10 +12,13 @@ Layout::
         keys.npy                   uint64 (bands, n): each band's keys, sorted
         rows.npy                   uint32 (bands, n): the row (0 .. n-1) of each sorted key
         signatures.npy             uint32 (n, bands * rows): for the signature filter
+        signatures.blocks          the SHA-256 of each BLOCK_BYTES of signatures.npy, one after
+                                   the other (32 bytes each): a run checks the blocks it reads
         lengths.npy                int64 (n,): units (code points, token ids) of each document
         set_offsets.npy            int64 (n + 1,) and
         set_columns.npy            int64 (S,): each document's shingle-hash set, sorted and
                                    distinct (shingling.hashes_to_columns), for exact Jaccard;
+        set_columns.blocks         as signatures.blocks, of set_columns.npy;
                                    or, in an index made with verification "source", instead:
         sources.json,              the source files pointed into (path, format, field, size,
         source_file.npy,           SHA-256), uint32 (n,) each document's file in that list and
@@ -27,7 +30,9 @@ Layout::
     INDEX/writer.lock              flock'd by the one writer; holds who it is
 
 Every file's SHA-256 is in the manifest; a reader checks each file the first time it uses it
-(reader.OpenedFile).
+(checked.OpenedFile), whole, but for the two files read by document (BLOCKED_ARRAYS), whose
+blocks a run checks as it reads them, so that its cost follows the documents it reads rather
+than the size of the index (a segment written without them is checked whole).
 
 Commit protocol: a writer builds every new file under a temporary name (``.tmp-*``), fsyncs it,
 renames it into place, and then replaces manifest.json by rename (atomic on a POSIX file
@@ -68,6 +73,13 @@ LOCK = "writer.lock"
 TEMPORARY = ".tmp-"
 # Every segment's arrays; the arrays for exact verification are sources.VERIFICATION_ARRAYS'.
 SEGMENT_ARRAYS = ("keys", "rows", "signatures", "lengths", "id_keys", "id_rows")
+# The arrays read by document, a few rows of many (the matched documents' signatures and sets):
+# each has the SHA-256 of every BLOCK_BYTES of its file beside it (<name>.blocks). 16 KiB holds
+# a few documents' sets, so that an add that reads a few rows hashes a few blocks.
+BLOCKED_ARRAYS = ("signatures", "set_columns")
+BLOCK_BYTES = 1 << 14
+DIGEST_BYTES = 32  # (SHA-256)
+BLOCKS_SUFFIX = ".blocks"
 # What a writer that fails leaves (its message says so): a reader sees nothing of a change
 # before its commit.
 UNCHANGED = "it stays as its last commit left it"
@@ -202,7 +214,11 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     # File name -> the bytes written to it, in pieces; or None: hash the file (Arrow wrote it).
     contents: dict[str, Optional[list[bytes | memoryview]]] = {}
     for key, array in arrays.items():
-        contents[f"{key}.npy"] = write_npy(temporary / f"{key}.npy", array)
+        contents[f"{key}.npy"] = pieces = write_npy(temporary / f"{key}.npy", array)
+        if key in BLOCKED_ARRAYS:
+            blocks = block_digests(pieces)
+            (temporary / f"{key}{BLOCKS_SUFFIX}").write_bytes(blocks)
+            contents[f"{key}{BLOCKS_SUFFIX}"] = [blocks]
     with pa.OSFile(str(temporary / "ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
         writer.write_table(ids)
     contents["ids.arrow"] = None
@@ -243,6 +259,27 @@ def sha256_of(pieces: list[bytes | memoryview]) -> str:
     for piece in pieces:
         digest.update(piece)
     return digest.hexdigest()
+
+
+def block_digests(pieces: list[bytes | memoryview]) -> bytes:
+    """The SHA-256 digests (32 bytes each, in order) of every BLOCK_BYTES of the bytes of
+    ``pieces`` one after the other, the last block as long as what is left."""
+    digests, digest, filled = bytearray(), None, 0
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        at = 0
+        while at < len(view):
+            if digest is None:
+                digest, filled = hashlib.sha256(), 0
+            take = min(BLOCK_BYTES - filled, len(view) - at)
+            digest.update(view[at:at + take])
+            filled, at = filled + take, at + take
+            if filled == BLOCK_BYTES:
+                digests += digest.digest()
+                digest = None
+    if digest is not None:
+        digests += digest.digest()
+    return bytes(digests)
 
 
 def write_tombstones(root: Path, name: str, removed: pa.Table) -> dict:

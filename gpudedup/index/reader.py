@@ -6,18 +6,16 @@ segment's rows in order), tombstoned ones included (they are skipped where they 
 A reader opens every file of the manifest it read when it is made, so a writer that removes
 files no later manifest names (files.collect_garbage) never pulls them from under it (an open or
 memory-mapped file outlives its name on POSIX); each file is checked against its SHA-256 the
-first time it is used, through the open file. The arrays a segment stores are made here too
-(segment_arrays), sorted as the probe reads them.
+first time it is used, through the open file (checked.OpenedFile). The arrays a segment stores
+are made here too (segment_arrays), sorted as the probe reads them.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +30,8 @@ from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matri
 from ..errors import DamagedIndexError, InputError
 from ..params import DedupParams
 from ..threads import HOST_THREADS, map_parallel
-from .files import Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
+from .checked import OpenedFile, mapped_npy
+from .files import BLOCKS_SUFFIX, Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, merge_sources, read_sources, rows_sets
 
 if TYPE_CHECKING:
@@ -58,35 +57,6 @@ class Matched:
         return int(self.row.shape[0])
 
 
-class OpenedFile:
-    """One index file, open from the start, checked against its SHA-256 on first use."""
-
-    def __init__(self, path: Path, expected: str):
-        self.path, self.expected = path, expected
-        self.handle = open(path, "rb")  # an OSError (a file gone, a directory): the reader's caller decides
-        self.checked = False
-        self.stamp: Optional[tuple] = None  # the file's (inode, size, mtime) when it was checked
-
-    def still_as_checked(self) -> bool:
-        """Unchecked, or checked and, by inode, size and modification time, the same file now."""
-        return not self.checked or self.stamp == file_stamp(self.path)
-
-    def check(self) -> None:
-        if self.checked:
-            return
-        stamp = file_stamp(self.path)
-        digest, offset, descriptor = hashlib.sha256(), 0, self.handle.fileno()
-        while True:
-            block = os.pread(descriptor, 1 << 20, offset)
-            if not block:
-                break
-            digest.update(block)
-            offset += len(block)
-        if digest.hexdigest() != self.expected:
-            raise DamagedIndexError(f"{self.path}: its checksum does not match the manifest's (truncated or corrupt)")
-        self.checked, self.stamp = True, stamp
-
-
 class Segment:
     """One live segment's files, opened when the reader is made, memory-mapped and checked on
     first use."""
@@ -98,7 +68,10 @@ class Segment:
         still the same counts as checked."""
         self.root, self.entry, self.verification = root, entry, verification
         folder = root / "segments" / entry.name
-        self.files = {name: OpenedFile(folder / name, digest) for name, digest in entry.files.items()}
+        blocks = {name: OpenedFile(folder / name, digest) for name, digest in entry.files.items()
+                  if name.endswith(BLOCKS_SUFFIX)}
+        self.files = {name: OpenedFile(folder / name, digest, blocks.get(name.removesuffix(".npy") + BLOCKS_SUFFIX))
+                      for name, digest in entry.files.items() if name not in blocks} | blocks
         for name, opened in self.files.items():
             stamp = (written or {}).get(name)
             if stamp is not None and stamp == file_stamp(opened.path):
@@ -106,6 +79,7 @@ class Segment:
         # Arrow maps the ids now, while the name is there (the map outlives it).
         self._ids_map = pa.memory_map(str(folder / "ids.arrow"))
         self._arrays: dict[str, np.ndarray] = {}
+        self._starts: dict[str, int] = {}  # array name -> where its data starts in its file (after the header)
         self._ids: Optional[pa.Table] = None
 
     def reusable_for(self, entry: SegmentEntry, verification: str) -> bool:
@@ -114,25 +88,32 @@ class Segment:
         return (entry == self.entry and verification == self.verification
                 and all(opened.still_as_checked() for opened in self.files.values()))
 
-    def array(self, name: str) -> np.ndarray:
-        if name not in self._arrays:
-            opened = self.files[f"{name}.npy"]
+    def array(self, name: str, rows: Optional[np.ndarray] = None) -> np.ndarray:
+        """The array ``name``, memory-mapped, its file checked: whole, or where it has block
+        digests (files.BLOCKED_ARRAYS) and the caller reads ``rows`` (int64 (k,)) alone, the
+        blocks that hold those rows (of set_columns, those rows' sets)."""
+        opened = self.files[f"{name}.npy"]
+        if rows is None or opened.blocks is None:
             opened.check()
-            try:
-                handle = opened.handle
-                handle.seek(0)
-                version = np.lib.format.read_magic(handle)
-                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
-                shape, fortran, dtype = header(handle)
-                # A plain ndarray view of the map (which it keeps alive): indexing a np.memmap
-                # runs Python code of its own on every call, and the probe makes many.
-                self._arrays[name] = np.memmap(handle, dtype=dtype, mode="r", offset=handle.tell(), shape=shape,
-                                               order="F" if fortran else "C").view(np.ndarray) if np.prod(shape) \
-                    else np.zeros(shape, dtype)
-            except ValueError as error:
-                raise DamagedIndexError(f"{opened.path}: not a readable array ({error})") from None
+        if name not in self._arrays:
+            self._arrays[name], self._starts[name] = mapped_npy(opened)
+        if not opened.checked:
+            assert rows is not None, "an array read by blocks is given the rows read"
+            opened.check_bytes(*self._row_bytes(name, np.asarray(rows, np.int64)))
         return self._arrays[name]
+
+    def _row_bytes(self, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, stops) int64 (k,): the bytes of the file of ``name`` that hold ``rows``
+        (a C-ordered array's rows; set_columns' sets, by set_offsets)."""
+        mapped = self._arrays[name]
+        if name == "set_columns":
+            offsets = self.array("set_offsets")
+            first, stop = offsets[rows], offsets[rows + 1]
+        else:
+            width = int(np.prod(mapped.shape[1:]))
+            first, stop = rows * width, (rows + 1) * width
+        start = self._starts[name]
+        return start + first * mapped.itemsize, start + stop * mapped.itemsize
 
     def ids(self) -> pa.Table:
         """Columns id and tag of every row (memory-mapped Arrow IPC)."""
@@ -159,13 +140,14 @@ class Segment:
         if self.verification == "source":
             distinct = np.unique(rows)
             return sets_matrix(*self.sets(distinct, spec)[::-1]), np.searchsorted(distinct, rows)
-        return StoredSets(self.array("set_offsets"), self.array("set_columns")), rows
+        return StoredSets(self.array("set_offsets"), self.array("set_columns", rows)), rows
 
     def sets(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
         """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``, stored
         ones, or (verification "source") shingled from the source files, each checked first as
         it is read (sources.rows_sets)."""
-        return rows_sets(self.array, self.sources() if self.verification == "source" else None, rows, spec)
+        return rows_sets(lambda name: self.array(name, rows), self.sources() if self.verification == "source" else None,
+                         rows, spec)
 
 
 class IndexReader:
@@ -340,7 +322,7 @@ class IndexReader:
         signatures, lengths = [], []
         for position, mine in self._by_segment(segment):
             source, local = self.segments[position], row[mine]
-            signatures.append(np.asarray(source.array("signatures")[local]))
+            signatures.append(np.asarray(source.array("signatures", local)[local]))
             lengths.append(np.asarray(source.array("lengths")[local]))
         width = self.manifest.parameters["bands"] * self.manifest.parameters["rows"]
         return Matched(segment, row, self.ids(segment, row),
