@@ -349,3 +349,24 @@ def test_a_dask_run_shows_its_clusters_pairs_and_removed_rows_from_its_work_dire
         assert run.cluster(number) == result.cluster(number)
     for a, b in verified_pairs(result):
         assert run.pair(a, b) == result.pair(a, b)
+
+
+def test_a_cluster_that_keeps_several_indexed_documents_marks_each_of_them(tmp_path):
+    """Against an index every indexed member is kept: the cluster's view (text and html) and
+    report.html's cluster mark each one kept, and only the new document removed."""
+    words = [f"w{n}" for n in range(60)]
+    index = gpudedup.Index.create(tmp_path / "idx", threshold=0.75, shingle="word", ngram=1)
+    index.add([{"id": "X", "text": " ".join(words[0:20])}], id_field="id", progress=False)
+    index.add([{"id": "Y", "text": " ".join(words[4:24])}], id_field="id", progress=False)
+    new = tmp_path / "new.jsonl"  # (a file: the write's conservation check reads it again)
+    new.write_text(json.dumps({"id": "Z", "text": " ".join(words[2:22])}) + "\n")
+    result = index.dedup(new, id_field="id", progress=False)
+    view = result.cluster(0)
+    assert view.kept == (True, True, False)
+    assert "Members: X (kept), Y (kept), Z" in repr(view)
+    assert "<bdi>Y</bdi> (kept), <bdi>Z</bdi>." in view._repr_html_()
+    result.write(tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<bdi>Y</bdi> (kept), <bdi>Z</bdi>." in page
+    block = page.split('<div class="cluster">')[1]
+    assert [card.split('"', 1)[0] for card in block.split('<div class="doc ')[1:]] == ["kept", "kept", "removed"]

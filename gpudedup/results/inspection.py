@@ -19,7 +19,7 @@ import shutil
 import textwrap
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -79,21 +79,28 @@ class Document:
 @dataclass(frozen=True)
 class ClusterView:
     """A cluster (``DedupResult.cluster``): number; ids: every member's id, the kept document
-    first, then the others in input order; documents: the first MEMBERS_SHOWN of them with their
-    texts; jaccard: each shown one's exact Jaccard with the kept document (None for the kept
+    first, then the others in input order; kept: whether the run kept each of them (a run
+    against an index keeps every indexed one); documents: the first MEMBERS_SHOWN of them with
+    their texts; jaccard: each shown one's exact Jaccard with the kept document (None for the kept
     one itself, or where it cannot be known: an indexed document that is no verified pair with
     it); verified: whether each shown one and the kept document are a verified pair."""
 
     number: int
     ids: tuple
+    kept: tuple[bool, ...]
     documents: tuple[Document, ...]
     jaccard: tuple[Optional[float], ...]
     verified: tuple[bool, ...]
 
     def _title(self) -> str:
-        kept = sum(1 for d in self.documents if d.kept)
+        kept = sum(self.kept)
         return (f"Cluster {self.number:,} · {len(self.ids):,} documents"
                 + (f" ({kept} kept)" if kept > 1 else ""))
+
+    def _members(self, first: Callable[[Any], str], other: Callable[[Any], str]) -> str:
+        """The members' ids, each kept one marked, the first as ``first`` shows it."""
+        return ", ".join((first if n == 0 else other)(i) + (" (kept)" if kept else "")
+                         for n, (i, kept) in enumerate(zip(self.ids, self.kept)))
 
     def _similarity(self, position: int) -> Optional[tuple[float, str]]:
         value = self.jaccard[position]
@@ -104,8 +111,8 @@ class ClusterView:
 
     def _repr_html_(self) -> str:
         kept, *others = self.documents
-        listed = [f"<strong>{shown_id(self.ids[0])}</strong> (kept)"] + [shown_id(i) for i in self.ids[1:]]
-        notes = [f'<p class="ids">Members: {", ".join(listed)}.</p>']
+        listed = self._members(lambda i: f"<strong>{shown_id(i)}</strong>", shown_id)
+        notes = [f'<p class="ids">Members: {listed}.</p>']
         if len(self.ids) > len(self.documents):
             notes.append(f'<p class="ids">The texts of the first {len(self.documents):,} are shown.</p>')
         cards = [document(kept.id, kept.text, None, None, "kept", "kept")]
@@ -117,8 +124,7 @@ class ClusterView:
     def __repr__(self) -> str:
         width = _terminal_width()
         kept = self.documents[0]
-        lines = [self._title(), *textwrap.wrap("Members: " + ", ".join(
-            [f"{self.ids[0]} (kept)"] + [str(i) for i in self.ids[1:]]), width)]
+        lines = [self._title(), *textwrap.wrap("Members: " + self._members(str, str), width)]
         for position, shown in enumerate(self.documents):
             head = f"{'kept' if shown.kept else 'removed'}: {shown.id}"
             similarity = self._similarity(position)
@@ -295,7 +301,8 @@ def cluster_view(result, number: Optional[int] = None, doc_id: Any = None) -> Cl
     verified = [False] + [not np.isnan(v) for v in _verified(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])]
     documents = tuple(Document(ids[n], texts[n], bool(clusters.keep[order[n]]), int(number))
                       for n in range(shown.shape[0]))
-    return ClusterView(int(number), tuple(ids), documents, tuple(jaccard), tuple(verified))
+    return ClusterView(int(number), tuple(ids), tuple(clusters.keep[order].tolist()), documents, tuple(jaccard),
+                       tuple(verified))
 
 
 def pair_view(result, id_a: Any, id_b: Any) -> PairView:

@@ -118,21 +118,24 @@ class ClusterView:
         members_all = self.result._outcome.shown.members
         members, keep_position, example_rows = self.examples[cluster]
         others = [n for n in range(len(members)) if n != keep_position]
-        kept_id, *listed_ids = self.result._ids_of(
-            members_all.docs[members[[keep_position] + others[: MEMBERS_LISTED - 1]]]).to_pylist()
+        named = members[[keep_position] + others[: MEMBERS_LISTED - 1]]
+        kept_id, *listed_ids = self.result._ids_of(members_all.docs[named]).to_pylist()
+        # (a run against an index keeps every indexed member, not the first alone)
+        kept = members_all.keep[named].tolist()
         inside, low, high = self.stats[cluster]
         out = [f'<div class="cluster">\n<h3>Cluster {cluster:,} · {size:,} documents</h3>\n']
         if inside:
             out.append(f'<p class="ids">{inside:,} verified pairs inside it, exact Jaccard '
                        f"{low:.4f} to {high:.4f}.</p>\n")
-        listed = [f"<strong>{shown_id(kept_id)}</strong> (kept)"] + [shown_id(i) for i in listed_ids]
+        listed = [f"<strong>{shown_id(kept_id)}</strong> (kept)"] + [
+            shown_id(i) + (" (kept)" if keep else "") for i, keep in zip(listed_ids, kept[1:])]
         more = size - len(listed)
         out.append(f'<p class="ids">Members: {", ".join(listed)}{f" and {more:,} more" if more > 0 else ""}.</p>\n')
         # The kept document and a few removed ones, with their similarity to the kept one.
         texts, contents = self.texts(example_rows)
         out.append('<div class="docs">\n')
         out.append(document(kept_id, texts[0], None, None, "kept", "kept"))
-        for doc_id, row, text, content in zip(listed_ids, example_rows[1:], texts[1:], contents[1:]):
+        for doc_id, row, text, content, keep in zip(listed_ids, example_rows[1:], texts[1:], contents[1:], kept[1:]):
             pair = (min(int(example_rows[0]), int(row)), max(int(example_rows[0]), int(row)))
             similarity: Optional[tuple[float, str]] = None
             if pair in self.verified:
@@ -141,7 +144,8 @@ class ClusterView:
                 similarity = (exact_jaccard(contents[0], content, self.spec),
                               "computed for this page: not a verified pair; the two are joined through other "
                               "members")
-            out.append(document(doc_id, text, similarity, texts[0], "removed", "removed"))
+            kind = "kept" if keep else "removed"
+            out.append(document(doc_id, text, similarity, texts[0], kind, kind))
         out.append("</div>\n</div>\n")
         return "".join(out)
 
