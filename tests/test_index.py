@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pytest
 
 import gpudedup
 from gpudedup.index import Index
-from gpudedup.errors import DamagedIndexError
+from gpudedup.errors import DamagedIndexError, InputError
 
 from cli_support import assert_user_error, invoke, tree_snapshot, write_jsonl
 from index_support import assert_only_committed, bible_records, committed_state
@@ -801,6 +802,29 @@ def test_review_cases(tmp_path):
     other = invoke("dedup", str(new), "-o", str(tmp_path / "other"), "--against", str(index.path), "--threshold",
                    "0.8", "--keep", "longest", "-q")
     assert_user_error(other, "--keep", out=tmp_path / "other")
+
+
+def test_an_index_of_integer_ids_takes_a_listed_id_only_as_the_integer_prints(tmp_path):
+    """Ids are matched exactly: "05", "-0", "+5" or " 5" name no integer id, and are refused
+    naming the id rather than taken for 5 or 0; "5", "-7" and a JSON 3 or "3" remove theirs."""
+    texts = ["alpha beta gamma delta epsilon zeta eta theta", "one two three four five six seven eight",
+             "red orange yellow green blue indigo violet", "north south east west up down left right"]
+    index = Index.create(tmp_path / "idx")
+    index.add(pa.Table.from_pylist([{"id": i, "text": t} for i, t in zip([5, 0, 3, -7], texts)]), id_field="id")
+    listed = tmp_path / "ids.txt"
+    for given in ["05", "-0", "+5", " 5", "0x5"]:
+        listed.write_text(given + "\n")
+        assert_user_error(invoke("index", "remove", str(index.path), "--ids", str(listed)), repr(given),
+                          out=tmp_path / "out")
+        with pytest.raises(InputError, match=re.escape(repr(given))):
+            index.remove(ids=[given])
+    assert index.info()["documents"] == 4
+    listed.write_text("5\n-7\n")
+    assert invoke("index", "remove", str(index.path), "--ids", str(listed)).exit_code == 0
+    as_json = tmp_path / "ids.jsonl"
+    as_json.write_text('3\n"0"\n')
+    assert invoke("index", "remove", str(index.path), "--ids", str(as_json)).exit_code == 0
+    assert index.info()["documents"] == 0
 
 
 def test_an_ids_file_is_cut_at_its_line_ends_alone(tmp_path):

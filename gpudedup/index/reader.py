@@ -438,17 +438,27 @@ def id_keys(ids: pa.Array) -> np.ndarray:
 
 def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
     """``ids`` as the index's kind of id (an ids file gives strings; an index of integer ids
-    takes them as integers); InputError naming the first that is not one."""
+    takes them as integers, each written as it prints, so that ids match exactly: not "05",
+    "-0" or "+5" for 5 and 0); InputError naming the first that is not one."""
     target = reader.id_type()
+    refused = f"cannot be an id of this index, whose ids are integers (written as they print: {INTEGER_FORM})"
     try:
-        return ids.cast(target)
+        cast = ids.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         for value in ids.to_pylist():
             try:
                 pa.array([value]).cast(target)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise InputError(f"id {value!r} cannot be an id of this index, whose ids are integers") from None
+                raise InputError(f"id {value!r} {refused}") from None
         raise
+    if pa.types.is_integer(target) and (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
+        unlike = pc.invert(pc.fill_null(pc.equal(cast.cast(ids.type), ids), True))
+        if pc.any(unlike).as_py():
+            raise InputError(f"id {ids[pc.index(unlike, True).as_py()].as_py()!r} {refused}")
+    return cast
+
+
+INTEGER_FORM = "no leading zero, no sign but a minus, not -0"
 
 
 def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
