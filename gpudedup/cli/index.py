@@ -301,10 +301,12 @@ def compact_command(context: typer.Context, index: IndexPath):
 
 
 @index_app.command("info")
-def info_command(context: typer.Context, index: IndexPath):
+def info_command(context: typer.Context, index: IndexPath,
+                 check: bool = typer.Option(False, "--check", help="First read every file of the index whole "
+                                            "against its SHA-256 (an add or a query checks what it reads).")):
     """Print the index's documents, segments, tags, bytes and parameters as JSON."""
     # (start-up: `--help` and completion load no index)
     from ..index import Index
 
     with user_errors(context):
-        out.print_json(data=Index(index).info(), ensure_ascii=True)  # (tags as escapes: index query's)
+        out.print_json(data=Index(index).info(check), ensure_ascii=True)  # (tags as escapes: index query's)

@@ -70,8 +70,7 @@ class Index:
         self.path = local_folder(path, "an index")
         read_manifest(self.path)  # refuses what is not an index, naming the file
         self._reader: Optional[IndexReader] = None
-        # Segments this object wrote: name -> each file's stamp once written and hashed, so that
-        # its next reader does not hash them again (reader.Segment).
+        # Segments this object wrote: name -> its files' stamps (reader.Segment: not hashed again).
         self._written: dict[str, dict[str, Optional[tuple]]] = {}
         self._cached_permutations: Optional[tuple[tuple[int, int], Permutations]] = None  # (count, seed), drawn
 
@@ -98,8 +97,7 @@ class Index:
             raise ParameterError(f"{root}: exists and is not an empty directory; an index needs a new one")
         if (file := file_on(root)) is not None:
             raise ParameterError(f"{root}: {file} is a file, not a directory; choose another path for the index")
-        fixed = {name: value for name, value in params.result_parameters().items() if name != "keep"}
-        fixed["id_type"] = None
+        fixed = {key: value for key, value in params.result_parameters().items() if key != "keep"} | {"id_type": None}
         again = f"run `gpudedup index create {root}` again once that is fixed"
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -129,9 +127,12 @@ class Index:
         return DedupParams(**{name: fixed[name] for name in INDEX_PARAMETERS}, bands=fixed["bands"],
                            rows=fixed["rows"], keep="first", **speed)
 
-    def info(self) -> dict:
-        """Documents, segments, tags, bytes and parameters, as the last commit left them."""
+    def info(self, check: bool = False) -> dict:
+        """Documents, segments, tags, bytes and parameters, as the last commit left them; check:
+        every file read whole against its SHA-256 first (an add or a query checks what it reads)."""
         reader = IndexReader(self.path)
+        if check:
+            reader.check_files()
         manifest = reader.manifest
         tags: dict[str, int] = {}  # live documents per tag (removed ones left out)
         removed = reader.removed()
@@ -152,8 +153,7 @@ class Index:
                 "verification": manifest.verification}
 
     def _overview(self) -> dict:
-        """What the index's displays show: info() without the tags (which read every
-        segment's ids), from the manifest and the tombstones alone."""
+        """What the displays show: info() but the tags (which read every segment's ids)."""
         reader = IndexReader(self.path)
         manifest = reader.manifest
         return {"path": str(self.path), "documents": reader.documents, "segments": len(manifest.segments),

@@ -15,7 +15,10 @@ import numpy as np
 from ..core.lsh import sorted_unique
 from ..core.ragged import ragged_arange
 from ..errors import DamagedIndexError
-from .files import BLOCK_BYTES, DIGEST_BYTES, file_stamp
+from .files import BLOCKS_HEADER, DIGEST_BYTES, file_stamp
+
+# Blocks read by one call at most (1 MiB at the default block size, as check reads).
+READ_BLOCKS = 64
 
 
 class OpenedFile:
@@ -29,6 +32,7 @@ class OpenedFile:
         self.checked = False
         self.stamp: Optional[tuple] = None  # the file's (inode, size, mtime) when it was checked
         self.digests: Optional[bytes] = None  # each block's SHA-256, as its .blocks file holds them
+        self.block_bytes = 0  # the blocks' size, as the .blocks file says
         self.verified: Optional[np.ndarray] = None  # bool (blocks,): the blocks checked so far
 
     def still_as_checked(self) -> bool:
@@ -60,46 +64,53 @@ class OpenedFile:
             self.check()
             return
         if self.verified is None:
-            self.stamp, self.verified = file_stamp(self.path), self.block_count()
+            self.stamp = file_stamp(self.path)
+            self.block_bytes, self.digests = block_digests(self.blocks, os.fstat(self.handle.fileno()).st_size)
+            self.verified = np.zeros(len(self.digests) // DIGEST_BYTES, bool)
         assert self.digests is not None
+        size = self.block_bytes
         wanted = stops > starts
-        first, last = starts[wanted] // BLOCK_BYTES, (stops[wanted] - 1) // BLOCK_BYTES
+        first, last = starts[wanted] // size, (stops[wanted] - 1) // size
         run, within = ragged_arange(last - first + 1)
         numbers = sorted_unique(first[run] + within)
         numbers = numbers[~self.verified[numbers]]
         if numbers.shape[0] == 0:
             return
-        if 3 * (numbers.shape[0] + int(self.verified.sum())) > 2 * self.verified.shape[0]:
-            # Most of the file read: hashed whole, as one stream, which costs about two thirds of
-            # what block by block does (a block's hash and its call: 24 us, against 15 us a
-            # block's share of the stream).
+        if 3 * numbers.shape[0] > 2 * self.verified.shape[0]:
+            # Most of the file asked for: hashed whole, as one stream, which costs about two
+            # thirds of what block by block does (a block's hash and its call: 24 us, against
+            # 15 us a block's share of the stream).
             self.check()
             return
-        # Consecutive blocks read in one call: an add reads runs of neighbouring documents.
+        # Consecutive blocks read together (an add reads runs of neighbouring documents), at
+        # most READ_BLOCKS at a time.
         breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
-        for run_numbers in np.split(numbers, breaks):
-            start = int(run_numbers[0]) * BLOCK_BYTES
-            data = memoryview(os.pread(self.handle.fileno(), run_numbers.shape[0] * BLOCK_BYTES, start))
-            for at, number in enumerate(run_numbers.tolist()):
+        chunks = [chunk for part in np.split(numbers, breaks)
+                  for chunk in np.split(part, np.arange(READ_BLOCKS, part.shape[0], READ_BLOCKS))]
+        for chunk in chunks:
+            data = memoryview(os.pread(self.handle.fileno(), chunk.shape[0] * size, int(chunk[0]) * size))
+            for at, number in enumerate(chunk.tolist()):
                 expected = self.digests[number * DIGEST_BYTES:(number + 1) * DIGEST_BYTES]
-                if hashlib.sha256(data[at * BLOCK_BYTES:(at + 1) * BLOCK_BYTES]).digest() != expected:
+                if hashlib.sha256(data[at * size:(at + 1) * size]).digest() != expected:
                     raise self.damaged()
-        self.verified[numbers] = True
-
-    def block_count(self) -> np.ndarray:
-        """bool (blocks,), all False, once the .blocks file is read (checked whole) and agrees
-        with this file's size."""
-        assert self.blocks is not None
-        self.blocks.check()
-        self.blocks.handle.seek(0)
-        self.digests = self.blocks.handle.read()
-        count = -(-os.fstat(self.handle.fileno()).st_size // BLOCK_BYTES)
-        if len(self.digests) != count * DIGEST_BYTES:
-            raise self.damaged()
-        return np.zeros(count, bool)
+            self.verified[chunk] = True
 
     def damaged(self) -> DamagedIndexError:
         return DamagedIndexError(f"{self.path}: its checksum does not match the manifest's (truncated or corrupt)")
+
+
+def block_digests(blocks: OpenedFile, size: int) -> tuple[int, bytes]:
+    """(block size, digests) of the .blocks file ``blocks`` (checked whole) of a file of
+    ``size`` bytes; DamagedIndexError where they do not cover it exactly."""
+    blocks.check()
+    data = os.pread(blocks.handle.fileno(), os.fstat(blocks.handle.fileno()).st_size, 0)
+    if len(data) >= BLOCKS_HEADER.size:
+        block_bytes, = BLOCKS_HEADER.unpack_from(data)
+        digests = data[BLOCKS_HEADER.size:]
+        if block_bytes > 0 and len(digests) == -(-size // block_bytes) * DIGEST_BYTES:
+            return block_bytes, digests
+    raise DamagedIndexError(f"{blocks.path}: its block digests do not cover {blocks.path.with_suffix('.npy')} "
+                            "(truncated or corrupt)")
 
 
 def mapped_npy(opened: OpenedFile) -> tuple[np.ndarray, int]:

@@ -12,8 +12,8 @@ Layout::
         keys.npy                   uint64 (bands, n): each band's keys, sorted
         rows.npy                   uint32 (bands, n): the row (0 .. n-1) of each sorted key
         signatures.npy             uint32 (n, bands * rows): for the signature filter
-        signatures.blocks          the SHA-256 of each BLOCK_BYTES of signatures.npy, one after
-                                   the other (32 bytes each): a run checks the blocks it reads
+        signatures.blocks          the block size (BLOCKS_HEADER), then the SHA-256 of each
+                                   block of signatures.npy: a run checks the blocks it reads
         lengths.npy                int64 (n,): units (code points, token ids) of each document
         set_offsets.npy            int64 (n + 1,) and
         set_columns.npy            int64 (S,): each document's shingle-hash set, sorted and
@@ -49,6 +49,7 @@ import io
 import json
 import os
 import shutil
+import struct
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -80,6 +81,7 @@ BLOCKED_ARRAYS = ("signatures", "set_columns")
 BLOCK_BYTES = 1 << 14
 DIGEST_BYTES = 32  # (SHA-256)
 BLOCKS_SUFFIX = ".blocks"
+BLOCKS_HEADER = struct.Struct("<Q")  # a .blocks file's block size, before its digests
 # What a writer that fails leaves (its message says so): a reader sees nothing of a change
 # before its commit.
 UNCHANGED = "it stays as its last commit left it"
@@ -206,32 +208,38 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     Every file is written first; then a second thread takes each one's SHA-256 while this one
     fsyncs the files (hashing and flushing are the two costs of a commit, and they overlap
     rather than add up): an array's from the bytes that were written, not read back; the ids'
-    (written by Arrow) read back in blocks."""
+    (written by Arrow) read back in blocks. The block digests of BLOCKED_ARRAYS come first on
+    that thread; their files are written, flushed and hashed once they are made."""
     parent = root / "segments"
     parent.mkdir(exist_ok=True)
     temporary = parent / f"{TEMPORARY}{name}"
     temporary.mkdir()
     # File name -> the bytes written to it, in pieces; or None: hash the file (Arrow wrote it).
     contents: dict[str, Optional[list[bytes | memoryview]]] = {}
+    blocked: dict[str, list[bytes | memoryview]] = {}  # a .blocks file's name -> its array file's bytes
     for key, array in arrays.items():
         contents[f"{key}.npy"] = pieces = write_npy(temporary / f"{key}.npy", array)
         if key in BLOCKED_ARRAYS:
-            blocks = block_digests(pieces)
-            (temporary / f"{key}{BLOCKS_SUFFIX}").write_bytes(blocks)
-            contents[f"{key}{BLOCKS_SUFFIX}"] = [blocks]
+            blocked[f"{key}{BLOCKS_SUFFIX}"] = pieces
     with pa.OSFile(str(temporary / "ids.arrow"), "wb") as sink, pa.ipc.new_file(sink, ids.schema) as writer:
         writer.write_table(ids)
     contents["ids.arrow"] = None
     if sources is not None:
         path, written = write_sources(temporary, sources)
         contents[path.name] = [written]
-    stamps = {file: file_stamp(temporary / file) for file in contents}
     with ThreadPoolExecutor(max_workers=1) as hashing:
+        made = {file: hashing.submit(blocks_file, pieces) for file, pieces in blocked.items()}
         digests = {file: hashing.submit(content_digest, temporary / file) if pieces is None
                    else hashing.submit(sha256_of, pieces) for file, pieces in contents.items()}
-        for file in contents:
+        for file in list(contents):
             fsync_path(temporary / file)
+        for file, future in made.items():
+            data = future.result()
+            (temporary / file).write_bytes(data)
+            fsync_path(temporary / file)
+            contents[file], digests[file] = [data], hashing.submit(sha256_of, [data])
         files = {file: digests[file].result() for file in sorted(contents)}
+    stamps = {file: file_stamp(temporary / file) for file in contents}
     fsync_path(temporary)
     os.replace(temporary, parent / name)
     fsync_path(parent)
@@ -261,10 +269,11 @@ def sha256_of(pieces: list[bytes | memoryview]) -> str:
     return digest.hexdigest()
 
 
-def block_digests(pieces: list[bytes | memoryview]) -> bytes:
-    """The SHA-256 digests (32 bytes each, in order) of every BLOCK_BYTES of the bytes of
-    ``pieces`` one after the other, the last block as long as what is left."""
-    digests, digest, filled = bytearray(), None, 0
+def blocks_file(pieces: list[bytes | memoryview]) -> bytes:
+    """A .blocks file of the bytes of ``pieces`` one after the other: BLOCKS_HEADER (the block
+    size, BLOCK_BYTES), then the SHA-256 digest (DIGEST_BYTES) of every block of them in order,
+    the last one as long as what is left."""
+    digests, digest, filled = bytearray(BLOCKS_HEADER.pack(BLOCK_BYTES)), None, 0
     for piece in pieces:
         view = memoryview(piece).cast("B")
         at = 0

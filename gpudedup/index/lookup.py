@@ -53,7 +53,7 @@ def matches(documents, backend: str | Backend,
     sets = stacked_sets([csr_parts(set_rows(shingles))] + reader.set_parts(matched_segment, matched_row))
     jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse, params.threshold)
     hit = jaccard >= params.threshold
-    ids = reader.gather(matched_segment, matched_row).ids.to_pylist()
+    ids = reader.ids(matched_segment, matched_row).to_pylist()
     for q, code, value in zip(query[hit], inverse[hit], jaccard[hit]):
         found[int(q)].append((ids[int(code)], float(value)))
     return [sorted(hits, key=lambda hit: -hit[1]) for hits in found]

@@ -146,6 +146,7 @@ class Segment:
         """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``, stored
         ones, or (verification "source") shingled from the source files, each checked first as
         it is read (sources.rows_sets)."""
+        # (``rows`` for every array it reads: set_columns checks their blocks, the others are whole)
         return rows_sets(lambda name: self.array(name, rows), self.sources() if self.verification == "source" else None,
                          rows, spec)
 
@@ -184,6 +185,13 @@ class IndexReader:
                                                 "the index is damaged") from None
                     raise index_os_error(self.root, error, writing=False) from None
         raise DamagedIndexError(f"{self.root}: the index changed three times while it was being opened; try again")
+
+    def check_files(self) -> None:
+        """Every file of the live segments read whole against its SHA-256 (DamagedIndexError
+        naming one that does not match)."""
+        for segment in self.segments:
+            for opened in segment.files.values():
+                opened.check()
 
     @property
     def spec(self) -> ShingleSpec:
