@@ -72,6 +72,24 @@ def test_a_cli_run_that_writes_its_output_loads_no_matplotlib_and_no_pandas(tmp_
     assert "matplotlib" not in loaded and "pandas" not in loaded
 
 
+@pytest.mark.parametrize("command", ["query", "info", "remove", "compact"])
+def test_the_index_commands_load_no_pandas(tmp_path, command):
+    """A query, and the commands that only read or rewrite the index's own files, hand pyarrow no
+    pandas object: they keep pandas (and its import) out, as a run over files does."""
+    from gpudedup.index import Index
+
+    Index.create(tmp_path / "idx", shingle="char", ngram=3).add(
+        ["the cat sat on the mat today", "a dog ran in the park"], tag="a")
+    arguments = {"query": ["the cat sat on the mat", "--backend", "cpu"], "info": ["--check"],
+                 "remove": ["--tag", "a"], "compact": []}[command]
+    loaded = loaded_after("import sys\nfrom gpudedup.console import main\n"
+                          f"sys.argv = ['gpudedup', 'index', {command!r}, {str(tmp_path / 'idx')!r}, "
+                          f"*{arguments!r}]\n"
+                          "try:\n    main()\nexcept SystemExit as leaving:\n    assert not leaving.code, leaving.code")
+    assert "gpudedup" in loaded and "pyarrow" in loaded
+    assert "pandas" not in loaded
+
+
 def test_a_run_with_clusters_loads_no_graph_library():
     """The components are numpy's (cluster.smallest_connected): SciPy's graph module and the
     linear algebra its import brings are not loaded by a run that clusters (on the reference

@@ -64,7 +64,7 @@ def create_command(
     # (start-up: `--help` and completion load no index)
     from ..index import Index
 
-    with user_errors(context):
+    with user_errors(context, pandas=False):
         made = Index.create(index, threshold=threshold, shingle=shingle.value, ngram=ngram,
                             unicode=unicode_form(unicode.value), strip_punctuation=strip_punctuation,
                             strip_symbols=strip_symbols, num_perm=num_perm, bands=bands, rows=rows, max_fn=max_fn,
@@ -180,7 +180,7 @@ def query_command(
     # (start-up: `--help` and completion load no index)
     from ..index import Index
 
-    with user_errors(context):
+    with user_errors(context, pandas_wanted(None, None, None, backend.value)):
         opened = Index(index)
         documents = []
         for query in queries:
@@ -235,7 +235,7 @@ def remove_command(
     # (start-up: `--help` and completion load no index)
     from ..index import UNTAGGED, Index
 
-    with user_errors(context):
+    with user_errors(context, pandas=False):
         listed = None if ids is None else ids_listed(ids)
         opened = Index(index)
         removed = opened.remove(tag=tag, ids=listed)
@@ -293,7 +293,7 @@ def compact_command(context: typer.Context, index: IndexPath):
     # (start-up: `--help` and completion load no index)
     from ..index import Index
 
-    with user_errors(context):
+    with user_errors(context, pandas=False):
         Index(index).compact()
         info = Index(index).info()
         err.print(f"{escape(str(index))}: {info['documents']:,} documents in {info['segments']} segment(s), "
@@ -308,5 +308,5 @@ def info_command(context: typer.Context, index: IndexPath,
     # (start-up: `--help` and completion load no index)
     from ..index import Index
 
-    with user_errors(context):
+    with user_errors(context, pandas=False):
         out.print_json(data=Index(index).info(check), ensure_ascii=True)  # (tags as escapes: index query's)
