@@ -18,7 +18,9 @@ machine's load falls on all of them.
   documents into an index of 50,000 (word 5-grams, threshold 0.8), on a fresh copy of the
   index for every run (the copy is not timed). The documents are scripts/bench_index.py's
   shuffle of the benchmark corpus (``make_plan``, --seed): its first 50,000 rows are indexed
-  (``index create``, then ``index add``, untimed), the next 10,000 are added.
+  (``index create``, then ``index add``, untimed), the next 10,000 are added; then the first
+  SMALL_ADD of them alone, and ``python -m gpudedup index query INDEX QUERY.jsonl`` of the first
+  one alone: what a small increment or a lookup costs in a fresh process.
 
 The inputs (JSONL, the corpus's own lines, written once under --data-dir):
 - one document: the first record of the shipped sample (gpudedup/data/bible_sample.jsonl.gz);
@@ -66,7 +68,7 @@ from bench_results import REPOSITORY, corpus_path, record, this_run
 SIZES = (("one document", None), ("1 MB", 1e6), ("10 MB", 10e6), ("100 MB", 100e6))
 SHINGLES = ("word", "char")
 TOOLS = ("gpudedup", "rensa", "datasketch")
-INDEXED, ADDED = 50_000, 10_000
+INDEXED, ADDED, SMALL_ADD = 50_000, 10_000, 100
 SAMPLE = "data/bible_sample.jsonl.gz"
 
 
@@ -229,8 +231,9 @@ def best_of(commands: dict[str, list[str]], env: dict[str, str], repeat: int, lo
     return {tool: {"seconds": min(found), "runs": len(found)} for tool, found in times.items()}
 
 
-def index_add(base: Path, added: Path, folder: Path, env: dict[str, str], args) -> dict:
-    """The best wall time of ``gpudedup index add`` of ``added`` to an index of ``base``."""
+def index_runs(base: Path, added: Path, folder: Path, env: dict[str, str], args) -> list[dict]:
+    """The best wall times of ``gpudedup index add`` of ``added`` to an index of ``base``, of
+    its first SMALL_ADD lines, and of ``index query`` of its first line: rows of the results."""
     work = Path(tempfile.mkdtemp(dir=folder))
     try:
         index, copy = work / "index", work / "copy"
@@ -241,17 +244,29 @@ def index_add(base: Path, added: Path, folder: Path, env: dict[str, str], args) 
               env)
         indexed = json.loads(subprocess.run(gpudedup + ["index", "info", str(index)], capture_output=True, text=True,
                                             env=env, check=True).stdout)["documents"]
+        lines = added.read_text(encoding="utf-8").splitlines(keepends=True)
+        small, query = work / "small.jsonl", work / "query.jsonl"
+        small.write_text("".join(lines[:SMALL_ADD]), encoding="utf-8")
+        query.write_text(lines[0], encoding="utf-8")
 
         def fresh_copy() -> None:
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(index, copy)
 
-        command = gpudedup + ["index", "add", str(copy), str(added), "-o", str(work / "out"), "--overwrite",
-                              "--id-field", "id"]
-        fresh_copy()
-        timed(command, env)  # (the caches, as for the other runs)
-        best = best_of({"gpudedup": command}, env, args.repeat, args.long, prepare=fresh_copy)["gpudedup"]
-        return {"indexed_documents": indexed, **best}
+        rows = []
+        for name, given, documents in (("index add", added, ADDED), ("index add", small, SMALL_ADD),
+                                       ("index query", query, 1)):
+            command = gpudedup + (["index", "add", str(copy), str(given), "-o", str(work / "out"), "--overwrite",
+                                   "--id-field", "id"] if name == "index add" else
+                                  ["index", "query", str(index), str(given)])
+            prepare = fresh_copy if name == "index add" else None
+            fresh_copy()
+            timed(command, env)  # (the caches, as for the other runs)
+            best = best_of({"gpudedup": command}, env, args.repeat, args.long, prepare=prepare)["gpudedup"]
+            rows.append({"input": name, "source": corpus_path(args.corpus), "documents": documents,
+                         "indexed_documents": indexed, "shingle": "word", "ngram": args.ngram,
+                         "threshold": args.threshold, "tools": {"gpudedup": best}})
+        return rows
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -330,13 +345,10 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
         if "index" not in args.skip:
             base, added = index_inputs(args.corpus, folder, args.seed)
-            found = index_add(base, added, folder, env, args)
-            row = {"input": "index add", "source": corpus_path(args.corpus), "documents": ADDED,
-                   "indexed_documents": found["indexed_documents"], "shingle": "word", "ngram": args.ngram,
-                   "threshold": args.threshold,
-                   "tools": {"gpudedup": {"seconds": round(found["seconds"], 3), "runs": found["runs"]}}}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for row in index_runs(base, added, folder, env, args):
+                row["tools"]["gpudedup"]["seconds"] = round(row["tools"]["gpudedup"]["seconds"], 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     conditions = (f"every run a fresh process timed from outside, best of up to {args.repeat}; load average "
@@ -345,7 +357,7 @@ def main() -> None:
     print(conditions)
     if args.results:
         run = {**this_run("numba", "rensa", "datasketch"), "conditions": conditions}
-        record(args.results, "bench_sizes", rows, key=("input", "shingle"), run=run)
+        record(args.results, "bench_sizes", rows, key=("input", "shingle", "documents"), run=run)
 
 
 if __name__ == "__main__":

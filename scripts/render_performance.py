@@ -410,11 +410,14 @@ def sizes_section(data: Data) -> list[str]:
                        for tool in ("gpudedup", "rensa", "datasketch")], " / ".join(commits), " / ".join(dates)])
     lines = table(["input", "documents", "text", "word: gpudedup", "rensa (× gpudedup)", "datasketch (× gpudedup)",
                    "char: gpudedup", "rensa (× gpudedup)", "datasketch (× gpudedup)", "commit", "date"], body)
-    adds = [r for r in data["rows"] if r["input"] == "index add"]
-    for r in adds:
-        took = seconds(r["tools"]["gpudedup"]["seconds"], 2)
-        lines += ["", f"`gpudedup index add` of {number(r['documents'])} documents to an index of "
-                      f"{number(r['indexed_documents'])}, word 5-grams: **{took}** ({', '.join(run_cells(data, r))})."]
+    adds = [r for r in data["rows"] if r["input"] in ("index add", "index query")]
+    if adds:
+        took = [f"{'`index add` of' if r['input'] == 'index add' else '`index query` of'} "
+                f"{number(r['documents'])} document{'s' if r['documents'] != 1 else ''}: "
+                f"**{seconds(r['tools']['gpudedup']['seconds'], 2)}**" for r in adds]
+        runs_of = sorted({cell for r in adds for cell in [", ".join(run_cells(data, r))]})
+        lines += ["", f"Against an index of {number(adds[0]['indexed_documents'])} documents (word 5-grams), each a "
+                      f"fresh `gpudedup` process: {'; '.join(took)} ({'; '.join(runs_of)})."]
     build = "python scripts/build_bench_corpus.py --install bench_data/bench.jsonl"
     return lines + [""] + provenance(data, runs + adds, build)
 
