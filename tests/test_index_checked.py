@@ -1,6 +1,7 @@
 """An index file checked by the blocks a reader asks for (gpudedup.index.checked), against a
 brute-force rule: a request passes exactly when no damaged byte lies in a block it touches, or,
-where it asks for most of the file, when the file is whole."""
+where it asks for most of the file, when the file is whole; and one reader's arrays mapped by
+two threads at once."""
 
 from __future__ import annotations
 
@@ -57,3 +58,35 @@ def test_block_digests_that_do_not_cover_the_file_are_damage(tmp_path):
         grown.write(b"\0" * BLOCK_BYTES)
     with pytest.raises(DamagedIndexError, match="data.blocks"):
         opened.check_bytes(*asked(3, 3))
+
+
+def test_two_threads_first_reading_one_reader_both_get_the_arrays(tmp_path):
+    """Threads of one reader may map the same arrays at once (a service's queries): each reads
+    a file's header by position, so neither moves the other's reading."""
+    import threading
+
+    import gpudedup
+    from gpudedup.index.reader import IndexReader
+
+    words = [f"w{n}" for n in range(400)]
+    rng = np.random.default_rng(3)
+    index = gpudedup.Index.create(tmp_path / "idx", threshold=0.8, shingle="word", ngram=2)
+    index.add([" ".join(rng.choice(words, 60)) for _ in range(300)], progress=False)
+    rows = np.array([0, 57, 200, 299])
+    failures: list[BaseException] = []
+
+    def gather(reader: IndexReader, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            reader.gather(np.zeros(rows.shape[0], np.int64), rows)
+        except BaseException as error:  # (any error of either thread fails the test)
+            failures.append(error)
+
+    for _ in range(60):
+        reader, start = IndexReader(tmp_path / "idx"), threading.Barrier(2)
+        threads = [threading.Thread(target=gather, args=(reader, start)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []

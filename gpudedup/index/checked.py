@@ -6,6 +6,7 @@ hashes those, not the index."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,8 @@ from .files import BLOCKS_HEADER, DIGEST_BYTES, file_stamp
 
 # Blocks read by one call at most (1 MiB at the default block size, as check reads).
 READ_BLOCKS = 64
+# The most a .npy header of ours takes (files.write_npy: format 1.0, one short line).
+NPY_HEADER_BYTES = 4096
 
 
 class OpenedFile:
@@ -117,18 +120,19 @@ def mapped_npy(opened: OpenedFile) -> tuple[np.ndarray, int]:
     """The array of the .npy file ``opened``, memory-mapped, and where its data starts (after
     the header), the header checked first where the file is checked by blocks."""
     try:
-        handle = opened.handle
-        handle.seek(0)
-        version = np.lib.format.read_magic(handle)
+        # Read by position, not through the handle's offset: threads of one reader may map two
+        # arrays at once.
+        head = io.BytesIO(os.pread(opened.handle.fileno(), NPY_HEADER_BYTES, 0))
+        version = np.lib.format.read_magic(head)
         header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                   else np.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = header(handle)
-        start = handle.tell()
+        shape, fortran, dtype = header(head)
+        start = head.tell()
         if not opened.checked:  # (block 0 holds the header's length: one it misread fails)
             opened.check_bytes(np.zeros(1, np.int64), np.full(1, start, np.int64))
         # A plain ndarray view of the map (which it keeps alive): indexing a np.memmap runs
         # Python code of its own on every call, and the probe makes many.
-        return (np.memmap(handle, dtype=dtype, mode="r", offset=start, shape=shape,
+        return (np.memmap(opened.handle, dtype=dtype, mode="r", offset=start, shape=shape,
                           order="F" if fortran else "C").view(np.ndarray) if np.prod(shape)
                 else np.zeros(shape, dtype)), start
     except ValueError as error:
