@@ -826,11 +826,15 @@ def test_an_index_of_integer_ids_takes_a_listed_id_only_as_the_integer_prints(tm
         with pytest.raises(InputError, match=re.escape(repr(given))):
             index.remove(ids=[given])
     assert index.info()["documents"] == 4
-    listed.write_text("5\n-7\n")
+    listed.write_text("5\n")
+    assert "Removed 1 document from" in invoke("index", "remove", str(index.path), "--ids", str(listed)).output
+    listed.write_text("-7\n")
     assert invoke("index", "remove", str(index.path), "--ids", str(listed)).exit_code == 0
     as_json = tmp_path / "ids.jsonl"
     as_json.write_text('3\n"0"\n')
     assert invoke("index", "remove", str(index.path), "--ids", str(as_json)).exit_code == 0
+    listed.write_text("3\n")  # (removed already: none now)
+    assert "Removed 0 documents from" in invoke("index", "remove", str(index.path), "--ids", str(listed)).output
     assert index.info()["documents"] == 0
 
 

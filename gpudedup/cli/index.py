@@ -239,7 +239,7 @@ def remove_command(
         listed = None if ids is None else ids_listed(ids)
         opened = Index(index)
         removed = opened.remove(tag=tag, ids=listed)
-        err.print(f"Removed {removed:,} documents from {escape(str(index))}.")
+        err.print(f"Removed {removed:,} document{'' if removed == 1 else 's'} from {escape(str(index))}.")
         distinct = 0 if listed is None else len(set(listed))
         if tag is not None and not removed:
             tags = [name for name in opened.info()["tags"] if name != UNTAGGED]
