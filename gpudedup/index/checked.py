@@ -81,8 +81,7 @@ class OpenedFile:
             return
         if 3 * numbers.shape[0] > 2 * self.verified.shape[0]:
             # Most of the file asked for: hashed whole, as one stream, which costs about two
-            # thirds of what block by block does (a block's hash and its call: 24 us, against
-            # 15 us a block's share of the stream).
+            # thirds of what block by block does (a call and a digest per block).
             self.check()
             return
         # Consecutive blocks read together (an add reads runs of neighbouring documents), at

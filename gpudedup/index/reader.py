@@ -444,6 +444,9 @@ def id_keys(ids: pa.Array) -> np.ndarray:
     return keys
 
 
+INTEGER_FORM = "no leading zero, no sign but a minus, not -0"
+
+
 def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
     """``ids`` as the index's kind of id (an ids file gives strings; an index of integer ids
     takes them as integers, each written as it prints, so that ids match exactly: not "05",
@@ -464,9 +467,6 @@ def as_index_ids(ids: pa.Array, reader: IndexReader) -> pa.Array:
         if pc.any(unlike).as_py():
             raise InputError(f"id {ids[pc.index(unlike, True).as_py()].as_py()!r} {refused}")
     return cast
-
-
-INTEGER_FORM = "no leading zero, no sign but a minus, not -0"
 
 
 def check_id_type(manifest: Manifest, ids: pa.Array) -> str:
