@@ -755,7 +755,7 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
         np.testing.assert_array_equal(getattr(held, name), getattr(expected, name))
     assert expected.first.shape[0] > 40
     keys = " ".join(str(task["key"]) for task in stream.data)
-    for task in ("group_part", "check_groups", "copy_places", "sorted_places"):
+    for task in ("group_part", "check_groups", "copy_rows", "sorted_rows"):
         assert task in keys, task
 
 
@@ -989,13 +989,13 @@ def test_a_partitions_candidate_codes_are_every_bands_bucket_pairs(bands, thread
     window, span, documents = 3, np.uint64(1000), 400
     rows = pd.DataFrame({"band": np.repeat(np.arange(bands, dtype=np.int32), documents),
                          "key": rng.integers(0, 40, bands * documents).astype(np.uint64),
-                         "place": np.tile(np.arange(documents, dtype=np.int64), bands)}).sample(frac=1, random_state=1)
+                         "row": np.tile(np.arange(documents, dtype=np.int64), bands)}).sample(frac=1, random_state=1)
     expected: list[int] = []
     for band in range(bands):
         buckets: dict[int, list[int]] = {}
-        mine = rows[rows["band"] == band].sort_values("place")
-        for key, place in zip(mine["key"].tolist(), mine["place"].tolist()):
-            buckets.setdefault(key, []).append(place)
+        mine = rows[rows["band"] == band].sort_values("row")
+        for key, row in zip(mine["key"].tolist(), mine["row"].tolist()):
+            buckets.setdefault(key, []).append(row)
         for members in buckets.values():
             expected += [a * int(span) + b for i, a in enumerate(members) for b in members[i + 1:i + 1 + window]]
     codes = bucket_pair_codes(rows, window, span, threads)["code"].to_numpy()

@@ -319,7 +319,8 @@ def test_rows_left_out_without_shingles_leave_every_active_row_in(tmp_path):
 
 
 def captured_stores(monkeypatch) -> list:
-    """The stores of the runs that follow, in order, captured as they finish signing."""
+    """The stores of the runs that follow, in order, captured as they finish signing (with a
+    copy of their signatures as ``signed``, which a store in memory drops after the candidates)."""
     from gpudedup.pipeline.disk import WorkDirStore
     from gpudedup.pipeline.memory import MemoryStore
 
@@ -327,40 +328,47 @@ def captured_stores(monkeypatch) -> list:
     for store_class in (MemoryStore, WorkDirStore):
         def sign(self, *args, _sign=store_class.sign, **kwargs):
             _sign(self, *args, **kwargs)
+            self.signed = np.array(self.signatures if isinstance(self, MemoryStore) else
+                                   self.signatures[np.asarray(self.active)])  # (the active documents')
             stores.append(self)
         monkeypatch.setattr(store_class, "sign", sign)
     return stores
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_the_kept_rows_map_places_as_a_mask_does_whichever_list_holds_them(seed):
-    """disk.Kept, held as the places left out (the input rules') or the places kept (a task's
-    rows), against a bool mask over the spilled items and numpy's own indexing of it: kept
-    items to places and back, counts and masks of any span."""
-    from gpudedup.pipeline.disk import Kept
+def test_the_kept_rows_map_places_as_a_mask_does(seed):
+    """kept.Kept, held as the places left out (the input rules'), against a bool mask over the
+    spilled items and numpy's own indexing of it: kept items to places and back, counts and
+    masks of any span."""
+    from gpudedup.pipeline.kept import Kept
 
     rng = np.random.default_rng(seed)
     size = int(rng.integers(0, 60))
     mask = rng.random(size) < [1.0, 0.97, 0.5, 0.03, 0.0][seed % 5]
     kept = np.flatnonzero(mask)
-    for held in (Kept.of_mask(mask), Kept(positions=kept)):
-        assert np.array_equal(held.spilled(np.arange(kept.shape[0])), kept)
-        assert np.array_equal(held.kept_at(kept.astype(np.uint64)), np.arange(kept.shape[0]))
-        for _ in range(10):
-            start = int(rng.integers(0, size + 1))
-            stop = int(rng.integers(start, size + 1))
-            assert held.count(start, stop) == int(mask[start:stop].sum())
-            assert np.array_equal(held.mask(start, stop), mask[start:stop])
-    assert Kept.of_mask(mask).every == bool(mask.all()) and Kept.of_mask(mask).positions is None
+    held = Kept.of_mask(mask)
+    assert np.array_equal(held.spilled(np.arange(kept.shape[0])), kept)
+    assert np.array_equal(held.kept_at(kept.astype(np.uint64)), np.arange(kept.shape[0]))
+    for _ in range(10):
+        start = int(rng.integers(0, size + 1))
+        stop = int(rng.integers(start, size + 1))
+        assert held.count(start, stop) == int(mask[start:stop].sum())
+        assert np.array_equal(held.mask(start, stop), mask[start:stop])
+    assert held.every == bool(mask.all())
 
 
 @pytest.mark.parametrize("rules", [False, True])
-def test_a_work_dirs_active_rows_and_lengths_gather_as_the_in_memory_arrays(tmp_path, monkeypatch, rules):
-    """disk.SpilledActive and SpilledLengths (read from the shards when asked) against the
-    in-memory run's arrays: whole, by positions in any order, by a bool mask, by a scalar,
-    positions_of; and out-of-range indices, negative ones and masks of another length are
-    refused rather than read from the wrong place. rules: the input rules leave rows out."""
-    corpus = rules_corpus(tmp_path) if rules else write_shards(tmp_path / "in", sample_records()[:300], 4)
+def test_a_work_dirs_documents_gather_as_the_in_memory_arrays(tmp_path, monkeypatch, rules):
+    """disk.ActiveDocuments, SpilledLengths and the signatures by row (read from the shards
+    when asked, each document row found in its shard by DocumentsAt) against the in-memory
+    run's arrays: whole, by positions or rows in any order, by a bool mask, by a scalar; and
+    out-of-range indices, negative ones and masks of another length are refused rather than
+    read from the wrong place. rules: the input rules leave rows out."""
+    records = sample_records()[:300]
+    records[7]["text"] = "  "  # (a document without shingles)
+    corpus = rules_corpus(tmp_path) if rules else write_shards(tmp_path / "in", records, 4)
+    if rules:
+        write_jsonl(corpus / "f.jsonl", [{"id": 3000, "text": ""}])
     options = dict(backend="cpu", id_field="id", on_error="skip")
     stores = captured_stores(monkeypatch)
     gpudedup.dedup(corpus, **options)
@@ -378,7 +386,10 @@ def test_a_work_dirs_active_rows_and_lengths_gather_as_the_in_memory_arrays(tmp_
     mask = rng.random(memory.active.shape[0]) < 0.3
     np.testing.assert_array_equal(active[mask], memory.active[mask])
     assert int(lengths[np.int64(rows[0])]) == memory.lengths[rows[0]]
-    np.testing.assert_array_equal(active.positions_of(memory.active[positions]), positions)
+    np.testing.assert_array_equal(staged.signature_rows(memory.active[positions]), memory.signed[positions])
+    np.testing.assert_array_equal(staged.signed, memory.signed)
+    with pytest.raises(RuntimeError, match="no shingles"):
+        staged.signature_rows(np.setdiff1d(np.arange(memory.documents), memory.active)[:1])
     for bad in (np.array([-1]), np.array([memory.documents]), np.ones(3, bool)):
         with pytest.raises(IndexError):
             lengths[bad]

@@ -100,7 +100,7 @@ def same_signature_rows(signatures: Any, row_hash: np.ndarray | None = None) -> 
     """Rows with the same signature as an earlier row.
 
     signatures: uint32 (m, K), host, or anything that gathers rows by ``signatures[rows]``
-    (pipeline.disk.SpilledSignatures); row_hash: uint64 (m,) host, a hash of each row that equal
+    (pipeline.shards.DocumentSignatures); row_hash: uint64 (m,) host, a hash of each row that equal
     rows share (band_key_row_hash of their band keys, or any other); None: poly_hash64_rows of
     the rows. Returns (first, member), int64 (q,) row indices with first < member and equal
     signature rows; first is the lowest row of its group; ascending by (first, member).

@@ -349,7 +349,7 @@ class Index:
         if rows.shape[0] == 0:
             return
         params = self.params(manifest)
-        signatures = np.ascontiguousarray(inner.signatures[inner.active_positions(rows)])
+        signatures = np.ascontiguousarray(inner.signature_rows(rows))
         sources = None
         if pointers is not None:
             sources, material = pointer_arrays(pointers)

@@ -32,7 +32,7 @@ from ..pipeline.daskops import DaskExecutor
 from ..pipeline.disk import WorkDirStore
 from ..pipeline.kept import Kept
 from ..pipeline.protocols import Executor
-from ..pipeline.shards import LengthsAt, Shards, SpilledActive
+from ..pipeline.shards import ActiveDocuments, DocumentsAt, DocumentSignatures, LengthsAt, Shards
 from ..pipeline.shardids import IdsAt
 from ..pipeline.shardreader import ShardReader
 from ..pipeline.workdir import LEAD_UNIT, WorkDir
@@ -75,10 +75,10 @@ class StagedIndexStore:
         # The lead shard, then the input's; the lead's rows are all documents, all active.
         self.shards = Shards(self.work, inner.shards.count + 1, np.concatenate([[0], inner.shards.rows + k]),
                              np.concatenate([[0], inner.shards.active_starts + k]))
-        self.rows, self.active_rows = shifted(inner.rows, k), shifted(inner.active_rows, k)
-        self.active = SpilledActive(self.shards, self.rows, self.active_rows, k + inner.active.shape[0],
-                                    self.documents)
-        self.signatures = inner.signatures  # (the stages read its width: each task gathers its own rows)
+        self.rows = shifted(inner.rows, k)
+        here = self.documents_at(in_tasks=False)
+        self.active = ActiveDocuments(here, k + inner.active.shape[0])
+        self.signatures = DocumentSignatures(here, inner.signatures.shape[1], self.documents)
 
     def write_lead(self, matched: Matched, banding: Banding) -> None:
         """The lead unit (the module docstring): the matched documents' stored band keys (as a
@@ -116,13 +116,12 @@ class StagedIndexStore:
     def task_backend(self, executor: Executor) -> Any:
         return self.inner.task_backend(executor)
 
-    def left_out_parts(self) -> list[tuple[int, np.ndarray]]:
-        """WorkDirStore.left_out_parts, the lead's first (none of its rows left out)."""
-        return [(0, np.zeros(0, np.int64))] + [(index + 1, out) for index, out in self.inner.left_out_parts()]
+    def documents_at(self, in_tasks: bool = True) -> DocumentsAt:
+        """WorkDirStore.documents_at: the lead's rows, then the input's."""
+        return DocumentsAt(self.work.task_location if in_tasks else self.work, self.shards.rows, self.rows)
 
     def lengths_at(self) -> LengthsAt:
-        return LengthsAt(self.work.task_location, self.shards.rows, self.shards.active_starts, self.rows,
-                         self.documents)
+        return LengthsAt(self.documents_at(), self.documents)
 
     def ids_at(self) -> IdsAt:
         return IdsAt(self.work.task_location, self.shards.rows, self.rows, self.id_type)

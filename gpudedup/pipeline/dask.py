@@ -10,8 +10,8 @@ input files. Stages:
 - **signatures**: one task per unfinished shard (disk.sign_shard) on the workers; each
   worker makes its own backend (numpy, or CuPy on GPU workers: dask-cuda's LocalCUDACluster
   gives one worker per GPU) and writes the shard's spill into the work directory.
-- **candidates**: every shard's band keys become a Dask DataFrame of (band, key, place) rows
-  (place: the document's place among the active rows of all shards), shuffled on (band, key)
+- **candidates**: every shard's band keys become a Dask DataFrame of (band, key, row) rows
+  (row: the document's row), shuffled on (band, key)
   so that each bucket of each band lies in one partition; a task per partition pairs the
   bucket members as lsh.bucket_pairs does (input order, the window). The pairs are shuffled
   again, on the pair, so that the copies of a pair found in several bands meet; a task per
@@ -28,11 +28,11 @@ input files. Stages:
   shuffled on the hash, and only the rows whose hashes collide reach the client, which compares
   their ids exactly (shardids.repeated_shard_ids); no process holds every id.
 
-- **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, place)
+- **identical copies**: every shard's row hashes become a Dask DataFrame of (hash, row)
   rows, shuffled on the hash; a task per partition groups the documents with the same
   signature (reading their signature rows from the work directory) into a part, their sets are
   spilled as verification's are, and a task per part checks its groups exactly into a part of
-  copies (pipeline/copyparts.py). The candidates stage's shard tasks get the copies' places by
+  copies (pipeline/copyparts.py). The candidates stage's shard tasks get the copies' rows by
   a range of shards each; the copies' parts join the verified ones. The client gets counts.
 
 - **clusters**: the connected components of the verified pairs as tasks (pipeline/components.py),
@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.copies import Copies
+from ..core.verify import plausible
 from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, sorted_unique
 from ..errors import ParameterError
 from ..io.layout import part_name, table_parts, write_pairs_part
@@ -60,12 +61,11 @@ from . import clusterparts, components, copyparts, pairparts
 from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
 from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
-from .kept import Kept
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
 from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks
-from .shards import Shards, rows_at_places, spilled_plausible
+from .shards import DocumentSignatures, DocumentsAt
 from .signatures import batch_bytes
-from .workdir import WorkAt, WorkDir
+from .workdir import WorkDir
 
 
 class DaskStages:
@@ -99,7 +99,7 @@ class DaskStages:
     def likely_pairs(self, store, copies, window: int, threshold: float, backend, keep_every: bool = False):
         """protocols.Stages.likely_pairs as two shuffles (the module docstring's candidates): the
         client gets a count per partition, not every candidate pair, nor the copies (each
-        shard's task gets their places by its range of shards: copyparts.range_places).
+        shard's task gets their rows by its range of shards: copyparts.range_rows).
         store: a disk.WorkDirStore, or a run against an index's (index/staged.py: pairs of two
         of its ``pinned`` rows are left out); the tasks read its shards' band keys and
         signatures."""
@@ -107,38 +107,36 @@ class DaskStages:
 
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
-        root, starts, width = store.work.task_location, store.shards.active_starts, store.signatures.shape[1]
-        count = store.shards.count
-        copy_places: list = [None] * count
-        if copies.parts is not None and copies.count:
-            starts_at, = self.executor.share(starts)  # (every part's task reads the offsets)
-            shard_starts, places = copyparts.range_places(copies.parts, count, self.executor.code_partitions(count),
-                                                          starts_at)
-            copy_places = [places[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
-        keys_sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), out)
-                                            for index, out in store.left_out_parts()])
-        empty = np.zeros(0, np.int64)
-        if not keys_sent:
+        at, count, empty = store.documents_at(), store.shards.count, np.zeros(0, np.int64)
+        if count == 0:
             return LikelyPairs(empty, empty, 0, empty, empty)
-        span = pair_code_span(int(starts[-1]))  # pairs (a, b) of places as codes a * span + b
+        copy_rows: list = [None] * count
+        if copies.parts is not None and copies.count:
+            starts_at, = self.executor.share(at.document_starts())  # (every part's task reads the starts)
+            shard_starts, rows = copyparts.range_rows(copies.parts, count, self.executor.code_partitions(count),
+                                                      starts_at)
+            copy_rows = [rows[r] for r in np.searchsorted(shard_starts, np.arange(count), side="right") - 1]
+        at_shared, = self.executor.share(at)  # (what every shard's and partition's task reads)
+        span = pair_code_span(store.documents)  # pairs (a, b) of rows as codes a * span + b
         # Every (band, key) bucket in one partition; then every copy of a pair in one partition.
         # In this process a round of bands at a time (the rounds' pair codes held, far fewer than
         # their band keys): its one partition would hold every band key. A cluster's partitions
         # are a shard's worth each, and a shuffle per round would cost as much as the one.
         band_count = store.bands
-        rounds = band_rounds(band_count, int(starts[-1])) if self.executor.in_process else [(0, band_count)]
-        codes = [shuffled(self.executor, [dask.delayed(band_key_rows)(*a, copy_places[a[1]], bands) for a in keys_sent],
-                          {"band": "int32", "key": "uint64", "place": "int64"}, ["band", "key"]).map_partitions(
+        rounds = band_rounds(band_count, store.active.shape[0]) if self.executor.in_process else [(0, band_count)]
+        codes = [shuffled(self.executor, [dask.delayed(band_key_rows)(at_shared, index, copy_rows[index], bands)
+                                          for index in range(count)],
+                          {"band": "int32", "key": "uint64", "row": "int64"}, ["band", "key"]).map_partitions(
             bucket_pair_codes, window, span, self.executor.task_threads, meta=frame_of({"code": "uint64"}))
             for bands in rounds]
         if len(codes) > 1:
             with cluster_failures("the candidate shuffle"):
                 codes = [round_codes.persist() for round_codes in codes]  # (one round after another)
-        codes = moved(concatenated(codes), ["code"], self.executor.code_partitions(len(keys_sent)))
+        codes = moved(concatenated(codes), ["code"], self.executor.code_partitions(count))
         # Each partition's pairs that pass the filter stay in the work directory, a part each.
-        shared = self.executor.share(store.shards.rows, starts, store.rows)  # (what every partition's task reads)
-        candidates = computed([dask.delayed(likely_part)(part, number, root, *shared, width, span, threshold,
-                                                         store.pinned)
+        width = store.signatures.shape[1]
+        candidates = computed([dask.delayed(likely_part)(part, number, at_shared, store.documents, width, span,
+                                                         threshold, store.pinned)
                                for number, part in enumerate(codes.to_delayed())], "the candidate shuffle")
         pairparts.keep_parts(store.work, LIKELY, range(len(candidates)))
         return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
@@ -216,30 +214,25 @@ class DaskStages:
         per document, nor a pair per group or copy). store: a disk.WorkDirStore."""
         import dask
 
-        root, starts, shard_rows = store.work.task_location, store.shards.active_starts, store.shards.rows
-        sent = arrays_sent(self.executor.client, [(root, index, int(starts[index]), out)
-                                         for index, out in store.left_out_parts()])
-        parts = [dask.delayed(row_hash_rows)(*a) for a in sent]
-        if not parts:
+        root, count = store.work.task_location, store.shards.count
+        if count == 0:
             return Copies.none()
-        progress.start("Checking identical copies", len(parts), "parts")
-        # Every partition's task reads the same offsets, rows and work directory: sent once, not in each.
-        starts_at, rows_at, kept_at, lengths_at = self.executor.share(starts, shard_rows, store.rows,
-                                                                      store.lengths_at())
-        shared = (root, starts_at, rows_at, kept_at)
-        grouped = shuffled(self.executor, parts, {"hash": "uint64", "spilled": "int64"}, ["hash"]).to_delayed()
-        groups = computed([dask.delayed(copyparts.group_part)(part, number, *shared, store.signatures.shape[1])
+        progress.start("Checking identical copies", count, "parts")
+        # Every partition's task reads where the documents are and their lengths: sent once.
+        at, lengths_at = self.executor.share(store.documents_at(), store.lengths_at())
+        parts = [dask.delayed(row_hash_rows)(at, index) for index in range(count)]
+        grouped = shuffled(self.executor, parts, {"hash": "uint64", "row": "int64"}, ["hash"]).to_delayed()
+        groups = computed([dask.delayed(copyparts.group_part)(part, number, at, store.signatures.shape[1])
                            for number, part in enumerate(grouped)], "the identical-copies shuffle")
         holding = np.flatnonzero(groups).tolist()
         pairparts.keep_parts(store.work, GROUPS, holding)
         self.spill_documents(store, GROUPS, holding, copyparts.SPILL)
-        found = self.executor.map(copyparts.check_groups,
-                                  [(root, number, rows_at, kept_at, lengths_at, store.copy_batch_cost)
-                                   for number in holding], "checking identical copies")
+        found = self.executor.map(copyparts.check_groups, [(at, number, lengths_at, store.copy_batch_cost)
+                                                           for number in holding], "checking identical copies")
         pairparts.keep_parts(store.work, COPIES, holding)
         sizes = np.zeros(len(groups), np.int64)
         sizes[holding] = found
-        progress.advance(len(parts))
+        progress.advance(count)
         empty = np.zeros(0, np.int64)
         return Copies(empty, empty, np.zeros(0, np.float64), PairParts.of(root, COPIES, len(groups), sizes))
 
@@ -304,19 +297,17 @@ def pair_frames(executor: DaskExecutor, pairs) -> list:
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
-def row_hash_rows(work_at: WorkAt, index: int, first_spilled: int, out_of_copies: np.ndarray):
-    """One shard's row hashes as (hash uint64, spilled int64) rows for the active documents
-    the run keeps: all the shard's spilled active rows but those at out_of_copies (int64,
-    places within the shard, left out by the input rules); spilled, the row's place among the
-    active rows of all shards (first_spilled: the shard's first)."""
+def row_hash_rows(at: DocumentsAt, index: int):
+    """One shard's row hashes as (hash uint64, row int64) rows, for its documents with
+    shingles (DocumentsAt.active)."""
     import pandas as pd
 
-    hashes = np.asarray(WorkDir.attach(work_at).shard_array(index, "row_hash"))
-    kept = np.flatnonzero(Kept.leaving_out(out_of_copies).mask(0, hashes.shape[0]))
-    return pd.DataFrame({"hash": hashes[kept], "spilled": first_spilled + kept})
+    documents, live = at.active(index)
+    hashes = np.asarray(WorkDir.attach(at.work_at).shard_array(index, "row_hash"))[live]
+    return pd.DataFrame({"hash": hashes, "row": documents})
 
 
-# The band keys one round of the candidate shuffle moves: (band, key, place) rows of 20 bytes,
+# The band keys one round of the candidate shuffle moves: (band, key, row) rows of 20 bytes,
 # which the shuffle holds several times over (its pieces, their join, the sort). A round of all
 # 16 bands of 640,000 documents (10 million rows) takes the candidate stage's peak to about
 # 1,000 MB in the scale benchmark, against about 450 MB for the other stages; a round of this
@@ -338,32 +329,27 @@ def concatenated(frames: list):
     return frames[0] if len(frames) == 1 else dd.concat(frames)
 
 
-def band_key_rows(work_at: WorkAt, index: int, first_place: int, out_of_lsh: np.ndarray,
-                  copy_places: Optional[np.ndarray], bands: tuple[int, int]):
+def band_key_rows(at: DocumentsAt, index: int, copy_rows: Optional[np.ndarray], bands: tuple[int, int]):
     """One shard's band keys of the bands ``bands`` (first, stop) as (band int32, key uint64,
-    place int64) rows, for the documents that take part in LSH (all the shard's spilled active
-    rows but those at out_of_lsh: int64, places within the shard, and the copies among
-    copy_places: int64 ascending places among the spilled active rows of all shards, of this
-    shard and maybe others); place: the row's place among the spilled active rows of all shards
-    (first_place: the shard's first), which orders the documents as their corpus rows do."""
+    row int64) rows, for its documents with shingles (DocumentsAt.active) but the identical
+    copies among ``copy_rows`` (int64 ascending document rows, of this shard and maybe others),
+    which take no part in LSH."""
     import pandas as pd
 
     first_band, stop_band = bands
-    keys = np.asarray(WorkDir.attach(work_at).shard_array(index, "keys")[first_band:stop_band])
-    if copy_places is not None:
-        mine = copy_places[np.searchsorted(copy_places, first_place):
-                           np.searchsorted(copy_places, first_place + keys.shape[1])]
-        out_of_lsh = np.union1d(out_of_lsh, mine - first_place)
-    keep = Kept.leaving_out(out_of_lsh).mask(0, keys.shape[1])
-    keys = keys[:, keep]  # (bands, m')
+    documents, live = at.active(index)
+    keys = np.asarray(WorkDir.attach(at.work_at).shard_array(index, "keys")[first_band:stop_band])[:, live]
+    if copy_rows is not None and copy_rows.shape[0]:
+        keep = ~np.isin(documents, copy_rows, assume_unique=True)
+        keys, documents = keys[:, keep], documents[keep]
     count, members = keys.shape
     return pd.DataFrame({"band": np.repeat(np.arange(first_band, stop_band, dtype=np.int32), members),
-                         "key": keys.reshape(-1), "place": np.tile(first_place + np.flatnonzero(keep), count)})
+                         "key": keys.reshape(-1), "row": np.tile(documents, count)})
 
 
 def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     """Candidate pairs of one shuffled partition of band_key_rows, as codes a * span + b of
-    places: per band, the partition's rows in document order go through lsh.bucket_pairs, which
+    rows: per band, the partition's rows in document order go through lsh.bucket_pairs, which
     pairs each bucket's members in input order within the window, as the single process does;
     the bands on ``threads`` threads, each band's buckets cut in groups by key where the bands
     alone would leave threads idle (band_groups). A pair found in several bands is here as
@@ -371,14 +357,14 @@ def bucket_pair_codes(rows, window: int, span: np.uint64, threads: int):
     import pandas as pd
 
     band = rows["band"].to_numpy()
-    docs = rows["place"].to_numpy(dtype=np.int64)
+    docs = rows["row"].to_numpy(dtype=np.int64)
     keys = rows["key"].to_numpy(dtype=np.uint64)
     bands = np.unique(band).tolist()
     # A bucket's members share their key, so a group of keys holds whole buckets, in document order.
     groups = band_groups(len(bands), threads)
 
     def grouped_band(number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Band ``number``'s keys and places (uint64, int64; n rows) ordered by their group,
+        """Band ``number``'s keys and rows (uint64, int64; n rows) ordered by their group,
         key % groups, each group's rows in the order they came (a stable sort), and the
         groups' bounds (int64, groups + 1): one gather of the band for all its groups."""
         where = slice(None) if len(bands) == 1 else np.flatnonzero(band == number)
@@ -416,26 +402,22 @@ def band_groups(bands: int, threads: int) -> int:
     return threads // math.gcd(max(bands, 1), threads) if threads > 1 else 1
 
 
-def likely_part(rows, number: int, work_at: WorkAt, shard_rows: np.ndarray, active_starts: np.ndarray,
-                documents: Kept, width: int, span: np.uint64, threshold: float, pinned: int = 0) -> int:
+def likely_part(rows, number: int, at: DocumentsAt, documents: int, width: int, span: np.uint64, threshold: float,
+                pinned: int = 0) -> int:
     """Partition ``number`` of the pairs shuffled on their code (bucket_pair_codes): its
-    distinct pairs that pass the signature filter, their signature rows read from the shards
-    (disk.spilled_plausible), stored as likely part ``number`` (pipeline/pairparts.py) as the
-    rows of their documents (shard_rows, active_starts: disk.Shards'; documents: the spilled
-    rows that are documents, disk.ShardDocuments.rows). pinned: the leading rows that are an
-    index's documents (protocols.Store.pinned; all of them active, so also the leading
-    places), whose pairs of two are left out: they were checked when the later one came.
-    Returns how many distinct pairs the partition holds (its candidate pairs: the shuffle put
-    every copy of a pair in one partition)."""
+    distinct pairs that pass the signature filter (verify.plausible), their signature rows read
+    from the shards (DocumentSignatures: ``documents`` rows of ``width`` columns), stored as
+    likely part ``number`` (pipeline/pairparts.py). pinned: the leading rows that are an
+    index's documents (protocols.Store.pinned), whose pairs of two are left out: they were
+    checked when the later one came. Returns how many distinct pairs the partition holds (its
+    candidate pairs: the shuffle put every copy of a pair in one partition)."""
 
     codes = sorted_unique(rows["code"].to_numpy(dtype=np.uint64))
-    places = decoded_pairs(codes, span)
+    first, second = decoded_pairs(codes, span)
     if pinned:
-        fresh = places[1] >= pinned
-        codes, places = codes[fresh], (places[0][fresh], places[1][fresh])
-    likely = spilled_plausible(work_at, active_starts, width, *places, threshold)
-    # Codes ascend, and rows ascend with places: the part is ascending by (first, second).
-    shards = Shards.at(work_at, active_starts, shard_rows)
-    first, second = (rows_at_places(shards, documents, side[likely]) for side in places)
-    write_part(work_at, LIKELY, number, {"first": first, "second": second})
+        fresh = second >= pinned
+        codes, first, second = codes[fresh], first[fresh], second[fresh]
+    likely = plausible(DocumentSignatures(at, width, documents), first, second, threshold)
+    # Codes ascend: the part is ascending by (first, second).
+    write_part(at.work_at, LIKELY, number, {"first": first[likely], "second": second[likely]})
     return int(codes.shape[0])

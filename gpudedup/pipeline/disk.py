@@ -54,19 +54,19 @@ from ..stages import Progress, StageLog
 from ..version import __version__
 from .dask import DaskStages
 from .daskops import DaskExecutor
-from .kept import Kept
 from .keptrows import ShardedTable
 from .protocols import Executor, LocalExecutor
 from .shardids import IdsAt, ShardIds, shard_documents
 from .shardreader import ShardReader, sign_shard
 from .shards import (
+    ActiveDocuments,
     BackendOrName,
+    DocumentsAt,
+    DocumentSignatures,
     LengthsAt,
     Shards,
-    SpilledActive,
     SpilledKeys,
     SpilledLengths,
-    SpilledSignatures,
     by_shard,
     spill_sets,
     spilled_sets,
@@ -169,24 +169,19 @@ class WorkDirStore:
         self.files_left_out = {index for index in range(shards.count) if shards.work.shard_info(index)["left_out"]}
         self.files_left_out |= self.combination.left_out
         # The documents are the spilled rows (all shards' rows as read) that the input rules
-        # keep, in order; so are the active documents among the spilled active rows.
+        # keep, in order: the stages speak of their rows (DocumentsAt).
         self.rows = self.combination.rows
         self.documents = self.rows.count(0, int(shards.rows[-1]))
         # Inputs that gave no document stop the run (under either on_error) here, after reading.
         documents_read(self.found, self.documents, self.reader.shown, self.skipped_records())
-        # Which spilled active rows are documents (each Kept holds nothing where the input
-        # rules left no row out); the active rows and lengths stay in the shards until asked.
-        active_left_out = [np.zeros(0, np.int64)]
-        if not self.rows.every:
-            for index in range(shards.count):
-                active = np.asarray(shards.work.shard_array(index, "active"))
-                live = self.rows.mask(int(shards.rows[index]), int(shards.rows[index + 1]))[active]
-                active_left_out.append(int(shards.active_starts[index]) + np.flatnonzero(~live))
-        self.active_rows = Kept.leaving_out(np.concatenate(active_left_out))
-        m = self.active_rows.count(0, int(shards.active_starts[-1]))
-        self.active = SpilledActive(shards, self.rows, self.active_rows, m, self.documents)
-        self.lengths = SpilledLengths(shards, self.rows, self.documents)
-        self.signatures = SpilledSignatures(shards, banding.bands * banding.rows, self.active_rows, m)
+        at = self.documents_at(in_tasks=False)
+        # The documents with shingles: every spilled active row, unless the input rules left
+        # some out (then each shard's are read to count them); their rows stay in the shards.
+        m = int(shards.active_starts[-1]) if self.rows.every else \
+            sum(int(at.active(index)[1].sum()) for index in range(shards.count))
+        self.active = ActiveDocuments(at, m)
+        self.lengths = SpilledLengths(at, self.documents)
+        self.signatures = DocumentSignatures(at, banding.bands * banding.rows, self.documents)
 
     def sign_pending(self, executor: Executor, log: StageLog, progress: Progress) -> None:
         """Sign every shard not signed yet: here, one at a time within --max-memory, or as tasks."""
@@ -286,21 +281,18 @@ class WorkDirStore:
                 for file, start, stop, before in stored]
 
     def probe_keys(self) -> SpilledKeys:
-        """The band keys of the run's active documents, a band at a time (the probe of a run
-        against an index, index/staged.py)."""
-        return SpilledKeys(self.shards, self.bands, self.active_rows.mask(0, int(self.shards.active_starts[-1])))
+        """The band keys of the run's documents with shingles, a band at a time (the probe of
+        a run against an index, index/staged.py)."""
+        return SpilledKeys(self.documents_at(in_tasks=False), self.bands)
 
-    def active_positions(self, rows: np.ndarray) -> np.ndarray:
-        return self.active.positions_of(rows)
+    def documents_at(self, in_tasks: bool = True) -> DocumentsAt:
+        """Where the run's documents are in its shards (DocumentsAt): for its tasks, or for this
+        process (through the run's WorkDir, which shares what it has read)."""
+        return DocumentsAt(self.work.task_location if in_tasks else self.work, self.shards.rows, self.rows)
 
-    def left_out_parts(self) -> list[tuple[int, np.ndarray]]:
-        """Per shard (index, int64 places within its spilled active rows) of the active rows the
-        input rules left out, for the tasks that read the shard's row hashes or band keys
-        (dask.row_hash_rows, dask.band_key_rows): they take no part in the copies or LSH. Made
-        a shard at a time: nothing per document is held."""
-        starts = self.shards.active_starts
-        return [(index, np.flatnonzero(~self.active_rows.mask(int(starts[index]), int(starts[index + 1]))))
-                for index in range(self.shards.count)]
+    def signature_rows(self, rows: np.ndarray) -> np.ndarray:
+        """uint32 (k, K), host: the signatures of ``rows`` (int64, each with shingles)."""
+        return self.signatures[rows]
 
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held
@@ -350,8 +342,7 @@ class WorkDirStore:
 
     def lengths_at(self) -> LengthsAt:
         """``lengths`` as a task opens it (LengthsAt)."""
-        shards = self.shards
-        return LengthsAt(self.work.task_location, shards.rows, shards.active_starts, self.rows, self.documents)
+        return LengthsAt(self.documents_at(), self.documents)
 
     def ids_at(self) -> IdsAt:
         """The documents' ids as a task reads them (IdsAt)."""

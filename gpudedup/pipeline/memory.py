@@ -115,6 +115,10 @@ class MemoryStore:
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.active, rows)
 
+    def signature_rows(self, rows: np.ndarray) -> np.ndarray:
+        """uint32 (k, K), host: the signatures of ``rows`` (int64, each with shingles)."""
+        return self.signatures[self.active_positions(rows)]
+
     def row_hashes(self) -> np.ndarray:
         return self.row_hash
 

@@ -107,8 +107,7 @@ def keep_parts(work_at: WorkAt, kind: str, numbers: Iterable[int]) -> None:
 
 
 def columns_of(kind: str) -> list[str]:
-    """The arrays a part of ``kind`` pairs holds for its readers (a copies part has the
-    places of its members too, for the candidates stage: copyparts.py)."""
+    """The arrays a part of ``kind`` pairs holds for its readers."""
     return list(PAIR_COLUMNS) + ([] if kind in (LIKELY, GROUPS) else ["jaccard"])
 
 

@@ -1,8 +1,9 @@
 """A work directory's shards as the stages read them: the spill files of every shard
-(WORK/shards/NNNNN/, written by the signature task), gathered by row without holding anything
-per document (Shards, SpilledSignatures, SpilledActive, SpilledLengths, SpilledKeys), and the
-shingle sets of chosen rows spilled shard by shard (spill_shard_sets) and checked a chunk at a
-time from there (spilled_sets, spilled_jaccard).
+(WORK/shards/NNNNN/, written by the signature task), gathered by document row without holding
+anything per document (DocumentsAt, the one place a document's row becomes a shard's row;
+DocumentSignatures, ActiveDocuments, SpilledLengths, SpilledKeys), and the shingle sets of
+chosen rows spilled shard by shard (spill_shard_sets) and checked a chunk at a time from there
+(spilled_sets, spilled_jaccard).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow as pa
 from ..backends import Backend, get_backend
 from ..core.content import unit_buffers, unit_lengths
 from ..core.ragged import offsets_from_counts, weighted_ranges
-from ..core.verify import plausible, rows_jaccard_at_least, set_columns, sets_matrix
+from ..core.verify import rows_jaccard_at_least, set_columns, sets_matrix
 from ..memory import release_unused_memory
 from ..params import DedupParams
 from .kept import Kept
@@ -48,8 +49,8 @@ def by_shard(starts: np.ndarray, positions: np.ndarray):
 class Shards:
     """The finished shards of a work directory, as one corpus of rows 0 .. n-1 (host).
 
-    rows: int64 (s + 1,) first corpus row of each shard; active_starts: int64 (s + 1,) first
-    position of each shard among the documents with shingles (``active``).
+    rows: int64 (s + 1,) first spilled row of each shard; active_starts: int64 (s + 1,) how
+    many spilled rows with shingles (``active``) come before each shard.
     """
 
     work: WorkDir
@@ -65,13 +66,38 @@ class Shards:
         active = np.cumsum([0] + [info["active"] for info in infos]).astype(np.int64)
         return cls(work, count, rows, active)
 
-    @classmethod
-    def at(cls, work_at: WorkAt, active_starts: np.ndarray, rows: Optional[np.ndarray] = None) -> "Shards":
-        """The shards of the work directory at ``work_at`` (WorkDir.attach) as a task needs them to read
-        per-active-row arrays (active_starts: Shards.active_starts), and per-row ones where
-        given their ``rows`` (Shards.rows)."""
-        return cls(WorkDir.attach(work_at), active_starts.shape[0] - 1,
-                   np.zeros(0, np.int64) if rows is None else rows, active_starts)
+
+@dataclass
+class DocumentsAt:
+    """Where a task finds the run's documents in the shards of the work directory at
+    ``work_at`` (WorkDir.attach): shard_rows, int64 (s + 1,), the first spilled row of each
+    shard (Shards.rows); rows, the documents among the spilled rows (ShardDocuments.rows).
+
+    The stages speak of document rows only; here they become a shard and its rows: a
+    document's spilled row is rows.spilled of its row, and its place in the shard's
+    per-active-row arrays (signatures, band keys, row hashes) that of its spilled row in the
+    shard's ``active``."""
+
+    work_at: WorkAt
+    shard_rows: np.ndarray
+    rows: Kept
+
+    @property
+    def shards(self) -> int:
+        return self.shard_rows.shape[0] - 1
+
+    def active(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(documents int64 ascending, live bool (a,)) of shard ``index``: the rows of the
+        documents among its a active rows, and which of those rows they are (the input rules
+        may have left some out)."""
+        start, stop = int(self.shard_rows[index]), int(self.shard_rows[index + 1])
+        active = np.asarray(WorkDir.attach(self.work_at).shard_array(index, "active"))
+        live = self.rows.mask(start, stop)[active]
+        return self.rows.kept_at(start + active[live]), live
+
+    def document_starts(self) -> np.ndarray:
+        """int64 (s + 1,): the first document row of each shard, then the documents' count."""
+        return np.array([self.rows.count(0, int(first)) for first in self.shard_rows], np.int64)
 
 
 def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
@@ -88,28 +114,35 @@ def gathered_per_shard(starts: np.ndarray, places: np.ndarray, dtype,
     return out.reshape(places.shape + row)
 
 
-class SpilledSignatures:
-    """The signature rows of the active documents, gathered from the shards' memory-mapped
-    signatures.npy: ``rows[positions]`` gives uint32 (len(positions), K), host, for positions
-    into the run's active documents; kept: which of the active rows spilled by every shard
-    they are (all of them, unless the input rules left some out); m: how many.
+class DocumentSignatures:
+    """The signature rows of documents with shingles, gathered from the shards' memory-mapped
+    signatures.npy: ``signatures[items]`` gives uint32 (len(items), K), host, for the document
+    rows ``items``, or where ``documents`` is given (int64 document rows) for documents[items].
 
     Each shard's map is opened for one gather and closed after it: the pages a map has touched
     count in the process's resident set while it stays open, so maps kept open over every
     shard made the process that gathers (a Dask worker filtering candidate pairs) hold in the
     end about every signature of the corpus (4 bytes per permutation and document)."""
 
-    def __init__(self, shards: Shards, width: int, kept: Kept, m: int):
-        self.shards, self.kept = shards, kept
-        self.shape = (m, width)
+    def __init__(self, at: DocumentsAt, width: int, count: int, documents: Optional[np.ndarray] = None):
+        self.at, self.documents = at, documents
+        self.shape = (count, width)
 
-    def __getitem__(self, positions) -> np.ndarray:
-        positions = self.kept.spilled(np.asarray(positions, dtype=np.int64))
-        # The map lives only inside one shard's gather: unmapped after it (nothing else refers
-        # to it), its pages out of the resident set.
-        return gathered_per_shard(self.shards.active_starts, positions, np.uint32,
-                                  lambda index, local: self.shards.work.shard_array(index, "signatures")[local],
-                                  (self.shape[1],))
+    def __getitem__(self, items) -> np.ndarray:
+        rows = np.asarray(items, dtype=np.int64)
+        spilled = self.at.rows.spilled(rows if self.documents is None else self.documents[rows])
+        work = WorkDir.attach(self.at.work_at)
+
+        def gather(index: int, local: np.ndarray) -> np.ndarray:
+            # The map lives only inside one shard's gather: unmapped after it (nothing else
+            # refers to it), its pages out of the resident set.
+            active = np.asarray(work.shard_array(index, "active"))
+            found = np.minimum(np.searchsorted(active, local), max(active.shape[0] - 1, 0))
+            if active.shape[0] == 0 or not np.array_equal(active[found], local):
+                raise RuntimeError(f"{work.shown}: a signature was asked for a row with no shingles")
+            return work.shard_array(index, "signatures")[found]
+
+        return gathered_per_shard(self.at.shard_rows, spilled, np.uint32, gather, (self.shape[1],))
 
 
 def as_items(items, count: int) -> np.ndarray:
@@ -130,7 +163,7 @@ def as_items(items, count: int) -> np.ndarray:
 
 
 class SpilledColumn:
-    """What SpilledActive and SpilledLengths share: a length, and the whole column when numpy
+    """What ActiveDocuments and SpilledLengths share: a length, and the whole column when numpy
     asks for it (np.asarray: a persistent index's run, which holds every document anyway)."""
 
     shape: tuple[int]
@@ -145,86 +178,63 @@ class SpilledColumn:
         return self[np.arange(self.shape[0])].astype(dtype or np.int64, copy=False)
 
 
-class SpilledActive(SpilledColumn):
-    """The run's active documents (protocols.Store.active) gathered from the shards' spilled
-    ``active`` arrays when asked, not held: ``active[positions]`` gives their rows (int64,
-    host) for positions into them (int64, or a bool mask over them); ``positions_of(rows)``
-    the inverse. rows, active_rows: the spilled rows and spilled active rows the run keeps
-    (Kept); m: how many active documents, of ``documents``. So the client of a cluster holds
-    nothing per document for them (docs/scale.md)."""
+class ActiveDocuments(SpilledColumn):
+    """The rows of the run's documents with shingles (protocols.Store.active), read from the
+    shards' spilled ``active`` arrays when asked, not held: ``active[positions]`` gives their
+    rows (int64, host) for positions into them (int64, or a bool mask over them); m: how many.
+    So the client of a cluster holds nothing per document for them (docs/scale.md)."""
 
-    def __init__(self, shards: Shards, rows: Kept, active_rows: Kept, m: int, documents: int):
-        self.shards, self.rows, self.active_rows, self.documents = shards, rows, active_rows, documents
+    def __init__(self, at: DocumentsAt, m: int):
+        self.at = at
         self.shape = (m,)
 
     def __getitem__(self, positions) -> np.ndarray:
-        return rows_at_places(self.shards, self.rows, self.active_rows.spilled(as_items(positions, self.shape[0])))
-
-    def positions_of(self, rows: np.ndarray) -> np.ndarray:
-        """int64: the positions among the active documents of ``rows`` (int64, each active)."""
-        shards = self.shards
-        places = gathered_per_shard(shards.rows, self.rows.spilled(as_items(rows, self.documents)), np.int64,
-                                    lambda index, local:
-                                    shards.active_starts[index]
-                                    + np.searchsorted(np.asarray(shards.work.shard_array(index, "active")), local))
-        return self.active_rows.kept_at(places)
-
-
-def rows_at_places(shards: Shards, rows: Kept, places: np.ndarray) -> np.ndarray:
-    """int64: the rows of the active documents at ``places`` (int64 or uint64) among the
-    spilled active rows of every shard (each one a document: rows, ShardDocuments.rows, keeps
-    it), read from the shards' spilled ``active``."""
-    spilled = gathered_per_shard(shards.active_starts, places.astype(np.int64, copy=False), np.int64,
-                                 lambda index, local: shards.rows[index]
-                                 + np.asarray(shards.work.shard_array(index, "active"))[local])
-    return rows.kept_at(spilled)
+        positions = as_items(positions, self.shape[0])
+        every = [np.zeros(0, np.int64)] + [self.at.active(index)[0] for index in range(self.at.shards)]
+        return np.concatenate(every)[positions]
 
 
 class SpilledLengths(SpilledColumn):
     """The documents' text lengths (protocols.Store.lengths) gathered from the shards' spilled
     ``lengths`` when asked, not held: ``lengths[rows]`` gives int64 code points per row (rows:
-    int64 of any shape, or a bool mask); rows: the spilled rows the run keeps (Kept)."""
+    int64 of any shape, or a bool mask); n: how many documents."""
 
-    def __init__(self, shards: Shards, rows: Kept, n: int):
-        self.shards, self.rows = shards, rows
+    def __init__(self, at: DocumentsAt, n: int):
+        self.at = at
         self.shape = (n,)
 
     def __getitem__(self, rows) -> np.ndarray:
-        work = self.shards.work
-        return gathered_per_shard(self.shards.rows, self.rows.spilled(as_items(rows, self.shape[0])), np.int64,
+        work = WorkDir.attach(self.at.work_at)
+        return gathered_per_shard(self.at.shard_rows, self.at.rows.spilled(as_items(rows, self.shape[0])), np.int64,
                                   lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
 
 
 @dataclass
 class LengthsAt:
-    """What gives a task the documents' lengths (SpilledLengths) of the work directory at
-    ``work_at``: its shards' Shards.rows and active_starts, the run's documents among the
-    spilled rows (ShardDocuments.rows) and their count."""
+    """What gives a task the documents' lengths (SpilledLengths): where the documents are, and
+    how many."""
 
-    work_at: WorkAt
-    shard_rows: np.ndarray
-    active_starts: np.ndarray
-    rows: Kept
+    at: DocumentsAt
     documents: int
 
     def open(self) -> SpilledLengths:
-        return SpilledLengths(Shards.at(self.work_at, self.active_starts, self.shard_rows), self.rows, self.documents)
+        return SpilledLengths(self.at, self.documents)
 
 
 class SpilledKeys:
-    """Band keys of the active documents for a persistent index's probe (IndexReader.probe),
-    one band at a time from the shards' band-major keys.npy; ``keep``: bool (m,) the active
-    documents that take part."""
+    """Band keys of the documents with shingles for a persistent index's probe
+    (IndexReader.probe), one band at a time from the shards' band-major keys.npy, in the order
+    of their rows."""
 
-    def __init__(self, shards: Shards, bands: int, keep: np.ndarray):
-        self.shards, self.keep = shards, keep
-        self.shape = (int(keep.sum()), bands)
+    def __init__(self, at: DocumentsAt, bands: int):
+        self.at = at
+        self.live = [at.active(index)[1] for index in range(at.shards)]
+        self.shape = (int(sum(int(live.sum()) for live in self.live)), bands)
 
     def __getitem__(self, index) -> np.ndarray:
         _, band = index  # keys[:, band]
-        starts = self.shards.active_starts
-        parts = [np.asarray(self.shards.work.shard_array(i, "keys")[band])[self.keep[starts[i]:starts[i + 1]]]
-                 for i in range(self.shards.count)]
+        work = WorkDir.attach(self.at.work_at)
+        parts = [np.asarray(work.shard_array(i, "keys")[band])[live] for i, live in enumerate(self.live)]
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
@@ -289,16 +299,6 @@ def spilled_jaccard(work_at: WorkAt, name: str, shard_rows: np.ndarray, first: n
     BELOW_THRESHOLD (verify.pair_jaccard_at_least, on ``threads`` threads)."""
     return rows_jaccard_at_least(lambda docs: spilled_sets(work_at, name, shard_rows, docs), first, second,
                                  threshold, threads)
-
-
-def spilled_plausible(work_at: WorkAt, active_starts: np.ndarray, width: int, first: np.ndarray, second: np.ndarray,
-                      threshold: float) -> np.ndarray:
-    """Task: the signature filter (verify.plausible, bool (p,)) of pairs of spilled active rows
-    (first, second: int64 (p,) places among the active rows of all shards, Kept.spilled's),
-    their signature rows read from the shards' memory-mapped signatures.npy; active_starts:
-    Shards.active_starts; width: the signatures' columns."""
-    signatures = SpilledSignatures(Shards.at(work_at, active_starts), width, Kept(), int(active_starts[-1]))
-    return plausible(signatures, first, second, threshold)
 
 
 def spill_sets(work: WorkDir, name: str, reader: ShardReader, shard_rows: np.ndarray, params: DedupParams,
