@@ -124,7 +124,7 @@ class StagedIndexStore:
         return LengthsAt(self.documents_at(), self.documents)
 
     def ids_at(self) -> IdsAt:
-        return IdsAt(self.work.task_location, self.shards.rows, self.rows, self.id_type)
+        return IdsAt(self.documents_at(), self.id_type)
 
     def drop_signatures(self) -> None:
         pass  # memory maps: nothing is held

@@ -150,14 +150,13 @@ class DaskStages:
 
         if not likely.parts:  # (no document had band keys: no pair, no copy)
             return checked_in_memory(likely, copies, lambda first, second: np.zeros(0, np.float64))
-        root, shard_rows, rows = store.work.task_location, store.shards.rows, store.rows
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs of about 8 batches' text each.
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
-        shard_rows, rows = self.executor.share(shard_rows, rows)
-        counts = self.executor.map(pairparts.check_part, [(root, number, shard_rows, rows, threshold, chunk_bytes,
-                                                  self.executor.task_threads)
-                                                 for number in range(likely.parts)], "exact verification")
+        at, = self.executor.share(store.documents_at())
+        threads = self.executor.task_threads
+        counts = self.executor.map(pairparts.check_part, [(at, number, threshold, chunk_bytes, threads)
+                                                          for number in range(likely.parts)], "exact verification")
         pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
         none = Copies.none()
@@ -174,17 +173,13 @@ class DaskStages:
 
         if not numbers:
             return
-        root, shard_rows = store.work.task_location, store.shards.rows
-        # Every task reads the same offsets, rows, reader and parameters: sent once.
-        rows_at, kept_at, reader_at, params_at = self.executor.share(shard_rows, store.rows, store.reader, store.params)
-        documents = [dask.delayed(pairparts.part_documents)(root, kind, number, rows_at, kept_at)
-                     for number in numbers]
+        # Every task reads where the documents are, the reader and the parameters: sent once.
+        at, reader_at, params_at = self.executor.share(store.documents_at(), store.reader, store.params)
+        documents = [dask.delayed(pairparts.part_documents)(at, kind, number) for number in numbers]
         backend = store.task_backend(self.executor)
-        shared = (root, reader_at, rows_at, params_at)
         by_shard = shuffled(self.executor, documents, {"shard": "int64", "row": "int64"}, ["shard"])
-        computed([by_shard.map_partitions(
-            pairparts.spill_part_documents, spill, *shared, backend, meta=frame_of({"shards": "int64"}))],
-            "the shingle sets")
+        computed([by_shard.map_partitions(pairparts.spill_part_documents, spill, at, reader_at, params_at, backend,
+                                          meta=frame_of({"shards": "int64"}))], "the shingle sets")
 
     def pairs_inside(self, pairs, clustered, numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray) -> list:
         """protocols.Stages.pairs_inside by tasks: with the clusters in parts (pipeline/clusterparts.py),

@@ -346,7 +346,7 @@ class WorkDirStore:
 
     def ids_at(self) -> IdsAt:
         """The documents' ids as a task reads them (IdsAt)."""
-        return IdsAt(self.work.task_location, self.shards.rows, self.rows, self.combination.id_type)
+        return IdsAt(self.documents_at(), self.combination.id_type)
 
     def input_schemas(self) -> list[tuple[str, pa.Schema]]:
         """Each input file's columns, its shards' unified (once signed), but those left out."""

@@ -32,8 +32,7 @@ import pyarrow as pa
 
 from ..core.ragged import weighted_ranges
 from ..core.verify import BELOW_THRESHOLD
-from .kept import Kept
-from .shards import gathered_per_shard, spill_shard_sets, spilled_jaccard, unspilled
+from .shards import DocumentsAt, spill_shard_sets, spilled_jaccard, unspilled
 from .workdir import MANIFEST, WorkAt, WorkDir, arrays_of
 from .workfolders import DamagedWorkDirError
 
@@ -144,50 +143,41 @@ def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
 
 
-def part_documents(work_at: WorkAt, kind: str, number: int, shard_rows: np.ndarray, rows: Kept):
+def part_documents(at: DocumentsAt, kind: str, number: int):
     """The documents of part ``number`` of the ``kind`` pairs, distinct, as (shard, row) rows of
-    a pandas DataFrame: row, the document's spilled row (rows: the run's documents among the
-    spilled rows, disk.ShardDocuments.rows); shard, the shard holding it (shard_rows:
-    disk.Shards.rows)."""
+    a pandas DataFrame: row, the document's spilled row; shard, the shard holding it."""
     import pandas as pd
 
-    pairs = read_part(work_at, kind, number)
-    spilled = rows.spilled(np.unique(np.concatenate([pairs["first"], pairs["second"]])))
-    return pd.DataFrame({"shard": np.searchsorted(shard_rows, spilled, side="right") - 1, "row": spilled})
+    pairs = read_part(at.work_at, kind, number)
+    spilled = at.rows.spilled(np.unique(np.concatenate([pairs["first"], pairs["second"]])))
+    return pd.DataFrame({"shard": np.searchsorted(at.shard_rows, spilled, side="right") - 1, "row": spilled})
 
 
-def spill_part_documents(documents, spill: str, work_at: WorkAt, reader: Any, shard_rows: np.ndarray, params: Any,
-                         backend: str):
+def spill_part_documents(documents, spill: str, at: DocumentsAt, reader: Any, params: Any, backend: str):
     """The shingle sets of one partition of part_documents' rows shuffled on the shard, which
     holds every row of its shards: a shard's rows spilled under WORK/sets/<spill>/ as
     disk.spill_shard_sets does (the shard read once), unless an interrupted run did. Returns
     how many shards it spilled (a pandas DataFrame, for Dask)."""
     import pandas as pd
 
-    todo = unspilled(WorkDir.attach(work_at), spill, shard_rows, np.unique(documents["row"].to_numpy(np.int64)))
+    todo = unspilled(WorkDir.attach(at.work_at), spill, at.shard_rows, np.unique(documents["row"].to_numpy(np.int64)))
     for index, local in todo:
-        spill_shard_sets(work_at, spill, reader, index, local, params, backend)
+        spill_shard_sets(at.work_at, spill, reader, index, local, params, backend)
     return pd.DataFrame({"shards": [len(todo)]})
 
 
-def check_part(work_at: WorkAt, number: int, shard_rows: np.ndarray, rows: Kept, threshold: float,
-               chunk_bytes: int, threads: int) -> tuple[int, int]:
+def check_part(at: DocumentsAt, number: int, threshold: float, chunk_bytes: int, threads: int) -> tuple[int, int]:
     """Task: the exact Jaccard of likely part ``number``'s pairs, from the spill of
     spill_part_documents, a chunk at a time (chunks of about ``chunk_bytes`` of text) on
-    ``threads`` threads; the pairs that reach ``threshold``
-    stored as verified part ``number``. Returns (pairs checked, pairs below the threshold)."""
+    ``threads`` threads; the pairs that reach ``threshold`` stored as verified part
+    ``number``. Returns (pairs checked, pairs below the threshold)."""
 
-    work = WorkDir.attach(work_at)
+    work = WorkDir.attach(at.work_at)
     pairs = read_part(work, LIKELY, number)
-    first, second = rows.spilled(pairs["first"]), rows.spilled(pairs["second"])
-
-    def lengths(spilled: np.ndarray) -> np.ndarray:
-        return gathered_per_shard(shard_rows, spilled, np.int64,
-                                  lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
-
+    first, second = at.rows.spilled(pairs["first"]), at.rows.spilled(pairs["second"])
     jaccard = np.full(first.shape[0], BELOW_THRESHOLD, np.float64)
-    for start, stop in weighted_ranges(lengths(first) + lengths(second), chunk_bytes):
-        jaccard[start:stop] = spilled_jaccard(work, SPILL, shard_rows, first[start:stop], second[start:stop],
+    for start, stop in weighted_ranges(at.lengths(pairs["first"]) + at.lengths(pairs["second"]), chunk_bytes):
+        jaccard[start:stop] = spilled_jaccard(work, SPILL, at.shard_rows, first[start:stop], second[start:stop],
                                               threshold, threads)
     verified = jaccard >= threshold
     write_part(work, VERIFIED, number, {"first": pairs["first"][verified], "second": pairs["second"][verified],

@@ -15,7 +15,7 @@ from ..io.rules import PartSummary, id_groups, plan_combination
 from .kept import Kept
 from .daskops import DaskExecutor, arrays_sent, shuffled_map
 from .pairs import rows_sharing_hash
-from .shards import Shards, by_shard
+from .shards import DocumentsAt, Shards, by_shard
 from .workdir import WorkAt, WorkDir
 
 
@@ -163,7 +163,7 @@ class ShardIds:
 
     def take(self, rows: np.ndarray) -> pa.Array:
         self.shards.work.check_holds_this_run("its ids")
-        return IdsAt(self.shards.work, self.shards.rows, self.rows, self.type).take(rows)
+        return IdsAt(DocumentsAt(self.shards.work, self.shards.rows, self.rows), self.type).take(rows)
 
     def all(self) -> pa.Array:
         self.shards.work.check_holds_this_run("its ids")
@@ -172,17 +172,14 @@ class ShardIds:
 
 @dataclass
 class IdsAt:
-    """What gives a task the ids of document rows (ShardIds.take's), from the work directory
-    at ``work_at``: its Shards.rows, the run's documents among the spilled rows
-    (ShardDocuments.rows) and their ids' type."""
+    """What gives a task the ids of document rows (ShardIds.take's): where the documents are
+    (shards.DocumentsAt) and their ids' type."""
 
-    work_at: WorkAt
-    shard_rows: np.ndarray
-    rows: Kept
+    at: DocumentsAt
     type: pa.DataType
 
     def take(self, rows: np.ndarray) -> pa.Array:
         """The ids of ``rows`` (int64, any order), in that order, string ids wide (ids.wide):
         each shard holding some of them read once."""
-        spilled = self.rows.spilled(np.asarray(rows, dtype=np.int64))
-        return gathered_ids(self.work_at, self.shard_rows, lambda index: index, spilled, self.type)
+        spilled = self.at.rows.spilled(np.asarray(rows, dtype=np.int64))
+        return gathered_ids(self.at.work_at, self.at.shard_rows, lambda index: index, spilled, self.type)

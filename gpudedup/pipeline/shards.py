@@ -95,6 +95,13 @@ class DocumentsAt:
         live = self.rows.mask(start, stop)[active]
         return self.rows.kept_at(start + active[live]), live
 
+    def lengths(self, rows: np.ndarray) -> np.ndarray:
+        """int64, shaped as ``rows`` (int64 document rows): each document's text length in code
+        points, from its shard's spilled ``lengths``."""
+        work = WorkDir.attach(self.work_at)
+        return gathered_per_shard(self.shard_rows, self.rows.spilled(rows), np.int64,
+                                  lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
+
     def document_starts(self) -> np.ndarray:
         """int64 (s + 1,): the first document row of each shard, then the documents' count."""
         return np.array([self.rows.count(0, int(first)) for first in self.shard_rows], np.int64)
@@ -204,9 +211,7 @@ class SpilledLengths(SpilledColumn):
         self.shape = (n,)
 
     def __getitem__(self, rows) -> np.ndarray:
-        work = WorkDir.attach(self.at.work_at)
-        return gathered_per_shard(self.at.shard_rows, self.at.rows.spilled(as_items(rows, self.shape[0])), np.int64,
-                                  lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
+        return self.at.lengths(as_items(rows, self.shape[0]))
 
 
 @dataclass
