@@ -320,7 +320,8 @@ def test_rows_left_out_without_shingles_leave_every_active_row_in(tmp_path):
 
 def captured_stores(monkeypatch) -> list:
     """The stores of the runs that follow, in order, captured as they finish signing (with a
-    copy of their signatures as ``signed``, which a store in memory drops after the candidates)."""
+    copy of their signatures as ``signed`` and band keys as ``keyed``, which a store in memory
+    drops after the candidates)."""
     from gpudedup.pipeline.disk import WorkDirStore
     from gpudedup.pipeline.memory import MemoryStore
 
@@ -328,8 +329,13 @@ def captured_stores(monkeypatch) -> list:
     for store_class in (MemoryStore, WorkDirStore):
         def sign(self, *args, _sign=store_class.sign, **kwargs):
             _sign(self, *args, **kwargs)
-            self.signed = np.array(self.signatures if isinstance(self, MemoryStore) else
-                                   self.signatures[np.asarray(self.active)])  # (the active documents')
+            # (the active documents' signatures and band keys)
+            if isinstance(self, MemoryStore):
+                self.signed, self.keyed = np.array(self.signatures), np.array(self.keys)
+            else:
+                keys = self.probe_keys()
+                self.signed = np.array(self.signatures[np.asarray(self.active)])
+                self.keyed = np.stack([keys[:, band] for band in range(keys.shape[1])], axis=1)
             stores.append(self)
         monkeypatch.setattr(store_class, "sign", sign)
     return stores
@@ -359,11 +365,12 @@ def test_the_kept_rows_map_places_as_a_mask_does(seed):
 
 @pytest.mark.parametrize("rules", [False, True])
 def test_a_work_dirs_documents_gather_as_the_in_memory_arrays(tmp_path, monkeypatch, rules):
-    """disk.ActiveDocuments, SpilledLengths and the signatures by row (read from the shards
-    when asked, each document row found in its shard by DocumentsAt) against the in-memory
-    run's arrays: whole, by positions or rows in any order, by a bool mask, by a scalar; and
-    out-of-range indices, negative ones and masks of another length are refused rather than
-    read from the wrong place. rules: the input rules leave rows out."""
+    """disk.ActiveDocuments, SpilledLengths, the signatures by row and the band keys of an
+    index's probe (read from the shards when asked, each document row found in its shard by
+    DocumentsAt) against the in-memory run's arrays: whole, by positions or rows in any order,
+    by a bool mask, by a scalar; and out-of-range indices, negative ones and masks of another
+    length are refused rather than read from the wrong place. rules: the input rules leave
+    rows out."""
     records = sample_records()[:300]
     records[7]["text"] = "  "  # (a document without shingles)
     corpus = rules_corpus(tmp_path) if rules else write_shards(tmp_path / "in", records, 4)
@@ -388,6 +395,7 @@ def test_a_work_dirs_documents_gather_as_the_in_memory_arrays(tmp_path, monkeypa
     assert int(lengths[np.int64(rows[0])]) == memory.lengths[rows[0]]
     np.testing.assert_array_equal(staged.signature_rows(memory.active[positions]), memory.signed[positions])
     np.testing.assert_array_equal(staged.signed, memory.signed)
+    np.testing.assert_array_equal(staged.keyed, memory.keyed)
     with pytest.raises(RuntimeError, match="no shingles"):
         staged.signature_rows(np.setdiff1d(np.arange(memory.documents), memory.active)[:1])
     for bad in (np.array([-1]), np.array([memory.documents]), np.ones(3, bool)):

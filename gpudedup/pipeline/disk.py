@@ -283,7 +283,7 @@ class WorkDirStore:
     def probe_keys(self) -> SpilledKeys:
         """The band keys of the run's documents with shingles, a band at a time (the probe of
         a run against an index, index/staged.py)."""
-        return SpilledKeys(self.documents_at(in_tasks=False), self.bands)
+        return SpilledKeys(self.documents_at(in_tasks=False), self.bands, np.diff(self.shards.active_starts))
 
     def documents_at(self, in_tasks: bool = True) -> DocumentsAt:
         """Where the run's documents are in its shards (DocumentsAt): for its tasks, or for this

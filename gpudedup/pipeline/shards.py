@@ -229,11 +229,13 @@ class LengthsAt:
 class SpilledKeys:
     """Band keys of the documents with shingles for a persistent index's probe
     (IndexReader.probe), one band at a time from the shards' band-major keys.npy, in the order
-    of their rows."""
+    of their rows; active_counts: int64 (s,), each shard's rows with shingles (Shards'), which
+    are all documents unless the input rules left some out (then each shard's are read)."""
 
-    def __init__(self, at: DocumentsAt, bands: int):
+    def __init__(self, at: DocumentsAt, bands: int, active_counts: np.ndarray):
         self.at = at
-        self.live = [at.active(index)[1] for index in range(at.shards)]
+        self.live = [np.ones(int(count), dtype=bool) for count in active_counts] if at.rows.every else \
+            [at.active(index)[1] for index in range(at.shards)]
         self.shape = (int(sum(int(live.sum()) for live in self.live)), bands)
 
     def __getitem__(self, index) -> np.ndarray:
