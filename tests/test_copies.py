@@ -434,9 +434,9 @@ def test_copies_on_the_kernel_backend_equal_numpy():
     reference = dedup_corpus(corpus, params, NumpyBackend())
     for name in ("pair_a", "pair_b", "jaccard", "keep"):
         np.testing.assert_array_equal(getattr(ours, name), getattr(reference, name))
-    np.testing.assert_array_equal(ours.copies.member, reference.copies.member)
+    np.testing.assert_array_equal(ours.copies.held.member, reference.copies.held.member)
     assert ours.report["results"] == reference.report["results"]
-    assert reference.copies.member.shape[0] > 0
+    assert reference.copies.held.member.shape[0] > 0
 
 
 def test_report_counts_match_the_outcome():
@@ -444,15 +444,15 @@ def test_report_counts_match_the_outcome():
     outcome = dedup_corpus(strings_corpus(texts), DedupParams(threshold=0.7, **FULL_RECALL), NumpyBackend(),
                         keep_candidates=True)
     results = outcome.report["results"]
-    copies = outcome.copies.member.shape[0]
+    copies = outcome.copies.held.member.shape[0]
     assert results["identical_copies"] == copies > 0
     assert results["candidate_pairs"] == outcome.candidate_a.shape[0]
     assert results["exactly_checked_pairs"] == outcome.checked_jaccard.shape[0]
     assert results["verified_pairs"] == outcome.pair_a.shape[0]
     # No confirmed copy is in an LSH candidate pair: it left the buckets.
     lsh = set(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist())) - set(
-        zip(outcome.copies.first.tolist(), outcome.copies.member.tolist()))
-    assert not {d for pair in lsh for d in pair} & set(outcome.copies.member.tolist())
+        zip(outcome.copies.held.first.tolist(), outcome.copies.held.member.tolist()))
+    assert not {d for pair in lsh for d in pair} & set(outcome.copies.held.member.tolist())
     assert results["removed_documents"] == int((~outcome.keep).sum())
 
 

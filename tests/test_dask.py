@@ -614,10 +614,10 @@ def test_a_local_cluster_without_a_work_dir_gives_a_result_whose_ids_can_be_read
     single = gpudedup.dedup(corpus, backend="cpu", threshold=0.7)
     spread = gpudedup.dedup(corpus, backend="cpu", threshold=0.7, workers=2)
     assert spread.ids.equals(single.ids) and spread.all_pairs().equals(single.all_pairs())
-    copies, expected = spread._outcome.copies, single._outcome.copies
+    copies, expected = spread._outcome.copies, single._outcome.copies.held
     assert copies.parts is None and expected.first.shape[0] > 0
     for name in ("first", "member", "jaccard"):
-        assert np.array_equal(getattr(copies, name), getattr(expected, name)), name
+        assert np.array_equal(getattr(copies.held, name), getattr(expected, name)), name
     # Its cluster has gone: report.html renders what the run counted, the single process's blocks.
     single.write(tmp_path / "single")
     spread.write(tmp_path / "spread")
@@ -748,9 +748,9 @@ def test_the_identical_copies_found_by_tasks_are_the_single_process_copies(clien
     # report.html's largest clusters (of 16 documents: a dozen listed, "and 4 more"), as one process's.
     assert "and 4 more" in clusters_section(tmp_path / "spread")
     assert clusters_section(tmp_path / "single") == clusters_section(tmp_path / "spread")
-    expected, found = single._outcome.copies, spread._outcome.copies
-    assert found.parts is not None and found.first.shape[0] == 0  # (in parts, not held)
-    held = found.held()
+    expected, found = single._outcome.copies.held, spread._outcome.copies
+    assert found.parts is not None and found.held.first.shape[0] == 0  # (in parts, not held)
+    held = found.read()
     for name in ("first", "member", "jaccard"):
         np.testing.assert_array_equal(getattr(held, name), getattr(expected, name))
     assert expected.first.shape[0] > 40

@@ -181,8 +181,8 @@ def test_recall_figures_agree_with_an_independent_count(subset_texts, subset_cor
         truth = at_threshold(subset_truth[setting.shingle], subset_sets[setting.shingle], setting.threshold)
         # The same run again (runs are deterministic), counted by hand with Python sets.
         outcome = dedup_corpus(subset_corpus, setting.params(), backend, keep_candidates=True)
-        candidates = spelled_out(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist()), outcome.copies)
-        verified = spelled_out(zip(outcome.pair_a.tolist(), outcome.pair_b.tolist()), outcome.copies)
+        candidates = spelled_out(zip(outcome.candidate_a.tolist(), outcome.candidate_b.tolist()), outcome.copies.held)
+        verified = spelled_out(zip(outcome.pair_a.tolist(), outcome.pair_b.tolist()), outcome.copies.held)
         cluster_of = dict(zip(outcome.clusters.docs.tolist(), outcome.clusters.cluster.tolist()))
         candidate_hits = len(candidates & truth.keys())
         verified_hits = len(verified & truth.keys())

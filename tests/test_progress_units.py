@@ -66,7 +66,7 @@ def test_each_bar_counts_what_its_unit_names(kept_sets_bytes):
     # The exact check merges each pair it checks from the kept sets, or shingles each document of
     # those pairs once (the identical copies, checked before, are not among them).
     checked = set(zip(outcome.checked.first.tolist(), outcome.checked.second.tolist()))
-    copies = set(zip(outcome.copies.first.tolist(), outcome.copies.member.tolist()))
+    copies = set(zip(outcome.copies.held.first.tolist(), outcome.copies.held.member.tolist()))
     pairs = checked - copies
     documents = {row for pair in pairs for row in pair}
     expected = (len(pairs), "pairs", len(pairs)) if kept_sets_bytes else (len(documents), "documents", len(documents))

@@ -50,15 +50,11 @@ class Copies:
     first: int64 (c,) the first document of a group; member: int64 (c,) a later document with
     the same shingle set (first < member), ascending by (first, member); jaccard: float64 (c,),
     all 1.0 (the exact Jaccard that confirmed them); host.
-    parts: None, or (a cluster's run) the three are empty and the copies lie in the parts of
-    its work directory (pipeline.pairparts.PairParts of kind "copies", their sizes known:
-    pipeline/copyparts.py), where its tasks read them.
     """
 
     first: np.ndarray
     member: np.ndarray
     jaccard: np.ndarray
-    parts: Optional[Any] = None
 
     @classmethod
     def none(cls) -> "Copies":
@@ -67,21 +63,7 @@ class Copies:
 
     @property
     def count(self) -> int:
-        """How many copies, held or in parts."""
-        return int(self.first.shape[0] if self.parts is None else self.part_sizes.sum())
-
-    @property
-    def part_sizes(self) -> np.ndarray:
-        """int64 (parts,): the copies in each part; none where they are held."""
-        return np.zeros(0, np.int64) if self.parts is None else self.parts.sizes
-
-    def held(self) -> "Copies":
-        """These copies with first, member and jaccard here (read from their parts, if they
-        are in any)."""
-        if self.parts is None:
-            return self
-        stored = self.parts.read()
-        return Copies(stored["first"], stored["second"], stored["jaccard"])
+        return int(self.first.shape[0])
 
 
 def band_key_row_hash(keys: Any, xp=np) -> Any:

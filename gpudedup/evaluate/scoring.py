@@ -171,7 +171,7 @@ def score_outcome(setting: Setting, outcome, truth: GroundTruth, n_docs: int,
     _, _, true_jaccard, true_codes = truth.at(setting.threshold)
     # Identical copies are listed as a star around their group's first document; the truth
     # lists every pair of the group and every pair of each copy (copies.implied_pairs).
-    copies = outcome.copies
+    copies = outcome.copies.read()
     candidates = pair_codes(*implied_pairs(outcome.candidate_a, outcome.candidate_b, copies.first,
                                            copies.member, n_docs)[:2], n_docs)
     verified = pair_codes(*implied_pairs(outcome.pair_a, outcome.pair_b, copies.first, copies.member, n_docs)[:2],

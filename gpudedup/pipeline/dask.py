@@ -62,7 +62,7 @@ from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
 from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
-from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks
+from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, checked_in_memory, pair_tasks
 from .shards import DocumentSignatures, DocumentsAt
 from .signatures import batch_bytes
 from .workdir import WorkDir
@@ -149,7 +149,7 @@ class DaskStages:
         CheckedPairs.verified joins to the verified ones. store: a disk.WorkDirStore."""
 
         if not likely.parts:  # (no document had band keys: no pair, no copy)
-            return checked_in_memory(likely, copies, lambda first, second: np.zeros(0, np.float64))
+            return checked_in_memory(likely, copies.held, lambda first, second: np.zeros(0, np.float64))
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs of about 8 batches' text each.
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
@@ -211,7 +211,7 @@ class DaskStages:
 
         root, count = store.work.task_location, store.shards.count
         if count == 0:
-            return Copies.none()
+            return IdenticalCopies(Copies.none())
         progress.start("Checking identical copies", count, "parts")
         # Every partition's task reads where the documents are and their lengths: sent once.
         at, lengths_at = self.executor.share(store.documents_at(), store.lengths_at())
@@ -228,8 +228,7 @@ class DaskStages:
         sizes = np.zeros(len(groups), np.int64)
         sizes[holding] = found
         progress.advance(count)
-        empty = np.zeros(0, np.int64)
-        return Copies(empty, empty, np.zeros(0, np.float64), PairParts.of(root, COPIES, len(groups), sizes))
+        return IdenticalCopies(Copies.none(), PairParts.of(root, COPIES, len(groups), sizes))
 
 
 PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pair_frame's columns)

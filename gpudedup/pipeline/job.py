@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Callable, Optional
 import pyarrow as pa
 
 from ..backends import Backend
-from ..core.copies import Copies
 from ..core.hashing import draw_permutations
 from ..core.lsh import Banding
 from ..params import DedupParams
@@ -28,7 +27,7 @@ from ..version import __version__
 from .signatures import batch_bytes
 
 from .outcome import Outcome
-from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, copies_arrays, copies_of_arrays, merge_pairs
+from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs, merge_pairs
 from .protocols import Executor, LocalExecutor, Stages, Store
 from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
@@ -66,8 +65,8 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).
     with log.stage("copies"):
-        copies = copies_of_arrays(store, store.cached("copies", lambda: copies_arrays(
-            stages.copies(store, progress))))
+        copies = IdenticalCopies.of_arrays(store, store.cached("copies", lambda: stages.copies(store, progress)
+                                                              .as_arrays()))
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
@@ -85,7 +84,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
-                                                      (copies.first, copies.member, copies.first))
+                                                      (copies.held.first, copies.held.member, copies.held.first))
 
     clusters, shown = cluster_verified(store, verified, params, log, progress, stages)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
@@ -111,7 +110,7 @@ def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams,
 
 def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,
                  candidates: int, checked: int, verified: int, clusters: "Clustered",
-                 copies: Copies, work_dir: Optional[str], pinned: int = 0) -> Report:
+                 copies: IdenticalCopies, work_dir: Optional[str], pinned: int = 0) -> Report:
     """The run's report (report.Report), the one place it is built; pinned: the leading rows
     that are an index's documents (Store.pinned), which its counts leave out."""
     removed = clusters.removed_count

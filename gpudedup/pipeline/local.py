@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backends import Backend, host_threads
 from ..core.cluster import KeepPolicy, clusters_of_roots, component_roots
-from ..core.copies import Copies, identical_copies, same_signature_rows
+from ..core.copies import identical_copies, same_signature_rows
 from ..core.lsh import candidate_pairs
 from ..stages import Progress
 from ..core.verify import plausible
@@ -18,7 +18,7 @@ from ..threads import map_parallel
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
 from .clusterpairs import pairs_inside_of
-from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, checked_in_memory
+from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs, checked_in_memory
 
 if TYPE_CHECKING:
     from .protocols import Executor, HeldStore
@@ -32,10 +32,10 @@ class HeldStages:
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 
-    def likely_pairs(self, store: HeldStore, copies: Copies, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: HeldStore, copies: IdenticalCopies, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         # The copies' group's first document stands for them in LSH.
-        in_lsh = Kept.leaving_out(np.unique(store.active_positions(copies.member))).mask(0, store.active.shape[0])
+        in_lsh = Kept.leaving_out(np.unique(store.active_positions(copies.held.member))).mask(0, store.active.shape[0])
         # On the host the bands' sorts run on the backend's threads; a device sorts one at a time.
         threads = host_threads(backend)
         first, second = candidate_pairs(store.band_keys(in_lsh), store.active[in_lsh], window, backend.xp,
@@ -50,14 +50,14 @@ class HeldStages:
         return LikelyPairs(first[likely], second[likely], first.shape[0],
                            first if keep_every else empty, second if keep_every else empty)
 
-    def copies(self, store: HeldStore, progress: Progress) -> Copies:
-        return identical_copies(same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
-                                store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, self.executor),
-                                progress)
+    def copies(self, store: HeldStore, progress: Progress) -> IdenticalCopies:
+        return IdenticalCopies(identical_copies(
+            same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
+            store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, self.executor), progress))
 
-    def checked_pairs(self, store: HeldStore, likely: "LikelyPairs", copies: Copies, threshold: float,
+    def checked_pairs(self, store: HeldStore, likely: "LikelyPairs", copies: IdenticalCopies, threshold: float,
                       progress: Progress) -> "CheckedPairs":
-        return checked_in_memory(likely, copies, lambda first, second: store.exact_jaccard(
+        return checked_in_memory(likely, copies.held, lambda first, second: store.exact_jaccard(
             "pairs", first, second, threshold, self.executor, progress))
 
     def pairs_inside(self, pairs: "VerifiedPairs", clustered: Clustered, numbers: np.ndarray,

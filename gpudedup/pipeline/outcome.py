@@ -8,11 +8,10 @@ from functools import cached_property
 import numpy as np
 
 from ..core.cluster import Clusters
-from ..core.copies import Copies
 from .report import Report
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-from .pairs import CheckedPairs, VerifiedPairs
+from .pairs import CheckedPairs, IdenticalCopies, VerifiedPairs
 from .shown import Shown
 
 
@@ -37,9 +36,9 @@ class Outcome:
     candidate_a, candidate_b: int64 (q,), a < b: every candidate pair (before the signature
         filter), for evaluation against exact ground truth; empty unless the run was asked to
         keep them (they can be many, and most runs do not need them).
-    copies: the documents taken out of LSH as identical copies (copies.py; a cluster's run
-        leaves them in parts of its work directory: Copies.held reads them); each is also the
-        pair (first, member) of pair_a, pair_b with Jaccard 1.0.
+    copies: the documents taken out of LSH as identical copies (pairs.IdenticalCopies; a run
+        on Dask leaves them in parts of its work directory, which ``read`` reads); each is also
+        the pair (first, member) of pair_a, pair_b with Jaccard 1.0.
     shown: what report.html and the terminal show of the run (pipeline/shown.py), computed by
         the run.
 
@@ -55,7 +54,7 @@ class Outcome:
     checked: "CheckedPairs"
     candidate_a: np.ndarray
     candidate_b: np.ndarray
-    copies: Copies
+    copies: IdenticalCopies
     shown: Shown
 
     @property
@@ -85,7 +84,7 @@ class Outcome:
         cluster's run: its work directory is about to go)."""
         self.pairs.read_now()
         self.clustered = HeldClusters(self.clusters)
-        self.copies = self.copies.held()
+        self.copies = IdenticalCopies(self.copies.read())
 
     @property
     def removed(self) -> np.ndarray:

@@ -124,12 +124,6 @@ def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.sort(rows[order[shared]])
 
 
-def copies_arrays(copies: Copies) -> dict[str, np.ndarray]:
-    """The arrays a store keeps of the copies stage (Store.cached): the copies held, or the
-    sizes of their parts (sizes: none where held)."""
-    return {"first": copies.first, "member": copies.member, "jaccard": copies.jaccard, "sizes": copies.part_sizes}
-
-
 def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> PairParts:
     """The ``kind`` pairs a cluster's tasks kept in ``count`` parts of the store's work
     directory (sizes: int64 (count,), the pairs in each, where known)."""
@@ -137,11 +131,44 @@ def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray
     return PairParts.of(store.parts_at, kind, count, sizes)
 
 
-def copies_of_arrays(store: Store, arrays: dict[str, np.ndarray]) -> Copies:
-    """The copies of copies_arrays' arrays, those in parts found in the store's work directory."""
-    sizes = arrays["sizes"]
-    parts = stored_parts(store, COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
-    return Copies(arrays["first"], arrays["member"], arrays["jaccard"], parts)
+@dataclass
+class IdenticalCopies:
+    """The identical-copies stage's result: the copies held (``held``: core.copies.Copies), or
+    in a run on Dask left in parts of its work directory (``parts``: PairParts of kind "copies",
+    their sizes known; pipeline/copyparts.py), where tasks read them, and none held."""
+
+    held: Copies
+    parts: Optional[PairParts] = None
+
+    @property
+    def count(self) -> int:
+        """How many copies, held or in the parts."""
+        return self.held.count if self.parts is None else int(self.part_sizes.sum())
+
+    @property
+    def part_sizes(self) -> np.ndarray:
+        """int64 (parts,): the copies in each part; none where they are held."""
+        return np.zeros(0, np.int64) if self.parts is None or self.parts.sizes is None else self.parts.sizes
+
+    def read(self) -> Copies:
+        """The copies, held here (read from their parts where they lie in any)."""
+        if self.parts is None:
+            return self.held
+        stored = self.parts.read()
+        return Copies(stored["first"], stored["second"], stored["jaccard"])
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a store keeps of the stage (Store.cached): the copies held, or the sizes
+        of their parts (sizes: none where held)."""
+        held = self.held
+        return {"first": held.first, "member": held.member, "jaccard": held.jaccard, "sizes": self.part_sizes}
+
+    @classmethod
+    def of_arrays(cls, store: Store, arrays: dict[str, np.ndarray]) -> "IdenticalCopies":
+        """The copies of as_arrays' arrays, those in parts found in the store's work directory."""
+        sizes = arrays["sizes"]
+        parts = stored_parts(store, COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
+        return cls(Copies(arrays["first"], arrays["member"], arrays["jaccard"]), parts)
 
 
 @dataclass

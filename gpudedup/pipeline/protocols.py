@@ -20,7 +20,6 @@ import pyarrow as pa
 
 from ..backends import Backend
 from ..core.cluster import KeepPolicy
-from ..core.copies import Copies
 from ..core.hashing import Permutations
 from ..core.lsh import Banding
 from .report import InputSummary
@@ -32,7 +31,7 @@ from ..threads import HOST_THREADS
 
 if TYPE_CHECKING:
     from .heldclusters import Clustered
-    from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs
+    from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs
 
 
 class Store(Protocol):
@@ -158,20 +157,20 @@ class Stages(Protocol):
     def executor(self) -> Executor:
         """Who runs the stages' tasks."""
 
-    def likely_pairs(self, store: Any, copies: Copies, window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Any, copies: "IdenticalCopies", window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
         members of the identical ``copies`` (their group's first document stands for them)
         that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
         rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def copies(self, store: Any, progress: Progress) -> Copies:
+    def copies(self, store: Any, progress: Progress) -> "IdenticalCopies":
         """The identical copies among the active documents (copies.py): their groups by
         copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
         checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
         store's work directory (pipeline/copyparts.py)."""
 
-    def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: Copies, threshold: float,
+    def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: "IdenticalCopies", threshold: float,
                       progress: Progress) -> "CheckedPairs":
         """The verification stage: the exact Jaccard of the ``likely`` pairs where it reaches
         ``threshold`` and the identical copies joined to them: in this process
