@@ -118,7 +118,7 @@ class StagedIndexStore:
 
     def documents_at(self, in_tasks: bool = True) -> DocumentsAt:
         """WorkDirStore.documents_at: the lead's rows, then the input's."""
-        return DocumentsAt(self.work.task_location if in_tasks else self.work, self.shards.rows, self.rows)
+        return DocumentsAt.of(self.work.task_location if in_tasks else self.work, self.shards, self.rows)
 
     def lengths_at(self) -> LengthsAt:
         return LengthsAt(self.documents_at(), self.documents)

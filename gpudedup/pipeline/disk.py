@@ -283,12 +283,12 @@ class WorkDirStore:
     def probe_keys(self) -> SpilledKeys:
         """The band keys of the run's documents with shingles, a band at a time (the probe of
         a run against an index, index/staged.py)."""
-        return SpilledKeys(self.documents_at(in_tasks=False), self.bands, np.diff(self.shards.active_starts))
+        return SpilledKeys(self.documents_at(in_tasks=False), self.bands)
 
     def documents_at(self, in_tasks: bool = True) -> DocumentsAt:
         """Where the run's documents are in its shards (DocumentsAt): for its tasks, or for this
         process (through the run's WorkDir, which shares what it has read)."""
-        return DocumentsAt(self.work.task_location if in_tasks else self.work, self.shards.rows, self.rows)
+        return DocumentsAt.of(self.work.task_location if in_tasks else self.work, self.shards, self.rows)
 
     def signature_rows(self, rows: np.ndarray) -> np.ndarray:
         """uint32 (k, K), host: the signatures of ``rows`` (int64, each with shingles)."""

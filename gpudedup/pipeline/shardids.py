@@ -163,7 +163,7 @@ class ShardIds:
 
     def take(self, rows: np.ndarray) -> pa.Array:
         self.shards.work.check_holds_this_run("its ids")
-        return IdsAt(DocumentsAt(self.shards.work, self.shards.rows, self.rows), self.type).take(rows)
+        return IdsAt(DocumentsAt.of(self.shards.work, self.shards, self.rows), self.type).take(rows)
 
     def all(self) -> pa.Array:
         self.shards.work.check_holds_this_run("its ids")

@@ -71,29 +71,59 @@ class Shards:
 class DocumentsAt:
     """Where a task finds the run's documents in the shards of the work directory at
     ``work_at`` (WorkDir.attach): shard_rows, int64 (s + 1,), the first spilled row of each
-    shard (Shards.rows); rows, the documents among the spilled rows (ShardDocuments.rows).
+    shard, and active_starts, int64 (s + 1,), how many spilled rows with shingles come before
+    each (Shards'); rows, the documents among the spilled rows (ShardDocuments.rows).
 
     The stages speak of document rows only; here they become a shard and its rows: a
     document's spilled row is rows.spilled of its row, and its place in the shard's
     per-active-row arrays (signatures, band keys, row hashes) that of its spilled row in the
-    shard's ``active``."""
+    shard's ``active`` (the same, where every row of the shard has shingles)."""
 
     work_at: WorkAt
     shard_rows: np.ndarray
+    active_starts: np.ndarray
     rows: Kept
+
+    @classmethod
+    def of(cls, work_at: WorkAt, shards: Shards, rows: Kept) -> "DocumentsAt":
+        return cls(work_at, shards.rows, shards.active_starts, rows)
 
     @property
     def shards(self) -> int:
         return self.shard_rows.shape[0] - 1
+
+    def active_rows(self, index: int) -> np.ndarray:
+        """int64 ascending: shard ``index``'s rows with shingles, within the shard (its
+        ``active``, read only where some row has none)."""
+        count = int(self.active_starts[index + 1] - self.active_starts[index])
+        if count == int(self.shard_rows[index + 1] - self.shard_rows[index]):
+            return np.arange(count, dtype=np.int64)
+        return np.asarray(WorkDir.attach(self.work_at).shard_array(index, "active"))
 
     def active(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(documents int64 ascending, live bool (a,)) of shard ``index``: the rows of the
         documents among its a active rows, and which of those rows they are (the input rules
         may have left some out)."""
         start, stop = int(self.shard_rows[index]), int(self.shard_rows[index + 1])
-        active = np.asarray(WorkDir.attach(self.work_at).shard_array(index, "active"))
+        active = self.active_rows(index)
         live = self.rows.mask(start, stop)[active]
         return self.rows.kept_at(start + active[live]), live
+
+    def active_places(self, index: int, local: np.ndarray) -> np.ndarray:
+        """int64: the places among shard ``index``'s rows with shingles of its rows ``local``
+        (int64, any order, each with shingles: RuntimeError for one without)."""
+        count = int(self.active_starts[index + 1] - self.active_starts[index])
+        if count == int(self.shard_rows[index + 1] - self.shard_rows[index]):
+            return local  # (every row of the shard has shingles)
+        active = self.active_rows(index)
+        # Searched for in ascending order, the rows are found several times faster.
+        order = np.argsort(local, kind="stable")
+        places = np.empty(local.shape[0], np.int64)
+        places[order] = np.minimum(np.searchsorted(active, local[order]), max(count - 1, 0))
+        if count == 0 or not np.array_equal(active[places], local):
+            raise RuntimeError(f"{WorkDir.attach(self.work_at).shown}: a row with no shingles was asked for as "
+                               "one with shingles")
+        return places
 
     def lengths(self, rows: np.ndarray) -> np.ndarray:
         """int64, shaped as ``rows`` (int64 document rows): each document's text length in code
@@ -143,11 +173,7 @@ class DocumentSignatures:
         def gather(index: int, local: np.ndarray) -> np.ndarray:
             # The map lives only inside one shard's gather: unmapped after it (nothing else
             # refers to it), its pages out of the resident set.
-            active = np.asarray(work.shard_array(index, "active"))
-            found = np.minimum(np.searchsorted(active, local), max(active.shape[0] - 1, 0))
-            if active.shape[0] == 0 or not np.array_equal(active[found], local):
-                raise RuntimeError(f"{work.shown}: a signature was asked for a row with no shingles")
-            return work.shard_array(index, "signatures")[found]
+            return work.shard_array(index, "signatures")[self.at.active_places(index, local)]
 
         return gathered_per_shard(self.at.shard_rows, spilled, np.uint32, gather, (self.shape[1],))
 
@@ -229,12 +255,12 @@ class LengthsAt:
 class SpilledKeys:
     """Band keys of the documents with shingles for a persistent index's probe
     (IndexReader.probe), one band at a time from the shards' band-major keys.npy, in the order
-    of their rows; active_counts: int64 (s,), each shard's rows with shingles (Shards'), which
-    are all documents unless the input rules left some out (then each shard's are read)."""
+    of their rows (the shards' rows with shingles are all documents unless the input rules left
+    some out: then each shard's are read)."""
 
-    def __init__(self, at: DocumentsAt, bands: int, active_counts: np.ndarray):
+    def __init__(self, at: DocumentsAt, bands: int):
         self.at = at
-        self.live = [np.ones(int(count), dtype=bool) for count in active_counts] if at.rows.every else \
+        self.live = [np.ones(int(count), dtype=bool) for count in np.diff(at.active_starts)] if at.rows.every else \
             [at.active(index)[1] for index in range(at.shards)]
         self.shape = (int(sum(int(live.sum()) for live in self.live)), bands)
 
