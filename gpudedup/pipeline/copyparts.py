@@ -51,7 +51,7 @@ def group_part(rows, number: int, at: DocumentsAt, width: int) -> int:
     first, member = same_signature_rows(signatures, rows["hash"].to_numpy(np.uint64))
     if first.shape[0] == 0:
         return 0
-    write_part(at.work_at, GROUPS, number, {"first": documents[first], "second": documents[member]})
+    write_part(at.work, GROUPS, number, {"first": documents[first], "second": documents[member]})
     return int(first.shape[0])
 
 
@@ -61,14 +61,14 @@ def check_groups(at: DocumentsAt, number: int, lengths: LengthsAt, batch_cost: i
     their sets read from the spill of the groups' documents, stored as copies part ``number``.
     Returns how many."""
 
-    groups = read_part(at.work_at, GROUPS, number)
+    groups = read_part(at.work, GROUPS, number)
 
     def set_reader(docs: np.ndarray):
-        return lambda part: spilled_sets(at.work_at, SPILL, at.shard_rows, at.rows.spilled(part))
+        return lambda part: spilled_sets(at.work, SPILL, at.shard_rows, at.rows.spilled(part))
 
     copies = confirmed_copies(groups["first"], groups["second"], lengths.open(), batch_cost, set_reader)
-    write_part(at.work_at, COPIES, number, {"first": copies.first, "second": copies.member,
-                                            "jaccard": copies.jaccard})
+    write_part(at.work, COPIES, number, {"first": copies.first, "second": copies.member,
+                                         "jaccard": copies.jaccard})
     return int(copies.first.shape[0])
 
 

@@ -65,7 +65,6 @@ from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, 
 from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, checked_in_memory, pair_tasks
 from .shards import DocumentSignatures, DocumentsAt
 from .signatures import batch_bytes
-from .workdir import WorkDir
 
 
 class DaskStages:
@@ -297,7 +296,7 @@ def row_hash_rows(at: DocumentsAt, index: int):
     import pandas as pd
 
     documents, live = at.active(index)
-    hashes = np.asarray(WorkDir.attach(at.work_at).shard_array(index, "row_hash"))[live]
+    hashes = np.asarray(at.work.shard_array(index, "row_hash"))[live]
     return pd.DataFrame({"hash": hashes, "row": documents})
 
 
@@ -332,9 +331,11 @@ def band_key_rows(at: DocumentsAt, index: int, copy_rows: Optional[np.ndarray], 
 
     first_band, stop_band = bands
     documents, live = at.active(index)
-    keys = np.asarray(WorkDir.attach(at.work_at).shard_array(index, "keys")[first_band:stop_band])[:, live]
-    if copy_rows is not None and copy_rows.shape[0]:
-        keep = ~np.isin(documents, copy_rows, assume_unique=True)
+    keys = np.asarray(at.work.shard_array(index, "keys")[first_band:stop_band])[:, live]
+    if copy_rows is not None and documents.shape[0]:
+        # (copy_rows spans a range of shards: this shard's are a slice of it)
+        mine = copy_rows[np.searchsorted(copy_rows, documents[0]):np.searchsorted(copy_rows, documents[-1], "right")]
+        keep = ~np.isin(documents, mine, assume_unique=True)
         keys, documents = keys[:, keep], documents[keep]
     count, members = keys.shape
     return pd.DataFrame({"band": np.repeat(np.arange(first_band, stop_band, dtype=np.int32), members),
@@ -413,5 +414,5 @@ def likely_part(rows, number: int, at: DocumentsAt, documents: int, width: int, 
         codes, first, second = codes[fresh], first[fresh], second[fresh]
     likely = plausible(DocumentSignatures(at, width, documents), first, second, threshold)
     # Codes ascend: the part is ascending by (first, second).
-    write_part(at.work_at, LIKELY, number, {"first": first[likely], "second": second[likely]})
+    write_part(at.work, LIKELY, number, {"first": first[likely], "second": second[likely]})
     return int(codes.shape[0])

@@ -148,7 +148,7 @@ def part_documents(at: DocumentsAt, kind: str, number: int):
     a pandas DataFrame: row, the document's spilled row; shard, the shard holding it."""
     import pandas as pd
 
-    pairs = read_part(at.work_at, kind, number)
+    pairs = read_part(at.work, kind, number)
     spilled = at.rows.spilled(np.unique(np.concatenate([pairs["first"], pairs["second"]])))
     return pd.DataFrame({"shard": np.searchsorted(at.shard_rows, spilled, side="right") - 1, "row": spilled})
 
@@ -160,9 +160,9 @@ def spill_part_documents(documents, spill: str, at: DocumentsAt, reader: Any, pa
     how many shards it spilled (a pandas DataFrame, for Dask)."""
     import pandas as pd
 
-    todo = unspilled(WorkDir.attach(at.work_at), spill, at.shard_rows, np.unique(documents["row"].to_numpy(np.int64)))
+    todo = unspilled(at.work, spill, at.shard_rows, np.unique(documents["row"].to_numpy(np.int64)))
     for index, local in todo:
-        spill_shard_sets(at.work_at, spill, reader, index, local, params, backend)
+        spill_shard_sets(at.work, spill, reader, index, local, params, backend)
     return pd.DataFrame({"shards": [len(todo)]})
 
 
@@ -172,7 +172,7 @@ def check_part(at: DocumentsAt, number: int, threshold: float, chunk_bytes: int,
     ``threads`` threads; the pairs that reach ``threshold`` stored as verified part
     ``number``. Returns (pairs checked, pairs below the threshold)."""
 
-    work = WorkDir.attach(at.work_at)
+    work = at.work
     pairs = read_part(work, LIKELY, number)
     first, second = at.rows.spilled(pairs["first"]), at.rows.spilled(pairs["second"])
     jaccard = np.full(first.shape[0], BELOW_THRESHOLD, np.float64)

@@ -182,4 +182,4 @@ class IdsAt:
         """The ids of ``rows`` (int64, any order), in that order, string ids wide (ids.wide):
         each shard holding some of them read once."""
         spilled = self.at.rows.spilled(np.asarray(rows, dtype=np.int64))
-        return gathered_ids(self.at.work_at, self.at.shard_rows, lambda index: index, spilled, self.type)
+        return gathered_ids(self.at.work, self.at.shard_rows, lambda index: index, spilled, self.type)

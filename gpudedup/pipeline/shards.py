@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
@@ -36,8 +37,9 @@ BackendOrName = Union[Backend, str]
 
 def by_shard(starts: np.ndarray, positions: np.ndarray):
     """(shard, indices into positions) for every shard holding some of ``positions`` (int64,
-    corpus rows or active positions); starts: int64 (s + 1,) the first of each shard. One
-    sort for all shards, so the cost does not grow with shards x positions."""
+    spilled rows, or places in another sequence spilled shard by shard); starts: int64 (s + 1,)
+    the first of each shard. One sort for all shards, so the cost does not grow with shards x
+    positions."""
     shard = np.searchsorted(starts, positions, side="right") - 1
     order = np.argsort(shard, kind="stable")
     bounds = np.flatnonzero(np.diff(shard[order])) + 1
@@ -88,6 +90,17 @@ class DocumentsAt:
     def of(cls, work_at: WorkAt, shards: Shards, rows: Kept) -> "DocumentsAt":
         return cls(work_at, shards.rows, shards.active_starts, rows)
 
+    @cached_property
+    def work(self) -> WorkDir:
+        """The work directory, attached once for every task that reads through this object (a
+        worker's copy of it, or this process's): a remote one's unit markers are read once."""
+        return WorkDir.attach(self.work_at)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("work", None)  # (a worker attaches its own)
+        return state
+
     @property
     def shards(self) -> int:
         return self.shard_rows.shape[0] - 1
@@ -98,7 +111,7 @@ class DocumentsAt:
         count = int(self.active_starts[index + 1] - self.active_starts[index])
         if count == int(self.shard_rows[index + 1] - self.shard_rows[index]):
             return np.arange(count, dtype=np.int64)
-        return np.asarray(WorkDir.attach(self.work_at).shard_array(index, "active"))
+        return np.asarray(self.work.shard_array(index, "active"))
 
     def active(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(documents int64 ascending, live bool (a,)) of shard ``index``: the rows of the
@@ -121,14 +134,14 @@ class DocumentsAt:
         places = np.empty(local.shape[0], np.int64)
         places[order] = np.minimum(np.searchsorted(active, local[order]), max(count - 1, 0))
         if count == 0 or not np.array_equal(active[places], local):
-            raise RuntimeError(f"{WorkDir.attach(self.work_at).shown}: a row with no shingles was asked for as "
+            raise RuntimeError(f"{self.work.shown}: a row with no shingles was asked for as "
                                "one with shingles")
         return places
 
     def lengths(self, rows: np.ndarray) -> np.ndarray:
         """int64, shaped as ``rows`` (int64 document rows): each document's text length in code
         points, from its shard's spilled ``lengths``."""
-        work = WorkDir.attach(self.work_at)
+        work = self.work
         return gathered_per_shard(self.shard_rows, self.rows.spilled(rows), np.int64,
                                   lambda index, local: np.asarray(work.shard_array(index, "lengths"))[local])
 
@@ -168,7 +181,7 @@ class DocumentSignatures:
     def __getitem__(self, items) -> np.ndarray:
         rows = np.asarray(items, dtype=np.int64)
         spilled = self.at.rows.spilled(rows if self.documents is None else self.documents[rows])
-        work = WorkDir.attach(self.at.work_at)
+        work = self.at.work
 
         def gather(index: int, local: np.ndarray) -> np.ndarray:
             # The map lives only inside one shard's gather: unmapped after it (nothing else
@@ -213,9 +226,10 @@ class SpilledColumn:
 
 class ActiveDocuments(SpilledColumn):
     """The rows of the run's documents with shingles (protocols.Store.active), read from the
-    shards' spilled ``active`` arrays when asked, not held: ``active[positions]`` gives their
-    rows (int64, host) for positions into them (int64, or a bool mask over them); m: how many.
-    So the client of a cluster holds nothing per document for them (docs/scale.md)."""
+    shards when asked, not held: ``active[positions]`` gives their rows (int64, host) for
+    positions into them (int64, or a bool mask over them), reading every shard's (what a run
+    against an index commits asks for: all of them); m: how many. So the client of a cluster
+    holds nothing per document for them (docs/scale.md)."""
 
     def __init__(self, at: DocumentsAt, m: int):
         self.at = at
@@ -266,7 +280,7 @@ class SpilledKeys:
 
     def __getitem__(self, index) -> np.ndarray:
         _, band = index  # keys[:, band]
-        work = WorkDir.attach(self.at.work_at)
+        work = self.at.work
         parts = [np.asarray(work.shard_array(i, "keys")[band])[live] for i, live in enumerate(self.live)]
         return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
