@@ -510,9 +510,8 @@ apart from the client, writing its outputs from the workers. The process peak is
 own high-water mark (VmHWM); the report's is the largest of its per-stage peaks, which stop
 before report.html is written; the workers' are theirs at the end of the run."""),
     ("staged.json", "A work directory against a reference commit", """\
-`scripts/bench_staged.py` runs the whole `gpudedup dedup CORPUS --work-dir WORK` process (no
-workers) of this checkout and of a reference commit's install, in turns after an untimed run each:
-the best wall time, the largest peak of its stages' marks, and whether both wrote the same results."""),
+`scripts/bench_staged.py` runs `gpudedup dedup CORPUS --work-dir WORK` of this checkout and of a reference
+install in turns (an untimed run each first): best wall time, largest stage peak, same results or not."""),
     ("linux.json", "The Linux kernel sources", """\
 `scripts/bench_linux.py` runs `gpudedup dedup` on the shards four ways, each a process of its
 own on the same shards: in memory, staged (`--work-dir`), and on local Dask clusters of one and
