@@ -175,10 +175,9 @@ class WorkDirStore:
         # Inputs that gave no document stop the run (under either on_error) here, after reading.
         documents_read(self.found, self.documents, self.reader.shown, self.skipped_records())
         at = self.documents_at(in_tasks=False)
-        # The documents with shingles: every spilled active row, unless the input rules left
-        # some out (then each shard's are read to count them); their rows stay in the shards.
-        m = int(shards.active_starts[-1]) if self.rows.every else \
-            sum(int(at.active(index)[1].sum()) for index in range(shards.count))
+        # The documents with shingles (counted without a read where the input rules kept every
+        # row); their rows stay in the shards.
+        m = sum(int(at.live(index).sum()) for index in range(shards.count))
         self.active = ActiveDocuments(at, m)
         self.lengths = SpilledLengths(at, self.documents)
         self.signatures = DocumentSignatures(at, banding.bands * banding.rows, self.documents)

@@ -105,30 +105,44 @@ class DocumentsAt:
     def shards(self) -> int:
         return self.shard_rows.shape[0] - 1
 
+    def active_count(self, index: int) -> int:
+        """How many of shard ``index``'s rows have shingles."""
+        return int(self.active_starts[index + 1] - self.active_starts[index])
+
+    def every_row_active(self, index: int) -> bool:
+        """Whether every row of shard ``index`` has shingles (its ``active`` is then 0 .. n-1)."""
+        return self.active_count(index) == int(self.shard_rows[index + 1] - self.shard_rows[index])
+
     def active_rows(self, index: int) -> np.ndarray:
         """int64 ascending: shard ``index``'s rows with shingles, within the shard (its
         ``active``, read only where some row has none)."""
-        count = int(self.active_starts[index + 1] - self.active_starts[index])
-        if count == int(self.shard_rows[index + 1] - self.shard_rows[index]):
-            return np.arange(count, dtype=np.int64)
+        if self.every_row_active(index):
+            return np.arange(self.active_count(index), dtype=np.int64)
         return np.asarray(self.work.shard_array(index, "active"))
+
+    def live(self, index: int, active: Optional[np.ndarray] = None) -> np.ndarray:
+        """bool (a,): which of shard ``index``'s a rows with shingles (``active``: its
+        active_rows, where read already) are documents; nothing is read where the input rules
+        kept every row."""
+        if self.rows.every:
+            return np.ones(self.active_count(index), dtype=bool)
+        start, stop = int(self.shard_rows[index]), int(self.shard_rows[index + 1])
+        return self.rows.mask(start, stop)[self.active_rows(index) if active is None else active]
 
     def active(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(documents int64 ascending, live bool (a,)) of shard ``index``: the rows of the
         documents among its a active rows, and which of those rows they are (the input rules
         may have left some out)."""
-        start, stop = int(self.shard_rows[index]), int(self.shard_rows[index + 1])
         active = self.active_rows(index)
-        live = self.rows.mask(start, stop)[active]
-        return self.rows.kept_at(start + active[live]), live
+        live = self.live(index, active)
+        return self.rows.kept_at(int(self.shard_rows[index]) + active[live]), live
 
     def active_places(self, index: int, local: np.ndarray) -> np.ndarray:
         """int64: the places among shard ``index``'s rows with shingles of its rows ``local``
         (int64, any order, each with shingles: RuntimeError for one without)."""
-        count = int(self.active_starts[index + 1] - self.active_starts[index])
-        if count == int(self.shard_rows[index + 1] - self.shard_rows[index]):
-            return local  # (every row of the shard has shingles)
-        active = self.active_rows(index)
+        if self.every_row_active(index):
+            return local
+        active, count = self.active_rows(index), self.active_count(index)
         # Searched for in ascending order, the rows are found several times faster.
         order = np.argsort(local, kind="stable")
         places = np.empty(local.shape[0], np.int64)
@@ -274,8 +288,7 @@ class SpilledKeys:
 
     def __init__(self, at: DocumentsAt, bands: int):
         self.at = at
-        self.live = [np.ones(int(count), dtype=bool) for count in np.diff(at.active_starts)] if at.rows.every else \
-            [at.active(index)[1] for index in range(at.shards)]
+        self.live = [at.live(index) for index in range(at.shards)]
         self.shape = (int(sum(int(live.sum()) for live in self.live)), bands)
 
     def __getitem__(self, index) -> np.ndarray:
