@@ -173,7 +173,7 @@ class PairView:
         title = f"Documents {shown_id(a.id)} and {shown_id(b.id)}"
         notes = [f'<p class="ids">{html.escape(self._summary())}; the words of each that the other lacks are '
                  "highlighted.</p>"]
-        return _view_html(title, notes, cards, escape_title=False)
+        return _view_html(title, notes, cards)
 
     def __repr__(self) -> str:
         width = _terminal_width()
@@ -190,11 +190,10 @@ class PairView:
     __str__ = __repr__
 
 
-def _view_html(title: str, notes: list[str], cards: list[str], escape_title: bool = True) -> str:
-    """A view as HTML: report.html's cluster block (a title, notes, the document cards side by
-    side) under the view's scoped style."""
-    heading = html.escape(title) if escape_title else title
-    return (f'<div class="gpudedup-view"><style>{VIEW_CSS}</style><div class="cluster"><h3>{heading}</h3>'
+def _view_html(title: str, notes: list[str], cards: list[str]) -> str:
+    """A view as HTML: report.html's cluster block (a title, markup; notes, the document cards
+    side by side) under the view's scoped style."""
+    return (f'<div class="gpudedup-view"><style>{VIEW_CSS}</style><div class="cluster"><h3>{title}</h3>'
             + "".join(notes) + '<div class="docs">' + "".join(cards) + "</div></div></div>")
 
 
@@ -223,27 +222,20 @@ def _content(result, rows: np.ndarray) -> pa.Array:
     return plain(content_of(result.table, result.text_field).take(pa.array(rows - result.indexed_rows, pa.int64())))
 
 
-def _jaccard(result, first: np.ndarray, second: np.ndarray) -> list[Optional[float]]:
+def _jaccard(result, first: np.ndarray, second: np.ndarray) -> tuple[list[Optional[float]], list[bool]]:
     """The exact Jaccard of the outcome's rows first[i] and second[i]: from their texts, by the
     verification's code (removedrows.texts_jaccard); where one is an indexed document, the
-    verified pair's (None where they are no verified pair, or both have no shingles)."""
+    verified pair's (None where they are no verified pair, or both have no shingles); and
+    whether the two are a verified pair (removedrows.copies_jaccard over the run's pairs)."""
     first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
-    values = np.full(first.shape[0], np.nan)
-    indexed = (first < result.indexed_rows) | (second < result.indexed_rows)
-    here = np.flatnonzero(~indexed)
+    o = result._outcome
+    verified = copies_jaccard(o.pair_a, o.pair_b, o.jaccard, first, second)
+    values = verified.copy()
+    here = np.flatnonzero((first >= result.indexed_rows) & (second >= result.indexed_rows))
     if here.shape[0]:
         values[here] = texts_jaccard(_content(result, first[here]), _content(result, second[here]),
                                      np.arange(here.shape[0]), shingle_spec(result.report["parameters"]))
-    there = np.flatnonzero(indexed)
-    if there.shape[0]:
-        values[there] = _verified(result, first[there], second[there])
-    return [None if np.isnan(value) else float(value) for value in values]
-
-
-def _verified(result, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """float64: removedrows.copies_jaccard of rows first[i], second[i] over the run's pairs."""
-    o = result._outcome
-    return copies_jaccard(o.pair_a, o.pair_b, o.jaccard, first, second)
+    return [None if np.isnan(value) else float(value) for value in values], (~np.isnan(verified)).tolist()
 
 
 def _row_of(result, doc_id: Any) -> int:
@@ -265,13 +257,6 @@ def _place_in_clusters(clusters, row: int) -> Optional[int]:
     """The place of ``row`` among the clusters' documents, None where it is in no cluster."""
     at = int(np.searchsorted(clusters.docs, row))
     return at if at < clusters.docs.shape[0] and clusters.docs[at] == row else None
-
-
-def _doc_of(row: int, doc_id: Any, text: Optional[str], clusters) -> Document:
-    """The Document of the outcome's row ``row`` (its id ``doc_id``, its text ``text``)."""
-    at = _place_in_clusters(clusters, row)
-    return Document(doc_id, text, True if at is None else bool(clusters.keep[at]),
-                    None if at is None else int(clusters.cluster[at]))
 
 
 # --- the helpers DedupResult calls -------------------------------------------------------------
@@ -297,12 +282,11 @@ def cluster_view(result, number: Optional[int] = None, doc_id: Any = None) -> Cl
     ids = result._ids_of(rows).to_pylist()
     shown = rows[:MEMBERS_SHOWN]
     texts, _ = texts_of(result, shown)
-    jaccard = [None] + _jaccard(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])
-    verified = [False] + [not np.isnan(v) for v in _verified(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])]
+    jaccard, verified = _jaccard(result, np.full(shown.shape[0] - 1, rows[0]), shown[1:])
     documents = tuple(Document(ids[n], texts[n], bool(clusters.keep[order[n]]), int(number))
                       for n in range(shown.shape[0]))
-    return ClusterView(int(number), tuple(ids), tuple(clusters.keep[order].tolist()), documents, tuple(jaccard),
-                       tuple(verified))
+    return ClusterView(int(number), tuple(ids), tuple(clusters.keep[order].tolist()), documents, (None, *jaccard),
+                       (False, *verified))
 
 
 def pair_view(result, id_a: Any, id_b: Any) -> PairView:
@@ -312,10 +296,12 @@ def pair_view(result, id_a: Any, id_b: Any) -> PairView:
         raise ParameterError(f"pair() takes two documents; got the id {id_a!r} twice")
     clusters = result._outcome.clusters
     texts, _ = texts_of(result, rows)
-    first, second = (_doc_of(int(row), doc_id, text, clusters)
-                     for row, doc_id, text in zip(rows, (id_a, id_b), texts))
-    verified = not np.isnan(_verified(result, rows[:1], rows[1:])[0])
-    return PairView(first, second, _jaccard(result, rows[:1], rows[1:])[0], verified)
+    at = [_place_in_clusters(clusters, int(row)) for row in rows]
+    first, second = (Document(doc_id, text, True if n is None else bool(clusters.keep[n]),
+                              None if n is None else int(clusters.cluster[n]))
+                     for n, doc_id, text in zip(at, (id_a, id_b), texts))
+    (jaccard,), (verified,) = _jaccard(result, rows[:1], rows[1:])
+    return PairView(first, second, jaccard, verified)
 
 
 def removed_rows(result) -> Any:

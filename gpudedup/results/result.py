@@ -307,7 +307,6 @@ class DedupResult:
                         self._given_schema)
 
 
-
 # errors.jsonl: one object per record or file --on-error skip left out (line None: a file).
 SKIPPED_RECORD_SCHEMA = pa.schema([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
 
@@ -362,11 +361,10 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                                     texts_read(result))
         if write_removed:
             write_removed_rows(result, staging, out, format, names, executor)
-        write_clusters(result, staging, out, names is not None, executor)
+        write_pairs_and_clusters(result, staging, out, names is not None, executor)
         if result._on_error == "skip":  # written even when empty: "nothing was skipped"
             records = [{**record, "reason": in_interface_words(record["reason"])} for record in result.skipped_records]
             write_jsonl(pa.Table.from_pylist(records, schema=SKIPPED_RECORD_SCHEMA), staging / "errors.jsonl")
-        write_pairs(result, staging, out, names is not None, executor)
         # The report's figures are drawn within the write's time; the page itself needs the
         # finished report, so it comes after.
         figures = report_figures(result)
@@ -402,48 +400,27 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
         result._rows.write_removed_files(staging, out, names, format, removed, spec, executor)
 
 
-def write_pairs(result: DedupResult, staging: Path, out: Location, dataset: bool,
-                executor: Optional[Executor] = None) -> None:
-    """Write pairs (write_table), by ``executor``'s tasks where it is a cluster's and the run
-    left its clusters in its work directory's parts (pipeline/dask.write_pairs_by_tasks: the client holds
-    none of the pairs or their ids), else here, a part at a time."""
-    clustered = parts_written_by_tasks(result, dataset, executor)
-    if clustered is None:
+def write_pairs_and_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool,
+                             executor: Optional[Executor] = None) -> None:
+    """Write clusters and pairs (write_table), here, a part at a time, unless ``executor`` is a
+    cluster's, the tables a dataset and the run left its clusters in its work directory's parts:
+    then clusters a task per part (each part made from the parts that hold its rows:
+    clusterparts.clusters_table), pairs by pipeline/dask.write_pairs_by_tasks (the client holds
+    none of the pairs or their ids)."""
+    if not (dataset and result._outcome.clustered.in_parts and executor is not None and not executor.in_process):
+        write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
+    clustered = cast("ClusterParts", result._outcome.clustered)
     from ..pipeline.dask import write_pairs_by_tasks  # (start-up: a run in memory loads none of the Dask runner)
 
-    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
-                         tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
-
-
-def write_clusters(result: DedupResult, staging: Path, out: Location, dataset: bool,
-                   executor: Optional[Executor] = None) -> None:
-    """Write clusters (write_table), a task per part on ``executor`` where it is a cluster's
-    and the run left its clusters in its work directory's parts (each part made from the parts
-    that hold its rows: clusterparts.clusters_table), else here, a part at a time."""
-    clustered = parts_written_by_tasks(result, dataset, executor)
-    if clustered is None:
-        write_table(result._clusters_parts(), staging, CLUSTERS_DIR, dataset)
-        return
-    assert executor is not None  # (parts_written_by_tasks: a cluster's executor)
-    folder = tasks_folder(staging, out, CLUSTERS_DIR)
     parts, = executor.share(clustered)  # (every task reads the parts' description)
-    executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type,
-                                        child_name(folder, part_name(number)))
+    folder = tasks_folder(staging, out, CLUSTERS_DIR)
+    executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type, child_name(folder, part_name(number)))
                                        for number, pieces in enumerate(clustered.table_pieces())],
                  "writing the clusters")
-
-
-def parts_written_by_tasks(result: DedupResult, dataset: bool,
-                           executor: Optional[Executor]) -> Optional["ClusterParts"]:
-    """The run's clusters where its pairs and clusters tables are written by ``executor``'s
-    tasks (a dataset, the clusters in a work directory's parts, a cluster's executor), else
-    None: this process writes them."""
-    clustered = result._outcome.clustered
-    if dataset and clustered.in_parts and executor is not None and not executor.in_process:
-        return cast("ClusterParts", clustered)
-    return None
+    write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
+                         tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
 
 
 def write_clusters_part(clustered: ClusterParts, pieces: list, id_type: pa.DataType, path: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from html import escape, unescape
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -102,18 +102,8 @@ def candidates_histogram_svg(bands: int, rows: int, threshold: float, counts: np
     if counts.shape != (edges.shape[0] - 1,):
         raise ValueError(f"{counts.shape[0]} counts for {edges.shape[0] - 1} bins")
     checked = int(counts.sum()) + rejected
-    nonzero = counts[counts > 0]
-    if log is None:
-        log = bool(nonzero.size > 0 and nonzero.max() > 100 * nonzero.min())
     x_limits = (0.0, max(float(edges[-1]), 1.0))
-    if log:
-        top = float(nonzero.max()) * 1.6 if nonzero.size else 10.0
-        axes = Axes(x_limits, (0.7, max(top, 1.0)), log=True)
-        y_ticks = [10.0 ** k for k in range(0, int(math.floor(math.log10(axes.y_limits[1]))) + 1)]
-    else:
-        top = float(nonzero.max()) * 1.05 if nonzero.size else 1.0  # (5 % above the fullest bin)
-        axes = Axes(x_limits, (0.0, top))
-        y_ticks = linear_ticks(0.0, top, whole=bool(nonzero.size))
+    axes, y_ticks, log = count_axes(x_limits, counts, log, 1.05, 1.0)  # (5 % above the fullest bin)
     parts = [axes.grid_and_ticks(linear_ticks(*x_limits), y_ticks, decimal_label, count_label)]
 
     bars = []
@@ -170,17 +160,7 @@ def cluster_sizes_svg(sizes: np.ndarray, clusters: np.ndarray, log: Optional[boo
     sizes, clusters = np.asarray(sizes, np.int64), np.asarray(clusters, np.int64)
     bins = size_bins(int(sizes.max(initial=2)))
     counts = np.array([int(clusters[(sizes >= low) & (sizes <= high)].sum()) for low, high in bins], np.int64)
-    nonzero = counts[counts > 0]
-    if log is None:
-        log = bool(nonzero.size > 0 and nonzero.max() > 100 * nonzero.min())
-    x_limits = (0.0, float(len(bins)))
-    if log:
-        axes = Axes(x_limits, (0.7, max(float(nonzero.max()) * 1.6, 10.0)), log=True)
-        y_ticks = [10.0 ** k for k in range(0, int(math.floor(math.log10(axes.y_limits[1]))) + 1)]
-    else:
-        top = float(nonzero.max()) * 1.08 if nonzero.size else 1.0
-        axes = Axes(x_limits, (0.0, top))
-        y_ticks = linear_ticks(0.0, top, whole=bool(nonzero.size))
+    axes, y_ticks, log = count_axes((0.0, float(len(bins))), counts, log, 1.08, 10.0)
     parts = [axes.grid_and_ticks([], y_ticks, decimal_label, count_label)]
     bars = []
     for place, ((low, high), count) in enumerate(zip(bins, counts.tolist())):
@@ -194,7 +174,7 @@ def cluster_sizes_svg(sizes: np.ndarray, clusters: np.ndarray, log: Optional[boo
                     f'data-count="{count}" data-sizes="{low}-{high}"/>')
         parts.append(_text((x0 + x1) / 2, y - 4, f"{count:,}", SMALL, "middle", GREY))
     parts.append(f'<g fill="{BLUE}">{"".join(bars)}</g>')
-    if not nonzero.size:
+    if not counts.any():
         parts.append(_text((axes.left + axes.right) / 2, (axes.top + axes.bottom) / 2, "no clusters", 12.5,
                            "middle", GREY))
     parts.append(axes.spines())
@@ -272,6 +252,22 @@ def recall_by_similarity_svg(bin_edges, recall_per_bin: Union[Sequence[float], M
     return _document(title or "Recall by similarity", parts)
 
 
+def count_axes(x_limits: tuple[float, float], counts: np.ndarray, log: Optional[bool], headroom: float,
+               log_top: float) -> tuple["Axes", list[float], bool]:
+    """The axes of a histogram of ``counts`` (int (k,), none negative), their y ticks and whether
+    they are log-scale: where ``log``, or where None and the fullest bin holds over 100 times the
+    emptiest non-empty one; up to 1.6 times the fullest bin on a log scale (at least
+    ``log_top``), else ``headroom`` times it."""
+    nonzero = counts[counts > 0]
+    if log is None:
+        log = bool(nonzero.size > 0 and nonzero.max() > 100 * nonzero.min())
+    if log:
+        axes = Axes(x_limits, (0.7, max(float(nonzero.max()) * 1.6 if nonzero.size else 10.0, log_top)), log=True)
+        return axes, [10.0 ** k for k in range(0, int(math.floor(math.log10(axes.y_limits[1]))) + 1)], True
+    top = float(nonzero.max()) * headroom if nonzero.size else 1.0
+    return Axes(x_limits, (0.0, top)), linear_ticks(0.0, top, whole=bool(nonzero.size)), False
+
+
 def count_label(value: float) -> str:
     """A count's tick label in at most five characters (800, 9,500, 120k, 2.5M), so that the
     axes' margins (PLOT_BOX) hold it."""
@@ -336,11 +332,11 @@ class Axes:
         self.x_limits, self.y_limits, self.log = x_limits, y_limits, log
         self.left, self.top, self.right, self.bottom = PLOT_BOX
 
-    def x(self, value: float) -> float:
+    def x(self, value: Any) -> Any:  # (a float, or numpy float64 (k,): Axes.curve)
         low, high = self.x_limits
         return self.left + (value - low) / (high - low) * (self.right - self.left)
 
-    def y(self, value: float) -> float:
+    def y(self, value: Any) -> Any:  # (as x; never an array on a log scale)
         low, high = self.y_limits
         if self.log:
             value, low, high = math.log10(value), math.log10(low), math.log10(high)
@@ -350,9 +346,7 @@ class Axes:
               dashes: Optional[str] = None) -> str:
         """A polyline through the points (x, y) of the data, dashed where ``dashes`` gives the
         pattern."""
-        xs = self.left + (x - self.x_limits[0]) / (self.x_limits[1] - self.x_limits[0]) * (self.right - self.left)
-        ys = self.bottom - (y - self.y_limits[0]) / (self.y_limits[1] - self.y_limits[0]) * (self.bottom - self.top)
-        points = " ".join(f"{a:.2f},{b:.2f}" for a, b in zip(xs.tolist(), ys.tolist()))
+        points = " ".join(f"{a:.2f},{b:.2f}" for a, b in zip(self.x(x).tolist(), self.y(y).tolist()))
         dash = f' stroke-dasharray="{dashes}"' if dashes else ""
         return (f'<polyline data-curve="{name}" points="{points}" fill="none" stroke="{colour}" '
                 f'stroke-width="{width:.2f}" stroke-linejoin="round" stroke-linecap="round"{dash}/>')

@@ -74,18 +74,9 @@ def render(result, figures: Optional[Mapping[str, str]] = None) -> str:
     return "".join(parts) + "</main>\n</body>\n</html>\n"
 
 
-def write_report(result, directory, figures: Optional[Mapping[str, str]] = None) -> list[Path]:
-    """Write report.html and the figures' SVG files (FIGURE_FILES) into ``directory``; returns
-    the paths written."""
-    directory = Path(directory)
-    if figures is None:
-        figures = report_figures(result)
-    written = []
+def write_report(result, directory: Path, figures: Mapping[str, str]) -> None:
+    """Write report.html and the figures' SVG files (``report_figures``; FIGURE_FILES) into
+    ``directory``."""
     for name, svg in figures.items():
-        path = directory / FIGURE_FILES[name]
-        path.write_text(svg, encoding="utf-8")
-        written.append(path)
-    path = directory / "report.html"
-    path.write_text(render(result, figures), encoding="utf-8")
-    written.append(path)
-    return written
+        (directory / FIGURE_FILES[name]).write_text(svg, encoding="utf-8")
+    (directory / "report.html").write_text(render(result, figures), encoding="utf-8")

@@ -194,51 +194,45 @@ def matrix_table(groups: Mapping, label) -> str:
 
 def not_read(i: Mapping) -> str:
     """The entries inside the input directories that were not read, each with why, by name
-    (report.json's input.skipped_file_reasons; a report written before it had them gives the
-    paths alone)."""
-    entries = i.get("skipped_file_reasons") or [{"path": str(path), "reason": ""} for path in i["skipped_files"]]
+    (report.json's input.skipped_file_reasons)."""
+    entries = i["skipped_file_reasons"]
     if not entries:
         return '<p class="ids">Every file found under the inputs was read.</p>\n'
     reasons: dict[str, int] = {}
     for entry in entries:
         reasons[entry["reason"]] = reasons.get(entry["reason"], 0) + 1
     told = ", ".join(f"{count:,} {escaped(reason)}" for reason, count in reasons.items() if reason)
-    out = [f'<details class="note"{" open" if len(entries) <= OPEN_UP_TO else ""}>\n<summary><strong>{len(entries):,} '
-           f'{"entry" if len(entries) == 1 else "entries"} under the inputs not read</strong>'
-           + (f" ({told})" if told else "") + "</summary>\n"
-           '<table>\n<thead><tr><th>path</th><th>why not read</th></tr></thead>\n<tbody>\n']
-    out += [f'<tr><td class="mono">{escaped(entry["path"] + ("/" if entry.get("folder") else ""))}</td>'
-            f'<td>{escaped(entry["reason"])}</td></tr>\n' for entry in entries[:NOT_READ_LISTED]]
-    if len(entries) > NOT_READ_LISTED:
-        out.append(f'<tr><td colspan="2">and {len(entries) - NOT_READ_LISTED:,} more (all in report.json, '
-                   "input.skipped_file_reasons)</td></tr>\n")
-    out.append("</tbody>\n</table>\n</details>\n")
-    return "".join(out)
+    return folded_table(f'<strong>{len(entries):,} {"entry" if len(entries) == 1 else "entries"} under the inputs '
+                        "not read</strong>" + (f" ({told})" if told else ""), ("path", "why not read"),
+                        [(e["path"] + ("/" if e.get("folder") else ""), e["reason"]) for e in entries],
+                        "report.json, input.skipped_file_reasons")
 
 
 def left_out(skipped_records: list) -> str:
     """The files left out whole under on_error=skip, by name, with why (the records of
     errors.jsonl without a line), and how many single records were left out."""
-    files = [record for record in skipped_records if record.get("line") is None]
+    files = [(r.get("file"), r.get("reason")) for r in skipped_records if r.get("line") is None]
     records = len(skipped_records) - len(files)
-    if not skipped_records:
-        return ""
     out = []
     if files:
-        out.append(f'<details class="note"{" open" if len(files) <= OPEN_UP_TO else ""}>\n<summary><strong>'
-                   f'{len(files):,} {"file" if len(files) == 1 else "files"} left out whole (on_error=skip)'
-                   "</strong></summary>\n"
-                   '<table>\n<thead><tr><th>file</th><th>why left out</th></tr></thead>\n<tbody>\n')
-        out += [f'<tr><td class="mono">{escaped(record.get("file"))}</td><td>{escaped(record.get("reason"))}</td>'
-                "</tr>\n" for record in files[:NOT_READ_LISTED]]
-        if len(files) > NOT_READ_LISTED:
-            out.append(f'<tr><td colspan="2">and {len(files) - NOT_READ_LISTED:,} more (all in errors.jsonl)'
-                       "</td></tr>\n")
-        out.append("</tbody>\n</table>\n</details>\n")
+        out.append(folded_table(f'<strong>{len(files):,} {"file" if len(files) == 1 else "files"} left out whole '
+                                "(on_error=skip)</strong>", ("file", "why left out"), files, "errors.jsonl"))
     if records:
         out.append(f'<p class="note">{records:,} {"record was" if records == 1 else "records were"} left out '
                    "(on_error=skip); errors.jsonl gives each one's file, line and why.</p>\n")
     return "".join(out)
+
+
+def folded_table(summary: str, heads: tuple[str, str], rows: list[tuple], where: str) -> str:
+    """A folded table (open up to OPEN_UP_TO rows) under ``summary`` (markup) of (name, why)
+    ``rows``, the first NOT_READ_LISTED of them listed, the rest counted (all in ``where``)."""
+    out = [f'<details class="note"{" open" if len(rows) <= OPEN_UP_TO else ""}>\n<summary>{summary}</summary>\n'
+           f"<table>\n<thead><tr><th>{heads[0]}</th><th>{heads[1]}</th></tr></thead>\n<tbody>\n"]
+    out += [f'<tr><td class="mono">{escaped(name)}</td><td>{escaped(why)}</td></tr>\n'
+            for name, why in rows[:NOT_READ_LISTED]]
+    if len(rows) > NOT_READ_LISTED:
+        out.append(f'<tr><td colspan="2">and {len(rows) - NOT_READ_LISTED:,} more (all in {where})</td></tr>\n')
+    return "".join(out) + "</tbody>\n</table>\n</details>\n"
 
 
 def counts(report: Mapping) -> str:
@@ -252,18 +246,13 @@ def counts(report: Mapping) -> str:
         ("empty documents (no shingles)", f"{i.get('empty_documents', 0):,}"),
         ("entries not read", f"{len(i.get('skipped_files', [])):,}"),
     ]
-    result_rows = [
-        ("candidate pairs (share a band key)", r["candidate_pairs"]),
-        ("exactly checked (after the signature filter)", r["exactly_checked_pairs"]),
-        ("verified pairs (Jaccard ≥ threshold)", r["verified_pairs"]),
-        ("clusters", r["clusters"]),
-        (f"{in_clusters_words(report)} in clusters", r["documents_in_clusters"]),
-        ("removed documents", r["removed_documents"]),
-        ("kept documents", r["kept_documents"]),
-    ]
-    known = {"candidate_pairs", "exactly_checked_pairs", "verified_pairs", "clusters",
-             "documents_in_clusters", "removed_documents", "kept_documents"}
-    result_rows += [(key.replace("_", " "), value) for key, value in r.items() if key not in known]
+    labels = {"candidate_pairs": "candidate pairs (share a band key)",
+              "exactly_checked_pairs": "exactly checked (after the signature filter)",
+              "verified_pairs": "verified pairs (Jaccard ≥ threshold)", "clusters": "clusters",
+              "documents_in_clusters": f"{in_clusters_words(report)} in clusters",
+              "removed_documents": "removed documents", "kept_documents": "kept documents"}
+    result_rows = [(labels[key], r[key]) for key in labels]
+    result_rows += [(key.replace("_", " "), value) for key, value in r.items() if key not in labels]
     out = ['<section id="counts">\n<h2>Counts</h2>\n<div class="grid2">\n',
            "<table>\n<caption>Input</caption>\n<tbody>\n"]
     out += [f'<tr><td>{escaped(k)}</td><td class="num">{v}</td></tr>\n' for k, v in input_rows]
