@@ -34,16 +34,6 @@ distributed = pytest.importorskip("distributed", reason="Dask is not installed (
 
 
 @dataclass
-class HeldLengths:
-    """The documents' lengths as a task opens them (disk.LengthsAt's form), held."""
-
-    lengths: np.ndarray
-
-    def open(self) -> np.ndarray:
-        return self.lengths
-
-
-@dataclass
 class HeldIds:
     """The documents' ids as a task takes them (disk.IdsAt's form): "doc-<row>" strings, whose
     order is not the rows' ("doc-10" before "doc-9"), or integers in an order unrelated to
@@ -70,7 +60,7 @@ def stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, pin
            ids=None):
     ids = ids or HeldIds(True)
     labels = dask_component_labels(client, first, second, pairs_per_part, n_docs)
-    return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), HeldLengths(lengths), ids, policy,
+    return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), lengths, ids, policy,
                          pinned)
 
 
@@ -118,7 +108,7 @@ def test_the_parts_hold_the_single_process_clusters(client, tmp_path, policy, ra
         assert shared.of(start, stop).docs.tolist() == within
     assert sorted(shared.read) == np.flatnonzero(parts.removed).tolist()
     shown = parts.largest[:3]
-    members = parts.members(shown)
+    members = parts.read().members(shown)
     mine = np.isin(expected.cluster, shown)
     assert all(np.array_equal(a, b[mine]) for a, b in zip(members, expected))
     # What report.html lists of them (a few documents each, by tasks over the parts), and their
@@ -151,7 +141,7 @@ def test_held_clusters_answer_what_the_parts_answer(client, tmp_path, policy, ra
     for count in (1, 5, 20):
         assert held.largest_numbers(count).tolist() == parts.largest_numbers(count).tolist()
     for numbers in (held.largest_numbers(5), np.array([0, 3, held.count - 1], np.int64), np.zeros(0, np.int64)):
-        assert all(np.array_equal(a, b) for a, b in zip(held.members(numbers), parts.members(numbers)))
+        assert all(np.array_equal(a, b) for a, b in zip(held.read().members(numbers), parts.read().members(numbers)))
         for listed in (1, 12):
             (held_sizes, held_listing), (part_sizes, part_listing) = (held.shown(numbers, listed),
                                                                       parts.shown(numbers, listed))
@@ -174,7 +164,7 @@ def test_pinned_rows_are_kept_as_in_one_process(client, tmp_path):
 
 def test_no_pair_and_more_ranges_than_documents(client, tmp_path):
     """No pair: no part is written or read. A range per document at most, none empty."""
-    parts = dask_clusters(client, None, 50, 4, str(tmp_path / "work"), HeldLengths(np.ones(50, np.int64)),
+    parts = dask_clusters(client, None, 50, 4, str(tmp_path / "work"), np.ones(50, np.int64),
                           HeldIds(True), "first")
     assert isinstance(parts, ClusterParts) and (parts.count, parts.in_clusters) == (0, 0)
     assert parts.read().docs.shape[0] == 0 and removed_rows(parts, 0, 50).shape[0] == 0
@@ -199,7 +189,7 @@ def test_parts_made_again_by_a_later_run_are_refused(client, tmp_path):
     earlier = stored(client, tmp_path, first, second, 200, 5, lengths, "first")
     later = stored(client, tmp_path, first, second, 200, 3, lengths, "first")
     assert later.read().docs.shape[0] == earlier.in_clusters
-    for read in (earlier.read, lambda: removed_rows(earlier, 0, 200), lambda: earlier.members(earlier.largest[:2]),
+    for read in (earlier.read, lambda: removed_rows(earlier, 0, 200),
                  lambda: earlier.names(ArrayIds(pa.array([], pa.large_string())), pa.large_string())):
         with pytest.raises(OutputError, match="made again by a later run"):
             read()

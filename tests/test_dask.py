@@ -933,7 +933,6 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
     from gpudedup.io.write import write_parquet
     from gpudedup.pipeline.tables import NamedRows, pairs_parts
-    from test_clusterparts import HeldLengths
 
     monkeypatch.setenv("GPUDEDUP_PART_ROWS", "7")
     rng = np.random.default_rng(9)
@@ -963,7 +962,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
             return ids.take(pa.array(np.searchsorted(rows, asked)))
 
     labels = dask_component_labels(client, first, second, 10_000, 1000)
-    clustered = dask_clusters(client, labels, 1000, 4, work, HeldLengths(np.ones(1000, np.int64)), RowIds(), "first")
+    clustered = dask_clusters(client, labels, 1000, 4, work, np.ones(1000, np.int64), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
     write_pairs_by_tasks(DaskExecutor(client), pairs, clustered, tmp_path / "tasks", pa.large_string())
     (tmp_path / "one").mkdir()

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import gpudedup
-from gpudedup.pipeline.pairs import rows_sharing_hash
+from gpudedup.pipeline.shardids import hash_sharing_rows
 from gpudedup.errors import InputError
 from test_api import write_jsonl
 from test_streaming import assert_same_results, make_texts, rules_corpus
@@ -28,7 +28,8 @@ def test_rows_sharing_hash_are_those_whose_hash_repeats():
         rows = rng.permutation(size * 3)[:size].astype(np.int64)
         counts = Counter(hashes.tolist())
         expected = sorted(int(row) for row, value in zip(rows, hashes) if counts[int(value)] > 1)
-        assert rows_sharing_hash(hashes, rows).tolist() == expected
+        shared = hash_sharing_rows(pd.DataFrame({"hash": hashes, "row": rows}))
+        assert sorted(shared["row"].tolist()) == expected
 
 
 @pytest.mark.parametrize("collide", ["none", "every", "some"])

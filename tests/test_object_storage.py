@@ -901,13 +901,13 @@ def test_a_unit_written_again_is_never_read_from_an_older_copy(s3, monkeypatch, 
 
     monkeypatch.setenv("GPUDEDUP_WORK_CACHE", str(tmp_path / "cache"))
     url = f"s3://{BUCKET}/work-units"
-    WorkDir(url, run_fingerprint(1), resume=False).write_dir("stages/x", {"a": np.arange(5)})
+    WorkDir(url, run_fingerprint(1), resume=False).save_stage("x", {"a": np.arange(5)})
     reader = WorkDir.attach(url)
     np.testing.assert_array_equal(reader.load_stage("x")["a"], np.arange(5))  # now in the cache
     writer = WorkDir.attach(url)
     writer.remove("stages/x")
     assert not WorkDir.attach(url).done("stages/x")
-    writer.write_dir("stages/x", {"a": np.arange(7) * 2})
+    writer.save_stage("x", {"a": np.arange(7) * 2})
     np.testing.assert_array_equal(WorkDir.attach(url).load_stage("x")["a"], np.arange(7) * 2)
     put(f"{url}/stages/x/a.npy", b"\x93NUMPY")
     fresh = WorkDir.attach(url)

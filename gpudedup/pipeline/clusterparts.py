@@ -50,7 +50,7 @@ from ..ids import IdSource, wide
 from ..io.layout import table_parts
 from .tables import NamedRows
 from ..threads import map_parallel
-from .daskops import cluster_failures, frame_of, range_divisions, range_starts, share
+from .daskops import cluster_failures, frame_of, range_starts, share
 from .protocols import LocalExecutor
 from .workdir import WorkAt, WorkDir, arrays_of
 from .workfolders import DamagedWorkDirError
@@ -170,23 +170,14 @@ class ClusterParts:
     def table_pieces(self, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
         """The clusters table's parts (layout.table_parts of the documents in clusters, in
         row order; part_rows: its default, where None), each as the slices (part, start, stop)
-        of the parts that hold its rows."""
-
-        before = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64).tolist()
-        pieces = []
-        for start, length in table_parts(before[-1], part_rows):
-            stop = start + length
-            # Each part that holds some of the table's rows start .. stop-1, and its slice of them.
-            holding = [number for number in range(len(before) - 1)
-                       if before[number] < stop and before[number + 1] > start]
-            pieces.append([(number, max(start, before[number]) - before[number],
-                            min(stop, before[number + 1]) - before[number]) for number in holding])
-        return pieces
+        of the parts that hold its rows (table_slices)."""
+        return table_slices(self.sizes, part_rows)
 
     @property
     def divisions(self) -> list[int]:
-        """range_divisions of the parts' ranges."""
-        return range_divisions(self.starts)
+        """Dask's divisions of a collection set on a row so that partition r holds the rows of
+        range r (the last inclusive: n, which no row reaches)."""
+        return self.starts.tolist()
 
     def names(self, source: IdSource, id_type: pa.DataType) -> NamedRows:
         """The ids of every document in clusters (with their ranks), read from the parts here
@@ -220,15 +211,6 @@ class ClusterParts:
         joined = Clusters.joined([part for _, part in found])
         return np.asarray(sizes, np.int64), listed_members(joined, numbers, listed)
 
-    def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
-        """The documents of the clusters ``numbers`` (int64; a few, for report.html), ascending:
-        a task per part that holds any clustered document, on ``executor`` where it is a
-        cluster's, else here."""
-        holding = np.flatnonzero(self.sizes).tolist()
-        executor = executor or LocalExecutor()
-        parts, asked = executor.share(self, numbers)
-        return Clusters.joined(executor.map(part_members, [(parts, number, asked) for number in holding],
-                                            "reading the clusters") if holding else [])
 
 
 def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, lengths: Any, ids: Any,
@@ -236,7 +218,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
     """The clusters of the components ``labels`` (components.dask_component_labels, or None:
     no pair) decided and stored by tasks on ``client``'s workers in ``ranges`` parts (at most
     one per document: range_starts; the module docstring); lengths: what gives the documents'
-    lengths in a task (disk.LengthsAt), read where ``policy`` is "longest"; ids: what gives
+    lengths in a task (shards.SpilledLengths), read where ``policy`` is "longest"; ids: what gives
     their ids (disk.IdsAt). Returns the parts' ClusterParts."""
     import dask
     import dask.dataframe as dd
@@ -249,7 +231,7 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
         none = np.zeros(starts.shape[0] - 1, np.int64)
         nothing = np.zeros(0, np.int64)
         return ClusterParts(work_at, starts, none, none, 0, nothing, nothing, nothing, token)
-    divisions = range_divisions(starts)  # (partition r: the rows of range r)
+    divisions = starts.tolist()  # (partition r: the rows of range r)
     id_type = wide(pa.array([], ids.type)).type
     id_dtype = "int64" if pa.types.is_integer(id_type) else "str"
     with cluster_failures("the clusters"):
@@ -271,10 +253,8 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                    meta=frame_of({"cluster": "int64", "size": "int64"})),
             decided.map_partitions(sizes_of_clusters, meta=frame_of({"size": "int64", "clusters": "int64"})))
         # 3. Each document's place in the ids' order, after the documents of the partitions before.
-        by_id = decided[["doc", "id"]].sort_values("id").persist()
-        before = np.concatenate([[0], np.cumsum(by_id.map_partitions(len_of, meta=("rows", "int64")).compute())])
-        ranks = by_id.map_partitions(id_ranks, share(client, before.astype(np.int64))[0],
-                                     meta=frame_of({"doc": "int64", "rank": "int64"}))
+        ranks = decided[["doc", "id"]].sort_values("id").persist()[["doc"]].assign(rank=1)
+        ranks["rank"] = ranks["rank"].cumsum() - 1  # (each one's place in the ids' order)
         # 4. The parts: both collections set on the document have the same partitions.
         written = dd.map_partitions(write_cluster_part, decided.set_index("doc", divisions=divisions),
                                     ranks.set_index("doc", divisions=divisions), work_at, id_type, token,
@@ -287,6 +267,21 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                                 by_size["clusters"].to_numpy(np.int64))
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),
                         int(roots.sum()), numbers[top], size_values, size_clusters, token)
+
+
+def table_slices(sizes, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
+    """Each part of a table (layout.table_parts; part_rows: its default, where None) of the
+    rows of consecutive pieces of ``sizes`` rows, as the slices (piece, start, stop) of the
+    pieces that hold its rows."""
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
+    slices = []
+    for start, length in table_parts(offsets[-1], part_rows):
+        stop = start + length
+        # The pieces that hold rows start .. stop-1, each one's slice of them.
+        first, last = int(np.searchsorted(offsets, start, side="right")) - 1, int(np.searchsorted(offsets, stop))
+        slices.append([(index, max(start - offsets[index], 0), min(stop, offsets[index + 1]) - offsets[index])
+                       for index in range(first, min(last, len(offsets) - 1)) if length])
+    return slices
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------
@@ -309,12 +304,6 @@ def root_count(by_root):
     return pd.Series([int(np.unique(roots).shape[0])], dtype="int64")
 
 
-def len_of(frame):
-    import pandas as pd
-
-    return pd.Series([len(frame)], dtype="int64")
-
-
 def decide_clusters(by_root, offsets: np.ndarray, lengths: Any, policy: KeepPolicy, pinned: int,
                     partition_info: Optional[dict] = None):
     """A partition of labels set on their root (whole components) as its clusters: a pandas
@@ -327,7 +316,7 @@ def decide_clusters(by_root, offsets: np.ndarray, lengths: Any, policy: KeepPoli
     docs, root = by_root["doc"].to_numpy(np.int64), by_root.index.to_numpy(np.int64)
     order = np.argsort(docs, kind="stable")
     docs, root, ids = docs[order], root[order], by_root["id"].iloc[order].reset_index(drop=True)
-    clusters = clusters_of_roots(docs, root, lengths.open() if policy == "longest" else None, policy, pinned)
+    clusters = clusters_of_roots(docs, root, lengths if policy == "longest" else None, policy, pinned)
     kept_doc = kept_documents(clusters)
     kept_id = ids.iloc[np.searchsorted(docs, kept_doc)].reset_index(drop=True)
     return pd.DataFrame({"doc": docs, "cluster": clusters.cluster + offsets[partition_info["number"]],
@@ -352,17 +341,6 @@ def sizes_of_clusters(decided):
 
     values, clusters = clusters_by_size(decided["cluster"].to_numpy(np.int64))
     return pd.DataFrame({"size": values, "clusters": clusters})
-
-
-def id_ranks(by_id, before: np.ndarray, partition_info: Optional[dict] = None):
-    """A partition of the clustered documents sorted by id as (doc, rank): each one's place in
-    the ids' order, after the ``before[partition]`` documents of the partitions before."""
-    import pandas as pd
-
-    assert partition_info is not None, "Dask names the partition"
-    start = int(before[partition_info["number"]])
-    return pd.DataFrame({"doc": by_id["doc"].to_numpy(np.int64),
-                         "rank": np.arange(start, start + len(by_id), dtype=np.int64)})
 
 
 def part_shown(clustered: ClusterParts, number: int, numbers: np.ndarray, listed: int) -> tuple[np.ndarray, Clusters]:
@@ -399,7 +377,7 @@ def clusters_table(clustered: ClusterParts, pieces: list[tuple[int, int, int]], 
 def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, token: int,
                        partition_info: Optional[dict] = None):
     """Store a partition of decide_clusters' rows set on the document (the clustered documents
-    of one range) with their ranks (id_ranks' rows set on the document: the same documents)
+    of one range) with their ranks (each one's place in the ids' order, set on the document: the same documents)
     as its part, in row order; returns its documents and removed documents."""
     import pandas as pd
 

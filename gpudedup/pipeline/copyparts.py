@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..core.copies import confirmed_copies, same_signature_rows
-from .daskops import frame_of, range_divisions, range_starts
+from .daskops import frame_of, range_starts
 from .pairparts import COPIES, GROUPS, PairParts, read_part, write_part
-from .shards import DocumentSignatures, DocumentsAt, LengthsAt, spilled_sets
+from .shards import DocumentSignatures, DocumentsAt, SpilledLengths, spilled_sets
 from .workdir import WorkAt
 
 
@@ -55,7 +55,7 @@ def group_part(rows, number: int, at: DocumentsAt, width: int) -> int:
     return int(first.shape[0])
 
 
-def check_groups(at: DocumentsAt, number: int, lengths: LengthsAt, batch_cost: int) -> int:
+def check_groups(at: DocumentsAt, number: int, lengths: SpilledLengths, batch_cost: int) -> int:
     """Task: the identical copies among groups part ``number`` (copies.confirmed_copies, up
     to ``batch_cost`` code points of documents at a time; lengths: the documents' lengths),
     their sets read from the spill of the groups' documents, stored as copies part ``number``.
@@ -66,7 +66,7 @@ def check_groups(at: DocumentsAt, number: int, lengths: LengthsAt, batch_cost: i
     def set_reader(docs: np.ndarray):
         return lambda part: spilled_sets(at.work, SPILL, at.shard_rows, at.rows.spilled(part))
 
-    copies = confirmed_copies(groups["first"], groups["second"], lengths.open(), batch_cost, set_reader)
+    copies = confirmed_copies(groups["first"], groups["second"], lengths, batch_cost, set_reader)
     write_part(at.work, COPIES, number, {"first": copies.first, "second": copies.member,
                                          "jaccard": copies.jaccard})
     return int(copies.first.shape[0])
@@ -102,5 +102,5 @@ def range_rows(copies: PairParts, shards: int, ranges: int, document_starts: Any
     frames = [dask.delayed(copy_rows)(copies.work_at, number, document_starts)
               for number in np.flatnonzero(copies.sizes).tolist()]
     by_shard = dd.from_delayed(frames, meta=frame_of({"shard": "int64", "row": "int64"}), verify_meta=False)
-    moved = by_shard.set_index("shard", divisions=range_divisions(shard_starts))
+    moved = by_shard.set_index("shard", divisions=shard_starts.tolist())
     return shard_starts, [dask.delayed(sorted_rows)(part) for part in moved.to_delayed()]

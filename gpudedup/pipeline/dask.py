@@ -54,7 +54,7 @@ from ..core.copies import Copies
 from ..core.verify import plausible
 from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, sorted_unique
 from ..errors import ParameterError
-from ..io.layout import part_name, table_parts, write_pairs_part
+from ..io.layout import part_name, write_pairs_part
 from ..io.storage import child_name
 from ..threads import map_parallel
 from . import clusterparts, components, copyparts, pairparts
@@ -103,6 +103,7 @@ class DaskStages:
         of its ``pinned`` rows are left out); the tasks read its shards' band keys and
         signatures."""
         import dask
+        import dask.dataframe as dd
 
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
@@ -131,7 +132,7 @@ class DaskStages:
         if len(codes) > 1:
             with cluster_failures("the candidate shuffle"):
                 codes = [round_codes.persist() for round_codes in codes]  # (one round after another)
-        codes = moved(concatenated(codes), ["code"], self.executor.code_partitions(count))
+        codes = moved(dd.concat(codes), ["code"], self.executor.code_partitions(count))
         # Each partition's pairs that pass the filter stay in the work directory, a part each.
         width = store.signatures.shape[1]
         candidates = computed([dask.delayed(likely_part)(part, number, at_shared, store.documents, width, span,
@@ -266,16 +267,9 @@ def write_pairs_by_tasks(executor: DaskExecutor, pairs, clustered, folder, id_ty
         ordered = ranked.sort_values(["rank_a", "rank_b"]).persist()
     sorted_parts = ordered.to_delayed()
     lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
-    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    writes = []
-    for number, (start, length) in enumerate(table_parts(int(offsets[-1]))):
-        stop = start + length
-        # The sorted partitions that hold rows start .. stop-1, each one's slice of them.
-        first, last = np.searchsorted(offsets, start, side="right") - 1, np.searchsorted(offsets, stop)
-        pieces = [(sorted_parts[index], max(start - int(offsets[index]), 0),
-                   min(stop, int(offsets[index + 1])) - int(offsets[index])) for index in range(first, last)
-                  if length and index < len(sorted_parts)]
-        writes.append(dask.delayed(write_pairs_part)(pieces, id_type, child_name(folder, part_name(number))))
+    writes = [dask.delayed(write_pairs_part)([(sorted_parts[index], start, stop) for index, start, stop in pieces],
+                                             id_type, child_name(folder, part_name(number)))
+              for number, pieces in enumerate(clusterparts.table_slices(lengths))]
     computed(writes, stage)
 
 
@@ -313,13 +307,6 @@ def band_rounds(bands: int, documents: int) -> list[tuple[int, int]]:
     stop) ranges, in order."""
     per_round = max(1, ROUND_ROWS // max(documents, 1))
     return [(first, min(first + per_round, bands)) for first in range(0, bands, per_round)]
-
-
-def concatenated(frames: list):
-    """One Dask DataFrame of the partitions of ``frames`` (Dask DataFrames of the same columns)."""
-    import dask.dataframe as dd
-
-    return frames[0] if len(frames) == 1 else dd.concat(frames)
 
 
 def band_key_rows(at: DocumentsAt, index: int, copy_rows: Optional[np.ndarray], bands: tuple[int, int]):

@@ -1,7 +1,7 @@
 """Dask's side of a run on Dask, shared by the stages that run there: the executor
 (DaskExecutor), the client (dask_client), what the stages' tasks share sent once (share), one ClusterError for a failure
-of the cluster itself (cluster_failures, computed), shuffles of pandas frames (shuffled,
-shuffled_map) and the row ranges that partitions are set on (range_starts, range_divisions).
+of the cluster itself (cluster_failures, computed), shuffles of pandas frames (shuffled)
+and the row ranges that partitions are set on (range_starts).
 
 dask and distributed are optional (``pip install 'gpudedup[dask]'``): every import of them is
 inside the function that needs them, so that this module imports without them.
@@ -295,15 +295,6 @@ def moved(frame, on: list[str], partitions: int):
     return frame.repartition(npartitions=1) if partitions == 1 else frame.shuffle(on=on, npartitions=partitions)
 
 
-def shuffled_map(executor: DaskExecutor, parts: list, columns: dict[str, str], on: list[str], function: Callable,
-                 arguments: tuple, result_columns: dict[str, str], stage: str):
-    """``function(partition, *arguments)`` (a DataFrame of ``result_columns``) on each
-    partition of shuffled(executor, parts, columns, on), computed: one pandas DataFrame, in the
-    client. A failure of the cluster is one ClusterError naming ``stage``."""
-    mapped = shuffled(executor, parts, columns, on).map_partitions(function, *arguments, meta=frame_of(result_columns))
-    return computed([mapped], stage)[0]
-
-
 def computed(collections: list, stage: str) -> list:
     """The results of Dask ``collections`` (delayed values, DataFrames), computed together on
     the default client (the run's). An error of ours raised in a task comes back as it is
@@ -372,9 +363,3 @@ def range_starts(n_docs: int, ranges: int) -> np.ndarray:
     rows 0 .. n_docs-1, then n_docs (ranges is at most n_docs, so none is empty)."""
     ranges = max(min(ranges, n_docs), 1)
     return (np.arange(ranges + 1, dtype=np.int64) * n_docs) // ranges
-
-
-def range_divisions(starts: np.ndarray) -> list[int]:
-    """Dask's divisions of a collection set on a row so that partition r holds the rows of
-    range r (starts: range_starts; the last division is inclusive: n, which no row reaches)."""
-    return starts[:-1].tolist() + [int(starts[-1])]

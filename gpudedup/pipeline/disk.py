@@ -63,7 +63,6 @@ from .shards import (
     BackendOrName,
     DocumentsAt,
     DocumentSignatures,
-    LengthsAt,
     Shards,
     SpilledKeys,
     SpilledLengths,
@@ -339,9 +338,9 @@ class WorkDirStore:
     def stages(self, executor: Executor) -> DaskStages:
         return DaskStages(cast(DaskExecutor, executor))  # (its tasks read the shards)
 
-    def lengths_at(self) -> LengthsAt:
-        """``lengths`` as a task opens it (LengthsAt)."""
-        return LengthsAt(self.documents_at(), self.documents)
+    def lengths_at(self) -> SpilledLengths:
+        """``lengths`` as a task reads them (SpilledLengths)."""
+        return SpilledLengths(self.documents_at(), self.documents)
 
     def ids_at(self) -> IdsAt:
         """The documents' ids as a task reads them (IdsAt)."""

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 @dataclass
 class HeldClusters:
     """The clusters (cluster.Clusters: host arrays over the documents in clusters) of a run in
-    one process. shown and members take the executor that ClusterParts' read with, and need
-    none."""
+    one process. shown takes the executor that ClusterParts' reads with, and needs none."""
 
     clusters: Clusters
     in_parts = False  # (ClusterParts: True)
@@ -69,10 +68,6 @@ class HeldClusters:
         """Of the clusters ``numbers`` (int64 (k,)): their sizes (int64 (k,)) and the documents a
         report lists (cluster.listed_members)."""
         return self.sizes[numbers], listed_members(self.clusters, numbers, listed)
-
-    def members(self, numbers: np.ndarray, executor: Optional[Executor] = None) -> Clusters:
-        """The documents of the clusters ``numbers`` (int64), ascending."""
-        return self.clusters.members(numbers)
 
     def names(self, source: IdSource, id_type: Optional[pa.DataType] = None) -> NamedRows:
         """The ids of the documents in clusters, taken from ``source`` (id_type: ClusterParts')."""

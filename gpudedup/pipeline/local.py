@@ -62,7 +62,8 @@ class HeldStages:
 
     def pairs_inside(self, pairs: "VerifiedPairs", clustered: Clustered, numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
-        return pairs.map(self.executor, pairs_inside_of, clustered.members(numbers), numbers, asked_a, asked_b)
+        held = clustered.read()  # (this runner's clusters are held: HeldClusters)
+        return pairs.map(self.executor, pairs_inside_of, held.members(numbers), numbers, asked_a, asked_b)
 
     def clusters(self, store: HeldStore, verified: "VerifiedPairs", policy: KeepPolicy) -> Clustered:
         first, second, _ = verified.arrays

@@ -112,18 +112,6 @@ class CheckedPairs:
         return np.concatenate([verified_jaccard, np.full(self.rejected, BELOW_THRESHOLD, np.float64)])
 
 
-def rows_sharing_hash(hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """int64 ascending: the rows (int64 (k,), distinct) whose hash (uint64 (k,)) another row
-    has too (shardids.colliding_rows)."""
-    order = np.argsort(hashes, kind="stable")
-    sorted_hashes = hashes[order]
-    same = sorted_hashes[1:] == sorted_hashes[:-1]
-    shared = np.zeros(hashes.shape[0], dtype=bool)
-    shared[1:] |= same
-    shared[:-1] |= same
-    return np.sort(rows[order[shared]])
-
-
 def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> PairParts:
     """The ``kind`` pairs a cluster's tasks kept in ``count`` parts of the store's work
     directory (sizes: int64 (count,), the pairs in each, where known)."""

@@ -13,8 +13,7 @@ import pyarrow as pa
 from ..ids import wide
 from ..io.rules import PartSummary, id_groups, plan_combination
 from .kept import Kept
-from .daskops import DaskExecutor, arrays_sent, shuffled_map
-from .pairs import rows_sharing_hash
+from .daskops import DaskExecutor, arrays_sent, computed, frame_of, shuffled
 from .shards import DocumentsAt, Shards, by_shard
 from .workdir import WorkAt, WorkDir
 
@@ -120,17 +119,15 @@ def colliding_rows(executor: DaskExecutor, arguments: list[tuple]) -> np.ndarray
     parts = [dask.delayed(id_hash_rows)(*a) for a in arrays_sent(executor.client, arguments)]
     if not parts:
         return np.zeros(0, np.int64)
-    shared = shuffled_map(executor, parts, {"hash": "uint64", "row": "int64"}, ["hash"], hash_sharing_rows, (),
-                          {"row": "int64"}, "the id check")
+    shared, = computed([shuffled(executor, parts, {"hash": "uint64", "row": "int64"}, ["hash"]).map_partitions(
+        hash_sharing_rows, meta=frame_of({"row": "int64"}))], "the id check")
     return np.sort(shared["row"].to_numpy(np.int64))
 
 
 def hash_sharing_rows(rows):
     """Task: the rows (a DataFrame of "row") of one shuffled partition of (hash, row) rows
-    whose hash another row of it has (pairs.rows_sharing_hash)."""
-    import pandas as pd
-
-    return pd.DataFrame({"row": rows_sharing_hash(rows["hash"].to_numpy(np.uint64), rows["row"].to_numpy(np.int64))})
+    whose hash another row of it has."""
+    return rows.loc[rows["hash"].duplicated(keep=False), ["row"]]
 
 
 def gathered_ids(work: WorkAt, starts: np.ndarray, shard_of: Callable[[int], int], rows: np.ndarray,

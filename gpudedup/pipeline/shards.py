@@ -268,17 +268,6 @@ class SpilledLengths(SpilledColumn):
         return self.at.lengths(as_items(rows, self.shape[0]))
 
 
-@dataclass
-class LengthsAt:
-    """What gives a task the documents' lengths (SpilledLengths): where the documents are, and
-    how many."""
-
-    at: DocumentsAt
-    documents: int
-
-    def open(self) -> SpilledLengths:
-        return SpilledLengths(self.at, self.documents)
-
 
 class SpilledKeys:
     """Band keys of the documents with shingles for a persistent index's probe

@@ -376,16 +376,9 @@ class WorkDir:
         relative = f"stages/{name}"
         if not self.done(relative):
             return None
-        if "info.json" not in self.folder.unit_names(relative):  # (a stage of a run before the list)
-            return self.load_dir(relative)
         path = self.file(relative, "info.json")
         names = read_work_file(path, lambda: json.loads(path.read_text(encoding="utf-8"))["arrays"])
         return {array: self.array(relative, f"{array}.npy") for array in names}
-
-    def load_dir(self, relative: str) -> dict[str, np.ndarray]:
-        """The arrays (.npy) of the finished unit ``relative``, by name, loaded."""
-        return {Path(file).stem: self.array(relative, file)
-                for file in self.folder.unit_names(relative) if file.endswith(".npy")}
 
     # --- a cluster's parts: Parquet datasets -----------------------------------------------
 
