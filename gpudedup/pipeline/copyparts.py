@@ -62,11 +62,10 @@ def check_groups(at: DocumentsAt, number: int, lengths: SpilledLengths, batch_co
     Returns how many."""
 
     groups = read_part(at.work, GROUPS, number)
-
-    def set_reader(docs: np.ndarray):
-        return lambda part: spilled_sets(at.work, SPILL, at.shard_rows, at.rows.spilled(part))
-
-    copies = confirmed_copies(groups["first"], groups["second"], lengths, batch_cost, set_reader)
+    # (every set a round asks for is in the spill of the groups' documents)
+    copies = confirmed_copies(groups["first"], groups["second"], lengths, batch_cost,
+                              lambda docs: lambda part: spilled_sets(at.work, SPILL, at.shard_rows,
+                                                                     at.rows.spilled(part)))
     write_part(at.work, COPIES, number, {"first": copies.first, "second": copies.member,
                                          "jaccard": copies.jaccard})
     return int(copies.first.shape[0])

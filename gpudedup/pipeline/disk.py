@@ -112,9 +112,6 @@ def shard_bytes(params: DedupParams) -> int:
     return params.shard_bytes or DEFAULT_SHARD_BYTES
 
 
-# --- shingle sets spilled for exact verification -----------------------------------------------
-
-
 WHOLE, ABSORBED = -1, -2  # a plan's start for a file read whole, and for a piece read by its file's first shard
 
 

@@ -310,8 +310,7 @@ class WorkDir:
         side (object storage; locally they are there), for a loop that reads them in turn next."""
         if self.request_threads > 1:
             wanted = [(self.shard_unit(index), name) for index in indices for name in names]
-            for _ in map_parallel(lambda unit: self.file(*unit), wanted, self.request_threads):
-                pass
+            list(map_parallel(lambda unit: self.file(*unit), wanted, self.request_threads))
 
     def write_shard(self, index: int, arrays: dict[str, np.ndarray], info: dict,
                     tables: dict | None = None, columns: Optional[pa.Schema] = None) -> None:
