@@ -510,6 +510,14 @@ def test_the_cluster_size_figure_counts_the_clusters_table(sample_run):
     assert f"{sizes.shape[0]:,} clusters by size" in svg
 
 
+@pytest.mark.parametrize("log", [None, False, True])
+def test_the_cluster_size_figure_of_no_clusters_says_so(log):
+    """No cluster: no bar and the words "no clusters", on either scale."""
+    svg = svg_figures.cluster_sizes_svg(np.zeros(0, np.int64), np.zeros(0, np.int64), log=log)
+    ET.fromstring(svg.encode("utf-8"))
+    assert svg_elements(svg, "rect", "data-count") == [] and "no clusters" in svg
+
+
 def test_pairs_just_above_the_threshold_and_a_sample_of_clusters(sample_run):
     """The near-threshold pairs are the verified pairs of the lowest Jaccard (pairs.parquet),
     each with both texts; the sample is of clusters other than the largest, each shown as the
