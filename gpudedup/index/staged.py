@@ -32,7 +32,7 @@ from ..pipeline.daskops import DaskExecutor
 from ..pipeline.disk import WorkDirStore
 from ..pipeline.kept import Kept
 from ..pipeline.protocols import Executor
-from ..pipeline.shards import ActiveDocuments, DocumentsAt, DocumentSignatures, Shards, SpilledLengths
+from ..pipeline.shards import ActiveDocuments, DocumentsAt, DocumentSignatures, Shards
 from ..pipeline.shardids import IdsAt
 from ..pipeline.shardreader import ShardReader
 from ..pipeline.workdir import LEAD_UNIT, WorkDir
@@ -119,9 +119,6 @@ class StagedIndexStore:
     def documents_at(self, in_tasks: bool = True) -> DocumentsAt:
         """WorkDirStore.documents_at: the lead's rows, then the input's."""
         return DocumentsAt.of(self.work.task_location if in_tasks else self.work, self.shards, self.rows)
-
-    def lengths_at(self) -> SpilledLengths:
-        return SpilledLengths(self.documents_at(), self.documents)
 
     def ids_at(self) -> IdsAt:
         return IdsAt(self.documents_at(), self.id_type)

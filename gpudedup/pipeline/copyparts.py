@@ -55,15 +55,15 @@ def group_part(rows, number: int, at: DocumentsAt, width: int) -> int:
     return int(first.shape[0])
 
 
-def check_groups(at: DocumentsAt, number: int, lengths: SpilledLengths, batch_cost: int) -> int:
+def check_groups(at: DocumentsAt, number: int, documents: int, batch_cost: int) -> int:
     """Task: the identical copies among groups part ``number`` (copies.confirmed_copies, up
-    to ``batch_cost`` code points of documents at a time; lengths: the documents' lengths),
-    their sets read from the spill of the groups' documents, stored as copies part ``number``.
-    Returns how many."""
+    to ``batch_cost`` code points of documents at a time; the lengths of the ``documents``
+    read where ``at`` reads the rest), their sets read from the spill of the groups'
+    documents, stored as copies part ``number``. Returns how many."""
 
     groups = read_part(at.work, GROUPS, number)
     # (every set a round asks for is in the spill of the groups' documents)
-    copies = confirmed_copies(groups["first"], groups["second"], lengths, batch_cost,
+    copies = confirmed_copies(groups["first"], groups["second"], SpilledLengths(at, documents), batch_cost,
                               lambda docs: lambda part: spilled_sets(at.work, SPILL, at.shard_rows,
                                                                      at.rows.spilled(part)))
     write_part(at.work, COPIES, number, {"first": copies.first, "second": copies.member,

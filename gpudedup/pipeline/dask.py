@@ -63,7 +63,7 @@ from .clusterparts import ClusterParts
 from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
 from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, checked_in_memory, pair_tasks
-from .shards import DocumentSignatures, DocumentsAt
+from .shards import DocumentSignatures, DocumentsAt, SpilledLengths
 from .signatures import batch_bytes
 
 
@@ -91,9 +91,9 @@ class DaskStages:
         labels = components.dask_component_labels(self.executor.client, verified.first, verified.second,
                                                   self.pairs_per_part, store.documents, verified.parts)
         ranges = self.executor.code_partitions(store.shards.count)
+        lengths = SpilledLengths(store.documents_at(), store.documents)
         return clusterparts.dask_clusters(self.executor.client, labels, store.documents, ranges,
-                                          store.work.task_location, store.lengths_at(), store.ids_at(), policy,
-                                          store.pinned)
+                                          store.work.task_location, lengths, store.ids_at(), policy, store.pinned)
 
     def likely_pairs(self, store, copies, window: int, threshold: float, backend, keep_every: bool = False):
         """protocols.Stages.likely_pairs as two shuffles (the module docstring's candidates): the
@@ -213,8 +213,8 @@ class DaskStages:
         if count == 0:
             return IdenticalCopies(Copies.none())
         progress.start("Checking identical copies", count, "parts")
-        # Every partition's task reads where the documents are and their lengths: sent once.
-        at, lengths_at = self.executor.share(store.documents_at(), store.lengths_at())
+        # Every partition's task reads where the documents are (their lengths too): sent once.
+        at, = self.executor.share(store.documents_at())
         parts = [dask.delayed(row_hash_rows)(at, index) for index in range(count)]
         grouped = shuffled(self.executor, parts, {"hash": "uint64", "row": "int64"}, ["hash"]).to_delayed()
         groups = computed([dask.delayed(copyparts.group_part)(part, number, at, store.signatures.shape[1])
@@ -222,7 +222,7 @@ class DaskStages:
         holding = np.flatnonzero(groups).tolist()
         pairparts.keep_parts(store.work, GROUPS, holding)
         self.spill_documents(store, GROUPS, holding, copyparts.SPILL)
-        found = self.executor.map(copyparts.check_groups, [(at, number, lengths_at, store.copy_batch_cost)
+        found = self.executor.map(copyparts.check_groups, [(at, number, store.documents, store.copy_batch_cost)
                                                            for number in holding], "checking identical copies")
         pairparts.keep_parts(store.work, COPIES, holding)
         sizes = np.zeros(len(groups), np.int64)

@@ -335,10 +335,6 @@ class WorkDirStore:
     def stages(self, executor: Executor) -> DaskStages:
         return DaskStages(cast(DaskExecutor, executor))  # (its tasks read the shards)
 
-    def lengths_at(self) -> SpilledLengths:
-        """``lengths`` as a task reads them (SpilledLengths)."""
-        return SpilledLengths(self.documents_at(), self.documents)
-
     def ids_at(self) -> IdsAt:
         """The documents' ids as a task reads them (IdsAt)."""
         return IdsAt(self.documents_at(), self.combination.id_type)
