@@ -90,7 +90,11 @@ class DaskStages:
 
         labels = components.dask_component_labels(self.executor.client, verified.first, verified.second,
                                                   self.pairs_per_part, store.documents, verified.parts)
-        ranges = self.executor.code_partitions(store.shards.count)
+        # The clustered documents (two per verified pair at most) in ranges of about what a part
+        # of the components holds, up to one per code partition: every range is a partition of
+        # each of the clusters' shuffles, whose tasks cost seconds where there are few pairs.
+        ranges = min(self.executor.code_partitions(store.shards.count),
+                     max(-(-2 * verified.count // self.pairs_per_part), 1))
         lengths = SpilledLengths(store.documents_at(), store.documents)
         return clusterparts.dask_clusters(self.executor.client, labels, store.documents, ranges,
                                           store.work.task_location, lengths, store.ids_at(), policy, store.pinned)
