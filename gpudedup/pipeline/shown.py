@@ -134,9 +134,11 @@ def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows
     return first_copies(first[copy], second[copy], rows, none=-1)
 
 
-def pairs_histogram(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float) -> np.ndarray:
-    """Task (VerifiedPairs.map): verified_histogram of some verified pairs' Jaccard."""
-    return verified_histogram(jaccard, threshold)
+def histogram_and_lowest(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float,
+                         count: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Task (VerifiedPairs.map): verified_histogram of some verified pairs' Jaccard, and their
+    lowest_pairs, from one read of them."""
+    return verified_histogram(jaccard, threshold), lowest_pairs(first, second, jaccard, count)
 
 
 def lowest_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray,
@@ -167,12 +169,13 @@ def shown_of(pairs: VerifiedPairs, clustered: Clustered, stages: Stages,
     per part, not the pairs or the members); seed: the run's, which draws the sampled
     clusters."""
     executor = stages.executor
-    counts = np.sum(pairs.map(executor, pairs_histogram, threshold), axis=0).astype(np.int64)
+    found = pairs.map(executor, histogram_and_lowest, threshold, NEAR_SHOWN)
+    counts = np.sum([part[0] for part in found], axis=0).astype(np.int64)
     empty = np.zeros(0, np.int64)
     if clustered.in_clusters == 0:
         return Shown(counts, empty, empty, Clusters.joined([]), empty, np.zeros(0), np.zeros(0), empty, empty,
                      np.zeros(0), Sampled.none(), empty, empty, empty, empty, np.zeros(0))
-    lowest = pairs.map(executor, lowest_pairs, NEAR_SHOWN)
+    lowest = [part[1] for part in found]
     near_a, near_b, near_jaccard = lowest_pairs(np.concatenate([part[0] for part in lowest]),
                                                 np.concatenate([part[1] for part in lowest]),
                                                 np.concatenate([part[2] for part in lowest]), NEAR_SHOWN)
