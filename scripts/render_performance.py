@@ -500,15 +500,13 @@ pairs of its own shingles. Token n-grams see the raw text (case and line breaks 
 so their pairs are not the word job's pairs."""),
     ("streaming.json", "Larger than memory: staged and on a Dask cluster", """\
 `scripts/bench_streaming.py` makes a synthetic corpus at each scale: Parquet shards of 20,000
-documents of 100 words (`--shard-documents`, `--words`) drawn from the bundled sample's words
-with their frequencies, two shards at 1× (`--base-shards`), a tenth of each shard's documents
-copies of another with one word changed, and with `--identical F` a fraction F exact copies of
-the shard before's documents. Each run is a process of its own: *staged* is the job with a
-work directory (`--work-dir`) and no workers, on Dask's local scheduler; *dask* runs it on a
-local cluster of two worker processes of one thread, its scheduler and workers in a process
-apart from the client, writing its outputs from the workers. The process peak is the client's
-own high-water mark (VmHWM); the report's is the largest of its per-stage peaks, which stop
-before report.html is written; the workers' are theirs at the end of the run."""),
+documents of 100 words (`--shard-documents`, `--words`) of the bundled sample's words and
+frequencies, two shards at 1× (`--base-shards`), a tenth of each shard's documents copies of
+another with one word changed, and with `--identical F` a fraction F exact copies of the shard
+before's. Each run is a process: *staged* is the job with `--work-dir` on Dask's local
+scheduler; *dask* on a local cluster of two one-thread workers, whose processes (and the
+scheduler's) are apart from the client's. The process peak is the client's high-water mark
+(VmHWM); the report's, its largest stage peak (before report.html); the workers', at the end."""),
     ("staged.json", "A work directory against a reference commit", """\
 `scripts/bench_staged.py` runs `gpudedup dedup CORPUS --work-dir WORK` of this checkout and of a reference
 install in turns (an untimed run each first): best wall time, largest stage peak, same results or not."""),
