@@ -89,6 +89,21 @@ def table_parts(rows: int, size: Optional[int] = None) -> list[tuple[int, int]]:
     return [(start, min(size, rows - start)) for start in range(0, rows, size)] or [(0, 0)]
 
 
+def table_slices(sizes, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
+    """Each part of a table (table_parts; part_rows: its default, where None) of the
+    rows of consecutive pieces of ``sizes`` rows, as the slices (piece, start, stop) of the
+    pieces that hold its rows."""
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
+    slices = []
+    for start, length in table_parts(offsets[-1], part_rows):
+        stop = start + length
+        # The pieces that hold rows start .. stop-1, each one's slice of them.
+        first, last = int(np.searchsorted(offsets, start, side="right")) - 1, int(np.searchsorted(offsets, stop))
+        slices.append([(index, max(start - offsets[index], 0), min(stop, offsets[index + 1]) - offsets[index])
+                       for index in range(first, min(last, len(offsets) - 1)) if length])
+    return slices
+
+
 def output_bases(files: list[Location], inputs: Iterable[Given]) -> dict[str, str]:
     """The name under deduplicated/ of each input file (storage.key_of -> name, POSIX
     separators), without the output format's extension: its path relative to the common

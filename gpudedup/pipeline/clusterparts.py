@@ -47,7 +47,7 @@ from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_
                             listed_members, merged_by_size)
 from ..errors import OutputError
 from ..ids import IdSource, wide
-from ..io.layout import table_parts
+from ..io.layout import table_slices
 from .tables import NamedRows
 from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_starts, share
@@ -267,21 +267,6 @@ def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, len
                                                 by_size["clusters"].to_numpy(np.int64))
     return ClusterParts(work_at, starts, written["docs"].to_numpy(np.int64), written["removed"].to_numpy(np.int64),
                         int(roots.sum()), numbers[top], size_values, size_clusters, token)
-
-
-def table_slices(sizes, part_rows: Optional[int] = None) -> list[list[tuple[int, int, int]]]:
-    """Each part of a table (layout.table_parts; part_rows: its default, where None) of the
-    rows of consecutive pieces of ``sizes`` rows, as the slices (piece, start, stop) of the
-    pieces that hold its rows."""
-    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
-    slices = []
-    for start, length in table_parts(offsets[-1], part_rows):
-        stop = start + length
-        # The pieces that hold rows start .. stop-1, each one's slice of them.
-        first, last = int(np.searchsorted(offsets, start, side="right")) - 1, int(np.searchsorted(offsets, stop))
-        slices.append([(index, max(start - offsets[index], 0), min(stop, offsets[index + 1]) - offsets[index])
-                       for index in range(first, min(last, len(offsets) - 1)) if length])
-    return slices
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------

@@ -54,7 +54,7 @@ from ..core.copies import Copies
 from ..core.verify import plausible
 from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, sorted_unique
 from ..errors import ParameterError
-from ..io.layout import part_name, write_pairs_part
+from ..io.layout import part_name, table_slices, write_pairs_part
 from ..io.storage import child_name
 from ..threads import map_parallel
 from . import clusterparts, components, copyparts, pairparts
@@ -273,7 +273,7 @@ def write_pairs_by_tasks(executor: DaskExecutor, pairs, clustered, folder, id_ty
     lengths = computed([dask.delayed(len)(part) for part in sorted_parts], stage)
     writes = [dask.delayed(write_pairs_part)([(sorted_parts[index], start, stop) for index, start, stop in pieces],
                                              id_type, child_name(folder, part_name(number)))
-              for number, pieces in enumerate(clusterparts.table_slices(lengths))]
+              for number, pieces in enumerate(table_slices(lengths))]
     computed(writes, stage)
 
 

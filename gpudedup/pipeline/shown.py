@@ -143,9 +143,8 @@ def histogram_and_lowest(first: np.ndarray, second: np.ndarray, jaccard: np.ndar
 
 def lowest_pairs(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray,
                  count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Task (VerifiedPairs.map): the ``count`` pairs of the lowest Jaccard, the lowest first
-    (ties by first, then second row). Of the lowest of each part, the lowest are those of them
-    all."""
+    """The ``count`` pairs of the lowest Jaccard, the lowest first (ties by first, then second
+    row). Of the lowest of each part, the lowest are those of them all."""
     mine = np.arange(jaccard.shape[0])
     if jaccard.shape[0] > count:  # (those at most the count-th lowest Jaccard, ties too: no sort of them all)
         mine = np.flatnonzero(jaccard <= np.partition(jaccard, count - 1)[count - 1])
