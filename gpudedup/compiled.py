@@ -1,18 +1,22 @@
-"""The one switch for the CPU's compiled (numba) kernels, and when a process starts them.
+"""The one switch for the CPU's compiled loops, and when a process starts numba's.
 
-The numpy backend's shingling (backends/cpu_kernels.py) and the exact verification's merge
-(verify_kernels.py) each have a numba route and a numpy / scipy reference route that gives the
-same results bit for bit. Starting the kernels costs a process a fixed time, cached machine
-code or not: importing numba, its type registries (which import SciPy's BLAS), the cached code
-itself; some tenths of a second, which the kernels win back only over megabytes of text. So a
-process takes the reference routes until its signature passes have read REFERENCE_WORK bytes
-of text (some megabytes a core), then the compiled route for everything after
-(``compiled_route``): a run on a few documents or a few thousand never imports numba, a large
-one pays for it once. The environment switch GPUDEDUP_CPU_KERNELS=numpy keeps every step on
-the reference route (to compare, or to rule the kernels out); =numba takes the compiled route
-for work of any size.
-Numba is imported only when a kernel module is, never when gpudedup is. Every kernel is made
-by ``kernel``, which keeps numba's cache of compiled code out of the package folder.
+The numpy backend's shingling and MinHash (backends/compiled_steps.py) and the exact
+verification's merge (verify_kernels.py) each have a compiled route and a numpy / scipy
+reference route that gives the same results bit for bit. The shingling and MinHash loops are
+built in C at install (kernels/cpu_kernels.c), where a C compiler was found: that module loads in
+a millisecond, and a run of any size takes it. Numba's builds of the loops (cpu_kernels.py, and
+verify_kernels.py's merge) cost a process a fixed time to start, cached machine code or not:
+importing numba, its type registries (which import SciPy's BLAS), the cached code itself; some
+tenths of a second, which they win back only over megabytes of text. So a process takes the
+reference routes until its signature passes have read REFERENCE_WORK bytes of text (some
+megabytes a core), then numba's for everything after (``compiled_route``): a run on a few
+documents or a few thousand never imports numba, a large one pays for it once.
+
+The environment switch GPUDEDUP_CPU_KERNELS=numpy keeps every step on the reference route (to
+compare, or to rule the compiled loops out); =numba takes numba's route for work of any size;
+=c takes the C loops (an error where they were not built) and leaves numba out.
+Numba is imported only when a kernel module is, never when gpudedup is. Every numba kernel is
+made by ``kernel``, which keeps numba's cache of compiled code out of the package folder.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from .stages import add_compile_seconds
 from .threads import HOST_THREADS
 
 # The environment switch: "numpy" (any case) keeps every CPU step on its reference route;
-# "numba" takes the compiled route whatever the size of the work.
+# "numba" takes numba's route whatever the size of the work; "c" the C loops alone.
 KERNEL_SWITCH = "GPUDEDUP_CPU_KERNELS"
 
 # The work (text_work) a process does on the reference route before it starts the kernels: per
@@ -73,16 +77,29 @@ _timing = False  # whether numba's compilations are timed in this process (time_
 
 
 def kernels_on() -> bool:
-    """Whether the compiled route may be taken: numba is installed (the GPU image has none) and
-    GPUDEDUP_CPU_KERNELS is not "numpy". Read on each call, so a switch set in the environment
-    later (a test) applies to the next caller, which then imports its kernel module itself.
-    Numba is looked up, not imported."""
-    if _switch() == "numpy":
+    """Whether numba's route may be taken: numba is installed (the GPU image has none) and
+    GPUDEDUP_CPU_KERNELS is not "numpy" or "c". Read on each call, so a switch set in the
+    environment later (a test) applies to the next caller, which then imports its kernel module
+    itself. Numba is looked up, not imported."""
+    if _switch() in ("numpy", "c"):
         return False
     try:
         return importlib.util.find_spec("numba") is not None
     except ValueError:  # sys.modules holds None for it: an import would fail
         return False
+
+
+def compiled_loops_on() -> bool:
+    """Whether the shingling and MinHash steps may run on compiled loops (C or numba): unless
+    GPUDEDUP_CPU_KERNELS is "numpy"."""
+    return _switch() != "numpy"
+
+
+def extension_wanted() -> bool | None:
+    """What GPUDEDUP_CPU_KERNELS says of the C loops: True for "c" (they must run), False for
+    "numpy" or "numba" (they must not), None where unset (they run where they were built)."""
+    switch = _switch()
+    return True if switch == "c" else None if switch == "" else False
 
 
 def compiled_route(work: int = 0) -> bool:
@@ -180,8 +197,8 @@ def _switch() -> str:
     """The environment switch, "" where unset; ParameterError for any value but its two (a typo
     would otherwise leave the choice to the work's size, unsaid)."""
     value = os.environ.get(KERNEL_SWITCH, "").strip().lower()
-    if value not in ("", "numpy", "numba"):
-        raise ParameterError(f"{KERNEL_SWITCH} must be numpy or numba (or unset); got {os.environ[KERNEL_SWITCH]!r}")
+    if value not in ("", "numpy", "numba", "c"):
+        raise ParameterError(f"{KERNEL_SWITCH} must be numpy, numba or c (or unset); got {os.environ[KERNEL_SWITCH]!r}")
     return value
 
 

@@ -1,15 +1,16 @@
-"""Shingling on the CPU: the numpy reference against the numba kernels, per MB of text.
+"""Shingling on the CPU: the numpy reference against a build of the compiled loops (``--build``:
+the C extension built at install, or numba's), per MB of text.
 
 On the first ``--mb`` MB of a JSONL corpus (field ``text``), cut into batches of
 ``--batch-bytes`` as the engine cuts them, this times for each shingle spec:
-- ``shingle_hashes``: shingling.utf8_shingle_hashes (numpy) against cpu_kernels.shingle_hashes;
+- ``shingle_hashes``: shingling.utf8_shingle_hashes (numpy) against CompiledSteps.shingle_hashes;
 - ``shingle_sets``: shingling.unique_per_row of the former (numpy and scipy) against
-  cpu_kernels.shingle_sets;
+  CompiledSteps.shingle_sets;
 each the best of ``--repeat`` passes over all batches, after a warm-up pass, on ``--threads``
 threads (1: the figure per core). Every output of the kernels is compared with the numpy one
-in the same run (offsets and hashes, exactly); a difference exits 1. The kernels' first call,
-which compiles them (or loads numba's on-disk cache), is timed apart; ``--fresh-cache`` points
-numba at an empty cache directory, so that the figure is a real compile.
+in the same run (offsets and hashes, exactly); a difference exits 1. The build's import and
+first call (for numba: a compile, or a load of its on-disk cache) are timed apart;
+``--fresh-cache`` points numba at an empty cache directory, so that the figure is a real compile.
 
     python scripts/bench_shingling.py bench_data/bench.jsonl --mb 19 --specs word:5,char:5
 """
@@ -78,6 +79,7 @@ def main() -> int:
     parser.add_argument("--batch-bytes", type=int, default=None, help="bytes per batch (default: the engine's)")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes; the best counts")
     parser.add_argument("--threads", type=int, default=1, help="batches at once (1: per core)")
+    parser.add_argument("--build", choices=("c", "numba"), default="c", help="the loops' build (default c)")
     parser.add_argument("--fresh-cache", action="store_true", help="compile into an empty numba cache")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
@@ -100,17 +102,19 @@ def main() -> int:
           f"{os.cpu_count()} cores")
 
     started = time.perf_counter()
-    import numba
+    from gpudedup.backends.numpy_backend import extension_steps, numba_steps
 
-    from gpudedup.backends import cpu_kernels
+    os.environ["GPUDEDUP_CPU_KERNELS"] = args.build
+    compiled = extension_steps() if args.build == "c" else numba_steps()
+    assert compiled is not None, f"the {args.build} build of the loops is not available"
     imported = time.perf_counter() - started
     specs = parse_specs(args.specs)
     started = time.perf_counter()
     for spec in specs:  # one tiny batch per spec: each kernel's first call compiles it
         tiny = batches[0][0][:1000], np.array([0, min(1000, batches[0][0].shape[0])], np.int64)
-        cpu_kernels.shingle_sets(*tiny, spec)
+        compiled.shingle_sets(*tiny, spec)
     first_call = time.perf_counter() - started
-    print(f"numba {numba.__version__}: import {imported:.2f} s; first calls (compile or cache load) "
+    print(f"{compiled.name}: import {imported:.2f} s; first calls (for numba: compile or cache load) "
           f"{first_call:.2f} s{' (fresh cache: compiled)' if args.fresh_cache else ''}")
 
     figures = []
@@ -120,9 +124,9 @@ def main() -> int:
     for spec in specs:
         steps: dict[str, tuple[Callable, Callable]] = {
             "shingle_hashes": (lambda d, o, s=spec: utf8_shingle_hashes(d, o, s),
-                               lambda d, o, s=spec: cpu_kernels.shingle_hashes(d, o, s)),
+                               lambda d, o, s=spec: compiled.shingle_hashes(d, o, s)),
             "shingle_sets": (lambda d, o, s=spec: unique_per_row(utf8_shingle_hashes(d, o, s)),
-                             lambda d, o, s=spec: cpu_kernels.shingle_sets(d, o, s)),
+                             lambda d, o, s=spec: compiled.shingle_sets(d, o, s)),
         }
         for step, (reference, kernels) in steps.items():
             seconds = {}
@@ -143,7 +147,7 @@ def main() -> int:
                             "kernels_s": seconds["kernels"], "same": agree})
     if args.json:
         args.json.write_text(json.dumps({"corpus": str(args.corpus), "threads": args.threads,
-                                         "numba": numba.__version__, "first_call_s": first_call,
+                                         "build": compiled.name, "first_call_s": first_call,
                                          "figures": figures}, indent=1))
     if not all_same:
         print("the kernels and the numpy reference DIFFER", file=sys.stderr)

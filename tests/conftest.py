@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -153,6 +154,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 # --- outputs -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_c_loops(monkeypatch):
+    """As where no C compiler was found at install: the CPU backend's C extension cannot be
+    imported, so its loops run on numba's build (once started) or the numpy reference."""
+    import gpudedup.backends
+
+    monkeypatch.setitem(sys.modules, "gpudedup.backends._cpu_kernels", None)  # an import raises ImportError
+    monkeypatch.delattr(gpudedup.backends, "_cpu_kernels", raising=False)
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""The CPU backend's numba shingling (gpudedup/backends/cpu_kernels.py) against the numpy
-reference (shingling.utf8_shingle_hashes, shingling.unique_per_row), bit for bit:
+"""The CPU backend's compiled shingling and MinHash, both builds of the loops (the C extension
+built at install, gpudedup/backends/_cpu_kernels, and numba's, gpudedup/backends/cpu_kernels.py),
+against the numpy reference (shingling.utf8_shingle_hashes, shingling.unique_per_row,
+minhash.minhash_signatures), bit for bit:
 
 - every shingle spec (word and char n-grams of any n, Unicode form none / NFC / NFKC, stripping
   punctuation and symbols, each combination) over random batches of texts drawn from every
@@ -10,11 +12,12 @@ reference (shingling.utf8_shingle_hashes, shingling.unique_per_row), bit for bit
 - token n-grams over ids of each unit width (uint8, uint16, uint32);
 - the per-row sort behind shingle sets, on rows no hash function would make (clustered values,
   long runs of repeats), against numpy's unique;
-- the backend: the kernels where numba imports, the numpy reference with
-  GPUDEDUP_CPU_KERNELS=numpy or without numba, and a whole dedup of the shipped sample giving the
-  same pairs, clusters and kept rows both ways.
+- the backend: the C loops where they were built, numba's where they were not, the numpy
+  reference with GPUDEDUP_CPU_KERNELS=numpy or without either, and a whole dedup of the shipped
+  sample giving the same pairs, clusters and kept rows on every route.
 
-Numba is a base dependency; the module skips only where it is not installed at all.
+Numba is a base dependency, and CI installs with a C compiler: the module skips only where numba
+is not installed at all, and fails where the C extension was not built.
 """
 
 from __future__ import annotations
@@ -33,13 +36,16 @@ from hypothesis import strategies as st
 pytest.importorskip("numba")
 
 import gpudedup  # noqa: E402
-from gpudedup.backends import cpu_kernels, get_backend, numpy_backend  # noqa: E402
-from gpudedup.backends.numpy_backend import NumpyBackend, shingling_kernels  # noqa: E402
+from gpudedup.backends import _cpu_kernels, cpu_kernels, get_backend, numpy_backend  # noqa: E402
+from gpudedup.backends.compiled_steps import CompiledSteps, as_indices  # noqa: E402
+from gpudedup.backends.numpy_backend import NumpyBackend, numba_steps  # noqa: E402
 from gpudedup.compiled import KERNEL_SWITCH  # noqa: E402
 from gpudedup.core.normalize import (WHITE_SPACE, normalize_utf8, punctuation_symbol_ranges,  # noqa: E402
                                 simple_lowercase_pairs, text_buffers)
 from gpudedup.core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes  # noqa: E402
 
+# Both builds of the loops, each compared with the reference on every input.
+BUILDS = [CompiledSteps(_cpu_kernels, "C"), CompiledSteps(cpu_kernels, "numba")]
 FORMS = [None, "nfc", "nfkc"]
 STRIPS = [(False, False), (True, False), (False, True), (True, True)]
 
@@ -56,18 +62,19 @@ def assert_same_batch(ours: ShingleBatch, reference: ShingleBatch) -> None:
 
 
 def assert_kernels_match(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-    """shingle_hashes, shingle_sets and (for text) the normalised text of the kernels against the
+    """shingle_hashes, shingle_sets and (for text) the normalised text of both builds against the
     numpy reference; returns the reference's hashes."""
     reference = utf8_shingle_hashes(data, offsets, spec)
-    assert_same_batch(cpu_kernels.shingle_hashes(data, offsets, spec), reference)
-    assert_same_batch(cpu_kernels.shingle_sets(data, offsets, spec), unique_per_row(reference))
-    if spec.kind != "token":
-        units, unit_offsets, word_counts = cpu_kernels.normalize(data, offsets, spec)
-        expected_units, expected_offsets = normalize_utf8(data, offsets, spec)
-        np.testing.assert_array_equal(units, expected_units)
-        np.testing.assert_array_equal(unit_offsets, expected_offsets)
-        texts = [units[a:b].tobytes().decode("utf-32-le") for a, b in zip(unit_offsets[:-1], unit_offsets[1:])]
-        assert word_counts.tolist() == [len(text.split(" ")) if text else 0 for text in texts]
+    for steps in BUILDS:
+        assert_same_batch(steps.shingle_hashes(data, offsets, spec), reference)
+        assert_same_batch(steps.shingle_sets(data, offsets, spec), unique_per_row(reference))
+        if spec.kind != "token":
+            units, unit_offsets, word_counts = steps.normalize(data, offsets, spec)
+            expected_units, expected_offsets = normalize_utf8(data, offsets, spec)
+            np.testing.assert_array_equal(units, expected_units)
+            np.testing.assert_array_equal(unit_offsets, expected_offsets)
+            texts = [units[a:b].tobytes().decode("utf-32-le") for a, b in zip(unit_offsets[:-1], unit_offsets[1:])]
+            assert word_counts.tolist() == [len(text.split(" ")) if text else 0 for text in texts]
     return reference
 
 
@@ -136,8 +143,9 @@ def test_every_document_of_a_large_batch_lands_in_its_row():
     spec = ShingleSpec("word", 3)
     batch = assert_kernels_match(*text_buffers(texts), spec)
     for d in rng.choice(len(texts), 50, replace=False):
-        alone = cpu_kernels.shingle_hashes(*text_buffers([texts[d]]), spec)
-        np.testing.assert_array_equal(alone.hashes, batch.hashes[batch.offsets[d]:batch.offsets[d + 1]])
+        for steps in BUILDS:
+            alone = steps.shingle_hashes(*text_buffers([texts[d]]), spec)
+            np.testing.assert_array_equal(alone.hashes, batch.hashes[batch.offsets[d]:batch.offsets[d + 1]])
 
 
 @pytest.mark.parametrize("spec", [ShingleSpec("word"), ShingleSpec("char", 3)], ids=str)
@@ -182,21 +190,22 @@ def test_long_token_rows_match(n):
 # --- the per-row sort of shingle sets --------------------------------------------------------------
 
 
-def sorted_unique_rows(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """cpu_kernels.sort_unique_rows on ``rows`` (uint64 each), as (set_offsets, sets)."""
+def sorted_unique_rows(steps: CompiledSteps, rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """sort_unique_rows of ``steps``'s build on ``rows`` (uint64 each), as (set_offsets, sets)."""
     offsets = np.zeros(len(rows) + 1, np.int64)
     np.cumsum([row.shape[0] for row in rows], out=offsets[1:])
     values = np.concatenate(rows) if rows else np.zeros(0, np.uint64)
     set_offsets = np.empty_like(offsets)
-    total = cpu_kernels.sort_unique_rows(cpu_kernels.as_indices(offsets), values, cpu_kernels.as_indices(set_offsets))
+    total = steps.loops.sort_unique_rows(as_indices(offsets), values, as_indices(set_offsets))
     assert total == set_offsets[-1]
     return set_offsets, values[:total]
 
 
 def assert_rows_sorted_unique(rows: list[np.ndarray]) -> None:
-    set_offsets, sets = sorted_unique_rows(rows)
-    for d, row in enumerate(rows):
-        np.testing.assert_array_equal(sets[set_offsets[d]:set_offsets[d + 1]], np.unique(row))
+    for steps in BUILDS:
+        set_offsets, sets = sorted_unique_rows(steps, rows)
+        for d, row in enumerate(rows):
+            np.testing.assert_array_equal(sets[set_offsets[d]:set_offsets[d + 1]], np.unique(row))
 
 
 hash_values = st.one_of(
@@ -247,11 +256,13 @@ def test_signatures_match_numpy_and_the_definition(rows, num_perm, seed):
     permutations = draw_permutations(num_perm, seed)
     batch = ShingleBatch(offsets_from_counts(np.array([len(row) for row in rows], np.int64)),
                          np.array([x for row in rows for x in row], dtype=np.uint64))
-    ours = cpu_kernels.signatures(batch, permutations)
-    assert ours.dtype == np.uint32 and ours.shape == (len(rows), num_perm)
-    np.testing.assert_array_equal(ours, minhash_signatures(batch, permutations))
+    reference = minhash_signatures(batch, permutations)
+    for steps in BUILDS:
+        ours = steps.signatures(batch, permutations)
+        assert ours.dtype == np.uint32 and ours.shape == (len(rows), num_perm)
+        np.testing.assert_array_equal(ours, reference)
     for d, row in enumerate(rows):
-        assert ours[d].tolist() == oracle_signature_row(row, permutations.a, permutations.b)
+        assert reference[d].tolist() == oracle_signature_row(row, permutations.a, permutations.b)
 
 
 def test_signatures_of_real_text_match_numpy():
@@ -268,61 +279,78 @@ def test_signatures_of_real_text_match_numpy():
     permutations = draw_permutations(128, 7)
     for kind in ("word", "char"):
         batch = utf8_shingle_hashes(data, offsets, ShingleSpec(kind, 5))
-        np.testing.assert_array_equal(cpu_kernels.signatures(batch, permutations),
-                                      minhash_signatures(batch, permutations))
+        expected = minhash_signatures(batch, permutations)
+        for steps in BUILDS:
+            np.testing.assert_array_equal(steps.signatures(batch, permutations), expected)
 
 
 # --- the backend -----------------------------------------------------------------------------------
 
 
-def test_the_backend_shingles_with_the_kernels(monkeypatch):
+def record_loop_calls(monkeypatch, module, calls: list[str], label: str) -> None:
+    """Each shingling and MinHash loop of ``module`` (a build) appends ``label`` to ``calls``
+    when it runs."""
+    for name in ("normalize_batch", "char_hashes", "word_hashes", "sort_unique_rows", "minhash_rows"):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, original=original: calls.append(label) or original(*args))
+
+
+def test_the_backend_shingles_with_the_c_loops(monkeypatch):
     monkeypatch.delenv(KERNEL_SWITCH, raising=False)
     backend = get_backend("cpu")
-    assert backend.kernels is cpu_kernels and "numba" in backend.description
+    assert backend.steps.loops is _cpu_kernels and "+ C kernels" in backend.description
     calls: list[str] = []
-    for name in ("shingle_hashes", "shingle_sets", "signatures"):
-        original = getattr(cpu_kernels, name)
-        monkeypatch.setattr(cpu_kernels, name, lambda *args, original=original, name=name: calls.append(name)
-                            or original(*args))
+    record_loop_calls(monkeypatch, _cpu_kernels, calls, "C")
+    record_loop_calls(monkeypatch, cpu_kernels, calls, "numba")
     data, offsets = text_buffers(["The cat sat on the mat.", "the cat sat on a mat"])
     spec = ShingleSpec("word", 2)
     reference = utf8_shingle_hashes(data, offsets, spec)
     assert_same_batch(backend.shingle_hashes(data, offsets, spec), reference)
-    assert calls == ["shingle_hashes"]
     assert_same_batch(backend.shingle_sets(data, offsets, spec), unique_per_row(reference))
-    assert calls[1] == "shingle_sets"
     from gpudedup.core.hashing import draw_permutations
     from gpudedup.core.minhash import minhash_signatures
 
     permutations = draw_permutations(16, 1)
     np.testing.assert_array_equal(backend.signatures(reference, permutations),
                                   minhash_signatures(reference, permutations))
-    assert calls[-1] == "signatures"
+    assert calls == ["C"] * 6  # 2 loops for the hashes, 3 for the sets, 1 for the signatures
 
 
 @pytest.mark.parametrize("value", ["numpy", "NumPy", " numpy "])
 def test_the_switch_keeps_the_numpy_reference(monkeypatch, value):
     monkeypatch.setenv(KERNEL_SWITCH, value)
     backend = NumpyBackend()
-    assert backend.kernels is None and "numba" not in backend.description
-    monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: pytest.fail("the kernels ran"))
+    assert backend.steps is None and "kernels" not in backend.description
+    calls: list[str] = []
+    record_loop_calls(monkeypatch, _cpu_kernels, calls, "C")
     data, offsets = text_buffers(["a b c"])
     assert backend.shingle_hashes(data, offsets, ShingleSpec("word", 2)).hashes.shape == (2,)
-    monkeypatch.setenv(KERNEL_SWITCH, "numba")  # and "numba" takes them
-    assert NumpyBackend().kernels is cpu_kernels
+    assert calls == []
+    monkeypatch.setenv(KERNEL_SWITCH, "numba")  # "numba" takes numba's build whatever the size
+    assert NumpyBackend().steps.loops is cpu_kernels
+    monkeypatch.setenv(KERNEL_SWITCH, "C")  # and "c" the C build
+    assert NumpyBackend().steps.loops is _cpu_kernels
 
 
-def test_without_numba_the_backend_runs_the_numpy_reference(monkeypatch):
-    """Where numba cannot be imported (the GPU image has none), everything runs as before."""
+def test_without_the_c_loops_the_backend_takes_numba_or_the_numpy_reference(monkeypatch, without_c_loops):
+    """Where the C extension was not built, numba's loops run once started (the switch starts
+    them here, as a large run would); where numba cannot be imported either (the GPU image has
+    none), the numpy reference runs; and GPUDEDUP_CPU_KERNELS=c says why it cannot be taken."""
     import gpudedup.backends
+    from gpudedup.errors import ParameterError
 
-    monkeypatch.delenv(KERNEL_SWITCH, raising=False)
+    monkeypatch.setenv(KERNEL_SWITCH, "numba")
+    assert NumpyBackend().steps.loops is cpu_kernels
+    monkeypatch.setenv(KERNEL_SWITCH, "c")
+    with pytest.raises(ParameterError, match="C kernels were not built when gpudedup was installed .no C compiler"):
+        NumpyBackend().shingle_hashes(*text_buffers(["a b"]), ShingleSpec("word", 2))
+    monkeypatch.delenv(KERNEL_SWITCH)
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     monkeypatch.delitem(sys.modules, "gpudedup.backends.cpu_kernels")
     monkeypatch.delattr(gpudedup.backends, "cpu_kernels")
-    assert shingling_kernels() is None
+    assert numba_steps() is None
     backend = NumpyBackend()
-    assert backend.kernels is None and backend.description == f"numpy {np.__version__}"
+    assert backend.steps is None and backend.description == f"numpy {np.__version__}"
     data, offsets = text_buffers(["a b c d", "", "a b"])
     spec = ShingleSpec("word", 3)
     reference = utf8_shingle_hashes(data, offsets, spec)
@@ -344,7 +372,8 @@ KERNEL_CACHE_PROBE = (
     "from gpudedup.core.hashing import draw_permutations\n"
     "from gpudedup.core.shingling import ShingleBatch\n"
     "batch = ShingleBatch(np.array([0, 2], dtype=np.int64), np.array([1, 2], dtype=np.uint64))\n"
-    "cpu_kernels.signatures(batch, draw_permutations(8, 1))\n"
+    "from gpudedup.backends.compiled_steps import CompiledSteps\n"
+    "CompiledSteps(cpu_kernels, 'numba').signatures(batch, draw_permutations(8, 1))\n"
     "from gpudedup.core import verify_kernels\n"
     "pairs = np.zeros(1, dtype=np.int64)\n"
     "verify_kernels.intersections(np.array([0, 2]), np.array([1, 2]), pairs, pairs, np.zeros(1, dtype=np.int64))\n"
@@ -387,18 +416,16 @@ def sample() -> Path:
 ], ids=["word", "char", "word-3-nfkc-stripped", "word-staged", "char-staged"])
 def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkeypatch, options):
     """The shipped sample, in memory and staged in a work directory: pairs, clusters, kept
-    rows, every checked pair's Jaccard and the report's counts identical with
-    GPUDEDUP_CPU_KERNELS=numpy and with the kernels, and each route (shingling, and the exact
+    rows, every checked pair's Jaccard and the report's counts identical on the C loops, on
+    numba's and with GPUDEDUP_CPU_KERNELS=numpy, and each route (shingling, and the exact
     check's intersections) really taken."""
     from gpudedup.core import verify, verify_kernels
 
     options = dict(options)
     staged = options.pop("staged", False)
     taken: list[str] = []
-    for name in ("shingle_hashes", "shingle_sets", "signatures"):
-        original = getattr(cpu_kernels, name)
-        monkeypatch.setattr(cpu_kernels, name, lambda *args, original=original: taken.append("kernels")
-                            or original(*args))
+    record_loop_calls(monkeypatch, _cpu_kernels, taken, "C")
+    record_loop_calls(monkeypatch, cpu_kernels, taken, "numba")
     reference = numpy_backend.utf8_shingle_hashes
     monkeypatch.setattr(numpy_backend, "utf8_shingle_hashes", lambda *args: taken.append("numpy") or reference(*args))
     scipy_route, merge = verify.scipy_intersections, verify_kernels.intersections_at_least
@@ -406,19 +433,18 @@ def test_dedup_is_the_same_with_and_without_the_kernels(sample, tmp_path, monkey
                         lambda *args, **kwargs: taken.append("scipy") or scipy_route(*args, **kwargs))
     monkeypatch.setattr(verify_kernels, "intersections_at_least", lambda *args: taken.append("merge") or merge(*args))
     results = {}
-    for route, expected in (("kernels", {"kernels", "merge"}), ("numpy", {"numpy", "scipy"})):
-        if route == "numpy":
-            monkeypatch.setenv(KERNEL_SWITCH, "numpy")
-        else:
-            monkeypatch.setenv(KERNEL_SWITCH, "numba")  # (any size: the sample is small)
+    # (the switch's "numba" takes numba's route whatever the size: the sample is small)
+    for route, expected in (("c", {"C", "scipy"}), ("numba", {"numba", "merge"}), ("numpy", {"numpy", "scipy"})):
+        monkeypatch.setenv(KERNEL_SWITCH, route)
         taken.clear()
         work = {"work_dir": tmp_path / f"work-{route}"} if staged else {}
         results[route] = gpudedup.dedup(sample, id_field="id", backend="cpu", **options, **work)
         assert set(taken) == expected
-    ours, reference_run = results["kernels"], results["numpy"]
-    assert "numba" in ours.report["backend"] and "numba" not in reference_run.report["backend"]
-    assert ours.pairs.equals(reference_run.pairs) and ours.pairs.num_rows > 50
-    assert ours.clusters.equals(reference_run.clusters)
-    assert np.array_equal(ours.keep, reference_run.keep) and not ours.keep.all()
-    assert np.array_equal(ours.checked_jaccard, reference_run.checked_jaccard)
-    assert ours.report["results"] == reference_run.report["results"]
+    assert "+ C kernels" in results["c"].report["backend"]
+    for route in ("c", "numba"):
+        ours, reference_run = results[route], results["numpy"]
+        assert ours.pairs.equals(reference_run.pairs) and ours.pairs.num_rows > 50
+        assert ours.clusters.equals(reference_run.clusters)
+        assert np.array_equal(ours.keep, reference_run.keep) and not ours.keep.all()
+        assert np.array_equal(ours.checked_jaccard, reference_run.checked_jaccard)
+        assert ours.report["results"] == reference_run.report["results"]

@@ -50,6 +50,13 @@ def fresh_start(monkeypatch):
     return start
 
 
+@pytest.fixture
+def numba_fallback(fresh_start, without_c_loops):
+    """A new process's account of the reference route's work where the C loops were not built:
+    numba's loops start once the reference route has read enough text."""
+    return fresh_start
+
+
 def test_a_run_on_one_document_loads_no_kernels_and_no_figures():
     loaded = loaded_after("import gpudedup\nbackend = gpudedup.dedup(['a b c d e f']).report['backend']\n"
                           "assert backend.startswith('numpy') and 'numba' not in backend", **{KERNEL_SWITCH: ""})
@@ -147,7 +154,7 @@ def test_a_pass_that_knows_its_text_starts_the_kernels_before_its_first_batch(fr
 
 
 @pytest.mark.parametrize("kind", ["char", "word"])
-def test_a_pass_counts_its_text_by_the_shingles_it_makes(fresh_start, monkeypatch, kind):
+def test_a_pass_counts_its_text_by_the_shingles_it_makes(numba_fallback, monkeypatch, kind):
     """The same text is more work for the reference route in char n-grams (one per code point)
     than in word n-grams (one per word): a pass over it starts the kernels for the one only."""
     monkeypatch.setattr(compiled, "REFERENCE_WORK", 1 << 20)
@@ -169,11 +176,11 @@ def test_the_switch_asks_for_either_route_at_any_size(fresh_start, monkeypatch):
 def test_a_switch_of_another_value_is_refused_in_one_line(fresh_start, monkeypatch):
     """A mistyped switch would leave the route to the work's size, unsaid: refused, naming it."""
     monkeypatch.setenv(KERNEL_SWITCH, "nmuba")
-    with pytest.raises(ParameterError, match=rf"^{KERNEL_SWITCH} must be numpy or numba \(or unset\); got 'nmuba'$"):
+    with pytest.raises(ParameterError, match=rf"^{KERNEL_SWITCH} must be numpy, numba or c \(or unset\); got 'nmuba'$"):
         gpudedup.dedup(["the quick brown fox jumps over the lazy dog"], backend="cpu")
 
 
-def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_start, monkeypatch, tmp_path):
+def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(numba_fallback, monkeypatch, tmp_path):
     """Part of the sample (about 0.7 MB) in a process whose earlier passes read enough text that
     this run's first batches run on the numpy reference and the rest on the kernels (and
     verification on them): the pairs, clusters, kept rows and every checked Jaccard of a run on
@@ -198,10 +205,10 @@ def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_
     monkeypatch.delenv(KERNEL_SWITCH)
     monkeypatch.setattr(compiled, "REFERENCE_WORK", 1 << 20)
     # (earlier passes of this process: what is left starts the kernels after about 0.3 MB of text)
-    fresh_start.reference_work = (1 << 20) - compiled.text_work(300_000, "word")
+    numba_fallback.reference_work = (1 << 20) - compiled.text_work(300_000, "word")
     taken: list[str] = []
-    by_kernels, by_numpy = cpu_kernels.shingle_hashes, shingling.utf8_shingle_hashes
-    monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: taken.append("kernels") or by_kernels(*args))
+    by_kernels, by_numpy = cpu_kernels.normalize_batch, shingling.utf8_shingle_hashes
+    monkeypatch.setattr(cpu_kernels, "normalize_batch", lambda *args: taken.append("kernels") or by_kernels(*args))
     monkeypatch.setattr("gpudedup.backends.numpy_backend.utf8_shingle_hashes",
                         lambda *args: taken.append("numpy") or by_numpy(*args))
     mixed = gpudedup.dedup(texts, backend="cpu", batch_bytes=64 << 10)
@@ -221,7 +228,7 @@ def test_a_large_enough_run_switches_to_the_kernels_with_the_same_results(fresh_
     assert set(taken) == {"kernels"} and large.pairs.equals(reference.pairs)
 
 
-def test_an_evaluation_times_every_setting_on_one_route_after_a_warm_up_that_clusters(fresh_start, monkeypatch):
+def test_an_evaluation_times_every_setting_on_one_route_after_a_warm_up_that_clusters(numba_fallback, monkeypatch):
     """An evaluation's settings are timed against each other (--criterion time): a grid whose
     signature passes together reach REFERENCE_WORK starts the kernels before its warm-up, so
     that no setting runs on the reference route beside others on the kernels, nor carries
@@ -238,8 +245,8 @@ def test_an_evaluation_times_every_setting_on_one_route_after_a_warm_up_that_clu
     # (reached in the grid's third setting, or with the warm-up's two passes, in its first)
     monkeypatch.setattr(compiled, "REFERENCE_WORK", int(4.5 * one_pass))
     taken: list[str] = []
-    by_kernels = cpu_kernels.shingle_hashes
-    monkeypatch.setattr(cpu_kernels, "shingle_hashes", lambda *args: taken.append("kernels") or by_kernels(*args))
+    by_kernels = cpu_kernels.normalize_batch
+    monkeypatch.setattr(cpu_kernels, "normalize_batch", lambda *args: taken.append("kernels") or by_kernels(*args))
     runs: list[tuple[int, int]] = []  # (verified pairs, settings scored before it) of every run
     scored: list[list[str]] = []
     real_dedup = evaluation_run.dedup_corpus
@@ -267,10 +274,10 @@ def test_an_evaluation_times_every_setting_on_one_route_after_a_warm_up_that_clu
     assert runs[0][0] > 0 and runs[0][1] == 0, runs
 
 
-def test_a_backend_asked_for_its_kernels_starts_them(fresh_start):
+def test_a_backend_asked_for_its_kernels_starts_them(numba_fallback):
     backend = get_backend("cpu")
     assert "numba" not in backend.description
-    assert backend.kernels is not None and "numba" in backend.description
+    assert backend.steps is not None and "numba" in backend.description
     assert compiled.compiled_route(0)
 
 

@@ -1,28 +1,21 @@
-"""Compiled (numba) shingling and MinHash for the CPU backend: one pass per document instead of
-numpy's whole-batch array passes.
+"""The CPU backend's shingling and MinHash loops in numba: the build of them that runs where the C
+extension (kernels/cpu_kernels.c) was not compiled at install.
 
-``shingle_hashes`` and ``shingle_sets`` give, bit for bit, what the numpy reference gives
-(``shingling.utf8_shingle_hashes`` and ``shingling.unique_per_row`` of it; tests/
-test_cpu_kernels.py compares them): the definitions are docs/hash-spec.md's. The steps, per
-batch (host arrays throughout):
+Each loop has the C build's arguments and results, bit for bit; compiled_steps.CompiledSteps
+runs the steps over either build (the order of the loops, the arrays they are given) and gives
+what the numpy reference gives. The loops, per batch (host arrays throughout):
 
-1. the Unicode form, if the spec asks for one: Arrow's utf8_normalize on the whole batch
-   (normalize.unicode_form_utf8, the same call the numpy path makes);
-2. ``normalize_batch``: decode UTF-8, lower-case, strip, collapse white space, in one loop over
-   the bytes, with normalize's tables; it also counts each document's words;
-3. ``char_hashes`` / ``word_hashes``: each document's shingle hashes, poly_hash64 computed in
-   a loop over the document rather than from a batch-wide prefix sum;
-4. for sets, ``sort_unique_rows``: each document's hashes sorted and de-duplicated in place.
+- ``normalize_batch``: decode UTF-8, lower-case, strip, collapse white space, in one loop over
+  the bytes, with normalize's tables; it also counts each document's words;
+- ``char_hashes`` / ``word_hashes``: each document's shingle hashes, poly_hash64 computed in
+  a loop over the document rather than from a batch-wide prefix sum;
+- ``sort_unique_rows``: each document's hashes sorted and de-duplicated in place;
+- ``minhash_rows``: the MinHash signatures in one pass per document.
 
-``signatures`` gives minhash.minhash_signatures's MinHash signatures, bit for bit, in one pass
-per document (``minhash_rows``).
-
-Token shingles skip steps 1 and 2: their units are the ids themselves (shingling.shingle_units).
-
-Imported only when the numpy backend is made with numba present (numpy_backend.py), so that
-importing gpudedup never imports numba. Every kernel is made by ``compiled.kernel``, which
-caches compiled code on disk for the next process and releases the GIL, so that the backend's
-threads (NumpyBackend.parallel_batches) run batches side by side.
+Imported only when a run takes numba's route (numpy_backend.py), so that importing gpudedup
+never imports numba. Every kernel is made by ``compiled.kernel``, which caches compiled code
+on disk for the next process and releases the GIL, so that the backend's threads
+(NumpyBackend.parallel_batches) run batches side by side.
 """
 
 from __future__ import annotations
@@ -30,10 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiled import kernel
-from ..core.hashing import EMPTY_SIGNATURE_VALUE, FMIX_C1, FMIX_C2, MASK64, POLY_BASE, POLY_OFFSET, Permutations
-from ..core.normalize import SPACE, host_tables, strip_flags, unicode_form_utf8
-from ..core.ragged import offsets_from_counts
-from ..core.shingling import ShingleBatch, ShingleSpec, ngram_counts, shingle_units
+from ..core.hashing import FMIX_C1, FMIX_C2, POLY_BASE, POLY_OFFSET
+from ..core.normalize import SPACE
 
 # Every integer in the hash arithmetic, and every array index, is a np.uint64. Numba types a
 # plain Python int as int64, and int64 mixed with uint64 gives float64 (numpy's rule), hence the
@@ -344,77 +335,3 @@ def minhash_rows(offsets: np.ndarray, low_bits: np.ndarray, a: np.ndarray, b: np
                 value = np.uint32(a[k] * x + b[k])
                 if value < row[k]:
                     row[k] = value
-
-
-# --- the backend's entry points -----------------------------------------------------------------
-
-
-def shingle_hashes(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-    """shingling.utf8_shingle_hashes(data, offsets, spec), bit for bit: every shingle's hash in
-    text order with repeats.
-
-    data: UTF-8 bytes uint8 (B,) of valid text, or for token shingles the ids (any unsigned
-    integer type up to 32 bits); offsets: int64 (n_docs + 1,) from 0. Host arrays in and out.
-    """
-    offsets = np.asarray(offsets, dtype=np.int64)
-    n = np.uint64(spec.n)
-    if spec.kind == "word":
-        units, unit_offsets, word_counts = normalize(data, offsets, spec)
-        shingle_offsets = offsets_from_counts(ngram_counts(word_counts, spec.n))
-        hashes = np.empty(int(shingle_offsets[-1]), np.uint64)
-        word_hashes(units, as_indices(unit_offsets), as_indices(word_counts), n, as_indices(shingle_offsets), hashes)
-        return ShingleBatch(shingle_offsets, hashes)
-    if spec.kind == "token":
-        units, unit_offsets = shingle_units(data, offsets, spec)
-    else:
-        units, unit_offsets, _ = normalize(data, offsets, spec)
-    shingle_offsets = offsets_from_counts(ngram_counts(np.diff(unit_offsets), spec.n))
-    hashes = np.empty(int(shingle_offsets[-1]), np.uint64)
-    base_power_n = pow(POLY_BASE, spec.n, MASK64 + 1)
-    char_hashes(units, as_indices(unit_offsets), n, np.uint64(base_power_n),
-                np.uint64(POLY_OFFSET * base_power_n & MASK64), as_indices(shingle_offsets), hashes)
-    return ShingleBatch(shingle_offsets, hashes)
-
-
-def shingle_sets(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-    """shingling.unique_per_row(shingling.utf8_shingle_hashes(data, offsets, spec)), bit for bit:
-    each document's hashes sorted ascending without repeats. Arguments as for shingle_hashes."""
-    batch = shingle_hashes(data, offsets, spec)
-    set_offsets = np.empty_like(batch.offsets)
-    total = sort_unique_rows(as_indices(batch.offsets), batch.hashes, as_indices(set_offsets))
-    # The packed sets fill the front of the hash array; keep only them, not the whole array.
-    return ShingleBatch(set_offsets, batch.hashes[:total].copy())
-
-
-def signatures(shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
-    """minhash.minhash_signatures(shingles, permutations), bit for bit: uint32 (n_docs, K), host;
-    EMPTY_SIGNATURE_VALUE throughout the rows of documents without shingles."""
-    out = np.full((shingles.n_docs, permutations.count), EMPTY_SIGNATURE_VALUE, np.uint32)
-    minhash_rows(as_indices(shingles.offsets), shingles.hashes.astype(np.uint32),  # the low 32 bits
-                 np.ascontiguousarray(permutations.a, np.uint32), np.ascontiguousarray(permutations.b, np.uint32), out)
-    return out
-
-
-def normalize(data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The normalised code points of a batch of UTF-8 texts as ``spec`` asks
-    (normalize.normalize_utf8, bit for bit), and each document's word count.
-
-    data: uint8 (B,) valid UTF-8; offsets: int64 (n_docs + 1,) byte offsets from 0. Returns
-    (units uint32 (M,), unit_offsets int64 (n_docs + 1,), word_counts int64 (n_docs,)), host.
-    """
-    if spec.unicode is not None:
-        data, offsets = unicode_form_utf8(data, offsets, spec.unicode)
-    tables = host_tables()
-    units = np.empty(data.shape[0], np.uint32)  # at most one code point per byte
-    unit_offsets = np.empty(offsets.shape[0], np.int64)
-    word_counts = np.empty(offsets.shape[0] - 1, np.int64)
-    normalize_batch(data, as_indices(offsets), tables.lowercase, tables.white, tables.category_flags,
-                    np.uint8(strip_flags(spec)), units, as_indices(unit_offsets), as_indices(word_counts))
-    return units[:unit_offsets[-1]], unit_offsets, word_counts
-
-
-def as_indices(array: np.ndarray) -> np.ndarray:
-    """An int64 array of non-negative values (offsets, counts) as the kernels take it: viewed as
-    uint64, without a copy where it is contiguous (so what a kernel writes through the view lands
-    in ``array``: the arrays kernels write are all made contiguous, here)."""
-    return np.ascontiguousarray(array).view(np.uint64)

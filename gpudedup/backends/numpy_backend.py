@@ -1,40 +1,66 @@
 """The numpy backend: the reference implementation, host memory, always available.
 
-Shingling (shingle_hashes, shingle_sets) and the MinHash signatures run on numba kernels
-(cpu_kernels.py), bit for bit the numpy reference's results and faster, where the compiled
-route is taken (compiled.compiled_route: numba installed, not switched off, and the process
-has shingled enough text for their start to pay); otherwise on the numpy reference
-(shingling.py, minhash.py). Numba is imported when the first batch takes the compiled route,
-never when gpudedup is or the backend is made.
+Shingling (shingle_hashes, shingle_sets) and the MinHash signatures run on compiled loops,
+bit for bit the numpy reference's results and faster, over one of two builds
+(compiled_steps.CompiledSteps):
+
+- the C extension compiled at install (kernels/cpu_kernels.c), for work of any size: it loads
+  in about a millisecond;
+- where it was not built (no C compiler at install), numba's (cpu_kernels.py), once the process
+  has shingled enough text for their start to pay (compiled.compiled_route); numba is imported
+  then, never when gpudedup is or the backend is made;
+
+otherwise, and with GPUDEDUP_CPU_KERNELS=numpy, on the numpy reference (shingling.py,
+minhash.py). GPUDEDUP_CPU_KERNELS=c or =numba takes one build whatever the size.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from types import ModuleType
 from typing import Optional
 
 import numpy as np
 
-from ..compiled import announce_compiling, compiled_route, kernels_on, start_kernels, text_work
+from ..compiled import (announce_compiling, compiled_loops_on, compiled_route, extension_wanted, kernels_on,
+                        start_kernels, text_work)
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys
 from ..core.minhash import minhash_signatures
+from ..errors import ParameterError
 from ..params import DEFAULT_BATCH_BYTES
 from ..core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
 from ..threads import HOST_THREADS
+from .compiled_steps import CompiledSteps
 
 
-def shingling_kernels() -> Optional[ModuleType]:
-    """cpu_kernels (numba), or None where the compiled route is off (compiled.kernels_on)."""
+def extension_steps() -> Optional[CompiledSteps]:
+    """The steps over the C extension, or None where it was not built at install or the switch
+    asks for another route (compiled.extension_wanted); ParameterError where the switch asks for
+    it (GPUDEDUP_CPU_KERNELS=c) and it was not built."""
+    wanted = extension_wanted()
+    if wanted is False:
+        return None
+    try:
+        from . import _cpu_kernels  # (optional: built at install only where a C compiler was found)
+    except ImportError:
+        if wanted:
+            raise ParameterError("GPUDEDUP_CPU_KERNELS=c, but the C kernels were not built when gpudedup was "
+                                 "installed (no C compiler was found): install a C compiler and reinstall, or "
+                                 "unset the switch") from None
+        return None
+    return CompiledSteps(_cpu_kernels, "C")
+
+
+def numba_steps() -> Optional[CompiledSteps]:
+    """The steps over numba's loops, or None where numba's route is off (compiled.kernels_on)."""
     if not kernels_on():
         return None
-    # (numba is heavy: imported with the kernels, when a run takes the compiled route)
+    # (numba is heavy: imported with the kernels, when a run takes numba's route)
     from . import cpu_kernels
 
     announce_compiling(cpu_kernels.normalize_batch)
-    return cpu_kernels
+    return CompiledSteps(cpu_kernels, f"numba {sys.modules['numba'].__version__}")
 
 
 class NumpyBackend:
@@ -45,50 +71,56 @@ class NumpyBackend:
 
     def __init__(self, auto_reason: str | None = None):
         self.auto_reason = auto_reason
-        self._kernels: Optional[ModuleType] = None  # cpu_kernels, once a batch has taken them
+        self._steps: Optional[CompiledSteps] = None  # the compiled steps, once a batch has taken them
 
     @property
-    def kernels(self) -> Optional[ModuleType]:
-        """cpu_kernels where the compiled route is on (kernels_on), else None. Asking for them
-        loads them and starts the compiled route in this process (compiled.start_kernels)."""
-        if self._kernels is None and kernels_on():
+    def steps(self) -> Optional[CompiledSteps]:
+        """The compiled steps this backend takes (the C build where there is one, else numba's
+        where its route is on), else None. Asking for numba's starts its route in this process
+        (compiled.start_kernels)."""
+        if self._steps is None:
+            self._steps = extension_steps()
+        if self._steps is None and kernels_on():
             start_kernels()
-            self._kernels = shingling_kernels()
-        return self._kernels
+            self._steps = numba_steps()
+        return self._steps
 
     @property
     def description(self) -> str:
-        """For the report: numpy's version, and numba's where this backend's batches ran on the
-        kernels (a run too small to start them runs on the numpy reference alone)."""
+        """For the report: numpy's version, and the compiled build where this backend's batches
+        ran on one (a run too small to start numba's runs on the numpy reference alone)."""
         text = f"numpy {np.__version__}"
-        if self._kernels is not None:
-            text += f" + numba {sys.modules['numba'].__version__} kernels"  # (imported by the kernels)
+        if self._steps is not None:
+            text += f" + {self._steps.name} kernels"
         if self.auto_reason:
             text += f" (auto: no GPU backend, {self.auto_reason})"
         return text
 
-    def _route(self, work: int) -> Optional[ModuleType]:
-        """The kernels for a step of ``work`` (compiled.text_work), or None: the numpy reference."""
-        if self._kernels is None and compiled_route(work):
-            self._kernels = shingling_kernels()
-        return self._kernels if kernels_on() else None
+    def _route(self, work: int) -> Optional[CompiledSteps]:
+        """The compiled steps for a step of ``work`` (compiled.text_work), or None: the numpy
+        reference. The work is counted whichever route runs it: the exact verification's route
+        follows it (compiled.compiled_route)."""
+        numba_started = compiled_route(work)
+        if self._steps is None:
+            self._steps = extension_steps() or (numba_steps() if numba_started else None)
+        return self._steps if compiled_loops_on() else None
 
     def shingle_hashes(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-        kernels = self._route(text_work(data.nbytes, spec.kind))
-        if kernels is not None:
-            return kernels.shingle_hashes(data, offsets, spec)
+        steps = self._route(text_work(data.nbytes, spec.kind))
+        if steps is not None:
+            return steps.shingle_hashes(data, offsets, spec)
         return utf8_shingle_hashes(data, offsets, spec)
 
     def shingle_sets(self, data: np.ndarray, offsets: np.ndarray, spec: ShingleSpec) -> ShingleBatch:
-        kernels = self._route(text_work(data.nbytes, spec.kind))
-        if kernels is not None:
-            return kernels.shingle_sets(data, offsets, spec)
+        steps = self._route(text_work(data.nbytes, spec.kind))
+        if steps is not None:
+            return steps.shingle_sets(data, offsets, spec)
         return unique_per_row(utf8_shingle_hashes(data, offsets, spec))
 
     def signatures(self, shingles: ShingleBatch, permutations: Permutations) -> np.ndarray:
-        kernels = self._route(0)  # (the batch's text was counted when it was shingled)
-        if kernels is not None:
-            return kernels.signatures(shingles, permutations)
+        steps = self._route(0)  # (the batch's text was counted when it was shingled)
+        if steps is not None:
+            return steps.signatures(shingles, permutations)
         return minhash_signatures(shingles, permutations)
 
     def band_keys(self, signatures: np.ndarray, banding: Banding) -> np.ndarray:
