@@ -433,8 +433,8 @@ benchmarks write into [`bench-results/`](../bench-results/) (`--results FILE`; `
 GPU); a test checks that the two agree. Every row names the commit and date of its run.
 
 Unless a section says otherwise: threshold 0.8, 16 bands × 6 rows of 128 permutations, word
-5-grams, the CPU backend (numpy with its numba kernels); seconds are wall-clock seconds of the
-whole job, from reading to writing where it writes; a peak is a resident high-water mark.
+5-grams, the CPU backend (numpy and compiled loops: C where the machine line says so, else numba);
+seconds are wall-clock, of the whole job from reading to writing; a peak is a resident high-water mark.
 
 ## Corpora
 
