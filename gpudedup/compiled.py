@@ -1,22 +1,23 @@
-"""The one switch for the CPU's compiled loops, and when a process starts numba's.
+"""The one switch for the CPU's compiled loops: which build runs, and when a process starts numba's.
 
 The numpy backend's shingling and MinHash (backends/compiled_steps.py) and the exact
-verification's merge (verify_kernels.py) each have a compiled route and a numpy / scipy
-reference route that gives the same results bit for bit. The shingling and MinHash loops are
-built in C at install (kernels/cpu_kernels.c), where a C compiler was found: that module loads in
-a millisecond, and a run of any size takes it. Numba's builds of the loops (cpu_kernels.py, and
-verify_kernels.py's merge) cost a process a fixed time to start, cached machine code or not:
-importing numba, its type registries (which import SciPy's BLAS), the cached code itself; some
-tenths of a second, which they win back only over megabytes of text. So a process takes the
-reference routes until its signature passes have read REFERENCE_WORK bytes of text (some
-megabytes a core), then numba's for everything after (``compiled_route``): a run on a few
-documents or a few thousand never imports numba, a large one pays for it once.
+verification's merges (core/verify.py) each have a compiled route and a numpy / scipy reference
+route that gives the same results bit for bit. The compiled loops are built in C at install
+(kernels/cpu_kernels.c, the module gpudedup._cpu_kernels), where a C compiler was found: that
+module loads in a millisecond, and a run of any size takes it (``c_loops``). Where it was not
+built, numba's builds of the same loops (backends/cpu_kernels.py, core/verify_kernels.py) run
+instead; they cost a process a fixed time to start, cached machine code or not: importing
+numba, its type registries (which import SciPy's BLAS), the cached code itself; some tenths of a
+second, which they win back only over megabytes of text. So such a process takes the reference
+routes until its signature passes have read REFERENCE_WORK bytes of text (some megabytes a
+core), then numba's for everything after (``compiled_route``): a run on a few documents or a
+few thousand never imports numba, a large one pays for it once.
 
 The environment switch GPUDEDUP_CPU_KERNELS=numpy keeps every step on the reference route (to
-compare, or to rule the compiled loops out); =numba takes numba's route for work of any size;
-=c takes the C loops (an error where they were not built) and leaves numba out.
-Numba is imported only when a kernel module is, never when gpudedup is. Every numba kernel is
-made by ``kernel``, which keeps numba's cache of compiled code out of the package folder.
+compare, or to rule the compiled loops out); =c takes the C loops (an error where they were not
+built); =numba takes numba's for work of any size. Numba is imported only when a kernel module
+is, never when gpudedup is. Every numba kernel is made by ``kernel``, which keeps numba's cache
+of compiled code out of the package folder.
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Optional
 
 from .errors import ParameterError
 from .stages import add_compile_seconds
 from .threads import HOST_THREADS
 
-# The environment switch: "numpy" (any case) keeps every CPU step on its reference route;
-# "numba" takes numba's route whatever the size of the work; "c" the C loops alone.
+# The environment switch: "numpy" (any case) keeps every CPU step on its reference route; "c"
+# takes the C loops alone; "numba" takes numba's route whatever the size of the work.
 KERNEL_SWITCH = "GPUDEDUP_CPU_KERNELS"
 
 # The work (text_work) a process does on the reference route before it starts the kernels: per
@@ -89,17 +91,30 @@ def kernels_on() -> bool:
         return False
 
 
+def c_loops() -> Optional[ModuleType]:
+    """The C build of the loops (gpudedup._cpu_kernels), or None where it was not built at
+    install or the switch asks for another route; ParameterError where the switch asks for it
+    (GPUDEDUP_CPU_KERNELS=c) and it was not built."""
+    switch = _switch()
+    if switch in ("numpy", "numba"):
+        return None
+    try:
+        # Optional: built at install only where a C compiler was found. Imported by name: the
+        # layers' checker (import-linter) reads Python sources, and takes `from . import` of a
+        # module it has no source for as an import of the package itself.
+        return importlib.import_module(f"{__package__}._cpu_kernels")
+    except ImportError:
+        if switch == "c":
+            raise ParameterError(f"{KERNEL_SWITCH}=c, but the C kernels were not built when gpudedup was installed "
+                                 "(no C compiler was found): install a C compiler and reinstall, or unset the "
+                                 "switch") from None
+        return None
+
+
 def compiled_loops_on() -> bool:
     """Whether the shingling and MinHash steps may run on compiled loops (C or numba): unless
     GPUDEDUP_CPU_KERNELS is "numpy"."""
     return _switch() != "numpy"
-
-
-def extension_wanted() -> bool | None:
-    """What GPUDEDUP_CPU_KERNELS says of the C loops: True for "c" (they must run), False for
-    "numpy" or "numba" (they must not), None where unset (they run where they were built)."""
-    switch = _switch()
-    return True if switch == "c" else None if switch == "" else False
 
 
 def compiled_route(work: int = 0) -> bool:

@@ -1,17 +1,20 @@
-/* cpu_kernels.c: the CPU backend's shingling and MinHash loops, compiled when the package is
- * installed (the extension module gpudedup.backends._cpu_kernels).
+/* cpu_kernels.c: the CPU's compiled loops, built when the package is installed into the extension
+ * module gpudedup._cpu_kernels: the numpy backend's shingling and MinHash, and the exact
+ * verification's merges.
  *
- * Each function is the loop of the same name in gpudedup/backends/cpu_kernels.py (numba), with
- * the same arguments and the same results bit for bit; the docstrings there give the arrays'
- * dtypes and shapes, and docs/hash-spec.md the definitions. A compiled module loads in about a
- * millisecond where numba's cached kernels take some tenths of a second to start, so a run of any
- * size takes this route where it was built (gpudedup/compiled.py). Every function releases the
- * GIL while it loops: the backend's threads shingle batches side by side.
+ * Each function is the loop of the same name in gpudedup/backends/cpu_kernels.py or
+ * gpudedup/core/verify_kernels.py (numba), with the same arguments and the same results bit for
+ * bit; the docstrings there give the arrays' dtypes and shapes, and docs/hash-spec.md the
+ * definitions. A compiled module loads in about a millisecond where numba's cached kernels take
+ * some tenths of a second to start, so a run of any size takes these loops where they were built
+ * (gpudedup/compiled.py). Every function releases the GIL while it loops: the backend's threads
+ * shingle batches, and verification merges pairs, side by side.
  *
  * All hash arithmetic is on uint64_t (uint32_t for MinHash), which C defines to wrap mod 2**64
- * (2**32): the same arithmetic as numba's np.uint64 and numpy's. Inputs come from the backend's
- * entry points (backends/host_kernels.py), which make every array contiguous and of the dtype
- * named here; each function checks that the buffers hold what the counts say before it reads.
+ * (2**32): the same arithmetic as numba's np.uint64 and numpy's. Inputs come from the callers in
+ * backends/compiled_steps.py and core/verify.py, which make every array contiguous and of the
+ * dtype named there; each function checks that the buffers hold what the counts say, and that
+ * every row it is asked for exists, before it reads.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -295,6 +298,77 @@ static void minhash_loop(const uint64_t *restrict offsets, uint64_t n_docs, cons
     }
 }
 
+/* --- exact verification: sorted merges over a set matrix's CSR arrays ----------------------- */
+
+/* intersections_at_least's count for a pair that cannot reach the count needed
+ * (verify_kernels.RULED_OUT). */
+#define RULED_OUT (-1)
+
+static void intersections_loop(const int64_t *indptr, const int64_t *indices, const int64_t *first,
+                               const int64_t *second, int64_t pairs, int64_t *out) {
+    for (int64_t p = 0; p < pairs; ++p) {
+        int64_t i = indptr[first[p]], j = indptr[second[p]];
+        const int64_t i_end = indptr[first[p] + 1], j_end = indptr[second[p] + 1];
+        int64_t count = 0;
+        while (i < i_end && j < j_end) {
+            const int64_t x = indices[i], y = indices[j];
+            i += x <= y;
+            j += y <= x;
+            count += x == y;
+        }
+        out[p] = count;
+    }
+}
+
+/* The merge stops once more elements of a row went unmatched than its slack allows (verify.py's
+ * merge bound); a pair whose count needed exceeds a row's size is not merged at all. */
+static void intersections_at_least_loop(const int64_t *indptr, const int64_t *indices, const int64_t *indptr_b,
+                                        const int64_t *indices_b, const int64_t *first, const int64_t *second,
+                                        const int64_t *needed, int64_t pairs, int64_t *out) {
+    for (int64_t p = 0; p < pairs; ++p) {
+        int64_t i = indptr[first[p]], j = indptr_b[second[p]];
+        const int64_t i_end = indptr[first[p] + 1], j_end = indptr_b[second[p] + 1];
+        const int64_t need = needed[p];
+        int64_t slack_a = (i_end - i) - need, slack_b = (j_end - j) - need;
+        if (slack_a < 0 || slack_b < 0) {
+            out[p] = RULED_OUT;
+            continue;
+        }
+        int64_t count = 0;
+        while (i < i_end && j < j_end) {
+            const int64_t x = indices[i], y = indices_b[j];
+            if (x < y) {
+                ++i;
+                if (--slack_a < 0) {
+                    break;
+                }
+            } else if (x > y) {
+                ++j;
+                if (--slack_b < 0) {
+                    break;
+                }
+            } else {
+                ++count;
+                ++i;
+                ++j;
+            }
+        }
+        out[p] = count >= need ? count : RULED_OUT;
+    }
+}
+
+static void signature_agreements_loop(const uint32_t *signatures, int64_t columns, const int64_t *first,
+                                      const int64_t *second, int64_t pairs, int64_t *out) {
+    for (int64_t p = 0; p < pairs; ++p) {
+        const uint32_t *a = signatures + first[p] * columns, *b = signatures + second[p] * columns;
+        int64_t count = 0;
+        for (int64_t k = 0; k < columns; ++k) {
+            count += a[k] == b[k];
+        }
+        out[p] = count;
+    }
+}
+
 /* --- the module ---------------------------------------------------------------------------- */
 
 /* Whether `buffer` holds at least `items` items of `size` bytes; a ValueError naming it where
@@ -328,6 +402,32 @@ static int to_u64(PyObject *object, void *address) {
 static uint64_t documents(const Py_buffer *offsets) {
     const uint64_t entries = (uint64_t)offsets->len / sizeof(uint64_t);
     return entries ? entries - 1 : 0;
+}
+
+/* Whether every row number of `rows` (int64 (pairs,)) is below `row_count`; a ValueError naming
+ * `name` where not. */
+static int rows_exist(const Py_buffer *rows, int64_t pairs, int64_t row_count, const char *name) {
+    const int64_t *row = rows->buf;
+    for (int64_t p = 0; p < pairs; ++p) {
+        if (row[p] < 0 || row[p] >= row_count) {
+            PyErr_Format(PyExc_ValueError, "%s[%lld] is %lld, not a row of the %lld there are", name, (long long)p,
+                         (long long)row[p], (long long)row_count);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether (indptr, indices) are the CSR arrays of rows whose entries lie inside indices; the row
+ * count through *rows. */
+static int csr_arrays(const Py_buffer *indptr, const Py_buffer *indices, int64_t *rows) {
+    const int64_t entries = indptr->len / (Py_ssize_t)sizeof(int64_t);
+    if (entries == 0) {
+        PyErr_SetString(PyExc_ValueError, "indptr holds no entries (a set matrix has rows + 1)");
+        return 0;
+    }
+    *rows = entries - 1;
+    return holds(indices, (uint64_t)((const int64_t *)indptr->buf)[*rows], 8, "indices");
 }
 
 static void release(Py_buffer *buffers, int count) {
@@ -452,6 +552,73 @@ static PyObject *minhash_rows(PyObject *self, PyObject *args) {
     return ok ? Py_NewRef(Py_None) : NULL;
 }
 
+static PyObject *intersections(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) {
+        return NULL;
+    }
+    const int64_t pairs = b[2].len / (Py_ssize_t)sizeof(int64_t);
+    int64_t rows = 0;
+    const int ok = csr_arrays(&b[0], &b[1], &rows) && holds(&b[3], pairs, 8, "second") && holds(&b[4], pairs, 8, "out")
+                   && rows_exist(&b[2], pairs, rows, "first") && rows_exist(&b[3], pairs, rows, "second");
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        intersections_loop(b[0].buf, b[1].buf, b[2].buf, b[3].buf, pairs, b[4].buf);
+        Py_END_ALLOW_THREADS
+    }
+    release(b, 5);
+    return ok ? Py_NewRef(Py_None) : NULL;
+}
+
+static PyObject *intersections_at_least(PyObject *self, PyObject *args) {
+    Py_buffer b[8];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7])) {
+        return NULL;
+    }
+    const int64_t pairs = b[4].len / (Py_ssize_t)sizeof(int64_t);
+    int64_t rows_a = 0, rows_b = 0;
+    const int ok = csr_arrays(&b[0], &b[1], &rows_a) && csr_arrays(&b[2], &b[3], &rows_b)
+                   && holds(&b[5], pairs, 8, "second") && holds(&b[6], pairs, 8, "needed")
+                   && holds(&b[7], pairs, 8, "out") && rows_exist(&b[4], pairs, rows_a, "first")
+                   && rows_exist(&b[5], pairs, rows_b, "second");
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        intersections_at_least_loop(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, b[6].buf, pairs,
+                                    b[7].buf);
+        Py_END_ALLOW_THREADS
+    }
+    release(b, 8);
+    return ok ? Py_NewRef(Py_None) : NULL;
+}
+
+static PyObject *signature_agreements(PyObject *self, PyObject *args) {
+    PyObject *signatures_object;
+    Py_buffer b[4];
+    if (!PyArg_ParseTuple(args, "Oy*y*w*", &signatures_object, &b[1], &b[2], &b[3])) {
+        return NULL;
+    }
+    /* The signatures' shape, (rows, columns), from a C-contiguous two-dimensional buffer. */
+    if (PyObject_GetBuffer(signatures_object, &b[0], PyBUF_C_CONTIGUOUS) < 0) {
+        release(b + 1, 3);
+        return NULL;
+    }
+    const int64_t pairs = b[1].len / (Py_ssize_t)sizeof(int64_t);
+    int ok = b[0].ndim == 2 && b[0].itemsize == 4;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "signatures must be a C-contiguous uint32 array of two dimensions");
+    }
+    const int64_t rows = ok ? b[0].shape[0] : 0, columns = ok ? b[0].shape[1] : 0;
+    ok = ok && holds(&b[2], pairs, 8, "second") && holds(&b[3], pairs, 8, "out")
+         && rows_exist(&b[1], pairs, rows, "first") && rows_exist(&b[2], pairs, rows, "second");
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        signature_agreements_loop(b[0].buf, columns, b[1].buf, b[2].buf, pairs, b[3].buf);
+        Py_END_ALLOW_THREADS
+    }
+    release(b, 4);
+    return ok ? Py_NewRef(Py_None) : NULL;
+}
+
 static PyMethodDef methods[] = {
     {"normalize_batch", normalize_batch, METH_VARARGS,
      "normalize_batch(data, offsets, lowercase, white, category_flags, strip, units, unit_offsets, word_counts)"},
@@ -461,12 +628,18 @@ static PyMethodDef methods[] = {
      "word_hashes(units, unit_offsets, word_counts, n, shingle_offsets, hashes)"},
     {"sort_unique_rows", sort_unique_rows, METH_VARARGS, "sort_unique_rows(offsets, hashes, set_offsets) -> int"},
     {"minhash_rows", minhash_rows, METH_VARARGS, "minhash_rows(offsets, low_bits, a, b, signatures)"},
+    {"intersections", intersections, METH_VARARGS, "intersections(indptr, indices, first, second, out)"},
+    {"intersections_at_least", intersections_at_least, METH_VARARGS,
+     "intersections_at_least(indptr, indices, indptr_b, indices_b, first, second, needed, out)"},
+    {"signature_agreements", signature_agreements, METH_VARARGS,
+     "signature_agreements(signatures, first, second, out)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_cpu_kernels",
-    "The CPU backend's shingling and MinHash loops, compiled at install (kernels/cpu_kernels.c).", -1, methods,
+    "The CPU's compiled loops (shingling, MinHash, exact verification), built at install from kernels/cpu_kernels.c.",
+    -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -158,12 +158,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def without_c_loops(monkeypatch):
-    """As where no C compiler was found at install: the CPU backend's C extension cannot be
-    imported, so its loops run on numba's build (once started) or the numpy reference."""
-    import gpudedup.backends
+    """As where no C compiler was found at install: the C loops (gpudedup._cpu_kernels) cannot be
+    imported, so numba's build runs (once started) or the numpy and scipy reference."""
+    import gpudedup
 
-    monkeypatch.setitem(sys.modules, "gpudedup.backends._cpu_kernels", None)  # an import raises ImportError
-    monkeypatch.delattr(gpudedup.backends, "_cpu_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "gpudedup._cpu_kernels", None)  # an import raises ImportError
+    monkeypatch.delattr(gpudedup, "_cpu_kernels", raising=False)
 
 
 @pytest.fixture

@@ -106,8 +106,9 @@ def test_wheel_ships_the_kernel_sources(tmp_path):
         assert f"gpudedup/kernels/{file_name}" in names
     # The loader finds them where the wheel puts them.
     assert "gpudedup/backends/cuda_kernels.py" in names
-    # The CPU backend's C loops, compiled by the build (CI has a C compiler).
-    assert [name for name in names if re.fullmatch(r"gpudedup/backends/_cpu_kernels\..+\.so", name)], sorted(names)
+    # The CPU's C loops, compiled by the build (CI has a C compiler), and their types.
+    assert [name for name in names if re.fullmatch(r"gpudedup/_cpu_kernels\..+\.so", name)], sorted(names)
+    assert "gpudedup/_cpu_kernels.pyi" in names
     # Every module of the source tree (each package listed in pyproject.toml), the typing marker
     # and the licence.
     modules = {path.relative_to(REPO).as_posix() for path in (REPO / "gpudedup").rglob("*.py")}

@@ -1,5 +1,6 @@
-"""verify.py's two routes of counting intersections (the numba merge of verify_kernels.py and
-scipy's row-wise product) and the exact bounds of pair_jaccard_at_least.
+"""verify.py's routes of counting intersections (the merges of the C loops built at install and
+of numba's verify_kernels.py, and scipy's row-wise product) and the exact bounds of
+pair_jaccard_at_least.
 
 Oracles: Python sets (len(A & B) / len(A | B), a float division of Python ints) for every
 Jaccard, and a brute-force scan over every intersection count for needed_intersections. The
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import gpudedup
+from gpudedup import _cpu_kernels
 from gpudedup.core import verify
 from gpudedup.compiled import KERNEL_SWITCH
 from gpudedup.core.verify import (BELOW_THRESHOLD, merge_kernels, needed_intersections, pair_jaccard,
@@ -24,16 +26,16 @@ from gpudedup.core.verify import (BELOW_THRESHOLD, merge_kernels, needed_interse
 THRESHOLDS = [0.8, 0.5, 0.7, 0.75, 0.85, 0.9, 0.95, 0.99, 1.0, 1 / 3, 2 / 3, 0.1, 0.01]
 
 
-@pytest.fixture(params=["numba", "scipy"])
+# The switch's value that takes each route (as a user would switch it).
+ROUTE_SWITCH = {"c": "c", "numba": "numba", "scipy": "numpy"}
+
+
+@pytest.fixture(params=["c", "numba", "scipy"])
 def route(request, monkeypatch) -> str:
-    """Each test once per route: the numba kernels (numba is a base dependency, so they must
-    load), and scipy's product, switched on as a user would, by GPUDEDUP_CPU_KERNELS=numpy."""
-    if request.param == "scipy":
-        monkeypatch.setenv(KERNEL_SWITCH, "numpy")
-        assert merge_kernels() is None
-    else:
-        monkeypatch.setenv(KERNEL_SWITCH, "numba")
-        assert merge_kernels() is not None
+    """Each test once per route: the C loops (CI builds them), numba's kernels (numba is a base
+    dependency, so they must load), and scipy's product."""
+    monkeypatch.setenv(KERNEL_SWITCH, ROUTE_SWITCH[request.param])
+    assert (merge_kernels() is None) == (request.param == "scipy")
     return request.param
 
 
@@ -196,12 +198,16 @@ def test_pair_jaccard_at_least_refuses_a_threshold_out_of_range():
 # --- the kernels themselves ---------------------------------------------------------------------
 
 
-def test_kernel_counts_with_any_needed_count():
-    """The numba kernels called directly, intersections_at_least with arbitrary counts asked
+@pytest.mark.parametrize("build", ["c", "numba"])
+def test_kernel_counts_with_any_needed_count(build):
+    """Each build's merges called directly, intersections_at_least with arbitrary counts asked
     for (not only a threshold's): the exact count where it reaches the one asked, RULED_OUT
     where not (the merge stopped early, or never started: a count above the smaller size)."""
-    from gpudedup.core.verify_kernels import RULED_OUT, intersections, intersections_at_least
+    from gpudedup.core import verify_kernels
+    from gpudedup.core.verify_kernels import RULED_OUT
 
+    loops = _cpu_kernels if build == "c" else verify_kernels
+    intersections, intersections_at_least = loops.intersections, loops.intersections_at_least
     rng = np.random.default_rng(5)
     rows = [set(rng.integers(-30, 30, size=int(rng.integers(0, 40))).tolist()) for _ in range(60)]
     sets = matrix_of(rows)
@@ -224,16 +230,17 @@ def test_kernel_counts_with_any_needed_count():
     assert out.tolist() == [c if c >= n else RULED_OUT for c, n in zip(common, needed.tolist())]
 
 
-def test_signature_agreements_kernel_against_a_python_count(monkeypatch):
-    """The signature filter's agreement counts, by the kernel from the array in place and by
-    numpy on gathered rows (the route of a store's row gatherer, and with the kernels off):
-    each equal to a plain Python count of the equal columns."""
+@pytest.mark.parametrize("build", ["c", "numba"])
+def test_signature_agreements_kernel_against_a_python_count(monkeypatch, build):
+    """The signature filter's agreement counts, by each build's kernel from the array in place
+    and by numpy on gathered rows (the route of a store's row gatherer, and with the kernels
+    off): each equal to a plain Python count of the equal columns."""
     rng = np.random.default_rng(3)
     signatures = rng.integers(0, 4, size=(50, 16)).astype(np.uint32)  # few values: many agreements
     first, second = rng.integers(0, 50, size=(2, 3000)).astype(np.int64)
     expected = [sum(int(x == y) for x, y in zip(signatures[a], signatures[b]))
                 for a, b in zip(first.tolist(), second.tolist())]
-    monkeypatch.setenv(KERNEL_SWITCH, "numba")
+    monkeypatch.setenv(KERNEL_SWITCH, build)
     assert verify.signature_agreements(signatures, first, second).tolist() == expected
 
     class Gatherer:  # a staged store's signatures: rows by [positions] only
@@ -245,7 +252,7 @@ def test_signature_agreements_kernel_against_a_python_count(monkeypatch):
     assert verify.signature_agreements(signatures, first, second, chunk=700).tolist() == expected
 
 
-@pytest.mark.parametrize("route", ["merge", "scipy"])
+@pytest.mark.parametrize("route", ["c", "numba", "scipy"])
 def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
     """Pairs whose second row is read from another source (second_sets), the first from a
     StoredSets over memory-mapped files as an index segment stores them: the Jaccard of
@@ -257,7 +264,7 @@ def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
         monkeypatch.setattr(verify, "as_set_matrix", lambda sets: whole(sets) if not isinstance(
             sets, verify.StoredSets) else pytest.fail("a matrix of every stored set was made"))
     else:
-        monkeypatch.setenv(KERNEL_SWITCH, "numba")
+        monkeypatch.setenv(KERNEL_SWITCH, route)
     rng = np.random.default_rng(11)
     base = [set(rng.integers(0, 60, size=int(rng.integers(1, 50))).tolist()) for _ in range(40)]
     # Near copies of stored sets, so that many pairs reach the threshold.
@@ -292,10 +299,13 @@ def test_routes_agree_bit_for_bit_on_shingle_sets(jaccard_pairs, batch_from_rows
     docs = np.arange(len(rows), dtype=np.int64)
     sets = document_sets(lambda part: batch_from_rows([rows[int(d)] for d in part]), docs,
                          np.full(len(rows), 500, np.int64), 10_000)
-    first, second = docs[0::2], docs[1::2]  # views with a stride: the kernel route copes
+    first, second = docs[0::2], docs[1::2]  # views with a stride: the kernel routes cope
     monkeypatch.setenv(KERNEL_SWITCH, "numba")
     merged = pair_jaccard(sets, first, second)
     bounded = pair_jaccard_at_least(sets, first, second, 0.8)
+    monkeypatch.setenv(KERNEL_SWITCH, "c")
+    assert np.array_equal(pair_jaccard(sets, first, second), merged)
+    assert np.array_equal(pair_jaccard_at_least(sets, first, second, 0.8), bounded)
     monkeypatch.setenv(KERNEL_SWITCH, "numpy")
     assert np.array_equal(pair_jaccard(sets, first, second, chunk_elements=700), merged)
     assert np.array_equal(pair_jaccard_at_least(sets, first, second, 0.8), bounded)
@@ -321,8 +331,9 @@ def test_empty_rows(route):
 # --- the switch, the fallback, and what importing loads ----------------------------------------
 
 
-def test_no_numba_falls_back_to_scipy(monkeypatch):
-    """Where numba cannot be imported (the GPU image has none), the scipy route counts."""
+def test_no_numba_falls_back_to_scipy(monkeypatch, without_c_loops):
+    """Where neither the C loops were built nor numba can be imported (the GPU image may have
+    neither), the scipy route counts."""
     monkeypatch.delenv(KERNEL_SWITCH, raising=False)
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     monkeypatch.delitem(sys.modules, "gpudedup.core.verify_kernels", raising=False)
@@ -341,5 +352,26 @@ def test_no_numba_falls_back_to_scipy(monkeypatch):
 def test_the_switch_turns_the_kernels_off(monkeypatch, value):
     monkeypatch.setenv(KERNEL_SWITCH, value)
     assert merge_kernels() is None
-    monkeypatch.setenv(KERNEL_SWITCH, "numba")  # any other value leaves them on
-    assert merge_kernels() is not None
+    monkeypatch.setenv(KERNEL_SWITCH, "numba")  # the other values take a build
+    assert merge_kernels() is not None and merge_kernels() is not _cpu_kernels
+    monkeypatch.setenv(KERNEL_SWITCH, "c")
+    assert merge_kernels() is _cpu_kernels
+    monkeypatch.delenv(KERNEL_SWITCH)  # unset: the C loops where they were built
+    assert merge_kernels() is _cpu_kernels
+
+
+def test_the_c_merges_refuse_rows_that_are_not_there():
+    """The C loops check every row number against the matrix before they read (numba's
+    kernels trust their callers): a row past the end, or negative, is a ValueError naming it."""
+    sets = matrix_of([{1, 2}, {2, 3}])
+    indptr, indices = verify.csr_arrays(sets)
+    out = np.empty(2, np.int64)
+    with pytest.raises(ValueError, match=r"^second\[1\] is 9, not a row of the 2 there are$"):
+        _cpu_kernels.intersections(indptr, indices, np.array([0, 1]), np.array([1, 9]), out)
+    with pytest.raises(ValueError, match=r"^first\[0\] is -1"):
+        _cpu_kernels.intersections_at_least(indptr, indices, indptr, indices, np.array([-1, 0]), np.array([0, 1]),
+                                            np.ones(2, np.int64), out)
+    with pytest.raises(ValueError, match="two dimensions"):
+        _cpu_kernels.signature_agreements(np.zeros(8, np.uint32), np.array([0, 1]), np.array([1, 0]), out)
+    _cpu_kernels.intersections(indptr, indices, np.array([0, 1]), np.array([1, 1]), out)
+    assert out.tolist() == [1, 2]

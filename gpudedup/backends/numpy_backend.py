@@ -22,12 +22,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..compiled import (announce_compiling, compiled_loops_on, compiled_route, extension_wanted, kernels_on,
-                        start_kernels, text_work)
+from ..compiled import (announce_compiling, c_loops, compiled_loops_on, compiled_route, kernels_on, start_kernels,
+                        text_work)
 from ..core.hashing import Permutations
 from ..core.lsh import Banding, band_keys
 from ..core.minhash import minhash_signatures
-from ..errors import ParameterError
 from ..params import DEFAULT_BATCH_BYTES
 from ..core.shingling import ShingleBatch, ShingleSpec, unique_per_row, utf8_shingle_hashes
 from ..threads import HOST_THREADS
@@ -35,21 +34,11 @@ from .compiled_steps import CompiledSteps
 
 
 def extension_steps() -> Optional[CompiledSteps]:
-    """The steps over the C extension, or None where it was not built at install or the switch
-    asks for another route (compiled.extension_wanted); ParameterError where the switch asks for
-    it (GPUDEDUP_CPU_KERNELS=c) and it was not built."""
-    wanted = extension_wanted()
-    if wanted is False:
-        return None
-    try:
-        from . import _cpu_kernels  # (optional: built at install only where a C compiler was found)
-    except ImportError:
-        if wanted:
-            raise ParameterError("GPUDEDUP_CPU_KERNELS=c, but the C kernels were not built when gpudedup was "
-                                 "installed (no C compiler was found): install a C compiler and reinstall, or "
-                                 "unset the switch") from None
-        return None
-    return CompiledSteps(_cpu_kernels, "C")
+    """The steps over the C loops, or None where they were not built at install or the switch
+    asks for another route (compiled.c_loops, which refuses GPUDEDUP_CPU_KERNELS=c without
+    them)."""
+    loops = c_loops()
+    return None if loops is None else CompiledSteps(loops, "C")
 
 
 def numba_steps() -> Optional[CompiledSteps]:

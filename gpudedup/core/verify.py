@@ -17,9 +17,10 @@ Two steps:
    to the host, already in the order the sparse rows need.
 
 Intersections are counted by a sorted merge of the two rows per pair, read in place from the
-CSR arrays (verify_kernels.py, numba). scipy's row-wise product (``scipy_intersections``) is
-the reference, and the route taken when numba cannot be imported or the environment sets
-GPUDEDUP_CPU_KERNELS=numpy. Both routes give exact counts, and the Jaccard is computed from
+CSR arrays: the C loops built at install, or numba's (verify_kernels.py) where those were not
+built and numba's route is taken (compiled.py). scipy's row-wise product
+(``scipy_intersections``) is the reference, and the route taken otherwise or where the
+environment sets GPUDEDUP_CPU_KERNELS=numpy. Both routes give exact counts, and the Jaccard is computed from
 them in one place (``jaccard_of``), so both give the same float64 bit for bit.
 
 Where only pairs at or above a threshold t matter, ``pair_jaccard_at_least`` rules out pairs
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ..compiled import announce_compiling, compiled_route
+from ..compiled import announce_compiling, c_loops, compiled_route
 from .ragged import offsets_from_counts, ragged_take, weighted_ranges
 from .shingling import ShingleBatch, hashes_to_columns, set_rows
 from ..threads import map_parallel
@@ -257,12 +258,16 @@ def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_mat
 
 
 def merge_kernels() -> Optional[ModuleType]:
-    """verify_kernels (numba) where the compiled route is taken (compiled.compiled_route: the
-    kernels started in this process by a signature pass, or asked for by the switch), else
-    None: then scipy_intersections counts, and numpy the signature agreements."""
+    """The compiled merges: the C loops where they were built at install (compiled.c_loops),
+    else verify_kernels (numba) where numba's route is taken (compiled.compiled_route: started in
+    this process by a signature pass, or asked for by the switch), else None: then
+    scipy_intersections counts, and numpy the signature agreements."""
+    loops = c_loops()
+    if loops is not None:
+        return loops
     if not compiled_route():
         return None
-    # (numba is heavy: imported with the kernels, when a run takes the compiled route)
+    # (numba is heavy: imported with the kernels, when a run takes numba's route)
     from . import verify_kernels
 
     announce_compiling(verify_kernels.intersections_at_least)

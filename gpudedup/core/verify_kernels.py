@@ -1,11 +1,13 @@
 """Numba kernels of exact verification: sorted merges over the CSR arrays of a set matrix.
 
-Imported only by verify.py, lazily, when numba is there and not switched off (verify.py's
-``merge_kernels``): importing gpudedup never imports numba. Each kernel reads the arrays of
-a canonical binary CSR matrix (verify.sets_matrix: row r's columns are
-``indices[indptr[r] : indptr[r + 1]]``, sorted and distinct, int64) in place; nothing is
-copied per pair. Counts only: the Jaccard itself is computed from them by verify.py, in one
-place for every route, so that every route gives the same float64 bit for bit.
+The build of these loops that runs where the C loops (kernels/cpu_kernels.c, the same functions
+with the same arguments) were not built at install. Imported only by verify.py, lazily, when
+numba's route is taken (verify.py's ``merge_kernels``): importing gpudedup never imports numba.
+Each kernel reads the arrays of a canonical binary CSR matrix (verify.sets_matrix: row r's
+columns are ``indices[indptr[r] : indptr[r + 1]]``, sorted and distinct, int64) in place;
+nothing is copied per pair. Counts only: the Jaccard itself is computed from them by
+verify.py, in one place for every route, so that every route gives the same float64 bit for
+bit.
 
 Made by ``compiled.kernel``: the compiled code is cached on disk for the next process, and the
 GIL is released, so that the in-memory store's threads run kernels side by side.

@@ -1,6 +1,7 @@
 # The C extension built from kernels/cpu_kernels.c at install (where a C compiler was found): the
-# CPU backend's shingling and MinHash loops. Arrays are contiguous numpy arrays of the dtypes that
-# backends/cpu_kernels.py's loops of the same names document; integers are non-negative.
+# CPU's shingling, MinHash and exact-verification loops. Arrays are contiguous numpy arrays of the
+# dtypes that the numba loops of the same names document (backends/cpu_kernels.py,
+# core/verify_kernels.py); integers are non-negative.
 import numpy as np
 
 def normalize_batch(data: np.ndarray, offsets: np.ndarray, lowercase: np.ndarray, white: np.ndarray,
@@ -13,3 +14,8 @@ def word_hashes(units: np.ndarray, unit_offsets: np.ndarray, word_counts: np.nda
 def sort_unique_rows(offsets: np.ndarray, hashes: np.ndarray, set_offsets: np.ndarray) -> int: ...
 def minhash_rows(offsets: np.ndarray, low_bits: np.ndarray, a: np.ndarray, b: np.ndarray,
                  signatures: np.ndarray) -> None: ...
+def intersections(indptr: np.ndarray, indices: np.ndarray, first: np.ndarray, second: np.ndarray,
+                  out: np.ndarray) -> None: ...
+def intersections_at_least(indptr: np.ndarray, indices: np.ndarray, indptr_b: np.ndarray, indices_b: np.ndarray,
+                           first: np.ndarray, second: np.ndarray, needed: np.ndarray, out: np.ndarray) -> None: ...
+def signature_agreements(signatures: np.ndarray, first: np.ndarray, second: np.ndarray, out: np.ndarray) -> None: ...
