@@ -64,6 +64,18 @@ def test_a_run_on_one_document_loads_no_kernels_and_no_figures():
     assert sorted(set(NOT_FOR_A_SMALL_RUN) & set(loaded)) == []
 
 
+def test_a_run_with_pairs_on_the_c_loops_loads_neither_numba_nor_scipy():
+    """Where the C loops were built (CI builds them), a run that verifies and clusters pairs
+    shingles, signs and merges on them: numba's start and scipy.sparse's import are not paid."""
+    loaded = loaded_after("import gpudedup\n"
+                          "texts = ['the quick brown fox jumps over the lazy dog today'] * 2 + ['another text here']\n"
+                          "texts[1] += '!'\n"
+                          "result = gpudedup.dedup(texts, threshold=0.5)\n"
+                          "assert result.pairs.num_rows == 1 and '+ C kernels' in result.report['backend']",
+                          **{KERNEL_SWITCH: ""})
+    assert "gpudedup" in loaded and sorted({"numba", "llvmlite", "scipy"} & set(loaded)) == []
+
+
 def test_a_cli_run_that_writes_its_output_loads_no_matplotlib_and_no_pandas(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(i), "text": text}) + "\n" for i, text in

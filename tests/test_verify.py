@@ -11,7 +11,8 @@ from gpudedup.core.hashing import draw_permutations
 from gpudedup.core.minhash import minhash_signatures
 from gpudedup.core.shingling import ShingleSpec, shingle_hashes
 from gpudedup.core.ragged import weighted_ranges
-from gpudedup.core.verify import SIGNATURE_TAIL, agreement_cutoff, document_sets, pair_jaccard, plausible
+from gpudedup.core.verify import (SIGNATURE_TAIL, SetArrays, agreement_cutoff, as_set_matrix, document_sets,
+                                  pair_jaccard, plausible)
 from oracles import exact_cutoff, jaccard, shingle_set
 
 TOP = 1 << 63
@@ -109,8 +110,7 @@ def test_rows_follow_docs_subset_and_pair_order():
     spec = ShingleSpec("word", 2)
     docs = np.array([0, 2, 3, 4], dtype=np.int64)  # an empty document among them
     sets = document_sets(text_provider(texts, spec), docs, np.array([4, 4, 4, 4]), 8)
-    assert sets.shape[0] == 4
-    assert np.diff(sets.indptr).tolist() == [3, 3, 0, 3]
+    assert isinstance(sets, SetArrays) and np.diff(sets.indptr).tolist() == [3, 3, 0, 3]
     oracle = string_sets(texts, spec)
     first = np.array([3, 0, 1, 0], dtype=np.int64)  # rows, in any order, repeated
     second = np.array([0, 3, 3, 1], dtype=np.int64)
@@ -142,7 +142,8 @@ def test_document_sets_columns_flip_the_top_bit(batch_from_rows):
     first = np.array([a for a, _ in pairs], dtype=np.int64)
     second = np.array([b for _, b in pairs], dtype=np.int64)
     # scipy's row-wise multiply on negative column indices counts the intersections right.
-    intersections = np.asarray(sets[first].multiply(sets[second]).sum(axis=1)).ravel()
+    matrix = as_set_matrix(sets)
+    intersections = np.asarray(matrix[first].multiply(matrix[second]).sum(axis=1)).ravel()
     assert intersections.tolist() == [len(set(rows[a]) & set(rows[b])) for a, b in pairs]
     assert pair_jaccard(sets, first, second).tolist() == [
         jaccard(set(rows[a]), set(rows[b])) for a, b in pairs]
@@ -165,7 +166,7 @@ def test_random_64_bit_sets_with_large_intersections(jaccard_pairs, batch_from_r
 def test_empty_inputs():
     sets = document_sets(lambda docs: shingle_hashes([], ShingleSpec()), np.zeros(0, np.int64),
                          np.zeros(0, np.int64), 10)
-    assert sets.shape[0] == 0
+    assert sets.indptr.tolist() == [0] and sets.indices.shape == (0,)
     assert pair_jaccard(sets, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
     assert list(weighted_ranges(np.zeros(0, np.int64), 5)) == []
 
@@ -299,8 +300,8 @@ def test_sets_past_their_limit_are_let_go_as_soon_as_the_rate_so_far_says_so():
     builder = SetsBuilder(lengths, every)
     for _ in range(10):
         builder.append(*ten_each)
-    matrix = builder.matrix()
-    assert matrix.shape[0] == 100 and matrix.nnz == 1000
+    sets = builder.arrays()
+    assert sets.indptr.shape[0] == 101 and sets.indices.shape[0] == 1000
     # A rate that rises late: let go at the batch that passes, not kept past the limit.
     builder = SetsBuilder(lengths, SET_ELEMENT_BYTES * 300)
     builder.append(np.arange(10, dtype=np.int64), np.ones(10, np.int64))  # 1 element a row

@@ -21,7 +21,7 @@ from gpudedup import _cpu_kernels
 from gpudedup.core import verify
 from gpudedup.compiled import KERNEL_SWITCH
 from gpudedup.core.verify import (BELOW_THRESHOLD, merge_kernels, needed_intersections, pair_jaccard,
-                             pair_jaccard_at_least, sets_matrix)
+                             pair_jaccard_at_least, set_arrays)
 
 THRESHOLDS = [0.8, 0.5, 0.7, 0.75, 0.85, 0.9, 0.95, 0.99, 1.0, 1 / 3, 2 / 3, 0.1, 0.01]
 
@@ -40,9 +40,9 @@ def route(request, monkeypatch) -> str:
 
 
 def matrix_of(rows: list[set[int]]):
-    """The binary CSR matrix of sets of int64 columns (verify.sets_matrix), row i = rows[i]."""
+    """The sets of int64 columns (verify.set_arrays), row i = rows[i]."""
     columns = [np.array(sorted(row), dtype=np.int64) for row in rows]
-    return sets_matrix(np.concatenate(columns) if columns else np.zeros(0, np.int64),
+    return set_arrays(np.concatenate(columns) if columns else np.zeros(0, np.int64),
                        np.array([len(row) for row in rows], dtype=np.int64))
 
 
@@ -255,14 +255,15 @@ def test_signature_agreements_kernel_against_a_python_count(monkeypatch, build):
 @pytest.mark.parametrize("route", ["c", "numba", "scipy"])
 def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
     """Pairs whose second row is read from another source (second_sets), the first from a
-    StoredSets over memory-mapped files as an index segment stores them: the Jaccard of
+    SetArrays over memory-mapped files as an index segment stores them: the Jaccard of
     Python sets where it reaches the threshold, BELOW_THRESHOLD elsewhere, on both routes."""
     if route == "scipy":
         monkeypatch.setenv(KERNEL_SWITCH, "numpy")
-        # The scipy route makes matrices of the pairs' stored rows, never of a whole segment.
+        # The scipy route makes matrices of the pairs' stored rows, never of the whole segment's
+        # 440 (below): the pairs read 40 of them.
         whole = verify.as_set_matrix
-        monkeypatch.setattr(verify, "as_set_matrix", lambda sets: whole(sets) if not isinstance(
-            sets, verify.StoredSets) else pytest.fail("a matrix of every stored set was made"))
+        monkeypatch.setattr(verify, "as_set_matrix", lambda sets: whole(sets) if sets.indptr.shape[0] != 441 else
+                            pytest.fail("a matrix of every stored set was made"))
     else:
         monkeypatch.setenv(KERNEL_SWITCH, route)
     rng = np.random.default_rng(11)
@@ -271,11 +272,12 @@ def test_pair_jaccard_at_least_across_two_sources(route, monkeypatch, tmp_path):
     news = [set(list(base[i % 40])[: max(1, len(base[i % 40]) - int(rng.integers(0, 4)))]) | {100 + i % 3}
             for i in range(70)]
     news[:10] = base[:10]  # and some copies, for the threshold 1
-    stored = matrix_of(base)
+    # The pairs read 40 of the 440 stored sets (an index segment holds many more than a run asks for).
+    stored = matrix_of(base + [set(rng.integers(0, 60, size=5).tolist()) for _ in range(400)])
     np.save(tmp_path / "offsets.npy", stored.indptr.astype(np.int64))
     np.save(tmp_path / "columns.npy", stored.indices.astype(np.int64))
-    mapped = verify.StoredSets(np.load(tmp_path / "offsets.npy", mmap_mode="r"),
-                               np.load(tmp_path / "columns.npy", mmap_mode="r"))
+    mapped = verify.SetArrays(np.load(tmp_path / "offsets.npy", mmap_mode="r"),
+                              np.load(tmp_path / "columns.npy", mmap_mode="r"))
     first = rng.integers(0, 40, size=3000).astype(np.int64)
     second = rng.integers(0, 70, size=3000).astype(np.int64)
     second[:70] = np.arange(70)

@@ -28,7 +28,7 @@ check is not reported (LSH may pair it with the group's first document again).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -37,10 +37,7 @@ from .hashing import poly_hash64_rows
 from .lsh import sorted_unique
 from .ragged import offsets_from_counts, ragged_arange, weighted_ranges
 from ..stages import Progress
-from .verify import pair_jaccard_at_least, signature_agreements
-
-if TYPE_CHECKING:
-    import scipy.sparse
+from .verify import SetRows, pair_jaccard_at_least, signature_agreements
 
 
 @dataclass
@@ -113,7 +110,7 @@ def same_signature_rows(signatures: Any, row_hash: np.ndarray | None = None) -> 
 COPY_ROUNDS = 4
 
 
-SetReader = Callable[[np.ndarray], "scipy.sparse.csr_matrix"]
+SetReader = Callable[[np.ndarray], SetRows]
 
 
 def identical_copies(groups: tuple[np.ndarray, np.ndarray], active: Any, lengths: Any,

@@ -137,8 +137,8 @@ def set_columns(batch: ShingleBatch) -> tuple[np.ndarray, np.ndarray]:
 
 
 def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.ndarray,
-                  doc_cost: np.ndarray, batch_cost: int, map_batches=map) -> scipy.sparse.csr_matrix:
-    """The shingle sets of ``docs`` as a binary sparse matrix (host).
+                  doc_cost: np.ndarray, batch_cost: int, map_batches=map) -> "SetArrays":
+    """The shingle sets of ``docs`` as the arrays of a binary CSR matrix (SetArrays, host).
 
     shingles_of(docs): host ShingleBatch of the given documents: their sets
     (backend.shingle_sets), or their hashes with repeats in any order (set_columns sorts those).
@@ -150,8 +150,8 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     The column of a shingle is its 64-bit hash with the top bit flipped, viewed as int64
     (shingling.hashes_to_columns): an order-preserving map, so equal hashes share a column and
     sorted hashes are sorted columns, without a global ranking of all hashes. Some columns are
-    negative; scipy's CSR arithmetic only compares column indices, which tests/test_verify.py
-    checks.
+    negative; the merges and scipy's CSR arithmetic (as_set_matrix) only compare column
+    indices, which tests/test_verify.py checks.
     """
 
     def batch_sets(rows: tuple[int, int]):
@@ -160,15 +160,16 @@ def document_sets(shingles_of: Callable[[np.ndarray], ShingleBatch], docs: np.nd
     sets = SetsBuilder(doc_cost)
     for columns, counts in map_batches(batch_sets, list(weighted_ranges(doc_cost, batch_cost))):
         sets.append(columns, counts)
-    return sets.matrix()
+    return sets.arrays()
 
 
-# Bytes per shingle of a set matrix (sets_matrix): its int64 column and its int8 value.
+# Bytes per shingle of a set: its int64 column, and the int8 value scipy's matrix adds where the
+# reference route makes one (as_set_matrix), counted always so that either route fits.
 SET_ELEMENT_BYTES = 9
 
 
 class SetsBuilder:
-    """Shingle sets gathered batch by batch, in row order, into one binary CSR matrix (host).
+    """Shingle sets gathered batch by batch, in row order, into one SetArrays (host).
 
     The columns are written straight into one int64 array sized by an upper bound on the
     elements: its pages are committed only as they are written, so the sets are never held
@@ -211,50 +212,44 @@ class SetsBuilder:
         self.used += columns.shape[0]
         self.counts.append(counts)
 
-    def matrix(self) -> scipy.sparse.csr_matrix:
-        """The rows appended so far, as sets_matrix makes them; the builder is spent."""
+    def arrays(self) -> "SetArrays":
+        """The rows appended so far, as set_arrays makes them; the builder is spent."""
         assert self.kept, "sets let go past their limit"
-        # Shrink in place (realloc) rather than slice: scipy copies an index array that is a
-        # small view of a larger buffer, which would hold the sets twice after all.
+        # Shrink in place (realloc) rather than slice: a small view of a larger buffer would hold
+        # the whole buffer, and scipy (as_set_matrix) copies such a view: the sets twice.
         columns, self.columns = self.columns, np.zeros(0, np.int64)
         columns.resize(self.used, refcheck=False)
-        return sets_matrix(columns, np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64))
+        return set_arrays(columns, np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64))
 
 
-def stacked_sets(parts: list[tuple[np.ndarray, np.ndarray]]) -> scipy.sparse.csr_matrix:
-    """The rows of every part in turn as one set matrix (sets_matrix), in one concatenation
-    (scipy's vstack of matrices made first would copy their columns twice). parts: (counts
+def stacked_sets(parts: list[tuple[np.ndarray, np.ndarray]]) -> "SetArrays":
+    """The rows of every part in turn as one SetArrays, in one concatenation. parts: (counts
     int64 (k,), columns int64 (sum counts,)) each, as csr_parts and the index's stored sets
     give them; host."""
     if not parts:
-        return sets_matrix(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return set_arrays(np.zeros(0, np.int64), np.zeros(0, np.int64))
     counts, columns = zip(*parts)
-    return sets_matrix(np.concatenate(columns), np.concatenate(counts))
+    return set_arrays(np.concatenate(columns), np.concatenate(counts))
 
 
-def csr_parts(sets: scipy.sparse.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
-    """(counts int64, columns int64) of a set matrix, for stacked_sets."""
+def csr_parts(sets: "SetRows") -> tuple[np.ndarray, np.ndarray]:
+    """(counts int64, columns int64) of sets, for stacked_sets."""
     return np.diff(sets.indptr).astype(np.int64), sets.indices.astype(np.int64, copy=False)
 
 
-def rows_of(sets: scipy.sparse.csr_matrix, rows: np.ndarray) -> scipy.sparse.csr_matrix:
-    """Rows ``rows`` (int64 (k,), ascending) of a set matrix, as one (canonical binary CSR,
-    host): a copy per run of consecutive rows (ragged_take), as most of a store's rows are
-    asked for together (verification, an index add's commit)."""
+def rows_of(sets: "SetRows", rows: np.ndarray) -> "SetArrays":
+    """Rows ``rows`` (int64 (k,), ascending) of sets, as one SetArrays (host): a copy per run
+    of consecutive rows (ragged_take), as most of a store's rows are asked for together
+    (verification, an index add's commit)."""
     counts, columns = ragged_take(sets.indptr, sets.indices, rows)
-    return sets_matrix(columns, counts)
+    return set_arrays(columns, counts)
 
 
-def sets_matrix(columns: np.ndarray, counts: np.ndarray) -> scipy.sparse.csr_matrix:
-    """Shingle sets as the binary CSR matrix pair_jaccard reads: columns int64, each row's
-    sorted and distinct (shingling.hashes_to_columns), row i the next counts[i] of them
-    (int64 (n,)); host. The one place this matrix is made from stored or spilled sets."""
-    import scipy.sparse  # (heavy: loaded by the runs that verify pairs, not by every start-up)
-
-    matrix = scipy.sparse.csr_matrix((np.ones(columns.shape[0], np.int8), columns, offsets_from_counts(counts)),
-                                     shape=(counts.shape[0], np.iinfo(np.int64).max))
-    matrix.has_sorted_indices = True
-    return matrix
+def set_arrays(columns: np.ndarray, counts: np.ndarray) -> "SetArrays":
+    """Shingle sets as the arrays every route reads: columns int64, each row's sorted and
+    distinct (shingling.hashes_to_columns), row i the next counts[i] of them (int64 (n,));
+    host. The one place sets are put together from their columns."""
+    return SetArrays(offsets_from_counts(np.asarray(counts, dtype=np.int64)), np.asarray(columns, dtype=np.int64))
 
 
 def merge_kernels() -> Optional[ModuleType]:
@@ -297,10 +292,10 @@ def scipy_intersections(sets: "SetRows", first: np.ndarray, second: np.ndarray, 
     return inter
 
 
-def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: int = 1 << 21) -> np.ndarray:
+def pair_jaccard(sets: "SetRows", first, second, chunk_elements: int = 1 << 21) -> np.ndarray:
     """Exact Jaccard |A ∩ B| / |A ∪ B| of rows ``first[i]``, ``second[i]`` of ``sets``.
 
-    sets: binary CSR (document_sets, sets_matrix); first, second: int64 (p,) row indices of
+    sets: SetArrays (document_sets, set_arrays) or a binary CSR matrix; first, second: int64 (p,) row indices of
     non-empty rows (two empty rows give nan). Returns float64 (p,), host. chunk_elements: the
     scipy route's pairs per step, in set elements (memory); the merge kernel copies nothing.
     """
@@ -315,7 +310,7 @@ def pair_jaccard(sets: scipy.sparse.csr_matrix, first, second, chunk_elements: i
     return jaccard_of(inter, sizes[first], sizes[second])
 
 
-def rows_jaccard_at_least(sets_of: Callable[[np.ndarray], scipy.sparse.csr_matrix], first, second,
+def rows_jaccard_at_least(sets_of: Callable[[np.ndarray], "SetRows"], first, second,
                           threshold: float, threads: int = 1) -> np.ndarray:
     """pair_jaccard_at_least of the row pairs (first[i], second[i]) (int64 (p,), host) of a
     store: sets_of(docs) gives the set matrix of its rows ``docs`` (int64, ascending, distinct),
@@ -362,8 +357,8 @@ def pair_jaccard_at_least(sets: "SetRows", first, second, threshold: float, thre
     """The exact Jaccard of the pairs that reach ``threshold``; BELOW_THRESHOLD (-1.0) for the
     others.
 
-    sets, first, second as for pair_jaccard, except that ``sets`` may also be a StoredSets;
-    second_sets: where the second row of each pair is read (a set matrix or StoredSets: an
+    sets, first, second as for pair_jaccard; second_sets: where the second row of each pair is
+    read (SetArrays or a set matrix: an
     index's stored sets against new documents' sets), ``sets`` when None; threshold: float in
     (0, 1]. Returns float64 (p,), host: value[i] == pair_jaccard(...)[i] wherever that is >=
     threshold, BELOW_THRESHOLD wherever it is below threshold or nan (two empty rows); the same
@@ -432,40 +427,49 @@ def jaccard_at_least_chunk(sets: "SetRows", second_sets: Optional["SetRows"],
     return np.where((inter >= 0) & (jaccard >= threshold), jaccard, BELOW_THRESHOLD)
 
 
-class StoredSets(NamedTuple):
-    """Shingle sets as the two arrays of a set matrix, without the matrix (so without its data
-    array of ones, which would be allocated for every use): row r's sorted, distinct columns
-    are indices[indptr[r] : indptr[r + 1]]; indptr int64 (rows + 1,), indices int64 (nnz,),
-    host, usually memory-mapped (an index segment's stored sets, index/reader.py)."""
+class SetArrays(NamedTuple):
+    """Shingle sets as the two arrays of a binary CSR matrix, without the matrix: row r's sorted,
+    distinct columns are indices[indptr[r] : indptr[r + 1]]; indptr int64 (rows + 1,), indices
+    int64 (nnz,), host, in memory or memory-mapped (an index segment's stored sets,
+    index/reader.py). The merges read them in place; only scipy's reference route makes a
+    matrix of them (as_set_matrix), so a run on the compiled merges never imports scipy.sparse."""
 
     indptr: np.ndarray
     indices: np.ndarray
 
 
-# What pair_jaccard_at_least reads sets from: a set matrix, or the same two arrays.
-SetRows = Union["scipy.sparse.csr_matrix", StoredSets]
+# What the routes read sets from: SetArrays, or a binary CSR matrix with the same two arrays
+# (shingling.set_rows, the reference route's own).
+SetRows = Union["scipy.sparse.csr_matrix", SetArrays]
 
 
 def as_set_matrix(sets: SetRows) -> scipy.sparse.csr_matrix:
-    """``sets`` as a set matrix (sets_matrix), for the scipy route; a matrix as it is."""
-    if isinstance(sets, StoredSets):
-        return sets_matrix(np.asarray(sets.indices), np.diff(sets.indptr))
-    return sets
+    """``sets`` as a binary CSR matrix, for the scipy route; a matrix as it is. The columns are
+    shared, not copied: scipy adds its int8 values (SET_ELEMENT_BYTES counts them)."""
+    if not isinstance(sets, SetArrays):
+        return sets
+    import scipy.sparse  # (heavy: loaded by the runs on the reference route, not by every start-up)
+
+    indptr, indices = csr_arrays(sets)
+    matrix = scipy.sparse.csr_matrix((np.ones(indices.shape[0], np.int8), indices, indptr),
+                                     shape=(indptr.shape[0] - 1, np.iinfo(np.int64).max))
+    matrix.has_sorted_indices = True
+    return matrix
 
 
 def gathered_rows(sets: SetRows, rows: np.ndarray) -> tuple[SetRows, np.ndarray]:
-    """(sets, rows) to read rows ``rows`` (int64 (p,)) from: a set matrix as it is; from
-    StoredSets (an index segment's, maybe millions of rows) a matrix of those rows alone
-    (ragged_take) and their places in it, so that the scipy route's cost follows the pairs,
-    not the segment."""
-    if not isinstance(sets, StoredSets):
-        return sets, rows
+    """(sets, rows) to read rows ``rows`` (int64 (p,)) from on the scipy route: every row's
+    sets as a matrix (as_set_matrix) where the rows are most of them; else (an index segment's
+    stored sets, maybe millions of rows) a matrix of those rows alone (ragged_take) and their
+    places in it, so that the scipy route's cost follows the pairs, not the segment."""
     distinct = np.unique(rows)
+    if not isinstance(sets, SetArrays) or 2 * distinct.shape[0] >= sets.indptr.shape[0] - 1:
+        return as_set_matrix(sets), rows
     counts, columns = ragged_take(sets.indptr, sets.indices, distinct)
-    return sets_matrix(np.asarray(columns, dtype=np.int64), counts), np.searchsorted(distinct, rows)
+    return as_set_matrix(set_arrays(columns, counts)), np.searchsorted(distinct, rows)
 
 
 def csr_arrays(sets: SetRows) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) of ``sets`` as the kernels take them: int64, contiguous (no copy for
-    the matrices document_sets and sets_matrix make, nor for StoredSets: int64 already)."""
+    the SetArrays set_arrays makes, nor for an index's stored sets: int64 already)."""
     return (np.ascontiguousarray(sets.indptr, dtype=np.int64), np.ascontiguousarray(sets.indices, dtype=np.int64))

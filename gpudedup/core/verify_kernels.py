@@ -3,7 +3,7 @@
 The build of these loops that runs where the C loops (kernels/cpu_kernels.c, the same functions
 with the same arguments) were not built at install. Imported only by verify.py, lazily, when
 numba's route is taken (verify.py's ``merge_kernels``): importing gpudedup never imports numba.
-Each kernel reads the arrays of a canonical binary CSR matrix (verify.sets_matrix: row r's
+Each kernel reads the arrays of a canonical binary CSR matrix (verify.SetArrays: row r's
 columns are ``indices[indptr[r] : indptr[r + 1]]``, sorted and distinct, int64) in place;
 nothing is copied per pair. Counts only: the Jaccard itself is computed from them by
 verify.py, in one place for every route, so that every route gives the same float64 bit for

@@ -9,8 +9,7 @@ import numpy as np
 from ..backends import Backend, get_backend
 from ..core.content import is_token_type
 from ..core.hashing import Permutations
-from ..core.shingling import ShingleBatch, set_rows
-from ..core.verify import csr_parts, pair_jaccard_at_least, stacked_sets
+from ..core.verify import pair_jaccard_at_least, set_columns, stacked_sets
 from ..errors import InputError, ParameterError
 from ..io.python_inputs import list_corpus
 from ..params import DedupParams
@@ -39,8 +38,8 @@ def matches(documents, backend: str | Backend,
         wanted = "lists of token ids" if params.shingle == "token" else "texts"
         raise InputError(f"the index cuts {params.shingle} shingles: its queries are {wanted}, and these "
                          f"are {'texts' if params.shingle == 'token' else 'token ids'}")
-    shingles = backend.shingle_hashes(*corpus.units(), spec)
-    shingles = ShingleBatch(backend.to_host(shingles.offsets), backend.to_host(shingles.hashes))
+    # Sets (host, sorted, distinct): their MinHash is their shingles', and verification reads them.
+    shingles = backend.shingle_sets(*corpus.units(), spec)
     keys = backend.to_host(backend.band_keys(backend.signatures(shingles, permutations), banding))
     nonempty = np.flatnonzero(shingles.counts() > 0)  # an empty query matches nothing
     query, segment, row = reader.probe_pairs(keys[nonempty], params.bucket_window)
@@ -50,7 +49,7 @@ def matches(documents, backend: str | Backend,
         return found
     codes, inverse = np.unique(reader.document_codes(segment, row), return_inverse=True)
     matched_segment, matched_row = reader.documents_of(codes)
-    sets = stacked_sets([csr_parts(set_rows(shingles))] + reader.set_parts(matched_segment, matched_row))
+    sets = stacked_sets([set_columns(shingles)[::-1]] + reader.set_parts(matched_segment, matched_row))
     jaccard = pair_jaccard_at_least(sets, query, len(queries) + inverse, params.threshold)
     hit = jaccard >= params.threshold
     ids = reader.ids(matched_segment, matched_row).to_pylist()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Mapping, Optional
 
 
 import numpy as np
@@ -26,16 +26,13 @@ from ..core.lsh import band_keys, sorted_unique
 from ..core.normalize import utf8_buffers
 from ..core.ragged import last_of_runs, last_over_parts, ragged_arange
 from ..core.shingling import ShingleSpec, span_hashes
-from ..core.verify import SetRows, StoredSets, pair_jaccard_at_least, sets_matrix, stacked_sets
+from ..core.verify import SetArrays, SetRows, pair_jaccard_at_least, set_arrays, stacked_sets
 from ..errors import DamagedIndexError, InputError
 from ..params import DedupParams
 from ..threads import HOST_THREADS, map_parallel
 from .checked import OpenedFile, mapped_npy
 from .files import BLOCKS_SUFFIX, Manifest, SegmentEntry, file_stamp, index_os_error, read_manifest
 from .sources import SOURCES_FILE, merge_sources, read_sources, rows_sets
-
-if TYPE_CHECKING:
-    import scipy.sparse
 
 
 @dataclass(frozen=True)
@@ -135,12 +132,12 @@ class Segment:
     def set_rows(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[SetRows, np.ndarray]:
         """The shingle sets of ``rows`` (int64 (k,)) to read in place: (sets, positions), row
         rows[i]'s set being row positions[i] of sets. Stored sets are the segment's own mapped
-        arrays (verify.StoredSets, nothing copied; positions are the rows); with verification
+        arrays (verify.SetArrays, nothing copied; positions are the rows); with verification
         "source" the rows' sets are shingled from the source files (``sets``)."""
         if self.verification == "source":
             distinct = np.unique(rows)
-            return sets_matrix(*self.sets(distinct, spec)[::-1]), np.searchsorted(distinct, rows)
-        return StoredSets(self.array("set_offsets"), self.array("set_columns", rows)), rows
+            return set_arrays(*self.sets(distinct, spec)[::-1]), np.searchsorted(distinct, rows)
+        return SetArrays(self.array("set_offsets"), self.array("set_columns", rows)), rows
 
     def sets(self, rows: np.ndarray, spec: ShingleSpec) -> tuple[np.ndarray, np.ndarray]:
         """(counts int64 (k,), columns int64 (sum counts,)): the shingle sets of ``rows``, stored
@@ -344,9 +341,9 @@ class IndexReader:
                  for position, mine in self._by_segment(segment)]
         return pa.concat_arrays(parts) if parts else pa.array([], id_type)
 
-    def sets(self, segment: np.ndarray, row: np.ndarray) -> scipy.sparse.csr_matrix:
+    def sets(self, segment: np.ndarray, row: np.ndarray) -> SetArrays:
         """The shingle sets of (segment, row) pairs in index order, as verify.document_sets
-        makes them (binary CSR, sorted distinct columns per row)."""
+        makes them (sorted distinct columns per row)."""
         return stacked_sets(self.set_parts(segment, row))
 
     def pair_jaccard_at_least(self, segment: np.ndarray, row: np.ndarray, new_sets: SetRows,

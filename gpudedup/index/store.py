@@ -12,7 +12,7 @@ its cost grows with the new data and its matches, not with the size of the index
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -28,11 +28,8 @@ from ..core.lsh import Banding, band_keys, to_side
 from ..pipeline.report import InputSummary
 from ..core.shingling import ShingleSpec
 from ..stages import Progress, StageLog
-from ..core.verify import csr_parts, stacked_sets
+from ..core.verify import SetArrays, SetRows, csr_parts, stacked_sets
 from .reader import IndexReader, Matched, check_id_type
-
-if TYPE_CHECKING:
-    import scipy.sparse
 
 
 class IndexStore:
@@ -97,9 +94,9 @@ class IndexStore:
         new_sets = self.inner.set_reader(name, docs[docs >= k] - k, executor)
         return lambda part: self.joined_sets(part, new_sets(part[part >= k] - k))
 
-    def joined_sets(self, docs: np.ndarray, new_sets: scipy.sparse.csr_matrix) -> scipy.sparse.csr_matrix:
+    def joined_sets(self, docs: np.ndarray, new_sets: SetRows) -> SetArrays:
         """The sets of rows ``docs`` (int64, ascending): the stored sets of the indexed rows
-        among them, then ``new_sets``, those of the new rows (binary CSR, in order)."""
+        among them, then ``new_sets``, those of the new rows (in order)."""
         assert self.matched is not None
         old = docs[docs < self.pinned]
         return stacked_sets(self.reader.set_parts(self.matched.segment[old], self.matched.row[old])

@@ -4,7 +4,7 @@ GPU backend). Nothing is kept between runs; ``dedup_corpus`` runs the job over i
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -23,15 +23,12 @@ from ..params import DedupParams
 from .report import InputFile, InputSummary
 from ..core.shingling import ShingleBatch, ShingleSpec
 from ..stages import Progress, StageLog
-from ..core.verify import (SET_ELEMENT_BYTES, SetsBuilder, document_sets, pair_jaccard_at_least,
+from ..core.verify import (SET_ELEMENT_BYTES, SetArrays, SetsBuilder, document_sets, pair_jaccard_at_least,
                            rows_jaccard_at_least, rows_of)
 from .job import run_job
 from .local import HeldStages
 from .outcome import Outcome
 from .protocols import Executor
-
-if TYPE_CHECKING:
-    import scipy.sparse
 from ..threads import map_parallel
 from .signatures import batch_bytes, batches_in_flight_bytes, signature_pass, signature_pass_need
 
@@ -78,11 +75,11 @@ class MemoryStore:
         self.work_dir: Optional[str] = None  # nothing is kept between runs
         self.parts_at: Optional[str] = None
         self.pinned = 0  # no documents kept before (protocols.Store)
-        # (One document has no pair: none would read its set, and making sets loads scipy.sparse.)
+        # (One document has no pair: none would read its set.)
         self.keep_sets = backend.xp is np and self.documents > 1 and kept_sets_bytes != 0
         self.kept_sets_bytes = kept_sets_bytes
-        self.kept_sets: Optional[SetsBuilder] = None  # every row's set, where kept (sets makes them a matrix)
-        self.sets_matrix: Optional[scipy.sparse.csr_matrix] = None
+        self.kept_sets: Optional[SetsBuilder] = None  # every row's set, where kept (``sets`` gives them)
+        self.kept_set_arrays: Optional[SetArrays] = None
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: Executor,
              log: StageLog, progress: Progress) -> None:
@@ -104,13 +101,12 @@ class MemoryStore:
         release_unused_memory()
 
     @property
-    def sets(self) -> Optional[scipy.sparse.csr_matrix]:
-        """Every row's shingle set as one set matrix (verify.sets_matrix), where the signature
-        pass kept them, else None; made when first asked for, so that a run with nothing to
-        check never loads scipy.sparse."""
+    def sets(self) -> Optional[SetArrays]:
+        """Every row's shingle set (verify.set_arrays), where the signature pass kept them, else
+        None; put together when first asked for."""
         if self.kept_sets is not None:
-            self.sets_matrix, self.kept_sets = self.kept_sets.matrix(), None
-        return self.sets_matrix
+            self.kept_set_arrays, self.kept_sets = self.kept_sets.arrays(), None
+        return self.kept_set_arrays
 
     def active_positions(self, rows: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.active, rows)
@@ -165,7 +161,7 @@ class MemoryStore:
                               "raise threshold= or lower bucket_window= (fewer candidate pairs), "
                               "or lower batch_bytes=")
 
-        def sets_of(docs: np.ndarray) -> scipy.sparse.csr_matrix:
+        def sets_of(docs: np.ndarray) -> SetArrays:
             progress.start("Verifying pairs (exact)", docs.shape[0])
             return self.document_sets(docs, progress)
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..backends import Backend, get_backend
 from ..core.content import unit_buffers, unit_lengths
 from ..core.ragged import offsets_from_counts, weighted_ranges
-from ..core.verify import rows_jaccard_at_least, set_columns, sets_matrix
+from ..core.verify import rows_jaccard_at_least, set_arrays, set_columns
 from ..memory import release_unused_memory
 from ..params import DedupParams
 from .kept import Kept
@@ -322,7 +322,7 @@ def spill_shard_sets(work_at: WorkAt, name: str, reader: Any, index: int, local_
 
 def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.ndarray):
     """The spilled sets of corpus rows ``rows`` (int64 (k,), ascending, all spilled) as one
-    canonical binary CSR matrix, row i for rows[i] (the form of verify.document_sets)."""
+    SetArrays, row i for rows[i] (the form of verify.document_sets)."""
     work = WorkDir.attach(work_at)
     parts, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for index, mine in by_shard(shard_rows, rows):  # rows ascending: the groups come in order
@@ -338,7 +338,7 @@ def spilled_sets(work_at: WorkAt, name: str, shard_rows: np.ndarray, rows: np.nd
         starts, stops = offsets[position], offsets[position + 1]
         counts.append(stops - starts)
         parts.extend(np.asarray(stored[a:b]) for a, b in zip(starts, stops))
-    return sets_matrix(np.concatenate(parts), np.concatenate(counts))
+    return set_arrays(np.concatenate(parts), np.concatenate(counts))
 
 
 def spilled_jaccard(work_at: WorkAt, name: str, shard_rows: np.ndarray, first: np.ndarray,

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ...core.shingling import ShingleSpec, shingle_sets
+from ...core.shingling import ShingleSpec, shingle_hashes
 from ...pipeline.removedrows import shingle_spec
 from ...pipeline.shown import EXAMPLES_PER_CLUSTER, MEMBERS_LISTED
 from ...io.fields import content_of
@@ -238,9 +238,9 @@ def highlight(text: str, reference: str, cut_word: bool = False) -> str:
 def exact_jaccard(first, second, spec: ShingleSpec) -> float:
     """The exact Jaccard similarity of two documents' shingle sets (the verification's measure);
     first, second: texts, or token-id lists for token shingles (None: empty)."""
-    sets = shingle_sets([first, second], spec)
-    offsets, hashes = sets.offsets, sets.hashes
-    a, b = hashes[offsets[0]:offsets[1]], hashes[offsets[1]:offsets[2]]
+    shingles = shingle_hashes([first, second], spec)
+    offsets, hashes = shingles.offsets, shingles.hashes
+    a, b = np.unique(hashes[offsets[0]:offsets[1]]), np.unique(hashes[offsets[1]:offsets[2]])
     common = np.intersect1d(a, b, assume_unique=True).shape[0]
     union = a.shape[0] + b.shape[0] - common
     return common / union if union else 0.0
