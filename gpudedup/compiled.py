@@ -99,16 +99,14 @@ def c_loops() -> Optional[ModuleType]:
     if switch in ("numpy", "numba"):
         return None
     try:
-        # Optional: built at install only where a C compiler was found. Imported by name: the
-        # layers' checker (import-linter) reads Python sources, and takes `from . import` of a
-        # module it has no source for as an import of the package itself.
-        return importlib.import_module(f"{__package__}._cpu_kernels")
+        from . import _cpu_kernels  # (optional: built at install only where a C compiler was found)
     except ImportError:
         if switch == "c":
             raise ParameterError(f"{KERNEL_SWITCH}=c, but the C kernels were not built when gpudedup was installed "
                                  "(no C compiler was found): install a C compiler and reinstall, or unset the "
                                  "switch") from None
         return None
+    return _cpu_kernels
 
 
 def compiled_loops_on() -> bool:
