@@ -88,8 +88,9 @@ def package_modules() -> list[Path]:
 def names_taken_from_the_package(source: str, depth: int) -> list[str]:
     """The names a module's `source` takes from the package ``__init__``: `from . import X`
     (`from .. import X` from a subpackage, `depth` levels down) or `from gpudedup import X`
-    where X is not a module of the package, and a plain `import gpudedup`. Such a name comes
-    from the lazy ``__init__``, whose first use imports the whole public API."""
+    where X is not a module of the package (a source, a folder, or the stub of a compiled
+    module: gpudedup/_cpu_kernels.pyi), and a plain `import gpudedup`. Such a name comes from
+    the lazy ``__init__``, whose first use imports the whole public API."""
     root = Path(gpudedup.__file__).parent
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -98,7 +99,8 @@ def names_taken_from_the_package(source: str, depth: int) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and (
                 (node.level == depth + 1 and node.module is None) or (node.level == 0 and node.module == "gpudedup")):
             found += [alias.name for alias in node.names
-                      if not (root / f"{alias.name}.py").exists() and not (root / alias.name).is_dir()]
+                      if not any((root / f"{alias.name}{suffix}").exists() for suffix in (".py", ".pyi"))
+                      and not (root / alias.name).is_dir()]
     return found
 
 
@@ -122,6 +124,7 @@ def test_the_scan_finds_names_taken_from_the_package_init():
         == ["__version__"]
     assert names_taken_from_the_package("import gpudedup\nfrom gpudedup import dedup, io\n", 0) \
         == ["gpudedup", "dedup"]
+    assert names_taken_from_the_package("from . import _cpu_kernels, __version__\n", 0) == ["__version__"]
 
 
 def test_the_version_has_one_home():
