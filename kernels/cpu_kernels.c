@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define POLY_BASE UINT64_C(0x9E3779B97F4A7C15)
-#define POLY_OFFSET UINT64_C(0xCBF29CE484222325)
-#define FMIX_C1 UINT64_C(0xFF51AFD7ED558CCD)
-#define FMIX_C2 UINT64_C(0xC4CEB9FE1A85EC53)
+/* The hash family shared with the CUDA kernels: its constants and gd_fmix64, as C functions. */
+#define GD_FUNCTION static inline
+#include "hash_common.cuh"
+
 #define SPACE 0x20u
 #define CODE_POINTS 0x110000
 
@@ -42,14 +42,6 @@
 #define VECTOR_CLONES
 #endif
 
-static inline uint64_t fmix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= FMIX_C1;
-    h ^= h >> 33;
-    h *= FMIX_C2;
-    h ^= h >> 33;
-    return h;
-}
 
 /* --- normalisation ------------------------------------------------------------------------- */
 
@@ -110,11 +102,11 @@ static void normalize_loop(const uint8_t *data, const uint64_t *offsets, uint64_
 /* --- shingle hashes ------------------------------------------------------------------------ */
 
 static inline uint64_t poly_hash64(const uint32_t *units, uint64_t start, uint64_t stop) {
-    uint64_t h = POLY_OFFSET;
+    uint64_t h = GD_POLY_OFFSET;
     for (uint64_t j = start; j < stop; ++j) {
-        h = h * POLY_BASE + units[j];
+        h = gd_poly_step(h, units[j]);
     }
-    return fmix64(h);
+    return gd_fmix64(h);
 }
 
 static void char_loop(const uint32_t *units, const uint64_t *unit_offsets, uint64_t n_docs, uint64_t n,
@@ -130,12 +122,12 @@ static void char_loop(const uint32_t *units, const uint64_t *unit_offsets, uint6
         }
         uint64_t t = 0;
         for (uint64_t j = start; j < start + n; ++j) {
-            t = t * POLY_BASE + units[j];
+            t = t * GD_POLY_BASE + units[j];
         }
-        hashes[out] = fmix64(offset_term + t);
+        hashes[out] = gd_fmix64(offset_term + t);
         for (uint64_t j = start + n; j < stop; ++j) {
-            t = t * POLY_BASE + ((uint64_t)units[j] - (uint64_t)units[j - n] * base_power_n);
-            hashes[++out] = fmix64(offset_term + t);
+            t = t * GD_POLY_BASE + ((uint64_t)units[j] - (uint64_t)units[j - n] * base_power_n);
+            hashes[++out] = gd_fmix64(offset_term + t);
         }
     }
 }
@@ -158,8 +150,8 @@ static void word_loop(const uint32_t *units, const uint64_t *unit_offsets, uint6
                 poly = 0;
                 power = 1;
             } else {
-                poly = poly * POLY_BASE + unit;
-                power *= POLY_BASE;
+                poly = poly * GD_POLY_BASE + unit;
+                power *= GD_POLY_BASE;
             }
         }
         word_poly[words] = poly;
@@ -168,11 +160,11 @@ static void word_loop(const uint32_t *units, const uint64_t *unit_offsets, uint6
         const uint64_t span = n < words ? n : words; /* fewer than n words: one whole-text shingle */
         uint64_t out = shingle_offsets[d];
         for (uint64_t first = 0; first + span <= words; ++first) {
-            uint64_t h = POLY_OFFSET * word_power[first] + word_poly[first];
+            uint64_t h = GD_POLY_OFFSET * word_power[first] + word_poly[first];
             for (uint64_t w = first + 1; w < first + span; ++w) {
-                h = (h * POLY_BASE + SPACE) * word_power[w] + word_poly[w];
+                h = (h * GD_POLY_BASE + SPACE) * word_power[w] + word_poly[w];
             }
-            hashes[out++] = fmix64(h);
+            hashes[out++] = gd_fmix64(h);
         }
     }
 }
@@ -204,7 +196,7 @@ static int compare_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* row[:length] sorted into sorted_row: a counting sort on the top bits (fmix64 outputs spread
+/* row[:length] sorted into sorted_row: a counting sort on the top bits (gd_fmix64 outputs spread
  * evenly), then one insertion pass; qsort where the values cluster far beyond chance.
  * bucket_offsets: scratch of min(2 length, 2**MAX_BUCKET_BITS) + 1 entries at least. */
 static void sort_row(const uint64_t *row, uint64_t length, uint64_t *sorted_row, uint64_t *bucket_offsets) {
@@ -291,7 +283,7 @@ static void minhash_loop(const uint64_t *restrict offsets, uint64_t n_docs, cons
         for (uint64_t i = offsets[d]; i < offsets[d + 1]; ++i) {
             const uint32_t x = low_bits[i];
             for (uint64_t k = 0; k < permutations; ++k) {
-                const uint32_t value = a[k] * x + b[k]; /* mod 2**32 */
+                const uint32_t value = gd_permute(a[k], b[k], x);
                 row[k] = value < row[k] ? value : row[k];
             }
         }

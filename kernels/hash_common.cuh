@@ -1,7 +1,7 @@
 // hash_common.cuh: the hash family shared by every gpudedup kernel.
 //
 // These are the definitions of gpudedup/hashing.py and of the README's "Hash specification",
-// written for the device. They are frozen: stored signatures and band keys must stay valid
+// written for the device, and included as C by the CPU's compiled loops (cpu_kernels.c). They are frozen: stored signatures and band keys must stay valid
 // across releases, and the numpy backend must agree bit for bit. tests/test_kernels_host.py
 // checks that the constants below equal the ones in hashing.py.
 //
@@ -15,6 +15,18 @@
 #ifndef GPUDEDUP_HASH_COMMON_CUH
 #define GPUDEDUP_HASH_COMMON_CUH
 
+// The qualifiers of a constant and of a function: constexpr and device-inline in CUDA C++
+// (NVRTC, and g++ on the host shim); const and `static inline` where cpu_kernels.c includes
+// this as C (it defines GD_FUNCTION first).
+#ifdef __cplusplus
+#define GD_CONSTANT static constexpr
+#else
+#define GD_CONSTANT static const
+#endif
+#ifndef GD_FUNCTION
+#define GD_FUNCTION __device__ __forceinline__
+#endif
+
 // Fixed-width names without <cstdint> (NVRTC has no standard headers). On every CUDA target
 // and on LP64 hosts, unsigned int is 32 bits and (unsigned) long long is 64 bits.
 typedef unsigned int gd_u32;
@@ -22,17 +34,17 @@ typedef unsigned long long gd_u64;
 typedef long long gd_i64;
 
 // poly_hash64: h = POLY_OFFSET; h = h * POLY_BASE + u for every unit u; then fmix64(h).
-static constexpr gd_u64 GD_POLY_BASE = 0x9E3779B97F4A7C15ULL;
-static constexpr gd_u64 GD_POLY_OFFSET = 0xCBF29CE484222325ULL;
+GD_CONSTANT gd_u64 GD_POLY_BASE = 0x9E3779B97F4A7C15ULL;
+GD_CONSTANT gd_u64 GD_POLY_OFFSET = 0xCBF29CE484222325ULL;
 
 // MurmurHash3's 64-bit finaliser.
-static constexpr gd_u64 GD_FMIX_C1 = 0xFF51AFD7ED558CCDULL;
-static constexpr gd_u64 GD_FMIX_C2 = 0xC4CEB9FE1A85EC53ULL;
+GD_CONSTANT gd_u64 GD_FMIX_C1 = 0xFF51AFD7ED558CCDULL;
+GD_CONSTANT gd_u64 GD_FMIX_C2 = 0xC4CEB9FE1A85EC53ULL;
 
 // Signature entry of a document without shingles (hashing.EMPTY_SIGNATURE_VALUE).
-static constexpr gd_u32 GD_EMPTY_SIGNATURE_VALUE = 0xFFFFFFFFu;
+GD_CONSTANT gd_u32 GD_EMPTY_SIGNATURE_VALUE = 0xFFFFFFFFu;
 
-__device__ __forceinline__ gd_u64 gd_fmix64(gd_u64 h) {
+GD_FUNCTION gd_u64 gd_fmix64(gd_u64 h) {
     h ^= h >> 33;
     h *= GD_FMIX_C1;
     h ^= h >> 33;
@@ -42,13 +54,13 @@ __device__ __forceinline__ gd_u64 gd_fmix64(gd_u64 h) {
 }
 
 // One step of Horner's rule of poly_hash64: the state after appending unit u.
-__device__ __forceinline__ gd_u64 gd_poly_step(gd_u64 h, gd_u32 u) {
+GD_FUNCTION gd_u64 gd_poly_step(gd_u64 h, gd_u32 u) {
     return h * GD_POLY_BASE + (gd_u64)u;
 }
 
 // MinHash permutation k of a shingle hash x: (a_k * (x mod 2^32) + b_k) mod 2^32.
 // Callers pass x already truncated to its low 32 bits (the only bits the family reads).
-__device__ __forceinline__ gd_u32 gd_permute(gd_u32 a, gd_u32 b, gd_u32 x_low) {
+GD_FUNCTION gd_u32 gd_permute(gd_u32 a, gd_u32 b, gd_u32 x_low) {
     return a * x_low + b;
 }
 

@@ -462,8 +462,10 @@ def gathered_rows(sets: SetRows, rows: np.ndarray) -> tuple[SetRows, np.ndarray]
     sets as a matrix (as_set_matrix) where the rows are most of them; else (an index segment's
     stored sets, maybe millions of rows) a matrix of those rows alone (ragged_take) and their
     places in it, so that the scipy route's cost follows the pairs, not the segment."""
+    if not isinstance(sets, SetArrays):
+        return sets, rows
     distinct = np.unique(rows)
-    if not isinstance(sets, SetArrays) or 2 * distinct.shape[0] >= sets.indptr.shape[0] - 1:
+    if 2 * distinct.shape[0] >= sets.indptr.shape[0] - 1:
         return as_set_matrix(sets), rows
     counts, columns = ragged_take(sets.indptr, sets.indices, distinct)
     return as_set_matrix(set_arrays(columns, counts)), np.searchsorted(distinct, rows)
