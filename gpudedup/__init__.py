@@ -34,14 +34,19 @@ __all__ = [
 def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'gpudedup' has no attribute {name!r}")
+    if name == "Index":
+        from .index import Index  # (start-up: a run that uses no index loads none of it)
+
+        globals()["Index"] = Index
+        return Index
     # (start-up: `import gpudedup` loads a module when a name of it is first used)
-    from . import api, errors, index, params
+    from . import api, errors, params
     from .results import result
     from .core import cluster, hashing, lsh, minhash, normalize, shingling, verify
     from .io import storage
 
     homes = {
-        api: ("dedup",), index: ("Index",), result: ("DedupResult",), cluster: ("find_clusters",),
+        api: ("dedup",), result: ("DedupResult",), cluster: ("find_clusters",),
         errors: ("BackendUnavailableError", "GpudedupError", "InputError", "OutputError", "ParameterError"),
         hashing: ("Permutations", "draw_permutations"),
         lsh: ("Banding", "band_keys", "candidate_pairs", "choose_bands", "collision_probability"),

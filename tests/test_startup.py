@@ -76,6 +76,34 @@ def test_a_run_with_pairs_on_the_c_loops_loads_neither_numba_nor_scipy():
     assert "gpudedup" in loaded and sorted({"numba", "llvmlite", "scipy"} & set(loaded)) == []
 
 
+
+# The runner over a work directory on Dask (pipeline/disk.py, dask.py and what only they use).
+WORK_DIRECTORY_RUNNER = ("disk", "dask", "daskops", "shards", "shardids", "shardreader", "shardedrows", "pairparts",
+                         "copyparts", "clusterparts", "clusterpairs", "components")
+
+
+def test_a_run_in_memory_loads_neither_the_work_directory_runner_nor_the_index(tmp_path):
+    """A run in memory, its outputs written with the removed rows, goes through the stages and
+    results of the in-memory runner alone: no module of the work directory's runner, and no
+    index module where it uses no index, is loaded."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": text}) + "\n" for i, text in enumerate(
+        ["the quick brown fox jumps over the lazy dog today", "the quick brown fox jumps over the lazy dog today!",
+         "another text here"])))
+    code = ("import sys, gpudedup\n"
+            f"result = gpudedup.dedup({str(corpus)!r}, id_field='id', threshold=0.5)\n"
+            f"result.write({str(tmp_path / 'out')!r}, write_removed=True)\n"
+            "assert result.pairs.num_rows == 1\n"
+            "print('LOADED=' + ','.join(sorted(m for m in sys.modules if m.startswith('gpudedup.'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (line,) = [row for row in done.stdout.splitlines() if row.startswith("LOADED=")]
+    loaded = set(line.removeprefix("LOADED=").split(","))
+    assert {"gpudedup.pipeline.memory", "gpudedup.pipeline.keptrows"} <= loaded  # (the probe sees the run)
+    assert sorted(m for m in loaded if m.startswith("gpudedup.index")
+                  or m.removeprefix("gpudedup.pipeline.") in WORK_DIRECTORY_RUNNER) == []
+
+
 def test_a_cli_run_that_writes_its_output_loads_no_matplotlib_and_no_pandas(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(i), "text": text}) + "\n" for i, text in

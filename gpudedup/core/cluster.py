@@ -262,3 +262,14 @@ def pairs_inside(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, doc
         if at < stop and second[at] == b:
             found[i] = jaccard[at]
     return inside, low, high, found
+
+
+def pairs_inside_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, members: Clusters,
+                    numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray):
+    """pairs_inside of pairs in any order, given the clusters' members (Clusters:
+    those of ``numbers`` among them, ascending)."""
+    order = np.lexsort((second, first))
+    by_number = np.argsort(numbers)
+    which = by_number[np.searchsorted(numbers, members.cluster, sorter=by_number)]
+    return pairs_inside(first[order], second[order], jaccard[order], members.docs, which, numbers.shape[0],
+                        asked_a, asked_b)

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ..backends import Backend
-from ..pipeline.disk import WorkDirStore
+from ..pipeline.memory import MemoryStore
 from .reader import IndexReader
-from .staged import StagedIndexStore
 from .store import IndexStore
 
+if TYPE_CHECKING:
+    from .staged import StagedIndexStore
+
 # The store of a run against an index: the matched indexed documents are its rows 0 .. pinned-1.
-AgainstStore = Union[IndexStore, StagedIndexStore]
+AgainstStore = Union[IndexStore, "StagedIndexStore"]
 
 
 class Against:
@@ -28,8 +30,12 @@ class Against:
         self.store: Optional[AgainstStore] = None
 
     def wrap(self, store: Any) -> AgainstStore:
-        wrapper = StagedIndexStore if isinstance(store, WorkDirStore) else IndexStore
-        self.store = wrapper(store, self.reader, self.backend, self.window)
+        if isinstance(store, MemoryStore):
+            self.store = IndexStore(store, self.reader, self.backend, self.window)
+        else:  # a work directory's (pipeline/disk.py)
+            from .staged import StagedIndexStore  # (start-up: a run in memory loads no work directory's runner)
+
+            self.store = StagedIndexStore(store, self.reader, self.backend, self.window)
         return self.store
 
     def fingerprint(self) -> dict:

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from ..core.cluster import Clusters, pairs_inside
+from ..core.cluster import Clusters, pairs_inside_of
 from .clusterparts import ClusterParts, part_members
 from .workdir import WorkDir
 
@@ -58,13 +58,3 @@ def pairs_inside_part(pairs, number: int, clustered: ClusterParts, numbers: np.n
     members = part_members(clustered, number, numbers) if first.shape[0] else Clusters.joined([])
     return pairs_inside_of(first, second, jaccard, members, numbers, asked_a, asked_b)
 
-
-def pairs_inside_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, members: Clusters,
-                    numbers: np.ndarray, asked_a: np.ndarray, asked_b: np.ndarray):
-    """cluster.pairs_inside of pairs in any order, given the clusters' members (Clusters:
-    those of ``numbers`` among them, ascending)."""
-    order = np.lexsort((second, first))
-    by_number = np.argsort(numbers)
-    which = by_number[np.searchsorted(numbers, members.cluster, sorter=by_number)]
-    return pairs_inside(first[order], second[order], jaccard[order], members.docs, which, numbers.shape[0],
-                        asked_a, asked_b)

@@ -48,10 +48,12 @@ from ..core.cluster import (Clusters, KeepPolicy, clusters_by_size, clusters_of_
 from ..errors import OutputError
 from ..ids import IdSource, wide
 from ..io.layout import table_slices
+from ..io.write import write_parquet, write_to
 from .tables import NamedRows
 from ..threads import map_parallel
 from .daskops import cluster_failures, frame_of, range_starts, share
 from .protocols import LocalExecutor
+from .removedrows import PartsRemoved
 from .workdir import WorkAt, WorkDir, arrays_of
 from .workfolders import DamagedWorkDirError
 
@@ -190,6 +192,14 @@ class ClusterParts:
         return NamedRows(np.concatenate([part["docs"].to_numpy() for part in parts]),
                          pa.chunked_array([part["id"] for part in parts]).combine_chunks(),
                          np.concatenate([part["rank"].to_numpy() for part in parts]))
+
+    def removed_of(self, ids_of: Optional[Callable[[np.ndarray], pa.Array]], id_type: pa.DataType,
+                   indexed_rows: int,
+                   pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> PartsRemoved:
+        """What gives the removed documents of a range with their kept documents: read from the
+        parts, which hold the ids of type id_type (ids_of: None, no kept_id; the rest as
+        HeldClusters.removed_of)."""
+        return PartsRemoved(self, id_type, ids_of is not None, indexed_rows, pairs)
 
     def table_in_parts(self, named: Callable[[], NamedRows], id_type: pa.DataType) -> Iterator[pa.Table]:
         """The clusters table in parts, each made from the parts that hold its rows (which
@@ -357,6 +367,12 @@ def clusters_table(clustered: ClusterParts, pieces: list[tuple[int, int, int]], 
         return pa.table({"id": empty, "cluster": pa.array([], pa.int64()), "keep": pa.array([], pa.bool_()),
                          "kept_id": empty})
     return pa.concat_tables(slices).combine_chunks()
+
+
+def write_clusters_table_part(clustered: ClusterParts, pieces: list, id_type: pa.DataType, path: str) -> None:
+    """Task: a part of clusters/ (clusters_table of ``pieces``) written to
+    ``path`` (a path or URL)."""
+    write_to(path, lambda local: write_parquet(clusters_table(clustered, pieces, id_type), local))
 
 
 def write_cluster_part(by_doc, ranks, work_at: WorkAt, id_type: pa.DataType, token: int,

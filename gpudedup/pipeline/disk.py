@@ -54,7 +54,7 @@ from ..stages import Progress, StageLog
 from ..version import __version__
 from .dask import DaskStages
 from .daskops import DaskExecutor
-from .keptrows import ShardedTable
+from .shardedrows import ShardedTable
 from .protocols import Executor, LocalExecutor
 from .shardids import IdsAt, ShardIds, shard_documents
 from .shardreader import ShardReader, sign_shard

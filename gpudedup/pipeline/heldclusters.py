@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..core.cluster import Clusters, clusters_by_size, largest_first, listed_members
 from ..ids import IdSource
+from .removedrows import RemovedDocs, held_removed
 from .tables import NamedRows, clusters_parts
 
 if TYPE_CHECKING:
@@ -76,6 +77,15 @@ class HeldClusters:
     def table_in_parts(self, named: Callable[[], NamedRows], id_type: pa.DataType) -> Iterator[pa.Table]:
         """The clusters table in parts (tables.clusters_parts), its ids from ``named()``."""
         return clusters_parts(named(), self.clusters)
+
+    def removed_of(self, ids_of: Optional[Callable[[np.ndarray], pa.Array]], id_type: pa.DataType, indexed_rows: int,
+                   pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> RemovedDocs:
+        """What gives the removed documents of a range with their kept documents
+        (removedrows.held_removed). ids_of: the ids of rows (None: no kept_id); id_type: the
+        parts' (ClusterParts.removed_of), not used here; pairs: the verified pairs (a, b,
+        jaccard) of indexed documents (a below indexed_rows), for the kept documents that are
+        indexed ones (None: not asked for)."""
+        return held_removed(self.clusters, ids_of, indexed_rows, pairs)
 
 
 # A run's clusters where they lie: held, or a cluster's parts.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..backends import Backend, host_threads
-from ..core.cluster import KeepPolicy, clusters_of_roots, component_roots
+from ..core.cluster import KeepPolicy, clusters_of_roots, component_roots, pairs_inside_of
 from ..core.copies import identical_copies, same_signature_rows
 from ..core.lsh import candidate_pairs
 from ..stages import Progress
@@ -17,7 +17,6 @@ from ..core.verify import plausible
 from ..threads import map_parallel
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-from .clusterpairs import pairs_inside_of
 from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs, checked_in_memory
 
 if TYPE_CHECKING:

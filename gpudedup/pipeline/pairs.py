@@ -13,10 +13,10 @@ import numpy as np
 
 from ..core.copies import Copies, are_copies
 from ..core.verify import BELOW_THRESHOLD
-from .pairparts import COPIES, VERIFIED, PairParts, on_pairs
 from .protocols import LocalExecutor
 
 if TYPE_CHECKING:
+    from .pairparts import PairParts
     from .protocols import Executor, Store
 
 
@@ -98,6 +98,8 @@ class CheckedPairs:
         if not self.parts:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
+        from .pairparts import COPIES, VERIFIED  # (start-up: a run in memory loads no work directory's parts)
+
         parts = stored_parts(store, VERIFIED, self.parts, self.part_sizes)
         if self.copy_sizes.shape[0]:
             parts = parts.joined(stored_parts(store, COPIES, self.copy_sizes.shape[0], self.copy_sizes))
@@ -116,6 +118,8 @@ def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray
     """The ``kind`` pairs a cluster's tasks kept in ``count`` parts of the store's work
     directory (sizes: int64 (count,), the pairs in each, where known)."""
     assert store.parts_at is not None, "only a work directory's runs keep pairs in parts"
+    from .pairparts import PairParts  # (start-up: a run in memory loads no work directory's parts)
+
     return PairParts.of(store.parts_at, kind, count, sizes)
 
 
@@ -154,9 +158,12 @@ class IdenticalCopies:
     @classmethod
     def of_arrays(cls, store: Store, arrays: dict[str, np.ndarray]) -> "IdenticalCopies":
         """The copies of as_arrays' arrays, those in parts found in the store's work directory."""
-        sizes = arrays["sizes"]
-        parts = stored_parts(store, COPIES, sizes.shape[0], sizes) if sizes.shape[0] else None
-        return cls(Copies(arrays["first"], arrays["member"], arrays["jaccard"]), parts)
+        held, sizes = Copies(arrays["first"], arrays["member"], arrays["jaccard"]), arrays["sizes"]
+        if not sizes.shape[0]:
+            return cls(held)
+        from .pairparts import COPIES  # (start-up: a run in memory loads no work directory's parts)
+
+        return cls(held, stored_parts(store, COPIES, sizes.shape[0], sizes))
 
 
 @dataclass
@@ -192,6 +199,8 @@ class VerifiedPairs:
         the pairs are cut."""
         if self.parts is None or "arrays" in self.__dict__:  # (held, or already read here)
             return [function(*self.arrays, *arguments)]
+        from .pairparts import on_pairs  # (start-up: a run in memory loads no work directory's parts)
+
         executor = executor or LocalExecutor()
         return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
 

@@ -12,8 +12,9 @@ two are a pair, else null.
 
 Which documents are removed, their clusters and their kept documents come from the clusters
 held (held_removed) or, in a cluster's run, from the parts its tasks left in the work directory
-(PartsRemoved): a task that writes an input file's removed rows reads the parts of its own
-documents alone, and the texts of their kept documents from the shards that hold them.
+(PartsRemoved), as each form of the clusters gives them (removed_of): a task that writes an
+input file's removed rows reads the parts of its own documents alone, and the texts of their
+kept documents from the shards that hold them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import itertools
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union, cast
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -38,9 +39,10 @@ from ..errors import OutputError
 from ..io.layout import as_input
 from ..io.stamps import FileStamp
 from ..io.write import ROWS_PER_WRITE, parquet_writer, write_jsonl_batches, write_to
-from .clusterparts import ClusterParts
-from .heldclusters import Clustered
 from .kept import Kept
+
+if TYPE_CHECKING:
+    from .clusterparts import ClusterParts
 
 REMOVED_DIR = "removed"
 ADDED_COLUMNS = ("kept_id", "cluster", "jaccard")
@@ -123,18 +125,6 @@ class PartsRemoved:
 
 
 RemovedOf = Union[RemovedDocs, PartsRemoved]
-
-
-def removed_of(clustered: Clustered, ids_of: Optional[Callable[[np.ndarray], pa.Array]], id_type: pa.DataType,
-               indexed_rows: int, pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> RemovedOf:
-    """What gives the removed documents of a range with their kept documents, wherever the
-    clusters lie: held (held_removed), or in a cluster's parts (PartsRemoved, which hold the
-    ids of type id_type). ids_of: held_removed's (None: no kept_id); pairs: the verified pairs
-    (a, b, jaccard) of indexed documents (a below indexed_rows: few, sent to each task), for
-    the kept documents that are indexed ones (None: not asked for)."""
-    if clustered.in_parts:
-        return PartsRemoved(cast(ClusterParts, clustered), id_type, ids_of is not None, indexed_rows, pairs)
-    return held_removed(clustered.read(), ids_of, indexed_rows, pairs)
 
 
 def held_removed(clusters: Clusters, ids_of: Optional[Callable[[np.ndarray], pa.Array]], indexed_rows: int,
@@ -321,7 +311,7 @@ def write_file_removed(reader, shard_rows: np.ndarray, rows: Kept, indices: list
                        removed_of: RemovedOf, spec: ShingleSpec, stamps: list[Optional[FileStamp]],
                        consequence: str) -> None:
     """Task: one input file's removed rows (shard_removed of each of its shards ``indices``,
-    in order) into ``path`` (a path or URL), refused as keptrows.write_file_rows refuses a
+    in order) into ``path`` (a path or URL), refused as shardedrows.write_file_rows refuses a
     file that is no longer as each shard's stamp says."""
 
     def write(local: Path) -> None:

@@ -5,7 +5,7 @@ text; token ids with token shingles); for a group column also which groups' docu
 removed as duplicates of which (the removed document's group -> its kept document's group).
 
 Counted a file at a time (Tally): in a staged run by a task per input file over its shards,
-where keptrows.py writes the kept rows (ShardedTable.tally_files), each task reading the
+where shardedrows.py writes the kept rows (ShardedTable.tally_files: file_tally), each task reading the
 spilled sizes of its own documents, the removed ones among them with their kept documents (the
 clusters held, or the parts of a cluster's run that hold its documents: clusterparts.py), and
 for a group column the column from its shards and the kept documents' values from the shards
@@ -16,7 +16,7 @@ A null group value is a group of its own (null in report.json, "(null)" where sh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -27,10 +27,7 @@ from ..errors import InputError
 from ..io.fields import field_column, field_names, field_type, has_field
 from ..io.rules import check_named_one_way
 from ..io.source import listed
-from .kept import Kept
-from .removedrows import RemovedDocs, RemovedOf, removed_of
-from .shards import by_shard
-from .workdir import WorkDir
+from .removedrows import RemovedDocs
 
 if TYPE_CHECKING:
     from .protocols import Executor
@@ -163,63 +160,6 @@ def masked(values: pa.Array, nulls: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(nulls), pa.nulls(len(values), values.type), values)
 
 
-# --- a task per input file of a staged run -------------------------------------------------------
-
-
-def file_tally(reader, work_at, shard_rows: np.ndarray, rows: Kept, indices: list[int], removed_of: RemovedOf,
-               size_name: str, field: Optional[str], value_type: Optional[pa.DataType],
-               stamps: list, consequence: str) -> Tally:
-    """Task: the Tally of one input file, from its shards ``indices`` (reader: the run's
-    shardreader.ShardReader; shard_rows: Shards.rows; rows: which rows are documents,
-    ShardDocuments.rows; size_name: the spilled per-row sizes, "text_bytes" or "lengths").
-    With a group column, each shard is read again, refused as the kept rows' write refuses a
-    file that is no longer as its stamp says, and the kept documents' values are read from the
-    shards that hold them."""
-    work = WorkDir.attach(work_at)
-    file_of_shard = np.array([shard.file for shard in reader.shards], np.int64)
-    columns: dict[int, pa.Array] = {}  # shard -> its group column over its rows as read
-
-    def column(index: int) -> pa.Array:
-        if index not in columns:
-            assert field is not None and value_type is not None
-            columns[index] = group_values(reader.corpus(index).table, field, value_type)
-        return columns[index]
-
-    tallies = []
-    for index, stamp in zip(indices, stamps, strict=True):
-        start, stop = int(shard_rows[index]), int(shard_rows[index + 1])
-        documents = rows.mask(start, stop)
-        first = rows.count(0, start)
-        sizes = np.asarray(work.shard_array(index, size_name), np.int64)[documents]
-        removed = removed_of.of(first, first + sizes.shape[0])
-        here = removed.kept >= 0
-        kept_rows = rows.spilled(np.maximum(removed.kept, 0))  # (rows as read of the kept documents)
-        kept_shard = np.searchsorted(shard_rows, kept_rows, side="right") - 1
-        same = here & (file_of_shard[kept_shard] == file_of_shard[index]) if kept_rows.shape[0] else here
-        if field is None:
-            tallies.append(tally(sizes, removed.docs - first, same))
-            continue
-        with reader.unchanged(index, stamp, consequence):
-            values = column(index).filter(pa.array(documents))
-        kept_groups = rows_values(column, shard_rows, kept_rows, value_type)
-        tallies.append(tally(sizes, removed.docs - first, same, values, masked(kept_groups, ~here), ~here))
-    return Tally.joined(tallies)
-
-
-def rows_values(column: Callable[[int], pa.Array], shard_rows: np.ndarray, spilled: np.ndarray,
-                value_type: pa.DataType) -> pa.Array:
-    """The group values (of ``value_type``) of the rows as read ``spilled`` (int64, any order),
-    each shard that holds some of them read once (column(index): its values)."""
-    if not spilled.shape[0]:
-        return pa.array([], value_type)
-    parts, order = [], []
-    for index, mine in by_shard(shard_rows, spilled):
-        parts.append(column(index).take(pa.array(spilled[mine] - shard_rows[index], pa.int64())))
-        order.append(mine)
-    taken = pa.concat_arrays(parts)
-    return taken.take(pa.array(np.argsort(np.concatenate(order)), pa.int64()))
-
-
 # --- the report's sections ----------------------------------------------------------------------
 
 
@@ -302,12 +242,12 @@ def ordered(row: dict) -> dict:
 
 def with_source_counts(result: Any, field: Optional[str], executor: Optional["Executor"] = None) -> None:
     """Set ``result``'s report (a DedupResult's, as made) to one with where its duplicates come
-    from (Report.with_sources): counted by its rows (keptrows.HeldRows: here; ShardedTable: a
+    from (Report.with_sources): counted by its rows (keptrows.HeldRows: here; shardedrows.ShardedTable: a
     task per input file of a staged run, on the run's ``executor``)."""
     report = result.report
     tokens = report["parameters"]["shingle"] == "token"
     # (the kept documents' ids are not counted)
-    removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
+    removed = result._outcome.clustered.removed_of(None, pa.null(), result.indexed_rows)
     tallies = result._rows.tally_files(removed, "lengths" if tokens else "text_bytes", field, executor)
     result.report = report.with_sources([named_counts(t.counts.tolist(), tokens) for t in tallies],
                                         groups_section(field, tallies, tokens) if field is not None else None)

@@ -12,12 +12,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.copies import are_copies, implied_pairs
-from ..pipeline.clusterparts import clusters_table
 from ..pipeline.heldclusters import HeldClusters
 from ..pipeline.outcome import Outcome
 from ..pipeline.kept import Kept
-from ..pipeline.keptrows import HeldRows, ShardedTable
-from ..pipeline.removedrows import REMOVED_DIR, check_removed_columns, removed_of, shingle_spec
+from ..pipeline.keptrows import HeldRows
+from ..pipeline.removedrows import REMOVED_DIR, check_removed_columns, shingle_spec
 from ..display import result_html
 from ..errors import OutputError, ParameterError, in_interface_words
 from ..pipeline.tables import NamedRows, pairs_parts, whole_table
@@ -29,7 +28,7 @@ from ..io.layout import CLUSTERS_DIR, KEPT_DIR, PAIRS_DIR, output_names, part_na
 from ..io.commit import atomic_output_dir
 from ..io.outputdir import check_apart_from_inputs, output_location
 from ..io.staging import tasks_folder
-from ..io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet, write_to
+from ..io.write import OUTPUT_FORMATS, write_json, write_jsonl, write_parquet
 from ..pipeline.report import Report
 from ..stages import StageLog
 
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from ..pipeline.clusterparts import ClusterParts
     from ..pipeline.daskops import DaskExecutor
     from ..pipeline.protocols import Executor
+    from ..pipeline.shardedrows import ShardedTable
 
 
 @dataclass
@@ -299,9 +299,9 @@ class DedupResult:
 
     @cached_property
     def _rows(self) -> Union[HeldRows, ShardedTable]:
-        """The input rows as ``write`` writes them, one form per runner (pipeline/keptrows.py): a
-        staged run's shards, or an in-memory run's table."""
-        if isinstance(self.table, ShardedTable):
+        """The input rows as ``write`` writes them, one form per runner: a staged run's shards
+        (pipeline/shardedrows.py), or an in-memory run's table (pipeline/keptrows.py)."""
+        if not isinstance(self.table, pa.Table):  # (a staged run's: shardedrows.ShardedTable)
             return self.table
         return HeldRows(self.table, self.text_field, self._sources, [f.documents for f in self.report.input.files],
                         self._given_schema)
@@ -353,7 +353,7 @@ def _write_files(output_dir: Given, result: DedupResult, format: str, overwrite:
                            result._index_files, checked) as staging:
         if names is not None:
             # (the kept rows need the removed documents alone, not their kept documents' ids)
-            removed = removed_of(result._outcome.clustered, None, pa.null(), result.indexed_rows)
+            removed = result._outcome.clustered.removed_of(None, pa.null(), result.indexed_rows)
             # A staged run's tasks take report.html's texts as they read the shards.
             result._rows.write_files(staging, out, names, format, removed, executor, texts_read(result))
         else:
@@ -392,7 +392,7 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     o = result._outcome
     # The verified pairs of indexed documents give the Jaccard where the kept document is one.
     pairs = o.pairs.with_first_below(result.indexed_rows, executor) if result.indexed_rows else None
-    removed = removed_of(o.clustered, result._ids_of, result._wide_id_type, result.indexed_rows, pairs)
+    removed = o.clustered.removed_of(result._ids_of, result._wide_id_type, result.indexed_rows, pairs)
     spec = shingle_spec(result.report["parameters"])
     if names is None:
         result._rows.write_removed(staging / f"{REMOVED_DIR}.{format}", format, removed, spec)
@@ -412,21 +412,17 @@ def write_pairs_and_clusters(result: DedupResult, staging: Path, out: Location, 
         write_table(result._pairs_parts(), staging, PAIRS_DIR, dataset)
         return
     clustered = cast("ClusterParts", result._outcome.clustered)
-    from ..pipeline.dask import write_pairs_by_tasks  # (start-up: a run in memory loads none of the Dask runner)
+    # (start-up: a run in memory loads none of the Dask runner)
+    from ..pipeline.clusterparts import write_clusters_table_part
+    from ..pipeline.dask import write_pairs_by_tasks
 
     parts, = executor.share(clustered)  # (every task reads the parts' description)
     folder = tasks_folder(staging, out, CLUSTERS_DIR)
-    executor.map(write_clusters_part, [(parts, pieces, result._wide_id_type, child_name(folder, part_name(number)))
-                                       for number, pieces in enumerate(clustered.table_pieces())],
-                 "writing the clusters")
+    executor.map(write_clusters_table_part,
+                 [(parts, pieces, result._wide_id_type, child_name(folder, part_name(number)))
+                  for number, pieces in enumerate(clustered.table_pieces())], "writing the clusters")
     write_pairs_by_tasks(cast("DaskExecutor", executor), result._outcome.pairs, clustered,
                          tasks_folder(staging, out, PAIRS_DIR), result._wide_id_type)
-
-
-def write_clusters_part(clustered: ClusterParts, pieces: list, id_type: pa.DataType, path: str) -> None:
-    """Task: a part of clusters/ (clusterparts.clusters_table of ``pieces``) written to
-    ``path`` (a path or URL)."""
-    write_to(path, lambda local: write_parquet(clusters_table(clustered, pieces, id_type), local))
 
 
 def write_table(parts: Iterator[pa.Table], staging: Path, name: str, dataset: bool) -> None:

@@ -95,7 +95,7 @@ class ClusterView:
     greatest Jaccard)} of every cluster shown; verified, {(a, b): Jaccard} of the examples that
     are verified pairs. The texts of every row the page shows (Shown.rows_shown) are read when
     it is made, at once: a staged run's were taken as its kept rows were written
-    (keptrows.ShardedTable.write_files), or else are read from its input files, each file once
+    (shardedrows.ShardedTable.write_files), or else are read from its input files, each file once
     for all of them rather than once per cluster."""
 
     def __init__(self, result, stats: dict, verified: dict):
