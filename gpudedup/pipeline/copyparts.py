@@ -21,11 +21,12 @@ rows, which reach each shard's task by the range of shards it lies in (range_row
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..core.copies import confirmed_copies, same_signature_rows
+from ..core.copies import Copies, confirmed_copies, same_signature_rows
 from .daskops import frame_of, range_starts
 from .pairparts import COPIES, GROUPS, PairParts, read_part, write_part
 from .shards import DocumentSignatures, DocumentsAt, SpilledLengths, spilled_sets
@@ -83,6 +84,41 @@ def copy_rows(work_at: WorkAt, number: int, document_starts: np.ndarray):
 def sorted_rows(frame) -> np.ndarray:
     """Task: the rows (int64 ascending) of a partition of copy_rows' rows."""
     return np.sort(frame["row"].to_numpy(np.int64))
+
+
+@dataclass
+class CopyParts:
+    """The identical-copies stage's result on Dask: the copies in parts of the work directory
+    (``parts``: PairParts of kind "copies", their sizes known), where tasks read them; none held."""
+
+    parts: PairParts
+
+    @property
+    def count(self) -> int:
+        """How many copies, in all the parts."""
+        return int(self.part_sizes.sum())
+
+    @property
+    def part_sizes(self) -> np.ndarray:
+        """int64 (parts,): the copies in each part."""
+        assert self.parts.sizes is not None, "the copies' sizes are known"
+        return self.parts.sizes
+
+    def read(self) -> Copies:
+        """The copies, read from their parts into this process."""
+        stored = self.parts.read()
+        return Copies(stored["first"], stored["second"], stored["jaccard"])
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a store keeps of the stage (Store.cached): no copy held, the parts' sizes."""
+        none = Copies.none()
+        return {"first": none.first, "member": none.member, "jaccard": none.jaccard, "sizes": self.part_sizes}
+
+    @classmethod
+    def of_arrays(cls, work_at: WorkAt, arrays: dict[str, np.ndarray]) -> "CopyParts":
+        """The parts of as_arrays' sizes, in the work directory at ``work_at``."""
+        sizes = arrays["sizes"]
+        return cls(PairParts.of(work_at, COPIES, sizes.shape[0], sizes))
 
 
 def range_rows(copies: PairParts, shards: int, ranges: int, document_starts: Any) -> tuple[np.ndarray, list]:

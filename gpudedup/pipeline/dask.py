@@ -62,7 +62,8 @@ from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
 from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
-from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, checked_in_memory, pair_tasks
+from .copyparts import CopyParts
+from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks
 from .shards import DocumentSignatures, DocumentsAt, SpilledLengths
 from .signatures import batch_bytes
 
@@ -115,7 +116,7 @@ class DaskStages:
         if count == 0:
             return LikelyPairs(empty, empty, 0, empty, empty)
         copy_rows: list = [None] * count
-        if copies.parts is not None and copies.count:
+        if copies.count:
             starts_at, = self.executor.share(at.document_starts())  # (every part's task reads the starts)
             shard_starts, rows = copyparts.range_rows(copies.parts, count, self.executor.code_partitions(count),
                                                       starts_at)
@@ -153,7 +154,7 @@ class DaskStages:
         CheckedPairs.verified joins to the verified ones. store: a disk.WorkDirStore."""
 
         if not likely.parts:  # (no document had band keys: no pair, no copy)
-            return checked_in_memory(likely, copies.held, lambda first, second: np.zeros(0, np.float64))
+            return checked_in_memory(likely, Copies.none(), lambda first, second: np.zeros(0, np.float64))
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs of about 8 batches' text each.
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
@@ -205,6 +206,11 @@ class DaskStages:
         return computed([dask.delayed(pairs_inside_part)(part, number, *shared)
                          for number, part in enumerate(rows.to_delayed())], stage)
 
+    def copies_of(self, store, arrays) -> CopyParts:
+        """protocols.Stages.copies_of: the copies' parts in the store's work directory."""
+        assert store.parts_at is not None, "a work directory's runs keep the copies in parts"
+        return CopyParts.of_arrays(store.parts_at, arrays)
+
     def copies(self, store, progress):
         """protocols.Stages.copies by tasks (pipeline/copyparts.py): the row hashes shuffled on the
         hash, a task per partition storing its same-signature groups as a part, their
@@ -215,7 +221,7 @@ class DaskStages:
 
         root, count = store.work.task_location, store.shards.count
         if count == 0:
-            return IdenticalCopies(Copies.none())
+            return CopyParts(PairParts.of(root, COPIES, 0, np.zeros(0, np.int64)))
         progress.start("Checking identical copies", count, "parts")
         # Every partition's task reads where the documents are (their lengths too): sent once.
         at, = self.executor.share(store.documents_at())
@@ -232,7 +238,7 @@ class DaskStages:
         sizes = np.zeros(len(groups), np.int64)
         sizes[holding] = found
         progress.advance(count)
-        return IdenticalCopies(Copies.none(), PairParts.of(root, COPIES, len(groups), sizes))
+        return CopyParts(PairParts.of(root, COPIES, len(groups), sizes))
 
 
 PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pair_frame's columns)

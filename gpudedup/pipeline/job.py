@@ -27,13 +27,14 @@ from ..version import __version__
 from .signatures import batch_bytes
 
 from .outcome import Outcome
-from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs, merge_pairs
+from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, merge_pairs
 from .protocols import Executor, LocalExecutor, Stages, Store
 from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
 
 if TYPE_CHECKING:
     from .heldclusters import Clustered
+    from .pairs import Copied
 
 
 def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optional[Executor] = None,
@@ -65,8 +66,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
 
     # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).
     with log.stage("copies"):
-        copies = IdenticalCopies.of_arrays(store, store.cached("copies", lambda: stages.copies(store, progress)
-                                                              .as_arrays()))
+        copies = stages.copies_of(store, store.cached("copies", lambda: stages.copies(store, progress).as_arrays()))
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
@@ -83,8 +83,9 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         verified = checked.verified(store, params.threshold)
         if keep_candidates:
             # The copies join the candidates LSH found (they were never in its buckets).
+            held = copies.read()  # (a run in this process: every candidate is kept only there)
             candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
-                                                      (copies.held.first, copies.held.member, copies.held.first))
+                                                      (held.first, held.member, held.first))
 
     clusters, shown = cluster_verified(store, verified, params, log, progress, stages)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean
@@ -110,7 +111,7 @@ def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams,
 
 def build_report(summary: InputSummary, params: DedupParams, banding: Banding, backend: Backend, log: StageLog,
                  candidates: int, checked: int, verified: int, clusters: "Clustered",
-                 copies: IdenticalCopies, work_dir: Optional[str], pinned: int = 0) -> Report:
+                 copies: "Copied", work_dir: Optional[str], pinned: int = 0) -> Report:
     """The run's report (report.Report), the one place it is built; pinned: the leading rows
     that are an index's documents (Store.pinned), which its counts leave out."""
     removed = clusters.removed_count

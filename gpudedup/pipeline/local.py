@@ -54,6 +54,9 @@ class HeldStages:
             same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
             store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, self.executor), progress))
 
+    def copies_of(self, store: HeldStore, arrays: dict[str, np.ndarray]) -> IdenticalCopies:
+        return IdenticalCopies.of_arrays(arrays)
+
     def checked_pairs(self, store: HeldStore, likely: "LikelyPairs", copies: IdenticalCopies, threshold: float,
                       progress: Progress) -> "CheckedPairs":
         return checked_in_memory(likely, copies.held, lambda first, second: store.exact_jaccard(

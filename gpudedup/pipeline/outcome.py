@@ -11,7 +11,7 @@ from ..core.cluster import Clusters
 from .report import Report
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-from .pairs import CheckedPairs, IdenticalCopies, VerifiedPairs
+from .pairs import CheckedPairs, Copied, IdenticalCopies, VerifiedPairs
 from .shown import Shown
 
 
@@ -37,7 +37,8 @@ class Outcome:
         filter), for evaluation against exact ground truth; empty unless the run was asked to
         keep them (they can be many, and most runs do not need them).
     copies: the documents taken out of LSH as identical copies (pairs.IdenticalCopies; a run
-        on Dask leaves them in parts of its work directory, which ``read`` reads); each is also
+        on Dask leaves them in parts of its work directory, copyparts.CopyParts, which ``read``
+        reads); each is also
         the pair (first, member) of pair_a, pair_b with Jaccard 1.0.
     shown: what report.html and the terminal show of the run (pipeline/shown.py), computed by
         the run.
@@ -54,7 +55,7 @@ class Outcome:
     checked: "CheckedPairs"
     candidate_a: np.ndarray
     candidate_b: np.ndarray
-    copies: IdenticalCopies
+    copies: Copied
     shown: Shown
 
     @property

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from ..core.verify import BELOW_THRESHOLD
 from .protocols import LocalExecutor
 
 if TYPE_CHECKING:
+    from .copyparts import CopyParts
     from .pairparts import PairParts
     from .protocols import Executor, Store
 
@@ -125,45 +126,33 @@ def stored_parts(store: Store, kind: str, count: int, sizes: Optional[np.ndarray
 
 @dataclass
 class IdenticalCopies:
-    """The identical-copies stage's result: the copies held (``held``: core.copies.Copies), or
-    in a run on Dask left in parts of its work directory (``parts``: PairParts of kind "copies",
-    their sizes known; pipeline/copyparts.py), where tasks read them, and none held."""
+    """The identical-copies stage's result in this process: the copies held (``held``:
+    core.copies.Copies). A run on Dask leaves its copies in parts (copyparts.CopyParts)."""
 
     held: Copies
-    parts: Optional[PairParts] = None
 
     @property
     def count(self) -> int:
-        """How many copies, held or in the parts."""
-        return self.held.count if self.parts is None else int(self.part_sizes.sum())
-
-    @property
-    def part_sizes(self) -> np.ndarray:
-        """int64 (parts,): the copies in each part; none where they are held."""
-        return np.zeros(0, np.int64) if self.parts is None or self.parts.sizes is None else self.parts.sizes
+        """How many copies."""
+        return self.held.count
 
     def read(self) -> Copies:
-        """The copies, held here (read from their parts where they lie in any)."""
-        if self.parts is None:
-            return self.held
-        stored = self.parts.read()
-        return Copies(stored["first"], stored["second"], stored["jaccard"])
+        """The copies (CopyParts.read reads them from their parts)."""
+        return self.held
 
     def as_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays a store keeps of the stage (Store.cached): the copies held, or the sizes
-        of their parts (sizes: none where held)."""
+        """The arrays a store keeps of the stage (Store.cached; sizes: none, CopyParts')."""
         held = self.held
-        return {"first": held.first, "member": held.member, "jaccard": held.jaccard, "sizes": self.part_sizes}
+        return {"first": held.first, "member": held.member, "jaccard": held.jaccard, "sizes": np.zeros(0, np.int64)}
 
     @classmethod
-    def of_arrays(cls, store: Store, arrays: dict[str, np.ndarray]) -> "IdenticalCopies":
-        """The copies of as_arrays' arrays, those in parts found in the store's work directory."""
-        held, sizes = Copies(arrays["first"], arrays["member"], arrays["jaccard"]), arrays["sizes"]
-        if not sizes.shape[0]:
-            return cls(held)
-        from .pairparts import COPIES  # (start-up: a run in memory loads no work directory's parts)
+    def of_arrays(cls, arrays: dict[str, np.ndarray]) -> "IdenticalCopies":
+        """The copies of as_arrays' arrays."""
+        return cls(Copies(arrays["first"], arrays["member"], arrays["jaccard"]))
 
-        return cls(held, stored_parts(store, COPIES, sizes.shape[0], sizes))
+
+# The identical copies where they lie: held (a run in this process), or Dask's parts.
+Copied = Union[IdenticalCopies, "CopyParts"]
 
 
 @dataclass

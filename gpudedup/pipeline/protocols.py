@@ -31,7 +31,7 @@ from ..threads import HOST_THREADS
 
 if TYPE_CHECKING:
     from .heldclusters import Clustered
-    from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs
+    from .pairs import CheckedPairs, Copied, LikelyPairs, VerifiedPairs
 
 
 class Store(Protocol):
@@ -157,20 +157,24 @@ class Stages(Protocol):
     def executor(self) -> Executor:
         """Who runs the stages' tasks."""
 
-    def likely_pairs(self, store: Any, copies: "IdenticalCopies", window: int, threshold: float, backend: Backend,
+    def likely_pairs(self, store: Any, copies: Any, window: int, threshold: float, backend: Backend,
                      keep_every: bool = False) -> "LikelyPairs":
         """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
         members of the identical ``copies`` (their group's first document stands for them)
         that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
         rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def copies(self, store: Any, progress: Progress) -> "IdenticalCopies":
+    def copies_of(self, store: Any, arrays: dict[str, np.ndarray]) -> "Copied":
+        """The copies of ``copies``' arrays (as_arrays, as Store.cached keeps them): held, or
+        (Dask's) their parts in the store's work directory."""
+
+    def copies(self, store: Any, progress: Progress) -> "Copied":
         """The identical copies among the active documents (copies.py): their groups by
         copies.same_signature_rows of the signatures (store.row_hashes proposing them), each
         checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
         store's work directory (pipeline/copyparts.py)."""
 
-    def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: "IdenticalCopies", threshold: float,
+    def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: Any, threshold: float,
                       progress: Progress) -> "CheckedPairs":
         """The verification stage: the exact Jaccard of the ``likely`` pairs where it reaches
         ``threshold`` and the identical copies joined to them: in this process
