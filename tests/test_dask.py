@@ -935,8 +935,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     from gpudedup.pipeline.components import dask_component_labels
     from gpudedup.pipeline.dask import write_pairs_by_tasks
     from gpudedup.pipeline.daskops import DaskExecutor
-    from gpudedup.pipeline.pairs import VerifiedPairs
-    from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
+    from gpudedup.pipeline.pairparts import VERIFIED, PairParts, VerifiedParts, write_part
     from gpudedup.io.write import write_parquet
     from gpudedup.pipeline.tables import NamedRows, pairs_parts
 
@@ -957,9 +956,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     work = str(tmp_path / "work")
     for number, mine in enumerate(stored):
         write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
-    empty = np.zeros(0, np.int64)
-    pairs = VerifiedPairs(empty, empty, np.zeros(0), PairParts.of(work, VERIFIED, len(stored),
-                                                                  np.array([len(mine) for mine in stored], np.int64)))
+    pairs = VerifiedParts(PairParts.of(work, VERIFIED, len(stored), np.array([len(mine) for mine in stored], np.int64)))
 
     class RowIds:  # (disk.IdsAt's form: the ids of the 40 rows)
         type = pa.large_string()

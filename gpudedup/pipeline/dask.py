@@ -63,7 +63,7 @@ from .clusterparts import ClusterParts
 from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
 from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
 from .copyparts import CopyParts
-from .pairs import CheckedPairs, LikelyPairs, checked_in_memory, pair_tasks
+from .pairs import CheckedPairs, LikelyPairs, checked_in_memory
 from .shards import DocumentSignatures, DocumentsAt, SpilledLengths
 from .signatures import batch_bytes
 
@@ -89,8 +89,9 @@ class DaskStages:
         (pipeline/clusterparts.py); the client gets counts. store: a disk.WorkDirStore, or a run
         against an index's (index/staged.py), whose leading ``pinned`` rows are kept."""
 
-        labels = components.dask_component_labels(self.executor.client, verified.first, verified.second,
-                                                  self.pairs_per_part, store.documents, verified.parts)
+        none = np.zeros(0, np.int64)  # (every verified pair lies in the parts)
+        labels = components.dask_component_labels(self.executor.client, none, none, self.pairs_per_part,
+                                                  store.documents, verified.parts)
         # The clustered documents (two per verified pair at most) in ranges of about what a part
         # of the components holds, up to one per code partition: every range is a partition of
         # each of the clusters' shuffles, whose tasks cost seconds where there are few pairs.
@@ -284,11 +285,11 @@ def write_pairs_by_tasks(executor: DaskExecutor, pairs, clustered, folder, id_ty
 
 
 def pair_frames(executor: DaskExecutor, pairs) -> list:
-    """The verified ``pairs`` (pairs.VerifiedPairs) as Dask delayed pandas DataFrames of
-    PAIR_FRAME, a task per place they lie (those held, each stored part: pairs.pair_tasks)."""
+    """The verified ``pairs`` (pairparts.VerifiedParts) as Dask delayed pandas DataFrames of
+    PAIR_FRAME, a task per part that holds any (VerifiedParts.tasks)."""
     import dask
 
-    return [dask.delayed(on_pairs)(*a) for a in arrays_sent(executor.client, pair_tasks(pairs, executor, pair_frame))]
+    return [dask.delayed(on_pairs)(*a) for a in arrays_sent(executor.client, pairs.tasks(executor, pair_frame))]
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------

@@ -27,7 +27,7 @@ from ..version import __version__
 from .signatures import batch_bytes
 
 from .outcome import Outcome
-from .pairs import CheckedPairs, LikelyPairs, VerifiedPairs, merge_pairs
+from .pairs import CheckedPairs, LikelyPairs, Verified, merge_pairs
 from .protocols import Executor, LocalExecutor, Stages, Store
 from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
@@ -95,7 +95,7 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
     return Outcome(verified, clusters, store.documents, report, checked, candidate_a, candidate_b, copies, shown)
 
 
-def cluster_verified(store: Store, verified: VerifiedPairs, params: DedupParams, log: StageLog, progress: Progress,
+def cluster_verified(store: Store, verified: Verified, params: DedupParams, log: StageLog, progress: Progress,
                      stages: Stages) -> tuple["Clustered", Shown]:
     """The clusters of the verified pairs, with the documents each keeps (Stages.clusters):
     rows below store.pinned are kept, and so is nothing else of a cluster that holds one; and

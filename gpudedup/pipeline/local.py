@@ -17,7 +17,7 @@ from ..core.verify import plausible
 from ..threads import map_parallel
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, VerifiedPairs, checked_in_memory
+from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, Verified, checked_in_memory
 
 if TYPE_CHECKING:
     from .protocols import Executor, HeldStore
@@ -62,12 +62,12 @@ class HeldStages:
         return checked_in_memory(likely, copies.held, lambda first, second: store.exact_jaccard(
             "pairs", first, second, threshold, self.executor, progress))
 
-    def pairs_inside(self, pairs: "VerifiedPairs", clustered: Clustered, numbers: np.ndarray,
+    def pairs_inside(self, pairs: Verified, clustered: Clustered, numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
         held = clustered.read()  # (this runner's clusters are held: HeldClusters)
         return pairs.map(self.executor, pairs_inside_of, held.members(numbers), numbers, asked_a, asked_b)
 
-    def clusters(self, store: HeldStore, verified: "VerifiedPairs", policy: KeepPolicy) -> Clustered:
+    def clusters(self, store: HeldStore, verified: Verified, policy: KeepPolicy) -> Clustered:
         first, second, _ = verified.arrays
         docs, root = component_roots(first, second, store.documents)
         return HeldClusters(clusters_of_roots(docs, root, store.lengths, policy, store.pinned))

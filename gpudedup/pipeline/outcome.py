@@ -11,7 +11,7 @@ from ..core.cluster import Clusters
 from .report import Report
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-from .pairs import CheckedPairs, Copied, IdenticalCopies, VerifiedPairs
+from .pairs import CheckedPairs, Copied, IdenticalCopies, Verified, VerifiedPairs
 from .shown import Shown
 
 
@@ -19,9 +19,10 @@ from .shown import Shown
 class Outcome:
     """The results of a run, as host arrays over the document rows (0 .. n-1).
 
-    pairs: the verified pairs (VerifiedPairs), whose arrays ``pair_a``, ``pair_b`` (int64
-        (p,), a < b) and ``jaccard`` (float64 (p,), >= threshold) are read when first asked for
-        where a cluster's run left them in its work directory.
+    pairs: the verified pairs (pairs.VerifiedPairs; pairparts.VerifiedParts on Dask), whose
+        arrays ``pair_a``, ``pair_b`` (int64 (p,), a < b) and ``jaccard`` (float64 (p,), >=
+        threshold) are read when first asked for where a cluster's run left them in its work
+        directory.
     clustered: the clusters (documents in clusters of two or more): held (HeldClusters), or
         (a cluster's run) in parts of its work directory (pipeline/clusterparts.ClusterParts);
         either gives the counts (``count``, ``in_clusters``, ``removed_count``) and what a
@@ -48,7 +49,7 @@ class Outcome:
     this process.
     """
 
-    pairs: "VerifiedPairs"
+    pairs: "Verified"
     clustered: Clustered
     documents: int
     report: Report
@@ -83,7 +84,7 @@ class Outcome:
     def read_now(self) -> None:
         """Hold the pairs, the clusters and the identical copies here from now on (a
         cluster's run: its work directory is about to go)."""
-        self.pairs.read_now()
+        self.pairs = VerifiedPairs(*self.pairs.arrays)
         self.clustered = HeldClusters(self.clusters)
         self.copies = IdenticalCopies(self.copies.read())
 

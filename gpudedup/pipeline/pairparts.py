@@ -25,13 +25,15 @@ written again (write_part), and parts beyond the count are never read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from functools import cached_property
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from ..core.ragged import weighted_ranges
 from ..core.verify import BELOW_THRESHOLD
+from .protocols import Executor, LocalExecutor
 from .shards import DocumentsAt, spill_shard_sets, spilled_jaccard, unspilled
 from .workdir import MANIFEST, WorkAt, WorkDir, arrays_of
 from .workfolders import DamagedWorkDirError
@@ -90,6 +92,49 @@ class PairParts:
         """read_parts of these parts, in this process."""
         return read_parts(WorkDir.attach(self.work_at), self)
 
+
+
+@dataclass
+class VerifiedParts:
+    """The verified pairs of a run on Dask: in the parts of its work directory (``parts``: the
+    verified parts, then the identical copies'; their sizes known), where tasks read them;
+    answers what pairs.VerifiedPairs answers, and ``arrays`` reads every pair into this
+    process when first asked for."""
+
+    parts: PairParts
+
+    @property
+    def count(self) -> int:
+        """How many pairs, in all the parts."""
+        return 0 if self.parts.sizes is None else int(self.parts.sizes.sum())
+
+    def map(self, executor: Optional[Executor], function: Callable[..., Any], *arguments) -> list:
+        """``function(first, second, jaccard, *arguments)`` over the pairs a part at a time
+        (each part read where it lies: on_pairs), by ``executor``'s tasks where it runs tasks
+        elsewhere, else here (executor None: after the run, its cluster gone); once over every
+        pair where they were read here (arrays). The caller combines the results."""
+        if "arrays" in self.__dict__:
+            return [function(*self.arrays, *arguments)]
+        executor = executor or LocalExecutor()
+        return executor.map(on_pairs, self.tasks(executor, function, *arguments), "reading the pairs")
+
+    def tasks(self, executor: Executor, function: Callable[..., Any], *arguments: Any) -> list[tuple]:
+        """The arguments of on_pairs, ``function`` over each part that holds pairs (one task over
+        no pair where none does), with what every task reads (the parts' description,
+        ``arguments``) shared through executor.share."""
+        shared = executor.share(*arguments)
+        holding = [] if self.parts.sizes is None else np.flatnonzero(self.parts.sizes).tolist()
+        empty = np.zeros(0, np.int64)
+        if not holding:
+            return [(function, empty, empty, np.zeros(0, np.float64), None, -1, *shared)]
+        stored, = executor.share(self.parts)
+        return [(function, empty, empty, np.zeros(0, np.float64), stored, number, *shared) for number in holding]
+
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first, second, jaccard) of every pair, ascending, host (read_parts: ascending)."""
+        stored = self.parts.read()
+        return stored["first"], stored["second"], stored["jaccard"]
 
 def part_unit(kind: str, number: int) -> str:
     return f"{kind_folder(kind)}/{number:05d}"
@@ -196,7 +241,7 @@ def pair_frame(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray):
 def on_pairs(function: Any, first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
              number: int, *arguments):
     """Task: ``function(first, second, jaccard, *arguments)`` of the verified pairs given, or
-    of stored part ``number`` (pairs.VerifiedPairs.map)."""
+    of stored part ``number`` (VerifiedParts.map)."""
     if stored is not None:
         part = stored.read_part(number)
         first, second, jaccard = part["first"], part["second"], part["jaccard"]

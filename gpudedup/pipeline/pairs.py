@@ -1,23 +1,21 @@
 """The pairs each stage hands the next (the candidates that pass the signature filter, the
 pairs checked exactly, the verified pairs), held as host arrays, or (a cluster's run) left in
-parts of the work directory (pipeline/pairparts.py) where tasks read them.
+parts of the work directory (pipeline/pairparts.py: VerifiedParts) where tasks read them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
 from ..core.copies import Copies, are_copies
 from ..core.verify import BELOW_THRESHOLD
-from .protocols import LocalExecutor
 
 if TYPE_CHECKING:
     from .copyparts import CopyParts
-    from .pairparts import PairParts
+    from .pairparts import PairParts, VerifiedParts
     from .protocols import Executor, Store
 
 
@@ -93,19 +91,21 @@ class CheckedPairs:
         return cls(arrays["first"], arrays["second"], arrays["jaccard"], candidates, checked, rejected,
                    arrays["part_sizes"], arrays["copy_sizes"])
 
-    def verified(self, store: Store, threshold: float) -> "VerifiedPairs":
-        """The pairs that reach ``threshold`` (those in parts left where they are: verification's
-        parts, then the copies' parts)."""
-        if not self.parts:
+    def verified(self, store: Store, threshold: float) -> Verified:
+        """The pairs that reach ``threshold``: held in a run in this process; in a run on Dask
+        the parts where they lie (verification's parts, then the copies' parts; none where no
+        document had band keys)."""
+        if store.parts_at is None:
             verified = self.jaccard >= threshold
             return VerifiedPairs(self.first[verified], self.second[verified], self.jaccard[verified])
-        from .pairparts import COPIES, VERIFIED  # (start-up: a run in memory loads no work directory's parts)
+        assert self.first.shape[0] == 0, "a run on Dask holds no pair"
+        # (start-up: a run in memory loads no work directory's parts)
+        from .pairparts import COPIES, VERIFIED, VerifiedParts
 
         parts = stored_parts(store, VERIFIED, self.parts, self.part_sizes)
         if self.copy_sizes.shape[0]:
             parts = parts.joined(stored_parts(store, COPIES, self.copy_sizes.shape[0], self.copy_sizes))
-        empty = np.zeros(0, np.int64)
-        return VerifiedPairs(empty, empty, np.zeros(0, np.float64), parts)
+        return VerifiedParts(parts)
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard) given the
@@ -157,104 +157,64 @@ Copied = Union[IdenticalCopies, "CopyParts"]
 
 @dataclass
 class VerifiedPairs:
-    """The verified pairs of a run, held or in parts, never both: first, second int64 (p,) rows,
-    first < second, ascending by (first, second); jaccard float64 (p,), each at least the
-    threshold; host. In a cluster's run (``parts``) the pairs, the identical copies among them,
-    lie in the parts of the work directory (pipeline/pairparts.py), where tasks read them, and
-    none is held until ``read_now``; ``arrays`` reads them into this process when first asked
-    for."""
+    """The verified pairs of a run in this process: first, second int64 (p,) rows, first <
+    second, ascending by (first, second); jaccard float64 (p,), each at least the threshold;
+    host. A run on Dask leaves them in parts of its work directory (pairparts.VerifiedParts),
+    which answer what these answer."""
 
     first: np.ndarray
     second: np.ndarray
     jaccard: np.ndarray
-    parts: Optional[PairParts] = None
-
-    def __post_init__(self) -> None:
-        assert self.parts is None or self.first.shape[0] == 0, "pairs are held or in parts, not both"
 
     @property
     def count(self) -> int:
-        """How many pairs, held or in the parts (their sizes known)."""
-        if self.parts is None:
-            return int(self.first.shape[0])
-        return 0 if self.parts.sizes is None else int(self.parts.sizes.sum())
+        """How many pairs."""
+        return int(self.first.shape[0])
 
-    def map(self, executor: Optional["Executor"], function: Callable[..., Any], *arguments) -> list:
-        """``function(first, second, jaccard, *arguments)`` over the pairs, a part at a time
-        where they lie in parts (each part read where it lies: pairparts.on_pairs): by
-        ``executor``'s tasks where it runs tasks elsewhere, else here (executor None: after the
-        run, its cluster gone), one part after another; once over every pair where they are
-        held. The caller combines the results (a sum, a minimum), which must not depend on how
-        the pairs are cut."""
-        if self.parts is None or "arrays" in self.__dict__:  # (held, or already read here)
-            return [function(*self.arrays, *arguments)]
-        from .pairparts import on_pairs  # (start-up: a run in memory loads no work directory's parts)
-
-        executor = executor or LocalExecutor()
-        return executor.map(on_pairs, pair_tasks(self, executor, function, *arguments), "reading the pairs")
-
-    def with_first_below(self, bound: int, executor: Optional["Executor"]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(first, second, jaccard) of the pairs whose first row is below ``bound``, and of the
-        identical copies of their second documents (pairs of Jaccard 1.0 around them, which a
-        copy's pairs go through: copies.first_copies), in no particular order, host: a run
-        against an index asks for those of its indexed documents (its leading rows), read a
-        part at a time (map) rather than every pair at once."""
-        found = self.map(executor, first_below, bound)
-        seconds = np.unique(np.concatenate([part[1] for part in found]))
-        found += self.map(executor, copies_of, seconds, bound)
-        first, second, jaccard = (np.concatenate([part[i] for part in found]) for i in range(3))
-        return first, second, jaccard
-
-    def read_now(self) -> None:
-        """Hold every pair here from now on, read from the parts (their work directory is
-        about to go)."""
-        self.first, self.second, self.jaccard = self.arrays
-        self.parts = None
-
-    @cached_property
+    @property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first, second, jaccard) of every pair, ascending, host."""
-        if self.parts is None:
-            return self.first, self.second, self.jaccard
-        stored = self.parts.read()  # (pairparts.read_parts: ascending)
-        return stored["first"], stored["second"], stored["jaccard"]
+        return self.first, self.second, self.jaccard
+
+    def map(self, executor: Optional["Executor"], function: Callable[..., Any], *arguments) -> list:
+        """``function(first, second, jaccard, *arguments)`` once over every pair, in a list
+        (VerifiedParts.map: a part at a time; the caller combines the results, a sum or a
+        minimum, which must not depend on how the pairs are cut). executor: not used."""
+        return [function(*self.arrays, *arguments)]
+
+
+# The verified pairs where they lie: held (a run in this process), or Dask's parts.
+Verified = Union[VerifiedPairs, "VerifiedParts"]
+
+
+def with_first_below(pairs: Verified, bound: int,
+                     executor: Optional["Executor"]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, second, jaccard) of the ``pairs`` whose first row is below ``bound``, and of the
+    identical copies of their second documents (pairs of Jaccard 1.0 around them, which a
+    copy's pairs go through: copies.first_copies), in no particular order, host: a run
+    against an index asks for those of its indexed documents (its leading rows), read a part
+    at a time (map) rather than every pair at once."""
+    found = pairs.map(executor, first_below, bound)
+    seconds = np.unique(np.concatenate([part[1] for part in found]))
+    found += pairs.map(executor, copies_of, seconds, bound)
+    first, second, jaccard = (np.concatenate([part[i] for part in found]) for i in range(3))
+    return first, second, jaccard
 
 
 def first_below(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray,
                 bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Task (VerifiedPairs.with_first_below): the pairs given whose first row is below ``bound``."""
+    """Task (with_first_below): the pairs given whose first row is below ``bound``."""
     chosen = first < bound
     return first[chosen], second[chosen], jaccard[chosen]
 
 
 def copies_of(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, firsts: np.ndarray,
               bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Task (VerifiedPairs.with_first_below): the identical copies (pairs of Jaccard 1.0) among
+    """Task (with_first_below): the identical copies (pairs of Jaccard 1.0) among
     the pairs given whose first row is one of ``firsts`` (int64, ascending) and at or past
     ``bound`` (those below it are first_below's)."""
     chosen = are_copies(jaccard) & (first >= bound) & np.isin(first, firsts)
     return first[chosen], second[chosen], jaccard[chosen]
-
-
-def pair_sources(pairs: VerifiedPairs) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, Optional[PairParts], int]]:
-    """The arguments of pairparts.on_pairs (after its function) for each place the pairs lie:
-    each stored part that holds any, else (held, or no part holds any) those held."""
-    empty, stored = np.zeros(0, np.int64), pairs.parts
-    holding = [] if stored is None or stored.sizes is None else np.flatnonzero(stored.sizes).tolist()
-    if not holding:
-        return [(pairs.first, pairs.second, pairs.jaccard, None, -1)]
-    return [(empty, empty, np.zeros(0, np.float64), stored, number) for number in holding]
-
-
-def pair_tasks(pairs: VerifiedPairs, executor: "Executor", function: Callable[..., Any],
-               *arguments: Any) -> list[tuple]:
-    """The arguments of pairparts.on_pairs, ``function`` over each place the pairs lie
-    (pair_sources), with what every task reads (the stored parts' description, ``arguments``)
-    shared through executor.share."""
-    shared = executor.share(*arguments)
-    stored = executor.share(pairs.parts)[0] if pairs.parts is not None else None
-    return [(function, first, second, jaccard, None if parts is None else stored, number, *shared)
-            for first, second, jaccard, parts, number in pair_sources(pairs)]
 
 
 def checked_in_memory(likely: LikelyPairs, copies: Copies,

@@ -31,7 +31,7 @@ from ..threads import HOST_THREADS
 
 if TYPE_CHECKING:
     from .heldclusters import Clustered
-    from .pairs import CheckedPairs, Copied, LikelyPairs, VerifiedPairs
+    from .pairs import CheckedPairs, Copied, LikelyPairs, Verified
 
 
 class Store(Protocol):
@@ -181,13 +181,13 @@ class Stages(Protocol):
         (HeldStore.exact_jaccard, checked_in_memory), or on Dask, likely pairs kept in parts
         checked by tasks into parts."""
 
-    def clusters(self, store: Any, verified: "VerifiedPairs", policy: KeepPolicy) -> "Clustered":
+    def clusters(self, store: Any, verified: "Verified", policy: KeepPolicy) -> "Clustered":
         """The clusters of the ``verified`` pairs (where they lie: held, or Dask's parts) and
         the documents each keeps by ``policy`` (cluster.clusters_of_roots, with store.lengths
         and store.pinned): held, or (Dask's) kept in parts of the store's work directory
         (pipeline/clusterparts.py), of which the client holds counts."""
 
-    def pairs_inside(self, pairs: "VerifiedPairs", clustered: "Clustered", numbers: np.ndarray,
+    def pairs_inside(self, pairs: "Verified", clustered: "Clustered", numbers: np.ndarray,
                      asked_a: np.ndarray, asked_b: np.ndarray) -> list:
         """Outcome.pairs_inside: cluster.pairs_inside of the clusters ``numbers`` over the
         ``pairs``, a result per place they lie; on Dask, with the clusters in parts, the pairs

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.cluster import Clusters
 from ..core.copies import are_copies, first_copies
 from .heldclusters import Clustered
-from .pairs import VerifiedPairs
+from .pairs import Verified
 from .protocols import Stages
 
 LARGEST_SHOWN = 5  # clusters, largest first
@@ -126,7 +126,7 @@ def example_pairs(members: np.ndarray, kept: np.ndarray, rows: np.ndarray) -> li
 
 
 def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Task (VerifiedPairs.map): int64, for each of ``rows``, the first document of its group of
+    """Task (the verified pairs' map): int64, for each of ``rows``, the first document of its group of
     identical copies where these pairs list it as a copy (a pair of Jaccard 1.0, which only
     identical sets have), else -1 (copies.first_copies). A row's first copy is listed in one
     part only; the largest over the parts is it (or -1)."""
@@ -136,7 +136,7 @@ def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows
 
 def histogram_and_lowest(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float,
                          count: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Task (VerifiedPairs.map): verified_histogram of some verified pairs' Jaccard, and their
+    """Task (the verified pairs' map): verified_histogram of some verified pairs' Jaccard, and their
     lowest_pairs, from one read of them."""
     return verified_histogram(jaccard, threshold), lowest_pairs(first, second, jaccard, count)
 
@@ -161,7 +161,7 @@ def sampled_numbers(count: int, shown: np.ndarray, seed: int, sampled: int = SAM
     return np.sort(drawn[~np.isin(drawn, shown)][:sampled]).astype(np.int64)
 
 
-def shown_of(pairs: VerifiedPairs, clustered: Clustered, stages: Stages,
+def shown_of(pairs: Verified, clustered: Clustered, stages: Stages,
              threshold: float, seed: int) -> Shown:
     """The Shown of a run's verified ``pairs`` and ``clustered`` clusters, counted where they
     lie by the run's ``stages`` (on a cluster, by its tasks: the client gets a few numbers

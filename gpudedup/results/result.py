@@ -15,6 +15,7 @@ from ..core.copies import are_copies, implied_pairs
 from ..pipeline.heldclusters import HeldClusters
 from ..pipeline.outcome import Outcome
 from ..pipeline.kept import Kept
+from ..pipeline.pairs import with_first_below
 from ..pipeline.keptrows import HeldRows
 from ..pipeline.removedrows import REMOVED_DIR, check_removed_columns, shingle_spec
 from ..display import result_html
@@ -391,7 +392,7 @@ def write_removed_rows(result: DedupResult, staging: Path, out: Location, format
     where a staged run writes its kept rows so; or one file removed.<format>."""
     o = result._outcome
     # The verified pairs of indexed documents give the Jaccard where the kept document is one.
-    pairs = o.pairs.with_first_below(result.indexed_rows, executor) if result.indexed_rows else None
+    pairs = with_first_below(o.pairs, result.indexed_rows, executor) if result.indexed_rows else None
     removed = o.clustered.removed_of(result._ids_of, result._wide_id_type, result.indexed_rows, pairs)
     spec = shingle_spec(result.report["parameters"])
     if names is None:
