@@ -222,7 +222,6 @@ class ClusterParts:
         return np.asarray(sizes, np.int64), listed_members(joined, numbers, listed)
 
 
-
 def dask_clusters(client, labels, n_docs: int, ranges: int, work_at: WorkAt, lengths: Any, ids: Any,
                   policy: KeepPolicy, pinned: int = 0) -> ClusterParts:
     """The clusters of the components ``labels`` (components.dask_component_labels, or None:

@@ -93,7 +93,6 @@ class PairParts:
         return read_parts(WorkDir.attach(self.work_at), self)
 
 
-
 @dataclass
 class VerifiedParts:
     """The verified pairs of a run on Dask: in the parts of its work directory (``parts``: the

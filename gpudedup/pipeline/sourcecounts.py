@@ -236,7 +236,6 @@ def ordered(row: dict) -> dict:
     return {**{k: row[k] for k in first if k in row}, **{k: v for k, v in row.items() if k not in first}}
 
 
-
 # --- the run's counts --------------------------------------------------------------------------
 
 
