@@ -20,8 +20,8 @@ Intersections are counted by a sorted merge of the two rows per pair, read in pl
 CSR arrays: the C loops built at install, or numba's (verify_kernels.py) where those were not
 built and numba's route is taken (compiled.py). scipy's row-wise product
 (``scipy_intersections``) is the reference, and the route taken otherwise or where the
-environment sets GPUDEDUP_CPU_KERNELS=numpy. Both routes give exact counts, and the Jaccard is computed from
-them in one place (``jaccard_of``), so both give the same float64 bit for bit.
+environment sets GPUDEDUP_CPU_KERNELS=numpy. Both routes give exact counts, and the Jaccard
+is computed from them in one place (``jaccard_of``), so both give the same float64 bit for bit.
 
 Where only pairs at or above a threshold t matter, ``pair_jaccard_at_least`` rules out pairs
 by two bounds, both exact (zero error). Let J(i) be the Jaccard as ``jaccard_of`` computes it
@@ -295,8 +295,8 @@ def scipy_intersections(sets: "SetRows", first: np.ndarray, second: np.ndarray, 
 def pair_jaccard(sets: "SetRows", first, second, chunk_elements: int = 1 << 21) -> np.ndarray:
     """Exact Jaccard |A ∩ B| / |A ∪ B| of rows ``first[i]``, ``second[i]`` of ``sets``.
 
-    sets: SetArrays (document_sets, set_arrays) or a binary CSR matrix; first, second: int64 (p,) row indices of
-    non-empty rows (two empty rows give nan). Returns float64 (p,), host. chunk_elements: the
+    sets: SetArrays (document_sets, set_arrays) or a binary CSR matrix; first, second: int64
+    (p,) row indices of non-empty rows (two empty rows give nan). Returns float64 (p,), host. chunk_elements: the
     scipy route's pairs per step, in set elements (memory); the merge kernel copies nothing.
     """
     first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
@@ -358,8 +358,8 @@ def pair_jaccard_at_least(sets: "SetRows", first, second, threshold: float, thre
     others.
 
     sets, first, second as for pair_jaccard; second_sets: where the second row of each pair is
-    read (SetArrays or a set matrix: an
-    index's stored sets against new documents' sets), ``sets`` when None; threshold: float in
+    read (SetArrays or a set matrix: an index's stored sets against new documents' sets),
+    ``sets`` when None; threshold: float in
     (0, 1]. Returns float64 (p,), host: value[i] == pair_jaccard(...)[i] wherever that is >=
     threshold, BELOW_THRESHOLD wherever it is below threshold or nan (two empty rows); the same
     on every route. Pairs are ruled out by the size and merge bounds of the module docstring

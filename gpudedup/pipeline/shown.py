@@ -126,18 +126,18 @@ def example_pairs(members: np.ndarray, kept: np.ndarray, rows: np.ndarray) -> li
 
 
 def copy_firsts(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Task (the verified pairs' map): int64, for each of ``rows``, the first document of its group of
-    identical copies where these pairs list it as a copy (a pair of Jaccard 1.0, which only
-    identical sets have), else -1 (copies.first_copies). A row's first copy is listed in one
-    part only; the largest over the parts is it (or -1)."""
+    """Task (the verified pairs' map): int64, for each of ``rows``, the first document of its
+    group of identical copies where these pairs list it as a copy (a pair of Jaccard 1.0,
+    which only identical sets have), else -1 (copies.first_copies). A row's first copy is
+    listed in one part only; the largest over the parts is it (or -1)."""
     copy = are_copies(jaccard)
     return first_copies(first[copy], second[copy], rows, none=-1)
 
 
 def histogram_and_lowest(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, threshold: float,
                          count: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Task (the verified pairs' map): verified_histogram of some verified pairs' Jaccard, and their
-    lowest_pairs, from one read of them."""
+    """Task (the verified pairs' map): verified_histogram of some verified pairs' Jaccard, and
+    their lowest_pairs, from one read of them."""
     return verified_histogram(jaccard, threshold), lowest_pairs(first, second, jaccard, count)
 
 

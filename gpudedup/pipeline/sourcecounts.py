@@ -5,10 +5,10 @@ text; token ids with token shingles); for a group column also which groups' docu
 removed as duplicates of which (the removed document's group -> its kept document's group).
 
 Counted a file at a time (Tally): in a staged run by a task per input file over its shards,
-where shardedrows.py writes the kept rows (ShardedTable.tally_files: file_tally), each task reading the
-spilled sizes of its own documents, the removed ones among them with their kept documents (the
-clusters held, or the parts of a cluster's run that hold its documents: clusterparts.py), and
-for a group column the column from its shards and the kept documents' values from the shards
+where shardedrows.py writes the kept rows (ShardedTable.tally_files: file_tally), each task
+reading the spilled sizes of its own documents, the removed ones among them with their kept
+documents (the clusters held, or the parts of a cluster's run that hold its documents:
+clusterparts.py), and for a group column the column from its shards and the kept documents' values from the shards
 that hold them. The client adds up a few numbers per file and per group, nothing per document.
 A null group value is a group of its own (null in report.json, "(null)" where shown).
 """
@@ -241,8 +241,8 @@ def ordered(row: dict) -> dict:
 
 def with_source_counts(result: Any, field: Optional[str], executor: Optional["Executor"] = None) -> None:
     """Set ``result``'s report (a DedupResult's, as made) to one with where its duplicates come
-    from (Report.with_sources): counted by its rows (keptrows.HeldRows: here; shardedrows.ShardedTable: a
-    task per input file of a staged run, on the run's ``executor``)."""
+    from (Report.with_sources): counted by its rows (keptrows.HeldRows: here;
+    shardedrows.ShardedTable: a task per input file of a staged run, on the run's ``executor``)."""
     report = result.report
     tokens = report["parameters"]["shingle"] == "token"
     # (the kept documents' ids are not counted)
