@@ -374,15 +374,15 @@ def staged(tmp_path_factory) -> Path:
 
 DAMAGES = {
     "truncated plan": ("plan.npy", lambda data: data[:50]),
-    "garbage stage array": ("stages/pairs/first.npy", lambda data: bytes(range(256)) * 4),
-    "truncated stage array": ("stages/candidates/first.npy", lambda data: data[:len(data) - 9]),
+    "garbage stage array": ("stages/pairs/counts.npy", lambda data: bytes(range(256)) * 4),
+    "truncated stage array": ("stages/candidates/candidates.npy", lambda data: data[:len(data) - 9]),
     "truncated shard info": ("shards/00000/info.json", lambda data: data[:len(data) // 2]),
     "garbage shard ids": ("shards/00000/ids.parquet", lambda data: b"not parquet" * 20),
     "truncated manifest": ("manifest.json", lambda data: data[:40]),
     # (None: the file deleted; a finished stage's info.json names its arrays)
-    "missing pairs array": ("stages/pairs/jaccard.npy", None),
+    "missing pairs array": ("stages/pairs/part_sizes.npy", None),
     "missing copies array": ("stages/copies/member.npy", None),
-    "missing candidates array": ("stages/candidates/first.npy", None),
+    "missing candidates array": ("stages/candidates/parts.npy", None),
     "stage info without its list": ("stages/pairs/info.json", lambda data: b"{}"),
 }
 

@@ -55,7 +55,7 @@ class StagedIndexStore:
         self.params, self.reader = inner.params, LeadReader(inner.reader)  # (what the stages' tasks read)
         self.copy_batch_cost = inner.copy_batch_cost
         self.work_dir: Optional[str] = inner.work_dir
-        self.parts_at: Optional[str] = inner.parts_at
+        self.parts_at = inner.parts_at
         self.pinned = 0
         self.matched: Optional[Matched] = None
 

@@ -39,7 +39,6 @@ class IndexStore:
         self.inner, self.reader, self.backend, self.window = inner, reader, backend, window
         self.copy_batch_cost = inner.copy_batch_cost
         self.work_dir: Optional[str] = inner.work_dir
-        self.parts_at: Optional[str] = None  # (its runs find their pairs in this process)
         self.pinned = 0
         self.matched: Optional[Matched] = None
         self.signatures: Any = None
@@ -83,9 +82,6 @@ class IndexStore:
     def drop_signatures(self) -> None:
         # The inner store keeps its own: index add commits the kept documents' signatures.
         self.signatures = None
-
-    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        return self.inner.cached(stage, compute)
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of rows ``docs`` (int64, ascending): the indexed rows' stored sets,

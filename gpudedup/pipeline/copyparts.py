@@ -110,7 +110,7 @@ class CopyParts:
         return Copies(stored["first"], stored["second"], stored["jaccard"])
 
     def as_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays a store keeps of the stage (Store.cached): no copy held, the parts' sizes."""
+        """The arrays a work directory keeps of the stage (WorkDirStore.cached): the parts' sizes."""
         none = Copies.none()
         return {"first": none.first, "member": none.member, "jaccard": none.jaccard, "sizes": self.part_sizes}
 

@@ -45,12 +45,11 @@ inside the functions that need them: an in-memory run never loads them (start-up
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
 
-from ..core.copies import Copies
 from ..core.verify import plausible
 from ..core.lsh import bucket_pairs, decoded_pairs, pair_code_span, pair_codes, sorted_unique
 from ..errors import ParameterError
@@ -61,9 +60,9 @@ from . import clusterparts, components, copyparts, pairparts
 from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
 from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
-from .pairparts import COPIES, GROUPS, LIKELY, PairParts, on_pairs, pair_frame, write_part
+from .pairparts import (COPIES, GROUPS, LIKELY, CheckedParts, LikelyParts, PairParts, on_pairs, pair_frame,
+                        write_part)
 from .copyparts import CopyParts
-from .pairs import CheckedPairs, LikelyPairs, checked_in_memory
 from .shards import DocumentSignatures, DocumentsAt, SpilledLengths
 from .signatures import batch_bytes
 
@@ -82,6 +81,14 @@ class DaskStages:
         # Read once, so that every stage of the run cuts at the same size, and a wrong setting
         # is refused before any work (run_job asks for its stages first).
         self.pairs_per_part = components.pairs_per_part()
+
+    # The form of each stage's result a work directory keeps (Stages.kept): its parts'.
+    KEPT: dict[str, Any] = {"copies": CopyParts, "candidates": LikelyParts, "pairs": CheckedParts}
+
+    def kept(self, store, stage: str, compute):
+        """protocols.Stages.kept: the stage's parts, as the arrays the store's work directory
+        keeps of them say (store.cached: compute()'s, unless an earlier run kept them)."""
+        return self.KEPT[stage].of_arrays(store.parts_at, store.cached(stage, lambda: compute().as_arrays()))
 
     def clusters(self, store, verified, policy):
         """protocols.Stages.clusters as tasks: the connected components as rounds of shuffles
@@ -113,9 +120,9 @@ class DaskStages:
 
         if keep_every:
             raise ParameterError("every candidate pair is kept only by a run in one process (an evaluation)")
-        at, count, empty = store.documents_at(), store.shards.count, np.zeros(0, np.int64)
+        at, count = store.documents_at(), store.shards.count
         if count == 0:
-            return LikelyPairs(empty, empty, 0, empty, empty)
+            return LikelyParts(store.parts_at, 0, 0)
         copy_rows: list = [None] * count
         if copies.count:
             starts_at, = self.executor.share(at.document_starts())  # (every part's task reads the starts)
@@ -145,17 +152,18 @@ class DaskStages:
                                                          threshold, store.pinned)
                                for number, part in enumerate(codes.to_delayed())], "the candidate shuffle")
         pairparts.keep_parts(store.work, LIKELY, range(len(candidates)))
-        return LikelyPairs(empty, empty, sum(candidates), empty, empty, parts=len(candidates))
+        return LikelyParts(store.parts_at, sum(candidates), len(candidates))
 
     def checked_pairs(self, store, likely, copies, threshold: float, progress):
         """protocols.Stages.checked_pairs of likely pairs kept in parts (pipeline/pairparts.py): the
         parts' documents shuffled on their shard, a task per partition spilling its shards'
         sets, then a task per part checking its pairs into a verified part; the client gets
         counts. The identical copies are in parts too (DaskStages.copies), which
-        CheckedPairs.verified joins to the verified ones. store: a disk.WorkDirStore."""
+        CheckedParts.verified joins to the verified ones. store: a disk.WorkDirStore."""
 
         if not likely.parts:  # (no document had band keys: no pair, no copy)
-            return checked_in_memory(likely, Copies.none(), lambda first, second: np.zeros(0, np.float64))
+            none = np.zeros(0, np.int64)
+            return CheckedParts(store.parts_at, likely.candidates, 0, 0, none, copies.part_sizes)
         self.spill_documents(store, pairparts.LIKELY, list(range(likely.parts)), pairparts.SPILL)
         # Chunks of pairs of about 8 batches' text each.
         chunk_bytes = 8 * batch_bytes(store.params, store.backend)
@@ -165,10 +173,8 @@ class DaskStages:
                                                           for number in range(likely.parts)], "exact verification")
         pairparts.keep_parts(store.work, pairparts.VERIFIED, range(likely.parts))
         checked, rejected = (np.array(column, np.int64).reshape(-1) for column in zip(*counts))
-        none = Copies.none()
-        return CheckedPairs(none.first, none.member, none.jaccard, likely.candidates, int(checked.sum()),
-                            int(rejected.sum()), part_sizes=checked - rejected,
-                            copy_sizes=copies.part_sizes)
+        return CheckedParts(store.parts_at, likely.candidates, int(checked.sum()), int(rejected.sum()),
+                            checked - rejected, copies.part_sizes)
 
     def spill_documents(self, store, kind: str, numbers: list[int], spill: str) -> None:
         """The shingle sets of the documents of the ``kind`` pairs' parts ``numbers``, spilled
@@ -206,11 +212,6 @@ class DaskStages:
         shared = self.executor.share(clustered, numbers, asked_a, asked_b)
         return computed([dask.delayed(pairs_inside_part)(part, number, *shared)
                          for number, part in enumerate(rows.to_delayed())], stage)
-
-    def copies_of(self, store, arrays) -> CopyParts:
-        """protocols.Stages.copies_of: the copies' parts in the store's work directory."""
-        assert store.parts_at is not None, "a work directory's runs keep the copies in parts"
-        return CopyParts.of_arrays(store.parts_at, arrays)
 
     def copies(self, store, progress):
         """protocols.Stages.copies by tasks (pipeline/copyparts.py): the row hashes shuffled on the

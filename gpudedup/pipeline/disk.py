@@ -136,7 +136,7 @@ class WorkDirStore:
         # The copies stage reads its groups' spilled sets back a chunk at a time, as exact_by_spill.
         self.copy_batch_cost = 8 * batch_bytes(params, backend)
         self.work_dir: Optional[str] = work.shown
-        self.parts_at: Optional[str] = work.location
+        self.parts_at = work.location  # (where tasks keep the stages' parts: DaskStages.kept)
         self.pinned = 0  # no documents kept before (protocols.Store)
 
     def task_backend(self, executor: Executor) -> BackendOrName:

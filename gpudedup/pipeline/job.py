@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
-
+import numpy as np
 import pyarrow as pa
 
 from ..backends import Backend
@@ -27,7 +27,7 @@ from ..version import __version__
 from .signatures import batch_bytes
 
 from .outcome import Outcome
-from .pairs import CheckedPairs, LikelyPairs, Verified, merge_pairs
+from .pairs import Verified
 from .protocols import Executor, LocalExecutor, Stages, Store
 from .shown import Shown, shown_of
 from .sourcecounts import check_group_field
@@ -64,28 +64,24 @@ def run_job(store: Store, params: DedupParams, backend: Backend, executor: Optio
         check_columns(store.input_schemas())
     active = store.active
 
-    # A work directory keeps its stages as Dask's tasks made them: in parts (an in-memory run keeps none).
+    # Each stage's result in its runner's form (a work directory keeps it for --resume: Stages.kept).
     with log.stage("copies"):
-        copies = stages.copies_of(store, store.cached("copies", lambda: stages.copies(store, progress).as_arrays()))
+        copies = stages.kept(store, "copies", lambda: stages.copies(store, progress))
 
     progress.start("Finding candidate pairs", banding.bands, "bands")
     with log.stage("candidates"):  # the candidate pairs, and the signature filter of them
         # Confirmed copies stay out of the buckets: their group's first document stands for them.
-        likely = LikelyPairs.of_arrays(store.cached("candidates", lambda: stages.likely_pairs(
-            store, copies, params.bucket_window, params.threshold, backend, keep_candidates).as_arrays()))
+        likely = stages.kept(store, "candidates", lambda: stages.likely_pairs(
+            store, copies, params.bucket_window, params.threshold, backend, keep_candidates))
         store.drop_signatures()  # the largest thing left from the signature pass
     progress.advance(banding.bands)
 
     with log.stage("verify"):
-        checked = CheckedPairs.of_arrays(store.cached("pairs", lambda: stages.checked_pairs(
-            store, likely, copies, params.threshold, progress).as_arrays()))
-        candidate_a, candidate_b = likely.every_first, likely.every_second
-        verified = checked.verified(store, params.threshold)
-        if keep_candidates:
-            # The copies join the candidates LSH found (they were never in its buckets).
-            held = copies.read()  # (a run in this process: every candidate is kept only there)
-            candidate_a, candidate_b, _ = merge_pairs((candidate_a, candidate_b, candidate_a),
-                                                      (held.first, held.member, held.first))
+        checked = stages.kept(store, "pairs", lambda: stages.checked_pairs(
+            store, likely, copies, params.threshold, progress))
+        verified = checked.verified(params.threshold)
+        none = np.zeros(0, np.int64)
+        candidate_a, candidate_b = likely.every_candidate(copies) if keep_candidates else (none, none)
 
     clusters, shown = cluster_verified(store, verified, params, log, progress, stages)
     backend.release_memory()  # the next run (an evaluation grid, a notebook) starts lean

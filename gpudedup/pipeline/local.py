@@ -4,7 +4,7 @@ an in-memory run's, and a run against an index (index/store.py). Its tasks run h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from .kept import Kept
 from .pairs import CheckedPairs, IdenticalCopies, LikelyPairs, Verified, checked_in_memory
 
 if TYPE_CHECKING:
-    from .protocols import Executor, HeldStore
+    from .protocols import Executor, HeldStore, Result
 
 
 class HeldStages:
@@ -54,8 +54,8 @@ class HeldStages:
             same_signature_rows(store.signatures, store.row_hashes()), store.active, store.lengths,
             store.copy_batch_cost, lambda docs: store.set_reader("copies", docs, self.executor), progress))
 
-    def copies_of(self, store: HeldStore, arrays: dict[str, np.ndarray]) -> IdenticalCopies:
-        return IdenticalCopies.of_arrays(arrays)
+    def kept(self, store: HeldStore, stage: str, compute: Callable[[], Result]) -> Result:
+        return compute()  # (a run in this process keeps no stage)
 
     def checked_pairs(self, store: HeldStore, likely: "LikelyPairs", copies: IdenticalCopies, threshold: float,
                       progress: Progress) -> "CheckedPairs":

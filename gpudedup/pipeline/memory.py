@@ -73,7 +73,6 @@ class MemoryStore:
         self.copy_batch_cost = batch_bytes(params, backend)
         self.spec = params.shingle_spec()
         self.work_dir: Optional[str] = None  # nothing is kept between runs
-        self.parts_at: Optional[str] = None
         self.pinned = 0  # no documents kept before (protocols.Store)
         # (One document has no pair: none would read its set.)
         self.keep_sets = backend.xp is np and self.documents > 1 and kept_sets_bytes != 0
@@ -133,9 +132,6 @@ class MemoryStore:
         verifies from source files commits these)."""
 
         return corpus_pointers(self.corpus, docs)
-
-    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        return compute()
 
     def set_reader(self, name: str, docs: np.ndarray, executor: Executor) -> Callable[[np.ndarray], Any]:
         """The sets of parts of ``docs``: taken from the kept sets (keep_sets), or each part

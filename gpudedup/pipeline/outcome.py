@@ -11,7 +11,7 @@ from ..core.cluster import Clusters
 from .report import Report
 from .heldclusters import Clustered, HeldClusters
 from .kept import Kept
-from .pairs import CheckedPairs, Copied, IdenticalCopies, Verified, VerifiedPairs
+from .pairs import Checked, Copied, IdenticalCopies, Verified, VerifiedPairs
 from .shown import Shown
 
 
@@ -30,10 +30,11 @@ class Outcome:
         asked for).
     documents: n, the documents' count (``keep`` is made of it and the clusters when asked for).
     report: the run's report (report.Report; docs/output-formats.md).
-    checked: the verification stage's result (CheckedPairs), whose ``checked_jaccard`` is
-        every pair verification checked (those the signature filter passed, and the identical
-        copies), verified or not, for the report's histogram: its exact Jaccard where that
-        reaches the threshold, else verify.BELOW_THRESHOLD.
+    checked: the verification stage's result (pairs.CheckedPairs; pairparts.CheckedParts on
+        Dask), whose ``checked_jaccard`` is every pair verification checked (those the
+        signature filter passed, and the identical copies), verified or not, for the report's
+        histogram: its exact Jaccard where that reaches the threshold, else
+        verify.BELOW_THRESHOLD.
     candidate_a, candidate_b: int64 (q,), a < b: every candidate pair (before the signature
         filter), for evaluation against exact ground truth; empty unless the run was asked to
         keep them (they can be many, and most runs do not need them).
@@ -53,7 +54,7 @@ class Outcome:
     clustered: Clustered
     documents: int
     report: Report
-    checked: "CheckedPairs"
+    checked: Checked
     candidate_a: np.ndarray
     candidate_b: np.ndarray
     copies: Copied
@@ -73,7 +74,7 @@ class Outcome:
 
     @cached_property
     def checked_jaccard(self) -> np.ndarray:
-        """float64 (c,): CheckedPairs.every_jaccard (made when first asked for)."""
+        """float64 (c,): the checked pairs' every_jaccard (made when first asked for)."""
         return self.checked.every_jaccard(self.jaccard)
 
     @cached_property

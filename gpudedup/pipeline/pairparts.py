@@ -135,6 +135,75 @@ class VerifiedParts:
         stored = self.parts.read()
         return stored["first"], stored["second"], stored["jaccard"]
 
+@dataclass
+class LikelyParts:
+    """The candidate stage's result on Dask (pairs.LikelyPairs in this process): the likely
+    pairs in ``parts`` parts of the work directory at ``work_at`` (0: no document had band
+    keys); candidates: how many distinct candidate pairs LSH found."""
+
+    work_at: str
+    candidates: int
+    parts: int
+
+    def every_candidate(self, copies: Any) -> tuple[np.ndarray, np.ndarray]:
+        """None: a run on Dask keeps no candidate pair beside the likely ones (keep_every is
+        refused there)."""
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a work directory keeps of the stage (WorkDirStore.cached)."""
+        return {"candidates": np.array([self.candidates], np.int64), "parts": np.array([self.parts], np.int64)}
+
+    @classmethod
+    def of_arrays(cls, work_at: str, arrays: dict[str, np.ndarray]) -> "LikelyParts":
+        return cls(work_at, int(arrays["candidates"][0]), int(arrays["parts"][0]))
+
+
+@dataclass
+class CheckedParts:
+    """The verification stage's result on Dask (pairs.CheckedPairs in this process): of the
+    likely pairs, those that reach the threshold in a verified part per likely part of the work
+    directory at ``work_at`` (pipeline/pairparts.py), and the identical copies in their parts
+    (pipeline/copyparts.py); no pair held.
+
+    candidates: how many distinct candidate pairs LSH found; checked: how many were checked
+        exactly; rejected: how many of those fell short of the threshold.
+    part_sizes: int64 (parts,), the verified pairs in each verified part.
+    copy_sizes: int64 (c,), the identical copies in each of their parts.
+    """
+
+    work_at: str
+    candidates: int
+    checked: int
+    rejected: int
+    part_sizes: np.ndarray
+    copy_sizes: np.ndarray
+
+    def verified(self, threshold: float) -> VerifiedParts:
+        """The pairs that reach the threshold: the verified parts, then the copies' (threshold:
+        the parts hold only those already)."""
+        parts = PairParts.of(self.work_at, VERIFIED, self.part_sizes.shape[0], self.part_sizes)
+        return VerifiedParts(parts.joined(PairParts.of(self.work_at, COPIES, self.copy_sizes.shape[0],
+                                                       self.copy_sizes)))
+
+    def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
+        """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard), given the
+        verified ones' (``verified_jaccard``, those of ``verified``): the rejected pairs'
+        BELOW_THRESHOLD after them, in another order than a run in this process gives."""
+        return np.concatenate([verified_jaccard, np.full(self.rejected, BELOW_THRESHOLD, np.float64)])
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a work directory keeps of the stage (WorkDirStore.cached)."""
+        return {"part_sizes": self.part_sizes, "copy_sizes": self.copy_sizes,
+                "counts": np.array([self.candidates, self.checked, self.rejected], np.int64)}
+
+    @classmethod
+    def of_arrays(cls, work_at: str, arrays: dict[str, np.ndarray]) -> "CheckedParts":
+        candidates, checked, rejected = (int(count) for count in arrays["counts"])
+        return cls(work_at, candidates, checked, rejected, arrays["part_sizes"], arrays["copy_sizes"])
+
+
 def part_unit(kind: str, number: int) -> str:
     return f"{kind_folder(kind)}/{number:05d}"
 

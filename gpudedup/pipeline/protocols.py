@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,9 @@ from ..threads import HOST_THREADS
 
 if TYPE_CHECKING:
     from .heldclusters import Clustered
-    from .pairs import CheckedPairs, Copied, LikelyPairs, Verified
+    from .pairs import Checked, Copied, Likely, Verified
+
+Result = TypeVar("Result")  # a stage's result, in the form of the runner that made it (Stages.kept)
 
 
 class Store(Protocol):
@@ -51,9 +53,6 @@ class Store(Protocol):
     pinned: int
     active: Any  # int64 (m,), or what gathers like it (above)
     work_dir: Optional[str]  # where the stages are kept (named in the report); None: nowhere
-    # Where a cluster's tasks keep pairs in parts (pipeline/pairparts.py: the work directory's
-    # location, as tasks attach it); None for a store whose runs keep none.
-    parts_at: Optional[str]
 
     def sign(self, spec: ShingleSpec, banding: Banding, permutations: Permutations, executor: "Executor",
              log: StageLog, progress: Progress) -> None:
@@ -61,9 +60,6 @@ class Store(Protocol):
 
     def drop_signatures(self) -> None:
         """The signature filter is done: the signatures are not read again."""
-
-    def cached(self, stage: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """The arrays of a finished stage: computed now, or as an earlier run kept them."""
 
     def input_schemas(self) -> list[tuple[str, pa.Schema]]:
         """(path as shown, columns) of each input (once signed, for a work directory's)."""
@@ -158,15 +154,16 @@ class Stages(Protocol):
         """Who runs the stages' tasks."""
 
     def likely_pairs(self, store: Any, copies: Any, window: int, threshold: float, backend: Backend,
-                     keep_every: bool = False) -> "LikelyPairs":
+                     keep_every: bool = False) -> "Likely":
         """The LSH candidate pairs (lsh.candidate_pairs) of the active documents but the
         members of the identical ``copies`` (their group's first document stands for them)
         that pass the signature filter (verify.plausible), leaving out the pairs of two pinned
         rows (Store.pinned); keep_every: keep every candidate pair too (evaluation)."""
 
-    def copies_of(self, store: Any, arrays: dict[str, np.ndarray]) -> "Copied":
-        """The copies of ``copies``' arrays (as_arrays, as Store.cached keeps them): held, or
-        (Dask's) their parts in the store's work directory."""
+    def kept(self, store: Any, stage: str, compute: Callable[[], Result]) -> Result:
+        """The result of ``stage`` ("copies", "candidates", "pairs"): compute() in this
+        process; on Dask, its parts' form made of the arrays the store's work directory keeps of
+        it (WorkDirStore.cached: computed unless an earlier run kept them, for --resume)."""
 
     def copies(self, store: Any, progress: Progress) -> "Copied":
         """The identical copies among the active documents (copies.py): their groups by
@@ -174,8 +171,8 @@ class Stages(Protocol):
         checked exactly (copies.identical_copies); held, or (Dask's) kept in parts of the
         store's work directory (pipeline/copyparts.py)."""
 
-    def checked_pairs(self, store: Any, likely: "LikelyPairs", copies: Any, threshold: float,
-                      progress: Progress) -> "CheckedPairs":
+    def checked_pairs(self, store: Any, likely: Any, copies: Any, threshold: float,
+                      progress: Progress) -> "Checked":
         """The verification stage: the exact Jaccard of the ``likely`` pairs where it reaches
         ``threshold`` and the identical copies joined to them: in this process
         (HeldStore.exact_jaccard, checked_in_memory), or on Dask, likely pairs kept in parts

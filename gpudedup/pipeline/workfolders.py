@@ -149,9 +149,6 @@ class LocalFolder:
     def unit_file(self, relative: str, name: str) -> Path:
         return self.root / relative / name
 
-    def unit_names(self, relative: str) -> list[str]:
-        return sorted(p.name for p in (self.root / relative).iterdir())
-
     def read_table(self, relative: str, name: str, columns: Optional[list[str]] = None):
         path = self.root / relative / name
         return read_work_file(path, lambda: pq.read_table(path, columns=columns))
@@ -239,9 +236,6 @@ class BucketFolder:
 
     def unit_done(self, relative: str) -> bool:
         return self.marker(relative) is not None
-
-    def unit_names(self, relative: str) -> list[str]:
-        return sorted(self._marker_of(relative)["sizes"])
 
     def unit_children(self, relative: str) -> list[str]:
         """The folders under ``relative``, units complete or not (a listing: one request)."""
