@@ -124,7 +124,7 @@ def test_pairs_in_parts_of_a_work_directory_are_read_by_the_tasks(client, tmp_pa
     work = str(tmp_path / "work")
     for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
         write_part(work, VERIFIED, number, {"first": first[start:stop], "second": second[start:stop]})
-    stored = PairParts.of(work, VERIFIED, len(bounds) - 1, np.diff(bounds).astype(np.int64))
+    stored = PairParts.of(work, VERIFIED, np.diff(bounds).astype(np.int64))
     assert [numbers for *_, numbers in edge_sources(first[:held], second[:held], 200, stored)] == \
         [[0], [2, 3], [4], [5]]  # 50 held + 70; 180 + 1; 179; over 200 alone
     expected = oracle_roots(first, second)

@@ -956,7 +956,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
     work = str(tmp_path / "work")
     for number, mine in enumerate(stored):
         write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine], "jaccard": jaccard[mine]})
-    pairs = VerifiedParts(PairParts.of(work, VERIFIED, len(stored), np.array([len(mine) for mine in stored], np.int64)))
+    pairs = VerifiedParts(PairParts.of(work, VERIFIED, np.array([len(mine) for mine in stored], np.int64)))
 
     class RowIds:  # (disk.IdsAt's form: the ids of the 40 rows)
         type = pa.large_string()

@@ -381,7 +381,7 @@ DAMAGES = {
     "truncated manifest": ("manifest.json", lambda data: data[:40]),
     # (None: the file deleted; a finished stage's info.json names its arrays)
     "missing pairs array": ("stages/pairs/part_sizes.npy", None),
-    "missing copies array": ("stages/copies/member.npy", None),
+    "missing copies array": ("stages/copies/sizes.npy", None),
     "missing candidates array": ("stages/candidates/parts.npy", None),
     "stage info without its list": ("stages/pairs/info.json", lambda data: b"{}"),
 }

@@ -105,7 +105,6 @@ def edge_sources(first: np.ndarray, second: np.ndarray, pairs_per_part: int,
             for start in range(0, first.shape[0], pairs_per_part)]
     numbers: list[list[int]] = [[] for _ in held]  # the stored parts of each source
     if stored is not None:
-        assert stored.sizes is not None, "the stored parts' sizes group them"
         pairs = int(held[-1][0].shape[0]) if held else pairs_per_part
         for number, size in enumerate(stored.sizes.tolist()):
             if size == 0:

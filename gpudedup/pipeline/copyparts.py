@@ -96,12 +96,11 @@ class CopyParts:
     @property
     def count(self) -> int:
         """How many copies, in all the parts."""
-        return int(self.part_sizes.sum())
+        return self.parts.total
 
     @property
     def part_sizes(self) -> np.ndarray:
         """int64 (parts,): the copies in each part."""
-        assert self.parts.sizes is not None, "the copies' sizes are known"
         return self.parts.sizes
 
     def read(self) -> Copies:
@@ -111,14 +110,13 @@ class CopyParts:
 
     def as_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a work directory keeps of the stage (WorkDirStore.cached): the parts' sizes."""
-        none = Copies.none()
-        return {"first": none.first, "member": none.member, "jaccard": none.jaccard, "sizes": self.part_sizes}
+        return {"sizes": self.part_sizes}
 
     @classmethod
     def of_arrays(cls, work_at: WorkAt, arrays: dict[str, np.ndarray]) -> "CopyParts":
         """The parts of as_arrays' sizes, in the work directory at ``work_at``."""
         sizes = arrays["sizes"]
-        return cls(PairParts.of(work_at, COPIES, sizes.shape[0], sizes))
+        return cls(PairParts.of(work_at, COPIES, sizes))
 
 
 def range_rows(copies: PairParts, shards: int, ranges: int, document_starts: Any) -> tuple[np.ndarray, list]:
@@ -132,10 +130,9 @@ def range_rows(copies: PairParts, shards: int, ranges: int, document_starts: Any
     import dask.dataframe as dd
 
     shard_starts = range_starts(shards, ranges)
-    assert copies.sizes is not None, "the copies' sizes are known"
     assert copies.kinds == ((COPIES, copies.count),), "the copies' own parts"
     frames = [dask.delayed(copy_rows)(copies.work_at, number, document_starts)
-              for number in np.flatnonzero(copies.sizes).tolist()]
+              for number in copies.holding]
     by_shard = dd.from_delayed(frames, meta=frame_of({"shard": "int64", "row": "int64"}), verify_meta=False)
     moved = by_shard.set_index("shard", divisions=shard_starts.tolist())
     return shard_starts, [dask.delayed(sorted_rows)(part) for part in moved.to_delayed()]

@@ -223,7 +223,7 @@ class DaskStages:
 
         root, count = store.work.task_location, store.shards.count
         if count == 0:
-            return CopyParts(PairParts.of(root, COPIES, 0, np.zeros(0, np.int64)))
+            return CopyParts(PairParts.of(root, COPIES, np.zeros(0, np.int64)))
         progress.start("Checking identical copies", count, "parts")
         # Every partition's task reads where the documents are (their lengths too): sent once.
         at, = self.executor.share(store.documents_at())
@@ -240,7 +240,7 @@ class DaskStages:
         sizes = np.zeros(len(groups), np.int64)
         sizes[holding] = found
         progress.advance(count)
-        return CopyParts(PairParts.of(root, COPIES, len(groups), sizes))
+        return CopyParts(PairParts.of(root, COPIES, sizes))
 
 
 PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pair_frame's columns)

@@ -88,8 +88,9 @@ from .workdir import WorkDir
 # runner keeps; 13: a run against an index reads the indexed documents it matched as the lead
 # shard, WORK/indexed/, and keeps its stages in parts as every other run here does; 14: what a
 # run writes before it is complete is named .gpudedup-tmp-*, workfolders.TEMPORARY_PREFIX; 15:
-# a shard's columns are an Arrow IPC file of no rows, columns.arrow, workdir.write_shard).
-WORK_DIR_FORMAT = 15
+# a shard's columns are an Arrow IPC file of no rows, columns.arrow, workdir.write_shard; 16: a
+# stage keeps its parts' counts alone, DaskStages.kept, without empty arrays of pairs).
+WORK_DIR_FORMAT = 16
 
 def fingerprint(found: InputFiles, params: DedupParams, text_field: str, id_field: Optional[str],
                 on_error: str) -> dict:

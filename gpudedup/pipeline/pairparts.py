@@ -53,26 +53,36 @@ class PairParts:
     """Pairs kept as parts in the work directory at ``work_at`` (WorkDir.attach: its location,
     for tasks): ``kinds``, (kind, count) of each kind's parts 0 .. count-1, numbered here one
     kind after the other (a cluster's verified pairs: the verified parts, then the identical
-    copies' parts, pipeline/copyparts.py); sizes: int64 (count,), the pairs in each part, where
-    known."""
+    copies' parts, pipeline/copyparts.py); sizes: int64 (count,), the pairs in each part (the
+    counts its tasks returned)."""
 
     work_at: WorkAt
     kinds: tuple[tuple[str, int], ...]
-    sizes: Optional[np.ndarray] = None
+    sizes: np.ndarray
 
     @classmethod
-    def of(cls, work_at: WorkAt, kind: str, count: int, sizes: Optional[np.ndarray] = None) -> "PairParts":
-        """Parts 0 .. count-1 of one kind."""
-        return cls(work_at, ((kind, count),), sizes)
+    def of(cls, work_at: WorkAt, kind: str, sizes: np.ndarray) -> "PairParts":
+        """Parts 0 .. len(sizes)-1 of one kind, of ``sizes`` pairs."""
+        return cls(work_at, ((kind, int(sizes.shape[0])),), sizes)
 
     @property
     def count(self) -> int:
+        """How many parts."""
         return sum(count for _, count in self.kinds)
+
+    @property
+    def total(self) -> int:
+        """How many pairs, in all the parts."""
+        return int(self.sizes.sum())
+
+    @property
+    def holding(self) -> list[int]:
+        """The numbers of the parts that hold pairs, ascending."""
+        return np.flatnonzero(self.sizes).tolist()
 
     def joined(self, more: "PairParts") -> "PairParts":
         """These parts, then ``more``'s (of the same work directory), numbered on."""
-        sizes = None if self.sizes is None or more.sizes is None else np.concatenate([self.sizes, more.sizes])
-        return PairParts(self.work_at, self.kinds + more.kinds, sizes)
+        return PairParts(self.work_at, self.kinds + more.kinds, np.concatenate([self.sizes, more.sizes]))
 
     def unit(self, number: int) -> tuple[str, str]:
         """(kind, unit) of part ``number``."""
@@ -105,7 +115,7 @@ class VerifiedParts:
     @property
     def count(self) -> int:
         """How many pairs, in all the parts."""
-        return 0 if self.parts.sizes is None else int(self.parts.sizes.sum())
+        return self.parts.total
 
     def map(self, executor: Optional[Executor], function: Callable[..., Any], *arguments) -> list:
         """``function(first, second, jaccard, *arguments)`` over the pairs a part at a time
@@ -122,7 +132,7 @@ class VerifiedParts:
         no pair where none does), with what every task reads (the parts' description,
         ``arguments``) shared through executor.share."""
         shared = executor.share(*arguments)
-        holding = [] if self.parts.sizes is None else np.flatnonzero(self.parts.sizes).tolist()
+        holding = self.parts.holding
         empty = np.zeros(0, np.int64)
         if not holding:
             return [(function, empty, empty, np.zeros(0, np.float64), None, -1, *shared)]
@@ -183,9 +193,8 @@ class CheckedParts:
     def verified(self, threshold: float) -> VerifiedParts:
         """The pairs that reach the threshold: the verified parts, then the copies' (threshold:
         the parts hold only those already)."""
-        parts = PairParts.of(self.work_at, VERIFIED, self.part_sizes.shape[0], self.part_sizes)
-        return VerifiedParts(parts.joined(PairParts.of(self.work_at, COPIES, self.copy_sizes.shape[0],
-                                                       self.copy_sizes)))
+        parts = PairParts.of(self.work_at, VERIFIED, self.part_sizes)
+        return VerifiedParts(parts.joined(PairParts.of(self.work_at, COPIES, self.copy_sizes)))
 
     def every_jaccard(self, verified_jaccard: np.ndarray) -> np.ndarray:
         """float64 (c,): the Jaccard of every pair checked (Outcome.checked_jaccard), given the
@@ -239,9 +248,9 @@ def read_parts(work: WorkDir, parts: PairParts) -> dict[str, np.ndarray]:
     directory)."""
     columns = columns_of(parts.kinds[0][0]) if parts.kinds else list(PAIR_COLUMNS)
     assert all(columns_of(kind) == columns for kind, _ in parts.kinds), "the parts hold the same columns"
-    numbers = range(parts.count) if parts.sizes is None else np.flatnonzero(parts.sizes).tolist()
     try:
-        read = [arrays_of(table) for table in work.read_parts([parts.unit(number)[1] for number in numbers], columns)]
+        read = [arrays_of(table) for table in work.read_parts([parts.unit(number)[1] for number in parts.holding],
+                                                              columns)]
     except DamagedWorkDirError:
         if work.folder.read_small(MANIFEST) is None:  # (not damaged: gone, after the run)
             raise work.gone("its pairs") from None
