@@ -7,8 +7,10 @@ must give the same (docs, root).
 The graph looks like a deduplication's: ``--pairs`` pairs over documents numbered up to 4x as
 many, most in small clusters (a document and a few near copies, as pairs to the first),
 one in fifty cluster a chain of 20-200 documents (pairs along versions of a text), edges in
-random order. Reported per route: seconds, and peak resident memory of the process that runs
-the job (for Dask: the client's, and each worker's at the end, from ``getrusage``).
+random order. On the cluster the pairs lie, as a run leaves them, in verified parts of a work
+directory (parts of ``--pairs-per-part`` pairs, written before the clock starts), which the
+tasks read. Reported per route: seconds, and peak resident memory of the process that runs the
+job (for Dask: the client's, and each worker's at the end, from ``getrusage``).
 
     python scripts/bench_components.py --pairs 20000000 --pairs-per-part 4000000
 
@@ -23,6 +25,7 @@ import argparse
 import json
 import logging
 import resource
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +69,19 @@ def scipy_component_roots(first: np.ndarray, second: np.ndarray) -> tuple[np.nda
     return docs, docs[smallest[label]]
 
 
+def written_parts(work: str, first: np.ndarray, second: np.ndarray, per_part: int):
+    """The pairs written as verified parts of ``per_part`` pairs (the last of fewer) in the work
+    directory at ``work``, as a run's verification tasks leave them (pairparts.PairParts)."""
+    from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
+
+    starts = range(0, first.shape[0], per_part)
+    for number, start in enumerate(starts):
+        mine = slice(start, start + per_part)
+        write_part(work, VERIFIED, number, {"first": first[mine], "second": second[mine],
+                                            "jaccard": np.ones(first[mine].shape[0])})
+    return PairParts.of(work, VERIFIED, np.array([min(per_part, first.shape[0] - start) for start in starts], np.int64))
+
+
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -87,12 +103,14 @@ def main() -> None:
     per_part = args.pairs_per_part or PAIRS_PER_PART
     # The cluster first, so that its workers do not start from this process's memory.
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client, \
+            tempfile.TemporaryDirectory() as work:
         first, second = synthetic_pairs(args.pairs, args.seed)
         figures: dict = {"pairs": int(first.shape[0]), "pairs_per_part": per_part,
                          "rss_after_graph_mb": round(peak_mb())}
+        parts = written_parts(work, first, second, per_part)
         start = time.perf_counter()
-        labels = dask_component_labels(client, first, second, per_part).compute()  # (document a, root b)
+        labels = dask_component_labels(client, parts, per_part).compute()  # (document a, root b)
         order = np.argsort(labels["a"].to_numpy(np.int64), kind="stable")
         spread = labels["a"].to_numpy(np.int64)[order], labels["b"].to_numpy(np.int64)[order]
         figures["dask_seconds"] = round(time.perf_counter() - start, 2)

@@ -527,8 +527,10 @@ worker, so the bytes grow with the shards rather than with their square."""),
 pairs (small clusters of 2-5 documents as pairs to their first, one in fifty a chain of 20-200,
 edges in random order) and finds its connected components in the process (numpy's
 `cluster.component_roots`; SciPy's `connected_components`, the reference, import not timed) and
-on a local cluster of two worker processes of one thread (`pipeline/components.py`: one task
-where the pairs fit one part, else rounds of shuffles); all three must agree."""),
+on a local cluster of two worker processes of one thread (`pipeline/components.py`: the
+tasks read the pairs from parts of a work directory, as a run leaves them, written before the
+clock starts; one task where the pairs fit one part, else rounds of shuffles); all three must
+agree."""),
     ("copies.json", "Many identical copies", """\
 `scripts/bench_copies.py` runs the job in memory, each case in a process of its own, on
 synthetic documents of 50 random words: a corpus in groups of identical copies against as many

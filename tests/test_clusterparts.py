@@ -21,7 +21,7 @@ from gpudedup.pipeline.tables import NamedRows, clusters_parts, whole_table
 from gpudedup.pipeline.components import dask_component_labels
 from gpudedup.pipeline.heldclusters import HeldClusters
 from gpudedup.pipeline.removedrows import PartsRemoved
-from test_components import oracle_roots, random_pairs
+from test_components import cut_into_parts, oracle_roots, random_pairs
 
 
 def removed_rows(parts: ClusterParts, start: int, stop: int) -> np.ndarray:
@@ -59,9 +59,9 @@ def oracle(first: np.ndarray, second: np.ndarray, lengths: np.ndarray, policy: s
 def stored(client, tmp_path, first, second, n_docs, ranges, lengths, policy, pinned=0, pairs_per_part=10_000,
            ids=None):
     ids = ids or HeldIds(True)
-    labels = dask_component_labels(client, first, second, pairs_per_part, n_docs)
-    return dask_clusters(client, labels, n_docs, ranges, str(tmp_path / "work"), lengths, ids, policy,
-                         pinned)
+    work = str(tmp_path / "work")
+    labels = dask_component_labels(client, cut_into_parts(work, first, second, pairs_per_part), pairs_per_part, n_docs)
+    return dask_clusters(client, labels, n_docs, ranges, work, lengths, ids, policy, pinned)
 
 
 # Components in one task, or over the rounds of several parts (60 pairs each); string or integer ids.

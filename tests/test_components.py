@@ -9,18 +9,36 @@ import numpy as np
 import pytest
 
 from gpudedup.core.cluster import clusters_of_roots, component_roots
-from gpudedup.pipeline.components import dask_component_labels
+from gpudedup.pipeline.components import dask_component_labels, part_groups
+from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
 from oracles import oracle_clusters
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
 
 
-def dask_component_roots(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int,
-                         n_docs=None, stored=None) -> tuple[np.ndarray, np.ndarray]:
+def pairs_in_parts(work: str, first: np.ndarray, second: np.ndarray, sizes: list[int]) -> PairParts:
+    """The pairs (first, second) written as verified parts of the work directory at ``work``,
+    the parts of ``sizes`` pairs one after the other (an empty one where a size is 0)."""
+    bounds = np.cumsum([0] + sizes)
+    assert bounds[-1] == first.shape[0]
+    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        write_part(work, VERIFIED, number, {"first": first[start:stop], "second": second[start:stop],
+                                            "jaccard": np.ones(stop - start)})
+    return PairParts.of(work, VERIFIED, np.array(sizes, np.int64))
+
+
+def cut_into_parts(work: str, first: np.ndarray, second: np.ndarray, pairs_per_part: int) -> PairParts:
+    """pairs_in_parts of parts of ``pairs_per_part`` pairs, the last of fewer."""
+    count = first.shape[0]
+    return pairs_in_parts(work, first, second, [min(pairs_per_part, count - start)
+                                                for start in range(0, count, pairs_per_part)])
+
+
+def dask_component_roots(client, pairs: PairParts, pairs_per_part: int, n_docs=None) -> tuple[np.ndarray, np.ndarray]:
     """dask_component_labels' (document, root) brought here as component_roots gives them:
     (docs, root) int64, docs ascending."""
-    labels = dask_component_labels(client, first, second, pairs_per_part, n_docs, stored)
+    labels = dask_component_labels(client, pairs, pairs_per_part, n_docs)
     if labels is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     computed = labels.compute()
@@ -53,8 +71,8 @@ def random_pairs(rng, n_docs: int, n_pairs: int) -> tuple[np.ndarray, np.ndarray
     return np.minimum(a, b)[distinct].astype(np.int64), np.maximum(a, b)[distinct].astype(np.int64)
 
 
-def assert_oracle(client, first, second, pairs_per_part):
-    docs, root = dask_component_roots(client, first, second, pairs_per_part)
+def assert_oracle(client, work, first, second, pairs_per_part):
+    docs, root = dask_component_roots(client, cut_into_parts(str(work), first, second, pairs_per_part), pairs_per_part)
     assert docs.dtype == root.dtype == np.int64
     assert (docs.tolist(), root.tolist()) == oracle_roots(first, second)
     local_docs, local_root = component_roots(first, second)  # the single process's route
@@ -62,31 +80,31 @@ def assert_oracle(client, first, second, pairs_per_part):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_long_shuffled_paths(client, seed):
+def test_long_shuffled_paths(client, tmp_path, seed):
     rng = np.random.default_rng(seed)
     first, second = shuffled_path(rng, 300)
-    assert_oracle(client, first, second, pairs_per_part=80)
+    assert_oracle(client, tmp_path, first, second, pairs_per_part=80)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_random_sparse_graphs(client, seed):
+def test_random_sparse_graphs(client, tmp_path, seed):
     rng = np.random.default_rng(100 + seed)
     n_docs = int(rng.integers(50, 2000))
     first, second = random_pairs(rng, n_docs, int(rng.integers(n_docs // 3, n_docs)))
-    assert_oracle(client, first, second, pairs_per_part=first.shape[0] // int(rng.integers(2, 5)) + 1)
+    assert_oracle(client, tmp_path, first, second, pairs_per_part=first.shape[0] // int(rng.integers(2, 5)) + 1)
 
 
-def test_stars_and_several_paths_in_one_graph(client):
+def test_stars_and_several_paths_in_one_graph(client, tmp_path):
     rng = np.random.default_rng(7)
     star = (np.zeros(40, np.int64) + 500, np.arange(501, 541, dtype=np.int64))
     paths = [shuffled_path(rng, 50) for _ in range(3)]
     first = np.concatenate([star[0]] + [a + 1000 * (i + 1) for i, (a, _) in enumerate(paths)])
     second = np.concatenate([star[1]] + [b + 1000 * (i + 1) for i, (_, b) in enumerate(paths)])
     order = rng.permutation(first.shape[0])
-    assert_oracle(client, first[order], second[order], pairs_per_part=60)
+    assert_oracle(client, tmp_path, first[order], second[order], pairs_per_part=60)
 
 
-def test_self_pairs_join_nothing_on_either_route(client):
+def test_self_pairs_join_nothing_on_either_route(client, tmp_path):
     """A pair of a document with itself makes no cluster, in one part and over rounds."""
     rng = np.random.default_rng(5)
     first, second = random_pairs(rng, 300, 200)
@@ -97,42 +115,34 @@ def test_self_pairs_join_nothing_on_either_route(client):
     distinct = first != second
     expected = oracle_roots(first[distinct], second[distinct])
     for per_part in (10_000, 60):
-        docs, root = dask_component_roots(client, first, second, per_part)
+        parts = cut_into_parts(str(tmp_path / str(per_part)), first, second, per_part)
+        docs, root = dask_component_roots(client, parts, per_part)
         assert (docs.tolist(), root.tolist()) == expected
 
 
-def test_one_part_and_no_pairs(client):
+def test_one_part_and_no_pairs(client, tmp_path):
     rng = np.random.default_rng(3)
     first, second = random_pairs(rng, 500, 300)
-    assert_oracle(client, first, second, pairs_per_part=10_000)
-    docs, root = dask_component_roots(client, np.zeros(0, np.int64), np.zeros(0, np.int64), 5)
+    assert_oracle(client, tmp_path, first, second, pairs_per_part=10_000)
+    none = np.zeros(0, np.int64)
+    docs, root = dask_component_roots(client, pairs_in_parts(str(tmp_path / "none"), none, none, [0]), 5)
     assert docs.shape == root.shape == (0,)
 
 
-def test_pairs_in_parts_of_a_work_directory_are_read_by_the_tasks(client, tmp_path):
+def test_the_parts_are_grouped_by_their_sizes_and_read_by_the_tasks(client, tmp_path):
     """A cluster's verified pairs lie in parts of the work directory (pipeline/pairparts.py):
-    the tasks read them there, grouped by their sizes into parts of at most pairs_per_part
-    (with the pairs the client holds, the identical copies, in the first), and the components
-    are the oracle's of all the pairs, in one task and over rounds. Empty parts are left out."""
-    from gpudedup.pipeline.components import edge_sources
-    from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
-
+    the tasks read them there, grouped by their sizes into groups of at most pairs_per_part,
+    and the components are the oracle's of all the pairs, in one task and over rounds. Empty
+    parts are left out."""
     rng = np.random.default_rng(11)
     first, second = random_pairs(rng, 900, 700)
-    held = 50  # the pairs the client holds
-    bounds = [held, 120, 120, 300, 301, 480, first.shape[0]]  # (one part empty)
-    work = str(tmp_path / "work")
-    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
-        write_part(work, VERIFIED, number, {"first": first[start:stop], "second": second[start:stop]})
-    stored = PairParts.of(work, VERIFIED, np.diff(bounds).astype(np.int64))
-    assert [numbers for *_, numbers in edge_sources(first[:held], second[:held], 200, stored)] == \
-        [[0], [2, 3], [4], [5]]  # 50 held + 70; 180 + 1; 179; over 200 alone
+    sizes = [50, 70, 0, 180, 1, 179, first.shape[0] - 480]
+    stored = pairs_in_parts(str(tmp_path / "work"), first, second, sizes)
+    assert part_groups(stored.sizes, 200) == [[0, 1], [3, 4], [5], [6]]  # 120; 181; 179; over 200 alone
     expected = oracle_roots(first, second)
     for per_part in (10_000, 200):
-        docs, root = dask_component_roots(client, first[:held], second[:held], per_part, None, stored)
+        docs, root = dask_component_roots(client, stored, per_part)
         assert (docs.tolist(), root.tolist()) == expected
-    docs, root = dask_component_roots(client, first[:0], second[:0], 200, None, stored)
-    assert (docs.tolist(), root.tolist()) == oracle_roots(first[held:], second[held:])
 
 
 @pytest.mark.parametrize("policy", ["first", "longest"])

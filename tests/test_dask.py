@@ -964,7 +964,7 @@ def test_the_pairs_table_sorted_and_written_by_tasks_is_the_one_process_table(cl
         def take(self, asked: np.ndarray) -> pa.Array:
             return ids.take(pa.array(np.searchsorted(rows, asked)))
 
-    labels = dask_component_labels(client, first, second, 10_000, 1000)
+    labels = dask_component_labels(client, pairs.parts, 10_000, 1000)
     clustered = dask_clusters(client, labels, 1000, 4, work, np.ones(1000, np.int64), RowIds(), "first")
     (tmp_path / "tasks").mkdir()
     write_pairs_by_tasks(DaskExecutor(client), pairs, clustered, tmp_path / "tasks", pa.large_string())

@@ -2,14 +2,13 @@
 cluster.component_roots gives them in one process: every document of a pair with the smallest
 document of its component (its root).
 
-The pairs are cut into parts of at most ``pairs_per_part`` (pairs the client holds, and a
-cluster's verified parts in the work directory, which the tasks read: pipeline/pairparts.py,
-grouped by their sizes). A task per part finds the part's own components
-(cluster.component_roots): where there is one part, they are the answer. Otherwise each part
-hands on a star per component, an edge from each of its documents to its root, and the stars
-of the parts are joined by the alternating large-star and small-star steps of Kiveris et al.,
-"Connected Components in MapReduce and Beyond" (SoCC 2014), each a shuffle of the edges on a
-node so that a task sees every neighbour of its nodes:
+The pairs lie in parts of a work directory (pipeline/pairparts.py), which the tasks read,
+grouped by their sizes into parts of at most ``pairs_per_part`` pairs. A task per group finds
+its own components (cluster.component_roots): where there is one group, they are the answer.
+Otherwise each group hands on a star per component, an edge from each of its documents to its
+root, and the stars of the groups are joined by the alternating large-star and small-star steps
+of Kiveris et al., "Connected Components in MapReduce and Beyond" (SoCC 2014), each a shuffle
+of the edges on a node so that a task sees every neighbour of its nodes:
 
 - large star: each node u links its larger neighbours to m(u), the smallest of u and its
   neighbours;
@@ -31,7 +30,7 @@ import numpy as np
 
 from ..core.cluster import component_roots
 from ..errors import ParameterError
-from .daskops import arrays_sent, cluster_failures, frame_of, share
+from .daskops import cluster_failures, frame_of, share
 from .pairparts import PAIR_COLUMNS
 
 if TYPE_CHECKING:
@@ -62,29 +61,25 @@ def pairs_per_part() -> int:
     return value
 
 
-def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_per_part: int,
-                          n_docs: Optional[int] = None, stored: Optional[PairParts] = None):
-    """The connected components of the pairs (first[i], second[i]) (int64 (p,), host) and those
-    ``stored`` in a work directory's parts (their sizes known; read by the tasks), found by
-    tasks on the workers of ``client`` (a distributed.Client, the default client of the
-    collections computed here): a Dask DataFrame of edge_frame rows (a: document, b: its
-    root), one for every document of a pair, left on the workers (its rounds computed, the
-    labels themselves not); None when there is no pair. n_docs: the documents' count, where
-    known (component_roots' hint)."""
+def dask_component_labels(client, pairs: PairParts, pairs_per_part: int, n_docs: Optional[int] = None):
+    """The connected components of the ``pairs`` (a work directory's parts, read by the tasks),
+    found by tasks on the workers of ``client`` (a distributed.Client, the default client of
+    the collections computed here; None: Dask's local scheduler): a Dask DataFrame of
+    edge_frame rows (a: document, b: its root), one for every document of a pair, left on the
+    workers (its rounds computed, the labels themselves not); None when there is no pair.
+    n_docs: the documents' count, where known (component_roots' hint)."""
     import dask
     import dask.dataframe as dd
 
-    sources = edge_sources(first, second, pairs_per_part, stored)
-    if not sources:
+    groups = part_groups(pairs.sizes, pairs_per_part)
+    if not groups:
         return None
     with cluster_failures("the connected components"):
-        stored_at = share(client, stored)[0] if stored is not None else None  # (every part's task reads it)
-        sent = arrays_sent(client, [(a, b, None if parts is None else stored_at, numbers)
-                                    for a, b, parts, numbers in sources])
-        if len(sent) == 1:  # one part's components are the whole graph's: no round joins them
-            return dd.from_delayed([dask.delayed(part_labels)(*sent[0], n_docs)], meta=edge_frame(),
+        stored, = share(client, pairs)  # (every group's task reads it)
+        if len(groups) == 1:  # one group's components are the whole graph's: no round joins them
+            return dd.from_delayed([dask.delayed(part_labels)(stored, groups[0], n_docs)], meta=edge_frame(),
                                    verify_meta=False)
-        parts = [dask.delayed(part_stars)(*source) for source in sent]
+        parts = [dask.delayed(part_stars)(stored, numbers) for numbers in groups]
         edges = dd.from_delayed(parts, meta=edge_frame(), verify_meta=False)
         for _ in range(MOST_ROUNDS):
             grouped = by_node(edges, len(parts)).persist()
@@ -95,27 +90,21 @@ def dask_component_labels(client, first: np.ndarray, second: np.ndarray, pairs_p
     raise RuntimeError(f"the connected components did not converge in {MOST_ROUNDS} rounds")
 
 
-def edge_sources(first: np.ndarray, second: np.ndarray, pairs_per_part: int,
-                 stored: Optional[PairParts]) -> list[tuple]:
-    """The parts the pairs are cut into, as arguments of source_edges: the pairs held here cut
-    into parts of at most ``pairs_per_part``, then the stored parts added to the last of them
-    while it holds at most ``pairs_per_part`` pairs, or to new ones (a stored part larger than
-    that is a part of its own). None when there is no pair."""
-    held = [(first[start:start + pairs_per_part], second[start:start + pairs_per_part])
-            for start in range(0, first.shape[0], pairs_per_part)]
-    numbers: list[list[int]] = [[] for _ in held]  # the stored parts of each source
-    if stored is not None:
-        pairs = int(held[-1][0].shape[0]) if held else pairs_per_part
-        for number, size in enumerate(stored.sizes.tolist()):
-            if size == 0:
-                continue
-            if not held or pairs + size > pairs_per_part and pairs > 0:
-                held.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
-                numbers.append([])
-                pairs = 0
-            numbers[-1].append(number)
-            pairs += size
-    return [(a, b, stored if mine else None, mine) for (a, b), mine in zip(held, numbers)]
+def part_groups(sizes: np.ndarray, pairs_per_part: int) -> list[list[int]]:
+    """The numbers of the parts of ``sizes`` pairs (int64 (parts,), host) that hold pairs, in
+    groups of consecutive parts of at most ``pairs_per_part`` pairs together (a part larger than
+    that is a group of its own)."""
+    groups: list[list[int]] = []
+    pairs = 0
+    for number, size in enumerate(sizes.tolist()):
+        if size == 0:
+            continue
+        if not groups or pairs + size > pairs_per_part:
+            groups.append([])
+            pairs = 0
+        groups[-1].append(number)
+        pairs += size
+    return groups
 
 
 def by_node(edges, partitions: int):
@@ -139,30 +128,24 @@ def edge_frame(a: Optional[np.ndarray] = None, b: Optional[np.ndarray] = None):
     return pd.DataFrame({"a": a, "b": b})
 
 
-def source_edges(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts],
-                 numbers: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """One part's pairs (first, second: int64): those given, and those of the stored parts
-    ``numbers`` (edge_sources)."""
+def group_edges(pairs: PairParts, numbers: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (first, second: int64) of the parts ``numbers`` of ``pairs`` (part_groups)."""
 
-    if stored is None or not numbers:
-        return first, second
-    read = [stored.read_part(number, list(PAIR_COLUMNS)) for number in numbers]
-    return (np.concatenate([first] + [part["first"] for part in read]),
-            np.concatenate([second] + [part["second"] for part in read]))
+    read = [pairs.read_part(number, list(PAIR_COLUMNS)) for number in numbers]
+    return np.concatenate([part["first"] for part in read]), np.concatenate([part["second"] for part in read])
 
 
-def part_labels(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int],
-                n_docs: Optional[int] = None):
-    """One part's components (cluster.component_roots of its pairs, source_edges; n_docs: its
+def part_labels(pairs: PairParts, numbers: list[int], n_docs: Optional[int] = None):
+    """One group's components (cluster.component_roots of its pairs, group_edges; n_docs: its
     hint) as an edge_frame: (document, root) for each document of a pair."""
 
-    return edge_frame(*component_roots(*source_edges(first, second, stored, numbers), n_docs))
+    return edge_frame(*component_roots(*group_edges(pairs, numbers), n_docs))
 
 
-def part_stars(first: np.ndarray, second: np.ndarray, stored: Optional[PairParts], numbers: list[int]):
-    """One part's components as stars: part_labels' edges but the roots' own."""
+def part_stars(pairs: PairParts, numbers: list[int]):
+    """One group's components as stars: part_labels' edges but the roots' own."""
 
-    labels = part_labels(first, second, stored, numbers)
+    labels = part_labels(pairs, numbers)
     return labels[labels["a"] != labels["b"]]
 
 

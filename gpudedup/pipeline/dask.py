@@ -59,7 +59,7 @@ from ..threads import map_parallel
 from . import clusterparts, components, copyparts, pairparts
 from .clusterpairs import in_id_order, named_end, pairs_inside_part
 from .clusterparts import ClusterParts
-from .daskops import DaskExecutor, arrays_sent, cluster_failures, computed, frame_of, moved, shuffled
+from .daskops import DaskExecutor, cluster_failures, computed, frame_of, moved, shuffled
 from .pairparts import (COPIES, GROUPS, LIKELY, CheckedParts, LikelyParts, PairParts, on_pairs, pair_frame,
                         write_part)
 from .copyparts import CopyParts
@@ -96,9 +96,8 @@ class DaskStages:
         (pipeline/clusterparts.py); the client gets counts. store: a disk.WorkDirStore, or a run
         against an index's (index/staged.py), whose leading ``pinned`` rows are kept."""
 
-        none = np.zeros(0, np.int64)  # (every verified pair lies in the parts)
-        labels = components.dask_component_labels(self.executor.client, none, none, self.pairs_per_part,
-                                                  store.documents, verified.parts)
+        labels = components.dask_component_labels(self.executor.client, verified.parts, self.pairs_per_part,
+                                                  store.documents)
         # The clustered documents (two per verified pair at most) in ranges of about what a part
         # of the components holds, up to one per code partition: every range is a partition of
         # each of the clusters' shuffles, whose tasks cost seconds where there are few pairs.
@@ -249,8 +248,8 @@ PAIR_FRAME = {"a": "int64", "b": "int64", "jaccard": "float64"}  # (pairparts.pa
 def write_pairs_by_tasks(executor: DaskExecutor, pairs, clustered, folder, id_type) -> None:
     """The pairs table's parts (layout.table_parts of the pairs in the table's order, as
     tables.pairs_parts makes them) written into ``folder`` (a Location) by tasks, the
-    client holding none of the pairs or their ids: a task per place the pairs lie (the
-    copies held here, each verified part) makes them a frame, two lookups (the pairs set on
+    client holding none of the pairs or their ids: a task per part that holds pairs (the
+    verified parts, then the copies') makes them a frame, two lookups (the pairs set on
     one document, then the other, by the rows of the clusters' parts ``clustered``: their
     ranks and ids, clusterpairs.named_end) name them, Dask sorts them by the ids' ranks (a
     range partition from a sample), and a task per part of the table writes it from the
@@ -290,7 +289,7 @@ def pair_frames(executor: DaskExecutor, pairs) -> list:
     PAIR_FRAME, a task per part that holds any (VerifiedParts.tasks)."""
     import dask
 
-    return [dask.delayed(on_pairs)(*a) for a in arrays_sent(executor.client, pairs.tasks(executor, pair_frame))]
+    return [dask.delayed(on_pairs)(*a) for a in pairs.tasks(executor, pair_frame)]
 
 
 # --- tasks (module-level, so that workers import them rather than unpickle code) --------------

@@ -133,11 +133,10 @@ class VerifiedParts:
         ``arguments``) shared through executor.share."""
         shared = executor.share(*arguments)
         holding = self.parts.holding
-        empty = np.zeros(0, np.int64)
         if not holding:
-            return [(function, empty, empty, np.zeros(0, np.float64), None, -1, *shared)]
+            return [(function, None, -1, *shared)]
         stored, = executor.share(self.parts)
-        return [(function, empty, empty, np.zeros(0, np.float64), stored, number, *shared) for number in holding]
+        return [(function, stored, number, *shared) for number in holding]
 
     @cached_property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -315,11 +314,11 @@ def pair_frame(first: np.ndarray, second: np.ndarray, jaccard: np.ndarray):
     return pd.DataFrame({"a": first, "b": second, "jaccard": jaccard})
 
 
-def on_pairs(function: Any, first: np.ndarray, second: np.ndarray, jaccard: np.ndarray, stored: Optional[PairParts],
-             number: int, *arguments):
-    """Task: ``function(first, second, jaccard, *arguments)`` of the verified pairs given, or
-    of stored part ``number`` (VerifiedParts.map)."""
-    if stored is not None:
-        part = stored.read_part(number)
-        first, second, jaccard = part["first"], part["second"], part["jaccard"]
-    return function(first, second, jaccard, *arguments)
+def on_pairs(function: Any, stored: Optional[PairParts], number: int, *arguments):
+    """Task: ``function(first, second, jaccard, *arguments)`` of stored part ``number``'s
+    verified pairs, or of no pair where ``stored`` is None (VerifiedParts.tasks)."""
+    if stored is None:
+        empty = np.zeros(0, np.int64)
+        return function(empty, empty, np.zeros(0, np.float64), *arguments)
+    part = stored.read_part(number)
+    return function(part["first"], part["second"], part["jaccard"], *arguments)
