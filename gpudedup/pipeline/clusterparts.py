@@ -193,6 +193,11 @@ class ClusterParts:
                          pa.chunked_array([part["id"] for part in parts]).combine_chunks(),
                          np.concatenate([part["rank"].to_numpy() for part in parts]))
 
+    def names_now(self, source: IdSource) -> Optional[NamedRows]:
+        """None: the parts hold the ids, read where they lie when asked (names;
+        HeldClusters.names_now)."""
+        return None
+
     def removed_of(self, ids_of: Optional[Callable[[np.ndarray], pa.Array]], id_type: pa.DataType,
                    indexed_rows: int,
                    pairs: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> PartsRemoved:

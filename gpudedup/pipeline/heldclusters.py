@@ -74,6 +74,11 @@ class HeldClusters:
         """The ids of the documents in clusters, taken from ``source`` (id_type: ClusterParts')."""
         return NamedRows.of(source, self.clusters.docs)
 
+    def names_now(self, source: IdSource) -> Optional[NamedRows]:
+        """names(source), for a result to hold from when it is made: the clusters are held here,
+        and the ids' source (a run's work directory) may be gone when the result writes."""
+        return self.names(source)
+
     def table_in_parts(self, named: Callable[[], NamedRows], id_type: pa.DataType) -> Iterator[pa.Table]:
         """The clusters table in parts (tables.clusters_parts), its ids from ``named()``."""
         return clusters_parts(named(), self.clusters)

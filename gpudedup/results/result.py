@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.copies import are_copies, implied_pairs
-from ..pipeline.heldclusters import HeldClusters
 from ..pipeline.outcome import Outcome
 from ..pipeline.kept import Kept
 from ..pipeline.pairs import with_first_below
@@ -119,9 +118,7 @@ class DedupResult:
         records given of which some were left out (DedupResult._given_rows)."""
         report = outcome.report.with_reading(text_field, id_field, on_error, inputs)
         source = id_source(ids)
-        # Held from now where the clusters are (a run in one process: its work directory may be
-        # gone when the result writes); a cluster's parts hold the ids, read where they lie.
-        names_read = outcome.clustered.names(source) if isinstance(outcome.clustered, HeldClusters) else None
+        names_read = outcome.clustered.names_now(source)  # (held from now where the clusters are)
         return cls(documents=outcome.documents - indexed_rows, report=report, table=table, _inputs=inputs,
                    text_field=text_field, _id_source=source, skipped_records=skipped_records, _on_error=on_error,
                    _names_read=names_read,
