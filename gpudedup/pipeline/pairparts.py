@@ -144,6 +144,7 @@ class VerifiedParts:
         stored = self.parts.read()
         return stored["first"], stored["second"], stored["jaccard"]
 
+
 @dataclass
 class LikelyParts:
     """The candidate stage's result on Dask (pairs.LikelyPairs in this process): the likely
@@ -155,8 +156,8 @@ class LikelyParts:
     parts: int
 
     def every_candidate(self, copies: Any) -> tuple[np.ndarray, np.ndarray]:
-        """None: a run on Dask keeps no candidate pair beside the likely ones (keep_every is
-        refused there)."""
+        """No pair (two empty int64 arrays): a run on Dask keeps no candidate pair beside the
+        likely ones (keep_every is refused there)."""
         empty = np.zeros(0, np.int64)
         return empty, empty
 
