@@ -10,22 +10,12 @@ import pytest
 
 from gpudedup.core.cluster import clusters_of_roots, component_roots
 from gpudedup.pipeline.components import dask_component_labels, part_groups
-from gpudedup.pipeline.pairparts import VERIFIED, PairParts, write_part
+from gpudedup.pipeline.pairparts import PairParts
 from oracles import oracle_clusters
+from test_pairparts import pairs_in_parts
 
 # Dask is in the dev extra: in CI a skip here fails the run (conftest.py).
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'gpudedup[dask]')")
-
-
-def pairs_in_parts(work: str, first: np.ndarray, second: np.ndarray, sizes: list[int]) -> PairParts:
-    """The pairs (first, second) written as verified parts of the work directory at ``work``,
-    the parts of ``sizes`` pairs one after the other (an empty one where a size is 0)."""
-    bounds = np.cumsum([0] + sizes)
-    assert bounds[-1] == first.shape[0]
-    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
-        write_part(work, VERIFIED, number, {"first": first[start:stop], "second": second[start:stop],
-                                            "jaccard": np.ones(stop - start)})
-    return PairParts.of(work, VERIFIED, np.array(sizes, np.int64))
 
 
 def cut_into_parts(work: str, first: np.ndarray, second: np.ndarray, pairs_per_part: int) -> PairParts:

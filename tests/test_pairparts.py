@@ -4,6 +4,8 @@ back whole and by part, and the stage results a work directory keeps of them for
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pytest
 
@@ -12,13 +14,26 @@ from gpudedup.pipeline.pairparts import (COPIES, VERIFIED, CheckedParts, LikelyP
                                          write_part)
 
 
+def pairs_in_parts(work: str, first: np.ndarray, second: np.ndarray, sizes: list[int],
+                   jaccard: Optional[np.ndarray] = None, kind: str = VERIFIED) -> PairParts:
+    """The pairs (first, second: int64; jaccard: float64, ones where not given) written as parts
+    0, 1, ... of ``kind`` in the work directory at ``work``, of ``sizes`` pairs one after the
+    other (an empty part where a size is 0)."""
+    jaccard = np.ones(first.shape[0]) if jaccard is None else jaccard
+    bounds = np.cumsum([0] + sizes)
+    assert bounds[-1] == first.shape[0]
+    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        write_part(work, kind, number, {"first": first[start:stop], "second": second[start:stop],
+                                        "jaccard": jaccard[start:stop]})
+    return PairParts.of(work, kind, np.array(sizes, np.int64))
+
+
 def written(work: str, kind: str, parts: list[list[tuple[int, int, float]]]) -> PairParts:
     """The pairs (first, second, jaccard) of each part written as part 0, 1, ... of ``kind``."""
-    for number, pairs in enumerate(parts):
-        write_part(work, kind, number, {"first": np.array([a for a, _, _ in pairs], np.int64),
-                                        "second": np.array([b for _, b, _ in pairs], np.int64),
-                                        "jaccard": np.array([j for _, _, j in pairs], np.float64)})
-    return PairParts.of(work, kind, np.array([len(pairs) for pairs in parts], np.int64))
+    pairs = [pair for part in parts for pair in part]
+    first, second, jaccard = (np.array(values) for values in zip(*pairs)) if pairs else (np.zeros(0),) * 3
+    return pairs_in_parts(work, first.astype(np.int64), second.astype(np.int64), [len(part) for part in parts],
+                          jaccard.astype(np.float64), kind)
 
 
 def random_parts(rng, sizes: list[int]) -> list[list[tuple[int, int, float]]]:
