@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,39 @@ def test_the_version_has_one_home():
     from gpudedup.version import __version__
 
     assert gpudedup.__version__ is __version__
+
+
+# --- the end of the process ---------------------------------------------------------------------
+
+ENDED = (
+    "import atexit, os, sys\n"
+    "import gpudedup.cli\n"
+    "command = gpudedup.cli.main\n"
+    "def with_a_handler():  # an atexit handler that a library registers while the command runs\n"
+    "    atexit.register(lambda: open(os.environ['HANDLER_MARK'], 'w').write('ran'))\n"
+    "    command()\n"
+    "gpudedup.cli.main = with_a_handler\n"
+    "sys.argv = ['gpudedup', *sys.argv[1:]]\n"
+    "from gpudedup.console import {entry}\n"
+    "{entry}()\n"
+)
+
+
+@pytest.mark.parametrize("args, code", [
+    (("params", "--threshold", "0.8", "--shingle", "char"), 0),
+    (("dedup", "no-such-file.jsonl", "-o", "out"), 2),
+], ids=["a table on stdout", "an input error"])
+def test_the_process_ends_as_the_command_does_without_the_interpreters_teardown(tmp_path, args, code):
+    """console.run ends the process without the interpreter's teardown: with the command's exit
+    code, its piped output whole, and after the atexit handlers registered while it ran; as
+    console.main ends it with the teardown."""
+    ended = {}
+    for entry in ("run", "main"):
+        marker = tmp_path / f"handler-{entry}"
+        done = subprocess.run([sys.executable, "-c", ENDED.format(entry=entry), *args], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path, env={**os.environ, "HANDLER_MARK": str(marker)})
+        assert marker.read_text() == "ran", entry
+        ended[entry] = (done.returncode, done.stdout, done.stderr)
+    assert ended["run"] == ended["main"]
+    assert ended["run"][0] == code
+    assert ended["run"][1 if code == 0 else 2].strip()
