@@ -239,16 +239,35 @@ def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base,
     signal during the manifest's rename waits for it, and then they did."""
     ref = reference(base, server, "add")
     generation = json.loads((base.index / "manifest.json").read_text(encoding="utf-8"))["generation"]
-    segment = max(n for n, step in enumerate(ref.steps[:ref.commit], 1) if step.startswith("replace segments/"))
-    for at, state in ((segment, "before"), (ref.commit, "after")):
-        index = base.fresh(f"add-ctrl-c-{at}")
-        status, stderr = server.run(index, base.args("add", index),
-                                    {"TEST_INDEX_AT": str(at), "TEST_INDEX_ACTION": "interrupt"})
-        out = base.root / f"out-{index.name}"
-        said = (f"nothing was added to the index {index}: run the add again with --overwrite" if state == "before"
-                else f"the documents were added to the index {index} (generation {generation + 1})")
-        assert (status, stderr.splitlines()) == (130, [f"interrupted: the results were written to {out}; {said}"])
-        check_after_kill(base, index, ref, state, f"add interrupted at step {at} ({ref.steps[at - 1]})")
+    # Before the commit: the new segment is written while the outputs are (index/adding.py), so
+    # its writer is held at its rename until the outputs are complete, then Ctrl-C comes.
+    index = base.fresh("add-ctrl-c-before")
+    out = base.root / f"out-{index.name}"
+    process = driver(index, base.args("add", index), {"TEST_INDEX_AT": "replace segments/.tmp-seg-",
+                                                      "TEST_INDEX_ACTION": "pause"}, stdin=subprocess.PIPE)
+    try:
+        assert process.stderr.readline().startswith("paused replace segments/.tmp-seg-")
+        waited = time.monotonic()
+        while not (out / "report.json").is_file():  # (the outputs appear at once: a rename)
+            assert time.monotonic() - waited < LIMIT, "the outputs were not written while the segment waited"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+    finally:
+        process.stdin.write("\n")
+        process.stdin.flush()
+    _, stderr = process.communicate(timeout=LIMIT)
+    said = f"the results were written to {out}; nothing was added to the index {index}: run the add again with " \
+           "--overwrite"
+    assert (process.returncode, stderr.splitlines()) == (130, [f"interrupted: {said}"])
+    check_after_kill(base, index, ref, "before", "add interrupted with its outputs written, before its commit")
+    # During the manifest's rename: held until it is done.
+    index = base.fresh(f"add-ctrl-c-{ref.commit}")
+    status, stderr = server.run(index, base.args("add", index),
+                                {"TEST_INDEX_AT": str(ref.commit), "TEST_INDEX_ACTION": "interrupt"})
+    out = base.root / f"out-{index.name}"
+    said = f"the documents were added to the index {index} (generation {generation + 1})"
+    assert (status, stderr.splitlines()) == (130, [f"interrupted: the results were written to {out}; {said}"])
+    check_after_kill(base, index, ref, "after", f"add interrupted at step {ref.commit} ({ref.steps[ref.commit - 1]})")
 
 
 # --- one writer at a time, readers see the last commit -------------------------------------------

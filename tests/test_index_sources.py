@@ -143,7 +143,7 @@ def test_a_source_file_changed_while_an_add_runs_is_not_committed(tmp_path, monk
     """The index records a source file as the add read it: a JSONL file another process rewrites
     (the same size and time, other bytes) after the read and before the commit is refused
     naming it, the index left as it was, in memory and through a work directory."""
-    import gpudedup.index as index_module
+    import gpudedup.index.adding as index_module  # (writes the new segment, its pointers among it)
 
     parts = source_parts(tmp_path / "in")
     index = Index.create(tmp_path / "index", verification="source")

@@ -43,18 +43,18 @@ from ..io.inputs import InputFiles, Selection, documents_read
 from ..io.python_inputs import to_corpus
 from ..io.storage import Given, local_folder, location_of
 from ..interrupts import note_index
-from ..io.commit import signals_held
 from ..io.outputdir import check_run_places
 from ..io.staging import temporary_work_dir
 from ..memory import MemoryBudget, parse_sizes
 from ..params import RESULT_PARAMETERS, DedupParams, check_targets_read
 from ..results.result import DedupResult
-from ..stages import Progress, StageLog, progress_display
+from ..stages import StageLog, progress_display
 from .files import (FORMAT, UNTAGGED, Manifest, changing, check_tag, collect_garbage, file_on, index_os_error,
                     interrupted_create, read_manifest, write_manifest, write_segment, write_tombstones, writer_lock)
 from .lookup import matches
 from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
-from .sources import SourcePointers, check_verification, merge_sources, pointer_arrays
+from .sources import check_verification, merge_sources
+from .adding import commit_new_segment, segment_written_meanwhile
 from .against import Against, AgainstStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
@@ -246,22 +246,27 @@ class Index:
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
                 unchanged = None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}"
                 again = unchanged and f"{unchanged}: run the add again with --overwrite"
-                if output is not None:
-                    note_index(None, once_written=again)  # (said from the instant the output is written)
+                with segment_written_meanwhile(self.path, manifest, self.params(manifest), store, tag, kept,
+                                               pointers) as segment:
+                    if output is not None:
+                        note_index(None, once_written=again)  # (said from the instant the output is written)
+                        try:
+                            result._write(output, format, overwrite, single_file, write_removed,
+                                          checked=True)  # (checked before the run: check_run_places)
+                        except OutputError as error:  # (the outputs come before the commit)
+                            raise OutputError(f"{error}; nothing was added to the index") from None
+                    note_index(again if output is not None else unchanged)
                     try:
-                        result._write(output, format, overwrite, single_file, write_removed,
-                                      checked=True)  # (checked before the run: check_run_places)
-                    except OutputError as error:  # (the outputs come before the commit)
-                        raise OutputError(f"{error}; nothing was added to the index") from None
-                note_index(again if output is not None else unchanged)
-                try:
-                    with changing(self.path):
-                        self._commit_new(manifest, result, store, tag, kept, pointers)
-                except GpudedupError as error:
-                    if output is None:
-                        raise
-                    raise type(error)(f"{error}; the run's results are in {output}: once that is fixed, run the "
-                                      "add again with overwrite=True") from None
+                        with changing(self.path):
+                            new = segment.result()
+                            commit_new_segment(self.path, manifest, new)
+                    except GpudedupError as error:
+                        if output is None:
+                            raise
+                        raise type(error)(f"{error}; the run's results are in {output}: once that is fixed, run "
+                                          "the add again with overwrite=True") from None
+                if new is not None:  # (the stamps the next reader checks the segment's files by)
+                    self._written[new.entry.name] = new.stamps
                 if temporary:
                     result._hold_here()  # (the work directory goes with this call)
             finally:
@@ -340,36 +345,6 @@ class Index:
         shingles)."""
         active = np.asarray(store.inner.active)
         return active[result._kept_rows[active]]
-
-    def _commit_new(self, manifest: Manifest, result: DedupResult, store: AgainstStore, tag: Optional[str],
-                    rows: np.ndarray, pointers: Optional[SourcePointers]) -> None:
-        """Write the kept new documents that have shingles (``rows``) as a segment and commit it;
-        ``pointers``: where they came from (verification "source")."""
-        inner = store.inner
-        if rows.shape[0] == 0:
-            return
-        params = self.params(manifest)
-        signatures = np.ascontiguousarray(inner.signature_rows(rows))
-        sources = None
-        if pointers is not None:
-            sources, material = pointer_arrays(pointers)
-        else:
-            sets = inner.document_sets(rows, Progress(), name="index-commit")
-            material = {"set_offsets": sets.indptr.astype(np.int64, copy=False),
-                        "set_columns": sets.indices.astype(np.int64, copy=False)}
-        ids = inner.ids.take(pa.array(rows))
-        id_type = check_id_type(manifest, ids)
-        parameters = {**manifest.parameters, "id_type": id_type}
-        ids = ids.cast(pa.int64() if id_type == "int64" else pa.large_string())
-        table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
-        arrays = segment_arrays(ids, signatures, inner.lengths[rows], material, params)
-        generation = manifest.generation + 1
-        name = f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}"
-        entry, self._written[name] = write_segment(self.path, name, table, arrays, sources)
-        with signals_held():  # (an interrupt's line says which side of the commit it came)
-            write_manifest(self.path, dataclasses.replace(manifest, parameters=parameters,
-                                                          segments=manifest.segments + (entry,), generation=generation))
-            note_index(f"the documents were added to the index {self.path} (generation {generation})")
 
     # --- lookups ------------------------------------------------------------------------------
 
