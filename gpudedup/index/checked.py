@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import mmap
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
@@ -18,8 +20,6 @@ from ..core.ragged import ragged_arange
 from ..errors import DamagedIndexError
 from .files import BLOCKS_HEADER, DIGEST_BYTES, file_stamp
 
-# Blocks read by one call at most (1 MiB at the default block size, as check reads).
-READ_BLOCKS = 64
 # The most a .npy header of ours takes (files.write_npy: format 1.0, one short line).
 NPY_HEADER_BYTES = 4096
 
@@ -84,18 +84,20 @@ class OpenedFile:
             # thirds of what block by block does (a call and a digest per block).
             self.check()
             return
-        # Consecutive blocks read together (an add reads runs of neighbouring documents), at
-        # most READ_BLOCKS at a time.
-        breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
-        chunks = [chunk for part in np.split(numbers, breaks)
-                  for chunk in np.split(part, np.arange(READ_BLOCKS, part.shape[0], READ_BLOCKS))]
-        for chunk in chunks:
-            data = memoryview(os.pread(self.handle.fileno(), chunk.shape[0] * size, int(chunk[0]) * size))
-            for at, number in enumerate(chunk.tolist()):
+        # Hashed where they are mapped (no copy; the pages it reads are those the arrays' reads
+        # find next: mapped_npy). A block past the file's end is short there, and fails.
+        with memoryview(self.mapped) as data:
+            for number in numbers.tolist():
                 expected = self.digests[number * DIGEST_BYTES:(number + 1) * DIGEST_BYTES]
-                if hashlib.sha256(data[at * size:(at + 1) * size]).digest() != expected:
+                if hashlib.sha256(data[number * size:(number + 1) * size]).digest() != expected:
                     raise self.damaged()
-            self.verified[chunk] = True
+        self.verified[numbers] = True
+
+    @cached_property
+    def mapped(self) -> mmap.mmap:
+        """The whole file, mapped read-only: the blocks check_bytes hashes, and the arrays of
+        mapped_npy, read from one mapping. (ValueError where the file is empty.)"""
+        return mmap.mmap(self.handle.fileno(), 0, access=mmap.ACCESS_READ)
 
     def damaged(self) -> DamagedIndexError:
         return DamagedIndexError(f"{self.path}: its checksum does not match the manifest's (truncated or corrupt)")
@@ -129,10 +131,10 @@ def mapped_npy(opened: OpenedFile) -> tuple[np.ndarray, int]:
         start = head.tell()
         if not opened.checked:  # (block 0 holds the header's length: one it misread fails)
             opened.check_bytes(np.zeros(1, np.int64), np.full(1, start, np.int64))
-        # A plain ndarray view of the map (which it keeps alive): indexing a np.memmap runs
-        # Python code of its own on every call, and the probe makes many.
-        return (np.memmap(opened.handle, dtype=dtype, mode="r", offset=start, shape=shape,
-                          order="F" if fortran else "C").view(np.ndarray) if np.prod(shape)
-                else np.zeros(shape, dtype)), start
+        # A plain ndarray over the file's mapping (which it keeps alive): indexing a np.memmap
+        # runs Python code of its own on every call, and the probe makes many.
+        count = int(np.prod(shape))
+        return (np.frombuffer(opened.mapped, dtype, count, start).reshape(shape, order="F" if fortran else "C")
+                if count else np.zeros(shape, dtype)), start
     except ValueError as error:
         raise DamagedIndexError(f"{opened.path}: not a readable array ({error})") from None
