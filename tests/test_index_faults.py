@@ -259,6 +259,7 @@ def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base,
     said = f"the results were written to {out}; nothing was added to the index {index}: run the add again with " \
            "--overwrite"
     assert (process.returncode, stderr.splitlines()) == (130, [f"interrupted: {said}"])
+    assert_only_committed(index)  # (the segment it wrote, removed by the add itself)
     check_after_kill(base, index, ref, "before", "add interrupted with its outputs written, before its commit")
     # During the manifest's rename: held until it is done.
     index = base.fresh(f"add-ctrl-c-{ref.commit}")
@@ -268,6 +269,39 @@ def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base,
     said = f"the documents were added to the index {index} (generation {generation + 1})"
     assert (status, stderr.splitlines()) == (130, [f"interrupted: the results were written to {out}; {said}"])
     check_after_kill(base, index, ref, "after", f"add interrupted at step {ref.commit} ({ref.steps[ref.commit - 1]})")
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_the_segment_written_beside_the_outputs_at_its_next_file(base, tmp_path):
+    """A Ctrl-C while an add's new segment is written beside its outputs (index/adding.py)
+    stops that writer before its next file, not after its last: the add ends with its line,
+    the index as it was, and nothing of the segment left."""
+    index = base.fresh("add-ctrl-c-segment")
+    out = base.root / f"out-{index.name}"
+    events = tmp_path / "events.txt"
+    process = driver(index, base.args("add", index), {"TEST_INDEX_AT": "save segments/.tmp-seg-",
+                                                      "TEST_INDEX_ACTION": "pause",
+                                                      "TEST_INDEX_EVENTS": str(events)}, stdin=subprocess.PIPE)
+    try:
+        paused = process.stderr.readline()
+        assert paused.startswith("paused save segments/.tmp-seg-"), paused
+        waited = time.monotonic()
+        while not (out / "report.json").is_file():  # (the outputs do not wait for the segment)
+            assert time.monotonic() - waited < LIMIT, "the outputs were not written while the segment waited"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+    finally:
+        process.stdin.write("\n")
+        process.stdin.flush()
+    _, stderr = process.communicate(timeout=LIMIT)
+    said = f"the results were written to {out}; nothing was added to the index {index}: run the add again with " \
+           "--overwrite"
+    assert (process.returncode, stderr.splitlines()) == (130, [f"interrupted: {said}"])
+    assert committed_state(index) == base.state
+    assert_only_committed(index)
+    steps = steps_of(events)
+    at = next(n for n, step in enumerate(steps) if step.startswith("save segments/.tmp-seg-"))
+    assert not [step for step in steps[at + 1:] if step.startswith("save ")], steps[at:]
 
 
 # --- one writer at a time, readers see the last commit -------------------------------------------

@@ -54,7 +54,7 @@ from .files import (FORMAT, UNTAGGED, Manifest, changing, check_tag, collect_gar
 from .lookup import matches
 from .reader import IndexReader, as_index_ids, check_id_type, segment_arrays
 from .sources import check_verification, merge_sources
-from .adding import commit_new_segment, segment_written_meanwhile
+from .adding import commit_new_segment, new_segment_writer
 from .against import Against, AgainstStore
 
 # The parameters an index fixes at create: every run against it uses them (results depend on
@@ -246,8 +246,8 @@ class Index:
                                                          added=kept.shape[0] > 0)  # (none kept: no commit)
                 unchanged = None if kept.shape[0] == 0 else f"nothing was added to the index {self.path}"
                 again = unchanged and f"{unchanged}: run the add again with --overwrite"
-                with segment_written_meanwhile(self.path, manifest, self.params(manifest), store, tag, kept,
-                                               pointers) as segment:
+                with new_segment_writer(self.path, manifest, self.params(manifest), store, tag, kept, pointers,
+                                        alongside=output is not None) as new_segment:
                     if output is not None:
                         note_index(None, once_written=again)  # (said from the instant the output is written)
                         try:
@@ -258,7 +258,7 @@ class Index:
                     note_index(again if output is not None else unchanged)
                     try:
                         with changing(self.path):
-                            new = segment.result()
+                            new = new_segment()
                             commit_new_segment(self.path, manifest, new)
                     except GpudedupError as error:
                         if output is None:

@@ -1,18 +1,22 @@
-"""The new documents of an ``Index.add`` as a segment of the index: written on a thread of its
-own while the run's outputs are written (segment_written_meanwhile), committed only after them
-(commit_new_segment), so that an add never leaves an index that holds documents whose results
-were not written. Both writes are mostly file I/O and SHA-256, which release the GIL: side by
-side they take about the longer of the two rather than their sum (docs/performance.md)."""
+"""The new documents of an ``Index.add`` as a segment of the index: written, then committed
+(commit_new_segment) only after the run's outputs, so that an add never leaves an index that
+holds documents whose results were not written. Where the run holds the new documents' sets
+in memory, the segment is written on a thread of its own while the outputs are written
+(new_segment_writer): both writes are then mostly file I/O and SHA-256, which release the GIL,
+and side by side they take about the longer of the two rather than their sum
+(docs/performance.md). Where the sets would be made again (a work directory's run, the GPU's),
+it is written after the outputs, as the commit's first step, in this thread."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -41,13 +45,16 @@ class NewSegment:
 
 
 def write_new_segment(root: Path, manifest: Manifest, params: DedupParams, store: AgainstStore,
-                      tag: Optional[str], rows: np.ndarray, pointers: Optional[SourcePointers]) -> Optional[NewSegment]:
+                      tag: Optional[str], rows: np.ndarray, pointers: Optional[SourcePointers],
+                      go_on: Callable[[], None] = lambda: None) -> Optional[NewSegment]:
     """Write the kept new documents that have shingles (``rows``: int64 (k,) ascending, rows of
     the run's store) as a segment of the index at ``root``, uncommitted; ``pointers``: where they
-    came from (verification "source"). None where there are none."""
+    came from (verification "source"). None where there are none. ``go_on`` is called between
+    the steps (files.write_segment's too), and raises to stop them."""
     inner = store.inner
     if rows.shape[0] == 0:
         return None
+    go_on()
     signatures = np.ascontiguousarray(inner.signature_rows(rows))
     sources = None
     if pointers is not None:
@@ -60,27 +67,45 @@ def write_new_segment(root: Path, manifest: Manifest, params: DedupParams, store
     id_type = check_id_type(manifest, ids)
     ids = ids.cast(pa.int64() if id_type == "int64" else pa.large_string())
     table = pa.table({"id": ids, "tag": pa.array([tag] * len(ids), pa.large_string())})
+    go_on()
     arrays = segment_arrays(ids, signatures, inner.lengths[rows], material, params)
     generation = manifest.generation + 1
     name = f"seg-{generation:06d}-{uuid.uuid4().hex[:8]}"
-    entry, stamps = write_segment(root, name, table, arrays, sources)
+    entry, stamps = write_segment(root, name, table, arrays, sources, go_on)
     return NewSegment(entry, stamps, {**manifest.parameters, "id_type": id_type}, generation)
 
 
+class Abandoned(Exception):
+    """A segment's writer on a thread of its own, told to stop (new_segment_writer)."""
+
+
 @contextmanager
-def segment_written_meanwhile(root: Path, manifest: Manifest, params: DedupParams, store: AgainstStore,
-                              tag: Optional[str], rows: np.ndarray,
-                              pointers: Optional[SourcePointers]) -> Iterator[Future]:
-    """write_new_segment on a thread of its own while the block runs (the future of its
-    NewSegment); where the block fails, what the thread wrote and no committed manifest names is
-    removed once it is done, as the next writer would remove it (files.collect_garbage). (The
-    manifest read again: a signal held through the commit is raised after it, and the segment
-    it committed stays.)"""
+def new_segment_writer(root: Path, manifest: Manifest, params: DedupParams, store: AgainstStore,
+                       tag: Optional[str], rows: np.ndarray, pointers: Optional[SourcePointers],
+                       alongside: bool) -> Iterator[Callable[[], Optional[NewSegment]]]:
+    """A function that gives the new segment (write_new_segment's), for the commit to call
+    once the block has written the outputs. With ``alongside`` and the sets held in memory
+    (MemoryStore.sets_held), the segment is written on a thread of its own while the block
+    runs, and the function waits for it; where the block fails (an error, a signal), that
+    writer is told to stop at its next step, and what it wrote and no committed manifest names
+    is removed once it has stopped (files.collect_garbage; the manifest read again, since a
+    signal held through the commit is raised after it and the segment it committed stays).
+    Otherwise the function writes the segment when called, in this thread."""
+    if not (alongside and store.inner.sets_held):
+        yield lambda: write_new_segment(root, manifest, params, store, tag, rows, pointers)
+        return
+    stop = threading.Event()
+
+    def go_on() -> None:
+        if stop.is_set():
+            raise Abandoned()
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-segment") as background:
-        segment = background.submit(write_new_segment, root, manifest, params, store, tag, rows, pointers)
+        segment = background.submit(write_new_segment, root, manifest, params, store, tag, rows, pointers, go_on)
         try:
-            yield segment
+            yield segment.result
         except BaseException:
+            stop.set()
             wait([segment])
             with suppress(GpudedupError, OSError):  # (left to the next writer, then)
                 collect_garbage(root, read_manifest(root))

@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -198,7 +198,8 @@ def file_stamp(path: Path) -> Optional[tuple]:
 
 
 def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.ndarray],
-                  sources: Optional[list[dict]] = None) -> tuple[SegmentEntry, dict[str, Optional[tuple]]]:
+                  sources: Optional[list[dict]] = None,
+                  go_on: Callable[[], None] = lambda: None) -> tuple[SegmentEntry, dict[str, Optional[tuple]]]:
     """Write one segment (``arrays``: SEGMENT_ARRAYS and the verification arrays; ``ids``:
     columns id and tag; ``sources``: sources.json's entries, for verification "source") under a
     temporary directory, fsync its files, rename it to segments/<name>; returns its manifest
@@ -209,7 +210,9 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     fsyncs the files (hashing and flushing are the two costs of a commit, and they overlap
     rather than add up): an array's from the bytes that were written, not read back; the ids'
     (written by Arrow) read back in blocks. The block digests of BLOCKED_ARRAYS come first on
-    that thread; their files are written, flushed and hashed once they are made."""
+    that thread; their files are written, flushed and hashed once they are made. ``go_on`` is
+    called before each file is written and before the flushes: it raises to stop the writing
+    (index/adding.py's writer on a thread of its own), which leaves what a killed writer does."""
     parent = root / "segments"
     parent.mkdir(exist_ok=True)
     temporary = parent / f"{TEMPORARY}{name}"
@@ -218,6 +221,7 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     contents: dict[str, Optional[list[bytes | memoryview]]] = {}
     blocked: dict[str, list[bytes | memoryview]] = {}  # a .blocks file's name -> its array file's bytes
     for key, array in arrays.items():
+        go_on()
         contents[f"{key}.npy"] = pieces = write_npy(temporary / f"{key}.npy", array)
         if key in BLOCKED_ARRAYS:
             blocked[f"{key}{BLOCKS_SUFFIX}"] = pieces
@@ -227,6 +231,7 @@ def write_segment(root: Path, name: str, ids: pa.Table, arrays: dict[str, np.nda
     if sources is not None:
         path, written = write_sources(temporary, sources)
         contents[path.name] = [written]
+    go_on()
     with ThreadPoolExecutor(max_workers=1) as hashing:
         made = {file: hashing.submit(blocks_file, pieces) for file, pieces in blocked.items()}
         digests = {file: hashing.submit(content_digest, temporary / file) if pieces is None

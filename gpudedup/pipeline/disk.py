@@ -128,6 +128,8 @@ class WorkDirStore:
     """The arrays of a run over files, spilled to a work directory (see protocols.Store and the
     module docstring). ``found``: the scanned inputs (io.inputs.scan_inputs)."""
 
+    sets_held = False  # (document_sets spills the sets from the shards: MemoryStore.sets_held)
+
     def __init__(self, work: WorkDir, found: InputFiles, params: DedupParams, backend: Backend, text_field: str,
                  id_field: Optional[str], on_error: str):
         self.work, self.found, self.params, self.backend = work, found, params, backend

@@ -176,6 +176,12 @@ class MemoryStore:
     def ids(self) -> pa.Array:
         return self.corpus.ids
 
+    @property
+    def sets_held(self) -> bool:
+        """Whether document_sets takes the documents' sets from memory (keep_sets) rather than
+        shingling them again."""
+        return self.sets is not None
+
     def document_sets(self, docs: np.ndarray, progress: Progress, executor: Optional[Executor] = None,
                       name: str = "documents"):
         """The shingle sets of rows ``docs`` (int64, ascending) as one binary CSR matrix (see
