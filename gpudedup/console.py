@@ -30,8 +30,9 @@ def run() -> None:
     pyarrow and the package takes 40-50 ms at each exit (more than a tenth of a one-document
     run, docs/performance.md) and leaves nothing to do: the outputs are written, closed and
     renamed before the command returns, and the exit comes after the other atexit handlers (a
-    Dask cluster's, temporary folders') and the threads' joins. Not for a process that calls
-    main among other work: use main there."""
+    Dask cluster's, temporary folders') and the threads' joins; only a handler registered before
+    run (a .pth file's at start-up, such as coverage's for subprocesses) does not run. Not for a
+    process that calls main among other work: use main there."""
     atexit.register(_exit_without_teardown)  # (registered first: it runs after every other handler)
     try:
         main()
@@ -52,6 +53,6 @@ def _exit_without_teardown() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # (AttributeError: a stream that is None)
         return
     os._exit(code)
