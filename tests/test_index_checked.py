@@ -15,7 +15,7 @@ from gpudedup.errors import DamagedIndexError
 from gpudedup.index.checked import OpenedFile
 from gpudedup.index.files import BLOCK_BYTES, blocks_file
 
-BLOCKS = 200  # more than one read's worth of blocks (a read takes at most 64)
+BLOCKS = 200  # enough that a request for a few of them is checked block by block, not whole
 
 
 def made(tmp_path: Path, damaged_block: int) -> OpenedFile:
@@ -35,9 +35,9 @@ def asked(first_block: int, last_block: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array([first_block * BLOCK_BYTES], np.int64), np.array([(last_block + 1) * BLOCK_BYTES], np.int64)
 
 
-def test_a_request_across_several_reads_checks_every_block_it_touches(tmp_path):
+def test_a_request_of_many_blocks_checks_every_block_it_touches(tmp_path):
     opened = made(tmp_path, damaged_block=150)
-    opened.check_bytes(*asked(0, 129))  # 130 of 201 blocks: block by block, three reads
+    opened.check_bytes(*asked(0, 129))  # 130 of 201 blocks: block by block
     assert not opened.checked and opened.verified is not None and opened.verified[:130].all()
     with pytest.raises(DamagedIndexError, match="data.npy"):
         opened.check_bytes(*asked(140, 151))
