@@ -232,21 +232,17 @@ def test_sigkill_after_random_delays(base, server, command):
                          f"{command} killed after {delay:.3f} s")
 
 
-@pytest.mark.timeout(120)
-def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base, server):
-    """An add interrupted after its output is written says, besides that, whether its documents
-    went into the index: before the commit they did not (run it again with --overwrite); a
-    signal during the manifest's rename waits for it, and then they did."""
-    ref = reference(base, server, "add")
-    generation = json.loads((base.index / "manifest.json").read_text(encoding="utf-8"))["generation"]
-    # Before the commit: the new segment is written while the outputs are (index/adding.py), so
-    # its writer is held at its rename until the outputs are complete, then Ctrl-C comes.
-    index = base.fresh("add-ctrl-c-before")
+def ctrl_c_once_the_outputs_are_written(base: Base, index: Path, held_at: str, env: dict | None = None) -> str:
+    """An add into ``index`` whose new segment's writer (beside the outputs: index/adding.py)
+    is held at its first step that starts with ``held_at``, until its outputs are written and
+    Ctrl-C has come; checks that it ends with the line of an add interrupted before its commit
+    and leaves the index as it was (nothing of the segment either); its stderr."""
     out = base.root / f"out-{index.name}"
-    process = driver(index, base.args("add", index), {"TEST_INDEX_AT": "replace segments/.tmp-seg-",
-                                                      "TEST_INDEX_ACTION": "pause"}, stdin=subprocess.PIPE)
+    process = driver(index, base.args("add", index), {"TEST_INDEX_AT": held_at, "TEST_INDEX_ACTION": "pause",
+                                                      **(env or {})}, stdin=subprocess.PIPE)
     try:
-        assert process.stderr.readline().startswith("paused replace segments/.tmp-seg-")
+        paused = process.stderr.readline()
+        assert paused.startswith(f"paused {held_at}"), paused
         waited = time.monotonic()
         while not (out / "report.json").is_file():  # (the outputs appear at once: a rename)
             assert time.monotonic() - waited < LIMIT, "the outputs were not written while the segment waited"
@@ -259,7 +255,21 @@ def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base,
     said = f"the results were written to {out}; nothing was added to the index {index}: run the add again with " \
            "--overwrite"
     assert (process.returncode, stderr.splitlines()) == (130, [f"interrupted: {said}"])
+    assert committed_state(index) == base.state
     assert_only_committed(index)  # (the segment it wrote, removed by the add itself)
+    return stderr
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base, server):
+    """An add interrupted after its output is written says, besides that, whether its documents
+    went into the index: before the commit they did not (run it again with --overwrite); a
+    signal during the manifest's rename waits for it, and then they did."""
+    ref = reference(base, server, "add")
+    generation = json.loads((base.index / "manifest.json").read_text(encoding="utf-8"))["generation"]
+    # Before the commit: the segment's writer held at its rename, after its last file.
+    index = base.fresh("add-ctrl-c-before")
+    ctrl_c_once_the_outputs_are_written(base, index, "replace segments/.tmp-seg-")
     check_after_kill(base, index, ref, "before", "add interrupted with its outputs written, before its commit")
     # During the manifest's rename: held until it is done.
     index = base.fresh(f"add-ctrl-c-{ref.commit}")
@@ -274,31 +284,10 @@ def test_ctrl_c_around_the_commit_of_an_add_says_whether_the_index_changed(base,
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_the_segment_written_beside_the_outputs_at_its_next_file(base, tmp_path):
     """A Ctrl-C while an add's new segment is written beside its outputs (index/adding.py)
-    stops that writer before its next file, not after its last: the add ends with its line,
-    the index as it was, and nothing of the segment left."""
+    stops that writer before its next file, not after its last."""
     index = base.fresh("add-ctrl-c-segment")
-    out = base.root / f"out-{index.name}"
     events = tmp_path / "events.txt"
-    process = driver(index, base.args("add", index), {"TEST_INDEX_AT": "save segments/.tmp-seg-",
-                                                      "TEST_INDEX_ACTION": "pause",
-                                                      "TEST_INDEX_EVENTS": str(events)}, stdin=subprocess.PIPE)
-    try:
-        paused = process.stderr.readline()
-        assert paused.startswith("paused save segments/.tmp-seg-"), paused
-        waited = time.monotonic()
-        while not (out / "report.json").is_file():  # (the outputs do not wait for the segment)
-            assert time.monotonic() - waited < LIMIT, "the outputs were not written while the segment waited"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-    finally:
-        process.stdin.write("\n")
-        process.stdin.flush()
-    _, stderr = process.communicate(timeout=LIMIT)
-    said = f"the results were written to {out}; nothing was added to the index {index}: run the add again with " \
-           "--overwrite"
-    assert (process.returncode, stderr.splitlines()) == (130, [f"interrupted: {said}"])
-    assert committed_state(index) == base.state
-    assert_only_committed(index)
+    ctrl_c_once_the_outputs_are_written(base, index, "save segments/.tmp-seg-", {"TEST_INDEX_EVENTS": str(events)})
     steps = steps_of(events)
     at = next(n for n, step in enumerate(steps) if step.startswith("save segments/.tmp-seg-"))
     assert not [step for step in steps[at + 1:] if step.startswith("save ")], steps[at:]
