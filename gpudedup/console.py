@@ -27,12 +27,12 @@ def main() -> None:
 def run() -> None:
     """The process's entry point (the `gpudedup` script, ``python -m gpudedup``): main, then the
     process ends without the interpreter's teardown. Freeing every module and object of numpy,
-    pyarrow and the package takes 40-50 ms at each exit (more than a tenth of a one-document
-    run, docs/performance.md) and leaves nothing to do: the outputs are written, closed and
-    renamed before the command returns, and the exit comes after the other atexit handlers (a
-    Dask cluster's, temporary folders') and the threads' joins; only a handler registered before
-    run (a .pth file's at start-up, such as coverage's for subprocesses) does not run. Not for a
-    process that calls main among other work: use main there."""
+    pyarrow and the package is a share of a short run's time that leaves nothing done: the
+    outputs are written, closed and renamed before the command returns, and the exit comes
+    after the other atexit handlers (a Dask cluster's, temporary folders') and the threads'
+    joins; only a handler registered before run (a .pth file's at start-up, such as
+    coverage's for subprocesses) does not run. Not for a process that calls main among other
+    work: use main there."""
     atexit.register(_exit_without_teardown)  # (registered first: it runs after every other handler)
     try:
         main()

@@ -3,9 +3,9 @@
 holds documents whose results were not written. Where the run holds the new documents' sets
 in memory, the segment is written on a thread of its own while the outputs are written
 (new_segment_writer): both writes are then mostly file I/O and SHA-256, which release the GIL,
-and side by side they take about the longer of the two rather than their sum
-(docs/performance.md). Where the sets would be made again (a work directory's run, the GPU's),
-it is written after the outputs, as the commit's first step, in this thread."""
+and side by side they take about the longer of the two rather than their sum. Where the sets
+would be made again (a work directory's run, the GPU's), it is written after the outputs, as
+the commit's first step, in this thread."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import dataclasses
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -21,13 +21,12 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..errors import GpudedupError
 from ..interrupts import note_index
 from ..io.commit import signals_held
 from ..params import DedupParams
 from ..stages import Progress
 from .against import AgainstStore
-from .files import Manifest, SegmentEntry, collect_garbage, read_manifest, write_manifest, write_segment
+from .files import Manifest, SegmentEntry, remove_uncommitted, write_manifest, write_segment
 from .reader import check_id_type, segment_arrays
 from .sources import SourcePointers, pointer_arrays
 
@@ -88,8 +87,8 @@ def new_segment_writer(root: Path, manifest: Manifest, params: DedupParams, stor
     (MemoryStore.sets_held), the segment is written on a thread of its own while the block
     runs, and the function waits for it; where the block fails (an error, a signal), that
     writer is told to stop at its next step, and what it wrote and no committed manifest names
-    is removed once it has stopped (files.collect_garbage; the manifest read again, since a
-    signal held through the commit is raised after it and the segment it committed stays).
+    is removed once it has stopped (files.remove_uncommitted: a signal held through the commit
+    is raised after it, and the segment it committed stays).
     Otherwise the function writes the segment when called, in this thread."""
     if not (alongside and store.inner.sets_held):
         yield lambda: write_new_segment(root, manifest, params, store, tag, rows, pointers)
@@ -107,8 +106,7 @@ def new_segment_writer(root: Path, manifest: Manifest, params: DedupParams, stor
         except BaseException:
             stop.set()
             wait([segment])
-            with suppress(GpudedupError, OSError):  # (left to the next writer, then)
-                collect_garbage(root, read_manifest(root))
+            remove_uncommitted(root)
             raise
 
 

@@ -374,11 +374,18 @@ def changing(root: Path, outcome: str = UNCHANGED) -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        try:  # the manifest committed now, whether or not the block got as far as its commit
-            collect_garbage(root, read_manifest(root))
-        except (GpudedupError, OSError):
-            pass  # (the next writer's, then)
+        remove_uncommitted(root)
         raise index_os_error(root, error, writing=True, outcome=outcome) from None
+
+
+def remove_uncommitted(root: Path) -> None:
+    """After a writer's failure: what no manifest committed now names is removed
+    (collect_garbage against the manifest read again, whether or not the writer got as far as
+    its commit); where that fails too, it is the next writer's to remove."""
+    try:
+        collect_garbage(root, read_manifest(root))
+    except (GpudedupError, OSError):
+        pass
 
 
 def index_os_error(root: Path, error: OSError, writing: bool, outcome: str = UNCHANGED) -> GpudedupError:
