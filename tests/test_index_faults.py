@@ -248,6 +248,9 @@ def ctrl_c_once_the_outputs_are_written(base: Base, index: Path, held_at: str, e
             assert time.monotonic() - waited < LIMIT, "the outputs were not written while the segment waited"
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
+        # The main thread acts on the signal at its next bytecode; nothing outside the process
+        # shows when it has, so the writer is released a while later.
+        time.sleep(1.0)
     finally:
         process.stdin.write("\n")
         process.stdin.flush()
